@@ -1,0 +1,130 @@
+"""The ``tessera`` command line.
+
+    tessera ir FILE.py:FUNC [--stage graph] [--arg NAME=4x8:f32 ...]
+    tessera run FILE.py [ARGS...]
+    tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
+    tessera passes
+
+Errors print tessera's one-line message (with the user's file:line) and exit with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, TesseraError
+
+
+def _load(target: str) -> Any:
+    if ":" not in target:
+        raise ArgumentError(f"{target!r} should be FILE.py:FUNCTION",
+                            hint="name the function after a colon, e.g. model.py:attention")
+    path, _, name = target.rpartition(":")
+    if not Path(path).is_file():
+        raise ArgumentError(f"no such file: {path}")
+    namespace = runpy.run_path(path, run_name="__tessera_cli__")
+    if name not in namespace:
+        raise ArgumentError(f"{path} defines no {name!r}",
+                            hint=f"functions there: {', '.join(k for k, v in namespace.items() if callable(v) and not k.startswith('_'))}")
+    return namespace[name]
+
+
+def _example(spec: str) -> tuple[str, np.ndarray]:
+    """``NAME=4x8:f32`` -> (name, zeros of that shape and format)."""
+    from tessera.numerics import dtype
+
+    name, _, rest = spec.partition("=")
+    shape_text, _, fmt = rest.partition(":")
+    try:
+        shape = tuple(int(d) for d in shape_text.split("x")) if shape_text else ()
+    except ValueError:
+        raise ArgumentError(f"bad --arg {spec!r}", hint="write NAME=4x8:f32") from None
+    return name, np.zeros(shape, dtype(fmt or "f32").np_dtype)
+
+
+def cmd_ir(args: argparse.Namespace) -> int:
+    from tessera.frontend.jit import inspect_ir
+
+    fn = _load(args.target)
+    examples = dict(_example(s) for s in args.arg)
+    print(inspect_ir(fn, args.stage, **examples), end="")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not Path(args.file).is_file():
+        raise ArgumentError(f"no such file: {args.file}")
+    sys.argv = [args.file, *args.args]
+    runpy.run_path(args.file, run_name="__main__")
+    return 0
+
+
+def cmd_opt(args: argparse.Namespace) -> int:
+    from tessera.ir import PassManager, parse_module
+
+    text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
+    module = parse_module(text, args.file)
+    names = [n for n in args.passes.split(",") if n]
+    after: Any = "all" if args.print_after == "all" else set(args.print_after.split(",")) \
+        if args.print_after else set()
+    pm = PassManager.from_names(names, print_after=after)
+    module = pm.run(module)
+    print(module, end="")
+    if args.timing:
+        print(pm.timing_report(), file=sys.stderr)
+    return 0
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from tessera.ir import PASSES
+
+    for name, cls in sorted(PASSES.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        print(f"{name:<16} {doc}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tessera", description="Tessera: tile-first GPU "
+                                     "programming, interpreted exactly on the CPU.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ir", help="print a function's IR at one stage")
+    p.add_argument("target", help="FILE.py:FUNCTION")
+    p.add_argument("--stage", default="graph", help="graph, schedule, tile or target")
+    p.add_argument("--arg", action="append", default=[],
+                   help="example argument NAME=SHAPE:FORMAT, e.g. x=4x8:bf16")
+    p.set_defaults(run=cmd_ir)
+    p = sub.add_parser("run", help="run a tessera program")
+    p.add_argument("file")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(run=cmd_run)
+    p = sub.add_parser("opt", help="run passes over IR text")
+    p.add_argument("file", help="IR text file, or - for standard input")
+    p.add_argument("--passes", default="", help="comma-separated pass names")
+    p.add_argument("--print-after", default="", help="pass names, or 'all'")
+    p.add_argument("--timing", action="store_true", help="report time per pass")
+    p.set_defaults(run=cmd_opt)
+    p = sub.add_parser("passes", help="list the registered passes")
+    p.set_defaults(run=cmd_passes)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tessera`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except TesseraError as err:
+        print(f"tessera: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

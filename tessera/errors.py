@@ -1,0 +1,170 @@
+"""The error hierarchy of tessera.
+
+Every error tessera raises on purpose is a :class:`TesseraError`.  Its message starts
+with the user's ``file:line`` (the innermost stack frame outside the tessera package,
+or the source location recorded on the IR operation that failed) and ends with a hint
+that says what to do.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A source location: the user's file and line."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+UNKNOWN_LOC = Loc("<unknown>", 0)
+
+
+def _is_internal(filename: str) -> bool:
+    # Frames of tessera itself, of the interpreter's import machinery and of functools
+    # wrappers are never "the user's line".
+    if filename.startswith(_PACKAGE_DIR):
+        return True
+    return filename.startswith("<frozen ") or filename.endswith(("functools.py", "contextlib.py"))
+
+
+def user_location(depth: int = 1) -> Loc:
+    """Return the innermost stack frame that lies outside the tessera package."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(os.path.abspath(filename)):
+            return Loc(filename, frame.f_lineno)
+        frame = frame.f_back
+    return UNKNOWN_LOC
+
+
+class TesseraError(Exception):
+    """Base of every error tessera raises on purpose.
+
+    ``message`` says what is wrong, ``hint`` what to do about it; ``loc`` is the user's
+    source location (found on the stack when not given).
+    """
+
+    kind = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None, loc: Loc | None = None):
+        self.loc = loc if loc is not None else user_location(2)
+        self.message = message
+        self.hint = hint
+        text = f"{self.loc}: {self.kind}: {message}"
+        if hint:
+            text += f"\n  hint: {hint}"
+        super().__init__(text)
+
+
+class ShapeError(TesseraError):
+    """Operand shapes do not fit the operator."""
+
+    kind = "shape mismatch"
+
+
+class DTypeError(TesseraError):
+    """An unknown or unsupported numeric format, or formats that do not combine."""
+
+    kind = "dtype error"
+
+
+class PolicyError(TesseraError):
+    """A malformed numerics policy chain (``dtype @accum(t) @stochastic_round ...``)."""
+
+    kind = "policy error"
+
+
+class DimBindingError(TesseraError):
+    """A dimension symbol of a ``Tensor[...]`` annotation is unbound or bound twice differently."""
+
+    kind = "dimension binding error"
+
+
+class TraceError(TesseraError):
+    """A Python function cannot be traced into Graph IR."""
+
+    kind = "trace error"
+
+
+class GradError(TesseraError):
+    """A differentiation request that cannot be honoured (non-scalar output, bad argnums)."""
+
+    kind = "autodiff error"
+
+
+class TileContextError(TesseraError):
+    """A ``ts.tile.*`` function was called outside a ``@ts.kernel`` body."""
+
+    kind = "tile context error"
+
+
+class IRParseError(TesseraError):
+    """IR text that does not parse."""
+
+    kind = "IR parse error"
+
+
+class IRVerifyError(TesseraError):
+    """IR that breaks the rules of its level."""
+
+    kind = "IR verification error"
+
+
+class StageError(TesseraError):
+    """An IR stage that does not exist or is not built for this function."""
+
+    kind = "stage error"
+
+
+class InterpretError(TesseraError):
+    """An operation that the interpreter cannot run on the values it was given."""
+
+    kind = "interpreter error"
+
+
+class ArgumentError(TesseraError):
+    """A call with arguments of the wrong kind or number."""
+
+    kind = "argument error"
+
+
+class UnsupportedError(TesseraError):
+    """A feature that exists in the specification but is not supported in this context."""
+
+    kind = "unsupported"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_api(fn: F) -> F:
+    """Decorate a public entry point so a TesseraError surfaces at the user's call.
+
+    The internal frames between the user's call and the ``raise`` are dropped: the
+    user sees their own line and the message, not the compiler's stack.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TesseraError as err:
+            if os.environ.get("TESSERA_FULL_TRACEBACK"):
+                raise
+            raise err.with_traceback(None) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,305 @@
+"""``@ts.jit`` and ``@graph.module``: trace once per signature, run the Graph IR.
+
+A call flattens its arguments; tensors (NumPy arrays, tessera tensors) become traced
+parameters and everything else (Python numbers, strings, flags) is a static
+specialisation constant. Annotations (``ts.Tensor["B", "D", bf16 @accum(f32)]``) are
+checked at call time: dim symbols bind consistently across arguments and values are
+converted to the declared element type. Called on traced values (inside another traced
+function) the function is inlined.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, DimBindingError, StageError, TraceError, user_api
+from tessera.frontend.pytree import TreeDef, flatten, unflatten
+from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.frontend.trace import Trace, Tracer
+from tessera.ir.core import Function, Module
+from tessera.ir.passes import PassManager
+from tessera.ir.types import TensorType
+from tessera.numerics import DType, Policy, PolicyClass, TensorSpec, element
+
+#: the Graph IR pipeline run after tracing (one flat list of pass names)
+GRAPH_PIPELINE = ["canonicalize", "cse", "dce"]
+#: the stages of the IR stack, in order; later levels are added by their lowerings
+STAGES = ("graph", "schedule", "tile", "target")
+
+
+def is_array(x: Any) -> bool:
+    """Whether ``x`` is traced as a tensor (rather than a static constant)."""
+    return isinstance(x, (np.ndarray, Tensor, Tracer, np.generic)) and not isinstance(x, str)
+
+
+def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The function's annotations evaluated (string annotations too)."""
+    try:
+        return inspect.get_annotations(fn, eval_str=True)
+    except Exception as err:  # noqa: BLE001 - any failure is in the user's annotation text
+        raise TraceError(f"cannot evaluate the annotations of {fn.__name__}: {err}",
+                         hint="annotations must name tessera types, e.g. ts.Tensor['N', ts.f32]",
+                         loc=_def_loc(fn)) from None
+
+
+def _def_loc(fn: Callable[..., Any]) -> Any:
+    from tessera.errors import Loc
+
+    code = getattr(fn, "__code__", None)
+    return Loc(code.co_filename, code.co_firstlineno) if code else None
+
+
+def _spec(annotation: Any) -> TensorSpec | None:
+    """A tensor annotation as a TensorSpec (an element alone means any shape)."""
+    if isinstance(annotation, TensorSpec):
+        return annotation
+    if isinstance(annotation, (DType, Policy, PolicyClass)):
+        return TensorSpec(None, annotation)  # type: ignore[arg-type]
+    return None
+
+
+@dataclass
+class Compiled:
+    """One specialisation: its module, function and output structure."""
+
+    module: Module
+    function: Function
+    out_tree: TreeDef
+    static_outputs: dict[int, Any]
+    #: outer tracers this function closes over (extra trailing arguments)
+    captured: list[Any] = field(default_factory=list)
+
+
+class JitFunction:
+    """A traced graph function (``@ts.jit``); call it like the Python function."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+                 capture_graph: bool = False, mode: str = "exact") -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = name or fn.__name__
+        # On a GPU, capture_graph asks for a CUDA graph; on the CPU interpreter it changes
+        # nothing (there is no launch overhead to remove), so it is accepted and recorded.
+        self.capture_graph = capture_graph
+        self.mode = mode
+        self.signature = inspect.signature(fn)
+        self.specs = {k: _spec(v) for k, v in annotations_of(fn).items()}
+        self.cache: dict[Any, Compiled] = {}
+        self.last: Compiled | None = None
+
+    # -- arguments
+    def bind_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise ArgumentError(f"{self.name}(): {err}") from None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def check_annotations(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Bind dim symbols and convert annotated arguments to their declared element."""
+        env: dict[str, int] = {}
+        out = dict(arguments)
+        for name, value in arguments.items():
+            spec = self.specs.get(name)
+            if spec is None or not is_array(value) and not isinstance(value, (int, float)):
+                continue
+            x = value if isinstance(value, (Tracer, Tensor)) else as_tensor(value)
+            if spec.dims is not None:
+                spec.bind(tuple(x.shape), env, arg_name=name)
+            if spec.element is not None and element(spec.element) != x.type.element:
+                from tessera.frontend.ops import cast
+
+                x = cast(x, spec.element)
+            out[name] = x
+        self._env = env
+        return out
+
+    # -- tracing
+    def trace(self, arguments: dict[str, Any]) -> Compiled:
+        leaves, tree = flatten(list(arguments.values()))
+        names = _leaf_names(list(arguments), arguments)
+        with Trace(self.name) as trace:
+            traced = [trace.param(TensorType(x.shape, x.type.element), names[k])
+                      if isinstance(x, (Tensor, Tracer)) else x for k, x in enumerate(leaves)]
+            call_args = unflatten(tree, traced)
+            out = self.fn(*call_args)
+            out = self._check_result(out)
+            out_leaves, out_tree = flatten(out)
+            static = {k: v for k, v in enumerate(out_leaves) if not isinstance(v, (Tracer,
+                                                                                   Tensor))}
+            from tessera.frontend.ops import operand
+
+            tensors = [o if isinstance(o, Tracer) else operand(o) for k, o in
+                       enumerate(out_leaves) if k not in static]
+            tracers = [o if isinstance(o, Tracer) else _lift(o) for o in tensors]
+            fn = trace.finish(tracers)
+        module = PassManager.from_names(GRAPH_PIPELINE).run(Module(self.name, {fn.name: fn}))
+        return Compiled(module, module.functions[self.name], out_tree, static,
+                        list(trace.captured))
+
+    def _check_result(self, out: Any) -> Any:
+        spec = self.specs.get("return")
+        if spec is None or not isinstance(out, (Tracer, Tensor)):
+            return out
+        if spec.dims is not None:
+            spec.bind(tuple(out.shape), self._env, arg_name="the result")
+        if spec.element is not None:
+            from tessera.frontend.ops import cast
+
+            out = cast(out, spec.element)
+        return out
+
+    def key(self, arguments: dict[str, Any]) -> Any:
+        leaves, tree = flatten(list(arguments.values()))
+        parts = []
+        for x in leaves:
+            if isinstance(x, Tensor):
+                parts.append(("T", tuple(x.shape), x.type.element))
+            else:
+                try:
+                    hash(x)
+                except TypeError:
+                    raise ArgumentError(f"{self.name}(): argument {x!r} is neither a tensor "
+                                        "nor a hashable constant") from None
+                parts.append(("S", type(x).__name__, x))
+        return tree, tuple(parts)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Compiled:
+        """Trace (or fetch from the cache) the specialisation for these arguments."""
+        arguments = self.check_annotations(self.bind_args(args, kwargs))
+        arguments = {k: as_tensor(v) if is_array(v) else v for k, v in arguments.items()}
+        key = self.key(arguments)
+        if key not in self.cache:
+            self.cache[key] = self.trace(arguments)
+        self.last = self.cache[key]
+        self._arguments = arguments
+        return self.last
+
+    @user_api
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, _ = flatten((args, kwargs))
+        if any(isinstance(x, Tracer) for x in leaves):
+            arguments = self.check_annotations(self.bind_args(args, kwargs))
+            return self._check_result(self.fn(*arguments.values()))
+        compiled = self.compile(*args, **kwargs)
+        inputs = [x for x in flatten(list(self._arguments.values()))[0]
+                  if isinstance(x, Tensor)]
+        return run_compiled(compiled, inputs, self.mode)
+
+    @user_api
+    def inspect_ir(self, stage: str = "graph", *args: Any, **kwargs: Any) -> str:
+        """The IR text of ``stage`` for these arguments (or the last call's)."""
+        return inspect_stage(self, stage, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tessera.jit {self.name}>"
+
+
+def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
+    """Run a compiled function on concrete tensors and rebuild the output structure."""
+    from tessera.interp.graph import run_function
+
+    arrays = run_function(compiled.function, [t.array for t in inputs], mode=mode)
+    results = iter(Tensor(a, t.element) for a, t in
+                   zip(arrays, compiled.function.result_types))  # type: ignore[attr-defined]
+    n = compiled.out_tree.num_leaves
+    leaves = [compiled.static_outputs[k] if k in compiled.static_outputs else next(results)
+              for k in range(n)]
+    return unflatten(compiled.out_tree, leaves)
+
+
+def _lift(x: Tensor) -> Tracer:
+    from tessera.frontend.ops import constant
+    from tessera.frontend.trace import current_trace
+
+    trace = current_trace()
+    assert trace is not None
+    return Tracer(trace, constant(x))
+
+
+def _leaf_names(names: list[str], arguments: dict[str, Any]) -> list[str]:
+    out = []
+    for name in names:
+        leaves, _ = flatten(arguments[name])
+        out += [name] if len(leaves) == 1 else [f"{name}{k}" for k in range(len(leaves))]
+    return out
+
+
+def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> str:
+    """The text of one IR stage of a graph function."""
+    if stage not in STAGES:
+        raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)}")
+    if stage != "graph":
+        raise StageError(f"the {stage!r} stage is not built for graph functions yet: graph "
+                         "functions run from Graph IR", hint="inspect stage 'graph'")
+    if args or kwargs:
+        compiled = fn.compile(*args, **kwargs)
+    elif fn.last is not None:
+        compiled = fn.last
+    else:
+        compiled = fn.compile(*_symbolic_args(fn))
+    return str(compiled.module)
+
+
+def _symbolic_args(fn: JitFunction) -> list[Any]:
+    """Example arguments from fully annotated parameters (for inspecting before a call)."""
+    out = []
+    for name, param in fn.signature.parameters.items():
+        spec = fn.specs.get(name)
+        if spec is None or spec.dims is None or spec.element is None or \
+                not all(isinstance(d, int) for d in spec.dims):
+            raise StageError(f"{fn.name} has not been called, and parameter {name!r} has no "
+                             "static shape annotation to trace with",
+                             hint="call the function once, or pass example arguments: "
+                                  "inspect_ir('graph', *args)")
+        from tessera.numerics import storage_of
+
+        out.append(np.zeros(tuple(spec.dims), storage_of(spec.element).np_dtype))
+    return out
+
+
+def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
+        mode: str = "exact", name: str | None = None) -> Any:
+    """Trace ``fn`` into Graph IR per signature and run it with the interpreter.
+
+    ``mode="exact"`` (default) is bitwise deterministic; ``mode="fast"`` uses BLAS and is
+    not. ``capture_graph`` is accepted for GPU builds and changes nothing on the CPU.
+    """
+    if fn is None:
+        return lambda f: jit(f, capture_graph=capture_graph, mode=mode, name=name)
+    if isinstance(fn, JitFunction):
+        return fn
+    if not callable(fn):
+        raise ArgumentError(f"@jit needs a function, got {type(fn).__name__}")
+    return JitFunction(fn, name=name, capture_graph=capture_graph, mode=mode)
+
+
+def module(name: str) -> Callable[[Callable[..., Any]], JitFunction]:
+    """``@graph.module("attention")``: a named graph function (Graph IR module ``@name``)."""
+    if not isinstance(name, str):
+        raise ArgumentError("graph.module takes the module's name: @graph.module(\"name\")")
+    return lambda fn: JitFunction(fn, name=name)
+
+
+@user_api
+def inspect_ir(fn: Any, stage: str = "graph", *args: Any, **kwargs: Any) -> str:
+    """``ts.inspect_ir(fn, "graph")``: the IR text of a stage of ``fn``."""
+    if isinstance(fn, JitFunction):
+        return inspect_stage(fn, stage, args, kwargs)
+    if hasattr(fn, "inspect_ir"):
+        return fn.inspect_ir(stage, *args, **kwargs)
+    if callable(fn):
+        return inspect_stage(JitFunction(fn), stage, args, kwargs)
+    raise ArgumentError(f"inspect_ir needs a tessera function, got {type(fn).__name__}")
+
+
+__all__ = ["GRAPH_PIPELINE", "STAGES", "DimBindingError", "JitFunction", "inspect_ir", "jit",
+           "module"]

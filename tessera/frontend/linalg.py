@@ -1,0 +1,132 @@
+"""Contractions, reductions, normalisations and spectral operators."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+from tessera.errors import DTypeError, ShapeError
+from tessera.frontend.ops import (
+    bind,
+    broadcast_shapes,
+    broadcast_to,
+    cast,
+    operand,
+    promote_operands,
+    reshape,
+)
+from tessera.ir import graph as g
+from tessera.numerics import storage_of
+
+
+def matmul(a: Any, b: Any, tile_shape: Sequence[int] | None = None) -> Any:
+    """Matrix product over the last two axes (1-D operands as in NumPy).
+
+    The product is accumulated exactly and rounded once to the accumulator format of
+    the operands' policy. ``tile_shape=(BM, BN, BK)`` is kept as a schedule hint.
+    """
+    a, b = operand(a), operand(b)
+    for x in (a, b):
+        if storage_of(x.type.element).kind not in ("float", "int", "complex"):
+            raise DTypeError(f"matmul of {x.type.element} tensors is not defined")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul needs operands of rank >= 1", hint="use * for scalars")
+    squeeze = []
+    if a.ndim == 1:
+        a = reshape(a, (1, a.shape[0]))
+        squeeze.append(-2)
+    if b.ndim == 1:
+        b = reshape(b, (b.shape[0], 1))
+        squeeze.append(-1)
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul of {tuple(a.shape)} and {tuple(b.shape)}: inner dims "
+                         f"{a.shape[-1]} and {b.shape[-2]} differ",
+                         hint="the last dim of A must equal the second-to-last dim of B")
+    batch = broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2])) \
+        if a.ndim > 2 or b.ndim > 2 else ()
+    a = broadcast_to(a, batch + tuple(a.shape[-2:]))
+    b = broadcast_to(b, batch + tuple(b.shape[-2:]))
+    hint = tuple(int(t) for t in tile_shape) if tile_shape is not None else None
+    y = bind(g.MatMul(hint), a, b)[0]
+    if squeeze:
+        shape = list(y.shape)
+        for axis in sorted(squeeze):
+            shape.pop(axis + len(shape) if axis < 0 else axis)
+        y = reshape(y, tuple(shape))
+    return y
+
+
+gemm = matmul
+
+
+def _axes(x: Any, axis: Any) -> tuple[int, ...]:
+    if axis is None:
+        return ()
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    for a in axes:
+        if not -x.ndim <= a < builtins.max(x.ndim, 1):
+            raise ShapeError(f"axis {a} is out of range for a tensor of rank {x.ndim}")
+    return tuple(sorted({a % builtins.max(x.ndim, 1) for a in axes}))
+
+
+def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
+    x = operand(x)
+    if storage_of(x.type.element).kind == "bool":
+        x = cast(x, "int32")
+    return bind(op_cls(_axes(x, axis), bool(keepdims)), x)[0]
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Sum over ``axis`` (all axes by default): exact, rounded once."""
+    return _reduce(g.Sum, x, axis, keepdims)
+
+
+def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """Mean over ``axis`` (all axes by default): exact, rounded once."""
+    return _reduce(g.Mean, x, axis, keepdims)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Maximum over ``axis`` (all axes by default)."""
+    return _reduce(g.Max, x, axis, keepdims)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+    """Minimum over ``axis`` (all axes by default)."""
+    return _reduce(g.Min, x, axis, keepdims)
+
+
+def softmax(x: Any, axis: int = -1) -> Any:
+    """Softmax along ``axis``."""
+    x = operand(x)
+    _axes(x, axis)
+    return bind(g.Softmax(int(axis)), x)[0]
+
+
+def mse(pred: Any, target: Any) -> Any:
+    """Mean squared error over all elements (a scalar)."""
+    a, b = promote_operands(pred, target)
+    return bind(g.Mse(), a, b)[0]
+
+
+def _complex(x: Any) -> Any:
+    x = operand(x)
+    kind = storage_of(x.type.element).kind
+    if kind == "complex":
+        return x
+    return cast(x, "c128" if storage_of(x.type.element).name == "f64" else "c64")
+
+
+def fft(x: Any, axis: int = -1) -> Any:
+    """Discrete Fourier transform along ``axis`` (unnormalised); real input is made complex."""
+    x = _complex(x)
+    _axes(x, axis)
+    return bind(g.Fft(int(axis)), x)[0]
+
+
+def ifft(x: Any, axis: int = -1) -> Any:
+    """Inverse DFT along ``axis`` (scaled by 1/n)."""
+    x = _complex(x)
+    _axes(x, axis)
+    return bind(g.Ifft(int(axis)), x)[0]

@@ -1,0 +1,90 @@
+"""Shape operators: transpose, reshape, indexing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.errors import ShapeError, UnsupportedError
+from tessera.frontend.ops import Operand, bind, operand
+from tessera.ir import graph as g
+
+
+def transpose(x: Any, axes: Any = None) -> Any:
+    """Permute axes (reverse them by default, as ``.T`` does)."""
+    x = operand(x)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % x.ndim
+                                                                      for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"transpose axes {axes} are not a permutation of {x.ndim} axes")
+    if perm == tuple(range(x.ndim)):
+        return x
+    return bind(g.Transpose(perm), x)[0]
+
+
+def reshape(x: Any, shape: Any) -> Any:
+    """Reshape (row-major); one dim may be -1."""
+    x = operand(x)
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape to {shape}: at most one dim may be -1")
+    if -1 in shape:
+        known = 1
+        for d in shape:
+            known *= d if d != -1 else 1
+        if known == 0 or x.size % known:
+            raise ShapeError(f"cannot reshape {x.shape} into {shape}")
+        shape = tuple(x.size // known if d == -1 else d for d in shape)
+    if shape == tuple(x.shape):
+        return x
+    return bind(g.Reshape(shape), x)[0]
+
+
+def getitem(x: Operand, index: Any) -> Any:
+    """Basic indexing: ints, slices with positive steps, ``None`` and ``...``."""
+    index = index if isinstance(index, tuple) else (index,)
+    if any(not isinstance(i, (int, slice)) and i is not None and i is not Ellipsis
+           for i in index):
+        raise UnsupportedError(f"indexing with {index!r} is not supported in graph code",
+                               hint="use ints, slices, None and ... (basic indexing)")
+    if index.count(Ellipsis) > 1:
+        raise ShapeError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if used > x.ndim:
+        raise ShapeError(f"too many indices ({used}) for a tensor of rank {x.ndim}")
+    if Ellipsis in index:
+        k = index.index(Ellipsis)
+        index = index[:k] + (slice(None),) * (x.ndim - used) + index[k + 1:]
+    else:
+        index = index + (slice(None),) * (x.ndim - used)
+    starts, stops, steps, out_shape = [], [], [], []
+    axis = 0
+    for i in index:
+        if i is None:
+            out_shape.append(1)
+            continue
+        dim = int(x.shape[axis])
+        if isinstance(i, int):
+            if not -dim <= i < dim:
+                raise ShapeError(f"index {i} is out of bounds for axis {axis} of size {dim}")
+            lo = i % dim
+            starts.append(lo)
+            stops.append(lo + 1)
+            steps.append(1)
+        else:
+            lo, hi, st = i.indices(dim)
+            if st <= 0:
+                raise UnsupportedError("negative slice steps are not supported",
+                                       hint="slice forwards and use a reversed index map")
+            hi = max(hi, lo)
+            starts.append(lo)
+            stops.append(hi)
+            steps.append(st)
+            out_shape.append(len(range(lo, hi, st)))
+        axis += 1
+    y = x
+    if (tuple(starts), tuple(stops)) != ((0,) * x.ndim, tuple(x.shape)) or any(
+            s != 1 for s in steps):
+        y = bind(g.Slice(tuple(starts), tuple(stops), tuple(steps)), x)[0]
+    from tessera.frontend.ops import reshape as _reshape
+
+    return _reshape(y, tuple(out_shape))

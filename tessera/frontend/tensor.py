@@ -1,0 +1,84 @@
+"""Concrete tensors: what graph functions return and eager operators compute on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import DTypeError
+from tessera.frontend.arraylike import ArrayMethods
+from tessera.ir.types import TensorType
+from tessera.numerics import convert, element, from_numpy_dtype, storage_of, tensor_spec
+
+
+class Tensor(ArrayMethods):
+    """A concrete tensor: an array in its storage format plus its element type.
+
+    ``np.asarray(t)`` gives the stored values (low-precision formats as ``ml_dtypes``
+    arrays). As an annotation, ``Tensor["B", "D", bf16 @accum(f32)]`` builds a
+    :class:`~tessera.numerics.TensorSpec`.
+    """
+
+    __slots__ = ("array", "type")
+    __array_priority__ = 1000
+
+    def __init__(self, array: np.ndarray, elem: Any = None) -> None:
+        array = np.asarray(array)
+        if elem is None:
+            elem = from_numpy_dtype(array.dtype)
+        elem = element(elem)
+        if array.dtype != storage_of(elem).np_dtype:
+            array = convert(array, elem)
+        self.array = array
+        self.type = TensorType(array.shape, elem)
+
+    def __class_getitem__(cls, items: Any) -> Any:
+        return tensor_spec(items if isinstance(items, tuple) else (items,))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def numpy(self) -> np.ndarray:
+        """The stored values as a NumPy (or ml_dtypes) array."""
+        return self.array
+
+    def item(self) -> Any:
+        return self.array.item()
+
+    def __float__(self) -> float:
+        return float(self.array)
+
+    def __int__(self) -> int:
+        return int(self.array)
+
+    def __bool__(self) -> bool:
+        return bool(self.array)
+
+    def __iter__(self) -> Any:
+        return (Tensor(a, self.type.element) for a in self.array)
+
+    def __repr__(self) -> str:
+        return f"Tensor({np.array2string(self.array, threshold=20)}, element={self.element})"
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        from tessera.frontend import ops
+
+        return ops.equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def as_tensor(x: Any, elem: Any = None) -> Tensor:
+    """``x`` (array, scalar or Tensor) as a Tensor, optionally converted to ``elem``."""
+    if isinstance(x, Tensor):
+        return x if elem is None or element(elem) == x.type.element else \
+            Tensor(convert(x.array, elem), elem)
+    try:
+        array = np.asarray(x)
+    except Exception as err:  # noqa: BLE001 - any conversion failure is the user's input
+        raise DTypeError(f"cannot make a tensor from {type(x).__name__}: {err}") from None
+    if array.dtype == object:
+        raise DTypeError(f"cannot make a tensor from {type(x).__name__}",
+                         hint="pass NumPy arrays, Python numbers or tessera tensors")
+    return Tensor(array, elem)

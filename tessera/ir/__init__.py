@@ -1,0 +1,27 @@
+"""The IR stack: one core, one module per level, one printer/parser, passes."""
+
+from tessera.ir import graph, transforms
+from tessera.ir.core import (
+    Block,
+    Builder,
+    Function,
+    Instr,
+    Module,
+    Op,
+    Region,
+    Type,
+    Value,
+    clone_block,
+    walk,
+)
+from tessera.ir.passes import PASSES, Pass, PassManager, dependence_graph, get_pass
+from tessera.ir.text import parse_function, parse_module, print_function, print_module
+from tessera.ir.types import Dense, TensorType
+from tessera.ir.verifier import verify_function, verify_module
+
+__all__ = [
+    "PASSES", "Block", "Builder", "Dense", "Function", "Instr", "Module", "Op", "Pass",
+    "PassManager", "Region", "TensorType", "Type", "Value", "clone_block", "dependence_graph",
+    "get_pass", "graph", "parse_function", "parse_module", "print_function", "print_module",
+    "transforms", "verify_function", "verify_module", "walk",
+]

@@ -1,0 +1,36 @@
+"""``dce``: remove pure instructions whose results are never used."""
+
+from __future__ import annotations
+
+from tessera.ir.core import Block, Module, walk
+from tessera.ir.passes import register_pass
+
+
+def eliminate_dead(block: Block) -> int:
+    """Remove dead pure instructions of ``block`` (and nested blocks); return how many."""
+    removed = 0
+    for instr in block.instrs:
+        for region in instr.regions:
+            for inner in region.blocks:
+                removed += eliminate_dead(inner)
+    used = {v for instr in walk(block) for v in instr.operands}
+    # Walking backwards removes whole dead chains in one sweep.
+    for instr in reversed(list(block.instrs)):
+        if instr.op.pure and not instr.op.terminator and not any(r in used
+                                                                 for r in instr.results):
+            block.instrs.remove(instr)
+            removed += 1
+            used = {v for i in walk(block) for v in i.operands}
+    return removed
+
+
+@register_pass
+class DeadCodeElimination:
+    """Remove pure instructions whose results nobody uses."""
+
+    name = "dce"
+
+    def apply(self, module: Module) -> Module:
+        for fn in module.functions.values():
+            eliminate_dead(fn.body)
+        return module

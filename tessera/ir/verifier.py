@@ -1,0 +1,53 @@
+"""Level-independent verification: SSA scoping, per-op type rules, terminators."""
+
+from __future__ import annotations
+
+from tessera.errors import IRVerifyError
+from tessera.ir.core import Block, Function, Module, Value
+
+
+def verify_block(block: Block, visible: set[Value], *, want_terminator: bool = True) -> None:
+    """Check every instruction of ``block``: operands defined before use, types valid."""
+    defined = set(visible) | set(block.args)
+    for k, instr in enumerate(block.instrs):
+        for operand in instr.operands:
+            if operand not in defined:
+                raise IRVerifyError(f"{instr.op.name} uses a value defined later or in another "
+                                    f"scope", loc=instr.loc,
+                                    hint="operands must be defined earlier in the same or an "
+                                         "enclosing block")
+        try:
+            instr.op.verify([v.type for v in instr.operands], [v.type for v in instr.results])
+        except IRVerifyError as err:
+            raise IRVerifyError(err.message, hint=err.hint, loc=instr.loc) from None
+        if len(instr.regions) != instr.op.num_regions:
+            raise IRVerifyError(f"{instr.op.name} has {len(instr.regions)} regions, expected "
+                                f"{instr.op.num_regions}", loc=instr.loc)
+        for region in instr.regions:
+            for inner in region.blocks:
+                verify_block(inner, defined)
+        instr.op.verify_regions(instr)
+        if instr.op.terminator and k != len(block.instrs) - 1:
+            raise IRVerifyError(f"{instr.op.name} must be the last instruction of its block",
+                                loc=instr.loc)
+        defined.update(instr.results)
+    if want_terminator and block.terminator is None:
+        raise IRVerifyError("block does not end with a terminator",
+                            hint="end every function and region with a return or yield")
+
+
+def verify_function(fn: Function) -> None:
+    """Verify a function: its body, and a return that matches the declared result types."""
+    verify_block(fn.body, set())
+    term = fn.body.terminator
+    assert term is not None
+    got = [v.type for v in term.operands]
+    if got != list(fn.result_types):
+        raise IRVerifyError(f"function @{fn.name} returns ({', '.join(map(str, got))}) but "
+                            f"declares ({', '.join(map(str, fn.result_types))})", loc=term.loc)
+
+
+def verify_module(module: Module) -> None:
+    """Verify every function of a module."""
+    for fn in module.functions.values():
+        verify_function(fn)
