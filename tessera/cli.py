@@ -31,8 +31,9 @@ def _load(target: str) -> Any:
         raise ArgumentError(f"no such file: {path}")
     namespace = runpy.run_path(path, run_name="__tessera_cli__")
     if name not in namespace:
+        found = [k for k, v in namespace.items() if callable(v) and not k.startswith("_")]
         raise ArgumentError(f"{path} defines no {name!r}",
-                            hint=f"functions there: {', '.join(k for k, v in namespace.items() if callable(v) and not k.startswith('_'))}")
+                            hint=f"functions there: {', '.join(found)}")
     return namespace[name]
 
 

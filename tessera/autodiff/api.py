@@ -20,7 +20,7 @@ import numpy as np
 
 from tessera.autodiff.transform import inline, jvp_function, vjp_function
 from tessera.errors import ArgumentError, GradError, user_api
-from tessera.frontend.jit import JitFunction, run_compiled
+from tessera.frontend.jit import JitFunction, run_compiled, tensors_in
 from tessera.frontend.pytree import TreeDef, flatten, unflatten
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Trace, Tracer
@@ -86,8 +86,7 @@ class _Transformed:
             arguments[names[k]] = unflatten(tree, [
                 as_tensor(np.float32(v)) if isinstance(v, (int, float)) else v
                 for v in leaves])
-        arguments = {k: as_tensor(v) if isinstance(v, np.ndarray) else v
-                     for k, v in arguments.items()}
+        arguments = {k: tensors_in(v) for k, v in arguments.items()}
         return arguments, names, positions, bare
 
     def leaf_groups(self, arguments: dict[str, Any], names: list[str],

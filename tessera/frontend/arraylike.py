@@ -78,7 +78,7 @@ class ArrayMethods:
         return _ops().getitem(self, index)
 
     @property
-    def T(self) -> Any:  # noqa: N802 - NumPy's name
+    def T(self) -> Any:
         return _ops().transpose(self)
 
     def astype(self, dtype: Any) -> Any:

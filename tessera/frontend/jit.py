@@ -25,7 +25,7 @@ from tessera.frontend.trace import Trace, Tracer
 from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
-from tessera.numerics import DType, Policy, PolicyClass, TensorSpec, element
+from tessera.numerics import DimEnv, DType, Policy, PolicyClass, TensorSpec, element
 
 #: the Graph IR pipeline run after tracing (one flat list of pass names)
 GRAPH_PIPELINE = ["canonicalize", "cse", "dce"]
@@ -42,7 +42,7 @@ def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
     """The function's annotations evaluated (string annotations too)."""
     try:
         return inspect.get_annotations(fn, eval_str=True)
-    except Exception as err:  # noqa: BLE001 - any failure is in the user's annotation text
+    except Exception as err:
         raise TraceError(f"cannot evaluate the annotations of {fn.__name__}: {err}",
                          hint="annotations must name tessera types, e.g. ts.Tensor['N', ts.f32]",
                          loc=_def_loc(fn)) from None
@@ -53,6 +53,12 @@ def _def_loc(fn: Callable[..., Any]) -> Any:
 
     code = getattr(fn, "__code__", None)
     return Loc(code.co_filename, code.co_firstlineno) if code else None
+
+
+def _symbols(dim: Any) -> set[str]:
+    if isinstance(dim, str):
+        return {dim}
+    return dim.symbols() if hasattr(dim, "symbols") else set()
 
 
 def _spec(annotation: Any) -> TensorSpec | None:
@@ -104,11 +110,11 @@ class JitFunction:
 
     def check_annotations(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Bind dim symbols and convert annotated arguments to their declared element."""
-        env: dict[str, int] = {}
+        env = DimEnv()
         out = dict(arguments)
         for name, value in arguments.items():
             spec = self.specs.get(name)
-            if spec is None or not is_array(value) and not isinstance(value, (int, float)):
+            if spec is None or (not is_array(value) and not isinstance(value, (int, float))):
                 continue
             x = value if isinstance(value, (Tracer, Tensor)) else as_tensor(value)
             if spec.dims is not None:
@@ -149,6 +155,13 @@ class JitFunction:
         if spec is None or not isinstance(out, (Tracer, Tensor)):
             return out
         if spec.dims is not None:
+            unbound = sorted({s for d in spec.dims if str(d) not in self._env
+                              for s in _symbols(d)} - set(self._env))
+            if unbound:
+                raise DimBindingError(
+                    f"the result annotation of {self.name} uses dim(s) {', '.join(unbound)} "
+                    "that no argument binds", loc=_def_loc(self.fn),
+                    hint="name the dim in an argument's annotation, or write its size")
             spec.bind(tuple(out.shape), self._env, arg_name="the result")
         if spec.element is not None:
             from tessera.frontend.ops import cast
@@ -174,7 +187,7 @@ class JitFunction:
     def compile(self, *args: Any, **kwargs: Any) -> Compiled:
         """Trace (or fetch from the cache) the specialisation for these arguments."""
         arguments = self.check_annotations(self.bind_args(args, kwargs))
-        arguments = {k: as_tensor(v) if is_array(v) else v for k, v in arguments.items()}
+        arguments = {k: tensors_in(v) for k, v in arguments.items()}
         key = self.key(arguments)
         if key not in self.cache:
             self.cache[key] = self.trace(arguments)
@@ -215,6 +228,13 @@ def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     return unflatten(compiled.out_tree, leaves)
 
 
+def tensors_in(tree: Any) -> Any:
+    """``tree`` with every array leaf made a Tensor (other leaves unchanged)."""
+    leaves, treedef = flatten(tree)
+    return unflatten(treedef, [as_tensor(x) if is_array(x) and not isinstance(x, Tracer)
+                               else x for x in leaves])
+
+
 def _lift(x: Tensor) -> Tracer:
     from tessera.frontend.ops import constant
     from tessera.frontend.trace import current_trace
@@ -252,7 +272,7 @@ def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
 def _symbolic_args(fn: JitFunction) -> list[Any]:
     """Example arguments from fully annotated parameters (for inspecting before a call)."""
     out = []
-    for name, param in fn.signature.parameters.items():
+    for name in fn.signature.parameters:
         spec = fn.specs.get(name)
         if spec is None or spec.dims is None or spec.element is None or \
                 not all(isinstance(d, int) for d in spec.dims):

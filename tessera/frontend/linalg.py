@@ -77,7 +77,7 @@ def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
     return bind(op_cls(_axes(x, axis), bool(keepdims)), x)[0]
 
 
-def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Sum over ``axis`` (all axes by default): exact, rounded once."""
     return _reduce(g.Sum, x, axis, keepdims)
 
@@ -87,12 +87,12 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return _reduce(g.Mean, x, axis, keepdims)
 
 
-def max(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Maximum over ``axis`` (all axes by default)."""
     return _reduce(g.Max, x, axis, keepdims)
 
 
-def min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Minimum over ``axis`` (all axes by default)."""
     return _reduce(g.Min, x, axis, keepdims)
 

@@ -17,11 +17,10 @@ import numpy as np
 
 from tessera.errors import (
     DTypeError,
-    Loc,
     IRVerifyError,
+    Loc,
     ShapeError,
     TraceError,
-    UnsupportedError,
     user_location,
 )
 from tessera.frontend.tensor import Tensor, as_tensor
@@ -29,7 +28,7 @@ from tessera.frontend.trace import Tracer, current_trace
 from tessera.ir import graph as g
 from tessera.ir.core import Op, Region
 from tessera.ir.types import Dense
-from tessera.numerics import DType, dtype, element, promote, storage_of, to_f64
+from tessera.numerics import DType, element, promote, storage_of, to_f64
 
 Operand = Tracer | Tensor
 pi = math.pi
@@ -165,7 +164,7 @@ def div(a: Any, b: Any) -> Any:
     return _binary(g.Div(), a, b)
 
 
-def pow(a: Any, b: Any) -> Any:  # noqa: A001 - the operator's name
+def pow(a: Any, b: Any) -> Any:
     """Elementwise ``a ** b``."""
     return _binary(g.Pow(), a, b)
 
@@ -257,7 +256,7 @@ def cos(x: Any) -> Any:
     return _unary(g.Cos(), x)
 
 
-def abs(x: Any) -> Any:  # noqa: A001 - the operator's name
+def abs(x: Any) -> Any:
     """Elementwise absolute value (modulus of complex values)."""
     return _unary(g.Abs(), x)
 
@@ -267,7 +266,7 @@ def sign(x: Any) -> Any:
     return _unary(g.Sign(), x)
 
 
-def round(x: Any) -> Any:  # noqa: A001 - the operator's name
+def round(x: Any) -> Any:
     """Elementwise round half to even."""
     return _unary(g.Round(), x)
 

@@ -76,7 +76,7 @@ def as_tensor(x: Any, elem: Any = None) -> Tensor:
             Tensor(convert(x.array, elem), elem)
     try:
         array = np.asarray(x)
-    except Exception as err:  # noqa: BLE001 - any conversion failure is the user's input
+    except Exception as err:
         raise DTypeError(f"cannot make a tensor from {type(x).__name__}: {err}") from None
     if array.dtype == object:
         raise DTypeError(f"cannot make a tensor from {type(x).__name__}",

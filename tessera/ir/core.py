@@ -143,6 +143,7 @@ class Function:
     result_types: list[Type]
     kind: str = "graph.func"
     attrs: dict[str, Any] = field(default_factory=dict)
+    loc: Loc = UNKNOWN_LOC
 
     @property
     def args(self) -> list[Value]:

@@ -51,7 +51,7 @@ def attr_text(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(attr_text(v) for v in value) + "]"
     if isinstance(value, Dense):
-        return f"dense<{attr_text(value.array.tolist() if value.array.ndim else value.array.item())}>"
+        return f"dense<{attr_text(value.array.tolist())}>"
     if isinstance(value, (DType, Policy, PolicyClass)):
         return "#" + element_text(value)
     if isinstance(value, Type):
@@ -220,7 +220,7 @@ class Parser:
         return kind, tok
 
     def expect(self, tok: str) -> None:
-        kind, got = self.next()
+        _, got = self.next()
         if got != tok:
             raise self.error(f"expected {tok!r}, found {got or 'end of text'!r}")
 
@@ -392,6 +392,7 @@ class Parser:
         return Region([block])
 
     def function(self) -> Function:
+        loc = Loc(self.file, self._line())
         _, kind = self.next()
         _, sym = self.next()
         self.scopes.append({})
@@ -410,7 +411,7 @@ class Parser:
         while not self.accept("}"):
             self.instr(body)
         self.scopes.pop()
-        return Function(sym[1:], body, results, kind, attrs)
+        return Function(sym[1:], body, results, kind, attrs, loc)
 
     def module(self) -> Module:
         if self.peek()[1] != "module":

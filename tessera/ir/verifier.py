@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from tessera.errors import IRVerifyError
+from tessera.errors import UNKNOWN_LOC, IRVerifyError, Loc
 from tessera.ir.core import Block, Function, Module, Value
 
 
-def verify_block(block: Block, visible: set[Value], *, want_terminator: bool = True) -> None:
+def verify_block(block: Block, visible: set[Value], *, want_terminator: bool = True,
+                 loc: Loc = UNKNOWN_LOC) -> None:
     """Check every instruction of ``block``: operands defined before use, types valid."""
     defined = set(visible) | set(block.args)
     for k, instr in enumerate(block.instrs):
@@ -25,20 +26,24 @@ def verify_block(block: Block, visible: set[Value], *, want_terminator: bool = T
                                 f"{instr.op.num_regions}", loc=instr.loc)
         for region in instr.regions:
             for inner in region.blocks:
-                verify_block(inner, defined)
-        instr.op.verify_regions(instr)
+                verify_block(inner, defined, loc=instr.loc)
+        try:
+            instr.op.verify_regions(instr)
+        except IRVerifyError as err:
+            raise IRVerifyError(err.message, hint=err.hint, loc=instr.loc) from None
         if instr.op.terminator and k != len(block.instrs) - 1:
             raise IRVerifyError(f"{instr.op.name} must be the last instruction of its block",
                                 loc=instr.loc)
         defined.update(instr.results)
     if want_terminator and block.terminator is None:
         raise IRVerifyError("block does not end with a terminator",
-                            hint="end every function and region with a return or yield")
+                            hint="end every function and region with a return or yield",
+                            loc=block.instrs[-1].loc if block.instrs else loc)
 
 
 def verify_function(fn: Function) -> None:
     """Verify a function: its body, and a return that matches the declared result types."""
-    verify_block(fn.body, set())
+    verify_block(fn.body, set(), loc=fn.loc)
     term = fn.body.terminator
     assert term is not None
     got = [v.type for v in term.operands]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 
@@ -10,48 +12,20 @@ from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir.core import Module
 from tests.strategies import graph_functions
 
-EXAMPLE = """\
-module @attention {
-  graph.func @attention(%Q: tensor<4x8xf32>, %K: tensor<4x8xf32>, %V: tensor<4x8xf32>) -> (tensor<4x8xf32>) {
-    %0 = graph.transpose(%K) {perm = [1, 0]} : (tensor<4x8xf32>) -> tensor<8x4xf32>
-    %1 = graph.matmul(%Q, %0) {tile_shape = [128, 128, 64]} : (tensor<4x8xf32>, tensor<8x4xf32>) -> tensor<4x4xf32>
-    %2 = graph.softmax(%1) : (tensor<4x4xf32>) -> tensor<4x4xf32>
-    %3 = graph.matmul(%2, %V) : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
-    graph.return(%3) : (tensor<4x8xf32>) -> ()
-  }
-}
-"""
+GOLDEN = Path(__file__).parent.parent / "golden" / "ir"
 
 
-def test_example_round_trips_exactly() -> None:
-    module = parse_module(EXAMPLE)
-    verify_module(module)
-    assert print_module(module) == EXAMPLE
-
-
-def test_policies_constants_and_regions_round_trip() -> None:
-    text = """\
-module @m {
-  graph.func @f(%x: tensor<3xbf16@accum(f32)@loss_scale(128.0)>) -> (tensor<3xbf16@accum(f32)@loss_scale(128.0)>) {
-    %0 = graph.constant() {value = dense<[1.5, -inf, 0.25]>, element = #bf16@accum(f32)@loss_scale(128.0)} : () -> tensor<3xbf16@accum(f32)@loss_scale(128.0)>
-    %1 = graph.custom(%x, %0) {rule = "g#0"} (
-      ^bb(%2: tensor<3xbf16@accum(f32)@loss_scale(128.0)>, %3: tensor<3xbf16@accum(f32)@loss_scale(128.0)>) {
-        %4 = graph.mul(%2, %3) : (tensor<3xbf16@accum(f32)@loss_scale(128.0)>, tensor<3xbf16@accum(f32)@loss_scale(128.0)>) -> tensor<3xbf16@accum(f32)@loss_scale(128.0)>
-        graph.yield(%4) : (tensor<3xbf16@accum(f32)@loss_scale(128.0)>) -> ()
-      }
-    ) : (tensor<3xbf16@accum(f32)@loss_scale(128.0)>, tensor<3xbf16@accum(f32)@loss_scale(128.0)>) -> tensor<3xbf16@accum(f32)@loss_scale(128.0)>
-    graph.return(%1) : (tensor<3xbf16@accum(f32)@loss_scale(128.0)>) -> ()
-  }
-}
-"""
-    module = parse_module(text)
+@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.tir")))
+def test_golden_text_round_trips_exactly(name: str) -> None:
+    text = (GOLDEN / name).read_text()
+    module = parse_module(text, name)
     verify_module(module)
     assert print_module(module) == text
 
 
 @settings(max_examples=60, deadline=None)
 @given(graph_functions())
-def test_random_graphs_round_trip(fn) -> None:  # noqa: ANN001
+def test_random_graphs_round_trip(fn) -> None:
     module = Module("random", {fn.name: fn})
     verify_module(module)
     text = print_module(module)

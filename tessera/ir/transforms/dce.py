@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tessera.ir.core import Block, Module, walk
 from tessera.ir.passes import register_pass
 
@@ -13,14 +15,15 @@ def eliminate_dead(block: Block) -> int:
         for region in instr.regions:
             for inner in region.blocks:
                 removed += eliminate_dead(inner)
-    used = {v for instr in walk(block) for v in instr.operands}
-    # Walking backwards removes whole dead chains in one sweep.
+    counts = Counter(v for instr in walk(block) for v in instr.operands)
+    # One backward sweep removes whole dead chains: removing a user decrements the counts
+    # of its operands before their producers are visited.
     for instr in reversed(list(block.instrs)):
-        if instr.op.pure and not instr.op.terminator and not any(r in used
+        if instr.op.pure and not instr.op.terminator and not any(counts[r]
                                                                  for r in instr.results):
             block.instrs.remove(instr)
             removed += 1
-            used = {v for i in walk(block) for v in i.operands}
+            counts.subtract(v for i in walk(instr) for v in i.operands)
     return removed
 
 
