@@ -1,6 +1,6 @@
 """``from tessera import op``: the operator namespace of graph programs (``op.matmul``...)."""
 
-from tessera.frontend.ops import (  # noqa: F401 - re-exported names
+from tessera.frontend.ops import (
     abs,
     add,
     broadcast,

@@ -37,7 +37,7 @@ def test_shape_mismatch_in_matmul() -> None:
 
 def test_shape_mismatch_inside_jit_names_the_line_in_the_function() -> None:
     @ts.jit
-    def f(a, b):  # noqa: ANN001, ANN202
+    def f(a, b):
         f.line = inspect.currentframe().f_lineno + 1  # type: ignore[attr-defined, union-attr]
         return a + b
 
@@ -66,7 +66,7 @@ def test_malformed_policy_chain() -> None:
 
 def test_inconsistent_dim_symbols() -> None:
     @ts.jit
-    def f(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32]):  # noqa: ANN202
+    def f(A: ts.Tensor[M, K, ts.f32], B: ts.Tensor[K, N, ts.f32]):
         return ts.matmul(A, B)
 
     with pytest.raises(ts.DimBindingError) as info:
@@ -77,7 +77,7 @@ def test_inconsistent_dim_symbols() -> None:
 
 def test_unbound_dim_symbol_in_the_result_annotation() -> None:
     @ts.jit
-    def f(x: ts.Tensor["N", ts.f32]) -> ts.Tensor["Q", ts.f32]:
+    def f(x: ts.Tensor[N, ts.f32]) -> ts.Tensor[Q, ts.f32]:
         return x
 
     with pytest.raises(ts.DimBindingError) as info:
@@ -87,7 +87,7 @@ def test_unbound_dim_symbol_in_the_result_annotation() -> None:
 
 def test_rank_mismatch_with_the_annotation() -> None:
     @ts.jit
-    def f(x: ts.Tensor["B", "D", ts.f32]):  # noqa: ANN202
+    def f(x: ts.Tensor[B, D, ts.f32]):
         return x
 
     with pytest.raises(ts.DimBindingError) as info:
@@ -112,7 +112,7 @@ def test_tile_api_outside_a_kernel() -> None:
 
 def test_traced_value_in_python_control_flow() -> None:
     @ts.jit
-    def f(x):  # noqa: ANN001, ANN202
+    def f(x):
         f.line = inspect.currentframe().f_lineno + 1  # type: ignore[attr-defined, union-attr]
         if ts.sum(x) > 0:
             return x

@@ -14,9 +14,9 @@ F32 = np.float32
 
 def test_attention_module_traces_to_the_expected_graph_ir() -> None:
     @graph.module("attention")
-    def attention(Q, K, V):  # noqa: ANN001, ANN202, N803 - the seed's spelling
-        S = op.matmul(Q, K.T)  # noqa: N806
-        A = op.softmax(S)  # noqa: N806
+    def attention(Q, K, V):
+        S = op.matmul(Q, K.T)
+        A = op.softmax(S)
         return op.matmul(A, V)
 
     q = np.zeros((4, 8), F32)
@@ -29,7 +29,7 @@ def test_attention_module_traces_to_the_expected_graph_ir() -> None:
 
 def test_python_scalars_take_the_tensor_format_and_broadcast_in_the_graph() -> None:
     @ts.jit
-    def f(x):  # noqa: ANN001, ANN202
+    def f(x):
         return x * 2.0 + 1
 
     x = np.ones((2, 3), ml_dtypes.bfloat16)
@@ -43,7 +43,7 @@ def test_python_scalars_take_the_tensor_format_and_broadcast_in_the_graph() -> N
 
 def test_mixed_formats_promote_with_an_explicit_cast() -> None:
     @ts.jit
-    def f(a, b):  # noqa: ANN001, ANN202
+    def f(a, b):
         return a + b
 
     a = np.ones(3, F32)
@@ -54,7 +54,7 @@ def test_mixed_formats_promote_with_an_explicit_cast() -> None:
 
 def test_numpy_broadcasting_of_operands() -> None:
     @ts.jit
-    def f(a, b):  # noqa: ANN001, ANN202
+    def f(a, b):
         return a - b
 
     a = np.arange(6, dtype=F32).reshape(2, 3)
@@ -67,7 +67,7 @@ def test_one_trace_per_signature() -> None:
     traces = []
 
     @ts.jit
-    def f(x, scale):  # noqa: ANN001, ANN202
+    def f(x, scale):
         traces.append(1)
         return x * scale
 
@@ -82,7 +82,7 @@ def test_one_trace_per_signature() -> None:
 
 def test_pytrees_in_and_out() -> None:
     @ts.jit
-    def f(params, x):  # noqa: ANN001, ANN202
+    def f(params, x):
         h = ts.tanh(ts.matmul(x, params["w"]) + params["b"])
         return {"h": h, "stats": (ts.mean(h), ts.max(h))}
 
@@ -98,7 +98,7 @@ def test_pytrees_in_and_out() -> None:
 
 def test_basic_indexing() -> None:
     @ts.jit
-    def f(x):  # noqa: ANN001, ANN202
+    def f(x):
         return x[1:3, ::2], x[0], x[None, ..., -1], x[:, 1]
 
     x = np.arange(20, dtype=F32).reshape(4, 5)
@@ -119,7 +119,7 @@ def test_eager_operators_return_tensors() -> None:
 
 def test_matmul_keeps_the_tile_shape_hint() -> None:
     @ts.jit
-    def f(a, b):  # noqa: ANN001, ANN202
+    def f(a, b):
         return op.matmul(a, b, tile_shape=(128, 128, 64))
 
     a = np.ones((2, 3), F32)
@@ -129,7 +129,7 @@ def test_matmul_keeps_the_tile_shape_hint() -> None:
 
 def test_capture_graph_is_accepted_and_changes_nothing() -> None:
     @ts.jit(capture_graph=True)
-    def f(x):  # noqa: ANN001, ANN202
+    def f(x):
         return ts.exp(x)
 
     x = np.linspace(-1, 1, 5)
@@ -141,7 +141,7 @@ def test_fast_mode_is_close_but_labelled_non_bitwise() -> None:
     rng = np.random.default_rng(3)
     a = rng.standard_normal((64, 64)).astype(F32)
 
-    def mm(x, y):  # noqa: ANN001, ANN202
+    def mm(x, y):
         return ts.matmul(x, y)
 
     exact = np.asarray(ts.jit(mm)(a, a))

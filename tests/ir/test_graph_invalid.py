@@ -62,7 +62,7 @@ CASES = {
         f"graph.return(%x) : ({T}) -> ()",
         f"graph.return(%x) : ({T}) -> ()"), "last instruction"),
     "custom region arguments": (body(
-        f"%0 = graph.custom(%x) {{rule = \"r\"}} (",
+        "%0 = graph.custom(%x) {rule = \"r\"} (",
         "  ^bb(%a: tensor<3xf32>) {",
         "    graph.yield(%a) : (tensor<3xf32>) -> ()",
         "  }",
