@@ -66,7 +66,7 @@ def test_malformed_policy_chain() -> None:
 
 def test_inconsistent_dim_symbols() -> None:
     @ts.jit
-    def f(A: ts.Tensor[M, K, ts.f32], B: ts.Tensor[K, N, ts.f32]):
+    def f(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32]):
         return ts.matmul(A, B)
 
     with pytest.raises(ts.DimBindingError) as info:
@@ -77,7 +77,7 @@ def test_inconsistent_dim_symbols() -> None:
 
 def test_unbound_dim_symbol_in_the_result_annotation() -> None:
     @ts.jit
-    def f(x: ts.Tensor[N, ts.f32]) -> ts.Tensor[Q, ts.f32]:
+    def f(x: ts.Tensor["N", ts.f32]) -> ts.Tensor["Q", ts.f32]:
         return x
 
     with pytest.raises(ts.DimBindingError) as info:
@@ -87,7 +87,7 @@ def test_unbound_dim_symbol_in_the_result_annotation() -> None:
 
 def test_rank_mismatch_with_the_annotation() -> None:
     @ts.jit
-    def f(x: ts.Tensor[B, D, ts.f32]):
+    def f(x: ts.Tensor["B", "D", ts.f32]):
         return x
 
     with pytest.raises(ts.DimBindingError) as info:
