@@ -1,0 +1,221 @@
+"""Interpreter rules of the elementwise Graph IR ops.
+
+Floats and complex values are widened exactly to float64 / complex128, computed with
+NumPy and rounded once to the result element (see :mod:`tessera.interp.graph` for the
+numerics contract). Integers are computed exactly (int64, or Python ints where int64
+could overflow) and then saturated to the result format by ``numerics.convert``.
+Ops whose result is one of their operands (maximum, minimum, relu on ints, where)
+select values and round nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from tessera.interp.apply import Apply, rule
+from tessera.ir import graph as g
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INT64 = np.iinfo(np.int64)
+
+
+# ---------------------------------------------------------------------------- integers
+def is_int(ap: Apply, k: int = 0) -> bool:
+    """True when operand ``k`` is stored as an integer format."""
+    return ap.operand_storage(k).kind == "int"
+
+
+def exact_ints(x: np.ndarray) -> np.ndarray:
+    """Integers in a dtype where +, -, * cannot overflow: int64, or Python ints for int64."""
+    return x.astype(object) if x.dtype.itemsize >= 8 else x.astype(np.int64)
+
+
+def store_ints(ap: Apply, v: np.ndarray, k: int = 0) -> np.ndarray:
+    """Exact integer results saturated to result ``k`` (convert saturates int64 further)."""
+    if v.dtype == object:
+        v = np.clip(v, _INT64.min, _INT64.max).astype(np.int64)
+    return ap.round(v, k)
+
+
+def _needs_real(ap: Apply, x: np.ndarray) -> None:
+    if np.iscomplexobj(x):
+        raise ap.fail("is not defined for complex values",
+                      hint="apply it to the real and imaginary parts separately")
+
+
+# ------------------------------------------------------------------------------- unary
+def _erf(x: np.ndarray) -> np.ndarray:
+    # math.erf is the C library's erf: deterministic for a given platform and NumPy has
+    # no erf of its own. frompyfunc keeps it elementwise without a Python-level loop body.
+    if x.size == 0:
+        return x.copy()
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=np.float64)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+#: unary ops computed on float64 / complex128 and rounded once
+_FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
+    g.Neg: np.negative, g.Exp: np.exp, g.Log: np.log, g.Tanh: np.tanh, g.Sqrt: np.sqrt,
+    g.Sign: np.sign, g.Sin: np.sin, g.Cos: np.cos, g.Round: np.round, g.Conj: np.conj,
+}
+_REAL_ONLY = {g.Erf: _erf}
+
+
+@rule(*_FLOAT_UNARY)
+def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """neg, exp, log, tanh, sqrt, sign, sin, cos, round (half to even), conj."""
+    (x,) = operands
+    kind = type(ap.op)
+    if is_int(ap) and kind in (g.Neg, g.Sign, g.Round, g.Conj):
+        v = exact_ints(x)
+        if kind is g.Neg:
+            v = -v
+        elif kind is g.Sign:
+            v = np.sign(x.astype(np.int64))
+        return [store_ints(ap, v)]
+    return [ap.round(_FLOAT_UNARY[kind](ap.wide(x)))]
+
+
+@rule(g.Erf)
+def erf(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """The error function (C library ``erf`` in float64), rounded once."""
+    x = ap.wide(operands[0])
+    _needs_real(ap, x)
+    return [ap.round(_erf(x))]
+
+
+@rule(g.Gelu)
+def gelu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """GELU: ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`` or ``0.5x(1 + erf(x/sqrt 2))``."""
+    x = ap.wide(operands[0])
+    _needs_real(ap, x)
+    return [ap.round(_gelu_tanh(x) if ap.op.approximate else _gelu_erf(x))]
+
+
+@rule(g.Relu)
+def relu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """``x`` where ``x > 0`` or ``x`` is NaN, else +0 (so relu(-0.0) is +0.0)."""
+    (x,) = operands
+    if is_int(ap):
+        return [np.maximum(x, np.zeros((), x.dtype))]
+    w = ap.wide(x)
+    _needs_real(ap, w)
+    return [ap.select(np.where((w > 0) | np.isnan(w), w, 0.0))]
+
+
+@rule(g.Abs, g.Real, g.Imag)
+def to_real(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """abs (modulus of complex values, via hypot), real and imaginary parts."""
+    (x,) = operands
+    kind = type(ap.op)
+    if is_int(ap):
+        v = exact_ints(x)
+        return [store_ints(ap, np.abs(v) if kind is g.Abs else
+                           (v if kind is g.Real else np.zeros_like(v)))]
+    w = ap.wide(x)
+    if kind is g.Abs:
+        return [ap.round(np.abs(w))]
+    return [ap.select(np.real(w) if kind is g.Real else np.imag(w).copy())]
+
+
+# ------------------------------------------------------------------------------ binary
+_FLOAT_BINARY: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    g.Add: np.add, g.Sub: np.subtract, g.Mul: np.multiply, g.Div: np.divide,
+    g.Pow: np.power,
+}
+
+
+def _int_div(ap: Apply, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # Integer division truncates toward zero, as C, CUDA and lax.div do.
+    if np.any(b == 0):
+        raise ap.fail("integer division by zero",
+                      hint="mask the divisor (graph.where) or divide in a float format")
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _int_pow(ap: Apply, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.any(b < 0):
+        raise ap.fail("integer power with a negative exponent",
+                      hint="raise a float format to a negative power instead")
+    base, expo = a.astype(object), b.astype(object)
+    # |base| >= 2 to a power above 64 saturates any int format; keep the parity (sign).
+    big = (np.abs(a) >= 2) & (b > 64)
+    expo = np.where(big, 64 + (b.astype(np.int64) % 2), expo)
+    return base**expo
+
+
+@rule(*_FLOAT_BINARY)
+def arith(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """add, sub, mul, div, pow: float64 (complex128) then one rounding; ints exact."""
+    a, b = operands
+    kind = type(ap.op)
+    if is_int(ap, 0):
+        ia, ib = exact_ints(a), exact_ints(b)
+        if kind is g.Div:
+            return [store_ints(ap, _int_div(ap, ia, ib))]
+        if kind is g.Pow:
+            return [store_ints(ap, _int_pow(ap, ia, ib))]
+        return [store_ints(ap, _FLOAT_BINARY[kind](ia, ib))]
+    return [ap.round(_FLOAT_BINARY[kind](ap.wide(a, 0), ap.wide(b, 1)))]
+
+
+@rule(g.Maximum, g.Minimum)
+def extremum(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """maximum / minimum; a NaN operand gives NaN. Exact: the result is an operand."""
+    a, b = operands
+    fn = np.maximum if type(ap.op) is g.Maximum else np.minimum
+    if ap.operand_storage(0).kind in ("int", "bool"):
+        return [fn(a, b)]
+    wa, wb = ap.wide(a, 0), ap.wide(b, 1)
+    _needs_real(ap, wa)
+    return [ap.select(fn(wa, wb))]
+
+
+_COMPARE: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    g.Gt: np.greater, g.Ge: np.greater_equal, g.Lt: np.less, g.Le: np.less_equal,
+    g.Eq: np.equal, g.Ne: np.not_equal,
+}
+
+
+@rule(*_COMPARE)
+def compare(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """Comparisons (IEEE: every comparison with NaN is false except ``!=``)."""
+    a, b = operands
+    fn = _COMPARE[type(ap.op)]
+    if ap.operand_storage(0).kind in ("int", "bool"):
+        return [fn(a, b)]
+    wa, wb = ap.wide(a, 0), ap.wide(b, 1)
+    if np.iscomplexobj(wa) and type(ap.op) not in (g.Eq, g.Ne):
+        raise ap.fail("complex values are not ordered",
+                      hint="compare abs(x) or the real parts")
+    return [fn(wa, wb)]
+
+
+@rule(g.Where)
+def where(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """``cond ? a : b``; selects stored values, so nothing is rounded."""
+    c, a, b = operands
+    return [np.where(c, a, b)]
+
+
+@rule(g.Cast)
+def cast(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """Convert to the target element: ``numerics.convert`` (RNE or stochastic, satfinite)."""
+    return [ap.round(operands[0])]
+
+
+@rule(g.Constant)
+def constant(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
+    """The attribute's exact values rounded once to the constant's element."""
+    return [ap.round(ap.op.value.array)]

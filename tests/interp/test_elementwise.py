@@ -1,0 +1,173 @@
+"""Every elementwise rule against an independent float64 NumPy reference, bit for bit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tessera.errors import InterpretError
+from tessera.interp import run_function
+from tessera.ir import graph as g
+from tessera.ir.types import Dense
+from tests.interp.util import one_op, ref_round, run1, same, stored
+
+ELEMENTS = ["f32", "bf16", "fp8_e4m3"]
+SETTINGS = settings(max_examples=50, deadline=None)
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+UNARY_REF = {
+    g.Neg: np.negative, g.Exp: np.exp, g.Log: np.log, g.Tanh: np.tanh, g.Sqrt: np.sqrt,
+    g.Sign: np.sign, g.Sin: np.sin, g.Cos: np.cos, g.Round: np.round,
+    g.Conj: np.conj, g.Abs: np.abs, g.Real: np.real, g.Imag: np.zeros_like,
+    g.Relu: lambda x: np.where((x > 0) | np.isnan(x), x, 0.0),
+    g.Erf: _erf,
+}
+BINARY_REF = {
+    g.Add: np.add, g.Sub: np.subtract, g.Mul: np.multiply, g.Div: np.divide,
+    g.Pow: np.power, g.Maximum: np.maximum, g.Minimum: np.minimum,
+}
+COMPARE_REF = {g.Gt: np.greater, g.Ge: np.greater_equal, g.Lt: np.less,
+               g.Le: np.less_equal, g.Eq: np.equal, g.Ne: np.not_equal}
+
+
+@st.composite
+def operands(draw: st.DrawFn, count: int, lo: float = -6.0, hi: float = 6.0):
+    """(element name, arrays stored in that element) with a shared random shape."""
+    name = draw(st.sampled_from(ELEMENTS))
+    shape = tuple(draw(st.lists(st.integers(1, 5), max_size=3)))
+    n = math.prod(shape)
+    special = st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-3, 300.0])
+    value = st.floats(lo, hi, allow_nan=False, width=64) | special
+    arrays = [stored(np.array(draw(st.lists(value, min_size=n, max_size=n)),
+                              dtype=np.float64).reshape(shape), name) for _ in range(count)]
+    return name, arrays
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(UNARY_REF, key=lambda c: c.name)), operands(1))
+def test_unary_matches_float64_reference(op_cls, case) -> None:
+    name, (x,) = case
+    with np.errstate(all="ignore"):
+        want = ref_round(UNARY_REF[op_cls](x.astype(np.float64)), name)
+    assert same(run1(op_cls(), x, elements=[name]), want)
+
+
+@SETTINGS
+@given(st.booleans(), operands(1))
+def test_gelu_both_forms(approximate, case) -> None:
+    name, (x,) = case
+    w = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if approximate:
+            ref = 0.5 * w * (1 + np.tanh(math.sqrt(2 / math.pi) * (w + 0.044715 * w**3)))
+        else:
+            ref = 0.5 * w * (1 + _erf(w / math.sqrt(2)))
+    assert same(run1(g.Gelu(approximate), x, elements=[name]), ref_round(ref, name))
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(BINARY_REF, key=lambda c: c.name)), operands(2))
+def test_binary_matches_float64_reference(op_cls, case) -> None:
+    name, (a, b) = case
+    with np.errstate(all="ignore"):
+        want = ref_round(BINARY_REF[op_cls](a.astype(np.float64), b.astype(np.float64)), name)
+    assert same(run1(op_cls(), a, b, elements=[name, name]), want)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(COMPARE_REF, key=lambda c: c.name)), operands(2))
+def test_comparisons(op_cls, case) -> None:
+    name, (a, b) = case
+    want = COMPARE_REF[op_cls](a.astype(np.float64), b.astype(np.float64))
+    assert same(run1(op_cls(), a, b, elements=[name, name]), want)
+
+
+@SETTINGS
+@given(operands(2))
+def test_where_selects_stored_values(case) -> None:
+    name, (a, b) = case
+    cond = a.astype(np.float64) > b.astype(np.float64)
+    out = run1(g.Where(), cond, a, b, elements=["bool", name, name])
+    assert same(out, np.where(cond, a, b))
+
+
+@SETTINGS
+@given(operands(1, -1e6, 1e6), st.sampled_from(["f32", "bf16", "f16", "fp8_e4m3",
+                                                 "fp8_e5m2"]))
+def test_cast_rounds_once_to_nearest_even(case, to) -> None:
+    name, (x,) = case
+    assert same(run1(g.Cast(to), x, elements=[name]), ref_round(x.astype(np.float64), to))
+
+
+def test_cast_of_float64_rounds_once_not_via_float32() -> None:
+    # 1 + 2**-4 + 2**-30 is just above an fp8_e4m3 midpoint; through float32 it would land
+    # on the midpoint and tie to even (down).
+    x = np.array([1 + 2**-4 + 2**-30, -(1 + 2**-4 + 2**-30)])
+    out = run1(g.Cast("fp8_e4m3"), x, elements=["f64"])
+    assert out.astype(np.float64).tolist() == [1.125, -1.125]
+
+
+def test_fp8_saturates() -> None:
+    x = np.array([1000.0, -1e9, np.inf, 464.0, 400.0], dtype=np.float32)
+    out = run1(g.Cast("fp8_e4m3"), x)
+    assert out.astype(np.float64).tolist() == [448.0, -448.0, 448.0, 448.0, 384.0]
+
+
+@SETTINGS
+@given(st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=6),
+       st.sampled_from(ELEMENTS))
+def test_constant_rounds_its_exact_value(values, name) -> None:
+    dense = Dense(np.array(values))
+    (out,) = run_function(one_op(g.Constant(dense, name), []), [])
+    assert same(out, ref_round(np.array(values, dtype=np.float64), name))
+
+
+def test_integers_are_exact_then_saturated() -> None:
+    a = np.array([100, -100, 7, -7, 127, -128], dtype=np.int8)
+    b = np.array([100, 100, 2, 2, 1, -1], dtype=np.int8)
+    e = ["int8", "int8"]
+    assert run1(g.Add(), a, b, elements=e).tolist() == [127, 0, 9, -5, 127, -128]
+    assert run1(g.Mul(), a, b, elements=e).tolist() == [127, -128, 14, -14, 127, 127]
+    assert run1(g.Div(), a, b, elements=e).tolist() == [1, -1, 3, -3, 127, 127]
+    c = np.array([100, 99, 2, 3, 0, 1], dtype=np.int8)
+    assert run1(g.Pow(), b, c, elements=e).tolist() == [127, 127, 4, 8, 1, -1]
+    assert run1(g.Pow(), -b, c, elements=e).tolist() == [127, -128, 4, -8, 1, 1]
+    with pytest.raises(InterpretError, match="negative exponent"):
+        run1(g.Pow(), b, b, elements=e)
+    assert run1(g.Neg(), a, elements=["int8"]).tolist() == [-100, 100, -7, 7, -127, 127]
+    big = np.array([2**62, -(2**62)], dtype=np.int64)
+    assert run1(g.Add(), big, big, elements=["int64"] * 2).tolist() == [2**63 - 1, -(2**63)]
+
+
+def test_integer_division_by_zero_is_an_error() -> None:
+    a = np.array([1, 2], dtype=np.int32)
+    with pytest.raises(InterpretError, match="division by zero"):
+        run1(g.Div(), a, np.array([1, 0], dtype=np.int32), elements=["int32"] * 2)
+
+
+def test_float_division_by_zero_is_ieee() -> None:
+    out = run1(g.Div(), np.array([1.0, -1.0, 0.0], np.float32), np.zeros(3, np.float32))
+    assert out[0] == np.inf and out[1] == -np.inf and np.isnan(out[2])
+    assert np.isnan(run1(g.Sqrt(), np.array([-1.0], np.float32)))[0]
+
+
+def test_complex_ops() -> None:
+    z = np.array([3 + 4j, -1 - 2j], dtype=np.complex64)
+    assert run1(g.Abs(), z, elements=["c64"]).tolist() == [5.0, np.float32(5**0.5)]
+    assert run1(g.Real(), z, elements=["c64"]).tolist() == [3.0, -1.0]
+    assert run1(g.Imag(), z, elements=["c64"]).tolist() == [4.0, -2.0]
+    assert run1(g.Conj(), z, elements=["c64"]).tolist() == [3 - 4j, -1 + 2j]
+    with pytest.raises(InterpretError, match="not ordered"):
+        run1(g.Gt(), z, z, elements=["c64", "c64"])
+
+
+def test_bool_arithmetic_is_refused() -> None:
+    x = np.array([True, False])
+    with pytest.raises(InterpretError, match="bool"):
+        run1(g.Add(), x, x, elements=["bool", "bool"])
+    assert run1(g.Maximum(), x, ~x, elements=["bool", "bool"]).tolist() == [True, True]

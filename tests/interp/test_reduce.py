@@ -1,0 +1,174 @@
+"""Reductions and contractions against exact (Fraction) references, bit for bit."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tessera.ir import graph as g
+from tessera.numerics import Policy, dtype
+from tests.interp.util import ref_round, ref_round_fraction, run1, same, stored
+
+ELEMENTS = ["f32", "bf16", "fp8_e4m3"]
+SETTINGS = settings(max_examples=50, deadline=None)
+
+
+@st.composite
+def tensor(draw: st.DrawFn, min_rank: int = 1, max_rank: int = 3, wide: bool = False):
+    name = draw(st.sampled_from(ELEMENTS))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=min_rank, max_size=max_rank)))
+    scale = 2.0 ** draw(st.integers(-20, 20)) if wide else 1.0
+    n = math.prod(shape)
+    vals = draw(st.lists(st.floats(-100, 100, allow_nan=False, width=64), min_size=n,
+                         max_size=n))
+    return name, stored(np.array(vals).reshape(shape) * scale, name)
+
+
+def _axes(draw_axes: list[int], rank: int) -> tuple[int, ...]:
+    return tuple(sorted({a % rank for a in draw_axes}))
+
+
+def _exact_sums(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    """Exact sums as an object array of Fractions."""
+    frac = np.vectorize(Fraction, otypes=[object])(x.astype(np.float64))
+    return np.sum(frac, axis=axes or None, keepdims=keep)
+
+
+@SETTINGS
+@given(tensor(wide=True), st.lists(st.integers(0, 2), max_size=2), st.booleans(),
+       st.booleans())
+def test_sum_and_mean_are_exact_then_rounded_once(case, axes, keep, mean) -> None:
+    name, x = case
+    ax = _axes(axes, x.ndim)
+    count = math.prod(x.shape[a] for a in (ax or range(x.ndim)))
+    exact = _exact_sums(x, ax, keep)
+    if mean:
+        exact = exact / count
+    want = np.array([ref_round_fraction(Fraction(v), name) for v in np.ravel(exact)],
+                    dtype=x.dtype).reshape(np.shape(exact))
+    op = (g.Mean if mean else g.Sum)(ax, keep)
+    assert same(run1(op, x, elements=[name]), want)
+
+
+@SETTINGS
+@given(tensor(), st.lists(st.integers(0, 2), max_size=2), st.booleans(), st.booleans())
+def test_max_and_min(case, axes, keep, is_max) -> None:
+    name, x = case
+    ax = _axes(axes, x.ndim)
+    fn = np.max if is_max else np.min
+    want = np.asarray(fn(x.astype(np.float64), axis=ax or None, keepdims=keep)).astype(x.dtype)
+    assert same(run1((g.Max if is_max else g.Min)(ax, keep), x, elements=[name]), want)
+
+
+@SETTINGS
+@given(tensor(), st.integers(-3, 2))
+def test_softmax_matches_float64_reference(case, axis) -> None:
+    name, x = case
+    axis = axis % x.ndim
+    w = x.astype(np.float64)
+    e = np.exp(w - w.max(axis=axis, keepdims=True))
+    total = np.apply_along_axis(math.fsum, axis, e)  # the correctly rounded float64 sum
+    want = ref_round(e / np.expand_dims(total, axis), name)
+    assert same(run1(g.Softmax(axis), x, elements=[name]), want)
+
+
+@SETTINGS
+@given(tensor(wide=True), st.data())
+def test_mse_is_exact_then_rounded_once(case, data) -> None:
+    name, a = case
+    b = stored(np.array(data.draw(st.lists(st.floats(-100, 100, width=64),
+                                           min_size=a.size, max_size=a.size))
+                        ).reshape(a.shape), name)
+    exact = sum((Fraction(float(p)) - Fraction(float(q))) ** 2
+                for p, q in zip(a.ravel(), b.ravel())) / a.size
+    out = run1(g.Mse(), a, b, elements=[name, name])
+    assert out.shape == () and same(out, ref_round_fraction(exact, name))
+
+
+def test_mse_of_far_apart_values_is_exact() -> None:
+    # a - b is not exact in float64 here (2**100 - 2**-100), and neither is its square.
+    a = np.array([2.0**100, 1.0], np.float32)
+    b = np.array([2.0**-100, 3.0], np.float32)
+    exact = ((Fraction(2) ** 100 - Fraction(2) ** -100) ** 2 + 4) / 2
+    assert same(run1(g.Mse(), a, b, elements=["f32", "f32"]), ref_round_fraction(exact, "f32"))
+
+
+@st.composite
+def matmul_case(draw: st.DrawFn):
+    name = draw(st.sampled_from(ELEMENTS))
+    m, k, n = (draw(st.integers(1, 6)) for _ in range(3))
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=1)))
+    vals = st.floats(-50, 50, allow_nan=False, width=64)
+    a = stored(np.array(draw(st.lists(vals, min_size=math.prod(batch) * m * k,
+                                      max_size=math.prod(batch) * m * k))
+                        ).reshape((*batch, m, k)), name)
+    b = stored(np.array(draw(st.lists(vals, min_size=math.prod(batch) * k * n,
+                                      max_size=math.prod(batch) * k * n))
+                        ).reshape((*batch, k, n)), name)
+    return name, a, b
+
+
+def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    fa = np.vectorize(Fraction, otypes=[object])(a.astype(np.float64))
+    fb = np.vectorize(Fraction, otypes=[object])(b.astype(np.float64))
+    return np.matmul(fa, fb)
+
+
+@SETTINGS
+@given(matmul_case(), st.booleans())
+def test_matmul_rounds_exact_product_to_accumulator_then_result(case, declare) -> None:
+    name, a, b = case
+    elem = Policy(dtype(name), accum=dtype("f32")) if declare else name
+    out = run1(g.MatMul(), a, b, elements=[elem, elem])
+    exact = _exact_matmul(a, b)
+    acc = np.array([ref_round_fraction(q, "f32") for q in exact.ravel()],
+                   dtype=np.float32).reshape(exact.shape)
+    # A declared accumulator is the result element; otherwise f32 is rounded once more.
+    want = acc if declare or name == "f32" else ref_round(acc.astype(np.float64), name)
+    assert same(out, want)
+
+
+def test_bf16_accum_f32_matmul_equals_float64_product_rounded() -> None:
+    rng = np.random.default_rng(7)
+    # Values in [2**-8, 8): every float64 partial sum of this product is exact.
+    a = rng.uniform(-8, 8, (48, 64))
+    b = rng.uniform(-8, 8, (64, 40))
+    a, b = (np.where(np.abs(x) < 2**-8, 0.0, x).astype(ml_dtypes.bfloat16) for x in (a, b))
+    f64 = a.astype(np.float64) @ b.astype(np.float64)
+    elem = "bf16 @accum(f32)"
+    out = run1(g.MatMul(), a, b, elements=[elem, elem])
+    assert out.dtype == np.float32 and same(out, f64.astype(np.float32))
+    plain = run1(g.MatMul(), a, b, elements=["bf16", "bf16"])
+    assert same(plain, f64.astype(np.float32).astype(ml_dtypes.bfloat16))
+
+
+def test_fast_mode_is_close_but_labelled_non_bitwise() -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 64, 64)).astype(np.float32)
+    exact = run1(g.MatMul(), a, b)
+    fast = run1(g.MatMul(), a, b, mode="fast")
+    assert fast.dtype == np.float32
+    np.testing.assert_allclose(fast, exact, rtol=1e-4, atol=1e-4)
+    s_fast = run1(g.Sum((1,)), a, mode="fast")
+    np.testing.assert_allclose(s_fast, run1(g.Sum((1,)), a), rtol=1e-5, atol=1e-5)
+
+
+def test_integer_matmul_and_sum_are_exact() -> None:
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    out = run1(g.MatMul(), a, a.T.copy(), elements=["int32", "int32"])
+    assert out.tolist() == (a.astype(np.int64) @ a.T).tolist()
+    assert run1(g.Sum(()), a, elements=["int32"]).tolist() == 66
+
+
+def test_fft_roundtrip_is_numpy() -> None:
+    rng = np.random.default_rng(1)
+    z = (rng.standard_normal(8) + 1j * rng.standard_normal(8)).astype(np.complex64)
+    out = run1(g.Fft(), z, elements=["c64"])
+    assert same(out, np.fft.fft(z.astype(np.complex128)).astype(np.complex64))
+    back = run1(g.Ifft(), out, elements=["c64"])
+    np.testing.assert_allclose(back, z, atol=1e-5)
