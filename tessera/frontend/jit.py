@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,7 +90,8 @@ class JitFunction:
                  capture_graph: bool = False, mode: str = "exact") -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
-        self.name = name or fn.__name__
+        # IR symbols are identifiers: "<lambda>" becomes "lambda".
+        self.name = re.sub(r"[^\w$.]", "", name or fn.__name__) or "fn"
         # On a GPU, capture_graph asks for a CUDA graph; on the CPU interpreter it changes
         # nothing (there is no launch overhead to remove), so it is accepted and recorded.
         self.capture_graph = capture_graph

@@ -28,7 +28,9 @@ class Tensor(ArrayMethods):
         if elem is None:
             elem = from_numpy_dtype(array.dtype)
         elem = element(elem)
-        if array.dtype != storage_of(elem).np_dtype:
+        storage = storage_of(elem)
+        # tf32 shares float32 storage, so equal dtypes do not mean the values fit.
+        if array.dtype != storage.np_dtype or storage.name == "tf32":
             array = convert(array, elem)
         self.array = array
         self.type = TensorType(array.shape, elem)

@@ -20,7 +20,7 @@ from typing import ClassVar
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Instr, Op, Type, register_op
 from tessera.ir.types import Dense, Element, TensorType
-from tessera.numerics import DType, Policy, dtype, promote, storage_of
+from tessera.numerics import DType, Policy, PolicyClass, dtype, promote, storage_of
 
 BOOL = dtype("bool")
 
@@ -304,7 +304,7 @@ class MatMul(Op):
 def matmul_element(a: Element, b: Element) -> Element:
     """The result element of a matmul: a declared accumulator, else promoted storage."""
     for e in (a, b):
-        if isinstance(e, Policy) and e.accum is not None:
+        if isinstance(e, (Policy, PolicyClass)) and e.accum is not None:
             return e.accum
     return promote(storage_of(a), storage_of(b))
 

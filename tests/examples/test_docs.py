@@ -73,21 +73,13 @@ def test_console_snippets_print_what_they_show(path: Path) -> None:
             assert got == want.rstrip("\n"), f"docs/{path.name}:{line}: $ {cmd}\n{got}"
 
 
-# ------------------------------------------- claims of the docs the library does not meet
-@pytest.mark.xfail(strict=True, raises=IRParseError,
-                   reason="a traced lambda prints as module @<lambda>; the parser reads "
-                          "symbols as [\\w$.]+ and the printer neither quotes nor "
-                          "sanitises names, so print -> parse fails (docs/ir.md)")
+# ------------------------------------------------------ claims of the docs, checked
 def test_ir_text_of_a_traced_lambda_parses_back() -> None:
     fn = ts.jit(lambda v: v * 2.0)
     text = ts.inspect_ir(fn, "graph", np.ones(2, np.float32))
     assert print_module(parse_module(text)) == text
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="ts.as_tensor(float32 array, ts.tf32) keeps the float32 bits: "
-                          "Tensor.__init__ converts only when the storage dtype differs, "
-                          "and tf32 shares float32 storage (docs/numerics.md, tf32)")
 def test_as_tensor_rounds_into_tf32() -> None:
     t = ts.as_tensor(np.array([1.0 + 2.0**-12, 3.0], np.float32), ts.tf32)
     assert np.array_equal(np.asarray(t), [1.0, 3.0])

@@ -175,11 +175,6 @@ def test_quantized_policy_as_an_argument_annotation() -> None:
     assert "tensor<2x2xQuantizedPolicy>" in ts.inspect_ir(widen)
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="a matmul of @precision_policy operands ignores their declared "
-                          "accumulator: ir.graph.matmul_element only reads Policy.accum, so "
-                          "QuantizedPolicy x QuantizedPolicy gives int8 (saturated), while a "
-                          "Policy operand with @accum(t) gives t")
 def test_quantized_policy_matmul_returns_its_accumulator() -> None:
     qp = run_seed(seeds.QUANTIZED_POLICY, ts=ts)["QuantizedPolicy"]
     q = ts.as_tensor(np.full((2, 64), 100, np.int8), qp)
