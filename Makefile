@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench mpi-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests examples benchmarks
 	OPENBLAS_NUM_THREADS=1 $(PY) -m pytest -n 2 tests
+
+# The mesh simulator over MPI ranks: the same SHA-256 as one process for 1, 2 and 4 ranks.
+mpi-check: $(STAMP)
+	@ref=$$($(PY) tests/mesh_sim/mpi_allreduce_check.py --reference); \
+	echo "one process, functools.reduce: $$ref"; \
+	for n in 1 2 4; do \
+	  got=$$($(VENV)/bin/mpiexec -n $$n $(PY) tests/mesh_sim/mpi_allreduce_check.py); \
+	  echo "mpiexec -n $$n: $$got"; \
+	  [ "$$got" = "$$ref" ] || { echo "MPI result differs from the one-process sum"; exit 1; }; \
+	done
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests examples benchmarks

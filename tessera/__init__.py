@@ -5,7 +5,7 @@ names the specification's examples use bare (never names that shadow Python buil
 such as ``max``, ``sum``, ``abs``, ``round``, ``min`` and ``range``).
 """
 
-from tessera import graph, op, tile
+from tessera import dist, graph, op, tile
 from tessera.autodiff import (
     autodiff,
     custom_jvp,
@@ -82,6 +82,15 @@ from tessera.frontend.ops import (
     where,
 )
 from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.mesh_sim import (
+    DistTensor,
+    ShardSpec,
+    all_gather,
+    all_reduce,
+    all_to_all,
+    reduce_scatter,
+)
+from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError, ShardingError
 from tessera.numerics import (
     DType,
     Policy,
@@ -128,7 +137,8 @@ tensor = as_tensor
 
 #: ``from tessera import *``: the names the specification's examples use bare
 __all__ = [
-    "DType", "Policy", "Tensor", "TesseraError", "accum", "autodiff", "bf16", "c64", "c128",
+    "DType", "Policy", "ShardSpec", "Tensor", "TesseraError", "accum", "all_gather", "autodiff",
+    "bf16", "c64", "c128", "dist",
     "cast", "custom_jvp", "custom_vjp", "e8m0", "f16", "f32", "f64", "fft", "fp4", "fp4_e2m1",
     "fp6", "fp6_e2m3", "fp6_e3m2", "fp8_e4m3", "fp8_e5m2", "fp16", "fp32", "fp64", "gelu",
     "gemm", "grad", "graph", "ifft", "inspect_ir", "int8", "int32", "jit", "jvp", "loss_scale",

@@ -35,7 +35,8 @@ UNKNOWN_LOC = Loc("<unknown>", 0)
 def _is_internal(filename: str) -> bool:
     # Frames of tessera itself, of the interpreter's import machinery and of functools
     # wrappers are never "the user's line".
-    if filename.startswith(_PACKAGE_DIR):
+    if filename.startswith(_PACKAGE_DIR) or filename == "<string>":
+        # "<string>" frames are dataclass-generated __init__/__post_init__ methods.
         return True
     return filename.startswith("<frozen ") or filename.endswith(("functools.py", "contextlib.py"))
 
@@ -45,7 +46,7 @@ def user_location(depth: int = 1) -> Loc:
     frame = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not _is_internal(os.path.abspath(filename)):
+        if not _is_internal(filename if filename.startswith("<") else os.path.abspath(filename)):
             return Loc(filename, frame.f_lineno)
         frame = frame.f_back
     return UNKNOWN_LOC
