@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.errors import IRParseError
 from tessera.ir import parse_module, print_module
 
 ROOT = Path(__file__).resolve().parents[2]
