@@ -3,24 +3,27 @@
 Which arguments ``grad`` differentiates when neither ``argnums`` nor ``wrt`` is given
 (documented in docs/autodiff.md): every argument except *data* arguments, whose names
 are ``x``, ``X``, ``y``, ``Y``, ``input(s)``, ``target(s)``, ``label(s)``, ``batch`` or
-end in ``_true`` / ``_target`` / ``_label``; if that leaves nothing, the first argument
-(JAX's default). So ``grad(train_step)(x, y, W)`` gives ``dW`` and
-``grad(loss)(x, W, b, y_true)`` gives ``(dW, db)``. One gradient comes back bare,
-several as a tuple in argument order.
+end in ``_true`` / ``_target`` / ``_label``, and except *static* arguments: those the
+caller left at their default, and those holding no float or complex value (strings,
+flags, ints, None); if that leaves nothing, the first argument (JAX's default). So
+``grad(train_step)(x, y, W)`` gives ``dW``, ``grad(loss)(x, W, b, y_true)`` gives
+``(dW, db)``, and for ``def loss(x, W, mode, eps=1e-5)`` the call
+``grad(loss)(x, W, "train")`` gives ``dW`` alone. One gradient comes back bare, several
+as a tuple in argument order.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
 
-from tessera.autodiff.transform import inline, jvp_function, vjp_function
-from tessera.errors import ArgumentError, GradError, user_api
-from tessera.frontend.jit import JitFunction, run_compiled, tensors_in
+from tessera.autodiff.transform import as_traced, inline, jvp_function, vjp_function
+from tessera.errors import ArgumentError, GradError, TesseraError, user_api
+from tessera.frontend.jit import Compiled, JitFunction, run_compiled, tensors_in
 from tessera.frontend.pytree import TreeDef, flatten, unflatten
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Trace, Tracer
@@ -32,10 +35,30 @@ from tessera.numerics import loss_scale_of, storage_of
 _DATA_NAMES = re.compile(r"^(x|X|y|Y|inputs?|targets?|labels?|batch|.*_(true|target|label))$")
 
 
-def default_wrt(names: Sequence[str]) -> list[int]:
-    """The argument positions ``grad`` differentiates by default (see module docstring)."""
-    params = [k for k, n in enumerate(names) if not _DATA_NAMES.match(n)]
+def default_wrt(names: Sequence[str], static: Collection[str] = ()) -> list[int]:
+    """The argument positions ``grad`` differentiates by default (see module docstring).
+
+    ``static`` names the arguments that are static at this call (left at their default,
+    or holding no float or complex value).
+    """
+    params = [k for k, n in enumerate(names) if not _DATA_NAMES.match(n) and n not in static]
     return params or [0]
+
+
+def _holds_float(value: Any) -> bool:
+    """Whether an argument holds a float or complex leaf (a tensor, array or number)."""
+    for leaf in flatten(value)[0]:
+        if isinstance(leaf, (float, complex)) and not isinstance(leaf, np.generic):
+            return True
+        if isinstance(leaf, (np.ndarray, np.generic)):
+            try:
+                leaf = as_tensor(leaf)
+            except TesseraError:  # an array of strings or objects: static, not a tensor
+                continue
+        if isinstance(leaf, (Tensor, Tracer)) and \
+                storage_of(leaf.type.element).kind in ("float", "complex"):
+            return True
+    return False
 
 
 def autodiff(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -55,8 +78,13 @@ class _Transformed:
         self.jit = fn if isinstance(fn, JitFunction) else JitFunction(fn)
         self.argnums, self.wrt = argnums, wrt
         self.cache: dict[Any, Any] = {}
+        # A @ts.jit function bakes the values it closes over into its trace (as jit
+        # does); a plain Python function is traced afresh on every call, so a closure
+        # over a variable that changes between calls sees the new value (as in JAX).
+        self.cacheable = isinstance(fn, JitFunction)
 
-    def positions(self, names: list[str]) -> tuple[list[int], bool]:
+    def positions(self, names: list[str],
+                  static: Collection[str] = ()) -> tuple[list[int], bool]:
         """The differentiated argument positions, and whether one comes back bare."""
         if self.argnums is not None and self.wrt is not None:
             raise ArgumentError("pass argnums or wrt, not both")
@@ -74,17 +102,22 @@ class _Transformed:
                     raise ArgumentError(f"argnums {k} is out of range for {len(names)} "
                                         "arguments")
             return [k % len(names) for k in nums], isinstance(self.argnums, int)
-        pos = default_wrt(names)
+        pos = default_wrt(names, static)
         return pos, len(pos) == 1
 
     def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         arguments = self.jit.check_annotations(self.jit.bind_args(args, kwargs))
         names = list(arguments)
-        positions, bare = self.positions(names)
+        # bind_args has checked the call, so binding again cannot fail
+        passed = set(self.jit.signature.bind(*args, **kwargs).arguments)
+        static = {n for n, v in arguments.items() if n not in passed or not _holds_float(v)}
+        positions, bare = self.positions(names, static)
         for k in positions:  # differentiated Python numbers become f32 tensors
             leaves, tree = flatten(arguments[names[k]])
+            # NumPy scalars keep their own format (np.float64 is a Python float subclass).
             arguments[names[k]] = unflatten(tree, [
-                as_tensor(np.float32(v)) if isinstance(v, (int, float)) else v
+                as_tensor(np.float32(v)) if isinstance(v, (int, float))
+                and not isinstance(v, (bool, np.generic)) else v
                 for v in leaves])
         arguments = {k: tensors_in(v) for k, v in arguments.items()}
         return arguments, names, positions, bare
@@ -114,8 +147,41 @@ class _Transformed:
 
     def traced(self, arguments: dict[str, Any]) -> tuple[Function, list[Any]]:
         """The function traced on placeholders, and the outer tracers it closes over."""
-        compiled = self.jit.trace({k: _abstract(v) for k, v in arguments.items()})
+        compiled = self.compiled(arguments)
         return compiled.function, compiled.captured
+
+    def compiled(self, arguments: dict[str, Any]) -> Compiled:
+        """The traced function with its output structure."""
+        return self.jit.trace({k: _abstract(v) for k, v in arguments.items()})
+
+
+def _tensor_tree(compiled: Compiled) -> TreeDef:
+    """The output structure with ``None`` where the function returned a static value."""
+    count = iter(range(compiled.out_tree.num_leaves))
+
+    def go(tree: TreeDef) -> TreeDef:
+        if tree.kind == "leaf":
+            return TreeDef("none") if next(count) in compiled.static_outputs else tree
+        return TreeDef(tree.kind, tuple(go(c) for c in tree.children), tree.keys)
+
+    return go(compiled.out_tree)
+
+
+def _outputs(compiled: Compiled, tensors: Sequence[Any]) -> Any:
+    """The function's outputs in the structure it returned them (static values kept)."""
+    it = iter(tensors)
+    return unflatten(compiled.out_tree, [
+        compiled.static_outputs[k] if k in compiled.static_outputs else next(it)
+        for k in range(compiled.out_tree.num_leaves)])
+
+
+def _same_structure(a: TreeDef, b: TreeDef) -> bool:
+    """Equal trees, counting lists and tuples as the same kind of sequence."""
+    def norm(t: TreeDef) -> Any:
+        kind = "sequence" if t.kind in ("list", "tuple") else t.kind
+        return kind, t.keys, tuple(norm(c) for c in t.children)
+
+    return norm(a) == norm(b)
 
 
 def _abstract(x: Any) -> Any:
@@ -144,8 +210,14 @@ class GradFunction(_Transformed):
         groups = self.leaf_groups(arguments, names, positions)
         wrt = [i for _, ids in groups for i in ids]
         inputs = _tensor_leaves(arguments)
-        key = (self.jit.key({k: _abstract(v) for k, v in arguments.items()}), tuple(wrt))
-        gfn = self.cache.get(key)
+        for i in wrt:
+            if storage_of(inputs[i].type.element).kind not in ("float", "complex"):
+                raise GradError(f"grad with respect to a tensor of {inputs[i].type.element}: only "
+                                "float and complex tensors have gradients",
+                                hint="pass a float array, e.g. x.astype(np.float32)")
+        key = (self.jit.key({k: _abstract(v) for k, v in arguments.items()}), tuple(wrt)) \
+            if self.cacheable else None
+        gfn = self.cache.get(key) if self.cacheable else None
         if gfn is None:
             fn, captured = self.traced(arguments)
             if len(fn.result_types) != 1 or fn.result_types[0].shape != ():  # type: ignore[attr-defined]
@@ -153,8 +225,16 @@ class GradFunction(_Transformed):
                 raise GradError(f"grad needs a function that returns one scalar; "
                                 f"{self.jit.name} returns shape(s) {shapes}",
                                 hint="reduce the output (ts.sum, ts.mean) or use ts.vjp")
+            out_kind = storage_of(fn.result_types[0].element).kind  # type: ignore[attr-defined]
+            if out_kind != "float":
+                # As in JAX and PyTorch: the gradient of a complex (or integer) value is not
+                # one well-defined thing, so ask for a real loss.
+                raise GradError(f"grad needs a real floating-point result; {self.jit.name} "
+                                f"returns {fn.result_types[0].element}",  # type: ignore[attr-defined]
+                                hint="reduce a complex value to a real loss (ts.real, ts.abs) "
+                                     "or use ts.vjp")
             gfn = _grad_function(fn, wrt)
-            if not captured:  # a closure over traced values is specific to this call
+            if self.cacheable and not captured:  # captured tracers belong to this call
                 self.cache[key] = gfn
             inputs += captured
         flat = _call(gfn, inputs)
@@ -188,7 +268,8 @@ def _grad_function(fn: Function, wrt: list[int]) -> Function:
         if scale is not None:
             # Loss scaling: the backward pass ran on cotangents scaled by s; unscale once.
             grads = [ops.cast(ops.div(g, scale), g.type.element) for g in grads]
-        g_fn = trace.finish([value, *grads])
+        # A loss or gradient that does not depend on the arguments is a concrete tensor.
+        g_fn = trace.finish([as_traced(x) for x in (value, *grads)])
     return PassManager.from_names(["canonicalize", "cse", "dce"]).run(
         Module(g_fn.name, {g_fn.name: g_fn})).functions[g_fn.name]
 
@@ -226,10 +307,12 @@ def vjp(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]
     t = _Transformed(fn, tuple(range(len(primals))), None)
     arguments, names, positions, _ = t.prepare(primals, {})
     inputs = _tensor_leaves(arguments)
-    f, captured = t.traced(arguments)
+    compiled = t.compiled(arguments)
+    f, captured = compiled.function, compiled.captured
     wrt = list(range(len(inputs)))
     inputs += captured
     v = vjp_function(f, wrt)
+    ct_tree = _tensor_tree(compiled)
     n_out = len(f.result_types)
     zero_cts = [Tensor(np.zeros(tuple(r.shape), storage_of(r.element).np_dtype), r.element)
                 for r in f.result_types]  # type: ignore[attr-defined]
@@ -238,11 +321,23 @@ def vjp(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]
 
     @user_api
     def pullback(ct: Any) -> tuple[Any, ...]:
-        cts, _ = flatten(ct)
+        cts, tree = flatten(ct)
         if len(cts) != n_out:
-            raise ArgumentError(f"the pullback takes {n_out} cotangent(s), got {len(cts)}")
+            raise ArgumentError(f"the pullback takes {n_out} cotangent(s), got {len(cts)}",
+                                hint="pass a cotangent with the structure of the output")
+        if n_out > 1 and not _same_structure(tree, ct_tree):
+            # Leaves are matched in flattening order, so another structure (a dict with
+            # other keys, a tuple for a dict) would pair cotangents with the wrong outputs.
+            raise ArgumentError("the cotangent's structure differs from the output's",
+                                hint="pass cotangents in the structure the function returned "
+                                     "(the same dict keys, tuple or list)")
         cts = [c if isinstance(c, Tracer) else as_tensor(c, r.element)
                for c, r in zip(cts, f.result_types)]  # type: ignore[attr-defined]
+        for k, (c, r) in enumerate(zip(cts, f.result_types)):
+            if tuple(c.shape) != tuple(r.shape):  # type: ignore[attr-defined]
+                raise ArgumentError(f"cotangent {k} has shape {tuple(c.shape)}, but output {k} "
+                                    f"has shape {tuple(r.shape)}",  # type: ignore[attr-defined]
+                                    hint="a cotangent has its output's shape")
         got = _call(v, [*inputs, *cts])[n_out:]
         res, k = [], 0
         for tree, ids in groups:
@@ -250,7 +345,7 @@ def vjp(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]
             k += len(ids)
         return tuple(res)
 
-    return (out[0] if n_out == 1 else tuple(out)), pullback
+    return _outputs(compiled, out), pullback
 
 
 @user_api
@@ -262,16 +357,26 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     t = _Transformed(fn, tuple(range(len(primals))), None)
     arguments, _, _, _ = t.prepare(primals, {})
     inputs = _tensor_leaves(arguments)
+    primal_leaves = flatten(list(arguments.values()))[0]
+    tangent_leaves = flatten(list(tangents))[0]
+    if len(tangent_leaves) == len(primal_leaves):  # same structure: skip static leaves
+        tangent_leaves = [t for p, t in zip(primal_leaves, tangent_leaves)
+                          if isinstance(p, (Tensor, Tracer))]
+    if len(tangent_leaves) != len(inputs):
+        raise ArgumentError(f"jvp needs one tangent per primal tensor: {len(inputs)} primal "
+                            f"tensor(s), {len(tangent_leaves)} tangent(s)")
     tans = []
-    for x, tangent in zip(inputs, flatten(list(tangents))[0]):
-        tans.append(tangent if isinstance(tangent, Tracer) else as_tensor(tangent,
-                                                                          x.type.element))
-    if len(tans) != len(inputs):
-        raise ArgumentError("jvp needs one tangent per primal tensor")
-    f, captured = t.traced(arguments)
+    for k, (x, tangent) in enumerate(zip(inputs, tangent_leaves)):
+        tan = tangent if isinstance(tangent, Tracer) else as_tensor(tangent, x.type.element)
+        if tuple(tan.shape) != tuple(x.shape):
+            raise ArgumentError(f"tangent {k} has shape {tuple(tan.shape)}, but its primal has "
+                                f"shape {tuple(x.shape)}", hint="a tangent has its primal's shape")
+        tans.append(tan)
+    compiled = t.compiled(arguments)
+    f, captured = compiled.function, compiled.captured
     j = jvp_function(f, list(range(len(inputs))))
     inputs += captured
     res = _call(j, [*inputs, *tans])
     n = len(f.result_types)
     out, tout = res[:n], res[n:]
-    return (out[0], tout[0]) if n == 1 else (tuple(out), tuple(tout))
+    return _outputs(compiled, out), unflatten(_tensor_tree(compiled), tout)

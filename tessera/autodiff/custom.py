@@ -57,7 +57,7 @@ class CustomFunction:
                               "differentiating it")
 
 
-class custom_vjp(CustomFunction):  # noqa: N801 - the spelling users know from JAX
+class custom_vjp(CustomFunction):
     """A function with a custom reverse-mode rule: ``f.defvjp(fwd, bwd)``.
 
     ``fwd(*args) -> (out, saved)``; ``bwd(saved, ct) -> ct_args`` (one value or a tuple).
@@ -72,7 +72,7 @@ class custom_vjp(CustomFunction):  # noqa: N801 - the spelling users know from J
         return self
 
 
-class custom_jvp(CustomFunction):  # noqa: N801 - the spelling users know from JAX
+class custom_jvp(CustomFunction):
     """A function with a custom forward-mode rule: ``f.defjvp(rule)``.
 
     ``rule(primals, tangents) -> (out, tangent_out)``, linear in ``tangents``. Reverse

@@ -76,8 +76,8 @@ def _abs(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
     x, y = xs[0], ys[0]
     if _is_complex(x):
         # d|z| pulls back to ct * z/|z| (zero where z == 0).
-        safe = o.where(y == 0, 1.0, y)
-        return [o.cast(o.where(y == 0, 0.0, cts[0] / safe), x.type.element) * x]
+        safe = o.where(o.equal(y, 0.0), 1.0, y)
+        return [o.cast(o.where(o.equal(y, 0.0), 0.0, cts[0] / safe), x.type.element) * x]
     return [cts[0] * o.sign(x)]
 
 
@@ -104,7 +104,7 @@ VJP[g.Mul] = lambda op, xs, ys, cts, needs: [
 @rule(g.Div)
 def _div(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
-    a, b = xs
+    b = xs[1]
     return [cts[0] / o.conj(b) if needs[0] else None,
             -cts[0] * o.conj(ys[0] / b) if needs[1] else None]
 
@@ -114,8 +114,13 @@ def _pow(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
     a, b = xs
     # b * a**(b-1) rather than b * y / a: finite at a == 0 for b >= 1.
-    return [cts[0] * o.conj(b * a ** (b - 1.0)) if needs[0] else None,
-            cts[0] * o.conj(ys[0] * o.log(a)) if needs[1] else None]
+    da = cts[0] * o.conj(b * a ** (b - 1.0)) if needs[0] else None
+    if not needs[1]:
+        return [da, None]
+    # d(a**b)/db = y * log(a); at a == 0 that is 0 * -inf, but 0**b is flat in b (b > 0),
+    # so log(a) is taken at 1 there, as JAX does.
+    safe = o.where(o.equal(a, 0.0), 1.0, a)
+    return [da, cts[0] * o.conj(ys[0] * o.log(safe))]
 
 
 def _select_rule(first_wins: Callable[[Any, Any], Any]) -> Rule:
@@ -124,7 +129,7 @@ def _select_rule(first_wins: Callable[[Any, Any], Any]) -> Rule:
            needs: Sequence[bool]) -> list[Any]:
         a, b = xs
         ct = cts[0]
-        half = o.where(a == b, 0.5 * ct, 0.0)
+        half = o.where(o.equal(a, b), 0.5 * ct, 0.0)
         return [o.where(first_wins(a, b), ct, half) if needs[0] else None,
                 o.where(first_wins(b, a), ct, half) if needs[1] else None]
     return fn
@@ -189,7 +194,7 @@ def _extremum(op: g.Reduce, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[
               needs: Sequence[bool]) -> list[Any]:
     # Every element equal to the extremum shares the cotangent equally.
     x = xs[0]
-    hit = x == _expand(ys[0], op, x)
+    hit = o.equal(x, _expand(ys[0], op, x))
     count = _expand(o.sum(o.where(hit, 1.0, 0.0), axis=op.reduced_axes(x.ndim),
                           keepdims=op.keepdims), op, x)
     return [o.where(hit, _expand(cts[0], op, x) / count, 0.0)]

@@ -86,7 +86,7 @@ def backprop(fn: Function, args: Sequence[Operand], out_cts: Sequence[Operand | 
     Returns the primal outputs and one cotangent per index in ``wrt`` (zeros where an
     argument does not influence the outputs).
     """
-    from tessera.autodiff.custom import custom_forward, custom_backward
+    from tessera.autodiff.custom import custom_backward, custom_forward
     from tessera.autodiff.rules import VJP
 
     active = active_values(fn, [fn.args[i] for i in wrt])
@@ -137,7 +137,7 @@ def vjp_function(fn: Function, wrt: Sequence[int], *, name: str | None = None) -
         args = [trace.param(a.type, a.hint) for a in fn.args]  # type: ignore[arg-type]
         cts = [trace.param(t, f"ct{k}") for k, t in enumerate(fn.result_types)]  # type: ignore[arg-type]
         outputs, grads = backprop(fn, args, cts, wrt)
-        return trace.finish([_traced(x) for x in outputs + grads])
+        return trace.finish([as_traced(x) for x in outputs + grads])
 
 
 def jvp_function(fn: Function, wrt: Sequence[int], *, name: str | None = None) -> Function:
@@ -149,7 +149,7 @@ def jvp_function(fn: Function, wrt: Sequence[int], *, name: str | None = None) -
         args = [inner.param(a.type, a.hint) for a in fn.args]  # type: ignore[arg-type]
         us = [inner.param(t, f"u{k}") for k, t in enumerate(fn.result_types)]  # type: ignore[arg-type]
         _, grads = backprop(fn, args, us, wrt)
-        pullback = inner.finish([_traced(x) for x in grads])
+        pullback = inner.finish([as_traced(x) for x in grads])
     with Trace(name or f"{fn.name}_jvp") as trace:
         args = [trace.param(a.type, a.hint) for a in fn.args]  # type: ignore[arg-type]
         tangents = [trace.param(fn.args[i].type, f"t{k}")  # type: ignore[arg-type]
@@ -159,10 +159,10 @@ def jvp_function(fn: Function, wrt: Sequence[int], *, name: str | None = None) -
         n = len(fn.args)
         _, tangent_out = backprop(pullback, args + u0, tangents,
                                   list(range(n, n + len(u0))))
-        return trace.finish([_traced(x) for x in outputs + tangent_out])
+        return trace.finish([as_traced(x) for x in outputs + tangent_out])
 
 
-def _traced(x: Operand) -> Tracer:
+def as_traced(x: Operand) -> Tracer:
     """``x`` as a tracer of the current trace (concrete values become constants)."""
     if isinstance(x, Tracer):
         return x

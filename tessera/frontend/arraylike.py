@@ -73,6 +73,8 @@ class ArrayMethods:
     def __ge__(self, o: Any) -> Any: return _ops().greater_equal(self, o)
     def __lt__(self, o: Any) -> Any: return _ops().less(self, o)
     def __le__(self, o: Any) -> Any: return _ops().less_equal(self, o)
+    def __eq__(self, o: Any) -> Any: return _ops().equal(self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return _ops().not_equal(self, o)  # type: ignore[override]
 
     def __getitem__(self, index: Any) -> Any:
         return _ops().getitem(self, index)

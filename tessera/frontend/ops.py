@@ -67,7 +67,9 @@ def constant(x: Tensor) -> Any:
     """Emit ``x`` as a ``graph.constant`` in the current trace and return its value."""
     trace = current_trace()
     assert trace is not None
-    return trace.builder.create(g.Constant(Dense(to_f64(x.array)), x.type.element),
+    # Booleans stay booleans: the interpreter refuses to turn float values into bool.
+    values = x.array if x.array.dtype == np.bool_ else to_f64(x.array)
+    return trace.builder.create(g.Constant(Dense(values), x.type.element),
                                 loc=user_location())[0]
 
 

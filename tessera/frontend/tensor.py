@@ -63,11 +63,6 @@ class Tensor(ArrayMethods):
     def __repr__(self) -> str:
         return f"Tensor({np.array2string(self.array, threshold=20)}, element={self.element})"
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        from tessera.frontend import ops
-
-        return ops.equal(self, other)
-
     __hash__ = None  # type: ignore[assignment]
 
 

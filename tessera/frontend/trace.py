@@ -43,6 +43,10 @@ class Tracer(ArrayMethods):
     def __repr__(self) -> str:
         return f"Tracer({self.type})"
 
+    # == builds an elementwise comparison, so identity is the hash (as for NumPy arrays,
+    # tracers are never meant as dict keys; hashing by identity keeps them usable in sets).
+    __hash__ = object.__hash__
+
     def __bool__(self) -> bool:
         raise TraceError("a traced tensor has no concrete value, so it cannot decide Python "
                          "control flow (if/while/and/or)",

@@ -157,3 +157,12 @@ def test_stages_not_built_for_graph_functions(stage: str) -> None:
     f(np.ones(2, F32))
     with pytest.raises(ts.StageError, match=stage):
         ts.inspect_ir(f, stage)
+
+
+def test_equality_operators_are_elementwise_inside_and_outside_traces() -> None:
+    f = ts.jit(lambda x: (ts.where(x == 1.0, 0.0, x), x != x))
+    x = np.array([1.0, 2.0, np.nan], F32)
+    masked, nan_mask = f(x)
+    np.testing.assert_array_equal(np.asarray(masked), [0.0, 2.0, np.nan])
+    np.testing.assert_array_equal(np.asarray(nan_mask), [False, False, True])
+    np.testing.assert_array_equal(np.asarray(ts.as_tensor(x) == 2.0), [False, True, False])

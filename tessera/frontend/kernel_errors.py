@@ -1,0 +1,28 @@
+"""Errors of the ``@ts.kernel`` front end (all :class:`~tessera.errors.TesseraError`)."""
+
+from __future__ import annotations
+
+from tessera.errors import TesseraError
+
+
+class KernelCompileError(TesseraError):
+    """A kernel body that cannot be compiled to Tile IR (unsupported syntax, a type or
+    shape that does not fit, a tile API call with bad arguments)."""
+
+    kind = "kernel compile error"
+
+
+class UndefinedNameError(KernelCompileError):
+    """A name in a kernel body that is not a local variable, a parameter, a dimension
+    symbol, a tile name (``tile_m``, ``BM``, ...), a global or a builtin."""
+
+    kind = "undefined name"
+
+
+class KernelResourceError(KernelCompileError):
+    """A kernel that needs more of a target resource (shared memory) than it has."""
+
+    kind = "resource limit"
+
+
+__all__ = ["KernelCompileError", "KernelResourceError", "UndefinedNameError"]
