@@ -9,7 +9,14 @@
   ``all_reduce``, ``all_to_all``, ``broadcast``, ``ppermute``, ``send``/``recv``,
   ``shift``, ``relayout``;
 * :mod:`.reduce` -- the rank-order reduction (accumulation format, one rounding);
-* :mod:`.mpi` -- the same all-reduce over MPI ranks, bit for bit (needs mpi4py).
+* :mod:`.mpi` -- the same all-reduce over MPI ranks, bit for bit (needs mpi4py);
+* :mod:`.pipeline` (with ``pipeline_*``) -- stages over a ``pp`` axis, micro-batches,
+  GPipe and 1F1B schedules checked for deadlock;
+* :mod:`.moe` -- mixture of experts over an ``ep`` axis with all_to_all;
+* :mod:`.topology`, :mod:`.cost` -- NVL72 and H100-node topologies, alpha-beta
+  collective costs and device rooflines;
+* :mod:`.trace`, :mod:`.profile` -- simulated timelines as Chrome/Perfetto JSON and
+  ``ts.profile``.
 
 Everything is deterministic: a reduction adds in rank order, left to right, so its bits
 do not depend on how the simulation is run (one process or any number of MPI ranks).
@@ -24,17 +31,63 @@ from tessera.mesh_sim.collectives import (
     relayout,
 )
 from tessera.mesh_sim.construct import from_numpy, from_shards, tensor
+from tessera.mesh_sim.cost import CostModel
 from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError, ShardingError
 from tessera.mesh_sim.mesh import NVL72_FACTORS, Mesh, mesh
+from tessera.mesh_sim.moe import MoE, MoEGrads, MoEOutput
 from tessera.mesh_sim.p2p import broadcast, ppermute, recv, send, shift
+from tessera.mesh_sim.pipeline import DeadlockError, Schedule, ScheduleError, gpipe, one_f_one_b
+from tessera.mesh_sim.pipeline_run import Pipeline, PipelineResult, Stage
+from tessera.mesh_sim.profile import profile
 from tessera.mesh_sim.reduce import reduce_in_order
 from tessera.mesh_sim.sharding import ShardSpec, shard_slices, split_offsets
 from tessera.mesh_sim.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
+from tessera.mesh_sim.topology import H100_NODE, NVL72
+from tessera.mesh_sim.trace import Timeline
 
 __all__ = [
-    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "Mesh", "MeshError",
-    "MeshShapeError", "PlacementError", "ShardSpec", "ShardingError", "all_gather",
-    "all_reduce", "all_to_all", "broadcast", "from_numpy", "from_shards", "mesh",
-    "ppermute", "recv", "reduce_in_order", "reduce_scatter", "relayout", "send",
-    "shard_slices", "shift", "split_offsets", "tensor",
+    "H100_NODE",
+    "NVL72",
+    "NVL72_FACTORS",
+    "PARTIAL",
+    "REPLICATED",
+    "SHARDED",
+    "CostModel",
+    "DeadlockError",
+    "DistTensor",
+    "Mesh",
+    "MeshError",
+    "MeshShapeError",
+    "MoE",
+    "MoEGrads",
+    "MoEOutput",
+    "Pipeline",
+    "PipelineResult",
+    "PlacementError",
+    "Schedule",
+    "ScheduleError",
+    "ShardSpec",
+    "ShardingError",
+    "Stage",
+    "Timeline",
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "broadcast",
+    "from_numpy",
+    "from_shards",
+    "gpipe",
+    "mesh",
+    "one_f_one_b",
+    "ppermute",
+    "profile",
+    "recv",
+    "reduce_in_order",
+    "reduce_scatter",
+    "relayout",
+    "send",
+    "shard_slices",
+    "shift",
+    "split_offsets",
+    "tensor",
 ]

@@ -141,6 +141,10 @@ def collective(fn: F) -> F:
     """Make ``fn(t, axis, ...)`` a public collective that also takes a list or tuple of
     tensors on one mesh (applied to each, in order), and reports errors at the user's
     line."""
+    from tessera.mesh_sim.profile import observe_collective
+
+    # Under ts.profile each collective call is recorded with its simulated cost.
+    fn = observe_collective(fn)
 
     @wraps(fn)
     def wrapper(t: Any, *args: Any, **kwargs: Any) -> Any:
