@@ -32,6 +32,7 @@ from tessera.errors import (
     UnsupportedError,
 )
 from tessera.frontend.jit import JitFunction, inspect_ir, jit
+from tessera.frontend.kernel import kernel
 from tessera.frontend.ops import (
     abs,
     add,
@@ -177,6 +178,7 @@ __all__ = [
     "int32",
     "jit",
     "jvp",
+    "kernel",
     "loss_scale",
     "matmul",
     "mse",

@@ -1,0 +1,217 @@
+"""``@ts.kernel``: tile kernels compiled from their Python source to Tile IR and run by
+the tile simulator.
+
+Launch::
+
+    saxpy(x, y, alpha)                            # default grid (see kernel_launch)
+    gemm[(M // 64, N // 64)](A, B, C, tile_shape=(64, 64, 32))
+    reduce(data, grid=1, group_size=128)
+
+``grid`` counts tile groups (an int or a tuple of up to 3, like CUDA's grid of blocks;
+grid axis 0 is ``tile_m``'s, 1 ``tile_n``'s, 2 ``tile_k``'s); ``group_size`` counts the
+tiles of a group; ``linear_id = group_id * group_size + local_id``. ``tile_shape=(BM,
+BN, BK)`` sets the tile names (default ``(64, 64, 32)``, or the autotune config's
+``BLOCK_M``/``BLOCK_N``/``BLOCK_K``). ``mode="checked"`` (default: exact numerics and
+every sanitizer) or ``"fast"`` (float32 BLAS for ``mma``, sanitizers off: labelled
+non-bitwise), at decoration or per launch; ``schedule="auto" | "vectorized" |
+"sequential"`` (see :mod:`tessera.interp.tile`).
+
+NumPy arrays passed in are written in place. Results: a returned parameter is that
+array after all tiles; a returned tile is written into a fresh array shaped by the
+result annotation, at the tile's output position; a returned scalar is tile 0's value.
+
+Each specialisation (shapes, dtypes, constants, grid, group size, tile shape, config)
+is compiled once and cached. ``kernel.inspect_ir("tile")`` (or ``ts.inspect_ir(kernel,
+"tile")``) prints the Tile IR of the last launch, or of example arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, StageError, user_api
+from tessera.frontend.kernel_autotune import Estimate, choose, configurations, estimate
+from tessera.frontend.kernel_compile import build_module
+from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
+from tessera.interp.tile import Compiled, Geometry, launch
+from tessera.interp.tile import prepare as prepare_sim
+from tessera.ir.core import Module
+from tessera.numerics import storage_of
+
+MODES = ("checked", "fast")
+STAGES = ("graph", "schedule", "tile", "target")
+
+
+class Kernel:
+    """A tile kernel: call it (or index it with a grid) to launch it."""
+
+    def __init__(self, fn: Callable[..., Any], *, mode: str = "checked",
+                 schedule: str = "auto", space: dict[str, list[Any]] | None = None,
+                 name: str | None = None) -> None:
+        functools.update_wrapper(self, fn)
+        if mode not in MODES:
+            raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.mode = mode
+        self.schedule = schedule
+        self.space = space
+        self._info: KernelInfo | None = None
+        self.modules: dict[Any, Module] = {}
+        self.programs: dict[Any, Compiled] = {}
+        self.tuned: dict[Any, list[Estimate]] = {}
+        self.last: Module | None = None
+        self.last_config: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<tessera.kernel {self.name}>"
+
+    @property
+    def info(self) -> KernelInfo:
+        """What the source says (read at the first launch, not at decoration)."""
+        if self._info is None:
+            self._info = KernelInfo.of(self.fn, self.name)
+        return self._info
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        """``kernel[grid](*args, group_size=..., tile_shape=...)``."""
+        return functools.partial(self.__call__, grid=grid)
+
+    # -- specialisation
+    def specialise(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Prepared,
+                                                                                  Module]:
+        launch_kw = {k: kwargs.pop(k) for k in ("grid", "group_size", "tile_shape", "config")
+                     if k in kwargs}
+        grid = launch_kw.get("grid")
+        group_size = launch_kw.get("group_size", 1)
+        tile_shape = launch_kw.get("tile_shape")
+        config = dict(launch_kw.get("config") or {})
+        if self.space and not config:
+            config = self.autotune(args, kwargs, grid, group_size, tile_shape)
+        prep = prepare(self.info, args, kwargs, grid=grid, group_size=group_size,
+                       tile_shape=tile_shape, config=config)
+        module = self.modules.get(prep.key)
+        if module is None:
+            module = self.modules[prep.key] = build_module(self.fn, prep.spec)
+        self.last = module
+        self.last_config = config
+        return prep, module
+
+    def autotune(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+                 group_size: int, tile_shape: Any) -> dict[str, Any]:
+        """The configuration the cost model picks for this call (cached)."""
+        assert self.space is not None
+        base = prepare(self.info, args, dict(kwargs), grid=grid, group_size=group_size,
+                       tile_shape=tile_shape, config={})
+        key = (*base.key[:2], repr(grid), group_size, repr(tile_shape))
+        if key not in self.tuned:
+            estimates = []
+            for cfg in configurations(self.space):
+                p = prepare(self.info, args, dict(kwargs), grid=grid, group_size=group_size,
+                            tile_shape=tile_shape, config=cfg)
+                module = self.modules.get(p.key)
+                if module is None:
+                    module = self.modules[p.key] = build_module(self.fn, p.spec)
+                est = estimate(module.functions[self.name], cfg)
+                estimates.append(est)
+            self.tuned[key] = estimates
+        return dict(choose(self.tuned[key]).config)
+
+    def tuning_report(self) -> str:
+        """Every estimate of the last autotuned signature, fastest first."""
+        if not self.tuned:
+            return "no autotuned launches yet"
+        rows = sorted(list(self.tuned.values())[-1], key=lambda e: e.seconds)
+        return "\n".join(f"{dict(e.config)}: {e.seconds * 1e6:.2f} us (model)" for e in rows)
+
+    # -- launching
+    @user_api
+    def __call__(self, *args: Any, mode: str | None = None, schedule: str | None = None,
+                 **kwargs: Any) -> Any:
+        mode = mode or self.mode
+        if mode not in MODES:
+            raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")
+        prep, module = self.specialise(args, kwargs)
+        fn = module.functions[self.name]
+        fast = mode == "fast"
+        compiled = self.programs.get((prep.key, fast))
+        if compiled is None:
+            compiled = self.programs[(prep.key, fast)] = prepare_sim(fn, fast)
+        spec = prep.spec
+        geom = Geometry(spec.batch, spec.grid, spec.group_size)
+        output = None
+        if "result_shape" in fn.attrs:  # the kernel returns a tile
+            elem = fn.attrs["result_element"]
+            output = np.zeros(tuple(fn.attrs["result_shape"]), storage_of(elem).np_dtype)
+        out = launch(compiled, prep.runtime, geom, checked=not fast,
+                     schedule=schedule or self.schedule, output=output,
+                     output_element=fn.attrs.get("result_element"))
+        for original, converted in prep.writeback:
+            original[...] = converted.astype(original.dtype)
+        if output is not None:
+            return output
+        if hasattr(out, "array") and hasattr(out, "name"):  # a returned parameter
+            value = prep.params.get(out.name)
+            return value if value is not None else out.array
+        return out
+
+    @user_api
+    def inspect_ir(self, stage: str = "tile", *args: Any, **kwargs: Any) -> str:
+        """The Tile IR text of the last launch, or of these example arguments (launch
+        keywords such as ``grid`` and ``tile_shape`` are accepted)."""
+        if stage not in STAGES:
+            raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)}")
+        if stage != "tile":
+            raise StageError(f"kernels enter the stack at Tile IR; there is no {stage!r} "
+                             "stage for them", hint="inspect stage 'tile'")
+        if args or kwargs:
+            return str(self.specialise(args, dict(kwargs))[1])
+        if self.last is None:
+            raise StageError(f"kernel '{self.name}' has not been launched",
+                             hint="launch it once, or pass example arguments: "
+                                  "inspect_ir('tile', *args)")
+        return str(self.last)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Module:
+        """The Tile IR module of these arguments (compiled and cached, not run)."""
+        return self.specialise(args, dict(kwargs))[1]
+
+
+class _KernelDecorator:
+    """``ts.kernel``: ``@ts.kernel``, ``@ts.kernel(mode="fast")`` and
+    ``@ts.kernel.autotune(space=dict(BLOCK_M=[64, 128], ...))``."""
+
+    def __call__(self, fn: Callable[..., Any] | None = None, *, mode: str = "checked",
+                 schedule: str = "auto", name: str | None = None) -> Any:
+        if fn is None:
+            return lambda f: Kernel(f, mode=mode, schedule=schedule, name=name)
+        if isinstance(fn, Kernel):
+            return fn
+        if not callable(fn):
+            raise ArgumentError(f"@ts.kernel needs a function, got {type(fn).__name__}")
+        return Kernel(fn, mode=mode, schedule=schedule, name=name)
+
+    def autotune(self, space: dict[str, list[Any]], *, mode: str = "checked",
+                 schedule: str = "auto") -> Callable[[Callable[..., Any]], Kernel]:
+        """Pick ``space``'s configuration with the cost model of
+        :mod:`tessera.frontend.kernel_autotune`; the values reach ``ts.tile.context()``."""
+        if not isinstance(space, dict) or not space:
+            raise ArgumentError("autotune(space=...) needs a dict of name -> list of values")
+        configurations(space)
+
+        def wrap(fn: Callable[..., Any]) -> Kernel:
+            base = fn.fn if isinstance(fn, Kernel) else fn
+            return Kernel(base, mode=mode, schedule=schedule, space=dict(space))
+        return wrap
+
+    def __repr__(self) -> str:
+        return "<tessera.kernel decorator>"
+
+
+kernel = _KernelDecorator()
+
+__all__ = ["MODES", "Kernel", "kernel"]

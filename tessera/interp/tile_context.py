@@ -1,0 +1,190 @@
+"""Launch geometry and execution contexts of the tile simulator.
+
+A launch runs ``batch × grid × group_size`` programs (tiles). The simulator executes
+them *together*: every runtime value is a NumPy array whose leading axes are program
+axes, followed by the tile's own axes. In the root context the program axes are
+*factored* — one axis per launch coordinate, ``(batch, g0[, g1[, g2]], local)`` — and a
+value has size 1 along the axes it does not depend on, so ``tile_m`` is a
+``(1, G0, 1, 1)`` array and a tile loaded at ``tile_m`` is ``(1, G0, 1, 1, BM, BK)``.
+NumPy broadcasting then runs each tile op once for all programs. A value with no
+program axes at all (``ndim == rank``) is *uniform*: the same in every program.
+
+Divergent control flow *compacts*: the programs that take a branch (or are still in a
+loop) get a flat context with one program axis of their count, and the values they
+use are gathered into it; results are scattered back when the branch ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The shape of a launch: batch size, grid of groups and tiles per group."""
+
+    batch: int
+    grid: tuple[int, ...]
+    group_size: int
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        return (self.batch, *self.grid, self.group_size)
+
+    @property
+    def n_groups(self) -> int:
+        return self.batch * int(np.prod(self.grid, dtype=np.int64))
+
+    @property
+    def n_programs(self) -> int:
+        return self.n_groups * self.group_size
+
+    def who(self, pid: int) -> dict[str, Any]:
+        """Describe program ``pid`` (linear over the whole launch) for a report."""
+        pid = int(pid)
+        group_flat, local = divmod(pid, self.group_size)
+        batch, group = divmod(group_flat, self.n_groups // self.batch)
+        coords = np.unravel_index(group, self.grid)
+        linear = group * self.group_size + local
+        where = f"group {group}"
+        if len(self.grid) > 1:
+            where += f" = ({', '.join(str(int(c)) for c in coords)})"
+        text = f"tile {linear} ({where}, local {local}"
+        text += f", batch {batch})" if self.batch > 1 else ")"
+        return {"tile": linear, "group": group, "local": local,
+                "batch": batch if self.batch > 1 else None, "text": text}
+
+
+def bcast(a: Any, shape: tuple[int, ...]) -> Any:
+    """``np.broadcast_to`` without its cost when ``a`` already has ``shape``."""
+    if getattr(a, "shape", None) == shape:
+        return a
+    return np.broadcast_to(a, shape)
+
+
+def _axis(n: int, k: int, nlead: int) -> Any:
+    """Coordinate ``k`` as a program-axis array (a 0-d scalar when the axis has size 1:
+    a coordinate that cannot vary is uniform)."""
+    if n == 1:
+        return np.int64(0)
+    shape = [1] * nlead
+    shape[k] = n
+    return np.arange(n, dtype=np.int64).reshape(shape)
+
+
+class Ctx:
+    """The programs running together: their coordinates and ids, as program axes."""
+
+    __slots__ = ("coords", "flat", "gcoords", "geom", "group_flat", "group_lin",
+                 "group_shape", "lead", "linear", "nlead", "pid", "pid_flat", "size",
+                 "whole")
+
+    def __init__(self, geom: Geometry, lead: tuple[int, ...], coords: list[Any],
+                 gcoords: list[Any], group_shape: tuple[int, ...], flat: bool,
+                 whole: bool) -> None:
+        self.geom = geom
+        self.lead = lead
+        self.nlead = len(lead)
+        self.coords = coords
+        self.gcoords = gcoords
+        self.group_shape = group_shape
+        self.flat = flat
+        self.whole = whole
+        grid = geom.grid
+        group_lin: Any = 0
+        for k, n in enumerate(grid):
+            group_lin = group_lin * n + coords[1 + k]
+        self.group_lin = group_lin
+        self.linear = group_lin * geom.group_size + coords[-1]
+        gflat = coords[0] * (geom.n_groups // geom.batch) + group_lin
+        self.group_flat = gflat
+        pid = gflat * geom.group_size + coords[-1]
+        self.pid = bcast(pid, lead)
+        self.pid_flat = self.pid.reshape(-1) if np.ndim(pid) else \
+            np.full(int(np.prod(lead, dtype=np.int64)), int(pid), np.int64)
+        self.size = int(self.pid_flat.size)
+
+    @classmethod
+    def root(cls, geom: Geometry) -> Ctx:
+        """All programs of the launch, with factored program axes."""
+        lead = geom.lead
+        coords = [_axis(n, k, len(lead)) for k, n in enumerate(lead)]
+        return cls(geom, lead, coords, coords[:-1], lead[:-1], flat=False, whole=True)
+
+    @classmethod
+    def group(cls, geom: Geometry, group_flat: int) -> Ctx:
+        """The tiles of one group (the sequential schedule): fresh shared storage."""
+        lead = geom.lead
+        nl = len(lead)
+        batch, rest = divmod(group_flat, geom.n_groups // geom.batch)
+        fixed = [batch, *np.unravel_index(rest, geom.grid)]
+        coords: list[Any] = [np.int64(c) for c in fixed]
+        coords.append(_axis(geom.group_size, nl - 1, nl))
+        ones = (1,) * nl
+        return cls(geom, (*ones[:-1], geom.group_size), coords, [0] * (nl - 1), ones[:-1],
+                   flat=False, whole=False)
+
+    # -- compaction
+    def select(self, mask: Any) -> np.ndarray:
+        """Flat positions (into this context's programs) where ``mask`` holds."""
+        return np.flatnonzero(bcast(mask, self.lead))
+
+    def compact(self, sel: np.ndarray) -> Ctx:
+        """The sub-context of the programs at flat positions ``sel``."""
+        if self.flat:
+            coords = [self.take_flat(c, sel) for c in self.coords]
+            gcoords = [self.take_flat(c, sel) if getattr(c, "ndim", 0) else c
+                       for c in self.gcoords]
+        else:
+            # factored axes: an array coordinate is the position along its axis
+            pos = np.unravel_index(sel, self.lead)
+            coords = [pos[k] if getattr(c, "ndim", 0) else np.full(sel.size, c, np.int64)
+                      for k, c in enumerate(self.coords)]
+            gcoords = [pos[k] if getattr(c, "ndim", 0) else c
+                       for k, c in enumerate(self.gcoords)]
+        return Ctx(self.geom, (int(sel.size),), coords, gcoords, self.group_shape, flat=True,
+                   whole=False)
+
+    def take_flat(self, a: Any, sel: np.ndarray) -> np.ndarray:
+        """A program-shaped array (no tile axes) gathered at ``sel``."""
+        if getattr(a, "ndim", 0) == 0:
+            return np.full(sel.size, a, dtype=np.asarray(a).dtype)
+        return bcast(a, self.lead).reshape(-1)[sel]
+
+    def take(self, v: Any, rank: int, sel: np.ndarray) -> Any:
+        """A value of tile rank ``rank`` gathered at programs ``sel`` (uniform values
+        and compile-time objects pass through)."""
+        if hasattr(v, "take_programs"):
+            return v.take_programs(self, sel)
+        if not isinstance(v, np.ndarray) or v.ndim <= rank:
+            return v
+        tile = v.shape[v.ndim - rank:]
+        return bcast(v, self.lead + tile).reshape((-1, *tile))[sel]
+
+    def merge(self, parts: list[tuple[np.ndarray, Any]], rank: int) -> Any:
+        """Scatter per-subset values back into one value of this context."""
+        values = [v for _, v in parts]
+        if all(not isinstance(v, np.ndarray) or v.ndim <= rank for v in values):
+            first = values[0]
+            if all(v is first for v in values) or all(
+                    np.asarray(v).dtype == np.asarray(first).dtype and
+                    np.array_equal(v, first) for v in values):
+                return first
+        if hasattr(values[0], "merge_programs"):
+            return values[0].merge_programs(self, parts)
+        arrays = [np.asarray(v) for v in values]
+        tile = arrays[0].shape[arrays[0].ndim - rank:] if rank else ()
+        out = np.empty((self.size, *tile), dtype=np.result_type(*arrays))
+        for (sel, _), a in zip(parts, arrays):
+            out[sel] = a
+        return out.reshape(self.lead + tile)
+
+    def flat_index(self) -> Any:
+        """The index of these programs into per-program state arrays."""
+        return slice(None) if self.whole else self.pid_flat
+
+
+__all__ = ["Ctx", "Geometry", "bcast"]

@@ -1,0 +1,225 @@
+"""Compile Tile IR into lists of precompiled closures, and run them.
+
+Every value of a kernel gets a slot in a register list; every instruction becomes one
+closure ``step(frame)`` that reads its operand slots, makes one NumPy call for all
+programs at once and writes its result slot. Running a block is a walk over its list
+of steps: no per-op dispatch beyond the call. Control flow (:mod:`.tile_flow`) runs
+regions in place when a condition is uniform and in compacted frames when it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import InterpretError, TesseraError
+from tessera.interp.tile_context import Ctx
+from tessera.interp.tile_rules import IMPLS
+from tessera.interp.tile_state import Reschedule, State
+from tessera.ir import tile_compute as C
+from tessera.ir.core import Block, Function, Instr, Op, Value, walk
+from tessera.ir.types import TensorType
+
+
+class Frame:
+    """Registers, programs and launch state of one running block."""
+
+    __slots__ = ("ctx", "regs", "st")
+
+    def __init__(self, regs: list[Any], ctx: Ctx, st: State) -> None:
+        self.regs = regs
+        self.ctx = ctx
+        self.st = st
+
+
+Step = Callable[[Frame], None]
+
+
+@dataclass
+class Body:
+    """A compiled block: steps, argument and yield slots, and the (slot, rank) of the
+    outer values it uses (gathered into compacted frames)."""
+
+    steps: list[Step]
+    args: list[int]
+    yields: list[int]
+    liveins: list[tuple[int, int]] = field(default_factory=list)
+
+
+def rank_of(v: Value) -> int:
+    return v.type.rank if isinstance(v.type, TensorType) else 0
+
+
+def run(steps: list[Step], fr: Frame) -> None:
+    """Run steps in order; a failure outside the sanitizer names the op's source line."""
+    step: Any = None
+    try:
+        for step in steps:
+            step(fr)
+    except (TesseraError, Reschedule):
+        raise
+    except Exception as err:
+        raise InterpretError(f"{getattr(step, 'opname', 'a tile op')} failed: {err}",
+                             loc=getattr(step, "loc", None),
+                             hint="this is a simulator limitation or a kernel the verifier "
+                                  "let through; simplify the op") from err
+
+
+def fork(fr: Frame, sel: np.ndarray, liveins: list[tuple[int, int]]) -> Frame:
+    """A frame for the programs at flat positions ``sel`` of ``fr``."""
+    regs = list(fr.regs)
+    for slot, rank in liveins:
+        regs[slot] = fr.ctx.take(fr.regs[slot], rank, sel)
+    return Frame(regs, fr.ctx.compact(sel), fr.st)
+
+
+#: op class -> factory of a step (for ops that are more than a pure function)
+STEPS: dict[type[Op], Callable[[Compiler, Instr], Step]] = {}
+
+
+def step_rule(*classes: type[Op]) -> Callable[[Any], Any]:
+    def register(fn: Any) -> Any:
+        for cls in classes:
+            STEPS[cls] = fn
+        return fn
+    return register
+
+
+class Compiler:
+    """Assigns slots and turns blocks into :class:`Body` objects."""
+
+    def __init__(self, fast: bool) -> None:
+        self.fast = fast
+        self.slots: dict[Value, int] = {}
+
+    def slot(self, v: Value) -> int:
+        found = self.slots.get(v)
+        if found is None:
+            found = self.slots[v] = len(self.slots)
+        return found
+
+    def body(self, block: Block) -> Body:
+        args = [self.slot(a) for a in block.args]
+        fused = _fusions(block)
+        steps = [self.fused(i, fused[i]) if i in fused else self.instr(i)
+                 for i in block.instrs if not i.op.terminator and i not in fused.values()]
+        term = block.terminator
+        yields = [self.slot(v) for v in term.operands] if term is not None else []
+        defined = set(block.args)
+        used: dict[Value, None] = {}
+        for instr in walk(block):
+            defined.update(instr.results)
+            for region in instr.regions:
+                for b in region.blocks:
+                    defined.update(b.args)
+            for v in instr.operands:
+                used.setdefault(v, None)
+        liveins = [(self.slot(v), rank_of(v)) for v in used if v not in defined]
+        return Body(steps, args, yields, liveins)
+
+    def instr(self, instr: Instr) -> Step:
+        cls = type(instr.op)
+        if cls in IMPLS:
+            step = self._pure(instr, IMPLS[cls](instr, self.fast))
+        elif cls in STEPS:
+            step = STEPS[cls](self, instr)
+        else:
+            raise InterpretError(f"the tile simulator has no rule for {instr.op.name}",
+                                 loc=instr.loc, hint="every Tile IR op needs a rule in "
+                                 "tessera.interp.tile_rules or tile_exec")
+        step.loc = instr.loc  # type: ignore[attr-defined]
+        step.opname = instr.op.name  # type: ignore[attr-defined]
+        return step
+
+    def fused(self, add: Instr, mma: Instr) -> Step:
+        """``acc + mma(a, b)`` as one ``mma(a, b, acc)``: the same sum, one array less."""
+        from tessera.interp.tile_rules import IMPLS as rules
+
+        other = add.operands[1] if add.operands[0] is mma.results[0] else add.operands[0]
+        impl = rules[C.Mma](Instr(mma.op, [*mma.operands, other], add.results, [],
+                                  mma.loc), self.fast)
+        a, b, c = (self.slot(v) for v in (*mma.operands, other))
+        out = self.slot(add.results[0])
+
+        def step(fr: Frame) -> None:
+            r = fr.regs
+            r[out] = impl(r[a], r[b], r[c])
+        step.loc = add.loc  # type: ignore[attr-defined]
+        step.opname = "tile.mma+tile.add"  # type: ignore[attr-defined]
+        return step
+
+    def _pure(self, instr: Instr, impl: Callable[..., Any]) -> Step:
+        ins = [self.slot(v) for v in instr.operands]
+        out = self.slot(instr.results[0])
+        if not ins:
+            def step0(fr: Frame) -> None:
+                fr.regs[out] = impl()
+            return step0
+        if len(ins) == 1:
+            (a,) = ins
+
+            def step1(fr: Frame) -> None:
+                r = fr.regs
+                r[out] = impl(r[a])
+            return step1
+        if len(ins) == 2:
+            a, b = ins
+
+            def step2(fr: Frame) -> None:
+                r = fr.regs
+                r[out] = impl(r[a], r[b])
+            return step2
+
+        def stepn(fr: Frame) -> None:
+            r = fr.regs
+            r[out] = impl(*[r[i] for i in ins])
+        return stepn
+
+
+def _fusions(block: Block) -> dict[Instr, Instr]:
+    """``tile.add`` instructions of ``block`` whose operand is an accumulator-free
+    ``tile.mma`` of the same block used nowhere else, mapped to that mma."""
+    counts: dict[Value, int] = {}
+    for instr in walk(block):
+        for v in instr.operands:
+            counts[v] = counts.get(v, 0) + 1
+    found: dict[Instr, Instr] = {}
+    producers = {i.results[0]: i for i in block.instrs
+                 if isinstance(i.op, C.Mma) and len(i.operands) == 2}
+    for instr in block.instrs:
+        if isinstance(instr.op, C.Add):
+            for v in instr.operands:
+                mma = producers.get(v)
+                if mma is not None and counts.get(v) == 1 and mma not in found.values():
+                    found[instr] = mma
+                    break
+    return found
+
+
+@dataclass
+class Program:
+    """A kernel compiled for the simulator (one per specialisation and mode)."""
+
+    fn: Function
+    body: Body
+    nslots: int
+    fast: bool
+
+
+def compile_kernel(fn: Function, fast: bool) -> Program:
+    """Compile a ``tile.kernel`` function into closures."""
+    from tessera.interp import tile_flow, tile_memsteps  # noqa: F401 - register steps
+
+    c = Compiler(fast)
+    body = c.body(fn.body)
+    term = fn.body.terminator
+    if term is not None:
+        body.steps.append(c.instr(term))
+    return Program(fn, body, len(c.slots), fast)
+
+
+__all__ = ["STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork", "rank_of",
+           "run", "step_rule"]

@@ -1,0 +1,230 @@
+"""Global-memory loads, stores and read-modify-writes, with their sanitizer checks.
+
+Writes track an *owner* per element for the launch (checked mode): the tile that
+stored it (``pid``), the tile that alone reduced into it (``-(pid + 3)``) or several
+reducers (``-2``). Two tiles storing one element, or one storing and another reducing,
+is a global write conflict; any number of tiles may reduce (``+=``) into one element.
+
+Tensors the kernel both reads and writes also track readers. Programs of different
+groups cannot synchronise, so a read of another group's write (or a write of another
+group's read) is a race; inside a group a barrier between the two orders them.
+
+Reduces apply their contributions in a fixed order: groups in ascending order, and
+within a group in lockstep execution order (tiles in ascending local id). The
+vectorised schedule follows that order unless one element receives contributions from
+several groups in several steps out of order; then the launch is re-run group by
+group (:class:`~tessera.interp.tile_state.Reschedule`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import Loc
+from tessera.interp.tile_access import Plan
+from tessera.interp.tile_context import Ctx, bcast
+from tessera.interp.tile_errors import CONFLICT, RACE
+from tessera.interp.tile_mem import GlobalMem, Ref
+from tessera.interp.tile_numeric import combine, to_storage
+from tessera.interp.tile_state import Reschedule, State, element_at, first_true, pid_at
+
+
+def _per_position(ctx: Ctx, a: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A program-shaped array broadcast over the tile axes of an access of ``shape``."""
+    full = bcast(a, ctx.lead)
+    return bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
+
+
+def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: Plan,
+            mask: np.ndarray) -> Exception:
+    pos = first_true(mask)
+    n = len(plan.pshape)
+    ppos, tpos = pos[:n], pos[n:]
+    return st.report(kind, text, loc, pid=pid_at(ctx, plan.pshape, ppos),
+                     index=element_at(ctx, ref.starts, ref.squeeze, plan.pshape, ppos, tpos),
+                     position=tpos, shape=plan.tile_shape, memory=ref.mem.name)
+
+
+def _who(st: State, code: int) -> str:
+    """Who last wrote an element, from its owner code."""
+    if code >= 0:
+        return f"{st.geom.who(code)['text']} stored it"
+    if code == -2:
+        return "several tiles reduced into it"
+    return f"{st.geom.who(-(code + 3))['text']} reduced into it"
+
+
+def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
+    """The tile of ``ref`` in every program (a view when the tensor is read-only)."""
+    mem: GlobalMem = ref.mem
+    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
+    if mem.track_reads:
+        _check_read(st, ctx, loc, ref)
+    val = plan.view(mem.array)
+    return np.array(val) if mem.written and plan.index is None else val
+
+
+def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
+    mem: GlobalMem = ref.mem
+    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    shape = plan.shape
+    gs = st.geom.group_size
+    me = _per_position(ctx, ctx.pid, shape)
+    grp = _per_position(ctx, ctx.group_flat, shape)
+    cur = _per_position(ctx, st.epoch[bcast(ctx.group_flat, ctx.lead)], shape)
+    if mem.owner is not None:
+        o = plan.view(mem.owner)
+        writer = np.where(o >= 0, o, np.where(o <= -3, -(o + 3), -1))
+        other = (o == -2) | ((writer >= 0) & (writer != me))
+        if other.any():
+            oe = plan.view(mem.shadow("owner_epoch", 0))
+            same = (writer // gs == grp) & (o != -2)
+            bad = other & ~(same & (oe < cur))
+            if bad.any():
+                cross = bad & ~same
+                if not st.checked:
+                    if cross.any() and st.vectorized:
+                        raise Reschedule()
+                else:
+                    code = int(o[first_true(bad)])
+                    where = "a tile of another group" if cross[first_true(bad)] else \
+                        "another tile of the group with no barrier in between"
+                    raise _report(st, ctx, RACE, f"read of {mem.label} after a write by "
+                                  f"{where} ({_who(st, code)})", loc, ref, plan, bad)
+    reader = mem.shadow("reader", -1)
+    rgroup = mem.shadow("reader_group", -1)
+    r = plan.view(reader)
+    rg = plan.view(rgroup)
+    new_r = np.where((r == -1) | (r == me), me, -2)
+    new_g = np.where((rg == -1) | (rg == grp), grp, -2)
+    plan.write(reader, new_r)
+    plan.write(rgroup, new_g)
+    plan.write(mem.shadow("reader_epoch", 0), cur)
+    if not plan.injective(mem.dims):  # several programs read one element in this op
+        for arr, new in ((reader, new_r), (rgroup, new_g)):
+            dup = plan.view(arr) != new
+            if dup.any():
+                plan.write_mask(arr, dup, -2)
+
+
+def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bool) -> None:
+    mem: GlobalMem = ref.mem
+    shape = plan.shape
+    me = _per_position(ctx, ctx.pid, shape)
+    injective = plan.injective(mem.dims)
+    if st.checked:
+        if not reduce and not injective:
+            offs = plan.offsets(mem.dims)
+            flat = offs.reshape(-1)
+            order = np.argsort(flat, kind="stable")
+            dup = np.zeros(flat.size, bool)
+            same = flat[order[1:]] == flat[order[:-1]]
+            dup[order[1:][same]] = True
+            mask = dup.reshape(shape)
+            other = int(me.reshape(-1)[order[:-1][same][0]])
+            raise _report(st, ctx, CONFLICT, f"two tiles store to one element of {mem.label} "
+                          f"in the same op (the other is {st.geom.who(other)['text']})",
+                          loc, ref, plan, mask)
+        if mem.track_owner:
+            _check_owner(st, ctx, loc, ref, plan, reduce, injective, me)
+    if mem.track_reads and mem.reader is not None:
+        _check_war(st, ctx, loc, ref, plan, me)
+    if mem.last_group is not None and st.vectorized:
+        grp = _per_position(ctx, ctx.group_flat, shape)
+        lg = plan.view(mem.last_group)
+        if (lg > grp).any():
+            raise Reschedule()
+        np.maximum.at(mem.last_group.reshape(-1), plan.offsets(mem.dims).reshape(-1),
+                      np.ascontiguousarray(grp).reshape(-1).astype(np.int32))
+
+
+def _check_owner(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bool,
+                 injective: bool, me: np.ndarray) -> None:
+    """Conflicts with earlier writes (other ops, or earlier trips of a loop)."""
+    mem: GlobalMem = ref.mem
+    shape = plan.shape
+    owner = mem.shadow("owner", -1)
+    o = plan.view(owner)
+    if not reduce and not (o != -1).any():  # the common case: nobody wrote here yet
+        plan.write(owner, me)
+    else:
+        mine = -(me + 3)
+        bad = ((o >= 0) & (o != me)) if reduce else ((o != -1) & (o != me) & (o != mine))
+        if bad.any():
+            code = int(o[first_true(bad)])
+            raise _report(st, ctx, CONFLICT, f"{'reduce into' if reduce else 'store to'} "
+                          f"{mem.label} where {_who(st, code)}", loc, ref, plan, bad)
+        new = np.where((o == -1) | (o == mine), mine, np.where(o >= 0, o, -2)) if reduce \
+            else me
+        plan.write(owner, new)
+        if reduce and not injective:
+            dup = plan.view(owner) != new
+            if dup.any():
+                plan.write_mask(owner, dup, -2)
+    if mem.track_reads:
+        cur = _per_position(ctx, st.epoch[bcast(ctx.group_flat, ctx.lead)], shape)
+        plan.write(mem.shadow("owner_epoch", 0), cur)
+
+
+def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarray) -> None:
+    mem: GlobalMem = ref.mem
+    shape = plan.shape
+    assert mem.reader is not None and mem.reader_group is not None
+    r = plan.view(mem.reader)
+    other = (r == -2) | ((r >= 0) & (r != me))
+    if not other.any():
+        return
+    grp = _per_position(ctx, ctx.group_flat, shape)
+    cur = _per_position(ctx, st.epoch[bcast(ctx.group_flat, ctx.lead)], shape)
+    rg = plan.view(mem.reader_group)
+    re = plan.view(mem.shadow("reader_epoch", 0))
+    same = rg == grp
+    bad = other & ~(same & (re < cur))
+    if not bad.any():
+        return
+    if not st.checked:
+        if (bad & ~same).any() and st.vectorized:
+            raise Reschedule()
+        return
+    cross = bool((bad & ~same)[first_true(bad)])
+    where = "a tile of another group" if cross else \
+        "another tile of the group with no barrier in between"
+    raise _report(st, ctx, RACE, f"write to {mem.label} after a read by {where}", loc, ref,
+                  plan, bad)
+
+
+def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = None) -> None:
+    """``ref[...] = value`` (``op`` None) or ``ref[...] <op>= value`` in every program."""
+    mem: GlobalMem = ref.mem
+    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    if st.checked or mem.track_reads or mem.last_group is not None:
+        _check_write(st, ctx, loc, ref, plan, reduce=op is not None)
+    if op is None:
+        plan.write(mem.array, to_storage(value, mem.element))
+        return
+    if plan.injective(mem.dims):
+        plan.write(mem.array, combine(plan.view(mem.array), value, op, mem.element))
+        return
+    rmw_rounds(mem.array, plan, value, op, mem.element)
+
+
+def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -> None:
+    """A read-modify-write whose positions hit some elements several times: apply the
+    contributions in rounds (each element at most once per round) in position order —
+    program order, since program axes lead."""
+    offs = plan.offsets(arr.shape).reshape(-1)
+    vals = np.broadcast_to(value, plan.shape).reshape(-1)
+    order = np.argsort(offs, kind="stable")
+    sorted_offs = offs[order]
+    first = np.r_[True, sorted_offs[1:] != sorted_offs[:-1]]
+    run = np.cumsum(first) - 1
+    rank = np.arange(offs.size) - np.flatnonzero(first)[run]
+    for r in range(int(rank.max()) + 1):
+        pick = order[rank == r]
+        idx = np.unravel_index(offs[pick], arr.shape)
+        arr[idx] = combine(arr[idx], vals[pick], op, element)
+
+
+__all__ = ["load", "rmw_rounds", "store"]

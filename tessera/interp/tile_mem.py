@@ -1,0 +1,181 @@
+"""Runtime memories of the tile simulator: global tensors, shared buffers and views.
+
+Shared memory is per group. A buffer's storage has one axis per group coordinate
+(batch, g0, ...) followed by the buffer's shape, and each group axis is either full
+or *compressed* to size 1 when every group holds the same contents there: a buffer
+that was just allocated (all poison) or that every group filled from the same global
+tile. Whole-buffer writes keep the compression of the written value (``cp_async`` of
+``A[tile_m:..., k:...]`` varies along ``g0`` only), so a GEMM's shared tiles stay as
+small as the data really is; partial writes expand the storage first. Storage that a
+load handed out as a view is copied before it is written in place (copy-on-write), so
+loaded tiles never change under the program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import Loc
+from tessera.numerics import Element, storage_of
+
+
+def poison(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
+    """Fresh memory: NaN for float formats that have one, else 0xFF bytes."""
+    try:
+        arr = np.full(shape, np.nan, dtype=np_dtype)
+        if np.all(np.isnan(arr.astype(np.float32))):
+            return arr
+    except (TypeError, ValueError):
+        pass
+    return np.frombuffer(b"\xff" * (int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize),
+                         dtype=np_dtype).reshape(shape).copy()
+
+
+class GroupArray:
+    """An array with leading group axes that may be compressed to size 1."""
+
+    __slots__ = ("arr", "exported", "ng")
+
+    def __init__(self, arr: np.ndarray, ng: int) -> None:
+        self.arr = arr
+        self.ng = ng
+        self.exported = False
+
+    def compressed(self) -> tuple[int, ...]:
+        return self.arr.shape[:self.ng]
+
+    def expanded(self, group_shape: tuple[int, ...]) -> np.ndarray:
+        """The storage, full along every group axis and private (safe to write)."""
+        full = tuple(group_shape) + self.arr.shape[self.ng:]
+        if self.arr.shape != full or self.exported or not self.arr.flags.writeable:
+            self.arr = np.array(np.broadcast_to(self.arr, full))
+            self.exported = False
+        return self.arr
+
+    def replace(self, value: np.ndarray) -> None:
+        """Whole-storage replacement (keeps the value's compression)."""
+        self.arr = value
+        self.exported = True
+
+
+class GlobalMem:
+    """A kernel parameter in global memory (the array the user passed, or a copy)."""
+
+    __slots__ = ("array", "batched", "element", "last_group", "name", "np_dtype", "owner",
+                 "owner_epoch", "reader", "reader_epoch", "reader_group", "track_owner",
+                 "track_reads", "written")
+
+    def __init__(self, name: str, array: np.ndarray, element: Element, batched: bool) -> None:
+        self.name = name
+        self.array = array
+        self.element = element
+        self.np_dtype = storage_of(element).np_dtype
+        self.batched = batched
+        self.owner: np.ndarray | None = None
+        self.owner_epoch: np.ndarray | None = None
+        self.reader: np.ndarray | None = None
+        self.reader_group: np.ndarray | None = None
+        self.reader_epoch: np.ndarray | None = None
+        self.last_group: np.ndarray | None = None
+        #: reads are checked against writes of other programs (read-and-written tensors)
+        self.track_reads = False
+        #: writes record their tile per element (to find conflicts across ops)
+        self.track_owner = True
+        #: the kernel may write this tensor, so loads copy instead of returning views
+        self.written = False
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def label(self) -> str:
+        return f"global tensor '{self.name}'"
+
+    def shadow(self, attr: str, fill: int) -> np.ndarray:
+        """A per-element int32 shadow array, created on first use."""
+        arr = getattr(self, attr)
+        if arr is None:
+            arr = np.full(self.array.shape, fill, dtype=np.int32)
+            setattr(self, attr, arr)
+        return arr
+
+
+class SharedMem:
+    """One shared buffer of every group, with the sanitizer's per-element state."""
+
+    __slots__ = ("data", "element", "init", "loc", "name", "np_dtype", "reader", "shape",
+                 "tag", "writer")
+
+    def __init__(self, shape: tuple[int, ...], element: Element, ng: int, loc: Loc,
+                 checked: bool) -> None:
+        self.shape = shape
+        self.element = element
+        self.np_dtype = storage_of(element).np_dtype
+        self.loc = loc
+        self.name = f"shared buffer allocated at {loc}"
+        self.data = GroupArray(poison((1,) * ng + shape, self.np_dtype), ng)
+        # init None: every element written; tag None: no async copy pending.
+        self.init: GroupArray | None = GroupArray(np.zeros((1,) * ng + shape, bool), ng) \
+            if checked else None
+        self.tag: GroupArray | None = None
+        self.writer: np.ndarray | None = None
+        self.reader: np.ndarray | None = None
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.shape
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+class Ref:
+    """A view of a memory in every program: per-axis starts (ints or program-shaped
+    arrays) and static sizes over the memory's axes; ``squeeze`` axes are hidden."""
+
+    __slots__ = ("mem", "sizes", "squeeze", "starts")
+
+    def __init__(self, mem: Any, starts: tuple[Any, ...], sizes: tuple[int, ...],
+                 squeeze: tuple[int, ...]) -> None:
+        self.mem = mem
+        self.starts = starts
+        self.sizes = sizes
+        self.squeeze = squeeze
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(n for d, n in enumerate(self.sizes) if d not in self.squeeze)
+
+    def visible_axes(self) -> list[int]:
+        return [d for d in range(len(self.sizes)) if d not in self.squeeze]
+
+    def whole(self) -> bool:
+        """Whether the view is all of its memory (uniform zero starts, full sizes)."""
+        return all(isinstance(s, (int, np.integer)) and int(s) == 0 for s in self.starts) \
+            and tuple(self.sizes) == tuple(self.mem.dims)
+
+    def take_programs(self, ctx: Any, sel: np.ndarray) -> Ref:
+        starts = tuple(ctx.take_flat(s, sel) if isinstance(s, np.ndarray) and s.ndim else s
+                       for s in self.starts)
+        return Ref(self.mem, starts, self.sizes, self.squeeze)
+
+    def merge_programs(self, ctx: Any, parts: list[tuple[np.ndarray, Any]]) -> Ref:
+        refs = [r for _, r in parts]
+        if any(r.mem is not self.mem or r.sizes != self.sizes or r.squeeze != self.squeeze
+               for r in refs):
+            from tessera.errors import UnsupportedError
+
+            raise UnsupportedError("a memory variable refers to different tensors or "
+                                   "shapes in different tiles after divergent control flow",
+                                   hint="choose the memory with the same condition in "
+                                        "every tile of the launch")
+        starts = tuple(ctx.merge([(sel, r.starts[d]) for sel, r in parts], 0)
+                       for d in range(len(self.starts)))
+        return Ref(self.mem, starts, self.sizes, self.squeeze)
+
+
+__all__ = ["GlobalMem", "GroupArray", "Ref", "SharedMem", "poison"]

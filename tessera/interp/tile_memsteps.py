@@ -1,0 +1,211 @@
+"""Steps of the tile simulator that touch memory or program ids: views, buffer lists,
+loads and stores (global and shared), vector accesses, async copies, barriers.
+
+Bounds are checked when a view is made, in every mode (a strided NumPy view outside
+its array would read foreign memory); vector accesses check their alignment in
+checked mode. The memory rules themselves live in :mod:`.tile_global` and
+:mod:`.tile_shared`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import Loc, UnsupportedError
+from tessera.interp import tile_global as G
+from tessera.interp import tile_shared as S
+from tessera.interp.tile_access import bounds_violation
+from tessera.interp.tile_context import Ctx
+from tessera.interp.tile_errors import MISALIGNED, OOB
+from tessera.interp.tile_exec import Compiler, Frame, Step, step_rule
+from tessera.interp.tile_mem import Ref
+from tessera.interp.tile_state import State
+from tessera.ir import tile as T
+from tessera.ir import tile_memory as M
+from tessera.ir.core import Instr, Value
+from tessera.ir.tile import MemRefType
+
+
+@step_rule(T.LinearId, T.GroupId, T.LocalId, T.GridCoord)
+def _ids(c: Compiler, instr: Instr) -> Step:
+    out = c.slot(instr.results[0])
+    op = instr.op
+    if isinstance(op, T.LinearId):
+        def linear(fr: Frame) -> None:
+            fr.regs[out] = fr.ctx.linear
+        return linear
+    if isinstance(op, T.GroupId):
+        def group(fr: Frame) -> None:
+            fr.regs[out] = np.asarray(fr.ctx.group_lin, dtype=np.int64)
+        return group
+    k = -1 if isinstance(op, T.LocalId) else 1 + op.axis  # type: ignore[attr-defined]
+
+    def coord(fr: Frame) -> None:
+        fr.regs[out] = fr.ctx.coords[k]
+    return coord
+
+
+def _is_global(v: Value) -> bool:
+    return isinstance(v.type, MemRefType) and v.type.space == "global"
+
+
+def _add(a: Any, b: Any) -> Any:
+    if getattr(a, "ndim", 0) == 0 and getattr(b, "ndim", 0) == 0:
+        return int(a) + int(b)
+    return np.asarray(a, dtype=np.int64) + np.asarray(b, dtype=np.int64)
+
+
+def make_view(st: State, ctx: Ctx, loc: Loc, parent: Ref, rel: list[Any],
+              sizes: tuple[int, ...], squeeze: tuple[int, ...]) -> Ref:
+    """The sub-view ``parent[rel : rel + sizes]`` (bounds-checked in every mode)."""
+    axes = parent.visible_axes()
+    psizes = tuple(parent.sizes[m] for m in axes)
+    bad = bounds_violation(rel, sizes, psizes, ctx.lead)
+    if bad is not None:
+        pos, d = bad
+        here = [int(np.broadcast_to(s, ctx.lead).reshape(-1)[pos]) if np.ndim(s) else int(s)
+                for s in rel]
+        s = here[d]
+        tpos = [0] * len(axes)
+        tpos[d] = 0 if s < 0 else psizes[d] - s
+        index = [here[i] + (tpos[i] if i == d else 0) for i in range(len(axes))]
+        base = [int(np.broadcast_to(parent.starts[m], ctx.lead).reshape(-1)[pos])
+                if np.ndim(parent.starts[m]) else int(parent.starts[m]) for m in axes]
+        index = [b + i for b, i in zip(base, index)]
+        mem = parent.mem
+        what = f"{mem.label} of shape {tuple(mem.dims)[int(getattr(mem, 'batched', 0)):]}"
+        vis = [f"{h}:{h + n}" if i not in squeeze else str(h)
+               for i, (h, n) in enumerate(zip(here, sizes))]
+        raise st.report(OOB, f"access [{', '.join(vis)}] of {what}: axis {d} is outside "
+                        f"[0, {psizes[d]})", loc, pid=int(ctx.pid_flat[pos]), index=index,
+                        position=tpos, shape=sizes, memory=mem.name)
+    starts = list(parent.starts)
+    new_sizes = list(parent.sizes)
+    for i, m in enumerate(axes):
+        starts[m] = _add(parent.starts[m], rel[i])
+        new_sizes[m] = sizes[i]
+    hidden = tuple(sorted(parent.squeeze + tuple(axes[i] for i in squeeze)))
+    return Ref(parent.mem, tuple(starts), tuple(new_sizes), hidden)
+
+
+@step_rule(M.View)
+def _view(c: Compiler, instr: Instr) -> Step:
+    op = instr.op
+    assert isinstance(op, M.View)
+    src = c.slot(instr.operands[0])
+    starts = [c.slot(v) for v in instr.operands[1:]]
+    out = c.slot(instr.results[0])
+    sizes, squeeze, loc = tuple(op.sizes), tuple(op.squeeze), instr.loc
+
+    def step(fr: Frame) -> None:
+        r = fr.regs
+        r[out] = make_view(fr.st, fr.ctx, loc, r[src], [r[s] for s in starts], sizes, squeeze)
+    return step
+
+
+@step_rule(M.Select)
+def _select(c: Compiler, instr: Instr) -> Step:
+    idx = c.slot(instr.operands[0])
+    bufs = [c.slot(v) for v in instr.operands[1:]]
+    out = c.slot(instr.results[0])
+    loc = instr.loc
+
+    def step(fr: Frame) -> None:
+        i = fr.regs[idx]
+        if np.ndim(i):
+            flat = np.asarray(i).reshape(-1)
+            if (flat != flat[0]).any():
+                raise UnsupportedError("tiles index a list of memories with different values "
+                                       "in one op", loc=loc, hint="use the same index in "
+                                       "every tile (e.g. a loop-carried pipeline stage)")
+            i = flat[0]
+        k = int(i)
+        if not -len(bufs) <= k < len(bufs):
+            raise fr.st.report(OOB, f"index {k} of a list of {len(bufs)} memories", loc,
+                               pid=int(fr.ctx.pid_flat[0]), index=(k,))
+        fr.regs[out] = fr.regs[bufs[k]]
+    return step
+
+
+@step_rule(M.Load, M.LoadVector)
+def _load(c: Compiler, instr: Instr) -> Step:
+    src = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+    fn = G.load if _is_global(instr.operands[0]) else S.load
+    loc = instr.loc
+    width = instr.op.width if isinstance(instr.op, M.LoadVector) else 0
+
+    def step(fr: Frame) -> None:
+        ref = fr.regs[src]
+        if width and fr.st.checked:
+            _aligned(fr, loc, ref, width)
+        fr.regs[out] = fn(fr.st, fr.ctx, loc, ref)
+    return step
+
+
+def _aligned(fr: Frame, loc: Loc, ref: Ref, width: int) -> None:
+    axis = ref.visible_axes()[-1]
+    start = np.asarray(ref.starts[axis])
+    bad = (start % width) != 0
+    if np.any(bad):
+        pos = int(np.flatnonzero(np.broadcast_to(bad, fr.ctx.lead))[0]) if start.ndim else 0
+        s = int(np.broadcast_to(start, fr.ctx.lead).reshape(-1)[pos])
+        raise fr.st.report(MISALIGNED, f"vector access of width {width} starts at element "
+                           f"{s} of {ref.mem.label}", loc, pid=int(fr.ctx.pid_flat[pos]),
+                           index=(s,), position=(0,), shape=(width,))
+
+
+@step_rule(M.Store, M.Update, M.StoreVector)
+def _store(c: Compiler, instr: Instr) -> Step:
+    dst, val = c.slot(instr.operands[0]), c.slot(instr.operands[1])
+    op = instr.op.op if isinstance(instr.op, M.Update) else None
+    is_global = _is_global(instr.operands[0])
+    vector = isinstance(instr.op, M.StoreVector)
+    loc = instr.loc
+
+    def step(fr: Frame) -> None:
+        ref = fr.regs[dst]
+        if vector and fr.st.checked:
+            _aligned(fr, loc, ref, ref.shape[-1])
+        if is_global:
+            G.store(fr.st, fr.ctx, loc, ref, fr.regs[val], op)
+        else:
+            S.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op)
+    return step
+
+
+@step_rule(M.CpAsync)
+def _cp_async(c: Compiler, instr: Instr) -> Step:
+    dst, src = c.slot(instr.operands[0]), c.slot(instr.operands[1])
+    loc = instr.loc
+
+    def step(fr: Frame) -> None:
+        st, ctx = fr.st, fr.ctx
+        value = G.load(st, ctx, loc, fr.regs[src])
+        S.write(st, ctx, loc, fr.regs[dst], value, copy=True)
+        st.open_used[ctx.flat_index()] = True
+    return step
+
+
+@step_rule(M.CpCommitGroup, M.CpWaitGroup, M.Barrier, M.AllocShared)
+def _sync(c: Compiler, instr: Instr) -> Step:
+    op, loc = instr.op, instr.loc
+    if isinstance(op, M.CpCommitGroup):
+        return lambda fr: S.commit(fr.st, fr.ctx)
+    if isinstance(op, M.CpWaitGroup):
+        n = op.n
+        return lambda fr: S.wait(fr.st, fr.ctx, n)
+    if isinstance(op, M.Barrier):
+        return lambda fr: S.barrier(fr.st, fr.ctx, loc)
+    assert isinstance(op, M.AllocShared)
+    out = c.slot(instr.results[0])
+    shape, element = tuple(op.shape), op.element
+
+    def step(fr: Frame) -> None:
+        fr.regs[out] = S.alloc(fr.st, fr.ctx, loc, shape, element)
+    return step
+
+
+__all__ = ["make_view"]

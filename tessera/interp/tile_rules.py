@@ -1,0 +1,267 @@
+"""Compute rules of the tile simulator, keyed by op class.
+
+Each rule builds, once per compiled kernel, an ``impl`` closure over its operand
+*values* (NumPy arrays with leading program axes, see
+:mod:`tessera.interp.tile_context`). Every impl works for any number of program axes:
+reductions and transposes address tile axes from the end, and NumPy broadcasting
+lines up a uniform tile with a per-program one. Rounding follows
+:mod:`tessera.interp.tile_numeric`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.tile_mem import poison
+from tessera.interp.tile_mma import mma
+from tessera.interp.tile_numeric import F64, Num, num, to_f64, to_storage
+from tessera.ir import tile as T
+from tessera.ir import tile_compute as C
+from tessera.ir import tile_memory as M
+from tessera.ir.core import Instr, Op
+from tessera.ir.types import TensorType
+
+Impl = Callable[..., Any]
+#: op class -> (instr, fast) -> impl over operand values
+IMPLS: dict[type[Op], Callable[[Instr, bool], Impl]] = {}
+
+
+def rule(*classes: type[Op]) -> Callable[[Callable[[Instr, bool], Impl]],
+                                         Callable[[Instr, bool], Impl]]:
+    def register(fn: Callable[[Instr, bool], Impl]) -> Callable[[Instr, bool], Impl]:
+        for cls in classes:
+            IMPLS[cls] = fn
+        return fn
+    return register
+
+
+def _num_in(instr: Instr, k: int = 0) -> Num:
+    t = instr.operands[k].type
+    assert isinstance(t, TensorType)
+    return num(t.element)
+
+
+def _num_out(instr: Instr) -> Num:
+    t = instr.results[0].type
+    assert isinstance(t, TensorType)
+    return num(t.element)
+
+
+_BINARY = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply, C.Div: np.true_divide,
+           C.FloorDiv: np.floor_divide, C.Mod: np.mod, C.Maximum: np.maximum,
+           C.Minimum: np.minimum}
+_COMPARE = {C.Lt: np.less, C.Le: np.less_equal, C.Gt: np.greater, C.Ge: np.greater_equal,
+            C.Eq: np.equal, C.Ne: np.not_equal}
+#: ops that keep an mma accumulator wide (they only add, subtract, select or move data)
+WIDE_OK = (C.Add, C.Sub, C.Neg, C.Abs, C.Where, C.CausalMask, C.Broadcast, C.Reshape,
+           C.Transpose)
+
+
+@rule(*_BINARY)
+def _binary(instr: Instr, fast: bool) -> Impl:
+    fn = _BINARY[type(instr.op)]
+    n = _num_in(instr)
+    if isinstance(instr.op, (C.Add, C.Sub)) and n.can_be_wide and not fast:
+        def wide(x: Any, y: Any) -> Any:
+            if x.dtype == F64 or y.dtype == F64:
+                return fn(to_f64(x), to_f64(y))
+            return n.result(fn(n.compute(x), n.compute(y)))
+        return wide
+    if n.native:
+        return lambda x, y: n.result(fn(n.narrow(x), n.narrow(y)))
+    return lambda x, y: n.result(fn(n.compute(x), n.compute(y)))
+
+
+@rule(C.Pow)
+def _pow(instr: Instr, fast: bool) -> Impl:
+    n = _num_in(instr)
+    if n.kind != "float" or fast:
+        return lambda x, y: n.result(np.power(n.compute(x), n.compute(y)))
+    return lambda x, y: n.result(np.power(to_f64(n.narrow(x)), to_f64(n.narrow(y))))
+
+
+@rule(*_COMPARE)
+def _compare(instr: Instr, fast: bool) -> Impl:
+    fn = _COMPARE[type(instr.op)]
+    n = _num_in(instr)
+    return lambda x, y: fn(n.compute(x), n.compute(y))
+
+
+@rule(C.And, C.Or)
+def _logical(instr: Instr, fast: bool) -> Impl:
+    fn = np.logical_and if isinstance(instr.op, C.And) else np.logical_or
+    return lambda x, y: fn(x, y)
+
+
+@rule(C.Neg, C.Abs)
+def _sign(instr: Instr, fast: bool) -> Impl:
+    fn = np.negative if isinstance(instr.op, C.Neg) else np.abs
+    n = _num_in(instr)
+    if n.can_be_wide and not fast:
+        return lambda x: fn(x) if x.dtype == F64 else n.result(fn(n.compute(x)))
+    return lambda x: n.result(fn(n.compute(x)))
+
+
+@rule(C.Not)
+def _not(instr: Instr, fast: bool) -> Impl:
+    return np.logical_not
+
+
+@rule(C.Exp, C.Log, C.Sqrt, C.Trunc)
+def _math(instr: Instr, fast: bool) -> Impl:
+    fn = {C.Exp: np.exp, C.Log: np.log, C.Sqrt: np.sqrt, C.Trunc: np.trunc}[type(instr.op)]
+    n = _num_in(instr)
+    if fast or n.kind != "float" or isinstance(instr.op, (C.Sqrt, C.Trunc)) or n.sd == F64:
+        # sqrt and trunc of float32 are correctly rounded natively
+        return lambda x: n.result(fn(n.compute(x)))
+    # transcendentals: float64, rounded once (as the Graph IR interpreter does)
+    if n.sd == np.float32:
+        def f32_out(x: Any) -> Any:  # one pass: compute in f64, cast (RNE) per buffer
+            x = n.narrow(x)
+            out = np.empty(np.shape(x), np.float32)
+            return fn(x, out=out, dtype=np.float64, casting="unsafe")
+        return f32_out
+    return lambda x: n.result(fn(to_f64(n.narrow(x))))
+
+
+@rule(C.Where)
+def _where(instr: Instr, fast: bool) -> Impl:
+    n = _num_out(instr)
+
+    def impl(c: Any, x: Any, y: Any) -> Any:
+        if n.can_be_wide and not fast and (x.dtype == F64 or y.dtype == F64):
+            return np.where(c, to_f64(x), to_f64(y))
+        return np.where(c, n.narrow(x), n.narrow(y))
+    return impl
+
+
+@rule(C.Cast)
+def _cast(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Cast)
+    to = op.to
+    src = _num_in(instr)
+    if num(to).kind == "bool" and src.kind != "bool":
+        return lambda x: np.asarray(x) != 0
+    return lambda x: to_storage(x, to)
+
+
+@rule(C.Full, T.Constant)
+def _constant(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    n = _num_out(instr)
+    shape = op.shape if isinstance(op, C.Full) else ()
+    value = to_storage(np.full(shape, op.value, dtype=np.float64 if n.kind == "float"
+                               else n.sd), op.element)
+    value = np.array(value, dtype=n.sd)
+    value.setflags(write=False)
+    return lambda: value
+
+
+@rule(M.AllocRegister)
+def _register(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, M.AllocRegister)
+    value = poison(op.shape, num(op.element).sd)
+    value.setflags(write=False)
+    return lambda: value
+
+
+@rule(C.Broadcast)
+def _broadcast(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Broadcast)
+    src = instr.operands[0].type
+    assert isinstance(src, TensorType)
+    r_in = src.rank
+    expand = [1] * len(op.shape)
+    for size, d in zip(src.shape, op.dims):
+        expand[d] = size
+    ex, shape = tuple(expand), tuple(op.shape)
+
+    def impl(x: Any) -> Any:
+        x = np.asarray(x)
+        lead = x.shape[:x.ndim - r_in]
+        return np.broadcast_to(x.reshape(lead + ex), lead + shape)
+    return impl
+
+
+@rule(C.Reshape)
+def _reshape(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Reshape)
+    src = instr.operands[0].type
+    assert isinstance(src, TensorType)
+    r_in, shape = src.rank, tuple(op.shape)
+    return lambda x: np.reshape(x, np.shape(x)[:np.ndim(x) - r_in] + shape)
+
+
+@rule(C.Transpose)
+def _transpose(instr: Instr, fast: bool) -> Impl:
+    return lambda x: np.swapaxes(x, -1, -2)
+
+
+@rule(C.Reduce)
+def _reduce(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Reduce)
+    src = instr.operands[0].type
+    assert isinstance(src, TensorType)
+    axis = op.axis % src.rank - src.rank  # from the end: works with program axes
+    n = _num_in(instr)
+    if op.kind != "sum":
+        fn = np.max if op.kind == "max" else np.min
+        return lambda x: fn(n.narrow(x), axis=axis)
+    if fast or n.kind != "float":
+        return lambda x: n.result(np.sum(n.compute(x), axis=axis))
+
+    def exact_sum(x: Any) -> Any:
+        # float64 accumulation, NumPy's pairwise order over a C-contiguous row: a fixed
+        # order for a given row length, whatever the tile's layout in memory
+        xc = np.ascontiguousarray(np.moveaxis(n.narrow(x), axis, -1))
+        return n.result(np.add.reduce(xc, axis=-1, dtype=np.float64))
+    return exact_sum
+
+
+@rule(C.Mma)
+def _mma(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Mma)
+    acc = num(op.accum)
+    na, nb = _num_in(instr, 0), _num_in(instr, 1)
+    if len(instr.operands) == 3:
+        return lambda a, b, c: mma(na.narrow(a), nb.narrow(b), c, acc, fast)
+    return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast)
+
+
+@rule(C.CausalMask)
+def _causal(instr: Instr, fast: bool) -> Impl:
+    t = instr.operands[0].type
+    assert isinstance(t, TensorType)
+    m, n_ = t.shape
+    rows = np.arange(m, dtype=np.int64)[:, None]
+    cols = np.arange(n_, dtype=np.int64)[None, :]
+    n = num(t.element)
+
+    def impl(s: Any, q0: Any, k0: Any) -> Any:
+        q = np.asarray(q0)[..., None, None] + rows
+        k = np.asarray(k0)[..., None, None] + cols
+        if not (n.can_be_wide and not fast and s.dtype == F64):
+            s = n.narrow(s)
+        return np.where(q >= k, s, np.array(-np.inf, dtype=s.dtype))
+    return impl
+
+
+@rule(T.LaneId)
+def _lanes(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, T.LaneId)
+    value = np.arange(op.lanes, dtype=np.int64)
+    value.setflags(write=False)
+    return lambda: value
+
+
+__all__ = ["IMPLS", "WIDE_OK", "Impl", "rule"]

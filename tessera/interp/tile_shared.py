@@ -1,0 +1,294 @@
+"""Shared memory: allocation, loads, writes, async copies and barriers, with the checks.
+
+Checked mode keeps, per buffer and element, whether it was ever written (reading one
+that was not is an *uninitialised read*), the async-copy group that last filled it (a
+read before that group completed is *async copy not waited*) and — when groups have
+more than one tile — which tile wrote and which read it since the last barrier (two
+tiles touching one element between barriers, one writing, is a *race*). A barrier
+reached by only some tiles of a group is a *divergent barrier*.
+
+Async copies move the data at once and record their copy group; ``cp_wait_group(n)``
+and ``barrier()`` mark groups complete. Copy groups are per tile: ``commit`` closes the
+open group (possibly empty), ``wait(n)`` first commits implicitly, then completes all
+but the ``n`` most recent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import Loc
+from tessera.interp.tile_access import Plan
+from tessera.interp.tile_context import Ctx, bcast
+from tessera.interp.tile_errors import ASYNC, DIVERGENT, RACE, UNINIT
+from tessera.interp.tile_global import rmw_rounds
+from tessera.interp.tile_mem import GroupArray, Ref, SharedMem
+from tessera.interp.tile_numeric import combine, to_storage
+from tessera.interp.tile_state import State, element_at, first_true, pid_at
+
+
+def _plan(ctx: Ctx, ga_shape: tuple[int, ...], ng: int, ref: Ref,
+          expand: bool = False) -> tuple[Plan, list[Any]]:
+    """The access of ``ref`` in a storage of shape ``ga_shape`` (group axes first)."""
+    starts = [ctx.gcoords[k] if ga_shape[k] > 1 else 0 for k in range(ng)]
+    starts += list(ref.starts)
+    sizes = (1,) * ng + tuple(ref.sizes)
+    squeeze = tuple(range(ng)) + tuple(ng + d for d in ref.squeeze)
+    return Plan(starts, sizes, squeeze, ctx.nlead, expand=ctx.lead if expand else None), \
+        starts
+
+
+def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: Plan,
+            starts: list[Any], mask: np.ndarray) -> Exception:
+    pos = first_true(np.broadcast_to(mask, plan.shape) if mask.shape != plan.shape else mask)
+    n = len(plan.pshape)
+    ppos, tpos = pos[:n], pos[n:]
+    index = element_at(ctx, starts, plan.squeeze, plan.pshape, ppos, tpos)
+    ng = len(starts) - len(ref.starts)
+    return st.report(kind, text, loc, pid=pid_at(ctx, plan.pshape, ppos), index=index[ng:],
+                     position=tpos, shape=plan.tile_shape, memory=ref.mem.name)
+
+
+def _local(ctx: Ctx, shape: tuple[int, ...]) -> np.ndarray:
+    full = bcast(ctx.coords[-1], ctx.lead)
+    return bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
+
+
+def _done(st: State, ctx: Ctx, nt: int) -> np.ndarray:
+    d = st.done_upto[ctx.pid_flat].reshape(ctx.lead)
+    return d.reshape(ctx.lead + (1,) * nt)
+
+
+def alloc(st: State, ctx: Ctx, loc: Loc, shape: tuple[int, ...], element: Any) -> Ref:
+    """A fresh, poisoned buffer for every group running here (a collective op)."""
+    if st.checked:
+        check_converged(st, ctx, loc, "alloc_shared (a collective op)")
+    ng = len(ctx.group_shape)
+    mem = SharedMem(shape, element, ng, loc, st.checked)
+    if st.checked and st.geom.group_size > 1:
+        mem.writer = np.full(ctx.group_shape + shape, -1, np.int32)
+        mem.reader = np.full(ctx.group_shape + shape, -1, np.int32)
+    st.shared.append(mem)
+    return Ref(mem, (0,) * len(shape), shape, ())
+
+
+def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
+    """The tile of ``ref`` in every program."""
+    mem: SharedMem = ref.mem
+    ng = mem.data.ng
+    if st.checked:
+        nt = len(ref.shape)
+        if mem.init is not None:
+            plan, starts = _plan(ctx, mem.init.arr.shape, ng, ref)
+            ok = plan.view(mem.init.arr)
+            if not ok.all():
+                raise _report(st, ctx, UNINIT, f"read of {mem.name} before anything was "
+                              "written there", loc, ref, plan, starts, ~ok)
+        if mem.tag is not None:
+            plan, starts = _plan(ctx, mem.tag.arr.shape, ng, ref)
+            tag = plan.view(mem.tag.arr)
+            pending = (tag >= 0) & (tag >= _done(st, ctx, nt))
+            if pending.any():
+                plan_x, starts = _plan(ctx, mem.tag.arr.shape, ng, ref, expand=True)
+                raise _report(st, ctx, ASYNC, f"read of {mem.name} while the cp_async into "
+                              "it has not completed", loc, ref, plan_x, starts,
+                              np.broadcast_to(pending, plan_x.shape))
+        if mem.writer is not None:
+            _race_read(st, ctx, loc, ref)
+    plan, _ = _plan(ctx, mem.data.arr.shape, ng, ref)
+    val = plan.view(mem.data.arr)
+    if plan.index is None:
+        mem.data.exported = True
+    return val
+
+
+def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
+    mem: SharedMem = ref.mem
+    assert mem.writer is not None and mem.reader is not None
+    plan, starts = _plan(ctx, mem.writer.shape, mem.data.ng, ref, expand=True)
+    me = _local(ctx, plan.shape)
+    w = plan.view(mem.writer)
+    bad = (w >= 0) & (w != me)
+    if bad.any():
+        other = int(w[first_true(bad)])
+        raise _report(st, ctx, RACE, f"read of {mem.name} written by local tile {other} "
+                      "of the same group with no barrier in between", loc, ref, plan,
+                      starts, bad)
+    r = plan.view(mem.reader)
+    new = np.where((r == -1) | (r == me), me, -2)
+    plan.write(mem.reader, new)
+    if not plan.injective(mem.reader.shape):
+        dup = plan.view(mem.reader) != new
+        if dup.any():
+            plan.write_mask(mem.reader, dup, -2)
+
+
+def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = None,
+          copy: bool = False) -> None:
+    """Store (``op`` None), read-modify-write (``op``) or async-copy (``copy``) into
+    ``ref`` in every program."""
+    mem: SharedMem = ref.mem
+    ng = mem.data.ng
+    gs = st.geom.group_size
+    if op is None and not ctx.flat and ref.whole() and not (st.checked and gs > 1):
+        return _write_whole(st, ctx, loc, ref, value, copy)
+    if st.checked:
+        _check_write(st, ctx, loc, ref)
+    arr = mem.data.expanded(ctx.group_shape)
+    plan, _ = _plan(ctx, arr.shape, ng, ref, expand=True)
+    if op is None:
+        plan.write(arr, to_storage(value, mem.element))
+    elif plan.injective(arr.shape):
+        plan.write(arr, combine(plan.view(arr), value, op, mem.element))
+    else:
+        rmw_rounds(arr, plan, value, op, mem.element)
+    if mem.init is not None:
+        init = mem.init.expanded(ctx.group_shape)
+        plan.write(init, True)
+    if copy or mem.tag is not None:
+        if mem.tag is None:
+            mem.tag = GroupArray(np.full((1,) * ng + mem.shape, -1, np.int32), ng)
+        tag = mem.tag.expanded(ctx.group_shape)
+        ids = st.open_id[ctx.pid_flat].reshape(ctx.lead)
+        plan.write(tag, ids.reshape(ctx.lead + (1,) * len(ref.shape)) if copy else -1)
+    if mem.writer is not None:
+        plan.write(mem.writer, _local(ctx, plan.shape))
+
+
+def _write_whole(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, copy: bool) -> None:
+    """Every group overwrites its whole buffer: replace the storage, keeping the
+    value's compression along the group axes."""
+    mem: SharedMem = ref.mem
+    ng = mem.data.ng
+    nt = len(mem.shape)
+    if st.checked and mem.tag is not None:  # one tile per group here (checked)
+        done = st.done_upto[ctx.pid_flat].reshape(ctx.lead)[..., 0]
+        tag = mem.tag.arr
+        if np.any((tag >= 0) & (tag >= done.reshape(done.shape + (1,) * nt))):
+            _check_write(st, ctx, loc, ref)  # names the tile and element
+    v = np.asarray(to_storage(value, mem.element))
+    r = len(ref.shape)  # the view may hide size-1 axes of the buffer (buf[0] of a (1,))
+    v = v.reshape(v.shape[:v.ndim - r] + mem.shape)
+    if v.ndim > nt:  # program axes: drop the local axis (size 1 with one tile per group)
+        v = v[(slice(None),) * (ctx.nlead - 1) + (-1,)]
+    else:
+        v = v.reshape((1,) * ng + v.shape)
+    mem.data.replace(v)
+    if mem.init is not None:
+        mem.init = None
+    if copy:
+        ids = st.open_id[ctx.pid_flat].reshape(ctx.lead)[(slice(None),) * (ctx.nlead - 1)
+                                                         + (-1,)]
+        if np.all(ids == ids.flat[0]):
+            ids = ids.reshape(-1)[:1].reshape((1,) * ng)
+        mem.tag = GroupArray(np.broadcast_to(ids.reshape(ids.shape + (1,) * nt),
+                                             ids.shape + mem.shape), ng)
+    else:
+        mem.tag = None
+
+
+def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
+    mem: SharedMem = ref.mem
+    ng = mem.data.ng
+    if mem.tag is not None:
+        plan, starts = _plan(ctx, mem.tag.arr.shape, ng, ref, expand=True)
+        tag = plan.view(mem.tag.arr)
+        pending = (tag >= 0) & (tag >= _done(st, ctx, len(ref.shape)))
+        if pending.any():
+            raise _report(st, ctx, ASYNC, f"write to {mem.name} while an earlier cp_async "
+                          "into it has not completed", loc, ref, plan, starts, pending)
+    if mem.writer is None or mem.reader is None:
+        return
+    plan, starts = _plan(ctx, mem.writer.shape, ng, ref, expand=True)
+    me = _local(ctx, plan.shape)
+    w = plan.view(mem.writer)
+    bad = (w >= 0) & (w != me)
+    if bad.any():
+        other = int(w[first_true(bad)])
+        raise _report(st, ctx, RACE, f"write/write race on {mem.name}: local tile {other} "
+                      "of the same group wrote it with no barrier in between", loc, ref, plan,
+                      starts, bad)
+    r = plan.view(mem.reader)
+    bad = (r == -2) | ((r >= 0) & (r != me))
+    if bad.any():
+        other = int(r[first_true(bad)])
+        who = "several tiles" if other == -2 else f"local tile {other}"
+        raise _report(st, ctx, RACE, f"read/write race on {mem.name}: {who} of the same "
+                      "group read it with no barrier in between", loc, ref, plan, starts, bad)
+    if not plan.injective(mem.writer.shape):
+        offs = plan.offsets(mem.writer.shape).reshape(-1)
+        order = np.argsort(offs, kind="stable")
+        same = offs[order[1:]] == offs[order[:-1]]
+        mask = np.zeros(offs.size, bool)
+        mask[order[1:][same]] = True
+        other = int(me.reshape(-1)[order[:-1][same][0]])
+        raise _report(st, ctx, RACE, f"write/write race on {mem.name}: local tile {other} "
+                      "of the same group writes it in the same op", loc, ref, plan, starts,
+                      mask.reshape(plan.shape))
+
+
+def check_converged(st: State, ctx: Ctx, loc: Loc, what: str) -> None:
+    """Every tile of every group present here must be present (barriers, collectives)."""
+    gs = st.geom.group_size
+    if not ctx.flat or gs == 1:
+        return
+    groups = bcast(ctx.group_flat, ctx.lead).reshape(-1)
+    counts = np.bincount(groups, minlength=st.geom.n_groups)
+    partial = np.flatnonzero((counts > 0) & (counts < gs))
+    if partial.size:
+        g = int(partial[0])
+        present = ctx.pid_flat[groups == g]
+        missing = sorted(set(range(g * gs, (g + 1) * gs)) - set(present.tolist()))
+        raise st.report(DIVERGENT, f"{what} reached by {len(present)} of the {gs} tiles of "
+                        f"the group; {st.geom.who(missing[0])['text']} did not arrive", loc,
+                        pid=int(present[0]))
+
+
+def barrier(st: State, ctx: Ctx, loc: Loc) -> None:
+    """Group-wide barrier: phase boundary for the race shadows, copies complete."""
+    if st.checked:
+        check_converged(st, ctx, loc, "barrier")
+    if ctx.whole:
+        st.epoch += 1
+    else:
+        present = np.zeros(st.epoch.size, bool)
+        present[ctx.group_flat] = True
+        st.epoch[present] += 1
+    idx = ctx.flat_index()
+    st.open_id[idx] += st.open_used[idx]
+    st.open_used[idx] = False
+    st.done_upto[idx] = st.open_id[idx]
+    for mem in st.shared:
+        if not ctx.flat:
+            mem.tag = None
+            if mem.writer is not None and mem.reader is not None:
+                mem.writer.fill(-1)
+                mem.reader.fill(-1)
+            continue
+        gidx = tuple(np.asarray(c) if np.ndim(c) else np.zeros(ctx.size, np.int64)
+                     for c in ctx.gcoords)
+        if mem.tag is not None:
+            mem.tag.expanded(ctx.group_shape)[gidx] = -1
+        if mem.writer is not None and mem.reader is not None:
+            mem.writer[gidx] = -1
+            mem.reader[gidx] = -1
+
+
+def commit(st: State, ctx: Ctx) -> None:
+    """Close each tile's open copy group."""
+    idx = ctx.flat_index()
+    st.open_id[idx] += 1
+    st.open_used[idx] = False
+
+
+def wait(st: State, ctx: Ctx, n: int) -> None:
+    """Complete all but the ``n`` most recent committed copy groups of each tile."""
+    idx = ctx.flat_index()
+    st.open_id[idx] += st.open_used[idx]
+    st.open_used[idx] = False
+    st.done_upto[idx] = np.maximum(st.done_upto[idx], st.open_id[idx] - n)
+
+
+__all__ = ["alloc", "barrier", "check_converged", "commit", "load", "wait", "write"]
