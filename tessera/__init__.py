@@ -83,15 +83,11 @@ from tessera.frontend.ops import (
     where,
 )
 from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.mesh_sim import (
-    DistTensor,
-    ShardSpec,
-    all_gather,
-    all_reduce,
-    all_to_all,
-    reduce_scatter,
-)
+from tessera.mesh_sim import DistTensor, ShardSpec
 from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError, ShardingError
+from tessera.mesh_sim.launch import index_launch
+from tessera.mesh_sim.regions import Region, RegionConflictError, RegionError, read, reduce, write
+from tessera.mesh_sim.spmd.api import all_gather, all_reduce, all_to_all, reduce_scatter
 from tessera.numerics import (
     DType,
     Policy,
@@ -140,6 +136,7 @@ tensor = as_tensor
 __all__ = [
     "DType",
     "Policy",
+    "Region",
     "ShardSpec",
     "Tensor",
     "TesseraError",
@@ -173,6 +170,7 @@ __all__ = [
     "grad",
     "graph",
     "ifft",
+    "index_launch",
     "inspect_ir",
     "int8",
     "int32",
@@ -184,6 +182,8 @@ __all__ = [
     "mse",
     "op",
     "precision_policy",
+    "read",
+    "reduce",
     "relu",
     "softmax",
     "stochastic_round",
@@ -191,4 +191,5 @@ __all__ = [
     "tile",
     "value_and_grad",
     "vjp",
+    "write",
 ]

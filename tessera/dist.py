@@ -12,6 +12,10 @@ Build a mesh, lay a tensor out on it, and move it between placements::
 All devices are virtual devices of the mesh simulator (:mod:`tessera.mesh_sim`), unless
 a GPU backend maps them. Collectives reduce in rank order and are bit-reproducible.
 ``dist.mpi`` holds the same all-reduce spread over MPI ranks (imported on first use).
+
+The collectives also take traced values: under ``@ts.jit`` they are placement changes of
+global values, in ``dist.index_launch`` bodies they combine the values of all indices
+(docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -30,24 +34,29 @@ from tessera.mesh_sim import (
     PlacementError,
     ShardingError,
     ShardSpec,
-    all_gather,
-    all_reduce,
-    all_to_all,
-    broadcast,
     from_numpy,
     from_shards,
     mesh,
-    ppermute,
-    recv,
     reduce_in_order,
-    reduce_scatter,
     relayout,
-    send,
     shard_slices,
     shift,
     split_offsets,
     tensor,
 )
+from tessera.mesh_sim.launch import axis_index, index_launch
+from tessera.mesh_sim.regions import Region, RegionConflictError, RegionError, read, reduce, write
+from tessera.mesh_sim.spmd.api import (  # these also work on traced values (jit, launches)
+    all_gather,
+    all_reduce,
+    all_to_all,
+    broadcast,
+    ppermute,
+    recv,
+    reduce_scatter,
+    send,
+)
+from tessera.mesh_sim.spmd.depend import LaunchGraph, launch_graph
 
 
 def __getattr__(name: str) -> Any:
@@ -60,9 +69,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "Mesh", "MeshError",
-    "MeshShapeError", "PlacementError", "ShardSpec", "ShardingError", "all_gather",
-    "all_reduce", "all_to_all", "broadcast", "from_numpy", "from_shards", "mesh",
-    "ppermute", "recv", "reduce_in_order", "reduce_scatter", "relayout", "send",
-    "shard_slices", "shift", "split_offsets", "tensor",
+    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "LaunchGraph", "Mesh",
+    "MeshError", "MeshShapeError", "PlacementError", "Region", "RegionConflictError",
+    "RegionError", "ShardSpec", "ShardingError", "all_gather", "all_reduce", "all_to_all",
+    "axis_index", "broadcast", "from_numpy", "from_shards", "index_launch", "launch_graph",
+    "mesh", "ppermute", "read", "recv", "reduce", "reduce_in_order", "reduce_scatter",
+    "relayout", "send", "shard_slices", "shift", "split_offsets", "tensor", "write",
 ]

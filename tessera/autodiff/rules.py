@@ -264,3 +264,52 @@ def _embed(op: g.Embed, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any]
     stops = tuple(lo + (n - 1) * st + 1 if n else lo
                   for lo, n, st in zip(op.starts, xs[0].shape, op.steps))
     return [o.bind(g.Slice(op.starts, stops, op.steps), cts[0])[0]]
+
+
+# -------------------------------------------------------------------------- collectives
+# Under @ts.jit a collective is the identity on the global value and changes only its
+# placement, so its adjoint is the identity on the cotangent, placed back like the
+# operand: all_gather <-> reduce_scatter, all_reduce <-> all_reduce, all_to_all <->
+# all_to_all with the dims swapped, shard <-> all_gather, ppermute <-> the inverse
+# permutation. A replicated cotangent is one contribution (docs/distributed.md), so a
+# reduce_scatter or all_reduce of it sums nothing: distributed gradients equal the
+# single-device gradients of the same program, never counted once per device.
+def _gathered_dim(op: g.AllGather, x: Any) -> int | None:
+    s = getattr(x.type, "sharding", None)
+    if s is None:
+        return op.dim
+    dims = {s.dim_of(a) for a in g.axis_names(op.axis)} - {None}
+    return dims.pop() if dims else None
+
+
+@rule(g.AllGather)
+def _all_gather(op: g.AllGather, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+                needs: Sequence[bool]) -> list[Any]:
+    dim = _gathered_dim(op, xs[0])
+    if dim is None:  # nothing was gathered: one device, or a replicated operand
+        return [cts[0]]
+    return [o.bind(g.ReduceScatter(op.axis, dim), cts[0])[0]]
+
+
+@rule(g.ReduceScatter, g.Shard)
+def _scatter(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+             needs: Sequence[bool]) -> list[Any]:
+    return [o.bind(g.AllGather(op.axis), cts[0])[0]]
+
+
+@rule(g.AllReduce)
+def _all_reduce(op: g.AllReduce, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+                needs: Sequence[bool]) -> list[Any]:
+    # max, min and mean are the identity on the global value they accept (docs).
+    return [o.bind(g.AllReduce(op.axis), cts[0])[0] if op.op == "sum" else cts[0]]
+
+
+@rule(g.AllToAll)
+def _all_to_all(op: g.AllToAll, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+                needs: Sequence[bool]) -> list[Any]:
+    return [o.bind(g.AllToAll(op.axis, op.concat_dim, op.split_dim), cts[0])[0]]
+
+
+VJP[g.MeshBroadcast] = lambda op, xs, ys, cts, needs: [cts[0]]
+VJP[g.Ppermute] = lambda op, xs, ys, cts, needs: [
+    o.bind(g.Ppermute(op.axis, tuple((d, s) for s, d in op.perm)), cts[0])[0]]

@@ -6,6 +6,10 @@ specialisation constant. Annotations (``ts.Tensor["B", "D", bf16 @accum(f32)]``)
 checked at call time: dim symbols bind consistently across arguments and values are
 converted to the declared element type. Called on traced values (inside another traced
 function) the function is inlined.
+
+DistTensor arguments (``ts.dist``) are traced with their placements; the
+``shard-propagation`` pass places the function and the call runs on their mesh
+(:mod:`tessera.mesh_sim.spmd`), returning DistTensors (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -26,17 +30,21 @@ from tessera.frontend.trace import Trace, Tracer
 from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
+from tessera.mesh_sim.spmd.args import DistArg, one_mesh
+from tessera.mesh_sim.tensor import DistTensor
 from tessera.numerics import DimEnv, DType, Policy, PolicyClass, TensorSpec, element
 
-#: the Graph IR pipeline run after tracing (one flat list of pass names)
-GRAPH_PIPELINE = ["canonicalize", "cse", "dce"]
+#: the Graph IR pipeline run after tracing (one flat list of pass names);
+#: ``shard-propagation`` places functions traced with DistTensor arguments
+GRAPH_PIPELINE = ["canonicalize", "cse", "dce", "shard-propagation"]
 #: the stages of the IR stack, in order; later levels are added by their lowerings
 STAGES = ("graph", "schedule", "tile", "target")
 
 
 def is_array(x: Any) -> bool:
     """Whether ``x`` is traced as a tensor (rather than a static constant)."""
-    return isinstance(x, (np.ndarray, Tensor, Tracer, np.generic)) and not isinstance(x, str)
+    return isinstance(x, (np.ndarray, Tensor, Tracer, np.generic, DistTensor)) and \
+        not isinstance(x, str)
 
 
 def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -111,10 +119,12 @@ class JitFunction:
         return dict(bound.arguments)
 
     def check_annotations(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Bind dim symbols and convert annotated arguments to their declared element."""
+        """Bind dim symbols and convert annotated arguments to their declared element.
+
+        DistTensor arguments become :class:`DistArg` tensors (distributed arguments)."""
         env = DimEnv()
-        out = dict(arguments)
-        for name, value in arguments.items():
+        out = {k: dist_args_in(v) for k, v in arguments.items()}
+        for name, value in list(out.items()):
             spec = self.specs.get(name)
             if spec is None or (not is_array(value) and not isinstance(value, (int, float))):
                 continue
@@ -124,7 +134,7 @@ class JitFunction:
             if spec.element is not None and element(spec.element) != x.type.element:
                 from tessera.frontend.ops import cast
 
-                x = cast(x, spec.element)
+                x = dist_args_in(cast(x, spec.element))
             out[name] = x
         self._env = env
         return out
@@ -134,7 +144,9 @@ class JitFunction:
         leaves, tree = flatten(list(arguments.values()))
         names = _leaf_names(list(arguments), arguments)
         with Trace(self.name) as trace:
-            traced = [trace.param(TensorType(x.shape, x.type.element), names[k])
+            # A DistTensor argument is traced with its placement; others unplaced.
+            traced = [trace.param(x.type if isinstance(x, DistArg) else
+                                  TensorType(x.shape, x.type.element), names[k])
                       if isinstance(x, (Tensor, Tracer)) else x for k, x in enumerate(leaves)]
             call_args = unflatten(tree, traced)
             out = self.fn(*call_args)
@@ -176,7 +188,7 @@ class JitFunction:
         parts = []
         for x in leaves:
             if isinstance(x, Tensor):
-                parts.append(("T", tuple(x.shape), x.type.element))
+                parts.append(("T", tuple(x.shape), x.type.element, x.type.sharding))
             else:
                 try:
                     hash(x)
@@ -203,6 +215,7 @@ class JitFunction:
         if any(isinstance(x, Tracer) for x in leaves):
             arguments = self.check_annotations(self.bind_args(args, kwargs))
             return self._check_result(self.fn(*arguments.values()))
+        one_mesh(leaves)  # distributed arguments must share one mesh
         compiled = self.compile(*args, **kwargs)
         inputs = [x for x in flatten(list(self._arguments.values()))[0]
                   if isinstance(x, Tensor)]
@@ -221,20 +234,36 @@ def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     """Run a compiled function on concrete tensors and rebuild the output structure."""
     from tessera.interp.graph import run_function
 
-    arrays = run_function(compiled.function, [t.array for t in inputs], mode=mode)
-    results = iter(Tensor(a, t.element) for a, t in
-                   zip(arrays, compiled.function.result_types))  # type: ignore[attr-defined]
+    if any(isinstance(t, DistArg) for t in inputs):
+        # Distributed arguments: the placed function runs on their mesh and the
+        # results come back as DistTensors.
+        from tessera.mesh_sim.spmd.execute import run_distributed
+
+        results: Any = iter(run_distributed(compiled.function, inputs, mode))
+    else:
+        arrays = run_function(compiled.function, [t.array for t in inputs], mode=mode)
+        results = iter(Tensor(a, t.element) for a, t in
+                       zip(arrays, compiled.function.result_types))  # type: ignore[attr-defined]
     n = compiled.out_tree.num_leaves
     leaves = [compiled.static_outputs[k] if k in compiled.static_outputs else next(results)
               for k in range(n)]
     return unflatten(compiled.out_tree, leaves)
 
 
+def dist_args_in(tree: Any) -> Any:
+    """``tree`` with every DistTensor leaf made a :class:`DistArg`."""
+    leaves, treedef = flatten(tree)
+    if not any(isinstance(x, DistTensor) for x in leaves):
+        return tree
+    return unflatten(treedef, [DistArg(x) if isinstance(x, DistTensor) else x for x in leaves])
+
+
 def tensors_in(tree: Any) -> Any:
     """``tree`` with every array leaf made a Tensor (other leaves unchanged)."""
     leaves, treedef = flatten(tree)
-    return unflatten(treedef, [as_tensor(x) if is_array(x) and not isinstance(x, Tracer)
-                               else x for x in leaves])
+    return unflatten(treedef, [DistArg(x) if isinstance(x, DistTensor) else as_tensor(x)
+                               if is_array(x) and not isinstance(x, Tracer) else x
+                               for x in leaves])
 
 
 def _lift(x: Tensor) -> Tracer:

@@ -28,6 +28,8 @@ from tessera.frontend.trace import Tracer, current_trace
 from tessera.ir import graph as g
 from tessera.ir.core import Op, Region
 from tessera.ir.types import Dense
+from tessera.mesh_sim.spmd.args import DistArg
+from tessera.mesh_sim.tensor import DistTensor
 from tessera.numerics import DType, element, promote, storage_of, to_f64
 
 Operand = Tracer | Tensor
@@ -38,8 +40,10 @@ e = math.e
 # ------------------------------------------------------------------------------ binding
 def bind(op: Op, *operands: Operand, regions: Sequence[Region] = (),
          result_types: Sequence[Any] | None = None, loc: Loc | None = None) -> list[Operand]:
-    """Apply ``op``: trace it if any operand is traced, else run it now."""
+    """Apply ``op``: trace it if any operand is traced, else run it now (on the mesh
+    of the DistTensor operands when there are any)."""
     loc = loc or user_location()
+    operands = tuple(operand(o) if isinstance(o, DistTensor) else o for o in operands)
     if any(isinstance(o, Tracer) for o in operands) or regions:
         trace = current_trace()
         if trace is None:
@@ -51,6 +55,11 @@ def bind(op: Op, *operands: Operand, regions: Sequence[Region] = (),
             return trace.emit(op, values, loc, regions, result_types)  # type: ignore[return-value]
         except IRVerifyError as err:
             raise ShapeError(err.message, hint=err.hint, loc=loc) from None
+    if any(isinstance(o, DistArg) for o in operands):
+        from tessera.mesh_sim.spmd.eager import run_eager
+
+        return run_eager(op, operands, loc=loc, regions=regions,  # type: ignore[return-value]
+                         result_types=result_types)
     from tessera.interp.graph import run_op
 
     types = [o.type for o in operands]
@@ -77,6 +86,8 @@ def operand(x: Any, like: Operand | None = None) -> Operand:
     """``x`` as a tensor or tracer; a Python scalar takes the format of ``like``."""
     if isinstance(x, (Tracer, Tensor)):
         return x
+    if isinstance(x, DistTensor):
+        return DistArg(x)
     if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return as_tensor(np.asarray(x), _weak_element(x, like))
     return as_tensor(x)

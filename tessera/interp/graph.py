@@ -52,7 +52,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.errors import UNKNOWN_LOC, InterpretError, Loc, TesseraError, user_location
-from tessera.interp import graph_elementwise, graph_reduce, graph_structure  # noqa: F401
+from tessera.interp import (  # noqa: F401 - the rule modules register themselves
+    graph_collective,
+    graph_elementwise,
+    graph_reduce,
+    graph_structure,
+)
 from tessera.interp.apply import IMPL, MODES, Apply, Rule
 from tessera.interp.check import check_arrays, check_results
 from tessera.ir.core import Block, Function, Instr, Op, Region, Type, Value, walk
