@@ -15,7 +15,9 @@ HERE = Path(__file__).parent
 
 
 def main(names: list[str]) -> int:
-    scripts = sorted(p for p in HERE.glob("*.py") if p.name != Path(__file__).name)
+    # triton_anchor.py runs inside its own environment, started by tile_kernels.py.
+    skip = {Path(__file__).name, "triton_anchor.py"}
+    scripts = sorted(p for p in HERE.glob("*.py") if p.name not in skip)
     if names:
         scripts = [p for p in scripts if p.stem in names]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
