@@ -1,4 +1,4 @@
-"""A short tour of Tessera's graph level: ``make demo`` runs this file.
+"""A short tour of Tessera (the graph level, then a tile kernel): ``make demo`` runs this file.
 
 1. a traced graph program and its Graph IR,
 2. its result, checked against NumPy in float64,
