@@ -97,7 +97,8 @@ def exact_dot(a: np.ndarray, b: np.ndarray, *, products_exact: bool) -> Fraction
     return _sum_bigint(np.array(mant, dtype=object), ea[keep] + eb[keep])
 
 
-def refine_sum(terms: np.ndarray, cap: np.ndarray | None = None
+def refine_sum(terms: np.ndarray, cap: np.ndarray | None = None,
+               quantum: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A double-double sum of each row of ``terms`` (F, K), with its error bound.
 
@@ -111,6 +112,12 @@ def refine_sum(terms: np.ndarray, cap: np.ndarray | None = None
     31, 2008, ExtractVector). The q add up exactly in any order, so only the r carry
     error: at most gamma_K * K * u * sigma. TwoSum makes the last addition exact.
     Rows whose terms or sums overflow get an infinite ``eta``.
+
+    ``quantum`` (from :func:`min_quantum`) says every term of row f is a multiple of
+    ``2**quantum[f]``. Then every r is a multiple of 2**min(quantum, log2(u*sigma)), and
+    where ``K * u * sigma < 2**53`` times that power of two, every partial sum of the r
+    is a float64: their sum is exact too, ``approx + err`` is the exact sum, and ``eta``
+    is 0 for that row.
     """
     from tessera.numerics.rounding import U, gamma
 
@@ -130,8 +137,35 @@ def refine_sum(terms: np.ndarray, cap: np.ndarray | None = None
         err = (t - (approx - back)) + (s - back)  # TwoSum: t + s == approx + err exactly
         eta = gamma(max(k, 1)) * k * U * sigma[:, 0]
     bad = ~(np.isfinite(eta) & np.isfinite(approx) & np.isfinite(err))
+    if quantum is not None:
+        # sigma = 2**(expo + m), so u*sigma = 2**(expo + m - 53) and K < 2**k.bit_length():
+        # K * u * sigma < 2**(53 + quantum) when quantum >= expo + m + bit_length - 106
+        # (if quantum >= log2(u*sigma) instead, K < 2**53 is all it takes).
+        exact = quantum >= expo.astype(np.int64) + (m + k.bit_length() - 106)
+        eta = np.where(exact, 0.0, eta)
     return (np.where(bad, 0.0, approx), np.where(bad, 0.0, err),
             np.where(bad, np.inf, eta))
+
+
+NO_QUANTUM = 1 << 20  # min_quantum of a row without nonzero terms: no constraint
+
+
+def min_quantum(terms: np.ndarray, precision: int = 53, axis: int = -1) -> np.ndarray:
+    """Per row of finite float64 ``terms`` (F, K): an exponent q with every term a
+    multiple of 2**q, given that no term has more than ``precision`` significant bits.
+    (Along ``axis`` instead of the last one, when given.)
+
+    A term t != 0 with 2**e <= |t| < 2**(e+1) is a multiple of 2**(e - precision + 1);
+    a float64 subnormal is a multiple of 2**-1074. The smallest nonzero magnitude gives
+    the smallest of these. Rows of zeros get ``NO_QUANTUM``.
+    """
+    mag = terms.view(np.uint64) & np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+    mag -= np.uint64(1)  # zeros wrap around to the top: the minimum skips them
+    low = mag.min(axis=axis)
+    zero = low == np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+    expo = ((low + np.uint64(1)) >> np.uint64(52)).astype(np.int64)
+    q = np.where(expo == 0, -1074, expo - 1023 - (precision - 1))
+    return np.where(zero, NO_QUANTUM, q)
 
 
 _SPLIT = 2.0**27 + 1  # Veltkamp's constant for float64

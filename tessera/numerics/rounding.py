@@ -6,10 +6,16 @@ cannot depend on summation order, blocking, BLAS or thread count. Three levels:
 1. float64 arithmetic (BLAS, ``np.sum``) with a rigorous error bound. Rounding is
    monotone, so when both ends of ``[approx - bound, approx + bound]`` round to the same
    value, that value is the correctly rounded result (``decide``/``round_verified``).
+   For matmul, where the exponent range proves every float64 partial sum exact (narrow
+   inputs: bf16, fp8, ...), the float64 result is the exact value and is rounded
+   directly, ties included.
 2. For the few undecided elements, a double-double sum of exact float64 terms with a
-   far smaller bound (``exact.refine_sum``).
+   far smaller bound (``exact.refine_sum``); for what that leaves open (exact ties,
+   mostly), the same sum with a proof that it is exact, rounded exactly by
+   ``round_double_double``.
 3. Exact Fraction arithmetic (``exact.exact_sum``/``exact_dot``) for what is left:
-   in practice exact ties and overflowing float64 intermediates.
+   non-finite values, overflowing float64 intermediates, and exponent ranges too wide
+   for the proof (about 100 bits).
 
 An exact zero rounds to +0 (as from an accumulator that starts at +0); a nonzero value
 that rounds to zero keeps its sign. ``matmul_rounded`` lives in :mod:`.matmul`,
@@ -174,6 +180,39 @@ def round_verified(approx: np.ndarray, bound: np.ndarray, to: Any,
     return out
 
 
+def round_double_double(hi: np.ndarray, lo: np.ndarray, to: Any) -> np.ndarray:
+    """The exact value ``hi + lo`` rounded once (RNE) to ``to``, with ``convert``'s rules.
+
+    ``hi`` must be ``hi + lo`` rounded to float64 (as TwoSum and ``exact.refine_sum``
+    leave it), both finite. The pair is first rounded to float64 *to odd*: ``hi`` when
+    ``lo`` is zero or ``hi``'s last bit is odd, else ``hi``'s neighbour toward ``lo``
+    (``hi + lo`` lies strictly between the two, so one of them is its round-to-odd).
+    Rounding that to nearest in any format of at most 51 significand bits equals
+    rounding ``hi + lo`` directly, as in ``convert.round_to_odd_f32``. A float64 target
+    is ``hi`` itself. An exact zero gives +0; a nonzero value keeps its sign.
+    """
+    fmt_to = target(to)
+    hi = np.asarray(hi, dtype=np.float64)
+    lo = np.asarray(lo, dtype=np.float64)
+    if fmt_to.name == "f64":
+        return np.where(hi == 0, 0.0, hi)
+    bits = hi.view(np.uint64).copy()
+    move = (lo != 0) & ((bits & np.uint64(1)) == 0) & (hi != 0)
+    away = np.signbit(hi) == np.signbit(lo)  # toward lo is away from zero
+    bits[move & away] += np.uint64(1)
+    bits[move & ~away] -= np.uint64(1)
+    odd = np.where(hi == 0, lo + 0.0, bits.view(np.float64))  # hi == 0 means lo == 0
+    if fmt_to.kind == "int":
+        # Rounding to an integer needs two bits below the units place: |value| < 2**50.
+        big = np.abs(hi) >= 2.0**50
+        out = cast_exact(np.where(big, 0.0, odd), fmt_to)
+        for i in np.flatnonzero(big).tolist():
+            out.flat[i] = round_fraction(Fraction(float(hi.flat[i])) +
+                                         Fraction(float(lo.flat[i])), fmt_to)
+        return out
+    return cast_exact(odd, fmt_to)
+
+
 def sum_rounded(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool, to: Any,
                 divisor: int = 1) -> np.ndarray:
     """The exact sum of ``x`` along ``axis``, divided by ``divisor``, rounded once
@@ -191,5 +230,5 @@ def matmul_rounded(a: Any, b: Any, to: Any) -> np.ndarray:
     return _matmul(a, b, to)
 
 
-__all__ = ["decide", "gamma", "matmul_rounded", "round_fraction", "round_verified",
-           "sum_rounded"]
+__all__ = ["decide", "gamma", "matmul_rounded", "round_double_double", "round_fraction",
+           "round_verified", "sum_rounded"]

@@ -2,7 +2,11 @@
 
 Level 1 is NumPy's float64 sum with the bound gamma_n * sum(|x|), valid for every
 summation order. Level 2 (undecided rows) is the double-double sum of
-``exact.refine_sum``; level 3 is exact Fraction arithmetic.
+``exact.refine_sum``; what it leaves open (exact ties, mostly of narrow inputs) it
+takes again with a quantum: where the values' exponent range proves the double-double
+sum exact, ``round_double_double`` rounds it exactly. Level 3 is exact Fraction
+arithmetic, for what is left (non-finite values, extreme exponent ranges, and means
+whose exact sum lands on a tie after the division).
 """
 
 from __future__ import annotations
@@ -15,9 +19,18 @@ import numpy as np
 
 from tessera.errors import DTypeError
 from tessera.numerics.convert import cast_exact, real_kind
-from tessera.numerics.exact import exact_sum, refine_sum
+from tessera.numerics.exact import exact_sum, min_quantum, refine_sum
 from tessera.numerics.formats import DType
-from tessera.numerics.rounding import TINY, U, gamma, round_fraction, round_verified, target
+from tessera.numerics.matmul import line_quanta, precision
+from tessera.numerics.rounding import (
+    TINY,
+    U,
+    gamma,
+    round_double_double,
+    round_fraction,
+    round_verified,
+    target,
+)
 
 
 def _axes(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
@@ -60,6 +73,20 @@ def _sum_rows(rows: np.ndarray, fmt_to: DType, divisor: int) -> np.ndarray:
         return _rounded([v / divisor if isinstance(v, Fraction) else v for v in vals],
                         np.arange(len(vals)), fmt_to)
 
+    def settle(idx: np.ndarray) -> np.ndarray:
+        # The rows the double-double sum left open (ties of narrow inputs, mostly),
+        # again: where the values' exponent range proves that sum exact, it is rounded
+        # exactly; Fractions take the rest.
+        chunk = x[idx]
+        approx2, err, eta = refine_sum(chunk, None, min_quantum(chunk, precision(rows.dtype)))
+        res = np.empty(idx.size, dtype=fmt_to.np_dtype)
+        done = eta == 0
+        if done.any():
+            res[done] = round_double_double(approx2[done], err[done], fmt_to)
+        if not done.all():
+            res[~done] = by_fractions(idx[~done])
+        return res
+
     def exact(idx: np.ndarray) -> np.ndarray:
         if divisor != 1 and fmt_to.name == "f64":
             return by_fractions(idx)
@@ -75,23 +102,43 @@ def _sum_rows(rows: np.ndarray, fmt_to: DType, divisor: int) -> np.ndarray:
                 continue
             approx2, err, eta = refine_sum(chunk)
             offset = err
+            fallback = settle
             if divisor != 1:  # one more rounding, covered by widening the bound
                 approx2 = approx2 / divisor
                 eta = (np.abs(err) + eta) / divisor * (1 + 2.0**-50) + \
                     np.abs(approx2) * 2.0**-51
                 offset = None
+                fallback = by_fractions
             res[first:first + step] = round_verified(
-                approx2, eta, fmt_to, lambda sub, part=part: by_fractions(part[sub]),
-                offset=offset)
+                approx2, eta, fmt_to, lambda sub, part=part, fallback=fallback: fallback(
+                    part[sub]), offset=offset)
         return res
 
+    proven = None
+    if 0 < n and precision(rows.dtype) <= 26:
+        # Narrow values (bf16, f16, fp8, ...): every value of a row is a multiple of
+        # 2**q; where the sum of |values| is below 2**(53 + q), every partial sum in any
+        # order is a float64, so the float64 sum is exact (ties included).
+        with np.errstate(over="ignore", invalid="ignore"):
+            magnitude = np.abs(x).sum(axis=-1)
+            quantum = line_quanta(rows, -1, x, precision(rows.dtype))
+            top = np.ldexp(1.0, quantum + 53)
+            proven = magnitude * (1 + 2 * gamma(n)) < top  # the slack: magnitude's rounding
     if fmt_to.name == "f64" and divisor == 1:
         # A float64 result is never decided by the float64 sum and its bound: go
-        # straight to the double-double level.
-        return exact(np.arange(rows.shape[0]))
+        # straight to the double-double level, where the sum is not proven exact.
+        if proven is None:
+            return exact(np.arange(rows.shape[0]))
+        res = x.sum(axis=-1) + 0.0  # an exact zero is +0 whatever the order
+        rest = np.flatnonzero(~proven)
+        if rest.size:
+            res[rest] = exact(rest)
+        return res
     with np.errstate(over="ignore", invalid="ignore"):
-        approx = x.sum(axis=-1)
-        bound = gamma(max(n, 1)) * np.abs(x).sum(axis=-1)
+        approx = x.sum(axis=-1) + 0.0  # an exact zero is +0 whatever the order
+        bound = gamma(max(n, 1)) * (np.abs(x).sum(axis=-1) if proven is None else magnitude)
+        if proven is not None:
+            bound[proven] = 0.0  # the float64 sum is exact
         if divisor != 1:
             approx = approx / divisor
             bound = bound / divisor * (1 + 4 * U) + np.abs(approx) * 2.0**-52 + TINY

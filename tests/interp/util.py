@@ -80,6 +80,8 @@ def ref_round_fraction(q: Fraction, name: str) -> np.ndarray:
     v = round(q / quantum) * quantum
     value = float(v) if abs(v) <= Fraction(top) else (
         math.copysign(top, v) if sat else math.copysign(math.inf, v))
+    if value == 0:  # a nonzero value that rounds to zero keeps its sign (IEEE)
+        value = math.copysign(0.0, q)
     return np.asarray(value).astype(storage_of(name).np_dtype)
 
 
