@@ -9,6 +9,7 @@ The string form (``"bf16 @accum(f32)"``) parses to an equal value (see ``parse_p
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
@@ -116,14 +117,14 @@ def _check_scale(s: Any) -> float:
     return value
 
 
-class Modifier:
+class Modifier(ABC):
     """Base of the objects that ``dtype @modifier`` accepts."""
 
     name = "modifier"
 
+    @abstractmethod
     def apply(self, policy: Policy) -> Policy:
         """Return ``policy`` with this modifier added."""
-        raise NotImplementedError
 
     def _twice(self, policy: Policy) -> PolicyError:
         return PolicyError(f"@{self.name} is applied twice in {policy} @{self}",
