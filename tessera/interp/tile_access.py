@@ -19,19 +19,22 @@ from numpy.lib.stride_tricks import as_strided
 
 def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
     """``s == base + sum(coef[k] * arange along axis k)``? Return (base, coef) or None."""
-    origin = int(s[(0,) * s.ndim])
+    nd = s.ndim
+    origin = int(s[(0,) * nd])
     coef: dict[int, int] = {}
-    expect: Any = np.int64(origin)
+    expect: Any = None
     for k, n in enumerate(s.shape):
         if n > 1:
-            one = [0] * s.ndim
+            one = [0] * nd
             one[k] = 1
             c = int(s[tuple(one)]) - origin
             coef[k] = c
-            shape = [1] * s.ndim
+            shape = [1] * nd
             shape[k] = n
-            expect = expect + c * np.arange(n, dtype=np.int64).reshape(shape)
-    if coef and not np.array_equal(s, np.broadcast_to(expect, s.shape)):
+            term = (c * np.arange(n, dtype=np.int64)).reshape(shape)
+            expect = term + origin if expect is None else expect + term
+    # expect broadcasts to s's shape (size-n axes where s has them, 1 elsewhere)
+    if expect is not None and not (s == expect).all():
         return None
     return origin, coef
 

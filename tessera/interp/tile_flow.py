@@ -103,15 +103,31 @@ def _for(c: Compiler, instr: Instr) -> Step:
             return carried
         # Divergent trip counts: iterate, compacting to the programs still looping
         # each time some leave; the leavers' values are kept and merged at the end.
+        if np.any(np.asarray(by) == 0):
+            raise InterpretError("range() step is zero", loc=loc)
         parent = fr.ctx
         pos = np.arange(parent.size)
         parts: list[list[tuple[np.ndarray, Any]]] = [[] for _ in carried]
         cur = fr
+        # Trip counts, once: trip k runs where k < ceil((end - i) / by) (the step is
+        # loop-invariant and nonzero), so a trip is tested with two integer compares
+        # until the programs' counts differ. Non-integer bounds test every trip.
+        trips = None
+        if all(np.asarray(x).dtype.kind in "iu" for x in (i, end, by)):
+            trips = np.maximum(-((np.asarray(i, dtype=np.int64) - end) // by), 0)
+            lo_trips, hi_trips = int(trips.min()), int(trips.max())
+        trip = 0
         while True:
-            if np.any(np.asarray(by) == 0):
-                raise InterpretError("range() step is zero", loc=loc)
-            active = np.where(np.asarray(by) > 0, i < end, i > end)
-            go = _uniform(active)
+            if trips is None:
+                active = np.where(np.asarray(by) > 0, i < end, i > end)
+                go = _uniform(active)
+            elif trip < lo_trips:
+                go = True
+            elif trip >= hi_trips:
+                go = False
+            else:
+                active = trips > trip
+                go = _uniform(active)
             if go is None:
                 ctx = cur.ctx
                 sel, rest = ctx.select(active), ctx.select(np.logical_not(active))
@@ -121,6 +137,9 @@ def _for(c: Compiler, instr: Instr) -> Step:
                 pos = pos[sel]
                 i, end, by = (ctx.take(x, 0, sel) for x in (i, end, by))
                 carried = [ctx.take(v, r, sel) for v, r in zip(carried, ranks)]
+                if trips is not None:
+                    trips = ctx.take(trips, 0, sel)
+                    lo_trips, hi_trips = int(trips.min()), int(trips.max())
             elif go is False:
                 for k, v in enumerate(carried):
                     parts[k].append((pos, v))
@@ -131,6 +150,7 @@ def _for(c: Compiler, instr: Instr) -> Step:
             run(body.steps, cur)
             carried = [regs[y] for y in body.yields]
             i = i + by
+            trip += 1
         if cur is fr:
             return carried
         return [parent.merge(p, r) for p, r in zip(parts, ranks)]
