@@ -47,8 +47,9 @@ class CustomFunction:
                                  Tracer(trace, ops.constant(ops.operand(o))) for o in outs])
         # The region ends in a yield; captured outer values become extra operands.
         body.body.instrs[-1].op = g.Yield()
-        results = ops.bind(g.Custom(self.rule_name, self.kind), *operands, *trace.captured,
-                           regions=[Region([body.body])], result_types=body.result_types)
+        op = g.Custom(self.rule_name, self.kind, len(trace.captured))
+        results = ops.bind(op, *operands, *trace.captured, regions=[Region([body.body])],
+                           result_types=body.result_types)
         return tuple(results) if isinstance(out, tuple) else results[0]
 
     def missing(self) -> GradError:
@@ -95,7 +96,7 @@ def custom_forward(instr: Instr, operands: Sequence[Any]) -> tuple[list[Any], An
     if isinstance(custom, custom_vjp):
         if custom.fwd is None:
             raise custom.missing()
-        nargs = _num_user_args(instr)
+        nargs = len(instr.operands) - instr.op.captures  # type: ignore[attr-defined]
         out, saved = custom.fwd(*operands[:nargs])
         outs = list(out) if isinstance(out, tuple) else [out]
         return [ops.operand(x) for x in outs], saved
@@ -108,7 +109,7 @@ def custom_backward(instr: Instr, primals: Sequence[Any], saved: Any, cts: Seque
     from tessera.autodiff.transform import backprop
 
     custom = CUSTOM_RULES[instr.op.rule]  # type: ignore[attr-defined]
-    nargs = _num_user_args(instr)
+    nargs = len(instr.operands) - instr.op.captures  # type: ignore[attr-defined]
     if isinstance(custom, custom_vjp):
         assert custom.bwd is not None
         got = custom.bwd(saved, cts[0] if len(cts) == 1 else tuple(cts))
@@ -133,16 +134,3 @@ def custom_backward(instr: Instr, primals: Sequence[Any], saved: Any, cts: Seque
     args = [zeros(p.type) for p in user] + list(trace.captured)
     _, got = backprop(tangent_map, args, cts, list(range(nargs)))
     return list(got) + [None] * (len(primals) - nargs)
-
-
-def _num_user_args(instr: Instr) -> int:
-    custom = CUSTOM_RULES[instr.op.rule]  # type: ignore[attr-defined]
-    import inspect
-
-    try:
-        params = inspect.signature(custom.fn).parameters.values()
-    except (TypeError, ValueError):
-        return len(instr.operands)
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return len(instr.operands)
-    return min(len(instr.operands), len(list(params)))

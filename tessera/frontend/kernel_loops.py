@@ -69,20 +69,10 @@ class LoopMixin(BuilderBase):
             block = Block()
             idx = block.add_arg(T.SCALAR_INDEX, var)
             args = [block.add_arg(t, n) for n, t in zip(names, types)]
-            prev = self.enter(block)
-            self.env = dict(before)
-            self.env[var] = idx
-            self.env.update(zip(names, args))
-            self.stmts(s.body)
-            after = self.env
-            new = [self.join(t, self.type_of(after[n], s, after[n]), s, n)
-                   for n, t in zip(names, types)]
-            if new == types:
-                self.emit(T.Yield(), [self.coerce(after[n], t, s) for n, t in
-                                      zip(names, types)], s)
-                self.leave(prev)
+            new = self.loop_body(block, {**before, var: idx, **dict(zip(names, args))},
+                                 names, types, s)
+            if new is None:
                 break
-            self.leave(prev)
             types = new
         else:
             raise self.error("the types of the loop-carried variables do not settle", s)
@@ -91,6 +81,25 @@ class LoopMixin(BuilderBase):
         inits = [self.coerce(before[n], t, s) for n, t in zip(names, types)]
         results = self.emit(T.For(), [*bounds, *inits], s, regions=[Region([block])])
         self.after_loop(s.body, names, results, s, var)
+
+    def loop_body(self, block: Block, env: dict[str, Any], names: list[str],
+                  types: list[Any], s: ast.For | ast.While) -> list[Any] | None:
+        """Compile the loop body into ``block`` with the carried variables at ``types``.
+
+        Returns None when the body leaves their types unchanged (the block then ends in
+        its yield), else the widened types to try again with.
+        """
+        prev = self.enter(block)
+        self.env = env
+        self.stmts(s.body)
+        after = self.env
+        new = [self.join(t, self.type_of(after[n], s, after[n]), s, n)
+               for n, t in zip(names, types)]
+        if new == types:
+            self.emit(T.Yield(), [self.coerce(after[n], t, s) for n, t in zip(names, types)],
+                      s)
+        self.leave(prev)
+        return None if new == types else new
 
     def after_loop(self, body: list[ast.stmt], names: list[str], results: list[Value],
                    s: ast.stmt, var: str | None) -> None:
@@ -126,19 +135,10 @@ class LoopMixin(BuilderBase):
             self.emit(T.Condition(), [self.as_bool(cond, s.test)], s)
             self.leave(prev)
             bargs = [bblock.add_arg(t, n) for n, t in zip(names, types)]
-            prev = self.enter(bblock)
-            self.env = dict(before)
-            self.env.update(zip(names, bargs))
-            self.stmts(s.body)
-            after = self.env
-            new = [self.join(t, self.type_of(after[n], s, after[n]), s, n)
-                   for n, t in zip(names, types)]
-            if new == types:
-                self.emit(T.Yield(), [self.coerce(after[n], t, s) for n, t in
-                                      zip(names, types)], s)
-                self.leave(prev)
+            new = self.loop_body(bblock, {**before, **dict(zip(names, bargs))}, names,
+                                 types, s)
+            if new is None:
                 break
-            self.leave(prev)
             types = new
         else:
             raise self.error("the types of the loop-carried variables do not settle", s)
@@ -147,7 +147,6 @@ class LoopMixin(BuilderBase):
         results = self.emit(T.While(), inits, s,
                             regions=[Region([cblock]), Region([bblock])])
         self.after_loop(s.body, names, results, s, None)
-
 
 
 __all__ = ["LoopMixin"]

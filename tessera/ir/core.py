@@ -81,6 +81,23 @@ class Op:
         """Check the op's regions (their block arguments and terminators)."""
 
 
+@dataclass(frozen=True)
+class Terminator(Op):
+    """Base of ops that end a block (return, yield): no results, not removable."""
+
+    terminator: ClassVar[bool] = True
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        return ()
+
+
+def check_count(op: Op, operands: Sequence[Type], n: int) -> None:
+    """Raise IRVerifyError unless ``op`` has exactly ``n`` operands."""
+    if len(operands) != n:
+        raise IRVerifyError(f"{op.name} takes {n} operands, got {len(operands)}")
+
+
 @dataclass(eq=False)
 class Instr:
     """An op placed in a block: operands, results, regions and source location."""

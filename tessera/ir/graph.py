@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRVerifyError
-from tessera.ir.core import Instr, Op, Type, register_op
+from tessera.ir.core import Instr, Op, Terminator, Type, check_count, register_op
 from tessera.ir.types import Dense, Element, TensorType
 from tessera.numerics import DType, Policy, PolicyClass, dtype, promote, storage_of
 
@@ -33,8 +33,8 @@ def tensor(t: Type, op: Op) -> TensorType:
 
 
 def arity(op: Op, operands: Sequence[Type], n: int) -> list[TensorType]:
-    if len(operands) != n:
-        raise IRVerifyError(f"{op.name} takes {n} operands, got {len(operands)}")
+    """Exactly ``n`` operands, all tensors."""
+    check_count(op, operands, n)
     return [tensor(t, op) for t in operands]
 
 
@@ -75,28 +75,18 @@ class Constant(Op):
 
 @register_op
 @dataclass(frozen=True)
-class Return(Op):
+class Return(Terminator):
     """Ends a function; its operands are the function's results."""
 
     name: ClassVar[str] = "graph.return"
-    terminator: ClassVar[bool] = True
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return ()
 
 
 @register_op
 @dataclass(frozen=True)
-class Yield(Op):
+class Yield(Terminator):
     """Ends a region; its operands are the region's results."""
 
     name: ClassVar[str] = "graph.yield"
-    terminator: ClassVar[bool] = True
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return ()
 
 
 @register_op
@@ -106,12 +96,15 @@ class Custom(Op):
 
     The region is the primal body (what the interpreter runs); ``rule`` names the
     registered ``custom_vjp`` / ``custom_jvp`` object that autodiff asks for the rule.
+    The last ``captures`` operands are outer values the body closes over; the rule
+    sees only the ones before them.
     """
 
     name: ClassVar[str] = "graph.custom"
     num_regions: ClassVar[int] = 1
     rule: str
     kind: str = "vjp"
+    captures: int = 0
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         raise IRVerifyError("graph.custom takes its result types from its region")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tessera.errors import IRParseError, IRVerifyError
-from tessera.ir.core import Instr, Op, Type, register_op
+from tessera.ir.core import Instr, Op, Terminator, Type, check_count, register_op
 from tessera.ir.text import TYPE_PARSERS
 from tessera.ir.types import Element, TensorType, element_text, parse_element
 from tessera.numerics import dtype, storage_of
@@ -122,24 +122,10 @@ def scalar_of(op: Op, t: Type, kind: str = "") -> TensorType:
     return x
 
 
-def count(op: Op, operands: Sequence[Type], n: int) -> None:
-    if len(operands) != n:
-        raise IRVerifyError(f"{op.name} takes {n} operands, got {len(operands)}")
-
-
 # --------------------------------------------------------------------------- structure
-@dataclass(frozen=True)
-class _Terminator(Op):
-    terminator: ClassVar[bool] = True
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return ()
-
-
 @register_op
 @dataclass(frozen=True)
-class Return(_Terminator):
+class Return(Terminator):
     """Ends a kernel. Its operand (at most one) is the kernel's result: a ``gmem``
     parameter (returned after all tiles finish), a tile (written at the tile's output
     position) or a scalar (tile 0's value)."""
@@ -149,7 +135,7 @@ class Return(_Terminator):
 
 @register_op
 @dataclass(frozen=True)
-class Yield(_Terminator):
+class Yield(Terminator):
     """Ends a region of ``tile.if`` / ``tile.for`` / ``tile.while``; operands are the
     region's results (the next loop-carried values for loops)."""
 
@@ -158,7 +144,7 @@ class Yield(_Terminator):
 
 @register_op
 @dataclass(frozen=True)
-class Condition(_Terminator):
+class Condition(Terminator):
     """Ends the condition region of ``tile.while``: one bool scalar."""
 
     name: ClassVar[str] = "tile.condition"
@@ -174,7 +160,7 @@ class Constant(Op):
     element: Element
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return (TensorType((), self.element),)
 
 
@@ -199,7 +185,7 @@ class If(Op):
         raise IRVerifyError("tile.if takes its result types from its regions")
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         scalar_of(self, operands[0], "bool")
 
     def verify_regions(self, instr: Instr) -> None:
@@ -266,4 +252,4 @@ from tessera.ir.tile_ids import GridCoord, GroupId, LaneId, LinearId, LocalId  #
 
 __all__ = ["BOOL", "INDEX", "KERNEL", "SCALAR_BOOL", "SCALAR_INDEX", "Condition", "Constant",
            "For", "GridCoord", "GroupId", "If", "LaneId", "LinearId", "LocalId", "MemRefType",
-           "Return", "While", "Yield", "count", "memref_of", "scalar_of", "tensor_of"]
+           "Return", "While", "Yield", "memref_of", "scalar_of", "tensor_of"]

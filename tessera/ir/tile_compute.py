@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRVerifyError
-from tessera.ir.core import Op, Type, register_op
-from tessera.ir.tile import BOOL, count, scalar_of, tensor_of
+from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.tile import BOOL, scalar_of, tensor_of
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import DType, accum_of, storage_of
 
 
 def _same(op: Op, operands: Sequence[Type], n: int) -> list[TensorType]:
-    count(op, operands, n)
+    check_count(op, operands, n)
     ts = [tensor_of(op, t) for t in operands]
     if any(t.shape != ts[0].shape for t in ts):
         raise IRVerifyError(f"{op.name} operands have shapes "
@@ -117,7 +117,7 @@ class Where(Op):
     name: ClassVar[str] = "tile.where"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 3)
+        check_count(self, operands, 3)
         c = tensor_of(self, operands[0])
         a, b = _same(self, operands[1:], 2)
         if storage_of(c.element) != BOOL or c.shape != a.shape:
@@ -135,7 +135,7 @@ class Cast(Op):
     to: Element
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         return (tensor_of(self, operands[0]).with_element(self.to),)
 
 
@@ -150,7 +150,7 @@ class Full(Op):
     element: Element
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return (TensorType(self.shape, self.element),)
 
 
@@ -166,7 +166,7 @@ class Broadcast(Op):
     dims: tuple[int, ...]
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         x = tensor_of(self, operands[0])
         if len(self.dims) != x.rank or list(self.dims) != sorted(set(self.dims)) or \
                 any(not 0 <= d < len(self.shape) for d in self.dims):
@@ -188,7 +188,7 @@ class Reshape(Op):
     shape: tuple[int, ...]
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         x = tensor_of(self, operands[0])
         new = x.with_shape(self.shape)
         if new.size != x.size:
@@ -204,7 +204,7 @@ class Transpose(Op):
     name: ClassVar[str] = "tile.transpose"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         x = tensor_of(self, operands[0])
         if x.rank < 2:
             raise IRVerifyError(f"tile.transpose needs rank >= 2, got {x}")
@@ -223,7 +223,7 @@ class Reduce(Op):
     axis: int = -1
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         x = tensor_of(self, operands[0])
         if self.kind not in ("sum", "max", "min"):
             raise IRVerifyError(f"tile.reduce kind must be sum, max or min, not {self.kind!r}")
@@ -276,7 +276,7 @@ class CausalMask(Op):
     name: ClassVar[str] = "tile.causal_mask"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 3)
+        check_count(self, operands, 3)
         s = tensor_of(self, operands[0])
         if s.rank != 2 or storage_of(s.element).kind != "float":
             raise IRVerifyError(f"tile.causal_mask needs a 2-D float tile, got {s}")

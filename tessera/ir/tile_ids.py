@@ -11,15 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tessera.ir.core import Op, Type, register_op
-from tessera.ir.tile import INDEX, SCALAR_INDEX, count
+from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.tile import INDEX, SCALAR_INDEX
 from tessera.ir.types import TensorType
 
 
 @dataclass(frozen=True)
 class _Id(Op):
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return (SCALAR_INDEX,)
 
 
@@ -66,7 +66,7 @@ class LaneId(Op):
     lanes: int = 32
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return (TensorType((self.lanes,), INDEX),)
 
 

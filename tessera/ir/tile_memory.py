@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRVerifyError
-from tessera.ir.core import Op, Type, register_op
-from tessera.ir.tile import MemRefType, count, memref_of, scalar_of, tensor_of
+from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.tile import MemRefType, memref_of, scalar_of, tensor_of
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import storage_of
 
@@ -49,7 +49,7 @@ class AllocShared(_Effect):
     alignment: int = 16
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         if self.swizzle not in ("none", "xor", "32B", "64B", "128B"):
             raise IRVerifyError(f"unknown swizzle {self.swizzle!r}",
                                 hint="use 'none', 'xor', '32B', '64B' or '128B'")
@@ -68,7 +68,7 @@ class AllocRegister(_Effect):
     shape: tuple[int, ...] = ()
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return (TensorType(self.shape, self.element),)
 
 
@@ -128,13 +128,13 @@ class Load(_Effect):
     name: ClassVar[str] = "tile.load"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         m = memref_of(self, operands[0])
         return (TensorType(m.shape, m.element),)
 
 
 def _check_store(op: Op, operands: Sequence[Type]) -> tuple[MemRefType, TensorType]:
-    count(op, operands, 2)
+    check_count(op, operands, 2)
     m, v = memref_of(op, operands[0]), tensor_of(op, operands[1])
     if m.shape != v.shape:
         raise IRVerifyError(f"{op.name} of a {v.shape} tile into a {m.shape} view",
@@ -180,7 +180,7 @@ class LoadVector(_Effect):
     width: int
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 1)
+        check_count(self, operands, 1)
         m = memref_of(self, operands[0])
         if m.shape != (self.width,) or self.width not in (1, 2, 4, 8, 16):
             raise IRVerifyError(f"tile.load_vector of width {self.width} needs a "
@@ -213,7 +213,7 @@ class CpAsync(_Effect):
     name: ClassVar[str] = "tile.cp_async"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 2)
+        check_count(self, operands, 2)
         dst, src = memref_of(self, operands[0]), memref_of(self, operands[1])
         if dst.space != "shared" or src.space != "global":
             raise IRVerifyError(f"tile.cp_async copies global into shared memory, not "
@@ -232,7 +232,7 @@ class CpCommitGroup(_Effect):
     name: ClassVar[str] = "tile.cp_commit_group"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return ()
 
 
@@ -246,7 +246,7 @@ class CpWaitGroup(_Effect):
     n: int = 0
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         if self.n < 0:
             raise IRVerifyError(f"cp_wait_group({self.n}): the count must be >= 0")
         return ()
@@ -261,7 +261,7 @@ class Barrier(_Effect):
     name: ClassVar[str] = "tile.barrier"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        count(self, operands, 0)
+        check_count(self, operands, 0)
         return ()
 
 

@@ -241,3 +241,23 @@ def test_missing_defjvp_raises() -> None:
     with pytest.raises(ts.GradError):
         ts.grad(lambda x: ts.sum(no_jvp(x)))(X)
 
+
+
+
+def test_a_custom_function_closing_over_a_traced_value_records_the_capture() -> None:
+    """Captured outer values are trailing operands of graph.custom, counted in its
+    ``captures`` attribute, so the rule is handed only the function's own arguments."""
+
+    @ts.jit
+    def f(x, w):
+        @ts.custom_vjp
+        def scaled(v):
+            return v * w  # closes over the traced w
+
+        return scaled(x)
+
+    x = np.array([1.0, -2.0], np.float64)
+    w = np.array([5.0, 7.0], np.float64)
+    np.testing.assert_array_equal(np.asarray(f(x, w)), x * w)
+    text = f.inspect_ir("graph")
+    assert "graph.custom(%x, %w) {rule = " in text and "captures = 1}" in text

@@ -4,6 +4,8 @@ agree with NumPy (tolerances derived from the formats, never guessed)."""
 from __future__ import annotations
 
 import math
+import runpy
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -11,6 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
+
+# The block reduction under test is the one shipped in examples/kernels.
+_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kernels" / "cooperative_reduction.py"
+block_sum = runpy.run_path(str(_EXAMPLE))["block_reduction"]
 
 U32 = 2.0 ** -24
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -35,25 +41,6 @@ def row_softmax(x: ts.Tensor["R", "C", ts.f32], y: ts.Tensor["R", "C", ts.f32]):
     t = x[tile_m:tile_m + BM]
     e = ts.tile.exp(t - ts.tile.row_max(t))
     y[tile_m:tile_m + BM] = e / ts.tile.row_sum(e)
-
-
-@ts.kernel
-def block_sum(data: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]):
-    ctx = ts.tile.context()
-    buf = ts.tile.alloc_shared((ctx.group_size,), ts.f32)
-    s = 0.0
-    for i in ts.tile.range(ts.tile.linear_id(), N, ctx.grid[0] * ctx.group_size):
-        s += data[i]
-    buf[ts.tile.local_id()] = s
-    ts.tile.barrier()
-    stride = ctx.group_size // 2
-    while stride > 0:
-        if ts.tile.local_id() < stride:
-            buf[ts.tile.local_id()] += buf[ts.tile.local_id() + stride]
-        ts.tile.barrier()
-        stride //= 2
-    if ts.tile.local_id() == 0:
-        total[0] += buf[0]
 
 
 @SETTINGS
