@@ -25,3 +25,6 @@ __all__ = [
     "get_pass", "graph", "parse_function", "parse_module", "print_function", "print_module",
     "transforms", "verify_function", "verify_module", "walk",
 ]
+
+# Target IR registers its types and ops with the parser on import.
+from tessera.ir import target, target_async, target_ops  # noqa: E402,F401

@@ -1,0 +1,236 @@
+"""Target IR: the PTX level — types and structure.
+
+A kernel is a :class:`~tessera.ir.core.Function` of kind ``ptx.kernel`` whose body is
+what *one thread* executes (PTX's model), with the hardware's registers as SSA values:
+
+* ``reg<f32>`` — one register of a PTX type (``pred``, ``b16``..``b64``, ``u32``,
+  ``s32``, ``u64``, ``s64``, ``f16``, ``bf16``, ``f32``, ``f64``, ``f16x2``, ``bf16x2``);
+* ``reg<4xf32>`` — a register *vector*: an ``mma`` fragment, the 32 accumulators of a
+  ``wgmma``, the four ``b32`` results of ``ldmatrix.x4`` (rendered as ``{%f0, ...}``);
+* ``tmap<...>`` — a ``CUtensorMap`` kernel parameter (the 128-byte opaque struct TMA
+  reads), with the tensor it describes.
+
+Addresses are plain registers: ``u64`` generic/global addresses, ``u32`` shared-window
+addresses. Control flow stays structured (``ptx.if``, ``ptx.for``, ``ptx.while``, as in
+Tile IR) so the interpreter can run threads in lockstep with masks; the renderer turns
+it into labels and predicated branches. A kernel's attributes record the target
+(``sm_80`` or ``sm_90a``), the CTA shape (``block``), the grid and the parameter kinds.
+Instructions live in :mod:`tessera.ir.target_ops`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tessera.errors import IRParseError, IRVerifyError
+from tessera.ir.core import Instr, Op, Terminator, Type, check_count, register_op
+from tessera.ir.text import TYPE_PARSERS
+
+KERNEL = "ptx.kernel"
+TARGETS = ("sm_80", "sm_90a")
+
+#: PTX register types: name -> (bits, kind); kind is f (float), u, s, b (untyped), p
+REG_TYPES: dict[str, tuple[int, str]] = {
+    "pred": (1, "p"), "b16": (16, "b"), "b32": (32, "b"), "b64": (64, "b"),
+    "u16": (16, "u"), "u32": (32, "u"), "u64": (64, "u"), "s16": (16, "s"),
+    "s32": (32, "s"), "s64": (64, "s"), "f16": (16, "f"), "bf16": (16, "f"),
+    "f32": (32, "f"), "f64": (64, "f"), "f16x2": (32, "f"), "bf16x2": (32, "f"),
+}
+
+
+@dataclass(frozen=True)
+class RegType(Type):
+    """``count`` registers of PTX type ``elem`` (one register when ``count`` is 1)."""
+
+    elem: str
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.elem not in REG_TYPES:
+            raise IRVerifyError(f"unknown PTX register type {self.elem!r}",
+                                hint=f"use one of {', '.join(REG_TYPES)}")
+        if self.count < 1:
+            raise IRVerifyError(f"a register vector needs at least one register, not {self.count}")
+
+    @property
+    def bits(self) -> int:
+        return REG_TYPES[self.elem][0]
+
+    @property
+    def kind(self) -> str:
+        return REG_TYPES[self.elem][1]
+
+    @property
+    def scalar(self) -> RegType:
+        """One register of this vector's type."""
+        return RegType(self.elem)
+
+    def __str__(self) -> str:
+        return f"reg<{self.count}x{self.elem}>" if self.count > 1 else f"reg<{self.elem}>"
+
+
+def _parse_reg(body: str) -> RegType:
+    head, sep, tail = body.partition("x")
+    if sep and head.isdigit():
+        return RegType(tail, int(head))
+    return RegType(body)
+
+
+@dataclass(frozen=True)
+class TensorMapType(Type):
+    """A TMA tensor map over kernel argument ``arg`` (a 2-D global tensor of ``elem``),
+    copying ``box`` (rows, cols) tiles with ``swizzle`` bytes (0, 32, 64 or 128)."""
+
+    arg: int
+    elem: str
+    box: tuple[int, int]
+    swizzle: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "box", tuple(int(b) for b in self.box))
+        if self.swizzle not in (0, 32, 64, 128):
+            raise IRVerifyError(f"tensor-map swizzle must be 0, 32, 64 or 128, not {self.swizzle}")
+
+    def __str__(self) -> str:
+        return f"tmap<{self.arg}, {self.elem}, {self.box[0]}x{self.box[1]}, sw{self.swizzle}>"
+
+
+def _parse_tmap(body: str) -> TensorMapType:
+    try:
+        arg, elem, box, sw = (p.strip() for p in body.split(","))
+        rows, cols = box.split("x")
+        return TensorMapType(int(arg), elem, (int(rows), int(cols)), int(sw.removeprefix("sw")))
+    except ValueError:
+        raise IRParseError(f"bad tensor map type tmap<{body}>",
+                           hint="write tmap<ARG, ELEM, ROWSxCOLS, swBYTES>") from None
+
+
+TYPE_PARSERS["reg"] = _parse_reg
+TYPE_PARSERS["tmap"] = _parse_tmap
+
+PRED = RegType("pred")
+U32 = RegType("u32")
+S32 = RegType("s32")
+U64 = RegType("u64")
+F32 = RegType("f32")
+
+
+def reg_of(op: Op, t: Type, *elems: str) -> RegType:
+    """``t`` as a register type (one of ``elems`` when given), or an IRVerifyError."""
+    if not isinstance(t, RegType) or (elems and t.elem not in elems):
+        want = " or ".join(f"reg<{e}>" for e in elems) if elems else "a register"
+        raise IRVerifyError(f"{op.name} expects {want}, got {t}")
+    return t
+
+
+# --------------------------------------------------------------------------- structure
+@register_op
+@dataclass(frozen=True)
+class Return(Terminator):
+    """Ends a kernel (``ret``); kernels return nothing, results go through memory."""
+
+    name: ClassVar[str] = "ptx.ret"
+
+
+@register_op
+@dataclass(frozen=True)
+class Yield(Terminator):
+    """Ends a region of ``ptx.if`` / ``ptx.for`` / ``ptx.while``."""
+
+    name: ClassVar[str] = "ptx.yield"
+
+
+@register_op
+@dataclass(frozen=True)
+class Condition(Terminator):
+    """Ends the condition region of ``ptx.while`` with one predicate."""
+
+    name: ClassVar[str] = "ptx.condition"
+
+
+def _region_types(instr: Instr, k: int) -> tuple[list[Type], list[Type]]:
+    block = instr.regions[k].block
+    term = block.terminator
+    if term is None:
+        raise IRVerifyError(f"{instr.op.name} region {k} has no terminator")
+    return [a.type for a in block.args], [v.type for v in term.operands]
+
+
+@register_op
+@dataclass(frozen=True)
+class If(Op):
+    """``ptx.if(%p) ({then}, {else})``. Threads may diverge: each runs the region its
+    predicate selects (``@%p bra``); both regions yield the results."""
+
+    name: ClassVar[str] = "ptx.if"
+    num_regions: ClassVar[int] = 2
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        raise IRVerifyError("ptx.if takes its result types from its regions")
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "pred")
+
+    def verify_regions(self, instr: Instr) -> None:
+        for k in (0, 1):
+            args, yields = _region_types(instr, k)
+            if args or yields != [r.type for r in instr.results]:
+                raise IRVerifyError(f"ptx.if region {k} must take no arguments and yield the "
+                                    "result types")
+
+
+@register_op
+@dataclass(frozen=True)
+class For(Op):
+    """``ptx.for(%lo, %hi, %step, %init...)``: ``for (i = lo; i < hi; i += step)`` per
+    thread (``s32`` bounds, positive step); the region takes the index and the carried
+    values and yields the next ones. Threads may run different trip counts."""
+
+    name: ClassVar[str] = "ptx.for"
+    num_regions: ClassVar[int] = 1
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if len(operands) < 3:
+            raise IRVerifyError("ptx.for takes lo, hi, step and the initial values")
+        for t in operands[:3]:
+            reg_of(self, t, "s32")
+        return tuple(operands[3:])
+
+    def verify_regions(self, instr: Instr) -> None:
+        args, yields = _region_types(instr, 0)
+        carried = [v.type for v in instr.operands[3:]]
+        if args != [S32, *carried] or yields != carried:
+            raise IRVerifyError("ptx.for region must take (index, carried...) and yield the "
+                                "carried types")
+
+
+@register_op
+@dataclass(frozen=True)
+class While(Op):
+    """``ptx.while(%init...) ({cond}, {body})``, both regions over the carried values."""
+
+    name: ClassVar[str] = "ptx.while"
+    num_regions: ClassVar[int] = 2
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        return tuple(operands)
+
+    def verify_regions(self, instr: Instr) -> None:
+        carried = [v.type for v in instr.operands]
+        args, cond = _region_types(instr, 0)
+        if args != carried or cond != [PRED]:
+            raise IRVerifyError("ptx.while condition region must take the carried values "
+                                "and end with ptx.condition(pred)")
+        args, yields = _region_types(instr, 1)
+        if args != carried or yields != carried:
+            raise IRVerifyError("ptx.while body must take and yield the carried values")
+
+
+__all__ = ["F32", "KERNEL", "PRED", "REG_TYPES", "S32", "TARGETS", "U32", "U64", "Condition",
+           "For", "If", "RegType", "Return", "TensorMapType", "While", "Yield", "reg_of"]

@@ -1,0 +1,354 @@
+"""Target IR instructions: one op per PTX instruction family.
+
+Each op's attributes are the instruction's modifiers; its operands and results are
+registers. Semantics are those of the PTX ISA (PTX ISA 8.x, chapter 9 "Instruction
+Set"), except where a docstring says otherwise. Two conventions fix what PTX leaves
+open, so that the interpreter is deterministic and agrees with Tile IR bit for bit:
+
+* ``mma`` and ``wgmma`` accumulate exactly: products in float64, the k-sum of one
+  instruction in ascending k, added to the accumulator in float64; the accumulator
+  registers hold that *wide* value until an instruction other than ``add``/``sub``/
+  ``mov``/``selp``/another ``mma`` reads them, which rounds it to f32 (the Tile IR
+  golden accumulation, see :mod:`tessera.interp.tile_numeric`). Hardware accumulates
+  in f32; tests compare GPU results within the precision policy's tolerance.
+* ``red.global.add`` from many CTAs applies in CTA order (linear CTA id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from tessera.errors import IRVerifyError
+from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.target import PRED, U32, RegType, reg_of
+
+SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
+                "nctaid.y", "nctaid.z", "laneid", "warpid")
+BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
+UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu",
+           "num", "nan")
+
+
+@dataclass(frozen=True)
+class _Effect(Op):
+    """An instruction with side effects (memory, synchronisation)."""
+
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        return ()
+
+
+def _same(op: Op, operands: Sequence[Type], n: int) -> RegType:
+    check_count(op, operands, n)
+    first = reg_of(op, operands[0])
+    if any(t != first for t in operands):
+        raise IRVerifyError(f"{op.name} operands must have one type, got "
+                            f"{', '.join(map(str, operands))}")
+    return first
+
+
+@register_op
+@dataclass(frozen=True)
+class Special(Op):
+    """A special register (``%tid.x``, ``%ctaid.y``, ``%laneid``...), read as ``u32``."""
+
+    name: ClassVar[str] = "ptx.sreg"
+    reg: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        if self.reg not in SPECIAL_REGS:
+            raise IRVerifyError(f"unknown special register %{self.reg}")
+        return (U32,)
+
+
+@register_op
+@dataclass(frozen=True)
+class Const(Op):
+    """``mov.<type> %r, <value>``: an immediate (floats print as exact hex)."""
+
+    name: ClassVar[str] = "ptx.const"
+    value: Any
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return (RegType(self.type),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Binary(Op):
+    """``<op>{.mode}.<type> d, a, b``. ``mode`` is ``rn`` for float add/sub/mul/div
+    (an explicit rounding mode also forbids fusing into ``fma``), ``lo``/``wide`` for
+    integer ``mul``, ``approx`` for ``div.approx.f32``; ``shl``/``shr`` shift by a
+    ``u32`` amount. ``mul.wide.u32`` returns ``u64``."""
+
+    name: ClassVar[str] = "ptx.bin"
+    op: str
+    type: str
+    mode: str = ""
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.op not in BINARY:
+            raise IRVerifyError(f"unknown binary instruction {self.op!r}")
+        check_count(self, operands, 2)
+        a = reg_of(self, operands[0], self.type)
+        if self.op in ("shl", "shr"):
+            reg_of(self, operands[1], "u32")
+        else:
+            reg_of(self, operands[1], self.type)
+        if self.mode == "wide":
+            return (RegType({"u32": "u64", "s32": "s64", "u16": "u32", "s16": "s32"}[a.elem]),)
+        return (a,)
+
+
+@register_op
+@dataclass(frozen=True)
+class Unary(Op):
+    """``<op>{.mode}.<type> d, a``: ``ex2.approx.f32``, ``rcp.rn.f32``, ``sqrt.rn.f32``,
+    ``neg``, ``abs``, ``not``, ``mov`` (a register copy)."""
+
+    name: ClassVar[str] = "ptx.un"
+    op: str
+    type: str
+    mode: str = ""
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.op not in UNARY:
+            raise IRVerifyError(f"unknown unary instruction {self.op!r}")
+        check_count(self, operands, 1)
+        return (reg_of(self, operands[0], self.type),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Fma(Op):
+    """``fma.rn.<type> d, a, b, c``: ``a * b + c`` rounded once."""
+
+    name: ClassVar[str] = "ptx.fma"
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        return (_same(self, operands, 3),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Setp(Op):
+    """``setp.<cmp>.<type> p, a, b`` (the ``u`` comparisons are true on NaN)."""
+
+    name: ClassVar[str] = "ptx.setp"
+    cmp: str
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.cmp not in COMPARE:
+            raise IRVerifyError(f"unknown comparison {self.cmp!r}")
+        _same(self, operands, 2)
+        reg_of(self, operands[0], self.type)
+        return (PRED,)
+
+
+@register_op
+@dataclass(frozen=True)
+class Selp(Op):
+    """``selp.<type> d, a, b, p``: ``p ? a : b`` (``pred`` selects with ``and``/``or``)."""
+
+    name: ClassVar[str] = "ptx.selp"
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 3)
+        t = _same(self, operands[:2], 2)
+        reg_of(self, operands[2], "pred")
+        return (t,)
+
+
+@register_op
+@dataclass(frozen=True)
+class Cvt(Op):
+    """``cvt{.rnd}{.sat}.<to>.<from> d, a``: ``rnd`` is ``rn`` (float results), ``rzi``/
+    ``rni`` (float to integer); ``satfinite`` clamps narrow floats to their finite range;
+    ``cvt.rn.bf16x2.f32 d, hi, lo`` packs two values (two operands)."""
+
+    name: ClassVar[str] = "ptx.cvt"
+    to: str
+    frm: str
+    rnd: str = ""
+    sat: str = ""
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        n = 2 if self.to.endswith("x2") else 1
+        check_count(self, operands, n)
+        for t in operands:
+            reg_of(self, t, self.frm)
+        return (RegType(self.to),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Pack(Op):
+    """``mov.b<N> d, {a, b, ...}``: concatenate registers, first operand in the low bits
+    (``count`` > 1 builds a register vector instead: ``{%r0, %r1}``)."""
+
+    name: ClassVar[str] = "ptx.pack"
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if not operands:
+            raise IRVerifyError("ptx.pack takes at least one operand")
+        t = RegType(self.type)
+        bits = sum(reg_of(self, o).bits * reg_of(self, o).count for o in operands)
+        if bits == t.bits:
+            return (t,)
+        if all(o == operands[0] for o in operands) and reg_of(self, operands[0]).elem == self.type:
+            return (RegType(self.type, len(operands)),)
+        raise IRVerifyError(f"ptx.pack of {bits} bits cannot make reg<{self.type}>")
+
+
+@register_op
+@dataclass(frozen=True)
+class Unpack(Op):
+    """``mov.b<N> {a, b}, d`` or the registers of a vector: ``count`` results of
+    ``type``, the first from the low bits (or the vector's first register)."""
+
+    name: ClassVar[str] = "ptx.unpack"
+    type: str
+    count: int
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        src = reg_of(self, operands[0])
+        part = RegType(self.type)
+        if (src.count == self.count and src.elem == self.type) or \
+                (src.count == 1 and part.bits * self.count == src.bits):
+            return (part,) * self.count
+        raise IRVerifyError(f"ptx.unpack cannot split {src} into {self.count} x reg<{self.type}>")
+
+
+@register_op
+@dataclass(frozen=True)
+class Load(Op):
+    """``ld.<space>{.vN}.<type> d, [addr + offset]`` (``space`` global, shared or param;
+    ``vec`` 1, 2 or 4 registers); global addresses are ``u64``, shared ``u32``."""
+
+    name: ClassVar[str] = "ptx.ld"
+    space: str
+    type: str
+    vec: int = 1
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
+        return (RegType(self.type, self.vec),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Store(_Effect):
+    """``st.<space>{.vN}.<type> [addr + offset], a``."""
+
+    name: ClassVar[str] = "ptx.st"
+    space: str
+    type: str
+    vec: int = 1
+    offset: int = 0
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
+        if operands[1] != RegType(self.type, self.vec):
+            raise IRVerifyError(f"ptx.st stores reg<{self.vec}x{self.type}>, got {operands[1]}")
+
+
+@register_op
+@dataclass(frozen=True)
+class Reduce(_Effect):
+    """``red.<space>.<op>.<type> [addr], a``: an atomic read-modify-write."""
+
+    name: ClassVar[str] = "ptx.red"
+    space: str
+    op: str
+    type: str
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
+        reg_of(self, operands[1], self.type)
+
+
+@register_op
+@dataclass(frozen=True)
+class SharedAlloc(Op):
+    """A ``.shared .align <align> .b8 <sym>[<size>]`` buffer; the result is its ``u32``
+    shared-window address (``mov.u32 %r, <sym>``)."""
+
+    name: ClassVar[str] = "ptx.shared"
+    sym: str
+    size: int
+    align: int = 16
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        if self.align & (self.align - 1) or self.size <= 0:
+            raise IRVerifyError(f"shared buffer {self.sym}: bad size {self.size} or "
+                                f"alignment {self.align}")
+        return (U32,)
+
+
+@register_op
+@dataclass(frozen=True)
+class Shfl(Op):
+    """``shfl.sync.<mode>.b32 d, a, b, c, membermask`` with ``mode`` bfly/down/up/idx;
+    operands: the value, the lane or offset (``u32``); ``clamp`` and the mask are
+    attributes (all 32 lanes by default)."""
+
+    name: ClassVar[str] = "ptx.shfl"
+    mode: str
+    clamp: int = 31
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        reg_of(self, operands[1], "u32")
+        return (reg_of(self, operands[0], "b32", "u32", "s32", "f32"),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Bar(_Effect):
+    """``bar.sync <id>``: every thread of the CTA arrives, none passes until all do."""
+
+    name: ClassVar[str] = "ptx.bar"
+    id: int = 0
+
+
+__all__ = [
+    "BINARY",
+    "COMPARE",
+    "SPECIAL_REGS",
+    "UNARY",
+    "Bar",
+    "Binary",
+    "Const",
+    "Cvt",
+    "Fma",
+    "Load",
+    "Pack",
+    "Reduce",
+    "Selp",
+    "Setp",
+    "SharedAlloc",
+    "Shfl",
+    "Special",
+    "Store",
+    "Unary",
+    "Unpack",
+]
+
