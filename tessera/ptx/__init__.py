@@ -1,0 +1,54 @@
+"""The PTX backend: assemble PTX with ptxas or nvJitLink, pack kernel parameters, launch
+kernels through the CUDA driver API, and write and read ahead-of-time kernel bundles.
+
+The submodules are ``assemble``, ``params``, ``launch`` and ``aot``.  The ``assemble``
+function is not re-exported here (import it from :mod:`tessera.ptx.assemble`): a package
+attribute of that name would hide the submodule.
+Nothing here needs a GPU until a kernel is loaded or launched; the functions that do need
+one raise :class:`GpuUnavailable` with the reason when there is none.
+"""
+
+from __future__ import annotations
+
+from tessera.ptx.aot import Bundle, BundleError, Selection, load, save
+from tessera.ptx.assemble import (
+    Assembled,
+    AssemblyError,
+    KernelStats,
+    ToolchainMissing,
+    assemble_nvjitlink,
+    find_ptxas,
+    parse_only,
+)
+from tessera.ptx.launch import (
+    CudaError,
+    CudaModule,
+    GpuUnavailable,
+    cuda_available,
+    encode_tensor_map,
+)
+from tessera.ptx.params import PackedParams, ParamSpec, pack_params, param_specs
+
+__all__ = [
+    "Assembled",
+    "AssemblyError",
+    "Bundle",
+    "BundleError",
+    "CudaError",
+    "CudaModule",
+    "GpuUnavailable",
+    "KernelStats",
+    "PackedParams",
+    "ParamSpec",
+    "Selection",
+    "ToolchainMissing",
+    "assemble_nvjitlink",
+    "cuda_available",
+    "encode_tensor_map",
+    "find_ptxas",
+    "load",
+    "pack_params",
+    "param_specs",
+    "parse_only",
+    "save",
+]
