@@ -1,0 +1,211 @@
+"""Simulated global and shared memory of the Target IR interpreter.
+
+Global memory: each array argument lives at a fake, 256-byte aligned address
+(``GLOBAL_BASE + k * GLOBAL_STRIDE``); an address resolves to (buffer, byte offset) with
+one ``np.searchsorted`` for all threads. Accesses must lie inside one buffer and be
+aligned to their size (PTX ISA sec. 5.4.3 "Alignment": naturally aligned accesses).
+
+Shared memory: one byte array per CTA, laid out from shared address 0 (buffers at their
+alignment, so swizzles on absolute addresses see the declared alignment), filled with
+0xFF poison. Per byte it tracks whether it was written (a read of a never-written byte
+is an error), how many async copies are still in flight to it (reading such a byte is
+an error), and, between two ``bar.sync`` of its CTA, which thread wrote it and which
+threads read it (a read of another thread's write, or a write over another thread's
+access, with no barrier between, is a race, as compute-sanitizer's racecheck reports).
+Two threads of one instruction writing the same byte are not reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+GLOBAL_BASE = 0x10000000
+GLOBAL_STRIDE = 0x10000000
+Fail = Callable[[int, str, str], None]
+_NONE = np.int32(-1)
+_BIG = np.int32(np.iinfo(np.int32).max)
+
+
+class GlobalMemory:
+    """Byte views of the launch's arrays at fake global addresses."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.bytes: list[np.ndarray] = []
+        self.names: list[str] = []
+
+    def add(self, array: np.ndarray, name: str) -> int:
+        """Place a C-contiguous array in memory; return its address."""
+        if array.nbytes >= GLOBAL_STRIDE:
+            raise ValueError(f"{name} is too large for the simulated address space")
+        base = GLOBAL_BASE + GLOBAL_STRIDE * len(self.bases)
+        self.bases.append(base)
+        self.bytes.append(array.reshape(-1).view(np.uint8))
+        self.names.append(name)
+        return base
+
+    def resolve(self, addr: np.ndarray, nbytes: int, fail: Fail, what: str = "access",
+                align: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(buffer index, byte offset) of each address; faults outside or misaligned
+        (to ``align`` bytes, by default the access size)."""
+        a = addr.astype(np.int64)
+        if not self.bases:
+            fail(0, "out of bounds", f"global {what} at address {int(a[0]):#x}: the launch "
+                 "has no global buffers")
+        bases = np.asarray(self.bases, np.int64)
+        sizes = np.asarray([b.size for b in self.bytes], np.int64)
+        k = np.searchsorted(bases, a, side="right") - 1
+        safe = np.maximum(k, 0)
+        off = a - bases[safe]
+        bad = (k < 0) | (off + nbytes > sizes[safe])
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            where = (f"{int(off[i]) + nbytes - int(sizes[safe[i]])} bytes past the end of "
+                     f"{self.names[safe[i]]} ({int(sizes[safe[i]])} bytes)"
+                     if k[i] >= 0 else "below every buffer")
+            fail(i, "out of bounds", f"global {what} of {nbytes} bytes at address "
+                 f"{int(a[i]):#x}, {where}")
+        step = align or nbytes
+        mis = a % step != 0
+        if np.any(mis):
+            i = int(np.flatnonzero(mis)[0])
+            fail(i, "misaligned address", f"global {what} of {nbytes} bytes at address "
+                 f"{int(a[i]):#x} is not {step}-byte aligned")
+        return k, off
+
+    def read(self, addr: np.ndarray, nbytes: int, fail: Fail,
+             align: int | None = None) -> np.ndarray:
+        """The bytes (M, nbytes) at each address."""
+        k, off = self.resolve(addr, nbytes, fail, "read", align)
+        out = np.empty((addr.size, nbytes), np.uint8)
+        span = np.arange(nbytes, dtype=np.int64)
+        for b in np.unique(k):
+            sel = k == b
+            out[sel] = self.bytes[b][off[sel, None] + span]
+        return out
+
+    def write(self, addr: np.ndarray, data: np.ndarray, fail: Fail) -> None:
+        """Store bytes ``data`` (M, nbytes); a later thread wins on overlap."""
+        nbytes = data.shape[1]
+        k, off = self.resolve(addr, nbytes, fail, "write")
+        span = np.arange(nbytes, dtype=np.int64)
+        for b in np.unique(k):
+            sel = k == b
+            self.bytes[b][off[sel, None] + span] = data[sel]
+
+
+class SharedMemory:
+    """Per-CTA shared memory bytes with initialisation, async and race tracking."""
+
+    def __init__(self, ncta: int, nthreads: int, size: int, races: bool) -> None:
+        self.ncta = ncta
+        self.nthreads = nthreads
+        self.size = size
+        n = ncta * size
+        self.data = np.full(n, 0xFF, np.uint8)
+        self.init = np.zeros(n, bool)
+        self.pending = np.zeros(n, np.int32)
+        self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
+        self.races = races
+        if races:
+            self.writer = np.full(n, _NONE, np.int32)
+            self.rmin = np.full(n, _BIG, np.int32)
+            self.rmax = np.full(n, _NONE, np.int32)
+
+    def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
+              align: int | None = None) -> np.ndarray:
+        """Flat byte indices (M, nbytes) of shared accesses; faults outside or misaligned."""
+        a = addr.astype(np.int64)
+        bad = (a < 0) | (a + nbytes > self.size)
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            fail(i, "out of bounds", f"shared access of {nbytes} bytes at shared address "
+                 f"{int(a[i])}; the CTA has {self.size} bytes of shared memory")
+        step = align or nbytes
+        mis = a % step != 0
+        if np.any(mis):
+            i = int(np.flatnonzero(mis)[0])
+            fail(i, "misaligned address", f"shared access of {nbytes} bytes at shared "
+                 f"address {int(a[i])} is not {step}-byte aligned")
+        return (cta * self.size + a)[:, None] + np.arange(nbytes, dtype=np.int64)
+
+    def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
+                   race: bool = True) -> None:
+        """Fault on poison, in-flight async bytes and races; record the readers."""
+        for ok, what in ((self.pending[flat] == 0, "async copy read before its wait"),
+                         (self.init[flat], "uninitialised shared read")):
+            if not ok.all():
+                i = int(np.flatnonzero(~ok.all(axis=1))[0])
+                j = int(np.flatnonzero(~ok[i])[0])
+                fail(i, what, self._where(flat[i, j]))
+        if self.races and race:
+            w = self.writer[flat]
+            clash = (w >= 0) & (w != me[:, None])
+            if np.any(clash):
+                i = int(np.flatnonzero(clash.any(axis=1))[0])
+                j = int(np.flatnonzero(clash[i])[0])
+                fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
+                     f"by thread {int(w[i, j]) % self.nthreads} without a "
+                     "bar.sync between")
+            who = np.broadcast_to(me[:, None].astype(np.int32), flat.shape).ravel()
+            np.minimum.at(self.rmin, flat.ravel(), who)
+            np.maximum.at(self.rmax, flat.ravel(), who)
+
+    def read(self, flat: np.ndarray, me: np.ndarray, fail: Fail) -> np.ndarray:
+        """Checked bytes (M, nbytes) at ``flat``."""
+        self.check_read(flat, me, fail)
+        return self.data[flat]
+
+    def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
+              generic: bool = True) -> None:
+        """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids)."""
+        busy = self.pending[flat] != 0
+        if np.any(busy):
+            i = int(np.flatnonzero(busy.any(axis=1))[0])
+            fail(i, "async copy overwritten before its wait", "store over "
+                 f"{self._where(flat[i, 0])} while an async copy to it is in flight")
+        if self.races:
+            mine = me[:, None]
+            w = self.writer[flat]
+            clash = ((w >= 0) & (w != mine)) | \
+                ((self.rmax[flat] >= 0) & ((self.rmin[flat] != mine) | (self.rmax[flat] != mine)))
+            if np.any(clash):
+                i = int(np.flatnonzero(clash.any(axis=1))[0])
+                j = int(np.flatnonzero(clash[i])[0])
+                other = int(w[i, j]) if w[i, j] >= 0 else int(self.rmin[flat[i, j]])
+                if other == int(me[i]):
+                    other = int(self.rmax[flat[i, j]])
+                fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
+                     f"accessed by thread {other % self.nthreads} without a "
+                     "bar.sync between")
+            self.writer[flat] = np.broadcast_to(mine.astype(np.int32), flat.shape)
+        self.land(flat, data)
+        if generic:
+            self.unfenced[flat] = True
+
+    def land(self, flat: np.ndarray, data: np.ndarray) -> None:
+        """Unchecked write (async copies completing): data lands, bytes count as written
+        and need no proxy fence (cp.async and TMA data are waited for, not fenced)."""
+        self.data[flat] = data
+        self.init[flat] = True
+        self.unfenced[flat] = False
+
+    def sync(self, ctas: np.ndarray) -> None:
+        """``bar.sync`` of the CTAs flagged in ``ctas``: a new race epoch starts."""
+        if not self.races or self.size == 0:
+            return
+        for view, fill in ((self.writer, _NONE), (self.rmin, _BIG), (self.rmax, _NONE)):
+            view.reshape(self.ncta, self.size)[ctas] = fill
+
+    def fence(self, ctas: np.ndarray) -> None:
+        """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
+        if self.size:
+            self.unfenced.reshape(self.ncta, self.size)[ctas] = False
+
+    def _where(self, flat: np.integer | int) -> str:
+        return f"shared byte {int(flat) % self.size}"
+
+
+__all__ = ["GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory"]

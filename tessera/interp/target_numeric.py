@@ -1,0 +1,206 @@
+"""Bit-exact floating-point rules of Target IR: fused multiply-add, min/max, cvt.
+
+* ``fma.rn.f32`` (PTX ISA, "Floating Point Instructions: fma"): the product of two
+  float32 is exact in float64; the float64 sum is made *round-to-odd* with an error-free
+  TwoSum, and round-to-odd to 53 bits followed by RNE to 24 bits equals one RNE of the
+  exact value (Boldo and
+  Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
+  rounding to odd", IEEE TC 2008: p >= 2q + 2 suffices).
+* ``fma.rn.f64``: TwoProduct (Veltkamp/Dekker), TwoSum, round-to-odd of the tail, one
+  RNE addition (the same paper's emulation). Elements where the error-free transforms
+  could underflow or overflow are decided with ``fractions.Fraction`` instead.
+* ``min``/``max`` (PTX ISA, "min"/"max"): a NaN operand yields the other operand, two NaNs
+  the canonical NaN; -0.0 is taken as less than +0.0.
+* ``cvt`` (PTX ISA, "cvt"): RNE narrowing exactly once (float64 sources via round-to-odd
+  float32, :mod:`tessera.numerics.convert`); ``rz``/``rm``/``rp`` by stepping the RNE
+  result one ulp when it lies on the wrong side; float to integer rounds (``rzi``,
+  ``rni``, ``rmi``, ``rpi``), saturates and maps NaN to 0; ``satfinite`` clamps to the
+  largest finite value.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+
+from tessera.numerics.convert import round_to_odd_f32
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+_SPLIT = 2.0**27 + 1
+_CANONICAL_NAN = {4: np.uint32(0x7FFFFFFF), 8: np.uint64(0x7FFFFFFFFFFFFFFF),
+                  2: np.uint16(0x7FFF)}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``s = fl(a + b)`` and the exact error ``e = a + b - s`` (Knuth; no overflow)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def add_round_to_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` in float64 rounded to odd: truncate, set the last bit if inexact."""
+    s, e = two_sum(a, b)
+    fix = (e != 0) & ((s.view(np.uint64) & np.uint64(1)) == 0) & np.isfinite(s)
+    if fix.any():
+        s = s.copy()
+        s[fix] = np.nextafter(s[fix], np.where(e[fix] > 0, np.inf, -np.inf))
+    return s
+
+
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``fma.rn.f32``: ``a * b + c`` rounded once to float32."""
+    with np.errstate(all="ignore"):
+        p = a.astype(F64) * b.astype(F64)  # exact: 48 significand bits, no overflow
+        c64 = c.astype(F64)
+        s = add_round_to_odd(p, c64)
+        plain = ~np.isfinite(p) | ~np.isfinite(c64)
+        if plain.any():  # infinities and NaN: the IEEE special-value rules of float64
+            s = np.where(plain, p + c64, s)
+        return s.astype(F32)
+
+
+def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t = _SPLIT * x
+    hi = t - (t - x)
+    return hi, x - hi
+
+
+def _fma_fraction(a: float, b: float, c: float) -> float:
+    """One fma of finite operands with a nonzero product, by exact rational arithmetic."""
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    try:
+        return float(exact)  # int/int true division rounds correctly; exact 0 gives +0
+    except OverflowError:
+        return float("inf") if exact > 0 else float("-inf")
+
+
+def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``fma.rn.f64``: ``a * b + c`` rounded once to float64."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(x, F64) for x in (a, b, c)))
+    with np.errstate(all="ignore"):
+        ph = a * b
+        ah, al = _split(a)
+        bh, bl = _split(b)
+        pl = ((ah * bh - ph) + ah * bl + al * bh) + al * bl  # ph + pl == a * b exactly
+        th, tl = two_sum(c, ph)
+        out = th + add_round_to_odd(tl, pl)
+        finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+        nonzero = (a != 0) & (b != 0) & finite
+        big = 2.0**990
+        # The error-free transforms are exact only without underflow of the product's
+        # tail and without overflow; results near the subnormal range are decided by
+        # Fractions too (the round-to-odd proof assumes no underflow).
+        risky = nonzero & ((np.abs(ph) < 2.0**-960) | (np.abs(ph) > big) | (np.abs(a) > big)
+                           | (np.abs(b) > big) | (np.abs(c) > big) | (np.abs(out) < 2.0**-960))
+        out = np.where(nonzero, out, a * b + c)  # a zero product: c itself, IEEE zero signs
+        slow = np.flatnonzero(risky.ravel())
+        if slow.size:
+            out = out.copy()
+            flat = out.reshape(-1)
+            for i in slow:
+                flat[i] = _fma_fraction(float(a.flat[i]), float(b.flat[i]), float(c.flat[i]))
+    return out
+
+
+def fmin_fmax(a: np.ndarray, b: np.ndarray, is_max: bool) -> np.ndarray:
+    """PTX ``min``/``max`` of floats: NaN loses, two NaNs give the canonical NaN."""
+    with np.errstate(invalid="ignore"):
+        pick_a = a > b if is_max else a < b
+        out = np.where(pick_a, a, b)
+        zeros = (a == 0) & (b == 0)
+        if zeros.any():  # -0 < +0
+            neg = np.signbit(a) & np.signbit(b) if is_max else np.signbit(a) | np.signbit(b)
+            out = np.where(zeros, np.where(neg, -np.abs(out), np.abs(out)), out)
+        na, nb = np.isnan(a), np.isnan(b)
+        out = np.where(na, b, np.where(nb, a, out)).astype(a.dtype)
+        both = na & nb
+        if both.any():
+            bits = out.view(_UINT[out.dtype.itemsize]).copy()
+            bits[both] = _CANONICAL_NAN[out.dtype.itemsize]
+            out = bits.view(out.dtype)
+    return out
+
+
+def canonical_nan_where(mask: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``x`` with the canonical NaN (PTX ISA: ``0x7FFFFFFF`` for f32) where ``mask``."""
+    if not mask.any():
+        return x
+    bits = np.array(x).view(_UINT[x.dtype.itemsize]).copy()
+    bits[np.broadcast_to(mask, bits.shape)] = _CANONICAL_NAN[x.dtype.itemsize]
+    return bits.view(x.dtype)
+
+
+def _widens(src: np.dtype, dst: np.dtype) -> bool:
+    """Whether every ``src`` value is exact in ``dst``."""
+    return src == dst or dst == F64 or (dst == F32 and src.itemsize <= 2)
+
+
+def _narrow_rne(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Round float values (float64 included) once, RNE, to ``dt``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if _widens(x.dtype, dt):
+            return x.astype(dt)
+        if x.dtype == F64 and dt != F32:
+            return round_to_odd_f32(x).astype(dt)  # one rounding, see numerics.convert
+        return x.astype(F32).astype(dt)  # f32 (or f16 <-> bf16, exact in f32) -> dt
+
+
+def _step(y: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """``y`` moved one ulp toward +inf where ``up``, else toward -inf."""
+    nbits = 8 * y.dtype.itemsize
+    u = _UINT[y.dtype.itemsize]
+    bits = y.view(u).astype(np.int64)
+    top = np.int64(1) << np.int64(nbits - 1)
+    negative = (bits & top) != 0
+    is_zero = (bits & (top - 1)) == 0
+    new = np.where(up != negative, bits + 1, bits - 1)  # magnitude grows or shrinks
+    # From a zero the step is the smallest subnormal of the direction's sign.
+    new = np.where(is_zero, np.where(up, 1, top | 1), new)
+    return new.astype(u).view(y.dtype)
+
+
+def cvt_float(x: np.ndarray, dt: np.dtype, rnd: str, sat: bool) -> np.ndarray:
+    """Float to float conversion rounding ``rn`` (or ``""``), ``rz``, ``rm`` or ``rp``."""
+    y = _narrow_rne(x, dt)
+    if rnd in ("rz", "rm", "rp") and not _widens(x.dtype, dt):
+        with np.errstate(invalid="ignore", over="ignore"):
+            x64, y64 = x.astype(F64), y.astype(F64)
+            wrong = {"rz": np.abs(y64) > np.abs(x64), "rm": y64 > x64, "rp": y64 < x64}[rnd]
+            wrong &= ~np.isnan(x64)
+            if wrong.any():
+                up = y64 < 0 if rnd == "rz" else np.full(y.shape, rnd == "rp")
+                y = np.where(wrong, _step(y, up), y)
+    if sat:
+        big = np.array(ml_dtypes.finfo(dt).max, dt)
+        y64 = y.astype(F64)
+        y = np.where(np.isinf(y64), np.where(y64 < 0, -big, big), y)
+    return np.asarray(y).astype(dt)
+
+
+def cvt_float_to_int(x: np.ndarray, dt: np.dtype, rnd: str) -> np.ndarray:
+    """Float to integer: round per ``rnd``, saturate to the range, NaN to 0."""
+    fn = {"rzi": np.trunc, "rni": np.rint, "rmi": np.floor, "rpi": np.ceil, "": np.trunc}[rnd]
+    x64 = x.astype(F64)
+    with np.errstate(invalid="ignore"):
+        r = fn(np.where(np.isnan(x64), 0.0, x64))
+        info = np.iinfo(dt)
+        top = r >= float(info.max)  # float(2**63 - 1) rounds up: compare, then set
+        out = np.clip(r, float(info.min), float(info.max)).astype(np.float64)
+        res = np.where(top, 0, out).astype(dt)
+    res[top] = info.max
+    return res
+
+
+def round_integral(x: np.ndarray, rnd: str) -> np.ndarray:
+    """``cvt.rni.f32.f32`` and friends: round to an integral value in the same format."""
+    fn = {"rzi": np.trunc, "rni": np.rint, "rmi": np.floor, "rpi": np.ceil}[rnd]
+    return fn(x).astype(x.dtype)
+
+
+__all__ = ["add_round_to_odd", "cvt_float", "cvt_float_to_int", "fma_f32", "fma_f64",
+           "fmin_fmax", "round_integral", "two_sum"]
