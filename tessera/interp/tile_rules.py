@@ -23,6 +23,7 @@ from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Op
 from tessera.ir.types import TensorType
+from tessera.numerics.transcendental import exp_f32
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -110,9 +111,20 @@ def _not(instr: Instr, fast: bool) -> Impl:
     return np.logical_not
 
 
-@rule(C.Exp, C.Log, C.Sqrt, C.Trunc)
+@rule(C.Exp)
+def _exp(instr: Instr, fast: bool) -> Impl:
+    n = _num_in(instr)
+    if fast or n.kind != "float" or n.sd == F64:
+        # f64 exp is NumPy's (machine-dependent in the last bit); the PTX backend rejects it
+        return lambda x: n.result(np.exp(n.compute(x)))
+    # f32, and the narrower floats that compute in f32: the specified exp_f32, which a GPU
+    # reproduces bit for bit; a narrow result is that f32 value rounded once more (RNE)
+    return lambda x: n.result(exp_f32(n.compute(x)))
+
+
+@rule(C.Log, C.Sqrt, C.Trunc)
 def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {C.Exp: np.exp, C.Log: np.log, C.Sqrt: np.sqrt, C.Trunc: np.trunc}[type(instr.op)]
+    fn = {C.Log: np.log, C.Sqrt: np.sqrt, C.Trunc: np.trunc}[type(instr.op)]
     n = _num_in(instr)
     if fast or n.kind != "float" or isinstance(instr.op, (C.Sqrt, C.Trunc)) or n.sd == F64:
         # sqrt and trunc of float32 are correctly rounded natively
@@ -219,11 +231,27 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
         return lambda x: n.result(np.sum(n.compute(x), axis=axis))
 
     def exact_sum(x: Any) -> Any:
-        # float64 accumulation, NumPy's pairwise order over a C-contiguous row: a fixed
-        # order for a given row length, whatever the tile's layout in memory
-        xc = np.ascontiguousarray(np.moveaxis(n.narrow(x), axis, -1))
-        return n.result(np.add.reduce(xc, axis=-1, dtype=np.float64))
+        # float64 accumulation in a fixed tree, rounded once to the element
+        return n.result(tree_sum_f64(np.moveaxis(to_f64(n.narrow(x)), axis, -1)))
     return exact_sum
+
+
+def tree_sum_f64(x: np.ndarray) -> np.ndarray:
+    """The checked-mode float sum over the last axis: pad it with -0.0 to a power of two
+    (-0.0 is the exact identity: x + -0.0 == x for every x, +0 and -0 included), then add
+    adjacent pairs ``x[2i] + x[2i+1]`` in float64 until one value is left. This is the
+    recursive halving tree sum(first half) + sum(second half), which a GPU reproduces
+    with a per-thread tree over a contiguous chunk and ``shfl.bfly`` xor 1, 2, 4, ...
+    across lanes (IEEE addition commutes bitwise, so every lane gets the same sum)."""
+    size = x.shape[-1]
+    if size == 0:
+        return np.zeros(x.shape[:-1], np.float64)
+    width = 1 << (size - 1).bit_length()
+    if width != size:
+        x = np.concatenate([x, np.full((*x.shape[:-1], width - size), -0.0)], axis=-1)
+    while x.shape[-1] > 1:
+        x = x[..., 0::2] + x[..., 1::2]
+    return x[..., 0]
 
 
 @rule(C.Mma)
@@ -264,4 +292,4 @@ def _lanes(instr: Instr, fast: bool) -> Impl:
     return lambda: value
 
 
-__all__ = ["IMPLS", "WIDE_OK", "Impl", "rule"]
+__all__ = ["IMPLS", "WIDE_OK", "Impl", "rule", "tree_sum_f64"]
