@@ -193,3 +193,15 @@ __all__ = [
     "vjp",
     "write",
 ]
+# the PTX backend, imported on first use (it loads the CUDA bindings)
+__all__ += ["aot", "check_against_reference", "launch"]
+
+_BACKEND = ("aot", "check_against_reference", "launch")
+
+
+def __getattr__(name: str) -> object:
+    if name in _BACKEND:
+        from tessera.ptx import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tessera' has no attribute {name!r}")

@@ -4,6 +4,7 @@
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
+    tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [-o out.ptx] [--stats]
 
 Errors print tessera's one-line message (with the user's file:line) and exit with 1.
 """
@@ -83,6 +84,51 @@ def cmd_opt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise ArgumentError(f"bad integer list {text!r}", hint="write e.g. 64,64,32") from None
+
+
+def _const(spec: str) -> tuple[str, Any]:
+    """``NAME=LITERAL`` -> (name, Python value), for scalars and flags."""
+    import ast
+
+    name, _, text = spec.partition("=")
+    try:
+        return name, ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ArgumentError(f"bad --const {spec!r}", hint="write NAME=2.5 or NAME=False") \
+            from None
+
+
+def cmd_ptx(args: argparse.Namespace) -> int:
+    from tessera.ptx.compile import compile_kernel
+
+    kernel = _load(args.target)
+    kwargs: dict[str, Any] = dict(_example(s) for s in args.arg)
+    kwargs.update(_const(s) for s in args.const)
+    for key, value in (("grid", _ints(args.grid)), ("tile_shape", _ints(args.tile_shape))):
+        if value is not None:
+            kwargs[key] = value if key != "grid" or len(value) > 1 else value[0]
+    if args.group_size:
+        kwargs["group_size"] = args.group_size
+    compiled = compile_kernel(kernel, target=args.arch, **kwargs)
+    if args.output:
+        Path(args.output).write_text(compiled.ptx)
+    else:
+        print(compiled.ptx, end="")
+    if args.stats:
+        stats = compiled.assemble().stats[compiled.name]
+        print(f"{compiled.name} {args.arch}: {stats.registers} registers, {stats.smem} bytes "
+              f"shared memory, {stats.spill_stores} bytes spill stores, {stats.spill_loads} "
+              f"bytes spill loads, {stats.stack_frame} bytes stack frame", file=sys.stderr)
+    return 0
+
+
 def cmd_passes(args: argparse.Namespace) -> int:
     from tessera.ir import PASSES
 
@@ -112,6 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after", default="", help="pass names, or 'all'")
     p.add_argument("--timing", action="store_true", help="report time per pass")
     p.set_defaults(run=cmd_opt)
+    p = sub.add_parser("ptx", help="compile a @ts.kernel to PTX")
+    p.add_argument("target", help="FILE.py:KERNEL")
+    p.add_argument("--target", dest="arch", default="sm_90a", help="sm_80 or sm_90a")
+    p.add_argument("--arg", action="append", default=[],
+                   help="example array argument NAME=SHAPE:FORMAT, e.g. A=128x64:bf16")
+    p.add_argument("--const", action="append", default=[],
+                   help="scalar argument or flag NAME=VALUE, e.g. alpha=2.5")
+    p.add_argument("--grid", default="", help="grid of groups, e.g. 4 or 2,2")
+    p.add_argument("--tile-shape", default="", help="e.g. 64,64,32")
+    p.add_argument("--group-size", type=int, default=0)
+    p.add_argument("-o", "--output", default="", help="write the PTX here")
+    p.add_argument("--stats", action="store_true",
+                   help="assemble with ptxas -v; print registers, shared memory, spills")
+    p.set_defaults(run=cmd_ptx)
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)
     return parser

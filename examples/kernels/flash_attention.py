@@ -60,7 +60,8 @@ def flash_attention(Q: ts.Tensor["B*H", "S", "D", ts.bf16],
         alpha = ts.tile.exp(m_i - m_i_new)
         p = ts.tile.exp(scores - m_i_new)
         l_i = alpha * l_i + ts.tile.row_sum(p)
-        acc = alpha * acc + ts.tile.mma(p, smem_v)
+        # P in the format of V, as tensor cores multiply it (FlashAttention-2 does the same)
+        acc = alpha * acc + ts.tile.mma(ts.tile.cast(p, ts.bf16), smem_v)
         m_i = m_i_new
         ts.tile.barrier()  # every tile is done with smem_k/smem_v before the next copy
 

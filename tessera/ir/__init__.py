@@ -27,4 +27,4 @@ __all__ = [
 ]
 
 # Target IR registers its types and ops with the parser on import.
-from tessera.ir import target, target_async, target_ops  # noqa: E402,F401
+from tessera.ir import target, target_async, target_ops  # noqa: F401

@@ -1,0 +1,277 @@
+"""The Tile IR -> Target IR lowering driver: kernel signature, launch geometry, ids,
+structured control flow, and the rule table the other ``tessera.lower`` modules fill.
+
+Hardware mapping (docs/ptx-backend.md has the long form):
+
+* a **scalar kernel** (every register value a scalar: saxpy, a shared-memory tree
+  reduction) runs one Tessera tile per thread and one group per CTA of ``group_size``
+  threads. When the kernel never talks within its group (``group_size`` 1, no shared
+  memory, no barrier), 128 groups share one CTA and a guard masks the tail;
+* a **block kernel** (some value is a tensor) runs one tile per CTA of 128 threads
+  (four warps; one warpgroup on sm_90a); tensors are spread over the threads by the
+  layouts of :mod:`tessera.lower.layout`. Groups of more than one tile are not lowered.
+
+CTA ``ctaid.x`` is the group's linear id (C order over the grid), ``ctaid.y`` the
+batch index. Index arithmetic is 32-bit (tensors up to 2^31 elements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+from tessera.errors import TesseraError, UnsupportedError
+from tessera.ir.core import Block, Function, Instr, Op, Value, walk
+from tessera.ir.target import KERNEL, TARGETS, RegType, Return, TensorMapType
+from tessera.ir.tile import MemRefType
+from tessera.ir.types import TensorType
+from tessera.lower.emit import Emitter
+from tessera.lower.values import Dist, Lowered, Mem, Scalar, elem_bytes, reg_type
+
+Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
+RULES: dict[type[Op], Rule] = {}
+THREADS = 128
+
+
+def rule(*ops: type[Op]) -> Callable[[Rule], Rule]:
+    """Register a lowering rule for Tile IR op classes."""
+    def wrap(fn: Rule) -> Rule:
+        for op in ops:
+            RULES[op] = fn
+        return fn
+    return wrap
+
+
+def is_block_kernel(fn: Function) -> bool:
+    """True when some register value of the kernel is a tensor (rank >= 1)."""
+    return any(isinstance(v.type, TensorType) and v.type.rank > 0
+               for i in walk(fn.body) for v in (*i.results, *i.operands))
+
+
+@dataclass
+class Geometry:
+    """Launch geometry of the lowered kernel."""
+
+    grid: tuple[int, ...]  # Tessera grid of groups
+    group_size: int
+    batch: int
+    block: int  # threads per CTA
+    ctas: int  # CTAs along x
+    packed: bool  # several single-tile groups per CTA
+
+    @property
+    def n_groups(self) -> int:
+        return prod(self.grid)
+
+
+@dataclass
+class Lowerer:
+    """Lowers one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
+
+    fn: Function
+    target: str
+    params: list[Value] = field(default_factory=list)
+    env: dict[Value, Lowered] = field(default_factory=dict)
+    block_kernel: bool = False
+    geom: Geometry | None = None
+    ids: dict[str, Value] = field(default_factory=dict)
+    shared: list[tuple[str, int, int]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    layouts: dict[Value, Any] = field(default_factory=dict)
+    stack: list[Emitter] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise UnsupportedError(f"unknown PTX target {self.target!r}",
+                                   hint=f"use one of {', '.join(TARGETS)}")
+        self.body = Block()
+        self.e = Emitter(self.body, self.fn.loc)
+        self.block_kernel = is_block_kernel(self.fn)
+
+    # -- entry
+    def lower(self) -> Function:
+        """Build and return the Target IR kernel."""
+        self.geom = self._geometry()
+        self._signature()
+        if self.block_kernel:
+            from tessera.lower.layout import assign_layouts
+
+            self.layouts = assign_layouts(self.fn)
+            if self.target == "sm_90a":
+                from tessera.lower.mma90 import operand_buffers
+
+                self.extra["wgmma_buffers"] = operand_buffers(self.fn)
+        outs = self.lower_block(self.fn.body, self.e)
+        self._results(outs)
+        attrs = {"target": self.target, "block": [self.geom.block],
+                 "grid": [self.geom.ctas, self.geom.batch, 1],
+                 "params": [str(p.type) for p in self.params],
+                 "source": self.fn.name}
+        return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
+
+    def _results(self, outs: list[Lowered]) -> None:
+        """Write a returned tile at the tile's output position, or tile 0's returned
+        scalar, through the ``out`` parameter (a returned parameter needs nothing)."""
+        if not outs or isinstance(outs[0], Mem):
+            return
+        from tessera.lower.rules_memory import store_result
+
+        self.stack.append(self.e)
+        store_result(self, outs[0])
+        self.stack.pop()
+
+    def _geometry(self) -> Geometry:
+        a = self.fn.attrs
+        grid = tuple(int(g) for g in a.get("grid", (1,)))
+        group = int(a.get("group_size", 1))
+        batch = int(a.get("batch", 0) or 1)
+        ngroups = prod(grid)
+        if self.block_kernel:
+            if group != 1:
+                raise UnsupportedError(
+                    f"kernel '{self.fn.name}': groups of {group} tiles holding tensors are "
+                    "not lowered to PTX", hint="launch with group_size=1 (one tile per CTA)",
+                    loc=self.fn.loc)
+            return Geometry(grid, 1, batch, THREADS, ngroups, False)
+        talks = any(type(i.op).__name__ in ("AllocShared", "Barrier", "LocalId")
+                    for i in walk(self.fn.body))
+        if group == 1 and not talks:
+            block = min(THREADS, ngroups)
+            return Geometry(grid, 1, batch, block, -(-ngroups // block), True)
+        if group > 1024:
+            raise UnsupportedError(f"a group of {group} tiles exceeds a CTA's 1024 threads",
+                                   loc=self.fn.loc)
+        return Geometry(grid, group, batch, group, ngroups, False)
+
+    def _signature(self) -> None:
+        e = self.e
+        for index, arg in enumerate(self.fn.args):
+            t = arg.type
+            if isinstance(t, MemRefType):
+                p = self.body.add_arg(RegType("u64"), arg.hint)
+                self.params.append(p)
+                self.env[arg] = self._param_view(p, t, index)
+            elif isinstance(t, TensorType) and t.rank == 0:
+                p = self.body.add_arg(RegType(reg_type(t.element)), arg.hint)
+                self.params.append(p)
+                self.env[arg] = Scalar(p, reg_type(t.element))
+            else:
+                raise UnsupportedError(f"kernel parameter '{arg.hint}' of type {t} has no PTX "
+                                       "form", loc=self.fn.loc)
+        returned = self.fn.body.terminator
+        if "result_shape" in self.fn.attrs or (
+                returned is not None and returned.operands
+                and isinstance(returned.operands[0].type, TensorType)):
+            p = self.body.add_arg(RegType("u64"), "out")
+            self.params.append(p)
+            self.extra["out"] = p
+        del e
+
+    def _param_view(self, p: Value, t: MemRefType, index: int) -> Mem:
+        strides = tuple(prod(t.shape[i + 1:]) for i in range(t.rank))
+        base = p
+        if t.batch:  # the body sees the slice of its batch index
+            slice_bytes = prod(t.shape) * elem_bytes(t.element)
+            b = self.e.cvt(self.e.sreg("ctaid.y"), "u64", "u32")
+            base = self.e.add(p, self.e.mul(b, self.e.const(slice_bytes, "u64"), "u64"), "u64")
+        meta = {"arg": index, "batch_rows": t.shape[0] if t.batch else 0}
+        return Mem("global", base, None, t.shape, strides, t.element, buffer=p.hint, meta=meta)
+
+    def tensor_map(self, arg: int, elem: str, box: tuple[int, int], swizzle: int) -> Value:
+        """A ``tmap`` kernel parameter for TMA copies of kernel argument ``arg``."""
+        key = ("tmap", arg, elem, box, swizzle)
+        if key not in self.extra:
+            v = self.body.add_arg(TensorMapType(arg, elem, box, swizzle), f"tmap{arg}")
+            self.params.append(v)
+            self.extra[key] = v
+        return self.extra[key]
+
+    # -- ids
+    def group_id(self, e: Emitter) -> Value:
+        g = self.geom
+        assert g is not None
+        cta = e.cvt(e.sreg("ctaid.x"), "s32", "u32")
+        if g.packed:
+            tid = e.cvt(e.sreg("tid.x"), "s32", "u32")
+            return e.add(e.mul(cta, e.const(g.block, "s32"), "s32"), tid, "s32")
+        return cta
+
+    def local_id(self, e: Emitter) -> Value:
+        g = self.geom
+        assert g is not None
+        if g.packed or self.block_kernel:
+            return e.const(0, "s32")
+        return e.cvt(e.sreg("tid.x"), "s32", "u32")
+
+    # -- blocks and control flow
+    @property
+    def em(self) -> Emitter:
+        """The emitter of the block being lowered (rules append through it)."""
+        return self.stack[-1]
+
+    def lower_block(self, block: Block, e: Emitter) -> list[Lowered]:
+        """Lower the instructions of ``block`` into ``e``; returns its terminator's
+        operands, lowered."""
+        self.stack.append(e)
+        try:
+            for instr in block.instrs:
+                if instr.op.terminator:
+                    return [self.env[v] for v in instr.operands]
+                fn = RULES.get(type(instr.op))
+                if fn is None:
+                    raise UnsupportedError(f"{instr.op.name} is not lowered to PTX yet",
+                                           loc=instr.loc)
+                e.loc = instr.loc
+                try:
+                    outs = fn(self, instr, [self.env[v] for v in instr.operands])
+                except TesseraError as err:
+                    if err.loc is not None and err.loc.file == instr.loc.file:
+                        raise
+                    # a building block's error: name the kernel line being lowered
+                    raise type(err)(err.message, hint=err.hint, loc=instr.loc) from None
+                for v, lv in zip(instr.results, outs):
+                    self.env[v] = lv
+            return []
+        finally:
+            self.stack.pop()
+
+
+
+def flatten(lv: Lowered) -> list[Value]:
+    """The registers of a lowered value (what control flow carries)."""
+    if isinstance(lv, Scalar):
+        return [lv.reg]
+    if isinstance(lv, Dist):
+        return list(lv.regs)
+    raise UnsupportedError("a memory view cannot be carried by a loop or an if",
+                           hint="index shared buffers with tile.select inside the loop")
+
+
+def rebuild(like: Lowered, regs: Sequence[Value]) -> Lowered:
+    """A lowered value shaped like ``like`` over new registers."""
+    if isinstance(like, Scalar):
+        return Scalar(regs[0], like.type)
+    assert isinstance(like, Dist)
+    return Dist(like.layout, list(regs), like.type)
+
+
+def lower_kernel(fn: Function, target: str) -> Function:
+    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
+    from tessera.lower import (  # noqa: F401  (they register their rules)
+        rules_block,
+        rules_flow,
+        rules_memory,
+        rules_scalar,
+        rules_tensor,
+    )
+
+    low = Lowerer(fn, target)
+    kernel = low.lower()
+    Emitter(kernel.body, fn.loc, low.e.consts).op(Return())
+    return kernel
+
+
+__all__ = ["RULES", "THREADS", "Geometry", "Lowerer", "flatten", "is_block_kernel",
+           "lower_kernel", "rebuild", "rule"]

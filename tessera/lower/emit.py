@@ -1,0 +1,161 @@
+"""The emitter: a small builder of Target IR that the lowering rules share.
+
+It wraps :class:`~tessera.ir.core.Builder` with one method per instruction family,
+constant caching (one ``mov`` per immediate per block) and structured control flow
+built from Python callables, so a rule reads like the PTX it produces::
+
+    e = Emitter(block, loc)
+    i = e.add(e.mul(e.sreg("ctaid.x"), e.const(128, "u32"), "u32"), e.sreg("tid.x"), "u32")
+    with_guard = e.if_(e.setp("lt", i, e.const(n, "u32"), "u32"), lambda t: ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tessera.errors import UNKNOWN_LOC, Loc
+from tessera.ir.core import Block, Builder, Op, Region, Type, Value
+from tessera.ir.target import For, If, RegType, While, Yield
+from tessera.ir.target_ops import (
+    Bar,
+    Binary,
+    Const,
+    Cvt,
+    Fma,
+    Load,
+    Pack,
+    Selp,
+    Setp,
+    Special,
+    Store,
+    Unary,
+    Unpack,
+)
+
+Body = Callable[["Emitter"], Sequence[Value] | None]
+
+
+class Emitter:
+    """Appends Target IR to one block; every instruction gets the rule's source loc."""
+
+    def __init__(self, block: Block, loc: Loc = UNKNOWN_LOC,
+                 consts: dict[tuple[Any, str], Value] | None = None) -> None:
+        self.block = block
+        self.builder = Builder(block)
+        self.loc = loc
+        # immediates are shared by nested blocks: a value defined in an outer block
+        # dominates every region below it
+        self.consts: dict[tuple[Any, str], Value] = {} if consts is None else consts
+
+    def op(self, op: Op, operands: Sequence[Value] = (), *, regions: Sequence[Region] = (),
+           result_types: Sequence[Type] | None = None) -> list[Value]:
+        """Append ``op(operands)``; returns its results."""
+        return self.builder.create(op, operands, loc=self.loc, regions=regions,
+                                   result_types=result_types)
+
+    def one(self, op: Op, *operands: Value) -> Value:
+        """Append a one-result ``op`` and return its result."""
+        return self.op(op, operands)[0]
+
+    def nested(self, block: Block) -> Emitter:
+        """An emitter for a nested block, sharing this one's constants and loc."""
+        return Emitter(block, self.loc, dict(self.consts))
+
+    # -- values
+    def const(self, value: Any, type: str) -> Value:
+        """An immediate of PTX type ``type`` (cached per block)."""
+        key = (value, type) if not isinstance(value, float) else (repr(value), type)
+        if key not in self.consts:
+            self.consts[key] = self.one(Const(value, type))
+        return self.consts[key]
+
+    def sreg(self, name: str) -> Value:
+        return self.one(Special(name))
+
+    def bin(self, op: str, a: Value, b: Value, type: str, mode: str = "") -> Value:
+        if mode == "" and type in ("f32", "f64") and op in ("add", "sub", "mul", "div"):
+            mode = "rn"  # an explicit rounding mode: never contracted into fma
+        if mode == "" and op == "mul" and type[0] in "us":
+            mode = "lo"
+        return self.one(Binary(op, type, mode), a, b)
+
+    def add(self, a: Value, b: Value, type: str) -> Value:
+        return self.bin("add", a, b, type)
+
+    def mul(self, a: Value, b: Value, type: str) -> Value:
+        return self.bin("mul", a, b, type)
+
+    def un(self, op: str, a: Value, type: str, mode: str = "") -> Value:
+        return self.one(Unary(op, type, mode), a)
+
+    def fma(self, a: Value, b: Value, c: Value, type: str) -> Value:
+        return self.one(Fma(type), a, b, c)
+
+    def setp(self, cmp: str, a: Value, b: Value, type: str) -> Value:
+        return self.one(Setp(cmp, type), a, b)
+
+    def selp(self, a: Value, b: Value, p: Value, type: str) -> Value:
+        return self.one(Selp(type), a, b, p)
+
+    def cvt(self, a: Value | Sequence[Value], to: str, frm: str, rnd: str = "",
+            sat: str = "") -> Value:
+        operands = [a] if isinstance(a, Value) else list(a)
+        return self.op(Cvt(to, frm, rnd, sat), operands)[0]
+
+    def pack(self, parts: Sequence[Value], type: str) -> Value:
+        return self.op(Pack(type), parts)[0]
+
+    def unpack(self, v: Value, type: str, count: int) -> list[Value]:
+        return self.op(Unpack(type, count), [v])
+
+    # -- memory
+    def ld(self, space: str, addr: Value, type: str, vec: int = 1, offset: int = 0) -> Value:
+        return self.one(Load(space, type, vec, offset), addr)
+
+    def st(self, space: str, addr: Value, value: Value, type: str, vec: int = 1,
+           offset: int = 0) -> None:
+        self.op(Store(space, type, vec, offset), [addr, value])
+
+    def bar(self) -> None:
+        self.op(Bar())
+
+    # -- structured control flow
+    def _region(self, args: Sequence[Type], body: Body) -> tuple[Region, list[Value]]:
+        block = Block()
+        params = [block.add_arg(t) for t in args]
+        inner = self.nested(block)
+        out = body(inner, *params) if params else body(inner)  # type: ignore[call-arg]
+        inner.op(Yield(), list(out or []))
+        return Region([block]), params
+
+    def if_(self, pred: Value, then: Body, otherwise: Body | None = None,
+            types: Sequence[Type] = ()) -> list[Value]:
+        """``ptx.if``: ``then``/``otherwise`` get a nested emitter and return the
+        values to yield (of ``types``)."""
+        r0, _ = self._region((), then)
+        r1, _ = self._region((), otherwise or (lambda e: None))
+        return self.op(If(), [pred], regions=[r0, r1], result_types=list(types))
+
+    def for_(self, lo: Value, hi: Value, step: Value, init: Sequence[Value],
+             body: Callable[..., Sequence[Value] | None]) -> list[Value]:
+        """``ptx.for``: ``body(emitter, index, *carried)`` returns the next carried."""
+        types = [RegType("s32"), *(v.type for v in init)]
+        region, _ = self._region(types, body)
+        return self.op(For(), [lo, hi, step, *init], regions=[region])
+
+    def while_(self, init: Sequence[Value], cond: Callable[..., Value],
+               body: Callable[..., Sequence[Value]]) -> list[Value]:
+        """``ptx.while``: ``cond(emitter, *carried)`` returns a predicate."""
+        from tessera.ir.target import Condition
+
+        types = [v.type for v in init]
+        cblock = Block()
+        cargs = [cblock.add_arg(t) for t in types]
+        ce = self.nested(cblock)
+        ce.op(Condition(), [cond(ce, *cargs)])
+        region, _ = self._region(types, body)
+        return self.op(While(), list(init), regions=[Region([cblock]), region])
+
+
+__all__ = ["Body", "Emitter"]

@@ -1,0 +1,183 @@
+"""Layout assignment for block kernels: which thread holds which element of a tensor.
+
+Values that must share a layout (the operands and result of an elementwise op, a
+loop's initial, carried, yielded and final values, an ``if``'s yields and results)
+are joined in one class (union-find). A class that touches an ``mma`` (its result or
+its accumulator operand) takes the accumulator layout of :mod:`tessera.lower.tiles`;
+a row statistic reduced from it (``row_max``, ``row_sum``) and the row vectors it
+meets take the matching row layout; every other tensor class takes the blocked
+layout. Layouts are static facts, so lowering never moves data between threads
+except where an op needs it (reductions, ``mma`` operands).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.errors import UnsupportedError
+from tessera.ir import tile as T
+from tessera.ir import tile_compute as C
+from tessera.ir.core import Function, Value, walk
+from tessera.ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class Acc:
+    """The ``mma`` accumulator layout of a ``(rows, cols)`` tile (tiles.acc_coords)."""
+
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """A ``(rows,)`` vector held as the row statistics of an accumulator layout."""
+
+    rows: int
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """Row-major elements dealt to the 128 threads ``vec`` at a time: element ``k`` is
+    held by thread ``(k // vec) % 128`` as its register ``(k // (128 vec)) vec + k % vec``."""
+
+    shape: tuple[int, ...]
+    vec: int
+
+
+    @property
+    def chunks(self) -> int:
+        """Chunks of ``vec`` elements in the tensor."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n // self.vec
+
+    @property
+    def per_thread(self) -> int:
+        """Chunks each thread holds (the last ones may lie past the end)."""
+        return -(-self.chunks // 128)
+
+
+@dataclass(frozen=True)
+class BRow:
+    """The row statistics of a blocked ``(rows, cols)`` tensor, held the way the
+    tensor is: one register per chunk of ``parent``, the statistic of that chunk's row."""
+
+    parent: Blocked
+
+
+Layout = Acc | Row | Blocked | BRow
+
+
+def blocked(shape: tuple[int, ...]) -> Blocked:
+    """The blocked layout of a tensor of ``shape``."""
+    n = shape[-1]
+    return Blocked(tuple(shape), 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1)
+
+_ELEMENTWISE = (C.Binary, C.Unary, C.Where, C.Cast, C.CausalMask)
+
+
+class _Classes:
+    def __init__(self) -> None:
+        self.parent: dict[Value, Value] = {}
+
+    def find(self, v: Value) -> Value:
+        self.parent.setdefault(v, v)
+        while self.parent[v] is not v:
+            self.parent[v] = self.parent[self.parent[v]]
+            v = self.parent[v]
+        return v
+
+    def join(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[ra] = rb
+
+
+def _tensor(v: Value) -> bool:
+    return isinstance(v.type, TensorType) and v.type.rank > 0
+
+
+def _unit_reshape(a: Value, b: Value) -> bool:
+    def squeeze(v: Value) -> tuple[int, ...]:
+        return tuple(d for d in v.type.shape if d != 1)  # type: ignore[attr-defined]
+    return squeeze(a) == squeeze(b)
+
+
+def assign_layouts(fn: Function) -> dict[Value, Layout]:
+    """A layout for every tensor value of the block kernel ``fn``."""
+    cls = _Classes()
+    acc_roots: list[Value] = []
+    rows_from: list[tuple[Value, Value]] = []  # (row vector, accumulator-class value)
+    bcast: list[tuple[Value, Value]] = []  # (row vector, 2-D broadcast result)
+    for instr in walk(fn.body):
+        op = instr.op
+        vals = [v for v in (*instr.operands, *instr.results) if _tensor(v)]
+        if isinstance(op, _ELEMENTWISE):
+            for v in vals[1:]:
+                cls.join(vals[0], v)
+        elif isinstance(op, C.Reshape) and len(vals) == 2 and _unit_reshape(*vals):
+            cls.join(vals[0], vals[1])  # (R,) <-> (R, 1): the same values, the same threads
+        elif isinstance(op, C.Mma):
+            acc_roots.append(instr.results[0])
+            if len(instr.operands) == 3:
+                cls.join(instr.operands[2], instr.results[0])
+        elif isinstance(op, C.Reduce) and _tensor(instr.results[0]):
+            rows_from.append((instr.results[0], instr.operands[0]))
+        elif isinstance(op, C.Broadcast) and _tensor(instr.operands[0]):
+            bcast.append((instr.operands[0], instr.results[0]))
+        elif isinstance(op, (T.For, T.While)):
+            carried = instr.operands[3:] if isinstance(op, T.For) else instr.operands
+            body = instr.regions[-1].block
+            args = body.args[1:] if isinstance(op, T.For) else body.args
+            yields = body.terminator.operands if body.terminator else []
+            groups = [carried, args, yields, instr.results]
+            if isinstance(op, T.While):
+                groups.append(instr.regions[0].block.args)
+            for k in range(len(carried)):
+                members = [g[k] for g in groups if k < len(g) and _tensor(g[k])]
+                for m in members[1:]:
+                    cls.join(members[0], m)
+        elif isinstance(op, T.If):
+            for region in instr.regions:
+                term = region.block.terminator
+                for y, r in zip(term.operands if term else [], instr.results):
+                    if _tensor(r):
+                        cls.join(y, r)
+    acc_classes = {cls.find(v) for v in acc_roots}
+    row_classes = {cls.find(r) for r, src in rows_from if cls.find(src) in acc_classes}
+    brow: dict[Value, Blocked] = {}
+    for r, src in rows_from:
+        if cls.find(src) not in acc_classes:
+            brow[cls.find(r)] = blocked(src.type.shape)  # type: ignore[attr-defined]
+    for r, b in bcast:
+        if cls.find(b) in acc_classes:
+            row_classes.add(cls.find(r))
+        elif b.type.rank == 2 and r.type.rank == 1:  # type: ignore[attr-defined]
+            brow[cls.find(r)] = blocked(b.type.shape)  # type: ignore[attr-defined]
+    out: dict[Value, Layout] = {}
+    for instr in walk(fn.body):
+        for v in (*instr.operands, *instr.results, *(a for reg in instr.regions
+                                                     for a in reg.block.args)):
+            if not _tensor(v) or v in out:
+                continue
+            t = v.type
+            assert isinstance(t, TensorType)
+            root = cls.find(v)
+            if root in acc_classes:
+                if t.rank != 2 or t.shape[0] % 64 or t.shape[1] % 8:
+                    raise UnsupportedError(
+                        f"an mma tile of shape {t.shape} has no accumulator layout",
+                        hint="use tiles of 64k x 8n elements", loc=instr.loc)
+                out[v] = Acc(*t.shape)
+            elif root in row_classes:
+                out[v] = Row(t.shape[0])  # (R,) or its (R, 1) reshape
+            elif root in brow:
+                out[v] = BRow(brow[root])
+            else:
+                out[v] = blocked(tuple(t.shape))
+    return out
+
+
+__all__ = ["Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts", "blocked"]

@@ -1,0 +1,270 @@
+"""Lowering rules for block kernels: tensors spread over a CTA of 128 threads.
+
+A ``tile.load`` of a tensor is *deferred*: it stays a memory view until a consumer
+decides how to read it. ``tile.mma`` reads its operands straight from shared memory
+(``ldmatrix`` + ``mma.sync`` on sm_80, matrix descriptors + ``wgmma`` on sm_90a) and
+accumulates in the accumulator layout; ``tile.cp_async`` copies a global box into a
+shared buffer with ``cp.async`` (all threads, 16-byte chunks); a store writes the
+accumulator registers to their elements.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from tessera.errors import UnsupportedError
+from tessera.ir import tile_compute as C
+from tessera.ir import tile_memory as M
+from tessera.ir.core import Instr
+from tessera.ir.target_async import CpAsyncCommit, CpAsyncWait, Fence
+from tessera.lower.core import Lowerer, rule
+from tessera.lower.emit import Emitter
+from tessera.lower.layout import Acc
+from tessera.lower.rules_memory import address
+from tessera.lower.tiles import THREADS, GlobalBox, SharedBox
+from tessera.lower.values import NARROW, Dist, Lowered, Mem, elem_bytes, reg_type, storage_name
+
+
+def finish_async(low: Lowerer, e: Emitter) -> None:
+    """Complete the CTA's pending async copies (before a barrier)."""
+    if low.extra.get("async_pending"):
+        e.op(CpAsyncWait(0))
+        low.extra["async_pending"] = False
+        _proxy_fence(low, e)
+    if low.extra.get("tma_pending"):
+        from tessera.lower.mma90 import finish_tma
+
+        finish_tma(low, e)
+
+
+def _proxy_fence(low: Lowerer, e: Emitter) -> None:
+    # cp.async writes through the generic proxy; wgmma reads through the async proxy
+    if low.target == "sm_90a" and low.extra.get("wgmma_buffers"):
+        e.op(Fence("proxy_async"))
+
+
+def _fmt(element: Any) -> str:
+    name = storage_name(element)
+    return NARROW.get(name, {"float32": "f32"}.get(name, name))
+
+
+def shared_box(mem: Mem) -> SharedBox:
+    """A shared view as the box the matrix building blocks read."""
+    if mem.space != "shared" or mem.offset is not None or len(mem.shape) != 2:
+        raise UnsupportedError("mma operands must be whole 2-D shared buffers here",
+                               hint="copy the tile into shared memory with "
+                                    "ts.tile.cp_async first")
+    rows, cols = (mem.shape[1], mem.shape[0]) if mem.transposed else mem.shape
+    align = 8 * mem.swizzle if mem.meta.get("wgmma") else 128 if mem.swizzle else 16
+    return SharedBox(mem.base, rows, cols, _fmt(mem.element), mem.swizzle, align=align)
+
+
+def global_box(e: Emitter, mem: Mem) -> GlobalBox:
+    if mem.space != "global" or len(mem.shape) != 2 or mem.strides[-1] != 1:
+        raise UnsupportedError("async copies take row-major 2-D global views")
+    return GlobalBox(address(e, mem), mem.shape[0], mem.shape[1], mem.strides[0],
+                     _fmt(mem.element))
+
+
+def load_tile(low: Lowerer, instr: Instr, mem: Mem) -> Lowered:
+    """A deferred load: the view itself, read by its consumer."""
+    return Mem(mem.space, mem.base, mem.offset, mem.shape, mem.strides, mem.element,
+               mem.buffer, mem.swizzle, mem.transposed, {**mem.meta, "loaded": True})
+
+
+@rule(C.Transpose)
+def _transpose(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    (x,) = args
+    if not isinstance(x, Mem):
+        raise UnsupportedError("transposes of register tiles are not lowered",
+                               loc=instr.loc)
+    return [Mem(x.space, x.base, x.offset, x.shape[::-1], x.strides[::-1], x.element,
+                x.buffer, x.swizzle, not x.transposed, dict(x.meta))]
+
+
+@rule(C.Full)
+def _full(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, C.Full)
+    from tessera.lower.rules_tensor import register_count
+
+    layout = low.layouts[instr.results[0]]
+    t = reg_type(op.element)
+    n = register_count(layout)
+    value = float(op.value) if t == "f32" else op.value
+    return [Dist(layout, [low.em.const(value, t)] * n, t)]
+
+
+@rule(M.CpAsync)
+def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    dst, src = args
+    assert isinstance(dst, Mem) and isinstance(src, Mem)
+    e = low.em
+    from tessera.lower.gemm80 import copy_async
+
+    box = shared_box(dst)
+    if dst.meta.get("wgmma") and not dst.meta.get("selected"):
+        from tessera.lower.mma90 import tma_copy
+
+        tma_copy(low, dst, src, box)
+        return []
+    if dst.meta.get("wgmma") and box.cols * {"bf16": 2, "f16": 2}.get(box.elem, 1) != \
+            box.swizzle:
+        raise UnsupportedError("a selected wgmma buffer wider than one swizzle span is not "
+                               "lowered", hint="use buffers of 64 bf16 columns", loc=instr.loc)
+    g = global_box(e, src)
+    esize = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}[g.elem]
+    aligned = (g.stride * esize) % 16 == 0 and (g.cols * esize) % 16 == 0
+    copy_async(e, box, g, aligned16=aligned)
+    low.extra["async_pending"] = True
+    return []
+
+
+@rule(M.CpCommitGroup)
+def _commit(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    low.em.op(CpAsyncCommit())
+    return []
+
+
+@rule(M.CpWaitGroup)
+def _wait(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, M.CpWaitGroup)
+    # every thread waits for its own copies; the barrier makes the CTA's copies visible
+    low.em.op(CpAsyncWait(op.n))
+    _proxy_fence(low, low.em)
+    if low.extra.get("tma_pending"):
+        from tessera.lower.mma90 import finish_tma
+
+        finish_tma(low, low.em)
+    low.em.bar()
+    if op.n == 0:
+        low.extra["async_pending"] = False
+    return []
+
+
+@rule(C.Mma)
+def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    a, b = args[0], args[1]
+    layout = low.layouts[instr.results[0]]
+    assert isinstance(layout, Acc)
+    if len(args) == 3:
+        acc = args[2]
+        assert isinstance(acc, Dist)
+        regs = list(acc.regs)
+    else:
+        zero = low.em.const(0.0, "f32")
+        regs = [zero] * (layout.rows * layout.cols // THREADS)
+    if not isinstance(b, Mem):
+        raise UnsupportedError("the B operand of mma must be read from shared memory",
+                               hint="copy it into shared memory with ts.tile.cp_async",
+                               loc=instr.loc)
+    bbox = shared_box(b)
+    _check_types(instr, bbox.elem)
+    if isinstance(a, Dist):  # a register tile: P of P @ V
+        return [Dist(layout, _mma_regs(low, instr, a, bbox, b.transposed, regs), "f32")]
+    assert isinstance(a, Mem)
+    abox = shared_box(a)
+    _check_types(instr, abox.elem)
+    if low.target == "sm_90a":
+        from tessera.lower.mma90 import wgmma_smem
+
+        out = wgmma_smem(low, abox, bbox, a.transposed, b.transposed, regs)
+    else:
+        from tessera.lower.gemm80 import mma_block
+
+        out = mma_block(low.em, regs, abox, bbox, a_trans=a.transposed, b_trans=b.transposed,
+                        atype=abox.elem)
+    return [Dist(layout, out, "f32")]
+
+
+def _check_types(instr: Instr, elem: str) -> None:
+    a, b = (t.element for t in (instr.operands[0].type, instr.operands[1].type))  # type: ignore
+    if _fmt(a) != _fmt(b) or _fmt(a) not in ("bf16", "f16", "e4m3", "e5m2"):
+        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered",
+                               hint="cast both operands to bf16 (or f16, fp8) first",
+                               loc=instr.loc)
+    del elem
+
+
+def _mma_regs(low: Lowerer, instr: Instr, a: Dist, b: SharedBox, b_trans: bool,
+              regs: list[Any]) -> list[Any]:
+    if not isinstance(a.layout, Acc):
+        raise UnsupportedError("a register mma operand must come from an mma result",
+                               loc=instr.loc)
+    if low.target == "sm_90a":
+        from tessera.lower.mma90 import wgmma_regs
+
+        return wgmma_regs(low, a, b, b_trans, regs)
+    from tessera.lower.gemm80 import acc_to_a, mma_block_regs
+
+    frags = acc_to_a(low.em, a.regs, a.layout.rows, a.layout.cols, b.elem)
+    return mma_block_regs(low.em, regs, frags, b, b_trans=b_trans, atype=b.elem)
+
+
+def store_tile(low: Lowerer, instr: Instr, mem: Mem, value: Lowered) -> None:
+    """Store a register tensor into a view (the ``tile.store`` of a tensor)."""
+    store_value(low, mem, value, low.layouts.get(instr.operands[1]))
+
+
+def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
+    """Store a register tensor (accumulator or blocked layout) into a global view."""
+    from tessera.lower.layout import Blocked
+    from tessera.lower.rules_tensor import materialize, store_blocked
+
+    value = materialize(low, value, layout)
+    if isinstance(value, Dist) and isinstance(value.layout, Blocked):
+        store_blocked(low, mem, value)
+        return
+    if not (isinstance(value, Dist) and isinstance(value.layout, Acc)):
+        raise UnsupportedError("this tile cannot be stored yet", loc=low.em.loc)
+    if mem.space != "global" or mem.strides[-1] != 1:
+        raise UnsupportedError("accumulators are stored to row-major global views",
+                               loc=low.em.loc)
+    from tessera.lower.gemm80 import store_acc
+
+    e = low.em
+    store_acc(e, value.regs, address(e, mem), mem.strides[0], value.layout.rows,
+              value.layout.cols, _fmt(mem.element))
+
+
+def store_result_tile(low: Lowerer, value: Lowered) -> None:
+    """A returned tile, written at the tile's output position of ``out``: ``g_k * t_k``
+    along the first grid-many axes, at the batch index (DECISIONS.md)."""
+    from tessera.lower.rules_scalar import _ids  # noqa: F401  (grid coordinates)
+
+    assert isinstance(value, Dist)
+    fn, e, g = low.fn, low.e, low.geom
+    assert g is not None
+    shape = [int(d) for d in fn.attrs["result_shape"]]
+    batched = bool(fn.attrs.get("result_batched"))
+    body = shape[1:] if batched else shape
+    strides = tuple(prod(body[i + 1:]) for i in range(len(body)))
+    base = low.extra["out"]
+    if batched:
+        slice_bytes = prod(body) * elem_bytes(fn.attrs["result_element"])
+        b = e.cvt(e.sreg("ctaid.y"), "u64", "u32")
+        base = e.add(base, e.mul(b, e.const(slice_bytes, "u64"), "u64"), "u64")
+    tile_shape = _tile_shape(value)
+    off = None
+    group = low.group_id(e)
+    inner = prod(g.grid)
+    for axis, n in enumerate(g.grid[:len(body)]):
+        inner //= n
+        coord = e.bin("rem", e.bin("div", group, e.const(inner, "s32"), "s32"),
+                      e.const(n, "s32"), "s32")
+        term = e.mul(coord, e.const(tile_shape[axis] * strides[axis], "s32"), "s32")
+        off = term if off is None else e.add(off, term, "s32")
+    mem = Mem("global", base, off, tuple(tile_shape), strides, fn.attrs["result_element"])
+    store_value(low, mem, value, value.layout)
+
+
+def _tile_shape(value: Dist) -> tuple[int, ...]:
+    layout = value.layout
+    return (layout.rows, layout.cols) if isinstance(layout, Acc) else layout.shape
+
+
+__all__ = ["finish_async", "global_box", "load_tile", "shared_box", "store_result_tile",
+           "store_tile"]
+

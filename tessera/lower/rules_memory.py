@@ -1,0 +1,215 @@
+"""Lowering rules for memory: shared allocation, views, element loads and stores,
+read-modify-write updates, barriers and the kernel's returned value.
+
+A view is address arithmetic only (:class:`~tessera.lower.values.Mem`). A scalar
+access is one ``ld``/``st`` at ``base + offset * size``. ``tile.update`` of global
+memory (``total[0] += x`` from several groups) is a ``red.global.add``; the tile
+interpreter applies such updates in group order, and so does the Target IR
+interpreter (CTA order) — hardware atomics do not promise an order.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from tessera.errors import UnsupportedError
+from tessera.ir import tile_memory as M
+from tessera.ir.core import Instr, Value
+from tessera.ir.target_ops import Reduce, SharedAlloc
+from tessera.ir.tile import MemRefType
+from tessera.lower.core import Lowerer, rule
+from tessera.lower.emit import Emitter
+from tessera.lower.values import Dist, Lowered, Mem, Scalar, elem_bytes, mem_type, reg_type
+
+ALIGN = {"none": 16, "xor": 128, "32B": 256, "64B": 512, "128B": 1024}
+SWIZZLE_BYTES = {"none": 0, "xor": 128, "32B": 32, "64B": 64, "128B": 128}
+
+
+def address(e: Emitter, mem: Mem, extra: Value | None = None) -> Value:
+    """The address of element ``mem.offset (+ extra)`` of ``mem`` (no swizzle)."""
+    off = mem.offset
+    if extra is not None:
+        off = extra if off is None else e.add(off, extra, "s32")
+    size = elem_bytes(mem.element)
+    if mem.space == "shared":
+        if off is None:
+            return mem.base
+        return e.add(mem.base, e.cvt(e.mul(off, e.const(size, "s32"), "s32"), "u32", "s32"),
+                     "u32")
+    if off is None:
+        return mem.base
+    wide = e.bin("mul", off, e.const(size, "s32"), "s32", "wide")
+    return e.add(mem.base, e.cvt(wide, "u64", "s64"), "u64")
+
+
+def load_scalar(e: Emitter, mem: Mem) -> Value:
+    """Load element ``mem.offset`` into an f32/s32/pred register."""
+    addr = address(e, mem)
+    mt, rt = mem_type(mem.element), reg_type(mem.element)
+    raw = e.ld(mem.space, addr, mt)
+    return _to_reg(e, raw, mt, rt)
+
+
+def store_scalar(e: Emitter, mem: Mem, value: Value, vtype: str) -> None:
+    """Store a register to element ``mem.offset``, converting to the memory's format."""
+    mt = mem_type(mem.element)
+    e.st(mem.space, address(e, mem), _to_mem(e, value, vtype, mt), mt)
+
+
+def _to_reg(e: Emitter, raw: Value, mt: str, rt: str) -> Value:
+    if mt == rt:
+        return raw
+    if mt == "b16" and rt == "f32":  # bf16/f16 bits: widen exactly
+        raise UnsupportedError("scalar 16-bit float loads are not lowered yet", loc=e.loc)
+    if mt == "u8" and rt == "pred":
+        return e.setp("ne", raw, e.const(0, "u8"), "u8")
+    if mt == "s64" and rt == "s32":
+        return e.cvt(raw, "s32", "s64")
+    raise UnsupportedError(f"cannot load {mt} into {rt} registers", loc=e.loc)
+
+
+def _to_mem(e: Emitter, value: Value, vt: str, mt: str) -> Value:
+    if vt == mt:
+        return value
+    if vt == "s32" and mt == "s64":
+        return e.cvt(value, "s64", "s32")
+    raise UnsupportedError(f"cannot store {vt} registers as {mt}", loc=e.loc)
+
+
+@rule(M.AllocShared)
+def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, M.AllocShared)
+    size = prod(op.shape) * elem_bytes(op.element)
+    align = max(op.alignment, ALIGN[op.swizzle])
+    swizzle, meta = SWIZZLE_BYTES[op.swizzle], {}
+    if instr.results[0] in low.extra.get("wgmma_buffers", ()):
+        from tessera.lower.mma90 import swizzle_span
+
+        # laid out as TMA writes and wgmma reads it: swizzled panels, atom-aligned
+        swizzle = swizzle_span(tuple(op.shape), op.element)
+        align, meta = max(align, 8 * swizzle), {"wgmma": True}
+    sym = f"smem{len(low.shared)}"
+    low.shared.append((sym, size, align))
+    base = low.em.one(SharedAlloc(sym, size, align))
+    strides = tuple(prod(op.shape[i + 1:]) for i in range(len(op.shape)))
+    return [Mem("shared", base, None, tuple(op.shape), strides, op.element, buffer=sym,
+                swizzle=swizzle, meta=meta)]
+
+
+@rule(M.View)
+def _view(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, M.View)
+    src = args[0]
+    if not isinstance(src, Mem):
+        raise UnsupportedError("only memory can be viewed", loc=instr.loc)
+    e = low.em
+    off = src.offset
+    for start, stride in zip(args[1:], src.strides):
+        assert isinstance(start, Scalar)
+        term = start.reg if stride == 1 else e.mul(start.reg, e.const(stride, "s32"), "s32")
+        off = term if off is None else e.add(off, term, "s32")
+    keep = [a for a in range(len(op.sizes)) if a not in op.squeeze]
+    return [Mem(src.space, src.base, off, tuple(op.sizes[a] for a in keep),
+                tuple(src.strides[a] for a in keep), src.element, src.buffer, src.swizzle,
+                meta=dict(src.meta))]
+
+
+@rule(M.Select)
+def _select(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    index, mems = args[0], args[1:]
+    assert isinstance(index, Scalar)
+    e = low.em
+    base = mems[0].base  # type: ignore[union-attr]
+    for k, m in enumerate(mems[1:], start=1):
+        assert isinstance(m, Mem)
+        hit = e.setp("eq", index.reg, e.const(k, "s32"), "s32")
+        base = e.selp(m.base, base, hit, "u32" if m.space == "shared" else "u64")
+    first = mems[0]
+    assert isinstance(first, Mem)
+    return [Mem(first.space, base, first.offset, first.shape, first.strides, first.element,
+                first.buffer, first.swizzle, meta={**first.meta, "selected": True})]
+
+
+def _rank0(instr: Instr) -> bool:
+    t = instr.operands[0].type
+    return isinstance(t, MemRefType) and t.rank == 0
+
+
+@rule(M.Load)
+def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    mem = args[0]
+    assert isinstance(mem, Mem)
+    if _rank0(instr):
+        return [Scalar(load_scalar(low.em, mem), reg_type(mem.element))]
+    from tessera.lower.rules_block import load_tile
+
+    return [load_tile(low, instr, mem)]
+
+
+@rule(M.Store)
+def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    mem, value = args
+    assert isinstance(mem, Mem)
+    if isinstance(value, Scalar) and _rank0(instr):
+        store_scalar(low.em, mem, value.reg, value.type)
+        return []
+    from tessera.lower.rules_block import store_tile
+
+    store_tile(low, instr, mem, value)
+    return []
+
+
+@rule(M.Update)
+def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, M.Update)
+    mem, value = args
+    assert isinstance(mem, Mem)
+    if not (isinstance(value, Scalar) and _rank0(instr)):
+        raise UnsupportedError("tile.update of a tensor is not lowered yet", loc=instr.loc)
+    e = low.em
+    if mem.space == "global":
+        if op.op != "add" or value.type not in ("f32", "s32"):
+            raise UnsupportedError(f"a global '{op.op}=' of {value.type} has no PTX atomic",
+                                   loc=instr.loc)
+        e.op(Reduce("global", "add", value.type), [address(e, mem), value.reg])
+        return []
+    old = load_scalar(e, mem)
+    name = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
+            "min": "min"}.get(op.op)
+    if name is None or (name == "div" and value.type != "f32"):
+        raise UnsupportedError(f"shared '{op.op}=' is not lowered", loc=instr.loc)
+    store_scalar(e, mem, e.bin(name, old, value.reg, value.type), value.type)
+    return []
+
+
+@rule(M.Barrier)
+def _barrier(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    from tessera.lower.rules_block import finish_async
+
+    finish_async(low, low.em)  # a barrier completes pending async copies
+    low.em.bar()
+    return []
+
+
+def store_result(low: Lowerer, value: Lowered) -> None:
+    """The returned value through the ``out`` parameter."""
+    e = low.e
+    out = low.extra["out"]
+    if isinstance(value, Scalar):  # tile 0's value (of batch index 0)
+        first = e.setp("eq", low.group_id(e), e.const(0, "s32"), "s32")
+        first = e.bin("and", first, e.setp("eq", low.local_id(e), e.const(0, "s32"), "s32"),
+                      "pred")
+        first = e.bin("and", first, e.setp("eq", e.sreg("ctaid.y"), e.const(0, "u32"),
+                                           "u32"), "pred")
+        e.if_(first, lambda inner: inner.st("global", out, value.reg, value.type) and None)
+        return
+    assert isinstance(value, Dist)
+    from tessera.lower.rules_block import store_result_tile
+
+    store_result_tile(low, value)
+
+
+__all__ = ["address", "load_scalar", "store_result", "store_scalar"]

@@ -1,0 +1,228 @@
+"""Lowering rules for ids, constants and elementwise arithmetic.
+
+Elementwise ops act register by register, so one rule serves scalars and distributed
+tensors alike. Arithmetic matches the tile interpreter bit for bit: f32 ops carry an
+explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f32
+compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
+format); indices are 32-bit with Python's floor division and modulo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tessera.errors import UnsupportedError
+from tessera.ir import tile_compute as C
+from tessera.ir import tile_ids as I
+from tessera.ir.core import Instr, Value
+from tessera.ir.tile import Constant
+from tessera.ir.types import TensorType
+from tessera.lower.core import Lowerer, rule
+from tessera.lower.emit import Emitter
+from tessera.lower.values import NARROW, Dist, Lowered, Scalar, reg_type, storage_name
+
+FLOAT_OPS = {C.Add: "add", C.Sub: "sub", C.Mul: "mul", C.Div: "div"}
+CMP = {C.Lt: "lt", C.Le: "le", C.Gt: "gt", C.Ge: "ge", C.Eq: "eq", C.Ne: "ne"}
+
+
+def result_type(instr: Instr) -> TensorType:
+    t = instr.results[0].type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def regs_of(lv: Lowered) -> list[Value]:
+    return [lv.reg] if isinstance(lv, Scalar) else list(lv.regs)  # type: ignore[union-attr]
+
+
+def like(lv: Lowered, regs: list[Value], type: str) -> Lowered:
+    if isinstance(lv, Scalar):
+        return Scalar(regs[0], type)
+    assert isinstance(lv, Dist)
+    return Dist(lv.layout, regs, type)
+
+
+def round_to(e: Emitter, x: Value, element: object) -> Value:
+    """Round an f32 register to a narrower float format (a no-op for f32)."""
+    name = storage_name(element)  # type: ignore[arg-type]
+    if name not in NARROW:
+        return x
+    fmt = NARROW[name]
+    if fmt in ("e4m3", "e5m2"):
+        raise UnsupportedError("fp8 arithmetic in registers is not lowered; cast to f32",
+                               loc=e.loc)
+    narrow = e.cvt(x, fmt, "f32", "rn")
+    if fmt == "bf16":  # a bf16 is the high half of the equal f32 (cvt.f32.bf16 needs sm_90)
+        return e.pack([e.const(0, "b16"), narrow], "f32")
+    return e.cvt(narrow, "f32", fmt)
+
+
+def elementwise(low: Lowerer, instr: Instr, args: list[Lowered],
+                fn: Callable[[Emitter, list[Value]], Value], type: str) -> list[Lowered]:
+    """Apply ``fn`` to the operands' registers pairwise."""
+    from tessera.lower.rules_tensor import materialize
+
+    e = low.em
+    args = [materialize(low, a, low.layouts.get(v)) for a, v in zip(args, _operands(instr, args))]
+    cols = [regs_of(a) for a in args]
+    out = [fn(e, list(regs)) for regs in zip(*cols)]
+    return [like(args[0], out, type)]
+
+
+def _operands(instr: Instr, args: list[Lowered]) -> list[Value]:
+    ops = list(instr.operands)
+    if isinstance(instr.op, C.Where):  # the rule passes (a, b, cond)
+        ops = [ops[1], ops[2], ops[0]]
+    return ops
+
+
+@rule(Constant)
+def _constant(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, Constant)
+    t = reg_type(op.element)
+    value = op.value if t != "pred" else int(bool(op.value))
+    if t in ("f32", "f64"):
+        value = float(value)
+    return [Scalar(low.em.const(value, t), t)]
+
+
+@rule(I.LinearId, I.GroupId, I.LocalId, I.GridCoord)
+def _ids(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    e, g = low.em, low.geom
+    assert g is not None
+    op = instr.op
+    group = low.group_id(e)
+    if isinstance(op, I.GroupId):
+        return [Scalar(group, "s32")]
+    if isinstance(op, I.LocalId):
+        return [Scalar(low.local_id(e), "s32")]
+    if isinstance(op, I.LinearId):
+        if g.group_size == 1:
+            return [Scalar(group, "s32")]
+        v = e.add(e.mul(group, e.const(g.group_size, "s32"), "s32"), low.local_id(e), "s32")
+        return [Scalar(v, "s32")]
+    assert isinstance(op, I.GridCoord)
+    inner = 1
+    for d in g.grid[op.axis + 1:]:
+        inner *= d
+    v = group if inner == 1 else e.bin("div", group, e.const(inner, "s32"), "s32")
+    if op.axis > 0:
+        v = e.bin("rem", v, e.const(g.grid[op.axis], "s32"), "s32")
+    return [Scalar(v, "s32")]
+
+
+def _int_op(e: Emitter, cls: type, a: Value, b: Value) -> Value:
+    if cls in (C.Add, C.Sub, C.Mul):
+        return e.bin(FLOAT_OPS[cls], a, b, "s32")
+    if cls in (C.Maximum, C.Minimum):
+        return e.bin("max" if cls is C.Maximum else "min", a, b, "s32")
+    if cls in (C.FloorDiv, C.Mod):
+        # Python semantics: the quotient rounds toward -inf, the remainder takes b's sign
+        q = e.bin("div", a, b, "s32")
+        r = e.bin("rem", a, b, "s32")
+        zero = e.const(0, "s32")
+        signs = e.bin("xor", e.setp("lt", r, zero, "s32"), e.setp("lt", b, zero, "s32"), "pred")
+        fix = e.bin("and", e.setp("ne", r, zero, "s32"), signs, "pred")
+        if cls is C.FloorDiv:
+            return e.selp(e.bin("sub", q, e.const(1, "s32"), "s32"), q, fix, "s32")
+        return e.selp(e.add(r, b, "s32"), r, fix, "s32")
+    raise UnsupportedError(f"{cls.__name__} of integers is not lowered", loc=e.loc)
+
+
+@rule(C.Add, C.Sub, C.Mul, C.Div, C.FloorDiv, C.Mod, C.Maximum, C.Minimum, C.Pow)
+def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    cls = type(instr.op)
+    t = result_type(instr)
+    rt = reg_type(t.element, f"{instr.op.name}: ")
+    if rt == "s32":
+        return elementwise(low, instr, args, lambda e, r: _int_op(e, cls, *r), "s32")
+    if rt != "f32" or cls in (C.FloorDiv, C.Mod, C.Pow):
+        raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered to PTX",
+                               loc=instr.loc)
+    if cls in (C.Maximum, C.Minimum):  # NaN propagates, as np.maximum does
+        name = "max" if cls is C.Maximum else "min"
+        return elementwise(low, instr, args, lambda e, r: round_to(
+            e, e.bin(name, r[0], r[1], "f32", "NaN"), t.element), "f32")
+    name = FLOAT_OPS[cls]
+    return elementwise(low, instr, args,
+                       lambda e, r: round_to(e, e.bin(name, r[0], r[1], "f32"), t.element),
+                       "f32")
+
+
+@rule(C.Lt, C.Le, C.Gt, C.Ge, C.Eq, C.Ne)
+def _compare(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    cmp = CMP[type(instr.op)]
+    t = args[0].type  # type: ignore[union-attr]
+    if t == "f32" and cmp == "ne":
+        cmp = "neu"  # Python's != is true for NaN
+    return elementwise(low, instr, args, lambda e, r: e.setp(cmp, r[0], r[1], t), "pred")
+
+
+@rule(C.And, C.Or)
+def _logical(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    name = "and" if isinstance(instr.op, C.And) else "or"
+    return elementwise(low, instr, args, lambda e, r: e.bin(name, r[0], r[1], "pred"), "pred")
+
+
+@rule(C.Neg, C.Not, C.Abs, C.Sqrt, C.Trunc, C.Exp)
+def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    t = result_type(instr)
+    rt = reg_type(t.element, f"{instr.op.name}: ")
+    cls = type(instr.op)
+    if cls is C.Not:
+        return elementwise(low, instr, args, lambda e, r: e.un("not", r[0], "pred"), "pred")
+    if rt == "s32" and cls in (C.Neg, C.Abs):
+        name = "neg" if cls is C.Neg else "abs"
+        return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "s32"), "s32")
+    if rt != "f32":
+        raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered", loc=instr.loc)
+    if cls is C.Exp:
+        from tessera.lower.mathlib import emit_exp_f32
+
+        return elementwise(low, instr, args,
+                           lambda e, r: round_to(e, emit_exp_f32(e, r[0]), t.element), "f32")
+    if cls is C.Trunc:
+        return elementwise(low, instr, args, lambda e, r: e.cvt(r[0], "f32", "f32", "rzi"),
+                           "f32")
+    name, mode = {C.Neg: ("neg", ""), C.Abs: ("abs", ""), C.Sqrt: ("sqrt", "rn")}[cls]
+    return elementwise(low, instr, args,
+                       lambda e, r: round_to(e, e.un(name, r[0], "f32", mode), t.element),
+                       "f32")
+
+
+@rule(C.Where)
+def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    t = args[1].type  # type: ignore[union-attr]
+    return elementwise(low, instr, [args[1], args[2], args[0]],
+                       lambda e, r: e.selp(r[0], r[1], r[2], t), t)
+
+
+@rule(C.Cast)
+def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, C.Cast)
+    src = args[0].type  # type: ignore[union-attr]
+    dst = reg_type(op.to, "cast: ")
+
+    def one(e: Emitter, r: list[Value]) -> Value:
+        x = r[0]
+        if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would not)
+            return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)
+        if src == "s32" and dst == "f32":
+            return round_to(e, e.cvt(x, "f32", "s32", "rn"), op.to)
+        if src == "f32" and dst == "s32":
+            return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero
+        if src == "pred":
+            return e.selp(e.const(1 if dst == "s32" else 1.0, dst),
+                          e.const(0 if dst == "s32" else 0.0, dst), x, dst)
+        if dst == "pred":
+            return e.setp("neu" if src == "f32" else "ne", x, e.const(0.0 if src == "f32"
+                                                                      else 0, src), src)
+        if src == dst:
+            return x
+        raise UnsupportedError(f"cast from {src} to {op.to} is not lowered", loc=e.loc)
+    return elementwise(low, instr, args, one, dst)
+
+
+__all__ = ["FLOAT_OPS", "elementwise", "like", "regs_of", "result_type", "round_to"]

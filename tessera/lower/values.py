@@ -1,0 +1,102 @@
+"""What a Tile IR value becomes in Target IR: the lowered-value records.
+
+* :class:`Scalar` — one register per thread (a loop index, ``tile_m``, a scalar of a
+  scalar kernel). In a block kernel every thread of the CTA holds the same value.
+* :class:`Dist` — a tensor spread over the CTA's threads by a layout
+  (:mod:`tessera.lower.layout`): the registers this thread owns, in layout order.
+* :class:`Mem` — a view of global or shared memory: a base address register, a
+  dynamic element offset, static shape and strides (in elements).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.errors import UnsupportedError
+from tessera.ir.core import Value
+from tessera.numerics import Element, storage_of
+
+#: Tessera storage format -> PTX register type of one element in registers. Floats
+#: narrower than f32 live in f32 registers holding a value of their format (their
+#: arithmetic computes in f32 and rounds back, as the tile interpreter does).
+REG_OF = {"float32": "f32", "float64": "f64", "int64": "s32", "int32": "s32", "bool": "pred",
+          "bfloat16": "f32", "float16": "f32", "int8": "s32", "uint8": "u32",
+          "float8_e4m3fn": "f32", "float8_e5m2": "f32"}
+#: the PTX ``cvt`` name of a narrow float format
+NARROW = {"bfloat16": "bf16", "float16": "f16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+#: PTX type used to move one element of a format through memory
+MEM_OF = {"float32": "f32", "float64": "f64", "int64": "s64", "int32": "s32", "bool": "u8",
+          "bfloat16": "b16", "float16": "b16", "int8": "s8", "uint8": "u8",
+          "float8_e4m3fn": "b8", "float8_e5m2": "b8"}
+
+
+def storage_name(element: Element) -> str:
+    """The storage dtype name of a Tessera element (``float32``, ``bfloat16``...)."""
+    return storage_of(element).np_dtype.name
+
+
+def reg_type(element: Element, where: str = "") -> str:
+    """The register type a value of ``element`` lives in (indices are 32-bit)."""
+    name = storage_name(element)
+    if name not in REG_OF:
+        raise UnsupportedError(f"{where}the PTX backend has no registers for {element}",
+                               hint="use f32, bf16, f16, fp8, int or bool values")
+    return REG_OF[name]
+
+
+def mem_type(element: Element) -> str:
+    """The PTX load/store type of one element of ``element`` in memory."""
+    return MEM_OF[storage_name(element)]
+
+
+def elem_bytes(element: Element) -> int:
+    return int(storage_of(element).np_dtype.itemsize)
+
+
+@dataclass
+class Scalar:
+    """One register (``type`` is its PTX type)."""
+
+    reg: Value
+    type: str
+
+
+@dataclass
+class Dist:
+    """A distributed tensor: ``regs[i]`` is this thread's ``i``-th element of
+    ``layout``; ``type`` is the PTX register type of every element."""
+
+    layout: Any
+    regs: list[Value]
+    type: str
+
+
+@dataclass
+class Mem:
+    """A memory view: ``base`` (``u64`` global / ``u32`` shared address of element 0 of
+    the underlying buffer), ``offset`` (an ``s32`` register of elements, or None for
+    0) and static ``shape``/``strides`` in elements. ``buffer`` names the shared buffer
+    or global parameter, ``swizzle`` the shared buffer's swizzle span in bytes."""
+
+    space: str
+    base: Value
+    offset: Value | None
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    element: Element
+    buffer: str = ""
+    swizzle: int = 0
+    transposed: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def contiguous_rows(self) -> bool:
+        """Row-major with unit inner stride (what async copies and ``ldmatrix`` need)."""
+        return not self.transposed and (not self.strides or self.strides[-1] == 1)
+
+
+Lowered = Scalar | Dist | Mem
+
+__all__ = ["MEM_OF", "NARROW", "REG_OF", "Dist", "Lowered", "Mem", "Scalar", "elem_bytes",
+           "mem_type", "reg_type", "storage_name"]

@@ -1,0 +1,432 @@
+"""The sm_80 matrix building blocks (tessera.lower.gemm80) in whole kernels.
+
+Each kernel is interpreted at the bit level (ldmatrix, mma.sync and cp.async as the PTX
+ISA defines them) and compared with NumPy float64 matmuls; each also renders to PTX that
+ptxas assembles for sm_80 without repair advisories. Hardware rules used: PTX ISA
+sec. 9.7.9.25 (cp.async, wait_group), 9.7.14.5.8 (m16n8k16 fragments), 9.7.14.5.15
+(ldmatrix), 9.7.9.21 (cvt.rn.bf16x2.f32 packs its first source in the upper half).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tessera.errors import ShapeError, TesseraError, UnsupportedError
+from tessera.ir.core import Block, Function, Value
+from tessera.ir.target import RegType, Return
+from tessera.ir.target_async import CpAsyncCommit
+from tessera.ir.target_ops import SharedAlloc
+from tessera.ir.verifier import verify_function
+from tessera.lower.emit import Emitter
+from tessera.lower.gemm80 import (
+    acc_rowcol,
+    acc_to_a,
+    copy_async,
+    mma_block,
+    mma_block_regs,
+    store_acc,
+    swizzle_offset,
+    wait_async,
+)
+from tessera.lower.tiles import GlobalBox, SharedBox, acc_coords
+
+U64 = RegType("u64")
+NP_TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+
+
+# ----------------------------------------------------------------------- kernel kit
+def kernel(name: str, nparams: int, grid: tuple[int, ...],
+           build: Callable[[Emitter, list[Value]], None]) -> Function:
+    """A verified sm_80 kernel of one 128-thread CTA per grid point over u64 pointers."""
+    body = Block()
+    params = [body.add_arg(U64, f"p{k}") for k in range(nparams)]
+    e = Emitter(body)
+    build(e, params)
+    e.op(Return())
+    fn = Function(name, body, [], kind="ptx.kernel",
+                  attrs={"target": "sm_80", "block": [128], "grid": list(grid)})
+    verify_function(fn)
+    return fn
+
+
+def addr(e: Emitter, base: Value, index: Value, esize: int) -> Value:
+    """``base + index * esize`` (``index`` u32 elements)."""
+    return e.add(base, e.bin("mul", index, e.const(esize, "u32"), "u32", "wide"), "u64")
+
+
+def lin(e: Emitter, *terms: tuple[Value, int]) -> Value:
+    """``sum(v * k)`` in u32."""
+    out = e.const(0, "u32")
+    for v, k in terms:
+        out = e.add(out, e.mul(v, e.const(k, "u32"), "u32"), "u32")
+    return out
+
+
+def smem(e: Emitter, sym: str, rows: int, cols: int, elem: str, swizzle: int) -> SharedBox:
+    size = rows * cols * (4 if elem == "f32" else 2)
+    return SharedBox(e.one(SharedAlloc(sym, size, 1024)), rows, cols, elem, swizzle, 1024)
+
+
+def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_trans: bool,
+         swizzle: int, atype: str = "bf16", lda: int | None = None, ldb: int | None = None,
+         aligned16: bool = True, wait: bool = True, read_swizzle: int | None = None,
+         ) -> Function:
+    """C (m x n, f32) = A @ B on an (n/bn, m/bm) grid with a K loop of cp.async tiles.
+    A is m x k row-major (k x m with ``a_trans``), B k x n (n x k with ``b_trans``).
+    ``wait=False`` and ``read_swizzle`` plant bugs: no wait, or a reader that assumes
+    another swizzle than the copy wrote."""
+    lda = lda or (m if a_trans else k)
+    ldb = ldb or (k if b_trans else n)
+
+    def build(e: Emitter, p: list[Value]) -> None:
+        pa, pb, pc = p
+        m0 = e.mul(e.sreg("ctaid.y"), e.const(bm, "u32"), "u32")
+        n0 = e.mul(e.sreg("ctaid.x"), e.const(bn, "u32"), "u32")
+        sa = smem(e, "sa", *((bk, bm) if a_trans else (bm, bk)), atype, swizzle)
+        sb = smem(e, "sb", *((bn, bk) if b_trans else (bk, bn)), atype, swizzle)
+        rs = swizzle if read_swizzle is None else read_swizzle
+        ra, rb = (SharedBox(s.base, s.rows, s.cols, atype, rs) for s in (sa, sb))
+
+        def step(inner: Emitter, kidx: Value, *acc: Value) -> list[Value]:
+            k0 = inner.cvt(kidx, "u32", "s32")
+            if a_trans:
+                ga = GlobalBox(addr(inner, pa, lin(inner, (k0, lda), (m0, 1)), 2), bk, bm,
+                               lda, atype)
+            else:
+                ga = GlobalBox(addr(inner, pa, lin(inner, (m0, lda), (k0, 1)), 2), bm, bk,
+                               lda, atype)
+            if b_trans:
+                gb = GlobalBox(addr(inner, pb, lin(inner, (n0, ldb), (k0, 1)), 2), bn, bk,
+                               ldb, atype)
+            else:
+                gb = GlobalBox(addr(inner, pb, lin(inner, (k0, ldb), (n0, 1)), 2), bk, bn,
+                               ldb, atype)
+            copy_async(inner, sa, ga, aligned16=aligned16)
+            copy_async(inner, sb, gb, aligned16=aligned16)
+            if wait:
+                wait_async(inner)
+            out = mma_block(inner, list(acc), ra, rb, a_trans=a_trans, b_trans=b_trans,
+                            atype=atype)
+            inner.bar()  # everyone is done reading before the next copy overwrites
+            return out
+
+        zero = e.const(0.0, "f32")
+        acc = e.for_(e.const(0, "s32"), e.const(k, "s32"), e.const(bk, "s32"),
+                     [zero] * (bm * bn // 128), step)
+        store_acc(e, acc, addr(e, pc, lin(e, (m0, n), (n0, 1)), 4), n, bm, bn)
+
+    return kernel("gemm", 3, (n // bn, m // bm), build)
+
+
+def attention_chain(m: int, nk: int, d: int, *, v_trans: bool, swizzle: int,
+                    atype: str = "bf16") -> Function:
+    """O = round(Q @ K^T) @ V per 64-row block of Q: S from shared Q (m x d) and K
+    (nk x d, the B^T case), P = S rounded to ``atype`` in registers (acc_to_a), then
+    O from P and V (nk x d, or d x nk with ``v_trans``)."""
+
+    def build(e: Emitter, p: list[Value]) -> None:
+        pq, pk, pv, po = p
+        m0 = e.mul(e.sreg("ctaid.y"), e.const(64, "u32"), "u32")
+        sq = smem(e, "sq", 64, d, atype, swizzle)
+        sk = smem(e, "sk", nk, d, atype, swizzle)
+        sv = smem(e, "sv", *((d, nk) if v_trans else (nk, d)), atype, swizzle)
+        copy_async(e, sq, GlobalBox(addr(e, pq, lin(e, (m0, d)), 2), 64, d, d, atype))
+        copy_async(e, sk, GlobalBox(pk, nk, d, d, atype))
+        copy_async(e, sv, GlobalBox(pv, sv.rows, sv.cols, sv.cols, atype))
+        wait_async(e)
+        zero = e.const(0.0, "f32")
+        s = mma_block(e, [zero] * (64 * nk // 128), sq, sk, a_trans=False, b_trans=True,
+                      atype=atype)
+        frags = acc_to_a(e, s, 64, nk, atype)
+        o = mma_block_regs(e, [zero] * (64 * d // 128), frags, sv, b_trans=v_trans,
+                           atype=atype)
+        store_acc(e, o, addr(e, po, lin(e, (m0, d)), 4), d, 64, d)
+
+    return kernel("chain", 4, (1, m // 64), build)
+
+
+def layout_probe(bm: int, bn: int, row_stride: int, elem: str) -> Function:
+    """Stores register r of thread t as value ``row * 1000 + col`` (from acc_rowcol)
+    through store_acc, and the raw (row, col) pairs to a (128, regs, 2) s32 array."""
+
+    def build(e: Emitter, p: list[Value]) -> None:
+        pout, pcoord = p
+        rc = acc_rowcol(e, bm, bn)
+        vals = [e.cvt(e.add(e.mul(r, e.const(1000, "s32"), "s32"), c, "s32"), "f32", "s32",
+                      "rn") for r, c in rc]
+        store_acc(e, vals, pout, row_stride, bm, bn, elem)
+        nreg = bm * bn // 128
+        base = addr(e, pcoord, lin(e, (e.sreg("tid.x"), 2 * nreg)), 4)
+        for i, (r, c) in enumerate(rc):
+            e.st("global", base, r, "s32", offset=8 * i)
+            e.st("global", base, c, "s32", offset=8 * i + 4)
+
+    return kernel("probe", 2, (1,), build)
+
+
+def pipelined_gemm(m: int, n: int, k: int, bk: int, *, wait_n: int) -> Function:
+    """C = A @ B (A m x k, B k x n, one CTA per 64 x 64 block) with a two-stage cp.async
+    ring unrolled over K: copy tile t+1 while tile t is multiplied. A group is committed
+    every step (an empty one at the end) so ``wait_group 1`` leaves exactly the newest
+    copy in flight (sec. 9.7.9.25); ``wait_n`` = 2 plants the too-lax wait."""
+
+    def build(e: Emitter, p: list[Value]) -> None:
+        pa, pb, pc = p
+        m0 = e.mul(e.sreg("ctaid.y"), e.const(64, "u32"), "u32")
+        n0 = e.mul(e.sreg("ctaid.x"), e.const(64, "u32"), "u32")
+        sa = [smem(e, f"sa{s}", 64, bk, "bf16", 128) for s in (0, 1)]
+        sb = [smem(e, f"sb{s}", bk, 64, "bf16", 128) for s in (0, 1)]
+
+        def load(t: int) -> None:
+            k0 = e.const(t * bk, "u32")
+            copy_async(e, sa[t % 2], GlobalBox(addr(e, pa, lin(e, (m0, k), (k0, 1)), 2),
+                                              64, bk, k, "bf16"), commit=False)
+            copy_async(e, sb[t % 2], GlobalBox(addr(e, pb, lin(e, (k0, n), (n0, 1)), 2),
+                                              bk, 64, n, "bf16"))
+
+        acc = [e.const(0.0, "f32")] * 32
+        load(0)
+        for t in range(k // bk):
+            if t + 1 < k // bk:
+                load(t + 1)  # one group: A and B of the next tile
+            else:
+                e.op(CpAsyncCommit())  # an empty group keeps the count per step
+            wait_async(e, wait_n)
+            acc = mma_block(e, acc, sa[t % 2], sb[t % 2], a_trans=False, b_trans=False)
+            e.bar()
+        store_acc(e, acc, addr(e, pc, lin(e, (m0, n), (n0, 1)), 4), n, 64, 64)
+
+    return kernel("pipelined", 3, (n // 64, m // 64), build)
+
+
+# ------------------------------------------------------------------------ running
+def run(fn: Function, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Interpret ``fn`` on its grid; returns the arrays after the launch."""
+    from tessera.interp.target import run_target
+
+    out = run_target(fn, args, grid=tuple(fn.attrs["grid"]), block=(128,))
+    return list(out) if out is not None else args
+
+
+def operands(m: int, n: int, k: int, atype: str, rng: np.random.Generator,
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Random A, B whose products and sums are exact in float64 (small integers and
+    bf16/f16 values of moderate range)."""
+    dt = NP_TYPES[atype]
+    a = (rng.integers(-8, 9, (m, k)) * rng.choice([0.5, 1.0, 0.125], (m, k))).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    return a, b
+
+
+def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+def run_gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool,
+             b_trans: bool, swizzle: int, atype: str = "bf16", seed: int = 0,
+             pad_a: int = 0, **kw: object) -> tuple[np.ndarray, np.ndarray]:
+    """(interpreted C, reference C) of :func:`gemm`; ``pad_a`` widens A's rows."""
+    a, b = operands(m, n, k, atype, np.random.default_rng(seed))
+    ga = a.T.copy() if a_trans else a
+    ga = np.ascontiguousarray(np.pad(ga, ((0, 0), (0, pad_a))))
+    gb = b.T.copy() if b_trans else b
+    fn = gemm(m, n, k, bm, bn, bk, a_trans=a_trans, b_trans=b_trans, swizzle=swizzle,
+              atype=atype, lda=ga.shape[1], **kw)  # type: ignore[arg-type]
+    c = np.full((m, n), np.nan, np.float32)
+    return run(fn, [ga, gb, c])[2], reference(a, b)
+
+
+# -------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("swizzle", [32, 64, 128])
+def test_swizzle_is_the_absolute_rule_on_aligned_buffers(swizzle: int) -> None:
+    """PTX ISA sec. 9.7.15.5.1.2: Swizzle<B,4,3> XORs the 16-byte chunk bits [4, 4+B) with
+    bits [7, 7+B) of the address; on a 1024-aligned buffer offsets are addresses."""
+    from tessera.arch.swizzle import Swizzle, swizzle_address
+
+    offs = np.arange(0, 8192, 2)
+    got = np.array([swizzle_offset(int(o), swizzle) for o in offs])
+    assert np.array_equal(got, swizzle_address(offs, Swizzle(swizzle)))
+    if swizzle == 128:  # 128-byte rows: chunk index XOR (row % 8)
+        row, chunk = offs // 128, offs % 128 // 16
+        assert np.array_equal(got % 128 // 16, chunk ^ (row % 8))
+    assert swizzle_offset(1234, 0) == 1234
+
+
+@pytest.mark.parametrize("atype", ["bf16", "f16"])
+@pytest.mark.parametrize("swizzle", [0, 128])
+@pytest.mark.parametrize("b_trans", [False, True])
+@pytest.mark.parametrize("a_trans", [False, True])
+def test_gemm_is_exact(a_trans: bool, b_trans: bool, swizzle: int, atype: str) -> None:
+    """128x128x64 on a 2x2 grid, 64x64x32 tiles, a two-step K loop: bit-equal to the
+    float64 product rounded once to f32."""
+    got, want = run_gemm(128, 128, 64, 64, 64, 32, a_trans=a_trans, b_trans=b_trans,
+                         swizzle=swizzle, atype=atype)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("a_trans", "b_trans", "swizzle"),
+                         [(False, False, 64), (True, True, 32), (False, True, 128),
+                          (True, False, 0)])
+def test_gemm_odd_tiles(a_trans: bool, b_trans: bool, swizzle: int) -> None:
+    """BM = 128 (two 64-row blocks per warp), BN = 24 (an ldmatrix .x2 for the odd n8
+    block, 3 chunks per row, a partial last round of copies), BK = 16."""
+    got, want = run_gemm(128, 48, 32, 128, 24, 16, a_trans=a_trans, b_trans=b_trans,
+                         swizzle=swizzle, seed=3)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gemm_with_4_byte_copies() -> None:
+    """A row stride of 68 bytes is not 16-byte aligned: cp.async.ca of 4 bytes."""
+    got, want = run_gemm(64, 64, 32, 64, 64, 32, a_trans=False, b_trans=False,
+                         swizzle=128, pad_a=2, aligned16=False, seed=4)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(UnsupportedError, match="16 bytes"):
+        run_gemm(64, 64, 32, 64, 64, 32, a_trans=False, b_trans=False, swizzle=128,
+                 pad_a=2)
+
+
+@pytest.mark.parametrize(("v_trans", "atype"), [(False, "bf16"), (True, "bf16"),
+                                                 (False, "f16")])
+def test_attention_chain_reuses_registers(v_trans: bool, atype: str) -> None:
+    """O = rn(Q K^T) V: the S accumulator becomes the A fragments of P @ V by
+    cvt.rn.{atype}x2.f32 (first source in the upper half, sec. 9.7.9.21)."""
+    rng, dt = np.random.default_rng(5), NP_TYPES[atype]
+    q, k, v = (rng.standard_normal(s).astype(dt) for s in ((128, 32), (32, 32), (32, 32)))
+    fn = attention_chain(128, 32, 32, v_trans=v_trans, swizzle=128, atype=atype)
+    o = run(fn, [q, k, v.T.copy() if v_trans else v, np.zeros((128, 32), np.float32)])[3]
+    p = reference(q, k.T).astype(dt)  # S rounded once to f32, then to the operand type
+    np.testing.assert_array_equal(o, reference(p, v))
+
+
+@pytest.mark.parametrize(("bm", "bn", "stride", "elem"),
+                         [(128, 24, 25, "bf16"), (64, 16, 16, "f32"), (64, 16, 18, "f16"),
+                          (64, 8, 9, "f32")])
+def test_acc_rowcol_and_store_acc(bm: int, bn: int, stride: int, elem: str) -> None:
+    """acc_rowcol is tiles.acc_coords; store_acc puts each register at its (row, col),
+    paired (st.v2.f32 / packed b32) for even strides, one by one for odd ones, and
+    touches nothing outside the box."""
+    dt = {"f32": np.float32, **NP_TYPES}[elem]
+    out = np.full((bm, stride), -1, dt)
+    coords = np.zeros((128, bm * bn // 128, 2), np.int32)
+    out, coords = run(layout_probe(bm, bn, stride, elem), [out, coords])
+    rows, cols = acc_coords(bm, bn)
+    np.testing.assert_array_equal(coords[..., 0], rows)
+    np.testing.assert_array_equal(coords[..., 1], cols)
+    want = np.full((bm, stride), -1.0, np.float32)
+    want[:, :bn] = np.add.outer(np.arange(bm) * 1000, np.arange(bn))
+    np.testing.assert_array_equal(out.astype(np.float32), want.astype(dt).astype(np.float32))
+
+
+def test_two_stage_pipeline() -> None:
+    """wait_group 1 with one committed group per step leaves only the newest copy
+    pending (sec. 9.7.9.25): the pipelined result is exact."""
+    a, b = operands(64, 128, 128, "bf16", np.random.default_rng(6))
+    c = run(pipelined_gemm(64, 128, 128, 32, wait_n=1), [a, b, np.zeros((64, 128),
+                                                                        np.float32)])[2]
+    np.testing.assert_array_equal(c, reference(a, b))
+
+
+def test_planted_wrong_wait_is_caught() -> None:
+    """wait_group 2 lets tile t's copy still be in flight when ldmatrix reads it; ptxas
+    cannot see this, the interpreter must."""
+    a, b = operands(64, 64, 128, "bf16", np.random.default_rng(7))
+    fn = pipelined_gemm(64, 64, 128, 32, wait_n=2)
+    with pytest.raises(TesseraError, match="async copy read before its wait"):
+        run(fn, [a, b, np.zeros((64, 64), np.float32)])
+
+
+def test_planted_missing_wait_is_caught() -> None:
+    a, b = operands(64, 64, 32, "bf16", np.random.default_rng(8))
+    fn = gemm(64, 64, 32, 64, 64, 32, a_trans=False, b_trans=False, swizzle=0, wait=False)
+    with pytest.raises(TesseraError, match="async copy read before its wait"):
+        run(fn, [a, b, np.zeros((64, 64), np.float32)])
+
+
+@pytest.mark.parametrize("read_swizzle", [0, 64])
+def test_planted_reader_with_another_swizzle_is_wrong(read_swizzle: int) -> None:
+    """Copies swizzled 128B but ldmatrix addresses computed with another swizzle read
+    permuted rows: the product must differ (and no fault hides it)."""
+    got, want = run_gemm(128, 128, 64, 64, 64, 32, a_trans=False, b_trans=True,
+                         swizzle=128, read_swizzle=read_swizzle, seed=9)
+    assert not np.array_equal(got, want)
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), scale=st.sampled_from([2.0**-6, 1.0, 2.0**6]))
+def test_gemm_random_bf16(seed: int, scale: float) -> None:
+    """Random bf16 of a varying range: 32-term float64 sums of bf16 products are exact,
+    so the result is the float64 product rounded once."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((64, 32)) * scale).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+    fn = gemm(64, 64, 32, 64, 64, 16, a_trans=False, b_trans=True, swizzle=128)
+    c = run(fn, [a, b.T.copy(), np.zeros((64, 64), np.float32)])[2]
+    np.testing.assert_array_equal(c, reference(a, b))
+
+
+# ----------------------------------------------------------------------- assembly
+KERNELS: dict[str, Callable[[], Function]] = {
+    "gemm": lambda: gemm(128, 128, 64, 64, 64, 32, a_trans=False, b_trans=False, swizzle=128),
+    "gemm_tt": lambda: gemm(128, 128, 64, 64, 64, 32, a_trans=True, b_trans=True, swizzle=0,
+                            atype="f16"),
+    "gemm_odd": lambda: gemm(128, 48, 32, 128, 24, 16, a_trans=True, b_trans=False,
+                             swizzle=64, lda=130, aligned16=False),
+    "chain": lambda: attention_chain(128, 32, 32, v_trans=True, swizzle=128),
+    "probe": lambda: layout_probe(128, 24, 25, "bf16"),
+    "pipelined": lambda: pipelined_gemm(64, 128, 128, 32, wait_n=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_renders_and_assembles_for_sm80(name: str) -> None:
+    """ptxas -arch=sm_80 accepts the rendered kernel with no (C75xx) repair advisory."""
+    from tessera.ptx.assemble import ToolchainMissing, assemble
+    from tessera.ptx.render import render
+
+    ptx = render(KERNELS[name]())
+    assert isinstance(ptx, str)
+    if name != "probe":
+        assert "ldmatrix.sync.aligned.m8n8" in ptx
+        assert "mma.sync.aligned.m16n8k16.row.col" in ptx
+    try:
+        built = assemble(ptx, "sm_80")
+    except ToolchainMissing:
+        pytest.skip("ptxas is not installed")
+    assert "(C75" not in built.log
+
+
+# ------------------------------------------------------------------------- errors
+def _emitter() -> tuple[Emitter, Value]:
+    body = Block()
+    p = body.add_arg(U64)
+    return Emitter(body), p
+
+
+def test_misuse_raises() -> None:
+    e, p = _emitter()
+    sa = smem(e, "sa", 64, 32, "bf16", 0)
+    sb = smem(e, "sb", 32, 64, "bf16", 0)
+    acc = [e.const(0.0, "f32")] * 32
+    with pytest.raises(ShapeError, match="K = 32"):
+        mma_block(e, acc, sa, sb, a_trans=False, b_trans=True)
+    with pytest.raises(ShapeError, match="f32 registers"):
+        mma_block(e, acc[:8], sa, sb, a_trans=False, b_trans=False)
+    with pytest.raises(ShapeError, match="holds bf16"):
+        mma_block(e, acc, sa, sb, a_trans=False, b_trans=False, atype="f16")
+    with pytest.raises(UnsupportedError, match="BM % 64"):
+        mma_block(e, acc[:16], smem(e, "s32", 32, 32, "bf16", 0), sb, a_trans=False,
+                  b_trans=False)
+    with pytest.raises(ShapeError, match="box into"):
+        copy_async(e, sa, GlobalBox(p, 64, 16, 64, "bf16"))
+    with pytest.raises(UnsupportedError, match="swizzle"):
+        swizzle_offset(0, 16)
+    with pytest.raises(ShapeError):
+        acc_to_a(e, acc, 64, 24)
+    with pytest.raises(UnsupportedError, match="f32, bf16 or f16"):
+        store_acc(e, acc, p, 64, 64, 64, "f64")
