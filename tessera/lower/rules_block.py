@@ -29,6 +29,7 @@ from tessera.lower.values import NARROW, Dist, Lowered, Mem, elem_bytes, reg_typ
 def finish_async(low: Lowerer, e: Emitter) -> None:
     """Complete the CTA's pending async copies (before a barrier)."""
     if low.extra.get("async_pending"):
+        _commit_pending(low, e)
         e.op(CpAsyncWait(0))
         low.extra["async_pending"] = False
         _proxy_fence(low, e)
@@ -116,14 +117,22 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     g = global_box(e, src)
     esize = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}[g.elem]
     aligned = (g.stride * esize) % 16 == 0 and (g.cols * esize) % 16 == 0
-    copy_async(e, box, g, aligned16=aligned)
-    low.extra["async_pending"] = True
+    # the Tile IR groups copies with cp_commit_group (or a wait / barrier), not per copy
+    copy_async(e, box, g, aligned16=aligned, commit=False)
+    low.extra["async_pending"] = low.extra["uncommitted"] = True
     return []
+
+
+def _commit_pending(low: Lowerer, e: Emitter) -> None:
+    if low.extra.get("uncommitted"):
+        e.op(CpAsyncCommit())
+        low.extra["uncommitted"] = False
 
 
 @rule(M.CpCommitGroup)
 def _commit(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     low.em.op(CpAsyncCommit())
+    low.extra["uncommitted"] = False
     return []
 
 
@@ -132,6 +141,7 @@ def _wait(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
     assert isinstance(op, M.CpWaitGroup)
     # every thread waits for its own copies; the barrier makes the CTA's copies visible
+    _commit_pending(low, low.em)  # uncommitted copies are committed first
     low.em.op(CpAsyncWait(op.n))
     _proxy_fence(low, low.em)
     if low.extra.get("tma_pending"):

@@ -1,0 +1,170 @@
+"""Planted emitter bugs in the lowered example kernels, each caught before a GPU would
+see it: by the ordering rules of ``tessera.ir.target_check`` (PTX ISA sec. 9.7.15.6:
+``wgmma.fence`` / ``commit_group`` / ``wait_group``; sec. 9.7.13.4: async-proxy
+fences), by the Target IR interpreter (mbarrier transaction counts, sec. 9.7.13.15;
+descriptors and swizzles, sec. 9.7.15.5.1.2), or by a result that differs from the
+tile interpreter. Also: lowered kernels print, parse and verify as text."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.errors import InterpretError, IRVerifyError
+from tessera.interp.target import run_target
+from tessera.ir.core import Instr, walk
+from tessera.ir.target_async import (
+    CpAsyncWait,
+    Fence,
+    MbarrierArrive,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
+)
+from tessera.ir.target_check import check_kernel
+from tessera.ir.target_ops import Const
+from tessera.ir.text import parse_module, print_module
+from tessera.ir.verifier import verify_function
+from tessera.ptx.compile import CompiledKernel, compile_kernel, target_arguments
+from tests.lower.test_lowering import example
+
+BF16 = ml_dtypes.bfloat16
+rng = np.random.default_rng(7)
+
+
+def gemm_case(target: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    a = rng.standard_normal((128, 128)).astype(BF16)
+    b = rng.standard_normal((128, 128)).astype(BF16)
+    tile = (64, 64, 64) if target == "sm_90a" else (64, 64, 32)
+    return example("gemm").gemm, (a, b, np.zeros((128, 128), np.float32)), {"tile_shape": tile}
+
+
+def run_lowered(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
+                launch: dict[str, Any]) -> np.ndarray:
+    prep, _ = kernel.specialise(args, dict(launch))
+    targs, _ = target_arguments(compiled, prep.runtime)
+    run_target(compiled.kernel, targs)
+    return targs[2]
+
+
+def mutate(compiled: CompiledKernel, pick: Callable[[Instr], bool],
+           change: Callable[[Instr], bool]) -> int:
+    """Apply ``change`` to the instructions ``pick`` selects (False removes one)."""
+    hits = 0
+    for instr in list(walk(compiled.kernel.body)):
+        if pick(instr):
+            hits += 1
+            if change(instr) is False:
+                assert instr.parent is not None
+                instr.parent.instrs.remove(instr)
+    assert hits, "the planted bug found nothing to change"
+    return hits
+
+
+def is_op(cls: type) -> Callable[[Instr], bool]:
+    return lambda i: isinstance(i.op, cls)
+
+
+def test_lowered_kernels_round_trip_as_text() -> None:
+    for target in ("sm_80", "sm_90a"):
+        kernel, args, launch = gemm_case(target)
+        compiled = compile_kernel(kernel, *args, target=target, **launch)
+        text = print_module(_module(compiled))
+        parsed = parse_module(text)
+        assert print_module(parsed) == text
+        verify_function(parsed.functions["gemm"])
+
+
+def _module(compiled: CompiledKernel) -> Any:
+    from tessera.ir.core import Module
+
+    module = Module(compiled.name)
+    module.add(compiled.kernel)
+    return module
+
+
+def test_missing_wgmma_fence_is_rejected() -> None:
+    kernel, args, launch = gemm_case("sm_90a")
+    compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
+    mutate(compiled, is_op(WgmmaFence), lambda i: False)
+    with pytest.raises(IRVerifyError, match="wgmma without a wgmma.fence"):
+        check_kernel(compiled.kernel)
+
+
+def test_missing_commit_or_wait_is_rejected() -> None:
+    for cls in (WgmmaCommit, WgmmaWait):
+        kernel, args, launch = gemm_case("sm_90a")
+        compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
+        mutate(compiled, is_op(cls), lambda i: False)
+        with pytest.raises(IRVerifyError, match="before wgmma.wait_group retires it"):
+            check_kernel(compiled.kernel)
+
+
+@pytest.mark.parametrize("delta", [-128, 128])
+def test_wrong_expect_tx_count_is_caught(delta: int) -> None:
+    kernel, args, launch = gemm_case("sm_90a")
+    compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
+    mutate(compiled, is_op(MbarrierArrive),
+           lambda i: setattr(i, "op", dataclasses.replace(i.op, tx=i.op.tx + delta)))
+    with pytest.raises(InterpretError, match="mbarrier"):
+        run_lowered(compiled, kernel, args, launch)
+
+
+def _descriptor_constant(i: Instr) -> bool:
+    return isinstance(i.op, Const) and i.op.type == "u64" and int(i.op.value) >> 32 != 0
+
+
+@pytest.mark.parametrize("field, bits", [("stride byte offset", (32, 0x40)),
+                                         ("swizzle mode", (62, 0x3))])
+def test_wrong_descriptor_field_is_caught(field: str, bits: tuple[int, int]) -> None:
+    """A wrong SBO (1024 -> 2048 bytes) or layout type (128B -> 32B) in the static
+    part of every wgmma descriptor: a fault or a result that differs."""
+    kernel, args, launch = gemm_case("sm_90a")
+    want = kernel(*[np.copy(a) for a in args], **launch)
+    compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
+    shift, mask = bits
+
+    def corrupt(i: Instr) -> None:
+        value = int(i.op.value)
+        i.op = dataclasses.replace(i.op, value=value ^ (mask << shift) if field == "swizzle mode"
+                                   else value + (mask << shift))
+    mutate(compiled, _descriptor_constant, corrupt)
+    try:
+        got = run_lowered(compiled, kernel, tuple(np.copy(a) for a in args), launch)
+    except InterpretError:
+        return
+    assert not np.array_equal(got, want), field
+
+
+def test_missing_proxy_fence_is_caught() -> None:
+    """Flash attention on sm_90a stages P in shared memory for the P @ V wgmma: without
+    fence.proxy.async the async proxy may read stale data."""
+    fa = example("flash_attention").flash_attention
+    q, k, v = (rng.standard_normal((1, 128, 64)).astype(BF16) for _ in range(3))
+    launch = {"is_causal": False, "config": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4,
+                                                 num_stages=2)}
+    compiled = compile_kernel(fa, q, k, v, target="sm_90a", **launch)
+    mutate(compiled, lambda i: isinstance(i.op, Fence) and i.op.kind == "proxy_async",
+           lambda i: False)
+    with pytest.raises(IRVerifyError, match="fence.proxy.async"):
+        check_kernel(compiled.kernel)
+
+
+def test_wrong_cp_async_wait_is_caught() -> None:
+    """The double-buffered sm_80 GEMM waits with wait_group 1; waiting for fewer groups
+    (wait_group 2) lets the mma read a stage still in flight."""
+    mod = example("double_buffered_gemm")
+    a = rng.standard_normal((128, 128)).astype(BF16)
+    b = rng.standard_normal((128, 128)).astype(BF16)
+    args = (a, b, np.zeros((128, 128), np.float32))
+    launch = {"tile_shape": (64, 64, 32)}
+    compiled = compile_kernel(mod.double_buffered_gemm, *args, target="sm_80", **launch)
+    mutate(compiled, lambda i: isinstance(i.op, CpAsyncWait) and i.op.n == 1,
+           lambda i: setattr(i, "op", CpAsyncWait(2)))
+    with pytest.raises(InterpretError, match="async copy"):
+        run_lowered(compiled, mod.double_buffered_gemm, args, launch)
