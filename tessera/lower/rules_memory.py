@@ -26,7 +26,9 @@ SWIZZLE_BYTES = {"none": 0, "xor": 128, "32B": 32, "64B": 64, "128B": 128}
 
 
 def address(e: Emitter, mem: Mem, extra: Value | None = None) -> Value:
-    """The address of element ``mem.offset (+ extra)`` of ``mem`` (no swizzle)."""
+    """The address of element ``mem.offset (+ extra)`` of ``mem``; in a swizzled shared
+    buffer the byte offset goes through the buffer's swizzle (``gemm80.swizzle_offset``:
+    16-byte chunk bits 4-6 XOR bits 7-9 of the offset), as its writers placed it."""
     off = mem.offset
     if extra is not None:
         off = extra if off is None else e.add(off, extra, "s32")
@@ -34,12 +36,23 @@ def address(e: Emitter, mem: Mem, extra: Value | None = None) -> Value:
     if mem.space == "shared":
         if off is None:
             return mem.base
-        return e.add(mem.base, e.cvt(e.mul(off, e.const(size, "s32"), "s32"), "u32", "s32"),
-                     "u32")
+        nbytes = e.cvt(e.mul(off, e.const(size, "s32"), "s32"), "u32", "s32")
+        if mem.swizzle:
+            nbytes = _swizzle(e, mem, nbytes)
+        return e.add(mem.base, nbytes, "u32")
     if off is None:
         return mem.base
     wide = e.bin("mul", off, e.const(size, "s32"), "s32", "wide")
     return e.add(mem.base, e.cvt(wide, "u64", "s64"), "u64")
+
+
+def _swizzle(e: Emitter, mem: Mem, nbytes: Value) -> Value:
+    if mem.meta.get("wgmma") and mem.shape[-1] * elem_bytes(mem.element) > mem.swizzle:
+        raise UnsupportedError("elements of a wgmma operand buffer wider than one swizzle "
+                               "panel are not addressed directly", loc=e.loc)
+    mask = e.const(mem.swizzle // 16 - 1, "u32")
+    row = e.bin("and", e.bin("shr", nbytes, e.const(7, "u32"), "u32"), mask, "u32")
+    return e.bin("xor", nbytes, e.bin("shl", row, e.const(4, "u32"), "u32"), "u32")
 
 
 def load_scalar(e: Emitter, mem: Mem) -> Value:
@@ -47,20 +60,22 @@ def load_scalar(e: Emitter, mem: Mem) -> Value:
     addr = address(e, mem)
     mt, rt = mem_type(mem.element), reg_type(mem.element)
     raw = e.ld(mem.space, addr, mt)
-    return _to_reg(e, raw, mt, rt)
+    return _to_reg(e, raw, mt, rt, mem.element)
 
 
 def store_scalar(e: Emitter, mem: Mem, value: Value, vtype: str) -> None:
     """Store a register to element ``mem.offset``, converting to the memory's format."""
     mt = mem_type(mem.element)
-    e.st(mem.space, address(e, mem), _to_mem(e, value, vtype, mt), mt)
+    e.st(mem.space, address(e, mem), to_mem(e, value, vtype, mt, mem.element), mt)
 
 
-def _to_reg(e: Emitter, raw: Value, mt: str, rt: str) -> Value:
+def _to_reg(e: Emitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
     if mt == rt:
         return raw
     if mt == "b16" and rt == "f32":  # bf16/f16 bits: widen exactly
-        raise UnsupportedError("scalar 16-bit float loads are not lowered yet", loc=e.loc)
+        from tessera.lower.rules_tensor import widen
+
+        return widen(e, raw, mt, element)
     if mt == "u8" and rt == "pred":
         return e.setp("ne", raw, e.const(0, "u8"), "u8")
     if mt == "s64" and rt == "s32":
@@ -68,12 +83,34 @@ def _to_reg(e: Emitter, raw: Value, mt: str, rt: str) -> Value:
     raise UnsupportedError(f"cannot load {mt} into {rt} registers", loc=e.loc)
 
 
-def _to_mem(e: Emitter, value: Value, vt: str, mt: str) -> Value:
+def to_mem(e: Emitter, value: Value, vt: str, mt: str, element: object) -> Value:
+    """A register converted for a store of ``element`` (``mt`` its memory type): a
+    narrow float rounds to nearest even with saturation, as the tile store does."""
+    from tessera.lower.values import NARROW, storage_name
+
     if vt == mt:
         return value
     if vt == "s32" and mt == "s64":
         return e.cvt(value, "s64", "s32")
+    fmt = NARROW.get(storage_name(element))  # type: ignore[arg-type]
+    if vt == "f32" and mt == "b16" and fmt in ("bf16", "f16"):
+        narrow = e.cvt(value, fmt, "f32", "rn", "satfinite")
+        return e.pack([narrow], "b16")
     raise UnsupportedError(f"cannot store {vt} registers as {mt}", loc=e.loc)
+
+
+@rule(M.AllocRegister)
+def _alloc_register(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, M.AllocRegister)
+    t = reg_type(op.element)
+    poison = float("nan") if t == "f32" else 0  # the simulator's uninitialised value
+    if op.shape:
+        from tessera.lower.rules_tensor import register_count
+
+        layout = low.layouts[instr.results[0]]
+        return [Dist(layout, [low.em.const(poison, t)] * register_count(layout), t)]
+    return [Scalar(low.em.const(poison, t), t)]
 
 
 @rule(M.AllocShared)
@@ -137,7 +174,7 @@ def _rank0(instr: Instr) -> bool:
     return isinstance(t, MemRefType) and t.rank == 0
 
 
-@rule(M.Load)
+@rule(M.Load, M.LoadVector)
 def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem = args[0]
     assert isinstance(mem, Mem)
@@ -148,7 +185,7 @@ def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [load_tile(low, instr, mem)]
 
 
-@rule(M.Store)
+@rule(M.Store, M.StoreVector)
 def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
@@ -170,12 +207,11 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if not (isinstance(value, Scalar) and _rank0(instr)):
         raise UnsupportedError("tile.update of a tensor is not lowered yet", loc=instr.loc)
     e = low.em
-    if mem.space == "global":
-        if op.op != "add" or value.type not in ("f32", "s32"):
-            raise UnsupportedError(f"a global '{op.op}=' of {value.type} has no PTX atomic",
-                                   loc=instr.loc)
+    if mem.space == "global" and op.op == "add" and value.type in ("f32", "s32"):
         e.op(Reduce("global", "add", value.type), [address(e, mem), value.reg])
         return []
+    # other updates are a plain read-modify-write: exact when one tile owns the element
+    # (several tiles updating one element with '*=' would need a compare-and-swap loop)
     old = load_scalar(e, mem)
     name = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
             "min": "min"}.get(op.op)

@@ -76,16 +76,20 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
         for c in range(layout.vec):
             off = _element(e, lv, layout, k0, c)
             raw = e.ld(lv.space, address(e, lv, off), mt)
-            regs.append(raw if mt == rt else _widen(e, raw, mt, lv.element))
+            regs.append(raw if mt == rt else widen(e, raw, mt, lv.element))
     return Dist(layout, regs, rt)
 
 
-def _widen(e: Emitter, raw: Value, mt: str, element: object) -> Value:
+def widen(e: Emitter, raw: Value, mt: str, element: object) -> Value:
+    """A loaded bf16/f16 element as the f32 register of the same value (exact)."""
     from tessera.lower.values import storage_name
 
-    if mt == "b16" and storage_name(element) == "bfloat16":
-        # bf16 is the high half of the f32 with the same value: exact
+    name = storage_name(element)  # type: ignore[arg-type]
+    if mt == "b16" and name == "bfloat16":
+        # bf16 is the high half of the f32 with the same value
         return e.pack([e.const(0, "b16"), raw], "f32")
+    if mt == "b16" and name == "float16":
+        return e.cvt(e.pack([raw], "f16"), "f32", "f16")
     raise UnsupportedError(f"loading {mt} tiles into registers is not lowered yet", loc=e.loc)
 
 
@@ -95,15 +99,15 @@ def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
     assert isinstance(layout, Blocked)
     e = low.em
     mt = mem_type(mem.element)
-    if mt != value.type:
-        raise UnsupportedError(f"storing {value.type} registers as {mt} is not lowered yet",
-                               loc=e.loc)
 
     def body(inner: Emitter, j: int) -> None:
+        from tessera.lower.rules_memory import to_mem
+
         k0 = chunk_index(inner, layout, j)
         for c in range(layout.vec):
             off = _element(inner, mem, layout, k0, c)
-            inner.st(mem.space, address(inner, mem, off), value.regs[j * layout.vec + c], mt)
+            reg = to_mem(inner, value.regs[j * layout.vec + c], value.type, mt, mem.element)
+            inner.st(mem.space, address(inner, mem, off), reg, mt)
 
     for j in range(layout.per_thread):
         if (j + 1) * 128 <= layout.chunks:

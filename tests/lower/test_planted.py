@@ -92,7 +92,7 @@ def test_missing_wgmma_fence_is_rejected() -> None:
     kernel, args, launch = gemm_case("sm_90a")
     compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
     mutate(compiled, is_op(WgmmaFence), lambda i: False)
-    with pytest.raises(IRVerifyError, match="wgmma without a wgmma.fence"):
+    with pytest.raises(IRVerifyError, match=r"wgmma without a wgmma\.fence"):
         check_kernel(compiled.kernel)
 
 
@@ -101,7 +101,7 @@ def test_missing_commit_or_wait_is_rejected() -> None:
         kernel, args, launch = gemm_case("sm_90a")
         compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
         mutate(compiled, is_op(cls), lambda i: False)
-        with pytest.raises(IRVerifyError, match="before wgmma.wait_group retires it"):
+        with pytest.raises(IRVerifyError, match=r"before wgmma\.wait_group retires it"):
             check_kernel(compiled.kernel)
 
 
@@ -151,7 +151,7 @@ def test_missing_proxy_fence_is_caught() -> None:
     compiled = compile_kernel(fa, q, k, v, target="sm_90a", **launch)
     mutate(compiled, lambda i: isinstance(i.op, Fence) and i.op.kind == "proxy_async",
            lambda i: False)
-    with pytest.raises(IRVerifyError, match="fence.proxy.async"):
+    with pytest.raises(IRVerifyError, match=r"fence\.proxy\.async"):
         check_kernel(compiled.kernel)
 
 
