@@ -1,6 +1,6 @@
 """The ``tessera`` command line.
 
-    tessera ir FILE.py:FUNC [--stage graph] [--arg NAME=4x8:f32 ...]
+    tessera ir FILE.py:FUNC [--stage graph|tile|target] [--arg NAME=4x8:f32 ...] [--const K=V]
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
@@ -55,7 +55,8 @@ def cmd_ir(args: argparse.Namespace) -> int:
     from tessera.frontend.jit import inspect_ir
 
     fn = _load(args.target)
-    examples = dict(_example(s) for s in args.arg)
+    examples: dict[str, Any] = dict(_example(s) for s in args.arg)
+    examples.update(_const(s) for s in args.const)
     print(inspect_ir(fn, args.stage, **examples), end="")
     return 0
 
@@ -147,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", default="graph", help="graph, schedule, tile or target")
     p.add_argument("--arg", action="append", default=[],
                    help="example argument NAME=SHAPE:FORMAT, e.g. x=4x8:bf16")
+    p.add_argument("--const", action="append", default=[],
+                   help="scalar argument or flag NAME=VALUE, e.g. alpha=2.5 or target='sm_80'")
     p.set_defaults(run=cmd_ir)
     p = sub.add_parser("run", help="run a tessera program")
     p.add_argument("file")

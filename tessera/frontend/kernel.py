@@ -162,12 +162,31 @@ class Kernel:
     @user_api
     def inspect_ir(self, stage: str = "tile", *args: Any, **kwargs: Any) -> str:
         """The Tile IR text of the last launch, or of these example arguments (launch
-        keywords such as ``grid`` and ``tile_shape`` are accepted)."""
+        keywords such as ``grid`` and ``tile_shape`` are accepted); stage ``"target"``
+        is the kernel lowered for ``target=`` (``sm_90a`` by default) as Target IR."""
         if stage not in STAGES:
             raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)}")
+        if stage == "target":
+            from tessera.ir.core import Module
+            from tessera.ptx.compile import compile_kernel
+
+            target = kwargs.pop("target", "sm_90a")
+            if not args and not kwargs and self.last is None:
+                raise StageError(f"kernel '{self.name}' has not been launched",
+                                 hint="pass example arguments: inspect_ir('target', *args)")
+            if not args and not kwargs:
+                from tessera.ptx.compile import lower_and_render
+
+                fn = lower_and_render(self.last.functions[self.name], target)[0]
+            else:
+                fn = compile_kernel(self, *args, target=target, **kwargs).kernel
+            module = Module(self.name)
+            module.add(fn)
+            return str(module)
         if stage != "tile":
-            raise StageError(f"kernels enter the stack at Tile IR; there is no {stage!r} "
-                             "stage for them", hint="inspect stage 'tile'")
+            raise StageError(f"kernels enter the stack at Tile IR and go down to Target IR; "
+                             f"there is no {stage!r} stage for them",
+                             hint="inspect stage 'tile' or 'target'")
         if args or kwargs:
             return str(self.specialise(args, dict(kwargs))[1])
         if self.last is None:

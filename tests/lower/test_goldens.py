@@ -54,3 +54,14 @@ def test_cli_ptx_reports_user_errors(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["ptx", f"{path}:saxpy", "--target", "sm_70", "--arg", "x=8:f32",
                  "--arg", "y=8:f32", "--const", "alpha=1.0"]) == 1
     assert "unknown PTX target 'sm_70'" in capsys.readouterr().err
+
+
+def test_inspect_ir_target_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    saxpy = example("saxpy").saxpy
+    x = np.zeros(8, np.float32)
+    text = saxpy.inspect_ir("target", x, x.copy(), 2.0, target="sm_80")
+    assert text.startswith("module @saxpy {\n  ptx.kernel @saxpy(") and 'target = "sm_80"' in text
+    path = Path(__file__).resolve().parents[2] / "examples" / "kernels" / "saxpy.py"
+    assert main(["ir", f"{path}:saxpy", "--stage", "target", "--arg", "x=8:f32", "--arg",
+                 "y=8:f32", "--const", "alpha=2.0"]) == 0
+    assert 'target = "sm_90a"' in capsys.readouterr().out
