@@ -27,7 +27,8 @@ import ml_dtypes
 import numpy as np
 
 from tessera.errors import InterpretError, Loc, TesseraError
-from tessera.ir.core import Block, Function, Instr, Op, Value
+from tessera.interp.slots import Slots, rule_decorator
+from tessera.ir.core import Block, Function, Instr, Op
 from tessera.ir.text import op_attr_text
 
 #: NumPy storage of each PTX register type
@@ -169,28 +170,15 @@ class Body:
 STEPS: dict[type[Op], Callable[[Compiler, Instr], Step]] = {}
 
 
-def step_rule(*classes: type[Op]) -> Callable[[Any], Any]:
-    """Register a step factory ``(compiler, instr) -> step`` for op classes."""
-    def register(fn: Any) -> Any:
-        for cls in classes:
-            STEPS[cls] = fn
-        return fn
-    return register
+step_rule = rule_decorator(STEPS)  # ``@step_rule(OpA, OpB)`` registers a step factory
 
 
-class Compiler:
+class Compiler(Slots):
     """Assigns register slots and turns blocks into :class:`Body` objects."""
 
     def __init__(self, m: Machine) -> None:
+        super().__init__()
         self.m = m
-        self.slots: dict[Value, int] = {}
-
-    def slot(self, v: Value) -> int:
-        """The register slot of ``v``."""
-        found = self.slots.get(v)
-        if found is None:
-            found = self.slots[v] = len(self.slots)
-        return found
 
     def body(self, block: Block) -> Body:
         """Compile a block (its terminator only provides the yielded slots)."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import InterpretError, TesseraError
+from tessera.interp.slots import Slots, rule_decorator
 from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_rules import IMPLS
 from tessera.interp.tile_state import Reschedule, State
@@ -80,26 +81,15 @@ def fork(fr: Frame, sel: np.ndarray, liveins: list[tuple[int, int]]) -> Frame:
 STEPS: dict[type[Op], Callable[[Compiler, Instr], Step]] = {}
 
 
-def step_rule(*classes: type[Op]) -> Callable[[Any], Any]:
-    def register(fn: Any) -> Any:
-        for cls in classes:
-            STEPS[cls] = fn
-        return fn
-    return register
+step_rule = rule_decorator(STEPS)  # ``@step_rule(OpA, OpB)`` registers a step factory
 
 
-class Compiler:
+class Compiler(Slots):
     """Assigns slots and turns blocks into :class:`Body` objects."""
 
     def __init__(self, fast: bool) -> None:
+        super().__init__()
         self.fast = fast
-        self.slots: dict[Value, int] = {}
-
-    def slot(self, v: Value) -> int:
-        found = self.slots.get(v)
-        if found is None:
-            found = self.slots[v] = len(self.slots)
-        return found
 
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]

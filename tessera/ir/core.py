@@ -98,6 +98,16 @@ def check_count(op: Op, operands: Sequence[Type], n: int) -> None:
         raise IRVerifyError(f"{op.name} takes {n} operands, got {len(operands)}")
 
 
+def region_types(instr: Instr, k: int) -> tuple[list[Type], list[Type]]:
+    """Argument types and yielded types of region ``k`` of a structured op (``if``,
+    ``for``, ``while`` of any dialect); raises when the region has no terminator."""
+    block = instr.regions[k].block
+    term = block.terminator
+    if term is None:
+        raise IRVerifyError(f"{instr.op.name} region {k} has no terminator")
+    return [a.type for a in block.args], [v.type for v in term.operands]
+
+
 @dataclass(eq=False)
 class Instr:
     """An op placed in a block: operands, results, regions and source location."""

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRParseError, IRVerifyError
-from tessera.ir.core import Instr, Op, Terminator, Type, check_count, register_op
+from tessera.ir.core import (
+    Instr,
+    Op,
+    Terminator,
+    Type,
+    check_count,
+    region_types,
+    register_op,
+)
 from tessera.ir.text import TYPE_PARSERS
 
 KERNEL = "ptx.kernel"
@@ -150,14 +158,6 @@ class Condition(Terminator):
     name: ClassVar[str] = "ptx.condition"
 
 
-def _region_types(instr: Instr, k: int) -> tuple[list[Type], list[Type]]:
-    block = instr.regions[k].block
-    term = block.terminator
-    if term is None:
-        raise IRVerifyError(f"{instr.op.name} region {k} has no terminator")
-    return [a.type for a in block.args], [v.type for v in term.operands]
-
-
 @register_op
 @dataclass(frozen=True)
 class If(Op):
@@ -177,7 +177,7 @@ class If(Op):
 
     def verify_regions(self, instr: Instr) -> None:
         for k in (0, 1):
-            args, yields = _region_types(instr, k)
+            args, yields = region_types(instr, k)
             if args or yields != [r.type for r in instr.results]:
                 raise IRVerifyError(f"ptx.if region {k} must take no arguments and yield the "
                                     "result types")
@@ -202,7 +202,7 @@ class For(Op):
         return tuple(operands[3:])
 
     def verify_regions(self, instr: Instr) -> None:
-        args, yields = _region_types(instr, 0)
+        args, yields = region_types(instr, 0)
         carried = [v.type for v in instr.operands[3:]]
         if args != [S32, *carried] or yields != carried:
             raise IRVerifyError("ptx.for region must take (index, carried...) and yield the "
@@ -223,11 +223,11 @@ class While(Op):
 
     def verify_regions(self, instr: Instr) -> None:
         carried = [v.type for v in instr.operands]
-        args, cond = _region_types(instr, 0)
+        args, cond = region_types(instr, 0)
         if args != carried or cond != [PRED]:
             raise IRVerifyError("ptx.while condition region must take the carried values "
                                 "and end with ptx.condition(pred)")
-        args, yields = _region_types(instr, 1)
+        args, yields = region_types(instr, 1)
         if args != carried or yields != carried:
             raise IRVerifyError("ptx.while body must take and yield the carried values")
 

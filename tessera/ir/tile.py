@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tessera.errors import IRParseError, IRVerifyError
-from tessera.ir.core import Instr, Op, Terminator, Type, check_count, register_op
+from tessera.ir.core import (
+    Instr,
+    Op,
+    Terminator,
+    Type,
+    check_count,
+    region_types,
+    register_op,
+)
 from tessera.ir.text import TYPE_PARSERS
 from tessera.ir.types import Element, TensorType, element_text, parse_element
 from tessera.numerics import dtype, storage_of
@@ -164,14 +172,6 @@ class Constant(Op):
         return (TensorType((), self.element),)
 
 
-def _region_types(instr: Instr, k: int) -> tuple[list[Type], list[Type]]:
-    block = instr.regions[k].block
-    term = block.terminator
-    if term is None:
-        raise IRVerifyError(f"{instr.op.name} region {k} has no terminator")
-    return [a.type for a in block.args], [v.type for v in term.operands]
-
-
 @register_op
 @dataclass(frozen=True)
 class If(Op):
@@ -190,7 +190,7 @@ class If(Op):
 
     def verify_regions(self, instr: Instr) -> None:
         for k in (0, 1):
-            args, yields = _region_types(instr, k)
+            args, yields = region_types(instr, k)
             if args or yields != [r.type for r in instr.results]:
                 raise IRVerifyError(f"tile.if region {k} must take no arguments and yield "
                                     "the result types")
@@ -215,7 +215,7 @@ class For(Op):
         return tuple(operands[3:])
 
     def verify_regions(self, instr: Instr) -> None:
-        args, yields = _region_types(instr, 0)
+        args, yields = region_types(instr, 0)
         carried = [v.type for v in instr.operands[3:]]
         if args != [SCALAR_INDEX, *carried] or yields != carried:
             raise IRVerifyError("tile.for region must take (index, carried...) and yield "
@@ -237,11 +237,11 @@ class While(Op):
 
     def verify_regions(self, instr: Instr) -> None:
         carried = [v.type for v in instr.operands]
-        args, cond = _region_types(instr, 0)
+        args, cond = region_types(instr, 0)
         if args != carried or cond != [SCALAR_BOOL]:
             raise IRVerifyError("tile.while condition region must take the carried values "
                                 "and end with tile.condition(bool)")
-        args, yields = _region_types(instr, 1)
+        args, yields = region_types(instr, 1)
         if args != carried or yields != carried:
             raise IRVerifyError("tile.while body must take and yield the carried values")
 
