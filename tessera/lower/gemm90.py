@@ -1,4 +1,4 @@
-"""sm_90a matrix building blocks: wgmma descriptors, a TMA + mbarrier ring, wgmma blocks.
+"""sm_90a matrix building blocks: wgmma descriptors, wgmma blocks, register staging and
 
 Everything here emits Target IR through an :class:`~tessera.lower.emit.Emitter` for one
 CTA of 128 threads (one warpgroup, :mod:`tessera.lower.tiles`).
@@ -24,20 +24,14 @@ from tessera.arch.errors import AlignmentError
 from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError
 from tessera.ir.core import Value
-from tessera.ir.target import TensorMapType
 from tessera.ir.target_async import (
     MMA_K,
     Fence,
-    MbarrierArrive,
-    MbarrierInit,
-    MbarrierWait,
-    TmaLoad,
     Wgmma,
     WgmmaCommit,
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.emit import Emitter
 from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox
 
@@ -138,199 +132,6 @@ def advance_descriptor(e: Emitter, desc: Value, nbytes: int) -> Value:
     if nbytes % 16:
         raise ArgumentError(f"a descriptor moves in 16-byte units, not {nbytes} bytes")
     return desc if nbytes == 0 else e.add(desc, e.const(nbytes >> 4, "u64"), "u64")
-
-
-# ------------------------------------------------------------------------ TMA, mbarrier
-def _thread0(e: Emitter) -> Value:
-    return e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
-
-
-def tma_setup(e: Emitter, n_barriers: int, sym: str = "mbar") -> list[Value]:
-    """``n_barriers`` shared mbarriers (8 bytes each, 8-byte aligned), initialised by
-    thread 0 for one arrival, the init fenced and the CTA synchronised (PTX ISA sec.
-    9.7.13.15.9; ``fence.mbarrier_init`` then ``bar.sync`` before any use)."""
-    if n_barriers < 1:
-        raise ArgumentError(f"tma_setup needs at least one barrier, not {n_barriers}")
-    base = e.one(SharedAlloc(sym, 8 * n_barriers, 8))
-    bars = [base] + [e.add(base, e.const(8 * i, "u32"), "u32") for i in range(1, n_barriers)]
-
-    def init(t: Emitter) -> None:
-        for bar in bars:
-            t.op(MbarrierInit(1), [bar])
-
-    e.if_(_thread0(e), init)
-    e.op(Fence("mbarrier_init"))
-    e.bar()
-    return bars
-
-
-@dataclass(frozen=True)
-class TmaCopy:
-    """One TMA box copy: the tensor-map box at ``(col, row)`` (``s32`` element
-    coordinates of the global tensor) into ``dst``. A ``dst`` wider than the map's box
-    is filled panel by panel (``dst.cols / box cols`` copies at ``col + p * box cols``)."""
-
-    dst: SharedBox
-    tmap: Value
-    col: Value
-    row: Value
-
-
-def _panels(copy: TmaCopy) -> tuple[int, int, int]:
-    """``(panels, panel columns, box bytes)`` of one copy, after checking the map."""
-    t = copy.tmap.type
-    if not isinstance(t, TensorMapType):
-        raise ArgumentError(f"a TMA copy reads a tensor map, got a value of type {t}")
-    d = copy.dst
-    rows, cols = t.box
-    if t.elem not in ELEM_BYTES:
-        raise UnsupportedError(f"TMA copies of {t.elem} elements are not supported here",
-                               hint=f"use one of {', '.join(ELEM_BYTES)}")
-    if (t.elem, t.swizzle, rows) != (d.elem, d.swizzle, d.rows) or d.cols % cols:
-        raise ShapeError(f"tensor map {t} cannot fill a {d.rows}x{d.cols} {d.elem} box with "
-                         f"swizzle {d.swizzle}", hint="match element type, swizzle and rows; "
-                         "make the box columns a multiple of the map's")
-    return d.cols // cols, cols, rows * cols * ELEM_BYTES[t.elem]
-
-
-def tma_load_many(e: Emitter, copies: Sequence[TmaCopy | tuple[SharedBox, Value, Value, Value]],
-                  bar: Value) -> None:
-    """Thread 0 announces the bytes of all ``copies`` with one ``mbarrier.arrive.expect_tx``
-    on ``bar`` and issues them (``cp.async.bulk.tensor``): the barrier's phase completes
-    when every byte has landed (PTX ISA sec. 9.7.13.15.12, 9.7.9.27). Loads sharing a
-    phase must go through one call: the barrier expects one arrival per phase. A copy is a
-    :class:`TmaCopy` or a ``(dst, tmap, col, row)`` tuple."""
-    plan = [(c, *_panels(c)) for c in (x if isinstance(x, TmaCopy) else TmaCopy(*x)
-                                       for x in copies)]
-    tx = sum(n * nbytes for _, n, _, nbytes in plan)
-
-    def issue(t: Emitter) -> None:
-        t.op(MbarrierArrive(tx), [bar])
-        for c, n, cols, nbytes in plan:
-            for p in range(n):
-                dst = c.dst.base if p == 0 else t.add(c.dst.base, t.const(p * nbytes, "u32"),
-                                                      "u32")
-                col = c.col if p == 0 else t.add(c.col, t.const(p * cols, "s32"), "s32")
-                t.op(TmaLoad(), [dst, c.tmap, col, c.row, bar])
-
-    e.if_(_thread0(e), issue)
-
-
-def tma_load(e: Emitter, dst: SharedBox, tmap: Value, col: Value, row: Value,
-             bar: Value) -> None:
-    """One box copy on its own barrier phase (see :func:`tma_load_many`)."""
-    tma_load_many(e, [TmaCopy(dst, tmap, col, row)], bar)
-
-
-def mbar_wait(e: Emitter, bar: Value, phase: Value) -> None:
-    """Every thread waits until ``bar``'s phase of parity ``phase`` (``u32`` 0/1) has
-    completed (``mbarrier.try_wait.parity`` loop, PTX ISA sec. 9.7.13.15.16)."""
-    e.op(MbarrierWait(), [bar, phase])
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """An ``S``-stage ring of A/B shared tiles fed by TMA, one mbarrier per stage.
-
-    Stage ``s`` holds K-tile ``kt`` when ``kt % S == s``; its barrier completes one phase
-    per fill, so the wait for K-tile ``kt`` uses parity ``(kt // S) & 1`` (the parity
-    flips each time the stage is reused). A is ``(bm, bk)``, B is ``(bn, bk)`` when
-    ``b_trans`` else ``(bk, bn)``; buffers are ``8 * swizzle``-byte aligned."""
-
-    stages: int
-    a: SharedBox  # stage 0; stage s is at base + s * a_bytes
-    b: SharedBox
-    bars: tuple[Value, ...]
-    a_tmap: Value
-    b_tmap: Value
-    b_trans: bool
-
-    @classmethod
-    def create(cls, e: Emitter, stages: int, a_tmap: Value, b_tmap: Value, bm: int, bn: int,
-               bk: int, *, b_trans: bool, sym: str = "ring") -> Pipeline:
-        """Allocate the ring (``{sym}_a``, ``{sym}_b``, ``{sym}_bar``) and its barriers."""
-        ta, tb = a_tmap.type, b_tmap.type
-        if not (isinstance(ta, TensorMapType) and isinstance(tb, TensorMapType)):
-            raise ArgumentError("Pipeline.create takes two tensor-map values")
-        if stages < 1:
-            raise ArgumentError(f"a pipeline needs at least one stage, not {stages}")
-        boxes = []
-        for name, t, rows, cols in (("a", ta, bm, bk), ("b", tb, *((bn, bk) if b_trans
-                                                                  else (bk, bn)))):
-            align = max(128, Swizzle(t.swizzle).atom_bytes)
-            size = rows * cols * ELEM_BYTES[t.elem]
-            base = e.one(SharedAlloc(f"{sym}_{name}", stages * size, align))
-            boxes.append(SharedBox(base, rows, cols, t.elem, t.swizzle, align))
-        bars = tma_setup(e, stages, f"{sym}_bar")
-        return cls(stages, boxes[0], boxes[1], tuple(bars), a_tmap, b_tmap, b_trans)
-
-    def _at(self, e: Emitter, box: SharedBox, stage: int | Value) -> SharedBox:
-        size = box.rows * box.cols * ELEM_BYTES[box.elem]
-        if isinstance(stage, int):
-            base = box.base if stage == 0 else e.add(box.base, e.const(stage * size, "u32"),
-                                                     "u32")
-        else:
-            base = e.add(box.base, e.mul(stage, e.const(size, "u32"), "u32"), "u32")
-        return SharedBox(base, box.rows, box.cols, box.elem, box.swizzle, box.align)
-
-    def a_box(self, e: Emitter, stage: int | Value) -> SharedBox:
-        """The A tile of ``stage`` (an int or a ``u32`` value)."""
-        return self._at(e, self.a, stage)
-
-    def b_box(self, e: Emitter, stage: int | Value) -> SharedBox:
-        """The B (or B^T) tile of ``stage``."""
-        return self._at(e, self.b, stage)
-
-    def barrier(self, e: Emitter, stage: int | Value) -> Value:
-        """The mbarrier of ``stage``."""
-        if isinstance(stage, int):
-            return self.bars[stage]
-        return e.add(self.bars[0], e.mul(stage, e.const(8, "u32"), "u32"), "u32")
-
-    def slot(self, e: Emitter, kt: Value) -> tuple[Value, Value]:
-        """``(stage, parity)`` (``u32``) of K-tile ``kt`` (``s32``)."""
-        k = e.cvt(kt, "u32", "s32")
-        s = e.const(self.stages, "u32")
-        return e.bin("rem", k, s, "u32"), e.bin("and", e.bin("div", k, s, "u32"),
-                                                 e.const(1, "u32"), "u32")
-
-    def issue(self, e: Emitter, stage: int | Value, k: Value, m: Value, n: Value) -> None:
-        """Thread 0 loads A rows ``m..`` and B columns ``n..`` of the K-tile starting at
-        element ``k`` (``s32`` values) into ``stage``, both on the stage's barrier."""
-        a, b = self.a_box(e, stage), self.b_box(e, stage)
-        bcopy = TmaCopy(b, self.b_tmap, k, n) if self.b_trans else TmaCopy(b, self.b_tmap, n, k)
-        tma_load_many(e, [TmaCopy(a, self.a_tmap, k, m), bcopy], self.barrier(e, stage))
-
-    def wait(self, e: Emitter, stage: int | Value, phase: Value) -> None:
-        """All threads wait for ``stage``'s fill of parity ``phase``."""
-        mbar_wait(e, self.barrier(e, stage), phase)
-
-    def mainloop(self, e: Emitter, acc: Sequence[Value], m: Value, n: Value, k_tiles: int,
-                 *, scale_d_first: bool = False) -> list[Value]:
-        """The pipelined K loop: fill ``min(S, k_tiles)`` stages, then per K-tile wait,
-        ``wgmma_block``, ``bar.sync`` (every warp is done reading the stage) and refill the
-        stage with K-tile ``kt + S``. Returns the accumulators. ``scale_d_first`` passes
-        scale-d = ``kt != 0`` so ``acc`` need not be zero."""
-        bk = self.a.cols
-        atype = self.a.elem
-        for kt in range(min(self.stages, k_tiles)):
-            self.issue(e, kt, e.const(kt * bk, "s32"), m, n)
-
-        def body(t: Emitter, kt: Value, *carried: Value) -> list[Value]:
-            stage, parity = self.slot(t, kt)
-            self.wait(t, stage, parity)
-            first = t.setp("ne", kt, t.const(0, "s32"), "s32") if scale_d_first else None
-            out = wgmma_block(t, carried, self.a_box(t, stage), self.b_box(t, stage),
-                              b_trans=self.b_trans, atype=atype, scale_d=first)
-            t.bar()
-            nxt = t.add(kt, t.const(self.stages, "s32"), "s32")
-            refill = t.setp("lt", nxt, t.const(k_tiles, "s32"), "s32")
-            t.if_(refill, lambda u: self.issue(u, stage, u.mul(nxt, u.const(bk, "s32"),
-                                                               "s32"), m, n))
-            return out
-
-        return e.for_(e.const(0, "s32"), e.const(k_tiles, "s32"), e.const(1, "s32"),
-                      list(acc), body)
 
 
 # ----------------------------------------------------------------------------- wgmma
@@ -434,39 +235,6 @@ def stage_regs_to_shared(e: Emitter, values: Sequence[Value], bm: int, bn: int,
     e.bar()
 
 
-def store_acc90(e: Emitter, acc: Sequence[Value], dst_base: Value, row_stride: int,
-                bm: int, bn: int, elem: str = "f32") -> None:
-    """``st.global`` a ``(bm, bn)`` accumulator tile to the row-major tensor whose element
-    (0, 0) of the tile is at ``u64`` ``dst_base`` (``row_stride`` elements per row), as
-    ``elem`` (f32, or bf16/f16 rounded to nearest even)."""
-    _check_acc(acc, bm, bn)
-    if elem not in ("f32", "bf16", "f16"):
-        raise UnsupportedError(f"store_acc90 stores f32, bf16 or f16, not {elem}")
-    esize = ELEM_BYTES[elem]
-    if elem != "f32" and row_stride % 2:
-        raise ShapeError(f"16-bit stores go in 4-byte pairs: row stride {row_stride} must "
-                         "be even")
-    w, gq, q = _tid_parts(e)
-    row = e.add(e.mul(w, e.const(16, "u32"), "u32"), gq, "u32")
-    off = e.add(e.mul(row, e.const(row_stride * esize, "u32"), "u32"),
-                e.mul(q, e.const(2 * esize, "u32"), "u32"), "u32")
-    addr = e.add(dst_base, e.cvt(off, "u64", "u32"), "u64")
-    half = bn // 2
-    for r in range(0, len(acc), 2):
-        blk, i = divmod(r, half)
-        h, j = (i >> 1) & 1, i >> 2
-        static = ((64 * blk + 8 * h) * row_stride + 8 * j) * esize
-        if elem != "f32":
-            lo, hi = (e.cvt(v, elem, "f32", "rn") for v in acc[r:r + 2])
-            e.st("global", addr, e.pack([lo, hi], "b32"), "b32", offset=static)
-        elif row_stride % 2 == 0:  # 8-byte aligned pairs: one vector store
-            e.st("global", addr, e.pack(list(acc[r:r + 2]), "f32"), "f32", vec=2,
-                 offset=static)
-        else:
-            for d in (0, 1):
-                e.st("global", addr, acc[r + d], "f32", offset=static + 4 * d)
-
-
-__all__ = ["Geometry", "Pipeline", "TmaCopy", "advance_descriptor", "descriptor_fields", "geometry",
-           "make_descriptor", "mbar_wait", "operand_offset", "stage_regs_to_shared",
-           "store_acc90", "tma_load", "tma_load_many", "tma_setup", "wgmma_block"]
+__all__ = ["Geometry", "advance_descriptor", "descriptor_fields", "geometry",
+           "make_descriptor", "operand_offset", "stage_regs_to_shared",
+           "wgmma_block"]

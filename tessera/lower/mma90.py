@@ -27,8 +27,9 @@ from tessera.ir.target_async import Fence, MbarrierInit, MbarrierInval, Mbarrier
 from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import Emitter
-from tessera.lower.gemm90 import TmaCopy, stage_regs_to_shared, tma_load_many, wgmma_block
+from tessera.lower.gemm90 import stage_regs_to_shared, wgmma_block
 from tessera.lower.tiles import SharedBox
+from tessera.lower.tma90 import TmaCopy, thread0, tma_load_many
 from tessera.lower.values import Dist, Mem, elem_bytes
 from tessera.numerics import dtype
 
@@ -64,10 +65,6 @@ def swizzle_span(shape: tuple[int, ...], element: Any) -> int:
                            hint="use rows of a multiple of 32 bytes (16 bf16 elements)")
 
 
-def _thread0(e: Emitter) -> Value:
-    return e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
-
-
 def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
     """``tile.cp_async`` of a global box into a wgmma buffer, as TMA loads."""
     e = low.em
@@ -90,7 +87,7 @@ def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
         t.op(MbarrierInit(1), [bar])
         t.op(Fence("mbarrier_init"))
 
-    e.if_(_thread0(e), init)
+    e.if_(thread0(e), init)
     tma_load_many(e, [TmaCopy(box, tmap, col, row)], bar)
     low.extra.setdefault("tma_pending", []).append(bar)
 
@@ -118,7 +115,7 @@ def finish_tma(low: Lowerer, e: Emitter) -> None:
             t.op(MbarrierWait(), [bar, zero])
             t.op(MbarrierInval(), [bar])
 
-    e.if_(_thread0(e), wait)
+    e.if_(thread0(e), wait)
     low.extra["tma_pending"] = []
 
 

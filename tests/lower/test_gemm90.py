@@ -33,21 +33,17 @@ from tessera.ir.target_ops import Const, SharedAlloc
 from tessera.ir.text import parse_module
 from tessera.ir.verifier import verify_function
 from tessera.lower.emit import Emitter
+from tessera.lower.gemm80 import store_acc
 from tessera.lower.gemm90 import (
-    Pipeline,
-    TmaCopy,
     descriptor_fields,
     geometry,
     make_descriptor,
-    mbar_wait,
     operand_offset,
     stage_regs_to_shared,
-    store_acc90,
-    tma_load_many,
-    tma_setup,
     wgmma_block,
 )
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
+from tessera.lower.tma90 import Pipeline, TmaCopy, mbar_wait, tma_load_many, tma_setup
 
 U64 = RegType("u64")
 NP = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
@@ -194,7 +190,7 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, stages: int, *, b_tr
         init = e.const(7.0 if scale_d_first else 0.0, "f32")  # 7: scale-d must drop it
         acc = ring.mainloop(e, [init] * (bm * bn // 128), row, col, k // bk,
                             scale_d_first=scale_d_first)
-        store_acc90(e, acc, tile_base(e, p[2], row, col, n, 4), n, bm, bn)
+        store_acc(e, acc, tile_base(e, p[2], row, col, n, 4), n, bm, bn)
 
     return kernel("gemm90", params, (n // bn, m // bm), build)
 
@@ -225,7 +221,7 @@ def attention_pv(bn: int, v_trans: bool = False) -> Function:
         stage_regs_to_shared(e, s, 64, bn, pp)
         junk = e.const(3.0, "f32")  # scale-d false: the old accumulator must not count
         o = wgmma_block(e, [junk] * 32, pp, v, b_trans=v_trans, scale_d=e.const(0, "pred"))
-        store_acc90(e, o, p[3], 64, 64, 64)
+        store_acc(e, o, p[3], 64, 64, 64)
 
     return kernel("attn_pv", params, (1,), build)
 
@@ -516,10 +512,10 @@ def test_ring_slots_flip_parity_on_reuse() -> None:
     np.testing.assert_array_equal(out, np.stack([kt % 3, (kt // 3) & 1], axis=1))
 
 
-@pytest.mark.parametrize(("elem", "stride"), [("f32", 65), ("f32", 64), ("bf16", 66)])
-def test_store_acc90_layouts(elem: str, stride: int) -> None:
-    """C = I @ B puts B in the accumulator layout; store_acc90 writes it back at any row
-    stride (scalar f32 stores for odd strides, bf16 pairs rounded to nearest even)."""
+@pytest.mark.parametrize(("elem", "stride"), [("f32", 65), ("f32", 64), ("bf16", 66), ("bf16", 65)])
+def test_store_acc_after_wgmma(elem: str, stride: int) -> None:
+    """C = I @ B puts B in the wgmma accumulator layout, which is the layout sm_80's
+    store_acc writes back at any row stride."""
     from tessera.interp.target import TensorMapArg, run_target
 
     params = [U64, U64, U64, TensorMapType(0, "bf16", (64, 64), 128),
@@ -533,7 +529,7 @@ def test_store_acc90_layouts(elem: str, stride: int) -> None:
         tma_load_many(e, [(a, p[3], zero, zero), (b, p[4], zero, zero)], bar)  # tuples
         mbar_wait(e, bar, e.const(0, "u32"))
         acc = wgmma_block(e, [e.const(0.0, "f32")] * 32, a, b, b_trans=True)
-        store_acc90(e, acc, p[2], stride, 64, 64, elem)
+        store_acc(e, acc, p[2], stride, 64, 64, elem)
 
     rng = np.random.default_rng(3)
     eye = np.eye(64, dtype=ml_dtypes.bfloat16)
@@ -560,8 +556,6 @@ def test_misuse_is_reported() -> None:
         with pytest.raises(ShapeError, match="cannot fill"):
             tma_load_many(e, [TmaCopy(b, p[1], e.const(0, "s32"), e.const(0, "s32"))],
                           e.const(0, "u32"))
-        with pytest.raises(ShapeError, match="even"):
-            store_acc90(e, f, p[0], 63, 64, 64, "bf16")
         with pytest.raises(ArgumentError, match="at least one"):
             tma_setup(e, 0)
 
