@@ -23,8 +23,8 @@ from math import prod
 from typing import Any
 
 from tessera.errors import TesseraError, UnsupportedError
-from tessera.ir.core import Block, Function, Instr, Op, Value, walk
-from tessera.ir.target import KERNEL, TARGETS, RegType, Return, TensorMapType
+from tessera.ir.core import Block, Function, Instr, Op, Region, Value, walk
+from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
 from tessera.lower.emit import Emitter
@@ -103,22 +103,37 @@ class Lowerer:
                 from tessera.lower.mma90 import operand_buffers
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
-        outs = self.lower_block(self.fn.body, self.e)
-        self._results(outs)
+        g = self.geom
+        if g.packed and g.n_groups % g.block:
+            self._guarded_body(g.n_groups)
+        else:
+            self._results(self.lower_block(self.fn.body, self.e), self.e)
         attrs = {"target": self.target, "block": [self.geom.block],
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],
                  "source": self.fn.name}
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
-    def _results(self, outs: list[Lowered]) -> None:
+    def _guarded_body(self, n_groups: int) -> None:
+        """The body under ``if group_id < n_groups``: the last CTA of a packed launch
+        has threads past the last group, which must not run the kernel."""
+        e = self.e
+        ok = e.setp("lt", self.group_id(e), e.const(n_groups, "s32"), "s32")
+        then, other = Block(), Block()
+        inner = e.nested(then)
+        self._results(self.lower_block(self.fn.body, inner), inner)
+        inner.op(Yield())
+        Emitter(other).op(Yield())
+        e.op(If(), [ok], regions=[Region([then]), Region([other])], result_types=[])
+
+    def _results(self, outs: list[Lowered], e: Emitter) -> None:
         """Write a returned tile at the tile's output position, or tile 0's returned
         scalar, through the ``out`` parameter (a returned parameter needs nothing)."""
         if not outs or isinstance(outs[0], Mem):
             return
         from tessera.lower.rules_memory import store_result
 
-        self.stack.append(self.e)
+        self.stack.append(e)
         store_result(self, outs[0])
         self.stack.pop()
 
@@ -146,7 +161,6 @@ class Lowerer:
         return Geometry(grid, group, batch, group, ngroups, False)
 
     def _signature(self) -> None:
-        e = self.e
         for index, arg in enumerate(self.fn.args):
             t = arg.type
             if isinstance(t, MemRefType):
@@ -167,7 +181,6 @@ class Lowerer:
             p = self.body.add_arg(RegType("u64"), "out")
             self.params.append(p)
             self.extra["out"] = p
-        del e
 
     def _param_view(self, p: Value, t: MemRefType, index: int) -> Mem:
         strides = tuple(prod(t.shape[i + 1:]) for i in range(t.rank))
@@ -190,20 +203,28 @@ class Lowerer:
 
     # -- ids
     def group_id(self, e: Emitter) -> Value:
-        g = self.geom
-        assert g is not None
-        cta = e.cvt(e.sreg("ctaid.x"), "s32", "u32")
-        if g.packed:
-            tid = e.cvt(e.sreg("tid.x"), "s32", "u32")
-            return e.add(e.mul(cta, e.const(g.block, "s32"), "s32"), tid, "s32")
-        return cta
+        """The group's linear id (computed once, in the entry block, which dominates
+        every region: the instructions go in before the op whose region is being
+        built)."""
+        if "group" not in self.ids:
+            g, entry = self.geom, self.e
+            assert g is not None
+            cta = entry.cvt(entry.sreg("ctaid.x"), "s32", "u32")
+            if g.packed:
+                tid = entry.cvt(entry.sreg("tid.x"), "s32", "u32")
+                cta = entry.add(entry.mul(cta, entry.const(g.block, "s32"), "s32"), tid, "s32")
+            self.ids["group"] = cta
+        return self.ids["group"]
 
     def local_id(self, e: Emitter) -> Value:
+        """The tile's index in its group (the thread index of a scalar kernel's CTA)."""
         g = self.geom
         assert g is not None
         if g.packed or self.block_kernel:
             return e.const(0, "s32")
-        return e.cvt(e.sreg("tid.x"), "s32", "u32")
+        if "local" not in self.ids:
+            self.ids["local"] = self.e.cvt(self.e.sreg("tid.x"), "s32", "u32")
+        return self.ids["local"]
 
     # -- blocks and control flow
     @property

@@ -245,7 +245,7 @@ def store_result_tile(low: Lowerer, value: Lowered) -> None:
     from tessera.lower.rules_scalar import _ids  # noqa: F401  (grid coordinates)
 
     assert isinstance(value, Dist)
-    fn, e, g = low.fn, low.e, low.geom
+    fn, e, g = low.fn, low.em, low.geom
     assert g is not None
     shape = [int(d) for d in fn.attrs["result_shape"]]
     batched = bool(fn.attrs.get("result_batched"))

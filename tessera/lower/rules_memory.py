@@ -232,7 +232,7 @@ def _barrier(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
 def store_result(low: Lowerer, value: Lowered) -> None:
     """The returned value through the ``out`` parameter."""
-    e = low.e
+    e = low.em
     out = low.extra["out"]
     if isinstance(value, Scalar):  # tile 0's value (of batch index 0)
         first = e.setp("eq", low.group_id(e), e.const(0, "s32"), "s32")

@@ -176,3 +176,15 @@ def test_other_examples(target: str, case: int) -> None:
     buffer read back elementwise, groups of scalar tiles, a global read-modify-write."""
     module, name, make, launch = _memory_cases()[case]
     same_bits(getattr(example(module), name), *make(), target=target, **launch)
+
+
+@pytest.mark.parametrize("n", [200, 128, 1])
+def test_packed_scalar_kernels_guard_the_tail(n: int) -> None:
+    """128 single-tile groups share a CTA; the threads past the last group do nothing
+    (an unguarded kernel would otherwise write past the end of its array)."""
+    from tests.lower import kernels
+
+    x = rng.standard_normal(n).astype(np.float32)
+    for target in TARGETS:
+        same_bits(kernels.scale_unguarded, x, target=target)
+        same_bits(kernels.first_element, x, target=target)
