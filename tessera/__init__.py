@@ -83,6 +83,7 @@ from tessera.frontend.ops import (
     where,
 )
 from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.lower import passes as _lowering_passes  # registers the lowering passes
 from tessera.mesh_sim import DistTensor, ShardSpec
 from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError, ShardingError
 from tessera.mesh_sim.launch import index_launch

@@ -238,6 +238,7 @@ class Load(Op):
     ``vec`` 1, 2 or 4 registers); global addresses are ``u64``, shared ``u32``."""
 
     name: ClassVar[str] = "ptx.ld"
+    pure: ClassVar[bool] = False  # memory may change between two identical loads
     space: str
     type: str
     vec: int = 1
