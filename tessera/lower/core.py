@@ -254,6 +254,7 @@ class Lowerer:
                     raise type(err)(err.message, hint=err.hint, loc=instr.loc) from None
                 for v, lv in zip(instr.results, outs):
                     self.env[v] = lv
+                self.extra["prev_op"] = type(instr.op)
             return []
         finally:
             self.stack.pop()

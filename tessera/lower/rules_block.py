@@ -18,6 +18,7 @@ from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr
 from tessera.ir.target_async import CpAsyncCommit, CpAsyncWait, Fence
+from tessera.ir.target_ops import Bar
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
 from tessera.lower.layout import Acc
@@ -102,6 +103,7 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     dst, src = args
     assert isinstance(dst, Mem) and isinstance(src, Mem)
     e = low.em
+    _war_barrier(low, e)
     from tessera.lower.gemm80 import copy_async
 
     box = shared_box(dst)
@@ -121,6 +123,18 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     copy_async(e, box, g, aligned16=aligned, commit=False)
     low.extra["async_pending"] = low.extra["uncommitted"] = True
     return []
+
+
+def _war_barrier(low: Lowerer, e: Emitter) -> None:
+    """A tile is a whole CTA, so a copy may overwrite shared memory that other warps are
+    still reading (ldmatrix, wgmma, ld.shared) for the tile's previous step; the tile
+    program needs no barrier there, the CTA does. One ``bar.sync`` goes before each run
+    of copies unless one was just emitted."""
+    if not low.block_kernel:  # a scalar kernel's tiles are threads: the tile program syncs
+        return
+    last = e.block.instrs[-1].op if e.block.instrs else None
+    if low.extra.get("prev_op") is not M.CpAsync and not isinstance(last, Bar):
+        e.bar()
 
 
 def _commit_pending(low: Lowerer, e: Emitter) -> None:
