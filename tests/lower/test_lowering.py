@@ -188,3 +188,16 @@ def test_packed_scalar_kernels_guard_the_tail(n: int) -> None:
     for target in TARGETS:
         same_bits(kernels.scale_unguarded, x, target=target)
         same_bits(kernels.first_element, x, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_f16_gemm(target: str) -> None:
+    from tests.lower import kernels
+
+    a = rng.standard_normal((128, 128)).astype(np.float16)
+    b = rng.standard_normal((128, 64)).astype(np.float16)
+    same_bits(kernels.gemm_f16, a, b, np.zeros((128, 64), np.float32), target=target,
+              tile_shape=(64, 64, 64))
+    ptx = compile_kernel(kernels.gemm_f16, a, b, np.zeros((128, 64), np.float32),
+                         target=target, tile_shape=(64, 64, 64)).ptx
+    assert ".f16.f16" in ptx
