@@ -100,9 +100,11 @@ class Lowerer:
 
             self.layouts = assign_layouts(self.fn)
             if self.target == "sm_90a":
-                from tessera.lower.mma90 import operand_buffers
+                from tessera.lower.mma90 import operand_buffers, tma_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
+                if self.extra["wgmma_buffers"]:
+                    tma_setup(self)
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)

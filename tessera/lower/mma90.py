@@ -23,13 +23,13 @@ from tessera.errors import UnsupportedError
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
 from tessera.ir.core import Function, Value, walk
-from tessera.ir.target_async import Fence, MbarrierInit, MbarrierInval, MbarrierWait
+from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierInit, MbarrierWait, TmaLoad
 from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm90 import stage_regs_to_shared, wgmma_block
 from tessera.lower.tiles import SharedBox
-from tessera.lower.tma90 import TmaCopy, thread0, tma_load_many
+from tessera.lower.tma90 import thread0
 from tessera.lower.values import Dist, Mem, elem_bytes
 from tessera.numerics import dtype
 
@@ -65,14 +65,47 @@ def swizzle_span(shape: tuple[int, ...], element: Any) -> int:
                            hint="use rows of a multiple of 32 bytes (16 bf16 elements)")
 
 
+RING = 8  # mbarriers of the group ring: at most RING - 1 committed groups in flight
+
+
+def tma_setup(low: Lowerer) -> None:
+    """The group ring, in the entry block: ``RING`` mbarriers initialised by thread 0
+    and, per thread, its two counters (groups committed, groups waited for) in shared
+    memory, which only that thread reads and writes."""
+    e = low.e
+    bars = e.one(SharedAlloc("tma_bars", 8 * RING, 8))
+    ctrs = e.one(SharedAlloc("tma_counters", 8 * 128, 8))
+    low.shared += [("tma_bars", 8 * RING, 8), ("tma_counters", 8 * 128, 8)]
+    mine = e.add(ctrs, e.bin("shl", e.sreg("tid.x"), e.const(3, "u32"), "u32"), "u32")
+    zero = e.const(0, "u32")
+    e.st("shared", mine, zero, "u32")
+    e.st("shared", mine, zero, "u32", offset=4)
+
+    def init(t: Emitter) -> None:
+        for k in range(RING):
+            t.op(MbarrierInit(1), [t.add(bars, t.const(8 * k, "u32"), "u32") if k else bars])
+    e.if_(thread0(e), init)
+    e.op(Fence("mbarrier_init"))
+    e.op(Fence("proxy_async"))  # the counters are generic-proxy stores
+    e.bar()
+    low.extra["tma"] = (bars, mine)
+
+
+def _ring_barrier(e: Emitter, bars: Value, count: Value) -> Value:
+    slot = e.bin("and", count, e.const(RING - 1, "u32"), "u32")
+    return e.add(bars, e.bin("shl", slot, e.const(3, "u32"), "u32"), "u32")
+
+
 def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
-    """``tile.cp_async`` of a global box into a wgmma buffer, as TMA loads."""
+    """``tile.cp_async`` of a global box into a wgmma buffer: thread 0 issues one TMA
+    load per swizzle panel on the barrier of the group being formed."""
     e = low.em
     arg = src.meta.get("arg")
     if arg is None or len(src.shape) != 2 or src.strides[-1] != 1:
         raise UnsupportedError("TMA copies read 2-D row-major boxes of a kernel parameter",
                                loc=e.loc)
-    width = box.swizzle // elem_bytes(src.element)
+    esize = elem_bytes(src.element)
+    width = box.swizzle // esize
     tmap = low.tensor_map(arg, box.elem, (box.rows, width), box.swizzle)
     stride = src.strides[0]
     off = src.offset if src.offset is not None else e.const(0, "s32")
@@ -81,43 +114,60 @@ def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
     if src.meta.get("batch_rows"):
         batch = e.cvt(e.sreg("ctaid.y"), "s32", "u32")
         row = e.add(row, e.mul(batch, e.const(src.meta["batch_rows"], "s32"), "s32"), "s32")
-    bar = _barrier(low, dst)
+    bars, mine = low.extra["tma"]
+    panel = box.rows * box.swizzle
 
-    def init(t: Emitter) -> None:
-        t.op(MbarrierInit(1), [bar])
-        t.op(Fence("mbarrier_init"))
-
-    e.if_(thread0(e), init)
-    tma_load_many(e, [TmaCopy(box, tmap, col, row)], bar)
-    low.extra.setdefault("tma_pending", []).append(bar)
-
-
-def _barrier(low: Lowerer, dst: Mem) -> Value:
-    bars = low.extra.setdefault("mbarriers", {})
-    key = dst.buffer
-    if key not in bars:
-        sym = f"mbar{len(bars)}"
-        low.shared.append((sym, 8, 8))
-        bars[key] = low.e.one(SharedAlloc(sym, 8, 8))  # in the entry block: dominates all
-    return bars[key]
+    def issue(t: Emitter) -> None:
+        bar = _ring_barrier(t, bars, t.ld("shared", mine, "u32"))
+        for p in range(box.cols * esize // box.swizzle):
+            dst_p = t.add(box.base, t.const(p * panel, "u32"), "u32") if p else box.base
+            col_p = t.add(col, t.const(p * width, "s32"), "s32") if p else col
+            t.op(TmaLoad(), [dst_p, tmap, col_p, row, bar])
+    e.if_(thread0(e), issue)
+    low.extra["tma_bytes"] = low.extra.get("tma_bytes", 0) + box.rows * box.cols * esize
 
 
-def finish_tma(low: Lowerer, e: Emitter) -> None:
-    """Thread 0 waits for every pending TMA copy and retires its barrier; the caller's
-    ``bar.sync`` then makes the data visible to the CTA."""
-    pending = low.extra.get("tma_pending") or []
-    if not pending:
+def tma_commit(low: Lowerer, e: Emitter) -> None:
+    """Close the group being formed: thread 0 arrives on its barrier announcing the
+    group's bytes (the loads may land before or after), and every thread counts it.
+    Keeps at most ``RING - 1`` groups in flight by waiting for the oldest."""
+    nbytes = low.extra.pop("tma_bytes", 0)
+    bars, mine = low.extra["tma"]
+
+    def arrive(t: Emitter) -> None:
+        t.op(MbarrierArrive(nbytes), [_ring_barrier(t, bars, t.ld("shared", mine, "u32"))])
+    e.if_(thread0(e), arrive)
+    e.st("shared", mine, e.add(e.ld("shared", mine, "u32"), e.const(1, "u32"), "u32"), "u32")
+    tma_wait(low, e, RING - 1)
+
+
+def tma_wait(low: Lowerer, e: Emitter, n: int) -> None:
+    """Every thread waits for the groups it committed until at most ``n`` are pending:
+    group ``g`` is the phase ``g // RING`` (parity ``(g // RING) & 1``) of barrier
+    ``g % RING``."""
+    if "tma" not in low.extra:
         return
+    bars, mine = low.extra["tma"]
+    issued = e.ld("shared", mine, "u32")
+    done = e.ld("shared", mine, "u32", offset=4)
+    limit = e.bin("sub", issued, e.const(n, "u32"), "u32") if n else issued
+    shift = (RING - 1).bit_length()
 
-    def wait(t: Emitter) -> None:
-        zero = t.const(0, "u32")
-        for bar in pending:
-            t.op(MbarrierWait(), [bar, zero])
-            t.op(MbarrierInval(), [bar])
+    def pending(c: Emitter, k: Value) -> Value:
+        if not n:
+            return c.setp("lt", k, limit, "u32")
+        # issued - n may wrap below zero: compare as signed distances
+        gap = c.cvt(c.bin("sub", limit, k, "u32"), "s32", "u32")
+        return c.setp("gt", gap, c.const(0, "s32"), "s32")
 
-    e.if_(thread0(e), wait)
-    low.extra["tma_pending"] = []
-
+    def step(b: Emitter, k: Value) -> list[Value]:
+        parity = b.bin("and", b.bin("shr", k, b.const(shift, "u32"), "u32"),
+                       b.const(1, "u32"), "u32")
+        b.op(MbarrierWait(), [_ring_barrier(b, bars, k), parity])
+        return [b.add(k, b.const(1, "u32"), "u32")]
+    (final,) = e.while_([done], pending, step)
+    e.st("shared", mine, final, "u32", offset=4)
+    e.op(Fence("proxy_async"))  # the counters are generic-proxy stores
 
 def wgmma_smem(low: Lowerer, a: SharedBox, b: SharedBox, a_trans: bool, b_trans: bool,
                regs: list[Value]) -> list[Value]:
@@ -144,5 +194,6 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     return wgmma_block(e, regs, box, b, b_trans=b_trans, atype=b.elem)
 
 
-__all__ = ["finish_tma", "operand_buffers", "swizzle_span", "tma_copy", "wgmma_regs",
+__all__ = ["RING", "operand_buffers", "swizzle_span", "tma_commit", "tma_copy", "tma_setup",
+           "tma_wait", "wgmma_regs",
            "wgmma_smem"]

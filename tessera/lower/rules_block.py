@@ -27,17 +27,39 @@ from tessera.lower.tiles import THREADS, GlobalBox, SharedBox
 from tessera.lower.values import NARROW, Dist, Lowered, Mem, elem_bytes, reg_type, storage_name
 
 
+def commit_all(low: Lowerer, e: Emitter, *, force: bool) -> None:
+    """Close the copy group being formed, in both mechanisms at once (``cp.async``
+    groups and the TMA group ring), so that their group counts stay in step and
+    ``wait_group n`` means the same for both; without ``force`` only when a copy is
+    uncommitted (a wait or barrier commits first, as in Tile IR)."""
+    if not (force or low.extra.get("uncommitted") or low.extra.get("tma_bytes")):
+        return
+    e.op(CpAsyncCommit())
+    low.extra["uncommitted"] = False
+    if "tma" in low.extra:
+        from tessera.lower.mma90 import tma_commit
+
+        tma_commit(low, e)
+
+
+def wait_all(low: Lowerer, e: Emitter, n: int) -> None:
+    """Both mechanisms wait until at most ``n`` groups are pending; shared memory the
+    copies (or the bookkeeping) wrote is then fenced for the async proxy."""
+    commit_all(low, e, force=False)
+    e.op(CpAsyncWait(n))
+    if "tma" in low.extra:
+        from tessera.lower.mma90 import tma_wait
+
+        tma_wait(low, e, n)
+    _proxy_fence(low, e)
+    if n == 0:
+        low.extra["async_pending"] = False
+
+
 def finish_async(low: Lowerer, e: Emitter) -> None:
     """Complete the CTA's pending async copies (before a barrier)."""
-    if low.extra.get("async_pending"):
-        _commit_pending(low, e)
-        e.op(CpAsyncWait(0))
-        low.extra["async_pending"] = False
-        _proxy_fence(low, e)
-    if low.extra.get("tma_pending"):
-        from tessera.lower.mma90 import finish_tma
-
-        finish_tma(low, e)
+    if low.extra.get("async_pending") or "tma" in low.extra:
+        wait_all(low, e, 0)
 
 
 def _proxy_fence(low: Lowerer, e: Emitter) -> None:
@@ -107,15 +129,11 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     from tessera.lower.gemm80 import copy_async
 
     box = shared_box(dst)
-    if dst.meta.get("wgmma") and not dst.meta.get("selected"):
+    if dst.meta.get("wgmma"):
         from tessera.lower.mma90 import tma_copy
 
         tma_copy(low, dst, src, box)
         return []
-    if dst.meta.get("wgmma") and box.cols * {"bf16": 2, "f16": 2}.get(box.elem, 1) != \
-            box.swizzle:
-        raise UnsupportedError("a selected wgmma buffer wider than one swizzle span is not "
-                               "lowered", hint="use buffers of 64 bf16 columns", loc=instr.loc)
     g = global_box(e, src)
     esize = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}[g.elem]
     aligned = (g.stride * esize) % 16 == 0 and (g.cols * esize) % 16 == 0
@@ -145,8 +163,7 @@ def _commit_pending(low: Lowerer, e: Emitter) -> None:
 
 @rule(M.CpCommitGroup)
 def _commit(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    low.em.op(CpAsyncCommit())
-    low.extra["uncommitted"] = False
+    commit_all(low, low.em, force=True)
     return []
 
 
@@ -155,16 +172,8 @@ def _wait(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
     assert isinstance(op, M.CpWaitGroup)
     # every thread waits for its own copies; the barrier makes the CTA's copies visible
-    _commit_pending(low, low.em)  # uncommitted copies are committed first
-    low.em.op(CpAsyncWait(op.n))
-    _proxy_fence(low, low.em)
-    if low.extra.get("tma_pending"):
-        from tessera.lower.mma90 import finish_tma
-
-        finish_tma(low, low.em)
+    wait_all(low, low.em, op.n)
     low.em.bar()
-    if op.n == 0:
-        low.extra["async_pending"] = False
     return []
 
 
@@ -289,6 +298,6 @@ def _tile_shape(value: Dist) -> tuple[int, ...]:
     return (layout.rows, layout.cols) if isinstance(layout, Acc) else layout.shape
 
 
-__all__ = ["finish_async", "global_box", "load_tile", "shared_box", "store_result_tile",
-           "store_tile"]
+__all__ = ["commit_all", "finish_async", "global_box", "load_tile", "shared_box",
+           "store_result_tile", "store_tile", "wait_all"]
 

@@ -31,12 +31,13 @@ def _regs(instr: Instr, outs: list[Lowered], like: list[Lowered]) -> list[Value]
 
 
 def settle(low: Lowerer, e: Emitter) -> None:
-    """Wait for TMA copies still in flight at a control-flow boundary: their barrier
-    bookkeeping is static, so it cannot cross into or out of a region."""
-    if low.extra.get("tma_pending"):
-        from tessera.lower.mma90 import finish_tma
+    """Commit TMA copies not yet committed at a control-flow boundary: a group's byte
+    count is a constant of its ``mbarrier.arrive.expect_tx``, so a group cannot span
+    regions (splitting a group only makes waits stricter)."""
+    if low.extra.get("tma_bytes"):
+        from tessera.lower.rules_block import commit_all
 
-        finish_tma(low, e)
+        commit_all(low, e, force=True)
 
 
 def _scalar(low: Lowerer, lv: Lowered, instr: Instr) -> Value:

@@ -168,3 +168,28 @@ def test_wrong_cp_async_wait_is_caught() -> None:
            lambda i: setattr(i, "op", CpAsyncWait(2)))
     with pytest.raises(InterpretError, match="async copy"):
         run_lowered(compiled, mod.double_buffered_gemm, args, launch)
+
+
+def test_sm90a_ring_waits_as_the_kernel_says() -> None:
+    """The double-buffered GEMM on sm_90a fills its run-time-selected stages with TMA
+    through the mbarrier group ring; lowered from a kernel that waits for one group too
+    few (wait_group 2 instead of 1), wgmma reads a stage still in flight."""
+    from tessera.ir import tile_memory as M
+    from tessera.ptx.compile import lower_and_render
+
+    mod = example("double_buffered_gemm")
+    kernel = mod.double_buffered_gemm
+    a = rng.standard_normal((128, 128)).astype(BF16)
+    b = rng.standard_normal((128, 128)).astype(BF16)
+    args = (a, b, np.zeros((128, 128), np.float32))
+    launch = {"tile_shape": (64, 64, 64)}
+    compiled = compile_kernel(kernel, *args, target="sm_90a", **launch)
+    assert "cp.async.bulk.tensor" in compiled.ptx and "cp.async.cg" not in compiled.ptx
+    tile = kernel.compile(*args, **launch).functions[kernel.name]
+    for instr in walk(tile.body):
+        if isinstance(instr.op, M.CpWaitGroup) and instr.op.n == 1:
+            instr.op = M.CpWaitGroup(2)
+    lowered, ptx, lines, _ = lower_and_render(tile, "sm_90a")
+    bad = dataclasses.replace(compiled, kernel=lowered, ptx=ptx, line_map=lines)
+    with pytest.raises(InterpretError, match="in flight|before its wait|mbarrier"):
+        run_lowered(bad, kernel, tuple(np.copy(x) for x in args), launch)
