@@ -191,5 +191,5 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
             instr.op = M.CpWaitGroup(2)
     lowered, ptx, lines, _ = lower_and_render(tile, "sm_90a")
     bad = dataclasses.replace(compiled, kernel=lowered, ptx=ptx, line_map=lines)
-    with pytest.raises(InterpretError, match="in flight|before its wait|mbarrier"):
+    with pytest.raises(InterpretError, match=r"in flight|before its wait|mbarrier"):
         run_lowered(bad, kernel, tuple(np.copy(x) for x in args), launch)
