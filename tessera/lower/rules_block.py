@@ -4,8 +4,9 @@ A ``tile.load`` of a tensor is *deferred*: it stays a memory view until a consum
 decides how to read it. ``tile.mma`` reads its operands straight from shared memory
 (``ldmatrix`` + ``mma.sync`` on sm_80, matrix descriptors + ``wgmma`` on sm_90a) and
 accumulates in the accumulator layout; ``tile.cp_async`` copies a global box into a
-shared buffer with ``cp.async`` (all threads, 16-byte chunks); a store writes the
-accumulator registers to their elements.
+shared buffer with TMA (sm_90a ``wgmma`` buffers, :mod:`tessera.lower.mma90`) or
+``cp.async`` (all threads, 16-byte chunks), in the tile program's commit groups; a store
+writes the accumulator registers to their elements.
 """
 
 from __future__ import annotations
