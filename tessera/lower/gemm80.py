@@ -1,5 +1,6 @@
-"""sm_80 matrix building blocks: ``cp.async`` tile copies, ``ldmatrix`` + ``mma.sync``
-products, the FlashAttention-2 register reuse and accumulator stores.
+"""sm_80 matrix building blocks: ``ldmatrix`` + ``mma.sync`` products, the
+FlashAttention-2 register reuse and accumulator stores (the copies and the shared-memory
+swizzle are in :mod:`tessera.lower.copy80`).
 
 Every function appends the Target IR of one CTA of :data:`~tessera.lower.tiles.THREADS`
 threads (four warps) through an :class:`~tessera.lower.emit.Emitter`; shapes, strides
@@ -7,29 +8,21 @@ and loop trip counts are static, only base addresses and ``%tid.x`` are register
 Accumulators are lists of ``f32`` values in the register order of
 :func:`tessera.lower.tiles.acc_coords`: register ``4 j + c`` of 64-row block ``b`` is
 register ``c`` of the ``m16n8`` C fragment (PTX ISA sec. 9.7.14.5.8) of warp ``w``'s
-rows ``64 b + 16 w .. +15`` and columns ``8 j .. 8 j + 7``.
-
-**The sm_80 swizzle.** A :class:`~tessera.lower.tiles.SharedBox` with ``swizzle`` ``S``
-(32, 64 or 128) stores the byte at row-major *offset* ``o`` of the buffer at
-:func:`swizzle_offset` ``(o, S)`` ``= o ^ (((o >> 7) & (S / 16 - 1)) << 4)``: the
-16-byte chunk index inside each 128-byte segment (bits 4..6) is XORed with the segment
-index (bits 7..9). For 128-byte rows (64 bf16 columns) and ``S = 128`` that is chunk
-``XOR (row % 8)``, so the eight row addresses of an ``ldmatrix`` fall in eight different
-bank groups. The function is taken on offsets inside the buffer, so writers and readers
-here agree whatever the buffer's alignment; on a buffer aligned to 1024 bytes it equals
-the absolute-address swizzle of TMA and ``wgmma`` (:mod:`tessera.arch.swizzle`).
+rows ``64 b + 16 w .. +15`` and columns ``8 j .. 8 j + 7``. Every ``ldmatrix`` address
+honours the box's swizzle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target import RegType
-from tessera.ir.target_async import CpAsync, CpAsyncCommit, CpAsyncWait, Ldmatrix, MmaSync
+from tessera.ir.target_async import Ldmatrix, MmaSync
+from tessera.lower.copy80 import SharedAddresses, lin, u32op
 from tessera.lower.emit import Emitter
-from tessera.lower.tiles import ELEM_BYTES, THREADS, GlobalBox, SharedBox
+from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox
 
 #: operand element types of ``mma.sync.m16n8k16`` these blocks lower
 MMA_TYPES = ("bf16", "f16")
@@ -37,132 +30,6 @@ _F32 = RegType("f32")
 _SWIZZLES = (0, 32, 64, 128)
 
 ALoader = Callable[[int, int], Value]
-
-
-def swizzle_offset(offset: int, swizzle: int) -> int:
-    """Where byte ``offset`` of a row-major shared buffer lives under ``swizzle``
-    (0, 32, 64 or 128): ``offset ^ (((offset >> 7) & (swizzle / 16 - 1)) << 4)``."""
-    if swizzle not in _SWIZZLES:
-        raise UnsupportedError(f"unknown shared-memory swizzle {swizzle}",
-                               hint="use 0, 32, 64 or 128")
-    return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4) if swizzle else offset
-
-
-class _Shared:
-    """Addresses into one shared box: ``base + swizzle(dynamic + static)``, reusing
-    the swizzled dynamic part when the static part only moves bits above 9 (whole
-    1024-byte swizzle atoms, which the XOR leaves alone)."""
-
-    def __init__(self, e: Emitter, box: SharedBox) -> None:
-        if box.swizzle not in _SWIZZLES:
-            raise UnsupportedError(f"unknown shared-memory swizzle {box.swizzle}",
-                                   hint="use 0, 32, 64 or 128")
-        self.e, self.box = e, box
-        self._cache: dict[tuple[Value, int], Value] = {}
-
-    def addr(self, dynamic: Value, static: int) -> Value:
-        e, u32 = self.e, "u32"
-        atoms, low = divmod(static, 1024) if self.box.swizzle else (0, static)
-        key = (dynamic, low)
-        if key not in self._cache:
-            off = e.add(dynamic, e.const(low, u32), u32) if low else dynamic
-            if self.box.swizzle:
-                seg = e.bin("and", e.bin("shr", off, e.const(7, u32), u32),
-                            e.const(self.box.swizzle // 16 - 1, u32), u32)
-                off = e.bin("xor", off, e.bin("shl", seg, e.const(4, u32), u32), u32)
-            self._cache[key] = e.add(self.box.base, off, u32)
-        addr = self._cache[key]
-        return e.add(addr, e.const(1024 * atoms, u32), u32) if atoms else addr
-
-
-def _u32(e: Emitter, a: Value, op: str, k: int) -> Value:
-    return e.bin(op, a, e.const(k, "u32"), "u32")
-
-
-def _lin(e: Emitter, terms: Sequence[tuple[Value, int]]) -> Value:
-    """``sum(value * scale)`` in ``u32`` (scales are powers of two or small constants)."""
-    out: Value | None = None
-    for v, scale in terms:
-        if scale == 0:
-            continue
-        t = v if scale == 1 else (_u32(e, v, "shl", scale.bit_length() - 1)
-                                  if scale & (scale - 1) == 0 else _u32(e, v, "mul", scale))
-        out = t if out is None else e.add(out, t, "u32")
-    return out if out is not None else e.const(0, "u32")
-
-
-# ------------------------------------------------------------------------- copies
-def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = True,
-               commit: bool = True) -> None:
-    """Copy global box ``src`` into shared box ``dst`` with ``cp.async`` and commit
-    the group (PTX ISA sec. 9.7.9.25; ``commit=False`` leaves the group open so that
-    the next copy joins it). The box is cut into chunks of 16 bytes (``cp.async.cg``)
-    or, with ``aligned16=False`` (the caller cannot promise 16-byte aligned rows and
-    start), 4 bytes (``cp.async.ca``); chunk ``c`` of the row-major box lands at shared
-    offset :func:`swizzle_offset` ``(c * chunk)`` (dense rows of ``cols`` elements) and
-    thread ``t`` copies chunks ``t, t + 128, ...``. Read the data only after
-    :func:`wait_async`."""
-    if (dst.rows, dst.cols, dst.elem) != (src.rows, src.cols, src.elem):
-        raise ShapeError(f"cp.async copies a {src.rows}x{src.cols} {src.elem} box into a "
-                         f"{dst.rows}x{dst.cols} {dst.elem} buffer",
-                         hint="give both boxes one shape and element type")
-    esize = ELEM_BYTES[src.elem]
-    chunk = 16 if aligned16 else 4
-    row_bytes, stride_bytes = src.cols * esize, src.stride * esize
-    if row_bytes % chunk or stride_bytes % chunk:
-        raise UnsupportedError(f"cp.async of {chunk}-byte chunks needs rows and a row stride "
-                               f"in multiples of {chunk} bytes, got {row_bytes} and "
-                               f"{stride_bytes}", hint="pad the tensor's rows")
-    per_row, total = row_bytes // chunk, src.rows * row_bytes // chunk
-    op = CpAsync(16, "cg") if aligned16 else CpAsync(4, "ca")
-    tid = e.sreg("tid.x")
-    shared = _Shared(e, dst)
-    s_off = _u32(e, tid, "shl", chunk.bit_length() - 1)
-    static_rows = THREADS % per_row == 0 or per_row % THREADS == 0
-    if static_rows:  # row and column of chunk tid + 128 k are (tid-part) + (static part)
-        row0, col0 = ((_u32(e, tid, "shr", per_row.bit_length() - 1),
-                       _u32(e, tid, "and", per_row - 1)) if THREADS % per_row == 0
-                      else (e.const(0, "u32"), tid))
-        g_thread = _global(e, src.base, row0, col0, stride_bytes, chunk)
-    for k in range(-(-total // THREADS)):
-        first = k * THREADS
-        if static_rows:
-            row, col = divmod(first, per_row)
-            rel = row * stride_bytes + col * chunk
-            g_addr = e.add(g_thread, e.const(rel, "u64"), "u64") if rel else g_thread
-        else:  # rows of an odd number of chunks: divide per chunk
-            c = _u32(e, tid, "add", first)
-            g_addr = _global(e, src.base, _u32(e, c, "div", per_row),
-                             _u32(e, c, "rem", per_row), stride_bytes, chunk)
-        s_addr = shared.addr(s_off, first * chunk)
-        if first + THREADS <= total:
-            e.op(op, [s_addr, g_addr])
-        else:  # the last round: only the threads that still own a chunk copy
-            live = e.setp("lt", tid, e.const(total - first, "u32"), "u32")
-            e.if_(live, _issue(op, s_addr, g_addr))
-    if commit:
-        e.op(CpAsyncCommit())
-
-
-def _issue(op: CpAsync, s_addr: Value, g_addr: Value) -> Callable[[Emitter], None]:
-    def body(inner: Emitter) -> None:
-        inner.op(op, [s_addr, g_addr])
-    return body
-
-
-def _global(e: Emitter, base: Value, row: Value, col: Value, stride_bytes: int,
-            chunk: int) -> Value:
-    """``base + row * stride_bytes + col * chunk`` as a ``u64`` address."""
-    off = e.bin("mul", row, e.const(stride_bytes, "u32"), "u32", "wide")
-    col_bytes = e.cvt(_lin(e, [(col, chunk)]), "u64", "u32")
-    return e.add(base, e.add(off, col_bytes, "u64"), "u64")
-
-
-def wait_async(e: Emitter, n: int = 0) -> None:
-    """``cp.async.wait_group n`` then ``bar.sync 0``: a thread's wait covers only its own
-    copies (sec. 9.7.9.25), so the barrier makes every thread's chunks visible to all."""
-    e.op(CpAsyncWait(n))
-    e.bar()
 
 
 # ------------------------------------------------------------------------ products
@@ -177,8 +44,8 @@ class _Lanes:
     def bits(self, shift: int, mask: int) -> Value:
         """``(tid >> shift) & mask``."""
         if (shift, mask) not in self._bits:
-            v = _u32(self.e, self.tid, "shr", shift) if shift else self.tid
-            self._bits[shift, mask] = _u32(self.e, v, "and", mask) if mask else v
+            v = u32op(self.e, self.tid, "shr", shift) if shift else self.tid
+            self._bits[shift, mask] = u32op(self.e, v, "and", mask) if mask else v
         return self._bits[shift, mask]
 
     @property
@@ -203,14 +70,14 @@ def _smem_a(e: Emitter, lanes: _Lanes, a: SharedBox, a_trans: bool) -> ALoader:
     (sec. 9.7.14.5.15): matrix ``j`` of lane group ``j = lane / 8`` is rows ``+8 (j & 1)``
     and k ``+8 (j >> 1)`` of the warp's m16k16 block, i.e. A registers a0..a3 in the
     order of sec. 9.7.14.5.8. A^T (``a_trans``) is read with ``.trans``."""
-    rb, es, shared = _operand(a, a.elem, "A"), ELEM_BYTES[a.elem], _Shared(e, a)
+    rb, es, shared = _operand(a, a.elem, "A"), ELEM_BYTES[a.elem], SharedAddresses(e, a)
     if not a_trans:  # row 16 w + (lane & 15), column 8 (lane >> 4)
-        dyn = _lin(e, [(lanes.warp, 16 * rb), (lanes.bits(0, 15), rb),
+        dyn = lin(e, [(lanes.warp, 16 * rb), (lanes.bits(0, 15), rb),
                        (lanes.bits(4, 1), 8 * es)])
         return lambda b, kk: e.one(Ldmatrix(4, False),
                                    shared.addr(dyn, 64 * b * rb + 16 * kk * es))
     # A^T row (a k) 8 (lane >> 4) + (lane & 7), column (an m) 16 w + 8 ((lane >> 3) & 1)
-    dyn = _lin(e, [(lanes.bits(4, 1), 8 * rb), (lanes.bits(0, 7), rb), (lanes.warp, 16 * es),
+    dyn = lin(e, [(lanes.bits(4, 1), 8 * rb), (lanes.bits(0, 7), rb), (lanes.warp, 16 * es),
                    (lanes.bits(3, 1), 8 * es)])
     return lambda b, kk: e.one(Ldmatrix(4, True), shared.addr(dyn, 16 * kk * rb + 64 * b * es))
 
@@ -222,18 +89,18 @@ def _smem_b(e: Emitter, lanes: _Lanes, b: SharedBox, b_trans: bool, bn: int,
     (j+1, k+8)), an ``.x2`` for an odd last one. Fragment register ``b0`` of lane ``l``
     is B[k 2(l%4)..+1, n l/4] (sec. 9.7.14.5.8), a row of B^T: hence ``.trans`` when
     the buffer holds B row-major (k-major rows) and no transpose for B^T."""
-    rb, es, shared = _operand(b, b.elem, "B"), ELEM_BYTES[b.elem], _Shared(e, b)
+    rb, es, shared = _operand(b, b.elem, "B"), ELEM_BYTES[b.elem], SharedAddresses(e, b)
     odd = (bn // 8) % 2 == 1
     if not b_trans:  # row (a k) lane & 15, column (an n) 8 (lane >> 4); .x2: lanes 0..15
-        dyn4 = _lin(e, [(lanes.bits(0, 15), rb), (lanes.bits(4, 1), 8 * es)])
-        dyn2 = _lin(e, [(lanes.bits(0, 15), rb)]) if odd else dyn4
+        dyn4 = lin(e, [(lanes.bits(0, 15), rb), (lanes.bits(4, 1), 8 * es)])
+        dyn2 = lin(e, [(lanes.bits(0, 15), rb)]) if odd else dyn4
 
         def static(kk: int, j: int) -> int:
             return 16 * kk * rb + 8 * j * es
     else:  # row (an n) 8 (lane >> 4) + (lane & 7), column (a k) 8 ((lane >> 3) & 1)
-        dyn4 = _lin(e, [(lanes.bits(4, 1), 8 * rb), (lanes.bits(0, 7), rb),
+        dyn4 = lin(e, [(lanes.bits(4, 1), 8 * rb), (lanes.bits(0, 7), rb),
                         (lanes.bits(3, 1), 8 * es)])
-        dyn2 = _lin(e, [(lanes.bits(0, 7), rb), (lanes.bits(3, 1), 8 * es)]) if odd else dyn4
+        dyn2 = lin(e, [(lanes.bits(0, 7), rb), (lanes.bits(3, 1), 8 * es)]) if odd else dyn4
 
         def static(kk: int, j: int) -> int:
             return 8 * j * rb + 16 * kk * es
@@ -339,8 +206,8 @@ def mma_block_regs(e: Emitter, acc: list[Value], a_frags: list[list[Value]], b: 
 # --------------------------------------------------------------------------- stores
 def _quad(e: Emitter, lanes: _Lanes) -> tuple[Value, Value]:
     """(row, column) of a thread's first register: ``16 w + lane / 4``, ``2 (lane % 4)``."""
-    row = _lin(e, [(lanes.warp, 16), (lanes.bits(2, 7), 1)])
-    return row, _lin(e, [(lanes.bits(0, 3), 2)])
+    row = lin(e, [(lanes.warp, 16), (lanes.bits(2, 7), 1)])
+    return row, lin(e, [(lanes.bits(0, 3), 2)])
 
 
 def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm: int,
@@ -357,7 +224,7 @@ def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm
                          f"got {len(acc)}")
     es, lanes = ELEM_BYTES[elem], _Lanes(e)
     row, col = _quad(e, lanes)
-    start = e.bin("mul", _lin(e, [(row, row_stride), (col, 1)]), e.const(es, "u32"), "u32",
+    start = e.bin("mul", lin(e, [(row, row_stride), (col, 1)]), e.const(es, "u32"), "u32",
                   "wide")
     base = e.add(dst_base, start, "u64")
     for r in range(0, len(acc), 2):
@@ -394,5 +261,4 @@ def acc_rowcol(e: Emitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     return out
 
 
-__all__ = ["MMA_TYPES", "acc_rowcol", "acc_to_a", "copy_async", "mma_block", "mma_block_regs",
-           "store_acc", "swizzle_offset", "wait_async"]
+__all__ = ["MMA_TYPES", "acc_rowcol", "acc_to_a", "mma_block", "mma_block_regs", "store_acc"]

@@ -127,7 +127,7 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     assert isinstance(dst, Mem) and isinstance(src, Mem)
     e = low.em
     _war_barrier(low, e)
-    from tessera.lower.gemm80 import copy_async
+    from tessera.lower.copy80 import copy_async
 
     box = shared_box(dst)
     if dst.meta.get("wgmma"):

@@ -27,7 +27,7 @@ SWIZZLE_BYTES = {"none": 0, "xor": 128, "32B": 32, "64B": 64, "128B": 128}
 
 def address(e: Emitter, mem: Mem, extra: Value | None = None) -> Value:
     """The address of element ``mem.offset (+ extra)`` of ``mem``; in a swizzled shared
-    buffer the byte offset goes through the buffer's swizzle (``gemm80.swizzle_offset``:
+    buffer the byte offset goes through the buffer's swizzle (``copy80.swizzle_offset``:
     16-byte chunk bits 4-6 XOR bits 7-9 of the offset), as its writers placed it."""
     off = mem.offset
     if extra is not None:
@@ -50,9 +50,9 @@ def _swizzle(e: Emitter, mem: Mem, nbytes: Value) -> Value:
     if mem.meta.get("wgmma") and mem.shape[-1] * elem_bytes(mem.element) > mem.swizzle:
         raise UnsupportedError("elements of a wgmma operand buffer wider than one swizzle "
                                "panel are not addressed directly", loc=e.loc)
-    mask = e.const(mem.swizzle // 16 - 1, "u32")
-    row = e.bin("and", e.bin("shr", nbytes, e.const(7, "u32"), "u32"), mask, "u32")
-    return e.bin("xor", nbytes, e.bin("shl", row, e.const(4, "u32"), "u32"), "u32")
+    from tessera.lower.copy80 import emit_swizzle
+
+    return emit_swizzle(e, nbytes, mem.swizzle)
 
 
 def load_scalar(e: Emitter, mem: Mem) -> Value:

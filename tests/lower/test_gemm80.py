@@ -23,17 +23,9 @@ from tessera.ir.target import RegType, Return
 from tessera.ir.target_async import CpAsyncCommit
 from tessera.ir.target_ops import SharedAlloc
 from tessera.ir.verifier import verify_function
+from tessera.lower.copy80 import copy_async, swizzle_offset, wait_async
 from tessera.lower.emit import Emitter
-from tessera.lower.gemm80 import (
-    acc_rowcol,
-    acc_to_a,
-    copy_async,
-    mma_block,
-    mma_block_regs,
-    store_acc,
-    swizzle_offset,
-    wait_async,
-)
+from tessera.lower.gemm80 import acc_rowcol, acc_to_a, mma_block, mma_block_regs, store_acc
 from tessera.lower.tiles import GlobalBox, SharedBox, acc_coords
 
 U64 = RegType("u64")

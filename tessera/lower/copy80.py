@@ -1,0 +1,159 @@
+"""Shared-memory addressing and ``cp.async`` tile copies, for both targets.
+
+A :class:`~tessera.lower.tiles.SharedBox` with ``swizzle`` ``S`` (32, 64 or 128) stores
+the byte at row-major *offset* ``o`` of the buffer at :func:`swizzle_offset` ``(o, S)``
+``= o ^ (((o >> 7) & (S / 16 - 1)) << 4)``: the 16-byte chunk index inside each
+128-byte segment (bits 4..6) is XORed with the segment index (bits 7..9). For 128-byte
+rows and ``S = 128`` that is chunk ``XOR (row % 8)``, so the eight row addresses of an
+``ldmatrix`` fall in eight different bank groups. Taken on offsets inside the buffer,
+writers and readers agree whatever the buffer's alignment; on a buffer aligned to 1024
+bytes it equals the absolute-address swizzle of TMA and ``wgmma``
+(:mod:`tessera.arch.swizzle`), so ``cp.async`` can fill ``wgmma`` operands too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tessera.errors import ShapeError, UnsupportedError
+from tessera.ir.core import Value
+from tessera.ir.target_async import CpAsync, CpAsyncCommit, CpAsyncWait
+from tessera.lower.emit import Emitter
+from tessera.lower.tiles import ELEM_BYTES, THREADS, GlobalBox, SharedBox
+
+_SWIZZLES = (0, 32, 64, 128)
+
+
+def swizzle_offset(offset: int, swizzle: int) -> int:
+    """Where byte ``offset`` of a row-major shared buffer lives under ``swizzle``
+    (0, 32, 64 or 128): ``offset ^ (((offset >> 7) & (swizzle / 16 - 1)) << 4)``."""
+    if swizzle not in _SWIZZLES:
+        raise UnsupportedError(f"unknown shared-memory swizzle {swizzle}",
+                               hint="use 0, 32, 64 or 128")
+    return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4) if swizzle else offset
+
+
+def emit_swizzle(e: Emitter, offset: Value, swizzle: int) -> Value:
+    """:func:`swizzle_offset` of a ``u32`` byte offset, as instructions."""
+    seg = e.bin("and", e.bin("shr", offset, e.const(7, "u32"), "u32"),
+                e.const(swizzle // 16 - 1, "u32"), "u32")
+    return e.bin("xor", offset, e.bin("shl", seg, e.const(4, "u32"), "u32"), "u32")
+
+
+class SharedAddresses:
+    """Addresses into one shared box: ``base + swizzle(dynamic + static)``, reusing
+    the swizzled dynamic part when the static part only moves bits above 9 (whole
+    1024-byte swizzle atoms, which the XOR leaves alone)."""
+
+    def __init__(self, e: Emitter, box: SharedBox) -> None:
+        if box.swizzle not in _SWIZZLES:
+            raise UnsupportedError(f"unknown shared-memory swizzle {box.swizzle}",
+                                   hint="use 0, 32, 64 or 128")
+        self.e, self.box = e, box
+        self._cache: dict[tuple[Value, int], Value] = {}
+
+    def addr(self, dynamic: Value, static: int) -> Value:
+        e, u32 = self.e, "u32"
+        atoms, low = divmod(static, 1024) if self.box.swizzle else (0, static)
+        key = (dynamic, low)
+        if key not in self._cache:
+            off = e.add(dynamic, e.const(low, u32), u32) if low else dynamic
+            if self.box.swizzle:
+                off = emit_swizzle(e, off, self.box.swizzle)
+            self._cache[key] = e.add(self.box.base, off, u32)
+        addr = self._cache[key]
+        return e.add(addr, e.const(1024 * atoms, u32), u32) if atoms else addr
+
+
+def u32op(e: Emitter, a: Value, op: str, k: int) -> Value:
+    return e.bin(op, a, e.const(k, "u32"), "u32")
+
+
+def lin(e: Emitter, terms: Sequence[tuple[Value, int]]) -> Value:
+    """``sum(value * scale)`` in ``u32`` (scales are powers of two or small constants)."""
+    out: Value | None = None
+    for v, scale in terms:
+        if scale == 0:
+            continue
+        t = v if scale == 1 else (u32op(e, v, "shl", scale.bit_length() - 1)
+                                  if scale & (scale - 1) == 0 else u32op(e, v, "mul", scale))
+        out = t if out is None else e.add(out, t, "u32")
+    return out if out is not None else e.const(0, "u32")
+
+
+# ------------------------------------------------------------------------- copies
+def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = True,
+               commit: bool = True) -> None:
+    """Copy global box ``src`` into shared box ``dst`` with ``cp.async`` and commit
+    the group (PTX ISA sec. 9.7.9.25; ``commit=False`` leaves the group open so that
+    the next copy joins it). The box is cut into chunks of 16 bytes (``cp.async.cg``)
+    or, with ``aligned16=False`` (the caller cannot promise 16-byte aligned rows and
+    start), 4 bytes (``cp.async.ca``); chunk ``c`` of the row-major box lands at shared
+    offset :func:`swizzle_offset` ``(c * chunk)`` (dense rows of ``cols`` elements) and
+    thread ``t`` copies chunks ``t, t + 128, ...``. Read the data only after
+    :func:`wait_async`."""
+    if (dst.rows, dst.cols, dst.elem) != (src.rows, src.cols, src.elem):
+        raise ShapeError(f"cp.async copies a {src.rows}x{src.cols} {src.elem} box into a "
+                         f"{dst.rows}x{dst.cols} {dst.elem} buffer",
+                         hint="give both boxes one shape and element type")
+    esize = ELEM_BYTES[src.elem]
+    chunk = 16 if aligned16 else 4
+    row_bytes, stride_bytes = src.cols * esize, src.stride * esize
+    if row_bytes % chunk or stride_bytes % chunk:
+        raise UnsupportedError(f"cp.async of {chunk}-byte chunks needs rows and a row stride "
+                               f"in multiples of {chunk} bytes, got {row_bytes} and "
+                               f"{stride_bytes}", hint="pad the tensor's rows")
+    per_row, total = row_bytes // chunk, src.rows * row_bytes // chunk
+    op = CpAsync(16, "cg") if aligned16 else CpAsync(4, "ca")
+    tid = e.sreg("tid.x")
+    shared = SharedAddresses(e, dst)
+    s_off = u32op(e, tid, "shl", chunk.bit_length() - 1)
+    static_rows = THREADS % per_row == 0 or per_row % THREADS == 0
+    if static_rows:  # row and column of chunk tid + 128 k are (tid-part) + (static part)
+        row0, col0 = ((u32op(e, tid, "shr", per_row.bit_length() - 1),
+                       u32op(e, tid, "and", per_row - 1)) if THREADS % per_row == 0
+                      else (e.const(0, "u32"), tid))
+        g_thread = _global(e, src.base, row0, col0, stride_bytes, chunk)
+    for k in range(-(-total // THREADS)):
+        first = k * THREADS
+        if static_rows:
+            row, col = divmod(first, per_row)
+            rel = row * stride_bytes + col * chunk
+            g_addr = e.add(g_thread, e.const(rel, "u64"), "u64") if rel else g_thread
+        else:  # rows of an odd number of chunks: divide per chunk
+            c = u32op(e, tid, "add", first)
+            g_addr = _global(e, src.base, u32op(e, c, "div", per_row),
+                             u32op(e, c, "rem", per_row), stride_bytes, chunk)
+        s_addr = shared.addr(s_off, first * chunk)
+        if first + THREADS <= total:
+            e.op(op, [s_addr, g_addr])
+        else:  # the last round: only the threads that still own a chunk copy
+            live = e.setp("lt", tid, e.const(total - first, "u32"), "u32")
+            e.if_(live, _issue(op, s_addr, g_addr))
+    if commit:
+        e.op(CpAsyncCommit())
+
+
+def _issue(op: CpAsync, s_addr: Value, g_addr: Value) -> Callable[[Emitter], None]:
+    def body(inner: Emitter) -> None:
+        inner.op(op, [s_addr, g_addr])
+    return body
+
+
+def _global(e: Emitter, base: Value, row: Value, col: Value, stride_bytes: int,
+            chunk: int) -> Value:
+    """``base + row * stride_bytes + col * chunk`` as a ``u64`` address."""
+    off = e.bin("mul", row, e.const(stride_bytes, "u32"), "u32", "wide")
+    col_bytes = e.cvt(lin(e, [(col, chunk)]), "u64", "u32")
+    return e.add(base, e.add(off, col_bytes, "u64"), "u64")
+
+
+def wait_async(e: Emitter, n: int = 0) -> None:
+    """``cp.async.wait_group n`` then ``bar.sync 0``: a thread's wait covers only its own
+    copies (sec. 9.7.9.25), so the barrier makes every thread's chunks visible to all."""
+    e.op(CpAsyncWait(n))
+    e.bar()
+
+
+__all__ = ["SharedAddresses", "copy_async", "emit_swizzle", "lin", "swizzle_offset", "u32op",
+           "wait_async"]
