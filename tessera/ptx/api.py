@@ -54,10 +54,8 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
                 if isinstance(a, np.ndarray):
                     values.append(dev.pointer(a))
                 elif hasattr(a, "box"):  # a TensorMapArg: encode over the device copy
-                    rows, cols = a.array.shape
-                    values.append(encode_tensor_map(
-                        a.elem, dev.pointer(a.array), (cols, rows), (cols * a.array.itemsize,),
-                        (a.box[1], a.box[0]), swizzle={0: 0, 32: 1, 64: 2, 128: 3}[a.swizzle]))
+                    values.append(encode_tensor_map(**tensor_map_arguments(
+                        a, dev.pointer(a.array))))
                 else:
                     values.append(a)
             module.launch(fn, compiled.grid, compiled.block, 0, values)
@@ -67,6 +65,17 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
         return out if "result_shape" in compiled.tile.attrs else out[0]
     ret = compiled.tile.body.terminator
     return prep.params.get(ret.operands[0].hint) if ret is not None and ret.operands else None
+
+
+def tensor_map_arguments(arg: Any, address: int) -> dict[str, Any]:
+    """The ``cuTensorMapEncodeTiled`` arguments of a tensor-map parameter whose 2-D
+    array lives at device ``address``: dims and box innermost first, the row stride in
+    bytes, the driver's swizzle code (0 none, 1 32B, 2 64B, 3 128B)."""
+    rows, cols = arg.array.shape
+    return {"dtype": arg.elem, "global_address": address, "global_dims": (cols, rows),
+            "global_strides": (cols * arg.array.itemsize,),
+            "box_dims": (arg.box[1], arg.box[0]),
+            "swizzle": {0: 0, 32: 1, 64: 2, 128: 3}[arg.swizzle]}
 
 
 class _DeviceArrays:
@@ -92,7 +101,11 @@ class _DeviceArrays:
         return self
 
     def pointer(self, a: np.ndarray) -> int:
-        return self.pointers[id(a)]
+        """The device address of ``a``, or of the staged array it is a view of."""
+        view = a
+        while id(a) not in self.pointers and isinstance(a.base, np.ndarray):
+            a = a.base
+        return self.pointers[id(a)] + (view.ctypes.data - a.ctypes.data)
 
     def __exit__(self, *exc: object) -> None:
         from tessera.ptx.launch import _call
@@ -243,4 +256,4 @@ class _Aot:
 aot = _Aot()
 
 __all__ = ["BACKENDS", "aot", "check_against_reference", "device_target", "launch",
-           "longest_reduction", "tolerance"]
+           "longest_reduction", "tensor_map_arguments", "tolerance"]

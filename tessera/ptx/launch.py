@@ -281,6 +281,7 @@ class CudaModule:
 _TMAP_DTYPES = {
     "u8": "UINT8", "u16": "UINT16", "u32": "UINT32", "s32": "INT32", "u64": "UINT64",
     "s64": "INT64", "f16": "FLOAT16", "f32": "FLOAT32", "f64": "FLOAT64", "bf16": "BFLOAT16",
+    "e4m3": "UINT8", "e5m2": "UINT8",  # TMA moves fp8 as bytes (cuda.h has no fp8 type)
 }  # fmt: skip
 
 
