@@ -28,6 +28,7 @@ from tessera.interp.tile_exec import (
 )
 from tessera.interp.tile_mem import Ref
 from tessera.interp.tile_memsteps import make_view
+from tessera.interp.tile_sum import strided_sum
 from tessera.ir import tile as T
 from tessera.ir.core import Instr
 from tessera.ir.types import TensorType
@@ -84,6 +85,7 @@ def _set_args(regs: list[Any], slots: list[int], values: list[Any]) -> None:
 @step_rule(T.For)
 def _for(c: Compiler, instr: Instr) -> Step:
     lo, hi, stp = (c.slot(v) for v in instr.operands[:3])
+    fast_sum = strided_sum(c, instr)
     inits = [c.slot(v) for v in instr.operands[3:]]
     body = c.body(instr.regions[0].block)
     outs = [c.slot(r) for r in instr.results]
@@ -157,6 +159,11 @@ def _for(c: Compiler, instr: Instr) -> Step:
 
     def step(fr: Frame) -> None:
         regs = fr.regs
+        if fast_sum is not None:
+            total = fast_sum(fr, regs[lo], regs[hi], regs[stp], regs[inits[0]])
+            if total is not None:
+                regs[outs[0]] = total
+                return
         final = loop(fr, regs[lo], regs[hi], regs[stp], [regs[s] for s in inits])
         for o, v in zip(outs, final):
             regs[o] = v

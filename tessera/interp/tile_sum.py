@@ -1,0 +1,90 @@
+"""A fast path of the tile simulator for the strided-sum loop of block reductions.
+
+``for i in ts.tile.range(start, n, step): s += data[i]`` runs, in the general loop, one
+view, one load and one add per trip for all programs at once, which costs Python and
+sanitizer work per trip. When the body is exactly that and ``data`` is a read-only,
+unbatched 1-D float32 tensor, the trips become one gather (a strided view when
+consecutive programs read consecutive elements) and one float32 add per trip: the same
+additions in the same order, so the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.interp import tile_global as G
+from tessera.interp.tile_exec import Compiler, Frame
+from tessera.ir.core import Instr
+
+
+def strided_sum(c: Compiler, instr: Instr) -> Any:
+    """A loop ``s = s + data[i]`` (the body is exactly that view, load and add) reads
+    nothing it writes, so its trips can run as one gather and one add per trip over
+    all programs: the same float32 additions in the same order (programs whose trip
+    count is shorter add -0.0, the exact identity). Returns the runner, or None when the
+    loop is not of that form; the runner returns None when the data at run time rules
+    it out (a tensor the kernel writes, a batched or multi-dimensional one, an index
+    out of bounds: the general loop then runs and reports it)."""
+    from tessera.ir import tile_compute as TC
+    from tessera.ir import tile_memory as TM
+
+    block = instr.regions[0].block
+    body = [i for i in block.instrs if not i.op.terminator]
+    term = block.terminator
+    if len(instr.operands) != 4 or len(body) != 3 or term is None:
+        return None
+    view, load, add = body
+    index, carried = block.args
+    if not (isinstance(view.op, TM.View) and view.operands[1:] == [index]
+            and tuple(view.op.sizes) == (1,) and tuple(view.op.squeeze) == (0,)
+            and isinstance(load.op, TM.Load) and load.operands == view.results
+            and isinstance(add.op, TC.Add) and set(add.operands) == {carried, load.results[0]}
+            and term.operands == add.results and view.operands[0] not in block.args):
+        return None
+    src = c.slot(view.operands[0])
+
+    def run_sum(fr: Frame, i: Any, end: Any, by: Any, acc: Any) -> Any:
+        ref = fr.regs[src]
+        mem = getattr(ref, "mem", None)
+        if (not isinstance(mem, G.GlobalMem) or mem.written or mem.track_reads
+                or mem.batched or mem.array.ndim != 1 or mem.array.dtype != np.float32
+                or np.ndim(end) or np.ndim(by) or int(by) <= 0 or ref.squeeze
+                or np.ndim(ref.starts[0]) or getattr(acc, "dtype", None) != np.float32):
+            return None
+        start = np.asarray(i, dtype=np.int64) + int(ref.starts[0])
+        stop = int(end) + int(ref.starts[0])
+        trips = np.maximum(-((start - stop) // int(by)), 0)
+        if not trips.size or int(trips.max()) == 0:
+            return None
+        n, step = mem.array.shape[0], int(by)
+        count = int(trips.max())
+        flat = start.reshape(-1)
+        shape = np.broadcast_shapes(np.shape(acc), start.shape)
+        if int(trips.min()) == count and shape == start.shape and \
+                np.array_equal(flat, flat[0] + np.arange(flat.size)):
+            # consecutive programs read consecutive elements: trip k is one slice
+            first, last = int(flat[0]), int(flat[-1]) + (count - 1) * step
+            if first < 0 or last >= n:
+                return None
+            data = mem.array[first:]
+            terms = np.lib.stride_tricks.as_strided(
+                data, (count, flat.size), (step * data.strides[0], data.strides[0]),
+                writeable=False)
+        else:
+            k = np.arange(count, dtype=np.int64).reshape((-1,) + (1,) * start.ndim)
+            idx = start + k * step
+            live = k < trips
+            if (idx[live] < 0).any() or (idx[live] >= n).any():
+                return None
+            terms = np.where(live, mem.array[np.where(live, idx, 0)], np.float32(-0.0))
+            terms = terms.reshape(count, -1)
+        total = np.broadcast_to(acc, shape).reshape(-1).copy()
+        for row in terms:  # trip by trip: float32 adds in the loop's order
+            total += row
+        return total.reshape(shape)
+    return run_sum
+
+
+__all__ = ["strided_sum"]
