@@ -272,8 +272,10 @@ class ApiMixin(BuilderBase):
         to = self.elem(dtype, node)
         t = v.type
         assert isinstance(t, TensorType) and not isinstance(t, MemRefType)
-        if t.element == to:
+        if t.element == to and kind_of(to) != "float":
             return v
+        # an explicit cast to the same float format is kept: it rounds a wide (exactly
+        # accumulated) mma result to the format, as the docs promise
         return self.emit1(C.Cast(to), [v], node) if kind_of(to) != "bool" else \
             self.cast(v, to, node)
 

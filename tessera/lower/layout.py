@@ -180,4 +180,41 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
     return out
 
 
-__all__ = ["Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts", "blocked"]
+def possibly_wide(fn: Function) -> set[Value]:
+    """The values that may hold a *wide* (float64) accumulation in the tile
+    interpreter's exact mode: ``mma`` results and what ``WIDE_OK`` ops and control flow
+    pass them to (a fixpoint over loops). A GPU holds them in f32 registers, so the few
+    places where the difference is observable are checked against this set."""
+    from tessera.interp.tile_rules import WIDE_OK
+
+    wide: set[Value] = set()
+    changed = True
+    while changed:
+        changed = False
+        for instr in walk(fn.body):
+            op = instr.op
+            new: list[Value] = []
+            if isinstance(op, C.Mma) or (isinstance(op, WIDE_OK)
+                                         and any(v in wide for v in instr.operands)):
+                new = list(instr.results)
+            elif isinstance(op, (T.For, T.While, T.If)):
+                body = instr.regions[-1].block
+                carried = instr.operands[3:] if isinstance(op, T.For) else instr.operands
+                args = body.args[1:] if isinstance(op, T.For) else body.args
+                for region in instr.regions:
+                    term = region.block.terminator
+                    for k, y in enumerate(term.operands if term else []):
+                        if y in wide or (k < len(carried) and carried[k] in wide):
+                            new += [r for r in (instr.results[k:k + 1], args[k:k + 1])
+                                    for r in r]
+                            if isinstance(op, T.While):
+                                new += instr.regions[0].block.args[k:k + 1]
+            for v in new:
+                if v not in wide:
+                    wide.add(v)
+                    changed = True
+    return wide
+
+
+__all__ = ["Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts", "blocked",
+           "possibly_wide"]

@@ -205,7 +205,22 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
     if not (isinstance(value, Scalar) and _rank0(instr)):
-        raise UnsupportedError("tile.update of a tensor is not lowered yet", loc=instr.loc)
+        from tessera.lower.rules_tensor import reduce_into
+
+        if op.op != "add" or mem.space != "global":
+            raise UnsupportedError(f"tile.update '{op.op}=' of a tensor into {mem.space} "
+                                   "memory is not lowered", hint="'+=' into global memory is",
+                                   loc=instr.loc)
+        from tessera.lower.layout import possibly_wide
+
+        if instr.operands[1] in low.extra.setdefault("wide", possibly_wide(low.fn)):
+            raise UnsupportedError(
+                "'+=' of an mma accumulator: Tessera adds it to memory in float64 and rounds "
+                "once, which a GPU's f32 atomic add cannot reproduce",
+                hint="round it first (ts.tile.cast(acc, ts.f32)), or accumulate K in a loop "
+                     "and store the tile once", loc=instr.loc)
+        reduce_into(low, mem, value, low.layouts.get(instr.operands[1]))
+        return []
     e = low.em
     if mem.space == "global" and op.op == "add" and value.type in ("f32", "s32"):
         e.op(Reduce("global", "add", value.type), [address(e, mem), value.reg])

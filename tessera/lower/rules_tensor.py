@@ -118,6 +118,44 @@ def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
             e.if_(ok, lambda inner, j=j: body(inner, j))
 
 
+def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
+    """``mem += value`` for a tensor: one ``red.global.add.f32`` per element (tiles of
+    other CTAs may add into the same elements, as a split-K GEMM does)."""
+    from tessera.ir.target_ops import Reduce
+
+    e = low.em
+    value = materialize(low, value, layout)
+    if not isinstance(value, Dist) or value.type != "f32" or mem_type(mem.element) != "f32":
+        raise UnsupportedError("'+=' of a tensor is lowered for f32 values into f32 memory",
+                               loc=e.loc)
+    red = Reduce("global", "add", "f32")
+    if isinstance(value.layout, Acc):
+        from tessera.lower.gemm80 import acc_rowcol
+
+        stride = mem.strides[0]
+        for reg, (row, col) in zip(value.regs, acc_rowcol(e, value.layout.rows,
+                                                          value.layout.cols)):
+            off = e.add(e.mul(row, e.const(stride, "s32"), "s32"), col, "s32")
+            e.op(red, [address(e, mem, off), reg])
+        return
+    layout = value.layout
+    assert isinstance(layout, Blocked)
+
+    def body(inner: Emitter, j: int) -> None:
+        k0 = chunk_index(inner, layout, j)
+        for c in range(layout.vec):
+            off = _element(inner, mem, layout, k0, c)
+            inner.op(red, [address(inner, mem, off), value.regs[j * layout.vec + c]])
+
+    for j in range(layout.per_thread):
+        if (j + 1) * 128 <= layout.chunks:
+            body(e, j)
+        else:
+            ok = e.setp("lt", chunk_index(e, layout, j),
+                        e.const(layout.chunks * layout.vec, "s32"), "s32")
+            e.if_(ok, lambda inner, j=j: body(inner, j))
+
+
 @rule(C.Broadcast)
 def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     (x,) = args
@@ -294,4 +332,5 @@ def _causal(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [Dist(s.layout, regs, "f32")]
 
 
-__all__ = ["materialize", "reduce_acc", "reduce_blocked", "register_count", "store_blocked"]
+__all__ = ["materialize", "reduce_acc", "reduce_blocked", "reduce_into", "register_count",
+           "store_blocked"]

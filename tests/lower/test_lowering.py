@@ -201,3 +201,23 @@ def test_f16_gemm(target: str) -> None:
     ptx = compile_kernel(kernels.gemm_f16, a, b, np.zeros((128, 64), np.float32),
                          target=target, tile_shape=(64, 64, 64)).ptx
     assert ".f16.f16" in ptx
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tensor_updates_reduce_in_group_order(target: str) -> None:
+    """'+=' of tensors from many CTAs is red.global.add; both interpreters apply it in
+    group order. The seed's '+=' of a raw mma accumulator is refused at its line."""
+    from tests.lower import kernels
+
+    a = rng.standard_normal((128, 128)).astype(BF16)
+    b = rng.standard_normal((128, 64)).astype(BF16)
+    same_bits(kernels.gemm_split_k, a, b, np.zeros((128, 64), np.float32), target=target,
+              tile_shape=(64, 64, 32))
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    same_bits(kernels.accumulate_rows, x, np.zeros(64, np.float32), target=target,
+              tile_shape=(1,), grid=5)
+    from tests.tile import seeds
+
+    with pytest.raises(UnsupportedError, match="mma accumulator") as info:
+        compile_kernel(seeds.gemm, a, b, np.zeros((128, 64), np.float32), target=target)
+    assert "seeds.py" in str(info.value)
