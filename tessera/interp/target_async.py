@@ -16,6 +16,7 @@ an error instead of a hang.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,22 @@ class Copy:
     data: np.ndarray
 
 
-def _issue(m: Machine, copy: Copy) -> None:
-    np.add.at(m.shared.pending, copy.flat.ravel(), 1)
+def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
+    """Start ``copy``: its bytes are in flight until it lands. Overwriting bytes another
+    thread has read since the last ``bar.sync`` is a write-after-read race, reported at
+    the issue (the copy may land before that reader is done)."""
+    sh = m.shared
+    if fail is not None and sh.races and len(copy.flat):
+        mine = copy.thread[:, None]
+        lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
+        clash = (hi >= 0) & ((lo != mine) | (hi != mine))
+        if np.any(clash):
+            i = int(np.flatnonzero(clash.any(axis=1))[0])
+            j = int(np.flatnonzero(clash[i])[0])
+            other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
+            fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
+                 f"which thread {other % sh.nthreads} read without a bar.sync between")
+    np.add.at(sh.pending, copy.flat.ravel(), 1)
 
 
 def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
@@ -85,7 +100,7 @@ def _cp_async(c: Compiler, instr: Instr) -> Step:
                                                                               w, t), size)
             data[idx, :n] = raw
         copy = Copy(act, m.committed[act].copy(), flat, data)
-        _issue(m, copy)
+        _issue(m, copy, fail)
         m.copies.append(copy)
     return step
 

@@ -193,3 +193,32 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
     bad = dataclasses.replace(compiled, kernel=lowered, ptx=ptx, line_map=lines)
     with pytest.raises(InterpretError, match=r"in flight|before its wait|mbarrier"):
         run_lowered(bad, kernel, tuple(np.copy(x) for x in args), launch)
+
+
+def test_missing_war_barrier_is_caught() -> None:
+    """A tile is a whole CTA: without the bar.sync the lowering puts before a run of
+    copies, the double-buffered GEMM's next copies overwrite a stage other warps may
+    still be reading with ldmatrix (a write-after-read race)."""
+    from tessera.ir.target_async import CpAsync
+    from tessera.ir.target_ops import Bar
+
+    mod = example("double_buffered_gemm")
+    a = rng.standard_normal((128, 128)).astype(BF16)
+    b = rng.standard_normal((128, 128)).astype(BF16)
+    args = (a, b, np.zeros((128, 128), np.float32))
+    launch = {"tile_shape": (64, 64, 32)}
+    compiled = compile_kernel(mod.double_buffered_gemm, *args, target="sm_80", **launch)
+    run_lowered(compiled, mod.double_buffered_gemm, tuple(np.copy(x) for x in args), launch)
+
+    def before_copy(instr: Instr) -> bool:
+        """A bar.sync whose next instruction with an effect is a copy."""
+        block = instr.parent
+        if not isinstance(instr.op, Bar) or block is None:
+            return False
+        for later in block.instrs[block.instrs.index(instr) + 1:]:
+            if not later.op.pure:
+                return isinstance(later.op, CpAsync)
+        return False
+    mutate(compiled, before_copy, lambda i: False)
+    with pytest.raises(InterpretError, match="shared memory race"):
+        run_lowered(compiled, mod.double_buffered_gemm, tuple(np.copy(x) for x in args), launch)
