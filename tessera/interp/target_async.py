@@ -198,7 +198,7 @@ def _tma_load(c: Compiler, instr: Instr) -> Step:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
             copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
-            _issue(m, copy)
+            _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
     return step
 

@@ -121,6 +121,10 @@ def _operand(fr: Frame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: in
         flat = (ctas[sel, None] * m.shared.size + span[None, :])[:, :, None] + np.arange(eb)
         flat = flat.reshape(len(sel), -1)
         m.shared.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
+        if m.shared.races:  # the whole warpgroup reads: a later writer must sync first
+            first = who[sel].astype(np.int32)[:, None]
+            np.minimum.at(m.shared.rmin, flat, np.broadcast_to(first, flat.shape))
+            np.maximum.at(m.shared.rmax, flat, np.broadcast_to(first + 127, flat.shape))
         if m.shared.unfenced[flat].any():
             i = int(np.flatnonzero(m.shared.unfenced[flat].any(axis=1))[0])
             fail(int(sel[i]), "missing proxy fence", "wgmma reads shared memory written by "

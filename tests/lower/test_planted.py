@@ -195,20 +195,27 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
         run_lowered(bad, kernel, tuple(np.copy(x) for x in args), launch)
 
 
-def test_missing_war_barrier_is_caught() -> None:
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_missing_war_barrier_is_caught(target: str) -> None:
     """A tile is a whole CTA: without the bar.sync the lowering puts before a run of
-    copies, the double-buffered GEMM's next copies overwrite a stage other warps may
-    still be reading with ldmatrix (a write-after-read race)."""
-    from tessera.ir.target_async import CpAsync
+    copies, the double-buffered GEMM's next copies (cp.async on sm_80, TMA on sm_90a)
+    overwrite a stage other warps may still be reading (a write-after-read race)."""
+    from tessera.ir.target import If
+    from tessera.ir.target_async import CpAsync, TmaLoad
     from tessera.ir.target_ops import Bar
 
     mod = example("double_buffered_gemm")
-    a = rng.standard_normal((128, 128)).astype(BF16)
-    b = rng.standard_normal((128, 128)).astype(BF16)
+    a = rng.standard_normal((128, 256)).astype(BF16)  # K = 256: stages are reused
+    b = rng.standard_normal((256, 128)).astype(BF16)
     args = (a, b, np.zeros((128, 128), np.float32))
-    launch = {"tile_shape": (64, 64, 32)}
-    compiled = compile_kernel(mod.double_buffered_gemm, *args, target="sm_80", **launch)
+    launch = {"tile_shape": (64, 64, 64 if target == "sm_90a" else 32)}
+    compiled = compile_kernel(mod.double_buffered_gemm, *args, target=target, **launch)
     run_lowered(compiled, mod.double_buffered_gemm, tuple(np.copy(x) for x in args), launch)
+
+    def is_copy(instr: Instr) -> bool:
+        if isinstance(instr.op, If):
+            return any(isinstance(i.op, TmaLoad) for i in walk(instr.regions[0].block))
+        return isinstance(instr.op, CpAsync)
 
     def before_copy(instr: Instr) -> bool:
         """A bar.sync whose next instruction with an effect is a copy."""
@@ -217,7 +224,7 @@ def test_missing_war_barrier_is_caught() -> None:
             return False
         for later in block.instrs[block.instrs.index(instr) + 1:]:
             if not later.op.pure:
-                return isinstance(later.op, CpAsync)
+                return is_copy(later)
         return False
     mutate(compiled, before_copy, lambda i: False)
     with pytest.raises(InterpretError, match="shared memory race"):
