@@ -61,17 +61,20 @@ from tessera.arch.swizzle import (
     to_wgmma_layout,
 )
 from tessera.arch.tma import (
+    PTX_ELEMENT_TYPES,
     Interleave,
     L2Promotion,
     OobFill,
     TensorMap,
     TensorMapDataType,
+    row_major_2d,
     tma_load,
     tma_store,
 )
 
 __all__ = [
     "FORMATS",
+    "PTX_ELEMENT_TYPES",
     "TX_LIMIT",
     "AlignmentError",
     "ArchError",
@@ -106,6 +109,7 @@ __all__ = [
     "mma_sync_fragments",
     "operand_addresses",
     "pack_registers",
+    "row_major_2d",
     "swizzle_address",
     "swizzle_permutation",
     "tma_load",

@@ -58,6 +58,19 @@ class TensorMapDataType(enum.IntEnum):
                         TensorMapDataType.FLOAT64, TensorMapDataType.BFLOAT16)
 
 
+#: PTX element names -> the tensor-map data type TMA copies them as (fp8 as bytes:
+#: cuda.h has no fp8 type; 16-bit patterns as UINT16)
+PTX_ELEMENT_TYPES: dict[str, TensorMapDataType] = {
+    "u8": TensorMapDataType.UINT8, "e4m3": TensorMapDataType.UINT8,
+    "e5m2": TensorMapDataType.UINT8, "b16": TensorMapDataType.UINT16,
+    "u16": TensorMapDataType.UINT16, "u32": TensorMapDataType.UINT32,
+    "s32": TensorMapDataType.INT32, "u64": TensorMapDataType.UINT64,
+    "s64": TensorMapDataType.INT64, "f16": TensorMapDataType.FLOAT16,
+    "f32": TensorMapDataType.FLOAT32, "f64": TensorMapDataType.FLOAT64,
+    "bf16": TensorMapDataType.BFLOAT16,
+}
+
+
 class Interleave(enum.IntEnum):
     """``CUtensorMapInterleave``; only NONE is supported by the copies here."""
 
@@ -257,3 +270,17 @@ def tma_store(tmap: TensorMap, smem: np.ndarray, src_addr: int, coords: np.ndarr
     data = smem[..., src].reshape(*offset.shape, esize)
     byte = offset[..., None] + np.arange(esize)
     raw[byte[inside]] = data[inside]
+
+
+def row_major_2d(elem: str, address: int, shape: tuple[int, int], box: tuple[int, int],
+                 swizzle: int = 0) -> TensorMap:
+    """The tensor map of a dense row-major ``(rows, cols)`` array of PTX element ``elem``
+    at ``address``, copied in ``box = (rows, cols)`` tiles with a ``swizzle``-byte
+    swizzle (0, 32, 64, 128): dimensions innermost first, as cuda.h wants them."""
+    if elem not in PTX_ELEMENT_TYPES:
+        raise ArgumentError(f"TMA cannot copy {elem} elements",
+                            hint=f"use one of {', '.join(PTX_ELEMENT_TYPES)}")
+    dtype = PTX_ELEMENT_TYPES[elem]
+    rows, cols = shape
+    return TensorMap(dtype, address, (cols, rows), (cols * dtype.size,), (box[1], box[0]),
+                     swizzle=Swizzle(swizzle))

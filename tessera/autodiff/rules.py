@@ -18,6 +18,7 @@ from typing import Any
 
 from tessera.frontend import ops as o
 from tessera.ir import graph as g
+from tessera.ir.core import rule_decorator
 from tessera.numerics import storage_of
 
 Rule = Callable[[Any, Sequence[Any], Sequence[Any], Sequence[Any], Sequence[bool]],
@@ -25,13 +26,7 @@ Rule = Callable[[Any, Sequence[Any], Sequence[Any], Sequence[Any], Sequence[bool
 VJP: dict[type, Rule] = {}
 
 
-def rule(*classes: type) -> Callable[[Rule], Rule]:
-    """Register a VJP rule for op classes."""
-    def register(fn: Rule) -> Rule:
-        for cls in classes:
-            VJP[cls] = fn
-        return fn
-    return register
+rule = rule_decorator(VJP, "VJP rule")
 
 
 def unary(derivative: Callable[[Any, Any], Any]) -> Rule:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import UNKNOWN_LOC, InterpretError, Loc
-from tessera.ir.core import Op, Region
+from tessera.errors import InterpretError, Loc
+from tessera.ir.core import Op, Region, rule_decorator
 from tessera.ir.types import TensorType
 from tessera.numerics.convert import convert, to_f64
 from tessera.numerics.formats import DType
@@ -32,17 +32,7 @@ Rule = Callable[["Apply", list[np.ndarray]], list[np.ndarray]]
 IMPL: dict[type[Op], Rule] = {}
 
 
-def rule(*ops: type[Op]) -> Callable[[Rule], Rule]:
-    """Decorator: register ``fn`` as the rule of each op class in ``ops``."""
-
-    def register(fn: Rule) -> Rule:
-        for op in ops:
-            if op in IMPL:
-                raise InterpretError(f"{op.name} has two interpreter rules", loc=UNKNOWN_LOC)
-            IMPL[op] = fn
-        return fn
-
-    return register
+rule = rule_decorator(IMPL, "interpreter rule")
 
 
 @dataclass

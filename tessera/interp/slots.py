@@ -1,12 +1,8 @@
-"""What the tile and Target IR interpreters share: register slots for SSA values and
-rule tables of step factories keyed by op class."""
+"""What the tile and Target IR interpreters share: register slots for SSA values."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from tessera.ir.core import Op, Value
+from tessera.ir.core import Value
 
 
 class Slots:
@@ -23,15 +19,4 @@ class Slots:
         return found
 
 
-def rule_decorator(table: dict[type[Op], Any]) -> Callable[..., Callable[[Any], Any]]:
-    """A decorator ``@rule(OpA, OpB)`` that enters a function into ``table``."""
-    def rule(*classes: type[Op]) -> Callable[[Any], Any]:
-        def register(fn: Any) -> Any:
-            for cls in classes:
-                table[cls] = fn
-            return fn
-        return register
-    return rule
-
-
-__all__ = ["Slots", "rule_decorator"]
+__all__ = ["Slots"]

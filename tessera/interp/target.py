@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.arch.swizzle import Swizzle
-from tessera.arch.tma import TensorMap, TensorMapDataType
+from tessera.arch.tma import PTX_ELEMENT_TYPES, TensorMap, row_major_2d
 from tessera.errors import ArgumentError, user_api
 from tessera.interp import (
     target_async,
@@ -56,15 +55,6 @@ from tessera.ir.target import KERNEL, RegType, TensorMapType
 # importing the rule modules registers their steps
 _ = (target_async, target_convert, target_flow, target_mem, target_mma, target_regs)
 
-_TMA_TYPES = {"u8": TensorMapDataType.UINT8, "e4m3": TensorMapDataType.UINT8,
-              "e5m2": TensorMapDataType.UINT8, "b16": TensorMapDataType.UINT16,
-              "u16": TensorMapDataType.UINT16, "u32": TensorMapDataType.UINT32,
-              "s32": TensorMapDataType.INT32, "u64": TensorMapDataType.UINT64,
-              "s64": TensorMapDataType.INT64, "f16": TensorMapDataType.FLOAT16,
-              "f32": TensorMapDataType.FLOAT32, "f64": TensorMapDataType.FLOAT64,
-              "bf16": TensorMapDataType.BFLOAT16}
-
-
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
     """The argument of a ``tmap<...>`` parameter: a 2-D global ``array`` of ``elem``
@@ -76,6 +66,10 @@ class TensorMapArg:
     elem: str
     box: tuple[int, int]
     swizzle: int = 0
+
+    def tensor_map(self, address: int) -> TensorMap:
+        """The tensor map of ``array`` placed at global ``address`` (not yet checked)."""
+        return row_major_2d(self.elem, address, self.array.shape, self.box, self.swizzle)
 
 
 def _geometry(value: Any, default: Any, what: str) -> tuple[int, int, int]:
@@ -109,16 +103,14 @@ def _tensor_map(arg: TensorMapArg, t: TensorMapType, base: int, k: int) -> Tenso
     if (arg.elem, tuple(arg.box), arg.swizzle) != (t.elem, t.box, t.swizzle):
         raise ArgumentError(f"argument {k}: TensorMapArg({arg.elem}, box {tuple(arg.box)}, "
                             f"sw{arg.swizzle}) does not match the parameter type {t}")
-    if t.elem not in _TMA_TYPES:
+    if t.elem not in PTX_ELEMENT_TYPES:
         raise ArgumentError(f"argument {k}: TMA cannot copy {t.elem} elements",
-                            hint=f"use one of {', '.join(_TMA_TYPES)}")
-    if a.ndim != 2 or a.dtype.itemsize != _TMA_TYPES[t.elem].size:
+                            hint=f"use one of {', '.join(PTX_ELEMENT_TYPES)}")
+    if a.ndim != 2 or a.dtype.itemsize != PTX_ELEMENT_TYPES[t.elem].size:
         raise ArgumentError(f"argument {k}: a tensor map needs a 2-D array of {t.elem}, got "
                             f"{a.dtype} of shape {a.shape}")
-    rows, cols = a.shape
     # cuTensorMapEncodeTiled runs on the host: its rules are checked at launch
-    return TensorMap(_TMA_TYPES[t.elem], base, (cols, rows), (cols * a.dtype.itemsize,),
-                     (t.box[1], t.box[0]), swizzle=Swizzle(t.swizzle)).validate()
+    return arg.tensor_map(base).validate()
 
 
 def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list[Any]:

@@ -27,8 +27,8 @@ import ml_dtypes
 import numpy as np
 
 from tessera.errors import InterpretError, Loc, TesseraError
-from tessera.interp.slots import Slots, rule_decorator
-from tessera.ir.core import Block, Function, Instr, Op
+from tessera.interp.slots import Slots
+from tessera.ir.core import Block, Function, Instr, Op, rule_decorator
 from tessera.ir.text import op_attr_text
 
 #: NumPy storage of each PTX register type
@@ -170,7 +170,7 @@ class Body:
 STEPS: dict[type[Op], Callable[[Compiler, Instr], Step]] = {}
 
 
-step_rule = rule_decorator(STEPS)  # ``@step_rule(OpA, OpB)`` registers a step factory
+step_rule = rule_decorator(STEPS, "step rule")  # ``@step_rule(OpA, OpB)``
 
 
 class Compiler(Slots):

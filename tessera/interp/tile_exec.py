@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import InterpretError, TesseraError
-from tessera.interp.slots import Slots, rule_decorator
+from tessera.interp.slots import Slots
 from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_rules import IMPLS
 from tessera.interp.tile_state import Reschedule, State
 from tessera.ir import tile_compute as C
-from tessera.ir.core import Block, Function, Instr, Op, Value, walk
+from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
 from tessera.ir.types import TensorType
 
 
@@ -81,7 +81,7 @@ def fork(fr: Frame, sel: np.ndarray, liveins: list[tuple[int, int]]) -> Frame:
 STEPS: dict[type[Op], Callable[[Compiler, Instr], Step]] = {}
 
 
-step_rule = rule_decorator(STEPS)  # ``@step_rule(OpA, OpB)`` registers a step factory
+step_rule = rule_decorator(STEPS, "step rule")  # ``@step_rule(OpA, OpB)``
 
 
 class Compiler(Slots):

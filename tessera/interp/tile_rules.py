@@ -21,7 +21,7 @@ from tessera.interp.tile_numeric import F64, Num, num, to_f64, to_storage
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
-from tessera.ir.core import Instr, Op
+from tessera.ir.core import Instr, Op, rule_decorator
 from tessera.ir.types import TensorType
 from tessera.numerics.transcendental import exp_f32
 
@@ -30,13 +30,7 @@ Impl = Callable[..., Any]
 IMPLS: dict[type[Op], Callable[[Instr, bool], Impl]] = {}
 
 
-def rule(*classes: type[Op]) -> Callable[[Callable[[Instr, bool], Impl]],
-                                         Callable[[Instr, bool], Impl]]:
-    def register(fn: Callable[[Instr, bool], Impl]) -> Callable[[Instr, bool], Impl]:
-        for cls in classes:
-            IMPLS[cls] = fn
-        return fn
-    return register
+rule = rule_decorator(IMPLS, "tile rule")
 
 
 def _num_in(instr: Instr, k: int = 0) -> Num:

@@ -10,7 +10,7 @@ autodiff, PTX rendering) are keyed by op class, as JAX keys rules by primitive.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -47,6 +47,21 @@ def register_op(cls: type[Op]) -> type[Op]:
         raise IRVerifyError(f"op {cls.name!r} is registered twice")
     OPS[cls.name] = cls
     return cls
+
+
+def rule_decorator(table: dict[Any, Any], what: str = "rule") -> Callable[..., Any]:
+    """A decorator ``@rule(OpA, OpB)`` entering a function into ``table`` under each op
+    class: the rule tables (interpretation, autodiff, lowering, rendering) all use it.
+    A second, different rule for one op class is an error."""
+    def rule(*classes: Any) -> Callable[[Any], Any]:
+        def register(fn: Any) -> Any:
+            for cls in classes:
+                if table.get(cls, fn) is not fn:
+                    raise IRVerifyError(f"{getattr(cls, 'name', cls)} has two {what}s")
+                table[cls] = fn
+            return fn
+        return register
+    return rule
 
 
 @dataclass(frozen=True)

@@ -20,20 +20,17 @@ Instructions live in :mod:`tessera.ir.target_ops`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRParseError, IRVerifyError
 from tessera.ir.core import (
-    Instr,
     Op,
     Terminator,
     Type,
-    check_count,
-    region_types,
     register_op,
 )
+from tessera.ir.structured import StructuredFor, StructuredIf, StructuredOp, StructuredWhile
 from tessera.ir.text import TYPE_PARSERS
 
 KERNEL = "ptx.kernel"
@@ -158,78 +155,44 @@ class Condition(Terminator):
     name: ClassVar[str] = "ptx.condition"
 
 
+@dataclass(frozen=True)
+class _Structured(StructuredOp):
+    index_type: ClassVar[Type] = S32
+    condition_type: ClassVar[Type] = PRED
+    condition_text: ClassVar[str] = "ptx.condition(pred)"
+
+    def check_condition(self, t: Type) -> None:
+        reg_of(self, t, "pred")
+
+    def check_index(self, t: Type) -> None:
+        reg_of(self, t, "s32")
+
+
 @register_op
 @dataclass(frozen=True)
-class If(Op):
+class If(_Structured, StructuredIf):
     """``ptx.if(%p) ({then}, {else})``. Threads may diverge: each runs the region its
     predicate selects (``@%p bra``); both regions yield the results."""
 
     name: ClassVar[str] = "ptx.if"
-    num_regions: ClassVar[int] = 2
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        raise IRVerifyError("ptx.if takes its result types from its regions")
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        check_count(self, operands, 1)
-        reg_of(self, operands[0], "pred")
-
-    def verify_regions(self, instr: Instr) -> None:
-        for k in (0, 1):
-            args, yields = region_types(instr, k)
-            if args or yields != [r.type for r in instr.results]:
-                raise IRVerifyError(f"ptx.if region {k} must take no arguments and yield the "
-                                    "result types")
 
 
 @register_op
 @dataclass(frozen=True)
-class For(Op):
+class For(_Structured, StructuredFor):
     """``ptx.for(%lo, %hi, %step, %init...)``: ``for (i = lo; i < hi; i += step)`` per
     thread (``s32`` bounds, positive step); the region takes the index and the carried
     values and yields the next ones. Threads may run different trip counts."""
 
     name: ClassVar[str] = "ptx.for"
-    num_regions: ClassVar[int] = 1
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        if len(operands) < 3:
-            raise IRVerifyError("ptx.for takes lo, hi, step and the initial values")
-        for t in operands[:3]:
-            reg_of(self, t, "s32")
-        return tuple(operands[3:])
-
-    def verify_regions(self, instr: Instr) -> None:
-        args, yields = region_types(instr, 0)
-        carried = [v.type for v in instr.operands[3:]]
-        if args != [S32, *carried] or yields != carried:
-            raise IRVerifyError("ptx.for region must take (index, carried...) and yield the "
-                                "carried types")
 
 
 @register_op
 @dataclass(frozen=True)
-class While(Op):
+class While(_Structured, StructuredWhile):
     """``ptx.while(%init...) ({cond}, {body})``, both regions over the carried values."""
 
     name: ClassVar[str] = "ptx.while"
-    num_regions: ClassVar[int] = 2
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return tuple(operands)
-
-    def verify_regions(self, instr: Instr) -> None:
-        carried = [v.type for v in instr.operands]
-        args, cond = region_types(instr, 0)
-        if args != carried or cond != [PRED]:
-            raise IRVerifyError("ptx.while condition region must take the carried values "
-                                "and end with ptx.condition(pred)")
-        args, yields = region_types(instr, 1)
-        if args != carried or yields != carried:
-            raise IRVerifyError("ptx.while body must take and yield the carried values")
 
 
 __all__ = ["F32", "KERNEL", "PRED", "REG_TYPES", "S32", "TARGETS", "U32", "U64", "Condition",

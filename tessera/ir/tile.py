@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 
 from tessera.errors import IRParseError, IRVerifyError
 from tessera.ir.core import (
-    Instr,
     Op,
     Terminator,
     Type,
     check_count,
-    region_types,
     register_op,
 )
+from tessera.ir.structured import StructuredFor, StructuredIf, StructuredOp, StructuredWhile
 from tessera.ir.text import TYPE_PARSERS
 from tessera.ir.types import Element, TensorType, element_text, parse_element
 from tessera.numerics import dtype, storage_of
@@ -172,78 +171,44 @@ class Constant(Op):
         return (TensorType((), self.element),)
 
 
+@dataclass(frozen=True)
+class _Structured(StructuredOp):
+    index_type: ClassVar[Type] = SCALAR_INDEX
+    condition_type: ClassVar[Type] = SCALAR_BOOL
+    condition_text: ClassVar[str] = "tile.condition(bool)"
+
+    def check_condition(self, t: Type) -> None:
+        scalar_of(self, t, "bool")
+
+    def check_index(self, t: Type) -> None:
+        scalar_of(self, t, "int")
+
+
 @register_op
 @dataclass(frozen=True)
-class If(Op):
+class If(_Structured, StructuredIf):
     """``tile.if(%cond) ({then}, {else})``: both regions yield the result types."""
 
     name: ClassVar[str] = "tile.if"
-    num_regions: ClassVar[int] = 2
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        raise IRVerifyError("tile.if takes its result types from its regions")
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        check_count(self, operands, 1)
-        scalar_of(self, operands[0], "bool")
-
-    def verify_regions(self, instr: Instr) -> None:
-        for k in (0, 1):
-            args, yields = region_types(instr, k)
-            if args or yields != [r.type for r in instr.results]:
-                raise IRVerifyError(f"tile.if region {k} must take no arguments and yield "
-                                    "the result types")
 
 
 @register_op
 @dataclass(frozen=True)
-class For(Op):
+class For(_Structured, StructuredFor):
     """``tile.for(%lo, %hi, %step, %init...)``: Python ``range(lo, hi, step)``, run
     sequentially. The region takes the index and the carried values and yields the
     next carried values; the results are the final carried values."""
 
     name: ClassVar[str] = "tile.for"
-    num_regions: ClassVar[int] = 1
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        if len(operands) < 3:
-            raise IRVerifyError("tile.for takes lo, hi, step and the initial values")
-        for t in operands[:3]:
-            scalar_of(self, t, "int")
-        return tuple(operands[3:])
-
-    def verify_regions(self, instr: Instr) -> None:
-        args, yields = region_types(instr, 0)
-        carried = [v.type for v in instr.operands[3:]]
-        if args != [SCALAR_INDEX, *carried] or yields != carried:
-            raise IRVerifyError("tile.for region must take (index, carried...) and yield "
-                                "the carried types")
 
 
 @register_op
 @dataclass(frozen=True)
-class While(Op):
+class While(_Structured, StructuredWhile):
     """``tile.while(%init...) ({cond}, {body})``: both regions take the carried values;
     the first ends with ``tile.condition``, the second yields the next values."""
 
     name: ClassVar[str] = "tile.while"
-    num_regions: ClassVar[int] = 2
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return tuple(operands)
-
-    def verify_regions(self, instr: Instr) -> None:
-        carried = [v.type for v in instr.operands]
-        args, cond = region_types(instr, 0)
-        if args != carried or cond != [SCALAR_BOOL]:
-            raise IRVerifyError("tile.while condition region must take the carried values "
-                                "and end with tile.condition(bool)")
-        args, yields = region_types(instr, 1)
-        if args != carried or yields != carried:
-            raise IRVerifyError("tile.while body must take and yield the carried values")
 
 
 # The program-id ops live in their own module and are re-exported here, so the whole

@@ -1,4 +1,5 @@
-"""Shared-memory addressing and ``cp.async`` tile copies, for both targets.
+"""Shared-memory addressing, thread-index pieces and ``cp.async`` tile copies, for both
+targets.
 
 A :class:`~tessera.lower.tiles.SharedBox` with ``swizzle`` ``S`` (32, 64 or 128) stores
 the byte at row-major *offset* ``o`` of the buffer at :func:`swizzle_offset` ``(o, S)``
@@ -81,6 +82,27 @@ def lin(e: Emitter, terms: Sequence[tuple[Value, int]]) -> Value:
     return out if out is not None else e.const(0, "u32")
 
 
+class Lanes:
+    """Pieces of this thread's index in a CTA of 128 threads (warp, lane bits), each
+    computed once for the sequence being emitted."""
+
+    def __init__(self, e: Emitter) -> None:
+        self.e = e
+        self.tid = e.sreg("tid.x")
+        self._bits: dict[tuple[int, int], Value] = {}
+
+    def bits(self, shift: int, mask: int) -> Value:
+        """``(tid >> shift) & mask``."""
+        if (shift, mask) not in self._bits:
+            v = u32op(self.e, self.tid, "shr", shift) if shift else self.tid
+            self._bits[shift, mask] = u32op(self.e, v, "and", mask) if mask else v
+        return self._bits[shift, mask]
+
+    @property
+    def warp(self) -> Value:
+        return self.bits(5, 0)  # 128 threads: tid >> 5 is 0..3
+
+
 # ------------------------------------------------------------------------- copies
 def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = True,
                commit: bool = True) -> None:
@@ -155,5 +177,5 @@ def wait_async(e: Emitter, n: int = 0) -> None:
     e.bar()
 
 
-__all__ = ["SharedAddresses", "copy_async", "emit_swizzle", "lin", "swizzle_offset", "u32op",
-           "wait_async"]
+__all__ = ["Lanes", "SharedAddresses", "copy_async", "emit_swizzle", "lin", "swizzle_offset",
+           "u32op", "wait_async"]

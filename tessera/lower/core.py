@@ -23,7 +23,7 @@ from math import prod
 from typing import Any
 
 from tessera.errors import TesseraError, UnsupportedError
-from tessera.ir.core import Block, Function, Instr, Op, Region, Value, walk
+from tessera.ir.core import Block, Function, Instr, Op, Region, Value, rule_decorator, walk
 from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
@@ -35,13 +35,7 @@ RULES: dict[type[Op], Rule] = {}
 THREADS = 128
 
 
-def rule(*ops: type[Op]) -> Callable[[Rule], Rule]:
-    """Register a lowering rule for Tile IR op classes."""
-    def wrap(fn: Rule) -> Rule:
-        for op in ops:
-            RULES[op] = fn
-        return fn
-    return wrap
+rule = rule_decorator(RULES, "lowering rule")
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -77,7 +71,7 @@ class Lowerer:
     block_kernel: bool = False
     geom: Geometry | None = None
     ids: dict[str, Value] = field(default_factory=dict)
-    shared: list[tuple[str, int, int]] = field(default_factory=list)
+    buffers: int = 0  # shared buffers allocated so far (their symbols are numbered)
     extra: dict[str, Any] = field(default_factory=dict)
     layouts: dict[Value, Any] = field(default_factory=dict)
     stack: list[Emitter] = field(default_factory=list)
@@ -193,6 +187,16 @@ class Lowerer:
             base = self.e.add(p, self.e.mul(b, self.e.const(slice_bytes, "u64"), "u64"), "u64")
         meta = {"arg": index, "batch_rows": t.shape[0] if t.batch else 0}
         return Mem("global", base, None, t.shape, strides, t.element, buffer=p.hint, meta=meta)
+
+    def shared_buffer(self, prefix: str, size: int, align: int, *, entry: bool = False,
+                      ) -> Value:
+        """A fresh ``.shared`` buffer ``<prefix><n>``; its address is defined where the
+        current rule emits (or in the entry block, which dominates every region)."""
+        from tessera.ir.target_ops import SharedAlloc
+
+        sym = f"{prefix}{self.buffers}"
+        self.buffers += 1
+        return (self.e if entry else self.em).one(SharedAlloc(sym, size, align))
 
     def tensor_map(self, arg: int, elem: str, box: tuple[int, int], swizzle: int) -> Value:
         """A ``tmap`` kernel parameter for TMA copies of kernel argument ``arg``."""

@@ -20,7 +20,7 @@ from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target import RegType
 from tessera.ir.target_async import Ldmatrix, MmaSync
-from tessera.lower.copy80 import SharedAddresses, lin, u32op
+from tessera.lower.copy80 import Lanes, SharedAddresses, lin
 from tessera.lower.emit import Emitter
 from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox
 
@@ -33,26 +33,6 @@ ALoader = Callable[[int, int], Value]
 
 
 # ------------------------------------------------------------------------ products
-class _Lanes:
-    """Thread-index pieces of one warp-level instruction sequence, made on first use."""
-
-    def __init__(self, e: Emitter) -> None:
-        self.e = e
-        self.tid = e.sreg("tid.x")
-        self._bits: dict[tuple[int, int], Value] = {}
-
-    def bits(self, shift: int, mask: int) -> Value:
-        """``(tid >> shift) & mask``."""
-        if (shift, mask) not in self._bits:
-            v = u32op(self.e, self.tid, "shr", shift) if shift else self.tid
-            self._bits[shift, mask] = u32op(self.e, v, "and", mask) if mask else v
-        return self._bits[shift, mask]
-
-    @property
-    def warp(self) -> Value:
-        return self.bits(5, 0)  # 128 threads: tid >> 5 is 0..3
-
-
 def _operand(box: SharedBox, atype: str, what: str) -> int:
     """Check a shared operand; returns its row size in bytes."""
     if box.elem != atype:
@@ -65,7 +45,7 @@ def _operand(box: SharedBox, atype: str, what: str) -> int:
     return row_bytes
 
 
-def _smem_a(e: Emitter, lanes: _Lanes, a: SharedBox, a_trans: bool) -> ALoader:
+def _smem_a(e: Emitter, lanes: Lanes, a: SharedBox, a_trans: bool) -> ALoader:
     """The A fragment of (64-row block ``b``, k-step ``kk``) by one ``ldmatrix.x4``
     (sec. 9.7.14.5.15): matrix ``j`` of lane group ``j = lane / 8`` is rows ``+8 (j & 1)``
     and k ``+8 (j >> 1)`` of the warp's m16k16 block, i.e. A registers a0..a3 in the
@@ -82,7 +62,7 @@ def _smem_a(e: Emitter, lanes: _Lanes, a: SharedBox, a_trans: bool) -> ALoader:
     return lambda b, kk: e.one(Ldmatrix(4, True), shared.addr(dyn, 16 * kk * rb + 64 * b * es))
 
 
-def _smem_b(e: Emitter, lanes: _Lanes, b: SharedBox, b_trans: bool, bn: int,
+def _smem_b(e: Emitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int,
             ) -> Callable[[int], list[Value]]:
     """A loader of the ``reg<2xb32>`` B fragments of one k-step for every n8 block: one
     ``ldmatrix.x4`` per pair of n-blocks (matrices: (j, k+0), (j, k+8), (j+1, k+0),
@@ -116,7 +96,7 @@ def _smem_b(e: Emitter, lanes: _Lanes, b: SharedBox, b_trans: bool, bn: int,
     return load
 
 
-def _products(e: Emitter, lanes: _Lanes, acc: list[Value], load_a: ALoader, b: SharedBox,
+def _products(e: Emitter, lanes: Lanes, acc: list[Value], load_a: ALoader, b: SharedBox,
               b_trans: bool, atype: str, bm: int, bn: int, bk: int) -> list[Value]:
     """C += A @ B over k16 steps in ascending order: per step the B fragments, then per
     64-row block its A fragment and one ``mma.sync.m16n8k16`` per n8 block."""
@@ -152,7 +132,7 @@ def mma_block(e: Emitter, acc: list[Value], a: SharedBox, b: SharedBox, *, a_tra
         raise ShapeError(f"A has K = {bk} but B has K = {bk_b}")
     _operand(b, atype, "B")
     _operand(a, atype, "A")
-    lanes = _Lanes(e)
+    lanes = Lanes(e)
     return _products(e, lanes, acc, _smem_a(e, lanes, a, a_trans), b, b_trans, atype,
                      bm, bn, bk)
 
@@ -199,12 +179,12 @@ def mma_block_regs(e: Emitter, acc: list[Value], a_frags: list[list[Value]], b: 
     if bk != bk_b or any(len(r) != len(a_frags[0]) for r in a_frags):
         raise ShapeError(f"P fragments cover K = {bk} but V has K = {bk_b}")
     _operand(b, atype, "B")
-    return _products(e, _Lanes(e), acc, lambda blk, kk: a_frags[blk][kk], b, b_trans,
+    return _products(e, Lanes(e), acc, lambda blk, kk: a_frags[blk][kk], b, b_trans,
                      atype, bm, bn, bk)
 
 
 # --------------------------------------------------------------------------- stores
-def _quad(e: Emitter, lanes: _Lanes) -> tuple[Value, Value]:
+def _quad(e: Emitter, lanes: Lanes) -> tuple[Value, Value]:
     """(row, column) of a thread's first register: ``16 w + lane / 4``, ``2 (lane % 4)``."""
     row = lin(e, [(lanes.warp, 16), (lanes.bits(2, 7), 1)])
     return row, lin(e, [(lanes.bits(0, 3), 2)])
@@ -222,7 +202,7 @@ def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm
     if bm % 64 or bn % 8 or len(acc) != bm * bn // THREADS:
         raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} registers, "
                          f"got {len(acc)}")
-    es, lanes = ELEM_BYTES[elem], _Lanes(e)
+    es, lanes = ELEM_BYTES[elem], Lanes(e)
     row, col = _quad(e, lanes)
     start = e.bin("mul", lin(e, [(row, row_stride), (col, 1)]), e.const(es, "u32"), "u32",
                   "wide")
@@ -243,11 +223,18 @@ def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm
             e.st("global", addr, word, "b32", offset=off)
 
 
+def acc_origin(e: Emitter) -> tuple[Value, Value]:
+    """``(row, column)`` as ``s32`` of this thread's first accumulator register
+    (register ``r`` is that plus the static offsets of :func:`tessera.lower.tiles.acc_coords`
+    for thread 0)."""
+    row, col = _quad(e, Lanes(e))
+    return e.cvt(row, "s32", "u32"), e.cvt(col, "s32", "u32")
+
+
 def acc_rowcol(e: Emitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     """Per accumulator register, its ``(row, column)`` in the ``(BM, BN)`` tile as
     ``s32`` values (for masks); register order of :func:`tessera.lower.tiles.acc_coords`."""
-    lanes = _Lanes(e)
-    row0, col0 = (e.cvt(v, "s32", "u32") for v in _quad(e, lanes))
+    row0, col0 = acc_origin(e)
 
     def plus(v: Value, k: int) -> Value:
         return e.add(v, e.const(k, "s32"), "s32") if k else v
@@ -261,4 +248,5 @@ def acc_rowcol(e: Emitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     return out
 
 
-__all__ = ["MMA_TYPES", "acc_rowcol", "acc_to_a", "mma_block", "mma_block_regs", "store_acc"]
+__all__ = ["MMA_TYPES", "acc_origin", "acc_rowcol", "acc_to_a", "mma_block", "mma_block_regs",
+           "store_acc"]

@@ -32,6 +32,7 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
+from tessera.lower.copy80 import Lanes
 from tessera.lower.emit import Emitter
 from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox
 
@@ -135,15 +136,6 @@ def advance_descriptor(e: Emitter, desc: Value, nbytes: int) -> Value:
 
 
 # ----------------------------------------------------------------------------- wgmma
-def _tid_parts(e: Emitter) -> tuple[Value, Value, Value]:
-    """``(w, g, q)`` of this thread: warp, lane // 4, lane % 4 (all ``u32``)."""
-    tid = e.sreg("tid.x")
-    lane = e.bin("and", tid, e.const(31, "u32"), "u32")
-    return (e.bin("shr", tid, e.const(5, "u32"), "u32"),
-            e.bin("shr", lane, e.const(2, "u32"), "u32"),
-            e.bin("and", lane, e.const(3, "u32"), "u32"))
-
-
 def _check_acc(acc: Sequence[Value], bm: int, bn: int) -> None:
     if bm % 64 or bn % 8 or not 8 <= bn <= 256:
         raise ShapeError(f"a {bm}x{bn} accumulator is not m64nN blocks",
@@ -210,8 +202,9 @@ def stage_regs_to_shared(e: Emitter, values: Sequence[Value], bm: int, bn: int,
         raise ShapeError(f"staging a {bm}x{bn} tile needs a {bm}x{bn} bf16/f16 box, got "
                          f"{dst.rows}x{dst.cols} {dst.elem}")
     g = geometry(dst)
-    w, gq, q = _tid_parts(e)
-    row = e.add(e.mul(w, e.const(16, "u32"), "u32"), gq, "u32")
+    lanes = Lanes(e)
+    gq, q = lanes.bits(2, 7), lanes.bits(0, 3)  # lane // 4 and lane % 4
+    row = e.add(e.mul(lanes.warp, e.const(16, "u32"), "u32"), gq, "u32")
     # row & 7 == g: the 128-byte-row index bits the swizzle XORs into the chunk index
     shift = {128: 0, 64: 1, 32: 2}[g.span]
     mask = (g.span // 16) - 1

@@ -24,7 +24,6 @@ from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
 from tessera.ir.core import Function, Value, walk
 from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierInit, MbarrierWait, TmaLoad
-from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm90 import stage_regs_to_shared, wgmma_block
@@ -73,9 +72,8 @@ def tma_setup(low: Lowerer) -> None:
     and, per thread, its two counters (groups committed, groups waited for) in shared
     memory, which only that thread reads and writes."""
     e = low.e
-    bars = e.one(SharedAlloc("tma_bars", 8 * RING, 8))
-    ctrs = e.one(SharedAlloc("tma_counters", 8 * 128, 8))
-    low.shared += [("tma_bars", 8 * RING, 8), ("tma_counters", 8 * 128, 8)]
+    bars = low.shared_buffer("tma_bars", 8 * RING, 8, entry=True)
+    ctrs = low.shared_buffer("tma_counters", 8 * 128, 8, entry=True)
     mine = e.add(ctrs, e.bin("shl", e.sreg("tid.x"), e.const(3, "u32"), "u32"), "u32")
     zero = e.const(0, "u32")
     e.st("shared", mine, zero, "u32")
@@ -166,8 +164,9 @@ def tma_wait(low: Lowerer, e: Emitter, n: int) -> None:
         b.op(MbarrierWait(), [_ring_barrier(b, bars, k), parity])
         return [b.add(k, b.const(1, "u32"), "u32")]
     (final,) = e.while_([done], pending, step)
+    # a generic-proxy store: the fence.proxy.async of the wait (rules_block.wait_all)
+    # orders it before the next wgmma
     e.st("shared", mine, final, "u32", offset=4)
-    e.op(Fence("proxy_async"))  # the counters are generic-proxy stores
 
 def wgmma_smem(low: Lowerer, a: SharedBox, b: SharedBox, a_trans: bool, b_trans: bool,
                regs: list[Value]) -> list[Value]:
@@ -184,10 +183,7 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     e = low.em
     rows, cols = a.layout.rows, a.layout.cols
     span = swizzle_span((rows, cols), dtype("bf16"))
-    sym = f"stage{len(low.shared)}"
-    size = rows * cols * 2
-    low.shared.append((sym, size, 1024))
-    base = low.e.one(SharedAlloc(sym, size, 1024))
+    base = low.shared_buffer("stage", rows * cols * 2, 1024, entry=True)
     box = SharedBox(base, rows, cols, b.elem, span, 1024)
     e.bar()  # the previous product has finished reading the scratch in every warp
     stage_regs_to_shared(e, a.regs, rows, cols, box)

@@ -24,7 +24,7 @@ from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
 from tessera.lower.layout import Acc
 from tessera.lower.rules_memory import address
-from tessera.lower.tiles import THREADS, GlobalBox, SharedBox
+from tessera.lower.tiles import ELEM_BYTES, THREADS, GlobalBox, SharedBox
 from tessera.lower.values import NARROW, Dist, Lowered, Mem, elem_bytes, reg_type, storage_name
 
 
@@ -136,7 +136,7 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         tma_copy(low, dst, src, box)
         return []
     g = global_box(e, src)
-    esize = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}[g.elem]
+    esize = ELEM_BYTES[g.elem]
     aligned = (g.stride * esize) % 16 == 0 and (g.cols * esize) % 16 == 0
     # the Tile IR groups copies with cp_commit_group (or a wait / barrier), not per copy
     copy_async(e, box, g, aligned16=aligned, commit=False)
@@ -194,13 +194,12 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         raise UnsupportedError("the B operand of mma must be read from shared memory",
                                hint="copy it into shared memory with ts.tile.cp_async",
                                loc=instr.loc)
+    _check_types(instr)
     bbox = shared_box(b)
-    _check_types(instr, bbox.elem)
     if isinstance(a, Dist):  # a register tile: P of P @ V
         return [Dist(layout, _mma_regs(low, instr, a, bbox, b.transposed, regs), "f32")]
     assert isinstance(a, Mem)
     abox = shared_box(a)
-    _check_types(instr, abox.elem)
     if low.target == "sm_90a":
         from tessera.lower.mma90 import wgmma_smem
 
@@ -213,13 +212,13 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [Dist(layout, out, "f32")]
 
 
-def _check_types(instr: Instr, elem: str) -> None:
+def _check_types(instr: Instr) -> None:
+    """Both operands of one tensor-core format (the instructions take no mixed pairs)."""
     a, b = (t.element for t in (instr.operands[0].type, instr.operands[1].type))  # type: ignore
     if _fmt(a) != _fmt(b) or _fmt(a) not in ("bf16", "f16", "e4m3", "e5m2"):
         raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered",
                                hint="cast both operands to bf16 (or f16, fp8) first",
                                loc=instr.loc)
-    del elem
 
 
 def _mma_regs(low: Lowerer, instr: Instr, a: Dist, b: SharedBox, b_trans: bool,

@@ -15,7 +15,7 @@ from math import prod
 from tessera.errors import UnsupportedError
 from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Value
-from tessera.ir.target_ops import Reduce, SharedAlloc
+from tessera.ir.target_ops import Reduce
 from tessera.ir.tile import MemRefType
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
@@ -126,10 +126,9 @@ def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
         # laid out as TMA writes and wgmma reads it: swizzled panels, atom-aligned
         swizzle = swizzle_span(tuple(op.shape), op.element)
         align, meta = max(align, 8 * swizzle), {"wgmma": True}
-    sym = f"smem{len(low.shared)}"
-    low.shared.append((sym, size, align))
-    base = low.em.one(SharedAlloc(sym, size, align))
+    base = low.shared_buffer("smem", size, align)
     strides = tuple(prod(op.shape[i + 1:]) for i in range(len(op.shape)))
+    sym = base.owner.op.sym  # type: ignore[union-attr]
     return [Mem("shared", base, None, tuple(op.shape), strides, op.element, buffer=sym,
                 swizzle=swizzle, meta=meta)]
 
@@ -213,7 +212,9 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                                    loc=instr.loc)
         from tessera.lower.layout import possibly_wide
 
-        if instr.operands[1] in low.extra.setdefault("wide", possibly_wide(low.fn)):
+        if "wide" not in low.extra:  # once per kernel, on the first tensor update
+            low.extra["wide"] = possibly_wide(low.fn)
+        if instr.operands[1] in low.extra["wide"]:
             raise UnsupportedError(
                 "'+=' of an mma accumulator: Tessera adds it to memory in float64 and rounds "
                 "once, which a GPU's f32 atomic add cannot reproduce",
@@ -255,7 +256,7 @@ def store_result(low: Lowerer, value: Lowered) -> None:
                       "pred")
         first = e.bin("and", first, e.setp("eq", e.sreg("ctaid.y"), e.const(0, "u32"),
                                            "u32"), "pred")
-        e.if_(first, lambda inner: inner.st("global", out, value.reg, value.type) and None)
+        e.if_(first, lambda inner: inner.st("global", out, value.reg, value.type))
         return
     assert isinstance(value, Dist)
     from tessera.lower.rules_block import store_result_tile

@@ -9,7 +9,7 @@ format); indices are 32-bit with Python's floor division and modulo.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tessera.errors import UnsupportedError
 from tessera.ir import tile_compute as C
@@ -58,22 +58,18 @@ def round_to(e: Emitter, x: Value, element: object) -> Value:
 
 
 def elementwise(low: Lowerer, instr: Instr, args: list[Lowered],
-                fn: Callable[[Emitter, list[Value]], Value], type: str) -> list[Lowered]:
-    """Apply ``fn`` to the operands' registers pairwise."""
+                fn: Callable[[Emitter, list[Value]], Value], type: str,
+                order: Sequence[int] | None = None) -> list[Lowered]:
+    """Apply ``fn`` to the operands' registers pairwise, the operands taken in ``order``
+    (their indices; all of them in turn by default)."""
     from tessera.lower.rules_tensor import materialize
 
     e = low.em
-    args = [materialize(low, a, low.layouts.get(v)) for a, v in zip(args, _operands(instr, args))]
+    picks = range(len(args)) if order is None else order
+    args = [materialize(low, args[k], low.layouts.get(instr.operands[k])) for k in picks]
     cols = [regs_of(a) for a in args]
     out = [fn(e, list(regs)) for regs in zip(*cols)]
     return [like(args[0], out, type)]
-
-
-def _operands(instr: Instr, args: list[Lowered]) -> list[Value]:
-    ops = list(instr.operands)
-    if isinstance(instr.op, C.Where):  # the rule passes (a, b, cond)
-        ops = [ops[1], ops[2], ops[0]]
-    return ops
 
 
 @rule(Constant)
@@ -194,8 +190,9 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 @rule(C.Where)
 def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = args[1].type  # type: ignore[union-attr]
-    return elementwise(low, instr, [args[1], args[2], args[0]],
-                       lambda e, r: e.selp(r[0], r[1], r[2], t), t)
+    # selp takes (a, b, cond): the operands in the order 1, 2, 0
+    return elementwise(low, instr, args, lambda e, r: e.selp(r[0], r[1], r[2], t), t,
+                       order=(1, 2, 0))
 
 
 @rule(C.Cast)

@@ -13,10 +13,11 @@ as ``np.max``) in the same shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tessera.errors import UnsupportedError
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Instr, Value
-from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
@@ -93,29 +94,37 @@ def widen(e: Emitter, raw: Value, mt: str, element: object) -> Value:
     raise UnsupportedError(f"loading {mt} tiles into registers is not lowered yet", loc=e.loc)
 
 
-def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
-    """Store a blocked tensor; chunks past the end are skipped."""
-    layout = value.layout
-    assert isinstance(layout, Blocked)
+def for_each_element(low: Lowerer, layout: Blocked, mem: Mem,
+                     fn: Callable[[Emitter, Value, int], None]) -> None:
+    """Call ``fn(emitter, address, register)`` for every element this thread holds of a
+    blocked tensor written to ``mem``; chunks past the end are skipped (a guard)."""
     e = low.em
-    mt = mem_type(mem.element)
 
-    def body(inner: Emitter, j: int) -> None:
-        from tessera.lower.rules_memory import to_mem
-
+    def chunk(inner: Emitter, j: int) -> None:
         k0 = chunk_index(inner, layout, j)
         for c in range(layout.vec):
             off = _element(inner, mem, layout, k0, c)
-            reg = to_mem(inner, value.regs[j * layout.vec + c], value.type, mt, mem.element)
-            inner.st(mem.space, address(inner, mem, off), reg, mt)
+            fn(inner, address(inner, mem, off), j * layout.vec + c)
 
     for j in range(layout.per_thread):
         if (j + 1) * 128 <= layout.chunks:
-            body(e, j)
+            chunk(e, j)
         else:
             ok = e.setp("lt", chunk_index(e, layout, j),
                         e.const(layout.chunks * layout.vec, "s32"), "s32")
-            e.if_(ok, lambda inner, j=j: body(inner, j))
+            e.if_(ok, lambda inner, j=j: chunk(inner, j))
+
+
+def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
+    """Store a blocked tensor; chunks past the end are skipped."""
+    from tessera.lower.rules_memory import to_mem
+
+    assert isinstance(value.layout, Blocked)
+    mt = mem_type(mem.element)
+
+    def store(e: Emitter, addr: Value, r: int) -> None:
+        e.st(mem.space, addr, to_mem(e, value.regs[r], value.type, mt, mem.element), mt)
+    for_each_element(low, value.layout, mem, store)
 
 
 def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
@@ -138,22 +147,11 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
             off = e.add(e.mul(row, e.const(stride, "s32"), "s32"), col, "s32")
             e.op(red, [address(e, mem, off), reg])
         return
-    layout = value.layout
-    assert isinstance(layout, Blocked)
+    assert isinstance(value.layout, Blocked)
 
-    def body(inner: Emitter, j: int) -> None:
-        k0 = chunk_index(inner, layout, j)
-        for c in range(layout.vec):
-            off = _element(inner, mem, layout, k0, c)
-            inner.op(red, [address(inner, mem, off), value.regs[j * layout.vec + c]])
-
-    for j in range(layout.per_thread):
-        if (j + 1) * 128 <= layout.chunks:
-            body(e, j)
-        else:
-            ok = e.setp("lt", chunk_index(e, layout, j),
-                        e.const(layout.chunks * layout.vec, "s32"), "s32")
-            e.if_(ok, lambda inner, j=j: body(inner, j))
+    def add(inner: Emitter, addr: Value, r: int) -> None:
+        inner.op(red, [addr, value.regs[r]])
+    for_each_element(low, value.layout, mem, add)
 
 
 @rule(C.Broadcast)
@@ -244,17 +242,13 @@ def reduce_blocked(low: Lowerer, kind: str, x: Dist) -> list[Value]:
         return [_finish(e, kind, v) for v in chunk]
     segs = per_row // 32
     size = 8 if kind == "sum" else 4
-    sym = f"red{len(low.shared)}"
-    low.shared.append((sym, rows * segs * size, 8))
-    base = e.one(SharedAlloc(sym, rows * segs * size, 8))
+    base = low.shared_buffer("red", rows * segs * size, 8)
     t = "f64" if kind == "sum" else "f32"
     lane0 = e.setp("eq", e.bin("and", e.sreg("tid.x"), e.const(31, "u32"), "u32"),
                    e.const(0, "u32"), "u32")
-    slots = []
     for j, v in enumerate(chunk):
         seg = e.bin("div", chunk_index(e, layout, j), e.const(32 * layout.vec, "s32"), "s32")
         slot = e.add(base, e.cvt(e.mul(seg, e.const(size, "s32"), "s32"), "u32", "s32"), "u32")
-        slots.append(slot)
         ok = lane0 if (j + 1) * 128 <= layout.chunks else e.bin("and", lane0, e.setp(
             "lt", seg, e.const(rows * segs, "s32"), "s32"), "pred")
         e.if_(ok, lambda inner, slot=slot, v=v: inner.st("shared", slot, v, t))
@@ -268,7 +262,6 @@ def reduce_blocked(low: Lowerer, kind: str, x: Dist) -> list[Value]:
         out.append(_finish(e, kind, _tree(e, kind, [e.ld("shared", first, t, offset=s * size)
                                                    for s in range(segs)])))
     e.bar()  # the scratch may be rewritten by the next reduction
-    del slots
     return out
 
 
@@ -314,20 +307,16 @@ def _causal(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         raise UnsupportedError("causal_mask of a non-mma tile is not lowered", loc=instr.loc)
     e = low.em
     rows, cols = acc_coords(s.layout.rows, s.layout.cols)
-    # keep (q0 + row >= k0 + col)  <=>  (q0 - k0) + tid-dependent terms >= col - row
-    d = e.bin("sub", q0.reg, k0.reg, "s32")
-    w = e.cvt(e.bin("shr", e.sreg("tid.x"), e.const(5, "u32"), "u32"), "s32", "u32")
-    lane = e.cvt(e.bin("and", e.sreg("tid.x"), e.const(31, "u32"), "u32"), "s32", "u32")
-    g = e.bin("shr", lane, e.const(2, "u32"), "s32")
-    q = e.bin("and", lane, e.const(3, "s32"), "s32")
-    # row = 16 w + g + R(r), col = 2 q + K(r) with R, K static per register
-    base = e.add(d, e.bin("sub", e.add(e.mul(w, e.const(16, "s32"), "s32"), g, "s32"),
-                          e.mul(q, e.const(2, "s32"), "s32"), "s32"), "s32")
+    from tessera.lower.gemm80 import acc_origin
+
+    # register r holds (row0 + R(r), col0 + K(r)), R and K static (thread 0's coordinates),
+    # so keep (q0 + row >= k0 + col)  <=>  (q0 - k0) + row0 - col0 >= K(r) - R(r)
+    row0, col0 = acc_origin(e)
+    base = e.add(e.bin("sub", q0.reg, k0.reg, "s32"), e.bin("sub", row0, col0, "s32"), "s32")
     ninf = e.const(float("-inf"), "f32")
     regs = []
     for r, x in enumerate(s.regs):
-        static = int(rows[0, r] - 0) - int(cols[0, r])  # thread 0's row - col for r
-        keep = e.setp("ge", base, e.const(-static, "s32"), "s32")
+        keep = e.setp("ge", base, e.const(int(cols[0, r]) - int(rows[0, r]), "s32"), "s32")
         regs.append(e.selp(x, ninf, keep, "f32"))
     return [Dist(s.layout, regs, "f32")]
 

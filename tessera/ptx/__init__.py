@@ -25,9 +25,9 @@ from tessera.ptx.launch import (
     CudaModule,
     GpuUnavailable,
     cuda_available,
-    encode_tensor_map,
 )
 from tessera.ptx.params import PackedParams, ParamSpec, pack_params, param_specs
+from tessera.ptx.tensormap import encode_tensor_map
 
 __all__ = [
     "Assembled",

@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, InterpretError, user_api
-from tessera.ptx.compile import CompiledKernel, compile_kernel, run_compiled, target_arguments
+from tessera.ptx.compile import (
+    CompiledKernel,
+    compile_kernel,
+    launch_result,
+    run_compiled,
+    target_arguments,
+)
 
 BACKENDS = ("interp", "target", "cuda")
 
@@ -40,7 +46,8 @@ def device_target() -> str:
 
 def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
               launch_kw: dict[str, Any]) -> Any:
-    from tessera.ptx.launch import CudaModule, encode_tensor_map
+    from tessera.ptx.launch import CudaModule, DeviceArrays
+    from tessera.ptx.tensormap import encode
 
     prep, _ = kernel.specialise(tuple(args), dict(launch_kw))
     targs, out = target_arguments(compiled, prep.runtime)
@@ -48,77 +55,17 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
     with CudaModule(cubin) as module:
         fn = module.function(compiled.name, compiled.signature)
         staged = [a for a in targs if isinstance(a, np.ndarray)]
-        with _DeviceArrays(module, staged) as dev:
+        with DeviceArrays(module.driver, staged) as dev:
             values = []
             for a in targs:
                 if isinstance(a, np.ndarray):
                     values.append(dev.pointer(a))
                 elif hasattr(a, "box"):  # a TensorMapArg: encode over the device copy
-                    values.append(encode_tensor_map(**tensor_map_arguments(
-                        a, dev.pointer(a.array))))
+                    values.append(encode(a.tensor_map(dev.pointer(a.array))))
                 else:
                     values.append(a)
             module.launch(fn, compiled.grid, compiled.block, 0, values)
-    for original, converted in prep.writeback:
-        original[...] = converted.astype(original.dtype)
-    if out is not None:
-        return out if "result_shape" in compiled.tile.attrs else out[0]
-    ret = compiled.tile.body.terminator
-    return prep.params.get(ret.operands[0].hint) if ret is not None and ret.operands else None
-
-
-def tensor_map_arguments(arg: Any, address: int) -> dict[str, Any]:
-    """The ``cuTensorMapEncodeTiled`` arguments of a tensor-map parameter whose 2-D
-    array lives at device ``address``: dims and box innermost first, the row stride in
-    bytes, the driver's swizzle code (0 none, 1 32B, 2 64B, 3 128B)."""
-    rows, cols = arg.array.shape
-    return {"dtype": arg.elem, "global_address": address, "global_dims": (cols, rows),
-            "global_strides": (cols * arg.array.itemsize,),
-            "box_dims": (arg.box[1], arg.box[0]),
-            "swizzle": {0: 0, 32: 1, 64: 2, 128: 3}[arg.swizzle]}
-
-
-class _DeviceArrays:
-    """Device copies of host arrays for one launch (copied back when writeable)."""
-
-    def __init__(self, module: Any, arrays: list[np.ndarray]) -> None:
-        self.driver = module._driver
-        self.arrays = arrays
-        self.pointers: dict[int, int] = {}
-
-    def __enter__(self) -> _DeviceArrays:
-        from tessera.ptx.launch import _call
-
-        for a in self.arrays:
-            base = a.base if a.base is not None and isinstance(a.base, np.ndarray) else a
-            if id(base) in self.pointers:
-                self.pointers[id(a)] = self.pointers[id(base)]
-                continue
-            p = int(_call(self.driver, "cuMemAlloc", self.driver.cuMemAlloc(max(a.nbytes, 1))))
-            _call(self.driver, "cuMemcpyHtoD", self.driver.cuMemcpyHtoD(p, a.ctypes.data,
-                                                                         a.nbytes))
-            self.pointers[id(a)] = self.pointers[id(base)] = p
-        return self
-
-    def pointer(self, a: np.ndarray) -> int:
-        """The device address of ``a``, or of the staged array it is a view of."""
-        view = a
-        while id(a) not in self.pointers and isinstance(a.base, np.ndarray):
-            a = a.base
-        return self.pointers[id(a)] + (view.ctypes.data - a.ctypes.data)
-
-    def __exit__(self, *exc: object) -> None:
-        from tessera.ptx.launch import _call
-
-        done = set()
-        for a in self.arrays:
-            p = self.pointers[id(a)]
-            if a.flags.writeable and p not in done:
-                _call(self.driver, "cuMemcpyDtoH", self.driver.cuMemcpyDtoH(a.ctypes.data, p,
-                                                                             a.nbytes))
-            done.add(p)
-        for p in set(self.pointers.values()):
-            self.driver.cuMemFree(p)
+    return launch_result(compiled, prep, out)
 
 
 @user_api
@@ -256,4 +203,4 @@ class _Aot:
 aot = _Aot()
 
 __all__ = ["BACKENDS", "aot", "check_against_reference", "device_target", "launch",
-           "longest_reduction", "tensor_map_arguments", "tolerance"]
+           "longest_reduction", "tolerance"]

@@ -96,7 +96,7 @@ def compile_kernel(kernel: Any, *args: Any, target: str = "sm_90a",
         raise ArgumentError(f"{kernel!r} is not a @ts.kernel",
                             hint="decorate the function with @ts.kernel")
     t0 = time.perf_counter()
-    prep, module = kernel.specialise(tuple(args), dict(launch))
+    _, module = kernel.specialise(tuple(args), dict(launch))
     tile = module.functions[kernel.name]
     t1 = time.perf_counter()
     lowered, ptx, line_map, seconds = lower_and_render(tile, target)
@@ -106,7 +106,6 @@ def compile_kernel(kernel: Any, *args: Any, target: str = "sm_90a",
             "batch": tile.attrs.get("batch", 0),
             "config": {k: v for k, v in tile.attrs.get("config", ())},
             "params": [str(a.type) for a in tile.args]}
-    del prep
     return CompiledKernel(kernel.name, target, tile, lowered, ptx, line_map, spec,
                           {"trace": t1 - t0, **seconds})
 
@@ -156,15 +155,22 @@ def run_compiled(compiled: CompiledKernel, kernel: Any, *args: Any, **launch: An
     prep, _ = kernel.specialise(tuple(args), dict(launch))
     targs, out = target_arguments(compiled, prep.runtime)
     run_target(compiled.kernel, targs)
+    return launch_result(compiled, prep, out)
+
+
+def launch_result(compiled: CompiledKernel, prep: Any, out: Any) -> Any:
+    """After a launch on ``target_arguments``: converted arrays written back to the
+    caller's, and what a launch of the kernel returns (a tile, tile 0's scalar, or the
+    caller's array of a returned parameter)."""
     for original, converted in prep.writeback:
         original[...] = converted.astype(original.dtype)
     if out is not None:
         return out if "result_shape" in compiled.tile.attrs else out[0]
     ret = compiled.tile.body.terminator
-    if ret is not None and ret.operands:  # a returned parameter: the caller's array
+    if ret is not None and ret.operands:
         return prep.params.get(ret.operands[0].hint)
     return None
 
 
-__all__ = ["CompiledKernel", "compile_kernel", "lower_and_render", "run_compiled",
-           "target_arguments"]
+__all__ = ["CompiledKernel", "compile_kernel", "launch_result", "lower_and_render",
+           "run_compiled", "target_arguments"]

@@ -196,6 +196,59 @@ class CudaFunction:
     specs: tuple[ParamSpec, ...]
 
 
+class DeviceArrays:
+    """Device copies of host arrays for the duration of a launch: copied in on entry;
+    on a normal exit copied back into the writeable originals; always freed. A view of
+    a staged array (a reshape) resolves to its address inside the copy."""
+
+    def __init__(self, driver: Any, arrays: Sequence[np.ndarray]) -> None:
+        self._driver = driver
+        self._arrays = list(arrays)
+        self._staged: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+
+    def __enter__(self) -> DeviceArrays:
+        driver = self._driver
+        try:
+            for a in self._arrays:
+                if id(a) in self._staged:
+                    continue
+                staged = np.ascontiguousarray(a)
+                pointer = int(_call(driver, "cuMemAlloc",
+                                    driver.cuMemAlloc(max(staged.nbytes, 1))))
+                self._staged[id(a)] = (pointer, staged, a)
+                _call(driver, "cuMemcpyHtoD",
+                      driver.cuMemcpyHtoD(pointer, staged.ctypes.data, staged.nbytes))
+        except BaseException:
+            self._free()
+            raise
+        return self
+
+    def pointer(self, a: np.ndarray) -> int:
+        """The device address of ``a``, or of the staged array it is a view of."""
+        view = a
+        while id(a) not in self._staged and isinstance(a.base, np.ndarray):
+            a = a.base
+        pointer, _, original = self._staged[id(a)]
+        return pointer + (view.ctypes.data - original.ctypes.data)
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        try:
+            if kind is None:
+                for pointer, staged, original in self._staged.values():
+                    if original.flags.writeable:
+                        _call(self._driver, "cuMemcpyDtoH", self._driver.cuMemcpyDtoH(
+                            staged.ctypes.data, pointer, staged.nbytes))
+                        if staged is not original:
+                            original[...] = staged
+        finally:
+            self._free()
+
+    def _free(self) -> None:
+        for pointer, _, _ in self._staged.values():
+            self._driver.cuMemFree(pointer)
+        self._staged = {}
+
+
 class CudaModule:
     """A PTX text or cubin image loaded into device 0's primary context."""
 
@@ -212,6 +265,11 @@ class CudaModule:
                               driver.cuDevicePrimaryCtxRetain(self._device))
         _call(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(self._context))
         self._module = _call(driver, "cuModuleLoadData", driver.cuModuleLoadData(data))
+
+    @property
+    def driver(self) -> Any:
+        """The ``cuda.bindings.driver`` module this module was loaded with."""
+        return self._driver
 
     def function(self, name: str, signature: Sequence[Any] | None = None) -> CudaFunction:
         """Look up kernel ``name``; ``signature`` is read from the PTX when not given."""
@@ -231,20 +289,10 @@ class CudaModule:
         fn = self.function(function) if isinstance(function, str) else function
         grid3, block3 = _dims("grid", grid), _dims("block", block)
         prepared = prepare_args(fn.specs, args)
-        device_buffers: list[tuple[int, np.ndarray, np.ndarray]] = []
-        try:
-            values = []
-            for item in prepared:
-                if item.host_array is None:
-                    values.append(item.value)
-                    continue
-                staged = np.ascontiguousarray(item.host_array)
-                pointer = int(_call(driver, "cuMemAlloc", driver.cuMemAlloc(max(staged.nbytes,
-                                                                                   1))))
-                device_buffers.append((pointer, staged, item.host_array))
-                _call(driver, "cuMemcpyHtoD",
-                      driver.cuMemcpyHtoD(pointer, staged.ctypes.data, staged.nbytes))
-                values.append(pointer)
+        hosts = [item.host_array for item in prepared if item.host_array is not None]
+        with DeviceArrays(driver, hosts) as dev:
+            values = [item.value if item.host_array is None else dev.pointer(item.host_array)
+                      for item in prepared]
             native = NativeParams(pack_params(fn.specs, values))
             if shared_bytes > _DEFAULT_SHARED_LIMIT:
                 _call(driver, "cuFuncSetAttribute", driver.cuFuncSetAttribute(
@@ -254,15 +302,6 @@ class CudaModule:
             _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
                 fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
             _call(driver, "cuCtxSynchronize", driver.cuCtxSynchronize())
-            for pointer, staged, original in device_buffers:
-                if original.flags.writeable:
-                    _call(driver, "cuMemcpyDtoH",
-                          driver.cuMemcpyDtoH(staged.ctypes.data, pointer, staged.nbytes))
-                    if staged is not original:
-                        original[...] = staged
-        finally:
-            for pointer, _, _ in device_buffers:
-                driver.cuMemFree(pointer)
 
     def close(self) -> None:
         """Unload the module and release the primary context."""
@@ -276,65 +315,3 @@ class CudaModule:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_TMAP_DTYPES = {
-    "u8": "UINT8", "u16": "UINT16", "u32": "UINT32", "s32": "INT32", "u64": "UINT64",
-    "s64": "INT64", "f16": "FLOAT16", "f32": "FLOAT32", "f64": "FLOAT64", "bf16": "BFLOAT16",
-    "e4m3": "UINT8", "e5m2": "UINT8",  # TMA moves fp8 as bytes (cuda.h has no fp8 type)
-}  # fmt: skip
-
-
-def encode_tensor_map(dtype: str, global_address: int, global_dims: Sequence[int],
-                      global_strides: Sequence[int], box_dims: Sequence[int],
-                      element_strides: Sequence[int] | None = None, *, swizzle: int = 0,
-                      interleave: int = 0, l2_promotion: int = 0, oob_fill: int = 0) -> bytes:
-    """Encode a TMA descriptor with ``cuTensorMapEncodeTiled``; returns its 128 bytes.
-
-    Dimensions run innermost first; ``global_strides`` are the rank-1 outer byte strides;
-    ``swizzle`` uses the driver's enum (0 none, 1 32B, 2 64B, 3 128B).
-    """
-    if dtype not in _TMAP_DTYPES:
-        raise ArgumentError(f"no tensor-map data type for {dtype!r}",
-                            hint="use one of " + ", ".join(_TMAP_DTYPES))
-    strides = tuple(element_strides) if element_strides is not None else (1,) * len(box_dims)
-    validate_tensor_map(dtype=dtype, global_address=global_address,
-                        global_dims=tuple(global_dims), global_strides=tuple(global_strides),
-                        box_dims=tuple(box_dims), element_strides=strides, swizzle=swizzle,
-                        interleave=interleave, l2_promotion=l2_promotion, oob_fill=oob_fill)
-    driver = _ready_driver()
-    u32, u64 = driver.cuuint32_t, driver.cuuint64_t  # the bindings take no plain ints in lists
-    tmap = _call(driver, "cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
-        getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMAP_DTYPES[dtype]}"),
-        len(global_dims), global_address, [u64(d) for d in global_dims],
-        [u64(s) for s in global_strides], [u32(b) for b in box_dims], [u32(e) for e in strides],
-        driver.CUtensorMapInterleave(interleave),
-        driver.CUtensorMapSwizzle(swizzle), driver.CUtensorMapL2promotion(l2_promotion),
-        driver.CUtensorMapFloatOOBfill(oob_fill)))
-    return ctypes.string_at(int(tmap.getPtr()), 128)
-
-
-def validate_tensor_map(dtype: str, global_address: int, global_dims: tuple[int, ...],
-                        global_strides: tuple[int, ...], box_dims: tuple[int, ...],
-                        element_strides: tuple[int, ...], swizzle: int, interleave: int,
-                        l2_promotion: int, oob_fill: int) -> None:
-    """The single call site of the tensor-map rules, which live in ``tessera.arch.tma``.
-
-    The rules (alignment, stride, box and swizzle limits of ``cuTensorMapEncodeTiled``) are
-    not repeated here.  Enum arguments use the driver's codes.
-    """
-    from tessera.arch import tma  # imported here: only tensor-map users need it
-    from tessera.arch.swizzle import from_tma_swizzle
-
-    try:
-        tmap = tma.TensorMap(
-            dtype=tma.TensorMapDataType[_TMAP_DTYPES[dtype]], global_address=global_address,
-            global_dims=global_dims, global_strides=global_strides, box_dims=box_dims,
-            element_strides=element_strides, interleave=tma.Interleave(interleave),
-            swizzle=from_tma_swizzle(swizzle), l2_promotion=tma.L2Promotion(l2_promotion),
-            oob_fill=tma.OobFill(oob_fill))
-    except (KeyError, ValueError) as err:
-        raise ArgumentError(f"invalid tensor-map enum value: {err}",
-                            hint="use the cuda.h codes (swizzle 0 none, 1 32B, 2 64B, 3 128B)"
-                            ) from None
-    tmap.validate()

@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.errors import UNKNOWN_LOC, Loc
-from tessera.ir.core import Block, Instr, Op
+from tessera.ir.core import Block, Instr, Op, rule_decorator
 from tessera.ir.target import RegType, Return
 from tessera.ptx.regalloc import Registers, RenderError
 
@@ -27,13 +27,7 @@ Rule = Callable[["Emitter", Instr], None]
 RULES: dict[type[Op], Rule] = {}
 
 
-def rule(*ops: type[Op]) -> Callable[[Rule], Rule]:
-    """Decorator: register a format function for these op classes."""
-    def register(fn: Rule) -> Rule:
-        for op in ops:
-            RULES[op] = fn
-        return fn
-    return register
+rule = rule_decorator(RULES, "format rule")
 
 
 class Emitter:

@@ -305,17 +305,6 @@ def test_planted_missing_fence_is_rejected() -> None:
 
 
 # ----------------------------------------------------------------------- interpreter
-@pytest.fixture(autouse=True)
-def _fp8_tensor_maps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let the interpreter's tensor maps carry fp8 (1-byte) elements if it does not yet."""
-    from tessera.interp import target as interp
-    from tessera.interp import target_state
-
-    if "e4m3" not in target_state.DTYPES:
-        monkeypatch.setitem(target_state.DTYPES, "e4m3", np.dtype(np.uint8))
-        monkeypatch.setitem(interp._TMA_TYPES, "e4m3", TensorMapDataType.UINT8)
-
-
 def gemm_args(name: str, seed: int = 0) -> tuple[list[object], np.ndarray]:
     """(kernel arguments, reference C) for one of :data:`GEMMS`."""
     from tessera.interp.target import TensorMapArg

@@ -12,9 +12,9 @@ import pytest
 
 import tessera as ts
 from tessera.errors import InterpretError
-from tessera.ptx.api import longest_reduction, tensor_map_arguments, tolerance
+from tessera.ptx.api import longest_reduction, tolerance
 from tessera.ptx.compile import compile_kernel, target_arguments
-from tessera.ptx.launch import GpuUnavailable, cuda_available, validate_tensor_map
+from tessera.ptx.launch import GpuUnavailable, cuda_available
 from tests.lower.test_lowering import example
 
 BF16 = ml_dtypes.bfloat16
@@ -100,9 +100,7 @@ def test_tensor_maps_of_lowered_kernels_obey_cuda_h(name: str, make, launch) -> 
     maps = [a for a in targs if hasattr(a, "box")]
     assert maps
     for tmap in maps:
-        fields = tensor_map_arguments(tmap, 0x7F0000000100)
-        validate_tensor_map(element_strides=(1, 1), interleave=0, l2_promotion=0, oob_fill=0,
-                            **fields)
+        tmap.tensor_map(0x7F0000000100).validate()
 
 
 def test_aot_bundle_round_trip(tmp_path: Path) -> None:

@@ -26,7 +26,6 @@ from tessera.ptx.launch import (
     GpuUnavailable,
     convert_arg,
     cuda_available,
-    encode_tensor_map,
     prepare_args,
 )
 from tessera.ptx.params import (
@@ -37,6 +36,7 @@ from tessera.ptx.params import (
     param_spec,
     param_specs,
 )
+from tessera.ptx.tensormap import encode_tensor_map
 from tests.ptx.test_assemble import ADD_ONE
 
 HAVE_GPU, WHY_NOT = cuda_available()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.ir import graph as g
-from tessera.ir.core import OPS, Op, Type
+from tessera.ir.core import OPS, Type, rule_decorator
 from tessera.ir.transforms.shard_check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 from tessera.mesh_sim.errors import MeshError
@@ -51,13 +51,7 @@ class Plan:
 Rule = Callable[[Any, Sequence[TensorType], Sequence[TensorType], Mesh], Plan]
 
 
-def rule(*classes: type[Op]) -> Callable[[Rule], Rule]:
-    """Register ``fn`` as the placement rule of each op class."""
-    def register(fn: Rule) -> Rule:
-        for cls in classes:
-            PLACEMENT_RULES[cls] = fn
-        return fn
-    return register
+rule = rule_decorator(PLACEMENT_RULES, "placement rule")
 
 
 def placement(t: Type, mesh: Mesh) -> Sharding:

@@ -1,0 +1,104 @@
+"""Structured control flow shared by the dialects: ``if``, ``for`` and ``while`` with
+values passed through region arguments and yields (like MLIR's ``scf``). A dialect
+subclasses these and says what its conditions and loop indices are."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tessera.errors import IRVerifyError
+from tessera.ir.core import Instr, Op, Type, check_count, region_types
+
+
+@dataclass(frozen=True)
+class StructuredOp(Op):
+    """Base of the structured ops: what a dialect's conditions and indices are."""
+
+    pure: ClassVar[bool] = False
+    #: the type of a loop index (and of the bounds of ``for``)
+    index_type: ClassVar[Type]
+    #: the type a condition region ends with, and its text for messages
+    condition_type: ClassVar[Type]
+    condition_text: ClassVar[str] = ""
+
+    def check_condition(self, t: Type) -> None:
+        """Raise unless ``t`` is a condition of this dialect."""
+        if t != self.condition_type:
+            raise IRVerifyError(f"{self.name} expects a condition of type "
+                                f"{self.condition_type}, got {t}")
+
+    def check_index(self, t: Type) -> None:
+        """Raise unless ``t`` is a loop bound of this dialect."""
+        if t != self.index_type:
+            raise IRVerifyError(f"{self.name} expects bounds of type {self.index_type}, "
+                                f"got {t}")
+
+
+@dataclass(frozen=True)
+class StructuredIf(StructuredOp):
+    """``if(%cond) ({then}, {else})``: both regions take no arguments and yield the
+    results."""
+
+    num_regions: ClassVar[int] = 2
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        raise IRVerifyError(f"{self.name} takes its result types from its regions")
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 1)
+        self.check_condition(operands[0])
+
+    def verify_regions(self, instr: Instr) -> None:
+        for k in (0, 1):
+            args, yields = region_types(instr, k)
+            if args or yields != [r.type for r in instr.results]:
+                raise IRVerifyError(f"{self.name} region {k} must take no arguments and "
+                                    "yield the result types")
+
+
+@dataclass(frozen=True)
+class StructuredFor(StructuredOp):
+    """``for(%lo, %hi, %step, %init...)``: the region takes the index and the carried
+    values and yields the next carried values; the results are the last ones."""
+
+    num_regions: ClassVar[int] = 1
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if len(operands) < 3:
+            raise IRVerifyError(f"{self.name} takes lo, hi, step and the initial values")
+        for t in operands[:3]:
+            self.check_index(t)
+        return tuple(operands[3:])
+
+    def verify_regions(self, instr: Instr) -> None:
+        args, yields = region_types(instr, 0)
+        carried = [v.type for v in instr.operands[3:]]
+        if args != [self.index_type, *carried] or yields != carried:
+            raise IRVerifyError(f"{self.name} region must take (index, carried...) and "
+                                "yield the carried types")
+
+
+@dataclass(frozen=True)
+class StructuredWhile(StructuredOp):
+    """``while(%init...) ({cond}, {body})``: both regions take the carried values; the
+    first ends with the dialect's condition, the second yields the next values."""
+
+    num_regions: ClassVar[int] = 2
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        return tuple(operands)
+
+    def verify_regions(self, instr: Instr) -> None:
+        carried = [v.type for v in instr.operands]
+        args, cond = region_types(instr, 0)
+        if args != carried or cond != [self.condition_type]:
+            raise IRVerifyError(f"{self.name} condition region must take the carried "
+                                f"values and end with {self.condition_text}")
+        args, yields = region_types(instr, 1)
+        if args != carried or yields != carried:
+            raise IRVerifyError(f"{self.name} body must take and yield the carried values")
+
+
+__all__ = ["StructuredFor", "StructuredIf", "StructuredOp", "StructuredWhile"]
