@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.numerics import transcendental as tr
-from tessera.numerics.transcendental import exp_f32, exp_f32_unrounded
+from tessera.numerics.transcendental import exp_f32, exp_f32_specified, exp_f32_unrounded
 
 EPS = 2.0**-50
 F32_MAX = float(np.finfo(np.float32).max)
@@ -62,10 +62,10 @@ def boundaries(f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def misrounded(x: np.ndarray) -> tuple[list[float], int]:
-    """The inputs (binary32, finite) whose :func:`exp_f32` is not the correctly rounded
-    e^x, and how many needed an exact decision."""
+    """The inputs (binary32, finite) whose :func:`exp_f32_specified` is not the correctly
+    rounded e^x, and how many needed an exact decision."""
     v = exp_f32_unrounded(x)
-    got = exp_f32(x)
+    got = exp_f32_specified(x)
     lo, hi = boundaries(got)
     with np.errstate(over="ignore"):
         safe = (v * (1 - EPS) > lo) & (v * (1 + EPS) < hi)
@@ -247,3 +247,35 @@ def test_shapes_and_layouts() -> None:
     assert exp_f32(np.zeros((0, 3), np.float32)).shape == (0, 3)
     big = np.random.default_rng(2).uniform(-5, 5, 3 * (1 << 15) + 7).astype(np.float32)
     assert np.array_equal(exp_f32(big)[-50:], exp_f32(big[-50:]))  # chunking is invisible
+
+
+# -- the fast evaluation gives the algorithm's bits ---------------------------------------
+
+def fast_and_specified_differ(x: np.ndarray) -> int:
+    got, want = exp_f32(x).view(np.uint32), exp_f32_specified(x).view(np.uint32)
+    return int(np.count_nonzero(got != want))
+
+
+def test_fast_equals_specified_on_a_sweep_of_all_bit_patterns() -> None:
+    """Every 509th binary32 bit pattern: both signs, NaNs, infinities, subnormals."""
+    codes = np.arange(0, 1 << 32, 509, dtype=np.uint64).astype(np.uint32)
+    assert fast_and_specified_differ(codes.view(np.float32)) == 0
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(-104.5, -86.0), (-1.0, -0.5), (0.5, 2.0), (88.0, 89.0)])
+def test_fast_equals_specified_on_whole_ranges(lo: float, hi: float) -> None:
+    assert fast_and_specified_differ(all_f32(lo, hi)) == 0
+
+
+def test_fast_path_defers_what_it_cannot_prove() -> None:
+    """Inputs near a rounding boundary, small results and NaNs take the algorithm, and
+    only those: with a zero margin nothing near a boundary would be deferred."""
+    x = all_f32(1.0, 1.5)
+    out = np.empty(x.size, np.float32)
+    buf, low = np.empty(x.size), np.empty(x.size, np.int64)
+    hard = tr._fast_into(x, out, buf, low)
+    assert 0 < np.count_nonzero(hard) < x.size * 2.0**-16
+    special = np.array([np.nan, -95.0, -87.4, -200.0, -np.inf], np.float32)
+    out = np.empty(5, np.float32)
+    hard = tr._fast_into(special, out, np.empty(5), np.empty(5, np.int64))
+    assert hard.tolist() == [True, True, True, False, False]
