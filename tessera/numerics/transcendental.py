@@ -51,8 +51,8 @@ any method that provably returns the correctly rounded e^x gives its bits.
 :func:`exp_f32` uses one: ``y = exp(x)`` in binary64 by the platform's ``exp`` (NumPy's
 SIMD loop or libm), rounded once to binary32. That rounding is the correct one unless
 e^x lies within the error of ``y`` of a binary32 rounding boundary. Library binary64
-``exp`` functions are accurate to a few ulps (glibc documents at most 1; NumPy's SIMD
-loops are below 4), so every ``y`` farther than 2^-44 (relative, 256 binary64 ulps)
+``exp`` functions are accurate to within a few ulps (glibc's manual lists at most 1 for
+``exp`` on x86_64), so every ``y`` farther than 2^-44 (relative, 256 binary64 ulps)
 from a boundary is rounded correctly; the inputs whose ``y`` is closer (about one in
 2^19), whose result is a binary32 subnormal, or that are NaN go through the algorithm
 itself (:func:`exp_f32_specified`). Compared over all 2^32 binary32 bit patterns,
