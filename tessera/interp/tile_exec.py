@@ -93,7 +93,7 @@ class Compiler(Slots):
 
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
-        fused = _fusions(block)
+        fused = fusions(block)
         steps = [self.fused(i, fused[i]) if i in fused else self.instr(i)
                  for i in block.instrs if not i.op.terminator and i not in fused.values()]
         term = block.terminator
@@ -169,7 +169,7 @@ class Compiler(Slots):
         return stepn
 
 
-def _fusions(block: Block) -> dict[Instr, Instr]:
+def fusions(block: Block) -> dict[Instr, Instr]:
     """``tile.add`` instructions of ``block`` whose operand is an accumulator-free
     ``tile.mma`` of the same block used nowhere else, mapped to that mma."""
     counts: dict[Value, int] = {}
@@ -211,5 +211,5 @@ def compile_kernel(fn: Function, fast: bool) -> Program:
     return Program(fn, body, len(c.slots), fast)
 
 
-__all__ = ["STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork", "rank_of",
-           "run", "step_rule"]
+__all__ = ["STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork", "fusions",
+           "rank_of", "run", "step_rule"]

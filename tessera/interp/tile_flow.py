@@ -22,12 +22,14 @@ from tessera.interp.tile_exec import (
     Frame,
     Step,
     fork,
+    fusions,
     rank_of,
     run,
     step_rule,
 )
 from tessera.interp.tile_mem import Ref
 from tessera.interp.tile_memsteps import make_view
+from tessera.interp.tile_mma import Pending, deferrable, forced
 from tessera.interp.tile_sum import strided_sum
 from tessera.ir import tile as T
 from tessera.ir.core import Instr
@@ -91,18 +93,24 @@ def _for(c: Compiler, instr: Instr) -> Step:
     outs = [c.slot(r) for r in instr.results]
     ranks = [rank_of(v) for v in instr.operands[3:]]
     loc = instr.loc
+    defer = deferrable(instr, fusions(instr.regions[0].block))
+    fast = c.fast
 
     def loop(fr: Frame, i: Any, end: Any, by: Any, carried: list[Any]) -> list[Any]:
         regs = fr.regs
         if np.ndim(i) == 0 and np.ndim(end) == 0 and np.ndim(by) == 0:
             if int(by) == 0:
                 raise InterpretError("range() step is zero", loc=loc)
-            for iv in range(int(i), int(end), int(by)):
+            # a uniform loop: accumulators that only feed mma wait for one product
+            trips = range(int(i), int(end), int(by))
+            for k, n in defer.items():
+                carried[k] = Pending(carried[k], n, fast, len(trips))
+            for iv in trips:
                 regs[body.args[0]] = np.int64(iv)
                 _set_args(regs, body.args[1:], carried)
                 run(body.steps, fr)
                 carried = [regs[y] for y in body.yields]
-            return carried
+            return [forced(v) for v in carried] if defer else carried
         # Divergent trip counts: iterate, compacting to the programs still looping
         # each time some leave; the leavers' values are kept and merged at the end.
         if np.any(np.asarray(by) == 0):

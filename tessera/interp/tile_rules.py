@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.tile_mem import poison
-from tessera.interp.tile_mma import mma
+from tessera.interp.tile_mma import Pending, mma
 from tessera.interp.tile_numeric import F64, Num, num, to_f64, to_storage
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
@@ -24,6 +24,7 @@ from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Op, rule_decorator
 from tessera.ir.types import TensorType
 from tessera.numerics.transcendental import exp_f32
+from tessera.numerics.treesum import row_sum_f64
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -226,26 +227,10 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
 
     def exact_sum(x: Any) -> Any:
         # float64 accumulation in a fixed tree, rounded once to the element
-        return n.result(tree_sum_f64(np.moveaxis(to_f64(n.narrow(x)), axis, -1)))
+        narrow = n.narrow(x)
+        rows = np.moveaxis(narrow if narrow.dtype == F64 else n.compute(narrow), axis, -1)
+        return n.result(row_sum_f64(rows))
     return exact_sum
-
-
-def tree_sum_f64(x: np.ndarray) -> np.ndarray:
-    """The checked-mode float sum over the last axis: pad it with -0.0 to a power of two
-    (-0.0 is the exact identity: x + -0.0 == x for every x, +0 and -0 included), then add
-    adjacent pairs ``x[2i] + x[2i+1]`` in float64 until one value is left. This is the
-    recursive halving tree sum(first half) + sum(second half), which a GPU reproduces
-    with a per-thread tree over a contiguous chunk and ``shfl.bfly`` xor 1, 2, 4, ...
-    across lanes (IEEE addition commutes bitwise, so every lane gets the same sum)."""
-    size = x.shape[-1]
-    if size == 0:
-        return np.zeros(x.shape[:-1], np.float64)
-    width = 1 << (size - 1).bit_length()
-    if width != size:
-        x = np.concatenate([x, np.full((*x.shape[:-1], width - size), -0.0)], axis=-1)
-    while x.shape[-1] > 1:
-        x = x[..., 0::2] + x[..., 1::2]
-    return x[..., 0]
 
 
 @rule(C.Mma)
@@ -255,7 +240,11 @@ def _mma(instr: Instr, fast: bool) -> Impl:
     acc = num(op.accum)
     na, nb = _num_in(instr, 0), _num_in(instr, 1)
     if len(instr.operands) == 3:
-        return lambda a, b, c: mma(na.narrow(a), nb.narrow(b), c, acc, fast)
+        def accumulate(a: Any, b: Any, c: Any) -> Any:
+            if type(c) is Pending:  # a deferred K loop accumulator: keep the operands
+                return c.add(na.narrow(a), nb.narrow(b))
+            return mma(na.narrow(a), nb.narrow(b), c, acc, fast)
+        return accumulate
     return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast)
 
 
@@ -286,4 +275,4 @@ def _lanes(instr: Instr, fast: bool) -> Impl:
     return lambda: value
 
 
-__all__ = ["IMPLS", "WIDE_OK", "Impl", "rule", "tree_sum_f64"]
+__all__ = ["IMPLS", "WIDE_OK", "Impl", "rule"]

@@ -9,7 +9,7 @@ in checked mode, so the Target IR interpreter (and a GPU) gets the same bits:
   final ``cvt.rn.f32.f64``; NaN is tested with ``setp.nan`` and answered with the input
   quieted (``or.b32`` of the quiet bit), since PTX ``min``/``max`` would drop it.
 * :func:`emit_tree_sum_f64` / :func:`emit_shfl_sum_f64` are the float sum of
-  :func:`tessera.interp.tile_rules.tree_sum_f64`: adjacent pairs over a thread's
+  :func:`tessera.numerics.treesum.tree_sum_f64`: adjacent pairs over a thread's
   contiguous chunk (padded with -0.0, the exact identity), then ``shfl.sync.bfly`` with
   offsets 1, 2, 4... over the lanes holding neighbouring chunks. A butterfly partner adds
   ``mine + other`` where the tree adds ``left + right``; IEEE addition commutes bitwise,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tessera.errors import IRVerifyError
-from tessera.interp.tile_rules import IMPLS, tree_sum_f64
+from tessera.interp.tile_rules import IMPLS
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Block, Builder, Function, Value, walk
 from tessera.ir.target import KERNEL, RegType, Return
@@ -22,6 +22,7 @@ from tessera.ir.types import TensorType
 from tessera.lower import mathlib
 from tessera.lower.emit import Emitter
 from tessera.numerics.transcendental import exp_f32
+from tessera.numerics.treesum import tree_sum_f64
 
 target = pytest.importorskip("tessera.interp.target",
                              reason="the Target IR interpreter is not in this tree")

@@ -1,0 +1,62 @@
+"""The checked-mode row sum: its exact shortcut gives the float64 tree's bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from tessera.numerics import treesum
+from tessera.numerics.treesum import row_sum_f64, tree_sum_f64
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(np.asarray(a, np.float64).view(np.int64),
+                          np.asarray(b, np.float64).view(np.int64))
+
+
+def test_tree_is_adjacent_pairs() -> None:
+    x = np.array([1.0, 2.0**53, 1.0, -(2.0**53), 3.0], np.float32)
+    # (1 + 2^53) rounds to 2^53 in float64, then 2^53 + (1 - 2^53) = 1, then + 3 + -0.0s
+    assert tree_sum_f64(x).tolist() == (((1.0 + 2.0**53) + (1.0 - 2.0**53)) + 3.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(1, 300)),
+                  elements=st.floats(width=32, allow_nan=True, allow_infinity=True)))
+def test_equals_the_tree_on_any_rows(x: np.ndarray) -> None:
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert same_bits(row_sum_f64(x), tree_sum_f64(x))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 2048), st.integers(0, 40))
+def test_equals_the_tree_at_the_exactness_threshold(seed: int, n: int, spread: int) -> None:
+    """Rows whose exponent range is around the limit the shortcut may take, where a
+    wrongly derived limit would show as a different rounding."""
+    rng = np.random.default_rng(seed)
+    mant = rng.integers(1 << 23, 1 << 24, n).astype(np.float64)
+    exps = rng.integers(-spread, 1, n)
+    signs = rng.choice([-1.0, 1.0], n)
+    x = (signs * np.ldexp(mant, exps - 23)).astype(np.float32)[None, :]
+    assert same_bits(row_sum_f64(x), tree_sum_f64(x))
+
+
+def test_shortcut_is_taken_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows in a narrow range are summed by NumPy; a zero or a wide exponent range sends
+    a row to the tree; both give the tree's bits."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(1.0, 2.0, (64, 1024)).astype(np.float32)
+    x[3, 7] = 0.0
+    x[5, 9] = 2.0**-40
+    want = tree_sum_f64(x)
+    seen: list[tuple[int, ...]] = []
+
+    def tree(rows: np.ndarray) -> np.ndarray:
+        seen.append(rows.shape)
+        return tree_sum_f64(rows)
+    monkeypatch.setattr(treesum, "tree_sum_f64", tree)
+    assert same_bits(row_sum_f64(x), want)
+    assert seen == [(2, 1024)]

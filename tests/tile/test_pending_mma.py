@@ -1,0 +1,152 @@
+"""K loops whose accumulator only feeds ``mma`` defer the products to one call at the
+loop's end (:class:`tessera.interp.tile_mma.Pending`); the result is the per-trip
+accumulation's, and loops that read the accumulator otherwise are left alone."""
+
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tessera as ts
+import tessera.interp.tile_flow as flow
+from tessera.interp.tile_mma import Pending
+
+
+@ts.kernel
+def staged(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+           C: ts.Tensor["M", "N", ts.f32]):
+    sa = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    sb = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(sa, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(sb, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.cp_wait_group(0)
+        ts.tile.barrier()
+        acc = ts.tile.mma(sa, sb, acc)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def gemm_f32(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+             C: ts.Tensor["M", "N", ts.f32]):
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, k:k + BK], B[k:k + BK, tile_n:tile_n + BN], acc)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def plus_equals(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                C: ts.Tensor["M", "N", ts.f32]):
+    acc = ts.tile.full((BM, BN), 0.5, ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        acc += ts.tile.mma(A[tile_m:tile_m + BM, k:k + BK], B[k:k + BK, tile_n:tile_n + BN])
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def scaled(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+           C: ts.Tensor["M", "N", ts.f32]):
+    acc = ts.tile.full((BM, BN), 1.0, ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, k:k + BK], B[k:k + BK, tile_n:tile_n + BN],
+                          acc * 0.5)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def ragged(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+           C: ts.Tensor["M", "N", ts.f32]):
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, tile_m + BK, BK):  # the trip count differs per program
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, k:k + BK], B[k:k + BK, tile_n:tile_n + BN], acc)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+def bf16(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+
+
+def launch(kernel, a, b, tile, mode="checked", defer=True, schedule="auto"):  # type: ignore[no-untyped-def]
+    saved = flow.deferrable
+    if not defer:
+        flow.deferrable = lambda loop, fused: {}
+    try:
+        c = np.zeros((a.shape[0], b.shape[1]), np.float32)
+        kernel(a, b, c, tile_shape=tile, mode=mode, schedule=schedule)
+    finally:
+        flow.deferrable = saved
+    return c
+
+
+@settings(max_examples=20, deadline=None)
+@given(tm=st.sampled_from([8, 16, 32]), tn=st.sampled_from([8, 16, 32]),
+       tk=st.sampled_from([4, 8, 16]), gm=st.integers(1, 3), gn=st.integers(1, 3),
+       trips=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+def test_deferred_equals_per_trip_accumulation(tm: int, tn: int, tk: int, gm: int, gn: int,
+                                               trips: int, seed: int) -> None:
+    """bf16 products are exact in float64 and these sums too, so every order agrees; the
+    float64 reference is the exact product rounded once."""
+    rng = np.random.default_rng(seed)
+    a, b = bf16(rng, gm * tm, trips * tk), bf16(rng, trips * tk, gn * tn)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    for kernel, extra in ((staged, 0.0), (plus_equals, 0.5)):
+        got = launch(kernel, a, b, (tm, tn, tk))
+        assert np.array_equal(got, launch(kernel, a, b, (tm, tn, tk), defer=False))
+        assert np.array_equal(got, (exact + extra).astype(np.float32))
+
+
+def test_f32_gemm_agrees_across_schedules_and_is_accurate() -> None:
+    """float32 products are not exact in float64 sums: the schedules still agree, and
+    both modes are within the float32 error bound."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((96, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 64)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 513 * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b))
+    auto = launch(gemm_f32, a, b, (32, 32, 64))
+    assert np.array_equal(auto, launch(gemm_f32, a, b, (32, 32, 64), schedule="sequential"))
+    for mode in ("checked", "fast"):
+        got = launch(gemm_f32, a, b, (32, 32, 64), mode=mode)
+        assert np.all(np.abs(got - ref) <= bound)
+
+
+def test_flush_at_max_k_keeps_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(2)
+    a, b = bf16(rng, 32, 256), bf16(rng, 256, 32)
+    want = launch(staged, a, b, (16, 16, 16))
+    monkeypatch.setattr(Pending, "MAX_K", 40)  # two trips of 16 per product
+    assert np.array_equal(launch(staged, a, b, (16, 16, 16)), want)
+
+
+def test_which_loops_defer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMM loops defer; a loop that scales the accumulator, or whose trip count
+    differs between programs, computes every trip (and still gets the right answer)."""
+    made: list[int] = []
+    original = Pending.__init__
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(1)
+        original(self, *args, **kwargs)
+    monkeypatch.setattr(Pending, "__init__", spy)
+    rng = np.random.default_rng(4)
+    a, b = bf16(rng, 32, 64), bf16(rng, 64, 32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    for kernel, defers in ((staged, True), (plus_equals, True), (scaled, False)):
+        made.clear()
+        launch(kernel, a, b, (16, 16, 16))
+        assert bool(made) is defers, kernel
+    made.clear()
+    got = launch(ragged, a, b, (16, 16, 16))
+    assert not made
+    # rows 0-15 sum K in [0, 16), rows 16-31 in [0, 32)
+    for rows, k in ((slice(0, 16), 16), (slice(16, 32), 32)):
+        want = (a[rows, :k].astype(np.float64) @ b[:k].astype(np.float64)).astype(np.float32)
+        assert np.array_equal(got[rows], want)
+    assert exact.shape == got.shape
