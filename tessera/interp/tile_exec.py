@@ -22,6 +22,7 @@ from tessera.interp.tile_rules import IMPLS
 from tessera.interp.tile_state import Reschedule, State
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
+from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
 
 
@@ -124,21 +125,11 @@ class Compiler(Slots):
         step.opname = instr.op.name  # type: ignore[attr-defined]
         return step
 
-    def fused(self, add: Instr, mma: Instr) -> Step:
-        """``acc + mma(a, b)`` as one ``mma(a, b, acc)``: the same sum, one array less."""
-        from tessera.interp.tile_rules import IMPLS as rules
-
-        other = add.operands[1] if add.operands[0] is mma.results[0] else add.operands[0]
-        impl = rules[C.Mma](Instr(mma.op, [*mma.operands, other], add.results, [],
-                                  mma.loc), self.fast)
-        a, b, c = (self.slot(v) for v in (*mma.operands, other))
-        out = self.slot(add.results[0])
-
-        def step(fr: Frame) -> None:
-            r = fr.regs
-            r[out] = impl(r[a], r[b], r[c])
-        step.loc = add.loc  # type: ignore[attr-defined]
-        step.opname = "tile.mma+tile.add"  # type: ignore[attr-defined]
+    def fused(self, consumer: Instr, producer: Instr) -> Step:
+        """One step for ``consumer`` and the ``producer`` of one of its operands."""
+        step = FUSED[type(consumer.op)](self, consumer, producer)
+        step.loc = producer.loc  # type: ignore[attr-defined]
+        step.opname = f"{producer.op.name}+{consumer.op.name}"  # type: ignore[attr-defined]
         return step
 
     def _pure(self, instr: Instr, impl: Callable[..., Any]) -> Step:
@@ -169,23 +160,56 @@ class Compiler(Slots):
         return stepn
 
 
+def _mma_add(c: Compiler, add: Instr, mma: Instr) -> Step:
+    """``acc + mma(a, b)`` as one ``mma(a, b, acc)``: the same sum, one array less."""
+    other = add.operands[1] if add.operands[0] is mma.results[0] else add.operands[0]
+    impl = IMPLS[C.Mma](Instr(mma.op, [*mma.operands, other], add.results, [], mma.loc),
+                        c.fast)
+    a, b, acc = (c.slot(v) for v in (*mma.operands, other))
+    out = c.slot(add.results[0])
+
+    def step(fr: Frame) -> None:
+        r = fr.regs
+        r[out] = impl(r[a], r[b], r[acc])
+    return step
+
+
+#: consumer op class -> factory of the step that also runs the consumer's producer
+FUSED: dict[type[Op], Callable[[Compiler, Instr, Instr], Step]] = {C.Add: _mma_add}
+#: producer op classes whose result a plain global store may compute in place
+STORE_PRODUCERS = (C.Add, C.Sub, C.Mul, C.Div)
+
+
 def fusions(block: Block) -> dict[Instr, Instr]:
-    """``tile.add`` instructions of ``block`` whose operand is an accumulator-free
-    ``tile.mma`` of the same block used nowhere else, mapped to that mma."""
+    """Consumers in ``block`` mapped to the producer they run with, each producer used
+    only there: ``tile.add`` of an accumulator-free ``tile.mma``, and a global
+    ``tile.store`` of an elementwise ``+ - * /``."""
+    from tessera.ir import tile_memory as M
+
     counts: dict[Value, int] = {}
     for instr in walk(block):
         for v in instr.operands:
             counts[v] = counts.get(v, 0) + 1
-    found: dict[Instr, Instr] = {}
     producers = {i.results[0]: i for i in block.instrs
-                 if isinstance(i.op, C.Mma) and len(i.operands) == 2}
+                 if (isinstance(i.op, C.Mma) and len(i.operands) == 2)
+                 or isinstance(i.op, STORE_PRODUCERS)}
+    found: dict[Instr, Instr] = {}
+    taken: set[Instr] = set()
     for instr in block.instrs:
         if isinstance(instr.op, C.Add):
-            for v in instr.operands:
-                mma = producers.get(v)
-                if mma is not None and counts.get(v) == 1 and mma not in found.values():
-                    found[instr] = mma
-                    break
+            candidates = [p for p in map(producers.get, instr.operands)
+                          if p is not None and isinstance(p.op, C.Mma)]
+        elif type(instr.op) is M.Store and isinstance(instr.operands[0].type, MemRefType) \
+                and instr.operands[0].type.space == "global":
+            p = producers.get(instr.operands[1])
+            candidates = [p] if p is not None and not isinstance(p.op, C.Mma) else []
+        else:
+            continue
+        for p in candidates:
+            if counts.get(p.results[0]) == 1 and p not in taken:
+                found[instr] = p
+                taken.add(p)
+                break
     return found
 
 
@@ -211,5 +235,5 @@ def compile_kernel(fn: Function, fast: bool) -> Program:
     return Program(fn, body, len(c.slots), fast)
 
 
-__all__ = ["STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork", "fusions",
-           "rank_of", "run", "step_rule"]
+__all__ = ["FUSED", "STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork",
+           "fusions", "rank_of", "run", "step_rule"]

@@ -195,12 +195,32 @@ def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarr
                   plan, bad)
 
 
+def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool) -> Plan:
+    """The plan of a write to ``ref`` in every program, after the write's checks."""
+    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    mem: GlobalMem = ref.mem
+    if st.checked or mem.track_reads or mem.last_group is not None:
+        _check_write(st, ctx, loc, ref, plan, reduce=reduce)
+    return plan
+
+
+def store_computed(st: State, ctx: Ctx, loc: Loc, ref: Ref, fn: Any, x: np.ndarray,
+                   y: np.ndarray) -> None:
+    """``ref[...] = fn(x, y)`` for a ufunc ``fn`` whose operands have the memory's dtype:
+    computed straight into the destination when it is a strided view that no two
+    programs share (the same values, one temporary and one copy fewer)."""
+    mem: GlobalMem = ref.mem
+    plan = _planned_write(st, ctx, loc, ref, reduce=False)
+    if plan.index is None and mem.array.flags.writeable and plan.injective(mem.dims):
+        fn(x, y, out=plan.view(mem.array))  # ufuncs buffer when x or y overlaps out
+    else:
+        plan.write(mem.array, fn(x, y))
+
+
 def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = None) -> None:
     """``ref[...] = value`` (``op`` None) or ``ref[...] <op>= value`` in every program."""
     mem: GlobalMem = ref.mem
-    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
-    if st.checked or mem.track_reads or mem.last_group is not None:
-        _check_write(st, ctx, loc, ref, plan, reduce=op is not None)
+    plan = _planned_write(st, ctx, loc, ref, reduce=op is not None)
     if op is None:
         plan.write(mem.array, to_storage(value, mem.element))
         return
@@ -227,4 +247,4 @@ def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -
         arr[idx] = combine(arr[idx], vals[pick], op, element)
 
 
-__all__ = ["load", "rmw_rounds", "store"]
+__all__ = ["load", "rmw_rounds", "store", "store_computed"]

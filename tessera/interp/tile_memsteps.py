@@ -19,8 +19,10 @@ from tessera.interp import tile_shared as S
 from tessera.interp.tile_access import bounds_violation
 from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_errors import MISALIGNED, OOB
-from tessera.interp.tile_exec import Compiler, Frame, Step, step_rule
+from tessera.interp.tile_exec import FUSED, Compiler, Frame, Step, step_rule
 from tessera.interp.tile_mem import Ref
+from tessera.interp.tile_numeric import num
+from tessera.interp.tile_rules import BINARY_UFUNCS, IMPLS
 from tessera.interp.tile_state import State
 from tessera.ir import tile as T
 from tessera.ir import tile_memory as M
@@ -174,6 +176,31 @@ def _store(c: Compiler, instr: Instr) -> Step:
         else:
             S.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op)
     return step
+
+
+def _store_computed(c: Compiler, store: Instr, producer: Instr) -> Step:
+    """A global ``tile.store`` of ``x <op> y`` (``fusions``): when both operands already
+    have the memory's dtype and the result needs no rounding (a native float), the
+    ufunc writes straight into the destination; otherwise the two ops run as usual."""
+    impl = IMPLS[type(producer.op)](producer, c.fast)
+    fn = BINARY_UFUNCS[type(producer.op)]
+    n = num(producer.results[0].type.element)  # type: ignore[union-attr]
+    direct = n.native and n.kind == "float"
+    dst, a, b = c.slot(store.operands[0]), *(c.slot(v) for v in producer.operands)
+    loc = store.loc
+
+    def step(fr: Frame) -> None:
+        regs = fr.regs
+        ref, x, y = regs[dst], regs[a], regs[b]
+        dt = ref.mem.array.dtype
+        if direct and getattr(x, "dtype", None) == dt and getattr(y, "dtype", None) == dt:
+            G.store_computed(fr.st, fr.ctx, loc, ref, fn, x, y)
+        else:
+            G.store(fr.st, fr.ctx, loc, ref, impl(x, y))
+    return step
+
+
+FUSED[M.Store] = _store_computed
 
 
 @step_rule(M.CpAsync)

@@ -203,7 +203,8 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
         if isinstance(user.op, Mma) and user.operands[2:] == [arg] \
                 and arg not in user.operands[:2]:
             op = user.op
-        elif user in fused and user.operands.count(arg) == 1:
+        elif user in fused and isinstance(fused[user].op, Mma) \
+                and user.operands.count(arg) == 1:
             op = fused[user].op
         else:
             continue

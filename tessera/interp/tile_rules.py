@@ -46,7 +46,7 @@ def _num_out(instr: Instr) -> Num:
     return num(t.element)
 
 
-_BINARY = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply, C.Div: np.true_divide,
+BINARY_UFUNCS = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply, C.Div: np.true_divide,
            C.FloorDiv: np.floor_divide, C.Mod: np.mod, C.Maximum: np.maximum,
            C.Minimum: np.minimum}
 _COMPARE = {C.Lt: np.less, C.Le: np.less_equal, C.Gt: np.greater, C.Ge: np.greater_equal,
@@ -56,9 +56,9 @@ WIDE_OK = (C.Add, C.Sub, C.Neg, C.Abs, C.Where, C.CausalMask, C.Broadcast, C.Res
            C.Transpose)
 
 
-@rule(*_BINARY)
+@rule(*BINARY_UFUNCS)
 def _binary(instr: Instr, fast: bool) -> Impl:
-    fn = _BINARY[type(instr.op)]
+    fn = BINARY_UFUNCS[type(instr.op)]
     n = _num_in(instr)
     if isinstance(instr.op, (C.Add, C.Sub)) and n.can_be_wide and not fast:
         def wide(x: Any, y: Any) -> Any:
@@ -275,4 +275,4 @@ def _lanes(instr: Instr, fast: bool) -> Impl:
     return lambda: value
 
 
-__all__ = ["IMPLS", "WIDE_OK", "Impl", "rule"]
+__all__ = ["BINARY_UFUNCS", "IMPLS", "WIDE_OK", "Impl", "rule"]
