@@ -31,6 +31,7 @@ from tessera.interp.tile_mem import Ref
 from tessera.interp.tile_memsteps import make_view
 from tessera.interp.tile_mma import Pending, deferrable, forced
 from tessera.interp.tile_sum import strided_sum
+from tessera.interp.tile_tree import tree_sum
 from tessera.ir import tile as T
 from tessera.ir.core import Instr
 from tessera.ir.types import TensorType
@@ -187,6 +188,7 @@ def _while(c: Compiler, instr: Instr) -> Step:
     ranks = [rank_of(v) for v in instr.operands]
     liveins = sorted(set(cond.liveins) | set(body.liveins))
     loc = instr.loc
+    fast_tree = tree_sum(c, instr)
 
     def loop(fr: Frame, carried: list[Any]) -> list[Any]:
         parent = fr.ctx
@@ -221,6 +223,11 @@ def _while(c: Compiler, instr: Instr) -> Step:
                              hint="check that the loop condition eventually becomes false")
 
     def step(fr: Frame) -> None:
+        if fast_tree is not None:
+            done = fast_tree(fr, fr.regs[inits[0]])
+            if done is not None:
+                fr.regs[outs[0]] = done
+                return
         final = loop(fr, [fr.regs[s] for s in inits])
         for o, v in zip(outs, final):
             fr.regs[o] = v
