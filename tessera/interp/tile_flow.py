@@ -70,7 +70,10 @@ def _if(c: Compiler, instr: Instr) -> Step:
             return
         ctx = fr.ctx
         parts: list[list[tuple[np.ndarray, Any]]] = [[] for _ in outs]
-        for sel, body in ((ctx.select(cv), then), (ctx.select(np.logical_not(cv)), other)):
+        for mask, body in ((cv, then), (np.logical_not(cv), other)):
+            if not body.steps and not body.yields:
+                continue  # an absent else (or then): nothing to run, nothing to merge
+            sel = ctx.select(mask)
             sub = fork(fr, sel, body.liveins)
             run(body.steps, sub)
             for k, y in enumerate(body.yields):

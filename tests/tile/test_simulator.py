@@ -226,3 +226,25 @@ def test_corrected_examples_give_the_same_bits_in_both_schedules(case: int) -> N
         r = kernel(*a, schedule=schedule, **launch)
         results.append(r if r is not None and not any(r is x for x in a) else a[-1])
     assert np.array_equal(np.asarray(results[0]), np.asarray(results[1]))
+
+
+@ts.kernel
+def into_one(vals: ts.Tensor["N", ts.f32], out: ts.Tensor[1, ts.f32]):
+    out[0] += vals[ts.tile.linear_id()]
+
+
+def test_every_tile_adding_into_one_element_adds_in_tile_order() -> None:
+    """Tiles in ascending linear id (groups in order, then local ids), each add rounded."""
+    rng = np.random.default_rng(8)
+    for grid, group in ((1, 1), (7, 1), (3, 16), (16, 256)):
+        n = grid * group
+        vals = (rng.standard_normal(n) * 10.0 ** rng.integers(-8, 9, n)).astype(np.float32)
+        vals[::5] = -0.0
+        start = np.float32(-0.0)
+        want = start
+        for v in vals:
+            want = np.float32(want + v)
+        for schedule in ("auto", "sequential"):
+            out = np.array([start], np.float32)
+            into_one(vals, out, grid=grid, group_size=group, schedule=schedule)
+            assert out.view(np.uint32)[0] == np.array([want]).view(np.uint32)[0]
