@@ -24,7 +24,7 @@ from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Op, rule_decorator
 from tessera.ir.types import TensorType
 from tessera.numerics.transcendental import exp_f32
-from tessera.numerics.treesum import row_sum_f64
+from tessera.numerics.treesum import row_extreme, row_sum_f64
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -220,8 +220,8 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     axis = op.axis % src.rank - src.rank  # from the end: works with program axes
     n = _num_in(instr)
     if op.kind != "sum":
-        fn = np.max if op.kind == "max" else np.min
-        return lambda x: fn(n.narrow(x), axis=axis)
+        kind = op.kind
+        return lambda x: row_extreme(n.narrow(x), axis, kind)
     if fast or n.kind != "float":
         return lambda x: n.result(np.sum(n.compute(x), axis=axis))
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tessera.numerics import treesum
-from tessera.numerics.treesum import row_sum_f64, tree_sum_f64
+from tessera.numerics.treesum import row_extreme, row_sum_f64, tree_sum_f64
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -60,3 +60,30 @@ def test_shortcut_is_taken_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(treesum, "tree_sum_f64", tree)
     assert same_bits(row_sum_f64(x), want)
     assert seen == [(2, 1024)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(hnp.arrays(np.float32,
+                  st.tuples(st.integers(1, 4), st.sampled_from([1, 8, 16, 64, 96, 128])),
+                  elements=st.one_of(st.sampled_from([0.0, -0.0, np.nan, np.inf, -np.inf]),
+                                     st.floats(width=32, allow_nan=True))),
+       st.sampled_from(["max", "min"]), st.sampled_from([0, 1, -1]))
+def test_row_extreme_has_numpy_bits(x: np.ndarray, kind: str, axis: int) -> None:
+    want = (np.max if kind == "max" else np.min)(x, axis=axis)
+    got = row_extreme(x, axis, kind)
+    assert got.shape == want.shape
+    assert np.array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def test_row_extreme_with_payload_nans_and_zeros() -> None:
+    x = np.zeros((6, 64), np.float32)
+    x[0, 5], x[1, 40] = -0.0, -0.0
+    x[2] = -0.0
+    nan1, nan2 = np.array([0x7FC00001, 0xFFC00002], np.uint32).view(np.float32)
+    x[3, 3], x[3, 50] = nan1, nan2
+    x[4, 63] = nan2
+    x[5] = np.arange(64)
+    for kind in ("max", "min"):
+        want = (np.max if kind == "max" else np.min)(x, axis=-1)
+        got = row_extreme(x, -1, kind)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
