@@ -27,7 +27,7 @@ from tessera.interp.tile_access import Plan
 from tessera.interp.tile_context import Ctx, bcast
 from tessera.interp.tile_errors import CONFLICT, RACE
 from tessera.interp.tile_mem import GlobalMem, Ref
-from tessera.interp.tile_numeric import combine, to_storage
+from tessera.interp.tile_numeric import F32, F64, combine, to_storage
 from tessera.interp.tile_state import Reschedule, State, element_at, first_true, pid_at
 
 
@@ -222,7 +222,13 @@ def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
     mem: GlobalMem = ref.mem
     plan = _planned_write(st, ctx, loc, ref, reduce=op is not None)
     if op is None:
-        plan.write(mem.array, to_storage(value, mem.element))
+        if mem.array.dtype == F32 and getattr(value, "dtype", None) == F64 \
+                and plan.index is None:
+            # a wide accumulator into float32: copyto's cast is the RNE rounding of
+            # to_storage, without its temporary
+            plan.write(mem.array, value)
+        else:
+            plan.write(mem.array, to_storage(value, mem.element))
         return
     if plan.injective(mem.dims):
         plan.write(mem.array, combine(plan.view(mem.array), value, op, mem.element))

@@ -115,6 +115,25 @@ def _accumulate(r: np.ndarray, c: Any) -> np.ndarray:
     return r + c
 
 
+#: released operand buffers of :class:`Pending`, reused by the next launch: a fresh
+#: buffer costs a page fault per 4 KiB on first write (half the copying time of a
+#: 1024-square GEMM). At most this many are kept, newest first.
+_POOL: list[np.ndarray] = []
+_POOL_SIZE = 4
+
+
+def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    for k, buf in enumerate(_POOL):
+        if buf.shape == shape and buf.dtype == dtype:
+            return _POOL.pop(k)
+    return np.empty(shape, dtype)
+
+
+def _release(*bufs: np.ndarray) -> None:
+    _POOL[:0] = bufs
+    del _POOL[_POOL_SIZE:]
+
+
 class Pending:
     """An accumulator ``base + sum_j a_j @ b_j`` whose products are not yet computed.
 
@@ -156,10 +175,10 @@ class Pending:
             self.base = self.force()
         if self.a is None:
             width = kk * max(1, min(self.trips + 1, self.MAX_K // max(kk, 1)))
-            self.a = np.empty((*a.shape[:-1], width), self.dtype)
+            self.a = _buffer((*a.shape[:-1], width), self.dtype)
             # K outermost in memory: folding b's program axes into its columns
             # (folded_matmul) is then a view, not a copy
-            kb = np.empty((width, *b.shape[:-2], b.shape[-1]), self.dtype)
+            kb = _buffer((width, *b.shape[:-2], b.shape[-1]), self.dtype)
             self.b = np.moveaxis(kb, 0, -2)
         self.a[..., self.k:self.k + kk] = a
         self.b[..., self.k:self.k + kk, :] = b
@@ -173,8 +192,9 @@ class Pending:
             return self.base
         k, a, b = self.k, self.a, self.b
         self.a, self.b, self.k = None, None, 0
-        return mma(a[..., :k], b[..., :k, :], self.base, self.acc,
-                   fast=self.dtype == F32)
+        out = mma(a[..., :k], b[..., :k, :], self.base, self.acc, fast=self.dtype == F32)
+        _release(a, np.moveaxis(b, -2, 0))  # the product no longer refers to them
+        return out
 
 
 def forced(x: Any) -> Any:
