@@ -85,9 +85,37 @@ def folded_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.expand_dims(out, missing) if missing else out
 
 
-def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool) -> np.ndarray:
+class Widen:
+    """Exact float64 copies of one mma operand, remembering the last: an operand that
+    does not change in a loop (flash attention's query tile) is widened once, not once
+    per trip. A tile value is never modified in place once made (a shared-memory load
+    hands out a view only after marking the storage copy-on-write), so the same array
+    object holds the same values."""
+
+    __slots__ = ("src", "wide")
+
+    def __init__(self) -> None:
+        self.src: Any = None
+        self.wide: Any = None
+
+    def __call__(self, x: Any) -> np.ndarray:
+        if x is self.src:
+            return self.wide
+        wide = np.asarray(x).astype(F64, copy=False)
+        if wide is not x:
+            self.src, self.wide = x, wide
+        return wide
+
+
+def _widen(x: Any) -> np.ndarray:
+    return np.asarray(x).astype(F64, copy=False)
+
+
+def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool,
+        widen: tuple[Any, Any] = (_widen, _widen)) -> np.ndarray:
     """``a @ b (+ c)`` accumulated per the module rules; the result has ``acc``'s
-    element (float64 while wide in exact mode)."""
+    element (float64 while wide in exact mode). ``widen`` makes the exact float64
+    operands (:class:`Widen` remembers them)."""
     if acc.kind in ("int", "bool"):
         r = folded_matmul(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
         if c is not None:
@@ -100,8 +128,7 @@ def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool) -> np.ndarray:
         if c is not None:
             r = _accumulate(r, acc.narrow(c))
         return acc.result(r)
-    r = folded_matmul(np.asarray(a).astype(F64, copy=False),
-                      np.asarray(b).astype(F64, copy=False))
+    r = folded_matmul(widen[0](a), widen[1](b))
     if c is not None:
         r = _accumulate(r, np.asarray(c))
     return r if acc.can_be_wide or acc.sd == F64 else acc.result(r)
@@ -236,4 +263,4 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
     return found
 
 
-__all__ = ["Pending", "deferrable", "folded_matmul", "forced", "mma"]
+__all__ = ["Pending", "Widen", "deferrable", "folded_matmul", "forced", "mma"]

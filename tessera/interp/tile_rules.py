@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.tile_mem import poison
-from tessera.interp.tile_mma import Pending, mma
+from tessera.interp.tile_mma import Pending, Widen, mma
 from tessera.interp.tile_numeric import F64, Num, num, to_f64, to_storage
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
@@ -239,13 +239,14 @@ def _mma(instr: Instr, fast: bool) -> Impl:
     assert isinstance(op, C.Mma)
     acc = num(op.accum)
     na, nb = _num_in(instr, 0), _num_in(instr, 1)
+    widen = (Widen(), Widen())
     if len(instr.operands) == 3:
         def accumulate(a: Any, b: Any, c: Any) -> Any:
             if type(c) is Pending:  # a deferred K loop accumulator: keep the operands
                 return c.add(na.narrow(a), nb.narrow(b))
-            return mma(na.narrow(a), nb.narrow(b), c, acc, fast)
+            return mma(na.narrow(a), nb.narrow(b), c, acc, fast, widen)
         return accumulate
-    return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast)
+    return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast, widen)
 
 
 @rule(C.CausalMask)

@@ -43,9 +43,11 @@ def tree_sum_f64(x: np.ndarray) -> np.ndarray:
     if size == 0:
         return np.zeros(x.shape[:-1], np.float64)
     width = 1 << (size - 1).bit_length()
-    x = x.astype(F64, copy=False)
     if width != size:
-        x = np.concatenate([x, np.full((*x.shape[:-1], width - size), -0.0)], axis=-1)
+        x = np.concatenate([x.astype(F64, copy=False),
+                            np.full((*x.shape[:-1], width - size), -0.0)], axis=-1)
+    elif size > 1 and x.dtype != F64:
+        x = np.add(x[..., 0::2], x[..., 1::2], dtype=F64)  # widens as it adds: one pass
     while x.shape[-1] > 1:
         x = x[..., 0::2] + x[..., 1::2]
     return x[..., 0]
