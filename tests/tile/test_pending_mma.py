@@ -150,3 +150,36 @@ def test_which_loops_defer(monkeypatch: pytest.MonkeyPatch) -> None:
         want = (a[rows, :k].astype(np.float64) @ b[:k].astype(np.float64)).astype(np.float32)
         assert np.array_equal(got[rows], want)
     assert exact.shape == got.shape
+
+
+@ts.kernel
+def staged_scaled(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                  C: ts.Tensor["M", "N", ts.f32]):
+    sa = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    sb = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    q = A[tile_m:tile_m + BM, 0:BK]  # loop-invariant: widened once
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(sa, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(sb, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.cp_wait_group(0)
+        ts.tile.barrier()
+        acc = ts.tile.mma(sa, sb, acc * 0.5) + ts.tile.mma(q, sb)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+def test_remembered_operands_follow_the_data() -> None:
+    """Shared buffers refilled every trip and an operand fixed for the loop: each trip
+    multiplies the data of that trip (a remembered widening is never stale)."""
+    rng = np.random.default_rng(5)
+    a, b = bf16(rng, 32, 64), bf16(rng, 64, 32)
+    got = launch(staged_scaled, a, b, (16, 16, 16))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros((32, 32), np.float32)
+    for k in range(0, 64, 16):
+        part = (a64[:, k:k + 16] @ b64[k:k + 16]).astype(np.float64)
+        prod = (np.float64(1) * acc * np.float32(0.5)).astype(np.float32).astype(np.float64)
+        acc = (part + prod).astype(np.float32) + \
+            (a64[:, :16] @ b64[k:k + 16]).astype(np.float32)
+    assert np.allclose(got, acc, rtol=1e-5, atol=1e-5)
