@@ -46,9 +46,9 @@ def _num_out(instr: Instr) -> Num:
     return num(t.element)
 
 
-BINARY_UFUNCS = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply, C.Div: np.true_divide,
-           C.FloorDiv: np.floor_divide, C.Mod: np.mod, C.Maximum: np.maximum,
-           C.Minimum: np.minimum}
+BINARY_UFUNCS = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply,
+                 C.Div: np.true_divide, C.FloorDiv: np.floor_divide, C.Mod: np.mod,
+                 C.Maximum: np.maximum, C.Minimum: np.minimum}
 _COMPARE = {C.Lt: np.less, C.Le: np.less_equal, C.Gt: np.greater, C.Ge: np.greater_equal,
             C.Eq: np.equal, C.Ne: np.not_equal}
 #: ops that keep an mma accumulator wide (they only add, subtract, select or move data)

@@ -54,7 +54,7 @@ e^x lies within the error of ``y`` of a binary32 rounding boundary. Library bina
 ``exp`` functions are accurate to within a few ulps (glibc's manual lists at most 1 for
 ``exp`` on x86_64), so every ``y`` farther than 2^-44 (relative, 256 binary64 ulps)
 from a boundary is rounded correctly; the inputs whose ``y`` is closer (about one in
-2^19), whose result is a binary32 subnormal, or that are NaN go through the algorithm
+2^20), whose result is a binary32 subnormal, or that are NaN go through the algorithm
 itself (:func:`exp_f32_specified`). Compared over all 2^32 binary32 bit patterns,
 the two give the same bits everywhere; the fast one costs about a third as much.
 
