@@ -242,10 +242,11 @@ def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -
     program order, since program axes lead."""
     offs = plan.offsets(arr.shape).reshape(-1)
     vals = np.broadcast_to(value, plan.shape).reshape(-1)
-    if op == "add" and vals.dtype == arr.dtype and arr.dtype.kind == "f" \
+    if op == "add" and vals.dtype == arr.dtype and arr.dtype in (F32, F64) \
             and (offs == offs[0]).all():
         # one element (every tile adding into a total): accumulate is the sequential
-        # sum old + v0 + v1 + ... in the array's own dtype, each add rounded
+        # sum old + v0 + v1 + ... in the array's own dtype, each add rounded (formats
+        # that compute in float32 and saturate take the rounds below)
         idx = np.unravel_index(offs[0], arr.shape)
         arr[idx] = np.add.accumulate(np.concatenate([arr[idx].reshape(1), vals]))[-1]
         return

@@ -248,3 +248,20 @@ def test_every_tile_adding_into_one_element_adds_in_tile_order() -> None:
             out = np.array([start], np.float32)
             into_one(vals, out, grid=grid, group_size=group, schedule=schedule)
             assert out.view(np.uint32)[0] == np.array([want]).view(np.uint32)[0]
+
+
+@ts.kernel
+def into_one_f16(vals: ts.Tensor["N", ts.f16], out: ts.Tensor[1, ts.f16]):
+    out[0] += vals[ts.tile.linear_id()]
+
+
+def test_narrow_totals_round_per_add() -> None:
+    """f16 totals: each add in float32, rounded to f16 (1 + 2^-11 is a tie that rounds
+    back to 1, every time; one rounding at the end would give 1 + 2^-8)."""
+    vals = np.full(8, 2.0**-11, np.float16)
+    out = np.ones(1, np.float16)
+    into_one_f16(vals, out, grid=8)
+    want = np.float16(1)
+    for v in vals:
+        want = ts.numerics.convert(np.array(np.float32(want) + np.float32(v)), ts.f16)
+    assert out[0] == want == 1.0
