@@ -17,7 +17,7 @@ import numpy as np
 
 from tessera.interp.tile_mem import poison
 from tessera.interp.tile_mma import Pending, Widen, mma
-from tessera.interp.tile_numeric import F64, Num, num, to_f64, to_storage
+from tessera.interp.tile_numeric import F32, F64, Num, num, to_f64, to_storage
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
@@ -63,9 +63,13 @@ def _binary(instr: Instr, fast: bool) -> Impl:
     if isinstance(instr.op, (C.Add, C.Sub)) and n.can_be_wide and not fast:
         def wide(x: Any, y: Any) -> Any:
             if x.dtype == F64 or y.dtype == F64:
-                return fn(to_f64(x), to_f64(y))
+                return fn(x, y, dtype=F64)  # the input casts widen exactly
             return n.result(fn(n.compute(x), n.compute(y)))
         return wide
+    if n.sd == F32 and n.native:
+        # the ufunc's input casts round a wide (float64) operand to float32 with the same
+        # RNE as narrow(), without a temporary
+        return lambda x, y: fn(x, y, dtype=F32)
     if n.native:
         return lambda x, y: n.result(fn(n.narrow(x), n.narrow(y)))
     return lambda x, y: n.result(fn(n.compute(x), n.compute(y)))
