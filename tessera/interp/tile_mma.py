@@ -94,6 +94,9 @@ class Widen:
 
     __slots__ = ("src", "wide")
 
+    #: larger operands are not kept (the compiled kernel would hold them between launches)
+    MAX_SIZE = 1 << 22
+
     def __init__(self) -> None:
         self.src: Any = None
         self.wide: Any = None
@@ -102,7 +105,7 @@ class Widen:
         if x is self.src:
             return self.wide
         wide = np.asarray(x).astype(F64, copy=False)
-        if wide is not x:
+        if wide is not x and wide.size <= self.MAX_SIZE:
             self.src, self.wide = x, wide
         return wide
 
