@@ -150,6 +150,8 @@ def _accumulate(r: np.ndarray, c: Any) -> np.ndarray:
 #: 1024-square GEMM). At most this many are kept, newest first.
 _POOL: list[np.ndarray] = []
 _POOL_SIZE = 4
+#: larger buffers are freed, not kept
+_POOL_MAX_BYTES = 64 << 20
 
 
 def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -160,7 +162,7 @@ def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _release(*bufs: np.ndarray) -> None:
-    _POOL[:0] = bufs
+    _POOL[:0] = [b for b in bufs if b.nbytes <= _POOL_MAX_BYTES]
     del _POOL[_POOL_SIZE:]
 
 
