@@ -208,7 +208,9 @@ def _fast_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray,
     np.bitwise_and(y.view(np.int64), _DROPPED, out=lo)
     np.subtract(lo, _HALF - FAST_MARGIN_ULPS, out=lo)
     hard = lo.view(np.uint64) <= np.uint64(2 * FAST_MARGIN_ULPS)
-    hard |= ~(np.abs(x32 + _SMALL_MID) > _SMALL_RADIUS)  # NaN compares false: lands here
+    # one pass decides whether any element can be small or NaN (min propagates NaN)
+    if m and not x32.min() >= -_SMALL_MID + _SMALL_RADIUS:
+        hard |= ~(np.abs(x32 + _SMALL_MID) > _SMALL_RADIUS)  # NaN compares false: here
     return hard
 
 
