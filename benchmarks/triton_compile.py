@@ -66,13 +66,11 @@ IMPORT_S = time.perf_counter() - _t0
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_SIZE_M: tl.constexpr):
-    """C = A @ B with pointer loads: one BLOCK_M x BLOCK_N tile of C per program."""
-    # Programs walk C in column strips GROUP_SIZE_M tiles tall so that neighbouring
-    # programs share rows of A and columns of B in L2.
+def grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GROUP_SIZE_M: tl.constexpr):
+    """This program's (tile row, tile column) of C. Programs walk C in column strips
+    GROUP_SIZE_M tiles tall so that neighbouring programs share rows of A and columns
+    of B in L2."""
     pid = tl.program_id(axis=0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -81,6 +79,16 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     group_rows = min(tiles_m - group_row0, GROUP_SIZE_M)
     tile_m = group_row0 + (pid % group_tiles) % group_rows
     tile_n = (pid % group_tiles) // group_rows
+    return tile_m, tile_n
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_SIZE_M: tl.constexpr):
+    """C = A @ B with pointer loads: one BLOCK_M x BLOCK_N tile of C per program."""
+    tile_m, tile_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
     # Rows and columns past the edge wrap around (their results are masked at the
     # store), so only the K tail needs a load mask.
     rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
@@ -109,14 +117,7 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride
                       GROUP_SIZE_M: tl.constexpr):
     """The same tiling through device-side tensor descriptors (TMA on sm_90): the
     hardware zero-fills out-of-bounds boxes, so no masks are needed."""
-    pid = tl.program_id(axis=0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    group_tiles = GROUP_SIZE_M * tiles_n
-    group_row0 = (pid // group_tiles) * GROUP_SIZE_M
-    group_rows = min(tiles_m - group_row0, GROUP_SIZE_M)
-    tile_m = group_row0 + (pid % group_tiles) % group_rows
-    tile_n = (pid % group_tiles) // group_rows
+    tile_m, tile_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_SIZE_M)
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],

@@ -28,6 +28,15 @@ _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
 
 
+def _check_aligned(a: np.ndarray, step: int, fail: Fail, access: Callable[[int], str]) -> None:
+    """Fault the first address of ``a`` that is not a multiple of ``step`` bytes;
+    ``access`` describes the access at an address."""
+    mis = a % step != 0
+    if np.any(mis):
+        i = int(np.flatnonzero(mis)[0])
+        fail(i, "misaligned address", f"{access(int(a[i]))} is not {step}-byte aligned")
+
+
 class GlobalMemory:
     """Byte views of the launch's arrays at fake global addresses."""
 
@@ -67,12 +76,8 @@ class GlobalMemory:
                      if k[i] >= 0 else "below every buffer")
             fail(i, "out of bounds", f"global {what} of {nbytes} bytes at address "
                  f"{int(a[i]):#x}, {where}")
-        step = align or nbytes
-        mis = a % step != 0
-        if np.any(mis):
-            i = int(np.flatnonzero(mis)[0])
-            fail(i, "misaligned address", f"global {what} of {nbytes} bytes at address "
-                 f"{int(a[i]):#x} is not {step}-byte aligned")
+        _check_aligned(a, align or nbytes, fail,
+                       lambda x: f"global {what} of {nbytes} bytes at address {x:#x}")
         return k, off
 
     def read(self, addr: np.ndarray, nbytes: int, fail: Fail,
@@ -123,12 +128,8 @@ class SharedMemory:
             i = int(np.flatnonzero(bad)[0])
             fail(i, "out of bounds", f"shared access of {nbytes} bytes at shared address "
                  f"{int(a[i])}; the CTA has {self.size} bytes of shared memory")
-        step = align or nbytes
-        mis = a % step != 0
-        if np.any(mis):
-            i = int(np.flatnonzero(mis)[0])
-            fail(i, "misaligned address", f"shared access of {nbytes} bytes at shared "
-                 f"address {int(a[i])} is not {step}-byte aligned")
+        _check_aligned(a, align or nbytes, fail,
+                       lambda x: f"shared access of {nbytes} bytes at shared address {x}")
         return (cta * self.size + a)[:, None] + np.arange(nbytes, dtype=np.int64)
 
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,

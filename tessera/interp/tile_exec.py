@@ -21,6 +21,7 @@ from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_rules import IMPLS
 from tessera.interp.tile_state import Reschedule, State
 from tessera.ir import tile_compute as C
+from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
 from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
@@ -91,11 +92,13 @@ class Compiler(Slots):
     def __init__(self, fast: bool) -> None:
         super().__init__()
         self.fast = fast
+        #: the fusions of every compiled block (consumer -> producer, see ``fusions``)
+        self.fused: dict[Block, dict[Instr, Instr]] = {}
 
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
-        fused = fusions(block)
-        steps = [self.fused(i, fused[i]) if i in fused else self.instr(i)
+        fused = self.fused[block] = fusions(block)
+        steps = [self.fuse(i, fused[i]) if i in fused else self.instr(i)
                  for i in block.instrs if not i.op.terminator and i not in fused.values()]
         term = block.terminator
         yields = [self.slot(v) for v in term.operands] if term is not None else []
@@ -125,7 +128,7 @@ class Compiler(Slots):
         step.opname = instr.op.name  # type: ignore[attr-defined]
         return step
 
-    def fused(self, consumer: Instr, producer: Instr) -> Step:
+    def fuse(self, consumer: Instr, producer: Instr) -> Step:
         """One step for ``consumer`` and the ``producer`` of one of its operands."""
         step = FUSED[type(consumer.op)](self, consumer, producer)
         step.loc = producer.loc  # type: ignore[attr-defined]
@@ -184,8 +187,6 @@ def fusions(block: Block) -> dict[Instr, Instr]:
     """Consumers in ``block`` mapped to the producer they run with, each producer used
     only there: ``tile.add`` of an accumulator-free ``tile.mma``, and a global
     ``tile.store`` of an elementwise ``+ - * /``."""
-    from tessera.ir import tile_memory as M
-
     counts: dict[Value, int] = {}
     for instr in walk(block):
         for v in instr.operands:

@@ -22,7 +22,6 @@ from tessera.interp.tile_exec import (
     Frame,
     Step,
     fork,
-    fusions,
     rank_of,
     run,
     step_rule,
@@ -97,7 +96,7 @@ def _for(c: Compiler, instr: Instr) -> Step:
     outs = [c.slot(r) for r in instr.results]
     ranks = [rank_of(v) for v in instr.operands[3:]]
     loc = instr.loc
-    defer = deferrable(instr, fusions(instr.regions[0].block))
+    defer = deferrable(instr, c.fused[instr.regions[0].block])
     fast = c.fast
 
     def loop(fr: Frame, i: Any, end: Any, by: Any, carried: list[Any]) -> list[Any]:

@@ -27,7 +27,7 @@ from tessera.interp.tile_access import Plan
 from tessera.interp.tile_context import Ctx, bcast
 from tessera.interp.tile_errors import CONFLICT, RACE
 from tessera.interp.tile_mem import GlobalMem, Ref
-from tessera.interp.tile_numeric import F32, F64, combine, to_storage
+from tessera.interp.tile_numeric import F32, F64, combine, for_copy
 from tessera.interp.tile_state import Reschedule, State, element_at, first_true, pid_at
 
 
@@ -211,7 +211,8 @@ def store_computed(st: State, ctx: Ctx, loc: Loc, ref: Ref, fn: Any, x: np.ndarr
     programs share (the same values, one temporary and one copy fewer)."""
     mem: GlobalMem = ref.mem
     plan = _planned_write(st, ctx, loc, ref, reduce=False)
-    if plan.index is None and mem.array.flags.writeable and plan.injective(mem.dims):
+    # in checked mode the write's checks have already refused shared elements
+    if plan.index is None and (st.checked or plan.injective(mem.dims)):
         fn(x, y, out=plan.view(mem.array))  # ufuncs buffer when x or y overlaps out
     else:
         plan.write(mem.array, fn(x, y))
@@ -222,13 +223,7 @@ def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
     mem: GlobalMem = ref.mem
     plan = _planned_write(st, ctx, loc, ref, reduce=op is not None)
     if op is None:
-        if mem.array.dtype == F32 and getattr(value, "dtype", None) == F64 \
-                and plan.index is None:
-            # a wide accumulator into float32: copyto's cast is the RNE rounding of
-            # to_storage, without its temporary
-            plan.write(mem.array, value)
-        else:
-            plan.write(mem.array, to_storage(value, mem.element))
+        plan.write(mem.array, for_copy(value, mem.element))
         return
     if plan.injective(mem.dims):
         plan.write(mem.array, combine(plan.view(mem.array), value, op, mem.element))

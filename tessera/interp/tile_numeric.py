@@ -98,6 +98,16 @@ def to_storage(x: Any, element: Element) -> np.ndarray:
     return convert(np.asarray(x), element)
 
 
+def for_copy(x: Any, element: Element) -> Any:
+    """``x`` ready to be written into ``element``'s storage by NumPy's assignment: as it
+    is when that assignment's cast is the element's rounding (a wide float64 value into
+    float32: round to nearest even), else rounded by :func:`to_storage` (no temporary
+    in the first case)."""
+    if getattr(x, "dtype", None) == F64 and num(element).sd == F32:
+        return x
+    return to_storage(x, element)
+
+
 def to_f64(x: Any) -> np.ndarray:
     """Widen exactly to float64 (every storage format widens exactly)."""
     return x if getattr(x, "dtype", None) == F64 else np.asarray(x).astype(F64)
@@ -120,4 +130,5 @@ def combine(old: np.ndarray, value: Any, op: str, element: Element) -> np.ndarra
     return to_storage(fn(old, n.narrow(value)), element)
 
 
-__all__ = ["F32", "F64", "UPDATE_FUNCS", "Num", "combine", "num", "to_f64", "to_storage"]
+__all__ = ["F32", "F64", "UPDATE_FUNCS", "Num", "combine", "for_copy", "num", "to_f64",
+           "to_storage"]

@@ -194,6 +194,8 @@ _DROPPED, _HALF = np.int64((1 << 29) - 1), 1 << 28
 #: smallest normal; below -104 the result is +0 (e^-104 < 2^-150 / 1.03), and rounding
 #: the binary64 value gives that too
 _SMALL_MID, _SMALL_RADIUS = np.float32(95.665), np.float32(8.34)
+#: a chunk whose least x is at least this has no small result (and no NaN)
+_SMALL_TOP = -_SMALL_MID + _SMALL_RADIUS
 
 
 def _fast_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray,
@@ -209,7 +211,7 @@ def _fast_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray,
     np.subtract(lo, _HALF - FAST_MARGIN_ULPS, out=lo)
     hard = lo.view(np.uint64) <= np.uint64(2 * FAST_MARGIN_ULPS)
     # one pass decides whether any element can be small or NaN (min propagates NaN)
-    if m and not x32.min() >= -_SMALL_MID + _SMALL_RADIUS:
+    if m and not x32.min() >= _SMALL_TOP:
         hard |= ~(np.abs(x32 + _SMALL_MID) > _SMALL_RADIUS)  # NaN compares false: here
     return hard
 

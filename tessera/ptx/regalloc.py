@@ -39,6 +39,11 @@ def reg_class(elem: str) -> str:
     return f"b{bits}"
 
 
+def operand(regs: tuple[str, ...] | list[str]) -> str:
+    """One register as itself, several as the PTX vector operand ``{%r0, %r1, ...}``."""
+    return regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+
+
 def _elem(t: Type) -> tuple[str, int]:
     if isinstance(t, TensorMapType):
         return "u64", 1  # a tensor map is used through its 64-bit generic address
@@ -174,4 +179,4 @@ def tie_values(fn: Function) -> dict[Value, Value]:
     return ties.parent
 
 
-__all__ = ["Registers", "RenderError", "reg_class", "tie_values"]
+__all__ = ["Registers", "RenderError", "operand", "reg_class", "tie_values"]

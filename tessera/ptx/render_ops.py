@@ -30,7 +30,7 @@ from tessera.ir.target_ops import (
     Unary,
     Unpack,
 )
-from tessera.ptx.regalloc import RenderError
+from tessera.ptx.regalloc import RenderError, operand
 from tessera.ptx.render_emit import (
     Emitter,
     address,
@@ -156,8 +156,7 @@ def _pack(e: Emitter, instr: Instr) -> None:
         e.move(e.regs.of(instr.result), srcs, t.elem)
         return
     d = e.regs.one(instr.result)
-    operand = srcs[0] if len(srcs) == 1 else "{" + ", ".join(srcs) + "}"
-    e.out(f"mov.b{RegType(instr.op.type).bits} {d}, {operand};")
+    e.out(f"mov.b{RegType(instr.op.type).bits} {d}, {operand(srcs)};")
 
 
 @rule(Unpack)
@@ -177,8 +176,7 @@ def _vec_suffix(vec: int) -> str:
 @rule(Load)
 def _load(e: Emitter, instr: Instr) -> None:
     op = instr.op
-    regs = e.regs.of(instr.result)
-    dst = regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+    dst = operand(e.regs.of(instr.result))
     e.out(f"ld.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} {dst}, "
           f"{address(e, instr, op.offset)};")
 
@@ -186,8 +184,7 @@ def _load(e: Emitter, instr: Instr) -> None:
 @rule(Store)
 def _store(e: Emitter, instr: Instr) -> None:
     op = instr.op
-    regs = e.regs.of(instr.operands[1])
-    src = regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+    src = operand(e.regs.of(instr.operands[1]))
     e.out(f"st.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} "
           f"{address(e, instr, op.offset)}, {src};")
 

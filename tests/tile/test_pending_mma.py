@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import tessera as ts
 import tessera.interp.tile_flow as flow
 from tessera.interp.tile_mma import Pending
+from tests.tile.test_simulator import gemm_f32
 
 
 @ts.kernel
@@ -29,15 +30,6 @@ def staged(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
         ts.tile.barrier()
         acc = ts.tile.mma(sa, sb, acc)
         ts.tile.barrier()
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
-
-
-@ts.kernel
-def gemm_f32(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
-             C: ts.Tensor["M", "N", ts.f32]):
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        acc = ts.tile.mma(A[tile_m:tile_m + BM, k:k + BK], B[k:k + BK, tile_n:tile_n + BN], acc)
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
 
 

@@ -4,25 +4,13 @@ data length and stride: the same float32 additions in the same order."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera.interp.tile_flow as flow
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def block_reduction():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "_fast_sum_reduction", ROOT / "examples" / "kernels" / "cooperative_reduction.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.block_reduction
+from tests.tile.fastpaths import block_reduction, record_runs
 
 
 def run(data: np.ndarray, grid: int, group: int, fast: bool, mode: str) -> bytes:
@@ -49,21 +37,9 @@ def test_fast_path_equals_the_general_loop(n: int, grid: int, log_group: int, sc
     assert run(data, grid, group, True, mode) == run(data, grid, group, False, mode)
 
 
-def test_the_fast_path_runs_for_the_benchmark_shape() -> None:
-    calls = []
-    saved = flow.strided_sum
-
-    def spy(c, instr):  # type: ignore[no-untyped-def]
-        runner = saved(c, instr)
-        if runner is None:
-            return None
-        return lambda *a: calls.append(runner(*a)) or calls[-1]
-    flow.strided_sum = spy
-    try:
-        data = np.ones(1 << 14, np.float32)
-        total = np.zeros(1, np.float32)
-        block_reduction()(data, total, grid=4, group_size=64)
-    finally:
-        flow.strided_sum = saved
+def test_the_fast_path_runs_for_the_benchmark_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = record_runs(monkeypatch, "strided_sum")
+    data = np.ones(1 << 14, np.float32)
+    total = np.zeros(1, np.float32)
+    block_reduction()(data, total, grid=4, group_size=64)
     assert calls and calls[0] is not None and total[0] == data.size
-

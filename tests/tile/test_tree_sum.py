@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 import tessera.interp.tile_flow as flow
+from tests.tile.fastpaths import block_reduction, record_runs
 
 SOURCE = Path(__file__).read_text().splitlines()
 
@@ -114,22 +115,10 @@ def test_fast_path_equals_the_general_loop(n: int, grid: int, log_group: int, mo
 
 
 def test_the_fast_path_runs_for_the_shipped_reduction(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runpy
-    root = Path(__file__).resolve().parents[2]
-    kernel = runpy.run_path(str(root / "examples" / "kernels" /
-                                "cooperative_reduction.py"))["block_reduction"]
-    runs: list[object] = []
-    original = flow.tree_sum
-
-    def spy(c, instr):  # type: ignore[no-untyped-def]
-        runner = original(c, instr)
-        if runner is None:
-            return None
-        return lambda *a: runs.append(runner(*a)) or runs[-1]
-    monkeypatch.setattr(flow, "tree_sum", spy)
+    runs = record_runs(monkeypatch, "tree_sum")
     data = np.random.default_rng(0).standard_normal(1 << 14).astype(np.float32)
     total = np.zeros(1, np.float32)
-    kernel(data, total, grid=4, group_size=64)
+    block_reduction()(data, total, grid=4, group_size=64)
     assert runs == [0]
     want = np.add.reduce(data.reshape(-1, 256), axis=0).reshape(4, 64).astype(np.float64)
     assert abs(float(total[0]) - want.sum()) <= 1e-3
