@@ -37,6 +37,7 @@ from tessera.errors import ArgumentError, StageError, user_api
 from tessera.frontend.kernel_autotune import Estimate, choose, configurations, estimate
 from tessera.frontend.kernel_compile import build_module
 from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
+from tessera.frontend.kernel_memo import CallMemo
 from tessera.interp.tile import Compiled, Geometry, launch
 from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module
@@ -62,6 +63,7 @@ class Kernel:
         self.space = space
         self._info: KernelInfo | None = None
         self.modules: dict[Any, Module] = {}
+        self.calls = CallMemo()
         self.programs: dict[Any, Compiled] = {}
         self.tuned: dict[Any, list[Estimate]] = {}
         self.last: Module | None = None
@@ -92,8 +94,8 @@ class Kernel:
         config = dict(launch_kw.get("config") or {})
         if self.space and not config:
             config = self.autotune(args, kwargs, grid, group_size, tile_shape)
-        prep = prepare(self.info, args, kwargs, grid=grid, group_size=group_size,
-                       tile_shape=tile_shape, config=config)
+        prep = self.calls.prepare(self.info, args, kwargs, grid=grid, group_size=group_size,
+                                  tile_shape=tile_shape, config=config)
         module = self.modules.get(prep.key)
         if module is None:
             module = self.modules[prep.key] = build_module(self.fn, prep.spec)

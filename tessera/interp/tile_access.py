@@ -11,14 +11,55 @@ view outside the array would read foreign memory).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+#: affine analyses of read-only start arrays (program coordinates, made once per launch
+#: geometry and used by many accesses), by identity. Entries hold weak references: an
+#: id reused by a new array after the old one died finds a dead reference, not a hit.
+_AFFINE: dict[int, tuple[weakref.ref[np.ndarray], tuple[int, dict[int, int]] | None]] = {}
+_AFFINE_SIZE = 256
+
 
 def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
     """``s == base + sum(coef[k] * arange along axis k)``? Return (base, coef) or None."""
+    if s.flags.writeable:
+        return _affine_of(s)
+    hit = _AFFINE.get(id(s))
+    if hit is not None and hit[0]() is s:
+        return hit[1]
+    found = _affine_of(s)
+    if len(_AFFINE) >= _AFFINE_SIZE:
+        _AFFINE.clear()
+    _AFFINE[id(s)] = (weakref.ref(s), found)
+    return found
+
+
+#: shared plans (see :meth:`Plan.of`), with weak references to their start arrays
+_PLANS: dict[tuple[Any, ...], tuple[list[weakref.ref[np.ndarray]], Plan]] = {}
+_PLANS_SIZE = 512
+
+
+def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``np.broadcast_shapes`` for a few short shapes, without its overhead."""
+    nd = max(len(sh) for sh in shapes)
+    out = [1] * nd
+    for sh in shapes:
+        off = nd - len(sh)
+        for k, n in enumerate(sh):
+            if n != 1:
+                m = out[off + k]
+                if m == 1:
+                    out[off + k] = n
+                elif m != n:
+                    raise ValueError(f"shapes {shapes} do not broadcast")
+    return tuple(out)
+
+
+def _affine_of(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
     nd = s.ndim
     origin = int(s[(0,) * nd])
     coef: dict[int, int] = {}
@@ -50,8 +91,34 @@ def c_strides(shape: tuple[int, ...]) -> list[int]:
 class Plan:
     """The elements of one access in every program: program axes then tile axes."""
 
-    __slots__ = ("affine", "bases", "coefs", "index", "nlead", "pshape", "shape", "sizes",
-                 "squeeze", "tile_shape")
+    __slots__ = ("affine", "bases", "coefs", "index", "injective_in", "nlead", "pshape",
+                 "shape", "sizes", "squeeze", "tile_shape")
+
+    @classmethod
+    def of(cls, starts: list[Any], sizes: tuple[int, ...], squeeze: tuple[int, ...],
+           nlead: int, expand: tuple[int, ...] | None = None) -> Plan:
+        """``Plan(...)``, shared between accesses whose starts are plain integers or
+        read-only arrays (program coordinates) that are the same objects: a kernel's
+        accesses at ``local_id()`` or ``tile_m`` then plan once per launch geometry."""
+        key: list[Any] = [sizes, squeeze, nlead, expand]
+        for a in starts:
+            if isinstance(a, np.ndarray) and a.ndim:
+                if a.flags.writeable:
+                    return cls(starts, sizes, squeeze, nlead, expand)
+                key.append((id(a),))
+            else:
+                key.append(int(a))
+        k = tuple(key)
+        arrays = [a for a in starts if isinstance(a, np.ndarray) and a.ndim]
+        hit = _PLANS.get(k)
+        if hit is not None and len(hit[0]) == len(arrays) and \
+                all(r() is a for r, a in zip(hit[0], arrays)):
+            return hit[1]
+        plan = cls(starts, sizes, squeeze, nlead, expand)
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()
+        _PLANS[k] = ([weakref.ref(a) for a in arrays], plan)
+        return plan
 
     def __init__(self, starts: list[Any], sizes: tuple[int, ...], squeeze: tuple[int, ...],
                  nlead: int, expand: tuple[int, ...] | None = None) -> None:
@@ -64,7 +131,7 @@ class Plan:
         shapes = [a.shape for a in arrays if a.ndim]
         if expand is not None:
             shapes.append(expand)
-        pshape = np.broadcast_shapes(*shapes) if shapes else ()
+        pshape = broadcast_shape(shapes) if shapes else ()
         if pshape and len(pshape) != nlead:
             pshape = (1,) * (nlead - len(pshape)) + tuple(pshape)
         self.pshape: tuple[int, ...] = tuple(pshape)
@@ -83,6 +150,7 @@ class Plan:
                 break
             self.bases.append(found[0])
             self.coefs.append(found[1])
+        self.injective_in: dict[tuple[int, ...], bool] = {}
         self.index: tuple[np.ndarray, ...] | None = None
         if not self.affine:
             self.index = self._gather_index(arrays)
@@ -114,7 +182,6 @@ class Plan:
             window = arr[tuple(slice(b, b + n) for b, n in zip(self.bases, self.sizes))]
             return window.reshape(self.shape)
         strides = arr.strides
-        origin = arr[tuple(slice(b, None) for b in self.bases)]
         pstrides = [0] * len(self.pshape)
         for coef, stride in zip(self.coefs, strides):
             for k, c in coef.items():
@@ -123,8 +190,14 @@ class Plan:
         for k, n in enumerate(self.pshape):
             if n == 1:
                 pstrides[k] = 0
-        return as_strided(origin, self.shape, tuple(pstrides) + tuple(tstrides),
-                          writeable=arr.flags.writeable)
+        every = tuple(pstrides) + tuple(tstrides)
+        if arr.flags.c_contiguous:
+            # a view through the buffer protocol: a tenth of as_strided's cost, and NumPy
+            # checks that the strided extent lies inside the array
+            offset = sum(b * st for b, st in zip(self.bases, strides))
+            return np.ndarray(self.shape, arr.dtype, arr, offset, every)
+        origin = arr[tuple(slice(b, None) for b in self.bases)]
+        return as_strided(origin, self.shape, every, writeable=arr.flags.writeable)
 
     def write(self, arr: np.ndarray, value: Any) -> None:
         """Assign ``value`` (broadcast to the plan's shape) to the accessed elements."""
@@ -177,6 +250,12 @@ class Plan:
         offsets ``base + sum(j_i * stride_i)`` are distinct: true when, sorted by
         |stride|, each stride clears the span of the smaller ones. Otherwise count.
         """
+        known = self.injective_in.get(shape)
+        if known is None:
+            known = self.injective_in[shape] = self._injective(shape)
+        return known
+
+    def _injective(self, shape: tuple[int, ...]) -> bool:
         if self.index is None:
             span = 0
             ok = True
@@ -212,4 +291,4 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["Plan", "bounds_violation"]
+__all__ = ["Plan", "bounds_violation", "broadcast_shape"]

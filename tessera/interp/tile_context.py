@@ -72,14 +72,22 @@ def _axis(n: int, k: int, nlead: int) -> Any:
         return np.int64(0)
     shape = [1] * nlead
     shape[k] = n
-    return np.arange(n, dtype=np.int64).reshape(shape)
+    return frozen(np.arange(n, dtype=np.int64).reshape(shape))
+
+
+def frozen(a: Any) -> Any:
+    """``a`` made read-only (when an array): program coordinates are never modified, and
+    access plans remember the analysis of read-only start arrays."""
+    if isinstance(a, np.ndarray) and a.ndim:
+        a.flags.writeable = False
+    return a
 
 
 class Ctx:
     """The programs running together: their coordinates and ids, as program axes."""
 
     __slots__ = ("coords", "flat", "gcoords", "geom", "group_flat", "group_lin",
-                 "group_shape", "lead", "linear", "nlead", "pid", "pid_flat", "size",
+                 "group_shape", "lead", "linear", "memo", "nlead", "pid", "pid_flat", "size",
                  "whole")
 
     def __init__(self, geom: Geometry, lead: tuple[int, ...], coords: list[Any],
@@ -97,19 +105,33 @@ class Ctx:
         group_lin: Any = 0
         for k, n in enumerate(grid):
             group_lin = group_lin * n + coords[1 + k]
-        self.group_lin = group_lin
-        self.linear = group_lin * geom.group_size + coords[-1]
+        self.group_lin = frozen(group_lin)
+        self.linear = frozen(group_lin * geom.group_size + coords[-1])
         gflat = coords[0] * (geom.n_groups // geom.batch) + group_lin
-        self.group_flat = gflat
-        pid = gflat * geom.group_size + coords[-1]
+        self.group_flat = frozen(gflat)
+        pid = frozen(gflat * geom.group_size + coords[-1])
         self.pid = bcast(pid, lead)
         self.pid_flat = self.pid.reshape(-1) if np.ndim(pid) else \
             np.full(int(np.prod(lead, dtype=np.int64)), int(pid), np.int64)
         self.size = int(self.pid_flat.size)
+        #: read-only arrays derived from the coordinates, and compacted sub-contexts,
+        #: kept for the next use (a root context serves every launch of its geometry)
+        self.memo: dict[Any, Any] = {}
 
     @classmethod
     def root(cls, geom: Geometry) -> Ctx:
-        """All programs of the launch, with factored program axes."""
+        """All programs of the launch, with factored program axes. A context holds
+        only read-only arrays, so launches of one geometry share it (and the access
+        plans' analyses of its coordinates)."""
+        ctx = _ROOTS.get(geom)
+        if ctx is None:
+            if len(_ROOTS) >= 32:
+                _ROOTS.clear()
+            ctx = _ROOTS[geom] = cls._root(geom)
+        return ctx
+
+    @classmethod
+    def _root(cls, geom: Geometry) -> Ctx:
         lead = geom.lead
         coords = [_axis(n, k, len(lead)) for k, n in enumerate(lead)]
         return cls(geom, lead, coords, coords[:-1], lead[:-1], flat=False, whole=True)
@@ -133,16 +155,26 @@ class Ctx:
         return np.flatnonzero(bcast(mask, self.lead))
 
     def compact(self, sel: np.ndarray) -> Ctx:
-        """The sub-context of the programs at flat positions ``sel``."""
+        """The sub-context of the programs at flat positions ``sel`` (the same object
+        for the same positions, while this context remembers it)."""
+        key = ("compact", sel.tobytes())
+        sub = self.memo.get(key)
+        if sub is None:
+            if len(self.memo) >= 64:
+                self.memo.clear()
+            sub = self.memo[key] = self._compact(sel)
+        return sub
+
+    def _compact(self, sel: np.ndarray) -> Ctx:
         if self.flat:
-            coords = [self.take_flat(c, sel) for c in self.coords]
-            gcoords = [self.take_flat(c, sel) if getattr(c, "ndim", 0) else c
+            coords = [frozen(self.take_flat(c, sel)) for c in self.coords]
+            gcoords = [frozen(self.take_flat(c, sel)) if getattr(c, "ndim", 0) else c
                        for c in self.gcoords]
         else:
             # factored axes: an array coordinate is the position along its axis
-            pos = np.unravel_index(sel, self.lead)
-            coords = [pos[k] if getattr(c, "ndim", 0) else np.full(sel.size, c, np.int64)
-                      for k, c in enumerate(self.coords)]
+            pos = [frozen(p) for p in np.unravel_index(sel, self.lead)]
+            coords = [pos[k] if getattr(c, "ndim", 0) else
+                      frozen(np.full(sel.size, c, np.int64)) for k, c in enumerate(self.coords)]
             gcoords = [pos[k] if getattr(c, "ndim", 0) else c
                        for k, c in enumerate(self.gcoords)]
         return Ctx(self.geom, (int(sel.size),), coords, gcoords, self.group_shape, flat=True,
@@ -187,4 +219,6 @@ class Ctx:
         return slice(None) if self.whole else self.pid_flat
 
 
-__all__ = ["Ctx", "Geometry", "bcast"]
+_ROOTS: dict[Geometry, Ctx] = {}
+
+__all__ = ["Ctx", "Geometry", "bcast", "frozen"]

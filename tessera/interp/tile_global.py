@@ -59,7 +59,7 @@ def _who(st: State, code: int) -> str:
 def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
     """The tile of ``ref`` in every program (a view when the tensor is read-only)."""
     mem: GlobalMem = ref.mem
-    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
+    plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
     if mem.track_reads:
         _check_read(st, ctx, loc, ref)
     val = plan.view(mem.array)
@@ -68,7 +68,7 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
 
 def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
     mem: GlobalMem = ref.mem
-    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
     shape = plan.shape
     gs = st.geom.group_size
     me = _per_position(ctx, ctx.pid, shape)
@@ -197,7 +197,7 @@ def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarr
 
 def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool) -> Plan:
     """The plan of a write to ``ref`` in every program, after the write's checks."""
-    plan = Plan(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
     mem: GlobalMem = ref.mem
     if st.checked or mem.track_reads or mem.last_group is not None:
         _check_write(st, ctx, loc, ref, plan, reduce=reduce)

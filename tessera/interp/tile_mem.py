@@ -106,8 +106,8 @@ class GlobalMem:
 class SharedMem:
     """One shared buffer of every group, with the sanitizer's per-element state."""
 
-    __slots__ = ("data", "element", "init", "loc", "name", "np_dtype", "reader", "shape",
-                 "tag", "writer")
+    __slots__ = ("data", "element", "init", "loc", "name", "np_dtype", "read", "reader",
+                 "shape", "tag", "writer", "wrote")
 
     def __init__(self, shape: tuple[int, ...], element: Element, ng: int, loc: Loc,
                  checked: bool) -> None:
@@ -123,6 +123,10 @@ class SharedMem:
         self.tag: GroupArray | None = None
         self.writer: np.ndarray | None = None
         self.reader: np.ndarray | None = None
+        # whether ``writer`` / ``reader`` may hold an entry (are not all -1): the race
+        # checks of the first accesses after a barrier are then skipped
+        self.wrote = False
+        self.read = False
 
     @property
     def dims(self) -> tuple[int, ...]:

@@ -56,6 +56,10 @@ def _is_global(v: Value) -> bool:
 def _add(a: Any, b: Any) -> Any:
     if getattr(a, "ndim", 0) == 0 and getattr(b, "ndim", 0) == 0:
         return int(a) + int(b)
+    # a view at offset 0 keeps the index array itself (a read-only program coordinate
+    # stays recognisable to the access plans)
+    if getattr(a, "ndim", 0) == 0 and int(a) == 0 and getattr(b, "dtype", None) == np.int64:
+        return b
     return np.asarray(a, dtype=np.int64) + np.asarray(b, dtype=np.int64)
 
 

@@ -36,7 +36,7 @@ def _plan(ctx: Ctx, ga_shape: tuple[int, ...], ng: int, ref: Ref,
     starts += list(ref.starts)
     sizes = (1,) * ng + tuple(ref.sizes)
     squeeze = tuple(range(ng)) + tuple(ng + d for d in ref.squeeze)
-    return Plan(starts, sizes, squeeze, ctx.nlead, expand=ctx.lead if expand else None), \
+    return Plan.of(starts, sizes, squeeze, ctx.nlead, expand=ctx.lead if expand else None), \
         starts
 
 
@@ -52,8 +52,14 @@ def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan:
 
 
 def _local(ctx: Ctx, shape: tuple[int, ...]) -> np.ndarray:
-    full = bcast(ctx.coords[-1], ctx.lead)
-    return bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
+    """Each program's local id, broadcast over an access of ``shape`` (remembered)."""
+    key = ("local", shape)
+    me = ctx.memo.get(key)
+    if me is None:
+        full = bcast(ctx.coords[-1], ctx.lead)
+        me = ctx.memo[key] = bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)),
+                                   shape)
+    return me
 
 
 def _done(st: State, ctx: Ctx, nt: int) -> np.ndarray:
@@ -109,13 +115,15 @@ def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
     assert mem.writer is not None and mem.reader is not None
     plan, starts = _plan(ctx, mem.writer.shape, mem.data.ng, ref, expand=True)
     me = _local(ctx, plan.shape)
-    w = plan.view(mem.writer)
-    bad = (w >= 0) & (w != me)
-    if bad.any():
-        other = int(w[first_true(bad)])
-        raise _report(st, ctx, RACE, f"read of {mem.name} written by local tile {other} "
-                      "of the same group with no barrier in between", loc, ref, plan,
-                      starts, bad)
+    if mem.wrote:
+        w = plan.view(mem.writer)
+        bad = (w >= 0) & (w != me)
+        if bad.any():
+            other = int(w[first_true(bad)])
+            raise _report(st, ctx, RACE, f"read of {mem.name} written by local tile {other} "
+                          "of the same group with no barrier in between", loc, ref, plan,
+                          starts, bad)
+    mem.read = True
     r = plan.view(mem.reader)
     new = np.where((r == -1) | (r == me), me, -2)
     plan.write(mem.reader, new)
@@ -134,10 +142,10 @@ def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
     gs = st.geom.group_size
     if op is None and not ctx.flat and ref.whole() and not (st.checked and gs > 1):
         return _write_whole(st, ctx, loc, ref, value, copy)
-    if st.checked:
-        _check_write(st, ctx, loc, ref)
     arr = mem.data.expanded(ctx.group_shape)
-    plan, _ = _plan(ctx, arr.shape, ng, ref, expand=True)
+    plan, starts = _plan(ctx, arr.shape, ng, ref, expand=True)
+    if st.checked:
+        _check_write(st, ctx, loc, ref, plan, starts)
     if op is None:
         plan.write(arr, to_storage(value, mem.element))
     elif plan.injective(arr.shape):
@@ -155,6 +163,7 @@ def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
         plan.write(tag, ids.reshape(ctx.lead + (1,) * len(ref.shape)) if copy else -1)
     if mem.writer is not None:
         plan.write(mem.writer, _local(ctx, plan.shape))
+        mem.wrote = True
 
 
 def _write_whole(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, copy: bool) -> None:
@@ -167,7 +176,8 @@ def _write_whole(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, copy: bool
         done = st.done_upto[ctx.pid_flat].reshape(ctx.lead)[..., 0]
         tag = mem.tag.arr
         if np.any((tag >= 0) & (tag >= done.reshape(done.shape + (1,) * nt))):
-            _check_write(st, ctx, loc, ref)  # names the tile and element
+            _check_write(st, ctx, loc, ref, *_plan(ctx, ctx.group_shape + mem.shape, ng, ref,
+                                                   expand=True))  # names tile and element
     v = np.asarray(to_storage(value, mem.element))
     r = len(ref.shape)  # the view may hide size-1 axes of the buffer (buf[0] of a (1,))
     v = v.reshape(v.shape[:v.ndim - r] + mem.shape)
@@ -189,34 +199,37 @@ def _write_whole(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, copy: bool
         mem.tag = None
 
 
-def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
+def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
+                 starts: list[Any]) -> None:
+    """The checks of a write to ``ref``; ``plan`` is its access in the storage shape
+    (group axes full), which every shadow array of the buffer has when expanded."""
     mem: SharedMem = ref.mem
-    ng = mem.data.ng
     if mem.tag is not None:
-        plan, starts = _plan(ctx, mem.tag.arr.shape, ng, ref, expand=True)
-        tag = plan.view(mem.tag.arr)
+        tag = plan.view(mem.tag.expanded(ctx.group_shape))
         pending = (tag >= 0) & (tag >= _done(st, ctx, len(ref.shape)))
         if pending.any():
             raise _report(st, ctx, ASYNC, f"write to {mem.name} while an earlier cp_async "
                           "into it has not completed", loc, ref, plan, starts, pending)
     if mem.writer is None or mem.reader is None:
         return
-    plan, starts = _plan(ctx, mem.writer.shape, ng, ref, expand=True)
     me = _local(ctx, plan.shape)
-    w = plan.view(mem.writer)
-    bad = (w >= 0) & (w != me)
-    if bad.any():
-        other = int(w[first_true(bad)])
-        raise _report(st, ctx, RACE, f"write/write race on {mem.name}: local tile {other} "
-                      "of the same group wrote it with no barrier in between", loc, ref, plan,
-                      starts, bad)
-    r = plan.view(mem.reader)
-    bad = (r == -2) | ((r >= 0) & (r != me))
-    if bad.any():
-        other = int(r[first_true(bad)])
-        who = "several tiles" if other == -2 else f"local tile {other}"
-        raise _report(st, ctx, RACE, f"read/write race on {mem.name}: {who} of the same "
-                      "group read it with no barrier in between", loc, ref, plan, starts, bad)
+    if mem.wrote:
+        w = plan.view(mem.writer)
+        bad = (w >= 0) & (w != me)
+        if bad.any():
+            other = int(w[first_true(bad)])
+            raise _report(st, ctx, RACE, f"write/write race on {mem.name}: local tile "
+                          f"{other} of the same group wrote it with no barrier in between",
+                          loc, ref, plan, starts, bad)
+    if mem.read:
+        r = plan.view(mem.reader)
+        bad = (r == -2) | ((r >= 0) & (r != me))
+        if bad.any():
+            other = int(r[first_true(bad)])
+            who = "several tiles" if other == -2 else f"local tile {other}"
+            raise _report(st, ctx, RACE, f"read/write race on {mem.name}: {who} of the same "
+                          "group read it with no barrier in between", loc, ref, plan, starts,
+                          bad)
     if not plan.injective(mem.writer.shape):
         offs = plan.offsets(mem.writer.shape).reshape(-1)
         order = np.argsort(offs, kind="stable")
@@ -246,16 +259,19 @@ def check_converged(st: State, ctx: Ctx, loc: Loc, what: str) -> None:
                         pid=int(present[0]))
 
 
-def barrier(st: State, ctx: Ctx, loc: Loc) -> None:
-    """Group-wide barrier: phase boundary for the race shadows, copies complete."""
+def barrier(st: State, ctx: Ctx, loc: Loc, times: int = 1) -> None:
+    """Group-wide barrier: phase boundary for the race shadows, copies complete.
+    ``times`` counts barriers in a row with no memory access between them (the
+    levels of a shared-memory tree, :mod:`.tile_tree`): the later ones find nothing
+    to complete or clear, so they only advance the epochs."""
     if st.checked:
         check_converged(st, ctx, loc, "barrier")
     if ctx.whole:
-        st.epoch += 1
+        st.epoch += times
     else:
         present = np.zeros(st.epoch.size, bool)
         present[ctx.group_flat] = True
-        st.epoch[present] += 1
+        st.epoch[present] += times
     idx = ctx.flat_index()
     st.open_id[idx] += st.open_used[idx]
     st.open_used[idx] = False
@@ -264,8 +280,11 @@ def barrier(st: State, ctx: Ctx, loc: Loc) -> None:
         if not ctx.flat:
             mem.tag = None
             if mem.writer is not None and mem.reader is not None:
-                mem.writer.fill(-1)
-                mem.reader.fill(-1)
+                if mem.wrote:
+                    mem.writer.fill(-1)
+                if mem.read:
+                    mem.reader.fill(-1)
+                mem.wrote = mem.read = False
             continue
         gidx = tuple(np.asarray(c) if np.ndim(c) else np.zeros(ctx.size, np.int64)
                      for c in ctx.gcoords)

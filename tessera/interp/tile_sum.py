@@ -68,10 +68,13 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
             first, last = int(flat[0]), int(flat[-1]) + (count - 1) * step
             if first < 0 or last >= n:
                 return None
-            data = mem.array[first:]
-            terms = np.lib.stride_tricks.as_strided(
-                data, (count, flat.size), (step * data.strides[0], data.strides[0]),
-                writeable=False)
+            arr = mem.array
+            shape2, strides2 = (count, flat.size), (step * arr.strides[0], arr.strides[0])
+            if arr.flags.c_contiguous:  # through the buffer: NumPy checks the extent
+                terms = np.ndarray(shape2, arr.dtype, arr, first * arr.strides[0], strides2)
+            else:
+                terms = np.lib.stride_tricks.as_strided(arr[first:], shape2, strides2,
+                                                        writeable=False)
         else:
             k = np.arange(count, dtype=np.int64).reshape((-1,) + (1,) * start.ndim)
             idx = start + k * step
@@ -80,9 +83,18 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
                 return None
             terms = np.where(live, mem.array[np.where(live, idx, 0)], np.float32(-0.0))
             terms = terms.reshape(count, -1)
-        total = np.broadcast_to(acc, shape).reshape(-1).copy()
-        for row in terms:  # trip by trip: float32 adds in the loop's order
-            total += row
+        s0, s1 = terms.strides
+        if np.ndim(acc) == 0 and terms.shape[1] >= 2 and 0 < s1 * terms.shape[1] <= s0:
+            # one ufunc call: NumPy iterates the axis of smallest stride innermost and
+            # reduces an outer axis by adding whole rows into the running result in
+            # order, starting from ``initial`` (pairwise summation applies only along the
+            # innermost axis): trip by trip, the loop's float32 adds. A single column,
+            # or overlapping rows, could make the trips the inner axis: loop then.
+            total = np.add.reduce(terms, axis=0, initial=acc)
+        else:
+            total = np.broadcast_to(acc, shape).reshape(-1).copy()
+            for row in terms:  # trip by trip: float32 adds in the loop's order
+                total += row
         return total.reshape(shape)
     return run_sum
 

@@ -22,7 +22,7 @@ tile reaches it. So the runner checks, before the first level, what the general 
 would find wrong: reads past the buffer, elements never written, copies not waited
 for, accesses since the last barrier by other tiles, and a frame that is not made of
 whole groups. If any is possible it returns None and the general loop runs (and
-reports). Each level still calls the barrier, so the launch state (epochs, copy
+reports). The levels' barriers are still counted, so the launch state (epochs, copy
 groups, race shadows) afterwards is the general loop's.
 """
 
@@ -110,8 +110,8 @@ def _clean(mem: SharedMem, hi: int) -> bool:
         return False
     if mem.tag is not None and (mem.tag.arr >= 0).any():
         return False
-    return not ((mem.writer is not None and (mem.writer != -1).any())
-                or (mem.reader is not None and (mem.reader != -1).any()))
+    return not ((mem.wrote and mem.writer is not None and (mem.writer != -1).any())
+                or (mem.read and mem.reader is not None and (mem.reader != -1).any()))
 
 
 def tree_sum(c: Compiler, loop: Instr) -> Any:
@@ -137,11 +137,15 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
         if s + min(s, gs) > size or not _clean(mem, s + min(s, gs)):
             return None
         data = mem.data.expanded(ctx.group_shape)
+        levels = 0
         while s > 0:
             a = min(s, gs)
             np.add(data[..., :a], data[..., s:s + a], out=data[..., :a])
-            S.barrier(st, ctx, loc)
             s //= 2
+            levels += 1
+        # each level's barrier: the first clears the entry state's shadows, the rest
+        # find them clear (a level's accesses are exactly what its barrier forgets)
+        S.barrier(st, ctx, loc, times=levels)
         return np.int64(s)
     return run_tree
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tessera as ts
 import tessera.interp.tile_flow as flow
 from tests.tile.fastpaths import block_reduction, record_runs
 
@@ -43,3 +44,41 @@ def test_the_fast_path_runs_for_the_benchmark_shape(monkeypatch: pytest.MonkeyPa
     total = np.zeros(1, np.float32)
     block_reduction()(data, total, grid=4, group_size=64)
     assert calls and calls[0] is not None and total[0] == data.size
+
+
+def _partial_sums(data: ts.Tensor["N", ts.f32], out: ts.Tensor["P", ts.f32], step: int,
+                  start: float):
+    s = ts.tile.cast(start, ts.f32)
+    for i in ts.tile.range(ts.tile.linear_id(), N, step):
+        s += data[i]
+    out[ts.tile.linear_id()] = s
+
+
+def _partials(data: np.ndarray, out: np.ndarray, step: int, start: float, programs: int,
+              fast: bool) -> bytes:
+    """Each program's ``s = start; for i in range(pid, n, step): s += data[i]``."""
+    partial_sums = ts.kernel(_partial_sums)  # a fresh kernel: nothing compiled is shared
+    saved = flow.strided_sum
+    if not fast:
+        flow.strided_sum = lambda c, instr: None
+    try:
+        partial_sums(data, out, step, start, grid=programs)
+    finally:
+        flow.strided_sum = saved
+    return out.tobytes()
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 4000), programs=st.integers(1, 40), step=st.integers(1, 90),
+       start=st.sampled_from([0.0, -0.0, 1.5, -3e-8]))
+def test_per_program_partials_equal_the_general_loop(n: int, programs: int, step: int,
+                                                    start: float) -> None:
+    """Every program's partial sum, bit for bit, whether the trips overlap (a step below
+    the number of programs), leave programs short (-0.0 padding) or start elsewhere
+    than zero."""
+    rng = np.random.default_rng(n * 7 + step)
+    data = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
+    data[::5] = -0.0
+    fast = _partials(data, np.zeros(programs, np.float32), step, start, programs, True)
+    slow = _partials(data, np.zeros(programs, np.float32), step, start, programs, False)
+    assert fast == slow

@@ -1,0 +1,88 @@
+"""Launch caches: remembered call specialisations (``kernel_memo``), shared root
+contexts and shared access plans. Each must give the same results as a first call:
+the new arrays and scalars are used, and a changed shape or constant specialises anew."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+import tessera as ts
+from tessera.interp import tile_access as A
+from tessera.interp.tile_context import frozen
+
+
+def _saxpy(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32],
+           alpha: ts.f32) -> ts.Tensor["n", ts.f32]:
+    i = ts.tile.linear_id()
+    if i < n:  # n: a dim symbol, bound by the compiler
+        y[i] = alpha * x[i] + y[i]
+    return y
+
+
+def _scaled(x: ts.Tensor["n", ts.f32], out: ts.Tensor["n", ts.f32], k: int):
+    i = ts.tile.linear_id()
+    out[i] = x[i] * k
+
+
+def test_a_repeated_call_uses_its_own_arrays_and_scalars() -> None:
+    saxpy = ts.kernel(_saxpy)
+    rng = np.random.default_rng(0)
+    for alpha in (2.5, -1.0, 0.125):  # the same signature each time
+        x = rng.standard_normal(50).astype(np.float32)
+        y = rng.standard_normal(50).astype(np.float32)
+        ref = np.float32(alpha) * x + y
+        out = saxpy(x, y, alpha)
+        assert out is y and np.array_equal(out, ref)
+    assert len(saxpy.calls.recipes) == 1
+
+
+def test_keywords_positions_shapes_and_constants_specialise_apart() -> None:
+    scaled = ts.kernel(_scaled)
+    x = np.arange(12, dtype=np.float32)
+    for k in (2, 3):
+        out = np.zeros_like(x)
+        scaled(x, out, k)
+        assert np.array_equal(out, x * k)
+        out = np.zeros_like(x)
+        scaled(x, out=out, k=k)
+        assert np.array_equal(out, x * k)
+    short = np.arange(5, dtype=np.float32)
+    out = np.zeros_like(short)
+    scaled(short, out, 3)
+    assert np.array_equal(out, short * 3)
+    assert len(scaled.calls.recipes) == 5  # 2 constants x 2 call forms, 1 new shape
+
+
+def test_a_converted_argument_is_not_remembered() -> None:
+    """A float64 array is converted to the f32 storage and written back after the
+    launch: such calls run the whole preparation every time."""
+    saxpy = ts.kernel(_saxpy)
+    for _ in range(2):
+        x = np.ones(8)
+        y = np.full(8, 2.0)
+        assert np.array_equal(saxpy(x, y, 3.0), np.full(8, 5.0))
+        assert np.array_equal(y, np.full(8, 5.0))
+    assert not saxpy.calls.recipes
+
+
+def test_plans_are_shared_only_for_the_same_read_only_arrays() -> None:
+    starts = frozen(np.arange(4, dtype=np.int64) * 8)
+    plan = A.Plan.of([starts], (8,), (), 1)
+    assert A.Plan.of([starts], (8,), (), 1) is plan
+    copy = frozen(starts.copy())
+    assert A.Plan.of([copy], (8,), (), 1) is not plan
+    writable = np.arange(4, dtype=np.int64) * 8
+    assert A.Plan.of([writable], (8,), (), 1) is not A.Plan.of([writable], (8,), (), 1)
+
+
+def test_a_dead_array_never_answers_for_a_new_one() -> None:
+    """Entries hold weak references: once an array is gone, an array made later (which
+    may get its id) is analysed afresh."""
+    for step in range(1, 40):
+        starts = frozen(np.arange(4, dtype=np.int64) * step)
+        plan = A.Plan.of([starts], (1,), (0,), 1)
+        assert plan.coefs == [{0: step}]
+        del starts
+        gc.collect()
