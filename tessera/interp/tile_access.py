@@ -17,25 +17,38 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-#: affine analyses of read-only start arrays (program coordinates, made once per launch
-#: geometry and used by many accesses), by identity. Entries hold weak references: an
-#: id reused by a new array after the old one died finds a dead reference, not a hit.
-_AFFINE: dict[int, tuple[weakref.ref[np.ndarray], tuple[int, dict[int, int]] | None]] = {}
-_AFFINE_SIZE = 256
+
+class ArrayMemo:
+    """Results computed from read-only arrays (program coordinates: made once per
+    launch geometry and used by many ops), remembered by the array's identity and an
+    extra key. Entries hold weak references: an id reused by a new array after the old
+    one died finds a dead reference, not a hit."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.entries: dict[Any, tuple[weakref.ref[np.ndarray], Any]] = {}
+
+    def get(self, a: np.ndarray, extra: Any, compute: Any) -> Any:
+        """``compute()``, remembered for ``(a, extra)`` when ``a`` is read-only."""
+        if a.flags.writeable:
+            return compute()
+        key = (id(a), extra)
+        hit = self.entries.get(key)
+        if hit is not None and hit[0]() is a:
+            return hit[1]
+        found = compute()
+        if len(self.entries) >= self.size:
+            self.entries.clear()
+        self.entries[key] = (weakref.ref(a), found)
+        return found
+
+
+_AFFINE = ArrayMemo()
 
 
 def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
     """``s == base + sum(coef[k] * arange along axis k)``? Return (base, coef) or None."""
-    if s.flags.writeable:
-        return _affine_of(s)
-    hit = _AFFINE.get(id(s))
-    if hit is not None and hit[0]() is s:
-        return hit[1]
-    found = _affine_of(s)
-    if len(_AFFINE) >= _AFFINE_SIZE:
-        _AFFINE.clear()
-    _AFFINE[id(s)] = (weakref.ref(s), found)
-    return found
+    return _AFFINE.get(s, None, lambda: _affine_of(s))
 
 
 #: shared plans (see :meth:`Plan.of`), with weak references to their start arrays
@@ -291,4 +304,4 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["Plan", "bounds_violation", "broadcast_shape"]
+__all__ = ["ArrayMemo", "Plan", "bounds_violation", "broadcast_shape"]

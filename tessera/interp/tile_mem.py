@@ -33,6 +33,25 @@ def poison(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
                          dtype=np_dtype).reshape(shape).copy()
 
 
+def _fresh(kind: str, shape: tuple[int, ...], np_dtype: Any) -> np.ndarray:
+    """A read-only poisoned (``kind`` "poison") or all-false ("unset") array, shared by
+    every buffer of its shape: a :class:`GroupArray` copies read-only storage before
+    the first write, so sharing it is safe, and a buffer that is only ever written
+    whole never pays for its own."""
+    key = (kind, shape, np.dtype(np_dtype))
+    arr = _FRESH.get(key)
+    if arr is None:
+        if len(_FRESH) >= 64:
+            _FRESH.clear()
+        arr = poison(shape, np_dtype) if kind == "poison" else np.zeros(shape, bool)
+        arr.flags.writeable = False
+        _FRESH[key] = arr
+    return arr
+
+
+_FRESH: dict[tuple[Any, ...], np.ndarray] = {}
+
+
 class GroupArray:
     """An array with leading group axes that may be compressed to size 1."""
 
@@ -52,6 +71,13 @@ class GroupArray:
         if self.arr.shape != full or self.exported or not self.arr.flags.writeable:
             self.arr = np.array(np.broadcast_to(self.arr, full))
             self.exported = False
+        return self.arr
+
+    def fresh(self, full: tuple[int, ...]) -> np.ndarray:
+        """New, private, uninitialised storage of shape ``full`` (every element is about
+        to be written)."""
+        self.arr = np.empty(full, self.arr.dtype)
+        self.exported = False
         return self.arr
 
     def replace(self, value: np.ndarray) -> None:
@@ -116,10 +142,10 @@ class SharedMem:
         self.np_dtype = storage_of(element).np_dtype
         self.loc = loc
         self.name = f"shared buffer allocated at {loc}"
-        self.data = GroupArray(poison((1,) * ng + shape, self.np_dtype), ng)
+        self.data = GroupArray(_fresh("poison", (1,) * ng + shape, self.np_dtype), ng)
         # init None: every element written; tag None: no async copy pending.
-        self.init: GroupArray | None = GroupArray(np.zeros((1,) * ng + shape, bool), ng) \
-            if checked else None
+        self.init: GroupArray | None = GroupArray(_fresh("unset", (1,) * ng + shape, bool),
+                                                  ng) if checked else None
         self.tag: GroupArray | None = None
         self.writer: np.ndarray | None = None
         self.reader: np.ndarray | None = None

@@ -142,10 +142,16 @@ def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
     gs = st.geom.group_size
     if op is None and not ctx.flat and ref.whole() and not (st.checked and gs > 1):
         return _write_whole(st, ctx, loc, ref, value, copy)
-    arr = mem.data.expanded(ctx.group_shape)
-    plan, starts = _plan(ctx, arr.shape, ng, ref, expand=True)
+    full = ctx.group_shape + mem.shape
+    plan, starts = _plan(ctx, full, ng, ref, expand=True)
     if st.checked:
         _check_write(st, ctx, loc, ref, plan, starts)
+    # a store that reaches every element once (each tile its own slot of every group)
+    # replaces the storage instead of first copying the old contents out
+    whole = op is None and np.prod(plan.shape) == np.prod(full) and plan.injective(full)
+    arr = mem.data.fresh(full) if whole else mem.data.expanded(ctx.group_shape)
+    if whole:
+        mem.init = None  # every element is written now
     if op is None:
         plan.write(arr, to_storage(value, mem.element))
     elif plan.injective(arr.shape):

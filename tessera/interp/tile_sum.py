@@ -15,8 +15,25 @@ from typing import Any
 import numpy as np
 
 from tessera.interp import tile_global as G
+from tessera.interp.tile_access import ArrayMemo, broadcast_shape
 from tessera.interp.tile_exec import Compiler, Frame
 from tessera.ir.core import Instr
+
+
+def _layout(start: np.ndarray, stop: int, step: int) -> tuple[np.ndarray, int, bool, bool]:
+    """Each program's trip count, the largest, whether all are equal, and whether
+    program ``k`` starts at the first program's start plus ``k``."""
+    trips = np.maximum(-((start - stop) // step), 0)
+    if not trips.size:
+        return trips, 0, True, False
+    flat = start.reshape(-1)
+    count = int(trips.max())
+    return trips, count, int(trips.min()) == count, \
+        bool(np.array_equal(flat, flat[0] + np.arange(flat.size)))
+
+
+#: layouts of the loops over program coordinates (read-only, reused every launch)
+_LAYOUTS = ArrayMemo(64)
 
 
 def strided_sum(c: Compiler, instr: Instr) -> Any:
@@ -53,17 +70,18 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
                 or np.ndim(end) or np.ndim(by) or int(by) <= 0 or ref.squeeze
                 or np.ndim(ref.starts[0]) or getattr(acc, "dtype", None) != np.float32):
             return None
-        start = np.asarray(i, dtype=np.int64) + int(ref.starts[0])
-        stop = int(end) + int(ref.starts[0])
-        trips = np.maximum(-((start - stop) // int(by)), 0)
-        if not trips.size or int(trips.max()) == 0:
+        off = int(ref.starts[0])
+        start = i if off == 0 and getattr(i, "dtype", None) == np.int64 else \
+            np.asarray(i, dtype=np.int64) + off
+        stop, step = int(end) + off, int(by)
+        trips, count, uniform, consecutive = _LAYOUTS.get(
+            start, (stop, step), lambda: _layout(start, stop, step))
+        if count == 0:
             return None
-        n, step = mem.array.shape[0], int(by)
-        count = int(trips.max())
+        n = mem.array.shape[0]
         flat = start.reshape(-1)
-        shape = np.broadcast_shapes(np.shape(acc), start.shape)
-        if int(trips.min()) == count and shape == start.shape and \
-                np.array_equal(flat, flat[0] + np.arange(flat.size)):
+        shape = broadcast_shape([np.shape(acc), start.shape])
+        if uniform and consecutive and shape == start.shape:
             # consecutive programs read consecutive elements: trip k is one slice
             first, last = int(flat[0]), int(flat[-1]) + (count - 1) * step
             if first < 0 or last >= n:
