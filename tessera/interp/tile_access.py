@@ -30,7 +30,7 @@ class ArrayMemo:
 
     def get(self, a: np.ndarray, extra: Any, compute: Any) -> Any:
         """``compute()``, remembered for ``(a, extra)`` when ``a`` is read-only."""
-        if a.flags.writeable:
+        if not isinstance(a, np.ndarray) or a.flags.writeable:
             return compute()
         key = (id(a), extra)
         hit = self.entries.get(key)
