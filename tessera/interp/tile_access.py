@@ -44,6 +44,8 @@ class ArrayMemo:
 
 
 _AFFINE = ArrayMemo()
+#: (min, max) of read-only start arrays, for bounds checks
+_RANGES = ArrayMemo()
 
 
 def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
@@ -296,7 +298,8 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
                 return (0, d) if first is None or first[0] > 0 else first
             continue
         a = s
-        if int(a.min()) >= 0 and int(a.max()) + n <= dim:
+        lo, hi = _RANGES.get(a, None, lambda a=a: (int(a.min()), int(a.max())))
+        if lo >= 0 and hi + n <= dim:
             continue
         bad = np.flatnonzero(np.broadcast_to((a < 0) | (a + n > dim), lead))
         if bad.size and (first is None or int(bad[0]) < first[0]):

@@ -16,6 +16,7 @@ use are gathered into it; results are scattered back when the branch ends.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ class Geometry:
 
     @property
     def n_groups(self) -> int:
-        return self.batch * int(np.prod(self.grid, dtype=np.int64))
+        return self.batch * math.prod(self.grid)
 
     @property
     def n_programs(self) -> int:

@@ -32,9 +32,17 @@ from tessera.interp.tile_state import Reschedule, State, element_at, first_true,
 
 
 def _per_position(ctx: Ctx, a: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """A program-shaped array broadcast over the tile axes of an access of ``shape``."""
+    """A program-shaped array broadcast over the tile axes of an access of ``shape``
+    (remembered by the context for its own coordinate arrays)."""
+    key = ("position", id(a), shape)
+    hit = ctx.memo.get(key) if a is ctx.pid or a is ctx.group_flat else None
+    if hit is not None:
+        return hit
     full = bcast(a, ctx.lead)
-    return bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
+    out = bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
+    if a is ctx.pid or a is ctx.group_flat:
+        ctx.memo[key] = out
+    return out
 
 
 def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: Plan,
@@ -235,16 +243,17 @@ def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -
     """A read-modify-write whose positions hit some elements several times: apply the
     contributions in rounds (each element at most once per round) in position order —
     program order, since program axes lead."""
-    offs = plan.offsets(arr.shape).reshape(-1)
     vals = np.broadcast_to(value, plan.shape).reshape(-1)
-    if op == "add" and vals.dtype == arr.dtype and arr.dtype in (F32, F64) \
-            and (offs == offs[0]).all():
+    one = plan.index is None and not any(plan.coefs) and \
+        all(n == 1 for n in plan.tile_shape) and all(n == 1 for n in plan.sizes)
+    if op == "add" and vals.dtype == arr.dtype and arr.dtype in (F32, F64) and one:
         # one element (every tile adding into a total): accumulate is the sequential
         # sum old + v0 + v1 + ... in the array's own dtype, each add rounded (formats
         # that compute in float32 and saturate take the rounds below)
-        idx = np.unravel_index(offs[0], arr.shape)
+        idx = tuple(plan.bases)
         arr[idx] = np.add.accumulate(np.concatenate([arr[idx].reshape(1), vals]))[-1]
         return
+    offs = plan.offsets(arr.shape).reshape(-1)
     order = np.argsort(offs, kind="stable")
     sorted_offs = offs[order]
     first = np.r_[True, sorted_offs[1:] != sorted_offs[:-1]]
