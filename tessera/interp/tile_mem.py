@@ -33,23 +33,29 @@ def poison(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
                          dtype=np_dtype).reshape(shape).copy()
 
 
-def _fresh(kind: str, shape: tuple[int, ...], np_dtype: Any) -> np.ndarray:
-    """A read-only poisoned (``kind`` "poison") or all-false ("unset") array, shared by
-    every buffer of its shape: a :class:`GroupArray` copies read-only storage before
-    the first write, so sharing it is safe, and a buffer that is only ever written
-    whole never pays for its own."""
+def fresh(kind: str, shape: tuple[int, ...], np_dtype: Any) -> np.ndarray:
+    """A read-only poisoned (``kind`` "poison"), all-false ("unset") or all -1 ("none")
+    array, shared by every buffer of its shape: read-only storage is copied before the
+    first write (:class:`GroupArray`, :func:`writable`), so sharing it is safe, and a
+    buffer that is only ever written whole never pays for its own."""
     key = (kind, shape, np.dtype(np_dtype))
     arr = _FRESH.get(key)
     if arr is None:
         if len(_FRESH) >= 64:
             _FRESH.clear()
-        arr = poison(shape, np_dtype) if kind == "poison" else np.zeros(shape, bool)
+        arr = poison(shape, np_dtype) if kind == "poison" else \
+            np.zeros(shape, bool) if kind == "unset" else np.full(shape, -1, np_dtype)
         arr.flags.writeable = False
         _FRESH[key] = arr
     return arr
 
 
 _FRESH: dict[tuple[Any, ...], np.ndarray] = {}
+
+
+def writable(arr: np.ndarray) -> np.ndarray:
+    """``arr``, or a private copy when it is read-only (shared fresh storage)."""
+    return arr if arr.flags.writeable else arr.copy()
 
 
 class GroupArray:
@@ -142,9 +148,9 @@ class SharedMem:
         self.np_dtype = storage_of(element).np_dtype
         self.loc = loc
         self.name = f"shared buffer allocated at {loc}"
-        self.data = GroupArray(_fresh("poison", (1,) * ng + shape, self.np_dtype), ng)
+        self.data = GroupArray(fresh("poison", (1,) * ng + shape, self.np_dtype), ng)
         # init None: every element written; tag None: no async copy pending.
-        self.init: GroupArray | None = GroupArray(_fresh("unset", (1,) * ng + shape, bool),
+        self.init: GroupArray | None = GroupArray(fresh("unset", (1,) * ng + shape, bool),
                                                   ng) if checked else None
         self.tag: GroupArray | None = None
         self.writer: np.ndarray | None = None
@@ -208,4 +214,4 @@ class Ref:
         return Ref(self.mem, starts, self.sizes, self.squeeze)
 
 
-__all__ = ["GlobalMem", "GroupArray", "Ref", "SharedMem", "poison"]
+__all__ = ["GlobalMem", "GroupArray", "Ref", "SharedMem", "fresh", "poison", "writable"]

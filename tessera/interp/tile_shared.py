@@ -24,7 +24,7 @@ from tessera.interp.tile_access import Plan
 from tessera.interp.tile_context import Ctx, bcast
 from tessera.interp.tile_errors import ASYNC, DIVERGENT, RACE, UNINIT
 from tessera.interp.tile_global import rmw_rounds
-from tessera.interp.tile_mem import GroupArray, Ref, SharedMem
+from tessera.interp.tile_mem import GroupArray, Ref, SharedMem, fresh, writable
 from tessera.interp.tile_numeric import combine, to_storage
 from tessera.interp.tile_state import State, element_at, first_true, pid_at
 
@@ -74,8 +74,8 @@ def alloc(st: State, ctx: Ctx, loc: Loc, shape: tuple[int, ...], element: Any) -
     ng = len(ctx.group_shape)
     mem = SharedMem(shape, element, ng, loc, st.checked)
     if st.checked and st.geom.group_size > 1:
-        mem.writer = np.full(ctx.group_shape + shape, -1, np.int32)
-        mem.reader = np.full(ctx.group_shape + shape, -1, np.int32)
+        # shared read-only "nobody" shadows, made private by the first entry (writable)
+        mem.writer = mem.reader = fresh("none", ctx.group_shape + shape, np.int32)
     st.shared.append(mem)
     return Ref(mem, (0,) * len(shape), shape, ())
 
@@ -124,6 +124,7 @@ def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
                           "of the same group with no barrier in between", loc, ref, plan,
                           starts, bad)
     mem.read = True
+    mem.reader = writable(mem.reader)
     r = plan.view(mem.reader)
     new = np.where((r == -1) | (r == me), me, -2)
     plan.write(mem.reader, new)
@@ -168,6 +169,7 @@ def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
         ids = st.open_id[ctx.pid_flat].reshape(ctx.lead)
         plan.write(tag, ids.reshape(ctx.lead + (1,) * len(ref.shape)) if copy else -1)
     if mem.writer is not None:
+        mem.writer = writable(mem.writer)
         plan.write(mem.writer, _local(ctx, plan.shape))
         mem.wrote = True
 
@@ -278,11 +280,14 @@ def barrier(st: State, ctx: Ctx, loc: Loc, times: int = 1) -> None:
         present = np.zeros(st.epoch.size, bool)
         present[ctx.group_flat] = True
         st.epoch[present] += times
-    idx = ctx.flat_index()
-    st.open_id[idx] += st.open_used[idx]
-    st.open_used[idx] = False
-    st.done_upto[idx] = st.open_id[idx]
+    if st.copies:  # otherwise every copy-group counter is still zero
+        idx = ctx.flat_index()
+        st.open_id[idx] += st.open_used[idx]
+        st.open_used[idx] = False
+        st.done_upto[idx] = st.open_id[idx]
     for mem in st.shared:
+        if mem.tag is None and not mem.wrote and not mem.read:
+            continue  # nothing to complete or clear
         if not ctx.flat:
             mem.tag = None
             if mem.writer is not None and mem.reader is not None:
@@ -303,6 +308,7 @@ def barrier(st: State, ctx: Ctx, loc: Loc, times: int = 1) -> None:
 
 def commit(st: State, ctx: Ctx) -> None:
     """Close each tile's open copy group."""
+    st.copies = True
     idx = ctx.flat_index()
     st.open_id[idx] += 1
     st.open_used[idx] = False
@@ -310,6 +316,7 @@ def commit(st: State, ctx: Ctx) -> None:
 
 def wait(st: State, ctx: Ctx, n: int) -> None:
     """Complete all but the ``n`` most recent committed copy groups of each tile."""
+    st.copies = True
     idx = ctx.flat_index()
     st.open_id[idx] += st.open_used[idx]
     st.open_used[idx] = False
