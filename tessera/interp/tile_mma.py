@@ -28,6 +28,7 @@ sgemm): its bits depend on the BLAS build and blocking (labelled non-bitwise).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -63,9 +64,9 @@ def folded_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if any(sa[i] != sb[i] for i in batch):
         raise ValueError(f"mma program axes {sa} and {sb} do not broadcast")
     nb, na = len(batch), len(afold)
-    size = int(np.prod([sa[i] for i in batch], dtype=np.int64))
-    asz = int(np.prod([sa[i] for i in afold], dtype=np.int64))
-    bsz = int(np.prod([sb[i] for i in bfold], dtype=np.int64))
+    size = math.prod(sa[i] for i in batch)
+    asz = math.prod(sa[i] for i in afold)
+    bsz = math.prod(sb[i] for i in bfold)
     ones_a = [i for i in range(nl) if i not in batch and i not in afold]
     ones_b = [i for i in range(nl) if i not in batch and i not in bfold]
     at = a.transpose([*batch, *afold, *ones_a, nl, nl + 1]).reshape(size, asz * m, k)

@@ -15,6 +15,7 @@ but the ``n`` most recent.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
         _check_write(st, ctx, loc, ref, plan, starts)
     # a store that reaches every element once (each tile its own slot of every group)
     # replaces the storage instead of first copying the old contents out
-    whole = op is None and np.prod(plan.shape) == np.prod(full) and plan.injective(full)
+    whole = op is None and math.prod(plan.shape) == math.prod(full) and plan.injective(full)
     arr = mem.data.fresh(full) if whole else mem.data.expanded(ctx.group_shape)
     if whole:
         mem.init = None  # every element is written now
