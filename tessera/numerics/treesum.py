@@ -18,9 +18,11 @@ infinity or NaN, or a wide exponent range) take the tree.
 
 :func:`row_extreme` is ``np.max``/``np.min`` over one axis, which NumPy computes slowly
 for short rows (a tile row of 64: 1.4 ns per element). Rows of a power-of-two length
-are instead folded in halves with ``np.maximum``/``np.minimum``; a maximum is one of
-the values whatever the order, except for the choice between -0.0 and +0.0 and among
-NaNs, so rows whose result is a zero or a NaN are redone with ``np.max``/``np.min``.
+below :data:`LONG` are instead folded in halves with ``np.maximum``/``np.minimum``
+down to eight columns, which are transposed and reduced along the long axis; a
+maximum is one of the values whatever the order, except for the choice between -0.0
+and +0.0 and among NaNs, so rows whose result is a zero or a NaN are redone with
+``np.max``/``np.min``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import numpy as np
 F64 = np.dtype(np.float64)
 #: rows shorter than this always take the tree
 SHORT = 128
+#: rows at least this long are reduced by ``np.max``/``np.min`` themselves (faster there)
+LONG = 256
 
 
 def tree_sum_f64(x: np.ndarray) -> np.ndarray:
@@ -82,19 +86,20 @@ def row_extreme(x: np.ndarray, axis: int, kind: str) -> np.ndarray:
     """``np.max(x, axis)`` (``kind`` "max") or ``np.min``, with their bits."""
     whole = np.max if kind == "max" else np.min
     size = x.shape[axis] if x.ndim else 0
-    if x.dtype.kind != "f" or size < 16 or size & (size - 1):
+    if x.dtype.kind != "f" or size < 16 or size >= LONG or size & (size - 1):
         return whole(x, axis=axis)
     fold = np.maximum if kind == "max" else np.minimum
     rows = np.moveaxis(x, axis, -1)
     y = rows
-    while y.shape[-1] > 1:
+    while y.shape[-1] > 8:
         half = y.shape[-1] // 2
         y = fold(y[..., :half], y[..., half:])
-    out = y[..., 0]
+    # the last eight columns, transposed to rows: one reduce along a long axis
+    out = fold.reduce(np.ascontiguousarray(np.moveaxis(y, -1, 0)), axis=0)
     odd = (out == 0) | np.isnan(out)
     if odd.any():
         out[odd] = whole(rows[odd], axis=-1)
     return out
 
 
-__all__ = ["SHORT", "row_extreme", "row_sum_f64", "tree_sum_f64"]
+__all__ = ["LONG", "SHORT", "row_extreme", "row_sum_f64", "tree_sum_f64"]
