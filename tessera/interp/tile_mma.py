@@ -29,6 +29,7 @@ sgemm): its bits depend on the BLAS build and blocking (labelled non-bitwise).
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -105,14 +106,32 @@ class Widen:
     def __call__(self, x: Any) -> np.ndarray:
         if x is self.src:
             return self.wide
-        wide = np.asarray(x).astype(F64, copy=False)
+        wide = widened(x)
         if wide is not x and wide.size <= self.MAX_SIZE:
             self.src, self.wide = x, wide
         return wide
 
 
-def _widen(x: Any) -> np.ndarray:
-    return np.asarray(x).astype(F64, copy=False)
+#: the latest exact float64 copies made by :func:`widened`, newest first (weak
+#: references to their sources: a dead source never answers for a new array)
+_RECENT: list[tuple[weakref.ref[Any], np.ndarray]] = []
+
+
+def widened(x: Any) -> np.ndarray:
+    """An exact float64 copy of the tile value ``x``, shared by the ops that need one:
+    flash attention's ``row_sum(p)`` and ``mma(p, v)`` widen ``p`` once. (Tile values
+    are never modified in place, see :class:`Widen`.)"""
+    for ref, wide in _RECENT:
+        if ref() is x:
+            return wide
+    wide = np.asarray(x).astype(F64, copy=False)
+    if wide is not x and isinstance(x, np.ndarray) and 1024 <= wide.size <= Widen.MAX_SIZE:
+        _RECENT.insert(0, (weakref.ref(x), wide))
+        del _RECENT[2:]
+    return wide
+
+
+_widen = widened
 
 
 def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool,
@@ -269,4 +288,4 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
     return found
 
 
-__all__ = ["Pending", "Widen", "deferrable", "folded_matmul", "forced", "mma"]
+__all__ = ["Pending", "Widen", "deferrable", "folded_matmul", "forced", "mma", "widened"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.tile_mem import poison
-from tessera.interp.tile_mma import Pending, Widen, mma
+from tessera.interp.tile_mma import Pending, Widen, mma, widened
 from tessera.interp.tile_numeric import F32, F64, Num, num, to_f64, to_storage
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
@@ -24,7 +24,7 @@ from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Op, rule_decorator
 from tessera.ir.types import TensorType
 from tessera.numerics.transcendental import exp_f32
-from tessera.numerics.treesum import row_extreme, row_sum_f64
+from tessera.numerics.treesum import SHORT, row_extreme, row_sum_f64
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -232,6 +232,10 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     def exact_sum(x: Any) -> Any:
         # float64 accumulation in a fixed tree, rounded once to the element
         narrow = n.narrow(x)
+        if narrow.dtype == F32 and narrow.shape[axis] < SHORT:
+            # short rows take the tree: start it from the shared float64 copy, which an
+            # mma of the same tile reuses (and f64 pairs add faster than mixed ones)
+            narrow = widened(narrow)
         rows = np.moveaxis(narrow if narrow.dtype == F64 else n.compute(narrow), axis, -1)
         return n.result(row_sum_f64(rows))
     return exact_sum
