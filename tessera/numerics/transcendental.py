@@ -199,19 +199,26 @@ _SMALL_TOP = -_SMALL_MID + _SMALL_RADIUS
 
 
 def _fast_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray,
-               low: np.ndarray) -> np.ndarray:
+               low: np.ndarray) -> np.ndarray | None:
     """The platform binary64 ``exp`` of a flat chunk, rounded into ``out``; returns the
-    mask of elements whose rounding it has not proven (near a boundary, small, NaN)."""
+    mask of elements whose rounding it has not proven (near a boundary, small, NaN), or
+    None when there are none."""
     m = x32.size
     y, lo = buf[:m], low[:m]
     np.exp(x32, out=y, dtype=np.float64)
     np.copyto(out, y, casting="same_kind")
-    # distance of y's dropped bits from the midpoint, offset so |d| <= margin is one test
+    # distance of y's dropped bits from the midpoint, offset so |d| <= margin is one
+    # unsigned test, and one min tells whether any element passes it (no mask to make)
     np.bitwise_and(y.view(np.int64), _DROPPED, out=lo)
     np.subtract(lo, _HALF - FAST_MARGIN_ULPS, out=lo)
-    hard = lo.view(np.uint64) <= np.uint64(2 * FAST_MARGIN_ULPS)
+    near = lo.view(np.uint64)
+    limit = np.uint64(2 * FAST_MARGIN_ULPS)
     # one pass decides whether any element can be small or NaN (min propagates NaN)
-    if m and not x32.min() >= _SMALL_TOP:
+    small = bool(m) and not x32.min() >= _SMALL_TOP
+    if not small and not (m and near.min() <= limit):
+        return None
+    hard = near <= limit
+    if small:
         hard |= ~(np.abs(x32 + _SMALL_MID) > _SMALL_RADIUS)  # NaN compares false: here
     return hard
 
@@ -227,7 +234,7 @@ def exp_f32(x: np.ndarray) -> np.ndarray:
         for lo in range(0, flat.size, _CHUNK):
             chunk = slice(lo, lo + _CHUNK)
             hard = _fast_into(flat[chunk], out[chunk], buf, low)
-            if hard.any():
+            if hard is not None and hard.any():
                 idx = np.flatnonzero(hard)
                 out[chunk][idx] = exp_f32_specified(flat[chunk][idx])
     return out.reshape(np.shape(x))
