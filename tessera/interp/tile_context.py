@@ -87,7 +87,7 @@ def frozen(a: Any) -> Any:
 class Ctx:
     """The programs running together: their coordinates and ids, as program axes."""
 
-    __slots__ = ("coords", "flat", "gcoords", "geom", "group_flat", "group_lin",
+    __slots__ = ("__weakref__", "coords", "flat", "gcoords", "geom", "group_flat", "group_lin",
                  "group_shape", "lead", "linear", "memo", "nlead", "pid", "pid_flat", "size",
                  "whole")
 

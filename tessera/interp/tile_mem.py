@@ -173,7 +173,7 @@ class Ref:
     """A view of a memory in every program: per-axis starts (ints or program-shaped
     arrays) and static sizes over the memory's axes; ``squeeze`` axes are hidden."""
 
-    __slots__ = ("mem", "sizes", "squeeze", "starts")
+    __slots__ = ("__weakref__", "mem", "sizes", "squeeze", "starts")
 
     def __init__(self, mem: Any, starts: tuple[Any, ...], sizes: tuple[int, ...],
                  squeeze: tuple[int, ...]) -> None:

@@ -86,3 +86,38 @@ def test_a_dead_array_never_answers_for_a_new_one() -> None:
         assert plan.coefs == [{0: step}]
         del starts
         gc.collect()
+
+
+def _rewrite(x: ts.Tensor["n", ts.f32]):
+    t = x[0:n]  # n: a dim symbol
+    for _k in ts.tile.range(0, 3):
+        x[0:n] = t + 1.0
+
+
+def _accumulate(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32]):
+    t = x[0:n]
+    for _k in ts.tile.range(0, 3):
+        y[0:n] = y[0:n] + t
+
+
+def test_a_loop_reloads_only_what_the_kernel_writes(monkeypatch) -> None:
+    """A view loaded every trip is read again only when the kernel writes its tensor:
+    the loads of read-only ``x`` after the first trip reuse its array, those of ``y``
+    (and of the rewritten ``x``) read memory each time."""
+    from tessera.interp import tile_global as G
+
+    calls: list[str] = []
+    original = G.load
+
+    def spy(st, ctx, loc, ref):  # type: ignore[no-untyped-def]
+        calls.append(ref.mem.name)
+        return original(st, ctx, loc, ref)
+    monkeypatch.setattr(G, "load", spy)
+    x, y = np.ones(4, np.float32), np.zeros(4, np.float32)
+    ts.kernel(_accumulate)(x, y, grid=1)
+    assert y.tolist() == [3.0] * 4
+    assert calls.count("x") == 1 and calls.count("y") == 3
+    calls.clear()
+    x = np.zeros(4, np.float32)
+    ts.kernel(_rewrite)(x, grid=1)
+    assert x.tolist() == [3.0] * 4 and calls.count("x") == 3
