@@ -16,6 +16,8 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp import tile_global as G
+from tessera.interp.tile_access import ArrayMemo
+from tessera.interp.tile_context import frozen
 from tessera.interp.tile_exec import (
     Body,
     Compiler,
@@ -50,6 +52,11 @@ def _uniform(c: Any) -> bool | None:
     return None
 
 
+#: branch decisions and selections of read-only conditions (masks of program
+#: coordinates, see ``tile_exec.coordinate_memo``)
+_BRANCHES = ArrayMemo(64)
+
+
 @step_rule(T.If)
 def _if(c: Compiler, instr: Instr) -> Step:
     cond = c.slot(instr.operands[0])
@@ -60,7 +67,7 @@ def _if(c: Compiler, instr: Instr) -> Step:
     def step(fr: Frame) -> None:
         regs = fr.regs
         cv = regs[cond]
-        taken = _uniform(cv)
+        taken = _BRANCHES.get(cv, None, lambda: _uniform(cv)) if np.ndim(cv) else bool(cv)
         if taken is not None:
             body = then if taken else other
             run(body.steps, fr)
@@ -69,10 +76,11 @@ def _if(c: Compiler, instr: Instr) -> Step:
             return
         ctx = fr.ctx
         parts: list[list[tuple[np.ndarray, Any]]] = [[] for _ in outs]
-        for mask, body in ((cv, then), (np.logical_not(cv), other)):
+        for taking, body in ((True, then), (False, other)):
             if not body.steps and not body.yields:
                 continue  # an absent else (or then): nothing to run, nothing to merge
-            sel = ctx.select(mask)
+            sel = _BRANCHES.get(cv, (ctx.lead, taking), lambda t=taking: frozen(ctx.select(
+                cv if t else np.logical_not(cv))))
             sub = fork(fr, sel, body.liveins)
             run(body.steps, sub)
             for k, y in enumerate(body.yields):

@@ -121,3 +121,25 @@ def test_a_loop_reloads_only_what_the_kernel_writes(monkeypatch) -> None:
     x = np.zeros(4, np.float32)
     ts.kernel(_rewrite)(x, grid=1)
     assert x.tolist() == [3.0] * 4 and calls.count("x") == 3
+
+
+def test_coordinate_results_are_remembered_only_for_read_only_operands() -> None:
+    from tessera.interp.tile_exec import coordinate_memo
+
+    calls: list[int] = []
+
+    def times(a, b):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return a * b
+    op = coordinate_memo(times)
+    g = frozen(np.arange(4, dtype=np.int64))
+    first = op(g, 64)
+    assert op(g, 64) is first and not first.flags.writeable and len(calls) == 1
+    assert op(g, 32).tolist() == [0, 32, 64, 96] and len(calls) == 2  # another scalar
+    mutable = np.arange(4, dtype=np.int64)
+    assert op(mutable, 64) is not op(mutable, 64)  # a writeable operand: every time
+    for step in range(1, 30):  # a dead operand never answers for a new one
+        fresh = frozen(np.full(4, step, dtype=np.int64))
+        assert op(fresh, 2).tolist() == [2 * step] * 4
+        del fresh
+        gc.collect()
