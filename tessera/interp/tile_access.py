@@ -56,6 +56,8 @@ def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
 #: shared plans (see :meth:`Plan.of`), with weak references to their start arrays
 _PLANS: dict[tuple[Any, ...], tuple[list[weakref.ref[np.ndarray]], Plan]] = {}
 _PLANS_SIZE = 512
+#: shared plans of accesses at plain integer starts
+_SCALAR_PLANS: dict[tuple[Any, ...], Plan] = {}
 
 
 def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -116,14 +118,23 @@ class Plan:
         read-only arrays (program coordinates) that are the same objects: a kernel's
         accesses at ``local_id()`` or ``tile_m`` then plan once per launch geometry."""
         key: list[Any] = [sizes, squeeze, nlead, expand]
+        shared = False
         for a in starts:
             if isinstance(a, np.ndarray) and a.ndim:
                 if a.flags.writeable:
                     return cls(starts, sizes, squeeze, nlead, expand)
                 key.append((id(a),))
+                shared = True
             else:
                 key.append(int(a))
         k = tuple(key)
+        if not shared:  # plain integers: their own table, which a loop's x[i] cycles
+            plan = _SCALAR_PLANS.get(k)
+            if plan is None:
+                if len(_SCALAR_PLANS) >= 64:
+                    _SCALAR_PLANS.clear()
+                plan = _SCALAR_PLANS[k] = cls(starts, sizes, squeeze, nlead, expand)
+            return plan
         arrays = [a for a in starts if isinstance(a, np.ndarray) and a.ndim]
         hit = _PLANS.get(k)
         if hit is not None and len(hit[0]) == len(arrays) and \

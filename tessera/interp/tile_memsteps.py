@@ -161,7 +161,7 @@ def _load(c: Compiler, instr: Instr) -> Step:
         value = fn(fr.st, fr.ctx, loc, ref)
         mem = ref.mem
         if is_global and not mem.written and not mem.track_reads \
-                and isinstance(value, np.ndarray):
+                and isinstance(value, np.ndarray) and value.size >= 1024:
             last[:] = [weakref.ref(ref), weakref.ref(fr.ctx), weakref.ref(value)]
         fr.regs[out] = value
     return step
