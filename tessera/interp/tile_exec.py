@@ -19,7 +19,8 @@ import numpy as np
 from tessera.errors import InterpretError, TesseraError
 from tessera.interp.slots import Slots
 from tessera.interp.tile_context import Ctx, frozen
-from tessera.interp.tile_numeric import num
+from tessera.interp.tile_live import last_uses, releasing
+from tessera.interp.tile_numeric import F32, num
 from tessera.interp.tile_rules import IMPLS
 from tessera.interp.tile_state import Reschedule, State
 from tessera.ir import tile_compute as C
@@ -100,8 +101,11 @@ class Compiler(Slots):
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
         fused = self.fused[block] = fusions(block)
-        steps = [self.fuse(i, fused[i]) if i in fused else self.instr(i)
-                 for i in block.instrs if not i.op.terminator and i not in fused.values()]
+        kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
+        steps = [self.fuse(i, fused[i]) if i in fused else self.instr(i) for i in kept]
+        # clear each tile value's register after its last use (see tile_live)
+        steps = [releasing(step, [self.slot(v) for v in dead]) if dead else step
+                 for step, dead in zip(steps, last_uses(block, kept, fused))]
         term = block.terminator
         yields = [self.slot(v) for v in term.operands] if term is not None else []
         defined = set(block.args)
@@ -226,16 +230,37 @@ def _mma_add(c: Compiler, add: Instr, mma: Instr) -> Step:
     return step
 
 
+def _mma_scale(c: Compiler, mul: Instr, mma: Instr) -> Step:
+    """``mma(a, b) * y``: in fast mode the product is a fresh float32 array that nothing
+    else holds, so the multiply writes into it (the same values, one array less)."""
+    other = mul.operands[1] if mul.operands[0] is mma.results[0] else mul.operands[0]
+    product = IMPLS[C.Mma](mma, c.fast)
+    scale = IMPLS[C.Mul](mul, c.fast)
+    a, b, y = (c.slot(v) for v in (*mma.operands, other))
+    out = c.slot(mul.results[0])
+
+    def step(fr: Frame) -> None:
+        r = fr.regs
+        p, v = product(r[a], r[b]), r[y]
+        if p.dtype == F32 and getattr(v, "dtype", None) == F32 and \
+                np.broadcast_shapes(p.shape, v.shape) == p.shape:
+            r[out] = np.multiply(p, v, out=p)
+        else:
+            r[out] = scale(p, v) if mul.operands[0] is mma.results[0] else scale(v, p)
+    return step
+
+
 #: consumer op class -> factory of the step that also runs the consumer's producer
-FUSED: dict[type[Op], Callable[[Compiler, Instr, Instr], Step]] = {C.Add: _mma_add}
+FUSED: dict[type[Op], Callable[[Compiler, Instr, Instr], Step]] = {C.Add: _mma_add,
+                                                                   C.Mul: _mma_scale}
 #: producer op classes whose result a plain global store may compute in place
 STORE_PRODUCERS = (C.Add, C.Sub, C.Mul, C.Div)
 
 
 def fusions(block: Block) -> dict[Instr, Instr]:
     """Consumers in ``block`` mapped to the producer they run with, each producer used
-    only there: ``tile.add`` of an accumulator-free ``tile.mma``, and a global
-    ``tile.store`` of an elementwise ``+ - * /``."""
+    only there: ``tile.add`` or ``tile.mul`` of an accumulator-free ``tile.mma``, and a
+    global ``tile.store`` of an elementwise ``+ - * /``."""
     counts: dict[Value, int] = {}
     for instr in walk(block):
         for v in instr.operands:
@@ -246,7 +271,7 @@ def fusions(block: Block) -> dict[Instr, Instr]:
     found: dict[Instr, Instr] = {}
     taken: set[Instr] = set()
     for instr in block.instrs:
-        if isinstance(instr.op, C.Add):
+        if isinstance(instr.op, (C.Add, C.Mul)):
             candidates = [p for p in map(producers.get, instr.operands)
                           if p is not None and isinstance(p.op, C.Mma)]
         elif type(instr.op) is M.Store and isinstance(instr.operands[0].type, MemRefType) \

@@ -9,7 +9,6 @@ checked mode. The memory rules themselves live in :mod:`.tile_global` and
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -144,25 +143,25 @@ def _load(c: Compiler, instr: Instr) -> Step:
     fn = G.load if is_global else S.load
     loc = instr.loc
     width = instr.op.width if isinstance(instr.op, M.LoadVector) else 0
-    # the last load of a tensor the kernel never writes: a loop that loads the same view
-    # every trip (flash attention's query tile) gets the same array, which operand
-    # caches (mma's Widen) recognise. Weak references: nothing outlives the launch.
-    last: list[Any] = [None, None, None]
+    # the last load of a tensor the kernel never writes, kept by the launch: a loop that
+    # loads the same view every trip (flash attention's query tile) gets the same array,
+    # which operand caches (mma's Widen) recognise
+    token = object()
 
     def step(fr: Frame) -> None:
         ref = fr.regs[src]
         if width and fr.st.checked:
             _aligned(fr, loc, ref, width)
-        if last[0] is not None and last[0]() is ref and last[1]() is fr.ctx:
-            value = last[2]()
-            if value is not None:
-                fr.regs[out] = value
-                return
+        memo = fr.st.memo
+        last = memo.get(token)
+        if last is not None and last[0] is ref and last[1] is fr.ctx:
+            fr.regs[out] = last[2]
+            return
         value = fn(fr.st, fr.ctx, loc, ref)
         mem = ref.mem
         if is_global and not mem.written and not mem.track_reads \
                 and isinstance(value, np.ndarray) and value.size >= 1024:
-            last[:] = [weakref.ref(ref), weakref.ref(fr.ctx), weakref.ref(value)]
+            memo[token] = (ref, fr.ctx, value)
         fr.regs[out] = value
     return step
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from tessera.interp.tile_numeric import F32, F64, Num, num
 from tessera.ir.core import Instr, Value, walk
-from tessera.ir.tile_compute import Mma
+from tessera.ir.tile_compute import Add, Mma
 
 
 def folded_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -276,7 +276,7 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
                 and arg not in user.operands[:2]:
             op = user.op
         elif user in fused and isinstance(fused[user].op, Mma) \
-                and user.operands.count(arg) == 1:
+                and isinstance(user.op, Add) and user.operands.count(arg) == 1:
             op = fused[user].op
         else:
             continue

@@ -39,6 +39,7 @@ class State:
         self.open_used = np.zeros(n, bool)  # the open group holds copies
         self.done_upto = np.zeros(n, np.int32)  # groups with id < this have completed
         self.copies = False  # whether any copy, commit or wait has run (counters moved)
+        self.memo: dict[Any, Any] = {}  # what steps remember during this launch
         self.epoch = np.zeros(geom.n_groups, np.int32)  # barriers passed, per group
         self.shared: list[Any] = []  # shared buffers allocated so far
         self.output: Any = None  # the GlobalMem a returned tile is written to

@@ -19,7 +19,7 @@ infinity or NaN, or a wide exponent range) take the tree.
 :func:`row_extreme` is ``np.max``/``np.min`` over one axis, which NumPy computes slowly
 for short rows (a tile row of 64: 1.4 ns per element). Rows of a power-of-two length
 below :data:`LONG` are instead folded in halves with ``np.maximum``/``np.minimum``
-down to eight columns, which are transposed and reduced along the long axis; a
+down to sixteen columns, which are transposed and reduced along the long axis; a
 maximum is one of the values whatever the order, except for the choice between -0.0
 and +0.0 and among NaNs, so rows whose result is a zero or a NaN are redone with
 ``np.max``/``np.min``.
@@ -91,10 +91,10 @@ def row_extreme(x: np.ndarray, axis: int, kind: str) -> np.ndarray:
     fold = np.maximum if kind == "max" else np.minimum
     rows = np.moveaxis(x, axis, -1)
     y = rows
-    while y.shape[-1] > 8:
+    while y.shape[-1] > 16:
         half = y.shape[-1] // 2
         y = fold(y[..., :half], y[..., half:])
-    # the last eight columns, transposed to rows: one reduce along a long axis
+    # the last sixteen columns, transposed to rows: one reduce along a long axis
     out = fold.reduce(np.ascontiguousarray(np.moveaxis(y, -1, 0)), axis=0)
     odd = (out == 0) | np.isnan(out)
     if odd.any():

@@ -144,3 +144,22 @@ def test_coordinate_results_are_remembered_only_for_read_only_operands() -> None
         assert op(fresh, 2).tolist() == [2 * step] * 4
         del fresh
         gc.collect()
+
+
+def test_registers_are_released_after_their_last_use() -> None:
+    """A tile value's slot is cleared after the last step that reads it: in the loop
+    ``y[0:n] = y[0:n] + t`` both loaded tiles die at the store (which runs the fused
+    add); memory views, scalars and yielded values are not released."""
+    from tessera.interp.tile_exec import fusions
+    from tessera.interp.tile_live import last_uses
+
+    kernel = ts.kernel(_accumulate)
+    kernel(np.ones(8, np.float32), np.zeros(8, np.float32), grid=1)
+    fn = kernel.last.functions[kernel.name]
+    body = next(i for i in fn.body.instrs if i.regions).regions[0].block
+    fused = fusions(body)
+    kept = [i for i in body.instrs if not i.op.terminator and i not in fused.values()]
+    dead = last_uses(body, kept, fused)
+    released = {kept[j].op.name: sorted(str(v.type) for v in vs)
+                for j, vs in enumerate(dead) if vs}
+    assert released == {"tile.store": ["tensor<8xf32>", "tensor<8xf32>"]}
