@@ -302,8 +302,9 @@ def barrier(st: State, ctx: Ctx, loc: Loc, times: int = 1) -> None:
                      for c in ctx.gcoords)
         if mem.tag is not None:
             mem.tag.expanded(ctx.group_shape)[gidx] = -1
-        if mem.writer is not None and mem.reader is not None:
+        if mem.writer is not None and mem.wrote:  # (a shadow with no entry is shared)
             mem.writer[gidx] = -1
+        if mem.reader is not None and mem.read:
             mem.reader[gidx] = -1
 
 

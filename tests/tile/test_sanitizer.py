@@ -68,3 +68,24 @@ def test_cross_group_read_falls_back_to_group_order_in_fast_mode() -> None:
     x = np.zeros(8, np.float32)
     bugs.read_other_group(x, grid=8, mode="fast")  # sequential schedule: group order
     assert np.array_equal(x, np.cumsum(np.arange(8, dtype=np.float32)))
+
+
+@ts.kernel
+def _branch_barrier(out: ts.Tensor["N", ts.f32], twice: bool):
+    """Group 0 alone (a compacted frame of whole groups) writes, syncs and reads."""
+    buf = ts.tile.alloc_shared((4,), ts.f32)
+    if ts.tile.group_id() == 0:
+        buf[ts.tile.local_id()] = 1.0
+        ts.tile.barrier()
+        out[ts.tile.local_id()] = buf[3 - ts.tile.local_id()]
+        if twice:
+            buf[ts.tile.local_id()] = 2.0  # others read it since the barrier: a race
+
+
+def test_a_barrier_in_a_branch_of_whole_groups_clears_its_groups_shadows() -> None:
+    out = np.zeros(4, np.float32)
+    _branch_barrier(out, False, grid=2, group_size=4)
+    assert out.tolist() == [1.0] * 4
+    with pytest.raises(ts.tile.SanitizerError) as info:
+        _branch_barrier(np.zeros(4, np.float32), True, grid=2, group_size=4)
+    assert info.value.kind == "race" and "read/write race" in str(info.value)
