@@ -11,7 +11,7 @@ reuses that result with its own arrays in place of the earlier ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -108,7 +108,7 @@ class CallMemo:
                 runtime.append(value)
             elif kind == "scalar":
                 runtime.append(np.asarray(value).astype(dtype))
-        return replace(old, runtime=runtime, params=values, writeback=[])
+        return Prepared(old.spec, old.key, runtime, values, [])
 
 
 def _plain(info: KernelInfo) -> bool:
