@@ -17,31 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-
-class ArrayMemo:
-    """Results computed from read-only arrays (program coordinates: made once per
-    launch geometry and used by many ops), remembered by the array's identity and an
-    extra key. Entries hold weak references: an id reused by a new array after the old
-    one died finds a dead reference, not a hit."""
-
-    def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self.entries: dict[Any, tuple[weakref.ref[np.ndarray], Any]] = {}
-
-    def get(self, a: np.ndarray, extra: Any, compute: Any) -> Any:
-        """``compute()``, remembered for ``(a, extra)`` when ``a`` is read-only."""
-        if not isinstance(a, np.ndarray) or a.flags.writeable:
-            return compute()
-        key = (id(a), extra)
-        hit = self.entries.get(key)
-        if hit is not None and hit[0]() is a:
-            return hit[1]
-        found = compute()
-        if len(self.entries) >= self.size:
-            self.entries.clear()
-        self.entries[key] = (weakref.ref(a), found)
-        return found
-
+from tessera.interp.tile_memo import ArrayMemo
 
 _AFFINE = ArrayMemo()
 #: (min, max) of read-only start arrays, for bounds checks
@@ -318,4 +294,4 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["ArrayMemo", "Plan", "bounds_violation", "broadcast_shape"]
+__all__ = ["Plan", "bounds_violation", "broadcast_shape"]

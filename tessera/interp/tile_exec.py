@@ -9,7 +9,6 @@ regions in place when a condition is uniform and in compacted frames when it is 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +17,9 @@ import numpy as np
 
 from tessera.errors import InterpretError, TesseraError
 from tessera.interp.slots import Slots
-from tessera.interp.tile_context import Ctx, frozen
+from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_live import last_uses, releasing
+from tessera.interp.tile_memo import coordinate_memo
 from tessera.interp.tile_numeric import F32, num
 from tessera.interp.tile_rules import IMPLS
 from tessera.interp.tile_state import Reschedule, State
@@ -178,42 +178,6 @@ def _integral(instr: Instr) -> bool:
     if len(instr.results) != 1 or not isinstance(instr.results[0].type, TensorType):
         return False
     return num(instr.results[0].type.element).kind in ("int", "bool")
-
-
-def coordinate_memo(impl: Callable[..., Any]) -> Callable[..., Any]:
-    """``impl``, remembering its last results for operands that are read-only arrays
-    (program coordinates and what is computed from them: ``tile_m = g0 * BM``, masks
-    such as ``local_id() == 0``) and scalars. Such a result is the same object in every
-    launch of a geometry, made read-only, so the access plans, bounds checks and branch
-    selections computed from it are remembered too. Weak references: a dead operand
-    never answers for a new array."""
-    memo: dict[tuple[Any, ...], tuple[list[weakref.ref[np.ndarray]], Any]] = {}
-
-    def run(*args: Any) -> Any:
-        key: list[Any] = []
-        arrays: list[np.ndarray] = []
-        for a in args:
-            if isinstance(a, np.ndarray) and a.ndim:
-                if a.flags.writeable:
-                    return impl(*args)
-                arrays.append(a)
-                key.append((id(a),))
-            elif isinstance(a, (int, float, bool, np.generic, np.ndarray)):
-                key.append((type(a).__name__, a.item() if hasattr(a, "item") else a))
-            else:
-                return impl(*args)
-        if not arrays:
-            return impl(*args)
-        k = tuple(key)
-        hit = memo.get(k)
-        if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
-            return hit[1]
-        out = frozen(impl(*args))
-        if len(memo) >= 8:
-            memo.clear()
-        memo[k] = ([weakref.ref(a) for a in arrays], out)
-        return out
-    return run
 
 
 def _mma_add(c: Compiler, add: Instr, mma: Instr) -> Step:

@@ -16,7 +16,6 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp import tile_global as G
-from tessera.interp.tile_access import ArrayMemo
 from tessera.interp.tile_context import frozen
 from tessera.interp.tile_exec import (
     Body,
@@ -29,6 +28,7 @@ from tessera.interp.tile_exec import (
     step_rule,
 )
 from tessera.interp.tile_mem import Ref
+from tessera.interp.tile_memo import ArrayMemo
 from tessera.interp.tile_memsteps import make_view
 from tessera.interp.tile_mma import Pending, deferrable, forced
 from tessera.interp.tile_sum import strided_sum

@@ -16,6 +16,7 @@ import numpy as np
 from tessera.errors import Loc, UnsupportedError
 from tessera.interp import tile_global as G
 from tessera.interp import tile_shared as S
+from tessera.interp import tile_sync as Y
 from tessera.interp.tile_access import bounds_violation
 from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_errors import MISALIGNED, OOB
@@ -240,12 +241,12 @@ def _cp_async(c: Compiler, instr: Instr) -> Step:
 def _sync(c: Compiler, instr: Instr) -> Step:
     op, loc = instr.op, instr.loc
     if isinstance(op, M.CpCommitGroup):
-        return lambda fr: S.commit(fr.st, fr.ctx)
+        return lambda fr: Y.commit(fr.st, fr.ctx)
     if isinstance(op, M.CpWaitGroup):
         n = op.n
-        return lambda fr: S.wait(fr.st, fr.ctx, n)
+        return lambda fr: Y.wait(fr.st, fr.ctx, n)
     if isinstance(op, M.Barrier):
-        return lambda fr: S.barrier(fr.st, fr.ctx, loc)
+        return lambda fr: Y.barrier(fr.st, fr.ctx, loc)
     assert isinstance(op, M.AllocShared)
     out = c.slot(instr.results[0])
     shape, element = tuple(op.shape), op.element

@@ -1,21 +1,19 @@
-"""Shared memory: allocation, loads, writes, async copies and barriers, with the checks.
+"""Shared memory: allocation, loads, writes and async copies, with the checks.
 
 Checked mode keeps, per buffer and element, whether it was ever written (reading one
 that was not is an *uninitialised read*), the async-copy group that last filled it (a
 read before that group completed is *async copy not waited*) and — when groups have
 more than one tile — which tile wrote and which read it since the last barrier (two
-tiles touching one element between barriers, one writing, is a *race*). A barrier
-reached by only some tiles of a group is a *divergent barrier*.
+tiles touching one element between barriers, one writing, is a *race*).
 
-Async copies move the data at once and record their copy group; ``cp_wait_group(n)``
-and ``barrier()`` mark groups complete. Copy groups are per tile: ``commit`` closes the
-open group (possibly empty), ``wait(n)`` first commits implicitly, then completes all
-but the ``n`` most recent.
+Async copies move the data at once and record their copy group; barriers, commits and
+waits (:mod:`.tile_sync`) mark groups complete.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,11 +21,12 @@ import numpy as np
 from tessera.errors import Loc
 from tessera.interp.tile_access import Plan
 from tessera.interp.tile_context import Ctx, bcast
-from tessera.interp.tile_errors import ASYNC, DIVERGENT, RACE, UNINIT
+from tessera.interp.tile_errors import ASYNC, RACE, UNINIT
 from tessera.interp.tile_global import rmw_rounds
 from tessera.interp.tile_mem import GroupArray, Ref, SharedMem, fresh, writable
 from tessera.interp.tile_numeric import combine, to_storage
 from tessera.interp.tile_state import State, element_at, first_true, pid_at
+from tessera.interp.tile_sync import check_converged
 
 
 def _plan(ctx: Ctx, ga_shape: tuple[int, ...], ng: int, ref: Ref,
@@ -111,19 +110,29 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
     return val
 
 
+def _written_by_other(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
+                      starts: list[Any], me: np.ndarray, text: Callable[[int], str]) -> None:
+    """Report a race when another tile of the group wrote an accessed element since the
+    last barrier (``text`` makes the message from that tile's local id)."""
+    mem: SharedMem = ref.mem
+    if not mem.wrote:  # no entry since the barrier
+        return
+    assert mem.writer is not None
+    w = plan.view(mem.writer)
+    bad = (w >= 0) & (w != me)
+    if bad.any():
+        raise _report(st, ctx, RACE, text(int(w[first_true(bad)])), loc, ref, plan, starts,
+                      bad)
+
+
 def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
     mem: SharedMem = ref.mem
     assert mem.writer is not None and mem.reader is not None
     plan, starts = _plan(ctx, mem.writer.shape, mem.data.ng, ref, expand=True)
     me = _local(ctx, plan.shape)
-    if mem.wrote:
-        w = plan.view(mem.writer)
-        bad = (w >= 0) & (w != me)
-        if bad.any():
-            other = int(w[first_true(bad)])
-            raise _report(st, ctx, RACE, f"read of {mem.name} written by local tile {other} "
-                          "of the same group with no barrier in between", loc, ref, plan,
-                          starts, bad)
+    _written_by_other(st, ctx, loc, ref, plan, starts, me,
+                      lambda t: f"read of {mem.name} written by local tile {t} of the same "
+                      "group with no barrier in between")
     mem.read = True
     mem.reader = writable(mem.reader)
     r = plan.view(mem.reader)
@@ -222,14 +231,9 @@ def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
     if mem.writer is None or mem.reader is None:
         return
     me = _local(ctx, plan.shape)
-    if mem.wrote:
-        w = plan.view(mem.writer)
-        bad = (w >= 0) & (w != me)
-        if bad.any():
-            other = int(w[first_true(bad)])
-            raise _report(st, ctx, RACE, f"write/write race on {mem.name}: local tile "
-                          f"{other} of the same group wrote it with no barrier in between",
-                          loc, ref, plan, starts, bad)
+    _written_by_other(st, ctx, loc, ref, plan, starts, me,
+                      lambda t: f"write/write race on {mem.name}: local tile {t} of the same "
+                      "group wrote it with no barrier in between")
     if mem.read:
         r = plan.view(mem.reader)
         bad = (r == -2) | ((r >= 0) & (r != me))
@@ -251,78 +255,4 @@ def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
                       mask.reshape(plan.shape))
 
 
-def check_converged(st: State, ctx: Ctx, loc: Loc, what: str) -> None:
-    """Every tile of every group present here must be present (barriers, collectives)."""
-    gs = st.geom.group_size
-    if not ctx.flat or gs == 1:
-        return
-    groups = bcast(ctx.group_flat, ctx.lead).reshape(-1)
-    counts = np.bincount(groups, minlength=st.geom.n_groups)
-    partial = np.flatnonzero((counts > 0) & (counts < gs))
-    if partial.size:
-        g = int(partial[0])
-        present = ctx.pid_flat[groups == g]
-        missing = sorted(set(range(g * gs, (g + 1) * gs)) - set(present.tolist()))
-        raise st.report(DIVERGENT, f"{what} reached by {len(present)} of the {gs} tiles of "
-                        f"the group; {st.geom.who(missing[0])['text']} did not arrive", loc,
-                        pid=int(present[0]))
-
-
-def barrier(st: State, ctx: Ctx, loc: Loc, times: int = 1) -> None:
-    """Group-wide barrier: phase boundary for the race shadows, copies complete.
-    ``times`` counts barriers in a row with no memory access between them (the
-    levels of a shared-memory tree, :mod:`.tile_tree`): the later ones find nothing
-    to complete or clear, so they only advance the epochs."""
-    if st.checked:
-        check_converged(st, ctx, loc, "barrier")
-    if ctx.whole:
-        st.epoch += times
-    else:
-        present = np.zeros(st.epoch.size, bool)
-        present[ctx.group_flat] = True
-        st.epoch[present] += times
-    if st.copies:  # otherwise every copy-group counter is still zero
-        idx = ctx.flat_index()
-        st.open_id[idx] += st.open_used[idx]
-        st.open_used[idx] = False
-        st.done_upto[idx] = st.open_id[idx]
-    for mem in st.shared:
-        if mem.tag is None and not mem.wrote and not mem.read:
-            continue  # nothing to complete or clear
-        if not ctx.flat:
-            mem.tag = None
-            if mem.writer is not None and mem.reader is not None:
-                if mem.wrote:
-                    mem.writer.fill(-1)
-                if mem.read:
-                    mem.reader.fill(-1)
-                mem.wrote = mem.read = False
-            continue
-        gidx = tuple(np.asarray(c) if np.ndim(c) else np.zeros(ctx.size, np.int64)
-                     for c in ctx.gcoords)
-        if mem.tag is not None:
-            mem.tag.expanded(ctx.group_shape)[gidx] = -1
-        if mem.writer is not None and mem.wrote:  # (a shadow with no entry is shared)
-            mem.writer[gidx] = -1
-        if mem.reader is not None and mem.read:
-            mem.reader[gidx] = -1
-
-
-def commit(st: State, ctx: Ctx) -> None:
-    """Close each tile's open copy group."""
-    st.copies = True
-    idx = ctx.flat_index()
-    st.open_id[idx] += 1
-    st.open_used[idx] = False
-
-
-def wait(st: State, ctx: Ctx, n: int) -> None:
-    """Complete all but the ``n`` most recent committed copy groups of each tile."""
-    st.copies = True
-    idx = ctx.flat_index()
-    st.open_id[idx] += st.open_used[idx]
-    st.open_used[idx] = False
-    st.done_upto[idx] = np.maximum(st.done_upto[idx], st.open_id[idx] - n)
-
-
-__all__ = ["alloc", "barrier", "check_converged", "commit", "load", "wait", "write"]
+__all__ = ["alloc", "load", "write"]

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from tessera.interp import tile_global as G
-from tessera.interp.tile_access import ArrayMemo, broadcast_shape
+from tessera.interp.tile_access import broadcast_shape
 from tessera.interp.tile_exec import Compiler, Frame
+from tessera.interp.tile_memo import ArrayMemo
 from tessera.ir.core import Instr
 
 

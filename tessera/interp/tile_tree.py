@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp import tile_shared as S
+from tessera.interp import tile_sync as Y
 from tessera.interp.tile_exec import Compiler, Frame
 from tessera.interp.tile_mem import SharedMem
 from tessera.ir import tile as T
@@ -145,7 +145,7 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
             levels += 1
         # each level's barrier: the first clears the entry state's shadows, the rest
         # find them clear (a level's accesses are exactly what its barrier forgets)
-        S.barrier(st, ctx, loc, times=levels)
+        Y.barrier(st, ctx, loc, times=levels)
         return np.int64(s)
     return run_tree
 

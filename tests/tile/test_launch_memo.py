@@ -125,7 +125,7 @@ def test_a_loop_reloads_only_what_the_kernel_writes(monkeypatch) -> None:
 
 
 def test_coordinate_results_are_remembered_only_for_read_only_operands() -> None:
-    from tessera.interp.tile_exec import coordinate_memo
+    from tessera.interp.tile_memo import coordinate_memo
 
     calls: list[int] = []
 
