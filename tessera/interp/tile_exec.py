@@ -21,7 +21,7 @@ from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_live import last_uses, releasing
 from tessera.interp.tile_memo import coordinate_memo
 from tessera.interp.tile_numeric import F32, num
-from tessera.interp.tile_rules import IMPLS
+from tessera.interp.tile_rules import IMPLS, mma_rule
 from tessera.interp.tile_state import Reschedule, State
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
@@ -194,11 +194,22 @@ def _mma_add(c: Compiler, add: Instr, mma: Instr) -> Step:
     return step
 
 
+def row_reduced(instr: Instr) -> bool:
+    """Whether ``instr``'s result is reduced along its rows (``tile.reduce`` over the
+    last axis) in its block: a product laid out by columns serves that faster."""
+    block = instr.parent
+    result = instr.results[0]
+    rank = result.type.rank if isinstance(result.type, TensorType) else 0
+    return rank >= 2 and block is not None and any(
+        isinstance(i.op, C.Reduce) and i.operands[0] is result and i.op.axis % rank == rank - 1
+        for i in block.instrs)
+
+
 def _mma_scale(c: Compiler, mul: Instr, mma: Instr) -> Step:
     """``mma(a, b) * y``: in fast mode the product is a fresh float32 array that nothing
     else holds, so the multiply writes into it (the same values, one array less)."""
     other = mul.operands[1] if mul.operands[0] is mma.results[0] else mul.operands[0]
-    product = IMPLS[C.Mma](mma, c.fast)
+    product = mma_rule(mma, c.fast, columns=row_reduced(mul))
     scale = IMPLS[C.Mul](mul, c.fast)
     a, b, y = (c.slot(v) for v in (*mma.operands, other))
     out = c.slot(mul.results[0])

@@ -39,21 +39,30 @@ from tessera.ir.core import Instr, Value, walk
 from tessera.ir.tile_compute import Add, Mma
 
 
-def folded_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _by_columns(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` stored column by column: BLAS computes ``bᵀ aᵀ`` row by row."""
+    return np.swapaxes(np.matmul(np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)), -1, -2)
+
+
+def folded_matmul(a: np.ndarray, b: np.ndarray, columns: bool = False) -> np.ndarray:
     """``a @ b`` over the last two axes with NumPy broadcasting of the leading axes,
-    folding broadcast axes into the matrix dimensions."""
+    folding broadcast axes into the matrix dimensions. ``columns`` lays the folded
+    product out column by column (BLAS computes ``bᵀ aᵀ``; the result is its transposed
+    view): a tile's row reductions and row broadcasts then run along long contiguous
+    columns instead of 64-wide rows."""
     ra, rb = a.ndim - 2, b.ndim - 2
     m, k = a.shape[-2:]
     n = b.shape[-1]
+    matmul = _by_columns if columns else np.matmul
     if ra == 0 and rb == 0:
-        return a @ b
+        return matmul(a, b)
     if rb == 0:
         lead = a.shape[:-2]
-        return (a.reshape(-1, k) @ b).reshape((*lead, m, n))
+        return matmul(a.reshape(-1, k), b).reshape((*lead, m, n))
     if ra == 0:
         lead = b.shape[:-2]
         bt = np.moveaxis(b, -2, 0).reshape(k, -1)
-        return np.moveaxis((a @ bt).reshape((m, *lead, n)), 0, -2)
+        return np.moveaxis(matmul(a, bt).reshape((m, *lead, n)), 0, -2)
     nl = max(ra, rb)
     sa = (1,) * (nl - ra) + a.shape[:-2]
     sb = (1,) * (nl - rb) + b.shape[:-2]
@@ -72,8 +81,8 @@ def folded_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ones_b = [i for i in range(nl) if i not in batch and i not in bfold]
     at = a.transpose([*batch, *afold, *ones_a, nl, nl + 1]).reshape(size, asz * m, k)
     bt = b.transpose([*batch, nl, *bfold, *ones_b, nl + 1]).reshape(size, k, bsz * n)
-    r = np.matmul(at, bt).reshape([sa[i] for i in batch] + [sa[i] for i in afold] + [m]
-                                  + [sb[i] for i in bfold] + [n])
+    r = matmul(at, bt).reshape([sa[i] for i in batch] + [sa[i] for i in afold] + [m]
+                     + [sb[i] for i in bfold] + [n])
     pos: dict[int, int] = {}
     for j, i in enumerate(batch):
         pos[i] = j
@@ -135,10 +144,11 @@ _widen = widened
 
 
 def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool,
-        widen: tuple[Any, Any] = (_widen, _widen)) -> np.ndarray:
+        widen: tuple[Any, Any] = (_widen, _widen), columns: bool = False) -> np.ndarray:
     """``a @ b (+ c)`` accumulated per the module rules; the result has ``acc``'s
     element (float64 while wide in exact mode). ``widen`` makes the exact float64
-    operands (:class:`Widen` remembers them)."""
+    operands (:class:`Widen` remembers them); ``columns`` is the layout of
+    :func:`folded_matmul` (the values do not depend on it)."""
     if acc.kind in ("int", "bool"):
         r = folded_matmul(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
         if c is not None:
@@ -147,11 +157,11 @@ def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool,
     if fast:
         dt = F32 if acc.sd != F64 else F64
         r = folded_matmul(np.asarray(a).astype(dt, copy=False),
-                          np.asarray(b).astype(dt, copy=False))
+                          np.asarray(b).astype(dt, copy=False), columns)
         if c is not None:
             r = _accumulate(r, acc.narrow(c))
         return acc.result(r)
-    r = folded_matmul(widen[0](a), widen[1](b))
+    r = folded_matmul(widen[0](a), widen[1](b), columns)
     if c is not None:
         r = _accumulate(r, np.asarray(c))
     return r if acc.can_be_wide or acc.sd == F64 else acc.result(r)

@@ -243,6 +243,12 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
 
 @rule(C.Mma)
 def _mma(instr: Instr, fast: bool) -> Impl:
+    return mma_rule(instr, fast)
+
+
+def mma_rule(instr: Instr, fast: bool, columns: bool = False) -> Impl:
+    """The ``tile.mma`` rule; ``columns`` picks the column layout for an accumulator-free
+    product whose rows are reduced (see ``tile_mma.folded_matmul``)."""
     op = instr.op
     assert isinstance(op, C.Mma)
     acc = num(op.accum)
@@ -254,7 +260,7 @@ def _mma(instr: Instr, fast: bool) -> Impl:
                 return c.add(na.narrow(a), nb.narrow(b))
             return mma(na.narrow(a), nb.narrow(b), c, acc, fast, widen)
         return accumulate
-    return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast, widen)
+    return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast, widen, columns)
 
 
 @rule(C.CausalMask)
@@ -284,4 +290,4 @@ def _lanes(instr: Instr, fast: bool) -> Impl:
     return lambda: value
 
 
-__all__ = ["BINARY_UFUNCS", "IMPLS", "WIDE_OK", "Impl", "rule"]
+__all__ = ["BINARY_UFUNCS", "IMPLS", "WIDE_OK", "Impl", "mma_rule", "rule"]

@@ -226,8 +226,13 @@ def _fast_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray,
 def exp_f32(x: np.ndarray) -> np.ndarray:
     """e^x for a binary32 array: the bits of :func:`exp_f32_specified` (the algorithm of
     this module's docstring), by the fast evaluation that docstring proves equal."""
-    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    out = np.empty(flat.shape, np.float32)
+    x = np.asarray(x, dtype=np.float32)
+    # in the array's own memory order (a transposed tile stays transposed)
+    result = np.empty_like(x)
+    flat, out = np.ravel(x, order="K"), np.ravel(result, order="K")
+    if not np.may_share_memory(out, result):  # not one block in any order: C order
+        flat, result = np.ascontiguousarray(x).reshape(-1), np.empty(x.shape, np.float32)
+        out = result.reshape(-1)
     size = min(_CHUNK, flat.size)
     buf, low = np.empty(size, np.float64), np.empty(size, np.int64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
@@ -237,7 +242,7 @@ def exp_f32(x: np.ndarray) -> np.ndarray:
             if hard is not None and hard.any():
                 idx = np.flatnonzero(hard)
                 out[chunk][idx] = exp_f32_specified(flat[chunk][idx])
-    return out.reshape(np.shape(x))
+    return result
 
 
 __all__ = ["CLAMP_HI", "CLAMP_LO", "COEFFS", "DEGREE", "LN2_HI", "LN2_LO", "LOG2E",

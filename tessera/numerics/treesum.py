@@ -86,7 +86,10 @@ def row_extreme(x: np.ndarray, axis: int, kind: str) -> np.ndarray:
     """``np.max(x, axis)`` (``kind`` "max") or ``np.min``, with their bits."""
     whole = np.max if kind == "max" else np.min
     size = x.shape[axis] if x.ndim else 0
-    if x.dtype.kind != "f" or size < 16 or size >= LONG or size & (size - 1):
+    if x.dtype.kind != "f" or size < 16 or size >= LONG or size & (size - 1) \
+            or abs(x.strides[axis]) > x.itemsize:
+        # (a row axis that is not the innermost in memory: NumPy reduces it by whole
+        # rows of the other axes, fast)
         return whole(x, axis=axis)
     fold = np.maximum if kind == "max" else np.minimum
     rows = np.moveaxis(x, axis, -1)

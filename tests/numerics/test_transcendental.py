@@ -282,3 +282,15 @@ def test_fast_path_defers_what_it_cannot_prove() -> None:
     calm = np.array([0.25, -3.0, 10.0], np.float32)  # far from boundaries, not small
     assert tr._fast_into(calm, np.empty(3, np.float32), np.empty(3),
                          np.empty(3, np.int64)) is None
+
+
+def test_exp_keeps_the_memory_order_of_its_input() -> None:
+    """A transposed (column-major) tile gets a column-major result with the same bits;
+    a strided view gets a C-order one."""
+    x = np.random.default_rng(4).uniform(-20, 5, (64, 48)).astype(np.float32)
+    want = tr.exp_f32(x)
+    got = tr.exp_f32(np.asfortranarray(x))
+    assert got.flags.f_contiguous and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    strided = tr.exp_f32(x[::2, ::3])
+    assert strided.flags.c_contiguous
+    assert np.array_equal(strided.view(np.uint32), want[::2, ::3].view(np.uint32))
