@@ -34,10 +34,8 @@ class State:
         self.fast = fast
         self.vectorized = vectorized
         self.lanes = lanes
-        n = geom.n_programs
-        self.open_id = np.zeros(n, np.int32)  # id of the copy group being filled
-        self.open_used = np.zeros(n, bool)  # the open group holds copies
-        self.done_upto = np.zeros(n, np.int32)  # groups with id < this have completed
+        # per-program copy-group counters, made on first use (most launches copy nothing)
+        self._counters: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.copies = False  # whether any copy, commit or wait has run (counters moved)
         self.memo: dict[Any, Any] = {}  # what steps remember during this launch
         self.epoch = np.zeros(geom.n_groups, np.int32)  # barriers passed, per group
@@ -45,6 +43,27 @@ class State:
         self.output: Any = None  # the GlobalMem a returned tile is written to
         self.result: Any = None
         self.result_set = False
+
+    def _copy_counters(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._counters is None:
+            n = self.geom.n_programs
+            self._counters = (np.zeros(n, np.int32), np.zeros(n, bool), np.zeros(n, np.int32))
+        return self._counters
+
+    @property
+    def open_id(self) -> np.ndarray:
+        """Per program: the id of the copy group being filled."""
+        return self._copy_counters()[0]
+
+    @property
+    def open_used(self) -> np.ndarray:
+        """Per program: whether the open copy group holds copies."""
+        return self._copy_counters()[1]
+
+    @property
+    def done_upto(self) -> np.ndarray:
+        """Per program: copy groups with a smaller id have completed."""
+        return self._copy_counters()[2]
 
     # -- reports
     def report(self, kind: str, message: str, loc: Loc, *, pid: int | None = None,

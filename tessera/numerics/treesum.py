@@ -72,8 +72,11 @@ def row_sum_f64(x: np.ndarray) -> np.ndarray:
     # rows of one sign need no abs; a zero, an infinity or a NaN fails every comparison
     exact = (hi < lo * limit) & (lo > 0) | (-lo < -hi * limit) & (hi < 0)
     mixed = ~exact & (lo < 0) & (hi > 0)
-    if mixed.any():
-        a = np.abs(x if mixed.all() else x[mixed])
+    if mixed.all():
+        a = np.abs(x)
+        exact = a.max(axis=-1) < a.min(axis=-1) * limit
+    elif mixed.any():
+        a = np.abs(x[mixed])
         exact[mixed] = a.max(axis=-1) < a.min(axis=-1) * limit
     total = np.add.reduce(x, axis=-1, dtype=F64)
     if not exact.all():

@@ -87,3 +87,10 @@ def test_row_extreme_with_payload_nans_and_zeros() -> None:
         want = (np.max if kind == "max" else np.min)(x, axis=-1)
         got = row_extreme(x, -1, kind)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_long_mixed_sign_rows_of_a_multi_dimensional_tile() -> None:
+    """Every row of both signs, rows of 128 or more, several leading axes: the exactness
+    test covers all rows at once (it used to index them with a 2-D mask)."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 128)).astype(np.float32)
+    assert same_bits(row_sum_f64(x), tree_sum_f64(x))
