@@ -64,8 +64,6 @@ class Kernel:
         self._info: KernelInfo | None = None
         self.modules: dict[Any, Module] = {}
         self.calls = CallMemo()
-        #: (id of a specialisation key, fast) -> (the key, its program, its geometry)
-        self.launches: dict[tuple[int, bool], tuple[Any, Compiled, Geometry]] = {}
         self.programs: dict[Any, Compiled] = {}
         self.tuned: dict[Any, list[Estimate]] = {}
         self.last: Module | None = None
@@ -142,20 +140,11 @@ class Kernel:
         prep, module = self.specialise(args, kwargs)
         fn = module.functions[self.name]
         fast = mode == "fast"
-        # a remembered call hands back the same key object: find its program by identity
-        # (hashing the key, a nested tuple, costs more than the lookup)
-        hit = self.launches.get((id(prep.key), fast))
-        if hit is not None and hit[0] is prep.key:
-            compiled, geom = hit[1], hit[2]
-        else:
-            compiled = self.programs.get((prep.key, fast))
-            if compiled is None:
-                compiled = self.programs[(prep.key, fast)] = prepare_sim(fn, fast)
-            spec = prep.spec
-            geom = Geometry(spec.batch, spec.grid, spec.group_size)
-            if len(self.launches) >= 64:
-                self.launches.clear()
-            self.launches[(id(prep.key), fast)] = (prep.key, compiled, geom)
+        compiled = self.programs.get((prep.key, fast))
+        if compiled is None:
+            compiled = self.programs[(prep.key, fast)] = prepare_sim(fn, fast)
+        spec = prep.spec
+        geom = Geometry(spec.batch, spec.grid, spec.group_size)
         output = None
         if "result_shape" in fn.attrs:  # the kernel returns a tile
             elem = fn.attrs["result_element"]

@@ -109,6 +109,19 @@ class KernelInfo:
         return cls(name, inspect.signature(fn), annotations_of(fn), body_names, subs, written)
 
 
+class SpecKey(tuple):  # type: ignore[type-arg]
+    """A specialisation key (a nested tuple) that computes its hash once: every launch
+    looks its module and program up by it."""
+
+    def __new__(cls, items: Any) -> SpecKey:
+        key = super().__new__(cls, items)
+        key._hash = tuple.__hash__(key)
+        return key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 @dataclass
 class Prepared:
     """One call, specialised: the spec, its cache key and the runtime arguments."""
@@ -218,8 +231,8 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     spec_ = Spec(info.name, tuple(params), tuple(sorted(dims.items())), tile,
                  tuple(sorted(config.items())), grid_t, int(group_size), max(batch, 1),
                  result, result_scalar)
-    full_key = (tuple(key), tuple(sorted(dims.items())), tile, spec_.config, grid_t,
-                int(group_size))
+    full_key = SpecKey((tuple(key), tuple(sorted(dims.items())), tile, spec_.config, grid_t,
+                        int(group_size)))
     return Prepared(spec_, full_key, runtime, values, writeback)
 
 

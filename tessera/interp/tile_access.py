@@ -11,7 +11,6 @@ view outside the array would read foreign memory).
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -29,11 +28,21 @@ def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
     return _AFFINE.get(s, None, lambda: _affine_of(s))
 
 
-#: shared plans (see :meth:`Plan.of`), with weak references to their start arrays
-_PLANS: dict[tuple[Any, ...], tuple[list[weakref.ref[np.ndarray]], Plan]] = {}
-_PLANS_SIZE = 512
-#: shared plans of accesses at plain integer starts
-_SCALAR_PLANS: dict[tuple[Any, ...], Plan] = {}
+#: shared plans (see :meth:`Plan.of`)
+_PLANS = ArrayMemo(512, scalar_size=64)
+
+
+def strided_view(arr: np.ndarray, origin: Any, shape: tuple[int, ...],
+                 strides: tuple[int, ...]) -> np.ndarray:
+    """The view of ``arr`` from element ``origin`` (one index per axis) with ``shape``
+    and byte ``strides``, writeable as ``arr`` is. Through the buffer protocol when
+    ``arr`` is contiguous: a tenth of ``as_strided``'s cost, and NumPy checks that the
+    strided extent lies inside the array."""
+    if arr.flags.c_contiguous:
+        offset = sum(int(b) * st for b, st in zip(origin, arr.strides))
+        return np.ndarray(shape, arr.dtype, arr, offset, strides)
+    return as_strided(arr[tuple(slice(b, None) for b in origin)], shape, strides,
+                      writeable=arr.flags.writeable)
 
 
 def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -92,35 +101,11 @@ class Plan:
            nlead: int, expand: tuple[int, ...] | None = None) -> Plan:
         """``Plan(...)``, shared between accesses whose starts are plain integers or
         read-only arrays (program coordinates) that are the same objects: a kernel's
-        accesses at ``local_id()`` or ``tile_m`` then plan once per launch geometry."""
-        key: list[Any] = [sizes, squeeze, nlead, expand]
-        shared = False
-        for a in starts:
-            if isinstance(a, np.ndarray) and a.ndim:
-                if a.flags.writeable:
-                    return cls(starts, sizes, squeeze, nlead, expand)
-                key.append((id(a),))
-                shared = True
-            else:
-                key.append(int(a))
-        k = tuple(key)
-        if not shared:  # plain integers: their own table, which a loop's x[i] cycles
-            plan = _SCALAR_PLANS.get(k)
-            if plan is None:
-                if len(_SCALAR_PLANS) >= 64:
-                    _SCALAR_PLANS.clear()
-                plan = _SCALAR_PLANS[k] = cls(starts, sizes, squeeze, nlead, expand)
-            return plan
-        arrays = [a for a in starts if isinstance(a, np.ndarray) and a.ndim]
-        hit = _PLANS.get(k)
-        if hit is not None and len(hit[0]) == len(arrays) and \
-                all(r() is a for r, a in zip(hit[0], arrays)):
-            return hit[1]
-        plan = cls(starts, sizes, squeeze, nlead, expand)
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()
-        _PLANS[k] = ([weakref.ref(a) for a in arrays], plan)
-        return plan
+        accesses at ``local_id()`` or ``tile_m`` then plan once per launch geometry.
+        Plans at plain integers have their own small table, which a loop's ``x[i]``
+        cycles without evicting the others."""
+        return _PLANS.lookup(starts, (sizes, squeeze, nlead, expand),
+                             lambda: cls(starts, sizes, squeeze, nlead, expand))
 
     def __init__(self, starts: list[Any], sizes: tuple[int, ...], squeeze: tuple[int, ...],
                  nlead: int, expand: tuple[int, ...] | None = None) -> None:
@@ -192,14 +177,7 @@ class Plan:
         for k, n in enumerate(self.pshape):
             if n == 1:
                 pstrides[k] = 0
-        every = tuple(pstrides) + tuple(tstrides)
-        if arr.flags.c_contiguous:
-            # a view through the buffer protocol: a tenth of as_strided's cost, and NumPy
-            # checks that the strided extent lies inside the array
-            offset = sum(b * st for b, st in zip(self.bases, strides))
-            return np.ndarray(self.shape, arr.dtype, arr, offset, every)
-        origin = arr[tuple(slice(b, None) for b in self.bases)]
-        return as_strided(origin, self.shape, every, writeable=arr.flags.writeable)
+        return strided_view(arr, self.bases, self.shape, tuple(pstrides) + tuple(tstrides))
 
     def write(self, arr: np.ndarray, value: Any) -> None:
         """Assign ``value`` (broadcast to the plan's shape) to the accessed elements."""
@@ -294,4 +272,4 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["Plan", "bounds_violation", "broadcast_shape"]
+__all__ = ["Plan", "bounds_violation", "broadcast_shape", "strided_view"]

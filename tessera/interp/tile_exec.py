@@ -17,6 +17,7 @@ import numpy as np
 
 from tessera.errors import InterpretError, TesseraError
 from tessera.interp.slots import Slots
+from tessera.interp.tile_access import broadcast_shape
 from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_live import last_uses, releasing
 from tessera.interp.tile_memo import coordinate_memo
@@ -208,7 +209,8 @@ def row_reduced(instr: Instr) -> bool:
 def _mma_scale(c: Compiler, mul: Instr, mma: Instr) -> Step:
     """``mma(a, b) * y``: in fast mode the product is a fresh float32 array that nothing
     else holds, so the multiply writes into it (the same values, one array less)."""
-    other = mul.operands[1] if mul.operands[0] is mma.results[0] else mul.operands[0]
+    first = mul.operands[0] is mma.results[0]  # mma(a, b) * y, not y * mma(a, b)
+    other = mul.operands[1] if first else mul.operands[0]
     product = mma_rule(mma, c.fast, columns=row_reduced(mul))
     scale = IMPLS[C.Mul](mul, c.fast)
     a, b, y = (c.slot(v) for v in (*mma.operands, other))
@@ -218,10 +220,10 @@ def _mma_scale(c: Compiler, mul: Instr, mma: Instr) -> Step:
         r = fr.regs
         p, v = product(r[a], r[b]), r[y]
         if p.dtype == F32 and getattr(v, "dtype", None) == F32 and \
-                np.broadcast_shapes(p.shape, v.shape) == p.shape:
+                broadcast_shape([p.shape, v.shape]) == p.shape:
             r[out] = np.multiply(p, v, out=p)
         else:
-            r[out] = scale(p, v) if mul.operands[0] is mma.results[0] else scale(v, p)
+            r[out] = scale(p, v) if first else scale(v, p)
     return step
 
 

@@ -34,14 +34,14 @@ from tessera.interp.tile_state import Reschedule, State, element_at, first_true,
 def _per_position(ctx: Ctx, a: Any, shape: tuple[int, ...]) -> np.ndarray:
     """A program-shaped array broadcast over the tile axes of an access of ``shape``
     (remembered by the context for its own coordinate arrays)."""
+    own = a is ctx.pid or a is ctx.group_flat
     key = ("position", id(a), shape)
-    hit = ctx.memo.get(key) if a is ctx.pid or a is ctx.group_flat else None
-    if hit is not None:
-        return hit
-    full = bcast(a, ctx.lead)
-    out = bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
-    if a is ctx.pid or a is ctx.group_flat:
-        ctx.memo[key] = out
+    out = ctx.memo.get(key) if own else None
+    if out is None:
+        full = bcast(a, ctx.lead)
+        out = bcast(full.reshape(ctx.lead + (1,) * (len(shape) - ctx.nlead)), shape)
+        if own:
+            ctx.memo[key] = out
     return out
 
 
@@ -244,8 +244,7 @@ def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -
     contributions in rounds (each element at most once per round) in position order —
     program order, since program axes lead."""
     vals = np.broadcast_to(value, plan.shape).reshape(-1)
-    one = plan.index is None and not any(plan.coefs) and \
-        all(n == 1 for n in plan.tile_shape) and all(n == 1 for n in plan.sizes)
+    one = plan.index is None and not any(plan.coefs) and all(n == 1 for n in plan.sizes)
     if op == "add" and vals.dtype == arr.dtype and arr.dtype in (F32, F64) and one:
         # one element (every tile adding into a total): accumulate is the sequential
         # sum old + v0 + v1 + ... in the array's own dtype, each add rounded (formats

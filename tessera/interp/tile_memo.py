@@ -22,27 +22,63 @@ from tessera.interp.tile_context import frozen
 
 class ArrayMemo:
     """Results computed from read-only arrays (program coordinates: made once per
-    launch geometry and used by many ops), remembered by the array's identity and an
-    extra key. Entries hold weak references: an id reused by a new array after the old
-    one died finds a dead reference, not a hit."""
+    launch geometry and used by many ops) and scalars, remembered by the arrays'
+    identity, the scalars' types and values and an extra key. Entries hold weak
+    references: an id reused by a new array after the old one died finds a dead
+    reference, not a hit. A writeable array operand is never remembered; results of
+    scalars alone only in a table of their own, of ``scalar_size`` entries (none by
+    default), so that a loop cycling through indices does not evict the rest."""
 
-    def __init__(self, size: int = 256) -> None:
-        self.size = size
-        self.entries: dict[Any, tuple[weakref.ref[np.ndarray], Any]] = {}
+    def __init__(self, size: int = 256, scalar_size: int = 0) -> None:
+        self.size, self.scalar_size = size, scalar_size
+        self.entries: dict[Any, tuple[list[weakref.ref[np.ndarray]], Any]] = {}
+        self.scalar_entries: dict[Any, Any] = {}
 
-    def get(self, a: np.ndarray, extra: Any, compute: Any) -> Any:
-        """``compute()``, remembered for ``(a, extra)`` when ``a`` is read-only."""
-        if not isinstance(a, np.ndarray) or a.flags.writeable:
+    def get(self, a: Any, extra: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered for ``(a, extra)`` when ``a`` is a read-only array."""
+        if type(a) is not np.ndarray or not a.ndim:
             return compute()
-        key = (id(a), extra)
-        hit = self.entries.get(key)
-        if hit is not None and hit[0]() is a:
+        return self.lookup((a,), extra, compute)
+
+    def lookup(self, items: Any, extra: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered for the arrays and scalars ``items`` and ``extra``."""
+        key: list[Any] = [extra]
+        arrays: list[np.ndarray] = []
+        for a in items:
+            t = type(a)
+            if t is np.ndarray:
+                if not a.ndim:
+                    key.append((t, a.item()))
+                    continue
+                if a.flags.writeable:
+                    return compute()
+                arrays.append(a)
+                key.append((id(a),))
+            elif t in _SCALARS or isinstance(a, np.generic):
+                key.append((t, a))
+            else:
+                return compute()
+        k = tuple(key)
+        if not arrays:
+            if not self.scalar_size:
+                return compute()
+            found = self.scalar_entries.get(k)
+            if found is None:
+                if len(self.scalar_entries) >= self.scalar_size:
+                    self.scalar_entries.clear()
+                found = self.scalar_entries[k] = compute()
+            return found
+        hit = self.entries.get(k)
+        if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
             return hit[1]
         found = compute()
         if len(self.entries) >= self.size:
             self.entries.clear()
-        self.entries[key] = (weakref.ref(a), found)
+        self.entries[k] = ([weakref.ref(a) for a in arrays], found)
         return found
+
+
+_SCALARS = (int, float, bool)
 
 
 def coordinate_memo(impl: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,35 +86,9 @@ def coordinate_memo(impl: Callable[..., Any]) -> Callable[..., Any]:
     (program coordinates and what is computed from them: ``tile_m = g0 * BM``, masks
     such as ``local_id() == 0``) and scalars. Such a result is the same object in every
     launch of a geometry, made read-only, so the access plans, bounds checks and branch
-    selections computed from it are remembered too. Weak references: a dead operand
-    never answers for a new array."""
-    memo: dict[tuple[Any, ...], tuple[list[weakref.ref[np.ndarray]], Any]] = {}
-
-    def run(*args: Any) -> Any:
-        key: list[Any] = []
-        arrays: list[np.ndarray] = []
-        for a in args:
-            if isinstance(a, np.ndarray) and a.ndim:
-                if a.flags.writeable:
-                    return impl(*args)
-                arrays.append(a)
-                key.append((id(a),))
-            elif isinstance(a, (int, float, bool, np.generic, np.ndarray)):
-                key.append((type(a).__name__, a.item() if hasattr(a, "item") else a))
-            else:
-                return impl(*args)
-        if not arrays:
-            return impl(*args)
-        k = tuple(key)
-        hit = memo.get(k)
-        if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
-            return hit[1]
-        out = frozen(impl(*args))
-        if len(memo) >= 8:
-            memo.clear()
-        memo[k] = ([weakref.ref(a) for a in arrays], out)
-        return out
-    return run
+    selections computed from it are remembered too."""
+    memo = ArrayMemo(8)
+    return lambda *args: memo.lookup(args, None, lambda: frozen(impl(*args)))
 
 
 __all__ = ["ArrayMemo", "coordinate_memo"]

@@ -233,7 +233,6 @@ def _cp_async(c: Compiler, instr: Instr) -> Step:
         value = G.load(st, ctx, loc, fr.regs[src])
         S.write(st, ctx, loc, fr.regs[dst], value, copy=True)
         st.open_used[ctx.flat_index()] = True
-        st.copies = True
     return step
 
 

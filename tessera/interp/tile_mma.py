@@ -140,11 +140,8 @@ def widened(x: Any) -> np.ndarray:
     return wide
 
 
-_widen = widened
-
-
 def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool,
-        widen: tuple[Any, Any] = (_widen, _widen), columns: bool = False) -> np.ndarray:
+        widen: tuple[Any, Any] = (widened, widened), columns: bool = False) -> np.ndarray:
     """``a @ b (+ c)`` accumulated per the module rules; the result has ``acc``'s
     element (float64 while wide in exact mode). ``widen`` makes the exact float64
     operands (:class:`Widen` remembers them); ``columns`` is the layout of

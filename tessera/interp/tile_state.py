@@ -36,7 +36,6 @@ class State:
         self.lanes = lanes
         # per-program copy-group counters, made on first use (most launches copy nothing)
         self._counters: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self.copies = False  # whether any copy, commit or wait has run (counters moved)
         self.memo: dict[Any, Any] = {}  # what steps remember during this launch
         self.epoch = np.zeros(geom.n_groups, np.int32)  # barriers passed, per group
         self.shared: list[Any] = []  # shared buffers allocated so far
@@ -49,6 +48,11 @@ class State:
             n = self.geom.n_programs
             self._counters = (np.zeros(n, np.int32), np.zeros(n, bool), np.zeros(n, np.int32))
         return self._counters
+
+    @property
+    def copies(self) -> bool:
+        """Whether any copy, commit or wait has run (else every counter is zero)."""
+        return self._counters is not None
 
     @property
     def open_id(self) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp import tile_global as G
-from tessera.interp.tile_access import broadcast_shape
+from tessera.interp.tile_access import broadcast_shape, strided_view
 from tessera.interp.tile_exec import Compiler, Frame
 from tessera.interp.tile_memo import ArrayMemo
 from tessera.ir.core import Instr
@@ -87,13 +87,9 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
             first, last = int(flat[0]), int(flat[-1]) + (count - 1) * step
             if first < 0 or last >= n:
                 return None
-            arr = mem.array
-            shape2, strides2 = (count, flat.size), (step * arr.strides[0], arr.strides[0])
-            if arr.flags.c_contiguous:  # through the buffer: NumPy checks the extent
-                terms = np.ndarray(shape2, arr.dtype, arr, first * arr.strides[0], strides2)
-            else:
-                terms = np.lib.stride_tricks.as_strided(arr[first:], shape2, strides2,
-                                                        writeable=False)
+            itemstride = mem.array.strides[0]
+            terms = strided_view(mem.array, (first,), (count, flat.size),
+                                 (step * itemstride, itemstride))
         else:
             k = np.arange(count, dtype=np.int64).reshape((-1,) + (1,) * start.ndim)
             idx = start + k * step

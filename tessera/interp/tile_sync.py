@@ -77,7 +77,6 @@ def barrier(st: State, ctx: Ctx, loc: Loc, times: int = 1) -> None:
 
 def commit(st: State, ctx: Ctx) -> None:
     """Close each tile's open copy group."""
-    st.copies = True
     idx = ctx.flat_index()
     st.open_id[idx] += 1
     st.open_used[idx] = False
@@ -85,7 +84,6 @@ def commit(st: State, ctx: Ctx) -> None:
 
 def wait(st: State, ctx: Ctx, n: int) -> None:
     """Complete all but the ``n`` most recent committed copy groups of each tile."""
-    st.copies = True
     idx = ctx.flat_index()
     st.open_id[idx] += st.open_used[idx]
     st.open_used[idx] = False
