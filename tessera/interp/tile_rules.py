@@ -232,11 +232,13 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     def exact_sum(x: Any) -> Any:
         # float64 accumulation in a fixed tree, rounded once to the element
         narrow = n.narrow(x)
-        if narrow.dtype == F32 and narrow.shape[axis] < SHORT:
-            # short rows take the tree: start it from the shared float64 copy, which an
-            # mma of the same tile reuses (and f64 pairs add faster than mixed ones)
-            narrow = widened(narrow)
-        rows = np.moveaxis(narrow if narrow.dtype == F64 else n.compute(narrow), axis, -1)
+        rows = np.moveaxis(narrow, axis, -1)
+        if narrow.dtype != F32:
+            return n.result(row_sum_f64(n.compute(rows)))
+        if rows.shape[-1] < SHORT:
+            # short rows: start from the shared float64 copy, which an mma of the same
+            # tile reuses (and f64 pairs add faster than mixed ones)
+            return n.result(row_sum_f64(rows, np.moveaxis(widened(narrow), axis, -1)))
         return n.result(row_sum_f64(rows))
     return exact_sum
 

@@ -14,7 +14,10 @@ smallest exponent among its nonzero values; subnormals are multiples of a larger
 power), so every partial sum is too, and its magnitude is below ``n * 2^(e_max + 1)``.
 All fit in 53 bits when ``e_max - e_min <= 29 - ceil(log2 n)``, which holds when
 ``max|x| < 2^(29 - ceil(log2 n)) * min|x|``. The rows that fail the test (a zero, an
-infinity or NaN, or a wide exponent range) take the tree.
+infinity or NaN, or a wide exponent range) take the tree. The three reductions are
+slower than the tree on short contiguous rows, but not on rows whose axis is outer in
+memory (a column-layout tile): NumPy reduces those by adding whole rows of the other
+axes.
 
 :func:`row_extreme` is ``np.max``/``np.min`` over one axis, which NumPy computes slowly
 for short rows (a tile row of 64: 1.4 ns per element). Rows of a power-of-two length
@@ -30,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 F64 = np.dtype(np.float64)
-#: rows shorter than this always take the tree
+#: contiguous rows shorter than this always take the tree (a row axis that is not the
+#: innermost in memory takes the exact shortcut at any length)
 SHORT = 128
 #: rows at least this long are reduced by ``np.max``/``np.min`` themselves (faster there)
 LONG = 256
@@ -57,16 +61,21 @@ def tree_sum_f64(x: np.ndarray) -> np.ndarray:
     return x[..., 0]
 
 
-def row_sum_f64(x: np.ndarray) -> np.ndarray:
+def row_sum_f64(x: np.ndarray, wide: np.ndarray | None = None) -> np.ndarray:
     """:func:`tree_sum_f64` of a float32 array (the values of a format of at most 24
     significand bits) over its last axis, by NumPy's float64 sum on the rows whose sum
-    is exact (see the module docstring) and by the tree on the others."""
+    is exact (see the module docstring) and by the tree on the others. ``wide``, when
+    given, is ``x`` already widened to float64 (shared with another op): the sums and
+    the tree read it instead of converting ``x`` again."""
     size = x.shape[-1]
     span = 29 - (size - 1).bit_length()  # 29 - ceil(log2 n)
-    # NumPy reduces short rows slowly: below SHORT the three reductions cost more than
-    # the tree's passes (measured)
-    if size < SHORT or span < 1 or x.dtype != np.float32:
-        return tree_sum_f64(x)
+    # NumPy reduces short rows slowly where they are contiguous: below SHORT the three
+    # reductions cost more than the tree's passes (measured). A row axis that is not the
+    # innermost in memory (a column-layout tile) is reduced by whole rows of the other
+    # axes, fast at any length.
+    inner = x.ndim > 0 and abs(x.strides[-1]) <= x.itemsize
+    if (size < SHORT and inner) or span < 1 or x.dtype != np.float32:
+        return tree_sum_f64(x if wide is None else wide)
     limit = np.float32(2.0 ** span)
     lo, hi = x.min(axis=-1), x.max(axis=-1)
     # rows of one sign need no abs; a zero, an infinity or a NaN fails every comparison
@@ -78,10 +87,11 @@ def row_sum_f64(x: np.ndarray) -> np.ndarray:
     elif mixed.any():
         a = np.abs(x[mixed])
         exact[mixed] = a.max(axis=-1) < a.min(axis=-1) * limit
-    total = np.add.reduce(x, axis=-1, dtype=F64)
+    total = np.add.reduce(x, axis=-1, dtype=F64) if wide is None else \
+        np.add.reduce(wide, axis=-1)
     if not exact.all():
         rest = ~exact
-        total[rest] = tree_sum_f64(x[rest])
+        total[rest] = tree_sum_f64((x if wide is None else wide)[rest])
     return total
 
 
