@@ -8,12 +8,12 @@ GEMM's 256 per-program ``64x32 @ 32x64`` products per K step become one
 
 Exact mode widens the inputs exactly to float64 and returns the float64 result (a
 *wide* value, see :mod:`tessera.interp.tile_numeric`), so the products are exact for
-inputs of up to 26 significand bits (bf16, f16, fp8, tf32 — not f32) and the K sum of
-one ``mma`` is a float64 sum in ascending k. Folding does not change which products
-are summed or their order. A K loop of ``acc = mma(a, b, acc)`` / ``acc += mma(a, b)``
-keeps the running sum in float64 and rounds once, at the store; when the accumulator
-feeds nothing else in the loop, the trips' products are made by one call at the loop's
-end (:class:`Pending`).
+inputs of up to 26 significand bits (every float format up to f32, whose 24 bits make
+products of at most 48) and the K sum of one ``mma`` is BLAS's float64 sum of them.
+Folding does not change which products are summed. A K loop of
+``acc = mma(a, b, acc)`` / ``acc += mma(a, b)`` keeps the running sum in float64 and
+rounds once, at the store; when the accumulator feeds nothing else in the loop, the
+trips' products are made by one call at the loop's end (:class:`Pending`).
 
 Residual caveat, honestly: the result is independent of the tile shape whenever the
 float64 sums are exact, which holds when the products of one output element span less
