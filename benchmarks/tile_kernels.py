@@ -19,7 +19,8 @@ environment (``benchmarks/.env-triton``, made by ``setup_triton_env.sh``) as a
 subprocess that returns its timings as JSON and its outputs as an ``.npz`` file.
 Kernels that write a parameter get a preallocated output buffer (a fresh 4-16 MB array
 per launch would add milliseconds of first-touch page faults); NumPy baselines are the
-plain expressions. Tessera and NumPy times are medians of interleaved repeats; Triton's
+plain expressions. Tessera and NumPy times are medians of interleaved repeats, each
+case's samples taken after a few milliseconds of its own untimed launches; Triton's
 interpreter is slow, so it runs each case twice and the faster run is reported. Every
 result, Triton's included, is checked against a float64 NumPy reference with a bound
 derived from the float32 format. A last table measures the sequential schedule (the
@@ -215,18 +216,30 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+#: untimed launches of a case's variants before its samples, for at least this long:
+#: right after another case, launches run slower for a few milliseconds (caches refill
+#: and the clock recovers from the previous case's vector code), which would decide the
+#: verdict of a sub-millisecond case instead of the case itself
+WARMUP = 0.005
+
+
 def sample(cases: dict[str, Callable[[], object]], repeats: int,
            times: dict[str, list[float]]) -> None:
-    """Time each case ``repeats`` times, interleaved so load changes hit all alike. The
-    variants of one case (``name/...`` keys) take turns at running first: the first
-    after another case finds its data out of cache, the others find it warm."""
+    """Time each case ``repeats`` times, interleaved so load changes hit all alike. Each
+    case's samples follow :data:`WARMUP` seconds of its own untimed launches, and its
+    variants (``name/...`` keys) take turns at running first."""
     groups: dict[str, list[str]] = {}
     for key in cases:
         groups.setdefault(key.split("/")[0], []).append(key)
     for r in range(repeats):
         for keys in groups.values():
             k = r % len(keys)
-            for key in keys[k:] + keys[:k]:
+            order = keys[k:] + keys[:k]
+            start = time.perf_counter()
+            while time.perf_counter() - start < WARMUP:
+                for key in order:
+                    cases[key]()
+            for key in order:
                 times.setdefault(key, []).append(timed(cases[key]))
 
 
