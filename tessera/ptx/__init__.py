@@ -1,9 +1,9 @@
 """The PTX backend: assemble PTX with ptxas or nvJitLink, pack kernel parameters, launch
 kernels through the CUDA driver API, and write and read ahead-of-time kernel bundles.
 
-The submodules are ``assemble``, ``params``, ``launch`` and ``aot``.  The ``assemble``
-function is not re-exported here (import it from :mod:`tessera.ptx.assemble`): a package
-attribute of that name would hide the submodule.
+The submodules are ``assemble``, ``params``, ``launch``, ``tensormap`` and ``aot``. The
+``assemble`` function is not re-exported here (import it from
+:mod:`tessera.ptx.assemble`): a package attribute of that name would hide the submodule.
 Nothing here needs a GPU until a kernel is loaded or launched; the functions that do need
 one raise :class:`GpuUnavailable` with the reason when there is none.
 """

@@ -198,8 +198,11 @@ class CudaFunction:
 
 class DeviceArrays:
     """Device copies of host arrays for the duration of a launch: copied in on entry;
-    on a normal exit copied back into the writeable originals; always freed. A view of
-    a staged array (a reshape) resolves to its address inside the copy."""
+    on a normal exit copied back into the writeable originals; always freed. An array
+    that is a view into the memory of a staged C-contiguous array (a reshape of it)
+    resolves to its address inside that array's copy. Staged arrays may not overlap:
+    each has its own copy, and copying back would let one undo the kernel's writes
+    through the other."""
 
     def __init__(self, driver: Any, arrays: Sequence[np.ndarray]) -> None:
         self._driver = driver
@@ -208,10 +211,15 @@ class DeviceArrays:
 
     def __enter__(self) -> DeviceArrays:
         driver = self._driver
+        distinct = list({id(a): a for a in self._arrays}.values())
+        for i, a in enumerate(distinct):
+            for b in distinct[:i]:
+                if np.shares_memory(a, b):
+                    raise ArgumentError("two array arguments of one launch share memory",
+                                        hint="pass separate arrays (np.copy one of them): "
+                                             "each is copied to the device on its own")
         try:
-            for a in self._arrays:
-                if id(a) in self._staged:
-                    continue
+            for a in distinct:
                 staged = np.ascontiguousarray(a)
                 pointer = int(_call(driver, "cuMemAlloc",
                                     driver.cuMemAlloc(max(staged.nbytes, 1))))
@@ -224,12 +232,19 @@ class DeviceArrays:
         return self
 
     def pointer(self, a: np.ndarray) -> int:
-        """The device address of ``a``, or of the staged array it is a view of."""
-        view = a
-        while id(a) not in self._staged and isinstance(a.base, np.ndarray):
-            a = a.base
-        pointer, _, original = self._staged[id(a)]
-        return pointer + (view.ctypes.data - original.ctypes.data)
+        """The device address of ``a``: a staged array, or a view into the memory of a
+        staged array that was staged in place (C-contiguous)."""
+        found = self._staged.get(id(a))
+        if found is not None:
+            return found[0]
+        start = a.ctypes.data
+        for pointer, staged, _ in self._staged.values():
+            base = staged.ctypes.data
+            if base <= start < base + staged.nbytes and np.shares_memory(a, staged):
+                return pointer + (start - base)
+        raise ArgumentError("an argument's memory is not among the arrays copied to the "
+                            "device (a view of a non-contiguous array)",
+                            hint="pass np.ascontiguousarray(x) for that tensor")
 
     def __exit__(self, kind: object, *rest: object) -> None:
         try:
@@ -263,8 +278,13 @@ class CudaModule:
         self._device = _call(driver, "cuDeviceGet", driver.cuDeviceGet(device))
         self._context = _call(driver, "cuDevicePrimaryCtxRetain",
                               driver.cuDevicePrimaryCtxRetain(self._device))
-        _call(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(self._context))
-        self._module = _call(driver, "cuModuleLoadData", driver.cuModuleLoadData(data))
+        try:
+            _call(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(self._context))
+            self._module = _call(driver, "cuModuleLoadData", driver.cuModuleLoadData(data))
+        except BaseException:
+            # no object is made, so close() cannot run: give the context reference back
+            driver.cuDevicePrimaryCtxRelease(self._device)
+            raise
 
     @property
     def driver(self) -> Any:

@@ -68,16 +68,10 @@ def tensor_map(dtype: str, global_address: int, global_dims: tuple[int, ...],
             element_strides=element_strides, interleave=tma.Interleave(interleave),
             swizzle=from_tma_swizzle(swizzle), l2_promotion=tma.L2Promotion(l2_promotion),
             oob_fill=tma.OobFill(oob_fill))
-    except (KeyError, ValueError) as err:
+    except ValueError as err:
         raise ArgumentError(f"invalid tensor-map enum value: {err}",
-                            hint="use the cuda.h codes (swizzle 0 none, 1 32B, 2 64B, 3 128B)"
-                            ) from None
+                            hint="use the cuda.h codes for interleave, l2_promotion and "
+                                 "oob_fill") from None
 
 
-def validate_tensor_map(**arguments: Any) -> None:
-    """Check ``cuTensorMapEncodeTiled``'s arguments against cuda.h's rules, which live in
-    :mod:`tessera.arch.tma` (not repeated here)."""
-    tensor_map(**arguments).validate()
-
-
-__all__ = ["encode", "encode_tensor_map", "tensor_map", "validate_tensor_map"]
+__all__ = ["encode", "encode_tensor_map", "tensor_map"]

@@ -413,3 +413,42 @@ def test_tensor_map_call_shape_is_accepted_by_the_bindings(
     monkeypatch.setattr(launch, "_ready_driver", launch._driver_module)
     with pytest.raises(RuntimeError, match="driver library"):
         encode_tensor_map("bf16", 0, (256, 64), (512,), (64, 64), swizzle=3)
+
+
+def test_device_arrays_resolve_views_and_reject_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reshape of a staged view (a tensor map's 2-D view) resolves inside that view's
+    copy; a view of a non-contiguous staged array, and overlapping arguments, are
+    errors that say what to pass instead."""
+    fake = FakeDriver()
+    owner = np.arange(24, dtype=np.float32)
+    view = owner[4:]  # a view: its reshape's base is ``owner``, which is not staged
+    with launch.DeviceArrays(fake, [view]) as dev:
+        base = dev.pointer(view)
+        assert dev.pointer(view.reshape(-1, 4)) == base
+        assert dev.pointer(view[8:]) == base + 32
+    strided = owner[::2]
+    with launch.DeviceArrays(fake, [strided]) as dev:
+        with pytest.raises(ArgumentError, match="ascontiguousarray"):
+            dev.pointer(strided.reshape(-1, 3))
+    with pytest.raises(ArgumentError, match="share memory"):
+        with launch.DeviceArrays(fake, [owner, owner[2:]]):
+            pass
+    assert fake.memory == {}
+
+
+def test_failed_module_load_releases_the_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    released: list[int] = []
+
+    class Failing(FakeDriver):
+        def cuModuleLoadData(self, image: bytes) -> tuple[int, str | None]:
+            return 999, None
+
+        def cuDevicePrimaryCtxRelease(self, device: int) -> tuple[int]:
+            released.append(device)
+            return (0,)
+
+    fake = Failing()
+    monkeypatch.setattr(launch, "_driver_module", lambda: fake)
+    with pytest.raises(launch.CudaError, match="cuModuleLoadData"):
+        CudaModule(ADD_ONE)
+    assert released == [0]
