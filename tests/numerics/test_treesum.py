@@ -44,6 +44,17 @@ def test_equals_the_tree_at_the_exactness_threshold(seed: int, n: int, spread: i
     assert same_bits(row_sum_f64(x), tree_sum_f64(x))
 
 
+def trees_taken(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The shapes of the rows :func:`row_sum_f64` hands to the tree, recorded."""
+    seen: list[tuple[int, ...]] = []
+
+    def tree(rows: np.ndarray) -> np.ndarray:
+        seen.append(rows.shape)
+        return tree_sum_f64(rows)
+    monkeypatch.setattr(treesum, "tree_sum_f64", tree)
+    return seen
+
+
 def test_shortcut_is_taken_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows in a narrow range are summed by NumPy; a zero or a wide exponent range sends
     a row to the tree; both give the tree's bits."""
@@ -52,12 +63,7 @@ def test_shortcut_is_taken_and_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     x[3, 7] = 0.0
     x[5, 9] = 2.0**-40
     want = tree_sum_f64(x)
-    seen: list[tuple[int, ...]] = []
-
-    def tree(rows: np.ndarray) -> np.ndarray:
-        seen.append(rows.shape)
-        return tree_sum_f64(rows)
-    monkeypatch.setattr(treesum, "tree_sum_f64", tree)
+    seen = trees_taken(monkeypatch)
     assert same_bits(row_sum_f64(x), want)
     assert seen == [(2, 1024)]
 
@@ -126,12 +132,7 @@ def test_column_layout_takes_the_shortcut(monkeypatch: pytest.MonkeyPatch) -> No
     x = rng.uniform(0.25, 1.0, (2, 512, 64)).astype(np.float32)
     x[1, 7, 3] = 0.0
     want = tree_sum_f64(x)
-    seen: list[tuple[int, ...]] = []
-
-    def tree(rows: np.ndarray) -> np.ndarray:
-        seen.append(rows.shape)
-        return tree_sum_f64(rows)
-    monkeypatch.setattr(treesum, "tree_sum_f64", tree)
+    seen = trees_taken(monkeypatch)
     cols = _column_layout(x)
     assert same_bits(row_sum_f64(cols, cols.astype(np.float64)), want)
     assert seen == [(1, 64)]
