@@ -242,6 +242,9 @@ class Lowerer:
         """Lower the instructions of ``block`` into ``e``; returns its terminator's
         operands, lowered."""
         self.stack.append(e)
+        # a region starts with no previous op: a copy that opens a loop body follows the
+        # body's last op (from the second trip on), not the copy before the loop
+        self.extra["prev_op"] = None
         try:
             for instr in block.instrs:
                 if instr.op.terminator:

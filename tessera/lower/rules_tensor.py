@@ -138,6 +138,9 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
         raise UnsupportedError("'+=' of a tensor is lowered for f32 values into f32 memory",
                                loc=e.loc)
     red = Reduce("global", "add", "f32")
+    if mem.strides[-1] != 1:
+        raise UnsupportedError("'+=' into a transposed view is not lowered",
+                               hint="add into the tensor in its own layout", loc=e.loc)
     if isinstance(value.layout, Acc):
         from tessera.lower.gemm80 import acc_rowcol
 
@@ -147,7 +150,9 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
             off = e.add(e.mul(row, e.const(stride, "s32"), "s32"), col, "s32")
             e.op(red, [address(e, mem, off), reg])
         return
-    assert isinstance(value.layout, Blocked)
+    if not isinstance(value.layout, Blocked):
+        raise UnsupportedError("'+=' of a row-reduced tile is not lowered", loc=e.loc,
+                               hint="store the rows with '=' instead")
 
     def add(inner: Emitter, addr: Value, r: int) -> None:
         inner.op(red, [addr, value.regs[r]])
