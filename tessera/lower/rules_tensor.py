@@ -138,12 +138,12 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
         raise UnsupportedError("'+=' of a tensor is lowered for f32 values into f32 memory",
                                loc=e.loc)
     red = Reduce("global", "add", "f32")
-    if mem.strides[-1] != 1:
-        raise UnsupportedError("'+=' into a transposed view is not lowered",
-                               hint="add into the tensor in its own layout", loc=e.loc)
     if isinstance(value.layout, Acc):
         from tessera.lower.gemm80 import acc_rowcol
 
+        if mem.strides[-1] != 1:  # the offsets below are row * stride + col
+            raise UnsupportedError("accumulators are added into row-major views",
+                                   hint="add into the tensor in its own layout", loc=e.loc)
         stride = mem.strides[0]
         for reg, (row, col) in zip(value.regs, acc_rowcol(e, value.layout.rows,
                                                           value.layout.cols)):

@@ -74,8 +74,9 @@ def row_sum_f64(x: np.ndarray, wide: np.ndarray | None = None) -> np.ndarray:
     # innermost in memory (a column-layout tile) is reduced by whole rows of the other
     # axes, fast at any length.
     inner = x.ndim > 0 and abs(x.strides[-1]) <= x.itemsize
+    src = x if wide is None else wide
     if (size < SHORT and inner) or span < 1 or x.dtype != np.float32:
-        return tree_sum_f64(x if wide is None else wide)
+        return tree_sum_f64(src)
     limit = np.float32(2.0 ** span)
     lo, hi = x.min(axis=-1), x.max(axis=-1)
     # rows of one sign need no abs; a zero, an infinity or a NaN fails every comparison
@@ -87,11 +88,10 @@ def row_sum_f64(x: np.ndarray, wide: np.ndarray | None = None) -> np.ndarray:
     elif mixed.any():
         a = np.abs(x[mixed])
         exact[mixed] = a.max(axis=-1) < a.min(axis=-1) * limit
-    total = np.add.reduce(x, axis=-1, dtype=F64) if wide is None else \
-        np.add.reduce(wide, axis=-1)
+    total = np.add.reduce(src, axis=-1, dtype=F64)
     if not exact.all():
         rest = ~exact
-        total[rest] = tree_sum_f64((x if wide is None else wide)[rest])
+        total[rest] = tree_sum_f64(src[rest])
     return total
 
 

@@ -237,11 +237,11 @@ class DeviceArrays:
         found = self._staged.get(id(a))
         if found is not None:
             return found[0]
-        start = a.ctypes.data
+        low, high = np.lib.array_utils.byte_bounds(a)
         for pointer, staged, _ in self._staged.values():
             base = staged.ctypes.data
-            if base <= start < base + staged.nbytes and np.shares_memory(a, staged):
-                return pointer + (start - base)
+            if base <= low and high <= base + staged.nbytes:
+                return pointer + (a.ctypes.data - base)
         raise ArgumentError("an argument's memory is not among the arrays copied to the "
                             "device (a view of a non-contiguous array)",
                             hint="pass np.ascontiguousarray(x) for that tensor")
