@@ -47,6 +47,20 @@ MODES = ("checked", "fast")
 STAGES = ("graph", "schedule", "tile", "target")
 
 
+def finish_launch(prep: Prepared, result: Any, returned: str | None = None) -> Any:
+    """The end of every backend's launch of a kernel call: arrays the call converted to
+    their storage format are converted back into the caller's, and the call returns
+    ``result`` (a fresh tile array or tile 0's scalar), or the caller's own argument
+    named ``returned`` when the kernel returns that parameter (``result`` is then the
+    array the launch wrote, the fallback when the caller's argument is missing)."""
+    for original, converted in prep.writeback:
+        original[...] = converted.astype(original.dtype)
+    if returned is None:
+        return result
+    value = prep.params.get(returned)
+    return value if value is not None else result
+
+
 class Kernel:
     """A tile kernel: call it (or index it with a grid) to launch it."""
 
@@ -152,14 +166,11 @@ class Kernel:
         out = launch(compiled, prep.runtime, geom, checked=not fast,
                      schedule=schedule or self.schedule, output=output,
                      output_element=fn.attrs.get("result_element"))
-        for original, converted in prep.writeback:
-            original[...] = converted.astype(original.dtype)
         if output is not None:
-            return output
+            return finish_launch(prep, output)
         if hasattr(out, "array") and hasattr(out, "name"):  # a returned parameter
-            value = prep.params.get(out.name)
-            return value if value is not None else out.array
-        return out
+            return finish_launch(prep, out.array, returned=out.name)
+        return finish_launch(prep, out)
 
     @user_api
     def inspect_ir(self, stage: str = "tile", *args: Any, **kwargs: Any) -> str:
@@ -235,4 +246,4 @@ class _KernelDecorator:
 
 kernel = _KernelDecorator()
 
-__all__ = ["MODES", "Kernel", "kernel"]
+__all__ = ["MODES", "Kernel", "finish_launch", "kernel"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera.errors import ArgumentError, Loc, user_api
+from tessera.frontend.kernel import finish_launch
 from tessera.ir.core import Function
 from tessera.ir.target import TARGETS, TensorMapType
 from tessera.ir.target_check import check_kernel
@@ -110,9 +111,6 @@ def compile_kernel(kernel: Any, *args: Any, target: str = "sm_90a",
                           {"trace": t1 - t0, **seconds})
 
 
-
-
-
 def target_arguments(compiled: CompiledKernel, runtime: list[Any]) -> tuple[list[Any], Any]:
     """The Target IR interpreter's arguments for a launch whose Tile IR arguments are
     ``runtime`` (the kernel's prepared arrays and scalars): the same arrays, the
@@ -162,14 +160,11 @@ def launch_result(compiled: CompiledKernel, prep: Any, out: Any) -> Any:
     """After a launch on ``target_arguments``: converted arrays written back to the
     caller's, and what a launch of the kernel returns (a tile, tile 0's scalar, or the
     caller's array of a returned parameter)."""
-    for original, converted in prep.writeback:
-        original[...] = converted.astype(original.dtype)
     if out is not None:
-        return out if "result_shape" in compiled.tile.attrs else out[0]
+        return finish_launch(prep, out if "result_shape" in compiled.tile.attrs else out[0])
     ret = compiled.tile.body.terminator
-    if ret is not None and ret.operands:
-        return prep.params.get(ret.operands[0].hint)
-    return None
+    returned = ret.operands[0].hint if ret is not None and ret.operands else None
+    return finish_launch(prep, None, returned=returned)
 
 
 __all__ = ["CompiledKernel", "compile_kernel", "launch_result", "lower_and_render",

@@ -30,6 +30,18 @@ def test_target_backend_returns_what_the_kernel_returns() -> None:
         is not None
 
 
+def test_backends_convert_arrays_back_and_return_the_callers_array() -> None:
+    # float64 arrays run as the annotated f32 storage; both backends write the result
+    # back into the caller's array and return that array, not the f32 copy
+    saxpy = example("saxpy").saxpy
+    x = rng.standard_normal(100)
+    want = (np.float32(2.0) * x.astype(np.float32)).astype(np.float64)
+    for backend in ("interp", "target"):
+        y = np.zeros(100)
+        out = ts.launch(saxpy, 100, (x, y, 2.0), backend=backend, target="sm_80")
+        assert out is y and np.array_equal(y, want), backend
+
+
 def test_cuda_backend_without_a_gpu_says_why() -> None:
     ok, why = cuda_available()
     if ok:
