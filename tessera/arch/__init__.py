@@ -68,6 +68,7 @@ from tessera.arch.tma import (
     TensorMap,
     TensorMapDataType,
     row_major_2d,
+    tma_data_type,
     tma_load,
     tma_store,
 )
@@ -112,6 +113,7 @@ __all__ = [
     "row_major_2d",
     "swizzle_address",
     "swizzle_permutation",
+    "tma_data_type",
     "tma_load",
     "tma_store",
     "to_fragments",

@@ -71,6 +71,18 @@ PTX_ELEMENT_TYPES: dict[str, TensorMapDataType] = {
 }
 
 
+def tma_data_type(elem: str, where: str = "") -> TensorMapDataType:
+    """The tensor-map data type TMA copies PTX element ``elem`` as; ``where`` (such as
+    ``"argument 2"``) says which argument the error for an uncopyable element is about."""
+    dtype = PTX_ELEMENT_TYPES.get(elem)
+    if dtype is None:
+        prefix = f"{where}: " if where else ""
+        raise ArgumentError(f"{prefix}TMA cannot copy {elem!r} elements: there is no "
+                            "tensor-map data type for them",
+                            hint=f"use one of {', '.join(PTX_ELEMENT_TYPES)}")
+    return dtype
+
+
 class Interleave(enum.IntEnum):
     """``CUtensorMapInterleave``; only NONE is supported by the copies here."""
 
@@ -277,10 +289,7 @@ def row_major_2d(elem: str, address: int, shape: tuple[int, int], box: tuple[int
     """The tensor map of a dense row-major ``(rows, cols)`` array of PTX element ``elem``
     at ``address``, copied in ``box = (rows, cols)`` tiles with a ``swizzle``-byte
     swizzle (0, 32, 64, 128): dimensions innermost first, as cuda.h wants them."""
-    if elem not in PTX_ELEMENT_TYPES:
-        raise ArgumentError(f"TMA cannot copy {elem} elements",
-                            hint=f"use one of {', '.join(PTX_ELEMENT_TYPES)}")
-    dtype = PTX_ELEMENT_TYPES[elem]
+    dtype = tma_data_type(elem)
     rows, cols = shape
     return TensorMap(dtype, address, (cols, rows), (cols * dtype.size,), (box[1], box[0]),
                      swizzle=Swizzle(swizzle))

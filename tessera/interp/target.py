@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.arch.tma import PTX_ELEMENT_TYPES, TensorMap, row_major_2d
+from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
 from tessera.errors import ArgumentError, user_api
 from tessera.interp import (
     target_async,
@@ -103,10 +103,8 @@ def _tensor_map(arg: TensorMapArg, t: TensorMapType, base: int, k: int) -> Tenso
     if (arg.elem, tuple(arg.box), arg.swizzle) != (t.elem, t.box, t.swizzle):
         raise ArgumentError(f"argument {k}: TensorMapArg({arg.elem}, box {tuple(arg.box)}, "
                             f"sw{arg.swizzle}) does not match the parameter type {t}")
-    if t.elem not in PTX_ELEMENT_TYPES:
-        raise ArgumentError(f"argument {k}: TMA cannot copy {t.elem} elements",
-                            hint=f"use one of {', '.join(PTX_ELEMENT_TYPES)}")
-    if a.ndim != 2 or a.dtype.itemsize != PTX_ELEMENT_TYPES[t.elem].size:
+    elem_size = tma_data_type(t.elem, f"argument {k}").size
+    if a.ndim != 2 or a.dtype.itemsize != elem_size:
         raise ArgumentError(f"argument {k}: a tensor map needs a 2-D array of {t.elem}, got "
                             f"{a.dtype} of shape {a.shape}")
     # cuTensorMapEncodeTiled runs on the host: its rules are checked at launch

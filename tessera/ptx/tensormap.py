@@ -22,7 +22,8 @@ def encode_tensor_map(dtype: str, global_address: int, global_dims: Sequence[int
     first; ``global_strides`` are the rank-1 outer byte strides; ``swizzle`` uses the
     driver's enum (0 none, 1 32B, 2 64B, 3 128B).
     """
-    strides = tuple(element_strides) if element_strides is not None else (1,) * len(box_dims)
+    # left None, the TensorMap's ``strides`` supplies cuda.h's default of all ones
+    strides = tuple(element_strides) if element_strides is not None else None
     return encode(tensor_map(dtype=dtype, global_address=global_address,
                              global_dims=tuple(global_dims),
                              global_strides=tuple(global_strides), box_dims=tuple(box_dims),
@@ -51,19 +52,17 @@ def encode(tmap: Any) -> bytes:
 
 def tensor_map(dtype: str, global_address: int, global_dims: tuple[int, ...],
                global_strides: tuple[int, ...], box_dims: tuple[int, ...],
-               element_strides: tuple[int, ...], swizzle: int, interleave: int,
+               element_strides: tuple[int, ...] | None, swizzle: int, interleave: int,
                l2_promotion: int, oob_fill: int) -> Any:
     """The :class:`tessera.arch.tma.TensorMap` of ``cuTensorMapEncodeTiled``'s arguments
     (enums in the driver's codes, ``dtype`` a PTX element name)."""
     from tessera.arch import tma  # imported here: only tensor-map users need it
     from tessera.arch.swizzle import from_tma_swizzle
 
-    if dtype not in tma.PTX_ELEMENT_TYPES:
-        raise ArgumentError(f"no tensor-map data type for {dtype!r}",
-                            hint="use one of " + ", ".join(tma.PTX_ELEMENT_TYPES))
+    data_type = tma.tma_data_type(dtype)
     try:
         return tma.TensorMap(
-            dtype=tma.PTX_ELEMENT_TYPES[dtype], global_address=global_address,
+            dtype=data_type, global_address=global_address,
             global_dims=global_dims, global_strides=global_strides, box_dims=box_dims,
             element_strides=element_strides, interleave=tma.Interleave(interleave),
             swizzle=from_tma_swizzle(swizzle), l2_promotion=tma.L2Promotion(l2_promotion),

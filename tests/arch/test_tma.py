@@ -25,10 +25,13 @@ from tessera.arch import (
     TensorMap,
     TensorMapDataType,
     TensorMapError,
+    row_major_2d,
     swizzle_address,
+    tma_data_type,
     tma_load,
     tma_store,
 )
+from tessera.errors import ArgumentError
 
 BF16 = TensorMapDataType.BFLOAT16
 
@@ -36,6 +39,15 @@ BF16 = TensorMapDataType.BFLOAT16
 def _map(**changes) -> TensorMap:
     base = TensorMap(BF16, 0, (256, 100), (512,), (64, 32), swizzle=Swizzle.B128)
     return dataclasses.replace(base, **changes)
+
+
+def test_ptx_elements_map_to_cuda_h_data_types() -> None:
+    # fp8 has no cuda.h data type: TMA copies it as bytes
+    assert tma_data_type("bf16") is BF16 and tma_data_type("e4m3").size == 1
+    with pytest.raises(ArgumentError, match="TMA cannot copy 'f8'"):
+        tma_data_type("f8")
+    with pytest.raises(ArgumentError, match="use one of u8"):
+        row_major_2d("f8", 0, (64, 64), (64, 64))
 
 
 def test_valid_map_passes() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tessera.errors import ArgumentError
 from tessera.interp.target import TensorMapArg, run_target
 from tessera.interp.target_state import TargetFault
 from tessera.ir.core import Value
@@ -205,3 +206,9 @@ def test_tma_128b_swizzle_lands_chunks_xor_row() -> None:
     for r in range(64):
         for c in range(8):
             np.testing.assert_array_equal(chunks[r, c ^ (r % 8)], a[r, 8 * c:8 * c + 8])
+
+
+def test_tma_parameter_of_an_element_tma_cannot_copy() -> None:
+    k = Kernel("tmaf8", [TensorMapType(0, "f8", (8, 16), 0)], block=(32,))
+    with pytest.raises(ArgumentError, match="argument 0: TMA cannot copy 'f8'"):
+        run_target(k.build(), [TensorMapArg(np.zeros((8, 16), np.uint8), "f8", (8, 16))])
