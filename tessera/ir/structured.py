@@ -4,6 +4,7 @@ subclasses these and says what its conditions and loop indices are."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -13,8 +14,9 @@ from tessera.ir.core import Instr, Op, Type, check_count, region_types
 
 
 @dataclass(frozen=True)
-class StructuredOp(Op):
-    """Base of the structured ops: what a dialect's conditions and indices are."""
+class StructuredOp(Op, ABC):
+    """Base of the structured ops: a dialect's subclass says what its conditions and
+    indices are (``check_condition``, ``check_index``)."""
 
     pure: ClassVar[bool] = False
     #: the type of a loop index (and of the bounds of ``for``)
@@ -23,17 +25,13 @@ class StructuredOp(Op):
     condition_type: ClassVar[Type]
     condition_text: ClassVar[str] = ""
 
+    @abstractmethod
     def check_condition(self, t: Type) -> None:
         """Raise unless ``t`` is a condition of this dialect."""
-        if t != self.condition_type:
-            raise IRVerifyError(f"{self.name} expects a condition of type "
-                                f"{self.condition_type}, got {t}")
 
+    @abstractmethod
     def check_index(self, t: Type) -> None:
         """Raise unless ``t`` is a loop bound of this dialect."""
-        if t != self.index_type:
-            raise IRVerifyError(f"{self.name} expects bounds of type {self.index_type}, "
-                                f"got {t}")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ registers because PTX has no phi nodes or because the hardware writes in place:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tessera.errors import Loc, TesseraError
 from tessera.ir.core import Block, Function, Instr, Type, Value
 from tessera.ir.target import For, RegType, TensorMapType, While
@@ -39,9 +41,14 @@ def reg_class(elem: str) -> str:
     return f"b{bits}"
 
 
-def operand(regs: tuple[str, ...] | list[str]) -> str:
+def braced(regs: Sequence[str]) -> str:
+    """The PTX vector operand ``{%r0, %r1, ...}`` of these registers (or immediates)."""
+    return "{" + ", ".join(regs) + "}"
+
+
+def operand(regs: Sequence[str]) -> str:
     """One register as itself, several as the PTX vector operand ``{%r0, %r1, ...}``."""
-    return regs[0] if len(regs) == 1 else "{" + ", ".join(regs) + "}"
+    return regs[0] if len(regs) == 1 else braced(regs)
 
 
 def _elem(t: Type) -> tuple[str, int]:
@@ -89,7 +96,7 @@ class Registers:
 
     def vec(self, v: Value) -> str:
         """The registers of ``v`` as a PTX vector operand ``{%f0, %f1, ...}``."""
-        return "{" + ", ".join(self.of(v)) + "}"
+        return braced(self.of(v))
 
     def declarations(self) -> list[str]:
         """``.reg`` lines for every class in use (``%f<N>`` declares ``%f0..%f{N-1}``)."""
@@ -179,4 +186,4 @@ def tie_values(fn: Function) -> dict[Value, Value]:
     return ties.parent
 
 
-__all__ = ["Registers", "RenderError", "operand", "reg_class", "tie_values"]
+__all__ = ["Registers", "RenderError", "braced", "operand", "reg_class", "tie_values"]

@@ -29,7 +29,7 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ptx.regalloc import RenderError
+from tessera.ptx.regalloc import RenderError, braced
 from tessera.ptx.render_emit import Emitter, address, rule
 
 #: operand types of tensor-core instructions as PTX spells them
@@ -139,7 +139,7 @@ def _tma_load(e: Emitter, instr: Instr) -> None:
     e.sm90(instr)
     dst, tmap, c0, c1, bar = (e.regs.one(v) for v in instr.operands)
     e.out("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-          f"[{dst}], [{tmap}, {{{c0}, {c1}}}], [{bar}];")
+          f"[{dst}], [{tmap}, {braced((c0, c1))}], [{bar}];")
 
 
 @rule(WgmmaFence)

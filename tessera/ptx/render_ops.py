@@ -30,7 +30,7 @@ from tessera.ir.target_ops import (
     Unary,
     Unpack,
 )
-from tessera.ptx.regalloc import RenderError, operand
+from tessera.ptx.regalloc import RenderError, braced, operand
 from tessera.ptx.render_emit import (
     Emitter,
     address,
@@ -166,7 +166,7 @@ def _unpack(e: Emitter, instr: Instr) -> None:
     if isinstance(src, RegType) and src.count > 1:
         e.move(dsts, e.regs.of(instr.operands[0]), src.elem)
         return
-    e.out(f"mov.b{src.bits} {{{', '.join(dsts)}}}, {e.regs.one(instr.operands[0])};")
+    e.out(f"mov.b{src.bits} {braced(dsts)}, {e.regs.one(instr.operands[0])};")
 
 
 def _vec_suffix(vec: int) -> str:
