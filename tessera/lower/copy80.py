@@ -20,17 +20,20 @@ from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target_async import CpAsync, CpAsyncCommit, CpAsyncWait
 from tessera.lower.emit import Emitter
-from tessera.lower.tiles import ELEM_BYTES, THREADS, GlobalBox, SharedBox
+from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
 
-_SWIZZLES = (0, 32, 64, 128)
+
+def _check_swizzle(swizzle: int) -> None:
+    """Refuse a swizzle span other than 0 (none), 32, 64 or 128 bytes."""
+    if swizzle not in (0, 32, 64, 128):
+        raise UnsupportedError(f"unknown shared-memory swizzle {swizzle}",
+                               hint="use 0, 32, 64 or 128")
 
 
 def swizzle_offset(offset: int, swizzle: int) -> int:
     """Where byte ``offset`` of a row-major shared buffer lives under ``swizzle``
     (0, 32, 64 or 128): ``offset ^ (((offset >> 7) & (swizzle / 16 - 1)) << 4)``."""
-    if swizzle not in _SWIZZLES:
-        raise UnsupportedError(f"unknown shared-memory swizzle {swizzle}",
-                               hint="use 0, 32, 64 or 128")
+    _check_swizzle(swizzle)
     return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4) if swizzle else offset
 
 
@@ -47,9 +50,7 @@ class SharedAddresses:
     1024-byte swizzle atoms, which the XOR leaves alone)."""
 
     def __init__(self, e: Emitter, box: SharedBox) -> None:
-        if box.swizzle not in _SWIZZLES:
-            raise UnsupportedError(f"unknown shared-memory swizzle {box.swizzle}",
-                                   hint="use 0, 32, 64 or 128")
+        _check_swizzle(box.swizzle)
         self.e, self.box = e, box
         self._cache: dict[tuple[Value, int], Value] = {}
 
@@ -118,7 +119,7 @@ def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = 
         raise ShapeError(f"cp.async copies a {src.rows}x{src.cols} {src.elem} box into a "
                          f"{dst.rows}x{dst.cols} {dst.elem} buffer",
                          hint="give both boxes one shape and element type")
-    esize = ELEM_BYTES[src.elem]
+    esize = elem_size(src.elem)
     chunk = 16 if aligned16 else 4
     row_bytes, stride_bytes = src.cols * esize, src.stride * esize
     if row_bytes % chunk or stride_bytes % chunk:
@@ -177,5 +178,5 @@ def wait_async(e: Emitter, n: int = 0) -> None:
     e.bar()
 
 
-__all__ = ["Lanes", "SharedAddresses", "copy_async", "emit_swizzle", "lin", "swizzle_offset",
-           "u32op", "wait_async"]
+__all__ = ["Lanes", "SharedAddresses", "copy_async", "emit_swizzle", "lin",
+           "swizzle_offset", "u32op", "wait_async"]

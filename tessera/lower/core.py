@@ -22,18 +22,17 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from tessera.errors import TesseraError, UnsupportedError
+from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, Op, Region, Value, rule_decorator, walk
 from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
 from tessera.lower.emit import Emitter
-from tessera.lower.values import Dist, Lowered, Mem, Scalar, elem_bytes, reg_type
+from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
 
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
 RULES: dict[type[Op], Rule] = {}
 THREADS = 128
-
 
 rule = rule_decorator(RULES, "lowering rule")
 
@@ -94,11 +93,11 @@ class Lowerer:
 
             self.layouts = assign_layouts(self.fn)
             if self.target == "sm_90a":
-                from tessera.lower.mma90 import operand_buffers, tma_setup
+                from tessera.lower.mma90 import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if self.extra["wgmma_buffers"]:
-                    tma_setup(self)
+                    ring_setup(self)
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)
@@ -171,12 +170,25 @@ class Lowerer:
                 raise UnsupportedError(f"kernel parameter '{arg.hint}' of type {t} has no PTX "
                                        "form", loc=self.fn.loc)
         returned = self.fn.body.terminator
-        if "result_shape" in self.fn.attrs or (
-                returned is not None and returned.operands
-                and isinstance(returned.operands[0].type, TensorType)):
+        rtype = returned.operands[0].type if returned is not None and returned.operands else None
+        if isinstance(rtype, TensorType) and rtype.rank > 0:
+            self._check_result_attrs(rtype)
+        if "result_shape" in self.fn.attrs or isinstance(rtype, TensorType):
             p = self.body.add_arg(RegType("u64"), "out")
             self.params.append(p)
             self.extra["out"] = p
+
+    def _check_result_attrs(self, tile: TensorType) -> None:
+        """A returned tile is stored into an output tensor that only the kernel's
+        attributes describe (``@ts.kernel`` sets them from the result annotation)."""
+        missing = [a for a in ("result_shape", "result_element") if a not in self.fn.attrs]
+        if missing:
+            raise IRVerifyError(
+                f"kernel '{self.fn.name}' returns a {tile} tile but has no "
+                f"{' or '.join(missing)} attribute: the output tensor is unknown",
+                hint="add result_shape = [...] (the whole output's shape), result_element = "
+                     f"#{tile.element} and, for an output with a batch axis, result_batched "
+                     "= true to the tile.kernel's attributes", loc=self.fn.loc)
 
     def _param_view(self, p: Value, t: MemRefType, index: int) -> Mem:
         strides = tuple(prod(t.shape[i + 1:]) for i in range(t.rank))
@@ -269,25 +281,6 @@ class Lowerer:
             self.stack.pop()
 
 
-
-def flatten(lv: Lowered) -> list[Value]:
-    """The registers of a lowered value (what control flow carries)."""
-    if isinstance(lv, Scalar):
-        return [lv.reg]
-    if isinstance(lv, Dist):
-        return list(lv.regs)
-    raise UnsupportedError("a memory view cannot be carried by a loop or an if",
-                           hint="index shared buffers with tile.select inside the loop")
-
-
-def rebuild(like: Lowered, regs: Sequence[Value]) -> Lowered:
-    """A lowered value shaped like ``like`` over new registers."""
-    if isinstance(like, Scalar):
-        return Scalar(regs[0], like.type)
-    assert isinstance(like, Dist)
-    return Dist(like.layout, list(regs), like.type)
-
-
 def lower_kernel(fn: Function, target: str) -> Function:
     """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
     from tessera.lower import (  # noqa: F401  (they register their rules)
@@ -304,5 +297,4 @@ def lower_kernel(fn: Function, target: str) -> Function:
     return kernel
 
 
-__all__ = ["RULES", "THREADS", "Geometry", "Lowerer", "flatten", "is_block_kernel",
-           "lower_kernel", "rebuild", "rule"]
+__all__ = ["RULES", "THREADS", "Geometry", "Lowerer", "is_block_kernel", "lower_kernel", "rule"]

@@ -22,12 +22,11 @@ from tessera.ir.target import RegType
 from tessera.ir.target_async import Ldmatrix, MmaSync
 from tessera.lower.copy80 import Lanes, SharedAddresses, lin
 from tessera.lower.emit import Emitter
-from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox
+from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
 #: operand element types of ``mma.sync.m16n8k16`` these blocks lower
 MMA_TYPES = ("bf16", "f16")
 _F32 = RegType("f32")
-_SWIZZLES = (0, 32, 64, 128)
 
 ALoader = Callable[[int, int], Value]
 
@@ -38,7 +37,7 @@ def _operand(box: SharedBox, atype: str, what: str) -> int:
     if box.elem != atype:
         raise ShapeError(f"{what} holds {box.elem}, but the product multiplies {atype}",
                          hint="convert the operand before staging it")
-    row_bytes = box.cols * ELEM_BYTES[box.elem]
+    row_bytes = box.cols * elem_size(box.elem)
     if row_bytes % 16 or box.cols % 8:
         raise UnsupportedError(f"ldmatrix reads 16-byte rows: {what} needs a multiple of 8 "
                                f"columns, has {box.cols}")
@@ -50,7 +49,7 @@ def _smem_a(e: Emitter, lanes: Lanes, a: SharedBox, a_trans: bool) -> ALoader:
     (sec. 9.7.14.5.15): matrix ``j`` of lane group ``j = lane / 8`` is rows ``+8 (j & 1)``
     and k ``+8 (j >> 1)`` of the warp's m16k16 block, i.e. A registers a0..a3 in the
     order of sec. 9.7.14.5.8. A^T (``a_trans``) is read with ``.trans``."""
-    rb, es, shared = _operand(a, a.elem, "A"), ELEM_BYTES[a.elem], SharedAddresses(e, a)
+    rb, es, shared = _operand(a, a.elem, "A"), elem_size(a.elem), SharedAddresses(e, a)
     if not a_trans:  # row 16 w + (lane & 15), column 8 (lane >> 4)
         dyn = lin(e, [(lanes.warp, 16 * rb), (lanes.bits(0, 15), rb),
                        (lanes.bits(4, 1), 8 * es)])
@@ -69,7 +68,7 @@ def _smem_b(e: Emitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int,
     (j+1, k+8)), an ``.x2`` for an odd last one. Fragment register ``b0`` of lane ``l``
     is B[k 2(l%4)..+1, n l/4] (sec. 9.7.14.5.8), a row of B^T: hence ``.trans`` when
     the buffer holds B row-major (k-major rows) and no transpose for B^T."""
-    rb, es, shared = _operand(b, b.elem, "B"), ELEM_BYTES[b.elem], SharedAddresses(e, b)
+    rb, es, shared = _operand(b, b.elem, "B"), elem_size(b.elem), SharedAddresses(e, b)
     odd = (bn // 8) % 2 == 1
     if not b_trans:  # row (a k) lane & 15, column (an n) 8 (lane >> 4); .x2: lanes 0..15
         dyn4 = lin(e, [(lanes.bits(0, 15), rb), (lanes.bits(4, 1), 8 * es)])
@@ -184,8 +183,9 @@ def mma_block_regs(e: Emitter, acc: list[Value], a_frags: list[list[Value]], b: 
 
 
 # --------------------------------------------------------------------------- stores
-def _quad(e: Emitter, lanes: Lanes) -> tuple[Value, Value]:
-    """(row, column) of a thread's first register: ``16 w + lane / 4``, ``2 (lane % 4)``."""
+def quad_origin(e: Emitter, lanes: Lanes) -> tuple[Value, Value]:
+    """``(row, column)`` as ``u32`` of this thread's first accumulator register:
+    ``16 w + lane / 4``, ``2 (lane % 4)``."""
     row = lin(e, [(lanes.warp, 16), (lanes.bits(2, 7), 1)])
     return row, lin(e, [(lanes.bits(0, 3), 2)])
 
@@ -202,8 +202,8 @@ def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm
     if bm % 64 or bn % 8 or len(acc) != bm * bn // THREADS:
         raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} registers, "
                          f"got {len(acc)}")
-    es, lanes = ELEM_BYTES[elem], Lanes(e)
-    row, col = _quad(e, lanes)
+    es, lanes = elem_size(elem), Lanes(e)
+    row, col = quad_origin(e, lanes)
     start = e.bin("mul", lin(e, [(row, row_stride), (col, 1)]), e.const(es, "u32"), "u32",
                   "wide")
     base = e.add(dst_base, start, "u64")
@@ -227,7 +227,7 @@ def acc_origin(e: Emitter) -> tuple[Value, Value]:
     """``(row, column)`` as ``s32`` of this thread's first accumulator register
     (register ``r`` is that plus the static offsets of :func:`tessera.lower.tiles.acc_coords`
     for thread 0)."""
-    row, col = _quad(e, Lanes(e))
+    row, col = quad_origin(e, Lanes(e))
     return e.cvt(row, "s32", "u32"), e.cvt(col, "s32", "u32")
 
 
@@ -249,4 +249,4 @@ def acc_rowcol(e: Emitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
 
 
 __all__ = ["MMA_TYPES", "acc_origin", "acc_rowcol", "acc_to_a", "mma_block", "mma_block_regs",
-           "store_acc"]
+           "quad_origin", "store_acc"]

@@ -1,4 +1,5 @@
-"""sm_90a matrix building blocks: wgmma descriptors, wgmma blocks, register staging and
+"""sm_90a matrix building blocks: wgmma descriptors, wgmma blocks and register staging
+(the TMA copies that fill the operands are in :mod:`tessera.lower.tma90`).
 
 Everything here emits Target IR through an :class:`~tessera.lower.emit.Emitter` for one
 CTA of 128 threads (one warpgroup, :mod:`tessera.lower.tiles`).
@@ -32,9 +33,10 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.lower.copy80 import Lanes
+from tessera.lower.copy80 import Lanes, lin
 from tessera.lower.emit import Emitter
-from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox
+from tessera.lower.gemm80 import quad_origin
+from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox, elem_size
 
 #: the start-address field keeps address bits 4..17 (PTX ISA 'Matrix Descriptor Format')
 _ADDR_MASK = 0x3FFFF
@@ -163,7 +165,7 @@ def wgmma_block(e: Emitter, acc: Sequence[Value], a: SharedBox, b: SharedBox, *,
                          f"{b.rows}x{b.cols}: the K extents differ")
     if a.elem != atype or atype not in MMA_K:
         raise UnsupportedError(f"wgmma A type {atype!r} with a {a.elem} box")
-    if not b_trans and ELEM_BYTES[b.elem] != 2:
+    if not b_trans and elem_size(b.elem) != 2:
         raise UnsupportedError("an MN-major (row-major K x N) B needs 16-bit elements "
                                "(PTX ISA sec. 9.7.15.5: imm-trans-b is for .f16/.bf16)",
                                hint="store 8-bit B as N x K and pass b_trans=True")
@@ -203,15 +205,14 @@ def stage_regs_to_shared(e: Emitter, values: Sequence[Value], bm: int, bn: int,
                          f"{dst.rows}x{dst.cols} {dst.elem}")
     g = geometry(dst)
     lanes = Lanes(e)
-    gq, q = lanes.bits(2, 7), lanes.bits(0, 3)  # lane // 4 and lane % 4
-    row = e.add(e.mul(lanes.warp, e.const(16, "u32"), "u32"), gq, "u32")
-    # row & 7 == g: the 128-byte-row index bits the swizzle XORs into the chunk index
+    row, col = quad_origin(e, lanes)
+    gq = lanes.bits(2, 7)  # lane // 4, which is row & 7
+    # row & 7: the 128-byte-row index bits the swizzle XORs into the chunk index
     shift = {128: 0, 64: 1, 32: 2}[g.span]
     mask = (g.span // 16) - 1
     x = e.bin("shl", e.bin("and", e.bin("shr", gq, e.const(shift, "u32"), "u32"),
                            e.const(mask, "u32"), "u32"), e.const(4, "u32"), "u32")
-    t_off = e.add(e.mul(row, e.const(g.span, "u32"), "u32"),
-                  e.mul(q, e.const(2 * g.esize, "u32"), "u32"), "u32")
+    t_off = lin(e, [(row, g.span), (col, g.esize)])
     t_addr = e.add(dst.base, t_off, "u32")
     chunk_addr = [e.add(t_addr, e.bin("xor", e.const(16 * c, "u32"), x, "u32"), "u32")
                   for c in range(g.span // 16)]

@@ -12,12 +12,13 @@ except where an op needs it (reductions, ``mma`` operands).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.errors import UnsupportedError
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
-from tessera.ir.core import Function, Value, walk
+from tessera.ir.core import Function, Instr, Value, walk
 from tessera.ir.types import TensorType
 
 
@@ -105,6 +106,27 @@ def _unit_reshape(a: Value, b: Value) -> bool:
     return squeeze(a) == squeeze(b)
 
 
+def value_slots(instr: Instr) -> list[tuple[list[Value], list[Value]]]:
+    """Per result of a ``tile.for`` / ``tile.while`` / ``tile.if``, ``(sources,
+    targets)``: the values that flow into that slot (a loop's initial value, the yields
+    of its regions) and the values that receive them (the region arguments, the
+    result). An ``if``'s condition and a ``while``'s ``tile.condition`` are no slot."""
+    op = instr.op
+    if isinstance(op, T.If):
+        carried: Sequence[Value] = []
+        bodies, arg_lists = instr.regions, []
+    elif isinstance(op, T.For):  # the body's first argument is the index
+        carried, bodies = instr.operands[3:], instr.regions
+        arg_lists = [bodies[0].block.args[1:]]
+    else:  # tile.while: (condition, body), both taking the carried values
+        carried, bodies = instr.operands, instr.regions[1:]
+        arg_lists = [region.block.args for region in instr.regions]
+    yields = [r.block.terminator.operands if r.block.terminator else [] for r in bodies]
+    return [([*carried[k:k + 1], *(y[k] for y in yields if k < len(y))],
+             [result, *(args[k] for args in arg_lists if k < len(args))])
+            for k, result in enumerate(instr.results)]
+
+
 def assign_layouts(fn: Function) -> dict[Value, Layout]:
     """A layout for every tensor value of the block kernel ``fn``."""
     cls = _Classes()
@@ -127,24 +149,11 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
             rows_from.append((instr.results[0], instr.operands[0]))
         elif isinstance(op, C.Broadcast) and _tensor(instr.operands[0]):
             bcast.append((instr.operands[0], instr.results[0]))
-        elif isinstance(op, (T.For, T.While)):
-            carried = instr.operands[3:] if isinstance(op, T.For) else instr.operands
-            body = instr.regions[-1].block
-            args = body.args[1:] if isinstance(op, T.For) else body.args
-            yields = body.terminator.operands if body.terminator else []
-            groups = [carried, args, yields, instr.results]
-            if isinstance(op, T.While):
-                groups.append(instr.regions[0].block.args)
-            for k in range(len(carried)):
-                members = [g[k] for g in groups if k < len(g) and _tensor(g[k])]
+        elif isinstance(op, (T.For, T.While, T.If)):
+            for sources, targets in value_slots(instr):
+                members = [v for v in (*sources, *targets) if _tensor(v)]
                 for m in members[1:]:
                     cls.join(members[0], m)
-        elif isinstance(op, T.If):
-            for region in instr.regions:
-                term = region.block.terminator
-                for y, r in zip(term.operands if term else [], instr.results):
-                    if _tensor(r):
-                        cls.join(y, r)
     acc_classes = {cls.find(v) for v in acc_roots}
     row_classes = {cls.find(r) for r, src in rows_from if cls.find(src) in acc_classes}
     brow: dict[Value, Blocked] = {}
@@ -183,8 +192,9 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
 def possibly_wide(fn: Function) -> set[Value]:
     """The values that may hold a *wide* (float64) accumulation in the tile
     interpreter's exact mode: ``mma`` results and what ``WIDE_OK`` ops and control flow
-    pass them to (a fixpoint over loops). A GPU holds them in f32 registers, so the few
-    places where the difference is observable are checked against this set."""
+    pass them to (a fixpoint over loops). The lowering checks one use against this set:
+    a tensor ``+=`` (``rules_memory``), where a GPU's f32 atomic add rounds the value
+    before adding it, not once after."""
     from tessera.interp.tile_rules import WIDE_OK
 
     wide: set[Value] = set()
@@ -198,17 +208,9 @@ def possibly_wide(fn: Function) -> set[Value]:
                                          and any(v in wide for v in instr.operands)):
                 new = list(instr.results)
             elif isinstance(op, (T.For, T.While, T.If)):
-                body = instr.regions[-1].block
-                carried = instr.operands[3:] if isinstance(op, T.For) else instr.operands
-                args = body.args[1:] if isinstance(op, T.For) else body.args
-                for region in instr.regions:
-                    term = region.block.terminator
-                    for k, y in enumerate(term.operands if term else []):
-                        if y in wide or (k < len(carried) and carried[k] in wide):
-                            new += [r for r in (instr.results[k:k + 1], args[k:k + 1])
-                                    for r in r]
-                            if isinstance(op, T.While):
-                                new += instr.regions[0].block.args[k:k + 1]
+                for sources, targets in value_slots(instr):
+                    if any(v in wide for v in sources):
+                        new += targets
             for v in new:
                 if v not in wide:
                     wide.add(v)
@@ -217,4 +219,4 @@ def possibly_wide(fn: Function) -> set[Value]:
 
 
 __all__ = ["Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts", "blocked",
-           "possibly_wide"]
+           "possibly_wide", "value_slots"]

@@ -1,18 +1,28 @@
 """sm_90a lowering of shared-memory tiles, async copies and ``mma``: TMA + mbarrier +
-``wgmma`` (the building blocks are in :mod:`tessera.lower.gemm90`).
+``wgmma`` (the building blocks are in :mod:`tessera.lower.gemm90` and
+:mod:`tessera.lower.tma90`).
 
 * A 2-D shared buffer that an ``mma`` reads (``wgmma`` operand) is laid out the way
   TMA writes it: panels of a 32/64/128-byte swizzle span along its columns, aligned
   to the swizzle atom (:func:`operand_buffers` decides which buffers, before lowering).
-* ``tile.cp_async`` of a global box into such a buffer is one TMA load per panel:
-  thread 0 initialises the buffer's mbarrier for this use, fences the init for the
-  async proxy, arrives with the copy's byte count (``expect_tx``) and issues the
-  loads. The copy completes at the next ``tile.barrier`` or ``cp_wait_group``: thread
-  0 waits for the phase (parity 0: every use starts a fresh phase), invalidates the
-  barrier for its next use, and ``bar.sync`` releases the CTA.
+* TMA copies complete through a **group ring** (:func:`ring_setup`, in the entry
+  block): :data:`RING` mbarriers, and per thread two counters in shared memory, the
+  copy groups it has committed and the groups it has waited for. Commit group ``g``
+  (counting from 0) is phase ``g // RING`` of barrier ``g % RING``.
+* ``tile.cp_async`` of a global box into such a buffer is one TMA load per panel,
+  issued by thread 0 on the barrier of the group being formed; the group's bytes add
+  up. Closing the group (``cp_commit_group``, or a wait or barrier with copies still
+  open: :func:`tma_commit`) is thread 0's ``mbarrier.arrive.expect_tx`` of those bytes,
+  and every thread counts it; at most ``RING - 1`` groups stay in flight. The counters
+  are written through the generic proxy, so a commit or wait ends with a
+  ``fence.proxy.async`` (which the kernel check wants before any later ``wgmma``). A
+  ``cp_wait_group n`` or ``tile.barrier`` (:func:`tma_wait`) makes every thread wait
+  for the phases of its groups until at most ``n`` are pending, then
+  ``fence.proxy.async`` and ``bar.sync`` (``rules_block``). ``cp.async`` groups are
+  committed and waited in step, so ``n`` means the same for both kinds of copy.
 * ``mma`` of two such buffers is a ``wgmma`` sequence; a register operand (the ``P``
-  of ``P @ V``) is first staged into a swizzled scratch buffer (``st.shared`` +
-  ``fence.proxy.async`` + ``bar.sync``).
+  of ``P @ V``) is first staged into a swizzled scratch buffer (``bar.sync``, then
+  ``st.shared`` + ``fence.proxy.async`` + ``bar.sync``).
 """
 
 from __future__ import annotations
@@ -23,12 +33,12 @@ from tessera.errors import UnsupportedError
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
 from tessera.ir.core import Function, Value, walk
-from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierInit, MbarrierWait, TmaLoad
+from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierWait
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm90 import stage_regs_to_shared, wgmma_block
 from tessera.lower.tiles import SharedBox
-from tessera.lower.tma90 import thread0
+from tessera.lower.tma90 import TmaCopy, copy_bytes, init_barriers, issue_copy, thread0
 from tessera.lower.values import Dist, Mem, elem_bytes
 from tessera.numerics import dtype
 
@@ -67,7 +77,7 @@ def swizzle_span(shape: tuple[int, ...], element: Any) -> int:
 RING = 8  # mbarriers of the group ring: at most RING - 1 committed groups in flight
 
 
-def tma_setup(low: Lowerer) -> None:
+def ring_setup(low: Lowerer) -> None:
     """The group ring, in the entry block: ``RING`` mbarriers initialised by thread 0
     and, per thread, its two counters (groups committed, groups waited for) in shared
     memory, which only that thread reads and writes."""
@@ -78,12 +88,7 @@ def tma_setup(low: Lowerer) -> None:
     zero = e.const(0, "u32")
     e.st("shared", mine, zero, "u32")
     e.st("shared", mine, zero, "u32", offset=4)
-
-    def init(t: Emitter) -> None:
-        for k in range(RING):
-            t.op(MbarrierInit(1), [t.add(bars, t.const(8 * k, "u32"), "u32") if k else bars])
-    e.if_(thread0(e), init)
-    e.op(Fence("mbarrier_init"))
+    init_barriers(e, bars, RING)
     e.op(Fence("proxy_async"))  # the counters are generic-proxy stores
     e.bar()
     low.extra["tma"] = (bars, mine)
@@ -113,22 +118,20 @@ def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
         batch = e.cvt(e.sreg("ctaid.y"), "s32", "u32")
         row = e.add(row, e.mul(batch, e.const(src.meta["batch_rows"], "s32"), "s32"), "s32")
     bars, mine = low.extra["tma"]
-    panel = box.rows * box.swizzle
+    copy = TmaCopy(box, tmap, col, row)
+    nbytes = copy_bytes(copy)
 
     def issue(t: Emitter) -> None:
-        bar = _ring_barrier(t, bars, t.ld("shared", mine, "u32"))
-        for p in range(box.cols * esize // box.swizzle):
-            dst_p = t.add(box.base, t.const(p * panel, "u32"), "u32") if p else box.base
-            col_p = t.add(col, t.const(p * width, "s32"), "s32") if p else col
-            t.op(TmaLoad(), [dst_p, tmap, col_p, row, bar])
+        issue_copy(t, copy, _ring_barrier(t, bars, t.ld("shared", mine, "u32")))
     e.if_(thread0(e), issue)
-    low.extra["tma_bytes"] = low.extra.get("tma_bytes", 0) + box.rows * box.cols * esize
+    low.extra["tma_bytes"] = low.extra.get("tma_bytes", 0) + nbytes
 
 
-def tma_commit(low: Lowerer, e: Emitter) -> None:
+def tma_commit(low: Lowerer, e: Emitter, *, fence: bool = True) -> None:
     """Close the group being formed: thread 0 arrives on its barrier announcing the
     group's bytes (the loads may land before or after), and every thread counts it.
-    Keeps at most ``RING - 1`` groups in flight by waiting for the oldest."""
+    Keeps at most ``RING - 1`` groups in flight by waiting for the oldest. ``fence``:
+    end with ``fence.proxy.async`` (False when the caller's wait fences next)."""
     nbytes = low.extra.pop("tma_bytes", 0)
     bars, mine = low.extra["tma"]
 
@@ -137,6 +140,8 @@ def tma_commit(low: Lowerer, e: Emitter) -> None:
     e.if_(thread0(e), arrive)
     e.st("shared", mine, e.add(e.ld("shared", mine, "u32"), e.const(1, "u32"), "u32"), "u32")
     tma_wait(low, e, RING - 1)
+    if fence:  # an mma may follow the commit with no wait in between
+        e.op(Fence("proxy_async"))
 
 
 def tma_wait(low: Lowerer, e: Emitter, n: int) -> None:
@@ -164,9 +169,11 @@ def tma_wait(low: Lowerer, e: Emitter, n: int) -> None:
         b.op(MbarrierWait(), [_ring_barrier(b, bars, k), parity])
         return [b.add(k, b.const(1, "u32"), "u32")]
     (final,) = e.while_([done], pending, step)
-    # a generic-proxy store: the fence.proxy.async of the wait (rules_block.wait_all)
-    # orders it before the next wgmma
+    # the counters are written through the generic proxy; wgmma never reads them, but the
+    # kernel check does not tell them from operands: every caller fences after this
+    # store (tma_commit, rules_block.wait_all), as ring_setup does after the zeros
     e.st("shared", mine, final, "u32", offset=4)
+
 
 def wgmma_smem(low: Lowerer, a: SharedBox, b: SharedBox, a_trans: bool, b_trans: bool,
                regs: list[Value]) -> list[Value]:
@@ -190,6 +197,5 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     return wgmma_block(e, regs, box, b, b_trans=b_trans, atype=b.elem)
 
 
-__all__ = ["RING", "operand_buffers", "swizzle_span", "tma_commit", "tma_copy", "tma_setup",
-           "tma_wait", "wgmma_regs",
-           "wgmma_smem"]
+__all__ = ["RING", "operand_buffers", "ring_setup", "swizzle_span", "tma_commit", "tma_copy",
+           "tma_wait", "wgmma_regs", "wgmma_smem"]

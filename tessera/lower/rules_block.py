@@ -1,12 +1,14 @@
 """Lowering rules for block kernels: tensors spread over a CTA of 128 threads.
 
 A ``tile.load`` of a tensor is *deferred*: it stays a memory view until a consumer
-decides how to read it. ``tile.mma`` reads its operands straight from shared memory
-(``ldmatrix`` + ``mma.sync`` on sm_80, matrix descriptors + ``wgmma`` on sm_90a) and
-accumulates in the accumulator layout; ``tile.cp_async`` copies a global box into a
+decides how to read it. ``tile.mma`` reads its shared operands straight from shared
+memory (``ldmatrix`` + ``mma.sync`` on sm_80, matrix descriptors + ``wgmma`` on sm_90a;
+an A operand in registers, the ``P`` of ``P @ V``, is an earlier product) and
+accumulates in the accumulator layout. ``tile.cp_async`` copies a global box into a
 shared buffer with TMA (sm_90a ``wgmma`` buffers, :mod:`tessera.lower.mma90`) or
-``cp.async`` (all threads, 16-byte chunks), in the tile program's commit groups; a store
-writes the accumulator registers to their elements.
+``cp.async`` (all threads; 16-byte chunks, or 4-byte ones when a row or the row stride
+is not a multiple of 16 bytes), in the tile program's commit groups. A store writes a
+register tensor (accumulator or blocked layout) to its elements.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
 from tessera.lower.layout import Acc
 from tessera.lower.rules_memory import address
-from tessera.lower.tiles import ELEM_BYTES, THREADS, GlobalBox, SharedBox
-from tessera.lower.values import NARROW, Dist, Lowered, Mem, elem_bytes, reg_type, storage_name
+from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
+from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, ptx_elem, reg_type
 
 
-def commit_all(low: Lowerer, e: Emitter, *, force: bool) -> None:
+def commit_all(low: Lowerer, e: Emitter, *, force: bool, fence: bool = True) -> None:
     """Close the copy group being formed, in both mechanisms at once (``cp.async``
     groups and the TMA group ring), so that their group counts stay in step and
     ``wait_group n`` means the same for both; without ``force`` only when a copy is
-    uncommitted (a wait or barrier commits first, as in Tile IR)."""
+    uncommitted (a wait or barrier commits first, as in Tile IR). ``fence``: see
+    :func:`tessera.lower.mma90.tma_commit`."""
     if not (force or low.extra.get("uncommitted") or low.extra.get("tma_bytes")):
         return
     e.op(CpAsyncCommit())
@@ -40,13 +43,13 @@ def commit_all(low: Lowerer, e: Emitter, *, force: bool) -> None:
     if "tma" in low.extra:
         from tessera.lower.mma90 import tma_commit
 
-        tma_commit(low, e)
+        tma_commit(low, e, fence=fence)
 
 
 def wait_all(low: Lowerer, e: Emitter, n: int) -> None:
     """Both mechanisms wait until at most ``n`` groups are pending; shared memory the
     copies (or the bookkeeping) wrote is then fenced for the async proxy."""
-    commit_all(low, e, force=False)
+    commit_all(low, e, force=False, fence=False)
     e.op(CpAsyncWait(n))
     if "tma" in low.extra:
         from tessera.lower.mma90 import tma_wait
@@ -69,11 +72,6 @@ def _proxy_fence(low: Lowerer, e: Emitter) -> None:
         e.op(Fence("proxy_async"))
 
 
-def _fmt(element: Any) -> str:
-    name = storage_name(element)
-    return NARROW.get(name, {"float32": "f32"}.get(name, name))
-
-
 def shared_box(mem: Mem) -> SharedBox:
     """A shared view as the box the matrix building blocks read."""
     if mem.space != "shared" or mem.offset is not None or len(mem.shape) != 2:
@@ -82,14 +80,14 @@ def shared_box(mem: Mem) -> SharedBox:
                                     "ts.tile.cp_async first")
     rows, cols = (mem.shape[1], mem.shape[0]) if mem.transposed else mem.shape
     align = 8 * mem.swizzle if mem.meta.get("wgmma") else 128 if mem.swizzle else 16
-    return SharedBox(mem.base, rows, cols, _fmt(mem.element), mem.swizzle, align=align)
+    return SharedBox(mem.base, rows, cols, ptx_elem(mem.element), mem.swizzle, align=align)
 
 
 def global_box(e: Emitter, mem: Mem) -> GlobalBox:
     if mem.space != "global" or len(mem.shape) != 2 or mem.strides[-1] != 1:
         raise UnsupportedError("async copies take row-major 2-D global views")
     return GlobalBox(address(e, mem), mem.shape[0], mem.shape[1], mem.strides[0],
-                     _fmt(mem.element))
+                     ptx_elem(mem.element))
 
 
 def load_tile(low: Lowerer, instr: Instr, mem: Mem) -> Lowered:
@@ -136,7 +134,7 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         tma_copy(low, dst, src, box)
         return []
     g = global_box(e, src)
-    esize = ELEM_BYTES[g.elem]
+    esize = elem_size(g.elem)
     aligned = (g.stride * esize) % 16 == 0 and (g.cols * esize) % 16 == 0
     # the Tile IR groups copies with cp_commit_group (or a wait / barrier), not per copy
     copy_async(e, box, g, aligned16=aligned, commit=False)
@@ -154,12 +152,6 @@ def _war_barrier(low: Lowerer, e: Emitter) -> None:
     last = e.block.instrs[-1].op if e.block.instrs else None
     if low.extra.get("prev_op") is not M.CpAsync and not isinstance(last, Bar):
         e.bar()
-
-
-def _commit_pending(low: Lowerer, e: Emitter) -> None:
-    if low.extra.get("uncommitted"):
-        e.op(CpAsyncCommit())
-        low.extra["uncommitted"] = False
 
 
 @rule(M.CpCommitGroup)
@@ -215,7 +207,7 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _check_types(instr: Instr) -> None:
     """Both operands of one tensor-core format (the instructions take no mixed pairs)."""
     a, b = (t.element for t in (instr.operands[0].type, instr.operands[1].type))  # type: ignore
-    if _fmt(a) != _fmt(b) or _fmt(a) not in ("bf16", "f16", "e4m3", "e5m2"):
+    if ptx_elem(a) != ptx_elem(b) or ptx_elem(a) not in ("bf16", "f16", "e4m3", "e5m2"):
         raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered",
                                hint="cast both operands to bf16 (or f16, fp8) first",
                                loc=instr.loc)
@@ -259,7 +251,7 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
 
     e = low.em
     store_acc(e, value.regs, address(e, mem), mem.strides[0], value.layout.rows,
-              value.layout.cols, _fmt(mem.element))
+              value.layout.cols, ptx_elem(mem.element))
 
 
 def store_result_tile(low: Lowerer, value: Lowered) -> None:

@@ -8,15 +8,35 @@ layout its results were given, which is checked here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Block, Instr, Region, Value
 from tessera.ir.target import Condition, For, If, While, Yield
 from tessera.ir.tile import For as TileFor
 from tessera.ir.tile import If as TileIf
 from tessera.ir.tile import While as TileWhile
-from tessera.lower.core import Lowerer, flatten, rebuild, rule
+from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
 from tessera.lower.values import Dist, Lowered, Scalar
+
+
+def flatten(lv: Lowered) -> list[Value]:
+    """The registers of a lowered value (what control flow carries)."""
+    if isinstance(lv, Scalar):
+        return [lv.reg]
+    if isinstance(lv, Dist):
+        return list(lv.regs)
+    raise UnsupportedError("a memory view cannot be carried by a loop or an if",
+                           hint="index shared buffers with tile.select inside the loop")
+
+
+def rebuild(like: Lowered, regs: Sequence[Value]) -> Lowered:
+    """A lowered value shaped like ``like`` over new registers."""
+    if isinstance(like, Scalar):
+        return Scalar(regs[0], like.type)
+    assert isinstance(like, Dist)
+    return Dist(like.layout, list(regs), like.type)
 
 
 def _regs(instr: Instr, outs: list[Lowered], like: list[Lowered]) -> list[Value]:
@@ -117,4 +137,4 @@ def _if(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return _split(like, results)
 
 
-__all__: list[str] = []
+__all__ = ["flatten", "rebuild"]

@@ -165,7 +165,7 @@ def _select(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     first = mems[0]
     assert isinstance(first, Mem)
     return [Mem(first.space, base, first.offset, first.shape, first.strides, first.element,
-                first.buffer, first.swizzle, meta={**first.meta, "selected": True})]
+                first.buffer, first.swizzle, meta=dict(first.meta))]
 
 
 def _rank0(instr: Instr) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.errors import UnsupportedError
 from tessera.ir.core import Value
 
 THREADS = 128
@@ -37,7 +38,7 @@ class GlobalBox:
     rows: int
     cols: int
     stride: int
-    elem: str  # PTX type of one element: bf16, f16, f32, e4m3 (b8)...
+    elem: str  # PTX element name of ELEM_BYTES: bf16, f16, f32, e4m3, s32...
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,17 @@ class SharedBox:
     align: int = 128
 
 
-ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1, "s32": 4, "f64": 8}
+#: bytes of one element of each PTX element name a box holds (tessera.lower.values.ELEM_OF)
+ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1, "s32": 4,
+              "s64": 8, "f64": 8}
+
+
+def elem_size(elem: str) -> int:
+    """Bytes of one ``elem`` element (a name of :data:`ELEM_BYTES`)."""
+    if elem not in ELEM_BYTES:
+        raise UnsupportedError(f"the tile building blocks do not handle {elem!r} elements",
+                               hint=f"use one of {', '.join(ELEM_BYTES)}")
+    return ELEM_BYTES[elem]
 
 
 def acc_coords(bm: int, bn: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,4 +93,4 @@ def row_coords(bm: int) -> np.ndarray:
 
 
 __all__ = ["ELEM_BYTES", "THREADS", "WARPS", "GlobalBox", "SharedBox", "acc_coords",
-           "row_coords"]
+           "elem_size", "row_coords"]

@@ -1,5 +1,7 @@
-"""sm_90a TMA and mbarrier building blocks: box copies announced with ``expect_tx``,
-phase waits, and a multi-stage ring feeding :func:`~tessera.lower.gemm90.wgmma_block`.
+"""sm_90a TMA and mbarrier building blocks: barrier set-up, box copies announced with
+``expect_tx``, phase waits, and a multi-stage ring feeding
+:func:`~tessera.lower.gemm90.wgmma_block`. The lowering's ``tile.cp_async`` into wgmma
+buffers (:mod:`tessera.lower.mma90`) uses the set-up and the copies.
 
 Shared operand boxes use the panel + swizzle layout of :mod:`tessera.lower.gemm90`,
 which is how TMA writes a box with a swizzled tensor map (PTX ISA 8.x sec. 9.7.9.27,
@@ -25,30 +27,36 @@ from tessera.ir.target_async import (
 from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm90 import wgmma_block
-from tessera.lower.tiles import ELEM_BYTES, SharedBox
+from tessera.lower.tiles import ELEM_BYTES, SharedBox, elem_size
 
 
 def thread0(e: Emitter) -> Value:
+    """The predicate ``%tid.x == 0`` (the thread that issues TMA and arrives)."""
     return e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
+
+
+def init_barriers(e: Emitter, base: Value, count: int) -> None:
+    """Thread 0 initialises the ``count`` mbarriers at ``base``, ``base + 8``... for one
+    arrival each, and the init is fenced (PTX ISA sec. 9.7.13.15.9); the CTA must still
+    pass a ``bar.sync`` before any thread uses them."""
+    def init(t: Emitter) -> None:
+        for k in range(count):
+            t.op(MbarrierInit(1), [t.add(base, t.const(8 * k, "u32"), "u32") if k else base])
+
+    e.if_(thread0(e), init)
+    e.op(Fence("mbarrier_init"))
 
 
 def tma_setup(e: Emitter, n_barriers: int, sym: str = "mbar") -> list[Value]:
     """``n_barriers`` shared mbarriers (8 bytes each, 8-byte aligned), initialised by
-    thread 0 for one arrival, the init fenced and the CTA synchronised (PTX ISA sec.
-    9.7.13.15.9; ``fence.mbarrier_init`` then ``bar.sync`` before any use)."""
+    thread 0 for one arrival (:func:`init_barriers`) and the CTA synchronised; returns
+    their addresses."""
     if n_barriers < 1:
         raise ArgumentError(f"tma_setup needs at least one barrier, not {n_barriers}")
     base = e.one(SharedAlloc(sym, 8 * n_barriers, 8))
-    bars = [base] + [e.add(base, e.const(8 * i, "u32"), "u32") for i in range(1, n_barriers)]
-
-    def init(t: Emitter) -> None:
-        for bar in bars:
-            t.op(MbarrierInit(1), [bar])
-
-    e.if_(thread0(e), init)
-    e.op(Fence("mbarrier_init"))
+    init_barriers(e, base, n_barriers)
     e.bar()
-    return bars
+    return [base] + [e.add(base, e.const(8 * i, "u32"), "u32") for i in range(1, n_barriers)]
 
 
 @dataclass(frozen=True)
@@ -80,33 +88,39 @@ def _panels(copy: TmaCopy) -> tuple[int, int, int]:
     return d.cols // cols, cols, rows * cols * ELEM_BYTES[t.elem]
 
 
+def copy_bytes(copy: TmaCopy) -> int:
+    """The bytes ``copy`` brings (what its barrier phase must expect), after checking it."""
+    n, _, nbytes = _panels(copy)
+    return n * nbytes
+
+
+def issue_copy(t: Emitter, copy: TmaCopy, bar: Value) -> None:
+    """The ``cp.async.bulk.tensor`` loads of ``copy`` on ``bar``, one per panel, emitted
+    where only the issuing thread runs (PTX ISA sec. 9.7.9.27)."""
+    n, cols, nbytes = _panels(copy)
+    for p in range(n):
+        dst = copy.dst.base if p == 0 else t.add(copy.dst.base, t.const(p * nbytes, "u32"),
+                                                 "u32")
+        col = copy.col if p == 0 else t.add(copy.col, t.const(p * cols, "s32"), "s32")
+        t.op(TmaLoad(), [dst, copy.tmap, col, copy.row, bar])
+
+
 def tma_load_many(e: Emitter, copies: Sequence[TmaCopy | tuple[SharedBox, Value, Value, Value]],
                   bar: Value) -> None:
     """Thread 0 announces the bytes of all ``copies`` with one ``mbarrier.arrive.expect_tx``
-    on ``bar`` and issues them (``cp.async.bulk.tensor``): the barrier's phase completes
-    when every byte has landed (PTX ISA sec. 9.7.13.15.12, 9.7.9.27). Loads sharing a
-    phase must go through one call: the barrier expects one arrival per phase. A copy is a
-    :class:`TmaCopy` or a ``(dst, tmap, col, row)`` tuple."""
-    plan = [(c, *_panels(c)) for c in (x if isinstance(x, TmaCopy) else TmaCopy(*x)
-                                       for x in copies)]
-    tx = sum(n * nbytes for _, n, _, nbytes in plan)
+    on ``bar`` and issues them: the barrier's phase completes when every byte has landed
+    (PTX ISA sec. 9.7.13.15.12). Loads sharing a phase must go through one call: the
+    barrier expects one arrival per phase. A copy is a :class:`TmaCopy` or a
+    ``(dst, tmap, col, row)`` tuple."""
+    plan = [x if isinstance(x, TmaCopy) else TmaCopy(*x) for x in copies]
+    tx = sum(copy_bytes(c) for c in plan)
 
     def issue(t: Emitter) -> None:
         t.op(MbarrierArrive(tx), [bar])
-        for c, n, cols, nbytes in plan:
-            for p in range(n):
-                dst = c.dst.base if p == 0 else t.add(c.dst.base, t.const(p * nbytes, "u32"),
-                                                      "u32")
-                col = c.col if p == 0 else t.add(c.col, t.const(p * cols, "s32"), "s32")
-                t.op(TmaLoad(), [dst, c.tmap, col, c.row, bar])
+        for c in plan:
+            issue_copy(t, c, bar)
 
     e.if_(thread0(e), issue)
-
-
-def tma_load(e: Emitter, dst: SharedBox, tmap: Value, col: Value, row: Value,
-             bar: Value) -> None:
-    """One box copy on its own barrier phase (see :func:`tma_load_many`)."""
-    tma_load_many(e, [TmaCopy(dst, tmap, col, row)], bar)
 
 
 def mbar_wait(e: Emitter, bar: Value, phase: Value) -> None:
@@ -145,14 +159,14 @@ class Pipeline:
         for name, t, rows, cols in (("a", ta, bm, bk), ("b", tb, *((bn, bk) if b_trans
                                                                   else (bk, bn)))):
             align = max(128, Swizzle(t.swizzle).atom_bytes)
-            size = rows * cols * ELEM_BYTES[t.elem]
+            size = rows * cols * elem_size(t.elem)
             base = e.one(SharedAlloc(f"{sym}_{name}", stages * size, align))
             boxes.append(SharedBox(base, rows, cols, t.elem, t.swizzle, align))
         bars = tma_setup(e, stages, f"{sym}_bar")
         return cls(stages, boxes[0], boxes[1], tuple(bars), a_tmap, b_tmap, b_trans)
 
     def _at(self, e: Emitter, box: SharedBox, stage: int | Value) -> SharedBox:
-        size = box.rows * box.cols * ELEM_BYTES[box.elem]
+        size = box.rows * box.cols * elem_size(box.elem)
         if isinstance(stage, int):
             base = box.base if stage == 0 else e.add(box.base, e.const(stage * size, "u32"),
                                                      "u32")
@@ -220,4 +234,5 @@ class Pipeline:
                       list(acc), body)
 
 
-__all__ = ["Pipeline", "TmaCopy", "mbar_wait", "thread0", "tma_load", "tma_load_many", "tma_setup"]
+__all__ = ["Pipeline", "TmaCopy", "copy_bytes", "init_barriers", "issue_copy", "mbar_wait",
+           "thread0", "tma_load_many", "tma_setup"]

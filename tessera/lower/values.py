@@ -29,6 +29,11 @@ NARROW = {"bfloat16": "bf16", "float16": "f16", "float8_e4m3fn": "e4m3", "float8
 MEM_OF = {"float32": "f32", "float64": "f64", "int64": "s64", "int32": "s32", "bool": "u8",
           "bfloat16": "b16", "float16": "b16", "int8": "s8", "uint8": "u8",
           "float8_e4m3fn": "b8", "float8_e5m2": "b8"}
+#: the PTX element name of a format in the tile building blocks' boxes and tensor maps
+#: (their sizes are :data:`tessera.lower.tiles.ELEM_BYTES`); mma keeps the float kinds apart
+ELEM_OF = {"float32": "f32", "float64": "f64", "int64": "s64", "int32": "s32", "bool": "u8",
+           "bfloat16": "bf16", "float16": "f16", "int8": "s8", "uint8": "u8",
+           "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
 
 def storage_name(element: Element) -> str:
@@ -51,7 +56,17 @@ def mem_type(element: Element) -> str:
 
 
 def elem_bytes(element: Element) -> int:
+    """Bytes of one stored element of ``element``."""
     return int(storage_of(element).np_dtype.itemsize)
+
+
+def ptx_elem(element: Element) -> str:
+    """The PTX element name (:data:`ELEM_OF`) of ``element`` in a copied or multiplied box."""
+    name = storage_name(element)
+    if name not in ELEM_OF:
+        raise UnsupportedError(f"the PTX backend does not copy or multiply {element} tiles",
+                               hint="use f32, f64, bf16, f16, fp8, int or bool tiles")
+    return ELEM_OF[name]
 
 
 @dataclass
@@ -98,5 +113,5 @@ class Mem:
 
 Lowered = Scalar | Dist | Mem
 
-__all__ = ["MEM_OF", "NARROW", "REG_OF", "Dist", "Lowered", "Mem", "Scalar", "elem_bytes",
-           "mem_type", "reg_type", "storage_name"]
+__all__ = ["ELEM_OF", "MEM_OF", "NARROW", "REG_OF", "Dist", "Lowered", "Mem", "Scalar",
+           "elem_bytes", "mem_type", "ptx_elem", "reg_type", "storage_name"]

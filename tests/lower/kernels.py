@@ -52,3 +52,108 @@ def gemm_split_k(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16
 def accumulate_rows(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["C", ts.f32]):
     """Every tile adds its row into ``out`` (blocked-layout '+=' from many CTAs)."""
     out[0:C] += x[tile_m]
+
+
+@ts.kernel
+def stage_int32(x: ts.Tensor["R", "C", ts.int32], out: ts.Tensor["R", "C", ts.int32]):
+    """A tile copied into shared memory asynchronously and written back (int32)."""
+    staged = ts.tile.alloc_shared((BM, C), ts.int32)
+    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 0:C])
+    ts.tile.cp_wait_group(0)
+    out[tile_m:tile_m + BM, 0:C] = staged
+
+
+@ts.kernel
+def stage_f64(x: ts.Tensor["R", "C", ts.f64], out: ts.Tensor["R", "C", ts.f64]):
+    """The same through a float64 buffer."""
+    staged = ts.tile.alloc_shared((BM, C), ts.f64)
+    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 0:C])
+    ts.tile.cp_wait_group(0)
+    out[tile_m:tile_m + BM, 0:C] = staged
+
+
+@ts.kernel
+def stage_complex(x: ts.Tensor["R", "C", ts.complex64]):
+    """An async copy of a format the PTX backend has no element type for."""
+    staged = ts.tile.alloc_shared((BM, C), ts.complex64)
+    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 0:C])
+    ts.tile.cp_wait_group(0)
+
+
+@ts.kernel
+def recopy_in_loop(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["R", "C", ts.f32]):
+    """A copy right before a loop whose body opens with a copy: from the second trip the
+    body's copy overwrites ``again`` while other warps may still read it."""
+    first = ts.tile.alloc_shared((BM, C), ts.f32)
+    again = ts.tile.alloc_shared((BM, C), ts.f32)
+    src = x[tile_m:tile_m + BM, 0:C]
+    stop = tile_m + 2 * BM  # two trips; the bounds come before the copy
+    ts.tile.cp_async(first, src)
+    for _ in ts.tile.range(tile_m, stop, BM):
+        ts.tile.cp_async(again, src)
+        ts.tile.cp_wait_group(0)
+        out[tile_m:tile_m + BM, 0:C] = first + again
+
+
+@ts.kernel
+def add_acc_into_strided(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                         C: ts.Tensor["M", "N", 2, ts.f32]):
+    """'+=' of a rounded accumulator into a view whose columns are 2 elements apart."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, tile_k:tile_k + BK])
+    ts.tile.cp_async(smem_b, B[tile_k:tile_k + BK, tile_n:tile_n + BN])
+    ts.tile.barrier()
+    acc = ts.tile.mma(smem_a, smem_b)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN, 0] += ts.tile.cast(acc, ts.f32)
+
+
+@ts.kernel
+def add_row_sums(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["R", ts.f32]):
+    """'+=' of a row-reduced tile."""
+    out[tile_m:tile_m + BM] += ts.tile.row_sum(x[tile_m:tile_m + BM, 0:C])
+
+
+@ts.kernel
+def mma_over_copy(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                  C: ts.Tensor["M", "N", ts.f32]):
+    """The second K slice is copied while the first is multiplied: an mma right after a
+    commit, with no wait in between."""
+    a0, a1 = ts.tile.alloc_shared((BM, BK), ts.bf16), ts.tile.alloc_shared((BM, BK), ts.bf16)
+    b0, b1 = ts.tile.alloc_shared((BK, BN), ts.bf16), ts.tile.alloc_shared((BK, BN), ts.bf16)
+    ts.tile.cp_async(a0, A[tile_m:tile_m + BM, 0:BK])
+    ts.tile.cp_async(b0, B[0:BK, tile_n:tile_n + BN])
+    ts.tile.cp_wait_group(0)
+    ts.tile.cp_async(a1, A[tile_m:tile_m + BM, BK:2 * BK])
+    ts.tile.cp_async(b1, B[BK:2 * BK, tile_n:tile_n + BN])
+    ts.tile.cp_commit_group()
+    acc = ts.tile.mma(a0, b0)
+    ts.tile.cp_wait_group(0)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(a1, b1, acc)
+
+
+@ts.kernel
+def branchy_product(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                    C: ts.Tensor["M", "N", ts.f32], n: ts.int32):
+    """An mma result through an if and a while (the value slots of structured ops)."""
+    a = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    b = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    ts.tile.cp_async(a, A[tile_m:tile_m + BM, 0:BK])
+    ts.tile.cp_async(b, B[0:BK, tile_n:tile_n + BN])
+    ts.tile.cp_wait_group(0)
+    zero = ts.tile.zeros((BM, BN), ts.f32)
+    if n > 0:
+        out = ts.tile.mma(a, b)
+    else:
+        out = zero
+    k = 0
+    while k < n:
+        out = out + zero
+        k = k + 1
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = out
+
+
+@ts.kernel
+def doubled(x: ts.Tensor["M", "N", ts.f32]) -> ts.Tensor["M", "N", ts.f32]:
+    """A returned tile (its output tensor is described by the kernel's attributes)."""
+    return x[tile_m:tile_m + BM, 0:N] * 2.0

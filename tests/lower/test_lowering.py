@@ -93,8 +93,8 @@ def test_gemm_tile_shapes(target: str, bm: int, bn: int, bk: int,
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("tile", [(64, 64, 64), (64, 64, 32)])
 def test_double_buffered_gemm(target: str, tile: tuple[int, int, int]) -> None:
-    """A two-stage cp.async ring with wait_group(1); on sm_90a the stage buffers are
-    chosen at run time, so they are filled by cp.async in the wgmma layout."""
+    """A two-stage copy ring with wait_group(1): cp.async on sm_80; on sm_90a the
+    run-time-selected stages are filled by TMA through the mbarrier group ring."""
     kernel = example("double_buffered_gemm").double_buffered_gemm
     a = rng.standard_normal((128, 128)).astype(BF16)
     b = rng.standard_normal((128, 128)).astype(BF16)

@@ -1,0 +1,145 @@
+"""Lowering rules on small kernels (tests/lower/kernels.py): async copies of every
+element format, a returned tile's attributes, the barrier before a copy that opens a
+loop body, the '+=' cases that are refused at the kernel's line, and the value slots of
+structured ops."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.errors import IRVerifyError, UnsupportedError
+from tessera.ir import PassManager, parse_module
+from tessera.ir import tile as T
+from tessera.ir.core import Instr, walk
+from tessera.lower.layout import possibly_wide, value_slots
+from tessera.lower.tiles import ELEM_BYTES, elem_size
+from tessera.lower.values import ELEM_OF
+from tessera.ptx.compile import compile_kernel
+from tests.lower import kernels
+from tests.lower.test_lowering import TARGETS, same_bits
+
+BF16 = ml_dtypes.bfloat16
+rng = np.random.default_rng(5)
+
+
+def test_element_names_agree() -> None:
+    """Every format a box can hold has a PTX element name with its byte size."""
+    for name, elem in ELEM_OF.items():
+        assert elem_size(elem) == np.dtype(getattr(ml_dtypes, name, name)).itemsize, name
+    assert set(ELEM_OF.values()) <= set(ELEM_BYTES)
+    with pytest.raises(UnsupportedError, match="'int32' elements"):
+        elem_size("int32")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_async_copies_of_int32_and_f64_tiles(target: str) -> None:
+    """cp.async moves bytes: int32 and float64 tiles copy like f32 ones (and assemble)."""
+    x = rng.integers(-2**31, 2**31 - 1, (64, 48), dtype=np.int32)
+    same_bits(kernels.stage_int32, x, np.zeros_like(x), target=target, tile_shape=(32,))
+    y = rng.standard_normal((64, 24))
+    same_bits(kernels.stage_f64, y, np.zeros_like(y), target=target, tile_shape=(32,))
+    ptx = compile_kernel(kernels.stage_f64, y, np.zeros_like(y), target=target,
+                         tile_shape=(32,)).ptx
+    assert "cp.async.cg.shared.global" in ptx
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_async_copy_of_a_format_with_no_ptx_element_is_refused(target: str) -> None:
+    x = np.zeros((64, 16), np.complex64)
+    with pytest.raises(UnsupportedError, match="does not copy or multiply") as info:
+        compile_kernel(kernels.stage_complex, x, target=target, tile_shape=(32,))
+    assert "kernels.py:" in str(info.value)
+
+
+def tile_ir_text(kernel: Any, *args: Any, **launch: Any) -> str:
+    return kernel.inspect_ir("tile", *args, **launch)
+
+
+@pytest.mark.parametrize("drop", ["result_shape", "result_element"])
+def test_returned_tile_needs_its_result_attributes(drop: str) -> None:
+    """Tile IR written by hand, returning a tile without the attributes that describe
+    the output tensor: a verification error naming them, not a KeyError."""
+    x = np.zeros((64, 64), np.float32)
+    text = tile_ir_text(kernels.doubled, x, tile_shape=(32,))
+    text, hits = re.subn(rf"{drop} = (\[[^]]*\]|[^,]*), ", "", text)
+    assert hits == 1
+    module = parse_module(text, "doubled.tir")
+    with pytest.raises(IRVerifyError, match=f"no {drop} attribute") as info:
+        PassManager.from_names(["lower-ptx-sm80"]).run(module)
+    assert "doubled.tir:2" in str(info.value) and "result_shape = [" in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_copy_opening_a_loop_body_is_preceded_by_a_barrier(target: str) -> None:
+    """The copy before the loop does not count for the body: from the second trip the
+    body's copy follows the body's reads, so the body starts with bar.sync."""
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    same_bits(kernels.recopy_in_loop, x, np.zeros_like(x), target=target, tile_shape=(32,))
+    ptx = compile_kernel(kernels.recopy_in_loop, x, np.zeros_like(x), target=target,
+                         tile_shape=(32,)).ptx
+    before_loop, body = ptx.split("$L__for_", 1)
+    assert "cp.async" in before_loop.split("bar.sync")[-1]  # the copy just before the loop
+    assert "bar.sync" in body[:body.index("cp.async")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_mma_right_after_a_commit(target: str) -> None:
+    """A copy in flight while an mma runs: on sm_90a the commit's group-ring counters are
+    fenced for the async proxy before the wgmma."""
+    a = rng.standard_normal((64, 128)).astype(BF16)
+    b = rng.standard_normal((128, 64)).astype(BF16)
+    same_bits(kernels.mma_over_copy, a, b, np.zeros((64, 64), np.float32), target=target,
+              tile_shape=(64, 64, 64))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_add_of_an_accumulator_into_a_strided_view_is_refused(target: str) -> None:
+    a, b = np.zeros((128, 64), BF16), np.zeros((64, 128), BF16)
+    c = np.zeros((128, 128, 2), np.float32)
+    with pytest.raises(UnsupportedError, match="row-major views") as info:
+        compile_kernel(kernels.add_acc_into_strided, a, b, c, target=target,
+                       tile_shape=(64, 64, 64))
+    assert "kernels.py:" in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_add_of_row_sums_is_refused(target: str) -> None:
+    x, out = np.zeros((64, 64), np.float32), np.zeros(64, np.float32)
+    with pytest.raises(UnsupportedError, match="row-reduced tile") as info:
+        compile_kernel(kernels.add_row_sums, x, out, target=target, tile_shape=(32,))
+    assert "kernels.py:" in str(info.value)
+
+
+def _structured(fn: Any, cls: type) -> Instr:
+    (instr,) = [i for i in walk(fn.body) if isinstance(i.op, cls)]
+    return instr
+
+
+def test_value_slots_of_if_and_while() -> None:
+    """An if's slots are its branches' yields and its result (not its condition); a
+    while's are its initial value, its body's yield, both regions' arguments and its
+    result (not the condition region's bool). An mma result reaching them is wide."""
+    a, b = np.zeros((64, 32), BF16), np.zeros((32, 64), BF16)
+    args, launch = (a, b, np.zeros((64, 64), np.float32), 3), {"tile_shape": (64, 64, 32)}
+    fn = kernels.branchy_product.compile(*args, **launch).functions["branchy_product"]
+    branch, loop = _structured(fn, T.If), _structured(fn, T.While)
+    (sources, targets), = value_slots(branch)
+    assert sources == [r.block.terminator.operands[0] for r in branch.regions]
+    assert targets == [branch.results[0]] and branch.operands[0] not in sources
+    slots = value_slots(loop)
+    assert len(slots) == 2
+    sources, targets = slots[0]
+    cond, body = (r.block for r in loop.regions)
+    assert sources == [loop.operands[0], body.terminator.operands[0]]
+    assert targets == [loop.results[0], cond.args[0], body.args[0]]
+    wide = possibly_wide(fn)
+    assert {branch.results[0], loop.results[0], body.args[0]} <= wide
+    assert not {branch.regions[1].block.terminator.operands[0], loop.results[1]} & wide
+    for target in TARGETS:
+        for n in (3, 0):
+            same_bits(kernels.branchy_product, *args[:3], n, target=target, **launch)
