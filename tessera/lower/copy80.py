@@ -15,8 +15,9 @@ bytes it equals the absolute-address swizzle of TMA and ``wgmma``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from math import gcd
 
-from tessera.errors import ShapeError, UnsupportedError
+from tessera.errors import Loc, ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target_async import CpAsync, CpAsyncCommit, CpAsyncWait
 from tessera.lower.emit import Emitter
@@ -105,13 +106,13 @@ class Lanes:
 
 
 # ------------------------------------------------------------------------- copies
-def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = True,
+def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, chunk: int = 16,
                commit: bool = True) -> None:
     """Copy global box ``src`` into shared box ``dst`` with ``cp.async`` and commit
     the group (PTX ISA sec. 9.7.9.25; ``commit=False`` leaves the group open so that
-    the next copy joins it). The box is cut into chunks of 16 bytes (``cp.async.cg``)
-    or, with ``aligned16=False`` (the caller cannot promise 16-byte aligned rows and
-    start), 4 bytes (``cp.async.ca``); chunk ``c`` of the row-major box lands at shared
+    the next copy joins it). The box is cut into chunks of ``chunk`` bytes: 16
+    (``cp.async.cg``) or, where the caller cannot promise 16-byte aligned rows and
+    start, 8 or 4 (``cp.async.ca``); chunk ``c`` of the row-major box lands at shared
     offset :func:`swizzle_offset` ``(c * chunk)`` (dense rows of ``cols`` elements) and
     thread ``t`` copies chunks ``t, t + 128, ...``. Read the data only after
     :func:`wait_async`."""
@@ -119,15 +120,16 @@ def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = 
         raise ShapeError(f"cp.async copies a {src.rows}x{src.cols} {src.elem} box into a "
                          f"{dst.rows}x{dst.cols} {dst.elem} buffer",
                          hint="give both boxes one shape and element type")
+    if chunk not in (4, 8, 16):
+        raise UnsupportedError(f"cp.async copies 4, 8 or 16 bytes, not {chunk}")
     esize = elem_size(src.elem)
-    chunk = 16 if aligned16 else 4
     row_bytes, stride_bytes = src.cols * esize, src.stride * esize
     if row_bytes % chunk or stride_bytes % chunk:
         raise UnsupportedError(f"cp.async of {chunk}-byte chunks needs rows and a row stride "
                                f"in multiples of {chunk} bytes, got {row_bytes} and "
                                f"{stride_bytes}", hint="pad the tensor's rows")
     per_row, total = row_bytes // chunk, src.rows * row_bytes // chunk
-    op = CpAsync(16, "cg") if aligned16 else CpAsync(4, "ca")
+    op = CpAsync(16, "cg") if chunk == 16 else CpAsync(chunk, "ca")
     tid = e.sreg("tid.x")
     shared = SharedAddresses(e, dst)
     s_off = u32op(e, tid, "shl", chunk.bit_length() - 1)
@@ -157,6 +159,24 @@ def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, aligned16: bool = 
         e.op(CpAsyncCommit())
 
 
+def copy_chunk(align: int, g: GlobalBox, loc: Loc) -> int:
+    """The widest ``cp.async`` chunk, 16, 8 or 4 bytes, that divides ``align`` (what the
+    box's start address is sure to be a multiple of, :mod:`tessera.lower.multiples`),
+    its row length and its row stride, so that every chunk's address is aligned to its
+    size; the error for a copy no chunk fits is reported at ``loc``."""
+    esize = elem_size(g.elem)
+    span = gcd(align, g.cols * esize, g.stride * esize)
+    for chunk in (16, 8, 4):
+        if span % chunk == 0:
+            return chunk
+    raise UnsupportedError(
+        f"cp.async copies chunks of 4, 8 or 16 bytes at addresses aligned to their size; "
+        f"this {g.rows}x{g.cols} {g.elem} view's start, row length and row stride are only "
+        f"known to be multiples of {span} bytes", loc=loc,
+        hint="start the copy at a column whose byte offset is a multiple of 4 (of 16 for "
+             "the fastest copy), or read the view with a plain load")
+
+
 def _issue(op: CpAsync, s_addr: Value, g_addr: Value) -> Callable[[Emitter], None]:
     def body(inner: Emitter) -> None:
         inner.op(op, [s_addr, g_addr])
@@ -178,5 +198,5 @@ def wait_async(e: Emitter, n: int = 0) -> None:
     e.bar()
 
 
-__all__ = ["Lanes", "SharedAddresses", "copy_async", "emit_swizzle", "lin",
+__all__ = ["Lanes", "SharedAddresses", "copy_async", "copy_chunk", "emit_swizzle", "lin",
            "swizzle_offset", "u32op", "wait_async"]

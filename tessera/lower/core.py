@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from math import prod
+from math import gcd, prod
 from typing import Any
 
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
@@ -33,6 +33,7 @@ from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
 RULES: dict[type[Op], Rule] = {}
 THREADS = 128
+GLOBAL_ALIGN = 256  #: cuMemAlloc's alignment (CUDA Programming Guide), as the interpreter's
 
 rule = rule_decorator(RULES, "lowering rule")
 
@@ -192,13 +193,15 @@ class Lowerer:
 
     def _param_view(self, p: Value, t: MemRefType, index: int) -> Mem:
         strides = tuple(prod(t.shape[i + 1:]) for i in range(t.rank))
-        base = p
+        base, align = p, GLOBAL_ALIGN
         if t.batch:  # the body sees the slice of its batch index
             slice_bytes = prod(t.shape) * elem_bytes(t.element)
             b = self.e.cvt(self.e.sreg("ctaid.y"), "u64", "u32")
             base = self.e.add(p, self.e.mul(b, self.e.const(slice_bytes, "u64"), "u64"), "u64")
+            align = gcd(align, slice_bytes)
         meta = {"arg": index, "batch_rows": t.shape[0] if t.batch else 0}
-        return Mem("global", base, None, t.shape, strides, t.element, buffer=p.hint, meta=meta)
+        return Mem("global", base, None, t.shape, strides, t.element, buffer=p.hint, meta=meta,
+                   align=align)
 
     def shared_buffer(self, prefix: str, size: int, align: int, *, entry: bool = False,
                       ) -> Value:

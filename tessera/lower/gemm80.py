@@ -191,12 +191,13 @@ def quad_origin(e: Emitter, lanes: Lanes) -> tuple[Value, Value]:
 
 
 def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm: int,
-              bn: int, elem: str = "f32") -> None:
+              bn: int, elem: str = "f32", *, pairs: bool = True) -> None:
     """Store a ``(BM, BN)`` accumulator to the row-major global box at ``dst_base``
     (``u64``, row stride ``row_stride`` elements), as ``f32`` or rounded (``cvt.rn``)
     to ``bf16``/``f16``. Adjacent column pairs go out as one ``st.global.v2.f32`` or
-    one packed ``b32`` when ``row_stride`` is even; ``dst_base`` must then be aligned
-    to the pair (8 bytes for f32, 4 for 16-bit types)."""
+    one packed ``b32`` when ``row_stride`` is even and ``pairs`` says ``dst_base`` is
+    aligned to the pair (8 bytes for f32, 4 for 16-bit types); otherwise one element
+    at a time."""
     if elem not in ("f32", "bf16", "f16"):
         raise UnsupportedError(f"store_acc writes f32, bf16 or f16, not {elem}")
     if bm % 64 or bn % 8 or len(acc) != bm * bn // THREADS:
@@ -212,7 +213,7 @@ def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm
         off = ((64 * b + 8 * ((i >> 1) & 1)) * row_stride + 8 * (i >> 2)) * es
         addr, off = (base, off) if off < 2**31 else (e.add(base, e.const(off, "u64"), "u64"), 0)
         lo, hi = acc[r], acc[r + 1]
-        if row_stride % 2:  # pairs are not aligned: one element at a time
+        if row_stride % 2 or not pairs:  # pairs are not aligned: one element at a time
             for k, v in enumerate((lo, hi)):
                 v = v if elem == "f32" else e.cvt(v, elem, "f32", "rn")
                 e.st("global", addr, v, elem, offset=off + k * es)

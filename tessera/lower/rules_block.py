@@ -6,13 +6,15 @@ memory (``ldmatrix`` + ``mma.sync`` on sm_80, matrix descriptors + ``wgmma`` on 
 an A operand in registers, the ``P`` of ``P @ V``, is an earlier product) and
 accumulates in the accumulator layout. ``tile.cp_async`` copies a global box into a
 shared buffer with TMA (sm_90a ``wgmma`` buffers, :mod:`tessera.lower.mma90`) or
-``cp.async`` (all threads; 16-byte chunks, or 4-byte ones when a row or the row stride
-is not a multiple of 16 bytes), in the tile program's commit groups. A store writes a
+``cp.async`` (all threads; 16-byte chunks, or 8- or 4-byte ones when the view's start,
+a row or the row stride is not known to be a multiple of 16 bytes:
+:func:`tessera.lower.copy80.copy_chunk`), in the tile program's commit groups. A store writes a
 register tensor (accumulator or blocked layout) to its elements.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 from typing import Any
 
@@ -92,8 +94,7 @@ def global_box(e: Emitter, mem: Mem) -> GlobalBox:
 
 def load_tile(low: Lowerer, instr: Instr, mem: Mem) -> Lowered:
     """A deferred load: the view itself, read by its consumer."""
-    return Mem(mem.space, mem.base, mem.offset, mem.shape, mem.strides, mem.element,
-               mem.buffer, mem.swizzle, mem.transposed, {**mem.meta, "loaded": True})
+    return replace(mem, meta={**mem.meta, "loaded": True})
 
 
 @rule(C.Transpose)
@@ -102,8 +103,8 @@ def _transpose(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     if not isinstance(x, Mem):
         raise UnsupportedError("transposes of register tiles are not lowered",
                                loc=instr.loc)
-    return [Mem(x.space, x.base, x.offset, x.shape[::-1], x.strides[::-1], x.element,
-                x.buffer, x.swizzle, not x.transposed, dict(x.meta))]
+    return [replace(x, shape=x.shape[::-1], strides=x.strides[::-1],
+                    transposed=not x.transposed, meta=dict(x.meta))]
 
 
 @rule(C.Full)
@@ -125,7 +126,7 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     assert isinstance(dst, Mem) and isinstance(src, Mem)
     e = low.em
     _war_barrier(low, e)
-    from tessera.lower.copy80 import copy_async
+    from tessera.lower.copy80 import copy_async, copy_chunk
 
     box = shared_box(dst)
     if dst.meta.get("wgmma"):
@@ -134,10 +135,8 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         tma_copy(low, dst, src, box)
         return []
     g = global_box(e, src)
-    esize = elem_size(g.elem)
-    aligned = (g.stride * esize) % 16 == 0 and (g.cols * esize) % 16 == 0
     # the Tile IR groups copies with cp_commit_group (or a wait / barrier), not per copy
-    copy_async(e, box, g, aligned16=aligned, commit=False)
+    copy_async(e, box, g, chunk=copy_chunk(src.align, g, instr.loc), commit=False)
     low.extra["async_pending"] = low.extra["uncommitted"] = True
     return []
 
@@ -249,9 +248,10 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
                                loc=low.em.loc)
     from tessera.lower.gemm80 import store_acc
 
-    e = low.em
+    e, elem = low.em, ptx_elem(mem.element)
+    pair = 2 * elem_size(elem)  # a column pair is one vector store where it is aligned
     store_acc(e, value.regs, address(e, mem), mem.strides[0], value.layout.rows,
-              value.layout.cols, ptx_elem(mem.element))
+              value.layout.cols, elem, pairs=mem.align % pair == 0)
 
 
 def store_result_tile(low: Lowerer, value: Lowered) -> None:

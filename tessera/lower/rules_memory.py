@@ -10,7 +10,8 @@ interpreter (CTA order) — hardware atomics do not promise an order.
 
 from __future__ import annotations
 
-from math import prod
+from dataclasses import replace
+from math import gcd, prod
 
 from tessera.errors import UnsupportedError
 from tessera.ir import tile_memory as M
@@ -19,6 +20,7 @@ from tessera.ir.target_ops import Reduce
 from tessera.ir.tile import MemRefType
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import Emitter
+from tessera.lower.multiples import Multiples
 from tessera.lower.values import Dist, Lowered, Mem, Scalar, elem_bytes, mem_type, reg_type
 
 ALIGN = {"none": 16, "xor": 128, "32B": 256, "64B": 512, "128B": 1024}
@@ -130,7 +132,7 @@ def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     strides = tuple(prod(op.shape[i + 1:]) for i in range(len(op.shape)))
     sym = base.owner.op.sym  # type: ignore[union-attr]
     return [Mem("shared", base, None, tuple(op.shape), strides, op.element, buffer=sym,
-                swizzle=swizzle, meta=meta)]
+                swizzle=swizzle, meta=meta, align=align)]
 
 
 @rule(M.View)
@@ -142,14 +144,19 @@ def _view(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         raise UnsupportedError("only memory can be viewed", loc=instr.loc)
     e = low.em
     off = src.offset
-    for start, stride in zip(args[1:], src.strides):
+    if "multiples" not in low.extra:
+        low.extra["multiples"] = Multiples(low.fn)
+    known = low.extra["multiples"]
+    align, size = src.align, elem_bytes(src.element)
+    for start, stride, value in zip(args[1:], src.strides, instr.operands[1:]):
         assert isinstance(start, Scalar)
         term = start.reg if stride == 1 else e.mul(start.reg, e.const(stride, "s32"), "s32")
         off = term if off is None else e.add(off, term, "s32")
+        align = gcd(align, known.of(value) * stride * size)
     keep = [a for a in range(len(op.sizes)) if a not in op.squeeze]
     return [Mem(src.space, src.base, off, tuple(op.sizes[a] for a in keep),
                 tuple(src.strides[a] for a in keep), src.element, src.buffer, src.swizzle,
-                meta=dict(src.meta))]
+                meta=dict(src.meta), align=align)]
 
 
 @rule(M.Select)
@@ -164,8 +171,8 @@ def _select(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         base = e.selp(m.base, base, hit, "u32" if m.space == "shared" else "u64")
     first = mems[0]
     assert isinstance(first, Mem)
-    return [Mem(first.space, base, first.offset, first.shape, first.strides, first.element,
-                first.buffer, first.swizzle, meta=dict(first.meta))]
+    align = gcd(*(m.align for m in mems))  # type: ignore[union-attr]
+    return [replace(first, base=base, meta=dict(first.meta), align=align)]
 
 
 def _rank0(instr: Instr) -> bool:

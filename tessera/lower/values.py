@@ -92,7 +92,9 @@ class Mem:
     """A memory view: ``base`` (``u64`` global / ``u32`` shared address of element 0 of
     the underlying buffer), ``offset`` (an ``s32`` register of elements, or None for
     0) and static ``shape``/``strides`` in elements. ``buffer`` names the shared buffer
-    or global parameter, ``swizzle`` the shared buffer's swizzle span in bytes."""
+    or global parameter, ``swizzle`` the shared buffer's swizzle span in bytes;
+    ``align`` is a number of bytes the view's first element's address is sure to be a
+    multiple of (:mod:`tessera.lower.multiples`)."""
 
     space: str
     base: Value
@@ -104,6 +106,7 @@ class Mem:
     swizzle: int = 0
     transposed: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    align: int = 1
 
     @property
     def contiguous_rows(self) -> bool:

@@ -157,3 +157,53 @@ def branchy_product(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.b
 def doubled(x: ts.Tensor["M", "N", ts.f32]) -> ts.Tensor["M", "N", ts.f32]:
     """A returned tile (its output tensor is described by the kernel's attributes)."""
     return x[tile_m:tile_m + BM, 0:N] * 2.0
+
+
+@ts.kernel
+def stage_at(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["R", 32, ts.f32], c0: ts.int32):
+    """An async copy of 32 columns from a column given at run time."""
+    staged = ts.tile.alloc_shared((BM, 32), ts.f32)
+    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, c0:c0 + 32])
+    ts.tile.cp_wait_group(0)
+    out[tile_m:tile_m + BM, 0:32] = staged
+
+
+@ts.kernel
+def stage_from_2(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["R", 32, ts.f32]):
+    """An async copy starting at column 2: its start is a multiple of 8 bytes only."""
+    staged = ts.tile.alloc_shared((BM, 32), ts.f32)
+    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 2:34])
+    ts.tile.cp_wait_group(0)
+    out[tile_m:tile_m + BM, 0:32] = staged
+
+
+@ts.kernel
+def stage_bf16_from_1(x: ts.Tensor["R", "C", ts.bf16]):
+    """A bf16 async copy starting at column 1: 2-byte aligned, below cp.async's 4."""
+    staged = ts.tile.alloc_shared((BM, 32), ts.bf16)
+    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 1:33])
+    ts.tile.cp_wait_group(0)
+
+
+@ts.kernel
+def stage_k_slices(x: ts.Tensor["R", "C", ts.bf16], out: ts.Tensor["R", "C", ts.bf16]):
+    """Copies at the index of ts.tile.range(0, C, 16): 32-byte aligned starts."""
+    staged = ts.tile.alloc_shared((BM, 16), ts.bf16)
+    for k in ts.tile.range(0, C, 16):
+        ts.tile.cp_async(staged, x[tile_m:tile_m + BM, k:k + 16])
+        ts.tile.cp_wait_group(0)
+        out[tile_m:tile_m + BM, k:k + 16] = staged
+        ts.tile.barrier()
+
+
+@ts.kernel
+def gemm_into_column(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                     C: ts.Tensor["M", "W", ts.f32], c0: ts.int32):
+    """A product stored from a column given at run time (unaligned column pairs)."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
+    ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
+    ts.tile.cp_wait_group(0)
+    col = c0 + tile_n
+    C[tile_m:tile_m + BM, col:col + BN] = ts.tile.mma(smem_a, smem_b)

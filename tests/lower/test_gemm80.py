@@ -67,7 +67,7 @@ def smem(e: Emitter, sym: str, rows: int, cols: int, elem: str, swizzle: int) ->
 
 def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_trans: bool,
          swizzle: int, atype: str = "bf16", lda: int | None = None, ldb: int | None = None,
-         aligned16: bool = True, wait: bool = True, read_swizzle: int | None = None,
+         chunk: int = 16, wait: bool = True, read_swizzle: int | None = None,
          ) -> Function:
     """C (m x n, f32) = A @ B on an (n/bn, m/bm) grid with a K loop of cp.async tiles.
     A is m x k row-major (k x m with ``a_trans``), B k x n (n x k with ``b_trans``).
@@ -99,8 +99,8 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_
             else:
                 gb = GlobalBox(addr(inner, pb, lin(inner, (k0, ldb), (n0, 1)), 2), bk, bn,
                                ldb, atype)
-            copy_async(inner, sa, ga, aligned16=aligned16)
-            copy_async(inner, sb, gb, aligned16=aligned16)
+            copy_async(inner, sa, ga, chunk=chunk)
+            copy_async(inner, sb, gb, chunk=chunk)
             if wait:
                 wait_async(inner)
             out = mma_block(inner, list(acc), ra, rb, a_trans=a_trans, b_trans=b_trans,
@@ -276,7 +276,7 @@ def test_gemm_odd_tiles(a_trans: bool, b_trans: bool, swizzle: int) -> None:
 def test_gemm_with_4_byte_copies() -> None:
     """A row stride of 68 bytes is not 16-byte aligned: cp.async.ca of 4 bytes."""
     got, want = run_gemm(64, 64, 32, 64, 64, 32, a_trans=False, b_trans=False,
-                         swizzle=128, pad_a=2, aligned16=False, seed=4)
+                         swizzle=128, pad_a=2, chunk=4, seed=4)
     np.testing.assert_array_equal(got, want)
     with pytest.raises(UnsupportedError, match="16 bytes"):
         run_gemm(64, 64, 32, 64, 64, 32, a_trans=False, b_trans=False, swizzle=128,
@@ -368,7 +368,7 @@ KERNELS: dict[str, Callable[[], Function]] = {
     "gemm_tt": lambda: gemm(128, 128, 64, 64, 64, 32, a_trans=True, b_trans=True, swizzle=0,
                             atype="f16"),
     "gemm_odd": lambda: gemm(128, 48, 32, 128, 24, 16, a_trans=True, b_trans=False,
-                             swizzle=64, lda=130, aligned16=False),
+                             swizzle=64, lda=130, chunk=4),
     "chain": lambda: attention_chain(128, 32, 32, v_trans=True, swizzle=128),
     "probe": lambda: layout_probe(128, 24, 25, "bf16"),
     "pipelined": lambda: pipelined_gemm(64, 128, 128, 32, wait_n=1),

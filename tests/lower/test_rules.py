@@ -143,3 +143,50 @@ def test_value_slots_of_if_and_while() -> None:
     for target in TARGETS:
         for n in (3, 0):
             same_bits(kernels.branchy_product, *args[:3], n, target=target, **launch)
+
+
+def _copy_sizes(ptx: str) -> set[str]:
+    """The chunk sizes of the kernel's cp.async instructions."""
+    return set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], (\d+)", ptx))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_async_copy_chunks_follow_the_start_alignment(target: str) -> None:
+    """cp.async chunks must be aligned to their size: a view starting at a run-time
+    column copies 4-byte chunks (and is right at an odd column), one starting at
+    column 2 of an f32 tensor 8-byte chunks, a loop index stepping by 16 bf16 16-byte
+    ones."""
+    x = rng.standard_normal((64, 40)).astype(np.float32)
+    for c0 in (1, 0, 8):
+        same_bits(kernels.stage_at, x, np.zeros((64, 32), np.float32), c0, target=target,
+                  tile_shape=(32,))
+    cases = [(kernels.stage_at, (x, np.zeros((64, 32), np.float32), 1), {"4"}),
+             (kernels.stage_from_2, (x, np.zeros((64, 32), np.float32)), {"8"})]
+    y = rng.standard_normal((64, 64)).astype(BF16)
+    cases.append((kernels.stage_k_slices, (y, np.zeros_like(y)), {"16"}))
+    for kernel, args, sizes in cases:
+        ptx = compile_kernel(kernel, *args, target=target, tile_shape=(32,)).ptx
+        assert _copy_sizes(ptx) == sizes, kernel.name
+        same_bits(kernel, *args, target=target, tile_shape=(32,))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_async_copy_below_4_byte_alignment_is_refused(target: str) -> None:
+    x = np.zeros((64, 40), BF16)
+    with pytest.raises(UnsupportedError, match="multiples of 2 bytes") as info:
+        compile_kernel(kernels.stage_bf16_from_1, x, target=target, tile_shape=(32,))
+    assert "kernels.py:" in str(info.value) and "multiple of 4" in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_accumulator_stored_from_a_run_time_column(target: str) -> None:
+    """Column pairs go out as one vector store only where the view's start is aligned
+    to the pair: from a run-time column every element is stored on its own."""
+    a = rng.standard_normal((64, 32)).astype(BF16)
+    b = rng.standard_normal((32, 64)).astype(BF16)
+    for c0 in (1, 0):
+        same_bits(kernels.gemm_into_column, a, b, np.zeros((64, 66), np.float32), c0,
+                  target=target, tile_shape=(64, 64, 32), grid=(1, 1))
+    ptx = compile_kernel(kernels.gemm_into_column, a, b, np.zeros((64, 66), np.float32), 1,
+                         target=target, tile_shape=(64, 64, 32), grid=(1, 1)).ptx
+    assert "st.global.v2" not in ptx and "st.global.f32" in ptx
