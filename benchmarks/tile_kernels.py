@@ -504,12 +504,15 @@ def main() -> int:
     seq_cases.append(("scalar loop, 10^4 iterations, 1 tile",
                       lambda mode, schedule: scalar_chain(chain_x, chain_out, grid=1,
                                                           mode=mode, schedule=schedule)))
-    same_bits = True
+    # checked mode promises the same bits in every schedule; fast mode's float32 BLAS
+    # products may round differently when the vectorised schedule folds the programs'
+    # products into one call (a different sgemm kernel path), so it is only reported
+    differ: dict[str, list[str]] = {"checked": [], "fast": []}
     for (title, fn), name in zip(seq_cases, [*(c.name for c in cases), "chain"]):
         for mode in ("checked", "fast"):
             out = fn(mode, "sequential")  # warm up (and compare with the vectorised bits)
-            if name != "chain":
-                same_bits &= bool(np.array_equal(out, results[(name, mode)]))
+            if name != "chain" and not np.array_equal(out, results[(name, mode)]):
+                differ[mode].append(name)
             ops_seq = count_ops(lambda fn=fn, mode=mode: fn(mode, "sequential"))
             ops_vec = count_ops(lambda fn=fn, mode=mode: fn(mode, "auto"))
             t_seq = statistics.median(timed(lambda fn=fn, mode=mode: fn(mode, "sequential"))
@@ -599,8 +602,10 @@ def main() -> int:
             if not ok and impl in ("checked", "fast"):
                 failed.append(f"{c.name}/{impl}")
         print(f"| {c.title} | {how.replace('|', chr(92) + '|')} | " + " | ".join(cells) + " |")
-    print("\nSequential and vectorised schedules give the same bits: "
-          + ("yes, every case and mode" if same_bits else "NO"))
+    print("\nSequential and vectorised schedules, same bits: checked "
+          + (f"NO ({', '.join(differ['checked'])})" if differ["checked"] else "yes, every case")
+          + "; fast (non-bitwise) "
+          + (f"differ in {', '.join(differ['fast'])}" if differ["fast"] else "yes, every case"))
 
     print("\nSequential schedule (`schedule=\"sequential\"`: one group at a time), "
           f"median of {args.seq_repeats}:\n")
@@ -619,8 +624,8 @@ def main() -> int:
     for line in goals:
         print(f"* {line}")
     print(f"\nTotal wall time {time.perf_counter() - started:.0f} s")
-    if failed or not same_bits:
-        print("FAILED checks: " + ", ".join(failed or ["schedules differ"]))
+    if failed or differ["checked"]:
+        print("FAILED checks: " + ", ".join(failed or ["checked schedules differ"]))
         return 1
     return 0
 
