@@ -1,6 +1,7 @@
 """Products whose rows are reduced are laid out by columns (``folded_matmul(...,
 columns=True)``): the values are the product's, every schedule gives the same bits in
-both modes, and the rows reduce to NumPy's results."""
+checked mode, and the rows reduce to NumPy's results in both modes (fast mode's float32
+products depend on how BLAS is called, which the schedule changes)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def test_row_reduced_products_agree_across_schedules(batch: int, tiles: int, bm:
         ref = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) * 0.5
         np.testing.assert_allclose(top, ref.max(-1), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(total, ref.sum(-1), rtol=1e-4, atol=1e-3)
-    assert outs[0] == outs[1]
+    if mode == "checked":
+        assert outs[0] == outs[1]
     fn = kernel.last.functions[kernel.name]
     mma = next(i for i in fn.body.instrs if i.op.name == "tile.mma")
     scale = next(i for i in fn.body.instrs if mma.results[0] in i.operands)
