@@ -55,18 +55,9 @@ def accumulate_rows(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["C", ts.f32])
 
 
 @ts.kernel
-def stage_int32(x: ts.Tensor["R", "C", ts.int32], out: ts.Tensor["R", "C", ts.int32]):
-    """A tile copied into shared memory asynchronously and written back (int32)."""
-    staged = ts.tile.alloc_shared((BM, C), ts.int32)
-    ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 0:C])
-    ts.tile.cp_wait_group(0)
-    out[tile_m:tile_m + BM, 0:C] = staged
-
-
-@ts.kernel
-def stage_f64(x: ts.Tensor["R", "C", ts.f64], out: ts.Tensor["R", "C", ts.f64]):
-    """The same through a float64 buffer."""
-    staged = ts.tile.alloc_shared((BM, C), ts.f64)
+def stage(x: ts.Tensor["R", "C"], out: ts.Tensor["R", "C"]):
+    """A tile copied into shared memory asynchronously and written back (any format)."""
+    staged = ts.tile.alloc_shared((BM, C), x.dtype)
     ts.tile.cp_async(staged, x[tile_m:tile_m + BM, 0:C])
     ts.tile.cp_wait_group(0)
     out[tile_m:tile_m + BM, 0:C] = staged

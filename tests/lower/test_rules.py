@@ -40,10 +40,10 @@ def test_element_names_agree() -> None:
 def test_async_copies_of_int32_and_f64_tiles(target: str) -> None:
     """cp.async moves bytes: int32 and float64 tiles copy like f32 ones (and assemble)."""
     x = rng.integers(-2**31, 2**31 - 1, (64, 48), dtype=np.int32)
-    same_bits(kernels.stage_int32, x, np.zeros_like(x), target=target, tile_shape=(32,))
+    same_bits(kernels.stage, x, np.zeros_like(x), target=target, tile_shape=(32,))
     y = rng.standard_normal((64, 24))
-    same_bits(kernels.stage_f64, y, np.zeros_like(y), target=target, tile_shape=(32,))
-    ptx = compile_kernel(kernels.stage_f64, y, np.zeros_like(y), target=target,
+    same_bits(kernels.stage, y, np.zeros_like(y), target=target, tile_shape=(32,))
+    ptx = compile_kernel(kernels.stage, y, np.zeros_like(y), target=target,
                          tile_shape=(32,)).ptx
     assert "cp.async.cg.shared.global" in ptx
 
