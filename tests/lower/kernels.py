@@ -123,15 +123,22 @@ def mma_over_copy(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf1
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(a1, b1, acc)
 
 
-@ts.kernel
-def branchy_product(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
-                    C: ts.Tensor["M", "N", ts.f32], n: ts.int32):
-    """An mma result through an if and a while (the value slots of structured ops)."""
+def first_panels(A, B):
+    """The first K slice of the tile's bf16 A row panel and B column panel, copied into
+    shared memory (a helper, inlined into the kernels that call it)."""
     a = ts.tile.alloc_shared((BM, BK), ts.bf16)
     b = ts.tile.alloc_shared((BK, BN), ts.bf16)
     ts.tile.cp_async(a, A[tile_m:tile_m + BM, 0:BK])
     ts.tile.cp_async(b, B[0:BK, tile_n:tile_n + BN])
     ts.tile.cp_wait_group(0)
+    return a, b
+
+
+@ts.kernel
+def branchy_product(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                    C: ts.Tensor["M", "N", ts.f32], n: ts.int32):
+    """An mma result through an if and a while (the value slots of structured ops)."""
+    a, b = first_panels(A, B)
     zero = ts.tile.zeros((BM, BN), ts.f32)
     if n > 0:
         out = ts.tile.mma(a, b)
@@ -191,10 +198,6 @@ def stage_k_slices(x: ts.Tensor["R", "C", ts.bf16], out: ts.Tensor["R", "C", ts.
 def gemm_into_column(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                      C: ts.Tensor["M", "W", ts.f32], c0: ts.int32):
     """A product stored from a column given at run time (unaligned column pairs)."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16)
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16)
-    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
-    ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
-    ts.tile.cp_wait_group(0)
+    smem_a, smem_b = first_panels(A, B)
     col = c0 + tile_n
     C[tile_m:tile_m + BM, col:col + BN] = ts.tile.mma(smem_a, smem_b)
