@@ -34,18 +34,23 @@ def gemm_f16(A: ts.Tensor["M", "K", ts.f16], B: ts.Tensor["K", "N", ts.f16],
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
 
 
-@ts.kernel
-def gemm_split_k(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
-                 C: ts.Tensor["M", "N", ts.f32]):
-    """The quick-start GEMM as written (one BK slice per group, added into C), with the
-    slice rounded to f32 before the add, as a GPU's atomic add does."""
+def split_k_slice(A, B):
+    """The group's BK slice of ``A @ B`` for its output tile, rounded to f32 (inlined)."""
     smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16)
     smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16)
     ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, tile_k:tile_k + BK])
     ts.tile.cp_async(smem_b, B[tile_k:tile_k + BK, tile_n:tile_n + BN])
     ts.tile.barrier()
     acc = ts.tile.mma(smem_a, smem_b)
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += ts.tile.cast(acc, ts.f32)
+    return ts.tile.cast(acc, ts.f32)
+
+
+@ts.kernel
+def gemm_split_k(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                 C: ts.Tensor["M", "N", ts.f32]):
+    """The quick-start GEMM as written (one BK slice per group, added into C), with the
+    slice rounded to f32 before the add, as a GPU's atomic add does."""
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += split_k_slice(A, B)
 
 
 @ts.kernel
@@ -90,13 +95,7 @@ def recopy_in_loop(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["R", "C", ts.f
 def add_acc_into_strided(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                          C: ts.Tensor["M", "N", 2, ts.f32]):
     """'+=' of a rounded accumulator into a view whose columns are 2 elements apart."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16)
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16)
-    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, tile_k:tile_k + BK])
-    ts.tile.cp_async(smem_b, B[tile_k:tile_k + BK, tile_n:tile_n + BN])
-    ts.tile.barrier()
-    acc = ts.tile.mma(smem_a, smem_b)
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN, 0] += ts.tile.cast(acc, ts.f32)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN, 0] += split_k_slice(A, B)
 
 
 @ts.kernel
