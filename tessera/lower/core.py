@@ -33,7 +33,8 @@ from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
 RULES: dict[type[Op], Rule] = {}
 THREADS = 128
-GLOBAL_ALIGN = 256  #: cuMemAlloc's alignment (CUDA Programming Guide), as the interpreter's
+#: arguments start 256-byte aligned (cuMemAlloc; the Target IR interpreter does the same)
+GLOBAL_ALIGN = 256
 
 rule = rule_decorator(RULES, "lowering rule")
 
