@@ -291,6 +291,7 @@ def lower_kernel(fn: Function, target: str) -> Function:
         rules_block,
         rules_flow,
         rules_memory,
+        rules_reduce,
         rules_scalar,
         rules_tensor,
     )

@@ -1,0 +1,136 @@
+"""Lowering of row reductions (``row_sum``, ``row_max``) of register tensors.
+
+**Reduction order.** A float ``row_sum`` is the tile interpreter's pairwise tree in
+float64 over adjacent elements (:mod:`tessera.interp.tile_rules`), which a CTA
+reproduces exactly: each thread sums its contiguous chunk as a tree, ``shfl.bfly``
+with offsets 1, 2, 4... joins the chunks of neighbouring lanes (IEEE addition is
+commutative, so every lane gets the same bits), and what remains — chunks in other
+registers, or row segments of other warps, exchanged through shared memory — is
+summed as a tree in ascending order. ``row_max`` uses ``max.NaN`` (NaN propagates,
+as ``np.max``) in the same shape.
+"""
+
+from __future__ import annotations
+
+from tessera.errors import UnsupportedError
+from tessera.ir import tile_compute as C
+from tessera.ir.core import Instr, Value
+from tessera.lower.core import Lowerer, rule
+from tessera.lower.emit import Emitter
+from tessera.lower.layout import Acc, Blocked
+from tessera.lower.mathlib import (
+    emit_shfl_max_f32,
+    emit_shfl_sum_f64,
+    emit_tree_max_f32,
+    emit_tree_sum_f64,
+)
+from tessera.lower.rules_tensor import chunk_index, materialize
+from tessera.lower.values import Dist, Lowered
+
+
+def _combine(e: Emitter, kind: str, a: Value, b: Value) -> Value:
+    return e.add(a, b, "f64") if kind == "sum" else e.bin("max", a, b, "f32", "NaN")
+
+
+def _tree(e: Emitter, kind: str, vals: list[Value]) -> Value:
+    return emit_tree_sum_f64(e, vals) if kind == "sum" else emit_tree_max_f32(e, vals)
+
+
+def _shfl(e: Emitter, kind: str, v: Value, offsets: list[int]) -> Value:
+    if not offsets:
+        return v
+    return (emit_shfl_sum_f64 if kind == "sum" else emit_shfl_max_f32)(e, v, offsets)
+
+
+def _prep(e: Emitter, kind: str, x: Value) -> Value:
+    return e.cvt(x, "f64", "f32") if kind == "sum" else x
+
+
+def _finish(e: Emitter, kind: str, x: Value) -> Value:
+    return e.cvt(x, "f32", "f64", "rn") if kind == "sum" else x
+
+
+def reduce_acc(e: Emitter, kind: str, x: Dist) -> list[Value]:
+    """Row statistics of an accumulator-layout tile, in the Row layout's order."""
+    layout = x.layout
+    assert isinstance(layout, Acc)
+    half = layout.cols // 2
+    out = []
+    for b in range(layout.rows // 64):
+        for h in range(2):
+            parts = []
+            for j in range(layout.cols // 8):
+                r0 = b * half + 4 * j + 2 * h
+                pair = _combine(e, kind, _prep(e, kind, x.regs[r0]),
+                                _prep(e, kind, x.regs[r0 + 1]))
+                parts.append(_shfl(e, kind, pair, [1, 2]))
+            out.append(_finish(e, kind, _tree(e, kind, parts)))
+    return out
+
+
+def reduce_blocked(low: Lowerer, kind: str, x: Dist) -> list[Value]:
+    """Row statistics of a blocked tile, one per chunk register (BRow order)."""
+    layout = x.layout
+    assert isinstance(layout, Blocked) and len(layout.shape) == 2
+    e = low.em
+    rows, cols = layout.shape
+    per_row = cols // layout.vec
+    if per_row & (per_row - 1) or 128 % min(per_row, 128):
+        raise UnsupportedError(f"row reductions of {cols} columns are not lowered",
+                               hint="use a power-of-two row length", loc=e.loc)
+    chunk = []
+    for j in range(layout.per_thread):
+        vals = [_prep(e, kind, x.regs[j * layout.vec + c]) for c in range(layout.vec)]
+        chunk.append(_shfl(e, kind, _tree(e, kind, vals), _offsets(min(per_row, 32))))
+    if per_row <= 32:
+        return [_finish(e, kind, v) for v in chunk]
+    segs = per_row // 32
+    size = 8 if kind == "sum" else 4
+    base = low.shared_buffer("red", rows * segs * size, 8)
+    t = "f64" if kind == "sum" else "f32"
+    lane0 = e.setp("eq", e.bin("and", e.sreg("tid.x"), e.const(31, "u32"), "u32"),
+                   e.const(0, "u32"), "u32")
+    for j, v in enumerate(chunk):
+        seg = e.bin("div", chunk_index(e, layout, j), e.const(32 * layout.vec, "s32"), "s32")
+        slot = e.add(base, e.cvt(e.mul(seg, e.const(size, "s32"), "s32"), "u32", "s32"), "u32")
+        ok = lane0 if (j + 1) * 128 <= layout.chunks else e.bin("and", lane0, e.setp(
+            "lt", seg, e.const(rows * segs, "s32"), "s32"), "pred")
+        e.if_(ok, lambda inner, slot=slot, v=v: inner.st("shared", slot, v, t))
+    e.bar()
+    out = []
+    for j in range(layout.per_thread):
+        row = e.bin("div", chunk_index(e, layout, j), e.const(cols, "s32"), "s32")
+        row = e.bin("min", row, e.const(rows - 1, "s32"), "s32")
+        first = e.add(base, e.cvt(e.mul(row, e.const(segs * size, "s32"), "s32"), "u32", "s32"),
+                      "u32")
+        out.append(_finish(e, kind, _tree(e, kind, [e.ld("shared", first, t, offset=s * size)
+                                                   for s in range(segs)])))
+    e.bar()  # the scratch may be rewritten by the next reduction
+    return out
+
+
+def _offsets(n: int) -> list[int]:
+    out, k = [], 1
+    while k < n:
+        out.append(k)
+        k *= 2
+    return out
+
+
+@rule(C.Reduce)
+def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, C.Reduce)
+    src = instr.operands[0]
+    x = materialize(low, args[0], low.layouts.get(src))
+    if not isinstance(x, Dist) or x.type != "f32" or op.kind not in ("sum", "max") or \
+            op.axis % src.type.rank != src.type.rank - 1:  # type: ignore[attr-defined]
+        raise UnsupportedError(f"tile.reduce {op.kind} over axis {op.axis} is not lowered",
+                               hint="row_sum and row_max of f32 tiles are", loc=instr.loc)
+    out = low.layouts[instr.results[0]]
+    if isinstance(x.layout, Acc):
+        return [Dist(out, reduce_acc(low.em, op.kind, x), "f32")]
+    return [Dist(out, reduce_blocked(low, op.kind, x), "f32")]
+
+
+__all__ = ["reduce_acc", "reduce_blocked"]
