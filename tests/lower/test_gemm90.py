@@ -1,12 +1,9 @@
-"""The sm_90a matrix building blocks (tessera.lower.gemm90): descriptors, TMA rings, wgmma.
+"""The sm_90a matrix building blocks (tessera.lower.gemm90, tma90): TMA rings and wgmma.
 
-Layouts are checked against the bit-level models of :mod:`tessera.arch` (TMA box copies,
-PTX ISA sec. 9.7.9.27 and cuda.h; the operand a wgmma descriptor addresses, PTX ISA sec.
-9.7.15.5.1.2 "Shared Memory Matrix Layout" / "Matrix Descriptor Format"). Whole kernels
-run under the Target IR interpreter and are compared bit for bit with float64 NumPy
-products rounded once to f32; each renders to PTX that ptxas assembles for sm_90a with no
-``(C75xx)`` wgmma repair advisory. Planted bugs (wrong SBO, wrong swizzle mode, wrong
-expect-tx, missing wgmma.fence) must each be caught.
+Whole kernels run under the Target IR interpreter and are compared bit for bit with
+float64 NumPy products rounded once to f32; each renders to PTX that ptxas assembles
+for sm_90a with no ``(C75xx)`` wgmma repair advisory. The descriptors alone are checked
+in test_wgmma_descriptors, the planted bugs in test_gemm90_planted.
 """
 
 from __future__ import annotations
@@ -17,137 +14,27 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from tessera.arch.descriptor import decode_descriptor, encode_descriptor, load_operand
-from tessera.arch.errors import AlignmentError
-from tessera.arch.swizzle import Swizzle
-from tessera.arch.tma import TensorMap, TensorMapDataType, tma_load
-from tessera.errors import ArgumentError, IRVerifyError, ShapeError, TesseraError, UnsupportedError
-from tessera.ir.core import Block, Function, Instr, Module, Value
+from tessera.errors import ArgumentError, ShapeError, UnsupportedError
+from tessera.ir.core import Block, Function, Module, Value
 from tessera.ir.target import RegType, Return, TensorMapType
-from tessera.ir.target_async import MbarrierArrive, WgmmaFence, WgmmaWait
 from tessera.ir.target_check import check_kernel
-from tessera.ir.target_ops import Const, SharedAlloc
+from tessera.ir.target_ops import SharedAlloc
 from tessera.ir.text import parse_module
 from tessera.ir.verifier import verify_function
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm80 import store_acc
 from tessera.lower.gemm90 import (
-    descriptor_fields,
-    geometry,
     make_descriptor,
-    operand_offset,
     stage_regs_to_shared,
     wgmma_block,
 )
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
 from tessera.lower.tma90 import Pipeline, TmaCopy, mbar_wait, tma_load_many, tma_setup
+from tests.lower.test_wgmma_descriptors import box_of, static_desc
 
 U64 = RegType("u64")
 NP = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
-TMA_DTYPE = {"bf16": TensorMapDataType.BFLOAT16, "e4m3": TensorMapDataType.UINT8}
-
-
-# ------------------------------------------------------------------------ layout model
-def _tma_fill(g: np.ndarray, elem: str, rows: int, cols: int, swizzle: int, row0: int,
-              col0: int, base: int, smem: np.ndarray) -> None:
-    """What :class:`TmaCopy` does to ``dst`` (panel by panel), on the arch TMA model."""
-    eb = ELEM_BYTES[elem]
-    w = swizzle // eb
-    tmap = TensorMap(TMA_DTYPE[elem], 0, (g.shape[1], g.shape[0]), (g.shape[1] * eb,),
-                     (w, rows), swizzle=Swizzle(swizzle))
-    for p in range(cols // w):
-        tma_load(tmap, g, np.array([col0 + p * w, row0]), smem, base + p * rows * swizzle)
-
-
-def _box(rows: int, cols: int, elem: str, swizzle: int, align: int = 1024) -> SharedBox:
-    """A box with a placeholder address value (for the static layout helpers)."""
-    return SharedBox(Value(RegType("u32")), rows, cols, elem, swizzle, align)
-
-
-def _static_desc(box: SharedBox, base: int, k: int, mn: int, k_major: bool) -> int:
-    lbo, sbo = descriptor_fields(box, k_major=k_major)
-    start = base + operand_offset(box, k, mn, k_major=k_major)
-    return encode_descriptor(start, lbo, sbo, Swizzle(box.swizzle))
-
-
-@settings(max_examples=40, deadline=None)
-@given(elem=st.sampled_from(["bf16", "e4m3"]), swizzle=st.sampled_from([32, 64, 128]),
-       panels=st.integers(1, 2), blocks=st.integers(1, 2), kmajor_b=st.booleans(),
-       n8=st.integers(1, 8), data=st.data())
-def test_descriptor_addresses_what_tma_wrote(elem: str, swizzle: int, panels: int, blocks: int,
-                                             kmajor_b: bool, n8: int,
-                                             data: st.DataObject) -> None:
-    """Every k-step / 64-row-block descriptor reads exactly the sub-matrix TMA stored
-    (PTX ISA sec. 9.7.15.5.1.2: K-major SBO = 8 rows x span, MN-major LBO = panel stride,
-    SBO = 8 k-rows x span; the k-step moves the start address inside the atom)."""
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
-    eb = ELEM_BYTES[elem]
-    ks = 32 // eb  # k16 for 16-bit, k32 for 8-bit
-    bk = panels * swizzle // eb
-    if bk < ks:
-        return
-    base = 1024 * data.draw(st.integers(1, 3))
-    smem = np.zeros(1 << 17, np.uint8)
-    rows_a = 64 * blocks
-    bits = np.uint16 if eb == 2 else np.uint8
-    ga = rng.integers(0, 1 << (8 * eb), (rows_a + 8, bk + 64), dtype=bits)
-    a = _box(rows_a, bk, elem, swizzle)
-    row0, col0 = 8, 32  # the tile sits inside a larger tensor
-    _tma_fill(ga, elem, rows_a, bk, swizzle, row0, col0, base, smem)
-    for k in range(0, bk, ks):
-        for i in range(blocks):
-            d = _static_desc(a, base, k, 64 * i, True)
-            got = load_operand(smem, d, operand="a", mn=64, k=ks, element_bytes=eb)
-            want = ga[row0 + 64 * i:row0 + 64 * i + 64, col0 + k:col0 + k + ks]
-            np.testing.assert_array_equal(got, want)
-    if not kmajor_b and eb != 2:
-        return
-    n = 8 * n8 if kmajor_b else (swizzle // eb) * data.draw(st.integers(1, 2))
-    bbase = base + 1024 * 8 * blocks * panels
-    if kmajor_b:  # B^T: (N, K) K-major
-        gb = rng.integers(0, 1 << (8 * eb), (n, bk), dtype=bits)
-        b = _box(n, bk, elem, swizzle, 1024)
-        _tma_fill(gb, elem, n, bk, swizzle, 0, 0, bbase, smem)
-    else:  # B: (K, N) MN-major
-        gb = rng.integers(0, 1 << (8 * eb), (bk, n), dtype=bits)
-        b = _box(bk, n, elem, swizzle, 1024)
-        _tma_fill(gb, elem, bk, n, swizzle, 0, 0, bbase, smem)
-    for k in range(0, bk, ks):
-        d = _static_desc(b, bbase, k, 0, kmajor_b)
-        got = load_operand(smem, d, operand="b", mn=n, k=ks, element_bytes=eb,
-                           k_major=kmajor_b)
-        want = gb[:, k:k + ks].T if kmajor_b else gb[k:k + ks, :]
-        np.testing.assert_array_equal(got, want)
-
-
-def test_descriptor_constants_follow_the_isa() -> None:
-    """K-major bf16 128B: SBO 1024, layout code 1 (128B), a k16 step is +2 encoded; the
-    64B/32B codes are 2/3 (PTX ISA 'Matrix Descriptor Format', bits 62-63)."""
-    a = _box(64, 64, "bf16", 128, 1024)
-    d0, d1 = (decode_descriptor(_static_desc(a, 2048, k, 0, True)) for k in (0, 16))
-    assert (d0.stride_byte_offset, d0.swizzle) == (1024, Swizzle.B128)
-    assert (_static_desc(a, 2048, 16, 0, True) - _static_desc(a, 2048, 0, 0, True)) == 2
-    assert d1.start_address - d0.start_address == 32
-    for sw, code in ((64, 2), (32, 3)):
-        box = _box(64, sw // 2, "bf16", sw, 1024)
-        assert _static_desc(box, 0, 0, 0, True) >> 62 == code
-
-
-def test_geometry_rejects_bad_operands() -> None:
-    with pytest.raises(AlignmentError, match="1024-byte aligned"):
-        geometry(_box(64, 64, "bf16", 128, 512))
-    with pytest.raises(UnsupportedError, match="swizzle"):
-        geometry(_box(64, 64, "bf16", 0, 1024))
-    with pytest.raises(ShapeError, match="panels"):
-        geometry(_box(64, 48, "bf16", 128, 1024))
-    with pytest.raises(UnsupportedError, match="1- or 2-byte"):
-        geometry(_box(64, 32, "f32", 128, 1024))
-    box = _box(64, 64, "bf16", 128, 1024)
-    with pytest.raises(ShapeError, match="core matrix"):
-        operand_offset(box, 4, 0, k_major=True)
 
 
 # ------------------------------------------------------------------------- kernel kit
@@ -277,33 +164,6 @@ def test_attention_kernel_assembles_and_round_trips(bn: int) -> None:
     assert str(parse_module(text)) == text
 
 
-def strip(fn: Function, op_type: type) -> Function:
-    """Remove every instruction of ``op_type`` (a planted bug)."""
-    def walk(block: Block) -> None:
-        block.instrs[:] = [i for i in block.instrs if not isinstance(i.op, op_type)]
-        for instr in block.instrs:
-            for region in instr.regions:
-                walk(region.block)
-
-    walk(fn.body)
-    return fn
-
-
-def test_planted_missing_wait_is_repaired_by_ptxas() -> None:
-    """ptxas injects a missing wgmma.wait_group and says so only as (C7517): the check
-    above would catch it."""
-    assert "(C7517)" in ptxas(strip(build_gemm("bf16_mn_major_b"), WgmmaWait))
-
-
-def test_planted_missing_fence_is_rejected() -> None:
-    """A wgmma whose accumulators were just written (the packs) without wgmma.fence
-    (PTX ISA sec. 9.7.15.6.1). ptxas 13.5 assembles this silently, with no advisory,
-    so the kernel checker is what catches it."""
-    fn = strip(build_gemm("bf16_mn_major_b"), WgmmaFence)
-    with pytest.raises(IRVerifyError, match=r"wgmma\.fence"):
-        check_kernel(fn)
-
-
 # ----------------------------------------------------------------------- interpreter
 def gemm_args(name: str, seed: int = 0) -> tuple[list[object], np.ndarray]:
     """(kernel arguments, reference C) for one of :data:`GEMMS`."""
@@ -367,88 +227,6 @@ def test_p_from_registers(bn: int, v_trans: bool) -> None:
     np.testing.assert_array_equal(args[3], ref)
 
 
-# ---------------------------------------------------------------------- planted bugs
-def instrs(fn: Function) -> list[Instr]:
-    out: list[Instr] = []
-
-    def walk(block: Block) -> None:
-        for instr in block.instrs:
-            out.append(instr)
-            for region in instr.regions:
-                walk(region.block)
-
-    walk(fn.body)
-    return out
-
-
-def replace_descriptor_fields(fn: Function, **fields: object) -> int:
-    """Rewrite the static part (the u64 immediate) of every matrix descriptor."""
-    import dataclasses
-
-    hits = 0
-    for instr in instrs(fn):
-        op = instr.op
-        if isinstance(op, Const) and op.type == "u64" and op.value >> 62:
-            d = dataclasses.replace(decode_descriptor(op.value), **fields)
-            instr.op = Const(d.encode(), "u64")
-            hits += 1
-    return hits
-
-
-def caught(fn: Function, name: str) -> bool:
-    """Whether a planted bug shows: an interpreter fault or a result that differs."""
-    try:
-        got, ref = run_gemm(fn, name)
-    except TesseraError:
-        return True
-    return not np.array_equal(got, ref)
-
-
-GOOD = "bf16_bm128_kmajor_b_3stage"
-
-
-def test_planted_wrong_stride_byte_offset() -> None:
-    """SBO 512 instead of 1024: 8-row groups read from the wrong rows (PTX ISA 'Matrix
-    Descriptor Format', bits 32-45)."""
-    fn = build_gemm(GOOD)
-    assert replace_descriptor_fields(fn, stride_byte_offset=512) > 0
-    assert caught(fn, GOOD)
-
-
-def test_planted_wrong_swizzle_mode() -> None:
-    """Layout code 2 (64B) for data TMA wrote with the 128B swizzle."""
-    fn = build_gemm(GOOD)
-    assert replace_descriptor_fields(fn, swizzle=Swizzle.B64) > 0
-    assert caught(fn, GOOD)
-
-
-@pytest.mark.parametrize("delta", [-1024, 1024])
-def test_planted_wrong_expect_tx(delta: int) -> None:
-    """arrive.expect_tx must announce the bytes of every load on the phase (PTX ISA sec.
-    9.7.13.15.12): too few completes too early, too many never completes."""
-    fn = build_gemm(GOOD)
-    arrivals = [i for i in instrs(fn) if isinstance(i.op, MbarrierArrive)]
-    assert arrivals and all(i.op.tx == (128 + 64) * 64 * 2 for i in arrivals)
-    for i in arrivals:
-        i.op = MbarrierArrive(i.op.tx + delta)
-    with pytest.raises(TesseraError, match="mbarrier"):
-        run_gemm(fn, GOOD)
-
-
-def test_planted_missing_proxy_fence() -> None:
-    """st.shared data read by wgmma with no fence.proxy.async in between."""
-    from tessera.interp.target import run_target
-    from tessera.ir.target_async import Fence
-
-    fn = attention_pv(64, True)
-    for instr in instrs(fn):
-        if isinstance(instr.op, Fence) and instr.op.kind == "proxy_async":
-            instr.parent.instrs.remove(instr)  # type: ignore[union-attr]
-    args, _ = attention_args(64, True)
-    with pytest.raises(TesseraError, match="proxy"):
-        run_target(fn, args)
-
-
 # ------------------------------------------------------------------ smaller pieces
 def test_emitted_descriptors_match_the_layout_rules() -> None:
     """The descriptor the kernel computes from the buffer's shared address equals the
@@ -470,7 +248,7 @@ def test_emitted_descriptors_match_the_layout_rules() -> None:
     out = np.zeros(2 * len(cases), np.uint64)
     run_target(kernel("desc", [U64], (1,), build), [out])
     for n, ((rows, cols, elem, sw), k, mn, km) in enumerate(cases):
-        want = _static_desc(_box(rows, cols, elem, sw), int(out[2 * n + 1]), k, mn, km)
+        want = static_desc(box_of(rows, cols, elem, sw), int(out[2 * n + 1]), k, mn, km)
         assert int(out[2 * n]) == want
 
 
