@@ -58,6 +58,8 @@ class CallMemo:
 
     def __init__(self) -> None:
         self.recipes: dict[tuple[Any, ...], _Recipe] = {}
+        #: the kernel's parameter names and those of its runtime scalars, read once
+        self._names: tuple[KernelInfo, tuple[str, ...], frozenset[str]] | None = None
 
     def prepare(self, info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                 grid: Any, group_size: int, tile_shape: Any,
@@ -76,17 +78,20 @@ class CallMemo:
             self.recipes[key] = _Recipe(names, tuple(_runtime_slots(prep)), prep)
         return prep
 
-    @staticmethod
-    def _signature(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def _signature(self, info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
                    grid: Any, group_size: int, tile_shape: Any, config: dict[str, Any]
                    ) -> tuple[Any, ...] | None:
-        names = list(info.signature.parameters)
+        if self._names is None or self._names[0] is not info:
+            self._names = (info, tuple(info.signature.parameters),
+                           frozenset(name for name, ann in info.annotations.items()
+                                     if isinstance(ann, _RUNTIME)))
+        _, names, runtime = self._names
         parts: list[Any] = [len(args)]
-        named = [*zip(names, args), *sorted(kwargs.items())]
+        named = [*zip(names, args), *sorted(kwargs.items())] if kwargs else zip(names, args)
         for name, v in named:
             # a runtime scalar (annotated with a dtype) is converted, not specialised on
-            p = ("S", type(v).__name__) if isinstance(info.annotations.get(name), _RUNTIME) \
-                and isinstance(v, _CONSTANTS) else _part(v)
+            p = ("S", type(v).__name__) if name in runtime and isinstance(v, _CONSTANTS) \
+                else _part(v)
             if p is None:
                 return None
             parts.append((name, p))

@@ -94,7 +94,7 @@ class Plan:
     """The elements of one access in every program: program axes then tile axes."""
 
     __slots__ = ("affine", "bases", "coefs", "index", "injective_in", "nlead", "pshape",
-                 "shape", "sizes", "squeeze", "tile_shape")
+                 "shape", "sizes", "squeeze", "tile_shape", "windows")
 
     @classmethod
     def of(cls, starts: list[Any], sizes: tuple[int, ...], squeeze: tuple[int, ...],
@@ -138,6 +138,8 @@ class Plan:
             self.bases.append(found[0])
             self.coefs.append(found[1])
         self.injective_in: dict[tuple[int, ...], bool] = {}
+        #: (byte offset, byte strides) of the view in a C-contiguous array, by its strides
+        self.windows: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
         self.index: tuple[np.ndarray, ...] | None = None
         if not self.affine:
             self.index = self._gather_index(arrays)
@@ -164,11 +166,21 @@ class Plan:
         """The accessed elements of ``arr``: a strided view (affine plans) or a copy."""
         if self.index is not None:
             return arr[self.index]
+        if arr.flags.c_contiguous:
+            # the same view as below, its geometry remembered: plans are shared by every
+            # launch, and their arrays (storage, shadows) mostly keep their layout
+            window = self.windows.get(arr.strides)
+            if window is None:
+                window = self.windows[arr.strides] = self._window(arr.strides)
+            return np.ndarray(self.shape, arr.dtype, arr, *window)
         if not any(self.coefs) and all(n == 1 for n in self.pshape):  # one window: slicing
             # slices (not ints) on squeezed axes, so the result is a view even at rank 0
             window = arr[tuple(slice(b, b + n) for b, n in zip(self.bases, self.sizes))]
             return window.reshape(self.shape)
-        strides = arr.strides
+        return strided_view(arr, self.bases, self.shape, self._window(arr.strides)[1])
+
+    def _window(self, strides: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+        """The byte offset and byte strides of the view in an array of ``strides``."""
         pstrides = [0] * len(self.pshape)
         for coef, stride in zip(self.coefs, strides):
             for k, c in coef.items():
@@ -177,7 +189,8 @@ class Plan:
         for k, n in enumerate(self.pshape):
             if n == 1:
                 pstrides[k] = 0
-        return strided_view(arr, self.bases, self.shape, tuple(pstrides) + tuple(tstrides))
+        offset = sum(int(b) * st for b, st in zip(self.bases, strides))
+        return offset, tuple(pstrides) + tuple(tstrides)
 
     def write(self, arr: np.ndarray, value: Any) -> None:
         """Assign ``value`` (broadcast to the plan's shape) to the accessed elements."""

@@ -22,6 +22,7 @@ from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_live import last_uses, releasing
 from tessera.interp.tile_memo import coordinate_memo
 from tessera.interp.tile_numeric import F32, num
+from tessera.interp.tile_phase import quiet_accesses
 from tessera.interp.tile_rules import IMPLS, mma_rule
 from tessera.interp.tile_state import Reschedule, State
 from tessera.ir import tile_compute as C
@@ -98,6 +99,8 @@ class Compiler(Slots):
         self.fast = fast
         #: the fusions of every compiled block (consumer -> producer, see ``fusions``)
         self.fused: dict[Block, dict[Instr, Instr]] = {}
+        #: shared accesses whose race-shadow entries nothing reads (see tile_phase)
+        self.quiet: set[Instr] = set()
 
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
@@ -125,7 +128,7 @@ class Compiler(Slots):
         cls = type(instr.op)
         if cls in IMPLS:
             impl = IMPLS[cls](instr, self.fast)
-            if _integral(instr):
+            if _integral(instr) and instr.operands:  # (a constant is made once already)
                 impl = coordinate_memo(impl)
             step = self._pure(instr, impl)
         elif cls in STEPS:
@@ -280,6 +283,7 @@ def compile_kernel(fn: Function, fast: bool) -> Program:
     from tessera.interp import tile_flow, tile_memsteps  # noqa: F401 - register steps
 
     c = Compiler(fast)
+    c.quiet = quiet_accesses(fn)
     body = c.body(fn.body)
     term = fn.body.terminator
     if term is not None:

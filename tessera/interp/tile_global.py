@@ -243,7 +243,7 @@ def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -
     """A read-modify-write whose positions hit some elements several times: apply the
     contributions in rounds (each element at most once per round) in position order —
     program order, since program axes lead."""
-    vals = np.broadcast_to(value, plan.shape).reshape(-1)
+    vals = bcast(value, plan.shape).reshape(-1)
     one = plan.index is None and not any(plan.coefs) and all(n == 1 for n in plan.sizes)
     if op == "add" and vals.dtype == arr.dtype and arr.dtype in (F32, F64) and one:
         # one element (every tile adding into a total): accumulate is the sequential

@@ -138,8 +138,8 @@ class GlobalMem:
 class SharedMem:
     """One shared buffer of every group, with the sanitizer's per-element state."""
 
-    __slots__ = ("data", "element", "init", "loc", "name", "np_dtype", "read", "reader",
-                 "shape", "tag", "writer", "wrote")
+    __slots__ = ("data", "element", "init", "loc", "np_dtype", "read", "reader", "shape",
+                 "tag", "writer", "wrote")
 
     def __init__(self, shape: tuple[int, ...], element: Element, ng: int, loc: Loc,
                  checked: bool) -> None:
@@ -147,7 +147,6 @@ class SharedMem:
         self.element = element
         self.np_dtype = storage_of(element).np_dtype
         self.loc = loc
-        self.name = f"shared buffer allocated at {loc}"
         self.data = GroupArray(fresh("poison", (1,) * ng + shape, self.np_dtype), ng)
         # init None: every element written; tag None: no async copy pending.
         self.init: GroupArray | None = GroupArray(fresh("unset", (1,) * ng + shape, bool),
@@ -163,6 +162,11 @@ class SharedMem:
     @property
     def dims(self) -> tuple[int, ...]:
         return self.shape
+
+    @property
+    def name(self) -> str:
+        """How reports name the buffer (made when one does: most launches never report)."""
+        return f"shared buffer allocated at {self.loc}"
 
     @property
     def label(self) -> str:
@@ -195,6 +199,8 @@ class Ref:
             and tuple(self.sizes) == tuple(self.mem.dims)
 
     def take_programs(self, ctx: Any, sel: np.ndarray) -> Ref:
+        if not any(isinstance(s, np.ndarray) and s.ndim for s in self.starts):
+            return self  # uniform starts: the same view in every program (Refs never change)
         starts = tuple(ctx.take_flat(s, sel) if isinstance(s, np.ndarray) and s.ndim else s
                        for s in self.starts)
         return Ref(self.mem, starts, self.sizes, self.squeeze)

@@ -35,10 +35,15 @@ class ArrayMemo:
         self.scalar_entries: dict[Any, Any] = {}
 
     def get(self, a: Any, extra: Any, compute: Callable[[], Any]) -> Any:
-        """``compute()``, remembered for ``(a, extra)`` when ``a`` is a read-only array."""
-        if type(a) is not np.ndarray or not a.ndim:
+        """``compute()``, remembered for ``(a, extra)`` when ``a`` is a read-only array
+        (the key :meth:`lookup` makes for ``((a,), extra)``, without its generality)."""
+        if type(a) is not np.ndarray or not a.ndim or a.flags.writeable:
             return compute()
-        return self.lookup((a,), extra, compute)
+        k = (extra, id(a))
+        hit = self.entries.get(k)
+        if hit is not None and hit[0][0]() is a:
+            return hit[1]
+        return self._store(k, [a], compute())
 
     def lookup(self, items: Any, extra: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, remembered for the arrays and scalars ``items`` and ``extra``."""
@@ -49,11 +54,11 @@ class ArrayMemo:
             if t is np.ndarray:
                 if not a.ndim:
                     key.append((t, a.item()))
-                    continue
-                if a.flags.writeable:
+                elif a.flags.writeable:
                     return compute()
-                arrays.append(a)
-                key.append((id(a),))
+                else:
+                    arrays.append(a)
+                    key.append(id(a))  # an int: never equal to a scalar's (type, value)
             elif t in _SCALARS or isinstance(a, np.generic):
                 key.append((t, a))
             else:
@@ -69,9 +74,15 @@ class ArrayMemo:
                 found = self.scalar_entries[k] = compute()
             return found
         hit = self.entries.get(k)
-        if hit is not None and all(r() is a for r, a in zip(hit[0], arrays)):
-            return hit[1]
-        found = compute()
+        if hit is not None:
+            for r, a in zip(hit[0], arrays):
+                if r() is not a:
+                    break
+            else:
+                return hit[1]
+        return self._store(k, arrays, compute())
+
+    def _store(self, k: Any, arrays: list[np.ndarray], found: Any) -> Any:
         if len(self.entries) >= self.size:
             self.entries.clear()
         self.entries[k] = ([weakref.ref(a) for a in arrays], found)

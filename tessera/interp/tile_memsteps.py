@@ -67,6 +67,10 @@ def _add(a: Any, b: Any) -> Any:
 def make_view(st: State, ctx: Ctx, loc: Loc, parent: Ref, rel: list[Any],
               sizes: tuple[int, ...], squeeze: tuple[int, ...]) -> Ref:
     """The sub-view ``parent[rel : rel + sizes]`` (bounds-checked in every mode)."""
+    if not parent.squeeze:  # every axis visible (a parameter, a buffer): the common case
+        if bounds_violation(rel, sizes, parent.sizes, ctx.lead) is None:
+            return Ref(parent.mem, tuple([_add(p, r) for p, r in zip(parent.starts, rel)]),
+                       sizes, tuple(sorted(squeeze)))
     axes = parent.visible_axes()
     psizes = tuple(parent.sizes[m] for m in axes)
     bad = bounds_violation(rel, sizes, psizes, ctx.lead)
@@ -141,8 +145,8 @@ def _load(c: Compiler, instr: Instr) -> Step:
     src = c.slot(instr.operands[0])
     out = c.slot(instr.results[0])
     is_global = _is_global(instr.operands[0])
-    fn = G.load if is_global else S.load
     loc = instr.loc
+    record = instr not in c.quiet  # race-shadow entries someone may read
     width = instr.op.width if isinstance(instr.op, M.LoadVector) else 0
     # the last load of a tensor the kernel never writes, kept by the launch: a loop that
     # loads the same view every trip (flash attention's query tile) gets the same array,
@@ -158,7 +162,8 @@ def _load(c: Compiler, instr: Instr) -> Step:
         if last is not None and last[0] is ref and last[1] is fr.ctx:
             fr.regs[out] = last[2]
             return
-        value = fn(fr.st, fr.ctx, loc, ref)
+        value = G.load(fr.st, fr.ctx, loc, ref) if is_global else \
+            S.load(fr.st, fr.ctx, loc, ref, record)
         mem = ref.mem
         if is_global and not mem.written and not mem.track_reads \
                 and isinstance(value, np.ndarray) and value.size >= 1024:
@@ -186,6 +191,7 @@ def _store(c: Compiler, instr: Instr) -> Step:
     is_global = _is_global(instr.operands[0])
     vector = isinstance(instr.op, M.StoreVector)
     loc = instr.loc
+    record = instr not in c.quiet  # race-shadow entries someone may read
 
     def step(fr: Frame) -> None:
         ref = fr.regs[dst]
@@ -194,7 +200,7 @@ def _store(c: Compiler, instr: Instr) -> Step:
         if is_global:
             G.store(fr.st, fr.ctx, loc, ref, fr.regs[val], op)
         else:
-            S.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op)
+            S.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op, record=record)
     return step
 
 

@@ -80,8 +80,9 @@ def alloc(st: State, ctx: Ctx, loc: Loc, shape: tuple[int, ...], element: Any) -
     return Ref(mem, (0,) * len(shape), shape, ())
 
 
-def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
-    """The tile of ``ref`` in every program."""
+def load(st: State, ctx: Ctx, loc: Loc, ref: Ref, record: bool = True) -> Any:
+    """The tile of ``ref`` in every program; ``record`` False skips the reader entries
+    of the race shadow (no later access can consult them, see :mod:`.tile_phase`)."""
     mem: SharedMem = ref.mem
     ng = mem.data.ng
     if st.checked:
@@ -101,8 +102,8 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
                 raise _report(st, ctx, ASYNC, f"read of {mem.name} while the cp_async into "
                               "it has not completed", loc, ref, plan_x, starts,
                               np.broadcast_to(pending, plan_x.shape))
-        if mem.writer is not None:
-            _race_read(st, ctx, loc, ref)
+        if mem.writer is not None and (record or mem.wrote):
+            _race_read(st, ctx, loc, ref, record)
     plan, _ = _plan(ctx, mem.data.arr.shape, ng, ref)
     val = plan.view(mem.data.arr)
     if plan.index is None:
@@ -125,7 +126,7 @@ def _written_by_other(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
                       bad)
 
 
-def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
+def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref, record: bool) -> None:
     mem: SharedMem = ref.mem
     assert mem.writer is not None and mem.reader is not None
     plan, starts = _plan(ctx, mem.writer.shape, mem.data.ng, ref, expand=True)
@@ -133,6 +134,8 @@ def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
     _written_by_other(st, ctx, loc, ref, plan, starts, me,
                       lambda t: f"read of {mem.name} written by local tile {t} of the same "
                       "group with no barrier in between")
+    if not record:
+        return
     mem.read = True
     mem.reader = writable(mem.reader)
     r = plan.view(mem.reader)
@@ -145,9 +148,10 @@ def _race_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
 
 
 def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = None,
-          copy: bool = False) -> None:
+          copy: bool = False, record: bool = True) -> None:
     """Store (``op`` None), read-modify-write (``op``) or async-copy (``copy``) into
-    ``ref`` in every program."""
+    ``ref`` in every program; ``record`` False skips the writer entries of the race
+    shadow (no later access can consult them, see :mod:`.tile_phase`)."""
     mem: SharedMem = ref.mem
     ng = mem.data.ng
     gs = st.geom.group_size
@@ -178,7 +182,7 @@ def write(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
         tag = mem.tag.expanded(ctx.group_shape)
         ids = st.open_id[ctx.pid_flat].reshape(ctx.lead)
         plan.write(tag, ids.reshape(ctx.lead + (1,) * len(ref.shape)) if copy else -1)
-    if mem.writer is not None:
+    if mem.writer is not None and record:
         mem.writer = writable(mem.writer)
         plan.write(mem.writer, _local(ctx, plan.shape))
         mem.wrote = True

@@ -68,8 +68,9 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
         mem = getattr(ref, "mem", None)
         if (not isinstance(mem, G.GlobalMem) or mem.written or mem.track_reads
                 or mem.batched or mem.array.ndim != 1 or mem.array.dtype != np.float32
-                or np.ndim(end) or np.ndim(by) or int(by) <= 0 or ref.squeeze
-                or np.ndim(ref.starts[0]) or getattr(acc, "dtype", None) != np.float32):
+                or getattr(end, "ndim", 0) or getattr(by, "ndim", 0) or int(by) <= 0
+                or ref.squeeze or getattr(ref.starts[0], "ndim", 0)
+                or getattr(acc, "dtype", None) != np.float32):
             return None
         off = int(ref.starts[0])
         start = i if off == 0 and getattr(i, "dtype", None) == np.int64 else \
@@ -81,7 +82,7 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
             return None
         n = mem.array.shape[0]
         flat = start.reshape(-1)
-        shape = broadcast_shape([np.shape(acc), start.shape])
+        shape = broadcast_shape([acc.shape, start.shape]) if acc.ndim else start.shape
         if uniform and consecutive and shape == start.shape:
             # consecutive programs read consecutive elements: trip k is one slice
             first, last = int(flat[0]), int(flat[-1]) + (count - 1) * step
@@ -99,7 +100,7 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
             terms = np.where(live, mem.array[np.where(live, idx, 0)], np.float32(-0.0))
             terms = terms.reshape(count, -1)
         s0, s1 = terms.strides
-        if np.ndim(acc) == 0 and terms.shape[1] >= 2 and 0 < s1 * terms.shape[1] <= s0:
+        if acc.ndim == 0 and terms.shape[1] >= 2 and 0 < s1 * terms.shape[1] <= s0:
             # one ufunc call: NumPy iterates the axis of smallest stride innermost and
             # reduces an outer axis by adding whole rows into the running result in
             # order, starting from ``initial`` (pairwise summation applies only along the

@@ -130,8 +130,9 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
         mem = getattr(ref, "mem", None)
         ctx, st = fr.ctx, fr.st
         if (not isinstance(mem, SharedMem) or len(mem.shape) != 1 or ctx.flat
-                or mem.np_dtype != np.float32 or np.ndim(stride) or int(stride) <= 0
-                or ref.sizes != mem.shape or any(np.ndim(x) or int(x) for x in ref.starts)):
+                or mem.np_dtype != np.float32 or getattr(stride, "ndim", 0) or int(stride) <= 0
+                or ref.sizes != mem.shape
+                or any(getattr(x, "ndim", 0) or int(x) for x in ref.starts)):
             return None
         s, size, gs = int(stride), mem.shape[0], st.geom.group_size
         if s + min(s, gs) > size or not _clean(mem, s + min(s, gs)):
@@ -140,7 +141,8 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
         levels = 0
         while s > 0:
             a = min(s, gs)
-            np.add(data[..., :a], data[..., s:s + a], out=data[..., :a])
+            low = data[..., :a]
+            np.add(low, data[..., s:s + a], out=low)
             s //= 2
             levels += 1
         # each level's barrier: the first clears the entry state's shadows, the rest
