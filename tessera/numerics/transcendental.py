@@ -57,6 +57,10 @@ from a boundary is rounded correctly; the inputs whose ``y`` is closer (about on
 2^20), whose result is a binary32 subnormal, or that are NaN go through the algorithm
 itself (:func:`exp_f32_specified`). Compared over all 2^32 binary32 bit patterns,
 the two give the same bits everywhere; the fast one costs about a third as much.
+Where llvmlite is installed, :func:`exp_f32` runs the algorithm itself instead, compiled
+to a native vector loop (:mod:`tessera.numerics.exp_native`): the same IEEE operations
+in the same order, so the same bits again, at a few nanoseconds per value on any CPU
+(NumPy's float64 ``exp`` is a SIMD loop only with AVX-512F).
 
 f64 ``exp`` is not covered: the tile interpreter uses NumPy's for it and the PTX backend
 rejects it.
@@ -225,7 +229,9 @@ def _fast_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray,
 
 def exp_f32(x: np.ndarray) -> np.ndarray:
     """e^x for a binary32 array: the bits of :func:`exp_f32_specified` (the algorithm of
-    this module's docstring), by the fast evaluation that docstring proves equal."""
+    this module's docstring), by the algorithm compiled to native code
+    (:mod:`tessera.numerics.exp_native`) or, without llvmlite, by the fast evaluation
+    that docstring proves equal."""
     x = np.asarray(x, dtype=np.float32)
     # in the array's own memory order (a transposed tile stays transposed)
     result = np.empty_like(x)
@@ -233,6 +239,12 @@ def exp_f32(x: np.ndarray) -> np.ndarray:
     if not np.may_share_memory(out, result):  # not one block in any order: C order
         flat, result = np.ascontiguousarray(x).reshape(-1), np.empty(x.shape, np.float32)
         out = result.reshape(-1)
+    from tessera.numerics.exp_native import native_exp  # it imports this module
+
+    kernel = native_exp()
+    if kernel is not None:  # the algorithm itself, compiled: the same bits
+        kernel(flat, out)
+        return result
     size = min(_CHUNK, flat.size)
     buf, low = np.empty(size, np.float64), np.empty(size, np.int64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):

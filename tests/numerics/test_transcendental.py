@@ -249,21 +249,33 @@ def test_shapes_and_layouts() -> None:
     assert np.array_equal(exp_f32(big)[-50:], exp_f32(big[-50:]))  # chunking is invisible
 
 
-# -- the fast evaluation gives the algorithm's bits ---------------------------------------
+# -- the fast evaluations give the algorithm's bits --------------------------------------
+
+@pytest.fixture(params=["native", "numpy"])
+def evaluation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways :func:`exp_f32` evaluates: the compiled loop and the NumPy shortcut."""
+    from tessera.numerics import exp_native
+
+    if request.param == "numpy":
+        monkeypatch.setenv("TESSERA_NATIVE_EXP", "0")
+    elif exp_native.native_exp() is None:
+        pytest.skip(f"no compiled exp here: {exp_native.UNAVAILABLE}")
+    return str(request.param)
+
 
 def fast_and_specified_differ(x: np.ndarray) -> int:
     got, want = exp_f32(x).view(np.uint32), exp_f32_specified(x).view(np.uint32)
     return int(np.count_nonzero(got != want))
 
 
-def test_fast_equals_specified_on_a_sweep_of_all_bit_patterns() -> None:
+def test_fast_equals_specified_on_a_sweep_of_all_bit_patterns(evaluation: str) -> None:
     """Every 509th binary32 bit pattern: both signs, NaNs, infinities, subnormals."""
     codes = np.arange(0, 1 << 32, 509, dtype=np.uint64).astype(np.uint32)
     assert fast_and_specified_differ(codes.view(np.float32)) == 0
 
 
 @pytest.mark.parametrize(("lo", "hi"), [(-104.5, -86.0), (-1.0, -0.5), (0.5, 2.0), (88.0, 89.0)])
-def test_fast_equals_specified_on_whole_ranges(lo: float, hi: float) -> None:
+def test_fast_equals_specified_on_whole_ranges(lo: float, hi: float, evaluation: str) -> None:
     assert fast_and_specified_differ(all_f32(lo, hi)) == 0
 
 
@@ -284,7 +296,7 @@ def test_fast_path_defers_what_it_cannot_prove() -> None:
                          np.empty(3, np.int64)) is None
 
 
-def test_exp_keeps_the_memory_order_of_its_input() -> None:
+def test_exp_keeps_the_memory_order_of_its_input(evaluation: str) -> None:
     """A transposed (column-major) tile gets a column-major result with the same bits;
     a strided view gets a C-order one."""
     x = np.random.default_rng(4).uniform(-20, 5, (64, 48)).astype(np.float32)
