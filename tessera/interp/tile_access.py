@@ -113,6 +113,19 @@ class Plan:
         self.squeeze = squeeze
         self.nlead = nlead
         self.tile_shape = tuple(n for d, n in enumerate(sizes) if d not in squeeze)
+        self.injective_in: dict[tuple[int, ...], bool] = {}
+        #: (byte offset, byte strides) of the view in a C-contiguous array, by its strides
+        self.windows: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
+        self.index: tuple[np.ndarray, ...] | None = None
+        self.affine = True
+        if expand is None and all(type(s) is int for s in starts):
+            # plain integers (a loop index, a constant): one window, the same in every
+            # program; the general path below gives the same plan, more slowly
+            self.pshape = ()
+            self.shape = self.tile_shape
+            self.bases = list(starts)
+            self.coefs = [{} for _ in starts]
+            return
         arrays = [s if isinstance(s, np.ndarray) and s.dtype == np.int64 else
                   np.asarray(s, dtype=np.int64) for s in starts]
         shapes = [a.shape for a in arrays if a.ndim]
@@ -125,7 +138,6 @@ class Plan:
         self.shape = self.pshape + self.tile_shape
         self.bases: list[int] = []
         self.coefs: list[dict[int, int]] = []
-        self.affine = True
         for a in arrays:
             if a.ndim == 0:
                 self.bases.append(int(a))
@@ -137,10 +149,6 @@ class Plan:
                 break
             self.bases.append(found[0])
             self.coefs.append(found[1])
-        self.injective_in: dict[tuple[int, ...], bool] = {}
-        #: (byte offset, byte strides) of the view in a C-contiguous array, by its strides
-        self.windows: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
-        self.index: tuple[np.ndarray, ...] | None = None
         if not self.affine:
             self.index = self._gather_index(arrays)
 

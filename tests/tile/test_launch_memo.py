@@ -77,6 +77,21 @@ def test_plans_are_shared_only_for_the_same_read_only_arrays() -> None:
     assert A.Plan.of([writable], (8,), (), 1) is not A.Plan.of([writable], (8,), (), 1)
 
 
+def test_plans_at_plain_integers_equal_the_general_ones() -> None:
+    """The short path for starts that are Python ints (a loop index) builds the plan the
+    general path builds from the same starts as int64 scalars, and views the same
+    elements."""
+    arr = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    for starts, sizes, squeeze, nlead in [([1, 2, 3], (1, 1, 4), (0, 1), 1),
+                                          ([0, 0, 0], (2, 3, 8), (), 0),
+                                          ([1, 0, 5], (1, 3, 1), (2,), 2)]:
+        short = A.Plan(starts, sizes, squeeze, nlead)
+        general = A.Plan([np.int64(s) for s in starts], sizes, squeeze, nlead)
+        for name in A.Plan.__slots__:
+            assert getattr(short, name) == getattr(general, name), name
+        assert np.array_equal(short.view(arr), general.view(np.asfortranarray(arr)))
+
+
 def test_a_dead_array_never_answers_for_a_new_one() -> None:
     """Entries hold weak references: once an array is gone, an array made later (which
     may get its id) is analysed afresh."""
