@@ -45,6 +45,7 @@ Kernel = Callable[[np.ndarray, np.ndarray], None]
 UNAVAILABLE = ""
 _lock = threading.Lock()
 _kernels: dict[str, Kernel] | None = None
+_engine: object = None  # the JIT engine that owns the compiled code: kept alive here
 
 
 def _d(x: float) -> str:
@@ -135,10 +136,11 @@ def optimized(*names: tuple[str, bool]) -> tuple[object, object]:
 
 
 def _build() -> dict[str, Kernel]:
+    global _engine
     import llvmlite.binding as llvm
 
     module, tm = optimized(("exp_f32", False), ("exp_f32_wide", True))
-    engine = llvm.create_mcjit_compiler(module, tm)
+    _engine = engine = llvm.create_mcjit_compiler(module, tm)
     engine.finalize_object()
     proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
     kernels: dict[str, Kernel] = {}
@@ -150,7 +152,6 @@ def _build() -> dict[str, Kernel]:
             assert x.flags.c_contiguous and out.flags.c_contiguous
             fn(x.ctypes.data, out.ctypes.data, x.size)
         kernels[name] = run
-    kernels["_engine"] = engine  # type: ignore[assignment]  # keeps the code alive
     return kernels
 
 
