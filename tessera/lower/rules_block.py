@@ -7,9 +7,9 @@ an A operand in registers, the ``P`` of ``P @ V``, is an earlier product) and
 accumulates in the accumulator layout. ``tile.cp_async`` copies a global box into a
 shared buffer with TMA (sm_90a ``wgmma`` buffers, :mod:`tessera.lower.mma90`) or
 ``cp.async`` (all threads; 16-byte chunks, or 8- or 4-byte ones when the view's start,
-a row or the row stride is not known to be a multiple of 16 bytes:
-:func:`tessera.lower.copy80.copy_chunk`), in the tile program's commit groups. A store writes a
-register tensor (accumulator or blocked layout) to its elements.
+a row or the row stride is not known to be a multiple of 16 bytes, see
+:func:`tessera.lower.copy80.copy_chunk`), in the tile program's commit groups. A store
+writes a register tensor (accumulator or blocked layout) to its elements.
 """
 
 from __future__ import annotations
