@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from math import gcd
 
+import numpy as np
+
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Block, Function, Instr, Value, walk
@@ -53,7 +55,8 @@ class Multiples:
         op, args = owner.op, owner.operands
         if isinstance(op, T.Constant):
             value = op.value
-            return abs(value) if isinstance(value, int) and not isinstance(value, bool) else 1
+            integral = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            return abs(int(value)) if integral else 1
         if isinstance(op, C.Mul):
             return self.of(args[0]) * self.of(args[1])
         if isinstance(op, (C.Add, C.Sub)):
