@@ -67,6 +67,11 @@ def _who(st: State, code: int) -> str:
 def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
     """The tile of ``ref`` in every program (a view when the tensor is read-only)."""
     mem: GlobalMem = ref.mem
+    if not (mem.track_reads or mem.written or mem.batched) \
+            and len(ref.squeeze) == len(ref.sizes) and all(type(s) is int for s in ref.starts):
+        # one element of a read-only tensor at plain integers (a loop's x[i], bounds
+        # already checked by the view): the same value as the plan's 0-d view
+        return mem.array[tuple(ref.starts)]
     plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
     if mem.track_reads:
         _check_read(st, ctx, loc, ref)

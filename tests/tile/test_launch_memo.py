@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 import tessera as ts
 from tessera.interp import tile_access as A
@@ -90,6 +91,55 @@ def test_plans_at_plain_integers_equal_the_general_ones() -> None:
         for name in A.Plan.__slots__:
             assert getattr(short, name) == getattr(general, name), name
         assert np.array_equal(short.view(arr), general.view(np.asfortranarray(arr)))
+
+
+def _line(err: Exception) -> str:
+    """The source line an error's message points at (``file:line:`` first)."""
+    path, line = str(err).split(":")[:2]
+    return open(path).read().splitlines()[int(line) - 1]
+
+
+def _running_sum(x: ts.Tensor["N"], out: ts.Tensor[1, ts.f32]):
+    s = 0.0
+    for i in ts.tile.range(0, N):
+        s = s * 0.5 + ts.tile.cast(x[i], ts.f32)
+    out[0] = s
+
+
+def _past_the_end(x: ts.Tensor["N", ts.f32], out: ts.Tensor[1, ts.f32]):
+    s = 0.0
+    for i in ts.tile.range(0, N + 1):
+        s = s + x[i]  # OOB at i = N
+    out[0] = s
+
+
+def _running_sum_reference(x: np.ndarray) -> np.float32:
+    s = np.float32(0)
+    for v in x.astype(np.float32):
+        s = np.float32(s * np.float32(0.5) + v)
+    return s
+
+
+def test_single_element_reads_of_read_only_tensors() -> None:
+    """``x[i]`` at a loop index reads the element directly: the same float32 chain as
+    NumPy for f32, bf16 and int32 tensors, in both schedules and modes; an index past
+    the end is still reported by the view's bounds check."""
+    import ml_dtypes
+
+    kernel = ts.kernel(_running_sum)
+    rng = np.random.default_rng(8)
+    for x in (rng.standard_normal(300).astype(np.float32),
+              rng.standard_normal(300).astype(ml_dtypes.bfloat16),
+              rng.integers(-50, 50, 300).astype(np.int32)):
+        want = _running_sum_reference(x)
+        for mode in ("checked", "fast"):
+            for schedule in ("sequential", "vectorized"):
+                out = np.zeros(1, np.float32)
+                kernel(x, out, grid=1, mode=mode, schedule=schedule)
+                assert out[0] == want, (x.dtype, mode, schedule)
+    with pytest.raises(ts.TesseraError, match="out of bounds") as info:
+        ts.kernel(_past_the_end)(np.ones(8, np.float32), np.zeros(1, np.float32), grid=1)
+    assert "OOB at i = N" in _line(info.value)
 
 
 def test_a_dead_array_never_answers_for_a_new_one() -> None:
