@@ -30,7 +30,7 @@ from tessera.interp.tile_exec import (
 from tessera.interp.tile_mem import Ref
 from tessera.interp.tile_memo import ArrayMemo
 from tessera.interp.tile_memsteps import make_view
-from tessera.interp.tile_mma import Pending, deferrable, forced
+from tessera.interp.tile_pending import Pending, deferrable, forced
 from tessera.interp.tile_sum import strided_sum
 from tessera.interp.tile_tree import tree_sum
 from tessera.ir import tile as T

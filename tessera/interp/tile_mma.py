@@ -13,7 +13,8 @@ products of at most 48) and the K sum of one ``mma`` is BLAS's float64 sum of th
 Folding does not change which products are summed. A K loop of
 ``acc = mma(a, b, acc)`` / ``acc += mma(a, b)`` keeps the running sum in float64 and
 rounds once, at the store; when the accumulator feeds nothing else in the loop, the
-trips' products are made by one call at the loop's end (:class:`Pending`).
+trips' products are made by one call at the loop's end
+(:class:`tessera.interp.tile_pending.Pending`).
 
 Residual caveat, honestly: the result is independent of the tile shape whenever the
 float64 sums are exact, which holds when the products of one output element span less
@@ -34,9 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.tile_numeric import F32, F64, Num, num
-from tessera.ir.core import Instr, Value, walk
-from tessera.ir.tile_compute import Add, Mma
+from tessera.interp.tile_numeric import F32, F64, Num
 
 
 def _by_columns(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -172,127 +171,4 @@ def _accumulate(r: np.ndarray, c: Any) -> np.ndarray:
     return r + c
 
 
-#: released operand buffers of :class:`Pending`, reused by the next launch: a fresh
-#: buffer costs a page fault per 4 KiB on first write (half the copying time of a
-#: 1024-square GEMM). At most this many are kept, newest first.
-_POOL: list[np.ndarray] = []
-_POOL_SIZE = 4
-#: larger buffers are freed, not kept
-_POOL_MAX_BYTES = 64 << 20
-
-
-def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    for k, buf in enumerate(_POOL):
-        if buf.shape == shape and buf.dtype == dtype:
-            return _POOL.pop(k)
-    return np.empty(shape, dtype)
-
-
-def _release(*bufs: np.ndarray) -> None:
-    _POOL[:0] = [b for b in bufs if b.nbytes <= _POOL_MAX_BYTES]
-    del _POOL[_POOL_SIZE:]
-
-
-class Pending:
-    """An accumulator ``base + sum_j a_j @ b_j`` whose products are not yet computed.
-
-    A K loop whose carried accumulator feeds nothing but the next trip's ``mma`` (a
-    tiled GEMM's ``acc = mma(a_k, b_k, acc)``) holds it in this form: each trip only
-    copies its operands into K-concatenated buffers (converted as :func:`mma` would),
-    and the loop's end makes one product over the whole K (:meth:`force`): one BLAS
-    call instead of one per trip plus an add per trip. In exact mode the result is
-    still the float64 sum of the exact products, rounded once at the store; only the
-    order of the float64 additions is BLAS's over the whole K instead of per trip,
-    which the module docstring allows. Buffers hold at most :data:`MAX_K` columns of K
-    before their product is added into ``base``: the grouping depends on the trips
-    only, not on how many programs run at once.
-    """
-
-    __slots__ = ("a", "acc", "b", "base", "dtype", "k", "trips")
-
-    #: K columns held before the products so far are added into ``base``
-    MAX_K = 8192
-
-    def __init__(self, base: Any, acc: Num, fast: bool, trips: int) -> None:
-        self.base, self.acc, self.trips = base, acc, trips
-        if acc.kind in ("int", "bool"):
-            self.dtype = np.dtype(np.int64)
-        else:
-            self.dtype = F32 if fast and acc.sd != F64 else F64
-        self.a: np.ndarray | None = None
-        self.b: np.ndarray | None = None
-        self.k = 0
-
-    def add(self, a: np.ndarray, b: np.ndarray) -> Pending:
-        """Append one trip's operands (copied: shared memory is reused next trip)."""
-        kk = a.shape[-1]
-        self.trips -= 1
-        if self.a is not None and (self.a.shape[:-1] != a.shape[:-1]
-                                   or self.b.shape[:-2] != b.shape[:-2]
-                                   or self.b.shape[-1] != b.shape[-1]
-                                   or self.k + kk > self.a.shape[-1]):
-            self.base = self.force()
-        if self.a is None:
-            width = kk * max(1, min(self.trips + 1, self.MAX_K // max(kk, 1)))
-            self.a = _buffer((*a.shape[:-1], width), self.dtype)
-            # K outermost in memory: folding b's program axes into its columns
-            # (folded_matmul) is then a view, not a copy
-            kb = _buffer((width, *b.shape[:-2], b.shape[-1]), self.dtype)
-            self.b = np.moveaxis(kb, 0, -2)
-        self.a[..., self.k:self.k + kk] = a
-        self.b[..., self.k:self.k + kk, :] = b
-        self.k += kk
-        return self
-
-    def force(self) -> Any:
-        """The accumulator's value, as the per-trip ``mma`` calls would give it; the
-        buffers are released."""
-        if self.a is None or self.b is None:
-            return self.base
-        k, a, b = self.k, self.a, self.b
-        self.a, self.b, self.k = None, None, 0
-        out = mma(a[..., :k], b[..., :k, :], self.base, self.acc, fast=self.dtype == F32)
-        _release(a, np.moveaxis(b, -2, 0))  # the product no longer refers to them
-        return out
-
-
-def forced(x: Any) -> Any:
-    """``x``, or the value of a :class:`Pending` accumulator."""
-    return x.force() if isinstance(x, Pending) else x
-
-
-def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
-    """The carried values of a ``tile.for`` that may be :class:`Pending` during the loop
-    (position among the carried values -> the accumulator's numerics): each is used once
-    in the body, at its top level, as the accumulator of an ``mma`` (or of an ``add`` the
-    compiler fuses into one, ``fused``), whose result is only yielded back to it."""
-    block = loop.regions[0].block
-    term = block.terminator
-    uses: dict[Value, list[Instr]] = {}
-    for instr in walk(block):
-        for v in instr.operands:
-            uses.setdefault(v, []).append(instr)
-    top = set(block.instrs)
-    found: dict[int, Num] = {}
-    for k, arg in enumerate(block.args[1:]):
-        users = uses.get(arg, [])
-        if len(users) != 1 or users[0] not in top or term is None:
-            continue
-        user = users[0]
-        if isinstance(user.op, Mma) and user.operands[2:] == [arg] \
-                and arg not in user.operands[:2]:
-            op = user.op
-        elif user in fused and isinstance(fused[user].op, Mma) \
-                and isinstance(user.op, Add) and user.operands.count(arg) == 1:
-            op = fused[user].op
-        else:
-            continue
-        out = user.results[0]
-        if uses.get(out) == [term] and term.operands.count(out) == 1 \
-                and term.operands[k] is out:
-            assert isinstance(op, Mma)
-            found[k] = num(op.accum)
-    return found
-
-
-__all__ = ["Pending", "Widen", "deferrable", "folded_matmul", "forced", "mma", "widened"]
+__all__ = ["Widen", "folded_matmul", "mma", "widened"]

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.tile_mem import poison
-from tessera.interp.tile_mma import Pending, Widen, mma, widened
+from tessera.interp.tile_mma import Widen, mma, widened
 from tessera.interp.tile_numeric import F32, F64, Num, num, to_f64, to_storage
+from tessera.interp.tile_pending import Pending
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M

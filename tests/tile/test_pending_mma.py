@@ -1,5 +1,5 @@
 """K loops whose accumulator only feeds ``mma`` defer the products to one call at the
-loop's end (:class:`tessera.interp.tile_mma.Pending`); the result is the per-trip
+loop's end (:class:`tessera.interp.tile_pending.Pending`); the result is the per-trip
 accumulation's, and loops that read the accumulator otherwise are left alone."""
 
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 import tessera.interp.tile_flow as flow
-from tessera.interp.tile_mma import Pending
+from tessera.interp.tile_pending import Pending
 from tests.tile.test_simulator import gemm_f32
 
 
@@ -175,3 +175,25 @@ def test_remembered_operands_follow_the_data() -> None:
         acc = (part + prod).astype(np.float32) + \
             (a64[:, :16] @ b64[k:k + 16]).astype(np.float32)
     assert np.allclose(got, acc, rtol=1e-5, atol=1e-5)
+
+
+def test_consecutive_k_slices_are_copied_as_one_view() -> None:
+    """A deferred loop's operands that are consecutive K slices of one array join into
+    one read-only view (one copy at the loop's end); gaps, other arrays or other
+    strides keep the slice-by-slice copy, and both fill the same buffer."""
+    from tessera.interp.tile_pending import _gather, _joined
+
+    x = np.arange(6 * 40, dtype=np.float32).reshape(6, 40)
+    pieces = [x[:, k:k + 8] for k in range(0, 32, 8)]
+    whole = _joined(pieces, -1)
+    assert whole is not None and not whole.flags.writeable
+    assert np.array_equal(whole, x[:, :32])
+    rows = [x[k:k + 2] for k in range(0, 6, 2)]  # consecutive along axis -2
+    assert np.array_equal(_joined(rows, -2), x)
+    assert _joined([x[:, 0:8], x[:, 16:24]], -1) is None  # a gap
+    assert _joined([x[:, 0:8], x.copy()[:, 8:16]], -1) is None  # another array
+    assert _joined([x[:, 0:8], x[::2, 8:16]], -1) is None  # other strides
+    for parts in (pieces, [x[:, 0:8], x[:, 16:24], x[:, 8:16], x[:, 24:32]]):
+        out = np.empty((6, 32))
+        _gather(out, parts, -1)
+        assert np.array_equal(out, np.concatenate(parts, axis=-1))
