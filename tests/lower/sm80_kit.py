@@ -76,20 +76,19 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_
         rs = swizzle if read_swizzle is None else read_swizzle
         ra, rb = (SharedBox(s.base, s.rows, s.cols, atype, rs) for s in (sa, sb))
 
+        def tile(inner: Emitter, ptr: Value, row: tuple[Value, int], col: tuple[Value, int],
+                 ld: int) -> GlobalBox:
+            """The (rows, cols) box at (row, col) of a row-major operand: origins and
+            extents as (register, size) pairs."""
+            start = lin(inner, (row[0], ld), (col[0], 1))
+            return GlobalBox(addr(inner, ptr, start, 2), row[1], col[1], ld, atype)
+
         def step(inner: Emitter, kidx: Value, *acc: Value) -> list[Value]:
             k0 = inner.cvt(kidx, "u32", "s32")
-            if a_trans:
-                ga = GlobalBox(addr(inner, pa, lin(inner, (k0, lda), (m0, 1)), 2), bk, bm,
-                               lda, atype)
-            else:
-                ga = GlobalBox(addr(inner, pa, lin(inner, (m0, lda), (k0, 1)), 2), bm, bk,
-                               lda, atype)
-            if b_trans:
-                gb = GlobalBox(addr(inner, pb, lin(inner, (n0, ldb), (k0, 1)), 2), bn, bk,
-                               ldb, atype)
-            else:
-                gb = GlobalBox(addr(inner, pb, lin(inner, (k0, ldb), (n0, 1)), 2), bk, bn,
-                               ldb, atype)
+            ga = tile(inner, pa, (k0, bk), (m0, bm), lda) if a_trans else \
+                tile(inner, pa, (m0, bm), (k0, bk), lda)
+            gb = tile(inner, pb, (n0, bn), (k0, bk), ldb) if b_trans else \
+                tile(inner, pb, (k0, bk), (n0, bn), ldb)
             copy_async(inner, sa, ga, chunk=chunk)
             copy_async(inner, sb, gb, chunk=chunk)
             if wait:
