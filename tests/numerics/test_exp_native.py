@@ -68,3 +68,21 @@ def test_the_machine_code_has_no_fused_multiply_add() -> None:
 def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_NATIVE_EXP", "0")
     assert exp_native.native_exp() is None
+
+
+def test_without_llvmlite_exp_falls_back_with_the_same_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed build (llvmlite missing, no native target) is remembered with its reason
+    and exp_f32 runs the NumPy evaluation instead."""
+    from tessera.numerics.transcendental import exp_f32
+
+    def broken() -> None:
+        raise ModuleNotFoundError("No module named 'llvmlite'")
+
+    monkeypatch.setattr(exp_native, "_kernels", None)
+    monkeypatch.setattr(exp_native, "UNAVAILABLE", "")
+    monkeypatch.setattr(exp_native, "_build", broken)
+    x = _inputs()
+    assert exp_native.native_exp() is None
+    assert "llvmlite" in exp_native.UNAVAILABLE
+    assert np.array_equal(exp_f32(x).view(np.uint32), exp_f32_specified(x).view(np.uint32))
