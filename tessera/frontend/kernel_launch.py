@@ -53,6 +53,9 @@ from tessera.numerics import (
 )
 from tessera.numerics.dims import evaluate
 
+#: annotations that make a parameter a runtime scalar (converted, not specialised on)
+_RUNTIME = (DType, Policy, PolicyClass)
+
 
 def _symbols(dim: Any) -> set[str]:
     if isinstance(dim, str):
@@ -70,6 +73,14 @@ class KernelInfo:
     used: set[str]
     subscripts: dict[str, list[int | None]]
     written: list[str]
+    #: the parameter names in order, and those annotated with a format (runtime scalars)
+    param_names: tuple[str, ...] = field(init=False)
+    runtime_names: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.param_names = tuple(self.signature.parameters)
+        self.runtime_names = frozenset(name for name, ann in self.annotations.items()
+                                       if isinstance(ann, _RUNTIME))
 
     @classmethod
     def of(cls, fn: Any, name: str) -> KernelInfo:
@@ -201,7 +212,7 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
             params.append(Param(name, "tensor", t))
             runtime.append(arr)
             key.append(("T", str(t)))
-        elif isinstance(ann, (DType, Policy, PolicyClass)):
+        elif isinstance(ann, _RUNTIME):
             t = TensorType((), ann)
             params.append(Param(name, "scalar", t))
             runtime.append(np.asarray(value).astype(storage_of(ann).np_dtype))
@@ -230,7 +241,7 @@ def _result(info: KernelInfo, env: DimEnv, batch_key: str | None, batch: int
             ) -> tuple[ResultSpec | None, Any]:
     ann = info.annotations.get("return")
     spec = _tensor_spec(ann)
-    if isinstance(ann, (DType, Policy, PolicyClass)):
+    if isinstance(ann, _RUNTIME):
         return None, ann
     if spec is None or spec.dims is None:
         return None, None

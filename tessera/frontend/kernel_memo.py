@@ -17,14 +17,11 @@ from typing import Any
 import numpy as np
 
 from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
-from tessera.numerics import DType, Policy, PolicyClass
 
 #: signatures remembered per kernel (the oldest is dropped past this)
 MEMO_SIZE = 64
 #: constants that are part of a signature by value
 _CONSTANTS = (bool, int, float, str, type(None))
-#: annotations of runtime scalars (see ``kernel_launch.prepare``)
-_RUNTIME = (DType, Policy, PolicyClass)
 
 
 def _part(value: Any) -> Any:
@@ -58,8 +55,6 @@ class CallMemo:
 
     def __init__(self) -> None:
         self.recipes: dict[tuple[Any, ...], _Recipe] = {}
-        #: the kernel's parameter names and those of its runtime scalars, read once
-        self._names: tuple[KernelInfo, tuple[str, ...], frozenset[str]] | None = None
 
     def prepare(self, info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                 grid: Any, group_size: int, tile_shape: Any,
@@ -78,14 +73,11 @@ class CallMemo:
             self.recipes[key] = _Recipe(names, tuple(_runtime_slots(prep)), prep)
         return prep
 
-    def _signature(self, info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
+    @staticmethod
+    def _signature(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any],
                    grid: Any, group_size: int, tile_shape: Any, config: dict[str, Any]
                    ) -> tuple[Any, ...] | None:
-        if self._names is None or self._names[0] is not info:
-            self._names = (info, tuple(info.signature.parameters),
-                           frozenset(name for name, ann in info.annotations.items()
-                                     if isinstance(ann, _RUNTIME)))
-        _, names, runtime = self._names
+        names, runtime = info.param_names, info.runtime_names
         parts: list[Any] = [len(args)]
         named = [*zip(names, args), *sorted(kwargs.items())] if kwargs else zip(names, args)
         for name, v in named:

@@ -67,12 +67,9 @@ def _add(a: Any, b: Any) -> Any:
 def make_view(st: State, ctx: Ctx, loc: Loc, parent: Ref, rel: list[Any],
               sizes: tuple[int, ...], squeeze: tuple[int, ...]) -> Ref:
     """The sub-view ``parent[rel : rel + sizes]`` (bounds-checked in every mode)."""
-    if not parent.squeeze:  # every axis visible (a parameter, a buffer): the common case
-        if bounds_violation(rel, sizes, parent.sizes, ctx.lead) is None:
-            return Ref(parent.mem, tuple([_add(p, r) for p, r in zip(parent.starts, rel)]),
-                       sizes, tuple(sorted(squeeze)))
-    axes = parent.visible_axes()
-    psizes = tuple(parent.sizes[m] for m in axes)
+    full = not parent.squeeze  # every axis visible (a parameter, a buffer): the common case
+    axes = range(len(parent.sizes)) if full else parent.visible_axes()
+    psizes = tuple(parent.sizes) if full else tuple(parent.sizes[m] for m in axes)
     bad = bounds_violation(rel, sizes, psizes, ctx.lead)
     if bad is not None:
         pos, d = bad
@@ -92,6 +89,9 @@ def make_view(st: State, ctx: Ctx, loc: Loc, parent: Ref, rel: list[Any],
         raise st.report(OOB, f"access [{', '.join(vis)}] of {what}: axis {d} is outside "
                         f"[0, {psizes[d]})", loc, pid=int(ctx.pid_flat[pos]), index=index,
                         position=tpos, shape=sizes, memory=mem.name)
+    if full:
+        return Ref(parent.mem, tuple([_add(p, r) for p, r in zip(parent.starts, rel)]),
+                   sizes, tuple(sorted(squeeze)))
     starts = list(parent.starts)
     new_sizes = list(parent.sizes)
     for i, m in enumerate(axes):

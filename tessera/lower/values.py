@@ -23,8 +23,6 @@ from tessera.numerics import Element, storage_of
 REG_OF = {"float32": "f32", "float64": "f64", "int64": "s32", "int32": "s32", "bool": "pred",
           "bfloat16": "f32", "float16": "f32", "int8": "s32", "uint8": "u32",
           "float8_e4m3fn": "f32", "float8_e5m2": "f32"}
-#: the PTX ``cvt`` name of a narrow float format
-NARROW = {"bfloat16": "bf16", "float16": "f16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 #: PTX type used to move one element of a format through memory
 MEM_OF = {"float32": "f32", "float64": "f64", "int64": "s64", "int32": "s32", "bool": "u8",
           "bfloat16": "b16", "float16": "b16", "int8": "s8", "uint8": "u8",
@@ -34,6 +32,9 @@ MEM_OF = {"float32": "f32", "float64": "f64", "int64": "s64", "int32": "s32", "b
 ELEM_OF = {"float32": "f32", "float64": "f64", "int64": "s64", "int32": "s32", "bool": "u8",
            "bfloat16": "bf16", "float16": "f16", "int8": "s8", "uint8": "u8",
            "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+#: the PTX ``cvt`` name of a narrow float format (its element name)
+NARROW = {name: ELEM_OF[name] for name in ("bfloat16", "float16", "float8_e4m3fn",
+                                           "float8_e5m2")}
 
 
 def storage_name(element: Element) -> str:

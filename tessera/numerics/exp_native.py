@@ -29,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tessera.numerics.transcendental import (
+    _SHIFTER,
     CLAMP_HI,
     CLAMP_LO,
     COEFFS,
@@ -37,9 +38,6 @@ from tessera.numerics.transcendental import (
     LOG2E,
     QUIET_BIT,
 )
-
-#: n + 2^52 + 1023 is exact and holds n + 1023 in its low bits (as in the NumPy steps)
-_SHIFTER = float(2**52 + 1023)
 
 Kernel = Callable[[np.ndarray, np.ndarray], None]
 UNAVAILABLE = ""
