@@ -35,13 +35,20 @@ def thread0(e: Emitter) -> Value:
     return e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
 
 
-def init_barriers(e: Emitter, base: Value, count: int) -> None:
+def barrier_addresses(e: Emitter, base: Value, count: int) -> list[Value]:
+    """The addresses ``base``, ``base + 8``... of ``count`` mbarriers (8 bytes each)."""
+    return [base] + [e.add(base, e.const(8 * k, "u32"), "u32") for k in range(1, count)]
+
+
+def init_barriers(e: Emitter, base: Value, count: int,
+                  addrs: Sequence[Value] | None = None) -> None:
     """Thread 0 initialises the ``count`` mbarriers at ``base``, ``base + 8``... for one
     arrival each, and the init is fenced (PTX ISA sec. 9.7.13.15.9); the CTA must still
-    pass a ``bar.sync`` before any thread uses them."""
+    pass a ``bar.sync`` before any thread uses them. ``addrs`` are their addresses when
+    the caller has them already; otherwise only thread 0 computes them."""
     def init(t: Emitter) -> None:
-        for k in range(count):
-            t.op(MbarrierInit(1), [t.add(base, t.const(8 * k, "u32"), "u32") if k else base])
+        for bar in addrs if addrs is not None else barrier_addresses(t, base, count):
+            t.op(MbarrierInit(1), [bar])
 
     e.if_(thread0(e), init)
     e.op(Fence("mbarrier_init"))
@@ -54,9 +61,10 @@ def tma_setup(e: Emitter, n_barriers: int, sym: str = "mbar") -> list[Value]:
     if n_barriers < 1:
         raise ArgumentError(f"tma_setup needs at least one barrier, not {n_barriers}")
     base = e.one(SharedAlloc(sym, 8 * n_barriers, 8))
-    init_barriers(e, base, n_barriers)
+    bars = barrier_addresses(e, base, n_barriers)  # once, for the init and the caller
+    init_barriers(e, base, n_barriers, bars)
     e.bar()
-    return [base] + [e.add(base, e.const(8 * i, "u32"), "u32") for i in range(1, n_barriers)]
+    return bars
 
 
 @dataclass(frozen=True)
@@ -234,5 +242,5 @@ class Pipeline:
                       list(acc), body)
 
 
-__all__ = ["Pipeline", "TmaCopy", "copy_bytes", "init_barriers", "issue_copy", "mbar_wait",
-           "thread0", "tma_load_many", "tma_setup"]
+__all__ = ["Pipeline", "TmaCopy", "barrier_addresses", "copy_bytes", "init_barriers",
+           "issue_copy", "mbar_wait", "thread0", "tma_load_many", "tma_setup"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError
-from tessera.ir.core import Block, Function, Module, Value
+from tessera.ir.core import Block, Function, Module, Value, walk
 from tessera.ir.target import RegType, Return, TensorMapType
 from tessera.ir.target_check import check_kernel
 from tessera.ir.target_ops import SharedAlloc
@@ -307,6 +307,20 @@ def test_store_acc_after_wgmma(elem: str, stride: int) -> None:
                 TensorMapArg(bt, "bf16", (64, 64), 128)])
     np.testing.assert_array_equal(out[:, :64].astype(np.float32), bt.T.astype(np.float32))
     assert not out[:, 64:].astype(np.float32).any()
+
+
+def test_barrier_setup_computes_each_address_once() -> None:
+    """tma_setup's barrier addresses are computed once, before thread 0's init, and the
+    init uses them: two adds for three barriers, none inside the branch."""
+    def build(e: Emitter, p: list[Value]) -> None:
+        bars = tma_setup(e, 3)
+        assert len(set(bars)) == 3
+
+    fn = kernel("bars", [U64], (1,), build)
+    adds = [i for i in walk(fn.body) if i.op.name == "ptx.bin"]
+    assert len(adds) == 2
+    inits = [i for i in walk(fn.body) if i.op.name == "ptx.mbarrier_init"]
+    assert [i.operands[0] for i in inits] == [adds[0].operands[0], *(a.results[0] for a in adds)]
 
 
 def test_misuse_is_reported() -> None:
