@@ -110,10 +110,12 @@ class Ctx:
         self.linear = frozen(group_lin * geom.group_size + coords[-1])
         gflat = coords[0] * (geom.n_groups // geom.batch) + group_lin
         self.group_flat = frozen(gflat)
-        pid = frozen(gflat * geom.group_size + coords[-1])
-        self.pid = bcast(pid, lead)
-        self.pid_flat = self.pid.reshape(-1) if np.ndim(pid) else \
-            np.full(int(np.prod(lead, dtype=np.int64)), int(pid), np.int64)
+        pid = gflat * geom.group_size + coords[-1]
+        # (np.full, not np.broadcast_to, for one program: a sequential launch makes a
+        # context per group, and broadcast_to costs microseconds)
+        self.pid = bcast(frozen(pid), lead) if np.ndim(pid) else \
+            frozen(np.full(lead, pid, np.int64))
+        self.pid_flat = self.pid.reshape(-1)
         self.size = int(self.pid_flat.size)
         #: read-only arrays derived from the coordinates, and compacted sub-contexts,
         #: kept for the next use (a root context serves every launch of its geometry)
@@ -140,15 +142,18 @@ class Ctx:
     @classmethod
     def group(cls, geom: Geometry, group_flat: int) -> Ctx:
         """The tiles of one group (the sequential schedule): fresh shared storage."""
-        lead = geom.lead
-        nl = len(lead)
+        nl = len(geom.lead)
         batch, rest = divmod(group_flat, geom.n_groups // geom.batch)
-        fixed = [batch, *np.unravel_index(rest, geom.grid)]
-        coords: list[Any] = [np.int64(c) for c in fixed]
-        coords.append(_axis(geom.group_size, nl - 1, nl))
-        ones = (1,) * nl
-        return cls(geom, (*ones[:-1], geom.group_size), coords, [0] * (nl - 1), ones[:-1],
-                   flat=False, whole=False)
+        fixed = []
+        for n in reversed(geom.grid):  # row-major coordinates of ``rest`` in the grid
+            rest, c = divmod(rest, n)
+            fixed.append(np.int64(c))
+        local = _LOCAL.get((geom.group_size, nl))
+        if local is None:  # (read-only, so groups and launches share it)
+            local = _LOCAL[geom.group_size, nl] = _axis(geom.group_size, nl - 1, nl)
+        ones = (1,) * (nl - 1)
+        return cls(geom, (*ones, geom.group_size), [np.int64(batch), *fixed[::-1], local],
+                   [0] * (nl - 1), ones, flat=False, whole=False)
 
     # -- compaction
     def select(self, mask: Any) -> np.ndarray:
@@ -221,5 +226,7 @@ class Ctx:
 
 
 _ROOTS: dict[Geometry, Ctx] = {}
+#: the local-id axis of a group context, per (group size, program axes)
+_LOCAL: dict[tuple[int, int], Any] = {}
 
 __all__ = ["Ctx", "Geometry", "bcast", "frozen"]
