@@ -118,12 +118,13 @@ class Plan:
         self.windows: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
         self.index: tuple[np.ndarray, ...] | None = None
         self.affine = True
-        if expand is None and all(type(s) is int for s in starts):
-            # plain integers (a loop index, a constant): one window, the same in every
-            # program; the general path below gives the same plan, more slowly
+        if expand is None and all(type(s) is int or type(s) is np.int64 for s in starts):
+            # plain integers (a loop index, a constant, a coordinate of the sequential
+            # schedule's one group): one window, the same in every program; the general
+            # path below gives the same plan, more slowly
             self.pshape = ()
             self.shape = self.tile_shape
-            self.bases = list(starts)
+            self.bases = [int(s) for s in starts]
             self.coefs = [{} for _ in starts]
             return
         arrays = [s if isinstance(s, np.ndarray) and s.dtype == np.int64 else
