@@ -10,7 +10,7 @@ which is how TMA writes a box with a swizzled tensor map (PTX ISA 8.x sec. 9.7.9
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tessera.arch.swizzle import Swizzle
@@ -40,14 +40,19 @@ def barrier_addresses(e: Emitter, base: Value, count: int) -> list[Value]:
     return [base] + [e.add(base, e.const(8 * k, "u32"), "u32") for k in range(1, count)]
 
 
-def init_barriers(e: Emitter, base: Value, count: int,
-                  addrs: Sequence[Value] | None = None) -> None:
+def init_barriers(e: Emitter, base: Value, count: int) -> None:
     """Thread 0 initialises the ``count`` mbarriers at ``base``, ``base + 8``... for one
-    arrival each, and the init is fenced (PTX ISA sec. 9.7.13.15.9); the CTA must still
-    pass a ``bar.sync`` before any thread uses them. ``addrs`` are their addresses when
-    the caller has them already; otherwise only thread 0 computes them."""
+    arrival each (only thread 0 computes their addresses), and the init is fenced (PTX
+    ISA sec. 9.7.13.15.9); the CTA must still pass a ``bar.sync`` before any thread uses
+    them."""
+    _init_fenced(e, lambda t: barrier_addresses(t, base, count))
+
+
+def _init_fenced(e: Emitter, addresses: Callable[[Emitter], list[Value]]) -> None:
+    """Thread 0 initialises the mbarriers at ``addresses(t)`` for one arrival; then the
+    fence that makes the inits visible."""
     def init(t: Emitter) -> None:
-        for bar in addrs if addrs is not None else barrier_addresses(t, base, count):
+        for bar in addresses(t):
             t.op(MbarrierInit(1), [bar])
 
     e.if_(thread0(e), init)
@@ -62,7 +67,7 @@ def tma_setup(e: Emitter, n_barriers: int, sym: str = "mbar") -> list[Value]:
         raise ArgumentError(f"tma_setup needs at least one barrier, not {n_barriers}")
     base = e.one(SharedAlloc(sym, 8 * n_barriers, 8))
     bars = barrier_addresses(e, base, n_barriers)  # once, for the init and the caller
-    init_barriers(e, base, n_barriers, bars)
+    _init_fenced(e, lambda t: bars)
     e.bar()
     return bars
 
