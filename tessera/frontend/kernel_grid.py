@@ -44,8 +44,8 @@ def tile_of(tile_shape: Any, config: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def grid_of(info: KernelInfo, grid: Any, group_size: int, tile: tuple[int, int, int],
-            params: list[Param], dims: dict[str, int], result: ResultSpec | None,
-            batch_key: str | None) -> tuple[int, ...]:
+            params: list[Param], dims: dict[str, int], result: ResultSpec | None
+            ) -> tuple[int, ...]:
     """The launch's grid of tile groups: ``grid`` checked, or the default grid (see the
     module docstring)."""
     if not isinstance(group_size, int) or group_size < 1:

@@ -228,7 +228,7 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     dims = {k: int(v) for k, v in env.items() if isinstance(k, str)}
     tile = tile_of(tile_shape, config)
     result, result_scalar = _result(info, env, batch_key, batch)
-    grid_t = grid_of(info, grid, group_size, tile, params, dims, result, batch_key)
+    grid_t = grid_of(info, grid, group_size, tile, params, dims, result)
     spec_ = Spec(info.name, tuple(params), tuple(sorted(dims.items())), tile,
                  tuple(sorted(config.items())), grid_t, int(group_size), max(batch, 1),
                  result, result_scalar)

@@ -45,6 +45,13 @@ def strided_view(arr: np.ndarray, origin: Any, shape: tuple[int, ...],
                       writeable=arr.flags.writeable)
 
 
+def plain_ints(starts: Any) -> bool:
+    """Whether every start is a plain integer (a Python ``int`` or a ``numpy.int64``
+    scalar: a loop index, a constant, a coordinate of the sequential schedule's one
+    group), so that an access is one window, the same in every program."""
+    return all(type(s) is int or type(s) is np.int64 for s in starts)
+
+
 def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     """``np.broadcast_shapes`` for a few short shapes, without its overhead."""
     nd = max(len(sh) for sh in shapes)
@@ -118,10 +125,9 @@ class Plan:
         self.windows: dict[tuple[int, ...], tuple[int, tuple[int, ...]]] = {}
         self.index: tuple[np.ndarray, ...] | None = None
         self.affine = True
-        if expand is None and all(type(s) is int or type(s) is np.int64 for s in starts):
-            # plain integers (a loop index, a constant, a coordinate of the sequential
-            # schedule's one group): one window, the same in every program; the general
-            # path below gives the same plan, more slowly
+        if expand is None and plain_ints(starts):
+            # one window, the same in every program: the general path below gives the
+            # same plan, more slowly
             self.pshape = ()
             self.shape = self.tile_shape
             self.bases = [int(s) for s in starts]
@@ -294,4 +300,4 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["Plan", "bounds_violation", "broadcast_shape", "strided_view"]
+__all__ = ["Plan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view"]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc
-from tessera.interp.tile_access import Plan
+from tessera.interp.tile_access import Plan, plain_ints
 from tessera.interp.tile_context import Ctx, bcast
 from tessera.interp.tile_errors import CONFLICT, RACE
 from tessera.interp.tile_mem import GlobalMem, Ref
@@ -68,7 +68,7 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
     """The tile of ``ref`` in every program (a view when the tensor is read-only)."""
     mem: GlobalMem = ref.mem
     if not (mem.track_reads or mem.written or mem.batched) \
-            and len(ref.squeeze) == len(ref.sizes) and all(type(s) is int for s in ref.starts):
+            and len(ref.squeeze) == len(ref.sizes) and plain_ints(ref.starts):
         # one element of a read-only tensor at plain integers (a loop's x[i], bounds
         # already checked by the view): the same value as the plan's 0-d view
         return mem.array[tuple(ref.starts)]

@@ -138,12 +138,11 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
         top = s + min(s, gs)  # the levels touch [0, top)
         if top > size or not _clean(mem, top):
             return None
-        data = mem.data.expanded(ctx.group_shape)
+        part = mem.data.expanded(ctx.group_shape)[..., :top]
         # the levels run on a transposed copy of the part they touch, buffer index
         # first, so that each adds two contiguous blocks rather than a short row of
         # every group (half the cost): the same float32 additions
-        rows = data.reshape(-1, size) if data.flags.c_contiguous else None
-        cols = rows[:, :top].T.copy() if rows is not None else np.moveaxis(data, -1, 0)
+        cols = part.T.copy()
         levels = 0
         while s > 0:
             a = min(s, gs)
@@ -151,8 +150,7 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
             np.add(low, cols[s:s + a], out=low)
             s //= 2
             levels += 1
-        if rows is not None:
-            rows[:, :top] = cols.T
+        part[...] = cols.T
         # each level's barrier: the first clears the entry state's shadows, the rest
         # find them clear (a level's accesses are exactly what its barrier forgets)
         Y.barrier(st, ctx, loc, times=levels)

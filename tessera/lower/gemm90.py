@@ -36,7 +36,7 @@ from tessera.ir.target_async import (
 from tessera.lower.copy80 import Lanes, lin
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm80 import quad_origin
-from tessera.lower.tiles import ELEM_BYTES, THREADS, SharedBox, elem_size
+from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
 #: the start-address field keeps address bits 4..17 (PTX ISA 'Matrix Descriptor Format')
 _ADDR_MASK = 0x3FFFF
@@ -65,13 +65,13 @@ class Geometry:
 
 def geometry(box: SharedBox) -> Geometry:
     """Check that ``box`` is a wgmma-readable swizzled buffer and describe its panels."""
-    if box.elem not in ELEM_BYTES or ELEM_BYTES[box.elem] > 2:
+    esize = elem_size(box.elem)
+    if esize > 2:
         raise UnsupportedError(f"a wgmma shared operand holds 1- or 2-byte elements, not "
                                f"{box.elem}", hint="stage f32 data as bf16/f16 first")
     if box.swizzle not in (32, 64, 128):
         raise UnsupportedError(f"wgmma operands here need a 32/64/128-byte swizzle, got "
                                f"{box.swizzle}", hint="load the box with a swizzled tensor map")
-    esize = ELEM_BYTES[box.elem]
     row_bytes = box.cols * esize
     if row_bytes % box.swizzle or box.rows % 8:
         raise ShapeError(f"a {box.rows}x{box.cols} {box.elem} box does not tile into "

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tessera.arch.swizzle import Swizzle
-from tessera.errors import ArgumentError, ShapeError, UnsupportedError
+from tessera.errors import ArgumentError, ShapeError
 from tessera.ir.core import Value
 from tessera.ir.target import TensorMapType
 from tessera.ir.target_async import (
@@ -27,7 +27,7 @@ from tessera.ir.target_async import (
 from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.emit import Emitter
 from tessera.lower.gemm90 import wgmma_block
-from tessera.lower.tiles import ELEM_BYTES, SharedBox, elem_size
+from tessera.lower.tiles import SharedBox, elem_size
 
 
 def thread0(e: Emitter) -> Value:
@@ -91,14 +91,12 @@ def _panels(copy: TmaCopy) -> tuple[int, int, int]:
         raise ArgumentError(f"a TMA copy reads a tensor map, got a value of type {t}")
     d = copy.dst
     rows, cols = t.box
-    if t.elem not in ELEM_BYTES:
-        raise UnsupportedError(f"TMA copies of {t.elem} elements are not supported here",
-                               hint=f"use one of {', '.join(ELEM_BYTES)}")
+    esize = elem_size(t.elem)
     if (t.elem, t.swizzle, rows) != (d.elem, d.swizzle, d.rows) or d.cols % cols:
         raise ShapeError(f"tensor map {t} cannot fill a {d.rows}x{d.cols} {d.elem} box with "
                          f"swizzle {d.swizzle}", hint="match element type, swizzle and rows; "
                          "make the box columns a multiple of the map's")
-    return d.cols // cols, cols, rows * cols * ELEM_BYTES[t.elem]
+    return d.cols // cols, cols, rows * cols * esize
 
 
 def copy_bytes(copy: TmaCopy) -> int:
