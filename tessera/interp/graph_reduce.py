@@ -9,7 +9,9 @@
   to bf16, as a GPU that accumulates in f32 and stores bf16).
 * ``graph.sum`` / ``graph.mean``: ``numerics.sum_rounded``, the exact sum (divided by
   the element count for a mean) rounded once to the result element.
-* ``graph.max`` / ``graph.min``: exact by nature; NaN propagates.
+* ``graph.max`` / ``graph.min``: exact by nature; NaN propagates (as the default quiet
+  NaN) and +0 is above -0, so the bits do not depend on the order of the elements.
+* Over an empty axis a sum is 0 and a mean NaN (as in NumPy); a max or min is an error.
 * ``graph.softmax``: float64 ``exp(x - max)`` divided by the correctly rounded float64
   sum of those terms (independent of summation order), then one rounding.
 * ``graph.mse``: exact then rounded once, see :func:`mse`.
@@ -76,6 +78,11 @@ def _axes(ap: Apply, rank: int) -> tuple[int, ...]:
     return ap.op.reduced_axes(rank) if rank else ()
 
 
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool
+                   ) -> tuple[int, ...]:
+    return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+
+
 @rule(g.Sum, g.Mean)
 def sum_mean(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Sum or mean over ``axes`` (empty: all), exact then rounded once."""
@@ -84,35 +91,65 @@ def sum_mean(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     keep = ap.op.keepdims
     count = math.prod(x.shape[a] for a in axes)
     is_mean = type(ap.op) is g.Mean
+    if count == 0:
+        # As in NumPy: the sum of nothing is 0 and the mean of nothing is NaN (without
+        # NumPy's warning), in either mode; an int format cannot hold that NaN.
+        if is_mean and ap.storage().kind not in ("float", "complex"):
+            raise ap.fail(f"the mean over an empty axis is NaN, which {ap.storage()} "
+                          "cannot hold", hint="cast to a float format first")
+        return [ap.round(np.full(_reduced_shape(x.shape, axes, keep),
+                                 np.nan if is_mean else 0.0))]
     if ap.mode == "fast" and ap.operand_storage().kind in ("float", "complex"):
         acc = accum_of(ap.operand_types[0].element).np_dtype
         fn = np.mean if is_mean else np.sum
         with np.errstate(all="ignore"):
             return [ap.round(fn(x.astype(acc), axis=axes, keepdims=keep))]
-    if is_mean and count == 0:
-        # The mean of nothing is NaN (as in NumPy), not an error.
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)
-                      if keep or i not in axes)
-        return [ap.round(np.full(shape, np.nan))]
     out = sum_rounded(x, axes, keep, _reduce_to(ap), divisor=count if is_mean else 1)
     return [ap.round(out) if ap.stochastic() else out]
 
 
+def ieee_extreme(out: np.ndarray, w: np.ndarray, axes: tuple[int, ...], keep: bool,
+                 is_max: bool) -> np.ndarray:
+    """``out`` (NumPy's max or min of ``w`` over ``axes``) made independent of the order
+    NumPy visits the elements in, as IEEE 754-2019 ``maximum``/``minimum`` define it:
+    +0 is above -0, and a NaN result is the default quiet NaN (whatever NaN came in).
+
+    NumPy returns whichever zero or NaN it met first, and that order changes with the
+    array's layout; a reduction split over devices would then change bits.
+    """
+    zero = out == 0
+    if zero.any():
+        # max: +0 wherever some +0 was reduced; min: -0 wherever some -0 was.
+        hit = (w == 0) & (np.signbit(w) != is_max)
+        found = np.any(hit, axis=axes, keepdims=keep)
+        negative = ~found if is_max else found
+        out = np.where(zero, np.where(negative, -0.0, 0.0), out)
+    nan = np.isnan(out)
+    if nan.any():
+        out = np.where(nan, np.nan, out)
+    return out
+
+
 @rule(g.Max, g.Min)
 def extreme(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """Maximum or minimum over ``axes``; exact (the result is an element), NaN wins."""
+    """Maximum or minimum over ``axes``; exact (the result is an element), NaN wins,
+    signed zeros and NaNs as :func:`ieee_extreme` says."""
     (x,) = operands
     axes = _axes(ap, x.ndim)
-    if any(x.shape[a] == 0 for a in axes):
-        raise ap.fail(f"reduces an empty axis of a {x.shape} tensor; it has no identity",
-                      hint="reduce only non-empty axes")
-    fn = np.max if type(ap.op) is g.Max else np.min
+    is_max = type(ap.op) is g.Max
+    fn = np.max if is_max else np.min
+    if ap.operand_storage().kind == "complex":
+        raise ap.fail("complex values are not ordered", hint="reduce abs(x) instead")
+    empty = [a for a in axes if x.shape[a] == 0]
+    if empty:
+        raise ap.fail(f"reduces axis {empty[0]} of a {x.shape} tensor, which is empty; "
+                      f"the {'maximum' if is_max else 'minimum'} of no values does not "
+                      "exist", hint="reduce only non-empty axes")
     if ap.operand_storage().kind in ("int", "bool"):
         return [np.asarray(fn(x, axis=axes, keepdims=ap.op.keepdims))]
     w = ap.wide(x)
-    if np.iscomplexobj(w):
-        raise ap.fail("complex values are not ordered", hint="reduce abs(x) instead")
-    return [ap.select(np.asarray(fn(w, axis=axes, keepdims=ap.op.keepdims)))]
+    out = np.asarray(fn(w, axis=axes, keepdims=ap.op.keepdims))
+    return [ap.select(ieee_extreme(out, w, axes, ap.op.keepdims, is_max))]
 
 
 @rule(g.Softmax)

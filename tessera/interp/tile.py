@@ -29,107 +29,19 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArgumentError
+from tessera.errors import ArgumentError, UnsupportedError
+from tessera.interp.tile_alias import AliasSpace, alias_groups
+from tessera.interp.tile_analysis import Analysis, analyse
 from tessera.interp.tile_context import Ctx, Geometry
 from tessera.interp.tile_exec import Frame, Program, compile_kernel, run
 from tessera.interp.tile_mem import GlobalMem, Ref
 from tessera.interp.tile_numeric import num
 from tessera.interp.tile_state import Reschedule, State
-from tessera.ir import tile as T
-from tessera.ir import tile_memory as M
-from tessera.ir.core import Block, Function, Instr, Value, walk
+from tessera.ir.core import Function
 from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
 
 SCHEDULES = ("auto", "vectorized", "sequential")
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """What a kernel does to each memory parameter (by argument index)."""
-
-    read: frozenset[int]
-    written: frozenset[int]
-    reduced_often: frozenset[int]  # updated in a loop or by several update ops
-    written_often: frozenset[int]  # written in a loop or by several ops
-
-
-def analyse(fn: Function) -> Analysis:
-    """Find which parameters are read, written and reduced, following views."""
-    owner: dict[int, Instr] = {}
-    for instr in walk(fn.body):
-        for region in instr.regions:
-            for b in region.blocks:
-                owner[id(b)] = instr
-    params = {a: k for k, a in enumerate(fn.args) if isinstance(a.type, MemRefType)}
-
-    def roots(v: Value, seen: set[int]) -> set[int]:
-        if id(v) in seen:
-            return set()
-        seen.add(id(v))
-        if v in params:
-            return {params[v]}
-        src = v.owner
-        if isinstance(src, Instr):
-            if isinstance(src.op, M.View):
-                return roots(src.operands[0], seen)
-            if isinstance(src.op, M.Select):
-                return set().union(*(roots(o, seen) for o in src.operands[1:]))
-            if isinstance(src.op, M.AllocShared):
-                return set()
-        if isinstance(src, Block) and id(src) in owner:
-            return roots_of_region_arg(owner[id(src)], src, v, seen)
-        return set(params.values())  # cannot tell: assume any parameter
-
-    def roots_of_region_arg(instr: Instr, block: Block, v: Value, seen: set[int]) -> set[int]:
-        k = block.args.index(v)
-        if isinstance(instr.op, T.For):
-            k -= 1
-            if k < 0:
-                return set()
-            init = instr.operands[3 + k]
-        else:
-            init = instr.operands[k]
-        out = roots(init, seen)
-        term = instr.regions[-1].block.terminator
-        if term is not None and k < len(term.operands):
-            out |= roots(term.operands[k], seen)
-        return out
-
-    read: set[int] = set()
-    written: set[int] = set()
-    updates: dict[int, int] = {}
-    writes: dict[int, int] = {}
-    often: set[int] = set()
-    w_often: set[int] = set()
-
-    def visit(block: Block, in_loop: bool) -> None:
-        for instr in block.instrs:
-            op = instr.op
-            if isinstance(op, (M.Load, M.LoadVector)):
-                read.update(roots(instr.operands[0], set()))
-            elif isinstance(op, M.CpAsync):
-                read.update(roots(instr.operands[1], set()))
-            elif isinstance(op, (M.Store, M.StoreVector, M.Update)):
-                targets = roots(instr.operands[0], set())
-                written.update(targets)
-                for t in targets:
-                    writes[t] = writes.get(t, 0) + 1
-                    if in_loop:
-                        w_often.add(t)
-                if isinstance(op, M.Update):
-                    for t in targets:
-                        updates[t] = updates.get(t, 0) + 1
-                        if in_loop:
-                            often.add(t)
-            for region in instr.regions:
-                for b in region.blocks:
-                    visit(b, in_loop or isinstance(op, (T.For, T.While)))
-
-    visit(fn.body, False)
-    often |= {t for t, n in updates.items() if n > 1}
-    w_often |= {t for t, n in writes.items() if n > 1}
-    return Analysis(frozenset(read), frozenset(written), frozenset(often), frozenset(w_often))
 
 
 @dataclass
@@ -158,12 +70,44 @@ def _params(fn: Function, args: list[Any], an: Analysis) -> list[Any]:
             # so only two programs in that one op can conflict (an injectivity test)
             mem.track_owner = k in an.written_often or mem.track_reads
             if k in an.reduced_often:
-                mem.last_group = np.full(value.shape, -1, np.int32)
+                mem.shadow("last_group", -1)
+            if mem.written:
+                _check_writable(mem)
             values.append(mem)
         else:
             assert isinstance(t, TensorType)
             values.append(np.asarray(value, dtype=num(t.element).sd))
+    _link_aliases(values, an)
     return values
+
+
+def _check_writable(mem: GlobalMem) -> None:
+    """A written array must not repeat an element (a zero stride): tiles writing
+    different positions would then write one place."""
+    a = mem.array
+    if any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
+        raise ArgumentError(f"the array passed as '{mem.name}' repeats its elements "
+                            f"(strides {a.strides} for shape {a.shape}) and the kernel "
+                            "writes it", hint="pass a real array (np.ascontiguousarray)")
+
+
+def _link_aliases(values: list[Any], an: Analysis) -> None:
+    """Parameters whose arrays overlap share their sanitizer shadows (tile_alias): when
+    one of them is written, all of them are treated as written and read-tracked."""
+    arrays = [v.array if isinstance(v, GlobalMem) else None for v in values]
+    for group in alias_groups(arrays):
+        mems = [values[k] for k in group]
+        written = any(m.written for m in mems)
+        if not written:
+            continue  # read-only aliasing: nothing can race
+        read = any(k in an.read for k in group)
+        reduced = any(k in an.reduced_often for k in group)
+        space = AliasSpace([m.array for m in mems], [m.name for m in mems])
+        for m in mems:
+            m.written = True  # loads copy: another parameter may change the memory
+            m.track_reads = read
+            m.track_owner = True
+            m.link(space, reduced)
 
 
 def _bind(fn: Function, program: Program, values: list[Any], ctx: Ctx) -> list[Any]:
@@ -186,49 +130,78 @@ def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool
            output_element: Any = None) -> Any:
     """Run ``compiled`` over ``geom``; ``args`` are storage arrays (with batch dims) and
     scalars in argument order. Arrays are written in place. Returns the kernel's
-    result (see the module docstring)."""
+    result (see the module docstring).
+
+    In checked mode a launch that raises leaves every array as it was: each tensor is
+    saved before the launch's first write to it and put back on failure."""
     if schedule not in SCHEDULES:
         raise ArgumentError(f"unknown schedule {schedule!r}", hint=f"use one of {SCHEDULES}")
     fn = compiled.program.fn
     values = _params(fn, args, compiled.analysis)
     mems = [v for v in values if isinstance(v, GlobalMem)]
+    tracked = any(m.track_reads or m.last_group is not None for m in mems)
+    for m in mems:  # auto may start over, checked mode restores on failure
+        m.guard = m.written and (checked or (tracked and schedule == "auto"))
     out_mem = None
     if output is not None:
         batched = bool(fn.attrs.get("result_batched", False))
         out_mem = GlobalMem("result", output, output_element, batched)
         out_mem.written = True
         mems.append(out_mem)
-    tracked = any(m.track_reads or m.last_group is not None for m in mems)
-    with np.errstate(all="ignore"):
-        if schedule != "sequential":
-            saved = [(m, m.array.copy()) for m in mems if m.written] \
-                if tracked and schedule == "auto" else []
-            st = State(compiled.name, geom, checked=checked, fast=compiled.program.fast,
-                       vectorized=True)
-            st.output = out_mem
-            try:
-                ctx = Ctx.root(geom)
-                run(compiled.program.body.steps,
-                    Frame(_bind(fn, compiled.program, values, ctx), ctx, st))
-                return _result(st, fn)
-            except Reschedule:
-                if schedule == "vectorized":
-                    raise
-                for m, copy in saved:
-                    m.array[...] = copy
-                for m in mems:
-                    for attr in ("owner", "owner_epoch", "reader", "reader_group",
-                                 "reader_epoch"):
-                        setattr(m, attr, None)
-        st = State(compiled.name, geom, checked=checked, fast=compiled.program.fast,
-                   vectorized=False)
-        st.output = out_mem
+    journal: list[GlobalMem] = []  # the saved tensors, in the order they were saved
+    try:
+        with np.errstate(all="ignore"):
+            if schedule != "sequential":
+                try:
+                    return _run(compiled, values, geom, checked, True, out_mem, journal)
+                except Reschedule as why:
+                    if schedule == "vectorized":
+                        raise UnsupportedError(
+                            f"the vectorised schedule cannot keep this launch's order: "
+                            f"{why.why}", loc=why.loc,
+                            hint="use schedule='auto' (it then runs the groups one after "
+                                 "another) or schedule='sequential'") from None
+                    _undo(journal)
+                    for m in mems:
+                        m.reset_shadows()
+            for m in mems:
+                # programs of different groups never meet in one op here: only the
+                # owner shadow sees two groups write one element
+                m.track_owner = m.written
+            return _run(compiled, values, geom, checked, False, out_mem, journal)
+    except BaseException:
+        _undo(journal)
+        raise
+    finally:
+        for m in mems:
+            m.saved = None
+
+
+def _run(compiled: Compiled, values: list[Any], geom: Geometry, checked: bool,
+         vectorized: bool, out_mem: GlobalMem | None, journal: list[GlobalMem]) -> Any:
+    """One run of the launch: every program at once, or group after group."""
+    fn = compiled.program.fn
+    st = State(compiled.name, geom, checked=checked, fast=compiled.program.fast,
+               vectorized=vectorized)
+    st.output = out_mem
+    st.journal = journal
+    body = compiled.program.body
+    if vectorized:
+        ctx = Ctx.root(geom)
+        run(body.steps, Frame(_bind(fn, compiled.program, values, ctx), ctx, st))
+    else:
         for g in range(geom.n_groups):
             st.shared = []
             ctx = Ctx.group(geom, g)
-            run(compiled.program.body.steps,
-                Frame(_bind(fn, compiled.program, values, ctx), ctx, st))
-        return _result(st, fn)
+            run(body.steps, Frame(_bind(fn, compiled.program, values, ctx), ctx, st))
+    return _result(st, fn)
+
+
+def _undo(journal: list[GlobalMem]) -> None:
+    """Restore the saved tensors, latest first (overlapping parameters saved later hold
+    what earlier ones wrote)."""
+    while journal:
+        journal.pop().restore()
 
 
 def _result(st: State, fn: Function) -> Any:

@@ -99,7 +99,8 @@ def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
                 cross = bad & ~same
                 if not st.checked:
                     if cross.any() and st.vectorized:
-                        raise Reschedule()
+                        raise Reschedule(loc, f"a tile reads {mem.label} where a tile of "
+                                         "another group wrote")
                 else:
                     code = int(o[first_true(bad)])
                     where = "a tile of another group" if cross[first_true(bad)] else \
@@ -148,9 +149,14 @@ def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bo
         grp = _per_position(ctx, ctx.group_flat, shape)
         lg = plan.view(mem.last_group)
         if (lg > grp).any():
-            raise Reschedule()
-        np.maximum.at(mem.last_group.reshape(-1), plan.offsets(mem.dims).reshape(-1),
-                      np.ascontiguousarray(grp).reshape(-1).astype(np.int32))
+            raise Reschedule(loc, f"reductions into {mem.label} from several groups "
+                             "arrive out of group order")
+        offs = plan.offsets(mem.dims).reshape(-1)
+        groups = np.ascontiguousarray(grp).reshape(-1).astype(np.int32)
+        if mem.last_group.flags.c_contiguous:
+            np.maximum.at(mem.last_group.reshape(-1), offs, groups)
+        else:  # a view into the shadows of overlapping parameters (tile_alias)
+            np.maximum.at(mem.last_group, np.unravel_index(offs, mem.dims), groups)
 
 
 def _check_owner(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bool,
@@ -199,7 +205,8 @@ def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarr
         return
     if not st.checked:
         if (bad & ~same).any() and st.vectorized:
-            raise Reschedule()
+            raise Reschedule(loc, f"a tile writes {mem.label} where a tile of another "
+                             "group read")
         return
     cross = bool((bad & ~same)[first_true(bad)])
     where = "a tile of another group" if cross else \
@@ -214,6 +221,7 @@ def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool) -> Pla
     mem: GlobalMem = ref.mem
     if st.checked or mem.track_reads or mem.last_group is not None:
         _check_write(st, ctx, loc, ref, plan, reduce=reduce)
+    mem.before_write(st.journal)
     return plan
 
 

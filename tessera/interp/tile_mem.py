@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc
+from tessera.interp.tile_alias import SHADOWS
 from tessera.numerics import Element, storage_of
 
 
@@ -95,9 +96,9 @@ class GroupArray:
 class GlobalMem:
     """A kernel parameter in global memory (the array the user passed, or a copy)."""
 
-    __slots__ = ("array", "batched", "element", "last_group", "name", "np_dtype", "owner",
-                 "owner_epoch", "reader", "reader_epoch", "reader_group", "track_owner",
-                 "track_reads", "written")
+    __slots__ = ("alias", "array", "batched", "element", "guard", "last_group", "name",
+                 "np_dtype", "owner", "owner_epoch", "reader", "reader_epoch", "reader_group",
+                 "saved", "track_owner", "track_reads", "written")
 
     def __init__(self, name: str, array: np.ndarray, element: Element, batched: bool) -> None:
         self.name = name
@@ -117,6 +118,11 @@ class GlobalMem:
         self.track_owner = True
         #: the kernel may write this tensor, so loads copy instead of returning views
         self.written = False
+        #: the shared shadows of the parameters this one overlaps (tile_alias), if any
+        self.alias: Any = None
+        #: whether the first write saves the array, so that a failed launch restores it
+        self.guard = False
+        self.saved: np.ndarray | None = None
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -124,15 +130,51 @@ class GlobalMem:
 
     @property
     def label(self) -> str:
+        if self.alias is not None:
+            others = ", ".join(f"'{n}'" for n in self.alias.names if n != self.name)
+            return f"global tensor '{self.name}' (its memory overlaps {others})"
         return f"global tensor '{self.name}'"
 
     def shadow(self, attr: str, fill: int) -> np.ndarray:
-        """A per-element int32 shadow array, created on first use."""
+        """A per-element int32 shadow array, created on first use (a view of the alias
+        space's buffer when the parameter overlaps another)."""
         arr = getattr(self, attr)
         if arr is None:
-            arr = np.full(self.array.shape, fill, dtype=np.int32)
+            arr = self.alias.view(self.array, attr) if self.alias is not None else \
+                np.full(self.array.shape, fill, dtype=np.int32)
             setattr(self, attr, arr)
         return arr
+
+    def before_write(self, journal: list[Any]) -> None:
+        """Save the array before the launch's first write to it, when guarded, and
+        note it in the launch's ``journal``."""
+        if self.guard and self.saved is None:
+            self.saved = self.array.copy()
+            journal.append(self)
+
+    def restore(self) -> None:
+        """Put back the array as it was before the launch's first write."""
+        if self.saved is not None:
+            self.array[...] = self.saved
+            self.saved = None
+
+    def link(self, space: Any, reduced: bool) -> None:
+        """Share the shadows of ``space`` with the parameters this one overlaps; they
+        exist from the start, since another parameter's entries concern this one."""
+        self.alias = space
+        for attr, fill in SHADOWS.items():
+            if attr != "last_group" or reduced:
+                self.shadow(attr, fill)
+
+    def reset_shadows(self) -> None:
+        """Forget the sanitizer's entries (a run that starts over)."""
+        if self.alias is not None:
+            self.alias.reset()
+            return
+        for attr in ("owner", "owner_epoch", "reader", "reader_group", "reader_epoch"):
+            setattr(self, attr, None)
+        if self.last_group is not None:
+            self.last_group = np.full(self.array.shape, -1, np.int32)
 
 
 class SharedMem:

@@ -17,7 +17,7 @@ from tessera.errors import Loc, UnsupportedError
 from tessera.interp import tile_global as G
 from tessera.interp import tile_shared as S
 from tessera.interp import tile_sync as Y
-from tessera.interp.tile_access import bounds_violation
+from tessera.interp.tile_access import bounds_violation, c_strides
 from tessera.interp.tile_context import Ctx
 from tessera.interp.tile_errors import MISALIGNED, OOB
 from tessera.interp.tile_exec import FUSED, Compiler, Frame, Step, step_rule
@@ -77,7 +77,9 @@ def make_view(st: State, ctx: Ctx, loc: Loc, parent: Ref, rel: list[Any],
                 for s in rel]
         s = here[d]
         tpos = [0] * len(axes)
-        tpos[d] = 0 if s < 0 else psizes[d] - s
+        # the first element outside: the window's start when it starts outside (a bad
+        # gather index), else the axis end it runs past
+        tpos[d] = 0 if s < 0 or s >= psizes[d] else psizes[d] - s
         index = [here[i] + (tpos[i] if i == d else 0) for i in range(len(axes))]
         base = [int(np.broadcast_to(parent.starts[m], ctx.lead).reshape(-1)[pos])
                 if np.ndim(parent.starts[m]) else int(parent.starts[m]) for m in axes]
@@ -173,15 +175,27 @@ def _load(c: Compiler, instr: Instr) -> Step:
 
 
 def _aligned(fr: Frame, loc: Loc, ref: Ref, width: int) -> None:
-    axis = ref.visible_axes()[-1]
-    start = np.asarray(ref.starts[axis])
-    bad = (start % width) != 0
-    if np.any(bad):
-        pos = int(np.flatnonzero(np.broadcast_to(bad, fr.ctx.lead))[0]) if start.ndim else 0
-        s = int(np.broadcast_to(start, fr.ctx.lead).reshape(-1)[pos])
-        raise fr.st.report(MISALIGNED, f"vector access of width {width} starts at element "
-                           f"{s} of {ref.mem.label}", loc, pid=int(fr.ctx.pid_flat[pos]),
-                           index=(s,), position=(0,), shape=(width,))
+    """A vector access needs its flat start (the element offset from the tensor's or
+    buffer's first element, row pitch included) to be a multiple of its width: the
+    address alignment of a ``ld.v4``, as on the GPU."""
+    flat: Any = 0
+    for s, stride in zip(ref.starts, c_strides(tuple(ref.mem.dims))):
+        flat = flat + np.asarray(s, dtype=np.int64) * stride
+    bad = (flat % width) != 0
+    if not np.any(bad):
+        return
+    lead = fr.ctx.lead
+    pos = int(np.flatnonzero(np.broadcast_to(bad, lead))[0]) if np.ndim(bad) else 0
+    index = tuple(int(np.broadcast_to(s, lead).reshape(-1)[pos]) if np.ndim(s) else int(s)
+                  for s in ref.starts)
+    off = int(np.broadcast_to(flat, lead).reshape(-1)[pos]) if np.ndim(flat) else int(flat)
+    if getattr(ref.mem, "batched", False):
+        index = index[1:]
+    raise fr.st.report(MISALIGNED, f"vector access of width {width} starts at element "
+                       f"[{', '.join(map(str, index))}] of {ref.mem.label}, flat offset "
+                       f"{off}, not a multiple of {width}", loc,
+                       pid=int(fr.ctx.pid_flat[pos]), index=index, position=(0,),
+                       shape=(width,), memory=ref.mem.name)
 
 
 @step_rule(M.Store, M.Update, M.StoreVector)

@@ -93,6 +93,10 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref, record: bool = True) -> Any:
             if not ok.all():
                 raise _report(st, ctx, UNINIT, f"read of {mem.name} before anything was "
                               "written there", loc, ref, plan, starts, ~ok)
+        # a copy another tile issued since the last barrier is a race whether or not
+        # that tile waited for it (its wait orders the copy before its own reads only)
+        if mem.writer is not None and (record or mem.wrote):
+            _race_read(st, ctx, loc, ref, record)
         if mem.tag is not None:
             plan, starts = _plan(ctx, mem.tag.arr.shape, ng, ref)
             tag = plan.view(mem.tag.arr)
@@ -102,8 +106,6 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref, record: bool = True) -> Any:
                 raise _report(st, ctx, ASYNC, f"read of {mem.name} while the cp_async into "
                               "it has not completed", loc, ref, plan_x, starts,
                               np.broadcast_to(pending, plan_x.shape))
-        if mem.writer is not None and (record or mem.wrote):
-            _race_read(st, ctx, loc, ref, record)
     plan, _ = _plan(ctx, mem.data.arr.shape, ng, ref)
     val = plan.view(mem.data.arr)
     if plan.index is None:

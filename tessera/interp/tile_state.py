@@ -20,7 +20,13 @@ from tessera.interp.tile_errors import SanitizerError, lane_of
 class Reschedule(Exception):  # a control-flow signal, not an error
     """Raised inside a vectorised run when programs turn out to depend on each other
     through global memory in a way the vectorised order would change; the launcher
-    restores the written tensors and runs the groups one after another."""
+    restores the written tensors and runs the groups one after another (or, when the
+    vectorised schedule was asked for, refuses at ``loc`` saying ``why``)."""
+
+    def __init__(self, loc: Loc | None = None, why: str = "") -> None:
+        super().__init__(why)
+        self.loc = loc
+        self.why = why
 
 
 class State:
@@ -42,6 +48,8 @@ class State:
         self.output: Any = None  # the GlobalMem a returned tile is written to
         self.result: Any = None
         self.result_set = False
+        #: the tensors saved before their first write, to restore if the launch fails
+        self.journal: list[Any] = []
 
     def _copy_counters(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._counters is None:
