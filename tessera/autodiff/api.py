@@ -1,29 +1,25 @@
 """The user-facing transformations: grad, value_and_grad, vjp, jvp.
 
-Which arguments ``grad`` differentiates when neither ``argnums`` nor ``wrt`` is given
-(documented in docs/autodiff.md): every argument except *data* arguments, whose names
-are ``x``, ``X``, ``y``, ``Y``, ``input(s)``, ``target(s)``, ``label(s)``, ``batch`` or
-end in ``_true`` / ``_target`` / ``_label``, and except *static* arguments: those the
-caller left at their default, and those holding no float or complex value (strings,
-flags, ints, None); if that leaves nothing, the first argument (JAX's default). So
-``grad(train_step)(x, y, W)`` gives ``dW``, ``grad(loss)(x, W, b, y_true)`` gives
-``(dW, db)``, and for ``def loss(x, W, mode, eps=1e-5)`` the call
-``grad(loss)(x, W, "train")`` gives ``dW`` alone. One gradient comes back bare, several
-as a tuple in argument order.
+Which arguments are differentiated (``argnums`` counts the call's arguments, ``*args``
+elements included; the default rule skips data and static arguments) is decided in
+:mod:`tessera.autodiff.binding`. So ``grad(train_step)(x, y, W)`` gives ``dW``,
+``grad(loss)(x, W, b, y_true)`` gives ``(dW, db)``, and for ``def loss(x, W, mode,
+eps=1e-5)`` the call ``grad(loss)(x, W, "train")`` gives ``dW`` alone. One gradient
+comes back bare, several as a tuple in argument order.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from tessera.autodiff.binding import Transformed, abstract, tensor_leaves
+from tessera.autodiff.binding import default_wrt as default_wrt  # re-exported
 from tessera.autodiff.transform import as_traced, inline, jvp_function, vjp_function
-from tessera.errors import ArgumentError, GradError, TesseraError, user_api
-from tessera.frontend.jit import Compiled, JitFunction, run_compiled, tensors_in
+from tessera.errors import ArgumentError, GradError, user_api
+from tessera.frontend.jit import Compiled, run_compiled
 from tessera.frontend.pytree import TreeDef, flatten, unflatten
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Trace, Tracer
@@ -31,34 +27,6 @@ from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
 from tessera.numerics import loss_scale_of, storage_of
-
-_DATA_NAMES = re.compile(r"^(x|X|y|Y|inputs?|targets?|labels?|batch|.*_(true|target|label))$")
-
-
-def default_wrt(names: Sequence[str], static: Collection[str] = ()) -> list[int]:
-    """The argument positions ``grad`` differentiates by default (see module docstring).
-
-    ``static`` names the arguments that are static at this call (left at their default,
-    or holding no float or complex value).
-    """
-    params = [k for k, n in enumerate(names) if not _DATA_NAMES.match(n) and n not in static]
-    return params or [0]
-
-
-def _holds_float(value: Any) -> bool:
-    """Whether an argument holds a float or complex leaf (a tensor, array or number)."""
-    for leaf in flatten(value)[0]:
-        if isinstance(leaf, (float, complex)) and not isinstance(leaf, np.generic):
-            return True
-        if isinstance(leaf, (np.ndarray, np.generic)):
-            try:
-                leaf = as_tensor(leaf)
-            except TesseraError:  # an array of strings or objects: static, not a tensor
-                continue
-        if isinstance(leaf, (Tensor, Tracer)) and \
-                storage_of(leaf.type.element).kind in ("float", "complex"):
-            return True
-    return False
 
 
 def autodiff(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,91 +36,6 @@ def autodiff(fn: Callable[..., Any]) -> Callable[..., Any]:
     except AttributeError:
         pass
     return fn
-
-
-class _Transformed:
-    """Shared machinery: bind arguments, trace the function, pick the wrt leaves."""
-
-    def __init__(self, fn: Callable[..., Any], argnums: Any, wrt: Any) -> None:
-        functools.update_wrapper(self, fn)
-        self.jit = fn if isinstance(fn, JitFunction) else JitFunction(fn)
-        self.argnums, self.wrt = argnums, wrt
-        self.cache: dict[Any, Any] = {}
-        # A @ts.jit function bakes the values it closes over into its trace (as jit
-        # does); a plain Python function is traced afresh on every call, so a closure
-        # over a variable that changes between calls sees the new value (as in JAX).
-        self.cacheable = isinstance(fn, JitFunction)
-
-    def positions(self, names: list[str],
-                  static: Collection[str] = ()) -> tuple[list[int], bool]:
-        """The differentiated argument positions, and whether one comes back bare."""
-        if self.argnums is not None and self.wrt is not None:
-            raise ArgumentError("pass argnums or wrt, not both")
-        if self.wrt is not None:
-            wanted = [self.wrt] if isinstance(self.wrt, str) else list(self.wrt)
-            for w in wanted:
-                if w not in names:
-                    raise ArgumentError(f"wrt={w!r} is not an argument of "
-                                        f"{self.jit.name}({', '.join(names)})")
-            return [names.index(w) for w in wanted], isinstance(self.wrt, str)
-        if self.argnums is not None:
-            nums = [self.argnums] if isinstance(self.argnums, int) else list(self.argnums)
-            for k in nums:
-                if not -len(names) <= k < len(names):
-                    raise ArgumentError(f"argnums {k} is out of range for {len(names)} "
-                                        "arguments")
-            return [k % len(names) for k in nums], isinstance(self.argnums, int)
-        pos = default_wrt(names, static)
-        return pos, len(pos) == 1
-
-    def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        arguments = self.jit.check_annotations(self.jit.bind_args(args, kwargs))
-        names = list(arguments)
-        # bind_args has checked the call, so binding again cannot fail
-        passed = set(self.jit.signature.bind(*args, **kwargs).arguments)
-        static = {n for n, v in arguments.items() if n not in passed or not _holds_float(v)}
-        positions, bare = self.positions(names, static)
-        for k in positions:  # differentiated Python numbers become f32 tensors
-            leaves, tree = flatten(arguments[names[k]])
-            # NumPy scalars keep their own format (np.float64 is a Python float subclass).
-            arguments[names[k]] = unflatten(tree, [
-                as_tensor(np.float32(v)) if isinstance(v, (int, float))
-                and not isinstance(v, (bool, np.generic)) else v
-                for v in leaves])
-        arguments = {k: tensors_in(v) for k, v in arguments.items()}
-        return arguments, names, positions, bare
-
-    def leaf_groups(self, arguments: dict[str, Any], names: list[str],
-                    positions: list[int]) -> list[tuple[TreeDef, list[int]]]:
-        """For each differentiated argument, its structure and flat tensor indices."""
-        groups, index = [], 0
-        starts = {}
-        for k, name in enumerate(names):
-            leaves, tree = flatten(arguments[name])
-            tensor_ids = []
-            for leaf in leaves:
-                if isinstance(leaf, (Tensor, Tracer)):
-                    tensor_ids.append(index)
-                    index += 1
-                else:
-                    tensor_ids.append(-1)
-            starts[k] = (tree, tensor_ids)
-        for k in positions:
-            tree, ids = starts[k]
-            if any(i < 0 for i in ids):
-                raise GradError(f"argument {names[k]!r} is not a tensor, so it has no "
-                                "gradient", hint="pass an array, or leave it out of argnums")
-            groups.append((tree, ids))
-        return groups
-
-    def traced(self, arguments: dict[str, Any]) -> tuple[Function, list[Any]]:
-        """The function traced on placeholders, and the outer tracers it closes over."""
-        compiled = self.compiled(arguments)
-        return compiled.function, compiled.captured
-
-    def compiled(self, arguments: dict[str, Any]) -> Compiled:
-        """The traced function with its output structure."""
-        return self.jit.trace({k: _abstract(v) for k, v in arguments.items()})
 
 
 def _tensor_tree(compiled: Compiled) -> TreeDef:
@@ -184,19 +67,7 @@ def _same_structure(a: TreeDef, b: TreeDef) -> bool:
     return norm(a) == norm(b)
 
 
-def _abstract(x: Any) -> Any:
-    """Replace tracers by placeholder tensors of their type, so tracing starts fresh."""
-    leaves, tree = flatten(x)
-    return unflatten(tree, [Tensor(np.zeros(tuple(v.shape), storage_of(v.type.element).np_dtype),
-                                   v.type.element) if isinstance(v, Tracer) else v
-                            for v in leaves])
-
-
-def _tensor_leaves(arguments: dict[str, Any]) -> list[Any]:
-    return [x for x in flatten(list(arguments.values()))[0] if isinstance(x, (Tensor, Tracer))]
-
-
-class GradFunction(_Transformed):
+class GradFunction(Transformed):
     """``grad(f)``: the gradient of a scalar function (and optionally its value)."""
 
     def __init__(self, fn: Callable[..., Any], argnums: Any, wrt: Any,
@@ -206,20 +77,21 @@ class GradFunction(_Transformed):
 
     @user_api
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        arguments, names, positions, bare = self.prepare(args, kwargs)
-        groups = self.leaf_groups(arguments, names, positions)
+        arguments, slots, positions, bare = self.prepare(args, kwargs)
+        groups = self.leaf_groups(arguments, slots, positions)
         wrt = [i for _, ids in groups for i in ids]
-        inputs = _tensor_leaves(arguments)
+        inputs = tensor_leaves(arguments)
         for i in wrt:
             if storage_of(inputs[i].type.element).kind not in ("float", "complex"):
                 raise GradError(f"grad with respect to a tensor of {inputs[i].type.element}: only "
                                 "float and complex tensors have gradients",
                                 hint="pass a float array, e.g. x.astype(np.float32)")
-        key = (self.jit.key({k: _abstract(v) for k, v in arguments.items()}), tuple(wrt)) \
+        key = (self.jit.key({k: abstract(v) for k, v in arguments.items()}), tuple(wrt)) \
             if self.cacheable else None
         gfn = self.cache.get(key) if self.cacheable else None
         if gfn is None:
-            fn, captured = self.traced(arguments)
+            compiled = self.compiled(arguments)
+            fn, captured = compiled.function, compiled.captured
             if len(fn.result_types) != 1 or fn.result_types[0].shape != ():  # type: ignore[attr-defined]
                 shapes = ", ".join(str(t.shape) for t in fn.result_types)  # type: ignore[attr-defined]
                 raise GradError(f"grad needs a function that returns one scalar; "
@@ -304,9 +176,9 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] | None =
 @user_api
 def vjp(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
     """``(out, pullback)``; ``pullback(ct)`` returns one cotangent per primal (a tuple)."""
-    t = _Transformed(fn, tuple(range(len(primals))), None)
-    arguments, names, positions, _ = t.prepare(primals, {})
-    inputs = _tensor_leaves(arguments)
+    t = Transformed(fn, tuple(range(len(primals))), None)
+    arguments, slots, positions, _ = t.prepare(primals, {})
+    inputs = tensor_leaves(arguments)
     compiled = t.compiled(arguments)
     f, captured = compiled.function, compiled.captured
     wrt = list(range(len(inputs)))
@@ -317,7 +189,7 @@ def vjp(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]
     zero_cts = [Tensor(np.zeros(tuple(r.shape), storage_of(r.element).np_dtype), r.element)
                 for r in f.result_types]  # type: ignore[attr-defined]
     out = _call(v, [*inputs, *zero_cts])[:n_out]
-    groups = t.leaf_groups(arguments, names, positions)
+    groups = t.leaf_groups(arguments, slots, positions)
 
     @user_api
     def pullback(ct: Any) -> tuple[Any, ...]:
@@ -354,9 +226,9 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any])
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise ArgumentError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")
-    t = _Transformed(fn, tuple(range(len(primals))), None)
+    t = Transformed(fn, tuple(range(len(primals))), None)
     arguments, _, _, _ = t.prepare(primals, {})
-    inputs = _tensor_leaves(arguments)
+    inputs = tensor_leaves(arguments)
     primal_leaves = flatten(list(arguments.values()))[0]
     tangent_leaves = flatten(list(tangents))[0]
     if len(tangent_leaves) == len(primal_leaves):  # same structure: skip static leaves

@@ -50,9 +50,23 @@ class ArrayMethods:
         return self.type.element
 
     def __len__(self) -> int:
+        return self._rows("len() of")
+
+    def _rows(self, what: str) -> int:
+        # NumPy raises TypeError for a 0-d array here; tessera's errors are TesseraErrors.
         if not self.type.shape:
-            raise TypeError("len() of a 0-d tensor")
+            from tessera.errors import ShapeError
+
+            raise ShapeError(f"{what} a 0-d tensor", hint="a scalar has no axis 0; use it "
+                             "as it is, or check x.ndim first")
         return int(self.type.shape[0])
+
+    def __iter__(self) -> Any:
+        """Iterate along axis 0, as NumPy does: ``x[0], x[1], ...``.
+
+        The length is static (part of the shape), so a ``for`` loop over a traced tensor
+        unrolls into one slice per row."""
+        return (self[i] for i in range(self._rows("iteration over")))
 
     def __add__(self, o: Any) -> Any: return _ops().add(self, o)
     def __radd__(self, o: Any) -> Any: return _ops().add(o, self)

@@ -111,12 +111,19 @@ class JitFunction:
 
     # -- arguments
     def bind_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name (``*args`` as a tuple, ``**kw`` a dict)."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as err:
-            raise ArgumentError(f"{self.name}(): {err}") from None
+            raise ArgumentError(f"{self.name}(): {err}",
+                                hint=f"the signature is {self.name}{self.signature}") from None
         bound.apply_defaults()
         return dict(bound.arguments)
+
+    def call(self, arguments: dict[str, Any]) -> Any:
+        """Call the Python function with bound ``arguments`` spread back out by kind."""
+        args, kwargs = spread(self.signature, arguments)
+        return self.fn(*args, **kwargs)
 
     def check_annotations(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Bind dim symbols and convert annotated arguments to their declared element.
@@ -126,16 +133,17 @@ class JitFunction:
         out = {k: dist_args_in(v) for k, v in arguments.items()}
         for name, value in list(out.items()):
             spec = self.specs.get(name)
-            if spec is None or (not is_array(value) and not isinstance(value, (int, float))):
+            if spec is None:
                 continue
-            x = value if isinstance(value, (Tracer, Tensor)) else as_tensor(value)
-            if spec.dims is not None:
-                spec.bind(tuple(x.shape), env, arg_name=name)
-            if spec.element is not None and element(spec.element) != x.type.element:
-                from tessera.frontend.ops import cast
-
-                x = dist_args_in(cast(x, spec.element))
-            out[name] = x
+            kind = self.signature.parameters[name].kind
+            # The annotation of ``*args`` / ``**kwargs`` is that of each element.
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                out[name] = tuple(_checked(spec, v, env, f"{name}[{k}]")
+                                  for k, v in enumerate(value))
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                out[name] = {k: _checked(spec, v, env, k) for k, v in value.items()}
+            else:
+                out[name] = _checked(spec, value, env, name)
         self._env = env
         return out
 
@@ -148,8 +156,7 @@ class JitFunction:
             traced = [trace.param(x.type if isinstance(x, DistArg) else
                                   TensorType(x.shape, x.type.element), names[k])
                       if isinstance(x, (Tensor, Tracer)) else x for k, x in enumerate(leaves)]
-            call_args = unflatten(tree, traced)
-            out = self.fn(*call_args)
+            out = self.call(dict(zip(arguments, unflatten(tree, traced))))
             out = self._check_result(out)
             out_leaves, out_tree = flatten(out)
             static = {k: v for k, v in enumerate(out_leaves) if not isinstance(v, (Tracer,
@@ -214,7 +221,7 @@ class JitFunction:
         leaves, _ = flatten((args, kwargs))
         if any(isinstance(x, Tracer) for x in leaves):
             arguments = self.check_annotations(self.bind_args(args, kwargs))
-            return self._check_result(self.fn(*arguments.values()))
+            return self._check_result(self.call(arguments))
         one_mesh(leaves)  # distributed arguments must share one mesh
         compiled = self.compile(*args, **kwargs)
         inputs = [x for x in flatten(list(self._arguments.values()))[0]
@@ -228,6 +235,43 @@ class JitFunction:
 
     def __repr__(self) -> str:
         return f"<tessera.jit {self.name}>"
+
+
+def _checked(spec: TensorSpec, value: Any, env: DimEnv, name: str) -> Any:
+    """``value`` checked against ``spec`` (dims bound in ``env``) and converted to its
+    element; values that are neither tensors nor numbers are left as they are.
+
+    A complex number annotated with a real element is a DTypeError (the cast refuses
+    it), never its real part."""
+    if not is_array(value) and not isinstance(value, (int, float, complex)):
+        return value
+    x = value if isinstance(value, (Tracer, Tensor)) else as_tensor(value)
+    if spec.dims is not None:
+        spec.bind(tuple(x.shape), env, arg_name=name)
+    if spec.element is not None and element(spec.element) != x.type.element:
+        from tessera.frontend.ops import cast
+
+        x = dist_args_in(cast(x, spec.element))
+    return x
+
+
+def spread(signature: inspect.Signature, arguments: dict[str, Any]
+           ) -> tuple[list[Any], dict[str, Any]]:
+    """Bound arguments back to ``(args, kwargs)``: ``*args`` spread out, keyword-only
+    parameters and ``**kwargs`` by name (the inverse of ``Signature.bind``)."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for name, value in arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            args.extend(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            kwargs.update(value)
+        elif kind is inspect.Parameter.KEYWORD_ONLY:
+            kwargs[name] = value
+        else:
+            args.append(value)
+    return args, kwargs
 
 
 def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:

@@ -58,7 +58,9 @@ class Tensor(ArrayMethods):
         return bool(self.array)
 
     def __iter__(self) -> Any:
-        return (Tensor(a, self.type.element) for a in self.array)
+        """Rows along axis 0 (ShapeError for a 0-d tensor, where NumPy raises TypeError)."""
+        n = self._rows("iteration over")
+        return (Tensor(self.array[i], self.type.element) for i in range(n))
 
     def __repr__(self) -> str:
         return f"Tensor({np.array2string(self.array, threshold=20)}, element={self.element})"
