@@ -38,6 +38,7 @@ from tessera.frontend.kernel_autotune import Estimate, choose, configurations, e
 from tessera.frontend.kernel_compile import build_module
 from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
 from tessera.frontend.kernel_memo import CallMemo
+from tessera.frontend.trace import refuse_in_trace
 from tessera.interp.tile import Compiled, Geometry, launch
 from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module
@@ -148,6 +149,7 @@ class Kernel:
     @user_api
     def __call__(self, *args: Any, mode: str | None = None, schedule: str | None = None,
                  **kwargs: Any) -> Any:
+        refuse_in_trace(f"the tile kernel '{self.name}'")  # not "got Tracer" further down
         mode = mode or self.mode
         if mode not in MODES:
             raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")

@@ -1,0 +1,69 @@
+"""A tile kernel called inside a traced function is a clear TraceError at the user's
+line (kernels cannot be traced yet), never an error about the tracer's type."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tessera as ts
+
+HERE = os.path.basename(__file__)
+
+
+@ts.kernel
+def double(x: ts.Tensor["n", ts.f32]):
+    i = ts.tile.linear_id()
+    if i < n:  # n is bound from the shape of x
+        x[i] = x[i] * 2.0
+    return x
+
+
+def _line_of(fn: Any, text: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(k for k, line in enumerate(lines) if text in line)
+
+
+def test_kernel_inside_jit_names_the_call_line() -> None:
+    def f(a: Any) -> Any:
+        return double(a) + 1.0
+
+    for wrap in (ts.jit, ts.grad):
+        with pytest.raises(ts.TraceError) as info:
+            wrap(lambda a: ts.sum(f(a)))(np.ones(4, np.float32))
+        text = str(info.value)
+        assert f"{HERE}:{_line_of(f, 'double(a)')}" in text, text
+        assert "kernels cannot be traced yet" in text and "outside @ts.jit" in text
+        assert "Tracer" not in text
+
+
+def test_kernel_on_a_concrete_array_inside_jit_is_refused_too() -> None:
+    """Run at trace time only, it would be skipped by every cached call after the first."""
+    data = np.ones(4, np.float32)
+
+    @ts.jit
+    def f(a: Any) -> Any:
+        double(data)
+        return a
+
+    with pytest.raises(ts.TraceError, match="cannot be traced yet"):
+        f(np.ones(2, np.float32))
+    assert np.array_equal(data, np.ones(4))  # nothing ran
+
+
+def test_kernel_still_runs_outside_jit() -> None:
+    x = np.arange(5, dtype=np.float32)
+    assert np.array_equal(np.asarray(double(x)), np.arange(5) * 2.0)
+
+
+def test_numpy_conversion_of_a_tracer_is_a_trace_error_at_the_users_line() -> None:
+    def f(a: Any) -> Any:
+        return np.asarray(a)
+
+    with pytest.raises(ts.TraceError) as info:
+        ts.jit(f)(np.ones(3, np.float32))
+    assert f"{HERE}:{_line_of(f, 'np.asarray')}" in str(info.value)
