@@ -33,6 +33,7 @@ from tessera.errors import ArgumentError, UnsupportedError
 from tessera.interp.tile_alias import AliasSpace, alias_groups
 from tessera.interp.tile_analysis import Analysis, analyse
 from tessera.interp.tile_context import Ctx, Geometry
+from tessera.interp.tile_errors import SanitizerError
 from tessera.interp.tile_exec import Frame, Program, compile_kernel, run
 from tessera.interp.tile_mem import GlobalMem, Ref
 from tessera.interp.tile_numeric import num
@@ -149,6 +150,7 @@ def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool
         out_mem.written = True
         mems.append(out_mem)
     journal: list[GlobalMem] = []  # the saved tensors, in the order they were saved
+    found: SanitizerError | None = None
     try:
         with np.errstate(all="ignore"):
             if schedule != "sequential":
@@ -161,14 +163,21 @@ def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool
                             f"{why.why}", loc=why.loc,
                             hint="use schedule='auto' (it then runs the groups one after "
                                  "another) or schedule='sequential'") from None
-                    _undo(journal)
-                    for m in mems:
-                        m.reset_shadows()
+                except SanitizerError as err:
+                    # a launch reports the first bug in group order, whatever the
+                    # schedule: the groups run again one after another to find it
+                    found = err
+                _undo(journal)
+                for m in mems:
+                    m.reset_shadows()
             for m in mems:
                 # programs of different groups never meet in one op here: only the
                 # owner shadow sees two groups write one element
                 m.track_owner = m.written
-            return _run(compiled, values, geom, checked, False, out_mem, journal)
+            result = _run(compiled, values, geom, checked, False, out_mem, journal)
+            if found is not None:
+                raise found
+            return result
     except BaseException:
         _undo(journal)
         raise

@@ -48,8 +48,8 @@ def shift_fixed(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
 # 3. out-of-bounds write: the block store of the last tile runs past the end
 @ts.kernel
 def block_store_oob(x: ts.Tensor["N", ts.f32]):
-    i = ts.tile.linear_id() * 16
-    x[i:i + 32] = ts.tile.zeros((32,), ts.f32)  # BUG 3: out of bounds
+    i = ts.tile.linear_id() * 16 + 8
+    x[i:i + 16] = ts.tile.zeros((16,), ts.f32)  # BUG 3: out of bounds
 
 
 @ts.kernel

@@ -60,7 +60,7 @@ def test_report_names_tile_lane_and_index() -> None:
         bugs.block_store_oob(np.zeros(64, np.float32), grid=4)
     err = info.value
     assert (err.tile, err.group, err.local, err.index) == (3, 3, 0, (64,))
-    assert err.lane == 16  # element 16 of the 32-wide store, lanes = element % 32
+    assert err.lane == 8  # element 8 of the 16-wide store at 56, lanes = element % 32
     assert err.memory == "x"
 
 
