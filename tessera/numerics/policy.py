@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
+import numpy as np
+
 from tessera.errors import PolicyError
 from tessera.numerics.formats import DTYPES, DType, dtype, promote
 
@@ -66,9 +68,7 @@ class Policy:
             check_accum(self.storage, self.accum)
         if self.loss_scale is not None:
             object.__setattr__(self, "loss_scale", _check_scale(self.loss_scale))
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise PolicyError(f"stochastic_round seed must be an int >= 0, got {self.seed!r}",
-                              hint="write @stochastic_round(seed=7)")
+        object.__setattr__(self, "seed", check_seed(self.seed))
 
     @property
     def accum_dtype(self) -> DType:
@@ -104,6 +104,25 @@ class Policy:
     def text(self) -> str:
         """The canonical form without spaces, as written in IR text."""
         return "".join(self._parts())
+
+
+#: seeds are the 64-bit Philox key: 0 <= seed < 2**64
+SEED_LIMIT = 2**64
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` as a Python int in ``[0, 2**64)``, the range of the 64-bit Philox key.
+
+    Larger seeds are refused rather than reduced modulo 2**64: two different seeds must
+    never give the same random bits."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise PolicyError(f"stochastic_round seed must be an int, got {seed!r}",
+                          hint="write @stochastic_round(seed=7)")
+    if not 0 <= int(seed) < SEED_LIMIT:
+        raise PolicyError(f"stochastic_round seed {int(seed)} is outside [0, 2**64)",
+                          hint="the seed is the 64-bit Philox key: use 0 <= seed < 2**64, "
+                               "e.g. seed % 2**64 if you mean to wrap it")
+    return int(seed)
 
 
 def _check_scale(s: Any) -> float:
@@ -164,10 +183,7 @@ class _StochasticRound(Modifier):
     name = "stochastic_round"
 
     def __call__(self, seed: int = 0) -> _StochasticRound:
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise PolicyError(f"stochastic_round seed must be an int >= 0, got {seed!r}",
-                              hint="write @stochastic_round(seed=7)")
-        return _StochasticRound(seed)
+        return _StochasticRound(check_seed(seed))
 
     def apply(self, policy: Policy) -> Policy:
         """``policy`` rounding stochastically (PolicyError if it already does)."""
@@ -246,7 +262,7 @@ def parse_policy(text: str) -> DType | Policy:
 
 
 __all__ = [
-    "Element", "Modifier", "Policy", "PolicyClass", "accum", "accum_of", "check_accum",
-    "default_accum", "element", "loss_scale", "loss_scale_of", "parse_policy",
-    "precision_policy", "stochastic_round", "storage_of",
+    "SEED_LIMIT", "Element", "Modifier", "Policy", "PolicyClass", "accum", "accum_of",
+    "check_accum", "check_seed", "default_accum", "element", "loss_scale", "loss_scale_of",
+    "parse_policy", "precision_policy", "stochastic_round", "storage_of",
 ]

@@ -15,6 +15,7 @@ import numpy as np
 
 from tessera.errors import DTypeError
 from tessera.numerics.formats import DType, dtype
+from tessera.numerics.policy import check_seed
 
 _MASK = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
@@ -56,6 +57,7 @@ def philox_uint32(seed: int, counters: np.ndarray) -> np.ndarray:
     The 64-bit counter value fills the first two counter words (low word first); the
     64-bit seed is the key. Element ``i`` of an array uses counter ``i + offset``.
     """
+    seed = check_seed(seed)  # masking a wider seed would alias another seed's stream
     cnt = np.asarray(counters).astype(np.uint64)
     words = np.zeros((*cnt.shape, 4), dtype=np.uint64)
     words[..., 0] = cnt & np.uint64(_MASK)
@@ -95,6 +97,9 @@ def stochastic_round_array(x64: np.ndarray, to: Any, *, seed: int,
     """
     from tessera.numerics.convert import cast_exact
 
+    seed = check_seed(seed)  # a 2**64 seed must not wrap around to another seed's bits
+    if not isinstance(counter_offset, (int, np.integer)) or counter_offset < 0:
+        raise DTypeError(f"counter_offset must be an int >= 0, got {counter_offset!r}")
     fmt_to = dtype(to)
     if fmt_to.kind not in ("float", "int") or fmt_to.name == "e8m0":
         raise DTypeError(f"stochastic rounding to {fmt_to} is not supported",
