@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.errors import DTypeError, ShapeError
+import numpy as np
+
+from tessera.errors import ArgumentError, DTypeError, ShapeError
 from tessera.frontend.ops import (
     bind,
     broadcast_shapes,
@@ -60,21 +61,60 @@ def matmul(a: Any, b: Any, tile_shape: Sequence[int] | None = None) -> Any:
 gemm = matmul
 
 
-def _axes(x: Any, axis: Any) -> tuple[int, ...]:
+def axis_index(a: Any, rank: int, what: str) -> int:
+    """One axis of a rank-``rank`` tensor as a non-negative int, as NumPy checks it:
+    an int (not a bool) in ``-rank .. rank-1``."""
+    if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+        raise ArgumentError(f"{what}: axis {a!r} is not an integer",
+                            hint="pass an int axis (negative ones count from the end), a "
+                                 "tuple of them, or None for all axes")
+    if not -rank <= a < rank:
+        raise ShapeError(f"{what}: axis {a} is out of range for a tensor of rank {rank}",
+                         hint=f"use an axis between {-rank} and {rank - 1}" if rank else
+                         "a 0-d tensor has no axes: pass axis=None")
+    return int(a) % rank
+
+
+def reduction_axes(x: Any, axis: Any, what: str) -> tuple[int, ...] | None:
+    """The sorted axes ``axis`` names (None: all of them), each checked once."""
     if axis is None:
-        return ()
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    for a in axes:
-        if not -x.ndim <= a < builtins.max(x.ndim, 1):
-            raise ShapeError(f"axis {a} is out of range for a tensor of rank {x.ndim}")
-    return tuple(sorted({a % builtins.max(x.ndim, 1) for a in axes}))
+        return None
+    items = list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    seen: dict[int, Any] = {}
+    for a in items:
+        k = axis_index(a, x.ndim, what)
+        if k in seen:
+            raise ShapeError(f"{what}: axis {k} is named twice (as {seen[k]!r} and {a!r})",
+                             hint="name each axis once")
+        seen[k] = a
+    return tuple(sorted(seen))
+
+
+_EXTREME = {g.Max: "maximum", g.Min: "minimum"}
 
 
 def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
     x = operand(x)
+    what = f"ts.{op_cls.name.split('.')[1]}"
+    axes = reduction_axes(x, axis, what)
     if storage_of(x.type.element).kind == "bool":
         x = cast(x, "int32")
-    return bind(op_cls(_axes(x, axis), bool(keepdims)), x)[0]
+    if axes == ():
+        return x  # NumPy's axis=(): a reduction over no axis leaves every element alone
+    reduced = axes if axes is not None else tuple(range(x.ndim))
+    empty = [a for a in reduced if x.shape[a] == 0]
+    if empty and op_cls in (g.Max, g.Min):
+        raise ShapeError(f"{what} over axis {empty[0]} of a {tuple(x.shape)} tensor: the "
+                         f"axis is empty, and the {_EXTREME[op_cls]} of no values does not "
+                         "exist",
+                         hint="reduce only non-empty axes (check the shape first); "
+                              "ts.sum and ts.mean accept empty axes (0 and NaN)")
+    if empty and op_cls is g.Mean and storage_of(x.type.element).kind != "float" and \
+            storage_of(x.type.element).kind != "complex":
+        raise DTypeError(f"{what} over the empty axis {empty[0]} is NaN, which "
+                         f"{storage_of(x.type.element)} cannot hold",
+                         hint="cast to a float format first: ts.mean(ts.cast(x, 'f32'), ...)")
+    return bind(op_cls(axes or (), bool(keepdims)), x)[0]
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -100,7 +140,7 @@ def min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 def softmax(x: Any, axis: int = -1) -> Any:
     """Softmax along ``axis``."""
     x = operand(x)
-    _axes(x, axis)
+    axis_index(axis, x.ndim, "ts.softmax")
     return bind(g.Softmax(int(axis)), x)[0]
 
 
@@ -121,12 +161,12 @@ def _complex(x: Any) -> Any:
 def fft(x: Any, axis: int = -1) -> Any:
     """Discrete Fourier transform along ``axis`` (unnormalised); real input is made complex."""
     x = _complex(x)
-    _axes(x, axis)
+    axis_index(axis, x.ndim, "ts.fft")
     return bind(g.Fft(int(axis)), x)[0]
 
 
 def ifft(x: Any, axis: int = -1) -> Any:
     """Inverse DFT along ``axis`` (scaled by 1/n)."""
     x = _complex(x)
-    _axes(x, axis)
+    axis_index(axis, x.ndim, "ts.ifft")
     return bind(g.Ifft(int(axis)), x)[0]
