@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import ml_dtypes
 import numpy as np
 
 from tessera.errors import DTypeError
@@ -55,6 +56,40 @@ def _chunks(shape: tuple[int, ...], contiguous: bool, itemsize: int) -> list[Any
         [slice(0, 0)]
 
 
+def identity(element: Any, op: str) -> Any:
+    """The value a device with nothing to reduce contributes to a max or min: below
+    (above) every value of the storage format, so it never wins. -inf (+inf) where the
+    format has infinities, else its lowest (highest) finite value; for ints the
+    extreme of the type."""
+    dt = storage_of(element).np_dtype
+    sign = -1 if op == "max" else 1
+    if np.dtype(dt).kind in "iub":
+        info = np.iinfo(dt)
+        return info.min if op == "max" else info.max
+    if np.isinf(np.asarray(sign * np.inf).astype(dt)):
+        return sign * np.inf
+    info = ml_dtypes.finfo(dt)  # knows the ml_dtypes formats (fp8, fp6, fp4) too
+    return float(info.min if op == "max" else info.max)
+
+
+def _settle_extreme(out: np.ndarray, arrays: Sequence[np.ndarray], is_max: bool) -> None:
+    """Make a rank-order max/min independent of the order, as the Graph IR
+    interpreter's ``graph.max``/``graph.min`` are: +0 is above -0 (``np.maximum``
+    returns its first operand for equal zeros), and NaN is the default quiet NaN."""
+    zero = out == 0
+    if zero.any():
+        found = np.zeros(out.shape, bool)
+        for a in arrays:
+            a = a.astype(out.dtype, copy=False)  # signbit knows no ml_dtypes formats
+            found |= (a == 0) & (np.signbit(a) != is_max)
+        negative = zero & (~found if is_max else found)
+        out[zero] = 0.0
+        out[negative] = -0.0
+    nan = np.isnan(out)
+    if nan.any():
+        out[nan] = np.nan
+
+
 def reduce_in_order(arrays: Sequence[np.ndarray], element: Any, op: str = "sum", *,
                     counter_offset: int = 0) -> np.ndarray:
     """Reduce ``arrays`` left to right in the accumulation format, rounding once.
@@ -62,7 +97,9 @@ def reduce_in_order(arrays: Sequence[np.ndarray], element: Any, op: str = "sum",
     ``element`` is the element type of the operands (a DType, Policy or string); the
     result is in its storage format. ``op`` is ``"sum"``, ``"mean"`` (the rank-order sum
     divided by the count in the accumulation format, then rounded), ``"max"`` or
-    ``"min"``. ``counter_offset`` feeds stochastic rounding when the policy asks for it.
+    ``"min"`` (in which +0 is above -0 and a NaN result is the default NaN, as in the
+    interpreter's ``graph.max``). ``counter_offset`` feeds stochastic rounding when
+    the policy asks for it.
     The result is a new array, except that a single operand is returned as it is.
     """
     ufunc = check_op(op)
@@ -92,9 +129,12 @@ def reduce_in_order(arrays: Sequence[np.ndarray], element: Any, op: str = "sum",
             ufunc(acc, a[c], out=acc)
     if op == "mean":
         np.divide(out, len(arrays), out=out)
+    if op in ("max", "min") and out.dtype.kind == "f":
+        _settle_extreme(out, arrays, op == "max")
     if out.dtype == storage.np_dtype and storage.name != "tf32":
         return out
     return convert(out, element, counter_offset=counter_offset)
 
 
-__all__ = ["CHUNK_BYTES", "REDUCE_OPS", "ReduceOp", "check_op", "reduce_in_order"]
+__all__ = ["CHUNK_BYTES", "REDUCE_OPS", "ReduceOp", "check_op", "identity",
+           "reduce_in_order"]

@@ -42,8 +42,10 @@ def frozen(a: np.ndarray) -> np.ndarray:
     """A read-only view of ``a`` (``a`` itself when it is read-only already).
 
     A view, never a flag flip on ``a``: an array the user handed in stays writeable for
-    the user, while no shard handed out can write into the shared memory.
+    the user, while no shard handed out can write into the shared memory. A NumPy
+    scalar (what indexing a 0-d block with ``()`` gives) becomes a 0-d array.
     """
+    a = np.asarray(a)
     if a.flags.writeable:
         a = a.view()
         a.flags.writeable = False
@@ -209,7 +211,8 @@ class DistTensor:
         got = self._blocks.get(key)
         if got is None:
             if self._global is not None:
-                got = self._global[self.region(key)]
+                # A 0-d array indexed with () would be a NumPy scalar: keep the array.
+                got = self._global[self.region(key)] if self._global.ndim else self._global
             elif self._source is not None:
                 got = frozen(self._source(key))
             else:

@@ -10,8 +10,11 @@ attributes that name global sizes rewritten to the block's (``reshape`` and
 
 Results partial over an axis (a matmul over a sharded contraction dim, a sum over a
 sharded dim) are computed per device as summands in fast mode, as a GPU would; in
-exact mode they are kept exact and unevaluated (:mod:`.pending`). The blocks of a 2-D
-matmul that share an operand block are computed together (:mod:`.matmul_blocks`).
+exact mode they are kept exact and unevaluated (:mod:`.pending`). A device whose
+shard of a dim reduced by max or min is empty (more devices than elements) holds the
+op's identity as its candidate (``reduce.identity``), which never wins the
+combination. The blocks of a 2-D matmul that share an operand block are computed
+together (:mod:`.matmul_blocks`).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from tessera.ir.core import Op
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.blocks import flat_offset
 from tessera.mesh_sim.mesh import Mesh
+from tessera.mesh_sim.reduce import identity
 from tessera.mesh_sim.spmd.matmul_blocks import grouped_matmul
 from tessera.mesh_sim.tensor import BlockKey, DistTensor
-from tessera.numerics import accum_of, convert
+from tessera.numerics import accum_of, convert, storage_of
 
 Shape = tuple[int, ...]
 Localizer = Callable[[Any, Sequence[Shape], Sequence[Shape], Shape], Op]
@@ -78,6 +82,14 @@ def _fast_mse(op: g.Mse, a: np.ndarray, b: np.ndarray, t: TensorType, whole: Sha
     return np.sum(d * d) / max(math.prod(whole), 1)
 
 
+def _no_candidate(op: g.Reduce, local: Shape, whole: Shape) -> bool:
+    """True when a device's block of a max/min operand is empty along a reduced dim that
+    is not empty globally: its shard of that dim is empty (more devices than
+    elements), so it has no candidate, and contributes the op's identity instead."""
+    axes = op.reduced_axes(len(whole)) if whole else ()
+    return any(local[a] == 0 for a in axes) and all(whole[a] for a in axes)
+
+
 def _block(op: Op, arrays: list[np.ndarray], in_types: Sequence[TensorType],
            result: TensorType, out: Shape, mode: str, partial: bool, counter: int,
            loc: Loc | None) -> np.ndarray:
@@ -86,6 +98,9 @@ def _block(op: Op, arrays: list[np.ndarray], in_types: Sequence[TensorType],
         return convert(_fast_mean(op, arrays[0], in_types[0], whole[0]), result.element)
     if partial and isinstance(op, g.Mse):
         return convert(_fast_mse(op, *arrays, in_types[0], whole[0]), result.element)
+    if isinstance(op, (g.Max, g.Min)) and _no_candidate(op, arrays[0].shape, whole[0]):
+        return np.full(out, identity(result.element, "max" if isinstance(op, g.Max)
+                                     else "min"), storage_of(result.element).np_dtype)
     local = [a.shape for a in arrays]
     lop = LOCALIZE[type(op)](op, local, whole, out) if type(op) in LOCALIZE else op
     types = [TensorType(a.shape, t.element) for a, t in zip(arrays, in_types)]

@@ -50,6 +50,15 @@ def _reduction(op: g.Reduce, types: Sequence[TensorType], out: DimAxes) -> list[
     return [tuple(dims)]
 
 
+def _evaluable(op: Op, types: Sequence[TensorType], out: DimAxes) -> DimAxes:
+    """``out`` with the dims that a reduction with keepdims reduced made whole: the
+    result layouts an op can be evaluated in blockwise."""
+    if not isinstance(op, g.Reduce) or not op.keepdims or not types[0].rank:
+        return out
+    reduced = set(op.reduced_axes(types[0].rank))
+    return tuple(() if d in reduced else axes for d, axes in enumerate(out))
+
+
 def _mse(op: g.Mse, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
     return [((),) * types[0].rank] * 2
 
@@ -83,8 +92,16 @@ class Pending:
             return Pending(self.op, self.operands, self.in_types, t, self.mesh, self.loc)
         from tessera.mesh_sim.spmd.local import run_local
 
-        needs = OPERAND_LAYOUTS[type(self.op)](self.op, self.in_types, t.sharding.dims)
-        operands = [relayout_dims(o, dims) for o, dims in zip(self.operands, needs)]
+        dims = t.sharding.dims
+        whole = _evaluable(self.op, self.in_types, dims)
+        if whole != dims:
+            # A dim reduced with keepdims has size 1 and may be split (into one piece
+            # and empty ones) by a later reduce_scatter; no operand layout gives such
+            # blocks. Evaluate it whole, then each device keeps its piece.
+            value = self.placed(t.placed(t.sharding.with_dims(whole)))
+            return relayout_dims(value, dims)
+        needs = OPERAND_LAYOUTS[type(self.op)](self.op, self.in_types, dims)
+        operands = [relayout_dims(o, d) for o, d in zip(self.operands, needs)]
         return run_local(self.op, operands, self.in_types, t, self.mesh, "exact",
                          loc=self.loc)
 
