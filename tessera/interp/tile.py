@@ -151,18 +151,19 @@ def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool
         mems.append(out_mem)
     journal: list[GlobalMem] = []  # the saved tensors, in the order they were saved
     found: SanitizerError | None = None
+    refusal: UnsupportedError | None = None
     try:
         with np.errstate(all="ignore"):
             if schedule != "sequential":
                 try:
                     return _run(compiled, values, geom, checked, True, out_mem, journal)
                 except Reschedule as why:
-                    if schedule == "vectorized":
-                        raise UnsupportedError(
+                    if schedule == "vectorized":  # refused below, unless a bug shows
+                        refusal = UnsupportedError(
                             f"the vectorised schedule cannot keep this launch's order: "
                             f"{why.why}", loc=why.loc,
                             hint="use schedule='auto' (it then runs the groups one after "
-                                 "another) or schedule='sequential'") from None
+                                 "another) or schedule='sequential'")
                 except SanitizerError as err:
                     # a launch reports the first bug in group order, whatever the
                     # schedule: the groups run again one after another to find it
@@ -175,8 +176,8 @@ def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool
                 # owner shadow sees two groups write one element
                 m.track_owner = m.written
             result = _run(compiled, values, geom, checked, False, out_mem, journal)
-            if found is not None:
-                raise found
+            if found is not None or refusal is not None:
+                raise found or refusal  # type: ignore[misc]
             return result
     except BaseException:
         _undo(journal)
