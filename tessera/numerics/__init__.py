@@ -12,6 +12,7 @@
 
 from tessera.numerics.annotations import DimEnv, TensorSpec, tensor_spec
 from tessera.numerics.convert import convert, to_f64
+from tessera.numerics.e8m0 import to_e8m0
 from tessera.numerics.formats import (
     DTYPES,
     DType,
@@ -95,5 +96,5 @@ __all__ = [
     "int64", "loss_scale", "loss_scale_of", "matmul_rounded", "parse_policy",
     "philox4x32", "philox_uint32", "precision_policy", "promote", "round_fraction",
     "round_verified", "sr_round", "stochastic_round", "stochastic_round_array",
-    "storage_of", "sum_rounded", "tensor_spec", "tf32", "to_f64", "ue8m0",
+    "storage_of", "sum_rounded", "tensor_spec", "tf32", "to_e8m0", "to_f64", "ue8m0",
 ]

@@ -11,10 +11,13 @@ bits never creates or destroys a midpoint.
 
 Out of range values, following PTX ``cvt ... .satfinite`` for the narrow formats:
 
-* fp8_e4m3, fp8_e5m2, fp6_*, fp4_e2m1, e8m0: values beyond the largest finite value,
+* fp8_e4m3, fp8_e5m2, fp6_*, fp4_e2m1: values beyond the largest finite value,
   infinities included, become +-max finite. NaN stays NaN where the format has a NaN
-  (fp8, e8m0); fp6 and fp4 have none, and a NaN becomes **+max finite** (PTX: "NaN
-  results are converted to positive MAX_NORM" for formats without a NaN encoding).
+  (fp8); fp6 and fp4 have none, and a NaN becomes **+max finite** (PTX: "NaN results
+  are converted to positive MAX_NORM" for formats without a NaN encoding).
+* e8m0 (unsigned powers of two, no zero): :mod:`tessera.numerics.e8m0`. Nearest with
+  ties to even, saturating at 2**127 and 2**-127 (zeros give 2**-127); negative values
+  and NaN give NaN.
 * f64, f32, tf32, bf16, f16: IEEE behaviour, overflow rounds to +-inf.
 * int8/int32/int64: round half to even, then saturate to the int range; NaN becomes 0
   (like ``cvt.rni.sat``).
@@ -31,6 +34,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.errors import DTypeError
+from tessera.numerics.e8m0 import to_e8m0
 from tessera.numerics.formats import DType
 
 _EXACT_INT = 2**53  # integers up to this magnitude are exact in float64
@@ -95,6 +99,8 @@ def _float_from_f32(y: np.ndarray, to: DType) -> np.ndarray:
     """RNE from float32 into ``to`` (a float format narrower than f32), saturating."""
     if to.name == "tf32":
         return tf32_from_f32(y)
+    if to.name == "e8m0":  # float32 widens to float64 exactly
+        return to_e8m0(np.asarray(y, np.float64))
     fmt = to.format
     if fmt.saturating:
         limit = np.float32(fmt.max)
@@ -112,6 +118,8 @@ def _float_from_f64(x: np.ndarray, to: DType) -> np.ndarray:
     if to.name == "f32":
         with np.errstate(over="ignore"):
             return x.astype(np.float32)  # a hardware RNE cast: one rounding
+    if to.name == "e8m0":  # rounded from float64 directly: no float32 range to leave
+        return to_e8m0(x)
     return _float_from_f32(round_to_odd_f32(x), to)
 
 
