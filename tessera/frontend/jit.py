@@ -23,16 +23,24 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArgumentError, DimBindingError, StageError, TraceError, user_api
+from tessera.errors import ArgumentError, DimBindingError, StageError, user_api
+from tessera.frontend.jit_args import (
+    annotations_of,
+    checked,
+    def_loc,
+    dist_args_in,
+    spec_of,
+    spread,
+    tensors_in,
+)
 from tessera.frontend.pytree import TreeDef, flatten, unflatten
-from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.frontend.tensor import Tensor
 from tessera.frontend.trace import Trace, Tracer
 from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.spmd.args import DistArg, one_mesh
-from tessera.mesh_sim.tensor import DistTensor
-from tessera.numerics import DimEnv, DType, Policy, PolicyClass, TensorSpec, element
+from tessera.numerics import DimEnv, storage_of
 
 #: the Graph IR pipeline run after tracing (one flat list of pass names);
 #: ``shard-propagation`` places functions traced with DistTensor arguments
@@ -41,42 +49,10 @@ GRAPH_PIPELINE = ["canonicalize", "cse", "dce", "shard-propagation"]
 STAGES = ("graph", "schedule", "tile", "target")
 
 
-def is_array(x: Any) -> bool:
-    """Whether ``x`` is traced as a tensor (rather than a static constant)."""
-    return isinstance(x, (np.ndarray, Tensor, Tracer, np.generic, DistTensor)) and \
-        not isinstance(x, str)
-
-
-def annotations_of(fn: Callable[..., Any]) -> dict[str, Any]:
-    """The function's annotations evaluated (string annotations too)."""
-    try:
-        return inspect.get_annotations(fn, eval_str=True)
-    except Exception as err:
-        raise TraceError(f"cannot evaluate the annotations of {fn.__name__}: {err}",
-                         hint="annotations must name tessera types, e.g. ts.Tensor['N', ts.f32]",
-                         loc=_def_loc(fn)) from None
-
-
-def _def_loc(fn: Callable[..., Any]) -> Any:
-    from tessera.errors import Loc
-
-    code = getattr(fn, "__code__", None)
-    return Loc(code.co_filename, code.co_firstlineno) if code else None
-
-
 def _symbols(dim: Any) -> set[str]:
     if isinstance(dim, str):
         return {dim}
     return dim.symbols() if hasattr(dim, "symbols") else set()
-
-
-def _spec(annotation: Any) -> TensorSpec | None:
-    """A tensor annotation as a TensorSpec (an element alone means any shape)."""
-    if isinstance(annotation, TensorSpec):
-        return annotation
-    if isinstance(annotation, (DType, Policy, PolicyClass)):
-        return TensorSpec(None, annotation)  # type: ignore[arg-type]
-    return None
 
 
 @dataclass
@@ -105,7 +81,7 @@ class JitFunction:
         self.capture_graph = capture_graph
         self.mode = mode
         self.signature = inspect.signature(fn)
-        self.specs = {k: _spec(v) for k, v in annotations_of(fn).items()}
+        self.specs = {k: spec_of(v) for k, v in annotations_of(fn).items()}
         self.cache: dict[Any, Compiled] = {}
         self.last: Compiled | None = None
 
@@ -138,12 +114,12 @@ class JitFunction:
             kind = self.signature.parameters[name].kind
             # The annotation of ``*args`` / ``**kwargs`` is that of each element.
             if kind is inspect.Parameter.VAR_POSITIONAL:
-                out[name] = tuple(_checked(spec, v, env, f"{name}[{k}]")
+                out[name] = tuple(checked(spec, v, env, f"{name}[{k}]")
                                   for k, v in enumerate(value))
             elif kind is inspect.Parameter.VAR_KEYWORD:
-                out[name] = {k: _checked(spec, v, env, k) for k, v in value.items()}
+                out[name] = {k: checked(spec, v, env, k) for k, v in value.items()}
             else:
-                out[name] = _checked(spec, value, env, name)
+                out[name] = checked(spec, value, env, name)
         self._env = env
         return out
 
@@ -181,7 +157,7 @@ class JitFunction:
             if unbound:
                 raise DimBindingError(
                     f"the result annotation of {self.name} uses dim(s) {', '.join(unbound)} "
-                    "that no argument binds", loc=_def_loc(self.fn),
+                    "that no argument binds", loc=def_loc(self.fn),
                     hint="name the dim in an argument's annotation, or write its size")
             spec.bind(tuple(out.shape), self._env, arg_name="the result")
         if spec.element is not None:
@@ -237,43 +213,6 @@ class JitFunction:
         return f"<tessera.jit {self.name}>"
 
 
-def _checked(spec: TensorSpec, value: Any, env: DimEnv, name: str) -> Any:
-    """``value`` checked against ``spec`` (dims bound in ``env``) and converted to its
-    element; values that are neither tensors nor numbers are left as they are.
-
-    A complex number annotated with a real element is a DTypeError (the cast refuses
-    it), never its real part."""
-    if not is_array(value) and not isinstance(value, (int, float, complex)):
-        return value
-    x = value if isinstance(value, (Tracer, Tensor)) else as_tensor(value)
-    if spec.dims is not None:
-        spec.bind(tuple(x.shape), env, arg_name=name)
-    if spec.element is not None and element(spec.element) != x.type.element:
-        from tessera.frontend.ops import cast
-
-        x = dist_args_in(cast(x, spec.element))
-    return x
-
-
-def spread(signature: inspect.Signature, arguments: dict[str, Any]
-           ) -> tuple[list[Any], dict[str, Any]]:
-    """Bound arguments back to ``(args, kwargs)``: ``*args`` spread out, keyword-only
-    parameters and ``**kwargs`` by name (the inverse of ``Signature.bind``)."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for name, value in arguments.items():
-        kind = signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            args.extend(value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            kwargs.update(value)
-        elif kind is inspect.Parameter.KEYWORD_ONLY:
-            kwargs[name] = value
-        else:
-            args.append(value)
-    return args, kwargs
-
-
 def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     """Run a compiled function on concrete tensors and rebuild the output structure."""
     from tessera.interp.graph import run_function
@@ -292,22 +231,6 @@ def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     leaves = [compiled.static_outputs[k] if k in compiled.static_outputs else next(results)
               for k in range(n)]
     return unflatten(compiled.out_tree, leaves)
-
-
-def dist_args_in(tree: Any) -> Any:
-    """``tree`` with every DistTensor leaf made a :class:`DistArg`."""
-    leaves, treedef = flatten(tree)
-    if not any(isinstance(x, DistTensor) for x in leaves):
-        return tree
-    return unflatten(treedef, [DistArg(x) if isinstance(x, DistTensor) else x for x in leaves])
-
-
-def tensors_in(tree: Any) -> Any:
-    """``tree`` with every array leaf made a Tensor (other leaves unchanged)."""
-    leaves, treedef = flatten(tree)
-    return unflatten(treedef, [DistArg(x) if isinstance(x, DistTensor) else as_tensor(x)
-                               if is_array(x) and not isinstance(x, Tracer) else x
-                               for x in leaves])
 
 
 def _lift(x: Tensor) -> Tracer:
@@ -355,7 +278,6 @@ def _symbolic_args(fn: JitFunction) -> list[Any]:
                              "static shape annotation to trace with",
                              hint="call the function once, or pass example arguments: "
                                   "inspect_ir('graph', *args)")
-        from tessera.numerics import storage_of
 
         out.append(np.zeros(tuple(spec.dims), storage_of(spec.element).np_dtype))
     return out

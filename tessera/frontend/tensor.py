@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import DTypeError
+from tessera.errors import DTypeError, ShapeError
 from tessera.frontend.arraylike import ArrayMethods
 from tessera.ir.types import TensorType
 from tessera.numerics import convert, element, from_numpy_dtype, storage_of, tensor_spec
@@ -49,10 +49,21 @@ class Tensor(ArrayMethods):
         return self.array.item()
 
     def __float__(self) -> float:
-        return float(self.array)
+        return float(self._scalar("float"))
 
     def __int__(self) -> int:
-        return int(self.array)
+        return int(self._scalar("int"))
+
+    def _scalar(self, to: str) -> np.ndarray:
+        """The one stored value, for ``float()`` / ``int()``: a size-1 real tensor."""
+        if self.array.size != 1:
+            raise ShapeError(f"{to}() of a tensor of shape {self.shape}: only a tensor with "
+                             "one element has a single value",
+                             hint="reduce it first (ts.sum, ts.mean), or index one element")
+        if self.array.dtype.kind == "c":  # NumPy would drop the imaginary part
+            raise DTypeError(f"{to}() of a complex tensor ({self.element})",
+                             hint="take ts.real(x), ts.imag(x) or ts.abs(x) first")
+        return self.array.reshape(())
 
     def __bool__(self) -> bool:
         return bool(self.array)

@@ -133,12 +133,28 @@ def _int_from_float(x: np.ndarray, to: DType) -> np.ndarray:
     return out
 
 
+def real_f64(x: Any, to: Any) -> np.ndarray:
+    """``x`` as float64 values on its way to the real format ``to``.
+
+    Complex values are a DTypeError, whatever their imaginary part: NumPy would warn
+    (ComplexWarning) and drop it; tessera refuses, like ``convert``."""
+    arr = np.asarray(x)
+    if arr.dtype.kind == "c":
+        raise _complex_to_real(to)
+    return arr.astype(np.float64, copy=False)
+
+
+def _complex_to_real(to: Any) -> DTypeError:
+    return DTypeError(f"cannot convert complex values to {to}",
+                      hint="take x.real, x.imag or abs(x) first")
+
+
 def cast_exact(x64: np.ndarray, to: DType) -> np.ndarray:
     """Float64 values to a real format with one RNE rounding and the saturation rules."""
     if to.kind == "float":
-        return _float_from_f64(np.asarray(x64, dtype=np.float64), to)
+        return _float_from_f64(real_f64(x64, to), to)
     if to.kind == "int":
-        return _int_from_float(np.asarray(x64, dtype=np.float64), to)
+        return _int_from_float(real_f64(x64, to), to)
     raise DTypeError(f"cannot round float values to {to}",
                      hint="compare explicitly (x != 0) to get a bool")
 
@@ -214,8 +230,7 @@ def _convert(arr: np.ndarray, to: Any, counter_offset: int) -> np.ndarray:
         out.imag = _real(np.asarray(im), "float", part, im_sr)
         return out
     if kind == "complex":
-        raise DTypeError(f"cannot convert complex values to {target}",
-                         hint="take x.real, x.imag or abs(x) first")
+        raise _complex_to_real(target)
     return _real(arr, kind, target, sr)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import ArgumentError
+from tessera.errors import ArgumentError, DTypeError
 
 BIAS = 127
 MAX_CODE = 254  # 2**127; 255 is NaN
@@ -50,6 +50,9 @@ def to_e8m0(x: Any, rounding: str = "rn") -> np.ndarray:
     if rounding not in ROUNDINGS:
         raise ArgumentError(f"unknown e8m0 rounding {rounding!r}",
                             hint=f"use one of {', '.join(ROUNDINGS)}")
+    if np.iscomplexobj(x):  # NumPy would drop the imaginary part with a warning
+        raise DTypeError("cannot convert complex values to e8m0",
+                         hint="take x.real, x.imag or abs(x) first")
     with np.errstate(invalid="ignore"):  # NaN comparisons below are meant
         v = np.asarray(x, dtype=np.float64)
         positive = v > 0  # False for NaN, zeros, negatives and -inf

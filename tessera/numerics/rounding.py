@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import DTypeError, PolicyError
-from tessera.numerics.convert import cast_exact
+from tessera.numerics.convert import cast_exact, real_f64
 from tessera.numerics.formats import DType
 
 U = 2.0**-53  # unit roundoff of float64
@@ -70,7 +70,14 @@ def round_fraction(q: Fraction | int | float, to: Any) -> Any:
     that rounds to zero gives -0.
     """
     fmt_to = target(to)
-    q = Fraction(q)
+    if isinstance(q, (complex, np.complexfloating)) and not isinstance(q, (int, float)):
+        raise DTypeError(f"cannot round the complex value {q!r} to {fmt_to}",
+                         hint="take its real or imaginary part first")
+    try:
+        q = Fraction(q)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise DTypeError(f"round_fraction needs a finite real number, got {q!r}: {err}",
+                         hint="pass an int, float or Fraction") from None
     if fmt_to.kind == "int":
         info = np.iinfo(fmt_to.np_dtype)
         return fmt_to.np_dtype.type(min(max(round(q), info.min), info.max))
@@ -169,7 +176,7 @@ def round_verified(approx: np.ndarray, bound: np.ndarray, to: Any,
     A zero bound means ``approx`` is exact and is rounded directly.
     """
     fmt_to = target(to)
-    approx = np.asarray(approx, dtype=np.float64)
+    approx = real_f64(approx, fmt_to)  # a complex approximation is refused, not cut
     bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), approx.shape)
     out, todo = decide(approx, bound, fmt_to, widen=widen, offset=offset)
     if todo.size:

@@ -95,7 +95,7 @@ def stochastic_round_array(x64: np.ndarray, to: Any, *, seed: int,
     bits. Out of range values follow ``convert``: fp8/fp6/fp4 saturate to +-max, formats
     with infinities overflow to inf when rounded past the largest finite value.
     """
-    from tessera.numerics.convert import cast_exact
+    from tessera.numerics.convert import cast_exact, real_f64
 
     seed = check_seed(seed)  # a 2**64 seed must not wrap around to another seed's bits
     if not isinstance(counter_offset, (int, np.integer)) or counter_offset < 0:
@@ -105,7 +105,7 @@ def stochastic_round_array(x64: np.ndarray, to: Any, *, seed: int,
         raise DTypeError(f"stochastic rounding to {fmt_to} is not supported",
                          hint="stochastic rounding targets real float and int formats "
                               "(not e8m0 scales, bool or complex)")
-    x = np.asarray(x64, dtype=np.float64)
+    x = real_f64(x64, fmt_to)  # complex input is refused, not cut to its real part
     if fmt_to.name == "f64":
         return x.copy()
     finite = np.isfinite(x)
