@@ -11,6 +11,12 @@ Schedules
     written tensors are restored before the sequential run. Tiles of a group always
     run in lockstep; barriers are phase boundaries, not thread joins.
 
+Reports
+    A launch reports the first bug in group order, in every schedule: a vectorised run
+    that finds one is undone and the groups run in order to name it. Checked mode
+    saves each tensor before its first write and restores it when the launch fails.
+    Overlapping array arguments share their sanitizer shadows (:mod:`.tile_alias`).
+
 Modes
     ``checked`` (default): all sanitizers on, exact numerics. ``fast``: sanitizers off
     (bounds are still checked: NumPy cannot read outside an array), ``mma`` in float32
@@ -83,9 +89,13 @@ def _params(fn: Function, args: list[Any], an: Analysis) -> list[Any]:
 
 
 def _check_writable(mem: GlobalMem) -> None:
-    """A written array must not repeat an element (a zero stride): tiles writing
-    different positions would then write one place."""
+    """A written array must be writable and must not repeat an element (a zero
+    stride): tiles writing different positions would then write one place."""
     a = mem.array
+    if not a.flags.writeable:
+        raise ArgumentError(f"the kernel writes '{mem.name}', but the array passed for it "
+                            "is read-only", hint="pass a writable array (np.array(x) "
+                            "copies a read-only one)")
     if any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
         raise ArgumentError(f"the array passed as '{mem.name}' repeats its elements "
                             f"(strides {a.strides} for shape {a.shape}) and the kernel "

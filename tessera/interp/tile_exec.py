@@ -101,6 +101,9 @@ class Compiler(Slots):
         self.fused: dict[Block, dict[Instr, Instr]] = {}
         #: shared accesses whose race-shadow entries nothing reads (see tile_phase)
         self.quiet: set[Instr] = set()
+        #: a global write after which nothing in the launch can fail: a vectorised run
+        #: need not save the tensor it writes (see tile_global.before_write)
+        self.last: Instr | None = None
 
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
@@ -284,8 +287,12 @@ def compile_kernel(fn: Function, fast: bool) -> Program:
 
     c = Compiler(fast)
     c.quiet = quiet_accesses(fn)
-    body = c.body(fn.body)
     term = fn.body.terminator
+    kept = [i for i in fn.body.instrs if not i.op.terminator]
+    if kept and isinstance(kept[-1].op, (M.Store, M.StoreVector, M.Update)) \
+            and (term is None or not term.operands):
+        c.last = kept[-1]  # the kernel's final statement is a store (saxpy, a GEMM's C)
+    body = c.body(fn.body)
     if term is not None:
         body.steps.append(c.instr(term))
     return Program(fn, body, len(c.slots), fast)

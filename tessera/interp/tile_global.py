@@ -215,23 +215,27 @@ def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarr
                   plan, bad)
 
 
-def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool) -> Plan:
-    """The plan of a write to ``ref`` in every program, after the write's checks."""
+def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool,
+                   last: bool) -> Plan:
+    """The plan of a write to ``ref`` in every program, after the write's checks and
+    after saving the tensor for a failed launch — unless this is the vectorised run's
+    ``last`` write, after which nothing can fail (its checks have passed)."""
     plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
     mem: GlobalMem = ref.mem
     if st.checked or mem.track_reads or mem.last_group is not None:
         _check_write(st, ctx, loc, ref, plan, reduce=reduce)
-    mem.before_write(st.journal)
+    if not (last and st.vectorized):
+        mem.before_write(st.journal)
     return plan
 
 
 def store_computed(st: State, ctx: Ctx, loc: Loc, ref: Ref, fn: Any, x: np.ndarray,
-                   y: np.ndarray) -> None:
+                   y: np.ndarray, last: bool = False) -> None:
     """``ref[...] = fn(x, y)`` for a ufunc ``fn`` whose operands have the memory's dtype:
     computed straight into the destination when it is a strided view that no two
     programs share (the same values, one temporary and one copy fewer)."""
     mem: GlobalMem = ref.mem
-    plan = _planned_write(st, ctx, loc, ref, reduce=False)
+    plan = _planned_write(st, ctx, loc, ref, reduce=False, last=last)
     # in checked mode the write's checks have already refused shared elements
     if plan.index is None and (st.checked or plan.injective(mem.dims)):
         fn(x, y, out=plan.view(mem.array))  # ufuncs buffer when x or y overlaps out
@@ -239,10 +243,12 @@ def store_computed(st: State, ctx: Ctx, loc: Loc, ref: Ref, fn: Any, x: np.ndarr
         plan.write(mem.array, fn(x, y))
 
 
-def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = None) -> None:
-    """``ref[...] = value`` (``op`` None) or ``ref[...] <op>= value`` in every program."""
+def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = None,
+          last: bool = False) -> None:
+    """``ref[...] = value`` (``op`` None) or ``ref[...] <op>= value`` in every program
+    (``last``: see ``_planned_write``)."""
     mem: GlobalMem = ref.mem
-    plan = _planned_write(st, ctx, loc, ref, reduce=op is not None)
+    plan = _planned_write(st, ctx, loc, ref, reduce=op is not None, last=last)
     if op is None:
         plan.write(mem.array, for_copy(value, mem.element))
         return

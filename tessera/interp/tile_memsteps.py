@@ -206,13 +206,14 @@ def _store(c: Compiler, instr: Instr) -> Step:
     vector = isinstance(instr.op, M.StoreVector)
     loc = instr.loc
     record = instr not in c.quiet  # race-shadow entries someone may read
+    last = instr is c.last
 
     def step(fr: Frame) -> None:
         ref = fr.regs[dst]
         if vector and fr.st.checked:
             _aligned(fr, loc, ref, ref.shape[-1])
         if is_global:
-            G.store(fr.st, fr.ctx, loc, ref, fr.regs[val], op)
+            G.store(fr.st, fr.ctx, loc, ref, fr.regs[val], op, last=last)
         else:
             S.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op, record=record)
     return step
@@ -228,15 +229,16 @@ def _store_computed(c: Compiler, store: Instr, producer: Instr) -> Step:
     direct = n.native and n.kind == "float"
     dst, a, b = c.slot(store.operands[0]), *(c.slot(v) for v in producer.operands)
     loc = store.loc
+    last = store is c.last
 
     def step(fr: Frame) -> None:
         regs = fr.regs
         ref, x, y = regs[dst], regs[a], regs[b]
         dt = ref.mem.array.dtype
         if direct and getattr(x, "dtype", None) == dt and getattr(y, "dtype", None) == dt:
-            G.store_computed(fr.st, fr.ctx, loc, ref, fn, x, y)
+            G.store_computed(fr.st, fr.ctx, loc, ref, fn, x, y, last=last)
         else:
-            G.store(fr.st, fr.ctx, loc, ref, impl(x, y))
+            G.store(fr.st, fr.ctx, loc, ref, impl(x, y), last=last)
     return step
 
 
