@@ -40,6 +40,7 @@ from tessera.mesh_sim.blocks import (
     relative,
     single_axis,
 )
+from tessera.mesh_sim.checks import NAMED_DIMS, check_dim
 from tessera.mesh_sim.errors import MeshShapeError, PlacementError
 from tessera.mesh_sim.mesh import AxisSpec
 from tessera.mesh_sim.reduce import check_op, reduce_in_order
@@ -110,7 +111,7 @@ def reduce_scatter(t: DistTensor, axis: AxisSpec, op: str = "sum",
     axes = t.mesh.axis_tuple(axis)
     check_op(op)
     _need_partial(t, axes, "reduce_scatter")
-    d = _dim_of(t, dim, axes)
+    d = _dim_of(t, dim, axes, "reduce_scatter")
     dim_axes = tuple(a + axes if i == d else a for i, a in enumerate(t.dim_axes))
     shell = DistTensor(t.shape, t.element, t.mesh, dim_axes,
                        partial=[a for a in t.partial_axes if a not in axes])
@@ -177,8 +178,8 @@ def all_to_all(t: DistTensor, axis: str, split_dim: int | str,
     value is unchanged, only the split dim moves (what MoE token routing does).
     """
     ax = single_axis(t.mesh, axis, "all_to_all")
-    s = _dim_of(t, split_dim, ax)
-    c = _dim_of(t, concat_dim, ax)
+    s = _dim_of(t, split_dim, ax, "all_to_all split_dim")
+    c = _dim_of(t, concat_dim, ax, "all_to_all concat_dim")
     if s == c:
         raise PlacementError(f"all_to_all with split_dim == concat_dim == {s}",
                              hint="split one dim and concatenate along another")
@@ -192,8 +193,10 @@ def all_to_all(t: DistTensor, axis: str, split_dim: int | str,
     return _regroup(t, (ax,), dim_axes)
 
 
-def _dim_of(t: DistTensor, dim: int | str, axes: AxisSpec) -> int:
+def _dim_of(t: DistTensor, dim: int | str, axes: AxisSpec, what: str) -> int:
     """The int dim that ``dim`` ("row", "col", an int, a dim name) names in ``t``."""
+    if not isinstance(dim, str) or dim in NAMED_DIMS:
+        return check_dim(dim, t.ndim, what)
     spec = ShardSpec((dim,), (axes if isinstance(axes, str) else tuple(axes),))
     return next(i for i, a in enumerate(spec.resolve(t.ndim, None, t.dims)) if a)
 

@@ -14,15 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from tessera.mesh_sim.blocks import collective, derived, single_axis, with_coords
-from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError
+from tessera.mesh_sim.checks import check_perm, check_rank
+from tessera.mesh_sim.errors import MeshShapeError, PlacementError
 from tessera.mesh_sim.tensor import REPLICATED, SHARDED, BlockKey, DistTensor
-
-
-def _rank(x: object, size: int, what: str) -> int:
-    if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < size:
-        raise MeshError(f"{what} {x!r} is not a rank in 0..{size - 1}",
-                        hint="ranks count the devices along the axis from 0")
-    return x
 
 
 @collective
@@ -33,7 +27,7 @@ def broadcast(t: DistTensor, axis: str, root: int = 0) -> DistTensor:
     already replicated over ``axis`` is returned as it is.
     """
     ax = single_axis(t.mesh, axis, "broadcast")
-    root = _rank(root, t.mesh.axis_size(ax), "root")
+    root = check_rank(root, t.mesh.axis_size(ax), "root")
     state = t.placement(ax)
     if state == REPLICATED:
         return t
@@ -58,18 +52,7 @@ def ppermute(t: DistTensor, axis: str, perm: Sequence[tuple[int, int]]) -> DistT
     """
     ax = single_axis(t.mesh, axis, "ppermute")
     size = t.mesh.axis_size(ax)
-    pairs = []
-    for pair in perm:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise MeshError(f"ppermute pair {pair!r} is not (src, dst)",
-                            hint="write perm=[(0, 1), (1, 0)]")
-        pairs.append((_rank(pair[0], size, "src"), _rank(pair[1], size, "dst")))
-    for side, name in ((0, "source"), (1, "destination")):
-        seen = [p[side] for p in pairs]
-        twice = sorted({r for r in seen if seen.count(r) > 1})
-        if twice:
-            raise MeshError(f"rank {twice[0]} is a {name} twice in {pairs}",
-                            hint="each rank sends at most once and receives at most once")
+    pairs = check_perm(perm, size)
     state = t.placement(ax)
     dst_of = {d: s for s, d in pairs}
     if state == REPLICATED:
@@ -98,7 +81,7 @@ def ppermute(t: DistTensor, axis: str, perm: Sequence[tuple[int, int]]) -> DistT
     return derived(t, t.dim_axes, t.partial_axes, make)
 
 
-def _check_shapes(t: DistTensor, ax: str, pairs: list[tuple[int, int]]) -> None:
+def _check_shapes(t: DistTensor, ax: str, pairs: Sequence[tuple[int, int]]) -> None:
     key = t.block_key(0)
     for src, dst in pairs:
         a = t.region(with_coords(key, t.mesh, (ax,), src))

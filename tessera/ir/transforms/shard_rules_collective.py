@@ -38,6 +38,7 @@ from typing import Any
 from tessera.ir import graph as g
 from tessera.ir.transforms.shard_rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import PARTIAL, SHARDED, Sharding, TensorType
+from tessera.mesh_sim.checks import check_perm, check_rank
 from tessera.mesh_sim.errors import MeshError, PlacementError
 
 LOCAL_VIEW = "per-device values are what an index_launch body works on: write the " \
@@ -148,6 +149,7 @@ def _mesh_broadcast(op: Any, operands: Sequence[TensorType], results: Sequence[T
                     mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
     ax = _single(op, s)
+    check_rank(op.root, s.size(ax), "root")
     if s.state(ax) == PARTIAL:
         raise PlacementError(f"mesh_broadcast over {ax!r} of a value partial over {ax!r}: "
                              "one device's summand is not a function of the global value",
@@ -161,6 +163,7 @@ def _ppermute(op: Any, operands: Sequence[TensorType], results: Sequence[TensorT
               mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
     ax = _single(op, s)
+    check_perm(op.perm, s.size(ax))
     state = s.state(ax)
     full = sorted(d for _, d in op.perm) == list(range(s.size(ax)))
     if state == PARTIAL or (state != SHARDED and not full):

@@ -22,8 +22,7 @@ from tessera.frontend.trace import Tracer
 from tessera.ir import graph as g
 from tessera.mesh_sim import collectives as core
 from tessera.mesh_sim import p2p
-
-_NAMED = {"row": 0, "col": 1}
+from tessera.mesh_sim.checks import check_dim, check_perm, check_rank
 
 
 def _traced(x: Any) -> bool:
@@ -34,9 +33,25 @@ def _axis(axis: Any) -> Any:
     return axis if isinstance(axis, str) else tuple(axis)
 
 
-def _dim(x: Tracer, dim: Any) -> int:
-    d = _NAMED.get(dim, dim) if isinstance(dim, str) else int(dim)
-    return int(d) % max(x.ndim, 1)
+def _dim(x: Tracer, dim: Any, what: str) -> int:
+    return check_dim(dim, x.ndim, what)
+
+
+def _axis_size(x: Tracer, axis: Any) -> int | None:
+    """The number of devices along ``axis`` where it is known while tracing: in a
+    launch body, or under ``@ts.jit`` from the mesh of the traced function's placed
+    arguments (else the placement rule checks ranks when the function is placed)."""
+    from tessera.mesh_sim.spmd.lockstep_trace import current
+
+    here = current(axis)
+    if here is not None:
+        return here[0].n
+    names = g.axis_names(_axis(axis))
+    for t in [x.type, *(a.type for a in x.trace.block.args)]:
+        s = getattr(t, "sharding", None)
+        if s is not None and len(names) == 1 and names[0] in s.axes:
+            return s.size((names[0],))
+    return None
 
 
 def _bind(op: g.Collective, x: Tracer) -> Any:
@@ -54,7 +69,8 @@ def _bind(op: g.Collective, x: Tracer) -> Any:
 def all_gather(x: Any, axis: Any, dim: Any = None) -> Any:
     """Sharded -> replicated along ``axis``; the value is unchanged."""
     if _traced(x):
-        return _bind(g.AllGather(_axis(axis), None if dim is None else _dim(x, dim)), x)
+        return _bind(g.AllGather(_axis(axis), None if dim is None else
+                                 _dim(x, dim, "all_gather")), x)
     return core.all_gather(x, axis)
 
 
@@ -62,7 +78,7 @@ def all_gather(x: Any, axis: Any, dim: Any = None) -> Any:
 def reduce_scatter(x: Any, axis: Any, op: str = "sum", dim: Any = 0) -> Any:
     """Sum the contributions along ``axis`` and split the result on ``dim``."""
     if _traced(x):
-        return _bind(g.ReduceScatter(_axis(axis), _dim(x, dim), op), x)
+        return _bind(g.ReduceScatter(_axis(axis), _dim(x, dim, "reduce_scatter"), op), x)
     return core.reduce_scatter(x, axis, op=op, dim=dim)
 
 
@@ -78,7 +94,8 @@ def all_reduce(x: Any, axis: Any, op: str = "sum") -> Any:
 def all_to_all(x: Any, axis: str, split_dim: Any, concat_dim: Any) -> Any:
     """Re-split along ``axis``: sharded on ``concat_dim`` -> sharded on ``split_dim``."""
     if _traced(x):
-        return _bind(g.AllToAll(axis, _dim(x, split_dim), _dim(x, concat_dim)), x)
+        return _bind(g.AllToAll(axis, _dim(x, split_dim, "all_to_all split_dim"),
+                                _dim(x, concat_dim, "all_to_all concat_dim")), x)
     return core.all_to_all(x, axis, split_dim, concat_dim)
 
 
@@ -86,7 +103,7 @@ def all_to_all(x: Any, axis: str, split_dim: Any, concat_dim: Any) -> Any:
 def broadcast(x: Any, axis: str, root: int = 0) -> Any:
     """Every device along ``axis`` takes the value of rank ``root``."""
     if _traced(x):
-        return _bind(g.MeshBroadcast(axis, int(root)), x)
+        return _bind(g.MeshBroadcast(axis, check_rank(root, _axis_size(x, axis), "root")), x)
     return p2p.broadcast(x, axis, root)
 
 
@@ -94,7 +111,7 @@ def broadcast(x: Any, axis: str, root: int = 0) -> Any:
 def ppermute(x: Any, axis: str, perm: Sequence[tuple[int, int]]) -> Any:
     """Rank ``dst`` receives rank ``src``'s block for each ``(src, dst)`` pair."""
     if _traced(x):
-        return _bind(g.Ppermute(axis, tuple((int(s), int(d)) for s, d in perm)), x)
+        return _bind(g.Ppermute(axis, check_perm(perm, _axis_size(x, axis))), x)
     return p2p.ppermute(x, axis, perm)
 
 
