@@ -13,6 +13,11 @@ All devices are virtual devices of the mesh simulator (:mod:`tessera.mesh_sim`),
 a GPU backend maps them. Collectives reduce in rank order and are bit-reproducible.
 ``dist.mpi`` holds the same all-reduce spread over MPI ranks (imported on first use).
 
+``dist.tensor`` without ``data`` is lazy: metadata until a shard is read, and zeros
+wherever it is read or computed with (``np.asarray``, ``@ts.jit``); making more than
+``dist.DistTensor.max_materialize_bytes`` (8 GiB) of it at once is a
+``dist.MaterializeError``.
+
 The collectives also take traced values: under ``@ts.jit`` they are placement changes of
 global values, in ``dist.index_launch`` bodies they combine the values of all indices
 (docs/distributed.md).
@@ -28,6 +33,7 @@ from tessera.mesh_sim import (
     REPLICATED,
     SHARDED,
     DistTensor,
+    MaterializeError,
     Mesh,
     MeshError,
     MeshShapeError,
@@ -69,7 +75,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "LaunchGraph", "Mesh",
+    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "LaunchGraph",
+    "MaterializeError", "Mesh",
     "MeshError", "MeshShapeError", "PlacementError", "Region", "RegionConflictError",
     "RegionError", "ShardSpec", "ShardingError", "all_gather", "all_reduce", "all_to_all",
     "axis_index", "broadcast", "from_numpy", "from_shards", "index_launch", "launch_graph",

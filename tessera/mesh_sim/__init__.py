@@ -32,7 +32,13 @@ from tessera.mesh_sim.collectives import (
 )
 from tessera.mesh_sim.construct import from_numpy, from_shards, tensor
 from tessera.mesh_sim.cost import CostModel
-from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError, ShardingError
+from tessera.mesh_sim.errors import (
+    MaterializeError,
+    MeshError,
+    MeshShapeError,
+    PlacementError,
+    ShardingError,
+)
 from tessera.mesh_sim.mesh import NVL72_FACTORS, Mesh, mesh
 from tessera.mesh_sim.moe import MoE, MoEGrads, MoEOutput
 from tessera.mesh_sim.p2p import broadcast, ppermute, recv, send, shift
@@ -55,6 +61,7 @@ __all__ = [
     "CostModel",
     "DeadlockError",
     "DistTensor",
+    "MaterializeError",
     "Mesh",
     "MeshError",
     "MeshShapeError",

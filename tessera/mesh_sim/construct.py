@@ -71,8 +71,11 @@ def tensor(shape: Sequence[int] | None = None, layout: ShardSpec | None = None,
     """A distributed tensor of global ``shape`` laid out by ``layout`` on ``mesh``.
 
     ``dtype`` is any element spelling (``"bf16 @accum(f32)"``, ``ts.f32``); it defaults
-    to the data's format, or f32. Without ``data`` nothing is allocated: each block is
-    made as zeros when a shard is first read. With ``data`` (the global value) the
+    to the data's format, or f32. Without ``data`` nothing is allocated: the tensor's
+    value is zeros, and each block is made (as zeros) when a shard is first read or the
+    tensor is computed with; ``np.asarray`` of it, or a block, larger than
+    ``DistTensor.max_materialize_bytes`` (8 GiB) is a :class:`MaterializeError` that names
+    the bytes it would take. With ``data`` (the global value) the
     values are converted to the storage format once and every shard is a view of that
     array. Data already in the storage format is held without a copy unless
     ``copy=True`` (so later writes to it show through, as with ``np.asarray``).

@@ -24,6 +24,13 @@ class PlacementError(MeshError):
     kind = "placement error"
 
 
+class MaterializeError(MeshError):
+    """Making a tensor's values (its global value, or a block of a lazy tensor) would
+    allocate more than ``DistTensor.max_materialize_bytes``."""
+
+    kind = "materialization error"
+
+
 class MeshShapeError(MeshError, ShapeError):
     """Shapes of distributed operands or shards that do not agree.
 
@@ -34,4 +41,5 @@ class MeshShapeError(MeshError, ShapeError):
     kind = "shape mismatch"
 
 
-__all__ = ["MeshError", "MeshShapeError", "PlacementError", "ShardingError"]
+__all__ = ["MaterializeError", "MeshError", "MeshShapeError", "PlacementError",
+           "ShardingError"]

@@ -17,17 +17,23 @@ its *block key*, the device's coordinates on the sharded and partial axes (0 on 
 replicated ones), and each block is made once. Blocks are read-only. A tensor built from
 one global array serves its shards as views of that array; a tensor without data makes
 each block as zeros on first access, so a 10^6 x 10^6 tensor is metadata only.
+
+Making values is bounded: a global value (``np.asarray``) or a lazy tensor's block of
+more than ``DistTensor.max_materialize_bytes`` (8 GiB) is a :class:`MaterializeError` that names its
+size, raised before anything is allocated (not NumPy's MemoryError, or a machine that
+starts swapping).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from tessera.mesh_sim.errors import MeshError
+from tessera.mesh_sim.errors import MaterializeError, MeshError
 from tessera.mesh_sim.mesh import Mesh
 from tessera.mesh_sim.reduce import reduce_in_order
 from tessera.mesh_sim.sharding import DimAxes, ShardSpec, device_slices
@@ -63,6 +69,9 @@ class DistTensor:
     __slots__ = ("_blocks", "_dim_axes", "_dims", "_element", "_global", "_mesh",
                  "_partial", "_shape", "_source")
     __array_priority__ = 1000
+    #: The most bytes one global value or lazy block may take when it is made (8 GiB);
+    #: raise it (``dist.DistTensor.max_materialize_bytes = 64 << 30``) on a larger machine.
+    max_materialize_bytes: int = 8 << 30
 
     def __init__(self, shape: Sequence[int], element: Element, mesh: Mesh,
                  dim_axes: DimAxes, *, partial: Sequence[str] = (),
@@ -217,7 +226,7 @@ class DistTensor:
                 got = frozen(self._source(key))
             else:
                 shape = tuple(s.stop - s.start for s in self.region(key))
-                got = frozen(np.zeros(shape, self.dtype.np_dtype))
+                got = frozen(self._allocate(shape, np.zeros, f"block {key} of"))
             self._blocks[key] = got
         return got
 
@@ -248,10 +257,9 @@ class DistTensor:
         """The global value in the storage format (read-only when it is held as is)."""
         if self._global is not None:
             return self._global
-        out = np.zeros(self._shape, self.dtype.np_dtype) if self.is_lazy else \
-            np.empty(self._shape, self.dtype.np_dtype)
-        if self.is_lazy:
-            return out
+        if self.is_lazy:  # a tensor made without data holds zeros
+            return self._allocate(self._shape, np.zeros, "the global value of")
+        out = self._allocate(self._shape, np.empty, "the global value of")
         pos = [self._mesh.axis_position(a) for a in self._partial]
         for key in self.block_keys():
             if any(key[p] for p in pos):
@@ -260,6 +268,27 @@ class DistTensor:
                         for c in itertools.product(*(range(self._mesh.shape[p]) for p in pos))]
             out[self.region(key)] = reduce_in_order(summands, self._element)
         return out
+
+    def _allocate(self, shape: tuple[int, ...], make: Callable[..., np.ndarray], what: str
+                  ) -> np.ndarray:
+        """A new array of ``shape`` in the storage format, its size checked first."""
+        itemsize = self.dtype.np_dtype.itemsize
+        nbytes = math.prod(shape) * itemsize
+        limit = DistTensor.max_materialize_bytes
+        if nbytes > limit:
+            raise MaterializeError(
+                f"{what} a DistTensor of shape {self._shape} ({self._element}) would take "
+                f"{nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB), more than the "
+                f"{limit / 2**30:g} GiB limit",
+                hint="work on smaller pieces (t.shard(device) reads one device's "
+                     "block), or raise dist.DistTensor.max_materialize_bytes if "
+                     "the machine has that much memory")
+        try:
+            return make(shape, self.dtype.np_dtype)
+        except MemoryError:
+            raise MaterializeError(f"{what} a DistTensor of shape {self._shape} needs "
+                                   f"{nbytes:,} bytes, which this machine cannot allocate",
+                                   hint="read single shards (t.shard(device))") from None
 
     @staticmethod
     def _with(key: BlockKey, positions: list[int], coords: tuple[int, ...]) -> BlockKey:
