@@ -12,30 +12,71 @@ Errors print tessera's one-line message (with the user's file:line) and exit wit
 from __future__ import annotations
 
 import argparse
+import linecache
+import os
 import runpy
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArgumentError, TesseraError
+from tessera.cli_examples import examples_needed
+from tessera.errors import ArgumentError, Loc, TesseraError
 
 
-def _load(target: str) -> Any:
+def _load(target: str, args: argparse.Namespace) -> Any:
+    """The object ``FILE.py:NAME`` names; ``args.where`` becomes its definition's line."""
     if ":" not in target:
         raise ArgumentError(f"{target!r} should be FILE.py:FUNCTION",
-                            hint="name the function after a colon, e.g. model.py:attention")
+                            hint="name the function after a colon, e.g. model.py:attention",
+                            loc=Loc(target, 0))
     path, _, name = target.rpartition(":")
-    if not Path(path).is_file():
-        raise ArgumentError(f"no such file: {path}")
-    namespace = runpy.run_path(path, run_name="__tessera_cli__")
+    args.where = Loc(path, 0)
+    namespace = _run_path(path, "__tessera_cli__")
     if name not in namespace:
-        found = [k for k, v in namespace.items() if callable(v) and not k.startswith("_")]
-        raise ArgumentError(f"{path} defines no {name!r}",
-                            hint=f"functions there: {', '.join(found)}")
-    return namespace[name]
+        found = [k for k, v in namespace.items() if callable(v) and not k.startswith("_")
+                 and getattr(v, "__module__", None) in (None, "__tessera_cli__")]
+        raise ArgumentError(f"{Path(path).name} defines no {name!r}", loc=Loc(path, 0),
+                            hint=f"functions there: {', '.join(found) or 'none'}")
+    obj = namespace[name]
+    code = getattr(getattr(obj, "fn", obj), "__code__", None)
+    if code is not None and os.path.abspath(code.co_filename) == os.path.abspath(path):
+        args.where = Loc(path, _def_line(path, code.co_firstlineno))
+    return obj
+
+
+def _def_line(path: str, first: int) -> int:
+    """The ``def`` line of a function whose code starts at ``first`` (its decorators)."""
+    for line in range(first, first + 50):
+        text = linecache.getline(path, line).lstrip()
+        if text.startswith(("def ", "async def ")):
+            return line
+    return first
+
+
+def _run_path(path: str, run_name: str) -> dict[str, Any]:
+    """Run a user's file; an exception outside tessera's becomes an ArgumentError at the
+    line of that file that raised it (tessera's own errors already name their line)."""
+    if not Path(path).is_file():
+        raise ArgumentError(f"no such file: {path}", loc=Loc(path, 0),
+                            hint="give the path of a Python file, e.g. model.py:attention")
+    try:
+        return runpy.run_path(path, run_name=run_name)
+    except TesseraError:
+        raise
+    except SyntaxError as err:
+        raise ArgumentError(f"{path} is not valid Python: {err.msg}",
+                            loc=Loc(err.filename or path, err.lineno or 0)) from None
+    except Exception as err:
+        line = max((f.lineno for f in traceback.extract_tb(err.__traceback__)
+                    if os.path.abspath(f.filename) == os.path.abspath(path)), default=0)
+        raise ArgumentError(f"running {path} raised {type(err).__name__}: {err}",
+                            loc=Loc(path, line or 0),
+                            hint="the file is run (without its __main__ block) to find the "
+                                 "function; fix the error there") from None
 
 
 def _example(spec: str) -> tuple[str, np.ndarray]:
@@ -54,24 +95,28 @@ def _example(spec: str) -> tuple[str, np.ndarray]:
 def cmd_ir(args: argparse.Namespace) -> int:
     from tessera.frontend.jit import inspect_ir
 
-    fn = _load(args.target)
+    fn = _load(args.target, args)
     examples: dict[str, Any] = dict(_example(s) for s in args.arg)
     examples.update(_const(s) for s in args.const)
+    examples.update(examples_needed(fn, examples, args.target, args.where))
     print(inspect_ir(fn, args.stage, **examples), end="")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
-        raise ArgumentError(f"no such file: {args.file}")
+        raise ArgumentError(f"no such file: {args.file}", loc=Loc(args.file, 0))
     sys.argv = [args.file, *args.args]
-    runpy.run_path(args.file, run_name="__main__")
+    runpy.run_path(args.file, run_name="__main__")  # the program's own errors propagate
     return 0
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
     from tessera.ir import PassManager, parse_module
 
+    if args.file != "-" and not Path(args.file).is_file():
+        raise ArgumentError(f"no such file: {args.file}", loc=Loc(args.file, 0),
+                            hint="give an IR text file, or - for standard input")
     text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
     module = parse_module(text, args.file)
     names = [n for n in args.passes.split(",") if n]
@@ -109,9 +154,10 @@ def _const(spec: str) -> tuple[str, Any]:
 def cmd_ptx(args: argparse.Namespace) -> int:
     from tessera.ptx.compile import compile_kernel
 
-    kernel = _load(args.target)
+    kernel = _load(args.target, args)
     kwargs: dict[str, Any] = dict(_example(s) for s in args.arg)
     kwargs.update(_const(s) for s in args.const)
+    examples_needed(kernel, kwargs, args.target, args.where)
     for key, value in (("grid", _ints(args.grid)), ("tile_shape", _ints(args.tile_shape))):
         if value is not None:
             kwargs[key] = value if key != "grid" or len(value) > 1 else value[0]
@@ -183,11 +229,35 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tessera`` command."""
     args = build_parser().parse_args(argv)
+    # Errors raised by tessera on the command line's behalf would name the frame that
+    # called main (the installed script, runpy, a test): report them at the user's file.
+    callers = _caller_files()
+    args.where = _default_where(args)
     try:
         return int(args.run(args))
     except TesseraError as err:
+        if err.loc.file in callers or err.loc.file.startswith("<"):
+            err = err.relocated(args.where)
         print(f"tessera: {err}", file=sys.stderr)
         return 1
+
+
+def _caller_files() -> set[str]:
+    """The files of the frames that called :func:`main`."""
+    files, frame = set(), sys._getframe(2)
+    while frame is not None:
+        files.add(frame.f_code.co_filename)
+        frame = frame.f_back
+    return files
+
+
+def _default_where(args: argparse.Namespace) -> Loc:
+    """The user's file of this command (before anything is loaded from it)."""
+    target = getattr(args, "target", None)
+    if target is not None:  # FILE.py:NAME
+        return Loc(target.rpartition(":")[0] or target, 0)
+    file = getattr(args, "file", None)
+    return Loc("<stdin>" if file == "-" else file or "<command line>", 0)
 
 
 if __name__ == "__main__":

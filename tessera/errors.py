@@ -26,7 +26,8 @@ class Loc:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        # Line 0 means the whole file (a file that does not exist, or defines no such name).
+        return f"{self.file}:{self.line}" if self.line > 0 else self.file
 
 
 UNKNOWN_LOC = Loc("<unknown>", 0)
@@ -69,6 +70,17 @@ class TesseraError(Exception):
         if hint:
             text += f"\n  hint: {hint}"
         super().__init__(text)
+
+    def relocated(self, loc: Loc) -> TesseraError:
+        """This error reported at ``loc`` instead (for callers that know the user's file
+        better than the stack does, such as the command line)."""
+        text = str(self)
+        old = f"{self.loc}: "
+        if text.startswith(old):
+            text = f"{loc}: {text[len(old):]}"
+        self.loc = loc
+        self.args = (text, *self.args[1:])
+        return self
 
 
 class ShapeError(TesseraError):

@@ -84,3 +84,99 @@ def test_opt_and_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["passes"]) == 0
     listed = capsys.readouterr().out
     assert "cse" in listed and "dce" in listed and "canonicalize" in listed
+
+
+# ------------------------------------------- errors name the user's file, not the script
+KERNEL = '''import tessera as ts
+
+@ts.kernel
+def saxpy(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32], alpha: ts.f32):
+    i = ts.tile.linear_id()
+    if i < n:
+        y[i] = alpha * x[i] + y[i]
+    return y
+'''
+
+STATIC = '''import tessera as ts
+
+@ts.jit
+def half_static(x: ts.Tensor[2, 3, ts.f32], w):
+    return x @ w
+'''
+
+
+def script(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``tessera`` console script (where errors used to be located)."""
+    exe = Path(sys.executable).parent / "tessera"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_errors_through_the_installed_script_name_the_users_file(program: Path) -> None:
+    out = script("ir", f"{program}:untyped")
+    assert out.returncode == 1
+    assert "bin/tessera" not in out.stderr and "Traceback" not in out.stderr
+    line = PROGRAM.splitlines().index("def untyped(x):") + 1
+    assert out.stderr.startswith(f"tessera: {program}:{line}: argument error: "), out.stderr
+    assert "x (no annotation)  ->  --arg x=SHAPE:FORMAT or --const x=VALUE" in out.stderr
+    missing = script("ir", f"{program}:nothing")
+    assert missing.stderr.startswith(f"tessera: {program}: argument error: prog.py defines "
+                                     "no 'nothing'"), missing.stderr
+
+
+def test_ptx_without_arguments_lists_the_parameters(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "kern.py"
+    path.write_text(KERNEL)
+    assert main(["ptx", f"{path}:saxpy"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tessera: {path}:4: argument error: the kernel saxpy needs example "
+                          "arguments for 3 parameter(s):"), err
+    for usage in ('x: Tensor["n", f32]  ->  --arg x=<n>:f32',
+                  'y: Tensor["n", f32]  ->  --arg y=<n>:f32',
+                  "alpha: f32 (a scalar)  ->  --const alpha=VALUE"):
+        assert usage in err
+    assert "hint: pass each array as --arg NAME=SHAPE:FORMAT" in err
+    # what the message asks for is enough
+    assert main(["ptx", f"{path}:saxpy", "--arg", "x=64:f32", "--arg", "y=64:f32",
+                 "--const", "alpha=2.0"]) == 0
+    assert ".entry saxpy" in capsys.readouterr().out
+    # naming a parameter that does not exist lists the real ones
+    assert main(["ptx", f"{path}:saxpy", "--arg", "z=64:f32"]) == 1
+    assert "has no parameter(s) z" in capsys.readouterr().err
+
+
+def test_ir_fills_statically_annotated_parameters(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "static.py"
+    path.write_text(STATIC)
+    assert main(["ir", f"{path}:half_static"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:4:" in err and "1 parameter(s)" in err and "w (no annotation)" in err
+    assert main(["ir", f"{path}:half_static", "--arg", "w=3x5:f32"]) == 0
+    assert "%x: tensor<2x3xf32>, %w: tensor<3x5xf32>" in capsys.readouterr().out
+
+
+def test_broken_user_files_are_reported_at_their_line(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import tessera as ts\n\ndef f(x)\n    return x\n")
+    assert main(["ir", f"{bad}:f"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tessera: {bad}:3: argument error: ") and "not valid Python" in err
+    raising = tmp_path / "raising.py"
+    raising.write_text("x = 1\nraise ValueError('no config')\n")
+    assert main(["ptx", f"{raising}:f"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"tessera: {raising}:2: argument error: ")
+    assert "ValueError: no config" in err and "Traceback" not in err
+
+
+def test_opt_errors_name_the_ir_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = Path(__file__).parent / "golden" / "passes" / "cse_duplicates.before.tir"
+    assert main(["opt", str(src), "--passes", "nosuchpass"]) == 1
+    assert capsys.readouterr().err.startswith(f"tessera: {src}: stage error: unknown pass")
+    gone = tmp_path / "gone.tir"
+    assert main(["opt", str(gone)]) == 1
+    assert capsys.readouterr().err.startswith(f"tessera: {gone}: argument error: no such file")
+    out = run_cli("opt", str(gone))  # python -m tessera: no traceback either
+    assert out.returncode == 1 and "Traceback" not in out.stderr and str(gone) in out.stderr
