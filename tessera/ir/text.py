@@ -21,7 +21,14 @@ import numpy as np
 
 from tessera.errors import IRParseError, Loc
 from tessera.ir.core import OPS, Block, Function, Instr, Module, Op, Region, Type, Value
-from tessera.ir.types import Dense, Element, element_text, parse_element, parse_tensor_type
+from tessera.ir.types import (
+    Dense,
+    Element,
+    TensorType,
+    element_text,
+    parse_element,
+    parse_tensor_type,
+)
 from tessera.numerics import DType, Policy, PolicyClass
 
 #: type keyword -> parser of the text between the angle brackets; dialects add theirs
@@ -349,9 +356,11 @@ class Parser:
                 self.accept(",")
         self.expect(":")
         self.expect("(")
+        otypes = []
         while not self.accept(")"):
-            self.type()
+            otypes.append(self.type())
             self.accept(",")
+        self._check_signature(opname, operands, otypes)
         self.expect("->")
         if self.accept("("):
             rtypes = []
@@ -379,6 +388,22 @@ class Parser:
         for name, value in zip(names, instr.results):
             self.define(name, value)
         block.append(instr)
+
+    def _check_signature(self, opname: str, operands: list[Value], types: list[Type]) -> None:
+        """The signature's operand types are a claim about the operands: check it, so a
+        mistyped line is an error here and not silently rewritten on reprint."""
+        if len(types) != len(operands):
+            raise self.error(f"{opname} has {len(operands)} operands but its signature "
+                             f"lists {len(types)} types")
+        for k, (v, t) in enumerate(zip(operands, types)):
+            have = v.type
+            if isinstance(t, TensorType) and t.sharding is None \
+                    and isinstance(have, TensorType):
+                # a signature without a placement is the text before shard propagation
+                have = dataclasses.replace(have, sharding=None)
+            if have != t:
+                raise self.error(f"operand {k} of {opname} has type {v.type}, but the "
+                                 f"signature says {t}")
 
     def region(self) -> Region:
         self.expect("^bb")

@@ -44,6 +44,14 @@ def test_random_graphs_round_trip(fn) -> None:
      "%0 = graph.exp(%x) : (tensor<2xf32>) -> tensor<2xf32> } }", "defined twice"),
     ("module @m { graph.func @f() -> () { %0 = graph.constant() {value = dense<[1.0]>, "
      "element = #f32, bogus = 3} : () -> tensor<1xf32> } }", "bad attributes"),
+    # the signature's operand types must be the operands' own
+    ("module @m { graph.func @f(%x: tensor<4xf32>) -> (tensor<4xf32>) { "
+     "%0 = graph.exp(%x) : (tensor<9x9xbf16>) -> tensor<4xf32> } }",
+     r"operand 0 of graph.exp has type tensor<4xf32>, but the signature says "
+     r"tensor<9x9xbf16>"),
+    ("module @m { graph.func @f(%x: tensor<4xf32>) -> (tensor<4xf32>) { "
+     "%0 = graph.add(%x, %x) : (tensor<4xf32>) -> tensor<4xf32> } }",
+     "has 2 operands but its signature lists 1 types"),
 ])
 def test_parse_errors_name_the_line(bad: str, message: str) -> None:
     with pytest.raises(IRParseError, match=message) as info:
