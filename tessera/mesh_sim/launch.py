@@ -44,8 +44,8 @@ from tessera.mesh_sim.regions import (
     Privilege,
     RegionConflictError,
     RegionError,
-    RegionSpec,
     RegionView,
+    privileges_of,
 )
 from tessera.mesh_sim.sharding import ShardSpec
 from tessera.mesh_sim.spmd import depend
@@ -92,9 +92,7 @@ class IndexLaunch:
         self.axis, self.out_dims, self.mode = axis, out_dims, mode
         python = self.kernel.fn if self.kernel is not None else self.fn
         self.signature = inspect.signature(python)
-        hints = inspect.get_annotations(python, eval_str=True)
-        self.privileges = {k: v.privilege for k, v in hints.items()
-                           if isinstance(v, RegionSpec)}
+        self.privileges = privileges_of(python)
 
     @user_api
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

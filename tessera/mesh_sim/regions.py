@@ -25,17 +25,21 @@ The same privileges drive the dependence analysis of a sequence of launches
 
 from __future__ import annotations
 
+import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tessera.errors import TesseraError, user_location
+from tessera.errors import Loc, TesseraError, user_location
 from tessera.frontend import ops
 from tessera.frontend.trace import Tracer
 from tessera.ir import graph as g
 
 READ, WRITE, REDUCE = "read", "write", "reduce"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tessera/
 
 
 class RegionError(TesseraError):
@@ -93,6 +97,62 @@ class Region:
             raise RegionError(f"Region[{privilege!r}] names no privilege",
                               hint="write Region[read], Region[write] or Region[reduce]")
         return RegionSpec(privilege)
+
+
+def privileges_of(fn: Any) -> dict[str, Privilege]:
+    """The privilege of every parameter of ``fn`` annotated ``Region[...]``.
+
+    Annotations that are strings (a module with ``from __future__ import annotations``)
+    are evaluated one by one against the names ``fn`` sees: its module's globals, its
+    closure and, for a function defined inside another, the locals of the frame that
+    launches it (where such a function is usually defined). An annotation that cannot
+    be evaluated is no region, unless it names ``Region``: then it is a RegionError at
+    the ``def`` line.
+    """
+    code = getattr(fn, "__code__", None)
+    loc = Loc(code.co_filename, code.co_firstlineno) if code is not None else None
+    out: dict[str, Privilege] = {}
+    namespace: dict[str, Any] | None = None
+    for name, hint in inspect.get_annotations(fn).items():
+        if isinstance(hint, str):
+            namespace = namespace if namespace is not None else _names_seen_by(fn)
+            try:
+                hint = eval(hint, namespace)  # the user's own annotation, as Python would
+            except RegionError as err:
+                raise RegionError(err.message, hint=err.hint, loc=loc) from None
+            except Exception as err:  # any failure: the annotation is not ours to read
+                if "Region" in hint:
+                    raise RegionError(f"the annotation {hint!r} of parameter {name!r} "
+                                      f"cannot be evaluated: {err}", loc=loc,
+                                      hint="write Region[read], Region[write] or "
+                                           "Region[reduce], with names the function's "
+                                           "module (or enclosing function) defines") from None
+                continue
+        if isinstance(hint, RegionSpec):
+            out[name] = hint.privilege
+    return out
+
+
+def _names_seen_by(fn: Any) -> dict[str, Any]:
+    names: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    if "<locals>" in getattr(fn, "__qualname__", ""):
+        frame = sys._getframe(1)
+        while frame is not None and _in_tessera(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            names.update(frame.f_locals)
+    cells = getattr(fn, "__closure__", None) or ()
+    for var, cell in zip(fn.__code__.co_freevars, cells):
+        try:
+            names[var] = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+    return names
+
+
+def _in_tessera(filename: str) -> bool:
+    # tessera's own frames, and eval'd or generated code, are not where the user is
+    return filename.startswith("<") or os.path.abspath(filename).startswith(_PACKAGE)
 
 
 class RegionView(Tracer):
@@ -184,4 +244,5 @@ def _box(index: Any, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int
 
 
 __all__ = ["READ", "REDUCE", "WRITE", "Privilege", "Region", "RegionConflictError",
-           "RegionError", "RegionSpec", "RegionView", "read", "reduce", "write"]
+           "RegionError", "RegionSpec", "RegionView", "privileges_of", "read", "reduce",
+           "write"]
