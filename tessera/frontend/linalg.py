@@ -17,6 +17,7 @@ from tessera.frontend.ops import (
     promote_operands,
     reshape,
 )
+from tessera.frontend.shapes import tile_shape_hint
 from tessera.ir import graph as g
 from tessera.numerics import storage_of
 
@@ -48,7 +49,7 @@ def matmul(a: Any, b: Any, tile_shape: Sequence[int] | None = None) -> Any:
         if a.ndim > 2 or b.ndim > 2 else ()
     a = broadcast_to(a, batch + tuple(a.shape[-2:]))
     b = broadcast_to(b, batch + tuple(b.shape[-2:]))
-    hint = tuple(int(t) for t in tile_shape) if tile_shape is not None else None
+    hint = tile_shape_hint(tile_shape)  # 2 or 3 positive ints, else ArgumentError
     y = bind(g.MatMul(hint), a, b)[0]
     if squeeze:
         shape = list(y.shape)

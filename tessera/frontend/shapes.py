@@ -1,12 +1,30 @@
-"""Shape operators: transpose, reshape, indexing."""
+"""Shape operators: transpose, reshape, indexing; and the check of a tile-shape hint."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tessera.errors import ShapeError, UnsupportedError
+import numpy as np
+
+from tessera.errors import ArgumentError, ShapeError, UnsupportedError
 from tessera.frontend.ops import Operand, bind, operand
 from tessera.ir import graph as g
+
+
+def tile_shape_hint(tile_shape: Any, what: str = "matmul") -> tuple[int, ...] | None:
+    """``tile_shape=(BM, BN)`` or ``(BM, BN, BK)`` checked: a tuple or list of 2 or 3
+    positive ints (NumPy ints too, not bools); None means no hint."""
+    if tile_shape is None:
+        return None
+    items = tuple(tile_shape) if isinstance(tile_shape, (tuple, list)) else None
+    ok = items is not None and len(items) in (2, 3) and all(
+        isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)) and t > 0
+        for t in items)
+    if not ok:
+        raise ArgumentError(f"{what}: tile_shape={tile_shape!r} is not a tile shape",
+                            hint="give 2 or 3 positive ints, e.g. tile_shape=(128, 128, 32) "
+                                 "for (BM, BN, BK)")
+    return tuple(int(t) for t in items)  # type: ignore[union-attr]
 
 
 def transpose(x: Any, axes: Any = None) -> Any:
