@@ -27,6 +27,7 @@ is compiled once and cached. ``kernel.inspect_ir("tile")`` (or ``ts.inspect_ir(k
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -34,12 +35,13 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
+from tessera.frontend.kernel_args import check_writable
 from tessera.frontend.kernel_autotune import Estimate, choose, configurations, estimate
 from tessera.frontend.kernel_compile import build_module
 from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
 from tessera.frontend.kernel_memo import CallMemo
 from tessera.frontend.trace import refuse_in_trace
-from tessera.interp.tile import Compiled, Geometry, launch
+from tessera.interp.tile import SCHEDULES, Compiled, Geometry, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module
 from tessera.numerics import storage_of
@@ -81,6 +83,8 @@ class Kernel:
         self.calls = CallMemo()
         self.programs: dict[Any, Compiled] = {}
         self.tuned: dict[Any, list[Estimate]] = {}
+        #: per specialisation: the runtime arguments the kernel writes, and their names
+        self.writes: dict[Any, tuple[frozenset[int], tuple[str, ...]]] = {}
         self.last: Module | None = None
         self.last_config: dict[str, Any] = {}
 
@@ -114,9 +118,25 @@ class Kernel:
         module = self.modules.get(prep.key)
         if module is None:
             module = self.modules[prep.key] = build_module(self.fn, prep.spec)
+        written, _ = self.written(prep.key, module)
+        if prep.writeback:
+            # only arrays the kernel writes are copied back: a converted input keeps
+            # its own values (and may be read-only)
+            keep = {id(prep.runtime[k]) for k in written}
+            prep = dataclasses.replace(prep, writeback=[
+                (orig, conv) for orig, conv in prep.writeback if id(conv) in keep])
         self.last = module
         self.last_config = config
         return prep, module
+
+    def written(self, key: Any, module: Module) -> tuple[frozenset[int], tuple[str, ...]]:
+        """Which runtime arguments of a specialisation the kernel writes, and the names
+        of all of them (cached)."""
+        found = self.writes.get(key)
+        if found is None:
+            fn = module.functions[self.name]
+            found = self.writes[key] = (analyse(fn).written, tuple(a.hint for a in fn.args))
+        return found
 
     def autotune(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
                  group_size: int, tile_shape: Any) -> dict[str, Any]:
@@ -153,12 +173,18 @@ class Kernel:
         mode = mode or self.mode
         if mode not in MODES:
             raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")
+        schedule = schedule or self.schedule
+        if schedule not in SCHEDULES:
+            raise ArgumentError(f"unknown schedule {schedule!r}", hint=f"use one of {SCHEDULES}")
         prep, module = self.specialise(args, kwargs)
         fn = module.functions[self.name]
         fast = mode == "fast"
         compiled = self.programs.get((prep.key, fast))
         if compiled is None:
             compiled = self.programs[(prep.key, fast)] = prepare_sim(fn, fast)
+        written, names = self.writes[prep.key]
+        # the last argument check; all of them are made before anything runs
+        check_writable(self.name, names, prep.runtime, prep.writeback, written)
         spec = prep.spec
         geom = Geometry(spec.batch, spec.grid, spec.group_size)
         output = None
@@ -166,7 +192,7 @@ class Kernel:
             elem = fn.attrs["result_element"]
             output = np.zeros(tuple(fn.attrs["result_shape"]), storage_of(elem).np_dtype)
         out = launch(compiled, prep.runtime, geom, checked=not fast,
-                     schedule=schedule or self.schedule, output=output,
+                     schedule=schedule, output=output,
                      output_element=fn.attrs.get("result_element"))
         if output is not None:
             return finish_launch(prep, output)

@@ -33,14 +33,23 @@ def tile_of(tile_shape: Any, config: dict[str, Any]) -> tuple[int, int, int]:
     for k, names in enumerate((("BLOCK_M", "BM"), ("BLOCK_N", "BN"), ("BLOCK_K", "BK"))):
         for n in names:
             if n in config:
+                if not _is_int(config[n]) or config[n] < 1:
+                    raise ArgumentError(f"configuration value {n}={config[n]!r} should be "
+                                        "an int >= 1", hint="tile extents are whole numbers")
                 out[k] = int(config[n])
     if tile_shape is not None:
-        ts = (tile_shape,) if isinstance(tile_shape, int) else tuple(tile_shape)
-        if not 1 <= len(ts) <= 3 or any(not isinstance(d, int) or d < 1 for d in ts):
+        ts = (tile_shape,) if _is_int(tile_shape) else tuple(tile_shape) \
+            if isinstance(tile_shape, (tuple, list)) else ()
+        if not 1 <= len(ts) <= 3 or any(not _is_int(d) or d < 1 for d in ts):
             raise ArgumentError(f"tile_shape {tile_shape!r} should be 1 to 3 ints >= 1",
                                 hint="tile_shape=(BM, BN, BK)")
-        out[:len(ts)] = ts
+        out[:len(ts)] = [int(d) for d in ts]
     return out[0], out[1], out[2]
+
+
+def _is_int(x: Any) -> bool:
+    """An int or NumPy integer, not a bool (``grid=True`` is a mistake, not 1)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def grid_of(info: KernelInfo, grid: Any, group_size: int, tile: tuple[int, int, int],
@@ -48,14 +57,17 @@ def grid_of(info: KernelInfo, grid: Any, group_size: int, tile: tuple[int, int, 
             ) -> tuple[int, ...]:
     """The launch's grid of tile groups: ``grid`` checked, or the default grid (see the
     module docstring)."""
-    if not isinstance(group_size, int) or group_size < 1:
-        raise ArgumentError(f"group_size must be an int >= 1, got {group_size!r}")
+    if not _is_int(group_size) or group_size < 1:
+        raise ArgumentError(f"group_size must be an int >= 1, got {group_size!r}",
+                            hint="group_size counts the tiles of a group, like CUDA's "
+                                 "threads per block")
     if grid is not None:
-        g = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
-        if not 1 <= len(g) <= 3 or any(not isinstance(d, (int, np.integer)) or d < 1
-                                       for d in g):
-            raise ArgumentError(f"grid {grid!r} should be 1 to 3 ints >= 1",
-                                hint="grid counts tile groups, like CUDA's grid of blocks")
+        g = (grid,) if _is_int(grid) else tuple(grid) if isinstance(grid, (tuple, list)) \
+            else None
+        if g is None or not 1 <= len(g) <= 3 or any(not _is_int(d) or d < 1 for d in g):
+            raise ArgumentError(f"grid {grid!r} should be an int >= 1 or a tuple of 1 to 3 "
+                                "of them", hint="grid counts tile groups, like CUDA's grid "
+                                                "of blocks: grid=4 or grid=(M // BM, N // BN)")
         return tuple(int(d) for d in g)
     axes = [ORIGINS[n] for n in info.used if n in ORIGINS]
     if axes:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, DimBindingError
+from tessera.frontend.kernel_args import check_size, scalar_value
 from tessera.frontend.kernel_call import function_source
 from tessera.frontend.kernel_grid import grid_of, tile_of
 from tessera.frontend.kernel_scope import (
@@ -189,7 +190,8 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     for name, value in values.items():
         ann = info.annotations.get(name)
         spec = _tensor_spec(ann)
-        if spec is not None or isinstance(value, (np.ndarray, Tensor)):
+        if spec is not None or (isinstance(value, (np.ndarray, Tensor)) and
+                                not isinstance(ann, _RUNTIME)):
             arr = _as_array(value, name)
             if spec is not None and spec.dims is not None:
                 spec.bind(tuple(arr.shape), env, arg_name=name)
@@ -215,7 +217,7 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
         elif isinstance(ann, _RUNTIME):
             t = TensorType((), ann)
             params.append(Param(name, "scalar", t))
-            runtime.append(np.asarray(value).astype(storage_of(ann).np_dtype))
+            runtime.append(scalar_value(name, value, ann))
             key.append(("S", str(t)))
         else:
             try:
@@ -229,6 +231,7 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
     tile = tile_of(tile_shape, config)
     result, result_scalar = _result(info, env, batch_key, batch)
     grid_t = grid_of(info, grid, group_size, tile, params, dims, result)
+    check_size(info.name, grid_t, int(group_size), max(batch, 1))
     spec_ = Spec(info.name, tuple(params), tuple(sorted(dims.items())), tile,
                  tuple(sorted(config.items())), grid_t, int(group_size), max(batch, 1),
                  result, result_scalar)

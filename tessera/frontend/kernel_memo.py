@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.frontend.kernel_args import scalar_value
 from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
 
 #: signatures remembered per kernel (the oldest is dropped past this)
@@ -46,7 +47,8 @@ class _Recipe:
     """How a remembered call's runtime list is made from a new call's values."""
 
     names: tuple[str, ...]  # parameter names of the positional arguments
-    kinds: tuple[tuple[str, Any], ...]  # per bound parameter: ("array"|"scalar"|"const", dtype)
+    #: per bound parameter: ("array", None), ("scalar", (name, format)) or ("const", None)
+    kinds: tuple[tuple[str, Any], ...]
     prepared: Prepared
 
 
@@ -100,11 +102,11 @@ class CallMemo:
         values.update(zip(recipe.names, args))
         values.update(kwargs)
         runtime = []
-        for (kind, dtype), value in zip(recipe.kinds, values.values()):
+        for (kind, how), value in zip(recipe.kinds, values.values()):
             if kind == "array":
                 runtime.append(value)
-            elif kind == "scalar":
-                runtime.append(np.asarray(value).astype(dtype))
+            elif kind == "scalar":  # checked like a first call's (a new value may not fit)
+                runtime.append(scalar_value(how[0], value, how[1]))
         return Prepared(old.spec, old.key, runtime, values, [])
 
 
@@ -116,15 +118,14 @@ def _plain(info: KernelInfo) -> bool:
 
 def _runtime_slots(prep: Prepared) -> list[tuple[str, Any]]:
     """Per bound parameter, what it contributes to the runtime list: the array itself,
-    a scalar converted to a dtype, or nothing (a specialisation constant)."""
+    a scalar converted to its format, or nothing (a specialisation constant)."""
     out: list[tuple[str, Any]] = []
-    runtime = iter(prep.runtime)
     for param in prep.spec.params:
         if param.kind == "tensor":
-            next(runtime)
             out.append(("array", None))
         elif param.kind == "scalar":
-            out.append(("scalar", next(runtime).dtype))
+            assert param.type is not None
+            out.append(("scalar", (param.name, param.type.element)))
         else:
             out.append(("const", None))
     return out
