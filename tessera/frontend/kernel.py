@@ -36,10 +36,11 @@ import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
 from tessera.frontend.kernel_args import check_writable
-from tessera.frontend.kernel_autotune import Estimate, choose, configurations, estimate
+from tessera.frontend.kernel_autotune import configurations
 from tessera.frontend.kernel_compile import build_module
-from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
+from tessera.frontend.kernel_launch import KernelInfo, Prepared
 from tessera.frontend.kernel_memo import CallMemo
+from tessera.frontend.kernel_tuning import Tuner
 from tessera.frontend.trace import refuse_in_trace
 from tessera.interp.tile import SCHEDULES, Compiled, Geometry, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
@@ -82,9 +83,9 @@ class Kernel:
         self.modules: dict[Any, Module] = {}
         self.calls = CallMemo()
         self.programs: dict[Any, Compiled] = {}
-        self.tuned: dict[Any, list[Estimate]] = {}
         #: per specialisation: the runtime arguments the kernel writes, and their names
         self.writes: dict[Any, tuple[frozenset[int], tuple[str, ...]]] = {}
+        self.tuner = Tuner(self)
         self.last: Module | None = None
         self.last_config: dict[str, Any] = {}
 
@@ -112,7 +113,7 @@ class Kernel:
         tile_shape = launch_kw.get("tile_shape")
         config = dict(launch_kw.get("config") or {})
         if self.space and not config:
-            config = self.autotune(args, kwargs, grid, group_size, tile_shape)
+            config = self.tuner.choose(args, kwargs, grid, group_size, tile_shape)
         prep = self.calls.prepare(self.info, args, kwargs, grid=grid, group_size=group_size,
                                   tile_shape=tile_shape, config=config)
         module = self.modules.get(prep.key)
@@ -138,32 +139,15 @@ class Kernel:
             found = self.writes[key] = (analyse(fn).written, tuple(a.hint for a in fn.args))
         return found
 
-    def autotune(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
-                 group_size: int, tile_shape: Any) -> dict[str, Any]:
-        """The configuration the cost model picks for this call (cached)."""
-        assert self.space is not None
-        base = prepare(self.info, args, dict(kwargs), grid=grid, group_size=group_size,
-                       tile_shape=tile_shape, config={})
-        key = (*base.key[:2], repr(grid), group_size, repr(tile_shape))
-        if key not in self.tuned:
-            estimates = []
-            for cfg in configurations(self.space):
-                p = prepare(self.info, args, dict(kwargs), grid=grid, group_size=group_size,
-                            tile_shape=tile_shape, config=cfg)
-                module = self.modules.get(p.key)
-                if module is None:
-                    module = self.modules[p.key] = build_module(self.fn, p.spec)
-                est = estimate(module.functions[self.name], cfg)
-                estimates.append(est)
-            self.tuned[key] = estimates
-        return dict(choose(self.tuned[key]).config)
+    @property
+    def tuned(self) -> dict[Any, Any]:
+        """The autotuner's results, per call signature."""
+        return self.tuner.tuned
 
     def tuning_report(self) -> str:
-        """Every estimate of the last autotuned signature, fastest first."""
-        if not self.tuned:
-            return "no autotuned launches yet"
-        rows = sorted(list(self.tuned.values())[-1], key=lambda e: e.seconds)
-        return "\n".join(f"{dict(e.config)}: {e.seconds * 1e6:.2f} us (model)" for e in rows)
+        """The last autotuned signature: every valid configuration's estimate, fastest
+        first, then every dropped configuration with the reason it was dropped."""
+        return self.tuner.report()
 
     # -- launching
     @user_api

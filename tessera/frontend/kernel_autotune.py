@@ -1,7 +1,22 @@
 """The deterministic cost model ``@ts.kernel.autotune`` picks configurations with.
 
 On a CPU nothing can be timed that says anything about a GPU, so every configuration
-of the space is compiled to Tile IR and *estimated* on an H100 SXM roofline:
+of the space is compiled to Tile IR for the call's shapes, checked, and *estimated* on
+an H100 SXM roofline.
+
+A configuration is **valid** when (:func:`check`; the reasons of the others are kept):
+
+* it compiles for these shapes (a compile error, such as shared memory over 227 KiB
+  per group, drops it);
+* no tile of its launch is sure to access memory out of bounds
+  (:mod:`tessera.frontend.kernel_bounds`): a block that does not divide the
+  dimension it tiles reaches past the last full block;
+* a group needs at most 1024 threads (a CTA's limit);
+* by the register estimate of :mod:`tessera.frontend.kernel_regs`, a thread needs at
+  most 255 registers (more would spill: sm_90's limit) and a group at most the SM's
+  65,536.
+
+The estimate of a valid configuration:
 
 * per tile, from the IR: tensor-core flops (``2·M·N·K`` per ``mma``), vector flops
   (one per element of every other compute op), and global bytes (every load, store
@@ -11,10 +26,11 @@ of the space is compiled to Tile IR and *estimated* on an H100 SXM roofline:
   branch; a ``while`` counts one trip;
 * per group ``t = max(mma_flops / (989 TFLOP/s / 132), vec_flops / (67 TFLOP/s / 132),
   bytes / (3.35 TB/s / 132))`` — one SM's share of the machine;
-* occupancy ``c = min(32, 227 KiB // shared bytes per group, 64 // num_warps)`` groups
-  per SM (``num_warps`` from the config, else 4; ``num_stages`` does not change the
+* occupancy ``c = min(32, 227 KiB // shared bytes per group, 64 // num_warps,
+  65536 // registers per group)`` groups per SM (``num_warps`` from the config, else
+  4; registers rounded up to 8 per thread; ``num_stages`` does not change the
   simulated kernel and only ever ties);
-* ``time = ceil(groups / (132·c)) · c · t + 2 µs`` per wave.
+* ``time = ceil(groups / (132·c)) · (c · t + 2 µs)``.
 
 The smallest estimate wins; ties go to the first configuration in the order of the
 space (``itertools.product`` over the dict in insertion order). The choice is cached
@@ -28,16 +44,23 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tessera.frontend.kernel_bounds import sure_violations
+from tessera.frontend.kernel_compile import SHARED_LIMIT
+from tessera.frontend.kernel_regs import Registers
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
-from tessera.ir.core import Block, Function, Instr
+from tessera.ir.core import Block, Function, Instr, walk
 from tessera.ir.tile import MemRefType
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
+#: H100 SXM: SMs, peak rates, and the per-SM and per-block limits (CUDA programming
+#: guide, compute capability 9.0): shared memory per block, warps and blocks per SM,
+#: 32-bit registers per thread and per SM, threads per block
 H100 = {"sms": 132, "mma_flops": 989e12, "vec_flops": 67e12, "bandwidth": 3.35e12,
-        "shared": 227 * 1024, "warps": 64, "groups": 32, "wave": 2e-6}
+        "shared": SHARED_LIMIT, "warps": 64, "groups": 32, "wave": 2e-6,
+        "regs_thread": 255, "regs_sm": 65536, "threads": 1024, "reg_unit": 8}
 
 
 @dataclass(frozen=True)
@@ -51,6 +74,7 @@ class Estimate:
     bytes: float
     shared: int
     groups: int
+    registers: int = 0  # estimated per thread
 
 
 def _bytes(t: Any) -> int:
@@ -99,16 +123,46 @@ def _count(block: Block, mult: float, acc: list[float]) -> None:
             acc[1] += max(1, t.size) * mult
 
 
+def _shared(fn: Function) -> int:
+    return sum(_bytes(instr.results[0].type) for instr in walk(fn.body)
+               if isinstance(instr.op, M.AllocShared))
+
+
+def threads_per_group(fn: Function, regs: Registers) -> int:
+    """CUDA threads one group of ``fn`` runs on (the PTX backend's mapping)."""
+    return regs.threads * int(fn.attrs.get("group_size", 1))
+
+
+def check(fn: Function) -> list[str]:
+    """Why one specialisation cannot run as configured on an H100 (empty: it can)."""
+    reasons = [f"out of bounds for these shapes: {v}" for v in sure_violations(fn)[:1]]
+    regs = Registers(fn)
+    threads = threads_per_group(fn, regs)
+    if threads > H100["threads"]:
+        reasons.append(f"a group needs {threads} threads; a CUDA block has at most "
+                       f"{H100['threads']}")
+    per_thread = regs.per_thread()
+    if per_thread > H100["regs_thread"]:
+        reasons.append(f"needs about {per_thread} registers per thread (estimate), over "
+                       f"the {H100['regs_thread']} of sm_90: it would spill")
+    elif _round_regs(per_thread) * threads > H100["regs_sm"]:
+        reasons.append(f"needs about {_round_regs(per_thread) * threads} registers per "
+                       f"group (estimate), over the {H100['regs_sm']} of an SM")
+    return reasons
+
+
+def _round_regs(n: int) -> int:
+    unit = H100["reg_unit"]
+    return -(-n // unit) * unit
+
+
 def estimate(fn: Function, config: dict[str, Any]) -> Estimate:
     """The modelled H100 time of one specialisation (see the module doc)."""
     acc = [0.0, 0.0, 0.0]
     _count(fn.body, 1.0, acc)
-    shared = 0
-    from tessera.ir.core import walk
-
-    for instr in walk(fn.body):
-        if isinstance(instr.op, M.AllocShared):
-            shared += _bytes(instr.results[0].type)
+    shared = _shared(fn)
+    regs = Registers(fn)
+    per_thread = regs.per_thread()
     grid = fn.attrs.get("grid", (1,))
     gs = int(fn.attrs.get("group_size", 1))
     groups = int(fn.attrs.get("batch", 1)) * math.prod(grid)
@@ -117,13 +171,14 @@ def estimate(fn: Function, config: dict[str, Any]) -> Estimate:
            acc[2] * gs / (H100["bandwidth"] / sm)]
     t = max(per)
     warps = int(config.get("num_warps", 4))
-    occ = min(H100["groups"], H100["warps"] // max(1, warps),
+    by_regs = H100["regs_sm"] // max(1, _round_regs(per_thread) * threads_per_group(fn, regs))
+    occ = min(H100["groups"], H100["warps"] // max(1, warps), by_regs,
               H100["shared"] // shared if shared else H100["groups"])
     occ = max(1, int(occ))
     waves = math.ceil(groups / (sm * occ))
     seconds = waves * (occ * t + H100["wave"])
     return Estimate(tuple(config.items()), seconds, acc[0] * gs * groups,
-                    acc[1] * gs * groups, acc[2] * gs * groups, shared, groups)
+                    acc[1] * gs * groups, acc[2] * gs * groups, shared, groups, per_thread)
 
 
 def configurations(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -146,4 +201,5 @@ def choose(estimates: list[Estimate]) -> Estimate:
     return best
 
 
-__all__ = ["H100", "Estimate", "choose", "configurations", "estimate"]
+__all__ = ["H100", "Estimate", "check", "choose", "configurations", "estimate",
+           "threads_per_group"]

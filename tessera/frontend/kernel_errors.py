@@ -25,4 +25,12 @@ class KernelResourceError(KernelCompileError):
     kind = "resource limit"
 
 
-__all__ = ["KernelCompileError", "KernelResourceError", "UndefinedNameError"]
+class AutotuneError(TesseraError):
+    """No configuration of an autotuned kernel's space is valid for the call's shapes
+    and the target (the message lists why each one was dropped)."""
+
+    kind = "autotune error"
+
+
+__all__ = ["AutotuneError", "KernelCompileError", "KernelResourceError",
+           "UndefinedNameError"]
