@@ -9,6 +9,7 @@ that says what to do.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -168,7 +169,9 @@ def user_api(fn: F) -> F:
     """Decorate a public entry point so a TesseraError surfaces at the user's call.
 
     The internal frames between the user's call and the ``raise`` are dropped: the
-    user sees their own line and the message, not the compiler's stack.
+    user sees their own line and the message, not the compiler's stack. A call with
+    the wrong number or names of arguments (Python's TypeError) becomes an
+    ArgumentError that shows the signature.
     """
 
     @functools.wraps(fn)
@@ -179,5 +182,44 @@ def user_api(fn: F) -> F:
             if os.environ.get("TESSERA_FULL_TRACEBACK"):
                 raise
             raise err.with_traceback(None) from None
+        except TypeError:
+            # Only a call that does not bind is the caller's mistake; a TypeError from
+            # inside a call that binds is left alone.
+            problem = _binding_problem(fn, args, kwargs)
+            if problem is None:
+                raise
+            raise ArgumentError(problem, hint=_signature_hint(fn)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _binding_problem(fn: Callable[..., Any], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> str | None:
+    """Why ``fn(*args, **kwargs)`` does not bind to ``fn``'s signature, or None."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        return f"{_public_name(fn)}(): {err}"
+    except ValueError:  # no signature to check against
+        return None
+    return None
+
+
+def _public_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+    # ``Kernel.__call__`` and ``accum.__init__`` are called as ``kernel(...)``, ``accum(...)``
+    for suffix in (".__init__", ".__call__"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _signature_hint(fn: Callable[..., Any]) -> str:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except ValueError:
+        return "check the call's arguments"
+    if getattr(fn, "__name__", "") in ("__init__", "__call__") and params:
+        params = params[1:]  # self
+    # Annotations are left out: string annotations would print as 'Any'.
+    shown = [p.replace(annotation=inspect.Parameter.empty) for p in params]
+    return f"call it as {_public_name(fn)}({', '.join(str(p) for p in shown)})"

@@ -29,8 +29,11 @@ from tessera.ir.types import TensorType
 from tessera.numerics import loss_scale_of, storage_of
 
 
+@user_api
 def autodiff(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Mark ``fn`` as differentiable. Optional: every tessera function is differentiable."""
+    if not callable(fn):
+        raise ArgumentError(f"@ts.autodiff marks a function, got {type(fn).__name__}")
     try:
         fn.__tessera_autodiff__ = True  # type: ignore[attr-defined]
     except AttributeError:
@@ -157,6 +160,7 @@ def _call(fn: Function, inputs: list[Any]) -> list[Any]:
                              inputs, "exact"))
 
 
+@user_api
 def grad(fn: Callable[..., Any], argnums: int | Sequence[int] | None = None,
          wrt: str | Sequence[str] | None = None) -> GradFunction:
     """The gradient of a scalar-valued function (reverse mode, as a Graph IR transform)."""
@@ -165,6 +169,7 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] | None = None,
     return GradFunction(fn, argnums, wrt, with_value=False)
 
 
+@user_api
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] | None = None,
                    wrt: str | Sequence[str] | None = None) -> GradFunction:
     """Like ``grad`` but returns ``(value, gradient)``."""
@@ -223,6 +228,13 @@ def vjp(fn: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]
 @user_api
 def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
     """``(out, tangent_out)``: forward mode, the directional derivative along ``tangents``."""
+    if not callable(fn):
+        raise ArgumentError(f"jvp needs a function, got {type(fn).__name__}",
+                            hint="call it as ts.jvp(f, (x,), (t,))")
+    for what, seq in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(seq, (tuple, list)):
+            raise ArgumentError(f"jvp's {what} must be a tuple or list, got "
+                                f"{type(seq).__name__}", hint="call it as ts.jvp(f, (x,), (t,))")
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise ArgumentError(f"jvp got {len(primals)} primals and {len(tangents)} tangents")

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tessera.errors import GradError, user_api
+from tessera.errors import ArgumentError, GradError, user_api
 from tessera.frontend import ops
 from tessera.frontend.trace import Trace, Tracer
 from tessera.ir import graph as g
@@ -28,7 +28,9 @@ class CustomFunction:
 
     kind = "vjp"
 
+    @user_api
     def __init__(self, fn: Callable[..., Any]) -> None:
+        _check_callable(fn, f"@ts.custom_{self.kind}")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.rule_name = f"{fn.__name__}#{next(_ids)}"
@@ -68,7 +70,11 @@ class custom_vjp(CustomFunction):
     fwd: Callable[..., Any] | None = None
     bwd: Callable[..., Any] | None = None
 
+    @user_api
     def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> custom_vjp:
+        """Give the rule: ``fwd(*args) -> (out, saved)``, ``bwd(saved, ct) -> cts``."""
+        _check_callable(fwd, "defvjp's fwd")
+        _check_callable(bwd, "defvjp's bwd")
         self.fwd, self.bwd = fwd, bwd
         return self
 
@@ -83,9 +89,18 @@ class custom_jvp(CustomFunction):
     kind = "jvp"
     jvp: Callable[..., Any] | None = None
 
+    @user_api
     def defjvp(self, jvp: Callable[..., Any]) -> custom_jvp:
+        """Give the rule: ``jvp(primals, tangents) -> (out, tangent_out)``."""
+        _check_callable(jvp, "defjvp's rule")
         self.jvp = jvp
         return self
+
+
+def _check_callable(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise ArgumentError(f"{what} must be a function, got {type(fn).__name__}",
+                            hint="pass a def or a lambda")
 
 
 def custom_forward(instr: Instr, operands: Sequence[Any]) -> tuple[list[Any], Any]:

@@ -70,8 +70,17 @@ class Compiled:
 class JitFunction:
     """A traced graph function (``@ts.jit``); call it like the Python function."""
 
+    @user_api
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  capture_graph: bool = False, mode: str = "exact") -> None:
+        if not callable(fn):
+            raise ArgumentError(f"a graph function needs a Python function, got "
+                                f"{type(fn).__name__}", hint="decorate a def with @ts.jit")
+        if name is not None and not isinstance(name, str):
+            raise ArgumentError(f"the name of a graph function is a str, got {name!r}")
+        if mode not in ("exact", "fast"):
+            raise ArgumentError(f"unknown mode {mode!r}", hint="use mode='exact' (bitwise "
+                                "deterministic) or mode='fast' (BLAS, non-bitwise)")
         functools.update_wrapper(self, fn)
         self.fn = fn
         # IR symbols are identifiers: "<lambda>" becomes "lambda".
@@ -253,8 +262,9 @@ def _leaf_names(names: list[str], arguments: dict[str, Any]) -> list[str]:
 def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> str:
     """The text of one IR stage of a graph function."""
-    if stage not in STAGES:
-        raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)}")
+    if not isinstance(stage, str) or stage not in STAGES:
+        raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)} "
+                         "(example arguments come after the stage)")
     if stage != "graph":
         raise StageError(f"the {stage!r} stage is not built for graph functions yet: graph "
                          "functions run from Graph IR", hint="inspect stage 'graph'")
@@ -283,6 +293,7 @@ def _symbolic_args(fn: JitFunction) -> list[Any]:
     return out
 
 
+@user_api
 def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
         mode: str = "exact", name: str | None = None) -> Any:
     """Trace ``fn`` into Graph IR per signature and run it with the interpreter.
@@ -299,6 +310,7 @@ def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
     return JitFunction(fn, name=name, capture_graph=capture_graph, mode=mode)
 
 
+@user_api
 def module(name: str) -> Callable[[Callable[..., Any]], JitFunction]:
     """``@graph.module("attention")``: a named graph function (Graph IR module ``@name``)."""
     if not isinstance(name, str):

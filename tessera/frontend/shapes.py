@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArgumentError, ShapeError, UnsupportedError
+from tessera.errors import ArgumentError, ShapeError, UnsupportedError, user_api
 from tessera.frontend.ops import Operand, bind, operand
 from tessera.ir import graph as g
 
@@ -27,22 +28,52 @@ def tile_shape_hint(tile_shape: Any, what: str = "matmul") -> tuple[int, ...] | 
     return tuple(int(t) for t in items)  # type: ignore[union-attr]
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _ints(value: Any, what: str, hint: str) -> tuple[int, ...]:
+    """An int or a sequence of ints (NumPy ints too, never bools) as a tuple of ints."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]  # a 0-d array stands for its scalar
+    if _is_int(value):
+        return (int(value),)
+    items = tuple(value) if isinstance(value, (tuple, list, np.ndarray)) else None
+    if items is None or not all(_is_int(v) for v in items):
+        raise ArgumentError(f"{what} {value!r} is not an int or a sequence of ints",
+                            hint=hint)
+    return tuple(int(v) for v in items)
+
+
+@user_api
 def transpose(x: Any, axes: Any = None) -> Any:
     """Permute axes (reverse them by default, as ``.T`` does)."""
     x = operand(x)
-    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % x.ndim
-                                                                      for a in axes)
-    if sorted(perm) != list(range(x.ndim)):
-        raise ShapeError(f"transpose axes {axes} are not a permutation of {x.ndim} axes")
+    if axes is None:
+        perm = tuple(reversed(range(x.ndim)))
+    else:
+        hint = f"give a permutation of the {x.ndim} axes, e.g. {tuple(reversed(range(x.ndim)))}"
+        given = _ints(axes, "transpose axes", hint)
+        for a in given:
+            if not -x.ndim <= a < x.ndim:
+                raise ShapeError(f"transpose axis {a} is out of range for a tensor of rank "
+                                 f"{x.ndim}", hint=hint)
+        perm = tuple(a % x.ndim for a in given)
+        if sorted(perm) != list(range(x.ndim)):
+            raise ShapeError(f"transpose axes {axes} are not a permutation of {x.ndim} axes",
+                             hint=hint)
     if perm == tuple(range(x.ndim)):
         return x
     return bind(g.Transpose(perm), x)[0]
 
 
+@user_api
 def reshape(x: Any, shape: Any) -> Any:
     """Reshape (row-major); one dim may be -1."""
     x = operand(x)
-    shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    shape = _ints(shape, "reshape to", "give the new shape as ints, e.g. (2, -1)")
+    if any(d < -1 for d in shape):
+        raise ShapeError(f"reshape to {shape}: dims are sizes >= 0, or -1 for one inferred dim")
     if shape.count(-1) > 1:
         raise ShapeError(f"reshape to {shape}: at most one dim may be -1")
     if -1 in shape:
@@ -52,6 +83,9 @@ def reshape(x: Any, shape: Any) -> Any:
         if known == 0 or x.size % known:
             raise ShapeError(f"cannot reshape {x.shape} into {shape}")
         shape = tuple(x.size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != x.size:
+        raise ShapeError(f"cannot reshape {tuple(x.shape)} ({x.size} elements) into {shape}",
+                         hint="the new shape must hold the same number of elements")
     if shape == tuple(x.shape):
         return x
     return bind(g.Reshape(shape), x)[0]

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import DTypeError, ShapeError
+from tessera.errors import DTypeError, ShapeError, TesseraError, user_api
 from tessera.frontend.arraylike import ArrayMethods
 from tessera.ir.types import TensorType
 from tessera.numerics import convert, element, from_numpy_dtype, storage_of, tensor_spec
@@ -23,8 +23,9 @@ class Tensor(ArrayMethods):
     __slots__ = ("array", "type")
     __array_priority__ = 1000
 
+    @user_api
     def __init__(self, array: np.ndarray, elem: Any = None) -> None:
-        array = np.asarray(array)
+        array = _array_of(array)
         if elem is None:
             elem = from_numpy_dtype(array.dtype)
         elem = element(elem)
@@ -79,16 +80,25 @@ class Tensor(ArrayMethods):
     __hash__ = None  # type: ignore[assignment]
 
 
+@user_api
 def as_tensor(x: Any, elem: Any = None) -> Tensor:
     """``x`` (array, scalar or Tensor) as a Tensor, optionally converted to ``elem``."""
     if isinstance(x, Tensor):
         return x if elem is None or element(elem) == x.type.element else \
             Tensor(convert(x.array, elem), elem)
+    return Tensor(_array_of(x), elem)
+
+
+def _array_of(x: Any) -> np.ndarray:
+    """``x`` as a NumPy array of numbers (DTypeError for ragged lists and objects)."""
     try:
         array = np.asarray(x)
-    except Exception as err:
-        raise DTypeError(f"cannot make a tensor from {type(x).__name__}: {err}") from None
+    except TesseraError:  # a tracer's refusal says what to do
+        raise
+    except Exception as err:  # ragged nested lists, objects that refuse conversion
+        raise DTypeError(f"cannot make a tensor from {type(x).__name__}: {err}",
+                         hint="pass NumPy arrays, Python numbers or tessera tensors") from None
     if array.dtype == object:
         raise DTypeError(f"cannot make a tensor from {type(x).__name__}",
                          hint="pass NumPy arrays, Python numbers or tessera tensors")
-    return Tensor(array, elem)
+    return array

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import DimBindingError, DTypeError, PolicyError
+from tessera.errors import DimBindingError, DTypeError, PolicyError, user_api
 from tessera.numerics.dims import Dim, DimExpr, evaluate, parse_dim, solve
 from tessera.numerics.formats import DType
 from tessera.numerics.policy import Element, Policy, PolicyClass, element
@@ -161,6 +161,11 @@ def _dim_item(item: Any, pos: int) -> Dim:
     raise DimBindingError(f"dim {pos} of a Tensor annotation is {item!r}", hint=_HINT)
 
 
+# ``TensorSpec(...)`` with the wrong arguments is an ArgumentError like any tessera call.
+TensorSpec.__init__ = user_api(TensorSpec.__init__)  # type: ignore[method-assign]
+
+
+@user_api
 def tensor_spec(items: Any) -> TensorSpec:
     """Build the TensorSpec of ``Tensor[items]``.
 

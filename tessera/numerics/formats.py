@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import DTypeError
+from tessera.errors import DTypeError, user_api
 from tessera.numerics.names import ALIASES as _ALIASES
 from tessera.numerics.promotion import promote as promote  # re-exported
 
@@ -215,6 +215,10 @@ _BY_NUMPY: dict[np.dtype, DType] = {
 }
 
 
+# ``DType(...)`` with the wrong arguments is an ArgumentError like any tessera call.
+DType.__init__ = user_api(DType.__init__)  # type: ignore[method-assign]
+
+
 def known_names() -> list[str]:
     """Every accepted spelling of a format name, canonical names first."""
     return list(DTYPES) + sorted(_ALIASES)
@@ -235,6 +239,7 @@ def from_numpy_dtype(np_dtype: Any) -> DType:
     return found
 
 
+@user_api
 def dtype(x: Any) -> DType:
     """Normalise anything that names a format to its :class:`DType`.
 

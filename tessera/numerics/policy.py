@@ -15,7 +15,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from tessera.errors import PolicyError
+from tessera.errors import PolicyError, user_api
 from tessera.numerics.formats import DTYPES, DType, dtype, promote
 
 _ORDER = "modifiers print in the order accum, stochastic_round, loss_scale"
@@ -125,6 +125,10 @@ def check_seed(seed: Any) -> int:
     return int(seed)
 
 
+# ``Policy(...)`` with the wrong arguments is an ArgumentError like any tessera call.
+Policy.__init__ = user_api(Policy.__init__)  # type: ignore[method-assign]
+
+
 def _check_scale(s: Any) -> float:
     try:
         value = float(s)
@@ -161,6 +165,7 @@ class accum(Modifier):  # lower case: it is spelled ``@accum(f32)`` in user code
     dtype: DType
     name = "accum"
 
+    @user_api
     def __init__(self, t: Any) -> None:
         object.__setattr__(self, "dtype", dtype(t))
 
@@ -182,6 +187,7 @@ class _StochasticRound(Modifier):
     seed: int = 0
     name = "stochastic_round"
 
+    @user_api
     def __call__(self, seed: int = 0) -> _StochasticRound:
         return _StochasticRound(check_seed(seed))
 
@@ -206,6 +212,7 @@ class loss_scale(Modifier):  # spelled ``@loss_scale(128)`` in user code
     scale: float
     name = "loss_scale"
 
+    @user_api
     def __init__(self, s: Any) -> None:
         object.__setattr__(self, "scale", _check_scale(s))
 
@@ -225,6 +232,7 @@ Element = Union[DType, Policy, PolicyClass]  # noqa: UP007 - a runtime alias, al
 """What a ``Tensor[...]`` element can be: a format, a policy or a policy class."""
 
 
+@user_api
 def element(x: Any) -> Element:
     """Normalise an element: a DType, Policy, PolicyClass, policy string or dtype-like."""
     if isinstance(x, (DType, Policy, PolicyClass)):
@@ -254,6 +262,7 @@ def loss_scale_of(e: Any) -> float | None:
     return el.loss_scale if isinstance(el, Policy) else None
 
 
+@user_api
 def parse_policy(text: str) -> DType | Policy:
     """Parse ``"bf16 @accum(f32) @stochastic_round"`` (see :mod:`tessera.numerics.parse`)."""
     from tessera.numerics.parse import parse_policy as _parse

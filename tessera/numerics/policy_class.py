@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera.errors import DTypeError, PolicyError
+from tessera.errors import DTypeError, PolicyError, user_api
 from tessera.numerics.formats import DType, dtype
 from tessera.numerics.policy import check_accum, default_accum
 
@@ -72,6 +72,11 @@ def _format_attr(cls: type, attr: str, value: Any) -> DType:
         ) from err
 
 
+# ``PolicyClass(...)`` with the wrong arguments is an ArgumentError like any tessera call.
+PolicyClass.__init__ = user_api(PolicyClass.__init__)  # type: ignore[method-assign]
+
+
+@user_api
 def precision_policy(cls: type) -> PolicyClass:
     """Class decorator: turn a class with ``storage``/``compute``/``accumulate``/``scale``
     attributes (and any methods) into a :class:`PolicyClass` element type.
