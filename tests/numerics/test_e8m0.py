@@ -151,3 +151,40 @@ def test_round_toward_zero_is_the_mx_scale_rule() -> None:
 def test_unknown_rounding_is_an_argument_error() -> None:
     with pytest.raises(ts.ArgumentError, match="rn, rz, rp"):
         to_e8m0(np.ones(2), "rne")
+
+
+PTX_CVT = """.version 8.7
+.target sm_100a
+.address_size 64
+.visible .entry k(.param .u64 p) {{
+  .reg .f32 %f<2>; .reg .b16 %rs<2>; .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [p];
+  ld.global.f32 %f1, [%rd1];
+  cvt.{mode}.satfinite.ue8m0x2.f32 %rs1, %f1, %f1;
+  st.global.b16 [%rd1], %rs1;
+  ret;
+}}
+"""
+
+
+@pytest.mark.parametrize(("mode", "legal"), [("rz", True), ("rp", True), ("rn", False)])
+def test_ptx_has_only_rz_and_rp_for_ue8m0(mode: str, legal: bool, tmp_path: object) -> None:
+    """The docs' claim, checked with ptxas: PTX converts f32 to ue8m0x2 only with .rz/.rp."""
+    import subprocess
+    from pathlib import Path
+
+    from tessera.ptx.assemble import ToolchainMissing, find_ptxas
+
+    try:
+        ptxas = find_ptxas()
+    except ToolchainMissing:
+        pytest.skip("ptxas from the nvidia-cuda-nvcc wheel is not installed")
+    src = Path(str(tmp_path)) / "cvt.ptx"
+    src.write_text(PTX_CVT.format(mode=mode))
+    out = subprocess.run([ptxas, "-arch=sm_100a", str(src), "-o", str(src.with_suffix(".o"))],
+                         capture_output=True, text=True, timeout=120)
+    if "sm_100a" in out.stderr and "not defined" in out.stderr:
+        pytest.skip("this ptxas predates sm_100a")
+    assert (out.returncode == 0) == legal, out.stderr
+    if not legal:
+        assert "Illegal rounding modifier" in out.stderr
