@@ -16,7 +16,12 @@ every sanitizer) or ``"fast"`` (float32 BLAS for ``mma``, sanitizers off: labell
 non-bitwise), at decoration or per launch; ``schedule="auto" | "vectorized" |
 "sequential"`` (see :mod:`tessera.interp.tile`).
 
-NumPy arrays passed in are written in place. Results: a returned parameter is that
+Every argument is checked before anything runs (:mod:`tessera.frontend.kernel_args`:
+scalars that fit their format, CUDA's grid and block limits, the simulator's program
+budget, writable outputs), each mistake a ``TesseraError`` at the caller's line.
+
+NumPy arrays passed in are written in place (a converted array is copied back only
+when the kernel writes it). Results: a returned parameter is that
 array after all tiles; a returned tile is written into a fresh array shaped by the
 result annotation, at the tile's output position; a returned scalar is tile 0's value.
 
