@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
-from tessera.frontend.kernel_args import check_writable
+from tessera.frontend.kernel_args import check_converted_overlap, check_writable
 from tessera.frontend.kernel_autotune import configurations
 from tessera.frontend.kernel_compile import build_module
 from tessera.frontend.kernel_launch import KernelInfo, Prepared
@@ -172,8 +172,9 @@ class Kernel:
         if compiled is None:
             compiled = self.programs[(prep.key, fast)] = prepare_sim(fn, fast)
         written, names = self.writes[prep.key]
-        # the last argument check; all of them are made before anything runs
+        # the last argument checks; all of them are made before anything runs
         check_writable(self.name, names, prep.runtime, prep.writeback, written)
+        check_converted_overlap(self.name, names, prep.runtime, prep.params, written)
         spec = prep.spec
         geom = Geometry(spec.batch, spec.grid, spec.group_size)
         output = None

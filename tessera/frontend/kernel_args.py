@@ -165,5 +165,30 @@ def check_writable(kernel: str, names: tuple[str, ...], runtime: list[Any],
                                      "writable copy)")
 
 
-__all__ = ["MAX_GRID", "MAX_GROUP_SIZE", "MAX_PROGRAMS", "check_size", "check_writable",
-           "scalar_value"]
+def check_converted_overlap(kernel: str, names: tuple[str, ...], runtime: list[Any],
+                            params: dict[str, Any], written: frozenset[int]) -> None:
+    """Refuse overlapping array arguments when one of them is converted to its storage
+    dtype and one of them is written: the conversion makes a separate copy, so the
+    kernel would no longer see one memory through two names (as a GPU would)."""
+    users: list[np.ndarray | None] = []
+    for name, arr in zip(names, runtime):
+        value = params.get(name)
+        value = getattr(value, "array", value)
+        users.append(value if isinstance(value, np.ndarray) and isinstance(arr, np.ndarray)
+                     else None)
+    converted = [k for k, u in enumerate(users) if u is not None and u is not runtime[k]]
+    for k in converted:
+        for j, other in enumerate(users):
+            if j == k or other is None or (k not in written and j not in written):
+                continue
+            if np.may_share_memory(users[k], other) and np.shares_memory(users[k], other):
+                raise ArgumentError(
+                    f"kernel '{kernel}': arguments '{names[k]}' and '{names[j]}' share "
+                    f"memory, and '{names[k]}' ({users[k].dtype}) is converted to a "
+                    "separate copy for the launch, so the kernel would not see one "
+                    "memory through both", hint="pass the overlapping arrays in the "
+                    "parameters' storage dtype (or pass separate arrays)")
+
+
+__all__ = ["MAX_GRID", "MAX_GROUP_SIZE", "MAX_PROGRAMS", "check_converted_overlap",
+           "check_size", "check_writable", "scalar_value"]
