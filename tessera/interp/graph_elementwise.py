@@ -6,6 +6,13 @@ numerics contract). Integers are computed exactly (int64, or Python ints where i
 could overflow) and then saturated to the result format by ``numerics.convert``.
 Ops whose result is one of their operands (maximum, minimum, relu on ints, where)
 select values and round nothing.
+
+A NaN that an op computes is the default quiet NaN (positive, NumPy's ``np.nan``),
+whatever NaNs came in: NumPy's SIMD and scalar loops give NaNs of different signs for
+the same operands (``np.add(-nan, nan)`` depends on the element's position in the
+array), so without this the bits of a result would depend on how it is split into
+blocks (on a mesh, for instance). GPUs similarly return a canonical NaN. Pure
+selections (``where``, ``relu``, ``neg``, ``real``, ``imag``) move NaNs as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +27,21 @@ from tessera.ir import graph as g
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INT64 = np.iinfo(np.int64)
+
+
+def settle_nans(v: np.ndarray) -> np.ndarray:
+    """``v`` with every NaN (each NaN part of a complex value) the default quiet NaN."""
+    if v.dtype.kind == "c":
+        re, im = np.real(v), np.imag(v)
+        if not (np.isnan(re).any() or np.isnan(im).any()):
+            return v
+        out = np.empty(v.shape, v.dtype)
+        out.real, out.imag = settle_nans(re.copy()), settle_nans(im.copy())
+        return out
+    if v.dtype.kind in "biuO":
+        return v
+    nan = np.isnan(v)  # also for the ml_dtypes formats (bf16, fp8, ...)
+    return np.where(nan, np.nan, v).astype(v.dtype, copy=False) if nan.any() else v
 
 
 # ---------------------------------------------------------------------------- integers
@@ -83,7 +105,9 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         elif kind is g.Sign:
             v = np.sign(x.astype(np.int64))
         return [store_ints(ap, v)]
-    return [ap.round(_FLOAT_UNARY[kind](ap.wide(x)))]
+    out = _FLOAT_UNARY[kind](ap.wide(x))
+    # neg and conj move a NaN (flipping a sign bit), bit for bit in any NumPy loop
+    return [ap.round(out if kind in (g.Neg, g.Conj) else settle_nans(out))]
 
 
 @rule(g.Erf)
@@ -91,7 +115,7 @@ def erf(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """The error function (C library ``erf`` in float64), rounded once."""
     x = ap.wide(operands[0])
     _needs_real(ap, x)
-    return [ap.round(_erf(x))]
+    return [ap.round(settle_nans(_erf(x)))]
 
 
 @rule(g.Gelu)
@@ -99,7 +123,7 @@ def gelu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """GELU: ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`` or ``0.5x(1 + erf(x/sqrt 2))``."""
     x = ap.wide(operands[0])
     _needs_real(ap, x)
-    return [ap.round(_gelu_tanh(x) if ap.op.approximate else _gelu_erf(x))]
+    return [ap.round(settle_nans(_gelu_tanh(x) if ap.op.approximate else _gelu_erf(x)))]
 
 
 @rule(g.Relu)
@@ -124,7 +148,7 @@ def to_real(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
                            (v if kind is g.Real else np.zeros_like(v)))]
     w = ap.wide(x)
     if kind is g.Abs:
-        return [ap.round(np.abs(w))]
+        return [ap.round(settle_nans(np.abs(w)))]
     return [ap.select(np.real(w) if kind is g.Real else np.imag(w).copy())]
 
 
@@ -167,19 +191,20 @@ def arith(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         if kind is g.Pow:
             return [store_ints(ap, _int_pow(ap, ia, ib))]
         return [store_ints(ap, _FLOAT_BINARY[kind](ia, ib))]
-    return [ap.round(_FLOAT_BINARY[kind](ap.wide(a, 0), ap.wide(b, 1)))]
+    return [ap.round(settle_nans(_FLOAT_BINARY[kind](ap.wide(a, 0), ap.wide(b, 1))))]
 
 
 @rule(g.Maximum, g.Minimum)
 def extremum(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """maximum / minimum; a NaN operand gives NaN. Exact: the result is an operand."""
+    """maximum / minimum; a NaN operand gives the default NaN. Exact: otherwise the
+    result is an operand."""
     a, b = operands
     fn = np.maximum if type(ap.op) is g.Maximum else np.minimum
     if ap.operand_storage(0).kind in ("int", "bool"):
         return [fn(a, b)]
     wa, wb = ap.wide(a, 0), ap.wide(b, 1)
     _needs_real(ap, wa)
-    return [ap.select(fn(wa, wb))]
+    return [ap.select(settle_nans(fn(wa, wb)))]
 
 
 _COMPARE: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

@@ -34,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
+from tessera.interp.graph_elementwise import settle_nans
 from tessera.ir import graph as g
 from tessera.numerics.convert import convert
 from tessera.numerics.formats import DType, promote
@@ -71,6 +72,7 @@ def matmul(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     else:
         prod = matmul_rounded(a, b, acc)
     same = acc == ap.storage() and not ap.stochastic()
+    prod = settle_nans(prod)  # BLAS and the exact product need not agree on NaN signs
     return [prod if same else ap.round(prod)]
 
 
@@ -103,8 +105,11 @@ def sum_mean(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         acc = accum_of(ap.operand_types[0].element).np_dtype
         fn = np.mean if is_mean else np.sum
         with np.errstate(all="ignore"):
-            return [ap.round(fn(x.astype(acc), axis=axes, keepdims=keep))]
-    out = sum_rounded(x, axes, keep, _reduce_to(ap), divisor=count if is_mean else 1)
+            return [ap.round(settle_nans(fn(x.astype(acc), axis=axes, keepdims=keep)))]
+    # A NaN sum is the default NaN: the sign of a NaN from NumPy's sum of its rows
+    # depends on how many rows it reduces at once (the block a device holds).
+    out = settle_nans(sum_rounded(x, axes, keep, _reduce_to(ap),
+                                  divisor=count if is_mean else 1))
     return [ap.round(out) if ap.stochastic() else out]
 
 
@@ -166,7 +171,7 @@ def softmax(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     axis = ap.op.axis % w1.ndim
     e = np.exp(w1 - np.max(w1, axis=axis, keepdims=True))
     total = sum_rounded(e, axis, True, _F64)
-    return [ap.round((e / total).reshape(w.shape))]
+    return [ap.round(settle_nans((e / total).reshape(w.shape)))]
 
 
 def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -228,4 +233,4 @@ def fft(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """NumPy's (pocketfft) DFT in complex128, rounded once: deterministic per NumPy build."""
     w = ap.wide(operands[0]).astype(np.complex128)
     fn = np.fft.fft if type(ap.op) is g.Fft else np.fft.ifft
-    return [ap.round(fn(w, axis=ap.op.axis))]
+    return [ap.round(settle_nans(fn(w, axis=ap.op.axis)))]
