@@ -83,5 +83,8 @@ class Canonicalize:
 
     def apply(self, module: Module) -> Module:
         for fn in module.functions.values():
-            canonicalize_block(fn.body)
+            if canonicalize_block(fn.body) and fn.body.terminator is not None:
+                # A returned value may now be one with a more precise type (an argument
+                # placed on a mesh, for neg(neg(x))): the declared results follow it.
+                fn.result_types = [v.type for v in fn.body.terminator.operands]
         return module
