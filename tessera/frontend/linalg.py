@@ -97,6 +97,9 @@ _EXTREME = {g.Max: "maximum", g.Min: "minimum"}
 def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
     x = operand(x)
     what = f"ts.{op_cls.name.split('.')[1]}"
+    if not isinstance(keepdims, (bool, np.bool_, int, np.integer)):
+        raise ArgumentError(f"{what}: keepdims={keepdims!r} is not a bool",
+                            hint="pass keepdims=True or keepdims=False")
     axes = reduction_axes(x, axis, what)
     if storage_of(x.type.element).kind == "bool":
         x = cast(x, "int32")

@@ -21,6 +21,7 @@ from tessera.errors import (
     Loc,
     ShapeError,
     TraceError,
+    user_api,
     user_location,
 )
 from tessera.frontend.tensor import Tensor, as_tensor
@@ -120,7 +121,7 @@ def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
 def broadcast_to(x: Any, shape: Sequence[int]) -> Operand:
     """Broadcast ``x`` to ``shape`` by NumPy's rules."""
     x = operand(x)
-    shape = tuple(shape)
+    shape = _shape_arg(shape, "broadcast_to")
     if tuple(x.shape) == shape:
         return x
     broadcast_shapes(tuple(x.shape), shape)
@@ -132,6 +133,19 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Operand:
 
 
 broadcast = broadcast_to
+
+
+def _shape_arg(shape: Any, what: str) -> tuple[int, ...]:
+    """A shape argument: a sequence of non-negative ints (an int is one dim)."""
+    dims = [shape] if isinstance(shape, (int, np.integer)) else shape
+    if isinstance(dims, np.ndarray):
+        dims = list(dims) if dims.ndim == 1 else None
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or \
+            any(isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer))
+                or d < 0 for d in dims):
+        raise ShapeError(f"{what}: {shape!r} is not a shape",
+                         hint="pass a tuple of non-negative ints, e.g. (4, 8)")
+    return tuple(int(d) for d in dims)
 
 
 def promote_operands(*xs: Any) -> list[Operand]:
@@ -341,6 +355,16 @@ from tessera.frontend.linalg import (  # noqa: E402
     softmax,
     sum,
 )
+
+# Every operator is a public entry point: a call that does not bind (a wrong number or
+# name of arguments) is an ArgumentError at the user's line, not Python's TypeError.
+for _name in ("abs", "add", "broadcast_to", "cast", "conj", "cos", "div", "equal", "erf",
+              "exp", "fft", "gelu", "gemm", "greater", "greater_equal", "ifft", "imag",
+              "less", "less_equal", "log", "matmul", "max", "maximum", "mean", "min",
+              "minimum", "mse", "mul", "neg", "not_equal", "pow", "real", "relu", "round",
+              "sign", "sin", "softmax", "sqrt", "sub", "sum", "tanh", "where"):
+    globals()[_name] = user_api(globals()[_name])
+broadcast = broadcast_to  # the alias of the wrapped function
 
 __all__ = [
     "abs", "add", "bind", "broadcast", "broadcast_to", "cast", "conj", "cos", "div", "e",

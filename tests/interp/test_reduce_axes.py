@@ -150,3 +150,14 @@ def test_numpy_integer_axes_and_the_empty_tuple() -> None:
         got = np.asarray(getattr(ts, name)(x, axis=()))
         assert np.array_equal(got, fn(x, axis=())) and got.shape == (2, 3)
     raises_here(ts.ShapeError, lambda: ts.sum(np.float32(2.0), axis=0), "rank 0")
+
+
+def test_other_bad_arguments_of_the_operators() -> None:
+    x = np.ones((2, 3), np.float32)
+    raises_here(ts.ArgumentError, lambda: ts.sum(x, keepdims=np.ones(2)), "keepdims")
+    raises_here(ts.ArgumentError, lambda: ts.add(x), "add", "missing")
+    raises_here(ts.ArgumentError, lambda: ts.max(x, 1, True, 5), "max")
+    raises_here(ts.ArgumentError, lambda: ts.softmax(x, dim=1), "softmax", "dim")
+    for shape in (None, "ab", -1, (2, -3), (2, 1.5), np.ones(()), [1, [2, 3]]):
+        raises_here(ts.ShapeError, lambda s=shape: ts.broadcast_to(x, s), "not a shape")
+    assert np.asarray(ts.broadcast_to(x, np.array([4, 2, 3]))).shape == (4, 2, 3)
