@@ -11,13 +11,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, TextIO
-
-import networkx as nx
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from tessera.errors import StageError
 from tessera.ir.core import Block, Module, walk
 from tessera.ir.verifier import verify_module
+
+if TYPE_CHECKING:  # networkx costs 0.1 s to import: loaded when a graph is asked for
+    import networkx as nx
 
 
 class Pass(Protocol):
@@ -87,6 +88,8 @@ def dependence_graph(block: Block) -> nx.DiGraph:
     Nodes are instructions; an edge ``a -> b`` means ``b`` uses a result of ``a``. Block
     arguments are nodes too (the values themselves), so sources are explicit.
     """
+    import networkx as nx
+
     graph = nx.DiGraph()
     producer = {}
     for arg in block.args:
