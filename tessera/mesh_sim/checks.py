@@ -8,7 +8,7 @@ around as a Python index would be.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,12 +16,26 @@ import numpy as np
 from tessera.errors import ArgumentError
 from tessera.mesh_sim.errors import MeshError, MeshShapeError
 
+#: The most devices a simulated mesh (and so the most shards of one dim) may have; the
+#: simulator keeps per-device tables, and an NVL72 rack has 72.
+MAX_DEVICES = 1 << 20
+
 #: the dim names every collective understands
 NAMED_DIMS = {"row": 0, "col": 1}
 
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def as_tuple(x: Any, what: str, error: type[Exception], hint: str) -> tuple[Any, ...]:
+    """``x`` (a list, tuple, range, 1-d array or other iterable that is not a string) as a
+    tuple; anything else is ``error(...)`` with ``hint``."""
+    if isinstance(x, np.ndarray) and x.ndim != 1:
+        raise error(f"{what} {x!r} is not a sequence", hint=hint)
+    if isinstance(x, (str, bytes, Mapping)) or not isinstance(x, Iterable):
+        raise error(f"{what} {x!r} is not a sequence", hint=hint)
+    return tuple(x)
 
 
 def check_dim(dim: Any, ndim: int, what: str) -> int:
@@ -71,4 +85,4 @@ def check_perm(perm: Any, size: int | None) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-__all__ = ["NAMED_DIMS", "check_dim", "check_perm", "check_rank"]
+__all__ = ["MAX_DEVICES", "NAMED_DIMS", "as_tuple", "check_dim", "check_perm", "check_rank"]

@@ -59,9 +59,10 @@ from tessera.mesh_sim.tensor import PARTIAL, DistTensor
 _INDEX: dict[str, int] = {}
 
 
+@user_api
 def axis_index(axis: str) -> int:
     """The index along ``axis`` of the launch body being traced."""
-    if axis not in _INDEX:
+    if not isinstance(axis, str) or axis not in _INDEX:
         raise LaunchError(f"axis_index({axis!r}) outside a launch over {axis!r}",
                           hint=f"call it inside ts.index_launch(axis={axis!r})(fn)")
     return _INDEX[axis]
@@ -247,6 +248,7 @@ def _invariant_outputs(fns: Sequence[Function], values: dict[str, Any], axis: st
     return [v in same for v in term.operands]
 
 
+@user_api
 def index_launch(axis: str, *, out_dims: Any = None, mode: str = "exact"
                  ) -> Callable[[Callable[..., Any]], IndexLaunch]:
     """``index_launch(axis="tp")(fn)(*args)``: run ``fn`` once per index along ``axis``."""

@@ -12,6 +12,10 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
+import numpy as np
+
+from tessera.errors import user_api
+from tessera.mesh_sim.checks import MAX_DEVICES, as_tuple
 from tessera.mesh_sim.errors import MeshError
 
 Device = Hashable
@@ -63,9 +67,11 @@ class Mesh:
     shape: tuple[int, ...]
     devices: tuple[Device, ...]
 
+    @user_api
     def __init__(self, axes: AxisSpec, devices: Iterable[Any] | None = None,
                  shape: Sequence[int] | None = None) -> None:
-        axes_t = (axes,) if isinstance(axes, str) else tuple(axes)
+        axes_t = (axes,) if isinstance(axes, str) else as_tuple(
+            axes, "mesh axes", MeshError, 'write axes=("dp", "tp")')
         if not axes_t or not all(isinstance(a, str) and a for a in axes_t):
             raise MeshError(f"mesh axes must be non-empty strings, got {axes!r}",
                             hint='write axes=("dp", "tp")')
@@ -73,13 +79,19 @@ class Mesh:
         if dupes:
             raise MeshError(f"duplicate mesh axis name(s) {dupes} in {axes_t}",
                             hint="give every axis its own name")
-        shape_t = None if shape is None else tuple(_size(s) for s in shape)
+        shape_t = None if shape is None else tuple(_size(s) for s in as_tuple(
+            shape, "mesh shape", MeshError, "write shape=(2, 4), one size per axis"))
         if devices is None:
             if shape_t is None:
                 raise MeshError("a mesh needs devices or a shape",
                                 hint="pass devices=[...] or shape=(...)")
+            if math.prod(shape_t) > MAX_DEVICES:
+                raise MeshError(f"mesh shape {shape_t} has {math.prod(shape_t)} devices, more "
+                                f"than the simulator's {MAX_DEVICES}",
+                                hint="simulate a smaller mesh (an NVL72 rack has 72 devices)")
             devices = range(math.prod(shape_t))
-        devs = tuple(_normalise_device(d) for d in devices)
+        devs = tuple(_normalise_device(d) for d in as_tuple(
+            devices, "devices", MeshError, 'write devices=["cuda:0", "cuda:1"] or range(8)'))
         if not devs:
             raise MeshError("a mesh needs at least one device", hint="pass devices=[...]")
         seen: set[Device] = set()
@@ -213,12 +225,13 @@ class Mesh:
 
 
 def _size(s: Any) -> int:
-    if not hasattr(s, "__index__") or isinstance(s, bool) or int(s) < 1:
+    if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or int(s) < 1:
         raise MeshError(f"mesh axis size {s!r} is not a positive int",
                         hint="every axis size must be an int >= 1")
     return int(s)
 
 
+@user_api
 def mesh(devices: Iterable[Any] | None = None, axes: AxisSpec = ("x",),
          shape: Sequence[int] | None = None) -> Mesh:
     """Build a :class:`Mesh`; the same value as ``Mesh(axes=..., devices=..., shape=...)``."""

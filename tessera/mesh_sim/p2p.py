@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tessera.errors import user_api
 from tessera.mesh_sim.blocks import collective, derived, single_axis, with_coords
 from tessera.mesh_sim.checks import check_perm, check_rank
-from tessera.mesh_sim.errors import MeshShapeError, PlacementError
+from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError
 from tessera.mesh_sim.tensor import REPLICATED, SHARDED, BlockKey, DistTensor
 
 
@@ -109,12 +110,16 @@ def recv(t: DistTensor, axis: str, *, src: int, dst: int) -> DistTensor:
     return ppermute(t, axis, [(src, dst)])
 
 
+@user_api
 def shift(t: DistTensor, axis: str, offset: int = 1) -> DistTensor:
     """A ring shift: rank ``r`` receives the block of rank ``(r - offset) % size``."""
     first = t[0] if isinstance(t, (list, tuple)) and t else t
     if not isinstance(first, DistTensor):
         return ppermute(t, axis, [])  # ppermute reports the wrong operand
     size = first.mesh.axis_size(axis)
+    if not isinstance(offset, (int, np.integer)) or isinstance(offset, bool):
+        raise MeshError(f"shift offset {offset!r} is not an int",
+                        hint="rank r receives the block of rank (r - offset) % size")
     return ppermute(t, axis, [(r, (r + offset) % size) for r in range(size)])
 
 

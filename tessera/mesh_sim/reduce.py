@@ -20,7 +20,8 @@ from typing import Any, Literal
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import DTypeError
+from tessera.errors import DTypeError, TesseraError, user_api
+from tessera.mesh_sim.checks import as_tuple
 from tessera.mesh_sim.errors import MeshShapeError
 from tessera.numerics import accum_of, convert, storage_of
 
@@ -34,9 +35,21 @@ REDUCE_OPS: dict[str, np.ufunc] = {"sum": np.add, "mean": np.add, "max": np.maxi
 CHUNK_BYTES = 1 << 20
 
 
+def _arrays(arrays: Any) -> list[np.ndarray]:
+    """The operands of a reduction: a sequence of numeric NumPy arrays."""
+    items = as_tuple(arrays, "the operands", MeshShapeError, "pass a list of arrays, one "
+                     "per device in rank order")
+    # A NumPy scalar (a 0-d block indexed with ()) counts as its 0-d array.
+    arrays = [np.asarray(a) if isinstance(a, np.generic) else a for a in items]
+    if not all(isinstance(a, np.ndarray) and a.dtype.kind in "biufcV" for a in arrays):
+        raise MeshShapeError("reduce_in_order takes a list of numeric NumPy arrays",
+                             hint="pass a list of arrays, one per device in rank order")
+    return arrays
+
+
 def check_op(op: str) -> np.ufunc:
     """The ufunc of a reduction name (DTypeError for an unknown name)."""
-    if op not in REDUCE_OPS:
+    if not isinstance(op, str) or op not in REDUCE_OPS:
         raise DTypeError(f"unknown reduction op {op!r}",
                          hint=f"use one of {sorted(REDUCE_OPS)}")
     return REDUCE_OPS[op]
@@ -90,6 +103,7 @@ def _settle_extreme(out: np.ndarray, arrays: Sequence[np.ndarray], is_max: bool)
         out[nan] = np.nan
 
 
+@user_api
 def reduce_in_order(arrays: Sequence[np.ndarray], element: Any, op: str = "sum", *,
                     counter_offset: int = 0) -> np.ndarray:
     """Reduce ``arrays`` left to right in the accumulation format, rounding once.
@@ -103,8 +117,16 @@ def reduce_in_order(arrays: Sequence[np.ndarray], element: Any, op: str = "sum",
     The result is a new array, except that a single operand is returned as it is.
     """
     ufunc = check_op(op)
+    arrays = _arrays(arrays)
     if not arrays:
         raise MeshShapeError("nothing to reduce", hint="pass at least one array")
+    try:
+        storage_of(element)
+    except TesseraError:
+        raise
+    except Exception:
+        raise DTypeError(f"{element!r} is not an element type",
+                         hint='name a format: "f32", ts.bf16, "bf16 @accum(f32)"') from None
     shape = arrays[0].shape
     for k, a in enumerate(arrays):
         if a.shape != shape:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import Loc, TesseraError, user_location
+from tessera.errors import Loc, TesseraError, user_api, user_location
 from tessera.frontend import ops
 from tessera.frontend.trace import Tracer
 from tessera.ir import graph as g
@@ -62,9 +62,10 @@ class Privilege:
     mode: str
     op: str = "sum"
 
+    @user_api
     def __call__(self, op: str = "sum") -> Privilege:
         """``reduce("max")``: a reduce privilege with another combining op."""
-        if self.mode != REDUCE or op not in ("sum", "max", "min"):
+        if self.mode != REDUCE or not isinstance(op, str) or op not in ("sum", "max", "min"):
             raise RegionError(f"{self.mode}({op!r}) is not a privilege",
                               hint='write reduce, reduce("max") or reduce("min")')
         return Privilege(REDUCE, op)
@@ -91,6 +92,10 @@ class RegionSpec:
 
 class Region:
     """``Region[read]``, ``Region[write]``, ``Region[reduce]``: a parameter annotation."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Region:
+        raise RegionError("Region is an annotation, not a value to build",
+                          hint="annotate a parameter: def f(Y: Region[write]): ...")
 
     def __class_getitem__(cls, privilege: Any) -> RegionSpec:
         if not isinstance(privilege, Privilege):

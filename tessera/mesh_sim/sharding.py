@@ -19,6 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
+import numpy as np
+
+from tessera.errors import user_api
+from tessera.mesh_sim.checks import MAX_DEVICES, as_tuple
 from tessera.mesh_sim.errors import ShardingError
 from tessera.mesh_sim.mesh import Mesh
 
@@ -56,16 +60,18 @@ class ShardSpec:
 
     # A hand-written __init__, not a generated one: errors raised here must point at the
     # user's line, and generated code has no file of its own to skip.
+    @user_api
     def __init__(self, partition: Sequence[DimRef] | DimRef = None,
                  mesh_axes: Sequence[AxisEntry] | str = ()) -> None:
-        axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        axes = (mesh_axes,) if isinstance(mesh_axes, str) else as_tuple(
+            mesh_axes, "mesh_axes", ShardingError, 'write mesh_axes=("tp",)')
         axes = tuple(_entry(e) for e in axes)
         part: Any = partition
         if part is None:
             part = tuple(range(len(axes)))
         elif isinstance(part, (str, int)):
             part = (part,)
-        part = tuple(part)
+        part = as_tuple(part, "partition", ShardingError, 'write partition=("row",)')
         for p in part:
             if not (p is None or isinstance(p, str) or
                     (isinstance(p, int) and not isinstance(p, bool))):
@@ -147,8 +153,23 @@ class ShardSpec:
         return d
 
 
+@user_api
 def split_offsets(n: int, parts: int) -> list[int]:
     """The ``parts + 1`` boundaries of ``numpy.array_split(range(n), parts)``."""
+    for value, what, low in ((n, "n", 0), (parts, "parts", 1)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+            raise ShardingError(f"split_offsets: {what}={value!r} is not an int >= {low}",
+                                hint="split_offsets(n, parts) splits n elements into parts "
+                                     "pieces")
+    if parts > MAX_DEVICES:
+        raise ShardingError(f"split_offsets: {parts} parts, more than the {MAX_DEVICES} "
+                            "devices a mesh may have", hint="parts counts shards, one per "
+                                                            "device along the split")
+    return offsets(int(n), int(parts))
+
+
+def offsets(n: int, parts: int) -> list[int]:
+    """:func:`split_offsets` without the checks (the simulator's own calls)."""
     q, r = divmod(n, parts)
     return [k * q + min(k, r) for k in range(parts + 1)]
 
@@ -161,18 +182,30 @@ def device_slices(dim_axes: DimAxes, shape: Sequence[int], mesh: Mesh,
         if not axes:
             out.append(slice(0, n))
             continue
-        bounds = split_offsets(n, mesh.axis_size(axes))
+        bounds = offsets(n, mesh.axis_size(axes))
         k = mesh.rank_in(axes, index)
         out.append(slice(bounds[k], bounds[k + 1]))
     return tuple(out)
 
 
+@user_api
 def shard_slices(global_shape: Sequence[int], spec: ShardSpec, mesh: Mesh,
                  dims: Sequence[str | None] | None = None) -> list[tuple[slice, ...]]:
     """The global region held by each device, in device-index order."""
+    if not isinstance(spec, ShardSpec) or not isinstance(mesh, Mesh):
+        raise ShardingError(f"shard_slices takes a ShardSpec and a Mesh, got "
+                            f"{type(spec).__name__} and {type(mesh).__name__}",
+                            hint="shard_slices((8, 4), dist.ShardSpec(...), mesh)")
+    sizes = as_tuple(global_shape, "global_shape", ShardingError,
+                     "write a shape such as (8, 4)")
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+               for n in sizes):
+        raise ShardingError(f"global_shape {global_shape!r} is not a shape",
+                            hint="write a shape such as (8, 4): non-negative ints")
+    global_shape = tuple(int(n) for n in sizes)
     dim_axes = spec.resolve(len(global_shape), mesh, dims)
     return [device_slices(dim_axes, global_shape, mesh, i) for i in range(mesh.size)]
 
 
-__all__ = ["AxisEntry", "DimAxes", "DimRef", "ShardSpec", "device_slices",
+__all__ = ["AxisEntry", "DimAxes", "DimRef", "ShardSpec", "device_slices", "offsets",
            "shard_slices", "split_offsets"]

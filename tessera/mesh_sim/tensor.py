@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from tessera.errors import user_api
+from tessera.mesh_sim.checks import as_tuple
 from tessera.mesh_sim.errors import MaterializeError, MeshError
 from tessera.mesh_sim.mesh import Mesh
 from tessera.mesh_sim.reduce import reduce_in_order
@@ -73,6 +75,7 @@ class DistTensor:
     #: raise it (``dist.DistTensor.max_materialize_bytes = 64 << 30``) on a larger machine.
     max_materialize_bytes: int = 8 << 30
 
+    @user_api
     def __init__(self, shape: Sequence[int], element: Element, mesh: Mesh,
                  dim_axes: DimAxes, *, partial: Sequence[str] = (),
                  dims: Sequence[str | None] | None = None,
@@ -83,10 +86,9 @@ class DistTensor:
         Give ``global_array`` (non-partial data, served as views), or ``source`` (a
         function from block key to block), or neither (every block is zeros).
         """
-        self._shape = tuple(int(s) for s in shape)
+        self._shape, self._dim_axes = _checked(shape, mesh, dim_axes)
         self._element = element
         self._mesh = mesh
-        self._dim_axes = tuple(tuple(a) for a in dim_axes)
         self._partial = tuple(a for a in mesh.axes if a in set(partial))
         self._dims = None if dims is None else tuple(dims)
         self._global = None if global_array is None else frozen(global_array)
@@ -302,6 +304,22 @@ class DistTensor:
         if dtype is not None and np.dtype(dtype) != out.dtype:
             return out.astype(dtype)
         return out.copy() if copy else out
+
+
+def _checked(shape: Any, mesh: Any, dim_axes: Any) -> tuple[tuple[int, ...], DimAxes]:
+    """The shape and layout of a directly built DistTensor, in their normal form."""
+    hint = "build distributed tensors with dist.tensor, dist.from_numpy or dist.from_shards"
+    if not isinstance(mesh, Mesh):
+        raise MeshError(f"a DistTensor needs a dist.Mesh, got {type(mesh).__name__}", hint=hint)
+    sizes = as_tuple(shape, "shape", MeshError, hint)
+    layout = as_tuple(dim_axes, "dim_axes", MeshError, hint)
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+               for n in sizes) or len(layout) != len(sizes) or not all(
+            isinstance(d, (tuple, list)) and all(isinstance(a, str) and a in mesh.axes
+                                                 for a in d) for d in layout):
+        raise MeshError(f"shape {shape!r} and dim_axes {dim_axes!r} do not describe a tensor "
+                        f"on {mesh!r}", hint=hint)
+    return tuple(int(n) for n in sizes), tuple(tuple(d) for d in layout)
 
 
 class ShardList(Sequence[np.ndarray]):

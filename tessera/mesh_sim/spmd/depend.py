@@ -28,7 +28,7 @@ from typing import Any
 
 import networkx as nx
 
-from tessera.errors import UNKNOWN_LOC, Loc
+from tessera.errors import UNKNOWN_LOC, Loc, user_api
 from tessera.mesh_sim.regions import READ, REDUCE, Privilege, RegionConflictError
 
 Box = tuple[slice, ...]
@@ -157,10 +157,14 @@ class LaunchGraph:
         return [sorted(w) for w in nx.topological_generations(self.graph)]
 
 
+# The generated __init__ of a public class: a call that does not bind is an ArgumentError.
+LaunchGraph.__init__ = user_api(LaunchGraph.__init__)  # type: ignore[method-assign]
+
 #: the graphs being recorded (innermost last)
 RECORDING: list[LaunchGraph] = []
 
 
+@user_api
 @contextlib.contextmanager
 def launch_graph(check: bool = True) -> Iterator[LaunchGraph]:
     """Record the launches of a block: ``with dist.launch_graph() as plan: ...``.
