@@ -24,7 +24,7 @@ import tessera as ts
 from tessera import dist
 from tessera.numerics import dtype
 
-SETTINGS = settings(max_examples=300, deadline=None,
+SETTINGS = settings(max_examples=600, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SPECIAL = [0.0, -0.0, math.nan, -math.nan, math.inf, -math.inf, 1.0, -1.0]
 UNARY = ["tanh", "neg", "abs", "relu", "exp"]
@@ -190,7 +190,7 @@ def test_random_programs_on_random_meshes_give_one_devices_bits(case, jitted) ->
     assert got == want, (mesh, specs, prog)
 
 
-@settings(max_examples=80, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(cases())
 def test_random_gradients_on_random_meshes_give_one_devices_bits(case) -> None:
