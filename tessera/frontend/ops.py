@@ -345,7 +345,6 @@ def cast(x: Any, to: Any) -> Any:
 from tessera.frontend.shapes import getitem, reshape, transpose  # noqa: E402, I001
 from tessera.frontend.linalg import (  # noqa: E402
     fft,
-    gemm,
     ifft,
     matmul,
     max,
@@ -359,12 +358,13 @@ from tessera.frontend.linalg import (  # noqa: E402
 # Every operator is a public entry point: a call that does not bind (a wrong number or
 # name of arguments) is an ArgumentError at the user's line, not Python's TypeError.
 for _name in ("abs", "add", "broadcast_to", "cast", "conj", "cos", "div", "equal", "erf",
-              "exp", "fft", "gelu", "gemm", "greater", "greater_equal", "ifft", "imag",
+              "exp", "fft", "gelu", "greater", "greater_equal", "ifft", "imag",
               "less", "less_equal", "log", "matmul", "max", "maximum", "mean", "min",
               "minimum", "mse", "mul", "neg", "not_equal", "pow", "real", "relu", "round",
               "sign", "sin", "softmax", "sqrt", "sub", "sum", "tanh", "where"):
     globals()[_name] = user_api(globals()[_name])
-broadcast = broadcast_to  # the alias of the wrapped function
+broadcast = broadcast_to  # the aliases of the wrapped functions
+gemm = matmul
 
 __all__ = [
     "abs", "add", "bind", "broadcast", "broadcast_to", "cast", "conj", "cos", "div", "e",
