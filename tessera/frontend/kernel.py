@@ -235,6 +235,7 @@ class _KernelDecorator:
     """``ts.kernel``: ``@ts.kernel``, ``@ts.kernel(mode="fast")`` and
     ``@ts.kernel.autotune(space=dict(BLOCK_M=[64, 128], ...))``."""
 
+    @user_api
     def __call__(self, fn: Callable[..., Any] | None = None, *, mode: str = "checked",
                  schedule: str = "auto", name: str | None = None) -> Any:
         if fn is None:

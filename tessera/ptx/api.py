@@ -154,6 +154,10 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
     the arguments, and compare every output: bit for bit for ``backend="target"`` (the
     lowering must not change a bit), within :func:`tolerance` for ``"cuda"``. Raises
     ``InterpretError`` naming the first output and element that differ."""
+    if not (callable(kernel) and hasattr(kernel, "specialise")):
+        raise ArgumentError(f"check_against_reference needs a @ts.kernel function, got "
+                            f"{type(kernel).__name__}",
+                            hint="pass the kernel first: check_against_reference(k, *args)")
     ref_args = copy.deepcopy(args)
     got_args = copy.deepcopy(args)
     ref = _outputs(ref_args, kernel(*ref_args, **launch_kw))
