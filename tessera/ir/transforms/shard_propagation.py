@@ -15,7 +15,7 @@ cannot be placed as it needs) are reported at the source line of the instruction
 
 from __future__ import annotations
 
-from tessera.errors import TesseraError, UnsupportedError
+from tessera.errors import MeshError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Builder, Function, Instr, Module, Value
 from tessera.ir.passes import register_pass
 from tessera.ir.transforms import shard_rules_collective, shard_rules_shape  # noqa: F401
@@ -23,7 +23,6 @@ from tessera.ir.transforms.shard_check import PLACEMENT_RULES
 from tessera.ir.transforms.shard_convert import conversion
 from tessera.ir.transforms.shard_rules import Mesh, mesh_of, placement
 from tessera.ir.types import Sharding, TensorType
-from tessera.mesh_sim.errors import MeshError
 
 
 def function_mesh(fn: Function) -> Mesh | None:

@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tessera.errors import MeshError
 from tessera.ir import graph as g
 from tessera.ir.core import OPS, Type, rule_decorator
 from tessera.ir.transforms.shard_check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
-from tessera.mesh_sim.errors import MeshError
 
 Mesh = tuple[tuple[str, int], ...]
 Dims = tuple[tuple[str, ...], ...]

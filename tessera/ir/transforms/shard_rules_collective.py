@@ -35,11 +35,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tessera.errors import MeshError, PlacementError
 from tessera.ir import graph as g
 from tessera.ir.transforms.shard_rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import PARTIAL, SHARDED, Sharding, TensorType
-from tessera.mesh_sim.checks import check_perm, check_rank
-from tessera.mesh_sim.errors import MeshError, PlacementError
+from tessera.mesh_checks import check_perm, check_rank
 
 LOCAL_VIEW = "per-device values are what an index_launch body works on: write the " \
              "collective inside ts.index_launch(axis=...)(fn)"
