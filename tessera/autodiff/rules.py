@@ -308,3 +308,15 @@ def _all_to_all(op: g.AllToAll, xs: Sequence[Any], ys: Sequence[Any], cts: Seque
 VJP[g.MeshBroadcast] = lambda op, xs, ys, cts, needs: [cts[0]]
 VJP[g.Ppermute] = lambda op, xs, ys, cts, needs: [
     o.bind(g.Ppermute(op.axis, tuple((d, s) for s, d in op.perm)), cts[0])[0]]
+
+
+#: Graph IR ops the VJP table leaves out on purpose, and why: every other non-terminator
+#: op has a rule (tests/test_rule_tables.py checks both). Forward mode transposes the VJP,
+#: so this one table serves both modes.
+NO_VJP_RULE: dict[type, str] = {
+    **{cls: "its result is bool, which carries no cotangent"
+       for cls in (g.Gt, g.Ge, g.Lt, g.Le, g.Eq, g.Ne)},
+    g.Constant: "it has no operand to pull a cotangent back to",
+    g.Custom: "each graph.custom is differentiated by its own rule (custom.CUSTOM_RULES, "
+              "keyed by rule name)",
+}

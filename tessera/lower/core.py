@@ -25,7 +25,8 @@ from typing import Any
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, Op, Region, Value, rule_decorator, walk
 from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
-from tessera.ir.tile import MemRefType
+from tessera.ir.tile import LaneId, MemRefType
+from tessera.ir.tile_compute import Log
 from tessera.ir.types import TensorType
 from tessera.lower.emit import Emitter
 from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
@@ -37,6 +38,16 @@ THREADS = 128
 GLOBAL_ALIGN = 256
 
 rule = rule_decorator(RULES, "lowering rule")
+
+#: Tile IR ops the lowering refuses on purpose, and why: every other non-terminator op
+#: has a rule in :data:`RULES` (tests/test_rule_tables.py checks both), and a kernel
+#: that uses one of these is an UnsupportedError at the op's line that gives the reason
+NOT_LOWERED: dict[type[Op], str] = {
+    Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
+         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental)",
+    LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
+            "rule builds that index tile in a thread layout yet",
+}
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -267,8 +278,12 @@ class Lowerer:
                     return [self.env[v] for v in instr.operands]
                 fn = RULES.get(type(instr.op))
                 if fn is None:
-                    raise UnsupportedError(f"{instr.op.name} is not lowered to PTX yet",
-                                           loc=instr.loc)
+                    why = NOT_LOWERED.get(type(instr.op))
+                    raise UnsupportedError(
+                        f"{instr.op.name} is not lowered to PTX yet"
+                        + (f": {why}" if why else ""), loc=instr.loc,
+                        hint="run the kernel in the tile simulator, or rewrite it without "
+                             f"{instr.op.name}")
                 e.loc = instr.loc
                 try:
                     outs = fn(self, instr, [self.env[v] for v in instr.operands])
@@ -302,4 +317,5 @@ def lower_kernel(fn: Function, target: str) -> Function:
     return kernel
 
 
-__all__ = ["RULES", "THREADS", "Geometry", "Lowerer", "is_block_kernel", "lower_kernel", "rule"]
+__all__ = ["NOT_LOWERED", "RULES", "THREADS", "Geometry", "Lowerer", "is_block_kernel",
+           "lower_kernel", "rule"]

@@ -1,4 +1,5 @@
-"""The function runner: argument checks, errors, regions, counters, rule coverage."""
+"""The function runner: argument checks, errors, regions, counters (rule coverage:
+tests/test_rule_tables.py)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,16 @@ import pytest
 from hypothesis import given, settings
 
 from tessera.errors import InterpretError
-from tessera.interp import IMPL, run_function, run_op
+from tessera.interp import run_function, run_op
 from tessera.ir import graph as g
 from tessera.ir import parse_function
-from tessera.ir.core import OPS, Block, Builder, Function, Op, Region
+from tessera.ir.core import Block, Builder, Function, Op, Region
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype
 from tests.interp.util import one_op, ref_round, same
 from tests.strategies import graph_functions
 
 F32_4x8 = TensorType((4, 8), "f32")
-
-
-def test_every_graph_op_has_a_rule() -> None:
-    graph_ops = {cls for cls in OPS.values() if cls.__module__ == g.__name__}
-    assert graph_ops and graph_ops <= set(IMPL), sorted(c.name for c in graph_ops - set(IMPL))
 
 
 @dataclass(frozen=True)
