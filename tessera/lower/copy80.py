@@ -20,7 +20,7 @@ from math import gcd
 from tessera.errors import Loc, ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target_async import CpAsync, CpAsyncCommit, CpAsyncWait
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
 
 
@@ -38,7 +38,7 @@ def swizzle_offset(offset: int, swizzle: int) -> int:
     return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4) if swizzle else offset
 
 
-def emit_swizzle(e: Emitter, offset: Value, swizzle: int) -> Value:
+def emit_swizzle(e: TargetEmitter, offset: Value, swizzle: int) -> Value:
     """:func:`swizzle_offset` of a ``u32`` byte offset, as instructions."""
     seg = e.bin("and", e.bin("shr", offset, e.const(7, "u32"), "u32"),
                 e.const(swizzle // 16 - 1, "u32"), "u32")
@@ -50,7 +50,7 @@ class SharedAddresses:
     the swizzled dynamic part when the static part only moves bits above 9 (whole
     1024-byte swizzle atoms, which the XOR leaves alone)."""
 
-    def __init__(self, e: Emitter, box: SharedBox) -> None:
+    def __init__(self, e: TargetEmitter, box: SharedBox) -> None:
         _check_swizzle(box.swizzle)
         self.e, self.box = e, box
         self._cache: dict[tuple[Value, int], Value] = {}
@@ -68,11 +68,11 @@ class SharedAddresses:
         return e.add(addr, e.const(1024 * atoms, u32), u32) if atoms else addr
 
 
-def u32op(e: Emitter, a: Value, op: str, k: int) -> Value:
+def u32op(e: TargetEmitter, a: Value, op: str, k: int) -> Value:
     return e.bin(op, a, e.const(k, "u32"), "u32")
 
 
-def lin(e: Emitter, terms: Sequence[tuple[Value, int]]) -> Value:
+def lin(e: TargetEmitter, terms: Sequence[tuple[Value, int]]) -> Value:
     """``sum(value * scale)`` in ``u32`` (scales are powers of two or small constants)."""
     out: Value | None = None
     for v, scale in terms:
@@ -88,7 +88,7 @@ class Lanes:
     """Pieces of this thread's index in a CTA of 128 threads (warp, lane bits), each
     computed once for the sequence being emitted."""
 
-    def __init__(self, e: Emitter) -> None:
+    def __init__(self, e: TargetEmitter) -> None:
         self.e = e
         self.tid = e.sreg("tid.x")
         self._bits: dict[tuple[int, int], Value] = {}
@@ -106,7 +106,7 @@ class Lanes:
 
 
 # ------------------------------------------------------------------------- copies
-def copy_async(e: Emitter, dst: SharedBox, src: GlobalBox, *, chunk: int = 16,
+def copy_async(e: TargetEmitter, dst: SharedBox, src: GlobalBox, *, chunk: int = 16,
                commit: bool = True) -> None:
     """Copy global box ``src`` into shared box ``dst`` with ``cp.async`` and commit
     the group (PTX ISA sec. 9.7.9.25; ``commit=False`` leaves the group open so that
@@ -177,13 +177,13 @@ def copy_chunk(align: int, g: GlobalBox, loc: Loc) -> int:
              "the fastest copy), or read the view with a plain load")
 
 
-def _issue(op: CpAsync, s_addr: Value, g_addr: Value) -> Callable[[Emitter], None]:
-    def body(inner: Emitter) -> None:
+def _issue(op: CpAsync, s_addr: Value, g_addr: Value) -> Callable[[TargetEmitter], None]:
+    def body(inner: TargetEmitter) -> None:
         inner.op(op, [s_addr, g_addr])
     return body
 
 
-def _global(e: Emitter, base: Value, row: Value, col: Value, stride_bytes: int,
+def _global(e: TargetEmitter, base: Value, row: Value, col: Value, stride_bytes: int,
             chunk: int) -> Value:
     """``base + row * stride_bytes + col * chunk`` as a ``u64`` address."""
     off = e.bin("mul", row, e.const(stride_bytes, "u32"), "u32", "wide")
@@ -191,7 +191,7 @@ def _global(e: Emitter, base: Value, row: Value, col: Value, stride_bytes: int,
     return e.add(base, e.add(off, col_bytes, "u64"), "u64")
 
 
-def wait_async(e: Emitter, n: int = 0) -> None:
+def wait_async(e: TargetEmitter, n: int = 0) -> None:
     """``cp.async.wait_group n`` then ``bar.sync 0``: a thread's wait covers only its own
     copies (sec. 9.7.9.25), so the barrier makes every thread's chunks visible to all."""
     e.op(CpAsyncWait(n))

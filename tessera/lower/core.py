@@ -28,7 +28,7 @@ from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapTyp
 from tessera.ir.tile import LaneId, MemRefType
 from tessera.ir.tile_compute import Log
 from tessera.ir.types import TensorType
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
 
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
@@ -57,7 +57,7 @@ def is_block_kernel(fn: Function) -> bool:
 
 
 @dataclass
-class Geometry:
+class CtaGeometry:
     """Launch geometry of the lowered kernel."""
 
     grid: tuple[int, ...]  # Tessera grid of groups
@@ -81,19 +81,19 @@ class Lowerer:
     params: list[Value] = field(default_factory=list)
     env: dict[Value, Lowered] = field(default_factory=dict)
     block_kernel: bool = False
-    geom: Geometry | None = None
+    geom: CtaGeometry | None = None
     ids: dict[str, Value] = field(default_factory=dict)
     buffers: int = 0  # shared buffers allocated so far (their symbols are numbered)
     extra: dict[str, Any] = field(default_factory=dict)
     layouts: dict[Value, Any] = field(default_factory=dict)
-    stack: list[Emitter] = field(default_factory=list)
+    stack: list[TargetEmitter] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise UnsupportedError(f"unknown PTX target {self.target!r}",
                                    hint=f"use one of {', '.join(TARGETS)}")
         self.body = Block()
-        self.e = Emitter(self.body, self.fn.loc)
+        self.e = TargetEmitter(self.body, self.fn.loc)
         self.block_kernel = is_block_kernel(self.fn)
 
     # -- entry
@@ -131,10 +131,10 @@ class Lowerer:
         inner = e.nested(then)
         self._results(self.lower_block(self.fn.body, inner), inner)
         inner.op(Yield())
-        Emitter(other).op(Yield())
+        TargetEmitter(other).op(Yield())
         e.op(If(), [ok], regions=[Region([then]), Region([other])], result_types=[])
 
-    def _results(self, outs: list[Lowered], e: Emitter) -> None:
+    def _results(self, outs: list[Lowered], e: TargetEmitter) -> None:
         """Write a returned tile at the tile's output position, or tile 0's returned
         scalar, through the ``out`` parameter (a returned parameter needs nothing)."""
         if not outs or isinstance(outs[0], Mem):
@@ -145,7 +145,7 @@ class Lowerer:
         store_result(self, outs[0])
         self.stack.pop()
 
-    def _geometry(self) -> Geometry:
+    def _geometry(self) -> CtaGeometry:
         a = self.fn.attrs
         grid = tuple(int(g) for g in a.get("grid", (1,)))
         group = int(a.get("group_size", 1))
@@ -157,16 +157,16 @@ class Lowerer:
                     f"kernel '{self.fn.name}': groups of {group} tiles holding tensors are "
                     "not lowered to PTX", hint="launch with group_size=1 (one tile per CTA)",
                     loc=self.fn.loc)
-            return Geometry(grid, 1, batch, THREADS, ngroups, False)
+            return CtaGeometry(grid, 1, batch, THREADS, ngroups, False)
         talks = any(type(i.op).__name__ in ("AllocShared", "Barrier", "LocalId")
                     for i in walk(self.fn.body))
         if group == 1 and not talks:
             block = min(THREADS, ngroups)
-            return Geometry(grid, 1, batch, block, -(-ngroups // block), True)
+            return CtaGeometry(grid, 1, batch, block, -(-ngroups // block), True)
         if group > 1024:
             raise UnsupportedError(f"a group of {group} tiles exceeds a CTA's 1024 threads",
                                    loc=self.fn.loc)
-        return Geometry(grid, group, batch, group, ngroups, False)
+        return CtaGeometry(grid, group, batch, group, ngroups, False)
 
     def _signature(self) -> None:
         for index, arg in enumerate(self.fn.args):
@@ -235,7 +235,7 @@ class Lowerer:
         return self.extra[key]
 
     # -- ids
-    def group_id(self, e: Emitter) -> Value:
+    def group_id(self, e: TargetEmitter) -> Value:
         """The group's linear id (computed once, in the entry block, which dominates
         every region: the instructions go in before the op whose region is being
         built)."""
@@ -249,7 +249,7 @@ class Lowerer:
             self.ids["group"] = cta
         return self.ids["group"]
 
-    def local_id(self, e: Emitter) -> Value:
+    def local_id(self, e: TargetEmitter) -> Value:
         """The tile's index in its group (the thread index of a scalar kernel's CTA)."""
         g = self.geom
         assert g is not None
@@ -261,11 +261,11 @@ class Lowerer:
 
     # -- blocks and control flow
     @property
-    def em(self) -> Emitter:
+    def em(self) -> TargetEmitter:
         """The emitter of the block being lowered (rules append through it)."""
         return self.stack[-1]
 
-    def lower_block(self, block: Block, e: Emitter) -> list[Lowered]:
+    def lower_block(self, block: Block, e: TargetEmitter) -> list[Lowered]:
         """Lower the instructions of ``block`` into ``e``; returns its terminator's
         operands, lowered."""
         self.stack.append(e)
@@ -313,9 +313,9 @@ def lower_kernel(fn: Function, target: str) -> Function:
 
     low = Lowerer(fn, target)
     kernel = low.lower()
-    Emitter(kernel.body, fn.loc, low.e.consts).op(Return())
+    TargetEmitter(kernel.body, fn.loc, low.e.consts).op(Return())
     return kernel
 
 
-__all__ = ["NOT_LOWERED", "RULES", "THREADS", "Geometry", "Lowerer", "is_block_kernel",
+__all__ = ["NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "is_block_kernel",
            "lower_kernel", "rule"]

@@ -4,7 +4,7 @@ It wraps :class:`~tessera.ir.core.Builder` with one method per instruction famil
 constant caching (one ``mov`` per immediate per block) and structured control flow
 built from Python callables, so a rule reads like the PTX it produces::
 
-    e = Emitter(block, loc)
+    e = TargetEmitter(block, loc)
     i = e.add(e.mul(e.sreg("ctaid.x"), e.const(128, "u32"), "u32"), e.sreg("tid.x"), "u32")
     with_guard = e.if_(e.setp("lt", i, e.const(n, "u32"), "u32"), lambda t: ...)
 """
@@ -33,10 +33,10 @@ from tessera.ir.target_ops import (
     Unpack,
 )
 
-Body = Callable[["Emitter"], Sequence[Value] | None]
+Body = Callable[["TargetEmitter"], Sequence[Value] | None]
 
 
-class Emitter:
+class TargetEmitter:
     """Appends Target IR to one block; every instruction gets the rule's source loc."""
 
     def __init__(self, block: Block, loc: Loc = UNKNOWN_LOC,
@@ -58,9 +58,9 @@ class Emitter:
         """Append a one-result ``op`` and return its result."""
         return self.op(op, operands)[0]
 
-    def nested(self, block: Block) -> Emitter:
+    def nested(self, block: Block) -> TargetEmitter:
         """An emitter for a nested block, sharing this one's constants and loc."""
-        return Emitter(block, self.loc, dict(self.consts))
+        return TargetEmitter(block, self.loc, dict(self.consts))
 
     # -- values
     def const(self, value: Any, type: str) -> Value:
@@ -158,4 +158,4 @@ class Emitter:
         return self.op(While(), list(init), regions=[Region([cblock]), region])
 
 
-__all__ = ["Body", "Emitter"]
+__all__ = ["Body", "TargetEmitter"]

@@ -3,7 +3,7 @@ FlashAttention-2 register reuse and accumulator stores (the copies and the share
 swizzle are in :mod:`tessera.lower.copy80`).
 
 Every function appends the Target IR of one CTA of :data:`~tessera.lower.tiles.THREADS`
-threads (four warps) through an :class:`~tessera.lower.emit.Emitter`; shapes, strides
+threads (four warps) through an :class:`~tessera.lower.emit.TargetEmitter`; shapes, strides
 and loop trip counts are static, only base addresses and ``%tid.x`` are registers.
 Accumulators are lists of ``f32`` values in the register order of
 :func:`tessera.lower.tiles.acc_coords`: register ``4 j + c`` of 64-row block ``b`` is
@@ -21,7 +21,7 @@ from tessera.ir.core import Value
 from tessera.ir.target import RegType
 from tessera.ir.target_async import Ldmatrix, MmaSync
 from tessera.lower.copy80 import Lanes, SharedAddresses, lin
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
 #: operand element types of ``mma.sync.m16n8k16`` these blocks lower
@@ -44,7 +44,7 @@ def _operand(box: SharedBox, atype: str, what: str) -> int:
     return row_bytes
 
 
-def _smem_a(e: Emitter, lanes: Lanes, a: SharedBox, a_trans: bool) -> ALoader:
+def _smem_a(e: TargetEmitter, lanes: Lanes, a: SharedBox, a_trans: bool) -> ALoader:
     """The A fragment of (64-row block ``b``, k-step ``kk``) by one ``ldmatrix.x4``
     (sec. 9.7.14.5.15): matrix ``j`` of lane group ``j = lane / 8`` is rows ``+8 (j & 1)``
     and k ``+8 (j >> 1)`` of the warp's m16k16 block, i.e. A registers a0..a3 in the
@@ -61,7 +61,7 @@ def _smem_a(e: Emitter, lanes: Lanes, a: SharedBox, a_trans: bool) -> ALoader:
     return lambda b, kk: e.one(Ldmatrix(4, True), shared.addr(dyn, 16 * kk * rb + 64 * b * es))
 
 
-def _smem_b(e: Emitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int,
+def _smem_b(e: TargetEmitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int,
             ) -> Callable[[int], list[Value]]:
     """A loader of the ``reg<2xb32>`` B fragments of one k-step for every n8 block: one
     ``ldmatrix.x4`` per pair of n-blocks (matrices: (j, k+0), (j, k+8), (j+1, k+0),
@@ -95,7 +95,7 @@ def _smem_b(e: Emitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int,
     return load
 
 
-def _products(e: Emitter, lanes: Lanes, acc: list[Value], load_a: ALoader, b: SharedBox,
+def _products(e: TargetEmitter, lanes: Lanes, acc: list[Value], load_a: ALoader, b: SharedBox,
               b_trans: bool, atype: str, bm: int, bn: int, bk: int) -> list[Value]:
     """C += A @ B over k16 steps in ascending order: per step the B fragments, then per
     64-row block its A fragment and one ``mma.sync.m16n8k16`` per n8 block."""
@@ -120,7 +120,7 @@ def _products(e: Emitter, lanes: Lanes, acc: list[Value], load_a: ALoader, b: Sh
     return [r for row in c for v in row for r in e.unpack(v, "f32", 4)]
 
 
-def mma_block(e: Emitter, acc: list[Value], a: SharedBox, b: SharedBox, *, a_trans: bool,
+def mma_block(e: TargetEmitter, acc: list[Value], a: SharedBox, b: SharedBox, *, a_trans: bool,
               b_trans: bool, atype: str = "bf16") -> list[Value]:
     """``C[BM, BN] += A[BM, BK] @ B[BK, BN]`` from shared memory; returns the new
     accumulator registers. ``a`` holds A (``BM x BK``) or, with ``a_trans``, A^T
@@ -137,7 +137,7 @@ def mma_block(e: Emitter, acc: list[Value], a: SharedBox, b: SharedBox, *, a_tra
 
 
 # ------------------------------------------------------------ register reuse (FA-2)
-def acc_to_a(e: Emitter, acc: list[Value], bm: int, bn: int, atype: str = "bf16",
+def acc_to_a(e: TargetEmitter, acc: list[Value], bm: int, bn: int, atype: str = "bf16",
              ) -> list[list[Value]]:
     """The ``(BM, BN)`` f32 accumulator rounded to ``atype`` as the A operand of a next
     product ``P[BM, BN] @ V[BN, D]``, without a shared-memory round trip: ``[b][kk]`` is
@@ -168,7 +168,7 @@ def acc_to_a(e: Emitter, acc: list[Value], bm: int, bn: int, atype: str = "bf16"
     return frags
 
 
-def mma_block_regs(e: Emitter, acc: list[Value], a_frags: list[list[Value]], b: SharedBox,
+def mma_block_regs(e: TargetEmitter, acc: list[Value], a_frags: list[list[Value]], b: SharedBox,
                    *, b_trans: bool, atype: str = "bf16") -> list[Value]:
     """``C[BM, D] += P @ V`` with P given as register fragments (:func:`acc_to_a`,
     ``BM = 64 len(a_frags)``, ``K = 16 len(a_frags[0])``) and V in shared memory
@@ -183,14 +183,14 @@ def mma_block_regs(e: Emitter, acc: list[Value], a_frags: list[list[Value]], b: 
 
 
 # --------------------------------------------------------------------------- stores
-def quad_origin(e: Emitter, lanes: Lanes) -> tuple[Value, Value]:
+def quad_origin(e: TargetEmitter, lanes: Lanes) -> tuple[Value, Value]:
     """``(row, column)`` as ``u32`` of this thread's first accumulator register:
     ``16 w + lane / 4``, ``2 (lane % 4)``."""
     row = lin(e, [(lanes.warp, 16), (lanes.bits(2, 7), 1)])
     return row, lin(e, [(lanes.bits(0, 3), 2)])
 
 
-def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm: int,
+def store_acc(e: TargetEmitter, acc: list[Value], dst_base: Value, row_stride: int, bm: int,
               bn: int, elem: str = "f32", *, pairs: bool = True) -> None:
     """Store a ``(BM, BN)`` accumulator to the row-major global box at ``dst_base``
     (``u64``, row stride ``row_stride`` elements), as ``f32`` or rounded (``cvt.rn``)
@@ -224,7 +224,7 @@ def store_acc(e: Emitter, acc: list[Value], dst_base: Value, row_stride: int, bm
             e.st("global", addr, word, "b32", offset=off)
 
 
-def acc_origin(e: Emitter) -> tuple[Value, Value]:
+def acc_origin(e: TargetEmitter) -> tuple[Value, Value]:
     """``(row, column)`` as ``s32`` of this thread's first accumulator register
     (register ``r`` is that plus the static offsets of :func:`tessera.lower.tiles.acc_coords`
     for thread 0)."""
@@ -232,7 +232,7 @@ def acc_origin(e: Emitter) -> tuple[Value, Value]:
     return e.cvt(row, "s32", "u32"), e.cvt(col, "s32", "u32")
 
 
-def acc_rowcol(e: Emitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
+def acc_rowcol(e: TargetEmitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     """Per accumulator register, its ``(row, column)`` in the ``(BM, BN)`` tile as
     ``s32`` values (for masks); register order of :func:`tessera.lower.tiles.acc_coords`."""
     row0, col0 = acc_origin(e)

@@ -1,7 +1,7 @@
 """sm_90a matrix building blocks: wgmma descriptors, wgmma blocks and register staging
 (the TMA copies that fill the operands are in :mod:`tessera.lower.tma90`).
 
-Everything here emits Target IR through an :class:`~tessera.lower.emit.Emitter` for one
+Everything here emits Target IR through an :class:`~tessera.lower.emit.TargetEmitter` for one
 CTA of 128 threads (one warpgroup, :mod:`tessera.lower.tiles`).
 
 **Operand buffers.** A wgmma shared operand is a :class:`SharedBox` of ``rows x cols``
@@ -34,7 +34,7 @@ from tessera.ir.target_async import (
     WgmmaWait,
 )
 from tessera.lower.copy80 import Lanes, lin
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.gemm80 import quad_origin
 from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
@@ -44,7 +44,7 @@ _LBO_UNUSED = 16  # K-major swizzled operands never use LBO; libraries store 1 (
 
 
 @dataclass(frozen=True)
-class Geometry:
+class BoxGeometry:
     """Static facts of a swizzled operand box: element bytes, swizzle span, panels."""
 
     esize: int
@@ -63,7 +63,7 @@ class Geometry:
         return self.span // self.esize
 
 
-def geometry(box: SharedBox) -> Geometry:
+def geometry(box: SharedBox) -> BoxGeometry:
     """Check that ``box`` is a wgmma-readable swizzled buffer and describe its panels."""
     esize = elem_size(box.elem)
     if esize > 2:
@@ -84,7 +84,7 @@ def geometry(box: SharedBox) -> Geometry:
                              f"aligned, the box is only {box.align}-byte aligned (PTX ISA "
                              "'Matrix Descriptor Format': the pattern starts on that boundary)",
                              hint=f"allocate it with align={atom}")
-    return Geometry(esize, box.swizzle, row_bytes // box.swizzle, box.rows)
+    return BoxGeometry(esize, box.swizzle, row_bytes // box.swizzle, box.rows)
 
 
 def operand_offset(box: SharedBox, k: int, mn: int, *, k_major: bool) -> int:
@@ -112,7 +112,7 @@ def descriptor_fields(box: SharedBox, *, k_major: bool) -> tuple[int, int]:
     return (_LBO_UNUSED if k_major else g.panel_bytes), 8 * g.span
 
 
-def make_descriptor(e: Emitter, box: SharedBox, k: int = 0, mn: int = 0, *,
+def make_descriptor(e: TargetEmitter, box: SharedBox, k: int = 0, mn: int = 0, *,
                     k_major: bool = True) -> Value:
     """The ``u64`` wgmma matrix descriptor of the operand at element ``(mn, k)`` of ``box``:
     ``((addr & 0x3FFFF) >> 4) | LBO>>4 << 16 | SBO>>4 << 32 | layout << 62`` computed from
@@ -129,7 +129,7 @@ def make_descriptor(e: Emitter, box: SharedBox, k: int = 0, mn: int = 0, *,
     return e.add(e.cvt(field, "u64", "u32"), e.const(static, "u64"), "u64")
 
 
-def advance_descriptor(e: Emitter, desc: Value, nbytes: int) -> Value:
+def advance_descriptor(e: TargetEmitter, desc: Value, nbytes: int) -> Value:
     """``desc`` with its start address moved by ``nbytes`` (a multiple of 16): the k-step
     rule, e.g. +32 bytes (+2 encoded) per k16 step inside a 128B atom."""
     if nbytes % 16:
@@ -147,7 +147,7 @@ def _check_acc(acc: Sequence[Value], bm: int, bn: int) -> None:
                          f"thread, got {len(acc)}")
 
 
-def wgmma_block(e: Emitter, acc: Sequence[Value], a: SharedBox, b: SharedBox, *,
+def wgmma_block(e: TargetEmitter, acc: Sequence[Value], a: SharedBox, b: SharedBox, *,
                 b_trans: bool, atype: str = "bf16", scale_d: Value | None = None,
                 ) -> list[Value]:
     """``acc += A @ B`` over the whole K of ``a`` with ``wgmma.mma_async``; returns the
@@ -193,7 +193,7 @@ def wgmma_block(e: Emitter, acc: Sequence[Value], a: SharedBox, b: SharedBox, *,
     return [v for blk in blocks for v in e.unpack(blk, "f32", half)]
 
 
-def stage_regs_to_shared(e: Emitter, values: Sequence[Value], bm: int, bn: int,
+def stage_regs_to_shared(e: TargetEmitter, values: Sequence[Value], bm: int, bn: int,
                          dst: SharedBox) -> None:
     """Write a ``(bm, bn)`` f32 tile held in the accumulator layout into ``dst`` as
     ``dst.elem`` (bf16/f16, rounded to nearest even), in the panel + swizzle layout a
@@ -229,6 +229,6 @@ def stage_regs_to_shared(e: Emitter, values: Sequence[Value], bm: int, bn: int,
     e.bar()
 
 
-__all__ = ["Geometry", "advance_descriptor", "descriptor_fields", "geometry",
+__all__ = ["BoxGeometry", "advance_descriptor", "descriptor_fields", "geometry",
            "make_descriptor", "operand_offset", "stage_regs_to_shared",
            "wgmma_block"]

@@ -28,7 +28,7 @@ from tessera.errors import IRVerifyError
 from tessera.ir.core import Value
 from tessera.ir.target import RegType
 from tessera.ir.target_ops import Shfl
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.numerics import transcendental as tr
 
 
@@ -38,7 +38,7 @@ def _check(v: Value, elem: str, what: str) -> None:
                             hint=f"convert to {elem} first (cvt)")
 
 
-def emit_exp_f32(e: Emitter, x: Value) -> Value:
+def emit_exp_f32(e: TargetEmitter, x: Value) -> Value:
     """e^x of an f32 register: the algorithm of :mod:`tessera.numerics.transcendental`,
     op for op. Returns the f32 result register."""
     _check(x, "f32", "emit_exp_f32")
@@ -65,7 +65,7 @@ def emit_exp_f32(e: Emitter, x: Value) -> Value:
     return e.selp(e.pack([bits], "f32"), res, e.setp("nan", x, x, "f32"), "f32")
 
 
-def _tree(e: Emitter, values: Sequence[Value], elem: str, pad: Value | None,
+def _tree(e: TargetEmitter, values: Sequence[Value], elem: str, pad: Value | None,
           combine: str, mode: str = "") -> Value:
     if not values:
         raise IRVerifyError("a reduction tree needs at least one value")
@@ -80,13 +80,13 @@ def _tree(e: Emitter, values: Sequence[Value], elem: str, pad: Value | None,
     return vals[0]
 
 
-def emit_tree_sum_f64(e: Emitter, values: Sequence[Value]) -> Value:
+def emit_tree_sum_f64(e: TargetEmitter, values: Sequence[Value]) -> Value:
     """The adjacent-pair tree sum of one thread's f64 registers (in element order),
     padded with -0.0 to a power of two: ``(v0 + v1) + (v2 + v3)``..."""
     return _tree(e, values, "f64", e.const(-0.0, "f64"), "add")
 
 
-def emit_tree_max_f32(e: Emitter, values: Sequence[Value]) -> Value:
+def emit_tree_max_f32(e: TargetEmitter, values: Sequence[Value]) -> Value:
     """The adjacent-pair ``max.NaN`` tree of one thread's f32 registers (an odd level
     repeats its last value: max(x, x) == x)."""
     return _tree(e, values, "f32", None, "max", "NaN")
@@ -99,7 +99,7 @@ def _offsets(offsets: Sequence[int]) -> list[int]:
     return list(offsets)
 
 
-def emit_shfl_sum_f64(e: Emitter, v: Value, offsets: Sequence[int]) -> Value:
+def emit_shfl_sum_f64(e: TargetEmitter, v: Value, offsets: Sequence[int]) -> Value:
     """Join the f64 partial sums of neighbouring lanes: for each offset (1, 2, 4...,
     ascending for the tree's order) exchange ``v`` with lane ``lane ^ offset``, as its
     two b32 halves, and add. Every lane of the warp must execute it (full mask).
@@ -115,7 +115,7 @@ def emit_shfl_sum_f64(e: Emitter, v: Value, offsets: Sequence[int]) -> Value:
     return v
 
 
-def emit_shfl_max_f32(e: Emitter, v: Value, offsets: Sequence[int]) -> Value:
+def emit_shfl_max_f32(e: TargetEmitter, v: Value, offsets: Sequence[int]) -> Value:
     """The ``max.NaN.f32`` butterfly over lanes ``lane ^ offset`` (see
     :func:`emit_shfl_sum_f64`)."""
     _check(v, "f32", "emit_shfl_max_f32")

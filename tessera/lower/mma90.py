@@ -35,7 +35,7 @@ from tessera.ir import tile_memory as M
 from tessera.ir.core import Function, Value, walk
 from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierWait
 from tessera.lower.core import Lowerer
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.gemm90 import stage_regs_to_shared, wgmma_block
 from tessera.lower.tiles import SharedBox
 from tessera.lower.tma90 import TmaCopy, copy_bytes, init_barriers, issue_copy, thread0
@@ -94,7 +94,7 @@ def ring_setup(low: Lowerer) -> None:
     low.extra["tma"] = (bars, mine)
 
 
-def _ring_barrier(e: Emitter, bars: Value, count: Value) -> Value:
+def _ring_barrier(e: TargetEmitter, bars: Value, count: Value) -> Value:
     slot = e.bin("and", count, e.const(RING - 1, "u32"), "u32")
     return e.add(bars, e.bin("shl", slot, e.const(3, "u32"), "u32"), "u32")
 
@@ -121,13 +121,13 @@ def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
     copy = TmaCopy(box, tmap, col, row)
     nbytes = copy_bytes(copy)
 
-    def issue(t: Emitter) -> None:
+    def issue(t: TargetEmitter) -> None:
         issue_copy(t, copy, _ring_barrier(t, bars, t.ld("shared", mine, "u32")))
     e.if_(thread0(e), issue)
     low.extra["tma_bytes"] = low.extra.get("tma_bytes", 0) + nbytes
 
 
-def tma_commit(low: Lowerer, e: Emitter, *, fence: bool = True) -> None:
+def tma_commit(low: Lowerer, e: TargetEmitter, *, fence: bool = True) -> None:
     """Close the group being formed: thread 0 arrives on its barrier announcing the
     group's bytes (the loads may land before or after), and every thread counts it.
     Keeps at most ``RING - 1`` groups in flight by waiting for the oldest. ``fence``:
@@ -135,7 +135,7 @@ def tma_commit(low: Lowerer, e: Emitter, *, fence: bool = True) -> None:
     nbytes = low.extra.pop("tma_bytes", 0)
     bars, mine = low.extra["tma"]
 
-    def arrive(t: Emitter) -> None:
+    def arrive(t: TargetEmitter) -> None:
         t.op(MbarrierArrive(nbytes), [_ring_barrier(t, bars, t.ld("shared", mine, "u32"))])
     e.if_(thread0(e), arrive)
     e.st("shared", mine, e.add(e.ld("shared", mine, "u32"), e.const(1, "u32"), "u32"), "u32")
@@ -144,7 +144,7 @@ def tma_commit(low: Lowerer, e: Emitter, *, fence: bool = True) -> None:
         e.op(Fence("proxy_async"))
 
 
-def tma_wait(low: Lowerer, e: Emitter, n: int) -> None:
+def tma_wait(low: Lowerer, e: TargetEmitter, n: int) -> None:
     """Every thread waits for the groups it committed until at most ``n`` are pending:
     group ``g`` is the phase ``g // RING`` (parity ``(g // RING) & 1``) of barrier
     ``g % RING``."""
@@ -156,14 +156,14 @@ def tma_wait(low: Lowerer, e: Emitter, n: int) -> None:
     limit = e.bin("sub", issued, e.const(n, "u32"), "u32") if n else issued
     shift = (RING - 1).bit_length()
 
-    def pending(c: Emitter, k: Value) -> Value:
+    def pending(c: TargetEmitter, k: Value) -> Value:
         if not n:
             return c.setp("lt", k, limit, "u32")
         # issued - n may wrap below zero: compare as signed distances
         gap = c.cvt(c.bin("sub", limit, k, "u32"), "s32", "u32")
         return c.setp("gt", gap, c.const(0, "s32"), "s32")
 
-    def step(b: Emitter, k: Value) -> list[Value]:
+    def step(b: TargetEmitter, k: Value) -> list[Value]:
         parity = b.bin("and", b.bin("shr", k, b.const(shift, "u32"), "u32"),
                        b.const(1, "u32"), "u32")
         b.op(MbarrierWait(), [_ring_barrier(b, bars, k), parity])

@@ -25,14 +25,14 @@ from tessera.ir.core import Instr
 from tessera.ir.target_async import CpAsyncCommit, CpAsyncWait, Fence
 from tessera.ir.target_ops import Bar
 from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc
 from tessera.lower.rules_memory import address
 from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, ptx_elem, reg_type
 
 
-def commit_all(low: Lowerer, e: Emitter, *, force: bool, fence: bool = True) -> None:
+def commit_all(low: Lowerer, e: TargetEmitter, *, force: bool, fence: bool = True) -> None:
     """Close the copy group being formed, in both mechanisms at once (``cp.async``
     groups and the TMA group ring), so that their group counts stay in step and
     ``wait_group n`` means the same for both; without ``force`` only when a copy is
@@ -48,7 +48,7 @@ def commit_all(low: Lowerer, e: Emitter, *, force: bool, fence: bool = True) -> 
         tma_commit(low, e, fence=fence)
 
 
-def wait_all(low: Lowerer, e: Emitter, n: int) -> None:
+def wait_all(low: Lowerer, e: TargetEmitter, n: int) -> None:
     """Both mechanisms wait until at most ``n`` groups are pending; shared memory the
     copies (or the bookkeeping) wrote is then fenced for the async proxy."""
     commit_all(low, e, force=False, fence=False)
@@ -62,13 +62,13 @@ def wait_all(low: Lowerer, e: Emitter, n: int) -> None:
         low.extra["async_pending"] = False
 
 
-def finish_async(low: Lowerer, e: Emitter) -> None:
+def finish_async(low: Lowerer, e: TargetEmitter) -> None:
     """Complete the CTA's pending async copies (before a barrier)."""
     if low.extra.get("async_pending") or "tma" in low.extra:
         wait_all(low, e, 0)
 
 
-def _proxy_fence(low: Lowerer, e: Emitter) -> None:
+def _proxy_fence(low: Lowerer, e: TargetEmitter) -> None:
     # cp.async writes through the generic proxy; wgmma reads through the async proxy
     if low.target == "sm_90a" and low.extra.get("wgmma_buffers"):
         e.op(Fence("proxy_async"))
@@ -85,7 +85,7 @@ def shared_box(mem: Mem) -> SharedBox:
     return SharedBox(mem.base, rows, cols, ptx_elem(mem.element), mem.swizzle, align=align)
 
 
-def global_box(e: Emitter, mem: Mem) -> GlobalBox:
+def global_box(e: TargetEmitter, mem: Mem) -> GlobalBox:
     if mem.space != "global" or len(mem.shape) != 2 or mem.strides[-1] != 1:
         raise UnsupportedError("async copies take row-major 2-D global views")
     return GlobalBox(address(e, mem), mem.shape[0], mem.shape[1], mem.strides[0],
@@ -141,7 +141,7 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return []
 
 
-def _war_barrier(low: Lowerer, e: Emitter) -> None:
+def _war_barrier(low: Lowerer, e: TargetEmitter) -> None:
     """A tile is a whole CTA, so a copy may overwrite shared memory that other warps are
     still reading (ldmatrix, wgmma, ld.shared) for the tile's previous step; the tile
     program needs no barrier there, the CTA does. One ``bar.sync`` goes before each run

@@ -17,7 +17,7 @@ from tessera.ir.tile import For as TileFor
 from tessera.ir.tile import If as TileIf
 from tessera.ir.tile import While as TileWhile
 from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Dist, Lowered, Scalar
 
 
@@ -50,7 +50,7 @@ def _regs(instr: Instr, outs: list[Lowered], like: list[Lowered]) -> list[Value]
     return regs
 
 
-def settle(low: Lowerer, e: Emitter) -> None:
+def settle(low: Lowerer, e: TargetEmitter) -> None:
     """Commit TMA copies not yet committed at a control-flow boundary: a group's byte
     count is a constant of its ``mbarrier.arrive.expect_tx``, so a group cannot span
     regions (splitting a group only makes waits stricter)."""

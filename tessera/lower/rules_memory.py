@@ -19,7 +19,7 @@ from tessera.ir.core import Instr, Value
 from tessera.ir.target_ops import Reduce
 from tessera.ir.tile import MemRefType
 from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.multiples import Multiples
 from tessera.lower.values import Dist, Lowered, Mem, Scalar, elem_bytes, mem_type, reg_type
 
@@ -27,7 +27,7 @@ ALIGN = {"none": 16, "xor": 128, "32B": 256, "64B": 512, "128B": 1024}
 SWIZZLE_BYTES = {"none": 0, "xor": 128, "32B": 32, "64B": 64, "128B": 128}
 
 
-def address(e: Emitter, mem: Mem, extra: Value | None = None) -> Value:
+def address(e: TargetEmitter, mem: Mem, extra: Value | None = None) -> Value:
     """The address of element ``mem.offset (+ extra)`` of ``mem``; in a swizzled shared
     buffer the byte offset goes through the buffer's swizzle (``copy80.swizzle_offset``:
     16-byte chunk bits 4-6 XOR bits 7-9 of the offset), as its writers placed it."""
@@ -48,7 +48,7 @@ def address(e: Emitter, mem: Mem, extra: Value | None = None) -> Value:
     return e.add(mem.base, e.cvt(wide, "u64", "s64"), "u64")
 
 
-def _swizzle(e: Emitter, mem: Mem, nbytes: Value) -> Value:
+def _swizzle(e: TargetEmitter, mem: Mem, nbytes: Value) -> Value:
     if mem.meta.get("wgmma") and mem.shape[-1] * elem_bytes(mem.element) > mem.swizzle:
         raise UnsupportedError("elements of a wgmma operand buffer wider than one swizzle "
                                "panel are not addressed directly", loc=e.loc)
@@ -57,7 +57,7 @@ def _swizzle(e: Emitter, mem: Mem, nbytes: Value) -> Value:
     return emit_swizzle(e, nbytes, mem.swizzle)
 
 
-def load_scalar(e: Emitter, mem: Mem) -> Value:
+def load_scalar(e: TargetEmitter, mem: Mem) -> Value:
     """Load element ``mem.offset`` into an f32/s32/pred register."""
     addr = address(e, mem)
     mt, rt = mem_type(mem.element), reg_type(mem.element)
@@ -65,13 +65,13 @@ def load_scalar(e: Emitter, mem: Mem) -> Value:
     return _to_reg(e, raw, mt, rt, mem.element)
 
 
-def store_scalar(e: Emitter, mem: Mem, value: Value, vtype: str) -> None:
+def store_scalar(e: TargetEmitter, mem: Mem, value: Value, vtype: str) -> None:
     """Store a register to element ``mem.offset``, converting to the memory's format."""
     mt = mem_type(mem.element)
     e.st(mem.space, address(e, mem), to_mem(e, value, vtype, mt, mem.element), mt)
 
 
-def _to_reg(e: Emitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
+def _to_reg(e: TargetEmitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
     if mt == rt:
         return raw
     if mt == "b16" and rt == "f32":  # bf16/f16 bits: widen exactly
@@ -85,7 +85,7 @@ def _to_reg(e: Emitter, raw: Value, mt: str, rt: str, element: object = None) ->
     raise UnsupportedError(f"cannot load {mt} into {rt} registers", loc=e.loc)
 
 
-def to_mem(e: Emitter, value: Value, vt: str, mt: str, element: object) -> Value:
+def to_mem(e: TargetEmitter, value: Value, vt: str, mt: str, element: object) -> Value:
     """A register converted for a store of ``element`` (``mt`` its memory type): a
     narrow float rounds to nearest even with saturation, as the tile store does."""
     from tessera.lower.values import NARROW, storage_name

@@ -16,7 +16,7 @@ from tessera.errors import UnsupportedError
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Instr, Value
 from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
 from tessera.lower.mathlib import (
     emit_shfl_max_f32,
@@ -28,29 +28,29 @@ from tessera.lower.rules_tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered
 
 
-def _combine(e: Emitter, kind: str, a: Value, b: Value) -> Value:
+def _combine(e: TargetEmitter, kind: str, a: Value, b: Value) -> Value:
     return e.add(a, b, "f64") if kind == "sum" else e.bin("max", a, b, "f32", "NaN")
 
 
-def _tree(e: Emitter, kind: str, vals: list[Value]) -> Value:
+def _tree(e: TargetEmitter, kind: str, vals: list[Value]) -> Value:
     return emit_tree_sum_f64(e, vals) if kind == "sum" else emit_tree_max_f32(e, vals)
 
 
-def _shfl(e: Emitter, kind: str, v: Value, offsets: list[int]) -> Value:
+def _shfl(e: TargetEmitter, kind: str, v: Value, offsets: list[int]) -> Value:
     if not offsets:
         return v
     return (emit_shfl_sum_f64 if kind == "sum" else emit_shfl_max_f32)(e, v, offsets)
 
 
-def _prep(e: Emitter, kind: str, x: Value) -> Value:
+def _prep(e: TargetEmitter, kind: str, x: Value) -> Value:
     return e.cvt(x, "f64", "f32") if kind == "sum" else x
 
 
-def _finish(e: Emitter, kind: str, x: Value) -> Value:
+def _finish(e: TargetEmitter, kind: str, x: Value) -> Value:
     return e.cvt(x, "f32", "f64", "rn") if kind == "sum" else x
 
 
-def reduce_acc(e: Emitter, kind: str, x: Dist) -> list[Value]:
+def reduce_acc(e: TargetEmitter, kind: str, x: Dist) -> list[Value]:
     """Row statistics of an accumulator-layout tile, in the Row layout's order."""
     layout = x.layout
     assert isinstance(layout, Acc)

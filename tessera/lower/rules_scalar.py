@@ -18,7 +18,7 @@ from tessera.ir.core import Instr, Value
 from tessera.ir.tile import Constant
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import NARROW, Dist, Lowered, Scalar, reg_type, storage_name
 
 FLOAT_OPS = {C.Add: "add", C.Sub: "sub", C.Mul: "mul", C.Div: "div"}
@@ -42,7 +42,7 @@ def like(lv: Lowered, regs: list[Value], type: str) -> Lowered:
     return Dist(lv.layout, regs, type)
 
 
-def round_to(e: Emitter, x: Value, element: object) -> Value:
+def round_to(e: TargetEmitter, x: Value, element: object) -> Value:
     """Round an f32 register to a narrower float format (a no-op for f32)."""
     name = storage_name(element)  # type: ignore[arg-type]
     if name not in NARROW:
@@ -58,7 +58,7 @@ def round_to(e: Emitter, x: Value, element: object) -> Value:
 
 
 def elementwise(low: Lowerer, instr: Instr, args: list[Lowered],
-                fn: Callable[[Emitter, list[Value]], Value], type: str,
+                fn: Callable[[TargetEmitter, list[Value]], Value], type: str,
                 order: Sequence[int] | None = None) -> list[Lowered]:
     """Apply ``fn`` to the operands' registers pairwise, the operands taken in ``order``
     (their indices; all of them in turn by default)."""
@@ -108,7 +108,7 @@ def _ids(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [Scalar(v, "s32")]
 
 
-def _int_op(e: Emitter, cls: type, a: Value, b: Value) -> Value:
+def _int_op(e: TargetEmitter, cls: type, a: Value, b: Value) -> Value:
     if cls in (C.Add, C.Sub, C.Mul):
         return e.bin(FLOAT_OPS[cls], a, b, "s32")
     if cls in (C.Maximum, C.Minimum):
@@ -202,7 +202,7 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     src = args[0].type  # type: ignore[union-attr]
     dst = reg_type(op.to, "cast: ")
 
-    def one(e: Emitter, r: list[Value]) -> Value:
+    def one(e: TargetEmitter, r: list[Value]) -> Value:
         x = r[0]
         if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would not)
             return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)

@@ -10,24 +10,24 @@ from tessera.errors import UnsupportedError
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Instr, Value
 from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
 from tessera.lower.rules_memory import address
 from tessera.lower.tiles import acc_coords
 from tessera.lower.values import Dist, Lowered, Mem, Scalar, mem_type, reg_type
 
 
-def _tid(e: Emitter) -> Value:
+def _tid(e: TargetEmitter) -> Value:
     return e.cvt(e.sreg("tid.x"), "s32", "u32")
 
 
-def chunk_index(e: Emitter, layout: Blocked, j: int) -> Value:
+def chunk_index(e: TargetEmitter, layout: Blocked, j: int) -> Value:
     """The flat index of the first element of this thread's chunk ``j``."""
     c = e.add(_tid(e), e.const(j * 128, "s32"), "s32") if j else _tid(e)
     return e.mul(c, e.const(layout.vec, "s32"), "s32") if layout.vec > 1 else c
 
 
-def _element(e: Emitter, mem: Mem, layout: Blocked, k0: Value, c: int) -> Value:
+def _element(e: TargetEmitter, mem: Mem, layout: Blocked, k0: Value, c: int) -> Value:
     """The element offset (in ``mem``'s buffer) of flat tile index ``k0 + c``."""
     k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
     if len(layout.shape) == 1:
@@ -40,7 +40,7 @@ def _element(e: Emitter, mem: Mem, layout: Blocked, k0: Value, c: int) -> Value:
                                                        "s32"), "s32")
 
 
-def _clamped(e: Emitter, layout: Blocked, j: int) -> Value:
+def _clamped(e: TargetEmitter, layout: Blocked, j: int) -> Value:
     k0 = chunk_index(e, layout, j)
     if (j + 1) * 128 <= layout.chunks:
         return k0
@@ -66,7 +66,7 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
     return Dist(layout, regs, rt)
 
 
-def widen(e: Emitter, raw: Value, mt: str, element: object) -> Value:
+def widen(e: TargetEmitter, raw: Value, mt: str, element: object) -> Value:
     """A loaded bf16/f16 element as the f32 register of the same value (exact)."""
     from tessera.lower.values import storage_name
 
@@ -80,12 +80,12 @@ def widen(e: Emitter, raw: Value, mt: str, element: object) -> Value:
 
 
 def for_each_element(low: Lowerer, layout: Blocked, mem: Mem,
-                     fn: Callable[[Emitter, Value, int], None]) -> None:
+                     fn: Callable[[TargetEmitter, Value, int], None]) -> None:
     """Call ``fn(emitter, address, register)`` for every element this thread holds of a
     blocked tensor written to ``mem``; chunks past the end are skipped (a guard)."""
     e = low.em
 
-    def chunk(inner: Emitter, j: int) -> None:
+    def chunk(inner: TargetEmitter, j: int) -> None:
         k0 = chunk_index(inner, layout, j)
         for c in range(layout.vec):
             off = _element(inner, mem, layout, k0, c)
@@ -107,7 +107,7 @@ def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
     assert isinstance(value.layout, Blocked)
     mt = mem_type(mem.element)
 
-    def store(e: Emitter, addr: Value, r: int) -> None:
+    def store(e: TargetEmitter, addr: Value, r: int) -> None:
         e.st(mem.space, addr, to_mem(e, value.regs[r], value.type, mt, mem.element), mt)
     for_each_element(low, value.layout, mem, store)
 
@@ -139,7 +139,7 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
         raise UnsupportedError("'+=' of a row-reduced tile is not lowered", loc=e.loc,
                                hint="store the rows with '=' instead")
 
-    def add(inner: Emitter, addr: Value, r: int) -> None:
+    def add(inner: TargetEmitter, addr: Value, r: int) -> None:
         inner.op(red, [addr, value.regs[r]])
     for_each_element(low, value.layout, mem, add)
 

@@ -25,22 +25,22 @@ from tessera.ir.target_async import (
     TmaLoad,
 )
 from tessera.ir.target_ops import SharedAlloc
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.gemm90 import wgmma_block
 from tessera.lower.tiles import SharedBox, elem_size
 
 
-def thread0(e: Emitter) -> Value:
+def thread0(e: TargetEmitter) -> Value:
     """The predicate ``%tid.x == 0`` (the thread that issues TMA and arrives)."""
     return e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
 
 
-def barrier_addresses(e: Emitter, base: Value, count: int) -> list[Value]:
+def barrier_addresses(e: TargetEmitter, base: Value, count: int) -> list[Value]:
     """The addresses ``base``, ``base + 8``... of ``count`` mbarriers (8 bytes each)."""
     return [base] + [e.add(base, e.const(8 * k, "u32"), "u32") for k in range(1, count)]
 
 
-def init_barriers(e: Emitter, base: Value, count: int) -> None:
+def init_barriers(e: TargetEmitter, base: Value, count: int) -> None:
     """Thread 0 initialises the ``count`` mbarriers at ``base``, ``base + 8``... for one
     arrival each (only thread 0 computes their addresses), and the init is fenced (PTX
     ISA sec. 9.7.13.15.9); the CTA must still pass a ``bar.sync`` before any thread uses
@@ -48,10 +48,10 @@ def init_barriers(e: Emitter, base: Value, count: int) -> None:
     _init_fenced(e, lambda t: barrier_addresses(t, base, count))
 
 
-def _init_fenced(e: Emitter, addresses: Callable[[Emitter], list[Value]]) -> None:
+def _init_fenced(e: TargetEmitter, addresses: Callable[[TargetEmitter], list[Value]]) -> None:
     """Thread 0 initialises the mbarriers at ``addresses(t)`` for one arrival; then the
     fence that makes the inits visible."""
-    def init(t: Emitter) -> None:
+    def init(t: TargetEmitter) -> None:
         for bar in addresses(t):
             t.op(MbarrierInit(1), [bar])
 
@@ -59,7 +59,7 @@ def _init_fenced(e: Emitter, addresses: Callable[[Emitter], list[Value]]) -> Non
     e.op(Fence("mbarrier_init"))
 
 
-def tma_setup(e: Emitter, n_barriers: int, sym: str = "mbar") -> list[Value]:
+def tma_setup(e: TargetEmitter, n_barriers: int, sym: str = "mbar") -> list[Value]:
     """``n_barriers`` shared mbarriers (8 bytes each, 8-byte aligned), initialised by
     thread 0 for one arrival (:func:`init_barriers`) and the CTA synchronised; returns
     their addresses."""
@@ -105,7 +105,7 @@ def copy_bytes(copy: TmaCopy) -> int:
     return n * nbytes
 
 
-def issue_copy(t: Emitter, copy: TmaCopy, bar: Value) -> None:
+def issue_copy(t: TargetEmitter, copy: TmaCopy, bar: Value) -> None:
     """The ``cp.async.bulk.tensor`` loads of ``copy`` on ``bar``, one per panel, emitted
     where only the issuing thread runs (PTX ISA sec. 9.7.9.27)."""
     n, cols, nbytes = _panels(copy)
@@ -116,7 +116,8 @@ def issue_copy(t: Emitter, copy: TmaCopy, bar: Value) -> None:
         t.op(TmaLoad(), [dst, copy.tmap, col, copy.row, bar])
 
 
-def tma_load_many(e: Emitter, copies: Sequence[TmaCopy | tuple[SharedBox, Value, Value, Value]],
+def tma_load_many(e: TargetEmitter,
+                  copies: Sequence[TmaCopy | tuple[SharedBox, Value, Value, Value]],
                   bar: Value) -> None:
     """Thread 0 announces the bytes of all ``copies`` with one ``mbarrier.arrive.expect_tx``
     on ``bar`` and issues them: the barrier's phase completes when every byte has landed
@@ -126,7 +127,7 @@ def tma_load_many(e: Emitter, copies: Sequence[TmaCopy | tuple[SharedBox, Value,
     plan = [x if isinstance(x, TmaCopy) else TmaCopy(*x) for x in copies]
     tx = sum(copy_bytes(c) for c in plan)
 
-    def issue(t: Emitter) -> None:
+    def issue(t: TargetEmitter) -> None:
         t.op(MbarrierArrive(tx), [bar])
         for c in plan:
             issue_copy(t, c, bar)
@@ -134,14 +135,14 @@ def tma_load_many(e: Emitter, copies: Sequence[TmaCopy | tuple[SharedBox, Value,
     e.if_(thread0(e), issue)
 
 
-def mbar_wait(e: Emitter, bar: Value, phase: Value) -> None:
+def mbar_wait(e: TargetEmitter, bar: Value, phase: Value) -> None:
     """Every thread waits until ``bar``'s phase of parity ``phase`` (``u32`` 0/1) has
     completed (``mbarrier.try_wait.parity`` loop, PTX ISA sec. 9.7.13.15.16)."""
     e.op(MbarrierWait(), [bar, phase])
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class TmaPipeline:
     """An ``S``-stage ring of A/B shared tiles fed by TMA, one mbarrier per stage.
 
     Stage ``s`` holds K-tile ``kt`` when ``kt % S == s``; its barrier completes one phase
@@ -158,12 +159,12 @@ class Pipeline:
     b_trans: bool
 
     @classmethod
-    def create(cls, e: Emitter, stages: int, a_tmap: Value, b_tmap: Value, bm: int, bn: int,
-               bk: int, *, b_trans: bool, sym: str = "ring") -> Pipeline:
+    def create(cls, e: TargetEmitter, stages: int, a_tmap: Value, b_tmap: Value, bm: int, bn: int,
+               bk: int, *, b_trans: bool, sym: str = "ring") -> TmaPipeline:
         """Allocate the ring (``{sym}_a``, ``{sym}_b``, ``{sym}_bar``) and its barriers."""
         ta, tb = a_tmap.type, b_tmap.type
         if not (isinstance(ta, TensorMapType) and isinstance(tb, TensorMapType)):
-            raise ArgumentError("Pipeline.create takes two tensor-map values")
+            raise ArgumentError("TmaPipeline.create takes two tensor-map values")
         if stages < 1:
             raise ArgumentError(f"a pipeline needs at least one stage, not {stages}")
         boxes = []
@@ -176,7 +177,7 @@ class Pipeline:
         bars = tma_setup(e, stages, f"{sym}_bar")
         return cls(stages, boxes[0], boxes[1], tuple(bars), a_tmap, b_tmap, b_trans)
 
-    def _at(self, e: Emitter, box: SharedBox, stage: int | Value) -> SharedBox:
+    def _at(self, e: TargetEmitter, box: SharedBox, stage: int | Value) -> SharedBox:
         size = box.rows * box.cols * elem_size(box.elem)
         if isinstance(stage, int):
             base = box.base if stage == 0 else e.add(box.base, e.const(stage * size, "u32"),
@@ -185,39 +186,39 @@ class Pipeline:
             base = e.add(box.base, e.mul(stage, e.const(size, "u32"), "u32"), "u32")
         return SharedBox(base, box.rows, box.cols, box.elem, box.swizzle, box.align)
 
-    def a_box(self, e: Emitter, stage: int | Value) -> SharedBox:
+    def a_box(self, e: TargetEmitter, stage: int | Value) -> SharedBox:
         """The A tile of ``stage`` (an int or a ``u32`` value)."""
         return self._at(e, self.a, stage)
 
-    def b_box(self, e: Emitter, stage: int | Value) -> SharedBox:
+    def b_box(self, e: TargetEmitter, stage: int | Value) -> SharedBox:
         """The B (or B^T) tile of ``stage``."""
         return self._at(e, self.b, stage)
 
-    def barrier(self, e: Emitter, stage: int | Value) -> Value:
+    def barrier(self, e: TargetEmitter, stage: int | Value) -> Value:
         """The mbarrier of ``stage``."""
         if isinstance(stage, int):
             return self.bars[stage]
         return e.add(self.bars[0], e.mul(stage, e.const(8, "u32"), "u32"), "u32")
 
-    def slot(self, e: Emitter, kt: Value) -> tuple[Value, Value]:
+    def slot(self, e: TargetEmitter, kt: Value) -> tuple[Value, Value]:
         """``(stage, parity)`` (``u32``) of K-tile ``kt`` (``s32``)."""
         k = e.cvt(kt, "u32", "s32")
         s = e.const(self.stages, "u32")
         return e.bin("rem", k, s, "u32"), e.bin("and", e.bin("div", k, s, "u32"),
                                                  e.const(1, "u32"), "u32")
 
-    def issue(self, e: Emitter, stage: int | Value, k: Value, m: Value, n: Value) -> None:
+    def issue(self, e: TargetEmitter, stage: int | Value, k: Value, m: Value, n: Value) -> None:
         """Thread 0 loads A rows ``m..`` and B columns ``n..`` of the K-tile starting at
         element ``k`` (``s32`` values) into ``stage``, both on the stage's barrier."""
         a, b = self.a_box(e, stage), self.b_box(e, stage)
         bcopy = TmaCopy(b, self.b_tmap, k, n) if self.b_trans else TmaCopy(b, self.b_tmap, n, k)
         tma_load_many(e, [TmaCopy(a, self.a_tmap, k, m), bcopy], self.barrier(e, stage))
 
-    def wait(self, e: Emitter, stage: int | Value, phase: Value) -> None:
+    def wait(self, e: TargetEmitter, stage: int | Value, phase: Value) -> None:
         """All threads wait for ``stage``'s fill of parity ``phase``."""
         mbar_wait(e, self.barrier(e, stage), phase)
 
-    def mainloop(self, e: Emitter, acc: Sequence[Value], m: Value, n: Value, k_tiles: int,
+    def mainloop(self, e: TargetEmitter, acc: Sequence[Value], m: Value, n: Value, k_tiles: int,
                  *, scale_d_first: bool = False) -> list[Value]:
         """The pipelined K loop: fill ``min(S, k_tiles)`` stages, then per K-tile wait,
         ``wgmma_block``, ``bar.sync`` (every warp is done reading the stage) and refill the
@@ -228,7 +229,7 @@ class Pipeline:
         for kt in range(min(self.stages, k_tiles)):
             self.issue(e, kt, e.const(kt * bk, "s32"), m, n)
 
-        def body(t: Emitter, kt: Value, *carried: Value) -> list[Value]:
+        def body(t: TargetEmitter, kt: Value, *carried: Value) -> list[Value]:
             stage, parity = self.slot(t, kt)
             self.wait(t, stage, parity)
             first = t.setp("ne", kt, t.const(0, "s32"), "s32") if scale_d_first else None
@@ -245,5 +246,15 @@ class Pipeline:
                       list(acc), body)
 
 
-__all__ = ["Pipeline", "TmaCopy", "barrier_addresses", "copy_bytes", "init_barriers",
-           "issue_copy", "mbar_wait", "thread0", "tma_load_many", "tma_setup"]
+__all__ = [
+    "TmaCopy",
+    "TmaPipeline",
+    "barrier_addresses",
+    "copy_bytes",
+    "init_barriers",
+    "issue_copy",
+    "mbar_wait",
+    "thread0",
+    "tma_load_many",
+    "tma_setup",
+]

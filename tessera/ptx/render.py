@@ -21,7 +21,7 @@ from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
 from tessera.ptx import render_async, render_ops  # noqa: F401  (they register their rules)
 from tessera.ptx.regalloc import Registers, RenderError, tie_values
-from tessera.ptx.render_emit import RULES, Emitter, mem_type, rule
+from tessera.ptx.render_emit import RULES, PtxWriter, mem_type, rule
 
 #: the lowest PTX ISA version each target accepts in ``.target`` (sm_80: PTX 7.0;
 #: sm_90a, wgmma, TMA, expect_tx and fence.proxy.async: PTX 8.0)
@@ -30,7 +30,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 # ---------------------------------------------------------------------- control flow
-def _yield_into(e: Emitter, block: Block, dsts: list[Value]) -> None:
+def _yield_into(e: PtxWriter, block: Block, dsts: list[Value]) -> None:
     """Move the values ``block``'s terminator yields into the registers of ``dsts``."""
     term = block.terminator
     if term is None:
@@ -38,7 +38,7 @@ def _yield_into(e: Emitter, block: Block, dsts: list[Value]) -> None:
     _move_values(e, dsts, term.operands)
 
 
-def _move_values(e: Emitter, dsts: list[Value], srcs: list[Value]) -> None:
+def _move_values(e: PtxWriter, dsts: list[Value], srcs: list[Value]) -> None:
     # One parallel move per register class keeps swaps correct and types uniform.
     by_elem: dict[str, tuple[list[str], list[str]]] = {}
     for d, s in zip(dsts, srcs):
@@ -51,7 +51,7 @@ def _move_values(e: Emitter, dsts: list[Value], srcs: list[Value]) -> None:
 
 
 @rule(If)
-def _if(e: Emitter, instr: Instr) -> None:
+def _if(e: PtxWriter, instr: Instr) -> None:
     then, other = instr.regions[0].block, instr.regions[1].block
     pred = e.regs.one(instr.operands[0])
     end = e.new_label("endif")
@@ -69,7 +69,7 @@ def _if(e: Emitter, instr: Instr) -> None:
 
 
 @rule(For)
-def _for(e: Emitter, instr: Instr) -> None:
+def _for(e: PtxWriter, instr: Instr) -> None:
     body = instr.regions[0].block
     lo, hi, step = (e.regs.one(v) for v in instr.operands[:3])
     index = e.regs.one(body.args[0])
@@ -88,7 +88,7 @@ def _for(e: Emitter, instr: Instr) -> None:
 
 
 @rule(While)
-def _while(e: Emitter, instr: Instr) -> None:
+def _while(e: PtxWriter, instr: Instr) -> None:
     cond, body = instr.regions[0].block, instr.regions[1].block
     _move_values(e, body.args, instr.operands)
     top, end = e.new_label("while"), e.new_label("endwhile")
@@ -118,7 +118,7 @@ def _param_decl(fn: Function, k: int, arg: Value) -> str:
                            "as tmap<...>", loc=fn.loc)
 
 
-def _load_params(e: Emitter, fn: Function) -> None:
+def _load_params(e: PtxWriter, fn: Function) -> None:
     for k, arg in enumerate(fn.args):
         name, t = f"{fn.name}_param_{k}", arg.type
         if isinstance(t, TensorMapType):
@@ -160,7 +160,7 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
     """
     target = _check(fn)
     regs = Registers(tie_values(fn))
-    e = Emitter(regs, target, BASE_VERSION[target])
+    e = PtxWriter(regs, target, BASE_VERSION[target])
     e.loc = None if fn.loc == UNKNOWN_LOC else fn.loc
     _load_params(e, fn)
     e.loc = None

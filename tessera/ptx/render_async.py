@@ -30,7 +30,7 @@ from tessera.ir.target_async import (
     WgmmaWait,
 )
 from tessera.ptx.regalloc import RenderError, braced
-from tessera.ptx.render_emit import Emitter, address, rule
+from tessera.ptx.render_emit import PtxWriter, address, rule
 
 #: operand types of tensor-core instructions as PTX spells them
 _MMA_TYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3", "e5m2": "e5m2", "tf32": "tf32"}
@@ -46,7 +46,7 @@ def _mma_type(instr: Instr, name: str) -> str:
 
 # ---------------------------------------------------------------------------- sm_80
 @rule(CpAsync)
-def _cp_async(e: Emitter, instr: Instr) -> None:
+def _cp_async(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     dst, src = (e.regs.one(v) for v in instr.operands[:2])
     tail = f", {e.regs.one(instr.operands[2])}" if len(instr.operands) == 3 else ""
@@ -54,17 +54,17 @@ def _cp_async(e: Emitter, instr: Instr) -> None:
 
 
 @rule(CpAsyncCommit)
-def _cp_commit(e: Emitter, instr: Instr) -> None:
+def _cp_commit(e: PtxWriter, instr: Instr) -> None:
     e.out("cp.async.commit_group;")
 
 
 @rule(CpAsyncWait)
-def _cp_wait(e: Emitter, instr: Instr) -> None:
+def _cp_wait(e: PtxWriter, instr: Instr) -> None:
     e.out(f"cp.async.wait_group {instr.op.n};")
 
 
 @rule(Ldmatrix)
-def _ldmatrix(e: Emitter, instr: Instr) -> None:
+def _ldmatrix(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     trans = ".trans" if op.trans else ""
     e.out(f"ldmatrix.sync.aligned.m8n8.x{op.num}{trans}.shared.b16 {e.regs.vec(instr.result)}, "
@@ -72,7 +72,7 @@ def _ldmatrix(e: Emitter, instr: Instr) -> None:
 
 
 @rule(MmaSync)
-def _mma(e: Emitter, instr: Instr) -> None:
+def _mma(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     a, b = _mma_type(instr, op.atype), _mma_type(instr, op.btype)
     if "e4m3" in (a, b) or "e5m2" in (a, b):
@@ -84,17 +84,17 @@ def _mma(e: Emitter, instr: Instr) -> None:
 
 
 # ------------------------------------------------------------------------ mbarrier
-def _space(e: Emitter) -> str:
+def _space(e: PtxWriter) -> str:
     return "shared::cta" if e.target == "sm_90a" else "shared"
 
 
 @rule(MbarrierInit)
-def _mbar_init(e: Emitter, instr: Instr) -> None:
+def _mbar_init(e: PtxWriter, instr: Instr) -> None:
     e.out(f"mbarrier.init.{_space(e)}.b64 {address(e, instr)}, {instr.op.count};")
 
 
 @rule(MbarrierArrive)
-def _mbar_arrive(e: Emitter, instr: Instr) -> None:
+def _mbar_arrive(e: PtxWriter, instr: Instr) -> None:
     tx = instr.op.tx
     if tx:
         e.sm90(instr)
@@ -107,7 +107,7 @@ def _mbar_arrive(e: Emitter, instr: Instr) -> None:
 
 
 @rule(MbarrierWait)
-def _mbar_wait(e: Emitter, instr: Instr) -> None:
+def _mbar_wait(e: PtxWriter, instr: Instr) -> None:
     bar, phase = (e.regs.one(v) for v in instr.operands)
     (done,) = e.regs.fresh("pred")
     poll = "try_wait" if e.target == "sm_90a" else "test_wait"
@@ -120,12 +120,12 @@ def _mbar_wait(e: Emitter, instr: Instr) -> None:
 
 
 @rule(MbarrierInval)
-def _mbar_inval(e: Emitter, instr: Instr) -> None:
+def _mbar_inval(e: PtxWriter, instr: Instr) -> None:
     e.out(f"mbarrier.inval.{_space(e)}.b64 {address(e, instr)};")
 
 
 @rule(Fence)
-def _fence(e: Emitter, instr: Instr) -> None:
+def _fence(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
     if instr.op.kind == "proxy_async":
         e.out("fence.proxy.async.shared::cta;")
@@ -135,7 +135,7 @@ def _fence(e: Emitter, instr: Instr) -> None:
 
 # ---------------------------------------------------------------------------- sm_90a
 @rule(TmaLoad)
-def _tma_load(e: Emitter, instr: Instr) -> None:
+def _tma_load(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
     dst, tmap, c0, c1, bar = (e.regs.one(v) for v in instr.operands)
     e.out("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
@@ -143,25 +143,25 @@ def _tma_load(e: Emitter, instr: Instr) -> None:
 
 
 @rule(WgmmaFence)
-def _wgmma_fence(e: Emitter, instr: Instr) -> None:
+def _wgmma_fence(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
     e.out("wgmma.fence.sync.aligned;")
 
 
 @rule(WgmmaCommit)
-def _wgmma_commit(e: Emitter, instr: Instr) -> None:
+def _wgmma_commit(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
     e.out("wgmma.commit_group.sync.aligned;")
 
 
 @rule(WgmmaWait)
-def _wgmma_wait(e: Emitter, instr: Instr) -> None:
+def _wgmma_wait(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
     e.out(f"wgmma.wait_group.sync.aligned {instr.op.n};")
 
 
 @rule(Wgmma)
-def _wgmma(e: Emitter, instr: Instr) -> None:
+def _wgmma(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
     op = instr.op
     a, b = _mma_type(instr, op.atype), _mma_type(instr, op.btype)

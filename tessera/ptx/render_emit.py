@@ -1,7 +1,7 @@
-"""The machinery of the PTX rule table: the table itself, the :class:`Emitter` a rule
+"""The machinery of the PTX rule table: the table itself, the :class:`PtxWriter` a rule
 writes through, and how PTX spells types and immediates (PTX ISA 8.x, sec. 4.5, 5.2).
 
-A rule writes the PTX lines of one instruction through an :class:`Emitter`, which owns
+A rule writes the PTX lines of one instruction through a :class:`PtxWriter`, which owns
 the registers, the labels, the kernel-scope shared buffers and the PTX version the
 kernel needs. The rules live in :mod:`tessera.ptx.render_ops` (core instructions),
 :mod:`tessera.ptx.render_async` (asynchronous and matrix instructions) and
@@ -21,8 +21,8 @@ from tessera.ir.core import Block, Instr, Op, rule_decorator
 from tessera.ir.target import RegType, Return
 from tessera.ptx.regalloc import Registers, RenderError
 
-#: a format function: writes the PTX lines of one instruction through the emitter
-Rule = Callable[["Emitter", Instr], None]
+#: a format function: writes the PTX lines of one instruction through the writer
+Rule = Callable[["PtxWriter", Instr], None]
 #: op class -> format function; filled by render_ops, render_async and render
 RULES: dict[type[Op], Rule] = {}
 
@@ -30,7 +30,7 @@ RULES: dict[type[Op], Rule] = {}
 rule = rule_decorator(RULES, "format rule")
 
 
-class Emitter:
+class PtxWriter:
     """The state of rendering one kernel: lines with their source locations, registers,
     labels, shared buffers and the minimum PTX version of what was written."""
 
@@ -146,11 +146,11 @@ def immediate(value: Any, elem: str) -> str:
     return str(int(value))
 
 
-def address(e: Emitter, instr: Instr, offset: int = 0) -> str:
+def address(e: PtxWriter, instr: Instr, offset: int = 0) -> str:
     """``[%reg]`` or ``[%reg+offset]`` of the instruction's first operand."""
     reg = e.regs.one(instr.operands[0])
     return f"[{reg}+{offset}]" if offset else f"[{reg}]"
 
 
-__all__ = ["RULES", "Emitter", "Rule", "address", "arith_type", "immediate", "mem_type",
+__all__ = ["RULES", "PtxWriter", "Rule", "address", "arith_type", "immediate", "mem_type",
            "mov_type", "rule"]

@@ -32,7 +32,7 @@ from tessera.ir.target_ops import (
 )
 from tessera.ptx.regalloc import RenderError, braced, operand
 from tessera.ptx.render_emit import (
-    Emitter,
+    PtxWriter,
     address,
     arith_type,
     immediate,
@@ -44,17 +44,17 @@ from tessera.ptx.render_emit import (
 
 # ------------------------------------------------------------------------------ rules
 @rule(Return)
-def _ret(e: Emitter, instr: Instr) -> None:
+def _ret(e: PtxWriter, instr: Instr) -> None:
     e.out("ret;")
 
 
 @rule(Special)
-def _sreg(e: Emitter, instr: Instr) -> None:
+def _sreg(e: PtxWriter, instr: Instr) -> None:
     e.out(f"mov.u32 {e.regs.one(instr.result)}, %{instr.op.reg};")
 
 
 @rule(Const)
-def _const(e: Emitter, instr: Instr) -> None:
+def _const(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     typ = op.type if RegType(op.type).kind in "usp" else mov_type(op.type)
     e.out(f"mov.{typ} {e.regs.one(instr.result)}, {immediate(op.value, op.type)};")
@@ -70,7 +70,7 @@ def _binary_type(op: Binary) -> str:
 
 
 @rule(Binary)
-def _binary(e: Emitter, instr: Instr) -> None:
+def _binary(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     kind = RegType(op.type).kind
     mode = op.mode
@@ -87,7 +87,7 @@ _UNARY_MODE = {"sqrt": "rn", "rcp": "rn", "ex2": "approx", "lg2": "approx"}
 
 
 @rule(Unary)
-def _unary(e: Emitter, instr: Instr) -> None:
+def _unary(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     if op.op == "mov":
         typ = mov_type(op.type)
@@ -103,13 +103,13 @@ def _unary(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Fma)
-def _fma(e: Emitter, instr: Instr) -> None:
+def _fma(e: PtxWriter, instr: Instr) -> None:
     a, b, c = (e.regs.one(v) for v in instr.operands)
     e.out(f"fma.rn.{instr.op.type} {e.regs.one(instr.result)}, {a}, {b}, {c};")
 
 
 @rule(Setp)
-def _setp(e: Emitter, instr: Instr) -> None:
+def _setp(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     typ = op.type if op.cmp in ("eq", "ne") else arith_type(op.type)
     a, b = (e.regs.one(v) for v in instr.operands)
@@ -117,7 +117,7 @@ def _setp(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Selp)
-def _selp(e: Emitter, instr: Instr) -> None:
+def _selp(e: PtxWriter, instr: Instr) -> None:
     a, b, p = (e.regs.one(v) for v in instr.operands)
     d = e.regs.one(instr.result)
     if instr.op.type == "pred":  # selp has no .pred form: two predicated moves
@@ -128,7 +128,7 @@ def _selp(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Cvt)
-def _cvt(e: Emitter, instr: Instr) -> None:
+def _cvt(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     to, frm = RegType(op.to), RegType(op.frm)
     rnd = op.rnd
@@ -144,12 +144,12 @@ def _cvt(e: Emitter, instr: Instr) -> None:
     e.out(f"{name} {e.regs.one(instr.result)}, {srcs};")
 
 
-def _flat(e: Emitter, instr: Instr) -> list[str]:
+def _flat(e: PtxWriter, instr: Instr) -> list[str]:
     return [r for v in instr.operands for r in e.regs.of(v)]
 
 
 @rule(Pack)
-def _pack(e: Emitter, instr: Instr) -> None:
+def _pack(e: PtxWriter, instr: Instr) -> None:
     t = instr.result.type
     srcs = _flat(e, instr)
     if isinstance(t, RegType) and t.count > 1:  # a register vector: one copy per register
@@ -160,7 +160,7 @@ def _pack(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Unpack)
-def _unpack(e: Emitter, instr: Instr) -> None:
+def _unpack(e: PtxWriter, instr: Instr) -> None:
     src = instr.operands[0].type
     dsts = [e.regs.one(r) for r in instr.results]
     if isinstance(src, RegType) and src.count > 1:
@@ -174,7 +174,7 @@ def _vec_suffix(vec: int) -> str:
 
 
 @rule(Load)
-def _load(e: Emitter, instr: Instr) -> None:
+def _load(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     dst = operand(e.regs.of(instr.result))
     e.out(f"ld.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} {dst}, "
@@ -182,7 +182,7 @@ def _load(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Store)
-def _store(e: Emitter, instr: Instr) -> None:
+def _store(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     src = operand(e.regs.of(instr.operands[1]))
     e.out(f"st.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} "
@@ -190,7 +190,7 @@ def _store(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Reduce)
-def _reduce(e: Emitter, instr: Instr) -> None:
+def _reduce(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     typ = f"b{RegType(op.type).bits}" if op.op in ("and", "or", "xor") else arith_type(op.type)
     e.out(f"red.{op.space}.{op.op}.{typ} {address(e, instr)}, "
@@ -198,7 +198,7 @@ def _reduce(e: Emitter, instr: Instr) -> None:
 
 
 @rule(SharedAlloc)
-def _shared(e: Emitter, instr: Instr) -> None:
+def _shared(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     known = e.shared.setdefault(op.sym, (op.size, op.align))
     if known != (op.size, op.align):
@@ -208,7 +208,7 @@ def _shared(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Shfl)
-def _shfl(e: Emitter, instr: Instr) -> None:
+def _shfl(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     a, b = (e.regs.one(v) for v in instr.operands)
     e.out(f"shfl.sync.{op.mode}.b32 {e.regs.one(instr.result)}, {a}, {b}, {op.clamp}, "
@@ -216,7 +216,7 @@ def _shfl(e: Emitter, instr: Instr) -> None:
 
 
 @rule(Bar)
-def _bar(e: Emitter, instr: Instr) -> None:
+def _bar(e: PtxWriter, instr: Instr) -> None:
     e.out(f"bar.sync {instr.op.id};")
 
 

@@ -15,7 +15,7 @@ from tessera.ir.target_async import CpAsyncCommit
 from tessera.ir.target_ops import SharedAlloc
 from tessera.ir.verifier import verify_function
 from tessera.lower.copy80 import copy_async, wait_async
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.gemm80 import acc_rowcol, acc_to_a, mma_block, mma_block_regs, store_acc
 from tessera.lower.tiles import GlobalBox, SharedBox
 
@@ -25,11 +25,11 @@ NP_TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 
 # ----------------------------------------------------------------------- kernel kit
 def kernel(name: str, nparams: int, grid: tuple[int, ...],
-           build: Callable[[Emitter, list[Value]], None]) -> Function:
+           build: Callable[[TargetEmitter, list[Value]], None]) -> Function:
     """A verified sm_80 kernel of one 128-thread CTA per grid point over u64 pointers."""
     body = Block()
     params = [body.add_arg(U64, f"p{k}") for k in range(nparams)]
-    e = Emitter(body)
+    e = TargetEmitter(body)
     build(e, params)
     e.op(Return())
     fn = Function(name, body, [], kind="ptx.kernel",
@@ -38,12 +38,12 @@ def kernel(name: str, nparams: int, grid: tuple[int, ...],
     return fn
 
 
-def addr(e: Emitter, base: Value, index: Value, esize: int) -> Value:
+def addr(e: TargetEmitter, base: Value, index: Value, esize: int) -> Value:
     """``base + index * esize`` (``index`` u32 elements)."""
     return e.add(base, e.bin("mul", index, e.const(esize, "u32"), "u32", "wide"), "u64")
 
 
-def lin(e: Emitter, *terms: tuple[Value, int]) -> Value:
+def lin(e: TargetEmitter, *terms: tuple[Value, int]) -> Value:
     """``sum(v * k)`` in u32."""
     out = e.const(0, "u32")
     for v, k in terms:
@@ -51,7 +51,7 @@ def lin(e: Emitter, *terms: tuple[Value, int]) -> Value:
     return out
 
 
-def smem(e: Emitter, sym: str, rows: int, cols: int, elem: str, swizzle: int) -> SharedBox:
+def smem(e: TargetEmitter, sym: str, rows: int, cols: int, elem: str, swizzle: int) -> SharedBox:
     size = rows * cols * (4 if elem == "f32" else 2)
     return SharedBox(e.one(SharedAlloc(sym, size, 1024)), rows, cols, elem, swizzle, 1024)
 
@@ -67,7 +67,7 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_
     lda = lda or (m if a_trans else k)
     ldb = ldb or (k if b_trans else n)
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         pa, pb, pc = p
         m0 = e.mul(e.sreg("ctaid.y"), e.const(bm, "u32"), "u32")
         n0 = e.mul(e.sreg("ctaid.x"), e.const(bn, "u32"), "u32")
@@ -76,14 +76,14 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_
         rs = swizzle if read_swizzle is None else read_swizzle
         ra, rb = (SharedBox(s.base, s.rows, s.cols, atype, rs) for s in (sa, sb))
 
-        def tile(inner: Emitter, ptr: Value, row: tuple[Value, int], col: tuple[Value, int],
+        def tile(inner: TargetEmitter, ptr: Value, row: tuple[Value, int], col: tuple[Value, int],
                  ld: int) -> GlobalBox:
             """The (rows, cols) box at (row, col) of a row-major operand: origins and
             extents as (register, size) pairs."""
             start = lin(inner, (row[0], ld), (col[0], 1))
             return GlobalBox(addr(inner, ptr, start, 2), row[1], col[1], ld, atype)
 
-        def step(inner: Emitter, kidx: Value, *acc: Value) -> list[Value]:
+        def step(inner: TargetEmitter, kidx: Value, *acc: Value) -> list[Value]:
             k0 = inner.cvt(kidx, "u32", "s32")
             ga = tile(inner, pa, (k0, bk), (m0, bm), lda) if a_trans else \
                 tile(inner, pa, (m0, bm), (k0, bk), lda)
@@ -112,7 +112,7 @@ def attention_chain(m: int, nk: int, d: int, *, v_trans: bool, swizzle: int,
     (nk x d, the B^T case), P = S rounded to ``atype`` in registers (acc_to_a), then
     O from P and V (nk x d, or d x nk with ``v_trans``)."""
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         pq, pk, pv, po = p
         m0 = e.mul(e.sreg("ctaid.y"), e.const(64, "u32"), "u32")
         sq = smem(e, "sq", 64, d, atype, swizzle)
@@ -137,7 +137,7 @@ def layout_probe(bm: int, bn: int, row_stride: int, elem: str) -> Function:
     """Stores register r of thread t as value ``row * 1000 + col`` (from acc_rowcol)
     through store_acc, and the raw (row, col) pairs to a (128, regs, 2) s32 array."""
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         pout, pcoord = p
         rc = acc_rowcol(e, bm, bn)
         vals = [e.cvt(e.add(e.mul(r, e.const(1000, "s32"), "s32"), c, "s32"), "f32", "s32",
@@ -158,7 +158,7 @@ def pipelined_gemm(m: int, n: int, k: int, bk: int, *, wait_n: int) -> Function:
     every step (an empty one at the end) so ``wait_group 1`` leaves exactly the newest
     copy in flight (sec. 9.7.9.25); ``wait_n`` = 2 plants the too-lax wait."""
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         pa, pb, pc = p
         m0 = e.mul(e.sreg("ctaid.y"), e.const(64, "u32"), "u32")
         n0 = e.mul(e.sreg("ctaid.x"), e.const(64, "u32"), "u32")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tessera.errors import ShapeError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Value
 from tessera.lower.copy80 import copy_async, swizzle_offset
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.gemm80 import acc_to_a, mma_block, store_acc
 from tessera.lower.tiles import GlobalBox, acc_coords
 from tests.lower.sm80_kit import (
@@ -198,10 +198,10 @@ def test_renders_and_assembles_for_sm80(name: str) -> None:
 
 
 # ------------------------------------------------------------------------- errors
-def _emitter() -> tuple[Emitter, Value]:
+def _emitter() -> tuple[TargetEmitter, Value]:
     body = Block()
     p = body.add_arg(U64)
-    return Emitter(body), p
+    return TargetEmitter(body), p
 
 
 def test_misuse_raises() -> None:

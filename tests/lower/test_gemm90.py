@@ -22,7 +22,7 @@ from tessera.ir.target_check import check_kernel
 from tessera.ir.target_ops import SharedAlloc
 from tessera.ir.text import parse_module
 from tessera.ir.verifier import verify_function
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.lower.gemm80 import store_acc
 from tessera.lower.gemm90 import (
     make_descriptor,
@@ -30,7 +30,7 @@ from tessera.lower.gemm90 import (
     wgmma_block,
 )
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
-from tessera.lower.tma90 import Pipeline, TmaCopy, mbar_wait, tma_load_many, tma_setup
+from tessera.lower.tma90 import TmaCopy, TmaPipeline, mbar_wait, tma_load_many, tma_setup
 from tests.lower.test_wgmma_descriptors import box_of, static_desc
 
 U64 = RegType("u64")
@@ -39,11 +39,11 @@ NP = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
 
 # ------------------------------------------------------------------------- kernel kit
 def kernel(name: str, params: list[RegType | TensorMapType], grid: tuple[int, ...],
-           build: Callable[[Emitter, list[Value]], None]) -> Function:
+           build: Callable[[TargetEmitter, list[Value]], None]) -> Function:
     """A verified sm_90a kernel: one 128-thread CTA (one warpgroup) per grid point."""
     body = Block()
     args = [body.add_arg(t) for t in params]
-    e = Emitter(body)
+    e = TargetEmitter(body)
     build(e, args)
     e.op(Return())
     fn = Function(name, body, [], kind="ptx.kernel",
@@ -53,7 +53,8 @@ def kernel(name: str, params: list[RegType | TensorMapType], grid: tuple[int, ..
     return fn
 
 
-def tile_base(e: Emitter, ptr: Value, row: Value, col: Value, stride: int, esize: int) -> Value:
+def tile_base(e: TargetEmitter, ptr: Value, row: Value, col: Value, stride: int,
+              esize: int) -> Value:
     """``ptr + (row * stride + col) * esize`` (``row``/``col`` s32)."""
     off = e.add(e.mul(e.cvt(row, "u32", "s32"), e.const(stride * esize, "u32"), "u32"),
                 e.mul(e.cvt(col, "u32", "s32"), e.const(esize, "u32"), "u32"), "u32")
@@ -70,8 +71,8 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, stages: int, *, b_tr
     tb = TensorMapType(1, atype, (bn, w) if b_trans else (bk, w), 128)
     params = [U64, U64, U64, TensorMapType(0, atype, (bm, w), 128), tb]
 
-    def build(e: Emitter, p: list[Value]) -> None:
-        ring = Pipeline.create(e, stages, p[3], p[4], bm, bn, bk, b_trans=b_trans)
+    def build(e: TargetEmitter, p: list[Value]) -> None:
+        ring = TmaPipeline.create(e, stages, p[3], p[4], bm, bn, bk, b_trans=b_trans)
         row = e.mul(e.cvt(e.sreg("ctaid.y"), "s32", "u32"), e.const(bm, "s32"), "s32")
         col = e.mul(e.cvt(e.sreg("ctaid.x"), "s32", "u32"), e.const(bn, "s32"), "s32")
         init = e.const(7.0 if scale_d_first else 0.0, "f32")  # 7: scale-d must drop it
@@ -91,7 +92,7 @@ def attention_pv(bn: int, v_trans: bool = False) -> Function:
     params = [U64, U64, U64, U64, TensorMapType(0, "bf16", (64, 64), 128),
               TensorMapType(1, "bf16", (bn, 64), 128), TensorMapType(2, "bf16", vbox, 128)]
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         def box(sym: str, rows: int, cols: int) -> SharedBox:
             return SharedBox(e.one(SharedAlloc(sym, rows * cols * 2, 1024)), rows, cols,
                              "bf16", 128, 1024)
@@ -237,7 +238,7 @@ def test_emitted_descriptors_match_the_layout_rules() -> None:
     cases = [((128, 128, "bf16", 128), 16, 64, True), ((64, 128, "e4m3", 128), 96, 0, True),
              ((64, 64, "bf16", 64), 40, 8, True), ((64, 128, "bf16", 128), 16, 64, False)]
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         for n, ((rows, cols, elem, sw), k, mn, km) in enumerate(cases):
             base = e.one(SharedAlloc(f"s{n}", rows * cols * ELEM_BYTES[elem], 1024))
             box = SharedBox(base, rows, cols, elem, sw, 1024)
@@ -260,8 +261,8 @@ def test_ring_slots_flip_parity_on_reuse() -> None:
     params = [U64, TensorMapType(1, "bf16", (64, 64), 128), TensorMapType(1, "bf16", (64, 64),
                                                                           128)]
 
-    def build(e: Emitter, p: list[Value]) -> None:
-        ring = Pipeline.create(e, 3, p[1], p[2], 64, 64, 64, b_trans=True)
+    def build(e: TargetEmitter, p: list[Value]) -> None:
+        ring = TmaPipeline.create(e, 3, p[1], p[2], 64, 64, 64, b_trans=True)
         kt = e.cvt(e.sreg("tid.x"), "s32", "u32")
         stage, parity = ring.slot(e, kt)
         off = e.bin("mul", e.sreg("tid.x"), e.const(8, "u32"), "u32", "wide")
@@ -288,7 +289,7 @@ def test_store_acc_after_wgmma(elem: str, stride: int) -> None:
     params = [U64, U64, U64, TensorMapType(0, "bf16", (64, 64), 128),
               TensorMapType(1, "bf16", (64, 64), 128)]
 
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         a = SharedBox(e.one(SharedAlloc("a", 8192, 1024)), 64, 64, "bf16", 128, 1024)
         b = SharedBox(e.one(SharedAlloc("b", 8192, 1024)), 64, 64, "bf16", 128, 1024)
         (bar,) = tma_setup(e, 1)
@@ -312,7 +313,7 @@ def test_store_acc_after_wgmma(elem: str, stride: int) -> None:
 def test_barrier_setup_computes_each_address_once() -> None:
     """tma_setup's barrier addresses are computed once, before thread 0's init, and the
     init uses them: two adds for three barriers, none inside the branch."""
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         bars = tma_setup(e, 3)
         assert len(set(bars)) == 3
 
@@ -324,7 +325,7 @@ def test_barrier_setup_computes_each_address_once() -> None:
 
 
 def test_misuse_is_reported() -> None:
-    def build(e: Emitter, p: list[Value]) -> None:
+    def build(e: TargetEmitter, p: list[Value]) -> None:
         a = SharedBox(e.one(SharedAlloc("a", 8192, 1024)), 64, 64, "e4m3", 128, 1024)
         b = SharedBox(e.one(SharedAlloc("b", 8192, 1024)), 128, 64, "bf16", 128, 1024)
         f = [e.const(0.0, "f32")] * 32

@@ -20,7 +20,7 @@ from tessera.ir.target import KERNEL, RegType, Return
 from tessera.ir.target_ops import Binary, Cvt, Fma, Shfl, Unary
 from tessera.ir.types import TensorType
 from tessera.lower import mathlib
-from tessera.lower.emit import Emitter
+from tessera.lower.emit import TargetEmitter
 from tessera.numerics.transcendental import exp_f32
 from tessera.numerics.treesum import tree_sum_f64
 
@@ -32,12 +32,12 @@ THREADS = 128
 
 
 def kernel(name: str, nparams: int, ncta: int,
-           body: Callable[[Emitter, Value, list[Value]], None]) -> Function:
+           body: Callable[[TargetEmitter, Value, list[Value]], None]) -> Function:
     """A 1-D kernel of ``ncta`` CTAs of 128 threads over ``nparams`` pointer parameters;
     ``body(e, thread_index, params)`` emits what one thread does."""
     block = Block()
     params = [block.add_arg(U64) for _ in range(nparams)]
-    e = Emitter(block)
+    e = TargetEmitter(block)
     cta = e.mul(e.sreg("ctaid.x"), e.const(THREADS, "u32"), "u32")
     body(e, e.add(cta, e.sreg("tid.x"), "u32"), params)
     e.op(Return())
@@ -45,13 +45,13 @@ def kernel(name: str, nparams: int, ncta: int,
                     attrs={"target": "sm_80", "block": [THREADS], "grid": [ncta]})
 
 
-def address(e: Emitter, base: Value, index: Value, size: int) -> Value:
+def address(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
     """``base + index * size`` as a u64 global address (``mul.wide.u32``)."""
     return e.add(base, e.bin("mul", index, e.const(size, "u32"), "u32", "wide"), "u64")
 
 
 def exp_kernel(ncta: int) -> Function:
-    def body(e: Emitter, i: Value, p: list[Value]) -> None:
+    def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
         x = e.ld("global", address(e, p[0], i, 4), "f32")
         e.st("global", address(e, p[1], i, 4), mathlib.emit_exp_f32(e, x), "f32")
     return kernel("exp_f32", 2, ncta, body)
@@ -125,7 +125,7 @@ def row_kernel(kind: str, per: int, group: int) -> Function:
     lane stores the row's result."""
     offsets = [1 << s for s in range(group.bit_length() - 1)]
 
-    def body(e: Emitter, i: Value, p: list[Value]) -> None:
+    def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
         base = address(e, p[0], i, 4 * per)
         vals = [e.ld("global", base, "f32", offset=4 * j) for j in range(per)]
         if kind == "sum":
@@ -203,7 +203,7 @@ def test_tree_sum_is_the_recursive_halving_tree(size: int) -> None:
 
 
 def test_mathlib_rejects_wrong_types() -> None:
-    e = Emitter(Block())
+    e = TargetEmitter(Block())
     with pytest.raises(IRVerifyError, match="reg<f32>"):
         mathlib.emit_exp_f32(e, e.const(1.0, "f64"))
     with pytest.raises(IRVerifyError, match="reg<f64>"):
@@ -216,7 +216,7 @@ def test_mathlib_rejects_wrong_types() -> None:
 
 def test_butterfly_uses_two_b32_shuffles_per_step() -> None:
     """shfl.sync moves 32 bits (PTX ISA sec. 9.7.9.6): an f64 travels as two halves."""
-    e = Emitter(Block())
+    e = TargetEmitter(Block())
     mathlib.emit_shfl_sum_f64(e, e.const(1.0, "f64"), [1, 2, 4])
     shfls = [i for i in e.block.instrs if isinstance(i.op, Shfl)]
     assert len(shfls) == 6 and all(i.op.mode == "bfly" for i in shfls)

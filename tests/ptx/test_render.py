@@ -59,7 +59,7 @@ from tessera.ir.target_ops import (
 )
 from tessera.ptx.regalloc import Registers, RenderError
 from tessera.ptx.render import render
-from tessera.ptx.render_emit import Emitter, immediate
+from tessera.ptx.render_emit import PtxWriter, immediate
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "ptx"
 U64, U32, S32, F32 = (RegType(t) for t in ("u64", "u32", "s32", "f32"))
@@ -432,7 +432,7 @@ def _run_moves(lines: list[str], regs: dict[str, int]) -> dict[str, int]:
 @given(st.permutations(range(5)))
 def test_parallel_move_is_a_simultaneous_assignment(perm: list[int]) -> None:
     """Yield moves into loop-carried registers must act as one parallel assignment."""
-    e = Emitter(Registers(), "sm_80", (7, 0))
+    e = PtxWriter(Registers(), "sm_80", (7, 0))
     dsts = list(e.regs.fresh("u32", 5))
     srcs = [dsts[k] for k in perm]
     e.move(dsts, srcs, "u32")
