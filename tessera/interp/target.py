@@ -42,10 +42,10 @@ from tessera.interp.target_async import TmaValue
 from tessera.interp.target_memory import GlobalMemory, SharedMemory
 from tessera.interp.target_state import (
     DTYPES,
-    Compiler,
-    Frame,
     Machine,
+    TargetCompiler,
     TargetFault,
+    TargetFrame,
     run,
 )
 from tessera.ir import target_ops as O
@@ -175,13 +175,13 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     m = Machine(fn, g, b, glob, SharedMemory(ncta, nthreads, size, check_races))
     m.shared_layout = layout
     values = _bind(fn, swapped, glob, m.n)
-    comp = Compiler(m)
+    comp = TargetCompiler(m)
     body = comp.body(fn.body)
     regs: list[Any] = [None] * len(comp.slots)
     for slot, v in zip(body.args, values):
         regs[slot] = v
     with np.errstate(all="ignore"):
-        run(body.steps, Frame(regs, np.ones(m.n, bool), m))
+        run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
     for a, w in zip(arrays, work):
         if isinstance(a, np.ndarray) and w is not a:
             a[...] = w  # non-contiguous arguments ran on a copy

@@ -24,7 +24,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
-from tessera.interp.target_state import Compiler, Frame, Machine, Step, step_rule
+from tessera.interp.target_state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir import target_async as A
 from tessera.ir.core import Instr
 
@@ -77,11 +77,11 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
 
 
 @step_rule(A.CpAsync)
-def _cp_async(c: Compiler, instr: Instr) -> Step:
+def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
     size = instr.op.size
     slots = [c.slot(v) for v in instr.operands]
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):
@@ -106,17 +106,17 @@ def _cp_async(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(A.CpAsyncCommit)
-def _cp_commit(c: Compiler, instr: Instr) -> Step:
-    def step(fr: Frame) -> None:
+def _cp_commit(c: TargetCompiler, instr: Instr) -> Step:
+    def step(fr: TargetFrame) -> None:
         fr.m.committed[fr.mask] += 1
     return step
 
 
 @step_rule(A.CpAsyncWait)
-def _cp_wait(c: Compiler, instr: Instr) -> Step:
+def _cp_wait(c: TargetCompiler, instr: Instr) -> Step:
     n = instr.op.n
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         limit = np.where(fr.mask, m.committed - n, -1)  # groups below this complete
         still = []
@@ -166,10 +166,10 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
 
 
 @step_rule(A.TmaLoad)
-def _tma_load(c: Compiler, instr: Instr) -> Step:
+def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):
@@ -237,11 +237,11 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
 
 
 @step_rule(A.MbarrierInit, A.MbarrierArrive, A.MbarrierInval)
-def _mbarrier(c: Compiler, instr: Instr) -> Step:
+def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
     a = c.slot(instr.operands[0])
     op = instr.op
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):
@@ -264,10 +264,10 @@ def _mbarrier(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(A.MbarrierWait)
-def _mbarrier_wait(c: Compiler, instr: Instr) -> Step:
+def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
     a, p = (c.slot(v) for v in instr.operands)
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):
@@ -292,10 +292,10 @@ def _mbarrier_wait(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(A.Fence)
-def _fence(c: Compiler, instr: Instr) -> Step:
+def _fence(c: TargetCompiler, instr: Instr) -> Step:
     proxy = instr.op.kind == "proxy_async"
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         if proxy:
             m = fr.m
             fr.m.shared.fence(fr.mask.reshape(m.ncta, m.nthreads).any(axis=1))
@@ -303,9 +303,9 @@ def _fence(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(A.WgmmaFence, A.WgmmaCommit, A.WgmmaWait)
-def _wgmma_order(c: Compiler, instr: Instr) -> Step:
+def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     # wgmma runs to completion when issued; the ordering rules are the verifier's.
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         return None
     return step
 

@@ -17,7 +17,15 @@ import numpy as np
 
 from tessera.interp import target_numeric as tn
 from tessera.interp.target_regs import pure, unsupported
-from tessera.interp.target_state import DTYPES, F64, Compiler, Frame, Step, narrow, step_rule
+from tessera.interp.target_state import (
+    DTYPES,
+    F64,
+    Step,
+    TargetCompiler,
+    TargetFrame,
+    narrow,
+    step_rule,
+)
 from tessera.ir import target_ops as O
 from tessera.ir.core import Instr
 from tessera.ir.target import REG_TYPES, RegType
@@ -25,7 +33,7 @@ from tessera.numerics.convert import convert
 
 
 @step_rule(O.Cvt)
-def _cvt(c: Compiler, instr: Instr) -> Step:
+def _cvt(c: TargetCompiler, instr: Instr) -> Step:
     to, frm, rnd, sat = instr.op.to, instr.op.frm, instr.op.rnd, instr.op.sat
     tkind, fkind = REG_TYPES[to][1], REG_TYPES[frm][1]
     if to in ("f16x2", "bf16x2"):
@@ -69,7 +77,7 @@ def _bits(x: np.ndarray, t: RegType) -> np.ndarray:
 
 
 @step_rule(O.Pack)
-def _pack(c: Compiler, instr: Instr) -> Step:
+def _pack(c: TargetCompiler, instr: Instr) -> Step:
     res = instr.results[0].type
     assert isinstance(res, RegType)
     if res.count > 1:  # a register vector of the operands
@@ -95,7 +103,7 @@ def _pack(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(O.Unpack)
-def _unpack(c: Compiler, instr: Instr) -> Step:
+def _unpack(c: TargetCompiler, instr: Instr) -> Step:
     src = instr.operands[0].type
     part = RegType(instr.op.type)
     count = instr.op.count
@@ -103,14 +111,14 @@ def _unpack(c: Compiler, instr: Instr) -> Step:
     outs = [c.slot(r) for r in instr.results]
     dt = DTYPES[part.elem]
     if src.count == count and src.elem == part.elem:
-        def split(fr: Frame) -> None:
+        def split(fr: TargetFrame) -> None:
             x = fr.regs[ins]
             for k, o in enumerate(outs):
                 fr.regs[o] = x[:, k]
         return split
     mask = np.uint64((1 << part.bits) - 1)
 
-    def unpack(fr: Frame) -> None:
+    def unpack(fr: TargetFrame) -> None:
         bits = _bits(fr.regs[ins], src)[:, 0].astype(np.uint64)
         for k, o in enumerate(outs):
             piece = (bits >> np.uint64(k * part.bits)) & mask

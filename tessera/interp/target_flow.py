@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target_state import (
-    Body,
-    Compiler,
-    Frame,
     Step,
+    TargetBody,
+    TargetCompiler,
+    TargetFrame,
     merge,
     narrow,
     run,
@@ -38,21 +38,21 @@ from tessera.ir.core import Instr
 LOOP_LIMIT = 1 << 22
 
 
-def _enter(fr: Frame, body: Body, values: list[Any], mask: np.ndarray) -> list[Any]:
+def _enter(fr: TargetFrame, body: TargetBody, values: list[Any], mask: np.ndarray) -> list[Any]:
     """Run ``body`` on the threads of ``mask`` with ``values`` as its arguments."""
     for slot, v in zip(body.args, values):
         fr.regs[slot] = v
-    run(body.steps, Frame(fr.regs, mask, fr.m))
+    run(body.steps, TargetFrame(fr.regs, mask, fr.m))
     return [fr.regs[y] for y in body.yields]
 
 
 @step_rule(T.If)
-def _if(c: Compiler, instr: Instr) -> Step:
+def _if(c: TargetCompiler, instr: Instr) -> Step:
     p = c.slot(instr.operands[0])
     then, other = (c.body(r.block) for r in instr.regions)
     outs = [c.slot(r) for r in instr.results]
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         pred = fr.regs[p]
         t = fr.mask & pred
         e = fr.mask & ~pred
@@ -69,13 +69,13 @@ def _if(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(T.For)
-def _for(c: Compiler, instr: Instr) -> Step:
+def _for(c: TargetCompiler, instr: Instr) -> Step:
     lo, hi, st = (c.slot(v) for v in instr.operands[:3])
     inits = [c.slot(v) for v in instr.operands[3:]]
     body = c.body(instr.regions[0].block)
     outs = [c.slot(r) for r in instr.results]
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         r = fr.regs
         i, end, inc = r[lo], r[hi], r[st]
         bad = fr.mask & (inc <= 0)
@@ -102,12 +102,12 @@ def _for(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(T.While)
-def _while(c: Compiler, instr: Instr) -> Step:
+def _while(c: TargetCompiler, instr: Instr) -> Step:
     inits = [c.slot(v) for v in instr.operands]
     cond, body = (c.body(r.block) for r in instr.regions)
     outs = [c.slot(r) for r in instr.results]
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         carried = [fr.regs[s] for s in inits]
         active = fr.mask
         trips = 0
@@ -126,7 +126,7 @@ def _while(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-def check_cta_uniform(fr: Frame, instr: Instr, what: str) -> np.ndarray:
+def check_cta_uniform(fr: TargetFrame, instr: Instr, what: str) -> np.ndarray:
     """Fault unless every CTA runs ``instr`` with all or none of its threads; return
     the flags of the CTAs that run it."""
     m = fr.m
@@ -145,14 +145,14 @@ def check_cta_uniform(fr: Frame, instr: Instr, what: str) -> np.ndarray:
 
 
 @step_rule(O.Bar)
-def _bar(c: Compiler, instr: Instr) -> Step:
-    def step(fr: Frame) -> None:
+def _bar(c: TargetCompiler, instr: Instr) -> Step:
+    def step(fr: TargetFrame) -> None:
         ctas = check_cta_uniform(fr, instr, f"bar.sync {instr.op.id}")
         fr.m.shared.sync(ctas)
     return step
 
 
-def check_warps(fr: Frame, instr: Instr, size: int = 32,
+def check_warps(fr: TargetFrame, instr: Instr, size: int = 32,
                 lanes: np.ndarray | None = None) -> np.ndarray:
     """Fault unless every group of ``size`` threads runs ``instr`` with all its
     ``lanes`` (a bool mask over the group, default all) or none; return the active
@@ -175,7 +175,7 @@ def check_warps(fr: Frame, instr: Instr, size: int = 32,
 
 
 @step_rule(O.Shfl)
-def _shfl(c: Compiler, instr: Instr) -> Step:
+def _shfl(c: TargetCompiler, instr: Instr) -> Step:
     src, lane_slot = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
     mode = instr.op.mode
@@ -183,7 +183,7 @@ def _shfl(c: Compiler, instr: Instr) -> Step:
     cval, seg = instr.op.clamp & 31, (instr.op.clamp >> 8) & 31
     members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         check_warps(fr, instr, 32, members)
         m = fr.m
         lane = m.tid % 32

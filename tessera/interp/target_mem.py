@@ -14,12 +14,20 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import UnsupportedError
-from tessera.interp.target_state import DTYPES, F32, Compiler, Frame, Step, narrow, step_rule
+from tessera.interp.target_state import (
+    DTYPES,
+    F32,
+    Step,
+    TargetCompiler,
+    TargetFrame,
+    narrow,
+    step_rule,
+)
 from tessera.ir import target_ops as O
 from tessera.ir.core import Instr
 
 
-def _address(fr: Frame, slot: int, act: np.ndarray, offset: int) -> np.ndarray:
+def _address(fr: TargetFrame, slot: int, act: np.ndarray, offset: int) -> np.ndarray:
     return fr.regs[slot][act].astype(np.int64) + offset
 
 
@@ -29,17 +37,17 @@ def to_bytes(values: np.ndarray, m: int) -> np.ndarray:
 
 
 @step_rule(O.SharedAlloc)
-def _shared(c: Compiler, instr: Instr) -> Step:
+def _shared(c: TargetCompiler, instr: Instr) -> Step:
     value = np.full(c.m.n, c.m.shared_layout[instr.op.sym], np.uint32)
     out = c.slot(instr.results[0])
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         fr.regs[out] = value
     return step
 
 
 @step_rule(O.Load)
-def _load(c: Compiler, instr: Instr) -> Step:
+def _load(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     if op.space not in ("global", "shared"):
         raise UnsupportedError(f"ld.{op.space} is not modelled; kernel parameters are block "
@@ -50,7 +58,7 @@ def _load(c: Compiler, instr: Instr) -> Step:
     size = dt.itemsize * op.vec
     shape: tuple[int, ...] = (c.m.n,) if op.vec == 1 else (c.m.n, op.vec)
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         addr = _address(fr, a, act, op.offset)
@@ -67,7 +75,7 @@ def _load(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(O.Store)
-def _store(c: Compiler, instr: Instr) -> Step:
+def _store(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     if op.space not in ("global", "shared"):
         raise UnsupportedError(f"st.{op.space} is not modelled", loc=instr.loc)
@@ -75,7 +83,7 @@ def _store(c: Compiler, instr: Instr) -> Step:
     dt = DTYPES[op.type]
     size = dt.itemsize * op.vec
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):
@@ -117,7 +125,7 @@ def apply_updates(target: np.ndarray, index: np.ndarray, values: np.ndarray,
 
 
 @step_rule(O.Reduce)
-def _reduce(c: Compiler, instr: Instr) -> Step:
+def _reduce(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     if op.op not in _RED or op.space not in ("global", "shared"):
         raise UnsupportedError(f"red.{op.space}.{op.op} is not modelled", loc=instr.loc)
@@ -129,7 +137,7 @@ def _reduce(c: Compiler, instr: Instr) -> Step:
     fn = _RED[op.op]
     ftz = op.type == "f32" and op.op == "add"
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):

@@ -34,18 +34,18 @@ from tessera.arch.fragments import (
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS, mma
 from tessera.interp.target_flow import check_warps
-from tessera.interp.target_state import F64, Compiler, Frame, Step, step_rule
+from tessera.interp.target_state import F64, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir import target_async as A
 from tessera.ir.core import Instr
 
 
 @step_rule(A.Ldmatrix)
-def _ldmatrix(c: Compiler, instr: Instr) -> Step:
+def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
     num, trans = instr.op.num, instr.op.trans
     a = c.slot(instr.operands[0])
     out = c.slot(instr.results[0])
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
         result = np.zeros((m.n, num), np.uint32)
@@ -66,7 +66,7 @@ def _ldmatrix(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(A.MmaSync)
-def _mma_sync(c: Compiler, instr: Instr) -> Step:
+def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     fa, fb = instr.op.atype, instr.op.btype
     sa, sb, sc = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
@@ -75,7 +75,7 @@ def _mma_sync(c: Compiler, instr: Instr) -> Step:
         mma_m16n8k32_a(), mma_m16n8k32_b())
     lc = mma_m16n8_c()
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
         result = np.zeros((m.n, 4), F64)
@@ -90,7 +90,7 @@ def _mma_sync(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-def _uniform(fr: Frame, instr: Instr, values: np.ndarray, groups: np.ndarray,
+def _uniform(fr: TargetFrame, instr: Instr, values: np.ndarray, groups: np.ndarray,
              what: str) -> np.ndarray:
     """One value per warpgroup; fault if the threads of a group disagree."""
     per = values.reshape(-1, 128)[groups]
@@ -102,7 +102,7 @@ def _uniform(fr: Frame, instr: Instr, values: np.ndarray, groups: np.ndarray,
     return per[:, 0]
 
 
-def _operand(fr: Frame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: int, k: int,
+def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: int, k: int,
              eb: int, who: np.ndarray, k_major: bool = True) -> np.ndarray:
     """The (G, mn, k) element bit patterns a descriptor addresses in each CTA."""
     m = fr.m
@@ -138,7 +138,7 @@ def _operand(fr: Frame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: in
 
 
 @step_rule(A.Wgmma)
-def _wgmma(c: Compiler, instr: Instr) -> Step:
+def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
     acc, da, db, scale = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
@@ -146,7 +146,7 @@ def _wgmma(c: Compiler, instr: Instr) -> Step:
     k = FORMATS[fa][2]
     eb = FORMATS[fa][1] // 8
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         m = fr.m
         groups = np.flatnonzero(check_warps(fr, instr, 128))
         result = np.zeros((m.n, n // 2), F64)

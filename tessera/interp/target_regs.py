@@ -26,9 +26,9 @@ from tessera.interp.target_state import (
     DTYPES,
     F32,
     F64,
-    Compiler,
-    Frame,
     Step,
+    TargetCompiler,
+    TargetFrame,
     narrow,
     step_rule,
 )
@@ -39,12 +39,12 @@ from tessera.ir.target import REG_TYPES
 Impl = Callable[..., Any]
 
 
-def pure(c: Compiler, instr: Instr, impl: Impl) -> Step:
+def pure(c: TargetCompiler, instr: Instr, impl: Impl) -> Step:
     """A step computing ``impl(*operands)`` into the single result slot."""
     ins = [c.slot(v) for v in instr.operands]
     out = c.slot(instr.results[0])
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         r = fr.regs
         r[out] = impl(*[r[i] for i in ins])
     return step
@@ -57,11 +57,11 @@ def unsupported(instr: Instr, what: str) -> UnsupportedError:
 
 
 @step_rule(O.Special)
-def _special(c: Compiler, instr: Instr) -> Step:
+def _special(c: TargetCompiler, instr: Instr) -> Step:
     value = c.m.special(instr.op.reg)
     out = c.slot(instr.results[0])
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         fr.regs[out] = value
     return step
 
@@ -77,11 +77,11 @@ def const_array(value: Any, elem: str, n: int) -> np.ndarray:
 
 
 @step_rule(O.Const)
-def _const(c: Compiler, instr: Instr) -> Step:
+def _const(c: TargetCompiler, instr: Instr) -> Step:
     value = const_array(instr.op.value, instr.op.type, c.m.n)
     out = c.slot(instr.results[0])
 
-    def step(fr: Frame) -> None:
+    def step(fr: TargetFrame) -> None:
         fr.regs[out] = value
     return step
 
@@ -158,7 +158,7 @@ def _int_binary(instr: Instr) -> Impl:
 
 
 @step_rule(O.Binary)
-def _binary(c: Compiler, instr: Instr) -> Step:
+def _binary(c: TargetCompiler, instr: Instr) -> Step:
     op, elem = instr.op.op, instr.op.type
     kind = REG_TYPES[elem][1]
     if elem in ("f16x2", "bf16x2"):
@@ -178,7 +178,7 @@ def _binary(c: Compiler, instr: Instr) -> Step:
     a, b = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
 
-    def checked(fr: Frame) -> None:
+    def checked(fr: TargetFrame) -> None:
         y = fr.regs[b]
         zero = (y == 0) & fr.mask
         if zero.any():
@@ -191,7 +191,7 @@ def _binary(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(O.Unary)
-def _unary(c: Compiler, instr: Instr) -> Step:
+def _unary(c: TargetCompiler, instr: Instr) -> Step:
     op, elem = instr.op.op, instr.op.type
     dt = DTYPES[elem]
     kind = REG_TYPES[elem][1]
@@ -217,7 +217,7 @@ def _unary(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(O.Fma)
-def _fma(c: Compiler, instr: Instr) -> Step:
+def _fma(c: TargetCompiler, instr: Instr) -> Step:
     elem = instr.op.type
     dt = DTYPES[elem]
     if elem == "f32":
@@ -240,7 +240,7 @@ def _ordered(cmp: str) -> Callable[[Any, Any], Any]:
 
 
 @step_rule(O.Setp)
-def _setp(c: Compiler, instr: Instr) -> Step:
+def _setp(c: TargetCompiler, instr: Instr) -> Step:
     cmp, elem = instr.op.cmp, instr.op.type
     kind = REG_TYPES[elem][1]
     if kind != "f":
@@ -265,7 +265,7 @@ def _setp(c: Compiler, instr: Instr) -> Step:
 
 
 @step_rule(O.Selp)
-def _selp(c: Compiler, instr: Instr) -> Step:
+def _selp(c: TargetCompiler, instr: Instr) -> Step:
     def selp(a: Any, b: Any, p: Any) -> Any:
         if a.dtype != b.dtype:  # one side wide: widen the other exactly
             a, b = a.astype(F64), b.astype(F64)

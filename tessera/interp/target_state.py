@@ -143,7 +143,7 @@ class Machine:
         return fail
 
 
-class Frame:
+class TargetFrame:
     """The register file and the mask of active threads of one running region."""
 
     __slots__ = ("m", "mask", "regs")
@@ -154,11 +154,11 @@ class Frame:
         self.m = m
 
 
-Step = Callable[[Frame], None]
+Step = Callable[[TargetFrame], None]
 
 
 @dataclass
-class Body:
+class TargetBody:
     """A compiled block: its steps, argument slots and yielded slots."""
 
     steps: list[Step]
@@ -167,26 +167,26 @@ class Body:
 
 
 #: op class -> factory of the step of one instruction
-STEPS: dict[type[Op], Callable[[Compiler, Instr], Step]] = {}
+STEPS: dict[type[Op], Callable[[TargetCompiler, Instr], Step]] = {}
 
 
 step_rule = rule_decorator(STEPS, "step rule")  # ``@step_rule(OpA, OpB)``
 
 
-class Compiler(Slots):
-    """Assigns register slots and turns blocks into :class:`Body` objects."""
+class TargetCompiler(Slots):
+    """Assigns register slots and turns blocks into :class:`TargetBody` objects."""
 
     def __init__(self, m: Machine) -> None:
         super().__init__()
         self.m = m
 
-    def body(self, block: Block) -> Body:
+    def body(self, block: Block) -> TargetBody:
         """Compile a block (its terminator only provides the yielded slots)."""
         args = [self.slot(a) for a in block.args]
         steps = [self.instr(i) for i in block.instrs if not i.op.terminator]
         term = block.terminator
         yields = [self.slot(v) for v in term.operands] if term is not None else []
-        return Body(steps, args, yields)
+        return TargetBody(steps, args, yields)
 
     def instr(self, instr: Instr) -> Step:
         """The step of one instruction."""
@@ -199,7 +199,7 @@ class Compiler(Slots):
         return step
 
 
-def run(steps: list[Step], fr: Frame) -> None:
+def run(steps: list[Step], fr: TargetFrame) -> None:
     """Run steps in order; an unexpected failure names the instruction and its line."""
     step: Any = None
     try:
@@ -235,5 +235,6 @@ def narrow(x: np.ndarray, elem: str) -> np.ndarray:
     return x
 
 
-__all__ = ["DTYPES", "F32", "F64", "STEPS", "Body", "Compiler", "Frame", "Machine", "Step",
-           "TargetFault", "merge", "narrow", "op_text", "run", "step_rule", "widen_mask"]
+__all__ = ["DTYPES", "F32", "F64", "STEPS", "Machine", "Step", "TargetBody", "TargetCompiler",
+           "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "run", "step_rule",
+           "widen_mask"]
