@@ -47,7 +47,7 @@ from tessera.frontend.kernel_launch import KernelInfo, Prepared
 from tessera.frontend.kernel_memo import CallMemo
 from tessera.frontend.kernel_tuning import Tuner
 from tessera.frontend.trace import refuse_in_trace
-from tessera.interp.tile import SCHEDULES, Compiled, Geometry, analyse, launch
+from tessera.interp.tile import SCHEDULES, LaunchGeometry, PreparedKernel, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module
 from tessera.numerics import storage_of
@@ -87,7 +87,7 @@ class Kernel:
         self._info: KernelInfo | None = None
         self.modules: dict[Any, Module] = {}
         self.calls = CallMemo()
-        self.programs: dict[Any, Compiled] = {}
+        self.programs: dict[Any, PreparedKernel] = {}
         #: per specialisation: the runtime arguments the kernel writes, and their names
         self.writes: dict[Any, tuple[frozenset[int], tuple[str, ...]]] = {}
         self.tuner = Tuner(self)
@@ -176,7 +176,7 @@ class Kernel:
         check_writable(self.name, names, prep.runtime, prep.writeback, written)
         check_converted_overlap(self.name, names, prep.runtime, prep.params, written)
         spec = prep.spec
-        geom = Geometry(spec.batch, spec.grid, spec.group_size)
+        geom = LaunchGeometry(spec.batch, spec.grid, spec.group_size)
         output = None
         if "result_shape" in fn.attrs:  # the kernel returns a tile
             elem = fn.attrs["result_element"]

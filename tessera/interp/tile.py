@@ -38,7 +38,7 @@ import numpy as np
 from tessera.errors import ArgumentError, UnsupportedError
 from tessera.interp.tile_alias import AliasSpace, alias_groups
 from tessera.interp.tile_analysis import Analysis, analyse
-from tessera.interp.tile_context import Ctx, Geometry
+from tessera.interp.tile_context import Ctx, LaunchGeometry
 from tessera.interp.tile_errors import SanitizerError
 from tessera.interp.tile_exec import Frame, Program, compile_kernel, run
 from tessera.interp.tile_mem import GlobalMem, Ref
@@ -52,7 +52,7 @@ SCHEDULES = ("auto", "vectorized", "sequential")
 
 
 @dataclass
-class Compiled:
+class PreparedKernel:
     """A kernel specialisation ready to run in one mode."""
 
     program: Program
@@ -60,9 +60,9 @@ class Compiled:
     name: str
 
 
-def prepare(fn: Function, fast: bool) -> Compiled:
+def prepare(fn: Function, fast: bool) -> PreparedKernel:
     """Compile a kernel function for the simulator."""
-    return Compiled(compile_kernel(fn, fast), analyse(fn), fn.name)
+    return PreparedKernel(compile_kernel(fn, fast), analyse(fn), fn.name)
 
 
 def _params(fn: Function, args: list[Any], an: Analysis) -> list[Any]:
@@ -105,6 +105,10 @@ def _check_writable(mem: GlobalMem) -> None:
 def _link_aliases(values: list[Any], an: Analysis) -> None:
     """Parameters whose arrays overlap share their sanitizer shadows (tile_alias): when
     one of them is written, all of them are treated as written and read-tracked."""
+    mems = [v for v in values if isinstance(v, GlobalMem)]
+    if not any(np.may_share_memory(w.array, m.array) for w in mems if w.written
+               for m in mems if m is not w):
+        return  # the common case, a fraction of a microsecond a pair
     arrays = [v.array if isinstance(v, GlobalMem) else None for v in values]
     for group in alias_groups(arrays):
         mems = [values[k] for k in group]
@@ -136,7 +140,7 @@ def _bind(fn: Function, program: Program, values: list[Any], ctx: Ctx) -> list[A
     return regs
 
 
-def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool = True,
+def launch(compiled: PreparedKernel, args: list[Any], geom: LaunchGeometry, *, checked: bool = True,
            schedule: str = "auto", output: np.ndarray | None = None,
            output_element: Any = None) -> Any:
     """Run ``compiled`` over ``geom``; ``args`` are storage arrays (with batch dims) and
@@ -197,7 +201,7 @@ def launch(compiled: Compiled, args: list[Any], geom: Geometry, *, checked: bool
             m.saved = None
 
 
-def _run(compiled: Compiled, values: list[Any], geom: Geometry, checked: bool,
+def _run(compiled: PreparedKernel, values: list[Any], geom: LaunchGeometry, checked: bool,
          vectorized: bool, out_mem: GlobalMem | None, journal: list[GlobalMem]) -> Any:
     """One run of the launch: every program at once, or group after group."""
     fn = compiled.program.fn
@@ -233,4 +237,5 @@ def _result(st: State, fn: Function) -> Any:
     return r
 
 
-__all__ = ["SCHEDULES", "Analysis", "Compiled", "Geometry", "analyse", "launch", "prepare"]
+__all__ = ["SCHEDULES", "Analysis", "LaunchGeometry", "PreparedKernel", "analyse", "launch",
+           "prepare"]

@@ -28,7 +28,7 @@ def _affine(s: np.ndarray) -> tuple[int, dict[int, int]] | None:
     return _AFFINE.get(s, None, lambda: _affine_of(s))
 
 
-#: shared plans (see :meth:`Plan.of`)
+#: shared plans (see :meth:`AccessPlan.of`)
 _PLANS = ArrayMemo(512, scalar_size=64)
 
 
@@ -97,7 +97,7 @@ def c_strides(shape: tuple[int, ...]) -> list[int]:
     return out
 
 
-class Plan:
+class AccessPlan:
     """The elements of one access in every program: program axes then tile axes."""
 
     __slots__ = ("affine", "bases", "coefs", "index", "injective_in", "nlead", "pshape",
@@ -105,8 +105,8 @@ class Plan:
 
     @classmethod
     def of(cls, starts: list[Any], sizes: tuple[int, ...], squeeze: tuple[int, ...],
-           nlead: int, expand: tuple[int, ...] | None = None) -> Plan:
-        """``Plan(...)``, shared between accesses whose starts are plain integers or
+           nlead: int, expand: tuple[int, ...] | None = None) -> AccessPlan:
+        """``AccessPlan(...)``, shared between accesses whose starts are plain integers or
         read-only arrays (program coordinates) that are the same objects: a kernel's
         accesses at ``local_id()`` or ``tile_m`` then plan once per launch geometry.
         Plans at plain integers have their own small table, which a loop's ``x[i]``
@@ -300,4 +300,4 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["Plan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view"]
+__all__ = ["AccessPlan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view"]

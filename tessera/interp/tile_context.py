@@ -24,7 +24,7 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class Geometry:
+class LaunchGeometry:
     """The shape of a launch: batch size, grid of groups and tiles per group."""
 
     batch: int
@@ -91,7 +91,7 @@ class Ctx:
                  "group_shape", "lead", "linear", "memo", "nlead", "pid", "pid_flat", "size",
                  "whole")
 
-    def __init__(self, geom: Geometry, lead: tuple[int, ...], coords: list[Any],
+    def __init__(self, geom: LaunchGeometry, lead: tuple[int, ...], coords: list[Any],
                  gcoords: list[Any], group_shape: tuple[int, ...], flat: bool,
                  whole: bool) -> None:
         self.geom = geom
@@ -122,7 +122,7 @@ class Ctx:
         self.memo: dict[Any, Any] = {}
 
     @classmethod
-    def root(cls, geom: Geometry) -> Ctx:
+    def root(cls, geom: LaunchGeometry) -> Ctx:
         """All programs of the launch, with factored program axes. A context holds
         only read-only arrays, so launches of one geometry share it (and the access
         plans' analyses of its coordinates)."""
@@ -134,13 +134,13 @@ class Ctx:
         return ctx
 
     @classmethod
-    def _root(cls, geom: Geometry) -> Ctx:
+    def _root(cls, geom: LaunchGeometry) -> Ctx:
         lead = geom.lead
         coords = [_axis(n, k, len(lead)) for k, n in enumerate(lead)]
         return cls(geom, lead, coords, coords[:-1], lead[:-1], flat=False, whole=True)
 
     @classmethod
-    def group(cls, geom: Geometry, group_flat: int) -> Ctx:
+    def group(cls, geom: LaunchGeometry, group_flat: int) -> Ctx:
         """The tiles of one group (the sequential schedule): fresh shared storage."""
         nl = len(geom.lead)
         batch, rest = divmod(group_flat, geom.n_groups // geom.batch)
@@ -225,8 +225,8 @@ class Ctx:
         return slice(None) if self.whole else self.pid_flat
 
 
-_ROOTS: dict[Geometry, Ctx] = {}
+_ROOTS: dict[LaunchGeometry, Ctx] = {}
 #: the local-id axis of a group context, per (group size, program axes)
 _LOCAL: dict[tuple[int, int], Any] = {}
 
-__all__ = ["Ctx", "Geometry", "bcast", "frozen"]
+__all__ = ["Ctx", "LaunchGeometry", "bcast", "frozen"]

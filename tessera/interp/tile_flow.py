@@ -30,7 +30,7 @@ from tessera.interp.tile_exec import (
 from tessera.interp.tile_mem import Ref
 from tessera.interp.tile_memo import ArrayMemo
 from tessera.interp.tile_memsteps import make_view
-from tessera.interp.tile_pending import Pending, deferrable, forced
+from tessera.interp.tile_pending import PendingMma, deferrable, forced
 from tessera.interp.tile_sum import strided_sum
 from tessera.interp.tile_tree import tree_sum
 from tessera.ir import tile as T
@@ -115,7 +115,7 @@ def _for(c: Compiler, instr: Instr) -> Step:
             # a uniform loop: accumulators that only feed mma wait for one product
             trips = range(int(i), int(end), int(by))
             for k, n in defer.items():
-                carried[k] = Pending(carried[k], n, fast, len(trips))
+                carried[k] = PendingMma(carried[k], n, fast, len(trips))
             for iv in trips:
                 regs[body.args[0]] = np.int64(iv)
                 _set_args(regs, body.args[1:], carried)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc
-from tessera.interp.tile_access import Plan, plain_ints
+from tessera.interp.tile_access import AccessPlan, plain_ints
 from tessera.interp.tile_context import Ctx, bcast
 from tessera.interp.tile_errors import CONFLICT, RACE
 from tessera.interp.tile_mem import GlobalMem, Ref
@@ -45,7 +45,7 @@ def _per_position(ctx: Ctx, a: Any, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: Plan,
+def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: AccessPlan,
             mask: np.ndarray) -> Exception:
     pos = first_true(mask)
     n = len(plan.pshape)
@@ -72,7 +72,7 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
         # one element of a read-only tensor at plain integers (a loop's x[i], bounds
         # already checked by the view): the same value as the plan's 0-d view
         return mem.array[tuple(ref.starts)]
-    plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
+    plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
     if mem.track_reads:
         _check_read(st, ctx, loc, ref)
     val = plan.view(mem.array)
@@ -81,7 +81,7 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
 
 def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
     mem: GlobalMem = ref.mem
-    plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
     shape = plan.shape
     gs = st.geom.group_size
     me = _per_position(ctx, ctx.pid, shape)
@@ -123,7 +123,7 @@ def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
                 plan.write_mask(arr, dup, -2)
 
 
-def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bool) -> None:
+def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan, reduce: bool) -> None:
     mem: GlobalMem = ref.mem
     shape = plan.shape
     me = _per_position(ctx, ctx.pid, shape)
@@ -159,7 +159,7 @@ def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bo
             np.maximum.at(mem.last_group, np.unravel_index(offs, mem.dims), groups)
 
 
-def _check_owner(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bool,
+def _check_owner(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan, reduce: bool,
                  injective: bool, me: np.ndarray) -> None:
     """Conflicts with earlier writes (other ops, or earlier trips of a loop)."""
     mem: GlobalMem = ref.mem
@@ -187,7 +187,7 @@ def _check_owner(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, reduce: bo
         plan.write(mem.shadow("owner_epoch", 0), cur)
 
 
-def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarray) -> None:
+def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan, me: np.ndarray) -> None:
     mem: GlobalMem = ref.mem
     shape = plan.shape
     assert mem.reader is not None and mem.reader_group is not None
@@ -216,11 +216,11 @@ def _check_war(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan, me: np.ndarr
 
 
 def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool,
-                   last: bool) -> Plan:
+                   last: bool) -> AccessPlan:
     """The plan of a write to ``ref`` in every program, after the write's checks and
     after saving the tensor for a failed launch — unless this is the vectorised run's
     ``last`` write, after which nothing can fail (its checks have passed)."""
-    plan = Plan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
     mem: GlobalMem = ref.mem
     if st.checked or mem.track_reads or mem.last_group is not None:
         _check_write(st, ctx, loc, ref, plan, reduce=reduce)
@@ -258,7 +258,7 @@ def store(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, op: str | None = 
     rmw_rounds(mem.array, plan, value, op, mem.element)
 
 
-def rmw_rounds(arr: np.ndarray, plan: Plan, value: Any, op: str, element: Any) -> None:
+def rmw_rounds(arr: np.ndarray, plan: AccessPlan, value: Any, op: str, element: Any) -> None:
     """A read-modify-write whose positions hit some elements several times: apply the
     contributions in rounds (each element at most once per round) in position order —
     program order, since program axes lead."""

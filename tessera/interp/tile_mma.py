@@ -14,7 +14,7 @@ Folding does not change which products are summed. A K loop of
 ``acc = mma(a, b, acc)`` / ``acc += mma(a, b)`` keeps the running sum in float64 and
 rounds once, at the store; when the accumulator feeds nothing else in the loop, the
 trips' products are made by one call at the loop's end
-(:class:`tessera.interp.tile_pending.Pending`).
+(:class:`tessera.interp.tile_pending.PendingMma`).
 
 Residual caveat, honestly: the result is independent of the tile shape whenever the
 float64 sums are exact, which holds when the products of one output element span less

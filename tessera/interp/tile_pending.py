@@ -1,7 +1,7 @@
 """Deferred K-loop accumulators: the products of a GEMM's K loop made by one call.
 
 A ``tile.for`` whose carried accumulator feeds nothing but the next trip's ``mma``
-(:func:`deferrable`) carries a :class:`Pending` instead: the trips' operands are kept,
+(:func:`deferrable`) carries a :class:`PendingMma` instead: the trips' operands are kept,
 and the loop's end makes one product over the whole K with
 :func:`tessera.interp.tile_mma.mma` (that module says why the result is the per-trip
 accumulation's).
@@ -18,7 +18,7 @@ from tessera.interp.tile_numeric import F32, F64, Num, num
 from tessera.ir.core import Instr, Value, walk
 from tessera.ir.tile_compute import Add, Mma
 
-#: released operand buffers of :class:`Pending`, reused by the next launch: a fresh
+#: released operand buffers of :class:`PendingMma`, reused by the next launch: a fresh
 #: buffer costs a page fault per 4 KiB on first write (half the copying time of a
 #: 1024-square GEMM). At most this many are kept, newest first.
 _POOL: list[np.ndarray] = []
@@ -39,7 +39,7 @@ def _release(*bufs: np.ndarray) -> None:
     del _POOL[_POOL_SIZE:]
 
 
-class Pending:
+class PendingMma:
     """An accumulator ``base + sum_j a_j @ b_j`` whose products are not yet computed.
 
     A K loop whose carried accumulator feeds nothing but the next trip's ``mma`` (a
@@ -73,7 +73,7 @@ class Pending:
         self.b: list[np.ndarray] = []
         self.k = self.width = 0
 
-    def add(self, a: np.ndarray, b: np.ndarray) -> Pending:
+    def add(self, a: np.ndarray, b: np.ndarray) -> PendingMma:
         """Keep one trip's operands."""
         kk = a.shape[-1]
         self.trips -= 1
@@ -155,12 +155,12 @@ def _root(x: Any) -> Any:
 
 
 def forced(x: Any) -> Any:
-    """``x``, or the value of a :class:`Pending` accumulator."""
-    return x.force() if isinstance(x, Pending) else x
+    """``x``, or the value of a :class:`PendingMma` accumulator."""
+    return x.force() if isinstance(x, PendingMma) else x
 
 
 def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
-    """The carried values of a ``tile.for`` that may be :class:`Pending` during the loop
+    """The carried values of a ``tile.for`` that may be :class:`PendingMma` during the loop
     (position among the carried values -> the accumulator's numerics): each is used once
     in the body, at its top level, as the accumulator of an ``mma`` (or of an ``add`` the
     compiler fuses into one, ``fused``), whose result is only yielded back to it."""
@@ -193,4 +193,4 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
     return found
 
 
-__all__ = ["Pending", "deferrable", "forced"]
+__all__ = ["PendingMma", "deferrable", "forced"]

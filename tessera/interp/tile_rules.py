@@ -18,7 +18,7 @@ import numpy as np
 from tessera.interp.tile_mem import poison
 from tessera.interp.tile_mma import Widen, mma, widened
 from tessera.interp.tile_numeric import F32, F64, Num, num, to_f64, to_storage
-from tessera.interp.tile_pending import Pending
+from tessera.interp.tile_pending import PendingMma
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
@@ -259,7 +259,7 @@ def mma_rule(instr: Instr, fast: bool, columns: bool = False) -> Impl:
     widen = (Widen(), Widen())
     if len(instr.operands) == 3:
         def accumulate(a: Any, b: Any, c: Any) -> Any:
-            if type(c) is Pending:  # a deferred K loop accumulator: keep the operands
+            if type(c) is PendingMma:  # a deferred K loop accumulator: keep the operands
                 return c.add(na.narrow(a), nb.narrow(b))
             return mma(na.narrow(a), nb.narrow(b), c, acc, fast, widen)
         return accumulate

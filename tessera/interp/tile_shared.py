@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc
-from tessera.interp.tile_access import Plan
+from tessera.interp.tile_access import AccessPlan
 from tessera.interp.tile_context import Ctx, bcast
 from tessera.interp.tile_errors import ASYNC, RACE, UNINIT
 from tessera.interp.tile_global import rmw_rounds
@@ -30,17 +30,17 @@ from tessera.interp.tile_sync import check_converged
 
 
 def _plan(ctx: Ctx, ga_shape: tuple[int, ...], ng: int, ref: Ref,
-          expand: bool = False) -> tuple[Plan, list[Any]]:
+          expand: bool = False) -> tuple[AccessPlan, list[Any]]:
     """The access of ``ref`` in a storage of shape ``ga_shape`` (group axes first)."""
     starts = [ctx.gcoords[k] if ga_shape[k] > 1 else 0 for k in range(ng)]
     starts += list(ref.starts)
     sizes = (1,) * ng + tuple(ref.sizes)
     squeeze = tuple(range(ng)) + tuple(ng + d for d in ref.squeeze)
-    return Plan.of(starts, sizes, squeeze, ctx.nlead, expand=ctx.lead if expand else None), \
+    return AccessPlan.of(starts, sizes, squeeze, ctx.nlead, expand=ctx.lead if expand else None), \
         starts
 
 
-def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: Plan,
+def _report(st: State, ctx: Ctx, kind: str, text: str, loc: Loc, ref: Ref, plan: AccessPlan,
             starts: list[Any], mask: np.ndarray) -> Exception:
     pos = first_true(np.broadcast_to(mask, plan.shape) if mask.shape != plan.shape else mask)
     n = len(plan.pshape)
@@ -113,7 +113,7 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref, record: bool = True) -> Any:
     return val
 
 
-def _written_by_other(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
+def _written_by_other(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan,
                       starts: list[Any], me: np.ndarray, text: Callable[[int], str]) -> None:
     """Report a race when another tile of the group wrote an accessed element since the
     last barrier (``text`` makes the message from that tile's local id)."""
@@ -223,7 +223,7 @@ def _write_whole(st: State, ctx: Ctx, loc: Loc, ref: Ref, value: Any, copy: bool
         mem.tag = None
 
 
-def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Plan,
+def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan,
                  starts: list[Any]) -> None:
     """The checks of a write to ``ref``; ``plan`` is its access in the storage shape
     (group axes full), which every shadow array of the buffer has when expanded."""

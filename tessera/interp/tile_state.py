@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc
-from tessera.interp.tile_context import Ctx, Geometry
+from tessera.interp.tile_context import Ctx, LaunchGeometry
 from tessera.interp.tile_errors import SanitizerError, lane_of
 
 
@@ -32,7 +32,7 @@ class Reschedule(Exception):  # a control-flow signal, not an error
 class State:
     """Everything one launch of a compiled kernel mutates."""
 
-    def __init__(self, kernel: str, geom: Geometry, *, checked: bool, fast: bool,
+    def __init__(self, kernel: str, geom: LaunchGeometry, *, checked: bool, fast: bool,
                  vectorized: bool, lanes: int = 32) -> None:
         self.kernel = kernel
         self.geom = geom

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tessera.errors import IRParseError, IRVerifyError
-from tessera.interp.tile import Geometry, launch, prepare
+from tessera.interp.tile import LaunchGeometry, launch, prepare
 from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
@@ -93,7 +93,7 @@ def test_parsed_ir_runs_like_the_kernel() -> None:
     module = parse_module((GOLDEN / "gemm.tir").read_text())
     fn = module.functions["gemm"]
     c2 = np.zeros((128, 128), F32)
-    out = launch(prepare(fn, fast=False), [a, b, c2], Geometry(1, tuple(fn.attrs["grid"]), 1))
+    out = launch(prepare(fn, fast=False), [a, b, c2], LaunchGeometry(1, tuple(fn.attrs["grid"]), 1))
     assert out.array is c2 and np.array_equal(c1, c2)
 
 

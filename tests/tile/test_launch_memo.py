@@ -70,12 +70,12 @@ def test_a_converted_argument_is_not_remembered() -> None:
 
 def test_plans_are_shared_only_for_the_same_read_only_arrays() -> None:
     starts = frozen(np.arange(4, dtype=np.int64) * 8)
-    plan = A.Plan.of([starts], (8,), (), 1)
-    assert A.Plan.of([starts], (8,), (), 1) is plan
+    plan = A.AccessPlan.of([starts], (8,), (), 1)
+    assert A.AccessPlan.of([starts], (8,), (), 1) is plan
     copy = frozen(starts.copy())
-    assert A.Plan.of([copy], (8,), (), 1) is not plan
+    assert A.AccessPlan.of([copy], (8,), (), 1) is not plan
     writable = np.arange(4, dtype=np.int64) * 8
-    assert A.Plan.of([writable], (8,), (), 1) is not A.Plan.of([writable], (8,), (), 1)
+    assert A.AccessPlan.of([writable], (8,), (), 1) is not A.AccessPlan.of([writable], (8,), (), 1)
 
 
 def test_plans_at_plain_integers_equal_the_general_ones() -> None:
@@ -86,9 +86,9 @@ def test_plans_at_plain_integers_equal_the_general_ones() -> None:
     for starts, sizes, squeeze, nlead in [([1, 2, 3], (1, 1, 4), (0, 1), 1),
                                           ([0, 0, 0], (2, 3, 8), (), 0),
                                           ([1, 0, 5], (1, 3, 1), (2,), 2)]:
-        short = A.Plan(starts, sizes, squeeze, nlead)
-        general = A.Plan([np.int64(s) for s in starts], sizes, squeeze, nlead)
-        for name in A.Plan.__slots__:
+        short = A.AccessPlan(starts, sizes, squeeze, nlead)
+        general = A.AccessPlan([np.int64(s) for s in starts], sizes, squeeze, nlead)
+        for name in A.AccessPlan.__slots__:
             assert getattr(short, name) == getattr(general, name), name
         assert np.array_equal(short.view(arr), general.view(np.asfortranarray(arr)))
 
@@ -147,7 +147,7 @@ def test_a_dead_array_never_answers_for_a_new_one() -> None:
     may get its id) is analysed afresh."""
     for step in range(1, 40):
         starts = frozen(np.arange(4, dtype=np.int64) * step)
-        plan = A.Plan.of([starts], (1,), (0,), 1)
+        plan = A.AccessPlan.of([starts], (1,), (0,), 1)
         assert plan.coefs == [{0: step}]
         del starts
         gc.collect()

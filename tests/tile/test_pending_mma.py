@@ -1,5 +1,5 @@
 """K loops whose accumulator only feeds ``mma`` defer the products to one call at the
-loop's end (:class:`tessera.interp.tile_pending.Pending`); the result is the per-trip
+loop's end (:class:`tessera.interp.tile_pending.PendingMma`); the result is the per-trip
 accumulation's, and loops that read the accumulator otherwise are left alone."""
 
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 import tessera.interp.tile_flow as flow
-from tessera.interp.tile_pending import Pending
+from tessera.interp.tile_pending import PendingMma
 from tests.tile.test_simulator import gemm_f32
 
 
@@ -113,7 +113,7 @@ def test_flush_at_max_k_keeps_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(2)
     a, b = bf16(rng, 32, 256), bf16(rng, 256, 32)
     want = launch(staged, a, b, (16, 16, 16))
-    monkeypatch.setattr(Pending, "MAX_K", 40)  # two trips of 16 per product
+    monkeypatch.setattr(PendingMma, "MAX_K", 40)  # two trips of 16 per product
     assert np.array_equal(launch(staged, a, b, (16, 16, 16)), want)
 
 
@@ -121,12 +121,12 @@ def test_which_loops_defer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GEMM loops defer; a loop that scales the accumulator, or whose trip count
     differs between programs, computes every trip (and still gets the right answer)."""
     made: list[int] = []
-    original = Pending.__init__
+    original = PendingMma.__init__
 
     def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         made.append(1)
         original(self, *args, **kwargs)
-    monkeypatch.setattr(Pending, "__init__", spy)
+    monkeypatch.setattr(PendingMma, "__init__", spy)
     rng = np.random.default_rng(4)
     a, b = bf16(rng, 32, 64), bf16(rng, 64, 32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
