@@ -46,7 +46,7 @@ from typing import Any
 
 from tessera.frontend.kernel_bounds import sure_violations
 from tessera.frontend.kernel_compile import SHARED_LIMIT
-from tessera.frontend.kernel_regs import Registers
+from tessera.frontend.kernel_regs import RegisterEstimate
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
@@ -128,7 +128,7 @@ def _shared(fn: Function) -> int:
                if isinstance(instr.op, M.AllocShared))
 
 
-def threads_per_group(fn: Function, regs: Registers) -> int:
+def threads_per_group(fn: Function, regs: RegisterEstimate) -> int:
     """CUDA threads one group of ``fn`` runs on (the PTX backend's mapping)."""
     return regs.threads * int(fn.attrs.get("group_size", 1))
 
@@ -136,7 +136,7 @@ def threads_per_group(fn: Function, regs: Registers) -> int:
 def check(fn: Function) -> list[str]:
     """Why one specialisation cannot run as configured on an H100 (empty: it can)."""
     reasons = [f"out of bounds for these shapes: {v}" for v in sure_violations(fn)[:1]]
-    regs = Registers(fn)
+    regs = RegisterEstimate(fn)
     threads = threads_per_group(fn, regs)
     if threads > H100["threads"]:
         reasons.append(f"a group needs {threads} threads; a CUDA block has at most "
@@ -161,7 +161,7 @@ def estimate(fn: Function, config: dict[str, Any]) -> Estimate:
     acc = [0.0, 0.0, 0.0]
     _count(fn.body, 1.0, acc)
     shared = _shared(fn)
-    regs = Registers(fn)
+    regs = RegisterEstimate(fn)
     per_thread = regs.per_thread()
     grid = fn.attrs.get("grid", (1,))
     gs = int(fn.attrs.get("group_size", 1))

@@ -41,7 +41,7 @@ OVERHEAD = 24
 _ALIASES = (C.Broadcast, C.Reshape, C.Transpose)
 
 
-class Registers:
+class RegisterEstimate:
     """The register estimate of one kernel specialisation (see the module doc)."""
 
     def __init__(self, fn: Function) -> None:
@@ -130,4 +130,4 @@ class Registers:
         return self.peak(self.fn.body) + OVERHEAD
 
 
-__all__ = ["OVERHEAD", "Registers"]
+__all__ = ["OVERHEAD", "RegisterEstimate"]

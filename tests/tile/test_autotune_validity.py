@@ -19,7 +19,7 @@ import tessera as ts
 from tessera.frontend.kernel_autotune import check
 from tessera.frontend.kernel_bounds import sure_violations
 from tessera.frontend.kernel_errors import AutotuneError
-from tessera.frontend.kernel_regs import OVERHEAD, Registers
+from tessera.frontend.kernel_regs import OVERHEAD, RegisterEstimate
 from tessera.tile import SanitizerError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
@@ -216,7 +216,7 @@ def test_register_estimate_counts_live_tiles() -> None:
     for bm, bn in [(16, 16), (32, 32)]:
         cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=8)
         fn = small_gemm.compile(a, b, c, config=cfg).functions["small_gemm"]
-        regs = Registers(fn)
+        regs = RegisterEstimate(fn)
         assert regs.threads == 128
         acc = math.ceil(bm * bn / 128)
         assert regs.per_thread() == OVERHEAD + acc + 3 * 2
