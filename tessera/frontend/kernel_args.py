@@ -171,12 +171,17 @@ def check_converted_overlap(kernel: str, names: tuple[str, ...], runtime: list[A
     dtype and one of them is written: the conversion makes a separate copy, so the
     kernel would no longer see one memory through two names (as a GPU would)."""
     users: list[np.ndarray | None] = []
+    converted = []
     for name, arr in zip(names, runtime):
         value = params.get(name)
-        value = getattr(value, "array", value)
-        users.append(value if isinstance(value, np.ndarray) and isinstance(arr, np.ndarray)
-                     else None)
-    converted = [k for k, u in enumerate(users) if u is not None and u is not runtime[k]]
+        if value is not arr:  # a converted copy or a Tensor's array (rare): look closer
+            value = getattr(value, "array", value)
+            if isinstance(value, np.ndarray) and isinstance(arr, np.ndarray) \
+                    and value is not arr:
+                converted.append(len(users))
+        users.append(value if isinstance(value, np.ndarray) else None)
+    if not converted:
+        return
     for k in converted:
         for j, other in enumerate(users):
             if j == k or other is None or (k not in written and j not in written):

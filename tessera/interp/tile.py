@@ -96,7 +96,7 @@ def _check_writable(mem: GlobalMem) -> None:
         raise ArgumentError(f"the kernel writes '{mem.name}', but the array passed for it "
                             "is read-only", hint="pass a writable array (np.array(x) "
                             "copies a read-only one)")
-    if any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
+    if 0 in a.strides and any(st == 0 and n > 1 for n, st in zip(a.shape, a.strides)):
         raise ArgumentError(f"the array passed as '{mem.name}' repeats its elements "
                             f"(strides {a.strides} for shape {a.shape}) and the kernel "
                             "writes it", hint="pass a real array (np.ascontiguousarray)")
