@@ -48,7 +48,7 @@ from tessera.interp.target_state import (
     TargetFrame,
     run,
 )
-from tessera.ir import target_ops as O
+from tessera.ir import target_ops
 from tessera.ir.core import Function, walk
 from tessera.ir.target import KERNEL, RegType, TensorMapType
 
@@ -88,7 +88,7 @@ def _shared_layout(fn: Function) -> tuple[dict[str, int], int]:
     end = 0
     for instr in walk(fn.body):
         op = instr.op
-        if isinstance(op, O.SharedAlloc) and op.sym not in layout:
+        if isinstance(op, target_ops.SharedAlloc) and op.sym not in layout:
             start = -(-end // op.align) * op.align
             layout[op.sym] = start
             end = start + op.size

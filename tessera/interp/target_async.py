@@ -25,7 +25,7 @@ from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
 from tessera.interp.target_state import Machine, Step, TargetCompiler, TargetFrame, step_rule
-from tessera.ir import target_async as A
+from tessera.ir import target_async
 from tessera.ir.core import Instr
 
 
@@ -76,7 +76,7 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep])
 
 
-@step_rule(A.CpAsync)
+@step_rule(target_async.CpAsync)
 def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
     size = instr.op.size
     slots = [c.slot(v) for v in instr.operands]
@@ -105,14 +105,14 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(A.CpAsyncCommit)
+@step_rule(target_async.CpAsyncCommit)
 def _cp_commit(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         fr.m.committed[fr.mask] += 1
     return step
 
 
-@step_rule(A.CpAsyncWait)
+@step_rule(target_async.CpAsyncWait)
 def _cp_wait(c: TargetCompiler, instr: Instr) -> Step:
     n = instr.op.n
 
@@ -165,7 +165,7 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
     return result
 
 
-@step_rule(A.TmaLoad)
+@step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
 
@@ -236,7 +236,7 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing[hit])
 
 
-@step_rule(A.MbarrierInit, A.MbarrierArrive, A.MbarrierInval)
+@step_rule(target_async.MbarrierInit, target_async.MbarrierArrive, target_async.MbarrierInval)
 def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
     a = c.slot(instr.operands[0])
     op = instr.op
@@ -248,13 +248,13 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             return
         ids = _ids(m, instr, act, fr.regs[a][act])
         mb = _mbar(m)
-        if isinstance(op, A.MbarrierInit):
+        if isinstance(op, target_async.MbarrierInit):
             flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
                                   m.failer(instr, act))
             m.shared.land(flat, np.zeros(flat.shape, np.uint8))
             _tracked(m, instr, act, ids, mb.init, ids, op.count)
             m.mbar_tx[:, ids] = 0
-        elif isinstance(op, A.MbarrierArrive):
+        elif isinstance(op, target_async.MbarrierArrive):
             if op.tx:
                 np.add.at(m.mbar_tx[0], ids, op.tx)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
@@ -263,7 +263,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(A.MbarrierWait)
+@step_rule(target_async.MbarrierWait)
 def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
     a, p = (c.slot(v) for v in instr.operands)
 
@@ -291,7 +291,7 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(A.Fence)
+@step_rule(target_async.Fence)
 def _fence(c: TargetCompiler, instr: Instr) -> Step:
     proxy = instr.op.kind == "proxy_async"
 
@@ -302,7 +302,7 @@ def _fence(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(A.WgmmaFence, A.WgmmaCommit, A.WgmmaWait)
+@step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
 def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     # wgmma runs to completion when issued; the ordering rules are the verifier's.
     def step(fr: TargetFrame) -> None:

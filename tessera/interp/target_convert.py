@@ -26,13 +26,13 @@ from tessera.interp.target_state import (
     narrow,
     step_rule,
 )
-from tessera.ir import target_ops as O
+from tessera.ir import target_ops
 from tessera.ir.core import Instr
 from tessera.ir.target import REG_TYPES, RegType
 from tessera.numerics.convert import convert
 
 
-@step_rule(O.Cvt)
+@step_rule(target_ops.Cvt)
 def _cvt(c: TargetCompiler, instr: Instr) -> Step:
     to, frm, rnd, sat = instr.op.to, instr.op.frm, instr.op.rnd, instr.op.sat
     tkind, fkind = REG_TYPES[to][1], REG_TYPES[frm][1]
@@ -76,7 +76,7 @@ def _bits(x: np.ndarray, t: RegType) -> np.ndarray:
     return v.view(u).reshape(len(v), -1)
 
 
-@step_rule(O.Pack)
+@step_rule(target_ops.Pack)
 def _pack(c: TargetCompiler, instr: Instr) -> Step:
     res = instr.results[0].type
     assert isinstance(res, RegType)
@@ -102,7 +102,7 @@ def _pack(c: TargetCompiler, instr: Instr) -> Step:
     return pure(c, instr, concat)
 
 
-@step_rule(O.Unpack)
+@step_rule(target_ops.Unpack)
 def _unpack(c: TargetCompiler, instr: Instr) -> Step:
     src = instr.operands[0].type
     part = RegType(instr.op.type)

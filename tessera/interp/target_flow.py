@@ -30,8 +30,8 @@ from tessera.interp.target_state import (
     run,
     step_rule,
 )
-from tessera.ir import target as T
-from tessera.ir import target_ops as O
+from tessera.ir import target as target_ir
+from tessera.ir import target_ops
 from tessera.ir.core import Instr
 
 #: iterations after which a loop is reported as not terminating
@@ -46,7 +46,7 @@ def _enter(fr: TargetFrame, body: TargetBody, values: list[Any], mask: np.ndarra
     return [fr.regs[y] for y in body.yields]
 
 
-@step_rule(T.If)
+@step_rule(target_ir.If)
 def _if(c: TargetCompiler, instr: Instr) -> Step:
     p = c.slot(instr.operands[0])
     then, other = (c.body(r.block) for r in instr.regions)
@@ -68,7 +68,7 @@ def _if(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(T.For)
+@step_rule(target_ir.For)
 def _for(c: TargetCompiler, instr: Instr) -> Step:
     lo, hi, st = (c.slot(v) for v in instr.operands[:3])
     inits = [c.slot(v) for v in instr.operands[3:]]
@@ -101,7 +101,7 @@ def _for(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(T.While)
+@step_rule(target_ir.While)
 def _while(c: TargetCompiler, instr: Instr) -> Step:
     inits = [c.slot(v) for v in instr.operands]
     cond, body = (c.body(r.block) for r in instr.regions)
@@ -144,7 +144,7 @@ def check_cta_uniform(fr: TargetFrame, instr: Instr, what: str) -> np.ndarray:
     return some
 
 
-@step_rule(O.Bar)
+@step_rule(target_ops.Bar)
 def _bar(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         ctas = check_cta_uniform(fr, instr, f"bar.sync {instr.op.id}")
@@ -174,7 +174,7 @@ def check_warps(fr: TargetFrame, instr: Instr, size: int = 32,
     return some
 
 
-@step_rule(O.Shfl)
+@step_rule(target_ops.Shfl)
 def _shfl(c: TargetCompiler, instr: Instr) -> Step:
     src, lane_slot = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])

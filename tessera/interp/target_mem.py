@@ -23,7 +23,7 @@ from tessera.interp.target_state import (
     narrow,
     step_rule,
 )
-from tessera.ir import target_ops as O
+from tessera.ir import target_ops
 from tessera.ir.core import Instr
 
 
@@ -36,7 +36,7 @@ def to_bytes(values: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(values).reshape(m, -1).view(np.uint8)
 
 
-@step_rule(O.SharedAlloc)
+@step_rule(target_ops.SharedAlloc)
 def _shared(c: TargetCompiler, instr: Instr) -> Step:
     value = np.full(c.m.n, c.m.shared_layout[instr.op.sym], np.uint32)
     out = c.slot(instr.results[0])
@@ -46,7 +46,7 @@ def _shared(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(O.Load)
+@step_rule(target_ops.Load)
 def _load(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     if op.space not in ("global", "shared"):
@@ -74,7 +74,7 @@ def _load(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(O.Store)
+@step_rule(target_ops.Store)
 def _store(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     if op.space not in ("global", "shared"):
@@ -124,7 +124,7 @@ def apply_updates(target: np.ndarray, index: np.ndarray, values: np.ndarray,
             target[idx[sel]] = fn(old, vals[sel])
 
 
-@step_rule(O.Reduce)
+@step_rule(target_ops.Reduce)
 def _reduce(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     if op.op not in _RED or op.space not in ("global", "shared"):

@@ -35,11 +35,11 @@ from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS, mma
 from tessera.interp.target_flow import check_warps
 from tessera.interp.target_state import F64, Step, TargetCompiler, TargetFrame, step_rule
-from tessera.ir import target_async as A
+from tessera.ir import target_async
 from tessera.ir.core import Instr
 
 
-@step_rule(A.Ldmatrix)
+@step_rule(target_async.Ldmatrix)
 def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
     num, trans = instr.op.num, instr.op.trans
     a = c.slot(instr.operands[0])
@@ -65,7 +65,7 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(A.MmaSync)
+@step_rule(target_async.MmaSync)
 def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     fa, fb = instr.op.atype, instr.op.btype
     sa, sb, sc = (c.slot(v) for v in instr.operands)
@@ -137,7 +137,7 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
     return out
 
 
-@step_rule(A.Wgmma)
+@step_rule(target_async.Wgmma)
 def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
     acc, da, db, scale = (c.slot(v) for v in instr.operands)

@@ -32,7 +32,7 @@ from tessera.interp.target_state import (
     narrow,
     step_rule,
 )
-from tessera.ir import target_ops as O
+from tessera.ir import target_ops
 from tessera.ir.core import Instr
 from tessera.ir.target import REG_TYPES
 
@@ -56,7 +56,7 @@ def unsupported(instr: Instr, what: str) -> UnsupportedError:
                             "interpreter", loc=instr.loc)
 
 
-@step_rule(O.Special)
+@step_rule(target_ops.Special)
 def _special(c: TargetCompiler, instr: Instr) -> Step:
     value = c.m.special(instr.op.reg)
     out = c.slot(instr.results[0])
@@ -76,7 +76,7 @@ def const_array(value: Any, elem: str, n: int) -> np.ndarray:
     return np.full(n, value, dt)
 
 
-@step_rule(O.Const)
+@step_rule(target_ops.Const)
 def _const(c: TargetCompiler, instr: Instr) -> Step:
     value = const_array(instr.op.value, instr.op.type, c.m.n)
     out = c.slot(instr.results[0])
@@ -157,7 +157,7 @@ def _int_binary(instr: Instr) -> Impl:
     return div
 
 
-@step_rule(O.Binary)
+@step_rule(target_ops.Binary)
 def _binary(c: TargetCompiler, instr: Instr) -> Step:
     op, elem = instr.op.op, instr.op.type
     kind = REG_TYPES[elem][1]
@@ -190,7 +190,7 @@ def _binary(c: TargetCompiler, instr: Instr) -> Step:
     return checked
 
 
-@step_rule(O.Unary)
+@step_rule(target_ops.Unary)
 def _unary(c: TargetCompiler, instr: Instr) -> Step:
     op, elem = instr.op.op, instr.op.type
     dt = DTYPES[elem]
@@ -216,7 +216,7 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
     return pure(c, instr, lambda x: math(narrow(x, elem)))
 
 
-@step_rule(O.Fma)
+@step_rule(target_ops.Fma)
 def _fma(c: TargetCompiler, instr: Instr) -> Step:
     elem = instr.op.type
     dt = DTYPES[elem]
@@ -239,7 +239,7 @@ def _ordered(cmp: str) -> Callable[[Any, Any], Any]:
             "gt": np.greater, "ge": np.greater_equal}[cmp]
 
 
-@step_rule(O.Setp)
+@step_rule(target_ops.Setp)
 def _setp(c: TargetCompiler, instr: Instr) -> Step:
     cmp, elem = instr.op.cmp, instr.op.type
     kind = REG_TYPES[elem][1]
@@ -264,7 +264,7 @@ def _setp(c: TargetCompiler, instr: Instr) -> Step:
     return pure(c, instr, setp)
 
 
-@step_rule(O.Selp)
+@step_rule(target_ops.Selp)
 def _selp(c: TargetCompiler, instr: Instr) -> Step:
     def selp(a: Any, b: Any, p: Any) -> Any:
         if a.dtype != b.dtype:  # one side wide: widen the other exactly

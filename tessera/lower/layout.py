@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
+from tessera.ir import tile as tile_ir
+from tessera.ir import tile_compute
 from tessera.ir.core import Function, Instr, Value, walk
 from tessera.ir.types import TensorType
 
@@ -76,7 +76,8 @@ def blocked(shape: tuple[int, ...]) -> Blocked:
     n = shape[-1]
     return Blocked(tuple(shape), 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1)
 
-_ELEMENTWISE = (C.Binary, C.Unary, C.Where, C.Cast, C.CausalMask)
+_ELEMENTWISE = (tile_compute.Binary, tile_compute.Unary, tile_compute.Where, tile_compute.Cast,
+                tile_compute.CausalMask)
 
 
 class _Classes:
@@ -112,10 +113,10 @@ def value_slots(instr: Instr) -> list[tuple[list[Value], list[Value]]]:
     of its regions) and the values that receive them (the region arguments, the
     result). An ``if``'s condition and a ``while``'s ``tile.condition`` are no slot."""
     op = instr.op
-    if isinstance(op, T.If):
+    if isinstance(op, tile_ir.If):
         carried: Sequence[Value] = []
         bodies, arg_lists = instr.regions, []
-    elif isinstance(op, T.For):  # the body's first argument is the index
+    elif isinstance(op, tile_ir.For):  # the body's first argument is the index
         carried, bodies = instr.operands[3:], instr.regions
         arg_lists = [bodies[0].block.args[1:]]
     else:  # tile.while: (condition, body), both taking the carried values
@@ -139,17 +140,17 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
         if isinstance(op, _ELEMENTWISE):
             for v in vals[1:]:
                 cls.join(vals[0], v)
-        elif isinstance(op, C.Reshape) and len(vals) == 2 and _unit_reshape(*vals):
+        elif isinstance(op, tile_compute.Reshape) and len(vals) == 2 and _unit_reshape(*vals):
             cls.join(vals[0], vals[1])  # (R,) <-> (R, 1): the same values, the same threads
-        elif isinstance(op, C.Mma):
+        elif isinstance(op, tile_compute.Mma):
             acc_roots.append(instr.results[0])
             if len(instr.operands) == 3:
                 cls.join(instr.operands[2], instr.results[0])
-        elif isinstance(op, C.Reduce) and _tensor(instr.results[0]):
+        elif isinstance(op, tile_compute.Reduce) and _tensor(instr.results[0]):
             rows_from.append((instr.results[0], instr.operands[0]))
-        elif isinstance(op, C.Broadcast) and _tensor(instr.operands[0]):
+        elif isinstance(op, tile_compute.Broadcast) and _tensor(instr.operands[0]):
             bcast.append((instr.operands[0], instr.results[0]))
-        elif isinstance(op, (T.For, T.While, T.If)):
+        elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
             for sources, targets in value_slots(instr):
                 members = [v for v in (*sources, *targets) if _tensor(v)]
                 for m in members[1:]:
@@ -204,10 +205,10 @@ def possibly_wide(fn: Function) -> set[Value]:
         for instr in walk(fn.body):
             op = instr.op
             new: list[Value] = []
-            if isinstance(op, C.Mma) or (isinstance(op, WIDE_OK)
+            if isinstance(op, tile_compute.Mma) or (isinstance(op, WIDE_OK)
                                          and any(v in wide for v in instr.operands)):
                 new = list(instr.results)
-            elif isinstance(op, (T.For, T.While, T.If)):
+            elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
                 for sources, targets in value_slots(instr):
                     if any(v in wide for v in sources):
                         new += targets

@@ -30,8 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
+from tessera.ir import tile_compute, tile_memory
 from tessera.ir.core import Function, Value, walk
 from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierWait
 from tessera.lower.core import Lowerer
@@ -49,16 +48,16 @@ def operand_buffers(fn: Function) -> set[Value]:
     source: dict[Value, set[Value]] = {}
     for instr in walk(fn.body):
         op = instr.op
-        if isinstance(op, M.AllocShared):
+        if isinstance(op, tile_memory.AllocShared):
             source[instr.results[0]] = {instr.results[0]}
-        elif isinstance(op, (M.Load, C.Transpose, M.Select)):
-            mems = instr.operands[1:] if isinstance(op, M.Select) else instr.operands[:1]
+        elif isinstance(op, (tile_memory.Load, tile_compute.Transpose, tile_memory.Select)):
+            mems = instr.operands[1:] if isinstance(op, tile_memory.Select) else instr.operands[:1]
             found = set().union(*(source.get(v, set()) for v in mems))
             if found:
                 source[instr.results[0]] = found
     out: set[Value] = set()
     for instr in walk(fn.body):
-        if isinstance(instr.op, C.Mma):
+        if isinstance(instr.op, tile_compute.Mma):
             for v in instr.operands[:2]:
                 out |= source.get(v, set())
     return out

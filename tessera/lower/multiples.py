@@ -21,8 +21,8 @@ from math import gcd
 
 import numpy as np
 
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
+from tessera.ir import tile as tile_ir
+from tessera.ir import tile_compute
 from tessera.ir.core import Block, Function, Instr, Value, walk
 
 
@@ -32,7 +32,7 @@ class Multiples:
     def __init__(self, fn: Function) -> None:
         # a for's index is argument 0 of its region's block, which does not know its op
         self._loop_of: dict[Block, Instr] = {
-            region.block: instr for instr in walk(fn.body) if isinstance(instr.op, T.For)
+            region.block: instr for instr in walk(fn.body) if isinstance(instr.op, tile_ir.For)
             for region in instr.regions}
         self._memo: dict[Value, int] = {}
 
@@ -53,13 +53,13 @@ class Multiples:
         if not isinstance(owner, Instr):
             return 1
         op, args = owner.op, owner.operands
-        if isinstance(op, T.Constant):
+        if isinstance(op, tile_ir.Constant):
             value = op.value
             integral = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
             return abs(int(value)) if integral else 1
-        if isinstance(op, C.Mul):
+        if isinstance(op, tile_compute.Mul):
             return self.of(args[0]) * self.of(args[1])
-        if isinstance(op, (C.Add, C.Sub)):
+        if isinstance(op, (tile_compute.Add, tile_compute.Sub)):
             return gcd(self.of(args[0]), self.of(args[1]))
         return 1
 

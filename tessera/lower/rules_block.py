@@ -19,8 +19,7 @@ from math import prod
 from typing import Any
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
+from tessera.ir import tile_compute, tile_memory
 from tessera.ir.core import Instr
 from tessera.ir.target_async import CpAsyncCommit, CpAsyncWait, Fence
 from tessera.ir.target_ops import Bar
@@ -97,7 +96,7 @@ def load_tile(low: Lowerer, instr: Instr, mem: Mem) -> Lowered:
     return replace(mem, meta={**mem.meta, "loaded": True})
 
 
-@rule(C.Transpose)
+@rule(tile_compute.Transpose)
 def _transpose(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     (x,) = args
     if not isinstance(x, Mem):
@@ -107,10 +106,10 @@ def _transpose(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
                     transposed=not x.transposed, meta=dict(x.meta))]
 
 
-@rule(C.Full)
+@rule(tile_compute.Full)
 def _full(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, C.Full)
+    assert isinstance(op, tile_compute.Full)
     from tessera.lower.rules_tensor import register_count
 
     layout = low.layouts[instr.results[0]]
@@ -120,7 +119,7 @@ def _full(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [Dist(layout, [low.em.const(value, t)] * n, t)]
 
 
-@rule(M.CpAsync)
+@rule(tile_memory.CpAsync)
 def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     dst, src = args
     assert isinstance(dst, Mem) and isinstance(src, Mem)
@@ -149,27 +148,27 @@ def _war_barrier(low: Lowerer, e: TargetEmitter) -> None:
     if not low.block_kernel:  # a scalar kernel's tiles are threads: the tile program syncs
         return
     last = e.block.instrs[-1].op if e.block.instrs else None
-    if low.extra.get("prev_op") is not M.CpAsync and not isinstance(last, Bar):
+    if low.extra.get("prev_op") is not tile_memory.CpAsync and not isinstance(last, Bar):
         e.bar()
 
 
-@rule(M.CpCommitGroup)
+@rule(tile_memory.CpCommitGroup)
 def _commit(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     commit_all(low, low.em, force=True)
     return []
 
 
-@rule(M.CpWaitGroup)
+@rule(tile_memory.CpWaitGroup)
 def _wait(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, M.CpWaitGroup)
+    assert isinstance(op, tile_memory.CpWaitGroup)
     # every thread waits for its own copies; the barrier makes the CTA's copies visible
     wait_all(low, low.em, op.n)
     low.em.bar()
     return []
 
 
-@rule(C.Mma)
+@rule(tile_compute.Mma)
 def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     a, b = args[0], args[1]
     layout = low.layouts[instr.results[0]]

@@ -14,7 +14,7 @@ from dataclasses import replace
 from math import gcd, prod
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_memory as M
+from tessera.ir import tile_memory
 from tessera.ir.core import Instr, Value
 from tessera.ir.target_ops import Reduce
 from tessera.ir.tile import MemRefType
@@ -101,10 +101,10 @@ def to_mem(e: TargetEmitter, value: Value, vt: str, mt: str, element: object) ->
     raise UnsupportedError(f"cannot store {vt} registers as {mt}", loc=e.loc)
 
 
-@rule(M.AllocRegister)
+@rule(tile_memory.AllocRegister)
 def _alloc_register(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, M.AllocRegister)
+    assert isinstance(op, tile_memory.AllocRegister)
     t = reg_type(op.element)
     poison = float("nan") if t == "f32" else 0  # the simulator's uninitialised value
     if op.shape:
@@ -115,10 +115,10 @@ def _alloc_register(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Low
     return [Scalar(low.em.const(poison, t), t)]
 
 
-@rule(M.AllocShared)
+@rule(tile_memory.AllocShared)
 def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, M.AllocShared)
+    assert isinstance(op, tile_memory.AllocShared)
     size = prod(op.shape) * elem_bytes(op.element)
     align = max(op.alignment, ALIGN[op.swizzle])
     swizzle, meta = SWIZZLE_BYTES[op.swizzle], {}
@@ -135,10 +135,10 @@ def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
                 swizzle=swizzle, meta=meta, align=align)]
 
 
-@rule(M.View)
+@rule(tile_memory.View)
 def _view(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, M.View)
+    assert isinstance(op, tile_memory.View)
     src = args[0]
     if not isinstance(src, Mem):
         raise UnsupportedError("only memory can be viewed", loc=instr.loc)
@@ -159,7 +159,7 @@ def _view(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                 meta=dict(src.meta), align=align)]
 
 
-@rule(M.Select)
+@rule(tile_memory.Select)
 def _select(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     index, mems = args[0], args[1:]
     assert isinstance(index, Scalar)
@@ -180,7 +180,7 @@ def _rank0(instr: Instr) -> bool:
     return isinstance(t, MemRefType) and t.rank == 0
 
 
-@rule(M.Load, M.LoadVector)
+@rule(tile_memory.Load, tile_memory.LoadVector)
 def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem = args[0]
     assert isinstance(mem, Mem)
@@ -191,7 +191,7 @@ def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [load_tile(low, instr, mem)]
 
 
-@rule(M.Store, M.StoreVector)
+@rule(tile_memory.Store, tile_memory.StoreVector)
 def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
@@ -204,10 +204,10 @@ def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return []
 
 
-@rule(M.Update)
+@rule(tile_memory.Update)
 def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, M.Update)
+    assert isinstance(op, tile_memory.Update)
     mem, value = args
     assert isinstance(mem, Mem)
     if not (isinstance(value, Scalar) and _rank0(instr)):
@@ -244,7 +244,7 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return []
 
 
-@rule(M.Barrier)
+@rule(tile_memory.Barrier)
 def _barrier(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     from tessera.lower.rules_block import finish_async
 

@@ -13,7 +13,7 @@ as ``np.max``) in the same shape.
 from __future__ import annotations
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute as C
+from tessera.ir import tile_compute
 from tessera.ir.core import Instr, Value
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
@@ -117,10 +117,10 @@ def _offsets(n: int) -> list[int]:
     return out
 
 
-@rule(C.Reduce)
+@rule(tile_compute.Reduce)
 def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, C.Reduce)
+    assert isinstance(op, tile_compute.Reduce)
     src = instr.operands[0]
     x = materialize(low, args[0], low.layouts.get(src))
     if not isinstance(x, Dist) or x.type != "f32" or op.kind not in ("sum", "max") or \

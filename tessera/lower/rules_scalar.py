@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_ids as I
+from tessera.ir import tile_compute, tile_ids
 from tessera.ir.core import Instr, Value
 from tessera.ir.tile import Constant
 from tessera.ir.types import TensorType
@@ -21,8 +20,10 @@ from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import NARROW, Dist, Lowered, Scalar, reg_type, storage_name
 
-FLOAT_OPS = {C.Add: "add", C.Sub: "sub", C.Mul: "mul", C.Div: "div"}
-CMP = {C.Lt: "lt", C.Le: "le", C.Gt: "gt", C.Ge: "ge", C.Eq: "eq", C.Ne: "ne"}
+FLOAT_OPS = {tile_compute.Add: "add", tile_compute.Sub: "sub", tile_compute.Mul: "mul",
+             tile_compute.Div: "div"}
+CMP = {tile_compute.Lt: "lt", tile_compute.Le: "le", tile_compute.Gt: "gt", tile_compute.Ge: "ge",
+       tile_compute.Eq: "eq", tile_compute.Ne: "ne"}
 
 
 def result_type(instr: Instr) -> TensorType:
@@ -83,22 +84,22 @@ def _constant(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return [Scalar(low.em.const(value, t), t)]
 
 
-@rule(I.LinearId, I.GroupId, I.LocalId, I.GridCoord)
+@rule(tile_ids.LinearId, tile_ids.GroupId, tile_ids.LocalId, tile_ids.GridCoord)
 def _ids(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     e, g = low.em, low.geom
     assert g is not None
     op = instr.op
     group = low.group_id(e)
-    if isinstance(op, I.GroupId):
+    if isinstance(op, tile_ids.GroupId):
         return [Scalar(group, "s32")]
-    if isinstance(op, I.LocalId):
+    if isinstance(op, tile_ids.LocalId):
         return [Scalar(low.local_id(e), "s32")]
-    if isinstance(op, I.LinearId):
+    if isinstance(op, tile_ids.LinearId):
         if g.group_size == 1:
             return [Scalar(group, "s32")]
         v = e.add(e.mul(group, e.const(g.group_size, "s32"), "s32"), low.local_id(e), "s32")
         return [Scalar(v, "s32")]
-    assert isinstance(op, I.GridCoord)
+    assert isinstance(op, tile_ids.GridCoord)
     inner = 1
     for d in g.grid[op.axis + 1:]:
         inner *= d
@@ -109,35 +110,37 @@ def _ids(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
 
 def _int_op(e: TargetEmitter, cls: type, a: Value, b: Value) -> Value:
-    if cls in (C.Add, C.Sub, C.Mul):
+    if cls in (tile_compute.Add, tile_compute.Sub, tile_compute.Mul):
         return e.bin(FLOAT_OPS[cls], a, b, "s32")
-    if cls in (C.Maximum, C.Minimum):
-        return e.bin("max" if cls is C.Maximum else "min", a, b, "s32")
-    if cls in (C.FloorDiv, C.Mod):
+    if cls in (tile_compute.Maximum, tile_compute.Minimum):
+        return e.bin("max" if cls is tile_compute.Maximum else "min", a, b, "s32")
+    if cls in (tile_compute.FloorDiv, tile_compute.Mod):
         # Python semantics: the quotient rounds toward -inf, the remainder takes b's sign
         q = e.bin("div", a, b, "s32")
         r = e.bin("rem", a, b, "s32")
         zero = e.const(0, "s32")
         signs = e.bin("xor", e.setp("lt", r, zero, "s32"), e.setp("lt", b, zero, "s32"), "pred")
         fix = e.bin("and", e.setp("ne", r, zero, "s32"), signs, "pred")
-        if cls is C.FloorDiv:
+        if cls is tile_compute.FloorDiv:
             return e.selp(e.bin("sub", q, e.const(1, "s32"), "s32"), q, fix, "s32")
         return e.selp(e.add(r, b, "s32"), r, fix, "s32")
     raise UnsupportedError(f"{cls.__name__} of integers is not lowered", loc=e.loc)
 
 
-@rule(C.Add, C.Sub, C.Mul, C.Div, C.FloorDiv, C.Mod, C.Maximum, C.Minimum, C.Pow)
+@rule(tile_compute.Add, tile_compute.Sub, tile_compute.Mul, tile_compute.Div,
+      tile_compute.FloorDiv, tile_compute.Mod, tile_compute.Maximum, tile_compute.Minimum,
+      tile_compute.Pow)
 def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     cls = type(instr.op)
     t = result_type(instr)
     rt = reg_type(t.element, f"{instr.op.name}: ")
     if rt == "s32":
         return elementwise(low, instr, args, lambda e, r: _int_op(e, cls, *r), "s32")
-    if rt != "f32" or cls in (C.FloorDiv, C.Mod, C.Pow):
+    if rt != "f32" or cls in (tile_compute.FloorDiv, tile_compute.Mod, tile_compute.Pow):
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered to PTX",
                                loc=instr.loc)
-    if cls in (C.Maximum, C.Minimum):  # NaN propagates, as np.maximum does
-        name = "max" if cls is C.Maximum else "min"
+    if cls in (tile_compute.Maximum, tile_compute.Minimum):  # NaN propagates, as np.maximum does
+        name = "max" if cls is tile_compute.Maximum else "min"
         return elementwise(low, instr, args, lambda e, r: round_to(
             e, e.bin(name, r[0], r[1], "f32", "NaN"), t.element), "f32")
     name = FLOAT_OPS[cls]
@@ -146,7 +149,7 @@ def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                        "f32")
 
 
-@rule(C.Lt, C.Le, C.Gt, C.Ge, C.Eq, C.Ne)
+@rule(*CMP)
 def _compare(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     cmp = CMP[type(instr.op)]
     t = args[0].type  # type: ignore[union-attr]
@@ -155,39 +158,41 @@ def _compare(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return elementwise(low, instr, args, lambda e, r: e.setp(cmp, r[0], r[1], t), "pred")
 
 
-@rule(C.And, C.Or)
+@rule(tile_compute.And, tile_compute.Or)
 def _logical(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    name = "and" if isinstance(instr.op, C.And) else "or"
+    name = "and" if isinstance(instr.op, tile_compute.And) else "or"
     return elementwise(low, instr, args, lambda e, r: e.bin(name, r[0], r[1], "pred"), "pred")
 
 
-@rule(C.Neg, C.Not, C.Abs, C.Sqrt, C.Trunc, C.Exp)
+@rule(tile_compute.Neg, tile_compute.Not, tile_compute.Abs, tile_compute.Sqrt,
+      tile_compute.Trunc, tile_compute.Exp)
 def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = result_type(instr)
     rt = reg_type(t.element, f"{instr.op.name}: ")
     cls = type(instr.op)
-    if cls is C.Not:
+    if cls is tile_compute.Not:
         return elementwise(low, instr, args, lambda e, r: e.un("not", r[0], "pred"), "pred")
-    if rt == "s32" and cls in (C.Neg, C.Abs):
-        name = "neg" if cls is C.Neg else "abs"
+    if rt == "s32" and cls in (tile_compute.Neg, tile_compute.Abs):
+        name = "neg" if cls is tile_compute.Neg else "abs"
         return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "s32"), "s32")
     if rt != "f32":
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered", loc=instr.loc)
-    if cls is C.Exp:
+    if cls is tile_compute.Exp:
         from tessera.lower.mathlib import emit_exp_f32
 
         return elementwise(low, instr, args,
                            lambda e, r: round_to(e, emit_exp_f32(e, r[0]), t.element), "f32")
-    if cls is C.Trunc:
+    if cls is tile_compute.Trunc:
         return elementwise(low, instr, args, lambda e, r: e.cvt(r[0], "f32", "f32", "rzi"),
                            "f32")
-    name, mode = {C.Neg: ("neg", ""), C.Abs: ("abs", ""), C.Sqrt: ("sqrt", "rn")}[cls]
+    name, mode = {tile_compute.Neg: ("neg", ""), tile_compute.Abs: ("abs", ""),
+                  tile_compute.Sqrt: ("sqrt", "rn")}[cls]
     return elementwise(low, instr, args,
                        lambda e, r: round_to(e, e.un(name, r[0], "f32", mode), t.element),
                        "f32")
 
 
-@rule(C.Where)
+@rule(tile_compute.Where)
 def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = args[1].type  # type: ignore[union-attr]
     # selp takes (a, b, cond): the operands in the order 1, 2, 0
@@ -195,10 +200,10 @@ def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                        order=(1, 2, 0))
 
 
-@rule(C.Cast)
+@rule(tile_compute.Cast)
 def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
-    assert isinstance(op, C.Cast)
+    assert isinstance(op, tile_compute.Cast)
     src = args[0].type  # type: ignore[union-attr]
     dst = reg_type(op.to, "cast: ")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute as C
+from tessera.ir import tile_compute
 from tessera.ir.core import Instr, Value
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
@@ -144,7 +144,7 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
     for_each_element(low, value.layout, mem, add)
 
 
-@rule(C.Broadcast)
+@rule(tile_compute.Broadcast)
 def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     (x,) = args
     out = low.layouts[instr.results[0]]
@@ -174,7 +174,7 @@ def register_count(layout: object) -> int:
     raise UnsupportedError(f"unknown layout {layout}")
 
 
-@rule(C.Reshape)
+@rule(tile_compute.Reshape)
 def _reshape(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     (x,) = args
     out = low.layouts.get(instr.results[0])
@@ -184,7 +184,7 @@ def _reshape(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                            loc=instr.loc)
 
 
-@rule(C.CausalMask)
+@rule(tile_compute.CausalMask)
 def _causal(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     s, q0, k0 = args
     assert isinstance(s, Dist) and isinstance(q0, Scalar) and isinstance(k0, Scalar)

@@ -104,8 +104,8 @@ def longest_reduction(fn: Any) -> int:
     """The most terms any output element of a tile kernel sums: an ``mma``'s K times
     the trip counts of the loops around it (``acc = mma(a, b, acc)`` in a K loop), or
     a row reduction's length."""
-    from tessera.ir import tile as T
-    from tessera.ir import tile_compute as C
+    from tessera.ir import tile as tile_ir
+    from tessera.ir import tile_compute
 
     consts: dict[Any, int] = {}
     best = 1
@@ -114,14 +114,14 @@ def longest_reduction(fn: Any) -> int:
         nonlocal best
         for instr in block.instrs:
             op = instr.op
-            if isinstance(op, T.Constant) and isinstance(op.value, int):
+            if isinstance(op, tile_ir.Constant) and isinstance(op.value, int):
                 consts[instr.results[0]] = op.value
-            elif isinstance(op, C.Mma):
+            elif isinstance(op, tile_compute.Mma):
                 best = max(best, instr.operands[0].type.shape[-1] * trips)
-            elif isinstance(op, C.Reduce):
+            elif isinstance(op, tile_compute.Reduce):
                 best = max(best, instr.operands[0].type.shape[op.axis])
             inner = trips
-            if isinstance(op, T.For):
+            if isinstance(op, tile_ir.For):
                 lo, hi, step = (consts.get(v) for v in instr.operands[:3])
                 inner = trips * (len(range(lo, hi, step)) if None not in (lo, hi, step) else 1)
             for region in instr.regions:
