@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, DimBindingError, StageError, user_api
+from tessera.frontend.dist_arg import DistArg, one_mesh
 from tessera.frontend.jit_args import (
     annotations_of,
     checked,
@@ -39,7 +40,6 @@ from tessera.frontend.trace import Trace, Tracer
 from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
-from tessera.mesh_sim.spmd.args import DistArg, one_mesh
 from tessera.numerics import DimEnv, storage_of
 
 #: the Graph IR pipeline run after tracing (one flat list of pass names);

@@ -13,17 +13,16 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import DTypeError, TraceError
+from tessera.frontend.dist_arg import DistArg, DistValue
 from tessera.frontend.pytree import flatten, unflatten
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Tracer
-from tessera.mesh_sim.spmd.args import DistArg
-from tessera.mesh_sim.tensor import DistTensor
 from tessera.numerics import DimEnv, DType, Policy, PolicyClass, TensorSpec, element, storage_of
 
 
 def is_array(x: Any) -> bool:
     """Whether ``x`` is traced as a tensor (rather than a static constant)."""
-    return isinstance(x, (np.ndarray, Tensor, Tracer, np.generic, DistTensor)) and \
+    return isinstance(x, (np.ndarray, Tensor, Tracer, np.generic, DistValue)) and \
         not isinstance(x, str)
 
 
@@ -99,15 +98,15 @@ def spread(signature: inspect.Signature, arguments: dict[str, Any]
 def dist_args_in(tree: Any) -> Any:
     """``tree`` with every DistTensor leaf made a :class:`DistArg`."""
     leaves, treedef = flatten(tree)
-    if not any(isinstance(x, DistTensor) for x in leaves):
+    if not any(isinstance(x, DistValue) for x in leaves):
         return tree
-    return unflatten(treedef, [DistArg(x) if isinstance(x, DistTensor) else x for x in leaves])
+    return unflatten(treedef, [DistArg(x) if isinstance(x, DistValue) else x for x in leaves])
 
 
 def tensors_in(tree: Any) -> Any:
     """``tree`` with every array leaf made a Tensor (other leaves unchanged)."""
     leaves, treedef = flatten(tree)
-    return unflatten(treedef, [DistArg(x) if isinstance(x, DistTensor) else as_tensor(x)
+    return unflatten(treedef, [DistArg(x) if isinstance(x, DistValue) else as_tensor(x)
                                if is_array(x) and not isinstance(x, Tracer) else x
                                for x in leaves])
 

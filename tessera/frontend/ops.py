@@ -24,13 +24,12 @@ from tessera.errors import (
     user_api,
     user_location,
 )
+from tessera.frontend.dist_arg import DistArg, DistValue
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Tracer, current_trace
 from tessera.ir import graph as g
 from tessera.ir.core import Op, Region
 from tessera.ir.types import Dense
-from tessera.mesh_sim.spmd.args import DistArg
-from tessera.mesh_sim.tensor import DistTensor
 from tessera.numerics import DType, element, promote, storage_of, to_f64
 
 Operand = Tracer | Tensor
@@ -44,7 +43,7 @@ def bind(op: Op, *operands: Operand, regions: Sequence[Region] = (),
     """Apply ``op``: trace it if any operand is traced, else run it now (on the mesh
     of the DistTensor operands when there are any)."""
     loc = loc or user_location()
-    operands = tuple(operand(o) if isinstance(o, DistTensor) else o for o in operands)
+    operands = tuple(operand(o) if isinstance(o, DistValue) else o for o in operands)
     if any(isinstance(o, Tracer) for o in operands) or regions:
         trace = current_trace()
         if trace is None:
@@ -87,7 +86,7 @@ def operand(x: Any, like: Operand | None = None) -> Operand:
     """``x`` as a tensor or tracer; a Python scalar takes the format of ``like``."""
     if isinstance(x, (Tracer, Tensor)):
         return x
-    if isinstance(x, DistTensor):
+    if isinstance(x, DistValue):
         return DistArg(x)
     if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return as_tensor(np.asarray(x), _weak_element(x, like))

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import user_api
+from tessera.frontend.dist_arg import DistValue
 from tessera.mesh_sim.checks import as_tuple
 from tessera.mesh_sim.errors import MaterializeError, MeshError
 from tessera.mesh_sim.mesh import Mesh
@@ -60,7 +61,7 @@ def frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-class DistTensor:
+class DistTensor(DistValue):
     """A tensor distributed over a :class:`Mesh` (build it with ``dist.tensor``,
     ``dist.from_numpy`` or ``dist.from_shards``; the collectives return new ones).
 
