@@ -5,7 +5,8 @@ names the specification's examples use bare (never names that shadow Python buil
 such as ``max``, ``sum``, ``abs``, ``round``, ``min`` and ``range``).
 """
 
-from tessera import dist, graph, op, tile
+from tessera import graph, op, tile
+from tessera import lazy as _lazy
 from tessera.autodiff import (
     autodiff,
     custom_jvp,
@@ -23,8 +24,12 @@ from tessera.errors import (
     InterpretError,
     IRParseError,
     IRVerifyError,
+    MeshError,
+    MeshShapeError,
+    PlacementError,
     PolicyError,
     ShapeError,
+    ShardingError,
     StageError,
     TesseraError,
     TileContextError,
@@ -84,11 +89,6 @@ from tessera.frontend.ops import (
 )
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.lower import passes as _lowering_passes  # registers the lowering passes
-from tessera.mesh_sim import DistTensor, ShardSpec
-from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError, ShardingError
-from tessera.mesh_sim.launch import index_launch
-from tessera.mesh_sim.regions import Region, RegionConflictError, RegionError, read, reduce, write
-from tessera.mesh_sim.spmd.api import all_gather, all_reduce, all_to_all, reduce_scatter
 from tessera.numerics import (
     DType,
     Policy,
@@ -194,15 +194,18 @@ __all__ = [
     "vjp",
     "write",
 ]
-# the PTX backend, imported on first use (it loads the CUDA bindings)
+# The mesh simulator (with networkx) and the PTX backend (with the CUDA bindings) load on
+# first use (tessera/lazy.py): ``import tessera`` is the front end, the IR and the
+# interpreters only.
+__getattr__, __dir__ = _lazy.attach(__name__, globals(), {
+    "dist": ("tessera.dist", None),
+    **_lazy.names("tessera.mesh_sim.tensor", "DistTensor"),
+    **_lazy.names("tessera.mesh_sim.sharding", "ShardSpec"),
+    **_lazy.names("tessera.mesh_sim.launch", "index_launch"),
+    **_lazy.names("tessera.mesh_sim.regions", "Region", "RegionConflictError", "RegionError",
+                  "read", "reduce", "write"),
+    **_lazy.names("tessera.mesh_sim.spmd.api", "all_gather", "all_reduce", "all_to_all",
+                  "reduce_scatter"),
+    **_lazy.names("tessera.ptx.api", "aot", "check_against_reference", "launch"),
+})
 __all__ += ["aot", "check_against_reference", "launch"]
-
-_BACKEND = ("aot", "check_against_reference", "launch")
-
-
-def __getattr__(name: str) -> object:
-    if name in _BACKEND:
-        from tessera.ptx import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'tessera' has no attribute {name!r}")

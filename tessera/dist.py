@@ -11,7 +11,8 @@ Build a mesh, lay a tensor out on it, and move it between placements::
 
 All devices are virtual devices of the mesh simulator (:mod:`tessera.mesh_sim`), unless
 a GPU backend maps them. Collectives reduce in rank order and are bit-reproducible.
-``dist.mpi`` holds the same all-reduce spread over MPI ranks (imported on first use).
+``dist.mpi`` holds the same all-reduce spread over MPI ranks. Every name is imported
+on first use, so ``import tessera`` does not load the simulator.
 
 ``dist.tensor`` without ``data`` is lazy: metadata until a shard is read, and zeros
 wherever it is read or computed with (``np.asarray``, ``@ts.jit``); making more than
@@ -25,54 +26,66 @@ global values, in ``dist.index_launch`` bodies they combine the values of all in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from tessera.mesh_sim import (
-    NVL72_FACTORS,
-    PARTIAL,
-    REPLICATED,
-    SHARDED,
-    DistTensor,
+from tessera import lazy
+from tessera.errors import (  # defined below the IR: nothing to load
     MaterializeError,
-    Mesh,
     MeshError,
     MeshShapeError,
     PlacementError,
     ShardingError,
-    ShardSpec,
-    from_numpy,
-    from_shards,
-    mesh,
-    reduce_in_order,
-    relayout,
-    shard_slices,
-    shift,
-    split_offsets,
-    tensor,
 )
-from tessera.mesh_sim.launch import axis_index, index_launch
-from tessera.mesh_sim.regions import Region, RegionConflictError, RegionError, read, reduce, write
-from tessera.mesh_sim.spmd.api import (  # these also work on traced values (jit, launches)
-    all_gather,
-    all_reduce,
-    all_to_all,
-    broadcast,
-    ppermute,
-    recv,
-    reduce_scatter,
-    send,
-)
-from tessera.mesh_sim.spmd.depend import LaunchGraph, launch_graph
 
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
+    from tessera.mesh_sim.collectives import relayout
+    from tessera.mesh_sim.construct import from_numpy, from_shards, tensor
+    from tessera.mesh_sim.launch import axis_index, index_launch
+    from tessera.mesh_sim.mesh import NVL72_FACTORS, Mesh, mesh
+    from tessera.mesh_sim.p2p import shift
+    from tessera.mesh_sim.reduce import reduce_in_order
+    from tessera.mesh_sim.regions import (
+        Region,
+        RegionConflictError,
+        RegionError,
+        read,
+        reduce,
+        write,
+    )
+    from tessera.mesh_sim.sharding import ShardSpec, shard_slices, split_offsets
+    from tessera.mesh_sim.spmd.api import (
+        all_gather,
+        all_reduce,
+        all_to_all,
+        broadcast,
+        ppermute,
+        recv,
+        reduce_scatter,
+        send,
+    )
+    from tessera.mesh_sim.spmd.depend import LaunchGraph, launch_graph
+    from tessera.mesh_sim.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
 
-def __getattr__(name: str) -> Any:
-    # The MPI layer imports mpi4py lazily; ``dist.mpi`` loads it only when asked for.
-    if name == "mpi":
-        from tessera.mesh_sim import mpi
-
-        return mpi
-    raise AttributeError(f"module 'tessera.dist' has no attribute {name!r}")
-
+# The rest is imported on first access, one simulator module at a time: ``dist.mesh``
+# loads the mesh, not the collectives, the pipelines or networkx.
+__getattr__, __dir__ = lazy.attach(__name__, globals(), {
+    **lazy.names("tessera.mesh_sim.mesh", "NVL72_FACTORS", "Mesh", "mesh"),
+    **lazy.names("tessera.mesh_sim.tensor", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor"),
+    **lazy.names("tessera.mesh_sim.sharding", "ShardSpec", "shard_slices", "split_offsets"),
+    **lazy.names("tessera.mesh_sim.construct", "from_numpy", "from_shards", "tensor"),
+    **lazy.names("tessera.mesh_sim.reduce", "reduce_in_order"),
+    **lazy.names("tessera.mesh_sim.collectives", "relayout"),
+    **lazy.names("tessera.mesh_sim.p2p", "shift"),
+    **lazy.names("tessera.mesh_sim.launch", "axis_index", "index_launch"),
+    **lazy.names("tessera.mesh_sim.regions", "Region", "RegionConflictError", "RegionError",
+                 "read", "reduce", "write"),
+    # these also work on traced values (jit, launches)
+    **lazy.names("tessera.mesh_sim.spmd.api", "all_gather", "all_reduce", "all_to_all",
+                 "broadcast", "ppermute", "recv", "reduce_scatter", "send"),
+    **lazy.names("tessera.mesh_sim.spmd.depend", "LaunchGraph", "launch_graph"),
+    # the MPI layer (it imports mpi4py when a communicator is asked for)
+    "mpi": ("tessera.mesh_sim.mpi", None),
+})
 
 __all__ = [
     "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "LaunchGraph",

@@ -21,35 +21,72 @@
 Everything is deterministic: a reduction adds in rank order, left to right, so its bits
 do not depend on how the simulation is run (one process or any number of MPI ranks).
 The user-facing namespace is :mod:`tessera.dist`.
+
+Importing the package loads the mesh, DistTensor and the cost model; the collectives,
+pipelines (with networkx), mixture of experts and the SPMD executor load when one of
+their names is first used.
 """
 
-from tessera.mesh_sim.collectives import (
-    all_gather,
-    all_reduce,
-    all_to_all,
-    reduce_scatter,
-    relayout,
-)
-from tessera.mesh_sim.construct import from_numpy, from_shards, tensor
-from tessera.mesh_sim.cost import CostModel
-from tessera.mesh_sim.errors import (
+from typing import TYPE_CHECKING
+
+from tessera import lazy
+from tessera.errors import (
     MaterializeError,
     MeshError,
     MeshShapeError,
     PlacementError,
     ShardingError,
 )
+
+# Three public names are also the names of submodules (``mesh``, ``tensor``,
+# ``profile``): importing a submodule binds its name on the package, which would shadow
+# a lazy function of the same name, so these are imported now (the mesh, DistTensor
+# and the cost model: the core every other module needs anyway).
+from tessera.mesh_sim.construct import from_numpy, from_shards, tensor
 from tessera.mesh_sim.mesh import NVL72_FACTORS, Mesh, mesh
-from tessera.mesh_sim.moe import MoE, MoEGrads, MoEOutput
-from tessera.mesh_sim.p2p import broadcast, ppermute, recv, send, shift
-from tessera.mesh_sim.pipeline import DeadlockError, Schedule, ScheduleError, gpipe, one_f_one_b
-from tessera.mesh_sim.pipeline_run import Pipeline, PipelineResult, Stage
 from tessera.mesh_sim.profile import profile
-from tessera.mesh_sim.reduce import reduce_in_order
-from tessera.mesh_sim.sharding import ShardSpec, shard_slices, split_offsets
-from tessera.mesh_sim.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
-from tessera.mesh_sim.topology import H100_NODE, NVL72
-from tessera.mesh_sim.trace import Timeline
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
+    from tessera.mesh_sim.collectives import (
+        all_gather,
+        all_reduce,
+        all_to_all,
+        reduce_scatter,
+        relayout,
+    )
+    from tessera.mesh_sim.cost import CostModel
+    from tessera.mesh_sim.moe import MoE, MoEGrads, MoEOutput
+    from tessera.mesh_sim.p2p import broadcast, ppermute, recv, send, shift
+    from tessera.mesh_sim.pipeline import (
+        DeadlockError,
+        Schedule,
+        ScheduleError,
+        gpipe,
+        one_f_one_b,
+    )
+    from tessera.mesh_sim.pipeline_run import Pipeline, PipelineResult, Stage
+    from tessera.mesh_sim.reduce import reduce_in_order
+    from tessera.mesh_sim.sharding import ShardSpec, shard_slices, split_offsets
+    from tessera.mesh_sim.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
+    from tessera.mesh_sim.topology import H100_NODE, NVL72
+    from tessera.mesh_sim.trace import Timeline
+
+# The collectives, pipelines (networkx) and mixture of experts load on first access.
+__getattr__, __dir__ = lazy.attach(__name__, globals(), {
+    **lazy.names("tessera.mesh_sim.collectives", "all_gather", "all_reduce", "all_to_all",
+                 "reduce_scatter", "relayout"),
+    **lazy.names("tessera.mesh_sim.cost", "CostModel"),
+    **lazy.names("tessera.mesh_sim.moe", "MoE", "MoEGrads", "MoEOutput"),
+    **lazy.names("tessera.mesh_sim.p2p", "broadcast", "ppermute", "recv", "send", "shift"),
+    **lazy.names("tessera.mesh_sim.pipeline", "DeadlockError", "Schedule", "ScheduleError",
+                 "gpipe", "one_f_one_b"),
+    **lazy.names("tessera.mesh_sim.pipeline_run", "Pipeline", "PipelineResult", "Stage"),
+    **lazy.names("tessera.mesh_sim.reduce", "reduce_in_order"),
+    **lazy.names("tessera.mesh_sim.sharding", "ShardSpec", "shard_slices", "split_offsets"),
+    **lazy.names("tessera.mesh_sim.tensor", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor"),
+    **lazy.names("tessera.mesh_sim.topology", "H100_NODE", "NVL72"),
+    **lazy.names("tessera.mesh_sim.trace", "Timeline"),
+})
 
 __all__ = [
     "H100_NODE",

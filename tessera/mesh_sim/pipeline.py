@@ -25,12 +25,13 @@ where GPipe stashes ``m``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tessera.errors import user_api
 from tessera.mesh_sim.errors import MeshError
+
+if TYPE_CHECKING:  # networkx costs 0.1 s to import: loaded when a schedule is checked
+    import networkx as nx
 
 COMPUTE = ("F", "B")
 TRANSFERS = {"send_act": ("act", 0), "recv_act": ("act", -1),
@@ -176,6 +177,8 @@ class Schedule:
 
 
 def _find_cycle(graph: nx.DiGraph) -> list[tuple[Any, Any]]:
+    import networkx as nx
+
     try:
         return list(nx.find_cycle(graph))
     except nx.NetworkXNoCycle:

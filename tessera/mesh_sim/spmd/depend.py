@@ -24,12 +24,13 @@ import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from tessera.errors import UNKNOWN_LOC, Loc, user_api
 from tessera.mesh_sim.regions import READ, REDUCE, Privilege, RegionConflictError
+
+if TYPE_CHECKING:  # networkx costs 0.1 s to import: loaded when a graph is asked for
+    import networkx as nx
 
 Box = tuple[slice, ...]
 
@@ -123,6 +124,8 @@ class LaunchGraph:
     def graph(self) -> nx.DiGraph:
         """Launch numbers as nodes; an edge ``a -> b`` when ``b`` must wait for ``a``
         (attribute ``kinds``: the dependences, e.g. ``{"RAW Y"}``), transitively reduced."""
+        import networkx as nx
+
         full = nx.DiGraph()
         full.add_nodes_from(r.number for r in self.launches)
         for a, b, kind, name in self._pairs():
@@ -154,6 +157,8 @@ class LaunchGraph:
 
     def waves(self) -> list[list[int]]:
         """Launch numbers grouped into waves that may run at the same time."""
+        import networkx as nx
+
         return [sorted(w) for w in nx.topological_generations(self.graph)]
 
 
