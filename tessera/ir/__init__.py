@@ -1,4 +1,8 @@
-"""The IR stack: one core, one module per level, one printer/parser, passes."""
+"""The IR stack: one core, one module per level, one printer/parser, passes.
+
+Importing the package registers every dialect (Graph, Tile and Target IR) with the
+parser and the op registry.
+"""
 
 from tessera.ir import graph, transforms
 from tessera.ir.core import (
@@ -26,5 +30,14 @@ __all__ = [
     "transforms", "verify_function", "verify_module", "walk",
 ]
 
-# Target IR registers its types and ops with the parser on import.
-from tessera.ir import target, target_async, target_ops  # noqa: F401
+# Every dialect registers its types and ops with the parser on import, so that
+# ``import tessera.ir`` alone parses the text of every level: Tile IR and Target IR.
+from tessera.ir import (  # noqa: F401
+    target,
+    target_async,
+    target_ops,
+    tile,
+    tile_compute,
+    tile_ids,
+    tile_memory,
+)
