@@ -16,7 +16,7 @@ from tessera.errors import ArgumentError, GradError, user_api
 from tessera.frontend import ops
 from tessera.frontend.trace import Trace, Tracer
 from tessera.ir import graph as g
-from tessera.ir.core import Instr, Region
+from tessera.ir.core import Instr, IRRegion
 from tessera.ir.types import TensorType
 
 CUSTOM_RULES: dict[str, CustomFunction] = {}
@@ -50,7 +50,7 @@ class CustomFunction:
         # The region ends in a yield; captured outer values become extra operands.
         body.body.instrs[-1].op = g.Yield()
         op = g.Custom(self.rule_name, self.kind, len(trace.captured))
-        results = ops.bind(op, *operands, *trace.captured, regions=[Region([body.body])],
+        results = ops.bind(op, *operands, *trace.captured, regions=[IRRegion([body.body])],
                            result_types=body.result_types)
         return tuple(results) if isinstance(out, tuple) else results[0]
 

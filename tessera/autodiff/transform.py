@@ -24,7 +24,7 @@ from tessera.frontend import ops
 from tessera.frontend.tensor import Tensor
 from tessera.frontend.trace import Trace, Tracer, current_trace
 from tessera.ir import graph as g
-from tessera.ir.core import Function, Instr, Region, Value, clone_block
+from tessera.ir.core import Function, Instr, IRRegion, Value, clone_block
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
@@ -47,7 +47,7 @@ def zeros(t: TensorType) -> Operand:
 
 def replay(instr: Instr, operands: Sequence[Operand]) -> list[Operand]:
     """Emit a copy of ``instr`` on new operands (its regions cloned)."""
-    regions = [Region([clone_block(b, {}) for b in r.blocks]) for r in instr.regions]
+    regions = [IRRegion([clone_block(b, {}) for b in r.blocks]) for r in instr.regions]
     return ops.bind(instr.op, *operands, regions=regions,
                     result_types=[r.type for r in instr.results], loc=instr.loc)
 

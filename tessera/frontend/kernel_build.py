@@ -27,7 +27,7 @@ from tessera.frontend.kernel_errors import KernelCompileError
 from tessera.ir import tile as T
 from tessera.ir import tile_compute as C
 from tessera.ir import tile_memory as M
-from tessera.ir.core import Block, Builder, Op, Region, Type, Value
+from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
 from tessera.ir.tile import BOOL, INDEX, MemRefType
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import DType, dtype, promote, storage_of
@@ -75,7 +75,7 @@ class BuilderBase:
     # -- emission
     def emit(self, op: Op, operands: Sequence[Value], node: ast.AST | None, *,
              result_types: Sequence[Type] | None = None,
-             regions: Sequence[Region] = ()) -> list[Value]:
+             regions: Sequence[IRRegion] = ()) -> list[Value]:
         try:
             return self.builder.create(op, operands, loc=self.loc(node), regions=regions,
                                        result_types=result_types)

@@ -19,7 +19,7 @@ from tessera.frontend.kernel_build import BuilderBase, is_mem, is_value
 from tessera.frontend.kernel_scope import Undefined, assigned_names
 from tessera.frontend.kernel_stmt import without_augassign
 from tessera.ir import tile as T
-from tessera.ir.core import Block, Region, Value
+from tessera.ir.core import Block, IRRegion, Value
 
 
 class LoopMixin(BuilderBase):
@@ -79,7 +79,7 @@ class LoopMixin(BuilderBase):
         self.env = dict(before)
         bounds = [self.as_index(x, s) for x in (lo, hi, step)]
         inits = [self.coerce(before[n], t, s) for n, t in zip(names, types)]
-        results = self.emit(T.For(), [*bounds, *inits], s, regions=[Region([block])])
+        results = self.emit(T.For(), [*bounds, *inits], s, regions=[IRRegion([block])])
         self.after_loop(s.body, names, results, s, var)
 
     def loop_body(self, block: Block, env: dict[str, Any], names: list[str],
@@ -145,7 +145,7 @@ class LoopMixin(BuilderBase):
         self.env = dict(before)
         inits = [self.coerce(before[n], t, s) for n, t in zip(names, types)]
         results = self.emit(T.While(), inits, s,
-                            regions=[Region([cblock]), Region([bblock])])
+                            regions=[IRRegion([cblock]), IRRegion([bblock])])
         self.after_loop(s.body, names, results, s, None)
 
 

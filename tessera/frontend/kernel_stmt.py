@@ -26,7 +26,7 @@ from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value
 from tessera.frontend.kernel_scope import Undefined, assigned_names
 from tessera.ir import tile as T
 from tessera.ir import tile_memory as M
-from tessera.ir.core import Block, Region, Type, Value
+from tessera.ir.core import Block, IRRegion, Type, Value
 from tessera.ir.tile import INDEX, MemRefType
 from tessera.ir.types import TensorType
 from tessera.numerics import promote, storage_of
@@ -199,7 +199,7 @@ class StmtMixin(BuilderBase):
             self.emit(T.Yield(), values, s)
             self.leave(prev)
         results = self.emit(T.If(), [c], s, result_types=types,
-                            regions=[Region([branches[0][0]]), Region([branches[1][0]])])
+                            regions=[IRRegion([branches[0][0]]), IRRegion([branches[1][0]])])
         for (n, _, _), r in zip(merged, results):
             self.env[n] = r
 

@@ -28,7 +28,7 @@ from tessera.frontend.dist_arg import DistArg, DistValue
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Tracer, current_trace
 from tessera.ir import graph as g
-from tessera.ir.core import Op, Region
+from tessera.ir.core import IRRegion, Op
 from tessera.ir.types import Dense
 from tessera.numerics import DType, element, promote, storage_of, to_f64
 
@@ -38,7 +38,7 @@ e = math.e
 
 
 # ------------------------------------------------------------------------------ binding
-def bind(op: Op, *operands: Operand, regions: Sequence[Region] = (),
+def bind(op: Op, *operands: Operand, regions: Sequence[IRRegion] = (),
          result_types: Sequence[Any] | None = None, loc: Loc | None = None) -> list[Operand]:
     """Apply ``op``: trace it if any operand is traced, else run it now (on the mesh
     of the DistTensor operands when there are any)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from tessera.errors import Loc, TraceError, user_location
 from tessera.frontend.arraylike import ArrayMethods
-from tessera.ir.core import Block, Builder, Function, Op, Region, Value
+from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
 from tessera.ir.graph import Return
 from tessera.ir.types import TensorType
 
@@ -114,7 +114,7 @@ class Trace:
         return self._capture_values[key]
 
     def emit(self, op: Op, operands: Sequence[Value], loc: Loc | None = None,
-             regions: Sequence[Region] = (), result_types: Sequence[Any] | None = None,
+             regions: Sequence[IRRegion] = (), result_types: Sequence[Any] | None = None,
              ) -> list[Tracer]:
         """Append ``op`` and return tracers of its results."""
         results = self.builder.create(op, operands, loc=loc or user_location(),

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import InterpretError, Loc
-from tessera.ir.core import Op, Region, rule_decorator
+from tessera.ir.core import IRRegion, Op, rule_decorator
 from tessera.ir.types import TensorType
 from tessera.numerics.convert import convert, to_f64
 from tessera.numerics.formats import DType
@@ -52,7 +52,7 @@ class Apply:
     mode: str = "exact"
     counter: int = 0
     loc: Loc | None = None
-    regions: Sequence[Region] = ()
+    regions: Sequence[IRRegion] = ()
     run_block: Callable[..., list[np.ndarray]] | None = None
 
     def fail(self, message: str, hint: str | None = None) -> InterpretError:

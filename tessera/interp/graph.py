@@ -60,7 +60,7 @@ from tessera.interp import (  # noqa: F401 - the rule modules register themselve
 )
 from tessera.interp.apply import IMPL, MODES, Apply, Rule
 from tessera.interp.check import check_arrays, check_results
-from tessera.ir.core import Block, Function, Instr, Op, Region, Type, Value, walk
+from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Type, Value, walk
 
 __all__ = ["IMPL", "MODES", "Apply", "Rule", "run_function", "run_op"]
 
@@ -97,7 +97,7 @@ def run_function(fn: Function, args: Sequence[np.ndarray], *, mode: str = "exact
 
 def run_op(op: Op, operands: Sequence[np.ndarray], operand_types: Sequence[Type],
            result_types: Sequence[Type] | None = None, *, mode: str = "exact",
-           counter_offset: int = 0, regions: Sequence[Region] = (),
+           counter_offset: int = 0, regions: Sequence[IRRegion] = (),
            loc: Loc | None = None) -> list[np.ndarray]:
     """Run one op eagerly on arrays (the front end's eager calls outside ``jit``).
 

@@ -10,9 +10,9 @@ from tessera.ir.core import (
     Builder,
     Function,
     Instr,
+    IRRegion,
     Module,
     Op,
-    Region,
     Type,
     Value,
     clone_block,
@@ -24,8 +24,8 @@ from tessera.ir.types import Dense, TensorType
 from tessera.ir.verifier import verify_function, verify_module
 
 __all__ = [
-    "PASSES", "Block", "Builder", "Dense", "Function", "Instr", "Module", "Op", "Pass",
-    "PassManager", "Region", "TensorType", "Type", "Value", "clone_block", "dependence_graph",
+    "PASSES", "Block", "Builder", "Dense", "Function", "IRRegion", "Instr", "Module", "Op",
+    "Pass", "PassManager", "TensorType", "Type", "Value", "clone_block", "dependence_graph",
     "get_pass", "graph", "parse_function", "parse_module", "print_function", "print_module",
     "transforms", "verify_function", "verify_module", "walk",
 ]

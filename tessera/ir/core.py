@@ -130,7 +130,7 @@ class Instr:
     op: Op
     operands: list[Value]
     results: list[Value]
-    regions: list[Region] = field(default_factory=list)
+    regions: list[IRRegion] = field(default_factory=list)
     loc: Loc = UNKNOWN_LOC
     parent: Block | None = None
 
@@ -166,7 +166,7 @@ class Block:
 
 
 @dataclass(eq=False)
-class Region:
+class IRRegion:
     """A list of blocks owned by an instruction (one block is all any level needs so far)."""
 
     blocks: list[Block] = field(default_factory=list)
@@ -221,7 +221,7 @@ class Builder:
         self.block = block
 
     def create(self, op: Op, operands: Sequence[Value] = (), *, loc: Loc = UNKNOWN_LOC,
-               regions: Sequence[Region] = (), result_types: Sequence[Type] | None = None,
+               regions: Sequence[IRRegion] = (), result_types: Sequence[Type] | None = None,
                ) -> list[Value]:
         """Build ``op(operands)`` at the insertion point and return its results."""
         types = [v.type for v in operands]
@@ -236,14 +236,14 @@ class Builder:
         return instr.results
 
 
-def walk(item: Module | Function | Block | Region | Instr) -> Iterator[Instr]:
+def walk(item: Module | Function | Block | IRRegion | Instr) -> Iterator[Instr]:
     """Yield every instruction below ``item`` in program order, nested regions first-in."""
     if isinstance(item, Module):
         for fn in item.functions.values():
             yield from walk(fn.body)
     elif isinstance(item, Function):
         yield from walk(item.body)
-    elif isinstance(item, Region):
+    elif isinstance(item, IRRegion):
         for block in item.blocks:
             yield from walk(block)
     elif isinstance(item, Block):
@@ -281,7 +281,7 @@ def clone_block(block: Block, env: dict[Value, Value]) -> Block:
     for arg in block.args:
         env[arg] = new.add_arg(arg.type, arg.hint)
     for instr in block.instrs:
-        regions = [Region([clone_block(b, env) for b in r.blocks]) for r in instr.regions]
+        regions = [IRRegion([clone_block(b, env) for b in r.blocks]) for r in instr.regions]
         copy = Instr(instr.op, [env.get(v, v) for v in instr.operands], [], regions, instr.loc)
         copy.results = [Value(r.type, copy, r.hint) for r in instr.results]
         env.update(zip(instr.results, copy.results))

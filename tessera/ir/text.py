@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import IRParseError, Loc
-from tessera.ir.core import OPS, Block, Function, Instr, Module, Op, Region, Type, Value
+from tessera.ir.core import OPS, Block, Function, Instr, IRRegion, Module, Op, Type, Value
 from tessera.ir.types import (
     Dense,
     Element,
@@ -117,7 +117,7 @@ class Printer:
         loc = f" loc({json.dumps(instr.loc.file)}:{instr.loc.line})" if self.locs else ""
         self.lines.append(head + sig + loc)
 
-    def region(self, region: Region, indent: str) -> None:
+    def region(self, region: IRRegion, indent: str) -> None:
         for block in region.blocks:
             self.lines.append(f"{indent}^bb({self.block_args(block)}) {{")
             self.block(block, indent + "  ")
@@ -349,7 +349,7 @@ class Parser:
             operands.append(self.use())
             self.accept(",")
         attrs = self.attr_dict()
-        regions: list[Region] = []
+        regions: list[IRRegion] = []
         if self.accept("("):
             while not self.accept(")"):
                 regions.append(self.region())
@@ -405,7 +405,7 @@ class Parser:
                 raise self.error(f"operand {k} of {opname} has type {v.type}, but the "
                                  f"signature says {t}")
 
-    def region(self) -> Region:
+    def region(self) -> IRRegion:
         self.expect("^bb")
         self.scopes.append({})
         block = Block()
@@ -414,7 +414,7 @@ class Parser:
         while not self.accept("}"):
             self.instr(block)
         self.scopes.pop()
-        return Region([block])
+        return IRRegion([block])
 
     def function(self) -> Function:
         loc = Loc(self.file, self._line())

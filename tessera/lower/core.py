@@ -23,7 +23,7 @@ from math import gcd, prod
 from typing import Any
 
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
-from tessera.ir.core import Block, Function, Instr, Op, Region, Value, rule_decorator, walk
+from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
 from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.tile import LaneId, MemRefType
 from tessera.ir.tile_compute import Log
@@ -132,7 +132,7 @@ class Lowerer:
         self._results(self.lower_block(self.fn.body, inner), inner)
         inner.op(Yield())
         TargetEmitter(other).op(Yield())
-        e.op(If(), [ok], regions=[Region([then]), Region([other])], result_types=[])
+        e.op(If(), [ok], regions=[IRRegion([then]), IRRegion([other])], result_types=[])
 
     def _results(self, outs: list[Lowered], e: TargetEmitter) -> None:
         """Write a returned tile at the tile's output position, or tile 0's returned

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tessera.errors import UNKNOWN_LOC, Loc
-from tessera.ir.core import Block, Builder, Op, Region, Type, Value
+from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
 from tessera.ir.target import For, If, RegType, While, Yield
 from tessera.ir.target_ops import (
     Bar,
@@ -48,7 +48,7 @@ class TargetEmitter:
         # dominates every region below it
         self.consts: dict[tuple[Any, str], Value] = {} if consts is None else consts
 
-    def op(self, op: Op, operands: Sequence[Value] = (), *, regions: Sequence[Region] = (),
+    def op(self, op: Op, operands: Sequence[Value] = (), *, regions: Sequence[IRRegion] = (),
            result_types: Sequence[Type] | None = None) -> list[Value]:
         """Append ``op(operands)``; returns its results."""
         return self.builder.create(op, operands, loc=self.loc, regions=regions,
@@ -121,13 +121,13 @@ class TargetEmitter:
         self.op(Bar())
 
     # -- structured control flow
-    def _region(self, args: Sequence[Type], body: Body) -> tuple[Region, list[Value]]:
+    def _region(self, args: Sequence[Type], body: Body) -> tuple[IRRegion, list[Value]]:
         block = Block()
         params = [block.add_arg(t) for t in args]
         inner = self.nested(block)
         out = body(inner, *params) if params else body(inner)  # type: ignore[call-arg]
         inner.op(Yield(), list(out or []))
-        return Region([block]), params
+        return IRRegion([block]), params
 
     def if_(self, pred: Value, then: Body, otherwise: Body | None = None,
             types: Sequence[Type] = ()) -> list[Value]:
@@ -155,7 +155,7 @@ class TargetEmitter:
         ce = self.nested(cblock)
         ce.op(Condition(), [cond(ce, *cargs)])
         region, _ = self._region(types, body)
-        return self.op(While(), list(init), regions=[Region([cblock]), region])
+        return self.op(While(), list(init), regions=[IRRegion([cblock]), region])
 
 
 __all__ = ["Body", "TargetEmitter"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Block, Instr, Region, Value
+from tessera.ir.core import Block, Instr, IRRegion, Value
 from tessera.ir.target import Condition, For, If, While, Yield
 from tessera.ir.tile import For as TileFor
 from tessera.ir.tile import If as TileIf
@@ -82,7 +82,7 @@ def _for(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     settle(low, inner)
     inner.op(Yield(), _regs(instr, outs, init))
     flat = [r for lv in init for r in flatten(lv)]
-    results = e.op(For(), [lo, hi, step, *flat], regions=[Region([block])])
+    results = e.op(For(), [lo, hi, step, *flat], regions=[IRRegion([block])])
     return _split(init, results)
 
 
@@ -111,7 +111,7 @@ def _while(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     settle(low, be)
     be.op(Yield(), _regs(instr, outs, args))
     flat = [r for lv in args for r in flatten(lv)]
-    results = e.op(While(), flat, regions=[Region([cblock]), Region([bblock])])
+    results = e.op(While(), flat, regions=[IRRegion([cblock]), IRRegion([bblock])])
     return _split(args, results)
 
 
@@ -132,7 +132,7 @@ def _if(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     for _block, inner, outs in regions:
         inner.op(Yield(), _regs(instr, outs, like))
     types = [r.type for lv in like for r in flatten(lv)]
-    results = e.op(If(), [pred], regions=[Region([b]) for b, _, _ in regions],
+    results = e.op(If(), [pred], regions=[IRRegion([b]) for b, _, _ in regions],
                    result_types=types)
     return _split(like, results)
 

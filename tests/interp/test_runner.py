@@ -15,7 +15,7 @@ from tessera.errors import InterpretError
 from tessera.interp import run_function, run_op
 from tessera.ir import graph as g
 from tessera.ir import parse_function
-from tessera.ir.core import Block, Builder, Function, Op, Region
+from tessera.ir.core import Block, Builder, Function, IRRegion, Op
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype
 from tests.interp.util import one_op, ref_round, same
@@ -114,7 +114,7 @@ def test_custom_runs_its_region_and_sees_outer_values() -> None:
     inner = Builder(body)
     (s,) = inner.create(g.Add(), [y, e])  # e is defined outside the region
     inner.create(g.Yield(), [s])
-    (c,) = outer.create(g.Custom("my_rule"), [x], regions=[Region([body])],
+    (c,) = outer.create(g.Custom("my_rule"), [x], regions=[IRRegion([body])],
                         result_types=[F32_4x8])
     outer.create(g.Return(), [c])
     fn = Function("f", block, [F32_4x8])

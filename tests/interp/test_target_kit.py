@@ -14,7 +14,7 @@ from tessera.errors import Loc
 from tessera.ir import target as T
 from tessera.ir import target_async as A
 from tessera.ir import target_ops as O
-from tessera.ir.core import Block, Builder, Function, Op, Region, Type, Value
+from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Type, Value
 from tessera.ir.target import PRED, S32, U32, U64, RegType
 
 
@@ -36,7 +36,7 @@ class Kernel:
         self.line = 0
 
     def op(self, op: Op, *operands: Value, types: Sequence[Type] | None = None,
-           regions: Sequence[Region] = ()) -> Any:
+           regions: Sequence[IRRegion] = ()) -> Any:
         """Append ``op``; return its one result, its results, or None."""
         self.line += 1
         res = self.stack[-1].create(op, list(operands), regions=regions, result_types=types,
@@ -109,7 +109,7 @@ class Kernel:
         self.op(O.Bar())
 
     # -- structured control flow
-    def _region(self, args: Sequence[Type], fn: Callable[..., Any], end: Op) -> Region:
+    def _region(self, args: Sequence[Type], fn: Callable[..., Any], end: Op) -> IRRegion:
         block = Block()
         vals = [block.add_arg(t) for t in args]
         self.stack.append(Builder(block))
@@ -117,7 +117,7 @@ class Kernel:
         outs = [] if out is None else list(out) if isinstance(out, (list, tuple)) else [out]
         self.op(end, *outs)
         self.stack.pop()
-        return Region([block])
+        return IRRegion([block])
 
     def if_(self, p: Value, then: Callable[[], Any], other: Callable[[], Any] | None = None,
             types: Sequence[Type] = ()) -> Any:

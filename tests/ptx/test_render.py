@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tessera.errors import Loc
-from tessera.ir.core import Block, Builder, Function, Op, Region, Value
+from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
 from tessera.ir.target import KERNEL, Condition, For, If, RegType, Return, TensorMapType
 from tessera.ir.target import While as WhileOp
 from tessera.ir.target import Yield as Y
@@ -82,14 +82,14 @@ def kernel(name: str, params: list, target: str = "sm_80", block: int = 128,
         Builder(body), args
 
 
-def region(args: list, fill: Callable[..., list[Value]], term: type[Op] = Y) -> Region:
+def region(args: list, fill: Callable[..., list[Value]], term: type[Op] = Y) -> IRRegion:
     """A one-block region over block arguments of types ``args``; ``fill(b, *args)``
     builds the body and returns what the terminator yields."""
     blk = Block()
     vals = [blk.add_arg(t) for t in args]
     b = Builder(blk)
     b.create(term(), fill(b, *vals))
-    return Region([blk])
+    return IRRegion([blk])
 
 
 def if_(b: Builder, p: Value, then: Callable[[Builder], list[Value]],

@@ -12,7 +12,7 @@ from typing import Any
 
 from tessera.errors import Loc
 from tessera.ir import graph as g
-from tessera.ir.core import Block, Builder, Function, Op, Region
+from tessera.ir.core import Block, Builder, Function, IRRegion, Op
 from tessera.ir.transforms.shard_propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
@@ -22,7 +22,7 @@ from tessera.mesh_sim.tensor import DistTensor
 
 
 def eager_function(op: Op, types: Sequence[TensorType], *, loc: Loc,
-                   regions: Sequence[Region] = (),
+                   regions: Sequence[IRRegion] = (),
                    result_types: Sequence[Any] | None = None) -> Function:
     """The placed one-op function ``op(args...)`` for operands of ``types``."""
     block = Block()
@@ -37,7 +37,7 @@ def eager_function(op: Op, types: Sequence[TensorType], *, loc: Loc,
     return fn
 
 
-def run_eager(op: Op, operands: Sequence[Any], *, loc: Loc, regions: Sequence[Region] = (),
+def run_eager(op: Op, operands: Sequence[Any], *, loc: Loc, regions: Sequence[IRRegion] = (),
               result_types: Sequence[Any] | None = None) -> list[DistTensor]:
     """Apply ``op`` to operands of which at least one is distributed."""
     mesh = one_mesh(operands)
