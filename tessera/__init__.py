@@ -37,7 +37,6 @@ from tessera.errors import (
     UnsupportedError,
 )
 from tessera.frontend.jit import JitFunction, inspect_ir, jit
-from tessera.frontend.kernel import kernel
 from tessera.frontend.ops import (
     abs,
     add,
@@ -194,11 +193,13 @@ __all__ = [
     "vjp",
     "write",
 ]
-# The mesh simulator (with networkx) and the PTX backend (with the CUDA bindings) load on
-# first use (tessera/lazy.py): ``import tessera`` is the front end, the IR and the
-# interpreters only.
+# The tile kernel compiler (with the tile simulator), the mesh simulator (with networkx)
+# and the PTX backend (with the CUDA bindings) load on first use (tessera/lazy.py):
+# ``import tessera`` is the graph front end, the IR and the graph interpreter.
 __getattr__, __dir__ = _lazy.attach(__name__, globals(), {
     "dist": ("tessera.dist", None),
+    # the tile kernel compiler, its autotuner and the tile simulator
+    **_lazy.names("tessera.frontend.kernel", "kernel"),
     **_lazy.names("tessera.mesh_sim.tensor", "DistTensor"),
     **_lazy.names("tessera.mesh_sim.sharding", "ShardSpec"),
     **_lazy.names("tessera.mesh_sim.launch", "index_launch"),
