@@ -35,6 +35,7 @@ def public_classes() -> dict[str, list[str]]:
 
 
 def is_op_class(module: str, name: str) -> bool:
+    """Whether ``module.name`` is an IR op class (a subclass of ``ir.core.Op``)."""
     cls = getattr(importlib.import_module(module), name)
     return isinstance(cls, type) and issubclass(cls, Op)
 
