@@ -1,7 +1,7 @@
 """Graph programs on a simulated mesh: placed Graph IR run SPMD on local shards.
 
-* :mod:`.args` -- distributed arguments of traced functions (``DistArg``) and the
-  placement (``ir.types.Sharding``) of a ``DistTensor``;
+* :mod:`.args` -- distributed arguments of traced functions (``DistArg``, defined in
+  :mod:`tessera.frontend.dist_arg`) and ``to_dist``;
 * :mod:`.layout` -- moving a ``DistTensor`` between layouts (local slicing, gathers);
 * :mod:`.local` -- one op on every distinct block, through the Graph IR interpreter;
 * :mod:`.pending` -- exact partial sums, evaluated where a collective completes them;
@@ -21,6 +21,7 @@
 :mod:`tessera.mesh_sim.regions`.
 
 The placement rules and the propagation pass live with the other passes, in
-``tessera/ir/transforms/shard_*.py``. This package imports nothing from the front end
-at import time, so that the front end can import :mod:`.args`.
+``tessera/ir/transforms/shard_*.py``. The package imports none of its modules: each
+loads when it is first used (the front end itself needs none of them; it recognises
+distributed values through :mod:`tessera.frontend.dist_arg`).
 """
