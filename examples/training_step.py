@@ -2,9 +2,10 @@
 
 Seed: overview-and-quickstart.md, "Example 3: Distributed Training on Multiple GPUs".
 
-As written, the seed cannot run: ``x`` and ``y`` are never defined (a ``NameError``),
-and the mesh and sharded weight need the mesh simulator (``ts.dist``), which is not
-built yet. The graph part runs today. Corrected here: ``x`` and ``y`` are given, and
+As written, the seed cannot run: ``x`` and ``y`` are never defined (a ``NameError``).
+With them given, the whole seed, mesh and sharded weight included, runs on the mesh
+simulator (``ts.dist``; tests/examples/test_seeds.py). This script is the graph part on
+one device. Corrected here: ``x`` and ``y`` are given, and
 ``W`` is an ordinary tensor with the seed's element type ``"bf16 @accum(f32)"``.
 ``ts.grad(train_step)`` with no ``argnums`` differentiates ``W`` only (``x`` and ``y``
 are data arguments) and returns that one gradient bare, as the seed's

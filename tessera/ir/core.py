@@ -178,7 +178,7 @@ class IRRegion:
 
 @dataclass(eq=False)
 class Function:
-    """A named function of one dialect (``graph.func``, later ``tile.kernel``...)."""
+    """A named function of one dialect (``graph.func``, ``tile.kernel``, ``ptx.kernel``)."""
 
     name: str
     body: Block

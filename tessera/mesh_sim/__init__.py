@@ -16,7 +16,7 @@
 * :mod:`.topology`, :mod:`.cost` -- NVL72 and H100-node topologies, alpha-beta
   collective costs and device rooflines;
 * :mod:`.trace`, :mod:`.profile` -- simulated timelines as Chrome/Perfetto JSON and
-  ``ts.profile``.
+  ``profile()``.
 
 Everything is deterministic: a reduction adds in rank order, left to right, so its bits
 do not depend on how the simulation is run (one process or any number of MPI ranks).

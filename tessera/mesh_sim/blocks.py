@@ -143,7 +143,7 @@ def collective(fn: F) -> F:
     line."""
     from tessera.mesh_sim.profile import observe_collective
 
-    # Under ts.profile each collective call is recorded with its simulated cost.
+    # Under profile() each collective call is recorded with its simulated cost.
     fn = observe_collective(fn)
 
     @wraps(fn)
