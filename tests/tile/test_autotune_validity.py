@@ -4,9 +4,7 @@ tuning_report() says why each dropped configuration was dropped."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -21,21 +19,12 @@ from tessera.frontend.kernel_bounds import sure_violations
 from tessera.frontend.kernel_errors import AutotuneError
 from tessera.frontend.kernel_regs import OVERHEAD, RegisterEstimate
 from tessera.tile import SanitizerError
+from tests.tile.test_seeds import example
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
 RNG = np.random.default_rng(5)
 
 
-def _example(name: str):
-    spec = importlib.util.spec_from_file_location(f"validity_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-FA = _example("flash_attention")
+FA = example("flash_attention")
 
 
 @ts.kernel.autotune(space=dict(BLOCK_M=[16, 32, 64], num_warps=[4, 8]))
