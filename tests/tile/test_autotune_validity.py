@@ -19,7 +19,7 @@ from tessera.frontend.kernel_bounds import sure_violations
 from tessera.frontend.kernel_errors import AutotuneError
 from tessera.frontend.kernel_regs import OVERHEAD, RegisterEstimate
 from tessera.tile import SanitizerError
-from tests.tile.test_seeds import example
+from tests.tile.test_seeds import EXAMPLES, example
 
 RNG = np.random.default_rng(5)
 
