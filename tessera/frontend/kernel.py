@@ -52,7 +52,7 @@ from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module
 from tessera.numerics import storage_of
 
-MODES = ("checked", "fast")
+MODES = ("checked", "fast", "reference")
 STAGES = ("graph", "schedule", "tile", "target")
 
 
@@ -168,9 +168,12 @@ class Kernel:
         prep, module = self.specialise(args, kwargs)
         fn = module.functions[self.name]
         fast = mode == "fast"
-        compiled = self.programs.get((prep.key, fast))
+        if mode == "reference":  # the plain definition, group after group
+            schedule = "sequential"
+        compiled = self.programs.get((prep.key, mode))
         if compiled is None:
-            compiled = self.programs[(prep.key, fast)] = prepare_sim(fn, fast)
+            compiled = self.programs[(prep.key, mode)] = prepare_sim(
+                fn, fast, reference=mode == "reference")
         written, names = self.writes[prep.key]
         # the last argument checks; all of them are made before anything runs
         check_writable(self.name, names, prep.runtime, prep.writeback, written)

@@ -60,9 +60,10 @@ class PreparedKernel:
     name: str
 
 
-def prepare(fn: Function, fast: bool) -> PreparedKernel:
-    """Compile a kernel function for the simulator."""
-    return PreparedKernel(compile_kernel(fn, fast), analyse(fn), fn.name)
+def prepare(fn: Function, fast: bool, reference: bool = False) -> PreparedKernel:
+    """Compile a kernel function for the simulator (``reference``: the plain
+    definition, see :func:`~tessera.interp.tile_exec.compile_kernel`)."""
+    return PreparedKernel(compile_kernel(fn, fast, reference), analyse(fn), fn.name)
 
 
 def _params(fn: Function, args: list[Any], an: Analysis) -> list[Any]:

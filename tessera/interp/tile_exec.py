@@ -94,9 +94,11 @@ step_rule = rule_decorator(STEPS, "step rule")  # ``@step_rule(OpA, OpB)``
 class Compiler(Slots):
     """Assigns slots and turns blocks into :class:`Body` objects."""
 
-    def __init__(self, fast: bool) -> None:
+    def __init__(self, fast: bool, reference: bool = False) -> None:
         super().__init__()
         self.fast = fast
+        #: the plain definition: no fusion, memo, quiet access or loop fast path
+        self.reference = reference
         #: the fusions of every compiled block (consumer -> producer, see ``fusions``)
         self.fused: dict[Block, dict[Instr, Instr]] = {}
         #: shared accesses whose race-shadow entries nothing reads (see tile_phase)
@@ -107,7 +109,7 @@ class Compiler(Slots):
 
     def body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
-        fused = self.fused[block] = fusions(block)
+        fused = self.fused[block] = {} if self.reference else fusions(block)
         kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
         steps = [self.fuse(i, fused[i]) if i in fused else self.instr(i) for i in kept]
         # clear each tile value's register after its last use (see tile_live)
@@ -131,7 +133,9 @@ class Compiler(Slots):
         cls = type(instr.op)
         if cls in IMPLS:
             impl = IMPLS[cls](instr, self.fast)
-            if _integral(instr) and instr.operands:  # (a constant is made once already)
+            if _integral(instr) and instr.operands and not self.reference:
+                # integer results of coordinates alone are the same in every launch of
+                # a geometry (a constant is made once already)
                 impl = coordinate_memo(impl)
             step = self._pure(instr, impl)
         elif cls in STEPS:
@@ -281,15 +285,17 @@ class Program:
     fast: bool
 
 
-def compile_kernel(fn: Function, fast: bool) -> Program:
-    """Compile a ``tile.kernel`` function into closures."""
+def compile_kernel(fn: Function, fast: bool, reference: bool = False) -> Program:
+    """Compile a ``tile.kernel`` function into closures; ``reference`` compiles the
+    plain definition, op by op, with every fast path of the simulator left out (the
+    fusions, memo tables, quiet race shadows, loop fast paths and deferred ``mma``)."""
     from tessera.interp import tile_flow, tile_memsteps  # noqa: F401 - register steps
 
-    c = Compiler(fast)
-    c.quiet = quiet_accesses(fn)
+    c = Compiler(fast, reference)
+    c.quiet = set() if reference else quiet_accesses(fn)
     term = fn.body.terminator
     kept = [i for i in fn.body.instrs if not i.op.terminator]
-    if kept and isinstance(kept[-1].op, (M.Store, M.StoreVector, M.Update)) \
+    if not reference and kept and isinstance(kept[-1].op, (M.Store, M.StoreVector, M.Update)) \
             and (term is None or not term.operands):
         c.last = kept[-1]  # the kernel's final statement is a store (saxpy, a GEMM's C)
     body = c.body(fn.body)

@@ -98,13 +98,13 @@ def _set_args(regs: list[Any], slots: list[int], values: list[Any]) -> None:
 @step_rule(T.For)
 def _for(c: Compiler, instr: Instr) -> Step:
     lo, hi, stp = (c.slot(v) for v in instr.operands[:3])
-    fast_sum = strided_sum(c, instr)
+    fast_sum = None if c.reference else strided_sum(c, instr)
     inits = [c.slot(v) for v in instr.operands[3:]]
     body = c.body(instr.regions[0].block)
     outs = [c.slot(r) for r in instr.results]
     ranks = [rank_of(v) for v in instr.operands[3:]]
     loc = instr.loc
-    defer = deferrable(instr, c.fused[instr.regions[0].block])
+    defer = {} if c.reference else deferrable(instr, c.fused[instr.regions[0].block])
     fast = c.fast
 
     def loop(fr: Frame, i: Any, end: Any, by: Any, carried: list[Any]) -> list[Any]:
@@ -198,7 +198,7 @@ def _while(c: Compiler, instr: Instr) -> Step:
     ranks = [rank_of(v) for v in instr.operands]
     liveins = sorted(set(cond.liveins) | set(body.liveins))
     loc = instr.loc
-    fast_tree = tree_sum(c, instr)
+    fast_tree = None if c.reference else tree_sum(c, instr)
 
     def loop(fr: Frame, carried: list[Any]) -> list[Any]:
         parent = fr.ctx

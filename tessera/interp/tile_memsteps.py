@@ -154,6 +154,7 @@ def _load(c: Compiler, instr: Instr) -> Step:
     # loads the same view every trip (flash attention's query tile) gets the same array,
     # which operand caches (mma's Widen) recognise
     token = object()
+    keep = not c.reference
 
     def step(fr: Frame) -> None:
         ref = fr.regs[src]
@@ -167,7 +168,7 @@ def _load(c: Compiler, instr: Instr) -> Step:
         value = G.load(fr.st, fr.ctx, loc, ref) if is_global else \
             S.load(fr.st, fr.ctx, loc, ref, record)
         mem = ref.mem
-        if is_global and not mem.written and not mem.track_reads \
+        if keep and is_global and not mem.written and not mem.track_reads \
                 and isinstance(value, np.ndarray) and value.size >= 1024:
             memo[token] = (ref, fr.ctx, value)
         fr.regs[out] = value
