@@ -1,0 +1,132 @@
+"""Small tile-kernel launches, the kind a conformance suite is made of, against NumPy.
+
+Two measures, each in one process with BLAS pinned to one thread:
+
+1. a checked f32 tile GEMM (64x64x32 tiles, ``cp_async`` into shared memory, barriers,
+   ``mma`` over K; the kernel of ``tile_kernels.py``) at 128^3, 256^3 and 512^3 against
+   ``A @ B`` in float32, and the same in fast mode;
+2. a repeated launch of an already-specialised small kernel: a 1024-element vector add
+   in one 1024-element tile (checked), the fixed cost of a launch.
+
+Times are medians of interleaved repeats (each variant runs a few untimed launches
+first); the launch cost is also given as the best of several batches, which a busy
+shared machine disturbs least.
+
+Usage: ``OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/small_launches.py``.
+"""
+
+# ruff: noqa: F821
+# (kernel bodies name the tile origins and dims, tile_m, BM, K, ..., which the kernel
+# compiler binds; Python's linter cannot see them)
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import tessera as ts  # noqa: E402
+
+TILE = (64, 64, 32)
+
+
+@ts.kernel
+def gemm(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+         C: ts.Tensor["M", "N", ts.f32]):
+    """C = A @ B: one group per (BM, BN) tile of C, K in BK steps through shared memory."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.f32)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.f32)
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def vector_add(x: ts.Tensor["N", ts.f32], y: ts.Tensor["N", ts.f32],
+               out: ts.Tensor["N", ts.f32]):
+    """out = x + y in BM-element tiles."""
+    out[tile_m:tile_m + BM] = x[tile_m:tile_m + BM] + y[tile_m:tile_m + BM]
+
+
+def _medians(variants: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each variant over interleaved repeats, after warm-up launches."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for fn in variants.values():
+        for _ in range(3):
+            fn()
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def gemm_rows(sizes: list[int], repeats: int) -> list[str]:
+    rows = []
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        c = np.zeros((n, n), np.float32)
+        t = _medians({
+            "checked": lambda a=a, b=b, c=c: gemm(a, b, c, tile_shape=TILE),
+            "fast": lambda a=a, b=b, c=c: gemm(a, b, c, tile_shape=TILE, mode="fast"),
+            "numpy": lambda a=a, b=b: a @ b,
+        }, repeats)
+        gemm(a, b, c, tile_shape=TILE)
+        err = float(np.max(np.abs(c - (a.astype(np.float64) @ b.astype(np.float64)))))
+        rows.append(f"| GEMM {n}³ f32, 64×64×32 | {t['checked'] * 1e3:.2f} | "
+                    f"{t['fast'] * 1e3:.2f} | {t['numpy'] * 1e3:.3f} | "
+                    f"{t['checked'] / t['numpy']:.1f}× | {t['fast'] / t['numpy']:.1f}× | "
+                    f"{err:.1e} |")
+    return rows
+
+
+def launch_cost(batches: int, per_batch: int) -> tuple[float, float]:
+    """(median, best) seconds per launch of the specialised 1024-element vector add."""
+    x = np.ones(1024, np.float32)
+    y = np.ones(1024, np.float32)
+    out = np.zeros(1024, np.float32)
+    for _ in range(20):
+        vector_add(x, y, out, tile_shape=(1024,))
+    per = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(per_batch):
+            vector_add(x, y, out, tile_shape=(1024,))
+        per.append((time.perf_counter() - t0) / per_batch)
+    assert np.array_equal(out, x + y)
+    return statistics.median(per), min(per)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[128, 256, 512])
+    args = parser.parse_args()
+    print("| case | checked (ms) | fast (ms) | A @ B (ms) | checked / NumPy | "
+          "fast / NumPy | checked max \\|error\\| vs float64 |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in gemm_rows(args.sizes, args.repeats):
+        print(row)
+    median, best = launch_cost(30, 50)
+    print(f"\nRepeated launch of a specialised 1024-element vector add (checked): "
+          f"median {median * 1e6:.1f} µs, best batch {best * 1e6:.1f} µs per launch")
+
+
+if __name__ == "__main__":
+    main()
