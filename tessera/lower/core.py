@@ -106,7 +106,7 @@ class Lowerer:
 
             self.layouts = assign_layouts(self.fn)
             if self.target == "sm_90a":
-                from tessera.lower.mma90 import operand_buffers, ring_setup
+                from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if self.extra["wgmma_buffers"]:
@@ -139,7 +139,7 @@ class Lowerer:
         scalar, through the ``out`` parameter (a returned parameter needs nothing)."""
         if not outs or isinstance(outs[0], Mem):
             return
-        from tessera.lower.rules_memory import store_result
+        from tessera.lower.rules.memory import store_result
 
         self.stack.append(e)
         store_result(self, outs[0])
@@ -302,14 +302,7 @@ class Lowerer:
 
 def lower_kernel(fn: Function, target: str) -> Function:
     """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
-    from tessera.lower import (  # noqa: F401  (they register their rules)
-        rules_block,
-        rules_flow,
-        rules_memory,
-        rules_reduce,
-        rules_scalar,
-        rules_tensor,
-    )
+    from tessera.lower import rules  # noqa: F401  (its modules register their rules)
 
     low = Lowerer(fn, target)
     kernel = low.lower()

@@ -194,7 +194,7 @@ def possibly_wide(fn: Function) -> set[Value]:
     """The values that may hold a *wide* (float64) accumulation in the tile
     interpreter's exact mode: ``mma`` results and what ``WIDE_OK`` ops and control flow
     pass them to (a fixpoint over loops). The lowering checks one use against this set:
-    a tensor ``+=`` (``rules_memory``), where a GPU's f32 atomic add rounds the value
+    a tensor ``+=`` (``rules.memory``), where a GPU's f32 atomic add rounds the value
     before adding it, not once after."""
     from tessera.interp.tile_rules import WIDE_OK
 

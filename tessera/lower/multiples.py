@@ -4,7 +4,7 @@
 a multiple of its size (PTX ISA sec. 9.7.9.25). A view's start is a run-time sum of
 ``start * stride`` terms, so the lowering asks which number every start is sure to be
 a multiple of and picks the widest chunk that divides the view's byte offset, its row
-length and its row stride (:func:`tessera.lower.copy80.copy_chunk`).
+length and its row stride (:func:`tessera.lower.sm80.copy.copy_chunk`).
 
 The rules are the gcd facts of integer arithmetic, taken over the defining ops:
 a constant ``c`` is a multiple of ``|c|``; ``a * b`` of ``m(a) * m(b)``; ``a + b`` and

@@ -1,5 +1,5 @@
 """sm_90a matrix building blocks: wgmma descriptors, wgmma blocks and register staging
-(the TMA copies that fill the operands are in :mod:`tessera.lower.tma90`).
+(the TMA copies that fill the operands are in :mod:`tessera.lower.sm90a.tma`).
 
 Everything here emits Target IR through an :class:`~tessera.lower.emit.TargetEmitter` for one
 CTA of 128 threads (one warpgroup, :mod:`tessera.lower.tiles`).
@@ -33,9 +33,9 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.lower.copy80 import Lanes, lin
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.gemm80 import quad_origin
+from tessera.lower.sm80.copy import Lanes, lin
+from tessera.lower.sm80.gemm import quad_origin
 from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
 #: the start-address field keeps address bits 4..17 (PTX ISA 'Matrix Descriptor Format')

@@ -1,6 +1,6 @@
 """sm_90a lowering of shared-memory tiles, async copies and ``mma``: TMA + mbarrier +
-``wgmma`` (the building blocks are in :mod:`tessera.lower.gemm90` and
-:mod:`tessera.lower.tma90`).
+``wgmma`` (the building blocks are in :mod:`tessera.lower.sm90a.gemm` and
+:mod:`tessera.lower.sm90a.tma`).
 
 * A 2-D shared buffer that an ``mma`` reads (``wgmma`` operand) is laid out the way
   TMA writes it: panels of a 32/64/128-byte swizzle span along its columns, aligned
@@ -18,7 +18,7 @@
   ``fence.proxy.async`` (which the kernel check wants before any later ``wgmma``). A
   ``cp_wait_group n`` or ``tile.barrier`` (:func:`tma_wait`) makes every thread wait
   for the phases of its groups until at most ``n`` are pending, then
-  ``fence.proxy.async`` and ``bar.sync`` (``rules_block``). ``cp.async`` groups are
+  ``fence.proxy.async`` and ``bar.sync`` (``rules.block``). ``cp.async`` groups are
   committed and waited in step, so ``n`` means the same for both kinds of copy.
 * ``mma`` of two such buffers is a ``wgmma`` sequence; a register operand (the ``P``
   of ``P @ V``) is first staged into a swizzled scratch buffer (``bar.sync``, then
@@ -35,9 +35,9 @@ from tessera.ir.core import Function, Value, walk
 from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierWait
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.gemm90 import stage_regs_to_shared, wgmma_block
+from tessera.lower.sm90a.gemm import stage_regs_to_shared, wgmma_block
+from tessera.lower.sm90a.tma import TmaCopy, copy_bytes, init_barriers, issue_copy, thread0
 from tessera.lower.tiles import SharedBox
-from tessera.lower.tma90 import TmaCopy, copy_bytes, init_barriers, issue_copy, thread0
 from tessera.lower.values import Dist, Mem, elem_bytes
 from tessera.numerics import dtype
 
@@ -170,7 +170,7 @@ def tma_wait(low: Lowerer, e: TargetEmitter, n: int) -> None:
     (final,) = e.while_([done], pending, step)
     # the counters are written through the generic proxy; wgmma never reads them, but the
     # kernel check does not tell them from operands: every caller fences after this
-    # store (tma_commit, rules_block.wait_all), as ring_setup does after the zeros
+    # store (tma_commit, rules.block.wait_all), as ring_setup does after the zeros
     e.st("shared", mine, final, "u32", offset=4)
 
 

@@ -63,7 +63,7 @@ def elementwise(low: Lowerer, instr: Instr, args: list[Lowered],
                 order: Sequence[int] | None = None) -> list[Lowered]:
     """Apply ``fn`` to the operands' registers pairwise, the operands taken in ``order``
     (their indices; all of them in turn by default)."""
-    from tessera.lower.rules_tensor import materialize
+    from tessera.lower.rules.tensor import materialize
 
     e = low.em
     picks = range(len(args)) if order is None else order

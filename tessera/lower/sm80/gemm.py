@@ -1,6 +1,6 @@
 """sm_80 matrix building blocks: ``ldmatrix`` + ``mma.sync`` products, the
 FlashAttention-2 register reuse and accumulator stores (the copies and the shared-memory
-swizzle are in :mod:`tessera.lower.copy80`).
+swizzle are in :mod:`tessera.lower.sm80.copy`).
 
 Every function appends the Target IR of one CTA of :data:`~tessera.lower.tiles.THREADS`
 threads (four warps) through an :class:`~tessera.lower.emit.TargetEmitter`; shapes, strides
@@ -20,8 +20,8 @@ from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target import RegType
 from tessera.ir.target_async import Ldmatrix, MmaSync
-from tessera.lower.copy80 import Lanes, SharedAddresses, lin
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.sm80.copy import Lanes, SharedAddresses, lin
 from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
 #: operand element types of ``mma.sync.m16n8k16`` these blocks lower

@@ -1,5 +1,5 @@
-"""Hand-built sm_80 kernels from the matrix building blocks of tessera.lower.gemm80 and
-copy80 (GEMMs, an attention chain, a layout probe, a pipelined GEMM), and how the tests
+"""Hand-built sm_80 kernels from the matrix building blocks of tessera.lower.sm80.gemm and
+sm80.copy (GEMMs, an attention chain, a layout probe, a pipelined GEMM), and how the tests
 run them under the Target IR interpreter and check them against float64 NumPy."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from tessera.ir.target import RegType, Return
 from tessera.ir.target_async import CpAsyncCommit
 from tessera.ir.target_ops import SharedAlloc
 from tessera.ir.verifier import verify_function
-from tessera.lower.copy80 import copy_async, wait_async
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.gemm80 import acc_rowcol, acc_to_a, mma_block, mma_block_regs, store_acc
+from tessera.lower.sm80.copy import copy_async, wait_async
+from tessera.lower.sm80.gemm import acc_rowcol, acc_to_a, mma_block, mma_block_regs, store_acc
 from tessera.lower.tiles import GlobalBox, SharedBox
 
 U64 = RegType("u64")

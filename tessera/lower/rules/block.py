@@ -5,10 +5,10 @@ decides how to read it. ``tile.mma`` reads its shared operands straight from sha
 memory (``ldmatrix`` + ``mma.sync`` on sm_80, matrix descriptors + ``wgmma`` on sm_90a;
 an A operand in registers, the ``P`` of ``P @ V``, is an earlier product) and
 accumulates in the accumulator layout. ``tile.cp_async`` copies a global box into a
-shared buffer with TMA (sm_90a ``wgmma`` buffers, :mod:`tessera.lower.mma90`) or
+shared buffer with TMA (sm_90a ``wgmma`` buffers, :mod:`tessera.lower.sm90a.mma`) or
 ``cp.async`` (all threads; 16-byte chunks, or 8- or 4-byte ones when the view's start,
 a row or the row stride is not known to be a multiple of 16 bytes, see
-:func:`tessera.lower.copy80.copy_chunk`), in the tile program's commit groups. A store
+:func:`tessera.lower.sm80.copy.copy_chunk`), in the tile program's commit groups. A store
 writes a register tensor (accumulator or blocked layout) to its elements.
 """
 
@@ -26,7 +26,7 @@ from tessera.ir.target_ops import Bar
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc
-from tessera.lower.rules_memory import address
+from tessera.lower.rules.memory import address
 from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, ptx_elem, reg_type
 
@@ -36,13 +36,13 @@ def commit_all(low: Lowerer, e: TargetEmitter, *, force: bool, fence: bool = Tru
     groups and the TMA group ring), so that their group counts stay in step and
     ``wait_group n`` means the same for both; without ``force`` only when a copy is
     uncommitted (a wait or barrier commits first, as in Tile IR). ``fence``: see
-    :func:`tessera.lower.mma90.tma_commit`."""
+    :func:`tessera.lower.sm90a.mma.tma_commit`."""
     if not (force or low.extra.get("uncommitted") or low.extra.get("tma_bytes")):
         return
     e.op(CpAsyncCommit())
     low.extra["uncommitted"] = False
     if "tma" in low.extra:
-        from tessera.lower.mma90 import tma_commit
+        from tessera.lower.sm90a.mma import tma_commit
 
         tma_commit(low, e, fence=fence)
 
@@ -53,7 +53,7 @@ def wait_all(low: Lowerer, e: TargetEmitter, n: int) -> None:
     commit_all(low, e, force=False, fence=False)
     e.op(CpAsyncWait(n))
     if "tma" in low.extra:
-        from tessera.lower.mma90 import tma_wait
+        from tessera.lower.sm90a.mma import tma_wait
 
         tma_wait(low, e, n)
     _proxy_fence(low, e)
@@ -110,7 +110,7 @@ def _transpose(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
 def _full(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
     assert isinstance(op, tile_compute.Full)
-    from tessera.lower.rules_tensor import register_count
+    from tessera.lower.rules.tensor import register_count
 
     layout = low.layouts[instr.results[0]]
     t = reg_type(op.element)
@@ -125,11 +125,11 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     assert isinstance(dst, Mem) and isinstance(src, Mem)
     e = low.em
     _war_barrier(low, e)
-    from tessera.lower.copy80 import copy_async, copy_chunk
+    from tessera.lower.sm80.copy import copy_async, copy_chunk
 
     box = shared_box(dst)
     if dst.meta.get("wgmma"):
-        from tessera.lower.mma90 import tma_copy
+        from tessera.lower.sm90a.mma import tma_copy
 
         tma_copy(low, dst, src, box)
         return []
@@ -191,11 +191,11 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     assert isinstance(a, Mem)
     abox = shared_box(a)
     if low.target == "sm_90a":
-        from tessera.lower.mma90 import wgmma_smem
+        from tessera.lower.sm90a.mma import wgmma_smem
 
         out = wgmma_smem(low, abox, bbox, a.transposed, b.transposed, regs)
     else:
-        from tessera.lower.gemm80 import mma_block
+        from tessera.lower.sm80.gemm import mma_block
 
         out = mma_block(low.em, regs, abox, bbox, a_trans=a.transposed, b_trans=b.transposed,
                         atype=abox.elem)
@@ -217,10 +217,10 @@ def _mma_regs(low: Lowerer, instr: Instr, a: Dist, b: SharedBox, b_trans: bool,
         raise UnsupportedError("a register mma operand must come from an mma result",
                                loc=instr.loc)
     if low.target == "sm_90a":
-        from tessera.lower.mma90 import wgmma_regs
+        from tessera.lower.sm90a.mma import wgmma_regs
 
         return wgmma_regs(low, a, b, b_trans, regs)
-    from tessera.lower.gemm80 import acc_to_a, mma_block_regs
+    from tessera.lower.sm80.gemm import acc_to_a, mma_block_regs
 
     frags = acc_to_a(low.em, a.regs, a.layout.rows, a.layout.cols, b.elem)
     return mma_block_regs(low.em, regs, frags, b, b_trans=b_trans, atype=b.elem)
@@ -234,7 +234,7 @@ def store_tile(low: Lowerer, instr: Instr, mem: Mem, value: Lowered) -> None:
 def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
     """Store a register tensor (accumulator or blocked layout) into a global view."""
     from tessera.lower.layout import Blocked
-    from tessera.lower.rules_tensor import materialize, store_blocked
+    from tessera.lower.rules.tensor import materialize, store_blocked
 
     value = materialize(low, value, layout)
     if isinstance(value, Dist) and isinstance(value.layout, Blocked):
@@ -245,7 +245,7 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
     if mem.space != "global" or mem.strides[-1] != 1:
         raise UnsupportedError("accumulators are stored to row-major global views",
                                loc=low.em.loc)
-    from tessera.lower.gemm80 import store_acc
+    from tessera.lower.sm80.gemm import store_acc
 
     e, elem = low.em, ptx_elem(mem.element)
     pair = 2 * elem_size(elem)  # a column pair is one vector store where it is aligned
@@ -256,7 +256,7 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
 def store_result_tile(low: Lowerer, value: Lowered) -> None:
     """A returned tile, written at the tile's output position of ``out``: ``g_k * t_k``
     along the first grid-many axes, at the batch index (DECISIONS.md, "Tile model")."""
-    from tessera.lower.rules_scalar import _ids  # noqa: F401  (grid coordinates)
+    from tessera.lower.rules.scalar import _ids  # noqa: F401  (grid coordinates)
 
     assert isinstance(value, Dist)
     fn, e, g = low.fn, low.em, low.geom

@@ -1,4 +1,4 @@
-"""wgmma matrix descriptors (tessera.lower.gemm90) against the bit-level models of
+"""wgmma matrix descriptors (tessera.lower.sm90a.gemm) against the bit-level models of
 :mod:`tessera.arch`: every descriptor addresses exactly the sub-matrix a TMA box copy
 stored (PTX ISA sec. 9.7.9.27 and cuda.h for TMA; sec. 9.7.15.5.1.2 "Shared Memory
 Matrix Layout" / "Matrix Descriptor Format" for what a descriptor reads)."""
@@ -17,7 +17,7 @@ from tessera.arch.tma import TensorMap, TensorMapDataType, tma_load
 from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.target import RegType
-from tessera.lower.gemm90 import descriptor_fields, geometry, operand_offset
+from tessera.lower.sm90a.gemm import descriptor_fields, geometry, operand_offset
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
 
 TMA_DTYPE = {"bf16": TensorMapDataType.BFLOAT16, "e4m3": TensorMapDataType.UINT8}

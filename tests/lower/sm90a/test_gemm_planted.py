@@ -1,4 +1,4 @@
-"""Planted bugs in the sm_90a matrix kernels of test_gemm90: a wrong stride byte offset,
+"""Planted bugs in the sm_90a matrix kernels of test_gemm: a wrong stride byte offset,
 a wrong swizzle mode, a wrong expect-tx count, and a missing wgmma.wait_group,
 wgmma.fence or fence.proxy.async must each be caught (by ptxas's advisory, the kernel
 checker or the Target IR interpreter), each as the rule the PTX ISA states."""
@@ -18,7 +18,7 @@ from tessera.ir.core import Block, Function, Instr
 from tessera.ir.target_async import MbarrierArrive, WgmmaFence, WgmmaWait
 from tessera.ir.target_check import check_kernel
 from tessera.ir.target_ops import Const
-from tests.lower.test_gemm90 import (
+from tests.lower.sm90a.test_gemm import (
     attention_args,
     attention_pv,
     build_gemm,

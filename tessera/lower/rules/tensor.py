@@ -1,5 +1,5 @@
 """Lowering of register tensors: loads and stores of blocked tiles, broadcasts, reshapes
-and the causal mask (row reductions are in :mod:`tessera.lower.rules_reduce`).
+and the causal mask (row reductions are in :mod:`tessera.lower.rules.reduce`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tessera.ir.core import Instr, Value
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
-from tessera.lower.rules_memory import address
+from tessera.lower.rules.memory import address
 from tessera.lower.tiles import acc_coords
 from tessera.lower.values import Dist, Lowered, Mem, Scalar, mem_type, reg_type
 
@@ -102,7 +102,7 @@ def for_each_element(low: Lowerer, layout: Blocked, mem: Mem,
 
 def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
     """Store a blocked tensor; chunks past the end are skipped."""
-    from tessera.lower.rules_memory import to_mem
+    from tessera.lower.rules.memory import to_mem
 
     assert isinstance(value.layout, Blocked)
     mt = mem_type(mem.element)
@@ -124,7 +124,7 @@ def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
                                loc=e.loc)
     red = Reduce("global", "add", "f32")
     if isinstance(value.layout, Acc):
-        from tessera.lower.gemm80 import acc_rowcol
+        from tessera.lower.sm80.gemm import acc_rowcol
 
         if mem.strides[-1] != 1:  # the offsets below are row * stride + col
             raise UnsupportedError("accumulators are added into row-major views",
@@ -192,7 +192,7 @@ def _causal(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         raise UnsupportedError("causal_mask of a non-mma tile is not lowered", loc=instr.loc)
     e = low.em
     rows, cols = acc_coords(s.layout.rows, s.layout.cols)
-    from tessera.lower.gemm80 import acc_origin
+    from tessera.lower.sm80.gemm import acc_origin
 
     # register r holds (row0 + R(r), col0 + K(r)), R and K static (thread 0's coordinates),
     # so keep (q0 + row >= k0 + col)  <=>  (q0 - k0) + row0 - col0 >= K(r) - R(r)

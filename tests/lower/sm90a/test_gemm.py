@@ -1,9 +1,9 @@
-"""The sm_90a matrix building blocks (tessera.lower.gemm90, tma90): TMA rings and wgmma.
+"""The sm_90a matrix building blocks (tessera.lower.sm90a: gemm, tma): TMA rings and wgmma.
 
 Whole kernels run under the Target IR interpreter and are compared bit for bit with
 float64 NumPy products rounded once to f32; each renders to PTX that ptxas assembles
 for sm_90a with no ``(C75xx)`` wgmma repair advisory. The descriptors alone are checked
-in test_wgmma_descriptors, the planted bugs in test_gemm90_planted.
+in test_wgmma_descriptors, the planted bugs in test_gemm_planted.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from tessera.ir.target_ops import SharedAlloc
 from tessera.ir.text import parse_module
 from tessera.ir.verifier import verify_function
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.gemm80 import store_acc
-from tessera.lower.gemm90 import (
+from tessera.lower.sm80.gemm import store_acc
+from tessera.lower.sm90a.gemm import (
     make_descriptor,
     stage_regs_to_shared,
     wgmma_block,
 )
+from tessera.lower.sm90a.tma import TmaCopy, TmaPipeline, mbar_wait, tma_load_many, tma_setup
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
-from tessera.lower.tma90 import TmaCopy, TmaPipeline, mbar_wait, tma_load_many, tma_setup
-from tests.lower.test_wgmma_descriptors import box_of, static_desc
+from tests.lower.sm90a.test_wgmma_descriptors import box_of, static_desc
 
 U64 = RegType("u64")
 NP = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}

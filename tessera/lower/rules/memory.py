@@ -29,7 +29,7 @@ SWIZZLE_BYTES = {"none": 0, "xor": 128, "32B": 32, "64B": 64, "128B": 128}
 
 def address(e: TargetEmitter, mem: Mem, extra: Value | None = None) -> Value:
     """The address of element ``mem.offset (+ extra)`` of ``mem``; in a swizzled shared
-    buffer the byte offset goes through the buffer's swizzle (``copy80.swizzle_offset``:
+    buffer the byte offset goes through the buffer's swizzle (``sm80.copy.swizzle_offset``:
     16-byte chunk bits 4-6 XOR bits 7-9 of the offset), as its writers placed it."""
     off = mem.offset
     if extra is not None:
@@ -52,7 +52,7 @@ def _swizzle(e: TargetEmitter, mem: Mem, nbytes: Value) -> Value:
     if mem.meta.get("wgmma") and mem.shape[-1] * elem_bytes(mem.element) > mem.swizzle:
         raise UnsupportedError("elements of a wgmma operand buffer wider than one swizzle "
                                "panel are not addressed directly", loc=e.loc)
-    from tessera.lower.copy80 import emit_swizzle
+    from tessera.lower.sm80.copy import emit_swizzle
 
     return emit_swizzle(e, nbytes, mem.swizzle)
 
@@ -75,7 +75,7 @@ def _to_reg(e: TargetEmitter, raw: Value, mt: str, rt: str, element: object = No
     if mt == rt:
         return raw
     if mt == "b16" and rt == "f32":  # bf16/f16 bits: widen exactly
-        from tessera.lower.rules_tensor import widen
+        from tessera.lower.rules.tensor import widen
 
         return widen(e, raw, mt, element)
     if mt == "u8" and rt == "pred":
@@ -108,7 +108,7 @@ def _alloc_register(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Low
     t = reg_type(op.element)
     poison = float("nan") if t == "f32" else 0  # the simulator's uninitialised value
     if op.shape:
-        from tessera.lower.rules_tensor import register_count
+        from tessera.lower.rules.tensor import register_count
 
         layout = low.layouts[instr.results[0]]
         return [Dist(layout, [low.em.const(poison, t)] * register_count(layout), t)]
@@ -123,7 +123,7 @@ def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     align = max(op.alignment, ALIGN[op.swizzle])
     swizzle, meta = SWIZZLE_BYTES[op.swizzle], {}
     if instr.results[0] in low.extra.get("wgmma_buffers", ()):
-        from tessera.lower.mma90 import swizzle_span
+        from tessera.lower.sm90a.mma import swizzle_span
 
         # laid out as TMA writes and wgmma reads it: swizzled panels, atom-aligned
         swizzle = swizzle_span(tuple(op.shape), op.element)
@@ -186,7 +186,7 @@ def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     assert isinstance(mem, Mem)
     if _rank0(instr):
         return [Scalar(load_scalar(low.em, mem), reg_type(mem.element))]
-    from tessera.lower.rules_block import load_tile
+    from tessera.lower.rules.block import load_tile
 
     return [load_tile(low, instr, mem)]
 
@@ -198,7 +198,7 @@ def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if isinstance(value, Scalar) and _rank0(instr):
         store_scalar(low.em, mem, value.reg, value.type)
         return []
-    from tessera.lower.rules_block import store_tile
+    from tessera.lower.rules.block import store_tile
 
     store_tile(low, instr, mem, value)
     return []
@@ -211,7 +211,7 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
     if not (isinstance(value, Scalar) and _rank0(instr)):
-        from tessera.lower.rules_tensor import reduce_into
+        from tessera.lower.rules.tensor import reduce_into
 
         if op.op != "add" or mem.space != "global":
             raise UnsupportedError(f"tile.update '{op.op}=' of a tensor into {mem.space} "
@@ -246,7 +246,7 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
 @rule(tile_memory.Barrier)
 def _barrier(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    from tessera.lower.rules_block import finish_async
+    from tessera.lower.rules.block import finish_async
 
     finish_async(low, low.em)  # a barrier completes pending async copies
     low.em.bar()
@@ -266,7 +266,7 @@ def store_result(low: Lowerer, value: Lowered) -> None:
         e.if_(first, lambda inner: inner.st("global", out, value.reg, value.type))
         return
     assert isinstance(value, Dist)
-    from tessera.lower.rules_block import store_result_tile
+    from tessera.lower.rules.block import store_result_tile
 
     store_result_tile(low, value)
 

@@ -24,7 +24,7 @@ from tessera.lower.mathlib import (
     emit_tree_max_f32,
     emit_tree_sum_f64,
 )
-from tessera.lower.rules_tensor import chunk_index, materialize
+from tessera.lower.rules.tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered
 
 

@@ -1,4 +1,4 @@
-"""The sm_80 matrix building blocks (tessera.lower.gemm80) in whole kernels.
+"""The sm_80 matrix building blocks (tessera.lower.sm80.gemm) in whole kernels.
 
 Each kernel is interpreted at the bit level (ldmatrix, mma.sync and cp.async as the PTX
 ISA defines them) and compared with NumPy float64 matmuls; each also renders to PTX that
@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from tessera.errors import ShapeError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Value
-from tessera.lower.copy80 import copy_async, swizzle_offset
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.gemm80 import acc_to_a, mma_block, store_acc
+from tessera.lower.sm80.copy import copy_async, swizzle_offset
+from tessera.lower.sm80.gemm import acc_to_a, mma_block, store_acc
 from tessera.lower.tiles import GlobalBox, acc_coords
-from tests.lower.sm80_kit import (
+from tests.lower.sm80.kit import (
     NP_TYPES,
     U64,
     attention_chain,

@@ -55,7 +55,7 @@ def settle(low: Lowerer, e: TargetEmitter) -> None:
     count is a constant of its ``mbarrier.arrive.expect_tx``, so a group cannot span
     regions (splitting a group only makes waits stricter)."""
     if low.extra.get("tma_bytes"):
-        from tessera.lower.rules_block import commit_all
+        from tessera.lower.rules.block import commit_all
 
         commit_all(low, e, force=True)
 

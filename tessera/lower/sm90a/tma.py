@@ -1,9 +1,9 @@
 """sm_90a TMA and mbarrier building blocks: barrier set-up, box copies announced with
 ``expect_tx``, phase waits, and a multi-stage ring feeding
-:func:`~tessera.lower.gemm90.wgmma_block`. The lowering's ``tile.cp_async`` into wgmma
-buffers (:mod:`tessera.lower.mma90`) uses the set-up and the copies.
+:func:`~tessera.lower.sm90a.gemm.wgmma_block`. The lowering's ``tile.cp_async`` into wgmma
+buffers (:mod:`tessera.lower.sm90a.mma`) uses the set-up and the copies.
 
-Shared operand boxes use the panel + swizzle layout of :mod:`tessera.lower.gemm90`,
+Shared operand boxes use the panel + swizzle layout of :mod:`tessera.lower.sm90a.gemm`,
 which is how TMA writes a box with a swizzled tensor map (PTX ISA 8.x sec. 9.7.9.27,
 ``cp.async.bulk.tensor``; sec. 9.7.13.15, ``mbarrier``).
 """
@@ -26,7 +26,7 @@ from tessera.ir.target_async import (
 )
 from tessera.ir.target_ops import SharedAlloc
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.gemm90 import wgmma_block
+from tessera.lower.sm90a.gemm import wgmma_block
 from tessera.lower.tiles import SharedBox, elem_size
 
 
