@@ -163,7 +163,7 @@ class UnsupportedError(TesseraError):
 
 
 # The distribution errors live here, not in the mesh simulator, because the IR's
-# placement rules (ir/transforms/shard_*.py) raise them too and must not load the
+# placement rules (ir/transforms/sharding/) raise them too and must not load the
 # simulator; tessera.mesh_sim.errors re-exports them.
 class MeshError(TesseraError):
     """A mesh that cannot exist, or an axis or device that is not in the mesh."""

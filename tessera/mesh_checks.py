@@ -6,7 +6,7 @@ mistake is the same error everywhere, at the user's line: an out-of-range dim or
 refused, never wrapped around as a Python index would be.
 
 This module sits below the IR (it needs only NumPy and :mod:`tessera.errors`), so the
-placement rules of ``ir/transforms/shard_*.py`` use it without loading the mesh
+placement rules of ``ir/transforms/sharding/`` use it without loading the mesh
 simulator; :mod:`tessera.mesh_sim.checks` re-exports it.
 """
 

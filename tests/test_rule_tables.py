@@ -27,7 +27,7 @@ from tessera.interp.tile_rules import IMPLS as TILE_IMPLS
 from tessera.ir import graph as graph_ops
 from tessera.ir import graph_collective
 from tessera.ir.core import OPS, Op
-from tessera.ir.transforms.shard_check import PLACEMENT_RULES
+from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import TensorType
 from tessera.lower.core import NOT_LOWERED
 from tessera.lower.core import RULES as LOWERING_RULES

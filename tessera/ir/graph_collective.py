@@ -55,7 +55,7 @@ class Collective(Op):
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
         # In a launch body (the local view) all_gather, reduce_scatter and all_to_all
         # change the shape of a value; the element and rank stay. Placed (global) values
-        # keep their shape (checked with their placements, ir/transforms/shard_check.py).
+        # keep their shape (checked with their placements, ir/transforms/sharding/check.py).
         (x,) = self.infer(operands)
         if len(results) != 1 or not isinstance(results[0], TensorType) or \
                 results[0].element != x.element or results[0].rank != x.rank:  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import tessera as ts
 from tessera import dist
 from tessera.autodiff import vjp_function
-from tessera.ir.transforms.shard_propagation import propagate_function
+from tessera.ir.transforms.sharding.propagation import propagate_function
 
 RNG = np.random.default_rng(32)
 

@@ -12,7 +12,7 @@ import tessera as ts
 from tessera import dist
 from tessera.ir import PassManager, get_pass, parse_module, print_module
 from tessera.ir.core import Function
-from tessera.ir.transforms.shard_convert import conversion
+from tessera.ir.transforms.sharding.convert import conversion
 from tessera.ir.types import Sharding, TensorType
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "passes"

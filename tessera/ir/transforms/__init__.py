@@ -1,5 +1,6 @@
-"""IR passes, one per file; importing this package registers them all."""
+"""IR passes, one per file (placements in ``sharding/``); importing this package
+registers them all."""
 
-from tessera.ir.transforms import canonicalize, cse, dce, shard_check, shard_propagation
+from tessera.ir.transforms import canonicalize, cse, dce, sharding
 
-__all__ = ["canonicalize", "cse", "dce", "shard_check", "shard_propagation"]
+__all__ = ["canonicalize", "cse", "dce", "sharding"]

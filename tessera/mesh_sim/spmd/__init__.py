@@ -21,7 +21,7 @@
 :mod:`tessera.mesh_sim.regions`.
 
 The placement rules and the propagation pass live with the other passes, in
-``tessera/ir/transforms/shard_*.py``. The package imports none of its modules: each
+``tessera/ir/transforms/sharding/``. The package imports none of its modules: each
 loads when it is first used (the front end itself needs none of them; it recognises
 distributed values through :mod:`tessera.frontend.dist_arg`).
 """

@@ -13,7 +13,7 @@ from typing import Any
 from tessera.errors import Loc
 from tessera.ir import graph as g
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op
-from tessera.ir.transforms.shard_propagation import propagate_function
+from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
 from tessera.mesh_sim.spmd.args import one_mesh, to_dist

@@ -20,7 +20,7 @@ from typing import Any
 from tessera.errors import UNKNOWN_LOC, InterpretError, Loc
 from tessera.ir import graph as g
 from tessera.ir.core import Block, Function, Instr, Value, walk
-from tessera.ir.transforms.shard_propagation import propagate_function
+from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
 from tessera.mesh_sim.collectives import relayout

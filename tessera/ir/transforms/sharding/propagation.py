@@ -2,10 +2,10 @@
 
 Starting from the placements of a function's arguments (an unplaced argument is
 replicated on the mesh of the placed ones), the pass walks the instructions in order.
-For each, the op's placement rule (:mod:`.shard_rules`, keyed by op class) says which
+For each, the op's placement rule (:mod:`.rules`, keyed by op class) says which
 placement every operand must be in and which placement the results get. Where an
 operand is in another placement the pass inserts the collectives that move it
-(:mod:`.shard_convert`) right before the consumer, once per value and placement; where
+(:mod:`.convert`) right before the consumer, once per value and placement; where
 it already is, nothing is inserted. Results the function returns are never partial.
 
 A function without placed arguments is left as it is (it runs on one device). Errors
@@ -18,10 +18,10 @@ from __future__ import annotations
 from tessera.errors import MeshError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Builder, Function, Instr, Module, Value
 from tessera.ir.passes import register_pass
-from tessera.ir.transforms import shard_rules_collective, shard_rules_shape  # noqa: F401
-from tessera.ir.transforms.shard_check import PLACEMENT_RULES
-from tessera.ir.transforms.shard_convert import conversion
-from tessera.ir.transforms.shard_rules import Mesh, mesh_of, placement
+from tessera.ir.transforms.sharding import collective, shape  # noqa: F401
+from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
+from tessera.ir.transforms.sharding.convert import conversion
+from tessera.ir.transforms.sharding.rules import Mesh, mesh_of, placement
 from tessera.ir.types import Sharding, TensorType
 
 

@@ -5,7 +5,7 @@ types with their current placements, ``results`` the unplaced result types, ``me
 the ``(axis, size)`` pairs of the function's mesh. The plan names the placement every
 operand must be in (the shard-propagation pass inserts collectives where one is not)
 and the placement of every result. Rules are keyed by op class (``PLACEMENT_RULES`` in
-:mod:`.shard_check`, which the verifier consults) and are *idempotent*: for
+:mod:`.check`, which the verifier consults) and are *idempotent*: for
 operands already in the needed placements a rule needs exactly those again, so running
 the pass twice changes nothing.
 
@@ -33,7 +33,7 @@ from typing import Any
 from tessera.errors import MeshError
 from tessera.ir import graph as g
 from tessera.ir.core import OPS, Type, rule_decorator
-from tessera.ir.transforms.shard_check import PLACEMENT_RULES
+from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 
 Mesh = tuple[tuple[str, int], ...]

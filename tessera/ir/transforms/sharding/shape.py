@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.ir import graph as g
-from tessera.ir.transforms.shard_rules import Mesh, Plan, placement, rule, settled
+from tessera.ir.transforms.sharding.rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import Sharding, TensorType
 
 

@@ -11,7 +11,7 @@ imported:
   one device, or made while differentiating) are not placed yet and not checked.
 
 The rules themselves are :data:`PLACEMENT_RULES`, keyed by op class and filled by
-:mod:`.shard_rules`, :mod:`.shard_rules_shape` and :mod:`.shard_rules_collective`.
+:mod:`.rules`, :mod:`.shape` and :mod:`.collective`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tessera.ir.core import OPS, Op, Type
 from tessera.ir.types import TensorType
 
 #: op class -> placement rule ``(op, operand types, unplaced result types, mesh) -> Plan``,
-#: filled by ``tessera.ir.transforms.shard_rules`` (the sharding-propagation rules)
+#: filled by ``tessera.ir.transforms.sharding.rules`` (the sharding-propagation rules)
 PLACEMENT_RULES: dict[type, Callable[..., Any]] = {}
 
 
@@ -45,7 +45,8 @@ def check_placement(op: Op, operands: Sequence[Type], results: Sequence[Type]) -
     rule = PLACEMENT_RULES.get(type(op))
     if rule is None:
         raise IRVerifyError(f"{op.name} has no placement rule, so its result cannot be "
-                            "placed on a mesh", hint="register one in shard_rules")
+                            "placed on a mesh",
+                            hint="register one in ir/transforms/sharding/rules.py")
     if not all(_placed(t) for t in operands):
         return  # not placed yet (made while differentiating): the pass will place it
     mesh = next(t.sharding.mesh for t in [*operands, *results] if _placed(t))  # type: ignore[attr-defined]

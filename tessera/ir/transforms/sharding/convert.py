@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tessera.ir import graph as g
 from tessera.ir.core import Op
-from tessera.ir.transforms.shard_check import PLACEMENT_RULES
+from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 
 
