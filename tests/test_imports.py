@@ -21,8 +21,8 @@ LAZY_PREFIXES = ("networkx", "llvmlite", "mpi4py", "cuda", "tessera.mesh_sim", "
                  "tessera.dist")
 #: and modules: the tile kernel compiler and the tile simulator (``ts.kernel``)
 LAZY_MODULES = ("tessera.frontend.kernel", "tessera.frontend.kernel_compile",
-                "tessera.frontend.kernel_autotune", "tessera.interp.tile",
-                "tessera.interp.tile_exec", "tessera.lower.core")
+                "tessera.frontend.kernel_autotune", "tessera.interp.tile.launcher",
+                "tessera.interp.tile.exec", "tessera.lower.core")
 
 
 def run_python(code: str) -> object:
@@ -75,7 +75,7 @@ def test_lazy_names_load_on_first_access_and_are_the_defining_objects() -> None:
             "mesh": type(mesh).__name__ == "Mesh",
             "kernel": ts.kernel
                 is importlib.import_module("tessera.frontend.kernel").kernel,
-            "simulator": "tessera.interp.tile" in sys.modules,
+            "simulator": "tessera.interp.tile.launcher" in sys.modules,
         }
         print(json.dumps([before, after_mesh, checks]))
     """)

@@ -21,9 +21,9 @@ from tessera.autodiff.rules import NO_VJP_RULE, VJP
 from tessera.autodiff.transform import differentiable
 from tessera.errors import UnsupportedError
 from tessera.interp import IMPL
-from tessera.interp.target_state import STEPS as TARGET_STEPS
-from tessera.interp.tile_exec import STEPS as TILE_STEPS
-from tessera.interp.tile_rules import IMPLS as TILE_IMPLS
+from tessera.interp.target.state import STEPS as TARGET_STEPS
+from tessera.interp.tile.exec import STEPS as TILE_STEPS
+from tessera.interp.tile.rules import IMPLS as TILE_IMPLS
 from tessera.ir import graph as graph_ops
 from tessera.ir import graph_collective
 from tessera.ir.core import OPS, Op

@@ -9,7 +9,7 @@ open, so that the interpreter is deterministic and agrees with Tile IR bit for b
   instruction in ascending k, added to the accumulator in float64; the accumulator
   registers hold that *wide* value until an instruction other than ``add``/``sub``/
   ``mov``/``selp``/another ``mma`` reads them, which rounds it to f32 (the Tile IR
-  golden accumulation, see :mod:`tessera.interp.tile_numeric`). Hardware accumulates
+  golden accumulation, see :mod:`tessera.interp.tile.numeric`). Hardware accumulates
   in f32; tests compare GPU results within the precision policy's tolerance.
 * ``red.global.add`` from many CTAs applies in CTA order (linear CTA id).
 """

@@ -196,7 +196,7 @@ def possibly_wide(fn: Function) -> set[Value]:
     pass them to (a fixpoint over loops). The lowering checks one use against this set:
     a tensor ``+=`` (``rules.memory``), where a GPU's f32 atomic add rounds the value
     before adding it, not once after."""
-    from tessera.interp.tile_rules import WIDE_OK
+    from tessera.interp.tile.rules import WIDE_OK
 
     wide: set[Value] = set()
     changed = True

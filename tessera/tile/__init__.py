@@ -34,7 +34,7 @@ from tessera.frontend.kernel_errors import (
     KernelResourceError,
     UndefinedNameError,
 )
-from tessera.interp.tile_errors import SanitizerError
+from tessera.interp.tile.errors import SanitizerError
 
 #: every name of the tile API (the specification's, then the documented additions)
 API = ("linear_id", "group_id", "lane_id", "local_id", "group_size", "range", "barrier",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tessera.errors import IRVerifyError
-from tessera.interp.tile_rules import IMPLS
+from tessera.interp.tile.rules import IMPLS
 from tessera.ir import tile_compute as C
 from tessera.ir.core import Block, Builder, Function, Value, walk
 from tessera.ir.target import KERNEL, RegType, Return

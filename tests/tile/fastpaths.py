@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import tessera.interp.tile_flow as flow
+import tessera.interp.tile.flow as flow
 
 ROOT = Path(__file__).resolve().parents[2]
 

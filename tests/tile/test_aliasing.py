@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.interp.tile_alias import AliasSpace, alias_groups
+from tessera.interp.tile.memory.alias import AliasSpace, alias_groups
 from tests.tile import bugs_order, correct_order
 
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.interp.tile_exec import row_reduced
-from tessera.interp.tile_mma import folded_matmul
+from tessera.interp.tile.exec import row_reduced
+from tessera.interp.tile.mma import folded_matmul
 
 
 def _scores(q: ts.Tensor["B", "S", "D", ts.f32], k: ts.Tensor["B", "S", "D", ts.f32],

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.interp import tile_access as A
-from tessera.interp.tile_context import frozen
+from tessera.interp.tile.context import frozen
+from tessera.interp.tile.memory import access as A
 
 
 def _saxpy(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32],
@@ -169,7 +169,7 @@ def test_a_loop_reloads_only_what_the_kernel_writes(monkeypatch) -> None:
     """A large view loaded every trip is read again only when the kernel writes its
     tensor: the loads of read-only ``x`` after the first trip reuse its array, those of
     ``y`` (and of the rewritten ``x``) read memory each time."""
-    from tessera.interp import tile_global as G
+    from tessera.interp.tile.memory import globals as G
 
     calls: list[str] = []
     original = G.load
@@ -190,7 +190,7 @@ def test_a_loop_reloads_only_what_the_kernel_writes(monkeypatch) -> None:
 
 
 def test_coordinate_results_are_remembered_only_for_read_only_operands() -> None:
-    from tessera.interp.tile_memo import coordinate_memo
+    from tessera.interp.tile.fastpaths.memo import coordinate_memo
 
     calls: list[int] = []
 
@@ -215,8 +215,8 @@ def test_registers_are_released_after_their_last_use() -> None:
     """A tile value's slot is cleared after the last step that reads it: in the loop
     ``y[0:n] = y[0:n] + t`` both loaded tiles die at the store (which runs the fused
     add); memory views, scalars and yielded values are not released."""
-    from tessera.interp.tile_exec import fusions
-    from tessera.interp.tile_live import last_uses
+    from tessera.interp.tile.exec import fusions
+    from tessera.interp.tile.live import last_uses
 
     kernel = ts.kernel(_accumulate)
     kernel(np.ones(8, np.float32), np.zeros(8, np.float32), grid=1)

@@ -1,5 +1,5 @@
 """K loops whose accumulator only feeds ``mma`` defer the products to one call at the
-loop's end (:class:`tessera.interp.tile_pending.PendingMma`); the result is the per-trip
+loop's end (:class:`tessera.interp.tile.fastpaths.pending.PendingMma`); the result is the per-trip
 accumulation's, and loops that read the accumulator otherwise are left alone."""
 
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-import tessera.interp.tile_flow as flow
-from tessera.interp.tile_pending import PendingMma
+import tessera.interp.tile.flow as flow
+from tessera.interp.tile.fastpaths.pending import PendingMma
 from tests.tile.test_simulator import gemm_f32
 
 
@@ -181,7 +181,7 @@ def test_consecutive_k_slices_are_copied_as_one_view() -> None:
     """A deferred loop's operands that are consecutive K slices of one array join into
     one read-only view (one copy at the loop's end); gaps, other arrays or other
     strides keep the slice-by-slice copy, and both fill the same buffer."""
-    from tessera.interp.tile_pending import _gather, _joined
+    from tessera.interp.tile.fastpaths.pending import _gather, _joined
 
     x = np.arange(6 * 40, dtype=np.float32).reshape(6, 40)
     pieces = [x[:, k:k + 8] for k in range(0, 32, 8)]

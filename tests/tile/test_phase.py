@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.interp.tile_phase import quiet_accesses
+from tessera.interp.tile.phase import quiet_accesses
 from tests.tile.fastpaths import block_reduction
 
 SOURCE = Path(__file__).read_text().splitlines()

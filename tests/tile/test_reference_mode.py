@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-import tessera.interp.tile_flow as flow
-from tessera.interp import tile_exec
+import tessera.interp.tile.flow as flow
+from tessera.interp.tile import exec as tile_exec
 from tests.tile import bugs, bugs_order, correct_order
 from tests.tile.fastpaths import block_reduction
 from tests.tile.test_schedules import SUITES, _report

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.interp.tile_errors import KINDS
+from tessera.interp.tile.errors import KINDS
 from tests.tile import bugs
 
 SOURCE = Path(bugs.__file__).read_text().splitlines()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.interp.tile_mma import folded_matmul
+from tessera.interp.tile.mma import folded_matmul
 
 RNG = np.random.default_rng(3)
 

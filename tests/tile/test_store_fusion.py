@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-import tessera.interp.tile_global as G
+import tessera.interp.tile.memory.globals as G
 
 SOURCE = Path(__file__).read_text().splitlines()
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-import tessera.interp.tile_flow as flow
+import tessera.interp.tile.flow as flow
 from tests.tile.fastpaths import block_reduction, record_runs
 
 SOURCE = Path(__file__).read_text().splitlines()

@@ -1,7 +1,7 @@
 """Lowering of row reductions (``row_sum``, ``row_max``) of register tensors.
 
 **Reduction order.** A float ``row_sum`` is the tile interpreter's pairwise tree in
-float64 over adjacent elements (:mod:`tessera.interp.tile_rules`), which a CTA
+float64 over adjacent elements (:mod:`tessera.interp.tile.rules`), which a CTA
 reproduces exactly: each thread sums its contiguous chunk as a tree, ``shfl.bfly``
 with offsets 1, 2, 4... joins the chunks of neighbouring lanes (IEEE addition is
 commutative, so every lane gets the same bits), and what remains — chunks in other

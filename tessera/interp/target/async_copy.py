@@ -1,0 +1,313 @@
+"""Asynchronous copies and their synchronisation: ``cp.async``, TMA, ``mbarrier``, fences.
+
+``cp.async`` (PTX ISA sec. 9.7.9.25): the source is read when the copy is issued (any
+moment up to the wait is allowed) and the bytes *land* in shared memory at the issuing
+thread's ``cp.async.wait_group`` that covers the copy's group, not before: until then
+the destination bytes are marked in flight and reading them is an error.
+
+TMA (``cp.async.bulk.tensor``, sec. 9.7.9.27) with :mod:`tessera.arch.tma`: the box is
+read at issue and lands, with its ``complete_tx`` on the mbarrier, when some thread
+waits on that mbarrier (all loads issued to it complete then). ``mbarrier`` objects
+follow :class:`tessera.arch.mbarrier.MbarrierArray`, one per 8-byte slot of each CTA's
+shared memory; a wait whose phase cannot complete once every issued load has landed is
+an error instead of a hang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tessera.arch.errors import ArchError
+from tessera.arch.mbarrier import MbarrierArray
+from tessera.arch.swizzle import swizzle_address
+from tessera.arch.tma import TensorMap, tma_load
+from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.ir import target_async
+from tessera.ir.core import Instr
+
+
+@dataclass(frozen=True, eq=False)
+class Copy:
+    """Async copies in flight: issuing threads, group (cp.async) or mbarrier id (TMA),
+    flat destination bytes (M, nbytes) and the data (M, nbytes)."""
+
+    thread: np.ndarray
+    tag: np.ndarray
+    flat: np.ndarray
+    data: np.ndarray
+
+
+def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
+    """Start ``copy``: its bytes are in flight until it lands. Overwriting bytes another
+    thread has read since the last ``bar.sync`` is a write-after-read race, reported at
+    the issue (the copy may land before that reader is done)."""
+    sh = m.shared
+    if fail is not None and sh.races and len(copy.flat):
+        mine = copy.thread[:, None]
+        lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
+        clash = (hi >= 0) & ((lo != mine) | (hi != mine))
+        if np.any(clash):
+            i = int(np.flatnonzero(clash.any(axis=1))[0])
+            j = int(np.flatnonzero(clash[i])[0])
+            other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
+            fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
+                 f"which thread {other % sh.nthreads} read without a bar.sync between")
+    np.add.at(sh.pending, copy.flat.ravel(), 1)
+
+
+def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
+    """Complete the rows ``sel`` of ``copy``; return what is still in flight. ``owned``
+    bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
+    are ordered by their mbarrier instead."""
+    flat = copy.flat[sel]
+    np.subtract.at(m.shared.pending, flat.ravel(), 1)
+    m.shared.land(flat, copy.data[sel])
+    if m.shared.races:
+        m.shared.writer[flat] = -1
+    if m.shared.races and owned:
+        m.shared.writer[flat] = np.broadcast_to(copy.thread[sel, None].astype(np.int32),
+                                                flat.shape)
+    keep = ~sel
+    if not keep.any():
+        return None
+    return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep])
+
+
+@step_rule(target_async.CpAsync)
+def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
+    size = instr.op.size
+    slots = [c.slot(v) for v in instr.operands]
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        fail = m.failer(instr, act)
+        dst = fr.regs[slots[0]][act].astype(np.int64)
+        src = fr.regs[slots[1]][act].astype(np.int64)
+        n_src = (fr.regs[slots[2]][act].astype(np.int64) if len(slots) == 3
+                 else np.full(len(act), size))
+        flat = m.shared.index(m.cta[act], dst, size, fail)
+        data = np.zeros((len(act), size), np.uint8)
+        n_src = np.minimum(n_src, size)
+        for n in np.unique(n_src[n_src > 0]):  # only src_size bytes are read; the rest
+            idx = np.flatnonzero(n_src == n)  # of the copy is zero-filled
+            raw = m.glob.read(src[idx], int(n), lambda k, w, t, idx=idx: fail(int(idx[k]),
+                                                                              w, t), size)
+            data[idx, :n] = raw
+        copy = Copy(act, m.committed[act].copy(), flat, data)
+        _issue(m, copy, fail)
+        m.copies.append(copy)
+    return step
+
+
+@step_rule(target_async.CpAsyncCommit)
+def _cp_commit(c: TargetCompiler, instr: Instr) -> Step:
+    def step(fr: TargetFrame) -> None:
+        fr.m.committed[fr.mask] += 1
+    return step
+
+
+@step_rule(target_async.CpAsyncWait)
+def _cp_wait(c: TargetCompiler, instr: Instr) -> Step:
+    n = instr.op.n
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        limit = np.where(fr.mask, m.committed - n, -1)  # groups below this complete
+        still = []
+        for copy in m.copies:
+            done = copy.tag < limit[copy.thread]
+            rest = _land(m, copy, done, True) if done.any() else copy
+            if rest is not None:
+                still.append(rest)
+        m.copies = still
+    return step
+
+
+@dataclass(frozen=True, eq=False)
+class TmaValue:
+    """A tensor-map kernel parameter: the arch record and its global byte buffer."""
+
+    tmap: TensorMap
+    buffer: np.ndarray
+
+
+def _mbar(m: Machine) -> MbarrierArray:
+    if m.mbar is None:
+        slots = max(1, m.shared.size // 8)
+        m.mbar = MbarrierArray(m.ncta * slots)
+        m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
+    return m.mbar
+
+
+def _ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndarray:
+    m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
+    return m.cta[act] * max(1, m.shared.size // 8) + addr.astype(np.int64) // 8
+
+
+def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: object,
+             *args: object) -> object:
+    """Run an mbarrier operation; reset tx bookkeeping of phases it completes; turn
+    the state machine's errors into faults of this instruction."""
+    mb = _mbar(m)
+    before = mb.phase[ids].copy()
+    try:
+        result = call(*args)  # type: ignore[operator]
+    except ArchError as err:
+        raise m.fault(instr, "mbarrier", err.message, int(act[0])) from None
+    moved = ids[mb.phase[ids] != before]
+    m.mbar_tx[:, moved] = 0
+    return result
+
+
+@step_rule(target_async.TmaLoad)
+def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
+    dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        value: TmaValue = fr.regs[tm]
+        t = value.tmap
+        ids = _ids(m, instr, act, fr.regs[bar][act])
+        addr = fr.regs[dst][act].astype(np.int64)
+        coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
+        fail = m.failer(instr, act)
+        span = np.arange(t.box_bytes, dtype=np.int64)
+        for a in np.unique(addr):
+            rows = np.flatnonzero(addr == a)
+            where = swizzle_address(a + span, t.swizzle)
+            if a % 128:
+                fail(int(rows[0]), "misaligned address", f"TMA destination at shared "
+                     f"address {int(a)} is not 128-byte aligned")
+            if where.min() < 0 or where.max() >= m.shared.size:
+                fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
+                     f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
+                     "memory")
+            scratch = np.zeros((len(rows), m.shared.size), np.uint8)
+            try:
+                tma_load(t, value.buffer, coords[rows], scratch, int(a))
+            except ArchError as err:
+                raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
+            flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
+            copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
+            _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
+            m.tma.append(copy)
+    return step
+
+
+def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
+    """Land every TMA load in flight to the mbarriers ``ids`` and complete their bytes.
+
+    All of them land together, so a phase whose announced bytes are fewer than the
+    loads bring (it would complete early, with loads still in flight) is reported.
+    """
+    mb = m.mbar
+    landing = np.zeros(mb.tx.size, np.int64)
+    still = []
+    for copy in m.tma:
+        done = np.isin(copy.tag, ids)
+        if done.any():
+            np.add.at(landing, copy.tag[done], copy.flat.shape[1])
+            rest = _land(m, copy, done, False)
+            if rest is not None:
+                still.append(rest)
+        else:
+            still.append(copy)
+    m.tma = still
+    hit = np.flatnonzero(landing)
+    if not len(hit):
+        return
+    early = (mb.pending[hit] == 0) & (mb.tx[hit] < landing[hit])
+    if early.any():
+        i = int(hit[np.flatnonzero(early)[0]])
+        raise m.fault(instr, "mbarrier", f"expect-tx count too small: the phase announced "
+                      f"{int(m.mbar_tx[0, i])} tx bytes but its TMA loads bring "
+                      f"{int(m.mbar_tx[1, i] + landing[i])}; it would complete with loads "
+                      "still in flight", who)
+    m.mbar_tx[1, hit] += landing[hit]
+    _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing[hit])
+
+
+@step_rule(target_async.MbarrierInit, target_async.MbarrierArrive, target_async.MbarrierInval)
+def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
+    a = c.slot(instr.operands[0])
+    op = instr.op
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        ids = _ids(m, instr, act, fr.regs[a][act])
+        mb = _mbar(m)
+        if isinstance(op, target_async.MbarrierInit):
+            flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
+                                  m.failer(instr, act))
+            m.shared.land(flat, np.zeros(flat.shape, np.uint8))
+            _tracked(m, instr, act, ids, mb.init, ids, op.count)
+            m.mbar_tx[:, ids] = 0
+        elif isinstance(op, target_async.MbarrierArrive):
+            if op.tx:
+                np.add.at(m.mbar_tx[0], ids, op.tx)
+            _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
+        else:
+            _tracked(m, instr, act, ids, mb.inval, ids)
+    return step
+
+
+@step_rule(target_async.MbarrierWait)
+def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
+    a, p = (c.slot(v) for v in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        ids = _ids(m, instr, act, fr.regs[a][act])
+        mb = _mbar(m)
+        parity = fr.regs[p][act].astype(np.int64)
+        # A wait on a phase that already completed returns at once (a stale parity lets
+        # the kernel run ahead of its loads); only the others make loads land.
+        done = mb.try_wait_parity(ids, parity)
+        if not done.all():
+            _complete_tma(m, instr, np.unique(ids[~done]), int(act[0]))
+        ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
+        if not np.all(ok):
+            k = int(np.flatnonzero(~np.asarray(ok))[0])
+            i = ids[k]
+            raise m.fault(instr, "mbarrier", "mbarrier phase never completes: expected "
+                          f"{int(m.mbar_tx[0, i])} tx bytes, got {int(m.mbar_tx[1, i])}; "
+                          f"{int(mb.pending[i])} of {int(mb.expected[i])} arrivals missing "
+                          f"(waiting for parity {int(fr.regs[p][act][k]) & 1})", int(act[k]))
+    return step
+
+
+@step_rule(target_async.Fence)
+def _fence(c: TargetCompiler, instr: Instr) -> Step:
+    proxy = instr.op.kind == "proxy_async"
+
+    def step(fr: TargetFrame) -> None:
+        if proxy:
+            m = fr.m
+            fr.m.shared.fence(fr.mask.reshape(m.ncta, m.nthreads).any(axis=1))
+    return step
+
+
+@step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
+def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
+    # wgmma runs to completion when issued; the ordering rules are the verifier's.
+    def step(fr: TargetFrame) -> None:
+        return None
+    return step
+
+
+__all__ = ["Copy", "TmaValue"]

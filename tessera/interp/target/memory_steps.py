@@ -1,0 +1,164 @@
+"""``ld``, ``st``, ``red`` and ``.shared`` buffers (PTX ISA, "ld", "st",
+"red"), acting on the active threads only.
+
+A store of several threads to one address keeps the highest thread's value (PTX leaves
+the winner unspecified). ``red`` applies the updates one at a time in linear thread
+order (CTA order first, see :mod:`tessera.ir.target_ops`); ``red.add.f32`` flushes
+subnormal inputs and results to sign-preserving zero, as the ISA's "red" specifies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import UnsupportedError
+from tessera.interp.target.state import (
+    DTYPES,
+    F32,
+    Step,
+    TargetCompiler,
+    TargetFrame,
+    narrow,
+    step_rule,
+)
+from tessera.ir import target_ops
+from tessera.ir.core import Instr
+
+
+def _address(fr: TargetFrame, slot: int, act: np.ndarray, offset: int) -> np.ndarray:
+    return fr.regs[slot][act].astype(np.int64) + offset
+
+
+def to_bytes(values: np.ndarray, m: int) -> np.ndarray:
+    """Register values (M,) or (M, k) as their little-endian bytes (M, nbytes)."""
+    return np.ascontiguousarray(values).reshape(m, -1).view(np.uint8)
+
+
+@step_rule(target_ops.SharedAlloc)
+def _shared(c: TargetCompiler, instr: Instr) -> Step:
+    value = np.full(c.m.n, c.m.shared_layout[instr.op.sym], np.uint32)
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        fr.regs[out] = value
+    return step
+
+
+@step_rule(target_ops.Load)
+def _load(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    if op.space not in ("global", "shared"):
+        raise UnsupportedError(f"ld.{op.space} is not modelled; kernel parameters are block "
+                               "arguments", loc=instr.loc)
+    a = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+    dt = DTYPES[op.type]
+    size = dt.itemsize * op.vec
+    shape: tuple[int, ...] = (c.m.n,) if op.vec == 1 else (c.m.n, op.vec)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        addr = _address(fr, a, act, op.offset)
+        fail = m.failer(instr, act)
+        if op.space == "global":
+            raw = m.glob.read(addr, size, fail)
+        else:
+            flat = m.shared.index(m.cta[act], addr, size, fail)
+            raw = m.shared.read(flat, act, fail)
+        values = np.zeros(shape, dt)
+        values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
+        fr.regs[out] = values
+    return step
+
+
+@step_rule(target_ops.Store)
+def _store(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    if op.space not in ("global", "shared"):
+        raise UnsupportedError(f"st.{op.space} is not modelled", loc=instr.loc)
+    a, v = (c.slot(x) for x in instr.operands)
+    dt = DTYPES[op.type]
+    size = dt.itemsize * op.vec
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        addr = _address(fr, a, act, op.offset)
+        data = to_bytes(narrow(fr.regs[v][act], op.type).astype(dt), len(act))
+        fail = m.failer(instr, act)
+        if op.space == "global":
+            m.glob.write(addr, data, fail)
+        else:
+            flat = m.shared.index(m.cta[act], addr, size, fail)
+            m.shared.write(flat, data, act, fail)
+    return step
+
+
+_RED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
+        "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+def _ftz(x: np.ndarray) -> np.ndarray:
+    tiny = np.finfo(np.float32).tiny
+    return np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(F32)
+
+
+def apply_updates(target: np.ndarray, index: np.ndarray, values: np.ndarray,
+                  fn: Any, ftz: bool) -> None:
+    """``target[index[k]] = fn(target[index[k]], values[k])`` for k in order."""
+    order = np.argsort(index, kind="stable")
+    idx, vals = index[order], values[order]
+    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
+    rank = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
+    for r in range(int(rank.max()) + 1 if len(idx) else 0):
+        sel = rank == r  # the r-th update of every address: all distinct addresses
+        old = target[idx[sel]]
+        if ftz:
+            target[idx[sel]] = _ftz(fn(_ftz(old), _ftz(vals[sel])))
+        else:
+            target[idx[sel]] = fn(old, vals[sel])
+
+
+@step_rule(target_ops.Reduce)
+def _reduce(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    if op.op not in _RED or op.space not in ("global", "shared"):
+        raise UnsupportedError(f"red.{op.space}.{op.op} is not modelled", loc=instr.loc)
+    if op.type in ("f16", "bf16", "f16x2", "bf16x2") or \
+            (op.type.startswith("f") and op.op not in ("add", "min", "max")):
+        raise UnsupportedError(f"red.{op.op}.{op.type} is not modelled", loc=instr.loc)
+    a, v = (c.slot(x) for x in instr.operands)
+    dt = DTYPES[op.type]
+    fn = _RED[op.op]
+    ftz = op.type == "f32" and op.op == "add"
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        addr = _address(fr, a, act, 0)
+        vals = narrow(fr.regs[v][act], op.type).astype(dt)
+        fail = m.failer(instr, act)
+        with np.errstate(all="ignore"):
+            if op.space == "global":
+                k, off = m.glob.resolve(addr, dt.itemsize, fail, "atomic")
+                for b in np.unique(k):
+                    sel = k == b
+                    raw = m.glob.bytes[b]
+                    view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
+                    apply_updates(view, off[sel] // dt.itemsize, vals[sel], fn, ftz)
+            else:
+                flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail)
+                m.shared.check_read(flat, act, fail, race=False)
+                apply_updates(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, vals, fn,
+                              ftz)
+    return step
+
+
+__all__ = ["apply_updates", "to_bytes"]

@@ -1,0 +1,276 @@
+"""Register instructions of Target IR (PTX ISA, chapter 9.7): one NumPy call each.
+
+Integers wrap around (NumPy integer arrays do); ``shl``/``shr`` clamp shift amounts to
+the register width (PTX ISA "shl"/"shr": ``shr.s`` fills with the sign). Floats follow IEEE
+RNE (NumPy float32/float64 arithmetic is correctly rounded); 16-bit floats compute in
+float32 and round once, which is exact for ``+ - * /`` (24 >= 2 * 11 + 2). ``.approx``
+instructions (``ex2``, ``lg2``, ``rcp.approx``, ``sqrt.approx``, ``div.approx``) are
+modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
+
+Wide accumulators: ``add``, ``sub``, ``neg``, ``abs``, ``mov`` and ``selp`` keep a float64
+``f32`` value wide (a narrow operand widens exactly); ``cvt``, ``pack`` and ``unpack`` are
+in :mod:`tessera.interp.target.convert`; every other instruction rounds a wide value to
+float32 first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import UnsupportedError
+from tessera.interp.target import numeric as tn
+from tessera.interp.target.state import (
+    DTYPES,
+    F32,
+    F64,
+    Step,
+    TargetCompiler,
+    TargetFrame,
+    narrow,
+    step_rule,
+)
+from tessera.ir import target_ops
+from tessera.ir.core import Instr
+from tessera.ir.target import REG_TYPES
+
+Impl = Callable[..., Any]
+
+
+def pure(c: TargetCompiler, instr: Instr, impl: Impl) -> Step:
+    """A step computing ``impl(*operands)`` into the single result slot."""
+    ins = [c.slot(v) for v in instr.operands]
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        r = fr.regs
+        r[out] = impl(*[r[i] for i in ins])
+    return step
+
+
+def unsupported(instr: Instr, what: str) -> UnsupportedError:
+    """The error for an instruction form the interpreter does not model."""
+    return UnsupportedError(f"{instr.op.name}: {what} is not modelled by the Target IR "
+                            "interpreter", loc=instr.loc)
+
+
+@step_rule(target_ops.Special)
+def _special(c: TargetCompiler, instr: Instr) -> Step:
+    value = c.m.special(instr.op.reg)
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        fr.regs[out] = value
+    return step
+
+
+def const_array(value: Any, elem: str, n: int) -> np.ndarray:
+    """An immediate of PTX type ``elem`` for ``n`` threads (integers wrap to the width)."""
+    dt = DTYPES[elem]
+    bits, kind = REG_TYPES[elem]
+    if kind in "usb" and isinstance(value, (int, np.integer)):
+        pattern = np.array(int(value) & ((1 << bits) - 1), np.dtype(f"u{bits // 8}"))
+        return np.full(n, pattern.view(dt))
+    return np.full(n, value, dt)
+
+
+@step_rule(target_ops.Const)
+def _const(c: TargetCompiler, instr: Instr) -> Step:
+    value = const_array(instr.op.value, instr.op.type, c.m.n)
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        fr.regs[out] = value
+    return step
+
+
+def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
+    dt = DTYPES[elem]
+    if op in ("min", "max"):
+        def minmax(x: Any, y: Any) -> Any:
+            x, y = narrow(x, elem), narrow(y, elem)
+            if dt.itemsize == 2:
+                out = tn.fmin_fmax(x.astype(F32), y.astype(F32), op == "max").astype(dt)
+            else:
+                out = tn.fmin_fmax(x, y, op == "max")
+            if mode == "NaN":  # min.NaN / max.NaN: a NaN operand gives the canonical NaN
+                out = tn.canonical_nan_where(np.isnan(x) | np.isnan(y), out)
+            return out
+        return minmax
+    fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}[op]
+    if elem == "f32" and op in ("add", "sub"):
+        def wide(x: Any, y: Any) -> Any:
+            if x.dtype == F64 or y.dtype == F64:
+                return fn(x.astype(F64), y.astype(F64))
+            return fn(x, y)
+        return wide
+    if dt.itemsize == 2:
+        return lambda x, y: fn(x.astype(F32), y.astype(F32)).astype(dt)
+    return lambda x, y: fn(narrow(x, elem), narrow(y, elem))
+
+
+def _shift(op: str, elem: str) -> Impl:
+    dt = DTYPES[elem]
+    width = 8 * dt.itemsize
+
+    def shift(x: Any, amount: Any) -> Any:
+        big = amount >= width
+        k = np.minimum(amount, width - 1).astype(dt)
+        if op == "shl":
+            return np.where(big, 0, x << k).astype(dt)
+        # shr: NumPy shifts signed integers arithmetically and unsigned ones logically
+        fill = x >> np.array(width - 1, dt) if dt.kind == "i" else np.zeros_like(x)
+        return np.where(big, fill, x >> k).astype(dt)
+    return shift
+
+
+def _int_binary(instr: Instr) -> Impl:
+    op, elem, mode = instr.op.op, instr.op.type, instr.op.mode
+    dt = DTYPES[elem]
+    if op in ("shl", "shr"):
+        return _shift(op, elem)
+    if op == "mul" and mode == "wide":
+        wide = DTYPES[instr.results[0].type.elem]
+        return lambda x, y: x.astype(wide) * y.astype(wide)
+    if op == "mul" and mode == "hi":
+        if dt.itemsize == 8:
+            raise unsupported(instr, "mul.hi of 64-bit integers")
+        wide = np.dtype(np.int64 if dt.kind == "i" else np.uint64)
+        shift = np.array(8 * dt.itemsize, wide)
+        return lambda x, y: ((x.astype(wide) * y.astype(wide)) >> shift).astype(dt)
+    table = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum,
+             "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or,
+             "xor": np.bitwise_xor}
+    if op in table:
+        fn = table[op]
+        return lambda x, y: fn(x, y).astype(dt)
+    if op == "rem":
+        return lambda x, y: np.fmod(x, np.where(y == 0, 1, y)).astype(dt)
+
+    def div(x: Any, y: Any) -> Any:  # C division: truncate toward zero
+        y = np.where(y == 0, 1, y).astype(dt)
+        if dt.kind == "u":
+            return x // y
+        return ((x - np.fmod(x, y)) // y).astype(dt)  # exact: x - rem divides by y
+    return div
+
+
+@step_rule(target_ops.Binary)
+def _binary(c: TargetCompiler, instr: Instr) -> Step:
+    op, elem = instr.op.op, instr.op.type
+    kind = REG_TYPES[elem][1]
+    if elem in ("f16x2", "bf16x2"):
+        raise unsupported(instr, f"packed {elem} arithmetic")
+    if kind == "p":
+        if op not in ("and", "or", "xor"):
+            raise unsupported(instr, f"{op} on predicates")
+        fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[op]
+        return pure(c, instr, fn)
+    if kind == "f":
+        if op not in ("add", "sub", "mul", "div", "min", "max"):
+            raise unsupported(instr, f"{op} on {elem}")
+        return pure(c, instr, _float_binary(op, elem, instr.op.mode))
+    impl = _int_binary(instr)
+    if op not in ("div", "rem"):
+        return pure(c, instr, impl)
+    a, b = (c.slot(v) for v in instr.operands)
+    out = c.slot(instr.results[0])
+
+    def checked(fr: TargetFrame) -> None:
+        y = fr.regs[b]
+        zero = (y == 0) & fr.mask
+        if zero.any():
+            k = int(np.flatnonzero(zero)[0])
+            raise fr.m.fault(instr, "integer division by zero", "the divisor is 0 (PTX "
+                             "leaves the result unspecified)", k)
+        with np.errstate(all="ignore"):
+            fr.regs[out] = impl(fr.regs[a], y)
+    return checked
+
+
+@step_rule(target_ops.Unary)
+def _unary(c: TargetCompiler, instr: Instr) -> Step:
+    op, elem = instr.op.op, instr.op.type
+    dt = DTYPES[elem]
+    kind = REG_TYPES[elem][1]
+    if op == "mov":
+        return pure(c, instr, lambda x: x)
+    if kind == "p":
+        if op != "not":
+            raise unsupported(instr, f"{op} on predicates")
+        return pure(c, instr, np.logical_not)
+    if op == "not":
+        return pure(c, instr, np.invert)
+    if op in ("neg", "abs"):
+        fn = np.negative if op == "neg" else np.abs
+        if kind == "f":  # sign operations are exact in any format and keep wide values
+            return pure(c, instr, fn)
+        return pure(c, instr, lambda x: fn(x).astype(dt))
+    if kind != "f":
+        raise unsupported(instr, f"{op} on {elem}")
+    math = {"sqrt": np.sqrt, "rcp": np.reciprocal, "ex2": np.exp2, "lg2": np.log2}[op]
+    if dt.itemsize == 2:
+        return pure(c, instr, lambda x: math(x.astype(F32)).astype(dt))
+    return pure(c, instr, lambda x: math(narrow(x, elem)))
+
+
+@step_rule(target_ops.Fma)
+def _fma(c: TargetCompiler, instr: Instr) -> Step:
+    elem = instr.op.type
+    dt = DTYPES[elem]
+    if elem == "f32":
+        return pure(c, instr, lambda a, b, d: tn.fma_f32(narrow(a, elem), narrow(b, elem),
+                                                          narrow(d, elem)))
+    if elem == "f64":
+        return pure(c, instr, tn.fma_f64)
+    if elem in ("f16", "bf16"):
+        # product exact in float64; a round-to-odd float64 sum then rounds once to 16 bits
+        def fma16(a: Any, b: Any, d: Any) -> Any:
+            s = tn.add_round_to_odd(a.astype(F64) * b.astype(F64), d.astype(F64))
+            return tn.cvt_float(s, dt, "rn", False)
+        return pure(c, instr, fma16)
+    raise unsupported(instr, f"fma on {elem}")
+
+
+def _ordered(cmp: str) -> Callable[[Any, Any], Any]:
+    return {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+            "gt": np.greater, "ge": np.greater_equal}[cmp]
+
+
+@step_rule(target_ops.Setp)
+def _setp(c: TargetCompiler, instr: Instr) -> Step:
+    cmp, elem = instr.op.cmp, instr.op.type
+    kind = REG_TYPES[elem][1]
+    if kind != "f":
+        if cmp not in ("eq", "ne", "lt", "le", "gt", "ge"):
+            raise unsupported(instr, f"setp.{cmp} on integers")
+        return pure(c, instr, _ordered(cmp))
+    dt = DTYPES[elem]
+
+    def setp(x: Any, y: Any) -> Any:
+        x, y = narrow(x, elem), narrow(y, elem)
+        if dt.itemsize == 2:
+            x, y = x.astype(F32), y.astype(F32)
+        nan = np.isnan(x) | np.isnan(y)
+        if cmp == "num":
+            return ~nan
+        if cmp == "nan":
+            return nan
+        if cmp.endswith("u"):  # unordered: true when either operand is NaN
+            return _ordered(cmp[:-1])(x, y) | nan
+        return _ordered(cmp)(x, y) & ~nan  # ordered: false on NaN (ne too)
+    return pure(c, instr, setp)
+
+
+@step_rule(target_ops.Selp)
+def _selp(c: TargetCompiler, instr: Instr) -> Step:
+    def selp(a: Any, b: Any, p: Any) -> Any:
+        if a.dtype != b.dtype:  # one side wide: widen the other exactly
+            a, b = a.astype(F64), b.astype(F64)
+        return np.where(p[:, None] if a.ndim == 2 else p, a, b)
+    return pure(c, instr, selp)
+
+
+__all__ = ["const_array", "pure", "unsupported"]

@@ -1,0 +1,240 @@
+"""State and compiler of the Target IR interpreter: faults, the machine, frames, steps.
+
+Every thread of every CTA runs in lockstep: a register is one NumPy array over all
+``ncta * nthreads`` threads (shape ``(N,)``, or ``(N, count)`` for a register vector),
+and a *frame* carries the mask of threads that execute the current region. Pure
+register instructions compute for every thread (values of inactive threads are never
+observed); memory, synchronisation and warp-level instructions look at the mask.
+
+Register storage per PTX type: ``pred`` bool; ``u``/``s`` types unsigned/signed NumPy
+integers (wrap-around arithmetic); ``b`` types and packed ``f16x2``/``bf16x2`` unsigned
+integers holding bit patterns; ``f16`` float16, ``bf16`` ml_dtypes.bfloat16, ``f32``
+float32, ``f64`` float64. An ``f32`` register holding a float64 array is *wide* (an
+exact ``mma``/``wgmma`` accumulator, see :mod:`tessera.ir.target_ops`).
+
+Kernels are compiled, once per launch, into closures ``step(frame)`` (the tile
+simulator's scheme, :mod:`tessera.interp.tile.exec`); rule tables keyed by op class
+live in the ``target_*`` modules and register themselves with :func:`step_rule`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from tessera.errors import InterpretError, Loc, TesseraError
+from tessera.interp.slots import Slots
+from tessera.ir.core import Block, Function, Instr, Op, rule_decorator
+from tessera.ir.text import op_attr_text
+
+#: NumPy storage of each PTX register type
+DTYPES: dict[str, np.dtype] = {k: np.dtype(v) for k, v in {
+    "pred": np.bool_, "b16": np.uint16, "b32": np.uint32, "b64": np.uint64,
+    "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "s16": np.int16, "s32": np.int32,
+    "s64": np.int64, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32,
+    "f64": np.float64, "f16x2": np.uint32, "bf16x2": np.uint32}.items()}
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
+_HINTS = {
+    "out of bounds": "check the address arithmetic against the buffer's size",
+    "misaligned address": "PTX accesses must be aligned to their size (vectors: total size)",
+    "divergent barrier": "every thread of a CTA must reach the same bar.sync: move it out of "
+                         "thread-dependent control flow",
+    "uninitialised shared read": "write the shared buffer (or copy into it and wait) first",
+    "async copy read before its wait": "wait for the copy (cp.async.wait_group, or the "
+                                       "mbarrier of a TMA load) and bar.sync before reading",
+    "async copy overwritten before its wait": "wait for the copy before reusing its "
+                                              "destination",
+    "shared memory race": "put bar.sync between one thread's write and another's access",
+    "mbarrier": "announce (arrive.expect_tx) exactly the bytes of the loads on the phase, "
+                "and arrive the init count of times",
+    "warp divergence": "warp-synchronous instructions (.sync.aligned) need every thread of "
+                       "the warp (or warpgroup) to execute them together",
+    "missing proxy fence": "put fence.proxy.async (and bar.sync) between st.shared and the "
+                           "wgmma that reads the data",
+}
+
+
+class TargetFault(InterpretError):
+    """A kernel bug found while interpreting Target IR, worded like compute-sanitizer.
+
+    ``what`` names the problem (``out of bounds``, ``divergent barrier``, ...); ``op`` is
+    the instruction's text; ``thread`` (CTA-local linear id) and ``cta`` (x, y, z) name
+    the first offending thread when there is one.
+    """
+
+    kind = "kernel fault"
+
+    def __init__(self, what: str, message: str, *, kernel: str, op: str, loc: Loc,
+                 thread: int | None = None, cta: tuple[int, int, int] | None = None,
+                 hint: str | None = None) -> None:
+        self.what = what
+        self.op = op
+        self.thread = thread
+        self.cta = cta
+        who = f" (thread {thread} of CTA {cta})" if thread is not None else ""
+        super().__init__(f"kernel '{kernel}': {op}: {what}: {message}{who}",
+                         hint=hint or _HINTS.get(what.split(":")[0]), loc=loc)
+
+
+def op_text(instr: Instr) -> str:
+    """The instruction as IR text: op name and non-default attributes."""
+    attrs = op_attr_text(instr.op)
+    return f"{instr.op.name} {attrs}" if attrs else instr.op.name
+
+
+class Machine:
+    """Launch geometry and every memory of one kernel launch."""
+
+    def __init__(self, fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 glob: Any, shared: Any) -> None:
+        self.fn = fn
+        self.grid = grid
+        self.block = block
+        self.nthreads = block[0] * block[1] * block[2]
+        self.ncta = grid[0] * grid[1] * grid[2]
+        self.n = self.ncta * self.nthreads
+        self.lin = np.arange(self.n, dtype=np.int64)
+        self.tid = self.lin % self.nthreads
+        self.cta = self.lin // self.nthreads
+        self.glob = glob
+        self.shared = shared
+        # cp.async: committed groups per thread and the copies still in flight
+        self.committed = np.zeros(self.n, np.int64)
+        self.copies: list[Any] = []
+        # TMA loads in flight and the mbarrier objects (created on first use)
+        self.tma: list[Any] = []
+        self.mbar: Any = None
+        self.mbar_tx: Any = None
+        #: shared symbol -> its shared-window address
+        self.shared_layout: dict[str, int] = {}
+
+    def special(self, reg: str) -> np.ndarray:
+        """The value of special register ``%reg`` for every thread (uint32)."""
+        bx, by, _ = self.block
+        gx, gy, _ = self.grid
+        c = self.cta
+        table = {"tid.x": self.tid % bx, "tid.y": self.tid // bx % by, "ntid.x": bx,
+                 "ctaid.x": c % gx, "ctaid.y": c // gx % gy, "ctaid.z": c // (gx * gy),
+                 "nctaid.x": gx, "nctaid.y": gy, "nctaid.z": self.grid[2],
+                 "laneid": self.tid % 32, "warpid": self.tid // 32}
+        return np.broadcast_to(np.asarray(table[reg], np.uint32), (self.n,)).copy()
+
+    def fault(self, instr: Instr, what: str, message: str, thread: int | None = None,
+              hint: str | None = None) -> TargetFault:
+        """A :class:`TargetFault` at ``instr``; ``thread`` is a global linear thread id."""
+        local = cta = None
+        if thread is not None:
+            c = int(self.cta[thread])
+            gx, gy, _ = self.grid
+            local, cta = int(self.tid[thread]), (c % gx, c // gx % gy, c // (gx * gy))
+        return TargetFault(what, message, kernel=self.fn.name, op=op_text(instr),
+                           loc=instr.loc, thread=local, cta=cta, hint=hint)
+
+    def failer(self, instr: Instr, who: np.ndarray) -> Callable[[int, str, str], None]:
+        """A callback ``fail(k, what, message)`` raising the fault of thread ``who[k]``."""
+        def fail(k: int, what: str, message: str) -> None:
+            raise self.fault(instr, what, message, int(who[k]))
+        return fail
+
+
+class TargetFrame:
+    """The register file and the mask of active threads of one running region."""
+
+    __slots__ = ("m", "mask", "regs")
+
+    def __init__(self, regs: list[Any], mask: np.ndarray, m: Machine) -> None:
+        self.regs = regs
+        self.mask = mask
+        self.m = m
+
+
+Step = Callable[[TargetFrame], None]
+
+
+@dataclass
+class TargetBody:
+    """A compiled block: its steps, argument slots and yielded slots."""
+
+    steps: list[Step]
+    args: list[int]
+    yields: list[int]
+
+
+#: op class -> factory of the step of one instruction
+STEPS: dict[type[Op], Callable[[TargetCompiler, Instr], Step]] = {}
+
+
+step_rule = rule_decorator(STEPS, "step rule")  # ``@step_rule(OpA, OpB)``
+
+
+class TargetCompiler(Slots):
+    """Assigns register slots and turns blocks into :class:`TargetBody` objects."""
+
+    def __init__(self, m: Machine) -> None:
+        super().__init__()
+        self.m = m
+
+    def body(self, block: Block) -> TargetBody:
+        """Compile a block (its terminator only provides the yielded slots)."""
+        args = [self.slot(a) for a in block.args]
+        steps = [self.instr(i) for i in block.instrs if not i.op.terminator]
+        term = block.terminator
+        yields = [self.slot(v) for v in term.operands] if term is not None else []
+        return TargetBody(steps, args, yields)
+
+    def instr(self, instr: Instr) -> Step:
+        """The step of one instruction."""
+        factory = STEPS.get(type(instr.op))
+        if factory is None:
+            raise InterpretError(f"the Target IR interpreter has no rule for {instr.op.name}",
+                                 loc=instr.loc, hint="add a rule in tessera.interp.target")
+        step = factory(self, instr)
+        step.instr = instr  # type: ignore[attr-defined]
+        return step
+
+
+def run(steps: list[Step], fr: TargetFrame) -> None:
+    """Run steps in order; an unexpected failure names the instruction and its line."""
+    step: Any = None
+    try:
+        for step in steps:
+            step(fr)
+    except InterpretError:
+        raise
+    except (TesseraError, ArithmeticError, ValueError, IndexError, TypeError) as err:
+        instr = getattr(step, "instr", None)
+        if instr is None:
+            raise
+        detail = err.message if isinstance(err, TesseraError) else str(err)
+        raise InterpretError(f"kernel '{fr.m.fn.name}': {op_text(instr)} failed: {detail}",
+                             loc=instr.loc, hint=getattr(err, "hint", None)) from err
+
+
+def widen_mask(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """``mask`` shaped to broadcast against ``value`` (an extra axis for vectors)."""
+    return mask[:, None] if value.ndim == 2 else mask
+
+
+def merge(mask: np.ndarray, new: Any, old: Any) -> Any:
+    """Per thread ``new`` where ``mask`` else ``old`` (a wide side keeps the result wide)."""
+    if not isinstance(new, np.ndarray):
+        return new  # tensor maps and other uniform objects
+    return np.where(widen_mask(mask, new), new, old)
+
+
+def narrow(x: np.ndarray, elem: str) -> np.ndarray:
+    """A register value as its PTX type's storage (a wide f32 value rounds once, RNE)."""
+    if elem == "f32" and x.dtype == F64:
+        return x.astype(F32)
+    return x
+
+
+__all__ = ["DTYPES", "F32", "F64", "STEPS", "Machine", "Step", "TargetBody", "TargetCompiler",
+           "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "run", "step_rule",
+           "widen_mask"]

@@ -1,0 +1,296 @@
+"""Compute rules of the tile simulator, keyed by op class.
+
+Each rule builds, once per compiled kernel, an ``impl`` closure over its operand
+*values* (NumPy arrays with leading program axes, see
+:mod:`tessera.interp.tile.context`). Every impl works for any number of program axes:
+reductions and transposes address tile axes from the end, and NumPy broadcasting
+lines up a uniform tile with a per-program one. Rounding follows
+:mod:`tessera.interp.tile.numeric`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.tile.fastpaths.pending import PendingMma
+from tessera.interp.tile.memory.spaces import poison
+from tessera.interp.tile.mma import Widen, mma, widened
+from tessera.interp.tile.numeric import F32, F64, Num, num, to_f64, to_storage
+from tessera.ir import tile as T
+from tessera.ir import tile_compute as C
+from tessera.ir import tile_memory as M
+from tessera.ir.core import Instr, Op, rule_decorator
+from tessera.ir.types import TensorType
+from tessera.numerics.transcendental import exp_f32
+from tessera.numerics.treesum import SHORT, row_extreme, row_sum_f64
+
+Impl = Callable[..., Any]
+#: op class -> (instr, fast) -> impl over operand values
+IMPLS: dict[type[Op], Callable[[Instr, bool], Impl]] = {}
+
+
+rule = rule_decorator(IMPLS, "tile rule")
+
+
+def _num_in(instr: Instr, k: int = 0) -> Num:
+    t = instr.operands[k].type
+    assert isinstance(t, TensorType)
+    return num(t.element)
+
+
+def _num_out(instr: Instr) -> Num:
+    t = instr.results[0].type
+    assert isinstance(t, TensorType)
+    return num(t.element)
+
+
+BINARY_UFUNCS = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply,
+                 C.Div: np.true_divide, C.FloorDiv: np.floor_divide, C.Mod: np.mod,
+                 C.Maximum: np.maximum, C.Minimum: np.minimum}
+_COMPARE = {C.Lt: np.less, C.Le: np.less_equal, C.Gt: np.greater, C.Ge: np.greater_equal,
+            C.Eq: np.equal, C.Ne: np.not_equal}
+#: ops that keep an mma accumulator wide (they only add, subtract, select or move data)
+WIDE_OK = (C.Add, C.Sub, C.Neg, C.Abs, C.Where, C.CausalMask, C.Broadcast, C.Reshape,
+           C.Transpose)
+
+
+@rule(*BINARY_UFUNCS)
+def _binary(instr: Instr, fast: bool) -> Impl:
+    fn = BINARY_UFUNCS[type(instr.op)]
+    n = _num_in(instr)
+    if isinstance(instr.op, (C.Add, C.Sub)) and n.can_be_wide and not fast:
+        def wide(x: Any, y: Any) -> Any:
+            if x.dtype == F64 or y.dtype == F64:
+                return fn(x, y, dtype=F64)  # the input casts widen exactly
+            return n.result(fn(n.compute(x), n.compute(y)))
+        return wide
+    if n.sd == F32 and n.native:
+        # the ufunc's input casts round a wide (float64) operand to float32 with the same
+        # RNE as narrow(), without a temporary
+        return lambda x, y: fn(x, y, dtype=F32)
+    if n.native:
+        return lambda x, y: n.result(fn(n.narrow(x), n.narrow(y)))
+    return lambda x, y: n.result(fn(n.compute(x), n.compute(y)))
+
+
+@rule(C.Pow)
+def _pow(instr: Instr, fast: bool) -> Impl:
+    n = _num_in(instr)
+    if n.kind != "float" or fast:
+        return lambda x, y: n.result(np.power(n.compute(x), n.compute(y)))
+    return lambda x, y: n.result(np.power(to_f64(n.narrow(x)), to_f64(n.narrow(y))))
+
+
+@rule(*_COMPARE)
+def _compare(instr: Instr, fast: bool) -> Impl:
+    fn = _COMPARE[type(instr.op)]
+    n = _num_in(instr)
+    return lambda x, y: fn(n.compute(x), n.compute(y))
+
+
+@rule(C.And, C.Or)
+def _logical(instr: Instr, fast: bool) -> Impl:
+    fn = np.logical_and if isinstance(instr.op, C.And) else np.logical_or
+    return lambda x, y: fn(x, y)
+
+
+@rule(C.Neg, C.Abs)
+def _sign(instr: Instr, fast: bool) -> Impl:
+    fn = np.negative if isinstance(instr.op, C.Neg) else np.abs
+    n = _num_in(instr)
+    if n.can_be_wide and not fast:
+        return lambda x: fn(x) if x.dtype == F64 else n.result(fn(n.compute(x)))
+    return lambda x: n.result(fn(n.compute(x)))
+
+
+@rule(C.Not)
+def _not(instr: Instr, fast: bool) -> Impl:
+    return np.logical_not
+
+
+@rule(C.Exp)
+def _exp(instr: Instr, fast: bool) -> Impl:
+    n = _num_in(instr)
+    if fast or n.kind != "float" or n.sd == F64:
+        # f64 exp is NumPy's (machine-dependent in the last bit); the PTX backend rejects it
+        return lambda x: n.result(np.exp(n.compute(x)))
+    # f32, and the narrower floats that compute in f32: the specified exp_f32, which a GPU
+    # reproduces bit for bit; a narrow result is that f32 value rounded once more (RNE)
+    return lambda x: n.result(exp_f32(n.compute(x)))
+
+
+@rule(C.Log, C.Sqrt, C.Trunc)
+def _math(instr: Instr, fast: bool) -> Impl:
+    fn = {C.Log: np.log, C.Sqrt: np.sqrt, C.Trunc: np.trunc}[type(instr.op)]
+    n = _num_in(instr)
+    if fast or n.kind != "float" or isinstance(instr.op, (C.Sqrt, C.Trunc)) or n.sd == F64:
+        # sqrt and trunc of float32 are correctly rounded natively
+        return lambda x: n.result(fn(n.compute(x)))
+    # transcendentals: float64, rounded once (as the Graph IR interpreter does)
+    if n.sd == np.float32:
+        def f32_out(x: Any) -> Any:  # one pass: compute in f64, cast (RNE) per buffer
+            x = n.narrow(x)
+            out = np.empty(np.shape(x), np.float32)
+            return fn(x, out=out, dtype=np.float64, casting="unsafe")
+        return f32_out
+    return lambda x: n.result(fn(to_f64(n.narrow(x))))
+
+
+@rule(C.Where)
+def _where(instr: Instr, fast: bool) -> Impl:
+    n = _num_out(instr)
+
+    def impl(c: Any, x: Any, y: Any) -> Any:
+        if n.can_be_wide and not fast and (x.dtype == F64 or y.dtype == F64):
+            return np.where(c, to_f64(x), to_f64(y))
+        return np.where(c, n.narrow(x), n.narrow(y))
+    return impl
+
+
+@rule(C.Cast)
+def _cast(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Cast)
+    to = op.to
+    src = _num_in(instr)
+    if num(to).kind == "bool" and src.kind != "bool":
+        return lambda x: np.asarray(x) != 0
+    return lambda x: to_storage(x, to)
+
+
+@rule(C.Full, T.Constant)
+def _constant(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    n = _num_out(instr)
+    shape = op.shape if isinstance(op, C.Full) else ()
+    value = to_storage(np.full(shape, op.value, dtype=np.float64 if n.kind == "float"
+                               else n.sd), op.element)
+    value = np.array(value, dtype=n.sd)
+    value.setflags(write=False)
+    return lambda: value
+
+
+@rule(M.AllocRegister)
+def _register(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, M.AllocRegister)
+    value = poison(op.shape, num(op.element).sd)
+    value.setflags(write=False)
+    return lambda: value
+
+
+@rule(C.Broadcast)
+def _broadcast(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Broadcast)
+    src = instr.operands[0].type
+    assert isinstance(src, TensorType)
+    r_in = src.rank
+    expand = [1] * len(op.shape)
+    for size, d in zip(src.shape, op.dims):
+        expand[d] = size
+    ex, shape = tuple(expand), tuple(op.shape)
+
+    def impl(x: Any) -> Any:
+        x = np.asarray(x)
+        lead = x.shape[:x.ndim - r_in]
+        return np.broadcast_to(x.reshape(lead + ex), lead + shape)
+    return impl
+
+
+@rule(C.Reshape)
+def _reshape(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Reshape)
+    src = instr.operands[0].type
+    assert isinstance(src, TensorType)
+    r_in, shape = src.rank, tuple(op.shape)
+    return lambda x: np.reshape(x, np.shape(x)[:np.ndim(x) - r_in] + shape)
+
+
+@rule(C.Transpose)
+def _transpose(instr: Instr, fast: bool) -> Impl:
+    return lambda x: np.swapaxes(x, -1, -2)
+
+
+@rule(C.Reduce)
+def _reduce(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, C.Reduce)
+    src = instr.operands[0].type
+    assert isinstance(src, TensorType)
+    axis = op.axis % src.rank - src.rank  # from the end: works with program axes
+    n = _num_in(instr)
+    if op.kind != "sum":
+        kind = op.kind
+        return lambda x: row_extreme(n.narrow(x), axis, kind)
+    if fast or n.kind != "float":
+        return lambda x: n.result(np.sum(n.compute(x), axis=axis))
+
+    def exact_sum(x: Any) -> Any:
+        # float64 accumulation in a fixed tree, rounded once to the element
+        narrow = n.narrow(x)
+        rows = np.moveaxis(narrow, axis, -1)
+        if narrow.dtype != F32:
+            return n.result(row_sum_f64(n.compute(rows)))
+        if rows.shape[-1] < SHORT:
+            # short rows: start from the shared float64 copy, which an mma of the same
+            # tile reuses (and f64 pairs add faster than mixed ones)
+            return n.result(row_sum_f64(rows, np.moveaxis(widened(narrow), axis, -1)))
+        return n.result(row_sum_f64(rows))
+    return exact_sum
+
+
+@rule(C.Mma)
+def _mma(instr: Instr, fast: bool) -> Impl:
+    return mma_rule(instr, fast)
+
+
+def mma_rule(instr: Instr, fast: bool, columns: bool = False) -> Impl:
+    """The ``tile.mma`` rule; ``columns`` picks the column layout for an accumulator-free
+    product whose rows are reduced (see ``tile.mma.folded_matmul``)."""
+    op = instr.op
+    assert isinstance(op, C.Mma)
+    acc = num(op.accum)
+    na, nb = _num_in(instr, 0), _num_in(instr, 1)
+    widen = (Widen(), Widen())
+    if len(instr.operands) == 3:
+        def accumulate(a: Any, b: Any, c: Any) -> Any:
+            if type(c) is PendingMma:  # a deferred K loop accumulator: keep the operands
+                return c.add(na.narrow(a), nb.narrow(b))
+            return mma(na.narrow(a), nb.narrow(b), c, acc, fast, widen)
+        return accumulate
+    return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast, widen, columns)
+
+
+@rule(C.CausalMask)
+def _causal(instr: Instr, fast: bool) -> Impl:
+    t = instr.operands[0].type
+    assert isinstance(t, TensorType)
+    m, n_ = t.shape
+    rows = np.arange(m, dtype=np.int64)[:, None]
+    cols = np.arange(n_, dtype=np.int64)[None, :]
+    n = num(t.element)
+
+    def impl(s: Any, q0: Any, k0: Any) -> Any:
+        q = np.asarray(q0)[..., None, None] + rows
+        k = np.asarray(k0)[..., None, None] + cols
+        if not (n.can_be_wide and not fast and s.dtype == F64):
+            s = n.narrow(s)
+        return np.where(q >= k, s, np.array(-np.inf, dtype=s.dtype))
+    return impl
+
+
+@rule(T.LaneId)
+def _lanes(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, T.LaneId)
+    value = np.arange(op.lanes, dtype=np.int64)
+    value.setflags(write=False)
+    return lambda: value
+
+
+__all__ = ["BINARY_UFUNCS", "IMPLS", "WIDE_OK", "Impl", "mma_rule", "rule"]
