@@ -26,8 +26,8 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tessera.interp import run_function  # noqa: E402
-from tessera.ir import graph as g  # noqa: E402
 from tessera.ir.core import Block, Builder, Function  # noqa: E402
+from tessera.ir.dialects import graph as g  # noqa: E402
 from tessera.ir.types import TensorType  # noqa: E402
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from tessera.ir import graph as g
 from tessera.ir.core import Block, Builder, Function
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import Dense, TensorType
 from tessera.numerics import Policy, dtype
 

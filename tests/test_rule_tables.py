@@ -24,9 +24,9 @@ from tessera.interp import IMPL
 from tessera.interp.target.state import STEPS as TARGET_STEPS
 from tessera.interp.tile.exec import STEPS as TILE_STEPS
 from tessera.interp.tile.rules import IMPLS as TILE_IMPLS
-from tessera.ir import graph as graph_ops
-from tessera.ir import graph_collective
 from tessera.ir.core import OPS, Op
+from tessera.ir.dialects import graph as graph_ops
+from tessera.ir.dialects.graph import collective as graph_collective
 from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import TensorType
 from tessera.lower.core import NOT_LOWERED

@@ -15,8 +15,8 @@ from typing import Any
 from tessera.errors import ArgumentError, GradError, user_api
 from tessera.frontend import ops
 from tessera.frontend.trace import Trace, Tracer
-from tessera.ir import graph as g
 from tessera.ir.core import Instr, IRRegion
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 
 CUSTOM_RULES: dict[str, CustomFunction] = {}

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tessera.frontend import ops as o
-from tessera.ir import graph as g
 from tessera.ir.core import rule_decorator
+from tessera.ir.dialects import graph as g
 from tessera.numerics import storage_of
 
 Rule = Callable[[Any, Sequence[Any], Sequence[Any], Sequence[Any], Sequence[bool]],

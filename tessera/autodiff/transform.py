@@ -23,8 +23,8 @@ from tessera.errors import GradError
 from tessera.frontend import ops
 from tessera.frontend.tensor import Tensor
 from tessera.frontend.trace import Trace, Tracer, current_trace
-from tessera.ir import graph as g
 from tessera.ir.core import Function, Instr, IRRegion, Value, clone_block
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 

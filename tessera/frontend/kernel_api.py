@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 
 from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value, kind_of
 from tessera.frontend.kernel_scope import TileContext
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Value
-from tessera.ir.tile import BOOL, MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import BOOL, MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, Policy, PolicyClass, accum_of, dtype, element
 

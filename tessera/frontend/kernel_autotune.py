@@ -47,11 +47,11 @@ from typing import Any
 from tessera.frontend.kernel_bounds import sure_violations
 from tessera.frontend.kernel_compile import SHARED_LIMIT
 from tessera.frontend.kernel_regs import RegisterEstimate
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Function, Instr, walk
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 

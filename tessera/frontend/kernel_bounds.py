@@ -33,11 +33,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Function, Instr, Value
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 
 INF = math.inf

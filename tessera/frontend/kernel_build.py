@@ -24,11 +24,11 @@ import numpy as np
 
 from tessera.errors import IRVerifyError, Loc
 from tessera.frontend.kernel_errors import KernelCompileError
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
-from tessera.ir.tile import BOOL, INDEX, MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import BOOL, INDEX, MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import DType, dtype, promote, storage_of
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from tessera.frontend.kernel_build import BuilderBase, is_tile, is_value, kind_of
 from tessera.frontend.kernel_expr import _MATH_TILE, BoundMethod
-from tessera.ir import tile_compute as C
-from tessera.ir.tile import INDEX
+from tessera.ir.dialects.tile import INDEX
+from tessera.ir.dialects.tile import compute as C
 
 #: functions inlined deeper than this are taken to be recursive
 MAX_INLINE_DEPTH = 32

@@ -20,10 +20,10 @@ from tessera.frontend.kernel_loops import LoopMixin
 from tessera.frontend.kernel_scope import Spec
 from tessera.frontend.kernel_stmt import NO_RETURN, StmtMixin
 from tessera.frontend.kernel_view import ViewMixin
-from tessera.ir import tile as T
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Function, Module, Value, walk
-from tessera.ir.tile import KERNEL
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import KERNEL
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
 from tessera.numerics import storage_of

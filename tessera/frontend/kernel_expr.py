@@ -20,10 +20,10 @@ from typing import Any
 from tessera.frontend.kernel_build import BuilderBase, is_value, kind_of
 from tessera.frontend.kernel_errors import UndefinedNameError
 from tessera.frontend.kernel_scope import EXTENTS, ORIGINS, TileContext, Undefined
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
 from tessera.ir.core import Value
-from tessera.ir.tile import INDEX
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import INDEX
+from tessera.ir.dialects.tile import compute as C
 
 _BINOPS: dict[type, Any] = {
     ast.Add: (operator.add, C.Add), ast.Sub: (operator.sub, C.Sub),

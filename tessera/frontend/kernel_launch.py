@@ -39,7 +39,7 @@ from tessera.frontend.kernel_scope import (
     names_used,
 )
 from tessera.frontend.tensor import Tensor
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.types import TensorType
 from tessera.numerics import (
     DimEnv,

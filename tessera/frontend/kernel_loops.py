@@ -18,8 +18,8 @@ from typing import Any
 from tessera.frontend.kernel_build import BuilderBase, is_mem, is_value
 from tessera.frontend.kernel_scope import Undefined, assigned_names
 from tessera.frontend.kernel_stmt import without_augassign
-from tessera.ir import tile as T
 from tessera.ir.core import Block, IRRegion, Value
+from tessera.ir.dialects import tile as T
 
 
 class LoopMixin(BuilderBase):

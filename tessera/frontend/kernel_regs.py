@@ -27,10 +27,10 @@ spill); it can still miss a spill (flash attention with head dim 128 and 64x128 
 
 from __future__ import annotations
 
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Function, Instr, Value, walk
-from tessera.ir.tile import Constant, MemRefType
+from tessera.ir.dialects.tile import Constant, MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.lower.core import THREADS, is_block_kernel
 from tessera.numerics import storage_of

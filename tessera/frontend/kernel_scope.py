@@ -19,7 +19,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.types import Element, TensorType
 
 #: tile-origin names -> grid axis

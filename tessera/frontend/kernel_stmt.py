@@ -24,10 +24,10 @@ import numpy as np
 
 from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value, kind_of
 from tessera.frontend.kernel_scope import Undefined, assigned_names
-from tessera.ir import tile as T
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, IRRegion, Type, Value
-from tessera.ir.tile import INDEX, MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import INDEX, MemRefType
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.numerics import promote, storage_of
 

@@ -17,11 +17,11 @@ import ast
 from typing import Any
 
 from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Value
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 
 Affine = tuple[dict[Any, int], int]
@@ -88,7 +88,7 @@ class ViewMixin(BuilderBase):
             raise self.error(f"{err}", node) from None
 
     def select_op(self) -> Any:
-        from tessera.ir.tile_memory import Select
+        from tessera.ir.dialects.tile.memory import Select
 
         return Select()
 

@@ -18,7 +18,7 @@ from tessera.frontend.ops import (
     reshape,
 )
 from tessera.frontend.shapes import tile_shape_hint
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tessera.numerics import storage_of
 
 

@@ -27,8 +27,8 @@ from tessera.errors import (
 from tessera.frontend.dist_arg import DistArg, DistValue
 from tessera.frontend.tensor import Tensor, as_tensor
 from tessera.frontend.trace import Tracer, current_trace
-from tessera.ir import graph as g
 from tessera.ir.core import IRRegion, Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import Dense
 from tessera.numerics import DType, element, promote, storage_of, to_f64
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError, user_api
 from tessera.frontend.ops import Operand, bind, operand
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 
 
 def tile_shape_hint(tile_shape: Any, what: str = "matmul") -> tuple[int, ...] | None:

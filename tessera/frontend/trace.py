@@ -15,7 +15,7 @@ from typing import Any
 from tessera.errors import Loc, TraceError, user_location
 from tessera.frontend.arraylike import ArrayMethods
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
-from tessera.ir.graph import Return
+from tessera.ir.dialects.graph import Return
 from tessera.ir.types import TensorType
 
 _STACK: list[Trace] = []

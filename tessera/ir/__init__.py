@@ -4,7 +4,7 @@ Importing the package registers every dialect (Graph, Tile and Target IR) with t
 parser and the op registry.
 """
 
-from tessera.ir import graph, transforms
+from tessera.ir import transforms
 from tessera.ir.core import (
     Block,
     Builder,
@@ -18,6 +18,7 @@ from tessera.ir.core import (
     clone_block,
     walk,
 )
+from tessera.ir.dialects import graph
 from tessera.ir.passes import PASSES, Pass, PassManager, dependence_graph, get_pass
 from tessera.ir.text import parse_function, parse_module, print_function, print_module
 from tessera.ir.types import Dense, TensorType
@@ -32,12 +33,6 @@ __all__ = [
 
 # Every dialect registers its types and ops with the parser on import, so that
 # ``import tessera.ir`` alone parses the text of every level: Tile IR and Target IR.
-from tessera.ir import (  # noqa: F401
-    target,
-    target_async,
-    target_ops,
-    tile,
-    tile_compute,
-    tile_ids,
-    tile_memory,
-)
+from tessera.ir.dialects import target, tile  # noqa: F401
+from tessera.ir.dialects.target import async_ops, ops  # noqa: F401
+from tessera.ir.dialects.tile import compute, ids, memory  # noqa: F401

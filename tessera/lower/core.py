@@ -24,9 +24,9 @@ from typing import Any
 
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
-from tessera.ir.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
-from tessera.ir.tile import LaneId, MemRefType
-from tessera.ir.tile_compute import Log
+from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
+from tessera.ir.dialects.tile import LaneId, MemRefType
+from tessera.ir.dialects.tile.compute import Log
 from tessera.ir.types import TensorType
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
@@ -219,7 +219,7 @@ class Lowerer:
                       ) -> Value:
         """A fresh ``.shared`` buffer ``<prefix><n>``; its address is defined where the
         current rule emits (or in the entry block, which dominates every region)."""
-        from tessera.ir.target_ops import SharedAlloc
+        from tessera.ir.dialects.target.ops import SharedAlloc
 
         sym = f"{prefix}{self.buffers}"
         self.buffers += 1

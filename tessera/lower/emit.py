@@ -16,8 +16,8 @@ from typing import Any
 
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
-from tessera.ir.target import For, If, RegType, While, Yield
-from tessera.ir.target_ops import (
+from tessera.ir.dialects.target import For, If, RegType, While, Yield
+from tessera.ir.dialects.target.ops import (
     Bar,
     Binary,
     Const,
@@ -147,7 +147,7 @@ class TargetEmitter:
     def while_(self, init: Sequence[Value], cond: Callable[..., Value],
                body: Callable[..., Sequence[Value]]) -> list[Value]:
         """``ptx.while``: ``cond(emitter, *carried)`` returns a predicate."""
-        from tessera.ir.target import Condition
+        from tessera.ir.dialects.target import Condition
 
         types = [v.type for v in init]
         cblock = Block()

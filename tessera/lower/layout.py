@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile as tile_ir
-from tessera.ir import tile_compute
 from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 
 

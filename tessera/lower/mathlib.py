@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Value
-from tessera.ir.target import RegType
-from tessera.ir.target_ops import Shfl
+from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target.ops import Shfl
 from tessera.lower.emit import TargetEmitter
 from tessera.numerics import transcendental as tr
 

@@ -21,9 +21,9 @@ from math import gcd
 
 import numpy as np
 
-from tessera.ir import tile as tile_ir
-from tessera.ir import tile_compute
 from tessera.ir.core import Block, Function, Instr, Value, walk
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import compute as tile_compute
 
 
 class Multiples:

@@ -6,9 +6,9 @@ Target IR text with ``tessera opt FILE.tir --passes lower-ptx-sm90a``."""
 from __future__ import annotations
 
 from tessera.ir.core import Module
+from tessera.ir.dialects.target.check import check_kernel
+from tessera.ir.dialects.tile import KERNEL
 from tessera.ir.passes import register_pass
-from tessera.ir.target_check import check_kernel
-from tessera.ir.tile import KERNEL
 
 
 class _LowerToPtx:

@@ -36,7 +36,7 @@ import numpy as np
 from tessera.errors import Loc, TesseraError, user_api, user_location
 from tessera.frontend import ops
 from tessera.frontend.trace import Tracer
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 
 READ, WRITE, REDUCE = "read", "write", "reduce"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tessera/

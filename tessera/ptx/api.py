@@ -104,8 +104,8 @@ def longest_reduction(fn: Any) -> int:
     """The most terms any output element of a tile kernel sums: an ``mma``'s K times
     the trip counts of the loops around it (``acc = mma(a, b, acc)`` in a K loop), or
     a row reduction's length."""
-    from tessera.ir import tile as tile_ir
-    from tessera.ir import tile_compute
+    from tessera.ir.dialects import tile as tile_ir
+    from tessera.ir.dialects.tile import compute as tile_compute
 
     consts: dict[Any, int] = {}
     best = 1

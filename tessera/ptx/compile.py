@@ -3,7 +3,7 @@
 ``compile_kernel(kernel, *args, target="sm_90a", **launch)`` specialises a
 ``@ts.kernel`` on example arguments (exactly as a launch would), lowers its Tile IR
 for the target, checks the Target IR (the verifier and the ordering rules of
-:mod:`tessera.ir.target_check`) and renders PTX with a map from PTX lines back to the
+:mod:`tessera.ir.dialects.target.check`) and renders PTX with a map from PTX lines back to the
 kernel's source lines, which :meth:`CompiledKernel.assemble` uses to report ptxas
 errors at the user's line.
 """
@@ -17,8 +17,8 @@ from typing import Any
 from tessera.errors import ArgumentError, Loc, user_api
 from tessera.frontend.kernel import finish_launch
 from tessera.ir.core import Function
-from tessera.ir.target import TARGETS, TensorMapType
-from tessera.ir.target_check import check_kernel
+from tessera.ir.dialects.target import TARGETS, TensorMapType
+from tessera.ir.dialects.target.check import check_kernel
 from tessera.ir.verifier import verify_function
 
 
@@ -118,7 +118,7 @@ def target_arguments(compiled: CompiledKernel, runtime: list[Any]) -> tuple[list
     import numpy as np
 
     from tessera.interp.target import TensorMapArg
-    from tessera.ir.tile import MemRefType
+    from tessera.ir.dialects.tile import MemRefType
     from tessera.numerics import storage_of
 
     args: list[Any] = [v if isinstance(a.type, MemRefType) else np.asarray(v).reshape(-1)[0]

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from tessera.errors import Loc, TesseraError
 from tessera.ir.core import Block, Function, Instr, Type, Value
-from tessera.ir.target import For, RegType, TensorMapType, While
-from tessera.ir.target_async import Wgmma
+from tessera.ir.dialects.target import For, RegType, TensorMapType, While
+from tessera.ir.dialects.target.async_ops import Wgmma
 
 
 class RenderError(TesseraError):

@@ -18,7 +18,7 @@ import re
 
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Function, Instr, Value
-from tessera.ir.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
+from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
 from tessera.ptx import render_async, render_ops  # noqa: F401  (they register their rules)
 from tessera.ptx.regalloc import Registers, RenderError, tie_values
 from tessera.ptx.render_emit import RULES, PtxWriter, mem_type, rule

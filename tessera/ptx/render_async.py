@@ -1,5 +1,5 @@
 """PTX rules of the asynchronous and matrix instructions of
-:mod:`tessera.ir.target_async` (PTX ISA 8.x, sec. 9.7.9 data movement, 9.7.13 mbarrier,
+:mod:`tessera.ir.dialects.target.async_ops` (PTX ISA 8.x, sec. 9.7.9 data movement, 9.7.13 mbarrier,
 9.7.14 mma, 9.7.15 wgmma).
 
 On ``sm_80`` the mbarrier instructions use the plain ``.shared`` state space and the
@@ -12,7 +12,7 @@ cluster window).
 from __future__ import annotations
 
 from tessera.ir.core import Instr
-from tessera.ir.target_async import (
+from tessera.ir.dialects.target.async_ops import (
     CpAsync,
     CpAsyncCommit,
     CpAsyncWait,

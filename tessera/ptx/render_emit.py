@@ -18,7 +18,7 @@ import numpy as np
 
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Instr, Op, rule_decorator
-from tessera.ir.target import RegType, Return
+from tessera.ir.dialects.target import RegType, Return
 from tessera.ptx.regalloc import Registers, RenderError
 
 #: a format function: writes the PTX lines of one instruction through the writer

@@ -1,4 +1,4 @@
-"""PTX rules of the core instructions of :mod:`tessera.ir.target_ops` (PTX ISA 8.x,
+"""PTX rules of the core instructions of :mod:`tessera.ir.dialects.target.ops` (PTX ISA 8.x,
 chapter 9): one format function per op class, registered in
 :data:`tessera.ptx.render_emit.RULES`.
 
@@ -11,8 +11,8 @@ integer conversion, ``.approx`` for ``ex2``/``lg2`` (the only forms PTX has).
 from __future__ import annotations
 
 from tessera.ir.core import Instr
-from tessera.ir.target import RegType, Return
-from tessera.ir.target_ops import (
+from tessera.ir.dialects.target import RegType, Return
+from tessera.ir.dialects.target.ops import (
     Bar,
     Binary,
     Const,

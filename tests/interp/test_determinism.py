@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tessera.interp import run_function
-from tessera.ir import graph as g
 from tessera.ir.core import Block, Builder, Function
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tests.interp.util import ref_round_fraction, same
 

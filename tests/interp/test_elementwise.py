@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tessera.errors import InterpretError
 from tessera.interp import run_function
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import Dense
 from tests.interp.util import one_op, ref_round, run1, same, stored
 

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tests.interp.util import run1, stored
 
 SETTINGS = settings(max_examples=40, deadline=None)

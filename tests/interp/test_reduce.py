@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tessera.numerics import Policy, dtype
 from tests.interp.util import ref_round, ref_round_fraction, run1, same, stored
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tests.interp.util import run1
 from tests.mesh_sim.util import raises_here
 

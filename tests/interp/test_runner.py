@@ -13,9 +13,9 @@ from hypothesis import given, settings
 
 from tessera.errors import InterpretError
 from tessera.interp import run_function, run_op
-from tessera.ir import graph as g
 from tessera.ir import parse_function
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype
 from tests.interp.util import one_op, ref_round, same

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tests.interp.util import run1, same
 
 ELEMENTS = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn}

@@ -11,8 +11,8 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interp import run_function
-from tessera.ir import graph as g
 from tessera.ir.core import Block, Builder, Function, Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 

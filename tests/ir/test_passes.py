@@ -11,8 +11,8 @@ import pytest
 
 from tessera.errors import IRVerifyError, StageError
 from tessera.ir import PassManager, dependence_graph, get_pass, parse_module, print_module
-from tessera.ir import graph as g
 from tessera.ir.core import Module
+from tessera.ir.dialects import graph as g
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "passes"
 CASES = sorted(p.name.removesuffix(".before.tir") for p in GOLDEN.glob("*.before.tir"))

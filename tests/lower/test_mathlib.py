@@ -14,10 +14,10 @@ import pytest
 
 from tessera.errors import IRVerifyError
 from tessera.interp.tile.rules import IMPLS
-from tessera.ir import tile_compute as C
 from tessera.ir.core import Block, Builder, Function, Value, walk
-from tessera.ir.target import KERNEL, RegType, Return
-from tessera.ir.target_ops import Binary, Cvt, Fma, Shfl, Unary
+from tessera.ir.dialects.target import KERNEL, RegType, Return
+from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Shfl, Unary
+from tessera.ir.dialects.tile import compute as C
 from tessera.ir.types import TensorType
 from tessera.lower import mathlib
 from tessera.lower.emit import TargetEmitter

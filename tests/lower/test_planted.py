@@ -1,5 +1,5 @@
 """Planted emitter bugs in the lowered example kernels, each caught before a GPU would
-see it: by the ordering rules of ``tessera.ir.target_check`` (PTX ISA sec. 9.7.15.6:
+see it: by the ordering rules of ``tessera.ir.dialects.target.check`` (PTX ISA sec. 9.7.15.6:
 ``wgmma.fence`` / ``commit_group`` / ``wait_group``; sec. 9.7.13.4: async-proxy
 fences), by the Target IR interpreter (mbarrier transaction counts, sec. 9.7.13.15;
 descriptors and swizzles, sec. 9.7.15.5.1.2), or by a result that differs from the
@@ -18,7 +18,7 @@ import pytest
 from tessera.errors import InterpretError, IRVerifyError
 from tessera.interp.target import run_target
 from tessera.ir.core import Instr, walk
-from tessera.ir.target_async import (
+from tessera.ir.dialects.target.async_ops import (
     CpAsyncWait,
     Fence,
     MbarrierArrive,
@@ -26,8 +26,8 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.target_check import check_kernel
-from tessera.ir.target_ops import Const
+from tessera.ir.dialects.target.check import check_kernel
+from tessera.ir.dialects.target.ops import Const
 from tessera.ir.text import parse_module, print_module
 from tessera.ir.verifier import verify_function
 from tessera.ptx.compile import CompiledKernel, compile_kernel, target_arguments
@@ -174,7 +174,7 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
     """The double-buffered GEMM on sm_90a fills its run-time-selected stages with TMA
     through the mbarrier group ring; lowered from a kernel that waits for one group too
     few (wait_group 2 instead of 1), wgmma reads a stage still in flight."""
-    from tessera.ir import tile_memory as M
+    from tessera.ir.dialects.tile import memory as M
     from tessera.ptx.compile import lower_and_render
 
     mod = example("double_buffered_gemm")
@@ -200,9 +200,9 @@ def test_missing_war_barrier_is_caught(target: str) -> None:
     """A tile is a whole CTA: without the bar.sync the lowering puts before a run of
     copies, the double-buffered GEMM's next copies (cp.async on sm_80, TMA on sm_90a)
     overwrite a stage other warps may still be reading (a write-after-read race)."""
-    from tessera.ir.target import If
-    from tessera.ir.target_async import CpAsync, TmaLoad
-    from tessera.ir.target_ops import Bar
+    from tessera.ir.dialects.target import If
+    from tessera.ir.dialects.target.async_ops import CpAsync, TmaLoad
+    from tessera.ir.dialects.target.ops import Bar
 
     mod = example("double_buffered_gemm")
     a = rng.standard_normal((128, 256)).astype(BF16)  # K = 256: stages are reused

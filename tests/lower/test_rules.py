@@ -14,8 +14,8 @@ import pytest
 
 from tessera.errors import IRVerifyError, UnsupportedError
 from tessera.ir import PassManager, parse_module
-from tessera.ir import tile as T
 from tessera.ir.core import Instr, walk
+from tessera.ir.dialects import tile as T
 from tessera.lower.layout import possibly_wide, value_slots
 from tessera.lower.tiles import ELEM_BYTES, elem_size
 from tessera.lower.values import ELEM_OF

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tessera.errors import IRParseError, IRVerifyError
-from tessera.ir import graph as g
 from tessera.ir import parse_module, print_module, verify_module
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import Sharding, TensorType, parse_tensor_type
 
 MESH = (("dp", 2), ("tp", 3), ("pp", 2))

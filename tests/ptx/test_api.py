@@ -63,7 +63,7 @@ def test_check_against_reference_reports_the_first_difference() -> None:
     compiled = compile_kernel(gemm, a, b, c, target="sm_80", tile_shape=(64, 64, 32))
     # the same kernel with its stores dropped writes nothing: caught, with the element
     from tessera.ir.core import walk
-    from tessera.ir.target_ops import Store
+    from tessera.ir.dialects.target.ops import Store
 
     for instr in list(walk(compiled.kernel.body)):
         if isinstance(instr.op, Store):

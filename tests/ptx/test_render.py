@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from tessera.errors import Loc
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
-from tessera.ir.target import KERNEL, Condition, For, If, RegType, Return, TensorMapType
-from tessera.ir.target import While as WhileOp
-from tessera.ir.target import Yield as Y
-from tessera.ir.target_async import (
+from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, Return, TensorMapType
+from tessera.ir.dialects.target import While as WhileOp
+from tessera.ir.dialects.target import Yield as Y
+from tessera.ir.dialects.target.async_ops import (
     CpAsync,
     CpAsyncCommit,
     CpAsyncWait,
@@ -39,7 +39,7 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.target_ops import (
+from tessera.ir.dialects.target.ops import (
     Bar,
     Binary,
     Const,

@@ -13,9 +13,9 @@ import pytest
 from tessera.errors import IRParseError, IRVerifyError
 from tessera.interp.tile import LaunchGeometry, launch, prepare
 from tessera.ir import parse_module, print_module, verify_module
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.numerics import dtype
 from tests.tile import seeds

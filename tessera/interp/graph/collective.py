@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 
 
 @rule(g.AllGather, g.ReduceScatter, g.AllReduce, g.AllToAll, g.MeshBroadcast, g.Shard)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INT64 = np.iinfo(np.int64)

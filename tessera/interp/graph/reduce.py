@@ -35,7 +35,7 @@ import numpy as np
 
 from tessera.interp.apply import Apply, rule
 from tessera.interp.graph.elementwise import settle_nans
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tessera.numerics.convert import convert
 from tessera.numerics.formats import DType, promote
 from tessera.numerics.formats import f64 as _F64

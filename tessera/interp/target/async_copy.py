@@ -25,8 +25,8 @@ from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
-from tessera.ir import target_async
 from tessera.ir.core import Instr
+from tessera.ir.dialects.target import async_ops as target_async
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,9 +26,9 @@ from tessera.interp.target.state import (
     narrow,
     step_rule,
 )
-from tessera.ir import target_ops
 from tessera.ir.core import Instr
-from tessera.ir.target import REG_TYPES, RegType
+from tessera.ir.dialects.target import REG_TYPES, RegType
+from tessera.ir.dialects.target import ops as target_ops
 from tessera.numerics.convert import convert
 
 

@@ -30,9 +30,9 @@ from tessera.interp.target.state import (
     run,
     step_rule,
 )
-from tessera.ir import target as target_ir
-from tessera.ir import target_ops
 from tessera.ir.core import Instr
+from tessera.ir.dialects import target as target_ir
+from tessera.ir.dialects.target import ops as target_ops
 
 #: iterations after which a loop is reported as not terminating
 LOOP_LIMIT = 1 << 22

@@ -3,7 +3,7 @@
 
 A store of several threads to one address keeps the highest thread's value (PTX leaves
 the winner unspecified). ``red`` applies the updates one at a time in linear thread
-order (CTA order first, see :mod:`tessera.ir.target_ops`); ``red.add.f32`` flushes
+order (CTA order first, see :mod:`tessera.ir.dialects.target.ops`); ``red.add.f32`` flushes
 subnormal inputs and results to sign-preserving zero, as the ISA's "red" specifies.
 """
 
@@ -23,8 +23,8 @@ from tessera.interp.target.state import (
     narrow,
     step_rule,
 )
-from tessera.ir import target_ops
 from tessera.ir.core import Instr
+from tessera.ir.dialects.target import ops as target_ops
 
 
 def _address(fr: TargetFrame, slot: int, act: np.ndarray, offset: int) -> np.ndarray:

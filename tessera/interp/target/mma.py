@@ -35,8 +35,8 @@ from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS, mma
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
-from tessera.ir import target_async
 from tessera.ir.core import Instr
+from tessera.ir.dialects.target import async_ops as target_async
 
 
 @step_rule(target_async.Ldmatrix)

@@ -46,9 +46,9 @@ from tessera.interp.target.state import (
     TargetFrame,
     run,
 )
-from tessera.ir import target_ops
 from tessera.ir.core import Function, walk
-from tessera.ir.target import KERNEL, RegType, TensorMapType
+from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
+from tessera.ir.dialects.target import ops as target_ops
 
 # importing the rule modules registers their steps
 _ = (target_async, target_convert, target_flow, target_mem, target_mma, target_regs)

@@ -10,7 +10,7 @@ Register storage per PTX type: ``pred`` bool; ``u``/``s`` types unsigned/signed 
 integers (wrap-around arithmetic); ``b`` types and packed ``f16x2``/``bf16x2`` unsigned
 integers holding bit patterns; ``f16`` float16, ``bf16`` ml_dtypes.bfloat16, ``f32``
 float32, ``f64`` float64. An ``f32`` register holding a float64 array is *wide* (an
-exact ``mma``/``wgmma`` accumulator, see :mod:`tessera.ir.target_ops`).
+exact ``mma``/``wgmma`` accumulator, see :mod:`tessera.ir.dialects.target.ops`).
 
 Kernels are compiled, once per launch, into closures ``step(frame)`` (the tile
 simulator's scheme, :mod:`tessera.interp.tile.exec`); rule tables keyed by op class

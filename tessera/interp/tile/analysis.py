@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.ir import tile as T
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Function, Instr, Value, walk
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import memory as M
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from tessera.interp.tile.numeric import F32, num
 from tessera.interp.tile.phase import quiet_accesses
 from tessera.interp.tile.rules import IMPLS, mma_rule
 from tessera.interp.tile.state import Reschedule, State
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 
 

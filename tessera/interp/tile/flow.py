@@ -33,8 +33,8 @@ from tessera.interp.tile.fastpaths.tree import tree_sum
 from tessera.interp.tile.memory import globals as G
 from tessera.interp.tile.memory.spaces import Ref
 from tessera.interp.tile.memory.steps import make_view
-from tessera.ir import tile as T
 from tessera.ir.core import Instr
+from tessera.ir.dialects import tile as T
 from tessera.ir.types import TensorType
 
 #: a while loop running longer than this many iterations is reported (it would hang)

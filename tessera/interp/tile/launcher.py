@@ -45,7 +45,7 @@ from tessera.interp.tile.memory.spaces import GlobalMem, Ref
 from tessera.interp.tile.numeric import num
 from tessera.interp.tile.state import Reschedule, State
 from tessera.ir.core import Function
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.types import TensorType
 
 SCHEDULES = ("auto", "vectorized", "sequential")

@@ -21,10 +21,10 @@ not clear every program's entries).
 
 from __future__ import annotations
 
-from tessera.ir import tile as T
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Function, Instr, walk
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import memory as M
 
 #: the shared-memory ops that take a ``record`` flag (loads, stores, updates)
 _RECORDING = (M.Load, M.LoadVector, M.Store, M.Update, M.StoreVector)

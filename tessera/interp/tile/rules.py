@@ -19,10 +19,10 @@ from tessera.interp.tile.fastpaths.pending import PendingMma
 from tessera.interp.tile.memory.spaces import poison
 from tessera.interp.tile.mma import Widen, mma, widened
 from tessera.interp.tile.numeric import F32, F64, Num, num, to_f64, to_storage
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Op, rule_decorator
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 from tessera.numerics.transcendental import exp_f32
 from tessera.numerics.treesum import SHORT, row_extreme, row_sum_f64

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tessera.ir import graph as g
 from tessera.ir.core import Block, Builder, Instr, Module, Value, replace_all_uses
+from tessera.ir.dialects import graph as g
 from tessera.ir.passes import register_pass
 
 Rule = Callable[[Instr, dict[Value, Instr]], Value | None]

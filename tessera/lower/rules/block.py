@@ -19,10 +19,11 @@ from math import prod
 from typing import Any
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute, tile_memory
 from tessera.ir.core import Instr
-from tessera.ir.target_async import CpAsyncCommit, CpAsyncWait, Fence
-from tessera.ir.target_ops import Bar
+from tessera.ir.dialects.target.async_ops import CpAsyncCommit, CpAsyncWait, Fence
+from tessera.ir.dialects.target.ops import Bar
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Block, Instr, IRRegion, Value
-from tessera.ir.target import Condition, For, If, While, Yield
-from tessera.ir.tile import For as TileFor
-from tessera.ir.tile import If as TileIf
-from tessera.ir.tile import While as TileWhile
+from tessera.ir.dialects.target import Condition, For, If, While, Yield
+from tessera.ir.dialects.tile import For as TileFor
+from tessera.ir.dialects.tile import If as TileIf
+from tessera.ir.dialects.tile import While as TileWhile
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Dist, Lowered, Scalar

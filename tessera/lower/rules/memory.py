@@ -14,10 +14,10 @@ from dataclasses import replace
 from math import gcd, prod
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_memory
 from tessera.ir.core import Instr, Value
-from tessera.ir.target_ops import Reduce
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects.target.ops import Reduce
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.multiples import Multiples

@@ -13,8 +13,8 @@ as ``np.max``) in the same shape.
 from __future__ import annotations
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute
 from tessera.ir.core import Instr, Value
+from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked

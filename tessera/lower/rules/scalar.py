@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute, tile_ids
 from tessera.ir.core import Instr, Value
-from tessera.ir.tile import Constant
+from tessera.ir.dialects.tile import Constant
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import ids as tile_ids
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute
 from tessera.ir.core import Instr, Value
+from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
@@ -115,7 +115,7 @@ def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
 def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
     """``mem += value`` for a tensor: one ``red.global.add.f32`` per element (tiles of
     other CTAs may add into the same elements, as a split-K GEMM does)."""
-    from tessera.ir.target_ops import Reduce
+    from tessera.ir.dialects.target.ops import Reduce
 
     e = low.em
     value = materialize(low, value, layout)

@@ -19,7 +19,7 @@ from math import gcd
 
 from tessera.errors import Loc, ShapeError, UnsupportedError
 from tessera.ir.core import Value
-from tessera.ir.target_async import CpAsync, CpAsyncCommit, CpAsyncWait
+from tessera.ir.dialects.target.async_ops import CpAsync, CpAsyncCommit, CpAsyncWait
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
 

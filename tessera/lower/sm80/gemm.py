@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
-from tessera.ir.target import RegType
-from tessera.ir.target_async import Ldmatrix, MmaSync
+from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target.async_ops import Ldmatrix, MmaSync
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm80.copy import Lanes, SharedAddresses, lin
 from tessera.lower.tiles import THREADS, SharedBox, elem_size

@@ -25,7 +25,7 @@ from tessera.arch.errors import AlignmentError
 from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError
 from tessera.ir.core import Value
-from tessera.ir.target_async import (
+from tessera.ir.dialects.target.async_ops import (
     MMA_K,
     Fence,
     Wgmma,

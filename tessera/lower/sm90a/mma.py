@@ -30,9 +30,10 @@ from __future__ import annotations
 from typing import Any
 
 from tessera.errors import UnsupportedError
-from tessera.ir import tile_compute, tile_memory
 from tessera.ir.core import Function, Value, walk
-from tessera.ir.target_async import Fence, MbarrierArrive, MbarrierWait
+from tessera.ir.dialects.target.async_ops import Fence, MbarrierArrive, MbarrierWait
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm90a.gemm import stage_regs_to_shared, wgmma_block

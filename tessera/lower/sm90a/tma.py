@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError, ShapeError
 from tessera.ir.core import Value
-from tessera.ir.target import TensorMapType
-from tessera.ir.target_async import (
+from tessera.ir.dialects.target import TensorMapType
+from tessera.ir.dialects.target.async_ops import (
     Fence,
     MbarrierArrive,
     MbarrierInit,
     MbarrierWait,
     TmaLoad,
 )
-from tessera.ir.target_ops import SharedAlloc
+from tessera.ir.dialects.target.ops import SharedAlloc
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm90a.gemm import wgmma_block
 from tessera.lower.tiles import SharedBox, elem_size

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tessera.errors import InterpretError
-from tessera.ir import graph as g
 from tessera.ir.core import Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.mesh_sim import collectives as core
 from tessera.mesh_sim import p2p

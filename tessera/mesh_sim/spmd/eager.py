@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import Loc
-from tessera.ir import graph as g
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import UNKNOWN_LOC, InterpretError, Loc
-from tessera.ir import graph as g
 from tessera.ir.core import Block, Function, Instr, Value, walk
+from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function

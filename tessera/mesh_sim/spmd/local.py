@@ -27,8 +27,8 @@ import numpy as np
 
 from tessera.errors import Loc
 from tessera.interp.graph import run_op
-from tessera.ir import graph as g
 from tessera.ir.core import Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.blocks import flat_offset
 from tessera.mesh_sim.mesh import Mesh

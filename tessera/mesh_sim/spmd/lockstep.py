@@ -35,8 +35,8 @@ import numpy as np
 
 from tessera.errors import UNKNOWN_LOC, Loc, TesseraError
 from tessera.interp.graph import run_op
-from tessera.ir import graph as g
 from tessera.ir.core import Function, Instr, Value
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.reduce import reduce_in_order
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.errors import Loc
-from tessera.ir import graph as g
 from tessera.ir.core import Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.mesh import Mesh
 from tessera.mesh_sim.sharding import DimAxes

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tessera.errors import Loc
-from tessera.ir import target as T
-from tessera.ir import target_async as A
-from tessera.ir import target_ops as O
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Type, Value
-from tessera.ir.target import PRED, S32, U32, U64, RegType
+from tessera.ir.dialects import target as T
+from tessera.ir.dialects.target import PRED, S32, U32, U64, RegType
+from tessera.ir.dialects.target import async_ops as A
+from tessera.ir.dialects.target import ops as O
 
 
 def reg(elem: str, count: int = 1) -> RegType:

@@ -130,7 +130,7 @@ def _wide_inputs() -> tuple[np.ndarray, np.ndarray]:
 def test_wide_accumulator_rounds_once(epilogue: Callable[[Kernel, Value], Value] | None,
                                       out: str, expect: np.generic) -> None:
     """mma results stay float64 through add/sub and round once where they leave
-    (tessera.ir.target_ops convention, matching Tile IR)."""
+    (tessera.ir.dialects.target.ops convention, matching Tile IR)."""
     a, bt = _wide_inputs()
     d = np.zeros((16, 8), BF16 if out == "bf16" else np.float32)
     run_target(_mma_kernel(epilogue, out).build(), [a, bt, d])

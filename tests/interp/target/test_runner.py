@@ -238,7 +238,7 @@ def test_pack_unpack_bf16_pairs() -> None:
 
 def test_red_global_add_applies_in_cta_order() -> None:
     """red.global.add.f32 from 4 CTAs into one word equals the float32 sum taken in
-    linear thread order (tessera.ir.target_ops convention)."""
+    linear thread order (tessera.ir.dialects.target.ops convention)."""
     k = Kernel("red", [U64, U64], block=(32,), grid=(4, 1, 1))
     i = k.gtid()
     k.op(O.Reduce("global", "add", "f32"), k.args[1],
@@ -293,6 +293,6 @@ def test_argument_errors() -> None:
         k = Kernel("f", [reg("f32")], block=(32,))
         run_target(k.build(), [np.zeros(4, np.float32)])
     with pytest.raises(ArgumentError, match="TensorMapArg"):
-        from tessera.ir.target import TensorMapType
+        from tessera.ir.dialects.target import TensorMapType
         k = Kernel("t", [TensorMapType(0, "bf16", (8, 8), 0)], block=(32,))
         run_target(k.build(), [TensorMapArg(np.zeros((8, 8), np.float32), "f32", (8, 8))])

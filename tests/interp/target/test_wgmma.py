@@ -14,7 +14,7 @@ from tessera.errors import ArgumentError
 from tessera.interp.target import TensorMapArg, run_target
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
-from tessera.ir.target import TensorMapType
+from tessera.ir.dialects.target import TensorMapType
 from tests.interp.target.kit import U64, A, Kernel
 from tests.interp.target.test_mma import _bf16, _exact
 

@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 
 from tessera.ir.core import Block, Function, Value
-from tessera.ir.target import RegType, Return
-from tessera.ir.target_async import CpAsyncCommit
-from tessera.ir.target_ops import SharedAlloc
+from tessera.ir.dialects.target import RegType, Return
+from tessera.ir.dialects.target.async_ops import CpAsyncCommit
+from tessera.ir.dialects.target.ops import SharedAlloc
 from tessera.ir.verifier import verify_function
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm80.copy import copy_async, wait_async

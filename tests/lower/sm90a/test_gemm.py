@@ -17,9 +17,9 @@ import pytest
 
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError
 from tessera.ir.core import Block, Function, Module, Value, walk
-from tessera.ir.target import RegType, Return, TensorMapType
-from tessera.ir.target_check import check_kernel
-from tessera.ir.target_ops import SharedAlloc
+from tessera.ir.dialects.target import RegType, Return, TensorMapType
+from tessera.ir.dialects.target.check import check_kernel
+from tessera.ir.dialects.target.ops import SharedAlloc
 from tessera.ir.text import parse_module
 from tessera.ir.verifier import verify_function
 from tessera.lower.emit import TargetEmitter

@@ -15,9 +15,9 @@ from tessera.arch.swizzle import Swizzle
 from tessera.errors import IRVerifyError, TesseraError
 from tessera.interp.target import run_target
 from tessera.ir.core import Block, Function, Instr
-from tessera.ir.target_async import MbarrierArrive, WgmmaFence, WgmmaWait
-from tessera.ir.target_check import check_kernel
-from tessera.ir.target_ops import Const
+from tessera.ir.dialects.target.async_ops import MbarrierArrive, WgmmaFence, WgmmaWait
+from tessera.ir.dialects.target.check import check_kernel
+from tessera.ir.dialects.target.ops import Const
 from tests.lower.sm90a.test_gemm import (
     attention_args,
     attention_pv,
@@ -121,7 +121,7 @@ def test_planted_wrong_expect_tx(delta: int) -> None:
 
 def test_planted_missing_proxy_fence() -> None:
     """st.shared data read by wgmma with no fence.proxy.async in between."""
-    from tessera.ir.target_async import Fence
+    from tessera.ir.dialects.target.async_ops import Fence
 
     fn = attention_pv(64, True)
     for instr in instrs(fn):

@@ -16,7 +16,7 @@ from tessera.arch.swizzle import Swizzle
 from tessera.arch.tma import TensorMap, TensorMapDataType, tma_load
 from tessera.errors import ShapeError, UnsupportedError
 from tessera.ir.core import Value
-from tessera.ir.target import RegType
+from tessera.ir.dialects.target import RegType
 from tessera.lower.sm90a.gemm import descriptor_fields, geometry, operand_offset
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
 

@@ -16,7 +16,7 @@ import numpy as np
 from tessera.interp.tile.mma import mma
 from tessera.interp.tile.numeric import F32, F64, Num, num
 from tessera.ir.core import Instr, Value, walk
-from tessera.ir.tile_compute import Add, Mma
+from tessera.ir.dialects.tile.compute import Add, Mma
 
 #: released operand buffers of :class:`PendingMma`, reused by the next launch: a fresh
 #: buffer costs a page fault per 4 KiB on first write (half the copying time of a

@@ -45,8 +45,8 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
     loop is not of that form; the runner returns None when the data at run time rules
     it out (a tensor the kernel writes, a batched or multi-dimensional one, an index
     out of bounds: the general loop then runs and reports it)."""
-    from tessera.ir import tile_compute as TC
-    from tessera.ir import tile_memory as TM
+    from tessera.ir.dialects.tile import compute as TC
+    from tessera.ir.dialects.tile import memory as TM
 
     block = instr.regions[0].block
     body = [i for i in block.instrs if not i.op.terminator]

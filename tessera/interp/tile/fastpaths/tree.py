@@ -35,10 +35,10 @@ import numpy as np
 from tessera.interp.tile import sync as Y
 from tessera.interp.tile.exec import Compiler, Frame
 from tessera.interp.tile.memory.spaces import SharedMem
-from tessera.ir import tile as T
-from tessera.ir import tile_compute as C
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Block, Instr, Value
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import memory as M
 
 
 def _constant(v: Value, producers: dict[Value, Instr]) -> Any:

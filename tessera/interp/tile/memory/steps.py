@@ -25,10 +25,10 @@ from tessera.interp.tile.memory.spaces import Ref
 from tessera.interp.tile.numeric import num
 from tessera.interp.tile.rules import BINARY_UFUNCS, IMPLS
 from tessera.interp.tile.state import State
-from tessera.ir import tile as T
-from tessera.ir import tile_memory as M
 from tessera.ir.core import Instr, Value
-from tessera.ir.tile import MemRefType
+from tessera.ir.dialects import tile as T
+from tessera.ir.dialects.tile import MemRefType
+from tessera.ir.dialects.tile import memory as M
 
 
 @step_rule(T.LinearId, T.GroupId, T.LocalId, T.GridCoord)

@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tessera.errors import IRVerifyError, TesseraError
-from tessera.ir import graph as g
 from tessera.ir.core import OPS, Op, Type
+from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 
 #: op class -> placement rule ``(op, operand types, unplaced result types, mesh) -> Plan``,

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import MeshError, PlacementError
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import PARTIAL, SHARDED, Sharding, TensorType
 from tessera.mesh_checks import check_perm, check_rank

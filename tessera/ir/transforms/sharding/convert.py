@@ -14,8 +14,8 @@ placement ``want``, cheapest first, each step checked by the collective's own ru
 
 from __future__ import annotations
 
-from tessera.ir import graph as g
 from tessera.ir.core import Op
+from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tessera.errors import MeshError
-from tessera.ir import graph as g
 from tessera.ir.core import OPS, Type, rule_decorator
+from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.ir import graph as g
+from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import Sharding, TensorType
 

@@ -14,7 +14,7 @@ every group. Values are
 Control flow is structured (``tile.if``, ``tile.for``, ``tile.while``) with values
 passed through region arguments and ``tile.yield``, like MLIR's ``scf`` dialect, so
 every loop-carried and if-merged variable is explicit. Compute ops live in
-:mod:`tessera.ir.tile_compute`, memory ops in :mod:`tessera.ir.tile_memory`.
+:mod:`tessera.ir.dialects.tile.compute`, memory ops in :mod:`tessera.ir.dialects.tile.memory`.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ class While(_Structured, StructuredWhile):
 
 # The program-id ops live in their own module and are re-exported here, so the whole
 # structural vocabulary is ``tile.X``.
-from tessera.ir.tile_ids import GridCoord, GroupId, LaneId, LinearId, LocalId  # noqa: E402
+from tessera.ir.dialects.tile.ids import GridCoord, GroupId, LaneId, LinearId, LocalId  # noqa: E402
 
 __all__ = ["BOOL", "INDEX", "KERNEL", "SCALAR_BOOL", "SCALAR_INDEX", "Condition", "Constant",
            "For", "GridCoord", "GroupId", "If", "LaneId", "LinearId", "LocalId", "MemRefType",

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.tile import BOOL, scalar_of, tensor_of
+from tessera.ir.dialects.tile import BOOL, scalar_of, tensor_of
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import DType, accum_of, storage_of
 

@@ -500,7 +500,7 @@ class Embed(Op):
 
 # The collectives live in their own module; importing them here registers them and keeps
 # ``graph.AllGather`` etc. valid.
-from tessera.ir.graph_collective import (  # noqa: E402, F401, I001
+from tessera.ir.dialects.graph.collective import (  # noqa: E402, F401, I001
     AllGather,
     AllReduce,
     AllToAll,

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.target import PRED, U32, RegType, reg_of
+from tessera.ir.dialects.target import PRED, U32, RegType, reg_of
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
                 "nctaid.y", "nctaid.z", "laneid", "warpid")

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.tile import MemRefType, memref_of, scalar_of, tensor_of
+from tessera.ir.dialects.tile import MemRefType, memref_of, scalar_of, tensor_of
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import storage_of
 

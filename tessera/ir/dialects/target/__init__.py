@@ -15,7 +15,7 @@ addresses. Control flow stays structured (``ptx.if``, ``ptx.for``, ``ptx.while``
 Tile IR) so the interpreter can run threads in lockstep with masks; the renderer turns
 it into labels and predicated branches. A kernel's attributes record the target
 (``sm_80`` or ``sm_90a``), the CTA shape (``block``), the grid and the parameter kinds.
-Instructions live in :mod:`tessera.ir.target_ops`.
+Instructions live in :mod:`tessera.ir.dialects.target.ops`.
 """
 
 from __future__ import annotations

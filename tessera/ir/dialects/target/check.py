@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Block, Function, Instr, Value
-from tessera.ir.target import For, If, While
-from tessera.ir.target_async import (
+from tessera.ir.dialects.target import For, If, While
+from tessera.ir.dialects.target.async_ops import (
     CpAsync,
     Fence,
     MbarrierArrive,
@@ -40,7 +40,7 @@ from tessera.ir.target_async import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.target_ops import Store
+from tessera.ir.dialects.target.ops import Store
 
 
 @dataclass

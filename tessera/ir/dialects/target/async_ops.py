@@ -2,7 +2,7 @@
 ``mma.sync`` (sm_80); ``wgmma``, TMA (``cp.async.bulk.tensor``), ``mbarrier`` and the
 async-proxy fences (sm_90a). Section numbers refer to the PTX ISA 8.x, chapter 9.
 
-Ordering rules the verifier of a whole kernel checks (:mod:`tessera.ir.target_check`)
+Ordering rules the verifier of a whole kernel checks (:mod:`tessera.ir.dialects.target.check`)
 rather than each op: ``wgmma.fence`` before the first ``wgmma`` of a sequence,
 ``wgmma.commit_group`` after it and ``wgmma.wait_group`` before its accumulators are
 read; ``fence.proxy.async`` between ordinary shared stores and a ``wgmma`` that reads
@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.target import RegType, TensorMapType, reg_of
+from tessera.ir.dialects.target import RegType, TensorMapType, reg_of
 
 #: element types a tensor-core instruction takes, and how many k one instruction covers
 MMA_K = {"bf16": 16, "f16": 16, "e4m3": 32, "e5m2": 32, "tf32": 8}

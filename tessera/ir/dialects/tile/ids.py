@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.tile import INDEX, SCALAR_INDEX
+from tessera.ir.dialects.tile import INDEX, SCALAR_INDEX
 from tessera.ir.types import TensorType
 
 

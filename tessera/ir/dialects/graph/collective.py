@@ -1,6 +1,6 @@
 """Graph IR collectives: placement changes along named mesh axes.
 
-Split from :mod:`tessera.ir.graph` (which re-exports every name) to keep one concern
+Split from :mod:`tessera.ir.dialects.graph` (which re-exports every name) to keep one concern
 per module.
 """
 
@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, register_op
-from tessera.ir.graph import arity, norm_axis
+from tessera.ir.dialects.graph import arity, norm_axis
 from tessera.ir.types import TensorType
 
 # ------------------------------------------------------------------------- collectives
