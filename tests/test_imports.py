@@ -20,8 +20,8 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 LAZY_PREFIXES = ("networkx", "llvmlite", "mpi4py", "cuda", "tessera.mesh_sim", "tessera.ptx",
                  "tessera.dist")
 #: and modules: the tile kernel compiler and the tile simulator (``ts.kernel``)
-LAZY_MODULES = ("tessera.frontend.kernel", "tessera.frontend.kernel_compile",
-                "tessera.frontend.kernel_autotune", "tessera.interp.tile.launcher",
+LAZY_MODULES = ("tessera.frontend.kernel.entry", "tessera.frontend.kernel.compiler.compile",
+                "tessera.frontend.kernel.tuning.autotune", "tessera.interp.tile.launcher",
                 "tessera.interp.tile.exec", "tessera.lower.core")
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tessera.errors import TileContextError
-from tessera.frontend.kernel_errors import (
+from tessera.frontend.kernel.errors import (
     KernelCompileError,
     KernelResourceError,
     UndefinedNameError,

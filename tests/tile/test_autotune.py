@@ -8,7 +8,7 @@ import pytest
 
 import tessera as ts
 from tessera.errors import ArgumentError
-from tessera.frontend.kernel_autotune import Estimate, choose, configurations, estimate
+from tessera.frontend.kernel.tuning.autotune import Estimate, choose, configurations, estimate
 
 
 @ts.kernel.autotune(space=dict(BLOCK_M=[16, 32, 64], num_warps=[4, 8]))

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.frontend.kernel_autotune import check
-from tessera.frontend.kernel_bounds import sure_violations
-from tessera.frontend.kernel_errors import AutotuneError
-from tessera.frontend.kernel_regs import OVERHEAD, RegisterEstimate
+from tessera.frontend.kernel.errors import AutotuneError
+from tessera.frontend.kernel.tuning.autotune import check
+from tessera.frontend.kernel.tuning.bounds import sure_violations
+from tessera.frontend.kernel.tuning.regs import OVERHEAD, RegisterEstimate
 from tessera.tile import SanitizerError
 from tests.tile.test_seeds import EXAMPLES, example
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.errors import ArgumentError, DTypeError, TesseraError
-from tessera.frontend import kernel_args
-from tessera.frontend.kernel_args import MAX_PROGRAMS
+from tessera.frontend.kernel import args as kernel_args
+from tessera.frontend.kernel.args import MAX_PROGRAMS
 
 N = 8
 

@@ -1,4 +1,4 @@
-"""Launch caches: remembered call specialisations (``kernel_memo``), shared root
+"""Launch caches: remembered call specialisations (``frontend.kernel.memo``), shared root
 contexts and shared access plans. Each must give the same results as a first call:
 the new arrays and scalars are used, and a changed shape or constant specialises anew."""
 

@@ -1,6 +1,6 @@
 """Compile a ``@ts.kernel`` function's AST into a ``tile.kernel`` function of Tile IR.
 
-One specialisation at a time (:class:`~tessera.frontend.kernel_scope.Spec`): tensor
+One specialisation at a time (:class:`~tessera.frontend.kernel.compiler.scope.Spec`): tensor
 parameters become ``gmem`` arguments (batch dims stripped from their types), runtime
 scalars (parameters annotated with a dtype, ``alpha: ts.f32``) become scalar
 arguments, and every other parameter is a compile-time constant folded into the
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tessera.frontend.kernel_api import ApiMixin
-from tessera.frontend.kernel_build import is_mem, is_value
-from tessera.frontend.kernel_call import CallMixin, function_source, scope_of
-from tessera.frontend.kernel_errors import KernelResourceError
-from tessera.frontend.kernel_expr import ExprMixin
-from tessera.frontend.kernel_loops import LoopMixin
-from tessera.frontend.kernel_scope import Spec
-from tessera.frontend.kernel_stmt import NO_RETURN, StmtMixin
-from tessera.frontend.kernel_view import ViewMixin
+from tessera.frontend.kernel.compiler.api import ApiMixin
+from tessera.frontend.kernel.compiler.build import is_mem, is_value
+from tessera.frontend.kernel.compiler.call import CallMixin, function_source, scope_of
+from tessera.frontend.kernel.compiler.expr import ExprMixin
+from tessera.frontend.kernel.compiler.loops import LoopMixin
+from tessera.frontend.kernel.compiler.scope import Spec
+from tessera.frontend.kernel.compiler.stmt import NO_RETURN, StmtMixin
+from tessera.frontend.kernel.compiler.view import ViewMixin
+from tessera.frontend.kernel.errors import KernelResourceError
 from tessera.ir.core import Function, Module, Value, walk
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import KERNEL

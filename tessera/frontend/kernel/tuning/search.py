@@ -2,7 +2,7 @@
 configuration of the space for the call's shapes, drop the invalid ones (with the
 reason), estimate the rest with the H100 cost model and keep the fastest.
 
-The validity rules and the cost model are in :mod:`tessera.frontend.kernel_autotune`.
+The validity rules and the cost model are in :mod:`tessera.frontend.kernel.tuning.autotune`.
 A signature whose every configuration is invalid is an :class:`AutotuneError` listing
 each configuration's reason. Results are cached per signature (shapes, dtypes,
 constants, grid, group size, tile shape); a call seen before finds its choice by the
@@ -17,11 +17,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tessera.errors import TesseraError
-from tessera.frontend.kernel_autotune import Estimate, check, choose, configurations, estimate
-from tessera.frontend.kernel_compile import build_module
-from tessera.frontend.kernel_errors import AutotuneError
-from tessera.frontend.kernel_launch import Prepared, prepare
-from tessera.frontend.kernel_memo import MEMO_SIZE, CallMemo
+from tessera.frontend.kernel.compiler.compile import build_module
+from tessera.frontend.kernel.errors import AutotuneError
+from tessera.frontend.kernel.memo import MEMO_SIZE, CallMemo
+from tessera.frontend.kernel.specialise import Prepared, prepare
+from tessera.frontend.kernel.tuning.autotune import (
+    Estimate,
+    check,
+    choose,
+    configurations,
+    estimate,
+)
 
 if TYPE_CHECKING:
     from tessera.frontend.kernel import Kernel

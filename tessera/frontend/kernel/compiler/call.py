@@ -1,6 +1,6 @@
 """Calls in kernel bodies: the tile API, builtins, ``math``, and inlined functions.
 
-* ``ts.tile.*`` calls lower through :mod:`tessera.frontend.kernel_api`.
+* ``ts.tile.*`` calls lower through :mod:`tessera.frontend.kernel.compiler.api`.
 * ``min`` / ``max`` / ``abs`` / ``int`` / ``float`` / ``bool`` / ``len`` work on
   compile-time values (folded) and on kernel scalars (``min(a + 128, N)`` becomes
   ``tile.minimum``; ``int(x)`` truncates toward zero like Python).
@@ -20,8 +20,8 @@ import inspect
 import textwrap
 from typing import Any
 
-from tessera.frontend.kernel_build import BuilderBase, is_tile, is_value, kind_of
-from tessera.frontend.kernel_expr import _MATH_TILE, BoundMethod
+from tessera.frontend.kernel.compiler.build import BuilderBase, is_tile, is_value, kind_of
+from tessera.frontend.kernel.compiler.expr import _MATH_TILE, BoundMethod
 from tessera.ir.dialects.tile import INDEX
 from tessera.ir.dialects.tile import compute as C
 
@@ -37,7 +37,7 @@ def function_source(fn: Any) -> tuple[ast.FunctionDef, str, int]:
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as err:
-        from tessera.frontend.kernel_errors import KernelCompileError
+        from tessera.frontend.kernel.errors import KernelCompileError
 
         raise KernelCompileError(f"cannot read the source of {fn.__name__}: {err}",
                                  hint="kernels and the functions they call must be defined in a "
@@ -45,7 +45,7 @@ def function_source(fn: Any) -> tuple[ast.FunctionDef, str, int]:
     tree = ast.parse(textwrap.dedent("".join(lines)))
     fdef = tree.body[0]
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        from tessera.frontend.kernel_errors import KernelCompileError
+        from tessera.frontend.kernel.errors import KernelCompileError
 
         raise KernelCompileError(f"{fn.__name__} is not a function definition")
     found = (fdef, inspect.getsourcefile(fn) or "<unknown>", first)

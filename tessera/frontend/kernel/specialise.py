@@ -16,7 +16,7 @@ Batch dimension
     index and the body sees the tensors without it.
 
 Tile shape and grid
-    :mod:`tessera.frontend.kernel_grid`.
+    :mod:`tessera.frontend.kernel.grid`.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, DimBindingError
-from tessera.frontend.kernel_args import check_size, scalar_value
-from tessera.frontend.kernel_call import function_source
-from tessera.frontend.kernel_grid import grid_of, tile_of
-from tessera.frontend.kernel_scope import (
+from tessera.frontend.kernel.args import check_size, scalar_value
+from tessera.frontend.kernel.compiler.call import function_source
+from tessera.frontend.kernel.compiler.scope import (
     Param,
     ResultSpec,
     Spec,
     names_used,
 )
+from tessera.frontend.kernel.grid import grid_of, tile_of
 from tessera.frontend.tensor import Tensor
 from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.types import TensorType

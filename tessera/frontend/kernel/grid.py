@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tessera.errors import ArgumentError
-from tessera.frontend.kernel_scope import DEFAULT_TILE, ORIGINS, Param, ResultSpec
+from tessera.frontend.kernel.compiler.scope import DEFAULT_TILE, ORIGINS, Param, ResultSpec
 
 if TYPE_CHECKING:
-    from tessera.frontend.kernel_launch import KernelInfo
+    from tessera.frontend.kernel.specialise import KernelInfo
 
 
 def tile_of(tile_shape: Any, config: dict[str, Any]) -> tuple[int, int, int]:

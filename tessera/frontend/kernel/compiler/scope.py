@@ -9,7 +9,7 @@ and closure (modules, constants, functions to inline), builtins. Tile names:
 * ``BM``, ``BN``, ``BK`` — the tile shape (``tile_shape=`` at launch, else the autotune
   config's ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``, else ``(64, 64, 32)``).
 
-Anything else is an :class:`~tessera.frontend.kernel_errors.UndefinedNameError`
+Anything else is an :class:`~tessera.frontend.kernel.errors.UndefinedNameError`
 naming the name and its line.
 """
 

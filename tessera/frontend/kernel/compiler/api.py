@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 from typing import Any, ClassVar
 
-from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value, kind_of
-from tessera.frontend.kernel_scope import TileContext
+from tessera.frontend.kernel.compiler.build import BuilderBase, is_mem, is_tile, is_value, kind_of
+from tessera.frontend.kernel.compiler.scope import TileContext
 from tessera.ir.core import Value
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import BOOL, MemRefType

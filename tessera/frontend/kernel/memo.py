@@ -1,7 +1,7 @@
 """Remembered call specialisations: a kernel launched again with arguments of the same
 shapes, dtypes and constants skips binding and specialising them.
 
-:func:`~tessera.frontend.kernel_launch.prepare` binds a call's arguments to the
+:func:`~tessera.frontend.kernel.specialise.prepare` binds a call's arguments to the
 signature, binds the dims of every annotated tensor and builds the specialisation's
 key: tens of microseconds of Python per launch, more than some whole launches of the
 tile simulator. Its result depends on the arguments only through their shapes,
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.frontend.kernel_args import scalar_value
-from tessera.frontend.kernel_launch import KernelInfo, Prepared, prepare
+from tessera.frontend.kernel.args import scalar_value
+from tessera.frontend.kernel.specialise import KernelInfo, Prepared, prepare
 
 #: signatures remembered per kernel (the oldest is dropped past this)
 MEMO_SIZE = 64
@@ -61,7 +61,7 @@ class CallMemo:
     def prepare(self, info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                 grid: Any, group_size: int, tile_shape: Any,
                 config: dict[str, Any]) -> Prepared:
-        """:func:`~tessera.frontend.kernel_launch.prepare`, remembered."""
+        """:func:`~tessera.frontend.kernel.specialise.prepare`, remembered."""
         key = self._signature(info, args, kwargs, grid, group_size, tile_shape, config)
         recipe = self.recipes.get(key) if key is not None else None
         if recipe is not None:

@@ -17,9 +17,9 @@ import operator
 import types
 from typing import Any
 
-from tessera.frontend.kernel_build import BuilderBase, is_value, kind_of
-from tessera.frontend.kernel_errors import UndefinedNameError
-from tessera.frontend.kernel_scope import EXTENTS, ORIGINS, TileContext, Undefined
+from tessera.frontend.kernel.compiler.build import BuilderBase, is_value, kind_of
+from tessera.frontend.kernel.compiler.scope import EXTENTS, ORIGINS, TileContext, Undefined
+from tessera.frontend.kernel.errors import UndefinedNameError
 from tessera.ir.core import Value
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import INDEX
@@ -183,7 +183,7 @@ class ExprMixin(BuilderBase):
 
     @property
     def f32(self) -> Any:
-        from tessera.frontend.kernel_build import F32
+        from tessera.frontend.kernel.compiler.build import F32
 
         return F32
 

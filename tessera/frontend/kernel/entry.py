@@ -16,7 +16,7 @@ every sanitizer) or ``"fast"`` (float32 BLAS for ``mma``, sanitizers off: labell
 non-bitwise), at decoration or per launch; ``schedule="auto" | "vectorized" |
 "sequential"`` (see :mod:`tessera.interp.tile`).
 
-Every argument is checked before anything runs (:mod:`tessera.frontend.kernel_args`:
+Every argument is checked before anything runs (:mod:`tessera.frontend.kernel.args`:
 scalars that fit their format, CUDA's grid and block limits, the simulator's program
 budget, writable outputs), each mistake a ``TesseraError`` at the caller's line.
 
@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
-from tessera.frontend.kernel_args import check_converted_overlap, check_writable
-from tessera.frontend.kernel_autotune import configurations
-from tessera.frontend.kernel_compile import build_module
-from tessera.frontend.kernel_launch import KernelInfo, Prepared
-from tessera.frontend.kernel_memo import CallMemo
-from tessera.frontend.kernel_tuning import Tuner
+from tessera.frontend.kernel.args import check_converted_overlap, check_writable
+from tessera.frontend.kernel.compiler.compile import build_module
+from tessera.frontend.kernel.memo import CallMemo
+from tessera.frontend.kernel.specialise import KernelInfo, Prepared
+from tessera.frontend.kernel.tuning.autotune import configurations
+from tessera.frontend.kernel.tuning.search import Tuner
 from tessera.frontend.trace import refuse_in_trace
 from tessera.interp.tile import SCHEDULES, LaunchGeometry, PreparedKernel, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
@@ -252,7 +252,7 @@ class _KernelDecorator:
     def autotune(self, space: dict[str, list[Any]], *, mode: str = "checked",
                  schedule: str = "auto") -> Callable[[Callable[..., Any]], Kernel]:
         """Pick ``space``'s configuration with the cost model of
-        :mod:`tessera.frontend.kernel_autotune`; the values reach ``ts.tile.context()``."""
+        :mod:`tessera.frontend.kernel.tuning.autotune`; the values reach ``ts.tile.context()``."""
         if not isinstance(space, dict) or not space:
             raise ArgumentError("autotune(space=...) needs a dict of name -> list of values")
         configurations(space)

@@ -15,9 +15,9 @@ import ast
 import builtins
 from typing import Any
 
-from tessera.frontend.kernel_build import BuilderBase, is_mem, is_value
-from tessera.frontend.kernel_scope import Undefined, assigned_names
-from tessera.frontend.kernel_stmt import without_augassign
+from tessera.frontend.kernel.compiler.build import BuilderBase, is_mem, is_value
+from tessera.frontend.kernel.compiler.scope import Undefined, assigned_names
+from tessera.frontend.kernel.compiler.stmt import without_augassign
 from tessera.ir.core import Block, IRRegion, Value
 from tessera.ir.dialects import tile as T
 

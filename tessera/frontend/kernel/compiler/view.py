@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value
+from tessera.frontend.kernel.compiler.build import BuilderBase, is_mem, is_tile, is_value
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import MemRefType

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import IRVerifyError, Loc
-from tessera.frontend.kernel_errors import KernelCompileError
+from tessera.frontend.kernel.errors import KernelCompileError
 from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import BOOL, INDEX, MemRefType

@@ -9,10 +9,10 @@ A configuration is **valid** when (:func:`check`; the reasons of the others are 
 * it compiles for these shapes (a compile error, such as shared memory over 227 KiB
   per group, drops it);
 * no tile of its launch is sure to access memory out of bounds
-  (:mod:`tessera.frontend.kernel_bounds`): a block that does not divide the
+  (:mod:`tessera.frontend.kernel.tuning.bounds`): a block that does not divide the
   dimension it tiles reaches past the last full block;
 * a group needs at most 1024 threads (a CTA's limit);
-* by the register estimate of :mod:`tessera.frontend.kernel_regs`, a thread needs at
+* by the register estimate of :mod:`tessera.frontend.kernel.tuning.regs`, a thread needs at
   most 255 registers (more would spill: sm_90's limit) and a group at most the SM's
   65,536.
 
@@ -44,9 +44,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.frontend.kernel_bounds import sure_violations
-from tessera.frontend.kernel_compile import SHARED_LIMIT
-from tessera.frontend.kernel_regs import RegisterEstimate
+from tessera.frontend.kernel.compiler.compile import SHARED_LIMIT
+from tessera.frontend.kernel.tuning.bounds import sure_violations
+from tessera.frontend.kernel.tuning.regs import RegisterEstimate
 from tessera.ir.core import Block, Function, Instr, walk
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import MemRefType

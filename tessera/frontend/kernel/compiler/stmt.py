@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.frontend.kernel_build import BuilderBase, is_mem, is_tile, is_value, kind_of
-from tessera.frontend.kernel_scope import Undefined, assigned_names
+from tessera.frontend.kernel.compiler.build import BuilderBase, is_mem, is_tile, is_value, kind_of
+from tessera.frontend.kernel.compiler.scope import Undefined, assigned_names
 from tessera.ir.core import Block, IRRegion, Type, Value
 from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import INDEX, MemRefType
