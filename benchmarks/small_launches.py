@@ -15,10 +15,6 @@ shared machine disturbs least.
 Usage: ``OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/small_launches.py``.
 """
 
-# ruff: noqa: F821
-# (kernel bodies name the tile origins and dims, tile_m, BM, K, ..., which the kernel
-# compiler binds; Python's linter cannot see them)
-
 from __future__ import annotations
 
 import os
@@ -27,38 +23,21 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import runpy  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import tessera as ts  # noqa: E402
-
+# the same kernels as the tile kernel benchmark (its module is a script, so it is run,
+# not imported; its main() only runs as __main__)
+_KERNELS = runpy.run_path(str(Path(__file__).with_name("tile_kernels.py")),
+                          run_name="tile_kernels")
+gemm = _KERNELS["gemm"]
+vector_add = _KERNELS["vector_add"]
 TILE = (64, 64, 32)
-
-
-@ts.kernel
-def gemm(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
-         C: ts.Tensor["M", "N", ts.f32]):
-    """C = A @ B: one group per (BM, BN) tile of C, K in BK steps through shared memory."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.f32)
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.f32)
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
-
-
-@ts.kernel
-def vector_add(x: ts.Tensor["N", ts.f32], y: ts.Tensor["N", ts.f32],
-               out: ts.Tensor["N", ts.f32]):
-    """out = x + y in BM-element tiles."""
-    out[tile_m:tile_m + BM] = x[tile_m:tile_m + BM] + y[tile_m:tile_m + BM]
 
 
 def _medians(variants: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
