@@ -17,6 +17,8 @@ def test_overlap_is_found_from_byte_ranges() -> None:
     assert alias_groups([a[:8], b, a[4:], None]) == [[0, 2]]
     assert alias_groups([a[::2], a[1::2]]) == [[0, 1]]  # interleaved: one space
     assert alias_groups([a[:8], a[8:]]) == []  # adjacent, disjoint
+    assert alias_groups([a[:8], a[4:]], [False, False]) == []  # read-only: no group
+    assert alias_groups([a[:8], b, a[4:]], [False, True, True]) == [[0, 2]]
     m = np.zeros((4, 6), np.float32)
     assert alias_groups([m[:, 1], m[2]]) == [[0, 1]]
 

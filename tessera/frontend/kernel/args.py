@@ -151,16 +151,16 @@ def check_size(name: str, grid: tuple[int, ...], group_size: int, batch: int) ->
 def check_writable(kernel: str, names: tuple[str, ...], runtime: list[Any],
                    writeback: list[tuple[np.ndarray, np.ndarray]],
                    written: frozenset[int]) -> None:
-    """Refuse a launch whose kernel writes a read-only array: ``written`` indexes
-    ``runtime`` (the kernel's runtime arguments, named by ``names``)."""
+    """Refuse a launch whose kernel writes a read-only array that was converted to its
+    storage dtype (``writeback``: the caller's array and the copy the launch writes;
+    ``written`` indexes ``runtime``, named by ``names``). The launcher checks the arrays
+    it writes itself; only here is the caller's original still known."""
     for k in written:
-        arr = runtime[k]
-        user = next((orig for orig, conv in writeback if conv is arr), arr)
-        if not user.flags.writeable:
-            how = "" if user is arr else \
-                f" (converted from {user.dtype} for the launch and copied back after it)"
-            raise ArgumentError(f"kernel '{kernel}' writes its argument '{names[k]}'"
-                                f"{how}, but the array is read-only",
+        user = next((orig for orig, conv in writeback if conv is runtime[k]), None)
+        if user is not None and not user.flags.writeable:
+            raise ArgumentError(f"kernel '{kernel}' writes its argument '{names[k]}' "
+                                f"(converted from {user.dtype} for the launch and copied "
+                                "back after it), but the array is read-only",
                                 hint=f"pass a writable array (np.array({names[k]}) is a "
                                      "writable copy)")
 

@@ -104,18 +104,12 @@ def _check_writable(mem: GlobalMem) -> None:
 
 
 def _link_aliases(values: list[Any], an: Analysis) -> None:
-    """Parameters whose arrays overlap share their sanitizer shadows (tile_alias): when
-    one of them is written, all of them are treated as written and read-tracked."""
-    mems = [v for v in values if isinstance(v, GlobalMem)]
-    if not any(np.may_share_memory(w.array, m.array) for w in mems if w.written
-               for m in mems if m is not w):
-        return  # the common case, a fraction of a microsecond a pair
+    """Parameters whose arrays overlap a written one share their sanitizer shadows
+    (:mod:`.memory.alias`): all of them are then treated as written and read-tracked."""
     arrays = [v.array if isinstance(v, GlobalMem) else None for v in values]
-    for group in alias_groups(arrays):
+    written = [isinstance(v, GlobalMem) and v.written for v in values]
+    for group in alias_groups(arrays, written):
         mems = [values[k] for k in group]
-        written = any(m.written for m in mems)
-        if not written:
-            continue  # read-only aliasing: nothing can race
         read = any(k in an.read for k in group)
         reduced = any(k in an.reduced_often for k in group)
         space = AliasSpace([m.array for m in mems], [m.name for m in mems])

@@ -37,25 +37,32 @@ def _extent(a: np.ndarray) -> tuple[int, int]:
     return lo, hi + a.itemsize
 
 
-def alias_groups(arrays: list[np.ndarray | None]) -> list[list[int]]:
-    """Indices of the arrays whose byte ranges overlap, in groups of two or more.
+def alias_groups(arrays: list[np.ndarray | None],
+                 written: list[bool] | None = None) -> list[list[int]]:
+    """Indices of the arrays whose byte ranges overlap that of a written one (``written``
+    None: every array counts as written), in groups of two or more; arrays that are only
+    read may overlap freely, nothing can race.
 
     Ranges are compared, not elements (``np.may_share_memory``'s bounds test, a fraction
     of a microsecond a pair): interleaved arrays (``a[::2]``, ``a[1::2]``) form a group
     too, which costs a shared shadow but reports nothing, since their elements map to
     different units."""
     live = [(k, a) for k, a in enumerate(arrays) if a is not None and a.size]
-    group = {k: k for k, _ in live}  # union-find over argument indices
+    if written is None:
+        written = [True] * len(arrays)
+    group: dict[int, int] = {}  # union-find over argument indices, made on a first overlap
 
     def root(k: int) -> int:
-        while group[k] != k:
+        while group.get(k, k) != k:
             k = group[k]
         return k
 
     for i, (k, a) in enumerate(live):
         for j, b in live[i + 1:]:
-            if np.may_share_memory(a, b):
+            if (written[k] or written[j]) and np.may_share_memory(a, b):
                 group[root(j)] = root(k)
+    if not group:
+        return []  # the common case: no written array overlaps another
     found: dict[int, list[int]] = {}
     for k, _ in live:
         found.setdefault(root(k), []).append(k)
