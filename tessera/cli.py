@@ -152,7 +152,7 @@ def _const(spec: str) -> tuple[str, Any]:
 
 
 def cmd_ptx(args: argparse.Namespace) -> int:
-    from tessera.ptx.compile import compile_kernel
+    from tessera.frontend.kernel.backends.compile import compile_kernel
 
     kernel = _load(args.target, args)
     kwargs: dict[str, Any] = dict(_example(s) for s in args.arg)

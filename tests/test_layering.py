@@ -20,10 +20,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.numerics", "tessera.arch"),
     ("tessera.ir",),
     ("tessera.interp", "tessera.lower"),
-    ("tessera.ptx",),  # PTX rendering, assembly and the CUDA driver
+    ("tessera.backend",),  # Target IR to PTX text, assembly and the CUDA driver
     ("tessera.frontend",),
     # transforms and entry points over the front end's traced functions and kernels
-    ("tessera.autodiff", "tessera.ptx.compile", "tessera.ptx.api"),
+    ("tessera.autodiff", "tessera.frontend.kernel.backends"),
     ("tessera.mesh_sim", "tessera.dist"),
     ("tessera.graph", "tessera.op", "tessera.tile", "tessera.cli", "tessera.cli_examples",
      "tessera.__main__", "tessera"),
@@ -92,4 +92,6 @@ def test_the_rule_sees_an_upward_import(tmp_path: Path) -> None:
     found = module_level_imports(fake)
     assert found == [(2, "tessera.frontend.jit")]
     assert layer_of("tessera.frontend.jit") > layer_of("tessera.ir.core")
-    assert layer_of("tessera.ptx.api") > layer_of("tessera.ptx.render")
+    assert layer_of("tessera.frontend.kernel.entry") > layer_of("tessera.backend.ptx.render")
+    assert (layer_of("tessera.frontend.kernel.backends.launch")
+            > layer_of("tessera.frontend.kernel.entry"))

@@ -100,8 +100,8 @@ def test_exp_uses_only_ieee_rounded_operations() -> None:
 
 def test_exp_kernel_assembles() -> None:
     """ptxas accepts the rendered kernel for sm_80."""
-    from tessera.ptx.assemble import ToolchainMissing, assemble
-    from tessera.ptx.render import render
+    from tessera.backend.ptx.driver.assemble import ToolchainMissing, assemble
+    from tessera.backend.ptx.render import render
 
     text = render(exp_kernel(1))
     assert isinstance(text, str)

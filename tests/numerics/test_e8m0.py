@@ -173,7 +173,7 @@ def test_ptx_has_only_rz_and_rp_for_ue8m0(mode: str, legal: bool, tmp_path: obje
     import subprocess
     from pathlib import Path
 
-    from tessera.ptx.assemble import ToolchainMissing, find_ptxas
+    from tessera.backend.ptx.driver.assemble import ToolchainMissing, find_ptxas
 
     try:
         ptxas = find_ptxas()

@@ -201,15 +201,15 @@ class Kernel:
         if stage not in STAGES:
             raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)}")
         if stage == "target":
+            from tessera.frontend.kernel.backends.compile import compile_kernel
             from tessera.ir.core import Module
-            from tessera.ptx.compile import compile_kernel
 
             target = kwargs.pop("target", "sm_90a")
             if not args and not kwargs and self.last is None:
                 raise StageError(f"kernel '{self.name}' has not been launched",
                                  hint="pass example arguments: inspect_ir('target', *args)")
             if not args and not kwargs:
-                from tessera.ptx.compile import lower_and_render
+                from tessera.frontend.kernel.backends.compile import lower_and_render
 
                 fn = lower_and_render(self.last.functions[self.name], target)[0]
             else:

@@ -19,16 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.arch.errors import TensorMapError
-from tessera.errors import ArgumentError
-from tessera.ptx import launch
-from tessera.ptx.launch import (
+from tessera.backend.ptx.driver import launch
+from tessera.backend.ptx.driver.launch import (
     CudaModule,
     GpuUnavailable,
     convert_arg,
     cuda_available,
     prepare_args,
 )
-from tessera.ptx.params import (
+from tessera.backend.ptx.driver.params import (
     NativeParams,
     ParamSpec,
     entry_signature,
@@ -36,8 +35,9 @@ from tessera.ptx.params import (
     param_spec,
     param_specs,
 )
-from tessera.ptx.tensormap import encode_tensor_map
-from tests.ptx.test_assemble import ADD_ONE
+from tessera.backend.ptx.driver.tensormap import encode_tensor_map
+from tessera.errors import ArgumentError
+from tests.backend.ptx.driver.test_assemble import ADD_ONE
 
 HAVE_GPU, WHY_NOT = cuda_available()
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import tessera as ts
+from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
 from tessera.errors import InterpretError
-from tessera.ptx.api import longest_reduction, tolerance
-from tessera.ptx.compile import compile_kernel, target_arguments
-from tessera.ptx.launch import GpuUnavailable, cuda_available
+from tessera.frontend.kernel.backends.compile import compile_kernel, target_arguments
+from tessera.frontend.kernel.backends.launch import longest_reduction, tolerance
 from tests.lower.test_lowering import example
 
 BF16 = ml_dtypes.bfloat16
@@ -68,7 +68,7 @@ def test_check_against_reference_reports_the_first_difference() -> None:
     for instr in list(walk(compiled.kernel.body)):
         if isinstance(instr.op, Store):
             instr.parent.instrs.remove(instr)
-    import tessera.ptx.api as api
+    import tessera.frontend.kernel.backends.launch as api
 
     real = api.compile_kernel
     api.compile_kernel = lambda *args, **kw: compiled  # type: ignore[assignment]

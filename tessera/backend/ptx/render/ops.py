@@ -1,6 +1,6 @@
 """PTX rules of the core instructions of :mod:`tessera.ir.dialects.target.ops` (PTX ISA 8.x,
 chapter 9): one format function per op class, registered in
-:data:`tessera.ptx.render_emit.RULES`.
+:data:`tessera.backend.ptx.render.emit.RULES`.
 
 Where PTX requires a modifier that the op leaves empty, the rule supplies the one that
 matches the interpreter's meaning: ``mul.lo`` for integer products, ``.rn`` for float
@@ -10,6 +10,16 @@ integer conversion, ``.approx`` for ``ex2``/``lg2`` (the only forms PTX has).
 
 from __future__ import annotations
 
+from tessera.backend.ptx.render.emit import (
+    PtxWriter,
+    address,
+    arith_type,
+    immediate,
+    mem_type,
+    mov_type,
+    rule,
+)
+from tessera.backend.ptx.render.regalloc import RenderError, braced, operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import RegType, Return
 from tessera.ir.dialects.target.ops import (
@@ -29,16 +39,6 @@ from tessera.ir.dialects.target.ops import (
     Store,
     Unary,
     Unpack,
-)
-from tessera.ptx.regalloc import RenderError, braced, operand
-from tessera.ptx.render_emit import (
-    PtxWriter,
-    address,
-    arith_type,
-    immediate,
-    mem_type,
-    mov_type,
-    rule,
 )
 
 

@@ -1,17 +1,19 @@
-"""The PTX backend: assemble PTX with ptxas or nvJitLink, pack kernel parameters, launch
-kernels through the CUDA driver API, and write and read ahead-of-time kernel bundles.
+"""PTX text to a running kernel: assemble PTX with ptxas or nvJitLink, pack kernel
+parameters, launch kernels through the CUDA driver API, encode TMA tensor maps, and
+write and read ahead-of-time kernel bundles.
 
 The submodules are ``assemble``, ``params``, ``launch``, ``tensormap`` and ``aot``. The
 ``assemble`` function is not re-exported here (import it from
-:mod:`tessera.ptx.assemble`): a package attribute of that name would hide the submodule.
+:mod:`tessera.backend.ptx.driver.assemble`): a package attribute of that name would
+hide the submodule.
 Nothing here needs a GPU until a kernel is loaded or launched; the functions that do need
 one raise :class:`GpuUnavailable` with the reason when there is none.
 """
 
 from __future__ import annotations
 
-from tessera.ptx.aot import Bundle, BundleError, Selection, load, save
-from tessera.ptx.assemble import (
+from tessera.backend.ptx.driver.aot import Bundle, BundleError, Selection, load, save
+from tessera.backend.ptx.driver.assemble import (
     Assembled,
     AssemblyError,
     KernelStats,
@@ -20,14 +22,14 @@ from tessera.ptx.assemble import (
     find_ptxas,
     parse_only,
 )
-from tessera.ptx.launch import (
+from tessera.backend.ptx.driver.launch import (
     CudaError,
     CudaModule,
     GpuUnavailable,
     cuda_available,
 )
-from tessera.ptx.params import PackedParams, ParamSpec, pack_params, param_specs
-from tessera.ptx.tensormap import encode_tensor_map
+from tessera.backend.ptx.driver.params import PackedParams, ParamSpec, pack_params, param_specs
+from tessera.backend.ptx.driver.tensormap import encode_tensor_map
 
 __all__ = [
     "Assembled",

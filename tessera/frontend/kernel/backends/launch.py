@@ -7,8 +7,8 @@ Backends of :func:`launch`:
 * ``"target"`` — the kernel lowered for ``target`` and run by the Target IR
   interpreter, on the CPU: what the emitted PTX means, bit for bit;
 * ``"cuda"`` — the kernel assembled for the GPU's architecture and launched through
-  the CUDA driver API (raises :class:`~tessera.ptx.launch.GpuUnavailable` with the
-  reason where there is no GPU).
+  the CUDA driver API (raises :class:`~tessera.backend.ptx.driver.GpuUnavailable` with
+  the reason where there is no GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, InterpretError, user_api
-from tessera.ptx.compile import (
+from tessera.frontend.kernel.backends.compile import (
     CompiledKernel,
     compile_kernel,
     launch_result,
@@ -33,7 +33,7 @@ BACKENDS = ("interp", "target", "cuda")
 
 def device_target() -> str:
     """The PTX target of GPU 0: sm_90a on Hopper, sm_80 on Ampere and Ada."""
-    from tessera.ptx.launch import device_compute_capability
+    from tessera.backend.ptx.driver.launch import device_compute_capability
 
     major, _ = device_compute_capability()
     if major >= 9:
@@ -46,8 +46,8 @@ def device_target() -> str:
 
 def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
               launch_kw: dict[str, Any]) -> Any:
-    from tessera.ptx.launch import CudaModule, DeviceArrays
-    from tessera.ptx.tensormap import encode
+    from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays
+    from tessera.backend.ptx.driver.tensormap import encode
 
     prep, _ = kernel.specialise(tuple(args), dict(launch_kw))
     targs, out = target_arguments(compiled, prep.runtime)
@@ -80,7 +80,7 @@ def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
     if backend == "interp":
         return kernel(*args, **launch_kw)
     if backend == "cuda":
-        from tessera.ptx.launch import GpuUnavailable, cuda_available
+        from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
 
         ok, why = cuda_available()
         if not ok:
@@ -187,7 +187,7 @@ class _Aot:
              assemble: bool = True, **launch_kw: Any) -> Path:
         """Compile ``kernel`` (specialised on these example arguments) for ``targets``
         and write a bundle directory; returns the manifest's path."""
-        from tessera.ptx.aot import save
+        from tessera.backend.ptx.driver.aot import save
 
         compiled = [compile_kernel(kernel, *args, target=t, **launch_kw) for t in targets]
         first = compiled[0]
@@ -198,8 +198,8 @@ class _Aot:
 
     @staticmethod
     def load(path: str | Path) -> Any:
-        """Read and verify a bundle (see :func:`tessera.ptx.aot.load`)."""
-        from tessera.ptx.aot import load
+        """Read and verify a bundle (see :func:`tessera.backend.ptx.driver.aot.load`)."""
+        from tessera.backend.ptx.driver.aot import load
 
         return load(path)
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tessera.errors import Loc
-from tessera.ptx.assemble import (
+from tessera.backend.ptx.driver.assemble import (
     AssemblyError,
     ToolchainMissing,
     assemble,
@@ -24,6 +23,7 @@ from tessera.ptx.assemble import (
     parse_stats,
     raise_for_advisories,
 )
+from tessera.errors import Loc
 
 HEADER = ".version 8.0\n.target {target}\n.address_size 64\n"
 

@@ -18,6 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tessera.backend.ptx.render import render
+from tessera.backend.ptx.render.emit import PtxWriter, immediate
+from tessera.backend.ptx.render.regalloc import Registers, RenderError
 from tessera.errors import Loc
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
 from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, Return, TensorMapType
@@ -57,11 +60,8 @@ from tessera.ir.dialects.target.ops import (
     Unary,
     Unpack,
 )
-from tessera.ptx.regalloc import Registers, RenderError
-from tessera.ptx.render import render
-from tessera.ptx.render_emit import PtxWriter, immediate
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "ptx"
+GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "ptx"
 U64, U32, S32, F32 = (RegType(t) for t in ("u64", "u32", "s32", "f32"))
 
 

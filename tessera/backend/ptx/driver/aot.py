@@ -17,9 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.backend.ptx.driver.assemble import assemble as _assemble
+from tessera.backend.ptx.driver.params import (
+    ParamSpec,
+    entry_signature,
+    layout,
+    param_spec,
+    param_specs,
+)
 from tessera.errors import TesseraError
-from tessera.ptx.assemble import assemble as _assemble
-from tessera.ptx.params import ParamSpec, entry_signature, layout, param_spec, param_specs
 
 FORMAT = "tessera-aot-bundle"
 FORMAT_VERSION = 1
@@ -191,8 +197,9 @@ class Bundle:
         return self.directory / self.manifest["targets"][target]["files"][kind]["name"]
 
     def module(self, cc: tuple[int, int] | None = None) -> Any:
-        """Load the best image for this GPU into a :class:`tessera.ptx.launch.CudaModule`."""
-        from tessera.ptx.launch import CudaModule, device_compute_capability
+        """Load the best image for this GPU into a
+        :class:`tessera.backend.ptx.driver.launch.CudaModule`."""
+        from tessera.backend.ptx.driver.launch import CudaModule, device_compute_capability
 
         chosen = self.select(cc if cc is not None else device_compute_capability())
         return CudaModule(chosen.image())

@@ -1,6 +1,6 @@
 """Render a Target IR kernel (a ``ptx.kernel`` function) as PTX text.
 
-The renderer is table-driven: :data:`tessera.ptx.render_emit.RULES` maps each op class to
+The renderer is table-driven: :data:`tessera.backend.ptx.render.emit.RULES` maps each op class to
 a format function. This module adds the structured control flow, which becomes labels
 and predicated branches, and writes the module header, the entry signature, the
 parameter loads and the register and shared-memory declarations.
@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import re
 
+from tessera.backend.ptx.render.emit import RULES, PtxWriter, mem_type, rule
+from tessera.backend.ptx.render.regalloc import Registers, RenderError, tie_values
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
-from tessera.ptx import render_async, render_ops  # noqa: F401  (they register their rules)
-from tessera.ptx.regalloc import Registers, RenderError, tie_values
-from tessera.ptx.render_emit import RULES, PtxWriter, mem_type, rule
 
 #: the lowest PTX ISA version each target accepts in ``.target`` (sm_80: PTX 7.0;
 #: sm_90a, wgmma, TMA, expect_tx and fence.proxy.async: PTX 8.0)
@@ -155,7 +154,7 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
     With ``line_map=True`` also return ``{PTX line (1-based): source location}`` for
     every line written for an instruction with a known location, so that an assembler
     message about a PTX line can name the user's source line. Raises
-    :class:`~tessera.ptx.regalloc.RenderError` for an op with no PTX rule, an sm_90a
+    :class:`~tessera.backend.ptx.render.regalloc.RenderError` for an op with no PTX rule, an sm_90a
     instruction on an sm_80 kernel, or a ``wgmma`` accumulator used after the wgmma.
     """
     target = _check(fn)

@@ -11,6 +11,8 @@ cluster window).
 
 from __future__ import annotations
 
+from tessera.backend.ptx.render.emit import PtxWriter, address, rule
+from tessera.backend.ptx.render.regalloc import RenderError, braced
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target.async_ops import (
     CpAsync,
@@ -29,8 +31,6 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ptx.regalloc import RenderError, braced
-from tessera.ptx.render_emit import PtxWriter, address, rule
 
 #: operand types of tensor-core instructions as PTX spells them
 _MMA_TYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3", "e5m2": "e5m2", "tf32": "tf32"}

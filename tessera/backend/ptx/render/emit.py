@@ -3,9 +3,9 @@ writes through, and how PTX spells types and immediates (PTX ISA 8.x, sec. 4.5, 
 
 A rule writes the PTX lines of one instruction through a :class:`PtxWriter`, which owns
 the registers, the labels, the kernel-scope shared buffers and the PTX version the
-kernel needs. The rules live in :mod:`tessera.ptx.render_ops` (core instructions),
-:mod:`tessera.ptx.render_async` (asynchronous and matrix instructions) and
-:mod:`tessera.ptx.render` (control flow).
+kernel needs. The rules live in :mod:`tessera.backend.ptx.render.ops` (core instructions),
+:mod:`tessera.backend.ptx.render.async_ops` (asynchronous and matrix instructions) and
+:mod:`tessera.backend.ptx.render.kernel` (control flow).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from tessera.backend.ptx.render.regalloc import Registers, RenderError
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Instr, Op, rule_decorator
 from tessera.ir.dialects.target import RegType, Return
-from tessera.ptx.regalloc import Registers, RenderError
 
 #: a format function: writes the PTX lines of one instruction through the writer
 Rule = Callable[["PtxWriter", Instr], None]

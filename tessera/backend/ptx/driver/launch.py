@@ -15,8 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from tessera.backend.ptx.driver.params import (
+    NativeParams,
+    ParamSpec,
+    entry_signature,
+    pack_params,
+    param_specs,
+)
 from tessera.errors import ArgumentError, TesseraError
-from tessera.ptx.params import NativeParams, ParamSpec, entry_signature, pack_params, param_specs
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_MANAGED = 1, 2, 13  # DLPack DLDeviceType values
 _POINTER_KINDS = ("u64", "s64", "b64")

@@ -60,7 +60,7 @@ class CompiledKernel:
 
     def assemble(self, *, use_nvjitlink: bool = False) -> Any:
         """Assemble with ptxas (statistics, advisories fail) or nvJitLink in process."""
-        from tessera.ptx.assemble import assemble, assemble_nvjitlink
+        from tessera.backend.ptx.driver.assemble import assemble, assemble_nvjitlink
 
         if use_nvjitlink:
             return assemble_nvjitlink(self.ptx, self.target, line_map=self.line_map,
@@ -71,8 +71,8 @@ class CompiledKernel:
 def lower_and_render(tile: Function, target: str) -> tuple[Function, str, dict[int, Loc],
                                                              dict[str, float]]:
     """Lower a specialised ``tile.kernel`` and render its PTX (timed per stage)."""
+    from tessera.backend.ptx.render import render
     from tessera.lower.core import lower_kernel
-    from tessera.ptx.render import render
 
     t0 = time.perf_counter()
     kernel = lower_kernel(tile, target)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tessera.ptx.aot import FORMAT_VERSION, BundleError, load, save
-from tessera.ptx.assemble import AssemblyError
-from tessera.ptx.launch import GpuUnavailable, cuda_available
-from tessera.ptx.params import ParamSpec
-from tests.ptx.test_assemble import ADD_ONE, wgmma_kernel
+from tessera.backend.ptx.driver.aot import FORMAT_VERSION, BundleError, load, save
+from tessera.backend.ptx.driver.assemble import AssemblyError
+from tessera.backend.ptx.driver.launch import GpuUnavailable, cuda_available
+from tessera.backend.ptx.driver.params import ParamSpec
+from tests.backend.ptx.driver.test_assemble import ADD_ONE, wgmma_kernel
 
 SIGNATURE = [("x", ".u64"), ("n", ".u32")]
 

@@ -8,8 +8,8 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any
 
+from tessera.backend.ptx.driver import launch
 from tessera.errors import ArgumentError
-from tessera.ptx import launch
 
 
 def encode_tensor_map(dtype: str, global_address: int, global_dims: Sequence[int],
