@@ -208,7 +208,7 @@ __getattr__, __dir__ = _lazy.attach(__name__, globals(), {
     **_lazy.names("tessera.mesh_sim.spmd.api", "all_gather", "all_reduce", "all_to_all",
                   "reduce_scatter"),
     **_lazy.names("tessera.frontend.kernel.backends.compile", "compile_kernel"),
-    **_lazy.names("tessera.frontend.kernel.backends.launch", "aot", "check_against_reference",
-                  "launch"),
+    **_lazy.names("tessera.frontend.kernel.backends.launch", "aot", "launch"),
+    **_lazy.names("tessera.frontend.kernel.backends.check", "check_against_reference"),
 })
 __all__ += ["aot", "check_against_reference", "compile_kernel", "launch"]
