@@ -36,8 +36,8 @@ from tessera.errors import (
     TraceError,
     UnsupportedError,
 )
-from tessera.frontend.jit import JitFunction, inspect_ir, jit
-from tessera.frontend.ops import (
+from tessera.frontend.graph.jit import JitFunction, inspect_ir, jit
+from tessera.frontend.graph.ops import (
     abs,
     add,
     broadcast,
@@ -86,7 +86,7 @@ from tessera.frontend.ops import (
     transpose,
     where,
 )
-from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.frontend.graph.tensor import Tensor, as_tensor
 from tessera.lower import passes as _lowering_passes  # registers the lowering passes
 from tessera.numerics import (
     DType,

@@ -93,7 +93,7 @@ def _example(spec: str) -> tuple[str, np.ndarray]:
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
-    from tessera.frontend.jit import inspect_ir
+    from tessera.frontend.graph.jit import inspect_ir
 
     fn = _load(args.target, args)
     examples: dict[str, Any] = dict(_example(s) for s in args.arg)

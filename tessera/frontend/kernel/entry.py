@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
+from tessera.frontend.graph.trace import refuse_in_trace
 from tessera.frontend.kernel.args import check_converted_overlap, check_writable
 from tessera.frontend.kernel.compiler.compile import build_module
 from tessera.frontend.kernel.memo import CallMemo
 from tessera.frontend.kernel.specialise import KernelInfo, Prepared
 from tessera.frontend.kernel.tuning.autotune import configurations
 from tessera.frontend.kernel.tuning.search import Tuner
-from tessera.frontend.trace import refuse_in_trace
 from tessera.interp.tile import SCHEDULES, LaunchGeometry, PreparedKernel, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError, user_api
-from tessera.frontend.ops import Operand, bind, operand
+from tessera.frontend.graph.ops import Operand, bind, operand
 from tessera.ir.dialects import graph as g
 
 
@@ -137,6 +137,6 @@ def getitem(x: Operand, index: Any) -> Any:
     if (tuple(starts), tuple(stops)) != ((0,) * x.ndim, tuple(x.shape)) or any(
             s != 1 for s in steps):
         y = bind(g.Slice(tuple(starts), tuple(stops), tuple(steps)), x)[0]
-    from tessera.frontend.ops import reshape as _reshape
+    from tessera.frontend.graph.ops import reshape as _reshape
 
     return _reshape(y, tuple(out_shape))

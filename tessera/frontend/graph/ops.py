@@ -24,9 +24,9 @@ from tessera.errors import (
     user_api,
     user_location,
 )
-from tessera.frontend.dist_arg import DistArg, DistValue
-from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.frontend.trace import Tracer, current_trace
+from tessera.frontend.graph.dist_arg import DistArg, DistValue
+from tessera.frontend.graph.tensor import Tensor, as_tensor
+from tessera.frontend.graph.trace import Tracer, current_trace
 from tessera.ir.core import IRRegion, Op
 from tessera.ir.dialects import graph as g
 from tessera.ir.types import Dense
@@ -341,8 +341,8 @@ def cast(x: Any, to: Any) -> Any:
 
 # The remaining operators live in their own modules; they are re-exported here so that
 # ``ops`` is the one table the array methods and the public namespaces read.
-from tessera.frontend.shapes import getitem, reshape, transpose  # noqa: E402, I001
-from tessera.frontend.linalg import (  # noqa: E402
+from tessera.frontend.graph.shapes import getitem, reshape, transpose  # noqa: E402, I001
+from tessera.frontend.graph.linalg import (  # noqa: E402
     fft,
     ifft,
     matmul,

@@ -1,7 +1,7 @@
 """Distributed arguments: a ``DistTensor`` seen by tracing, autodiff and the operators.
 
 ``@ts.jit``, ``ts.grad`` and the ``ts.*`` operators work on
-:class:`~tessera.frontend.tensor.Tensor` values. A :class:`DistArg` is the ``Tensor``
+:class:`~tessera.frontend.graph.tensor.Tensor` values. A :class:`DistArg` is the ``Tensor``
 that stands for a ``DistTensor``: its type carries the placement (so the function is
 traced with it), and its ``array`` is the global value, made only if someone asks.
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tessera.errors import MeshError
-from tessera.frontend.tensor import Tensor
+from tessera.frontend.graph.tensor import Tensor
 from tessera.ir.types import Sharding, TensorType
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The arguments of a graph function: evaluating annotations, checking and converting
 annotated arguments, and spreading bound arguments back into a call.
 
-Split from :mod:`tessera.frontend.jit`, which traces and runs the function.
+Split from :mod:`tessera.frontend.graph.jit`, which traces and runs the function.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import DTypeError, TraceError
-from tessera.frontend.dist_arg import DistArg, DistValue
-from tessera.frontend.pytree import flatten, unflatten
-from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.frontend.trace import Tracer
+from tessera.frontend.graph.dist_arg import DistArg, DistValue
+from tessera.frontend.graph.pytree import flatten, unflatten
+from tessera.frontend.graph.tensor import Tensor, as_tensor
+from tessera.frontend.graph.trace import Tracer
 from tessera.numerics import DimEnv, DType, Policy, PolicyClass, TensorSpec, element, storage_of
 
 
@@ -65,7 +65,7 @@ def checked(spec: TensorSpec, value: Any, env: DimEnv, name: str) -> Any:
     if spec.dims is not None:
         spec.bind(tuple(x.shape), env, arg_name=name)
     if spec.element is not None and element(spec.element) != x.type.element:
-        from tessera.frontend.ops import cast
+        from tessera.frontend.graph.ops import cast
 
         if storage_of(x.type.element).kind == "complex" and \
                 storage_of(spec.element).kind != "complex":

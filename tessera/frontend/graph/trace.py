@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import Loc, TraceError, user_location
-from tessera.frontend.arraylike import ArrayMethods
+from tessera.frontend.graph.arraylike import ArrayMethods
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
 from tessera.ir.dialects.graph import Return
 from tessera.ir.types import TensorType

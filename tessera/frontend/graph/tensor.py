@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import DTypeError, ShapeError, TesseraError, user_api
-from tessera.frontend.arraylike import ArrayMethods
+from tessera.frontend.graph.arraylike import ArrayMethods
 from tessera.ir.types import TensorType
 from tessera.numerics import convert, element, from_numpy_dtype, storage_of, tensor_spec
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, DTypeError, ShapeError
-from tessera.frontend.ops import (
+from tessera.frontend.graph.ops import (
     bind,
     broadcast_shapes,
     broadcast_to,
@@ -17,7 +17,7 @@ from tessera.frontend.ops import (
     promote_operands,
     reshape,
 )
-from tessera.frontend.shapes import tile_shape_hint
+from tessera.frontend.graph.shapes import tile_shape_hint
 from tessera.ir.dialects import graph as g
 from tessera.numerics import storage_of
 

@@ -1,4 +1,10 @@
-"""The kernel compiler's base: source locations, IR emission and value coercions.
+"""The kernel compiler's state: source locations, IR emission, names and value coercions.
+
+A :class:`CompileState` is everything one compilation carries from rule to rule: the
+insertion point (``block``, ``builder``), the source position (``file``,
+``first_line``), the variables (``env``), the free names (``scopes``), the
+specialisation (``spec``) and the inlining depth. The rules themselves are functions
+of it, registered in the tables of :mod:`~tessera.frontend.kernel.compiler.rules`.
 
 Type rules of kernel expressions (documented for users in :mod:`tessera.frontend.kernel`):
 
@@ -37,45 +43,60 @@ SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
 def is_value(x: Any) -> bool:
+    """Whether ``x`` is a kernel value (an IR value), not a compile-time Python value."""
     return isinstance(x, Value)
 
 
 def is_tile(x: Any) -> bool:
+    """Whether ``x`` is a register tile or scalar of the kernel."""
     return isinstance(x, Value) and isinstance(x.type, TensorType)
 
 
 def is_mem(x: Any) -> bool:
+    """Whether ``x`` is memory: a global tensor, a shared buffer or a view of one."""
     return isinstance(x, Value) and isinstance(x.type, MemRefType)
 
 
 def kind_of(e: Element) -> str:
+    """The kind of an element's storage format: ``"float"``, ``"int"`` or ``"bool"``."""
     return storage_of(e).kind
 
 
-class BuilderBase:
-    """Emission state: the current block, the source file and the error builders."""
+class CompileState:
+    """One kernel compilation: insertion point, source position, variables and names."""
 
-    def __init__(self, file: str, first_line: int, name: str) -> None:
+    def __init__(self, file: str, first_line: int, spec: Any, scope: dict[str, Any]) -> None:
         self.file = file
         self.first_line = first_line
-        self.name = name
+        self.name: str = spec.name
+        #: the specialisation (:class:`~tessera.frontend.kernel.compiler.scope.Spec`)
+        self.spec = spec
         self.block = Block()
         self.builder = Builder(self.block)
         self._consts: dict[Any, Value] = {}
+        #: variables: Python values (folded) or IR values; ``Undefined`` where unbound
+        self.env: dict[str, Any] = {}
+        #: free names: the kernel's (or inlined function's) globals and closure
+        self.scopes: list[dict[str, Any]] = [scope]
+        #: how deep inlined functions are nested (recursion guard)
+        self.depth = 0
 
     # -- locations and errors
     def loc(self, node: ast.AST | None) -> Loc:
+        """The user's file and line of ``node``."""
         line = getattr(node, "lineno", 1) if node is not None else 1
         return Loc(self.file, self.first_line + line - 1)
 
     def error(self, message: str, node: ast.AST | None, hint: str | None = None,
               cls: type[KernelCompileError] = KernelCompileError) -> KernelCompileError:
+        """The error to raise for ``node``, naming the kernel and the user's line."""
         return cls(f"in kernel '{self.name}': {message}", hint=hint, loc=self.loc(node))
 
     # -- emission
     def emit(self, op: Op, operands: Sequence[Value], node: ast.AST | None, *,
              result_types: Sequence[Type] | None = None,
              regions: Sequence[IRRegion] = ()) -> list[Value]:
+        """Append ``op`` at the insertion point; a type error becomes the user's error."""
         try:
             return self.builder.create(op, operands, loc=self.loc(node), regions=regions,
                                        result_types=result_types)
@@ -83,6 +104,7 @@ class BuilderBase:
             raise self.error(err.message, node, err.hint) from None
 
     def emit1(self, op: Op, operands: Sequence[Value], node: ast.AST | None) -> Value:
+        """:meth:`emit` of a one-result op: its result."""
         return self.emit(op, operands, node)[0]
 
     def enter(self, block: Block) -> tuple[Block, Builder]:
@@ -92,6 +114,7 @@ class BuilderBase:
         return prev
 
     def leave(self, prev: tuple[Block, Builder]) -> None:
+        """Restore the insertion point :meth:`enter` returned."""
         self.block, self.builder = prev
 
     # -- constants
@@ -164,6 +187,7 @@ class BuilderBase:
 
     # -- coercions
     def cast(self, v: Value, element: Element, node: ast.AST | None) -> Value:
+        """``v`` converted to ``element`` (nothing when its storage already is)."""
         t = v.type
         assert isinstance(t, TensorType)
         if t.element == element:
@@ -178,6 +202,7 @@ class BuilderBase:
 
     def broadcast(self, v: Value, shape: tuple[int, ...], node: ast.AST | None,
                   dims: tuple[int, ...] | None = None) -> Value:
+        """``v`` broadcast to ``shape`` (trailing axes by default, else ``dims``)."""
         t = v.type
         assert isinstance(t, TensorType)
         if t.shape == shape:
@@ -226,4 +251,4 @@ def _describe(x: Any) -> str:
     return f"{type(x).__name__} {x!r}"[:80]
 
 
-__all__ = ["F32", "SCALARS", "BuilderBase", "is_mem", "is_tile", "is_value", "kind_of"]
+__all__ = ["F32", "SCALARS", "CompileState", "is_mem", "is_tile", "is_value", "kind_of"]

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _ops() -> Any:
-    from tessera.frontend import ops
+    from tessera.frontend.graph import ops
 
     return ops
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, DimBindingError, StageError, user_api
-from tessera.frontend.dist_arg import DistArg, one_mesh
-from tessera.frontend.jit_args import (
+from tessera.frontend.graph.dist_arg import DistArg, one_mesh
+from tessera.frontend.graph.jit_args import (
     annotations_of,
     checked,
     def_loc,
@@ -34,9 +34,9 @@ from tessera.frontend.jit_args import (
     spread,
     tensors_in,
 )
-from tessera.frontend.pytree import TreeDef, flatten, unflatten
-from tessera.frontend.tensor import Tensor
-from tessera.frontend.trace import Trace, Tracer
+from tessera.frontend.graph.pytree import TreeDef, flatten, unflatten
+from tessera.frontend.graph.tensor import Tensor
+from tessera.frontend.graph.trace import Trace, Tracer
 from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
@@ -146,7 +146,7 @@ class JitFunction:
             out_leaves, out_tree = flatten(out)
             static = {k: v for k, v in enumerate(out_leaves) if not isinstance(v, (Tracer,
                                                                                    Tensor))}
-            from tessera.frontend.ops import operand
+            from tessera.frontend.graph.ops import operand
 
             tensors = [o if isinstance(o, Tracer) else operand(o) for k, o in
                        enumerate(out_leaves) if k not in static]
@@ -170,7 +170,7 @@ class JitFunction:
                     hint="name the dim in an argument's annotation, or write its size")
             spec.bind(tuple(out.shape), self._env, arg_name="the result")
         if spec.element is not None:
-            from tessera.frontend.ops import cast
+            from tessera.frontend.graph.ops import cast
 
             out = cast(out, spec.element)
         return out
@@ -243,8 +243,8 @@ def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
 
 
 def _lift(x: Tensor) -> Tracer:
-    from tessera.frontend.ops import constant
-    from tessera.frontend.trace import current_trace
+    from tessera.frontend.graph.ops import constant
+    from tessera.frontend.graph.trace import current_trace
 
     trace = current_trace()
     assert trace is not None
