@@ -1,0 +1,1 @@
+"""``matmul_rounded``: the correctly rounded matrix product (see :mod:`.product`)."""
