@@ -21,7 +21,7 @@ from tessera.errors import DTypeError
 from tessera.numerics.formats.convert import cast_exact, real_kind
 from tessera.numerics.formats.dtypes import DType
 from tessera.numerics.reductions.exact import exact_sum, min_quantum, refine_sum
-from tessera.numerics.reductions.matmul.product import line_quanta, precision
+from tessera.numerics.reductions.matmul.operands import line_quanta, precision
 from tessera.numerics.reductions.rounding import (
     TINY,
     U,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tessera.numerics as ts
-from tessera.numerics.reductions.matmul import product as matmul_module
+from tessera.numerics.reductions.matmul import dots as matmul_dots
 from tests.numerics.reductions.test_rounding import expected_value
 
 RNG = np.random.default_rng(7)
@@ -114,7 +114,7 @@ def test_same_bits_with_other_blas_thread_counts(threads: str) -> None:
 
 def test_fast_path_decides_almost_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     counts = {"level2": 0, "level3": 0}
-    refine, dot = matmul_module.refine_sum, matmul_module.exact_dot
+    refine, dot = matmul_dots.refine_sum, matmul_dots.exact_dot
 
     def counting_refine(terms: np.ndarray, *args: object) -> tuple:
         counts["level2"] += terms.shape[0]
@@ -124,8 +124,8 @@ def test_fast_path_decides_almost_everything(monkeypatch: pytest.MonkeyPatch) ->
         counts["level3"] += 1
         return dot(*args, **kwargs)
 
-    monkeypatch.setattr(matmul_module, "refine_sum", counting_refine)
-    monkeypatch.setattr(matmul_module, "exact_dot", counting_dot)
+    monkeypatch.setattr(matmul_dots, "refine_sum", counting_refine)
+    monkeypatch.setattr(matmul_dots, "exact_dot", counting_dot)
     a = RNG.standard_normal((256, 512)).astype(np.float32)
     b = RNG.standard_normal((512, 256)).astype(np.float32)
     ts.matmul_rounded(a, b, ts.f32)
@@ -135,13 +135,13 @@ def test_fast_path_decides_almost_everything(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_float64_targets_are_decided_without_fractions(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
-    dot = matmul_module.exact_dot
+    dot = matmul_dots.exact_dot
 
     def counting_dot(*args: object, **kwargs: object) -> object:
         calls["n"] += 1
         return dot(*args, **kwargs)
 
-    monkeypatch.setattr(matmul_module, "exact_dot", counting_dot)
+    monkeypatch.setattr(matmul_dots, "exact_dot", counting_dot)
     a = RNG.standard_normal((48, 96))
     b = RNG.standard_normal((96, 40))
     got = ts.matmul_rounded(a, b, ts.f64)

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 import tessera.numerics as ts
 from tessera.numerics.reductions import sums as sums_module
 from tessera.numerics.reductions.exact import min_quantum, refine_sum
-from tessera.numerics.reductions.matmul import product as mm
+from tessera.numerics.reductions.matmul import dots as matmul_dots
+from tessera.numerics.reductions.matmul import operands as matmul_operands
+from tessera.numerics.reductions.matmul import product as matmul_product
 from tessera.numerics.reductions.rounding import gamma, round_double_double
 from tests.numerics.reference import fraction_round
 
@@ -121,9 +123,9 @@ def test_exactness_proof_never_accepts_an_inexact_product(data: st.DataObject) -
     a = data.draw(narrow_operand((m, k), ta, band))
     b = data.draw(narrow_operand((n, k), tb, band)).T
     a64, b64 = ts.to_f64(a), ts.to_f64(b)
-    pa, pb = mm.precision(a.dtype), mm.precision(b.dtype)
-    qa = mm.line_quanta(a, -1, a64, pa)
-    qb = mm.line_quanta(b, 0, b64, pb)
+    pa, pb = matmul_operands.precision(a.dtype), matmul_operands.precision(b.dtype)
+    qa = matmul_operands.line_quanta(a, -1, a64, pa)
+    qb = matmul_operands.line_quanta(b, 0, b64, pb)
     alpha = np.ldexp(np.sqrt(np.einsum("ik,ik->i", a64, a64)), -qa)
     beta = np.ldexp(np.sqrt(np.einsum("kj,kj->j", b64, b64)), -qb)
     limit = 2.0**53 * (1 - 8 * gamma(k + 1))
@@ -159,16 +161,16 @@ def test_line_quanta_divide_every_entry(np_type: object) -> None:
             x[0] = 0  # an all-zero line
         x[1, ::2] = x[1, 0]  # one repeated value: the quantum is that value's ulp
     x64 = ts.to_f64(x)
-    prec = mm.precision(x.dtype)
+    prec = matmul_operands.precision(x.dtype)
     for axis in (-1, 0):
-        q = mm.line_quanta(x, axis, x64, prec)
+        q = matmul_operands.line_quanta(x, axis, x64, prec)
         lines = x64 if axis == -1 else x64.T
         for line, qi in zip(lines, q):
             assert all((Fraction(float(v)) / Fraction(2) ** int(qi)).denominator == 1
                        for v in line)
     if np.dtype(np_type).kind == "f" and np_type != np.float64:
         one = np.ones((1, 3), np_type)  # 1.0 is a multiple of exactly 2**-(p-1)
-        assert mm.line_quanta(one, -1, ts.to_f64(one), prec)[0] == 1 - prec
+        assert matmul_operands.line_quanta(one, -1, ts.to_f64(one), prec)[0] == 1 - prec
 
 
 def _f32_ties(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +192,7 @@ def test_constructed_ties_round_to_even_without_fractions(monkeypatch) -> None:
     rng = np.random.default_rng(11)
     a, ones = _f32_ties(rng, 300)
     calls = {"dot": 0, "sum": 0}
-    dot, total = mm.exact_dot, sums_module.exact_sum
+    dot, total = matmul_dots.exact_dot, sums_module.exact_sum
 
     def counting_dot(*args: object, **kwargs: object) -> object:
         calls["dot"] += 1
@@ -200,7 +202,7 @@ def test_constructed_ties_round_to_even_without_fractions(monkeypatch) -> None:
         calls["sum"] += 1
         return total(*args, **kwargs)
 
-    monkeypatch.setattr(mm, "exact_dot", counting_dot)
+    monkeypatch.setattr(matmul_dots, "exact_dot", counting_dot)
     monkeypatch.setattr(sums_module, "exact_sum", counting_sum)
     want = ref_matmul(a, ones, "f32")
     exact = np.matmul(fractions(a), fractions(ones)).ravel()
@@ -250,20 +252,21 @@ def test_second_level_on_every_element_matches_fractions(data: st.DataObject) ->
         b[-1] = b[0]
     to = data.draw(st.sampled_from(["f32", "bf16", "f64", "fp8_e5m2"]))
     fmt = ts.dtype(to)
-    pa, pb = mm.precision(a.dtype), mm.precision(b.dtype)
+    pa, pb = matmul_operands.precision(a.dtype), matmul_operands.precision(b.dtype)
     products_exact = pa + pb <= 53
-    cols = mm._columns(b, products_exact, False, pb)
+    cols = matmul_operands.prepare_columns(b, products_exact, False, pb)
     a64 = ts.to_f64(a)
     row_norms = np.sqrt(np.einsum("ik,ik->i", a64, a64)) if products_exact else \
-        mm._norms(a64, -1, scaled=True)
-    plan = mm._Plan(fmt, products_exact, False, pa, pb, gamma(k), 2.0**52, 0.0)
+        matmul_operands.two_norms(a64, -1, scaled=True)
+    plan = matmul_operands.ProductPlan(fmt, products_exact, False, pa, pb, gamma(k), 2.0**52, 0.0)
     i, j = _all_pairs(m, n)
-    got = mm._level2(a, cols, i, j, row_norms, plan).reshape(m, n)
+    got = matmul_dots.level2(a, cols, i, j, row_norms, plan).reshape(m, n)
     assert same_bits(got, ref_matmul(a, b, to)), (a, b, to)
-    settled = np.array([mm._dots(ts.to_f64(a[r:r + 1]), cols.b64[:, c:c + 1].T,
+    settled = np.array([
+        matmul_dots.rounded_dots(ts.to_f64(a[r:r + 1]), cols.b64[:, c:c + 1].T,
                                  row_norms[r:r + 1] * cols.norms[c:c + 1] * 1.001, plan,
                                  True, settle=True)[0]
-                        for r, c in zip(i, j)]).reshape(m, n)
+        for r, c in zip(i, j)]).reshape(m, n)
     assert same_bits(settled, ref_matmul(a, b, to))
 
 
@@ -332,7 +335,7 @@ def test_bf16_product_takes_no_slow_path(monkeypatch) -> None:
     b = rng.standard_normal((256, 160)).astype(ml_dtypes.bfloat16)
     a[3, 7] = 2.0**-40  # one tiny entry: row 3 fails the exactness test
     calls = {"level2": 0, "fractions": 0}
-    level2, dot = mm._level2, mm.exact_dot
+    level2, dot = matmul_dots.level2, matmul_dots.exact_dot
 
     def counting_level2(*args: object) -> np.ndarray:
         calls["level2"] += args[2].size
@@ -342,8 +345,8 @@ def test_bf16_product_takes_no_slow_path(monkeypatch) -> None:
         calls["fractions"] += 1
         return dot(*args, **kwargs)
 
-    monkeypatch.setattr(mm, "_level2", counting_level2)
-    monkeypatch.setattr(mm, "exact_dot", counting_dot)
+    monkeypatch.setattr(matmul_product, "level2", counting_level2)
+    monkeypatch.setattr(matmul_dots, "exact_dot", counting_dot)
     got = {to: ts.matmul_rounded(a, b, to) for to in ("f32", "f64", "bf16")}
     assert calls["fractions"] == 0
     assert calls["level2"] < 0.01 * a.shape[0] * b.shape[1]
