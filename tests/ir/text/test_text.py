@@ -12,7 +12,7 @@ from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir.core import Module
 from tests.strategies import graph_functions
 
-GOLDEN = Path(__file__).parent.parent / "golden" / "ir"
+GOLDEN = Path(__file__).parents[2] / "golden" / "ir"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.tir")))
