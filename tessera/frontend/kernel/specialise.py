@@ -52,7 +52,7 @@ from tessera.numerics import (
     from_numpy_dtype,
     storage_of,
 )
-from tessera.numerics.dims import evaluate
+from tessera.numerics.policy.dims import evaluate
 
 #: annotations that make a parameter a runtime scalar (converted, not specialised on)
 _RUNTIME = (DType, Policy, PolicyClass)
