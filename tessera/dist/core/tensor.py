@@ -35,11 +35,10 @@ import numpy as np
 
 from tessera.errors import user_api
 from tessera.frontend.dist_arg import DistValue
-from tessera.mesh_sim.checks import as_tuple
-from tessera.mesh_sim.errors import MaterializeError, MeshError
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.reduce import reduce_in_order
-from tessera.mesh_sim.sharding import DimAxes, ShardSpec, device_slices
+from tessera.mesh_checks import as_tuple
+from tessera.errors import MaterializeError, MeshError
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.sharding import DimAxes, ShardSpec, device_slices
 from tessera.numerics import Element, storage_of
 
 SHARDED, REPLICATED, PARTIAL = "sharded", "replicated", "partial"
@@ -82,7 +81,7 @@ class DistTensor(DistValue):
                  dims: Sequence[str | None] | None = None,
                  global_array: np.ndarray | None = None,
                  source: BlockSource | None = None) -> None:
-        """Internal: the constructors in :mod:`tessera.mesh_sim.construct` check inputs.
+        """Internal: the constructors in :mod:`tessera.dist.core.construct` check inputs.
 
         Give ``global_array`` (non-partial data, served as views), or ``source`` (a
         function from block key to block), or neither (every block is zeros).
@@ -262,6 +261,9 @@ class DistTensor(DistValue):
             return self._global
         if self.is_lazy:  # a tensor made without data holds zeros
             return self._allocate(self._shape, np.zeros, "the global value of")
+        # the simulator's rank-order sum: the runtime sits above the values it runs on
+        from tessera.mesh_sim.reduce import reduce_in_order
+
         out = self._allocate(self._shape, np.empty, "the global value of")
         pos = [self._mesh.axis_position(a) for a in self._partial]
         for key in self.block_keys():
