@@ -30,13 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api, user_location
-from tessera.frontend.pytree import flatten, unflatten
-from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.frontend.trace import Trace, Tracer
-from tessera.ir.core import Function
-from tessera.ir.types import TensorType
-from tessera.mesh_sim.collectives import all_gather, all_reduce
 from tessera.dist.core.construct import from_shards
 from tessera.dist.core.mesh import Mesh
 from tessera.dist.core.regions import (
@@ -48,13 +41,20 @@ from tessera.dist.core.regions import (
     privileges_of,
 )
 from tessera.dist.core.sharding import ShardSpec
+from tessera.dist.core.tensor import PARTIAL, DistTensor
+from tessera.errors import user_api, user_location
+from tessera.frontend.pytree import flatten, unflatten
+from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.frontend.trace import Trace, Tracer
+from tessera.ir.core import Function
+from tessera.ir.types import TensorType
+from tessera.mesh_sim.collectives import all_gather, all_reduce
 from tessera.mesh_sim.spmd import depend
 from tessera.mesh_sim.spmd.args import DistArg, one_mesh
 from tessera.mesh_sim.spmd.launch_kernel import LAUNCH_KEYWORDS, is_kernel, run_kernels
 from tessera.mesh_sim.spmd.lockstep import INVARIANT, LaunchError, run_lockstep
 from tessera.mesh_sim.spmd.lockstep_trace import Lockstep
 from tessera.mesh_sim.spmd.writeback import write_back
-from tessera.dist.core.tensor import PARTIAL, DistTensor
 
 _INDEX: dict[str, int] = {}
 

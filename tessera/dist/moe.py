@@ -36,10 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
 from tessera.dist.core.construct import from_numpy
-from tessera.mesh_sim.cost import Work, call_work
-from tessera.errors import MeshError
+from tessera.dist.core.sharding import ShardSpec, split_offsets
 from tessera.dist.pipeline.comm import (
     exchange,
     from_blocks,
@@ -47,8 +45,9 @@ from tessera.dist.pipeline.comm import (
     reduce_blocks,
     representatives,
 )
+from tessera.errors import MeshError, user_api
+from tessera.mesh_sim.cost import Work, call_work
 from tessera.mesh_sim.profile import timeline
-from tessera.dist.core.sharding import ShardSpec, split_offsets
 
 
 def expert_capacity(tokens: int, experts: int, k: int, factor: float | None) -> int:

@@ -20,7 +20,6 @@ import tessera as ts
 from tessera import dist
 from tessera.dist.moe import MoE, assign_slots, expert_capacity, top_k
 from tessera.mesh_sim.profile import profile
-
 from tests.mesh_sim.util import raises_here
 
 

@@ -13,7 +13,13 @@ from typing import Any
 
 import networkx as nx
 
-from tessera.dist.pipeline.schedule import COMPUTE, TRANSFERS, DeadlockError, ScheduleError, describe
+from tessera.dist.pipeline.schedule import (
+    COMPUTE,
+    TRANSFERS,
+    DeadlockError,
+    ScheduleError,
+    describe,
+)
 
 Node = tuple[str, int, int]
 

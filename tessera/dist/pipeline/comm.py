@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from tessera.mesh_sim.collectives import all_gather, all_reduce, all_to_all
 from tessera.dist.core.construct import from_shards
+from tessera.dist.core.sharding import ShardSpec
+from tessera.mesh_sim.collectives import all_gather, all_reduce, all_to_all
 from tessera.mesh_sim.p2p import ppermute
 from tessera.mesh_sim.profile import quiet
-from tessera.dist.core.sharding import ShardSpec
 from tessera.mesh_sim.trace import Timeline
 
 

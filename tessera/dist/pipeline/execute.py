@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.mesh_sim.cost import Work
-from tessera.dist.pipeline.schedule import Schedule
 from tessera.dist.pipeline.run import PipelineResult, _Accumulator
+from tessera.dist.pipeline.schedule import Schedule
+from tessera.mesh_sim.cost import Work
 from tessera.mesh_sim.reduce import reduce_in_order
 from tessera.mesh_sim.trace import Timeline
 

@@ -31,12 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
 from tessera.dist.core.construct import check_mesh
-from tessera.mesh_sim.cost import Work, call_work
-from tessera.errors import MeshError
-from tessera.dist.pipeline.schedule import Schedule, make_schedule
 from tessera.dist.pipeline.comm import send_block
+from tessera.dist.pipeline.schedule import Schedule, make_schedule
+from tessera.errors import MeshError, user_api
+from tessera.mesh_sim.cost import Work, call_work
 from tessera.mesh_sim.profile import timeline
 from tessera.mesh_sim.reduce import reduce_in_order
 from tessera.mesh_sim.trace import Timeline

@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tessera.errors import user_api
-from tessera.errors import MeshError
+from tessera.errors import MeshError, user_api
 
 if TYPE_CHECKING:  # networkx costs 0.1 s to import: loaded when a schedule is checked
     import networkx as nx

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 import tessera as ts
 from tessera import dist
 from tessera.dist import MeshError
-
 from tests.mesh_sim.util import raises_here, ref_coords
 
 NVL72 = [f"cuda:{i}" for i in range(72)]

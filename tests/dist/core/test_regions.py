@@ -13,7 +13,6 @@ import pytest
 import tessera as ts
 from tessera import Region, dist, read, reduce, write
 from tessera.mesh_sim import reduce_in_order
-
 from tests.mesh_sim.util import raises_here
 
 RNG = np.random.default_rng(34)

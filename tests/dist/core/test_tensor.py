@@ -12,7 +12,6 @@ import tessera as ts
 from tessera import dist
 from tessera.dist import MeshError, MeshShapeError, PlacementError, ShardingError
 from tessera.numerics import Policy
-
 from tests.mesh_sim.util import raises_here, ref_region
 
 NVL72 = dist.mesh(devices=[f"cuda:{i}" for i in range(72)], axes=("dp", "tp", "pp"))

@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import dist
-from tessera.dist.pipeline.schedule import Schedule, gpipe, one_f_one_b
 from tessera.dist.pipeline.run import Pipeline, Stage
-
+from tessera.dist.pipeline.schedule import Schedule, gpipe, one_f_one_b
 from tests.mesh_sim.util import raises_here
 
 

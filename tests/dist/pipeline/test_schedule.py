@@ -19,7 +19,6 @@ from tessera.dist.pipeline.schedule import (
     gpipe,
     one_f_one_b,
 )
-
 from tests.mesh_sim.util import raises_here
 
 sizes = st.tuples(st.integers(1, 6), st.integers(1, 10))
