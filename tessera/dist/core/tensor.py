@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.frontend.dist_arg import DistValue
-from tessera.mesh_checks import as_tuple
-from tessera.errors import MaterializeError, MeshError
 from tessera.dist.core.mesh import Mesh
 from tessera.dist.core.sharding import DimAxes, ShardSpec, device_slices
+from tessera.errors import MaterializeError, MeshError, ShapeError, user_api
+from tessera.frontend.arraylike import Operators
+from tessera.frontend.dist_arg import DistValue
+from tessera.mesh_checks import as_tuple
 from tessera.numerics import Element, storage_of
 
 SHARDED, REPLICATED, PARTIAL = "sharded", "replicated", "partial"
@@ -60,12 +60,17 @@ def frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-class DistTensor(DistValue):
+class DistTensor(DistValue, Operators):
     """A tensor distributed over a :class:`Mesh` (build it with ``dist.tensor``,
     ``dist.from_numpy`` or ``dist.from_shards``; the collectives return new ones).
 
     ``np.asarray(t)`` is the global value (the rank-order sum of the summands when the
     tensor is partial). ``t.shard(device)`` is one device's local array.
+
+    ``+ - * / ** @``, unary ``-`` and the comparisons are the ``ts.*`` operators: each
+    is placed by shard propagation (with the collectives it needs) and run on the
+    mesh, with the bits one device would compute; the result is a DistTensor. Like a
+    NumPy array, a DistTensor is not hashable.
     """
 
     __slots__ = ("_blocks", "_dim_axes", "_dims", "_element", "_global", "_mesh",
@@ -301,6 +306,15 @@ class DistTensor(DistValue):
         for p, c in zip(positions, coords):
             k[p] = c
         return tuple(k)
+
+    def __bool__(self) -> bool:
+        """The truth of a one-element tensor (``if a < b:``); any other is refused."""
+        if math.prod(self._shape) != 1:
+            raise ShapeError(f"bool() of a DistTensor of shape {self._shape}: only a tensor "
+                             "with one element has a single truth value",
+                             hint="reduce it first (ts.max, ts.sum), or test the global "
+                                  "value: np.asarray(t).all()")
+        return bool(self.numpy().reshape(()))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.numpy()
