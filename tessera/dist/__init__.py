@@ -17,7 +17,8 @@ simulator.
 
 The package: :mod:`.core` (meshes, shard specs, ``DistTensor`` and its construction,
 regions: what the runtime takes and returns), :mod:`.launch` (``index_launch``),
-:mod:`.pipeline` (stages and checked schedules) and :mod:`.moe` (mixture of experts).
+:mod:`.pipeline` (stages and checked schedules: ``from tessera.dist.pipeline import
+Pipeline, Stage, gpipe``) and :mod:`.moe` (mixture of experts: ``tessera.dist.moe.MoE``).
 
 ``dist.tensor`` without ``data`` is lazy: metadata until a shard is read, and zeros
 wherever it is read or computed with (``np.asarray``, ``@ts.jit``); making more than
@@ -56,15 +57,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
     from tessera.dist.core.sharding import ShardSpec, shard_slices, split_offsets
     from tessera.dist.core.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
     from tessera.dist.launch import axis_index, index_launch
-    from tessera.dist.moe import MoE, MoEGrads, MoEOutput
-    from tessera.dist.pipeline.run import Pipeline, PipelineResult, Stage
-    from tessera.dist.pipeline.schedule import (
-        DeadlockError,
-        Schedule,
-        ScheduleError,
-        gpipe,
-        one_f_one_b,
-    )
     from tessera.mesh_sim.collectives import relayout
     from tessera.mesh_sim.p2p import shift
     from tessera.mesh_sim.reduce import reduce_in_order
@@ -93,11 +85,6 @@ __getattr__, __dir__ = lazy.attach(__name__, globals(), {
     **lazy.names("tessera.dist.launch", "axis_index", "index_launch"),
     **lazy.names("tessera.dist.core.regions", "Region", "RegionConflictError", "RegionError",
                  "read", "reduce", "write"),
-    # pipelines over a pp axis and mixture of experts over an ep axis
-    **lazy.names("tessera.dist.pipeline.schedule", "DeadlockError", "Schedule", "ScheduleError",
-                 "gpipe", "one_f_one_b"),
-    **lazy.names("tessera.dist.pipeline.run", "Pipeline", "PipelineResult", "Stage"),
-    **lazy.names("tessera.dist.moe", "MoE", "MoEGrads", "MoEOutput"),
     # these also work on traced values (jit, launches)
     **lazy.names("tessera.mesh_sim.spmd.api", "all_gather", "all_reduce", "all_to_all",
                  "broadcast", "ppermute", "recv", "reduce_scatter", "send"),
@@ -107,13 +94,11 @@ __getattr__, __dir__ = lazy.attach(__name__, globals(), {
 })
 
 __all__ = [
-    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DeadlockError", "DistTensor",
-    "LaunchGraph", "MaterializeError", "Mesh", "MeshError", "MeshShapeError", "MoE",
-    "MoEGrads", "MoEOutput", "Pipeline", "PipelineResult", "PlacementError", "Region",
-    "RegionConflictError", "RegionError", "Schedule", "ScheduleError", "ShardSpec",
-    "ShardingError", "Stage", "all_gather", "all_reduce", "all_to_all", "axis_index",
-    "broadcast", "from_numpy", "from_shards", "gpipe", "index_launch", "launch_graph",
-    "mesh", "one_f_one_b", "ppermute", "read", "recv", "reduce", "reduce_in_order",
-    "reduce_scatter", "relayout", "send", "shard_slices", "shift", "split_offsets",
-    "tensor", "write",
+    "NVL72_FACTORS", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor", "LaunchGraph",
+    "MaterializeError", "Mesh",
+    "MeshError", "MeshShapeError", "PlacementError", "Region", "RegionConflictError",
+    "RegionError", "ShardSpec", "ShardingError", "all_gather", "all_reduce", "all_to_all",
+    "axis_index", "broadcast", "from_numpy", "from_shards", "index_launch", "launch_graph",
+    "mesh", "ppermute", "read", "recv", "reduce", "reduce_in_order", "reduce_scatter",
+    "relayout", "send", "shard_slices", "shift", "split_offsets", "tensor", "write",
 ]

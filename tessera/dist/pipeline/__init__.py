@@ -9,5 +9,29 @@
 * :mod:`.comm` -- the block transfers between stages and experts, through the
   simulator's collectives.
 
-The package imports none of its modules; ``ts.dist`` names what users need.
+``from tessera.dist.pipeline import Pipeline, Stage, gpipe`` imports the module that
+defines each name on first use.
 """
+
+from typing import TYPE_CHECKING
+
+from tessera import lazy
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
+    from tessera.dist.pipeline.run import Pipeline, PipelineResult, Stage
+    from tessera.dist.pipeline.schedule import (
+        DeadlockError,
+        Schedule,
+        ScheduleError,
+        gpipe,
+        one_f_one_b,
+    )
+
+__getattr__, __dir__ = lazy.attach(__name__, globals(), {
+    **lazy.names("tessera.dist.pipeline.schedule", "DeadlockError", "Schedule", "ScheduleError",
+                 "gpipe", "one_f_one_b"),
+    **lazy.names("tessera.dist.pipeline.run", "Pipeline", "PipelineResult", "Stage"),
+})
+
+__all__ = ["DeadlockError", "Pipeline", "PipelineResult", "Schedule", "ScheduleError", "Stage",
+           "gpipe", "one_f_one_b"]
