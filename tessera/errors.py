@@ -162,9 +162,9 @@ class UnsupportedError(TesseraError):
     kind = "unsupported"
 
 
-# The distribution errors live here, not in the mesh simulator, because the IR's
-# placement rules (ir/transforms/sharding/) raise them too and must not load the
-# simulator; tessera.mesh_sim.errors re-exports them.
+# The distribution errors live here, not with the distributed API or the mesh simulator,
+# because the IR's placement rules (ir/transforms/sharding/) raise them too and must not
+# load either; ``ts.dist`` re-exports them.
 class MeshError(TesseraError):
     """A mesh that cannot exist, or an axis or device that is not in the mesh."""
 

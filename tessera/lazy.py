@@ -7,7 +7,7 @@ a table instead of imported, and a module-level ``__getattr__`` imports the one 
 that defines a name the first time the name is read::
 
     __getattr__, __dir__ = lazy.attach(__name__, globals(), {
-        "mesh": ("tessera.mesh_sim.mesh", "mesh"),   # an attribute of a module
+        "mesh": ("tessera.dist.core.mesh", "mesh"),   # an attribute of a module
         "mpi": ("tessera.mesh_sim.mpi", None),       # a module itself
     })
 """

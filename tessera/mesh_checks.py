@@ -6,8 +6,8 @@ mistake is the same error everywhere, at the user's line: an out-of-range dim or
 refused, never wrapped around as a Python index would be.
 
 This module sits below the IR (it needs only NumPy and :mod:`tessera.errors`), so the
-placement rules of ``ir/transforms/sharding/`` use it without loading the mesh
-simulator; :mod:`tessera.mesh_sim.checks` re-exports it.
+placement rules of ``ir/transforms/sharding/`` use it without loading the distributed
+API (:mod:`tessera.dist`) or the mesh simulator, which use it too.
 """
 
 from __future__ import annotations

@@ -59,19 +59,23 @@ def test_lazy_names_load_on_first_access_and_are_the_defining_objects() -> None:
         before = "networkx" in sys.modules
         mesh = ts.dist.mesh(devices=[f"cuda:{i}" for i in range(4)], axes=("dp", "tp"),
                             shape=(2, 2))
-        after_mesh = "networkx" in sys.modules  # a mesh needs no graphs
+        # a mesh needs no graphs, and no simulator runtime
+        after_mesh = "networkx" in sys.modules or "tessera.mesh_sim" in sys.modules
         checks = {
             "dist": ts.dist is importlib.import_module("tessera.dist"),
-            "Region": ts.Region is importlib.import_module("tessera.mesh_sim.regions").Region,
+            "Region": ts.Region is importlib.import_module("tessera.dist.core.regions").Region,
             "index_launch": ts.index_launch
-                is importlib.import_module("tessera.mesh_sim.launch").index_launch,
+                is importlib.import_module("tessera.dist.launch").index_launch,
             "all_gather": ts.all_gather
                 is importlib.import_module("tessera.mesh_sim.spmd.api").all_gather,
             "DistTensor": ts.DistTensor
-                is importlib.import_module("tessera.mesh_sim.tensor").DistTensor,
+                is importlib.import_module("tessera.dist.core.tensor").DistTensor,
             "ShardSpec": ts.ShardSpec is ts.dist.ShardSpec,
             "MeshError": ts.MeshError is ts.dist.MeshError
-                is importlib.import_module("tessera.mesh_sim.errors").MeshError,
+                is importlib.import_module("tessera.errors").MeshError,
+            "MaterializeError": ts.MaterializeError is ts.dist.MaterializeError,
+            "Pipeline": importlib.import_module("tessera.dist.pipeline").Pipeline
+                is importlib.import_module("tessera.dist.pipeline.run").Pipeline,
             "mesh": type(mesh).__name__ == "Mesh",
             "kernel": ts.kernel
                 is importlib.import_module("tessera.frontend.kernel").kernel,
@@ -88,9 +92,10 @@ def test_every_public_name_resolves() -> None:
     # ``from tessera import *`` and ``tessera.dist.<name>`` read every lazy name.
     result = run_python("""
         import json
-        import tessera, tessera.dist, tessera.mesh_sim
+        import tessera, tessera.dist, tessera.dist.pipeline, tessera.mesh_sim
         from tessera import *
-        missing = [f"{m.__name__}.{n}" for m in (tessera, tessera.dist, tessera.mesh_sim)
+        missing = [f"{m.__name__}.{n}"
+                   for m in (tessera, tessera.dist, tessera.dist.pipeline, tessera.mesh_sim)
                    for n in m.__all__ if not hasattr(m, n)]
         unlisted = [n for n in tessera.__all__ + tessera.dist.__all__
                     if n not in dir(tessera) + dir(tessera.dist)]
@@ -109,15 +114,20 @@ def test_unknown_names_are_attribute_errors() -> None:
         assert not hasattr(module, "no_such_name")
 
 
-def test_mesh_sim_names_that_are_also_submodules_are_the_functions() -> None:
-    # Importing tessera.mesh_sim.tensor binds "tensor" on the package; the package's
-    # own names must win (mesh_sim/__init__.py imports them eagerly for that reason).
-    import tessera.mesh_sim as ms
-    import tessera.mesh_sim.mesh
-    import tessera.mesh_sim.profile
-    import tessera.mesh_sim.tensor  # noqa: F401
-
-    assert callable(ms.tensor) and callable(ms.mesh) and callable(ms.profile)
+@pytest.mark.parametrize("package", ["tessera.dist", "tessera.dist.pipeline", "tessera.mesh_sim"])
+def test_public_names_stay_themselves_after_every_submodule_is_imported(package) -> None:
+    # Importing a submodule binds its name on the package: a public name that is also a
+    # submodule's name would turn into that module (mesh_sim/__init__.py imports
+    # ``profile`` eagerly for that reason).
+    result = run_python(f"""
+        import importlib, json, pkgutil, types
+        pkg = importlib.import_module("{package}")
+        for info in pkgutil.walk_packages(pkg.__path__, "{package}."):
+            importlib.import_module(info.name)
+        print(json.dumps([n for n in pkg.__all__
+                          if isinstance(getattr(pkg, n), types.ModuleType)]))
+    """)
+    assert result == []
 
 
 def test_import_tessera_ir_parses_every_golden_ir_file() -> None:

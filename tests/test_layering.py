@@ -3,8 +3,10 @@
 Lower layers are the ones the rest stands on: a number format knows nothing of the IR,
 the IR nothing of its interpreters, the tile simulator nothing of the kernel front end
 that compiles Python into Tile IR, the front end nothing of the mesh simulator's
-runtime. Imports inside functions (made on first use, to keep ``import tessera``
-cheap) and under ``if TYPE_CHECKING:`` are not module-level and may reach up.
+runtime, and the simulator nothing of the distributed API's launches, pipelines and
+experts (only of the meshes, shard specs and DistTensors it runs on). Imports inside
+functions (made on first use, to keep ``import tessera`` cheap) and under
+``if TYPE_CHECKING:`` are not module-level and may reach up.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.frontend",),
     # transforms and entry points over the front end's traced functions and kernels
     ("tessera.autodiff", "tessera.frontend.kernel.backends"),
-    ("tessera.mesh_sim", "tessera.dist"),
+    # the distributed vocabulary (meshes, shard specs, DistTensor, regions), the mesh
+    # simulator's runtime that moves and computes it, and the API over both
+    ("tessera.dist.core",),
+    ("tessera.mesh_sim",),
+    ("tessera.dist",),
     ("tessera.graph", "tessera.op", "tessera.tile", "tessera.cli", "tessera.cli_examples",
      "tessera.__main__", "tessera"),
 ]

@@ -8,11 +8,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.mesh_sim.errors import MeshError, MeshShapeError
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.sharding import DimAxes
-from tessera.mesh_sim.tensor import BlockKey, DistTensor
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.sharding import DimAxes
+from tessera.dist.core.tensor import BlockKey, DistTensor
+from tessera.errors import MeshError, MeshShapeError, user_api
 
 Region = tuple[slice, ...]
 F = TypeVar("F", bound=Callable[..., Any])

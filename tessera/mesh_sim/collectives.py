@@ -1,7 +1,8 @@
 """Collectives on distributed tensors, along named mesh axes, deterministic.
 
-Each collective is a placement change of the global value (see :mod:`.tensor` for the
-three placements) computed the way the devices would compute it:
+Each collective is a placement change of the global value (see
+:mod:`tessera.dist.core.tensor` for the three placements) computed the way the devices
+would compute it:
 
 ==================  ==========================  ========================================
 collective          along ``axis``              value
@@ -30,6 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.core.mesh import AxisSpec
+from tessera.dist.core.sharding import ShardSpec
+from tessera.dist.core.tensor import PARTIAL, REPLICATED, SHARDED, BlockKey, DistTensor
+from tessera.errors import MeshShapeError, PlacementError
+from tessera.mesh_checks import NAMED_DIMS, check_dim
 from tessera.mesh_sim.blocks import (
     assemble,
     check_cover,
@@ -40,12 +46,7 @@ from tessera.mesh_sim.blocks import (
     relative,
     single_axis,
 )
-from tessera.mesh_sim.checks import NAMED_DIMS, check_dim
-from tessera.mesh_sim.errors import MeshShapeError, PlacementError
-from tessera.mesh_sim.mesh import AxisSpec
 from tessera.mesh_sim.reduce import check_op, reduce_in_order
-from tessera.mesh_sim.sharding import ShardSpec
-from tessera.mesh_sim.tensor import PARTIAL, REPLICATED, SHARDED, BlockKey, DistTensor
 
 _WHAT_TO_DO = {
     SHARDED: "it is complete, only split: all_gather it to replicate it",

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.mesh_sim.errors import MeshError
+from tessera.errors import MeshError
 from tessera.mesh_sim.topology import Topology, topology
 
 

@@ -27,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import UnsupportedError
-from tessera.mesh_sim.errors import MeshError, MeshShapeError
+from tessera.dist.core.sharding import split_offsets
+from tessera.errors import MeshError, MeshShapeError, UnsupportedError
 from tessera.mesh_sim.reduce import check_op, reduce_in_order
-from tessera.mesh_sim.sharding import split_offsets
 from tessera.numerics import from_numpy_dtype, storage_of
 
 #: Upper bound on the bytes one rank sends per segment (well below MPI's int32 counts).

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tessera.errors import user_api
+from tessera.dist.core.tensor import REPLICATED, SHARDED, BlockKey, DistTensor
+from tessera.errors import MeshError, MeshShapeError, PlacementError, user_api
+from tessera.mesh_checks import check_perm, check_rank
 from tessera.mesh_sim.blocks import collective, derived, single_axis, with_coords
-from tessera.mesh_sim.checks import check_perm, check_rank
-from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError
-from tessera.mesh_sim.tensor import REPLICATED, SHARDED, BlockKey, DistTensor
 
 
 @collective

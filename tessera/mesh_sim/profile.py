@@ -7,8 +7,9 @@
         total = dist.all_reduce(partial, "tp")        # a direct collective
     print(prof.table())
 
-Pipeline runs (:mod:`.pipeline_run`) and MoE layers (:mod:`.moe`) place their compute
-and communication on the active profile's :class:`.trace.Timeline`. Direct collective
+Pipeline runs (:mod:`tessera.dist.pipeline.run`) and MoE layers
+(:mod:`tessera.dist.moe`) place their compute and communication on the active
+profile's :class:`.trace.Timeline`. Direct collective
 calls on DistTensors are recorded through :func:`observe_collective`, the recording
 hook: a wrapper around a collective's implementation that reports each call to the
 active profile (nothing happens when none is active). The collectives' ``collective``

@@ -20,9 +20,8 @@ from typing import Any, Literal
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import DTypeError, TesseraError, user_api
-from tessera.mesh_sim.checks import as_tuple
-from tessera.mesh_sim.errors import MeshShapeError
+from tessera.errors import DTypeError, MeshShapeError, TesseraError, user_api
+from tessera.mesh_checks import as_tuple
 from tessera.numerics import accum_of, convert, storage_of
 
 ReduceOp = Literal["sum", "mean", "max", "min"]

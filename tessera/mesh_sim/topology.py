@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tessera.mesh_sim.errors import MeshError
+from tessera.errors import MeshError
 
 GB = 1e9
 TB = 1e12

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tessera.errors import MeshError
 from tessera.mesh_sim.cost import CommCost, ComputeCost, CostModel, Work
-from tessera.mesh_sim.errors import MeshError
 
 STREAMS = ("compute", "comm")
 

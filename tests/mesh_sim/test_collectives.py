@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera import dist
-from tessera.mesh_sim import MeshShapeError
+from tessera.dist import MeshShapeError
 
 from .util import ref_coords, ref_region
 

@@ -7,7 +7,7 @@ import numpy as np
 
 import tessera as ts
 from tessera import dist
-from tessera.mesh_sim import MeshError, MeshShapeError, PlacementError, reduce_in_order
+from tessera.dist import MeshError, MeshShapeError, PlacementError, reduce_in_order
 
 from .util import raises_here
 

@@ -17,9 +17,9 @@ import pytest
 
 import tessera as ts
 from tessera import dist
+from tessera.dist.moe import MoE
+from tessera.dist.pipeline.run import Pipeline, Stage
 from tessera.mesh_sim.cost import Work
-from tessera.mesh_sim.moe import MoE
-from tessera.mesh_sim.pipeline_run import Pipeline, Stage
 from tessera.mesh_sim.trace import Timeline
 
 META = {"process_name", "process_labels", "process_sort_index", "thread_name",

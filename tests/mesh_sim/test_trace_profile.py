@@ -10,9 +10,9 @@ import pytest
 
 import tessera as ts
 from tessera import dist
+from tessera.dist.moe import MoE
+from tessera.dist.pipeline.run import Pipeline, Stage
 from tessera.mesh_sim.cost import ring_all_reduce
-from tessera.mesh_sim.moe import MoE
-from tessera.mesh_sim.pipeline_run import Pipeline, Stage
 from tessera.mesh_sim.profile import current, observe_collective, profile, quiet
 from tessera.mesh_sim.topology import NVL72
 

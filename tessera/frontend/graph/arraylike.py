@@ -19,7 +19,37 @@ def _ops() -> Any:
     return ops
 
 
-class ArrayMethods:
+class Operators:
+    """Python's arithmetic and comparison operators as ``ts.*`` calls: elementwise with
+    NumPy's broadcasting and promotion, ``@`` a matmul, comparisons boolean tensors. Also
+    the operators of distributed tensors, which the same calls run on their mesh."""
+
+    __slots__ = ()
+
+    def __add__(self, o: Any) -> Any: return _ops().add(self, o)
+    def __radd__(self, o: Any) -> Any: return _ops().add(o, self)
+    def __sub__(self, o: Any) -> Any: return _ops().sub(self, o)
+    def __rsub__(self, o: Any) -> Any: return _ops().sub(o, self)
+    def __mul__(self, o: Any) -> Any: return _ops().mul(self, o)
+    def __rmul__(self, o: Any) -> Any: return _ops().mul(o, self)
+    def __truediv__(self, o: Any) -> Any: return _ops().div(self, o)
+    def __rtruediv__(self, o: Any) -> Any: return _ops().div(o, self)
+    def __pow__(self, o: Any) -> Any: return _ops().pow(self, o)
+    def __rpow__(self, o: Any) -> Any: return _ops().pow(o, self)
+    def __matmul__(self, o: Any) -> Any: return _ops().matmul(self, o)
+    def __rmatmul__(self, o: Any) -> Any: return _ops().matmul(o, self)
+    def __neg__(self) -> Any: return _ops().neg(self)
+    def __pos__(self) -> Any: return self
+    def __abs__(self) -> Any: return _ops().abs(self)
+    def __gt__(self, o: Any) -> Any: return _ops().greater(self, o)
+    def __ge__(self, o: Any) -> Any: return _ops().greater_equal(self, o)
+    def __lt__(self, o: Any) -> Any: return _ops().less(self, o)
+    def __le__(self, o: Any) -> Any: return _ops().less_equal(self, o)
+    def __eq__(self, o: Any) -> Any: return _ops().equal(self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return _ops().not_equal(self, o)  # type: ignore[override]
+
+
+class ArrayMethods(Operators):
     """Operators and methods; subclasses provide ``type`` (a TensorType)."""
 
     __slots__ = ()
@@ -67,28 +97,6 @@ class ArrayMethods:
         The length is static (part of the shape), so a ``for`` loop over a traced tensor
         unrolls into one slice per row."""
         return (self[i] for i in range(self._rows("iteration over")))
-
-    def __add__(self, o: Any) -> Any: return _ops().add(self, o)
-    def __radd__(self, o: Any) -> Any: return _ops().add(o, self)
-    def __sub__(self, o: Any) -> Any: return _ops().sub(self, o)
-    def __rsub__(self, o: Any) -> Any: return _ops().sub(o, self)
-    def __mul__(self, o: Any) -> Any: return _ops().mul(self, o)
-    def __rmul__(self, o: Any) -> Any: return _ops().mul(o, self)
-    def __truediv__(self, o: Any) -> Any: return _ops().div(self, o)
-    def __rtruediv__(self, o: Any) -> Any: return _ops().div(o, self)
-    def __pow__(self, o: Any) -> Any: return _ops().pow(self, o)
-    def __rpow__(self, o: Any) -> Any: return _ops().pow(o, self)
-    def __matmul__(self, o: Any) -> Any: return _ops().matmul(self, o)
-    def __rmatmul__(self, o: Any) -> Any: return _ops().matmul(o, self)
-    def __neg__(self) -> Any: return _ops().neg(self)
-    def __pos__(self) -> Any: return self
-    def __abs__(self) -> Any: return _ops().abs(self)
-    def __gt__(self, o: Any) -> Any: return _ops().greater(self, o)
-    def __ge__(self, o: Any) -> Any: return _ops().greater_equal(self, o)
-    def __lt__(self, o: Any) -> Any: return _ops().less(self, o)
-    def __le__(self, o: Any) -> Any: return _ops().less_equal(self, o)
-    def __eq__(self, o: Any) -> Any: return _ops().equal(self, o)  # type: ignore[override]
-    def __ne__(self, o: Any) -> Any: return _ops().not_equal(self, o)  # type: ignore[override]
 
     def __getitem__(self, index: Any) -> Any:
         return _ops().getitem(self, index)

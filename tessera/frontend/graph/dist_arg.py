@@ -6,7 +6,7 @@ that stands for a ``DistTensor``: its type carries the placement (so the functio
 traced with it), and its ``array`` is the global value, made only if someone asks.
 
 The front end recognises distributed values through :class:`DistValue`, the base class
-of :class:`tessera.mesh_sim.tensor.DistTensor`, defined here so that the front end
+of :class:`tessera.dist.core.tensor.DistTensor`, defined here so that the front end
 needs no part of the mesh simulator until a distributed value exists (``import
 tessera`` loads none of it).
 """
@@ -23,12 +23,12 @@ from tessera.frontend.graph.tensor import Tensor
 from tessera.ir.types import Sharding, TensorType
 
 if TYPE_CHECKING:
-    from tessera.mesh_sim.mesh import Mesh
-    from tessera.mesh_sim.tensor import DistTensor
+    from tessera.dist.core.mesh import Mesh
+    from tessera.dist.core.tensor import DistTensor
 
 
 class DistValue:
-    """Base class of every distributed value (:class:`~tessera.mesh_sim.tensor.DistTensor`).
+    """Base class of every distributed value (:class:`~tessera.dist.core.tensor.DistTensor`).
 
     A subclass provides ``mesh``, ``shape``, ``element``, ``dim_axes``, ``partial_axes``
     and ``numpy()``; this class only lets the front end ask ``isinstance(x, DistValue)``

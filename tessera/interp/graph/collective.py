@@ -4,7 +4,7 @@ A program whose types carry no placement runs on one device: every mesh axis has
 one, so every collective is the identity (a ``ppermute`` keeps the block only when it
 sends rank 0 to itself). Placed programs run on a simulated mesh instead
 (:mod:`tessera.mesh_sim.spmd`), and ``index_launch`` bodies combine the values of all
-indices (:mod:`tessera.mesh_sim.launch`).
+indices (:mod:`tessera.dist.launch`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@
 * :mod:`.writeback` and :mod:`.depend` -- region write-back and the dependence
   analysis of launch sequences (networkx).
 
-``ts.index_launch`` itself is :mod:`tessera.mesh_sim.launch`; region privileges are
-:mod:`tessera.mesh_sim.regions`.
+``ts.index_launch`` itself is :mod:`tessera.dist.launch`; region privileges are
+:mod:`tessera.dist.core.regions`.
 
 The placement rules and the propagation pass live with the other passes, in
 ``tessera/ir/transforms/sharding/``. The package imports none of its modules: each

@@ -20,9 +20,9 @@ from typing import Any
 from tessera.errors import user_api
 from tessera.frontend.graph.trace import Tracer
 from tessera.ir.dialects import graph as g
+from tessera.mesh_checks import check_dim, check_perm, check_rank
 from tessera.mesh_sim import collectives as core
 from tessera.mesh_sim import p2p
-from tessera.mesh_sim.checks import check_dim, check_perm, check_rank
 
 
 def _traced(x: Any) -> bool:

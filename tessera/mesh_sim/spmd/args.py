@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.tensor import DistTensor
 from tessera.frontend.graph.dist_arg import DistArg, mesh_pairs, one_mesh, sharding_of
 from tessera.frontend.graph.tensor import Tensor
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.tensor import DistTensor
 
 
 def to_dist(x: Any, mesh: Mesh) -> DistTensor:

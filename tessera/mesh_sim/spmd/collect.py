@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tessera.dist.core.tensor import PARTIAL, DistTensor
 from tessera.errors import InterpretError
 from tessera.ir.core import Op
 from tessera.ir.dialects import graph as g
@@ -29,7 +30,6 @@ from tessera.mesh_sim import p2p
 from tessera.mesh_sim.spmd.args import sharding_of
 from tessera.mesh_sim.spmd.layout import shard_local
 from tessera.mesh_sim.spmd.pending import Pending
-from tessera.mesh_sim.tensor import PARTIAL, DistTensor
 
 CollectiveRule = Callable[[Any, DistTensor], DistTensor]
 

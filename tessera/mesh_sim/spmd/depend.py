@@ -7,7 +7,7 @@ one tensor *interfere* unless both read, or both reduce with the same op (reduct
 commute; they are combined in index order).
 
 * The indices of one launch run concurrently: interfering accesses of two different
-  indices are a :class:`~tessera.mesh_sim.regions.RegionConflictError` at the launch
+  indices are a :class:`~tessera.dist.core.regions.RegionConflictError` at the launch
   (two indices writing the same rows, one index reading what another writes).
 * Launches in program order are ordered: interference between them is a dependence,
   an edge of :attr:`LaunchGraph.graph` labelled RAW, WAR or WAW. Launches declared
@@ -26,8 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tessera.dist.core.regions import READ, REDUCE, Privilege, RegionConflictError
 from tessera.errors import UNKNOWN_LOC, Loc, user_api
-from tessera.mesh_sim.regions import READ, REDUCE, Privilege, RegionConflictError
 
 if TYPE_CHECKING:  # networkx costs 0.1 s to import: loaded when a graph is asked for
     import networkx as nx

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tessera.dist.core.tensor import DistTensor
 from tessera.errors import Loc
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op
 from tessera.ir.dialects import graph as g
@@ -18,7 +19,6 @@ from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
 from tessera.mesh_sim.spmd.args import one_mesh, to_dist
 from tessera.mesh_sim.spmd.execute import run_placed
-from tessera.mesh_sim.tensor import DistTensor
 
 
 def eager_function(op: Op, types: Sequence[TensorType], *, loc: Loc,

@@ -17,21 +17,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.errors import UNKNOWN_LOC, InterpretError, Loc
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.sharding import ShardSpec
+from tessera.dist.core.tensor import DistTensor
+from tessera.errors import UNKNOWN_LOC, InterpretError, Loc, MeshError
 from tessera.ir.core import Block, Function, Instr, Value, walk
 from tessera.ir.dialects import graph as g
 from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
 from tessera.mesh_sim.collectives import relayout
-from tessera.mesh_sim.errors import MeshError
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.sharding import ShardSpec
 from tessera.mesh_sim.spmd.args import DistArg, mesh_pairs, one_mesh, sharding_of, to_dist
 from tessera.mesh_sim.spmd.collect import COLLECTIVES, run_collective
 from tessera.mesh_sim.spmd.local import run_local
 from tessera.mesh_sim.spmd.pending import Pending
-from tessera.mesh_sim.tensor import DistTensor
 
 
 def _loc(instr: Instr) -> Loc | None:

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.core.regions import WRITE, Privilege, RegionConflictError
+from tessera.dist.core.tensor import SHARDED, DistTensor
 from tessera.errors import Loc
 from tessera.frontend.graph.tensor import Tensor
-from tessera.mesh_sim.regions import WRITE, Privilege, RegionConflictError
 from tessera.mesh_sim.spmd.writeback import write_back
-from tessera.mesh_sim.tensor import SHARDED, DistTensor
 
 LAUNCH_KEYWORDS = ("grid", "group_size", "tile_shape", "config", "mode", "schedule")
 

@@ -8,11 +8,11 @@ their layout: every shard stays a view of the one global array.
 
 from __future__ import annotations
 
+from tessera.dist.core.sharding import DimAxes
+from tessera.dist.core.tensor import PARTIAL, SHARDED, BlockKey, DistTensor
+from tessera.errors import PlacementError
 from tessera.mesh_sim.blocks import derived, relative
 from tessera.mesh_sim.collectives import all_gather
-from tessera.mesh_sim.errors import PlacementError
-from tessera.mesh_sim.sharding import DimAxes
-from tessera.mesh_sim.tensor import PARTIAL, SHARDED, BlockKey, DistTensor
 
 
 def shard_local(t: DistTensor, axes: tuple[str, ...], dim: int) -> DistTensor:

@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.tensor import BlockKey, DistTensor
 from tessera.errors import Loc
 from tessera.interp.graph import run_op
 from tessera.ir.core import Op
 from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.blocks import flat_offset
-from tessera.mesh_sim.mesh import Mesh
 from tessera.mesh_sim.reduce import identity
 from tessera.mesh_sim.spmd.matmul_blocks import grouped_matmul
-from tessera.mesh_sim.tensor import BlockKey, DistTensor
 from tessera.numerics import accum_of, convert, storage_of
 
 Shape = tuple[int, ...]

@@ -82,12 +82,12 @@ class Lockstep:
 
     # -- switching between threads
     def _save(self, i: int) -> None:
-        from tessera.mesh_sim import launch
+        from tessera.dist import launch
 
         self.states[i] = (list(trace_state._STACK), dict(launch._INDEX))
 
     def _restore(self, i: int) -> None:
-        from tessera.mesh_sim import launch
+        from tessera.dist import launch
 
         stack, index = self.states[i]
         trace_state._STACK[:] = stack
@@ -153,7 +153,7 @@ class Lockstep:
 
     def run(self, bodies: Sequence[Callable[[], Any]]) -> list[Any]:
         """Trace every body (body ``i`` in thread ``i``); return their results."""
-        from tessera.mesh_sim import launch
+        from tessera.dist import launch
 
         out: list[Any] = [None] * self.n
         main = (list(trace_state._STACK), dict(launch._INDEX))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tessera.mesh_sim.tensor import BlockKey, DistTensor
+from tessera.dist.core.tensor import BlockKey, DistTensor
 
 Compute = Callable[[np.ndarray, np.ndarray, tuple[int, int]], np.ndarray]
 

@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.sharding import DimAxes
+from tessera.dist.core.tensor import DistTensor
 from tessera.errors import Loc
 from tessera.ir.core import Op
 from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.sharding import DimAxes
 from tessera.mesh_sim.spmd.layout import relayout_dims
-from tessera.mesh_sim.tensor import DistTensor
 
 Needs = Callable[[Any, Sequence[TensorType], DimAxes], list[DimAxes]]
 

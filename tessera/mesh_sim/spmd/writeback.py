@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.core.construct import from_shards
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.regions import REDUCE, Privilege
+from tessera.dist.core.sharding import ShardSpec
+from tessera.dist.core.tensor import PARTIAL, SHARDED, DistTensor
 from tessera.mesh_sim.collectives import relayout
-from tessera.mesh_sim.construct import from_shards
-from tessera.mesh_sim.mesh import Mesh
 from tessera.mesh_sim.reduce import reduce_in_order
-from tessera.mesh_sim.regions import REDUCE, Privilege
-from tessera.mesh_sim.sharding import ShardSpec
-from tessera.mesh_sim.tensor import PARTIAL, SHARDED, DistTensor
 
 
 def assign_into(dst: DistTensor, src: DistTensor) -> None:
@@ -36,7 +36,7 @@ def assign_into(dst: DistTensor, src: DistTensor) -> None:
 
 def _new_value(t: DistTensor, arrays: list[np.ndarray], privilege: Privilege, axis: str,
                mesh: Mesh) -> DistTensor:
-    from tessera.mesh_sim.launch import local_views
+    from tessera.dist.launch import local_views
 
     state = t.placement(axis)
     if privilege.mode == REDUCE:

@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import dist
-from tessera.mesh_sim.moe import MoE, assign_slots, expert_capacity, top_k
+from tessera.dist.moe import MoE, assign_slots, expert_capacity, top_k
 from tessera.mesh_sim.profile import profile
-
-from .util import raises_here
+from tests.mesh_sim.util import raises_here
 
 
 @ts.jit

@@ -13,7 +13,7 @@ import pytest
 
 import tessera as ts
 from tessera import Region, dist, read, reduce, write
-from tessera.mesh_sim.regions import privileges_of
+from tessera.dist.core.regions import privileges_of
 
 MESH = dist.mesh(axes=("dp", "tp"), shape=(2, 4))
 COLS = dist.ShardSpec(("col",), ("tp",))

@@ -21,10 +21,9 @@ from typing import Any, Union
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.mesh_sim.checks import MAX_DEVICES, as_tuple
-from tessera.mesh_sim.errors import ShardingError
-from tessera.mesh_sim.mesh import Mesh
+from tessera.dist.core.mesh import Mesh
+from tessera.errors import ShardingError, user_api
+from tessera.mesh_checks import MAX_DEVICES, as_tuple
 
 DimRef = Union[str, int, None]  # noqa: UP007 - a runtime alias, also on 3.10
 """A partition entry: ``"row"``, ``"col"``, an int dim, a dim name, or None."""

@@ -2,9 +2,10 @@
 
 Pipeline stages and MoE ranks hold plain arrays, one per rank of a mesh axis (devices
 along the other axes are replicas). The functions here wrap the blocks in a DistTensor,
-run the real collective of :mod:`.collectives` / :mod:`.p2p` (quietly: the call is
-recorded here, with a name, rather than by the profile hook), unwrap the result and
-put the operation on the :class:`.trace.Timeline`.
+run the real collective of the simulator (:mod:`tessera.mesh_sim.collectives`,
+:mod:`tessera.mesh_sim.p2p`; quietly: the call is recorded here, with a name, rather
+than by the profile hook), unwrap the result and put the operation on the
+:class:`tessera.mesh_sim.trace.Timeline`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.core.construct import from_shards
+from tessera.dist.core.sharding import ShardSpec
 from tessera.mesh_sim.collectives import all_gather, all_reduce, all_to_all
-from tessera.mesh_sim.construct import from_shards
 from tessera.mesh_sim.p2p import ppermute
 from tessera.mesh_sim.profile import quiet
-from tessera.mesh_sim.sharding import ShardSpec
 from tessera.mesh_sim.trace import Timeline
 
 

@@ -12,11 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.mesh_sim.errors import MeshError, MeshShapeError, PlacementError
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.sharding import DimAxes, ShardSpec, split_offsets
-from tessera.mesh_sim.tensor import BlockKey, DistTensor
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.sharding import DimAxes, ShardSpec, split_offsets
+from tessera.dist.core.tensor import BlockKey, DistTensor
+from tessera.errors import MeshError, MeshShapeError, PlacementError, user_api
 from tessera.numerics import Element, convert, element, from_numpy_dtype, storage_of
 
 

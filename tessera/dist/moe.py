@@ -36,19 +36,18 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.mesh_sim.construct import from_numpy
-from tessera.mesh_sim.cost import Work, call_work
-from tessera.mesh_sim.errors import MeshError
-from tessera.mesh_sim.pipeline_comm import (
+from tessera.dist.core.construct import from_numpy
+from tessera.dist.core.sharding import ShardSpec, split_offsets
+from tessera.dist.pipeline.comm import (
     exchange,
     from_blocks,
     gather_blocks,
     reduce_blocks,
     representatives,
 )
+from tessera.errors import MeshError, user_api
+from tessera.mesh_sim.cost import Work, call_work
 from tessera.mesh_sim.profile import timeline
-from tessera.mesh_sim.sharding import ShardSpec, split_offsets
 
 
 def expert_capacity(tokens: int, experts: int, k: int, factor: float | None) -> int:

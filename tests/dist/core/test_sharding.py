@@ -7,9 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera import dist
-from tessera.mesh_sim import ShardingError, shard_slices
-
-from .util import raises_here, ref_region
+from tessera.dist import ShardingError, shard_slices
+from tests.mesh_sim.util import raises_here, ref_region
 
 NVL72 = dist.mesh(devices=[f"cuda:{i}" for i in range(72)], axes=("dp", "tp", "pp"))
 

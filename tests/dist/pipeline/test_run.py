@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import dist
-from tessera.mesh_sim.pipeline import Schedule, gpipe, one_f_one_b
-from tessera.mesh_sim.pipeline_run import Pipeline, Stage
-
-from .util import raises_here
+from tessera.dist.pipeline.run import Pipeline, Stage
+from tessera.dist.pipeline.schedule import Schedule, gpipe, one_f_one_b
+from tests.mesh_sim.util import raises_here
 
 
 @ts.jit

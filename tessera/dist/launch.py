@@ -17,7 +17,7 @@ all_reduce, all_gather or broadcast), else sharded over ``axis``, assembled with
 argument sharded over it (dim 0 if none, or if the ranks differ).
 
 Parameters annotated ``Region[read]``, ``Region[write]`` or ``Region[reduce]``
-(:mod:`tessera.mesh_sim.regions`) are enforced, written back in place, and recorded for
+(:mod:`tessera.dist.core.regions`) are enforced, written back in place, and recorded for
 dependence analysis (:mod:`tessera.mesh_sim.spmd.depend`).
 """
 
@@ -30,16 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api, user_location
-from tessera.frontend.graph.pytree import flatten, unflatten
-from tessera.frontend.graph.tensor import Tensor, as_tensor
-from tessera.frontend.graph.trace import Trace, Tracer
-from tessera.ir.core import Function
-from tessera.ir.types import TensorType
-from tessera.mesh_sim.collectives import all_gather, all_reduce
-from tessera.mesh_sim.construct import from_shards
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.regions import (
+from tessera.dist.core.construct import from_shards
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.regions import (
     READ,
     Privilege,
     RegionConflictError,
@@ -47,14 +40,21 @@ from tessera.mesh_sim.regions import (
     RegionView,
     privileges_of,
 )
-from tessera.mesh_sim.sharding import ShardSpec
+from tessera.dist.core.sharding import ShardSpec
+from tessera.dist.core.tensor import PARTIAL, DistTensor
+from tessera.errors import user_api, user_location
+from tessera.frontend.graph.pytree import flatten, unflatten
+from tessera.frontend.graph.tensor import Tensor, as_tensor
+from tessera.frontend.graph.trace import Trace, Tracer
+from tessera.ir.core import Function
+from tessera.ir.types import TensorType
+from tessera.mesh_sim.collectives import all_gather, all_reduce
 from tessera.mesh_sim.spmd import depend
 from tessera.mesh_sim.spmd.args import DistArg, one_mesh
 from tessera.mesh_sim.spmd.launch_kernel import LAUNCH_KEYWORDS, is_kernel, run_kernels
 from tessera.mesh_sim.spmd.lockstep import INVARIANT, LaunchError, run_lockstep
 from tessera.mesh_sim.spmd.lockstep_trace import Lockstep
 from tessera.mesh_sim.spmd.writeback import write_back
-from tessera.mesh_sim.tensor import PARTIAL, DistTensor
 
 _INDEX: dict[str, int] = {}
 

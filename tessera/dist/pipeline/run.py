@@ -31,12 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.mesh_sim.construct import check_mesh
+from tessera.dist.core.construct import check_mesh
+from tessera.dist.pipeline.comm import send_block
+from tessera.dist.pipeline.schedule import Schedule, make_schedule
+from tessera.errors import MeshError, user_api
 from tessera.mesh_sim.cost import Work, call_work
-from tessera.mesh_sim.errors import MeshError
-from tessera.mesh_sim.pipeline import Schedule, make_schedule
-from tessera.mesh_sim.pipeline_comm import send_block
 from tessera.mesh_sim.profile import timeline
 from tessera.mesh_sim.reduce import reduce_in_order
 from tessera.mesh_sim.trace import Timeline
@@ -163,7 +162,7 @@ class Pipeline:
             schedule: Any = "1f1b") -> PipelineResult:
         """Run the pipeline over ``inputs`` split into ``micro_batches`` by ``schedule``
         (``"gpipe"``, ``"1f1b"`` or a :class:`Schedule`)."""
-        from tessera.mesh_sim.pipeline_exec import execute
+        from tessera.dist.pipeline.execute import execute
 
         train = self.loss is not None
         sched = make_schedule(schedule, len(self.stages), micro_batches, train)

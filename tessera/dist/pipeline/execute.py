@@ -1,4 +1,4 @@
-"""Executing a checked :class:`.pipeline.Schedule` for a :class:`.pipeline_run.Pipeline`.
+"""Executing a checked :class:`.schedule.Schedule` for a :class:`.run.Pipeline`.
 
 Events run in step order (stage order within a step), which respects every
 dependency because a checked schedule puts each event at least one step after what
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from tessera.dist.pipeline.run import PipelineResult, _Accumulator
+from tessera.dist.pipeline.schedule import Schedule
 from tessera.mesh_sim.cost import Work
-from tessera.mesh_sim.pipeline import Schedule
-from tessera.mesh_sim.pipeline_run import PipelineResult, _Accumulator
 from tessera.mesh_sim.reduce import reduce_in_order
 from tessera.mesh_sim.trace import Timeline
 

@@ -13,10 +13,9 @@ import pytest
 
 import tessera as ts
 from tessera import dist
-from tessera.mesh_sim import MeshError, PlacementError, ShardingError
+from tessera.dist import MeshError, PlacementError, ShardingError
 from tessera.mesh_sim.spmd.lockstep import LaunchError
-
-from .util import raises_here
+from tests.mesh_sim.util import raises_here
 
 M = dist.mesh(axes=("dp", "tp"), shape=(2, 3))
 OTHER = dist.mesh(axes=("dp", "tp"), shape=(3, 2))

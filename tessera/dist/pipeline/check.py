@@ -1,4 +1,4 @@
-"""Checks behind :class:`.pipeline.Schedule`: the event dependency graph and its rules.
+"""Checks behind :class:`.schedule.Schedule`: the event dependency graph and its rules.
 
 Nodes are compute events ``("F"|"B", stage, j)`` and transfers ``("act", s, j)`` (stage
 ``s`` to ``s + 1``) and ``("grad", s, j)`` (stage ``s`` to ``s - 1``). A transfer that a
@@ -13,7 +13,13 @@ from typing import Any
 
 import networkx as nx
 
-from tessera.mesh_sim.pipeline import COMPUTE, TRANSFERS, DeadlockError, ScheduleError, describe
+from tessera.dist.pipeline.schedule import (
+    COMPUTE,
+    TRANSFERS,
+    DeadlockError,
+    ScheduleError,
+    describe,
+)
 
 Node = tuple[str, int, int]
 

@@ -14,9 +14,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from tessera.errors import user_api
-from tessera.mesh_sim.checks import MAX_DEVICES, as_tuple
-from tessera.mesh_sim.errors import MeshError
+from tessera.errors import MeshError, user_api
+from tessera.mesh_checks import MAX_DEVICES, as_tuple
 
 Device = Hashable
 """A device id as the user gave it: ``"cuda:3"``, ``3``, or any hashable value."""

@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tessera.errors import user_api
-from tessera.mesh_sim.errors import MeshError
+from tessera.errors import MeshError, user_api
 
 if TYPE_CHECKING:  # networkx costs 0.1 s to import: loaded when a schedule is checked
     import networkx as nx
@@ -90,7 +89,7 @@ class Schedule:
                                 hint="give one program per stage")
         self.backward = any(k == "B" for p in self.programs for k, _ in p)
         self.explicit = any(k in TRANSFERS for p in self.programs for k, _ in p)
-        from tessera.mesh_sim.pipeline_check import build_graph, check_given, earliest
+        from tessera.dist.pipeline.check import build_graph, check_given, earliest
 
         self.graph = build_graph(self)
         cycle = _find_cycle(self.graph)

@@ -33,13 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import user_api
+from tessera.dist.core.mesh import Mesh
+from tessera.dist.core.sharding import DimAxes, ShardSpec, device_slices
+from tessera.errors import MaterializeError, MeshError, ShapeError, user_api
+from tessera.frontend.graph.arraylike import Operators
 from tessera.frontend.graph.dist_arg import DistValue
-from tessera.mesh_sim.checks import as_tuple
-from tessera.mesh_sim.errors import MaterializeError, MeshError
-from tessera.mesh_sim.mesh import Mesh
-from tessera.mesh_sim.reduce import reduce_in_order
-from tessera.mesh_sim.sharding import DimAxes, ShardSpec, device_slices
+from tessera.mesh_checks import as_tuple
 from tessera.numerics import Element, storage_of
 
 SHARDED, REPLICATED, PARTIAL = "sharded", "replicated", "partial"
@@ -61,12 +60,17 @@ def frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-class DistTensor(DistValue):
+class DistTensor(DistValue, Operators):
     """A tensor distributed over a :class:`Mesh` (build it with ``dist.tensor``,
     ``dist.from_numpy`` or ``dist.from_shards``; the collectives return new ones).
 
     ``np.asarray(t)`` is the global value (the rank-order sum of the summands when the
     tensor is partial). ``t.shard(device)`` is one device's local array.
+
+    ``+ - * / ** @``, unary ``-`` and the comparisons are the ``ts.*`` operators: each
+    is placed by shard propagation (with the collectives it needs) and run on the
+    mesh, with the bits one device would compute; the result is a DistTensor. Like a
+    NumPy array, a DistTensor is not hashable.
     """
 
     __slots__ = ("_blocks", "_dim_axes", "_dims", "_element", "_global", "_mesh",
@@ -82,7 +86,7 @@ class DistTensor(DistValue):
                  dims: Sequence[str | None] | None = None,
                  global_array: np.ndarray | None = None,
                  source: BlockSource | None = None) -> None:
-        """Internal: the constructors in :mod:`tessera.mesh_sim.construct` check inputs.
+        """Internal: the constructors in :mod:`tessera.dist.core.construct` check inputs.
 
         Give ``global_array`` (non-partial data, served as views), or ``source`` (a
         function from block key to block), or neither (every block is zeros).
@@ -262,6 +266,9 @@ class DistTensor(DistValue):
             return self._global
         if self.is_lazy:  # a tensor made without data holds zeros
             return self._allocate(self._shape, np.zeros, "the global value of")
+        # the simulator's rank-order sum: the runtime sits above the values it runs on
+        from tessera.mesh_sim.reduce import reduce_in_order
+
         out = self._allocate(self._shape, np.empty, "the global value of")
         pos = [self._mesh.axis_position(a) for a in self._partial]
         for key in self.block_keys():
@@ -299,6 +306,15 @@ class DistTensor(DistValue):
         for p, c in zip(positions, coords):
             k[p] = c
         return tuple(k)
+
+    def __bool__(self) -> bool:
+        """The truth of a one-element tensor (``if a < b:``); any other is refused."""
+        if math.prod(self._shape) != 1:
+            raise ShapeError(f"bool() of a DistTensor of shape {self._shape}: only a tensor "
+                             "with one element has a single truth value",
+                             hint="reduce it first (ts.max, ts.sum), or test the global "
+                                  "value: np.asarray(t).all()")
+        return bool(self.numpy().reshape(()))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.numpy()

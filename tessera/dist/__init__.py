@@ -9,10 +9,16 @@ Build a mesh, lay a tensor out on it, and move it between placements::
                     layout=dist.ShardSpec(partition=("col",), mesh_axes=("tp",)))
     W_full = dist.all_gather(W, "tp")          # sharded -> replicated over tp
 
-All devices are virtual devices of the mesh simulator (:mod:`tessera.mesh_sim`), unless
-a GPU backend maps them. Collectives reduce in rank order and are bit-reproducible.
-``dist.mpi`` holds the same all-reduce spread over MPI ranks. Every name is imported
-on first use, so ``import tessera`` does not load the simulator.
+All devices are virtual devices of the mesh simulator (:mod:`tessera.mesh_sim`, the
+runtime below this API), unless a GPU backend maps them. Collectives reduce in rank
+order and are bit-reproducible. ``dist.mpi`` holds the same all-reduce spread over MPI
+ranks. Every name is imported on first use, so ``import tessera`` does not load the
+simulator.
+
+The package: :mod:`.core` (meshes, shard specs, ``DistTensor`` and its construction,
+regions: what the runtime takes and returns), :mod:`.launch` (``index_launch``),
+:mod:`.pipeline` (stages and checked schedules: ``from tessera.dist.pipeline import
+Pipeline, Stage, gpipe``) and :mod:`.moe` (mixture of experts: ``tessera.dist.moe.MoE``).
 
 ``dist.tensor`` without ``data`` is lazy: metadata until a shard is read, and zeros
 wherever it is read or computed with (``np.asarray``, ``@ts.jit``); making more than
@@ -38,13 +44,9 @@ from tessera.errors import (  # defined below the IR: nothing to load
 )
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
-    from tessera.mesh_sim.collectives import relayout
-    from tessera.mesh_sim.construct import from_numpy, from_shards, tensor
-    from tessera.mesh_sim.launch import axis_index, index_launch
-    from tessera.mesh_sim.mesh import NVL72_FACTORS, Mesh, mesh
-    from tessera.mesh_sim.p2p import shift
-    from tessera.mesh_sim.reduce import reduce_in_order
-    from tessera.mesh_sim.regions import (
+    from tessera.dist.core.construct import from_numpy, from_shards, tensor
+    from tessera.dist.core.mesh import NVL72_FACTORS, Mesh, mesh
+    from tessera.dist.core.regions import (
         Region,
         RegionConflictError,
         RegionError,
@@ -52,7 +54,12 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
         reduce,
         write,
     )
-    from tessera.mesh_sim.sharding import ShardSpec, shard_slices, split_offsets
+    from tessera.dist.core.sharding import ShardSpec, shard_slices, split_offsets
+    from tessera.dist.core.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
+    from tessera.dist.launch import axis_index, index_launch
+    from tessera.mesh_sim.collectives import relayout
+    from tessera.mesh_sim.p2p import shift
+    from tessera.mesh_sim.reduce import reduce_in_order
     from tessera.mesh_sim.spmd.api import (
         all_gather,
         all_reduce,
@@ -64,20 +71,19 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and linters
         send,
     )
     from tessera.mesh_sim.spmd.depend import LaunchGraph, launch_graph
-    from tessera.mesh_sim.tensor import PARTIAL, REPLICATED, SHARDED, DistTensor
 
-# The rest is imported on first access, one simulator module at a time: ``dist.mesh``
-# loads the mesh, not the collectives, the pipelines or networkx.
+# The rest is imported on first access, one module at a time: ``dist.mesh`` loads the
+# mesh, not the simulator's collectives, the pipelines or networkx.
 __getattr__, __dir__ = lazy.attach(__name__, globals(), {
-    **lazy.names("tessera.mesh_sim.mesh", "NVL72_FACTORS", "Mesh", "mesh"),
-    **lazy.names("tessera.mesh_sim.tensor", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor"),
-    **lazy.names("tessera.mesh_sim.sharding", "ShardSpec", "shard_slices", "split_offsets"),
-    **lazy.names("tessera.mesh_sim.construct", "from_numpy", "from_shards", "tensor"),
+    **lazy.names("tessera.dist.core.mesh", "NVL72_FACTORS", "Mesh", "mesh"),
+    **lazy.names("tessera.dist.core.tensor", "PARTIAL", "REPLICATED", "SHARDED", "DistTensor"),
+    **lazy.names("tessera.dist.core.sharding", "ShardSpec", "shard_slices", "split_offsets"),
+    **lazy.names("tessera.dist.core.construct", "from_numpy", "from_shards", "tensor"),
     **lazy.names("tessera.mesh_sim.reduce", "reduce_in_order"),
     **lazy.names("tessera.mesh_sim.collectives", "relayout"),
     **lazy.names("tessera.mesh_sim.p2p", "shift"),
-    **lazy.names("tessera.mesh_sim.launch", "axis_index", "index_launch"),
-    **lazy.names("tessera.mesh_sim.regions", "Region", "RegionConflictError", "RegionError",
+    **lazy.names("tessera.dist.launch", "axis_index", "index_launch"),
+    **lazy.names("tessera.dist.core.regions", "Region", "RegionConflictError", "RegionError",
                  "read", "reduce", "write"),
     # these also work on traced values (jit, launches)
     **lazy.names("tessera.mesh_sim.spmd.api", "all_gather", "all_reduce", "all_to_all",

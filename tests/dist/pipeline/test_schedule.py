@@ -12,15 +12,14 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.mesh_sim.pipeline import (
+from tessera.dist.pipeline.schedule import (
     DeadlockError,
     Schedule,
     ScheduleError,
     gpipe,
     one_f_one_b,
 )
-
-from .util import raises_here
+from tests.mesh_sim.util import raises_here
 
 sizes = st.tuples(st.integers(1, 6), st.integers(1, 10))
 
@@ -161,7 +160,7 @@ def test_random_stage_orders_deadlock_or_give_the_reference_bits(data):
     import numpy as np
 
     from tessera import dist
-    from tessera.mesh_sim.pipeline_run import Pipeline, Stage
+    from tessera.dist.pipeline.run import Pipeline, Stage
 
     p, m = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
     progs = [random_program(data, m) for _ in range(p)]

@@ -10,10 +10,9 @@ import pytest
 
 import tessera as ts
 from tessera import dist
-from tessera.mesh_sim import MeshError, MeshShapeError, PlacementError, ShardingError
+from tessera.dist import MeshError, MeshShapeError, PlacementError, ShardingError
 from tessera.numerics import Policy
-
-from .util import raises_here, ref_region
+from tests.mesh_sim.util import raises_here, ref_region
 
 NVL72 = dist.mesh(devices=[f"cuda:{i}" for i in range(72)], axes=("dp", "tp", "pp"))
 GUIDE = dist.Mesh(axes=["tp", "pp", "dp"], devices=range(72))

@@ -13,8 +13,7 @@ import pytest
 import tessera as ts
 from tessera import Region, dist, read, reduce, write
 from tessera.mesh_sim import reduce_in_order
-
-from .util import raises_here
+from tests.mesh_sim.util import raises_here
 
 RNG = np.random.default_rng(34)
 M = dist.mesh(axes=("dp", "tp"), shape=(2, 3))

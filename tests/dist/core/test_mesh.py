@@ -11,9 +11,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import dist
-from tessera.mesh_sim import MeshError
-
-from .util import raises_here, ref_coords
+from tessera.dist import MeshError
+from tests.mesh_sim.util import raises_here, ref_coords
 
 NVL72 = [f"cuda:{i}" for i in range(72)]
 
