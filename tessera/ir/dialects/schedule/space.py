@@ -11,7 +11,9 @@ The classes of axes are the group's loops, found with a union-find:
   joined axis by axis: every program writes the same tile of each (the Q, K and V
   projections of one kernel);
 * the *sequential* loops are the classes some op reduces (a matmul's contracted axis,
-  a reduction's or softmax's axis), after the grid loops in the order they are met.
+  a reduction's or softmax's axis), after the grid loops in the order they are met,
+  except that loops only matmuls contract come last: the MMA's K loop is innermost,
+  inside attention's loop over keys or a norm's loop over its row.
 
 Axes of extent 1 are no loops. Axes that only an index map reads (a reshape's or a
 slice's operand) and that no result or reduction reaches are no loops either: the map
@@ -96,7 +98,6 @@ def _link(instr: Instr, classes: _Classes, reduced: list[Axis],
         classes.join((out, rank - 2), (a, rank - 2))
         classes.join((out, rank - 1), (b, rank - 1))
         classes.join((a, rank - 1), (b, rank - 2))
-        reduced.append((a, rank - 1))
         contracted.append((a, rank - 1))
     elif isinstance(op, graph_ops.Reduce):
         (x,) = instr.operands
@@ -139,7 +140,7 @@ def iteration_space(block: Block, results: Sequence[Value]) -> IterationSpace:
     for k, v in enumerate(results):
         for w in results[:k]:
             _join_same(classes, v, w)  # results of one shape share the kernel's grid
-    reduced_roots = {classes.find(a) for a in reduced}
+    reduced_roots = {classes.find(a) for a in [*reduced, *contracted]}
     extent: dict[Axis, int] = {}
     for instr in block.instrs:
         for v in [*instr.operands, *instr.results]:
@@ -157,7 +158,7 @@ def iteration_space(block: Block, results: Sequence[Value]) -> IterationSpace:
             if d > 1 and root not in reduced_roots and root not in order:
                 order.append(root)
     grid = len(order)
-    for a in reduced:
+    for a in [*reduced, *contracted]:
         root = classes.find(a)
         if root not in order and extent.get(root, 1) > 1:
             order.append(root)

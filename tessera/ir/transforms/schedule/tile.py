@@ -7,9 +7,11 @@ this cost model, all sizes powers of two no larger than their loop needs:
 
 * matmul rows and columns: 128; contracted loops: 64 elements of a 1- or 2-byte
   format, 32 of a 4-byte one (one 128-byte shared-memory row); batch loops: 1;
-* other kernels: grid loops share 1024 elements per tile, innermost loop first;
-* reduced loops (reductions, softmax): the whole row, halved while the kernel's
-  tiles do not fit the target; a row cut in pieces is reduced in two passes.
+* other kernels: a tile holds 1024 elements (or one whole row, if longer),
+  innermost loop first;
+* reduced loops (reductions, softmax): the whole row. While the kernel's tiles do not
+  fit the target, the largest grid tile is halved, then the row; a row cut in pieces
+  is reduced in two passes.
 
 Reductions stay sequential in a fixed order (``in_tile`` or ``two_pass``): in exact
 mode a floating-point reduction is never split, because splitting would change its
@@ -118,6 +120,7 @@ def _defaults(plan: _Plan, matmuls: list[Instr], reduced: set[int]) -> None:
         extent = space.extents[k]
         if k in reduced:
             plan.tile[k] = pow2(extent)
+            budget = max(budget // plan.tile[k], 1)
         elif k in space.contracted:
             a = next(mm.operands[0] for mm in matmuls
                      if space.loop_of.get((mm.operands[0], mm.operands[0].type.rank - 1)) == k)
@@ -199,7 +202,8 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
                 f"{limits.name} has {limits.shared_per_block // 1024} KiB and "
                 f"{limits.register_bytes // 1024} KiB",
                 hint="use a smaller tile_shape", loc=culprit.loc if culprit else instr.loc)
-        biggest = max(shrink, key=lambda k: plan.tile[k])
+        # cut the grid before the rows: a row cut in pieces needs a second pass
+        biggest = max(shrink, key=lambda k: (k not in reduced, plan.tile[k]))
         plan.tile[biggest] //= 2
     kinds = list(space.kinds)
     split = 1
