@@ -25,6 +25,8 @@ from tessera.numerics import storage_of
 MIN_GRID_TILE = 16
 #: the smallest chunk a sequential loop is visited in
 MIN_SEQ_TILE = 64
+#: the default tile of a matmul's rows and columns: a loop this long is one tile
+ONE_TILE = 128
 
 
 def element_bytes(t: TensorType) -> float:

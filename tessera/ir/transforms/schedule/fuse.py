@@ -46,11 +46,8 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects.schedule.space import IterationSpace, iteration_space
 from tessera.ir.passes import register_pass
 from tessera.ir.transforms.schedule.build import build_schedule, graph_body, is_index_map
-from tessera.ir.transforms.schedule.cost import traffic, working_set
+from tessera.ir.transforms.schedule.cost import ONE_TILE, traffic, working_set
 
-#: a loop this long is one tile by default (``tile``'s MATMUL_TILE): a producer it
-#: does not run over is computed once, not once per tile
-ONE_TILE = 128
 #: ops that fuse (with index maps, which are copied into their users' kernels)
 FUSIBLE = (graph_ops.Unary, graph_ops.Binary, graph_ops.ToReal, graph_ops.Where,
            graph_ops.Cast, graph_ops.Reduce, graph_ops.Softmax, graph_ops.Mse,

@@ -32,17 +32,16 @@ import dataclasses
 import math
 
 from tessera.arch.limits import H100, TargetLimits
-from tessera.ir.core import Instr, Module, Value
+from tessera.ir.core import Block, Instr, Module, Value
 from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects.schedule.space import IterationSpace
 from tessera.ir.passes import register_pass
 from tessera.ir.transforms.schedule.build import is_index_map
-from tessera.ir.transforms.schedule.cost import element_bytes, tile_bytes
+from tessera.ir.transforms.schedule.cost import ONE_TILE, element_bytes, tile_bytes
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
-MATMUL_TILE = 128
 ELEMENTWISE_TILE = 1024
 MAX_STAGES = 4
 
@@ -122,11 +121,11 @@ def _defaults(plan: _Plan, matmuls: list[Instr], reduced: set[int]) -> None:
             plan.tile[k] = pow2(extent)
             budget = max(budget // plan.tile[k], 1)
         elif k in space.contracted:
-            a = next(mm.operands[0] for mm in matmuls
-                     if space.loop_of.get((mm.operands[0], mm.operands[0].type.rank - 1)) == k)
-            plan.tile[k] = min(pow2(extent), 128 // int(max(element_bytes(a.type), 1)))
+            sizes = [element_bytes(mm.operands[0].type) for mm in matmuls
+                     if space.loop_of.get((mm.operands[0], mm.operands[0].type.rank - 1)) == k]
+            plan.tile[k] = min(pow2(extent), 128 // int(max(min(sizes, default=4), 1)))
         elif matmuls:
-            plan.tile[k] = min(pow2(extent), MATMUL_TILE) if k in rowcol else 1
+            plan.tile[k] = min(pow2(extent), ONE_TILE) if k in rowcol else 1
         else:
             plan.tile[k] = min(pow2(extent), budget)
             budget = max(budget // plan.tile[k], 1)
@@ -222,9 +221,9 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
                                inputs=inputs, temps=temps)
 
 
-def _row_reduced(block: object, space: IterationSpace, loop: int) -> bool:
+def _row_reduced(block: Block, space: IterationSpace, loop: int) -> bool:
     """Whether a non-matmul op also reduces ``loop`` (attention's softmax rows)."""
-    for inner in getattr(block, "instrs", []):
+    for inner in block.instrs:
         op = inner.op
         if isinstance(op, graph_ops.Softmax):
             out = inner.results[0]

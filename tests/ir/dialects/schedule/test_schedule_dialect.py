@@ -53,6 +53,8 @@ BROKEN = [
     ('kinds = ["grid", "grid", "seq"], tile = [16, 32, 8]',
      'kinds = ["grid", "grid", "loop"], tile = [16, 32, 8]', "loop kind 'loop'", 3),
     ('tile = [16, 32, 8]', 'tile = [16, 32]', "one positive size per loop", 3),
+    ('label = "k0"', 'label = "k0", order = [0, 0, 2]', "not a permutation", 3),
+    ('label = "k0"', 'label = "k0", stages = 0', "stages must be >= 1", 3),
     ('tile = [16, 8, 32], reduction = "in_tile"', 'tile = [16, 8, 32], reduction = "none"',
      "does not fit its loops", 12),
     ('reduction = "in_tile", inputs = ["shared", "shared", "global"], temps = ["registers", '
@@ -72,6 +74,7 @@ BROKEN = [
      'reduction = "in_tile", inputs = ["shared", "shared", "global"], temps = ["registers", '
      '"view", "registers"]', '"k1", extents = [16, 8, 32], kinds = ["grid", "grid", "seq"]',
      None, None),
+    ('label = "k0"', 'label = "k0", order = [2, 0, 1]', None, None),
 ]
 
 
