@@ -11,7 +11,7 @@ from tessera.ir.transforms.schedule.build import build_schedule
 
 @register_pass
 class GraphToSchedule:
-    """One kernel per top-level Graph IR instruction; scheduled functions are kept."""
+    """Turn graph functions into scheduled functions with one kernel per op."""
 
     name = "graph-to-schedule"
 

@@ -222,7 +222,7 @@ def fuse_groups(fn: Function, limits: TargetLimits = H100) -> list[list[Instr]]:
 
 @register_pass
 class Fuse:
-    """Regroup every scheduled function's ops into fused kernels (rules: module doc)."""
+    """Fuse each scheduled function's ops into as few kernels as the fusion rules allow."""
 
     name = "fuse"
 

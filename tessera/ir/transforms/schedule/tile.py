@@ -257,7 +257,7 @@ def _split(space: IterationSpace, tile: list[int], matmuls: list[Instr], reduced
 
 @register_pass
 class Tile:
-    """Choose tiles, reduction strategies, stages and placements for every kernel."""
+    """Choose every kernel's tile sizes, reduction strategy, stages and placements."""
 
     name = "tile"
 
