@@ -6,9 +6,10 @@ working set a kernel needs per program.
   producer into its consumer removes one write and one read of every value that
   stays inside the kernel; that saving is what fusion buys.
 * ``working_set``: one program holds a tile of every value of its region. With the
-  smallest useful tiles (``MIN_GRID_TILE`` elements along each grid loop,
-  ``MIN_SEQ_TILE`` along each sequential loop) that must fit the target's shared
-  memory per block; a fusion that would not fit is not made.
+  smallest useful tiles (a strip of ``MIN_GRID_TILE`` elements along the innermost
+  grid loop, one index of every other grid loop, ``MIN_SEQ_TILE`` elements along each
+  sequential loop) that must fit the target's shared memory per block; a fusion that
+  would not fit is not made.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ def tile_bytes(v: Value, space: IterationSpace, tile: Sequence[int]) -> float:
 
 def minimal_tile(space: IterationSpace) -> list[int]:
     """The smallest useful tile of each loop (see the module docstring)."""
-    return [min(e, MIN_GRID_TILE if kind == "grid" else MIN_SEQ_TILE)
-            for e, kind in zip(space.extents, space.kinds)]
+    grid = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
+    return [min(e, MIN_SEQ_TILE) if kind != "grid" else
+            min(e, MIN_GRID_TILE) if k == grid[-1] else 1
+            for k, (e, kind) in enumerate(zip(space.extents, space.kinds))]
 
 
 def working_set(block: Block, space: IterationSpace) -> float:

@@ -19,7 +19,8 @@ its own. Two groups merge when
   to become sequential (``gelu(x @ W1) @ W2`` stays two kernels);
 * **rows stay parallel**: when the consumer reduces a grid loop of a producer that
   holds a matmul (softmax of ``Q @ K^T``, a norm of ``x @ W + r``), the matmul's row
-  and batch loops stay grid loops;
+  and batch loops stay grid loops; and a merge never leaves a consumer that had grid
+  loops with none (sums of ``exp(x)`` over rows and over columns stay two kernels);
 * **recompute**: a producer whose values lie on fewer grid loops than the merged
   kernel is computed again for every tile of the others. That costs nothing when
   those loops are one tile long (at most ``ONE_TILE``: the head dimension of
@@ -166,6 +167,8 @@ def legal(graph: FusionGraph, producer: frozenset[Instr], consumer: frozenset[In
         return False
     block, space = graph.space(merged)
     _, alone = graph.space(producer)
+    if "grid" not in space.kinds and "grid" in graph.space(consumer)[1].kinds:
+        return False
     values = [r for i in producer for r in i.results]
     for v in values:
         for (value, axis), loop in alone.loop_of.items():

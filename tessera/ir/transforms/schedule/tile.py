@@ -10,15 +10,15 @@ this cost model, all sizes powers of two no larger than their loop needs:
 * other kernels: a tile holds 1024 elements (or one whole row, if longer),
   innermost loop first;
 * reduced loops (reductions, softmax): the whole row. While the kernel's tiles do not
-  fit the target, the largest grid tile is halved, then the row; a row cut in pieces
-  is reduced in two passes.
+  fit the target, tiles are halved in the order of ``_shrink_order``; a row cut in
+  pieces is reduced in two passes.
 
 Reductions stay sequential in a fixed order (``in_tile`` or ``two_pass``): in exact
 mode a floating-point reduction is never split, because splitting would change its
 rounding. ``split_k`` is chosen only for integer matmuls (their partial sums are exact)
 or with ``mode="fast"``, when the grid has fewer tiles than half the target's SMs.
 Matmul operands are staged through shared memory in as many pipeline stages (up to 4)
-as fit; values that feed a matmul inside a kernel live in shared memory, index maps
+as fit beside the kernel's other shared buffers; values that feed a matmul inside a kernel live in shared memory, index maps
 store nothing (``view``), everything else lives in registers.
 
 Hints are checked: a hint that is not 2 or 3 positive ints, two hints that cut one
@@ -181,14 +181,8 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     _apply_hints(plan, matmuls)
     _defaults(plan, matmuls, reduced)
     inputs, temps = _placements(instr)
-    k_tiles = max([math.ceil(space.extents[k] / plan.tile[k]) for k in space.contracted],
-                  default=1)
-    stage_bytes = sum(tile_bytes(v, space, plan.tile) for v, p in zip(block.args, inputs)
-                      if p == "shared")
-    stages = 1
-    if matmuls and k_tiles > 1 and stage_bytes:
-        stages = max(1, min(MAX_STAGES, k_tiles, int(limits.shared_per_block // stage_bytes)))
     while True:
+        stages = _stages(instr, space, plan.tile, inputs, temps, limits) if matmuls else 1
         shared, regs = footprint(instr, space, plan.tile, stages, inputs, temps)
         if shared <= limits.shared_per_block and regs <= limits.register_bytes:
             break
@@ -201,9 +195,7 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
                 f"{limits.name} has {limits.shared_per_block // 1024} KiB and "
                 f"{limits.register_bytes // 1024} KiB",
                 hint="use a smaller tile_shape", loc=culprit.loc if culprit else instr.loc)
-        # cut the grid before the rows: a row cut in pieces needs a second pass
-        biggest = max(shrink, key=lambda k: (k not in reduced, plan.tile[k]))
-        plan.tile[biggest] //= 2
+        plan.tile[max(shrink, key=lambda k: _shrink_order(k, plan, reduced))] //= 2
     kinds = list(space.kinds)
     split = 1
     if any(plan.tile[k] < space.extents[k] for k in reduced):
@@ -219,6 +211,30 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     return dataclasses.replace(op, kinds=tuple(kinds), tile=tuple(plan.tile),
                                reduction=reduction, split=split, stages=stages,
                                inputs=inputs, temps=temps)
+
+
+def _shrink_order(k: int, plan: _Plan, reduced: set[int]) -> tuple[int, int]:
+    """Which loop's tile to halve first when a kernel does not fit: rows that a matmul
+    also contracts (attention's keys) down to ONE_TILE, as a flash-attention kernel
+    streams them; then the grid tiles; then other rows (a row cut in pieces needs a
+    second pass); contractions last."""
+    tile, space = plan.tile[k], plan.space
+    if k in reduced:
+        return (3 if k in space.contracted and tile > ONE_TILE else 1, tile)
+    return (0 if k in space.contracted else 2, tile)
+
+
+def _stages(instr: Instr, space: IterationSpace, tile: list[int], inputs: tuple[str, ...],
+            temps: tuple[str, ...], limits: TargetLimits) -> int:
+    """Pipeline stages of the operands staged through shared memory: as many as fit
+    beside the kernel's other shared buffers, at most MAX_STAGES and the K tiles."""
+    k_tiles = max([math.ceil(space.extents[k] / tile[k]) for k in space.contracted], default=1)
+    block = instr.regions[0].block
+    stage = sum(tile_bytes(v, space, tile) for v, p in zip(block.args, inputs) if p == "shared")
+    if k_tiles < 2 or not stage:
+        return 1
+    other, _ = footprint(instr, space, tile, 0, inputs, temps)
+    return max(1, min(MAX_STAGES, k_tiles, int((limits.shared_per_block - other) // stage)))
 
 
 def _row_reduced(block: Block, space: IterationSpace, loop: int) -> bool:

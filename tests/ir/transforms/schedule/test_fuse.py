@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import tessera as ts
 from tessera import op
 from tessera.interp import schedule as _schedule_rules  # noqa: F401 - registers the rules
 from tessera.interp.graph import run_function
@@ -17,7 +18,7 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.transforms.schedule import schedule_module
 from tessera.ir.transforms.schedule.cost import traffic
-from tests.ir.transforms.schedule.programs import KERNELS, PROGRAMS, traced
+from tests.ir.transforms.schedule.programs import KERNELS, PROGRAMS, attention_4d, traced
 
 
 def scheduled(fn: Function, passes: tuple[str, ...] = ("graph-to-schedule", "fuse", "tile")
@@ -113,8 +114,6 @@ def test_a_value_used_outside_its_kernel_is_one_of_its_results() -> None:
         y = op.exp(x)
         return y, op.softmax(y)
 
-    import tessera as ts
-
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(4, 16)
     jitted = ts.jit(two_outputs)
     jitted.compile(x)
@@ -154,3 +153,25 @@ def test_graph_functions_pass_through_fuse_untouched() -> None:
     }""")
     out = PassManager.from_names(["fuse", "tile"]).run(Module("m", {"f": fn})).functions["f"]
     assert out is fn and isinstance(out.body.instrs[0].op, graph_ops.Exp)
+
+
+def test_row_and_column_sums_of_one_value_keep_a_parallel_loop_each() -> None:
+    def sums(x: Any) -> Any:
+        e = op.exp(x)
+        return op.sum(e, axis=0), op.sum(e, axis=1)
+
+    jitted = ts.jit(sums)
+    jitted.compile(np.zeros((256, 512), np.float32))
+    kernels = schedule_ops.kernels(scheduled(jitted.last.function))
+    assert len(kernels) == 2
+    assert all("grid" in k.op.kinds for k in kernels)
+
+
+def test_long_attention_is_still_one_kernel() -> None:
+    x = np.zeros((2, 8, 4096, 128), np.float32)
+    jitted = ts.jit(attention_4d)
+    jitted.compile(x, x, x)
+    (kernel,) = schedule_ops.kernels(scheduled(jitted.last.function))
+    assert kernel.op.extents == (2, 8, 4096, 128, 4096, 128)
+    # the key rows do not fit one tile: exact two-pass softmax, keys streamed in chunks
+    assert kernel.op.reduction == "two_pass" and kernel.op.tile[4] <= 128
