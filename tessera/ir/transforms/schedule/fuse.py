@@ -164,34 +164,53 @@ def legal(graph: FusionGraph, producer: frozenset[Instr], consumer: frozenset[In
         return False
     exits = {c for i in merged for c in graph.consumers(i)[0] if c not in merged}
     if graph.reaches(exits, merged):
-        return False
+        return False  # acyclic
     block, space = graph.space(merged)
-    _, alone = graph.space(producer)
+    values = {r for i in producer for r in i.results}
+    return (_contraction(graph.space(producer)[1], space, values)
+            and _rows_stay_parallel(graph, producer, consumer, space)
+            and _recompute(graph, producer, merged, space, values)
+            and _bytes(graph, producer, consumer, merged)
+            and working_set(block, space) <= limits.shared_per_block)
+
+
+def _contraction(alone: IterationSpace, space: IterationSpace, values: set[Value]) -> bool:
+    """No matmul of the merged kernel contracts over a loop the producer runs as a grid."""
+    return not any(v in values and alone.kinds[loop] == "grid"
+                   and space.loop_of.get((v, axis)) in space.contracted
+                   for (v, axis), loop in alone.loop_of.items())
+
+
+def _rows_stay_parallel(graph: FusionGraph, producer: frozenset[Instr],
+                        consumer: frozenset[Instr], space: IterationSpace) -> bool:
+    """The producer's matmuls keep their row and batch loops as grid loops, and a
+    consumer with grid loops keeps at least one."""
     if "grid" not in space.kinds and "grid" in graph.space(consumer)[1].kinds:
         return False
-    values = [r for i in producer for r in i.results]
-    for v in values:
-        for (value, axis), loop in alone.loop_of.items():
-            if value is v and alone.kinds[loop] == "grid" and \
-                    space.loop_of.get((v, axis)) in space.contracted:
-                return False
-    if _matmuls(producer):
-        for mm in _matmuls(producer):
-            out = mm.results[0]
-            rows = [space.loop_of.get((out, k)) for k in range(out.type.rank - 1)]
-            if any(k is not None and space.kinds[k] != "grid" for k in rows):
-                return False
+    for mm in _matmuls(producer):
+        out = mm.results[0]
+        rows = [space.loop_of.get((out, k)) for k in range(out.type.rank - 1)]
+        if any(k is not None and space.kinds[k] != "grid" for k in rows):
+            return False
+    return True
+
+
+def _recompute(graph: FusionGraph, producer: frozenset[Instr], merged: frozenset[Instr],
+               space: IterationSpace, values: set[Value]) -> bool:
+    """A producer computed again per tile of grid loops it does not run over is cheap:
+    those loops are one tile long, or it holds no matmul and its values stay inside."""
     grid = {k for k, kind in enumerate(space.kinds) if kind == "grid"}
     covered = set().union(*(space.grid_loops(v) for v in values))
-    missing = {k for k in grid - covered if space.extents[k] > ONE_TILE}
-    if missing and (_matmuls(producer) or any(
-            v in graph.outputs(merged) for v in values)):
-        return False
-    before = traffic(graph.inputs(producer), graph.outputs(producer)) + \
-        traffic(graph.inputs(consumer), graph.outputs(consumer))
-    if traffic(graph.inputs(merged), graph.outputs(merged)) > before:
-        return False
-    return working_set(block, space) <= limits.shared_per_block
+    if not any(space.extents[k] > ONE_TILE for k in grid - covered):
+        return True
+    return not _matmuls(producer) and not values & set(graph.outputs(merged))
+
+
+def _bytes(graph: FusionGraph, producer: frozenset[Instr], consumer: frozenset[Instr],
+           merged: frozenset[Instr]) -> bool:
+    """The merged kernel moves no more global bytes than the two kernels apart."""
+    apart = sum(traffic(graph.inputs(g), graph.outputs(g)) for g in (producer, consumer))
+    return traffic(graph.inputs(merged), graph.outputs(merged)) <= apart
 
 
 def fuse_groups(fn: Function, limits: TargetLimits = H100) -> list[list[Instr]]:

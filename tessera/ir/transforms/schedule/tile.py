@@ -18,8 +18,9 @@ mode a floating-point reduction is never split, because splitting would change i
 rounding. ``split_k`` is chosen only for integer matmuls (their partial sums are exact)
 or with ``mode="fast"``, when the grid has fewer tiles than half the target's SMs.
 Matmul operands are staged through shared memory in as many pipeline stages (up to 4)
-as fit beside the kernel's other shared buffers; values that feed a matmul inside a kernel live in shared memory, index maps
-store nothing (``view``), everything else lives in registers.
+as fit beside the kernel's other shared buffers; values that feed a matmul inside a
+kernel live in shared memory, index maps store nothing (``view``), everything else
+lives in registers.
 
 Hints are checked: a hint that is not 2 or 3 positive ints, two hints that cut one
 loop differently, or tiles that need more shared memory or registers than the target
