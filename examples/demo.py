@@ -153,11 +153,9 @@ def main() -> None:
     assert same and exact
 
     heading("The same kernel as PTX")
-    from tessera.ptx.compile import compile_kernel
-
     c = np.zeros((128, 128), np.float32)
     for target, tile in (("sm_80", (64, 64, 32)), ("sm_90a", (64, 64, 64))):
-        compiled = compile_kernel(gemm_kernel, a, b, c, tile_shape=tile, target=target)
+        compiled = ts.compile_kernel(gemm_kernel, a, b, c, tile_shape=tile, target=target)
         stats = compiled.assemble().stats["gemm"]  # ptxas from the nvidia-cuda-nvcc wheel
         ts.check_against_reference(gemm_kernel, a, b, c, backend="target", target=target,
                                    tile_shape=tile)

@@ -36,8 +36,8 @@ from tessera.errors import (
     TraceError,
     UnsupportedError,
 )
-from tessera.frontend.jit import JitFunction, inspect_ir, jit
-from tessera.frontend.ops import (
+from tessera.frontend.graph.jit import JitFunction, inspect_ir, jit
+from tessera.frontend.graph.ops import (
     abs,
     add,
     broadcast,
@@ -86,7 +86,7 @@ from tessera.frontend.ops import (
     transpose,
     where,
 )
-from tessera.frontend.tensor import Tensor, as_tensor
+from tessera.frontend.graph.tensor import Tensor, as_tensor
 from tessera.lower import passes as _lowering_passes  # registers the lowering passes
 from tessera.numerics import (
     DType,
@@ -207,6 +207,8 @@ __getattr__, __dir__ = _lazy.attach(__name__, globals(), {
                   "read", "reduce", "write"),
     **_lazy.names("tessera.mesh_sim.spmd.api", "all_gather", "all_reduce", "all_to_all",
                   "reduce_scatter"),
-    **_lazy.names("tessera.ptx.api", "aot", "check_against_reference", "launch"),
+    **_lazy.names("tessera.frontend.kernel.backends.compile", "compile_kernel"),
+    **_lazy.names("tessera.frontend.kernel.backends.launch", "aot", "launch"),
+    **_lazy.names("tessera.frontend.kernel.backends.check", "check_against_reference"),
 })
-__all__ += ["aot", "check_against_reference", "launch"]
+__all__ += ["aot", "check_against_reference", "compile_kernel", "launch"]

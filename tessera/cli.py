@@ -94,7 +94,7 @@ def _example(spec: str) -> tuple[str, np.ndarray]:
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
-    from tessera.frontend.jit import inspect_ir
+    from tessera.frontend.graph.jit import inspect_ir
 
     fn = _load(args.target, args)
     examples: dict[str, Any] = dict(_example(s) for s in args.arg)
@@ -153,7 +153,7 @@ def _const(spec: str) -> tuple[str, Any]:
 
 
 def cmd_ptx(args: argparse.Namespace) -> int:
-    from tessera.ptx.compile import compile_kernel
+    from tessera.frontend.kernel.backends.compile import compile_kernel
 
     kernel = _load(args.target, args)
     kwargs: dict[str, Any] = dict(_example(s) for s in args.arg)

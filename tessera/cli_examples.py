@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, Loc
-from tessera.frontend.jit_args import annotations_of, spec_of
+from tessera.frontend.graph.jit_args import annotations_of, spec_of
 from tessera.numerics import DType, Policy, TensorSpec, storage_of
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)

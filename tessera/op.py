@@ -1,6 +1,6 @@
 """``from tessera import op``: the operator namespace of graph programs (``op.matmul``...)."""
 
-from tessera.frontend.ops import (
+from tessera.frontend.graph.ops import (
     abs,
     add,
     broadcast,

@@ -20,10 +20,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.numerics", "tessera.arch"),
     ("tessera.ir",),
     ("tessera.interp", "tessera.lower"),
-    ("tessera.ptx",),  # PTX rendering, assembly and the CUDA driver
+    ("tessera.backend",),  # Target IR to PTX text, assembly and the CUDA driver
     ("tessera.frontend",),
     # transforms and entry points over the front end's traced functions and kernels
-    ("tessera.autodiff", "tessera.ptx.compile", "tessera.ptx.api"),
+    ("tessera.autodiff", "tessera.frontend.kernel.backends"),
     ("tessera.mesh_sim", "tessera.dist"),
     ("tessera.graph", "tessera.op", "tessera.tile", "tessera.cli", "tessera.cli_examples",
      "tessera.__main__", "tessera"),
@@ -87,9 +87,11 @@ def test_no_module_imports_from_a_higher_layer() -> None:
 def test_the_rule_sees_an_upward_import(tmp_path: Path) -> None:
     """The checker itself: a module of the IR importing the front end is caught."""
     fake = tmp_path / "fake.py"
-    fake.write_text("import numpy\nfrom tessera.frontend import jit\n\ndef f():\n"
+    fake.write_text("import numpy\nfrom tessera.frontend.graph import jit\n\ndef f():\n"
                     "    from tessera import dist\n")
     found = module_level_imports(fake)
-    assert found == [(2, "tessera.frontend.jit")]
-    assert layer_of("tessera.frontend.jit") > layer_of("tessera.ir.core")
-    assert layer_of("tessera.ptx.api") > layer_of("tessera.ptx.render")
+    assert found == [(2, "tessera.frontend.graph.jit")]
+    assert layer_of("tessera.frontend.graph.jit") > layer_of("tessera.ir.core")
+    assert layer_of("tessera.frontend.kernel.entry") > layer_of("tessera.backend.ptx.render")
+    assert (layer_of("tessera.frontend.kernel.backends.launch")
+            > layer_of("tessera.frontend.kernel.entry"))

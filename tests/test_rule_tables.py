@@ -19,7 +19,9 @@ import pytest
 import tessera as ts
 from tessera.autodiff.rules import NO_VJP_RULE, VJP
 from tessera.autodiff.transform import differentiable
+from tessera.backend.ptx.render.emit import RULES as PTX_RULES
 from tessera.errors import UnsupportedError
+from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.interp import IMPL
 from tessera.interp.target.state import STEPS as TARGET_STEPS
 from tessera.interp.tile.exec import STEPS as TILE_STEPS
@@ -31,11 +33,9 @@ from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import TensorType
 from tessera.lower.core import NOT_LOWERED
 from tessera.lower.core import RULES as LOWERING_RULES
-from tessera.ptx.compile import compile_kernel
-from tessera.ptx.render_emit import RULES as PTX_RULES
 
 # every module that defines ops or registers rules (rules register on import)
-for _package in ("tessera.ir", "tessera.interp", "tessera.lower", "tessera.ptx",
+for _package in ("tessera.ir", "tessera.interp", "tessera.lower", "tessera.backend",
                  "tessera.autodiff"):
     for _info in pkgutil.walk_packages(importlib.import_module(_package).__path__,
                                        f"{_package}."):

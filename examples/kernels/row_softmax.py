@@ -3,7 +3,7 @@
 Each tile loads ``BM`` rows of ``x`` (``tile_m`` is its first row), subtracts the row
 maximum, exponentiates and divides by the row sum. The numerics are the tile
 interpreter's: ``exp`` is the specified f32 exponential of
-:mod:`tessera.numerics.transcendental` and ``row_sum`` a pairwise tree in float64,
+:mod:`tessera.numerics.transcendental.exp` and ``row_sum`` a pairwise tree in float64,
 rounded once, so the result is the same bits on the CPU and in the PTX lowering.
 """
 

@@ -19,10 +19,10 @@ from tessera.autodiff.binding import Transformed, abstract, tensor_leaves
 from tessera.autodiff.binding import default_wrt as default_wrt  # re-exported
 from tessera.autodiff.transform import as_traced, inline, jvp_function, vjp_function
 from tessera.errors import ArgumentError, GradError, user_api
-from tessera.frontend.jit import Compiled, run_compiled
-from tessera.frontend.pytree import TreeDef, flatten, unflatten
-from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.frontend.trace import Trace, Tracer
+from tessera.frontend.graph.jit import Compiled, run_compiled
+from tessera.frontend.graph.pytree import TreeDef, flatten, unflatten
+from tessera.frontend.graph.tensor import Tensor, as_tensor
+from tessera.frontend.graph.trace import Trace, Tracer
 from tessera.ir.core import Function, Module
 from tessera.ir.passes import PassManager
 from tessera.ir.types import TensorType
@@ -132,7 +132,7 @@ def _grad_function(fn: Function, wrt: list[int]) -> Function:
                             hint="use one @loss_scale(s) for one loss")
         scale = scale if scale is not None else s
     vjp = vjp_function(fn, wrt)
-    from tessera.frontend import ops
+    from tessera.frontend.graph import ops
 
     with Trace(f"{fn.name}_grad") as trace:
         args = [trace.param(a.type, a.hint) for a in fn.args]  # type: ignore[arg-type]
@@ -153,7 +153,7 @@ def _call(fn: Function, inputs: list[Any]) -> list[Any]:
     """Run ``fn`` on tensors, or inline it when the inputs are traced."""
     if any(isinstance(x, Tracer) for x in inputs):
         return inline(fn, inputs)
-    from tessera.frontend.jit import Compiled
+    from tessera.frontend.graph.jit import Compiled
 
     out_tree = flatten([0] * len(fn.result_types))[1]
     return list(run_compiled(Compiled(Module(fn.name, {fn.name: fn}), fn, out_tree, {}),

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, GradError, TesseraError
-from tessera.frontend.jit import Compiled, JitFunction, tensors_in
-from tessera.frontend.pytree import TreeDef, flatten, unflatten
-from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.frontend.trace import Tracer
+from tessera.frontend.graph.jit import Compiled, JitFunction, tensors_in
+from tessera.frontend.graph.pytree import TreeDef, flatten, unflatten
+from tessera.frontend.graph.tensor import Tensor, as_tensor
+from tessera.frontend.graph.trace import Tracer
 from tessera.numerics import storage_of
 
 _DATA_NAMES = re.compile(r"^(x|X|y|Y|inputs?|targets?|labels?|batch|.*_(true|target|label))$")

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tessera.errors import ArgumentError, GradError, user_api
-from tessera.frontend import ops
-from tessera.frontend.trace import Trace, Tracer
+from tessera.frontend.graph import ops
+from tessera.frontend.graph.trace import Trace, Tracer
 from tessera.ir.core import Instr, IRRegion
 from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType

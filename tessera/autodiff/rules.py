@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tessera.frontend import ops as o
+from tessera.frontend.graph import ops as o
 from tessera.ir.core import rule_decorator
 from tessera.ir.dialects import graph as g
 from tessera.numerics import storage_of

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import GradError
-from tessera.frontend import ops
-from tessera.frontend.tensor import Tensor
-from tessera.frontend.trace import Trace, Tracer, current_trace
+from tessera.frontend.graph import ops
+from tessera.frontend.graph.tensor import Tensor
+from tessera.frontend.graph.trace import Trace, Tracer, current_trace
 from tessera.ir.core import Function, Instr, IRRegion, Value, clone_block
 from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType

@@ -19,9 +19,9 @@ import numpy as np
 from tessera.errors import InterpretError, Loc
 from tessera.ir.core import IRRegion, Op, rule_decorator
 from tessera.ir.types import TensorType
-from tessera.numerics.convert import convert, to_f64
-from tessera.numerics.formats import DType
-from tessera.numerics.policy import Policy, storage_of
+from tessera.numerics.formats.convert import convert, to_f64
+from tessera.numerics.formats.dtypes import DType
+from tessera.numerics.policy.modifiers import Policy, storage_of
 
 #: the interpretation modes: "exact" (the definition) and "fast" (BLAS, non-bitwise)
 MODES = ("exact", "fast")

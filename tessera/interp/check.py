@@ -11,8 +11,8 @@ from tessera.errors import InterpretError
 from tessera.interp.apply import Apply
 from tessera.ir.core import Type
 from tessera.ir.types import TensorType
-from tessera.numerics.convert import convert
-from tessera.numerics.policy import storage_of
+from tessera.numerics.formats.convert import convert
+from tessera.numerics.policy.modifiers import storage_of
 
 
 def _dtype_name(dt: np.dtype) -> str:

@@ -44,7 +44,7 @@ rule = rule_decorator(RULES, "lowering rule")
 #: that uses one of these is an UnsupportedError at the op's line that gives the reason
 NOT_LOWERED: dict[type[Op], str] = {
     Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
-         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental)",
+         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
 }

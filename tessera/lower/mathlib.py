@@ -3,13 +3,13 @@
 Each emitter reproduces, instruction for instruction, what the tile interpreter computes
 in checked mode, so the Target IR interpreter (and a GPU) gets the same bits:
 
-* :func:`emit_exp_f32` is :func:`tessera.numerics.transcendental.exp_f32`: binary64
+* :func:`emit_exp_f32` is :func:`tessera.numerics.transcendental.exp.exp_f32`: binary64
   ``mul.rn``/``sub.rn``/``add.rn`` (never contracted into ``fma``), ``cvt.rni.s32.f64``,
   2^n assembled from its bit pattern with ``mul.lo.s32`` + ``mov.b64 {lo, hi}``, and a
   final ``cvt.rn.f32.f64``; NaN is tested with ``setp.nan`` and answered with the input
   quieted (``or.b32`` of the quiet bit), since PTX ``min``/``max`` would drop it.
 * :func:`emit_tree_sum_f64` / :func:`emit_shfl_sum_f64` are the float sum of
-  :func:`tessera.numerics.treesum.tree_sum_f64`: adjacent pairs over a thread's
+  :func:`tessera.numerics.reductions.treesum.tree_sum_f64`: adjacent pairs over a thread's
   contiguous chunk (padded with -0.0, the exact identity), then ``shfl.sync.bfly`` with
   offsets 1, 2, 4... over the lanes holding neighbouring chunks. A butterfly partner adds
   ``mine + other`` where the tree adds ``left + right``; IEEE addition commutes bitwise,
@@ -29,7 +29,7 @@ from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target.ops import Shfl
 from tessera.lower.emit import TargetEmitter
-from tessera.numerics import transcendental as tr
+from tessera.numerics.transcendental import exp as tr
 
 
 def _check(v: Value, elem: str, what: str) -> None:
@@ -39,7 +39,7 @@ def _check(v: Value, elem: str, what: str) -> None:
 
 
 def emit_exp_f32(e: TargetEmitter, x: Value) -> Value:
-    """e^x of an f32 register: the algorithm of :mod:`tessera.numerics.transcendental`,
+    """e^x of an f32 register: the algorithm of :mod:`tessera.numerics.transcendental.exp`,
     op for op. Returns the f32 result register."""
     _check(x, "f32", "emit_exp_f32")
     f64 = "f64"

@@ -260,7 +260,7 @@ def call_work(fn: Any, *args: Any) -> Work:
     """The work of calling ``fn(*args)``: from its Graph IR for a ``@ts.jit`` function
     (traced once per signature, from the cache after), else only the bytes of the
     arguments (an opaque function is taken as memory-bound)."""
-    from tessera.frontend.jit import JitFunction
+    from tessera.frontend.graph.jit import JitFunction
 
     if isinstance(fn, JitFunction):
         return graph_work(fn.compile(*args).function)

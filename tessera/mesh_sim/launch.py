@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import user_api, user_location
-from tessera.frontend.pytree import flatten, unflatten
-from tessera.frontend.tensor import Tensor, as_tensor
-from tessera.frontend.trace import Trace, Tracer
+from tessera.frontend.graph.pytree import flatten, unflatten
+from tessera.frontend.graph.tensor import Tensor, as_tensor
+from tessera.frontend.graph.trace import Trace, Tracer
 from tessera.ir.core import Function
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.collectives import all_gather, all_reduce
@@ -182,7 +182,7 @@ class IndexLaunch:
             leaves, tree = flatten(out)
             static = {k: x for k, x in enumerate(leaves) if not isinstance(x, (Tracer, Tensor))}
             from tessera.autodiff.transform import as_traced
-            from tessera.frontend.ops import operand
+            from tessera.frontend.graph.ops import operand
 
             traced = [as_traced(operand(x)) for k, x in enumerate(leaves) if k not in static]
             fn = trace.finish(traced + [v.current() for v in regions])

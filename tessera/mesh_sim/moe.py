@@ -82,9 +82,9 @@ def assign_slots(experts: np.ndarray, n_experts: int, capacity: int,
 
 @functools.cache
 def _gate_fns() -> dict[str, Any]:
-    from tessera.frontend.jit import jit
-    from tessera.frontend.linalg import softmax
-    from tessera.frontend.linalg import sum as ts_sum
+    from tessera.frontend.graph.jit import jit
+    from tessera.frontend.graph.linalg import softmax
+    from tessera.frontend.graph.linalg import sum as ts_sum
 
     def probs(x: Any, w: Any) -> Any:
         return softmax(x @ w, axis=-1)
@@ -132,7 +132,7 @@ class MoE:
                  expert_fn: Callable[..., Any], k: int = 1,
                  capacity_factor: float | None = None, normalize: bool = False,
                  topology: Any = "nvl72") -> None:
-        from tessera.frontend.jit import jit
+        from tessera.frontend.graph.jit import jit
 
         self.gate = np.asarray(gate, np.float32)
         self.experts = [tuple(p) for p in experts]

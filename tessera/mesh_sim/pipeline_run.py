@@ -117,7 +117,7 @@ class Pipeline:
     def __init__(self, stages: Sequence[Any], mesh: Any, axis: str = "pp",
                  loss: Callable[..., Any] | None = None, ranks: Sequence[int] | None = None,
                  topology: Any = "nvl72") -> None:
-        from tessera.frontend.jit import jit
+        from tessera.frontend.graph.jit import jit
 
         self.mesh = check_mesh(mesh)
         size = self.mesh.axis_size(axis)
@@ -145,7 +145,7 @@ class Pipeline:
              after: float) -> tuple[Any, float]:
         """Send ``value`` (a tensor) from stage ``src``'s rank to stage ``dst``'s by
         ppermute, starting at ``after``; returns it on arrival and when it arrives."""
-        from tessera.frontend.tensor import Tensor
+        from tessera.frontend.graph.tensor import Tensor
 
         arr, end = send_block(np.asarray(value), value.element, self.mesh, self.axis,
                               self.ranks[src], self.ranks[dst], tl, name, after)

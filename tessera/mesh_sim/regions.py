@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc, TesseraError, user_api, user_location
-from tessera.frontend import ops
-from tessera.frontend.trace import Tracer
+from tessera.frontend.graph import ops
+from tessera.frontend.graph.trace import Tracer
 from tessera.ir.dialects import graph as g
 
 READ, WRITE, REDUCE = "read", "write", "reduce"

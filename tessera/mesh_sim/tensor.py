@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import user_api
-from tessera.frontend.dist_arg import DistValue
+from tessera.frontend.graph.dist_arg import DistValue
 from tessera.mesh_sim.checks import as_tuple
 from tessera.mesh_sim.errors import MaterializeError, MeshError
 from tessera.mesh_sim.mesh import Mesh

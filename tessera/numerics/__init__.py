@@ -1,19 +1,18 @@
 """Numerics of tessera: formats, policies, conversion and correctly rounded reductions.
 
 * :mod:`.formats` -- the :class:`DType` values (``f32``, ``bf16``, ``fp8_e4m3``, ...),
-  their aliases, :func:`dtype` and :func:`promote`.
+  their aliases, :func:`dtype` and :func:`promote`; RNE conversion with PTX
+  ``satfinite`` saturation; Philox-4x32-10 and stochastic rounding.
 * :mod:`.policy` -- ``dtype @accum(t) @stochastic_round @loss_scale(s)`` policies,
-  ``parse_policy`` and ``@precision_policy`` classes.
-* :mod:`.convert` -- RNE conversion with PTX ``satfinite`` saturation.
-* :mod:`.stochastic` -- Philox-4x32-10 and stochastic rounding.
-* :mod:`.rounding` -- correctly rounded matmul and sums (bitwise determinism).
-* :mod:`.annotations` -- ``Tensor["B", "D", bf16 @accum(f32)]`` specs and dim binding.
+  ``parse_policy``, ``@precision_policy`` classes and ``Tensor["B", "D", bf16 @accum(f32)]``
+  specs with their dim binding.
+* :mod:`.reductions` -- correctly rounded matmul and sums (bitwise determinism) and the
+  fixed float64 tree of tile row sums.
+* :mod:`.transcendental` -- the specified f32 ``exp`` and its compiled vector loop.
 """
 
-from tessera.numerics.annotations import DimEnv, TensorSpec, tensor_spec
-from tessera.numerics.convert import convert, to_f64
-from tessera.numerics.e8m0 import to_e8m0
-from tessera.numerics.formats import (
+from tessera.numerics.formats.convert import convert, to_f64
+from tessera.numerics.formats.dtypes import (
     DTYPES,
     DType,
     bf16,
@@ -59,7 +58,10 @@ from tessera.numerics.formats import (
     tf32,
     ue8m0,
 )
-from tessera.numerics.policy import (
+from tessera.numerics.formats.e8m0 import to_e8m0
+from tessera.numerics.formats.stochastic import philox4x32, philox_uint32, stochastic_round_array
+from tessera.numerics.policy.annotations import DimEnv, TensorSpec, tensor_spec
+from tessera.numerics.policy.modifiers import (
     Element,
     Modifier,
     Policy,
@@ -75,13 +77,12 @@ from tessera.numerics.policy import (
     stochastic_round,
     storage_of,
 )
-from tessera.numerics.rounding import (
+from tessera.numerics.reductions.rounding import (
     matmul_rounded,
     round_fraction,
     round_verified,
     sum_rounded,
 )
-from tessera.numerics.stochastic import philox4x32, philox_uint32, stochastic_round_array
 
 sr_round = stochastic_round_array
 """Short name of :func:`stochastic_round_array` (``stochastic_round`` is the modifier)."""

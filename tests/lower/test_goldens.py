@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tessera.cli import main
-from tessera.ptx.compile import compile_kernel
+from tessera.frontend.kernel.backends.compile import compile_kernel
 from tests.lower.test_lowering import example
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "ptx"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.errors import UnsupportedError
-from tessera.ptx.compile import compile_kernel
+from tessera.frontend.kernel.backends.compile import compile_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("sm_80", "sm_90a")

@@ -1,7 +1,7 @@
 """The Target IR math library against the tile interpreter's checked-mode meaning.
 
 Small ``ptx.kernel``s built with the emitter run on the Target IR interpreter and must
-give the bits of :func:`tessera.numerics.transcendental.exp_f32` and of the tile
+give the bits of :func:`tessera.numerics.transcendental.exp.exp_f32` and of the tile
 ``reduce`` rule (a float64 adjacent-pair tree), special values included.
 """
 
@@ -21,8 +21,8 @@ from tessera.ir.dialects.tile import compute as C
 from tessera.ir.types import TensorType
 from tessera.lower import mathlib
 from tessera.lower.emit import TargetEmitter
-from tessera.numerics.transcendental import exp_f32
-from tessera.numerics.treesum import tree_sum_f64
+from tessera.numerics.reductions.treesum import tree_sum_f64
+from tessera.numerics.transcendental.exp import exp_f32
 
 target = pytest.importorskip("tessera.interp.target",
                              reason="the Target IR interpreter is not in this tree")
@@ -100,8 +100,8 @@ def test_exp_uses_only_ieee_rounded_operations() -> None:
 
 def test_exp_kernel_assembles() -> None:
     """ptxas accepts the rendered kernel for sm_80."""
-    from tessera.ptx.assemble import ToolchainMissing, assemble
-    from tessera.ptx.render import render
+    from tessera.backend.ptx.driver.assemble import ToolchainMissing, assemble
+    from tessera.backend.ptx.render import render
 
     text = render(exp_kernel(1))
     assert isinstance(text, str)

@@ -16,6 +16,11 @@ import numpy as np
 import pytest
 
 from tessera.errors import InterpretError, IRVerifyError
+from tessera.frontend.kernel.backends.compile import (
+    CompiledKernel,
+    compile_kernel,
+    target_arguments,
+)
 from tessera.interp.target import run_target
 from tessera.ir.core import Instr, walk
 from tessera.ir.dialects.target.async_ops import (
@@ -30,7 +35,6 @@ from tessera.ir.dialects.target.check import check_kernel
 from tessera.ir.dialects.target.ops import Const
 from tessera.ir.text import parse_module, print_module
 from tessera.ir.verifier import verify_function
-from tessera.ptx.compile import CompiledKernel, compile_kernel, target_arguments
 from tests.lower.test_lowering import example
 
 BF16 = ml_dtypes.bfloat16
@@ -174,8 +178,8 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
     """The double-buffered GEMM on sm_90a fills its run-time-selected stages with TMA
     through the mbarrier group ring; lowered from a kernel that waits for one group too
     few (wait_group 2 instead of 1), wgmma reads a stage still in flight."""
+    from tessera.frontend.kernel.backends.compile import lower_and_render
     from tessera.ir.dialects.tile import memory as M
-    from tessera.ptx.compile import lower_and_render
 
     mod = example("double_buffered_gemm")
     kernel = mod.double_buffered_gemm

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from tessera.errors import IRVerifyError, UnsupportedError
+from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.ir import PassManager, parse_module
 from tessera.ir.core import Instr, walk
 from tessera.ir.dialects import tile as T
 from tessera.lower.layout import possibly_wide, value_slots
 from tessera.lower.tiles import ELEM_BYTES, elem_size
 from tessera.lower.values import ELEM_OF
-from tessera.ptx.compile import compile_kernel
 from tests.lower import kernels
 from tests.lower.test_lowering import TARGETS, same_bits
 

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
+from tessera.frontend.graph.trace import refuse_in_trace
 from tessera.frontend.kernel.args import check_converted_overlap, check_writable
 from tessera.frontend.kernel.compiler.compile import build_module
 from tessera.frontend.kernel.memo import CallMemo
 from tessera.frontend.kernel.specialise import KernelInfo, Prepared
 from tessera.frontend.kernel.tuning.autotune import configurations
 from tessera.frontend.kernel.tuning.search import Tuner
-from tessera.frontend.trace import refuse_in_trace
 from tessera.interp.tile import SCHEDULES, LaunchGeometry, PreparedKernel, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
 from tessera.ir.core import Module
@@ -201,15 +201,15 @@ class Kernel:
         if stage not in STAGES:
             raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)}")
         if stage == "target":
+            from tessera.frontend.kernel.backends.compile import compile_kernel
             from tessera.ir.core import Module
-            from tessera.ptx.compile import compile_kernel
 
             target = kwargs.pop("target", "sm_90a")
             if not args and not kwargs and self.last is None:
                 raise StageError(f"kernel '{self.name}' has not been launched",
                                  hint="pass example arguments: inspect_ir('target', *args)")
             if not args and not kwargs:
-                from tessera.ptx.compile import lower_and_render
+                from tessera.frontend.kernel.backends.compile import lower_and_render
 
                 fn = lower_and_render(self.last.functions[self.name], target)[0]
             else:

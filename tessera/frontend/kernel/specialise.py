@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, DimBindingError
+from tessera.frontend.graph.tensor import Tensor
 from tessera.frontend.kernel.args import check_size, scalar_value
 from tessera.frontend.kernel.compiler.call import function_source
 from tessera.frontend.kernel.compiler.scope import (
@@ -38,7 +39,6 @@ from tessera.frontend.kernel.compiler.scope import (
     names_used,
 )
 from tessera.frontend.kernel.grid import grid_of, tile_of
-from tessera.frontend.tensor import Tensor
 from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.types import TensorType
 from tessera.numerics import (
@@ -52,7 +52,7 @@ from tessera.numerics import (
     from_numpy_dtype,
     storage_of,
 )
-from tessera.numerics.dims import evaluate
+from tessera.numerics.policy.dims import evaluate
 
 #: annotations that make a parameter a runtime scalar (converted, not specialised on)
 _RUNTIME = (DType, Policy, PolicyClass)
@@ -85,7 +85,7 @@ class KernelInfo:
 
     @classmethod
     def of(cls, fn: Any, name: str) -> KernelInfo:
-        from tessera.frontend.jit import annotations_of
+        from tessera.frontend.graph.jit import annotations_of
 
         fdef = function_source(fn)[0]
         subs: dict[str, list[int | None]] = {}

@@ -36,11 +36,11 @@ import numpy as np
 from tessera.interp.apply import Apply, rule
 from tessera.interp.graph.elementwise import settle_nans
 from tessera.ir.dialects import graph as g
-from tessera.numerics.convert import convert
-from tessera.numerics.formats import DType, promote
-from tessera.numerics.formats import f64 as _F64
-from tessera.numerics.policy import accum_of, default_accum, element
-from tessera.numerics.rounding import matmul_rounded, round_fraction, sum_rounded
+from tessera.numerics.formats.convert import convert
+from tessera.numerics.formats.dtypes import DType, promote
+from tessera.numerics.formats.dtypes import f64 as _F64
+from tessera.numerics.policy.modifiers import accum_of, default_accum, element
+from tessera.numerics.reductions.rounding import matmul_rounded, round_fraction, sum_rounded
 
 
 def matmul_accum(ap: Apply) -> DType:

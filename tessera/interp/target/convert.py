@@ -29,7 +29,7 @@ from tessera.interp.target.state import (
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.numerics.convert import convert
+from tessera.numerics.formats.convert import convert
 
 
 @step_rule(target_ops.Cvt)

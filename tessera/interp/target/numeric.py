@@ -12,7 +12,7 @@
 * ``min``/``max`` (PTX ISA, "min"/"max"): a NaN operand yields the other operand, two NaNs
   the canonical NaN; -0.0 is taken as less than +0.0.
 * ``cvt`` (PTX ISA, "cvt"): RNE narrowing exactly once (float64 sources via round-to-odd
-  float32, :mod:`tessera.numerics.convert`); ``rz``/``rm``/``rp`` by stepping the RNE
+  float32, :mod:`tessera.numerics.formats.convert`); ``rz``/``rm``/``rp`` by stepping the RNE
   result one ulp when it lies on the wrong side; float to integer rounds (``rzi``,
   ``rni``, ``rmi``, ``rpi``), saturates and maps NaN to 0; ``satfinite`` clamps to the
   largest finite value.
@@ -25,7 +25,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 
-from tessera.numerics.convert import round_to_odd_f32
+from tessera.numerics.formats.convert import round_to_odd_f32
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)

@@ -24,8 +24,8 @@ from tessera.ir.dialects import tile as T
 from tessera.ir.dialects.tile import compute as C
 from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
-from tessera.numerics.transcendental import exp_f32
-from tessera.numerics.treesum import SHORT, row_extreme, row_sum_f64
+from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
+from tessera.numerics.transcendental.exp import exp_f32
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values

@@ -1,7 +1,7 @@
 """Graph programs on a simulated mesh: placed Graph IR run SPMD on local shards.
 
 * :mod:`.args` -- distributed arguments of traced functions (``DistArg``, defined in
-  :mod:`tessera.frontend.dist_arg`) and ``to_dist``;
+  :mod:`tessera.frontend.graph.dist_arg`) and ``to_dist``;
 * :mod:`.layout` -- moving a ``DistTensor`` between layouts (local slicing, gathers);
 * :mod:`.local` -- one op on every distinct block, through the Graph IR interpreter;
 * :mod:`.pending` -- exact partial sums, evaluated where a collective completes them;
@@ -23,5 +23,5 @@
 The placement rules and the propagation pass live with the other passes, in
 ``tessera/ir/transforms/sharding/``. The package imports none of its modules: each
 loads when it is first used (the front end itself needs none of them; it recognises
-distributed values through :mod:`tessera.frontend.dist_arg`).
+distributed values through :mod:`tessera.frontend.graph.dist_arg`).
 """

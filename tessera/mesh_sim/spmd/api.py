@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import user_api
-from tessera.frontend.trace import Tracer
+from tessera.frontend.graph.trace import Tracer
 from tessera.ir.dialects import graph as g
 from tessera.mesh_sim import collectives as core
 from tessera.mesh_sim import p2p
@@ -55,7 +55,7 @@ def _axis_size(x: Tracer, axis: Any) -> int | None:
 
 
 def _bind(op: g.Collective, x: Tracer) -> Any:
-    from tessera.frontend.ops import bind
+    from tessera.frontend.graph.ops import bind
     from tessera.mesh_sim.spmd.lockstep_trace import current
 
     here = current(op.axis)

@@ -1,7 +1,7 @@
 """Distributed arguments: a ``DistTensor`` seen by tracing, autodiff and the operators.
 
 :class:`DistArg` (the ``Tensor`` that stands for a ``DistTensor``) and the placement
-helpers are defined in :mod:`tessera.frontend.dist_arg`, so that the front end need not
+helpers are defined in :mod:`tessera.frontend.graph.dist_arg`, so that the front end need not
 import the simulator; they are re-exported here with :func:`to_dist`, which makes
 DistTensors.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.frontend.dist_arg import DistArg, mesh_pairs, one_mesh, sharding_of
-from tessera.frontend.tensor import Tensor
+from tessera.frontend.graph.dist_arg import DistArg, mesh_pairs, one_mesh, sharding_of
+from tessera.frontend.graph.tensor import Tensor
 from tessera.mesh_sim.mesh import Mesh
 from tessera.mesh_sim.tensor import DistTensor
 

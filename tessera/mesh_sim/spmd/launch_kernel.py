@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc
-from tessera.frontend.tensor import Tensor
+from tessera.frontend.graph.tensor import Tensor
 from tessera.mesh_sim.regions import WRITE, Privilege, RegionConflictError
 from tessera.mesh_sim.spmd.writeback import write_back
 from tessera.mesh_sim.tensor import SHARDED, DistTensor

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import TesseraError, user_location
-from tessera.frontend import trace as trace_state
+from tessera.frontend.graph import trace as trace_state
 from tessera.ir.dialects import graph as g
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.spmd.lockstep import LaunchError

@@ -182,8 +182,8 @@ KERNELS: dict[str, Callable[[], Function]] = {
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_renders_and_assembles_for_sm80(name: str) -> None:
     """ptxas -arch=sm_80 accepts the rendered kernel with no (C75xx) repair advisory."""
-    from tessera.ptx.assemble import ToolchainMissing, assemble
-    from tessera.ptx.render import render
+    from tessera.backend.ptx.driver.assemble import ToolchainMissing, assemble
+    from tessera.backend.ptx.render import render
 
     ptx = render(KERNELS[name]())
     assert isinstance(ptx, str)

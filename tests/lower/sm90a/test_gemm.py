@@ -132,7 +132,7 @@ def build_gemm(name: str) -> Function:
 def ptxas(fn: Function) -> str:
     """ptxas -arch=sm_90a on the rendered kernel; returns its log (exit status 0)."""
     pathfinder = pytest.importorskip("cuda.pathfinder")
-    from tessera.ptx.render import render
+    from tessera.backend.ptx.render import render
 
     exe = pathfinder.find_nvidia_binary_utility("ptxas")
     if exe is None:

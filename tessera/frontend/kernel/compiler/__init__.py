@@ -1,4 +1,20 @@
-"""The kernel compiler: a kernel function's Python AST into Tile IR. ``compile`` is the
-entry (one specialisation into a verified module); ``build`` the compiler object, made
-of the statement (``stmt``, ``loops``), expression (``expr``, ``view``), call
-(``call``) and tile API (``api``) parts; ``scope`` the names a body sees."""
+"""The kernel compiler: a kernel function's Python AST into Tile IR.
+
+``compile`` is the entry (one specialisation into a verified module). A compilation is
+a :class:`~tessera.frontend.kernel.compiler.state.CompileState` (insertion point,
+source position, variables, free names) passed to rules looked up by node class in the
+tables of ``rules``: statements (``stmt``, ``loops``; ``merge`` joins the types of
+variables at control flow), expressions (``expr``, ``view`` for subscripts, ``call``),
+and the ``ts.tile.*`` calls by name (``api``, ``api_compute``). ``scope`` is what a
+body can name. Each rule module registers its rules when imported, here.
+"""
+
+from tessera.frontend.kernel.compiler import (  # noqa: F401 - registers the rules
+    api,
+    api_compute,
+    call,
+    expr,
+    loops,
+    stmt,
+    view,
+)

@@ -20,8 +20,9 @@ import inspect
 import textwrap
 from typing import Any
 
-from tessera.frontend.kernel.compiler.build import BuilderBase, is_tile, is_value, kind_of
 from tessera.frontend.kernel.compiler.expr import _MATH_TILE, BoundMethod
+from tessera.frontend.kernel.compiler.rules import API_RULES, expr, expr_rule, stmts, tile_call
+from tessera.frontend.kernel.compiler.state import F32, CompileState, is_tile, is_value, kind_of
 from tessera.ir.dialects.tile import INDEX
 from tessera.ir.dialects.tile import compute as C
 
@@ -68,129 +69,132 @@ def scope_of(fn: Any) -> dict[str, Any]:
     return scope
 
 
-class CallMixin(BuilderBase):
-    """Call compilation (mixed into the kernel compiler)."""
-
-    env: dict[str, Any]
-    scopes: list[dict[str, Any]]
-    depth: int
-
-    def expr_Call(self, node: ast.Call) -> Any:
-        func = self.expr(node.func)  # type: ignore[attr-defined]
-        api = getattr(func, "_tile_api", None)
-        if api in ("load_vector", "store_vector"):
-            return self.vector_call(api, node)  # type: ignore[attr-defined]
-        args: list[Any] = []
-        for a in node.args:
-            if isinstance(a, ast.Starred):
-                args.extend(self.expr(a.value))  # type: ignore[attr-defined]
-            else:
-                args.append(self.expr(a))  # type: ignore[attr-defined]
-        kwargs: dict[str, Any] = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                kwargs.update(self.expr(kw.value))  # type: ignore[attr-defined]
-            else:
-                kwargs[kw.arg] = self.expr(kw.value)  # type: ignore[attr-defined]
-        if api is not None:
-            return self.tile_call(api, args, kwargs, node)  # type: ignore[attr-defined]
-        if isinstance(func, BoundMethod):
-            if func.name == "astype" and len(args) == 1:
-                return self.tile_call("cast", [func.value, args[0]], {}, node)  # type: ignore
-            raise self.error(f".{func.name}() takes one dtype", node)
-        dynamic = [a for a in [*args, *kwargs.values()] if is_value(a)]
-        if func in (builtins.min, builtins.max) and dynamic:
-            return self.minmax(func, args, node)
-        if func is builtins.abs and dynamic:
-            return self.tile_call("abs", args, {}, node)  # type: ignore[attr-defined]
-        if func in (builtins.int, builtins.float, builtins.bool) and dynamic:
-            return self.convert(func, args, node)
-        if func is builtins.len and dynamic:
-            if len(args) == 1 and is_value(args[0]) and args[0].type.shape:
-                return args[0].type.shape[0]
-            raise self.error("len() of a kernel value needs a tile or memory of rank >= 1",
-                             node)
-        if func in _MATH_TILE and dynamic:
-            return self.emit1(_MATH_TILE[func](), [self.float_tile(args[0], node)], node)
-        if func is builtins.range and dynamic:
-            raise self.error("range() of kernel values is only for loops: write "
-                             "'for i in ts.tile.range(...)'", node)
-        if inspect.isfunction(func) and not func.__module__.startswith("tessera"):
-            return self.inline(func, args, kwargs, node)
-        if getattr(func, "__module__", "") and str(func.__module__).startswith("tessera.") \
-                and dynamic:
-            raise self.error(f"{getattr(func, '__name__', func)} is a graph-level operator; "
-                             "kernels use ts.tile.* ops", node)
-        if dynamic:
-            raise self.error(f"cannot call {getattr(func, '__name__', func)!r} on kernel "
-                             "values", node, hint="kernel code calls ts.tile.* ops, "
-                             "builtins (min, max, abs, int, float) and plain Python functions")
-        try:
-            return func(*args, **kwargs)
-        except Exception as err:
-            raise self.error(f"calling {getattr(func, '__name__', func)!r} while compiling "
-                             f"failed: {err}", node) from None
-
-    def float_tile(self, x: Any, node: ast.AST) -> Any:
-        v = self.as_tile(x, node)
-        if kind_of(v.type.element) != "float":  # type: ignore[attr-defined]
-            v = self.cast(v, self.f32, node)  # type: ignore[attr-defined]
-        return v
-
-    def minmax(self, func: Any, args: list[Any], node: ast.AST) -> Any:
-        if len(args) == 1 and isinstance(args[0], (list, tuple)):
-            args = list(args[0])
-        if len(args) < 2:
-            raise self.error(f"{func.__name__}() of kernel values takes two or more values",
-                             node)
-        consts = [a for a in args if not is_value(a)]
-        acc: Any = func(consts) if consts else None
-        cls = C.Minimum if func is builtins.min else C.Maximum
-        for a in args:
-            if not is_value(a):
-                continue
-            if acc is None:
-                acc = a
-                continue
-            va, vb = self.unify(acc, a, node)
-            acc = self.emit1(cls(), [va, vb], node)
-        return acc
-
-    def convert(self, func: Any, args: list[Any], node: ast.AST) -> Any:
-        if len(args) != 1 or (not is_tile(args[0]) and not is_value(args[0])):
-            raise self.error(f"{func.__name__}() takes one value", node)
-        v = self.as_tile(args[0], node)
-        kind = kind_of(v.type.element)  # type: ignore[attr-defined]
-        if func is builtins.bool:
-            return self.as_bool(v, node)
-        if func is builtins.float:
-            return v if kind == "float" else self.cast(v, self.f32, node)  # type: ignore
-        if kind == "float":
-            v = self.emit1(C.Trunc(), [v], node)
-        return self.cast(v, INDEX, node)
-
-    def inline(self, fn: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
-        """Compile a called function's body in place and return its result."""
-        if self.depth >= MAX_INLINE_DEPTH:
-            raise self.error(f"function {fn.__name__} is inlined more than {MAX_INLINE_DEPTH} "
-                             "deep (recursion is not supported in kernels)", node)
-        fdef, file, first = function_source(fn)
-        try:
-            bound = inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as err:
-            raise self.error(f"{fn.__name__}(): {err}", node) from None
-        bound.apply_defaults()
-        saved = (self.env, self.scopes, self.file, self.first_line)
-        self.env = dict(bound.arguments)
-        self.scopes = [scope_of(fn)]
-        self.file, self.first_line = file, first
-        self.depth += 1
-        try:
-            result = self.stmts(fdef.body, top=True)  # type: ignore[attr-defined]
-        finally:
-            self.depth -= 1
-            self.env, self.scopes, self.file, self.first_line = saved
-        return result
+@expr_rule(ast.Call)
+def _call(state: CompileState, node: ast.Call) -> Any:
+    func = expr(state, node.func)
+    api = getattr(func, "_tile_api", None)
+    raw = API_RULES.get(api) if api is not None else None
+    if raw is not None and raw.raw:  # arguments that name memory: not compiled first
+        return raw.fn(state, api, node)
+    args: list[Any] = []
+    for a in node.args:
+        if isinstance(a, ast.Starred):
+            args.extend(expr(state, a.value))
+        else:
+            args.append(expr(state, a))
+    kwargs: dict[str, Any] = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            kwargs.update(expr(state, kw.value))
+        else:
+            kwargs[kw.arg] = expr(state, kw.value)
+    if api is not None:
+        return tile_call(state, api, args, kwargs, node)
+    if isinstance(func, BoundMethod):
+        if func.name == "astype" and len(args) == 1:
+            return tile_call(state, "cast", [func.value, args[0]], {}, node)
+        raise state.error(f".{func.name}() takes one dtype", node)
+    dynamic = [a for a in [*args, *kwargs.values()] if is_value(a)]
+    if func in (builtins.min, builtins.max) and dynamic:
+        return minmax(state, func, args, node)
+    if func is builtins.abs and dynamic:
+        return tile_call(state, "abs", args, {}, node)
+    if func in (builtins.int, builtins.float, builtins.bool) and dynamic:
+        return convert(state, func, args, node)
+    if func is builtins.len and dynamic:
+        if len(args) == 1 and is_value(args[0]) and args[0].type.shape:
+            return args[0].type.shape[0]
+        raise state.error("len() of a kernel value needs a tile or memory of rank >= 1",
+                          node)
+    if func in _MATH_TILE and dynamic:
+        return state.emit1(_MATH_TILE[func](), [float_tile(state, args[0], node)], node)
+    if func is builtins.range and dynamic:
+        raise state.error("range() of kernel values is only for loops: write "
+                          "'for i in ts.tile.range(...)'", node)
+    if inspect.isfunction(func) and not func.__module__.startswith("tessera"):
+        return inline(state, func, args, kwargs, node)
+    if getattr(func, "__module__", "") and str(func.__module__).startswith("tessera.") \
+            and dynamic:
+        raise state.error(f"{getattr(func, '__name__', func)} is a graph-level operator; "
+                          "kernels use ts.tile.* ops", node)
+    if dynamic:
+        raise state.error(f"cannot call {getattr(func, '__name__', func)!r} on kernel "
+                          "values", node, hint="kernel code calls ts.tile.* ops, "
+                          "builtins (min, max, abs, int, float) and plain Python functions")
+    try:
+        return func(*args, **kwargs)
+    except Exception as err:
+        raise state.error(f"calling {getattr(func, '__name__', func)!r} while compiling "
+                          f"failed: {err}", node) from None
 
 
-__all__ = ["MAX_INLINE_DEPTH", "CallMixin", "function_source", "scope_of"]
+def float_tile(state: CompileState, x: Any, node: ast.AST) -> Any:
+    """``x`` as a float tile (integers and bools in f32), for ``math`` functions."""
+    v = state.as_tile(x, node)
+    if kind_of(v.type.element) != "float":  # type: ignore[attr-defined]
+        v = state.cast(v, F32, node)
+    return v
+
+
+def minmax(state: CompileState, func: Any, args: list[Any], node: ast.AST) -> Any:
+    """``min``/``max`` over values some of which are kernel values (constants folded first)."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = list(args[0])
+    if len(args) < 2:
+        raise state.error(f"{func.__name__}() of kernel values takes two or more values",
+                          node)
+    consts = [a for a in args if not is_value(a)]
+    acc: Any = func(consts) if consts else None
+    cls = C.Minimum if func is builtins.min else C.Maximum
+    for a in args:
+        if not is_value(a):
+            continue
+        if acc is None:
+            acc = a
+            continue
+        va, vb = state.unify(acc, a, node)
+        acc = state.emit1(cls(), [va, vb], node)
+    return acc
+
+
+def convert(state: CompileState, func: Any, args: list[Any], node: ast.AST) -> Any:
+    """``int``/``float``/``bool`` of a kernel value (``int`` truncates toward zero)."""
+    if len(args) != 1 or (not is_tile(args[0]) and not is_value(args[0])):
+        raise state.error(f"{func.__name__}() takes one value", node)
+    v = state.as_tile(args[0], node)
+    kind = kind_of(v.type.element)  # type: ignore[attr-defined]
+    if func is builtins.bool:
+        return state.as_bool(v, node)
+    if func is builtins.float:
+        return v if kind == "float" else state.cast(v, F32, node)
+    if kind == "float":
+        v = state.emit1(C.Trunc(), [v], node)
+    return state.cast(v, INDEX, node)
+
+
+def inline(state: CompileState, fn: Any, args: list[Any], kwargs: dict[str, Any],
+           node: ast.AST) -> Any:
+    """Compile a called function's body in place and return its result."""
+    if state.depth >= MAX_INLINE_DEPTH:
+        raise state.error(f"function {fn.__name__} is inlined more than {MAX_INLINE_DEPTH} "
+                          "deep (recursion is not supported in kernels)", node)
+    fdef, file, first = function_source(fn)
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        raise state.error(f"{fn.__name__}(): {err}", node) from None
+    bound.apply_defaults()
+    saved = (state.env, state.scopes, state.file, state.first_line)
+    state.env = dict(bound.arguments)
+    state.scopes = [scope_of(fn)]
+    state.file, state.first_line = file, first
+    state.depth += 1
+    try:
+        result = stmts(state, fdef.body, top=True)
+    finally:
+        state.depth -= 1
+        state.env, state.scopes, state.file, state.first_line = saved
+    return result
+
+
+__all__ = ["MAX_INLINE_DEPTH", "function_source", "inline", "scope_of"]

@@ -11,14 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tessera.frontend.kernel.compiler.api import ApiMixin
-from tessera.frontend.kernel.compiler.build import is_mem, is_value
-from tessera.frontend.kernel.compiler.call import CallMixin, function_source, scope_of
-from tessera.frontend.kernel.compiler.expr import ExprMixin
-from tessera.frontend.kernel.compiler.loops import LoopMixin
+from tessera.frontend.kernel.compiler.call import function_source, scope_of
+from tessera.frontend.kernel.compiler.rules import NO_RETURN, stmts
 from tessera.frontend.kernel.compiler.scope import Spec
-from tessera.frontend.kernel.compiler.stmt import NO_RETURN, StmtMixin
-from tessera.frontend.kernel.compiler.view import ViewMixin
+from tessera.frontend.kernel.compiler.state import CompileState, is_mem
 from tessera.frontend.kernel.errors import KernelResourceError
 from tessera.ir.core import Function, Module, Value, walk
 from tessera.ir.dialects import tile as T
@@ -32,94 +28,89 @@ from tessera.numerics import storage_of
 SHARED_LIMIT = 227 * 1024
 
 
-class KernelCompiler(StmtMixin, LoopMixin, CallMixin, ApiMixin, ViewMixin, ExprMixin):
-    """The AST-to-Tile-IR compiler of one kernel specialisation."""
+def compile_function(pyfn: Any, spec: Spec) -> Function:
+    """Compile one specialisation of ``pyfn`` into a verified ``tile.kernel`` function."""
+    fdef, file, first = function_source(pyfn)
+    state = CompileState(file, first, spec, scope_of(pyfn))
+    for p in spec.params:
+        if p.kind == "const":
+            state.env[p.name] = p.value
+        else:
+            assert p.type is not None
+            state.env[p.name] = state.block.add_arg(p.type, p.name)
+    result = stmts(state, fdef.body, top=True)
+    node = fdef.body[-1] if fdef.body else fdef
+    attrs = _attributes(spec)
+    operands: list[Value] = []
+    if result is not NO_RETURN and result is not None:
+        operands = [_result_value(state, result, node, attrs)]
+    state.emit(T.Return(), operands, node)
+    fn = Function(spec.name, state.block, [v.type for v in operands], kind=KERNEL,
+                  attrs=attrs, loc=state.loc(fdef))
+    verify_function(fn)
+    check_shared(fn)
+    return fn
 
-    def __init__(self, pyfn: Any, spec: Spec) -> None:
-        fdef, file, first = function_source(pyfn)
-        super().__init__(file, first, spec.name)
-        self.fdef = fdef
-        self.spec = spec
-        self.env: dict[str, Any] = {}
-        self.scopes = [scope_of(pyfn)]
-        self.depth = 0
 
-    def compile(self) -> Function:
-        """Build, verify and return the kernel function."""
-        for p in self.spec.params:
-            if p.kind == "const":
-                self.env[p.name] = p.value
-            else:
-                assert p.type is not None
-                self.env[p.name] = self.block.add_arg(p.type, p.name)
-        result = self.stmts(self.fdef.body, top=True)
-        node = self.fdef.body[-1] if self.fdef.body else self.fdef
-        attrs = self.attributes()
-        operands: list[Value] = []
-        if result is not NO_RETURN and result is not None:
-            operands = [self.result_value(result, node, attrs)]
-        self.emit(T.Return(), operands, node)
-        fn = Function(self.spec.name, self.block, [v.type for v in operands], kind=KERNEL,
-                      attrs=attrs, loc=self.loc(self.fdef))
-        verify_function(fn)
-        self.check_shared(fn)
-        return fn
+def _attributes(s: Spec) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"grid": tuple(s.grid), "group_size": s.group_size,
+                             "tile_shape": tuple(s.tile)}
+    if s.batch > 1:
+        attrs["batch"] = s.batch
+    if s.config:
+        attrs["config"] = tuple((k, v) for k, v in s.config
+                                if isinstance(v, (int, float, str, bool)))
+    return attrs
 
-    def attributes(self) -> dict[str, Any]:
-        s = self.spec
-        attrs: dict[str, Any] = {"grid": tuple(s.grid), "group_size": s.group_size,
-                                 "tile_shape": tuple(s.tile)}
-        if s.batch > 1:
-            attrs["batch"] = s.batch
-        if s.config:
-            attrs["config"] = tuple((k, v) for k, v in s.config
-                                    if isinstance(v, (int, float, str, bool)))
-        return attrs
 
-    def result_value(self, result: Any, node: Any, attrs: dict[str, Any]) -> Value:
-        s = self.spec
-        if is_mem(result) and result.type.shape:  # type: ignore[attr-defined]
-            if result not in self.block.args:
-                raise self.error("a kernel returns a whole parameter tensor, a tile or a "
-                                 "scalar; this is a view", node,
-                                 hint="return the parameter itself (it is written in place)")
-            return result
-        if isinstance(result, (tuple, list)):
-            raise self.error("kernels return one value", node)
-        v = self.as_tile(result, node)
-        t = v.type
-        assert isinstance(t, TensorType)
-        if t.rank == 0:
-            if s.result_scalar is not None:
-                v = self.cast(v, s.result_scalar, node)
-            return v
-        if s.result is None:
-            raise self.error("a kernel that returns a tile needs a result annotation "
-                             "(-> ts.Tensor[...]) giving the output's shape", node)
-        out = s.result
-        if len(out.shape) - int(out.batched) != t.rank:
-            raise self.error(f"the returned {t.shape} tile does not match the result "
-                             f"annotation's rank ({out.shape})", node)
-        if storage_of(t.element) != storage_of(out.element):
-            v = self.cast(v, out.element, node)
-        attrs["result_shape"] = tuple(out.shape)
-        attrs["result_element"] = out.element
-        attrs["result_batched"] = out.batched
+def _result_value(state: CompileState, result: Any, node: Any,
+                  attrs: dict[str, Any]) -> Value:
+    s = state.spec
+    if is_mem(result) and result.type.shape:  # type: ignore[attr-defined]
+        if result not in state.block.args:
+            raise state.error("a kernel returns a whole parameter tensor, a tile or a "
+                              "scalar; this is a view", node,
+                              hint="return the parameter itself (it is written in place)")
+        return result
+    if isinstance(result, (tuple, list)):
+        raise state.error("kernels return one value", node)
+    v = state.as_tile(result, node)
+    t = v.type
+    assert isinstance(t, TensorType)
+    if t.rank == 0:
+        if s.result_scalar is not None:
+            v = state.cast(v, s.result_scalar, node)
         return v
+    if s.result is None:
+        raise state.error("a kernel that returns a tile needs a result annotation "
+                          "(-> ts.Tensor[...]) giving the output's shape", node)
+    out = s.result
+    if len(out.shape) - int(out.batched) != t.rank:
+        raise state.error(f"the returned {t.shape} tile does not match the result "
+                          f"annotation's rank ({out.shape})", node)
+    if storage_of(t.element) != storage_of(out.element):
+        v = state.cast(v, out.element, node)
+    attrs["result_shape"] = tuple(out.shape)
+    attrs["result_element"] = out.element
+    attrs["result_batched"] = out.batched
+    return v
 
-    def check_shared(self, fn: Function) -> None:
-        total = 0
-        for instr in walk(fn.body):
-            if isinstance(instr.op, M.AllocShared):
-                n = 1
-                for d in instr.op.shape:
-                    n *= d
-                total += n * storage_of(instr.op.element).np_dtype.itemsize
-        if total > SHARED_LIMIT:
-            raise KernelResourceError(
-                f"kernel '{fn.name}' allocates {total} bytes of shared memory per group; "
-                f"the limit is {SHARED_LIMIT} (sm_90, 227 KiB)", loc=fn.loc,
-                hint="use smaller tiles (BM, BN, BK) or fewer pipeline stages")
+
+def check_shared(fn: Function) -> None:
+    """Raise KernelResourceError when ``fn`` allocates more shared memory than a group
+    may use (``SHARED_LIMIT``)."""
+    total = 0
+    for instr in walk(fn.body):
+        if isinstance(instr.op, M.AllocShared):
+            n = 1
+            for d in instr.op.shape:
+                n *= d
+            total += n * storage_of(instr.op.element).np_dtype.itemsize
+    if total > SHARED_LIMIT:
+        raise KernelResourceError(
+            f"kernel '{fn.name}' allocates {total} bytes of shared memory per group; "
+            f"the limit is {SHARED_LIMIT} (sm_90, 227 KiB)", loc=fn.loc,
+            hint="use smaller tiles (BM, BN, BK) or fewer pipeline stages")
 
 
 #: passes run on every freshly compiled kernel (the front end emits index arithmetic
@@ -131,8 +122,8 @@ def build_module(pyfn: Any, spec: Spec) -> Module:
     """The Tile IR module of one specialisation of ``pyfn`` (after ``TILE_PIPELINE``)."""
     from tessera.ir.passes import PassManager
 
-    fn = KernelCompiler(pyfn, spec).compile()
+    fn = compile_function(pyfn, spec)
     return PassManager.from_names(TILE_PIPELINE).run(Module(spec.name, {fn.name: fn}))
 
 
-__all__ = ["SHARED_LIMIT", "KernelCompiler", "build_module", "is_value"]
+__all__ = ["SHARED_LIMIT", "TILE_PIPELINE", "build_module", "check_shared", "compile_function"]

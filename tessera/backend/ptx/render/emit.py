@@ -1,0 +1,156 @@
+"""The machinery of the PTX rule table: the table itself, the :class:`PtxWriter` a rule
+writes through, and how PTX spells types and immediates (PTX ISA 8.x, sec. 4.5, 5.2).
+
+A rule writes the PTX lines of one instruction through a :class:`PtxWriter`, which owns
+the registers, the labels, the kernel-scope shared buffers and the PTX version the
+kernel needs. The rules live in :mod:`tessera.backend.ptx.render.ops` (core instructions),
+:mod:`tessera.backend.ptx.render.async_ops` (asynchronous and matrix instructions) and
+:mod:`tessera.backend.ptx.render.kernel` (control flow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from tessera.backend.ptx.render.regalloc import Registers, RenderError
+from tessera.errors import UNKNOWN_LOC, Loc
+from tessera.ir.core import Block, Instr, Op, rule_decorator
+from tessera.ir.dialects.target import RegType, Return
+
+#: a format function: writes the PTX lines of one instruction through the writer
+Rule = Callable[["PtxWriter", Instr], None]
+#: op class -> format function; filled by render_ops, render_async and render
+RULES: dict[type[Op], Rule] = {}
+
+
+rule = rule_decorator(RULES, "format rule")
+
+
+class PtxWriter:
+    """The state of rendering one kernel: lines with their source locations, registers,
+    labels, shared buffers and the minimum PTX version of what was written."""
+
+    def __init__(self, regs: Registers, target: str, version: tuple[int, int]) -> None:
+        self.regs = regs
+        self.target = target
+        self.version = version
+        self.lines: list[tuple[str, Loc | None]] = []
+        self.shared: dict[str, tuple[int, int]] = {}
+        self.loc: Loc | None = None
+        self._labels = 0
+
+    def out(self, text: str) -> None:
+        """Write one instruction line (indented) for the current instruction."""
+        self.lines.append(("\t" + text, self.loc))
+
+    def label(self, name: str) -> None:
+        """Write a label line."""
+        self.lines.append((name + ":", self.loc))
+
+    def new_label(self, stem: str) -> str:
+        """A label unique within the kernel (``$L__<stem>_<n>``)."""
+        self._labels += 1
+        return f"$L__{stem}_{self._labels}"
+
+    def require(self, version: tuple[int, int]) -> None:
+        """Record that the kernel needs at least this PTX ISA version."""
+        self.version = max(self.version, version)
+
+    def sm90(self, instr: Instr) -> None:
+        """Refuse an sm_90a instruction on an sm_80 kernel."""
+        if self.target != "sm_90a":
+            raise RenderError(f"{instr.op.name} needs target sm_90a, the kernel targets "
+                              f"{self.target}", hint='set attrs["target"] = "sm_90a"',
+                              loc=instr.loc)
+
+    def block(self, block: Block) -> None:
+        """Render every instruction of ``block`` except its terminator."""
+        for instr in block.instrs:
+            if instr is not block.terminator or isinstance(instr.op, Return):
+                self.instr(instr)
+
+    def instr(self, instr: Instr) -> None:
+        """Render one instruction with its rule."""
+        fn = RULES.get(type(instr.op))
+        if fn is None:
+            raise RenderError(f"no PTX rule for op {instr.op.name}",
+                              hint="only Target IR (ptx.*) ops can be rendered; lower the "
+                                   "kernel to Target IR first", loc=instr.loc)
+        saved, self.loc = self.loc, (None if instr.loc == UNKNOWN_LOC else instr.loc)
+        fn(self, instr)
+        self.loc = saved
+
+    def move(self, dsts: Sequence[str], srcs: Sequence[str], elem: str) -> None:
+        """Copy ``srcs`` into ``dsts`` as one parallel assignment (a source may be
+        another pair's destination, as in a swap of loop-carried values)."""
+        pairs = [(d, s) for d, s in zip(dsts, srcs) if d != s]
+        targets = {d for d, _ in pairs}
+        staged = []
+        for d, s in pairs:
+            if s in targets:
+                (tmp,) = self.regs.fresh(elem)
+                self.out(f"mov.{mov_type(elem)} {tmp}, {s};")
+                s = tmp
+            staged.append((d, s))
+        for d, s in staged:
+            self.out(f"mov.{mov_type(elem)} {d}, {s};")
+
+
+# ------------------------------------------------------------------------ type spelling
+def mov_type(elem: str) -> str:
+    """The type suffix of a plain register copy (``mov``, ``selp``) of ``reg<elem>``."""
+    return elem if elem in ("pred", "f32", "f64") else f"b{RegType(elem).bits}"
+
+
+def mem_type(elem: str) -> str:
+    """The type suffix of ``ld``/``st`` (16-bit and packed floats move as bits)."""
+    if elem in ("f16", "bf16", "f16x2", "bf16x2") or elem == "pred":
+        if elem == "pred":
+            raise RenderError("predicates cannot be loaded or stored",
+                              hint="convert to u32 with ptx.selp first")
+        return f"b{RegType(elem).bits}"
+    return elem
+
+
+def arith_type(elem: str) -> str:
+    """The type suffix of arithmetic: untyped ``bN`` registers compute as ``uN``."""
+    return "u" + elem[1:] if elem[0] == "b" else elem
+
+
+def immediate(value: Any, elem: str) -> str:
+    """``value`` as a PTX immediate of ``reg<elem>``: floats in exact hex
+    (``0f3F800000``, ``0d3FF0000000000000``), 16-bit floats as their bits."""
+    t = RegType(elem)
+    if elem == "pred":
+        return "1" if value else "0"
+    if elem == "f32":
+        return f"0f{int(np.float32(value).view(np.uint32)):08X}"
+    if elem == "f64":
+        return f"0d{int(np.float64(value).view(np.uint64)):016X}"
+    if elem in ("f16", "bf16"):
+        dtype = np.float16 if elem == "f16" else ml_dtypes.bfloat16
+        return f"0x{int(np.array(value, dtype).view(np.uint16)):04X}"
+    if elem in ("f16x2", "bf16x2"):
+        if isinstance(value, (tuple, list)):  # (low, high) halves
+            lo, hi = (int(immediate(v, elem[:-2]), 16) for v in value)
+            return f"0x{lo | hi << 16:08X}"
+        return f"0x{int(value) & 0xFFFFFFFF:08X}"
+    if t.kind == "b":
+        return f"0x{int(value) & ((1 << t.bits) - 1):X}"
+    if t.kind == "u":
+        return str(int(value) & ((1 << t.bits) - 1))
+    return str(int(value))
+
+
+def address(e: PtxWriter, instr: Instr, offset: int = 0) -> str:
+    """``[%reg]`` or ``[%reg+offset]`` of the instruction's first operand."""
+    reg = e.regs.one(instr.operands[0])
+    return f"[{reg}+{offset}]" if offset else f"[{reg}]"
+
+
+__all__ = ["RULES", "PtxWriter", "Rule", "address", "arith_type", "immediate", "mem_type",
+           "mov_type", "rule"]

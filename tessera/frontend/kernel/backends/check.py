@@ -1,0 +1,105 @@
+"""``ts.check_against_reference``: a backend's results against the tile simulator's.
+
+The tile simulator is the definition of a kernel's meaning. The Target IR interpreter
+must agree with it bit for bit (the lowering must not change a bit); a GPU may differ
+by its f32 accumulation, so its results are compared within :func:`tolerance`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, InterpretError, user_api
+from tessera.frontend.kernel.backends.launch import launch
+
+
+def _outputs(args: tuple[Any, ...], result: Any) -> list[np.ndarray]:
+    """The arrays a launch may write, then its result when it is a fresh array."""
+    outs = [a for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
+    if result is not None and not any(result is a for a in args):
+        outs.append(np.atleast_1d(np.asarray(result)))
+    return outs
+
+
+def longest_reduction(fn: Any) -> int:
+    """The most terms any output element of a tile kernel sums: an ``mma``'s K times
+    the trip counts of the loops around it (``acc = mma(a, b, acc)`` in a K loop), or
+    a row reduction's length."""
+    from tessera.ir.dialects import tile as tile_ir
+    from tessera.ir.dialects.tile import compute as tile_compute
+
+    consts: dict[Any, int] = {}
+    best = 1
+
+    def walk(block: Any, trips: int) -> None:
+        nonlocal best
+        for instr in block.instrs:
+            op = instr.op
+            if isinstance(op, tile_ir.Constant) and isinstance(op.value, int):
+                consts[instr.results[0]] = op.value
+            elif isinstance(op, tile_compute.Mma):
+                best = max(best, instr.operands[0].type.shape[-1] * trips)
+            elif isinstance(op, tile_compute.Reduce):
+                best = max(best, instr.operands[0].type.shape[op.axis])
+            inner = trips
+            if isinstance(op, tile_ir.For):
+                lo, hi, step = (consts.get(v) for v in instr.operands[:3])
+                inner = trips * (len(range(lo, hi, step)) if None not in (lo, hi, step) else 1)
+            for region in instr.regions:
+                walk(region.block, inner)
+
+    walk(fn.body, 1)
+    return best
+
+
+def tolerance(kernel: Any, reference: np.ndarray, args: tuple[Any, ...],
+              launch_kw: dict[str, Any]) -> np.ndarray:
+    """Elementwise tolerance of a GPU result against the interpreter's: one rounding
+    of the output format plus f32 accumulation over the kernel's longest reduction
+    (``gamma_K = K u / (1 - K u)``, Higham sec. 3.1, scaled by ``|reference| + 1``
+    since the products' magnitudes are not known here)."""
+    module = kernel.compile(*args, **launch_kw)
+    k = longest_reduction(module.functions[kernel.name])
+    finfo = np.finfo(reference.dtype) if reference.dtype.kind == "f" else None
+    u_out = float(finfo.eps) / 2 if finfo is not None else 0.0
+    u = 2.0 ** -24
+    gamma = k * u / (1 - k * u)
+    ref = np.abs(reference.astype(np.float64))
+    return u_out * ref + gamma * (ref + 1.0)
+
+
+@user_api
+def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
+                            target: str | None = None, **launch_kw: Any) -> None:
+    """Run ``kernel`` on a backend and on the tile interpreter, each on its own copy of
+    the arguments, and compare every output: bit for bit for ``backend="target"`` (the
+    lowering must not change a bit), within :func:`tolerance` for ``"cuda"``. Raises
+    ``InterpretError`` naming the first output and element that differ."""
+    if not (callable(kernel) and hasattr(kernel, "specialise")):
+        raise ArgumentError(f"check_against_reference needs a @ts.kernel function, got "
+                            f"{type(kernel).__name__}",
+                            hint="pass the kernel first: check_against_reference(k, *args)")
+    ref_args = copy.deepcopy(args)
+    got_args = copy.deepcopy(args)
+    ref = _outputs(ref_args, kernel(*ref_args, **launch_kw))
+    got = _outputs(got_args, launch(kernel, launch_kw.pop("grid", None), got_args,
+                                    backend=backend, target=target, **launch_kw))
+    for k, (r, g) in enumerate(zip(ref, got)):
+        if backend == "target":
+            bad = r.view(np.uint8).reshape((*r.shape, -1)) != g.view(np.uint8).reshape(
+                (*g.shape, -1))
+            bad = bad.any(axis=-1)
+        else:
+            diff = np.abs(r.astype(np.float64) - g.astype(np.float64))
+            bad = ~(diff <= tolerance(kernel, r, args, launch_kw))
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InterpretError(f"output {k} of '{kernel.name}' differs from the "
+                                 f"interpreter at {at}: {g[at]!r} instead of {r[at]!r} "
+                                 f"({int(bad.sum())} elements differ, backend {backend})")
+
+
+__all__ = ["check_against_reference", "longest_reduction", "tolerance"]

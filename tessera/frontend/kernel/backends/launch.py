@@ -1,0 +1,122 @@
+"""The user-facing backend calls: ``ts.launch`` and ``ts.aot.save`` / ``ts.aot.load``
+(``ts.check_against_reference`` is in :mod:`tessera.frontend.kernel.backends.check`).
+
+Backends of :func:`launch`:
+
+* ``"interp"`` — the tile interpreter (the definition of meaning);
+* ``"target"`` — the kernel lowered for ``target`` and run by the Target IR
+  interpreter, on the CPU: what the emitted PTX means, bit for bit;
+* ``"cuda"`` — the kernel assembled for the GPU's architecture and launched through
+  the CUDA driver API (raises :class:`~tessera.backend.ptx.driver.GpuUnavailable` with
+  the reason where there is no GPU).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, user_api
+from tessera.frontend.kernel.backends.compile import (
+    CompiledKernel,
+    compile_kernel,
+    launch_result,
+    run_compiled,
+    target_arguments,
+)
+
+BACKENDS = ("interp", "target", "cuda")
+
+
+def device_target() -> str:
+    """The PTX target of GPU 0: sm_90a on Hopper, sm_80 on Ampere and Ada."""
+    from tessera.backend.ptx.driver.launch import device_compute_capability
+
+    major, _ = device_compute_capability()
+    if major >= 9:
+        return "sm_90a"
+    if major == 8:
+        return "sm_80"
+    raise ArgumentError(f"compute capability {major}.x is below sm_80",
+                        hint="Tessera's PTX backend targets sm_80 and sm_90a")
+
+
+def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
+              launch_kw: dict[str, Any]) -> Any:
+    from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays
+    from tessera.backend.ptx.driver.tensormap import encode
+
+    prep, _ = kernel.specialise(tuple(args), dict(launch_kw))
+    targs, out = target_arguments(compiled, prep.runtime)
+    cubin = compiled.assemble().cubin
+    with CudaModule(cubin) as module:
+        fn = module.function(compiled.name, compiled.signature)
+        staged = [a for a in targs if isinstance(a, np.ndarray)]
+        with DeviceArrays(module.driver, staged) as dev:
+            values = []
+            for a in targs:
+                if isinstance(a, np.ndarray):
+                    values.append(dev.pointer(a))
+                elif hasattr(a, "box"):  # a TensorMapArg: encode over the device copy
+                    values.append(encode(a.tensor_map(dev.pointer(a.array))))
+                else:
+                    values.append(a)
+            module.launch(fn, compiled.grid, compiled.block, 0, values)
+    return launch_result(compiled, prep, out)
+
+
+@user_api
+def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
+           backend: str = "cuda", target: str | None = None, **launch_kw: Any) -> Any:
+    """Launch ``kernel`` over ``grid`` on ``args`` with one backend (see the module doc);
+    arrays are updated in place and the kernel's result is returned."""
+    if backend not in BACKENDS:
+        raise ArgumentError(f"unknown backend {backend!r}", hint=f"use one of {BACKENDS}")
+    if grid is not None:
+        launch_kw["grid"] = grid
+    if backend == "interp":
+        return kernel(*args, **launch_kw)
+    if backend == "cuda":
+        from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
+
+        ok, why = cuda_available()
+        if not ok:
+            raise GpuUnavailable(f"no CUDA GPU: {why}",
+                                 hint="use backend='target' to run the lowered kernel on the CPU")
+        compiled = compile_kernel(kernel, *args, target=target or device_target(), **launch_kw)
+        return _run_cuda(compiled, kernel, tuple(args), launch_kw)
+    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", **launch_kw)
+    return run_compiled(compiled, kernel, *args, **launch_kw)
+
+
+class _Aot:
+    """``ts.aot``: ahead-of-time bundles of a kernel's PTX for several targets."""
+
+    @staticmethod
+    @user_api
+    def save(kernel: Any, path: str | Path, *args: Any, targets: tuple[str, ...] = ("sm_90a",),
+             assemble: bool = True, **launch_kw: Any) -> Path:
+        """Compile ``kernel`` (specialised on these example arguments) for ``targets``
+        and write a bundle directory; returns the manifest's path."""
+        from tessera.backend.ptx.driver.aot import save
+
+        compiled = [compile_kernel(kernel, *args, target=t, **launch_kw) for t in targets]
+        first = compiled[0]
+        return save(path, first.name, {c.target: c.ptx for c in compiled},
+                    signature=first.signature, specialization=first.specialization,
+                    assemble=assemble, grid=list(first.grid), block=[first.block, 1, 1],
+                    shared_bytes=0)
+
+    @staticmethod
+    def load(path: str | Path) -> Any:
+        """Read and verify a bundle (see :func:`tessera.backend.ptx.driver.aot.load`)."""
+        from tessera.backend.ptx.driver.aot import load
+
+        return load(path)
+
+
+aot = _Aot()
+
+__all__ = ["BACKENDS", "aot", "device_target", "launch"]

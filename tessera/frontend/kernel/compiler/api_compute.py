@@ -1,0 +1,136 @@
+"""Lowering of the ``ts.tile.*`` compute calls to Tile IR.
+
+``mma(a, b, accumulator=)`` takes the accumulation format (``accumulator=ts.f32``, the
+default is the policy's accumulator of ``a``, f32 for bf16) or an accumulator tile to
+add to (``mma(a, b, acc)`` = ``acc + a @ b``, accumulated as one chain). Unary math
+of integer tiles computes in f32 (``abs`` keeps the integer format); reductions need a
+constant axis. Each rule registers in ``API_RULES`` with its parameters.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from typing import Any
+
+from tessera.frontend.kernel.compiler.api import element_arg, shape_arg
+from tessera.frontend.kernel.compiler.rules import api_rule
+from tessera.frontend.kernel.compiler.state import F32, CompileState, is_value, kind_of
+from tessera.ir.core import Value
+from tessera.ir.dialects.tile import BOOL, MemRefType
+from tessera.ir.dialects.tile import compute as C
+from tessera.ir.types import TensorType
+from tessera.numerics import accum_of
+
+
+@api_rule("mma", params=("a", "b", "accumulator"), defaults={"accumulator": None})
+def _mma(state: CompileState, node: ast.AST, a: Any, b: Any, accumulator: Any) -> Value:
+    ta, tb = state.as_tile(a, node), state.as_tile(b, node)
+    acc_tile = None
+    if is_value(accumulator):
+        acc_tile = state.as_tile(accumulator, node)
+        acc = acc_tile.type.element  # type: ignore[attr-defined]
+    elif accumulator is None:
+        acc = accum_of(ta.type.element)  # type: ignore[attr-defined]
+    else:
+        acc = element_arg(state, accumulator, node)
+    operands = [ta, tb] + ([acc_tile] if acc_tile is not None else [])
+    return state.emit1(C.Mma(acc), operands, node)
+
+
+@api_rule("zeros", params=("shape", "dtype"), defaults={"dtype": None})
+def _zeros(state: CompileState, node: ast.AST, shape: Any, dtype: Any) -> Value:
+    elem = element_arg(state, dtype, node)
+    zero = {"float": 0.0, "bool": False}.get(kind_of(elem), 0)
+    return state.emit1(C.Full(shape_arg(state, shape, node), zero, elem), [], node)
+
+
+@api_rule("full", params=("shape", "value", "dtype"), defaults={"dtype": None})
+def _full(state: CompileState, node: ast.AST, shape: Any, value: Any, dtype: Any) -> Value:
+    if is_value(value):
+        v = state.as_tile(value, node)
+        cast = state.cast(v, element_arg(state, dtype, node, v.type.element), node)
+        return state.broadcast(cast, shape_arg(state, shape, node), node)
+    elem = element_arg(state, dtype, node)
+    if kind_of(elem) == "float":
+        value = float(value)
+    elif kind_of(elem) == "bool":
+        value = bool(value)
+    else:
+        value = int(value)
+    return state.emit1(C.Full(shape_arg(state, shape, node), value, elem), [], node)
+
+
+def _unary(state: CompileState, node: ast.AST, x: Any, cls: Any) -> Value:
+    v = state.as_tile(x, node)
+    if kind_of(v.type.element) != "float" and cls is not C.Abs:  # type: ignore
+        v = state.cast(v, F32, node)
+    return state.emit1(cls(), [v], node)
+
+
+#: the unary ``ts.tile`` functions and their ops (one rule each, ``(x)``)
+UNARY = {"exp": C.Exp, "log": C.Log, "sqrt": C.Sqrt, "abs": C.Abs}
+for _name, _cls in UNARY.items():
+    api_rule(_name, params=("x",))(functools.partial(_unary, cls=_cls))
+
+
+@api_rule("maximum", params=("a", "b"))
+def _maximum(state: CompileState, node: ast.AST, a: Any, b: Any) -> Value:
+    return state.emit1(C.Maximum(), list(state.unify(a, b, node)), node)
+
+
+@api_rule("minimum", params=("a", "b"))
+def _minimum(state: CompileState, node: ast.AST, a: Any, b: Any) -> Value:
+    return state.emit1(C.Minimum(), list(state.unify(a, b, node)), node)
+
+
+@api_rule("where", params=("cond", "a", "b"))
+def _where(state: CompileState, node: ast.AST, cond: Any, a: Any, b: Any) -> Value:
+    va, vb = state.unify(a, b, node)
+    c = state.as_tile(cond, node)
+    if kind_of(c.type.element) != "bool":  # type: ignore[attr-defined]
+        c = state.cast(c, BOOL, node)
+    c, va = state.broadcast_pair(c, va, node)
+    c, vb = state.broadcast_pair(c, vb, node)
+    va, vb = state.broadcast_pair(va, vb, node)
+    return state.emit1(C.Where(), [c, va, vb], node)
+
+
+def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str) -> Value:
+    v = state.as_tile(x, node)
+    if v.type.rank == 0 or is_value(axis):  # type: ignore[attr-defined]
+        raise state.error(f"{kind} reductions need a tile of rank >= 1 and a constant "
+                          "axis", node)
+    return state.emit1(C.Reduce(kind, int(axis)), [v], node)
+
+
+for _name, _kind in {"row_max": "max", "row_sum": "sum"}.items():
+    api_rule(_name, params=("x",))(functools.partial(_reduce, axis=-1, kind=_kind))
+for _name, _kind in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}.items():
+    api_rule(_name, params=("x", "axis"), defaults={"axis": -1})(
+        functools.partial(_reduce, kind=_kind))
+
+
+@api_rule("causal_mask", params=("scores", "q_start", "k_start"))
+def _causal_mask(state: CompileState, node: ast.AST, scores: Any, q_start: Any,
+                 k_start: Any) -> Value:
+    s = state.as_tile(scores, node)
+    return state.emit1(C.CausalMask(), [s, state.as_index(q_start, node),
+                                        state.as_index(k_start, node)], node)
+
+
+@api_rule("cast", params=("x", "dtype"))
+def _cast(state: CompileState, node: ast.AST, x: Any, dtype: Any) -> Value:
+    v = state.as_tile(x, node)
+    to = element_arg(state, dtype, node)
+    t = v.type
+    assert isinstance(t, TensorType) and not isinstance(t, MemRefType)
+    if t.element == to and kind_of(to) != "float":
+        return v
+    # an explicit cast to the same float format is kept: it rounds a wide (exactly
+    # accumulated) mma result to the format, as the docs promise
+    return state.emit1(C.Cast(to), [v], node) if kind_of(to) != "bool" else \
+        state.cast(v, to, node)
+
+
+__all__ = ["UNARY"]

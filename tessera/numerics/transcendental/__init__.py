@@ -1,0 +1,6 @@
+"""Transcendental functions defined by a specified algorithm, so every backend has its bits.
+
+* :mod:`.exp` -- the f32 exponential: float64 range reduction and polynomial, one
+  rounding, correctly rounded for every float32 input.
+* :mod:`.exp_native` -- the same operations compiled with llvmlite to a vector loop.
+"""

@@ -1,0 +1,56 @@
+"""``ts.check_against_reference``: a planted difference is reported at its first
+element, and the GPU tolerance follows the kernel's longest reduction."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.errors import InterpretError
+from tessera.frontend.kernel.backends.check import longest_reduction, tolerance
+from tessera.frontend.kernel.backends.compile import compile_kernel
+from tests.lower.test_lowering import example
+
+BF16 = ml_dtypes.bfloat16
+rng = np.random.default_rng(5)
+
+
+def test_check_against_reference_reports_the_first_difference() -> None:
+    gemm = example("gemm").gemm
+    a = rng.standard_normal((64, 64)).astype(BF16)
+    b = rng.standard_normal((64, 64)).astype(BF16)
+    c = np.zeros((64, 64), np.float32)
+    ts.check_against_reference(gemm, a, b, c, backend="target", target="sm_80",
+                               tile_shape=(64, 64, 32))
+    compiled = compile_kernel(gemm, a, b, c, target="sm_80", tile_shape=(64, 64, 32))
+    # the same kernel with its stores dropped writes nothing: caught, with the element
+    from tessera.ir.core import walk
+    from tessera.ir.dialects.target.ops import Store
+
+    for instr in list(walk(compiled.kernel.body)):
+        if isinstance(instr.op, Store):
+            instr.parent.instrs.remove(instr)
+    import tessera.frontend.kernel.backends.launch as api
+
+    real = api.compile_kernel
+    api.compile_kernel = lambda *args, **kw: compiled  # type: ignore[assignment]
+    try:
+        with pytest.raises(InterpretError, match=r"output 2 of 'gemm' differs .* at \(0, 0\)"):
+            ts.check_against_reference(gemm, a, b, c, backend="target", target="sm_80",
+                                       tile_shape=(64, 64, 32))
+    finally:
+        api.compile_kernel = real
+
+
+def test_gpu_tolerance_follows_the_longest_reduction() -> None:
+    gemm = example("gemm").gemm
+    a, b = np.ones((128, 96), BF16), np.ones((96, 64), BF16)
+    c = np.zeros((128, 64), np.float32)
+    fn = gemm.compile(a, b, c, tile_shape=(64, 64, 32)).functions["gemm"]
+    assert longest_reduction(fn) == 96  # K = 3 steps of 32
+    ref = np.full((2, 2), 96.0, np.float32)
+    tol = tolerance(gemm, ref, (a, b, c), {"tile_shape": (64, 64, 32)})
+    u = 2.0 ** -24
+    assert np.allclose(tol, u * 96 + 96 * u / (1 - 96 * u) * 97)
