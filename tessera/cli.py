@@ -1,6 +1,7 @@
 """The ``tessera`` command line.
 
-    tessera ir FILE.py:FUNC [--stage graph|tile|target] [--arg NAME=4x8:f32 ...] [--const K=V]
+    tessera ir FILE.py:FUNC [--stage graph|schedule|tile|target] [--arg NAME=4x8:f32 ...]
+                            [--const K=V]
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes

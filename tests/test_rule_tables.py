@@ -61,7 +61,7 @@ def unruled(prefix: str, *tables: Any, exempt: Any = ()) -> list[str]:
                   and not any(cls in table for table in tables))
 
 
-@pytest.mark.parametrize("prefix", ["graph", "tile", "ptx"])
+@pytest.mark.parametrize("prefix", ["graph", "schedule", "tile", "ptx"])
 def test_every_op_class_is_registered(prefix: str) -> None:
     """An op class missing from ``OPS`` would escape every completeness test below."""
     defined = {cls for cls in _subclasses(Op) if cls.__module__.startswith("tessera.")
@@ -110,6 +110,15 @@ def test_every_collective_runs_on_a_mesh_and_in_index_launch_bodies() -> None:
     collectives = {cls for cls in dialect_ops("graph")
                    if cls.__module__ == graph_collective.__name__}
     assert collectives and collectives <= set(COLLECTIVES) & set(LOCAL_VIEW)
+
+
+# -- Schedule IR
+
+
+def test_every_schedule_op_has_an_interpreter_rule() -> None:
+    """Scheduled functions run with the graph interpreter (interp/schedule.py)."""
+    assert unruled("schedule", IMPL) == []
+    assert all(cls in IMPL for cls in dialect_ops("schedule"))
 
 
 # -- Tile IR

@@ -265,15 +265,20 @@ def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
     if not isinstance(stage, str) or stage not in STAGES:
         raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)} "
                          "(example arguments come after the stage)")
-    if stage != "graph":
+    if stage not in ("graph", "schedule"):
         raise StageError(f"the {stage!r} stage is not built for graph functions yet: graph "
-                         "functions run from Graph IR", hint="inspect stage 'graph'")
+                         "functions run from Graph IR", hint="inspect stage 'graph' or "
+                         "'schedule'")
     if args or kwargs:
         compiled = fn.compile(*args, **kwargs)
     elif fn.last is not None:
         compiled = fn.last
     else:
         compiled = fn.compile(*_symbolic_args(fn))
+    if stage == "schedule":
+        from tessera.ir.transforms.schedule import schedule_module
+
+        return str(schedule_module(compiled.module))
     return str(compiled.module)
 
 

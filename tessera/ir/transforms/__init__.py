@@ -1,6 +1,6 @@
-"""IR passes, one per file (placements in ``sharding/``); importing this package
-registers them all."""
+"""IR passes, one per file (placements in ``sharding/``, Schedule IR's passes in
+``schedule/``); importing this package registers them all."""
 
-from tessera.ir.transforms import canonicalize, cse, dce, sharding
+from tessera.ir.transforms import canonicalize, cse, dce, schedule, sharding
 
-__all__ = ["canonicalize", "cse", "dce", "sharding"]
+__all__ = ["canonicalize", "cse", "dce", "schedule", "sharding"]
