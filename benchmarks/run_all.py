@@ -15,8 +15,9 @@ HERE = Path(__file__).parent
 
 
 def main(names: list[str]) -> int:
-    # triton_anchor.py runs inside its own environment, started by tile_kernels.py.
-    skip = {Path(__file__).name, "triton_anchor.py"}
+    # triton_anchor.py runs inside its own environment, started by tile_kernels.py;
+    # revisions.py is the A/B driver that runs the others.
+    skip = {Path(__file__).name, "triton_anchor.py", "revisions.py"}
     scripts = sorted(p for p in HERE.glob("*.py") if p.name not in skip)
     if names:
         scripts = [p for p in scripts if p.stem in names]
