@@ -118,13 +118,28 @@ def path(name: str) -> FastPath:
 
 @contextmanager
 def disabled(*names: str) -> Iterator[None]:
-    """Compile and run without the named fast paths inside the ``with`` block (``only()``
-    turns every one off). Compiled kernels are cached per set of disabled fast paths,
-    so a kernel compiled before is compiled again here."""
+    """Compile and run without the named fast paths inside the ``with`` block, besides
+    those already off. Compiled kernels are cached per set of disabled fast paths, so a
+    kernel compiled before is compiled again here."""
+    with _switched(_OFF | {path(n).name for n in names}):
+        yield
+
+
+@contextmanager
+def only(*names: str) -> Iterator[None]:
+    """Compile and run with exactly the named fast paths enabled inside the ``with``
+    block (none: the reference's steps, in checked or fast mode's schedules)."""
+    keep = {path(n).name for n in names}
+    with _switched({n for n in load() if n not in keep}):
+        yield
+
+
+@contextmanager
+def _switched(off_now: set[str]) -> Iterator[None]:
     global _on, _off
-    chosen = {path(n).name for n in names}
     before = set(_OFF)
-    _OFF.update(chosen)
+    _OFF.clear()
+    _OFF.update(off_now)
     _on, _off = None, frozenset(_OFF)
     try:
         yield
@@ -132,15 +147,6 @@ def disabled(*names: str) -> Iterator[None]:
         _OFF.clear()
         _OFF.update(before)
         _on, _off = None, frozenset(_OFF)
-
-
-@contextmanager
-def only(*names: str) -> Iterator[None]:
-    """Compile and run with exactly the named fast paths enabled (none: the reference's
-    steps in checked or fast mode's schedules)."""
-    keep = {path(n).name for n in names}
-    with disabled(*(n for n in load() if n not in keep)):
-        yield
 
 
 __all__ = ["MODULES", "REGISTRY", "FastPath", "disabled", "enabled", "load", "off", "only",
