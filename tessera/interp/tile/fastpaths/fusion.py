@@ -149,7 +149,9 @@ def fusions(block: Block, enabled: frozenset[str] | None = None) -> dict[Instr, 
         else:
             continue
         for p in candidates:
-            if counts.get(p.results[0]) == 1 and p not in taken:
+            # (a producer fused with its own producer is not a step that computes its
+            # operands: ``m = m + mma(a, b)`` stored at once keeps the add's own step)
+            if counts.get(p.results[0]) == 1 and p not in taken and p not in found:
                 found[instr] = p
                 taken.add(p)
                 break
