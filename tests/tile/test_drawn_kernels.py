@@ -4,7 +4,8 @@ every fast path, in every schedule: the same result bits, or the same sanitizer 
 
 The kernels are written as text from a small grammar of statements: ``ts.tile.range``
 loops (uniform and per-tile trip counts), ``if`` on ids and on values, shared-memory
-exchanges between the tiles of a group with barriers, ``mma`` accumulation (``acc =
+exchanges between the tiles of a group with barriers, the ``while`` tree of a block
+reduction, ``mma`` accumulation (``acc =
 mma(a, b, acc)``, ``acc += mma(a, b)``, a scaled product), row and whole-tile
 reductions, elementwise ops in f32, bf16, f16 and f64, ``+=`` into global memory.
 Planted bugs draw a missing barrier (a race) or a window one element too long (out of
@@ -107,6 +108,18 @@ def exchange(racy: bool) -> list[str]:
     return [*lines, "t = t * 0.5 + buf[other:other + 8]"]
 
 
+def tree() -> list[str]:
+    """The group's sum of ``s`` by the shared-memory tree of a block reduction."""
+    return ["ts.tile.barrier()", "buf[lid] = s", "ts.tile.barrier()",
+            "stride = ts.tile.group_size() // 2",
+            "while stride > 0:",
+            "    if ts.tile.local_id() < stride:",
+            "        buf[ts.tile.local_id()] += buf[ts.tile.local_id() + stride]",
+            "    ts.tile.barrier()",
+            "    stride //= 2",
+            "s = s * 0.5 + buf[0]"]
+
+
 def indent(lines: list[str]) -> list[str]:
     return ["    " + line for line in lines]
 
@@ -123,7 +136,7 @@ def blocks(draw: st.DrawFn, depth: int, uniform: bool) -> list[str]:
             # paths are wide or not for all of them together, which makes the bits of a
             # later add depend on the schedule (the vectorised schedule merges tiles of
             # several groups); see the module docstring
-            kinds += ["exchange", "product"]
+            kinds += ["exchange", "tree", "product", "product"]
         if depth < 2:
             kinds += ["for", "for", "if"]
         kind = draw(st.sampled_from(kinds))
@@ -138,6 +151,8 @@ def blocks(draw: st.DrawFn, depth: int, uniform: bool) -> list[str]:
                                                "upd[base] += s"])))
         elif kind == "exchange":
             lines += exchange(racy=False)
+        elif kind == "tree":
+            lines += tree()
         elif kind == "for":
             var = f"i{depth}"
             per_tile = draw(st.booleans())
@@ -195,7 +210,7 @@ def outcome(kernel: Any, inputs: list[np.ndarray], **launch: Any) -> tuple[Any, 
     return ("bits", *(a.tobytes() for a in args[3:]))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=kernels(), groups=st.integers(1, 3), group=st.sampled_from([1, 2, 4]),
        seed=st.integers(0, 2**16))
 def test_drawn_kernels_run_alike_in_every_mode_and_schedule(drawn: tuple[str, str | None],
