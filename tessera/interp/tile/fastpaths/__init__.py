@@ -16,9 +16,11 @@ reference computation (per run for loops and loads, per compiled op otherwise).
         kernel(...)                 # compiled and run without the tree fast path
     fastpaths.enabled()             # the names now on
 
-Caches of pure functions of read-only inputs (access plans, compacted contexts, the
-roots of a launch geometry) are not fast paths: they return the object the computation
-would make, not a different computation.
+Not fast paths, and so not switched: caches of pure functions of read-only inputs
+(access plans, compacted contexts, the roots of a launch geometry, an ``mma`` operand's
+float64 copy), which return what the computation would make; registers cleared after
+their last use; and the numerics library's own shortcuts, each proven and tested
+where it is defined (:mod:`tessera.numerics.treesum`, :mod:`tessera.numerics.transcendental`).
 """
 
 from __future__ import annotations
