@@ -16,7 +16,8 @@ a loop whose path differs between tiles. The simulator keeps an ``mma`` result w
 (float64) until it is rounded, per array rather than per tile, so a tile whose own
 path rounded its accumulator gets a wide one again when it is merged with tiles whose
 path did not, and a later ``acc + x`` rounds differently in the vectorised schedule
-(which merges tiles of several groups) than group by group.
+(which merges tiles of several groups) than group by group. The last test pins that
+case (a strict expected failure, until wideness is decided per tile).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -234,3 +236,30 @@ def test_drawn_kernels_run_alike_in_every_mode_and_schedule(drawn: tuple[str, st
         assert want[:2] == ("report", "out of bounds"), source
     if bug == "race" and group > 1:
         assert want[:2] == ("report", "race"), source
+
+
+WIDE_ACROSS_PATHS = HEADER + '''    for i0 in ts.tile.range(0, lid + 1):
+        if ts.tile.linear_id() < 3:
+            m = ts.tile.mma(a[0:8, 0:8], b[0:8, 0:8], m)
+        else:
+            m = m + ts.tile.mma(a[0:8, 0:8], b[0:8, 0:8]) * 0.5
+    m = ts.tile.mma(a[0:8, 0:8], b[0:8, 0:8], m)
+''' + FOOTER
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="wide mma accumulators merged across divergent paths "
+                   "(docs/kernels.md, section 11): the vectorised schedule differs from the "
+                   "group-by-group reference in the last bit")
+def test_wide_accumulators_merged_across_paths_agree() -> None:
+    kernel = load(WIDE_ACROSS_PATHS)
+    rng = np.random.default_rng(0)
+    n = 8 * T
+    inputs = [rng.standard_normal(n).astype(np.float32),
+              rng.standard_normal((T, T)).astype(ml_dtypes.bfloat16),
+              rng.standard_normal((T, T)).astype(ml_dtypes.bfloat16),
+              np.zeros(n, np.float32), np.zeros((n, T), np.float32), np.zeros(2, np.float32),
+              np.zeros(n, np.float32)]
+    want = outcome(kernel, inputs, mode="reference", grid=2, group_size=4)
+    assert outcome(kernel, inputs, mode="checked", schedule="vectorized", grid=2,
+                   group_size=4) == want
