@@ -1,6 +1,6 @@
-"""Helpers for the tests of the simulator's loop fast paths (``tile_flow.strided_sum``,
-``tile_flow.tree_sum``): the shipped block reduction, freshly loaded, and a spy that
-records what each fast-path runner returned."""
+"""Helpers for the tests of the simulator's fast paths: the shipped block reduction,
+freshly loaded, and the count of the times a fast path replaced the reference
+computation (``fastpaths.REGISTRY[name].taken``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-import tessera.interp.tile.flow as flow
+from tessera.interp.tile import fastpaths
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,16 +24,6 @@ def block_reduction() -> Any:
     return module.block_reduction
 
 
-def record_runs(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
-    """Wrap the fast-path factory ``tile_flow.<name>``; the returned list gets the
-    result of every run of a runner it made (None: the general loop ran instead)."""
-    runs: list[Any] = []
-    original = getattr(flow, name)
-
-    def spy(c, instr):  # type: ignore[no-untyped-def]
-        runner = original(c, instr)
-        if runner is None:
-            return None
-        return lambda *a: runs.append(runner(*a)) or runs[-1]
-    monkeypatch.setattr(flow, name, spy)
-    return runs
+def taken(name: str) -> int:
+    """How often fast path ``name`` has replaced the reference computation so far."""
+    return fastpaths.path(name).taken

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.interp.tile.exec import row_reduced
+from tessera.interp.tile.fastpaths.fusion import row_reduced
 from tessera.interp.tile.mma import folded_matmul
 
 

@@ -215,7 +215,7 @@ def test_registers_are_released_after_their_last_use() -> None:
     """A tile value's slot is cleared after the last step that reads it: in the loop
     ``y[0:n] = y[0:n] + t`` both loaded tiles die at the store (which runs the fused
     add); memory views, scalars and yielded values are not released."""
-    from tessera.interp.tile.exec import fusions
+    from tessera.interp.tile.fastpaths.fusion import fusions
     from tessera.interp.tile.live import last_uses
 
     kernel = ts.kernel(_accumulate)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-import tessera.interp.tile.flow as flow
+from tessera.interp.tile import fastpaths
 from tessera.interp.tile.fastpaths.pending import PendingMma
 from tests.tile.test_simulator import gemm_f32
 
@@ -66,14 +66,9 @@ def bf16(rng: np.random.Generator, *shape: int) -> np.ndarray:
 
 
 def launch(kernel, a, b, tile, mode="checked", defer=True, schedule="auto"):  # type: ignore[no-untyped-def]
-    saved = flow.deferrable
-    if not defer:
-        flow.deferrable = lambda loop, fused: {}
-    try:
+    with fastpaths.disabled(*(() if defer else ("deferred_mma",))):
         c = np.zeros((a.shape[0], b.shape[1]), np.float32)
         kernel(a, b, c, tile_shape=tile, mode=mode, schedule=schedule)
-    finally:
-        flow.deferrable = saved
     return c
 
 
@@ -117,26 +112,20 @@ def test_flush_at_max_k_keeps_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert np.array_equal(launch(staged, a, b, (16, 16, 16)), want)
 
 
-def test_which_loops_defer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_which_loops_defer() -> None:
     """The GEMM loops defer; a loop that scales the accumulator, or whose trip count
     differs between programs, computes every trip (and still gets the right answer)."""
-    made: list[int] = []
-    original = PendingMma.__init__
-
-    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        made.append(1)
-        original(self, *args, **kwargs)
-    monkeypatch.setattr(PendingMma, "__init__", spy)
+    deferred = fastpaths.path("deferred_mma")
     rng = np.random.default_rng(4)
     a, b = bf16(rng, 32, 64), bf16(rng, 64, 32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     for kernel, defers in ((staged, True), (plus_equals, True), (scaled, False)):
-        made.clear()
+        before = deferred.taken
         launch(kernel, a, b, (16, 16, 16))
-        assert bool(made) is defers, kernel
-    made.clear()
+        assert (deferred.taken > before) is defers, kernel
+    before = deferred.taken
     got = launch(ragged, a, b, (16, 16, 16))
-    assert not made
+    assert deferred.taken == before
     # rows 0-15 sum K in [0, 16), rows 16-31 in [0, 32)
     for rows, k in ((slice(0, 16), 16), (slice(16, 32), 32)):
         want = (a[rows, :k].astype(np.float64) @ b[:k].astype(np.float64)).astype(np.float32)

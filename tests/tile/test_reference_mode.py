@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-import tessera.interp.tile.flow as flow
-from tessera.interp.tile import exec as tile_exec
+from tessera.interp.tile import fastpaths
 from tests.tile import bugs, bugs_order, correct_order
 from tests.tile.fastpaths import block_reduction
 from tests.tile.test_schedules import SUITES, _report
@@ -49,22 +48,29 @@ def test_reference_runs_the_correct_kernels_to_the_same_bits(case: Any) -> None:
     assert _bits(ref) == _bits(chk)
 
 
-def test_reference_takes_no_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loop fast paths and the fusions are never consulted in reference mode."""
-    def refuse(*_args: Any) -> Any:
-        raise AssertionError("a fast path was consulted")
-    for name in ("strided_sum", "tree_sum", "deferrable"):
-        monkeypatch.setattr(flow, name, refuse)
-    monkeypatch.setattr(tile_exec, "fusions", refuse)
-    monkeypatch.setattr(tile_exec, "quiet_accesses", refuse)
+def _taken() -> dict[str, int]:
+    return {name: p.taken for name, p in fastpaths.load().items()}
+
+
+def test_reference_takes_no_fast_path() -> None:
+    """No fast path is compiled or taken in reference mode; checked mode takes the loop
+    fast paths of the same kernels."""
     data = np.arange(2048, dtype=np.float32)
-    total = np.zeros(1, np.float32)
-    block_reduction()(data, total, grid=4, group_size=64, mode="reference")
-    assert total[0] == data.sum()
     a = np.ones((32, 32), np.float32)
-    c = np.zeros((32, 32), np.float32)
-    gemm_f32(a, a, c, tile_shape=(16, 16, 8), mode="reference")
-    assert (c == 32).all()
+    before = _taken()
+    for mode in ("reference", "checked"):
+        total = np.zeros(1, np.float32)
+        block_reduction()(data, total, grid=4, group_size=64, mode=mode)
+        assert total[0] == data.sum()
+        c = np.zeros((32, 32), np.float32)
+        gemm_f32(a, a, c, tile_shape=(16, 16, 8), mode=mode)
+        assert (c == 32).all()
+        after = _taken()
+        changed = {n for n in after if after[n] != before[n]}
+        if mode == "reference":
+            assert not changed
+        else:
+            assert {"strided_sum", "tree_sum", "deferred_mma"} <= changed
 
 
 @settings(max_examples=12, deadline=None)

@@ -87,3 +87,24 @@ def test_tiles_writing_one_element_are_reported() -> None:
         overlapping(x, out, tile_shape=(128,))
     line = next(k for k, text in enumerate(SOURCE, 1) if "every tile writes" in text)
     assert info.value.loc.line == line and "store to" in str(info.value)
+
+
+@ts.kernel
+def product_stored(a: ts.Tensor[8, 8, ts.bf16], b: ts.Tensor[8, 8, ts.bf16],
+                   out: ts.Tensor[8, 8, ts.f32]):
+    acc = ts.tile.full((8, 8), 0.25, ts.f32)
+    acc = acc + ts.tile.mma(a[0:8, 0:8], b[0:8, 0:8])  # fused with its mma: not into the store
+    out[0:8, 0:8] = acc
+
+
+@pytest.mark.parametrize("mode", ["reference", "checked", "fast"])
+def test_a_sum_fused_with_its_mma_is_not_fused_into_the_store(mode: str) -> None:
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((8, 8)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    out = np.zeros((8, 8), np.float32)
+    product_stored(a, b, out, grid=1, mode=mode)
+    want = (0.25 + a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    if mode == "fast":  # float32 products and sums
+        assert np.allclose(out, want, rtol=1e-5, atol=1e-5)
+    else:  # bf16 products are exact in float64, and so is their sum here: one rounding
+        assert np.array_equal(out, want)

@@ -49,6 +49,7 @@ from tessera.frontend.kernel.tuning.autotune import configurations
 from tessera.frontend.kernel.tuning.search import Tuner
 from tessera.interp.tile import SCHEDULES, LaunchGeometry, PreparedKernel, analyse, launch
 from tessera.interp.tile import prepare as prepare_sim
+from tessera.interp.tile.fastpaths import off as fastpaths_off
 from tessera.ir.core import Module
 from tessera.numerics import storage_of
 
@@ -170,9 +171,10 @@ class Kernel:
         fast = mode == "fast"
         if mode == "reference":  # the plain definition, group after group
             schedule = "sequential"
-        compiled = self.programs.get((prep.key, mode))
+        key = (prep.key, mode, fastpaths_off())  # compiled with the fast paths now on
+        compiled = self.programs.get(key)
         if compiled is None:
-            compiled = self.programs[(prep.key, mode)] = prepare_sim(
+            compiled = self.programs[key] = prepare_sim(
                 fn, fast, reference=mode == "reference")
         written, names = self.writes[prep.key]
         # the last argument checks; all of them are made before anything runs

@@ -3,8 +3,9 @@
 Every value of a kernel gets a slot in a register list; every instruction becomes one
 closure ``step(frame)`` that reads its operand slots, makes one NumPy call for all
 programs at once and writes its result slot. Running a block is a walk over its list
-of steps: no per-op dispatch beyond the call. Control flow (:mod:`tessera.interp.tile.flow`) runs
-regions in place when a condition is uniform and in compacted frames when it is not.
+of steps: no per-op dispatch beyond the call. The steps are the reference rules
+(:mod:`tessera.interp.tile.reference`: control flow, memory; :mod:`.rules` for values),
+each wrapped by the enabled fast paths of its op (:mod:`tessera.interp.tile.fastpaths`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,14 @@ import numpy as np
 
 from tessera.errors import InterpretError, TesseraError
 from tessera.interp.slots import Slots
+from tessera.interp.tile import fastpaths
 from tessera.interp.tile.context import Ctx
 from tessera.interp.tile.fastpaths.memo import coordinate_memo
 from tessera.interp.tile.live import last_uses, releasing
-from tessera.interp.tile.memory.access import broadcast_shape
-from tessera.interp.tile.numeric import F32, num
-from tessera.interp.tile.phase import quiet_accesses
-from tessera.interp.tile.rules import IMPLS, mma_rule
+from tessera.interp.tile.numeric import num
+from tessera.interp.tile.rules import IMPLS
 from tessera.interp.tile.state import Reschedule, State
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
-from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
 from tessera.ir.dialects.tile import memory as M
 from tessera.ir.types import TensorType
 
@@ -92,24 +90,41 @@ step_rule = rule_decorator(STEPS, "step rule")  # ``@step_rule(OpA, OpB)``
 
 
 class Compiler(Slots):
-    """Assigns slots and turns blocks into :class:`Body` objects."""
+    """Assigns slots and turns blocks into :class:`Body` objects: each op's reference
+    step, wrapped by the ``enabled`` fast paths (none: the reference definition)."""
 
-    def __init__(self, fast: bool, reference: bool = False) -> None:
+    def __init__(self, fast: bool, enabled: frozenset[str] = frozenset(),
+                 fn: Function | None = None) -> None:
         super().__init__()
         self.fast = fast
-        #: the plain definition: no fusion, memo, quiet access or loop fast path
-        self.reference = reference
-        #: the fusions of every compiled block (consumer -> producer, see ``fusions``)
+        self.fn = fn
+        #: the names of the fast paths compiled in (``fastpaths.REGISTRY``)
+        self.enabled = enabled
+        self.wrappers = fastpaths.wrappers(enabled)
+        #: the fusions of every compiled block (consumer -> producer, see
+        #: ``fastpaths.fusion``)
         self.fused: dict[Block, dict[Instr, Instr]] = {}
-        #: shared accesses whose race-shadow entries nothing reads (see tile_phase)
-        self.quiet: set[Instr] = set()
-        #: a global write after which nothing in the launch can fail: a vectorised run
-        #: need not save the tensor it writes (see memory.globals._planned_write)
+        #: a global write after which nothing in the launch can fail (``last_store``)
         self.last: Instr | None = None
+        self.bodies: dict[Block, Body] = {}
+        self.analyses: dict[str, Any] = {}
+
+    def cached(self, key: str, analyse: Callable[[Function], Any]) -> Any:
+        """``analyse(fn)`` of the kernel being compiled, computed once."""
+        if key not in self.analyses:
+            self.analyses[key] = analyse(self.fn)  # type: ignore[arg-type]
+        return self.analyses[key]
 
     def body(self, block: Block) -> Body:
+        """The compiled ``block`` (once: a loop's fast paths share its body)."""
+        found = self.bodies.get(block)
+        if found is None:
+            found = self.bodies[block] = self._body(block)
+        return found
+
+    def _body(self, block: Block) -> Body:
         args = [self.slot(a) for a in block.args]
-        fused = self.fused[block] = {} if self.reference else fusions(block)
+        fused = self.fused[block] = self._fusions(block)
         kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
         steps = [self.fuse(i, fused[i]) if i in fused else self.instr(i) for i in kept]
         # clear each tile value's register after its last use (see tile_live)
@@ -129,13 +144,20 @@ class Compiler(Slots):
         liveins = [(self.slot(v), rank_of(v)) for v in used if v not in defined]
         return Body(steps, args, yields, liveins)
 
+    def _fusions(self, block: Block) -> dict[Instr, Instr]:
+        if not self.enabled & {"fused_mma_add", "fused_mma_scale", "fused_store"}:
+            return {}
+        from tessera.interp.tile.fastpaths.fusion import fusions
+        return fusions(block, self.enabled)
+
     def instr(self, instr: Instr) -> Step:
         cls = type(instr.op)
         if cls in IMPLS:
             impl = IMPLS[cls](instr, self.fast)
-            if _integral(instr) and instr.operands and not self.reference:
+            if _integral(instr) and instr.operands and "coordinate_memo" in self.enabled:
                 # integer results of coordinates alone are the same in every launch of
                 # a geometry (a constant is made once already)
+                fastpaths.REGISTRY["coordinate_memo"].taken += 1
                 impl = coordinate_memo(impl)
             step = self._pure(instr, impl)
         elif cls in STEPS:
@@ -144,13 +166,16 @@ class Compiler(Slots):
             raise InterpretError(f"the tile simulator has no rule for {instr.op.name}",
                                  loc=instr.loc, hint="every Tile IR op needs a rule in "
                                  "tessera.interp.tile.rules or tile_exec")
+        for path in self.wrappers.get(cls, ()):
+            step = path.factory(self, instr, step) or step  # type: ignore[misc]
         step.loc = instr.loc  # type: ignore[attr-defined]
         step.opname = instr.op.name  # type: ignore[attr-defined]
         return step
 
     def fuse(self, consumer: Instr, producer: Instr) -> Step:
         """One step for ``consumer`` and the ``producer`` of one of its operands."""
-        step = FUSED[type(consumer.op)](self, consumer, producer)
+        from tessera.interp.tile.fastpaths.fusion import fused_step
+        step = fused_step(self, consumer, producer)
         step.loc = producer.loc  # type: ignore[attr-defined]
         step.opname = f"{producer.op.name}+{consumer.op.name}"  # type: ignore[attr-defined]
         return step
@@ -191,90 +216,6 @@ def _integral(instr: Instr) -> bool:
     return num(instr.results[0].type.element).kind in ("int", "bool")
 
 
-def _mma_add(c: Compiler, add: Instr, mma: Instr) -> Step:
-    """``acc + mma(a, b)`` as one ``mma(a, b, acc)``: the same sum, one array less."""
-    other = add.operands[1] if add.operands[0] is mma.results[0] else add.operands[0]
-    impl = IMPLS[C.Mma](Instr(mma.op, [*mma.operands, other], add.results, [], mma.loc),
-                        c.fast)
-    a, b, acc = (c.slot(v) for v in (*mma.operands, other))
-    out = c.slot(add.results[0])
-
-    def step(fr: Frame) -> None:
-        r = fr.regs
-        r[out] = impl(r[a], r[b], r[acc])
-    return step
-
-
-def row_reduced(instr: Instr) -> bool:
-    """Whether ``instr``'s result is reduced along its rows (``tile.reduce`` over the
-    last axis) in its block: a product laid out by columns serves that faster."""
-    block = instr.parent
-    result = instr.results[0]
-    rank = result.type.rank if isinstance(result.type, TensorType) else 0
-    return rank >= 2 and block is not None and any(
-        isinstance(i.op, C.Reduce) and i.operands[0] is result and i.op.axis % rank == rank - 1
-        for i in block.instrs)
-
-
-def _mma_scale(c: Compiler, mul: Instr, mma: Instr) -> Step:
-    """``mma(a, b) * y``: in fast mode the product is a fresh float32 array that nothing
-    else holds, so the multiply writes into it (the same values, one array less)."""
-    first = mul.operands[0] is mma.results[0]  # mma(a, b) * y, not y * mma(a, b)
-    other = mul.operands[1] if first else mul.operands[0]
-    product = mma_rule(mma, c.fast, columns=row_reduced(mul))
-    scale = IMPLS[C.Mul](mul, c.fast)
-    a, b, y = (c.slot(v) for v in (*mma.operands, other))
-    out = c.slot(mul.results[0])
-
-    def step(fr: Frame) -> None:
-        r = fr.regs
-        p, v = product(r[a], r[b]), r[y]
-        if p.dtype == F32 and getattr(v, "dtype", None) == F32 and \
-                broadcast_shape([p.shape, v.shape]) == p.shape:
-            r[out] = np.multiply(p, v, out=p)
-        else:
-            r[out] = scale(p, v) if first else scale(v, p)
-    return step
-
-
-#: consumer op class -> factory of the step that also runs the consumer's producer
-FUSED: dict[type[Op], Callable[[Compiler, Instr, Instr], Step]] = {C.Add: _mma_add,
-                                                                   C.Mul: _mma_scale}
-#: producer op classes whose result a plain global store may compute in place
-STORE_PRODUCERS = (C.Add, C.Sub, C.Mul, C.Div)
-
-
-def fusions(block: Block) -> dict[Instr, Instr]:
-    """Consumers in ``block`` mapped to the producer they run with, each producer used
-    only there: ``tile.add`` or ``tile.mul`` of an accumulator-free ``tile.mma``, and a
-    global ``tile.store`` of an elementwise ``+ - * /``."""
-    counts: dict[Value, int] = {}
-    for instr in walk(block):
-        for v in instr.operands:
-            counts[v] = counts.get(v, 0) + 1
-    producers = {i.results[0]: i for i in block.instrs
-                 if (isinstance(i.op, C.Mma) and len(i.operands) == 2)
-                 or isinstance(i.op, STORE_PRODUCERS)}
-    found: dict[Instr, Instr] = {}
-    taken: set[Instr] = set()
-    for instr in block.instrs:
-        if isinstance(instr.op, (C.Add, C.Mul)):
-            candidates = [p for p in map(producers.get, instr.operands)
-                          if p is not None and isinstance(p.op, C.Mma)]
-        elif type(instr.op) is M.Store and isinstance(instr.operands[0].type, MemRefType) \
-                and instr.operands[0].type.space == "global":
-            p = producers.get(instr.operands[1])
-            candidates = [p] if p is not None and not isinstance(p.op, C.Mma) else []
-        else:
-            continue
-        for p in candidates:
-            if counts.get(p.results[0]) == 1 and p not in taken:
-                found[instr] = p
-                taken.add(p)
-                break
-    return found
-
-
 @dataclass
 class Program:
     """A kernel compiled for the simulator (one per specialisation and mode)."""
@@ -287,16 +228,16 @@ class Program:
 
 def compile_kernel(fn: Function, fast: bool, reference: bool = False) -> Program:
     """Compile a ``tile.kernel`` function into closures; ``reference`` compiles the
-    plain definition, op by op, with every fast path of the simulator left out (the
-    fusions, memo tables, quiet race shadows, loop fast paths and deferred ``mma``)."""
-    from tessera.interp.tile import flow as tile_flow  # noqa: F401 - register steps
-    from tessera.interp.tile.memory import steps as tile_memsteps  # noqa: F401 - register steps
+    plain definition, op by op, with every fast path of the simulator left out;
+    otherwise every enabled one (``fastpaths.enabled()``) is compiled in."""
+    from tessera.interp.tile.reference import flow, memory  # noqa: F401 - register steps
 
-    c = Compiler(fast, reference)
-    c.quiet = set() if reference else quiet_accesses(fn)
+    fastpaths.load()
+    c = Compiler(fast, frozenset() if reference else fastpaths.enabled(), fn)
     term = fn.body.terminator
     kept = [i for i in fn.body.instrs if not i.op.terminator]
-    if not reference and kept and isinstance(kept[-1].op, (M.Store, M.StoreVector, M.Update)) \
+    if "last_store" in c.enabled and kept \
+            and isinstance(kept[-1].op, (M.Store, M.StoreVector, M.Update)) \
             and (term is None or not term.operands):
         c.last = kept[-1]  # the kernel's final statement is a store (saxpy, a GEMM's C)
     body = c.body(fn.body)
@@ -305,5 +246,5 @@ def compile_kernel(fn: Function, fast: bool, reference: bool = False) -> Program
     return Program(fn, body, len(c.slots), fast)
 
 
-__all__ = ["FUSED", "STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork",
-           "fusions", "rank_of", "run", "step_rule"]
+__all__ = ["STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork",
+           "rank_of", "run", "step_rule"]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.tile.context import frozen
+from tessera.interp.tile.fastpaths import register
 
 
 class ArrayMemo:
@@ -92,12 +93,21 @@ class ArrayMemo:
 _SCALARS = (int, float, bool)
 
 
+@register("coordinate_memo")
 def coordinate_memo(impl: Callable[..., Any]) -> Callable[..., Any]:
     """``impl``, remembering its last results for operands that are read-only arrays
     (program coordinates and what is computed from them: ``tile_m = g0 * BM``, masks
     such as ``local_id() == 0``) and scalars. Such a result is the same object in every
     launch of a geometry, made read-only, so the access plans, bounds checks and branch
-    selections computed from it are remembered too."""
+    selections computed from it are remembered too. The compiler applies it to pure ops
+    with one integer or boolean result (index arithmetic, masks).
+
+    Proof: a pure op's result is a function of its operands' values and types; a
+    read-only array is never modified and is keyed by identity with a weak reference
+    (a dead array's reused address is a miss), a scalar by its type and value, so a
+    remembered result holds the values ``impl`` would compute. The result is made
+    read-only, which no rule observes (tile values are never modified in place), and
+    integer and boolean ops raise no report."""
     memo = ArrayMemo(8)
     return lambda *args: memo.lookup(args, None, lambda: frozen(impl(*args)))
 

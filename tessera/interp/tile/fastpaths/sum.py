@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.tile.exec import Compiler, Frame
+from tessera.interp.tile.exec import Compiler, Frame, Step
+from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.fastpaths.memo import ArrayMemo
 from tessera.interp.tile.memory import globals as G
 from tessera.interp.tile.memory.access import broadcast_shape, strided_view
 from tessera.ir.core import Instr
+from tessera.ir.dialects import tile as T
 
 
 def _layout(start: np.ndarray, stop: int, step: int) -> tuple[np.ndarray, int, bool, bool]:
@@ -37,7 +39,7 @@ def _layout(start: np.ndarray, stop: int, step: int) -> tuple[np.ndarray, int, b
 _LAYOUTS = ArrayMemo(64)
 
 
-def strided_sum(c: Compiler, instr: Instr) -> Any:
+def sum_runner(c: Compiler, instr: Instr) -> Any:
     """A loop ``s = s + data[i]`` (the body is exactly that view, load and add) reads
     nothing it writes, so its trips can run as one gather and one add per trip over
     all programs: the same float32 additions in the same order (programs whose trip
@@ -115,4 +117,35 @@ def strided_sum(c: Compiler, instr: Instr) -> Any:
     return run_sum
 
 
-__all__ = ["strided_sum"]
+@register("strided_sum", T.For)
+def strided_sum(c: Compiler, instr: Instr, reference: Step) -> Step | None:
+    """Proof: the body ``s = s + data[i]`` reads ``data``, which the launch never
+    writes, and writes nothing, so its trips may run in any grouping that keeps each
+    program's additions in trip order: the gather of every trip's elements (one strided
+    view when program ``k`` reads element ``start + k``) followed by one float32 add per
+    trip (or NumPy's reduction over the trip axis, which adds whole rows in order) are
+    the reference's additions in the reference's order; a program with fewer trips
+    adds ``-0.0``, the exact identity of float32 addition (``x + -0.0 == x`` bitwise,
+    ``-0.0`` included). Bounds are checked up front: an index out of bounds, a written,
+    read-tracked, batched, non-1-D or non-float32 tensor, or a non-uniform stop or step
+    makes the runner decline and the reference loop run, which reports what it finds.
+    A loop that reads nothing written raises no race report, so the reports are the
+    reference's."""
+    runner = sum_runner(c, instr)
+    if runner is None:
+        return None
+    lo, hi, stp, init = (c.slot(v) for v in instr.operands)
+    out = c.slot(instr.results[0])
+    me = REGISTRY["strided_sum"]
+
+    def step(fr: Frame) -> None:
+        regs = fr.regs
+        total = runner(fr, regs[lo], regs[hi], regs[stp], regs[init])
+        if total is None:
+            return reference(fr)
+        me.taken += 1
+        regs[out] = total
+    return step
+
+
+__all__ = ["strided_sum", "sum_runner"]

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.tile import sync as Y
-from tessera.interp.tile.exec import Compiler, Frame
+from tessera.interp.tile.exec import Compiler, Frame, Step
+from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.memory.spaces import SharedMem
 from tessera.ir.core import Block, Instr, Value
 from tessera.ir.dialects import tile as T
@@ -114,7 +115,7 @@ def _clean(mem: SharedMem, hi: int) -> bool:
                 or (mem.read and mem.reader is not None and (mem.reader != -1).any()))
 
 
-def tree_sum(c: Compiler, loop: Instr) -> Any:
+def tree_runner(c: Compiler, loop: Instr) -> Any:
     """The runner of a canonical tree loop (see the module docstring), or None when the
     loop is not one; the runner returns the final stride, or None when the state at run
     time rules the fast path out (the general loop then runs)."""
@@ -158,4 +159,30 @@ def tree_sum(c: Compiler, loop: Instr) -> Any:
     return run_tree
 
 
-__all__ = ["tree_sum"]
+@register("tree_sum", T.While)
+def tree_sum(c: Compiler, loop: Instr, reference: Step) -> Step | None:
+    """Proof (the module docstring has the details): each level of the canonical tree
+    adds ``buf[s:s + a]`` into ``buf[:a]`` with ``a = min(s, group_size)``, the float32
+    additions the reference's branch makes element by element, and the two ranges are
+    disjoint, so one slice add per level gives the same bits. The runner first checks
+    everything the reference's sanitizers could report in the loop (reads past the
+    buffer, unwritten elements, pending copies, accesses since the last barrier, a
+    frame of partial groups); if any is possible it declines and the reference loop
+    runs and reports. The levels' barriers are counted, so the launch state after the
+    loop (epochs, copy groups, race shadows) is the reference's."""
+    runner = tree_runner(c, loop)
+    if runner is None:
+        return None
+    init, out = c.slot(loop.operands[0]), c.slot(loop.results[0])
+    me = REGISTRY["tree_sum"]
+
+    def step(fr: Frame) -> None:
+        done = runner(fr, fr.regs[init])
+        if done is None:
+            return reference(fr)
+        me.taken += 1
+        fr.regs[out] = done
+    return step
+
+
+__all__ = ["tree_runner", "tree_sum"]

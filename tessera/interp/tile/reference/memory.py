@@ -1,5 +1,7 @@
-"""Steps of the tile simulator that touch memory or program ids: views, buffer lists,
-loads and stores (global and shared), vector accesses, async copies, barriers.
+"""Memory and ids of Tile IR, plainly: program ids, views, buffer lists, loads and
+stores (global and shared), ``tile.update`` (``+=`` and the other read-modify-writes),
+vector accesses, shared-memory allocation, async copies and barriers (docs/kernels.md,
+"Memory" and "Sanitizers").
 
 Bounds are checked when a view is made, in every mode (a strided NumPy view outside
 its array would read foreign memory); vector accesses check their alignment in
@@ -17,13 +19,11 @@ from tessera.errors import Loc, UnsupportedError
 from tessera.interp.tile import sync as Y
 from tessera.interp.tile.context import Ctx
 from tessera.interp.tile.errors import MISALIGNED, OOB
-from tessera.interp.tile.exec import FUSED, Compiler, Frame, Step, step_rule
+from tessera.interp.tile.exec import Compiler, Frame, Step, step_rule
 from tessera.interp.tile.memory import globals as G
 from tessera.interp.tile.memory import shared as S
 from tessera.interp.tile.memory.access import bounds_violation, c_strides
 from tessera.interp.tile.memory.spaces import Ref
-from tessera.interp.tile.numeric import num
-from tessera.interp.tile.rules import BINARY_UFUNCS, IMPLS
 from tessera.interp.tile.state import State
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import tile as T
@@ -142,37 +142,28 @@ def _select(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(M.Load, M.LoadVector)
-def _load(c: Compiler, instr: Instr) -> Step:
+def load_step(c: Compiler, instr: Instr, record: bool = True) -> Step:
+    """``tile.load`` (and ``load_vector``): the value of a view of global or shared
+    memory in every program, with the sanitizer checks of a read. (``record=False``
+    skips recording the read in the race shadows, see ``fastpaths.access``.)"""
     src = c.slot(instr.operands[0])
     out = c.slot(instr.results[0])
     is_global = _is_global(instr.operands[0])
     loc = instr.loc
-    record = instr not in c.quiet  # race-shadow entries someone may read
     width = instr.op.width if isinstance(instr.op, M.LoadVector) else 0
-    # the last load of a tensor the kernel never writes, kept by the launch: a loop that
-    # loads the same view every trip (flash attention's query tile) gets the same array,
-    # which operand caches (mma's Widen) recognise
-    token = object()
-    keep = not c.reference
 
     def step(fr: Frame) -> None:
         ref = fr.regs[src]
         if width and fr.st.checked:
             _aligned(fr, loc, ref, width)
-        memo = fr.st.memo
-        last = memo.get(token)
-        if last is not None and last[0] is ref and last[1] is fr.ctx:
-            fr.regs[out] = last[2]
-            return
-        value = G.load(fr.st, fr.ctx, loc, ref) if is_global else \
+        fr.regs[out] = G.load(fr.st, fr.ctx, loc, ref) if is_global else \
             S.load(fr.st, fr.ctx, loc, ref, record)
-        mem = ref.mem
-        if keep and is_global and not mem.written and not mem.track_reads \
-                and isinstance(value, np.ndarray) and value.size >= 1024:
-            memo[token] = (ref, fr.ctx, value)
-        fr.regs[out] = value
     return step
+
+
+@step_rule(M.Load, M.LoadVector)
+def _load(c: Compiler, instr: Instr) -> Step:
+    return load_step(c, instr)
 
 
 def _aligned(fr: Frame, loc: Loc, ref: Ref, width: int) -> None:
@@ -199,15 +190,16 @@ def _aligned(fr: Frame, loc: Loc, ref: Ref, width: int) -> None:
                        shape=(width,), memory=ref.mem.name)
 
 
-@step_rule(M.Store, M.Update, M.StoreVector)
-def _store(c: Compiler, instr: Instr) -> Step:
+def store_step(c: Compiler, instr: Instr, record: bool = True, last: bool = False) -> Step:
+    """``tile.store``, ``tile.update`` (``ref[...] <op>= value``: ``+=``, ``max=``, ...)
+    and ``store_vector`` into global or shared memory in every program, with the
+    sanitizer checks of a write. (``record=False`` and ``last=True`` are the fast paths
+    of ``fastpaths.access``.)"""
     dst, val = c.slot(instr.operands[0]), c.slot(instr.operands[1])
     op = instr.op.op if isinstance(instr.op, M.Update) else None
     is_global = _is_global(instr.operands[0])
     vector = isinstance(instr.op, M.StoreVector)
     loc = instr.loc
-    record = instr not in c.quiet  # race-shadow entries someone may read
-    last = instr is c.last
 
     def step(fr: Frame) -> None:
         ref = fr.regs[dst]
@@ -220,30 +212,9 @@ def _store(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-def _store_computed(c: Compiler, store: Instr, producer: Instr) -> Step:
-    """A global ``tile.store`` of ``x <op> y`` (``fusions``): when both operands already
-    have the memory's dtype and the result needs no rounding (a native float), the
-    ufunc writes straight into the destination; otherwise the two ops run as usual."""
-    impl = IMPLS[type(producer.op)](producer, c.fast)
-    fn = BINARY_UFUNCS[type(producer.op)]
-    n = num(producer.results[0].type.element)  # type: ignore[union-attr]
-    direct = n.native and n.kind == "float"
-    dst, a, b = c.slot(store.operands[0]), *(c.slot(v) for v in producer.operands)
-    loc = store.loc
-    last = store is c.last
-
-    def step(fr: Frame) -> None:
-        regs = fr.regs
-        ref, x, y = regs[dst], regs[a], regs[b]
-        dt = ref.mem.array.dtype
-        if direct and getattr(x, "dtype", None) == dt and getattr(y, "dtype", None) == dt:
-            G.store_computed(fr.st, fr.ctx, loc, ref, fn, x, y, last=last)
-        else:
-            G.store(fr.st, fr.ctx, loc, ref, impl(x, y), last=last)
-    return step
-
-
-FUSED[M.Store] = _store_computed
+@step_rule(M.Store, M.Update, M.StoreVector)
+def _store(c: Compiler, instr: Instr) -> Step:
+    return store_step(c, instr)
 
 
 @step_rule(M.CpAsync)
@@ -278,4 +249,4 @@ def _sync(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["make_view"]
+__all__ = ["load_step", "make_view", "store_step"]
