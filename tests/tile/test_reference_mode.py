@@ -53,7 +53,7 @@ def test_reference_takes_no_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop fast paths and the fusions are never consulted in reference mode."""
     def refuse(*_args: Any) -> Any:
         raise AssertionError("a fast path was consulted")
-    for name in ("strided_sum", "tree_sum", "deferrable"):
+    for name in ("strided_sum", "tree_sum", "deferrable", "staged_loop"):
         monkeypatch.setattr(flow, name, refuse)
     monkeypatch.setattr(tile_exec, "fusions", refuse)
     monkeypatch.setattr(tile_exec, "quiet_accesses", refuse)

@@ -28,6 +28,7 @@ from tessera.interp.tile.exec import (
 )
 from tessera.interp.tile.fastpaths.memo import ArrayMemo
 from tessera.interp.tile.fastpaths.pending import PendingMma, deferrable, forced
+from tessera.interp.tile.fastpaths.staged import staged_loop
 from tessera.interp.tile.fastpaths.sum import strided_sum
 from tessera.interp.tile.fastpaths.tree import tree_sum
 from tessera.interp.tile.memory import globals as G
@@ -105,6 +106,7 @@ def _for(c: Compiler, instr: Instr) -> Step:
     ranks = [rank_of(v) for v in instr.operands[3:]]
     loc = instr.loc
     defer = {} if c.reference else deferrable(instr, c.fused[instr.regions[0].block])
+    staged = staged_loop(c, instr, defer) if defer else None
     fast = c.fast
 
     def loop(fr: Frame, i: Any, end: Any, by: Any, carried: list[Any]) -> list[Any]:
@@ -121,6 +123,8 @@ def _for(c: Compiler, instr: Instr) -> Step:
                 _set_args(regs, body.args[1:], carried)
                 run(body.steps, fr)
                 carried = [regs[y] for y in body.yields]
+                if iv == trips[0] and staged is not None and staged(fr, trips, carried):
+                    break  # the other trips, derived from this one (fastpaths.staged)
             return [forced(v) for v in carried] if defer else carried
         # Divergent trip counts: iterate, compacting to the programs still looping
         # each time some leave; the leavers' values are kept and merged at the end.
