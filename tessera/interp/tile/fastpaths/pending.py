@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.tile.memory.access import view_in_owner
 from tessera.interp.tile.mma import mma
 from tessera.interp.tile.numeric import F32, F64, Num, num
 from tessera.ir.core import Instr, Value, walk
@@ -142,6 +143,9 @@ def _joined(pieces: list[np.ndarray], axis: int) -> np.ndarray | None:
         at += p.shape[axis] * step
     shape = list(first.shape)
     shape[axis] = sum(p.shape[axis] for p in pieces)
+    joined = view_in_owner(first, 0, tuple(shape), first.strides, False)
+    if joined is not None:
+        return joined
     return np.lib.stride_tricks.as_strided(first, tuple(shape), first.strides,
                                            writeable=False)
 

@@ -38,11 +38,38 @@ def strided_view(arr: np.ndarray, origin: Any, shape: tuple[int, ...],
     and byte ``strides``, writeable as ``arr`` is. Through the buffer protocol when
     ``arr`` is contiguous: a tenth of ``as_strided``'s cost, and NumPy checks that the
     strided extent lies inside the array."""
+    offset = sum(int(b) * st for b, st in zip(origin, arr.strides))
     if arr.flags.c_contiguous:
-        offset = sum(int(b) * st for b, st in zip(origin, arr.strides))
         return np.ndarray(shape, arr.dtype, arr, offset, strides)
+    out = view_in_owner(arr, offset, shape, strides, arr.flags.writeable)
+    if out is not None:
+        return out
     return as_strided(arr[tuple(slice(b, None) for b in origin)], shape, strides,
                       writeable=arr.flags.writeable)
+
+
+def view_in_owner(arr: np.ndarray, offset: int, shape: tuple[int, ...],
+                  strides: tuple[int, ...], writeable: bool) -> np.ndarray | None:
+    """The view of ``shape`` and byte ``strides`` at ``offset`` bytes from ``arr``'s first
+    element, made through the buffer of the C-contiguous array ``arr`` is a view of (a
+    tenth of ``as_strided``'s cost; NumPy checks that the extent lies in that buffer),
+    or None when there is no such array or the view would not be ``writeable`` as
+    asked."""
+    owner = arr
+    while not owner.flags.c_contiguous:
+        owner = owner.base
+        if type(owner) is not np.ndarray:
+            return None
+    if writeable and not owner.flags.writeable:
+        return None
+    start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    try:
+        out = np.ndarray(shape, arr.dtype, owner, start + offset, strides)
+    except (ValueError, TypeError):
+        return None
+    if not writeable and out.flags.writeable:
+        out.flags.writeable = False
+    return out
 
 
 def plain_ints(starts: Any) -> bool:
@@ -300,4 +327,5 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["AccessPlan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view"]
+__all__ = ["AccessPlan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view",
+           "view_in_owner"]
