@@ -203,6 +203,22 @@ def test_overlapping_windows_take_one_view_per_trip(monkeypatch: pytest.MonkeyPa
     assert _bits(ref) == _bits(chk)
 
 
+def test_flushes_of_the_kept_k_columns_keep_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for two trips of K only, the derived trips are kept one by one and
+    the accumulator flushes on the way, as in the general loop."""
+    from tessera.interp.tile.fastpaths.pending import PendingMma
+
+    monkeypatch.setattr(PendingMma, "MAX_K", 32)
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((32, 96)).astype(np.float32)
+    b = rng.standard_normal((96, 32)).astype(np.float32)
+    runs = _record(monkeypatch)
+    ref, chk = _both(_fresh(staged_f32), lambda: (a, b, np.zeros((32, 32), np.float32)),
+                     tile_shape=(16, 16, 16))
+    assert runs == [True]
+    assert _bits(ref) == _bits(chk)
+
+
 def test_state_after_the_loop_is_the_references(monkeypatch: pytest.MonkeyPatch) -> None:
     """The last trip's tile stays in shared memory, and the copy-group counters are
     where every trip would have left them: a later ``cp_wait_group(1)`` leaves the

@@ -90,6 +90,21 @@ class PendingMma:
         self.k += kk
         return self
 
+    def extend_last(self, a: np.ndarray, b: np.ndarray, trips: int) -> bool:
+        """Replace the last kept operands by ``a`` and ``b``, which hold them followed
+        by the operands of ``trips`` more trips along K: the buffers get the same
+        values as from adding those trips one by one. False, with nothing changed, when
+        they do not fit the K columns held now (adding them would flush on the way)."""
+        if not self.a:
+            return False
+        kk = a.shape[-1] - self.a[-1].shape[-1]
+        if self.k + kk > self.width or b.shape[-2] - self.b[-1].shape[-2] != kk:
+            return False
+        self.a[-1], self.b[-1] = a, b
+        self.k += kk
+        self.trips -= trips
+        return True
+
     def force(self) -> Any:
         """The accumulator's value, as the per-trip ``mma`` calls would give it; the
         buffers are released."""

@@ -43,8 +43,12 @@ Why the result and the reports are the general loop's (and so the reference's):
   buffer's storage. The runner checks that trip 1's operands and storage really are
   views of the parameter's buffer (else it declines), and rebuilds each trip's view
   with that offset (NumPy checks that it lies inside the buffer). The deferred
-  accumulator receives exactly what the ``mma`` step would give it, trip by trip, so
-  its single product (:mod:`.pending`) is the same BLAS call on the same buffers.
+  accumulator receives what the ``mma`` step would give it, trip by trip, so its
+  single product (:mod:`.pending`) is the same BLAS call on the same buffers. When the
+  trips' operands lie end to end along K (the step times the offset per unit of ``k``
+  is the operand's K extent in bytes) and fit the K columns it holds without a flush,
+  it receives trip 1's operands made ``n`` trips long instead: the same elements in
+  the same order, so the same buffers.
 * **The same state after the loop.** A later trip changes: each staged buffer's
   storage (the last trip's tile is left in it, marked as handed out by a load), the
   barrier epochs of the groups present (two per trip), and the async-copy counters
@@ -176,23 +180,18 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
             order.index(loads[a]), order.index(loads[b]))
 
 
-def _successors(x: np.ndarray, array: np.ndarray, step: int, count: int, axis: int,
-                join: bool) -> list[np.ndarray]:
-    """The views that follow ``x`` (a view of ``array``'s buffer) in the next ``count``
-    trips, each ``step`` bytes further on: one per trip, or, when ``join`` and they lie
-    end to end along ``axis``, one view holding them all."""
-    start = x.__array_interface__["data"][0] - array.__array_interface__["data"][0]
-    shape, strides = x.shape, x.strides
-    if join and count > 1 and shape[axis] * strides[axis] == step:
-        long = list(shape)
-        long[axis] *= count
-        out = [np.ndarray(tuple(long), x.dtype, array, start + step, strides)]
-    else:
-        out = [np.ndarray(shape, x.dtype, array, start + j * step, strides)
-               for j in range(1, count + 1)]
+def _moved(x: np.ndarray, array: np.ndarray, base: int, offset: int, axis: int = -1,
+           count: int = 1) -> np.ndarray:
+    """``x`` (a view of ``array``'s buffer, which starts at address ``base``) with its
+    data ``offset`` bytes further on, and ``count`` times as long along ``axis``."""
+    start = x.__array_interface__["data"][0] - base
+    shape = x.shape
+    if count != 1:
+        k = axis % x.ndim
+        shape = (*shape[:k], shape[k] * count, *shape[k + 1:])
+    out = np.ndarray(shape, x.dtype, array, start + offset, x.strides)
     if not x.flags.writeable:
-        for v in out:
-            v.flags.writeable = False
+        out.flags.writeable = False
     return out
 
 
@@ -241,26 +240,33 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> Callable[..., boo
         if any(_root(x) is not _root(o) for x, o in zip(arrays, owners)):
             return False  # a copy somewhere: not a chain of views
         n, by = len(trips) - 1, trips.step
-        # trips 2..n in one piece per operand when they lie end to end along K and fit
-        # the pending buffers without a flush (the same buffers either way)
-        whole = pending.k + n * a0.shape[-1] <= pending.width
+        base = {id(x): x.__array_interface__["data"][0] for x in owners}
+        ba, bb = base[id(sa.array)], base[id(sb.array)]
+        # the trips lie end to end along K and fit the kept K columns: trip 1's
+        # operands made n + 1 trips long (the pending buffers get the same values)
+        joined = a0.shape[-1] * a0.strides[-1] == by * da and \
+            b0.shape[-2] * b0.strides[-2] == by * db and \
+            pending.k + n * a0.shape[-1] <= pending.width
         try:
-            rest_a = _successors(a0, sa.array, by * da, n, -1, whole)
-            rest_b = _successors(b0, sb.array, by * db, n, -2, whole)
-            if len(rest_a) != len(rest_b):
-                rest_a = _successors(a0, sa.array, by * da, n, -1, False)
-                rest_b = _successors(b0, sb.array, by * db, n, -2, False)
-            storage = [_successors(buf.data.arr, src.array, (last - first) * d, 1, -1,
-                                   False)[0] for src, buf, d in moves]
+            storage = [_moved(buf.data.arr, src.array, base[id(src.array)], (last - first) * d)
+                       for src, buf, d in moves]
+            if joined:
+                whole = (_moved(a0, sa.array, ba, 0, -1, n + 1),
+                         _moved(b0, sb.array, bb, 0, -2, n + 1))
+            else:
+                rest = [(_moved(a0, sa.array, ba, j * by * da),
+                         _moved(b0, sb.array, bb, j * by * db)) for j in range(1, n + 1)]
         except (ValueError, TypeError):
             return False
-        for a, b in zip(rest_a, rest_b):
-            pending.add(a, b)
-        pending.trips -= n - len(rest_a)  # one add stood for several trips
+        if joined:
+            done = pending.extend_last(*whole, n)
+            assert done, "the K columns were checked above"
+        else:
+            for a, b in rest:
+                pending.add(a, b)
         for (_, buf, _), arr in zip(moves, storage):
             buf.data.arr = arr
             buf.data.exported = True
-        n = len(trips) - 1
         if ctx.whole:
             st.epoch += 2 * n
         else:
