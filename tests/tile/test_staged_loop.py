@@ -337,3 +337,22 @@ def test_one_trip_and_other_loops_are_left_alone(monkeypatch: pytest.MonkeyPatch
     assert runs == [False] and (c == 16).all()
     _fresh(gemm_f32)(a, a, c, tile_shape=(16, 16, 8))  # no shared-memory stages
     assert runs == [False]
+
+
+@pytest.mark.parametrize("start", [0.0, -0.0, 1.5, np.inf, np.nan])
+def test_a_uniform_accumulator_start_adds_as_a_scalar(start: float) -> None:
+    """The deferred product plus a K loop's ``full`` start: the same float64 sums as
+    the broadcast add, signed zeros and NaN payloads included (a NaN start takes the
+    broadcast add itself)."""
+    from tessera.interp.tile.mma import _accumulate
+
+    rng = np.random.default_rng(11)
+    r = rng.standard_normal((2, 3, 8, 8))
+    r[0, 0, 0, :4] = [-0.0, 0.0, np.nan, -np.inf]
+    r[0, 0, 1, 0] = np.frombuffer(np.uint64(0x7FF0000000000123).tobytes())[0]  # a payload
+    c = np.full((8, 8), start, np.float32)
+    got, want = r.copy(), r.copy()
+    with np.errstate(invalid="ignore"):  # the signalling NaN (launches ignore it too)
+        _accumulate(got, c)
+        np.add(want, c, out=want, casting="unsafe")
+    assert got.view(np.uint64).tobytes() == want.view(np.uint64).tobytes()
