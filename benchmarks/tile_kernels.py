@@ -71,9 +71,9 @@ import tessera as ts  # noqa: E402
 # The benchmarked block reduction is the one shipped in examples/kernels.
 block_sum = runpy.run_path(str(HERE.parent / "examples" / "kernels" /
                                "cooperative_reduction.py"))["block_reduction"]
-from tessera.interp import tile as tile_launch  # noqa: E402
 from tessera.interp.tile import exec as tile_exec  # noqa: E402
 from tessera.interp.tile import flow as tile_flow  # noqa: E402
+from tessera.interp.tile import launcher as tile_launcher  # noqa: E402
 
 U = 2.0 ** -24  # unit roundoff of float32
 TRITON_ENV = HERE / ".env-triton"
@@ -256,7 +256,7 @@ def count_ops(fn: Callable[[], object]) -> int:
         count += len(steps)
         original(steps, fr)
 
-    modules = (tile_launch, tile_exec, tile_flow)
+    modules = (tile_launcher, tile_exec, tile_flow)
     for m in modules:
         m.run = counting  # type: ignore[attr-defined]
     try:
