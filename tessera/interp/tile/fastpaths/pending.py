@@ -116,7 +116,7 @@ class PendingMma:
         # K outermost in memory: folding b's program axes into its columns
         # (folded_matmul) is then a view, not a copy
         kb = _buffer((self.width, *pb[0].shape[:-2], pb[0].shape[-1]), self.dtype)
-        b = np.moveaxis(kb, 0, -2)
+        b = kb.transpose((*range(1, kb.ndim - 1), 0, kb.ndim - 1))  # np.moveaxis(kb, 0, -2)
         _gather(a[..., :k], pa, -1)
         _gather(b[..., :k, :], pb, -2)
         out = mma(a[..., :k], b[..., :k, :], self.base, self.acc, fast=self.dtype == F32)
