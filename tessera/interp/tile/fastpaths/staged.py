@@ -240,7 +240,8 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> Callable[..., boo
         if any(_root(x) is not _root(o) for x, o in zip(arrays, owners)):
             return False  # a copy somewhere: not a chain of views
         n, by = len(trips) - 1, trips.step
-        base = {id(x): x.__array_interface__["data"][0] for x in owners}
+        base = {id(x): x for x in owners}  # the distinct parameter arrays, then their
+        base = {k: x.__array_interface__["data"][0] for k, x in base.items()}  # addresses
         ba, bb = base[id(sa.array)], base[id(sb.array)]
         # the trips lie end to end along K and fit the kept K columns: trip 1's
         # operands made n + 1 trips long (the pending buffers get the same values)
