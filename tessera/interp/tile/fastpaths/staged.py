@@ -41,7 +41,8 @@ Why the result and the reports are the general loop's (and so the reference's):
   offset from its base. So trip ``t``'s operand is trip 1's with its data pointer moved
   by ``(k_t - k_1) * sum(strides of the axes started at k)`` bytes, and so is the
   buffer's storage. The runner checks that trip 1's operands and storage really are
-  views of the parameter's buffer (else it declines), and rebuilds each trip's view
+  views of the parameter's buffer (their data lies inside it; a copy would lie in an
+  allocation of its own), else it declines, and rebuilds each trip's view
   with that offset (NumPy checks that it lies inside the buffer). The deferred
   accumulator receives what the ``mma`` step would give it, trip by trip, so its
   single product (:mod:`.pending`) is the same BLAS call on the same buffers. When the
@@ -68,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.tile.fastpaths.pending import PendingMma, _root
+from tessera.interp.tile.fastpaths.pending import PendingMma
 from tessera.interp.tile.memory.access import bounds_violation
 from tessera.interp.tile.memory.spaces import GlobalMem, Ref, SharedMem
 from tessera.interp.tile.numeric import num
@@ -180,11 +181,10 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
             order.index(loads[a]), order.index(loads[b]))
 
 
-def _moved(x: np.ndarray, array: np.ndarray, base: int, offset: int, axis: int = -1,
+def _moved(x: np.ndarray, array: np.ndarray, start: int, offset: int, axis: int = -1,
            count: int = 1) -> np.ndarray:
-    """``x`` (a view of ``array``'s buffer, which starts at address ``base``) with its
-    data ``offset`` bytes further on, and ``count`` times as long along ``axis``."""
-    start = x.__array_interface__["data"][0] - base
+    """``x`` (a view of ``array``'s buffer, ``start`` bytes into it) with its data
+    ``offset`` bytes further on, and ``count`` times as long along ``axis``."""
     shape = x.shape
     if count != 1:
         k = axis % x.ndim
@@ -192,6 +192,22 @@ def _moved(x: np.ndarray, array: np.ndarray, base: int, offset: int, axis: int =
     out = np.ndarray(shape, x.dtype, array, start + offset, x.strides)
     if not x.flags.writeable:
         out.flags.writeable = False
+    return out
+
+
+def _starts(arrays: list[np.ndarray], owners: list[np.ndarray]) -> list[int] | None:
+    """Where each array's data lies in its owner's buffer (bytes from its start), or
+    None when one lies outside: a copy, not a view (live buffers never overlap)."""
+    base: dict[int, int] = {}
+    out = []
+    for x, o in zip(arrays, owners):
+        b = base.get(id(o))
+        if b is None:
+            b = base[id(o)] = o.__array_interface__["data"][0]
+        at = x.__array_interface__["data"][0] - b
+        if not 0 <= at < o.nbytes:
+            return None
+        out.append(at)
     return out
 
 
@@ -237,26 +253,24 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> Callable[..., boo
         (sa, _, da), (sb, _, db) = moves[ia], moves[ib]
         arrays = [a0, b0, *(buf.data.arr for _, buf, _ in moves)]
         owners = [sa.array, sb.array, *(src.array for src, _, _ in moves)]
-        if any(_root(x) is not _root(o) for x, o in zip(arrays, owners)):
+        starts = _starts(arrays, owners)
+        if starts is None:
             return False  # a copy somewhere: not a chain of views
         n, by = len(trips) - 1, trips.step
-        base = {id(x): x for x in owners}  # the distinct parameter arrays, then their
-        base = {k: x.__array_interface__["data"][0] for k, x in base.items()}  # addresses
-        ba, bb = base[id(sa.array)], base[id(sb.array)]
         # the trips lie end to end along K and fit the kept K columns: trip 1's
         # operands made n + 1 trips long (the pending buffers get the same values)
         joined = a0.shape[-1] * a0.strides[-1] == by * da and \
             b0.shape[-2] * b0.strides[-2] == by * db and \
             pending.k + n * a0.shape[-1] <= pending.width
         try:
-            storage = [_moved(buf.data.arr, src.array, base[id(src.array)], (last - first) * d)
-                       for src, buf, d in moves]
+            storage = [_moved(buf.data.arr, src.array, at, (last - first) * d)
+                       for (src, buf, d), at in zip(moves, starts[2:])]
             if joined:
-                whole = (_moved(a0, sa.array, ba, 0, -1, n + 1),
-                         _moved(b0, sb.array, bb, 0, -2, n + 1))
+                whole = (_moved(a0, sa.array, starts[0], 0, -1, n + 1),
+                         _moved(b0, sb.array, starts[1], 0, -2, n + 1))
             else:
-                rest = [(_moved(a0, sa.array, ba, j * by * da),
-                         _moved(b0, sb.array, bb, j * by * db)) for j in range(1, n + 1)]
+                rest = [(_moved(a0, sa.array, starts[0], j * by * da),
+                         _moved(b0, sb.array, starts[1], j * by * db)) for j in range(1, n + 1)]
         except (ValueError, TypeError):
             return False
         if joined:
