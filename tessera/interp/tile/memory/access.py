@@ -219,7 +219,15 @@ class AccessPlan:
             # slices (not ints) on squeezed axes, so the result is a view even at rank 0
             window = arr[tuple(slice(b, b + n) for b, n in zip(self.bases, self.sizes))]
             return window.reshape(self.shape)
-        return strided_view(arr, self.bases, self.shape, self._window(arr.strides)[1])
+        # a view into another array (a shared buffer holding a copied tile): the same
+        # geometry, remembered, placed through the buffer that array is a view of
+        window = self.windows.get(arr.strides)
+        if window is None:
+            window = self.windows[arr.strides] = self._window(arr.strides)
+        out = view_in_owner(arr, window[0], self.shape, window[1], arr.flags.writeable)
+        if out is not None:
+            return out
+        return strided_view(arr, self.bases, self.shape, window[1])
 
     def _window(self, strides: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """The byte offset and byte strides of the view in an array of ``strides``."""
