@@ -15,6 +15,7 @@ import tessera as ts
 from tessera.interp.tile import fastpaths
 from tests.tile.fastpaths import block_reduction
 from tests.tile.test_seeds import example
+from tests.tile.test_staged_loop import staged_f32
 
 
 @ts.kernel
@@ -78,6 +79,15 @@ def run_gemm(mode: str, kernel: Callable[..., None] = gemm) -> bytes:
     return c.tobytes()
 
 
+def run_staged(mode: str) -> bytes:
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((32, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    c = np.zeros((32, 32), np.float32)
+    staged_f32(a, b, c, tile_shape=(16, 16, 16), mode=mode)
+    return c.tobytes()
+
+
 def run_gemm_plus(mode: str) -> bytes:
     return run_gemm(mode, gemm_plus)
 
@@ -102,7 +112,7 @@ CASES: dict[str, Callable[[str], bytes]] = {
     "fused_store": run_loops, "last_store": run_loops,
     "strided_sum": run_reduction, "tree_sum": run_reduction, "quiet_accesses": run_reduction,
     "deferred_mma": run_gemm, "fused_mma_add": run_gemm_plus,
-    "fused_mma_scale": run_attention, "kept_loads": run_reloads,
+    "fused_mma_scale": run_attention, "kept_loads": run_reloads, "staged_loop": run_staged,
 }
 
 

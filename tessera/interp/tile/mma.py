@@ -164,7 +164,20 @@ def mma(a: Any, b: Any, c: Any, acc: Num, fast: bool,
 
 
 def _accumulate(r: np.ndarray, c: Any) -> np.ndarray:
-    """``r + c``, in place in the fresh product when the shapes allow (no new array)."""
+    """``r + c``, in place in the fresh product when the shapes allow (no new array).
+
+    A float64 product plus a smaller float accumulator that holds one finite value
+    everywhere (a K loop's ``zeros`` or ``full`` start, broadcast over every program) adds that
+    value as a scalar: each element gets the same float64 addition of the same two
+    operands (one of them finite, so even a NaN result keeps the product's payload),
+    without the per-row casts of a broadcast float32 operand."""
+    if r.dtype == F64 and r.flags.writeable and isinstance(c, np.ndarray) \
+            and c.dtype.kind == "f" and c.ndim <= r.ndim and 0 < c.size < r.size \
+            and r.shape[r.ndim - c.ndim:] == c.shape:
+        bits = c.view(f"u{c.itemsize}").reshape(-1)
+        first = c.reshape(-1)[0]
+        if bits[-1] == bits[0] and np.isfinite(first) and (bits == bits[0]).all():
+            return np.add(r, float(first), out=r)
     if np.broadcast_shapes(r.shape, np.shape(c)) == r.shape and r.flags.writeable:
         return np.add(r, c, out=r, casting="unsafe") if r.dtype == F64 or \
             np.result_type(r, c) == r.dtype else r + c

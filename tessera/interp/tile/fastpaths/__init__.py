@@ -45,27 +45,32 @@ class FastPath:
     factory: Callable[..., Any] | None
     module: str
     taken: int = 0
+    #: fast paths this one runs inside of (``only`` enables them with it)
+    needs: tuple[str, ...] = ()
 
 
 #: name -> fast path, in the order the compiler applies them (later ones wrap earlier)
 REGISTRY: dict[str, FastPath] = {}
 #: the modules that register fast paths (imported by :func:`load`)
-MODULES = ("loops", "deferred", "sum", "tree", "memo", "branches", "access", "fusion")
+MODULES = ("loops", "deferred", "staged", "sum", "tree", "memo", "branches", "access",
+           "fusion")
 _OFF: set[str] = set()
 _off: frozenset[str] = frozenset()  # the disabled names (a compiled kernel's cache key)
 _on: frozenset[str] | None = None  # the enabled names, while no switch changes
 _WRAPPERS: dict[frozenset[str], dict[type, list[FastPath]]] = {}
 
 
-def register(name: str, *ops: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register(name: str, *ops: type, needs: tuple[str, ...] = ()
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated factory as fast path ``name``; its docstring is the proof
-    of equivalence. Without ``ops`` the decorated function only carries the proof."""
+    of equivalence. Without ``ops`` the decorated function only carries the proof;
+    ``needs`` names the fast paths that consult this one."""
     def add(factory: Callable[..., Any]) -> Callable[..., Any]:
         global _on
         if not (factory.__doc__ or "").strip():
             raise TypeError(f"fast path {name!r} needs a docstring proving its equivalence")
         REGISTRY[name] = FastPath(name, factory.__doc__ or "", ops, factory if ops else None,
-                                  factory.__module__.rsplit(".", 1)[-1])
+                                  factory.__module__.rsplit(".", 1)[-1], needs=needs)
         _on = None
         _WRAPPERS.clear()
         return factory
@@ -130,8 +135,10 @@ def disabled(*names: str) -> Iterator[None]:
 @contextmanager
 def only(*names: str) -> Iterator[None]:
     """Compile and run with exactly the named fast paths enabled inside the ``with``
-    block (none: the reference's steps, in checked or fast mode's schedules)."""
+    block, with the fast paths they run inside of (none: the reference's steps, in
+    checked or fast mode's schedules)."""
     keep = {path(n).name for n in names}
+    keep |= {need for n in keep for need in REGISTRY[n].needs}
     with _switched({n for n in load() if n not in keep}):
         yield
 

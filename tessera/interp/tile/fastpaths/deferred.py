@@ -9,6 +9,7 @@ import numpy as np
 from tessera.interp.tile.exec import Compiler, Frame, Step
 from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.fastpaths.pending import PendingMma, deferrable, forced
+from tessera.interp.tile.fastpaths.staged import staged_loop
 from tessera.interp.tile.reference.flow import run_body
 from tessera.ir.core import Instr
 from tessera.ir.dialects import tile as T
@@ -35,6 +36,7 @@ def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     outs = [c.slot(r) for r in instr.results]
     fast = c.fast
     me = REGISTRY["deferred_mma"]
+    staged = staged_loop(c, instr, defer)  # the later trips of a cp_async + mma loop
 
     def step(fr: Frame) -> None:
         regs = fr.regs
@@ -49,6 +51,8 @@ def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
             carried[k] = PendingMma(carried[k], n, fast, len(trips))
         for iv in trips:
             carried = run_body(body, fr, [np.int64(iv), *carried])
+            if iv == trips[0] and staged is not None and staged(fr, trips, carried):
+                break  # the other trips, derived from this one (fastpaths.staged)
         for o, v in zip(outs, carried):
             regs[o] = forced(v)
     return step

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.tile.memory.access import view_in_owner
 from tessera.interp.tile.mma import mma
 from tessera.interp.tile.numeric import F32, F64, Num, num
 from tessera.ir.core import Instr, Value, walk
@@ -89,6 +90,21 @@ class PendingMma:
         self.k += kk
         return self
 
+    def extend_last(self, a: np.ndarray, b: np.ndarray, trips: int) -> bool:
+        """Replace the last kept operands by ``a`` and ``b``, which hold them followed
+        by the operands of ``trips`` more trips along K: the buffers get the same
+        values as from adding those trips one by one. False, with nothing changed, when
+        they do not fit the K columns held now (adding them would flush on the way)."""
+        if not self.a:
+            return False
+        kk = a.shape[-1] - self.a[-1].shape[-1]
+        if self.k + kk > self.width or b.shape[-2] - self.b[-1].shape[-2] != kk:
+            return False
+        self.a[-1], self.b[-1] = a, b
+        self.k += kk
+        self.trips -= trips
+        return True
+
     def force(self) -> Any:
         """The accumulator's value, as the per-trip ``mma`` calls would give it; the
         buffers are released."""
@@ -100,7 +116,7 @@ class PendingMma:
         # K outermost in memory: folding b's program axes into its columns
         # (folded_matmul) is then a view, not a copy
         kb = _buffer((self.width, *pb[0].shape[:-2], pb[0].shape[-1]), self.dtype)
-        b = np.moveaxis(kb, 0, -2)
+        b = kb.transpose((*range(1, kb.ndim - 1), 0, kb.ndim - 1))  # np.moveaxis(kb, 0, -2)
         _gather(a[..., :k], pa, -1)
         _gather(b[..., :k, :], pb, -2)
         out = mma(a[..., :k], b[..., :k, :], self.base, self.acc, fast=self.dtype == F32)
@@ -142,6 +158,9 @@ def _joined(pieces: list[np.ndarray], axis: int) -> np.ndarray | None:
         at += p.shape[axis] * step
     shape = list(first.shape)
     shape[axis] = sum(p.shape[axis] for p in pieces)
+    joined = view_in_owner(first, 0, tuple(shape), first.strides, False)
+    if joined is not None:
+        return joined
     return np.lib.stride_tricks.as_strided(first, tuple(shape), first.strides,
                                            writeable=False)
 

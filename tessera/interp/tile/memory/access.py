@@ -38,11 +38,38 @@ def strided_view(arr: np.ndarray, origin: Any, shape: tuple[int, ...],
     and byte ``strides``, writeable as ``arr`` is. Through the buffer protocol when
     ``arr`` is contiguous: a tenth of ``as_strided``'s cost, and NumPy checks that the
     strided extent lies inside the array."""
+    offset = sum(int(b) * st for b, st in zip(origin, arr.strides))
     if arr.flags.c_contiguous:
-        offset = sum(int(b) * st for b, st in zip(origin, arr.strides))
         return np.ndarray(shape, arr.dtype, arr, offset, strides)
+    out = view_in_owner(arr, offset, shape, strides, arr.flags.writeable)
+    if out is not None:
+        return out
     return as_strided(arr[tuple(slice(b, None) for b in origin)], shape, strides,
                       writeable=arr.flags.writeable)
+
+
+def view_in_owner(arr: np.ndarray, offset: int, shape: tuple[int, ...],
+                  strides: tuple[int, ...], writeable: bool) -> np.ndarray | None:
+    """The view of ``shape`` and byte ``strides`` at ``offset`` bytes from ``arr``'s first
+    element, made through the buffer of the C-contiguous array ``arr`` is a view of (a
+    tenth of ``as_strided``'s cost; NumPy checks that the extent lies in that buffer),
+    or None when there is no such array or the view would not be ``writeable`` as
+    asked."""
+    owner = arr
+    while not owner.flags.c_contiguous:
+        owner = owner.base
+        if type(owner) is not np.ndarray:
+            return None
+    if writeable and not owner.flags.writeable:
+        return None
+    start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+    try:
+        out = np.ndarray(shape, arr.dtype, owner, start + offset, strides)
+    except (ValueError, TypeError):
+        return None
+    if not writeable and out.flags.writeable:
+        out.flags.writeable = False
+    return out
 
 
 def plain_ints(starts: Any) -> bool:
@@ -192,7 +219,15 @@ class AccessPlan:
             # slices (not ints) on squeezed axes, so the result is a view even at rank 0
             window = arr[tuple(slice(b, b + n) for b, n in zip(self.bases, self.sizes))]
             return window.reshape(self.shape)
-        return strided_view(arr, self.bases, self.shape, self._window(arr.strides)[1])
+        # a view into another array (a shared buffer holding a copied tile): the same
+        # geometry, remembered, placed through the buffer that array is a view of
+        window = self.windows.get(arr.strides)
+        if window is None:
+            window = self.windows[arr.strides] = self._window(arr.strides)
+        out = view_in_owner(arr, window[0], self.shape, window[1], arr.flags.writeable)
+        if out is not None:
+            return out
+        return strided_view(arr, self.bases, self.shape, window[1])
 
     def _window(self, strides: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """The byte offset and byte strides of the view in an array of ``strides``."""
@@ -300,4 +335,5 @@ def bounds_violation(starts: list[Any], sizes: tuple[int, ...], dims: tuple[int,
     return first
 
 
-__all__ = ["AccessPlan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view"]
+__all__ = ["AccessPlan", "bounds_violation", "broadcast_shape", "plain_ints", "strided_view",
+           "view_in_owner"]
