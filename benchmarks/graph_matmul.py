@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from tessera.interp import run_function  # noqa: E402
 from tessera.ir.core import Block, Builder, Function  # noqa: E402
-from tessera.ir.dialects import graph as g  # noqa: E402
+from tessera.ir.dialects import graph as graph_ir  # noqa: E402
 from tessera.ir.types import TensorType  # noqa: E402
 
 
@@ -37,8 +37,8 @@ def matmul_function(n: int, element: str) -> Function:
     block = Block()
     a, b = block.add_arg(t, "a"), block.add_arg(t, "b")
     builder = Builder(block)
-    (c,) = builder.create(g.MatMul(), [a, b])
-    builder.create(g.Return(), [c])
+    (c,) = builder.create(graph_ir.MatMul(), [a, b])
+    builder.create(graph_ir.Return(), [c])
     return Function("mm", block, [c.type])
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from tessera.ir.core import Block, Builder, Function
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import Dense, TensorType
 from tessera.numerics import Policy, dtype
 
@@ -15,8 +15,28 @@ FLOAT_ELEMENTS = [dtype("f32"), dtype("bf16"), dtype("f16"), dtype("f64"),
                   Policy(dtype("fp8_e4m3"), accum=dtype("f32"), loss_scale=128.0),
                   Policy(dtype("f16"), stochastic_round=True, seed=3)]
 
-UNARY = [g.Neg, g.Exp, g.Log, g.Tanh, g.Sqrt, g.Relu, g.Sin, g.Cos, g.Abs, g.Sign, g.Erf]
-BINARY = [g.Add, g.Sub, g.Mul, g.Div, g.Maximum, g.Minimum, g.Pow]
+UNARY = [
+    graph_ir.Neg,
+    graph_ir.Exp,
+    graph_ir.Log,
+    graph_ir.Tanh,
+    graph_ir.Sqrt,
+    graph_ir.Relu,
+    graph_ir.Sin,
+    graph_ir.Cos,
+    graph_ir.Abs,
+    graph_ir.Sign,
+    graph_ir.Erf,
+]
+BINARY = [
+    graph_ir.Add,
+    graph_ir.Sub,
+    graph_ir.Mul,
+    graph_ir.Div,
+    graph_ir.Maximum,
+    graph_ir.Minimum,
+    graph_ir.Pow,
+]
 
 
 def shapes(min_rank: int = 0, max_rank: int = 3, max_side: int = 5) -> st.SearchStrategy:
@@ -50,22 +70,22 @@ def graph_functions(draw: st.DrawFn, max_ops: int = 12) -> Function:
             values += b.create(draw(st.sampled_from(BINARY))(), [x, draw(st.sampled_from(same))])
         elif kind == "reduce" and t.rank:
             axis = draw(st.integers(0, t.rank - 1))
-            op = draw(st.sampled_from([g.Sum, g.Mean, g.Max, g.Min]))
+            op = draw(st.sampled_from([graph_ir.Sum, graph_ir.Mean, graph_ir.Max, graph_ir.Min]))
             values += b.create(op((axis,), draw(st.booleans())), [x])
         elif kind == "const":
             data = draw(st.lists(st.floats(-4, 4, allow_nan=False, width=32), min_size=1,
                                  max_size=4))
-            values += b.create(g.Constant(Dense(np.asarray(data)), t.element))
+            values += b.create(graph_ir.Constant(Dense(np.asarray(data)), t.element))
         elif kind == "transpose" and t.rank >= 2:
-            values += b.create(g.Transpose(tuple(reversed(range(t.rank)))), [x])
+            values += b.create(graph_ir.Transpose(tuple(reversed(range(t.rank)))), [x])
         elif kind == "matmul" and t.rank == 2:
-            (xt,) = b.create(g.Transpose((1, 0)), [x])
+            (xt,) = b.create(graph_ir.Transpose((1, 0)), [x])
             tile = draw(st.none() | st.just((16, 16, 8)))
-            values += b.create(g.MatMul(tile), [x, xt])
+            values += b.create(graph_ir.MatMul(tile), [x, xt])
         elif kind == "softmax" and t.rank:
-            values += b.create(g.Softmax(-1), [x])
+            values += b.create(graph_ir.Softmax(-1), [x])
         elif kind == "cast":
-            values += b.create(g.Cast(draw(st.sampled_from(FLOAT_ELEMENTS))), [x])
+            values += b.create(graph_ir.Cast(draw(st.sampled_from(FLOAT_ELEMENTS))), [x])
     outs = draw(st.lists(st.sampled_from(values), min_size=1, max_size=2))
-    b.create(g.Return(), outs)
+    b.create(graph_ir.Return(), outs)
     return Function("random", block, [v.type for v in outs])

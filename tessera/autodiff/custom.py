@@ -16,7 +16,7 @@ from tessera.errors import ArgumentError, GradError, user_api
 from tessera.frontend.graph import ops
 from tessera.frontend.graph.trace import Trace, Tracer
 from tessera.ir.core import Instr, IRRegion
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 
 CUSTOM_RULES: dict[str, CustomFunction] = {}
@@ -48,8 +48,8 @@ class CustomFunction:
             body = trace.finish([o if isinstance(o, Tracer) else
                                  Tracer(trace, ops.constant(ops.operand(o))) for o in outs])
         # The region ends in a yield; captured outer values become extra operands.
-        body.body.instrs[-1].op = g.Yield()
-        op = g.Custom(self.rule_name, self.kind, len(trace.captured))
+        body.body.instrs[-1].op = graph_ir.Yield()
+        op = graph_ir.Custom(self.rule_name, self.kind, len(trace.captured))
         results = ops.bind(op, *operands, *trace.captured, regions=[IRRegion([body.body])],
                            result_types=body.result_types)
         return tuple(results) if isinstance(out, tuple) else results[0]

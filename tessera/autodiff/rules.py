@@ -16,9 +16,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tessera.frontend.graph import ops as o
+from tessera.frontend.graph import ops as graph_ops
 from tessera.ir.core import rule_decorator
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics import storage_of
 
 Rule = Callable[[Any, Sequence[Any], Sequence[Any], Sequence[Any], Sequence[bool]],
@@ -31,91 +31,99 @@ rule = rule_decorator(VJP, "VJP rule")
 
 def unary(derivative: Callable[[Any, Any], Any]) -> Rule:
     """A rule for ``y = f(x)`` from ``f'`` given as ``derivative(x, y)``."""
-    return lambda op, xs, ys, cts, needs: [cts[0] * o.conj(derivative(xs[0], ys[0]))]
+    return lambda op, xs, ys, cts, needs: [cts[0] * graph_ops.conj(derivative(xs[0], ys[0]))]
 
 
 def _is_complex(x: Any) -> bool:
     return storage_of(x.type.element).kind == "complex"
 
 
-VJP[g.Neg] = lambda op, xs, ys, cts, needs: [-cts[0]]
-VJP[g.Exp] = unary(lambda x, y: y)
-VJP[g.Log] = unary(lambda x, y: 1.0 / x)
-VJP[g.Tanh] = unary(lambda x, y: 1.0 - y * y)
-VJP[g.Sqrt] = unary(lambda x, y: 0.5 / y)
-VJP[g.Sin] = unary(lambda x, y: o.cos(x))
-VJP[g.Cos] = unary(lambda x, y: -o.sin(x))
-VJP[g.Erf] = unary(lambda x, y: (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x)))
-VJP[g.Relu] = lambda op, xs, ys, cts, needs: [o.where(xs[0] > 0, cts[0], 0.0)]
-VJP[g.Sign] = VJP[g.Round] = lambda op, xs, ys, cts, needs: [None]
-VJP[g.Conj] = lambda op, xs, ys, cts, needs: [o.conj(cts[0])]
+VJP[graph_ir.Neg] = lambda op, xs, ys, cts, needs: [-cts[0]]
+VJP[graph_ir.Exp] = unary(lambda x, y: y)
+VJP[graph_ir.Log] = unary(lambda x, y: 1.0 / x)
+VJP[graph_ir.Tanh] = unary(lambda x, y: 1.0 - y * y)
+VJP[graph_ir.Sqrt] = unary(lambda x, y: 0.5 / y)
+VJP[graph_ir.Sin] = unary(lambda x, y: graph_ops.cos(x))
+VJP[graph_ir.Cos] = unary(lambda x, y: -graph_ops.sin(x))
+VJP[graph_ir.Erf] = unary(lambda x, y: (2.0 / math.sqrt(math.pi)) * graph_ops.exp(-(x * x)))
+VJP[graph_ir.Relu] = lambda op, xs, ys, cts, needs: [graph_ops.where(xs[0] > 0, cts[0], 0.0)]
+VJP[graph_ir.Sign] = VJP[graph_ir.Round] = lambda op, xs, ys, cts, needs: [None]
+VJP[graph_ir.Conj] = lambda op, xs, ys, cts, needs: [graph_ops.conj(cts[0])]
 
 
-@rule(g.Gelu)
-def _gelu(op: g.Gelu, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Gelu)
+def _gelu(op: graph_ir.Gelu, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
           needs: Sequence[bool]) -> list[Any]:
     x = xs[0]
     if op.approximate:
         c = math.sqrt(2.0 / math.pi)
-        t = o.tanh(c * (x + 0.044715 * x ** 3))
+        t = graph_ops.tanh(c * (x + 0.044715 * x ** 3))
         d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x)
     else:
-        d = 0.5 * (1.0 + o.erf(x / math.sqrt(2.0))) + x * o.exp(-0.5 * x * x) / math.sqrt(
-            2.0 * math.pi)
+        d = 0.5 * (1.0 + graph_ops.erf(x / math.sqrt(2.0))) + x * graph_ops.exp(
+            -0.5 * x * x
+        ) / math.sqrt(2.0 * math.pi)
     return [cts[0] * d]
 
 
-@rule(g.Abs)
+@rule(graph_ir.Abs)
 def _abs(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
     x, y = xs[0], ys[0]
     if _is_complex(x):
         # d|z| pulls back to ct * z/|z| (zero where z == 0).
-        safe = o.where(o.equal(y, 0.0), 1.0, y)
-        return [o.cast(o.where(o.equal(y, 0.0), 0.0, cts[0] / safe), x.type.element) * x]
-    return [cts[0] * o.sign(x)]
+        safe = graph_ops.where(graph_ops.equal(y, 0.0), 1.0, y)
+        return [
+            graph_ops.cast(
+                graph_ops.where(graph_ops.equal(y, 0.0), 0.0, cts[0] / safe), x.type.element
+            )
+            * x
+        ]
+    return [cts[0] * graph_ops.sign(x)]
 
 
-@rule(g.Real)
+@rule(graph_ir.Real)
 def _real(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
           needs: Sequence[bool]) -> list[Any]:
-    return [o.cast(cts[0], xs[0].type.element) if _is_complex(xs[0]) else cts[0]]
+    return [graph_ops.cast(cts[0], xs[0].type.element) if _is_complex(xs[0]) else cts[0]]
 
 
-@rule(g.Imag)
+@rule(graph_ir.Imag)
 def _imag(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
           needs: Sequence[bool]) -> list[Any]:
     if not _is_complex(xs[0]):
         return [None]
-    return [o.cast(cts[0], xs[0].type.element) * 1j]
+    return [graph_ops.cast(cts[0], xs[0].type.element) * 1j]
 
 
-VJP[g.Add] = lambda op, xs, ys, cts, needs: [cts[0], cts[0]]
-VJP[g.Sub] = lambda op, xs, ys, cts, needs: [cts[0], -cts[0]]
-VJP[g.Mul] = lambda op, xs, ys, cts, needs: [
-    cts[0] * o.conj(xs[1]) if needs[0] else None, cts[0] * o.conj(xs[0]) if needs[1] else None]
+VJP[graph_ir.Add] = lambda op, xs, ys, cts, needs: [cts[0], cts[0]]
+VJP[graph_ir.Sub] = lambda op, xs, ys, cts, needs: [cts[0], -cts[0]]
+VJP[graph_ir.Mul] = lambda op, xs, ys, cts, needs: [
+    cts[0] * graph_ops.conj(xs[1]) if needs[0] else None,
+    cts[0] * graph_ops.conj(xs[0]) if needs[1] else None,
+]
 
 
-@rule(g.Div)
+@rule(graph_ir.Div)
 def _div(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
     b = xs[1]
-    return [cts[0] / o.conj(b) if needs[0] else None,
-            -cts[0] * o.conj(ys[0] / b) if needs[1] else None]
+    return [cts[0] / graph_ops.conj(b) if needs[0] else None,
+            -cts[0] * graph_ops.conj(ys[0] / b) if needs[1] else None]
 
 
-@rule(g.Pow)
+@rule(graph_ir.Pow)
 def _pow(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
     a, b = xs
     # b * a**(b-1) rather than b * y / a: finite at a == 0 for b >= 1.
-    da = cts[0] * o.conj(b * a ** (b - 1.0)) if needs[0] else None
+    da = cts[0] * graph_ops.conj(b * a ** (b - 1.0)) if needs[0] else None
     if not needs[1]:
         return [da, None]
     # d(a**b)/db = y * log(a); at a == 0 that is 0 * -inf, but 0**b is flat in b (b > 0),
     # so log(a) is taken at 1 there, as JAX does.
-    safe = o.where(o.equal(a, 0.0), 1.0, a)
-    return [da, cts[0] * o.conj(ys[0] * o.log(safe))]
+    safe = graph_ops.where(graph_ops.equal(a, 0.0), 1.0, a)
+    return [da, cts[0] * graph_ops.conj(ys[0] * graph_ops.log(safe))]
 
 
 def _select_rule(first_wins: Callable[[Any, Any], Any]) -> Rule:
@@ -124,141 +132,143 @@ def _select_rule(first_wins: Callable[[Any, Any], Any]) -> Rule:
            needs: Sequence[bool]) -> list[Any]:
         a, b = xs
         ct = cts[0]
-        half = o.where(o.equal(a, b), 0.5 * ct, 0.0)
-        return [o.where(first_wins(a, b), ct, half) if needs[0] else None,
-                o.where(first_wins(b, a), ct, half) if needs[1] else None]
+        half = graph_ops.where(graph_ops.equal(a, b), 0.5 * ct, 0.0)
+        return [graph_ops.where(first_wins(a, b), ct, half) if needs[0] else None,
+                graph_ops.where(first_wins(b, a), ct, half) if needs[1] else None]
     return fn
 
 
-VJP[g.Maximum] = _select_rule(lambda a, b: a > b)
-VJP[g.Minimum] = _select_rule(lambda a, b: a < b)
+VJP[graph_ir.Maximum] = _select_rule(lambda a, b: a > b)
+VJP[graph_ir.Minimum] = _select_rule(lambda a, b: a < b)
 
 
-@rule(g.Where)
+@rule(graph_ir.Where)
 def _where(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
            needs: Sequence[bool]) -> list[Any]:
     c, ct = xs[0], cts[0]
-    return [None, o.where(c, ct, 0.0) if needs[1] else None,
-            o.where(c, 0.0, ct) if needs[2] else None]
+    return [None, graph_ops.where(c, ct, 0.0) if needs[1] else None,
+            graph_ops.where(c, 0.0, ct) if needs[2] else None]
 
 
-@rule(g.Cast)
+@rule(graph_ir.Cast)
 def _cast(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
           needs: Sequence[bool]) -> list[Any]:
     x, ct = xs[0], cts[0]
     if _is_complex(ct) and not _is_complex(x):
-        ct = o.real(ct)
-    return [o.cast(ct, x.type.element)]
+        ct = graph_ops.real(ct)
+    return [graph_ops.cast(ct, x.type.element)]
 
 
 def _swap(x: Any) -> Any:
     perm = list(range(x.ndim))
     perm[-2:] = perm[-1], perm[-2]
-    return o.transpose(x, perm)
+    return graph_ops.transpose(x, perm)
 
 
-@rule(g.MatMul)
+@rule(graph_ir.MatMul)
 def _matmul(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
             needs: Sequence[bool]) -> list[Any]:
     a, b = xs
     ct = cts[0]
-    return [o.matmul(ct, _swap(o.conj(b))) if needs[0] else None,
-            o.matmul(_swap(o.conj(a)), ct) if needs[1] else None]
+    return [graph_ops.matmul(ct, _swap(graph_ops.conj(b))) if needs[0] else None,
+            graph_ops.matmul(_swap(graph_ops.conj(a)), ct) if needs[1] else None]
 
 
-def _expand(ct: Any, op: g.Reduce, x: Any) -> Any:
+def _expand(ct: Any, op: graph_ir.Reduce, x: Any) -> Any:
     """The reduction's cotangent reshaped with kept dims and broadcast to ``x``."""
     axes = op.reduced_axes(x.ndim)
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    return o.broadcast_to(o.reshape(ct, kept), tuple(x.shape))
+    return graph_ops.broadcast_to(graph_ops.reshape(ct, kept), tuple(x.shape))
 
 
-VJP[g.Sum] = lambda op, xs, ys, cts, needs: [_expand(cts[0], op, xs[0])]
+VJP[graph_ir.Sum] = lambda op, xs, ys, cts, needs: [_expand(cts[0], op, xs[0])]
 
 
-@rule(g.Mean)
-def _mean(op: g.Mean, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Mean)
+def _mean(op: graph_ir.Mean, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
           needs: Sequence[bool]) -> list[Any]:
     x = xs[0]
     n = math.prod(int(x.shape[a]) for a in op.reduced_axes(x.ndim))
     return [_expand(cts[0], op, x) / float(n)]
 
 
-@rule(g.Max, g.Min)
-def _extremum(op: g.Reduce, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Max, graph_ir.Min)
+def _extremum(op: graph_ir.Reduce, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
               needs: Sequence[bool]) -> list[Any]:
     # Every element equal to the extremum shares the cotangent equally.
     x = xs[0]
-    hit = o.equal(x, _expand(ys[0], op, x))
-    count = _expand(o.sum(o.where(hit, 1.0, 0.0), axis=op.reduced_axes(x.ndim),
+    hit = graph_ops.equal(x, _expand(ys[0], op, x))
+    count = _expand(graph_ops.sum(graph_ops.where(hit, 1.0, 0.0), axis=op.reduced_axes(x.ndim),
                           keepdims=op.keepdims), op, x)
-    return [o.where(hit, _expand(cts[0], op, x) / count, 0.0)]
+    return [graph_ops.where(hit, _expand(cts[0], op, x) / count, 0.0)]
 
 
-@rule(g.Softmax)
-def _softmax(op: g.Softmax, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Softmax)
+def _softmax(op: graph_ir.Softmax, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
              needs: Sequence[bool]) -> list[Any]:
     y, ct = ys[0], cts[0]
-    return [y * (ct - o.sum(ct * y, axis=op.axis, keepdims=True))]
+    return [y * (ct - graph_ops.sum(ct * y, axis=op.axis, keepdims=True))]
 
 
-@rule(g.Mse)
+@rule(graph_ir.Mse)
 def _mse(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
     a, b = xs
-    d = (a - b) * o.broadcast_to(cts[0] * (2.0 / max(a.size, 1)), tuple(a.shape))
+    d = (a - b) * graph_ops.broadcast_to(cts[0] * (2.0 / max(a.size, 1)), tuple(a.shape))
     return [d if needs[0] else None, -d if needs[1] else None]
 
 
-@rule(g.Transpose)
-def _transpose(op: g.Transpose, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Transpose)
+def _transpose(op: graph_ir.Transpose, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
                needs: Sequence[bool]) -> list[Any]:
     inverse = [0] * len(op.perm)
     for i, p in enumerate(op.perm):
         inverse[p] = i
-    return [o.transpose(cts[0], inverse)]
+    return [graph_ops.transpose(cts[0], inverse)]
 
 
-VJP[g.Reshape] = lambda op, xs, ys, cts, needs: [o.reshape(cts[0], tuple(xs[0].shape))]
+VJP[graph_ir.Reshape] = lambda op, xs, ys, cts, needs: [
+    graph_ops.reshape(cts[0], tuple(xs[0].shape))
+]
 
 
-@rule(g.Broadcast)
-def _broadcast(op: g.Broadcast, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Broadcast)
+def _broadcast(op: graph_ir.Broadcast, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
                needs: Sequence[bool]) -> list[Any]:
     x = xs[0]
     lead = len(op.shape) - x.ndim
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(x.shape)
                                       if d == 1 and op.shape[lead + i] != 1)
-    ct = o.sum(cts[0], axis=axes) if axes else cts[0]
-    return [o.reshape(ct, tuple(x.shape))]
+    ct = graph_ops.sum(cts[0], axis=axes) if axes else cts[0]
+    return [graph_ops.reshape(ct, tuple(x.shape))]
 
 
-@rule(g.Fft)
-def _fft(op: g.Fft, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Fft)
+def _fft(op: graph_ir.Fft, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
          needs: Sequence[bool]) -> list[Any]:
     n = float(xs[0].shape[op.axis])
-    return [o.ifft(cts[0], axis=op.axis) * n]
+    return [graph_ops.ifft(cts[0], axis=op.axis) * n]
 
 
-@rule(g.Ifft)
-def _ifft(op: g.Ifft, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Ifft)
+def _ifft(op: graph_ir.Ifft, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
           needs: Sequence[bool]) -> list[Any]:
     n = float(xs[0].shape[op.axis])
-    return [o.fft(cts[0], axis=op.axis) / n]
+    return [graph_ops.fft(cts[0], axis=op.axis) / n]
 
 
-@rule(g.Slice)
-def _slice(op: g.Slice, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Slice)
+def _slice(op: graph_ir.Slice, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
            needs: Sequence[bool]) -> list[Any]:
-    return [o.bind(g.Embed(tuple(xs[0].shape), op.starts, op.steps), cts[0])[0]]
+    return [graph_ops.bind(graph_ir.Embed(tuple(xs[0].shape), op.starts, op.steps), cts[0])[0]]
 
 
-@rule(g.Embed)
-def _embed(op: g.Embed, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.Embed)
+def _embed(op: graph_ir.Embed, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
            needs: Sequence[bool]) -> list[Any]:
     stops = tuple(lo + (n - 1) * st + 1 if n else lo
                   for lo, n, st in zip(op.starts, xs[0].shape, op.steps))
-    return [o.bind(g.Slice(op.starts, stops, op.steps), cts[0])[0]]
+    return [graph_ops.bind(graph_ir.Slice(op.starts, stops, op.steps), cts[0])[0]]
 
 
 # -------------------------------------------------------------------------- collectives
@@ -269,45 +279,45 @@ def _embed(op: g.Embed, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any]
 # permutation. A replicated cotangent is one contribution (docs/distributed.md), so a
 # reduce_scatter or all_reduce of it sums nothing: distributed gradients equal the
 # single-device gradients of the same program, never counted once per device.
-def _gathered_dim(op: g.AllGather, x: Any) -> int | None:
+def _gathered_dim(op: graph_ir.AllGather, x: Any) -> int | None:
     s = getattr(x.type, "sharding", None)
     if s is None:
         return op.dim
-    dims = {s.dim_of(a) for a in g.axis_names(op.axis)} - {None}
+    dims = {s.dim_of(a) for a in graph_ir.axis_names(op.axis)} - {None}
     return dims.pop() if dims else None
 
 
-@rule(g.AllGather)
-def _all_gather(op: g.AllGather, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.AllGather)
+def _all_gather(op: graph_ir.AllGather, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
                 needs: Sequence[bool]) -> list[Any]:
     dim = _gathered_dim(op, xs[0])
     if dim is None:  # nothing was gathered: one device, or a replicated operand
         return [cts[0]]
-    return [o.bind(g.ReduceScatter(op.axis, dim), cts[0])[0]]
+    return [graph_ops.bind(graph_ir.ReduceScatter(op.axis, dim), cts[0])[0]]
 
 
-@rule(g.ReduceScatter, g.Shard)
+@rule(graph_ir.ReduceScatter, graph_ir.Shard)
 def _scatter(op: Any, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
              needs: Sequence[bool]) -> list[Any]:
-    return [o.bind(g.AllGather(op.axis), cts[0])[0]]
+    return [graph_ops.bind(graph_ir.AllGather(op.axis), cts[0])[0]]
 
 
-@rule(g.AllReduce)
-def _all_reduce(op: g.AllReduce, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.AllReduce)
+def _all_reduce(op: graph_ir.AllReduce, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
                 needs: Sequence[bool]) -> list[Any]:
     # max, min and mean are the identity on the global value they accept (docs).
-    return [o.bind(g.AllReduce(op.axis), cts[0])[0] if op.op == "sum" else cts[0]]
+    return [graph_ops.bind(graph_ir.AllReduce(op.axis), cts[0])[0] if op.op == "sum" else cts[0]]
 
 
-@rule(g.AllToAll)
-def _all_to_all(op: g.AllToAll, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
+@rule(graph_ir.AllToAll)
+def _all_to_all(op: graph_ir.AllToAll, xs: Sequence[Any], ys: Sequence[Any], cts: Sequence[Any],
                 needs: Sequence[bool]) -> list[Any]:
-    return [o.bind(g.AllToAll(op.axis, op.concat_dim, op.split_dim), cts[0])[0]]
+    return [graph_ops.bind(graph_ir.AllToAll(op.axis, op.concat_dim, op.split_dim), cts[0])[0]]
 
 
-VJP[g.MeshBroadcast] = lambda op, xs, ys, cts, needs: [cts[0]]
-VJP[g.Ppermute] = lambda op, xs, ys, cts, needs: [
-    o.bind(g.Ppermute(op.axis, tuple((d, s) for s, d in op.perm)), cts[0])[0]]
+VJP[graph_ir.MeshBroadcast] = lambda op, xs, ys, cts, needs: [cts[0]]
+VJP[graph_ir.Ppermute] = lambda op, xs, ys, cts, needs: [
+    graph_ops.bind(graph_ir.Ppermute(op.axis, tuple((d, s) for s, d in op.perm)), cts[0])[0]]
 
 
 #: Graph IR ops the VJP table leaves out on purpose, and why: every other non-terminator
@@ -315,8 +325,8 @@ VJP[g.Ppermute] = lambda op, xs, ys, cts, needs: [
 #: so this one table serves both modes.
 NO_VJP_RULE: dict[type, str] = {
     **{cls: "its result is bool, which carries no cotangent"
-       for cls in (g.Gt, g.Ge, g.Lt, g.Le, g.Eq, g.Ne)},
-    g.Constant: "it has no operand to pull a cotangent back to",
-    g.Custom: "each graph.custom is differentiated by its own rule (custom.CUSTOM_RULES, "
+       for cls in (graph_ir.Gt, graph_ir.Ge, graph_ir.Lt, graph_ir.Le, graph_ir.Eq, graph_ir.Ne)},
+    graph_ir.Constant: "it has no operand to pull a cotangent back to",
+    graph_ir.Custom: "each graph.custom is differentiated by its own rule (custom.CUSTOM_RULES, "
               "keyed by rule name)",
 }

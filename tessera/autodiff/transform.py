@@ -24,7 +24,7 @@ from tessera.frontend.graph import ops
 from tessera.frontend.graph.tensor import Tensor
 from tessera.frontend.graph.trace import Trace, Tracer, current_trace
 from tessera.ir.core import Function, Instr, IRRegion, Value, clone_block
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
@@ -95,7 +95,7 @@ def backprop(fn: Function, args: Sequence[Operand], out_cts: Sequence[Operand | 
     body = fn.body.instrs
     for instr in body[:-1]:
         operands = [env[v] for v in instr.operands]
-        if isinstance(instr.op, g.Custom) and any(v in active for v in instr.operands):
+        if isinstance(instr.op, graph_ir.Custom) and any(v in active for v in instr.operands):
             outs, saved[instr] = custom_forward(instr, operands)
         else:
             outs = replay(instr, operands)
@@ -115,7 +115,7 @@ def backprop(fn: Function, args: Sequence[Operand], out_cts: Sequence[Operand | 
             continue
         result_cts = [cts.get(r) if r in cts else zeros(r.type) for r in instr.results]
         primals = [env[v] for v in instr.operands]
-        if isinstance(instr.op, g.Custom):
+        if isinstance(instr.op, graph_ir.Custom):
             in_cts = custom_backward(instr, primals, saved.get(instr), result_cts, needs)
         else:
             rule = VJP.get(type(instr.op))

@@ -16,7 +16,7 @@ import pytest
 
 from tessera.interp import run_function
 from tessera.ir.core import Block, Builder, Function
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tests.interp.util import ref_round_fraction, same
 
@@ -30,15 +30,15 @@ def model() -> Function:
     block = Block()
     x, w1, w2 = (block.add_arg(t, name) for name in ("x", "w1", "w2"))
     b = Builder(block)
-    (h,) = b.create(g.MatMul(), [x, w1])
-    (r,) = b.create(g.Relu(), [h])
-    (y,) = b.create(g.MatMul(), [r, w2])
-    (rows,) = b.create(g.Sum((1,)), [y])
-    (mean,) = b.create(g.Mean(()), [y])
-    (probs,) = b.create(g.Softmax(-1), [y])
-    (loss,) = b.create(g.Mse(), [y, x])
+    (h,) = b.create(graph_ir.MatMul(), [x, w1])
+    (r,) = b.create(graph_ir.Relu(), [h])
+    (y,) = b.create(graph_ir.MatMul(), [r, w2])
+    (rows,) = b.create(graph_ir.Sum((1,)), [y])
+    (mean,) = b.create(graph_ir.Mean(()), [y])
+    (probs,) = b.create(graph_ir.Softmax(-1), [y])
+    (loss,) = b.create(graph_ir.Mse(), [y, x])
     outs = [h, y, rows, mean, probs, loss]
-    b.create(g.Return(), outs)
+    b.create(graph_ir.Return(), outs)
     return Function("model", block, [v.type for v in outs])
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tessera.errors import InterpretError
 from tessera.interp import run_function
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import Dense
 from tests.interp.util import one_op, ref_round, run1, same, stored
 
@@ -21,18 +21,33 @@ SETTINGS = settings(max_examples=50, deadline=None)
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 UNARY_REF = {
-    g.Neg: np.negative, g.Exp: np.exp, g.Log: np.log, g.Tanh: np.tanh, g.Sqrt: np.sqrt,
-    g.Sign: np.sign, g.Sin: np.sin, g.Cos: np.cos, g.Round: np.round,
-    g.Conj: np.conj, g.Abs: np.abs, g.Real: np.real, g.Imag: np.zeros_like,
-    g.Relu: lambda x: np.where((x > 0) | np.isnan(x), x, 0.0),
-    g.Erf: _erf,
+    graph_ir.Neg: np.negative,
+    graph_ir.Exp: np.exp,
+    graph_ir.Log: np.log,
+    graph_ir.Tanh: np.tanh,
+    graph_ir.Sqrt: np.sqrt,
+    graph_ir.Sign: np.sign,
+    graph_ir.Sin: np.sin,
+    graph_ir.Cos: np.cos,
+    graph_ir.Round: np.round,
+    graph_ir.Conj: np.conj,
+    graph_ir.Abs: np.abs,
+    graph_ir.Real: np.real,
+    graph_ir.Imag: np.zeros_like,
+    graph_ir.Relu: lambda x: np.where((x > 0) | np.isnan(x), x, 0.0),
+    graph_ir.Erf: _erf,
 }
 BINARY_REF = {
-    g.Add: np.add, g.Sub: np.subtract, g.Mul: np.multiply, g.Div: np.divide,
-    g.Pow: np.power, g.Maximum: np.maximum, g.Minimum: np.minimum,
+    graph_ir.Add: np.add,
+    graph_ir.Sub: np.subtract,
+    graph_ir.Mul: np.multiply,
+    graph_ir.Div: np.divide,
+    graph_ir.Pow: np.power,
+    graph_ir.Maximum: np.maximum,
+    graph_ir.Minimum: np.minimum,
 }
-COMPARE_REF = {g.Gt: np.greater, g.Ge: np.greater_equal, g.Lt: np.less,
-               g.Le: np.less_equal, g.Eq: np.equal, g.Ne: np.not_equal}
+COMPARE_REF = {graph_ir.Gt: np.greater, graph_ir.Ge: np.greater_equal, graph_ir.Lt: np.less,
+               graph_ir.Le: np.less_equal, graph_ir.Eq: np.equal, graph_ir.Ne: np.not_equal}
 
 
 @st.composite
@@ -49,7 +64,7 @@ def operands(draw: st.DrawFn, count: int, lo: float = -6.0, hi: float = 6.0):
 
 
 #: ops that move a NaN as it is (the others compute the default NaN, see graph_elementwise)
-MOVES_NAN = (g.Neg, g.Conj, g.Real, g.Imag, g.Relu)
+MOVES_NAN = (graph_ir.Neg, graph_ir.Conj, graph_ir.Real, graph_ir.Imag, graph_ir.Relu)
 
 
 def _default_nan(x: np.ndarray) -> np.ndarray:
@@ -77,7 +92,7 @@ def test_gelu_both_forms(approximate, case) -> None:
             ref = 0.5 * w * (1 + np.tanh(math.sqrt(2 / math.pi) * (w + 0.044715 * w**3)))
         else:
             ref = 0.5 * w * (1 + _erf(w / math.sqrt(2)))
-    assert same(run1(g.Gelu(approximate), x, elements=[name]),
+    assert same(run1(graph_ir.Gelu(approximate), x, elements=[name]),
                 ref_round(_default_nan(ref), name))
 
 
@@ -104,7 +119,7 @@ def test_comparisons(op_cls, case) -> None:
 def test_where_selects_stored_values(case) -> None:
     name, (a, b) = case
     cond = a.astype(np.float64) > b.astype(np.float64)
-    out = run1(g.Where(), cond, a, b, elements=["bool", name, name])
+    out = run1(graph_ir.Where(), cond, a, b, elements=["bool", name, name])
     assert same(out, np.where(cond, a, b))
 
 
@@ -113,20 +128,20 @@ def test_where_selects_stored_values(case) -> None:
                                                  "fp8_e5m2"]))
 def test_cast_rounds_once_to_nearest_even(case, to) -> None:
     name, (x,) = case
-    assert same(run1(g.Cast(to), x, elements=[name]), ref_round(x.astype(np.float64), to))
+    assert same(run1(graph_ir.Cast(to), x, elements=[name]), ref_round(x.astype(np.float64), to))
 
 
 def test_cast_of_float64_rounds_once_not_via_float32() -> None:
     # 1 + 2**-4 + 2**-30 is just above an fp8_e4m3 midpoint; through float32 it would land
     # on the midpoint and tie to even (down).
     x = np.array([1 + 2**-4 + 2**-30, -(1 + 2**-4 + 2**-30)])
-    out = run1(g.Cast("fp8_e4m3"), x, elements=["f64"])
+    out = run1(graph_ir.Cast("fp8_e4m3"), x, elements=["f64"])
     assert out.astype(np.float64).tolist() == [1.125, -1.125]
 
 
 def test_fp8_saturates() -> None:
     x = np.array([1000.0, -1e9, np.inf, 464.0, 400.0], dtype=np.float32)
-    out = run1(g.Cast("fp8_e4m3"), x)
+    out = run1(graph_ir.Cast("fp8_e4m3"), x)
     assert out.astype(np.float64).tolist() == [448.0, -448.0, 448.0, 448.0, 384.0]
 
 
@@ -135,7 +150,7 @@ def test_fp8_saturates() -> None:
        st.sampled_from(ELEMENTS))
 def test_constant_rounds_its_exact_value(values, name) -> None:
     dense = Dense(np.array(values))
-    (out,) = run_function(one_op(g.Constant(dense, name), []), [])
+    (out,) = run_function(one_op(graph_ir.Constant(dense, name), []), [])
     assert same(out, ref_round(np.array(values, dtype=np.float64), name))
 
 
@@ -143,43 +158,43 @@ def test_integers_are_exact_then_saturated() -> None:
     a = np.array([100, -100, 7, -7, 127, -128], dtype=np.int8)
     b = np.array([100, 100, 2, 2, 1, -1], dtype=np.int8)
     e = ["int8", "int8"]
-    assert run1(g.Add(), a, b, elements=e).tolist() == [127, 0, 9, -5, 127, -128]
-    assert run1(g.Mul(), a, b, elements=e).tolist() == [127, -128, 14, -14, 127, 127]
-    assert run1(g.Div(), a, b, elements=e).tolist() == [1, -1, 3, -3, 127, 127]
+    assert run1(graph_ir.Add(), a, b, elements=e).tolist() == [127, 0, 9, -5, 127, -128]
+    assert run1(graph_ir.Mul(), a, b, elements=e).tolist() == [127, -128, 14, -14, 127, 127]
+    assert run1(graph_ir.Div(), a, b, elements=e).tolist() == [1, -1, 3, -3, 127, 127]
     c = np.array([100, 99, 2, 3, 0, 1], dtype=np.int8)
-    assert run1(g.Pow(), b, c, elements=e).tolist() == [127, 127, 4, 8, 1, -1]
-    assert run1(g.Pow(), -b, c, elements=e).tolist() == [127, -128, 4, -8, 1, 1]
+    assert run1(graph_ir.Pow(), b, c, elements=e).tolist() == [127, 127, 4, 8, 1, -1]
+    assert run1(graph_ir.Pow(), -b, c, elements=e).tolist() == [127, -128, 4, -8, 1, 1]
     with pytest.raises(InterpretError, match="negative exponent"):
-        run1(g.Pow(), b, b, elements=e)
-    assert run1(g.Neg(), a, elements=["int8"]).tolist() == [-100, 100, -7, 7, -127, 127]
+        run1(graph_ir.Pow(), b, b, elements=e)
+    assert run1(graph_ir.Neg(), a, elements=["int8"]).tolist() == [-100, 100, -7, 7, -127, 127]
     big = np.array([2**62, -(2**62)], dtype=np.int64)
-    assert run1(g.Add(), big, big, elements=["int64"] * 2).tolist() == [2**63 - 1, -(2**63)]
+    assert run1(graph_ir.Add(), big, big, elements=["int64"] * 2).tolist() == [2**63 - 1, -(2**63)]
 
 
 def test_integer_division_by_zero_is_an_error() -> None:
     a = np.array([1, 2], dtype=np.int32)
     with pytest.raises(InterpretError, match="division by zero"):
-        run1(g.Div(), a, np.array([1, 0], dtype=np.int32), elements=["int32"] * 2)
+        run1(graph_ir.Div(), a, np.array([1, 0], dtype=np.int32), elements=["int32"] * 2)
 
 
 def test_float_division_by_zero_is_ieee() -> None:
-    out = run1(g.Div(), np.array([1.0, -1.0, 0.0], np.float32), np.zeros(3, np.float32))
+    out = run1(graph_ir.Div(), np.array([1.0, -1.0, 0.0], np.float32), np.zeros(3, np.float32))
     assert out[0] == np.inf and out[1] == -np.inf and np.isnan(out[2])
-    assert np.isnan(run1(g.Sqrt(), np.array([-1.0], np.float32)))[0]
+    assert np.isnan(run1(graph_ir.Sqrt(), np.array([-1.0], np.float32)))[0]
 
 
 def test_complex_ops() -> None:
     z = np.array([3 + 4j, -1 - 2j], dtype=np.complex64)
-    assert run1(g.Abs(), z, elements=["c64"]).tolist() == [5.0, np.float32(5**0.5)]
-    assert run1(g.Real(), z, elements=["c64"]).tolist() == [3.0, -1.0]
-    assert run1(g.Imag(), z, elements=["c64"]).tolist() == [4.0, -2.0]
-    assert run1(g.Conj(), z, elements=["c64"]).tolist() == [3 - 4j, -1 + 2j]
+    assert run1(graph_ir.Abs(), z, elements=["c64"]).tolist() == [5.0, np.float32(5**0.5)]
+    assert run1(graph_ir.Real(), z, elements=["c64"]).tolist() == [3.0, -1.0]
+    assert run1(graph_ir.Imag(), z, elements=["c64"]).tolist() == [4.0, -2.0]
+    assert run1(graph_ir.Conj(), z, elements=["c64"]).tolist() == [3 - 4j, -1 + 2j]
     with pytest.raises(InterpretError, match="not ordered"):
-        run1(g.Gt(), z, z, elements=["c64", "c64"])
+        run1(graph_ir.Gt(), z, z, elements=["c64", "c64"])
 
 
 def test_bool_arithmetic_is_refused() -> None:
     x = np.array([True, False])
     with pytest.raises(InterpretError, match="bool"):
-        run1(g.Add(), x, x, elements=["bool", "bool"])
-    assert run1(g.Maximum(), x, ~x, elements=["bool", "bool"]).tolist() == [True, True]
+        run1(graph_ir.Add(), x, x, elements=["bool", "bool"])
+    assert run1(graph_ir.Maximum(), x, ~x, elements=["bool", "bool"]).tolist() == [True, True]

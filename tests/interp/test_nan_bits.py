@@ -15,13 +15,27 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tests.interp.util import run1, stored
 
 SETTINGS = settings(max_examples=40, deadline=None)
 POOL = [math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5, -2.5]
-COMPUTED = [g.Add(), g.Sub(), g.Mul(), g.Div(), g.Maximum(), g.Minimum()]
-UNARY = [g.Tanh(), g.Exp(), g.Sqrt(), g.Log(), g.Sin(), g.Abs()]
+COMPUTED = [
+    graph_ir.Add(),
+    graph_ir.Sub(),
+    graph_ir.Mul(),
+    graph_ir.Div(),
+    graph_ir.Maximum(),
+    graph_ir.Minimum(),
+]
+UNARY = [
+    graph_ir.Tanh(),
+    graph_ir.Exp(),
+    graph_ir.Sqrt(),
+    graph_ir.Log(),
+    graph_ir.Sin(),
+    graph_ir.Abs(),
+]
 DEFAULT_NAN = np.float32(np.nan).tobytes()
 
 
@@ -66,10 +80,18 @@ def test_unary_bits_do_not_depend_on_blocking(case, op, cut) -> None:
 
 
 @SETTINGS
-@given(st.sampled_from(["f32", "bf16"]), st.integers(1, 12), st.integers(1, 4), st.data(),
-       st.sampled_from([g.Sum((0,)), g.Mean((0,)), g.Max((0,)), g.Min((0,))]))
-def test_reductions_do_not_depend_on_the_columns_reduced_together(name, rows, cols, data,
-                                                                  op) -> None:
+@given(
+    st.sampled_from(["f32", "bf16"]),
+    st.integers(1, 12),
+    st.integers(1, 4),
+    st.data(),
+    st.sampled_from(
+        [graph_ir.Sum((0,)), graph_ir.Mean((0,)), graph_ir.Max((0,)), graph_ir.Min((0,))]
+    ),
+)
+def test_reductions_do_not_depend_on_the_columns_reduced_together(
+    name, rows, cols, data, op
+) -> None:
     vals = data.draw(st.lists(st.sampled_from(POOL), min_size=rows * cols,
                               max_size=rows * cols))
     x = stored(np.array(vals).reshape(rows, cols), name)
@@ -82,7 +104,7 @@ def test_reductions_do_not_depend_on_the_columns_reduced_together(name, rows, co
 
 def test_moving_ops_keep_nan_signs() -> None:
     x = np.array([-math.nan, math.nan], np.float32)
-    assert np.signbit(run1(g.Neg(), x)).tolist() == [False, True]
-    assert np.signbit(run1(g.Relu(), x)).tolist() == [True, False]
-    out = run1(g.Add(), x, np.zeros(2, np.float32))
+    assert np.signbit(run1(graph_ir.Neg(), x)).tolist() == [False, True]
+    assert np.signbit(run1(graph_ir.Relu(), x)).tolist() == [True, False]
+    out = run1(graph_ir.Add(), x, np.zeros(2, np.float32))
     assert [v.tobytes() for v in out] == [DEFAULT_NAN, DEFAULT_NAN]

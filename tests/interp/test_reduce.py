@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics import Policy, dtype
 from tests.interp.util import ref_round, ref_round_fraction, run1, same, stored
 
@@ -51,7 +51,7 @@ def test_sum_and_mean_are_exact_then_rounded_once(case, axes, keep, mean) -> Non
         exact = exact / count
     want = np.array([ref_round_fraction(Fraction(v), name) for v in np.ravel(exact)],
                     dtype=x.dtype).reshape(np.shape(exact))
-    op = (g.Mean if mean else g.Sum)(ax, keep)
+    op = (graph_ir.Mean if mean else graph_ir.Sum)(ax, keep)
     assert same(run1(op, x, elements=[name]), want)
 
 
@@ -61,7 +61,7 @@ def test_max_and_min(case, axes, keep, is_max) -> None:
     name, x = case
     ax = _axes(axes, x.ndim)
     want = _ref_extreme(x.astype(np.float64), ax or tuple(range(x.ndim)), keep, is_max)
-    assert same(run1((g.Max if is_max else g.Min)(ax, keep), x, elements=[name]),
+    assert same(run1((graph_ir.Max if is_max else graph_ir.Min)(ax, keep), x, elements=[name]),
                 want.astype(x.dtype))
 
 
@@ -95,7 +95,7 @@ def test_max_and_min_do_not_depend_on_element_order(name, rows, cols, is_max, da
     vals = data.draw(st.lists(st.sampled_from(pool), min_size=rows * cols,
                               max_size=rows * cols))
     x = stored(np.array(vals).reshape(rows, cols), name)
-    op = (g.Max if is_max else g.Min)((1,), False)
+    op = (graph_ir.Max if is_max else graph_ir.Min)((1,), False)
     got = run1(op, x, elements=[name])
     flipped = run1(op, np.ascontiguousarray(x[:, ::-1]), elements=[name])
     want = _ref_extreme(x.astype(np.float64), (1,), False, is_max).astype(x.dtype)
@@ -111,7 +111,7 @@ def test_softmax_matches_float64_reference(case, axis) -> None:
     e = np.exp(w - w.max(axis=axis, keepdims=True))
     total = np.apply_along_axis(math.fsum, axis, e)  # the correctly rounded float64 sum
     want = ref_round(e / np.expand_dims(total, axis), name)
-    assert same(run1(g.Softmax(axis), x, elements=[name]), want)
+    assert same(run1(graph_ir.Softmax(axis), x, elements=[name]), want)
 
 
 @SETTINGS
@@ -123,7 +123,7 @@ def test_mse_is_exact_then_rounded_once(case, data) -> None:
                         ).reshape(a.shape), name)
     exact = sum((Fraction(float(p)) - Fraction(float(q))) ** 2
                 for p, q in zip(a.ravel(), b.ravel())) / a.size
-    out = run1(g.Mse(), a, b, elements=[name, name])
+    out = run1(graph_ir.Mse(), a, b, elements=[name, name])
     assert out.shape == () and same(out, ref_round_fraction(exact, name))
 
 
@@ -132,7 +132,9 @@ def test_mse_of_far_apart_values_is_exact() -> None:
     a = np.array([2.0**100, 1.0], np.float32)
     b = np.array([2.0**-100, 3.0], np.float32)
     exact = ((Fraction(2) ** 100 - Fraction(2) ** -100) ** 2 + 4) / 2
-    assert same(run1(g.Mse(), a, b, elements=["f32", "f32"]), ref_round_fraction(exact, "f32"))
+    assert same(
+        run1(graph_ir.Mse(), a, b, elements=["f32", "f32"]), ref_round_fraction(exact, "f32")
+    )
 
 
 @st.composite
@@ -161,7 +163,7 @@ def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_matmul_rounds_exact_product_to_accumulator_then_result(case, declare) -> None:
     name, a, b = case
     elem = Policy(dtype(name), accum=dtype("f32")) if declare else name
-    out = run1(g.MatMul(), a, b, elements=[elem, elem])
+    out = run1(graph_ir.MatMul(), a, b, elements=[elem, elem])
     exact = _exact_matmul(a, b)
     acc = np.array([ref_round_fraction(q, "f32") for q in exact.ravel()],
                    dtype=np.float32).reshape(exact.shape)
@@ -178,34 +180,34 @@ def test_bf16_accum_f32_matmul_equals_float64_product_rounded() -> None:
     a, b = (np.where(np.abs(x) < 2**-8, 0.0, x).astype(ml_dtypes.bfloat16) for x in (a, b))
     f64 = a.astype(np.float64) @ b.astype(np.float64)
     elem = "bf16 @accum(f32)"
-    out = run1(g.MatMul(), a, b, elements=[elem, elem])
+    out = run1(graph_ir.MatMul(), a, b, elements=[elem, elem])
     assert out.dtype == np.float32 and same(out, f64.astype(np.float32))
-    plain = run1(g.MatMul(), a, b, elements=["bf16", "bf16"])
+    plain = run1(graph_ir.MatMul(), a, b, elements=["bf16", "bf16"])
     assert same(plain, f64.astype(np.float32).astype(ml_dtypes.bfloat16))
 
 
 def test_fast_mode_is_close_but_labelled_non_bitwise() -> None:
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((2, 64, 64)).astype(np.float32)
-    exact = run1(g.MatMul(), a, b)
-    fast = run1(g.MatMul(), a, b, mode="fast")
+    exact = run1(graph_ir.MatMul(), a, b)
+    fast = run1(graph_ir.MatMul(), a, b, mode="fast")
     assert fast.dtype == np.float32
     np.testing.assert_allclose(fast, exact, rtol=1e-4, atol=1e-4)
-    s_fast = run1(g.Sum((1,)), a, mode="fast")
-    np.testing.assert_allclose(s_fast, run1(g.Sum((1,)), a), rtol=1e-5, atol=1e-5)
+    s_fast = run1(graph_ir.Sum((1,)), a, mode="fast")
+    np.testing.assert_allclose(s_fast, run1(graph_ir.Sum((1,)), a), rtol=1e-5, atol=1e-5)
 
 
 def test_integer_matmul_and_sum_are_exact() -> None:
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
-    out = run1(g.MatMul(), a, a.T.copy(), elements=["int32", "int32"])
+    out = run1(graph_ir.MatMul(), a, a.T.copy(), elements=["int32", "int32"])
     assert out.tolist() == (a.astype(np.int64) @ a.T).tolist()
-    assert run1(g.Sum(()), a, elements=["int32"]).tolist() == 66
+    assert run1(graph_ir.Sum(()), a, elements=["int32"]).tolist() == 66
 
 
 def test_fft_roundtrip_is_numpy() -> None:
     rng = np.random.default_rng(1)
     z = (rng.standard_normal(8) + 1j * rng.standard_normal(8)).astype(np.complex64)
-    out = run1(g.Fft(), z, elements=["c64"])
+    out = run1(graph_ir.Fft(), z, elements=["c64"])
     assert same(out, np.fft.fft(z.astype(np.complex128)).astype(np.complex64))
-    back = run1(g.Ifft(), out, elements=["c64"])
+    back = run1(graph_ir.Ifft(), out, elements=["c64"])
     np.testing.assert_allclose(back, z, atol=1e-5)

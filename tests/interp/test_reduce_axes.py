@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tests.interp.util import run1
 from tests.mesh_sim.util import raises_here
 
@@ -108,12 +108,12 @@ def test_mean_of_no_integers_is_refused_not_zero() -> None:
 def test_interpreter_sums_empty_axes_in_both_modes() -> None:
     x = np.zeros((2, 0, 3), np.float32)
     for mode in ("exact", "fast"):
-        assert np.array_equal(run1(g.Sum((1,)), x, mode=mode), np.zeros((2, 3), np.float32))
+        assert np.array_equal(run1(graph_ir.Sum((1,)), x, mode=mode), np.zeros((2, 3), np.float32))
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert np.isnan(run1(g.Mean((1,), True), x, mode=mode)).all()
+            assert np.isnan(run1(graph_ir.Mean((1,), True), x, mode=mode)).all()
     with pytest.raises(ts.InterpretError, match="axis 1"):
-        run1(g.Max((1,)), x)
+        run1(graph_ir.Max((1,)), x)
 
 
 BAD_AXES = [((0, 0), ts.ShapeError, "named twice"), ((1, -1), ts.ShapeError, "named twice"),

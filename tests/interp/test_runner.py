@@ -15,7 +15,7 @@ from tessera.errors import InterpretError
 from tessera.interp import run_function, run_op
 from tessera.ir import parse_function
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype
 from tests.interp.util import one_op, ref_round, same
@@ -37,14 +37,14 @@ def test_op_without_rule_is_a_loud_error() -> None:
     x = block.add_arg(F32_4x8, "x")
     b = Builder(block)
     (y,) = b.create(_Mystery(), [x])
-    b.create(g.Return(), [y])
+    b.create(graph_ir.Return(), [y])
     fn = Function("f", block, [F32_4x8])
     with pytest.raises(InterpretError, match=r"no rule for test\.mystery"):
         run_function(fn, [np.zeros((4, 8), np.float32)])
 
 
 def test_arguments_are_checked_not_converted() -> None:
-    fn = one_op(g.Exp(), [F32_4x8])
+    fn = one_op(graph_ir.Exp(), [F32_4x8])
     good = np.zeros((4, 8), np.float32)
     with pytest.raises(InterpretError, match="dtype float64") as err:
         run_function(fn, [good.astype(np.float64)])
@@ -55,13 +55,13 @@ def test_arguments_are_checked_not_converted() -> None:
         run_function(fn, [good, good])
     with pytest.raises(InterpretError, match="is a list, not a NumPy array"):
         run_function(fn, [good.tolist()])
-    bf = one_op(g.Exp(), [TensorType((2,), "bf16")])
+    bf = one_op(graph_ir.Exp(), [TensorType((2,), "bf16")])
     with pytest.raises(InterpretError, match=r"ml_dtypes\.bfloat16"):
         run_function(bf, [np.zeros(2, np.float32)])
 
 
 def test_tf32_arguments_must_hold_tf32_values() -> None:
-    fn = one_op(g.Neg(), [TensorType((2,), "tf32")])
+    fn = one_op(graph_ir.Neg(), [TensorType((2,), "tf32")])
     assert run_function(fn, [np.array([1.5, -2.0], np.float32)])[0].tolist() == [-1.5, 2.0]
     with pytest.raises(InterpretError, match="not tf32 values"):
         run_function(fn, [np.array([1 + 2**-20, 0], np.float32)])
@@ -101,22 +101,24 @@ def test_runtime_errors_carry_the_instruction_location() -> None:
 
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(InterpretError, match="unknown interpreter mode"):
-        run_function(one_op(g.Exp(), [F32_4x8]), [np.zeros((4, 8), np.float32)], mode="turbo")
+        run_function(
+            one_op(graph_ir.Exp(), [F32_4x8]), [np.zeros((4, 8), np.float32)], mode="turbo"
+        )
 
 
 def test_custom_runs_its_region_and_sees_outer_values() -> None:
     block = Block()
     x = block.add_arg(F32_4x8, "x")
     outer = Builder(block)
-    (e,) = outer.create(g.Exp(), [x])
+    (e,) = outer.create(graph_ir.Exp(), [x])
     body = Block()
     y = body.add_arg(F32_4x8, "y")
     inner = Builder(body)
-    (s,) = inner.create(g.Add(), [y, e])  # e is defined outside the region
-    inner.create(g.Yield(), [s])
-    (c,) = outer.create(g.Custom("my_rule"), [x], regions=[IRRegion([body])],
+    (s,) = inner.create(graph_ir.Add(), [y, e])  # e is defined outside the region
+    inner.create(graph_ir.Yield(), [s])
+    (c,) = outer.create(graph_ir.Custom("my_rule"), [x], regions=[IRRegion([body])],
                         result_types=[F32_4x8])
-    outer.create(g.Return(), [c])
+    outer.create(graph_ir.Return(), [c])
     fn = Function("f", block, [F32_4x8])
     v = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
     exp_v = ref_round(np.exp(v.astype(np.float64)), "f32")
@@ -128,8 +130,8 @@ def test_results_are_fresh_arrays() -> None:
     block = Block()
     x = block.add_arg(F32_4x8, "x")
     b = Builder(block)
-    (t,) = b.create(g.Reshape((8, 4)), [x])
-    b.create(g.Return(), [x, x, t])
+    (t,) = b.create(graph_ir.Reshape((8, 4)), [x])
+    b.create(graph_ir.Return(), [x, x, t])
     fn = Function("f", block, [F32_4x8, F32_4x8, TensorType((8, 4), "f32")])
     v = np.ones((4, 8), np.float32)
     outs = run_function(fn, [v])
@@ -141,10 +143,10 @@ def test_results_are_fresh_arrays() -> None:
 def test_run_op_eagerly() -> None:
     a = np.array([1.5, 2.5], ml_dtypes.bfloat16)
     t = TensorType((2,), "bf16")
-    (out,) = run_op(g.Mul(), [a, a], [t, t])
+    (out,) = run_op(graph_ir.Mul(), [a, a], [t, t])
     assert out.dtype == ml_dtypes.bfloat16 and out.tolist() == [2.25, 6.25]
     with pytest.raises(InterpretError, match=r"graph\.mul: argument 1"):
-        run_op(g.Mul(), [a, a.astype(np.float32)], [t, t])
+        run_op(graph_ir.Mul(), [a, a.astype(np.float32)], [t, t])
 
 
 def _sr_cast_function(n: int, seed: int) -> Function:
@@ -153,9 +155,9 @@ def _sr_cast_function(n: int, seed: int) -> Function:
     block = Block()
     x = block.add_arg(t, "x")
     b = Builder(block)
-    (c1,) = b.create(g.Cast(sr), [x])
-    (c2,) = b.create(g.Cast(sr), [x])
-    b.create(g.Return(), [c1, c2])
+    (c1,) = b.create(graph_ir.Cast(sr), [x])
+    (c2,) = b.create(graph_ir.Cast(sr), [x])
+    b.create(graph_ir.Return(), [c1, c2])
     return Function("sr", block, [c1.type, c2.type])
 
 
@@ -192,5 +194,5 @@ def test_run_op_reports_errors_at_the_callers_line() -> None:
     t = TensorType((2,), "int32")
     a = np.array([1, 2], np.int32)
     with pytest.raises(InterpretError) as err:
-        run_op(g.Div(), [a, np.zeros(2, np.int32)], [t, t])
+        run_op(graph_ir.Div(), [a, np.zeros(2, np.int32)], [t, t])
     assert str(err.value).startswith(f"{__file__}:")

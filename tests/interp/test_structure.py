@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tests.interp.util import run1, same
 
 ELEMENTS = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn}
@@ -30,14 +30,14 @@ def test_transpose(case, rnd) -> None:
     name, x = case
     perm = list(range(x.ndim))
     rnd.shuffle(perm)
-    assert same(run1(g.Transpose(tuple(perm)), x, elements=[name]), np.transpose(x, perm))
+    assert same(run1(graph_ir.Transpose(tuple(perm)), x, elements=[name]), np.transpose(x, perm))
 
 
 @SETTINGS
 @given(tensor())
 def test_reshape_flattens_row_major(case) -> None:
     name, x = case
-    assert same(run1(g.Reshape((x.size,)), x, elements=[name]), x.reshape(-1))
+    assert same(run1(graph_ir.Reshape((x.size,)), x, elements=[name]), x.reshape(-1))
 
 
 @SETTINGS
@@ -45,7 +45,7 @@ def test_reshape_flattens_row_major(case) -> None:
 def test_broadcast(case, lead) -> None:
     name, x = case
     shape = tuple(lead) + x.shape
-    assert same(run1(g.Broadcast(shape), x, elements=[name]), np.broadcast_to(x, shape))
+    assert same(run1(graph_ir.Broadcast(shape), x, elements=[name]), np.broadcast_to(x, shape))
 
 
 @SETTINGS
@@ -59,9 +59,9 @@ def test_slice_and_embed_are_transposes(case, data) -> None:
         stops.append(data.draw(st.integers(lo, dim)))
         steps.append(data.draw(st.integers(1, 3)))
     window = tuple(slice(a, b, c) for a, b, c in zip(starts, stops, steps))
-    part = run1(g.Slice(tuple(starts), tuple(stops), tuple(steps)), x, elements=[name])
+    part = run1(graph_ir.Slice(tuple(starts), tuple(stops), tuple(steps)), x, elements=[name])
     assert same(part, x[window])
-    back = run1(g.Embed(x.shape, tuple(starts), tuple(steps)), part, elements=[name])
+    back = run1(graph_ir.Embed(x.shape, tuple(starts), tuple(steps)), part, elements=[name])
     want = np.zeros_like(x)
     want[window] = x[window]
     assert same(back, want)

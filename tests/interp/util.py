@@ -12,7 +12,7 @@ import numpy as np
 
 from tessera.interp import run_function
 from tessera.ir.core import Block, Builder, Function, Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
@@ -32,7 +32,7 @@ def one_op(op: Op, types: Sequence[TensorType]) -> Function:
     args = [block.add_arg(t, f"x{k}") for k, t in enumerate(types)]
     b = Builder(block)
     results = b.create(op, args)
-    b.create(g.Return(), results)
+    b.create(graph_ir.Return(), results)
     return Function(op.name.split(".")[1], block, [r.type for r in results])
 
 

@@ -12,7 +12,7 @@ import pytest
 from tessera.errors import IRVerifyError, StageError
 from tessera.ir import PassManager, dependence_graph, get_pass, parse_module, print_module
 from tessera.ir.core import Module
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "passes"
 CASES = sorted(p.name.removesuffix(".before.tir") for p in GOLDEN.glob("*.before.tir"))
@@ -53,7 +53,7 @@ class BreaksTypes:
     def apply(self, module: Module) -> Module:
         fn = next(iter(module.functions.values()))
         instr = fn.body.instrs[0]
-        instr.op = g.Transpose((1, 0))
+        instr.op = graph_ir.Transpose((1, 0))
         return module
 
 

@@ -17,7 +17,7 @@ from tessera.interp.tile.rules import IMPLS
 from tessera.ir.core import Block, Builder, Function, Value, walk
 from tessera.ir.dialects.target import KERNEL, RegType, Return
 from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Shfl, Unary
-from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 from tessera.lower import mathlib
 from tessera.lower.emit import TargetEmitter
@@ -115,8 +115,8 @@ def tile_reduce(x: np.ndarray, kind: str) -> np.ndarray:
     """The tile interpreter's checked-mode ``reduce`` rule over the last axis."""
     block = Block()
     arg = block.add_arg(TensorType(x.shape, "f32"))
-    (res,) = Builder(block).create(C.Reduce(kind, -1), [arg])
-    return IMPLS[C.Reduce](res.owner, False)(x)  # type: ignore[arg-type]
+    (res,) = Builder(block).create(tile_compute.Reduce(kind, -1), [arg])
+    return IMPLS[tile_compute.Reduce](res.owner, False)(x)  # type: ignore[arg-type]
 
 
 def row_kernel(kind: str, per: int, group: int) -> Function:

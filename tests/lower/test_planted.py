@@ -179,7 +179,7 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
     through the mbarrier group ring; lowered from a kernel that waits for one group too
     few (wait_group 2 instead of 1), wgmma reads a stage still in flight."""
     from tessera.frontend.kernel.backends.compile import lower_and_render
-    from tessera.ir.dialects.tile import memory as M
+    from tessera.ir.dialects.tile import memory as tile_memory
 
     mod = example("double_buffered_gemm")
     kernel = mod.double_buffered_gemm
@@ -191,8 +191,8 @@ def test_sm90a_ring_waits_as_the_kernel_says() -> None:
     assert "cp.async.bulk.tensor" in compiled.ptx and "cp.async.cg" not in compiled.ptx
     tile = kernel.compile(*args, **launch).functions[kernel.name]
     for instr in walk(tile.body):
-        if isinstance(instr.op, M.CpWaitGroup) and instr.op.n == 1:
-            instr.op = M.CpWaitGroup(2)
+        if isinstance(instr.op, tile_memory.CpWaitGroup) and instr.op.n == 1:
+            instr.op = tile_memory.CpWaitGroup(2)
     lowered, ptx, lines, _ = lower_and_render(tile, "sm_90a")
     bad = dataclasses.replace(compiled, kernel=lowered, ptx=ptx, line_map=lines)
     with pytest.raises(InterpretError, match=r"in flight|before its wait|mbarrier"):

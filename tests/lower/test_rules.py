@@ -16,7 +16,7 @@ from tessera.errors import IRVerifyError, UnsupportedError
 from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.ir import PassManager, parse_module
 from tessera.ir.core import Instr, walk
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.lower.layout import possibly_wide, value_slots
 from tessera.lower.tiles import ELEM_BYTES, elem_size
 from tessera.lower.values import ELEM_OF
@@ -127,7 +127,7 @@ def test_value_slots_of_if_and_while() -> None:
     a, b = np.zeros((64, 32), BF16), np.zeros((32, 64), BF16)
     args, launch = (a, b, np.zeros((64, 64), np.float32), 3), {"tile_shape": (64, 64, 32)}
     fn = kernels.branchy_product.compile(*args, **launch).functions["branchy_product"]
-    branch, loop = _structured(fn, T.If), _structured(fn, T.While)
+    branch, loop = _structured(fn, tile_ir.If), _structured(fn, tile_ir.While)
     (sources, targets), = value_slots(branch)
     assert sources == [r.block.terminator.operands[0] for r in branch.regions]
     assert targets == [branch.results[0]] and branch.operands[0] not in sources

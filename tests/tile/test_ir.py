@@ -14,8 +14,8 @@ from tessera.errors import IRParseError, IRVerifyError
 from tessera.interp.tile import LaunchGeometry, launch, prepare
 from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.numerics import dtype
 from tests.tile import seeds
@@ -105,16 +105,16 @@ def _err(op, types, match: str) -> None:
 def test_invalid_tile_ir_is_rejected() -> None:
     f32 = dtype("f32")
     t = TensorType((4, 4), f32)
-    _err(C.Add(), [t, TensorType((4,), f32)], "shapes")
-    _err(C.Add(), [t, TensorType((4, 4), dtype("bf16"))], "mixes")
-    _err(C.Mma(f32), [t, TensorType((3, 4), f32)], "do not contract")
-    _err(C.Broadcast((4, 4), (0, 0)), [TensorType((4,), f32)], "dims")
-    _err(M.CpAsync(), [MemRefType("global", (4,), f32), MemRefType("shared", (4,), f32)],
+    _err(tile_compute.Add(), [t, TensorType((4,), f32)], "shapes")
+    _err(tile_compute.Add(), [t, TensorType((4, 4), dtype("bf16"))], "mixes")
+    _err(tile_compute.Mma(f32), [t, TensorType((3, 4), f32)], "do not contract")
+    _err(tile_compute.Broadcast((4, 4), (0, 0)), [TensorType((4,), f32)], "dims")
+    _err(tile_memory.CpAsync(), [MemRefType("global", (4,), f32), MemRefType("shared", (4,), f32)],
          "copies global into shared")
-    _err(M.Store(), [MemRefType("global", (4,), f32), TensorType((2,), f32)], "view")
-    _err(M.View((2,), (0,)), [MemRefType("global", (4,), f32), TensorType((), f32)],
+    _err(tile_memory.Store(), [MemRefType("global", (4,), f32), TensorType((2,), f32)], "view")
+    _err(tile_memory.View((2,), (0,)), [MemRefType("global", (4,), f32), TensorType((), f32)],
          "int")
-    _err(C.Reduce("prod"), [t], "kind")
+    _err(tile_compute.Reduce("prod"), [t], "kind")
 
 
 def test_memory_types_print_and_parse() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import tessera as ts
 from tessera.interp.tile.context import frozen
-from tessera.interp.tile.memory import access as A
+from tessera.interp.tile.memory import access
 
 
 def _saxpy(x: ts.Tensor["n", ts.f32], y: ts.Tensor["n", ts.f32],
@@ -70,12 +70,14 @@ def test_a_converted_argument_is_not_remembered() -> None:
 
 def test_plans_are_shared_only_for_the_same_read_only_arrays() -> None:
     starts = frozen(np.arange(4, dtype=np.int64) * 8)
-    plan = A.AccessPlan.of([starts], (8,), (), 1)
-    assert A.AccessPlan.of([starts], (8,), (), 1) is plan
+    plan = access.AccessPlan.of([starts], (8,), (), 1)
+    assert access.AccessPlan.of([starts], (8,), (), 1) is plan
     copy = frozen(starts.copy())
-    assert A.AccessPlan.of([copy], (8,), (), 1) is not plan
+    assert access.AccessPlan.of([copy], (8,), (), 1) is not plan
     writable = np.arange(4, dtype=np.int64) * 8
-    assert A.AccessPlan.of([writable], (8,), (), 1) is not A.AccessPlan.of([writable], (8,), (), 1)
+    assert access.AccessPlan.of([writable], (8,), (), 1) is not access.AccessPlan.of(
+        [writable], (8,), (), 1
+    )
 
 
 def test_plans_at_plain_integers_equal_the_general_ones() -> None:
@@ -86,9 +88,9 @@ def test_plans_at_plain_integers_equal_the_general_ones() -> None:
     for starts, sizes, squeeze, nlead in [([1, 2, 3], (1, 1, 4), (0, 1), 1),
                                           ([0, 0, 0], (2, 3, 8), (), 0),
                                           ([1, 0, 5], (1, 3, 1), (2,), 2)]:
-        short = A.AccessPlan(starts, sizes, squeeze, nlead)
-        general = A.AccessPlan([np.int64(s) for s in starts], sizes, squeeze, nlead)
-        for name in A.AccessPlan.__slots__:
+        short = access.AccessPlan(starts, sizes, squeeze, nlead)
+        general = access.AccessPlan([np.int64(s) for s in starts], sizes, squeeze, nlead)
+        for name in access.AccessPlan.__slots__:
             assert getattr(short, name) == getattr(general, name), name
         assert np.array_equal(short.view(arr), general.view(np.asfortranarray(arr)))
 
@@ -147,7 +149,7 @@ def test_a_dead_array_never_answers_for_a_new_one() -> None:
     may get its id) is analysed afresh."""
     for step in range(1, 40):
         starts = frozen(np.arange(4, dtype=np.int64) * step)
-        plan = A.AccessPlan.of([starts], (1,), (0,), 1)
+        plan = access.AccessPlan.of([starts], (1,), (0,), 1)
         assert plan.coefs == [{0: step}]
         del starts
         gc.collect()
@@ -169,15 +171,15 @@ def test_a_loop_reloads_only_what_the_kernel_writes(monkeypatch) -> None:
     """A large view loaded every trip is read again only when the kernel writes its
     tensor: the loads of read-only ``x`` after the first trip reuse its array, those of
     ``y`` (and of the rewritten ``x``) read memory each time."""
-    from tessera.interp.tile.memory import globals as G
+    from tessera.interp.tile.memory import globals as global_mem
 
     calls: list[str] = []
-    original = G.load
+    original = global_mem.load
 
     def spy(st, ctx, loc, ref):  # type: ignore[no-untyped-def]
         calls.append(ref.mem.name)
         return original(st, ctx, loc, ref)
-    monkeypatch.setattr(G, "load", spy)
+    monkeypatch.setattr(global_mem, "load", spy)
     n = 2048  # small loads are not remembered (nothing to save)
     x, y = np.ones(n, np.float32), np.zeros(n, np.float32)
     ts.kernel(_accumulate)(x, y, grid=1)

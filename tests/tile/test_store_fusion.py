@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-import tessera.interp.tile.memory.globals as G
+import tessera.interp.tile.memory.globals as global_mem
 
 SOURCE = Path(__file__).read_text().splitlines()
 
@@ -40,12 +40,12 @@ def overlapping(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
 def direct(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts stores computed in place."""
     calls: list[int] = []
-    original = G.store_computed
+    original = global_mem.store_computed
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
         return original(*args, **kwargs)
-    monkeypatch.setattr(G, "store_computed", spy)
+    monkeypatch.setattr(global_mem, "store_computed", spy)
     return calls
 
 

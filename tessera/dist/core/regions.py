@@ -36,7 +36,7 @@ import numpy as np
 from tessera.errors import Loc, TesseraError, user_api, user_location
 from tessera.frontend.graph import ops
 from tessera.frontend.graph.trace import Tracer
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 
 READ, WRITE, REDUCE = "read", "write", "reduce"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tessera/
@@ -191,7 +191,7 @@ class RegionView(Tracer):
         self._check_write("assignment to")
         starts, steps, block, picked = _box(index, tuple(self.shape))  # type: ignore[arg-type]
         part = ops.reshape(ops.broadcast_to(ops.operand(v, self), picked), block)
-        placed = ops.bind(g.Embed(tuple(self.shape), starts, steps),  # type: ignore[arg-type]
+        placed = ops.bind(graph_ir.Embed(tuple(self.shape), starts, steps),  # type: ignore[arg-type]
                           ops.cast(part, self.element))[0]
         mask = np.zeros(self.shape, bool)
         mask[_slices(starts, steps, block)] = True

@@ -18,7 +18,7 @@ from tessera.frontend.graph.ops import (
     reshape,
 )
 from tessera.frontend.graph.shapes import tile_shape_hint
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics import storage_of
 
 
@@ -50,7 +50,7 @@ def matmul(a: Any, b: Any, tile_shape: Sequence[int] | None = None) -> Any:
     a = broadcast_to(a, batch + tuple(a.shape[-2:]))
     b = broadcast_to(b, batch + tuple(b.shape[-2:]))
     hint = tile_shape_hint(tile_shape)  # 2 or 3 positive ints, else ArgumentError
-    y = bind(g.MatMul(hint), a, b)[0]
+    y = bind(graph_ir.MatMul(hint), a, b)[0]
     if squeeze:
         shape = list(y.shape)
         for axis in sorted(squeeze):
@@ -91,10 +91,10 @@ def reduction_axes(x: Any, axis: Any, what: str) -> tuple[int, ...] | None:
     return tuple(sorted(seen))
 
 
-_EXTREME = {g.Max: "maximum", g.Min: "minimum"}
+_EXTREME = {graph_ir.Max: "maximum", graph_ir.Min: "minimum"}
 
 
-def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
+def _reduce(op_cls: type[graph_ir.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
     x = operand(x)
     what = f"ts.{op_cls.name.split('.')[1]}"
     if not isinstance(keepdims, (bool, np.bool_, int, np.integer)):
@@ -107,13 +107,13 @@ def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
         return x  # NumPy's axis=(): a reduction over no axis leaves every element alone
     reduced = axes if axes is not None else tuple(range(x.ndim))
     empty = [a for a in reduced if x.shape[a] == 0]
-    if empty and op_cls in (g.Max, g.Min):
+    if empty and op_cls in (graph_ir.Max, graph_ir.Min):
         raise ShapeError(f"{what} over axis {empty[0]} of a {tuple(x.shape)} tensor: the "
                          f"axis is empty, and the {_EXTREME[op_cls]} of no values does not "
                          "exist",
                          hint="reduce only non-empty axes (check the shape first); "
                               "ts.sum and ts.mean accept empty axes (0 and NaN)")
-    if empty and op_cls is g.Mean and storage_of(x.type.element).kind != "float" and \
+    if empty and op_cls is graph_ir.Mean and storage_of(x.type.element).kind != "float" and \
             storage_of(x.type.element).kind != "complex":
         raise DTypeError(f"{what} over the empty axis {empty[0]} is NaN, which "
                          f"{storage_of(x.type.element)} cannot hold",
@@ -123,35 +123,35 @@ def _reduce(op_cls: type[g.Reduce], x: Any, axis: Any, keepdims: bool) -> Any:
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Sum over ``axis`` (all axes by default): exact, rounded once."""
-    return _reduce(g.Sum, x, axis, keepdims)
+    return _reduce(graph_ir.Sum, x, axis, keepdims)
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Mean over ``axis`` (all axes by default): exact, rounded once."""
-    return _reduce(g.Mean, x, axis, keepdims)
+    return _reduce(graph_ir.Mean, x, axis, keepdims)
 
 
 def max(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Maximum over ``axis`` (all axes by default)."""
-    return _reduce(g.Max, x, axis, keepdims)
+    return _reduce(graph_ir.Max, x, axis, keepdims)
 
 
 def min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Minimum over ``axis`` (all axes by default)."""
-    return _reduce(g.Min, x, axis, keepdims)
+    return _reduce(graph_ir.Min, x, axis, keepdims)
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
     """Softmax along ``axis``."""
     x = operand(x)
     axis_index(axis, x.ndim, "ts.softmax")
-    return bind(g.Softmax(int(axis)), x)[0]
+    return bind(graph_ir.Softmax(int(axis)), x)[0]
 
 
 def mse(pred: Any, target: Any) -> Any:
     """Mean squared error over all elements (a scalar)."""
     a, b = promote_operands(pred, target)
-    return bind(g.Mse(), a, b)[0]
+    return bind(graph_ir.Mse(), a, b)[0]
 
 
 def _complex(x: Any) -> Any:
@@ -166,11 +166,11 @@ def fft(x: Any, axis: int = -1) -> Any:
     """Discrete Fourier transform along ``axis`` (unnormalised); real input is made complex."""
     x = _complex(x)
     axis_index(axis, x.ndim, "ts.fft")
-    return bind(g.Fft(int(axis)), x)[0]
+    return bind(graph_ir.Fft(int(axis)), x)[0]
 
 
 def ifft(x: Any, axis: int = -1) -> Any:
     """Inverse DFT along ``axis`` (scaled by 1/n)."""
     x = _complex(x)
     axis_index(axis, x.ndim, "ts.ifft")
-    return bind(g.Ifft(int(axis)), x)[0]
+    return bind(graph_ir.Ifft(int(axis)), x)[0]

@@ -28,7 +28,7 @@ from tessera.frontend.graph.dist_arg import DistArg, DistValue
 from tessera.frontend.graph.tensor import Tensor, as_tensor
 from tessera.frontend.graph.trace import Tracer, current_trace
 from tessera.ir.core import IRRegion, Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import Dense
 from tessera.numerics import DType, element, promote, storage_of, to_f64
 
@@ -78,7 +78,7 @@ def constant(x: Tensor) -> Any:
     assert trace is not None
     # Booleans stay booleans: the interpreter refuses to turn float values into bool.
     values = x.array if x.array.dtype == np.bool_ else to_f64(x.array)
-    return trace.builder.create(g.Constant(Dense(values), x.type.element),
+    return trace.builder.create(graph_ir.Constant(Dense(values), x.type.element),
                                 loc=user_location())[0]
 
 
@@ -128,7 +128,7 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Operand:
     if trace is not None and isinstance(x, Tensor):
         # Inside a trace, keep small constants small: broadcast them in the graph.
         x = Tracer(trace, constant(x))
-    return bind(g.Broadcast(shape), x)[0]
+    return bind(graph_ir.Broadcast(shape), x)[0]
 
 
 broadcast = broadcast_to
@@ -172,67 +172,67 @@ def _unary(op: Op, x: Any) -> Any:
 # --------------------------------------------------------------------------- elementwise
 def add(a: Any, b: Any) -> Any:
     """Elementwise ``a + b``."""
-    return _binary(g.Add(), a, b)
+    return _binary(graph_ir.Add(), a, b)
 
 
 def sub(a: Any, b: Any) -> Any:
     """Elementwise ``a - b``."""
-    return _binary(g.Sub(), a, b)
+    return _binary(graph_ir.Sub(), a, b)
 
 
 def mul(a: Any, b: Any) -> Any:
     """Elementwise ``a * b``."""
-    return _binary(g.Mul(), a, b)
+    return _binary(graph_ir.Mul(), a, b)
 
 
 def div(a: Any, b: Any) -> Any:
     """Elementwise ``a / b``."""
-    return _binary(g.Div(), a, b)
+    return _binary(graph_ir.Div(), a, b)
 
 
 def pow(a: Any, b: Any) -> Any:
     """Elementwise ``a ** b``."""
-    return _binary(g.Pow(), a, b)
+    return _binary(graph_ir.Pow(), a, b)
 
 
 def maximum(a: Any, b: Any) -> Any:
     """Elementwise maximum (NaN propagates)."""
-    return _binary(g.Maximum(), a, b)
+    return _binary(graph_ir.Maximum(), a, b)
 
 
 def minimum(a: Any, b: Any) -> Any:
     """Elementwise minimum (NaN propagates)."""
-    return _binary(g.Minimum(), a, b)
+    return _binary(graph_ir.Minimum(), a, b)
 
 
 def greater(a: Any, b: Any) -> Any:
     """Elementwise ``a > b`` (bool)."""
-    return _binary(g.Gt(), a, b)
+    return _binary(graph_ir.Gt(), a, b)
 
 
 def greater_equal(a: Any, b: Any) -> Any:
     """Elementwise ``a >= b`` (bool)."""
-    return _binary(g.Ge(), a, b)
+    return _binary(graph_ir.Ge(), a, b)
 
 
 def less(a: Any, b: Any) -> Any:
     """Elementwise ``a < b`` (bool)."""
-    return _binary(g.Lt(), a, b)
+    return _binary(graph_ir.Lt(), a, b)
 
 
 def less_equal(a: Any, b: Any) -> Any:
     """Elementwise ``a <= b`` (bool)."""
-    return _binary(g.Le(), a, b)
+    return _binary(graph_ir.Le(), a, b)
 
 
 def equal(a: Any, b: Any) -> Any:
     """Elementwise ``a == b`` (bool)."""
-    return _binary(g.Eq(), a, b)
+    return _binary(graph_ir.Eq(), a, b)
 
 
 def not_equal(a: Any, b: Any) -> Any:
     """Elementwise ``a != b`` (bool)."""
-    return _binary(g.Ne(), a, b)
+    return _binary(graph_ir.Ne(), a, b)
 
 
 def where(cond: Any, a: Any, b: Any) -> Any:
@@ -243,78 +243,78 @@ def where(cond: Any, a: Any, b: Any) -> Any:
                          hint="compare first, e.g. ts.where(x > 0, x, 0)")
     a, b = promote_operands(a, b)
     shape = broadcast_shapes(tuple(c.shape), tuple(a.shape))
-    return bind(g.Where(), broadcast_to(c, shape), broadcast_to(a, shape),
+    return bind(graph_ir.Where(), broadcast_to(c, shape), broadcast_to(a, shape),
                 broadcast_to(b, shape))[0]
 
 
 def neg(x: Any) -> Any:
     """Elementwise ``-x``."""
-    return _unary(g.Neg(), x)
+    return _unary(graph_ir.Neg(), x)
 
 
 def exp(x: Any) -> Any:
     """Elementwise ``e ** x``."""
-    return _unary(g.Exp(), x)
+    return _unary(graph_ir.Exp(), x)
 
 
 def log(x: Any) -> Any:
     """Elementwise natural logarithm."""
-    return _unary(g.Log(), x)
+    return _unary(graph_ir.Log(), x)
 
 
 def tanh(x: Any) -> Any:
     """Elementwise hyperbolic tangent."""
-    return _unary(g.Tanh(), x)
+    return _unary(graph_ir.Tanh(), x)
 
 
 def sqrt(x: Any) -> Any:
     """Elementwise square root."""
-    return _unary(g.Sqrt(), x)
+    return _unary(graph_ir.Sqrt(), x)
 
 
 def sin(x: Any) -> Any:
     """Elementwise sine."""
-    return _unary(g.Sin(), x)
+    return _unary(graph_ir.Sin(), x)
 
 
 def cos(x: Any) -> Any:
     """Elementwise cosine."""
-    return _unary(g.Cos(), x)
+    return _unary(graph_ir.Cos(), x)
 
 
 def abs(x: Any) -> Any:
     """Elementwise absolute value (modulus of complex values)."""
-    return _unary(g.Abs(), x)
+    return _unary(graph_ir.Abs(), x)
 
 
 def sign(x: Any) -> Any:
     """Elementwise sign: -1, 0 or 1."""
-    return _unary(g.Sign(), x)
+    return _unary(graph_ir.Sign(), x)
 
 
 def round(x: Any) -> Any:
     """Elementwise round half to even."""
-    return _unary(g.Round(), x)
+    return _unary(graph_ir.Round(), x)
 
 
 def relu(x: Any) -> Any:
     """Elementwise ``max(x, 0)``."""
-    return _unary(g.Relu(), x)
+    return _unary(graph_ir.Relu(), x)
 
 
 def gelu(x: Any, approximate: bool = True) -> Any:
     """GELU; ``approximate=True`` is the tanh form, ``False`` the exact erf form."""
-    return bind(g.Gelu(approximate), operand(x))[0]
+    return bind(graph_ir.Gelu(approximate), operand(x))[0]
 
 
 def real(x: Any) -> Any:
     """Real part."""
-    return _unary(g.Real(), x)
+    return _unary(graph_ir.Real(), x)
 
 
 def imag(x: Any) -> Any:
     """Imaginary part."""
-    return _unary(g.Imag(), x)
+    return _unary(graph_ir.Imag(), x)
 
 
 def conj(x: Any) -> Any:
@@ -322,12 +322,12 @@ def conj(x: Any) -> Any:
     x = operand(x)
     if storage_of(x.type.element).kind != "complex":
         return x
-    return _unary(g.Conj(), x)
+    return _unary(graph_ir.Conj(), x)
 
 
 def erf(x: Any) -> Any:
     """Elementwise error function."""
-    return _unary(g.Erf(), x)
+    return _unary(graph_ir.Erf(), x)
 
 
 def cast(x: Any, to: Any) -> Any:
@@ -336,7 +336,7 @@ def cast(x: Any, to: Any) -> Any:
     target = element(to)
     if target == x.type.element:
         return x
-    return bind(g.Cast(target), x)[0]
+    return bind(graph_ir.Cast(target), x)[0]
 
 
 # The remaining operators live in their own modules; they are re-exported here so that

@@ -9,7 +9,7 @@ import numpy as np
 
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError, user_api
 from tessera.frontend.graph.ops import Operand, bind, operand
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 
 
 def tile_shape_hint(tile_shape: Any, what: str = "matmul") -> tuple[int, ...] | None:
@@ -64,7 +64,7 @@ def transpose(x: Any, axes: Any = None) -> Any:
                              hint=hint)
     if perm == tuple(range(x.ndim)):
         return x
-    return bind(g.Transpose(perm), x)[0]
+    return bind(graph_ir.Transpose(perm), x)[0]
 
 
 @user_api
@@ -88,7 +88,7 @@ def reshape(x: Any, shape: Any) -> Any:
                          hint="the new shape must hold the same number of elements")
     if shape == tuple(x.shape):
         return x
-    return bind(g.Reshape(shape), x)[0]
+    return bind(graph_ir.Reshape(shape), x)[0]
 
 
 def getitem(x: Operand, index: Any) -> Any:
@@ -136,7 +136,7 @@ def getitem(x: Operand, index: Any) -> Any:
     y = x
     if (tuple(starts), tuple(stops)) != ((0,) * x.ndim, tuple(x.shape)) or any(
             s != 1 for s in steps):
-        y = bind(g.Slice(tuple(starts), tuple(stops), tuple(steps)), x)[0]
+        y = bind(graph_ir.Slice(tuple(starts), tuple(stops), tuple(steps)), x)[0]
     from tessera.frontend.graph.ops import reshape as _reshape
 
     return _reshape(y, tuple(out_shape))

@@ -12,16 +12,23 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 
 
-@rule(g.AllGather, g.ReduceScatter, g.AllReduce, g.AllToAll, g.MeshBroadcast, g.Shard)
+@rule(
+    graph_ir.AllGather,
+    graph_ir.ReduceScatter,
+    graph_ir.AllReduce,
+    graph_ir.AllToAll,
+    graph_ir.MeshBroadcast,
+    graph_ir.Shard,
+)
 def identity(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """On one device a collective moves nothing and combines one contribution."""
     return [operands[0]]
 
 
-@rule(g.Ppermute)
+@rule(graph_ir.Ppermute)
 def ppermute(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Rank 0 keeps its block when the permutation sends it to itself, else zeros."""
     ranks = {r for pair in ap.op.perm for r in pair}

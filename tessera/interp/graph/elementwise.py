@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INT64 = np.iinfo(np.int64)
@@ -87,10 +87,18 @@ def _gelu_erf(x: np.ndarray) -> np.ndarray:
 
 #: unary ops computed on float64 / complex128 and rounded once
 _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
-    g.Neg: np.negative, g.Exp: np.exp, g.Log: np.log, g.Tanh: np.tanh, g.Sqrt: np.sqrt,
-    g.Sign: np.sign, g.Sin: np.sin, g.Cos: np.cos, g.Round: np.round, g.Conj: np.conj,
+    graph_ir.Neg: np.negative,
+    graph_ir.Exp: np.exp,
+    graph_ir.Log: np.log,
+    graph_ir.Tanh: np.tanh,
+    graph_ir.Sqrt: np.sqrt,
+    graph_ir.Sign: np.sign,
+    graph_ir.Sin: np.sin,
+    graph_ir.Cos: np.cos,
+    graph_ir.Round: np.round,
+    graph_ir.Conj: np.conj,
 }
-_REAL_ONLY = {g.Erf: _erf}
+_REAL_ONLY = {graph_ir.Erf: _erf}
 
 
 @rule(*_FLOAT_UNARY)
@@ -98,19 +106,19 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """neg, exp, log, tanh, sqrt, sign, sin, cos, round (half to even), conj."""
     (x,) = operands
     kind = type(ap.op)
-    if is_int(ap) and kind in (g.Neg, g.Sign, g.Round, g.Conj):
+    if is_int(ap) and kind in (graph_ir.Neg, graph_ir.Sign, graph_ir.Round, graph_ir.Conj):
         v = exact_ints(x)
-        if kind is g.Neg:
+        if kind is graph_ir.Neg:
             v = -v
-        elif kind is g.Sign:
+        elif kind is graph_ir.Sign:
             v = np.sign(x.astype(np.int64))
         return [store_ints(ap, v)]
     out = _FLOAT_UNARY[kind](ap.wide(x))
     # neg and conj move a NaN (flipping a sign bit), bit for bit in any NumPy loop
-    return [ap.round(out if kind in (g.Neg, g.Conj) else settle_nans(out))]
+    return [ap.round(out if kind in (graph_ir.Neg, graph_ir.Conj) else settle_nans(out))]
 
 
-@rule(g.Erf)
+@rule(graph_ir.Erf)
 def erf(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """The error function (C library ``erf`` in float64), rounded once."""
     x = ap.wide(operands[0])
@@ -118,7 +126,7 @@ def erf(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [ap.round(settle_nans(_erf(x)))]
 
 
-@rule(g.Gelu)
+@rule(graph_ir.Gelu)
 def gelu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """GELU: ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`` or ``0.5x(1 + erf(x/sqrt 2))``."""
     x = ap.wide(operands[0])
@@ -126,7 +134,7 @@ def gelu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [ap.round(settle_nans(_gelu_tanh(x) if ap.op.approximate else _gelu_erf(x)))]
 
 
-@rule(g.Relu)
+@rule(graph_ir.Relu)
 def relu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """``x`` where ``x > 0`` or ``x`` is NaN, else +0 (so relu(-0.0) is +0.0)."""
     (x,) = operands
@@ -137,25 +145,28 @@ def relu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [ap.select(np.where((w > 0) | np.isnan(w), w, 0.0))]
 
 
-@rule(g.Abs, g.Real, g.Imag)
+@rule(graph_ir.Abs, graph_ir.Real, graph_ir.Imag)
 def to_real(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """abs (modulus of complex values, via hypot), real and imaginary parts."""
     (x,) = operands
     kind = type(ap.op)
     if is_int(ap):
         v = exact_ints(x)
-        return [store_ints(ap, np.abs(v) if kind is g.Abs else
-                           (v if kind is g.Real else np.zeros_like(v)))]
+        return [store_ints(ap, np.abs(v) if kind is graph_ir.Abs else
+                           (v if kind is graph_ir.Real else np.zeros_like(v)))]
     w = ap.wide(x)
-    if kind is g.Abs:
+    if kind is graph_ir.Abs:
         return [ap.round(settle_nans(np.abs(w)))]
-    return [ap.select(np.real(w) if kind is g.Real else np.imag(w).copy())]
+    return [ap.select(np.real(w) if kind is graph_ir.Real else np.imag(w).copy())]
 
 
 # ------------------------------------------------------------------------------ binary
 _FLOAT_BINARY: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    g.Add: np.add, g.Sub: np.subtract, g.Mul: np.multiply, g.Div: np.divide,
-    g.Pow: np.power,
+    graph_ir.Add: np.add,
+    graph_ir.Sub: np.subtract,
+    graph_ir.Mul: np.multiply,
+    graph_ir.Div: np.divide,
+    graph_ir.Pow: np.power,
 }
 
 
@@ -186,20 +197,20 @@ def arith(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     kind = type(ap.op)
     if is_int(ap, 0):
         ia, ib = exact_ints(a), exact_ints(b)
-        if kind is g.Div:
+        if kind is graph_ir.Div:
             return [store_ints(ap, _int_div(ap, ia, ib))]
-        if kind is g.Pow:
+        if kind is graph_ir.Pow:
             return [store_ints(ap, _int_pow(ap, ia, ib))]
         return [store_ints(ap, _FLOAT_BINARY[kind](ia, ib))]
     return [ap.round(settle_nans(_FLOAT_BINARY[kind](ap.wide(a, 0), ap.wide(b, 1))))]
 
 
-@rule(g.Maximum, g.Minimum)
+@rule(graph_ir.Maximum, graph_ir.Minimum)
 def extremum(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """maximum / minimum; a NaN operand gives the default NaN. Exact: otherwise the
     result is an operand."""
     a, b = operands
-    fn = np.maximum if type(ap.op) is g.Maximum else np.minimum
+    fn = np.maximum if type(ap.op) is graph_ir.Maximum else np.minimum
     if ap.operand_storage(0).kind in ("int", "bool"):
         return [fn(a, b)]
     wa, wb = ap.wide(a, 0), ap.wide(b, 1)
@@ -208,8 +219,12 @@ def extremum(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
 
 
 _COMPARE: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    g.Gt: np.greater, g.Ge: np.greater_equal, g.Lt: np.less, g.Le: np.less_equal,
-    g.Eq: np.equal, g.Ne: np.not_equal,
+    graph_ir.Gt: np.greater,
+    graph_ir.Ge: np.greater_equal,
+    graph_ir.Lt: np.less,
+    graph_ir.Le: np.less_equal,
+    graph_ir.Eq: np.equal,
+    graph_ir.Ne: np.not_equal,
 }
 
 
@@ -221,26 +236,26 @@ def compare(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     if ap.operand_storage(0).kind in ("int", "bool"):
         return [fn(a, b)]
     wa, wb = ap.wide(a, 0), ap.wide(b, 1)
-    if np.iscomplexobj(wa) and type(ap.op) not in (g.Eq, g.Ne):
+    if np.iscomplexobj(wa) and type(ap.op) not in (graph_ir.Eq, graph_ir.Ne):
         raise ap.fail("complex values are not ordered",
                       hint="compare abs(x) or the real parts")
     return [fn(wa, wb)]
 
 
-@rule(g.Where)
+@rule(graph_ir.Where)
 def where(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """``cond ? a : b``; selects stored values, so nothing is rounded."""
     c, a, b = operands
     return [np.where(c, a, b)]
 
 
-@rule(g.Cast)
+@rule(graph_ir.Cast)
 def cast(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Convert to the target element: ``numerics.convert`` (RNE or stochastic, satfinite)."""
     return [ap.round(operands[0])]
 
 
-@rule(g.Constant)
+@rule(graph_ir.Constant)
 def constant(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """The attribute's exact values rounded once to the constant's element."""
     return [ap.round(ap.op.value.array)]

@@ -35,7 +35,7 @@ import numpy as np
 
 from tessera.interp.apply import Apply, rule
 from tessera.interp.graph.elementwise import settle_nans
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics.formats.convert import convert
 from tessera.numerics.formats.dtypes import DType, promote
 from tessera.numerics.formats.dtypes import f64 as _F64
@@ -58,7 +58,7 @@ def _reduce_to(ap: Apply) -> DType:
     return _F64 if ap.stochastic() else ap.storage()
 
 
-@rule(g.MatMul)
+@rule(graph_ir.MatMul)
 def matmul(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """``a @ b`` over the last two axes (batch dims must match)."""
     a, b = operands
@@ -85,14 +85,14 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keep: bool
     return tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
 
 
-@rule(g.Sum, g.Mean)
+@rule(graph_ir.Sum, graph_ir.Mean)
 def sum_mean(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Sum or mean over ``axes`` (empty: all), exact then rounded once."""
     (x,) = operands
     axes = _axes(ap, x.ndim)
     keep = ap.op.keepdims
     count = math.prod(x.shape[a] for a in axes)
-    is_mean = type(ap.op) is g.Mean
+    is_mean = type(ap.op) is graph_ir.Mean
     if count == 0:
         # As in NumPy: the sum of nothing is 0 and the mean of nothing is NaN (without
         # NumPy's warning), in either mode; an int format cannot hold that NaN.
@@ -135,13 +135,13 @@ def ieee_extreme(out: np.ndarray, w: np.ndarray, axes: tuple[int, ...], keep: bo
     return out
 
 
-@rule(g.Max, g.Min)
+@rule(graph_ir.Max, graph_ir.Min)
 def extreme(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Maximum or minimum over ``axes``; exact (the result is an element), NaN wins,
     signed zeros and NaNs as :func:`ieee_extreme` says."""
     (x,) = operands
     axes = _axes(ap, x.ndim)
-    is_max = type(ap.op) is g.Max
+    is_max = type(ap.op) is graph_ir.Max
     fn = np.max if is_max else np.min
     if ap.operand_storage().kind == "complex":
         raise ap.fail("complex values are not ordered", hint="reduce abs(x) instead")
@@ -157,7 +157,7 @@ def extreme(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [ap.select(ieee_extreme(out, w, axes, ap.op.keepdims, is_max))]
 
 
-@rule(g.Softmax)
+@rule(graph_ir.Softmax)
 def softmax(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis`` in float64, one rounding."""
     (x,) = operands
@@ -197,7 +197,7 @@ def square_terms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.stack(terms)
 
 
-@rule(g.Mse)
+@rule(graph_ir.Mse)
 def mse(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """``mean((a - b)**2)`` over all elements, a scalar.
 
@@ -228,9 +228,9 @@ def mse(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [ap.round(out) if ap.stochastic() else out]
 
 
-@rule(g.Fft, g.Ifft)
+@rule(graph_ir.Fft, graph_ir.Ifft)
 def fft(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """NumPy's (pocketfft) DFT in complex128, rounded once: deterministic per NumPy build."""
     w = ap.wide(operands[0]).astype(np.complex128)
-    fn = np.fft.fft if type(ap.op) is g.Fft else np.fft.ifft
+    fn = np.fft.fft if type(ap.op) is graph_ir.Fft else np.fft.ifft
     return [ap.round(settle_nans(fn(w, axis=ap.op.axis)))]

@@ -10,16 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 
 
-@rule(g.Return, g.Yield)
+@rule(graph_ir.Return, graph_ir.Yield)
 def terminator(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """The operands are the results of the enclosing function or region."""
     return list(operands)
 
 
-@rule(g.Custom)
+@rule(graph_ir.Custom)
 def custom(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Run the primal body with its block arguments bound to the operands.
 
@@ -31,13 +31,13 @@ def custom(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return ap.run_block(ap.regions[0].block, operands)
 
 
-@rule(g.Transpose)
+@rule(graph_ir.Transpose)
 def transpose(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Result axis i is operand axis ``perm[i]``."""
     return [np.transpose(operands[0], ap.op.perm).copy(order="C")]
 
 
-@rule(g.Reshape)
+@rule(graph_ir.Reshape)
 def reshape(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Row-major reshape."""
     (x,) = operands
@@ -47,7 +47,7 @@ def reshape(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [x.reshape(ap.op.shape)]
 
 
-@rule(g.Broadcast)
+@rule(graph_ir.Broadcast)
 def broadcast(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """NumPy broadcasting to ``shape`` (trailing axes aligned)."""
     try:
@@ -64,7 +64,7 @@ def _slices(ap: Apply, starts: tuple[int, ...], stops: tuple[int, ...],
     return tuple(slice(lo, hi, st) for lo, hi, st in zip(starts, stops, steps))
 
 
-@rule(g.Slice)
+@rule(graph_ir.Slice)
 def slice_(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Axis i keeps ``starts[i]:stops[i]:steps[i]``."""
     (x,) = operands
@@ -72,7 +72,7 @@ def slice_(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     return [x[_slices(ap, op.starts, op.stops, op.steps, x.ndim)]]
 
 
-@rule(g.Embed)
+@rule(graph_ir.Embed)
 def embed(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """Zeros of ``shape`` with the operand placed at ``starts`` with ``steps``."""
     (x,) = operands

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.ir.core import Block, Function, Instr, Value, walk
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,11 @@ def analyse(fn: Function) -> Analysis:
             return {params[v]}
         src = v.owner
         if isinstance(src, Instr):
-            if isinstance(src.op, M.View):
+            if isinstance(src.op, tile_memory.View):
                 return roots(src.operands[0], seen)
-            if isinstance(src.op, M.Select):
+            if isinstance(src.op, tile_memory.Select):
                 return set().union(*(roots(o, seen) for o in src.operands[1:]))
-            if isinstance(src.op, M.AllocShared):
+            if isinstance(src.op, tile_memory.AllocShared):
                 return set()
         if isinstance(src, Block) and id(src) in owner:
             return roots_of_region_arg(owner[id(src)], src, v, seen)
@@ -56,7 +56,7 @@ def analyse(fn: Function) -> Analysis:
 
     def roots_of_region_arg(instr: Instr, block: Block, v: Value, seen: set[int]) -> set[int]:
         k = block.args.index(v)
-        if isinstance(instr.op, T.For):
+        if isinstance(instr.op, tile_ir.For):
             k -= 1
             if k < 0:
                 return set()
@@ -79,25 +79,25 @@ def analyse(fn: Function) -> Analysis:
     def visit(block: Block, in_loop: bool) -> None:
         for instr in block.instrs:
             op = instr.op
-            if isinstance(op, (M.Load, M.LoadVector)):
+            if isinstance(op, (tile_memory.Load, tile_memory.LoadVector)):
                 read.update(roots(instr.operands[0], set()))
-            elif isinstance(op, M.CpAsync):
+            elif isinstance(op, tile_memory.CpAsync):
                 read.update(roots(instr.operands[1], set()))
-            elif isinstance(op, (M.Store, M.StoreVector, M.Update)):
+            elif isinstance(op, (tile_memory.Store, tile_memory.StoreVector, tile_memory.Update)):
                 targets = roots(instr.operands[0], set())
                 written.update(targets)
                 for t in targets:
                     writes[t] = writes.get(t, 0) + 1
                     if in_loop:
                         w_often.add(t)
-                if isinstance(op, M.Update):
+                if isinstance(op, tile_memory.Update):
                     for t in targets:
                         updates[t] = updates.get(t, 0) + 1
                         if in_loop:
                             often.add(t)
             for region in instr.regions:
                 for b in region.blocks:
-                    visit(b, in_loop or isinstance(op, (T.For, T.While)))
+                    visit(b, in_loop or isinstance(op, (tile_ir.For, tile_ir.While)))
 
     visit(fn.body, False)
     often |= {t for t, n in updates.items() if n > 1}

@@ -26,7 +26,7 @@ from tessera.interp.tile.numeric import num
 from tessera.interp.tile.rules import IMPLS
 from tessera.interp.tile.state import Reschedule, State
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 
 
@@ -236,9 +236,14 @@ def compile_kernel(fn: Function, fast: bool, reference: bool = False) -> Program
     c = Compiler(fast, frozenset() if reference else fastpaths.enabled(), fn)
     term = fn.body.terminator
     kept = [i for i in fn.body.instrs if not i.op.terminator]
-    if "last_store" in c.enabled and kept \
-            and isinstance(kept[-1].op, (M.Store, M.StoreVector, M.Update)) \
-            and (term is None or not term.operands):
+    if (
+        "last_store" in c.enabled
+        and kept
+        and isinstance(
+            kept[-1].op, (tile_memory.Store, tile_memory.StoreVector, tile_memory.Update)
+        )
+        and (term is None or not term.operands)
+    ):
         c.last = kept[-1]  # the kernel's final statement is a store (saxpy, a GEMM's C)
     body = c.body(fn.body)
     if term is not None:

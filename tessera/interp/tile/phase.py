@@ -22,14 +22,20 @@ not clear every program's entries).
 from __future__ import annotations
 
 from tessera.ir.core import Function, Instr, walk
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 
 #: the shared-memory ops that take a ``record`` flag (loads, stores, updates)
-_RECORDING = (M.Load, M.LoadVector, M.Store, M.Update, M.StoreVector)
+_RECORDING = (
+    tile_memory.Load,
+    tile_memory.LoadVector,
+    tile_memory.Store,
+    tile_memory.Update,
+    tile_memory.StoreVector,
+)
 #: ops with shared operands that compute an address, not an access
-_ADDRESSING = (M.View, M.Select)
+_ADDRESSING = (tile_memory.View, tile_memory.Select)
 
 
 def _shared(instr: Instr) -> bool:
@@ -51,14 +57,14 @@ def _quiet_after(instr: Instr, owners: dict[int, Instr]) -> bool:
     rest = block.instrs[block.instrs.index(instr) + 1:] if block is not None else []
     while block is not None:
         for i in rest:
-            if isinstance(i.op, M.Barrier):
+            if isinstance(i.op, tile_memory.Barrier):
                 return True
             if _accesses(i):
                 return False
         owner = owners.get(id(block))
         if owner is None:
             return True  # the kernel's body ends: the launch's shadows are dropped
-        if not isinstance(owner.op, T.If):
+        if not isinstance(owner.op, tile_ir.If):
             return False  # a loop's next trip, or an unknown region kind
         if any(_accesses(i) for region in owner.regions if region.block is not block
                for i in region.block.instrs):

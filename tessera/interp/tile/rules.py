@@ -20,9 +20,9 @@ from tessera.interp.tile.memory.spaces import poison
 from tessera.interp.tile.mma import Widen, mma, widened
 from tessera.interp.tile.numeric import F32, F64, Num, num, to_f64, to_storage
 from tessera.ir.core import Instr, Op, rule_decorator
-from tessera.ir.dialects import tile as T
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
 from tessera.numerics.transcendental.exp import exp_f32
@@ -47,21 +47,43 @@ def _num_out(instr: Instr) -> Num:
     return num(t.element)
 
 
-BINARY_UFUNCS = {C.Add: np.add, C.Sub: np.subtract, C.Mul: np.multiply,
-                 C.Div: np.true_divide, C.FloorDiv: np.floor_divide, C.Mod: np.mod,
-                 C.Maximum: np.maximum, C.Minimum: np.minimum}
-_COMPARE = {C.Lt: np.less, C.Le: np.less_equal, C.Gt: np.greater, C.Ge: np.greater_equal,
-            C.Eq: np.equal, C.Ne: np.not_equal}
+BINARY_UFUNCS = {
+    tile_compute.Add: np.add,
+    tile_compute.Sub: np.subtract,
+    tile_compute.Mul: np.multiply,
+    tile_compute.Div: np.true_divide,
+    tile_compute.FloorDiv: np.floor_divide,
+    tile_compute.Mod: np.mod,
+    tile_compute.Maximum: np.maximum,
+    tile_compute.Minimum: np.minimum,
+}
+_COMPARE = {
+    tile_compute.Lt: np.less,
+    tile_compute.Le: np.less_equal,
+    tile_compute.Gt: np.greater,
+    tile_compute.Ge: np.greater_equal,
+    tile_compute.Eq: np.equal,
+    tile_compute.Ne: np.not_equal,
+}
 #: ops that keep an mma accumulator wide (they only add, subtract, select or move data)
-WIDE_OK = (C.Add, C.Sub, C.Neg, C.Abs, C.Where, C.CausalMask, C.Broadcast, C.Reshape,
-           C.Transpose)
+WIDE_OK = (
+    tile_compute.Add,
+    tile_compute.Sub,
+    tile_compute.Neg,
+    tile_compute.Abs,
+    tile_compute.Where,
+    tile_compute.CausalMask,
+    tile_compute.Broadcast,
+    tile_compute.Reshape,
+    tile_compute.Transpose,
+)
 
 
 @rule(*BINARY_UFUNCS)
 def _binary(instr: Instr, fast: bool) -> Impl:
     fn = BINARY_UFUNCS[type(instr.op)]
     n = _num_in(instr)
-    if isinstance(instr.op, (C.Add, C.Sub)) and n.can_be_wide and not fast:
+    if isinstance(instr.op, (tile_compute.Add, tile_compute.Sub)) and n.can_be_wide and not fast:
         def wide(x: Any, y: Any) -> Any:
             if x.dtype == F64 or y.dtype == F64:
                 return fn(x, y, dtype=F64)  # the input casts widen exactly
@@ -76,7 +98,7 @@ def _binary(instr: Instr, fast: bool) -> Impl:
     return lambda x, y: n.result(fn(n.compute(x), n.compute(y)))
 
 
-@rule(C.Pow)
+@rule(tile_compute.Pow)
 def _pow(instr: Instr, fast: bool) -> Impl:
     n = _num_in(instr)
     if n.kind != "float" or fast:
@@ -91,27 +113,27 @@ def _compare(instr: Instr, fast: bool) -> Impl:
     return lambda x, y: fn(n.compute(x), n.compute(y))
 
 
-@rule(C.And, C.Or)
+@rule(tile_compute.And, tile_compute.Or)
 def _logical(instr: Instr, fast: bool) -> Impl:
-    fn = np.logical_and if isinstance(instr.op, C.And) else np.logical_or
+    fn = np.logical_and if isinstance(instr.op, tile_compute.And) else np.logical_or
     return lambda x, y: fn(x, y)
 
 
-@rule(C.Neg, C.Abs)
+@rule(tile_compute.Neg, tile_compute.Abs)
 def _sign(instr: Instr, fast: bool) -> Impl:
-    fn = np.negative if isinstance(instr.op, C.Neg) else np.abs
+    fn = np.negative if isinstance(instr.op, tile_compute.Neg) else np.abs
     n = _num_in(instr)
     if n.can_be_wide and not fast:
         return lambda x: fn(x) if x.dtype == F64 else n.result(fn(n.compute(x)))
     return lambda x: n.result(fn(n.compute(x)))
 
 
-@rule(C.Not)
+@rule(tile_compute.Not)
 def _not(instr: Instr, fast: bool) -> Impl:
     return np.logical_not
 
 
-@rule(C.Exp)
+@rule(tile_compute.Exp)
 def _exp(instr: Instr, fast: bool) -> Impl:
     n = _num_in(instr)
     if fast or n.kind != "float" or n.sd == F64:
@@ -122,11 +144,18 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-@rule(C.Log, C.Sqrt, C.Trunc)
+@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc)
 def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {C.Log: np.log, C.Sqrt: np.sqrt, C.Trunc: np.trunc}[type(instr.op)]
+    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc}[
+        type(instr.op)
+    ]
     n = _num_in(instr)
-    if fast or n.kind != "float" or isinstance(instr.op, (C.Sqrt, C.Trunc)) or n.sd == F64:
+    if (
+        fast
+        or n.kind != "float"
+        or isinstance(instr.op, (tile_compute.Sqrt, tile_compute.Trunc))
+        or n.sd == F64
+    ):
         # sqrt and trunc of float32 are correctly rounded natively
         return lambda x: n.result(fn(n.compute(x)))
     # transcendentals: float64, rounded once (as the Graph IR interpreter does)
@@ -139,7 +168,7 @@ def _math(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(fn(to_f64(n.narrow(x))))
 
 
-@rule(C.Where)
+@rule(tile_compute.Where)
 def _where(instr: Instr, fast: bool) -> Impl:
     n = _num_out(instr)
 
@@ -150,10 +179,10 @@ def _where(instr: Instr, fast: bool) -> Impl:
     return impl
 
 
-@rule(C.Cast)
+@rule(tile_compute.Cast)
 def _cast(instr: Instr, fast: bool) -> Impl:
     op = instr.op
-    assert isinstance(op, C.Cast)
+    assert isinstance(op, tile_compute.Cast)
     to = op.to
     src = _num_in(instr)
     if num(to).kind == "bool" and src.kind != "bool":
@@ -161,11 +190,11 @@ def _cast(instr: Instr, fast: bool) -> Impl:
     return lambda x: to_storage(x, to)
 
 
-@rule(C.Full, T.Constant)
+@rule(tile_compute.Full, tile_ir.Constant)
 def _constant(instr: Instr, fast: bool) -> Impl:
     op = instr.op
     n = _num_out(instr)
-    shape = op.shape if isinstance(op, C.Full) else ()
+    shape = op.shape if isinstance(op, tile_compute.Full) else ()
     value = to_storage(np.full(shape, op.value, dtype=np.float64 if n.kind == "float"
                                else n.sd), op.element)
     value = np.array(value, dtype=n.sd)
@@ -173,19 +202,19 @@ def _constant(instr: Instr, fast: bool) -> Impl:
     return lambda: value
 
 
-@rule(M.AllocRegister)
+@rule(tile_memory.AllocRegister)
 def _register(instr: Instr, fast: bool) -> Impl:
     op = instr.op
-    assert isinstance(op, M.AllocRegister)
+    assert isinstance(op, tile_memory.AllocRegister)
     value = poison(op.shape, num(op.element).sd)
     value.setflags(write=False)
     return lambda: value
 
 
-@rule(C.Broadcast)
+@rule(tile_compute.Broadcast)
 def _broadcast(instr: Instr, fast: bool) -> Impl:
     op = instr.op
-    assert isinstance(op, C.Broadcast)
+    assert isinstance(op, tile_compute.Broadcast)
     src = instr.operands[0].type
     assert isinstance(src, TensorType)
     r_in = src.rank
@@ -201,25 +230,25 @@ def _broadcast(instr: Instr, fast: bool) -> Impl:
     return impl
 
 
-@rule(C.Reshape)
+@rule(tile_compute.Reshape)
 def _reshape(instr: Instr, fast: bool) -> Impl:
     op = instr.op
-    assert isinstance(op, C.Reshape)
+    assert isinstance(op, tile_compute.Reshape)
     src = instr.operands[0].type
     assert isinstance(src, TensorType)
     r_in, shape = src.rank, tuple(op.shape)
     return lambda x: np.reshape(x, np.shape(x)[:np.ndim(x) - r_in] + shape)
 
 
-@rule(C.Transpose)
+@rule(tile_compute.Transpose)
 def _transpose(instr: Instr, fast: bool) -> Impl:
     return lambda x: np.swapaxes(x, -1, -2)
 
 
-@rule(C.Reduce)
+@rule(tile_compute.Reduce)
 def _reduce(instr: Instr, fast: bool) -> Impl:
     op = instr.op
-    assert isinstance(op, C.Reduce)
+    assert isinstance(op, tile_compute.Reduce)
     src = instr.operands[0].type
     assert isinstance(src, TensorType)
     axis = op.axis % src.rank - src.rank  # from the end: works with program axes
@@ -244,7 +273,7 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     return exact_sum
 
 
-@rule(C.Mma)
+@rule(tile_compute.Mma)
 def _mma(instr: Instr, fast: bool) -> Impl:
     return mma_rule(instr, fast)
 
@@ -253,7 +282,7 @@ def mma_rule(instr: Instr, fast: bool, columns: bool = False) -> Impl:
     """The ``tile.mma`` rule; ``columns`` picks the column layout for an accumulator-free
     product whose rows are reduced (see ``tile.mma.folded_matmul``)."""
     op = instr.op
-    assert isinstance(op, C.Mma)
+    assert isinstance(op, tile_compute.Mma)
     acc = num(op.accum)
     na, nb = _num_in(instr, 0), _num_in(instr, 1)
     widen = (Widen(), Widen())
@@ -266,7 +295,7 @@ def mma_rule(instr: Instr, fast: bool, columns: bool = False) -> Impl:
     return lambda a, b: mma(na.narrow(a), nb.narrow(b), None, acc, fast, widen, columns)
 
 
-@rule(C.CausalMask)
+@rule(tile_compute.CausalMask)
 def _causal(instr: Instr, fast: bool) -> Impl:
     t = instr.operands[0].type
     assert isinstance(t, TensorType)
@@ -284,10 +313,10 @@ def _causal(instr: Instr, fast: bool) -> Impl:
     return impl
 
 
-@rule(T.LaneId)
+@rule(tile_ir.LaneId)
 def _lanes(instr: Instr, fast: bool) -> Impl:
     op = instr.op
-    assert isinstance(op, T.LaneId)
+    assert isinstance(op, tile_ir.LaneId)
     value = np.arange(op.lanes, dtype=np.int64)
     value.setflags(write=False)
     return lambda: value

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tessera.ir.core import Block, Builder, Instr, Module, Value, replace_all_uses
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.passes import register_pass
 
 Rule = Callable[[Instr, dict[Value, Instr]], Value | None]
@@ -25,17 +25,17 @@ def _identity(instr: Instr, producers: dict[Value, Instr]) -> Value | None:
 
 def _transpose(instr: Instr, producers: dict[Value, Instr]) -> Value | None:
     op = instr.op
-    assert isinstance(op, g.Transpose)
+    assert isinstance(op, graph_ir.Transpose)
     if op.perm == tuple(range(len(op.perm))):
         return instr.operands[0]
     inner = producers.get(instr.operands[0])
-    if inner is None or not isinstance(inner.op, g.Transpose):
+    if inner is None or not isinstance(inner.op, graph_ir.Transpose):
         return None
     perm = tuple(inner.op.perm[p] for p in op.perm)
     if perm == tuple(range(len(perm))):
         return inner.operands[0]
     builder = Builder(Block())
-    (new,) = builder.create(g.Transpose(perm), [inner.operands[0]], loc=instr.loc)
+    (new,) = builder.create(graph_ir.Transpose(perm), [inner.operands[0]], loc=instr.loc)
     new_instr = builder.block.instrs[0]
     block = instr.parent
     assert block is not None
@@ -52,8 +52,8 @@ def _involution(instr: Instr, producers: dict[Value, Instr]) -> Value | None:
 
 
 RULES: dict[type, Rule] = {
-    g.Cast: _identity, g.Reshape: _identity, g.Broadcast: _identity,
-    g.Transpose: _transpose, g.Neg: _involution, g.Conj: _involution,
+    graph_ir.Cast: _identity, graph_ir.Reshape: _identity, graph_ir.Broadcast: _identity,
+    graph_ir.Transpose: _transpose, graph_ir.Neg: _involution, graph_ir.Conj: _involution,
 }
 
 

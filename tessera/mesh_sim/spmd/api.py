@@ -19,7 +19,7 @@ from typing import Any
 
 from tessera.errors import user_api
 from tessera.frontend.graph.trace import Tracer
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.mesh_checks import check_dim, check_perm, check_rank
 from tessera.mesh_sim import collectives as core
 from tessera.mesh_sim import p2p
@@ -46,7 +46,7 @@ def _axis_size(x: Tracer, axis: Any) -> int | None:
     here = current(axis)
     if here is not None:
         return here[0].n
-    names = g.axis_names(_axis(axis))
+    names = graph_ir.axis_names(_axis(axis))
     for t in [x.type, *(a.type for a in x.trace.block.args)]:
         s = getattr(t, "sharding", None)
         if s is not None and len(names) == 1 and names[0] in s.axes:
@@ -54,7 +54,7 @@ def _axis_size(x: Tracer, axis: Any) -> int | None:
     return None
 
 
-def _bind(op: g.Collective, x: Tracer) -> Any:
+def _bind(op: graph_ir.Collective, x: Tracer) -> Any:
     from tessera.frontend.graph.ops import bind
     from tessera.mesh_sim.spmd.lockstep_trace import current
 
@@ -69,7 +69,7 @@ def _bind(op: g.Collective, x: Tracer) -> Any:
 def all_gather(x: Any, axis: Any, dim: Any = None) -> Any:
     """Sharded -> replicated along ``axis``; the value is unchanged."""
     if _traced(x):
-        return _bind(g.AllGather(_axis(axis), None if dim is None else
+        return _bind(graph_ir.AllGather(_axis(axis), None if dim is None else
                                  _dim(x, dim, "all_gather")), x)
     return core.all_gather(x, axis)
 
@@ -78,7 +78,7 @@ def all_gather(x: Any, axis: Any, dim: Any = None) -> Any:
 def reduce_scatter(x: Any, axis: Any, op: str = "sum", dim: Any = 0) -> Any:
     """Sum the contributions along ``axis`` and split the result on ``dim``."""
     if _traced(x):
-        return _bind(g.ReduceScatter(_axis(axis), _dim(x, dim, "reduce_scatter"), op), x)
+        return _bind(graph_ir.ReduceScatter(_axis(axis), _dim(x, dim, "reduce_scatter"), op), x)
     return core.reduce_scatter(x, axis, op=op, dim=dim)
 
 
@@ -86,7 +86,7 @@ def reduce_scatter(x: Any, axis: Any, op: str = "sum", dim: Any = 0) -> Any:
 def all_reduce(x: Any, axis: Any, op: str = "sum") -> Any:
     """Combine the contributions along ``axis`` (``op``: sum, mean, max, min)."""
     if _traced(x):
-        return _bind(g.AllReduce(_axis(axis), op), x)
+        return _bind(graph_ir.AllReduce(_axis(axis), op), x)
     return core.all_reduce(x, axis, op=op)
 
 
@@ -94,7 +94,7 @@ def all_reduce(x: Any, axis: Any, op: str = "sum") -> Any:
 def all_to_all(x: Any, axis: str, split_dim: Any, concat_dim: Any) -> Any:
     """Re-split along ``axis``: sharded on ``concat_dim`` -> sharded on ``split_dim``."""
     if _traced(x):
-        return _bind(g.AllToAll(axis, _dim(x, split_dim, "all_to_all split_dim"),
+        return _bind(graph_ir.AllToAll(axis, _dim(x, split_dim, "all_to_all split_dim"),
                                 _dim(x, concat_dim, "all_to_all concat_dim")), x)
     return core.all_to_all(x, axis, split_dim, concat_dim)
 
@@ -103,7 +103,7 @@ def all_to_all(x: Any, axis: str, split_dim: Any, concat_dim: Any) -> Any:
 def broadcast(x: Any, axis: str, root: int = 0) -> Any:
     """Every device along ``axis`` takes the value of rank ``root``."""
     if _traced(x):
-        return _bind(g.MeshBroadcast(axis, check_rank(root, _axis_size(x, axis), "root")), x)
+        return _bind(graph_ir.MeshBroadcast(axis, check_rank(root, _axis_size(x, axis), "root")), x)
     return p2p.broadcast(x, axis, root)
 
 
@@ -111,7 +111,7 @@ def broadcast(x: Any, axis: str, root: int = 0) -> Any:
 def ppermute(x: Any, axis: str, perm: Sequence[tuple[int, int]]) -> Any:
     """Rank ``dst`` receives rank ``src``'s block for each ``(src, dst)`` pair."""
     if _traced(x):
-        return _bind(g.Ppermute(axis, check_perm(perm, _axis_size(x, axis))), x)
+        return _bind(graph_ir.Ppermute(axis, check_perm(perm, _axis_size(x, axis))), x)
     return p2p.ppermute(x, axis, perm)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from tessera.dist.core.tensor import PARTIAL, DistTensor
 from tessera.errors import InterpretError
 from tessera.ir.core import Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.mesh_sim import collectives as core
 from tessera.mesh_sim import p2p
@@ -38,43 +38,47 @@ def _partial_over(t: DistTensor, axes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(a for a in axes if t.placement(a) == PARTIAL)
 
 
-def _all_gather(op: g.AllGather, t: DistTensor) -> DistTensor:
-    return core.all_gather(t, g.axis_names(op.axis))
+def _all_gather(op: graph_ir.AllGather, t: DistTensor) -> DistTensor:
+    return core.all_gather(t, graph_ir.axis_names(op.axis))
 
 
-def _all_reduce(op: g.AllReduce, t: DistTensor) -> DistTensor:
-    axes = _partial_over(t, g.axis_names(op.axis))
+def _all_reduce(op: graph_ir.AllReduce, t: DistTensor) -> DistTensor:
+    axes = _partial_over(t, graph_ir.axis_names(op.axis))
     return core.all_reduce(t, axes, op=op.op) if axes else t
 
 
-def _reduce_scatter(op: g.ReduceScatter, t: DistTensor) -> DistTensor:
-    axes = g.axis_names(op.axis)
+def _reduce_scatter(op: graph_ir.ReduceScatter, t: DistTensor) -> DistTensor:
+    axes = graph_ir.axis_names(op.axis)
     if _partial_over(t, axes):
         return core.reduce_scatter(t, axes, op=op.op, dim=op.dim % t.ndim)
     return shard_local(t, axes, op.dim % t.ndim)
 
 
-def _all_to_all(op: g.AllToAll, t: DistTensor) -> DistTensor:
+def _all_to_all(op: graph_ir.AllToAll, t: DistTensor) -> DistTensor:
     return core.all_to_all(t, op.axis, op.split_dim % t.ndim, op.concat_dim % t.ndim)
 
 
-def _broadcast(op: g.MeshBroadcast, t: DistTensor) -> DistTensor:
+def _broadcast(op: graph_ir.MeshBroadcast, t: DistTensor) -> DistTensor:
     return p2p.broadcast(t, op.axis, op.root)
 
 
-def _ppermute(op: g.Ppermute, t: DistTensor) -> DistTensor:
+def _ppermute(op: graph_ir.Ppermute, t: DistTensor) -> DistTensor:
     return p2p.ppermute(t, op.axis, [tuple(p) for p in op.perm])
 
 
-def _shard(op: g.Shard, t: DistTensor) -> DistTensor:
-    return shard_local(t, g.axis_names(op.axis), op.dim % t.ndim)
+def _shard(op: graph_ir.Shard, t: DistTensor) -> DistTensor:
+    return shard_local(t, graph_ir.axis_names(op.axis), op.dim % t.ndim)
 
 
 #: collective op class -> its rule on a DistTensor
 COLLECTIVES: dict[type, CollectiveRule] = {
-    g.AllGather: _all_gather, g.AllReduce: _all_reduce, g.ReduceScatter: _reduce_scatter,
-    g.AllToAll: _all_to_all, g.MeshBroadcast: _broadcast, g.Ppermute: _ppermute,
-    g.Shard: _shard,
+    graph_ir.AllGather: _all_gather,
+    graph_ir.AllReduce: _all_reduce,
+    graph_ir.ReduceScatter: _reduce_scatter,
+    graph_ir.AllToAll: _all_to_all,
+    graph_ir.MeshBroadcast: _broadcast,
+    graph_ir.Ppermute: _ppermute,
+    graph_ir.Shard: _shard,
 }
 
 

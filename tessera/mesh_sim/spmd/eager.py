@@ -13,7 +13,7 @@ from typing import Any
 from tessera.dist.core.tensor import DistTensor
 from tessera.errors import Loc
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
@@ -30,7 +30,7 @@ def eager_function(op: Op, types: Sequence[TensorType], *, loc: Loc,
     builder = Builder(block)
     plain = None if result_types is None else [t.unplaced() for t in result_types]
     results = builder.create(op, args, loc=loc, regions=regions, result_types=plain)
-    builder.create(g.Return(), results, loc=loc)
+    builder.create(graph_ir.Return(), results, loc=loc)
     fn = Function(op.name.replace(".", "_"), block, [r.type for r in results], loc=loc)
     propagate_function(fn)
     verify_function(fn)

@@ -22,7 +22,7 @@ from tessera.dist.core.sharding import ShardSpec
 from tessera.dist.core.tensor import DistTensor
 from tessera.errors import UNKNOWN_LOC, InterpretError, Loc, MeshError
 from tessera.ir.core import Block, Function, Instr, Value, walk
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
@@ -59,7 +59,7 @@ def _run_block(block: Block, args: Sequence[Any], mesh: Mesh, mode: str) -> list
         if op.terminator:
             return values
         result = instr.results[0].type if instr.results else None
-        if isinstance(op, g.Custom):
+        if isinstance(op, graph_ir.Custom):
             outs = _run_block(instr.regions[0].block, values, mesh, mode)
         elif type(op) in COLLECTIVES:
             assert isinstance(result, TensorType)

@@ -30,7 +30,7 @@ from tessera.dist.core.tensor import BlockKey, DistTensor
 from tessera.errors import Loc
 from tessera.interp.graph import run_op
 from tessera.ir.core import Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.blocks import flat_offset
 from tessera.mesh_sim.reduce import identity
@@ -41,48 +41,50 @@ Shape = tuple[int, ...]
 Localizer = Callable[[Any, Sequence[Shape], Sequence[Shape], Shape], Op]
 
 
-def _reshape(op: g.Reshape, local: Sequence[Shape], whole: Sequence[Shape], out: Shape) -> Op:
-    return g.Reshape(out)
+def _reshape(
+    op: graph_ir.Reshape, local: Sequence[Shape], whole: Sequence[Shape], out: Shape
+) -> Op:
+    return graph_ir.Reshape(out)
 
 
-def _broadcast(op: g.Broadcast, local: Sequence[Shape], whole: Sequence[Shape],
+def _broadcast(op: graph_ir.Broadcast, local: Sequence[Shape], whole: Sequence[Shape],
                out: Shape) -> Op:
-    return g.Broadcast(out)
+    return graph_ir.Broadcast(out)
 
 
-def _slice(op: g.Slice, local: Sequence[Shape], whole: Sequence[Shape], out: Shape) -> Op:
+def _slice(op: graph_ir.Slice, local: Sequence[Shape], whole: Sequence[Shape], out: Shape) -> Op:
     # A sharded dim is sliced whole (the placement rule sees to it): keep the block.
     cut = [(lo, hi, st) if n == m else (0, n, 1)
            for lo, hi, st, n, m in zip(op.starts, op.stops, op.steps, local[0], whole[0])]
-    return g.Slice(*(tuple(c[i] for c in cut) for i in range(3)))
+    return graph_ir.Slice(*(tuple(c[i] for c in cut) for i in range(3)))
 
 
-def _embed(op: g.Embed, local: Sequence[Shape], whole: Sequence[Shape], out: Shape) -> Op:
+def _embed(op: graph_ir.Embed, local: Sequence[Shape], whole: Sequence[Shape], out: Shape) -> Op:
     place = [(lo, st) if n == m else (0, 1)
              for lo, st, n, m in zip(op.starts, op.steps, out, op.shape)]
-    return g.Embed(out, tuple(p[0] for p in place), tuple(p[1] for p in place))
+    return graph_ir.Embed(out, tuple(p[0] for p in place), tuple(p[1] for p in place))
 
 
 #: op class -> the op a device applies to its blocks (absent: the op itself)
-LOCALIZE: dict[type, Localizer] = {g.Reshape: _reshape, g.Broadcast: _broadcast,
-                                   g.Slice: _slice, g.Embed: _embed}
+LOCALIZE: dict[type, Localizer] = {graph_ir.Reshape: _reshape, graph_ir.Broadcast: _broadcast,
+                                   graph_ir.Slice: _slice, graph_ir.Embed: _embed}
 
 
-def _fast_mean(op: g.Mean, x: np.ndarray, t: TensorType, whole: Shape) -> np.ndarray:
+def _fast_mean(op: graph_ir.Mean, x: np.ndarray, t: TensorType, whole: Shape) -> np.ndarray:
     axes = op.reduced_axes(len(whole))
     acc = accum_of(t.element).np_dtype
     return np.sum(x.astype(acc), axis=axes, keepdims=op.keepdims) / math.prod(
         whole[a] for a in axes)
 
 
-def _fast_mse(op: g.Mse, a: np.ndarray, b: np.ndarray, t: TensorType, whole: Shape
+def _fast_mse(op: graph_ir.Mse, a: np.ndarray, b: np.ndarray, t: TensorType, whole: Shape
               ) -> np.ndarray:
     acc = accum_of(t.element).np_dtype
     d = a.astype(acc) - b.astype(acc)
     return np.sum(d * d) / max(math.prod(whole), 1)
 
 
-def _no_candidate(op: g.Reduce, local: Shape, whole: Shape) -> bool:
+def _no_candidate(op: graph_ir.Reduce, local: Shape, whole: Shape) -> bool:
     """True when a device's block of a max/min operand is empty along a reduced dim that
     is not empty globally: its shard of that dim is empty (more devices than
     elements), so it has no candidate, and contributes the op's identity instead."""
@@ -94,12 +96,14 @@ def _block(op: Op, arrays: list[np.ndarray], in_types: Sequence[TensorType],
            result: TensorType, out: Shape, mode: str, partial: bool, counter: int,
            loc: Loc | None) -> np.ndarray:
     whole = [tuple(t.shape) for t in in_types]
-    if partial and isinstance(op, g.Mean):  # a summand divides by the global count
+    if partial and isinstance(op, graph_ir.Mean):  # a summand divides by the global count
         return convert(_fast_mean(op, arrays[0], in_types[0], whole[0]), result.element)
-    if partial and isinstance(op, g.Mse):
+    if partial and isinstance(op, graph_ir.Mse):
         return convert(_fast_mse(op, *arrays, in_types[0], whole[0]), result.element)
-    if isinstance(op, (g.Max, g.Min)) and _no_candidate(op, arrays[0].shape, whole[0]):
-        return np.full(out, identity(result.element, "max" if isinstance(op, g.Max)
+    if isinstance(op, (graph_ir.Max, graph_ir.Min)) and _no_candidate(
+        op, arrays[0].shape, whole[0]
+    ):
+        return np.full(out, identity(result.element, "max" if isinstance(op, graph_ir.Max)
                                      else "min"), storage_of(result.element).np_dtype)
     local = [a.shape for a in arrays]
     lop = LOCALIZE[type(op)](op, local, whole, out) if type(op) in LOCALIZE else op
@@ -123,7 +127,7 @@ def run_local(op: Op, operands: Sequence[DistTensor], in_types: Sequence[TensorT
     shape = tuple(int(n) for n in result.shape)
     shell = DistTensor(shape, result.element, mesh, s.dims, partial=s.partial_axes)
     blocks: dict[BlockKey, np.ndarray] = {}
-    if isinstance(op, g.MatMul) and len(shape) == 2 and not s.partial:
+    if isinstance(op, graph_ir.MatMul) and len(shape) == 2 and not s.partial:
         blocks = grouped_matmul(*operands, shell, lambda x, y, out: _block(
             op, [x, y], in_types, result, out, mode, False, counter, loc))
     for key in shell.block_keys():

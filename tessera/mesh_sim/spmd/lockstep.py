@@ -36,7 +36,7 @@ import numpy as np
 from tessera.errors import UNKNOWN_LOC, Loc, TesseraError
 from tessera.interp.graph import run_op
 from tessera.ir.core import Function, Instr, Value
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.reduce import reduce_in_order
 
@@ -53,47 +53,51 @@ def _pieces(x: np.ndarray, n: int, dim: int) -> list[np.ndarray]:
     return np.array_split(x, n, axis=dim)
 
 
-def _all_reduce(op: g.AllReduce, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
+def _all_reduce(op: graph_ir.AllReduce, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
     out = reduce_in_order(xs, t.element, op.op)
     return [out] * len(xs)
 
 
-def _all_gather(op: g.AllGather, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
+def _all_gather(op: graph_ir.AllGather, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
     out = np.concatenate(xs, axis=op.dim or 0)
     return [out] * len(xs)
 
 
-def _reduce_scatter(op: g.ReduceScatter, xs: list[np.ndarray], t: TensorType
+def _reduce_scatter(op: graph_ir.ReduceScatter, xs: list[np.ndarray], t: TensorType
                     ) -> list[np.ndarray]:
     return _pieces(reduce_in_order(xs, t.element, op.op), len(xs), op.dim)
 
 
-def _all_to_all(op: g.AllToAll, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
+def _all_to_all(op: graph_ir.AllToAll, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
     parts = [_pieces(x, len(xs), op.split_dim) for x in xs]
     return [np.concatenate([p[j] for p in parts], axis=op.concat_dim) for j in range(len(xs))]
 
 
-def _broadcast(op: g.MeshBroadcast, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
+def _broadcast(op: graph_ir.MeshBroadcast, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
     return [xs[op.root]] * len(xs)
 
 
-def _ppermute(op: g.Ppermute, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
+def _ppermute(op: graph_ir.Ppermute, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
     src = {d: s for s, d in op.perm}
     return [xs[src[j]] if j in src else np.zeros_like(xs[j]) for j in range(len(xs))]
 
 
-def _shard(op: g.Shard, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
+def _shard(op: graph_ir.Shard, xs: list[np.ndarray], t: TensorType) -> list[np.ndarray]:
     return [_pieces(x, len(xs), op.dim)[i] for i, x in enumerate(xs)]
 
 
 #: collective op class -> its local-view rule over the values of all indices
 LOCAL_VIEW: dict[type, Combine] = {
-    g.AllReduce: _all_reduce, g.AllGather: _all_gather, g.ReduceScatter: _reduce_scatter,
-    g.AllToAll: _all_to_all, g.MeshBroadcast: _broadcast, g.Ppermute: _ppermute,
-    g.Shard: _shard,
+    graph_ir.AllReduce: _all_reduce,
+    graph_ir.AllGather: _all_gather,
+    graph_ir.ReduceScatter: _reduce_scatter,
+    graph_ir.AllToAll: _all_to_all,
+    graph_ir.MeshBroadcast: _broadcast,
+    graph_ir.Ppermute: _ppermute,
+    graph_ir.Shard: _shard,
 }
 #: collectives whose result is the same on every index
-INVARIANT = (g.AllReduce, g.AllGather, g.MeshBroadcast)
+INVARIANT = (graph_ir.AllReduce, graph_ir.AllGather, graph_ir.MeshBroadcast)
 
 Body = Generator[tuple[Instr, np.ndarray], np.ndarray, list[np.ndarray]]
 
@@ -160,7 +164,7 @@ def _check_together(stops: list[tuple[Instr, np.ndarray] | None], axis: str) -> 
                               "at the same point: divergent collectives", loc=_where(instr),
                               hint="every index must call the same collectives, with the "
                                    "same arguments, in the same order")
-    if g.axis_names(first.op.axis) != (axis,):  # type: ignore[attr-defined]
+    if graph_ir.axis_names(first.op.axis) != (axis,):  # type: ignore[attr-defined]
         raise LaunchError(f"{first.op.name} over {first.op.axis!r} in a launch over "  # type: ignore[attr-defined]
                           f"{axis!r}", loc=_where(first),
                           hint=f"a launch body combines values along its own axis: "

@@ -23,7 +23,7 @@ import numpy as np
 
 from tessera.errors import TesseraError, user_location
 from tessera.frontend.graph import trace as trace_state
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.spmd.lockstep import LaunchError
 
@@ -38,20 +38,23 @@ def local_shapes(op: Any, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, 
     """The result shape of each index of a local-view collective."""
     n = len(shapes)
     kind = type(op)
-    if kind in (g.AllReduce, g.MeshBroadcast, g.Ppermute) and len(set(shapes)) > 1:
+    if (
+        kind in (graph_ir.AllReduce, graph_ir.MeshBroadcast, graph_ir.Ppermute)
+        and len(set(shapes)) > 1
+    ):
         raise LaunchError(f"{op.name} over {op.axis!r} combines values of shapes "
                           f"{sorted(set(shapes))}", hint="every index must give one shape")
-    if kind is g.AllGather:
+    if kind is graph_ir.AllGather:
         d = op.dim or 0
         total = sum(s[d] for s in shapes)
         return [(*s[:d], total, *s[d + 1:]) for s in shapes]
-    if kind is g.ReduceScatter:
+    if kind is graph_ir.ReduceScatter:
         if len(set(shapes)) > 1:
             raise LaunchError(f"reduce_scatter combines values of shapes {sorted(set(shapes))}",
                               hint="every index must give one shape")
         d = op.dim
         return [(*s[:d], k, *s[d + 1:]) for s, k in zip(shapes, _sizes(shapes[0][d], n))]
-    if kind is g.AllToAll:
+    if kind is graph_ir.AllToAll:
         split, concat = op.split_dim, op.concat_dim
         pieces = _sizes(shapes[0][split], n)
         total = sum(s[concat] for s in shapes)
@@ -61,7 +64,7 @@ def local_shapes(op: Any, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, 
             s[split], s[concat] = pieces[k], total
             out.append(tuple(s))
         return out
-    if kind is g.Shard:
+    if kind is graph_ir.Shard:
         return [(*s[:op.dim], _sizes(s[op.dim], n)[k], *s[op.dim + 1:])
                 for k, s in enumerate(shapes)]
     return list(shapes)
@@ -198,7 +201,7 @@ class _Abort(Exception):
 def current(axis: Any) -> tuple[Lockstep, int] | None:
     """The launch being traced over ``axis`` by this thread, and the index."""
     lockstep = getattr(_LOCAL, "lockstep", None)
-    if lockstep is None or g.axis_names(axis) != (lockstep.axis,):
+    if lockstep is None or graph_ir.axis_names(axis) != (lockstep.axis,):
         return None
     return lockstep, _LOCAL.index
 

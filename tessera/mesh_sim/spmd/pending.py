@@ -24,19 +24,19 @@ from tessera.dist.core.sharding import DimAxes
 from tessera.dist.core.tensor import DistTensor
 from tessera.errors import Loc
 from tessera.ir.core import Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.spmd.layout import relayout_dims
 
 Needs = Callable[[Any, Sequence[TensorType], DimAxes], list[DimAxes]]
 
 
-def _matmul(op: g.MatMul, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
+def _matmul(op: graph_ir.MatMul, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
     *batch, m, n = out
     return [(*batch, m, ()), (*batch, (), n)]
 
 
-def _reduction(op: g.Reduce, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
+def _reduction(op: graph_ir.Reduce, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
     rank = types[0].rank
     reduced = set(op.reduced_axes(rank)) if rank else set()
     kept = iter(out)
@@ -53,20 +53,20 @@ def _reduction(op: g.Reduce, types: Sequence[TensorType], out: DimAxes) -> list[
 def _evaluable(op: Op, types: Sequence[TensorType], out: DimAxes) -> DimAxes:
     """``out`` with the dims that a reduction with keepdims reduced made whole: the
     result layouts an op can be evaluated in blockwise."""
-    if not isinstance(op, g.Reduce) or not op.keepdims or not types[0].rank:
+    if not isinstance(op, graph_ir.Reduce) or not op.keepdims or not types[0].rank:
         return out
     reduced = set(op.reduced_axes(types[0].rank))
     return tuple(() if d in reduced else axes for d, axes in enumerate(out))
 
 
-def _mse(op: g.Mse, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
+def _mse(op: graph_ir.Mse, types: Sequence[TensorType], out: DimAxes) -> list[DimAxes]:
     return [((),) * types[0].rank] * 2
 
 
 #: op class -> the operand layouts that give a result laid out ``out`` with nothing
 #: partial (every contracted or reduced dim whole)
-OPERAND_LAYOUTS: dict[type, Needs] = {g.MatMul: _matmul, g.Sum: _reduction,
-                                      g.Mean: _reduction, g.Mse: _mse}
+OPERAND_LAYOUTS: dict[type, Needs] = {graph_ir.MatMul: _matmul, graph_ir.Sum: _reduction,
+                                      graph_ir.Mean: _reduction, graph_ir.Mse: _mse}
 
 
 @dataclass

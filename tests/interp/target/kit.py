@@ -12,10 +12,9 @@ from typing import Any
 
 from tessera.errors import Loc
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Type, Value
-from tessera.ir.dialects import target as T
-from tessera.ir.dialects.target import PRED, S32, U32, U64, RegType
-from tessera.ir.dialects.target import async_ops as A
-from tessera.ir.dialects.target import ops as O
+from tessera.ir.dialects import target as target_ir
+from tessera.ir.dialects.target import PRED, S32, U32, U64, RegType, async_ops
+from tessera.ir.dialects.target import ops as target_ops
 
 
 def reg(elem: str, count: int = 1) -> RegType:
@@ -45,34 +44,34 @@ class Kernel:
 
     # -- registers
     def sreg(self, name: str) -> Value:
-        return self.op(O.Special(name))
+        return self.op(target_ops.Special(name))
 
     def const(self, value: Any, elem: str) -> Value:
-        return self.op(O.Const(value, elem))
+        return self.op(target_ops.Const(value, elem))
 
     def bin(self, op: str, elem: str, a: Value, b: Value, mode: str = "") -> Value:
-        return self.op(O.Binary(op, elem, mode), a, b)
+        return self.op(target_ops.Binary(op, elem, mode), a, b)
 
     def un(self, op: str, elem: str, a: Value, mode: str = "") -> Value:
-        return self.op(O.Unary(op, elem, mode), a)
+        return self.op(target_ops.Unary(op, elem, mode), a)
 
     def cvt(self, to: str, frm: str, *xs: Value, rnd: str = "", sat: str = "") -> Value:
-        return self.op(O.Cvt(to, frm, rnd, sat), *xs)
+        return self.op(target_ops.Cvt(to, frm, rnd, sat), *xs)
 
     def setp(self, cmp: str, elem: str, a: Value, b: Value) -> Value:
-        return self.op(O.Setp(cmp, elem), a, b)
+        return self.op(target_ops.Setp(cmp, elem), a, b)
 
     def selp(self, elem: str, a: Value, b: Value, p: Value) -> Value:
-        return self.op(O.Selp(elem), a, b, p)
+        return self.op(target_ops.Selp(elem), a, b, p)
 
     def fma(self, elem: str, a: Value, b: Value, c: Value) -> Value:
-        return self.op(O.Fma(elem), a, b, c)
+        return self.op(target_ops.Fma(elem), a, b, c)
 
     def pack(self, elem: str, *xs: Value) -> Value:
-        return self.op(O.Pack(elem), *xs)
+        return self.op(target_ops.Pack(elem), *xs)
 
     def unpack(self, elem: str, count: int, x: Value) -> list[Value]:
-        res = self.op(O.Unpack(elem, count), x)
+        res = self.op(target_ops.Unpack(elem, count), x)
         return res if isinstance(res, list) else [res]
 
     # -- addresses and memory
@@ -96,17 +95,17 @@ class Kernel:
                                                      self.const(size, "u32")))
 
     def ld(self, space: str, elem: str, addr: Value, vec: int = 1, offset: int = 0) -> Value:
-        return self.op(O.Load(space, elem, vec, offset), addr)
+        return self.op(target_ops.Load(space, elem, vec, offset), addr)
 
     def st(self, space: str, elem: str, addr: Value, v: Value, vec: int = 1,
            offset: int = 0) -> None:
-        self.op(O.Store(space, elem, vec, offset), addr, v)
+        self.op(target_ops.Store(space, elem, vec, offset), addr, v)
 
     def shared(self, sym: str, size: int, align: int = 16) -> Value:
-        return self.op(O.SharedAlloc(sym, size, align))
+        return self.op(target_ops.SharedAlloc(sym, size, align))
 
     def bar(self) -> None:
-        self.op(O.Bar())
+        self.op(target_ops.Bar())
 
     # -- structured control flow
     def _region(self, args: Sequence[Type], fn: Callable[..., Any], end: Op) -> IRRegion:
@@ -121,26 +120,26 @@ class Kernel:
 
     def if_(self, p: Value, then: Callable[[], Any], other: Callable[[], Any] | None = None,
             types: Sequence[Type] = ()) -> Any:
-        regions = [self._region([], then, T.Yield()),
-                   self._region([], other or (lambda: None), T.Yield())]
-        return self.op(T.If(), p, types=list(types), regions=regions)
+        regions = [self._region([], then, target_ir.Yield()),
+                   self._region([], other or (lambda: None), target_ir.Yield())]
+        return self.op(target_ir.If(), p, types=list(types), regions=regions)
 
     def for_(self, lo: Value, hi: Value, step: Value, inits: Sequence[Value],
              body: Callable[..., Any]) -> Any:
-        region = self._region([S32, *(v.type for v in inits)], body, T.Yield())
-        return self.op(T.For(), lo, hi, step, *inits, regions=[region])
+        region = self._region([S32, *(v.type for v in inits)], body, target_ir.Yield())
+        return self.op(target_ir.For(), lo, hi, step, *inits, regions=[region])
 
     def while_(self, inits: Sequence[Value], cond: Callable[..., Value],
                body: Callable[..., Any]) -> Any:
         types = [v.type for v in inits]
-        regions = [self._region(types, cond, T.Condition()),
-                   self._region(types, body, T.Yield())]
-        return self.op(T.While(), *inits, regions=regions)
+        regions = [self._region(types, cond, target_ir.Condition()),
+                   self._region(types, body, target_ir.Yield())]
+        return self.op(target_ir.While(), *inits, regions=regions)
 
     def build(self) -> Function:
         """The finished kernel (a ``ptx.ret`` is appended)."""
-        self.stack[0].create(T.Return(), [])
-        return Function(self.name, self.body, [], T.KERNEL, self.attrs)
+        self.stack[0].create(target_ir.Return(), [])
+        return Function(self.name, self.body, [], target_ir.KERNEL, self.attrs)
 
 
 def run_map(body: Callable[[Kernel, list[Value]], Value], inputs: Sequence[Any],
@@ -165,4 +164,4 @@ def run_map(body: Callable[[Kernel, list[Value]], Value], inputs: Sequence[Any],
     return result
 
 
-__all__ = ["PRED", "S32", "U32", "U64", "A", "Kernel", "O", "reg", "run_map"]
+__all__ = ["PRED", "S32", "U32", "U64", "Kernel", "async_ops", "reg", "run_map", "target_ops"]

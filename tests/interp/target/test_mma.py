@@ -17,7 +17,7 @@ import pytest
 from tessera.interp.target import run_target
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
-from tests.interp.target.kit import U64, A, Kernel, O
+from tests.interp.target.kit import U64, Kernel, async_ops, target_ops
 
 BF16 = ml_dtypes.bfloat16
 
@@ -36,7 +36,7 @@ def _cp_async_rows(k: Kernel, src: Value, dst: Value, chunks: int, t: Value) -> 
     def copy() -> None:
         ga = k.elem_addr(src, t, 16)
         sa = k.sh_addr(dst, t, 16)
-        k.op(A.CpAsync(16, "cg"), sa, ga)
+        k.op(async_ops.CpAsync(16, "cg"), sa, ga)
     k.if_(k.setp("lt", "u32", t, k.const(chunks, "u32")), copy)
 
 
@@ -51,8 +51,8 @@ def _mma_kernel(epilogue: Callable[[Kernel, Value], Value] | None = None,
     sb = k.shared("sB", 256, 128)
     _cp_async_rows(k, pa, sa, 32, t)
     _cp_async_rows(k, pbt, sb, 16, t)
-    k.op(A.CpAsyncCommit())
-    k.op(A.CpAsyncWait(0))
+    k.op(async_ops.CpAsyncCommit())
+    k.op(async_ops.CpAsyncWait(0))
     k.bar()
     # ldmatrix.x4 over A (PTX ISA sec. 9.7.14.5.15): lanes 8m..8m+7 address the rows of
     # matrix m; matrix m covers rows 8*(m%2).., k 8*(m//2).. so that register m matches
@@ -65,16 +65,16 @@ def _mma_kernel(epilogue: Callable[[Kernel, Value], Value] | None = None,
     kblk = k.bin("shr", "u32", mat, k.const(1, "u32"))
     a_off = k.bin("add", "u32", k.bin("mul", "u32", row, k.const(32, "u32")),
                   k.bin("mul", "u32", kblk, k.const(16, "u32")))
-    afrag = k.op(O.Unary("mov", "u32"), k.bin("add", "u32", sa, a_off))
-    a_regs = k.op(A.Ldmatrix(4), afrag)
+    afrag = k.op(target_ops.Unary("mov", "u32"), k.bin("add", "u32", sa, a_off))
+    a_regs = k.op(async_ops.Ldmatrix(4), afrag)
     # ldmatrix.x2 over Bt: matrix m = rows n 0..7, k 8m..8m+7 (b0b1, b2b3)
     b_off = k.bin("add", "u32", k.bin("mul", "u32", r, k.const(32, "u32")),
                   k.bin("mul", "u32", k.bin("and", "u32", mat, k.const(1, "u32")),
                         k.const(16, "u32")))
-    b_regs = k.op(A.Ldmatrix(2), k.bin("add", "u32", sb, b_off))
+    b_regs = k.op(async_ops.Ldmatrix(2), k.bin("add", "u32", sb, b_off))
     zero = k.const(0.0, "f32")
     acc = k.pack("f32", zero, zero, zero, zero)
-    d = k.op(A.MmaSync("m16n8k16", "bf16", "bf16"), a_regs, b_regs, acc)
+    d = k.op(async_ops.MmaSync("m16n8k16", "bf16", "bf16"), a_regs, b_regs, acc)
     # C/D fragment: c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1)
     g = k.bin("shr", "u32", t, k.const(2, "u32"))
     tq = k.bin("and", "u32", t, k.const(3, "u32"))
@@ -102,7 +102,7 @@ def test_mma_reads_cp_async_destination_before_wait() -> None:
     """Dropping cp.async.wait_group makes ldmatrix read bytes still in flight."""
     k = _mma_kernel()
     fn = k.build()
-    fn.body.instrs = [i for i in fn.body.instrs if not isinstance(i.op, A.CpAsyncWait)]
+    fn.body.instrs = [i for i in fn.body.instrs if not isinstance(i.op, async_ops.CpAsyncWait)]
     rng = np.random.default_rng(2)
     a, bt = _bf16(rng, (16, 16)), _bf16(rng, (8, 16))
     with pytest.raises(TargetFault, match="async copy read before its wait"):
@@ -176,16 +176,16 @@ def _gemm_kernel(m: int, n: int, kdim: int) -> Kernel:
                                              c32(kdim)), k0)
             g = k.bin("add", "u64", k.elem_addr(src, elem, 2),
                       k.cvt("u64", "u32", k.bin("mul", "u32", chunk, c32(16))))
-            k.op(A.CpAsync(16), k.bin("add", "u32", d, dst_off), g)
-        k.op(A.CpAsyncCommit())
-        k.op(A.CpAsyncWait(0))
+            k.op(async_ops.CpAsync(16), k.bin("add", "u32", d, dst_off), g)
+        k.op(async_ops.CpAsyncCommit())
+        k.op(async_ops.CpAsyncWait(0))
         k.bar()
         for kk in range(2):
-            af = k.op(A.Ldmatrix(4), k.bin("add", "u32", a_lane, c32(32 * kk)))
-            bf = k.unpack("b32", 4, k.op(A.Ldmatrix(4), k.bin("add", "u32", b_lane,
+            af = k.op(async_ops.Ldmatrix(4), k.bin("add", "u32", a_lane, c32(32 * kk)))
+            bf = k.unpack("b32", 4, k.op(async_ops.Ldmatrix(4), k.bin("add", "u32", b_lane,
                                                               c32(32 * kk))))
-            c0 = k.op(A.MmaSync("m16n8k16", "bf16", "bf16"), af, k.pack("b32", *bf[:2]), c0)
-            c1 = k.op(A.MmaSync("m16n8k16", "bf16", "bf16"), af, k.pack("b32", *bf[2:]), c1)
+            c0 = k.op(async_ops.MmaSync("m16n8k16", "bf16", "bf16"), af, k.pack("b32", *bf[:2]), c0)
+            c1 = k.op(async_ops.MmaSync("m16n8k16", "bf16", "bf16"), af, k.pack("b32", *bf[2:]), c1)
         k.bar()
         return [c0, c1]
     s32 = lambda v: k.const(v, "s32")  # noqa: E731

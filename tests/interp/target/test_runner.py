@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tessera.errors import ArgumentError, InterpretError
 from tessera.interp.target import TensorMapArg, run_target
 from tessera.interp.target.state import TargetFault
-from tests.interp.target.kit import S32, U32, U64, Kernel, O, reg, run_map
+from tests.interp.target.kit import S32, U32, U64, Kernel, reg, run_map, target_ops
 
 
 def _saxpy(block: int = 64, grid: int = 3) -> Kernel:
@@ -197,7 +197,7 @@ def test_shfl_bfly_butterfly_sum() -> None:
     def body(k: Kernel, v: list) -> object:
         acc = v[0]
         for d in (16, 8, 4, 2, 1):
-            acc = k.bin("add", "u32", acc, k.op(O.Shfl("bfly"), acc, k.const(d, "u32")))
+            acc = k.bin("add", "u32", acc, k.op(target_ops.Shfl("bfly"), acc, k.const(d, "u32")))
         return acc
     x = np.random.default_rng(1).integers(0, 1000, 128).astype(np.uint32)
     got = run_map(body, [x], ["u32"], "u32", block=128)
@@ -209,7 +209,7 @@ def test_shfl_bfly_butterfly_sum() -> None:
 def test_shfl_modes(mode: str, clamp: int, shift: int) -> None:
     """down: lane + b if <= 31 else own; up: lane - b if >= 0 else own; idx: lane b."""
     x = np.arange(64, dtype=np.float32) * 1.5
-    got = run_map(lambda k, v: k.op(O.Shfl(mode, clamp), v[0], k.const(shift, "u32")), [x],
+    got = run_map(lambda k, v: k.op(target_ops.Shfl(mode, clamp), v[0], k.const(shift, "u32")), [x],
                   ["f32"], "f32")
     lane = np.arange(64) % 32
     src = {"down": np.where(lane + shift <= 31, lane + shift, lane),
@@ -220,7 +220,7 @@ def test_shfl_modes(mode: str, clamp: int, shift: int) -> None:
 
 def test_shfl_from_a_lane_outside_the_member_mask() -> None:
     k = Kernel("shfl", [], block=(32,))
-    k.op(O.Shfl("idx", 31, 0x0000FFFF), k.const(1, "u32"), k.const(20, "u32"))
+    k.op(target_ops.Shfl("idx", 31, 0x0000FFFF), k.const(1, "u32"), k.const(20, "u32"))
     with pytest.raises(TargetFault, match="warp divergence"):
         run_target(k.build(), [])
 
@@ -241,7 +241,7 @@ def test_red_global_add_applies_in_cta_order() -> None:
     linear thread order (tessera.ir.dialects.target.ops convention)."""
     k = Kernel("red", [U64, U64], block=(32,), grid=(4, 1, 1))
     i = k.gtid()
-    k.op(O.Reduce("global", "add", "f32"), k.args[1],
+    k.op(target_ops.Reduce("global", "add", "f32"), k.args[1],
          k.ld("global", "f32", k.elem_addr(k.args[0], i, 4)))
     x = (np.random.default_rng(3).standard_normal(128) * 10.0 ** np.arange(128) % 7).astype(
         np.float32)
@@ -258,7 +258,7 @@ def test_red_add_f32_flushes_subnormals() -> None:
     subnormal inputs and results to sign-preserving zero'."""
     k = Kernel("ftz", [U64, U64], block=(32,))
     t = k.tid()
-    k.op(O.Reduce("global", "add", "f32"), k.elem_addr(k.args[1], t, 4),
+    k.op(target_ops.Reduce("global", "add", "f32"), k.elem_addr(k.args[1], t, 4),
          k.ld("global", "f32", k.elem_addr(k.args[0], t, 4)))
     tiny = np.float32(np.finfo(np.float32).tiny)
     x = np.full(32, tiny / 4, np.float32)  # subnormal inputs vanish

@@ -9,7 +9,7 @@ import pytest
 from tessera.interp.target import run_target
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
-from tests.interp.target.kit import U64, A, Kernel, O
+from tests.interp.target.kit import U64, Kernel, async_ops, target_ops
 
 T = 128
 
@@ -132,10 +132,10 @@ def _cp_async_kernel(wait_before_read: bool, groups: int = 1, wait_n: int = 0) -
     buf = k.shared("buf", 512 * groups, 128)
     for g in range(groups):
         idx = k.bin("add", "u32", t, k.const(32 * g, "u32"))
-        k.op(A.CpAsync(16), k.sh_addr(buf, idx, 16), k.elem_addr(src, idx, 16))
-        k.op(A.CpAsyncCommit())
+        k.op(async_ops.CpAsync(16), k.sh_addr(buf, idx, 16), k.elem_addr(src, idx, 16))
+        k.op(async_ops.CpAsyncCommit())
     if wait_before_read:
-        k.op(A.CpAsyncWait(wait_n))
+        k.op(async_ops.CpAsyncWait(wait_n))
     k.bar()
     nb = k.bin("and", "u32", k.bin("add", "u32", t, k.const(1, "u32")), k.const(31, "u32"))
     v = k.ld("shared", "u32", k.sh_addr(buf, nb, 16), vec=4)
@@ -173,9 +173,9 @@ def test_cp_async_newest_group_is_still_in_flight() -> None:
     buf = k.shared("buf", 1024, 128)
     for g in range(2):
         idx = k.bin("add", "u32", t, k.const(32 * g, "u32"))
-        k.op(A.CpAsync(16), k.sh_addr(buf, idx, 16), k.elem_addr(k.args[0], idx, 16))
-        k.op(A.CpAsyncCommit())
-    k.op(A.CpAsyncWait(1))
+        k.op(async_ops.CpAsync(16), k.sh_addr(buf, idx, 16), k.elem_addr(k.args[0], idx, 16))
+        k.op(async_ops.CpAsyncCommit())
+    k.op(async_ops.CpAsyncWait(1))
     k.ld("shared", "u32", k.sh_addr(buf, k.bin("add", "u32", t, k.const(32, "u32")), 16))
     with pytest.raises(TargetFault, match="async copy read before its wait"):
         run_target(k.build(), [np.arange(256, dtype=np.uint32)])
@@ -189,9 +189,9 @@ def test_cp_async_src_size_zero_fills() -> None:
     buf = k.shared("buf", 512, 128)
     n = k.bin("and", "u32", t, k.const(15, "u32"))  # 0..15 bytes
     dst = k.sh_addr(buf, t, 16)
-    k.op(A.CpAsync(16), dst, k.elem_addr(src, t, 16), n)
-    k.op(A.CpAsyncCommit())
-    k.op(A.CpAsyncWait(0))
+    k.op(async_ops.CpAsync(16), dst, k.elem_addr(src, t, 16), n)
+    k.op(async_ops.CpAsyncCommit())
+    k.op(async_ops.CpAsyncWait(0))
     v: Value = k.ld("shared", "u32", dst, vec=4)
     k.st("global", "u32", k.elem_addr(out, t, 16), v, vec=4)
     data = np.arange(1, 513, dtype=np.uint32).astype(np.uint8).reshape(32, 16)
@@ -209,7 +209,7 @@ def test_red_shared_add_u32() -> None:
           lambda: k.st("shared", "u32", k.sh_addr(bins, t, 4), k.const(0, "u32")))
     k.bar()
     b = k.ld("global", "u32", k.elem_addr(k.args[0], t, 4))
-    k.op(O.Reduce("shared", "add", "u32"), k.sh_addr(bins, b, 4), k.const(1, "u32"))
+    k.op(target_ops.Reduce("shared", "add", "u32"), k.sh_addr(bins, b, 4), k.const(1, "u32"))
     k.bar()
     k.if_(k.setp("lt", "u32", t, k.const(16, "u32")),
           lambda: k.st("global", "u32", k.elem_addr(k.args[1], t, 4),

@@ -15,7 +15,7 @@ from tessera.interp.target import TensorMapArg, run_target
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import TensorMapType
-from tests.interp.target.kit import U64, A, Kernel
+from tests.interp.target.kit import U64, Kernel, async_ops
 from tests.interp.target.test_mma import _bf16, _exact
 
 N = 64
@@ -47,8 +47,8 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
     sb = k.shared("sB", 8192, 1024)
     bar = k.shared("bar", 8, 8)
     first = k.setp("eq", "u32", t, k.const(0, "u32"))
-    k.if_(first, lambda: k.op(A.MbarrierInit(1), bar))
-    k.op(A.Fence("mbarrier_init"))
+    k.if_(first, lambda: k.op(async_ops.MbarrierInit(1), bar))
+    k.op(async_ops.Fence("mbarrier_init"))
     k.bar()
     row0 = k.cvt("s32", "u32", k.bin("mul", "u32", k.sreg("ctaid.x"), k.const(64, "u32")))
     z = k.const(0.0, "f32")
@@ -56,21 +56,21 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
 
     def kblock(kb: Value, acc: Value) -> Value:
         def issue() -> None:
-            k.op(A.MbarrierArrive(tx), bar)
-            k.op(A.TmaLoad(), sa, tma_a, kb, row0, bar)
-            k.op(A.TmaLoad(), sb, tma_b, kb, k.const(0, "s32"), bar)
+            k.op(async_ops.MbarrierArrive(tx), bar)
+            k.op(async_ops.TmaLoad(), sa, tma_a, kb, row0, bar)
+            k.op(async_ops.TmaLoad(), sb, tma_b, kb, k.const(0, "s32"), bar)
         k.if_(first, issue)
         parity = k.bin("and", "u32", k.bin("shr", "u32", k.cvt("u32", "s32", kb),
                                            k.const(6, "u32")), k.const(1, "u32"))
         if stale:  # the bug: always wait for parity 0
             parity = k.const(0, "u32")
-        k.op(A.MbarrierWait(), bar, parity)
-        k.op(A.WgmmaFence())
+        k.op(async_ops.MbarrierWait(), bar, parity)
+        k.op(async_ops.WgmmaFence())
         for step in range(4):
-            acc = k.op(A.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, step),
+            acc = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, step),
                        _desc(k, sb, step), k.setp("eq", "u32", t, t))
-        k.op(A.WgmmaCommit())
-        k.op(A.WgmmaWait(0))
+        k.op(async_ops.WgmmaCommit())
+        k.op(async_ops.WgmmaWait(0))
         k.bar()  # every warpgroup is done with the tiles before the next loads
         return acc
     s32 = lambda v: k.const(v, "s32")  # noqa: E731
@@ -147,11 +147,11 @@ def test_wgmma_after_st_shared_needs_proxy_fence(fenced: bool) -> None:
         idx = k.bin("add", "u32", t, k.const(128 * j, "u32"))
         k.st("shared", "u32", k.sh_addr(sa, idx, 4), k.const(0x3F803F80, "u32"))
     if fenced:
-        k.op(A.Fence("proxy_async"))
+        k.op(async_ops.Fence("proxy_async"))
     k.bar()
     z = k.const(0.0, "f32")
     acc = k.pack("f32", *([z] * (N // 2)))
-    d = k.op(A.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, 0), _desc(k, sa, 0),
+    d = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, 0), _desc(k, sa, 0),
              k.setp("eq", "u32", t, t))
     k.st("global", "f32", k.elem_addr(k.args[0], t, 4), k.unpack("f32", N // 2, d)[5])
     out = np.zeros(128, np.float32)
@@ -169,7 +169,7 @@ def test_wgmma_needs_whole_warpgroup() -> None:
     z = k.const(0.0, "f32")
     acc = k.pack("f32", *([z] * 4))
     some = k.setp("lt", "u32", k.tid(), k.const(64, "u32"))
-    k.if_(some, lambda: k.op(A.Wgmma(8, "bf16", "bf16"), acc, _desc(k, sa, 0),
+    k.if_(some, lambda: k.op(async_ops.Wgmma(8, "bf16", "bf16"), acc, _desc(k, sa, 0),
                              _desc(k, sa, 0), some))
     with pytest.raises(TargetFault, match="warp divergence"):
         run_target(k.build(), [])
@@ -188,12 +188,12 @@ def test_tma_128b_swizzle_lands_chunks_xor_row() -> None:
     zero = k.const(0, "s32")
 
     def issue() -> None:
-        k.op(A.MbarrierInit(1), bar)
-        k.op(A.MbarrierArrive(8192), bar)
-        k.op(A.TmaLoad(), sa, tmap, zero, zero, bar)
+        k.op(async_ops.MbarrierInit(1), bar)
+        k.op(async_ops.MbarrierArrive(8192), bar)
+        k.op(async_ops.TmaLoad(), sa, tmap, zero, zero, bar)
     k.if_(first, issue)
     k.bar()
-    k.op(A.MbarrierWait(), bar, k.const(0, "u32"))
+    k.op(async_ops.MbarrierWait(), bar, k.const(0, "u32"))
     for j in range(4):  # thread t copies raw chunks 4t .. 4t+3
         idx = k.bin("add", "u32", k.bin("mul", "u32", t, k.const(4, "u32")),
                     k.const(j, "u32"))

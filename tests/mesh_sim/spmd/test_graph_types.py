@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tessera.errors import IRParseError, IRVerifyError
 from tessera.ir import parse_module, print_module, verify_module
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import Sharding, TensorType, parse_tensor_type
 
 MESH = (("dp", 2), ("tp", 3), ("pp", 2))
@@ -100,13 +100,19 @@ def test_verifier_rejects_a_missing_collective() -> None:
 
 def test_collective_ops_on_one_device_are_identities() -> None:
     t = TensorType((4, 6), "f32")
-    for op in (g.AllGather("tp"), g.ReduceScatter("tp", 1), g.AllReduce(("dp", "tp"), "max"),
-               g.AllToAll("tp", 0, 1), g.MeshBroadcast("tp", 1), g.Ppermute("tp", [(0, 1)]),
-               g.Shard("tp", 0)):
+    for op in (
+        graph_ir.AllGather("tp"),
+        graph_ir.ReduceScatter("tp", 1),
+        graph_ir.AllReduce(("dp", "tp"), "max"),
+        graph_ir.AllToAll("tp", 0, 1),
+        graph_ir.MeshBroadcast("tp", 1),
+        graph_ir.Ppermute("tp", [(0, 1)]),
+        graph_ir.Shard("tp", 0),
+    ):
         assert op.infer([t]) == (t,)
     with pytest.raises(IRVerifyError, match="split_dim equals concat_dim"):
-        g.AllToAll("tp", 1, 1).infer([t])
+        graph_ir.AllToAll("tp", 1, 1).infer([t])
     with pytest.raises(IRVerifyError, match="unknown reduction"):
-        g.AllReduce("tp", "prod").infer([t])
+        graph_ir.AllReduce("tp", "prod").infer([t])
     with pytest.raises(IRVerifyError, match="axis must name"):
-        g.AllGather("")
+        graph_ir.AllGather("")

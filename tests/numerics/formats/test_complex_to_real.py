@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera import numerics as N
+from tessera import numerics
 from tessera.numerics.formats.convert import cast_exact
 
 HERE = os.path.basename(__file__)
@@ -23,14 +23,14 @@ REAL = ["f64", "f32", "tf32", "bf16", "f16", "fp8_e4m3", "fp6_e2m3", "fp4_e2m1",
         "int8", "int32"]
 
 HELPERS: dict[str, Callable[[np.ndarray, Any], Any]] = {
-    "convert": lambda z, to: N.convert(z, to),
+    "convert": lambda z, to: numerics.convert(z, to),
     "cast_exact": lambda z, to: cast_exact(z, ts.dtype(to)),
-    "to_e8m0": lambda z, to: N.to_e8m0(z),
-    "stochastic_round_array": lambda z, to: N.stochastic_round_array(
+    "to_e8m0": lambda z, to: numerics.to_e8m0(z),
+    "stochastic_round_array": lambda z, to: numerics.stochastic_round_array(
         z, "bf16" if ts.dtype(to).name in ("e8m0", "tf32") else to, seed=1),
-    "round_verified": lambda z, to: N.round_verified(z, np.zeros(z.shape), "f32",
+    "round_verified": lambda z, to: numerics.round_verified(z, np.zeros(z.shape), "f32",
                                                      lambda i: np.zeros(len(i))),
-    "round_fraction": lambda z, to: N.round_fraction(complex(z.flat[0]), "f32"),
+    "round_fraction": lambda z, to: numerics.round_fraction(complex(z.flat[0]), "f32"),
     "as_tensor": lambda z, to: ts.as_tensor(z, to),
 }
 

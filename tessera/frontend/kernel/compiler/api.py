@@ -18,8 +18,8 @@ from tessera.frontend.kernel.compiler.rules import api_rule, expr
 from tessera.frontend.kernel.compiler.scope import TileContext
 from tessera.frontend.kernel.compiler.state import F32, CompileState, is_mem, is_value
 from tessera.ir.core import Value
-from tessera.ir.dialects import tile as T
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, Policy, PolicyClass, element
 
@@ -54,22 +54,22 @@ def shape_arg(state: CompileState, x: Any, node: ast.AST) -> tuple[int, ...]:
 # -- ids, sync
 @api_rule("linear_id")
 def _linear_id(state: CompileState, node: ast.AST) -> Value:
-    return state.emit1(T.LinearId(), [], node)
+    return state.emit1(tile_ir.LinearId(), [], node)
 
 
 @api_rule("group_id")
 def _group_id(state: CompileState, node: ast.AST) -> Value:
-    return state.emit1(T.GroupId(), [], node)
+    return state.emit1(tile_ir.GroupId(), [], node)
 
 
 @api_rule("local_id")
 def _local_id(state: CompileState, node: ast.AST) -> Value:
-    return state.emit1(T.LocalId(), [], node)
+    return state.emit1(tile_ir.LocalId(), [], node)
 
 
 @api_rule("lane_id")
 def _lane_id(state: CompileState, node: ast.AST) -> Value:
-    return state.emit1(T.LaneId(state.spec.lanes), [], node)
+    return state.emit1(tile_ir.LaneId(state.spec.lanes), [], node)
 
 
 @api_rule("group_size")
@@ -84,19 +84,19 @@ def _context(state: CompileState, node: ast.AST) -> TileContext:
 
 @api_rule("barrier")
 def _barrier(state: CompileState, node: ast.AST) -> None:
-    state.emit(M.Barrier(), [], node)
+    state.emit(tile_memory.Barrier(), [], node)
 
 
 @api_rule("cp_commit_group")
 def _cp_commit_group(state: CompileState, node: ast.AST) -> None:
-    state.emit(M.CpCommitGroup(), [], node)
+    state.emit(tile_memory.CpCommitGroup(), [], node)
 
 
 @api_rule("cp_wait_group", params=("n",), defaults={"n": 0})
 def _cp_wait_group(state: CompileState, node: ast.AST, n: Any) -> None:
     if is_value(n) or not isinstance(n, int) or n < 0:
         raise state.error("cp_wait_group(n) needs a constant n >= 0", node)
-    state.emit(M.CpWaitGroup(n), [], node)
+    state.emit(tile_memory.CpWaitGroup(n), [], node)
 
 
 # -- memory
@@ -107,14 +107,14 @@ def _alloc_shared(state: CompileState, node: ast.AST, shape: Any, dtype: Any, sw
     if swizzle not in _SWIZZLES:
         raise state.error(f"unknown swizzle {swizzle!r}", node,
                           hint="use 'xor', '32B', '64B', '128B' or None")
-    op = M.AllocShared(shape_arg(state, shape, node), element_arg(state, dtype, node),
+    op = tile_memory.AllocShared(shape_arg(state, shape, node), element_arg(state, dtype, node),
                        _SWIZZLES[swizzle], int(alignment))
     return state.emit1(op, [], node)
 
 
 @api_rule("alloc_register", params=("dtype", "shape"), defaults={"shape": ()})
 def _alloc_register(state: CompileState, node: ast.AST, dtype: Any, shape: Any) -> Value:
-    op = M.AllocRegister(element_arg(state, dtype, node), shape_arg(state, shape, node))
+    op = tile_memory.AllocRegister(element_arg(state, dtype, node), shape_arg(state, shape, node))
     return state.emit1(op, [], node)
 
 
@@ -123,7 +123,7 @@ def _cp_async(state: CompileState, node: ast.AST, dst: Any, src: Any) -> None:
     if not is_mem(dst) or not is_mem(src):
         raise state.error("cp_async(dst, src) copies memory: dst a shared buffer (or a "
                           "view of one), src a view of a global tensor", node)
-    state.emit(M.CpAsync(), [dst, src], node)
+    state.emit(tile_memory.CpAsync(), [dst, src], node)
 
 
 @api_rule("load_vector", "store_vector", raw=True)
@@ -138,7 +138,7 @@ def _vector(state: CompileState, name: str, node: ast.Call) -> Any:
         if is_value(width) or not isinstance(width, int):
             raise state.error("load_vector width must be a constant int", node)
         ref = view.vector_view(state, None, node.args[0], width)
-        return state.emit1(M.LoadVector(width), [ref], node)
+        return state.emit1(tile_memory.LoadVector(width), [ref], node)
     vnode = node.args[1] if len(node.args) > 1 else kw.get("value")
     if vnode is None:
         raise state.error("store_vector(ref, tile) needs the tile to store", node)
@@ -148,7 +148,7 @@ def _vector(state: CompileState, name: str, node: ast.Call) -> Any:
     if t.rank != 1:
         raise state.error(f"store_vector stores a 1-D tile, got {t}", node)
     ref = view.vector_view(state, None, node.args[0], t.shape[0])
-    state.emit(M.StoreVector(), [ref, value], node)
+    state.emit(tile_memory.StoreVector(), [ref, value], node)
     return None
 
 

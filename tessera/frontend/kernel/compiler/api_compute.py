@@ -18,7 +18,7 @@ from tessera.frontend.kernel.compiler.rules import api_rule
 from tessera.frontend.kernel.compiler.state import F32, CompileState, is_value, kind_of
 from tessera.ir.core import Value
 from tessera.ir.dialects.tile import BOOL, MemRefType
-from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 from tessera.numerics import accum_of
 
@@ -35,14 +35,14 @@ def _mma(state: CompileState, node: ast.AST, a: Any, b: Any, accumulator: Any) -
     else:
         acc = element_arg(state, accumulator, node)
     operands = [ta, tb] + ([acc_tile] if acc_tile is not None else [])
-    return state.emit1(C.Mma(acc), operands, node)
+    return state.emit1(tile_compute.Mma(acc), operands, node)
 
 
 @api_rule("zeros", params=("shape", "dtype"), defaults={"dtype": None})
 def _zeros(state: CompileState, node: ast.AST, shape: Any, dtype: Any) -> Value:
     elem = element_arg(state, dtype, node)
     zero = {"float": 0.0, "bool": False}.get(kind_of(elem), 0)
-    return state.emit1(C.Full(shape_arg(state, shape, node), zero, elem), [], node)
+    return state.emit1(tile_compute.Full(shape_arg(state, shape, node), zero, elem), [], node)
 
 
 @api_rule("full", params=("shape", "value", "dtype"), defaults={"dtype": None})
@@ -58,30 +58,35 @@ def _full(state: CompileState, node: ast.AST, shape: Any, value: Any, dtype: Any
         value = bool(value)
     else:
         value = int(value)
-    return state.emit1(C.Full(shape_arg(state, shape, node), value, elem), [], node)
+    return state.emit1(tile_compute.Full(shape_arg(state, shape, node), value, elem), [], node)
 
 
 def _unary(state: CompileState, node: ast.AST, x: Any, cls: Any) -> Value:
     v = state.as_tile(x, node)
-    if kind_of(v.type.element) != "float" and cls is not C.Abs:  # type: ignore
+    if kind_of(v.type.element) != "float" and cls is not tile_compute.Abs:  # type: ignore
         v = state.cast(v, F32, node)
     return state.emit1(cls(), [v], node)
 
 
 #: the unary ``ts.tile`` functions and their ops (one rule each, ``(x)``)
-UNARY = {"exp": C.Exp, "log": C.Log, "sqrt": C.Sqrt, "abs": C.Abs}
+UNARY = {
+    "exp": tile_compute.Exp,
+    "log": tile_compute.Log,
+    "sqrt": tile_compute.Sqrt,
+    "abs": tile_compute.Abs,
+}
 for _name, _cls in UNARY.items():
     api_rule(_name, params=("x",))(functools.partial(_unary, cls=_cls))
 
 
 @api_rule("maximum", params=("a", "b"))
 def _maximum(state: CompileState, node: ast.AST, a: Any, b: Any) -> Value:
-    return state.emit1(C.Maximum(), list(state.unify(a, b, node)), node)
+    return state.emit1(tile_compute.Maximum(), list(state.unify(a, b, node)), node)
 
 
 @api_rule("minimum", params=("a", "b"))
 def _minimum(state: CompileState, node: ast.AST, a: Any, b: Any) -> Value:
-    return state.emit1(C.Minimum(), list(state.unify(a, b, node)), node)
+    return state.emit1(tile_compute.Minimum(), list(state.unify(a, b, node)), node)
 
 
 @api_rule("where", params=("cond", "a", "b"))
@@ -93,7 +98,7 @@ def _where(state: CompileState, node: ast.AST, cond: Any, a: Any, b: Any) -> Val
     c, va = state.broadcast_pair(c, va, node)
     c, vb = state.broadcast_pair(c, vb, node)
     va, vb = state.broadcast_pair(va, vb, node)
-    return state.emit1(C.Where(), [c, va, vb], node)
+    return state.emit1(tile_compute.Where(), [c, va, vb], node)
 
 
 def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str) -> Value:
@@ -101,7 +106,7 @@ def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str) ->
     if v.type.rank == 0 or is_value(axis):  # type: ignore[attr-defined]
         raise state.error(f"{kind} reductions need a tile of rank >= 1 and a constant "
                           "axis", node)
-    return state.emit1(C.Reduce(kind, int(axis)), [v], node)
+    return state.emit1(tile_compute.Reduce(kind, int(axis)), [v], node)
 
 
 for _name, _kind in {"row_max": "max", "row_sum": "sum"}.items():
@@ -115,7 +120,7 @@ for _name, _kind in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "mi
 def _causal_mask(state: CompileState, node: ast.AST, scores: Any, q_start: Any,
                  k_start: Any) -> Value:
     s = state.as_tile(scores, node)
-    return state.emit1(C.CausalMask(), [s, state.as_index(q_start, node),
+    return state.emit1(tile_compute.CausalMask(), [s, state.as_index(q_start, node),
                                         state.as_index(k_start, node)], node)
 
 
@@ -129,7 +134,7 @@ def _cast(state: CompileState, node: ast.AST, x: Any, dtype: Any) -> Value:
         return v
     # an explicit cast to the same float format is kept: it rounds a wide (exactly
     # accumulated) mma result to the format, as the docs promise
-    return state.emit1(C.Cast(to), [v], node) if kind_of(to) != "bool" else \
+    return state.emit1(tile_compute.Cast(to), [v], node) if kind_of(to) != "bool" else \
         state.cast(v, to, node)
 
 

@@ -24,7 +24,7 @@ from tessera.frontend.kernel.compiler.expr import _MATH_TILE, BoundMethod
 from tessera.frontend.kernel.compiler.rules import API_RULES, expr, expr_rule, stmts, tile_call
 from tessera.frontend.kernel.compiler.state import F32, CompileState, is_tile, is_value, kind_of
 from tessera.ir.dialects.tile import INDEX
-from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import compute as tile_compute
 
 #: functions inlined deeper than this are taken to be recursive
 MAX_INLINE_DEPTH = 32
@@ -145,7 +145,7 @@ def minmax(state: CompileState, func: Any, args: list[Any], node: ast.AST) -> An
                           node)
     consts = [a for a in args if not is_value(a)]
     acc: Any = func(consts) if consts else None
-    cls = C.Minimum if func is builtins.min else C.Maximum
+    cls = tile_compute.Minimum if func is builtins.min else tile_compute.Maximum
     for a in args:
         if not is_value(a):
             continue
@@ -168,7 +168,7 @@ def convert(state: CompileState, func: Any, args: list[Any], node: ast.AST) -> A
     if func is builtins.float:
         return v if kind == "float" else state.cast(v, F32, node)
     if kind == "float":
-        v = state.emit1(C.Trunc(), [v], node)
+        v = state.emit1(tile_compute.Trunc(), [v], node)
     return state.cast(v, INDEX, node)
 
 

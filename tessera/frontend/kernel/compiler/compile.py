@@ -17,9 +17,9 @@ from tessera.frontend.kernel.compiler.scope import Spec
 from tessera.frontend.kernel.compiler.state import CompileState, is_mem
 from tessera.frontend.kernel.errors import KernelResourceError
 from tessera.ir.core import Function, Module, Value, walk
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import KERNEL
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.ir.verifier import verify_function
 from tessera.numerics import storage_of
@@ -44,7 +44,7 @@ def compile_function(pyfn: Any, spec: Spec) -> Function:
     operands: list[Value] = []
     if result is not NO_RETURN and result is not None:
         operands = [_result_value(state, result, node, attrs)]
-    state.emit(T.Return(), operands, node)
+    state.emit(tile_ir.Return(), operands, node)
     fn = Function(spec.name, state.block, [v.type for v in operands], kind=KERNEL,
                   attrs=attrs, loc=state.loc(fdef))
     verify_function(fn)
@@ -101,7 +101,7 @@ def check_shared(fn: Function) -> None:
     may use (``SHARED_LIMIT``)."""
     total = 0
     for instr in walk(fn.body):
-        if isinstance(instr.op, M.AllocShared):
+        if isinstance(instr.op, tile_memory.AllocShared):
             n = 1
             for d in instr.op.shape:
                 n *= d

@@ -22,24 +22,43 @@ from tessera.frontend.kernel.compiler.scope import EXTENTS, ORIGINS, TileContext
 from tessera.frontend.kernel.compiler.state import F32, CompileState, is_value, kind_of
 from tessera.frontend.kernel.errors import UndefinedNameError
 from tessera.ir.core import Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import INDEX
-from tessera.ir.dialects.tile import compute as C
+from tessera.ir.dialects.tile import compute as tile_compute
 
 _BINOPS: dict[type, Any] = {
-    ast.Add: (operator.add, C.Add), ast.Sub: (operator.sub, C.Sub),
-    ast.Mult: (operator.mul, C.Mul), ast.Div: (operator.truediv, C.Div),
-    ast.FloorDiv: (operator.floordiv, C.FloorDiv), ast.Mod: (operator.mod, C.Mod),
-    ast.Pow: (operator.pow, C.Pow), ast.BitAnd: (operator.and_, C.And),
-    ast.BitOr: (operator.or_, C.Or), ast.MatMult: (operator.matmul, None),
-    ast.LShift: (operator.lshift, None), ast.RShift: (operator.rshift, None),
-    ast.BitXor: (operator.xor, None)}
+    ast.Add: (operator.add, tile_compute.Add),
+    ast.Sub: (operator.sub, tile_compute.Sub),
+    ast.Mult: (operator.mul, tile_compute.Mul),
+    ast.Div: (operator.truediv, tile_compute.Div),
+    ast.FloorDiv: (operator.floordiv, tile_compute.FloorDiv),
+    ast.Mod: (operator.mod, tile_compute.Mod),
+    ast.Pow: (operator.pow, tile_compute.Pow),
+    ast.BitAnd: (operator.and_, tile_compute.And),
+    ast.BitOr: (operator.or_, tile_compute.Or),
+    ast.MatMult: (operator.matmul, None),
+    ast.LShift: (operator.lshift, None),
+    ast.RShift: (operator.rshift, None),
+    ast.BitXor: (operator.xor, None),
+}
 _COMPARES: dict[type, Any] = {
-    ast.Lt: (operator.lt, C.Lt), ast.LtE: (operator.le, C.Le), ast.Gt: (operator.gt, C.Gt),
-    ast.GtE: (operator.ge, C.Ge), ast.Eq: (operator.eq, C.Eq), ast.NotEq: (operator.ne, C.Ne),
-    ast.Is: (operator.is_, None), ast.IsNot: (operator.is_not, None),
-    ast.In: (lambda a, b: a in b, None), ast.NotIn: (lambda a, b: a not in b, None)}
-_MATH_TILE = {math.exp: C.Exp, math.log: C.Log, math.sqrt: C.Sqrt, math.fabs: C.Abs}
+    ast.Lt: (operator.lt, tile_compute.Lt),
+    ast.LtE: (operator.le, tile_compute.Le),
+    ast.Gt: (operator.gt, tile_compute.Gt),
+    ast.GtE: (operator.ge, tile_compute.Ge),
+    ast.Eq: (operator.eq, tile_compute.Eq),
+    ast.NotEq: (operator.ne, tile_compute.Ne),
+    ast.Is: (operator.is_, None),
+    ast.IsNot: (operator.is_not, None),
+    ast.In: (lambda a, b: a in b, None),
+    ast.NotIn: (lambda a, b: a not in b, None),
+}
+_MATH_TILE = {
+    math.exp: tile_compute.Exp,
+    math.log: tile_compute.Log,
+    math.sqrt: tile_compute.Sqrt,
+    math.fabs: tile_compute.Abs,
+}
 
 
 class BoundMethod:
@@ -102,9 +121,9 @@ def origin(state: CompileState, name: str, node: ast.AST) -> Value:
     axis = ORIGINS[name]
     if axis >= len(state.spec.grid):  # a grid without this axis has one slice: origin 0
         return state.constant(0, INDEX, node)
-    coord = state.emit1(T.GridCoord(axis), [], node)
+    coord = state.emit1(tile_ir.GridCoord(axis), [], node)
     ext = state.constant(state.spec.tile[axis], INDEX, node)
-    return state.emit1(C.Mul(), [coord, ext], node)
+    return state.emit1(tile_compute.Mul(), [coord, ext], node)
 
 
 @expr_rule(ast.Attribute)
@@ -121,7 +140,7 @@ def attribute(state: CompileState, value: Any, attr: str, node: ast.AST) -> Any:
         t = value.type
         if attr == "T":
             tile = state.as_tile(value, node)
-            return state.emit1(C.Transpose(), [tile], node)
+            return state.emit1(tile_compute.Transpose(), [tile], node)
         if attr == "shape":
             return tuple(t.shape)
         if attr == "ndim":
@@ -200,11 +219,11 @@ def _unary_op(state: CompileState, node: ast.UnaryOp) -> Any:
         except Exception as err:
             raise state.error(f"{err}", node) from None
     if isinstance(node.op, ast.Not):
-        return state.emit1(C.Not(), [state.as_bool(x, node)], node)
+        return state.emit1(tile_compute.Not(), [state.as_bool(x, node)], node)
     if isinstance(node.op, ast.UAdd):
         return state.as_tile(x, node)
     if isinstance(node.op, ast.USub):
-        return state.emit1(C.Neg(), [state.as_tile(x, node)], node)
+        return state.emit1(tile_compute.Neg(), [state.as_tile(x, node)], node)
     raise state.error("~ is not supported on kernel values", node)
 
 
@@ -223,7 +242,11 @@ def _bool_op(state: CompileState, node: ast.BoolOp) -> Any:
             acc = v
             continue
         rhs = state.as_bool(v, sub) if is_value(v) else state.as_bool(bool(v), sub)
-        acc = state.emit1(C.And() if is_and else C.Or(), [state.as_bool(acc, sub), rhs], node)
+        acc = state.emit1(
+            tile_compute.And() if is_and else tile_compute.Or(),
+            [state.as_bool(acc, sub), rhs],
+            node,
+        )
     return acc
 
 
@@ -244,7 +267,7 @@ def _compare(state: CompileState, node: ast.Compare) -> Any:
         if result is True:
             result = part
         elif is_value(result) or is_value(part):
-            result = state.emit1(C.And(), [state.as_bool(result, node),
+            result = state.emit1(tile_compute.And(), [state.as_bool(result, node),
                                            state.as_bool(part, node)], node)
         else:
             result = result and part
@@ -260,6 +283,6 @@ def _if_exp(state: CompileState, node: ast.IfExp) -> Any:
     a, b = state.unify(expr(state, node.body), expr(state, node.orelse), node)
     c = state.as_bool(cond, node)
     c = state.broadcast(c, a.type.shape, node)  # type: ignore[attr-defined]
-    return state.emit1(C.Where(), [c, a, b], node)
+    return state.emit1(tile_compute.Where(), [c, a, b], node)
 
 __all__ = ["BoundMethod", "attribute", "binop", "lookup", "origin"]

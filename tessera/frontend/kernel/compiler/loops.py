@@ -21,7 +21,7 @@ from tessera.frontend.kernel.compiler.scope import Undefined, assigned_names
 from tessera.frontend.kernel.compiler.state import CompileState, is_mem, is_value
 from tessera.frontend.kernel.compiler.stmt import assign, without_augassign
 from tessera.ir.core import Block, IRRegion, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 
 
 @stmt_rule(ast.For)
@@ -69,7 +69,7 @@ def range_loop(state: CompileState, var: str, lo: Any, hi: Any, step: Any, s: as
     types = [merge.type_of(state, before[n], s) for n in names]
     for _ in range(4):
         block = Block()
-        idx = block.add_arg(T.SCALAR_INDEX, var)
+        idx = block.add_arg(tile_ir.SCALAR_INDEX, var)
         args = [block.add_arg(t, n) for n, t in zip(names, types)]
         new = loop_body(state, block, {**before, var: idx, **dict(zip(names, args))},
                                names, types, s)
@@ -81,7 +81,7 @@ def range_loop(state: CompileState, var: str, lo: Any, hi: Any, step: Any, s: as
     state.env = dict(before)
     bounds = [state.as_index(x, s) for x in (lo, hi, step)]
     inits = [merge.coerce(state, before[n], t, s) for n, t in zip(names, types)]
-    results = state.emit(T.For(), [*bounds, *inits], s, regions=[IRRegion([block])])
+    results = state.emit(tile_ir.For(), [*bounds, *inits], s, regions=[IRRegion([block])])
     after_loop(state, s.body, names, results, s, var)
 
 
@@ -99,8 +99,9 @@ def loop_body(state: CompileState, block: Block, env: dict[str, Any], names: lis
     new = [merge.join(state, t, merge.type_of(state, after[n], s, after[n]), s, n)
            for n, t in zip(names, types)]
     if new == types:
-        state.emit(T.Yield(), [merge.coerce(state, after[n], t, s) for n, t in zip(names, types)],
-                   s)
+        state.emit(
+            tile_ir.Yield(), [merge.coerce(state, after[n], t, s) for n, t in zip(names, types)], s
+        )
     state.leave(prev)
     return None if new == types else new
 
@@ -140,7 +141,7 @@ def _while(state: CompileState, s: ast.While) -> None:
                 raise state.error("while with a constant true condition never ends "
                                   "(kernels have no break)", s)
             return
-        state.emit(T.Condition(), [state.as_bool(cond, s.test)], s)
+        state.emit(tile_ir.Condition(), [state.as_bool(cond, s.test)], s)
         state.leave(prev)
         bargs = [bblock.add_arg(t, n) for n, t in zip(names, types)]
         new = loop_body(state, bblock, {**before, **dict(zip(names, bargs))}, names,
@@ -152,7 +153,7 @@ def _while(state: CompileState, s: ast.While) -> None:
         raise state.error("the types of the loop-carried variables do not settle", s)
     state.env = dict(before)
     inits = [merge.coerce(state, before[n], t, s) for n, t in zip(names, types)]
-    results = state.emit(T.While(), inits, s,
+    results = state.emit(tile_ir.While(), inits, s,
                          regions=[IRRegion([cblock]), IRRegion([bblock])])
     after_loop(state, s.body, names, results, s, None)
 

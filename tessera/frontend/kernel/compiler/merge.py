@@ -24,7 +24,7 @@ from tessera.frontend.kernel.compiler.state import (
     kind_of,
 )
 from tessera.ir.core import Type, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import INDEX, MemRefType
 from tessera.ir.types import TensorType
 from tessera.numerics import promote, storage_of
@@ -47,7 +47,7 @@ def type_of(state: CompileState, x: Any, node: ast.AST, other: Any = None) -> Ty
 def materialise_type(x: Any, like: Any) -> Type:
     """The scalar type of a Python number next to a tile of element ``like`` (weak typing)."""
     if isinstance(x, bool):
-        return TensorType((), T.BOOL)
+        return TensorType((), tile_ir.BOOL)
     if isinstance(x, int):
         return TensorType((), like if like is not None and
                           kind_of(like) in ("int", "float") else INDEX)

@@ -31,10 +31,10 @@ import numpy as np
 from tessera.errors import IRVerifyError, Loc
 from tessera.frontend.kernel.errors import KernelCompileError
 from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import BOOL, INDEX, MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import DType, dtype, promote, storage_of
 
@@ -134,7 +134,7 @@ class CompileState:
         key = (id(self.block), type(value), value, element)
         found = self._consts.get(key)
         if found is None or found.owner is None:
-            found = self.emit1(T.Constant(value, element), [], node)
+            found = self.emit1(tile_ir.Constant(value, element), [], node)
             self._consts[key] = found
         return found
 
@@ -156,7 +156,7 @@ class CompileState:
         if is_tile(x):
             return x
         if is_mem(x):
-            return self.emit1(M.Load(), [x], node)
+            return self.emit1(tile_memory.Load(), [x], node)
         if isinstance(x, SCALARS):
             return self.materialise(x, node, like)
         raise self.error(f"expected a tile or a number, got {_describe(x)}", node)
@@ -183,7 +183,7 @@ class CompileState:
         if kind_of(t.element) == "bool":
             return v
         zero = self.constant(0, t.element, node)
-        return self.emit1(C.Ne(), [v, zero], node)
+        return self.emit1(tile_compute.Ne(), [v, zero], node)
 
     # -- coercions
     def cast(self, v: Value, element: Element, node: ast.AST | None) -> Value:
@@ -196,9 +196,9 @@ class CompileState:
             return v
         if kind_of(element) == "bool" and kind_of(t.element) != "bool":
             zero = self.constant(0, t.element, node)
-            v = self.emit1(C.Ne(), [v, zero], node)
+            v = self.emit1(tile_compute.Ne(), [v, zero], node)
             return v
-        return self.emit1(C.Cast(element), [v], node)
+        return self.emit1(tile_compute.Cast(element), [v], node)
 
     def broadcast(self, v: Value, shape: tuple[int, ...], node: ast.AST | None,
                   dims: tuple[int, ...] | None = None) -> Value:
@@ -209,7 +209,7 @@ class CompileState:
             return v
         if dims is None:
             dims = tuple(range(len(shape) - t.rank, len(shape)))
-        return self.emit1(C.Broadcast(shape, dims), [v], node)
+        return self.emit1(tile_compute.Broadcast(shape, dims), [v], node)
 
     def broadcast_pair(self, a: Value, b: Value, node: ast.AST | None) -> tuple[Value, Value]:
         """Broadcast two tiles to one shape (the row rule, then NumPy's)."""

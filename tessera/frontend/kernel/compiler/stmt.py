@@ -28,9 +28,9 @@ from tessera.frontend.kernel.compiler.scope import Undefined, assigned_names
 from tessera.frontend.kernel.compiler.state import CompileState, is_mem, is_value, kind_of
 from tessera.frontend.kernel.compiler.view import view as memory_view
 from tessera.ir.core import Block, IRRegion, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 
 
@@ -83,7 +83,7 @@ def assign(state: CompileState, target: ast.expr, value: Any, node: ast.AST) -> 
     """Bind ``value`` to an assignment target: a name, a tuple to unpack, or memory."""
     if isinstance(target, ast.Name):
         if is_mem(value) and not value.type.shape:  # type: ignore[attr-defined]
-            value = state.emit1(M.Load(), [value], node)  # x = A[i] reads A[i] now
+            value = state.emit1(tile_memory.Load(), [value], node)  # x = A[i] reads A[i] now
         state.env[target.id] = value
     elif isinstance(target, (ast.Tuple, ast.List)):
         if is_value(value) or not isinstance(value, (tuple, list)):
@@ -126,9 +126,9 @@ def store(state: CompileState, view: Value, value: Any, node: ast.AST,
             raise state.error(f"cannot store a {t.shape} tile into a {mt.shape} view", node)
         v = state.broadcast(v, mt.shape, node)
     if op is None:
-        state.emit(M.Store(), [view, v], node)
+        state.emit(tile_memory.Store(), [view, v], node)
     else:
-        state.emit(M.Update(op), [view, v], node)
+        state.emit(tile_memory.Update(op), [view, v], node)
 
 
 @stmt_rule(ast.AugAssign)
@@ -196,9 +196,9 @@ def _if(state: CompileState, s: ast.If) -> None:
     for block, env in branches:
         prev = state.enter(block)
         values = [merge.coerce(state, env[n], t, s) for (n, _, _), t in zip(merged, types)]
-        state.emit(T.Yield(), values, s)
+        state.emit(tile_ir.Yield(), values, s)
         state.leave(prev)
-    results = state.emit(T.If(), [c], s, result_types=types,
+    results = state.emit(tile_ir.If(), [c], s, result_types=types,
                          regions=[IRRegion([branches[0][0]]), IRRegion([branches[1][0]])])
     for (n, _, _), r in zip(merged, results):
         state.env[n] = r

@@ -19,15 +19,15 @@ from typing import Any
 from tessera.frontend.kernel.compiler.rules import expr, expr_rule
 from tessera.frontend.kernel.compiler.state import CompileState, is_mem, is_tile, is_value
 from tessera.ir.core import Instr, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 
 Affine = tuple[dict[Any, int], int]
 #: ops whose result is the same wherever they are emitted (compared by value)
-_IDS = (T.GridCoord, T.LinearId, T.GroupId, T.LocalId)
+_IDS = (tile_ir.GridCoord, tile_ir.LinearId, tile_ir.GroupId, tile_ir.LocalId)
 
 
 def affine(x: Any) -> Affine:
@@ -38,17 +38,17 @@ def affine(x: Any) -> Affine:
     instr = x.owner
     if isinstance(instr, Instr):
         op = instr.op
-        if isinstance(op, T.Constant) and isinstance(op.value, int) and \
+        if isinstance(op, tile_ir.Constant) and isinstance(op.value, int) and \
                 not isinstance(op.value, bool):
             return {}, op.value
-        if isinstance(op, (C.Add, C.Sub)):
+        if isinstance(op, (tile_compute.Add, tile_compute.Sub)):
             (va, ca), (vb, cb) = affine(instr.operands[0]), affine(instr.operands[1])
-            sign = 1 if isinstance(op, C.Add) else -1
+            sign = 1 if isinstance(op, tile_compute.Add) else -1
             out = dict(va)
             for v, c in vb.items():
                 out[v] = out.get(v, 0) + sign * c
             return {v: c for v, c in out.items() if c}, ca + sign * cb
-        if isinstance(op, C.Mul):
+        if isinstance(op, tile_compute.Mul):
             (va, ca), (vb, cb) = affine(instr.operands[0]), affine(instr.operands[1])
             if not va:
                 return {v: c * ca for v, c in vb.items()}, ca * cb
@@ -80,7 +80,7 @@ def _subscript(state: CompileState, node: ast.Subscript) -> Any:
             raise state.error("only a list of memories (shared buffers) can be indexed by "
                               "a kernel value", node, hint="index Python lists with "
                               "constants, or make the list hold buffers of one shape")
-        return state.emit1(M.Select(), [state.as_index(index, node), *value], node)
+        return state.emit1(tile_memory.Select(), [state.as_index(index, node), *value], node)
     try:
         return value[index]
     except Exception as err:
@@ -114,7 +114,7 @@ def tile_index(state: CompileState, value: Value, index: ast.expr, node: ast.AST
                               hint="index memory (a global tensor or shared buffer) "
                                    "instead, or use ts.tile ops")
     shape.extend(t.shape[axis:])
-    return state.emit1(C.Reshape(tuple(shape)), [value], node)
+    return state.emit1(tile_compute.Reshape(tuple(shape)), [value], node)
 
 
 def extent(state: CompileState, lo: Any, hi: Any, node: ast.AST) -> int:
@@ -191,7 +191,7 @@ def view(state: CompileState, mem: Value, index: ast.expr, node: ast.AST, width:
                 squeeze.append(d)
         squeeze.sort()
     operands = [mem] + [state.as_index(s, node) for s in starts]
-    return state.emit1(M.View(tuple(sizes), tuple(squeeze)), operands, node)
+    return state.emit1(tile_memory.View(tuple(sizes), tuple(squeeze)), operands, node)
 
 
 def vector_view(state: CompileState, ref: Any, node: ast.expr, width: int) -> Value:
@@ -207,7 +207,7 @@ def vector_view(state: CompileState, ref: Any, node: ast.expr, width: int) -> Va
     starts = [0] * mt.rank
     sizes = [1] * (mt.rank - 1) + [width]
     operands = [ref] + [state.as_index(s, node) for s in starts]
-    return state.emit1(M.View(tuple(sizes), tuple(range(mt.rank - 1))), operands, node)
+    return state.emit1(tile_memory.View(tuple(sizes), tuple(range(mt.rank - 1))), operands, node)
 
 
 __all__ = ["Affine", "affine", "extent", "tile_index", "vector_view", "view"]

@@ -48,10 +48,10 @@ from tessera.frontend.kernel.compiler.compile import SHARED_LIMIT
 from tessera.frontend.kernel.tuning.bounds import sure_violations
 from tessera.frontend.kernel.tuning.regs import RegisterEstimate
 from tessera.ir.core import Block, Function, Instr, walk
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
@@ -86,7 +86,7 @@ def _bytes(t: Any) -> int:
 
 def _const(v: Any) -> int | None:
     instr = v.owner
-    if isinstance(instr, Instr) and isinstance(instr.op, T.Constant):
+    if isinstance(instr, Instr) and isinstance(instr.op, tile_ir.Constant):
         return int(instr.op.value)
     return None
 
@@ -94,14 +94,14 @@ def _const(v: Any) -> int | None:
 def _count(block: Block, mult: float, acc: list[float]) -> None:
     for instr in block.instrs:
         op = instr.op
-        if isinstance(op, T.For):
+        if isinstance(op, tile_ir.For):
             lo, hi, st = (_const(v) for v in instr.operands[:3])
             trips = len(range(lo, hi, st)) if None not in (lo, hi, st) and st else 1
             _count(instr.regions[0].block, mult * trips, acc)
-        elif isinstance(op, T.While):
+        elif isinstance(op, tile_ir.While):
             for r in instr.regions:
                 _count(r.block, mult, acc)
-        elif isinstance(op, T.If):
+        elif isinstance(op, tile_ir.If):
             parts = []
             for r in instr.regions:
                 part = [0.0, 0.0, 0.0]
@@ -110,14 +110,23 @@ def _count(block: Block, mult: float, acc: list[float]) -> None:
             best = max(parts, key=sum)
             for k in range(3):
                 acc[k] += best[k]
-        elif isinstance(op, C.Mma):
+        elif isinstance(op, tile_compute.Mma):
             (m, k), n = instr.operands[0].type.shape, instr.operands[1].type.shape[1]  # type: ignore
             acc[0] += 2.0 * m * n * k * mult
-        elif isinstance(op, (M.Load, M.LoadVector, M.Store, M.StoreVector, M.Update,
-                             M.CpAsync)):
-            mem = instr.operands[1 if isinstance(op, M.CpAsync) else 0].type
+        elif isinstance(
+            op,
+            (
+                tile_memory.Load,
+                tile_memory.LoadVector,
+                tile_memory.Store,
+                tile_memory.StoreVector,
+                tile_memory.Update,
+                tile_memory.CpAsync,
+            ),
+        ):
+            mem = instr.operands[1 if isinstance(op, tile_memory.CpAsync) else 0].type
             if isinstance(mem, MemRefType) and mem.space == "global":
-                acc[2] += _bytes(mem) * mult * (2 if isinstance(op, M.Update) else 1)
+                acc[2] += _bytes(mem) * mult * (2 if isinstance(op, tile_memory.Update) else 1)
         elif instr.results and isinstance(instr.results[0].type, TensorType):
             t = instr.results[0].type
             acc[1] += max(1, t.size) * mult
@@ -125,7 +134,7 @@ def _count(block: Block, mult: float, acc: list[float]) -> None:
 
 def _shared(fn: Function) -> int:
     return sum(_bytes(instr.results[0].type) for instr in walk(fn.body)
-               if isinstance(instr.op, M.AllocShared))
+               if isinstance(instr.op, tile_memory.AllocShared))
 
 
 def threads_per_group(fn: Function, regs: RegisterEstimate) -> int:

@@ -34,10 +34,10 @@ import math
 from dataclasses import dataclass
 
 from tessera.ir.core import Block, Function, Instr, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 
 INF = math.inf
@@ -93,47 +93,47 @@ class Bounds:
         assert isinstance(instr, Instr)
         op, args = instr.op, instr.operands
         groups = math.prod(self.grid)
-        if isinstance(op, T.Constant):
+        if isinstance(op, tile_ir.Constant):
             value = op.value
             if isinstance(value, int) and not isinstance(value, bool):
                 return Span(value, value, True)
             return UNKNOWN
-        if isinstance(op, T.GridCoord):
+        if isinstance(op, tile_ir.GridCoord):
             n = self.grid[op.axis] if op.axis < len(self.grid) else 1
             return Span(0, n - 1, True, frozenset({("coord", op.axis)}))
-        if isinstance(op, T.LocalId):
+        if isinstance(op, tile_ir.LocalId):
             return Span(0, self.group_size - 1, True, frozenset({"local"}))
-        if isinstance(op, T.GroupId):
+        if isinstance(op, tile_ir.GroupId):
             return Span(0, groups - 1, True, _COORDS)
-        if isinstance(op, T.LinearId):
+        if isinstance(op, tile_ir.LinearId):
             return Span(0, groups * self.group_size - 1, True, _COORDS | {"local"})
-        if isinstance(op, C.Neg):
+        if isinstance(op, tile_compute.Neg):
             a = self.span(args[0])
             return Span(-a.hi, -a.lo, a.exact, a.leaves)
-        if isinstance(op, C.Cast) and isinstance(v.type, TensorType) and \
+        if isinstance(op, tile_compute.Cast) and isinstance(v.type, TensorType) and \
                 getattr(op.to, "kind", "") == "int" and \
                 getattr(args[0].type.element, "kind", "") == "int":  # type: ignore[attr-defined]
             return self.span(args[0])
         if len(args) != 2:
             return UNKNOWN
         a, b = self.span(args[0]), self.span(args[1])
-        if isinstance(op, C.Add):
+        if isinstance(op, tile_compute.Add):
             return _combine(a, b, a.lo + b.lo, a.hi + b.hi)
-        if isinstance(op, C.Sub):
+        if isinstance(op, tile_compute.Sub):
             return _combine(a, b, a.lo - b.hi, a.hi - b.lo)
-        if isinstance(op, C.Mul):
+        if isinstance(op, tile_compute.Mul):
             return _mul(a, b)
-        if isinstance(op, C.Minimum):
+        if isinstance(op, tile_compute.Minimum):
             return _combine(a, b, min(a.lo, b.lo), min(a.hi, b.hi))
-        if isinstance(op, C.Maximum):
+        if isinstance(op, tile_compute.Maximum):
             return _combine(a, b, max(a.lo, b.lo), max(a.hi, b.hi))
         constant = b.lo == b.hi and b.lo > 0 and not math.isinf(b.lo)
-        if isinstance(op, C.FloorDiv) and constant:
+        if isinstance(op, tile_compute.FloorDiv) and constant:
             c = int(b.lo)
             return Span(math.floor(a.lo / c) if math.isfinite(a.lo) else a.lo,
                         math.floor(a.hi / c) if math.isfinite(a.hi) else a.hi,
                         a.exact, a.leaves)
-        if isinstance(op, C.Mod) and constant:
+        if isinstance(op, tile_compute.Mod) and constant:
             if 0 <= a.lo and a.hi < b.lo:
                 return a
             return Span(0, b.lo - 1, False, a.leaves)
@@ -167,7 +167,7 @@ class Bounds:
     def _walk(self, block: Block, every: bool, out: list[str]) -> None:
         for instr in block.instrs:
             op = instr.op
-            if isinstance(op, T.For):
+            if isinstance(op, tile_ir.For):
                 index, whole = self._loop(instr)
                 if index is None:
                     continue  # no tile runs the body
@@ -177,9 +177,9 @@ class Bounds:
             elif instr.regions:
                 for region in instr.regions:
                     self._walk(region.block, False, out)
-            elif isinstance(op, M.View):
+            elif isinstance(op, tile_memory.View):
                 self._view(instr, every, out)
-            elif isinstance(op, T.Return) and "result_shape" in self.fn.attrs:
+            elif isinstance(op, tile_ir.Return) and "result_shape" in self.fn.attrs:
                 self._returned(instr, out)
 
     def _view(self, instr: Instr, every: bool, out: list[str]) -> None:
@@ -213,7 +213,7 @@ class Bounds:
 
 def _name(v: Value) -> str:
     """The name of the memory a view is taken of (its parameter, or 'shared buffer')."""
-    while isinstance(v.owner, Instr) and isinstance(v.owner.op, M.View):
+    while isinstance(v.owner, Instr) and isinstance(v.owner.op, tile_memory.View):
         v = v.owner.operands[0]
     t = v.type
     if isinstance(t, MemRefType) and t.space == "shared":

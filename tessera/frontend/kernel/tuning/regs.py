@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from tessera.ir.core import Block, Function, Instr, Value, walk
 from tessera.ir.dialects.tile import Constant, MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.lower.core import THREADS, is_block_kernel
 from tessera.numerics import storage_of
@@ -38,7 +38,7 @@ from tessera.numerics import storage_of
 #: registers every thread needs besides the kernel's values: addresses, indices and
 #: loop counters (ptxas gave 58 for the 64x64x32 GEMM, whose tiles need 32 here)
 OVERHEAD = 24
-_ALIASES = (C.Broadcast, C.Reshape, C.Transpose)
+_ALIASES = (tile_compute.Broadcast, tile_compute.Reshape, tile_compute.Transpose)
 
 
 class RegisterEstimate:
@@ -70,7 +70,7 @@ class RegisterEstimate:
             if isinstance(instr.op, _ALIASES):
                 if not self._only_mma(instr.results[0]):
                     return False
-            elif not (isinstance(instr.op, C.Mma) and k < 2):
+            elif not (isinstance(instr.op, tile_compute.Mma) and k < 2):
                 return False
         return True
 
@@ -84,7 +84,7 @@ class RegisterEstimate:
             if isinstance(owner.op, Constant):
                 return 0
             src = owner.operands[0].type if owner.operands else None
-            if isinstance(owner.op, M.Load) and isinstance(src, MemRefType) and \
+            if isinstance(owner.op, tile_memory.Load) and isinstance(src, MemRefType) and \
                     src.space == "shared" and self._only_mma(v):
                 return 0
         size = storage_of(t.element).np_dtype.itemsize
@@ -117,7 +117,7 @@ class RegisterEstimate:
             else:
                 here = sum(c for v, d, c in defs if last.get(v, -2) >= i) + \
                     sum(self.cost(r) for r in instr.results)
-                acc = instr.operands[2] if isinstance(instr.op, C.Mma) and \
+                acc = instr.operands[2] if isinstance(instr.op, tile_compute.Mma) and \
                     len(instr.operands) > 2 else None
                 if acc is not None and last.get(self.root(acc)) == i:
                     here -= self.cost(self.root(acc))  # mma accumulates in place

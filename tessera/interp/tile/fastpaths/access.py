@@ -11,7 +11,7 @@ from tessera.interp.tile.phase import quiet_accesses
 from tessera.interp.tile.reference.memory import load_step, store_step
 from tessera.ir.core import Instr
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 
 
 def _space(instr: Instr) -> str | None:
@@ -19,7 +19,7 @@ def _space(instr: Instr) -> str | None:
     return t.space if isinstance(t, MemRefType) else None
 
 
-@register("kept_loads", M.Load, M.LoadVector)
+@register("kept_loads", tile_memory.Load, tile_memory.LoadVector)
 def kept_loads(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     """The last large load of a tensor the launch never writes is kept by the launch:
     a loop that loads the same view every trip (flash attention's query tile) gets the
@@ -51,7 +51,14 @@ def kept_loads(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     return step
 
 
-@register("quiet_accesses", M.Load, M.LoadVector, M.Store, M.Update, M.StoreVector)
+@register(
+    "quiet_accesses",
+    tile_memory.Load,
+    tile_memory.LoadVector,
+    tile_memory.Store,
+    tile_memory.Update,
+    tile_memory.StoreVector,
+)
 def quiet(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     """A shared access after which no shared access can run before a barrier or the
     kernel's end (:func:`tessera.interp.tile.phase.quiet_accesses`) does not record its
@@ -62,12 +69,12 @@ def quiet(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     if _space(instr) != "shared" or instr not in c.cached("quiet", quiet_accesses):
         return None
     REGISTRY["quiet_accesses"].taken += 1
-    if isinstance(instr.op, (M.Load, M.LoadVector)):
+    if isinstance(instr.op, (tile_memory.Load, tile_memory.LoadVector)):
         return load_step(c, instr, record=False)
     return store_step(c, instr, record=False)
 
 
-@register("last_store", M.Store, M.Update, M.StoreVector)
+@register("last_store", tile_memory.Store, tile_memory.Update, tile_memory.StoreVector)
 def last_store(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     """The kernel's final statement, a global store, is not saved for the restore of a
     failed launch in the vectorised run. Proof: its write checks run first, as in the

@@ -12,7 +12,7 @@ from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.fastpaths.memo import ArrayMemo
 from tessera.interp.tile.reference.flow import if_step, uniform
 from tessera.ir.core import Instr
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 
 #: branch decisions and selections of read-only conditions (masks of program
 #: coordinates, see ``fastpaths.memo.coordinate_memo``)
@@ -28,7 +28,7 @@ def _choose(ctx: Ctx, cv: Any, taking: bool) -> np.ndarray:
         cv if taking else np.logical_not(cv))))
 
 
-@register("branch_memo", T.If)
+@register("branch_memo", tile_ir.If)
 def branch_memo(c: Compiler, instr: Instr, reference: Step) -> Step:
     """A ``tile.if`` whose condition is a read-only array (a mask of program
     coordinates, ``local_id() < stride``) remembers whether it is uniform and which

@@ -12,10 +12,10 @@ from tessera.interp.tile.fastpaths.pending import PendingMma, deferrable, forced
 from tessera.interp.tile.fastpaths.staged import staged_loop
 from tessera.interp.tile.reference.flow import run_body
 from tessera.ir.core import Instr
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 
 
-@register("deferred_mma", T.For)
+@register("deferred_mma", tile_ir.For)
 def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     """Proof: a carried accumulator that feeds nothing but the next trip's ``mma``
     (:func:`deferrable`) is observed by nothing during the loop, so it may be held as a

@@ -12,18 +12,18 @@ import numpy as np
 
 from tessera.interp.tile.exec import Compiler, Frame, Step
 from tessera.interp.tile.fastpaths import REGISTRY, register
-from tessera.interp.tile.memory import globals as G
+from tessera.interp.tile.memory import globals as global_mem
 from tessera.interp.tile.memory.access import broadcast_shape
 from tessera.interp.tile.numeric import F32, num
 from tessera.interp.tile.rules import BINARY_UFUNCS, IMPLS, mma_rule
 from tessera.ir.core import Block, Instr, Value, walk
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 
 #: producer op classes whose result a plain global store may compute in place
-STORE_PRODUCERS = (C.Add, C.Sub, C.Mul, C.Div)
+STORE_PRODUCERS = (tile_compute.Add, tile_compute.Sub, tile_compute.Mul, tile_compute.Div)
 
 
 @register("fused_mma_add")
@@ -36,7 +36,7 @@ def mma_add(c: Compiler, add: Instr, mma: Instr) -> Step:
     add in the same order. The product is used only by the add (``fusions``), neither op
     reports, so the bits and reports are the reference's."""
     other = add.operands[1] if add.operands[0] is mma.results[0] else add.operands[0]
-    impl = IMPLS[C.Mma](Instr(mma.op, [*mma.operands, other], add.results, [], mma.loc),
+    impl = IMPLS[tile_compute.Mma](Instr(mma.op, [*mma.operands, other], add.results, [], mma.loc),
                         c.fast)
     a, b, acc = (c.slot(v) for v in (*mma.operands, other))
     out = c.slot(add.results[0])
@@ -54,9 +54,16 @@ def row_reduced(instr: Instr) -> bool:
     block = instr.parent
     result = instr.results[0]
     rank = result.type.rank if isinstance(result.type, TensorType) else 0
-    return rank >= 2 and block is not None and any(
-        isinstance(i.op, C.Reduce) and i.operands[0] is result and i.op.axis % rank == rank - 1
-        for i in block.instrs)
+    return (
+        rank >= 2
+        and block is not None
+        and any(
+            isinstance(i.op, tile_compute.Reduce)
+            and i.operands[0] is result
+            and i.op.axis % rank == rank - 1
+            for i in block.instrs
+        )
+    )
 
 
 @register("fused_mma_scale")
@@ -70,7 +77,7 @@ def mma_scale(c: Compiler, mul: Instr, mma: Instr) -> Step:
     first = mul.operands[0] is mma.results[0]  # mma(a, b) * y, not y * mma(a, b)
     other = mul.operands[1] if first else mul.operands[0]
     product = mma_rule(mma, c.fast, columns=row_reduced(mul))
-    scale = IMPLS[C.Mul](mul, c.fast)
+    scale = IMPLS[tile_compute.Mul](mul, c.fast)
     a, b, y = (c.slot(v) for v in (*mma.operands, other))
     out = c.slot(mul.results[0])
     REGISTRY["fused_mma_scale"].taken += 1
@@ -111,15 +118,18 @@ def store_computed(c: Compiler, store: Instr, producer: Instr) -> Step:
         ref, x, y = regs[dst], regs[a], regs[b]
         dt = ref.mem.array.dtype
         if direct and getattr(x, "dtype", None) == dt and getattr(y, "dtype", None) == dt:
-            G.store_computed(fr.st, fr.ctx, loc, ref, fn, x, y, last=last)
+            global_mem.store_computed(fr.st, fr.ctx, loc, ref, fn, x, y, last=last)
         else:
-            G.store(fr.st, fr.ctx, loc, ref, impl(x, y), last=last)
+            global_mem.store(fr.st, fr.ctx, loc, ref, impl(x, y), last=last)
     return step
 
 
 #: consumer op class -> (fast path name, factory of the step that also runs the producer)
-FUSED = {C.Add: ("fused_mma_add", mma_add), C.Mul: ("fused_mma_scale", mma_scale),
-         M.Store: ("fused_store", store_computed)}
+FUSED = {
+    tile_compute.Add: ("fused_mma_add", mma_add),
+    tile_compute.Mul: ("fused_mma_scale", mma_scale),
+    tile_memory.Store: ("fused_store", store_computed),
+}
 
 
 def fusions(block: Block, enabled: frozenset[str] | None = None) -> dict[Instr, Instr]:
@@ -134,18 +144,24 @@ def fusions(block: Block, enabled: frozenset[str] | None = None) -> dict[Instr, 
         for v in instr.operands:
             counts[v] = counts.get(v, 0) + 1
     producers = {i.results[0]: i for i in block.instrs
-                 if (isinstance(i.op, C.Mma) and len(i.operands) == 2)
+                 if (isinstance(i.op, tile_compute.Mma) and len(i.operands) == 2)
                  or isinstance(i.op, STORE_PRODUCERS)}
     found: dict[Instr, Instr] = {}
     taken: set[Instr] = set()
     for instr in block.instrs:
-        if isinstance(instr.op, (C.Add, C.Mul)) and on(FUSED[type(instr.op)][0]):
+        if isinstance(instr.op, (tile_compute.Add, tile_compute.Mul)) and on(
+            FUSED[type(instr.op)][0]
+        ):
             candidates = [p for p in map(producers.get, instr.operands)
-                          if p is not None and isinstance(p.op, C.Mma)]
-        elif type(instr.op) is M.Store and isinstance(instr.operands[0].type, MemRefType) \
-                and instr.operands[0].type.space == "global" and on("fused_store"):
+                          if p is not None and isinstance(p.op, tile_compute.Mma)]
+        elif (
+            type(instr.op) is tile_memory.Store
+            and isinstance(instr.operands[0].type, MemRefType)
+            and instr.operands[0].type.space == "global"
+            and on("fused_store")
+        ):
             p = producers.get(instr.operands[1])
-            candidates = [p] if p is not None and not isinstance(p.op, C.Mma) else []
+            candidates = [p] if p is not None and not isinstance(p.op, tile_compute.Mma) else []
         else:
             continue
         for p in candidates:

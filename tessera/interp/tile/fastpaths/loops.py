@@ -15,10 +15,10 @@ from tessera.interp.tile.exec import Compiler, Frame, Step, rank_of
 from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.reference.flow import Exits, run_body, uniform
 from tessera.ir.core import Instr
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 
 
-@register("counted_loops", T.For)
+@register("counted_loops", tile_ir.For)
 def counted_loops(c: Compiler, instr: Instr, reference: Step) -> Step:
     """Proof: with integer bounds and a nonzero step the test ``i < end`` (``i > end``
     for a negative step) of trip ``k`` at ``i = lo + k * step`` holds exactly when

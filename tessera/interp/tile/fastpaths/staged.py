@@ -76,14 +76,14 @@ from tessera.interp.tile.memory.spaces import GlobalMem, Ref, SharedMem
 from tessera.interp.tile.numeric import num
 from tessera.interp.tile.rules import IMPLS
 from tessera.ir.core import Instr, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 
 #: ops that compute program coordinates or constants (pure, no memory)
-_IDS = (T.GridCoord, T.LinearId, T.GroupId, T.LocalId)
+_IDS = (tile_ir.GridCoord, tile_ir.LinearId, tile_ir.GroupId, tile_ir.LocalId)
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
         if barriers == 0 and (isinstance(op, _IDS) or (type(op) in IMPLS and _integral(instr))):
             if any(v in variant for v in instr.operands):
                 return None  # only k itself may start a view
-        elif barriers == 0 and isinstance(op, M.View):
+        elif barriers == 0 and isinstance(op, tile_memory.View):
             src = instr.operands[0]
             if src in inside or _space(src) != "global":
                 return None
@@ -145,24 +145,26 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
                 else:
                     starts.append(c.slot(v))
             views[instr.results[0]] = (c.slot(src), starts, tuple(op.sizes))
-        elif barriers == 0 and type(op) is M.CpAsync:
+        elif barriers == 0 and type(op) is tile_memory.CpAsync:
             dst, src = instr.operands
             if dst in inside or _space(dst) != "shared" or src not in views or dst in stages:
                 return None
             parent, starts, sizes = views[src]
             stages[dst] = _Stage(parent, starts, sizes, c.slot(src), c.slot(dst))
             used = True
-        elif barriers == 0 and type(op) is M.CpCommitGroup:
+        elif barriers == 0 and type(op) is tile_memory.CpCommitGroup:
             delta, used = delta + 1, False
-        elif barriers == 0 and type(op) is M.CpWaitGroup:
+        elif barriers == 0 and type(op) is tile_memory.CpWaitGroup:
             delta, used = delta + used, False
-        elif type(op) is M.Barrier and barriers < 2:
+        elif type(op) is tile_memory.Barrier and barriers < 2:
             barriers += 1
             delta, used = delta + used, False
-        elif barriers == 1 and type(op) is M.Load and instr.operands[0] in stages \
+        elif barriers == 1 and type(op) is tile_memory.Load and instr.operands[0] in stages \
                 and instr.operands[0] not in loads.values():
             loads[instr.results[0]] = instr.operands[0]
-        elif barriers == 1 and isinstance(op, (C.Mma, C.Add)) and len(math) < 2:
+        elif (
+            barriers == 1 and isinstance(op, (tile_compute.Mma, tile_compute.Add)) and len(math) < 2
+        ):
             math.append(instr)
         else:
             return None
@@ -171,7 +173,7 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
         return None
     product = math[-1]  # the yielded value: the mma's, or the fused add's
     mma = product if len(math) == 1 else c.fused[block].get(product)
-    if mma is None or mma is not math[0] or not isinstance(mma.op, C.Mma) \
+    if mma is None or mma is not math[0] or not isinstance(mma.op, tile_compute.Mma) \
             or term.operands[0] is not product.results[0] or acc not in product.operands:
         return None
     a, b = mma.operands[:2]

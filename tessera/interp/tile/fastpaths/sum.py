@@ -17,10 +17,10 @@ import numpy as np
 from tessera.interp.tile.exec import Compiler, Frame, Step
 from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.fastpaths.memo import ArrayMemo
-from tessera.interp.tile.memory import globals as G
+from tessera.interp.tile.memory import globals as global_mem
 from tessera.interp.tile.memory.access import broadcast_shape, strided_view
 from tessera.ir.core import Instr
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 
 
 def _layout(start: np.ndarray, stop: int, step: int) -> tuple[np.ndarray, int, bool, bool]:
@@ -68,7 +68,7 @@ def sum_runner(c: Compiler, instr: Instr) -> Any:
     def run_sum(fr: Frame, i: Any, end: Any, by: Any, acc: Any) -> Any:
         ref = fr.regs[src]
         mem = getattr(ref, "mem", None)
-        if (not isinstance(mem, G.GlobalMem) or mem.written or mem.track_reads
+        if (not isinstance(mem, global_mem.GlobalMem) or mem.written or mem.track_reads
                 or mem.batched or mem.array.ndim != 1 or mem.array.dtype != np.float32
                 or getattr(end, "ndim", 0) or getattr(by, "ndim", 0) or int(by) <= 0
                 or ref.squeeze or getattr(ref.starts[0], "ndim", 0)
@@ -117,7 +117,7 @@ def sum_runner(c: Compiler, instr: Instr) -> Any:
     return run_sum
 
 
-@register("strided_sum", T.For)
+@register("strided_sum", tile_ir.For)
 def strided_sum(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     """Proof: the body ``s = s + data[i]`` reads ``data``, which the launch never
     writes, and writes nothing, so its trips may run in any grouping that keeps each

@@ -32,19 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.tile import sync as Y
+from tessera.interp.tile import sync
 from tessera.interp.tile.exec import Compiler, Frame, Step
 from tessera.interp.tile.fastpaths import REGISTRY, register
 from tessera.interp.tile.memory.spaces import SharedMem
 from tessera.ir.core import Block, Instr, Value
-from tessera.ir.dialects import tile as T
-from tessera.ir.dialects.tile import compute as C
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 
 
 def _constant(v: Value, producers: dict[Value, Instr]) -> Any:
     p = producers.get(v)
-    return p.op.value if p is not None and isinstance(p.op, T.Constant) else None
+    return p.op.value if p is not None and isinstance(p.op, tile_ir.Constant) else None
 
 
 def _ops(block: Block) -> list[Instr]:
@@ -52,7 +52,7 @@ def _ops(block: Block) -> list[Instr]:
 
 
 def _unit_view(i: Instr) -> bool:
-    return isinstance(i.op, M.View) and tuple(i.op.sizes) == (1,) \
+    return isinstance(i.op, tile_memory.View) and tuple(i.op.sizes) == (1,) \
         and tuple(i.op.squeeze) == (0,) and len(i.operands) == 2
 
 
@@ -65,7 +65,7 @@ def _match(loop: Instr) -> tuple[Value, Instr] | None:
     (s_cond,), (s,) = cond.args, body.args
     cprod = {r: i for i in cond.instrs for r in i.results}
     test = _ops(cond)
-    if not (len(test) == 2 and isinstance(test[1].op, C.Gt)
+    if not (len(test) == 2 and isinstance(test[1].op, tile_compute.Gt)
             and test[1].operands[0] is s_cond and _constant(test[1].operands[1], cprod) == 0
             and cond.terminator is not None and cond.terminator.operands == test[1].results):
         return None
@@ -74,30 +74,38 @@ def _match(loop: Instr) -> tuple[Value, Instr] | None:
         return None
     lid, lt, branch, barrier, two, half = ops
     prod = {r: i for i in ops for r in i.results}
-    if not (isinstance(lid.op, T.LocalId) and isinstance(lt.op, C.Lt)
-            and lt.operands == [lid.results[0], s] and isinstance(branch.op, T.If)
-            and branch.operands == lt.results and not branch.results
-            and isinstance(barrier.op, M.Barrier) and isinstance(half.op, C.FloorDiv)
-            and half.operands == [s, two.results[0]] and _constant(two.results[0], prod) == 2
-            and body.terminator is not None and body.terminator.operands == half.results):
+    if not (
+        isinstance(lid.op, tile_ir.LocalId)
+        and isinstance(lt.op, tile_compute.Lt)
+        and lt.operands == [lid.results[0], s]
+        and isinstance(branch.op, tile_ir.If)
+        and branch.operands == lt.results
+        and not branch.results
+        and isinstance(barrier.op, tile_memory.Barrier)
+        and isinstance(half.op, tile_compute.FloorDiv)
+        and half.operands == [s, two.results[0]]
+        and _constant(two.results[0], prod) == 2
+        and body.terminator is not None
+        and body.terminator.operands == half.results
+    ):
         return None
     then, other = (r.block for r in branch.regions)
     if _ops(other):
         return None
     inner = _ops(then)
     lids = {lid.results[0]}
-    if inner and isinstance(inner[0].op, T.LocalId):
+    if inner and isinstance(inner[0].op, tile_ir.LocalId):
         lids.add(inner[0].results[0])
         inner = inner[1:]
     if len(inner) != 5:
         return None
     dst, plus, src, load, update = inner
     buf = dst.operands[0]
-    if not (_unit_view(dst) and dst.operands[1] in lids and isinstance(plus.op, C.Add)
+    if not (_unit_view(dst) and dst.operands[1] in lids and isinstance(plus.op, tile_compute.Add)
             and len(plus.operands) == 2 and plus.operands[0] in lids and plus.operands[1] is s
             and _unit_view(src) and src.operands == [buf, plus.results[0]]
-            and isinstance(load.op, M.Load) and load.operands == src.results
-            and isinstance(update.op, M.Update) and update.op.op == "add"
+            and isinstance(load.op, tile_memory.Load) and load.operands == src.results
+            and isinstance(update.op, tile_memory.Update) and update.op.op == "add"
             and update.operands == [dst.results[0], load.results[0]]
             and buf not in (*body.args, *then.args)):
         return None
@@ -154,12 +162,12 @@ def tree_runner(c: Compiler, loop: Instr) -> Any:
         part[...] = cols.T
         # each level's barrier: the first clears the entry state's shadows, the rest
         # find them clear (a level's accesses are exactly what its barrier forgets)
-        Y.barrier(st, ctx, loc, times=levels)
+        sync.barrier(st, ctx, loc, times=levels)
         return np.int64(s)
     return run_tree
 
 
-@register("tree_sum", T.While)
+@register("tree_sum", tile_ir.While)
 def tree_sum(c: Compiler, loop: Instr, reference: Step) -> Step | None:
     """Proof (the module docstring has the details): each level of the canonical tree
     adds ``buf[s:s + a]`` into ``buf[:a]`` with ``a = min(s, group_size)``, the float32

@@ -18,11 +18,11 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp.tile.exec import Body, Compiler, Frame, Step, fork, rank_of, run, step_rule
-from tessera.interp.tile.memory import globals as G
+from tessera.interp.tile.memory import globals as global_mem
 from tessera.interp.tile.memory.spaces import Ref
 from tessera.interp.tile.reference.memory import make_view
 from tessera.ir.core import Instr
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.types import TensorType
 
 #: a while loop running longer than this many iterations is reported (it would hang)
@@ -112,12 +112,12 @@ def if_step(c: Compiler, instr: Instr, decide: Any = uniform, choose: Any = None
     return step
 
 
-@step_rule(T.If)
+@step_rule(tile_ir.If)
 def _if(c: Compiler, instr: Instr) -> Step:
     return if_step(c, instr)
 
 
-@step_rule(T.For)
+@step_rule(tile_ir.For)
 def _for(c: Compiler, instr: Instr) -> Step:
     """``for i in range(lo, hi, step)`` with carried values: each program runs its own
     trips (while ``i < hi``, or ``i > hi`` for a negative step) and leaves after its
@@ -152,7 +152,7 @@ def _for(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(T.While)
+@step_rule(tile_ir.While)
 def _while(c: Compiler, instr: Instr) -> Step:
     """``while cond(carried): carried = body(carried)``, each program on its own; a
     loop running more than :data:`MAX_TRIPS` iterations is reported."""
@@ -182,7 +182,7 @@ def _while(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(T.Return)
+@step_rule(tile_ir.Return)
 def _return(c: Compiler, instr: Instr) -> Step:
     """``return``: a parameter is the launch's result as it is after every tile; a
     scalar is tile 0's value; a tile is stored at the tile's output position."""
@@ -215,7 +215,7 @@ def _return(c: Compiler, instr: Instr) -> Step:
         rel = [ctx.coords[1 + j] * n if j < len(st.geom.grid) else 0
                for j, n in enumerate(tile)]
         ref = make_view(st, ctx, loc, whole, rel, tuple(tile), ())
-        G.store(st, ctx, loc, ref, fr.regs[src])
+        global_mem.store(st, ctx, loc, ref, fr.regs[src])
     return ret_tile
 
 

@@ -16,34 +16,34 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import Loc, UnsupportedError
-from tessera.interp.tile import sync as Y
+from tessera.interp.tile import sync
 from tessera.interp.tile.context import Ctx
 from tessera.interp.tile.errors import MISALIGNED, OOB
 from tessera.interp.tile.exec import Compiler, Frame, Step, step_rule
-from tessera.interp.tile.memory import globals as G
-from tessera.interp.tile.memory import shared as S
+from tessera.interp.tile.memory import globals as global_mem
+from tessera.interp.tile.memory import shared as shared_mem
 from tessera.interp.tile.memory.access import bounds_violation, c_strides
 from tessera.interp.tile.memory.spaces import Ref
 from tessera.interp.tile.state import State
 from tessera.ir.core import Instr, Value
-from tessera.ir.dialects import tile as T
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
-from tessera.ir.dialects.tile import memory as M
+from tessera.ir.dialects.tile import memory as tile_memory
 
 
-@step_rule(T.LinearId, T.GroupId, T.LocalId, T.GridCoord)
+@step_rule(tile_ir.LinearId, tile_ir.GroupId, tile_ir.LocalId, tile_ir.GridCoord)
 def _ids(c: Compiler, instr: Instr) -> Step:
     out = c.slot(instr.results[0])
     op = instr.op
-    if isinstance(op, T.LinearId):
+    if isinstance(op, tile_ir.LinearId):
         def linear(fr: Frame) -> None:
             fr.regs[out] = fr.ctx.linear
         return linear
-    if isinstance(op, T.GroupId):
+    if isinstance(op, tile_ir.GroupId):
         def group(fr: Frame) -> None:
             fr.regs[out] = np.asarray(fr.ctx.group_lin, dtype=np.int64)
         return group
-    k = -1 if isinstance(op, T.LocalId) else 1 + op.axis  # type: ignore[attr-defined]
+    k = -1 if isinstance(op, tile_ir.LocalId) else 1 + op.axis  # type: ignore[attr-defined]
 
     def coord(fr: Frame) -> None:
         fr.regs[out] = fr.ctx.coords[k]
@@ -103,10 +103,10 @@ def make_view(st: State, ctx: Ctx, loc: Loc, parent: Ref, rel: list[Any],
     return Ref(parent.mem, tuple(starts), tuple(new_sizes), hidden)
 
 
-@step_rule(M.View)
+@step_rule(tile_memory.View)
 def _view(c: Compiler, instr: Instr) -> Step:
     op = instr.op
-    assert isinstance(op, M.View)
+    assert isinstance(op, tile_memory.View)
     src = c.slot(instr.operands[0])
     starts = [c.slot(v) for v in instr.operands[1:]]
     out = c.slot(instr.results[0])
@@ -118,7 +118,7 @@ def _view(c: Compiler, instr: Instr) -> Step:
     return step
 
 
-@step_rule(M.Select)
+@step_rule(tile_memory.Select)
 def _select(c: Compiler, instr: Instr) -> Step:
     idx = c.slot(instr.operands[0])
     bufs = [c.slot(v) for v in instr.operands[1:]]
@@ -150,18 +150,18 @@ def load_step(c: Compiler, instr: Instr, record: bool = True) -> Step:
     out = c.slot(instr.results[0])
     is_global = _is_global(instr.operands[0])
     loc = instr.loc
-    width = instr.op.width if isinstance(instr.op, M.LoadVector) else 0
+    width = instr.op.width if isinstance(instr.op, tile_memory.LoadVector) else 0
 
     def step(fr: Frame) -> None:
         ref = fr.regs[src]
         if width and fr.st.checked:
             _aligned(fr, loc, ref, width)
-        fr.regs[out] = G.load(fr.st, fr.ctx, loc, ref) if is_global else \
-            S.load(fr.st, fr.ctx, loc, ref, record)
+        fr.regs[out] = global_mem.load(fr.st, fr.ctx, loc, ref) if is_global else \
+            shared_mem.load(fr.st, fr.ctx, loc, ref, record)
     return step
 
 
-@step_rule(M.Load, M.LoadVector)
+@step_rule(tile_memory.Load, tile_memory.LoadVector)
 def _load(c: Compiler, instr: Instr) -> Step:
     return load_step(c, instr)
 
@@ -196,9 +196,9 @@ def store_step(c: Compiler, instr: Instr, record: bool = True, last: bool = Fals
     sanitizer checks of a write. (``record=False`` and ``last=True`` are the fast paths
     of ``fastpaths.access``.)"""
     dst, val = c.slot(instr.operands[0]), c.slot(instr.operands[1])
-    op = instr.op.op if isinstance(instr.op, M.Update) else None
+    op = instr.op.op if isinstance(instr.op, tile_memory.Update) else None
     is_global = _is_global(instr.operands[0])
-    vector = isinstance(instr.op, M.StoreVector)
+    vector = isinstance(instr.op, tile_memory.StoreVector)
     loc = instr.loc
 
     def step(fr: Frame) -> None:
@@ -206,46 +206,48 @@ def store_step(c: Compiler, instr: Instr, record: bool = True, last: bool = Fals
         if vector and fr.st.checked:
             _aligned(fr, loc, ref, ref.shape[-1])
         if is_global:
-            G.store(fr.st, fr.ctx, loc, ref, fr.regs[val], op, last=last)
+            global_mem.store(fr.st, fr.ctx, loc, ref, fr.regs[val], op, last=last)
         else:
-            S.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op, record=record)
+            shared_mem.write(fr.st, fr.ctx, loc, ref, fr.regs[val], op, record=record)
     return step
 
 
-@step_rule(M.Store, M.Update, M.StoreVector)
+@step_rule(tile_memory.Store, tile_memory.Update, tile_memory.StoreVector)
 def _store(c: Compiler, instr: Instr) -> Step:
     return store_step(c, instr)
 
 
-@step_rule(M.CpAsync)
+@step_rule(tile_memory.CpAsync)
 def _cp_async(c: Compiler, instr: Instr) -> Step:
     dst, src = c.slot(instr.operands[0]), c.slot(instr.operands[1])
     loc = instr.loc
 
     def step(fr: Frame) -> None:
         st, ctx = fr.st, fr.ctx
-        value = G.load(st, ctx, loc, fr.regs[src])
-        S.write(st, ctx, loc, fr.regs[dst], value, copy=True)
+        value = global_mem.load(st, ctx, loc, fr.regs[src])
+        shared_mem.write(st, ctx, loc, fr.regs[dst], value, copy=True)
         st.open_used[ctx.flat_index()] = True
     return step
 
 
-@step_rule(M.CpCommitGroup, M.CpWaitGroup, M.Barrier, M.AllocShared)
+@step_rule(
+    tile_memory.CpCommitGroup, tile_memory.CpWaitGroup, tile_memory.Barrier, tile_memory.AllocShared
+)
 def _sync(c: Compiler, instr: Instr) -> Step:
     op, loc = instr.op, instr.loc
-    if isinstance(op, M.CpCommitGroup):
-        return lambda fr: Y.commit(fr.st, fr.ctx)
-    if isinstance(op, M.CpWaitGroup):
+    if isinstance(op, tile_memory.CpCommitGroup):
+        return lambda fr: sync.commit(fr.st, fr.ctx)
+    if isinstance(op, tile_memory.CpWaitGroup):
         n = op.n
-        return lambda fr: Y.wait(fr.st, fr.ctx, n)
-    if isinstance(op, M.Barrier):
-        return lambda fr: Y.barrier(fr.st, fr.ctx, loc)
-    assert isinstance(op, M.AllocShared)
+        return lambda fr: sync.wait(fr.st, fr.ctx, n)
+    if isinstance(op, tile_memory.Barrier):
+        return lambda fr: sync.barrier(fr.st, fr.ctx, loc)
+    assert isinstance(op, tile_memory.AllocShared)
     out = c.slot(instr.results[0])
     shape, element = tuple(op.shape), op.element
 
     def step(fr: Frame) -> None:
-        fr.regs[out] = S.alloc(fr.st, fr.ctx, loc, shape, element)
+        fr.regs[out] = shared_mem.alloc(fr.st, fr.ctx, loc, shape, element)
     return step
 
 

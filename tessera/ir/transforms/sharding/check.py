@@ -22,7 +22,7 @@ from typing import Any
 
 from tessera.errors import IRVerifyError, TesseraError
 from tessera.ir.core import OPS, Op, Type
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 
 #: op class -> placement rule ``(op, operand types, unplaced result types, mesh) -> Plan``,
@@ -60,7 +60,7 @@ def check_placement(op: Op, operands: Sequence[Type], results: Sequence[Type]) -
             raise IRVerifyError(f"{op.name}: operand {k} is placed {have} but the op "
                                 f"needs {want}", hint="insert the collective that moves it "
                                                       "(the shard-propagation pass does)")
-    if isinstance(op, g.Collective) and results[0].shape != operands[0].shape:  # type: ignore[attr-defined]
+    if isinstance(op, graph_ir.Collective) and results[0].shape != operands[0].shape:  # type: ignore[attr-defined]
         raise IRVerifyError(f"{op.name}: a collective of a placed value keeps its global "
                             f"shape {operands[0].shape}")  # type: ignore[attr-defined]
     for k, (t, want) in enumerate(zip(results, plan.results)):

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import MeshError, PlacementError
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.sharding.rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import PARTIAL, SHARDED, Sharding, TensorType
 from tessera.mesh_checks import check_perm, check_rank
@@ -47,7 +47,7 @@ LOCAL_VIEW = "per-device values are what an index_launch body works on: write th
 
 def check_axes(s: Sharding, axis: Any) -> tuple[str, ...]:
     """The op's axes, each an axis of the mesh (MeshError naming the mesh otherwise)."""
-    names = g.axis_names(axis)
+    names = graph_ir.axis_names(axis)
     for a in names:
         if a not in s.axes:
             mesh = ", ".join(f"{x}={n}" for x, n in s.mesh)
@@ -76,7 +76,7 @@ def _single(op: Any, s: Sharding) -> str:
     return names[0]
 
 
-@rule(g.AllGather)
+@rule(graph_ir.AllGather)
 def _all_gather(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                 mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
@@ -95,7 +95,7 @@ def _all_gather(op: Any, operands: Sequence[TensorType], results: Sequence[Tenso
     return Plan((need,), (gathered(need, axes),))
 
 
-@rule(g.AllReduce)
+@rule(graph_ir.AllReduce)
 def _all_reduce(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                 mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
@@ -111,7 +111,7 @@ def _all_reduce(op: Any, operands: Sequence[TensorType], results: Sequence[Tenso
     return Plan((need,), (reduced(need, axes),))
 
 
-@rule(g.ReduceScatter)
+@rule(graph_ir.ReduceScatter)
 def _reduce_scatter(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                     mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
@@ -129,7 +129,7 @@ def _reduce_scatter(op: Any, operands: Sequence[TensorType], results: Sequence[T
     return Plan((need,), (out,))
 
 
-@rule(g.AllToAll)
+@rule(graph_ir.AllToAll)
 def _all_to_all(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                 mesh: Mesh) -> Plan:
     s = settled(placement(operands[0], mesh))
@@ -144,7 +144,7 @@ def _all_to_all(op: Any, operands: Sequence[TensorType], results: Sequence[Tenso
     return Plan((need,), (s.with_dims(tuple(dims)),))
 
 
-@rule(g.MeshBroadcast)
+@rule(graph_ir.MeshBroadcast)
 def _mesh_broadcast(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                     mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
@@ -158,7 +158,7 @@ def _mesh_broadcast(op: Any, operands: Sequence[TensorType], results: Sequence[T
     return Plan((need,), (need,))
 
 
-@rule(g.Ppermute)
+@rule(graph_ir.Ppermute)
 def _ppermute(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
               mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)
@@ -174,7 +174,7 @@ def _ppermute(op: Any, operands: Sequence[TensorType], results: Sequence[TensorT
     return Plan((s,), (s,))
 
 
-@rule(g.Shard)
+@rule(graph_ir.Shard)
 def _shard(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
            mesh: Mesh) -> Plan:
     s = placement(operands[0], mesh)

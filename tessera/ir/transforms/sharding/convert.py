@@ -15,7 +15,7 @@ placement ``want``, cheapest first, each step checked by the collective's own ru
 from __future__ import annotations
 
 from tessera.ir.core import Op
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 
@@ -84,11 +84,11 @@ def conversion(t: TensorType, want: Sharding) -> list[Op]:
         have = walk.cur.dims[d]
         if _prefix(have + tuple(axes), want.dims[d]) and \
                 kept(have, have + tuple(axes), t.shape[d], walk.cur) == len(have):
-            walk.step(g.ReduceScatter(_attr(axes), d))
+            walk.step(graph_ir.ReduceScatter(_attr(axes), d))
         else:
             combine.setdefault("sum", []).extend(axes)
     for kind, axes in combine.items():
-        walk.step(g.AllReduce(_attr(axes), kind))
+        walk.step(graph_ir.AllReduce(_attr(axes), kind))
     for axis in walk.cur.sharded_axes:
         d1, d2 = walk.cur.dim_of(axis), want.dim_of(axis)
         if d1 is None or d2 is None or d1 == d2:
@@ -98,16 +98,16 @@ def conversion(t: TensorType, want: Sharding) -> list[Op]:
                 _prefix((*there, axis), want.dims[d2]) and \
                 kept(here, here[:-1], t.shape[d1], walk.cur) == len(here) - 1 and \
                 kept(there, (*there, axis), t.shape[d2], walk.cur) == len(there):
-            walk.step(g.AllToAll(axis, split_dim=d2, concat_dim=d1))
+            walk.step(graph_ir.AllToAll(axis, split_dim=d2, concat_dim=d1))
     for d in range(len(want.dims)):
         have, need = walk.cur.dims[d], want.dims[d]
         extra = have[kept(have, need, t.shape[d], walk.cur):]
         if extra:
-            walk.step(g.AllGather(_attr(extra)))
+            walk.step(graph_ir.AllGather(_attr(extra)))
     for d in range(len(want.dims)):
         extra = want.dims[d][len(walk.cur.dims[d]):]
         if extra:
-            walk.step(g.Shard(_attr(extra), d))
+            walk.step(graph_ir.Shard(_attr(extra), d))
     if walk.cur != want:
         raise AssertionError(f"no conversion from {t.sharding} to {want}")  # a converter bug
     return walk.ops

@@ -32,7 +32,7 @@ from typing import Any
 
 from tessera.errors import MeshError
 from tessera.ir.core import OPS, Type, rule_decorator
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.sharding.check import PLACEMENT_RULES
 from tessera.ir.types import Sharding, TensorType
 
@@ -93,7 +93,7 @@ def replicated_like(t: TensorType, mesh: Mesh) -> Sharding:
 
 
 # ----------------------------------------------------------------------- elementwise
-ELEMENTWISE = (g.Unary, g.ToReal, g.Binary, g.Where, g.Cast)
+ELEMENTWISE = (graph_ir.Unary, graph_ir.ToReal, graph_ir.Binary, graph_ir.Where, graph_ir.Cast)
 
 
 def _elementwise(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
@@ -108,13 +108,13 @@ for _cls in [c for c in OPS.values() if c.name.startswith("graph.")
     PLACEMENT_RULES[_cls] = _elementwise
 
 
-@rule(g.Constant)
+@rule(graph_ir.Constant)
 def _constant(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
               mesh: Mesh) -> Plan:
     return Plan((), (replicated_like(results[0], mesh),))
 
 
-@rule(g.Return, g.Yield)
+@rule(graph_ir.Return, graph_ir.Yield)
 def _return(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
             mesh: Mesh) -> Plan:
     return Plan(tuple(settled(placement(t, mesh)) for t in operands), ())
@@ -135,7 +135,7 @@ def _claim(claims: list[tuple[int, int, str, tuple[str, ...]]], used: set[str]
     return out
 
 
-@rule(g.MatMul)
+@rule(graph_ir.MatMul)
 def _matmul(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
             mesh: Mesh) -> Plan:
     ta, tb = operands
@@ -160,10 +160,10 @@ def _matmul(op: Any, operands: Sequence[TensorType], results: Sequence[TensorTyp
 
 
 # ------------------------------------------------------------------------ reductions
-_PARTIAL_OF = {g.Sum: "sum", g.Mean: "sum", g.Max: "max", g.Min: "min"}
+_PARTIAL_OF = {graph_ir.Sum: "sum", graph_ir.Mean: "sum", graph_ir.Max: "max", graph_ir.Min: "min"}
 
 
-@rule(g.Sum, g.Mean, g.Max, g.Min)
+@rule(graph_ir.Sum, graph_ir.Mean, graph_ir.Max, graph_ir.Min)
 def _reduce(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
             mesh: Mesh) -> Plan:
     (t,) = operands
@@ -176,7 +176,7 @@ def _reduce(op: Any, operands: Sequence[TensorType], results: Sequence[TensorTyp
     return Plan((s,), (out,))
 
 
-@rule(g.Mse)
+@rule(graph_ir.Mse)
 def _mse(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
          mesh: Mesh) -> Plan:
     target = unify([settled(placement(t, mesh)) for t in operands], mesh, operands[0].rank)

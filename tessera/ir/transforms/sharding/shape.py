@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tessera.ir.dialects import graph as g
+from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.sharding.rules import Mesh, Plan, placement, rule, settled
 from tessera.ir.types import Sharding, TensorType
 
@@ -27,7 +27,7 @@ def _keep(s: Sharding, keep: Sequence[bool]) -> Sharding:
     return s.with_dims(tuple(axes if k else () for axes, k in zip(s.dims, keep)))
 
 
-@rule(g.Transpose)
+@rule(graph_ir.Transpose)
 def _transpose(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                mesh: Mesh) -> Plan:
     s = settled(placement(operands[0], mesh))
@@ -46,7 +46,7 @@ def reshape_map(old: Sequence[int], new: Sequence[int]) -> dict[int, int]:
     return out
 
 
-@rule(g.Reshape)
+@rule(graph_ir.Reshape)
 def _reshape(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
              mesh: Mesh) -> Plan:
     t = operands[0]
@@ -60,7 +60,7 @@ def _reshape(op: Any, operands: Sequence[TensorType], results: Sequence[TensorTy
     return Plan((need,), (Sharding(mesh, tuple(dims)),))
 
 
-@rule(g.Broadcast)
+@rule(graph_ir.Broadcast)
 def _broadcast(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                mesh: Mesh) -> Plan:
     t = operands[0]
@@ -70,7 +70,7 @@ def _broadcast(op: Any, operands: Sequence[TensorType], results: Sequence[Tensor
     return Plan((need,), (Sharding(mesh, ((),) * lead + need.dims),))
 
 
-@rule(g.Slice)
+@rule(graph_ir.Slice)
 def _slice(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
            mesh: Mesh) -> Plan:
     t = operands[0]
@@ -81,7 +81,7 @@ def _slice(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType
     return Plan((need,), (need,))
 
 
-@rule(g.Embed)
+@rule(graph_ir.Embed)
 def _embed(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
            mesh: Mesh) -> Plan:
     t = operands[0]
@@ -92,7 +92,7 @@ def _embed(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType
     return Plan((need,), (need,))
 
 
-@rule(g.Softmax, g.Fft, g.Ifft)
+@rule(graph_ir.Softmax, graph_ir.Fft, graph_ir.Ifft)
 def _along_axis(op: Any, operands: Sequence[TensorType], results: Sequence[TensorType],
                 mesh: Mesh) -> Plan:
     t = operands[0]
