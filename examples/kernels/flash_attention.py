@@ -1,6 +1,6 @@
 """Flash attention (overview-and-quickstart.md, Example 4), corrected.
 
-The seed's defects (DECISIONS.md, "Seed examples with bugs"): the normaliser
+The seed's defects (docs/decisions.md, "Seed examples with bugs"): the normaliser
 ``l_i = alpha*l_i + beta*row_sum(p)`` double-counts the correction (``p`` is already
 relative to ``m_i_new``, so it is ``l_i = alpha*l_i + row_sum(p)``), and the
 accumulators are not reset per query block (the seed loops over every query block

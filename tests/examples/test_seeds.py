@@ -5,7 +5,7 @@
   its inputs added, and its results are checked against NumPy references.
 * Where a seed cannot run as written (undefined names, not-yet-built parts) or is wrong
   (the custom GELU backward), its literal behaviour is pinned down and a corrected
-  version is checked as well (DECISIONS.md, "Seed examples with bugs").
+  version is checked as well (docs/decisions.md, "Seed examples with bugs").
 * ``from tessera import *`` exports the bare names the seeds use and shadows no builtin.
 * The distribution seeds (meshes, sharded tensors, the NVL72 teaser, the distributed
   training step, the effect-aware loss) run as written on the mesh simulator, with their
@@ -58,7 +58,7 @@ def f64(x: Any) -> np.ndarray:
 
 
 def fp8(x: np.ndarray) -> np.ndarray:
-    """Round into fp8_e4m3 as DECISIONS.md rules: RNE with PTX satfinite (clip to 448)."""
+    """Round into fp8_e4m3 as docs/decisions.md rules: RNE with PTX satfinite (clip to 448)."""
     return np.clip(x, -448.0, 448.0).astype(ml_dtypes.float8_e4m3fn)
 
 
@@ -207,7 +207,7 @@ def _gelu_grad(custom: Any, x: np.ndarray) -> np.ndarray:
 
 
 def test_custom_gelu_seed_uses_its_custom_rule() -> None:
-    """DECISIONS.md: the backward is not the exact derivative; test the rule is used."""
+    """docs/decisions.md: the backward is not the exact derivative; test the rule is used."""
     gelu = run_seed(seeds.CUSTOM_GELU, ts=ts)["custom_gelu"]
     x = _gelu_inputs()
     x64 = f64(x)
@@ -348,7 +348,7 @@ def test_capability_table_jit_capture_graph() -> None:
 
 
 # -------------------------------------------------------- names and from tessera import *
-#: names DECISIONS.md lists for ``from tessera import *`` that exist at the graph level
+#: names docs/decisions.md lists for ``from tessera import *`` that exist at the graph level
 STAR_NAMES_BUILT = ["Tensor", "accum", "stochastic_round", "loss_scale", "fp32", "bf16",
                     "fp8_e4m3", "grad", "jit", "gemm", "inspect_ir", "tile"]
 #: the rest of that list: distribution names (mesh simulator)

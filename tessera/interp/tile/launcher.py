@@ -22,7 +22,7 @@ Modes
     (bounds are still checked: NumPy cannot read outside an array), ``mma`` in float32
     BLAS — non-bitwise.
 
-Results follow DECISIONS.md ("Tile model"): a returned parameter is that tensor after
+Results follow docs/decisions.md ("Tile model"): a returned parameter is that tensor after
 all tiles finish; a returned tile is written at the tile's output position (``g_k * t_k``
 along the first grid-many axes, 0 along the rest, at the batch index); a returned scalar
 is tile 0's value.

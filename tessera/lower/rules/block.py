@@ -256,7 +256,7 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
 
 def store_result_tile(low: Lowerer, value: Lowered) -> None:
     """A returned tile, written at the tile's output position of ``out``: ``g_k * t_k``
-    along the first grid-many axes, at the batch index (DECISIONS.md, "Tile model")."""
+    along the first grid-many axes, at the batch index (docs/decisions.md, "Tile model")."""
     from tessera.lower.rules.scalar import _ids  # noqa: F401  (grid coordinates)
 
     assert isinstance(value, Dist)
