@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics import Policy, dtype
-from tests.interp.util import ref_round, ref_round_fraction, run1, same, stored
+from tests.interp.graph.util import ref_round, ref_round_fraction, run1, same, stored
 
 ELEMENTS = ["f32", "bf16", "fp8_e4m3"]
 SETTINGS = settings(max_examples=50, deadline=None)

@@ -13,7 +13,7 @@ from tessera.errors import InterpretError
 from tessera.interp import run_function
 from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import Dense
-from tests.interp.util import one_op, ref_round, run1, same, stored
+from tests.interp.graph.util import one_op, ref_round, run1, same, stored
 
 ELEMENTS = ["f32", "bf16", "fp8_e4m3"]
 SETTINGS = settings(max_examples=50, deadline=None)

@@ -18,7 +18,7 @@ from tessera.ir.core import Block, Builder, Function, IRRegion, Op
 from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype
-from tests.interp.util import one_op, ref_round, same
+from tests.interp.graph.util import one_op, ref_round, same
 from tests.strategies import graph_functions
 
 F32_4x8 = TensorType((4, 8), "f32")

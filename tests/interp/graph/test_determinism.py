@@ -18,9 +18,9 @@ from tessera.interp import run_function
 from tessera.ir.core import Block, Builder, Function
 from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import TensorType
-from tests.interp.util import ref_round_fraction, same
+from tests.interp.graph.util import ref_round_fraction, same
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 N = 256
 
 
@@ -55,7 +55,7 @@ def digest(arrays: list[np.ndarray]) -> str:
 
 
 _SCRIPT = """
-from tests.interp.test_determinism import digest, inputs, model
+from tests.interp.graph.test_determinism import digest, inputs, model
 from tessera.interp import run_function
 print(digest(run_function(model(), inputs())))
 """

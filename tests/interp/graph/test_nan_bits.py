@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.ir.dialects import graph as graph_ir
-from tests.interp.util import run1, stored
+from tests.interp.graph.util import run1, stored
 
 SETTINGS = settings(max_examples=40, deadline=None)
 POOL = [math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5, -2.5]

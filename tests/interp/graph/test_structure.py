@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.ir.dialects import graph as graph_ir
-from tests.interp.util import run1, same
+from tests.interp.graph.util import run1, same
 
 ELEMENTS = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn}
 SETTINGS = settings(max_examples=50, deadline=None)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.ir.dialects import graph as graph_ir
-from tests.interp.util import run1
+from tests.interp.graph.util import run1
 from tests.mesh_sim.util import raises_here
 
 SETTINGS = settings(max_examples=30, deadline=None)
