@@ -1,0 +1,158 @@
+"""The first trip of a staged K loop, from the launch before.
+
+:mod:`.staged` derives the trips after the first of a ``cp_async`` + ``mma`` K loop from
+the first, which runs step by step. When the same compiled kernel is launched again
+with arguments that make the first trip's views the same (same shapes, strides and
+dtypes of the staged parameters, the same loop bounds and the same loop-invariant
+view starts, the same launch geometry), the first trip is derived too, from what the
+launch before remembered of it.
+
+Why the result and the reports are the general loop's (and so the reference's):
+
+* **The first trip reports nothing.** Its checks are those of a later trip (see
+  :mod:`.staged`) on a state this path requires before the loop: no shared buffer
+  holds a copy tag or a race-shadow entry (so a whole-buffer write tests nothing, and
+  barriers have nothing to complete or clear), one tile per group (or fast mode),
+  every program of the launch at once (no compacted context), and no copy group is
+  open (so the trip closes the same number of copy groups as a later trip). A staged
+  buffer may still be uninitialised: the whole-buffer write clears that before the
+  loads. Whether a view is in bounds depends only on its starts (``k`` or
+  loop-invariant), its sizes, the parameter's shape and the launch shape; all of them
+  equal those of the remembered launch, whose first trip ran its views step by step
+  and whose last trip's views :mod:`.staged` tested, without a report; ``k`` runs
+  monotonically between the two, so every trip's views are in bounds. When anything
+  differs the general loop runs from the first trip and reports where the definition
+  does.
+* **The same operands.** The trip's loaded tiles are chains of NumPy views of the
+  staged parameters (:mod:`.staged` checks this when it remembers them). The shape,
+  the strides and the byte offset from the parameter's first element of each view
+  depend only on the parameters' shapes, strides and dtypes, the starts of the views,
+  the tile and launch shapes, never on the data or on where the array lies in
+  memory: NumPy's slicing, reshaping and broadcasting are pure functions of those.
+  So when they all equal the remembered launch's, the first trip's operands and
+  buffer contents are the remembered shapes and strides at the remembered offsets in
+  the new arrays, which this path rebuilds (NumPy checks each lies inside its array).
+  The loop-invariant starts are computed by the trip's own steps (pure index
+  arithmetic on program coordinates) and compared by value.
+* **The same state after the loop.** The first trip changes the launch state as a
+  later one does (:mod:`.staged`, here counted once more), and clears the staged
+  buffers' ``init`` shadows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.tile.fastpaths import REGISTRY, register
+from tessera.interp.tile.fastpaths.pending import PendingMma
+from tessera.interp.tile.fastpaths.staged import StagedLoop
+
+#: a view remembered as (shape, strides, dtype, byte offset in its parameter, writeable)
+View = tuple[tuple[int, ...], tuple[int, ...], np.dtype, int, bool]
+
+
+@register("staged_first_trip", needs=("staged_loop", "deferred_mma"))
+def first_proof() -> None:
+    """Proof: the module docstring of :mod:`tessera.interp.tile.fastpaths.first` (the
+    first trip reports nothing on the state required before the loop; its operands
+    are the remembered views, which depend only on the shapes, strides, dtypes and
+    starts compared; the state after the loop counts it like a later trip).
+    Consulted by ``deferred_mma`` before a staged K loop's first trip."""
+
+
+def _key(run: StagedLoop, fr: Any, trips: range, moves: list[Any]) -> tuple[Any, ...] | None:
+    """What the first trip's views depend on besides the loop-invariant starts
+    (compared apart, by value), or None when a parameter's view starts vary by program."""
+    geom, regs = fr.st.geom, fr.regs
+    key: list[Any] = [geom.batch, geom.grid, geom.group_size, fr.st.checked,
+                      fr.st.vectorized, trips.start, trips.step, len(trips)]
+    for s, (src, buf, _) in zip(run.stages, moves):
+        parent = regs[s.parent]
+        if any(np.ndim(x) for x in parent.starts):
+            return None
+        array = src.array
+        key += [array.shape, array.strides, array.dtype.str, buf.shape, buf.np_dtype.str,
+                buf.data.ng, tuple(int(x) for x in parent.starts), tuple(parent.sizes)]
+    return tuple(key)
+
+
+def _invariants(run: StagedLoop, regs: list[Any]) -> list[Any]:
+    return [regs[slot] for s in run.stages for slot in s.starts if slot is not None]
+
+
+def _same(x: Any, y: Any) -> bool:
+    if x is y:
+        return True
+    if np.ndim(x) == 0 and np.ndim(y) == 0:
+        return type(x) is type(y) and bool(x == y)
+    return isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype == y.dtype \
+        and x.shape == y.shape and x.strides == y.strides and bool(np.array_equal(x, y))
+
+
+def remember(run: StagedLoop, fr: Any, trips: range, moves: list[Any],
+             views: list[np.ndarray], starts: list[int]) -> None:
+    """After a first trip that ran step by step: keep its operands and buffers (trip
+    1's ``a``, ``b`` and each stage's storage, ``starts`` bytes into their parameters)
+    for the next launch."""
+    if not fr.ctx.whole:
+        return
+    key = _key(run, fr, trips, moves)
+    if key is None:
+        return
+    kept: list[View] = [(x.shape, x.strides, x.dtype, at, bool(x.flags.writeable))
+                        for x, at in zip(views, starts)]
+    run.first = (key, list(_invariants(run, fr.regs)), kept)
+
+
+def _view(array: np.ndarray, view: View) -> np.ndarray:
+    shape, strides, dtype, at, writeable = view
+    out = np.ndarray(shape, dtype, array, at, strides)
+    if not writeable:
+        out.flags.writeable = False
+    return out
+
+
+def first_trip(run: Any, fr: Any, trips: range, carried: list[Any]) -> bool:
+    """Run every trip of the staged K loop ``run`` (a :class:`StagedLoop`) when the
+    launch before remembered a first trip that this one repeats; True when done, False
+    with nothing changed but the index registers of the trip (the general loop goes on)."""
+    if type(run) is not StagedLoop or run.first is None or not fr.ctx.whole:
+        return False
+    pending = carried[0]
+    st, regs = fr.st, fr.regs
+    if type(pending) is not PendingMma or pending.a or \
+            (st.copies and st.open_used.any()):
+        return False
+    regs[run.kslot] = np.int64(trips[0])
+    for step in run.pure:  # the trip's loop-invariant index arithmetic
+        step(fr)
+    moves = run.moves(fr, trips, fresh=True)
+    if moves is None:
+        return False
+    key, invariants, kept = run.first
+    now = _invariants(run, regs)
+    if _key(run, fr, trips, moves) != key or len(now) != len(invariants) or \
+            not all(_same(x, y) for x, y in zip(now, invariants)):
+        return False
+    owners = [moves[run.ia][0].array, moves[run.ib][0].array,
+              *(src.array for src, _, _ in moves)]
+    try:
+        views = [_view(o, v) for o, v in zip(owners, kept)]
+    except (ValueError, TypeError):
+        return False
+    a0, b0, *storage = views
+    before = (pending.trips, pending.width)
+    pending.add(a0, b0)  # what the first trip's mma step gives the accumulator
+    if not run.derive(fr, trips, pending, a0, b0, storage, [v[3] for v in kept], moves, 1):
+        pending.a.clear()
+        pending.b.clear()
+        pending.k = 0
+        pending.trips, pending.width = before
+        return False
+    REGISTRY["staged_first_trip"].taken += 1
+    return True
+
+
+__all__ = ["first_proof", "first_trip", "remember"]
