@@ -35,6 +35,23 @@ def shifted(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
 
 
 @ts.kernel
+def shifted_inside(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+                   C: ts.Tensor["R", "N", ts.f32], off: ts.int32):
+    """The same start computed inside the loop from a value from outside it."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.f32)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.f32)
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        m0 = tile_m + off
+        ts.tile.cp_async(smem_a, A[m0:m0 + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
 def prefetched(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
                C: ts.Tensor["M", "N", ts.f32], early: ts.int32):
     """With ``early`` set, a copy into the A buffer is still pending when the loop
@@ -101,10 +118,11 @@ def test_views_of_larger_arrays_and_read_only_parameters() -> None:
         assert c.tobytes() == ref.tobytes()
 
 
-def test_another_invariant_start_is_run_step_by_step() -> None:
+@pytest.mark.parametrize("kernel", [shifted, shifted_inside])
+def test_another_invariant_start_is_run_step_by_step(kernel: Any) -> None:
     rng = np.random.default_rng(3)
     a, b, _ = _pair(rng, 64, 48, 32)
-    kernel = _fresh(shifted)
+    kernel = _fresh(kernel)
     for off, repeated in [(0, False), (0, True), (16, False), (16, True), (0, False)]:
         c, ref = np.zeros((32, 32), np.float32), np.zeros((32, 32), np.float32)
         kernel(a, b, ref, off, mode="reference", grid=(2, 2), tile_shape=(16, 16, 16))

@@ -231,11 +231,16 @@ class StagedLoop:
     returns False having changed nothing (the general loop goes on)."""
 
     def __init__(self, stages: list[_Stage], kslot: int, delta: int, ia: int, ib: int,
-                 pure: list[Callable[[Any], None]], record: bool) -> None:
+                 pure: list[Callable[[Any], None]], invariants: list[int],
+                 record: bool) -> None:
         self.stages, self.kslot, self.delta, self.ia, self.ib = stages, kslot, delta, ia, ib
-        #: the steps of the loop-invariant index arithmetic of a trip, in order
+        #: the steps of the trip's index arithmetic that reads values from outside the
+        #: loop (none when it starts from program coordinates and constants alone)
         self.pure = pure
-        #: whether to remember trip 1's operands (:mod:`.first`), and what was remembered
+        #: the slots of the view starts that are neither ``k`` nor computed from
+        #: program coordinates and constants alone
+        self.invariants = invariants
+        #: whether to remember the trips' operands (:mod:`.first`), and what was
         self.record = record
         self.first: Any = None
 
@@ -287,22 +292,20 @@ class StagedLoop:
         starts = _starts([a0, b0, *storage], owners)
         if starts is None:
             return False  # a copy somewhere: not a chain of views
-        if not self.derive(fr, trips, pending, a0, b0, storage, starts, moves, 0):
+        if not self.derive(fr, trips, pending, a0, b0, storage, starts, moves):
             return False
         if self.record:
             from tessera.interp.tile.fastpaths.first import remember
-            remember(self, fr, trips, moves, [a0, b0, *storage], starts)
+            remember(self, fr, trips, moves, pending)
         return True
 
     def derive(self, fr: Any, trips: range, pending: PendingMma, a0: np.ndarray,
                b0: np.ndarray, storage: list[np.ndarray], starts: list[int],
-               moves: list[tuple[GlobalMem, SharedMem, int]], before: int) -> bool:
+               moves: list[tuple[GlobalMem, SharedMem, int]]) -> bool:
         """Give ``pending`` the operands of the trips after the first (trip 1's are
         ``a0`` and ``b0``, ``starts`` bytes into their parameters; ``storage``: trip
-        1's buffers) and leave the state after the loop, counting ``before`` more
-        trips (the first, when it did not run); False with nothing changed when a
-        view cannot be made."""
-        st, ctx, regs = fr.st, fr.ctx, fr.regs
+        1's buffers) and leave the state after the loop; False with nothing changed
+        when a view cannot be made."""
         first, last = trips[0], trips[-1]
         n, by = len(trips) - 1, trips.step
         (sa, _, da), (sb, _, db) = moves[self.ia], moves[self.ib]
@@ -328,11 +331,18 @@ class StagedLoop:
         else:
             for a, b in rest:
                 pending.add(a, b)
-        for (_, buf, _), arr in zip(moves, moved):
+        self.finish(fr, trips, moves, moved, n)
+        return True
+
+    def finish(self, fr: Any, trips: range, moves: list[tuple[GlobalMem, SharedMem, int]],
+               storage: list[np.ndarray], n: int) -> None:
+        """The launch state after ``n`` trips more, the last trip's tiles ``storage``
+        left in the staged buffers (each now initialised)."""
+        st, ctx = fr.st, fr.ctx
+        for (_, buf, _), arr in zip(moves, storage):
             buf.data.arr = arr
             buf.data.exported = True
-            buf.init = None  # (already, unless the first trip did not run)
-        n += before
+            buf.init = None  # (already, unless the first trip did not run here)
         if ctx.whole:
             st.epoch += 2 * n
         else:
@@ -343,9 +353,8 @@ class StagedLoop:
         st.open_id[idx] += n * self.delta
         st.open_used[idx] = False
         st.done_upto[idx] = st.open_id[idx]
-        regs[self.kslot] = np.int64(last)
+        fr.regs[self.kslot] = np.int64(trips[-1])
         REGISTRY["staged_loop"].taken += 1
-        return True
 
 
 def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None:
@@ -361,7 +370,16 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None
     fused = c.fused[block]
     kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
     steps = c.body(block).steps
-    return StagedLoop(stages, kslot, delta, ia, ib, [steps[kept.index(i)] for i in pure],
+    closed: set[Value] = set()  # computed from program coordinates and constants alone
+    for instr in pure:
+        if all(v in closed for v in instr.operands):
+            closed.update(instr.results)
+    fixed = {c.slot(v) for v in closed}
+    invariants = [slot for s in stages for slot in s.starts
+                  if slot is not None and slot not in fixed]
+    run = [] if all(i.results[0] in closed for i in pure) else \
+        [steps[kept.index(i)] for i in pure]
+    return StagedLoop(stages, kslot, delta, ia, ib, run, invariants,
                       "staged_first_trip" in c.enabled)
 
 
