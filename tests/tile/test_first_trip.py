@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.interp.tile import fastpaths
@@ -100,6 +102,31 @@ def test_repeated_launches_give_the_reference_bits() -> None:
         kernel(*args, tile_shape=(16, 16, 16))
         assert (_taken() > before) == repeated, shape
         assert args[2].tobytes() == ref[2].tobytes()
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from([(16, 16, 8), (32, 16, 16), (16, 32, 4)]), st.integers(1, 3),
+       st.integers(1, 3), st.integers(2, 5), st.sampled_from(["checked", "fast"]),
+       st.integers(0, 2**31 - 1))
+def test_drawn_shapes_repeat_with_the_reference_bits(tile: tuple[int, int, int], gm: int,
+                                                     gn: int, gk: int, mode: str,
+                                                     seed: int) -> None:
+    """Three launches of one drawn shape: the later two repeat the first's trips, and
+    every result has the reference's bits (fast mode: close to them)."""
+    bm, bn, bk = tile
+    rng = np.random.default_rng(seed)
+    kernel = _fresh(staged_f32)
+    before = _taken()
+    for _ in range(3):
+        args = _pair(rng, gm * bm, gk * bk, gn * bn)
+        ref = [x.copy() for x in args]
+        kernel(*ref, mode="reference", tile_shape=tile)
+        kernel(*args, mode=mode, tile_shape=tile)
+        if mode == "checked":
+            assert args[2].tobytes() == ref[2].tobytes()
+        else:
+            assert np.allclose(args[2], ref[2], rtol=1e-5, atol=1e-5)
+    assert _taken() == before + 2
 
 
 def test_views_of_larger_arrays_and_read_only_parameters() -> None:

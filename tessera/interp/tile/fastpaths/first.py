@@ -83,8 +83,8 @@ def _key(run: StagedLoop, fr: Any, trips: range, moves: list[Any]) -> tuple[Any,
                 return None
             starts = tuple(int(x) for x in starts)
         array = src.array
-        key += [array.shape, array.strides, array.dtype, buf.shape, buf.np_dtype,
-                buf.data.ng, starts, parent.sizes]
+        key += [array.shape, array.strides, array.dtype, array.flags.writeable, buf.shape,
+                buf.np_dtype, buf.data.ng, starts, parent.sizes]
     return tuple(key)
 
 
