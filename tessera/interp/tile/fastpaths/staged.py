@@ -377,10 +377,11 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None
     fixed = {c.slot(v) for v in closed}
     invariants = [slot for s in stages for slot in s.starts
                   if slot is not None and slot not in fixed]
-    run = [] if all(i.results[0] in closed for i in pure) else \
+    own = all(i in kept for i in pure)  # each has a step of its own to run
+    run = [] if all(i.results[0] in closed for i in pure) or not own else \
         [steps[kept.index(i)] for i in pure]
     return StagedLoop(stages, kslot, delta, ia, ib, run, invariants,
-                      "staged_first_trip" in c.enabled)
+                      own and "staged_first_trip" in c.enabled)
 
 
 __all__ = ["StagedLoop", "staged_loop", "staged_proof"]
