@@ -88,6 +88,19 @@ def run_staged(mode: str) -> bytes:
     return c.tobytes()
 
 
+def run_staged_twice(mode: str) -> bytes:
+    """Two launches of one shape: the second repeats the first's first trip."""
+    rng = np.random.default_rng(7)
+    out = b""
+    for _ in range(2):
+        a = rng.standard_normal((32, 64)).astype(np.float32)
+        b = rng.standard_normal((64, 32)).astype(np.float32)
+        c = np.zeros((32, 32), np.float32)
+        staged_f32(a, b, c, tile_shape=(16, 16, 16), mode=mode)
+        out += c.tobytes()
+    return out
+
+
 def run_gemm_plus(mode: str) -> bytes:
     return run_gemm(mode, gemm_plus)
 
@@ -113,6 +126,7 @@ CASES: dict[str, Callable[[str], bytes]] = {
     "strided_sum": run_reduction, "tree_sum": run_reduction, "quiet_accesses": run_reduction,
     "deferred_mma": run_gemm, "fused_mma_add": run_gemm_plus,
     "fused_mma_scale": run_attention, "kept_loads": run_reloads, "staged_loop": run_staged,
+    "staged_first_trip": run_staged_twice,
 }
 
 

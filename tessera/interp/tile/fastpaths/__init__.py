@@ -52,7 +52,7 @@ class FastPath:
 #: name -> fast path, in the order the compiler applies them (later ones wrap earlier)
 REGISTRY: dict[str, FastPath] = {}
 #: the modules that register fast paths (imported by :func:`load`)
-MODULES = ("loops", "deferred", "staged", "sum", "tree", "memo", "branches", "access",
+MODULES = ("loops", "deferred", "staged", "first", "sum", "tree", "memo", "branches", "access",
            "fusion")
 _OFF: set[str] = set()
 _off: frozenset[str] = frozenset()  # the disabled names (a compiled kernel's cache key)

@@ -8,6 +8,7 @@ import numpy as np
 
 from tessera.interp.tile.exec import Compiler, Frame, Step
 from tessera.interp.tile.fastpaths import REGISTRY, register
+from tessera.interp.tile.fastpaths.first import first_trip
 from tessera.interp.tile.fastpaths.pending import PendingMma, deferrable, forced
 from tessera.interp.tile.fastpaths.staged import staged_loop
 from tessera.interp.tile.reference.flow import run_body
@@ -49,6 +50,8 @@ def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
         carried = [regs[s] for s in inits]
         for k, n in defer.items():
             carried[k] = PendingMma(carried[k], n, fast, len(trips))
+        if staged is not None and first_trip(staged, fr, trips, carried):
+            trips = range(0)  # every trip, the first from the launch before (fastpaths.first)
         for iv in trips:
             carried = run_body(body, fr, [np.int64(iv), *carried])
             if iv == trips[0] and staged is not None and staged(fr, trips, carried):

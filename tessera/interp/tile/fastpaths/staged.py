@@ -107,9 +107,10 @@ def _space(v: Value) -> str | None:
 
 
 def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
-        -> tuple[list[_Stage], int, int, int, int] | None:
+        -> tuple[list[_Stage], int, int, int, int, list[Instr]] | None:
     """(stages, slot of the loop variable, delta of the open copy-group id per trip,
-    slot of the mma's a load, slot of its b load) when ``loop`` is a staged K loop."""
+    slot of the mma's a load, slot of its b load, the index arithmetic before the first
+    barrier) when ``loop`` is a staged K loop."""
     block = loop.regions[0].block
     term = block.terminator
     if list(defer) != [0] or len(block.args) != 2 or term is None or len(term.operands) != 1:
@@ -125,6 +126,7 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
     used = False  # the copy-group state of one program, trip after trip
     delta = 0
     math: list[Instr] = []  # the mma, and the add fused with it (``acc += mma(...)``)
+    pure: list[Instr] = []
     for instr in body:
         op = instr.op
         if instr.regions:
@@ -132,6 +134,7 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
         if barriers == 0 and (isinstance(op, _IDS) or (type(op) in IMPLS and _integral(instr))):
             if any(v in variant for v in instr.operands):
                 return None  # only k itself may start a view
+            pure.append(instr)
         elif barriers == 0 and isinstance(op, tile_memory.View):
             src = instr.operands[0]
             if src in inside or _space(src) != "global":
@@ -181,7 +184,7 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
         return None
     order = list(stages)
     return ([stages[d] for d in order], c.slot(kvar), delta,
-            order.index(loads[a]), order.index(loads[b]))
+            order.index(loads[a]), order.index(loads[b]), pure)
 
 
 def _moved(x: np.ndarray, array: np.ndarray, start: int, offset: int, axis: int = -1,
@@ -222,63 +225,98 @@ def staged_proof() -> None:
     ``deferred_mma`` after a deferred K loop's first trip."""
 
 
-def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> Callable[..., bool] | None:
-    """A runner for the trips after the first of a staged K loop (module docstring),
-    or None when ``loop`` is not one. ``runner(fr, trips, carried)`` is called after
-    the first trip with the carried values it yielded; it runs the other trips and
-    returns True, or returns False having changed nothing (the general loop goes on)."""
-    if "staged_loop" not in c.enabled:
-        return None
-    found = _match(c, loop, defer)
-    if found is None:
-        return None
-    me = REGISTRY["staged_loop"]
-    stages, kslot, delta, ia, ib = found
+class StagedLoop:
+    """The runner of one staged K loop (module docstring). Called after the first trip
+    with the carried values it yielded, it runs the other trips and returns True, or
+    returns False having changed nothing (the general loop goes on)."""
 
-    def run(fr: Any, trips: range, carried: list[Any]) -> bool:
+    def __init__(self, stages: list[_Stage], kslot: int, delta: int, ia: int, ib: int,
+                 pure: list[Callable[[Any], None]], invariants: list[int],
+                 record: bool) -> None:
+        self.stages, self.kslot, self.delta, self.ia, self.ib = stages, kslot, delta, ia, ib
+        #: the steps of the trip's index arithmetic that reads values from outside the
+        #: loop (none when it starts from program coordinates and constants alone)
+        self.pure = pure
+        #: the slots of the view starts that are neither ``k`` nor computed from
+        #: program coordinates and constants alone
+        self.invariants = invariants
+        #: whether to remember the trips' operands (:mod:`.first`), and what was
+        self.record = record
+        self.first: Any = None
+
+    def moves(self, fr: Any, trips: range, fresh: bool = False
+              ) -> list[tuple[GlobalMem, SharedMem, int]] | None:
+        """Per stage (parameter, buffer, byte step per unit of ``k``) when the trips'
+        state and the last trip's views allow deriving them, else None (``fresh``:
+        before the first trip, the bounds left to the caller)."""
         st, ctx, regs = fr.st, fr.ctx, fr.regs
-        pending = carried[0]
-        if len(trips) < 2 or ctx.flat or (st.checked and st.geom.group_size > 1) \
-                or type(pending) is not PendingMma or not pending.a:
-            return False
+        if len(trips) < 2 or ctx.flat or (st.checked and st.geom.group_size > 1):
+            return None
         for mem in st.shared:  # nothing for a barrier to complete or clear
             if mem.tag is not None or mem.wrote or mem.read:
-                return False
-        first, last = trips[0], trips[-1]
+                return None
+        last = trips[-1]
         moves: list[tuple[GlobalMem, SharedMem, int]] = []
-        for s in stages:
+        for s in self.stages:
             parent, dst = regs[s.parent], regs[s.dst]
             if not (isinstance(parent, Ref) and isinstance(dst, Ref)):
-                return False
+                return None
             src, buf = parent.mem, dst.mem
             if not isinstance(src, GlobalMem) or not isinstance(buf, SharedMem) \
                     or src.written or src.track_reads or parent.squeeze \
                     or not src.array.flags.c_contiguous or src.array.dtype != buf.np_dtype \
-                    or buf.init is not None or buf.writer is not None or not dst.whole():
-                return False
-            rel = [last if slot is None else regs[slot] for slot in s.starts]
-            if bounds_violation(rel, s.sizes, tuple(parent.sizes), ctx.lead) is not None:
-                return False  # the general loop reports it at its trip
+                    or (buf.init is not None and not fresh) or buf.writer is not None \
+                    or not dst.whole():
+                return None
+            if not fresh:
+                rel = [last if slot is None else regs[slot] for slot in s.starts]
+                if bounds_violation(rel, s.sizes, tuple(parent.sizes), ctx.lead) is not None:
+                    return None  # the general loop reports it at its trip
             step = sum(src.array.strides[d] for d, slot in enumerate(s.starts) if slot is None)
             moves.append((src, buf, step))
         if len({id(buf) for _, buf, _ in moves}) != len(moves):
+            return None
+        return moves
+
+    def __call__(self, fr: Any, trips: range, carried: list[Any]) -> bool:
+        pending = carried[0]
+        if type(pending) is not PendingMma or not pending.a:
+            return False
+        moves = self.moves(fr, trips)
+        if moves is None:
             return False
         a0, b0 = pending.a[-1], pending.b[-1]
-        (sa, _, da), (sb, _, db) = moves[ia], moves[ib]
-        arrays = [a0, b0, *(buf.data.arr for _, buf, _ in moves)]
-        owners = [sa.array, sb.array, *(src.array for src, _, _ in moves)]
-        starts = _starts(arrays, owners)
+        storage = [buf.data.arr for _, buf, _ in moves]
+        owners = [moves[self.ia][0].array, moves[self.ib][0].array,
+                  *(src.array for src, _, _ in moves)]
+        starts = _starts([a0, b0, *storage], owners)
         if starts is None:
             return False  # a copy somewhere: not a chain of views
+        if not self.derive(fr, trips, pending, a0, b0, storage, starts, moves):
+            return False
+        if self.record:
+            from tessera.interp.tile.fastpaths.first import remember
+            remember(self, fr, trips, moves, pending)
+        return True
+
+    def derive(self, fr: Any, trips: range, pending: PendingMma, a0: np.ndarray,
+               b0: np.ndarray, storage: list[np.ndarray], starts: list[int],
+               moves: list[tuple[GlobalMem, SharedMem, int]]) -> bool:
+        """Give ``pending`` the operands of the trips after the first (trip 1's are
+        ``a0`` and ``b0``, ``starts`` bytes into their parameters; ``storage``: trip
+        1's buffers) and leave the state after the loop; False with nothing changed
+        when a view cannot be made."""
+        first, last = trips[0], trips[-1]
         n, by = len(trips) - 1, trips.step
+        (sa, _, da), (sb, _, db) = moves[self.ia], moves[self.ib]
         # the trips lie end to end along K and fit the kept K columns: trip 1's
         # operands made n + 1 trips long (the pending buffers get the same values)
         joined = a0.shape[-1] * a0.strides[-1] == by * da and \
             b0.shape[-2] * b0.strides[-2] == by * db and \
             pending.k + n * a0.shape[-1] <= pending.width
         try:
-            storage = [_moved(buf.data.arr, src.array, at, (last - first) * d)
-                       for (src, buf, d), at in zip(moves, starts[2:])]
+            moved = [_moved(x, src.array, at, (last - first) * d)
+                     for (src, _, d), x, at in zip(moves, storage, starts[2:])]
             if joined:
                 whole = (_moved(a0, sa.array, starts[0], 0, -1, n + 1),
                          _moved(b0, sb.array, starts[1], 0, -2, n + 1))
@@ -293,9 +331,18 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> Callable[..., boo
         else:
             for a, b in rest:
                 pending.add(a, b)
+        self.finish(fr, trips, moves, moved, n)
+        return True
+
+    def finish(self, fr: Any, trips: range, moves: list[tuple[GlobalMem, SharedMem, int]],
+               storage: list[np.ndarray], n: int) -> None:
+        """The launch state after ``n`` trips more, the last trip's tiles ``storage``
+        left in the staged buffers (each now initialised)."""
+        st, ctx = fr.st, fr.ctx
         for (_, buf, _), arr in zip(moves, storage):
             buf.data.arr = arr
             buf.data.exported = True
+            buf.init = None  # (already, unless the first trip did not run here)
         if ctx.whole:
             st.epoch += 2 * n
         else:
@@ -303,14 +350,38 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> Callable[..., boo
             present[ctx.group_flat] = True
             st.epoch[present] += 2 * n
         idx = ctx.flat_index()
-        st.open_id[idx] += n * delta
+        st.open_id[idx] += n * self.delta
         st.open_used[idx] = False
         st.done_upto[idx] = st.open_id[idx]
-        regs[kslot] = np.int64(last)
-        me.taken += 1
-        return True
-
-    return run
+        fr.regs[self.kslot] = np.int64(trips[-1])
+        REGISTRY["staged_loop"].taken += 1
 
 
-__all__ = ["staged_loop", "staged_proof"]
+def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None:
+    """The runner of the staged K loop ``loop`` (:class:`StagedLoop`), or None when it
+    is not one (or the fast path is off)."""
+    if "staged_loop" not in c.enabled:
+        return None
+    found = _match(c, loop, defer)
+    if found is None:
+        return None
+    stages, kslot, delta, ia, ib, pure = found
+    block = loop.regions[0].block
+    fused = c.fused[block]
+    kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
+    steps = c.body(block).steps
+    closed: set[Value] = set()  # computed from program coordinates and constants alone
+    for instr in pure:
+        if all(v in closed for v in instr.operands):
+            closed.update(instr.results)
+    fixed = {c.slot(v) for v in closed}
+    invariants = [slot for s in stages for slot in s.starts
+                  if slot is not None and slot not in fixed]
+    own = all(i in kept for i in pure)  # each has a step of its own to run
+    run = [] if all(i.results[0] in closed for i in pure) or not own else \
+        [steps[kept.index(i)] for i in pure]
+    return StagedLoop(stages, kslot, delta, ia, ib, run, invariants,
+                      own and "staged_first_trip" in c.enabled)
+
+
+__all__ = ["StagedLoop", "staged_loop", "staged_proof"]
