@@ -129,3 +129,55 @@ def test_f16_exp_is_refused() -> None:
     x = np.ones((4, 4), np.float16)
     with pytest.raises(TileGenerationError, match=r"graph\.exp"):
         ts.jit(with_exp, backend="tile")(x, x)
+
+
+def mlp_relu(x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+    return op.relu(x @ w1 + b1) @ w2 + b2
+
+
+def epilogues(x, w, b, r):  # type: ignore[no-untyped-def]
+    """bias, activation, cast to f32 and a residual after one matmul."""
+    y = op.maximum(x @ w + b, b * 0.5)
+    return y.astype(ts.f32) + r
+
+
+def _fmt_array(fmt: str, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    if fmt == "int8":
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return ts.Tensor(rng.standard_normal(shape) * 4, getattr(ts, fmt)).array
+
+
+@settings(max_examples=20, deadline=None)
+@given(m=side, k=side, n=side, h=side,
+       fmt=st.sampled_from(["fp8_e4m3", "int8", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1"]),
+       seed=st.integers(0, 2**16))
+def test_mlp_gives_the_graph_bits_where_mma_sums_are_exact(m: int, k: int, n: int, h: int,
+                                                           fmt: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    args = [_fmt_array(fmt, rng, s) for s in [(m, k), (k, h), (h,), (h, n), (n,)]]
+    lowered = ts.jit(mlp_relu).lower(*args)
+    # 2 kernels (the contraction rule); 1 when the hidden width is 1 (no loop to cut)
+    assert len(lowered.kernels) == lowered.ir("schedule").count("schedule.kernel(") <= 2
+    assert _bits(lowered.run(*args, backend="tile")) == _bits(lowered.run(*args))
+
+
+@settings(max_examples=10, deadline=None)
+@given(m=side, k=side, n=side, seed=st.integers(0, 2**16))
+def test_matmul_epilogues_give_the_graph_bits(m: int, k: int, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x, w, b = (_fmt_array("fp8_e4m3", rng, s) for s in [(m, k), (k, n), (n,)])
+    r = rng.standard_normal((m, n)).astype(np.float32)
+    lowered = ts.jit(epilogues).lower(x, w, b, r)
+    assert len(lowered.kernels) == 1
+    assert _bits(lowered.run(x, w, b, r, backend="tile")) == _bits(lowered.run(x, w, b, r))
+
+
+@pytest.mark.parametrize(("hidden", "kernels"), [(1, 1), (64, 2), (256, 2)])
+def test_mlp_kernel_counts(hidden: int, kernels: int) -> None:
+    rng = np.random.default_rng(5)
+    args = [_fmt_array("int8", rng, s)
+            for s in [(32, 64), (64, hidden), (hidden,), (hidden, 16), (16,)]]
+    lowered = ts.jit(mlp_relu).lower(*args)
+    assert len(lowered.kernels) == kernels
+    assert sum(k.text.count("tile.mma(") for k in lowered.kernels) == 2
+    assert _bits(ts.jit(mlp_relu, backend="tile")(*args)) == _bits(ts.jit(mlp_relu)(*args))

@@ -23,11 +23,13 @@ from typing import Any
 
 from tessera.errors import Loc
 from tessera.ir.core import Block, Builder, Function, Instr, IRRegion, Op, Value, uses
+from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
 
 #: grid axes the tile level launches (CUDA's three); more loops share one linear axis
@@ -125,32 +127,48 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     assert isinstance(op, schedule_ops.ScheduledKernel)
     region = instr.regions[0].block
     space = schedule_ops.space_of(instr)
+    users = uses(region)
+    matmuls = [i for i in region.instrs if isinstance(i.op, graph_ops.MatMul)]
+    streamed = {v for i in matmuls for v in i.operands
+                if v in region.args and all(u in matmuls for u in users.get(v, []))}
     tiles = [divisor_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
-    counts = [e // t for e, t in zip(space.extents, tiles)]
+    for (v, _), loop in space.loop_of.items():
+        # a K loop is walked in steps only by operands read from memory; a value the
+        # kernel computes along it (the hidden row of a fused MLP) is held whole
+        if space.kinds[loop] != "grid" and v not in streamed:
+            tiles[loop] = space.extents[loop]
+    grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
+    counts = [space.extents[k] // tiles[k] for k in grid_loops]
     body = Block()
     loc = next((i.loc for i in region.instrs if not i.op.terminator), instr.loc)
     em = Emitter(body, space.loop_of, tiles, loc)
     mems_in = [body.add_arg(_gmem(a.type), p) for a, p in zip(region.args, params)]
     mems_out = [body.add_arg(_gmem(r.type), n) for r, n in zip(instr.results, results)]
     coords = _coordinates(em, counts)
-    em.starts = [em.create(tc.Mul(), [c, em.index(t)])[0] if n > 1 else c
-                 for c, t, n in zip(coords, tiles, counts)]
+    em.starts = [em.index(0)] * len(tiles)  # sequential loops start inside their loop
+    for c, k, n in zip(coords, grid_loops, counts):
+        em.starts[k] = em.create(tc.Mul(), [c, em.index(tiles[k])])[0] if n > 1 else c
     env: dict[Value, Value] = {}
-    for arg, mem in zip(region.args, mems_in):
-        env[arg] = em.create(tm.Load(), [em.view(mem, arg)])[0]
+    mems = dict(zip(region.args, mems_in))
+    for arg, mem in mems.items():
+        if arg not in streamed:  # matmul operands are loaded tile by tile along K
+            env[arg] = em.create(tm.Load(), [em.view(mem, arg)])[0]
     term = region.terminator
     assert term is not None
-    users = uses(region)
     for inner in region.instrs:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
             continue
+        if inner in matmuls:
+            env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)
+            continue
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
-    if any(k != "grid" for k in space.kinds):  # a reduction whose op was accepted
+    if any(kind != "grid" and k not in space.contracted for k, kind in enumerate(space.kinds)):
         raise rules.refuse(next(i for i in region.instrs if not i.op.terminator),
-                           "the kernel reduces over a loop")
+                           "the kernel reduces over a loop")  # (no rule accepts one yet)
+    grid_coords = dict(zip(grid_loops, coords))
     for value, mem in zip(term.operands, mems_out):
-        _store(em, coords, counts, space.grid_loops(value), mem, value, env[value])
+        _store(em, grid_coords, space, tiles, mem, value, env[value])
     em.create(tile_ops.Return(), [])
     fn = Function(name, body, [], kind=tile_ops.KERNEL, loc=instr.loc,
                   attrs={"grid": list(grid_of(counts)), "group_size": 1,
@@ -158,11 +176,12 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     return fn, grid_of(counts)
 
 
-def _store(em: Emitter, coords: list[Value], counts: Sequence[int], spans: frozenset[int],
-           mem: Value, value: Value, tile: Value) -> None:
+def _store(em: Emitter, coords: dict[int, Value], space: schedule_ops.IterationSpace,
+           tiles: Sequence[int], mem: Value, value: Value, tile: Value) -> None:
     """Store ``tile`` (this program's tile of ``value``) into ``mem``; a result that
     does not span a grid loop of several tiles is stored by its first tiles only."""
-    others = [k for k, n in enumerate(counts) if n > 1 and k not in spans]
+    spans = space.grid_loops(value)
+    others = [k for k in coords if space.extents[k] > tiles[k] and k not in spans]
     if not others:
         em.create(tm.Store(), [em.view(mem, value), tile])
         return

@@ -252,10 +252,6 @@ def emit(em: Emitter, instr: Instr, args: list[Value]) -> Value:
 
 def _why_not(instr: Instr) -> str:
     name = instr.op.name
-    if isinstance(instr.op, graph_ops.MatMul):
-        return ("the tile level's checked mma sums the K products in float64, which is the "
-                "graph's exactly rounded product only when those sums are exact (not "
-                "guaranteed by the formats alone)")
     if isinstance(instr.op, (graph_ops.Reduce, graph_ops.Softmax)) or "norm" in name:
         return ("the tile level's row sums are float64 sums, not the graph's exact sum "
                 "rounded once")
