@@ -181,3 +181,17 @@ def test_mlp_kernel_counts(hidden: int, kernels: int) -> None:
     assert len(lowered.kernels) == kernels
     assert sum(k.text.count("tile.mma(") for k in lowered.kernels) == 2
     assert _bits(ts.jit(mlp_relu, backend="tile")(*args)) == _bits(ts.jit(mlp_relu)(*args))
+
+
+def layernorm(x):  # type: ignore[no-untyped-def]
+    mu = op.mean(x, axis=-1, keepdims=True)
+    return (x - mu) / op.sqrt(op.mean((x - mu) * (x - mu), axis=-1, keepdims=True) + 1e-5)
+
+
+def test_row_reductions_are_refused_at_their_line() -> None:
+    x = np.random.default_rng(2).standard_normal((8, 32)).astype(np.float32)
+    with pytest.raises(TileGenerationError, match=r"graph\.mean") as err:
+        ts.jit(layernorm, backend="tile")(x)
+    _, start = inspect.getsourcelines(layernorm)
+    assert err.value.loc.line == start + 1 and "exact sum" in str(err.value)
+    assert ts.jit(layernorm)(x).shape == (8, 32)

@@ -111,3 +111,19 @@ def test_the_float64_sum_of_mma_is_not_the_graph_product() -> None:
     float64_sum = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
     assert graph[0, 0] == np.float32(1 + 2.0**-23)
     assert float64_sum[0, 0] == np.float32(1.0)
+
+
+def test_a_result_that_skips_a_loop_is_stored_by_the_first_tiles_only() -> None:
+    """A hand-written schedule (the fuser keeps such kernels to one row tile): the row
+    vector beside a matrix cut into 16 row tiles: only the programs at row
+    coordinate 0 store it (16 programs storing one tile would be a write race)."""
+    from tessera.interp import schedule as _schedule_rules  # noqa: F401  (kernel rule)
+    from tessera.ir.transforms.to_tile import schedule_to_tile
+
+    fn = parse_module((GOLDEN / "row_beside_matrix.schedule.tir").read_text()).functions["m"]
+    program = schedule_to_tile(fn)
+    assert program.launches[0].grid == (1, 16)
+    assert str(program.kernels[0]).count("tile.if(") == 1
+    args = _args((256, 48), (48,))
+    want = run_function(fn, args)
+    assert [g.tobytes() for g in run_program(program, args)] == [w.tobytes() for w in want]
