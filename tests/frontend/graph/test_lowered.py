@@ -195,3 +195,16 @@ def test_row_reductions_are_refused_at_their_line() -> None:
     _, start = inspect.getsourcelines(layernorm)
     assert err.value.loc.line == start + 1 and "exact sum" in str(err.value)
     assert ts.jit(layernorm)(x).shape == (8, 32)
+
+
+def test_stochastic_rounding_and_one_operand_matmul_are_refused() -> None:
+    def rounded(x):  # type: ignore[no-untyped-def]
+        return (x * 3.0).astype(ts.bf16 @ ts.stochastic_round())
+
+    def square(x):  # type: ignore[no-untyped-def]
+        return x @ x
+
+    with pytest.raises(TileGenerationError, match="stochastic rounding"):
+        ts.jit(rounded, backend="tile")(np.ones((4, 4), np.float32))
+    with pytest.raises(TileGenerationError, match="both operands"):
+        ts.jit(square, backend="tile")(np.ones((8, 8), np.int8))

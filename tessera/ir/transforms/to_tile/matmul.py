@@ -78,6 +78,9 @@ def _check(instr: Instr) -> tuple[Value, Value]:
     assert isinstance(ta, TensorType) and isinstance(tb, TensorType)
     if ta.rank != 2 or tb.rank != 2:
         raise rules.refuse(instr, "only 2-D matmuls are generated so far")
+    if a is b:  # its rows and its contraction would be one loop
+        raise rules.refuse(instr, "one tensor as both operands is not generated so far")
+    rules.check_element(instr)
     fa, fb = storage_of(ta.element), storage_of(tb.element)
     k = int(ta.shape[1])
     limit = exact_contraction(fa, fb)

@@ -84,7 +84,8 @@ def _kind(instr: Instr, k: int = 0) -> str:
     return storage_of(t.element).kind
 
 
-def _check_element(instr: Instr) -> None:
+def check_element(instr: Instr) -> None:
+    """Refuse stochastic rounding and complex values, which the tile level lacks."""
     for v in [*instr.operands, *instr.results]:
         e = _type(v).element
         if isinstance(e, Policy) and e.stochastic_round:
@@ -246,7 +247,7 @@ def emit(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         raise refuse(instr, _why_not(instr))
     if len(instr.results) != 1:
         raise refuse(instr, "it has several results")
-    _check_element(instr)
+    check_element(instr)
     return rule(em, instr, args)
 
 
@@ -258,6 +259,7 @@ def _why_not(instr: Instr) -> str:
     return "no tile-level rule gives the graph interpreter's bits for it"
 
 
-__all__ = ["RULES", "TileGenerationError", "emit", "folded", "refuse", "settle"]
+__all__ = ["RULES", "TileGenerationError", "check_element", "emit", "folded", "refuse",
+           "settle"]
 
 _ = tile_ops  # the tile dialect's structure ops register with the parser on import
