@@ -334,8 +334,8 @@ def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
                              backend=backend)
     if isinstance(fn, JitFunction) and backend == fn.backend:
         return fn
-    if isinstance(fn, JitFunction):
-        fn = fn.fn
+    if isinstance(fn, JitFunction):  # the same Python function on another backend
+        name, fn = name or fn.name, fn.fn
     if not callable(fn):
         raise ArgumentError(f"@jit needs a function, got {type(fn).__name__}")
     return JitFunction(fn, name=name, capture_graph=capture_graph, mode=mode,
