@@ -65,6 +65,8 @@ class Compiled:
     static_outputs: dict[int, Any]
     #: outer tracers this function closes over (extra trailing arguments)
     captured: list[Any] = field(default_factory=list)
+    #: the generated tile kernels and host program (``backend="tile"``), made on first use
+    tile_program: Any = None
 
 
 class JitFunction:

@@ -65,12 +65,11 @@ class GeneratedKernel:
 
 def tile_program(compiled: Compiled) -> TileProgram:
     """The tile program of a specialisation, generated once and kept with it."""
-    program = getattr(compiled, "tile_program", None)
-    if program is None:
+    if compiled.tile_program is None:
         from tessera.ir.transforms.to_tile import lower_module
 
-        program = lower_module(compiled.module, compiled.function.name)
-        compiled.tile_program = program  # type: ignore[attr-defined]
+        compiled.tile_program = lower_module(compiled.module, compiled.function.name)
+    program: TileProgram = compiled.tile_program
     return program
 
 

@@ -33,7 +33,6 @@ import numpy as np
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import graph as graph_ops
-from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype, storage_of
@@ -261,5 +260,3 @@ def _why_not(instr: Instr) -> str:
 
 __all__ = ["RULES", "TileGenerationError", "check_element", "emit", "folded", "refuse",
            "settle"]
-
-_ = tile_ops  # the tile dialect's structure ops register with the parser on import
