@@ -332,11 +332,9 @@ def test_capability_table_inspect_ir_cell() -> None:
     assert "graph.mul" in ns["inspect_ir"](fn, "graph", np.ones(3, np.float32))
 
 
-@pytest.mark.xfail(strict=True, raises=ts.StageError,
-                   reason="Tile IR and the graph-to-tile lowering are a later part")
 def test_inspect_tile_stage_of_a_graph_function() -> None:
     fn = ts.jit(lambda v: v * 2.0)
-    assert "tile" in ts.inspect_ir(fn, "tile", np.ones(3, np.float32))
+    assert "tile.kernel @lambda_k0" in ts.inspect_ir(fn, "tile", np.ones(3, np.float32))
 
 
 def test_capability_table_jit_capture_graph() -> None:

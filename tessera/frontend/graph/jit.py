@@ -65,6 +65,8 @@ class Compiled:
     static_outputs: dict[int, Any]
     #: outer tracers this function closes over (extra trailing arguments)
     captured: list[Any] = field(default_factory=list)
+    #: the generated tile kernels and host program (``backend="tile"``), made on first use
+    tile_program: Any = None
 
 
 class JitFunction:
@@ -72,7 +74,8 @@ class JitFunction:
 
     @user_api
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
-                 capture_graph: bool = False, mode: str = "exact") -> None:
+                 capture_graph: bool = False, mode: str = "exact",
+                 backend: str = "interp") -> None:
         if not callable(fn):
             raise ArgumentError(f"a graph function needs a Python function, got "
                                 f"{type(fn).__name__}", hint="decorate a def with @ts.jit")
@@ -89,6 +92,9 @@ class JitFunction:
         # nothing (there is no launch overhead to remove), so it is accepted and recorded.
         self.capture_graph = capture_graph
         self.mode = mode
+        from tessera.frontend.graph.lowered import check_backend
+
+        self.backend = check_backend(backend)
         self.signature = inspect.signature(fn)
         self.specs = {k: spec_of(v) for k, v in annotations_of(fn).items()}
         self.cache: dict[Any, Compiled] = {}
@@ -211,7 +217,20 @@ class JitFunction:
         compiled = self.compile(*args, **kwargs)
         inputs = [x for x in flatten(list(self._arguments.values()))[0]
                   if isinstance(x, Tensor)]
+        if self.backend == "tile":
+            from tessera.frontend.graph.lowered import run_tile
+
+            return run_tile(compiled, inputs, self.mode)
         return run_compiled(compiled, inputs, self.mode)
+
+    @user_api
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """This function compiled for these arguments' signature down the stack: a
+        :class:`~tessera.frontend.graph.lowered.CompiledProgram` (``.kernels``,
+        ``.ir(stage)``, ``.run(*args, backend=...)``)."""
+        from tessera.frontend.graph.lowered import CompiledProgram
+
+        return CompiledProgram(self, self.compile(*args, **kwargs), self.backend)
 
     @user_api
     def inspect_ir(self, stage: str = "graph", *args: Any, **kwargs: Any) -> str:
@@ -265,10 +284,10 @@ def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
     if not isinstance(stage, str) or stage not in STAGES:
         raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)} "
                          "(example arguments come after the stage)")
-    if stage not in ("graph", "schedule"):
-        raise StageError(f"the {stage!r} stage is not built for graph functions yet: graph "
-                         "functions run from Graph IR", hint="inspect stage 'graph' or "
-                         "'schedule'")
+    if stage not in ("graph", "schedule", "tile"):
+        raise StageError(f"the {stage!r} stage is not built for graph functions yet: their "
+                         "kernels reach Tile IR", hint="inspect stage 'graph', 'schedule' "
+                         "or 'tile'")
     if args or kwargs:
         compiled = fn.compile(*args, **kwargs)
     elif fn.last is not None:
@@ -279,6 +298,10 @@ def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
         from tessera.ir.transforms.schedule import schedule_module
 
         return str(schedule_module(compiled.module))
+    if stage == "tile":
+        from tessera.frontend.graph.lowered import tile_program
+
+        return str(tile_program(compiled))
     return str(compiled.module)
 
 
@@ -300,19 +323,25 @@ def _symbolic_args(fn: JitFunction) -> list[Any]:
 
 @user_api
 def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
-        mode: str = "exact", name: str | None = None) -> Any:
-    """Trace ``fn`` into Graph IR per signature and run it with the interpreter.
+        mode: str = "exact", name: str | None = None, backend: str = "interp") -> Any:
+    """Trace ``fn`` into Graph IR per signature and run it on ``backend``.
 
     ``mode="exact"`` (default) is bitwise deterministic; ``mode="fast"`` uses BLAS and is
-    not. ``capture_graph`` is accepted for GPU builds and changes nothing on the CPU.
+    not. ``backend="interp"`` (default) runs the graph interpreter; ``"tile"`` the
+    generated tile kernels in the tile simulator (docs/schedule.md). ``capture_graph``
+    is accepted for GPU builds and changes nothing on the CPU.
     """
     if fn is None:
-        return lambda f: jit(f, capture_graph=capture_graph, mode=mode, name=name)
-    if isinstance(fn, JitFunction):
+        return lambda f: jit(f, capture_graph=capture_graph, mode=mode, name=name,
+                             backend=backend)
+    if isinstance(fn, JitFunction) and backend == fn.backend:
         return fn
+    if isinstance(fn, JitFunction):  # the same Python function on another backend
+        name, fn = name or fn.name, fn.fn
     if not callable(fn):
         raise ArgumentError(f"@jit needs a function, got {type(fn).__name__}")
-    return JitFunction(fn, name=name, capture_graph=capture_graph, mode=mode)
+    return JitFunction(fn, name=name, capture_graph=capture_graph, mode=mode,
+                       backend=backend)
 
 
 @user_api

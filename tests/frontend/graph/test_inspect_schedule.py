@@ -56,10 +56,16 @@ def test_inspect_schedule_after_a_call_and_from_annotations() -> None:
     assert ts.inspect_ir(typed, "schedule").count("schedule.kernel(") == 1
 
 
-@pytest.mark.parametrize("stage", ["tile", "target"])
-def test_later_stages_still_raise_for_graph_functions(stage: str) -> None:
-    with pytest.raises(ts.StageError, match=f"'{stage}' stage is not built"):
-        ts.inspect_ir(mlp, stage, *_args())
+def test_target_stage_still_raises_for_graph_functions() -> None:
+    with pytest.raises(ts.StageError, match="'target' stage is not built"):
+        ts.inspect_ir(mlp, "target", *_args())
+
+
+def test_tile_stage_refuses_the_matmul_of_a_graph_function() -> None:
+    from tessera.ir.transforms.to_tile import TileGenerationError
+
+    with pytest.raises(TileGenerationError, match=r"graph\.matmul"):
+        ts.inspect_ir(mlp, "tile", *_args())
 
 
 PROGRAM = '''

@@ -109,7 +109,7 @@ class ScheduledKernel(Op):
             raise IRVerifyError("schedule.kernel: split_k needs exactly one 'split' loop and "
                                 f"split > 1, got reduction {self.reduction!r}, split "
                                 f"{self.split} and {split_loops} split loops")
-        if not self.tile:
+        if not self.tile and rank:  # a kernel without loops has no tiles to wait for
             if self.inputs or self.temps or self.reduction != "none":
                 raise IRVerifyError("schedule.kernel is placed or given a reduction "
                                     "strategy before it has tile sizes")

@@ -1,0 +1,72 @@
+"""Schedule IR to Tile IR: each ``schedule.kernel`` becomes a ``tile.kernel`` function
+(the IR a hand-written ``@ts.kernel`` compiles to) and the scheduled function a host
+program of launches over global buffers (:mod:`.program`).
+
+It is an IR-to-IR translation, so it lives with the IR's transforms (it reads Graph,
+Schedule and Tile IR and nothing above them); running the result is the tile
+simulator's business (:mod:`tessera.interp.tile_program`). Kernels are built by
+:mod:`.kernel`, their ops by the rules of :mod:`.ops`, which refuse, naming the op and
+the user's line, every op whose tile-level form would not give the graph interpreter's
+bits (docs/schedule.md, "Schedule → Tile").
+"""
+
+from __future__ import annotations
+
+from tessera.ir.core import Function, Module, Value
+from tessera.ir.dialects import schedule as schedule_ops
+from tessera.ir.transforms.to_tile.kernel import build_kernel
+from tessera.ir.transforms.to_tile.ops import TileGenerationError
+from tessera.ir.transforms.to_tile.program import Launch, TileProgram
+from tessera.ir.types import TensorType
+
+
+def schedule_to_tile(fn: Function) -> TileProgram:
+    """The tile kernels and host program of the scheduled function ``fn``."""
+    schedule_ops.check_function(fn)
+    program = TileProgram(fn.name, Module(fn.name))
+    names: dict[Value, str] = {}
+    for k, arg in enumerate(fn.args):
+        name = _fresh(arg.hint or f"arg{k}", program.buffers)
+        names[arg] = name
+        program.inputs.append(name)
+        assert isinstance(arg.type, TensorType)
+        program.buffers[name] = arg.type
+    for instr in schedule_ops.kernels(fn):
+        label = instr.op.label  # type: ignore[attr-defined]
+        outs = []
+        for k, r in enumerate(instr.results):
+            outs.append(_fresh(f"{label}_{k}", program.buffers))
+            names[r] = outs[-1]
+            assert isinstance(r.type, TensorType)
+            program.buffers[outs[-1]] = r.type
+        params = [names[v] for v in instr.operands]
+        kernel, grid = build_kernel(instr, f"{fn.name}_{label}", params, outs)
+        program.module.add(kernel)
+        program.launches.append(Launch(kernel.name, grid, (*params, *outs)))
+    term = fn.body.terminator
+    assert term is not None
+    program.results = [names[v] for v in term.operands]
+    return program
+
+
+def lower_module(module: Module, name: str | None = None) -> TileProgram:
+    """The tile program of ``module``'s function ``name`` (its first by default),
+    scheduled first when it is still a graph function."""
+    from tessera.ir.transforms.schedule import schedule_module
+
+    fn = module.functions[name or next(iter(module.functions))]
+    if fn.kind != schedule_ops.FUNC:
+        fn = schedule_module(Module(module.name, {fn.name: fn})).functions[fn.name]
+    return schedule_to_tile(fn)
+
+
+def _fresh(name: str, taken: dict[str, TensorType]) -> str:
+    if name not in taken:
+        return name
+    k = 1
+    while f"{name}_{k}" in taken:
+        k += 1
+    return f"{name}_{k}"
+
+
+__all__ = ["Launch", "TileGenerationError", "TileProgram", "lower_module", "schedule_to_tile"]

@@ -1,0 +1,209 @@
+"""One ``schedule.kernel`` as a ``tile.kernel`` function: the Tile IR a hand-written
+``@ts.kernel`` compiles to.
+
+The kernel takes one ``gmem`` parameter per operand (what it reads) and one per result
+(what it writes). Each program (one tile of the launch, one per group) runs one tile of
+every grid loop: it finds its loops' starts from its grid coordinates, loads the tile
+of each operand the region reads (``tile.view`` + ``tile.load``), computes the region's
+ops on register tiles (:mod:`tessera.ir.transforms.to_tile.ops`) and stores the tile of
+each result. A result that does not run over some grid loop (a row vector computed
+beside a matrix) is stored by the programs at coordinate 0 of those loops only, so no
+two programs write one element.
+
+Tiles divide their loops: the tile of a loop is the largest divisor of its extent that
+is at most the schedule's tile (the tile level has no masked loads yet), so a loop of
+prime extent longer than its schedule tile runs in tiles of 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tessera.errors import Loc
+from tessera.ir.core import Block, Builder, Function, Instr, IRRegion, Op, Value, uses
+from tessera.ir.dialects import graph as graph_ops
+from tessera.ir.dialects import schedule as schedule_ops
+from tessera.ir.dialects import tile as tile_ops
+from tessera.ir.dialects.tile import compute as tc
+from tessera.ir.dialects.tile import memory as tm
+from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.matmul import emit_matmul
+from tessera.ir.types import TensorType
+
+#: grid axes the tile level launches (CUDA's three); more loops share one linear axis
+MAX_GRID_AXES = 3
+
+
+def divisor_tile(extent: int, tile: int) -> int:
+    """The largest divisor of ``extent`` that is at most ``tile`` (``extent`` itself
+    when the tile covers it)."""
+    if tile >= extent:
+        return extent
+    return max(d for d in range(1, tile + 1) if extent % d == 0)
+
+
+class Emitter:
+    """Builds one kernel's body: index arithmetic, constants and the region's ops."""
+
+    def __init__(self, block: Block, loop_of: dict[Any, int], tiles: Sequence[int],
+                 loc: Loc) -> None:
+        self.builder = Builder(block)
+        self.loop_of = loop_of
+        self.tiles = tuple(tiles)
+        self.loc = loc
+        self.starts: list[Value] = []
+        #: constants already made in the kernel's top block, by (type, value)
+        self.constants: dict[tuple[str, str], Value] = {}
+        self.top = block
+
+    def create(self, op: Op, operands: Sequence[Value], instr: Instr | None = None) -> list[Value]:
+        """``op(operands)`` at the end of the body, at ``instr``'s source line."""
+        return self.builder.create(op, operands, loc=instr.loc if instr else self.loc)
+
+    def index(self, value: int) -> Value:
+        """An int64 scalar constant."""
+        return self.full(tile_ops.SCALAR_INDEX, int(value))
+
+    def full(self, t: TensorType, value: Any) -> Value:
+        """A tile of ``t`` filled with ``value`` (a scalar constant for rank 0), made
+        once per kernel in its top block."""
+        key = (str(t), repr(value))
+        top = self.builder.block is self.top
+        if top and key in self.constants:
+            return self.constants[key]
+        if t.rank == 0:
+            (v,) = self.create(tile_ops.Constant(value, t.element), [])
+        else:
+            (v,) = self.create(tc.Full(tuple(t.shape), value, t.element), [])
+        if top:
+            self.constants[key] = v
+        return v
+
+    def tile_type(self, v: Value) -> TensorType:
+        """The type of one program's tile of the graph value ``v``."""
+        t = v.type
+        assert isinstance(t, TensorType)
+        shape = tuple(self.tiles[self.loop_of[(v, k)]] if (v, k) in self.loop_of else d
+                      for k, d in enumerate(t.shape))
+        return t.with_shape(shape)
+
+    def view(self, mem: Value, v: Value) -> Value:
+        """The view of global memory ``mem`` holding this program's tile of ``v``."""
+        t = v.type
+        assert isinstance(t, TensorType)
+        starts = [self.starts[self.loop_of[(v, k)]] if (v, k) in self.loop_of else
+                  self.index(0) for k in range(t.rank)]
+        return self.create(tm.View(tuple(self.tile_type(v).shape)), [mem, *starts])[0]
+
+
+def _coordinates(em: Emitter, counts: Sequence[int]) -> list[Value]:
+    """Each loop's tile coordinate: a grid axis each, or one linear axis unfolded."""
+    if len(counts) <= MAX_GRID_AXES:
+        return [em.create(tile_ops.GridCoord(axis), [])[0] if n > 1 else em.index(0)
+                for axis, n in enumerate(counts)]
+    gid = em.create(tile_ops.GroupId(), [])[0]
+    coords = []
+    for k, n in enumerate(counts):
+        stride = em.index(math.prod(counts[k + 1:]))
+        (q,) = em.create(tc.FloorDiv(), [gid, stride])
+        coords.append(em.create(tc.Mod(), [q, em.index(n)])[0])
+    return coords
+
+
+def grid_of(counts: Sequence[int]) -> tuple[int, ...]:
+    """The launch grid of a kernel with ``counts`` tiles per loop."""
+    if not counts:
+        return (1,)
+    return tuple(counts) if len(counts) <= MAX_GRID_AXES else (math.prod(counts),)
+
+
+def build_kernel(instr: Instr, name: str, params: Sequence[str],
+                 results: Sequence[str]) -> tuple[Function, tuple[int, ...]]:
+    """The ``tile.kernel`` of the ``schedule.kernel`` ``instr`` and its launch grid;
+    ``params`` and ``results`` name its operand and result buffers."""
+    op = instr.op
+    assert isinstance(op, schedule_ops.ScheduledKernel)
+    region = instr.regions[0].block
+    space = schedule_ops.space_of(instr)
+    users = uses(region)
+    matmuls = [i for i in region.instrs if isinstance(i.op, graph_ops.MatMul)]
+    streamed = {v for i in matmuls for v in i.operands
+                if v in region.args and all(u in matmuls for u in users.get(v, []))}
+    tiles = [divisor_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
+    for (v, _), loop in space.loop_of.items():
+        # a K loop is walked in steps only by operands read from memory; a value the
+        # kernel computes along it (the hidden row of a fused MLP) is held whole
+        if space.kinds[loop] != "grid" and v not in streamed:
+            tiles[loop] = space.extents[loop]
+    grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
+    counts = [space.extents[k] // tiles[k] for k in grid_loops]
+    body = Block()
+    loc = next((i.loc for i in region.instrs if not i.op.terminator), instr.loc)
+    em = Emitter(body, space.loop_of, tiles, loc)
+    mems_in = [body.add_arg(_gmem(a.type), p) for a, p in zip(region.args, params)]
+    mems_out = [body.add_arg(_gmem(r.type), n) for r, n in zip(instr.results, results)]
+    coords = _coordinates(em, counts)
+    em.starts = [em.index(0)] * len(tiles)  # sequential loops start inside their loop
+    for c, k, n in zip(coords, grid_loops, counts):
+        em.starts[k] = em.create(tc.Mul(), [c, em.index(tiles[k])])[0] if n > 1 else c
+    env: dict[Value, Value] = {}
+    mems = dict(zip(region.args, mems_in))
+    for arg, mem in mems.items():
+        if arg not in streamed:  # matmul operands are loaded tile by tile along K
+            env[arg] = em.create(tm.Load(), [em.view(mem, arg)])[0]
+    term = region.terminator
+    assert term is not None
+    for inner in region.instrs:
+        if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
+            continue
+        if inner in matmuls:
+            env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)
+            continue
+        # a folded constant's broadcast reads the constant itself
+        env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
+    if any(kind != "grid" and k not in space.contracted for k, kind in enumerate(space.kinds)):
+        raise rules.refuse(next(i for i in region.instrs if not i.op.terminator),
+                           "the kernel reduces over a loop")  # (no rule accepts one yet)
+    grid_coords = dict(zip(grid_loops, coords))
+    for value, mem in zip(term.operands, mems_out):
+        _store(em, grid_coords, space, tiles, mem, value, env[value])
+    em.create(tile_ops.Return(), [])
+    fn = Function(name, body, [], kind=tile_ops.KERNEL, loc=instr.loc,
+                  attrs={"grid": list(grid_of(counts)), "group_size": 1,
+                         "tiles": list(tiles)})
+    return fn, grid_of(counts)
+
+
+def _store(em: Emitter, coords: dict[int, Value], space: schedule_ops.IterationSpace,
+           tiles: Sequence[int], mem: Value, value: Value, tile: Value) -> None:
+    """Store ``tile`` (this program's tile of ``value``) into ``mem``; a result that
+    does not span a grid loop of several tiles is stored by its first tiles only."""
+    spans = space.grid_loops(value)
+    others = [k for k in coords if space.extents[k] > tiles[k] and k not in spans]
+    if not others:
+        em.create(tm.Store(), [em.view(mem, value), tile])
+        return
+    cond = None
+    for k in others:
+        (first,) = em.create(tc.Eq(), [coords[k], em.index(0)])
+        cond = first if cond is None else em.create(tc.And(), [cond, first])[0]
+    then, orelse = Block(), Block()
+    outer = em.builder
+    em.builder = Builder(then)
+    em.create(tm.Store(), [em.view(mem, value), tile])
+    em.create(tile_ops.Yield(), [])
+    em.builder = Builder(orelse)
+    em.create(tile_ops.Yield(), [])
+    em.builder = outer
+    em.builder.create(tile_ops.If(), [cond], loc=em.loc,
+                      regions=[IRRegion([then]), IRRegion([orelse])], result_types=[])
+
+
+def _gmem(t: Any) -> tile_ops.MemRefType:
+    assert isinstance(t, TensorType)
+    return tile_ops.MemRefType("global", tuple(t.shape), t.element)
+
+
+__all__ = ["Emitter", "build_kernel", "divisor_tile", "grid_of"]

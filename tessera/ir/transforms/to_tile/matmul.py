@@ -1,0 +1,160 @@
+"""A kernel's matmul at the tile level: a K loop of ``tile.mma`` over operand tiles
+staged through shared memory (as ``examples/kernels/gemm.py`` writes it), then the
+graph's roundings of the product, so its elementwise epilogue sees the graph's values.
+
+The checked ``tile.mma`` widens its inputs exactly to float64 (int64 for integers) and
+sums the K products there; the graph's matmul rounds the *exact* sum once to the
+accumulator (then to the result element when that differs). The two agree exactly
+when every float64 partial sum is exact, whatever order BLAS adds in. That holds by the
+formats alone when the products are multiples of one quantum (the product of the
+smallest subnormals) of magnitude below ``max_a * max_b``: every partial sum of ``K``
+products is then an integer number of quanta below ``K * max_a * max_b / quantum``,
+exact in float64 while that is at most 2^53 (:func:`exact_contraction`). For
+fp8_e4m3 it allows contractions up to 2^17.4, for fp6 and fp4 far longer; for f32,
+bf16, f16 and fp8_e5m2 no length (2^-149 and 2^127 are 276 binades apart): those
+matmuls are refused. int8 products (at most 2^14) sum exactly in int64 and never
+saturate the int32 accumulator for K below 2^17, as the graph's exact sum would not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tessera.ir.core import Block, Builder, Instr, IRRegion, Value
+from tessera.ir.dialects import tile as tile_ops
+from tessera.ir.dialects.tile import compute as tc
+from tessera.ir.dialects.tile import memory as tm
+from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.types import TensorType
+from tessera.numerics import DType, accum_of, default_accum, storage_of
+from tessera.numerics.formats.dtypes import promote
+from tessera.numerics.policy.modifiers import element
+
+if TYPE_CHECKING:
+    from tessera.ir.transforms.to_tile.kernel import Emitter
+
+#: float64 holds every integer below 2^53
+_F64_INTEGERS = 2**53
+#: int8 products are at most 2^14; an int32 accumulator holds sums below 2^31
+_INT8_K = 2**31 // 2**14 - 1
+
+
+def matmul_accum(instr: Instr) -> DType:
+    """The graph's accumulator of a matmul: a declared ``@accum`` (first operand first),
+    else the default accumulator of the promoted storage format."""
+    types = [v.type for v in instr.operands]
+    for t in types:
+        assert isinstance(t, TensorType)
+        if getattr(element(t.element), "accum", None) is not None:
+            return accum_of(t.element)
+    a, b = (storage_of(t.element) for t in types)  # type: ignore[attr-defined]
+    return default_accum(promote(a, b))
+
+
+def exact_contraction(a: DType, b: DType) -> int:
+    """The longest contraction of ``a`` by ``b`` whose tile-level sums are exact (0:
+    none, beyond one product)."""
+    if a.kind == b.kind == "int":
+        return _INT8_K if a.bits <= 8 and b.bits <= 8 else 0
+    if a.kind != "float" or b.kind != "float":
+        return 0
+    fa, fb = (_finfo(x) for x in (a, b))
+    quantum = float(fa.smallest_subnormal) * float(fb.smallest_subnormal)
+    quanta = float(fa.max) * float(fb.max) / quantum
+    return int(_F64_INTEGERS // quanta) if quanta < _F64_INTEGERS else 0
+
+
+def _finfo(x: DType) -> np.finfo:
+    import ml_dtypes
+
+    return ml_dtypes.finfo(x.np_dtype)
+
+
+def _check(instr: Instr) -> tuple[Value, Value]:
+    a, b = instr.operands
+    ta, tb = a.type, b.type
+    assert isinstance(ta, TensorType) and isinstance(tb, TensorType)
+    if ta.rank != 2 or tb.rank != 2:
+        raise rules.refuse(instr, "only 2-D matmuls are generated so far")
+    if a is b:  # its rows and its contraction would be one loop
+        raise rules.refuse(instr, "one tensor as both operands is not generated so far")
+    rules.check_element(instr)
+    fa, fb = storage_of(ta.element), storage_of(tb.element)
+    k = int(ta.shape[1])
+    limit = exact_contraction(fa, fb)
+    if k > max(limit, 1):
+        raise rules.refuse(
+            instr, f"the tile level's checked mma sums the {k} products of {fa} and {fb} "
+            "in float64 (int64), which is the graph's exactly rounded product only when "
+            f"those sums are exact: guaranteed by the formats for K <= {limit}" if limit else
+            f"the tile level's checked mma sums the products of {fa} and {fb} in float64, "
+            "which is the graph's exactly rounded product only when those sums are exact; "
+            "the formats alone do not guarantee it")
+    return a, b
+
+
+def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Value, Value],
+                env: dict[Value, Value]) -> Value:
+    """The matmul ``instr``: this program's tile of the product, rounded as the graph
+    rounds it. Operands in ``streamed`` are read from their memories (``mems``) one K
+    tile at a time through shared memory; the others are tiles the kernel computed
+    (``env``), whole along K."""
+    a, b = _check(instr)
+    out = instr.results[0]
+    (m, n), (k_extent,) = em.tile_type(out).shape, (a.type.shape[1],)  # type: ignore[attr-defined]
+    k_loop = em.loop_of.get((a, 1))
+    bk = em.tiles[k_loop] if k_loop is not None else 1
+    accum = matmul_accum(instr)
+    ea, eb = (storage_of(v.type.element) for v in (a, b))  # type: ignore[attr-defined]
+    shapes = {a: (m, bk), b: (bk, n)}
+    smem = {v: em.create(tm.AllocShared(shapes[v], e), [], instr)[0]
+            for v, e in ((a, ea), (b, eb)) if v in streamed}
+    acc_t = TensorType((m, n), accum)
+    zero = em.full(acc_t, 0)
+    rows = _start(em, out, 0)
+    cols = _start(em, out, 1)
+
+    def step(k: Value, acc: Value) -> Value:
+        starts = {a: [rows, k], b: [k, cols]}
+        for v, buf in smem.items():
+            view = em.create(tm.View(shapes[v]), [mems[v], *starts[v]], instr)[0]
+            em.create(tm.CpAsync(), [buf, view], instr)
+        if smem:
+            em.create(tm.Barrier(), [], instr)
+        tiles = [em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v]
+                 for v in (a, b)]
+        (acc,) = em.create(tc.Mma(accum), [*tiles, acc], instr)
+        if smem:
+            em.create(tm.Barrier(), [], instr)  # the next copies overwrite what mma read
+        return acc
+
+    if k_loop is None or bk == k_extent:
+        acc = step(em.index(0), zero)
+    else:
+        body = Block()
+        index = body.add_arg(tile_ops.SCALAR_INDEX, "k")
+        carried = body.add_arg(acc_t, "acc")
+        outer = em.builder
+        em.builder = Builder(body)
+        em.create(tile_ops.Yield(), [step(index, carried)], instr)
+        em.builder = outer
+        bounds = [em.index(0), em.index(k_extent), em.index(bk)]
+        (acc,) = em.builder.create(tile_ops.For(), [*bounds, zero], loc=instr.loc,
+                                   regions=[IRRegion([body])], result_types=[acc_t])
+    # the graph rounds the exact product to the accumulator, then to the result element
+    if accum.kind == "float":  # a float mma result is held wide until a cast rounds it
+        (acc,) = em.create(tc.Cast(accum), [acc], instr)
+    result = out.type.element  # type: ignore[attr-defined]
+    if storage_of(result) != accum:
+        (acc,) = em.create(tc.Cast(result), [acc], instr)
+    return rules.settle(em, instr, acc)
+
+
+def _start(em: Emitter, v: Value, axis: int) -> Value:
+    loop = em.loop_of.get((v, axis))
+    return em.starts[loop] if loop is not None else em.index(0)
+
+
+__all__ = ["emit_matmul", "exact_contraction", "matmul_accum"]
