@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRVerifyError
-from tessera.ir.core import Instr, Op, Type, check_count, region_types
+from tessera.ir.core import Instr, Op, Type, Value, check_count, region_types
 
 
 @dataclass(frozen=True)
@@ -99,4 +99,25 @@ class StructuredWhile(StructuredOp):
             raise IRVerifyError(f"{self.name} body must take and yield the carried values")
 
 
-__all__ = ["StructuredFor", "StructuredIf", "StructuredOp", "StructuredWhile"]
+def value_slots(instr: Instr) -> list[tuple[list[Value], list[Value]]]:
+    """Per result of a structured ``if`` / ``for`` / ``while``, ``(sources, targets)``:
+    the values that flow into that slot (a loop's initial value, the yields of its
+    regions) and the values that receive them (the region arguments, the result). An
+    ``if``'s condition and a ``while``'s condition region's flag are no slot."""
+    op = instr.op
+    if isinstance(op, StructuredIf):
+        carried: Sequence[Value] = []
+        bodies, arg_lists = instr.regions, []
+    elif isinstance(op, StructuredFor):  # the body's first argument is the index
+        carried, bodies = instr.operands[3:], instr.regions
+        arg_lists = [bodies[0].block.args[1:]]
+    else:  # while: (condition, body), both taking the carried values
+        carried, bodies = instr.operands, instr.regions[1:]
+        arg_lists = [region.block.args for region in instr.regions]
+    yields = [r.block.terminator.operands if r.block.terminator else [] for r in bodies]
+    return [([*carried[k:k + 1], *(y[k] for y in yields if k < len(y))],
+             [result, *(args[k] for args in arg_lists if k < len(args))])
+            for k, result in enumerate(instr.results)]
+
+
+__all__ = ["StructuredFor", "StructuredIf", "StructuredOp", "StructuredWhile", "value_slots"]

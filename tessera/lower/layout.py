@@ -12,13 +12,14 @@ except where an op needs it (reductions, ``mma`` operands).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Function, Instr, Value, walk
+from tessera.interp.tile.wide import possibly_wide
+from tessera.ir.core import Function, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.structured import value_slots
 from tessera.ir.types import TensorType
 
 
@@ -107,27 +108,6 @@ def _unit_reshape(a: Value, b: Value) -> bool:
     return squeeze(a) == squeeze(b)
 
 
-def value_slots(instr: Instr) -> list[tuple[list[Value], list[Value]]]:
-    """Per result of a ``tile.for`` / ``tile.while`` / ``tile.if``, ``(sources,
-    targets)``: the values that flow into that slot (a loop's initial value, the yields
-    of its regions) and the values that receive them (the region arguments, the
-    result). An ``if``'s condition and a ``while``'s ``tile.condition`` are no slot."""
-    op = instr.op
-    if isinstance(op, tile_ir.If):
-        carried: Sequence[Value] = []
-        bodies, arg_lists = instr.regions, []
-    elif isinstance(op, tile_ir.For):  # the body's first argument is the index
-        carried, bodies = instr.operands[3:], instr.regions
-        arg_lists = [bodies[0].block.args[1:]]
-    else:  # tile.while: (condition, body), both taking the carried values
-        carried, bodies = instr.operands, instr.regions[1:]
-        arg_lists = [region.block.args for region in instr.regions]
-    yields = [r.block.terminator.operands if r.block.terminator else [] for r in bodies]
-    return [([*carried[k:k + 1], *(y[k] for y in yields if k < len(y))],
-             [result, *(args[k] for args in arg_lists if k < len(args))])
-            for k, result in enumerate(instr.results)]
-
-
 def assign_layouts(fn: Function) -> dict[Value, Layout]:
     """A layout for every tensor value of the block kernel ``fn``."""
     cls = _Classes()
@@ -188,35 +168,6 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
             else:
                 out[v] = blocked(tuple(t.shape))
     return out
-
-
-def possibly_wide(fn: Function) -> set[Value]:
-    """The values that may hold a *wide* (float64) accumulation in the tile
-    interpreter's exact mode: ``mma`` results and what ``WIDE_OK`` ops and control flow
-    pass them to (a fixpoint over loops). The lowering checks one use against this set:
-    a tensor ``+=`` (``rules.memory``), where a GPU's f32 atomic add rounds the value
-    before adding it, not once after."""
-    from tessera.interp.tile.rules import WIDE_OK
-
-    wide: set[Value] = set()
-    changed = True
-    while changed:
-        changed = False
-        for instr in walk(fn.body):
-            op = instr.op
-            new: list[Value] = []
-            if isinstance(op, tile_compute.Mma) or (isinstance(op, WIDE_OK)
-                                         and any(v in wide for v in instr.operands)):
-                new = list(instr.results)
-            elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
-                for sources, targets in value_slots(instr):
-                    if any(v in wide for v in sources):
-                        new += targets
-            for v in new:
-                if v not in wide:
-                    wide.add(v)
-                    changed = True
-    return wide
 
 
 __all__ = ["Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts", "blocked",

@@ -151,6 +151,25 @@ def branchy_product(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.b
 
 
 @ts.kernel
+def wide_join(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+              C: ts.Tensor["M", "N", ts.f32], n: ts.int32):
+    """An accumulator whose slots one path fills with an mma result and another with
+    narrow values (a loop of ``n`` trips, a branch taken by the tiles of row ``n``):
+    the slots are wide on every path, so the adds after them are float64 sums."""
+    a, b = first_panels(A, B)
+    p = ts.tile.mma(a, b)
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for _ in ts.tile.range(0, n):
+        acc = ts.tile.mma(a, b, acc)
+    if tile_m == n * BM:
+        acc = ts.tile.mma(a, b, acc)
+    else:
+        acc = acc + p * 0.1
+    acc = acc + p * 0.3
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc + p * 0.7
+
+
+@ts.kernel
 def doubled(x: ts.Tensor["M", "N", ts.f32]) -> ts.Tensor["M", "N", ts.f32]:
     """A returned tile (its output tensor is described by the kernel's attributes)."""
     return x[tile_m:tile_m + BM, 0:N] * 2.0

@@ -145,6 +145,52 @@ def test_value_slots_of_if_and_while() -> None:
             same_bits(kernels.branchy_product, *args[:3], n, target=target, **launch)
 
 
+def _wide_join_model(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """``C`` of ``kernels.wide_join`` by docs/kernels.md section 7: ``acc``'s slots are
+    wide on every path, so each tile sums in float64 (``p * c`` rounds ``p`` and the
+    product to f32 first) and rounds once, at the store."""
+    f32 = np.float32
+    c = np.zeros((a.shape[0], b.shape[1]), f32)
+    for m0 in range(0, c.shape[0], 64):
+        for n0 in range(0, c.shape[1], 64):
+            p = a[m0:m0 + 64, :32].astype(np.float64) @ b[:32, n0:n0 + 64].astype(np.float64)
+            p32 = p.astype(f32)
+            acc = np.zeros((64, 64))
+            for _ in range(max(n, 0)):
+                acc = acc + p
+            acc = acc + p if m0 == n * 64 else acc + (p32 * f32(0.1)).astype(np.float64)
+            acc = acc + (p32 * f32(0.3)).astype(np.float64)
+            c[m0:m0 + 64, n0:n0 + 64] = acc + (p32 * f32(0.7)).astype(np.float64)
+    return c
+
+
+@pytest.mark.parametrize("n", [-1, 0, 1])
+def test_wide_slots_are_wide_on_every_path(n: int) -> None:
+    """A slot that one path fills with an mma result is wide on every path: with no
+    trip and no tile in the mma branch (n = -1), with the CTAs of one row in it (0),
+    and after one trip (1). The simulator follows the NumPy model of the rule in every
+    schedule, and the lowered kernel, whose Target IR joins widen alike, has its bits."""
+    a = rng.standard_normal((128, 64)).astype(BF16)
+    b = rng.standard_normal((64, 128)).astype(BF16)
+    launch = {"tile_shape": (64, 64, 32)}
+    want = _wide_join_model(a, b, n)
+    if n == -1:  # the rule differs from adding in f32 where nothing brings a wide value
+        p = np.zeros(want.shape, np.float32)
+        for m0, n0 in ((0, 0), (0, 64), (64, 0), (64, 64)):
+            p[m0:m0 + 64, n0:n0 + 64] = (a[m0:m0 + 64, :32].astype(np.float64)
+                                         @ b[:32, n0:n0 + 64].astype(np.float64))
+        f32 = np.float32
+        narrow = (p * f32(0.1) + p * f32(0.3)) + p * f32(0.7)
+        assert narrow.tobytes() != want.tobytes()
+    for schedule in ("vectorized", "sequential"):
+        c = np.zeros((128, 128), np.float32)
+        kernels.wide_join(a, b, c, n, schedule=schedule, **launch)
+        assert c.tobytes() == want.tobytes(), schedule
+    for target in TARGETS:
+        same_bits(kernels.wide_join, a, b, np.zeros((128, 128), np.float32), n,
+                  target=target, **launch)
+
+
 def _copy_sizes(ptx: str) -> set[str]:
     """The chunk sizes of the kernel's cp.async instructions."""
     return set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], (\d+)", ptx))

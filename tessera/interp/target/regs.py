@@ -10,7 +10,8 @@ modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
 Wide accumulators: ``add``, ``sub``, ``neg``, ``abs``, ``mov`` and ``selp`` keep a float64
 ``f32`` value wide (a narrow operand widens exactly); ``cvt``, ``pack`` and ``unpack`` are
 in :mod:`tessera.interp.target.convert`; every other instruction rounds a wide value to
-float32 first.
+float32 first. The registers of structured joins that a wide value can reach are wide
+on every thread (:mod:`tessera.interp.target.wide`).
 """
 
 from __future__ import annotations

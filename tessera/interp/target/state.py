@@ -28,7 +28,8 @@ import numpy as np
 
 from tessera.errors import InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
-from tessera.ir.core import Block, Function, Instr, Op, rule_decorator
+from tessera.interp.target.wide import wide_registers
+from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator
 from tessera.ir.text import op_attr_text
 
 #: NumPy storage of each PTX register type
@@ -179,11 +180,25 @@ class TargetCompiler(Slots):
     def __init__(self, m: Machine) -> None:
         super().__init__()
         self.m = m
+        self._wide: set[Value] | None = None
+
+    def wide_slots(self, values: list[Value]) -> list[int]:
+        """The slots of ``values`` that hold wide ``f32`` values (``interp.target.wide``)."""
+        if not values:
+            return []
+        if self._wide is None:
+            self._wide = wide_registers(self.m.fn)
+        return [self.slot(v) for v in values if v in self._wide]
 
     def body(self, block: Block) -> TargetBody:
-        """Compile a block (its terminator only provides the yielded slots)."""
+        """Compile a block (its terminator only provides the yielded slots). A loop's
+        carried register that is wide is widened on entry, where its first value may
+        still be narrow."""
         args = [self.slot(a) for a in block.args]
         steps = [self.instr(i) for i in block.instrs if not i.op.terminator]
+        wide_args = self.wide_slots(block.args)
+        if wide_args:
+            steps.insert(0, lambda fr: widen_slots(fr.regs, wide_args))
         term = block.terminator
         yields = [self.slot(v) for v in term.operands] if term is not None else []
         return TargetBody(steps, args, yields)
@@ -195,6 +210,13 @@ class TargetCompiler(Slots):
             raise InterpretError(f"the Target IR interpreter has no rule for {instr.op.name}",
                                  loc=instr.loc, hint="add a rule in tessera.interp.target")
         step = factory(self, instr)
+        outs = self.wide_slots(instr.results) if instr.regions else []
+        if outs:  # a join of structured flow: wide on every thread, whichever path
+            inner = step
+
+            def step(fr: TargetFrame) -> None:
+                inner(fr)
+                widen_slots(fr.regs, outs)
         step.instr = instr  # type: ignore[attr-defined]
         return step
 
@@ -228,6 +250,13 @@ def merge(mask: np.ndarray, new: Any, old: Any) -> Any:
     return np.where(widen_mask(mask, new), new, old)
 
 
+def widen_slots(regs: list[Any], slots: list[int]) -> None:
+    """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow."""
+    for s in slots:
+        if regs[s].dtype != F64:
+            regs[s] = regs[s].astype(F64)
+
+
 def narrow(x: np.ndarray, elem: str) -> np.ndarray:
     """A register value as its PTX type's storage (a wide f32 value rounds once, RNE)."""
     if elem == "f32" and x.dtype == F64:
@@ -237,4 +266,4 @@ def narrow(x: np.ndarray, elem: str) -> np.ndarray:
 
 __all__ = ["DTYPES", "F32", "F64", "STEPS", "Machine", "Step", "TargetBody", "TargetCompiler",
            "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "run", "step_rule",
-           "widen_mask"]
+           "widen_mask", "widen_slots"]

@@ -22,9 +22,10 @@ from tessera.interp.tile import fastpaths
 from tessera.interp.tile.context import Ctx
 from tessera.interp.tile.fastpaths.memo import coordinate_memo
 from tessera.interp.tile.live import last_uses, releasing
-from tessera.interp.tile.numeric import num
+from tessera.interp.tile.numeric import F64, num
 from tessera.interp.tile.rules import IMPLS
 from tessera.interp.tile.state import Reschedule, State
+from tessera.interp.tile.wide import held_wide, possibly_wide
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
@@ -130,6 +131,9 @@ class Compiler(Slots):
         # clear each tile value's register after its last use (see tile_live)
         steps = [releasing(step, [self.slot(v) for v in dead]) if dead else step
                  for step, dead in zip(steps, last_uses(block, kept, fused))]
+        wide_args = self.wide_slots(block.args)
+        if wide_args:  # a loop's carried accumulator: wide from its first trip on
+            steps.insert(0, lambda fr: widen_slots(fr.regs, wide_args))
         term = block.terminator
         yields = [self.slot(v) for v in term.operands] if term is not None else []
         defined = set(block.args)
@@ -168,9 +172,31 @@ class Compiler(Slots):
                                  "tessera.interp.tile.rules or tile_exec")
         for path in self.wrappers.get(cls, ()):
             step = path.factory(self, instr, step) or step  # type: ignore[misc]
+        if instr.regions:
+            step = self._widening(instr, step)
         step.loc = instr.loc  # type: ignore[attr-defined]
         step.opname = instr.op.name  # type: ignore[attr-defined]
         return step
+
+    def wide_slots(self, values: list[Value]) -> list[int]:
+        """The slots of ``values`` that exact mode holds wide (:mod:`.wide`): none in
+        fast mode, where nothing is wide."""
+        if self.fast or not values:
+            return []
+        wide = self.cached("wide", possibly_wide)
+        return [self.slot(v) for v in values if held_wide(v, wide)]
+
+    def _widening(self, instr: Instr, step: Step) -> Step:
+        """``step`` of a structured op, followed by the exact widening of the results
+        that are wide slots (whichever path, or fast path, produced them)."""
+        outs = self.wide_slots(instr.results)
+        if not outs:
+            return step
+
+        def widening(fr: Frame) -> None:
+            step(fr)
+            widen_slots(fr.regs, outs)
+        return widening
 
     def fuse(self, consumer: Instr, producer: Instr) -> Step:
         """One step for ``consumer`` and the ``producer`` of one of its operands."""
@@ -206,6 +232,16 @@ class Compiler(Slots):
             r = fr.regs
             r[out] = impl(*[r[i] for i in ins])
         return stepn
+
+
+def widen_slots(regs: list[Any], slots: list[int]) -> None:
+    """Widen the values of ``slots`` exactly to float64 where they are narrow (a
+    deferred product, :class:`~.fastpaths.pending.PendingMma`, is wide when forced)."""
+    for s in slots:
+        v = regs[s]
+        dt = getattr(v, "dtype", None)
+        if dt is not None and dt != F64 and isinstance(v, (np.ndarray, np.generic)):
+            regs[s] = v.astype(F64)
 
 
 def _integral(instr: Instr) -> bool:
@@ -252,4 +288,4 @@ def compile_kernel(fn: Function, fast: bool, reference: bool = False) -> Program
 
 
 __all__ = ["STEPS", "Body", "Compiler", "Frame", "Program", "compile_kernel", "fork",
-           "rank_of", "run", "step_rule"]
+           "rank_of", "run", "step_rule", "widen_slots"]

@@ -8,6 +8,10 @@ move data (``+``, ``-``, unary ``-``, ``where``, ``causal_mask``, broadcast, res
 transpose, the accumulator operand of ``mma``). It is rounded once, to its element,
 when it is stored (``C[...] = acc``, ``C[...] += acc``), cast, returned, or used by any
 other op (``acc * alpha`` rounds ``acc`` to f32 first, then multiplies in f32).
+Which values are wide is decided from the kernel's data flow
+(:mod:`tessera.interp.tile.wide`): a variable of branches and loops that some path
+makes wide is held wide on every path, so no tile's rounding depends on the tiles
+that run with it.
 
 Arithmetic on narrow values rounds every result to the element, as a GPU does:
 f32, f64 and integers compute natively (``+ - * /`` and ``sqrt`` of float32 are

@@ -1,0 +1,67 @@
+"""Which ``f32`` registers of a Target IR kernel are *wide*: decided by its data flow.
+
+The tile simulator holds an exact ``mma`` accumulation as float64 in every value the
+Tile IR's data flow can bring it to, on every path (:mod:`tessera.interp.tile.wide`,
+docs/kernels.md section 7); a lowered kernel must round where it does. This
+interpreter holds a wide ``f32`` register as a float64 array, made by ``mma.sync`` /
+``wgmma`` and kept by ``add``, ``sub``, ``neg``, ``abs``, ``mov``, ``selp``, the packing
+of register vectors and their unpacking (:mod:`tessera.interp.target.regs`,
+:mod:`tessera.interp.target.convert`). :func:`wide_registers` follows the same rules
+through the kernel, and through the slots of ``ptx.if`` / ``ptx.for`` / ``ptx.while``
+(least fixpoint over loops); the compiler widens those slots exactly where a narrow
+value enters them (:meth:`~tessera.interp.target.state.TargetCompiler.body`), so a
+register is wide on every thread or on none, whatever paths the threads took.
+"""
+
+from __future__ import annotations
+
+from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.structured import StructuredOp, value_slots
+
+
+def _f32(v: Value) -> bool:
+    return isinstance(v.type, RegType) and v.type.elem == "f32"
+
+
+def _keeps_wide(instr: Instr) -> bool:
+    """Whether ``instr`` passes a wide operand on to its results unrounded."""
+    op = instr.op
+    if isinstance(op, target_ops.Binary):
+        return op.op in ("add", "sub") and op.type == "f32"
+    if isinstance(op, target_ops.Unary):
+        return op.op == "mov" or (op.op in ("neg", "abs") and op.type == "f32")
+    if isinstance(op, target_ops.Pack):  # a vector of the operands (not a bit concat)
+        return instr.results[0].type.count > 1  # type: ignore[attr-defined]
+    if isinstance(op, target_ops.Unpack):  # a vector split into its elements
+        src = instr.operands[0].type
+        return isinstance(src, RegType) and src.count == op.count and src.elem == op.type
+    return isinstance(op, target_ops.Selp)
+
+
+def wide_registers(fn: Function) -> set[Value]:
+    """The ``f32`` registers of ``fn`` that hold float64 values."""
+    wide: set[Value] = set()
+    changed = True
+    while changed:
+        changed = False
+        for instr in walk(fn.body):
+            op = instr.op
+            new: list[Value] = []
+            if isinstance(op, (target_async.MmaSync, target_async.Wgmma)) or (
+                    _keeps_wide(instr) and any(v in wide for v in instr.operands)):
+                new = list(instr.results)
+            elif isinstance(op, StructuredOp):
+                for sources, targets in value_slots(instr):
+                    if any(v in wide for v in sources):
+                        new += targets
+            for v in new:
+                if v not in wide and _f32(v):
+                    wide.add(v)
+                    changed = True
+    return wide
+
+
+__all__ = ["wide_registers"]

@@ -1,0 +1,63 @@
+"""Which tile values are *wide*: a property of the kernel's data flow, not of a run.
+
+In exact mode an ``mma`` result is held as float64 and rounded once, when something
+other than addition uses it (:mod:`tessera.interp.tile.numeric`, docs/kernels.md
+section 7). Whether a value is wide is decided from the Tile IR alone: ``mma`` results
+are, the results of the ops of :data:`~tessera.interp.tile.rules.WIDE_OK` with a wide
+operand are, and so is every *slot* of structured control flow (a ``tile.if``'s
+result, a loop's carried value, its region arguments and its result) into which a
+wide value can flow, found as a least fixpoint over loops. A narrow value that reaches
+a wide slot (a loop's ``zeros`` start, the branch that scaled the accumulator) is
+widened exactly there, so the later ``acc + x`` adds in float64 on every path.
+
+Deciding it statically makes every tile's bits a function of its own path: tiles that
+run together, in a group or in the vectorised schedule's merged frames, never change
+how another tile rounds. The PTX lowering uses the same set
+(:func:`possibly_wide`) to refuse what a GPU cannot reproduce, and the Target IR
+interpreter widens its joins alike (:mod:`tessera.interp.target.wide`).
+"""
+
+from __future__ import annotations
+
+from tessera.interp.tile.numeric import num
+from tessera.interp.tile.rules import WIDE_OK
+from tessera.ir.core import Function, Value, walk
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.structured import value_slots
+from tessera.ir.types import TensorType
+
+
+def possibly_wide(fn: Function) -> set[Value]:
+    """The values of ``fn`` that hold a wide accumulation in exact mode: ``mma``
+    results and what ``WIDE_OK`` ops and control-flow slots pass them to (a least
+    fixpoint over loops). Only float values whose element is narrower than f64 are
+    actually held wide (:func:`held_wide`)."""
+    wide: set[Value] = set()
+    changed = True
+    while changed:
+        changed = False
+        for instr in walk(fn.body):
+            op = instr.op
+            new: list[Value] = []
+            if isinstance(op, tile_compute.Mma) or (isinstance(op, WIDE_OK)
+                                         and any(v in wide for v in instr.operands)):
+                new = list(instr.results)
+            elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
+                for sources, targets in value_slots(instr):
+                    if any(v in wide for v in sources):
+                        new += targets
+            for v in new:
+                if v not in wide:
+                    wide.add(v)
+                    changed = True
+    return wide
+
+
+def held_wide(v: Value, wide: set[Value]) -> bool:
+    """Whether exact mode holds ``v`` as float64 although its element is narrower."""
+    t = v.type
+    return v in wide and isinstance(t, TensorType) and num(t.element).can_be_wide
+
+
+__all__ = ["held_wide", "possibly_wide", "value_slots"]
