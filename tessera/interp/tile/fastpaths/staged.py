@@ -370,6 +370,7 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None
     fused = c.fused[block]
     kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
     steps = c.body(block).steps
+    lead = len(steps) - len(kept)  # steps before the instructions' own (the widening)
     closed: set[Value] = set()  # computed from program coordinates and constants alone
     for instr in pure:
         if all(v in closed for v in instr.operands):
@@ -379,7 +380,7 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None
                   if slot is not None and slot not in fixed]
     own = all(i in kept for i in pure)  # each has a step of its own to run
     run = [] if all(i.results[0] in closed for i in pure) or not own else \
-        [steps[kept.index(i)] for i in pure]
+        [steps[lead + kept.index(i)] for i in pure]
     return StagedLoop(stages, kslot, delta, ia, ib, run, invariants,
                       own and "staged_first_trip" in c.enabled)
 
