@@ -33,18 +33,26 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 def run_side(tree: Path, script: str, extra: list[str], env: dict[str, str]) -> str:
-    """Run ``benchmarks/SCRIPT.py`` of ``tree`` (or the current one where ``tree`` has
-    none) against ``tree``'s package; its output."""
+    """Run ``benchmarks/SCRIPT.py`` of ``tree`` (or the current one, copied there, where
+    ``tree`` has none) against ``tree``'s package; its output, headed by where
+    ``tessera`` was imported from."""
     path = tree / "benchmarks" / f"{script}.py"
     note = ""
     if not path.exists():
         # A script newer than the old revision measures it with the current script,
-        # which must then only use names the old package has.
-        path, note = HERE / f"{script}.py", f"(the current {script}.py on this revision)\n"
+        # copied into the old tree: scripts find their repository (sys.path, examples,
+        # sibling scripts) from their own place. It must only use names the old package
+        # has.
+        path.write_text((HERE / f"{script}.py").read_text())
+        note = f"(the current {script}.py, on this revision)\n"
     # Run from the tree's benchmarks folder, never from the checkout's root, whose
     # ``tessera/`` would otherwise come first on sys.path.
+    side_env = dict(env, PYTHONPATH=str(tree))
+    where = subprocess.run([sys.executable, "-c", "import tessera; print(tessera.__file__)"],
+                           cwd=path.parent, env=side_env, capture_output=True, text=True)
+    note += f"(tessera from {where.stdout.strip()})\n"
     done = subprocess.run([sys.executable, str(path), *extra], cwd=path.parent,
-                          env=dict(env, PYTHONPATH=str(tree)), capture_output=True, text=True)
+                          env=side_env, capture_output=True, text=True)
     out = note + done.stdout + (f"\n[exit {done.returncode}]\n{done.stderr[-2000:]}"
                          if done.returncode else "")
     return out
