@@ -5,12 +5,12 @@ subclasses these and says what its conditions and loop indices are."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRVerifyError
-from tessera.ir.core import Instr, Op, Type, Value, check_count, region_types
+from tessera.ir.core import Function, Instr, Op, Type, Value, check_count, region_types, walk
 
 
 @dataclass(frozen=True)
@@ -120,4 +120,31 @@ def value_slots(instr: Instr) -> list[tuple[list[Value], list[Value]]]:
             for k, result in enumerate(instr.results)]
 
 
-__all__ = ["StructuredFor", "StructuredIf", "StructuredOp", "StructuredWhile", "value_slots"]
+def forward_closure(fn: Function, makes: Callable[[Instr], bool],
+                    passes: Callable[[Instr], bool],
+                    admits: Callable[[Value], bool] = lambda v: True) -> set[Value]:
+    """The least set of values of ``fn`` (those ``admits`` accepts) that holds the
+    results of every instruction that ``makes`` one, the results of every instruction
+    that ``passes`` an operand of the set on, and the targets of every structured slot
+    with a source in the set (:func:`value_slots`; a fixpoint, so over loops too)."""
+    found: set[Value] = set()
+    changed = True
+    while changed:
+        changed = False
+        for instr in walk(fn.body):
+            new: list[Value] = []
+            if makes(instr) or (passes(instr) and any(v in found for v in instr.operands)):
+                new = list(instr.results)
+            elif isinstance(instr.op, StructuredOp):
+                for sources, targets in value_slots(instr):
+                    if any(v in found for v in sources):
+                        new += targets
+            for v in new:
+                if v not in found and admits(v):
+                    found.add(v)
+                    changed = True
+    return found
+
+
+__all__ = ["StructuredFor", "StructuredIf", "StructuredOp", "StructuredWhile",
+           "forward_closure", "value_slots"]

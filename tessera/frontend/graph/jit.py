@@ -253,8 +253,18 @@ def run_compiled(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
         results: Any = iter(run_distributed(compiled.function, inputs, mode))
     else:
         arrays = run_function(compiled.function, [t.array for t in inputs], mode=mode)
-        results = iter(Tensor(a, t.element) for a, t in
-                       zip(arrays, compiled.function.result_types))  # type: ignore[attr-defined]
+        return rebuild_outputs(compiled, arrays)
+    n = compiled.out_tree.num_leaves
+    leaves = [compiled.static_outputs[k] if k in compiled.static_outputs else next(results)
+              for k in range(n)]
+    return unflatten(compiled.out_tree, leaves)
+
+
+def rebuild_outputs(compiled: Compiled, arrays: list[Any]) -> Any:
+    """The Python function's output structure from its graph function's result arrays
+    (outputs that did not depend on the inputs come from the trace)."""
+    results = iter(Tensor(a, t.element) for a, t in
+                   zip(arrays, compiled.function.result_types))  # type: ignore[attr-defined]
     n = compiled.out_tree.num_leaves
     leaves = [compiled.static_outputs[k] if k in compiled.static_outputs else next(results)
               for k in range(n)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tessera.errors import ArgumentError, StageError, UnsupportedError
-from tessera.frontend.graph.pytree import flatten, unflatten
+from tessera.frontend.graph.pytree import flatten
 from tessera.frontend.graph.tensor import Tensor
 from tessera.ir.core import Function, Module
 
@@ -77,6 +77,7 @@ def run_tile(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     """Run a specialisation's kernels in the tile simulator; the output structure is
     the Python function's (as :func:`~tessera.frontend.graph.jit.run_compiled` builds)."""
     from tessera.frontend.graph.dist_arg import DistArg
+    from tessera.frontend.graph.jit import rebuild_outputs
     from tessera.interp.tile_program import run_program
 
     if any(isinstance(t, DistArg) for t in inputs):
@@ -85,12 +86,7 @@ def run_tile(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     program = tile_program(compiled)
     arrays = run_program(program, [t.array for t in inputs],
                          mode="fast" if mode == "fast" else "checked")
-    results = iter(Tensor(a, t.element) for a, t in
-                   zip(arrays, compiled.function.result_types))  # type: ignore[attr-defined]
-    n = compiled.out_tree.num_leaves
-    leaves = [compiled.static_outputs[k] if k in compiled.static_outputs else next(results)
-              for k in range(n)]
-    return unflatten(compiled.out_tree, leaves)
+    return rebuild_outputs(compiled, arrays)
 
 
 class CompiledProgram:

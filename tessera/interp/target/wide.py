@@ -15,11 +15,11 @@ register is wide on every thread or on none, whatever paths the threads took.
 
 from __future__ import annotations
 
-from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.core import Function, Instr, Value
 from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.structured import StructuredOp, value_slots
+from tessera.ir.structured import forward_closure
 
 
 def _f32(v: Value) -> bool:
@@ -43,25 +43,9 @@ def _keeps_wide(instr: Instr) -> bool:
 
 def wide_registers(fn: Function) -> set[Value]:
     """The ``f32`` registers of ``fn`` that hold float64 values."""
-    wide: set[Value] = set()
-    changed = True
-    while changed:
-        changed = False
-        for instr in walk(fn.body):
-            op = instr.op
-            new: list[Value] = []
-            if isinstance(op, (target_async.MmaSync, target_async.Wgmma)) or (
-                    _keeps_wide(instr) and any(v in wide for v in instr.operands)):
-                new = list(instr.results)
-            elif isinstance(op, StructuredOp):
-                for sources, targets in value_slots(instr):
-                    if any(v in wide for v in sources):
-                        new += targets
-            for v in new:
-                if v not in wide and _f32(v):
-                    wide.add(v)
-                    changed = True
-    return wide
+    return forward_closure(
+        fn, lambda instr: isinstance(instr.op, (target_async.MmaSync, target_async.Wgmma)),
+        _keeps_wide, _f32)
 
 
 __all__ = ["wide_registers"]

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from tessera.interp.tile.numeric import num
 from tessera.interp.tile.rules import WIDE_OK
-from tessera.ir.core import Function, Value, walk
-from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.core import Function, Value
 from tessera.ir.dialects.tile import compute as tile_compute
-from tessera.ir.structured import value_slots
+from tessera.ir.structured import forward_closure, value_slots
 from tessera.ir.types import TensorType
 
 
@@ -33,25 +32,8 @@ def possibly_wide(fn: Function) -> set[Value]:
     results and what ``WIDE_OK`` ops and control-flow slots pass them to (a least
     fixpoint over loops). Only float values whose element is narrower than f64 are
     actually held wide (:func:`held_wide`)."""
-    wide: set[Value] = set()
-    changed = True
-    while changed:
-        changed = False
-        for instr in walk(fn.body):
-            op = instr.op
-            new: list[Value] = []
-            if isinstance(op, tile_compute.Mma) or (isinstance(op, WIDE_OK)
-                                         and any(v in wide for v in instr.operands)):
-                new = list(instr.results)
-            elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
-                for sources, targets in value_slots(instr):
-                    if any(v in wide for v in sources):
-                        new += targets
-            for v in new:
-                if v not in wide:
-                    wide.add(v)
-                    changed = True
-    return wide
+    return forward_closure(fn, lambda instr: isinstance(instr.op, tile_compute.Mma),
+                           lambda instr: isinstance(instr.op, WIDE_OK))
 
 
 def held_wide(v: Value, wide: set[Value]) -> bool:
