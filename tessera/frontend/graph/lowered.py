@@ -78,7 +78,7 @@ def run_tile(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     the Python function's (as :func:`~tessera.frontend.graph.jit.run_compiled` builds)."""
     from tessera.frontend.graph.dist_arg import DistArg
     from tessera.frontend.graph.jit import rebuild_outputs
-    from tessera.interp.tile_program import run_program
+    from tessera.interp.tile.program import run_program
 
     if any(isinstance(t, DistArg) for t in inputs):
         raise UnsupportedError("backend 'tile' runs unplaced graph functions; placed "
