@@ -4,7 +4,7 @@ program of launches over global buffers (:mod:`.program`).
 
 It is an IR-to-IR translation, so it lives with the IR's transforms (it reads Graph,
 Schedule and Tile IR and nothing above them); running the result is the tile
-simulator's business (:mod:`tessera.interp.tile_program`). Kernels are built by
+simulator's business (:mod:`tessera.interp.tile.program`). Kernels are built by
 :mod:`.kernel`, their ops by the rules of :mod:`.ops`, which refuse, naming the op and
 the user's line, every op whose tile-level form would not give the graph interpreter's
 bits (docs/schedule.md, "Schedule → Tile").

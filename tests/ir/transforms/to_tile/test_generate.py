@@ -11,7 +11,7 @@ import pytest
 
 import tessera as ts
 from tessera.interp.graph import run_function
-from tessera.interp.tile_program import run_program
+from tessera.interp.tile.program import run_program
 from tessera.ir.text import parse_module
 from tessera.ir.transforms.to_tile import TileGenerationError, lower_module
 from tessera.ir.transforms.to_tile.kernel import divisor_tile
