@@ -213,8 +213,16 @@ class While(_Structured, StructuredWhile):
 
 # The program-id ops live in their own module and are re-exported here, so the whole
 # structural vocabulary is ``tile.X``.
-from tessera.ir.dialects.tile.ids import GridCoord, GroupId, LaneId, LinearId, LocalId  # noqa: E402
+from tessera.ir.dialects.tile.ids import (  # noqa: E402
+    Arange,
+    GridCoord,
+    GroupId,
+    LaneId,
+    LinearId,
+    LocalId,
+)
 
-__all__ = ["BOOL", "INDEX", "KERNEL", "SCALAR_BOOL", "SCALAR_INDEX", "Condition", "Constant",
-           "For", "GridCoord", "GroupId", "If", "LaneId", "LinearId", "LocalId", "MemRefType",
+__all__ = ["BOOL", "INDEX", "KERNEL", "SCALAR_BOOL", "SCALAR_INDEX", "Arange", "Condition",
+           "Constant", "For", "GridCoord", "GroupId", "If", "LaneId", "LinearId", "LocalId",
+           "MemRefType",
            "Return", "While", "Yield", "memref_of", "scalar_of", "tensor_of"]

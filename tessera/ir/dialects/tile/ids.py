@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.tile import INDEX, SCALAR_INDEX
 from tessera.ir.types import TensorType
@@ -70,4 +71,20 @@ class LaneId(Op):
         return (TensorType((self.lanes,), INDEX),)
 
 
-__all__ = ["GridCoord", "GroupId", "LaneId", "LinearId", "LocalId"]
+@register_op
+@dataclass(frozen=True)
+class Arange(Op):
+    """The index tile ``[0, 1, ..., n-1]`` (int): compared with a tensor's dims it
+    builds the mask of an edge tile (``tile.masked_load``)."""
+
+    name: ClassVar[str] = "tile.arange"
+    n: int
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        if self.n < 0:
+            raise IRVerifyError(f"tile.arange({self.n}): the length must be >= 0")
+        return (TensorType((self.n,), INDEX),)
+
+
+__all__ = ["Arange", "GridCoord", "GroupId", "LaneId", "LinearId", "LocalId"]

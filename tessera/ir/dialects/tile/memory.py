@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.tile import MemRefType, memref_of, scalar_of, tensor_of
+from tessera.ir.dialects.tile import BOOL, MemRefType, memref_of, scalar_of, tensor_of
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import storage_of
 
@@ -170,6 +170,75 @@ class Update(_Effect):
         return ()
 
 
+def _check_window(op: Op, operands: Sequence[Type],
+                  extra: int) -> tuple[MemRefType, tuple[int, ...]]:
+    """The memory and window shape of a masked access: ``(mem, starts..., extra...)``."""
+    sizes, squeeze = op.sizes, op.squeeze  # type: ignore[attr-defined]
+    if not operands:
+        raise IRVerifyError(f"{op.name} needs the memory to access")
+    src = memref_of(op, operands[0])
+    if len(operands) != 1 + src.rank + extra or len(sizes) != src.rank:
+        raise IRVerifyError(f"{op.name} of {src} needs {src.rank} starts and sizes")
+    for t in operands[1:1 + src.rank]:
+        scalar_of(op, t, "int")
+    if any(size < 0 for size in sizes):
+        raise IRVerifyError(f"{op.name} sizes {sizes} must be >= 0")
+    if any(not 0 <= a < src.rank or sizes[a] != 1 for a in squeeze):
+        raise IRVerifyError(f"{op.name} can only squeeze axes of size 1, not {squeeze}")
+    return src, tuple(s for a, s in enumerate(sizes) if a not in squeeze)
+
+
+def _check_mask(op: Op, t: Type, shape: tuple[int, ...]) -> None:
+    m = tensor_of(op, t)
+    if storage_of(m.element) != BOOL or m.shape != shape:
+        raise IRVerifyError(f"{op.name} needs a bool mask of the window's shape {shape}, "
+                            f"got {m}", hint="build it from comparisons of indices with "
+                                            "the tensor's dims")
+
+
+@register_op
+@dataclass(frozen=True)
+class MaskedLoad(_Effect):
+    """``tile.masked_load(%A, %i, %j, %mask, %other) {sizes = [64, 32]}``: the window of
+    ``%A`` at the starts (as ``tile.view``) read where ``%mask`` is true and ``%other``
+    (a scalar, converted to the memory's element) elsewhere. The window may extend past
+    the memory's edge: a masked-off element is never accessed (not read, not checked);
+    a masked-on element outside the memory is an out-of-bounds access."""
+
+    name: ClassVar[str] = "tile.masked_load"
+    sizes: tuple[int, ...]
+    squeeze: tuple[int, ...] = ()
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        src, shape = _check_window(self, operands, 2)
+        _check_mask(self, operands[-2], shape)
+        other = tensor_of(self, operands[-1])
+        if other.rank:
+            raise IRVerifyError(f"tile.masked_load's other value must be a scalar, got {other}")
+        return (TensorType(shape, src.element),)
+
+
+@register_op
+@dataclass(frozen=True)
+class MaskedStore(_Effect):
+    """``tile.masked_store(%A, %i, %j, %value, %mask) {sizes = [64, 32]}``: write
+    ``%value`` into the window where ``%mask`` is true (converting to the memory's
+    element); masked-off elements are never accessed, even past the memory's edge."""
+
+    name: ClassVar[str] = "tile.masked_store"
+    sizes: tuple[int, ...]
+    squeeze: tuple[int, ...] = ()
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        _, shape = _check_window(self, operands, 2)
+        v = tensor_of(self, operands[-2])
+        if v.shape != shape:
+            raise IRVerifyError(f"tile.masked_store of a {v.shape} tile into a {shape} window",
+                                hint="broadcast the tile to the window's shape")
+        _check_mask(self, operands[-1], shape)
+        return ()
+
+
 @register_op
 @dataclass(frozen=True)
 class LoadVector(_Effect):
@@ -266,5 +335,6 @@ class Barrier(_Effect):
 
 
 __all__ = ["UPDATE_OPS", "AllocRegister", "AllocShared", "Barrier", "CpAsync",
-           "CpCommitGroup", "CpWaitGroup", "Load", "LoadVector", "Select", "Store",
+           "CpCommitGroup", "CpWaitGroup", "Load", "LoadVector", "MaskedLoad",
+           "MaskedStore", "Select", "Store",
            "StoreVector", "Update", "View"]
