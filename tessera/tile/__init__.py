@@ -14,9 +14,11 @@ is handled by lane ``k % 32`` — so ids and scalars are per tile, not per lane)
 ``range`` results). Memory: ``alloc_shared(shape, dtype, swizzle=, alignment=)``,
 ``alloc_register(dtype, shape=())``, ``cp_async(dst, src)``, ``cp_commit_group()``,
 ``cp_wait_group(n)``, ``barrier()``, ``load_vector(ref, width=)``,
-``store_vector(ref, tile)``. Compute: ``mma(a, b, accumulator=)``, ``zeros``, ``full``,
-``exp``, ``log``, ``sqrt``, ``abs``, ``maximum``, ``minimum``, ``where``, ``row_max``,
-``row_sum``, ``reduce_sum``, ``reduce_max``, ``reduce_min``, ``causal_mask``, ``cast``.
+``store_vector(ref, tile)``, masked (edge-tile) accesses ``load(ref, mask=, other=)``
+and ``store(ref, value, mask=)`` with the index tile ``arange(n)``. Compute:
+``mma(a, b, accumulator=)``, ``zeros``, ``full``, ``exp``, ``log``, ``sqrt``, ``abs``,
+``maximum``, ``minimum``, ``where``, ``row_max``, ``row_sum``, ``reduce_sum``,
+``reduce_max``, ``reduce_min``, ``causal_mask``, ``cast``.
 
 The errors the tile level raises are exported here too: :class:`SanitizerError`
 (simulator reports), :class:`KernelCompileError`, :class:`UndefinedNameError` and
@@ -41,7 +43,8 @@ API = ("linear_id", "group_id", "lane_id", "local_id", "group_size", "range", "b
        "context", "alloc_shared", "alloc_register", "cp_async", "cp_commit_group",
        "cp_wait_group", "load_vector", "store_vector", "mma", "zeros", "full", "exp",
        "row_max", "row_sum", "maximum", "causal_mask", "cast",
-       "log", "sqrt", "abs", "minimum", "where", "reduce_sum", "reduce_max", "reduce_min")
+       "log", "sqrt", "abs", "minimum", "where", "reduce_sum", "reduce_max", "reduce_min",
+       "load", "store", "arange")
 
 
 def _outside(name: str) -> Callable[..., Any]:

@@ -5,7 +5,7 @@ a :class:`~tessera.frontend.kernel.compiler.state.CompileState` (insertion point
 source position, variables, free names) passed to rules looked up by node class in the
 tables of ``rules``: statements (``stmt``, ``loops``; ``merge`` joins the types of
 variables at control flow), expressions (``expr``, ``view`` for subscripts, ``call``),
-and the ``ts.tile.*`` calls by name (``api``, ``api_compute``). ``scope`` is what a
+and the ``ts.tile.*`` calls by name (``api``, ``api_compute``, ``masked``). ``scope`` is what a
 body can name. Each rule module registers its rules when imported, here.
 """
 
@@ -15,6 +15,7 @@ from tessera.frontend.kernel.compiler import (  # noqa: F401 - registers the rul
     call,
     expr,
     loops,
+    masked,
     stmt,
     view,
 )

@@ -136,6 +136,14 @@ def extent(state: CompileState, lo: Any, hi: Any, node: ast.AST) -> int:
 def view(state: CompileState, mem: Value, index: ast.expr, node: ast.AST, width: int = 0) -> Value:
     """The view ``mem[index]``; ``width`` > 0 makes the last axis a vector of that many
     elements starting at its index (``load_vector`` / ``store_vector``)."""
+    operands, sizes, squeeze = window(state, mem, index, node, width)
+    return state.emit1(tile_memory.View(sizes, squeeze), operands, node)
+
+
+def window(state: CompileState, mem: Value, index: ast.expr, node: ast.AST,
+           width: int = 0) -> tuple[list[Value], tuple[int, ...], tuple[int, ...]]:
+    """The operands (memory, then one start per axis), sizes and squeezed axes of
+    ``mem[index]``, without emitting the view (masked accesses take them directly)."""
     mt = mem.type
     assert isinstance(mt, MemRefType)
     items = list(index.elts) if isinstance(index, ast.Tuple) else [index]
@@ -191,7 +199,7 @@ def view(state: CompileState, mem: Value, index: ast.expr, node: ast.AST, width:
                 squeeze.append(d)
         squeeze.sort()
     operands = [mem] + [state.as_index(s, node) for s in starts]
-    return state.emit1(tile_memory.View(tuple(sizes), tuple(squeeze)), operands, node)
+    return operands, tuple(sizes), tuple(squeeze)
 
 
 def vector_view(state: CompileState, ref: Any, node: ast.expr, width: int) -> Value:
@@ -210,4 +218,4 @@ def vector_view(state: CompileState, ref: Any, node: ast.expr, width: int) -> Va
     return state.emit1(tile_memory.View(tuple(sizes), tuple(range(mt.rank - 1))), operands, node)
 
 
-__all__ = ["Affine", "affine", "extent", "tile_index", "vector_view", "view"]
+__all__ = ["Affine", "affine", "extent", "tile_index", "vector_view", "view", "window"]
