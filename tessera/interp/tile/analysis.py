@@ -79,11 +79,13 @@ def analyse(fn: Function) -> Analysis:
     def visit(block: Block, in_loop: bool) -> None:
         for instr in block.instrs:
             op = instr.op
-            if isinstance(op, (tile_memory.Load, tile_memory.LoadVector)):
+            if isinstance(op, (tile_memory.Load, tile_memory.LoadVector,
+                               tile_memory.MaskedLoad)):
                 read.update(roots(instr.operands[0], set()))
             elif isinstance(op, tile_memory.CpAsync):
                 read.update(roots(instr.operands[1], set()))
-            elif isinstance(op, (tile_memory.Store, tile_memory.StoreVector, tile_memory.Update)):
+            elif isinstance(op, (tile_memory.Store, tile_memory.StoreVector, tile_memory.Update,
+                                 tile_memory.MaskedStore)):
                 targets = roots(instr.operands[0], set())
                 written.update(targets)
                 for t in targets:

@@ -266,7 +266,7 @@ def compile_kernel(fn: Function, fast: bool, reference: bool = False) -> Program
     """Compile a ``tile.kernel`` function into closures; ``reference`` compiles the
     plain definition, op by op, with every fast path of the simulator left out;
     otherwise every enabled one (``fastpaths.enabled()``) is compiled in."""
-    from tessera.interp.tile.reference import flow, memory  # noqa: F401 - register steps
+    from tessera.interp.tile.reference import flow, masked, memory  # noqa: F401 - register steps
 
     fastpaths.load()
     c = Compiler(fast, frozenset() if reference else fastpaths.enabled(), fn)

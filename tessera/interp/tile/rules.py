@@ -322,4 +322,13 @@ def _lanes(instr: Instr, fast: bool) -> Impl:
     return lambda: value
 
 
+@rule(tile_ir.Arange)
+def _arange(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, tile_ir.Arange)
+    value = np.arange(op.n, dtype=np.int64)
+    value.setflags(write=False)
+    return lambda: value
+
+
 __all__ = ["BINARY_UFUNCS", "IMPLS", "WIDE_OK", "Impl", "mma_rule", "rule"]

@@ -19,6 +19,8 @@ views ``x[a:b, c]``                         :func:`.memory.make_view` (bounds, 8
                                             ``memory.globals.store`` (write owners, the
                                             fixed reduce order, 6) / ``memory.shared
                                             .write`` (races, 8)
+``tile.masked_load``, ``masked_store``      ``masked._masked_load``, ``_masked_store``
+(``ts.tile.load``/``store`` with ``mask=``)  (each masked-on element bounds-checked)
 ``alloc_shared``, ``barrier``, ``cp_async``  ``memory._sync``, ``memory._cp_async`` →
 ``cp_commit_group``, ``cp_wait_group``      :mod:`tessera.interp.tile.sync` (phases,
                                             copy groups, divergent barriers)
@@ -38,6 +40,6 @@ checked and fast mode (:mod:`tessera.interp.tile.fastpaths`) wrap these rules; e
 states why it gives the same bits and reports, and the tests compare both.
 """
 
-from tessera.interp.tile.reference import flow, memory
+from tessera.interp.tile.reference import flow, masked, memory
 
-__all__ = ["flow", "memory"]
+__all__ = ["flow", "masked", "memory"]
