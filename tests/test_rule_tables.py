@@ -149,9 +149,29 @@ def lane_numbers(x: ts.Tensor[32, ts.f32]):
     x[0:32] = ts.tile.cast(ts.tile.lane_id(), ts.f32)  # NOT_LOWERED op
 
 
+@ts.kernel
+def index_numbers(x: ts.Tensor[32, ts.f32]):
+    x[0:32] = ts.tile.cast(ts.tile.arange(32), ts.f32)  # NOT_LOWERED op
+
+
+@ts.kernel
+def masked_read(x: ts.Tensor[32, ts.f32]):
+    positive = x[0:32] * 1.0 > 0.0
+    x[0:32] = ts.tile.load(x[0:32], mask=positive, other=1.0) + 1.0  # NOT_LOWERED op
+
+
+@ts.kernel
+def masked_write(x: ts.Tensor[32, ts.f32]):
+    v = x[0:32] + 1.0
+    ts.tile.store(x[0:32], v, mask=v > 1.0)  # NOT_LOWERED op
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize(("kernel", "op"), [(natural_log, "tile.log"),
-                                            (lane_numbers, "tile.lane_id")])
+                                            (lane_numbers, "tile.lane_id"),
+                                            (index_numbers, "tile.arange"),
+                                            (masked_read, "tile.masked_load"),
+                                            (masked_write, "tile.masked_store")])
 def test_an_op_that_is_not_lowered_is_refused_at_its_line(kernel: Any, op: str,
                                                           target: str) -> None:
     x = np.full(32, 2.0, np.float32)

@@ -25,8 +25,9 @@ from typing import Any
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
-from tessera.ir.dialects.tile import LaneId, MemRefType
+from tessera.ir.dialects.tile import Arange, LaneId, MemRefType
 from tessera.ir.dialects.tile.compute import Log
+from tessera.ir.dialects.tile.memory import MaskedLoad, MaskedStore
 from tessera.ir.types import TensorType
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
@@ -47,6 +48,11 @@ NOT_LOWERED: dict[type[Op], str] = {
          "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
+    Arange: "no rule builds that index tile in a thread layout yet (as for lane_id)",
+    MaskedLoad: "masked loads are simulated, not yet lowered (predicated ld.global, or "
+                "cp.async with a zero-fill src-size, would lower them)",
+    MaskedStore: "masked stores are simulated, not yet lowered (a predicated st.global "
+                 "would lower them)",
 }
 
 
