@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.errors import IRVerifyError
+from tessera.errors import IRVerifyError, UnsupportedError
 from tessera.interp.tile.launcher import SCHEDULES
 from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir.dialects.tile import MemRefType
@@ -224,3 +224,17 @@ def test_invalid_masked_ops_are_rejected() -> None:
                                              TensorType((4,), boolean)])
     ok = tile_memory.MaskedLoad((4,)).infer([mem, start, TensorType((4,), boolean), other])
     assert ok == (TensorType((4,), f32),)
+
+
+def test_a_masked_access_of_shared_memory_is_refused_at_its_line() -> None:
+    @ts.kernel
+    def shared_edge(a: ts.Tensor[16, ts.f32]):
+        smem = ts.tile.alloc_shared((16,), ts.f32)
+        m = ts.tile.arange(16) < 8
+        ts.tile.store(smem[0:16], 1.0, mask=m)  # SHARED
+        ts.tile.barrier()
+        a[0:16] = smem[0:16]
+
+    with pytest.raises(UnsupportedError) as info:
+        shared_edge(np.zeros(16, np.float32), grid=1)
+    assert info.value.loc.line == _line("SHARED") and "shared memory" in str(info.value)
