@@ -74,14 +74,19 @@ def load(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> Any:
         return mem.array[tuple(ref.starts)]
     plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead)
     if mem.track_reads:
-        _check_read(st, ctx, loc, ref)
+        check_read(st, ctx, loc, ref)
     val = plan.view(mem.array)
     return np.array(val) if mem.written and plan.index is None else val
 
 
-def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
+def check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: Any = None) -> None:
+    """The race checks of a read of ``ref`` in every program, recording the read
+    (``plan``: the elements, when they are not the whole of ``ref``, as in a masked
+    load)."""
     mem: GlobalMem = ref.mem
-    plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
+    if plan is None:
+        plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead,
+                             expand=ctx.lead)
     shape = plan.shape
     gs = st.geom.group_size
     me = _per_position(ctx, ctx.pid, shape)
@@ -123,7 +128,9 @@ def _check_read(st: State, ctx: Ctx, loc: Loc, ref: Ref) -> None:
                 plan.write_mask(arr, dup, -2)
 
 
-def _check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan, reduce: bool) -> None:
+def check_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, plan: AccessPlan, reduce: bool) -> None:
+    """The conflict and race checks of a write (``reduce``: a read-modify-write) of the
+    elements of ``plan`` in every program, recording the write."""
     mem: GlobalMem = ref.mem
     shape = plan.shape
     me = _per_position(ctx, ctx.pid, shape)
@@ -223,7 +230,7 @@ def _planned_write(st: State, ctx: Ctx, loc: Loc, ref: Ref, reduce: bool,
     plan = AccessPlan.of(list(ref.starts), ref.sizes, ref.squeeze, ctx.nlead, expand=ctx.lead)
     mem: GlobalMem = ref.mem
     if st.checked or mem.track_reads or mem.last_group is not None:
-        _check_write(st, ctx, loc, ref, plan, reduce=reduce)
+        check_write(st, ctx, loc, ref, plan, reduce=reduce)
     if not (last and st.vectorized):
         mem.before_write(st.journal)
     return plan
@@ -283,4 +290,4 @@ def rmw_rounds(arr: np.ndarray, plan: AccessPlan, value: Any, op: str, element: 
         arr[idx] = combine(arr[idx], vals[pick], op, element)
 
 
-__all__ = ["load", "rmw_rounds", "store", "store_computed"]
+__all__ = ["check_read", "check_write", "load", "rmw_rounds", "store", "store_computed"]
