@@ -219,3 +219,10 @@ def gemm_into_column(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.
     smem_a, smem_b = first_panels(A, B)
     col = c0 + tile_n
     C[tile_m:tile_m + BM, col:col + BN] = ts.tile.mma(smem_a, smem_b)
+
+
+@ts.kernel
+def positive_mask(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
+    """A comparison written on memory (no load first), then used as a select."""
+    i = ts.tile.linear_id() * 32
+    out[i:i + 32] = ts.tile.where(x[i:i + 32] > 0.0, x[i:i + 32], 0.0)

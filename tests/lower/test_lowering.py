@@ -221,3 +221,17 @@ def test_tensor_updates_reduce_in_group_order(target: str) -> None:
     with pytest.raises(UnsupportedError, match="mma accumulator") as info:
         compile_kernel(seeds.gemm, a, b, np.zeros((128, 64), np.float32), target=target)
     assert "seeds.py" in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_comparison_of_memory_lowers(target: str) -> None:
+    """``x[i:i+32] > 0.0`` compares a memory view directly; the lowering reads it into
+    registers first, as it does for arithmetic."""
+    from tests.lower.kernels import positive_mask
+
+    x = rng.standard_normal(128).astype(np.float32)
+    x[::7] = -0.0
+    out = np.zeros_like(x)
+    positive_mask(x, out, grid=4)
+    assert np.array_equal(out, np.where(x > 0, x, 0).astype(np.float32))
+    same_bits(positive_mask, x, np.zeros_like(x), grid=4, target=target)

@@ -74,6 +74,14 @@ def elementwise(low: Lowerer, instr: Instr, args: list[Lowered],
     return [like(args[0], out, type)]
 
 
+def in_registers(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    """The operands read into registers: an operand may still be a memory view
+    (``x[0:32] > 0.0`` compares memory directly), whose register type a rule needs."""
+    from tessera.lower.rules.tensor import materialize
+
+    return [materialize(low, a, low.layouts.get(v)) for a, v in zip(args, instr.operands)]
+
+
 @rule(Constant)
 def _constant(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
@@ -153,6 +161,7 @@ def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 @rule(*CMP)
 def _compare(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     cmp = CMP[type(instr.op)]
+    args = in_registers(low, instr, args)
     t = args[0].type  # type: ignore[union-attr]
     if t == "f32" and cmp == "ne":
         cmp = "neu"  # Python's != is true for NaN
@@ -195,6 +204,7 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
 @rule(tile_compute.Where)
 def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    args = in_registers(low, instr, args)
     t = args[1].type  # type: ignore[union-attr]
     # selp takes (a, b, cond): the operands in the order 1, 2, 0
     return elementwise(low, instr, args, lambda e, r: e.selp(r[0], r[1], r[2], t), t,
@@ -205,6 +215,7 @@ def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
     assert isinstance(op, tile_compute.Cast)
+    args = in_registers(low, instr, args)
     src = args[0].type  # type: ignore[union-attr]
     dst = reg_type(op.to, "cast: ")
 
