@@ -37,19 +37,10 @@ from tessera.interp.apply import Apply, rule
 from tessera.interp.graph.elementwise import settle_nans
 from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics.formats.convert import convert
-from tessera.numerics.formats.dtypes import DType, promote
+from tessera.numerics.formats.dtypes import DType
 from tessera.numerics.formats.dtypes import f64 as _F64
-from tessera.numerics.policy.modifiers import accum_of, default_accum, element
+from tessera.numerics.policy.modifiers import accum_of, product_accum
 from tessera.numerics.reductions.rounding import matmul_rounded, round_fraction, sum_rounded
-
-
-def matmul_accum(ap: Apply) -> DType:
-    """The accumulator of a matmul: a declared ``@accum`` (first operand first), else
-    the default accumulator of the promoted storage format."""
-    for t in ap.operand_types:
-        if getattr(element(t.element), "accum", None) is not None:
-            return accum_of(t.element)
-    return default_accum(promote(ap.operand_storage(0), ap.operand_storage(1)))
 
 
 def _reduce_to(ap: Apply) -> DType:
@@ -62,7 +53,7 @@ def _reduce_to(ap: Apply) -> DType:
 def matmul(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """``a @ b`` over the last two axes (batch dims must match)."""
     a, b = operands
-    acc = matmul_accum(ap)
+    acc = product_accum(*(t.element for t in ap.operand_types))
     if ap.mode == "fast" and acc.kind in ("float", "complex"):
         with np.errstate(all="ignore"):
             prod = np.matmul(a.astype(acc.np_dtype, copy=False),

@@ -54,6 +54,8 @@ class Body:
     args: list[int]
     yields: list[int]
     liveins: list[tuple[int, int]] = field(default_factory=list)
+    #: the step that runs each instruction (a fused producer has none of its own)
+    step_of: dict[Instr, Step] = field(default_factory=dict)
 
 
 def rank_of(v: Value) -> int:
@@ -131,6 +133,7 @@ class Compiler(Slots):
         # clear each tile value's register after its last use (see tile_live)
         steps = [releasing(step, [self.slot(v) for v in dead]) if dead else step
                  for step, dead in zip(steps, last_uses(block, kept, fused))]
+        step_of = dict(zip(kept, steps))
         wide_args = self.wide_slots(block.args)
         if wide_args:  # a loop's carried accumulator: wide from its first trip on
             steps.insert(0, lambda fr: widen_slots(fr.regs, wide_args))
@@ -146,7 +149,7 @@ class Compiler(Slots):
             for v in instr.operands:
                 used.setdefault(v, None)
         liveins = [(self.slot(v), rank_of(v)) for v in used if v not in defined]
-        return Body(steps, args, yields, liveins)
+        return Body(steps, args, yields, liveins, step_of)
 
     def _fusions(self, block: Block) -> dict[Instr, Instr]:
         if not self.enabled & {"fused_mma_add", "fused_mma_scale", "fused_store"}:

@@ -256,6 +256,16 @@ def accum_of(e: Any) -> DType:
     return default_accum(el) if isinstance(el, DType) else el.accum_dtype
 
 
+def product_accum(a: Any, b: Any) -> DType:
+    """The accumulator of a product of elements ``a`` and ``b`` (a matmul's): a declared
+    ``@accum`` (``a``'s first), else the default accumulator of the promoted storage
+    format."""
+    for e in (a, b):
+        if getattr(element(e), "accum", None) is not None:
+            return accum_of(e)
+    return default_accum(promote(storage_of(a), storage_of(b)))
+
+
 def loss_scale_of(e: Any) -> float | None:
     """The static loss scale of an element, or None."""
     el = element(e)

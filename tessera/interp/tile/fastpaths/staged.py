@@ -366,11 +366,7 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None
     if found is None:
         return None
     stages, kslot, delta, ia, ib, pure = found
-    block = loop.regions[0].block
-    fused = c.fused[block]
-    kept = [i for i in block.instrs if not i.op.terminator and i not in fused.values()]
-    steps = c.body(block).steps
-    lead = len(steps) - len(kept)  # steps before the instructions' own (the widening)
+    step_of = c.body(loop.regions[0].block).step_of
     closed: set[Value] = set()  # computed from program coordinates and constants alone
     for instr in pure:
         if all(v in closed for v in instr.operands):
@@ -378,9 +374,9 @@ def staged_loop(c: Any, loop: Instr, defer: dict[int, Any]) -> StagedLoop | None
     fixed = {c.slot(v) for v in closed}
     invariants = [slot for s in stages for slot in s.starts
                   if slot is not None and slot not in fixed]
-    own = all(i in kept for i in pure)  # each has a step of its own to run
+    own = all(i in step_of for i in pure)  # each has a step of its own to run
     run = [] if all(i.results[0] in closed for i in pure) or not own else \
-        [steps[lead + kept.index(i)] for i in pure]
+        [step_of[i] for i in pure]
     return StagedLoop(stages, kslot, delta, ia, ib, run, invariants,
                       own and "staged_first_trip" in c.enabled)
 

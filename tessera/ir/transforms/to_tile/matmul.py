@@ -28,9 +28,8 @@ from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.types import TensorType
-from tessera.numerics import DType, accum_of, default_accum, storage_of
-from tessera.numerics.formats.dtypes import promote
-from tessera.numerics.policy.modifiers import element
+from tessera.numerics import DType, storage_of
+from tessera.numerics.policy.modifiers import product_accum
 
 if TYPE_CHECKING:
     from tessera.ir.transforms.to_tile.kernel import Emitter
@@ -39,18 +38,6 @@ if TYPE_CHECKING:
 _F64_INTEGERS = 2**53
 #: int8 products are at most 2^14; an int32 accumulator holds sums below 2^31
 _INT8_K = 2**31 // 2**14 - 1
-
-
-def matmul_accum(instr: Instr) -> DType:
-    """The graph's accumulator of a matmul: a declared ``@accum`` (first operand first),
-    else the default accumulator of the promoted storage format."""
-    types = [v.type for v in instr.operands]
-    for t in types:
-        assert isinstance(t, TensorType)
-        if getattr(element(t.element), "accum", None) is not None:
-            return accum_of(t.element)
-    a, b = (storage_of(t.element) for t in types)  # type: ignore[attr-defined]
-    return default_accum(promote(a, b))
 
 
 def exact_contraction(a: DType, b: DType) -> int:
@@ -106,7 +93,7 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     (m, n), (k_extent,) = em.tile_type(out).shape, (a.type.shape[1],)  # type: ignore[attr-defined]
     k_loop = em.loop_of.get((a, 1))
     bk = em.tiles[k_loop] if k_loop is not None else 1
-    accum = matmul_accum(instr)
+    accum = product_accum(*(v.type.element for v in (a, b)))  # type: ignore[attr-defined]
     ea, eb = (storage_of(v.type.element) for v in (a, b))  # type: ignore[attr-defined]
     shapes = {a: (m, bk), b: (bk, n)}
     smem = {v: em.create(tm.AllocShared(shapes[v], e), [], instr)[0]
@@ -157,4 +144,4 @@ def _start(em: Emitter, v: Value, axis: int) -> Value:
     return em.starts[loop] if loop is not None else em.index(0)
 
 
-__all__ = ["emit_matmul", "exact_contraction", "matmul_accum"]
+__all__ = ["emit_matmul", "exact_contraction"]
