@@ -32,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+
 def run_side(tree: Path, script: str, extra: list[str], env: dict[str, str]) -> str:
     """Run ``benchmarks/SCRIPT.py`` of ``tree`` (or the current one, copied there, where
     ``tree`` has none) against ``tree``'s package; its output, headed by where
@@ -53,9 +54,8 @@ def run_side(tree: Path, script: str, extra: list[str], env: dict[str, str]) -> 
     note += f"(tessera from {where.stdout.strip()})\n"
     done = subprocess.run([sys.executable, str(path), *extra], cwd=path.parent,
                           env=side_env, capture_output=True, text=True)
-    out = note + done.stdout + (f"\n[exit {done.returncode}]\n{done.stderr[-2000:]}"
-                         if done.returncode else "")
-    return out
+    failed = f"\n[exit {done.returncode}]\n{done.stderr[-2000:]}" if done.returncode else ""
+    return note + done.stdout + failed
 
 
 def main(argv: list[str] | None = None) -> int:
