@@ -102,6 +102,26 @@ def device_compute_capability(device: int = 0) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def device_arch(target: str, device: int = 0) -> str:
+    """The ptxas architecture that runs PTX written for ``target`` on CUDA device ``device``.
+
+    PTX is forward compatible and a cubin is not (a ``sm_80`` cubin does not load on a
+    Hopper GPU), so PTX for ``sm_80`` is assembled for the device's own architecture.
+    Arch-specific targets (``sm_90a``) run only on their own architecture."""
+    major, minor = device_compute_capability(device)
+    have = f"sm_{major}{minor}"
+    if target.endswith("a"):
+        if target[:-1] != have:
+            raise ArgumentError(f"PTX for {target} cannot run on this GPU ({have}): "
+                                f"{target}'s instructions exist on that architecture only",
+                                hint="compile for the GPU's own target (target=None picks it)")
+        return target
+    if int(target.removeprefix("sm_")) > major * 10 + minor:
+        raise ArgumentError(f"PTX for {target} cannot run on this GPU ({have})",
+                            hint="compile for an older target, or run on a newer GPU")
+    return have + ("a" if (major, minor) == (9, 0) else "")
+
+
 # --- argument conversion (no GPU needed) ----------------------------------------------------
 
 

@@ -58,14 +58,16 @@ class CompiledKernel:
                 out.append((name, f".{elem}"))
         return out
 
-    def assemble(self, *, use_nvjitlink: bool = False) -> Any:
-        """Assemble with ptxas (statistics, advisories fail) or nvJitLink in process."""
+    def assemble(self, *, use_nvjitlink: bool = False, arch: str | None = None) -> Any:
+        """Assemble with ptxas (statistics, advisories fail) or nvJitLink in process, for
+        ``arch`` (default: the kernel's target; a newer one runs its PTX on a newer GPU)."""
         from tessera.backend.ptx.driver.assemble import assemble, assemble_nvjitlink
 
+        arch = arch or self.target
         if use_nvjitlink:
-            return assemble_nvjitlink(self.ptx, self.target, line_map=self.line_map,
+            return assemble_nvjitlink(self.ptx, arch, line_map=self.line_map,
                                       kernel=self.name)
-        return assemble(self.ptx, self.target, line_map=self.line_map, kernel=self.name)
+        return assemble(self.ptx, arch, line_map=self.line_map, kernel=self.name)
 
 
 def lower_and_render(tile: Function, target: str) -> tuple[Function, str, dict[int, Loc],
