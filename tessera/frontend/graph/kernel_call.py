@@ -32,7 +32,7 @@ from tessera.errors import ArgumentError, DTypeError, UnsupportedError
 from tessera.frontend.graph import ops
 from tessera.frontend.graph.dist_arg import DistValue
 from tessera.frontend.graph.tensor import Tensor
-from tessera.frontend.graph.trace import Tracer
+from tessera.frontend.graph.trace import Tracer, current_trace
 from tessera.ir.core import IRRegion, clone_block
 from tessera.ir.dialects.graph.kernel import RETURNED, KernelCall, graph_type
 from tessera.ir.types import TensorType
@@ -73,6 +73,7 @@ def _outputs(out_shape: Any) -> tuple[list[TensorType], bool]:
 
 def call_kernel(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Record a call of the tile kernel ``kernel`` in the current trace (module doc)."""
+    _check_unplaced(kernel.name)
     kwargs = dict(kwargs)
     out_types, several = _outputs(kwargs.pop("out_shape")) if "out_shape" in kwargs \
         else ([], False)
@@ -152,6 +153,17 @@ def call_kernel(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     if not picked:
         return None
     return tuple(picked) if (several if fresh else len(picked) > 1) else picked[0]
+
+
+def _check_unplaced(name: str) -> None:
+    """Kernel calls run on one device: a function traced with placed (DistTensor)
+    arguments cannot hold one."""
+    trace = current_trace()
+    for t in [trace, *trace.ancestors()] if trace is not None else []:
+        if any(getattr(a.type, "sharding", None) is not None for a in t.block.args):
+            raise UnsupportedError(f"tile kernel '{name}' called in a function traced with "
+                                   "distributed (placed) arguments",
+                                   hint="call the kernel in a function of local tensors")
 
 
 def _returned(name: str, fn: Any) -> TensorType | int | None:

@@ -214,3 +214,13 @@ def test_capture_graph_warns_once_on_backends_without_cuda_graphs() -> None:
         for _ in range(2):  # one line, one warning
             ts.jit(lambda v: v * 2.0, capture_graph=True, backend="tile")
     assert len(seen) == 1 and seen[0].filename.endswith(HERE)
+
+
+def test_a_kernel_call_in_a_placed_function_is_refused() -> None:
+    from tessera import dist
+
+    mesh = dist.mesh(axes=("tp",), shape=(2,))
+    x = dist.tensor(shape=(8,), layout=dist.ShardSpec(("row",), ("tp",)), mesh=mesh,
+                    dtype="f32", data=np.ones(8, F32))
+    with pytest.raises(ts.UnsupportedError, match="distributed \\(placed\\) arguments"):
+        ts.jit(lambda v: saxpy(v * 1.0, v * 2.0, 1.0))(x)
