@@ -22,6 +22,8 @@ from tessera.numerics import storage_of
 
 #: prepared kernels by region block and mode (the block is kept, so its id stays unique)
 _PREPARED: dict[tuple[int, bool], tuple[Any, Any]] = {}
+#: prepared kernels kept (the oldest is dropped past this)
+KEEP = 256
 
 
 def _prepared(op: graph_ir.KernelCall, block: Any, returned: Any, fast: bool) -> Any:
@@ -30,6 +32,8 @@ def _prepared(op: graph_ir.KernelCall, block: Any, returned: Any, fast: bool) ->
     key = (id(block), fast)
     hit = _PREPARED.get(key)
     if hit is None or hit[0] is not block:
+        if len(_PREPARED) >= KEEP:
+            del _PREPARED[next(iter(_PREPARED))]
         hit = _PREPARED[key] = (block, prepare(op.tile_function(block, returned), fast))
     return hit[1]
 
