@@ -155,8 +155,9 @@ def tables(tessera: list[dict[str, Any]], others: dict[str, tuple[str | None, di
         for c in names:
             r = others[c][1].get(row["program"])
             cells.append(NA if r is None else "failed" if "error" in r else ms(r["compile_s"]))
+        ptx = "refused" if "ptx_error" in row else ms(row.get("ptx_s"))
         out.append(md([title(row["program"]), ms(row["schedule_s"]), ms(row.get("tile_s")),
-                       ms(row.get("ptx_s")), *cells]))
+                       ptx, *cells]))
     if sim:
         out += ["", "### Generated kernels in the tile simulator against the graph "
                 "interpreter (ms)\n",

@@ -25,6 +25,7 @@ interpreter, exact and fast) on the programs that generate.
 from __future__ import annotations
 
 import functools
+import re
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -175,8 +176,14 @@ def count_row(name: str, repeats: int = 5) -> dict[str, Any]:
         try:
             row["ptx_s"] = median_time(ptx_modules, fn, args, repeats)
         except Exception as err:
-            row["ptx_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+            row["ptx_error"] = reason(err)
     return row
+
+
+def reason(err: Exception) -> str:
+    """An error's class and first line, without the ``file:line:`` it starts with."""
+    text = re.sub(r"^\S+:\d+: ", "", str(err).splitlines()[0] if str(err) else "")
+    return f"{type(err).__name__}: {text[:120]}"
 
 
 def refused_op(err: TileGenerationError) -> str:
