@@ -198,9 +198,21 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     else:
         from tessera.lower.sm80.gemm import mma_block
 
+        _sm80_family_types(low, abox.elem, instr)
         out = mma_block(low.em, regs, abox, bbox, a_trans=a.transposed, b_trans=b.transposed,
                         atype=abox.elem)
     return [Dist(layout, out, "f32")]
+
+
+def _sm80_family_types(low: Lowerer, elem: str, instr: Instr) -> None:
+    """fp8 products: ``mma.sync`` m16n8k32 e4m3/e5m2 exists from sm_89 on (PTX ISA,
+    "Warp-level matrix multiply-accumulate instructions"), but is not lowered."""
+    if elem in ("e4m3", "e5m2"):
+        where = ("sm_89 has fp8 mma.sync (m16n8k32), which is not lowered yet"
+                 if low.target == "sm_89" else f"{low.target} has no fp8 tensor-core product")
+        raise UnsupportedError(f"an fp8 ({elem}) mma is not lowered for {low.target}: {where}",
+                               hint="compile for sm_90a (wgmma takes fp8), or cast the "
+                                    "operands to bf16", loc=instr.loc)
 
 
 def _check_types(instr: Instr) -> None:

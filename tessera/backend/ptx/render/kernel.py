@@ -23,9 +23,10 @@ from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
 from tessera.lower.shared import check_shared_limit
 
-#: the lowest PTX ISA version each target accepts in ``.target`` (sm_80: PTX 7.0;
-#: sm_90a, wgmma, TMA, expect_tx and fence.proxy.async: PTX 8.0)
-BASE_VERSION = {"sm_80": (7, 0), "sm_90a": (8, 0)}
+#: the lowest PTX ISA version each target accepts in ``.target`` (PTX ISA, "Release
+#: History" and ".target": sm_80 PTX 7.0, sm_86 7.1, sm_89 7.8; sm_90a, wgmma, TMA,
+#: expect_tx and fence.proxy.async: PTX 8.0)
+BASE_VERSION = {"sm_80": (7, 0), "sm_86": (7, 1), "sm_89": (7, 8), "sm_90a": (8, 0)}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
