@@ -68,8 +68,8 @@ def test_the_99_kib_limit(target: str) -> None:
                        group_size=128)
 
 
-@pytest.mark.parametrize("target", ["sm_80", *NEW])
-def test_fp8_mma_is_refused_clearly(target: str) -> None:
+@pytest.mark.parametrize("target", ["sm_80", "sm_86"])
+def test_fp8_mma_is_refused_clearly_before_sm89(target: str) -> None:
     fp8 = example("fp8_gemm").fp8_gemm
     a = np.zeros((64, 64), ml_dtypes.float8_e4m3fn)
     with pytest.raises(UnsupportedError, match=f"fp8 \\(e4m3\\) mma is not lowered for "
@@ -77,6 +77,62 @@ def test_fp8_mma_is_refused_clearly(target: str) -> None:
         compile_kernel(fp8, a, a, np.zeros((64, 64), np.float32), target=target,
                        tile_shape=(64, 64, 64))
     assert "fp8_gemm.py" in str(info.value.loc)
+
+
+@ts.kernel
+def fp8_gemm_swizzled(A: ts.Tensor["M", "K", ts.fp8_e5m2], Bt: ts.Tensor["N", "K", ts.fp8_e5m2],
+                      C: ts.Tensor["M", "N", ts.f32]):
+    """C = A @ Bt.T with e5m2 operands in xor-swizzled buffers."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.fp8_e5m2, swizzle="xor")
+    smem_b = ts.tile.alloc_shared((BN, BK), ts.fp8_e5m2, swizzle="xor")
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, Bt[tile_n:tile_n + BN, k:k + BK])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b.T, acc)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@pytest.mark.parametrize(("shape", "tile"), [((128, 128, 256), (64, 64, 128)),
+                                             ((64, 128, 128), (64, 128, 64)),
+                                             ((64, 48, 96), (64, 24, 32))])
+def test_fp8_mma_sync_on_sm89(shape: tuple[int, int, int], tile: tuple[int, int, int]) -> None:
+    """mma.sync.m16n8k32 with e4m3 (and e5m2) operands (PTX ISA 8.4, sm_89): the lowered
+    kernel equals the tile interpreter and the exact product rounded once."""
+    m, n, k = shape
+    for kernel, dt in ((example("fp8_gemm").fp8_gemm, ml_dtypes.float8_e4m3fn),
+                       (fp8_gemm_swizzled, ml_dtypes.float8_e5m2)):
+        a = rng.standard_normal((m, k)).astype(dt)
+        bt = rng.standard_normal((n, k)).astype(dt)
+        same_bits(kernel, a, bt, np.zeros((m, n), np.float32), target="sm_89",
+                  tile_shape=tile)
+        c = np.zeros((m, n), np.float32)
+        ts.launch(kernel, None, (a, bt, c), backend="target", target="sm_89",
+                  tile_shape=tile)
+        exact = a.astype(np.float64) @ bt.astype(np.float64).T
+        assert np.array_equal(c, exact.astype(np.float32))
+        ptx = compile_kernel(kernel, a, bt, c, target="sm_89", tile_shape=tile).ptx
+        assert "mma.sync.aligned.m16n8k32.row.col.f32" in ptx and ".version 8.4" in ptx
+
+
+def test_fp8_b_must_be_k_contiguous_on_sm89() -> None:
+    @ts.kernel
+    def fp8_row_major_b(A: ts.Tensor["M", "K", ts.fp8_e4m3], B: ts.Tensor["K", "N", ts.fp8_e4m3],
+                        C: ts.Tensor["M", "N", ts.f32]):
+        smem_a = ts.tile.alloc_shared((BM, BK), ts.fp8_e4m3)
+        smem_b = ts.tile.alloc_shared((BK, BN), ts.fp8_e4m3)
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
+        ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
+
+    a = np.zeros((64, 32), ml_dtypes.float8_e4m3fn)
+    with pytest.raises(UnsupportedError, match="row-major e4m3 B operand") as info:
+        compile_kernel(fp8_row_major_b, a, np.zeros((32, 64), ml_dtypes.float8_e4m3fn),
+                       np.zeros((64, 64), np.float32), target="sm_89", tile_shape=(64, 64, 32))
+    assert info.value.loc.file == __file__
 
 
 def test_aot_bundle_for_every_target(tmp_path: Path) -> None:
@@ -104,3 +160,40 @@ def test_cli_ptx_target(target: str, tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert f".target {target}" in out.read_text() and f"gemm {target}:" in proc.stdout + proc.stderr
+
+
+@ts.kernel
+def mm_f32(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+           C: ts.Tensor["M", "N", ts.f32]):
+    """One mma of f32 tiles (exact f32 products at the tile level)."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.f32)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.f32)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
+    ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
+    ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
+
+
+@ts.kernel
+def mm_int8(A: ts.Tensor["M", "K", ts.int8], B: ts.Tensor["K", "N", ts.int8],
+            C: ts.Tensor["M", "N", ts.int32]):
+    """One mma of int8 tiles."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.int8)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.int8)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
+    ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
+    ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
+
+
+@pytest.mark.parametrize(("kernel", "dtype", "out", "why"), [
+    (mm_f32, np.float32, np.float32, r"tf32 tensor cores .* would give other bits"),
+    (mm_int8, np.int8, np.int32, r"int8 mma\.sync \(m16n8k32 \.s8\.s8\.s32\) is not lowered"),
+])
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_mma_formats_without_a_lowering_are_refused_with_the_reason(
+        kernel: object, dtype: type, out: type, why: str, target: str) -> None:
+    with pytest.raises(UnsupportedError, match=why) as info:
+        compile_kernel(kernel, np.zeros((64, 32), dtype), np.zeros((32, 64), dtype),
+                       np.zeros((64, 64), out), target=target, tile_shape=(64, 64, 32))
+    assert info.value.loc.file == __file__
