@@ -34,6 +34,23 @@ def gemm_bias(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
 
 
 @ts.kernel
+def gemm_bias_square(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                     bias: ts.Tensor["N", ts.f32], C: ts.Tensor["M", "N", ts.f32]):
+    """C = A @ B + bias; ``[None, :]`` keeps the bias on the columns when BM == BN (a
+    1-D tile as long as the row count broadcasts along rows otherwise)."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc + bias[tile_n:tile_n + BN][None, :]
+
+
+@ts.kernel
 def gemm_row_scale(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                    scale: ts.Tensor["M", ts.bf16], C: ts.Tensor["M", "N", ts.f32]):
     """C = diag(scale) @ (A @ B), with a bf16 scale per row."""
@@ -63,6 +80,18 @@ def test_bias_row_epilogue(target: str, tile: tuple[int, int, int]) -> None:
     # an independent reference: the exact product, plus the bias, rounded once
     ts.launch(gemm_bias, None, (a, b, bias, c), backend="target", target=target,
               tile_shape=tile)
+    exact = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
+    assert np.array_equal(c, exact.astype(np.float32))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_bias_row_of_square_tiles(target: str) -> None:
+    a, b = _operands(128, 128, 64)
+    bias = rng.standard_normal(128).astype(np.float32)
+    c = np.zeros((128, 128), np.float32)
+    same_bits(gemm_bias_square, a, b, bias, c, target=target, tile_shape=(64, 64, 64))
+    ts.launch(gemm_bias_square, None, (a, b, bias, c), backend="target", target=target,
+              tile_shape=(64, 64, 64))
     exact = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
     assert np.array_equal(c, exact.astype(np.float32))
 
