@@ -59,17 +59,19 @@ class DeviceLaunch:
     values: list[Any]
     prep: Any
     out: Any
+    shared_bytes: int = 0  # dynamic shared memory per CTA
 
     def run(self) -> None:
         """Launch once and wait."""
-        self.module.launch(self.function, self.grid, self.block, 0, self.values)
+        self.module.launch(self.function, self.grid, self.block, self.shared_bytes,
+                           self.values)
 
     def time(self, *, repeat: int = 20, warmup: int = 3) -> Any:
         """A :class:`~tessera.backend.ptx.driver.timing.Timing` of ``repeat`` launches."""
         from tessera.backend.ptx.driver.timing import time_launches
 
         return time_launches(self.module, self.function, self.grid, self.block, self.values,
-                             repeat=repeat, warmup=warmup)
+                             repeat=repeat, warmup=warmup, shared_bytes=self.shared_bytes)
 
 
 @contextlib.contextmanager
@@ -95,7 +97,8 @@ def on_device(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
                     values.append(encode(a.tensor_map(dev.pointer(a.array))))
                 else:
                     values.append(a)
-            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, values, prep, out)
+            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, values, prep, out,
+                               compiled.shared_bytes)
 
 
 def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
@@ -142,10 +145,16 @@ class _Aot:
 
         compiled = [compile_kernel(kernel, *args, target=t, **launch_kw) for t in targets]
         first = compiled[0]
+        shared = {c.shared_bytes for c in compiled}
+        if len(shared) > 1:  # one manifest entry serves every target's image
+            raise ArgumentError(
+                f"kernel '{first.name}' needs different dynamic shared memory per target "
+                f"({', '.join(f'{c.target}: {c.shared_bytes}' for c in compiled)})",
+                hint="save one bundle per target")
         return save(path, first.name, {c.target: c.ptx for c in compiled},
                     signature=first.signature, specialization=first.specialization,
                     assemble=assemble, grid=list(first.grid), block=[first.block, 1, 1],
-                    shared_bytes=0)
+                    shared_bytes=first.shared_bytes)
 
     @staticmethod
     def load(path: str | Path) -> Any:
