@@ -34,17 +34,20 @@ BACKENDS = ("interp", "target", "cuda")
 
 
 def device_target() -> str:
-    """The PTX target of GPU 0: sm_90a on Hopper (its arch-specific wgmma and TMA), sm_80
-    on every other GPU from Ampere on (PTX for sm_80 runs on newer GPUs)."""
+    """The PTX target of GPU 0: sm_90a on Hopper (its arch-specific wgmma and TMA), sm_86
+    and sm_89 on those Ampere and Ada parts (sm_89's fp8 mma.sync), sm_80 on every other
+    GPU from Ampere on (PTX for sm_80 runs on newer GPUs)."""
     from tessera.backend.ptx.driver.launch import device_compute_capability
 
     major, minor = device_compute_capability()
     if (major, minor) == (9, 0):
         return "sm_90a"
+    if (major, minor) in ((8, 6), (8, 9)):
+        return f"sm_{major}{minor}"
     if major >= 8:
         return "sm_80"
     raise ArgumentError(f"compute capability {major}.{minor} is below sm_80",
-                        hint="Tessera's PTX backend targets sm_80 and sm_90a")
+                        hint="Tessera's PTX backend targets sm_80, sm_86, sm_89 and sm_90a")
 
 
 @dataclass
