@@ -40,6 +40,7 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
+from tessera.ir.dialects.target.guarded import GuardedStore
 from tessera.ir.dialects.target.ops import Store
 
 
@@ -105,7 +106,8 @@ def _step(instr: Instr, st: _State) -> _State:
         keep = op.n
         st.groups = st.groups[len(st.groups) - keep:] if keep else []
         st.fenced = False  # the results are about to be touched
-    elif (isinstance(op, Store) and op.space == "shared") or isinstance(op, CpAsync):
+    elif (isinstance(op, (Store, GuardedStore)) and op.space == "shared") or \
+            isinstance(op, CpAsync):
         st.dirty_shared = True
     elif isinstance(op, Fence):
         st.dirty_shared = False if op.kind == "proxy_async" else st.dirty_shared
