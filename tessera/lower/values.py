@@ -123,11 +123,15 @@ class Mem:
 class Indexed:
     """A tensor of ``shape`` whose element is ``at(emitter, coord)``: ``coord(axis)``
     gives that element's ``s32`` coordinate along ``axis``, and ``at`` emits the
-    element's computation and returns its register (of PTX type ``type``)."""
+    element's computation and returns its register (of PTX type ``type``). ``trend``
+    is what is known of it along its last axis: ``flat`` (constant), ``rise``
+    (non-decreasing), ``fall`` (non-increasing: a bool tile whose true elements come
+    first in each row, as ``offs < n`` is) or ``""`` (nothing)."""
 
     shape: tuple[int, ...]
     at: Callable[[Any, Callable[[int], Value]], Value]
     type: str
+    trend: str = ""
 
 
 Lowered = Scalar | Dist | Mem | Indexed

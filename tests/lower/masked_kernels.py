@@ -98,3 +98,69 @@ def unmasked_edges(a: ts.Tensor["N", ts.f32], b: ts.Tensor["N", ts.f32]):
     """A planted fault: the last tile reads and writes past the end, unmasked."""
     i = ts.tile.linear_id() * 16
     b[i:i + 16] = a[i:i + 16] * 2.0  # UNMASKED
+
+
+@ts.kernel
+def gemm_staged_edges(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                      C: ts.Tensor["M", "N", ts.f32]):
+    """A GEMM of any shape: operand tiles loaded masked (zeros past the edge, which add
+    zero products) and stored into shared memory, the result stored masked."""
+    ctx = ts.tile.context()
+    smem_a = ts.tile.alloc_shared((64, 32), ts.bf16)
+    smem_b = ts.tile.alloc_shared((32, 64), ts.bf16)
+    acc = ts.tile.zeros((64, 64), ts.f32)
+    rows = (tile_m + ts.tile.arange(64)) < ctx.M
+    cols = (tile_n + ts.tile.arange(64)) < ctx.N
+    for k in ts.tile.range(0, K, 32):
+        ks = (k + ts.tile.arange(32)) < ctx.K
+        smem_a[0:64, 0:32] = ts.tile.load(A[tile_m:tile_m + 64, k:k + 32],
+                                          mask=rows[:, None] & ks[None, :], other=0.0)
+        smem_b[0:32, 0:64] = ts.tile.load(B[k:k + 32, tile_n:tile_n + 64],
+                                          mask=ks[:, None] & cols[None, :], other=0.0)
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    ts.tile.store(C[tile_m:tile_m + 64, tile_n:tile_n + 64], acc,
+                  mask=rows[:, None] & cols[None, :])
+
+
+@ts.kernel
+def stage_columns(x: ts.Tensor["R", 32, ts.bf16], out: ts.Tensor["R", 32, ts.bf16],
+                  n: ts.int32):
+    """Rows staged through shared memory with their first ``n`` columns (a mask whose
+    masked-on elements come first in each row: a zero-fill copy)."""
+    ctx = ts.tile.context()
+    i = ts.tile.linear_id() * 16
+    staged = ts.tile.alloc_shared((16, 32), ts.bf16)
+    m = ((i + ts.tile.arange(16)) < ctx.R)[:, None] & (ts.tile.arange(32) < n)[None, :]
+    staged[0:16, 0:32] = ts.tile.load(x[i:i + 16, 0:32], mask=m, other=0.0)
+    ts.tile.barrier()
+    ts.tile.store(out[i:i + 16, 0:32], staged[0:16, 0:32],
+                  mask=((i + ts.tile.arange(16)) < ctx.R)[:, None])
+
+
+@ts.kernel
+def stage_even_columns(x: ts.Tensor["R", 32, ts.bf16], out: ts.Tensor["R", 32, ts.bf16]):
+    """Every other column staged (masked-on elements after masked-off ones in a chunk:
+    no zero-fill copy expresses it, so registers)."""
+    ctx = ts.tile.context()
+    i = ts.tile.linear_id() * 16
+    staged = ts.tile.alloc_shared((16, 32), ts.bf16)
+    m = ((i + ts.tile.arange(16)) < ctx.R)[:, None] & (ts.tile.arange(32) % 2 == 1)[None, :]
+    staged[0:16, 0:32] = ts.tile.load(x[i:i + 16, 0:32], mask=m, other=0.0)
+    ts.tile.barrier()
+    ts.tile.store(out[i:i + 16, 0:32], staged[0:16, 0:32],
+                  mask=((i + ts.tile.arange(16)) < ctx.R)[:, None])
+
+
+@ts.kernel
+def stage_leaky(x: ts.Tensor["R", 32, ts.f32], out: ts.Tensor["R", 32, ts.f32]):
+    """A planted fault: the staged copy's mask lets a row past the end through."""
+    ctx = ts.tile.context()
+    i = ts.tile.linear_id() * 16
+    staged = ts.tile.alloc_shared((16, 32), ts.f32)
+    m = ((i + ts.tile.arange(16)) <= ctx.R)[:, None]
+    staged[0:16, 0:32] = ts.tile.load(x[i:i + 16, 0:32], mask=m, other=0.0)  # LEAKY STAGE
+    ts.tile.barrier()
+    ts.tile.store(out[i:i + 16, 0:32], staged[0:16, 0:32],
+                  mask=((i + ts.tile.arange(16)) < ctx.R)[:, None])

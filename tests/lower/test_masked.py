@@ -126,3 +126,79 @@ def test_ptx_has_predicated_loads_and_stores(target: str) -> None:
         assert lines[k + 1].startswith(f"@!{guard[1:]} mov.f32 {dst},")
     assert all(line.startswith("@%p") for line in stores)
     assert not any(line.startswith(("ld.global", "st.global")) for line in lines)
+
+
+# -- masked loads staged into shared memory: zero-fill copies (tessera.lower.rules.staged)
+
+
+def _ptx(kernel: Any, *args: Any, target: str, **launch: Any) -> list[str]:
+    ptx = compile_kernel(kernel, *args, target=target, **launch).ptx
+    return [line.strip() for line in ptx.splitlines()]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("m, k, n", [(100, 70, 72), (130, 80, 72), (64, 64, 64), (1, 1, 1),
+                                     (65, 33, 9)])
+def test_gemm_with_staged_masked_operands(target: str, m: int, k: int, n: int) -> None:
+    """Operand tiles past M, N or K load zeros, which add zero products: the exact sums
+    are the tile interpreter's."""
+    a = rng.standard_normal((m, k)).astype(BF16)
+    b = rng.standard_normal((k, n)).astype(BF16)
+    c = np.zeros((m, n), np.float32)
+    same_bits(mk.gemm_staged_edges, a, b, c, target=target,
+              grid=(-(-m // 64), -(-n // 64)), tile_shape=(64, 64, 32))
+
+
+def test_staged_operands_are_zero_fill_copies() -> None:
+    """sm_80: cp.async with a source size (PTX ISA sec. 9.7.9.25), no register loads of
+    the operands; sm_90a: TMA (sec. 9.7.9.27) where the row stride is a multiple of 16
+    bytes (B's 144), cp.async where it is not (A's 140)."""
+    a, b = np.zeros((100, 70), BF16), np.zeros((70, 72), BF16)
+    args = (a, b, np.zeros((100, 72), np.float32))
+    launch = {"grid": (2, 2), "tile_shape": (64, 64, 32)}
+    sm80 = _ptx(mk.gemm_staged_edges, *args, target="sm_80", **launch)
+    copies = [line for line in sm80 if line.startswith("cp.async.ca.shared.global")]
+    assert copies and all(line.count(",") == 3 for line in copies)  # dst, src, 4, src-size
+    assert not any(" ld.global" in line for line in sm80)
+    sm90 = _ptx(mk.gemm_staged_edges, *args, target="sm_90a", **launch)
+    assert sum(line.startswith("cp.async.bulk.tensor") for line in sm90) == 1
+    assert any(line.startswith("cp.async.ca.shared.global") for line in sm90)
+    wide = (np.zeros((100, 80), BF16), np.zeros((80, 72), BF16), args[2])
+    sm90 = _ptx(mk.gemm_staged_edges, *wide, target="sm_90a", **launch)
+    assert sum(line.startswith("cp.async.bulk.tensor") for line in sm90) == 2
+    assert not any(line.startswith(("cp.async.ca", "cp.async.cg")) for line in sm90)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("n", [0, 1, 25, 32])
+def test_staged_prefix_mask_partial_chunks(target: str, n: int) -> None:
+    """Columns below n: a 16-byte chunk of 8 bf16 copies only its first n % 8."""
+    x = rng.standard_normal((37, 32)).astype(BF16)
+    same_bits(mk.stage_columns, x, np.zeros_like(x), n, target=target, grid=3)
+    lines = _ptx(mk.stage_columns, x, x.copy(), n, target=target, grid=3)
+    assert any(line.startswith("cp.async.cg.shared.global") and line.count(",") == 3
+               for line in lines)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_staged_mask_no_copy_expresses_goes_through_registers(target: str) -> None:
+    x = rng.standard_normal((37, 32)).astype(BF16)
+    same_bits(mk.stage_even_columns, x, np.zeros_like(x), target=target, grid=3)
+    lines = _ptx(mk.stage_even_columns, x, x.copy(), target=target, grid=3)
+    assert not any(line.startswith("cp.async") for line in lines)
+    assert any(line.startswith("@%p") and " ld.global.b16 " in line for line in lines)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_planted_leak_in_a_staged_copy_is_reported(target: str) -> None:
+    x = np.ones((37, 32), np.float32)
+    lines = Path(mk.__file__).read_text().splitlines()
+    for run in (lambda: mk.stage_leaky(x.copy(), np.zeros_like(x), grid=3),
+                lambda: _lowered_run(mk.stage_leaky, (x.copy(), np.zeros_like(x)),
+                                     {"grid": 3}, target)):
+        with pytest.raises(TesseraError, match="out of bounds") as info:
+            run()
+        loc = info.value.loc
+        assert loc is not None and lines[loc.line - 1].rstrip().endswith("# LEAKY STAGE")
+    assert any(line.startswith("cp.async.") and line.count(",") == 3
+               for line in _ptx(mk.stage_leaky, x, x.copy(), target=target, grid=3))

@@ -128,6 +128,8 @@ def through_indexed(low: Lowerer, instr: Instr, args: list[Lowered], fn: Rule) -
     """Apply rule ``fn`` to operands of which some are :class:`Indexed`: lazily (an
     index tensor again) when every operand is one or a scalar, else after evaluating
     them in their operand's layout."""
+    if isinstance(instr.op, (tile_memory.MaskedLoad, tile_memory.MaskedStore)):
+        return fn(low, instr, args)  # they evaluate their masks where they need them
     if isinstance(instr.op, LAZY):
         scalars = [a if isinstance(a, (Indexed, Scalar)) else _splat(low, v)
                    for a, v in zip(args, instr.operands)]
@@ -147,18 +149,50 @@ def _zero(e: TargetEmitter) -> Value:
     return e.const(0, "s32")
 
 
+def _trend(x: Indexed | Scalar) -> str:
+    return x.trend if isinstance(x, Indexed) else "flat"
+
+
+#: ops whose result keeps the order of their operands along the last axis, and those
+#: that reverse the second operand's (an Lt of a rising and a falling tile falls)
+_KEEP = (tile_compute.Add, tile_compute.And, tile_compute.Or, tile_compute.Maximum,
+         tile_compute.Minimum)
+_CMP = {tile_compute.Lt: ("rise", "fall"), tile_compute.Le: ("rise", "fall"),
+        tile_compute.Gt: ("fall", "rise"), tile_compute.Ge: ("fall", "rise")}
+
+
+def _combined(op: Any, args: list[Indexed | Scalar]) -> str:
+    """The trend of an elementwise op's result from its operands' (``Indexed.trend``)."""
+    trends = [_trend(a) for a in args]
+    if all(t == "flat" for t in trends):
+        return "flat"
+    if isinstance(op, tile_compute.Sub) and trends[1] in ("flat", "rise", "fall"):
+        trends[1] = {"rise": "fall", "fall": "rise"}.get(trends[1], "flat")
+    elif type(op) in _CMP:
+        first, second = _CMP[type(op)]
+        ok = trends[0] in (first, "flat") and trends[1] in (second, "flat")
+        return "fall" if ok else ""
+    elif not isinstance(op, (*_KEEP, tile_compute.Sub)):
+        return ""
+    moving = {t for t in trends if t != "flat"}
+    return moving.pop() if len(moving) == 1 and "" not in moving else ""
+
+
 def _lazy(low: Lowerer, instr: Instr, args: list[Indexed | Scalar], fn: Rule) -> Indexed:
     op = instr.op
     t = instr.results[0].type
     assert isinstance(t, TensorType)
     shape = tuple(t.shape)
+    last = len(shape) - 1
     if isinstance(op, tile_compute.Broadcast):
         x = args[0]
         if isinstance(x, Scalar):
-            return Indexed(shape, lambda e, c: x.reg, x.type)
+            return Indexed(shape, lambda e, c: x.reg, x.type, "flat")
         dims = op.dims
+        src = [k for k, d in enumerate(dims) if d == last and x.shape[k] != 1]
+        trend = "flat" if not src else x.trend if src == [len(x.shape) - 1] else ""
         return Indexed(shape, lambda e, c: x.at(e, lambda k: c(dims[k]) if x.shape[k] != 1
-                                               else _zero(e)), x.type)
+                                               else _zero(e)), x.type, trend)
     if isinstance(op, tile_compute.Reshape):
         x = args[0]
         assert isinstance(x, Indexed)
@@ -168,8 +202,10 @@ def _lazy(low: Lowerer, instr: Instr, args: list[Indexed | Scalar], fn: Rule) ->
             raise UnsupportedError("a reshape of an index tensor that moves elements is not "
                                    "lowered", loc=instr.loc)
         where = dict(zip(src, dst))
+        trend = ("flat" if shape[-1] == 1 else x.trend
+                 if where.get(len(x.shape) - 1) == last else "")
         return Indexed(shape, lambda e, c: x.at(e, lambda k: c(where[k]) if k in where
-                                               else _zero(e)), x.type)
+                                               else _zero(e)), x.type, trend)
     rtype = reg_type(t.element, f"{op.name}: ")
 
     def at(e: TargetEmitter, coord: Callable[[int], Value]) -> Value:
@@ -182,14 +218,14 @@ def _lazy(low: Lowerer, instr: Instr, args: list[Indexed | Scalar], fn: Rule) ->
             low.stack.pop()
         assert isinstance(out, Scalar)
         return out.reg
-    return Indexed(shape, at, rtype)
+    return Indexed(shape, at, rtype, _combined(op, args))
 
 
 @rule(tile_ids.Arange)
 def _arange(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
     assert isinstance(op, tile_ids.Arange)
-    return [Indexed((op.n,), lambda e, c: c(0), "s32")]
+    return [Indexed((op.n,), lambda e, c: c(0), "s32", "rise")]
 
 
 def _guards(low: Lowerer, mask: Lowered, els: Elements, instr: Instr) -> list[Value]:
@@ -245,15 +281,24 @@ def _other(e: TargetEmitter, other: Lowered, rt: str, element: Any) -> Value:
 
 @rule(tile_memory.MaskedLoad)
 def _masked_load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    from tessera.lower.rules.staged import Staged, staged_store
+
     mem, rank = _window(low, instr, args)
+    if staged_store(instr) is not None:  # copied into shared memory where it is stored
+        return [Staged(mem, args[1 + rank], args[1:1 + rank], instr)]  # type: ignore[arg-type]
+    return [load_masked(low, instr, mem, args[1 + rank], args[2 + rank])]
+
+
+def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowered) -> Dist:
+    """The masked load ``instr`` of the window ``mem``, in its result's layout."""
     e = low.em
     els = elements(low, low.layouts[instr.results[0]])
-    guards = _guards(low, args[1 + rank], els, instr)
+    guards = _guards(low, mask, els, instr)
     mt, rt = mem_type(mem.element), reg_type(mem.element)
     if mt not in REG_TYPES:
         raise UnsupportedError(f"masked loads of {mem.element} are not lowered",
                                loc=instr.loc, hint="load 16- or 32-bit elements")
-    fill = _other(e, args[2 + rank], rt, mem.element)
+    fill = _other(e, other, rt, mem.element)
     direct = mt == rt
     regs = []
     for r in range(els.count):
@@ -263,7 +308,7 @@ def _masked_load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowere
             continue
         raw = e.one(GuardedLoad(mem.space, mt), addr, guards[r], e.const(0, mt))
         regs.append(e.selp(_to_reg(e, raw, mt, rt, mem.element), fill, guards[r], rt))
-    return [Dist(els.layout, regs, rt)]
+    return Dist(els.layout, regs, rt)
 
 
 @rule(tile_memory.MaskedStore)
@@ -288,4 +333,5 @@ def _masked_store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     return []
 
 
-__all__ = ["LAZY", "Elements", "elements", "evaluate", "settle", "through_indexed"]
+__all__ = ["LAZY", "Elements", "elements", "evaluate", "load_masked", "settle",
+           "through_indexed"]

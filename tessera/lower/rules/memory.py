@@ -203,6 +203,15 @@ def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
+    from tessera.lower.rules.staged import Staged, stage
+
+    if isinstance(value, Staged):  # a masked load into shared memory: a zero-fill copy
+        if stage(low, mem, value):
+            return []
+        from tessera.lower.rules.masked import load_masked
+
+        load = value.load
+        value = load_masked(low, load, value.window, value.mask, low.env[load.operands[-1]])
     if isinstance(value, Scalar) and _rank0(instr):
         store_scalar(low.em, mem, value.reg, value.type)
         return []
