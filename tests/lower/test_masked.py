@@ -202,3 +202,21 @@ def test_planted_leak_in_a_staged_copy_is_reported(target: str) -> None:
         assert loc is not None and lines[loc.line - 1].rstrip().endswith("# LEAKY STAGE")
     assert any(line.startswith("cp.async.") and line.count(",") == 3
                for line in _ptx(mk.stage_leaky, x, x.copy(), target=target, grid=3))
+
+
+# -- masked accesses of shared memory
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_masked_shared_accesses(target: str) -> None:
+    """A window of a shared buffer that reaches past its end, masked: guarded
+    ``ld.shared``/``st.shared``; a mask that lets one element out is a fault."""
+    from tests.tile.test_masked import shared_edges
+
+    a = rng.standard_normal(41).astype(np.float32)
+    same_bits(shared_edges, a, np.zeros_like(a), 0, target=target, grid=4)
+    lines = _ptx(shared_edges, a, a.copy(), 0, target=target, grid=4)
+    assert any(line.startswith("@%p") and " ld.shared.f32 " in line for line in lines)
+    assert any(line.startswith("@%p") and " st.shared.f32 " in line for line in lines)
+    with pytest.raises(TesseraError, match="out of bounds"):
+        _lowered_run(shared_edges, (a, np.zeros_like(a), 1), {"grid": 4}, target)
