@@ -25,12 +25,11 @@ from typing import Any
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
-from tessera.ir.dialects.tile import Arange, LaneId, MemRefType
+from tessera.ir.dialects.tile import LaneId, MemRefType
 from tessera.ir.dialects.tile.compute import Log
-from tessera.ir.dialects.tile.memory import MaskedLoad, MaskedStore
 from tessera.ir.types import TensorType
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
+from tessera.lower.values import Indexed, Lowered, Mem, Scalar, elem_bytes, reg_type
 
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
 RULES: dict[type[Op], Rule] = {}
@@ -48,11 +47,6 @@ NOT_LOWERED: dict[type[Op], str] = {
          "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
-    Arange: "no rule builds that index tile in a thread layout yet (as for lane_id)",
-    MaskedLoad: "masked loads are simulated, not yet lowered (predicated ld.global, or "
-                "cp.async with a zero-fill src-size, would lower them)",
-    MaskedStore: "masked stores are simulated, not yet lowered (a predicated st.global "
-                 "would lower them)",
 }
 
 
@@ -278,10 +272,12 @@ class Lowerer:
         # a region starts with no previous op: a copy that opens a loop body follows the
         # body's last op (from the second trip on), not the copy before the loop
         self.extra["prev_op"] = None
+        from tessera.lower.rules.masked import settle, through_indexed
+
         try:
             for instr in block.instrs:
                 if instr.op.terminator:
-                    return [self.env[v] for v in instr.operands]
+                    return [settle(self, v, self.env[v]) for v in instr.operands]
                 fn = RULES.get(type(instr.op))
                 if fn is None:
                     why = NOT_LOWERED.get(type(instr.op))
@@ -291,8 +287,12 @@ class Lowerer:
                         hint="run the kernel in the tile simulator, or rewrite it without "
                              f"{instr.op.name}")
                 e.loc = instr.loc
+                args = [self.env[v] for v in instr.operands]
                 try:
-                    outs = fn(self, instr, [self.env[v] for v in instr.operands])
+                    # an index tensor (arange, a mask) is computed where it is used
+                    outs = (through_indexed(self, instr, args, fn)
+                            if any(isinstance(a, Indexed) for a in args) else
+                            fn(self, instr, args))
                 except TesseraError as err:
                     if err.loc is not None and err.loc.file == instr.loc.file:
                         raise

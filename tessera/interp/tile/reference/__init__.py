@@ -21,7 +21,8 @@ views ``x[a:b, c]``                         :func:`.memory.make_view` (bounds, 8
                                             .write`` (races, 8)
 ``tile.masked_load``, ``masked_store``      ``masked._masked_load``, ``_masked_store``
 (``ts.tile.load``/``store``, ``mask=``)     (masked-on elements only: bounds, then the
-                                            checks of ``memory.globals``, 8)
+                                            checks of ``memory.globals`` or
+                                            ``memory.shared_masked``, 8)
 ``alloc_shared``, ``barrier``, ``cp_async``  ``memory._sync``, ``memory._cp_async`` →
 ``cp_commit_group``, ``cp_wait_group``      :mod:`tessera.interp.tile.sync` (phases,
                                             copy groups, divergent barriers)

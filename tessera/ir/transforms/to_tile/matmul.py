@@ -27,6 +27,7 @@ from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.edges import stage
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, storage_of
 from tessera.numerics.policy.modifiers import product_accum
@@ -105,9 +106,9 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
 
     def step(k: Value, acc: Value) -> Value:
         starts = {a: [rows, k], b: [k, cols]}
-        for v, buf in smem.items():
-            view = em.create(tm.View(shapes[v]), [mems[v], *starts[v]], instr)[0]
-            em.create(tm.CpAsync(), [buf, view], instr)
+        for v, buf in smem.items():  # masked along a loop the tile does not divide
+            loops = [em.loop_of.get((v, axis)) for axis in (0, 1)]
+            stage(em, buf, mems[v], v, starts[v], shapes[v], loops, instr)
         if smem:
             em.create(tm.Barrier(), [], instr)
         tiles = [em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v]

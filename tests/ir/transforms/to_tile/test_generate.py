@@ -14,7 +14,7 @@ from tessera.interp.graph import run_function
 from tessera.interp.tile.program import run_program
 from tessera.ir.text import parse_module
 from tessera.ir.transforms.to_tile import TileGenerationError, lower_module
-from tessera.ir.transforms.to_tile.kernel import divisor_tile
+from tessera.ir.transforms.to_tile.edges import edge_tile, tile_count
 from tests.ir.transforms.to_tile import programs
 
 GOLDEN = Path(__file__).parents[3] / "golden" / "to_tile"
@@ -71,11 +71,15 @@ def test_one_kernel_per_fused_group() -> None:
     assert program.results == ["k0_0", "k0_1"]
 
 
-@pytest.mark.parametrize(("extent", "tile", "want"),
-                         [(48, 64, 48), (64, 16, 16), (100, 64, 50), (97, 64, 1), (7, 7, 7)])
-def test_divisor_tile(extent: int, tile: int, want: int) -> None:
-    got = divisor_tile(extent, tile)
-    assert got == want and extent % got == 0
+@pytest.mark.parametrize(("extent", "tile", "want", "count"),
+                         [(48, 64, 48, 1), (64, 16, 16, 4), (100, 64, 64, 2), (97, 64, 64, 2),
+                          (7, 7, 7, 1), (97, 1, 1, 97)])
+def test_edge_tile(extent: int, tile: int, want: int, count: int) -> None:
+    """The schedule's tile (the whole loop when shorter), and enough tiles to cover the
+    loop: the last one reaches past the edge by less than a tile."""
+    got = edge_tile(extent, tile)
+    assert got == want and tile_count(extent, got) == count
+    assert 0 <= count * got - extent < got
 
 
 def _line_of(fn: object, text: str) -> int:
