@@ -54,6 +54,11 @@ NOT_LOWERED: dict[type[Op], str] = {
     MaskedStore: "masked stores are simulated, not yet lowered (a predicated st.global "
                  "would lower them)",
 }
+#: why ops with ``exact = true`` (exact reductions, exact ``mma`` accumulators) are
+#: refused, whatever their class
+EXACT_NOT_LOWERED = ("exact accumulation (a correctly rounded sum of any length) is "
+                     "simulated, not yet lowered (it needs a long accumulator or an "
+                     "error-free summation in registers)")
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -283,10 +288,14 @@ class Lowerer:
                 if instr.op.terminator:
                     return [self.env[v] for v in instr.operands]
                 fn = RULES.get(type(instr.op))
+                if getattr(instr.op, "exact", False) is True:
+                    fn = None
                 if fn is None:
-                    why = NOT_LOWERED.get(type(instr.op))
+                    why = NOT_LOWERED.get(type(instr.op)) or \
+                        (EXACT_NOT_LOWERED if getattr(instr.op, "exact", False) else None)
                     raise UnsupportedError(
-                        f"{instr.op.name} is not lowered to PTX yet"
+                        f"{instr.op.name}" + (" (exact)" if getattr(instr.op, "exact", False)
+                                              else "") + " is not lowered to PTX yet"
                         + (f": {why}" if why else ""), loc=instr.loc,
                         hint="run the kernel in the tile simulator, or rewrite it without "
                              f"{instr.op.name}")
