@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from tessera.ir.core import Function, Module, Value
 from tessera.ir.dialects import schedule as schedule_ops
+from tessera.ir.transforms.to_tile import reduce as _reduce_rules  # noqa: F401 (registers)
 from tessera.ir.transforms.to_tile.kernel import build_kernel
 from tessera.ir.transforms.to_tile.ops import TileGenerationError
 from tessera.ir.transforms.to_tile.program import Launch, TileProgram

@@ -63,12 +63,16 @@ def refuse(instr: Instr, why: str, hint: str | None = None) -> TileGenerationErr
         hint=hint or "run the function with backend='interp' (the graph interpreter)")
 
 
-def _rule(*classes: type) -> Callable[[Rule], Rule]:
+def rule(*classes: type) -> Callable[[Rule], Rule]:
+    """Register a rule for the graph op ``classes``."""
     def register(fn: Rule) -> Rule:
         for cls in classes:
             RULES[cls] = fn
         return fn
     return register
+
+
+_rule = rule
 
 
 def _type(v: Value) -> TensorType:
@@ -110,8 +114,8 @@ _FLOAT_ARITH = {graph_ops.Add: tc.Add, graph_ops.Sub: tc.Sub, graph_ops.Mul: tc.
 _INT_ARITH = {graph_ops.Add: tc.Add, graph_ops.Sub: tc.Sub, graph_ops.Mul: tc.Mul}
 
 
-def _in_int64(em: Emitter, instr: Instr, args: list[Value],
-              body: Callable[[list[Value]], Value]) -> Value:
+def in_int64(em: Emitter, instr: Instr, args: list[Value],
+             body: Callable[[list[Value]], Value]) -> Value:
     """An integer op computed in int64 and cast back (saturating, as Graph IR does)."""
     fmt = storage_of(_type(instr.operands[0]).element)
     if fmt.bits > 32:
@@ -131,7 +135,7 @@ def _arith(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         return settle(em, instr, out)
     if kind == "int" and type(instr.op) in _INT_ARITH:
         op = _INT_ARITH[type(instr.op)]
-        return _in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
+        return in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
     raise refuse(instr, f"{kind} {instr.op.name.split('.')[1]} differs between Graph IR "
                  "and the tile level")
 
@@ -167,7 +171,7 @@ def _sign(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     op = tc.Neg if isinstance(instr.op, graph_ops.Neg) else tc.Abs
     kind = _kind(instr)
     if kind == "int":
-        return _in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
+        return in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
     (out,) = em.create(op(), args, instr)
     # neg moves a NaN with its sign flipped in both; abs computes a new one
     return out if op is tc.Neg else settle(em, instr, out)
@@ -251,12 +255,8 @@ def emit(em: Emitter, instr: Instr, args: list[Value]) -> Value:
 
 
 def _why_not(instr: Instr) -> str:
-    name = instr.op.name
-    if isinstance(instr.op, (graph_ops.Reduce, graph_ops.Softmax)) or "norm" in name:
-        return ("the tile level's row sums are float64 sums, not the graph's exact sum "
-                "rounded once")
     return "no tile-level rule gives the graph interpreter's bits for it"
 
 
-__all__ = ["RULES", "TileGenerationError", "check_element", "emit", "folded", "refuse",
-           "settle"]
+__all__ = ["RULES", "TileGenerationError", "check_element", "emit", "folded", "in_int64",
+           "refuse", "rule", "settle"]

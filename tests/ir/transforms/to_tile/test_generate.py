@@ -93,11 +93,11 @@ def test_matmul_is_refused_at_its_line() -> None:
     assert err.value.loc.file.endswith("programs.py")
 
 
-def test_softmax_is_refused_at_its_line() -> None:
-    compiled = ts.jit(programs.softmax_rows).compile(*_args((8, 16)))
-    with pytest.raises(TileGenerationError, match=r"graph\.softmax") as err:
+def test_tanh_is_refused_at_its_line() -> None:
+    compiled = ts.jit(programs.softmax_tanh).compile(*_args((8, 16)))
+    with pytest.raises(TileGenerationError, match=r"graph\.tanh") as err:
         lower_module(compiled.module)
-    assert err.value.loc.line == _line_of(programs.softmax_rows, "op.softmax")
+    assert err.value.loc.line == _line_of(programs.softmax_tanh, "op.tanh")
 
 
 def test_the_float64_sum_of_mma_is_not_the_graph_product() -> None:
