@@ -24,6 +24,7 @@ from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
+from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
@@ -189,6 +190,9 @@ def _cast(instr: Instr, fast: bool) -> Impl:
     src = _num_in(instr)
     if num(to).kind == "bool" and src.kind != "bool":
         return lambda x: np.asarray(x) != 0
+    if num(to).sd == src.sd and storage_of(to) != storage_of(src.element):
+        # one storage dtype, two formats (f32 into tf32): the values still round
+        return lambda x: convert(np.asarray(src.narrow(x)), to)
     return lambda x: to_storage(x, to)
 
 
