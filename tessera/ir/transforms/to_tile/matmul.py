@@ -64,12 +64,15 @@ def _finfo(x: DType) -> np.finfo:
     return ml_dtypes.finfo(x.np_dtype)
 
 
-def _check(instr: Instr) -> tuple[Value, Value, bool]:
+def _check(em: Emitter, instr: Instr) -> tuple[Value, Value, bool]:
     a, b = instr.operands
     ta, tb = a.type, b.type
     assert isinstance(ta, TensorType) and isinstance(tb, TensorType)
-    if ta.rank != 2 or tb.rank != 2:
-        raise rules.refuse(instr, "only 2-D matmuls are generated so far")
+    if ta.rank < 2 or ta.rank != tb.rank or ta.shape[:-2] != tb.shape[:-2]:
+        raise rules.refuse(instr, "only matmuls of operands of one rank (at least 2) and "
+                           "one batch shape are generated so far")
+    if any(d != 1 for d in em.tile_type(instr.results[0]).shape[:-2]):
+        raise rules.refuse(instr, "a tile of several batch elements of a batched matmul")
     if a is b:  # its rows and its contraction would be one loop
         raise rules.refuse(instr, "one tensor as both operands is not generated so far")
     rules.check_element(instr)
@@ -91,29 +94,36 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     rounds it. Operands in ``streamed`` are read from their memories (``mems``) one K
     tile at a time through shared memory; the others are tiles the kernel computed
     (``env``), whole along K."""
-    a, b, exact = _check(instr)
+    a, b, exact = _check(em, instr)
     out = instr.results[0]
-    (m, n), (k_extent,) = em.tile_type(out).shape, (a.type.shape[1],)  # type: ignore[attr-defined]
-    k_loop = em.loop_of.get((a, 1))
+    out_t = em.tile_type(out)
+    rank, lead = out_t.rank, tuple(out_t.shape[:-2])  # batch axes: tiles of 1
+    (m, n), k_extent = out_t.shape[-2:], a.type.shape[-1]  # type: ignore[attr-defined]
+    k_loop = em.loop_of.get((a, rank - 1))
     bk = em.tiles[k_loop] if k_loop is not None else 1
     accum = product_accum(*(v.type.element for v in (a, b)))  # type: ignore[attr-defined]
     ea, eb = (storage_of(v.type.element) for v in (a, b))  # type: ignore[attr-defined]
     shapes = {a: (m, bk), b: (bk, n)}
-    smem = {v: em.create(tm.AllocShared(shapes[v], e), [], instr)[0]
+    smem = {v: em.create(tm.AllocShared((*lead, *shapes[v]), e), [], instr)[0]
             for v, e in ((a, ea), (b, eb)) if v in streamed}
     acc_t = TensorType((m, n), accum)
     zero = em.full(acc_t, 0)
-    rows = _start(em, out, 0)
-    cols = _start(em, out, 1)
+    batch = [_start(em, out, axis) for axis in range(rank - 2)]
+    rows = _start(em, out, rank - 2)
+    cols = _start(em, out, rank - 1)
+
+    def matrix(v: Value, tile: Value) -> Value:
+        # mma multiplies matrices: a batched operand's tile drops its batch axes of 1
+        return em.create(tc.Reshape(shapes[v]), [tile], instr)[0] if lead else tile
 
     def step(k: Value, acc: Value) -> Value:
-        starts = {a: [rows, k], b: [k, cols]}
+        starts = {a: [*batch, rows, k], b: [*batch, k, cols]}
         for v, buf in smem.items():
-            view = em.create(tm.View(shapes[v]), [mems[v], *starts[v]], instr)[0]
+            view = em.create(tm.View((*lead, *shapes[v])), [mems[v], *starts[v]], instr)[0]
             em.create(tm.CpAsync(), [buf, view], instr)
         if smem:
             em.create(tm.Barrier(), [], instr)
-        tiles = [em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v]
+        tiles = [matrix(v, em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v])
                  for v in (a, b)]
         (acc,) = em.create(tc.Mma(accum, exact), [*tiles, acc], instr)
         if smem:
@@ -139,6 +149,8 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     result = out.type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:
         (acc,) = em.create(tc.Cast(result), [acc], instr)
+    if lead:
+        (acc,) = em.create(tc.Reshape(tuple(out_t.shape)), [acc], instr)
     return rules.settle(em, instr, acc)
 
 

@@ -236,6 +236,16 @@ def _broadcast(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     return em.create(op, [x], instr)[0]
 
 
+@rule(graph_ops.Transpose)
+def _transpose(em: Emitter, instr: Instr, args: list[Value]) -> Value:
+    perm = tuple(instr.op.perm)  # type: ignore[attr-defined]
+    rank = len(perm)
+    if rank < 2 or perm != (*range(rank - 2), rank - 1, rank - 2):
+        raise refuse(instr, f"the permutation {list(perm)} is not a swap of the last two "
+                     "axes (the tile level's transpose)")
+    return em.create(tc.Transpose(), args, instr)[0]
+
+
 def folded(instr: Instr, users: list[Instr]) -> bool:
     """True for a scalar constant that only broadcasts read: they fill their tiles
     with its value, so it needs no instruction of its own."""
