@@ -24,6 +24,13 @@ def mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
     return op.gelu(x @ w1 + b1) @ w2 + b2
 
 
+def layernorm(x: Any, g: Any, b: Any) -> Any:
+    """Two exact row means, then the elementwise normalisation: one kernel."""
+    mu = op.mean(x, axis=-1, keepdims=True)
+    d = x - mu
+    return d / op.sqrt(op.mean(d * d, axis=-1, keepdims=True) + 1e-5) * g + b
+
+
 def softmax_rows(x: Any) -> Any:
     return op.softmax(x, axis=-1) * 2.0
 

@@ -28,6 +28,8 @@ def _args(*shapes: tuple[int, ...]) -> list[np.ndarray]:
 CASES = {
     "chain": (programs.chain, [(64, 48), (64, 48), (48,)]),
     "row_and_matrix": (programs.row_and_matrix, [(100, 48), (48,)]),
+    "layernorm": (programs.layernorm, [(32, 64), (64,), (64,)]),
+    "softmax_rows": (programs.softmax_rows, [(32, 64)]),
 }
 
 
