@@ -26,7 +26,7 @@ from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.dialects.tile import Arange, LaneId, MemRefType
-from tessera.ir.dialects.tile.compute import Log
+from tessera.ir.dialects.tile.compute import Erf, Log, Tanh
 from tessera.ir.dialects.tile.memory import MaskedLoad, MaskedStore
 from tessera.ir.types import TensorType
 from tessera.lower.emit import TargetEmitter
@@ -46,6 +46,10 @@ rule = rule_decorator(RULES, "lowering rule")
 NOT_LOWERED: dict[type[Op], str] = {
     Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
          "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
+    Tanh: "the tile simulator's tanh is NumPy's float64 tanh rounded once, which no "
+          "specified algorithm defines bit for bit yet (as for log)",
+    Erf: "the tile simulator's erf is the C library's float64 erf rounded once, which no "
+         "specified algorithm defines bit for bit yet (as for log)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
     Arange: "no rule builds that index tile in a thread layout yet (as for lane_id)",

@@ -10,6 +10,7 @@ lines up a uniform tile with a per-program one. Rounding follows
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -147,11 +148,22 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc)
+def _erf(x: Any, out: Any = None, dtype: Any = None, casting: str = "same_kind") -> Any:
+    """The C library's ``erf`` in float64 (NumPy has none), as the graph interpreter
+    computes it; ``out`` receives the values rounded once."""
+    wide = np.asarray(x, dtype=F64)
+    r = np.asarray(np.frompyfunc(math.erf, 1, 1)(wide), dtype=F64) if wide.size else wide
+    if out is None:
+        return r
+    out[...] = r  # (the float64 values rounded once, to nearest even)
+    return out
+
+
+@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc, tile_compute.Tanh,
+      tile_compute.Erf)
 def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc}[
-        type(instr.op)
-    ]
+    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc,
+          tile_compute.Tanh: np.tanh, tile_compute.Erf: _erf}[type(instr.op)]
     n = _num_in(instr)
     if (
         fast

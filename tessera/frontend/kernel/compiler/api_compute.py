@@ -86,6 +86,8 @@ UNARY = {
     "log": tile_compute.Log,
     "sqrt": tile_compute.Sqrt,
     "abs": tile_compute.Abs,
+    "tanh": tile_compute.Tanh,
+    "erf": tile_compute.Erf,
 }
 for _name, _cls in UNARY.items():
     api_rule(_name, params=("x",))(functools.partial(_unary, cls=_cls))

@@ -104,6 +104,8 @@ Neg = _make(Unary, "tile.neg", "-x")
 Not = _make(Unary, "tile.not", "not x (bool)")
 Exp = _make(Unary, "tile.exp", "e ** x")
 Log = _make(Unary, "tile.log", "natural logarithm")
+Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (float64, rounded once)")
+Erf = _make(Unary, "tile.erf", "the error function (float64, rounded once)")
 Sqrt = _make(Unary, "tile.sqrt", "square root")
 Abs = _make(Unary, "tile.abs", "absolute value")
 Trunc = _make(Unary, "tile.trunc", "round toward zero (Python's int())")
@@ -307,7 +309,7 @@ class CausalMask(Op):
 
 
 __all__ = ["Abs", "Add", "And", "Binary", "Broadcast", "Cast", "CausalMask", "Compare",
-           "Div", "Eq", "Exp", "FloorDiv", "Full", "Ge", "Gt", "Le", "Log", "Logical", "Lt",
+           "Div", "Eq", "Erf", "Exp", "FloorDiv", "Full", "Ge", "Gt", "Le", "Log", "Logical", "Lt",
            "Maximum", "Minimum", "Mma", "Mod", "Mul", "Ne", "Neg", "Not", "Or", "Pow",
-           "Reduce", "Reshape", "Sqrt", "Sub", "Transpose", "Trunc", "Unary", "Where",
+           "Reduce", "Reshape", "Sqrt", "Sub", "Tanh", "Transpose", "Trunc", "Unary", "Where",
            "default_accum"]

@@ -25,6 +25,7 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ Rule = Callable[["Emitter", Instr, list[Value]], Value]
 RULES: dict[type, Rule] = {}
 
 INT64 = dtype("int64")
+F64 = dtype("f64")
 
 
 class TileGenerationError(UnsupportedError):
@@ -177,7 +179,7 @@ def _sign(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     return out if op is tc.Neg else settle(em, instr, out)
 
 
-@_rule(graph_ops.Exp, graph_ops.Log, graph_ops.Sqrt)
+@rule(graph_ops.Exp, graph_ops.Log, graph_ops.Sqrt, graph_ops.Tanh, graph_ops.Erf)
 def _math(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     fmt = storage_of(_type(instr.results[0]).element)
     if fmt.kind != "float":
@@ -187,12 +189,43 @@ def _math(em: Emitter, instr: Instr, args: list[Value]) -> Value:
                      "f32 exp again, which differs from the graph's single rounding on "
                      "some inputs", hint="compute exp in f32 (cast before and after), or "
                      "run with backend='interp'")
-    op = {graph_ops.Exp: tc.Exp, graph_ops.Log: tc.Log, graph_ops.Sqrt: tc.Sqrt}[type(instr.op)]
+    op = {graph_ops.Exp: tc.Exp, graph_ops.Log: tc.Log, graph_ops.Sqrt: tc.Sqrt,
+          graph_ops.Tanh: tc.Tanh, graph_ops.Erf: tc.Erf}[type(instr.op)]
     (out,) = em.create(op(), args, instr)
     return settle(em, instr, out)
 
 
-@_rule(graph_ops.Relu)
+#: the tanh form's constant, as the graph interpreter spells it
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@rule(graph_ops.Gelu)
+def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
+    """The graph's float64 formula, op for op on f64 tiles, then one rounding:
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` or ``0.5 x (1 + erf(x / sqrt 2))``."""
+    (x,) = args
+    t = _type(x)
+    if storage_of(t.element).kind != "float":
+        raise refuse(instr, f"gelu of {t.element} values")
+    (w,) = em.create(tc.Cast(F64), [x], instr)
+    wt = _type(w)
+
+    def op(cls: type, *operands: Value) -> Value:
+        return em.create(cls(), list(operands), instr)[0]
+
+    if instr.op.approximate:  # type: ignore[attr-defined]
+        cube = op(tc.Pow, w, em.full(wt, 3.0))
+        inner = op(tc.Add, w, op(tc.Mul, em.full(wt, 0.044715), cube))
+        curve = op(tc.Tanh, op(tc.Mul, em.full(wt, SQRT_2_OVER_PI), inner))
+    else:
+        curve = op(tc.Erf, op(tc.Div, w, em.full(wt, math.sqrt(2.0))))
+    half = op(tc.Mul, em.full(wt, 0.5), w)
+    out = op(tc.Mul, half, op(tc.Add, em.full(wt, 1.0), curve))
+    (out,) = em.create(tc.Cast(t.element), [out], instr)
+    return settle(em, instr, out)
+
+
+@rule(graph_ops.Relu)
 def _relu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     (x,) = args
     t = _type(x)

@@ -131,3 +131,27 @@ def test_transposed_and_batched_operands() -> None:
     assert _bits(lowered.run(x3, w3, backend="tile")) == _bits(lowered.run(x3, w3))
     with pytest.raises(TileGenerationError, match="permutation"):
         lower_module(ts.jit(lambda x: op.transpose(x, (1, 0, 2)) * 2).compile(x3).module)
+
+
+@pytest.mark.parametrize("policy", ["bf16 @ accum(f32)", "f16 @ accum(f32)",
+                                    "bf16 @ accum(bf16)"])
+def test_policies(policy: str) -> None:
+    """Operands cast to a policy: the exact mma accumulates into the policy's
+    accumulator and the graph's two roundings (to it, then to the result) follow."""
+    pol = {"bf16 @ accum(f32)": ts.bf16 @ ts.accum(ts.f32),
+           "f16 @ accum(f32)": ts.f16 @ ts.accum(ts.f32),
+           "bf16 @ accum(bf16)": ts.bf16 @ ts.accum(ts.bf16)}[policy]
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((32, 64)).astype(np.float32), \
+        rng.standard_normal((64, 16)).astype(np.float32)
+
+    def mm(x, w):  # type: ignore[no-untyped-def]
+        return op.relu(x.astype(pol) @ w.astype(pol))
+
+    def rows(x):  # type: ignore[no-untyped-def]
+        p = x.astype(pol)
+        return op.softmax(p, axis=-1) * op.mean(p, axis=-1, keepdims=True)
+
+    for fn, args in [(mm, (x, w)), (rows, (x,))]:
+        lowered = ts.jit(fn).lower(*args)
+        assert _bits(lowered.run(*args, backend="tile")) == _bits(lowered.run(*args))
