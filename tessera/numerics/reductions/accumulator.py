@@ -27,7 +27,7 @@ import numpy as np
 
 from tessera.numerics.formats.convert import convert
 from tessera.numerics.formats.dtypes import DType
-from tessera.numerics.reductions.rounding import round_fraction, target
+from tessera.numerics.reductions.rounding import target
 
 #: an accumulator element ``n`` (a Python int) stands for ``n * 2**-SCALE``
 SCALE = 298
@@ -98,20 +98,67 @@ add_exact.__doc__ = "The exact sum of two accumulators (elementwise, NumPy broad
 
 def exact_products(a: Any, b: Any) -> np.ndarray:
     """The exact ``a @ b`` over the last two axes (leading axes broadcast) of float
-    arrays of formats up to f32, as an accumulator."""
+    arrays of formats up to f32, as an accumulator.
+
+    Where the operands' exponent range proves the float64 product exact, it is that
+    product. Otherwise the operands are cut into slices (:func:`_slices`, Ozaki's
+    error-free splitting) whose products are exact in float64, and those products are
+    summed as integers; an integer matrix product is the last resort (more slice pairs
+    than K)."""
     wa, wb = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
     with np.errstate(all="ignore"):
         approx = np.matmul(wa, wb)  # decides the non-finite class, whatever the order
-    ia, ib = _ints(wa, OPERAND_SCALE), _ints(wb, OPERAND_SCALE)
-    if _exact_in_f64(wa, wb):
-        out = _ints(approx, SCALE)
+    fa, fb = (np.where(np.isfinite(w), w, 0.0) for w in (wa, wb))
+    k = wa.shape[-1]
+    if _exact_in_f64(fa, fb):
+        out = _ints(np.matmul(fa, fb), SCALE)
     else:
-        out = np.matmul(ia, ib)
+        beta = _slice_bits(k)
+        sa, sb = _slices(fa, -1, beta), _slices(fb, -2, beta)
+        if len(sa) * len(sb) <= k:
+            out = None
+            for pa in sa:
+                for pb in sb:
+                    part = _ints(np.matmul(pa, pb), SCALE)  # exact: see _slice_bits
+                    out = part if out is None else out + part
+        else:
+            out = np.matmul(_ints(fa, OPERAND_SCALE), _ints(fb, OPERAND_SCALE))
     special = ~np.isfinite(approx)
     if special.any():
         out = np.array(out, dtype=EXACT)
         out[special] = approx[special].tolist()
     return np.asarray(out, dtype=EXACT)
+
+
+def _slice_bits(k: int) -> int:
+    """The bits per slice that make every product of slices exact in float64: slice
+    entries are integers of magnitude at most ``2**bits + 1`` times one power of two per
+    row (of ``a``) or column (of ``b``), so each K sum of products is an integer below
+    ``k * (2**bits + 1)**2 <= 2**53`` times a power of two, in any order."""
+    bits = 26
+    while bits > 1 and k * (2**bits + 1) ** 2 > 2**53:
+        bits -= 1
+    return bits
+
+
+def _slices(w: np.ndarray, axis: int, bits: int) -> list[np.ndarray]:
+    """Finite float64 ``w`` cut into arrays that sum to it exactly, each a multiple of one
+    power of two per line along ``axis`` with integer multipliers of at most
+    ``2**bits`` (Rump, Ogita and Oishi's extraction, ``q = fl(r + sigma) - sigma``;
+    Ozaki, Ogita, Oishi and Rump, "Error-free transformations of matrix multiplication
+    by using fast routines of matrix multiplication", Numer. Algorithms 59, 2012)."""
+    out: list[np.ndarray] = []
+    rest = w.copy()
+    while rest.any():
+        top = np.max(np.abs(rest), axis=axis, keepdims=True)
+        _, expo = np.frexp(top)  # top < 2**expo
+        sigma = np.where(top > 0, np.ldexp(1.0, expo + 53 - bits), 0.0)
+        high = (rest + sigma) - sigma  # a multiple of 2**(expo - bits), exactly
+        rest = rest - high  # exact
+        out.append(high)
+        if len(out) > 64:  # (far beyond any float format of at most 32 bits)
+            raise ValueError("the slices of an exact product did not converge")
+    return out
 
 
 def _exact_in_f64(wa: np.ndarray, wb: np.ndarray) -> bool:
@@ -133,22 +180,36 @@ def _exact_in_f64(wa: np.ndarray, wb: np.ndarray) -> bool:
     return bool((total * slack < math.ldexp(1.0, 53 + qs[0] + qs[1])).all())
 
 
+def _odd_f64(v: Any) -> float:
+    """The exact value ``v * 2**-SCALE`` (a Python int) rounded to float64 *to odd*: the
+    nearest float64 when it is exact, else whichever of the two float64 neighbours has
+    an odd last bit. (Python's ``float(int)`` rounds to nearest even; the sign of the
+    remainder says which neighbour is the other one.)"""
+    near = float(v)
+    rest = v - int(near)
+    if rest and not int(np.float64(near).view(np.int64)) & 1:
+        near = float(np.nextafter(near, math.inf if rest > 0 else -math.inf))
+    return math.ldexp(near, -SCALE)  # a power of two: exact, no float64 underflow here
+
+
 def round_exact(x: Any, to: Any) -> np.ndarray:
-    """The accumulator ``x`` rounded once, to nearest even, to the format ``to``."""
+    """The accumulator ``x`` rounded once, to nearest even, to the format ``to``.
+
+    The exact value is rounded to float64 to odd, then to ``to`` to nearest even: for
+    formats of at most 51 significand bits the two roundings are the one correct
+    rounding (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+    algorithms using rounding to odd", IEEE Trans. Computers 57, 2008). A float64 target
+    is Python's correctly rounded ``float``."""
     fmt: DType = target(to)
     arr = np.asarray(x)
-    out = np.empty(arr.shape, dtype=fmt.np_dtype)
-    flat = out.reshape(-1)
-    denom = 1 << SCALE
-    from fractions import Fraction
-
-    for k, v in enumerate(arr.reshape(-1).tolist()):
-        if type(v) is int:
-            flat[k] = round_fraction(Fraction(v, denom), fmt) if v else 0
-        else:
-            f = float(v)
-            flat[k] = convert(np.array(np.nan if f != f else f), fmt)[()]
-    return out
+    values = arr.reshape(-1).tolist()
+    if fmt.name == "f64":
+        wide = [math.ldexp(float(v), -SCALE) if type(v) is int else float(v) for v in values]
+    else:
+        wide = [_odd_f64(v) if type(v) is int else float(v) for v in values]
+    flat = np.array(wide, dtype=np.float64)
+    flat[flat != flat] = np.nan  # the default NaN
+    return np.asarray(convert(flat, fmt)).reshape(arr.shape)
 
 
 __all__ = ["EXACT", "OPERAND_SCALE", "SCALE", "add_exact", "exact_products", "is_exact",

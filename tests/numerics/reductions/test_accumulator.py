@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from tessera.numerics import matmul_rounded, round_fraction
 from tessera.numerics.reductions.accumulator import (
+    OPERAND_SCALE,
     SCALE,
+    _ints,
     add_exact,
     exact_products,
     round_exact,
@@ -93,3 +95,28 @@ def test_starts_and_selections_are_made_exact() -> None:
     back = to_exact(mixed)
     assert [type(v) for v in back.flat] == [int, int, float, int]
     assert round_exact(back, "f32").tolist() == [[0.5, 0.25], [np.inf, 2.0**-149]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16), st.integers(0, 120), st.sampled_from([32, 64, 200]))
+def test_sliced_products_are_the_integer_products(seed: int, spread: int, k: int) -> None:
+    """The error-free slicing (long K, any exponent spread) against the plain integer
+    matrix product of the operands' exact integer forms."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((3, 5, k)) * 2.0 ** rng.integers(-spread, spread + 1, (3, 5, k))
+         ).astype(np.float32)
+    b = rng.standard_normal((k, 4)).astype(np.float32)
+    b[::7] *= np.float32(2.0**-100)
+    want = np.matmul(_ints(a, OPERAND_SCALE), _ints(b, OPERAND_SCALE))
+    assert (exact_products(a, b) == want).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(2**620), 2**620), st.sampled_from(["f32", "bf16", "f16", "tf32",
+                                                         "fp8_e5m2", "f64"]))
+def test_rounding_is_round_fraction(n: int, to: str) -> None:
+    """Round-to-odd to float64, then to nearest even, is the one correct rounding."""
+    for v in (n, n >> 200, n >> 400, ((1 << 24) + 1) << 250, (((1 << 24) + 1) << 250) + 1):
+        got = round_exact(np.array([v], dtype=object), to)
+        want = round_fraction(Fraction(v, 2**SCALE), to) if v else 0
+        assert got.tobytes() == np.array([want]).astype(got.dtype).tobytes()
