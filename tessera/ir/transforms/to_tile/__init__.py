@@ -5,9 +5,11 @@ program of launches over global buffers (:mod:`.program`).
 It is an IR-to-IR translation, so it lives with the IR's transforms (it reads Graph,
 Schedule and Tile IR and nothing above them); running the result is the tile
 simulator's business (:mod:`tessera.interp.tile.program`). Kernels are built by
-:mod:`.kernel`, their ops by the rules of :mod:`.ops`, which refuse, naming the op and
-the user's line, every op whose tile-level form would not give the graph interpreter's
-bits (docs/schedule.md, "Schedule → Tile").
+:mod:`.kernel`, their ops by the rules of :mod:`.ops` (elementwise), :mod:`.reduce`
+(sums, means, extrema, softmax: the exact ``tile.reduce``) and :mod:`.matmul` (K loops
+of ``tile.mma``, exact where float64 sums would not be), which refuse, naming the op
+and the user's line, every op whose tile-level form would not give the graph
+interpreter's bits (docs/schedule.md, "Schedule → Tile").
 """
 
 from __future__ import annotations

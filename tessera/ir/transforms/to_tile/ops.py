@@ -8,7 +8,9 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
 * ``+ - * /`` and ``sqrt`` of f32 are correctly rounded in both; bf16 and f16 compute
   in f32 and round again, which is innocuous for these five operations (24 >= 2p + 2
   significand bits, Figueroa 1995), so both are correctly rounded;
-* ``log`` and ``pow`` of floats compute in float64 and round once in both;
+* ``log``, ``pow``, ``tanh`` and ``erf`` of floats compute in float64 (the same NumPy
+  and C library functions) and round once in both; ``gelu`` is the graph's float64
+  formula performed op for op on f64 tiles, then rounded once;
 * ``exp`` of f32 is correctly rounded in both (``numerics.transcendental.exp``); bf16
   rounds that f32 value again, which was checked against the graph's rounding on every
   bf16 input (tests/ir/transforms/to_tile/); f16 ``exp`` rounds differently on 2 of the
@@ -20,7 +22,11 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
   ``where(x != x, nan, x)``;
 * integer ``+ - *`` (and ``neg``, ``abs``) saturate in Graph IR and wrap at the tile
   level: formats of up to 32 bits are computed in int64, where they cannot overflow,
-  and cast back, which saturates as the graph does; int64 is refused.
+  and cast back, which saturates as the graph does; int64 is refused;
+* a transpose of the last two axes moves data only.
+
+Reductions and softmax are in :mod:`tessera.ir.transforms.to_tile.reduce`, matmuls in
+:mod:`tessera.ir.transforms.to_tile.matmul`.
 """
 
 from __future__ import annotations
