@@ -31,8 +31,12 @@ elementwise ops, ``cast``, ``where``        :mod:`tessera.interp.tile.rules` wit
                                             (6, "Arithmetic")
 ``row_sum``, ``row_max``, ``reduce_*``      ``rules._reduce`` (6: the float64 pairwise
                                             tree, rounded once)
+exact ``reduce`` (``exact=True``, mean)     ``rules._exact_sum``: numerics'
+                                            ``sum_rounded`` (7, "Exact accumulators")
 ``mma``                                     ``rules.mma_rule`` →
                                             :func:`tessera.interp.tile.mma.mma` (7)
+exact ``mma`` (``exact=True``)              ``rules._exact_mma`` → numerics'
+                                            ``reductions.accumulator`` (7)
 ==========================================  ===========================================
 
 Programs run together (:mod:`tessera.interp.tile.context`): a value holds every
