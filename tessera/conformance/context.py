@@ -60,21 +60,41 @@ class Context:
         on a GPU) after checking the backend under test gives the simulator's result on
         copies of the arguments."""
         import tessera as ts
+        from tessera.backend.ptx.driver.assemble import ToolchainMissing
 
         if self.backend in ("target", "cuda"):
-            if self.backend == "cuda" and not gpu()[0]:
-                raise Skip(f"no GPU: {gpu()[1]}")
+            if self.backend == "cuda":
+                _usable_gpu()
             try:
                 ts.check_against_reference(kernel, *copy.deepcopy(args),
                                            backend=self.backend, **launch)
             except UnsupportedError as err:
                 raise Skip(f"not lowered to {self.backend}: {_first_line(err)}") from None
+            except ToolchainMissing as err:
+                raise Skip(f"no PTX toolchain: {_first_line(err)}") from None
+            except Exception as err:
+                if self.backend == "cuda" and "CUDA_ERROR_" in str(err):
+                    _LOST.append(_first_line(err))  # a sticky error ends the context
+                raise
         return kernel(*args, **launch)
 
     def rule(self) -> None:
         """Mark a case as a rule of the definition: it runs on ``interp`` only."""
         if self.backend != "interp":
             raise Skip("a rule of the definition: checked on backend 'interp'")
+
+
+#: the first CUDA error of this process: after it the context is unusable, so the
+#: remaining cuda cases are skipped with it as the reason instead of failing in cascade
+_LOST: list[str] = []
+
+
+def _usable_gpu() -> None:
+    """Skip when there is no GPU, or when an earlier case lost the CUDA context."""
+    if not gpu()[0]:
+        raise Skip(f"no GPU: {gpu()[1]}")
+    if _LOST:
+        raise Skip(f"the CUDA context was lost by an earlier case: {_LOST[0]}")
 
 
 def _first_line(err: BaseException) -> str:

@@ -175,3 +175,30 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--list", "-k", "mesh.broadcast"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and lines[0].startswith("mesh.broadcast.dp  [decisions.md")
+
+
+def test_cuda_cases_skip_without_gpu_and_after_a_lost_context(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a GPU a kernel case is a skip; with one, a sticky CUDA error is that
+    case's error and the later cuda cases are skipped, naming it."""
+    import tessera as ts
+    from tessera.conformance import context
+
+    (result,) = conformance.run(conformance.select("kernels.saxpy.corrected"), "cuda").results
+    if not context.gpu()[0]:
+        assert result.outcome == "skipped" and result.message.startswith("no GPU: ")
+
+    def sticky(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    monkeypatch.setattr(context, "gpu", lambda: (True, ""))
+    monkeypatch.setattr(context, "_LOST", [])
+    monkeypatch.setattr(ts, "check_against_reference", sticky)
+    report = conformance.run(conformance.select("kernels.saxpy or kernels.gemm.corrected"),
+                             "cuda")
+    outcomes = [(r.outcome, r.message) for r in report.results]
+    assert outcomes[0] == ("error", "RuntimeError: cuCtxSynchronize failed: "
+                                    "CUDA_ERROR_ILLEGAL_ADDRESS")
+    assert all(o == "skipped" and m.startswith("the CUDA context was lost by an earlier "
+                                               "case: cuCtxSynchronize") for o, m in outcomes[1:])
+    assert len(outcomes) == 2
