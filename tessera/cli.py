@@ -6,6 +6,8 @@
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
     tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [-o out.ptx] [--stats]
+    tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
+                        [--junit out.xml] [-k PATTERN] [--slow]
 
 Errors print tessera's one-line message (with the user's file:line) and exit with 1.
 """
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tessera.cli_examples import examples_needed
+from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
 
 
@@ -224,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_ptx)
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)
+    add_conformance_parser(sub)
     return parser
 
 
