@@ -25,6 +25,9 @@ from typing import Any
 import numpy as np
 
 _CUBINS: dict[tuple[str, str], bytes] = {}
+#: the kernel whose launch left this process's CUDA context unusable (an illegal
+#: address is sticky: every later call fails), after which nothing more is launched
+_LOST: list[str] = []
 
 
 def _cubin(ptx: str, arch: str) -> bytes:
@@ -89,13 +92,20 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
         before = [copy.deepcopy(a) for a in args]
         run_target(fn, args, grid=grid, block=block, **kw)  # a fault stops here
         record: dict[str, Any] = {"kernel": fn.name, "target": fn.attrs.get("target"),
-                                  "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+                                  "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+                                  "pid": os.getpid()}
+        if _LOST:
+            record.update(status="not run", error=f"context lost at {_LOST[0]}")
+            _log(record)
+            return
         t0 = time.perf_counter()
         try:
             got = run_on_gpu(fn, before, grid, block)
         except Exception as exc:  # recorded, then failed: the test names the kernel
             record.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000])
             _log(record)
+            if "ILLEGAL" in str(exc) or "LAUNCH_FAILED" in str(exc):
+                _LOST.append(f"{fn.name} ({fn.attrs.get('target')})")
             raise AssertionError(f"kernel {fn.name!r} did not run on the GPU: {exc}") from exc
         record["seconds"] = round(time.perf_counter() - t0, 4)
         after = [a.array if isinstance(a, TensorMapArg) else a for a in args]
@@ -135,7 +145,7 @@ def summary(path: str) -> str:
     kernels = Counter((r["kernel"], r.get("target")) for r in records if r["status"] == "same")
     lines.append(f"  {len(kernels)} distinct kernels gave the interpreter's bits")
     for r in records:
-        if r["status"] != "same":
+        if r["status"] not in ("same", "not run"):
             lines.append(f"  {r['status']}: {r['kernel']} ({r.get('target')}) in {r['test']}: "
                          f"{r.get('detail') or r.get('error')}")
     return "\n".join(lines)
