@@ -71,8 +71,10 @@ def _first_difference(want: np.ndarray, got: np.ndarray) -> str | None:
     if not bad.any():
         return None
     at = tuple(int(i) for i in np.argwhere(bad)[0])
+    # the bits too: NaN encodings and last-bit differences print alike as values
+    bits = [bytes(x[at])[::-1].hex() for x in (g, w)]  # most significant byte first
     return (f"{int(bad.sum())} of {bad.size} elements differ; first at {at}: "
-            f"GPU {got[at]!r}, interpreter {want[at]!r}")
+            f"GPU {got[at]!r} (0x{bits[0]}), interpreter {want[at]!r} (0x{bits[1]})")
 
 
 def _log(record: dict[str, Any]) -> None:
