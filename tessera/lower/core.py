@@ -93,6 +93,9 @@ class Lowerer:
     extra: dict[str, Any] = field(default_factory=dict)
     layouts: dict[Value, Any] = field(default_factory=dict)
     stack: list[TargetEmitter] = field(default_factory=list)
+    #: "fast" lowers math to the hardware's approximate instructions
+    #: (:mod:`tessera.lower.fastmath`); any other mode keeps the checked bits
+    mode: str = "checked"
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -126,6 +129,8 @@ class Lowerer:
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],
                  "source": self.fn.name}
+        if self.mode == "fast":
+            attrs["mode"] = "fast"
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
     def _guarded_body(self, n_groups: int) -> None:
@@ -306,12 +311,13 @@ class Lowerer:
             self.stack.pop()
 
 
-def lower_kernel(fn: Function, target: str) -> Function:
-    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
+def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
+    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``
+    (``mode="fast"``: approximate math, see :mod:`tessera.lower.fastmath`)."""
     from tessera.lower import rules  # noqa: F401  (its modules register their rules)
     from tessera.lower.shared import check_shared_limit
 
-    low = Lowerer(fn, target)
+    low = Lowerer(fn, target, mode=mode)
     kernel = low.lower()
     TargetEmitter(kernel.body, fn.loc, low.e.consts).op(Return())
     check_shared_limit(kernel, target)  # before ptxas, at the kernel's line
