@@ -84,6 +84,7 @@ def fast_budget(fn: Any) -> FastBudget:
 
     approx = {tile_compute.Exp: ("exp", exp_error()), tile_compute.Log: ("log", log_error()),
               tile_compute.Div: ("div", BOUNDS["div.full.f32"].relative)}
+    rounding = (tile_compute.Cast, tile_compute.Binary, tile_compute.Unary)
     budget = FastBudget()
     consts: dict[Any, int] = {}
     seen_approx = False
@@ -105,7 +106,7 @@ def fast_budget(fn: Any) -> FastBudget:
                     budget.exp_count += trips
                 seen_approx = True
                 loops_with_approx.update(loops)
-            if instr.results and not op.terminator:
+            if isinstance(op, rounding):  # loads and views of narrow memory do not round
                 name = _element_name(instr.results[0].type)
                 if name in _NARROW_U:
                     narrowing.append((name, trips, seen_approx, loops))
