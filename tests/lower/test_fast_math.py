@@ -4,7 +4,6 @@ results within the derived bound of the tile interpreter's checked result."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,7 @@ from tessera.errors import ArgumentError, UnsupportedError
 from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.frontend.kernel.backends.fast_bounds import fast_budget, fast_tolerance
 from tessera.lower.fastmath import exp_error
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_lowering import TARGETS, example  # noqa: E402
+from tests.lower.test_lowering import TARGETS, example
 
 BF16 = ml_dtypes.bfloat16
 FA_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
