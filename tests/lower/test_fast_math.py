@@ -177,3 +177,42 @@ def test_log_lowers_only_in_fast_mode(tmp_path: Path) -> None:
     for target in TARGETS:
         ts.check_against_reference(log_rows, x, np.zeros_like(x), backend="target",
                                    target=target, tile_shape=(4,), mode="fast")
+
+
+def test_inspect_ir_follows_the_mode() -> None:
+    x, y = softmax_args()
+    sm = example("row_softmax").row_softmax
+    fast = sm.inspect_ir("target", x, y, target="sm_80", tile_shape=(8,), mode="fast")
+    assert '"ex2", type = "f32", mode = "approx.ftz"' in fast and "f64" not in fast
+    fast_sm = ts.kernel(sm.fn, mode="fast")
+    fast_sm(x, y, tile_shape=(8,))
+    assert "approx.ftz" in fast_sm.inspect_ir("target", target="sm_80")
+    assert "approx.ftz" not in fast_sm.inspect_ir("target", target="sm_80", mode="checked")
+
+
+def f64_instructions_per_exp(emit: Any) -> tuple[int, int]:
+    """(float64 instructions, all instructions) that one f32 ``exp`` emits: those with
+    a float64 result or operand (immediates are operands of the instruction, not
+    instructions of their own, as PTX writes them)."""
+    from tessera.ir.core import Block
+    from tessera.ir.dialects.target import RegType
+    from tessera.ir.dialects.target.ops import Const
+    from tessera.lower.emit import TargetEmitter
+
+    block = Block()
+    x = block.add_arg(RegType("f32"))
+    emit(TargetEmitter(block), x)
+    instrs = [i for i in block.instrs if not isinstance(i.op, Const)]
+    wide = [i for i in instrs if any(v.type == RegType("f64")
+                                     for v in (*i.results, *i.operands))]
+    return len(wide), len(instrs)
+
+
+def test_exp_cost_per_element() -> None:
+    """docs/ptx-backend.md's table: checked ``exp`` is 39 float64 instructions of 46,
+    fast ``exp`` two f32 instructions."""
+    from tessera.lower.fastmath import emit_exp_fast
+    from tessera.lower.mathlib import emit_exp_f32
+
+    assert f64_instructions_per_exp(emit_exp_f32) == (39, 46)
+    assert f64_instructions_per_exp(emit_exp_fast) == (0, 2)
