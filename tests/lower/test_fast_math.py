@@ -18,7 +18,7 @@ from tessera.errors import ArgumentError, UnsupportedError
 from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.frontend.kernel.backends.fast_bounds import fast_budget, fast_tolerance
 from tessera.lower.fastmath import exp_error
-from tests.lower.test_lowering import TARGETS, example
+from tests.lower.test_lowering import HAVE_GPU, TARGETS, example
 
 BF16 = ml_dtypes.bfloat16
 FA_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
@@ -34,6 +34,16 @@ def softmax_args(shape: tuple[int, int] = (16, 64)) -> tuple[np.ndarray, np.ndar
 
 def fa_args(seq: int = 128, d: int = 64) -> tuple[np.ndarray, ...]:
     return tuple(rng.standard_normal((1, seq, d)).astype(BF16) for _ in range(3))
+
+
+def within_bound(kernel: Any, *args: Any, target: str, **launch: Any) -> None:
+    """The fast kernel under the Target IR interpreter, and on a machine with a GPU its
+    launch there, stay within the fast bound of the checked tile result."""
+    ts.check_against_reference(kernel, *args, backend="target", target=target, mode="fast",
+                               **launch)
+    if HAVE_GPU:
+        ts.check_against_reference(kernel, *args, backend="cuda", target=target, mode="fast",
+                                   **launch)
 
 
 def no_f64(compiled: Any) -> None:
@@ -66,8 +76,7 @@ def test_row_softmax_fast_within_bound(target: str, shape: tuple[int, int], bm: 
     sm = example("row_softmax").row_softmax
     x, y = softmax_args(shape)
     x[0, :3] = [np.inf, -np.inf, 0.0]
-    ts.check_against_reference(sm, x, y, backend="target", target=target, tile_shape=(bm,),
-                               mode="fast")
+    within_bound(sm, x, y, target=target, tile_shape=(bm,))
 
 
 def test_fast_results_differ_from_checked_and_the_bound_is_tight() -> None:
@@ -89,8 +98,7 @@ def test_fast_results_differ_from_checked_and_the_bound_is_tight() -> None:
 @pytest.mark.parametrize("causal", [True, False])
 def test_flash_attention_fast_within_bound(target: str, causal: bool) -> None:
     fa = example("flash_attention").flash_attention
-    ts.check_against_reference(fa, *fa_args(), is_causal=causal, backend="target",
-                               target=target, config=FA_CONFIG, mode="fast")
+    within_bound(fa, *fa_args(), is_causal=causal, target=target, config=FA_CONFIG)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -115,8 +123,7 @@ def test_softmax_fast_over_drawn_inputs(target: str, rows: list[list[float]]) ->
     checked mode and +0 in fast mode (``.ftz``), within the bound's 2^-126 terms."""
     x = np.array(rows, np.float32)
     sm = example("row_softmax").row_softmax
-    ts.check_against_reference(sm, x, np.zeros_like(x), backend="target", target=target,
-                               tile_shape=(4,), mode="fast")
+    within_bound(sm, x, np.zeros_like(x), target=target, tile_shape=(4,))
 
 
 def test_budget_counts_loop_trips_and_narrowing() -> None:
