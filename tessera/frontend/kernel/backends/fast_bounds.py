@@ -152,4 +152,25 @@ def fast_tolerance(kernel: Any, reference: np.ndarray, args: tuple[Any, ...],
     return 2 * u_out * ref + (1 + 2 * u_out) * rel * (ref + 1.0) + flushed
 
 
-__all__ = ["FastBudget", "fast_budget", "fast_tolerance"]
+def within_fast_bound(reference: np.ndarray, got: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Where ``got`` meets the bound: within it, equal (infinities included), both NaN,
+    or an infinity of the reference's sign where the reference plus the bound reaches
+    the format's overflow threshold (an approximate result near the largest finite
+    value may overflow where the exact one does not)."""
+    r64, g64 = reference.astype(np.float64), got.astype(np.float64)
+    u = _unit_roundoff(reference.dtype)
+    top = float(ml_finfo_max(reference.dtype)) * (1 + u) if u else np.inf
+    with np.errstate(invalid="ignore"):
+        ok = (np.abs(r64 - g64) <= bound) | (r64 == g64) | (np.isnan(r64) & np.isnan(g64))
+        ok |= np.isinf(g64) & (np.sign(g64) == np.sign(r64)) & (np.abs(r64) + bound >= top)
+    return ok
+
+
+def ml_finfo_max(dtype: np.dtype) -> float:
+    """The largest finite value of a float format (bf16 and fp8 included)."""
+    import ml_dtypes
+
+    return float(ml_dtypes.finfo(dtype).max)
+
+
+__all__ = ["FastBudget", "fast_budget", "fast_tolerance", "within_fast_bound"]
