@@ -39,13 +39,18 @@ THREADS = 128
 GLOBAL_ALIGN = 256
 
 rule = rule_decorator(RULES, "lowering rule")
+#: rules that replace (or, for an op of :data:`NOT_LOWERED`, add) a lowering in fast
+#: mode only: :mod:`tessera.lower.rules.fastmath`
+FAST_RULES: dict[type[Op], Rule] = {}
+fast_rule = rule_decorator(FAST_RULES, "fast-mode lowering rule")
 
 #: Tile IR ops the lowering refuses on purpose, and why: every other non-terminator op
 #: has a rule in :data:`RULES` (tests/test_rule_tables.py checks both), and a kernel
 #: that uses one of these is an UnsupportedError at the op's line that gives the reason
 NOT_LOWERED: dict[type[Op], str] = {
     Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
-         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
+         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp) "
+         "(mode='fast' lowers it to lg2.approx)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
     Arange: "no rule builds that index tile in a thread layout yet (as for lane_id)",
@@ -288,6 +293,8 @@ class Lowerer:
                 if instr.op.terminator:
                     return [self.env[v] for v in instr.operands]
                 fn = RULES.get(type(instr.op))
+                if self.mode == "fast":
+                    fn = FAST_RULES.get(type(instr.op), fn)
                 if fn is None:
                     why = NOT_LOWERED.get(type(instr.op))
                     raise UnsupportedError(
@@ -324,5 +331,5 @@ def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
     return kernel
 
 
-__all__ = ["NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "is_block_kernel",
-           "lower_kernel", "rule"]
+__all__ = ["FAST_RULES", "NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "fast_rule",
+           "is_block_kernel", "lower_kernel", "rule"]
