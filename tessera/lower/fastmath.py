@@ -7,7 +7,7 @@ speed (docs/ptx-backend.md, "Fast-math mode"); no float64 instruction is left:
   (CUDA's ``__expf``). ``.ftz`` is chosen because the flushed results are below
   2^-126, which no sum they enter can tell from zero at f32 precision relative to the
   values that dominate it (a softmax row's maximum contributes 1), and the subnormal
-  form needs extra scaling instructions around the approximation.
+  form costs extra instructions around the approximation (docs/ptx-backend.md).
 * ``log(x)`` is ``lg2.approx.ftz.f32`` then ``mul.rn.f32`` by ln(2).
 * ``a / b`` of f32 is ``div.full.f32`` (2 ulp over the full range; ``div.approx`` is
   not accurate for ``|b| > 2^126``).
