@@ -5,7 +5,8 @@
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
-    tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [-o out.ptx] [--stats]
+    tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [--mode fast]
+                [-o out.ptx] [--stats]
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
 
@@ -167,7 +168,7 @@ def cmd_ptx(args: argparse.Namespace) -> int:
             kwargs[key] = value if key != "grid" or len(value) > 1 else value[0]
     if args.group_size:
         kwargs["group_size"] = args.group_size
-    compiled = compile_kernel(kernel, target=args.arch, **kwargs)
+    compiled = compile_kernel(kernel, target=args.arch, mode=args.mode, **kwargs)
     if args.output:
         Path(args.output).write_text(compiled.ptx)
     else:
@@ -221,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", default="", help="grid of groups, e.g. 4 or 2,2")
     p.add_argument("--tile-shape", default="", help="e.g. 64,64,32")
     p.add_argument("--group-size", type=int, default=0)
+    p.add_argument("--mode", choices=("checked", "fast"), default=None,
+                   help="checked: the tile interpreter's bits; fast: approximate math "
+                        "(ex2.approx, no f64); default: the kernel's own mode")
     p.add_argument("-o", "--output", default="", help="write the PTX here")
     p.add_argument("--stats", action="store_true",
                    help="assemble with ptxas -v; print registers, shared memory, spills")

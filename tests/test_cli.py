@@ -154,6 +154,17 @@ def test_ptx_without_arguments_lists_the_parameters(tmp_path: Path,
     assert "has no parameter(s) z" in capsys.readouterr().err
 
 
+def test_ptx_mode_fast_emits_approximate_exp(capsys: pytest.CaptureFixture[str]) -> None:
+    softmax = f"{Path(__file__).parents[1] / 'examples/kernels/row_softmax.py'}:row_softmax"
+    args = ["--target", "sm_80", "--arg", "x=16x64:f32", "--arg", "y=16x64:f32",
+            "--tile-shape", "8"]
+    assert main(["ptx", softmax, *args, "--mode", "fast"]) == 0
+    fast = capsys.readouterr().out
+    assert "ex2.approx.ftz.f32" in fast and ".f64" not in fast
+    assert main(["ptx", softmax, *args]) == 0
+    assert "mul.rn.f64" in capsys.readouterr().out
+
+
 def test_ir_fills_statically_annotated_parameters(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "static.py"
