@@ -93,6 +93,8 @@ class Lowerer:
     extra: dict[str, Any] = field(default_factory=dict)
     layouts: dict[Value, Any] = field(default_factory=dict)
     stack: list[TargetEmitter] = field(default_factory=list)
+    #: rules for particular instructions (by ``id``), ahead of :data:`RULES`
+    overrides: dict[int, Rule] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -115,18 +117,41 @@ class Lowerer:
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
-                if self.extra["wgmma_buffers"]:
+                if not self._warp_specialise() and self.extra["wgmma_buffers"]:
                     ring_setup(self)
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)
         else:
-            self._results(self.lower_block(self.fn.body, self.e), self.e)
+            outs = self.lower_block(self.fn.body, self.e)
+            # a warp-specialised kernel ends in its consumer branch
+            tail = self.extra.pop("continuation", None)
+            self._results(outs, tail or self.e)
+            if tail is not None:
+                tail.op(Yield())
         attrs = {"target": self.target, "block": [self.geom.block],
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],
                  "source": self.fn.name}
+        if "maxnreg" in self.extra:
+            attrs["maxnreg"] = self.extra["maxnreg"]
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
+
+    def _warp_specialise(self) -> bool:
+        """Plan the warp-specialised GEMM pipeline (:mod:`tessera.lower.sm90a.warpspec`);
+        when the kernel has one, its K loop and shared buffers get their own rules and
+        the CTA grows by the producer warpgroup."""
+        from tessera.lower.sm90a.pipeline import pipelined_rules
+        from tessera.lower.sm90a.warpspec import plan_pipeline
+
+        plan = plan_pipeline(self.fn)
+        if plan is None:
+            return False
+        assert self.geom is not None
+        self.geom.block = plan.threads
+        self.extra["maxnreg"] = plan.entry_regs
+        self.overrides.update(pipelined_rules(plan))
+        return True
 
     def _guarded_body(self, n_groups: int) -> None:
         """The body under ``if group_id < n_groups``: the last CTA of a packed launch
@@ -282,7 +307,7 @@ class Lowerer:
             for instr in block.instrs:
                 if instr.op.terminator:
                     return [self.env[v] for v in instr.operands]
-                fn = RULES.get(type(instr.op))
+                fn = self.overrides.get(id(instr)) or RULES.get(type(instr.op))
                 if fn is None:
                     why = NOT_LOWERED.get(type(instr.op))
                     raise UnsupportedError(
@@ -290,7 +315,7 @@ class Lowerer:
                         + (f": {why}" if why else ""), loc=instr.loc,
                         hint="run the kernel in the tile simulator, or rewrite it without "
                              f"{instr.op.name}")
-                e.loc = instr.loc
+                e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
                 try:
                     outs = fn(self, instr, [self.env[v] for v in instr.operands])
                 except TesseraError as err:

@@ -10,7 +10,14 @@ read at issue and lands, with its ``complete_tx`` on the mbarrier, when some thr
 waits on that mbarrier (all loads issued to it complete then). ``mbarrier`` objects
 follow :class:`tessera.arch.mbarrier.MbarrierArray`, one per 8-byte slot of each CTA's
 shared memory; a wait whose phase cannot complete once every issued load has landed is
-an error instead of a hang.
+an error instead of a hang (inside a concurrent ``ptx.if``, the other arm runs first:
+:mod:`tessera.interp.target.schedule`).
+
+An mbarrier phase also orders shared memory for the race check: the accesses of the
+threads that arrived on a phase happen before whatever a thread does after its wait on
+that phase returns (a consumer releasing a stage, a producer refilling it). The race
+check keeps one epoch per byte, so a completed wait starts a new epoch for the bytes of
+its CTA that only those arriving threads accessed.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
+from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -55,6 +63,13 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
             fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
                  f"which thread {other % sh.nthreads} read without a bar.sync between")
+    if fail is not None and len(copy.flat):
+        busy = sh.pending[copy.flat] != 0
+        if busy.any():
+            i = int(np.flatnonzero(busy.any(axis=1))[0])
+            fail(i, "async copy overwritten before its wait", f"async copy over "
+                 f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
+                 "another async copy is still writing")
     np.add.at(sh.pending, copy.flat.ravel(), 1)
 
 
@@ -162,7 +177,54 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
         raise m.fault(instr, "mbarrier", err.message, int(act[0])) from None
     moved = ids[mb.phase[ids] != before]
     m.mbar_tx[:, moved] = 0
+    arrivers, released = _arrivals(m)
+    for i in np.unique(moved):
+        released[int(i)] = arrivers.pop(int(i), np.zeros(m.nthreads, bool))
+    sched = current_scheduler(m)
+    if sched is not None and call != mb.try_wait_parity:  # a poll changes nothing
+        sched.touch()
     return result
+
+
+def _arrivals(m: Machine) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Per mbarrier id, the CTA-local threads that arrived on its current phase, and
+    those that arrived on its last completed phase."""
+    if not hasattr(m, "mbar_arrivers"):
+        m.mbar_arrivers = ({}, {})  # type: ignore[attr-defined]
+    return m.mbar_arrivers  # type: ignore[attr-defined]
+
+
+def _note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
+    arrivers, _ = _arrivals(m)
+    for i in np.unique(ids):
+        seen = arrivers.setdefault(int(i), np.zeros(m.nthreads, bool))
+        seen[m.tid[act[ids == i]]] = True
+
+
+def _acquire(m: Machine, ids: np.ndarray) -> None:
+    """A wait on the completed phases of ``ids`` returned: bytes of their CTAs that
+    only the phases' arriving threads accessed start a new race epoch."""
+    sh = m.shared
+    if not sh.races or not sh.size:
+        return
+    _, released = _arrivals(m)
+    slots = max(1, sh.size // 8)
+    for i in np.unique(ids):
+        who = released.get(int(i))
+        if who is None or not who.any():
+            continue
+        cta = int(i) // slots
+        base = cta * m.nthreads
+        view = slice(cta * sh.size, (cta + 1) * sh.size)
+        lo, hi, w = sh.rmin[view], sh.rmax[view], sh.writer[view]
+        prefix = np.concatenate([[0], np.cumsum(who)])
+        read = hi >= 0
+        a = np.clip(lo - base, 0, m.nthreads - 1)
+        b = np.clip(hi - base, 0, m.nthreads - 1)
+        readers_ok = ~read | (prefix[b + 1] - prefix[a] == b - a + 1)
+        writer_ok = (w < 0) | who[np.clip(w - base, 0, m.nthreads - 1)]
+        clear = readers_ok & writer_ok & (read | (w >= 0))
+        lo[clear], hi[clear], w[clear] = np.iinfo(np.int32).max, -1, -1
 
 
 @step_rule(target_async.TmaLoad)
@@ -200,6 +262,9 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
+        sched = current_scheduler(m)
+        if sched is not None:  # a waiter's phase may now complete
+            sched.touch()
     return step
 
 
@@ -257,6 +322,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
         elif isinstance(op, target_async.MbarrierArrive):
             if op.tx:
                 np.add.at(m.mbar_tx[0], ids, op.tx)
+            _note_arrivals(m, ids, act)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:
             _tracked(m, instr, act, ids, mb.inval, ids)
@@ -281,7 +347,14 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         if not done.all():
             _complete_tma(m, instr, np.unique(ids[~done]), int(act[0]))
         ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
-        if not np.all(ok):
+        sched = current_scheduler(m)
+        while not np.all(ok) and sched is not None and sched.block():
+            # another arm ran (arrived, issued loads); poll again, as the try_wait loop does
+            _complete_tma(m, instr, np.unique(ids[~np.asarray(ok)]), int(act[0]))
+            ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
+        if np.all(ok):
+            _acquire(m, ids)
+        else:
             k = int(np.flatnonzero(~np.asarray(ok))[0])
             i = ids[k]
             raise m.fault(instr, "mbarrier", "mbarrier phase never completes: expected "
