@@ -2,8 +2,8 @@
 
 ``ptx.if`` runs its then-region on the active threads whose predicate is true and its
 else-region on the rest, then merges the yielded registers per thread (a region no
-thread takes is skipped). When both regions wait on ``mbarrier`` phases (a producer and
-its consumers) they run as coroutines (:mod:`tessera.interp.target.schedule`).
+thread takes is skipped). When a region waits on ``mbarrier`` phases (a producer and
+its consumers) the two run as coroutines (:mod:`tessera.interp.target.schedule`).
 ``ptx.for`` and ``ptx.while`` iterate while any active thread
 continues; a thread that finished is masked off and keeps its carried values, so threads
 may run different trip counts, as divergent branches do on hardware.
@@ -59,7 +59,7 @@ def _if(c: TargetCompiler, instr: Instr) -> Step:
     p = c.slot(instr.operands[0])
     then, other = (c.body(r.block) for r in instr.regions)
     outs = [c.slot(r) for r in instr.results]
-    concurrent = all(_waits(r.block) for r in instr.regions)
+    concurrent = any(_waits(r.block) for r in instr.regions)
 
     def step(fr: TargetFrame) -> None:
         pred = fr.regs[p]

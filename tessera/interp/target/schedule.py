@@ -1,11 +1,11 @@
 """Concurrent branches of a warp-specialised kernel: the two arms of a ``ptx.if`` that
-wait on each other's ``mbarrier`` phases.
+may wait on each other's ``mbarrier`` phases.
 
 The interpreter runs the threads of a region in lockstep, and the two arms of a
 divergent ``ptx.if`` one after the other. That cannot run a producer/consumer kernel,
 where the producer warp waits for the consumers to release a stage and the consumers
-wait for the producer to fill it. An ``if`` whose two arms both contain an
-``mbarrier`` wait therefore runs its arms as coroutines (:func:`run_concurrently`): one
+wait for the producer to fill it. An ``if`` with an ``mbarrier`` wait in either arm
+therefore runs its arms as coroutines (:func:`run_concurrently`): one
 arm runs until an ``mbarrier.try_wait`` loop finds its phase incomplete
 (:meth:`Scheduler.block`), then the other arm runs, and so on. The switch points are
 exactly the waits, so a run is deterministic. When every arm is blocked and no

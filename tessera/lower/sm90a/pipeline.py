@@ -5,8 +5,8 @@ the last one loads. A ring of ``S`` shared-memory stages (an A tile and a B tile
 swizzled as TMA writes them) has two mbarriers per stage (PTX ISA sec. 9.7.13.15):
 
 * ``full[s]`` (1 arrival + the stage's TMA bytes): the producer's elected thread
-  announces the bytes with ``mbarrier.arrive.expect_tx`` and issues the TMA loads on
-  it; consumers wait on it before reading the stage;
+  issues the TMA loads on it and announces their bytes with
+  ``mbarrier.arrive.expect_tx``; consumers wait on it before reading the stage;
 * ``empty[s]`` (one arrival per consumer thread): a consumer arrives when its
   ``wgmma`` reading the stage has retired; the producer waits on it before
   refilling the stage.
@@ -24,8 +24,8 @@ one-warpgroup lowering's ``wgmma`` sequence in the same K order, so the bits are
     producer warp (elected thread)           consumer warpgroup(s)
     for i:                                   for i:
       wait empty[i%S] parity ^1                wait full[i%S]
-      arrive.expect_tx full[i%S], bytes  ───▶  wgmma.fence; wgmma x k16; commit
-      TMA A, B ──(complete_tx)──▶ full         wait_group 1
+      TMA A, B ──(complete_tx)──▶ full   ───▶  wgmma.fence; wgmma x k16; commit
+      arrive.expect_tx full[i%S], bytes        wait_group 1
                                          ◀───  arrive empty[(i-1)%S]
                                              wait_group 0; epilogue
 """
@@ -158,10 +158,10 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
     body = loop.regions[0].block
 
     def fill(t: TargetEmitter, k: Value) -> None:
+        t.loc = loop.loc
         stage, rnd = ring.slot(t, k)
         t.op(MbarrierWait(), [ring.barrier(t, stage, True), _parity(t, rnd, True)])
         full = ring.barrier(t, stage, False)
-        t.op(MbarrierArrive(g.stage_bytes), [full])
         low.env[body.args[0]] = Scalar(k, "s32")
         a_box, b_box = ring.boxes(t, stage)
         low.stack.append(t)
@@ -169,6 +169,7 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
             for i in body.instrs:  # the index arithmetic and views of the copies
                 if i is g.a_copy or i is g.b_copy:
                     box = a_box if i is g.a_copy else b_box
+                    t.loc = i.loc  # a fault of the copy names its cp_async line
                     issue_copy(t, _tma(low, t, low.env[i.operands[1]], box), full)
                 elif not i.op.terminator and not isinstance(
                         i.op, (tile_memory.Barrier, tile_memory.Load)) and i is not g.mma:
@@ -178,6 +179,10 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
                         low.env[v] = lv
         finally:
             low.stack.pop()
+        # the loads may complete before the bytes are announced: the tx-count goes below
+        # zero while the arrival is pending, and the phase cannot complete early
+        t.loc = loop.loc
+        t.op(MbarrierArrive(g.stage_bytes), [full])
 
     def elected(t: TargetEmitter) -> None:
         lo, hi, step = (t.const(v, "s32") for v in (g.lo, g.hi, g.step))
@@ -218,6 +223,7 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
     ks = MMA_K[g.elem]
 
     def step(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
+        t.loc = g.mma.loc  # the consumer's work is the kernel's mma
         stage, rnd = ring.slot(t, k)
         t.op(MbarrierWait(), [ring.barrier(t, stage, False), _parity(t, rnd, False)])
         a_box, b_box = ring.boxes(t, stage)
@@ -261,7 +267,47 @@ def pipelined_rules(plan: PipelinePlan) -> dict[int, Rule]:
     def loop(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         return lower_pipelined_loop(low, instr, args, plan)
 
-    return {id(g.a_alloc): ring_buffer, id(g.b_alloc): ring_buffer, id(g.loop): loop}
+    def store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+        split_store(low, plan, args[0], args[1])
+        return []
+
+    rules = {id(g.a_alloc): ring_buffer, id(g.b_alloc): ring_buffer, id(g.loop): loop}
+    if plan.store is not None:
+        rules[id(plan.store)] = store
+    return rules
+
+
+def split_store(low: Lowerer, plan: PipelinePlan, view: Lowered, acc: Lowered) -> None:
+    """Each consumer warpgroup stores its 64-row blocks of the accumulator (f32 pairs
+    of the wgmma accumulator layout, PTX ISA sec. 9.7.15.5.1) into the global view."""
+    e, g = low.em, plan.gemm
+    if not (isinstance(view, Mem) and isinstance(acc, Dist) and view.space == "global"
+            and view.strides[-1] == 1 and len(view.shape) == 2):
+        raise UnsupportedError("the split accumulator is stored into a 2-D global view",
+                               loc=e.loc)
+    stride = view.strides[0]
+    mine = g.bm // 64 // plan.consumers
+    tid = e.sreg("tid.x")
+    lane_row = e.add(e.bin("shl", e.bin("and", e.bin("shr", tid, e.const(5, "u32"), "u32"),
+                                        e.const(3, "u32"), "u32"), e.const(4, "u32"), "u32"),
+                     e.bin("and", e.bin("shr", tid, e.const(2, "u32"), "u32"),
+                           e.const(7, "u32"), "u32"), "u32")
+    wg = e.bin("shr", tid, e.const(7, "u32"), "u32")
+    row = e.add(lane_row, e.mul(wg, e.const(64 * mine, "u32"), "u32"), "u32")
+    col = e.bin("shl", e.bin("and", tid, e.const(3, "u32"), "u32"), e.const(1, "u32"), "u32")
+    elems = e.add(e.mul(row, e.const(stride, "u32"), "u32"), col, "u32")
+    base = view.base
+    if view.offset is not None:
+        off = e.cvt(e.bin("mul", view.offset, e.const(4, "s32"), "s32", "wide"), "u64", "s64")
+        base = e.add(base, off, "u64")
+    addr = e.add(base, e.bin("mul", elems, e.const(4, "u32"), "u32", "wide"), "u64")
+    half = g.bn // 2
+    regs = list(acc.regs)
+    for r in range(0, len(regs), 2):
+        blk, i = divmod(r, half)
+        h, j = (i >> 1) & 1, i >> 2
+        static = ((64 * blk + 8 * h) * stride + 8 * j) * 4
+        e.st("global", addr, e.pack(regs[r:r + 2], "f32"), "f32", vec=2, offset=static)
 
 
 __all__ = ["lower_pipelined_loop", "pipelined_rules"]

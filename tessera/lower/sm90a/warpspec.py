@@ -91,11 +91,14 @@ def elem_bytes_of(elem: str) -> int:
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """How a matched loop is pipelined."""
+    """How a matched loop is pipelined. With two consumer warpgroups each holds half of
+    the accumulator, so ``store`` is the kernel's store of the loop's result into global
+    memory, which the pipeline writes itself."""
 
     gemm: GemmLoop
     stages: int
     consumers: int  # consumer warpgroups (1 or 2)
+    store: Instr | None = None
 
     @property
     def threads(self) -> int:
@@ -240,8 +243,40 @@ def plan_pipeline(fn: Function) -> PipelinePlan | None:
                                f"tile: {why}", loc=fn.loc,
                                hint="change the tile shape, num_warps or num_stages, or set "
                                     "warp_specialize=False")
+    store = None
+    if consumers > 1:
+        store = split_store(fn, gemm)
+        if store is None:
+            why = ("two consumer warpgroups need the zero-initialised accumulator stored "
+                   "straight into an f32 global view after the loop")
+            if not asked:
+                return None
+            raise UnsupportedError(why, loc=fn.loc, hint="use num_warps=8")
     stages = config.get("num_stages") or default_stages(gemm)
-    return PipelinePlan(gemm, int(stages), consumers)
+    return PipelinePlan(gemm, int(stages), consumers, store)
+
+
+def split_store(fn: Function, gemm: GemmLoop) -> Instr | None:
+    """The ``tile.store`` of the loop's result that two consumer warpgroups can split:
+    the accumulator starts as zeros and goes, unchanged, into an f32 view of a kernel
+    parameter; everything else after the loop is index arithmetic."""
+    init = gemm.loop.operands[3].owner
+    if not (isinstance(init, Instr) and isinstance(init.op, tile_compute.Full)
+            and init.op.value == 0):
+        return None
+    after = fn.body.instrs[fn.body.instrs.index(gemm.loop) + 1:]
+    stores = [i for i in after if isinstance(i.op, tile_memory.Store)]
+    if len(stores) != 1 or any(not (i.op.terminator or _index_op(i) or i in stores)
+                               for i in after):
+        return None
+    store = stores[0]
+    view = store.operands[0].owner
+    result = gemm.loop.results[0]
+    uses = [i for i in walk(fn.body) if result in i.operands]
+    if (uses != [store] or store.operands[1] is not result or not isinstance(view, Instr)
+            or ptx_elem(view.results[0].type.element) != "f32"):  # type: ignore[union-attr]
+        return None
+    return store
 
 
 def default_stages(gemm: GemmLoop) -> int:
@@ -263,8 +298,9 @@ def fit_problem(gemm: GemmLoop, consumers: int, stages: int | None) -> str | Non
         return (f"each consumer thread would hold {per_thread} accumulators (at most "
                 f"{MAX_ACC_REGS} fit in {CONSUMER_REGS} registers without spilling)")
     n = stages if stages is not None else default_stages(gemm)
-    if int(n) < 1:
-        return f"num_stages={n}: a ring needs at least one stage"
+    if int(n) < 2:  # wgmma.wait_group 1 holds a stage until the next one is full
+        return (f"num_stages={n}: the consumers release a stage one K step later (after "
+                "wgmma.wait_group 1), so the ring needs at least two stages")
     need = int(n) * (gemm.stage_bytes + 16)
     if need > SHARED_BUDGET:
         return (f"{n} stages of {gemm.stage_bytes} bytes need {need} bytes of shared memory, "
