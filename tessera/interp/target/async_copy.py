@@ -33,6 +33,7 @@ from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.interp.target.wgmma_groups import active_warpgroups, groups_of
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
 
@@ -64,6 +65,12 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
                  f"which thread {other % sh.nthreads} read without a bar.sync between")
     if fail is not None and len(copy.flat):
+        read = groups_of(m).busy[copy.flat] != 0
+        if read.any():
+            i = int(np.flatnonzero(read.any(axis=1))[0])
+            fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
+                 f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
+                 "a wgmma group that no wgmma.wait_group has retired")
         busy = sh.pending[copy.flat] != 0
         if busy.any():
             i = int(np.flatnonzero(busy.any(axis=1))[0])
@@ -377,9 +384,18 @@ def _fence(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
 def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
-    # wgmma runs to completion when issued; the ordering rules are the verifier's.
+    # wgmma computes when issued (the register ordering rules are the verifier's); its
+    # shared operands stay in use until wait_group retires the group (wgmma_groups)
+    op = instr.op
+
     def step(fr: TargetFrame) -> None:
-        return None
+        if isinstance(op, target_async.WgmmaFence) or not fr.mask.any():
+            return
+        groups = active_warpgroups(fr.m, fr.mask)
+        if isinstance(op, target_async.WgmmaCommit):
+            groups_of(fr.m).commit(groups)
+        else:
+            groups_of(fr.m).wait(groups, op.n)
     return step
 
 

@@ -20,6 +20,7 @@ from tessera.interp.target import TargetFault, run_target
 from tessera.ir.core import Block, Function, Instr, walk
 from tessera.ir.dialects.target import For, If
 from tessera.ir.dialects.target.async_ops import MbarrierInit, MbarrierWait, WgmmaWait
+from tessera.ir.dialects.target.check import check_kernel
 from tessera.ir.dialects.target.ops import Bar, SharedAlloc
 from tessera.ir.dialects.target.warp_ops import ElectSync, SetMaxNReg
 
@@ -216,3 +217,19 @@ def test_planted_hang_is_reported() -> None:
     body.instrs[:] = [i for i in body.instrs if not isinstance(i.op, If)]
     with pytest.raises(TargetFault, match="never completes"):
         run(compiled, *ops)
+
+
+def test_planted_stage_released_before_its_wgmma_retires() -> None:
+    """Without wgmma.wait_group 1 the consumer releases the previous stage while the
+    wgmma group reading it may still run (PTX ISA sec. 9.7.15.6): the producer's refill
+    of that stage is reported at its cp_async line. ptxas and the ordering check both
+    accept this kernel (the groups retire at the wait_group 0 after the loop)."""
+    ops = operands(128, 128, 512)
+    compiled = compile_gemm(128, 128, 512, (128, 128, 64), {"num_stages": 2})
+    (main,) = loops(split(compiled.kernel).regions[1].block)
+    body = main.regions[0].block
+    body.instrs[:] = [i for i in body.instrs if not isinstance(i.op, WgmmaWait)]
+    check_kernel(compiled.kernel)
+    with pytest.raises(TargetFault, match="overwritten while a wgmma reads it") as err:
+        run(compiled, *ops)
+    assert err.value.loc.line == A_COPY_LINE
