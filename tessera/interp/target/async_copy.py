@@ -13,11 +13,9 @@ shared memory; a wait whose phase cannot complete once every issued load has lan
 an error instead of a hang (inside a concurrent ``ptx.if``, the other arm runs first:
 :mod:`tessera.interp.target.schedule`).
 
-An mbarrier phase also orders shared memory for the race check: the accesses of the
-threads that arrived on a phase happen before whatever a thread does after its wait on
-that phase returns (a consumer releasing a stage, a producer refilling it). The race
-check keeps one epoch per byte, so a completed wait starts a new epoch for the bytes of
-its CTA that only those arriving threads accessed.
+An mbarrier phase also orders shared memory for the race check
+(:mod:`tessera.interp.target.async_order`), and a ``wgmma`` group's operands stay in
+use until it retires (:mod:`tessera.interp.target.async_order`).
 """
 
 from __future__ import annotations
@@ -31,9 +29,15 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
+from tessera.interp.target.async_order import (
+    acquire,
+    active_warpgroups,
+    arrivals,
+    groups_of,
+    note_arrivals,
+)
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
-from tessera.interp.target.wgmma_groups import active_warpgroups, groups_of
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
 
@@ -184,54 +188,13 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
         raise m.fault(instr, "mbarrier", err.message, int(act[0])) from None
     moved = ids[mb.phase[ids] != before]
     m.mbar_tx[:, moved] = 0
-    arrivers, released = _arrivals(m)
+    arrivers, released = arrivals(m)
     for i in np.unique(moved):
         released[int(i)] = arrivers.pop(int(i), np.zeros(m.nthreads, bool))
     sched = current_scheduler(m)
     if sched is not None and call != mb.try_wait_parity:  # a poll changes nothing
         sched.touch()
     return result
-
-
-def _arrivals(m: Machine) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
-    """Per mbarrier id, the CTA-local threads that arrived on its current phase, and
-    those that arrived on its last completed phase."""
-    if not hasattr(m, "mbar_arrivers"):
-        m.mbar_arrivers = ({}, {})  # type: ignore[attr-defined]
-    return m.mbar_arrivers  # type: ignore[attr-defined]
-
-
-def _note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
-    arrivers, _ = _arrivals(m)
-    for i in np.unique(ids):
-        seen = arrivers.setdefault(int(i), np.zeros(m.nthreads, bool))
-        seen[m.tid[act[ids == i]]] = True
-
-
-def _acquire(m: Machine, ids: np.ndarray) -> None:
-    """A wait on the completed phases of ``ids`` returned: bytes of their CTAs that
-    only the phases' arriving threads accessed start a new race epoch."""
-    sh = m.shared
-    if not sh.races or not sh.size:
-        return
-    _, released = _arrivals(m)
-    slots = max(1, sh.size // 8)
-    for i in np.unique(ids):
-        who = released.get(int(i))
-        if who is None or not who.any():
-            continue
-        cta = int(i) // slots
-        base = cta * m.nthreads
-        view = slice(cta * sh.size, (cta + 1) * sh.size)
-        lo, hi, w = sh.rmin[view], sh.rmax[view], sh.writer[view]
-        prefix = np.concatenate([[0], np.cumsum(who)])
-        read = hi >= 0
-        a = np.clip(lo - base, 0, m.nthreads - 1)
-        b = np.clip(hi - base, 0, m.nthreads - 1)
-        readers_ok = ~read | (prefix[b + 1] - prefix[a] == b - a + 1)
-        writer_ok = (w < 0) | who[np.clip(w - base, 0, m.nthreads - 1)]
-        clear = readers_ok & writer_ok & (read | (w >= 0))
-        lo[clear], hi[clear], w[clear] = np.iinfo(np.int32).max, -1, -1
 
 
 @step_rule(target_async.TmaLoad)
@@ -329,7 +292,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
         elif isinstance(op, target_async.MbarrierArrive):
             if op.tx:
                 np.add.at(m.mbar_tx[0], ids, op.tx)
-            _note_arrivals(m, ids, act)
+            note_arrivals(m, ids, act)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:
             _tracked(m, instr, act, ids, mb.inval, ids)
@@ -360,7 +323,7 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
             _complete_tma(m, instr, np.unique(ids[~np.asarray(ok)]), int(act[0]))
             ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
         if np.all(ok):
-            _acquire(m, ids)
+            acquire(m, ids)
         else:
             k = int(np.flatnonzero(~np.asarray(ok))[0])
             i = ids[k]
@@ -385,7 +348,7 @@ def _fence(c: TargetCompiler, instr: Instr) -> Step:
 @step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
 def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     # wgmma computes when issued (the register ordering rules are the verifier's); its
-    # shared operands stay in use until wait_group retires the group (wgmma_groups)
+    # shared operands stay in use until wait_group retires the group (async_order)
     op = instr.op
 
     def step(fr: TargetFrame) -> None:

@@ -7,9 +7,9 @@ swizzled as TMA writes them) has two mbarriers per stage (PTX ISA sec. 9.7.13.15
 * ``full[s]`` (1 arrival + the stage's TMA bytes): the producer's elected thread
   issues the TMA loads on it and announces their bytes with
   ``mbarrier.arrive.expect_tx``; consumers wait on it before reading the stage;
-* ``empty[s]`` (one arrival per consumer thread): a consumer arrives when its
-  ``wgmma`` reading the stage has retired; the producer waits on it before
-  refilling the stage.
+* ``empty[s]`` (one arrival per consumer thread, so that each thread's own reads are
+  ordered before the refill): a consumer arrives when its ``wgmma`` reading the stage
+  has retired; the producer waits on it before refilling the stage.
 
 K tile ``i`` uses stage ``i % S`` in round ``i // S``: consumers wait for ``full``'s
 phase of parity ``round & 1``; the producer waits for ``empty``'s phase of parity
@@ -61,6 +61,7 @@ from tessera.lower.sm90a.warpspec import (
 )
 from tessera.lower.tiles import SharedBox
 from tessera.lower.values import Dist, Lowered, Mem, Scalar
+from tessera.numerics import dtype
 
 _ALIGN = 1024  # a 128-byte swizzle atom: stages start on it (base offset 0)
 
@@ -72,8 +73,8 @@ class _Ring:
         g = plan.gemm
         es = elem_bytes_of(g.elem)
         self.plan, self.gemm = plan, g
-        self.a_span = swizzle_span((g.bm, g.bk), _dtype(g.elem))
-        self.b_span = swizzle_span((g.bk, g.bn), _dtype(g.elem))
+        self.a_span = swizzle_span((g.bm, g.bk), dtype(g.elem))
+        self.b_span = swizzle_span((g.bk, g.bn), dtype(g.elem))
         self.a_bytes, self.b_bytes = g.bm * g.bk * es, g.bk * g.bn * es
         s = plan.stages
         self.a = low.shared_buffer("pipe_a", s * self.a_bytes, _ALIGN)
