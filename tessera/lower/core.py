@@ -10,6 +10,9 @@ Hardware mapping (docs/ptx-backend.md has the long form):
 * a **block kernel** (some value is a tensor) runs one tile per CTA of 128 threads
   (four warps; one warpgroup on sm_90a); tensors are spread over the threads by the
   layouts of :mod:`tessera.lower.layout`. Groups of more than one tile are not lowered.
+  A GEMM-shaped K loop on sm_90a adds a producer warpgroup to one or two consumer
+  warpgroups (:mod:`tessera.lower.sm90a.warpspec`); on sm_80 it becomes a multi-stage
+  ``cp.async`` ring (:mod:`tessera.lower.sm80.pipeline`).
 
 CTA ``ctaid.x`` is the group's linear id (C order over the grid), ``ctaid.y`` the
 batch index. Index arithmetic is 32-bit (tensors up to 2^31 elements).
@@ -119,6 +122,12 @@ class Lowerer:
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if not self._warp_specialise() and self.extra["wgmma_buffers"]:
                     ring_setup(self)
+            else:
+                from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
+
+                plan = plan_multistage(self.fn)
+                if plan is not None:
+                    self.overrides.update(multistage_rules(plan))
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)

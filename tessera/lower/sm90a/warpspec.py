@@ -185,8 +185,7 @@ def _match(loop: Instr, allocs: dict[Value, Instr]) -> GemmLoop | None:
     if (term is None or list(term.operands) != [mma.results[0]] or len(mma.operands) != 3
             or mma.operands[2] is not body.args[1]):
         return None
-    loads = {v: i for v, i in allocs.items()}
-    a_alloc, b_alloc = (_source(v, loads) for v in mma.operands[:2])
+    a_alloc, b_alloc = (_source(v, allocs) for v in mma.operands[:2])
     if a_alloc is None or b_alloc is None or a_alloc is b_alloc:
         return None
     by_dst = {c.operands[0]: c for c in copies}
