@@ -46,6 +46,14 @@ class CompiledKernel:
         return int(self.kernel.attrs["block"][0])
 
     @property
+    def shared_bytes(self) -> int:
+        """The dynamic shared memory (bytes) each launch must request: the kernel's
+        buffers when they exceed the 48 KiB of static shared memory, else 0."""
+        from tessera.lower.shared import shared_plan
+
+        return shared_plan(self.kernel).dynamic_bytes
+
+    @property
     def signature(self) -> list[tuple[str, str]]:
         """``(name, PTX parameter type)`` of each kernel parameter, in order."""
         out = []

@@ -44,6 +44,7 @@ def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
     from tessera.backend.ptx.driver.tensormap import encode
     from tessera.backend.ptx.render import render
     from tessera.interp.target.runner import TensorMapArg, _geometry
+    from tessera.lower.shared import shared_plan
 
     ptx = render(fn)
     work = [copy.deepcopy(a) for a in args]
@@ -56,7 +57,7 @@ def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
         with DeviceArrays(module.driver, staged) as dev:
             values = [encode(a.tensor_map(dev.pointer(a.array))) if isinstance(a, TensorMapArg)
                       else dev.pointer(a) if isinstance(a, np.ndarray) else a for a in work]
-            module.launch(kernel, g, b, 0, values)
+            module.launch(kernel, g, b, shared_plan(fn).dynamic_bytes, values)
     return arrays
 
 
