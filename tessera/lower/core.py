@@ -10,6 +10,9 @@ Hardware mapping (docs/ptx-backend.md has the long form):
 * a **block kernel** (some value is a tensor) runs one tile per CTA of 128 threads
   (four warps; one warpgroup on sm_90a); tensors are spread over the threads by the
   layouts of :mod:`tessera.lower.layout`. Groups of more than one tile are not lowered.
+  A GEMM-shaped K loop on sm_90a adds a producer warpgroup to one or two consumer
+  warpgroups (:mod:`tessera.lower.sm90a.warpspec`); on sm_80 it becomes a multi-stage
+  ``cp.async`` ring (:mod:`tessera.lower.sm80.pipeline`).
 
 CTA ``ctaid.x`` is the group's linear id (C order over the grid), ``ctaid.y`` the
 batch index. Index arithmetic is 32-bit (tensors up to 2^31 elements).
@@ -104,6 +107,8 @@ class Lowerer:
     #: "fast" lowers math to the hardware's approximate instructions
     #: (:mod:`tessera.lower.fastmath`); any other mode keeps the checked bits
     mode: str = "checked"
+    #: rules for particular instructions (by ``id``), ahead of :data:`RULES`
+    overrides: dict[int, Rule] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -126,20 +131,49 @@ class Lowerer:
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
-                if self.extra["wgmma_buffers"]:
+                if not self._warp_specialise() and self.extra["wgmma_buffers"]:
                     ring_setup(self)
+            else:
+                from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
+
+                plan = plan_multistage(self.fn)
+                if plan is not None:
+                    self.overrides.update(multistage_rules(plan))
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)
         else:
-            self._results(self.lower_block(self.fn.body, self.e), self.e)
+            outs = self.lower_block(self.fn.body, self.e)
+            # a warp-specialised kernel ends in its consumer branch
+            tail = self.extra.pop("continuation", None)
+            self._results(outs, tail or self.e)
+            if tail is not None:
+                tail.op(Yield())
         attrs = {"target": self.target, "block": [self.geom.block],
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],
                  "source": self.fn.name}
         if self.mode == "fast":
             attrs["mode"] = "fast"
+        if "maxnreg" in self.extra:
+            attrs["maxnreg"] = self.extra["maxnreg"]
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
+
+    def _warp_specialise(self) -> bool:
+        """Plan the warp-specialised GEMM pipeline (:mod:`tessera.lower.sm90a.warpspec`);
+        when the kernel has one, its K loop and shared buffers get their own rules and
+        the CTA grows by the producer warpgroup."""
+        from tessera.lower.sm90a.pipeline import pipelined_rules
+        from tessera.lower.sm90a.warpspec import plan_pipeline
+
+        plan = plan_pipeline(self.fn)
+        if plan is None:
+            return False
+        assert self.geom is not None
+        self.geom.block = plan.threads
+        self.extra["maxnreg"] = plan.entry_regs
+        self.overrides.update(pipelined_rules(plan))
+        return True
 
     def _guarded_body(self, n_groups: int) -> None:
         """The body under ``if group_id < n_groups``: the last CTA of a packed launch
@@ -297,7 +331,7 @@ class Lowerer:
             for instr in block.instrs:
                 if instr.op.terminator:
                     return [settle(self, v, self.env[v]) for v in instr.operands]
-                fn = RULES.get(type(instr.op))
+                fn = self.overrides.get(id(instr)) or RULES.get(type(instr.op))
                 if getattr(instr.op, "exact", False) is True:
                     fn = None
                 elif self.mode == "fast":
@@ -311,7 +345,7 @@ class Lowerer:
                         + (f": {why}" if why else ""), loc=instr.loc,
                         hint="run the kernel in the tile simulator, or rewrite it without "
                              f"{instr.op.name}")
-                e.loc = instr.loc
+                e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
                 args = [self.env[v] for v in instr.operands]
                 try:
                     # an index tensor (arange, a mask) is computed where it is used

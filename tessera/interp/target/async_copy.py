@@ -10,7 +10,12 @@ read at issue and lands, with its ``complete_tx`` on the mbarrier, when some thr
 waits on that mbarrier (all loads issued to it complete then). ``mbarrier`` objects
 follow :class:`tessera.arch.mbarrier.MbarrierArray`, one per 8-byte slot of each CTA's
 shared memory; a wait whose phase cannot complete once every issued load has landed is
-an error instead of a hang.
+an error instead of a hang (inside a concurrent ``ptx.if``, the other arm runs first:
+:mod:`tessera.interp.target.schedule`).
+
+An mbarrier phase also orders shared memory for the race check
+(:mod:`tessera.interp.target.async_order`), and a ``wgmma`` group's operands stay in
+use until it retires (:mod:`tessera.interp.target.async_order`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
+from tessera.interp.target.async_order import (
+    acquire,
+    active_warpgroups,
+    arrivals,
+    groups_of,
+    note_arrivals,
+)
+from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -55,6 +68,19 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
             fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
                  f"which thread {other % sh.nthreads} read without a bar.sync between")
+    if fail is not None and len(copy.flat):
+        read = groups_of(m).busy[copy.flat] != 0
+        if read.any():
+            i = int(np.flatnonzero(read.any(axis=1))[0])
+            fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
+                 f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
+                 "a wgmma group that no wgmma.wait_group has retired")
+        busy = sh.pending[copy.flat] != 0
+        if busy.any():
+            i = int(np.flatnonzero(busy.any(axis=1))[0])
+            fail(i, "async copy overwritten before its wait", f"async copy over "
+                 f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
+                 "another async copy is still writing")
     np.add.at(sh.pending, copy.flat.ravel(), 1)
 
 
@@ -181,6 +207,12 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
         raise m.fault(instr, "mbarrier", err.message, int(act[0])) from None
     moved = ids[mb.phase[ids] != before]
     m.mbar_tx[:, moved] = 0
+    arrivers, released = arrivals(m)
+    for i in np.unique(moved):
+        released[int(i)] = arrivers.pop(int(i), np.zeros(m.nthreads, bool))
+    sched = current_scheduler(m)
+    if sched is not None and call != mb.try_wait_parity:  # a poll changes nothing
+        sched.touch()
     return result
 
 
@@ -223,6 +255,9 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
+        sched = current_scheduler(m)
+        if sched is not None:  # a waiter's phase may now complete
+            sched.touch()
     return step
 
 
@@ -282,6 +317,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             _check_visible(m, instr, act, fr.regs[a][act])
             if op.tx:
                 np.add.at(m.mbar_tx[0], ids, op.tx)
+            note_arrivals(m, ids, act)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:
             _check_visible(m, instr, act, fr.regs[a][act])
@@ -308,7 +344,14 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         if not done.all():
             _complete_tma(m, instr, np.unique(ids[~done]), int(act[0]))
         ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
-        if not np.all(ok):
+        sched = current_scheduler(m)
+        while not np.all(ok) and sched is not None and sched.block():
+            # another arm ran (arrived, issued loads); poll again, as the try_wait loop does
+            _complete_tma(m, instr, np.unique(ids[~np.asarray(ok)]), int(act[0]))
+            ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
+        if np.all(ok):
+            acquire(m, ids)
+        else:
             k = int(np.flatnonzero(~np.asarray(ok))[0])
             i = ids[k]
             raise m.fault(instr, "mbarrier", "mbarrier phase never completes: expected "
@@ -331,9 +374,18 @@ def _fence(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
 def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
-    # wgmma runs to completion when issued; the ordering rules are the verifier's.
+    # wgmma computes when issued (the register ordering rules are the verifier's); its
+    # shared operands stay in use until wait_group retires the group (async_order)
+    op = instr.op
+
     def step(fr: TargetFrame) -> None:
-        return None
+        if isinstance(op, target_async.WgmmaFence) or not fr.mask.any():
+            return
+        groups = active_warpgroups(fr.m, fr.mask)
+        if isinstance(op, target_async.WgmmaCommit):
+            groups_of(fr.m).commit(groups)
+        else:
+            groups_of(fr.m).wait(groups, op.n)
     return step
 
 

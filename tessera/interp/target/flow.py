@@ -2,7 +2,9 @@
 
 ``ptx.if`` runs its then-region on the active threads whose predicate is true and its
 else-region on the rest, then merges the yielded registers per thread (a region no
-thread takes is skipped). ``ptx.for`` and ``ptx.while`` iterate while any active thread
+thread takes is skipped). When a region waits on ``mbarrier`` phases (a producer and
+its consumers) the two run as coroutines (:mod:`tessera.interp.target.schedule`).
+``ptx.for`` and ``ptx.while`` iterate while any active thread
 continues; a thread that finished is masked off and keeps its carried values, so threads
 may run different trip counts, as divergent branches do on hardware.
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.target.schedule import run_concurrently
 from tessera.interp.target.state import (
     Step,
     TargetBody,
@@ -30,9 +33,10 @@ from tessera.interp.target.state import (
     run,
     step_rule,
 )
-from tessera.ir.core import Instr
+from tessera.ir.core import Block, Instr, walk
 from tessera.ir.dialects import target as target_ir
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.async_ops import MbarrierWait
 
 #: iterations after which a loop is reported as not terminating
 LOOP_LIMIT = 1 << 22
@@ -46,18 +50,27 @@ def _enter(fr: TargetFrame, body: TargetBody, values: list[Any], mask: np.ndarra
     return [fr.regs[y] for y in body.yields]
 
 
+def _waits(block: Block) -> bool:
+    return any(isinstance(i.op, MbarrierWait) for i in walk(block))
+
+
 @step_rule(target_ir.If)
 def _if(c: TargetCompiler, instr: Instr) -> Step:
     p = c.slot(instr.operands[0])
     then, other = (c.body(r.block) for r in instr.regions)
     outs = [c.slot(r) for r in instr.results]
+    concurrent = any(_waits(r.block) for r in instr.regions)
 
     def step(fr: TargetFrame) -> None:
         pred = fr.regs[p]
         t = fr.mask & pred
         e = fr.mask & ~pred
         run_t, run_e = bool(t.any()), bool(e.any())
-        if run_t and run_e:
+        if run_t and run_e and concurrent:
+            vt, ve = run_concurrently(fr.m, [lambda: _enter(fr, then, [], t),
+                                             lambda: _enter(fr, other, [], e)])
+            vals = [merge(pred, a, b) for a, b in zip(vt, ve)]
+        elif run_t and run_e:
             vt = _enter(fr, then, [], t)
             ve = _enter(fr, other, [], e)
             vals = [merge(pred, a, b) for a, b in zip(vt, ve)]

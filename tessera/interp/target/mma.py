@@ -33,6 +33,7 @@ from tessera.arch.fragments import (
 )
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS, mma
+from tessera.interp.target.async_order import groups_of
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -121,6 +122,9 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
         flat = (ctas[sel, None] * m.shared.size + span[None, :])[:, :, None] + np.arange(eb)
         flat = flat.reshape(len(sel), -1)
         m.shared.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
+        reads = groups_of(m)  # read until a wait_group retires the group
+        for i, w in enumerate(who[sel].tolist()):
+            reads.read(int(w) // 128, flat[i])
         if m.shared.races:  # the whole warpgroup reads: a later writer must sync first
             first = who[sel].astype(np.int32)[:, None]
             np.minimum.at(m.shared.rmin, flat, np.broadcast_to(first, flat.shape))

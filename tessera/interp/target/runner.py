@@ -4,9 +4,9 @@
 Every thread of every CTA runs in lockstep on vectorised registers (see
 :mod:`tessera.interp.target.state`); the instruction rules are in ``regs``
 (register arithmetic), ``flow`` (masks, loops, barriers, shuffles),
-``memory_steps`` (loads, stores, atomics), ``async_copy`` (cp.async, TMA, mbarrier)
-and ``mma`` (ldmatrix, mma.sync, wgmma). Results agree bit for bit with the
-Tile IR interpreter under its exact-accumulation convention.
+``memory_steps`` (loads, stores, atomics), ``async_copy`` (cp.async, TMA, mbarrier),
+``mma`` (ldmatrix, mma.sync, wgmma) and ``warp`` (setmaxnreg, elect.sync). Results
+agree bit for bit with the Tile IR interpreter under its exact-accumulation convention.
 
 Like compute-sanitizer, the interpreter stops at the first kernel bug with a
 :class:`~tessera.interp.target.state.TargetFault` (an ``InterpretError``) naming the
@@ -37,6 +37,7 @@ from tessera.interp.target import flow as target_flow
 from tessera.interp.target import memory_steps as target_mem
 from tessera.interp.target import mma as target_mma
 from tessera.interp.target import regs as target_regs
+from tessera.interp.target import warp as target_warp
 from tessera.interp.target.async_copy import TmaValue
 from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
 from tessera.interp.target.state import (
@@ -52,7 +53,8 @@ from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
 
 # importing the rule modules registers their steps
-_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_regs)
+_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_regs,
+     target_warp)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:

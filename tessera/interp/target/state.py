@@ -58,6 +58,9 @@ _HINTS = {
                        "the warp (or warpgroup) to execute them together",
     "missing proxy fence": "put fence.proxy.async (and bar.sync) between st.shared and the "
                            "wgmma or TMA load that accesses the same bytes",
+    "shared memory overwritten while a wgmma reads it": "retire the wgmma group "
+                                                        "(wgmma.wait_group) before the "
+                                                        "buffer is released for reuse",
 }
 
 

@@ -188,6 +188,8 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
     if block:
         dims = [*list(block), 1, 1][:3]
         head.append(".maxntid " + ", ".join(str(int(d)) for d in dims))
+    if fn.attrs.get("maxnreg"):  # the entry register count setmaxnreg starts from
+        head.append(f".maxnreg {int(fn.attrs['maxnreg'])}")
     head.append("{")
     if not plan.dynamic:
         head.extend(f"\t.shared .align {align} .b8 {sym}[{size}];"

@@ -11,7 +11,12 @@ A configuration is **valid** when (:func:`check`; the reasons of the others are 
 * no tile of its launch is sure to access memory out of bounds
   (:mod:`tessera.frontend.kernel.tuning.bounds`): a block that does not divide the
   dimension it tiles reaches past the last full block;
-* a group needs at most 1024 threads (a CTA's limit);
+* a configuration that asks for the sm_90a warp-specialised GEMM pipeline
+  (``num_warps`` 8 or 12, ``num_stages``, ``warp_specialize``) can have it: its stages
+  fit in shared memory and each consumer thread holds at most 128 accumulators
+  (:mod:`tessera.lower.sm90a.warpspec`);
+* a group needs at most 1024 threads (a CTA's limit; a pipelined GEMM's CTA has a
+  producer warpgroup besides its consumers);
 * by the register estimate of :mod:`tessera.frontend.kernel.tuning.regs`, a thread needs at
   most 255 registers (more would spill: sm_90's limit) and a group at most the SM's
   65,536.
@@ -46,7 +51,7 @@ from typing import Any
 
 from tessera.frontend.kernel.compiler.compile import SHARED_LIMIT
 from tessera.frontend.kernel.tuning.bounds import sure_violations
-from tessera.frontend.kernel.tuning.regs import RegisterEstimate
+from tessera.frontend.kernel.tuning.regs import RegisterEstimate, pipeline_problems
 from tessera.ir.core import Block, Function, Instr, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
@@ -145,6 +150,7 @@ def threads_per_group(fn: Function, regs: RegisterEstimate) -> int:
 def check(fn: Function) -> list[str]:
     """Why one specialisation cannot run as configured on an H100 (empty: it can)."""
     reasons = [f"out of bounds for these shapes: {v}" for v in sure_violations(fn)[:1]]
+    reasons += pipeline_problems(fn)
     regs = RegisterEstimate(fn)
     threads = threads_per_group(fn, regs)
     if threads > H100["threads"]:

@@ -5,8 +5,10 @@ thread on sm_90) or that do not fit one SM's register file. Running ``ptxas`` on
 candidate would be exact but slow, and not every kernel lowers to PTX yet, so the
 estimate is read from the Tile IR, following the PTX backend's hardware mapping
 (docs/ptx-backend.md): a kernel whose tiles hold tensors runs each tile on one CTA of
-128 threads (one warpgroup, whatever the configuration's ``num_warps``), which share
-every register tile evenly; a kernel of scalars runs each tile on one thread.
+128 threads (one warpgroup), which share every register tile evenly, except a GEMM
+lowered to the warp-specialised sm_90a pipeline, whose CTA adds a producer warpgroup
+to one or two consumer warpgroups that share the accumulator; a kernel of scalars
+runs each tile on one thread.
 
 * A value costs ``ceil(ceil(elements / threads) * bytes / 4)`` 32-bit registers per
   thread (a scalar: its own ``ceil(bytes / 4)`` on every thread). Constants cost
@@ -27,12 +29,14 @@ spill); it can still miss a spill (flash attention with head dim 128 and 64x128 
 
 from __future__ import annotations
 
+from tessera.errors import UnsupportedError
 from tessera.ir.core import Block, Function, Instr, Value, walk
 from tessera.ir.dialects.tile import Constant, MemRefType
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.lower.core import THREADS, is_block_kernel
+from tessera.lower.sm90a.warpspec import PipelinePlan, plan_pipeline
 from tessera.numerics import storage_of
 
 #: registers every thread needs besides the kernel's values: addresses, indices and
@@ -47,8 +51,12 @@ class RegisterEstimate:
     def __init__(self, fn: Function) -> None:
         self.fn = fn
         self.block_kernel = is_block_kernel(fn)
-        #: threads one tile runs on
+        #: why the pipeline the configuration asks for cannot be built (see ``pipeline``)
+        self.problem: str | None = None
+        #: threads one tile runs on (a warp-specialised GEMM adds its producer)
         self.threads = THREADS if self.block_kernel else 1
+        if self.block_kernel and self.pipeline is not None:
+            self.threads = self.pipeline.threads
         self.uses: dict[Value, list[tuple[Instr, int]]] = {}
         for instr in walk(fn.body):
             for k, v in enumerate(instr.operands):
@@ -126,8 +134,32 @@ class RegisterEstimate:
         return best
 
     def per_thread(self) -> int:
-        """The estimate: the peak of live values plus :data:`OVERHEAD`."""
-        return self.peak(self.fn.body) + OVERHEAD
+        """The estimate: the peak of live values plus :data:`OVERHEAD`. A warp-specialised
+        GEMM (:mod:`tessera.lower.sm90a.warpspec`) splits its values, which the
+        accumulator dominates, over its consumer warpgroups."""
+        peak = self.peak(self.fn.body)
+        if self.pipeline is not None:
+            peak = -(-peak // self.pipeline.consumers)
+        return peak + OVERHEAD
+
+    @property
+    def pipeline(self) -> PipelinePlan | None:
+        """The sm_90a warp-specialised pipeline the kernel lowers to, if any."""
+        if not hasattr(self, "_pipeline"):
+            try:
+                self._pipeline = plan_pipeline(self.fn) if self.block_kernel else None
+            except UnsupportedError as err:
+                self._pipeline, self.problem = None, err.message
+        return self._pipeline
 
 
-__all__ = ["OVERHEAD", "RegisterEstimate"]
+def pipeline_problems(fn: Function) -> list[str]:
+    """Why the configuration of ``fn`` asks for an sm_90a warp-specialised pipeline that
+    cannot hold it (shared memory for ``num_stages``, accumulators per consumer thread,
+    ``num_warps``); empty when it can, or when it asks for none."""
+    est = RegisterEstimate(fn)
+    _ = est.pipeline
+    return [est.problem] if est.problem else []
+
+
+__all__ = ["OVERHEAD", "RegisterEstimate", "pipeline_problems"]

@@ -7,7 +7,9 @@ the IR before rendering:
 * ``wgmma.fence`` before a ``wgmma`` whose accumulators were touched by anything else
   since the last fence (PTX ISA sec. 9.7.15.6.1);
 * a ``wgmma`` result is read only after ``wgmma.commit_group`` and a
-  ``wgmma.wait_group`` that retires its group (sec. 9.7.15.6.2-3);
+  ``wgmma.wait_group`` that retires its group (sec. 9.7.15.6.2-3); yielding it as a
+  loop's carried value (the next iteration's ``wgmma`` accumulates into the same
+  registers) is not a read, and the carried value stays in its group;
 * shared memory written by ordinary stores is fenced with ``fence.proxy.async``
   before a ``wgmma`` reads it or a TMA load overwrites it (sec. 9.7.13.4, async proxy).
   Only stores into the buffers the ``wgmma`` or TMA touches count (a store to a ring
@@ -195,16 +197,35 @@ def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
     return st
 
 
-def _walk(block: Block, st: _State, prov: _Provenance) -> _State:
+def _carry(instr: Instr, st: _State, dsts: list[list[Value]]) -> _State:
+    """A region's yield: an accumulator still in flight is not read but carried (the
+    carried values share its registers), so its destinations join its group."""
+    for v, targets in zip(instr.operands, dsts):
+        for group in (st.uncommitted, *st.groups):
+            if v in group:
+                group.update(targets)
+    return st
+
+
+def _walk(block: Block, st: _State, prov: _Provenance,
+          dsts: list[list[Value]] | None = None) -> _State:
     for instr in block.instrs:
         op = instr.op
         if isinstance(op, If):
-            st = _walk(instr.regions[0].block, st.copy(), prov).merge(
-                _walk(instr.regions[1].block, st.copy(), prov))
-        elif isinstance(op, (For, While)):
+            out = [[r] for r in instr.results]
+            st = _walk(instr.regions[0].block, st.copy(), prov, out).merge(
+                _walk(instr.regions[1].block, st.copy(), prov, out))
+        elif isinstance(op, For):
+            body = instr.regions[0].block
+            out = [[a, r] for a, r in zip(body.args[1:], instr.results)]
+            once = _walk(body, st.copy(), prov, out)
+            st = st.merge(_walk(body, st.merge(once), prov, out))
+        elif isinstance(op, While):
             for region in instr.regions:
                 once = _walk(region.block, st.copy(), prov)
                 st = st.merge(_walk(region.block, st.merge(once), prov))
+        elif op.terminator and dsts is not None:
+            st = _carry(instr, st, dsts)
         else:
             st = _step(instr, st, prov)
     return st

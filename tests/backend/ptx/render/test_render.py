@@ -471,3 +471,21 @@ def test_missing_wgmma_wait_is_caught(tmp_path: Path) -> None:
     text = render(wgmma_sm90()).replace("\twgmma.wait_group.sync.aligned 0;\n", "")
     with pytest.raises(AssertionError, match="C7517"):
         ptxas(text, "sm_90a", tmp_path)
+
+
+def test_wgmma_transpose_immediates_follow_the_op() -> None:
+    """imm-trans-b (PTX ISA sec. 9.7.15.5.1) is 1 for an MN-major B (a row-major K x N
+    tile, as the example GEMM's B), 0 for K-major; the interpreter decodes the
+    descriptor the same way, so the PTX must say which."""
+    import ml_dtypes
+    import numpy as np
+
+    import tessera as ts
+    from tests.lower.sm90a.test_pipeline import GEMM
+
+    a = np.zeros((128, 64), ml_dtypes.bfloat16)
+    b = np.zeros((64, 128), ml_dtypes.bfloat16)
+    c = np.zeros((128, 128), np.float32)
+    ptx = ts.compile_kernel(GEMM, a, b, c, target="sm_90a", tile_shape=(64, 64, 64)).ptx
+    lines = [t for t in ptx.splitlines() if "wgmma.mma_async" in t]
+    assert lines and all(t.rstrip().endswith(", 1, 1, 0, 1;") for t in lines)

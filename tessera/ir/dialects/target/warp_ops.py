@@ -1,0 +1,60 @@
+"""Target IR instructions of warp-specialised kernels (sm_90a): ``setmaxnreg`` and
+``elect.sync`` (PTX ISA 8.x, sec. 9.7.19.6 and 9.7.13.13; both need PTX 8.0, sm_90a for
+``setmaxnreg``).
+
+A warp-specialised kernel splits its CTA into warpgroups with different jobs: a
+producer warpgroup, of which one elected thread issues the TMA loads, gives registers
+back with ``setmaxnreg.dec`` so that the consumer warpgroups running ``wgmma`` can take
+more with ``setmaxnreg.inc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tessera.errors import IRVerifyError
+from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.dialects.target import RegType
+
+#: ``setmaxnreg`` takes a multiple of 8 in this range (PTX ISA sec. 9.7.19.6)
+MAXNREG_RANGE = (24, 256)
+
+
+@register_op
+@dataclass(frozen=True)
+class SetMaxNReg(Op):
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 count``: every thread of the warpgroup
+    that executes it (all four warps, converged) gets at most ``count`` registers from
+    now on; ``inc`` waits until the register file has them, ``dec`` releases them."""
+
+    name: ClassVar[str] = "ptx.setmaxnreg"
+    count: int
+    inc: bool = True
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        lo, hi = MAXNREG_RANGE
+        if self.count % 8 or not lo <= self.count <= hi:
+            raise IRVerifyError(f"setmaxnreg takes a multiple of 8 in [{lo}, {hi}], not "
+                                f"{self.count}")
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
+class ElectSync(Op):
+    """``elect.sync _|p, 0xffffffff``: the predicate is true on exactly one thread of
+    the (converged) warp, its lowest active lane."""
+
+    name: ClassVar[str] = "ptx.elect_sync"
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return (RegType("pred"),)
+
+
+__all__ = ["MAXNREG_RANGE", "ElectSync", "SetMaxNReg"]
