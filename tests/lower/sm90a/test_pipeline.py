@@ -24,9 +24,10 @@ from tessera.ir.dialects.target.check import check_kernel
 from tessera.ir.dialects.target.ops import Bar, SharedAlloc
 from tessera.ir.dialects.target.warp_ops import ElectSync, SetMaxNReg
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "kernels"
-GEMM = runpy.run_path(str(EXAMPLES / "gemm.py"))["gemm"]
-DOUBLE = runpy.run_path(str(EXAMPLES / "double_buffered_gemm.py"))["double_buffered_gemm"]
+#: the corrected seed kernels (examples/kernels/ runs them from here)
+KERNELS = Path(__file__).resolve().parents[3] / "tessera" / "conformance" / "kernels"
+GEMM = runpy.run_path(str(KERNELS / "gemm.py"))["gemm"]
+DOUBLE = runpy.run_path(str(KERNELS / "double_buffered_gemm.py"))["double_buffered_gemm"]
 
 
 def operands(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -176,7 +177,7 @@ def run(compiled: Any, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
     run_target(compiled.kernel, args)
 
 
-_SOURCE = (EXAMPLES / "gemm.py").read_text().splitlines()
+_SOURCE = (KERNELS / "gemm.py").read_text().splitlines()
 MMA_LINE = 1 + next(k for k, t in enumerate(_SOURCE) if "ts.tile.mma(" in t)
 A_COPY_LINE = 1 + next(k for k, t in enumerate(_SOURCE) if "cp_async(smem_a" in t)
 
