@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import pytest
 
 import tessera as ts
 from tessera import graph, op
