@@ -332,9 +332,7 @@ def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
 
     ``mode="exact"`` (default) is bitwise deterministic; ``mode="fast"`` uses BLAS and is
     not. ``backend="interp"`` (default) runs the graph interpreter; ``"tile"`` the
-    generated tile kernels in the tile simulator, ``"target"`` those kernels lowered to
-    Target IR (sm_90a) in the Target IR interpreter, ``"cuda"`` on the GPU
-    (docs/schedule.md). ``capture_graph``
+    generated tile kernels in the tile simulator (docs/schedule.md). ``capture_graph``
     is accepted for GPU builds and changes nothing on the CPU.
     """
     if fn is None:

@@ -115,9 +115,11 @@ class TargetProgram:
             targs = kernel_arguments(k.kernel, arrays)
             with CudaModule(cubins[k.name]) as module:
                 fn = module.function(k.name, k.signature)
-                with DeviceArrays(module.driver, arrays) as dev:
+                staged = [a for a in targs if isinstance(a, np.ndarray)]
+                with DeviceArrays(module.driver, staged) as dev:
                     values = [encode(a.tensor_map(dev.pointer(a.array))) if hasattr(a, "box")
-                              else dev.pointer(a) for a in targs]
+                              else dev.pointer(a) if isinstance(a, np.ndarray) else a
+                              for a in targs]
                     module.launch(fn, k.grid, k.block, 0, values)
         return [buffers[name] for name in self.tile.results]
 
@@ -155,10 +157,10 @@ LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32")
 def _check_elements(tile: Function, target: str, graph: Function) -> None:
     """Refuse the tiles the lowering keeps no bits of: tiles of bool and of the 8-bit
     and narrower formats read from or written to memory (Target IR has no sub-word
-    register loads or stores yet), and int64 tiles (the widened arithmetic that
+    register loads or stores yet), and integers widened to int64 (the arithmetic that
     saturates integer ops as the graph does; int64 lives in 32-bit registers there)."""
     from tessera.ir.dialects.tile import memory as tile_memory
-    from tessera.ir.dialects.tile.compute import Mma
+    from tessera.ir.dialects.tile.compute import Cast, Mma
     from tessera.ir.types import TensorType
     from tessera.numerics import storage_of
 
@@ -173,7 +175,10 @@ def _check_elements(tile: Function, target: str, graph: Function) -> None:
             if not isinstance(t, TensorType) or t.rank == 0:
                 continue
             name = storage_of(t.element).np_dtype.name
-            if name == "int64" or (v in moved and name not in LOWERED_STORAGE):
+            # int64 index tiles (aranges, masks) are 32-bit arithmetic by design; a cast
+            # to int64 is the widening of the user's integers
+            widened = name == "int64" and isinstance(instr.op, Cast)
+            if widened or (v in moved and name not in LOWERED_STORAGE):
                 raise TargetGenerationError(
                     f"{_graph_op_at(graph, instr, instr.loc)} cannot be lowered for {target} "
                     f"yet (kernel {tile.name}): it moves or computes {t.element} tiles, and "

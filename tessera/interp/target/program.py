@@ -17,7 +17,7 @@ import numpy as np
 
 from tessera.errors import ArgumentError
 from tessera.ir.core import Function
-from tessera.ir.dialects.target import TensorMapType
+from tessera.ir.dialects.target import RegType, TensorMapType
 from tessera.ir.transforms.to_tile import TileProgram
 from tessera.numerics import storage_of
 
@@ -45,12 +45,18 @@ def program_buffers(program: TileProgram, args: Sequence[Any]) -> dict[str, np.n
 
 
 def kernel_arguments(kernel: Function, arrays: Sequence[np.ndarray]) -> list[Any]:
-    """The Target IR interpreter's arguments of a lowered generated kernel: one array
-    per ``gmem`` parameter, then a tensor map over the array a ``tmap`` parameter names
-    (generated kernels return nothing, so there is no ``out`` parameter)."""
+    """The Target IR interpreter's arguments of a lowered kernel launched by a host
+    program on ``arrays`` (one buffer per ``tile.kernel`` parameter, then the output of
+    a kernel that returns a tile, which its lowered ``out`` parameter takes): each
+    pointer parameter's array, each scalar parameter's value, then a tensor map over
+    the array a ``tmap`` parameter names."""
     from tessera.interp.target.runner import TensorMapArg
 
-    out: list[Any] = list(arrays)
+    pointer = RegType("u64")
+    # a rank-0 buffer is passed as its one-element view (a 0-d array reads as a scalar)
+    out: list[Any] = [a.reshape(1) if p.type == pointer and a.ndim == 0 else a
+                      if p.type == pointer else np.asarray(a).reshape(-1)[0]
+                      for p, a in zip(kernel.body.args, arrays)]
     for p in kernel.body.args[len(arrays):]:
         t = p.type
         if not isinstance(t, TensorMapType):

@@ -181,3 +181,104 @@ def test_cuda_backend_runs_the_generated_kernels() -> None:
     b = rng.standard_normal(48).astype(np.float32)
     # the GPU computes these ops correctly rounded, as the interpreters do
     assert _bits(ts.jit(chain, backend="cuda")(x, y, b)) == _bits(ts.jit(chain)(x, y, b))
+
+
+class _TargetIrDevice:
+    """Enough of ``cuda.bindings.driver`` for the "cuda" backend of a graph function: a
+    device of compute capability 9.0 whose launches run the lowered kernel in the Target
+    IR interpreter on the device buffers (so the host-side path — assembly, staging,
+    parameter packing, copies back — is exercised without a GPU)."""
+
+    class CUdevice_attribute:  # mirrors the driver's class name
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+    def __init__(self, kernels: dict[str, object]) -> None:
+        self.kernels = kernels
+        self.memory: dict[int, bytearray] = {}
+        self.launched: list[str] = []
+        self.next = 0x10000
+
+    def cuInit(self, flags: int) -> tuple[int]:
+        return (0,)
+
+    def cuDeviceGetCount(self) -> tuple[int, int]:
+        return 0, 1
+
+    def cuDeviceGet(self, ordinal: int) -> tuple[int, int]:
+        return 0, ordinal
+
+    def cuDeviceGetAttribute(self, attr: int, dev: int) -> tuple[int, int]:
+        return 0, 9 if attr == 75 else 0
+
+    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple[int, str]:
+        return 0, "ctx"
+
+    def cuDevicePrimaryCtxRelease(self, device: int) -> tuple[int]:
+        return (0,)
+
+    def cuCtxSetCurrent(self, ctx: str) -> tuple[int]:
+        return (0,)
+
+    def cuModuleLoadData(self, image: bytes) -> tuple[int, str]:
+        assert image.startswith(b"\x7fELF")  # a cubin ptxas assembled
+        return 0, "module"
+
+    def cuModuleUnload(self, module: str) -> tuple[int]:
+        return (0,)
+
+    def cuModuleGetFunction(self, module: str, name: bytes) -> tuple[int, bytes]:
+        return 0, name
+
+    def cuMemAlloc(self, size: int) -> tuple[int, int]:
+        pointer, self.next = self.next, self.next + 0x10000 * (1 + size // 0x10000)
+        self.memory[pointer] = bytearray(size)
+        return 0, pointer
+
+    def cuMemcpyHtoD(self, dst: int, src: int, size: int) -> tuple[int]:
+        import ctypes
+
+        self.memory[dst][:] = ctypes.string_at(src, size)
+        return (0,)
+
+    def cuMemcpyDtoH(self, dst: int, src: int, size: int) -> tuple[int]:
+        import ctypes
+
+        ctypes.memmove(dst, bytes(self.memory[src][:size]), size)
+        return (0,)
+
+    def cuMemFree(self, pointer: int) -> tuple[int]:
+        del self.memory[pointer]
+        return (0,)
+
+    def cuLaunchKernel(self, f: bytes, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
+                       shared: int, stream: int, kernel_params: int, extra: int) -> tuple[int]:
+        import ctypes
+
+        from tessera.interp.target import run_target
+
+        kernel = self.kernels[f.decode()]
+        n = len(kernel.args)  # type: ignore[attr-defined]
+        slots = (ctypes.c_void_p * n).from_address(kernel_params)
+        pointers = [ctypes.c_uint64.from_address(slots[k]).value for k in range(n)]
+        arrays = [np.frombuffer(self.memory[p], np.uint8) for p in pointers]
+        run_target(kernel, arrays, grid=(gx, gy, gz), block=(bx, by, bz))
+        self.launched.append(f.decode())
+        return (0,)
+
+    def cuCtxSynchronize(self) -> tuple[int]:
+        return (0,)
+
+
+def test_cuda_backend_path_with_a_target_ir_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tessera.backend.ptx.driver import launch
+
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((40, 24)).astype(np.float32) for _ in range(2))
+    b = rng.standard_normal(24).astype(np.float32)
+    lowered = ts.jit(chain).lower(x, y, b)
+    device = _TargetIrDevice({k.name: k.kernel for k in lowered.target("sm_90a").kernels})
+    monkeypatch.setattr(launch, "_driver_module", lambda: device)
+    got = lowered.run(x, y, b, backend="cuda")
+    assert device.launched == ["chain_k0"] and device.memory == {}  # buffers freed
+    assert _bits(got) == _bits(lowered.run(x, y, b))
