@@ -195,10 +195,11 @@ def lower_generated(tile: Function, grid: tuple[int, ...], target: str,
     """Lower, check and render one generated kernel; a failure is a
     :class:`TargetGenerationError` at the user's line of the graph op behind it."""
     from tessera.frontend.kernel.backends.compile import CompiledKernel, lower_and_render
+    from tessera.lower.hoist import hoist_broadcasts
 
     _check_elements(tile, target, graph)
     try:
-        kernel, ptx, line_map, seconds = lower_and_render(tile, target)
+        kernel, ptx, line_map, seconds = lower_and_render(hoist_broadcasts(tile), target)
     except Exception as err:
         # the Tile IR op being lowered carries the user's line of its graph op (a
         # building block's error may have found another frame of the user's file)

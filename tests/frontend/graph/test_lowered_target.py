@@ -87,6 +87,21 @@ def test_broadcasts_of_every_kind_on_target(shape: list[int], data: st.DataObjec
     _same_on_target(lambda x, v: op.maximum(x * v, v) + 2.0, (x, v), target)
 
 
+@settings(max_examples=10, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=4), data=st.data(),
+       target=st.sampled_from(TARGETS), fmt=st.sampled_from(["f32", "bf16"]))
+def test_broadcasts_of_computed_tiles_on_target(shape: list[int], data: st.DataObject,
+                                                target: str, fmt: str) -> None:
+    # the small operand is computed on before it is broadcast (hoisted by the lowering)
+    small = [d if data.draw(st.booleans()) else 1 for d in shape][data.draw(
+        st.integers(0, len(shape) - 1)):]
+    rng = np.random.default_rng(len(shape))
+    x = _as(fmt, rng.standard_normal(shape) * 3)
+    v = _as(fmt, rng.standard_normal(small) * 3)
+    _same_on_target(lambda x, v: op.maximum(x, v * 0.5 + 1.0) * op.exp(-op.abs(v)) +
+                    op.where(v > 0.0, v, x), (x, v), target)
+
+
 def test_specials_and_nan_payloads_on_target() -> None:
     payload = np.array([0x7FC00001, 0xFFC12345], np.uint32).view(np.float32)
     x = np.array([np.inf, -np.inf, 0.0, -0.0, 3e38, 1e-45, *payload, 1.0, -2.0], np.float32)
