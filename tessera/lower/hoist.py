@@ -80,13 +80,14 @@ class _Hoister:
         d = self.defs.get(v)
         t = v.type
         assert isinstance(t, TensorType)
-        if d is not None and isinstance(d.op, tile_compute.Full):
+        if t.rank == 0:  # a scalar is broadcast as it is: every thread holds it
+            new = self.emit(tile_compute.Broadcast(tuple(shape), ()), [v], at)
+        elif d is not None and isinstance(d.op, tile_compute.Full):
             new = self.emit(tile_compute.Full(tuple(shape), d.op.value, d.op.element), [], d)
         elif d is not None and isinstance(d.op, tile_compute.Broadcast):
             # broadcast(broadcast(s, dims0), dims) = broadcast(s, dims o dims0)
             inner = tuple(dims[k] for k in d.op.dims)
-            new = self.lift(d.operands[0], shape, inner, at) if _tensor(d.operands[0]) else \
-                self.emit(tile_compute.Broadcast(tuple(shape), ()), d.operands, d)
+            new = self.lift(d.operands[0], shape, inner, at)
         elif d is not None and isinstance(d.op, _ELEMENTWISE):
             operands = [self.lift(u, shape, _dims_of(u, t, dims), at) if _tensor(u) else u
                         for u in d.operands]

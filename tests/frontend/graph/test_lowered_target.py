@@ -102,6 +102,15 @@ def test_broadcasts_of_computed_tiles_on_target(shape: list[int], data: st.DataO
                     op.where(v > 0.0, v, x), (x, v), target)
 
 
+def test_broadcasts_of_computed_scalars_on_target() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+    s = np.float32(1.75)
+    for target in TARGETS:
+        _same_on_target(lambda x, s: op.maximum(x, s * 2.0 - 1.0) / op.abs(s + 0.5), (x, s),
+                        target)
+
+
 def test_specials_and_nan_payloads_on_target() -> None:
     payload = np.array([0x7FC00001, 0xFFC12345], np.uint32).view(np.float32)
     x = np.array([np.inf, -np.inf, 0.0, -0.0, 3e38, 1e-45, *payload, 1.0, -2.0], np.float32)
