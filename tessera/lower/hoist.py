@@ -104,6 +104,7 @@ class _Hoister:
         instr = Instr(op, list(operands), [], [], like.loc, self.block)
         instr.results = [Value(r, instr) for r in result_types]
         self.out.append(instr)
+        self.defs[instr.results[0]] = instr  # a later lift composes with it
         return instr.results[0]
 
 
