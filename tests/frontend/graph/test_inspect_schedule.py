@@ -59,8 +59,8 @@ def test_inspect_schedule_after_a_call_and_from_annotations() -> None:
 def test_target_stage_lowers_what_the_tile_stage_generates() -> None:
     from tessera.ir.transforms.to_tile import TileGenerationError
 
-    with pytest.raises(TileGenerationError, match=r"graph\.matmul"):
-        ts.inspect_ir(mlp, "target", *_args())
+    with pytest.raises(TileGenerationError, match=r"graph\.\w+ cannot be"):
+        ts.inspect_ir(mlp, "target", *_args())  # an op of the f32 MLP has no form yet
     x = _args()[0]
     text = ts.inspect_ir(lambda x: op.relu(x) * 2.0, "target", x, target="sm_80")
     assert "ptx.kernel @" in text and 'target = "sm_80"' in text and "launch @" in text
