@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench mpi-check clean
+.PHONY: demo test lint bench mpi-check gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ mpi-check: $(STAMP)
 	  echo "mpiexec -n $$n: $$got"; \
 	  [ "$$got" = "$$ref" ] || { echo "MPI result differs from the one-process sum"; exit 1; }; \
 	done
+
+# On a GPU machine (see .ci/gpu-check): the PTX tests with every Target IR interpreter
+# run repeated on the GPU bit for bit, then the example kernels timed against cuBLAS/SDPA.
+gpu-check:
+	bash .ci/gpu-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests examples benchmarks

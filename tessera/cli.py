@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="FILE.py:FUNCTION")
     p.add_argument("--stage", default="graph", help="graph, schedule, tile or target")
     p.add_argument("--target", dest="arch", default="sm_90a",
-                   help="the PTX target of --stage target: sm_80 or sm_90a")
+                   help="the PTX target of --stage target: sm_80, sm_86, sm_89 or sm_90a")
     p.add_argument("--arg", action="append", default=[],
                    help="example argument NAME=SHAPE:FORMAT, e.g. x=4x8:bf16")
     p.add_argument("--const", action="append", default=[],
@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_opt)
     p = sub.add_parser("ptx", help="compile a @ts.kernel or a graph function to PTX")
     p.add_argument("target", help="FILE.py:KERNEL or FILE.py:FUNCTION")
-    p.add_argument("--target", dest="arch", default="sm_90a", help="sm_80 or sm_90a")
+    p.add_argument("--target", dest="arch", default="sm_90a", help="sm_80, sm_86, sm_89 or sm_90a")
     p.add_argument("--arg", action="append", default=[],
                    help="example array argument NAME=SHAPE:FORMAT, e.g. A=128x64:bf16")
     p.add_argument("--const", action="append", default=[],

@@ -91,15 +91,17 @@ def test_ops_without_a_vjp_rule_are_so_for_their_reason() -> None:
             (result,) = cls().infer([f32, f32])
             assert not differentiable(result), cls.name
     assert graph_ops.Custom.num_regions == 1  # autodiff.transform special-cases it
+    assert graph_ops.KernelCall.num_regions == 1  # and kernel calls, naming the kernel
     assert set(NO_VJP_RULE) == {*_subclasses(graph_ops.Compare), graph_ops.Constant,
-                                graph_ops.Custom}
+                                graph_ops.Custom, graph_ops.KernelCall}
 
 
 def test_every_graph_op_has_a_placement_rule() -> None:
     """Ops with regions (``graph.custom``) are placed by their region's placements
-    (shard_propagation's region_op), so they need no rule of their own."""
+    (shard_propagation's region_op), so they need no rule of their own; a
+    ``graph.kernel_call`` is never placed (refused in placed functions when traced)."""
     region_ops = {cls for cls in dialect_ops("graph") if cls.num_regions}
-    assert region_ops == {graph_ops.Custom}
+    assert region_ops == {graph_ops.Custom, graph_ops.KernelCall}
     assert unruled("graph", PLACEMENT_RULES, exempt=region_ops) == []
 
 

@@ -309,10 +309,12 @@ class Lowerer:
 def lower_kernel(fn: Function, target: str) -> Function:
     """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
     from tessera.lower import rules  # noqa: F401  (its modules register their rules)
+    from tessera.lower.shared import check_shared_limit
 
     low = Lowerer(fn, target)
     kernel = low.lower()
     TargetEmitter(kernel.body, fn.loc, low.e.consts).op(Return())
+    check_shared_limit(kernel, target)  # before ptxas, at the kernel's line
     return kernel
 
 

@@ -16,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
+from tessera.backend.ptx.driver import cuda_available
 from tessera.errors import UnsupportedError
 from tessera.frontend.kernel.backends.compile import compile_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
+HAVE_GPU = cuda_available()[0]
 TARGETS = ("sm_80", "sm_90a")
 BF16 = ml_dtypes.bfloat16
 
@@ -38,8 +40,12 @@ def example(name: str) -> Any:
 def same_bits(kernel: Any, *args: Any, target: str, spills: bool = False,
               **launch: Any) -> None:
     """The lowered kernel equals the tile interpreter bit for bit, and assembles (with
-    no spills unless ``spills``: one warpgroup holding 128x128 f32 scores spills)."""
+    no spills unless ``spills``: one warpgroup holding 128x128 f32 scores spills); on a
+    machine with a GPU, its launch there gives the same bits too."""
     ts.check_against_reference(kernel, *args, backend="target", target=target, **launch)
+    if HAVE_GPU:
+        ts.check_against_reference(kernel, *args, backend="cuda", target=target,
+                                   bitwise=True, **launch)
     compiled = compile_kernel(kernel, *args, target=target, **launch)
     stats = compiled.assemble().stats[kernel.name]
     assert stats.registers > 0 and (spills or stats.spill_stores == 0)

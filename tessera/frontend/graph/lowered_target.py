@@ -197,9 +197,13 @@ def lower_generated(tile: Function, grid: tuple[int, ...], target: str,
     from tessera.frontend.kernel.backends.compile import CompiledKernel, lower_and_render
     from tessera.lower.hoist import hoist_broadcasts
 
-    _check_elements(tile, target, graph)
+    # a hand-written kernel (a graph.kernel_call) is lowered as compile_kernel lowers it
+    generated = "tiles" in tile.attrs or set(tile.attrs) <= {"grid", "group_size"}
+    if generated:
+        _check_elements(tile, target, graph)
     try:
-        kernel, ptx, line_map, seconds = lower_and_render(hoist_broadcasts(tile), target)
+        kernel, ptx, line_map, seconds = lower_and_render(
+            hoist_broadcasts(tile) if generated else tile, target)
     except Exception as err:
         # the Tile IR op being lowered carries the user's line of its graph op (a
         # building block's error may have found another frame of the user's file)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
-from tessera.frontend.graph.trace import refuse_in_trace
+from tessera.frontend.graph.trace import current_trace
 from tessera.frontend.kernel.args import check_converted_overlap, check_writable
 from tessera.frontend.kernel.compiler.compile import build_module
 from tessera.frontend.kernel.memo import CallMemo
@@ -159,7 +159,10 @@ class Kernel:
     @user_api
     def __call__(self, *args: Any, mode: str | None = None, schedule: str | None = None,
                  **kwargs: Any) -> Any:
-        refuse_in_trace(f"the tile kernel '{self.name}'")  # not "got Tracer" further down
+        if current_trace() is not None:  # inside @ts.jit: a graph.kernel_call, not a launch
+            from tessera.frontend.graph.kernel_call import call_kernel
+
+            return call_kernel(self, args, kwargs)
         mode = mode or self.mode
         if mode not in MODES:
             raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")

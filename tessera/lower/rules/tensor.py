@@ -83,8 +83,12 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
     """A deferred load (a memory view) read into ``layout``; other values pass."""
     if not isinstance(lv, Mem):
         return lv
-    if isinstance(layout, Acc) and len(lv.shape) == 2:
-        return _materialize_acc(low, lv, layout)
+    if isinstance(layout, Row):  # a per-row vector of an accumulator's epilogue
+        from tessera.lower.broadcast import load_rows
+
+        rows = load_rows(low, lv, layout)
+        if rows is not None:
+            return rows
     if not isinstance(layout, Blocked):
         raise UnsupportedError(f"a memory tile cannot be read into layout {layout} yet")
     e = low.em
@@ -96,24 +100,6 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
             off = _element(e, lv, layout, k0, c)
             raw = e.ld(lv.space, address(e, lv, off), mt)
             regs.append(raw if mt == rt else widen(e, raw, mt, lv.element))
-    return Dist(layout, regs, rt)
-
-
-def _materialize_acc(low: Lowerer, mem: Mem, layout: Acc) -> Dist:
-    """A 2-D memory tile (a bias broadcast over an ``mma`` result, say) read into the
-    accumulator layout: each thread loads the elements its registers hold."""
-    from tessera.lower.sm80.gemm import acc_rowcol
-
-    e = low.em
-    mt, rt = mem_type(mem.element), reg_type(mem.element)
-    regs = []
-    for row, col in acc_rowcol(e, layout.rows, layout.cols):
-        terms = [e.mul(i, e.const(s, "s32"), "s32") if s != 1 else i
-                 for i, s in ((row, mem.strides[0]), (col, mem.strides[1])) if s]
-        off = terms[0] if len(terms) == 1 else e.add(*terms, "s32") if terms else \
-            e.const(0, "s32")
-        raw = e.ld(mem.space, address(e, mem, off), mt)
-        regs.append(raw if mt == rt else widen(e, raw, mt, mem.element))
     return Dist(layout, regs, rt)
 
 
@@ -201,10 +187,14 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     out = low.layouts[instr.results[0]]
     if isinstance(x, Scalar):
         return [Dist(out, [x.reg] * register_count(out), x.type)]
-    if isinstance(x, Mem):  # a loaded tile stays a view: each use reads what it needs
+    if isinstance(x, Mem) and isinstance(out, Blocked) and len(out.shape) > 2:
+        # a tile of higher rank stays a view with stride-0 axes, which each use reads
+        # with its row-major index split over every axis
         return [broadcast_view(x, instr.op.shape, instr.op.dims)]  # type: ignore[attr-defined]
-    if not isinstance(x, Dist):
-        raise UnsupportedError(f"broadcast of {type(x).__name__} is not lowered", loc=instr.loc)
+    if isinstance(x, Mem):  # a tile read from memory: each register loads its element
+        from tessera.lower.broadcast import broadcast_load
+
+        return [broadcast_load(low, x, out, instr.op.dims)]
     if isinstance(out, Acc) and isinstance(x.layout, Row):
         half = out.cols // 2
         regs = [x.regs[2 * (r // half) + (((r % half) >> 1) & 1)]
@@ -243,12 +233,12 @@ def _reshape(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     out = low.layouts.get(instr.results[0])
     if isinstance(x, Dist) and out == x.layout:  # adding or removing unit dims
         return [x]
-    shape = tuple(instr.op.shape)  # type: ignore[attr-defined]
-    if isinstance(x, Mem) and [d for d in shape if d != 1] == [d for d in x.shape if d != 1]:
-        # a view with unit axes added or removed: the other axes keep their strides
-        strides = iter(s for d, s in zip(x.shape, x.strides) if d != 1)
-        return [replace(x, shape=shape, strides=tuple(0 if d == 1 else next(strides)
-                                                      for d in shape))]
+    if isinstance(x, Mem):  # a view: unit dims are free (x[:, None] of a bias column)
+        from tessera.lower.broadcast import reshape_view
+
+        view = reshape_view(x, tuple(instr.op.shape))
+        if view is not None:
+            return [view]
     raise UnsupportedError("reshapes that move elements between threads are not lowered",
                            loc=instr.loc)
 

@@ -102,6 +102,26 @@ def device_compute_capability(device: int = 0) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def device_arch(target: str, device: int = 0) -> str:
+    """The ptxas architecture that runs PTX written for ``target`` on CUDA device ``device``.
+
+    PTX is forward compatible and a cubin is not (a ``sm_80`` cubin does not load on a
+    Hopper GPU), so PTX for ``sm_80`` is assembled for the device's own architecture.
+    Arch-specific targets (``sm_90a``) run only on their own architecture."""
+    major, minor = device_compute_capability(device)
+    have = f"sm_{major}{minor}"
+    if target.endswith("a"):
+        if target[:-1] != have:
+            raise ArgumentError(f"PTX for {target} cannot run on this GPU ({have}): "
+                                f"{target}'s instructions exist on that architecture only",
+                                hint="compile for the GPU's own target (target=None picks it)")
+        return target
+    if int(target.removeprefix("sm_")) > major * 10 + minor:
+        raise ArgumentError(f"PTX for {target} cannot run on this GPU ({have})",
+                            hint="compile for an older target, or run on a newer GPU")
+    return have + ("a" if (major, minor) == (9, 0) else "")
+
+
 # --- argument conversion (no GPU needed) ----------------------------------------------------
 
 
@@ -270,6 +290,17 @@ class DeviceArrays:
         self._staged = {}
 
 
+def opt_in_shared(driver: Any, fn: CudaFunction, shared_bytes: int) -> None:
+    """Allow ``fn`` ``shared_bytes`` of dynamic shared memory: above 48 KiB a kernel
+    must opt in before its launch (CUDA C++ Programming Guide, "Shared Memory" of
+    compute capabilities 8.x and 9.0)."""
+    if shared_bytes > _DEFAULT_SHARED_LIMIT:
+        _call(driver, "cuFuncSetAttribute", driver.cuFuncSetAttribute(
+            fn.handle,
+            driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes))
+
+
 class CudaModule:
     """A PTX text or cubin image loaded into device 0's primary context."""
 
@@ -320,11 +351,7 @@ class CudaModule:
             values = [item.value if item.host_array is None else dev.pointer(item.host_array)
                       for item in prepared]
             native = NativeParams(pack_params(fn.specs, values))
-            if shared_bytes > _DEFAULT_SHARED_LIMIT:
-                _call(driver, "cuFuncSetAttribute", driver.cuFuncSetAttribute(
-                    fn.handle,
-                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shared_bytes))
+            opt_in_shared(driver, fn, shared_bytes)
             _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
                 fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
             _call(driver, "cuCtxSynchronize", driver.cuCtxSynchronize())

@@ -11,6 +11,7 @@ integer conversion, ``.approx`` for ``ex2``/``lg2`` (the only forms PTX has).
 from __future__ import annotations
 
 from tessera.backend.ptx.render.emit import (
+    DYNAMIC_SHARED,
     PtxWriter,
     address,
     arith_type,
@@ -204,6 +205,11 @@ def _shared(e: PtxWriter, instr: Instr) -> None:
     if known != (op.size, op.align):
         raise RenderError(f"shared buffer {op.sym} is declared twice with different sizes",
                           hint="give each shared buffer its own symbol", loc=instr.loc)
+    if e.dynamic_offsets is not None:  # an offset into the one dynamic array
+        offset = e.dynamic_offsets[op.sym]
+        where = f"{DYNAMIC_SHARED}+{offset}" if offset else DYNAMIC_SHARED
+        e.out(f"mov.u32 {e.regs.one(instr.result)}, {where};")
+        return
     e.out(f"mov.u32 {e.regs.one(instr.result)}, {op.sym};")
 
 

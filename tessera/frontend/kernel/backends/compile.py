@@ -46,6 +46,14 @@ class CompiledKernel:
         return int(self.kernel.attrs["block"][0])
 
     @property
+    def shared_bytes(self) -> int:
+        """The dynamic shared memory (bytes) each launch must request: the kernel's
+        buffers when they exceed the 48 KiB of static shared memory, else 0."""
+        from tessera.lower.shared import shared_plan
+
+        return shared_plan(self.kernel).dynamic_bytes
+
+    @property
     def signature(self) -> list[tuple[str, str]]:
         """``(name, PTX parameter type)`` of each kernel parameter, in order."""
         out = []
@@ -58,14 +66,16 @@ class CompiledKernel:
                 out.append((name, f".{elem}"))
         return out
 
-    def assemble(self, *, use_nvjitlink: bool = False) -> Any:
-        """Assemble with ptxas (statistics, advisories fail) or nvJitLink in process."""
+    def assemble(self, *, use_nvjitlink: bool = False, arch: str | None = None) -> Any:
+        """Assemble with ptxas (statistics, advisories fail) or nvJitLink in process, for
+        ``arch`` (default: the kernel's target; a newer one runs its PTX on a newer GPU)."""
         from tessera.backend.ptx.driver.assemble import assemble, assemble_nvjitlink
 
+        arch = arch or self.target
         if use_nvjitlink:
-            return assemble_nvjitlink(self.ptx, self.target, line_map=self.line_map,
+            return assemble_nvjitlink(self.ptx, arch, line_map=self.line_map,
                                       kernel=self.name)
-        return assemble(self.ptx, self.target, line_map=self.line_map, kernel=self.name)
+        return assemble(self.ptx, arch, line_map=self.line_map, kernel=self.name)
 
 
 def lower_and_render(tile: Function, target: str) -> tuple[Function, str, dict[int, Loc],

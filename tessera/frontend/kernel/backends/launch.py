@@ -13,6 +13,9 @@ Backends of :func:`launch`:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +34,60 @@ BACKENDS = ("interp", "target", "cuda")
 
 
 def device_target() -> str:
-    """The PTX target of GPU 0: sm_90a on Hopper, sm_80 on Ampere and Ada."""
+    """The PTX target of GPU 0: sm_90a on Hopper (its arch-specific wgmma and TMA), sm_86
+    and sm_89 on those Ampere and Ada parts (sm_89's fp8 mma.sync), sm_80 on every other
+    GPU from Ampere on (PTX for sm_80 runs on newer GPUs)."""
     from tessera.backend.ptx.driver.launch import device_compute_capability
 
-    major, _ = device_compute_capability()
-    if major >= 9:
+    major, minor = device_compute_capability()
+    if (major, minor) == (9, 0):
         return "sm_90a"
-    if major == 8:
+    if (major, minor) in ((8, 6), (8, 9)):
+        return f"sm_{major}{minor}"
+    if major >= 8:
         return "sm_80"
-    raise ArgumentError(f"compute capability {major}.x is below sm_80",
-                        hint="Tessera's PTX backend targets sm_80 and sm_90a")
+    raise ArgumentError(f"compute capability {major}.{minor} is below sm_80",
+                        hint="Tessera's PTX backend targets sm_80, sm_86, sm_89 and sm_90a")
 
 
-def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
-              launch_kw: dict[str, Any]) -> Any:
-    from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays
+@dataclass
+class DeviceLaunch:
+    """A compiled kernel loaded on GPU 0 with its arguments copied there (made by
+    :func:`on_device`): :meth:`run` launches it once, :meth:`time` times launches."""
+
+    module: Any
+    function: Any
+    grid: tuple[int, int, int]
+    block: int
+    values: list[Any]
+    prep: Any
+    out: Any
+    shared_bytes: int = 0  # dynamic shared memory per CTA
+
+    def run(self) -> None:
+        """Launch once and wait."""
+        self.module.launch(self.function, self.grid, self.block, self.shared_bytes,
+                           self.values)
+
+    def time(self, *, repeat: int = 20, warmup: int = 3) -> Any:
+        """A :class:`~tessera.backend.ptx.driver.timing.Timing` of ``repeat`` launches."""
+        from tessera.backend.ptx.driver.timing import time_launches
+
+        return time_launches(self.module, self.function, self.grid, self.block, self.values,
+                             repeat=repeat, warmup=warmup, shared_bytes=self.shared_bytes)
+
+
+@contextlib.contextmanager
+def on_device(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
+              launch_kw: dict[str, Any]) -> Iterator[DeviceLaunch]:
+    """Load ``compiled`` on GPU 0 (assembled for its architecture) and copy ``args``
+    there; on a normal exit the arrays are copied back into the caller's."""
+    from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
     from tessera.backend.ptx.driver.tensormap import encode
 
     prep, _ = kernel.specialise(tuple(args), dict(launch_kw))
     targs, out = target_arguments(compiled, prep.runtime)
-    cubin = compiled.assemble().cubin
+    cubin = compiled.assemble(arch=device_arch(compiled.target)).cubin
     with CudaModule(cubin) as module:
         fn = module.function(compiled.name, compiled.signature)
         staged = [a for a in targs if isinstance(a, np.ndarray)]
@@ -63,8 +100,15 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
                     values.append(encode(a.tensor_map(dev.pointer(a.array))))
                 else:
                     values.append(a)
-            module.launch(fn, compiled.grid, compiled.block, 0, values)
-    return launch_result(compiled, prep, out)
+            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, values, prep, out,
+                               compiled.shared_bytes)
+
+
+def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
+              launch_kw: dict[str, Any]) -> Any:
+    with on_device(compiled, kernel, args, launch_kw) as device:
+        device.run()
+    return launch_result(compiled, device.prep, device.out)
 
 
 @user_api
@@ -104,10 +148,16 @@ class _Aot:
 
         compiled = [compile_kernel(kernel, *args, target=t, **launch_kw) for t in targets]
         first = compiled[0]
+        shared = {c.shared_bytes for c in compiled}
+        if len(shared) > 1:  # one manifest entry serves every target's image
+            raise ArgumentError(
+                f"kernel '{first.name}' needs different dynamic shared memory per target "
+                f"({', '.join(f'{c.target}: {c.shared_bytes}' for c in compiled)})",
+                hint="save one bundle per target")
         return save(path, first.name, {c.target: c.ptx for c in compiled},
                     signature=first.signature, specialization=first.specialization,
                     assemble=assemble, grid=list(first.grid), block=[first.block, 1, 1],
-                    shared_bytes=0)
+                    shared_bytes=first.shared_bytes)
 
     @staticmethod
     def load(path: str | Path) -> Any:
@@ -119,4 +169,4 @@ class _Aot:
 
 aot = _Aot()
 
-__all__ = ["BACKENDS", "aot", "device_target", "launch"]
+__all__ = ["BACKENDS", "DeviceLaunch", "aot", "device_target", "launch", "on_device"]

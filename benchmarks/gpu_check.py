@@ -1,0 +1,239 @@
+"""Tessera's PTX on a GPU: the example GEMM and flash attention against cuBLAS, SDPA
+and Triton, in one process (run by ``make gpu-check`` with the GPU machine's python3).
+
+Each kernel is compiled from its example (``examples/kernels``), assembled for the GPU
+and timed with CUDA events around each launch (median of 20 after 3 warm-ups); then the
+anchors run the same problem: ``torch.matmul`` on bf16 (cuBLAS),
+``scaled_dot_product_attention`` (its flash backend) and the Triton matmul of
+``benchmarks/triton_compile.py`` (128x128x64 tiles, 3 stages, 8 warps). Tessera's
+output is checked against a float64 product on the GPU within the kernel's
+accumulation bound. ``--dry`` compiles and assembles every configuration on the CPU
+only (no GPU, no torch): a configuration that fails there would fail on the device.
+
+    python benchmarks/gpu_check.py [--dry] [--json PATH] [--markdown PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tessera.frontend.kernel.backends.compile import compile_kernel, launch_result  # noqa: E402
+from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+GEMMS = [  # (target, M=N=K, tile)
+    ("sm_90a", 4096, (128, 128, 64)), ("sm_90a", 8192, (128, 128, 64)),
+    ("sm_90a", 4096, (64, 128, 64)), ("sm_80", 4096, (128, 128, 32)),
+]
+ATTENTIONS = [  # (target, B*H, S, D, block, causal)
+    ("sm_90a", 16, 2048, 64, 64, False), ("sm_90a", 16, 2048, 64, 64, True),
+    ("sm_90a", 16, 2048, 64, 128, False), ("sm_90a", 16, 2048, 128, 64, False),
+    ("sm_90a", 16, 2048, 128, 64, True), ("sm_80", 16, 2048, 64, 64, False),
+]
+
+
+def example(name: str) -> Any:
+    """The module of ``examples/kernels/NAME.py``."""
+    return example_module(ROOT / "examples" / "kernels" / f"{name}.py")
+
+
+def example_module(path: Path) -> Any:
+    """A Python file imported as a module, once."""
+    name = f"_bench_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compiled(kernel: Any, args: tuple[Any, ...], target: str, **launch: Any) -> tuple[Any, dict]:
+    t0 = time.perf_counter()
+    compiled = compile_kernel(kernel, *args, target=target, **launch)
+    t1 = time.perf_counter()
+    stats = compiled.assemble().stats[kernel.name]
+    t2 = time.perf_counter()
+    return compiled, {"compile_s": round(t1 - t0, 3), "ptxas_s": round(t2 - t1, 3),
+                      "registers": stats.registers, "spill_bytes": stats.spill_stores,
+                      "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block}
+
+
+def run_gemm(target: str, n: int, tile: tuple[int, int, int], dry: bool) -> dict[str, Any]:
+    gemm = example("gemm").gemm
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(BF16)
+    b = rng.standard_normal((n, n)).astype(BF16)
+    c = np.zeros((n, n), np.float32)
+    row: dict[str, Any] = {"kernel": "gemm bf16->f32", "target": target, "shape": f"{n}^3",
+                           "tile": "x".join(map(str, tile))}
+    compiled, info = _compiled(gemm, (a, b, c), target, tile_shape=tile)
+    row.update(info)
+    if dry:
+        return row
+    import torch
+
+    with on_device(compiled, gemm, (a, b, c), {"tile_shape": tile}) as device:
+        timing = device.time()
+        device.run()
+    flops = 2.0 * n ** 3
+    row["tessera_ms"] = round(timing.median * 1e3, 4)
+    row["tessera_tflops"] = round(flops / timing.median / 1e12, 1)
+    ta, tb = (torch.from_numpy(x.view(np.uint16).astype(np.int32)).cuda() for x in (a, b))
+    ta, tb = ((x << 16).view(torch.float32).to(torch.bfloat16) for x in (ta, tb))
+    row["cublas_ms"] = round(_torch_time(lambda: torch.matmul(ta, tb)) * 1e3, 4)
+    row["cublas_tflops"] = round(flops / (row["cublas_ms"] * 1e-3) / 1e12, 1)
+    triton_ms = _triton_matmul_ms(ta, tb)
+    if triton_ms is not None:
+        row["triton_ms"] = round(triton_ms * 1e3, 4)
+        row["triton_tflops"] = round(flops / triton_ms / 1e12, 1)
+    exact = ta.double() @ tb.double()
+    bound = (n * 2.0 ** -24 / (1 - n * 2.0 ** -24) + 2.0 ** -24) * (ta.double().abs()
+                                                                       @ tb.double().abs())
+    err = (torch.from_numpy(c).cuda().double() - exact).abs()
+    row["within_bound"] = bool((err <= bound).all())
+    row["max_rel_err"] = float((err / exact.abs().clamp_min(1e-30)).max())
+    return row
+
+
+def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bool,
+                  dry: bool) -> dict[str, Any]:
+    fa = example("flash_attention").flash_attention
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((bh, seq, d)).astype(BF16) for _ in range(3))
+    config = dict(BLOCK_M=block, BLOCK_N=block, num_warps=4, num_stages=2)
+    row: dict[str, Any] = {"kernel": "flash attention bf16" + (" causal" if causal else ""),
+                           "target": target, "shape": f"BH={bh} S={seq} D={d}",
+                           "tile": f"{block}x{block}"}
+    launch = {"is_causal": causal, "config": config}
+    compiled, info = _compiled(fa, (q, k, v), target, **launch)
+    row.update(info)
+    if dry:
+        return row
+    import torch
+    import torch.nn.functional as F
+
+    with on_device(compiled, fa, (q, k, v), launch) as device:
+        timing = device.time()
+        device.run()
+    out = torch.from_numpy(np.asarray(launch_result(compiled, device.prep, device.out),
+                                      np.float32)).cuda().double()
+    flops = 4.0 * bh * seq * seq * d / (2 if causal else 1)
+    row["tessera_ms"] = round(timing.median * 1e3, 4)
+    row["tessera_tflops"] = round(flops / timing.median / 1e12, 1)
+    tq, tk, tv = (torch.from_numpy(x.astype(np.float32)).cuda().to(torch.bfloat16)[None]
+                  for x in (q, k, v))
+    row["sdpa_ms"] = round(_torch_time(
+        lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)) * 1e3, 4)
+    row["sdpa_tflops"] = round(flops / (row["sdpa_ms"] * 1e-3) / 1e12, 1)
+    sq, sk, sv = (x[0].double() for x in (tq, tk, tv))
+    scores = sq @ sk.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(seq, seq, dtype=torch.bool,
+                                                device="cuda").tril(), -math.inf)
+    exact = torch.softmax(scores, -1) @ sv
+    # one bf16 rounding of the output (|out| <= max|v|) plus f32 softmax arithmetic
+    bound = 2.0 ** -8 * float(sv.abs().max()) + 1e-4
+    row["max_abs_err"] = float((out - exact).abs().max())
+    row["within_bound"] = row["max_abs_err"] <= bound
+    return row
+
+
+def _triton_matmul_ms(a: Any, b: Any) -> float | None:
+    """Seconds per launch of the Triton matmul on bf16 ``a @ b`` (f32 out), or None
+    where Triton is not installed."""
+    try:
+        import torch
+        import triton
+    except ImportError:
+        return None
+    kernel = example_module(ROOT / "benchmarks" / "triton_compile.py").matmul_kernel
+    m, k = a.shape
+    n = b.shape[1]
+    c = torch.empty((m, n), dtype=torch.float32, device="cuda")
+    grid = (triton.cdiv(m, 128) * triton.cdiv(n, 128),)
+
+    def run() -> None:
+        kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                     c.stride(0), c.stride(1), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
+                     GROUP_SIZE_M=8, num_stages=3, num_warps=8)
+
+    return _torch_time(run)
+
+
+def _torch_time(fn: Any, repeat: int = 20, warmup: int = 3) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3)
+    return float(np.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry", action="store_true", help="compile and assemble only")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--markdown", help="also write the table to this file")
+    opts = parser.parse_args()
+    rows = []
+    jobs = [(run_gemm, g) for g in GEMMS] + [(run_attention, a) for a in ATTENTIONS]
+    for fn, params in jobs:
+        try:
+            row = fn(*params, dry=opts.dry)
+        except Exception as exc:  # one failing configuration must not hide the others
+            row = {"kernel": fn.__name__, "params": repr(params),
+                   "error": f"{type(exc).__name__}: {exc}"[:600]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(rows, indent=1))
+    table = markdown(rows)
+    print(table)
+    if opts.markdown:
+        Path(opts.markdown).write_text(table + "\n")
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table: TFLOP/s of Tessera and its anchors, and checks."""
+    head = ("| kernel | target | shape | tile | Tessera TFLOP/s | cuBLAS / SDPA | Triton "
+            "| regs | spills | output checked |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['kernel']} | {r['params']} | error: {r['error'][:120]} "
+                         "| | | | | | | |")
+            continue
+        anchor = r.get("cublas_tflops", r.get("sdpa_tflops", "—"))
+        check = {True: "within bound", False: "OUTSIDE bound"}.get(r.get("within_bound"), "—")
+        lines.append(f"| {r['kernel']} | {r['target']} | {r['shape']} | {r['tile']} "
+                     f"| {r.get('tessera_tflops', '—')} | {anchor} "
+                     f"| {r.get('triton_tflops', '—')} | {r['registers']} "
+                     f"| {r['spill_bytes']} | {check} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

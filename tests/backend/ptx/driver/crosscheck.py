@@ -1,0 +1,147 @@
+"""The Target IR interpreter against the GPU: every kernel it runs also runs on the device.
+
+Loaded by ``tests/conftest.py`` when ``TESSERA_GPU_CROSSCHECK=1`` (``make gpu-check``).
+It wraps :func:`tessera.interp.target.runner.run_target`: a kernel the interpreter runs
+without a fault is rendered to PTX, assembled for the device (a ``sm_80`` kernel for the
+device's own architecture, since PTX is forward compatible and a cubin is not), launched
+on copies of the same arguments, and every array argument must come back with the
+interpreter's bits. The interpreter claims to be PTX's meaning bit for bit; this is the
+check of that claim on hardware. A kernel the interpreter faults on never reaches the
+GPU. Each comparison is appended to ``$TESSERA_CROSSCHECK_LOG`` as one JSON line.
+This module holds no tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+_CUBINS: dict[tuple[str, str], bytes] = {}
+
+
+def _cubin(ptx: str, arch: str) -> bytes:
+    from tessera.backend.ptx.driver.assemble import assemble
+
+    key = (hashlib.sha256(ptx.encode()).hexdigest(), arch)
+    if key not in _CUBINS:
+        _CUBINS[key] = assemble(ptx, arch).cubin
+    return _CUBINS[key]
+
+
+def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
+               block: Sequence[int] | None) -> list[Any]:
+    """Launch the ``ptx.kernel`` ``fn`` on copies of ``args``; the copies, after the run."""
+    from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
+    from tessera.backend.ptx.driver.params import entry_signature
+    from tessera.backend.ptx.driver.tensormap import encode
+    from tessera.backend.ptx.render import render
+    from tessera.interp.target.runner import TensorMapArg, _geometry
+    from tessera.lower.shared import shared_plan
+
+    ptx = render(fn)
+    work = [copy.deepcopy(a) for a in args]
+    arrays = [a.array if isinstance(a, TensorMapArg) else a for a in work]
+    staged = [a for a in arrays if isinstance(a, np.ndarray)]
+    g = _geometry(grid, fn.attrs.get("grid"), "grid")
+    b = _geometry(block, fn.attrs.get("block"), "block")
+    with CudaModule(_cubin(ptx, device_arch(fn.attrs.get("target", "sm_80")))) as module:
+        kernel = module.function(fn.name, entry_signature(ptx, fn.name))
+        with DeviceArrays(module.driver, staged) as dev:
+            values = [encode(a.tensor_map(dev.pointer(a.array))) if isinstance(a, TensorMapArg)
+                      else dev.pointer(a) if isinstance(a, np.ndarray) else a for a in work]
+            module.launch(kernel, g, b, shared_plan(fn).dynamic_bytes, values)
+    return arrays
+
+
+def _first_difference(want: np.ndarray, got: np.ndarray) -> str | None:
+    w = np.ascontiguousarray(want).view(np.uint8).reshape((*want.shape, -1))
+    g = np.ascontiguousarray(got).view(np.uint8).reshape((*got.shape, -1))
+    bad = (w != g).any(axis=-1)
+    if not bad.any():
+        return None
+    at = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (f"{int(bad.sum())} of {bad.size} elements differ; first at {at}: "
+            f"GPU {got[at]!r}, interpreter {want[at]!r}")
+
+
+def _log(record: dict[str, Any]) -> None:
+    path = os.environ.get("TESSERA_CROSSCHECK_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
+    """``run_target`` that also runs each kernel on the GPU and compares the bits."""
+    from tessera.interp.target.runner import TensorMapArg
+
+    @functools.wraps(run_target)
+    def run(fn: Any, args: Sequence[Any], *, grid: Sequence[int] | None = None,
+            block: Sequence[int] | None = None, **kw: Any) -> None:
+        before = [copy.deepcopy(a) for a in args]
+        run_target(fn, args, grid=grid, block=block, **kw)  # a fault stops here
+        record: dict[str, Any] = {"kernel": fn.name, "target": fn.attrs.get("target"),
+                                  "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+        t0 = time.perf_counter()
+        try:
+            got = run_on_gpu(fn, before, grid, block)
+        except Exception as exc:  # recorded, then failed: the test names the kernel
+            record.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000])
+            _log(record)
+            raise AssertionError(f"kernel {fn.name!r} did not run on the GPU: {exc}") from exc
+        record["seconds"] = round(time.perf_counter() - t0, 4)
+        after = [a.array if isinstance(a, TensorMapArg) else a for a in args]
+        for k, (want, have) in enumerate(zip(after, got)):
+            if isinstance(want, np.ndarray):
+                diff = _first_difference(want, have)
+                if diff is not None:
+                    record.update(status="differs", argument=k, detail=diff)
+                    _log(record)
+                    raise AssertionError(f"kernel {fn.name!r} ({fn.attrs.get('target')}), "
+                                         f"argument {k}: {diff}")
+        record["status"] = "same"
+        _log(record)
+
+    return run
+
+
+def install() -> None:
+    """Route every Target IR interpreter run through :func:`crosschecked`."""
+    from tessera.interp import target as target_pkg
+    from tessera.interp.target import runner
+
+    wrapped = crosschecked(runner.run_target)
+    runner.run_target = wrapped  # type: ignore[assignment]
+    target_pkg.__dict__["run_target"] = wrapped
+
+
+def summary(path: str) -> str:
+    """A readable account of a crosscheck log: kernels compared per target and status,
+    then every kernel that differed or did not run."""
+    from collections import Counter
+
+    records = [json.loads(line) for line in open(path) if line.strip()]
+    counts = Counter((r.get("target"), r["status"]) for r in records)
+    lines = [f"{len(records)} Target IR interpreter runs also ran on the GPU"]
+    lines += [f"  {target}: {n} {status}" for (target, status), n in sorted(counts.items())]
+    kernels = Counter((r["kernel"], r.get("target")) for r in records if r["status"] == "same")
+    lines.append(f"  {len(kernels)} distinct kernels gave the interpreter's bits")
+    for r in records:
+        if r["status"] != "same":
+            lines.append(f"  {r['status']}: {r['kernel']} ({r.get('target')}) in {r['test']}: "
+                         f"{r.get('detail') or r.get('error')}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(summary(sys.argv[1]))
