@@ -306,3 +306,27 @@ def test_cuda_backend_path_with_a_target_ir_device(monkeypatch: pytest.MonkeyPat
     got = lowered.run(x, y, b, backend="cuda")
     assert device.launched == ["chain_k0"] and device.memory == {}  # buffers freed
     assert _bits(got) == _bits(lowered.run(x, y, b))
+
+
+@ts.kernel
+def _leaky(x: ts.Tensor["M", "N", ts.f32]) -> ts.Tensor["M", "N", ts.f32]:
+    t = x[tile_m:tile_m + BM, tile_n:tile_n + BN]
+    return ts.tile.where(t > 0.0, t, 0.01 * t)
+
+
+@ts.kernel
+def _scaled_into(x: ts.Tensor["M", "N", ts.f32], out: ts.Tensor["M", "N", ts.f32]):
+    out[tile_m:tile_m + BM, tile_n:tile_n + BN] = \
+        x[tile_m:tile_m + BM, tile_n:tile_n + BN] * 3.0
+
+
+def test_kernel_calls_in_a_graph_function_on_target() -> None:
+    # hand-written kernels (a returned tile; an out_shape= buffer) beside generated ones
+    def f(x, y):  # type: ignore[no-untyped-def]
+        return _leaky(x * 2.0, tile_shape=(4, 8)) + _scaled_into(y, out_shape=y,
+                                                                  tile_shape=(4, 8))
+
+    rng = np.random.default_rng(8)
+    x, y = (rng.standard_normal((8, 16)).astype(np.float32) for _ in range(2))
+    for target in TARGETS:
+        _same_on_target(f, (x, y), target)
