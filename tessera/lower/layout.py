@@ -19,6 +19,7 @@ from tessera.interp.tile.wide import possibly_wide
 from tessera.ir.core import Function, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import value_slots
 from tessera.ir.types import TensorType
 
@@ -130,6 +131,9 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
                 cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Reshape) and len(vals) == 2 and _unit_reshape(*vals):
             cls.join(vals[0], vals[1])  # (R,) <-> (R, 1): the same values, the same threads
+        elif isinstance(op, (tile_memory.MaskedLoad, tile_memory.MaskedStore)):
+            for v in vals[1:]:  # the mask of each element is where its value is
+                cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Mma):
             acc_roots.append(instr.results[0])
             if len(instr.operands) == 3:

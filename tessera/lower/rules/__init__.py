@@ -2,8 +2,9 @@
 registers every rule with :mod:`tessera.lower.core`.
 
 ``block``: whole-tile loads, stores, copies and ``mma``; ``flow``: loops and branches;
-``memory``: views, addresses and shared buffers; ``reduce``: row reductions;
+``masked``: ``arange``, masks and masked accesses; ``memory``: views, addresses and
+shared buffers; ``reduce``: row reductions;
 ``scalar``: scalar arithmetic and program ids; ``tensor``: elementwise tile ops.
 """
 
-from tessera.lower.rules import block, flow, memory, reduce, scalar, tensor  # noqa: F401
+from tessera.lower.rules import block, flow, masked, memory, reduce, scalar, tensor  # noqa: F401

@@ -23,6 +23,7 @@ from tessera.backend.ptx.render.emit import (
 from tessera.backend.ptx.render.regalloc import RenderError, braced, operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import RegType, Return
+from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
     Binary,
@@ -188,6 +189,28 @@ def _store(e: PtxWriter, instr: Instr) -> None:
     src = operand(e.regs.of(instr.operands[1]))
     e.out(f"st.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} "
           f"{address(e, instr, op.offset)}, {src};")
+
+
+@rule(GuardedLoad)
+def _guarded_load(e: PtxWriter, instr: Instr) -> None:
+    # the load first: it reads the address before the mov may overwrite a register
+    # the allocator shares between a dying operand and the result
+    op = instr.op
+    dst = e.regs.of(instr.result)
+    guard = e.regs.one(instr.operands[1])
+    e.out(f"@{guard} ld.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} "
+          f"{operand(dst)}, {address(e, instr, op.offset)};")
+    for d, s in zip(dst, e.regs.of(instr.operands[2])):
+        if d != s:
+            e.out(f"@!{guard} mov.{mov_type(op.type)} {d}, {s};")
+
+
+@rule(GuardedStore)
+def _guarded_store(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    src = operand(e.regs.of(instr.operands[1]))
+    e.out(f"@{e.regs.one(instr.operands[2])} st.{op.space}{_vec_suffix(op.vec)}."
+          f"{mem_type(op.type)} {address(e, instr, op.offset)}, {src};")
 
 
 @rule(Reduce)

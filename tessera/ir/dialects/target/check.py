@@ -43,6 +43,7 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
+from tessera.ir.dialects.target.guarded import GuardedStore
 from tessera.ir.dialects.target.ops import (
     Binary,
     Const,
@@ -174,7 +175,8 @@ def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
         keep = op.n
         st.groups = st.groups[len(st.groups) - keep:] if keep else []
         st.fenced = False  # the results are about to be touched
-    elif (isinstance(op, Store) and op.space == "shared") or isinstance(op, CpAsync):
+    elif (isinstance(op, (Store, GuardedStore)) and op.space == "shared") or \
+            isinstance(op, CpAsync):
         st.dirty = st.dirty | prov.of(instr.operands[0])
     elif isinstance(op, Fence):
         st.dirty = frozenset() if op.kind == "proxy_async" else st.dirty

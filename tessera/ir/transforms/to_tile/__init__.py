@@ -5,16 +5,19 @@ program of launches over global buffers (:mod:`.program`).
 It is an IR-to-IR translation, so it lives with the IR's transforms (it reads Graph,
 Schedule and Tile IR and nothing above them); running the result is the tile
 simulator's business (:mod:`tessera.interp.tile.program`). Kernels are built by
-:mod:`.kernel`, their ops by the rules of :mod:`.ops`, which refuse, naming the op and
-the user's line, every op whose tile-level form would not give the graph interpreter's
-bits (docs/schedule.md, "Schedule → Tile"). A ``graph.kernel_call`` keeps its
-hand-written kernel's own Tile IR (:mod:`.call`).
+:mod:`.kernel`, their ops by the rules of :mod:`.ops` (elementwise), :mod:`.reduce`
+(sums, means, extrema, softmax: the exact ``tile.reduce``) and :mod:`.matmul` (K loops
+of ``tile.mma``, exact where float64 sums would not be), which refuse, naming the op
+and the user's line, every op whose tile-level form would not give the graph
+interpreter's bits (docs/schedule.md, "Schedule → Tile"). A ``graph.kernel_call`` keeps
+its hand-written kernel's own Tile IR (:mod:`.call`).
 """
 
 from __future__ import annotations
 
 from tessera.ir.core import Function, Module, Value
 from tessera.ir.dialects import schedule as schedule_ops
+from tessera.ir.transforms.to_tile import reduce as _reduce_rules  # noqa: F401 (registers)
 from tessera.ir.transforms.to_tile.call import add_kernel_call, kernel_call_of
 from tessera.ir.transforms.to_tile.kernel import build_kernel
 from tessera.ir.transforms.to_tile.ops import TileGenerationError
