@@ -5,7 +5,10 @@
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
-    tessera ptx FILE.py:FUNC --target sm_90a [--arg A=128x64:bf16 ...] [-o out.ptx] [--stats]
+    tessera ptx FILE.py:FUNC --target sm_90a [--arg A=128x64:bf16 ...] [--mode fast]
+                [-o out.ptx] [--stats]
+    tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
+                        [--junit out.xml] [-k PATTERN] [--slow]
 
 ``FUNC`` is a ``@ts.kernel`` or a graph function (a plain ``def`` or ``@ts.jit``); its
 example arguments are ``--arg``/``--const`` options (zeros of a statically annotated
@@ -30,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tessera.cli_examples import examples_needed
+from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
 
 
@@ -174,7 +178,7 @@ def cmd_ptx(args: argparse.Namespace) -> int:
             kwargs[key] = value if key != "grid" or len(value) > 1 else value[0]
     if args.group_size:
         kwargs["group_size"] = args.group_size
-    compiled = compile_kernel(kernel, target=args.arch, **kwargs)
+    compiled = compile_kernel(kernel, target=args.arch, mode=args.mode, **kwargs)
     if args.output:
         Path(args.output).write_text(compiled.ptx)
     else:
@@ -189,10 +193,10 @@ def _graph_ptx(fn: Any, examples: dict[str, Any], args: argparse.Namespace) -> i
     from tessera.frontend.graph.jit import jit
 
     for flag, value in (("--grid", args.grid), ("--tile-shape", args.tile_shape),
-                        ("--group-size", args.group_size)):
+                        ("--group-size", args.group_size), ("--mode", args.mode)):
         if value:
-            raise ArgumentError(f"{flag} is a kernel's launch option; a graph function's "
-                                "kernels are scheduled from its graph", loc=args.where,
+            raise ArgumentError(f"{flag} is a kernel's option; a graph function's kernels "
+                                "are scheduled and generated from its graph", loc=args.where,
                                 hint=f"drop {flag}")
     target = jit(fn).lower(**examples).target(args.arch)
     text = str(target.ptx())
@@ -255,12 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", default="", help="grid of groups, e.g. 4 or 2,2")
     p.add_argument("--tile-shape", default="", help="e.g. 64,64,32")
     p.add_argument("--group-size", type=int, default=0)
+    p.add_argument("--mode", choices=("checked", "fast"), default=None,
+                   help="checked: the tile interpreter's bits; fast: approximate math "
+                        "(ex2.approx, no f64); default: the kernel's own mode")
     p.add_argument("-o", "--output", default="", help="write the PTX here")
     p.add_argument("--stats", action="store_true",
                    help="assemble with ptxas -v; print registers, shared memory, spills")
     p.set_defaults(run=cmd_ptx)
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)
+    add_conformance_parser(sub)
     return parser
 
 

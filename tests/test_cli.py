@@ -155,6 +155,17 @@ def test_ptx_without_arguments_lists_the_parameters(tmp_path: Path,
     assert "has no parameter(s) z" in capsys.readouterr().err
 
 
+def test_ptx_mode_fast_emits_approximate_exp(capsys: pytest.CaptureFixture[str]) -> None:
+    softmax = f"{Path(__file__).parents[1] / 'examples/kernels/row_softmax.py'}:row_softmax"
+    args = ["--target", "sm_80", "--arg", "x=16x64:f32", "--arg", "y=16x64:f32",
+            "--tile-shape", "8"]
+    assert main(["ptx", softmax, *args, "--mode", "fast"]) == 0
+    fast = capsys.readouterr().out
+    assert "ex2.approx.ftz.f32" in fast and ".f64" not in fast
+    assert main(["ptx", softmax, *args]) == 0
+    assert "mul.rn.f64" in capsys.readouterr().out
+
+
 def test_ir_fills_statically_annotated_parameters(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "static.py"
@@ -207,7 +218,7 @@ def test_target_stage_and_ptx_of_a_graph_function(program: Path, tmp_path: Path,
     assert ".visible .entry untyped_k0(" in ptx
     assert "untyped_k0 sm_90a:" in capsys.readouterr().err
     assert main(["ptx", f"{program}:untyped", *args, "--grid", "4"]) == 1
-    assert "launch option" in capsys.readouterr().err
+    assert "a kernel's option" in capsys.readouterr().err
     # the bf16 matmul is refused at its line, as the tile stage refuses it
     assert main(["ptx", f"{program}:model", "--arg", "x=2x3:f32", "--arg", "w=3x4:bf16"]) == 1
     line = PROGRAM.splitlines().index("    return ts.relu(ts.matmul(x, w))") + 1

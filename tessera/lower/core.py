@@ -38,13 +38,18 @@ THREADS = 128
 GLOBAL_ALIGN = 256
 
 rule = rule_decorator(RULES, "lowering rule")
+#: rules that replace (or, for an op of :data:`NOT_LOWERED`, add) a lowering in fast
+#: mode only: :mod:`tessera.lower.rules.fastmath`
+FAST_RULES: dict[type[Op], Rule] = {}
+fast_rule = rule_decorator(FAST_RULES, "fast-mode lowering rule")
 
 #: Tile IR ops the lowering refuses on purpose, and why: every other non-terminator op
 #: has a rule in :data:`RULES` (tests/test_rule_tables.py checks both), and a kernel
 #: that uses one of these is an UnsupportedError at the op's line that gives the reason
 NOT_LOWERED: dict[type[Op], str] = {
     Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
-         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
+         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp) "
+         "(mode='fast' lowers it to lg2.approx)",
     Tanh: "the tile simulator's tanh is NumPy's float64 tanh rounded once, which no "
           "specified algorithm defines bit for bit yet (as for log)",
     Erf: "the tile simulator's erf is the C library's float64 erf rounded once, which no "
@@ -96,6 +101,9 @@ class Lowerer:
     extra: dict[str, Any] = field(default_factory=dict)
     layouts: dict[Value, Any] = field(default_factory=dict)
     stack: list[TargetEmitter] = field(default_factory=list)
+    #: "fast" lowers math to the hardware's approximate instructions
+    #: (:mod:`tessera.lower.fastmath`); any other mode keeps the checked bits
+    mode: str = "checked"
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -129,6 +137,8 @@ class Lowerer:
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],
                  "source": self.fn.name}
+        if self.mode == "fast":
+            attrs["mode"] = "fast"
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
     def _guarded_body(self, n_groups: int) -> None:
@@ -290,6 +300,8 @@ class Lowerer:
                 fn = RULES.get(type(instr.op))
                 if getattr(instr.op, "exact", False) is True:
                     fn = None
+                elif self.mode == "fast":
+                    fn = FAST_RULES.get(type(instr.op), fn)
                 if fn is None:
                     why = NOT_LOWERED.get(type(instr.op)) or \
                         (EXACT_NOT_LOWERED if getattr(instr.op, "exact", False) else None)
@@ -319,17 +331,18 @@ class Lowerer:
             self.stack.pop()
 
 
-def lower_kernel(fn: Function, target: str) -> Function:
-    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
+def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
+    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``
+    (``mode="fast"``: approximate math, see :mod:`tessera.lower.fastmath`)."""
     from tessera.lower import rules  # noqa: F401  (its modules register their rules)
     from tessera.lower.shared import check_shared_limit
 
-    low = Lowerer(fn, target)
+    low = Lowerer(fn, target, mode=mode)
     kernel = low.lower()
     TargetEmitter(kernel.body, fn.loc, low.e.consts).op(Return())
     check_shared_limit(kernel, target)  # before ptxas, at the kernel's line
     return kernel
 
 
-__all__ = ["NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "is_block_kernel",
-           "lower_kernel", "rule"]
+__all__ = ["FAST_RULES", "NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "fast_rule",
+           "is_block_kernel", "lower_kernel", "rule"]

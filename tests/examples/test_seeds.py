@@ -1,8 +1,8 @@
 """The seed examples of the specification: run as written, and as corrected.
 
 * Every script in ``examples/`` runs and passes its own NumPy float64 check.
-* Every graph-level seed snippet (``tests/examples/seeds.py``, verbatim) runs with only
-  its inputs added, and its results are checked against NumPy references.
+* Every graph-level seed snippet (``tessera/conformance/seeds.py``, verbatim) runs with
+  only its inputs added, and its results are checked against NumPy references.
 * Where a seed cannot run as written (undefined names, not-yet-built parts) or is wrong
   (the custom GELU backward), its literal behaviour is pinned down and a corrected
   version is checked as well (docs/decisions.md, "Seed examples with bugs").
@@ -28,7 +28,7 @@ import pytest
 
 import tessera as ts
 from tessera import accum, loss_scale, op, stochastic_round
-from tests.examples import seeds
+from tessera.conformance import seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_NAMES = ["attention_graph", "basic_autodiff", "custom_gelu_vjp", "demo",

@@ -210,15 +210,17 @@ class Kernel:
             from tessera.ir.core import Module
 
             target = kwargs.pop("target", "sm_90a")
+            mode = kwargs.pop("mode", None)  # the math of the lowering (default: the kernel's)
             if not args and not kwargs and self.last is None:
                 raise StageError(f"kernel '{self.name}' has not been launched",
                                  hint="pass example arguments: inspect_ir('target', *args)")
             if not args and not kwargs:
-                from tessera.frontend.kernel.backends.compile import lower_and_render
+                from tessera.frontend.kernel.backends.compile import gpu_mode, lower_and_render
 
-                fn = lower_and_render(self.last.functions[self.name], target)[0]
+                fn = lower_and_render(self.last.functions[self.name], target,
+                                      gpu_mode(self, mode))[0]
             else:
-                fn = compile_kernel(self, *args, target=target, **kwargs).kernel
+                fn = compile_kernel(self, *args, target=target, mode=mode, **kwargs).kernel
             module = Module(self.name)
             module.add(fn)
             return str(module)

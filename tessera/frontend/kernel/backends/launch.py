@@ -113,15 +113,18 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
 
 @user_api
 def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
-           backend: str = "cuda", target: str | None = None, **launch_kw: Any) -> Any:
+           backend: str = "cuda", target: str | None = None, mode: str | None = None,
+           **launch_kw: Any) -> Any:
     """Launch ``kernel`` over ``grid`` on ``args`` with one backend (see the module doc);
-    arrays are updated in place and the kernel's result is returned."""
+    arrays are updated in place and the kernel's result is returned. ``mode`` (default:
+    the kernel's) is the tile interpreter's mode, or the math of the compiled kernel
+    (``"fast"``: approximate instructions, see :func:`compile_kernel`)."""
     if backend not in BACKENDS:
         raise ArgumentError(f"unknown backend {backend!r}", hint=f"use one of {BACKENDS}")
     if grid is not None:
         launch_kw["grid"] = grid
     if backend == "interp":
-        return kernel(*args, **launch_kw)
+        return kernel(*args, mode=mode, **launch_kw)
     if backend == "cuda":
         from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
 
@@ -129,9 +132,10 @@ def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
         if not ok:
             raise GpuUnavailable(f"no CUDA GPU: {why}",
                                  hint="use backend='target' to run the lowered kernel on the CPU")
-        compiled = compile_kernel(kernel, *args, target=target or device_target(), **launch_kw)
+        compiled = compile_kernel(kernel, *args, target=target or device_target(), mode=mode,
+                                  **launch_kw)
         return _run_cuda(compiled, kernel, tuple(args), launch_kw)
-    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", **launch_kw)
+    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode, **launch_kw)
     return run_compiled(compiled, kernel, *args, **launch_kw)
 
 
