@@ -1,14 +1,19 @@
 """The ``tessera`` command line.
 
-    tessera ir FILE.py:FUNC [--stage graph|schedule|tile|target] [--arg NAME=4x8:f32 ...]
-                            [--const K=V]
+    tessera ir FILE.py:FUNC [--stage graph|schedule|tile|target] [--target sm_90a]
+                            [--arg NAME=4x8:f32 ...] [--const K=V]
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
-    tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [--mode fast]
+    tessera ptx FILE.py:FUNC --target sm_90a [--arg A=128x64:bf16 ...] [--mode fast]
                 [-o out.ptx] [--stats]
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
+
+``FUNC`` is a ``@ts.kernel`` or a graph function (a plain ``def`` or ``@ts.jit``); its
+example arguments are ``--arg``/``--const`` options (zeros of a statically annotated
+parameter are made without one). A graph function's PTX is every generated kernel's,
+each after a ``// kernel NAME`` line.
 
 Errors print tessera's one-line message (with the user's file:line) and exit with 1.
 """
@@ -104,6 +109,8 @@ def cmd_ir(args: argparse.Namespace) -> int:
     examples: dict[str, Any] = dict(_example(s) for s in args.arg)
     examples.update(_const(s) for s in args.const)
     examples.update(examples_needed(fn, examples, args.target, args.where))
+    if args.stage == "target":
+        examples.setdefault("target", args.arch)
     print(inspect_ir(fn, args.stage, **examples), end="")
     return 0
 
@@ -157,12 +164,15 @@ def _const(spec: str) -> tuple[str, Any]:
 
 
 def cmd_ptx(args: argparse.Namespace) -> int:
+    from tessera.frontend.kernel import Kernel
     from tessera.frontend.kernel.backends.compile import compile_kernel
 
     kernel = _load(args.target, args)
     kwargs: dict[str, Any] = dict(_example(s) for s in args.arg)
     kwargs.update(_const(s) for s in args.const)
-    examples_needed(kernel, kwargs, args.target, args.where)
+    filled = examples_needed(kernel, kwargs, args.target, args.where)
+    if not isinstance(kernel, Kernel) and callable(kernel):
+        return _graph_ptx(kernel, {**kwargs, **filled}, args)
     for key, value in (("grid", _ints(args.grid)), ("tile_shape", _ints(args.tile_shape))):
         if value is not None:
             kwargs[key] = value if key != "grid" or len(value) > 1 else value[0]
@@ -174,11 +184,36 @@ def cmd_ptx(args: argparse.Namespace) -> int:
     else:
         print(compiled.ptx, end="")
     if args.stats:
-        stats = compiled.assemble().stats[compiled.name]
-        print(f"{compiled.name} {args.arch}: {stats.registers} registers, {stats.smem} bytes "
-              f"shared memory, {stats.spill_stores} bytes spill stores, {stats.spill_loads} "
-              f"bytes spill loads, {stats.stack_frame} bytes stack frame", file=sys.stderr)
+        _print_stats(compiled.name, args.arch, compiled.assemble().stats[compiled.name])
     return 0
+
+
+def _graph_ptx(fn: Any, examples: dict[str, Any], args: argparse.Namespace) -> int:
+    """``tessera ptx`` of a graph function: the PTX of each generated kernel."""
+    from tessera.frontend.graph.jit import jit
+
+    for flag, value in (("--grid", args.grid), ("--tile-shape", args.tile_shape),
+                        ("--group-size", args.group_size), ("--mode", args.mode)):
+        if value:
+            raise ArgumentError(f"{flag} is a kernel's option; a graph function's kernels "
+                                "are scheduled and generated from its graph", loc=args.where,
+                                hint=f"drop {flag}")
+    target = jit(fn).lower(**examples).target(args.arch)
+    text = str(target.ptx())
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        print(text, end="")
+    if args.stats:
+        for k in target.kernels:
+            _print_stats(k.name, args.arch, k.assemble().stats[k.name])
+    return 0
+
+
+def _print_stats(name: str, arch: str, stats: Any) -> None:
+    print(f"{name} {arch}: {stats.registers} registers, {stats.smem} bytes shared memory, "
+          f"{stats.spill_stores} bytes spill stores, {stats.spill_loads} bytes spill loads, "
+          f"{stats.stack_frame} bytes stack frame", file=sys.stderr)
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -197,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ir", help="print a function's IR at one stage")
     p.add_argument("target", help="FILE.py:FUNCTION")
     p.add_argument("--stage", default="graph", help="graph, schedule, tile or target")
+    p.add_argument("--target", dest="arch", default="sm_90a",
+                   help="the PTX target of --stage target: sm_80, sm_86, sm_89 or sm_90a")
     p.add_argument("--arg", action="append", default=[],
                    help="example argument NAME=SHAPE:FORMAT, e.g. x=4x8:bf16")
     p.add_argument("--const", action="append", default=[],
@@ -212,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after", default="", help="pass names, or 'all'")
     p.add_argument("--timing", action="store_true", help="report time per pass")
     p.set_defaults(run=cmd_opt)
-    p = sub.add_parser("ptx", help="compile a @ts.kernel to PTX")
-    p.add_argument("target", help="FILE.py:KERNEL")
+    p = sub.add_parser("ptx", help="compile a @ts.kernel or a graph function to PTX")
+    p.add_argument("target", help="FILE.py:KERNEL or FILE.py:FUNCTION")
     p.add_argument("--target", dest="arch", default="sm_90a", help="sm_80, sm_86, sm_89 or sm_90a")
     p.add_argument("--arg", action="append", default=[],
                    help="example array argument NAME=SHAPE:FORMAT, e.g. A=128x64:bf16")

@@ -67,7 +67,8 @@ def test_ir_errors_are_one_line_messages(program: Path,
     assert "defines no 'missing'" in capsys.readouterr().err
     assert main(["ir", f"{program}:model", "--stage", "target", "--arg", "x=2x3:f32",
                  "--arg", "w=3x4:bf16"]) == 1
-    assert "'target' stage" in capsys.readouterr().err
+    line = PROGRAM.splitlines().index("    return ts.relu(ts.matmul(x, w))") + 1
+    assert f"prog.py:{line}: unsupported: graph.matmul" in capsys.readouterr().err
     # the Tile IR of sin is not generated: the op and its line, in one line
     assert main(["ir", f"{program}:wavy", "--stage", "tile", "--arg", "x=2x3:f32"]) == 1
     err = capsys.readouterr().err
@@ -200,3 +201,25 @@ def test_opt_errors_name_the_ir_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert capsys.readouterr().err.startswith(f"tessera: {gone}: argument error: no such file")
     out = run_cli("opt", str(gone))  # python -m tessera: no traceback either
     assert out.returncode == 1 and "Traceback" not in out.stderr and str(gone) in out.stderr
+
+
+def test_target_stage_and_ptx_of_a_graph_function(program: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--arg", "x=64x48:f32"]
+    assert main(["ir", f"{program}:untyped", "--stage", "target", "--target", "sm_80",
+                 *args]) == 0
+    text = capsys.readouterr().out
+    assert "ptx.kernel @untyped_k0" in text and 'target = "sm_80"' in text
+    assert "launch @untyped_k0" in text
+    out = tmp_path / "untyped.ptx"
+    assert main(["ptx", f"{program}:untyped", *args, "-o", str(out), "--stats"]) == 0
+    ptx = out.read_text()
+    assert ptx.startswith("// kernel untyped_k0\n") and ".target sm_90a" in ptx
+    assert ".visible .entry untyped_k0(" in ptx
+    assert "untyped_k0 sm_90a:" in capsys.readouterr().err
+    assert main(["ptx", f"{program}:untyped", *args, "--grid", "4"]) == 1
+    assert "a kernel's option" in capsys.readouterr().err
+    # the bf16 matmul is refused at its line, as the tile stage refuses it
+    assert main(["ptx", f"{program}:model", "--arg", "x=2x3:f32", "--arg", "w=3x4:bf16"]) == 1
+    line = PROGRAM.splitlines().index("    return ts.relu(ts.matmul(x, w))") + 1
+    assert f"prog.py:{line}: unsupported: graph.matmul" in capsys.readouterr().err

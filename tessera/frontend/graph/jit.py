@@ -222,10 +222,10 @@ class JitFunction:
         compiled = self.compile(*args, **kwargs)
         inputs = [x for x in flatten(list(self._arguments.values()))[0]
                   if isinstance(x, Tensor)]
-        if self.backend == "tile":
-            from tessera.frontend.graph.lowered import run_tile
+        if self.backend != "interp":
+            from tessera.frontend.graph.lowered import run_generated
 
-            return run_tile(compiled, inputs, self.mode)
+            return run_generated(compiled, inputs, self.mode, self.backend)
         return run_compiled(compiled, inputs, self.mode)
 
     @user_api
@@ -306,25 +306,19 @@ def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
     if not isinstance(stage, str) or stage not in STAGES:
         raise StageError(f"unknown IR stage {stage!r}", hint=f"stages: {', '.join(STAGES)} "
                          "(example arguments come after the stage)")
-    if stage not in ("graph", "schedule", "tile"):
-        raise StageError(f"the {stage!r} stage is not built for graph functions yet: their "
-                         "kernels reach Tile IR", hint="inspect stage 'graph', 'schedule' "
-                         "or 'tile'")
+    from tessera.frontend.graph.lowered import DEFAULT_TARGET, stage_text
+
+    # ``target=`` picks the PTX target of the "target" stage, as for kernels, unless
+    # the function has a parameter of that name
+    target = kwargs.pop("target", DEFAULT_TARGET) if "target" not in fn.signature.parameters \
+        else DEFAULT_TARGET
     if args or kwargs:
         compiled = fn.compile(*args, **kwargs)
     elif fn.last is not None:
         compiled = fn.last
     else:
         compiled = fn.compile(*_symbolic_args(fn))
-    if stage == "schedule":
-        from tessera.ir.transforms.schedule import schedule_module
-
-        return str(schedule_module(compiled.module))
-    if stage == "tile":
-        from tessera.frontend.graph.lowered import tile_program
-
-        return str(tile_program(compiled))
-    return str(compiled.module)
+    return stage_text(compiled, stage, target)
 
 
 def _symbolic_args(fn: JitFunction) -> list[Any]:

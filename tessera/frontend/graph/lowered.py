@@ -11,11 +11,21 @@ backends:
   exact mode the results have the graph interpreter's bits, and an op the generation
   cannot implement that way is a :class:`~tessera.ir.transforms.to_tile.TileGenerationError`
   naming the op and the user's line;
-* ``"target"``, ``"cuda"``: Target IR and the GPU, not built for graph functions yet.
+* ``"target"``: every kernel lowered to Target IR (for ``target``, sm_90a by default)
+  and run through the host program by the Target IR interpreter on the CPU: what the
+  PTX computes, with the tile simulator's (so the graph interpreter's) bits;
+* ``"cuda"``: the kernels assembled for GPU 0's architecture and launched through the
+  CUDA driver (a :class:`~tessera.backend.ptx.driver.GpuUnavailable` where there is no
+  GPU).
+
+``ir("target", target=...)`` and ``ptx(target=...)`` are the lowered kernels' texts
+(:mod:`tessera.frontend.graph.lowered_target`); ``seconds`` times each stage of the
+compilation from Python to PTX.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,20 +36,21 @@ from tessera.ir.core import Function, Module
 
 if TYPE_CHECKING:
     from tessera.frontend.graph.jit import Compiled, JitFunction
+    from tessera.frontend.graph.lowered_target import PtxModules, TargetProgram
     from tessera.ir.transforms.to_tile import TileProgram
 
 #: where a graph function can run
 BACKENDS = ("interp", "tile", "target", "cuda")
 
 
+#: the PTX target of ``backend="target"`` and of ``ir("target")`` / ``ptx()`` by default
+DEFAULT_TARGET = "sm_90a"
+
+
 def check_backend(backend: Any) -> str:
-    """``backend`` if it is one, else an ArgumentError; the unbuilt ones raise."""
+    """``backend`` if it is one, else an ArgumentError."""
     if backend not in BACKENDS:
         raise ArgumentError(f"unknown backend {backend!r}", hint=f"use one of {BACKENDS}")
-    if backend in ("target", "cuda"):
-        raise UnsupportedError(f"backend {backend!r} is not built for graph functions yet: "
-                               "their kernels reach Tile IR, not Target IR",
-                               hint="use backend='tile' (the tile simulator) or 'interp'")
     return str(backend)
 
 
@@ -66,27 +77,59 @@ class GeneratedKernel:
 def tile_program(compiled: Compiled) -> TileProgram:
     """The tile program of a specialisation, generated once and kept with it."""
     if compiled.tile_program is None:
-        from tessera.ir.transforms.to_tile import lower_module
+        from tessera.ir.dialects import schedule as schedule_ops
+        from tessera.ir.transforms.schedule import schedule_module
+        from tessera.ir.transforms.to_tile import schedule_to_tile
 
-        compiled.tile_program = lower_module(compiled.module, compiled.function.name)
+        fn = compiled.function
+        t0 = time.perf_counter()
+        if fn.kind != schedule_ops.FUNC:
+            fn = schedule_module(Module(compiled.module.name, {fn.name: fn})).functions[fn.name]
+        t1 = time.perf_counter()
+        compiled.tile_program = schedule_to_tile(fn)
+        compiled.tile_program.seconds = {"schedule": t1 - t0,
+                                         "to_tile": time.perf_counter() - t1}
     program: TileProgram = compiled.tile_program
     return program
+
+
+def target_program(compiled: Compiled, target: str) -> TargetProgram:
+    """A specialisation's kernels lowered for ``target`` (made once per target)."""
+    from tessera.frontend.graph import lowered_target
+
+    return lowered_target.target_program(tile_program(compiled), compiled.function, target)
 
 
 def run_tile(compiled: Compiled, inputs: list[Tensor], mode: str) -> Any:
     """Run a specialisation's kernels in the tile simulator; the output structure is
     the Python function's (as :func:`~tessera.frontend.graph.jit.run_compiled` builds)."""
+    return run_generated(compiled, inputs, mode, "tile")
+
+
+def run_generated(compiled: Compiled, inputs: list[Tensor], mode: str, backend: str,
+                  target: str | None = None) -> Any:
+    """Run a specialisation's generated kernels on ``backend`` ("tile", "target" or
+    "cuda"); the output structure is the Python function's."""
     from tessera.frontend.graph.dist_arg import DistArg
     from tessera.frontend.graph.jit import rebuild_outputs
-    from tessera.interp.tile.program import run_program
 
     if any(isinstance(t, DistArg) for t in inputs):
-        raise UnsupportedError("backend 'tile' runs unplaced graph functions; placed "
+        raise UnsupportedError(f"backend {backend!r} runs unplaced graph functions; placed "
                                "functions run on their mesh", hint="use backend='interp'")
-    program = tile_program(compiled)
-    arrays = run_program(program, [t.array for t in inputs],
-                         mode="fast" if mode == "fast" else "checked")
-    return rebuild_outputs(compiled, arrays)
+    arrays = [t.array for t in inputs]
+    if backend == "tile":
+        from tessera.interp.tile.program import run_program
+
+        out = run_program(tile_program(compiled), arrays,
+                          mode="fast" if mode == "fast" else "checked")
+    elif backend == "target":
+        out = target_program(compiled, target or DEFAULT_TARGET).run(arrays)
+    else:
+        from tessera.frontend.graph.lowered_target import device_target
+
+        arch = device_target()  # GpuUnavailable first: no GPU, nothing to compile for
+        out = target_program(compiled, arch).run_cuda(arrays)
+    return rebuild_outputs(compiled, out)
 
 
 class CompiledProgram:
@@ -109,21 +152,29 @@ class CompiledProgram:
         return [GeneratedKernel(program.module.functions[s.kernel], s.grid)
                 for s in program.launches]
 
-    def ir(self, stage: str = "graph") -> str:
-        """The text of ``stage``: "graph", "schedule" or "tile"."""
-        if stage == "graph":
-            return str(self.compiled.module)
-        if stage == "schedule":
-            from tessera.ir.transforms.schedule import schedule_module
+    def ir(self, stage: str = "graph", *, target: str = DEFAULT_TARGET) -> str:
+        """The text of ``stage``: "graph", "schedule", "tile" or "target" (the kernels
+        lowered for ``target`` and the host program)."""
+        return stage_text(self.compiled, stage, target)
 
-            return str(schedule_module(self.compiled.module))
-        if stage == "tile":
-            return str(self.tile)
-        raise StageError(f"unknown stage {stage!r} of a lowered function",
-                         hint="stages: graph, schedule, tile")
+    def target(self, target: str = DEFAULT_TARGET) -> TargetProgram:
+        """The kernels lowered for ``target`` (``.kernels``, ``.ptx()``, ``.seconds``)."""
+        return target_program(self.compiled, target)
 
-    def run(self, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
-        """Run on ``args`` (of the signature it was lowered for) with ``backend``."""
+    def ptx(self, target: str = DEFAULT_TARGET) -> PtxModules:
+        """The PTX of each kernel, by kernel name in launch order (``str()`` joins them)."""
+        return target_program(self.compiled, target).ptx()
+
+    def seconds(self, target: str = DEFAULT_TARGET) -> dict[str, float]:
+        """Seconds of each compilation stage from the Python function to ``target``'s
+        PTX after tracing: schedule, to_tile (generation), lower, verify and render
+        (each measured the first time it ran for this specialisation)."""
+        return {**self.tile.seconds, **target_program(self.compiled, target).seconds}
+
+    def run(self, *args: Any, backend: str | None = None, target: str | None = None,
+            **kwargs: Any) -> Any:
+        """Run on ``args`` (of the signature it was lowered for) with ``backend``;
+        ``target`` is the PTX target of ``backend="target"`` (sm_90a by default)."""
         from tessera.frontend.graph.jit import run_compiled
 
         backend = check_backend(backend or self.backend)
@@ -133,13 +184,29 @@ class CompiledProgram:
                                 "types", hint="lower it again for these arguments")
         leaves, _ = flatten(list(self.fn._arguments.values()))
         inputs = [x for x in leaves if isinstance(x, Tensor)]
-        if backend == "tile":
-            return run_tile(compiled, inputs, self.fn.mode)
+        if backend != "interp":
+            return run_generated(compiled, inputs, self.fn.mode, backend, target)
         return run_compiled(compiled, inputs, self.fn.mode)
 
     def __repr__(self) -> str:
         return f"<tessera lowered {self.fn.name}: {len(self.tile.launches)} kernel(s)>"
 
 
-__all__ = ["BACKENDS", "CompiledProgram", "GeneratedKernel", "check_backend", "run_tile",
-           "tile_program"]
+def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET) -> str:
+    """The text of one stage of a specialisation (``ts.inspect_ir`` and ``ir``)."""
+    if stage == "graph":
+        return str(compiled.module)
+    if stage == "schedule":
+        from tessera.ir.transforms.schedule import schedule_module
+
+        return str(schedule_module(compiled.module))
+    if stage == "tile":
+        return str(tile_program(compiled))
+    if stage == "target":
+        return target_program(compiled, target).text()
+    raise StageError(f"unknown stage {stage!r} of a lowered function",
+                     hint="stages: graph, schedule, tile, target")
+
+
+__all__ = ["BACKENDS", "DEFAULT_TARGET", "CompiledProgram", "GeneratedKernel", "check_backend",
+           "run_generated", "run_tile", "stage_text", "target_program", "tile_program"]

@@ -96,7 +96,11 @@ def to_mem(e: TargetEmitter, value: Value, vt: str, mt: str, element: object) ->
         return e.cvt(value, "s64", "s32")
     fmt = NARROW.get(storage_name(element))  # type: ignore[arg-type]
     if vt == "f32" and mt == "b16" and fmt in ("bf16", "f16"):
-        narrow = e.cvt(value, fmt, "f32", "rn", "satfinite")
+        from tessera.numerics import storage_of
+
+        # bf16 and f16 overflow to infinity (.satfinite would turn an infinity into MAX)
+        sat = ("satfinite",) if storage_of(element).format.saturating else ()
+        narrow = e.cvt(value, fmt, "f32", "rn", *sat)
         return e.pack([narrow], "b16")
     raise UnsupportedError(f"cannot store {vt} registers as {mt}", loc=e.loc)
 

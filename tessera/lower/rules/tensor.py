@@ -5,6 +5,7 @@ and the causal mask (row reductions are in :mod:`tessera.lower.rules.reduce`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
@@ -28,16 +29,46 @@ def chunk_index(e: TargetEmitter, layout: Blocked, j: int) -> Value:
 
 
 def _element(e: TargetEmitter, mem: Mem, layout: Blocked, k0: Value, c: int) -> Value:
-    """The element offset (in ``mem``'s buffer) of flat tile index ``k0 + c``."""
+    """The element offset (in ``mem``'s buffer) of flat tile index ``k0 + c``: the
+    row-major index split over the axes (of any rank; a stride of 0 repeats elements)."""
     k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
-    if len(layout.shape) == 1:
+    if len(layout.shape) == 1 and mem.strides[0]:
         return k if mem.strides[0] == 1 else e.mul(k, e.const(mem.strides[0], "s32"), "s32")
-    cols = layout.shape[-1]
-    row = e.bin("div", k, e.const(cols, "s32"), "s32")
-    col = e.bin("rem", k, e.const(cols, "s32"), "s32")
-    return e.add(e.mul(row, e.const(mem.strides[0], "s32"), "s32"),
-                 col if mem.strides[1] == 1 else e.mul(col, e.const(mem.strides[1], "s32"),
-                                                       "s32"), "s32")
+    if len(layout.shape) == 2 and all(mem.strides):
+        cols = layout.shape[-1]
+        row = e.bin("div", k, e.const(cols, "s32"), "s32")
+        col = e.bin("rem", k, e.const(cols, "s32"), "s32")
+        return e.add(e.mul(row, e.const(mem.strides[0], "s32"), "s32"),
+                     col if mem.strides[1] == 1 else e.mul(col, e.const(mem.strides[1], "s32"),
+                                                           "s32"), "s32")
+    axes = _merged_axes(layout.shape, mem.strides)
+    terms, rest = [], k
+    for size, stride in reversed(axes[1:]):
+        index = e.bin("rem", rest, e.const(size, "s32"), "s32")
+        rest = e.bin("div", rest, e.const(size, "s32"), "s32")
+        terms.append((index, stride))
+    terms.append((rest, axes[0][1]))
+    offset = None
+    for index, stride in reversed(terms):
+        if stride == 0:
+            continue
+        term = index if stride == 1 else e.mul(index, e.const(stride, "s32"), "s32")
+        offset = term if offset is None else e.add(offset, term, "s32")
+    return offset if offset is not None else e.const(0, "s32")
+
+
+def _merged_axes(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``(size, stride)`` of each axis, axes of size 1 dropped and an axis merged into
+    the one before it where they are contiguous (fewer divisions)."""
+    axes: list[tuple[int, int]] = []
+    for size, stride in zip(shape, strides):
+        if size == 1:
+            continue
+        if axes and axes[-1][1] == stride * size:
+            axes[-1] = (axes[-1][0] * size, stride)
+        else:
+            axes.append((size, stride))
+    return axes or [(1, 0)]
 
 
 def _clamped(e: TargetEmitter, layout: Blocked, j: int) -> Value:
@@ -156,6 +187,10 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     out = low.layouts[instr.results[0]]
     if isinstance(x, Scalar):
         return [Dist(out, [x.reg] * register_count(out), x.type)]
+    if isinstance(x, Mem) and isinstance(out, Blocked) and len(out.shape) > 2:
+        # a tile of higher rank stays a view with stride-0 axes, which each use reads
+        # with its row-major index split over every axis
+        return [broadcast_view(x, instr.op.shape, instr.op.dims)]  # type: ignore[attr-defined]
     if isinstance(x, Mem):  # a tile read from memory: each register loads its element
         from tessera.lower.broadcast import broadcast_load
 
@@ -168,6 +203,15 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     if isinstance(out, Blocked) and isinstance(x.layout, BRow):
         return [Dist(out, [x.regs[r // out.vec] for r in range(register_count(out))], x.type)]
     raise UnsupportedError(f"broadcast from {x.layout} to {out} is not lowered", loc=instr.loc)
+
+
+def broadcast_view(mem: Mem, shape: tuple[int, ...], dims: tuple[int, ...]) -> Mem:
+    """The view of ``mem`` broadcast to ``shape`` (operand axis ``i`` is result axis
+    ``dims[i]``): new and stretched axes have stride 0."""
+    strides = [0] * len(shape)
+    for size, stride, d in zip(mem.shape, mem.strides, dims):
+        strides[d] = stride if size == shape[d] and size > 1 else 0
+    return replace(mem, shape=tuple(shape), strides=tuple(strides))
 
 
 def register_count(layout: object) -> int:

@@ -15,6 +15,7 @@ results. ``str()`` prints the program::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tessera.ir.core import Function, Module
 from tessera.ir.types import TensorType
@@ -45,6 +46,10 @@ class TileProgram:
     inputs: list[str] = field(default_factory=list)
     launches: list[Launch] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
+    #: the program lowered for each PTX target, made on first use (by the front end)
+    targets: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: seconds the scheduling and the generation took, when the front end timed them
+    seconds: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def kernels(self) -> list[Function]:
