@@ -135,7 +135,7 @@ def main() -> None:
     print(f"mode='fast' (BLAS, labelled non-bitwise): {changed} elements differ from the "
           "exact result")
 
-    heading("A graph function down the stack: Graph -> Schedule -> Tile IR")
+    heading("A graph function down the stack: Graph -> Schedule -> Tile -> Target IR")
     def gated(u: object, v: object, b: object) -> object:  # an elementwise chain
         return ts.relu(u * v + b) / (ts.abs(v) + 1.0)
     u, v, bias = (mat.standard_normal(s).astype(np.float32) for s in ((64, 48), (64, 48), (48,)))
@@ -144,8 +144,20 @@ def main() -> None:
           f"{lowered.ir('schedule').count('schedule.kernel(')} fused kernel -> "
           f"{len(lowered.kernels)} tile.kernel, grid {lowered.kernels[0].grid}:")
     print("\n".join(lowered.kernels[0].text.splitlines()[1:8]) + "\n    ...")
-    same = sha(lowered.run(u, v, bias, backend="tile")) == sha(lowered.run(u, v, bias))
-    print(f"backend='tile' (tile simulator, sanitizers on) vs 'interp': bitwise equal: {same}")
+    ptx = lowered.ptx("sm_90a")
+    name, text = next(iter(ptx.items()))
+    print(f"-> Target IR ({lowered.ir('target').count(chr(10))} lines) -> PTX of {name}: "
+          f"{text.count(chr(10))} lines, e.g.")
+    print("\n".join([line for line in text.splitlines() if "ld.global" in line][:3]))
+    want = sha(lowered.run(u, v, bias))
+    for backend in ("tile", "target"):
+        same = sha(lowered.run(u, v, bias, backend=backend)) == want
+        print(f"backend={backend!r} vs 'interp': bitwise equal: {same}")
+        assert same
+    softmax_rows = ts.jit(lambda x: ts.softmax(x, axis=-1)).lower(u)
+    same = sha(softmax_rows.run(u, backend="tile")) == sha(softmax_rows.run(u))
+    print(f"row softmax: {len(softmax_rows.kernels)} kernel with an exact row sum; "
+          f"backend='tile' bitwise equal to 'interp': {same}")
     assert same
 
     heading("A tile kernel")
