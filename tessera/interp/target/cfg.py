@@ -185,6 +185,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     regs: list[Any] = [None] * len(comp.slots)
     phys = {name: np.zeros(m.n, _storage(t)) for name, t in kernel.registers.items()}
     rank = np.asarray(schedule_order(kernel.blocks), np.int64)
+    exits = np.array([not bb.body and bb.end.kind == "ret" for bb in kernel.blocks])
     pc = np.zeros(m.n, np.int64)
     exited = np.zeros(m.n, bool)
     steps = 0
@@ -211,6 +212,11 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             else:
                 who = int(np.flatnonzero(mask)[0])
                 raise _fault(m, kernel, end, who)
+            # a thread that branched to a bare ret has exited (barriers stop waiting)
+            gone = mask & (pc >= 0)
+            gone[gone] = exits[pc[gone]]
+            pc[gone] = -1
+            exited |= gone
             steps += 1
             if steps > STEP_LIMIT:
                 raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",

@@ -139,6 +139,9 @@ class InstrBuilder:
     def immediate(self, t: str, elem: str) -> Value:
         """A literal or an address symbol as a value of ``elem``."""
         bits, kind = REG_TYPES[elem]
+        if t.startswith("%"):
+            raise PtxSyntaxError(f"register {t} is not declared (in '{self.pi.text}')",
+                                 loc=self.loc)
         number = parse_int(t)
         if number is not None:
             if kind == "f":

@@ -18,6 +18,7 @@ from tessera.errors import IRParseError, Loc, UnsupportedError
 
 _LABEL = re.compile(r"^\s*([A-Za-z_$%.][\w$.]*)\s*:(?!:)")
 _LINE_DIRECTIVE = re.compile(r"^\s*\.(file|loc)\b")
+_DEBUG = re.compile(r"\.(file|loc)\b")
 _HEADER_END = re.compile(r"\)\s*(\.\w+[\s\d,]*)*$")  # ") .maxntid 128, 1, 1" before a body
 _HEADER = re.compile(r"^\s*\.(version|target|address_size)\b")
 
@@ -100,7 +101,7 @@ def statements(text: str, file: str) -> list[Statement]:
             section_depth = depth
             if "{" not in line:
                 continue
-        for ch in line:
+        for col, ch in enumerate(line):
             if section_depth >= 0:
                 if ch == "{":
                     depth += 1
@@ -128,6 +129,8 @@ def statements(text: str, file: str) -> list[Statement]:
                 continue
             if not buf and ch.isspace():
                 continue
+            if not buf and ch == "." and _DEBUG.match(line, col):
+                break  # .loc / .file run to the end of the line
             if not buf:
                 start = number
             buf.append(ch)

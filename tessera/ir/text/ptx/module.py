@@ -67,13 +67,15 @@ def _variable(text: str, loc: Loc, what: str) -> tuple[str, str, int, int]:
     """``[.align A] .type name[N]`` as (name, type, element count or -1 for [], align)."""
     words = text.split()
     align, elem, rest = 0, "", []
+    pointer = False  # after .ptr, .align is the pointee's alignment
     i = 0
     while i < len(words):
         w = words[i]
         if w == ".align":
-            align = int(words[i + 1])
+            align = align if pointer else int(words[i + 1])
             i += 2
             continue
+        pointer = pointer or w == ".ptr"
         if w.startswith(".") and w[1:] in _SIZES and not elem:
             elem = w[1:]
         elif w.startswith(".") and w[1:] in ("ptr", "global", "shared", "const", "local"):
