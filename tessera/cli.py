@@ -6,6 +6,7 @@
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
     tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [-o out.ptx] [--stats]
+    tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
 
 Errors print tessera's one-line message (with the user's file:line) and exit with 1.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera import cli_ptx
 from tessera.cli_examples import examples_needed
 from tessera.errors import ArgumentError, Loc, TesseraError
 
@@ -224,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_ptx)
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)
+    cli_ptx.add_parser(sub)
     return parser
 
 

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.mesh_sim",),
     ("tessera.dist",),
     ("tessera.graph", "tessera.op", "tessera.tile", "tessera.cli", "tessera.cli_examples",
+     "tessera.cli_ptx",
      "tessera.__main__", "tessera"),
 ]
 PACKAGE = Path(tessera.__file__).parent
