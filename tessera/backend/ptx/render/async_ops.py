@@ -170,8 +170,8 @@ def _wgmma(e: PtxWriter, instr: Instr) -> None:
         raise RenderError("wgmma result and accumulator registers differ", loc=instr.loc)
     desc_a, desc_b, scale_d = (e.regs.one(v) for v in instr.operands[1:])
     # scale-a = scale-b = 1 (no negation); the transpose immediates exist only for
-    # 16-bit inputs (sec. 9.7.15.5.1): both operands are K-major, so 0, 0
-    trans = ", 0, 0" if a in ("bf16", "f16") else ""
+    # 16-bit inputs (sec. 9.7.15.5.1): 1 reads that operand MN-major
+    trans = f", {op.trans_a}, {op.trans_b}" if a in ("bf16", "f16") else ""
     e.out(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}.f32.{a}.{b} "
           f"{e.regs.vec(instr.result)}, {desc_a}, {desc_b}, {scale_d}, 1, 1{trans};")
 
