@@ -405,4 +405,42 @@ def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+@step_rule(ptx_ops.Elect)
+def _elect(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    lane_out, pred_out = (c.slot(v) for v in instr.results)
+
+    def step(fr: TargetFrame) -> None:
+        check_warps(fr, instr, 32, members)
+        act = (fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
+        leader = np.where(act.any(axis=1), act.argmax(axis=1), 0)
+        fr.regs[lane_out] = np.repeat(leader, 32).astype(U32)
+        fr.regs[pred_out] = (fr.m.tid % 32) == np.repeat(leader, 32)
+    return step
+
+
+@step_rule(ptx_ops.TensorMapAt)
+def _tmap_at(c: TargetCompiler, instr: Instr) -> Step:
+    a = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        m: Any = fr.m
+        act = np.flatnonzero(fr.mask)
+        addrs = np.unique(fr.regs[a][act]) if len(act) else np.array([], np.uint64)
+        tmaps = getattr(m, "tmaps", {})
+        # a .param address used without cvta.param is accepted as the parameter's
+        addrs = np.where(addrs < ptx_ops.PARAM_WINDOW, addrs + np.uint64(ptx_ops.PARAM_WINDOW),
+                         addrs)
+        if len(addrs) > 1 or (len(addrs) and int(addrs[0]) not in tmaps):
+            k = int(act[0])
+            raise m.fault(instr, "tma", f"the tensor-map address {int(addrs[0]):#x} is not "
+                          "the address of a tensor-map kernel parameter (or threads "
+                          "disagree)", k)
+        fr.regs[out] = tmaps[int(addrs[0])] if len(addrs) else None
+    return step
+
+
 __all__: list[str] = []

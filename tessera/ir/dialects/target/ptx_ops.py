@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import PRED, U32, U64, RegType, reg_of
+from tessera.ir.dialects.target import PRED, U32, U64, RegType, TensorMapType, reg_of
 
 #: generic-address windows: shared memory and the kernel parameter space
 SHARED_WINDOW = 0x0800_0000
@@ -263,6 +263,53 @@ class WarpSync(Op):
         return ()
 
 
-__all__ = ["ATOMIC_OPS", "BIT_COUNTS", "PARAM_WINDOW", "SHARED_WINDOW", "Atom", "Bfe",
-           "Bfi", "BitCount", "Cvta", "GenericLoad", "GenericStore", "ParamLoad", "Prmt",
-           "Shf", "ShflSync", "Vote", "WarpSync"]
+@register_op
+@dataclass(frozen=True)
+class Elect(Op):
+    """``elect.sync d|p, membermask`` (sec. 9.7.13.2): the lowest active member lane of
+    each warp is elected; every lane gets its lane id in ``d`` and ``p`` true on it."""
+
+    name: ClassVar[str] = "ptx.elect"
+    pure: ClassVar[bool] = False
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return (RegType("b32"), PRED)
+
+
+@register_op
+@dataclass(frozen=True)
+class TensorMapAt(Op):
+    """The tensor map at a generic address (a ``.b8 [128]`` kernel parameter's address,
+    from ``mov``/``cvta.param``), for ``cp.async.bulk.tensor``."""
+
+    name: ClassVar[str] = "ptx.tmap_at"
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64")
+        return (TensorMapType(-1, "b8", (1, 1)),)
+
+
+__all__ = [
+    "ATOMIC_OPS",
+    "BIT_COUNTS",
+    "PARAM_WINDOW",
+    "SHARED_WINDOW",
+    "Atom",
+    "Bfe",
+    "Bfi",
+    "BitCount",
+    "Cvta",
+    "Elect",
+    "GenericLoad",
+    "GenericStore",
+    "ParamLoad",
+    "Prmt",
+    "Shf",
+    "ShflSync",
+    "TensorMapAt",
+    "Vote",
+    "WarpSync",
+]

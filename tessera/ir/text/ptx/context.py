@@ -19,7 +19,7 @@ import numpy as np
 
 from tessera.errors import IRVerifyError, Loc
 from tessera.ir.core import Instr, Op, Value
-from tessera.ir.dialects.target import REG_TYPES, RegType, ptx_ops
+from tessera.ir.dialects.target import REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.cfg import PtxInstr
 from tessera.ir.text.ptx.lexer import (
@@ -169,12 +169,12 @@ class InstrBuilder:
         raise self.syntax(f"unknown operand {t!r}")
 
     def symbol_address(self, name: str) -> int | None:
-        """The address of a shared variable (shared window) or a parameter (param
-        window) named ``name``, or None."""
+        """The state-space address of a shared variable or a parameter named ``name``,
+        or None."""
         if name in self.scope.shared:
             return self.scope.shared[name]
-        if name in self.scope.params:
-            return ptx_ops.PARAM_WINDOW + self.scope.params[name].offset
+        if name in self.scope.params:  # its .param address; cvta.param makes it generic
+            return self.scope.params[name].offset
         return None
 
     def special(self, t: str, elem: str) -> Value | None:

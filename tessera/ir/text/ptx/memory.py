@@ -11,6 +11,7 @@ Memory fences (``membar``, ``fence.sc``/``acq_rel``) are no-ops for the same rea
 
 from __future__ import annotations
 
+from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
@@ -83,7 +84,8 @@ def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         b.emit(target_ops.Store(space, t, vec, offset), [addr, value])
 
 
-def _plain_address(b: InstrBuilder, token: str, elem: str) -> object:
+def plain_address(b: InstrBuilder, token: str, elem: str) -> Value:
+    """An address operand as one value (base plus offset)."""
     addr, offset = b.read_address(token, elem)
     if offset:
         (off,) = b.emit(target_ops.Const(offset, elem))
@@ -107,11 +109,11 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         count(b, ops, 2)
         if space == "" or op in ("exch", "cas", "inc", "dec"):
             raise b.unsupported(f"red.{op} in the {'generic' if not space else space} space")
-        addr = _plain_address(b, ops[0], "u64" if space == "global" else "u32")
+        addr = plain_address(b, ops[0], "u64" if space == "global" else "u32")
         b.emit(target_ops.Reduce(space, op, t), [addr, b.read(ops[1], t)])
         return
     count(b, ops, 4 if op == "cas" else 3)
-    addr = _plain_address(b, ops[1], "u32" if space == "shared" else "u64")
+    addr = plain_address(b, ops[1], "u32" if space == "shared" else "u64")
     args = [addr] + [b.read(o, t) for o in ops[2:]]
     (d,) = b.emit(ptx_ops.Atom(space, op, t), args)
     b.write(ops[0], d)
@@ -122,6 +124,11 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods[:1] != ["async"]:
         raise b.unsupported(f"cp.{'.'.join(mods)}")
     rest = mods[1:]
+    if rest[:2] == ["bulk", "tensor"]:
+        from tessera.ir.text.ptx.hopper import tma_load
+
+        tma_load(b, rest, ops)
+        return
     if rest == ["commit_group"]:
         count(b, ops, 0)
         b.emit(target_async.CpAsyncCommit())
@@ -150,8 +157,8 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     size = parse_int(ops[2])
     if size is None:
         raise b.syntax("the cp.async size must be a constant")
-    dst = _plain_address(b, ops[0], "u32")
-    src = _plain_address(b, ops[1], "u64")
+    dst = plain_address(b, ops[0], "u32")
+    src = plain_address(b, ops[1], "u64")
     args = [dst, src] + ([b.read(ops[3], "u32")] if len(ops) == 4 else [])
     b.emit(target_async.CpAsync(size, rest[0]), args)
 
@@ -164,7 +171,7 @@ def _ldmatrix(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                          "shared::cta", "b16"}
     if not num or extra or "m8n8" not in mods:
         raise b.unsupported(f"ldmatrix.{'.'.join(mods)}")
-    addr = _plain_address(b, ops[1], "u32")
+    addr = plain_address(b, ops[1], "u32")
     (d,) = b.emit(target_async.Ldmatrix(num, "trans" in mods), [addr])
     b.write(ops[0], d)
 

@@ -25,6 +25,7 @@ from tessera.ir.dialects.target.cfg import (
     PtxInstr,
     SharedVar,
 )
+from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
 from tessera.ir.text.ptx.arith import HANDLERS
 from tessera.ir.text.ptx.context import InstrBuilder, KernelScope
@@ -37,7 +38,7 @@ from tessera.ir.text.ptx.lexer import (
     statements,
 )
 
-_ = _memory  # registers the memory and synchronisation handlers
+_ = (_hopper, _memory)  # register the memory, synchronisation and sm_90 handlers
 _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
           "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8,
           "f16x2": 4, "bf16x2": 4, "pred": 1}
