@@ -50,9 +50,10 @@ _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "req
 
 @dataclass
 class PtxModule:
-    """The kernels (``.entry``) of one PTX file, and its header directives."""
+    """The kernels (``.entry``) of one PTX file, its text and header directives."""
 
     file: str
+    text: str = ""
     version: str = ""
     target: str = ""
     address_size: int = 64
@@ -265,7 +266,7 @@ def shared_var(text: str, loc: Loc, placed: list[SharedVar]) -> SharedVar:
 def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
     """Read PTX ``text`` (from ``file``) into a :class:`PtxModule`; raises
     :class:`PtxSyntaxError` or :class:`PtxUnsupportedError` naming the line."""
-    module = PtxModule(file)
+    module = PtxModule(file, text)
     stmts = statements(text, file)
     shared: list[SharedVar] = []
     i = 0
