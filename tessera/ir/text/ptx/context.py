@@ -150,6 +150,8 @@ class InstrBuilder:
                 return self.const(bool(number), "pred")
             return self.const(number, elem)
         fbits = parse_float_bits(t)
+        if fbits is not None and kind in "bu" and fbits[1] == bits:
+            return self.const(fbits[0], elem)  # 0f/0d literals as bit patterns
         if fbits is not None or is_decimal_float(t):
             if kind != "f" or elem in ("f16x2", "bf16x2"):
                 raise self.syntax(f"float literal {t} for a .{elem} operand")

@@ -18,6 +18,7 @@ from tessera.errors import IRParseError, Loc, UnsupportedError
 
 _LABEL = re.compile(r"^\s*([A-Za-z_$%.][\w$.]*)\s*:(?!:)")
 _LINE_DIRECTIVE = re.compile(r"^\s*\.(file|loc)\b")
+_LABELS = re.compile(r"^\s*([A-Za-z_$][\w$.]*\s*:(?!:)\s*)*$")
 _DEBUG = re.compile(r"\.(file|loc)\b")
 _HEADER_END = re.compile(r"\)\s*(\.\w+[\s\d,]*)*$")  # ") .maxntid 128, 1, 1" before a body
 _HEADER = re.compile(r"^\s*\.(version|target|address_size)\b")
@@ -129,8 +130,9 @@ def statements(text: str, file: str) -> list[Statement]:
                 continue
             if not buf and ch.isspace():
                 continue
-            if not buf and ch == "." and _DEBUG.match(line, col):
-                break  # .loc / .file run to the end of the line
+            if ch == "." and (not buf or _LABELS.match("".join(buf))) and \
+                    _DEBUG.match(line, col):
+                break  # .loc / .file run to the end of the line (after labels, too)
             if not buf:
                 start = number
             buf.append(ch)
