@@ -1,5 +1,5 @@
-"""With ``TESSERA_GPU_CROSSCHECK=1`` every ``ts.ptx`` run here also runs on the GPU
-(:mod:`tests.frontend.ptx.gpu_crosscheck`)."""
+"""With ``TESSERA_GPU_CROSSCHECK=1`` or ``TESSERA_PTX_CROSSCHECK=1`` every ``ts.ptx`` run
+in the session also runs on the GPU (:mod:`tests.frontend.ptx.gpu_crosscheck`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 
 def pytest_configure() -> None:
-    if os.environ.get("TESSERA_GPU_CROSSCHECK") == "1":
+    if "1" in (os.environ.get("TESSERA_GPU_CROSSCHECK"), os.environ.get("TESSERA_PTX_CROSSCHECK")):
         from tests.frontend.ptx import gpu_crosscheck
 
         gpu_crosscheck.install()
