@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 #: kernels whose float results may differ from the interpreter's in the last bits
-APPROXIMATE = {"mma_tile": 1e-5, "gemm": 1e-5, "double_buffered_gemm": 1e-5,
+APPROXIMATE = {"mma_tile": 1e-5, "matmul_kernel": 1e-5, "gemm": 1e-5,
+               "double_buffered_gemm": 1e-5,
                "flash_attention": 2.0 ** -7, "row_softmax": 1e-6}
 
 
@@ -65,8 +66,15 @@ def install() -> None:
     @functools.wraps(original)
     def run(self: Any, grid: Any = 1, block: Any = 1, args: Any = (), shared_bytes: int = 0,
             check_races: bool = True) -> None:
+        from tessera.errors import TesseraError, user_location
+
         before = copy.deepcopy(list(args))
-        original(self, grid, block, args, shared_bytes, check_races)  # a fault stops here
+        try:
+            original(self, grid, block, args, shared_bytes, check_races)  # a fault stops here
+        except TesseraError as err:
+            if err.loc.file == __file__:  # located at this wrapper: the caller's line
+                raise err.relocated(user_location(2)) from None
+            raise
         _gpu_run(self, grid, block, before, shared_bytes)
         tol = APPROXIMATE.get(self.name)
         record = {"kernel": self.name, "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
