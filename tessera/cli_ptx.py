@@ -158,7 +158,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     parsed = [parse_arg(s, rng) for s in args.arg]
     values = [v for v, _ in parsed]
     grid, block = _dims(args.grid, "--grid"), _dims(args.block, "--block")
-    before = [v.array.copy() if isinstance(v, ts.ptx.TensorMap) else
+    before = [v.array.copy() if isinstance(v, ts.ptx.TensorMapArgument) else
               (v.copy() if isinstance(v, np.ndarray) else v) for v in values]
     print(f"check-ptx {args.file}: {kernel!r}")
     print(f"  launch: grid {grid} x block {block} = {np.prod(grid) * np.prod(block)} threads, "
@@ -181,7 +181,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
 
     ref = _load(args.reference, args)
     arrays = [k for k, v in enumerate(values)
-              if isinstance(v, (np.ndarray, ts.ptx.TensorMap))]
+              if isinstance(v, (np.ndarray, ts.ptx.TensorMapArgument))]
     try:
         result = ref(*before)
     except Exception as err:  # the user's reference failed: report it at its file
@@ -190,7 +190,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     ok = True
     print(f"  reference {args.reference}:")
     for k, want in sorted(_expected(result, arrays).items()):
-        out = values[k].array if isinstance(values[k], ts.ptx.TensorMap) else values[k]
+        out = values[k].array if isinstance(values[k], ts.ptx.TensorMapArgument) else values[k]
         if not isinstance(out, np.ndarray):
             raise ArgumentError(f"the reference returns a value for argument {k}, which is "
                                 "not an array", loc=args.where)

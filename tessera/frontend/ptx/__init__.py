@@ -8,6 +8,6 @@ Target IR interpreter's control-flow-graph mode (:mod:`tessera.interp.target.cfg
 
 from tessera import lazy
 
-__all__ = ["PtxKernel", "PtxProgram", "TensorMap", "load", "tensor_map"]
+__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map"]
 __getattr__, __dir__ = lazy.attach(__name__, globals(),
                                    lazy.names("tessera.frontend.ptx.api", *__all__))

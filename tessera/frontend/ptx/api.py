@@ -41,7 +41,7 @@ _KIND = {"u": "usb", "i": "usb", "f": "f", "b": "p"}
 
 
 @dataclass(frozen=True, eq=False)
-class TensorMap:
+class TensorMapArgument:
     """A tensor-map argument (what ``cuTensorMapEncodeTiled`` makes on the host): a 2-D
     row-major ``array`` copied by TMA in ``box = (rows, cols)`` tiles with a
     ``swizzle``-byte swizzle (0, 32, 64 or 128)."""
@@ -53,7 +53,7 @@ class TensorMap:
 
 
 def tensor_map(array: np.ndarray, box: Sequence[int], swizzle: int = 0,
-               elem: str | None = None) -> TensorMap:
+               elem: str | None = None) -> TensorMapArgument:
     """The tensor map of ``array`` for a ``.b8 [128]`` kernel parameter; ``elem`` is the
     PTX element type (by default from the array's dtype)."""
     if not isinstance(array, np.ndarray) or array.ndim != 2:
@@ -65,7 +65,7 @@ def tensor_map(array: np.ndarray, box: Sequence[int], swizzle: int = 0,
                             hint="give elem='bf16', 'f16', 'f32' ...")
     if len(box) != 2:
         raise ArgumentError(f"box {tuple(box)} should be (rows, cols)")
-    return TensorMap(array, (int(box[0]), int(box[1])), int(swizzle), name)
+    return TensorMapArgument(array, (int(box[0]), int(box[1])), int(swizzle), name)
 
 
 def _dims(value: Any, what: str) -> tuple[int, int, int]:
@@ -172,7 +172,7 @@ class PtxKernel:
                     glob_bytes: Any) -> TmaValue:
         from tessera.arch.tma import row_major_2d
 
-        if p.array != 128 or not isinstance(a, TensorMap):
+        if p.array != 128 or not isinstance(a, TensorMapArgument):
             raise ArgumentError(f"argument {k} ({p.name}, .b8[{p.array}]): pass "
                                 "ts.ptx.tensor_map(array, box=..., swizzle=...)"
                                 if p.array == 128 else f"argument {k}: by-value array "
@@ -224,4 +224,4 @@ def load(source: str | os.PathLike[str]) -> PtxProgram:
     return PtxProgram(parse_ptx(str(source), "<ptx text>"))
 
 
-__all__ = ["PtxKernel", "PtxProgram", "TensorMap", "load", "tensor_map"]
+__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map"]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import InterpretError
+from tessera.interp.target import ptx_memory as _ptx_memory
 from tessera.interp.target import ptx_rules as _ptx_rules
 from tessera.interp.target import runner as _runner
 from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
@@ -41,7 +42,7 @@ from tessera.ir.dialects.target import REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.cfg import CfgKernel, PtxInstr, schedule_order
 
-_ = (_ptx_rules, _runner)  # register every step rule
+_ = (_ptx_memory, _ptx_rules, _runner)  # register every step rule
 #: block executions after which a kernel is reported as not terminating
 STEP_LIMIT = 1 << 22
 

@@ -1,9 +1,8 @@
-"""Rules for the instructions of :mod:`tessera.ir.dialects.target.ptx_ops`.
-
-Generic addresses: global buffers are at their own addresses (``cvta.global`` is the
-identity), the CTA's shared memory at ``SHARED_WINDOW`` and the kernel's parameter
-space at ``PARAM_WINDOW``. Atomics apply in linear thread order and return the value
-each thread saw. Bit instructions follow the pseudocode of their PTX ISA sections.
+"""Rules for the register and warp instructions of
+:mod:`tessera.ir.dialects.target.ptx_ops` (bit manipulation, shuffles with register
+operands, votes, ``bar.warp.sync``, ``elect.sync``, tensor maps by address); memory
+instructions are in :mod:`tessera.interp.target.ptx_memory`. Bit instructions follow
+the pseudocode of their PTX ISA sections.
 """
 
 from __future__ import annotations
@@ -12,192 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.target.memory_steps import to_bytes
-from tessera.interp.target.regs import pure, unsupported
-from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
+from tessera.interp.target.regs import pure
+from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import ptx_ops
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
-
-
-@step_rule(ptx_ops.ParamLoad)
-def _param(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-    out = c.slot(instr.results[0])
-    dt = DTYPES[op.type]
-
-    def step(fr: TargetFrame) -> None:
-        m: Any = fr.m
-        start = m.param_offsets[op.param] + op.offset
-        raw = m.params[start:start + dt.itemsize * op.vec]
-        value = raw.view(dt)
-        n = m.n
-        fr.regs[out] = (np.full(n, value[0]) if op.vec == 1
-                        else np.broadcast_to(value, (n, op.vec)).copy())
-    return step
-
-
-@step_rule(ptx_ops.Cvta)
-def _cvta(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-    if op.space in ("local", "const"):
-        raise unsupported(instr, f"the .{op.space} state space")
-    base = {"global": 0, "shared": ptx_ops.SHARED_WINDOW,
-            "param": ptx_ops.PARAM_WINDOW}[op.space]
-    delta = np.uint64(base)
-    if op.to:
-        return pure(c, instr, lambda a: (a - delta).astype(U64))
-    return pure(c, instr, lambda a: (a + delta).astype(U64))
-
-
-def _split(fr: TargetFrame, addr: np.ndarray, act: np.ndarray) -> np.ndarray:
-    """Which of the active threads' generic addresses lie in the shared window."""
-    size = fr.m.shared.size
-    a = addr.astype(np.int64)
-    return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + max(size, 1))
-
-
-@step_rule(ptx_ops.GenericLoad)
-def _generic_load(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-    a = c.slot(instr.operands[0])
-    out = c.slot(instr.results[0])
-    dt = DTYPES[op.type]
-    size = dt.itemsize * op.vec
-    shape: tuple[int, ...] = (c.m.n,) if op.vec == 1 else (c.m.n, op.vec)
-
-    def step(fr: TargetFrame) -> None:
-        m = fr.m
-        act = np.flatnonzero(fr.mask)
-        addr = fr.regs[a][act].astype(np.int64) + op.offset
-        sh = _split(fr, addr, act)
-        raw = np.zeros((len(act), size), np.uint8)
-        if (~sh).any():
-            who = act[~sh]
-            raw[~sh] = m.glob.read(addr[~sh], size, m.failer(instr, who))
-        if sh.any():
-            who = act[sh]
-            fail = m.failer(instr, who)
-            flat = m.shared.index(m.cta[who], addr[sh] - ptx_ops.SHARED_WINDOW, size, fail)
-            raw[sh] = m.shared.read(flat, who, fail)
-        values = np.zeros(shape, dt)
-        values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
-        fr.regs[out] = values
-    return step
-
-
-@step_rule(ptx_ops.GenericStore)
-def _generic_store(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-    a, v = (c.slot(x) for x in instr.operands)
-    dt = DTYPES[op.type]
-    size = dt.itemsize * op.vec
-
-    def step(fr: TargetFrame) -> None:
-        m = fr.m
-        act = np.flatnonzero(fr.mask)
-        if not len(act):
-            return
-        addr = fr.regs[a][act].astype(np.int64) + op.offset
-        data = to_bytes(narrow(fr.regs[v][act], op.type).astype(dt), len(act))
-        sh = _split(fr, addr, act)
-        if (~sh).any():
-            m.glob.write(addr[~sh], data[~sh], m.failer(instr, act[~sh]))
-        if sh.any():
-            who = act[sh]
-            fail = m.failer(instr, who)
-            flat = m.shared.index(m.cta[who], addr[sh] - ptx_ops.SHARED_WINDOW, size, fail)
-            m.shared.write(flat, data[sh], who, fail)
-    return step
-
-
-def _atomic_update(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
-                   cmp: np.ndarray | None) -> np.ndarray:
-    if op == "exch":
-        return b
-    if op == "cas":
-        return np.where(old == cmp, b, old)
-    if op == "inc":  # (old >= b) ? 0 : old + 1
-        return np.where(old >= b, 0, old + 1).astype(dt)
-    if op == "dec":  # (old == 0 || old > b) ? b : old - 1
-        return np.where((old == 0) | (old > b), b, old - 1).astype(dt)
-    fn = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
-          "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
-    if dt.kind == "f" and op in ("min", "max"):
-        return np.fmin(old, b) if op == "min" else np.fmax(old, b)
-    return fn(old, b).astype(dt)
-
-
-def _apply_in_order(target: np.ndarray, index: np.ndarray, op: str, dt: np.dtype,
-                    b: np.ndarray, cmp: np.ndarray | None) -> np.ndarray:
-    """Apply the updates to ``target`` one per thread in thread order; the old values."""
-    order = np.argsort(index, kind="stable")
-    idx = index[order]
-    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
-    rank = np.empty(len(idx), np.int64)
-    rank[:] = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
-    olds = np.empty(len(idx), dt)
-    for r in range(int(rank.max()) + 1 if len(idx) else 0):
-        sel = order[rank == r]  # the r-th update of every address: distinct addresses
-        old = target[index[sel]].copy()
-        olds[sel] = old
-        target[index[sel]] = _atomic_update(op, dt, old, b[sel],
-                                            None if cmp is None else cmp[sel])
-    return olds
-
-
-@step_rule(ptx_ops.Atom)
-def _atom(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-    if op.type in ("f16", "bf16", "f16x2", "bf16x2") or (
-            op.type.startswith("f") and op.op not in ("add", "exch", "min", "max")):
-        raise unsupported(instr, f"atom.{op.op}.{op.type}")
-    slots = [c.slot(x) for x in instr.operands]
-    out = c.slot(instr.results[0])
-    dt = DTYPES[op.type]
-
-    def step(fr: TargetFrame) -> None:
-        m = fr.m
-        act = np.flatnonzero(fr.mask)
-        result = np.zeros(m.n, dt)
-        if len(act):
-            addr = fr.regs[slots[0]][act].astype(np.int64)
-            b = narrow(fr.regs[slots[1]][act], op.type).astype(dt)
-            cmp = None
-            if op.op == "cas":
-                cmp, b = b, fr.regs[slots[2]][act].astype(dt)
-            shared = (np.ones(len(act), bool) if op.space == "shared" else
-                      np.zeros(len(act), bool) if op.space == "global"
-                      else _split(fr, addr, act))
-            if op.space == "" and shared.any():
-                addr = np.where(shared, addr - ptx_ops.SHARED_WINDOW, addr)
-            olds = np.zeros(len(act), dt)
-            with np.errstate(all="ignore"):
-                if (~shared).any():
-                    sel = np.flatnonzero(~shared)
-                    fail = m.failer(instr, act[sel])
-                    k, off = m.glob.resolve(addr[sel], dt.itemsize, fail, "atomic")
-                    for buf in np.unique(k):
-                        part = k == buf
-                        raw = m.glob.bytes[buf]
-                        view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
-                        olds[sel[part]] = _apply_in_order(
-                            view, off[part] // dt.itemsize, op.op, dt, b[sel[part]],
-                            None if cmp is None else cmp[sel[part]])
-                if shared.any():
-                    sel = np.flatnonzero(shared)
-                    who = act[sel]
-                    fail = m.failer(instr, who)
-                    flat = m.shared.index(m.cta[who], addr[sel], dt.itemsize, fail)
-                    m.shared.check_read(flat, who, fail, race=False)
-                    olds[sel] = _apply_in_order(m.shared.data.view(dt),
-                                                flat[:, 0] // dt.itemsize, op.op, dt, b[sel],
-                                                None if cmp is None else cmp[sel])
-            result[act] = olds
-        fr.regs[out] = result
-    return step
 
 
 @step_rule(ptx_ops.Shf)

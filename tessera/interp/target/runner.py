@@ -35,6 +35,8 @@ from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
 from tessera.interp.target import memory_steps as target_mem
 from tessera.interp.target import mma as target_mma
+from tessera.interp.target import ptx_memory as target_ptx_memory
+from tessera.interp.target import ptx_rules as target_ptx_rules
 from tessera.interp.target import regs as target_regs
 from tessera.interp.target.async_copy import TmaValue
 from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
@@ -51,7 +53,8 @@ from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
 
 # importing the rule modules registers their steps
-_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_regs)
+_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
+     target_ptx_rules, target_regs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:

@@ -32,11 +32,11 @@ def _gpu_run(kernel: Any, grid: Any, block: Any, args: list[Any], shared_bytes: 
     from tessera.backend.ptx.driver.assemble import assemble
     from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
     from tessera.backend.ptx.driver.tensormap import encode
-    from tessera.frontend.ptx.api import TensorMap, _dims
+    from tessera.frontend.ptx.api import TensorMapArgument, _dims
 
     text = kernel.program.module.text
     arch = device_arch("sm_90a" if "sm_90a" in kernel.ir.target else "sm_80")
-    arrays = [a.array if isinstance(a, TensorMap) else a for a in args]
+    arrays = [a.array if isinstance(a, TensorMapArgument) else a for a in args]
     staged = [a for a in arrays if isinstance(a, np.ndarray) and a.ndim]
     try:
         image: Any = assemble(text, arch).cubin
@@ -49,7 +49,7 @@ def _gpu_run(kernel: Any, grid: Any, block: Any, args: list[Any], shared_bytes: 
         with DeviceArrays(module.driver, staged) as dev:
             values = [encode(row_major_2d(a.elem, dev.pointer(a.array), a.array.shape,
                                           a.box, a.swizzle))
-                      if isinstance(a, TensorMap) else
+                      if isinstance(a, TensorMapArgument) else
                       dev.pointer(a) if isinstance(a, np.ndarray) and a.ndim else a
                       for a in args]
             module.launch(fn, _dims(grid, "grid"), _dims(block, "block"), shared_bytes, values)
