@@ -200,4 +200,63 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+def _byte_access(fr: TargetFrame, instr: Instr, space: str, addr: np.ndarray,
+                 act: np.ndarray, data: np.ndarray | None) -> np.ndarray:
+    """Read (``data`` None) or write one byte per active thread in ``space``."""
+    m = fr.m
+    out = np.zeros((len(act), 1), np.uint8)
+    shared = (np.ones(len(act), bool) if space == "shared" else
+              np.zeros(len(act), bool) if space == "global" else _split(fr, addr, act))
+    if space == "local":
+        raise unsupported(instr, "the .local state space")
+    if (~shared).any():
+        sel = ~shared
+        fail = m.failer(instr, act[sel])
+        if data is None:
+            out[sel] = m.glob.read(addr[sel], 1, fail)
+        else:
+            m.glob.write(addr[sel], data[sel], fail)
+    if shared.any():
+        who = act[shared]
+        fail = m.failer(instr, who)
+        local = addr[shared] - (ptx_ops.SHARED_WINDOW if space == "" else 0)
+        flat = m.shared.index(m.cta[who], local, 1, fail)
+        if data is None:
+            out[shared] = m.shared.read(flat, who, fail)
+        else:
+            m.shared.write(flat, data[shared], who, fail)
+    return out[:, 0]
+
+
+@step_rule(ptx_ops.ByteLoad)
+def _byte_load(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    a = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)
+        addr = fr.regs[a][act].astype(np.int64) + op.offset
+        raw = _byte_access(fr, instr, op.space, addr, act, None)
+        values = np.zeros(fr.m.n, np.int32 if op.signed else np.uint32)
+        values[act] = raw.view(np.int8) if op.signed else raw
+        fr.regs[out] = values
+    return step
+
+
+@step_rule(ptx_ops.ByteStore)
+def _byte_store(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    a, v = (c.slot(x) for x in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        addr = fr.regs[a][act].astype(np.int64) + op.offset
+        data = (fr.regs[v][act] & np.uint32(0xFF)).astype(np.uint8)[:, None]
+        _byte_access(fr, instr, op.space, addr, act, data)
+    return step
+
+
 __all__: list[str] = []

@@ -95,3 +95,31 @@ def test_bit_instruction(name: str) -> None:
     got = run_elementwise(body, a, b, c, decls=".reg .b16 %rs;")
     want = np.array([ref(int(x), int(y), int(z)) for x, y, z in zip(a, b, c)], np.uint64)
     np.testing.assert_array_equal(got, want.astype(np.uint32))
+
+
+def _sext8(x: int) -> int:
+    return (x & 0xFF) - (0x100 if x & 0x80 else 0)
+
+
+BYTES: dict[str, tuple[str, Callable[[int, int, int], int]]] = {
+    "cvt.s32.s8": ("cvt.s32.s8 %d, %a;", lambda a, b, c: _sext8(a) & M32),
+    "cvt.u8.u32": ("cvt.u8.u32 %rs, %a;\n cvt.u32.u16 %d, %rs;", lambda a, b, c: a & 0xFF),
+    "cvt.s8.s32 into b16": ("cvt.s8.s32 %rs, %a;\n cvt.s32.s16 %d, %rs;",
+                            lambda a, b, c: _sext8(a) & M32),
+    "st/ld.u8/s8 global": ("st.global.u8 [%rd5+1], %a;\n ld.global.s8 %d, [%rd5+1];\n"
+                           " ld.global.u8 %e, [%rd5+2];\n add.s32 %d, %d, %e;",
+                           lambda a, b, c: (_sext8(a) + ((c >> 16) & 0xFF)) & M32),
+}
+
+
+@pytest.mark.parametrize("name", list(BYTES))
+def test_byte_types(name: str) -> None:
+    body, ref = BYTES[name]
+    n = 64
+    a = rng.integers(0, 2**32, n, dtype=np.uint64)
+    b = rng.integers(0, 2**32, n, dtype=np.uint64)
+    c = rng.integers(0, 2**32, n, dtype=np.uint64)
+    a[:4] = [0x7F, 0x80, 0xFF, 0x1234]
+    got = run_elementwise(body, a, b, c, decls=".reg .b16 %rs;")
+    want = np.array([ref(int(x), int(y), int(z)) for x, y, z in zip(a, b, c)], np.uint64)
+    np.testing.assert_array_equal(got, want.astype(np.uint32))

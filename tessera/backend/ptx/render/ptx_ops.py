@@ -13,6 +13,8 @@ from tessera.ir.dialects.target.ptx_ops import (
     Bfe,
     Bfi,
     BitCount,
+    ByteLoad,
+    ByteStore,
     Cvta,
     Elect,
     GenericLoad,
@@ -62,6 +64,21 @@ def _st(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     e.out(f"st{_vec(op.vec)}.{mem_type(op.type)} {address(e, instr, op.offset)}, "
           f"{operand(e.regs.of(instr.operands[1]))};")
+
+
+@rule(ByteLoad)
+def _ld_byte(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    e.out(f"ld{space}.{'s8' if op.signed else 'u8'} {e.regs.one(instr.result)}, "
+          f"{address(e, instr, op.offset)};")
+
+
+@rule(ByteStore)
+def _st_byte(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    e.out(f"st{space}.u8 {address(e, instr, op.offset)}, {e.regs.one(instr.operands[1])};")
 
 
 @rule(Atom)

@@ -99,6 +99,42 @@ class GenericStore(Op):
 
 @register_op
 @dataclass(frozen=True)
+class ByteLoad(Op):
+    """``ld.<space>.u8|s8 d, [a + offset]`` (PTX has no 8-bit registers): one byte,
+    zero- or sign-extended to the ``u32``/``s32`` result. ``space`` is global, shared,
+    local or generic (empty); the address is ``u32`` for shared and local."""
+
+    name: ClassVar[str] = "ptx.ld_byte"
+    pure: ClassVar[bool] = False
+    space: str
+    signed: bool = False
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
+        return (RegType("s32" if self.signed else "u32"),)
+
+
+@register_op
+@dataclass(frozen=True)
+class ByteStore(Op):
+    """``st.<space>.u8|s8|b8 [a + offset], v``: the low byte of a ``b32`` value."""
+
+    name: ClassVar[str] = "ptx.st_byte"
+    pure: ClassVar[bool] = False
+    space: str
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
+        reg_of(self, operands[1], "b32")
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
 class Atom(Op):
     """``atom.<space>.<op>.<type> d, [a], b{, c}`` (sec. 9.7.13.5): a read-modify-write
     returning the old value; ``cas`` compares with ``b`` and stores ``c``. Updates
@@ -301,6 +337,8 @@ __all__ = [
     "Bfe",
     "Bfi",
     "BitCount",
+    "ByteLoad",
+    "ByteStore",
     "Cvta",
     "Elect",
     "GenericLoad",

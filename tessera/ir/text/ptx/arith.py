@@ -195,6 +195,9 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if len(mods) < 2:
         raise b.syntax("cvt needs two types")
     to, frm = mods[-2], mods[-1]
+    if to in ("u8", "s8") or frm in ("u8", "s8"):
+        _cvt_byte(b, mods, ops)
+        return
     for t in (to, frm):
         ptx_type(b, [t])
     rnd = sat = ""
@@ -216,6 +219,23 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         return
     (d,) = b.emit(target_ops.Cvt(to, frm, rnd, sat), args)
     b.write(ops[0], d)
+
+
+def _cvt_byte(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cvt`` to or from an 8-bit integer type (kept in a wider register): the low
+    byte, zero- or sign-extended."""
+    to, frm = mods[-2], mods[-1]
+    count(b, ops, 2)
+    floats = [t for t in (to, frm) if t not in ("u8", "s8") and
+              REG_TYPES.get(t, (0, "f"))[1] == "f"]
+    if floats or [f for f in mods[:-2] if f not in _HARMLESS]:
+        raise b.unsupported(f"cvt.{'.'.join(mods)}")
+    byte = frm if frm in ("u8", "s8") else to
+    signed = byte == "s8"
+    src = b.read(ops[1], "s32" if signed else "u32")
+    zero, eight = b.const(0, "u32"), b.const(8, "u32")
+    (d,) = b.emit(ptx_ops.Bfe("s32" if signed else "u32"), [src, zero, eight])
+    b.write(ops[0], d)  # extended into the destination by the byte's signedness
 
 
 @handler("cvta")

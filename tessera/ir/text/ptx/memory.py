@@ -47,8 +47,33 @@ def _memory_op(b: InstrBuilder, space: str) -> None:
         raise b.unsupported(f"the .{space} state space")
 
 
+_BYTES = ("u8", "s8", "b8")
+
+
+def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``ld``/``st`` of one byte: PTX has no 8-bit registers, so the byte is extended
+    into (or taken from) a wider register."""
+    space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
+    count(b, ops, 2)
+    if vec != 1:
+        raise b.unsupported("vectors of bytes")
+    if space not in ("global", "shared", ""):
+        raise b.unsupported(f"byte accesses in the .{space} state space")
+    elem = "u32" if space == "shared" else "u64"
+    if b.head == "ld":
+        addr, offset = b.read_address(ops[1], elem)
+        (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset), [addr])
+        b.write(ops[0], d)
+    else:
+        addr, offset = b.read_address(ops[0], elem)
+        b.emit(ptx_ops.ByteStore(space, offset), [addr, b.read(ops[1], "b32")])
+
+
 @handler("ld")
 def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if mods and mods[-1] in _BYTES:
+        _byte_access(b, mods, ops)
+        return
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
     _memory_op(b, space)
@@ -68,6 +93,9 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 @handler("st")
 def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if mods and mods[-1] in _BYTES:
+        _byte_access(b, mods, ops)
+        return
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
     _memory_op(b, space)
