@@ -30,6 +30,7 @@ from tessera.interp.target import ptx_memory as _ptx_memory
 from tessera.interp.target import ptx_rules as _ptx_rules
 from tessera.interp.target import runner as _runner
 from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
+from tessera.interp.target.ptx_memory import LocalMemory
 from tessera.interp.target.state import (
     DTYPES,
     Machine,
@@ -48,7 +49,8 @@ STEP_LIMIT = 1 << 22
 
 
 class CfgMachine(Machine):
-    """A launch of a PTX kernel: the machine plus its parameter space and tensor maps."""
+    """A launch of a PTX kernel: the machine plus its parameter space, tensor maps and
+    each thread's local memory."""
 
     def __init__(self, kernel: CfgKernel, grid: tuple[int, int, int],
                  block: tuple[int, int, int], glob: GlobalMemory, shared: SharedMemory,
@@ -57,6 +59,7 @@ class CfgMachine(Machine):
         super().__init__(fn, grid, block, glob, shared)
         self.params = params
         self.param_offsets = {p.name: p.offset for p in kernel.params}
+        self.local = LocalMemory(self.n, kernel.local_bytes)
         self.tmaps = tmaps
 
     def special(self, reg: str) -> np.ndarray:

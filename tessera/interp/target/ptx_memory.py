@@ -22,6 +22,42 @@ from tessera.ir.dialects.target import ptx_ops
 U64 = np.dtype(np.uint64)
 
 
+class LocalMemory:
+    """Each thread's ``.local`` memory (``size`` bytes, the kernel's ``.local``
+    variables); reading a byte the thread never wrote is an error."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.size = size
+        self.data = np.zeros((n, max(size, 1)), np.uint8)
+        self.init = np.zeros((n, max(size, 1)), bool)
+
+    def access(self, who: np.ndarray, addr: np.ndarray, nbytes: int,
+               data: np.ndarray | None, fail: Any) -> np.ndarray:
+        """Bytes (M, nbytes) at local ``addr`` of threads ``who``, or store ``data``."""
+        bad = (addr < 0) | (addr + nbytes > self.size)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            fail(k, "out of bounds", f"local access of {nbytes} bytes at local address "
+                 f"{int(addr[k])}; the thread has {self.size} bytes of local memory")
+        mis = addr % nbytes != 0
+        if mis.any():
+            k = int(np.flatnonzero(mis)[0])
+            fail(k, "misaligned address", f"local access of {nbytes} bytes at local "
+                 f"address {int(addr[k])} is not {nbytes}-byte aligned")
+        cols = addr[:, None] + np.arange(nbytes)
+        rows = who[:, None]
+        if data is not None:
+            self.data[rows, cols] = data
+            self.init[rows, cols] = True
+            return data
+        ok = self.init[rows, cols]
+        if not ok.all():
+            k = int(np.flatnonzero(~ok.all(axis=1))[0])
+            fail(k, "uninitialised local read", f"local byte {int(cols[k][~ok[k]][0])} "
+                 "was never written by this thread")
+        return self.data[rows, cols]
+
+
 @step_rule(ptx_ops.ParamLoad)
 def _param(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
@@ -42,9 +78,9 @@ def _param(c: TargetCompiler, instr: Instr) -> Step:
 @step_rule(ptx_ops.Cvta)
 def _cvta(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
-    if op.space in ("local", "const"):
-        raise unsupported(instr, f"the .{op.space} state space")
-    base = {"global": 0, "shared": ptx_ops.SHARED_WINDOW,
+    if op.space == "const":
+        raise unsupported(instr, "cvta.const (const variables are global addresses here)")
+    base = {"global": 0, "shared": ptx_ops.SHARED_WINDOW, "local": ptx_ops.LOCAL_WINDOW,
             "param": ptx_ops.PARAM_WINDOW}[op.space]
     delta = np.uint64(base)
     if op.to:
@@ -59,6 +95,42 @@ def _split(fr: TargetFrame, addr: np.ndarray, act: np.ndarray) -> np.ndarray:
     return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + max(size, 1))
 
 
+def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndarray,
+                   nbytes: int, data: np.ndarray | None = None) -> np.ndarray:
+    """Read (``data`` None: the bytes (M, nbytes)) or write ``data`` at the generic
+    addresses of the active threads ``act``: the local window is each thread's own
+    local memory, the shared window its CTA's shared memory, the rest global memory."""
+    m: Any = fr.m
+    out = np.zeros((len(act), nbytes), np.uint8)
+    a = addr.astype(np.int64)
+    local = getattr(m, "local", None)
+    in_local = (a >= ptx_ops.LOCAL_WINDOW) & (a < ptx_ops.LOCAL_WINDOW + (
+        local.size if local is not None else 0))
+    sh = _split(fr, a, act) & ~in_local
+    rest = ~(sh | in_local)
+    if rest.any():
+        fail = m.failer(instr, act[rest])
+        if data is None:
+            out[rest] = m.glob.read(a[rest], nbytes, fail)
+        else:
+            m.glob.write(a[rest], data[rest], fail)
+    if sh.any():
+        who = act[sh]
+        fail = m.failer(instr, who)
+        flat = m.shared.index(m.cta[who], a[sh] - ptx_ops.SHARED_WINDOW, nbytes, fail)
+        if data is None:
+            out[sh] = m.shared.read(flat, who, fail)
+        else:
+            m.shared.write(flat, data[sh], who, fail)
+    if in_local.any():
+        who = act[in_local]
+        res = local.access(who, a[in_local] - ptx_ops.LOCAL_WINDOW, nbytes,
+                           None if data is None else data[in_local], m.failer(instr, who))
+        if data is None:
+            out[in_local] = res
+    return out
+
+
 @step_rule(ptx_ops.GenericLoad)
 def _generic_load(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
@@ -69,19 +141,9 @@ def _generic_load(c: TargetCompiler, instr: Instr) -> Step:
     shape: tuple[int, ...] = (c.m.n,) if op.vec == 1 else (c.m.n, op.vec)
 
     def step(fr: TargetFrame) -> None:
-        m = fr.m
         act = np.flatnonzero(fr.mask)
         addr = fr.regs[a][act].astype(np.int64) + op.offset
-        sh = _split(fr, addr, act)
-        raw = np.zeros((len(act), size), np.uint8)
-        if (~sh).any():
-            who = act[~sh]
-            raw[~sh] = m.glob.read(addr[~sh], size, m.failer(instr, who))
-        if sh.any():
-            who = act[sh]
-            fail = m.failer(instr, who)
-            flat = m.shared.index(m.cta[who], addr[sh] - ptx_ops.SHARED_WINDOW, size, fail)
-            raw[sh] = m.shared.read(flat, who, fail)
+        raw = generic_access(fr, instr, addr, act, size)
         values = np.zeros(shape, dt)
         values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
         fr.regs[out] = values
@@ -96,20 +158,12 @@ def _generic_store(c: TargetCompiler, instr: Instr) -> Step:
     size = dt.itemsize * op.vec
 
     def step(fr: TargetFrame) -> None:
-        m = fr.m
         act = np.flatnonzero(fr.mask)
         if not len(act):
             return
         addr = fr.regs[a][act].astype(np.int64) + op.offset
         data = to_bytes(narrow(fr.regs[v][act], op.type).astype(dt), len(act))
-        sh = _split(fr, addr, act)
-        if (~sh).any():
-            m.glob.write(addr[~sh], data[~sh], m.failer(instr, act[~sh]))
-        if sh.any():
-            who = act[sh]
-            fail = m.failer(instr, who)
-            flat = m.shared.index(m.cta[who], addr[sh] - ptx_ops.SHARED_WINDOW, size, fail)
-            m.shared.write(flat, data[sh], who, fail)
+        generic_access(fr, instr, addr, act, size, data)
     return step
 
 
@@ -203,29 +257,15 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
 def _byte_access(fr: TargetFrame, instr: Instr, space: str, addr: np.ndarray,
                  act: np.ndarray, data: np.ndarray | None) -> np.ndarray:
     """Read (``data`` None) or write one byte per active thread in ``space``."""
-    m = fr.m
-    out = np.zeros((len(act), 1), np.uint8)
-    shared = (np.ones(len(act), bool) if space == "shared" else
-              np.zeros(len(act), bool) if space == "global" else _split(fr, addr, act))
-    if space == "local":
-        raise unsupported(instr, "the .local state space")
-    if (~shared).any():
-        sel = ~shared
-        fail = m.failer(instr, act[sel])
+    if space == "global":
+        fail = fr.m.failer(instr, act)
         if data is None:
-            out[sel] = m.glob.read(addr[sel], 1, fail)
-        else:
-            m.glob.write(addr[sel], data[sel], fail)
-    if shared.any():
-        who = act[shared]
-        fail = m.failer(instr, who)
-        local = addr[shared] - (ptx_ops.SHARED_WINDOW if space == "" else 0)
-        flat = m.shared.index(m.cta[who], local, 1, fail)
-        if data is None:
-            out[shared] = m.shared.read(flat, who, fail)
-        else:
-            m.shared.write(flat, data[shared], who, fail)
-    return out[:, 0]
+            return fr.m.glob.read(addr, 1, fail)[:, 0]
+        fr.m.glob.write(addr, data, fail)
+        return data[:, 0]
+    if space == "shared":
+        addr = addr + ptx_ops.SHARED_WINDOW
+    return generic_access(fr, instr, addr, act, 1, data)[:, 0]
 
 
 @step_rule(ptx_ops.ByteLoad)

@@ -162,3 +162,25 @@ def test_out_of_bounds_store(tmp_path: Path) -> None:
     assert err.value.loc.line == line_of(bug, "[%rd7+4]")
     assert "4 bytes past the end of argument 3" in str(err.value)
     assert err.value.thread == n - 1 - 256 and err.value.cta == (1, 0, 0)
+
+
+def test_local_memory_array(mod) -> None:
+    n = 100
+    x = rng.integers(-500, 500, (n, 8)).astype(np.int32)
+    out = np.zeros_like(x)
+    mod.kernel("local_sort").run(grid=1, block=128, args=[x, out, np.int32(n)])
+    t = np.arange(n)[:, None]
+    v = np.take_along_axis(x, (np.arange(8)[None, :] * 5 + t) & 7, axis=1)
+    v[np.arange(n), x[:, 0] & 7] += 1000
+    np.testing.assert_array_equal(out, np.sort(v, axis=1))
+
+
+def test_byte_loads_and_stores(mod) -> None:
+    n = 300
+    keep = rng.integers(0, 2, n).astype(np.uint8)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.full(n, 7.0, np.float32)
+    flags = np.zeros(n, np.uint8)
+    mod.kernel("byte_mask").run(grid=2, block=256, args=[keep, x, y, flags, np.int32(n)])
+    np.testing.assert_array_equal(y, np.where(keep != 0, x, 0.0).astype(np.float32))
+    np.testing.assert_array_equal(flags, (x > 0).astype(np.uint8) | (keep << 1))

@@ -164,3 +164,40 @@ def test_vote_ballot_and_any() -> None:
     bits = (a[:32] < 50).astype(np.uint64) << np.arange(32, dtype=np.uint64)
     np.testing.assert_array_equal(got[:32], np.full(32, bits.sum(), np.uint32))
     np.testing.assert_array_equal(got[32:], 77)
+
+
+LOCAL = HEADER + """
+.visible .entry k(.param .u64 out)
+{
+    .local .align 8 .b8 depot[16];
+    .reg .b64 %SPL, %SP, %rd<4>;
+    .reg .b32 %r<4>;
+    mov.u64 %SPL, depot;
+    cvta.local.u64 %SP, %SPL;
+    mov.u32 %r0, %tid.x;
+    st.local.u32 [%SPL+4], %r0;
+    ld.u32 %r1, [%SP+4];
+    ld.param.u64 %rd0, [out];
+    mul.wide.u32 %rd1, %r0, 4;
+    add.s64 %rd2, %rd0, %rd1;
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"""
+
+
+def test_local_memory_is_per_thread() -> None:
+    out = np.zeros(64, np.uint32)
+    ts.ptx.load(LOCAL).kernel("k").run(grid=1, block=64, args=[out])
+    np.testing.assert_array_equal(out, np.arange(64))
+
+
+@pytest.mark.parametrize("old, new, what", [
+    ("ld.u32 %r1, [%SP+4];", "ld.u32 %r1, [%SP+8];", "uninitialised local read"),
+    ("st.local.u32 [%SPL+4], %r0;", "st.local.u32 [%SPL+16], %r0;", "out of bounds"),
+])
+def test_local_memory_faults(old: str, new: str, what: str) -> None:
+    text = LOCAL.replace(old, new)
+    with pytest.raises(TargetFault, match=what) as err:
+        ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[np.zeros(32, np.uint32)])
+    assert err.value.loc.line == text.splitlines().index(f"    {new}") + 1

@@ -101,7 +101,8 @@ class SharedVar:
 @dataclass(eq=False)
 class CfgKernel:
     """An ``.entry`` read from PTX: parameters, registers (name -> declared type),
-    shared variables, blocks (entry first) and where it came from."""
+    shared variables, blocks (entry first), where it came from and the size of each
+    thread's ``.local`` memory."""
 
     name: str
     params: list[KernelParam]
@@ -112,6 +113,7 @@ class CfgKernel:
     loc: Loc
     static_shared: int = 0
     attrs: dict[str, object] = field(default_factory=dict)
+    local_bytes: int = 0  # .local variables of each thread
 
     @property
     def param_bytes(self) -> int:

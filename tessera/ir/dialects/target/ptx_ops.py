@@ -17,8 +17,9 @@ from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import PRED, U32, U64, RegType, TensorMapType, reg_of
 
-#: generic-address windows: shared memory and the kernel parameter space
+#: generic-address windows: shared memory, each thread's local memory, the parameters
 SHARED_WINDOW = 0x0800_0000
+LOCAL_WINDOW = 0x0C00_0000
 PARAM_WINDOW = 0x0400_0000
 ATOMIC_OPS = ("add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec")
 BIT_COUNTS = ("popc", "clz", "brev", "bfind")
@@ -331,6 +332,7 @@ class TensorMapAt(Op):
 __all__ = [
     "ATOMIC_OPS",
     "BIT_COUNTS",
+    "LOCAL_WINDOW",
     "PARAM_WINDOW",
     "SHARED_WINDOW",
     "Atom",

@@ -1,6 +1,6 @@
 """PTX memory, synchronisation and warp instructions as Target IR (PTX ISA sec. 9.7.9,
 9.7.12-9.7.14): ``ld``/``st`` in every state space the interpreter models (global,
-shared, param, generic; vector forms), ``atom``/``red``, ``cp.async`` and its groups,
+shared, local, param, generic; vector forms), ``atom``/``red``, ``cp.async`` and its groups,
 ``ldmatrix``, ``mma.sync``, ``shfl.sync``, ``vote.sync``, ``bar.sync`` and fences.
 
 Cache, eviction and memory-order qualifiers (``.nc``, ``.ca``, ``.L2::128B``,
@@ -43,8 +43,16 @@ def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
 
 
 def _memory_op(b: InstrBuilder, space: str) -> None:
-    if space in ("local", "const"):
-        raise b.unsupported(f"the .{space} state space")
+    if space == "const":
+        raise b.unsupported("the .const state space")
+
+
+def _local(b: InstrBuilder, token: str) -> tuple[Value, int]:
+    """A ``.local`` address operand as (generic address, offset): local memory is
+    reached through its generic window."""
+    base, offset = b.read_address(token, "u64")
+    (generic,) = b.emit(ptx_ops.Cvta("local"), [base])
+    return generic, offset
 
 
 _BYTES = ("u8", "s8", "b8")
@@ -57,15 +65,16 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 2)
     if vec != 1:
         raise b.unsupported("vectors of bytes")
-    if space not in ("global", "shared", ""):
+    if space not in ("global", "shared", "", "local"):
         raise b.unsupported(f"byte accesses in the .{space} state space")
     elem = "u32" if space == "shared" else "u64"
+    at = ops[1] if b.head == "ld" else ops[0]
+    addr, offset = _local(b, at) if space == "local" else b.read_address(at, elem)
+    space = "" if space == "local" else space
     if b.head == "ld":
-        addr, offset = b.read_address(ops[1], elem)
         (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset), [addr])
         b.write(ops[0], d)
     else:
-        addr, offset = b.read_address(ops[0], elem)
         b.emit(ptx_ops.ByteStore(space, offset), [addr, b.read(ops[1], "b32")])
 
 
@@ -82,8 +91,8 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         if base not in b.scope.params:
             raise b.unsupported("ld.param from a register address")
         (d,) = b.emit(ptx_ops.ParamLoad(base, t, offset, vec))
-    elif space == "":
-        addr, offset = b.read_address(ops[1], "u64")
+    elif space in ("", "local"):
+        addr, offset = (_local(b, ops[1]) if space else b.read_address(ops[1], "u64"))
         (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset), [addr])
     else:
         addr, offset = b.read_address(ops[1], "u64" if space == "global" else "u32")
@@ -104,8 +113,8 @@ def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     value = b.read(ops[1], t) if vec == 1 or ops[1].strip().startswith("{") else None
     if value is None:
         raise b.syntax(f"a .v{vec} store needs {{...}} registers")
-    if space == "":
-        addr, offset = b.read_address(ops[0], "u64")
+    if space in ("", "local"):
+        addr, offset = (_local(b, ops[0]) if space else b.read_address(ops[0], "u64"))
         b.emit(ptx_ops.GenericStore(t, vec, offset), [addr, value])
     else:
         addr, offset = b.read_address(ops[0], "u64" if space == "global" else "u32")

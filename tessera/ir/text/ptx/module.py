@@ -116,6 +116,7 @@ class _KernelReader:
         self.scope = KernelScope()
         self.scope.params = {p.name: p for p in params}
         self.scope.shared = {v.name: v.address for v in shared}
+        self.local_size = 0  # bytes of .local variables per thread
         self.name, self.params, self.target, self.loc, self.attrs = (
             name, params, target, loc, attrs)
         self.shared = list(shared)
@@ -159,7 +160,13 @@ class _KernelReader:
                     self.scope.declare(n, types[0], stmt.loc)
         elif text.startswith((".shared", ".extern")):
             return  # placed before the body is read (layout)
-        elif text.startswith((".local", ".global", ".const")):
+        elif text.startswith(".local"):
+            name, elem, length, align = _variable(text[len(".local"):], stmt.loc,
+                                                  "local variable")
+            address = -(-self.local_size // align) * align
+            self.scope.local[name] = address
+            self.local_size = address + _SIZES[elem] * max(length, 1)
+        elif text.startswith((".global", ".const")):
             raise PtxUnsupportedError(f"the {text.split()[0]} state space ('{text}')",
                                       loc=stmt.loc)
         elif text.startswith(".pragma"):
@@ -243,7 +250,8 @@ class _KernelReader:
             blocks.append(BasicBlock(target, [], Branch(kind, loc, target[1:-1])))
         static = max((v.address + v.size for v in self.shared if not v.dynamic), default=0)
         return CfgKernel(self.name, self.params, dict(self.scope.registers), self.shared,
-                         blocks, self.target, self.loc, static, self.attrs)
+                         blocks, self.target, self.loc, static, self.attrs,
+                         local_bytes=self.local_size)
 
 
 def shared_var(text: str, loc: Loc, placed: list[SharedVar]) -> SharedVar:

@@ -140,3 +140,27 @@ extern "C" __global__ void mma_tile(const unsigned short* a, const unsigned shor
   c[(g + 8) * 8 + 2 * q] = d2;
   c[(g + 8) * 8 + 2 * q + 1] = d3;
 }
+
+// a per-thread array indexed at run time lives in .local memory
+extern "C" __global__ void local_sort(const int* in, int* out, int n) {
+  int v[8];
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  for (int i = 0; i < 8; ++i) v[i] = in[t * 8 + ((i * 5 + t) & 7)];
+  int k = in[t * 8] & 7;
+  v[k] += 1000;
+  for (int i = 0; i < 8; ++i)
+    for (int j = i + 1; j < 8; ++j)
+      if (v[j] < v[i]) { int s = v[i]; v[i] = v[j]; v[j] = s; }
+  for (int i = 0; i < 8; ++i) out[t * 8 + i] = v[i];
+}
+
+// bytes: a mask of chars selects elements (ld.u8, st.u8)
+extern "C" __global__ void byte_mask(const unsigned char* keep, const float* x, float* y,
+                                     unsigned char* flags, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    y[i] = keep[i] ? x[i] : 0.0f;
+    flags[i] = (unsigned char)(x[i] > 0.0f) | (unsigned char)(keep[i] << 1);
+  }
+}
