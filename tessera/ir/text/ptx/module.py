@@ -29,6 +29,7 @@ from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
 from tessera.ir.text.ptx.arith import HANDLERS
 from tessera.ir.text.ptx.context import InstrBuilder, KernelScope
+from tessera.ir.text.ptx.declarations import SIZES, layout, read_params, shared_var, variable
 from tessera.ir.text.ptx.lexer import (
     PtxSyntaxError,
     PtxUnsupportedError,
@@ -39,11 +40,7 @@ from tessera.ir.text.ptx.lexer import (
 )
 
 _ = (_hopper, _memory)  # register the memory, synchronisation and sm_90 handlers
-_SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
-          "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8,
-          "f16x2": 4, "bf16x2": 4, "pred": 1}
 _GUARD = re.compile(r"^@(!?)(%[\w$]+)\s+(.*)$", re.S)
-_DECL = re.compile(r"^(?P<name>[\w$%.]+)\s*(?:\[(?P<n>\d*)\])?$")
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")
 
@@ -59,53 +56,6 @@ class PtxModule:
     address_size: int = 64
     kernels: dict[str, CfgKernel] = field(default_factory=dict)
     functions: list[str] = field(default_factory=list)
-
-
-def _tokens(text: str) -> list[str]:
-    return text.replace(",", " , ").split()
-
-
-def _variable(text: str, loc: Loc, what: str) -> tuple[str, str, int, int]:
-    """``[.align A] .type name[N]`` as (name, type, element count or -1 for [], align)."""
-    words = text.split()
-    align, elem, rest = 0, "", []
-    pointer = False  # after .ptr, .align is the pointee's alignment
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w == ".align":
-            align = align if pointer else int(words[i + 1])
-            i += 2
-            continue
-        pointer = pointer or w == ".ptr"
-        if w.startswith(".") and w[1:] in _SIZES and not elem:
-            elem = w[1:]
-        elif w.startswith(".") and w[1:] in ("ptr", "global", "shared", "const", "local"):
-            pass
-        else:
-            rest.append(w)
-        i += 1
-    m = _DECL.match("".join(rest))
-    if not elem or not m:
-        raise PtxSyntaxError(f"cannot read {what} declaration '{text}'", loc=loc)
-    n = m.group("n")
-    length = 0 if n is None else (-1 if n == "" else int(n))
-    return m.group("name"), elem, length, align or _SIZES[elem]
-
-
-def _params(text: str, loc: Loc) -> list[KernelParam]:
-    inner = text[text.index("(") + 1:text.rindex(")")] if "(" in text else ""
-    params: list[KernelParam] = []
-    offset = 0
-    for part in split_operands(inner, loc) if inner.strip() else []:
-        if not part.startswith(".param"):
-            raise PtxSyntaxError(f"expected a .param in '{part}'", loc=loc)
-        name, elem, length, align = _variable(part[len(".param"):], loc, "parameter")
-        size = _SIZES[elem] * max(length, 1)
-        offset = -(-offset // align) * align
-        params.append(KernelParam(name, elem, offset, size, align, max(length, 0)))
-        offset += size
-    return params
 
 
 class _KernelReader:
@@ -161,11 +111,11 @@ class _KernelReader:
         elif text.startswith((".shared", ".extern")):
             return  # placed before the body is read (layout)
         elif text.startswith(".local"):
-            name, elem, length, align = _variable(text[len(".local"):], stmt.loc,
+            name, elem, length, align = variable(text[len(".local"):], stmt.loc,
                                                   "local variable")
             address = -(-self.local_size // align) * align
             self.scope.local[name] = address
-            self.local_size = address + _SIZES[elem] * max(length, 1)
+            self.local_size = address + SIZES[elem] * max(length, 1)
         elif text.startswith((".global", ".const")):
             raise PtxUnsupportedError(f"the {text.split()[0]} state space ('{text}')",
                                       loc=stmt.loc)
@@ -254,23 +204,6 @@ class _KernelReader:
                          local_bytes=self.local_size)
 
 
-def shared_var(text: str, loc: Loc, placed: list[SharedVar]) -> SharedVar:
-    """A ``.shared`` / ``.extern .shared`` declaration placed after ``placed``."""
-    words = text.split()
-    dynamic = words[0] == ".extern"
-    if dynamic:
-        words = words[1:]
-    if not words or words[0] != ".shared":
-        raise PtxUnsupportedError(f"declaration '{text}'", loc=loc)
-    name, elem, length, align = _variable(" ".join(words[1:]), loc, "shared variable")
-    if length < 0 and not dynamic:
-        raise PtxSyntaxError(f"shared variable {name}[] needs .extern", loc=loc)
-    end = max((v.address + v.size for v in placed), default=0)
-    address = -(-end // align) * align
-    size = 0 if dynamic else _SIZES[elem] * max(length, 1)
-    return SharedVar(name, address, size, align, dynamic)
-
-
 def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
     """Read PTX ``text`` (from ``file``) into a :class:`PtxModule`; raises
     :class:`PtxSyntaxError` or :class:`PtxUnsupportedError` naming the line."""
@@ -319,26 +252,6 @@ def _close(stmts: list[Statement], i: int) -> int:
     return len(stmts)
 
 
-def layout(module_vars: list[SharedVar], local: list[Statement]) -> list[SharedVar]:
-    """A kernel's shared window: the module's and then the kernel's static variables in
-    declaration order, each at its alignment, then the dynamic (``.extern``) ones."""
-    placed: list[SharedVar] = []
-    dynamic: list[SharedVar] = []
-    every = [(v.name, v, None) for v in module_vars] + [("", None, st) for st in local]
-    for _, var, st in every:
-        if st is not None:
-            var = shared_var(st.text, st.loc, [])
-        assert var is not None
-        (dynamic if var.dynamic else placed).append(var)
-    out: list[SharedVar] = []
-    end = 0
-    for v in placed + dynamic:
-        address = -(-end // v.align) * v.align
-        out.append(SharedVar(v.name, address, v.size, v.align, v.dynamic))
-        end = address + v.size
-    return out
-
-
 def _skip_function(module: PtxModule, stmts: list[Statement], i: int) -> int:
     """Record a ``.func`` (declaration or definition) and return the next index."""
     s = stmts[i]
@@ -372,7 +285,7 @@ def _kernel(module: PtxModule, stmts: list[Statement], i: int,
         raise PtxSyntaxError(f"kernel {name} has no body", loc=s.loc)
     local = [st for st in stmts[i + 2:_close(stmts, i + 1)]
              if st.kind == "stmt" and st.text.startswith((".shared", ".extern"))]
-    reader = _KernelReader(name, _params(s.text, s.loc), layout(shared, local), module.target,
+    reader = _KernelReader(name, read_params(s.text, s.loc), layout(shared, local), module.target,
                            s.loc, attrs)
     depth, i = 1, i + 2
     while i < len(stmts):

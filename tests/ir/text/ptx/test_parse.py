@@ -86,7 +86,7 @@ def test_kernel_params_registers_shared_and_blocks() -> None:
     ("add.s32 %r0, %r9, 1;", PtxSyntaxError, "register %r9 is not declared"),
     ("add.rz.f32 %f0, %f0, %f0;", PtxUnsupportedError, "the .rz modifier"),
     ("bra NOWHERE;", PtxSyntaxError, "unknown label NOWHERE"),
-    ("ld.local.u32 %r0, [%rd0];", PtxUnsupportedError, "the .local state space"),
+    ("ld.const.u32 %r0, [%rd0];", PtxUnsupportedError, "the .const state space"),
     ("add.s32 %r0, %r1;", PtxSyntaxError, "expected 3 operands"),
     ("mov.f32 %f0, 7;", PtxSyntaxError, "integer literal 7 for a .f32 operand"),
     ("call foo, (%r0);", PtxUnsupportedError, "unknown instruction 'call'"),
