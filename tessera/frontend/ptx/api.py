@@ -123,8 +123,13 @@ class PtxKernel:
 
     @user_api
     def run(self, grid: Any = 1, block: Any = 1, args: Sequence[Any] = (),
-            shared_bytes: int = 0, check_races: bool = True) -> None:
-        """Launch over ``grid`` x ``block`` threads; arrays are updated in place."""
+            shared_bytes: int = 0, check_races: bool = True,
+            symbols: dict[str, np.ndarray] | None = None) -> None:
+        """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
+        ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
+        ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
+        ``.global`` variable's final value can be read from it); the others start
+        with their initializers."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         params = self.ir.params
         if len(args) != len(params):
@@ -133,6 +138,7 @@ class PtxKernel:
         if shared_bytes < 0:
             raise ArgumentError(f"shared_bytes must be >= 0, not {shared_bytes}")
         glob = GlobalMemory()
+        self._place_variables(glob, dict(symbols or {}))
         space = np.zeros(max(self.ir.param_bytes, 1), np.uint8)
         placed: dict[int, int] = {}
         tmaps: dict[int, TmaValue] = {}
@@ -167,6 +173,26 @@ class PtxKernel:
                 tmaps=tmaps, check_races=check_races)
         for a, work in copies:
             a[...] = work
+
+    def _place_variables(self, glob: GlobalMemory, symbols: dict[str, np.ndarray]) -> None:
+        """Module variables first, at the addresses the PTX reader gave them."""
+        for var in self.ir.globals:
+            given = symbols.pop(var.name, None)
+            if given is None:
+                buf = np.frombuffer(var.init, np.uint8).copy()
+            else:
+                if not isinstance(given, np.ndarray) or given.nbytes != var.size or \
+                        not given.flags.c_contiguous or not given.flags.writeable:
+                    raise ArgumentError(f"symbol {var.name!r} is a .{var.space} variable of "
+                                        f"{var.size} bytes: pass a writeable contiguous "
+                                        "array of that size")
+                buf = given
+            base = glob.add(buf, f".{var.space} variable {var.name}")
+            assert base == var.address, "module variables are placed in order"
+        if symbols:
+            names = ", ".join(v.name for v in self.ir.globals) or "none"
+            raise ArgumentError(f"the module has no variable {next(iter(symbols))!r}",
+                                hint=f"its .global/.const variables: {names}")
 
     def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,
                     glob_bytes: Any) -> TmaValue:

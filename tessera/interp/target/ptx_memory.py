@@ -78,9 +78,7 @@ def _param(c: TargetCompiler, instr: Instr) -> Step:
 @step_rule(ptx_ops.Cvta)
 def _cvta(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
-    if op.space == "const":
-        raise unsupported(instr, "cvta.const (const variables are global addresses here)")
-    base = {"global": 0, "shared": ptx_ops.SHARED_WINDOW, "local": ptx_ops.LOCAL_WINDOW,
+    base = {"global": 0, "const": 0, "shared": ptx_ops.SHARED_WINDOW, "local": ptx_ops.LOCAL_WINDOW,
             "param": ptx_ops.PARAM_WINDOW}[op.space]
     delta = np.uint64(base)
     if op.to:

@@ -201,3 +201,54 @@ def test_local_memory_faults(old: str, new: str, what: str) -> None:
     with pytest.raises(TargetFault, match=what) as err:
         ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[np.zeros(32, np.uint32)])
     assert err.value.loc.line == text.splitlines().index(f"    {new}") + 1
+
+
+VARIABLES = HEADER + """
+.const .align 4 .b8 coef[8] = {1, 0, 0, 0, 3, 0, 0, 0};
+.visible .global .align 4 .u32 counter;
+.global .align 4 .f32 scale = 0f40000000;
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<6>;
+    .reg .f32 %f<3>;
+    .reg .b64 %rd<4>;
+    mov.u32 %r0, %tid.x;
+    ld.const.u32 %r1, [coef];
+    ld.const.u32 %r2, [coef+4];
+    mad.lo.s32 %r3, %r0, %r2, %r1;
+    ld.global.f32 %f0, [scale];
+    cvt.rn.f32.u32 %f1, %r3;
+    mul.f32 %f2, %f1, %f0;
+    mov.u64 %rd0, counter;
+    atom.global.add.u32 %r4, [%rd0], 1;
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r0, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.f32 [%rd3], %f2;
+    ret;
+}
+"""
+
+
+def test_module_variables_with_initializers_and_symbols() -> None:
+    k = ts.ptx.load(VARIABLES).kernel("k")
+    out = np.zeros(32, np.float32)
+    k.run(grid=1, block=32, args=[out])
+    np.testing.assert_array_equal(out, 2.0 * (3 * np.arange(32) + 1))
+    counter = np.array([100], np.uint32)
+    coef = np.array([5, 2], np.uint32)
+    k.run(grid=1, block=32, args=[out], symbols={"counter": counter, "coef": coef})
+    np.testing.assert_array_equal(out, 2.0 * (2 * np.arange(32) + 5))
+    assert counter[0] == 132
+    with pytest.raises(ts.errors.ArgumentError, match="no variable 'nope'"):
+        k.run(grid=1, block=32, args=[out], symbols={"nope": counter})
+
+
+def test_cache_policies_change_no_value() -> None:
+    body = """
+    createpolicy.fractional.L2::evict_last.b64 %rd7, 1.0;
+    ld.global.L1::evict_last.L2::cache_hint.u32 %d, [%rd5], %rd7;
+    """
+    a = rng.integers(0, 2**32, 32, dtype=np.uint64)
+    c = rng.integers(0, 2**32, 32, dtype=np.uint64)
+    np.testing.assert_array_equal(run_elementwise(body, a, a, c), c.astype(np.uint32))

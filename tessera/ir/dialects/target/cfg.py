@@ -98,6 +98,20 @@ class SharedVar:
     dynamic: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class GlobalVar:
+    """A module-level ``.global`` or ``.const`` variable: ``size`` bytes at ``address``
+    (the launch places the module's variables first, in declaration order), with its
+    initial bytes (zeros unless the declaration has an initializer)."""
+
+    name: str
+    address: int
+    size: int
+    align: int
+    space: str
+    init: bytes
+
+
 @dataclass(eq=False)
 class CfgKernel:
     """An ``.entry`` read from PTX: parameters, registers (name -> declared type),
@@ -114,6 +128,7 @@ class CfgKernel:
     static_shared: int = 0
     attrs: dict[str, object] = field(default_factory=dict)
     local_bytes: int = 0  # .local variables of each thread
+    globals: list[GlobalVar] = field(default_factory=list)  # the module's variables
 
     @property
     def param_bytes(self) -> int:
@@ -182,5 +197,5 @@ def schedule_order(blocks: list[BasicBlock]) -> list[int]:
     return rank
 
 
-__all__ = ["BasicBlock", "Branch", "CfgKernel", "Guard", "KernelParam", "PtxInstr",
+__all__ = ["BasicBlock", "Branch", "CfgKernel", "GlobalVar", "Guard", "KernelParam", "PtxInstr",
            "SharedVar", "schedule_order"]

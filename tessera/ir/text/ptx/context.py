@@ -38,12 +38,13 @@ _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
 @dataclass
 class KernelScope:
     """What an instruction may name: registers (scoped name -> declared type), the
-    nested-scope renaming, shared and local symbols and addresses, parameters."""
+    nested-scope renaming, shared, local and module variables' addresses, parameters."""
 
     registers: dict[str, str] = field(default_factory=dict)
     scopes: list[dict[str, str]] = field(default_factory=lambda: [{}])
     shared: dict[str, int] = field(default_factory=dict)
     local: dict[str, int] = field(default_factory=dict)
+    globals: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     labels: dict[str, int] = field(default_factory=dict)
     counter: int = 0
@@ -178,6 +179,8 @@ class InstrBuilder:
             return self.scope.shared[name]
         if name in self.scope.local:
             return self.scope.local[name]
+        if name in self.scope.globals:
+            return self.scope.globals[name]
         if name in self.scope.params:  # its .param address; cvta.param makes it generic
             return self.scope.params[name].offset
         return None

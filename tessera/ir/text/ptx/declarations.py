@@ -7,8 +7,19 @@ from __future__ import annotations
 import re
 
 from tessera.errors import Loc
-from tessera.ir.dialects.target.cfg import KernelParam, SharedVar
-from tessera.ir.text.ptx.lexer import PtxSyntaxError, PtxUnsupportedError, Statement, split_operands
+from tessera.ir.dialects.target.cfg import GlobalVar, KernelParam, SharedVar
+from tessera.ir.text.ptx.lexer import (
+    PtxSyntaxError,
+    PtxUnsupportedError,
+    Statement,
+    parse_float_bits,
+    parse_int,
+    split_operands,
+)
+
+#: where the launch places the module's variables (tessera.interp.target.memory_state)
+GLOBAL_BASE = 0x1000_0000
+GLOBAL_STRIDE = 0x1000_0000
 
 SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
           "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8,
@@ -96,4 +107,36 @@ def layout(module_vars: list[SharedVar], local: list[Statement]) -> list[SharedV
     return out
 
 
-__all__ = ["SIZES", "layout", "read_params", "shared_var", "variable"]
+def global_var(text: str, loc: Loc, placed: list[GlobalVar]) -> GlobalVar:
+    """A module-level ``.global`` / ``.const`` declaration, with an optional
+    initializer (``= {1, 2}``, ``= 0f3F800000``), placed after ``placed``."""
+    decl, _, init = text.partition("=")
+    words = [w for w in decl.split() if w not in (".visible", ".extern", ".weak")]
+    space = words[0][1:]
+    name, elem, length, align = variable(" ".join(words[1:]), loc, f".{space} variable")
+    if length < 0:
+        raise PtxUnsupportedError(f"{name}[] without a size", loc=loc)
+    count = max(length, 1)
+    size = SIZES[elem] * count
+    data = bytearray(size)
+    if init.strip():
+        values = [v.strip() for v in init.strip().strip("{}").split(",") if v.strip()]
+        width = SIZES[elem]
+        if len(values) > count:
+            raise PtxSyntaxError(f"{len(values)} initial values for {count} elements of "
+                                 f"{name}", loc=loc)
+        for k, v in enumerate(values):
+            number = parse_int(v)
+            if number is None:
+                bits = parse_float_bits(v)
+                if bits is None or bits[1] != 8 * width:
+                    raise PtxUnsupportedError(f"initial value {v!r} of {name}", loc=loc)
+                number = bits[0]
+            data[k * width:(k + 1) * width] = (number & ((1 << 8 * width) - 1)).to_bytes(
+                width, "little")
+    address = GLOBAL_BASE + GLOBAL_STRIDE * len(placed)
+    return GlobalVar(name, address, size, align, space, bytes(data))
+
+
+__all__ = ["GLOBAL_BASE", "GLOBAL_STRIDE", "SIZES", "global_var", "layout", "read_params",
+           "shared_var", "variable"]

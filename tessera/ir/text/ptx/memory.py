@@ -36,15 +36,16 @@ def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
         elif f in ("v2", "v4", "v8"):
             vec = int(f[1:])
         elif f == "L2::cache_hint":
-            raise b.unsupported("cache-hint operands")
+            continue  # the policy operand (createpolicy's) changes no value
         elif f not in _QUALIFIERS:
             raise b.unsupported(f"the .{f} qualifier")
     return space, vec, ptx_type(b, mods[-1:])
 
 
-def _memory_op(b: InstrBuilder, space: str) -> None:
-    if space == "const":
-        raise b.unsupported("the .const state space")
+def _memory_op(b: InstrBuilder, space: str) -> str:
+    """The state space an access uses here: ``.const`` variables live in global
+    memory (read-only by the PTX ISA's rules, which have no st.const)."""
+    return "global" if space == "const" else space
 
 
 def _local(b: InstrBuilder, token: str) -> tuple[Value, int]:
@@ -62,6 +63,7 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``ld``/``st`` of one byte: PTX has no 8-bit registers, so the byte is extended
     into (or taken from) a wider register."""
     space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
+    space = _memory_op(b, space)
     count(b, ops, 2)
     if vec != 1:
         raise b.unsupported("vectors of bytes")
@@ -78,14 +80,27 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         b.emit(ptx_ops.ByteStore(space, offset), [addr, b.read(ops[1], "b32")])
 
 
+def _hinted(mods: list[str], ops: list[str]) -> list[str]:
+    """The operands without an ``.L2::cache_hint`` policy operand."""
+    return ops[:2] if "L2::cache_hint" in mods and len(ops) == 3 else ops
+
+
+@handler("createpolicy")
+def _createpolicy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if not ops:
+        raise b.syntax("createpolicy writes a register")
+    b.write(ops[0], b.const(0, "b64"))  # a cache policy: no effect on values here
+
+
 @handler("ld")
 def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    ops = _hinted(mods, ops)
     if mods and mods[-1] in _BYTES:
         _byte_access(b, mods, ops)
         return
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
-    _memory_op(b, space)
+    space = _memory_op(b, space)
     if space == "param":
         base, offset = b.address(ops[1])
         if base not in b.scope.params:
@@ -102,12 +117,14 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 @handler("st")
 def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    ops = _hinted(mods, ops)
     if mods and mods[-1] in _BYTES:
         _byte_access(b, mods, ops)
         return
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
-    _memory_op(b, space)
+    if space == "const":
+        raise b.syntax("st.const does not exist: constant memory is read-only")
     if space == "param":
         raise b.unsupported("st.param (device-function calls)")
     value = b.read(ops[1], t) if vec == 1 or ops[1].strip().startswith("{") else None
@@ -139,7 +156,8 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     op = ops_[0]
     if vec != 1:
         raise b.unsupported("vector atomics")
-    _memory_op(b, space)
+    if space == "const":
+        raise b.syntax(f"{b.head} on constant memory")
     if t.startswith("b") and op in ("add", "min", "max", "inc", "dec"):
         raise b.syntax(f"{b.head}.{op} needs a typed operand (.u32, .s32, .f32 ...)")
     if b.head == "red":

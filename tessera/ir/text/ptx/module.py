@@ -21,6 +21,7 @@ from tessera.ir.dialects.target.cfg import (
     BasicBlock,
     Branch,
     CfgKernel,
+    GlobalVar,
     KernelParam,
     PtxInstr,
     SharedVar,
@@ -29,7 +30,14 @@ from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
 from tessera.ir.text.ptx.arith import HANDLERS
 from tessera.ir.text.ptx.context import InstrBuilder, KernelScope
-from tessera.ir.text.ptx.declarations import SIZES, layout, read_params, shared_var, variable
+from tessera.ir.text.ptx.declarations import (
+    SIZES,
+    global_var,
+    layout,
+    read_params,
+    shared_var,
+    variable,
+)
 from tessera.ir.text.ptx.lexer import (
     PtxSyntaxError,
     PtxUnsupportedError,
@@ -55,6 +63,7 @@ class PtxModule:
     target: str = ""
     address_size: int = 64
     kernels: dict[str, CfgKernel] = field(default_factory=dict)
+    globals: list[GlobalVar] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
 
 
@@ -62,10 +71,13 @@ class _KernelReader:
     """Reads one ``.entry`` body into a :class:`CfgKernel`."""
 
     def __init__(self, name: str, params: list[KernelParam], shared: list[SharedVar],
-                 target: str, loc: Loc, attrs: dict[str, object]) -> None:
+                 target: str, loc: Loc, attrs: dict[str, object],
+                 globals_: list[GlobalVar]) -> None:
         self.scope = KernelScope()
         self.scope.params = {p.name: p for p in params}
         self.scope.shared = {v.name: v.address for v in shared}
+        self.scope.globals = {v.name: v.address for v in globals_}
+        self.globals = list(globals_)
         self.local_size = 0  # bytes of .local variables per thread
         self.name, self.params, self.target, self.loc, self.attrs = (
             name, params, target, loc, attrs)
@@ -201,7 +213,7 @@ class _KernelReader:
         static = max((v.address + v.size for v in self.shared if not v.dynamic), default=0)
         return CfgKernel(self.name, self.params, dict(self.scope.registers), self.shared,
                          blocks, self.target, self.loc, static, self.attrs,
-                         local_bytes=self.local_size)
+                         local_bytes=self.local_size, globals=self.globals)
 
 
 def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
@@ -233,9 +245,8 @@ def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
             continue
         elif ".shared" in words[:2]:
             shared.append(shared_var(s.text, s.loc, shared))
-        elif words[0] in (".global", ".const") or ".global" in words[:2]:
-            raise PtxUnsupportedError(f"module variables in {words[0]} ('{s.text}')",
-                                      loc=s.loc)
+        elif head and head[0] in (".global", ".const"):
+            module.globals.append(global_var(s.text, s.loc, module.globals))
         else:
             raise PtxUnsupportedError(f"directive '{s.text}'", loc=s.loc)
         i += 1
@@ -285,8 +296,8 @@ def _kernel(module: PtxModule, stmts: list[Statement], i: int,
         raise PtxSyntaxError(f"kernel {name} has no body", loc=s.loc)
     local = [st for st in stmts[i + 2:_close(stmts, i + 1)]
              if st.kind == "stmt" and st.text.startswith((".shared", ".extern"))]
-    reader = _KernelReader(name, read_params(s.text, s.loc), layout(shared, local), module.target,
-                           s.loc, attrs)
+    reader = _KernelReader(name, read_params(s.text, s.loc), layout(shared, local),
+                           module.target, s.loc, attrs, module.globals)
     depth, i = 1, i + 2
     while i < len(stmts):
         st = stmts[i]

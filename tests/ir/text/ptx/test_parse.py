@@ -86,7 +86,7 @@ def test_kernel_params_registers_shared_and_blocks() -> None:
     ("add.s32 %r0, %r9, 1;", PtxSyntaxError, "register %r9 is not declared"),
     ("add.rz.f32 %f0, %f0, %f0;", PtxUnsupportedError, "the .rz modifier"),
     ("bra NOWHERE;", PtxSyntaxError, "unknown label NOWHERE"),
-    ("ld.const.u32 %r0, [%rd0];", PtxUnsupportedError, "the .const state space"),
+    ("ld.global.v8.u32 {%r0}, [%rd0];", PtxSyntaxError, "1 destination registers for 8"),
     ("add.s32 %r0, %r1;", PtxSyntaxError, "expected 3 operands"),
     ("mov.f32 %f0, 7;", PtxSyntaxError, "integer literal 7 for a .f32 operand"),
     ("call foo, (%r0);", PtxUnsupportedError, "unknown instruction 'call'"),
@@ -113,5 +113,9 @@ def test_unknown_directive_and_module_variables() -> None:
     with pytest.raises(PtxUnsupportedError, match=r"directive '\.blah 3'") as err:
         parse_ptx(HEADER + ".blah 3;\n", "m.ptx")
     assert err.value.loc.line == 4
-    with pytest.raises(PtxUnsupportedError, match="module variables"):
-        parse_ptx(HEADER + ".global .align 4 .u32 counter;\n", "m.ptx")
+    module = parse_ptx(HEADER + ".global .align 4 .u32 counter[2] = {7, 0x8};\n", "m.ptx")
+    (var,) = module.globals
+    assert (var.name, var.size, var.space, var.init) == ("counter", 8, "global",
+                                                         bytes([7, 0, 0, 0, 8, 0, 0, 0]))
+    with pytest.raises(PtxUnsupportedError, match=r"initial value '1\.5'"):
+        parse_ptx(HEADER + ".global .f32 x = 1.5;\n", "m.ptx")
