@@ -184,3 +184,15 @@ def test_byte_loads_and_stores(mod) -> None:
     mod.kernel("byte_mask").run(grid=2, block=256, args=[keep, x, y, flags, np.int32(n)])
     np.testing.assert_array_equal(y, np.where(keep != 0, x, 0.0).astype(np.float32))
     np.testing.assert_array_equal(flags, (x > 0).astype(np.uint8) | (keep << 1))
+
+
+def test_wmma_tile(mod) -> None:
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    c = np.full((16, 16), np.nan, np.float32)
+    # B is loaded column-major with leading dimension 16: pass B transposed, contiguous
+    mod.kernel("wmma_tile").run(grid=1, block=32, args=[a.view(np.int32).reshape(-1),
+                                                        np.ascontiguousarray(b.T),
+                                                        c, np.float32(0.5)])
+    want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32) * np.float32(0.5)
+    np.testing.assert_array_equal(c, want)

@@ -27,6 +27,7 @@ from tessera.ir.dialects.target.ptx_ops import (
     Vote,
     WarpSync,
 )
+from tessera.ir.dialects.target.wmma import WmmaLoad, WmmaMma, WmmaStore
 
 
 def _vec(n: int) -> str:
@@ -143,6 +144,32 @@ def _tmap_at(e: PtxWriter, instr: Instr) -> None:
     # a tensor map is named by its generic address: the register is the operand itself
     e.out(f"// {e.regs.one(instr.result)} is the tensor map at "
           f"{e.regs.one(instr.operands[0])}")
+
+
+@rule(WmmaLoad)
+def _wmma_load(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    addr, stride = (e.regs.one(v) for v in instr.operands)
+    e.out(f"wmma.load.{op.frag}.sync.aligned.{op.layout}.m16n16k16{space}.{op.type} "
+          f"{e.regs.vec(instr.result)}, [{addr}], {stride};")
+
+
+@rule(WmmaMma)
+def _wmma_mma(e: PtxWriter, instr: Instr) -> None:
+    a, b, c = (e.regs.vec(v) for v in instr.operands)
+    types = "f32" if instr.op.atype == "f16" else f"{instr.op.atype}.{instr.op.atype}.f32"
+    e.out(f"wmma.mma.sync.aligned.row.col.m16n16k16.f32.{types} "
+          f"{e.regs.vec(instr.result)}, {a}, {b}, {c};")
+
+
+@rule(WmmaStore)
+def _wmma_store(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    addr, stride = e.regs.one(instr.operands[0]), e.regs.one(instr.operands[2])
+    e.out(f"wmma.store.d.sync.aligned.{op.layout}.m16n16k16{space}.f32 [{addr}], "
+          f"{e.regs.vec(instr.operands[1])}, {stride};")
 
 
 __all__: list[str] = []

@@ -28,6 +28,7 @@ from tessera.ir.dialects.target.cfg import (
 )
 from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
+from tessera.ir.text.ptx import wmma as _wmma
 from tessera.ir.text.ptx.arith import HANDLERS
 from tessera.ir.text.ptx.context import InstrBuilder, KernelScope
 from tessera.ir.text.ptx.declarations import (
@@ -47,7 +48,7 @@ from tessera.ir.text.ptx.lexer import (
     statements,
 )
 
-_ = (_hopper, _memory)  # register the memory, synchronisation and sm_90 handlers
+_ = (_hopper, _memory, _wmma)  # register the memory, sync, wmma and sm_90 handlers
 _GUARD = re.compile(r"^@(!?)(%[\w$]+)\s+(.*)$", re.S)
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")

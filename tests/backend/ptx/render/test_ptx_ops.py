@@ -90,3 +90,31 @@ def test_rendered_ptx_assembles_and_reads_back(tmp_path: Path) -> None:
     assert structured[2][0] == from_text[2][0] == 128
     olds = np.sort(structured[0][8 * 128:])
     np.testing.assert_array_equal(olds, np.arange(128))  # atom returned each old value once
+
+
+def test_wmma_renders_assembles_and_reads_back(tmp_path: Path) -> None:
+    from tessera.ir.dialects.target.wmma import WmmaLoad, WmmaMma, WmmaStore
+
+    fn, b, (pa, pb, pc) = kernel("wmma", [U64, U64, U64], block=32)
+    ld = c(b, 16, "u32")
+    fa = one(b, WmmaLoad("a", "row", "global", "bf16"), pa, ld)
+    fb = one(b, WmmaLoad("b", "col", "global", "bf16"), pb, ld)
+    acc = one(b, WmmaLoad("c", "row", "global", "f32"), pc, ld)
+    d = one(b, WmmaMma("bf16"), fa, fb, acc)
+    do(b, WmmaStore("col", "global"), pc, d, ld)
+    do(b, Return())
+    text = render(fn)
+    ptxas(text, "sm_80", tmp_path)
+    rng = np.random.default_rng(8)
+    import ml_dtypes
+
+    a = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
+    bt = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
+    acc0 = rng.standard_normal((16, 16)).astype(np.float32)
+    structured = [a.copy(), bt.copy(), acc0.copy()]
+    run_target(fn, structured, grid=(1,), block=(32,))
+    from_text = [a.copy(), bt.copy(), acc0.copy()]
+    ts.ptx.load(text).kernel("wmma").run(grid=1, block=32, args=from_text)
+    want = (a.astype(np.float64) @ bt.astype(np.float64).T + acc0).astype(np.float32)
+    np.testing.assert_array_equal(from_text[2], structured[2])
+    np.testing.assert_array_equal(from_text[2].T, want)  # stored column-major

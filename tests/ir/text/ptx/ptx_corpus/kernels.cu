@@ -164,3 +164,15 @@ extern "C" __global__ void byte_mask(const unsigned char* keep, const float* x, 
     flags[i] = (unsigned char)(x[i] > 0.0f) | (unsigned char)(keep[i] << 1);
   }
 }
+
+// a wmma 16x16x16 tile through the builtins nvcuda::wmma wraps (mma.h needs CCCL)
+extern "C" __global__ void wmma_tile(const int* a, const int* b, float* c, float alpha) {
+  int fa[8], fb[8];
+  float fc[8], fd[8];
+  for (int i = 0; i < 8; ++i) fc[i] = 0.0f;
+  __hmma_m16n16k16_ld_a(fa, a, 16, 0);                // A row-major, 16 halves a row
+  __hmma_m16n16k16_ld_b(fb, b, 16, 1);                // B column-major
+  __hmma_m16n16k16_mma_f32f32(fd, fa, fb, fc, 1, 0);  // a row, b col
+  for (int i = 0; i < 8; ++i) fd[i] *= alpha;         // the same on every element
+  __hmma_m16n16k16_st_c_f32(c, fd, 16, 0);            // C row-major
+}
