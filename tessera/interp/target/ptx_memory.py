@@ -1,5 +1,5 @@
 """Rules for the memory instructions of :mod:`tessera.ir.dialects.target.ptx_ops`:
-``ld.param``, ``cvta``, generic ``ld``/``st`` and ``atom``.
+``ld.param``, ``cvta``, generic and byte ``ld``/``st``, ``atom`` and ``stmatrix``.
 
 Generic addresses: global buffers are at their own addresses (``cvta.global`` is the
 identity), the CTA's shared memory at ``SHARED_WINDOW`` and the kernel's parameter
@@ -294,6 +294,35 @@ def _byte_store(c: TargetCompiler, instr: Instr) -> Step:
         addr = fr.regs[a][act].astype(np.int64) + op.offset
         data = (fr.regs[v][act] & np.uint32(0xFF)).astype(np.uint8)[:, None]
         _byte_access(fr, instr, op.space, addr, act, data)
+    return step
+
+
+@step_rule(ptx_ops.Stmatrix)
+def _stmatrix(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    num, trans = instr.op.num, instr.op.trans
+    a, v = (c.slot(x) for x in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        warps = np.flatnonzero(check_warps(fr, instr))
+        if not len(warps):
+            return
+        lanes = warps[:, None] * 32 + np.arange(32)
+        regs = fr.regs[v][lanes].astype(np.uint32)  # (W, 32, num)
+        lane = np.arange(32)
+        mats = np.zeros((len(warps), num, 8, 8), np.uint16)
+        for k in range(num):  # register k of lane l: row l/4, columns 2(l%4), +1
+            mats[:, k, lane >> 2, 2 * (lane & 3)] = regs[:, :, k] & np.uint32(0xFFFF)
+            mats[:, k, lane >> 2, 2 * (lane & 3) + 1] = regs[:, :, k] >> np.uint32(16)
+        if trans:
+            mats = np.swapaxes(mats, -1, -2)
+        rows = lanes[:, : 8 * num].ravel()  # the lanes that give row addresses
+        fail = m.failer(instr, rows)
+        flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
+        data = np.ascontiguousarray(mats.reshape(-1, 8)).view(np.uint8)
+        m.shared.write(flat, data, rows, fail)
     return step
 
 

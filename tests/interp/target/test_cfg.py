@@ -252,3 +252,44 @@ def test_cache_policies_change_no_value() -> None:
     a = rng.integers(0, 2**32, 32, dtype=np.uint64)
     c = rng.integers(0, 2**32, 32, dtype=np.uint64)
     np.testing.assert_array_equal(run_elementwise(body, a, a, c), c.astype(np.uint32))
+
+
+STMATRIX = HEADER.replace("sm_80", "sm_90a") + """
+.visible .entry k(.param .u64 src, .param .u64 dst)
+{
+    .shared .align 16 .b8 tile[1024];
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd0, [src];
+    ld.param.u64 %rd1, [dst];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    shl.b32 %r2, %r0, 4;
+    mul.wide.u32 %rd2, %r0, 16;
+    add.s64 %rd3, %rd0, %rd2;
+    ld.global.v4.u32 {%r4, %r5, %r6, %r7}, [%rd3];
+    add.s32 %r3, %r1, %r2;
+    st.shared.v4.u32 [%r3], {%r4, %r5, %r6, %r7};
+    bar.sync 0;
+    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r8, %r9, %r10, %r11}, [%r3];
+    stmatrix.sync.aligned.m8n8.x4.shared.b16 [%r3+512], {%r8, %r9, %r10, %r11};
+    bar.sync 0;
+    ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r3+512];
+    add.s64 %rd4, %rd1, %rd2;
+    st.global.v4.u32 [%rd4], {%r4, %r5, %r6, %r7};
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("trans", ["", ".trans"])
+def test_stmatrix_inverts_ldmatrix(trans: str) -> None:
+    """Rows of 16 bytes, one per lane, form four 8x8 matrices of b16: ldmatrix then
+    stmatrix puts them back; a .trans on the store alone transposes each matrix."""
+    text = STMATRIX.replace("stmatrix.sync.aligned.m8n8.x4",
+                            f"stmatrix.sync.aligned.m8n8.x4{trans}")
+    src = rng.integers(0, 2**16, (4, 8, 8), dtype=np.uint64).astype(np.uint16)
+    dst = np.zeros_like(src)
+    ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[src, dst])
+    want = np.swapaxes(src, 1, 2) if trans else src
+    np.testing.assert_array_equal(dst, want)

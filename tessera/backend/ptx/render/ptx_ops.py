@@ -23,6 +23,7 @@ from tessera.ir.dialects.target.ptx_ops import (
     Prmt,
     Shf,
     ShflSync,
+    Stmatrix,
     TensorMapAt,
     Vote,
     WarpSync,
@@ -144,6 +145,14 @@ def _tmap_at(e: PtxWriter, instr: Instr) -> None:
     # a tensor map is named by its generic address: the register is the operand itself
     e.out(f"// {e.regs.one(instr.result)} is the tensor map at "
           f"{e.regs.one(instr.operands[0])}")
+
+
+@rule(Stmatrix)
+def _stmatrix(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    trans = ".trans" if op.trans else ""
+    e.out(f"stmatrix.sync.aligned.m8n8.x{op.num}{trans}.shared.b16 {address(e, instr)}, "
+          f"{operand(e.regs.of(instr.operands[1]))};")
 
 
 @rule(WmmaLoad)

@@ -302,6 +302,27 @@ class WarpSync(Op):
 
 @register_op
 @dataclass(frozen=True)
+class Stmatrix(Op):
+    """``stmatrix.sync.aligned.m8n8.x<num>{.trans}.shared.b16 [p], {r...}`` (sec.
+    9.7.14.5.16, sm_90): the inverse of ``ldmatrix``. Lanes ``8k .. 8k+7`` give the row
+    addresses of matrix ``k``; register ``k`` of lane ``l`` holds row ``l/4`` of it,
+    elements ``2(l%4)`` and ``+1`` (the transpose with ``trans``)."""
+
+    name: ClassVar[str] = "ptx.stmatrix"
+    pure: ClassVar[bool] = False
+    num: int = 4
+    trans: bool = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u32")
+        if self.num not in (1, 2, 4) or operands[1] != RegType("b32", self.num):
+            raise IRVerifyError(f"stmatrix.x{self.num} stores {self.num} b32 registers")
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
 class Elect(Op):
     """``elect.sync d|p, membermask`` (sec. 9.7.13.2): the lowest active member lane of
     each warp is elected; every lane gets its lane id in ``d`` and ``p`` true on it."""
@@ -349,6 +370,7 @@ __all__ = [
     "Prmt",
     "Shf",
     "ShflSync",
+    "Stmatrix",
     "TensorMapAt",
     "Vote",
     "WarpSync",

@@ -1,6 +1,6 @@
 """sm_90 instructions as Target IR (PTX ISA sec. 9.7.9.27, 9.7.13.15, 9.7.15):
-``mbarrier``, TMA loads (``cp.async.bulk.tensor.2d``), ``wgmma``, ``elect.sync`` and
-``setmaxnreg``.
+``mbarrier``, TMA loads (``cp.async.bulk.tensor.2d``), ``wgmma``, ``stmatrix``,
+``elect.sync`` and ``setmaxnreg``.
 
 ``mbarrier.try_wait.parity`` (a polling instruction, used in a loop) becomes the
 interpreter's blocking wait, which lands the TMA loads on the barrier and reports a
@@ -119,6 +119,18 @@ def _elect(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.syntax("elect.sync writes d|p")
     b.write(dests[0], lane)
     b.write(dests[1], pred)
+
+
+@handler("stmatrix")
+def _stmatrix(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 2)
+    num = next((int(f[1:]) for f in mods if f in ("x1", "x2", "x4")), 0)
+    extra = set(mods) - {"sync", "aligned", "m8n8", "x1", "x2", "x4", "trans", "shared",
+                         "shared::cta", "b16"}
+    if not num or extra or "m8n8" not in mods:
+        raise b.unsupported(f"stmatrix.{'.'.join(mods)}")
+    b.emit(ptx_ops.Stmatrix(num, "trans" in mods),
+           [plain_address(b, ops[0], "u32"), b.read(ops[1], "b32")])
 
 
 @handler("setmaxnreg")
