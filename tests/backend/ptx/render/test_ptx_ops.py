@@ -28,7 +28,7 @@ from tessera.ir.dialects.target.ops import (
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
 
 U64 = RegType("u64")
-OUTPUTS = 9
+OUTPUTS = 8
 
 
 def _store(b: Builder, out: Value, tid: Value, k: int, v: Value) -> None:
@@ -40,7 +40,7 @@ def _store(b: Builder, out: Value, tid: Value, k: int, v: Value) -> None:
 
 
 def build() -> object:
-    fn, b, (out, src, counter) = kernel("ptx_ops", [U64, U64, U64])
+    fn, b, (out, src, counter, olds) = kernel("ptx_ops", [U64, U64, U64, U64])
     tid = one(b, Special("tid.x"))
     off = one(b, Binary("mul", "u32", "wide"), tid, c(b, 4, "u32"))
     addr = one(b, Binary("add", "u64"), src, off)
@@ -69,9 +69,9 @@ def build() -> object:
     theirs = one(b, Binary("add", "u64"), gen,
                  one(b, Binary("mul", "u32", "wide"), other, c(b, 4, "u32")))
     results.append(one(b, p.GenericLoad("u32"), theirs))
-    results.append(one(b, p.Atom("global", "add", "u32"), counter, c(b, 1, "u32")))
     for k, r in enumerate(results):
         _store(b, out, tid, k, r)
+    _store(b, olds, tid, 0, one(b, p.Atom("global", "add", "u32"), counter, c(b, 1, "u32")))
     do(b, Return())
     return fn
 
@@ -82,14 +82,18 @@ def test_rendered_ptx_assembles_and_reads_back(tmp_path: Path) -> None:
     ptxas(text, "sm_80", tmp_path)
     rng = np.random.default_rng(4)
     src = rng.integers(0, 2**32, 128, dtype=np.uint64).astype(np.uint32)
-    structured = [np.zeros(OUTPUTS * 128, np.uint32), src.copy(), np.zeros(1, np.uint32)]
+    def arguments() -> list[np.ndarray]:
+        return [np.zeros(OUTPUTS * 128, np.uint32), src.copy(), np.zeros(1, np.uint32),
+                np.zeros(128, np.uint32)]
+
+    structured = arguments()
     run_target(fn, structured, grid=(1,), block=(128,))
-    from_text = [np.zeros(OUTPUTS * 128, np.uint32), src.copy(), np.zeros(1, np.uint32)]
+    from_text = arguments()
     ts.ptx.load(text).kernel("ptx_ops").run(grid=1, block=128, args=from_text)
-    np.testing.assert_array_equal(from_text[0], structured[0])
-    assert structured[2][0] == from_text[2][0] == 128
-    olds = np.sort(structured[0][8 * 128:])
-    np.testing.assert_array_equal(olds, np.arange(128))  # atom returned each old value once
+    for s, t in zip(structured, from_text):
+        np.testing.assert_array_equal(t, s)
+    assert structured[2][0] == 128
+    np.testing.assert_array_equal(np.sort(structured[3]), np.arange(128))  # each old once
 
 
 def test_wmma_renders_assembles_and_reads_back(tmp_path: Path) -> None:
