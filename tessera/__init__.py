@@ -37,6 +37,7 @@ from tessera.errors import (
     TraceError,
     UnsupportedError,
 )
+from tessera.frontend.graph.capture import CaptureGraphWarning
 from tessera.frontend.graph.jit import JitFunction, inspect_ir, jit
 from tessera.frontend.graph.ops import (
     abs,

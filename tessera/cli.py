@@ -5,7 +5,10 @@
     tessera run FILE.py [ARGS...]
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
-    tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [-o out.ptx] [--stats]
+    tessera ptx FILE.py:KERNEL --target sm_90a [--arg A=128x64:bf16 ...] [--mode fast]
+                [-o out.ptx] [--stats]
+    tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
+                        [--junit out.xml] [-k PATTERN] [--slow]
     tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
 
 Errors print tessera's one-line message (with the user's file:line) and exit with 1.
@@ -27,6 +30,7 @@ import numpy as np
 
 from tessera import cli_ptx
 from tessera.cli_examples import examples_needed
+from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
 
 
@@ -166,7 +170,7 @@ def cmd_ptx(args: argparse.Namespace) -> int:
             kwargs[key] = value if key != "grid" or len(value) > 1 else value[0]
     if args.group_size:
         kwargs["group_size"] = args.group_size
-    compiled = compile_kernel(kernel, target=args.arch, **kwargs)
+    compiled = compile_kernel(kernel, target=args.arch, mode=args.mode, **kwargs)
     if args.output:
         Path(args.output).write_text(compiled.ptx)
     else:
@@ -212,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_opt)
     p = sub.add_parser("ptx", help="compile a @ts.kernel to PTX")
     p.add_argument("target", help="FILE.py:KERNEL")
-    p.add_argument("--target", dest="arch", default="sm_90a", help="sm_80 or sm_90a")
+    p.add_argument("--target", dest="arch", default="sm_90a", help="sm_80, sm_86, sm_89 or sm_90a")
     p.add_argument("--arg", action="append", default=[],
                    help="example array argument NAME=SHAPE:FORMAT, e.g. A=128x64:bf16")
     p.add_argument("--const", action="append", default=[],
@@ -220,12 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", default="", help="grid of groups, e.g. 4 or 2,2")
     p.add_argument("--tile-shape", default="", help="e.g. 64,64,32")
     p.add_argument("--group-size", type=int, default=0)
+    p.add_argument("--mode", choices=("checked", "fast"), default=None,
+                   help="checked: the tile interpreter's bits; fast: approximate math "
+                        "(ex2.approx, no f64); default: the kernel's own mode")
     p.add_argument("-o", "--output", default="", help="write the PTX here")
     p.add_argument("--stats", action="store_true",
                    help="assemble with ptxas -v; print registers, shared memory, spills")
     p.set_defaults(run=cmd_ptx)
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)
+    add_conformance_parser(sub)
     cli_ptx.add_parser(sub)
     return parser
 

@@ -21,6 +21,10 @@ def model(x: ts.Tensor["B", "D", ts.f32], w: ts.Tensor["D", "H", ts.bf16 @ts.acc
 def untyped(x):
     return x * 2.0
 
+@ts.jit
+def wavy(x: ts.Tensor["B", "D", ts.f32]):
+    return ts.sin(x * 2.0)
+
 if __name__ == "__main__":
     print("result", float(ts.sum(model(np.ones((2, 3), np.float32), np.ones((3, 4))))))
 '''
@@ -64,12 +68,11 @@ def test_ir_errors_are_one_line_messages(program: Path,
     assert main(["ir", f"{program}:model", "--stage", "target", "--arg", "x=2x3:f32",
                  "--arg", "w=3x4:bf16"]) == 1
     assert "'target' stage" in capsys.readouterr().err
-    # the Tile IR of a bf16 matmul is not generated: the op and its line, in one line
-    assert main(["ir", f"{program}:model", "--stage", "tile", "--arg", "x=2x3:f32",
-                 "--arg", "w=3x4:bf16"]) == 1
+    # the Tile IR of sin is not generated: the op and its line, in one line
+    assert main(["ir", f"{program}:wavy", "--stage", "tile", "--arg", "x=2x3:f32"]) == 1
     err = capsys.readouterr().err
-    line = PROGRAM.splitlines().index("    return ts.relu(ts.matmul(x, w))") + 1
-    assert f"prog.py:{line}: unsupported: graph.matmul" in err and "Traceback" not in err
+    line = PROGRAM.splitlines().index("    return ts.sin(x * 2.0)") + 1
+    assert f"prog.py:{line}: unsupported: graph.sin" in err and "Traceback" not in err
 
 
 def test_run(program: Path) -> None:
@@ -149,6 +152,17 @@ def test_ptx_without_arguments_lists_the_parameters(tmp_path: Path,
     # naming a parameter that does not exist lists the real ones
     assert main(["ptx", f"{path}:saxpy", "--arg", "z=64:f32"]) == 1
     assert "has no parameter(s) z" in capsys.readouterr().err
+
+
+def test_ptx_mode_fast_emits_approximate_exp(capsys: pytest.CaptureFixture[str]) -> None:
+    softmax = f"{Path(__file__).parents[1] / 'examples/kernels/row_softmax.py'}:row_softmax"
+    args = ["--target", "sm_80", "--arg", "x=16x64:f32", "--arg", "y=16x64:f32",
+            "--tile-shape", "8"]
+    assert main(["ptx", softmax, *args, "--mode", "fast"]) == 0
+    fast = capsys.readouterr().out
+    assert "ex2.approx.ftz.f32" in fast and ".f64" not in fast
+    assert main(["ptx", softmax, *args]) == 0
+    assert "mul.rn.f64" in capsys.readouterr().out
 
 
 def test_ir_fills_statically_annotated_parameters(tmp_path: Path,

@@ -91,15 +91,17 @@ def test_ops_without_a_vjp_rule_are_so_for_their_reason() -> None:
             (result,) = cls().infer([f32, f32])
             assert not differentiable(result), cls.name
     assert graph_ops.Custom.num_regions == 1  # autodiff.transform special-cases it
+    assert graph_ops.KernelCall.num_regions == 1  # and kernel calls, naming the kernel
     assert set(NO_VJP_RULE) == {*_subclasses(graph_ops.Compare), graph_ops.Constant,
-                                graph_ops.Custom}
+                                graph_ops.Custom, graph_ops.KernelCall}
 
 
 def test_every_graph_op_has_a_placement_rule() -> None:
     """Ops with regions (``graph.custom``) are placed by their region's placements
-    (shard_propagation's region_op), so they need no rule of their own."""
+    (shard_propagation's region_op), so they need no rule of their own; a
+    ``graph.kernel_call`` is never placed (refused in placed functions when traced)."""
     region_ops = {cls for cls in dialect_ops("graph") if cls.num_regions}
-    assert region_ops == {graph_ops.Custom}
+    assert region_ops == {graph_ops.Custom, graph_ops.KernelCall}
     assert unruled("graph", PLACEMENT_RULES, exempt=region_ops) == []
 
 
@@ -151,27 +153,31 @@ def lane_numbers(x: ts.Tensor[32, ts.f32]):
 
 @ts.kernel
 def index_numbers(x: ts.Tensor[32, ts.f32]):
-    x[0:32] = ts.tile.cast(ts.tile.arange(32), ts.f32)  # NOT_LOWERED op
+    x[0:32] = ts.tile.cast(ts.tile.arange(32), ts.f32)
 
 
 @ts.kernel
 def masked_read(x: ts.Tensor[32, ts.f32]):
     positive = x[0:32] * 1.0 > 0.0
-    x[0:32] = ts.tile.load(x[0:32], mask=positive, other=1.0) + 1.0  # NOT_LOWERED op
+    x[0:32] = ts.tile.load(x[0:32], mask=positive, other=1.0) + 1.0
 
 
 @ts.kernel
 def masked_write(x: ts.Tensor[32, ts.f32]):
     v = x[0:32] + 1.0
-    ts.tile.store(x[0:32], v, mask=v > 1.0)  # NOT_LOWERED op
+    ts.tile.store(x[0:32], v, mask=v > 1.0)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("kernel", [index_numbers, masked_read, masked_write])
+def test_index_tiles_and_masked_accesses_are_lowered(kernel: Any, target: str) -> None:
+    x = np.random.default_rng(3).standard_normal(32).astype(np.float32)
+    ts.check_against_reference(kernel, x, backend="target", target=target)
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize(("kernel", "op"), [(natural_log, "tile.log"),
-                                            (lane_numbers, "tile.lane_id"),
-                                            (index_numbers, "tile.arange"),
-                                            (masked_read, "tile.masked_load"),
-                                            (masked_write, "tile.masked_store")])
+                                            (lane_numbers, "tile.lane_id")])
 def test_an_op_that_is_not_lowered_is_refused_at_its_line(kernel: Any, op: str,
                                                           target: str) -> None:
     x = np.full(32, 2.0, np.float32)

@@ -37,3 +37,10 @@ class MbarrierError(ArchError):
     """An illegal operation on an mbarrier object (PTX ISA sec. 9.7.13.15)."""
 
     kind = "mbarrier error"
+
+
+class SharedMemoryLimitError(ArchError):
+    """A kernel whose shared buffers exceed what one CTA may use on its target (CUDA C++
+    Programming Guide, "Compute Capabilities": maximum shared memory per thread block)."""
+
+    kind = "shared memory limit"

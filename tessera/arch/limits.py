@@ -1,4 +1,5 @@
-"""Per-launch resource limits of the targets, for the scheduler's cost model.
+"""Per-launch resource limits of the targets: for the scheduler's cost model, and the
+shared-memory sizes a kernel may declare and request.
 
 H100 SXM5 (sm_90a): 132 SMs; 227 KiB of shared memory per thread block (of 228 KiB per
 SM, opt-in above 48 KiB); 65,536 32-bit registers per SM and per block, at most 255 per
@@ -6,10 +7,22 @@ thread; 3.35 TB/s of HBM3 bandwidth (NVIDIA H100 Tensor Core GPU Architecture
 whitepaper, 2022; CUDA C++ Programming Guide, "Compute Capabilities", table 21).
 A100 SXM4 (sm_80): 108 SMs, 163 KiB of shared memory per block, 65,536 registers,
 2.04 TB/s (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020).
+A40 (sm_86, GA102): 84 SMs, 99 KiB per block, 696 GB/s (NVIDIA A40 datasheet).
+L40S (sm_89, AD102): 142 SMs, 99 KiB per block, 864 GB/s (NVIDIA L40S datasheet).
+
+Shared memory of a CTA (CUDA C++ Programming Guide, "Compute Capabilities", the
+"Technical Specifications per Compute Capability" table, rows "Maximum amount of shared
+memory per thread block"; and "Shared Memory" of the Ampere, Ada and Hopper tuning
+guides): statically declared ``.shared`` variables may total at most 48 KiB; more
+needs dynamic shared memory (an ``.extern .shared`` array sized at launch), which a
+kernel may request up to its architecture's per-block maximum after opting in with
+``cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)``: 163 KiB on
+compute capability 8.0, 99 KiB on 8.6 and 8.9, 227 KiB on 9.0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -19,7 +32,7 @@ class TargetLimits:
 
     name: str
     sms: int
-    shared_per_block: int  # bytes
+    shared_per_block: int  # bytes, dynamic shared memory after the opt-in
     registers_per_block: int  # 32-bit registers
     hbm_bytes_per_s: float
 
@@ -31,6 +44,34 @@ class TargetLimits:
 
 H100 = TargetLimits("sm_90a", 132, 227 * 1024, 65536, 3.35e12)
 A100 = TargetLimits("sm_80", 108, 163 * 1024, 65536, 2.04e12)
-TARGETS = {"sm_90a": H100, "sm_80": A100}
+A40 = TargetLimits("sm_86", 84, 99 * 1024, 65536, 6.96e11)
+L40S = TargetLimits("sm_89", 142, 99 * 1024, 65536, 8.64e11)
+TARGETS = {"sm_90a": H100, "sm_80": A100, "sm_86": A40, "sm_89": L40S}
 
-__all__ = ["A100", "H100", "TARGETS", "TargetLimits"]
+#: the most static ``.shared`` a kernel may declare on every target (bytes)
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def shared_limit(target: str) -> int:
+    """The most shared memory (bytes) one CTA of a kernel for ``target`` may use."""
+    return TARGETS[target].shared_per_block
+
+
+def place_shared(buffers: Iterable[tuple[str, int, int]]) -> tuple[dict[str, int], int]:
+    """Offsets of shared buffers ``(symbol, bytes, alignment)`` placed in order, each at
+    the next multiple of its alignment (a symbol seen again keeps its first place), and
+    the total size rounded up to 16 bytes. This is the layout of a kernel's dynamic
+    shared memory, and the one the Target IR interpreter gives every kernel."""
+    offsets: dict[str, int] = {}
+    end = 0
+    for sym, size, align in buffers:
+        if sym in offsets:
+            continue
+        start = -(-end // align) * align
+        offsets[sym] = start
+        end = start + size
+    return offsets, -(-end // 16) * 16
+
+
+__all__ = ["A40", "A100", "H100", "L40S", "STATIC_SHARED_LIMIT", "TARGETS", "TargetLimits",
+           "place_shared", "shared_limit"]

@@ -329,4 +329,6 @@ NO_VJP_RULE: dict[type, str] = {
     graph_ir.Constant: "it has no operand to pull a cotangent back to",
     graph_ir.Custom: "each graph.custom is differentiated by its own rule (custom.CUSTOM_RULES, "
               "keyed by rule name)",
+    graph_ir.KernelCall: "a hand-written tile kernel is opaque to autodiff: a custom_vjp "
+                         "around the call gives its rule (transform names the kernel)",
 }

@@ -120,8 +120,7 @@ def backprop(fn: Function, args: Sequence[Operand], out_cts: Sequence[Operand | 
         else:
             rule = VJP.get(type(instr.op))
             if rule is None:
-                raise GradError(f"{instr.op.name} has no differentiation rule", loc=instr.loc,
-                                hint="wrap the computation in ts.custom_vjp to give one")
+                raise _no_rule(instr)
             outs = [env[r] for r in instr.results]
             in_cts = rule(instr.op, primals, outs, result_cts, needs)
         for value, ct, need in zip(instr.operands, in_cts, needs):
@@ -129,6 +128,18 @@ def backprop(fn: Function, args: Sequence[Operand], out_cts: Sequence[Operand | 
                 _accumulate(cts, value, ct)
     grads = [cts[fn.args[i]] if fn.args[i] in cts else zeros(fn.args[i].type) for i in wrt]
     return outputs, grads
+
+
+def _no_rule(instr: Instr) -> GradError:
+    """The error for an op without a VJP rule; a tile kernel's call names the kernel."""
+    if isinstance(instr.op, graph_ir.KernelCall):
+        name = instr.op.kernel
+        return GradError(f"the tile kernel '{name}' has no differentiation rule: autodiff "
+                         "cannot see through a hand-written kernel", loc=instr.loc,
+                         hint="wrap the call in a ts.custom_vjp function and give it a "
+                              "backward rule (a kernel or ts.* code): f.defvjp(fwd, bwd)")
+    return GradError(f"{instr.op.name} has no differentiation rule", loc=instr.loc,
+                     hint="wrap the computation in ts.custom_vjp to give one")
 
 
 def vjp_function(fn: Function, wrt: Sequence[int], *, name: str | None = None) -> Function:

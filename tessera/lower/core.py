@@ -25,12 +25,11 @@ from typing import Any
 from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
-from tessera.ir.dialects.tile import Arange, LaneId, MemRefType
-from tessera.ir.dialects.tile.compute import Log
-from tessera.ir.dialects.tile.memory import MaskedLoad, MaskedStore
+from tessera.ir.dialects.tile import LaneId, MemRefType
+from tessera.ir.dialects.tile.compute import Erf, Log, Tanh
 from tessera.ir.types import TensorType
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.values import Lowered, Mem, Scalar, elem_bytes, reg_type
+from tessera.lower.values import Indexed, Lowered, Mem, Scalar, elem_bytes, reg_type
 
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
 RULES: dict[type[Op], Rule] = {}
@@ -39,21 +38,30 @@ THREADS = 128
 GLOBAL_ALIGN = 256
 
 rule = rule_decorator(RULES, "lowering rule")
+#: rules that replace (or, for an op of :data:`NOT_LOWERED`, add) a lowering in fast
+#: mode only: :mod:`tessera.lower.rules.fastmath`
+FAST_RULES: dict[type[Op], Rule] = {}
+fast_rule = rule_decorator(FAST_RULES, "fast-mode lowering rule")
 
 #: Tile IR ops the lowering refuses on purpose, and why: every other non-terminator op
 #: has a rule in :data:`RULES` (tests/test_rule_tables.py checks both), and a kernel
 #: that uses one of these is an UnsupportedError at the op's line that gives the reason
 NOT_LOWERED: dict[type[Op], str] = {
     Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
-         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp)",
+         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp) "
+         "(mode='fast' lowers it to lg2.approx)",
+    Tanh: "the tile simulator's tanh is NumPy's float64 tanh rounded once, which no "
+          "specified algorithm defines bit for bit yet (as for log)",
+    Erf: "the tile simulator's erf is the C library's float64 erf rounded once, which no "
+         "specified algorithm defines bit for bit yet (as for log)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
-    Arange: "no rule builds that index tile in a thread layout yet (as for lane_id)",
-    MaskedLoad: "masked loads are simulated, not yet lowered (predicated ld.global, or "
-                "cp.async with a zero-fill src-size, would lower them)",
-    MaskedStore: "masked stores are simulated, not yet lowered (a predicated st.global "
-                 "would lower them)",
 }
+#: why ops with ``exact = true`` (exact reductions, exact ``mma`` accumulators) are
+#: refused, whatever their class
+EXACT_NOT_LOWERED = ("exact accumulation (a correctly rounded sum of any length) is "
+                     "simulated, not yet lowered (it needs a long accumulator or an "
+                     "error-free summation in registers)")
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -93,6 +101,9 @@ class Lowerer:
     extra: dict[str, Any] = field(default_factory=dict)
     layouts: dict[Value, Any] = field(default_factory=dict)
     stack: list[TargetEmitter] = field(default_factory=list)
+    #: "fast" lowers math to the hardware's approximate instructions
+    #: (:mod:`tessera.lower.fastmath`); any other mode keeps the checked bits
+    mode: str = "checked"
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -126,6 +137,8 @@ class Lowerer:
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],
                  "source": self.fn.name}
+        if self.mode == "fast":
+            attrs["mode"] = "fast"
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
     def _guarded_body(self, n_groups: int) -> None:
@@ -278,21 +291,33 @@ class Lowerer:
         # a region starts with no previous op: a copy that opens a loop body follows the
         # body's last op (from the second trip on), not the copy before the loop
         self.extra["prev_op"] = None
+        from tessera.lower.rules.masked import settle, through_indexed
+
         try:
             for instr in block.instrs:
                 if instr.op.terminator:
-                    return [self.env[v] for v in instr.operands]
+                    return [settle(self, v, self.env[v]) for v in instr.operands]
                 fn = RULES.get(type(instr.op))
+                if getattr(instr.op, "exact", False) is True:
+                    fn = None
+                elif self.mode == "fast":
+                    fn = FAST_RULES.get(type(instr.op), fn)
                 if fn is None:
-                    why = NOT_LOWERED.get(type(instr.op))
+                    why = NOT_LOWERED.get(type(instr.op)) or \
+                        (EXACT_NOT_LOWERED if getattr(instr.op, "exact", False) else None)
                     raise UnsupportedError(
-                        f"{instr.op.name} is not lowered to PTX yet"
+                        f"{instr.op.name}" + (" (exact)" if getattr(instr.op, "exact", False)
+                                              else "") + " is not lowered to PTX yet"
                         + (f": {why}" if why else ""), loc=instr.loc,
                         hint="run the kernel in the tile simulator, or rewrite it without "
                              f"{instr.op.name}")
                 e.loc = instr.loc
+                args = [self.env[v] for v in instr.operands]
                 try:
-                    outs = fn(self, instr, [self.env[v] for v in instr.operands])
+                    # an index tensor (arange, a mask) is computed where it is used
+                    outs = (through_indexed(self, instr, args, fn)
+                            if any(isinstance(a, Indexed) for a in args) else
+                            fn(self, instr, args))
                 except TesseraError as err:
                     if err.loc is not None and err.loc.file == instr.loc.file:
                         raise
@@ -306,15 +331,18 @@ class Lowerer:
             self.stack.pop()
 
 
-def lower_kernel(fn: Function, target: str) -> Function:
-    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``."""
+def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
+    """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``
+    (``mode="fast"``: approximate math, see :mod:`tessera.lower.fastmath`)."""
     from tessera.lower import rules  # noqa: F401  (its modules register their rules)
+    from tessera.lower.shared import check_shared_limit
 
-    low = Lowerer(fn, target)
+    low = Lowerer(fn, target, mode=mode)
     kernel = low.lower()
     TargetEmitter(kernel.body, fn.loc, low.e.consts).op(Return())
+    check_shared_limit(kernel, target)  # before ptxas, at the kernel's line
     return kernel
 
 
-__all__ = ["NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "is_block_kernel",
-           "lower_kernel", "rule"]
+__all__ = ["FAST_RULES", "NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "fast_rule",
+           "is_block_kernel", "lower_kernel", "rule"]

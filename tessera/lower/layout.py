@@ -19,6 +19,7 @@ from tessera.interp.tile.wide import possibly_wide
 from tessera.ir.core import Function, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import value_slots
 from tessera.ir.types import TensorType
 
@@ -108,12 +109,20 @@ def _unit_reshape(a: Value, b: Value) -> bool:
     return squeeze(a) == squeeze(b)
 
 
+def _along_rows(r: Value, dims: tuple[int, ...]) -> bool:
+    """Whether broadcasting ``r`` with ``dims`` (operand axis ``i`` is result axis
+    ``dims[i]``) gives one value per row (a row statistic, ``m[:, None]``), which the row
+    layout holds; a value per column (a bias row) is not."""
+    shape = r.type.shape  # type: ignore[attr-defined]
+    return all(d == 0 for size, d in zip(shape, dims) if size != 1)
+
+
 def assign_layouts(fn: Function) -> dict[Value, Layout]:
     """A layout for every tensor value of the block kernel ``fn``."""
     cls = _Classes()
     acc_roots: list[Value] = []
     rows_from: list[tuple[Value, Value]] = []  # (row vector, accumulator-class value)
-    bcast: list[tuple[Value, Value]] = []  # (row vector, 2-D broadcast result)
+    bcast: list[tuple[Value, Value, tuple[int, ...]]] = []  # (vector, 2-D result, dims)
     for instr in walk(fn.body):
         op = instr.op
         vals = [v for v in (*instr.operands, *instr.results) if _tensor(v)]
@@ -122,6 +131,9 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
                 cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Reshape) and len(vals) == 2 and _unit_reshape(*vals):
             cls.join(vals[0], vals[1])  # (R,) <-> (R, 1): the same values, the same threads
+        elif isinstance(op, (tile_memory.MaskedLoad, tile_memory.MaskedStore)):
+            for v in vals[1:]:  # the mask of each element is where its value is
+                cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Mma):
             acc_roots.append(instr.results[0])
             if len(instr.operands) == 3:
@@ -129,7 +141,7 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
         elif isinstance(op, tile_compute.Reduce) and _tensor(instr.results[0]):
             rows_from.append((instr.results[0], instr.operands[0]))
         elif isinstance(op, tile_compute.Broadcast) and _tensor(instr.operands[0]):
-            bcast.append((instr.operands[0], instr.results[0]))
+            bcast.append((instr.operands[0], instr.results[0], tuple(op.dims)))
         elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
             for sources, targets in value_slots(instr):
                 members = [v for v in (*sources, *targets) if _tensor(v)]
@@ -141,10 +153,11 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
     for r, src in rows_from:
         if cls.find(src) not in acc_classes:
             brow[cls.find(r)] = blocked(src.type.shape)  # type: ignore[attr-defined]
-    for r, b in bcast:
+    for r, b, dims in bcast:
         if cls.find(b) in acc_classes:
-            row_classes.add(cls.find(r))
-        elif b.type.rank == 2 and r.type.rank == 1:  # type: ignore[attr-defined]
+            if _along_rows(r, dims):
+                row_classes.add(cls.find(r))
+        elif b.type.rank == 2 and r.type.rank == 1 and _along_rows(r, dims):  # type: ignore[attr-defined]
             brow[cls.find(r)] = blocked(b.type.shape)  # type: ignore[attr-defined]
     out: dict[Value, Layout] = {}
     for instr in walk(fn.body):

@@ -6,10 +6,14 @@
   (:mod:`tessera.lower.layout`): the registers this thread owns, in layout order.
 * :class:`Mem` — a view of global or shared memory: a base address register, a
   dynamic element offset, static shape and strides (in elements).
+* :class:`Indexed` — a tensor that is a function of its element coordinates (an
+  ``arange``, the masks built from it): each thread computes the elements it needs, in
+  whatever layout their consumer holds (:mod:`tessera.lower.rules.masked`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +119,22 @@ class Mem:
         return not self.transposed and (not self.strides or self.strides[-1] == 1)
 
 
-Lowered = Scalar | Dist | Mem
+@dataclass
+class Indexed:
+    """A tensor of ``shape`` whose element is ``at(emitter, coord)``: ``coord(axis)``
+    gives that element's ``s32`` coordinate along ``axis``, and ``at`` emits the
+    element's computation and returns its register (of PTX type ``type``). ``trend``
+    is what is known of it along its last axis: ``flat`` (constant), ``rise``
+    (non-decreasing), ``fall`` (non-increasing: a bool tile whose true elements come
+    first in each row, as ``offs < n`` is) or ``""`` (nothing)."""
 
-__all__ = ["ELEM_OF", "MEM_OF", "NARROW", "REG_OF", "Dist", "Lowered", "Mem", "Scalar",
-           "elem_bytes", "mem_type", "ptx_elem", "reg_type", "storage_name"]
+    shape: tuple[int, ...]
+    at: Callable[[Any, Callable[[int], Value]], Value]
+    type: str
+    trend: str = ""
+
+
+Lowered = Scalar | Dist | Mem | Indexed
+
+__all__ = ["ELEM_OF", "MEM_OF", "NARROW", "REG_OF", "Dist", "Indexed", "Lowered", "Mem",
+           "Scalar", "elem_bytes", "mem_type", "ptx_elem", "reg_type", "storage_name"]

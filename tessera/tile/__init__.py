@@ -18,7 +18,9 @@ is handled by lane ``k % 32`` — so ids and scalars are per tile, not per lane)
 and ``store(ref, value, mask=)`` with the index tile ``arange(n)``. Compute:
 ``mma(a, b, accumulator=)``, ``zeros``, ``full``, ``exp``, ``log``, ``sqrt``, ``abs``,
 ``maximum``, ``minimum``, ``where``, ``row_max``, ``row_sum``, ``reduce_sum``,
-``reduce_max``, ``reduce_min``, ``causal_mask``, ``cast``.
+``reduce_max``, ``reduce_min``, ``reduce_mean``, ``tanh``, ``erf``, ``causal_mask``,
+``cast`` (``mma``, ``row_sum`` and ``reduce_sum`` take ``exact=True``: exact accumulation
+rounded once).
 
 The errors the tile level raises are exported here too: :class:`SanitizerError`
 (simulator reports), :class:`KernelCompileError`, :class:`UndefinedNameError` and
@@ -44,6 +46,7 @@ API = ("linear_id", "group_id", "lane_id", "local_id", "group_size", "range", "b
        "cp_wait_group", "load_vector", "store_vector", "mma", "zeros", "full", "exp",
        "row_max", "row_sum", "maximum", "causal_mask", "cast",
        "log", "sqrt", "abs", "minimum", "where", "reduce_sum", "reduce_max", "reduce_min",
+       "reduce_mean", "tanh", "erf",
        "load", "store", "arange")
 
 

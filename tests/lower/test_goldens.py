@@ -65,3 +65,13 @@ def test_inspect_ir_target_stage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ir", f"{path}:saxpy", "--stage", "target", "--arg", "x=8:f32", "--arg",
                  "y=8:f32", "--const", "alpha=2.0"]) == 0
     assert 'target = "sm_90a"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_masked_saxpy_golden(target: str) -> None:
+    """Guarded loads and stores of a ragged last tile (tests/lower/masked_kernels.py)."""
+    from tests.lower.masked_kernels import saxpy_edges
+
+    x = np.zeros(100, np.float32)
+    compiled = compile_kernel(saxpy_edges, x, x.copy(), 2.5, target=target, grid=2)
+    check_golden(f"lowered_saxpy_edges_{target}", compiled.ptx)

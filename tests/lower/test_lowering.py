@@ -27,8 +27,8 @@ BF16 = ml_dtypes.bfloat16
 
 
 def example(name: str) -> Any:
-    """A module of examples/kernels, imported by path."""
-    path = ROOT / "examples" / "kernels" / f"{name}.py"
+    """A fresh module of tessera/conformance/kernels, imported by path."""
+    path = ROOT / "tessera" / "conformance" / "kernels" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_kernels_{name}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -222,7 +222,7 @@ def test_tensor_updates_reduce_in_group_order(target: str) -> None:
     x = rng.standard_normal((5, 64)).astype(np.float32)
     same_bits(kernels.accumulate_rows, x, np.zeros(64, np.float32), target=target,
               tile_shape=(1,), grid=5)
-    from tests.tile import seeds
+    from tessera.conformance import tile_seeds as seeds
 
     with pytest.raises(UnsupportedError, match="mma accumulator") as info:
         compile_kernel(seeds.gemm, a, b, np.zeros((128, 64), np.float32), target=target)

@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def block_reduction() -> Any:
-    """``examples/kernels/cooperative_reduction.py``'s kernel, from a fresh module: a
+    """``tessera/conformance/kernels/cooperative_reduction.py``'s kernel, from a fresh module: a
     new kernel object, so nothing compiled is shared with other tests."""
     spec = importlib.util.spec_from_file_location(
-        "_fast_path_reduction", ROOT / "examples" / "kernels" / "cooperative_reduction.py")
+        "_fast_path_reduction",
+        ROOT / "tessera" / "conformance" / "kernels" / "cooperative_reduction.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

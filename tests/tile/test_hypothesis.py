@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 import tessera as ts
 
-# The block reduction under test is the one shipped in examples/kernels.
-_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kernels" / "cooperative_reduction.py"
+# The block reduction under test is the one shipped in tessera/conformance/kernels.
+_EXAMPLE = (Path(__file__).resolve().parents[2] / "tessera" / "conformance" / "kernels"
+            / "cooperative_reduction.py")
 block_sum = runpy.run_path(str(_EXAMPLE))["block_reduction"]
 
 U32 = 2.0 ** -24

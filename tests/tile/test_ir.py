@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tessera.conformance import tile_seeds as seeds
 from tessera.errors import IRParseError, IRVerifyError
 from tessera.interp.tile import LaunchGeometry, launch, prepare
 from tessera.ir import parse_module, print_module, verify_module
@@ -18,7 +19,6 @@ from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.numerics import dtype
-from tests.tile import seeds
 from tests.tile.test_seeds import example
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "tile"

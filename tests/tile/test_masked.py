@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.errors import IRVerifyError, UnsupportedError
+from tessera.errors import IRVerifyError
+from tessera.interp.tile.errors import SanitizerError
 from tessera.interp.tile.launcher import SCHEDULES
 from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir.dialects.tile import MemRefType
@@ -226,18 +227,86 @@ def test_invalid_masked_ops_are_rejected() -> None:
     assert ok == (TensorType((4,), f32),)
 
 
-def test_a_masked_access_of_shared_memory_is_refused_at_its_line() -> None:
-    @ts.kernel
-    def shared_edge(a: ts.Tensor[16, ts.f32]):
-        smem = ts.tile.alloc_shared((16,), ts.f32)
-        m = ts.tile.arange(16) < 8
-        ts.tile.store(smem[0:16], 1.0, mask=m)  # SHARED
-        ts.tile.barrier()
-        a[0:16] = smem[0:16]
+@ts.kernel
+def shared_half(a: ts.Tensor[16, ts.f32]):
+    smem = ts.tile.alloc_shared((16,), ts.f32)
+    m = ts.tile.arange(16) < 8
+    ts.tile.store(smem[0:16], 1.0, mask=m)
+    ts.tile.barrier()
+    a[0:16] = smem[0:16]  # SHARED UNINIT
 
-    with pytest.raises(UnsupportedError) as info:
-        shared_edge(np.zeros(16, np.float32), grid=1)
-    assert info.value.loc.line == _line("SHARED") and "shared memory" in str(info.value)
+
+@ts.kernel
+def shared_edges(a: ts.Tensor["N", ts.f32], b: ts.Tensor["N", ts.f32], leak: ts.int32):
+    """Tiles of 16 staged through a 12-element buffer whose window reaches past its
+    end: the mask keeps the accesses inside it (``leak`` 1 lets one element out)."""
+    ctx = ts.tile.context()
+    i = ts.tile.linear_id() * 12
+    smem = ts.tile.alloc_shared((12,), ts.f32)
+    inside = (i + ts.tile.arange(16) < ctx.N) & (ts.tile.arange(16) < 12 + leak)
+    x = ts.tile.load(a[i:i + 16], mask=inside, other=0.0)
+    ts.tile.store(smem[0:16], x * 2.0, mask=inside)  # SHARED STORE
+    ts.tile.barrier()
+    y = ts.tile.load(smem[0:16], mask=inside, other=-1.0)
+    ts.tile.store(b[i:i + 16], y, mask=inside)
+
+
+@ts.kernel
+def shared_neighbours(a: ts.Tensor[8, ts.f32], b: ts.Tensor[8, ts.f32], sync: bool,
+                      peek: bool):
+    """Each tile of a group of 2 writes its half of a buffer, masked; then reads its
+    own half, or (``peek``) both halves: a race on the neighbour's half unless a
+    barrier (``sync``) comes between."""
+    me = ts.tile.local_id()
+    smem = ts.tile.alloc_shared((8,), ts.f32)
+    lanes = ts.tile.arange(8)
+    mine = (lanes >= me * 4) & (lanes < me * 4 + 4)
+    ts.tile.store(smem[0:8], a[0:8] + 1.0, mask=mine)
+    if sync:
+        ts.tile.barrier()
+    theirs = (lanes >= (1 - me) * 4) & (lanes < (1 - me) * 4 + 4)
+    seen = mine
+    if peek:
+        seen = mine | theirs
+    got = ts.tile.load(smem[0:8], mask=seen, other=0.0)  # READ
+    ts.tile.store(b[0:8], got, mask=mine)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_masked_shared_accesses_match_numpy(mode: str, schedule: str) -> None:
+    a = np.random.default_rng(4).standard_normal(41).astype(np.float32)
+    b = np.full(41, np.nan, np.float32)
+    shared_edges(a, b, 0, grid=4, mode=mode, schedule=schedule)
+    assert np.array_equal(b, a * np.float32(2.0))
+
+
+def test_masked_shared_access_past_the_buffer_is_reported_at_that_element() -> None:
+    a = np.ones(41, np.float32)
+    with pytest.raises(SanitizerError, match="out of bounds") as info:
+        shared_edges(a, np.zeros_like(a), 1, grid=4)
+    assert info.value.loc.line == _line("SHARED STORE")
+    assert "masked-on element [12] of shared buffer" in str(info.value)
+
+
+def test_masked_shared_reads_are_checked_for_uninitialised_elements() -> None:
+    with pytest.raises(SanitizerError, match="uninitialised") as info:
+        shared_half(np.zeros(16, np.float32), grid=1)
+    assert info.value.loc.line == _line("SHARED UNINIT")
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_masked_shared_races_only_on_masked_on_elements(schedule: str) -> None:
+    a = np.arange(8, dtype=np.float32)
+    b = np.zeros(8, np.float32)
+    for sync, peek in [(True, True), (False, False)]:  # synchronised, or own halves only
+        b = np.zeros(8, np.float32)
+        shared_neighbours(a, b, sync, peek, grid=1, group_size=2, schedule=schedule)
+        assert np.array_equal(b, a + 1)
+    with pytest.raises(SanitizerError, match="race") as info:
+        shared_neighbours(a, b, False, True, grid=1, group_size=2, schedule=schedule)
+    assert info.value.loc.line == _line("READ")
+    assert "written by local tile" in str(info.value)
 
 
 @ts.kernel

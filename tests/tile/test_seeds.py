@@ -1,5 +1,5 @@
 """Every tile-kernel seed twice: run as written (its literal semantics, stated in each
-test) and as the corrected example of examples/kernels checked against NumPy."""
+test) and as the corrected kernel of tessera/conformance/kernels checked against NumPy."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tests.tile import seeds
+from tessera.conformance import tile_seeds as seeds
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+EXAMPLES = Path(__file__).resolve().parents[2] / "tessera" / "conformance" / "kernels"
 RNG = np.random.default_rng(11)
 
 
 def example(name: str):
-    """Import examples/kernels/<name>.py as a module."""
+    """Import tessera/conformance/kernels/<name>.py as a fresh module."""
     spec = importlib.util.spec_from_file_location(f"kernel_example_{name}", EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -37,7 +37,7 @@ def f64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64)
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("[!_]*.py")))
 def test_corrected_example_runs_and_checks_numpy(name: str) -> None:
     example(name).main()
 

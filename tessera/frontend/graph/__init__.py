@@ -5,7 +5,9 @@ function with ``trace`` (``Trace`` and ``Tracer``); ``ops``, ``linalg`` and ``sh
 are the operators, one ``graph.*`` op each, run at once on concrete values or recorded
 under a trace; ``tensor`` is ``ts.Tensor`` with the Python operators of ``arraylike``;
 ``pytree`` flattens nested arguments; ``dist_arg`` lets traced code take distributed
-values without loading the mesh simulator. The public names live in ``tessera``
+values without loading the mesh simulator; ``kernel_call`` records a ``@ts.kernel``
+called on traced values as a ``graph.kernel_call``; ``capture`` is
+``capture_graph=True``. The public names live in ``tessera``
 (``ts.jit``, ``ts.Tensor``, ``ts.matmul``, ...); nothing is imported here, so importing
 one module loads only what it needs.
 """

@@ -88,13 +88,18 @@ class JitFunction:
         self.fn = fn
         # IR symbols are identifiers: "<lambda>" becomes "lambda".
         self.name = re.sub(r"[^\w$.]", "", name or fn.__name__) or "fn"
-        # On a GPU, capture_graph asks for a CUDA graph; on the CPU interpreter it changes
-        # nothing (there is no launch overhead to remove), so it is accepted and recorded.
-        self.capture_graph = capture_graph
         self.mode = mode
         from tessera.frontend.graph.lowered import check_backend
 
         self.backend = check_backend(backend)
+        # capture_graph records the launches of a call in a CUDA graph on the "cuda"
+        # backend and replays it (graph_capture); elsewhere nothing launches on a GPU.
+        self.capture_graph = bool(capture_graph)
+        self.captures: dict[Any, Any] = {}
+        if self.capture_graph and self.backend != "cuda":
+            from tessera.frontend.graph.capture import warn_capture_ignored
+
+            warn_capture_ignored(self.name, self.backend)
         self.signature = inspect.signature(fn)
         self.specs = {k: spec_of(v) for k, v in annotations_of(fn).items()}
         self.cache: dict[Any, Compiled] = {}
@@ -237,6 +242,13 @@ class JitFunction:
         """The IR text of ``stage`` for these arguments (or the last call's)."""
         return inspect_stage(self, stage, args, kwargs)
 
+    def graph_capture(self, compiled: Compiled) -> Any:
+        """The CUDA graph of a specialisation's launches (``capture_graph=True`` on the
+        ``"cuda"`` backend), made on first use: see :mod:`.capture`."""
+        from tessera.frontend.graph.capture import graph_capture
+
+        return graph_capture(self.captures, compiled)
+
     def __repr__(self) -> str:
         return f"<tessera.jit {self.name}>"
 
@@ -339,7 +351,9 @@ def jit(fn: Callable[..., Any] | None = None, *, capture_graph: bool = False,
     ``mode="exact"`` (default) is bitwise deterministic; ``mode="fast"`` uses BLAS and is
     not. ``backend="interp"`` (default) runs the graph interpreter; ``"tile"`` the
     generated tile kernels in the tile simulator (docs/schedule.md). ``capture_graph``
-    is accepted for GPU builds and changes nothing on the CPU.
+    records a call's kernel launches in a CUDA graph and replays it on later calls on
+    the ``"cuda"`` backend; on the others it warns once and changes nothing
+    (:mod:`tessera.frontend.graph.capture`).
     """
     if fn is None:
         return lambda f: jit(f, capture_graph=capture_graph, mode=mode, name=name,

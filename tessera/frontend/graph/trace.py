@@ -54,10 +54,10 @@ class Tracer(ArrayMethods):
                               "@ts.kernel, whose if/while are compiled")
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        # NumPy functions, tile kernels and other eager code meet tracers here.
+        # NumPy functions and other eager code meet tracers here.
         raise TraceError("a traced tensor cannot be turned into a NumPy array inside a traced "
                          "function (it has no value until the function runs)",
-                         hint="use ts.* operators on it; call NumPy code and tile kernels "
+                         hint="use ts.* operators or a @ts.kernel on it; call NumPy code "
                               "outside @ts.jit, or call the function without @ts.jit")
 
     def __float__(self) -> float:
@@ -128,19 +128,6 @@ class Trace:
         self.done = True
         return Function(self.name, self.block, [v.type for v in values], kind,
                         {"captures": len(self.captured)} if self.captured else {})
-
-
-def refuse_in_trace(what: str) -> None:
-    """Raise TraceError when called while a function is being traced.
-
-    For callables that run eagerly and cannot be recorded into Graph IR (tile kernels):
-    inside ``@ts.jit``, ``grad`` or ``vjp`` their arguments are tracers without values,
-    and a call on concrete arrays would run once at trace time and never again."""
-    if current_trace() is not None:
-        raise TraceError(f"{what} cannot be called inside a traced function (@ts.jit, "
-                         "grad, vjp, jvp): tile kernels cannot be traced yet",
-                         hint="call the kernel outside @ts.jit on NumPy arrays, or write "
-                              "this step with ts.* operators")
 
 
 def _escaped() -> TraceError:

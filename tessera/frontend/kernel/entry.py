@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, StageError, user_api
-from tessera.frontend.graph.trace import refuse_in_trace
+from tessera.frontend.graph.trace import current_trace
 from tessera.frontend.kernel.args import check_converted_overlap, check_writable
 from tessera.frontend.kernel.compiler.compile import build_module
 from tessera.frontend.kernel.memo import CallMemo
@@ -159,7 +159,10 @@ class Kernel:
     @user_api
     def __call__(self, *args: Any, mode: str | None = None, schedule: str | None = None,
                  **kwargs: Any) -> Any:
-        refuse_in_trace(f"the tile kernel '{self.name}'")  # not "got Tracer" further down
+        if current_trace() is not None:  # inside @ts.jit: a graph.kernel_call, not a launch
+            from tessera.frontend.graph.kernel_call import call_kernel
+
+            return call_kernel(self, args, kwargs)
         mode = mode or self.mode
         if mode not in MODES:
             raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")
@@ -207,15 +210,17 @@ class Kernel:
             from tessera.ir.core import Module
 
             target = kwargs.pop("target", "sm_90a")
+            mode = kwargs.pop("mode", None)  # the math of the lowering (default: the kernel's)
             if not args and not kwargs and self.last is None:
                 raise StageError(f"kernel '{self.name}' has not been launched",
                                  hint="pass example arguments: inspect_ir('target', *args)")
             if not args and not kwargs:
-                from tessera.frontend.kernel.backends.compile import lower_and_render
+                from tessera.frontend.kernel.backends.compile import gpu_mode, lower_and_render
 
-                fn = lower_and_render(self.last.functions[self.name], target)[0]
+                fn = lower_and_render(self.last.functions[self.name], target,
+                                      gpu_mode(self, mode))[0]
             else:
-                fn = compile_kernel(self, *args, target=target, **kwargs).kernel
+                fn = compile_kernel(self, *args, target=target, mode=mode, **kwargs).kernel
             module = Module(self.name)
             module.add(fn)
             return str(module)

@@ -1,5 +1,5 @@
 """The Graph IR interpreter: ``runner`` runs functions and single ops; the rule modules
-(``elementwise``, ``reduce``, ``structure``, ``collective``) register their rules."""
+(``elementwise``, ``reduce``, ``structure``, ``collective``, ``kernel``) register their rules."""
 
 from tessera.interp.graph.runner import IMPL, MODES, Apply, Rule, run_function, run_op
 

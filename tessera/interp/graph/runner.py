@@ -57,6 +57,7 @@ from tessera.interp.check import check_arrays, check_results
 from tessera.interp.graph import (  # noqa: F401 - the rule modules register themselves
     collective,
     elementwise,
+    kernel,
     reduce,
     structure,
 )

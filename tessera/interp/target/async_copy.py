@@ -150,6 +150,25 @@ def _ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndar
     return m.cta[act] * max(1, m.shared.size // 8) + addr.astype(np.int64) // 8
 
 
+def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> None:
+    """Fault when a thread uses an mbarrier that another thread initialised with no
+    ``bar.sync`` since: nothing orders the init before the use (PTX ISA, "mbarrier.init":
+    the initialisation must be made visible to the other threads before they use it).
+    Threads run in lockstep here, thread 0 first, so without this check such a kernel
+    would run as if the init were always seen."""
+    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
+    by = m.shared.init_by[flat[:, 0]]
+    bad = (by >= 0) & (by != act)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise m.fault(instr, "mbarrier", f"the mbarrier at shared address "
+                      f"{int(addr[k])} is used by thread {int(m.tid[act[k]])} before its "
+                      f"initialisation by thread {int(m.tid[by[k]])} is visible: no bar.sync "
+                      "between the mbarrier.init and this use", int(act[k]),
+                      hint="fence the init (fence.mbarrier_init) and bar.sync before other "
+                           "threads use the barrier")
+
+
 def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: object,
              *args: object) -> object:
     """Run an mbarrier operation; reset tx bookkeeping of phases it completes; turn
@@ -177,6 +196,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         value: TmaValue = fr.regs[tm]
         t = value.tmap
         ids = _ids(m, instr, act, fr.regs[bar][act])
+        _check_visible(m, instr, act, fr.regs[bar][act])
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
@@ -197,6 +217,9 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
+            if m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
+                fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
+                     "written by st.shared with no fence.proxy.async since")
             copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
@@ -252,13 +275,16 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
                                   m.failer(instr, act))
             m.shared.land(flat, np.zeros(flat.shape, np.uint8))
+            m.shared.init_by[flat] = act[:, None]  # visible to the others after bar.sync
             _tracked(m, instr, act, ids, mb.init, ids, op.count)
             m.mbar_tx[:, ids] = 0
         elif isinstance(op, target_async.MbarrierArrive):
+            _check_visible(m, instr, act, fr.regs[a][act])
             if op.tx:
                 np.add.at(m.mbar_tx[0], ids, op.tx)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:
+            _check_visible(m, instr, act, fr.regs[a][act])
             _tracked(m, instr, act, ids, mb.inval, ids)
     return step
 
@@ -273,6 +299,7 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         if not len(act):
             return
         ids = _ids(m, instr, act, fr.regs[a][act])
+        _check_visible(m, instr, act, fr.regs[a][act])
         mb = _mbar(m)
         parity = fr.regs[p][act].astype(np.int64)
         # A wait on a phase that already completed returns at once (a stale parity lets

@@ -113,6 +113,9 @@ class SharedMemory:
         self.init = np.zeros(n, bool)
         self.pending = np.zeros(n, np.int32)
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
+        # bytes of an mbarrier initialised by one thread (its global id) and not yet
+        # ordered before other threads' accesses by a bar.sync (-1: visible to all)
+        self.init_by = np.full(n, _NONE, np.int32)
         self.races = races
         if races:
             self.writer = np.full(n, _NONE, np.int32)
@@ -194,7 +197,10 @@ class SharedMemory:
         self.unfenced[flat] = False
 
     def sync(self, ctas: np.ndarray) -> None:
-        """``bar.sync`` of the CTAs flagged in ``ctas``: a new race epoch starts."""
+        """``bar.sync`` of the CTAs flagged in ``ctas``: a new race epoch starts, and
+        every mbarrier initialised before it is visible to all the CTA's threads."""
+        if self.size:
+            self.init_by.reshape(self.ncta, self.size)[ctas] = _NONE
         if not self.races or self.size == 0:
             return
         for view, fill in ((self.writer, _NONE), (self.rmin, _BIG), (self.rmax, _NONE)):

@@ -1,5 +1,6 @@
 """``ld``, ``st``, ``red`` and ``.shared`` buffers (PTX ISA, "ld", "st",
-"red"), acting on the active threads only.
+"red"), acting on the active threads only; the guarded ``@%p ld``/``@%p st`` of
+:mod:`tessera.ir.dialects.target.guarded` act on the active threads whose guard is true.
 
 A store of several threads to one address keeps the highest thread's value (PTX leaves
 the winner unspecified). ``red`` applies the updates one at a time in linear thread
@@ -24,6 +25,7 @@ from tessera.interp.target.state import (
     step_rule,
 )
 from tessera.ir.core import Instr
+from tessera.ir.dialects.target import guarded as target_guarded
 from tessera.ir.dialects.target import ops as target_ops
 
 
@@ -48,11 +50,34 @@ def _shared(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(target_ops.Load)
 def _load(c: TargetCompiler, instr: Instr) -> Step:
+    return load_step(c, instr, guarded=False)
+
+
+@step_rule(target_ops.Store)
+def _store(c: TargetCompiler, instr: Instr) -> Step:
+    return store_step(c, instr, guarded=False)
+
+
+@step_rule(target_guarded.GuardedLoad)
+def _guarded_load(c: TargetCompiler, instr: Instr) -> Step:
+    return load_step(c, instr, guarded=True)
+
+
+@step_rule(target_guarded.GuardedStore)
+def _guarded_store(c: TargetCompiler, instr: Instr) -> Step:
+    return store_step(c, instr, guarded=True)
+
+
+def load_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
+    """``ld`` by the active threads; ``guarded`` (``@%p ld``, operands address, guard,
+    other): only where the guard is true, ``other`` elsewhere (sec. 9.3.1)."""
     op = instr.op
     if op.space not in ("global", "shared"):
         raise UnsupportedError(f"ld.{op.space} is not modelled; kernel parameters are block "
                                "arguments", loc=instr.loc)
     a = c.slot(instr.operands[0])
+    guard, other = ((c.slot(instr.operands[1]), c.slot(instr.operands[2])) if guarded
+                    else (None, None))
     out = c.slot(instr.results[0])
     dt = DTYPES[op.type]
     size = dt.itemsize * op.vec
@@ -60,32 +85,38 @@ def _load(c: TargetCompiler, instr: Instr) -> Step:
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
-        act = np.flatnonzero(fr.mask)
-        addr = _address(fr, a, act, op.offset)
-        fail = m.failer(instr, act)
-        if op.space == "global":
-            raw = m.glob.read(addr, size, fail)
-        else:
-            flat = m.shared.index(m.cta[act], addr, size, fail)
-            raw = m.shared.read(flat, act, fail)
-        values = np.zeros(shape, dt)
-        values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
+        on = fr.mask if guard is None else fr.mask & fr.regs[guard].astype(bool)
+        act = np.flatnonzero(on)
+        values = (np.zeros(shape, dt) if other is None else
+                  np.array(np.broadcast_to(fr.regs[other], shape), dt))
+        if len(act):
+            addr = _address(fr, a, act, op.offset)
+            fail = m.failer(instr, act)
+            if op.space == "global":
+                raw = m.glob.read(addr, size, fail)
+            else:
+                flat = m.shared.index(m.cta[act], addr, size, fail)
+                raw = m.shared.read(flat, act, fail)
+            values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
         fr.regs[out] = values
     return step
 
 
-@step_rule(target_ops.Store)
-def _store(c: TargetCompiler, instr: Instr) -> Step:
+def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
+    """``st`` by the active threads; ``guarded`` (``@%p st``, operands address, value,
+    guard): only where the guard is true."""
     op = instr.op
     if op.space not in ("global", "shared"):
         raise UnsupportedError(f"st.{op.space} is not modelled", loc=instr.loc)
-    a, v = (c.slot(x) for x in instr.operands)
+    a, v = c.slot(instr.operands[0]), c.slot(instr.operands[1])
+    guard = c.slot(instr.operands[2]) if guarded else None
     dt = DTYPES[op.type]
     size = dt.itemsize * op.vec
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
-        act = np.flatnonzero(fr.mask)
+        on = fr.mask if guard is None else fr.mask & fr.regs[guard].astype(bool)
+        act = np.flatnonzero(on)
         if not len(act):
             return
         addr = _address(fr, a, act, op.offset)

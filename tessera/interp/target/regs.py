@@ -4,8 +4,10 @@ Integers wrap around (NumPy integer arrays do); ``shl``/``shr`` clamp shift amou
 the register width (PTX ISA "shl"/"shr": ``shr.s`` fills with the sign). Floats follow IEEE
 RNE (NumPy float32/float64 arithmetic is correctly rounded); 16-bit floats compute in
 float32 and round once, which is exact for ``+ - * /`` (24 >= 2 * 11 + 2). ``.approx``
-instructions (``ex2``, ``lg2``, ``rcp.approx``, ``sqrt.approx``, ``div.approx``) are
-modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
+instructions ``ex2.approx.ftz.f32`` and ``lg2.approx.ftz.f32`` have the deterministic
+models of :mod:`tessera.interp.target.approx` (correctly rounded, within the ISA's
+bound); ``div.full.f32`` is modelled by the correctly rounded quotient. Other ``.approx``
+forms are modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
 
 Wide accumulators: ``add``, ``sub``, ``neg``, ``abs``, ``mov`` and ``selp`` keep a float64
 ``f32`` value wide (a narrow operand widens exactly); ``cvt``, ``pack`` and ``unpack`` are
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import UnsupportedError
+from tessera.interp.target import approx
 from tessera.interp.target import numeric as tn
 from tessera.interp.target.state import (
     DTYPES,
@@ -211,6 +214,9 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
         return pure(c, instr, lambda x: fn(x).astype(dt))
     if kind != "f":
         raise unsupported(instr, f"{op} on {elem}")
+    model = approx.UNARY_MODELS.get((op, instr.op.mode))
+    if model is not None and elem == "f32":  # a deterministic model within the ISA bound
+        return pure(c, instr, lambda x: model(narrow(x, elem)))
     math = {"sqrt": np.sqrt, "rcp": np.reciprocal, "ex2": np.exp2, "lg2": np.log2}[op]
     if dt.itemsize == 2:
         return pure(c, instr, lambda x: math(x.astype(F32)).astype(dt))

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch.limits import place_shared
 from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
 from tessera.errors import ArgumentError, user_api
 from tessera.interp.target import async_copy as target_async
@@ -84,16 +85,12 @@ def _geometry(value: Any, default: Any, what: str) -> tuple[int, int, int]:
 
 
 def _shared_layout(fn: Function) -> tuple[dict[str, int], int]:
-    """Shared addresses of the kernel's ``.shared`` buffers, in program order."""
-    layout: dict[str, int] = {}
-    end = 0
-    for instr in walk(fn.body):
-        op = instr.op
-        if isinstance(op, target_ops.SharedAlloc) and op.sym not in layout:
-            start = -(-end // op.align) * op.align
-            layout[op.sym] = start
-            end = start + op.size
-    return layout, -(-end // 16) * 16
+    """Shared addresses of the kernel's ``.shared`` buffers, in program order from
+    address 0: exactly where a kernel with dynamic shared memory has them (its
+    ``.extern .shared`` array is aligned for its most aligned buffer), and a model of
+    where ptxas places static buffers, aligned as declared."""
+    return place_shared((i.op.sym, i.op.size, i.op.align) for i in walk(fn.body)
+                        if isinstance(i.op, target_ops.SharedAlloc))
 
 
 def _tensor_map(arg: TensorMapArg, t: TensorMapType, base: int, k: int) -> TensorMap:

@@ -57,7 +57,7 @@ _HINTS = {
     "warp divergence": "warp-synchronous instructions (.sync.aligned) need every thread of "
                        "the warp (or warpgroup) to execute them together",
     "missing proxy fence": "put fence.proxy.async (and bar.sync) between st.shared and the "
-                           "wgmma that reads the data",
+                           "wgmma or TMA load that accesses the same bytes",
 }
 
 

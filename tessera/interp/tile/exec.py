@@ -25,10 +25,11 @@ from tessera.interp.tile.live import last_uses, releasing
 from tessera.interp.tile.numeric import F64, num
 from tessera.interp.tile.rules import IMPLS
 from tessera.interp.tile.state import Reschedule, State
-from tessera.interp.tile.wide import held_wide, possibly_wide
+from tessera.interp.tile.wide import held_wide, possibly_exact, possibly_wide
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
+from tessera.numerics.reductions.accumulator import to_exact
 
 
 class Frame:
@@ -137,6 +138,9 @@ class Compiler(Slots):
         wide_args = self.wide_slots(block.args)
         if wide_args:  # a loop's carried accumulator: wide from its first trip on
             steps.insert(0, lambda fr: widen_slots(fr.regs, wide_args))
+        exact_args = self.exact_slots(block.args)
+        if exact_args:  # a loop's carried exact accumulator: exact from its first trip on
+            steps.insert(0, lambda fr: exact_slots(fr.regs, exact_args))
         term = block.terminator
         yields = [self.slot(v) for v in term.operands] if term is not None else []
         defined = set(block.args)
@@ -189,16 +193,27 @@ class Compiler(Slots):
         wide = self.cached("wide", possibly_wide)
         return [self.slot(v) for v in values if held_wide(v, wide)]
 
+    def exact_slots(self, values: list[Value]) -> list[int]:
+        """The slots of ``values`` that exact mode holds as exact accumulators
+        (:func:`.wide.possibly_exact`): none in fast mode."""
+        if self.fast or not values:
+            return []
+        exact = self.cached("exact", possibly_exact)
+        return [self.slot(v) for v in values if v in exact]
+
     def _widening(self, instr: Instr, step: Step) -> Step:
         """``step`` of a structured op, followed by the exact widening of the results
-        that are wide slots (whichever path, or fast path, produced them)."""
+        that are wide slots (whichever path, or fast path, produced them), and the
+        conversion of those that are exact accumulators."""
         outs = self.wide_slots(instr.results)
-        if not outs:
+        exacts = self.exact_slots(instr.results)
+        if not outs and not exacts:
             return step
 
         def widening(fr: Frame) -> None:
             step(fr)
             widen_slots(fr.regs, outs)
+            exact_slots(fr.regs, exacts)
         return widening
 
     def fuse(self, consumer: Instr, producer: Instr) -> Step:
@@ -245,6 +260,15 @@ def widen_slots(regs: list[Any], slots: list[int]) -> None:
         dt = getattr(v, "dtype", None)
         if dt is not None and dt != F64 and isinstance(v, (np.ndarray, np.generic)):
             regs[s] = v.astype(F64)
+
+
+def exact_slots(regs: list[Any], slots: list[int]) -> None:
+    """Make the values of ``slots`` exact accumulators where they are not (a narrow
+    start, or a selection that mixed an accumulator with narrow values)."""
+    for s in slots:
+        v = regs[s]
+        if isinstance(v, (np.ndarray, np.generic)):
+            regs[s] = to_exact(v)
 
 
 def _integral(instr: Instr) -> bool:

@@ -18,6 +18,11 @@ f32, f64 and integers compute natively (``+ - * /`` and ``sqrt`` of float32 are
 correctly rounded, so this equals computing in float64 and rounding once); 16-bit and
 narrower floats compute in float32 and round once with round-to-nearest-even and the
 format's saturation (double rounding is innocuous: 24 >= 2p + 2 for p <= 11).
+
+An *exact* ``mma`` (``exact = true``) holds its result as an exact accumulator
+(:mod:`tessera.numerics.reductions.accumulator`: a NumPy object array of integer counts
+of ``2**-298``), carried through exact ``mma`` accumulation and control flow; every
+other use rounds it once, to nearest even, exactly as a wide value is rounded.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tessera.numerics import Element, convert, storage_of
+from tessera.numerics.reductions.accumulator import EXACT, add_exact, round_exact, to_exact
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -61,6 +67,8 @@ class Num:
             return x
         if self.sd == F32 and dt == F64:
             return x.astype(F32)
+        if dt == EXACT:
+            return round_exact(x, self.element)
         return convert(np.asarray(x), self.element)
 
     def compute(self, x: Any) -> Any:
@@ -99,6 +107,8 @@ def to_storage(x: Any, element: Element) -> np.ndarray:
         return x
     if n.sd == F32 and dt in (F64, np.dtype(np.float16)):
         return x.astype(F32)
+    if dt == EXACT:
+        return round_exact(x, element)
     return convert(np.asarray(x), element)
 
 
@@ -127,6 +137,12 @@ def combine(old: np.ndarray, value: Any, op: str, element: Element) -> np.ndarra
     ``C[...] += x``); a wide value is combined in float64."""
     n = num(element)
     fn = UPDATE_FUNCS[op]
+    if getattr(value, "dtype", None) == EXACT:
+        if op in ("add", "sub") and n.kind == "float" and n.sd != F64:
+            # an exact accumulator joins the stored value exactly and rounds once
+            other = value if op == "add" else np.negative(value)
+            return round_exact(add_exact(to_exact(old), other), element)
+        value = round_exact(value, element)
     if n.kind == "float" and (getattr(value, "dtype", None) == F64 or not n.native):
         wide = n.is_wide(value) or getattr(value, "dtype", None) == F64
         dt = F64 if wide else F32

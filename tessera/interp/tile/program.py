@@ -55,8 +55,14 @@ def run_program(program: TileProgram, args: Sequence[Any], mode: str = "checked"
         compiled = _prepared(program, step.kernel, fast)
         # inputs are read-only views: a kernel never writes what it only reads
         arrays = [buffers[a] for a in step.args]
-        launch(compiled, arrays, LaunchGeometry(1, step.grid, 1), checked=not fast,
-               schedule=schedule)
+        attrs = program.module.functions[step.kernel].attrs
+        # a hand-written kernel (graph.kernel_call) keeps its batch and group size, and
+        # one that returns a tile writes it into its last buffer
+        output = arrays.pop() if "result_shape" in attrs else None
+        geometry = LaunchGeometry(int(attrs.get("batch", 1)), step.grid,
+                                  int(attrs.get("group_size", 1)))
+        launch(compiled, arrays, geometry, checked=not fast, schedule=schedule,
+               output=output, output_element=attrs.get("result_element"))
     return [buffers[name].copy() if name in program.inputs else buffers[name]
             for name in program.results]
 

@@ -10,6 +10,7 @@ lines up a uniform tile with a per-program one. Rounding follows
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,9 @@ from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
+from tessera.numerics import convert, storage_of
+from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
+from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
 from tessera.numerics.transcendental.exp import exp_f32
 
@@ -144,11 +148,22 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc)
+def _erf(x: Any, out: Any = None, dtype: Any = None, casting: str = "same_kind") -> Any:
+    """The C library's ``erf`` in float64 (NumPy has none), as the graph interpreter
+    computes it; ``out`` receives the values rounded once."""
+    wide = np.asarray(x, dtype=F64)
+    r = np.asarray(np.frompyfunc(math.erf, 1, 1)(wide), dtype=F64) if wide.size else wide
+    if out is None:
+        return r
+    out[...] = r  # (the float64 values rounded once, to nearest even)
+    return out
+
+
+@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc, tile_compute.Tanh,
+      tile_compute.Erf)
 def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc}[
-        type(instr.op)
-    ]
+    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc,
+          tile_compute.Tanh: np.tanh, tile_compute.Erf: _erf}[type(instr.op)]
     n = _num_in(instr)
     if (
         fast
@@ -187,6 +202,9 @@ def _cast(instr: Instr, fast: bool) -> Impl:
     src = _num_in(instr)
     if num(to).kind == "bool" and src.kind != "bool":
         return lambda x: np.asarray(x) != 0
+    if num(to).sd == src.sd and storage_of(to) != storage_of(src.element):
+        # one storage dtype, two formats (f32 into tf32): the values still round
+        return lambda x: convert(np.asarray(src.narrow(x)), to)
     return lambda x: to_storage(x, to)
 
 
@@ -253,11 +271,17 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     assert isinstance(src, TensorType)
     axis = op.axis % src.rank - src.rank  # from the end: works with program axes
     n = _num_in(instr)
-    if op.kind != "sum":
+    if op.kind in ("max", "min"):
         kind = op.kind
         return lambda x: row_extreme(n.narrow(x), axis, kind)
+    if op.kind == "mean":
+        if fast:
+            return lambda x: n.result(np.mean(n.compute(x), axis=axis))
+        return _exact_sum(n, axis, mean=True)
     if fast or n.kind != "float":
         return lambda x: n.result(np.sum(n.compute(x), axis=axis))
+    if op.exact:
+        return _exact_sum(n, axis, mean=False)
 
     def exact_sum(x: Any) -> Any:
         # float64 accumulation in a fixed tree, rounded once to the element
@@ -273,9 +297,38 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     return exact_sum
 
 
+def _exact_sum(n: Num, axis: int, mean: bool) -> Impl:
+    """The exact sum (or mean) along ``axis``, rounded once to the element: numerics'
+    ``sum_rounded``, whose bits depend on the values alone; a NaN is the default one."""
+    def impl(x: Any) -> Any:
+        narrow = n.narrow(x)
+        count = narrow.shape[axis]
+        if count == 0:
+            return n.result(np.full(np.delete(narrow.shape, axis % narrow.ndim),
+                                    np.nan if mean else 0.0))
+        out = sum_rounded(narrow, axis, False, n.element, divisor=count if mean else 1)
+        nan = out != out
+        return np.where(nan, out.dtype.type(np.nan), out) if nan.any() else out
+    return impl
+
+
 @rule(tile_compute.Mma)
 def _mma(instr: Instr, fast: bool) -> Impl:
+    op = instr.op
+    assert isinstance(op, tile_compute.Mma)
+    if op.exact and not fast:
+        return _exact_mma(instr)
     return mma_rule(instr, fast)
+
+
+def _exact_mma(instr: Instr) -> Impl:
+    """An exact ``mma``: the exact products (and accumulator), an exact accumulator
+    (:mod:`tessera.numerics.reductions.accumulator`) rounded once where it is used."""
+    na, nb = _num_in(instr, 0), _num_in(instr, 1)
+    if len(instr.operands) == 3:
+        return lambda a, b, c: add_exact(to_exact(c), exact_products(na.narrow(a),
+                                                                     nb.narrow(b)))
+    return lambda a, b: exact_products(na.narrow(a), nb.narrow(b))
 
 
 def mma_rule(instr: Instr, fast: bool, columns: bool = False) -> Impl:

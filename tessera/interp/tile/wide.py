@@ -32,8 +32,18 @@ def possibly_wide(fn: Function) -> set[Value]:
     results and what ``WIDE_OK`` ops and control-flow slots pass them to (a least
     fixpoint over loops). Only float values whose element is narrower than f64 are
     actually held wide (:func:`held_wide`)."""
-    return forward_closure(fn, lambda instr: isinstance(instr.op, tile_compute.Mma),
+    return forward_closure(fn, lambda instr: isinstance(instr.op, tile_compute.Mma)
+                           and not instr.op.exact,
                            lambda instr: isinstance(instr.op, WIDE_OK))
+
+
+def possibly_exact(fn: Function) -> set[Value]:
+    """The values of ``fn`` that hold an exact accumulator in exact mode: the results of
+    ``mma`` with ``exact = true`` and the control-flow slots they flow into (a narrow
+    value reaching such a slot, a loop's ``zeros`` start, is made exact there). Any
+    other op rounds an exact operand once (:mod:`tessera.interp.tile.numeric`)."""
+    return forward_closure(fn, lambda instr: isinstance(instr.op, tile_compute.Mma)
+                           and instr.op.exact, lambda instr: False)
 
 
 def held_wide(v: Value, wide: set[Value]) -> bool:
@@ -42,4 +52,4 @@ def held_wide(v: Value, wide: set[Value]) -> bool:
     return v in wide and isinstance(t, TensorType) and num(t.element).can_be_wide
 
 
-__all__ = ["held_wide", "possibly_wide", "value_slots"]
+__all__ = ["held_wide", "possibly_exact", "possibly_wide", "value_slots"]

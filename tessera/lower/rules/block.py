@@ -29,7 +29,7 @@ from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc
 from tessera.lower.rules.memory import address
 from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
-from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, ptx_elem, reg_type
+from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, ptx_elem, reg_type, storage_name
 
 
 def commit_all(low: Lowerer, e: TargetEmitter, *, force: bool, fence: bool = True) -> None:
@@ -198,18 +198,39 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     else:
         from tessera.lower.sm80.gemm import mma_block
 
+        _sm80_family_types(low, abox.elem, instr)
         out = mma_block(low.em, regs, abox, bbox, a_trans=a.transposed, b_trans=b.transposed,
                         atype=abox.elem)
     return [Dist(layout, out, "f32")]
+
+
+def _sm80_family_types(low: Lowerer, elem: str, instr: Instr) -> None:
+    """fp8 products: ``mma.sync`` m16n8k32 e4m3/e5m2 exists from sm_89 on (PTX ISA,
+    "Warp-level matrix multiply-accumulate instructions"), not on sm_80 or sm_86."""
+    if elem in ("e4m3", "e5m2") and low.target != "sm_89":
+        raise UnsupportedError(f"an fp8 ({elem}) mma is not lowered for {low.target}: "
+                               f"{low.target} has no fp8 tensor-core product",
+                               hint="compile for sm_89 (mma.sync m16n8k32) or sm_90a "
+                                    "(wgmma), or cast the operands to bf16", loc=instr.loc)
 
 
 def _check_types(instr: Instr) -> None:
     """Both operands of one tensor-core format (the instructions take no mixed pairs)."""
     a, b = (t.element for t in (instr.operands[0].type, instr.operands[1].type))  # type: ignore
     if ptx_elem(a) != ptx_elem(b) or ptx_elem(a) not in ("bf16", "f16", "e4m3", "e5m2"):
-        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered",
+        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered"
+                               + _WHY_NOT_MMA.get(storage_name(a) if a == b else "", ""),
                                hint="cast both operands to bf16 (or f16, fp8) first",
                                loc=instr.loc)
+
+
+#: why an mma of two tiles of one format has no tensor-core lowering
+_WHY_NOT_MMA = {
+    "float32": ": an mma of f32 tiles multiplies the exact f32 values, and tf32 tensor "
+               "cores (mma.sync .tf32, inputs rounded to 10 mantissa bits by "
+               "cvt.rna.tf32.f32) would give other bits",
+    "int8": ": int8 mma.sync (m16n8k32 .s8.s8.s32) is not lowered yet",
+}
 
 
 def _mma_regs(low: Lowerer, instr: Instr, a: Dist, b: SharedBox, b_trans: bool,

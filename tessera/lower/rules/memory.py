@@ -142,21 +142,29 @@ def _view(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     src = args[0]
     if not isinstance(src, Mem):
         raise UnsupportedError("only memory can be viewed", loc=instr.loc)
+    return [window(low, src, args[1:], instr.operands[1:], op.sizes, op.squeeze)]
+
+
+def window(low: Lowerer, src: Mem, starts: list[Lowered], values: list[Value],
+           sizes: tuple[int, ...], squeeze: tuple[int, ...]) -> Mem:
+    """The ``sizes`` window of ``src`` at ``starts`` (lowered ``values``), without the
+    ``squeeze`` axes: address arithmetic only (a masked access's window may reach past
+    the memory's edge; only its masked-on elements are ever addressed)."""
     e = low.em
     off = src.offset
     if "multiples" not in low.extra:
         low.extra["multiples"] = Multiples(low.fn)
     known = low.extra["multiples"]
     align, size = src.align, elem_bytes(src.element)
-    for start, stride, value in zip(args[1:], src.strides, instr.operands[1:]):
+    for start, stride, value in zip(starts, src.strides, values):
         assert isinstance(start, Scalar)
         term = start.reg if stride == 1 else e.mul(start.reg, e.const(stride, "s32"), "s32")
         off = term if off is None else e.add(off, term, "s32")
         align = gcd(align, known.of(value) * stride * size)
-    keep = [a for a in range(len(op.sizes)) if a not in op.squeeze]
-    return [Mem(src.space, src.base, off, tuple(op.sizes[a] for a in keep),
-                tuple(src.strides[a] for a in keep), src.element, src.buffer, src.swizzle,
-                meta=dict(src.meta), align=align)]
+    keep = [a for a in range(len(sizes)) if a not in squeeze]
+    return Mem(src.space, src.base, off, tuple(sizes[a] for a in keep),
+               tuple(src.strides[a] for a in keep), src.element, src.buffer, src.swizzle,
+               meta=dict(src.meta), align=align)
 
 
 @rule(tile_memory.Select)
@@ -195,6 +203,15 @@ def _load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
+    from tessera.lower.rules.staged import Staged, stage
+
+    if isinstance(value, Staged):  # a masked load into shared memory: a zero-fill copy
+        if stage(low, mem, value):
+            return []
+        from tessera.lower.rules.masked import load_masked
+
+        load = value.load
+        value = load_masked(low, load, value.window, value.mask, low.env[load.operands[-1]])
     if isinstance(value, Scalar) and _rank0(instr):
         store_scalar(low.em, mem, value.reg, value.type)
         return []
@@ -271,4 +288,4 @@ def store_result(low: Lowerer, value: Lowered) -> None:
     store_result_tile(low, value)
 
 
-__all__ = ["address", "load_scalar", "store_result", "store_scalar"]
+__all__ = ["address", "load_scalar", "store_result", "store_scalar", "to_mem", "window"]

@@ -6,7 +6,8 @@ reproduces exactly: each thread sums its contiguous chunk as a tree, ``shfl.bfly
 with offsets 1, 2, 4... joins the chunks of neighbouring lanes (IEEE addition is
 commutative, so every lane gets the same bits), and what remains — chunks in other
 registers, or row segments of other warps, exchanged through shared memory — is
-summed as a tree in ascending order. ``row_max`` uses ``max.NaN`` (NaN propagates,
+summed as a tree in ascending order; in fast mode (kind ``fsum``) the same shape adds
+in f32. ``row_max`` uses ``max.NaN`` (NaN propagates,
 as ``np.max``) in the same shape.
 """
 
@@ -17,6 +18,7 @@ from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.fastmath import emit_shfl_sum_f32, emit_tree_sum_f32
 from tessera.lower.layout import Acc, Blocked
 from tessera.lower.mathlib import (
     emit_shfl_max_f32,
@@ -29,16 +31,22 @@ from tessera.lower.values import Dist, Lowered
 
 
 def _combine(e: TargetEmitter, kind: str, a: Value, b: Value) -> Value:
+    if kind == "fsum":
+        return e.add(a, b, "f32")
     return e.add(a, b, "f64") if kind == "sum" else e.bin("max", a, b, "f32", "NaN")
 
 
 def _tree(e: TargetEmitter, kind: str, vals: list[Value]) -> Value:
+    if kind == "fsum":
+        return emit_tree_sum_f32(e, vals)
     return emit_tree_sum_f64(e, vals) if kind == "sum" else emit_tree_max_f32(e, vals)
 
 
 def _shfl(e: TargetEmitter, kind: str, v: Value, offsets: list[int]) -> Value:
     if not offsets:
         return v
+    if kind == "fsum":
+        return emit_shfl_sum_f32(e, v, offsets)
     return (emit_shfl_sum_f64 if kind == "sum" else emit_shfl_max_f32)(e, v, offsets)
 
 
@@ -128,9 +136,10 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         raise UnsupportedError(f"tile.reduce {op.kind} over axis {op.axis} is not lowered",
                                hint="row_sum and row_max of f32 tiles are", loc=instr.loc)
     out = low.layouts[instr.results[0]]
+    kind = "fsum" if op.kind == "sum" and low.mode == "fast" else op.kind  # f32 tree
     if isinstance(x.layout, Acc):
-        return [Dist(out, reduce_acc(low.em, op.kind, x), "f32")]
-    return [Dist(out, reduce_blocked(low, op.kind, x), "f32")]
+        return [Dist(out, reduce_acc(low.em, kind, x), "f32")]
+    return [Dist(out, reduce_blocked(low, kind, x), "f32")]
 
 
 __all__ = ["reduce_acc", "reduce_blocked"]

@@ -153,9 +153,10 @@ def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         return elementwise(low, instr, args, lambda e, r: round_to(
             e, e.bin(name, r[0], r[1], "f32", "NaN"), t.element), "f32")
     name = FLOAT_OPS[cls]
+    mode = "full" if name == "div" and low.mode == "fast" else ""  # div.full.f32: fastmath
     return elementwise(low, instr, args,
-                       lambda e, r: round_to(e, e.bin(name, r[0], r[1], "f32"), t.element),
-                       "f32")
+                       lambda e, r: round_to(e, e.bin(name, r[0], r[1], "f32", mode),
+                                             t.element), "f32")
 
 
 @rule(*CMP)
@@ -188,10 +189,13 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if rt != "f32":
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered", loc=instr.loc)
     if cls is tile_compute.Exp:
-        from tessera.lower.mathlib import emit_exp_f32
+        if low.mode == "fast":
+            from tessera.lower.fastmath import emit_exp_fast as emit_exp
+        else:
+            from tessera.lower.mathlib import emit_exp_f32 as emit_exp
 
         return elementwise(low, instr, args,
-                           lambda e, r: round_to(e, emit_exp_f32(e, r[0]), t.element), "f32")
+                           lambda e, r: round_to(e, emit_exp(e, r[0]), t.element), "f32")
     if cls is tile_compute.Trunc:
         return elementwise(low, instr, args, lambda e, r: e.cvt(r[0], "f32", "f32", "rzi"),
                            "f32")

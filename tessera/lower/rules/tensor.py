@@ -52,6 +52,12 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
     """A deferred load (a memory view) read into ``layout``; other values pass."""
     if not isinstance(lv, Mem):
         return lv
+    if isinstance(layout, Row):  # a per-row vector of an accumulator's epilogue
+        from tessera.lower.broadcast import load_rows
+
+        rows = load_rows(low, lv, layout)
+        if rows is not None:
+            return rows
     if not isinstance(layout, Blocked):
         raise UnsupportedError(f"a memory tile cannot be read into layout {layout} yet")
     e = low.em
@@ -150,7 +156,10 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     out = low.layouts[instr.results[0]]
     if isinstance(x, Scalar):
         return [Dist(out, [x.reg] * register_count(out), x.type)]
-    assert isinstance(x, Dist)
+    if isinstance(x, Mem):  # a tile read from memory: each register loads its element
+        from tessera.lower.broadcast import broadcast_load
+
+        return [broadcast_load(low, x, out, instr.op.dims)]
     if isinstance(out, Acc) and isinstance(x.layout, Row):
         half = out.cols // 2
         regs = [x.regs[2 * (r // half) + (((r % half) >> 1) & 1)]
@@ -180,6 +189,12 @@ def _reshape(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     out = low.layouts.get(instr.results[0])
     if isinstance(x, Dist) and out == x.layout:  # adding or removing unit dims
         return [x]
+    if isinstance(x, Mem):  # a view: unit dims are free (x[:, None] of a bias column)
+        from tessera.lower.broadcast import reshape_view
+
+        view = reshape_view(x, tuple(instr.op.shape))
+        if view is not None:
+            return [view]
     raise UnsupportedError("reshapes that move elements between threads are not lowered",
                            loc=instr.loc)
 

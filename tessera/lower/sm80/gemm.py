@@ -26,6 +26,18 @@ from tessera.lower.tiles import THREADS, SharedBox, elem_size
 
 #: operand element types of ``mma.sync.m16n8k16`` these blocks lower
 MMA_TYPES = ("bf16", "f16")
+#: fp8 operand types of ``mma.sync.m16n8k32`` (sm_89 and later, PTX ISA 8.4)
+FP8_TYPES = ("e4m3", "e5m2")
+#: bytes of K one mma.sync step reads per row: 16 bf16/f16 (k16) or 32 fp8 (k32), so the
+#: fragment layouts, and the ldmatrix addresses that gather them, are the same in bytes
+#: (PTX ISA sec. 9.7.14.5.8: A register i of lane l holds row l/4 (+8), bytes
+#: 4 (l % 4) .. +3 (+16) of the step, for both shapes)
+_STEP_BYTES = 32
+
+
+def _k_step(atype: str) -> int:
+    """The K of one ``mma.sync`` of ``atype`` operands (16, or 32 for fp8)."""
+    return _STEP_BYTES // elem_size(atype)
 _F32 = RegType("f32")
 
 ALoader = Callable[[int, int], Value]
@@ -50,11 +62,14 @@ def _smem_a(e: TargetEmitter, lanes: Lanes, a: SharedBox, a_trans: bool) -> ALoa
     and k ``+8 (j >> 1)`` of the warp's m16k16 block, i.e. A registers a0..a3 in the
     order of sec. 9.7.14.5.8. A^T (``a_trans``) is read with ``.trans``."""
     rb, es, shared = _operand(a, a.elem, "A"), elem_size(a.elem), SharedAddresses(e, a)
-    if not a_trans:  # row 16 w + (lane & 15), column 8 (lane >> 4)
+    if not a_trans:  # row 16 w + (lane & 15), byte column 16 (lane >> 4)
         dyn = lin(e, [(lanes.warp, 16 * rb), (lanes.bits(0, 15), rb),
-                       (lanes.bits(4, 1), 8 * es)])
+                       (lanes.bits(4, 1), 16)])
         return lambda b, kk: e.one(Ldmatrix(4, False),
-                                   shared.addr(dyn, 64 * b * rb + 16 * kk * es))
+                                   shared.addr(dyn, 64 * b * rb + _STEP_BYTES * kk))
+    if es != 2:  # ldmatrix.trans moves 16-bit elements
+        raise UnsupportedError(f"a transposed {a.elem} A operand is not lowered for "
+                               "mma.sync", hint="stage A row-major (K contiguous)")
     # A^T row (a k) 8 (lane >> 4) + (lane & 7), column (an m) 16 w + 8 ((lane >> 3) & 1)
     dyn = lin(e, [(lanes.bits(4, 1), 8 * rb), (lanes.bits(0, 7), rb), (lanes.warp, 16 * es),
                    (lanes.bits(3, 1), 8 * es)])
@@ -70,19 +85,23 @@ def _smem_b(e: TargetEmitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int
     the buffer holds B row-major (k-major rows) and no transpose for B^T."""
     rb, es, shared = _operand(b, b.elem, "B"), elem_size(b.elem), SharedAddresses(e, b)
     odd = (bn // 8) % 2 == 1
+    if not b_trans and es != 2:  # ldmatrix.trans moves 16-bit elements
+        raise UnsupportedError(f"a row-major {b.elem} B operand is not lowered for "
+                               "mma.sync: its fragments need K contiguous",
+                               hint="stage B transposed (N x K) and multiply by its .T")
     if not b_trans:  # row (a k) lane & 15, column (an n) 8 (lane >> 4); .x2: lanes 0..15
         dyn4 = lin(e, [(lanes.bits(0, 15), rb), (lanes.bits(4, 1), 8 * es)])
         dyn2 = lin(e, [(lanes.bits(0, 15), rb)]) if odd else dyn4
 
         def static(kk: int, j: int) -> int:
             return 16 * kk * rb + 8 * j * es
-    else:  # row (an n) 8 (lane >> 4) + (lane & 7), column (a k) 8 ((lane >> 3) & 1)
+    else:  # row (an n) 8 (lane >> 4) + (lane & 7), byte column 16 ((lane >> 3) & 1)
         dyn4 = lin(e, [(lanes.bits(4, 1), 8 * rb), (lanes.bits(0, 7), rb),
-                        (lanes.bits(3, 1), 8 * es)])
-        dyn2 = lin(e, [(lanes.bits(0, 7), rb), (lanes.bits(3, 1), 8 * es)]) if odd else dyn4
+                        (lanes.bits(3, 1), 16)])
+        dyn2 = lin(e, [(lanes.bits(0, 7), rb), (lanes.bits(3, 1), 16)]) if odd else dyn4
 
         def static(kk: int, j: int) -> int:
-            return 8 * j * rb + 16 * kk * es
+            return 8 * j * rb + _STEP_BYTES * kk
 
     def load(kk: int) -> list[Value]:
         frags: list[Value] = []
@@ -97,21 +116,23 @@ def _smem_b(e: TargetEmitter, lanes: Lanes, b: SharedBox, b_trans: bool, bn: int
 
 def _products(e: TargetEmitter, lanes: Lanes, acc: list[Value], load_a: ALoader, b: SharedBox,
               b_trans: bool, atype: str, bm: int, bn: int, bk: int) -> list[Value]:
-    """C += A @ B over k16 steps in ascending order: per step the B fragments, then per
-    64-row block its A fragment and one ``mma.sync.m16n8k16`` per n8 block."""
-    if atype not in MMA_TYPES:
-        raise UnsupportedError(f"mma.sync m16n8k16 lowering takes bf16 or f16, not {atype}")
-    if bm % 64 or bn % 8 or bk % 16 or bm <= 0 or bn <= 0 or bk <= 0:
-        raise UnsupportedError(f"a {bm}x{bn}x{bk} product needs BM % 64, BN % 8 and BK % 16 "
-                               "to be 0", hint="pad the tile sizes")
+    """C += A @ B over k16 (fp8: k32) steps in ascending order: per step the B
+    fragments, then per 64-row block its A fragment and one ``mma.sync.m16n8k16`` (fp8:
+    ``m16n8k32``) per n8 block."""
+    if atype not in MMA_TYPES + FP8_TYPES:
+        raise UnsupportedError(f"mma.sync lowering takes bf16, f16 or fp8, not {atype}")
+    ks = _k_step(atype)
+    if bm % 64 or bn % 8 or bk % ks or bm <= 0 or bn <= 0 or bk <= 0:
+        raise UnsupportedError(f"a {bm}x{bn}x{bk} product needs BM % 64, BN % 8 and "
+                               f"BK % {ks} to be 0", hint="pad the tile sizes")
     if len(acc) != bm * bn // THREADS or any(v.type != _F32 for v in acc):
         raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} f32 registers "
                          f"per thread, got {len(acc)}")
     half = bn // 2
     c = [[e.pack(acc[b * half + 4 * j: b * half + 4 * j + 4], "f32") for j in range(bn // 8)]
          for b in range(bm // 64)]
-    mma, load_b = MmaSync("m16n8k16", atype, atype), _smem_b(e, lanes, b, b_trans, bn)
-    for kk in range(bk // 16):
+    mma, load_b = MmaSync(f"m16n8k{ks}", atype, atype), _smem_b(e, lanes, b, b_trans, bn)
+    for kk in range(bk // ks):
         frags = load_b(kk)
         for blk in range(bm // 64):
             a = load_a(blk, kk)
@@ -249,5 +270,5 @@ def acc_rowcol(e: TargetEmitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     return out
 
 
-__all__ = ["MMA_TYPES", "acc_origin", "acc_rowcol", "acc_to_a", "mma_block", "mma_block_regs",
-           "quad_origin", "store_acc"]
+__all__ = ["FP8_TYPES", "MMA_TYPES", "acc_origin", "acc_rowcol", "acc_to_a", "mma_block",
+           "mma_block_regs", "quad_origin", "store_acc"]

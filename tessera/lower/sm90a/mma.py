@@ -99,9 +99,12 @@ def _ring_barrier(e: TargetEmitter, bars: Value, count: Value) -> Value:
     return e.add(bars, e.bin("shl", slot, e.const(3, "u32"), "u32"), "u32")
 
 
-def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
+def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox,
+             at: list[Value] | None = None) -> None:
     """``tile.cp_async`` of a global box into a wgmma buffer: thread 0 issues one TMA
-    load per swizzle panel on the barrier of the group being formed."""
+    load per swizzle panel on the barrier of the group being formed. ``at``: the box's
+    (row, column) in the tensor, when it may lie partly outside it (TMA fills what is
+    outside with zeros); else they are found from the view's offset."""
     e = low.em
     arg = src.meta.get("arg")
     if arg is None or len(src.shape) != 2 or src.strides[-1] != 1:
@@ -111,9 +114,12 @@ def tma_copy(low: Lowerer, dst: Mem, src: Mem, box: SharedBox) -> None:
     width = box.swizzle // esize
     tmap = low.tensor_map(arg, box.elem, (box.rows, width), box.swizzle)
     stride = src.strides[0]
-    off = src.offset if src.offset is not None else e.const(0, "s32")
-    row = e.bin("div", off, e.const(stride, "s32"), "s32")
-    col = e.bin("rem", off, e.const(stride, "s32"), "s32")
+    if at is not None:
+        row, col = at
+    else:
+        off = src.offset if src.offset is not None else e.const(0, "s32")
+        row = e.bin("div", off, e.const(stride, "s32"), "s32")
+        col = e.bin("rem", off, e.const(stride, "s32"), "s32")
     if src.meta.get("batch_rows"):
         batch = e.cvt(e.sreg("ctaid.y"), "s32", "u32")
         row = e.add(row, e.mul(batch, e.const(src.meta["batch_rows"], "s32"), "s32"), "s32")

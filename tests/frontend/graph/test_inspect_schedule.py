@@ -61,11 +61,11 @@ def test_target_stage_still_raises_for_graph_functions() -> None:
         ts.inspect_ir(mlp, "target", *_args())
 
 
-def test_tile_stage_refuses_the_matmul_of_a_graph_function() -> None:
-    from tessera.ir.transforms.to_tile import TileGenerationError
-
-    with pytest.raises(TileGenerationError, match=r"graph\.matmul"):
-        ts.inspect_ir(mlp, "tile", *_args())
+def test_tile_stage_of_a_graph_function() -> None:
+    """The MLP's two kernels: exact mma K loops, GELU on f64 tiles."""
+    text = ts.inspect_ir(mlp, "tile", *_args())
+    assert text.count("tile.kernel @") == 2 and "exact = true" in text
+    assert "tile.tanh" in text and "launch @mlp_k1" in text
 
 
 PROGRAM = '''

@@ -108,7 +108,7 @@ def test_backends_that_do_not_exist_or_are_not_built() -> None:
 
 
 def mlp(x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
-    return op.gelu(x @ w1 + b1) @ w2 + b2
+    return op.sin(x @ w1 + b1) @ w2 + b2
 
 
 def test_unsupported_op_names_op_and_line_and_interp_still_runs() -> None:
@@ -118,7 +118,7 @@ def test_unsupported_op_names_op_and_line_and_interp_still_runs() -> None:
     with pytest.raises(TileGenerationError) as err:
         ts.jit(mlp, backend="tile")(*args)
     _, start = inspect.getsourcelines(mlp)
-    assert "graph.matmul" in str(err.value)
+    assert "graph.sin" in str(err.value)
     assert f"test_lowered.py:{start + 1}:" in str(err.value)
     assert isinstance(err.value, UnsupportedError)
     assert ts.jit(mlp)(*args).shape == (16, 8)
@@ -188,13 +188,9 @@ def layernorm(x):  # type: ignore[no-untyped-def]
     return (x - mu) / op.sqrt(op.mean((x - mu) * (x - mu), axis=-1, keepdims=True) + 1e-5)
 
 
-def test_row_reductions_are_refused_at_their_line() -> None:
+def test_row_reductions_give_the_graph_bits() -> None:
     x = np.random.default_rng(2).standard_normal((8, 32)).astype(np.float32)
-    with pytest.raises(TileGenerationError, match=r"graph\.mean") as err:
-        ts.jit(layernorm, backend="tile")(x)
-    _, start = inspect.getsourcelines(layernorm)
-    assert err.value.loc.line == start + 1 and "exact sum" in str(err.value)
-    assert ts.jit(layernorm)(x).shape == (8, 32)
+    assert _bits(ts.jit(layernorm, backend="tile")(x)) == _bits(ts.jit(layernorm)(x))
 
 
 def test_stochastic_rounding_and_one_operand_matmul_are_refused() -> None:

@@ -1,5 +1,7 @@
-"""A tile kernel called inside a traced function is a clear TraceError at the user's
-line (kernels cannot be traced yet), never an error about the tracer's type."""
+"""A tile kernel called inside a traced function is a ``graph.kernel_call``
+(tests/frontend/graph/test_kernel_call.py); differentiating through one without a
+``custom_vjp`` is a clear GradError at the user's line, never an error about the
+tracer's type."""
 
 from __future__ import annotations
 
@@ -28,31 +30,31 @@ def _line_of(fn: Any, text: str) -> int:
     return first + next(k for k, line in enumerate(lines) if text in line)
 
 
-def test_kernel_inside_jit_names_the_call_line() -> None:
+def test_kernel_inside_jit_runs_and_grad_names_the_call_line() -> None:
     def f(a: Any) -> Any:
         return double(a) + 1.0
 
-    for wrap in (ts.jit, ts.grad):
-        with pytest.raises(ts.TraceError) as info:
-            wrap(lambda a: ts.sum(f(a)))(np.ones(4, np.float32))
-        text = str(info.value)
-        assert f"{HERE}:{_line_of(f, 'double(a)')}" in text, text
-        assert "kernels cannot be traced yet" in text and "outside @ts.jit" in text
-        assert "Tracer" not in text
+    out = ts.jit(lambda a: ts.sum(f(a)))(np.ones(4, np.float32))
+    assert np.array_equal(np.asarray(out), np.float32(12.0))
+    with pytest.raises(ts.GradError) as info:
+        ts.grad(lambda a: ts.sum(f(a)))(np.ones(4, np.float32))
+    text = str(info.value)
+    assert f"{HERE}:{_line_of(f, 'double(a)')}" in text, text
+    assert "tile kernel 'double' has no differentiation rule" in text
+    assert "ts.custom_vjp" in text and "Tracer" not in text
 
 
-def test_kernel_on_a_concrete_array_inside_jit_is_refused_too() -> None:
-    """Run at trace time only, it would be skipped by every cached call after the first."""
+def test_kernel_on_a_concrete_array_inside_jit_leaves_it_alone() -> None:
+    """A graph op, run on a copy on every call (not once at trace time)."""
     data = np.ones(4, np.float32)
 
     @ts.jit
     def f(a: Any) -> Any:
-        double(data)
-        return a
+        return double(data) + a
 
-    with pytest.raises(ts.TraceError, match="cannot be traced yet"):
-        f(np.ones(2, np.float32))
-    assert np.array_equal(data, np.ones(4))  # nothing ran
+    for k in range(2):
+        assert np.array_equal(np.asarray(f(np.full(4, k, np.float32))), np.full(4, 2.0 + k))
+    assert np.array_equal(data, np.ones(4))  # written on a copy only
 
 
 def test_kernel_still_runs_outside_jit() -> None:

@@ -1,11 +1,15 @@
 """Assemble PTX into a cubin with ptxas (the build check) or nvJitLink (in process).
 
 The ptxas used is the one of the ``nvidia-cuda-nvcc`` wheel (PTX ISA up to 9.5), never a
-system CUDA whose ptxas may be older.  ptxas *repairs* some wgmma ordering mistakes (a
-missing ``wgmma.fence`` or ``wgmma.wait_group``) and says so only in an info line tagged
-``(C75xx)``; the kernel still assembles.  Such a kernel is serialised at best and a sign
-that the generated code disagrees with the PTX ISA's ordering rules (sec. 9.7.15.4
-"Asynchronous Warpgroup Level Matrix Multiply-Accumulate ... wgmma.fence"), so every
+system CUDA whose ptxas may be older, unless the environment variable ``TESSERA_PTXAS``
+names a ptxas explicitly (a system CUDA toolkit on a GPU machine without the wheel; a
+ptxas older than the PTX's ``.version`` then rejects it with its own message).
+
+ptxas *repairs* some wgmma ordering mistakes (a missing ``wgmma.fence`` or
+``wgmma.wait_group``) and says so only in an info line tagged ``(C75xx)``; the kernel
+still assembles.  Such a kernel is serialised at best and a sign that the generated
+code disagrees with the PTX ISA's ordering rules (sec. 9.7.15.4 "Asynchronous
+Warpgroup Level Matrix Multiply-Accumulate ... wgmma.fence"), so every
 ``(C75`` line fails the build here.
 """
 
@@ -22,6 +26,8 @@ from pathlib import Path
 
 from tessera.errors import Loc, TesseraError
 
+#: the environment variable naming an explicit ptxas (e.g. /usr/local/cuda/bin/ptxas)
+PTXAS_ENV = "TESSERA_PTXAS"
 _INSTALL_HINT = "pip install nvidia-cuda-nvcc (or run `make test`, which installs it)"
 _ERROR = re.compile(r"^ptxas[^,\n]*, line (\d+); (error|fatal)\s*: (.*)$", re.MULTILINE)
 _ADVISORY = re.compile(r"^.*\(C75\d\d\).*$", re.MULTILINE)
@@ -66,7 +72,17 @@ class Assembled:
 
 
 def find_ptxas() -> str:
-    """Path of the ptxas of the ``nvidia-cuda-nvcc`` wheel; :class:`ToolchainMissing` if absent."""
+    """Path of the ptxas to use: ``$TESSERA_PTXAS`` when set (it must be an executable
+    file), else the one of the ``nvidia-cuda-nvcc`` wheel; :class:`ToolchainMissing` if
+    neither is there."""
+    override = os.environ.get(PTXAS_ENV, "").strip()
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ToolchainMissing(f"{PTXAS_ENV}={override} is not an executable file",
+                                   hint=f"point {PTXAS_ENV} at a CUDA toolkit's bin/ptxas, or "
+                                        f"unset it to use the wheel's ({_INSTALL_HINT})")
+        return str(path)
     try:
         from cuda.pathfinder import find_nvidia_binary_utility
 
@@ -82,7 +98,7 @@ def find_ptxas() -> str:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     raise ToolchainMissing("ptxas from the nvidia-cuda-nvcc wheel is not installed",
-                           hint=_INSTALL_HINT)
+                           hint=f"{_INSTALL_HINT}, or set {PTXAS_ENV}=/path/to/ptxas")
 
 
 def _check_arch(arch: str) -> None:

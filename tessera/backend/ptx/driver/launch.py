@@ -290,6 +290,17 @@ class DeviceArrays:
         self._staged = {}
 
 
+def opt_in_shared(driver: Any, fn: CudaFunction, shared_bytes: int) -> None:
+    """Allow ``fn`` ``shared_bytes`` of dynamic shared memory: above 48 KiB a kernel
+    must opt in before its launch (CUDA C++ Programming Guide, "Shared Memory" of
+    compute capabilities 8.x and 9.0)."""
+    if shared_bytes > _DEFAULT_SHARED_LIMIT:
+        _call(driver, "cuFuncSetAttribute", driver.cuFuncSetAttribute(
+            fn.handle,
+            driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes))
+
+
 class CudaModule:
     """A PTX text or cubin image loaded into device 0's primary context."""
 
@@ -340,11 +351,7 @@ class CudaModule:
             values = [item.value if item.host_array is None else dev.pointer(item.host_array)
                       for item in prepared]
             native = NativeParams(pack_params(fn.specs, values))
-            if shared_bytes > _DEFAULT_SHARED_LIMIT:
-                _call(driver, "cuFuncSetAttribute", driver.cuFuncSetAttribute(
-                    fn.handle,
-                    driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shared_bytes))
+            opt_in_shared(driver, fn, shared_bytes)
             _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
                 fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
             _call(driver, "cuCtxSynchronize", driver.cuCtxSynchronize())

@@ -21,6 +21,7 @@ from tessera.backend.ptx.driver.launch import (
     CudaModule,
     _call,
     _dims,
+    opt_in_shared,
     prepare_args,
 )
 from tessera.backend.ptx.driver.params import NativeParams, pack_params
@@ -44,9 +45,10 @@ class Timing:
 
 def time_launches(module: CudaModule, function: CudaFunction | str, grid: int | Sequence[int],
                   block: int | Sequence[int], args: Sequence[Any], *, repeat: int = 20,
-                  warmup: int = 3) -> Timing:
-    """Launch ``function`` ``warmup + repeat`` times on device-resident ``args`` and time
-    the last ``repeat`` launches one by one."""
+                  warmup: int = 3, shared_bytes: int = 0) -> Timing:
+    """Launch ``function`` ``warmup + repeat`` times on device-resident ``args`` (with
+    ``shared_bytes`` of dynamic shared memory per CTA) and time the last ``repeat``
+    launches one by one."""
     driver = module.driver
     fn = module.function(function) if isinstance(function, str) else function
     grid3, block3 = _dims("grid", grid), _dims("block", block)
@@ -56,6 +58,7 @@ def time_launches(module: CudaModule, function: CudaFunction | str, grid: int | 
                             hint="copy the inputs to the GPU once (DeviceArrays) and pass "
                                  "their device addresses")
     native = NativeParams(pack_params(fn.specs, [item.value for item in prepared]))
+    opt_in_shared(driver, fn, shared_bytes)
     start = _call(driver, "cuEventCreate", driver.cuEventCreate(0))
     stop = _call(driver, "cuEventCreate", driver.cuEventCreate(0))
     times: list[float] = []
@@ -63,7 +66,7 @@ def time_launches(module: CudaModule, function: CudaFunction | str, grid: int | 
         for k in range(warmup + repeat):
             _call(driver, "cuEventRecord", driver.cuEventRecord(start, 0))
             _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
-                fn.handle, *grid3, *block3, 0, 0, native.kernel_params, 0))
+                fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
             _call(driver, "cuEventRecord", driver.cuEventRecord(stop, 0))
             _call(driver, "cuEventSynchronize", driver.cuEventSynchronize(stop))
             if k >= warmup:

@@ -75,8 +75,9 @@ def _ldmatrix(e: PtxWriter, instr: Instr) -> None:
 def _mma(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     a, b = _mma_type(instr, op.atype), _mma_type(instr, op.btype)
+    if ("e4m3" in (a, b) or "e5m2" in (a, b)) and e.target != "sm_89":
+        e.sm90(instr)  # fp8 mma.sync needs sm_89 (or sm_90a) and PTX 8.4
     if "e4m3" in (a, b) or "e5m2" in (a, b):
-        e.sm90(instr)  # fp8 mma.sync needs sm_89 and PTX 8.4
         e.require((8, 4))
     d = e.regs.vec(instr.result)
     srcs = ", ".join(e.regs.vec(v) for v in instr.operands)

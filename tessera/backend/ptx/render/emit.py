@@ -25,6 +25,8 @@ from tessera.ir.dialects.target import RegType, Return
 Rule = Callable[["PtxWriter", Instr], None]
 #: op class -> format function; filled by render_ops, render_async and render
 RULES: dict[type[Op], Rule] = {}
+#: the ``.extern .shared`` array of a kernel whose buffers are dynamic shared memory
+DYNAMIC_SHARED = "smem"
 
 
 rule = rule_decorator(RULES, "format rule")
@@ -40,6 +42,8 @@ class PtxWriter:
         self.version = version
         self.lines: list[tuple[str, Loc | None]] = []
         self.shared: dict[str, tuple[int, int]] = {}
+        #: symbol -> offset in the dynamic shared array, when the buffers are dynamic
+        self.dynamic_offsets: dict[str, int] | None = None
         self.loc: Loc | None = None
         self._labels = 0
 
@@ -152,5 +156,5 @@ def address(e: PtxWriter, instr: Instr, offset: int = 0) -> str:
     return f"[{reg}+{offset}]" if offset else f"[{reg}]"
 
 
-__all__ = ["RULES", "PtxWriter", "Rule", "address", "arith_type", "immediate", "mem_type",
-           "mov_type", "rule"]
+__all__ = ["DYNAMIC_SHARED", "RULES", "PtxWriter", "Rule", "address", "arith_type",
+           "immediate", "mem_type", "mov_type", "rule"]

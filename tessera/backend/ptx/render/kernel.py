@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import re
 
-from tessera.backend.ptx.render.emit import RULES, PtxWriter, mem_type, rule
+from tessera.backend.ptx.render.emit import DYNAMIC_SHARED, RULES, PtxWriter, mem_type, rule
 from tessera.backend.ptx.render.regalloc import Registers, RenderError, tie_values
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
+from tessera.lower.shared import check_shared_limit
 
-#: the lowest PTX ISA version each target accepts in ``.target`` (sm_80: PTX 7.0;
-#: sm_90a, wgmma, TMA, expect_tx and fence.proxy.async: PTX 8.0)
-BASE_VERSION = {"sm_80": (7, 0), "sm_90a": (8, 0)}
+#: the lowest PTX ISA version each target accepts in ``.target`` (PTX ISA, "Release
+#: History" and ".target": sm_80 PTX 7.0, sm_86 7.1, sm_89 7.8; sm_90a, wgmma, TMA,
+#: expect_tx and fence.proxy.async: PTX 8.0)
+BASE_VERSION = {"sm_80": (7, 0), "sm_86": (7, 1), "sm_89": (7, 8), "sm_90a": (8, 0)}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -160,6 +162,12 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
     target = _check(fn)
     regs = Registers(tie_values(fn))
     e = PtxWriter(regs, target, BASE_VERSION[target])
+    plan = check_shared_limit(fn, target)
+    if plan.dynamic:
+        if DYNAMIC_SHARED in plan.offsets:
+            raise RenderError(f"a shared buffer is named {DYNAMIC_SHARED!r}, the name of the "
+                              "dynamic shared array", hint="rename the buffer", loc=fn.loc)
+        e.dynamic_offsets = plan.offsets
     e.loc = None if fn.loc == UNKNOWN_LOC else fn.loc
     _load_params(e, fn)
     e.loc = None
@@ -169,6 +177,8 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
 
     head = [f".version {e.version[0]}.{e.version[1]}", f".target {target}",
             ".address_size 64", ""]
+    if plan.dynamic:  # module scope; sized by the launch (CompiledKernel.shared_bytes)
+        head += [f".extern .shared .align {plan.align} .b8 {DYNAMIC_SHARED}[];", ""]
     params = [_param_decl(fn, k, a) for k, a in enumerate(fn.args)]
     head.append(f".visible .entry {fn.name}(")
     head.extend(f"\t{p}," for p in params[:-1])
@@ -179,8 +189,9 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
         dims = [*list(block), 1, 1][:3]
         head.append(".maxntid " + ", ".join(str(int(d)) for d in dims))
     head.append("{")
-    head.extend(f"\t.shared .align {align} .b8 {sym}[{size}];"
-                for sym, (size, align) in e.shared.items())
+    if not plan.dynamic:
+        head.extend(f"\t.shared .align {align} .b8 {sym}[{size}];"
+                    for sym, (size, align) in e.shared.items())
     head.extend("\t" + d for d in regs.declarations())
     head.append("")
     lines = head + [text for text, _ in e.lines] + ["}", ""]

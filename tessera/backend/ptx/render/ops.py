@@ -11,6 +11,7 @@ integer conversion, ``.approx`` for ``ex2``/``lg2`` (the only forms PTX has).
 from __future__ import annotations
 
 from tessera.backend.ptx.render.emit import (
+    DYNAMIC_SHARED,
     PtxWriter,
     address,
     arith_type,
@@ -22,6 +23,7 @@ from tessera.backend.ptx.render.emit import (
 from tessera.backend.ptx.render.regalloc import RenderError, braced, operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import RegType, Return
+from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
     Binary,
@@ -189,6 +191,28 @@ def _store(e: PtxWriter, instr: Instr) -> None:
           f"{address(e, instr, op.offset)}, {src};")
 
 
+@rule(GuardedLoad)
+def _guarded_load(e: PtxWriter, instr: Instr) -> None:
+    # the load first: it reads the address before the mov may overwrite a register
+    # the allocator shares between a dying operand and the result
+    op = instr.op
+    dst = e.regs.of(instr.result)
+    guard = e.regs.one(instr.operands[1])
+    e.out(f"@{guard} ld.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} "
+          f"{operand(dst)}, {address(e, instr, op.offset)};")
+    for d, s in zip(dst, e.regs.of(instr.operands[2])):
+        if d != s:
+            e.out(f"@!{guard} mov.{mov_type(op.type)} {d}, {s};")
+
+
+@rule(GuardedStore)
+def _guarded_store(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    src = operand(e.regs.of(instr.operands[1]))
+    e.out(f"@{e.regs.one(instr.operands[2])} st.{op.space}{_vec_suffix(op.vec)}."
+          f"{mem_type(op.type)} {address(e, instr, op.offset)}, {src};")
+
+
 @rule(Reduce)
 def _reduce(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
@@ -204,6 +228,11 @@ def _shared(e: PtxWriter, instr: Instr) -> None:
     if known != (op.size, op.align):
         raise RenderError(f"shared buffer {op.sym} is declared twice with different sizes",
                           hint="give each shared buffer its own symbol", loc=instr.loc)
+    if e.dynamic_offsets is not None:  # an offset into the one dynamic array
+        offset = e.dynamic_offsets[op.sym]
+        where = f"{DYNAMIC_SHARED}+{offset}" if offset else DYNAMIC_SHARED
+        e.out(f"mov.u32 {e.regs.one(instr.result)}, {where};")
+        return
     e.out(f"mov.u32 {e.regs.one(instr.result)}, {op.sym};")
 
 

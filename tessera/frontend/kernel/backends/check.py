@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, InterpretError, user_api
+from tessera.frontend.kernel.backends.compile import gpu_mode
+from tessera.frontend.kernel.backends.fast_bounds import fast_tolerance, within_fast_bound
 from tessera.frontend.kernel.backends.launch import launch
 
 
@@ -74,30 +76,38 @@ def tolerance(kernel: Any, reference: np.ndarray, args: tuple[Any, ...],
 @user_api
 def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
                             target: str | None = None, bitwise: bool | None = None,
-                            **launch_kw: Any) -> None:
+                            mode: str | None = None, **launch_kw: Any) -> None:
     """Run ``kernel`` on a backend and on the tile interpreter, each on its own copy of
     the arguments, and compare every output: bit for bit for ``backend="target"`` (the
     lowering must not change a bit), within :func:`tolerance` for ``"cuda"`` unless
     ``bitwise=True`` (Tessera's own PTX promises the interpreter's bits on a GPU too).
+    A kernel compiled in fast mode (``mode="fast"``, or a kernel declared so) is
+    compared with the tile interpreter's *checked* result within
+    :func:`~tessera.frontend.kernel.backends.fast_bounds.fast_tolerance`.
     Raises ``InterpretError`` naming the first output and element that differ."""
-    exact = backend == "target" if bitwise is None else bool(bitwise)
     if not (callable(kernel) and hasattr(kernel, "specialise")):
         raise ArgumentError(f"check_against_reference needs a @ts.kernel function, got "
                             f"{type(kernel).__name__}",
                             hint="pass the kernel first: check_against_reference(k, *args)")
+    fast = backend != "interp" and gpu_mode(kernel, mode) == "fast"
+    exact = (backend == "target" and not fast) if bitwise is None else bool(bitwise)
     ref_args = copy.deepcopy(args)
     got_args = copy.deepcopy(args)
-    ref = _outputs(ref_args, kernel(*ref_args, **launch_kw))
+    ref = _outputs(ref_args, kernel(*ref_args, mode="checked" if fast else mode, **launch_kw))
     got = _outputs(got_args, launch(kernel, launch_kw.pop("grid", None), got_args,
-                                    backend=backend, target=target, **launch_kw))
+                                    backend=backend, target=target, mode=mode, **launch_kw))
     for k, (r, g) in enumerate(zip(ref, got)):
         if exact:
             bad = r.view(np.uint8).reshape((*r.shape, -1)) != g.view(np.uint8).reshape(
                 (*g.shape, -1))
             bad = bad.any(axis=-1)
+        elif fast:
+            bad = ~within_fast_bound(r, g, fast_tolerance(kernel, r, args, launch_kw))
         else:
-            diff = np.abs(r.astype(np.float64) - g.astype(np.float64))
-            bad = ~(diff <= tolerance(kernel, r, args, launch_kw))
+            r64, g64 = r.astype(np.float64), g.astype(np.float64)
+            with np.errstate(invalid="ignore"):  # inf - inf: equal infinities agree
+                bad = ~((np.abs(r64 - g64) <= tolerance(kernel, r, args, launch_kw))
+                        | (r64 == g64) | (np.isnan(r64) & np.isnan(g64)))
         if bad.any():
             at = tuple(int(i) for i in np.argwhere(bad)[0])
             raise InterpretError(f"output {k} of '{kernel.name}' differs from the "

@@ -34,6 +34,8 @@ class CompiledKernel:
     line_map: dict[int, Loc]
     specialization: dict[str, Any]
     seconds: dict[str, float] = field(default_factory=dict)
+    #: "checked" (the tile interpreter's bits) or "fast" (approximate math)
+    mode: str = "checked"
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -44,6 +46,14 @@ class CompiledKernel:
     def block(self) -> int:
         """Threads per CTA."""
         return int(self.kernel.attrs["block"][0])
+
+    @property
+    def shared_bytes(self) -> int:
+        """The dynamic shared memory (bytes) each launch must request: the kernel's
+        buffers when they exceed the 48 KiB of static shared memory, else 0."""
+        from tessera.lower.shared import shared_plan
+
+        return shared_plan(self.kernel).dynamic_bytes
 
     @property
     def signature(self) -> list[tuple[str, str]]:
@@ -70,14 +80,14 @@ class CompiledKernel:
         return assemble(self.ptx, arch, line_map=self.line_map, kernel=self.name)
 
 
-def lower_and_render(tile: Function, target: str) -> tuple[Function, str, dict[int, Loc],
-                                                             dict[str, float]]:
+def lower_and_render(tile: Function, target: str, mode: str = "checked") -> tuple[
+        Function, str, dict[int, Loc], dict[str, float]]:
     """Lower a specialised ``tile.kernel`` and render its PTX (timed per stage)."""
     from tessera.backend.ptx.render import render
     from tessera.lower.core import lower_kernel
 
     t0 = time.perf_counter()
-    kernel = lower_kernel(tile, target)
+    kernel = lower_kernel(tile, target, mode)
     t1 = time.perf_counter()
     verify_function(kernel)
     check_kernel(kernel)
@@ -87,30 +97,47 @@ def lower_and_render(tile: Function, target: str) -> tuple[Function, str, dict[i
     return kernel, ptx, line_map, {"lower": t1 - t0, "verify": t2 - t1, "render": t3 - t2}
 
 
+def gpu_mode(kernel: Any, mode: str | None) -> str:
+    """The math mode a kernel compiles in: ``mode`` if given, else the kernel's own
+    (``@ts.kernel(mode="fast")``); ``"reference"`` compiles as ``"checked"`` (the same
+    numerics)."""
+    from tessera.frontend.kernel import MODES
+
+    mode = mode or getattr(kernel, "mode", "checked")
+    if mode not in MODES:
+        raise ArgumentError(f"unknown kernel mode {mode!r}", hint=f"use one of {MODES}")
+    return "fast" if mode == "fast" else "checked"
+
+
 @user_api
-def compile_kernel(kernel: Any, *args: Any, target: str = "sm_90a",
+def compile_kernel(kernel: Any, *args: Any, target: str = "sm_90a", mode: str | None = None,
                    **launch: Any) -> CompiledKernel:
     """Compile ``kernel`` for ``target`` as specialised by these example arguments and
-    launch keywords (``grid``, ``group_size``, ``tile_shape``, ``config``)."""
+    launch keywords (``grid``, ``group_size``, ``tile_shape``, ``config``). ``mode`` is
+    the kernel's unless given: ``"fast"`` lowers ``exp``, ``log``, float division and
+    ``row_sum`` to approximate f32 instructions (docs/ptx-backend.md, "Fast-math mode")."""
     if target not in TARGETS:
         raise ArgumentError(f"unknown PTX target {target!r}",
                             hint=f"use one of {', '.join(TARGETS)}")
     if not hasattr(kernel, "specialise"):
         raise ArgumentError(f"{kernel!r} is not a @ts.kernel",
                             hint="decorate the function with @ts.kernel")
+    mode = gpu_mode(kernel, mode)
     t0 = time.perf_counter()
     _, module = kernel.specialise(tuple(args), dict(launch))
     tile = module.functions[kernel.name]
     t1 = time.perf_counter()
-    lowered, ptx, line_map, seconds = lower_and_render(tile, target)
+    lowered, ptx, line_map, seconds = lower_and_render(tile, target, mode)
     spec = {"target": target, "grid": list(tile.attrs.get("grid", ())),
             "group_size": tile.attrs.get("group_size", 1),
             "tile_shape": list(tile.attrs.get("tile_shape", ())),
             "batch": tile.attrs.get("batch", 0),
             "config": {k: v for k, v in tile.attrs.get("config", ())},
             "params": [str(a.type) for a in tile.args]}
+    if mode == "fast":
+        spec["mode"] = "fast"
     return CompiledKernel(kernel.name, target, tile, lowered, ptx, line_map, spec,
-                          {"trace": t1 - t0, **seconds})
+                          {"trace": t1 - t0, **seconds}, mode)
 
 
 def target_arguments(compiled: CompiledKernel, runtime: list[Any]) -> tuple[list[Any], Any]:
@@ -169,5 +196,5 @@ def launch_result(compiled: CompiledKernel, prep: Any, out: Any) -> Any:
     return finish_launch(prep, None, returned=returned)
 
 
-__all__ = ["CompiledKernel", "compile_kernel", "launch_result", "lower_and_render",
+__all__ = ["CompiledKernel", "compile_kernel", "gpu_mode", "launch_result", "lower_and_render",
            "run_compiled", "target_arguments"]

@@ -34,17 +34,20 @@ BACKENDS = ("interp", "target", "cuda")
 
 
 def device_target() -> str:
-    """The PTX target of GPU 0: sm_90a on Hopper (its arch-specific wgmma and TMA), sm_80
-    on every other GPU from Ampere on (PTX for sm_80 runs on newer GPUs)."""
+    """The PTX target of GPU 0: sm_90a on Hopper (its arch-specific wgmma and TMA), sm_86
+    and sm_89 on those Ampere and Ada parts (sm_89's fp8 mma.sync), sm_80 on every other
+    GPU from Ampere on (PTX for sm_80 runs on newer GPUs)."""
     from tessera.backend.ptx.driver.launch import device_compute_capability
 
     major, minor = device_compute_capability()
     if (major, minor) == (9, 0):
         return "sm_90a"
+    if (major, minor) in ((8, 6), (8, 9)):
+        return f"sm_{major}{minor}"
     if major >= 8:
         return "sm_80"
     raise ArgumentError(f"compute capability {major}.{minor} is below sm_80",
-                        hint="Tessera's PTX backend targets sm_80 and sm_90a")
+                        hint="Tessera's PTX backend targets sm_80, sm_86, sm_89 and sm_90a")
 
 
 @dataclass
@@ -59,17 +62,19 @@ class DeviceLaunch:
     values: list[Any]
     prep: Any
     out: Any
+    shared_bytes: int = 0  # dynamic shared memory per CTA
 
     def run(self) -> None:
         """Launch once and wait."""
-        self.module.launch(self.function, self.grid, self.block, 0, self.values)
+        self.module.launch(self.function, self.grid, self.block, self.shared_bytes,
+                           self.values)
 
     def time(self, *, repeat: int = 20, warmup: int = 3) -> Any:
         """A :class:`~tessera.backend.ptx.driver.timing.Timing` of ``repeat`` launches."""
         from tessera.backend.ptx.driver.timing import time_launches
 
         return time_launches(self.module, self.function, self.grid, self.block, self.values,
-                             repeat=repeat, warmup=warmup)
+                             repeat=repeat, warmup=warmup, shared_bytes=self.shared_bytes)
 
 
 @contextlib.contextmanager
@@ -95,7 +100,8 @@ def on_device(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
                     values.append(encode(a.tensor_map(dev.pointer(a.array))))
                 else:
                     values.append(a)
-            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, values, prep, out)
+            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, values, prep, out,
+                               compiled.shared_bytes)
 
 
 def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
@@ -107,15 +113,18 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
 
 @user_api
 def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
-           backend: str = "cuda", target: str | None = None, **launch_kw: Any) -> Any:
+           backend: str = "cuda", target: str | None = None, mode: str | None = None,
+           **launch_kw: Any) -> Any:
     """Launch ``kernel`` over ``grid`` on ``args`` with one backend (see the module doc);
-    arrays are updated in place and the kernel's result is returned."""
+    arrays are updated in place and the kernel's result is returned. ``mode`` (default:
+    the kernel's) is the tile interpreter's mode, or the math of the compiled kernel
+    (``"fast"``: approximate instructions, see :func:`compile_kernel`)."""
     if backend not in BACKENDS:
         raise ArgumentError(f"unknown backend {backend!r}", hint=f"use one of {BACKENDS}")
     if grid is not None:
         launch_kw["grid"] = grid
     if backend == "interp":
-        return kernel(*args, **launch_kw)
+        return kernel(*args, mode=mode, **launch_kw)
     if backend == "cuda":
         from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
 
@@ -123,9 +132,10 @@ def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
         if not ok:
             raise GpuUnavailable(f"no CUDA GPU: {why}",
                                  hint="use backend='target' to run the lowered kernel on the CPU")
-        compiled = compile_kernel(kernel, *args, target=target or device_target(), **launch_kw)
+        compiled = compile_kernel(kernel, *args, target=target or device_target(), mode=mode,
+                                  **launch_kw)
         return _run_cuda(compiled, kernel, tuple(args), launch_kw)
-    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", **launch_kw)
+    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode, **launch_kw)
     return run_compiled(compiled, kernel, *args, **launch_kw)
 
 
@@ -142,10 +152,16 @@ class _Aot:
 
         compiled = [compile_kernel(kernel, *args, target=t, **launch_kw) for t in targets]
         first = compiled[0]
+        shared = {c.shared_bytes for c in compiled}
+        if len(shared) > 1:  # one manifest entry serves every target's image
+            raise ArgumentError(
+                f"kernel '{first.name}' needs different dynamic shared memory per target "
+                f"({', '.join(f'{c.target}: {c.shared_bytes}' for c in compiled)})",
+                hint="save one bundle per target")
         return save(path, first.name, {c.target: c.ptx for c in compiled},
                     signature=first.signature, specialization=first.specialization,
                     assemble=assemble, grid=list(first.grid), block=[first.block, 1, 1],
-                    shared_bytes=0)
+                    shared_bytes=first.shared_bytes)
 
     @staticmethod
     def load(path: str | Path) -> Any:

@@ -2,9 +2,12 @@
 
 ``mma(a, b, accumulator=)`` takes the accumulation format (``accumulator=ts.f32``, the
 default is the policy's accumulator of ``a``, f32 for bf16) or an accumulator tile to
-add to (``mma(a, b, acc)`` = ``acc + a @ b``, accumulated as one chain). Unary math
-of integer tiles computes in f32 (``abs`` keeps the integer format); reductions need a
-constant axis. Each rule registers in ``API_RULES`` with its parameters.
+add to (``mma(a, b, acc)`` = ``acc + a @ b``, accumulated as one chain);
+``exact=True`` makes the result an exact accumulator, rounded once where it is used.
+Unary math of integer tiles computes in f32 (``abs`` keeps the integer format);
+reductions need a constant axis; ``row_sum``/``reduce_sum`` take ``exact=True`` (the
+exact sum rounded once), and ``reduce_mean`` is always exact. Each rule registers in
+``API_RULES`` with its parameters.
 """
 
 from __future__ import annotations
@@ -23,8 +26,16 @@ from tessera.ir.types import TensorType
 from tessera.numerics import accum_of
 
 
-@api_rule("mma", params=("a", "b", "accumulator"), defaults={"accumulator": None})
-def _mma(state: CompileState, node: ast.AST, a: Any, b: Any, accumulator: Any) -> Value:
+def _flag(state: CompileState, node: ast.AST, name: str, value: Any) -> bool:
+    if is_value(value) or not isinstance(value, bool):
+        raise state.error(f"{name}= must be a constant True or False", node)
+    return value
+
+
+@api_rule("mma", params=("a", "b", "accumulator", "exact"),
+          defaults={"accumulator": None, "exact": False})
+def _mma(state: CompileState, node: ast.AST, a: Any, b: Any, accumulator: Any,
+         exact: Any) -> Value:
     ta, tb = state.as_tile(a, node), state.as_tile(b, node)
     acc_tile = None
     if is_value(accumulator):
@@ -35,7 +46,8 @@ def _mma(state: CompileState, node: ast.AST, a: Any, b: Any, accumulator: Any) -
     else:
         acc = element_arg(state, accumulator, node)
     operands = [ta, tb] + ([acc_tile] if acc_tile is not None else [])
-    return state.emit1(tile_compute.Mma(acc), operands, node)
+    return state.emit1(tile_compute.Mma(acc, _flag(state, node, "exact", exact)), operands,
+                       node)
 
 
 @api_rule("zeros", params=("shape", "dtype"), defaults={"dtype": None})
@@ -74,6 +86,8 @@ UNARY = {
     "log": tile_compute.Log,
     "sqrt": tile_compute.Sqrt,
     "abs": tile_compute.Abs,
+    "tanh": tile_compute.Tanh,
+    "erf": tile_compute.Erf,
 }
 for _name, _cls in UNARY.items():
     api_rule(_name, params=("x",))(functools.partial(_unary, cls=_cls))
@@ -101,19 +115,31 @@ def _where(state: CompileState, node: ast.AST, cond: Any, a: Any, b: Any) -> Val
     return state.emit1(tile_compute.Where(), [c, va, vb], node)
 
 
-def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str) -> Value:
+def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str,
+            exact: Any = False) -> Value:
     v = state.as_tile(x, node)
     if v.type.rank == 0 or is_value(axis):  # type: ignore[attr-defined]
         raise state.error(f"{kind} reductions need a tile of rank >= 1 and a constant "
                           "axis", node)
-    return state.emit1(tile_compute.Reduce(kind, int(axis)), [v], node)
+    exact = _flag(state, node, "exact", exact) or kind == "mean"
+    if exact and kind_of(v.type.element) != "float":  # type: ignore[attr-defined]
+        if kind == "mean":
+            raise state.error(f"reduce_mean needs a float tile, not "
+                              f"{v.type.element}: cast it first", node)  # type: ignore
+        exact = False  # integer sums are exact already
+    return state.emit1(tile_compute.Reduce(kind, int(axis), exact), [v], node)
 
 
-for _name, _kind in {"row_max": "max", "row_sum": "sum"}.items():
-    api_rule(_name, params=("x",))(functools.partial(_reduce, axis=-1, kind=_kind))
-for _name, _kind in {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}.items():
+api_rule("row_max", params=("x",))(functools.partial(_reduce, axis=-1, kind="max"))
+api_rule("row_sum", params=("x", "exact"), defaults={"exact": False})(
+    functools.partial(_reduce, axis=-1, kind="sum"))
+for _name, _kind in {"reduce_max": "max", "reduce_min": "min"}.items():
     api_rule(_name, params=("x", "axis"), defaults={"axis": -1})(
         functools.partial(_reduce, kind=_kind))
+api_rule("reduce_sum", params=("x", "axis", "exact"), defaults={"axis": -1, "exact": False})(
+    functools.partial(_reduce, kind="sum"))
+api_rule("reduce_mean", params=("x", "axis"), defaults={"axis": -1})(
+    functools.partial(_reduce, kind="mean"))
 
 
 @api_rule("causal_mask", params=("scores", "q_start", "k_start"))

@@ -111,10 +111,9 @@ def _call(state: CompileState, node: ast.Call) -> Any:
     if func is builtins.range and dynamic:
         raise state.error("range() of kernel values is only for loops: write "
                           "'for i in ts.tile.range(...)'", node)
-    if inspect.isfunction(func) and not func.__module__.startswith("tessera"):
+    if inspect.isfunction(func) and not _library(func):
         return inline(state, func, args, kwargs, node)
-    if getattr(func, "__module__", "") and str(func.__module__).startswith("tessera.") \
-            and dynamic:
+    if _library(func) and dynamic:
         raise state.error(f"{getattr(func, '__name__', func)} is a graph-level operator; "
                           "kernels use ts.tile.* ops", node)
     if dynamic:
@@ -126,6 +125,14 @@ def _call(state: CompileState, node: ast.Call) -> Any:
     except Exception as err:
         raise state.error(f"calling {getattr(func, '__name__', func)!r} while compiling "
                           f"failed: {err}", node) from None
+
+
+def _library(func: Any) -> bool:
+    """Whether ``func`` is tessera's own (an operator, not kernel code to inline); the
+    conformance suite's kernels are user code that ships with the package."""
+    module = str(getattr(func, "__module__", "") or "")
+    return (module == "tessera" or module.startswith("tessera.")) \
+        and not module.startswith("tessera.conformance.")
 
 
 def float_tile(state: CompileState, x: Any, node: ast.AST) -> Any:

@@ -144,7 +144,8 @@ def fusions(block: Block, enabled: frozenset[str] | None = None) -> dict[Instr, 
         for v in instr.operands:
             counts[v] = counts.get(v, 0) + 1
     producers = {i.results[0]: i for i in block.instrs
-                 if (isinstance(i.op, tile_compute.Mma) and len(i.operands) == 2)
+                 if (isinstance(i.op, tile_compute.Mma) and len(i.operands) == 2
+                     and not i.op.exact)  # an exact product is not float64 arithmetic
                  or isinstance(i.op, STORE_PRODUCERS)}
     found: dict[Instr, Instr] = {}
     taken: set[Instr] = set()

@@ -197,7 +197,7 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
             continue
         user = users[0]
         if isinstance(user.op, Mma) and user.operands[2:] == [arg] \
-                and arg not in user.operands[:2]:
+                and arg not in user.operands[:2] and not user.op.exact:
             op = user.op
         elif user in fused and isinstance(fused[user].op, Mma) \
                 and isinstance(user.op, Add) and user.operands.count(arg) == 1:

@@ -177,7 +177,8 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
     product = math[-1]  # the yielded value: the mma's, or the fused add's
     mma = product if len(math) == 1 else c.fused[block].get(product)
     if mma is None or mma is not math[0] or not isinstance(mma.op, tile_compute.Mma) \
-            or term.operands[0] is not product.results[0] or acc not in product.operands:
+            or mma.op.exact or term.operands[0] is not product.results[0] \
+            or acc not in product.operands:
         return None
     a, b = mma.operands[:2]
     if a not in loads or b not in loads or a is b:

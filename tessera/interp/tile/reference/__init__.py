@@ -21,7 +21,8 @@ views ``x[a:b, c]``                         :func:`.memory.make_view` (bounds, 8
                                             .write`` (races, 8)
 ``tile.masked_load``, ``masked_store``      ``masked._masked_load``, ``_masked_store``
 (``ts.tile.load``/``store``, ``mask=``)     (masked-on elements only: bounds, then the
-                                            checks of ``memory.globals``, 8)
+                                            checks of ``memory.globals`` or
+                                            ``memory.shared_masked``, 8)
 ``alloc_shared``, ``barrier``, ``cp_async``  ``memory._sync``, ``memory._cp_async`` →
 ``cp_commit_group``, ``cp_wait_group``      :mod:`tessera.interp.tile.sync` (phases,
                                             copy groups, divergent barriers)
@@ -30,8 +31,12 @@ elementwise ops, ``cast``, ``where``        :mod:`tessera.interp.tile.rules` wit
                                             (6, "Arithmetic")
 ``row_sum``, ``row_max``, ``reduce_*``      ``rules._reduce`` (6: the float64 pairwise
                                             tree, rounded once)
+exact ``reduce`` (``exact=True``, mean)     ``rules._exact_sum``: numerics'
+                                            ``sum_rounded`` (7, "Exact accumulators")
 ``mma``                                     ``rules.mma_rule`` →
                                             :func:`tessera.interp.tile.mma.mma` (7)
+exact ``mma`` (``exact=True``)              ``rules._exact_mma`` → numerics'
+                                            ``reductions.accumulator`` (7)
 ==========================================  ===========================================
 
 Programs run together (:mod:`tessera.interp.tile.context`): a value holds every

@@ -8,7 +8,9 @@ reads ``other``); a masked-on element outside the memory is an out-of-bounds rep
 naming that element. The in-bounds, masked-on elements are gathered from (scattered
 into) the tensor in program order, as ``tile.store`` orders its writes, after the race
 and conflict checks of ``memory.globals`` on exactly those elements (a
-:class:`MaskedPlan` stands for the access plan there).
+:class:`MaskedPlan` stands for the access plan there). A shared buffer's masked-on
+elements get the checks of shared memory (uninitialised reads, pending copies, races
+within a group) in ``memory.shared_masked``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import Loc, UnsupportedError
+from tessera.errors import Loc
 from tessera.interp.tile.context import Ctx
 from tessera.interp.tile.errors import OOB
 from tessera.interp.tile.exec import Compiler, Frame, Step, step_rule
 from tessera.interp.tile.memory import globals as global_mem
+from tessera.interp.tile.memory import shared_masked
 from tessera.interp.tile.memory.access import c_strides
-from tessera.interp.tile.memory.spaces import Ref
+from tessera.interp.tile.memory.spaces import Ref, SharedMem
 from tessera.interp.tile.numeric import for_copy
 from tessera.interp.tile.state import Reschedule, State
 from tessera.ir.core import Instr
@@ -146,10 +149,6 @@ def _add(a: Any, b: Any) -> Any:
 def _operands(c: Compiler, instr: Instr) -> tuple[int, list[int], int, int]:
     mt = instr.operands[0].type
     assert isinstance(mt, MemRefType)
-    if mt.space != "global":
-        raise UnsupportedError(f"{instr.op.name} of shared memory is not simulated yet",
-                               loc=instr.loc, hint="mask the global access that fills "
-                                                   "the buffer instead")
     rank = mt.rank
     ops = instr.operands
     return (c.slot(ops[0]), [c.slot(v) for v in ops[1:1 + rank]], c.slot(ops[1 + rank]),
@@ -170,6 +169,9 @@ def _masked_load(c: Compiler, instr: Instr) -> Step:
         plan, window = _elements(fr.st, ctx, loc, ref, [r[s] for s in starts], sizes,
                                  squeeze, r[mask])
         mem = ref.mem
+        if isinstance(mem, SharedMem):
+            r[out] = shared_masked.load(fr.st, ctx, loc, mem, plan, r[other])
+            return
         if mem.track_reads:
             global_mem.check_read(fr.st, ctx, loc, window, plan)
         value = np.full(plan.shape, r[other], dtype=mem.array.dtype)
@@ -192,6 +194,9 @@ def _masked_store(c: Compiler, instr: Instr) -> Step:
         plan, window = _elements(st, ctx, loc, ref, [r[s] for s in starts], sizes, squeeze,
                                  r[mask])
         mem = ref.mem
+        if isinstance(mem, SharedMem):
+            shared_masked.write(st, ctx, loc, mem, plan, _bc(r[val], ctx.lead + tile))
+            return
         if st.checked or mem.track_reads or mem.last_group is not None:
             if mem.last_group is not None and st.vectorized:
                 # the checks order reductions from several groups by element offsets,

@@ -13,7 +13,8 @@ Element rules (documented in docs/numerics.md):
 This module holds the typing helpers the ops share and re-exports every op, so each is
 ``graph.X``. The ops live in one module per family: :mod:`.structure` (constants,
 terminators, ``graph.custom``), :mod:`.elementwise`, :mod:`.contraction` (matmul, DFTs,
-reductions), :mod:`.shapes` and :mod:`.collective`.
+reductions), :mod:`.shapes`, :mod:`.collective` and :mod:`.kernel` (``graph.kernel_call``,
+a tile kernel launched from a graph function).
 """
 
 from __future__ import annotations
@@ -141,15 +142,16 @@ from tessera.ir.dialects.graph.collective import (  # noqa: E402
     Shard,
     axis_names,
 )
+from tessera.ir.dialects.graph.kernel import KernelCall  # noqa: E402
 
 __all__ = [
     "BOOL", "COLLECTIVE_OPS", "Abs", "Add", "AllGather", "AllReduce", "AllToAll",
     "AxisAttr", "Binary", "Broadcast", "Cast", "Collective", "Compare", "Conj", "Constant",
     "Cos", "Custom", "Div", "Embed", "Eq", "Erf", "Exp", "Fft", "Ge", "Gelu", "Gt", "Ifft",
-    "Imag", "Le", "Log", "Lt", "MatMul", "Max", "Maximum", "Mean", "MeshBroadcast", "Min",
-    "Minimum", "Mse", "Mul", "Ne", "Neg", "Pow", "Ppermute", "Real", "Reduce",
-    "ReduceScatter", "Relu", "Reshape", "Return", "Round", "Shard", "Sign", "Sin", "Slice",
-    "Softmax", "Spectral", "Sqrt", "Sub", "Sum", "Tanh", "ToReal", "Transpose", "Unary",
+    "Imag", "KernelCall", "Le", "Log", "Lt", "MatMul", "Max", "Maximum", "Mean",
+    "MeshBroadcast", "Min", "Minimum", "Mse", "Mul", "Ne", "Neg", "Pow", "Ppermute", "Real",
+    "Reduce", "ReduceScatter", "Relu", "Reshape", "Return", "Round", "Shard", "Sign", "Sin",
+    "Slice", "Softmax", "Spectral", "Sqrt", "Sub", "Sum", "Tanh", "ToReal", "Transpose", "Unary",
     "Where", "Yield", "arity", "axis_names", "join", "matmul_element", "norm_axis",
     "real_of", "tensor",
 ]

@@ -25,12 +25,12 @@ the region is run:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from tessera.errors import IRVerifyError, TesseraError
-from tessera.ir.core import Function, Instr, Op, Terminator, Type, register_op, walk
+from tessera.ir.core import Block, Function, Instr, Op, Terminator, Type, register_op
 from tessera.ir.dialects.schedule.space import IterationSpace, iteration_space
 
 FUNC = "schedule.func"
@@ -133,7 +133,7 @@ class ScheduledKernel(Op):
                                 "its result types")
         inside = set(block.args)
         count = 0
-        for inner in walk(block):
+        for inner in _graph_ops(block):
             if inner is not term and not inner.op.name.startswith("graph."):
                 raise IRVerifyError(f"schedule.kernel regions hold Graph IR ops, not "
                                     f"{inner.op.name}")
@@ -154,6 +154,17 @@ class ScheduledKernel(Op):
                 f"schedule.kernel loops {self.extents} {self.kinds} are not its region's "
                 f"iteration space {space.extents} {space.kinds}",
                 hint="a loop that an op reduces is never a grid loop")
+
+
+def _graph_ops(block: Block) -> Iterator[Instr]:
+    """The instructions of ``block`` and of its nested regions, except the region of a
+    ``graph.kernel_call`` (the Tile IR of a hand-written kernel, launched as it is)."""
+    for instr in block.instrs:
+        yield instr
+        if instr.op.name != "graph.kernel_call":
+            for region in instr.regions:
+                for inner in region.blocks:
+                    yield from _graph_ops(inner)
 
 
 def space_of(instr: Instr) -> IterationSpace:

@@ -87,7 +87,8 @@ def _link(instr: Instr, classes: _Classes, reduced: list[Axis],
     op = instr.op
     out = instr.results[0] if len(instr.results) == 1 else None
     if out is None or isinstance(op, (graph_ops.Constant, graph_ops.Reshape,
-                                      graph_ops.Slice, graph_ops.Embed, graph_ops.Custom)):
+                                      graph_ops.Slice, graph_ops.Embed, graph_ops.Custom,
+                                      graph_ops.KernelCall)):
         return  # fresh axes: an index map (or a call) starts new loops
     if isinstance(op, graph_ops.MatMul):
         a, b = instr.operands

@@ -34,7 +34,7 @@ from tessera.ir.structured import StructuredFor, StructuredIf, StructuredOp, Str
 from tessera.ir.text import TYPE_PARSERS
 
 KERNEL = "ptx.kernel"
-TARGETS = ("sm_80", "sm_90a")
+TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 
 #: PTX register types: name -> (bits, kind); kind is f (float), u, s, b (untyped), p
 REG_TYPES: dict[str, tuple[int, str]] = {

@@ -9,7 +9,10 @@ the IR before rendering:
 * a ``wgmma`` result is read only after ``wgmma.commit_group`` and a
   ``wgmma.wait_group`` that retires its group (sec. 9.7.15.6.2-3);
 * shared memory written by ordinary stores is fenced with ``fence.proxy.async``
-  before a ``wgmma`` reads shared memory (sec. 9.7.13.4, async proxy);
+  before a ``wgmma`` reads it or a TMA load overwrites it (sec. 9.7.13.4, async proxy).
+  Only stores into the buffers the ``wgmma`` or TMA touches count (a store to a ring
+  counter does not): each address is traced back to the ``ptx.shared`` buffers it is
+  computed from, and a store whose address cannot be traced counts for every buffer;
 * an ``mbarrier.init`` is fenced (``fence.mbarrier_init`` or ``fence.proxy.async``)
   before the barrier is used (sec. 9.7.13.15.9); a ``bar.sync`` must also separate
   the init from other threads' uses — the Target IR interpreter reports a use of an
@@ -26,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from tessera.errors import IRVerifyError
-from tessera.ir.core import Block, Function, Instr, Value
+from tessera.ir.core import Block, Function, Instr, Value, walk
 from tessera.ir.dialects.target import For, If, While
 from tessera.ir.dialects.target.async_ops import (
     CpAsync,
@@ -40,7 +43,16 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.dialects.target.ops import Store
+from tessera.ir.dialects.target.guarded import GuardedStore
+from tessera.ir.dialects.target.ops import (
+    Binary,
+    Const,
+    Cvt,
+    Pack,
+    SharedAlloc,
+    Special,
+    Store,
+)
 
 
 @dataclass
@@ -48,7 +60,9 @@ class _State:
     fenced: bool = False  # a wgmma.fence since accumulators were last touched
     uncommitted: set[Value] = field(default_factory=set)
     groups: list[set[Value]] = field(default_factory=list)  # committed, oldest first
-    dirty_shared: bool = False  # st.shared since the last fence.proxy.async
+    # shared buffers (ptx.shared symbols; ANY when untraceable) stored to by st.shared
+    # or cp.async since the last fence.proxy.async
+    dirty: frozenset[str] = frozenset()
     barrier_init: str = "ready"  # "ready" | "unfenced"
 
     def copy(self) -> _State:
@@ -69,15 +83,71 @@ class _State:
         ga = (pad + self.groups)[-n:] if n else []
         gb = (pad + other.groups)[-n:] if n else []
         return _State(self.fenced and other.fenced, self.uncommitted | other.uncommitted,
-                      [a | b for a, b in zip(ga, gb)], self.dirty_shared or other.dirty_shared,
-                      worst)
+                      [a | b for a, b in zip(ga, gb)], self.dirty | other.dirty, worst)
 
 
 def _fail(instr: Instr, message: str, hint: str) -> None:
     raise IRVerifyError(message, hint=hint, loc=instr.loc)
 
 
-def _step(instr: Instr, st: _State) -> _State:
+#: the buffer set of an address that cannot be traced to its ptx.shared buffers
+ANY = "*"
+_ARITH = (Binary, Cvt, Pack, Const, Special)
+
+
+class _Provenance:
+    """Which ``ptx.shared`` buffers an address (or a matrix descriptor) is computed
+    from: through arithmetic to ``ptx.shared`` results, a loop-carried value through
+    its initial and yielded values, :data:`ANY` for anything else (a loaded pointer)."""
+
+    def __init__(self, fn: Function) -> None:
+        self.loops: dict[Block, Instr] = {}
+        for instr in walk(fn.body):
+            if isinstance(instr.op, (For, While)):
+                for region in instr.regions:
+                    self.loops[region.block] = instr
+        self.seen: dict[Value, frozenset[str]] = {}
+
+    def of(self, v: Value) -> frozenset[str]:
+        """The buffers of ``v``."""
+        if v in self.seen:
+            return self.seen[v]
+        self.seen[v] = frozenset()  # a cycle through a loop adds nothing new
+        owner = v.owner
+        if isinstance(owner, Instr) and isinstance(owner.op, SharedAlloc):
+            out = frozenset([owner.op.sym])
+        elif isinstance(owner, Instr) and isinstance(owner.op, _ARITH):
+            out = frozenset().union(*(self.of(x) for x in owner.operands))
+        elif isinstance(owner, Block) and owner in self.loops:
+            out = frozenset().union(*(self.of(x) for x in self._carried(owner, v)))
+        else:
+            out = frozenset([ANY])
+        self.seen[v] = out
+        return out
+
+    def _carried(self, block: Block, v: Value) -> list[Value]:
+        """The values a loop's block argument ``v`` takes: its initial value and the
+        value the body yields for it (none for a ``ptx.for`` index)."""
+        loop = self.loops[block]
+        k = block.args.index(v)
+        body = loop.regions[-1].block
+        if isinstance(loop.op, For):
+            if k == 0:
+                return []
+            init, k = loop.operands[3 + k - 1], k - 1
+        else:
+            init = loop.operands[k]
+        term = body.terminator
+        return [init] + ([term.operands[k]] if term is not None and k < len(term.operands)
+                         else [])
+
+
+def _touches(st: _State, used: frozenset[str]) -> bool:
+    """Whether an async-proxy access of ``used`` meets an unfenced generic store."""
+    return bool(st.dirty) and (ANY in st.dirty or ANY in used or bool(st.dirty & used))
+
+
+def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
     op = instr.op
     flying = st.in_flight()
     if not isinstance(op, (Wgmma, WgmmaCommit, WgmmaWait, WgmmaFence)):
@@ -92,7 +162,7 @@ def _step(instr: Instr, st: _State) -> _State:
         if not st.fenced:
             _fail(instr, "wgmma without a wgmma.fence since its accumulators were last "
                   "accessed", "emit wgmma.fence before the first wgmma of a sequence")
-        if st.dirty_shared:
+        if _touches(st, prov.of(instr.operands[1]) | prov.of(instr.operands[2])):
             _fail(instr, "wgmma reads shared memory written by st.shared without "
                   "fence.proxy.async", "emit fence.proxy.async.shared::cta and bar.sync "
                   "between the stores and the wgmma")
@@ -105,39 +175,44 @@ def _step(instr: Instr, st: _State) -> _State:
         keep = op.n
         st.groups = st.groups[len(st.groups) - keep:] if keep else []
         st.fenced = False  # the results are about to be touched
-    elif (isinstance(op, Store) and op.space == "shared") or isinstance(op, CpAsync):
-        st.dirty_shared = True
+    elif (isinstance(op, (Store, GuardedStore)) and op.space == "shared") or \
+            isinstance(op, CpAsync):
+        st.dirty = st.dirty | prov.of(instr.operands[0])
     elif isinstance(op, Fence):
-        st.dirty_shared = False if op.kind == "proxy_async" else st.dirty_shared
+        st.dirty = frozenset() if op.kind == "proxy_async" else st.dirty
         if st.barrier_init == "unfenced":
             st.barrier_init = "ready"
     elif isinstance(op, MbarrierInit):
         st.barrier_init = "unfenced"
-    elif isinstance(op, (MbarrierArrive, MbarrierWait, TmaLoad)) and st.barrier_init != "ready":
+    if isinstance(op, TmaLoad) and _touches(st, prov.of(instr.operands[0])):
+        _fail(instr, "a TMA load overwrites shared memory written by st.shared without "
+              "fence.proxy.async", "emit fence.proxy.async.shared::cta and bar.sync "
+              "between the stores and the TMA load")
+    if isinstance(op, (MbarrierArrive, MbarrierWait, TmaLoad)) and st.barrier_init != "ready":
         _fail(instr, f"{op.name} uses an mbarrier before its initialisation is fenced and "
               "synchronised", "emit fence.mbarrier_init (or fence.proxy.async) after "
               "mbarrier.init")
     return st
 
 
-def _walk(block: Block, st: _State) -> _State:
+def _walk(block: Block, st: _State, prov: _Provenance) -> _State:
     for instr in block.instrs:
         op = instr.op
         if isinstance(op, If):
-            st = _walk(instr.regions[0].block, st.copy()).merge(
-                _walk(instr.regions[1].block, st.copy()))
+            st = _walk(instr.regions[0].block, st.copy(), prov).merge(
+                _walk(instr.regions[1].block, st.copy(), prov))
         elif isinstance(op, (For, While)):
             for region in instr.regions:
-                once = _walk(region.block, st.copy())
-                st = st.merge(_walk(region.block, st.merge(once)))
+                once = _walk(region.block, st.copy(), prov)
+                st = st.merge(_walk(region.block, st.merge(once), prov))
         else:
-            st = _step(instr, st)
+            st = _step(instr, st, prov)
     return st
 
 
 def check_kernel(fn: Function) -> None:
     """Raise IRVerifyError at the first ordering rule ``fn`` breaks."""
-    _walk(fn.body, _State())
+    _walk(fn.body, _State(), _Provenance(fn))
 
 
 __all__ = ["check_kernel"]

@@ -104,6 +104,8 @@ Neg = _make(Unary, "tile.neg", "-x")
 Not = _make(Unary, "tile.not", "not x (bool)")
 Exp = _make(Unary, "tile.exp", "e ** x")
 Log = _make(Unary, "tile.log", "natural logarithm")
+Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (float64, rounded once)")
+Erf = _make(Unary, "tile.erf", "the error function (float64, rounded once)")
 Sqrt = _make(Unary, "tile.sqrt", "square root")
 Abs = _make(Unary, "tile.abs", "absolute value")
 Trunc = _make(Unary, "tile.trunc", "round toward zero (Python's int())")
@@ -215,18 +217,29 @@ class Transpose(Op):
 @register_op
 @dataclass(frozen=True)
 class Reduce(Op):
-    """Reduce ``axis`` away with ``kind`` (sum, max, min). ``row_sum`` / ``row_max``
-    reduce the last axis. Sums are float64 pairwise over the axis, rounded once."""
+    """Reduce ``axis`` away with ``kind`` (sum, max, min; mean when ``exact``).
+    ``row_sum`` / ``row_max`` reduce the last axis. Sums are float64 pairwise over the
+    axis, rounded once; with ``exact`` a sum is the exact real sum (a mean: that sum
+    divided by the axis length) rounded once, to nearest even, to the element, whatever
+    the order of the terms (NaN is the default quiet NaN)."""
 
     name: ClassVar[str] = "tile.reduce"
     kind: str
     axis: int = -1
+    exact: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
         x = tensor_of(self, operands[0])
-        if self.kind not in ("sum", "max", "min"):
-            raise IRVerifyError(f"tile.reduce kind must be sum, max or min, not {self.kind!r}")
+        kinds = ("sum", "max", "min", "mean") if self.exact else ("sum", "max", "min")
+        if self.kind not in kinds:
+            raise IRVerifyError(f"tile.reduce kind must be {', '.join(kinds)}, not "
+                                f"{self.kind!r}", hint="a mean is an exact reduction: "
+                                "exact = true" if self.kind == "mean" else None)
+        if self.exact and self.kind in ("sum", "mean") and \
+                storage_of(x.element).kind != "float":
+            raise IRVerifyError(f"an exact tile.reduce {self.kind} needs float values, "
+                                f"not {x.element}", hint="integer sums are exact already")
         if not -x.rank <= self.axis < x.rank:
             raise IRVerifyError(f"tile.reduce axis {self.axis} is out of range for {x}")
         axis = self.axis % x.rank
@@ -240,11 +253,15 @@ class Mma(Op):
 
     In exact mode the inputs are widened exactly, the products accumulate in float64
     and the result is rounded once, when it is stored or cast; fast mode uses float32
-    BLAS (labelled non-bitwise).
+    BLAS (labelled non-bitwise). With ``exact`` the result is an *exact accumulator*:
+    the exact real value of ``c + a @ b``, held without rounding through further exact
+    ``mma`` accumulation and loop-carried or branch-merged values, and rounded once,
+    to nearest even, to ``accum`` when anything else uses it (a cast, a store).
     """
 
     name: ClassVar[str] = "tile.mma"
     accum: Element
+    exact: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         if len(operands) not in (2, 3):
@@ -255,6 +272,12 @@ class Mma(Op):
                                 hint="a is (M, K) and b is (K, N)")
         if storage_of(self.accum).kind != "float" and storage_of(a.element).kind == "float":
             raise IRVerifyError(f"tile.mma accumulates float inputs in {self.accum}")
+        if self.exact:
+            for e in (a.element, b.element, self.accum):
+                fmt = storage_of(e)
+                if fmt.kind != "float" or fmt.bits > 32:
+                    raise IRVerifyError(f"an exact tile.mma takes float formats of at most "
+                                        f"32 bits (operands and accumulator), not {fmt}")
         out = TensorType((a.shape[0], b.shape[1]), self.accum)
         if len(operands) == 3:
             c = tensor_of(self, operands[2])
@@ -286,7 +309,7 @@ class CausalMask(Op):
 
 
 __all__ = ["Abs", "Add", "And", "Binary", "Broadcast", "Cast", "CausalMask", "Compare",
-           "Div", "Eq", "Exp", "FloorDiv", "Full", "Ge", "Gt", "Le", "Log", "Logical", "Lt",
+           "Div", "Eq", "Erf", "Exp", "FloorDiv", "Full", "Ge", "Gt", "Le", "Log", "Logical", "Lt",
            "Maximum", "Minimum", "Mma", "Mod", "Mul", "Ne", "Neg", "Not", "Or", "Pow",
-           "Reduce", "Reshape", "Sqrt", "Sub", "Transpose", "Trunc", "Unary", "Where",
+           "Reduce", "Reshape", "Sqrt", "Sub", "Tanh", "Transpose", "Trunc", "Unary", "Where",
            "default_accum"]

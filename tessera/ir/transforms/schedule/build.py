@@ -56,6 +56,42 @@ def graph_body(fn: Function) -> Function:
     return out
 
 
+def inline_custom(fn: Function) -> Function:
+    """``fn`` with every ``graph.custom`` replaced by its region (the primal body, which
+    is what the call computes; the derivative rule matters only to autodiff), so the
+    ops inside, kernel calls included, are scheduled like the others."""
+    if not any(isinstance(i.op, graph_ops.Custom) for i in fn.body.instrs):
+        return fn
+    env: dict[Value, Value] = {}
+    body = Block([])
+    for arg in fn.body.args:
+        env[arg] = body.add_arg(arg.type, arg.hint)
+    _inline_into(body, fn.body, env)
+    return Function(fn.name, body, list(fn.result_types), fn.kind, dict(fn.attrs), fn.loc)
+
+
+def _inline_into(target: Block, source: Block, env: dict[Value, Value]) -> list[Value]:
+    """Append ``source``'s instructions to ``target`` (custom calls inlined, recursively)
+    and return the values its terminator passes on."""
+    for instr in source.instrs:
+        operands = [env.get(v, v) for v in instr.operands]
+        if isinstance(instr.op, graph_ops.Custom):
+            inner = instr.regions[0].block
+            env.update(zip(inner.args, operands))
+            env.update(zip(instr.results, _inline_into(target, inner, env)))
+            continue
+        if instr.op.terminator and source is not target and isinstance(instr.op,
+                                                                         graph_ops.Yield):
+            return operands
+        regions = [IRRegion([clone_block(b, dict(env)) for b in r.blocks])
+                   for r in instr.regions]
+        copy = Instr(instr.op, operands, [], regions, instr.loc)
+        copy.results = [Value(r.type, copy, r.hint) for r in instr.results]
+        env.update(zip(instr.results, copy.results))
+        target.append(copy)
+    return []
+
+
 def build_schedule(fn: Function, groups: Sequence[Sequence[Instr]]) -> Function:
     """A ``schedule.func`` computing ``fn`` (a graph function) with one kernel per group.
 

@@ -5,7 +5,9 @@ The pass inlines the function's kernels back into one graph body and partitions 
 *compute* ops (elementwise, reductions, softmax, matmuls) into groups; index maps
 (constants, broadcasts, transposes, reshapes, slices) are copied into every group that
 reads them. Every other op (FFTs, collectives, custom calls, embeds) stays a kernel of
-its own. Two groups merge when
+its own; a ``graph.kernel_call`` (a hand-written tile kernel) is launched as it is, so
+it never fuses, and what it reads through index maps is computed by a kernel first.
+Two groups merge when
 
 1. *siblings*: two matmuls read the same left operand, with right operands and results
    of one type (Q, K and V projections): the operand is then read once;
@@ -234,8 +236,19 @@ def fuse_groups(fn: Function, limits: TargetLimits = H100) -> list[list[Instr]]:
             if p is not c and legal(graph, p, c, limits):
                 graph.merge(p, c)
     groups: list[list[Instr]] = []
+    calls = [i for i in graph.compute if isinstance(i.op, graph_ops.KernelCall)]
     for group in dict.fromkeys(graph.group[i] for i in graph.compute):
-        groups.append(graph.with_maps(group))
+        # a kernel call reads whole buffers: what it reads through index maps is
+        # computed by a kernel of its own first
+        groups.append(sorted(group, key=graph.position.__getitem__)
+                      if any(i in calls for i in group) else graph.with_maps(group))
+    covered = {i for g in groups for i in g}
+    for call in calls:
+        for v in call.operands:
+            owner = v.owner
+            if isinstance(owner, Instr) and is_index_map(owner) and owner not in covered:
+                groups.append(graph.with_maps([owner]))
+                covered.update(groups[-1])
     for instr in graph.instrs:
         if is_index_map(instr) and any(v in graph.returned for v in instr.results):
             groups.append(graph.with_maps([instr]))

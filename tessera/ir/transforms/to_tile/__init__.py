@@ -5,15 +5,20 @@ program of launches over global buffers (:mod:`.program`).
 It is an IR-to-IR translation, so it lives with the IR's transforms (it reads Graph,
 Schedule and Tile IR and nothing above them); running the result is the tile
 simulator's business (:mod:`tessera.interp.tile.program`). Kernels are built by
-:mod:`.kernel`, their ops by the rules of :mod:`.ops`, which refuse, naming the op and
-the user's line, every op whose tile-level form would not give the graph interpreter's
-bits (docs/schedule.md, "Schedule → Tile").
+:mod:`.kernel`, their ops by the rules of :mod:`.ops` (elementwise), :mod:`.reduce`
+(sums, means, extrema, softmax: the exact ``tile.reduce``) and :mod:`.matmul` (K loops
+of ``tile.mma``, exact where float64 sums would not be), which refuse, naming the op
+and the user's line, every op whose tile-level form would not give the graph
+interpreter's bits (docs/schedule.md, "Schedule → Tile"). A ``graph.kernel_call`` keeps
+its hand-written kernel's own Tile IR (:mod:`.call`).
 """
 
 from __future__ import annotations
 
 from tessera.ir.core import Function, Module, Value
 from tessera.ir.dialects import schedule as schedule_ops
+from tessera.ir.transforms.to_tile import reduce as _reduce_rules  # noqa: F401 (registers)
+from tessera.ir.transforms.to_tile.call import add_kernel_call, kernel_call_of
 from tessera.ir.transforms.to_tile.kernel import build_kernel
 from tessera.ir.transforms.to_tile.ops import TileGenerationError
 from tessera.ir.transforms.to_tile.program import Launch, TileProgram
@@ -40,6 +45,10 @@ def schedule_to_tile(fn: Function) -> TileProgram:
             assert isinstance(r.type, TensorType)
             program.buffers[outs[-1]] = r.type
         params = [names[v] for v in instr.operands]
+        call = kernel_call_of(instr)
+        if call is not None:  # a hand-written kernel: its own Tile IR, launched as it is
+            add_kernel_call(program, instr, call, f"{fn.name}_{label}", params, outs)
+            continue
         kernel, grid = build_kernel(instr, f"{fn.name}_{label}", params, outs)
         program.module.add(kernel)
         program.launches.append(Launch(kernel.name, grid, (*params, *outs)))

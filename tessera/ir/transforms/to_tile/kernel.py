@@ -10,9 +10,9 @@ each result. A result that does not run over some grid loop (a row vector comput
 beside a matrix) is stored by the programs at coordinate 0 of those loops only, so no
 two programs write one element.
 
-Tiles divide their loops: the tile of a loop is the largest divisor of its extent that
-is at most the schedule's tile (the tile level has no masked loads yet), so a loop of
-prime extent longer than its schedule tile runs in tiles of 1.
+A loop runs in tiles of the schedule's size (the whole loop when shorter), ``ceil(extent
+/ tile)`` of them; along a loop the tile does not divide, the accesses are masked
+(:mod:`tessera.ir.transforms.to_tile.edges`).
 """
 
 from __future__ import annotations
@@ -28,20 +28,13 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
+from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
 
 #: grid axes the tile level launches (CUDA's three); more loops share one linear axis
 MAX_GRID_AXES = 3
-
-
-def divisor_tile(extent: int, tile: int) -> int:
-    """The largest divisor of ``extent`` that is at most ``tile`` (``extent`` itself
-    when the tile covers it)."""
-    if tile >= extent:
-        return extent
-    return max(d for d in range(1, tile + 1) if extent % d == 0)
 
 
 class Emitter:
@@ -54,6 +47,8 @@ class Emitter:
         self.tiles = tuple(tiles)
         self.loc = loc
         self.starts: list[Value] = []
+        #: each loop's extent (a loop the tile does not divide has edge tiles)
+        self.extents: tuple[int, ...] = tuple(tiles)
         #: constants already made in the kernel's top block, by (type, value)
         self.constants: dict[tuple[str, str], Value] = {}
         self.top = block
@@ -131,17 +126,18 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     matmuls = [i for i in region.instrs if isinstance(i.op, graph_ops.MatMul)]
     streamed = {v for i in matmuls for v in i.operands
                 if v in region.args and all(u in matmuls for u in users.get(v, []))}
-    tiles = [divisor_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
+    tiles = [edges.edge_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
     for (v, _), loop in space.loop_of.items():
         # a K loop is walked in steps only by operands read from memory; a value the
         # kernel computes along it (the hidden row of a fused MLP) is held whole
         if space.kinds[loop] != "grid" and v not in streamed:
             tiles[loop] = space.extents[loop]
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
-    counts = [space.extents[k] // tiles[k] for k in grid_loops]
+    counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops]
     body = Block()
     loc = next((i.loc for i in region.instrs if not i.op.terminator), instr.loc)
     em = Emitter(body, space.loop_of, tiles, loc)
+    em.extents = tuple(space.extents)
     mems_in = [body.add_arg(_gmem(a.type), p) for a, p in zip(region.args, params)]
     mems_out = [body.add_arg(_gmem(r.type), n) for r, n in zip(instr.results, results)]
     coords = _coordinates(em, counts)
@@ -152,7 +148,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     mems = dict(zip(region.args, mems_in))
     for arg, mem in mems.items():
         if arg not in streamed:  # matmul operands are loaded tile by tile along K
-            env[arg] = em.create(tm.Load(), [em.view(mem, arg)])[0]
+            env[arg] = edges.load(em, mem, arg)
     term = region.terminator
     assert term is not None
     for inner in region.instrs:
@@ -163,9 +159,10 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             continue
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
-    if any(kind != "grid" and k not in space.contracted for k, kind in enumerate(space.kinds)):
-        raise rules.refuse(next(i for i in region.instrs if not i.op.terminator),
-                           "the kernel reduces over a loop")  # (no rule accepts one yet)
+    # (a reduced loop that no matmul contracts is held whole: its reductions finish in
+    # one program, see :mod:`.reduce`)
+    assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)
+               if kind != "grid" and k not in space.contracted)
     grid_coords = dict(zip(grid_loops, coords))
     for value, mem in zip(term.operands, mems_out):
         _store(em, grid_coords, space, tiles, mem, value, env[value])
@@ -183,7 +180,7 @@ def _store(em: Emitter, coords: dict[int, Value], space: schedule_ops.IterationS
     spans = space.grid_loops(value)
     others = [k for k in coords if space.extents[k] > tiles[k] and k not in spans]
     if not others:
-        em.create(tm.Store(), [em.view(mem, value), tile])
+        edges.store(em, mem, value, tile)
         return
     cond = None
     for k in others:
@@ -192,7 +189,7 @@ def _store(em: Emitter, coords: dict[int, Value], space: schedule_ops.IterationS
     then, orelse = Block(), Block()
     outer = em.builder
     em.builder = Builder(then)
-    em.create(tm.Store(), [em.view(mem, value), tile])
+    edges.store(em, mem, value, tile)
     em.create(tile_ops.Yield(), [])
     em.builder = Builder(orelse)
     em.create(tile_ops.Yield(), [])
@@ -206,4 +203,4 @@ def _gmem(t: Any) -> tile_ops.MemRefType:
     return tile_ops.MemRefType("global", tuple(t.shape), t.element)
 
 
-__all__ = ["Emitter", "build_kernel", "divisor_tile", "grid_of"]
+__all__ = ["Emitter", "build_kernel", "grid_of"]

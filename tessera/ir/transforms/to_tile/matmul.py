@@ -10,10 +10,15 @@ formats alone when the products are multiples of one quantum (the product of the
 smallest subnormals) of magnitude below ``max_a * max_b``: every partial sum of ``K``
 products is then an integer number of quanta below ``K * max_a * max_b / quantum``,
 exact in float64 while that is at most 2^53 (:func:`exact_contraction`). For
-fp8_e4m3 it allows contractions up to 2^17.4, for fp6 and fp4 far longer; for f32,
-bf16, f16 and fp8_e5m2 no length (2^-149 and 2^127 are 276 binades apart): those
-matmuls are refused. int8 products (at most 2^14) sum exactly in int64 and never
-saturate the int32 accumulator for K below 2^17, as the graph's exact sum would not.
+fp8_e4m3 it allows contractions up to 2^17.4, for fp6 and fp4 far longer. int8
+products (at most 2^14) sum exactly in int64 and never saturate the int32 accumulator
+for K below 2^17, as the graph's exact sum would not.
+
+For f32, tf32, bf16, f16 and fp8_e5m2 no length qualifies (2^-149 and 2^127 are 276
+binades apart), nor for longer contractions of the others: those matmuls use the exact
+``tile.mma`` (``exact = true``), whose accumulator holds the exact sum across the K
+loop's trips and is rounded once by the cast to the accumulator format: the graph's
+``matmul_rounded``, by definition.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.edges import stage
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, storage_of
 from tessera.numerics.policy.modifiers import product_accum
@@ -59,27 +65,28 @@ def _finfo(x: DType) -> np.finfo:
     return ml_dtypes.finfo(x.np_dtype)
 
 
-def _check(instr: Instr) -> tuple[Value, Value]:
+def _check(em: Emitter, instr: Instr) -> tuple[Value, Value, bool]:
     a, b = instr.operands
     ta, tb = a.type, b.type
     assert isinstance(ta, TensorType) and isinstance(tb, TensorType)
-    if ta.rank != 2 or tb.rank != 2:
-        raise rules.refuse(instr, "only 2-D matmuls are generated so far")
+    if ta.rank < 2 or ta.rank != tb.rank or ta.shape[:-2] != tb.shape[:-2]:
+        raise rules.refuse(instr, "only matmuls of operands of one rank (at least 2) and "
+                           "one batch shape are generated so far")
+    if any(d != 1 for d in em.tile_type(instr.results[0]).shape[:-2]):
+        raise rules.refuse(instr, "a tile of several batch elements of a batched matmul")
     if a is b:  # its rows and its contraction would be one loop
         raise rules.refuse(instr, "one tensor as both operands is not generated so far")
     rules.check_element(instr)
     fa, fb = storage_of(ta.element), storage_of(tb.element)
     k = int(ta.shape[1])
     limit = exact_contraction(fa, fb)
-    if k > max(limit, 1):
-        raise rules.refuse(
-            instr, f"the tile level's checked mma sums the {k} products of {fa} and {fb} "
-            "in float64 (int64), which is the graph's exactly rounded product only when "
-            f"those sums are exact: guaranteed by the formats for K <= {limit}" if limit else
-            f"the tile level's checked mma sums the products of {fa} and {fb} in float64, "
-            "which is the graph's exactly rounded product only when those sums are exact; "
-            "the formats alone do not guarantee it")
-    return a, b
+    if k <= max(limit, 1):
+        return a, b, False
+    if all(f.kind == "float" and f.bits <= 32 for f in (fa, fb)):
+        return a, b, True  # the exact accumulator
+    raise rules.refuse(
+        instr, f"the tile level sums the {k} products of {fa} and {fb} exactly only for "
+        f"K <= {limit} (int64) or for float formats of at most 32 bits (the exact mma)")
 
 
 def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Value, Value],
@@ -88,31 +95,38 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     rounds it. Operands in ``streamed`` are read from their memories (``mems``) one K
     tile at a time through shared memory; the others are tiles the kernel computed
     (``env``), whole along K."""
-    a, b = _check(instr)
+    a, b, exact = _check(em, instr)
     out = instr.results[0]
-    (m, n), (k_extent,) = em.tile_type(out).shape, (a.type.shape[1],)  # type: ignore[attr-defined]
-    k_loop = em.loop_of.get((a, 1))
+    out_t = em.tile_type(out)
+    rank, lead = out_t.rank, tuple(out_t.shape[:-2])  # batch axes: tiles of 1
+    (m, n), k_extent = out_t.shape[-2:], a.type.shape[-1]  # type: ignore[attr-defined]
+    k_loop = em.loop_of.get((a, rank - 1))
     bk = em.tiles[k_loop] if k_loop is not None else 1
     accum = product_accum(*(v.type.element for v in (a, b)))  # type: ignore[attr-defined]
     ea, eb = (storage_of(v.type.element) for v in (a, b))  # type: ignore[attr-defined]
     shapes = {a: (m, bk), b: (bk, n)}
-    smem = {v: em.create(tm.AllocShared(shapes[v], e), [], instr)[0]
+    smem = {v: em.create(tm.AllocShared((*lead, *shapes[v]), e), [], instr)[0]
             for v, e in ((a, ea), (b, eb)) if v in streamed}
     acc_t = TensorType((m, n), accum)
     zero = em.full(acc_t, 0)
-    rows = _start(em, out, 0)
-    cols = _start(em, out, 1)
+    batch = [_start(em, out, axis) for axis in range(rank - 2)]
+    rows = _start(em, out, rank - 2)
+    cols = _start(em, out, rank - 1)
+
+    def matrix(v: Value, tile: Value) -> Value:
+        # mma multiplies matrices: a batched operand's tile drops its batch axes of 1
+        return em.create(tc.Reshape(shapes[v]), [tile], instr)[0] if lead else tile
 
     def step(k: Value, acc: Value) -> Value:
-        starts = {a: [rows, k], b: [k, cols]}
-        for v, buf in smem.items():
-            view = em.create(tm.View(shapes[v]), [mems[v], *starts[v]], instr)[0]
-            em.create(tm.CpAsync(), [buf, view], instr)
+        starts = {a: [*batch, rows, k], b: [*batch, k, cols]}
+        for v, buf in smem.items():  # masked along a loop the tile does not divide
+            loops = [em.loop_of.get((v, axis)) for axis in range(rank)]
+            stage(em, buf, mems[v], v, starts[v], (*lead, *shapes[v]), loops, instr)
         if smem:
             em.create(tm.Barrier(), [], instr)
-        tiles = [em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v]
+        tiles = [matrix(v, em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v])
                  for v in (a, b)]
-        (acc,) = em.create(tc.Mma(accum), [*tiles, acc], instr)
+        (acc,) = em.create(tc.Mma(accum, exact), [*tiles, acc], instr)
         if smem:
             em.create(tm.Barrier(), [], instr)  # the next copies overwrite what mma read
         return acc
@@ -136,6 +150,8 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     result = out.type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:
         (acc,) = em.create(tc.Cast(result), [acc], instr)
+    if lead:
+        (acc,) = em.create(tc.Reshape(tuple(out_t.shape)), [acc], instr)
     return rules.settle(em, instr, acc)
 
 

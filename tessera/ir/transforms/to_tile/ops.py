@@ -8,7 +8,9 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
 * ``+ - * /`` and ``sqrt`` of f32 are correctly rounded in both; bf16 and f16 compute
   in f32 and round again, which is innocuous for these five operations (24 >= 2p + 2
   significand bits, Figueroa 1995), so both are correctly rounded;
-* ``log`` and ``pow`` of floats compute in float64 and round once in both;
+* ``log``, ``pow``, ``tanh`` and ``erf`` of floats compute in float64 (the same NumPy
+  and C library functions) and round once in both; ``gelu`` is the graph's float64
+  formula performed op for op on f64 tiles, then rounded once;
 * ``exp`` of f32 is correctly rounded in both (``numerics.transcendental.exp``); bf16
   rounds that f32 value again, which was checked against the graph's rounding on every
   bf16 input (tests/ir/transforms/to_tile/); f16 ``exp`` rounds differently on 2 of the
@@ -20,11 +22,16 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
   ``where(x != x, nan, x)``;
 * integer ``+ - *`` (and ``neg``, ``abs``) saturate in Graph IR and wrap at the tile
   level: formats of up to 32 bits are computed in int64, where they cannot overflow,
-  and cast back, which saturates as the graph does; int64 is refused.
+  and cast back, which saturates as the graph does; int64 is refused;
+* a transpose of the last two axes moves data only.
+
+Reductions and softmax are in :mod:`tessera.ir.transforms.to_tile.reduce`, matmuls in
+:mod:`tessera.ir.transforms.to_tile.matmul`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,6 +53,7 @@ Rule = Callable[["Emitter", Instr, list[Value]], Value]
 RULES: dict[type, Rule] = {}
 
 INT64 = dtype("int64")
+F64 = dtype("f64")
 
 
 class TileGenerationError(UnsupportedError):
@@ -63,12 +71,16 @@ def refuse(instr: Instr, why: str, hint: str | None = None) -> TileGenerationErr
         hint=hint or "run the function with backend='interp' (the graph interpreter)")
 
 
-def _rule(*classes: type) -> Callable[[Rule], Rule]:
+def rule(*classes: type) -> Callable[[Rule], Rule]:
+    """Register a rule for the graph op ``classes``."""
     def register(fn: Rule) -> Rule:
         for cls in classes:
             RULES[cls] = fn
         return fn
     return register
+
+
+_rule = rule
 
 
 def _type(v: Value) -> TensorType:
@@ -110,8 +122,8 @@ _FLOAT_ARITH = {graph_ops.Add: tc.Add, graph_ops.Sub: tc.Sub, graph_ops.Mul: tc.
 _INT_ARITH = {graph_ops.Add: tc.Add, graph_ops.Sub: tc.Sub, graph_ops.Mul: tc.Mul}
 
 
-def _in_int64(em: Emitter, instr: Instr, args: list[Value],
-              body: Callable[[list[Value]], Value]) -> Value:
+def in_int64(em: Emitter, instr: Instr, args: list[Value],
+             body: Callable[[list[Value]], Value]) -> Value:
     """An integer op computed in int64 and cast back (saturating, as Graph IR does)."""
     fmt = storage_of(_type(instr.operands[0]).element)
     if fmt.bits > 32:
@@ -131,7 +143,7 @@ def _arith(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         return settle(em, instr, out)
     if kind == "int" and type(instr.op) in _INT_ARITH:
         op = _INT_ARITH[type(instr.op)]
-        return _in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
+        return in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
     raise refuse(instr, f"{kind} {instr.op.name.split('.')[1]} differs between Graph IR "
                  "and the tile level")
 
@@ -167,13 +179,13 @@ def _sign(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     op = tc.Neg if isinstance(instr.op, graph_ops.Neg) else tc.Abs
     kind = _kind(instr)
     if kind == "int":
-        return _in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
+        return in_int64(em, instr, args, lambda w: em.create(op(), w, instr)[0])
     (out,) = em.create(op(), args, instr)
     # neg moves a NaN with its sign flipped in both; abs computes a new one
     return out if op is tc.Neg else settle(em, instr, out)
 
 
-@_rule(graph_ops.Exp, graph_ops.Log, graph_ops.Sqrt)
+@rule(graph_ops.Exp, graph_ops.Log, graph_ops.Sqrt, graph_ops.Tanh, graph_ops.Erf)
 def _math(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     fmt = storage_of(_type(instr.results[0]).element)
     if fmt.kind != "float":
@@ -183,12 +195,43 @@ def _math(em: Emitter, instr: Instr, args: list[Value]) -> Value:
                      "f32 exp again, which differs from the graph's single rounding on "
                      "some inputs", hint="compute exp in f32 (cast before and after), or "
                      "run with backend='interp'")
-    op = {graph_ops.Exp: tc.Exp, graph_ops.Log: tc.Log, graph_ops.Sqrt: tc.Sqrt}[type(instr.op)]
+    op = {graph_ops.Exp: tc.Exp, graph_ops.Log: tc.Log, graph_ops.Sqrt: tc.Sqrt,
+          graph_ops.Tanh: tc.Tanh, graph_ops.Erf: tc.Erf}[type(instr.op)]
     (out,) = em.create(op(), args, instr)
     return settle(em, instr, out)
 
 
-@_rule(graph_ops.Relu)
+#: the tanh form's constant, as the graph interpreter spells it
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@rule(graph_ops.Gelu)
+def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
+    """The graph's float64 formula, op for op on f64 tiles, then one rounding:
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` or ``0.5 x (1 + erf(x / sqrt 2))``."""
+    (x,) = args
+    t = _type(x)
+    if storage_of(t.element).kind != "float":
+        raise refuse(instr, f"gelu of {t.element} values")
+    (w,) = em.create(tc.Cast(F64), [x], instr)
+    wt = _type(w)
+
+    def op(cls: type, *operands: Value) -> Value:
+        return em.create(cls(), list(operands), instr)[0]
+
+    if instr.op.approximate:  # type: ignore[attr-defined]
+        cube = op(tc.Pow, w, em.full(wt, 3.0))
+        inner = op(tc.Add, w, op(tc.Mul, em.full(wt, 0.044715), cube))
+        curve = op(tc.Tanh, op(tc.Mul, em.full(wt, SQRT_2_OVER_PI), inner))
+    else:
+        curve = op(tc.Erf, op(tc.Div, w, em.full(wt, math.sqrt(2.0))))
+    half = op(tc.Mul, em.full(wt, 0.5), w)
+    out = op(tc.Mul, half, op(tc.Add, em.full(wt, 1.0), curve))
+    (out,) = em.create(tc.Cast(t.element), [out], instr)
+    return settle(em, instr, out)
+
+
+@rule(graph_ops.Relu)
 def _relu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     (x,) = args
     t = _type(x)
@@ -232,6 +275,16 @@ def _broadcast(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     return em.create(op, [x], instr)[0]
 
 
+@rule(graph_ops.Transpose)
+def _transpose(em: Emitter, instr: Instr, args: list[Value]) -> Value:
+    perm = tuple(instr.op.perm)  # type: ignore[attr-defined]
+    rank = len(perm)
+    if rank < 2 or perm != (*range(rank - 2), rank - 1, rank - 2):
+        raise refuse(instr, f"the permutation {list(perm)} is not a swap of the last two "
+                     "axes (the tile level's transpose)")
+    return em.create(tc.Transpose(), args, instr)[0]
+
+
 def folded(instr: Instr, users: list[Instr]) -> bool:
     """True for a scalar constant that only broadcasts read: they fill their tiles
     with its value, so it needs no instruction of its own."""
@@ -251,12 +304,8 @@ def emit(em: Emitter, instr: Instr, args: list[Value]) -> Value:
 
 
 def _why_not(instr: Instr) -> str:
-    name = instr.op.name
-    if isinstance(instr.op, (graph_ops.Reduce, graph_ops.Softmax)) or "norm" in name:
-        return ("the tile level's row sums are float64 sums, not the graph's exact sum "
-                "rounded once")
     return "no tile-level rule gives the graph interpreter's bits for it"
 
 
-__all__ = ["RULES", "TileGenerationError", "check_element", "emit", "folded", "refuse",
-           "settle"]
+__all__ = ["RULES", "TileGenerationError", "check_element", "emit", "folded", "in_int64",
+           "refuse", "rule", "settle"]

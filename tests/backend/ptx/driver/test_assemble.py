@@ -173,6 +173,32 @@ def test_find_ptxas_missing(monkeypatch: pytest.MonkeyPatch) -> None:
         find_ptxas()
 
 
+def test_tessera_ptxas_names_an_explicit_ptxas(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    # a stand-in for a system toolkit's ptxas: records its call, then runs the real one
+    real = find_ptxas()
+    marker = tmp_path / "called"
+    wrapper = tmp_path / "ptxas"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("TESSERA_PTXAS", str(wrapper))
+    assert find_ptxas() == str(wrapper)
+    built = assemble(ADD_ONE, "sm_80")
+    assert built.cubin[:4] == b"\x7fELF" and "-arch=sm_80" in marker.read_text()
+
+
+@pytest.mark.parametrize("kind", ["missing", "not executable"])
+def test_tessera_ptxas_must_be_an_executable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                             kind: str) -> None:
+    path = tmp_path / "ptxas"
+    if kind == "not executable":
+        path.write_text("")
+        path.chmod(0o644)
+    monkeypatch.setenv("TESSERA_PTXAS", str(path))
+    with pytest.raises(ToolchainMissing, match=r"TESSERA_PTXAS=.* is not an executable file"):
+        find_ptxas()
+
+
 def test_valid_kernel_assembles_with_stats() -> None:
     built = assemble(ADD_ONE, "sm_80")
     assert built.cubin[:4] == b"\x7fELF"

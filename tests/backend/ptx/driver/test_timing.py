@@ -94,7 +94,8 @@ def test_targets_a_gpu_cannot_run_are_refused(monkeypatch: pytest.MonkeyPatch,
         device_arch(target)
 
 
-@pytest.mark.parametrize(("cc", "target"), [((9, 0), "sm_90a"), ((8, 9), "sm_80"),
+@pytest.mark.parametrize(("cc", "target"), [((9, 0), "sm_90a"), ((8, 9), "sm_89"),
+                                            ((8, 6), "sm_86"), ((8, 7), "sm_80"),
                                             ((10, 0), "sm_80"), ((12, 0), "sm_80")])
 def test_the_default_target_of_a_device(monkeypatch: pytest.MonkeyPatch,
                                         cc: tuple[int, int], target: str) -> None:

@@ -24,8 +24,26 @@ def mlp(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
     return op.gelu(x @ w1 + b1) @ w2 + b2
 
 
+def layernorm(x: Any, g: Any, b: Any) -> Any:
+    """Two exact row means, then the elementwise normalisation: one kernel."""
+    mu = op.mean(x, axis=-1, keepdims=True)
+    d = x - mu
+    return d / op.sqrt(op.mean(d * d, axis=-1, keepdims=True) + 1e-5) * g + b
+
+
+def mlp_sin(x: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> Any:
+    """An MLP whose activation has no tile op."""
+    return op.sin(x @ w1 + b1) @ w2 + b2
+
+
 def softmax_rows(x: Any) -> Any:
     return op.softmax(x, axis=-1) * 2.0
+
+
+def softmax_cos(x: Any) -> Any:
+    """cos has no tile op that gives the graph's bits."""
+    s = op.softmax(x, axis=-1)
+    return op.cos(s)
 
 
 def linear_relu(x: Any, w: Any, b: Any) -> Any:

@@ -14,7 +14,7 @@ from tessera.interp.graph import run_function
 from tessera.interp.tile.program import run_program
 from tessera.ir.text import parse_module
 from tessera.ir.transforms.to_tile import TileGenerationError, lower_module
-from tessera.ir.transforms.to_tile.kernel import divisor_tile
+from tessera.ir.transforms.to_tile.edges import edge_tile, tile_count
 from tests.ir.transforms.to_tile import programs
 
 GOLDEN = Path(__file__).parents[3] / "golden" / "to_tile"
@@ -28,6 +28,8 @@ def _args(*shapes: tuple[int, ...]) -> list[np.ndarray]:
 CASES = {
     "chain": (programs.chain, [(64, 48), (64, 48), (48,)]),
     "row_and_matrix": (programs.row_and_matrix, [(100, 48), (48,)]),
+    "layernorm": (programs.layernorm, [(32, 64), (64,), (64,)]),
+    "softmax_rows": (programs.softmax_rows, [(32, 64)]),
 }
 
 
@@ -71,11 +73,15 @@ def test_one_kernel_per_fused_group() -> None:
     assert program.results == ["k0_0", "k0_1"]
 
 
-@pytest.mark.parametrize(("extent", "tile", "want"),
-                         [(48, 64, 48), (64, 16, 16), (100, 64, 50), (97, 64, 1), (7, 7, 7)])
-def test_divisor_tile(extent: int, tile: int, want: int) -> None:
-    got = divisor_tile(extent, tile)
-    assert got == want and extent % got == 0
+@pytest.mark.parametrize(("extent", "tile", "want", "count"),
+                         [(48, 64, 48, 1), (64, 16, 16, 4), (100, 64, 64, 2), (97, 64, 64, 2),
+                          (7, 7, 7, 1), (97, 1, 1, 97)])
+def test_edge_tile(extent: int, tile: int, want: int, count: int) -> None:
+    """The schedule's tile (the whole loop when shorter), and enough tiles to cover the
+    loop: the last one reaches past the edge by less than a tile."""
+    got = edge_tile(extent, tile)
+    assert got == want and tile_count(extent, got) == count
+    assert 0 <= count * got - extent < got
 
 
 def _line_of(fn: object, text: str) -> int:
@@ -83,21 +89,22 @@ def _line_of(fn: object, text: str) -> int:
     return start + next(k for k, line in enumerate(lines) if text in line)
 
 
-def test_matmul_is_refused_at_its_line() -> None:
+def test_sin_is_refused_at_its_line() -> None:
+    """The f32 matmuls are generated (exact mma); sin has no tile op."""
     args = _args((8, 16), (16, 32), (32,), (32, 8), (8,))
-    compiled = ts.jit(programs.mlp).compile(*args)
+    compiled = ts.jit(programs.mlp_sin).compile(*args)
     with pytest.raises(TileGenerationError) as err:
         lower_module(compiled.module)
-    assert "graph.matmul" in str(err.value)
-    assert err.value.loc.line == _line_of(programs.mlp, "return op.gelu")
+    assert "graph.sin" in str(err.value)
+    assert err.value.loc.line == _line_of(programs.mlp_sin, "return op.sin")
     assert err.value.loc.file.endswith("programs.py")
 
 
-def test_softmax_is_refused_at_its_line() -> None:
-    compiled = ts.jit(programs.softmax_rows).compile(*_args((8, 16)))
-    with pytest.raises(TileGenerationError, match=r"graph\.softmax") as err:
+def test_cos_is_refused_at_its_line() -> None:
+    compiled = ts.jit(programs.softmax_cos).compile(*_args((8, 16)))
+    with pytest.raises(TileGenerationError, match=r"graph\.cos") as err:
         lower_module(compiled.module)
-    assert err.value.loc.line == _line_of(programs.softmax_rows, "op.softmax")
+    assert err.value.loc.line == _line_of(programs.softmax_cos, "op.cos")
 
 
 def test_the_float64_sum_of_mma_is_not_the_graph_product() -> None:

@@ -2,10 +2,9 @@
 
 Each constant is one ``python`` code block of the specification's seed documents, copied
 character for character (a ``# noqa`` after a closing quote only silences the linter
-for that string). ``tests/examples/test_seeds.py`` runs the graph-level ones with
-inputs added. The distribution seeds (``MESH_72``, ``SHARD_1M``, ``TEASER_NVL72``,
-``MESHES`` and the mesh part of ``TRAINING_STEP``) are kept for the mesh simulator's
-tests. Tile-kernel seeds (``@ts.kernel``) are not here: the tile level is not built yet.
+for that string). The conformance cases (``cases/graph.py``, ``cases/seeds_mesh.py``)
+and ``tests/examples/test_seeds.py`` run them with inputs added. The tile-kernel seeds
+are in ``tile_seeds.py``.
 """
 
 #: guide-ch2-programming-model.md, 2.2 Operator Graphs

@@ -2,7 +2,7 @@
 computes as written). Sources: programming-model-guide.md (tile_example,
 process_chunks, cooperative_reduction, memory_hierarchy_example,
 optimized_memory_access, double_buffered_gemm) and overview-and-quickstart.md
-(saxpy, gemm, flash_attention).
+(saxpy, gemm, flash_attention). Their corrected versions are in ``kernels/``.
 
 Kernels compile when first launched, so the seeds that cannot compile (undefined
 names) still define here. Trailing whitespace of the originals is stripped.

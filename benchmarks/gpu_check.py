@@ -1,14 +1,16 @@
-"""Tessera's PTX on a GPU: the example GEMM and flash attention against cuBLAS and SDPA.
+"""Tessera's PTX on a GPU: the example GEMM and flash attention against cuBLAS, SDPA
+and Triton, in one process (run by ``make gpu-check`` with the GPU machine's python3).
 
 Each kernel is compiled from its example (``examples/kernels``), assembled for the GPU
-and timed with CUDA events around each launch (median of 20 after 3 warm-ups), then
-PyTorch's own kernels run the same problem in the same process: ``torch.matmul`` on
-bf16 (cuBLAS) and ``scaled_dot_product_attention`` (its flash backend). The output is
-checked against a float64 product on the GPU within the kernel's accumulation bound.
-``--dry`` compiles and assembles every configuration on the CPU only (no GPU, no
-torch): a configuration that fails there would fail on the device too.
+and timed with CUDA events around each launch (median of 20 after 3 warm-ups); then the
+anchors run the same problem: ``torch.matmul`` on bf16 (cuBLAS),
+``scaled_dot_product_attention`` (its flash backend) and the Triton matmul of
+``benchmarks/triton_compile.py`` (128x128x64 tiles, 3 stages, 8 warps). Tessera's
+output is checked against a float64 product on the GPU within the kernel's
+accumulation bound. ``--dry`` compiles and assembles every configuration on the CPU
+only (no GPU, no torch): a configuration that fails there would fail on the device.
 
-    python benchmarks/gpu_kernels.py [--dry] [--json PATH]
+    python benchmarks/gpu_check.py [--dry] [--json PATH] [--markdown PATH]
 """
 
 from __future__ import annotations
@@ -33,20 +35,27 @@ from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 GEMMS = [  # (target, M=N=K, tile)
-    ("sm_90a", 2048, (128, 128, 64)), ("sm_90a", 4096, (128, 128, 64)),
-    ("sm_90a", 4096, (64, 128, 64)),
-    ("sm_80", 2048, (128, 128, 32)), ("sm_80", 4096, (128, 128, 32)),
+    ("sm_90a", 4096, (128, 128, 64)), ("sm_90a", 8192, (128, 128, 64)),
+    ("sm_90a", 4096, (64, 128, 64)), ("sm_80", 4096, (128, 128, 32)),
 ]
 ATTENTIONS = [  # (target, B*H, S, D, block, causal)
-    ("sm_90a", 16, 1024, 64, 64, False), ("sm_90a", 16, 2048, 64, 128, False),
-    ("sm_90a", 16, 2048, 64, 128, True), ("sm_90a", 16, 2048, 128, 64, False),
-    ("sm_80", 16, 2048, 64, 64, False),
+    ("sm_90a", 16, 2048, 64, 64, False), ("sm_90a", 16, 2048, 64, 64, True),
+    ("sm_90a", 16, 2048, 64, 128, False), ("sm_90a", 16, 2048, 128, 64, False),
+    ("sm_90a", 16, 2048, 128, 64, True), ("sm_80", 16, 2048, 64, 64, False),
 ]
 
 
 def example(name: str) -> Any:
-    path = ROOT / "examples" / "kernels" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
+    """The module of ``examples/kernels/NAME.py``."""
+    return example_module(ROOT / "examples" / "kernels" / f"{name}.py")
+
+
+def example_module(path: Path) -> Any:
+    """A Python file imported as a module, once."""
+    name = f"_bench_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -89,6 +98,10 @@ def run_gemm(target: str, n: int, tile: tuple[int, int, int], dry: bool) -> dict
     ta, tb = ((x << 16).view(torch.float32).to(torch.bfloat16) for x in (ta, tb))
     row["cublas_ms"] = round(_torch_time(lambda: torch.matmul(ta, tb)) * 1e3, 4)
     row["cublas_tflops"] = round(flops / (row["cublas_ms"] * 1e-3) / 1e12, 1)
+    triton_ms = _triton_matmul_ms(ta, tb)
+    if triton_ms is not None:
+        row["triton_ms"] = round(triton_ms * 1e3, 4)
+        row["triton_tflops"] = round(flops / triton_ms / 1e12, 1)
     exact = ta.double() @ tb.double()
     bound = (n * 2.0 ** -24 / (1 - n * 2.0 ** -24) + 2.0 ** -24) * (ta.double().abs()
                                                                        @ tb.double().abs())
@@ -141,6 +154,28 @@ def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bo
     return row
 
 
+def _triton_matmul_ms(a: Any, b: Any) -> float | None:
+    """Seconds per launch of the Triton matmul on bf16 ``a @ b`` (f32 out), or None
+    where Triton is not installed."""
+    try:
+        import torch
+        import triton
+    except ImportError:
+        return None
+    kernel = example_module(ROOT / "benchmarks" / "triton_compile.py").matmul_kernel
+    m, k = a.shape
+    n = b.shape[1]
+    c = torch.empty((m, n), dtype=torch.float32, device="cuda")
+    grid = (triton.cdiv(m, 128) * triton.cdiv(n, 128),)
+
+    def run() -> None:
+        kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                     c.stride(0), c.stride(1), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64,
+                     GROUP_SIZE_M=8, num_stages=3, num_warps=8)
+
+    return _torch_time(run)
+
+
 def _torch_time(fn: Any, repeat: int = 20, warmup: int = 3) -> float:
     import torch
 
@@ -161,6 +196,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry", action="store_true", help="compile and assemble only")
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--markdown", help="also write the table to this file")
     opts = parser.parse_args()
     rows = []
     jobs = [(run_gemm, g) for g in GEMMS] + [(run_attention, a) for a in ATTENTIONS]
@@ -174,6 +210,29 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     if opts.json:
         Path(opts.json).write_text(json.dumps(rows, indent=1))
+    table = markdown(rows)
+    print(table)
+    if opts.markdown:
+        Path(opts.markdown).write_text(table + "\n")
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table: TFLOP/s of Tessera and its anchors, and checks."""
+    head = ("| kernel | target | shape | tile | Tessera TFLOP/s | cuBLAS / SDPA | Triton "
+            "| regs | spills | output checked |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['kernel']} | {r['params']} | error: {r['error'][:120]} "
+                         "| | | | | | | |")
+            continue
+        anchor = r.get("cublas_tflops", r.get("sdpa_tflops", "—"))
+        check = {True: "within bound", False: "OUTSIDE bound"}.get(r.get("within_bound"), "—")
+        lines.append(f"| {r['kernel']} | {r['target']} | {r['shape']} | {r['tile']} "
+                     f"| {r.get('tessera_tflops', '—')} | {anchor} "
+                     f"| {r.get('triton_tflops', '—')} | {r['registers']} "
+                     f"| {r['spill_bytes']} | {check} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

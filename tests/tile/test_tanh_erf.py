@@ -1,0 +1,43 @@
+"""``ts.tile.tanh`` and ``ts.tile.erf``: float64 (NumPy's tanh, the C library's erf)
+rounded once to the element, in checked and reference mode; the PTX lowering refuses
+them at the user's line."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.errors import UnsupportedError
+
+
+@ts.kernel
+def curves(X: ts.Tensor["N", ts.f32], T: ts.Tensor["N", ts.f32],
+           E: ts.Tensor["N", ts.f32]) -> None:
+    x = X[tile_m:tile_m + BM]
+    T[tile_m:tile_m + BM] = ts.tile.tanh(x)
+    E[tile_m:tile_m + BM] = ts.tile.erf(x)
+
+
+@pytest.mark.parametrize("mode", ["checked", "reference"])
+def test_rounded_once_from_float64(mode: str) -> None:
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(256) * 3).astype(np.float32)
+    x[:4] = [np.inf, -np.inf, -0.0, 1e-30]
+    t, e = np.zeros_like(x), np.zeros_like(x)
+    curves(x, t, e, tile_shape=(64,), mode=mode)
+    assert t.tobytes() == np.tanh(x.astype(np.float64)).astype(np.float32).tobytes()
+    want = np.array([math.erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    assert e.tobytes() == want.tobytes()
+
+
+def test_the_lowering_refuses_them() -> None:
+    x = np.zeros(64, np.float32)
+    lines, start = inspect.getsourcelines(curves.fn)
+    line = start + next(k for k, text in enumerate(lines) if "tile.tanh" in text)
+    with pytest.raises(UnsupportedError, match=r"tile\.tanh") as err:
+        curves.inspect_ir("target", x, x.copy(), x.copy(), tile_shape=(64,))
+    assert err.value.loc.line == line
