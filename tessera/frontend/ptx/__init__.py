@@ -2,7 +2,7 @@
 
 :func:`load` reads a file or text (:mod:`tessera.ir.text.ptx`), ``.kernel(name)``
 picks an ``.entry`` and ``.run(grid=, block=, args=, shared_bytes=)`` runs it with the
-Target IR interpreter's control-flow-graph mode (:mod:`tessera.interp.target.cfg`);
+Target IR interpreter's control-flow-graph mode (:mod:`tessera.interp.target.ptx`);
 :func:`tensor_map` makes the argument of a tensor-map parameter.
 """
 

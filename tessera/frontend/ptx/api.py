@@ -28,8 +28,8 @@ import numpy as np
 
 from tessera.errors import ArgumentError, Loc, user_api
 from tessera.interp.target.async_copy import TmaValue
-from tessera.interp.target.cfg import run_cfg
 from tessera.interp.target.memory_state import GlobalMemory
+from tessera.interp.target.ptx.run import run_cfg
 from tessera.ir.dialects.target.cfg import CfgKernel, KernelParam
 from tessera.ir.dialects.target.ptx_ops import PARAM_WINDOW
 from tessera.ir.text.ptx import PtxModule, parse_ptx

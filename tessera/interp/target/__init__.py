@@ -5,8 +5,7 @@ registers; ``memory_state`` the memories and ``memory_steps`` their loads and st
 ``async_copy`` ``cp.async``, TMA and mbarriers; ``mma`` the matrix ops; ``convert`` and
 ``numeric`` conversions and arithmetic; ``flow`` control flow. ``cfg`` runs PTX read
 from text (:mod:`tessera.ir.text.ptx`) as a control-flow graph over PTX's registers,
-with the rules of the instructions other compilers use in ``ptx_rules`` and
-``ptx_memory``.
+with the rules of the instructions other compilers use, is the ``ptx`` subpackage.
 """
 
 from tessera import lazy

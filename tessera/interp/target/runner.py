@@ -36,11 +36,11 @@ from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
 from tessera.interp.target import memory_steps as target_mem
 from tessera.interp.target import mma as target_mma
-from tessera.interp.target import ptx_memory as target_ptx_memory
-from tessera.interp.target import ptx_rules as target_ptx_rules
 from tessera.interp.target import regs as target_regs
 from tessera.interp.target.async_copy import TmaValue
 from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
+from tessera.interp.target.ptx import memory as target_ptx_memory
+from tessera.interp.target.ptx import rules as target_ptx_rules
 from tessera.interp.target.state import (
     DTYPES,
     Machine,

@@ -3,7 +3,7 @@
 ``parse_ptx(text, file)`` returns a :class:`~tessera.ir.text.ptx.module.PtxModule`
 whose kernels are :class:`~tessera.ir.dialects.target.cfg.CfgKernel` objects: PTX's
 control-flow graph and registers, each instruction as Target IR instructions, run by
-:func:`tessera.interp.target.cfg.run_cfg`. ``lexer`` splits statements, ``module``
+:func:`tessera.interp.target.ptx.run.run_cfg`. ``lexer`` splits statements, ``module``
 reads directives, kernels and branches (``declarations`` the variables and
 parameters), ``context`` builds one instruction's Target IR, ``arith``, ``memory`` and
 ``hopper`` hold the instruction handlers. Anything not modelled is a

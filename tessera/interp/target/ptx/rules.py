@@ -1,7 +1,7 @@
 """Rules for the register and warp instructions of
 :mod:`tessera.ir.dialects.target.ptx_ops` (bit manipulation, shuffles with register
 operands, votes, ``bar.warp.sync``, ``elect.sync``, tensor maps by address); memory
-instructions are in :mod:`tessera.interp.target.ptx_memory`. Bit instructions follow
+instructions are in :mod:`tessera.interp.target.ptx.memory`. Bit instructions follow
 the pseudocode of their PTX ISA sections.
 """
 
@@ -287,7 +287,7 @@ def _wmma_addresses(fr: TargetFrame, instr: Instr, lanes: np.ndarray, base: np.n
 @step_rule(wmma_ops.WmmaLoad)
 def _wmma_load(c: TargetCompiler, instr: Instr) -> Step:
     from tessera.interp.target.flow import check_warps
-    from tessera.interp.target.ptx_memory import generic_access
+    from tessera.interp.target.ptx.memory import generic_access
 
     op = instr.op
     a, s = (c.slot(v) for v in instr.operands)
@@ -352,7 +352,7 @@ def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
 @step_rule(wmma_ops.WmmaStore)
 def _wmma_store(c: TargetCompiler, instr: Instr) -> Step:
     from tessera.interp.target.flow import check_warps
-    from tessera.interp.target.ptx_memory import generic_access
+    from tessera.interp.target.ptx.memory import generic_access
 
     op = instr.op
     a, d, s = (c.slot(v) for v in instr.operands)

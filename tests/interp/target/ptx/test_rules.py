@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tests.interp.target.ptx_harness import run_elementwise
+from tests.interp.target.ptx.harness import run_elementwise
 
 M32 = (1 << 32) - 1
 rng = np.random.default_rng(3)

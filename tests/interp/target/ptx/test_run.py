@@ -10,7 +10,7 @@ import pytest
 
 import tessera as ts
 from tessera.interp.target import TargetFault
-from tests.interp.target.ptx_harness import HEADER, elementwise, run_elementwise
+from tests.interp.target.ptx.harness import HEADER, elementwise, run_elementwise
 
 rng = np.random.default_rng(5)
 
