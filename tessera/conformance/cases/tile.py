@@ -246,9 +246,7 @@ def scale_rows(x: ts.Tensor["M", "N", ts.f32], s: ts.Tensor["M", ts.f32],
 
 
 @case("tile.broadcast.rows", spec=f"{TILE}: a 1-D tile of the row count broadcasts along "
-      "rows", backends=KERNEL, xfail={
-          b: "the lowering's row broadcast of a 1-D tile loaded from global memory fails an "
-             "internal assertion (lower/rules/tensor.py, _broadcast)" for b in ("target", "cuda")})
+      "rows", backends=KERNEL)
 def _broadcast(ctx: Any) -> None:
     """``s * x`` with ``len(s) == rows`` scales row i by s[i]."""
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
