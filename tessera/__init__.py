@@ -184,6 +184,7 @@ __all__ = [
     "mse",
     "op",
     "precision_policy",
+    "ptx",
     "read",
     "reduce",
     "relu",
@@ -200,6 +201,7 @@ __all__ = [
 # ``import tessera`` is the graph front end, the IR and the graph interpreter.
 __getattr__, __dir__ = _lazy.attach(__name__, globals(), {
     "dist": ("tessera.dist", None),
+    "ptx": ("tessera.frontend.ptx", None),  # run third-party PTX on the CPU
     # the tile kernel compiler, its autotuner and the tile simulator
     **_lazy.names("tessera.frontend.kernel", "kernel"),
     **_lazy.names("tessera.dist.core.tensor", "DistTensor"),

@@ -9,6 +9,7 @@
                 [-o out.ptx] [--stats]
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
+    tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
 
 ``FUNC`` is a ``@ts.kernel`` or a graph function (a plain ``def`` or ``@ts.jit``); its
 example arguments are ``--arg``/``--const`` options (zeros of a statically annotated
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera import cli_ptx
 from tessera.cli_examples import examples_needed
 from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
@@ -269,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)
     add_conformance_parser(sub)
+    cli_ptx.add_parser(sub)
     return parser
 
 

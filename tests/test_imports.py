@@ -18,7 +18,8 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 #: module name prefixes that a plain ``import tessera`` must not load
 LAZY_PREFIXES = ("networkx", "llvmlite", "mpi4py", "cuda", "tessera.mesh_sim", "tessera.backend",
-                 "tessera.frontend.kernel.backends", "tessera.dist")
+                 "tessera.frontend.kernel.backends", "tessera.dist", "tessera.frontend.ptx",
+                 "tessera.ir.text.ptx", "tessera.interp.target")
 #: and modules: the tile kernel compiler and the tile simulator (``ts.kernel``)
 LAZY_MODULES = ("tessera.frontend.kernel.entry", "tessera.frontend.kernel.compiler.compile",
                 "tessera.frontend.kernel.tuning.autotune", "tessera.interp.tile.launcher",

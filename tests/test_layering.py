@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.dist",),
     # (the conformance suite checks the whole package; the command line offers it)
     ("tessera.graph", "tessera.op", "tessera.tile", "tessera.cli", "tessera.cli_examples",
+     "tessera.cli_ptx",
      "tessera.__main__", "tessera", "tessera.conformance"),
 ]
 PACKAGE = Path(tessera.__file__).parent

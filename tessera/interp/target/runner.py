@@ -40,6 +40,8 @@ from tessera.interp.target import regs as target_regs
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.async_copy import TmaValue
 from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
+from tessera.interp.target.ptx import memory as target_ptx_memory
+from tessera.interp.target.ptx import rules as target_ptx_rules
 from tessera.interp.target.state import (
     DTYPES,
     Machine,
@@ -53,8 +55,8 @@ from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
 
 # importing the rule modules registers their steps
-_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_regs,
-     target_warp)
+_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
+     target_ptx_rules, target_regs, target_warp)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:

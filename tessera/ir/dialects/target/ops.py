@@ -25,7 +25,7 @@ from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import PRED, U32, RegType, reg_of
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
-                "nctaid.y", "nctaid.z", "laneid", "warpid")
+                "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z")
 BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
 UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu",

@@ -1,0 +1,184 @@
+"""PTX rules of :mod:`tessera.ir.dialects.target.ptx_ops`, the instructions that PTX
+from other compilers uses (read by :mod:`tessera.ir.text.ptx`): each renders back to
+the PTX instruction it came from, so every Target IR op has a text form."""
+
+from __future__ import annotations
+
+from tessera.backend.ptx.render.emit import PtxWriter, address, mem_type, rule
+from tessera.backend.ptx.render.regalloc import operand
+from tessera.ir.core import Instr
+from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target.ptx_ops import (
+    Atom,
+    Bfe,
+    Bfi,
+    BitCount,
+    ByteLoad,
+    ByteStore,
+    Cvta,
+    Elect,
+    GenericLoad,
+    GenericStore,
+    ParamLoad,
+    Prmt,
+    Shf,
+    ShflSync,
+    Stmatrix,
+    TensorMapAt,
+    Vote,
+    WarpSync,
+)
+from tessera.ir.dialects.target.wmma import WmmaLoad, WmmaMma, WmmaStore
+
+
+def _vec(n: int) -> str:
+    return f".v{n}" if n > 1 else ""
+
+
+def _regs(e: PtxWriter, instr: Instr) -> list[str]:
+    return [e.regs.one(v) for v in instr.operands]
+
+
+@rule(ParamLoad)
+def _ld_param(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    at = f"[{op.param}+{op.offset}]" if op.offset else f"[{op.param}]"
+    e.out(f"ld.param{_vec(op.vec)}.{mem_type(op.type)} {operand(e.regs.of(instr.result))}, "
+          f"{at};")
+
+
+@rule(Cvta)
+def _cvta(e: PtxWriter, instr: Instr) -> None:
+    to = ".to" if instr.op.to else ""
+    e.out(f"cvta{to}.{instr.op.space}.u64 {e.regs.one(instr.result)}, "
+          f"{e.regs.one(instr.operands[0])};")
+
+
+@rule(GenericLoad)
+def _ld(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    e.out(f"ld{_vec(op.vec)}.{mem_type(op.type)} {operand(e.regs.of(instr.result))}, "
+          f"{address(e, instr, op.offset)};")
+
+
+@rule(GenericStore)
+def _st(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    e.out(f"st{_vec(op.vec)}.{mem_type(op.type)} {address(e, instr, op.offset)}, "
+          f"{operand(e.regs.of(instr.operands[1]))};")
+
+
+@rule(ByteLoad)
+def _ld_byte(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    e.out(f"ld{space}.{'s8' if op.signed else 'u8'} {e.regs.one(instr.result)}, "
+          f"{address(e, instr, op.offset)};")
+
+
+@rule(ByteStore)
+def _st_byte(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    e.out(f"st{space}.u8 {address(e, instr, op.offset)}, {e.regs.one(instr.operands[1])};")
+
+
+@rule(Atom)
+def _atom(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    typ = f"b{RegType(op.type).bits}" if op.op in ("and", "or", "xor", "exch", "cas") \
+        else op.type
+    rest = ", ".join(_regs(e, instr)[1:])
+    e.out(f"atom{space}.{op.op}.{typ} {e.regs.one(instr.result)}, {address(e, instr)}, {rest};")
+
+
+@rule(Shf)
+def _shf(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    e.out(f"shf.{'l' if op.left else 'r'}.{'clamp' if op.clamp else 'wrap'}.b32 "
+          f"{e.regs.one(instr.result)}, {', '.join(_regs(e, instr))};")
+
+
+@rule(Prmt, Bfe, Bfi, BitCount)
+def _bits(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    name = {Prmt: "prmt.b32", Bfe: f"bfe.{getattr(op, 'type', '')}",
+            Bfi: f"bfi.{getattr(op, 'type', '')}"}.get(type(op))
+    if name is None:
+        kind = op.kind
+        typ = op.type if kind == "bfind" else f"b{RegType(op.type).bits}"
+        name = f"{kind}.{typ}"
+    e.out(f"{name} {e.regs.one(instr.result)}, {', '.join(_regs(e, instr))};")
+
+
+@rule(ShflSync)
+def _shfl(e: PtxWriter, instr: Instr) -> None:
+    d, p = (e.regs.one(v) for v in instr.results)
+    e.out(f"shfl.sync.{instr.op.mode}.b32 {d}|{p}, {', '.join(_regs(e, instr))};")
+
+
+@rule(Vote)
+def _vote(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    d = e.regs.one(instr.result)
+    if op.mode == "active":
+        e.out(f"activemask.b32 {d};")
+        return
+    typ = "b32" if op.mode == "ballot" else "pred"
+    e.out(f"vote.sync.{op.mode}.{typ} {d}, {e.regs.one(instr.operands[0])}, 0x{op.mask:08X};")
+
+
+@rule(WarpSync)
+def _warp_sync(e: PtxWriter, instr: Instr) -> None:
+    e.out(f"bar.warp.sync 0x{instr.op.mask:08X};")
+
+
+@rule(Elect)
+def _elect(e: PtxWriter, instr: Instr) -> None:
+    d, p = (e.regs.one(v) for v in instr.results)
+    e.out(f"elect.sync {d}|{p}, 0x{instr.op.mask:08X};")
+
+
+@rule(TensorMapAt)
+def _tmap_at(e: PtxWriter, instr: Instr) -> None:
+    # a tensor map is named by its generic address: the register is the operand itself
+    e.out(f"// {e.regs.one(instr.result)} is the tensor map at "
+          f"{e.regs.one(instr.operands[0])}")
+
+
+@rule(Stmatrix)
+def _stmatrix(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    trans = ".trans" if op.trans else ""
+    e.out(f"stmatrix.sync.aligned.m8n8.x{op.num}{trans}.shared.b16 {address(e, instr)}, "
+          f"{operand(e.regs.of(instr.operands[1]))};")
+
+
+@rule(WmmaLoad)
+def _wmma_load(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    addr, stride = (e.regs.one(v) for v in instr.operands)
+    e.out(f"wmma.load.{op.frag}.sync.aligned.{op.layout}.m16n16k16{space}.{op.type} "
+          f"{e.regs.vec(instr.result)}, [{addr}], {stride};")
+
+
+@rule(WmmaMma)
+def _wmma_mma(e: PtxWriter, instr: Instr) -> None:
+    a, b, c = (e.regs.vec(v) for v in instr.operands)
+    types = "f32" if instr.op.atype == "f16" else f"{instr.op.atype}.{instr.op.atype}.f32"
+    e.out(f"wmma.mma.sync.aligned.row.col.m16n16k16.f32.{types} "
+          f"{e.regs.vec(instr.result)}, {a}, {b}, {c};")
+
+
+@rule(WmmaStore)
+def _wmma_store(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    space = f".{op.space}" if op.space else ""
+    addr, stride = e.regs.one(instr.operands[0]), e.regs.one(instr.operands[2])
+    e.out(f"wmma.store.d.sync.aligned.{op.layout}.m16n16k16{space}.f32 [{addr}], "
+          f"{e.regs.vec(instr.operands[1])}, {stride};")
+
+
+__all__: list[str] = []

@@ -1,0 +1,236 @@
+"""``tessera check-ptx``: run a kernel of any PTX file on the CPU and report.
+
+    tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256
+                      --arg u32=1000 --arg f32=2.5 --arg 'f32[1000]=randn' --arg y.npy
+                      [--shared-bytes N] [--reference REF.py:FUNC] [--seed 0]
+
+Arguments, one per ``.param`` in order:
+
+* ``TYPE=VALUE`` a scalar (``u32=1000``, ``s32=-3``, ``f32=2.5``);
+* ``TYPE[D0,D1,...]=INIT`` an array, ``INIT`` one of ``zeros``, ``ones``, ``arange``,
+  ``randn``, ``rand`` (uniform in [0, 1)), ``randint:LO:HI``;
+* ``PATH.npy`` an array read from a file;
+* ``tmap:TYPE[ROWS,COLS]=INIT:BOXROWSxBOXCOLS[:swSWIZZLE]`` a tensor map over a new
+  2-D array (``tmap:bf16[128,64]=randn:64x64:sw128``).
+
+``--reference REF.py:FUNC`` calls ``FUNC`` with the arguments as they were before the
+launch (arrays as copies, scalars as NumPy scalars, tensor maps as their arrays) and
+compares what it returns with the arrays after the launch: one array (the last array
+argument), a sequence with one entry per array argument (``None`` skips one), or a
+dict from argument index to array. Integers must agree exactly; floats within
+``rtol = atol_scale = 64 * eps`` of the output format (``--rtol``/``--atol`` override):
+``|got - want| <= atol * max|want| + rtol * |want|``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, Loc
+
+_TYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "u8": "uint8",
+          "u16": "uint16", "u32": "uint32", "u64": "uint64", "s8": "int8", "s16": "int16",
+          "s32": "int32", "s64": "int64", "b32": "uint32", "b64": "uint64"}
+_ARRAY = re.compile(r"^(?P<tmap>tmap:)?(?P<t>\w+)\[(?P<dims>[\d,\s]+)\]="
+                    r"(?P<init>[^:]+(?::-?\d+:-?\d+)?)(?::(?P<box>\d+x\d+)(?::sw(?P<sw>\d+))?)?$")
+WHERE = Loc("<command line>", 0)
+
+
+def _dtype(name: str) -> np.dtype:
+    if name == "bf16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    if name not in _TYPES:
+        raise ArgumentError(f"unknown element type {name!r}", loc=WHERE,
+                            hint=f"use one of bf16, {', '.join(_TYPES)}")
+    return np.dtype(_TYPES[name])
+
+
+def _init(init: str, shape: tuple[int, ...], dt: np.dtype, rng: np.random.Generator,
+          spec: str) -> np.ndarray:
+    if init == "zeros":
+        return np.zeros(shape, dt)
+    if init == "ones":
+        return np.ones(shape, dt)
+    if init == "arange":
+        return np.arange(int(np.prod(shape))).reshape(shape).astype(dt)
+    if init == "randn":
+        return rng.standard_normal(shape).astype(dt)
+    if init == "rand":
+        return rng.random(shape).astype(dt)
+    if init.startswith("randint:"):
+        _, lo, hi = init.split(":")
+        return rng.integers(int(lo), int(hi), shape).astype(dt)
+    raise ArgumentError(f"bad initialiser {init!r} in --arg {spec!r}", loc=WHERE,
+                        hint="zeros, ones, arange, randn, rand or randint:LO:HI")
+
+
+def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
+    """One ``--arg``: (the value to pass, a short description)."""
+    import tessera as ts
+
+    if spec.endswith(".npy"):
+        if not Path(spec).is_file():
+            raise ArgumentError(f"no file {spec!r}", loc=Loc(spec, 0))
+        a = np.load(spec)
+        return a, f"{spec} ({a.dtype}{list(a.shape)})"
+    m = _ARRAY.match(spec.replace(" ", ""))
+    if m:
+        dt = _dtype(m.group("t"))
+        shape = tuple(int(d) for d in m.group("dims").split(",") if d)
+        a = _init(m.group("init"), shape, dt, rng, spec)
+        if m.group("tmap"):
+            if not m.group("box"):
+                raise ArgumentError(f"--arg {spec!r}: a tensor map needs :ROWSxCOLS", loc=WHERE)
+            box = tuple(int(x) for x in m.group("box").split("x"))
+            tm = ts.ptx.tensor_map(a, box, int(m.group("sw") or 0), elem=m.group("t"))
+            return tm, f"tensor map of {m.group('t')}{list(shape)} box {box}"
+        return a, f"{m.group('t')}{list(shape)} {m.group('init')}"
+    t, sep, value = spec.partition("=")
+    if sep and t in _TYPES:
+        dt = _dtype(t)
+        try:
+            number = float(value) if dt.kind == "f" else int(value, 0)
+        except ValueError:
+            raise ArgumentError(f"bad value {value!r} in --arg {spec!r}", loc=WHERE) from None
+        return dt.type(number), f"{t}={value}"
+    raise ArgumentError(f"cannot read --arg {spec!r}", loc=WHERE,
+                        hint="write u32=1000, 'f32[1024]=randn', x.npy or "
+                        "'tmap:bf16[128,64]=randn:64x64:sw128'")
+
+
+def _tolerance(dt: np.dtype, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    if dt.kind not in "fc" and dt.name != "bfloat16":
+        return 0.0, 0.0
+    eps = 2.0 ** -7 if dt.name == "bfloat16" else float(np.finfo(dt).eps)
+    return (64 * eps if rtol is None else rtol), (64 * eps if atol is None else atol)
+
+
+def _compare(got: np.ndarray, want: Any, rtol: float | None,
+             atol: float | None) -> tuple[bool, str]:
+    want = np.asarray(want)
+    if want.shape != got.shape:
+        return False, f"shape {list(got.shape)} but the reference returns {list(want.shape)}"
+    r, a = _tolerance(got.dtype, rtol, atol)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    err = np.abs(g - w)
+    err = np.where(np.isnan(g) & np.isnan(w), 0.0, err)
+    scale = float(np.nanmax(np.abs(w))) if w.size else 0.0
+    bad = ~(err <= a * scale + r * np.abs(w))
+    worst = float(np.nanmax(err)) if err.size else 0.0
+    text = f"max |error| {worst:.3g}"
+    text += f" (rtol {r:.3g}, atol {a:.3g} x max|want| {scale:.3g})" if r or a else " (exact)"
+    if bad.any():
+        k = np.unravel_index(int(np.flatnonzero(bad)[0]), got.shape)
+        text += f"; first mismatch at {tuple(int(i) for i in k)}: got {got[k]}, want {want[k]}"
+    return not bad.any(), text
+
+
+def _expected(result: Any, arrays: list[int]) -> dict[int, Any]:
+    if isinstance(result, dict):
+        return {int(k): v for k, v in result.items() if v is not None}
+    if isinstance(result, np.ndarray):
+        return {arrays[-1]: result}
+    if isinstance(result, (list, tuple)):
+        if len(result) != len(arrays):
+            raise ArgumentError(f"the reference returns {len(result)} arrays for the "
+                                f"{len(arrays)} array arguments", loc=WHERE)
+        return {k: v for k, v in zip(arrays, result) if v is not None}
+    raise ArgumentError(f"the reference returns a {type(result).__name__}; return an "
+                        "array, a sequence or a dict of arrays", loc=WHERE)
+
+
+def cmd_check_ptx(args: argparse.Namespace) -> int:
+    """Run the kernel, report the sanitizer's verdict and the comparison."""
+    import tessera as ts
+    from tessera.interp.target import TargetFault
+
+    program = ts.ptx.load(Path(args.file))
+    kernel = program.kernel(args.kernel)
+    args.where = kernel.ir.loc
+    rng = np.random.default_rng(args.seed)
+    parsed = [parse_arg(s, rng) for s in args.arg]
+    values = [v for v, _ in parsed]
+    grid, block = _dims(args.grid, "--grid"), _dims(args.block, "--block")
+    before = [v.array.copy() if isinstance(v, ts.ptx.TensorMapArgument) else
+              (v.copy() if isinstance(v, np.ndarray) else v) for v in values]
+    print(f"check-ptx {args.file}: {kernel!r}")
+    print(f"  launch: grid {grid} x block {block} = {np.prod(grid) * np.prod(block)} threads, "
+          f"{args.shared_bytes} bytes of dynamic shared memory")
+    for k, (_, text) in enumerate(parsed):
+        print(f"  argument {k}: {text}")
+    try:
+        kernel.run(grid=grid, block=block, args=values, shared_bytes=args.shared_bytes,
+                   check_races=not args.no_race_check)
+    except TargetFault:
+        print("  sanitizer: FAULT (below)")
+        raise
+    checks = "bounds, alignment, uninitialised shared reads, async copies, barriers"
+    print(f"  sanitizer: no faults ({checks}"
+          f"{'' if args.no_race_check else ', shared-memory races'})")
+    if not args.reference:
+        print("result: OK (no reference given)")
+        return 0
+    from tessera.cli import _load
+
+    ref = _load(args.reference, args)
+    arrays = [k for k, v in enumerate(values)
+              if isinstance(v, (np.ndarray, ts.ptx.TensorMapArgument))]
+    try:
+        result = ref(*before)
+    except Exception as err:  # the user's reference failed: report it at its file
+        raise ArgumentError(f"the reference {args.reference} raised "
+                            f"{type(err).__name__}: {err}", loc=args.where) from err
+    ok = True
+    print(f"  reference {args.reference}:")
+    for k, want in sorted(_expected(result, arrays).items()):
+        out = values[k].array if isinstance(values[k], ts.ptx.TensorMapArgument) else values[k]
+        if not isinstance(out, np.ndarray):
+            raise ArgumentError(f"the reference returns a value for argument {k}, which is "
+                                "not an array", loc=args.where)
+        good, text = _compare(out, want, args.rtol, args.atol)
+        ok &= good
+        print(f"    argument {k} ({out.dtype}{list(out.shape)}): {text}: "
+              f"{'OK' if good else 'MISMATCH'}")
+    print(f"result: {'OK' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
+def _dims(text: str, what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ArgumentError(f"bad {what} {text!r}", loc=WHERE, hint="write e.g. 4 or 4,2,1") \
+            from None
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+        raise ArgumentError(f"bad {what} {text!r}", loc=WHERE, hint="1 to 3 positive sizes")
+    return dims + (1,) * (3 - len(dims))
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``check-ptx`` with the ``tessera`` command's subparsers."""
+    p = sub.add_parser("check-ptx", help="run a PTX kernel on the CPU with sanitizer checks")
+    p.add_argument("file", help="FILE.ptx (from nvcc, Triton, tessera or by hand)")
+    p.add_argument("--kernel", required=True, help="the .entry to run")
+    p.add_argument("--grid", default="1", help="CTAs, e.g. 4 or 4,2,1")
+    p.add_argument("--block", default="1", help="threads per CTA, e.g. 256 or 32,8")
+    p.add_argument("--arg", action="append", default=[],
+                   help="one per .param: u32=1000, 'f32[1024]=randn', x.npy, "
+                   "'tmap:bf16[128,64]=randn:64x64:sw128'")
+    p.add_argument("--shared-bytes", type=int, default=0, help="dynamic shared memory")
+    p.add_argument("--reference", default="", help="REF.py:FUNC returning expected outputs")
+    p.add_argument("--rtol", type=float, default=None)
+    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random initialisers")
+    p.add_argument("--no-race-check", action="store_true",
+                   help="skip the shared-memory race check (faster)")
+    p.set_defaults(run=cmd_check_ptx)
+
+
+__all__ = ["add_parser", "cmd_check_ptx", "parse_arg"]

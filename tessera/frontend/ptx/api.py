@@ -1,0 +1,253 @@
+"""``ts.ptx``: run anyone's PTX on the CPU, with the Target IR interpreter's checks.
+
+    mod = ts.ptx.load("saxpy.ptx")                 # a path or the PTX text
+    k = mod.kernel("saxpy")
+    k.run(grid=(4, 1, 1), block=(256, 1, 1), args=[np.int32(n), np.float32(2.5), x, y])
+
+Arguments, one per ``.param`` of the ``.entry``: a NumPy array for a 64-bit pointer
+parameter (placed at a 256-byte aligned global address and updated in place), a NumPy
+scalar for a value parameter (its kind and size must match the PTX type: an
+``np.int32`` fits ``.u32``/``.s32``/``.b32``, an ``np.float32`` only ``.f32``), a
+Python ``int``/``float`` that fits the type, and :func:`tensor_map` for a
+``.align 64 .b8 name[128]`` tensor-map parameter. ``shared_bytes`` is the dynamic
+shared memory (``.extern .shared``). A kernel bug (out-of-bounds or misaligned access,
+shared-memory race, uninitialised shared read, async copy read before its wait,
+divergent barrier, mbarrier phase that never completes) raises
+:class:`~tessera.interp.target.state.TargetFault` at the PTX line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, Loc, user_api
+from tessera.interp.target.async_copy import TmaValue
+from tessera.interp.target.memory_state import GlobalMemory
+from tessera.interp.target.ptx.run import run_cfg
+from tessera.ir.dialects.target.cfg import CfgKernel, KernelParam
+from tessera.ir.dialects.target.ptx_ops import PARAM_WINDOW
+from tessera.ir.text.ptx import PtxModule, parse_ptx
+
+_ELEMS = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+          "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64", "uint16": "u16",
+          "uint8": "u8"}
+_KIND = {"u": "usb", "i": "usb", "f": "f", "b": "p"}
+
+
+@dataclass(frozen=True, eq=False)
+class TensorMapArgument:
+    """A tensor-map argument (what ``cuTensorMapEncodeTiled`` makes on the host): a 2-D
+    row-major ``array`` copied by TMA in ``box = (rows, cols)`` tiles with a
+    ``swizzle``-byte swizzle (0, 32, 64 or 128)."""
+
+    array: np.ndarray
+    box: tuple[int, int]
+    swizzle: int = 0
+    elem: str = ""
+
+
+def tensor_map(array: np.ndarray, box: Sequence[int], swizzle: int = 0,
+               elem: str | None = None) -> TensorMapArgument:
+    """The tensor map of ``array`` for a ``.b8 [128]`` kernel parameter; ``elem`` is the
+    PTX element type (by default from the array's dtype)."""
+    if not isinstance(array, np.ndarray) or array.ndim != 2:
+        raise ArgumentError("a tensor map describes a 2-D NumPy array",
+                            hint="pass the matrix the kernel's TMA loads read")
+    name = elem or _ELEMS.get(array.dtype.name)
+    if name is None:
+        raise ArgumentError(f"no tensor-map element type for dtype {array.dtype}",
+                            hint="give elem='bf16', 'f16', 'f32' ...")
+    if len(box) != 2:
+        raise ArgumentError(f"box {tuple(box)} should be (rows, cols)")
+    return TensorMapArgument(array, (int(box[0]), int(box[1])), int(swizzle), name)
+
+
+def _dims(value: Any, what: str) -> tuple[int, int, int]:
+    dims = [value] if isinstance(value, (int, np.integer)) else list(value)
+    if not 1 <= len(dims) <= 3 or any(int(d) < 1 for d in dims):
+        raise ArgumentError(f"bad {what} {value!r}", hint=f"give 1 to 3 positive {what} sizes")
+    dims = [int(d) for d in dims] + [1] * (3 - len(dims))
+    return dims[0], dims[1], dims[2]
+
+
+def _scalar_bytes(p: KernelParam, k: int, a: Any) -> np.ndarray:
+    """The bytes of a value argument for parameter ``p``, checked against its type."""
+    kind = {"u": "u", "s": "s", "b": "b", "f": "f"}.get(p.type[0], "b")
+    where = f"argument {k} ({p.name}, .{p.type})"
+    if isinstance(a, np.generic):
+        dk = a.dtype.kind
+        ok = (dk in "ui" and kind in "usb") or (dk == "f" and kind == "f") or \
+            (dk == "b" and p.type == "pred")
+        if not ok or a.dtype.itemsize != p.size:
+            raise ArgumentError(f"{where}: a {a.dtype} does not fit a .{p.type} parameter",
+                                hint=f"pass a NumPy scalar of {p.size} bytes "
+                                f"({'float' if kind == 'f' else 'integer'})")
+        return np.frombuffer(a.tobytes(), np.uint8)
+    if isinstance(a, bool) or not isinstance(a, (int, float)):
+        raise ArgumentError(f"{where}: expected a scalar, got {type(a).__name__}")
+    if kind == "f":
+        dt = np.dtype(f"f{p.size}")
+        return np.frombuffer(np.array(a, dt).tobytes(), np.uint8)
+    if isinstance(a, float):
+        raise ArgumentError(f"{where}: a float does not fit an integer parameter")
+    bits = 8 * p.size
+    lo = 0 if kind == "u" else -(1 << (bits - 1))
+    hi = 1 << (bits - 1) if kind == "s" else 1 << bits
+    if not lo <= a < hi:
+        raise ArgumentError(f"{where}: {a} does not fit in {bits} bits")
+    return np.frombuffer((a & ((1 << bits) - 1)).to_bytes(p.size, "little"), np.uint8)
+
+
+class PtxKernel:
+    """One ``.entry`` of a loaded PTX module, runnable on the CPU."""
+
+    def __init__(self, program: PtxProgram, ir: CfgKernel) -> None:
+        self.program = program
+        self.ir = ir
+
+    @property
+    def name(self) -> str:
+        """The kernel's name."""
+        return self.ir.name
+
+    @property
+    def params(self) -> list[KernelParam]:
+        """The ``.param`` list."""
+        return self.ir.params
+
+    @user_api
+    def run(self, grid: Any = 1, block: Any = 1, args: Sequence[Any] = (),
+            shared_bytes: int = 0, check_races: bool = True,
+            symbols: dict[str, np.ndarray] | None = None) -> None:
+        """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
+        ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
+        ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
+        ``.global`` variable's final value can be read from it); the others start
+        with their initializers."""
+        g, b = _dims(grid, "grid"), _dims(block, "block")
+        params = self.ir.params
+        if len(args) != len(params):
+            raise ArgumentError(f"kernel '{self.name}' takes {len(params)} arguments "
+                                f"({', '.join(p.name for p in params)}), got {len(args)}")
+        if shared_bytes < 0:
+            raise ArgumentError(f"shared_bytes must be >= 0, not {shared_bytes}")
+        glob = GlobalMemory()
+        self._place_variables(glob, dict(symbols or {}))
+        space = np.zeros(max(self.ir.param_bytes, 1), np.uint8)
+        placed: dict[int, int] = {}
+        tmaps: dict[int, TmaValue] = {}
+        copies: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def place(a: np.ndarray, k: int) -> int:
+            if id(a) not in placed:
+                if not a.flags.writeable:
+                    raise ArgumentError(f"argument {k}: the array must be writeable")
+                work = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+                if work is not a:
+                    copies.append((a, work))
+                placed[id(a)] = glob.add(work, f"argument {k} ({params[k].name}, "
+                                         f"{a.dtype}{list(a.shape)})")
+            return placed[id(a)]
+
+        for k, (p, a) in enumerate(zip(params, args)):
+            if p.array:
+                tmaps[PARAM_WINDOW + p.offset] = self._tensor_map(
+                    p, k, a, place, lambda base: glob.bytes[glob.bases.index(base)])
+            elif isinstance(a, np.ndarray) and a.ndim > 0:
+                if p.size != 8 or p.type == "f64":
+                    raise ArgumentError(f"argument {k} ({p.name}, .{p.type}): an array needs "
+                                        "a 64-bit pointer parameter")
+                address = place(a, k)
+                space[p.offset:p.offset + 8] = np.frombuffer(
+                    np.uint64(address).tobytes(), np.uint8)
+            else:
+                raw = _scalar_bytes(p, k, a[()] if isinstance(a, np.ndarray) else a)
+                space[p.offset:p.offset + p.size] = raw
+        run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
+                tmaps=tmaps, check_races=check_races)
+        for a, work in copies:
+            a[...] = work
+
+    def _place_variables(self, glob: GlobalMemory, symbols: dict[str, np.ndarray]) -> None:
+        """Module variables first, at the addresses the PTX reader gave them."""
+        for var in self.ir.globals:
+            given = symbols.pop(var.name, None)
+            if given is None:
+                buf = np.frombuffer(var.init, np.uint8).copy()
+            else:
+                if not isinstance(given, np.ndarray) or given.nbytes != var.size or \
+                        not given.flags.c_contiguous or not given.flags.writeable:
+                    raise ArgumentError(f"symbol {var.name!r} is a .{var.space} variable of "
+                                        f"{var.size} bytes: pass a writeable contiguous "
+                                        "array of that size")
+                buf = given
+            base = glob.add(buf, f".{var.space} variable {var.name}")
+            assert base == var.address, "module variables are placed in order"
+        if symbols:
+            names = ", ".join(v.name for v in self.ir.globals) or "none"
+            raise ArgumentError(f"the module has no variable {next(iter(symbols))!r}",
+                                hint=f"its .global/.const variables: {names}")
+
+    def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,
+                    glob_bytes: Any) -> TmaValue:
+        from tessera.arch.tma import row_major_2d
+
+        if p.array != 128 or not isinstance(a, TensorMapArgument):
+            raise ArgumentError(f"argument {k} ({p.name}, .b8[{p.array}]): pass "
+                                "ts.ptx.tensor_map(array, box=..., swizzle=...)"
+                                if p.array == 128 else f"argument {k}: by-value array "
+                                f"parameters of {p.array} bytes are not supported")
+        base = place(a.array, k)
+        tmap = row_major_2d(a.elem, base, a.array.shape, a.box, a.swizzle).validate()
+        return TmaValue(tmap, glob_bytes(base))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f".{p.type}{f'[{p.array}]' if p.array else ''} {p.name}"
+                         for p in self.params)
+        return f"PtxKernel {self.name}({args})"
+
+
+class PtxProgram:
+    """A PTX module read from a file or text: its kernels by name."""
+
+    def __init__(self, module: PtxModule) -> None:
+        self.module = module
+
+    @property
+    def file(self) -> str:
+        """Where the PTX came from."""
+        return self.module.file
+
+    @property
+    def kernels(self) -> list[str]:
+        """Names of the ``.entry`` kernels."""
+        return list(self.module.kernels)
+
+    @user_api
+    def kernel(self, name: str) -> PtxKernel:
+        """The kernel ``name``."""
+        if name not in self.module.kernels:
+            raise ArgumentError(f"{self.file} has no kernel {name!r}", loc=Loc(self.file, 0),
+                                hint=f"kernels there: {', '.join(self.module.kernels) or 'none'}")
+        return PtxKernel(self, self.module.kernels[name])
+
+
+@user_api
+def load(source: str | os.PathLike[str]) -> PtxProgram:
+    """Read a PTX file (a path) or PTX text into a :class:`PtxProgram`."""
+    if isinstance(source, os.PathLike) or ("\n" not in str(source) and
+                                           not str(source).lstrip().startswith(".")):
+        path = Path(source)
+        if not path.is_file():
+            raise ArgumentError(f"no PTX file {str(path)!r}", loc=Loc(str(path), 0))
+        return PtxProgram(parse_ptx(path.read_text(), str(path)))
+    return PtxProgram(parse_ptx(str(source), "<ptx text>"))
+
+
+__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map"]

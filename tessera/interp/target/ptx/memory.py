@@ -1,0 +1,329 @@
+"""Rules for the memory instructions of :mod:`tessera.ir.dialects.target.ptx_ops`:
+``ld.param``, ``cvta``, generic and byte ``ld``/``st``, ``atom`` and ``stmatrix``.
+
+Generic addresses: global buffers are at their own addresses (``cvta.global`` is the
+identity), the CTA's shared memory at ``SHARED_WINDOW`` and the kernel's parameter
+space at ``PARAM_WINDOW``. Atomics apply in linear thread order and return the value
+each thread saw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.target.memory_steps import to_bytes
+from tessera.interp.target.regs import pure, unsupported
+from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
+from tessera.ir.core import Instr
+from tessera.ir.dialects.target import ptx_ops
+
+U64 = np.dtype(np.uint64)
+
+
+class LocalMemory:
+    """Each thread's ``.local`` memory (``size`` bytes, the kernel's ``.local``
+    variables); reading a byte the thread never wrote is an error."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.size = size
+        self.data = np.zeros((n, max(size, 1)), np.uint8)
+        self.init = np.zeros((n, max(size, 1)), bool)
+
+    def access(self, who: np.ndarray, addr: np.ndarray, nbytes: int,
+               data: np.ndarray | None, fail: Any) -> np.ndarray:
+        """Bytes (M, nbytes) at local ``addr`` of threads ``who``, or store ``data``."""
+        bad = (addr < 0) | (addr + nbytes > self.size)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            fail(k, "out of bounds", f"local access of {nbytes} bytes at local address "
+                 f"{int(addr[k])}; the thread has {self.size} bytes of local memory")
+        mis = addr % nbytes != 0
+        if mis.any():
+            k = int(np.flatnonzero(mis)[0])
+            fail(k, "misaligned address", f"local access of {nbytes} bytes at local "
+                 f"address {int(addr[k])} is not {nbytes}-byte aligned")
+        cols = addr[:, None] + np.arange(nbytes)
+        rows = who[:, None]
+        if data is not None:
+            self.data[rows, cols] = data
+            self.init[rows, cols] = True
+            return data
+        ok = self.init[rows, cols]
+        if not ok.all():
+            k = int(np.flatnonzero(~ok.all(axis=1))[0])
+            fail(k, "uninitialised local read", f"local byte {int(cols[k][~ok[k]][0])} "
+                 "was never written by this thread")
+        return self.data[rows, cols]
+
+
+@step_rule(ptx_ops.ParamLoad)
+def _param(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    out = c.slot(instr.results[0])
+    dt = DTYPES[op.type]
+
+    def step(fr: TargetFrame) -> None:
+        m: Any = fr.m
+        start = m.param_offsets[op.param] + op.offset
+        raw = m.params[start:start + dt.itemsize * op.vec]
+        value = raw.view(dt)
+        n = m.n
+        fr.regs[out] = (np.full(n, value[0]) if op.vec == 1
+                        else np.broadcast_to(value, (n, op.vec)).copy())
+    return step
+
+
+@step_rule(ptx_ops.Cvta)
+def _cvta(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    base = {"global": 0, "const": 0, "shared": ptx_ops.SHARED_WINDOW, "local": ptx_ops.LOCAL_WINDOW,
+            "param": ptx_ops.PARAM_WINDOW}[op.space]
+    delta = np.uint64(base)
+    if op.to:
+        return pure(c, instr, lambda a: (a - delta).astype(U64))
+    return pure(c, instr, lambda a: (a + delta).astype(U64))
+
+
+def _split(fr: TargetFrame, addr: np.ndarray, act: np.ndarray) -> np.ndarray:
+    """Which of the active threads' generic addresses lie in the shared window."""
+    size = fr.m.shared.size
+    a = addr.astype(np.int64)
+    return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + max(size, 1))
+
+
+def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndarray,
+                   nbytes: int, data: np.ndarray | None = None) -> np.ndarray:
+    """Read (``data`` None: the bytes (M, nbytes)) or write ``data`` at the generic
+    addresses of the active threads ``act``: the local window is each thread's own
+    local memory, the shared window its CTA's shared memory, the rest global memory."""
+    m: Any = fr.m
+    out = np.zeros((len(act), nbytes), np.uint8)
+    a = addr.astype(np.int64)
+    local = getattr(m, "local", None)
+    in_local = (a >= ptx_ops.LOCAL_WINDOW) & (a < ptx_ops.LOCAL_WINDOW + (
+        local.size if local is not None else 0))
+    sh = _split(fr, a, act) & ~in_local
+    rest = ~(sh | in_local)
+    if rest.any():
+        fail = m.failer(instr, act[rest])
+        if data is None:
+            out[rest] = m.glob.read(a[rest], nbytes, fail)
+        else:
+            m.glob.write(a[rest], data[rest], fail)
+    if sh.any():
+        who = act[sh]
+        fail = m.failer(instr, who)
+        flat = m.shared.index(m.cta[who], a[sh] - ptx_ops.SHARED_WINDOW, nbytes, fail)
+        if data is None:
+            out[sh] = m.shared.read(flat, who, fail)
+        else:
+            m.shared.write(flat, data[sh], who, fail)
+    if in_local.any():
+        who = act[in_local]
+        res = local.access(who, a[in_local] - ptx_ops.LOCAL_WINDOW, nbytes,
+                           None if data is None else data[in_local], m.failer(instr, who))
+        if data is None:
+            out[in_local] = res
+    return out
+
+
+@step_rule(ptx_ops.GenericLoad)
+def _generic_load(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    a = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+    dt = DTYPES[op.type]
+    size = dt.itemsize * op.vec
+    shape: tuple[int, ...] = (c.m.n,) if op.vec == 1 else (c.m.n, op.vec)
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)
+        addr = fr.regs[a][act].astype(np.int64) + op.offset
+        raw = generic_access(fr, instr, addr, act, size)
+        values = np.zeros(shape, dt)
+        values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
+        fr.regs[out] = values
+    return step
+
+
+@step_rule(ptx_ops.GenericStore)
+def _generic_store(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    a, v = (c.slot(x) for x in instr.operands)
+    dt = DTYPES[op.type]
+    size = dt.itemsize * op.vec
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        addr = fr.regs[a][act].astype(np.int64) + op.offset
+        data = to_bytes(narrow(fr.regs[v][act], op.type).astype(dt), len(act))
+        generic_access(fr, instr, addr, act, size, data)
+    return step
+
+
+def _atomic_update(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
+                   cmp: np.ndarray | None) -> np.ndarray:
+    if op == "exch":
+        return b
+    if op == "cas":
+        return np.where(old == cmp, b, old)
+    if op == "inc":  # (old >= b) ? 0 : old + 1
+        return np.where(old >= b, 0, old + 1).astype(dt)
+    if op == "dec":  # (old == 0 || old > b) ? b : old - 1
+        return np.where((old == 0) | (old > b), b, old - 1).astype(dt)
+    fn = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
+          "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+    if dt.kind == "f" and op in ("min", "max"):
+        return np.fmin(old, b) if op == "min" else np.fmax(old, b)
+    return fn(old, b).astype(dt)
+
+
+def _apply_in_order(target: np.ndarray, index: np.ndarray, op: str, dt: np.dtype,
+                    b: np.ndarray, cmp: np.ndarray | None) -> np.ndarray:
+    """Apply the updates to ``target`` one per thread in thread order; the old values."""
+    order = np.argsort(index, kind="stable")
+    idx = index[order]
+    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
+    rank = np.empty(len(idx), np.int64)
+    rank[:] = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
+    olds = np.empty(len(idx), dt)
+    for r in range(int(rank.max()) + 1 if len(idx) else 0):
+        sel = order[rank == r]  # the r-th update of every address: distinct addresses
+        old = target[index[sel]].copy()
+        olds[sel] = old
+        target[index[sel]] = _atomic_update(op, dt, old, b[sel],
+                                            None if cmp is None else cmp[sel])
+    return olds
+
+
+@step_rule(ptx_ops.Atom)
+def _atom(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    if op.type in ("f16", "bf16", "f16x2", "bf16x2") or (
+            op.type.startswith("f") and op.op not in ("add", "exch", "min", "max")):
+        raise unsupported(instr, f"atom.{op.op}.{op.type}")
+    slots = [c.slot(x) for x in instr.operands]
+    out = c.slot(instr.results[0])
+    dt = DTYPES[op.type]
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        result = np.zeros(m.n, dt)
+        if len(act):
+            addr = fr.regs[slots[0]][act].astype(np.int64)
+            b = narrow(fr.regs[slots[1]][act], op.type).astype(dt)
+            cmp = None
+            if op.op == "cas":
+                cmp, b = b, fr.regs[slots[2]][act].astype(dt)
+            shared = (np.ones(len(act), bool) if op.space == "shared" else
+                      np.zeros(len(act), bool) if op.space == "global"
+                      else _split(fr, addr, act))
+            if op.space == "" and shared.any():
+                addr = np.where(shared, addr - ptx_ops.SHARED_WINDOW, addr)
+            olds = np.zeros(len(act), dt)
+            with np.errstate(all="ignore"):
+                if (~shared).any():
+                    sel = np.flatnonzero(~shared)
+                    fail = m.failer(instr, act[sel])
+                    k, off = m.glob.resolve(addr[sel], dt.itemsize, fail, "atomic")
+                    for buf in np.unique(k):
+                        part = k == buf
+                        raw = m.glob.bytes[buf]
+                        view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
+                        olds[sel[part]] = _apply_in_order(
+                            view, off[part] // dt.itemsize, op.op, dt, b[sel[part]],
+                            None if cmp is None else cmp[sel[part]])
+                if shared.any():
+                    sel = np.flatnonzero(shared)
+                    who = act[sel]
+                    fail = m.failer(instr, who)
+                    flat = m.shared.index(m.cta[who], addr[sel], dt.itemsize, fail)
+                    m.shared.check_read(flat, who, fail, race=False)
+                    olds[sel] = _apply_in_order(m.shared.data.view(dt),
+                                                flat[:, 0] // dt.itemsize, op.op, dt, b[sel],
+                                                None if cmp is None else cmp[sel])
+            result[act] = olds
+        fr.regs[out] = result
+    return step
+
+
+def _byte_access(fr: TargetFrame, instr: Instr, space: str, addr: np.ndarray,
+                 act: np.ndarray, data: np.ndarray | None) -> np.ndarray:
+    """Read (``data`` None) or write one byte per active thread in ``space``."""
+    if space == "global":
+        fail = fr.m.failer(instr, act)
+        if data is None:
+            return fr.m.glob.read(addr, 1, fail)[:, 0]
+        fr.m.glob.write(addr, data, fail)
+        return data[:, 0]
+    if space == "shared":
+        addr = addr + ptx_ops.SHARED_WINDOW
+    return generic_access(fr, instr, addr, act, 1, data)[:, 0]
+
+
+@step_rule(ptx_ops.ByteLoad)
+def _byte_load(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    a = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)
+        addr = fr.regs[a][act].astype(np.int64) + op.offset
+        raw = _byte_access(fr, instr, op.space, addr, act, None)
+        values = np.zeros(fr.m.n, np.int32 if op.signed else np.uint32)
+        values[act] = raw.view(np.int8) if op.signed else raw
+        fr.regs[out] = values
+    return step
+
+
+@step_rule(ptx_ops.ByteStore)
+def _byte_store(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    a, v = (c.slot(x) for x in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        addr = fr.regs[a][act].astype(np.int64) + op.offset
+        data = (fr.regs[v][act] & np.uint32(0xFF)).astype(np.uint8)[:, None]
+        _byte_access(fr, instr, op.space, addr, act, data)
+    return step
+
+
+@step_rule(ptx_ops.Stmatrix)
+def _stmatrix(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    num, trans = instr.op.num, instr.op.trans
+    a, v = (c.slot(x) for x in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        warps = np.flatnonzero(check_warps(fr, instr))
+        if not len(warps):
+            return
+        lanes = warps[:, None] * 32 + np.arange(32)
+        regs = fr.regs[v][lanes].astype(np.uint32)  # (W, 32, num)
+        lane = np.arange(32)
+        mats = np.zeros((len(warps), num, 8, 8), np.uint16)
+        for k in range(num):  # register k of lane l: row l/4, columns 2(l%4), +1
+            mats[:, k, lane >> 2, 2 * (lane & 3)] = regs[:, :, k] & np.uint32(0xFFFF)
+            mats[:, k, lane >> 2, 2 * (lane & 3) + 1] = regs[:, :, k] >> np.uint32(16)
+        if trans:
+            mats = np.swapaxes(mats, -1, -2)
+        rows = lanes[:, : 8 * num].ravel()  # the lanes that give row addresses
+        fail = m.failer(instr, rows)
+        flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
+        data = np.ascontiguousarray(mats.reshape(-1, 8)).view(np.uint8)
+        m.shared.write(flat, data, rows, fail)
+    return step
+
+
+__all__: list[str] = []

@@ -1,0 +1,373 @@
+"""Rules for the register and warp instructions of
+:mod:`tessera.ir.dialects.target.ptx_ops` (bit manipulation, shuffles with register
+operands, votes, ``bar.warp.sync``, ``elect.sync``, tensor maps by address); memory
+instructions are in :mod:`tessera.interp.target.ptx.memory`. Bit instructions follow
+the pseudocode of their PTX ISA sections.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.target.regs import pure
+from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
+from tessera.ir.core import Instr
+from tessera.ir.dialects.target import ptx_ops
+from tessera.ir.dialects.target import wmma as wmma_ops
+
+U32 = np.dtype(np.uint32)
+U64 = np.dtype(np.uint64)
+
+
+@step_rule(ptx_ops.Shf)
+def _shf(c: TargetCompiler, instr: Instr) -> Step:
+    left, clamp = instr.op.left, instr.op.clamp
+
+    def shf(a: Any, b: Any, n: Any) -> Any:
+        n = np.minimum(n, 32) if clamp else n & 31
+        wide = (b.astype(U64) << np.uint64(32)) | a.astype(U64)
+        n = n.astype(U64)
+        if left:
+            return ((wide << n) >> np.uint64(32)).astype(U32)
+        return (wide >> n).astype(U32)
+    return pure(c, instr, shf)
+
+
+@step_rule(ptx_ops.Prmt)
+def _prmt(c: TargetCompiler, instr: Instr) -> Step:
+    def prmt(a: Any, b: Any, sel: Any) -> Any:
+        wide = (b.astype(U64) << np.uint64(32)) | a.astype(U64)
+        out = np.zeros(len(a), U32)
+        for i in range(4):
+            s = (sel.astype(U64) >> np.uint64(4 * i)) & np.uint64(15)
+            byte = (wide >> ((s & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+            sign = np.where((byte & np.uint64(0x80)) != 0, np.uint64(0xFF), np.uint64(0))
+            byte = np.where((s & np.uint64(8)) != 0, sign, byte)
+            out |= (byte << np.uint64(8 * i)).astype(U32)
+        return out
+    return pure(c, instr, prmt)
+
+
+@step_rule(ptx_ops.Bfe)
+def _bfe(c: TargetCompiler, instr: Instr) -> Step:
+    dt = DTYPES[instr.op.type]
+    width = 8 * dt.itemsize
+    signed = dt.kind == "i"
+    ut = np.dtype(f"u{dt.itemsize}")
+
+    def bfe(a: Any, pos: Any, length: Any) -> Any:
+        pos = (pos & 0xFF).astype(np.int64)
+        length = (length & 0xFF).astype(np.int64)
+        bits = a.view(ut).astype(np.uint64)
+        out = np.zeros(len(a), np.uint64)
+        for i in range(width):  # d[i] = i < len && pos + i <= msb ? a[pos + i] : sbit
+            src = pos + i
+            inside = src <= width - 1
+            bit = (bits >> np.minimum(src, width - 1).astype(np.uint64)) & np.uint64(1)
+            sbit_pos = np.minimum(pos + length - 1, width - 1).astype(np.uint64)
+            sbit = ((bits >> sbit_pos) & np.uint64(1)) if signed else np.uint64(0)
+            sbit = np.where(length == 0, np.uint64(0), sbit)
+            chosen = np.where((i < length) & inside, bit, sbit)
+            out |= chosen << np.uint64(i)
+        return out.astype(ut).view(dt)
+    return pure(c, instr, bfe)
+
+
+@step_rule(ptx_ops.Bfi)
+def _bfi(c: TargetCompiler, instr: Instr) -> Step:
+    dt = DTYPES[instr.op.type]
+    width = 8 * dt.itemsize
+    ut = np.dtype(f"u{dt.itemsize}")
+
+    def bfi(f: Any, b: Any, pos: Any, length: Any) -> Any:
+        pos = (pos & 0xFF).astype(np.int64)
+        length = (length & 0xFF).astype(np.int64)
+        fb, bb = f.view(ut).astype(np.uint64), b.view(ut).astype(np.uint64)
+        out = bb.copy()
+        for i in range(width):
+            dst = pos + i
+            put = (i < length) & (dst < width)
+            bit = (fb >> np.uint64(i)) & np.uint64(1)
+            at = np.minimum(dst, width - 1).astype(np.uint64)
+            cleared = out & ~(np.uint64(1) << at)
+            out = np.where(put, cleared | (bit << at), out)
+        return out.astype(ut).view(dt)
+    return pure(c, instr, bfi)
+
+
+@step_rule(ptx_ops.BitCount)
+def _bitcount(c: TargetCompiler, instr: Instr) -> Step:
+    kind, dt = instr.op.kind, DTYPES[instr.op.type]
+    width = 8 * dt.itemsize
+    ut = np.dtype(f"u{dt.itemsize}")
+
+    def count(a: Any) -> Any:
+        bits = a.view(ut).astype(np.uint64)
+        if kind == "bfind" and dt.kind == "i":  # the highest bit that differs from sign
+            sign = (bits >> np.uint64(width - 1)) & np.uint64(1)
+            mask = np.uint64((1 << width) - 1) if width < 64 else np.uint64(2**64 - 1)
+            bits = np.where(sign == 1, ~bits & mask, bits)
+        table = [(bits >> np.uint64(i)) & np.uint64(1) for i in range(width)]
+        if kind == "popc":
+            return sum(t.astype(U32) for t in table).astype(U32)
+        if kind == "brev":
+            out = np.zeros(len(a), np.uint64)
+            for i, t in enumerate(table):
+                out |= t << np.uint64(width - 1 - i)
+            return out.astype(ut).view(dt)
+        top = np.full(len(a), -1, np.int64)
+        for i, t in enumerate(table):
+            top = np.where(t == 1, i, top)
+        if kind == "clz":
+            return (width - 1 - top).astype(U32)
+        return np.where(top < 0, np.uint32(0xFFFFFFFF), top.astype(U32))
+    return pure(c, instr, count)
+
+
+@step_rule(ptx_ops.ShflSync)
+def _shfl_sync(c: TargetCompiler, instr: Instr) -> Step:
+    mode = instr.op.mode
+    a, b, cc, mk = (c.slot(v) for v in instr.operands)
+    out, pred = (c.slot(v) for v in instr.results)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        lane = m.tid % 32
+        mask = fr.regs[mk].astype(np.int64) & 0xFFFFFFFF
+        act = np.flatnonzero(fr.mask)
+        # every active thread must be in its own member mask, and every member active
+        first = np.full(m.n // 32, -1, np.int64)
+        first[act[::-1] // 32] = mask[act[::-1]]
+        warp_mask = first[m.lin // 32]
+        members = ((warp_mask >> lane) & 1).astype(bool)
+        bad = (fr.mask & (mask != warp_mask)) | (fr.mask & ~members) | \
+            ((warp_mask >= 0) & members & ~fr.mask)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise m.fault(instr, "warp divergence", f"lane {int(lane[k])} disagrees with its "
+                          "warp on the member mask or is a member that did not execute the "
+                          "shuffle; shfl.sync needs every member lane converged", k)
+        bb = fr.regs[b].astype(np.int64) & 31
+        cv = fr.regs[cc].astype(np.int64)
+        clamp, seg = cv & 31, (cv >> 8) & 31
+        max_lane = (lane & seg) | (clamp & ~seg)
+        min_lane = lane & seg
+        if mode == "up":
+            j = lane - bb
+            ok = j >= max_lane
+        else:
+            j = {"down": lane + bb, "bfly": lane ^ bb}.get(mode, min_lane | (bb & ~seg))
+            ok = j <= max_lane
+        j = np.where(ok, j, lane)
+        src = m.lin - lane + j
+        outside = fr.mask & ~((warp_mask >> j) & 1).astype(bool)
+        if outside.any():
+            k = int(np.flatnonzero(outside)[0])
+            raise m.fault(instr, "warp divergence", f"reads lane {int(j[k])}, which is not "
+                          "in the member mask (the result would be undefined)", k)
+        fr.regs[out] = fr.regs[a][src]
+        fr.regs[pred] = ok
+    return step
+
+
+@step_rule(ptx_ops.Vote)
+def _vote(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    mode = instr.op.mode
+    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    src = c.slot(instr.operands[0]) if instr.operands else None
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        if mode == "active":
+            per = fr.mask.reshape(-1, 32)
+            bits = (per.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
+            fr.regs[out] = np.repeat(bits.astype(U32), 32)
+            return
+        check_warps(fr, instr, 32, members)
+        p = (fr.regs[src] & fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
+        if mode == "ballot":
+            bits = (p.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
+            fr.regs[out] = np.repeat(bits.astype(U32), 32)
+            return
+        act = (fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
+        count = p.sum(axis=1)
+        total = act.sum(axis=1)
+        res = {"all": count == total, "any": count > 0,
+               "uni": (count == 0) | (count == total)}[mode]
+        fr.regs[out] = np.repeat(res, 32)
+    return step
+
+
+@step_rule(ptx_ops.WarpSync)
+def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+
+    def step(fr: TargetFrame) -> None:
+        warps = np.flatnonzero(check_warps(fr, instr, 32, members))
+        sh = fr.m.shared
+        if not sh.races or not len(warps) or sh.size == 0:
+            return
+        # a new race epoch for the accesses of these warps' lanes only
+        syncing = np.zeros(fr.m.n // 32 + 1, bool)
+        syncing[warps] = True
+        w = sh.writer
+        mine = (w >= 0) & syncing[np.maximum(w, 0) // 32]
+        w[mine] = -1
+        lo, hi = sh.rmin, sh.rmax
+        read = (hi >= 0) & (lo // 32 == hi // 32) & syncing[np.maximum(hi, 0) // 32]
+        lo[read] = np.iinfo(np.int32).max
+        hi[read] = -1
+    return step
+
+
+@step_rule(ptx_ops.Elect)
+def _elect(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    lane_out, pred_out = (c.slot(v) for v in instr.results)
+
+    def step(fr: TargetFrame) -> None:
+        check_warps(fr, instr, 32, members)
+        act = (fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
+        leader = np.where(act.any(axis=1), act.argmax(axis=1), 0)
+        fr.regs[lane_out] = np.repeat(leader, 32).astype(U32)
+        fr.regs[pred_out] = (fr.m.tid % 32) == np.repeat(leader, 32)
+    return step
+
+
+@step_rule(ptx_ops.TensorMapAt)
+def _tmap_at(c: TargetCompiler, instr: Instr) -> Step:
+    a = c.slot(instr.operands[0])
+    out = c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        m: Any = fr.m
+        act = np.flatnonzero(fr.mask)
+        addrs = np.unique(fr.regs[a][act]) if len(act) else np.array([], np.uint64)
+        tmaps = getattr(m, "tmaps", {})
+        # a .param address used without cvta.param is accepted as the parameter's
+        addrs = np.where(addrs < ptx_ops.PARAM_WINDOW, addrs + np.uint64(ptx_ops.PARAM_WINDOW),
+                         addrs)
+        if len(addrs) > 1 or (len(addrs) and int(addrs[0]) not in tmaps):
+            k = int(act[0])
+            raise m.fault(instr, "tma", f"the tensor-map address {int(addrs[0]):#x} is not "
+                          "the address of a tensor-map kernel parameter (or threads "
+                          "disagree)", k)
+        fr.regs[out] = tmaps[int(addrs[0])] if len(addrs) else None
+    return step
+
+
+def _wmma_addresses(fr: TargetFrame, instr: Instr, lanes: np.ndarray, base: np.ndarray,
+                    stride: np.ndarray, layout: str, space: str, eb: int) -> np.ndarray:
+    """Generic addresses (W, 32, 8) of the elements each lane holds (lane ``l``:
+    elements ``8l .. 8l + 7`` of the logical matrix in row-major order)."""
+    for what, v in (("address", base), ("stride", stride)):
+        per = v[lanes]
+        if (per != per[:, :1]).any():
+            w = int(np.flatnonzero((per != per[:, :1]).any(axis=1))[0])
+            raise fr.m.fault(instr, "warp divergence", f"the {what} differs between the "
+                             "lanes of a warp; wmma takes one per warp", int(lanes[w, 0]))
+    e = (np.arange(32)[:, None] * 8 + np.arange(8)[None, :])[None]
+    r, c = e // 16, e % 16
+    ld = stride[lanes[:, 0]].astype(np.int64)[:, None, None]
+    off = (r * ld + c) if layout == "row" else (c * ld + r)
+    start = base[lanes[:, 0]].astype(np.int64)[:, None, None]
+    if space == "shared":
+        start = start + ptx_ops.SHARED_WINDOW
+    return start + off * eb
+
+
+@step_rule(wmma_ops.WmmaLoad)
+def _wmma_load(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+    from tessera.interp.target.ptx.memory import generic_access
+
+    op = instr.op
+    a, s = (c.slot(v) for v in instr.operands)
+    out = c.slot(instr.results[0])
+    eb = 4 if op.frag == "c" else 2
+    nregs = instr.results[0].type.count  # type: ignore[attr-defined]
+
+    def step(fr: TargetFrame) -> None:
+        warps = np.flatnonzero(check_warps(fr, instr))
+        result = np.zeros((fr.m.n, nregs), np.float32 if eb == 4 else U32)
+        if len(warps):
+            lanes = warps[:, None] * 32 + np.arange(32)
+            addrs = _wmma_addresses(fr, instr, lanes, fr.regs[a], fr.regs[s], op.layout,
+                                    op.space, eb)
+            who = np.repeat(lanes.ravel(), 8)
+            raw = generic_access(fr, instr, addrs.ravel(), who, eb)
+            if eb == 4:
+                result[lanes.ravel()] = raw.view(np.float32).reshape(-1, 8)
+            else:
+                halves = raw.view(np.uint16).reshape(-1, 8).astype(U32)
+                pairs = halves[:, 0::2] | (halves[:, 1::2] << np.uint32(16))  # 4 registers
+                result[lanes.ravel()] = np.tile(pairs, (1, nregs // 4))
+        fr.regs[out] = result
+    return step
+
+
+def _wmma_matrix(values: np.ndarray, lanes: np.ndarray) -> np.ndarray:
+    """The (W, 16, 16) logical matrices of per-lane fragments values (N, 8)."""
+    return values[lanes].reshape(len(lanes), 16, 16)
+
+
+@step_rule(wmma_ops.WmmaMma)
+def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
+    import ml_dtypes
+
+    from tessera.interp.target.flow import check_warps
+
+    half = np.dtype(np.float16) if instr.op.atype == "f16" else np.dtype(ml_dtypes.bfloat16)
+    sa, sb, sc = (c.slot(v) for v in instr.operands)
+    out = c.slot(instr.results[0])
+
+    def elements(regs: np.ndarray) -> np.ndarray:
+        first = regs[:, :4].astype(U32)  # f16 fragments hold every element twice
+        lo, hi = first & np.uint32(0xFFFF), first >> np.uint32(16)
+        halves = np.stack([lo, hi], axis=2).reshape(len(regs), 8).astype(np.uint16)
+        return halves.view(half).astype(np.float64)
+
+    def step(fr: TargetFrame) -> None:
+        warps = np.flatnonzero(check_warps(fr, instr))
+        result = np.zeros((fr.m.n, 8), np.float64)
+        if len(warps):
+            lanes = warps[:, None] * 32 + np.arange(32)
+            av = _wmma_matrix(elements(fr.regs[sa]), lanes)
+            bv = _wmma_matrix(elements(fr.regs[sb]), lanes)
+            cv = _wmma_matrix(narrow(fr.regs[sc], "f32").astype(np.float64), lanes)
+            d = np.einsum("wmk,wkn->wmn", av, bv) + cv  # exact products, float64 sums
+            result[lanes.ravel()] = d.reshape(-1, 8)
+        fr.regs[out] = result
+    return step
+
+
+@step_rule(wmma_ops.WmmaStore)
+def _wmma_store(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+    from tessera.interp.target.ptx.memory import generic_access
+
+    op = instr.op
+    a, d, s = (c.slot(v) for v in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        warps = np.flatnonzero(check_warps(fr, instr))
+        if not len(warps):
+            return
+        lanes = warps[:, None] * 32 + np.arange(32)
+        addrs = _wmma_addresses(fr, instr, lanes, fr.regs[a], fr.regs[s], op.layout,
+                                op.space, 4)
+        values = narrow(fr.regs[d], "f32").astype(np.float32)[lanes.ravel()]
+        data = values.reshape(-1, 1).view(np.uint8).reshape(-1, 4)
+        generic_access(fr, instr, addrs.ravel(), np.repeat(lanes.ravel(), 8), 4, data)
+    return step
+
+
+__all__: list[str] = []

@@ -1,0 +1,238 @@
+"""Running a :class:`~tessera.ir.dialects.target.cfg.CfgKernel`: PTX's own control flow.
+
+Each thread has a program counter (a block index). At every step the threads waiting
+at the block of lowest :func:`~tessera.ir.dialects.target.cfg.schedule_order` rank run
+that block together (all CTAs at once, as the structured interpreter runs them), then
+follow its branch. Threads split by a divergent branch therefore meet again at the
+branch's immediate post-dominator in reducible control flow, before any of them goes
+on, so warp-synchronous instructions there (``shfl.sync``, ``mma.sync``) see their warp
+converged, as on hardware; ``bar.sync`` needs every thread of the CTA that has not
+exited (``ret``/``exit``) to be there.
+
+Registers are PTX's mutable registers: one array over all threads per register, in the
+storage of its declared type. An instruction reads each operand register as the type
+the instruction names (a bit cast; a wider register is truncated), runs its Target IR
+instructions with the tessera step rules on the threads that execute it (its block's
+threads, narrowed by an ``@%p`` guard), and writes each result register per thread
+(zero- or sign-extended into a wider register). A wide ``f32`` value (an exact ``mma``
+accumulator) is rounded to ``f32`` when written: a PTX register holds 32 bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import InterpretError
+from tessera.interp.target import runner as _runner
+from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
+from tessera.interp.target.ptx import memory as _ptx_memory
+from tessera.interp.target.ptx import rules as _ptx_rules
+from tessera.interp.target.ptx.memory import LocalMemory
+from tessera.interp.target.state import (
+    DTYPES,
+    Machine,
+    TargetCompiler,
+    TargetFault,
+    TargetFrame,
+    run,
+)
+from tessera.ir.dialects.target import REG_TYPES, RegType
+from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.cfg import CfgKernel, PtxInstr, schedule_order
+
+_ = (_ptx_memory, _ptx_rules, _runner)  # register every step rule
+#: block executions after which a kernel is reported as not terminating
+STEP_LIMIT = 1 << 22
+
+
+class CfgMachine(Machine):
+    """A launch of a PTX kernel: the machine plus its parameter space, tensor maps and
+    each thread's local memory."""
+
+    def __init__(self, kernel: CfgKernel, grid: tuple[int, int, int],
+                 block: tuple[int, int, int], glob: GlobalMemory, shared: SharedMemory,
+                 params: np.ndarray, tmaps: dict[int, Any]) -> None:
+        fn: Any = kernel  # Machine reads only fn.name
+        super().__init__(fn, grid, block, glob, shared)
+        self.params = params
+        self.param_offsets = {p.name: p.offset for p in kernel.params}
+        self.local = LocalMemory(self.n, kernel.local_bytes)
+        self.tmaps = tmaps
+
+    def special(self, reg: str) -> np.ndarray:
+        """Special registers, with the y and z components the base table lacks."""
+        bx, by, bz = self.block
+        extra = {"tid.z": self.tid // (bx * by), "ntid.y": by, "ntid.z": bz}
+        if reg in extra:
+            return np.broadcast_to(np.asarray(extra[reg], np.uint32), (self.n,)).copy()
+        return super().special(reg)
+
+
+def _storage(t: str) -> np.dtype:
+    return DTYPES[t]
+
+
+def read_register(x: np.ndarray, elem: str) -> np.ndarray:
+    """Register storage ``x`` read as PTX type ``elem`` (bit cast, truncating)."""
+    dt = DTYPES[elem]
+    if x.dtype == dt:
+        return x
+    if dt == np.bool_ or x.dtype == np.bool_:
+        return x.astype(dt)
+    if x.dtype.itemsize == dt.itemsize:
+        return x.view(dt)
+    if x.dtype.itemsize > dt.itemsize:
+        low = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.dtype(f"u{dt.itemsize}"))
+        return low.view(dt)
+    wide = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.dtype(f"u{dt.itemsize}"))
+    return wide.view(dt)
+
+
+def write_register(value: np.ndarray, elem: str, storage: np.dtype) -> np.ndarray:
+    """A value of PTX type ``elem`` as register storage (extension by ``elem``'s sign)."""
+    if elem == "f32" and value.dtype == np.float64:
+        value = value.astype(np.float32)  # a register holds 32 bits
+    if storage == np.bool_ or value.dtype == np.bool_:
+        return value.astype(storage)
+    if value.dtype.itemsize == storage.itemsize:
+        return value.view(storage)
+    size = storage.itemsize
+    if value.dtype.itemsize < size:
+        kind = REG_TYPES[elem][1]
+        ext = value.view(np.dtype(f"{'i' if kind == 's' else 'u'}{value.dtype.itemsize}"))
+        return ext.astype(np.dtype(f"{'i' if kind == 's' else 'u'}{size}")).view(storage)
+    low = value.view(np.dtype(f"u{value.dtype.itemsize}")).astype(np.dtype(f"u{size}"))
+    return low.view(storage)
+
+
+class _Compiled:
+    """One PTX instruction ready to run: slots of its bindings and its steps."""
+
+    def __init__(self, comp: TargetCompiler, pi: PtxInstr, kernel: CfgKernel) -> None:
+        self.pi = pi
+        self.steps = [comp.instr(i) for i in pi.instrs]
+        self.barrier = any(isinstance(i.op, target_ops.Bar) for i in pi.instrs)
+        self.reads = [(comp.slot(v), names, _elem(v)) for v, names in pi.reads]
+        self.writes = [(comp.slot(v), names, _elem(v),
+                        [_storage(kernel.registers[n]) for n in names])
+                       for v, names in pi.writes]
+
+
+def _elem(v: Any) -> str:
+    t = v.type
+    assert isinstance(t, RegType)
+    return t.elem
+
+
+def _guard(phys: dict[str, np.ndarray], guard: tuple[str, bool] | None,
+           mask: np.ndarray) -> np.ndarray:
+    if guard is None:
+        return mask
+    name, negated = guard
+    p = phys[name]
+    return mask & (~p if negated else p)
+
+
+def _renamed(err: InterpretError, pi: PtxInstr) -> InterpretError:
+    """The error of a Target IR instruction reported as the PTX instruction it came
+    from (same class, the PTX text instead of the IR op, the PTX line)."""
+    if isinstance(err, TargetFault):
+        text = err.message.replace(f": {err.op}: ", f": {pi.text}: ", 1)
+        new = TargetFault.__new__(TargetFault)
+        InterpretError.__init__(new, text, hint=err.hint, loc=pi.loc)
+        new.what, new.op, new.thread, new.cta = err.what, pi.text, err.thread, err.cta
+        return new
+    return err
+
+
+def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
+               mask: np.ndarray, m: CfgMachine, exited: np.ndarray) -> None:
+    mask = _guard(phys, ci.pi.guard, mask)
+    if not mask.any():
+        return
+    for slot, names, elem in ci.reads:
+        if len(names) == 1:
+            regs[slot] = read_register(phys[names[0]], elem)
+        else:
+            regs[slot] = np.stack([read_register(phys[n], elem) for n in names], axis=1)
+    frame_mask = mask | exited if ci.barrier else mask
+    try:
+        run(ci.steps, TargetFrame(regs, frame_mask, m))
+    except InterpretError as err:
+        raise _renamed(err, ci.pi) from None
+    for slot, names, elem, stores in ci.writes:
+        value = regs[slot]
+        cols = [value] if len(names) == 1 else [value[:, k] for k in range(len(names))]
+        for name, col, storage in zip(names, cols, stores):
+            new = write_register(np.asarray(col), elem, storage)
+            phys[name] = np.where(mask, new, phys[name])
+
+
+def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
+            grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
+            tmaps: dict[int, Any] | None = None, check_races: bool = True) -> None:
+    """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
+    ``params`` over global memory ``glob`` (arrays placed there are updated in place).
+    ``shared_bytes`` is the dynamic shared memory after the static variables."""
+    g = (int(grid[0]), int(grid[1]), int(grid[2]))
+    b = (int(block[0]), int(block[1]), int(block[2]))
+    size = kernel.static_shared + int(shared_bytes)
+    size = -(-size // 16) * 16
+    ncta, nthreads = g[0] * g[1] * g[2], b[0] * b[1] * b[2]
+    m = CfgMachine(kernel, g, b, glob, SharedMemory(ncta, nthreads, size, check_races),
+                   params, tmaps or {})
+    comp = TargetCompiler(m)
+    blocks = [[_Compiled(comp, pi, kernel) for pi in bb.body] for bb in kernel.blocks]
+    regs: list[Any] = [None] * len(comp.slots)
+    phys = {name: np.zeros(m.n, _storage(t)) for name, t in kernel.registers.items()}
+    rank = np.asarray(schedule_order(kernel.blocks), np.int64)
+    exits = np.array([not bb.body and bb.end.kind == "ret" for bb in kernel.blocks])
+    pc = np.zeros(m.n, np.int64)
+    exited = np.zeros(m.n, bool)
+    steps = 0
+    with np.errstate(all="ignore"):
+        while True:
+            live = pc >= 0
+            if not live.any():
+                break
+            here = np.unique(pc[live])
+            at = int(here[np.argmin(rank[here])])
+            mask = pc == at
+            for ci in blocks[at]:
+                _run_instr(ci, regs, phys, mask, m, exited)
+            end = kernel.blocks[at].end
+            if end.kind == "jump":
+                pc[mask] = end.target
+            elif end.kind == "cond":
+                taken = _guard(phys, end.guard, mask)
+                pc[taken] = end.target
+                pc[mask & ~taken] = end.fallthrough
+            elif end.kind == "ret":
+                pc[mask] = -1
+                exited |= mask
+            else:
+                who = int(np.flatnonzero(mask)[0])
+                raise _fault(m, kernel, end, who)
+            # a thread that branched to a bare ret has exited (barriers stop waiting)
+            gone = mask & (pc >= 0)
+            gone[gone] = exits[pc[gone]]
+            pc[gone] = -1
+            exited |= gone
+            steps += 1
+            if steps > STEP_LIMIT:
+                raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",
+                             f"more than {STEP_LIMIT} blocks executed")
+
+
+def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",
+           message: str = "the kernel executed trap") -> TargetFault:
+    c = int(m.cta[who])
+    gx, gy, _ = m.grid
+    return TargetFault(what, message, kernel=kernel.name, op=end.text or "trap", loc=end.loc,
+                       thread=int(m.tid[who]), cta=(c % gx, c // gx % gy, c // (gx * gy)))
+
+
+__all__ = ["STEP_LIMIT", "CfgMachine", "read_register", "run_cfg", "write_register"]

@@ -1,0 +1,377 @@
+"""Target IR instructions that PTX from other compilers needs beyond tessera's own.
+
+nvcc and Triton read kernel parameters with ``ld.param``, convert between state-space
+and generic addresses with ``cvta``, address memory generically, use atomics that return
+the old value, and the bit-manipulation instructions (``shf``, ``prmt``, ``bfe``,
+``bfi``, ``popc``, ``clz``, ``brev``) and warp votes. Semantics are those of the PTX ISA
+(version 8.x, chapter 9, sections named in each docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tessera.errors import IRVerifyError
+from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.dialects.target import PRED, U32, U64, RegType, TensorMapType, reg_of
+
+#: generic-address windows: shared memory, each thread's local memory, the parameters
+SHARED_WINDOW = 0x0800_0000
+LOCAL_WINDOW = 0x0C00_0000
+PARAM_WINDOW = 0x0400_0000
+ATOMIC_OPS = ("add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec")
+BIT_COUNTS = ("popc", "clz", "brev", "bfind")
+
+
+@register_op
+@dataclass(frozen=True)
+class ParamLoad(Op):
+    """``ld.param{.vN}.<type> d, [param + offset]``: a kernel parameter's bytes."""
+
+    name: ClassVar[str] = "ptx.ld_param"
+    param: str
+    type: str
+    offset: int = 0
+    vec: int = 1
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return (RegType(self.type, self.vec),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Cvta(Op):
+    """``cvta{.to}.<space>.u64 d, a`` (sec. 9.7.9.18): between an address of ``space``
+    (global, shared, param) and a generic one. Global addresses are generic here;
+    shared and parameter addresses live in windows of the generic space."""
+
+    name: ClassVar[str] = "ptx.cvta"
+    space: str
+    to: bool = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64")
+        if self.space not in ("global", "shared", "param", "local", "const"):
+            raise IRVerifyError(f"cvta of unknown state space .{self.space}")
+        return (U64,)
+
+
+@register_op
+@dataclass(frozen=True)
+class GenericLoad(Op):
+    """``ld{.vN}.<type> d, [a + offset]`` without a state space (sec. 9.7.9.8): the
+    generic address selects global or shared memory."""
+
+    name: ClassVar[str] = "ptx.ld_generic"
+    pure: ClassVar[bool] = False
+    type: str
+    vec: int = 1
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64")
+        return (RegType(self.type, self.vec),)
+
+
+@register_op
+@dataclass(frozen=True)
+class GenericStore(Op):
+    """``st{.vN}.<type> [a + offset], v`` without a state space."""
+
+    name: ClassVar[str] = "ptx.st_generic"
+    pure: ClassVar[bool] = False
+    type: str
+    vec: int = 1
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u64")
+        if operands[1] != RegType(self.type, self.vec):
+            raise IRVerifyError(f"ptx.st_generic stores reg<{self.vec}x{self.type}>, got "
+                                f"{operands[1]}")
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
+class ByteLoad(Op):
+    """``ld.<space>.u8|s8 d, [a + offset]`` (PTX has no 8-bit registers): one byte,
+    zero- or sign-extended to the ``u32``/``s32`` result. ``space`` is global, shared,
+    local or generic (empty); the address is ``u32`` for shared and local."""
+
+    name: ClassVar[str] = "ptx.ld_byte"
+    pure: ClassVar[bool] = False
+    space: str
+    signed: bool = False
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
+        return (RegType("s32" if self.signed else "u32"),)
+
+
+@register_op
+@dataclass(frozen=True)
+class ByteStore(Op):
+    """``st.<space>.u8|s8|b8 [a + offset], v``: the low byte of a ``b32`` value."""
+
+    name: ClassVar[str] = "ptx.st_byte"
+    pure: ClassVar[bool] = False
+    space: str
+    offset: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
+        reg_of(self, operands[1], "b32")
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
+class Atom(Op):
+    """``atom.<space>.<op>.<type> d, [a], b{, c}`` (sec. 9.7.13.5): a read-modify-write
+    returning the old value; ``cas`` compares with ``b`` and stores ``c``. Updates
+    apply one at a time in linear thread order. ``space`` is global, shared or generic
+    (empty)."""
+
+    name: ClassVar[str] = "ptx.atom"
+    pure: ClassVar[bool] = False
+    space: str
+    op: str
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.op not in ATOMIC_OPS:
+            raise IRVerifyError(f"unknown atomic operation {self.op!r}")
+        check_count(self, operands, 3 if self.op == "cas" else 2)
+        reg_of(self, operands[0], "u32" if self.space == "shared" else "u64")
+        for t in operands[1:]:
+            reg_of(self, t, self.type)
+        return (RegType(self.type),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Shf(Op):
+    """``shf.<l|r>.<wrap|clamp>.b32 d, a, b, c`` (sec. 9.7.8.7): funnel shift of the
+    64-bit ``b:a`` by ``c``; ``l`` keeps the high word, ``r`` the low word."""
+
+    name: ClassVar[str] = "ptx.shf"
+    left: bool
+    clamp: bool
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 3)
+        for t in operands:
+            reg_of(self, t, "b32")
+        return (RegType("b32"),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Prmt(Op):
+    """``prmt.b32 d, a, b, c`` (sec. 9.7.8.8, default mode): byte ``i`` of ``d`` is byte
+    ``c[4i+2:4i]`` of ``b:a``, replicated sign when bit ``4i+3`` of ``c`` is set."""
+
+    name: ClassVar[str] = "ptx.prmt"
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 3)
+        for t in operands:
+            reg_of(self, t, "b32")
+        return (RegType("b32"),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Bfe(Op):
+    """``bfe.<type> d, a, b, c`` (sec. 9.7.8.10): ``c`` bits of ``a`` from bit ``b``,
+    sign-extended for signed types (both taken modulo 256)."""
+
+    name: ClassVar[str] = "ptx.bfe"
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 3)
+        reg_of(self, operands[0], self.type)
+        reg_of(self, operands[1], "u32")
+        reg_of(self, operands[2], "u32")
+        return (RegType(self.type),)
+
+
+@register_op
+@dataclass(frozen=True)
+class Bfi(Op):
+    """``bfi.<type> d, f, b, c, e`` (sec. 9.7.8.11): ``b`` with ``e`` bits from bit ``c``
+    replaced by the low bits of ``f``."""
+
+    name: ClassVar[str] = "ptx.bfi"
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 4)
+        reg_of(self, operands[0], self.type)
+        reg_of(self, operands[1], self.type)
+        reg_of(self, operands[2], "u32")
+        reg_of(self, operands[3], "u32")
+        return (RegType(self.type),)
+
+
+@register_op
+@dataclass(frozen=True)
+class BitCount(Op):
+    """``popc``, ``clz`` (u32 results), ``brev`` (same type) and ``bfind`` (position of
+    the most significant non-sign bit, 0xFFFFFFFF when none) of a ``b32``/``b64``."""
+
+    name: ClassVar[str] = "ptx.bitcount"
+    kind: str
+    type: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.kind not in BIT_COUNTS:
+            raise IRVerifyError(f"unknown bit instruction {self.kind!r}")
+        check_count(self, operands, 1)
+        t = reg_of(self, operands[0], self.type)
+        return (t if self.kind == "brev" else U32,)
+
+
+@register_op
+@dataclass(frozen=True)
+class ShflSync(Op):
+    """``shfl.sync.<mode>.b32 d|p, a, b, c, membermask`` (sec. 9.7.8.6) with every
+    operand a register or immediate: the value of lane ``j`` (from ``b`` and the clamp
+    and segment mask ``c``) and whether ``j`` lay inside the clamp range."""
+
+    name: ClassVar[str] = "ptx.shfl_sync"
+    pure: ClassVar[bool] = False
+    mode: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 4)
+        reg_of(self, operands[0], "b32")
+        for t in operands[1:]:
+            reg_of(self, t, "u32")
+        if self.mode not in ("up", "down", "bfly", "idx"):
+            raise IRVerifyError(f"unknown shuffle mode {self.mode!r}")
+        return (RegType("b32"), PRED)
+
+
+@register_op
+@dataclass(frozen=True)
+class Vote(Op):
+    """``vote.sync.<mode>`` (sec. 9.7.12.4): ``all``/``any``/``uni`` predicates or the
+    ``ballot`` bit mask of the member lanes (``activemask`` when ``mode`` is
+    ``active``, with no operand)."""
+
+    name: ClassVar[str] = "ptx.vote"
+    pure: ClassVar[bool] = False
+    mode: str
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.mode == "active":
+            check_count(self, operands, 0)
+            return (RegType("b32"),)
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "pred")
+        return (RegType("b32"),) if self.mode == "ballot" else (PRED,)
+
+
+@register_op
+@dataclass(frozen=True)
+class WarpSync(Op):
+    """``bar.warp.sync membermask`` (sec. 9.7.13.1): the member lanes of a warp wait for
+    each other; their memory accesses before it are ordered before those after it."""
+
+    name: ClassVar[str] = "ptx.warp_sync"
+    pure: ClassVar[bool] = False
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
+class Stmatrix(Op):
+    """``stmatrix.sync.aligned.m8n8.x<num>{.trans}.shared.b16 [p], {r...}`` (sec.
+    9.7.14.5.16, sm_90): the inverse of ``ldmatrix``. Lanes ``8k .. 8k+7`` give the row
+    addresses of matrix ``k``; register ``k`` of lane ``l`` holds row ``l/4`` of it,
+    elements ``2(l%4)`` and ``+1`` (the transpose with ``trans``)."""
+
+    name: ClassVar[str] = "ptx.stmatrix"
+    pure: ClassVar[bool] = False
+    num: int = 4
+    trans: bool = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        reg_of(self, operands[0], "u32")
+        if self.num not in (1, 2, 4) or operands[1] != RegType("b32", self.num):
+            raise IRVerifyError(f"stmatrix.x{self.num} stores {self.num} b32 registers")
+        return ()
+
+
+@register_op
+@dataclass(frozen=True)
+class Elect(Op):
+    """``elect.sync d|p, membermask`` (sec. 9.7.13.2): the lowest active member lane of
+    each warp is elected; every lane gets its lane id in ``d`` and ``p`` true on it."""
+
+    name: ClassVar[str] = "ptx.elect"
+    pure: ClassVar[bool] = False
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return (RegType("b32"), PRED)
+
+
+@register_op
+@dataclass(frozen=True)
+class TensorMapAt(Op):
+    """The tensor map at a generic address (a ``.b8 [128]`` kernel parameter's address,
+    from ``mov``/``cvta.param``), for ``cp.async.bulk.tensor``."""
+
+    name: ClassVar[str] = "ptx.tmap_at"
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64")
+        return (TensorMapType(-1, "b8", (1, 1)),)
+
+
+__all__ = [
+    "ATOMIC_OPS",
+    "BIT_COUNTS",
+    "LOCAL_WINDOW",
+    "PARAM_WINDOW",
+    "SHARED_WINDOW",
+    "Atom",
+    "Bfe",
+    "Bfi",
+    "BitCount",
+    "ByteLoad",
+    "ByteStore",
+    "Cvta",
+    "Elect",
+    "GenericLoad",
+    "GenericStore",
+    "ParamLoad",
+    "Prmt",
+    "Shf",
+    "ShflSync",
+    "Stmatrix",
+    "TensorMapAt",
+    "Vote",
+    "WarpSync",
+]

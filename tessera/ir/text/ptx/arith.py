@@ -1,0 +1,322 @@
+"""PTX register instructions as Target IR (PTX ISA sec. 9.7.1-9.7.9): integer and float
+arithmetic, comparisons, selection, conversions, moves and bit manipulation.
+
+Float rounding: ``.rn`` (the default of ``add``/``sub``/``mul`` without a modifier) is
+modelled bit-exactly; ``.rz``/``.rm``/``.rp`` arithmetic, ``.sat`` and ``.ftz`` on exact
+instructions are refused. ``.approx`` instructions (``ex2``, ``lg2``, ``rcp``,
+``sqrt``, ``div``) and ``div.full`` compute the correctly rounded result, which
+hardware approximates (documented, not bit-exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tessera.ir.dialects.target import REG_TYPES, ptx_ops
+from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.text.ptx.context import InstrBuilder
+
+Handler = Callable[[InstrBuilder, list[str], list[str]], None]
+HANDLERS: dict[str, Handler] = {}
+_HARMLESS = {"uni", "aligned", "sync"}  # modifiers with no effect on the result
+_UNSIGNED_CMP = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+_WIDER = {"u16": "u32", "s16": "s32", "u32": "u64", "s32": "s64", "b32": "b64"}
+
+
+def handler(*names: str) -> Callable[[Handler], Handler]:
+    """Register a handler for the opcodes ``names``."""
+    def register(fn: Handler) -> Handler:
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+    return register
+
+
+def ptx_type(b: InstrBuilder, mods: list[str]) -> str:
+    """The instruction's (last) type modifier."""
+    if not mods:
+        raise b.syntax("missing type")
+    t = mods[-1]
+    if t in ("u8", "s8", "b8", "e4m3", "e5m2", "tf32", "b128"):
+        raise b.unsupported(f"the .{t} type")
+    if t not in REG_TYPES:
+        raise b.syntax(f"unknown type .{t}")
+    return t
+
+
+def count(b: InstrBuilder, ops: list[str], n: int) -> None:
+    """Fault unless there are ``n`` operands."""
+    if len(ops) != n:
+        raise b.syntax(f"expected {n} operands, got {len(ops)}")
+
+
+def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> str:
+    mode = ""
+    for f in flags:
+        if f == "rn":
+            mode = mode or "rn"
+        elif f in ("approx", "full") and op in ("div", "sqrt", "rcp", "ex2", "lg2"):
+            mode = "approx"
+        elif f == "ftz" and "approx" in flags:
+            continue
+        elif f == "NaN" and op in ("min", "max"):
+            mode = "NaN"
+        elif f not in _HARMLESS:
+            raise b.unsupported(f"the .{f} modifier")
+    if op == "div" and not mode:
+        raise b.syntax("div of floats needs .rn, .full or .approx")
+    return mode
+
+
+@handler("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
+def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    op = b.head
+    t = ptx_type(b, mods)
+    count(b, ops, 3)
+    flags = mods[:-1]
+    kind = REG_TYPES[t][1]
+    mode = ""
+    if kind == "f":
+        mode = _float_mode(b, flags, op)
+        if op in ("add", "sub", "mul", "div") and mode == "":
+            mode = "rn"
+    else:
+        for f in flags:
+            if f in ("lo", "hi", "wide") and op == "mul":
+                mode = f
+            elif f not in _HARMLESS:
+                raise b.unsupported(f"the .{f} modifier")
+    x = b.read(ops[1], t)
+    y = b.read(ops[2], "u32" if op in ("shl", "shr") else t)
+    (d,) = b.emit(target_ops.Binary(op, t, mode), [x, y])
+    b.write(ops[0], d)
+
+
+@handler("mad")
+def _mad(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 4)
+    flags = [f for f in mods[:-1] if f not in _HARMLESS]
+    if REG_TYPES[t][1] == "f":
+        if flags not in (["rn"],):
+            raise b.unsupported("mad of floats without .rn (or with other modifiers)")
+        args = [b.read(o, t) for o in ops[1:]]
+        (d,) = b.emit(target_ops.Fma(t), args)
+        b.write(ops[0], d)
+        return
+    if len(flags) != 1 or flags[0] not in ("lo", "hi", "wide"):
+        raise b.unsupported(f"mad with modifiers {'.'.join(flags) or '(none)'}")
+    mode = flags[0]
+    x, y = b.read(ops[1], t), b.read(ops[2], t)
+    (p,) = b.emit(target_ops.Binary("mul", t, mode), [x, y])
+    wide = _WIDER.get(t, t) if mode == "wide" else t
+    c = b.read(ops[3], wide)
+    (d,) = b.emit(target_ops.Binary("add", wide), [p, c])
+    b.write(ops[0], d)
+
+
+@handler("fma")
+def _fma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 4)
+    if [f for f in mods[:-1] if f not in _HARMLESS] != ["rn"]:
+        raise b.unsupported("fma other than fma.rn")
+    args = [b.read(o, t) for o in ops[1:]]
+    (d,) = b.emit(target_ops.Fma(t), args)
+    b.write(ops[0], d)
+
+
+@handler("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2")
+def _unary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    op = b.head
+    t = ptx_type(b, mods)
+    count(b, ops, 2)
+    mode = _float_mode(b, mods[:-1], op) if REG_TYPES[t][1] == "f" else ""
+    if REG_TYPES[t][1] != "f" and any(f not in _HARMLESS for f in mods[:-1]):
+        raise b.unsupported("modifiers on an integer instruction")
+    if op in ("sqrt", "rcp") and not mode:
+        raise b.syntax(f"{op} needs .rn or .approx")
+    (d,) = b.emit(target_ops.Unary(op, t, mode), [b.read(ops[1], t)])
+    b.write(ops[0], d)
+
+
+@handler("popc", "clz", "brev", "bfind")
+def _bits(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 2)
+    if mods[:-1]:
+        raise b.unsupported(f"the .{mods[0]} modifier")
+    (d,) = b.emit(ptx_ops.BitCount(b.head, t), [b.read(ops[1], t)])
+    b.write(ops[0], d)
+
+
+@handler("setp")
+def _setp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    if len(mods) < 2:
+        raise b.syntax("setp needs a comparison")
+    cmp = mods[0]
+    kind = REG_TYPES[t][1]
+    if kind == "u" or kind == "b":
+        cmp = _UNSIGNED_CMP.get(cmp, cmp)
+    combine = [f for f in mods[1:-1] if f not in _HARMLESS]
+    if combine and combine[0] == "ftz":
+        raise b.unsupported("setp.ftz")
+    if combine and combine[0] not in ("and", "or", "xor"):
+        raise b.unsupported(f"the .{combine[0]} modifier")
+    count(b, ops, 4 if combine else 3)
+    x, y = b.read(ops[1], t), b.read(ops[2], t)
+    (p,) = b.emit(target_ops.Setp(cmp, t), [x, y])
+    dests = ops[0].split("|")
+    q = None
+    if len(dests) == 2:
+        (q,) = b.emit(target_ops.Unary("not", "pred"), [p])
+    if combine:
+        c = b.read(ops[3], "pred")
+        (p,) = b.emit(target_ops.Binary(combine[0], "pred"), [p, c])
+        if q is not None:
+            (q,) = b.emit(target_ops.Binary(combine[0], "pred"), [q, c])
+    b.write(dests[0], p)
+    if q is not None:
+        b.write(dests[1], q)
+
+
+@handler("selp")
+def _selp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 4)
+    x, y, p = b.read(ops[1], t), b.read(ops[2], t), b.read(ops[3], "pred")
+    (d,) = b.emit(target_ops.Selp(t), [x, y, p])
+    b.write(ops[0], d)
+
+
+@handler("cvt")
+def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if len(mods) < 2:
+        raise b.syntax("cvt needs two types")
+    to, frm = mods[-2], mods[-1]
+    if to in ("u8", "s8") or frm in ("u8", "s8"):
+        _cvt_byte(b, mods, ops)
+        return
+    for t in (to, frm):
+        ptx_type(b, [t])
+    rnd = sat = ""
+    for f in mods[:-2]:
+        if f in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"):
+            rnd = f
+        elif f in ("sat", "satfinite") and (f == "satfinite" or REG_TYPES[to][1] != "f"):
+            sat = f
+        elif f not in _HARMLESS:
+            raise b.unsupported(f"cvt with .{f}")
+    if to in ("f16x2", "bf16x2"):
+        count(b, ops, 3)
+        args = [b.read(ops[1], frm), b.read(ops[2], frm)]
+    else:
+        count(b, ops, 2)
+        args = [b.read(ops[1], frm)]
+    if to == frm and not rnd and not sat:
+        b.write(ops[0], args[0])
+        return
+    (d,) = b.emit(target_ops.Cvt(to, frm, rnd, sat), args)
+    b.write(ops[0], d)
+
+
+def _cvt_byte(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cvt`` to or from an 8-bit integer type (kept in a wider register): the low
+    byte, zero- or sign-extended."""
+    to, frm = mods[-2], mods[-1]
+    count(b, ops, 2)
+    floats = [t for t in (to, frm) if t not in ("u8", "s8") and
+              REG_TYPES.get(t, (0, "f"))[1] == "f"]
+    if floats or [f for f in mods[:-2] if f not in _HARMLESS]:
+        raise b.unsupported(f"cvt.{'.'.join(mods)}")
+    byte = frm if frm in ("u8", "s8") else to
+    signed = byte == "s8"
+    src = b.read(ops[1], "s32" if signed else "u32")
+    zero, eight = b.const(0, "u32"), b.const(8, "u32")
+    (d,) = b.emit(ptx_ops.Bfe("s32" if signed else "u32"), [src, zero, eight])
+    b.write(ops[0], d)  # extended into the destination by the byte's signedness
+
+
+@handler("cvta")
+def _cvta(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 2)
+    to = bool(mods) and mods[0] == "to"
+    rest = mods[1:] if to else mods
+    if len(rest) != 2 or rest[1] not in ("u64", "u32"):
+        raise b.syntax("expected cvta{.to}.<space>.u64")
+    if rest[1] == "u32":
+        raise b.unsupported("32-bit generic addresses")
+    space = rest[0].split("::")[0]
+    (d,) = b.emit(ptx_ops.Cvta(space, to), [b.read(ops[1], "u64")])
+    b.write(ops[0], d)
+
+
+@handler("mov")
+def _mov(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 2)
+    dst, src = ops
+    if src.strip().startswith("{"):  # pack registers into one, first in the low bits
+        parts = [x.strip() for x in src.strip()[1:-1].split(",")]
+        width = REG_TYPES[t][0] // len(parts)
+        elem = {16: "b16", 32: "b32", 8: None}.get(width)
+        if elem is None:
+            raise b.unsupported(f"mov packing {len(parts)} parts into .{t}")
+        (d,) = b.emit(target_ops.Pack(t), [b.read(p, elem) for p in parts])
+        b.write(dst, d)
+        return
+    if dst.strip().startswith("{"):
+        parts = [x.strip() for x in dst.strip()[1:-1].split(",")]
+        width = REG_TYPES[t][0] // len(parts)
+        elem = {16: "b16", 32: "b32"}.get(width)
+        if elem is None:
+            raise b.unsupported(f"mov splitting .{t} into {len(parts)} parts")
+        outs = b.emit(target_ops.Unpack(elem, len(parts)), [b.read(src, t)])
+        for p, v in zip(parts, outs):
+            b.write(p, v)
+        return
+    b.write(dst, b.read(src, t))
+
+
+@handler("shf")
+def _shf(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 4)
+    if len(mods) != 3 or mods[0] not in ("l", "r") or mods[1] not in ("wrap", "clamp") \
+            or mods[2] != "b32":
+        raise b.syntax("expected shf.{l,r}.{wrap,clamp}.b32")
+    args = [b.read(o, "b32") for o in ops[1:]]
+    (d,) = b.emit(ptx_ops.Shf(mods[0] == "l", mods[1] == "clamp"), args)
+    b.write(ops[0], d)
+
+
+@handler("prmt")
+def _prmt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 4)
+    if mods != ["b32"]:
+        raise b.unsupported("prmt modes other than the default")
+    args = [b.read(o, "b32") for o in ops[1:]]
+    (d,) = b.emit(ptx_ops.Prmt(), args)
+    b.write(ops[0], d)
+
+
+@handler("bfe")
+def _bfe(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 4)
+    args = [b.read(ops[1], t), b.read(ops[2], "u32"), b.read(ops[3], "u32")]
+    (d,) = b.emit(ptx_ops.Bfe(t), args)
+    b.write(ops[0], d)
+
+
+@handler("bfi")
+def _bfi(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    t = ptx_type(b, mods)
+    count(b, ops, 5)
+    args = [b.read(ops[1], t), b.read(ops[2], t), b.read(ops[3], "u32"),
+            b.read(ops[4], "u32")]
+    (d,) = b.emit(ptx_ops.Bfi(t), args)
+    b.write(ops[0], d)
+
+
+__all__ = ["HANDLERS", "count", "handler", "ptx_type"]

@@ -1,0 +1,258 @@
+"""Building one PTX instruction's Target IR: operands read, instructions, results.
+
+An :class:`InstrBuilder` turns operand tokens into Target IR values: a register is a
+fresh value bound to it (read as the instruction's type), an immediate a ``ptx.const``,
+a special register a ``ptx.sreg``, an address symbol its address, ``{%a, %b}`` one
+vector value bound to several registers. Results are bound to their destination
+registers the same way. Ops are built through their ``infer``/``verify``, so every
+instruction is checked as Target IR; a failure names the PTX line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import IRVerifyError, Loc
+from tessera.ir.core import Instr, Op, Value
+from tessera.ir.dialects.target import REG_TYPES, RegType
+from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.cfg import PtxInstr
+from tessera.ir.text.ptx.lexer import (
+    PtxSyntaxError,
+    PtxUnsupportedError,
+    is_decimal_float,
+    parse_float_bits,
+    parse_int,
+)
+
+_SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid"}
+_SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid"}
+_REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
+
+
+@dataclass
+class KernelScope:
+    """What an instruction may name: registers (scoped name -> declared type), the
+    nested-scope renaming, shared, local and module variables' addresses, parameters."""
+
+    registers: dict[str, str] = field(default_factory=dict)
+    scopes: list[dict[str, str]] = field(default_factory=lambda: [{}])
+    shared: dict[str, int] = field(default_factory=dict)
+    local: dict[str, int] = field(default_factory=dict)
+    globals: dict[str, int] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, int] = field(default_factory=dict)
+    counter: int = 0
+
+    def resolve(self, name: str) -> str | None:
+        """The unique name of register ``name`` in the innermost scope declaring it."""
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def declare(self, name: str, type: str, loc: Loc) -> None:
+        """Declare register ``name`` of ``type`` in the current scope."""
+        if type not in REG_TYPES:
+            raise PtxUnsupportedError(f"registers of type .{type} ({name})", loc=loc)
+        unique = name
+        if len(self.scopes) > 1 or name in self.registers:
+            self.counter += 1
+            unique = f"{name}#{self.counter}"
+        self.scopes[-1][name] = unique
+        self.registers[unique] = type
+
+
+class InstrBuilder:
+    """Collects the Target IR of one PTX instruction."""
+
+    def __init__(self, scope: KernelScope, text: str, loc: Loc, head: str = "") -> None:
+        self.scope = scope
+        self.loc = loc
+        self.head = head  # the opcode without modifiers
+        self.pi = PtxInstr(text, loc)
+
+    # ---------------------------------------------------------------- errors
+    def syntax(self, message: str) -> PtxSyntaxError:
+        """A syntax error at this instruction."""
+        return PtxSyntaxError(f"{message} in '{self.pi.text}'", loc=self.loc)
+
+    def unsupported(self, what: str) -> PtxUnsupportedError:
+        """An unsupported-form error at this instruction."""
+        return PtxUnsupportedError(f"{what} in '{self.pi.text}' is not supported",
+                                   loc=self.loc)
+
+    # ---------------------------------------------------------------- building
+    def emit(self, op: Op, operands: Sequence[Value] = ()) -> list[Value]:
+        """Append ``op(operands)``, checked by the op's ``infer``/``verify``."""
+        types = [v.type for v in operands]
+        try:
+            results = op.infer(types)
+            op.verify(types, results)
+        except IRVerifyError as err:
+            raise PtxSyntaxError(f"'{self.pi.text}': {err.message}", hint=err.hint,
+                                 loc=self.loc) from None
+        instr = Instr(op, list(operands), [], [], self.loc)
+        instr.results = [Value(t, instr) for t in results]
+        self.pi.instrs.append(instr)
+        return instr.results
+
+    def const(self, value: Any, elem: str) -> Value:
+        """An immediate of PTX type ``elem``."""
+        return self.emit(target_ops.Const(value, elem))[0]
+
+    def register(self, token: str) -> str:
+        """The unique name of a declared register token."""
+        name = self.scope.resolve(token.strip())
+        if name is None:
+            raise PtxSyntaxError(f"register {token.strip()} is not declared (in "
+                                 f"'{self.pi.text}')", loc=self.loc)
+        return name
+
+    def is_register(self, token: str) -> bool:
+        """Whether ``token`` names a declared register."""
+        return self.scope.resolve(token.strip()) is not None
+
+    def read(self, token: str, elem: str) -> Value:
+        """The value of operand ``token`` read as PTX type ``elem``."""
+        t = token.strip()
+        if t.startswith("{"):
+            names = [self.register(x) for x in t[1:-1].split(",")]
+            v = Value(RegType(elem, len(names)))
+            self.pi.reads.append((v, tuple(names)))
+            return v
+        if self.is_register(t):
+            v = Value(RegType(elem))
+            self.pi.reads.append((v, (self.register(t),)))
+            return v
+        if t.startswith("!") and elem == "pred":
+            (p,) = self.emit(target_ops.Unary("not", "pred"), [self.read(t[1:], "pred")])
+            return p
+        special = self.special(t, elem)
+        if special is not None:
+            return special
+        return self.immediate(t, elem)
+
+    def immediate(self, t: str, elem: str) -> Value:
+        """A literal or an address symbol as a value of ``elem``."""
+        bits, kind = REG_TYPES[elem]
+        if t.startswith("%"):
+            raise PtxSyntaxError(f"register {t} is not declared (in '{self.pi.text}')",
+                                 loc=self.loc)
+        number = parse_int(t)
+        if number is not None:
+            if kind == "f":
+                raise self.syntax(f"integer literal {t} for a .{elem} operand")
+            if kind == "p":
+                return self.const(bool(number), "pred")
+            return self.const(number, elem)
+        fbits = parse_float_bits(t)
+        if fbits is not None and kind in "bu" and fbits[1] == bits:
+            return self.const(fbits[0], elem)  # 0f/0d literals as bit patterns
+        if fbits is not None or is_decimal_float(t):
+            if kind != "f" or elem in ("f16x2", "bf16x2"):
+                raise self.syntax(f"float literal {t} for a .{elem} operand")
+            if fbits is not None:
+                pattern, width = fbits
+                x = (np.array(pattern, np.uint32).view(np.float32) if width == 32
+                     else np.array(pattern, np.uint64).view(np.float64))
+            else:
+                x = np.float64(float(t))
+            return self.const(np.asarray(x).astype(np.dtype(
+                {"f16": "f2", "f32": "f4", "f64": "f8"}.get(elem, "f4")))[()], elem)
+        address = self.symbol_address(t)
+        if address is not None:
+            if kind not in "usb" or bits < 32:
+                raise self.syntax(f"address {t} for a .{elem} operand")
+            return self.const(address, elem)
+        raise self.syntax(f"unknown operand {t!r}")
+
+    def symbol_address(self, name: str) -> int | None:
+        """The state-space address of a shared variable or a parameter named ``name``,
+        or None."""
+        if name in self.scope.shared:
+            return self.scope.shared[name]
+        if name in self.scope.local:
+            return self.scope.local[name]
+        if name in self.scope.globals:
+            return self.scope.globals[name]
+        if name in self.scope.params:  # its .param address; cvta.param makes it generic
+            return self.scope.params[name].offset
+        return None
+
+    def special(self, t: str, elem: str) -> Value | None:
+        """A special register read as ``elem``, or None when ``t`` is not one."""
+        head, _, comp = t.partition(".")
+        if head in _SPECIAL and comp in ("x", "y", "z"):
+            reg = f"{head[1:]}.{comp}"
+        elif t in _SPECIAL_SCALAR:
+            reg = _SPECIAL_SCALAR[t]
+        elif t.startswith("%") and not self.is_register(t) and (
+                t in ("%clock", "%clock64", "%smid", "%nsmid", "%globaltimer",
+                      "%lanemask_lt", "%dynamic_smem_size") or head in _SPECIAL):
+            raise self.unsupported(f"special register {t}")
+        else:
+            return None
+        (v,) = self.emit(target_ops.Special(reg))
+        if elem in ("u32", "b32", "s32"):
+            return v if elem == "u32" else self.bitcast(v, elem)
+        (w,) = self.emit(target_ops.Cvt(elem if elem != "b64" else "u64", "u32"), [v])
+        return w if elem != "b64" else self.bitcast(w, elem)
+
+    def bitcast(self, v: Value, elem: str) -> Value:
+        """``v`` reinterpreted as ``elem`` of the same width (a one-register pack)."""
+        (w,) = self.emit(target_ops.Pack(elem), [v])
+        return w
+
+    def write(self, token: str, value: Value) -> None:
+        """Store ``value`` into the destination ``token`` (``_`` discards it)."""
+        t = token.strip()
+        if t == "_":
+            return
+        if t.startswith("{"):
+            names = tuple(self.register(x) for x in t[1:-1].split(","))
+        else:
+            names = (self.register(t),)
+        vt = value.type
+        assert isinstance(vt, RegType)
+        if vt.count != len(names):
+            raise self.syntax(f"{len(names)} destination registers for {vt.count} values")
+        self.pi.writes.append((value, names))
+
+    def address(self, token: str) -> tuple[str, int]:
+        """``[base + offset]`` as (base token, offset)."""
+        t = token.strip()
+        if not (t.startswith("[") and t.endswith("]")):
+            raise self.syntax(f"expected an address [..], got {t!r}")
+        inner = t[1:-1].replace(" ", "")
+        m = re.match(r"^(.*?)(?:\+(-?[0-9xXa-fA-F]+)|-([0-9xXa-fA-F]+))?$", inner)
+        assert m is not None
+        base = m.group(1)
+        offset = 0
+        if m.group(2) is not None:
+            offset = parse_int(m.group(2)) or 0
+        elif m.group(3) is not None:
+            offset = -(parse_int(m.group(3)) or 0)
+        if not base:
+            raise self.syntax(f"address {t} has no base")
+        return base, offset
+
+    def read_address(self, token: str, elem: str) -> tuple[Value, int]:
+        """An address operand as (base value of ``elem``, byte offset); a symbol's
+        address is folded into the constant base."""
+        base, offset = self.address(token)
+        number = parse_int(base)
+        if number is not None:
+            return self.const(number + offset, elem), 0
+        address = self.symbol_address(base)
+        if address is not None:
+            return self.const(address + offset, elem), 0
+        return self.read(base, elem), offset
+
+
+__all__ = ["InstrBuilder", "KernelScope"]

@@ -1,0 +1,144 @@
+"""sm_90 instructions as Target IR (PTX ISA sec. 9.7.9.27, 9.7.13.15, 9.7.15):
+``mbarrier``, TMA loads (``cp.async.bulk.tensor.2d``), ``wgmma``, ``stmatrix``,
+``elect.sync`` and ``setmaxnreg``.
+
+``mbarrier.try_wait.parity`` (a polling instruction, used in a loop) becomes the
+interpreter's blocking wait, which lands the TMA loads on the barrier and reports a
+phase that cannot complete; the predicate it returns is then true. ``setmaxnreg``
+only moves registers between warpgroups and changes no value: it is accepted.
+"""
+
+from __future__ import annotations
+
+from tessera.ir.dialects.target import RegType, ptx_ops
+from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.text.ptx.arith import count, handler
+from tessera.ir.text.ptx.context import InstrBuilder
+from tessera.ir.text.ptx.lexer import parse_int
+from tessera.ir.text.ptx.memory import plain_address
+
+_SHARED = ("shared", "shared::cta", "shared::cluster")
+
+
+def _constant(b: InstrBuilder, token: str, what: str) -> int:
+    value = parse_int(token)
+    if value is None:
+        raise b.unsupported(f"{what} in a register")
+    return value
+
+
+@handler("mbarrier")
+def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    kind = mods[0] if mods else ""
+    rest = [f for f in mods[1:] if f not in _SHARED and f not in ("b64", "release", "cta",
+                                                                  "acquire", "relaxed")]
+    if kind == "init" and not rest:
+        count(b, ops, 2)
+        b.emit(target_async.MbarrierInit(_constant(b, ops[1], "the arrival count")),
+               [plain_address(b, ops[0], "u32")])
+    elif kind == "inval" and not rest:
+        count(b, ops, 1)
+        b.emit(target_async.MbarrierInval(), [plain_address(b, ops[0], "u32")])
+    elif kind == "arrive" and rest in ([], ["expect_tx"]):
+        count(b, ops, 3 if rest else 2)
+        tx = _constant(b, ops[2], "the transaction count") if rest else 0
+        b.emit(target_async.MbarrierArrive(tx), [plain_address(b, ops[1], "u32")])
+        if ops[0].strip() != "_":
+            b.write(ops[0], b.const(0, "b64"))  # the state: only try_wait without .parity
+    elif kind in ("try_wait", "test_wait") and rest == ["parity"]:
+        if len(ops) not in (3, 4):
+            raise b.syntax("expected p, [addr], parity")
+        b.emit(target_async.MbarrierWait(), [plain_address(b, ops[1], "u32"),
+                                             b.read(ops[2], "u32")])
+        b.write(ops[0], b.const(True, "pred"))
+    else:
+        raise b.unsupported(f"mbarrier.{'.'.join(mods)}")
+
+
+def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes``."""
+    body = [f for f in mods if f not in ("tile",)]
+    if body[:3] != ["bulk", "tensor", "2d"] or body[3] not in _SHARED or \
+            body[4:] != ["global", "mbarrier::complete_tx::bytes"]:
+        raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA loads into shared memory "
+                            "are supported)")
+    count(b, ops, 3)
+    inner = ops[1].strip()[1:-1]
+    tmap_token, _, coords = inner.partition(",")
+    parts = [c.strip() for c in coords.strip()[1:-1].split(",")]
+    if len(parts) != 2:
+        raise b.syntax("a 2-D TMA load takes two coordinates {c0, c1}")
+    (tmap,) = b.emit(ptx_ops.TensorMapAt(), [b.read(tmap_token, "u64")])
+    args = [plain_address(b, ops[0], "u32"), tmap, b.read(parts[0], "s32"),
+            b.read(parts[1], "s32"), plain_address(b, ops[2], "u32")]
+    b.emit(target_async.TmaLoad(), args)
+
+
+@handler("wgmma")
+def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    body = [f for f in mods if f not in ("sync", "aligned")]
+    if body == ["fence"]:
+        b.emit(target_async.WgmmaFence())
+        return
+    if body == ["commit_group"]:
+        b.emit(target_async.WgmmaCommit())
+        return
+    if body == ["wait_group"]:
+        count(b, ops, 1)
+        b.emit(target_async.WgmmaWait(_constant(b, ops[0], "the group count")))
+        return
+    if len(body) != 5 or body[0] != "mma_async" or body[2] != "f32" or \
+            not body[1].startswith("m64n"):
+        raise b.unsupported(f"wgmma.{'.'.join(mods)} (shared-memory A and B, f32 "
+                            "accumulators are supported)")
+    n = int(body[1][4:].split("k")[0])
+    atype, btype = body[3], body[4]
+    if len(ops) not in (6, 8):
+        raise b.syntax("expected {d}, descA, descB, scale-d, scale-a, scale-b{, tA, tB}")
+    if [parse_int(o) for o in ops[4:6]] != [1, 1]:
+        raise b.unsupported("wgmma with negated A or B (scale -1)")
+    trans = [_constant(b, o, "a transpose flag") for o in ops[6:8]] or [0, 0]
+    acc = b.read(ops[0], "f32")
+    if acc.type != RegType("f32", n // 2):
+        raise b.syntax(f"m64n{n} takes {n // 2} accumulator registers")
+    desc_a, desc_b = b.read(ops[1], "u64"), b.read(ops[2], "u64")
+    scale = b.read(ops[3], "pred")
+    (d,) = b.emit(target_async.Wgmma(n, atype, btype, trans[0], trans[1]),
+                  [acc, desc_a, desc_b, scale])
+    b.write(ops[0], d)
+
+
+@handler("elect")
+def _elect(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if mods != ["sync"]:
+        raise b.unsupported(f"elect.{'.'.join(mods)}")
+    count(b, ops, 2)
+    lane, pred = b.emit(ptx_ops.Elect(_constant(b, ops[1], "the member mask") & 0xFFFFFFFF))
+    dests = ops[0].split("|")
+    if len(dests) != 2:
+        raise b.syntax("elect.sync writes d|p")
+    b.write(dests[0], lane)
+    b.write(dests[1], pred)
+
+
+@handler("stmatrix")
+def _stmatrix(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 2)
+    num = next((int(f[1:]) for f in mods if f in ("x1", "x2", "x4")), 0)
+    extra = set(mods) - {"sync", "aligned", "m8n8", "x1", "x2", "x4", "trans", "shared",
+                         "shared::cta", "b16"}
+    if not num or extra or "m8n8" not in mods:
+        raise b.unsupported(f"stmatrix.{'.'.join(mods)}")
+    b.emit(ptx_ops.Stmatrix(num, "trans" in mods),
+           [plain_address(b, ops[0], "u32"), b.read(ops[1], "b32")])
+
+
+@handler("setmaxnreg")
+def _setmaxnreg(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if not mods or mods[0] not in ("inc", "dec"):
+        raise b.unsupported(f"setmaxnreg.{'.'.join(mods)}")
+    count(b, ops, 1)
+    # no register value changes: nothing to emit
+
+
+__all__ = ["tma_load"]

@@ -1,0 +1,319 @@
+"""PTX memory, synchronisation and warp instructions as Target IR (PTX ISA sec. 9.7.9,
+9.7.12-9.7.14): ``ld``/``st`` in every state space the interpreter models (global,
+shared, local, param, generic; vector forms), ``atom``/``red``, ``cp.async`` and its groups,
+``ldmatrix``, ``mma.sync``, ``shfl.sync``, ``vote.sync``, ``bar.sync`` and fences.
+
+Cache, eviction and memory-order qualifiers (``.nc``, ``.ca``, ``.L2::128B``,
+``.relaxed.gpu``, ``.volatile`` ...) do not change a value in the interpreter, which
+runs threads in a sequentially consistent order; they are accepted from a fixed list.
+Memory fences (``membar``, ``fence.sc``/``acq_rel``) are no-ops for the same reason.
+"""
+
+from __future__ import annotations
+
+from tessera.ir.core import Value
+from tessera.ir.dialects.target import RegType, ptx_ops
+from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.text.ptx.arith import count, handler, ptx_type
+from tessera.ir.text.ptx.context import InstrBuilder
+from tessera.ir.text.ptx.lexer import parse_int
+
+_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "relaxed",
+               "acquire", "release", "weak", "gpu", "cta", "sys", "cluster", "L1::no_allocate",
+               "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_last",
+               "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
+               "L2::evict_first", "sync", "aligned"}
+_SPACES = {"global", "shared", "param", "local", "const", "shared::cta"}
+
+
+def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
+    """(state space or '', vector width, type) of an ld/st/atom/red opcode."""
+    space, vec = "", 1
+    for f in mods[:-1]:
+        if f in _SPACES:
+            space = f.split("::")[0]
+        elif f in ("v2", "v4", "v8"):
+            vec = int(f[1:])
+        elif f == "L2::cache_hint":
+            continue  # the policy operand (createpolicy's) changes no value
+        elif f not in _QUALIFIERS:
+            raise b.unsupported(f"the .{f} qualifier")
+    return space, vec, ptx_type(b, mods[-1:])
+
+
+def _memory_op(b: InstrBuilder, space: str) -> str:
+    """The state space an access uses here: ``.const`` variables live in global
+    memory (read-only by the PTX ISA's rules, which have no st.const)."""
+    return "global" if space == "const" else space
+
+
+def _local(b: InstrBuilder, token: str) -> tuple[Value, int]:
+    """A ``.local`` address operand as (generic address, offset): local memory is
+    reached through its generic window."""
+    base, offset = b.read_address(token, "u64")
+    (generic,) = b.emit(ptx_ops.Cvta("local"), [base])
+    return generic, offset
+
+
+_BYTES = ("u8", "s8", "b8")
+
+
+def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``ld``/``st`` of one byte: PTX has no 8-bit registers, so the byte is extended
+    into (or taken from) a wider register."""
+    space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
+    space = _memory_op(b, space)
+    count(b, ops, 2)
+    if vec != 1:
+        raise b.unsupported("vectors of bytes")
+    if space not in ("global", "shared", "", "local"):
+        raise b.unsupported(f"byte accesses in the .{space} state space")
+    elem = "u32" if space == "shared" else "u64"
+    at = ops[1] if b.head == "ld" else ops[0]
+    addr, offset = _local(b, at) if space == "local" else b.read_address(at, elem)
+    space = "" if space == "local" else space
+    if b.head == "ld":
+        (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset), [addr])
+        b.write(ops[0], d)
+    else:
+        b.emit(ptx_ops.ByteStore(space, offset), [addr, b.read(ops[1], "b32")])
+
+
+def _hinted(mods: list[str], ops: list[str]) -> list[str]:
+    """The operands without an ``.L2::cache_hint`` policy operand."""
+    return ops[:2] if "L2::cache_hint" in mods and len(ops) == 3 else ops
+
+
+@handler("createpolicy")
+def _createpolicy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if not ops:
+        raise b.syntax("createpolicy writes a register")
+    b.write(ops[0], b.const(0, "b64"))  # a cache policy: no effect on values here
+
+
+@handler("ld")
+def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    ops = _hinted(mods, ops)
+    if mods and mods[-1] in _BYTES:
+        _byte_access(b, mods, ops)
+        return
+    space, vec, t = _split_mods(b, mods)
+    count(b, ops, 2)
+    space = _memory_op(b, space)
+    if space == "param":
+        base, offset = b.address(ops[1])
+        if base not in b.scope.params:
+            raise b.unsupported("ld.param from a register address")
+        (d,) = b.emit(ptx_ops.ParamLoad(base, t, offset, vec))
+    elif space in ("", "local"):
+        addr, offset = (_local(b, ops[1]) if space else b.read_address(ops[1], "u64"))
+        (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset), [addr])
+    else:
+        addr, offset = b.read_address(ops[1], "u64" if space == "global" else "u32")
+        (d,) = b.emit(target_ops.Load(space, t, vec, offset), [addr])
+    b.write(ops[0], d)
+
+
+@handler("st")
+def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    ops = _hinted(mods, ops)
+    if mods and mods[-1] in _BYTES:
+        _byte_access(b, mods, ops)
+        return
+    space, vec, t = _split_mods(b, mods)
+    count(b, ops, 2)
+    if space == "const":
+        raise b.syntax("st.const does not exist: constant memory is read-only")
+    if space == "param":
+        raise b.unsupported("st.param (device-function calls)")
+    value = b.read(ops[1], t) if vec == 1 or ops[1].strip().startswith("{") else None
+    if value is None:
+        raise b.syntax(f"a .v{vec} store needs {{...}} registers")
+    if space in ("", "local"):
+        addr, offset = (_local(b, ops[0]) if space else b.read_address(ops[0], "u64"))
+        b.emit(ptx_ops.GenericStore(t, vec, offset), [addr, value])
+    else:
+        addr, offset = b.read_address(ops[0], "u64" if space == "global" else "u32")
+        b.emit(target_ops.Store(space, t, vec, offset), [addr, value])
+
+
+def plain_address(b: InstrBuilder, token: str, elem: str) -> Value:
+    """An address operand as one value (base plus offset)."""
+    addr, offset = b.read_address(token, elem)
+    if offset:
+        (off,) = b.emit(target_ops.Const(offset, elem))
+        (addr,) = b.emit(target_ops.Binary("add", elem), [addr, off])
+    return addr
+
+
+@handler("atom", "red")
+def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    ops_ = [f for f in mods[:-1] if f in ptx_ops.ATOMIC_OPS]
+    if len(ops_) != 1:
+        raise b.syntax("expected one atomic operation (.add, .min, .cas ...)")
+    space, vec, t = _split_mods(b, [f for f in mods if f not in ops_])
+    op = ops_[0]
+    if vec != 1:
+        raise b.unsupported("vector atomics")
+    if space == "const":
+        raise b.syntax(f"{b.head} on constant memory")
+    if t.startswith("b") and op in ("add", "min", "max", "inc", "dec"):
+        raise b.syntax(f"{b.head}.{op} needs a typed operand (.u32, .s32, .f32 ...)")
+    if b.head == "red":
+        count(b, ops, 2)
+        if space == "" or op in ("exch", "cas", "inc", "dec"):
+            raise b.unsupported(f"red.{op} in the {'generic' if not space else space} space")
+        addr = plain_address(b, ops[0], "u64" if space == "global" else "u32")
+        b.emit(target_ops.Reduce(space, op, t), [addr, b.read(ops[1], t)])
+        return
+    count(b, ops, 4 if op == "cas" else 3)
+    addr = plain_address(b, ops[1], "u32" if space == "shared" else "u64")
+    args = [addr] + [b.read(o, t) for o in ops[2:]]
+    (d,) = b.emit(ptx_ops.Atom(space, op, t), args)
+    b.write(ops[0], d)
+
+
+@handler("cp")
+def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if mods[:1] != ["async"]:
+        raise b.unsupported(f"cp.{'.'.join(mods)}")
+    rest = mods[1:]
+    if rest[:2] == ["bulk", "tensor"]:
+        from tessera.ir.text.ptx.hopper import tma_load
+
+        tma_load(b, rest, ops)
+        return
+    if rest == ["commit_group"]:
+        count(b, ops, 0)
+        b.emit(target_async.CpAsyncCommit())
+        return
+    if rest in (["wait_group"], ["wait_all"]):
+        n = 0
+        if rest == ["wait_group"]:
+            count(b, ops, 1)
+            value = parse_int(ops[0])
+            if value is None:
+                raise b.syntax("cp.async.wait_group takes an integer constant")
+            n = value
+        else:
+            count(b, ops, 0)
+            b.emit(target_async.CpAsyncCommit())
+        b.emit(target_async.CpAsyncWait(n))
+        return
+    if not rest or rest[0] not in ("ca", "cg") or \
+            rest[1:3] not in (["shared", "global"], ["shared::cta", "global"]):
+        raise b.unsupported(f"cp.async.{'.'.join(rest)}")
+    for f in rest[3:]:
+        if f not in _QUALIFIERS:
+            raise b.unsupported(f"the .{f} qualifier")
+    if len(ops) not in (3, 4):
+        raise b.syntax("cp.async takes [dst], [src], size and an optional src-size")
+    size = parse_int(ops[2])
+    if size is None:
+        raise b.syntax("the cp.async size must be a constant")
+    dst = plain_address(b, ops[0], "u32")
+    src = plain_address(b, ops[1], "u64")
+    args = [dst, src] + ([b.read(ops[3], "u32")] if len(ops) == 4 else [])
+    b.emit(target_async.CpAsync(size, rest[0]), args)
+
+
+@handler("ldmatrix")
+def _ldmatrix(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 2)
+    num = next((int(f[1:]) for f in mods if f in ("x1", "x2", "x4")), 0)
+    extra = set(mods) - {"sync", "aligned", "m8n8", "x1", "x2", "x4", "trans", "shared",
+                         "shared::cta", "b16"}
+    if not num or extra or "m8n8" not in mods:
+        raise b.unsupported(f"ldmatrix.{'.'.join(mods)}")
+    addr = plain_address(b, ops[1], "u32")
+    (d,) = b.emit(target_async.Ldmatrix(num, "trans" in mods), [addr])
+    b.write(ops[0], d)
+
+
+@handler("mma")
+def _mma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 4)
+    body = [f for f in mods if f not in ("sync", "aligned")]
+    if len(body) != 7 or body[1:3] != ["row", "col"] or body[3] != "f32" or body[6] != "f32":
+        raise b.unsupported(f"mma.{'.'.join(mods)} (mma.sync.aligned.m16n8k16.row.col."
+                            "f32.<a>.<b>.f32 is)")
+    shape, atype, btype = body[0], body[4], body[5]
+    na, nb = len(ops[1].split(",")), len(ops[2].split(","))
+    a, bb = b.read(ops[1], "b32"), b.read(ops[2], "b32")
+    c = b.read(ops[3], "f32")
+    if (a.type, bb.type) != (RegType("b32", 4), RegType("b32", 2)) or na != 4 or nb != 2:
+        raise b.unsupported(f"mma.sync.{shape} with {na} A and {nb} B registers")
+    (d,) = b.emit(target_async.MmaSync(shape, atype, btype), [a, bb, c])
+    b.write(ops[0], d)
+
+
+@handler("shfl")
+def _shfl(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if len(mods) != 3 or mods[0] != "sync" or mods[2] != "b32" or \
+            mods[1] not in ("up", "down", "bfly", "idx"):
+        raise b.unsupported(f"shfl.{'.'.join(mods)}")
+    count(b, ops, 5)
+    args = [b.read(ops[1], "b32")] + [b.read(o, "u32") for o in ops[2:]]
+    d, p = b.emit(ptx_ops.ShflSync(mods[1]), args)
+    dests = ops[0].split("|")
+    b.write(dests[0], d)
+    if len(dests) == 2:
+        b.write(dests[1], p)
+
+
+@handler("vote", "activemask")
+def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if b.head == "activemask":
+        count(b, ops, 1)
+        (d,) = b.emit(ptx_ops.Vote("active"))
+        b.write(ops[0], d)
+        return
+    body = [f for f in mods if f != "sync"]
+    if len(body) != 2 or body[0] not in ("all", "any", "uni", "ballot"):
+        raise b.unsupported(f"vote.{'.'.join(mods)}")
+    count(b, ops, 3)
+    mask = parse_int(ops[2])
+    if mask is None:
+        raise b.unsupported("vote.sync with a register member mask")
+    (d,) = b.emit(ptx_ops.Vote(body[0], mask & 0xFFFFFFFF), [b.read(ops[1], "pred")])
+    b.write(ops[0], d)
+
+
+@handler("bar", "barrier")
+def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    if b.head == "bar" and mods == ["warp", "sync"]:
+        count(b, ops, 1)
+        mask = parse_int(ops[0])
+        if mask is None:
+            raise b.unsupported("bar.warp.sync with a register member mask")
+        b.emit(ptx_ops.WarpSync(mask & 0xFFFFFFFF))
+        return
+    body = [f for f in mods if f not in ("cta", "aligned")]
+    if body != ["sync"]:
+        raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
+    if len(ops) != 1:
+        raise b.unsupported(f"{b.head}.sync with a thread count")
+    ident = parse_int(ops[0])
+    if ident is None:
+        raise b.unsupported(f"{b.head}.sync with a register barrier id")
+    b.emit(target_ops.Bar(ident))
+
+
+@handler("membar", "fence")
+def _fence(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 0)
+    if b.head == "fence" and mods[:2] == ["proxy", "async"]:
+        b.emit(target_async.Fence("proxy_async"))
+    elif b.head == "fence" and mods[:1] == ["mbarrier_init"]:
+        b.emit(target_async.Fence("mbarrier_init"))
+    elif b.head == "membar" and mods in (["cta"], ["gl"], ["sys"]):
+        return
+    elif b.head == "fence" and mods and mods[0] in ("sc", "acq_rel") and \
+            mods[1:] in (["cta"], ["gpu"], ["sys"], ["cluster"]):
+        return
+    else:
+        raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
+
+
+__all__: list[str] = []

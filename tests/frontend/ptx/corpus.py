@@ -1,0 +1,41 @@
+"""The PTX corpus that nvcc generated (tests/ir/text/ptx/ptx_corpus) and NumPy
+references for its kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+CORPUS = Path(__file__).resolve().parents[2] / "ir" / "text" / "ptx" / "ptx_corpus"
+NVCC_PTX = CORPUS / "kernels_sm80.ptx"
+
+
+def line_of(text: str, needle: str, start: int = 0) -> int:
+    """The 1-based number of the first line at or after ``start`` containing ``needle``."""
+    for k, line in enumerate(text.splitlines()[start:], start=start + 1):
+        if needle in line:
+            return k
+    raise AssertionError(f"{needle!r} not found")
+
+
+def collatz_reference(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """steps, bits and wide of ``collatz_bits`` computed with Python integers."""
+    steps, bits, wide = [], [], []
+    m32, m64 = (1 << 32) - 1, (1 << 64) - 1
+    for x0 in (int(t) for t in v):
+        x, c = x0, 0
+        while x > 1 and c < 1000:
+            x = (3 * x + 1) & m32 if x & 1 else x >> 1
+            c += 1
+        steps.append(c)
+        popc = bin(x0).count("1")
+        clz = 32 - (x0 | 1).bit_length()
+        brev = int(f"{x0:032b}"[::-1], 2)
+        perm = (x0 & 0xFFFFFF) | ((c & 0xFF) << 24)
+        funnel = ((((c << 32) | x0) << 7) >> 32) & m32
+        total = (popc + (clz << 8) + (brev & 0xFF0000) + (perm & 0xFF000000)) & m32
+        bits.append(total ^ funnel)
+        signed = x0 - (1 << 32) if x0 >> 31 else x0
+        wide.append((x0 * (c + 12345) + signed) & m64)
+    return (np.array(steps, np.uint32), np.array(bits, np.uint32), np.array(wide, np.uint64))

@@ -1,0 +1,295 @@
+"""The interpreter's control-flow-graph mode on hand-written PTX: divergent branches
+and loops reconverge before warp-synchronous instructions, barriers need every
+non-exited thread, and the memory instructions of other compilers (generic addresses,
+atomics returning the old value, votes) behave as the PTX ISA says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.interp.target import TargetFault
+from tests.interp.target.ptx.harness import HEADER, elementwise, run_elementwise
+
+rng = np.random.default_rng(5)
+
+# each lane takes one side of an if/else, or loops lane times, then all shuffle
+DIVERGE = HEADER + """
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .reg .pred %p<4>;
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r0, %laneid;
+    and.b32 %r1, %r0, 1;
+    setp.eq.u32 %p0, %r1, 0;
+    @%p0 bra EVEN;
+    mul.lo.s32 %r2, %r0, 10;
+    bra.uni JOIN;
+EVEN:
+    add.s32 %r2, %r0, 1000;
+JOIN:
+    mov.u32 %r3, 0;
+    mov.u32 %r4, 0;
+LOOP:
+    setp.ge.u32 %p1, %r4, %r0;
+    @%p1 bra DONE;
+    add.s32 %r3, %r3, %r4;
+    add.s32 %r4, %r4, 1;
+    bra.uni LOOP;
+DONE:
+    add.s32 %r2, %r2, %r3;
+    shfl.sync.bfly.b32 %r5, %r2, 1, 31, -1;
+    mov.u32 %r6, %tid.x;
+    mul.wide.u32 %rd1, %r6, 4;
+    add.s64 %rd2, %rd0, %rd1;
+    st.global.u32 [%rd2], %r5;
+    ret;
+}
+"""
+
+
+def test_branches_and_loops_reconverge_before_a_shuffle() -> None:
+    out = np.zeros(64, np.uint32)
+    ts.ptx.load(DIVERGE).kernel("k").run(grid=1, block=64, args=[out])
+    lane = np.arange(64) % 32
+    mine = np.where(lane % 2 == 0, lane + 1000, lane * 10) + lane * (lane - 1) // 2
+    np.testing.assert_array_equal(out, mine[np.arange(64) ^ 1])
+
+
+def test_shuffle_inside_a_divergent_branch_is_reported() -> None:
+    text = DIVERGE.replace("mul.lo.s32 %r2, %r0, 10;",
+                           "shfl.sync.bfly.b32 %r2, %r0, 1, 31, -1;")
+    with pytest.raises(TargetFault, match="warp divergence") as err:
+        ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[np.zeros(32, np.uint32)])
+    assert err.value.loc.line == text.splitlines().index(
+        "    shfl.sync.bfly.b32 %r2, %r0, 1, 31, -1;") + 1
+
+
+BARRIER = HEADER + """
+.visible .entry k(.param .u64 out, .param .u32 n)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .reg .pred %p<4>;
+    .shared .align 4 .b8 buf[512];
+    ld.param.u64 %rd0, [out];
+    ld.param.u32 %r7, [n];
+    mov.u32 %r0, %tid.x;
+    setp.ge.u32 %p0, %r0, %r7;
+    @%p0 ret;
+    shl.b32 %r1, %r0, 2;
+    mov.u32 %r2, buf;
+    add.s32 %r3, %r2, %r1;
+    st.shared.u32 [%r3], %r0;
+    bar.sync 0;
+    sub.s32 %r4, %r7, 1;
+    sub.s32 %r4, %r4, %r0;
+    shl.b32 %r4, %r4, 2;
+    add.s32 %r4, %r2, %r4;
+    ld.shared.u32 %r5, [%r4];
+    mul.wide.u32 %rd1, %r0, 4;
+    add.s64 %rd2, %rd0, %rd1;
+    st.global.u32 [%rd2], %r5;
+    ret;
+}
+"""
+
+
+def test_exited_threads_do_not_block_a_barrier() -> None:
+    out = np.zeros(128, np.uint32)
+    ts.ptx.load(BARRIER).kernel("k").run(grid=1, block=128, args=[out, np.uint32(100)])
+    np.testing.assert_array_equal(out[:100], np.arange(100)[::-1])
+    assert not out[100:].any()
+
+
+def test_a_barrier_in_divergent_code_is_reported() -> None:
+    text = BARRIER.replace("@%p0 ret;", "@%p0 bra SKIP;").replace(
+        "    sub.s32 %r4, %r7, 1;", "SKIP:\n    sub.s32 %r4, %r7, 1;")
+    with pytest.raises(TargetFault, match="divergent barrier") as err:
+        ts.ptx.load(text).kernel("k").run(grid=1, block=128,
+                                          args=[np.zeros(128, np.uint32), np.uint32(100)])
+    assert "bar.sync 0" in str(err.value)
+
+
+def test_generic_addresses_reach_shared_memory() -> None:
+    body = """
+    mov.u64 %rd6, buf;
+    cvta.shared.u64 %rd6, %rd6;
+    add.s64 %rd7, %rd6, %rd4;
+    st.u32 [%rd7], %a;
+    bar.sync 0;
+    xor.b32 %e, %t, 1;
+    mul.wide.u32 %rd4, %e, 4;
+    add.s64 %rd7, %rd6, %rd4;
+    ld.u32 %d, [%rd7];
+    mul.wide.u32 %rd4, %t, 4;
+    """
+    a = rng.integers(0, 2**32, 64, dtype=np.uint64)
+    z = np.zeros(64, np.uint64)
+    got = run_elementwise(body, a, z, z, decls=".shared .align 4 .b8 buf[256];")
+    np.testing.assert_array_equal(got, a[np.arange(64) ^ 1].astype(np.uint32))
+
+
+def test_atomics_return_old_values_in_thread_order() -> None:
+    text = elementwise("atom.global.add.u32 %d, [%rd2], %a;")  # c[0] += a, all threads
+    a = np.arange(1, 33, dtype=np.uint32)
+    c = np.full(32, 5, np.uint32)
+    d = np.zeros(32, np.uint32)
+    ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[a, a.copy(), c, d])
+    np.testing.assert_array_equal(d, 5 + np.concatenate([[0], np.cumsum(a)[:-1]]))
+    assert c[0] == 5 + a.sum()
+    cas = elementwise("atom.global.cas.b32 %d, [%rd2], %b, %a;")
+    c = np.full(4, 7, np.uint32)
+    ts.ptx.load(cas).kernel("k").run(grid=1, block=4, args=[
+        np.array([10, 11, 12, 13], np.uint32), np.array([3, 7, 10, 11], np.uint32), c,
+        d := np.zeros(4, np.uint32)])
+    np.testing.assert_array_equal(d, [7, 7, 11, 11])  # 7 -> 11 (12 fails) -> 13 in order
+    assert c[0] == 13
+
+
+def test_vote_ballot_and_any() -> None:
+    body = """
+    setp.lt.u32 %p, %a, %b;
+    vote.sync.ballot.b32 %d, %p, -1;
+    vote.sync.any.pred %q, %p, -1;
+    @!%q mov.u32 %d, 77;
+    """
+    a = rng.integers(0, 100, 64, dtype=np.uint64)
+    b = np.full(64, 50, np.uint64)
+    b[32:] = 0  # the second warp votes all false
+    got = run_elementwise(body, a, b, b)
+    bits = (a[:32] < 50).astype(np.uint64) << np.arange(32, dtype=np.uint64)
+    np.testing.assert_array_equal(got[:32], np.full(32, bits.sum(), np.uint32))
+    np.testing.assert_array_equal(got[32:], 77)
+
+
+LOCAL = HEADER + """
+.visible .entry k(.param .u64 out)
+{
+    .local .align 8 .b8 depot[16];
+    .reg .b64 %SPL, %SP, %rd<4>;
+    .reg .b32 %r<4>;
+    mov.u64 %SPL, depot;
+    cvta.local.u64 %SP, %SPL;
+    mov.u32 %r0, %tid.x;
+    st.local.u32 [%SPL+4], %r0;
+    ld.u32 %r1, [%SP+4];
+    ld.param.u64 %rd0, [out];
+    mul.wide.u32 %rd1, %r0, 4;
+    add.s64 %rd2, %rd0, %rd1;
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"""
+
+
+def test_local_memory_is_per_thread() -> None:
+    out = np.zeros(64, np.uint32)
+    ts.ptx.load(LOCAL).kernel("k").run(grid=1, block=64, args=[out])
+    np.testing.assert_array_equal(out, np.arange(64))
+
+
+@pytest.mark.parametrize("old, new, what", [
+    ("ld.u32 %r1, [%SP+4];", "ld.u32 %r1, [%SP+8];", "uninitialised local read"),
+    ("st.local.u32 [%SPL+4], %r0;", "st.local.u32 [%SPL+16], %r0;", "out of bounds"),
+])
+def test_local_memory_faults(old: str, new: str, what: str) -> None:
+    text = LOCAL.replace(old, new)
+    with pytest.raises(TargetFault, match=what) as err:
+        ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[np.zeros(32, np.uint32)])
+    assert err.value.loc.line == text.splitlines().index(f"    {new}") + 1
+
+
+VARIABLES = HEADER + """
+.const .align 4 .b8 coef[8] = {1, 0, 0, 0, 3, 0, 0, 0};
+.visible .global .align 4 .u32 counter;
+.global .align 4 .f32 scale = 0f40000000;
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<6>;
+    .reg .f32 %f<3>;
+    .reg .b64 %rd<4>;
+    mov.u32 %r0, %tid.x;
+    ld.const.u32 %r1, [coef];
+    ld.const.u32 %r2, [coef+4];
+    mad.lo.s32 %r3, %r0, %r2, %r1;
+    ld.global.f32 %f0, [scale];
+    cvt.rn.f32.u32 %f1, %r3;
+    mul.f32 %f2, %f1, %f0;
+    mov.u64 %rd0, counter;
+    atom.global.add.u32 %r4, [%rd0], 1;
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r0, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.f32 [%rd3], %f2;
+    ret;
+}
+"""
+
+
+def test_module_variables_with_initializers_and_symbols() -> None:
+    k = ts.ptx.load(VARIABLES).kernel("k")
+    out = np.zeros(32, np.float32)
+    k.run(grid=1, block=32, args=[out])
+    np.testing.assert_array_equal(out, 2.0 * (3 * np.arange(32) + 1))
+    counter = np.array([100], np.uint32)
+    coef = np.array([5, 2], np.uint32)
+    k.run(grid=1, block=32, args=[out], symbols={"counter": counter, "coef": coef})
+    np.testing.assert_array_equal(out, 2.0 * (2 * np.arange(32) + 5))
+    assert counter[0] == 132
+    with pytest.raises(ts.errors.ArgumentError, match="no variable 'nope'"):
+        k.run(grid=1, block=32, args=[out], symbols={"nope": counter})
+
+
+def test_cache_policies_change_no_value() -> None:
+    body = """
+    createpolicy.fractional.L2::evict_last.b64 %rd7, 1.0;
+    ld.global.L1::evict_last.L2::cache_hint.u32 %d, [%rd5], %rd7;
+    """
+    a = rng.integers(0, 2**32, 32, dtype=np.uint64)
+    c = rng.integers(0, 2**32, 32, dtype=np.uint64)
+    np.testing.assert_array_equal(run_elementwise(body, a, a, c), c.astype(np.uint32))
+
+
+STMATRIX = HEADER.replace("sm_80", "sm_90a") + """
+.visible .entry k(.param .u64 src, .param .u64 dst)
+{
+    .shared .align 16 .b8 tile[1024];
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd0, [src];
+    ld.param.u64 %rd1, [dst];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, tile;
+    shl.b32 %r2, %r0, 4;
+    mul.wide.u32 %rd2, %r0, 16;
+    add.s64 %rd3, %rd0, %rd2;
+    ld.global.v4.u32 {%r4, %r5, %r6, %r7}, [%rd3];
+    add.s32 %r3, %r1, %r2;
+    st.shared.v4.u32 [%r3], {%r4, %r5, %r6, %r7};
+    bar.sync 0;
+    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r8, %r9, %r10, %r11}, [%r3];
+    stmatrix.sync.aligned.m8n8.x4.shared.b16 [%r3+512], {%r8, %r9, %r10, %r11};
+    bar.sync 0;
+    ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r3+512];
+    add.s64 %rd4, %rd1, %rd2;
+    st.global.v4.u32 [%rd4], {%r4, %r5, %r6, %r7};
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("trans", ["", ".trans"])
+def test_stmatrix_inverts_ldmatrix(trans: str) -> None:
+    """Rows of 16 bytes, one per lane, form four 8x8 matrices of b16: ldmatrix then
+    stmatrix puts them back; a .trans on the store alone transposes each matrix."""
+    text = STMATRIX.replace("stmatrix.sync.aligned.m8n8.x4",
+                            f"stmatrix.sync.aligned.m8n8.x4{trans}")
+    src = rng.integers(0, 2**16, (4, 8, 8), dtype=np.uint64).astype(np.uint16)
+    dst = np.zeros_like(src)
+    ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[src, dst])
+    want = np.swapaxes(src, 1, 2) if trans else src
+    np.testing.assert_array_equal(dst, want)

@@ -1,0 +1,7 @@
+#!/bin/sh
+# Regenerates the PTX of this corpus with the nvcc of the nvidia-cuda-nvcc wheel
+# (CUDA 13.5, needs a host g++). The .ptx files are committed, so tests need no nvcc.
+set -e
+cd "$(dirname "$0")"
+NVCC=${NVCC:-$(ls -d ../../../../../.venv/lib/python3*/site-packages/nvidia/cu13/bin)/nvcc}
+"$NVCC" -ptx -arch=sm_80 -O3 kernels.cu -o kernels_sm80.ptx

@@ -1,0 +1,85 @@
+"""``tessera check-ptx`` on nvcc's PTX: the report, the reference comparison, faults
+and argument errors at the user's file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tessera.cli import main
+from tessera.cli_ptx import parse_arg
+from tests.frontend.ptx.corpus import NVCC_PTX, line_of
+
+SAXPY = ["check-ptx", str(NVCC_PTX), "--kernel", "saxpy", "--grid", "4", "--block", "256",
+         "--arg", "f32=2.5", "--arg", "f32[1000]=randn", "--arg", "f32[1000]=randn"]
+
+
+@pytest.fixture()
+def reference(tmp_path: Path) -> Path:
+    path = tmp_path / "ref.py"
+    path.write_text("import numpy as np\n\n"
+                    "def saxpy(n, a, x, y):\n"
+                    "    return (np.float64(a) * x + y).astype(np.float32)\n\n"
+                    "def wrong(n, a, x, y):\n"
+                    "    return [None, y + 1]\n")
+    return path
+
+
+def test_report_with_reference(reference: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SAXPY[:8], "--arg", "u32=1000", *SAXPY[8:]]
+    assert main([*argv, "--reference", f"{reference}:saxpy"]) == 0
+    out = capsys.readouterr().out
+    assert "grid (4, 1, 1) x block (256, 1, 1) = 1024 threads" in out
+    assert "argument 2: f32[1000] randn" in out
+    assert "sanitizer: no faults" in out and "shared-memory races" in out
+    assert "argument 3 (float32[1000]): max |error| 0 (rtol 7.63e-06" in out
+    assert out.rstrip().endswith("result: OK")
+
+
+def test_mismatch_exits_1(reference: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SAXPY[:8], "--arg", "u32=1000", *SAXPY[8:]]
+    assert main([*argv, "--reference", f"{reference}:wrong"]) == 1
+    out = capsys.readouterr().out
+    assert "first mismatch at (0,)" in out and out.rstrip().endswith("result: MISMATCH")
+
+
+def test_fault_names_the_ptx_line(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SAXPY[:8], "--arg", "u32=1100", *SAXPY[8:]]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "sanitizer: FAULT" in captured.out
+    text = NVCC_PTX.read_text()
+    start = line_of(text, ".entry saxpy(")
+    where = f"{NVCC_PTX}:{line_of(text, 'ld.global.f32', start)}: kernel fault"
+    assert captured.err.startswith(f"tessera: {where}")
+    assert "out of bounds" in captured.err
+
+
+def test_argument_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SAXPY[:8], "--arg", "s64=1000", *SAXPY[8:]]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    entry = line_of(NVCC_PTX.read_text(), ".entry saxpy(")
+    assert err.startswith(f"tessera: {NVCC_PTX}:{entry}: argument error: argument 0")
+    assert main([*SAXPY[:8], "--arg", "f32[10]=bogus"]) == 1
+    assert "bad initialiser 'bogus'" in capsys.readouterr().err
+    assert main([*SAXPY[:3], "nope"]) == 1
+    assert "has no kernel 'nope'" in capsys.readouterr().err
+
+
+def test_arg_specs(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    a, _ = parse_arg("u16[2,3]=arange", rng)
+    assert a.dtype == np.uint16 and a.tolist() == [[0, 1, 2], [3, 4, 5]]
+    s, _ = parse_arg("s32=-7", rng)
+    assert s == np.int32(-7) and isinstance(s, np.int32)
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(4.0))
+    x, text = parse_arg(str(path), rng)
+    assert x.tolist() == [0, 1, 2, 3] and "float64[4]" in text
+    tm, text = parse_arg("tmap:bf16[128,64]=randn:64x64:sw128", rng)
+    assert tm.box == (64, 64) and tm.swizzle == 128 and tm.elem == "bf16"
+    r, _ = parse_arg("u32[5]=randint:3:4", rng)
+    assert r.tolist() == [3] * 5
