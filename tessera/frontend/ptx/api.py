@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, Loc, user_api
-from tessera.interp.target.async_copy import TmaValue
-from tessera.interp.target.memory_state import GlobalMemory
+from tessera.interp.target.memory.async_copy import TmaValue
+from tessera.interp.target.memory.state import GlobalMemory
 from tessera.interp.target.ptx.run import run_cfg
 from tessera.ir.dialects.target.cfg import CfgKernel, KernelParam
 from tessera.ir.dialects.target.ptx_ops import PARAM_WINDOW

@@ -1,11 +1,13 @@
-"""The Target IR interpreter: PTX semantics bit for bit, thread by thread.
+"""The Target IR interpreter: PTX semantics bit by bit, thread by thread (where a GPU
+still differs, docs/ptx-backend.md says: tensor-core sums, NaN encodings, atomics order).
 
 ``runner`` runs a ``ptx.kernel`` over a grid; ``state`` and ``regs`` hold the threads'
-registers; ``memory_state`` the memories and ``memory_steps`` their loads and stores;
-``async_copy`` ``cp.async``, TMA and mbarriers; ``mma`` the matrix ops; ``convert`` and
-``numeric`` conversions and arithmetic; ``flow`` control flow. ``cfg`` runs PTX read
-from text (:mod:`tessera.ir.text.ptx`) as a control-flow graph over PTX's registers,
-with the rules of the instructions other compilers use, is the ``ptx`` subpackage.
+registers; ``memory`` the memories, their loads and stores, ``cp.async``, TMA and
+mbarriers; ``mma`` the matrix ops; ``convert``, ``numeric`` and ``approx`` conversions
+and arithmetic; ``flow`` control flow; ``schedule`` producer and consumer branches as
+coroutines; ``warp`` ``setmaxnreg`` and ``elect.sync``. The ``ptx`` subpackage runs PTX
+read from text (:mod:`tessera.ir.text.ptx`) as a control-flow graph over PTX's
+registers, with the rules of the instructions other compilers use.
 """
 
 from tessera import lazy

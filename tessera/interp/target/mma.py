@@ -33,8 +33,8 @@ from tessera.arch.fragments import (
 )
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS, mma
-from tessera.interp.target.async_order import groups_of
 from tessera.interp.target.flow import check_warps
+from tessera.interp.target.memory.async_order import groups_of
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async

@@ -4,7 +4,7 @@
 Every thread of every CTA runs in lockstep on vectorised registers (see
 :mod:`tessera.interp.target.state`); the instruction rules are in ``regs``
 (register arithmetic), ``flow`` (masks, loops, barriers, shuffles),
-``memory_steps`` (loads, stores, atomics), ``async_copy`` (cp.async, TMA, mbarrier),
+``memory.steps`` (loads, stores, atomics), ``memory.async_copy`` (cp.async, TMA, mbarrier),
 ``mma`` (ldmatrix, mma.sync, wgmma) and ``warp`` (setmaxnreg, elect.sync). Results
 agree bit for bit with the Tile IR interpreter under its exact-accumulation convention.
 
@@ -31,15 +31,15 @@ import numpy as np
 from tessera.arch.limits import place_shared
 from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
 from tessera.errors import ArgumentError, user_api
-from tessera.interp.target import async_copy as target_async
 from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
-from tessera.interp.target import memory_steps as target_mem
 from tessera.interp.target import mma as target_mma
 from tessera.interp.target import regs as target_regs
 from tessera.interp.target import warp as target_warp
-from tessera.interp.target.async_copy import TmaValue
-from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
+from tessera.interp.target.memory import async_copy as target_async
+from tessera.interp.target.memory import steps as target_mem
+from tessera.interp.target.memory.async_copy import TmaValue
+from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as target_ptx_memory
 from tessera.interp.target.ptx import rules as target_ptx_rules
 from tessera.interp.target.state import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.target.memory_steps import to_bytes
+from tessera.interp.target.memory.steps import to_bytes
 from tessera.interp.target.regs import pure, unsupported
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
 from tessera.ir.core import Instr

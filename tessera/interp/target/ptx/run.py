@@ -27,7 +27,7 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp.target import runner as _runner
-from tessera.interp.target.memory_state import GlobalMemory, SharedMemory
+from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
 from tessera.interp.target.ptx import rules as _ptx_rules
 from tessera.interp.target.ptx.memory import LocalMemory

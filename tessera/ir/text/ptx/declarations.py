@@ -17,7 +17,7 @@ from tessera.ir.text.ptx.lexer import (
     split_operands,
 )
 
-#: where the launch places the module's variables (tessera.interp.target.memory_state)
+#: where the launch places the module's variables (tessera.interp.target.memory.state)
 GLOBAL_BASE = 0x1000_0000
 GLOBAL_STRIDE = 0x1000_0000
 

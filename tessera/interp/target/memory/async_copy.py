@@ -14,8 +14,8 @@ an error instead of a hang (inside a concurrent ``ptx.if``, the other arm runs f
 :mod:`tessera.interp.target.schedule`).
 
 An mbarrier phase also orders shared memory for the race check
-(:mod:`tessera.interp.target.async_order`), and a ``wgmma`` group's operands stay in
-use until it retires (:mod:`tessera.interp.target.async_order`).
+(:mod:`tessera.interp.target.memory.async_order`), and a ``wgmma`` group's operands stay in
+use until it retires (:mod:`tessera.interp.target.memory.async_order`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_load
-from tessera.interp.target.async_order import (
+from tessera.interp.target.memory.async_order import (
     acquire,
     active_warpgroups,
     arrivals,

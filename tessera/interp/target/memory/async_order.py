@@ -5,7 +5,7 @@ interpreter, beyond ``bar.sync``.
 whatever a thread does after its ``mbarrier.try_wait`` on that phase returns (PTX ISA
 sec. 9.7.13.15, the release/acquire semantics of mbarrier operations): a consumer
 releasing a stage, a producer refilling it. The race check of
-:mod:`tessera.interp.target.memory_state` keeps one epoch per byte (reset by
+:mod:`tessera.interp.target.memory.state` keeps one epoch per byte (reset by
 ``bar.sync``); a completed wait starts a new epoch for the bytes of its CTA that only
 the phase's arriving threads accessed in the current one.
 

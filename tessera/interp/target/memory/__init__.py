@@ -1,0 +1,4 @@
+"""The Target IR interpreter's memories: ``state`` holds global and shared memory and
+their checks, ``steps`` the loads and stores, ``async_copy`` ``cp.async``, TMA and
+mbarriers, ``async_order`` what orders asynchronous accesses (groups, mbarrier phases,
+the async proxy)."""
