@@ -58,7 +58,8 @@ def _round_trip(kernel: Any, *args: Any, target: str, **launch: Any) -> None:
     from_text, _ = target_arguments(compiled, [np.copy(v) if isinstance(v, np.ndarray)
                                                else v for v in prep.runtime])
     k = ts.ptx.load(compiled.ptx).kernel(compiled.name)
-    k.run(grid=compiled.grid, block=compiled.block, args=_ptx_args(compiled, from_text))
+    k.run(grid=compiled.grid, block=compiled.block, args=_ptx_args(compiled, from_text),
+          shared_bytes=compiled.shared_bytes)  # a pipelined kernel's ring is dynamic
     for s, t in zip(structured, from_text):
         s = s.array if isinstance(s, TensorMapArg) else s
         t = t.array if isinstance(t, TensorMapArg) else t

@@ -173,8 +173,13 @@ class InstrBuilder:
         raise self.syntax(f"unknown operand {t!r}")
 
     def symbol_address(self, name: str) -> int | None:
-        """The state-space address of a shared variable or a parameter named ``name``,
-        or None."""
+        """The state-space address of a shared variable or a parameter named ``name``
+        (with a constant byte offset: ``smem+32768``, as a dynamic shared buffer is
+        addressed), or None."""
+        base, plus, offset = name.partition("+")
+        if plus:
+            at, extra = self.symbol_address(base.strip()), parse_int(offset.strip())
+            return None if at is None or extra is None else at + extra
         if name in self.scope.shared:
             return self.scope.shared[name]
         if name in self.scope.local:
