@@ -1,0 +1,104 @@
+"""Static performance estimates (H100 SXM) of the example GEMM and flash attention.
+
+    .venv/bin/python benchmarks/ptx_estimate.py [--quick] [--markdown] [--verbose]
+
+Each kernel is compiled to Target IR exactly as a launch would specialise it, assembled
+with ptxas for its register count when ptxas is installed (occupancy), and estimated by
+``tessera.backend.ptx.estimate`` (docs/ptx-backend.md, "Static performance estimate").
+The numbers are a model's, not measurements; rerun after the lowering changes to see
+what the change should buy. ``--quick`` keeps the smaller shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+import tessera as ts
+from tessera.backend.ptx.estimate import estimate, format_estimate
+
+ROOT = Path(__file__).resolve().parent.parent
+BF16 = ml_dtypes.bfloat16
+
+
+def example(name: str, fn: str) -> Any:
+    return runpy.run_path(str(ROOT / "examples" / "kernels" / f"{name}.py"))[fn]
+
+
+def registers(compiled: Any) -> int | None:
+    """ptxas's register count, or None without ptxas."""
+    try:
+        return int(compiled.assemble().stats[compiled.name].registers)
+    except Exception:
+        return None
+
+
+def gemm_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], dict[str, Any]]]:
+    gemm = example("gemm", "gemm")
+    cases = []
+    for n in (4096,) if quick else (4096, 8192):
+        a, b = np.zeros((n, n), BF16), np.zeros((n, n), BF16)
+        c = np.zeros((n, n), np.float32)
+        for target, tile in (("sm_90a", (128, 128, 64)), ("sm_90a", (64, 128, 64)),
+                             ("sm_80", (128, 128, 32))):
+            cases.append((f"GEMM bf16 {n}^3", target, gemm, (a, b, c),
+                          {"tile_shape": tile, "_tile": "x".join(map(str, tile))}))
+    return cases
+
+
+def attention_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], dict[str, Any]]]:
+    fa = example("flash_attention", "flash_attention")
+    cases = []
+    for d in (64,) if quick else (64, 128):
+        q = np.zeros((16, 2048, d), BF16)
+        for causal in (False, True):
+            for target in ("sm_90a", "sm_80"):
+                config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+                cases.append((f"flash attention BH=16 S=2048 D={d}"
+                              + (" causal" if causal else ""), target, fa, (q, q, q),
+                              {"is_causal": causal, "config": config, "_tile": "64x64"}))
+    return cases
+
+
+def run(case: tuple[str, str, Any, tuple[Any, ...], dict[str, Any]],
+        verbose: bool) -> dict[str, Any]:
+    name, target, kernel, args, launch = case
+    launch = dict(launch)
+    tile = launch.pop("_tile")
+    compiled = ts.compile_kernel(kernel, *args, target=target, **launch)
+    unique = sum(a.nbytes for a in args) * (2 if name.startswith("flash") else 1)
+    est = estimate(compiled.kernel, registers=registers(compiled), unique_bytes=unique)
+    if verbose:
+        print(f"[{name}, {target}, tile {tile}]\n{format_estimate(est)}\n")
+    return {"kernel": name, "target": target, "tile": tile, "us": est.seconds * 1e6,
+            "tflops": est.tflops, "peak": est.percent_of_peak, "bound": est.bound,
+            "ctas_per_sm": est.occupancy.ctas, "regs": est.registers or "?"}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = ["| kernel | target | tile | regs | CTAs/SM | est. time (µs) | est. TFLOP/s | "
+           "% of peak | bound |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r['kernel']} | {r['target']} | {r['tile']} | {r['regs']} | "
+                   f"{r['ctas_per_sm']} | {r['us']:.0f} | {r['tflops']:.0f} | "
+                   f"{r['peak']:.1f} | {r['bound']} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the smaller shapes only")
+    parser.add_argument("--markdown", action="store_true", help="print the table only")
+    parser.add_argument("--verbose", action="store_true", help="print every full estimate")
+    args = parser.parse_args()
+    rows = [run(c, args.verbose) for c in gemm_cases(args.quick) + attention_cases(args.quick)]
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""Static performance estimate of lowered Target IR: per main-loop iteration and per
+launch, on the SM constants of one GPU (docs/ptx-backend.md, "Static performance
+estimate", gives the model, its sources and its limits).
+
+* ``census``: what one CTA issues (warp instructions by pipe, tensor FLOPs, bytes,
+  barriers and waits), per loop iteration;
+* ``hardware``: H100 SXM and A100 SXM rates, limits and latencies, with sources;
+* ``model``: the iteration's critical path, occupancy and the launch's time;
+* ``kernel``: ``estimate(kernel)`` and ``format_estimate``.
+"""
+
+from tessera.backend.ptx.estimate.hardware import A100_SXM, DEVICES, H100_SXM, SMHardware
+from tessera.backend.ptx.estimate.kernel import (
+    Estimate,
+    estimate,
+    estimate_compiled,
+    format_estimate,
+    hot_loop,
+)
+
+__all__ = ["A100_SXM", "DEVICES", "H100_SXM", "Estimate", "SMHardware", "estimate",
+           "estimate_compiled", "format_estimate", "hot_loop"]

@@ -1,0 +1,247 @@
+"""Instruction census of a Target IR kernel: what one CTA issues, per loop iteration.
+
+Counts are per CTA, in *warp instructions* (one instruction issued by one warp) and in
+bytes and FLOPs, because the SM's pipes and the memory system are shared by the warps of
+a CTA. A region's instructions count once per warp that runs it: every warp of the CTA,
+except under ``ptx.if(tid.x == c)`` (one thread, one warp), the way the lowering issues
+TMA copies and ``mbarrier`` arrivals from thread 0. Both regions of any other ``ptx.if``
+are counted (a divergent warp runs both), a ``ptx.for`` body is multiplied by its trip
+count when its bounds are constants (else counted once, and ``unknown_trips`` says so),
+and a ``ptx.while`` body (the ``mbarrier.try_wait`` retry loops) is counted once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tessera.ir.core import Block, Function, Instr, Value
+from tessera.ir.dialects.target import For, If, TensorMapType, While
+from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target import ops as target_ops
+
+#: bytes of one element of the formats a tensor map or a tensor-core operand can hold
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "tf32": 4, "e4m3": 1, "e5m2": 1, "f64": 8,
+                 "u8": 1, "s8": 1, "u16": 2, "s16": 2, "u32": 4, "s32": 4, "b32": 4}
+
+#: special-function-unit instructions (the MUFU pipe) and their f64 slow paths
+SPECIAL_UNARY = ("ex2", "lg2", "rcp", "sqrt")
+#: instructions that only name registers (no SASS instruction of their own)
+FREE = (target_ops.Const, target_ops.Pack, target_ops.Unpack, target_ops.SharedAlloc,
+        target_ops.Special)
+
+
+@dataclass
+class Census:
+    """What one CTA executes in a region (a whole kernel or one loop iteration)."""
+
+    warp_instrs: Counter[str] = field(default_factory=Counter)  # by pipe class
+    tensor_flops: Counter[str] = field(default_factory=Counter)  # by input format
+    wgmma: int = 0  # per warpgroup
+    mma_sync: int = 0  # per warp
+    tma_bytes: int = 0
+    tma_copies: int = 0
+    cp_async_bytes: int = 0
+    global_load_bytes: int = 0
+    global_store_bytes: int = 0
+    barriers: int = 0  # bar.sync
+    mbarrier_waits: int = 0
+    async_commits: int = 0  # cp.async.commit_group (closes TMA groups too)
+    async_waits: list[int] = field(default_factory=list)  # n of each cp.async.wait_group
+    wgmma_waits: list[int] = field(default_factory=list)  # n of each wgmma.wait_group
+    unknown_trips: int = 0  # loops whose trip count is not a constant
+
+    @property
+    def global_read_bytes(self) -> int:
+        """Bytes one CTA reads from global memory (TMA, cp.async and loads)."""
+        return self.tma_bytes + self.cp_async_bytes + self.global_load_bytes
+
+    def add(self, other: Census, times: int = 1) -> None:
+        """Add ``times`` executions of ``other``."""
+        for key, n in other.warp_instrs.items():
+            self.warp_instrs[key] += n * times
+        for key, n in other.tensor_flops.items():
+            self.tensor_flops[key] += n * times
+        for name in ("wgmma", "mma_sync", "tma_bytes", "tma_copies", "cp_async_bytes",
+                     "global_load_bytes", "global_store_bytes", "barriers", "mbarrier_waits",
+                     "async_commits", "unknown_trips"):
+            setattr(self, name, getattr(self, name) + getattr(other, name) * times)
+        self.async_waits += other.async_waits * times
+        self.wgmma_waits += other.wgmma_waits * times
+
+
+def constant(value: Value) -> int | None:
+    """The integer a ``ptx.const`` defines, or None."""
+    owner = value.owner
+    if isinstance(owner, Instr) and isinstance(owner.op, target_ops.Const):
+        return int(owner.op.value)
+    return None
+
+
+def trip_count(loop: Instr) -> int | None:
+    """Iterations of a ``ptx.for`` with constant bounds (None when not constant)."""
+    lo, hi, step = (constant(v) for v in loop.operands[:3])
+    if lo is None or hi is None or step is None or step <= 0:
+        return None
+    return max(0, -(-(hi - lo) // step))
+
+
+def _single_thread(pred: Value) -> bool:
+    """Whether a predicate is ``setp.eq tid.x, c`` (one thread of the CTA)."""
+    owner = pred.owner
+    if not (isinstance(owner, Instr) and isinstance(owner.op, target_ops.Setp)
+            and owner.op.cmp == "eq"):
+        return False
+    regs = [o.owner.op.reg for o in owner.operands
+            if isinstance(o.owner, Instr) and isinstance(o.owner.op, target_ops.Special)]
+    return regs == ["tid.x"] and any(constant(o) is not None for o in owner.operands)
+
+
+def pipe_of(op: object) -> str | None:
+    """The SM pipe class of an arithmetic instruction: ``f64``, ``f32`` (also 16-bit
+    floats), ``int``, ``sfu`` (special functions and 64-bit conversions), ``shfl``,
+    ``mem`` (loads, stores and copies), ``sync``; None for a register naming."""
+    if isinstance(op, FREE):
+        return None
+    if isinstance(op, target_ops.Unary):
+        if op.op in SPECIAL_UNARY:
+            return "f64" if op.type == "f64" else "sfu"
+        return "f64" if op.type == "f64" else "f32" if op.type.startswith(("f", "bf")) \
+            else "int"
+    if isinstance(op, target_ops.Cvt):
+        return "sfu" if "64" in op.to + op.frm else "int"
+    if isinstance(op, (target_ops.Binary, target_ops.Fma, target_ops.Setp, target_ops.Selp)):
+        kind = op.type
+        return "f64" if kind == "f64" else "f32" if kind.startswith(("f", "bf")) else "int"
+    if isinstance(op, target_ops.Shfl):
+        return "shfl"
+    if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce,
+                       target_async.CpAsync, target_async.TmaLoad, target_async.Ldmatrix)):
+        return "mem"
+    if isinstance(op, (target_async.MmaSync, target_async.Wgmma)):
+        return "tensor"
+    return "sync"
+
+
+class _Counter:
+    """Walks a kernel once, building the census of every region it is asked for."""
+
+    def __init__(self, threads: int, skip: Instr | None = None) -> None:
+        self.threads = threads
+        self.skip = skip  # a loop left out (the hot loop, counted on its own)
+
+    def block(self, block: Block, threads: int) -> Census:
+        out = Census()
+        for instr in block.instrs:
+            self.instr(instr, threads, out)
+        return out
+
+    def instr(self, instr: Instr, threads: int, out: Census) -> None:
+        op = instr.op
+        warps = -(-threads // 32)
+        if instr is self.skip:
+            return
+        if isinstance(op, For):
+            trips = trip_count(instr)
+            if trips is None:
+                out.unknown_trips += 1
+            out.add(self.block(instr.regions[0].block, threads), 1 if trips is None else trips)
+            return
+        if isinstance(op, If):
+            inner = 1 if _single_thread(instr.operands[0]) else threads
+            for region in instr.regions:
+                out.add(self.block(region.block, inner))
+            return
+        if isinstance(op, While):
+            for region in instr.regions:
+                out.add(self.block(region.block, threads))
+            return
+        pipe = pipe_of(op)
+        if pipe is not None:
+            out.warp_instrs[pipe] += warps
+        self.effects(instr, threads, warps, out)
+
+    def effects(self, instr: Instr, threads: int, warps: int, out: Census) -> None:
+        op = instr.op
+        if isinstance(op, target_async.Wgmma):
+            groups = -(-threads // 128)
+            out.wgmma += groups
+            out.tensor_flops[op.atype] += groups * 2 * 64 * op.n * op.k
+        elif isinstance(op, target_async.MmaSync):
+            m, n, k = target_async.mma_shape(op.shape)
+            out.mma_sync += warps
+            out.tensor_flops[op.atype] += warps * 2 * m * n * k
+        elif isinstance(op, target_async.TmaLoad):
+            tmap = instr.operands[1].type
+            assert isinstance(tmap, TensorMapType)
+            out.tma_copies += threads
+            out.tma_bytes += threads * tmap.box[0] * tmap.box[1] * ELEMENT_BYTES[tmap.elem]
+        elif isinstance(op, target_async.CpAsync):
+            out.cp_async_bytes += threads * op.size
+        elif isinstance(op, target_ops.Load) and op.space == "global":
+            out.global_load_bytes += threads * op.vec * ELEMENT_BYTES.get(op.type, 4)
+        elif isinstance(op, (target_ops.Store, target_ops.Reduce)) and op.space == "global":
+            vec = getattr(op, "vec", 1)
+            out.global_store_bytes += threads * vec * ELEMENT_BYTES.get(op.type, 4)
+        elif isinstance(op, target_ops.Bar):
+            out.barriers += 1
+        elif isinstance(op, target_async.MbarrierWait):
+            out.mbarrier_waits += 1
+        elif isinstance(op, target_async.CpAsyncCommit):
+            out.async_commits += 1
+        elif isinstance(op, target_async.CpAsyncWait):
+            out.async_waits.append(op.n)
+        elif isinstance(op, target_async.WgmmaWait):
+            out.wgmma_waits.append(op.n)
+
+
+def loops(block: Block, runs: int = 1) -> list[tuple[Instr, int, int]]:
+    """Every ``ptx.for`` below ``block``, outermost first, as (loop, how many times its
+    body runs in one CTA, nesting depth); unknown trip counts count as one."""
+    found = []
+    for instr in block.instrs:
+        inner = runs
+        if isinstance(instr.op, For):
+            inner = runs * (trip_count(instr) or 1)
+            found.append((instr, inner, 0))
+        for region in instr.regions:
+            found += [(loop, n, depth + isinstance(instr.op, For))
+                      for loop, n, depth in loops(region.block, inner)]
+    return found
+
+
+def block_threads(kernel: Function) -> int:
+    """Threads per CTA of a Target IR kernel."""
+    return int(kernel.attrs.get("block", [128])[0])
+
+
+def census(kernel: Function, skip: Instr | None = None) -> Census:
+    """The census of one CTA running the whole kernel (except the loop ``skip``)."""
+    threads = block_threads(kernel)
+    return _Counter(threads, skip).block(kernel.body, threads)
+
+
+def loop_census(kernel: Function, loop: Instr) -> Census:
+    """The census of one iteration of ``loop`` (nested loops multiplied out)."""
+    threads = block_threads(kernel)
+    return _Counter(threads).block(loop.regions[0].block, threads)
+
+
+def shared_bytes(kernel: Function) -> int:
+    """Static shared memory of a kernel: its ``ptx.shared`` buffers, each aligned."""
+    total = 0
+    for instr in _walk(kernel.body):
+        if isinstance(instr.op, target_ops.SharedAlloc):
+            total = -(-total // instr.op.align) * instr.op.align + instr.op.size
+    return total
+
+
+def _walk(block: Block):  # type: ignore[no-untyped-def]
+    for instr in block.instrs:
+        yield instr
+        for region in instr.regions:
+            yield from _walk(region.block)
+
+
+__all__ = ["ELEMENT_BYTES", "Census", "block_threads", "census", "constant", "loop_census",
+           "loops", "pipe_of", "shared_bytes", "trip_count"]
