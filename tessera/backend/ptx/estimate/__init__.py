@@ -6,17 +6,19 @@ estimate", gives the model, its sources and its limits).
   barriers and waits), per loop iteration;
 * ``hardware``: H100 SXM and A100 SXM rates, limits and latencies, with sources;
 * ``model``: the iteration's critical path, occupancy and the launch's time;
-* ``kernel``: ``estimate(kernel)`` and ``format_estimate``.
+* ``kernel``: ``estimate(kernel)``, ``estimate_census`` and ``format_estimate``;
+* ``ptx_text``: the census read from PTX text, for kernels that exist only as PTX.
 """
 
 from tessera.backend.ptx.estimate.hardware import A100_SXM, DEVICES, H100_SXM, SMHardware
 from tessera.backend.ptx.estimate.kernel import (
     Estimate,
     estimate,
+    estimate_census,
     estimate_compiled,
     format_estimate,
     hot_loop,
 )
 
 __all__ = ["A100_SXM", "DEVICES", "H100_SXM", "Estimate", "SMHardware", "estimate",
-           "estimate_compiled", "format_estimate", "hot_loop"]
+           "estimate_census", "estimate_compiled", "format_estimate", "hot_loop"]

@@ -67,14 +67,11 @@ def hot_loop(kernel: Function) -> tuple[Instr, int] | None:
     found = census_mod.loops(kernel.body)
     if not found:
         return None
-    threads = census_mod.block_threads(kernel)
-
     def score(entry: tuple[Instr, int, int]) -> tuple[float, float]:
         body = census_mod.loop_census(kernel, entry[0])
         return (entry[1] * sum(body.tensor_flops.values()),
                 entry[1] * sum(body.warp_instrs.values()))
 
-    del threads
     scores = {id(e[0]): score(e) for e in found}
     best = max(found, key=lambda e: (scores[id(e[0])], -e[2]))
     for entry in found:  # a deeper loop holding at least half the work is the hot one
@@ -97,18 +94,31 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
     if kernel.kind != KERNEL:
         raise ArgumentError(f"estimate takes a lowered ptx.kernel, not a {kernel.kind}",
                             hint="lower it first: ts.compile_kernel(...).kernel")
-    threads = census_mod.block_threads(kernel)
-    warps = -(-threads // 32)
-    ctas = math.prod(int(g) for g in kernel.attrs.get("grid", [1]))
-    smem = census_mod.shared_bytes(kernel)
     hot = hot_loop(kernel)
-    iteration = census_mod.loop_census(kernel, hot[0]) if hot else None
-    runs = hot[1] if hot else 0
-    rest = census_mod.census(kernel, skip=hot[0] if hot else None)
+    return estimate_census(
+        kernel.name, census_mod.loop_census(kernel, hot[0]) if hot else None,
+        hot[1] if hot else 0, census_mod.census(kernel, skip=hot[0] if hot else None),
+        threads=census_mod.block_threads(kernel),
+        ctas=math.prod(int(g) for g in kernel.attrs.get("grid", [1])),
+        shared=census_mod.shared_bytes(kernel), registers=registers,
+        unique_bytes=unique_bytes, device=device)
+
+
+def estimate_census(name: str, iteration: census_mod.Census | None, runs: int,
+                    rest: census_mod.Census, *, threads: int, ctas: int, shared: int,
+                    registers: int | None = None, unique_bytes: float | None = None,
+                    device: SMHardware = H100_SXM) -> Estimate:
+    """The estimate of a launch from censuses counted elsewhere (a PTX file's, say):
+    ``iteration`` of the hot loop, which runs ``runs`` times per CTA, and ``rest``,
+    everything else one CTA does."""
+    warps = -(-threads // 32)
     loop_path = model.path(iteration, device, warps) if iteration else None
     outside = model.path(rest, device, warps, in_loop=False)
-    occ = model.occupancy(device, threads, smem, registers)
-    whole = census_mod.census(kernel)
+    occ = model.occupancy(device, threads, shared, registers)
+    whole = census_mod.Census()
+    whole.add(rest)
+    if iteration is not None:
+        whole.add(iteration, runs)
     traffic = ctas * (whole.global_read_bytes + whole.global_store_bytes)
     time = model.launch_time(loop_path, runs, outside, device, ctas, occ,
                              traffic if unique_bytes is None else unique_bytes)
@@ -122,8 +132,8 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
         bound = model.bound_of(loop_path, resident)
     else:
         bound = model.bound_of(outside, resident)
-    return Estimate(kernel.name, device.name, iteration, loop_path, runs, outside, ctas,
-                    threads, smem, registers, occ, time, flops, device.peak_flops(fmt),
+    return Estimate(name, device.name, iteration, loop_path, runs, outside, ctas,
+                    threads, shared, registers, occ, time, flops, device.peak_flops(fmt),
                     device.clock_hz, bound)
 
 
@@ -182,4 +192,5 @@ def _lead(lead: float) -> str:
     return "no copies" if lead == math.inf else f"{lead:.0f} iterations"
 
 
-__all__ = ["Estimate", "estimate", "estimate_compiled", "format_estimate", "hot_loop"]
+__all__ = ["Estimate", "estimate", "estimate_census", "estimate_compiled", "format_estimate",
+           "hot_loop"]
