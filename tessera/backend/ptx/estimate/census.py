@@ -99,7 +99,7 @@ def _single_thread(pred: Value) -> bool:
 
 def pipe_of(op: object) -> str | None:
     """The SM pipe class of an arithmetic instruction: ``f64``, ``f32`` (also 16-bit
-    floats), ``int``, ``sfu`` (special functions and 64-bit conversions), ``shfl``,
+    floats), ``int``, ``sfu`` (special functions and conversions to or from f64), ``shfl``,
     ``mem`` (loads, stores and copies), ``sync``; None for a register naming."""
     if isinstance(op, FREE):
         return None
@@ -109,7 +109,9 @@ def pipe_of(op: object) -> str | None:
         return "f64" if op.type == "f64" else "f32" if op.type.startswith(("f", "bf")) \
             else "int"
     if isinstance(op, target_ops.Cvt):
-        return "sfu" if "64" in op.to + op.frm else "int"
+        # F2F/F2I/I2F with an f64 side run at the 16/clk conversion rate; an integer
+        # widening (cvt.u64.u32) is a register move in SASS
+        return "sfu" if "f64" in (op.to, op.frm) else "int"
     if isinstance(op, (target_ops.Binary, target_ops.Fma, target_ops.Setp, target_ops.Selp)):
         kind = op.type
         return "f64" if kind == "f64" else "f32" if kind.startswith(("f", "bf")) else "int"

@@ -10,7 +10,8 @@ peak implies. Sources (docs/ptx-backend.md, "Static performance estimate", lists
   2048 threads and 32 blocks per SM. 989.4e12 / (132 SMs x 4096 FLOP/clk) = 1.83 GHz.
 * [P] CUDA C++ Programming Guide, "Arithmetic Instructions" (throughput per clock per
   SM, compute capability 9.0): 16 special-function results (``ex2``, ``lg2``, ``rcp``,
-  ``rsqrt``) and 16 conversions to or from 64-bit types; 32 warp shuffles.
+  ``rsqrt``) and 16 conversions to or from 64-bit types (charged to f64 conversions
+  only: an integer widening is a register move); 32 warp shuffles.
 * [A] NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs at 1.41 GHz,
   312 TFLOP/s dense BF16 (2048 FLOP/clk/SM), 2.04 TB/s (SXM4 80 GB), 164 KiB shared
   memory per SM.

@@ -95,7 +95,9 @@ def count(lines: list[str], warps: int, out: Census) -> None:
             out.warp_instrs["mem"] += warps
         elif op.startswith("cp.async.bulk.tensor"):  # shared -> global: a TMA store
             out.warp_instrs["mem"] += warps
-        elif op.startswith("cp.async"):
+        elif op.startswith("cp.async.bulk"):  # bulk groups of TMA stores, tensor-map copies
+            out.warp_instrs["sync"] += warps
+        elif op.startswith(("cp.async.ca", "cp.async.cg")):
             out.cp_async_bytes += threads * int(args.split(",")[2])  # dst, src, size[, n]
             out.warp_instrs["mem"] += warps
         elif op.startswith("mbarrier.arrive.expect_tx"):
@@ -118,14 +120,15 @@ def count(lines: list[str], warps: int, out: Census) -> None:
         elif root in _SFU:
             out.warp_instrs["f64" if elem == "f64" else "sfu"] += warps
         elif root == "cvt":
-            out.warp_instrs["sfu" if "64" in "".join(kinds[-2:]) else "int"] += warps
+            out.warp_instrs["sfu" if "f64" in kinds[-2:] else "int"] += warps
         elif root == "shfl":
             out.warp_instrs["shfl"] += warps
         elif elem == "f64":
             out.warp_instrs["f64"] += warps
         elif elem in ("f32", "f16", "bf16", "f16x2", "bf16x2", "ftz"):
             out.warp_instrs["f32"] += warps
-        elif root in ("fence", "mbarrier", "elect", "griddepcontrol", "setmaxnreg"):
+        elif root in ("fence", "mbarrier", "elect", "griddepcontrol", "setmaxnreg", "tensormap",
+                      "wgmma", "cp"):
             out.warp_instrs["sync"] += warps
         else:
             out.warp_instrs["int"] += warps

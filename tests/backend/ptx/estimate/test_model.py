@@ -157,5 +157,6 @@ def test_pipe_classes() -> None:
     assert census_mod.pipe_of(target_ops.Fma("f64")) == "f64"
     assert census_mod.pipe_of(target_ops.Unary("ex2", "f32", "approx")) == "sfu"
     assert census_mod.pipe_of(target_ops.Cvt("f64", "f32")) == "sfu"
+    assert census_mod.pipe_of(target_ops.Cvt("u64", "u32")) == "int"  # a register move
     assert census_mod.pipe_of(target_ops.Binary("add", "u32")) == "int"
     assert census_mod.pipe_of(target_ops.Pack("b32")) is None
