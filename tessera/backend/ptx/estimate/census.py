@@ -3,9 +3,10 @@
 Counts are per CTA, in *warp instructions* (one instruction issued by one warp) and in
 bytes and FLOPs, because the SM's pipes and the memory system are shared by the warps of
 a CTA. A region's instructions count once per warp that runs it: every warp of the CTA,
-except under ``ptx.if(tid.x == c)`` (one thread, one warp), the way the lowering issues
-TMA copies and ``mbarrier`` arrivals from thread 0. Both regions of any other ``ptx.if``
-are counted (a divergent warp runs both), a ``ptx.for`` body is multiplied by its trip
+except where a ``ptx.if`` compares ``tid.x`` with a constant or tests ``elect.sync``
+(:func:`split_threads`): thread 0 issuing TMA copies, a producer warpgroup and its
+consumers. Both regions of any other ``ptx.if`` are counted (a divergent warp runs
+both), a ``ptx.for`` body is multiplied by its trip
 count when its bounds are constants (else counted once, and ``unknown_trips`` says so),
 and a ``ptx.while`` body (the ``mbarrier.try_wait`` retry loops) is counted once.
 """
@@ -50,6 +51,8 @@ class Census:
     async_waits: list[int] = field(default_factory=list)  # n of each cp.async.wait_group
     wgmma_waits: list[int] = field(default_factory=list)  # n of each wgmma.wait_group
     unknown_trips: int = 0  # loops whose trip count is not a constant
+    ring_stages: int = 0  # stages of a producer/consumer mbarrier ring feeding this loop
+    wait_first: bool = False  # a cp.async.wait_group comes before the first commit
 
     @property
     def global_read_bytes(self) -> int:
@@ -66,8 +69,18 @@ class Census:
                      "global_load_bytes", "global_store_bytes", "barriers", "mbarrier_waits",
                      "async_commits", "unknown_trips"):
             setattr(self, name, getattr(self, name) + getattr(other, name) * times)
+        self.wait_first = self.wait_first or (other.wait_first and not self.async_commits)
         self.async_waits += other.async_waits * times
         self.wgmma_waits += other.wgmma_waits * times
+
+    def add_traffic(self, other: Census) -> None:
+        """Add the copies and instructions of a loop that runs beside this one in other
+        warps (a producer's), but not its waits: they are on the other warps' path."""
+        for key, n in other.warp_instrs.items():
+            self.warp_instrs[key] += n
+        for name in ("tma_bytes", "tma_copies", "cp_async_bytes", "global_load_bytes",
+                     "global_store_bytes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 def constant(value: Value) -> int | None:
@@ -86,15 +99,49 @@ def trip_count(loop: Instr) -> int | None:
     return max(0, -(-(hi - lo) // step))
 
 
-def _single_thread(pred: Value) -> bool:
-    """Whether a predicate is ``setp.eq tid.x, c`` (one thread of the CTA)."""
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def warps_of(threads: range) -> int:
+    """How many warps hold at least one thread of ``threads``."""
+    return len(range(threads.start // 32, (threads[-1]) // 32 + 1)) if threads else 0
+
+
+def split_threads(pred: Value, threads: range) -> tuple[range, range]:
+    """Which of a region's ``threads`` (thread ids) run the then and the else region of a
+    ``ptx.if`` on ``pred``: exact for ``setp.<cmp> tid.x, c`` (one thread, one warp, a
+    producer warpgroup; the else region of ``eq`` is charged to all) and for
+    ``elect.sync`` (one thread of each warp); otherwise every thread is charged both
+    regions (a divergent warp runs both)."""
     owner = pred.owner
+    if isinstance(owner, Instr) and owner.op.name == "ptx.elect_sync":
+        return range(threads.start, threads.stop, max(32, threads.step)), threads
     if not (isinstance(owner, Instr) and isinstance(owner.op, target_ops.Setp)
-            and owner.op.cmp == "eq"):
-        return False
-    regs = [o.owner.op.reg for o in owner.operands
-            if isinstance(o.owner, Instr) and isinstance(o.owner.op, target_ops.Special)]
-    return regs == ["tid.x"] and any(constant(o) is not None for o in owner.operands)
+            and owner.op.cmp in _FLIP):
+        return threads, threads
+    a, b = owner.operands
+    cmp = owner.op.cmp
+    if _is_tid(b):
+        a, b, cmp = b, a, _FLIP[cmp]
+    c = constant(b)
+    if not _is_tid(a) or c is None:
+        return threads, threads
+    first, stop, step = threads.start, threads.stop, threads.step
+    bound = c + (cmp in ("le", "gt"))  # then = ids below ``bound`` (lt, le) or from it
+    below = range(first, max(first, min(stop, bound)), step)
+    above = range(min(stop, first + max(0, -(-(bound - first) // step)) * step), stop, step)
+    if cmp in ("lt", "le"):
+        return below, above
+    if cmp in ("gt", "ge"):
+        return above, below
+    hit = range(c, c + 1) if c in threads else range(0)
+    return (hit, threads) if cmp == "eq" else (threads, hit)
+
+
+def _is_tid(value: Value) -> bool:
+    owner = value.owner
+    return isinstance(owner, Instr) and isinstance(owner.op, target_ops.Special) and \
+        owner.op.reg == "tid.x"
 
 
 def pipe_of(op: object) -> str | None:
@@ -128,20 +175,19 @@ def pipe_of(op: object) -> str | None:
 class _Counter:
     """Walks a kernel once, building the census of every region it is asked for."""
 
-    def __init__(self, threads: int, skip: Instr | None = None) -> None:
-        self.threads = threads
-        self.skip = skip  # a loop left out (the hot loop, counted on its own)
+    def __init__(self, skip: tuple[Instr, ...] = ()) -> None:
+        self.skip = skip  # loops left out (the hot loop and its producers)
 
-    def block(self, block: Block, threads: int) -> Census:
+    def block(self, block: Block, threads: range) -> Census:
         out = Census()
         for instr in block.instrs:
             self.instr(instr, threads, out)
         return out
 
-    def instr(self, instr: Instr, threads: int, out: Census) -> None:
+    def instr(self, instr: Instr, threads: range, out: Census) -> None:
         op = instr.op
-        warps = -(-threads // 32)
-        if instr is self.skip:
+        warps = warps_of(threads)
+        if any(instr is loop for loop in self.skip):
             return
         if isinstance(op, For):
             trips = trip_count(instr)
@@ -150,9 +196,9 @@ class _Counter:
             out.add(self.block(instr.regions[0].block, threads), 1 if trips is None else trips)
             return
         if isinstance(op, If):
-            inner = 1 if _single_thread(instr.operands[0]) else threads
-            for region in instr.regions:
-                out.add(self.block(region.block, inner))
+            for region, inner in zip(instr.regions, split_threads(instr.operands[0], threads)):
+                if len(inner):
+                    out.add(self.block(region.block, inner))
             return
         if isinstance(op, While):
             for region in instr.regions:
@@ -161,7 +207,7 @@ class _Counter:
         pipe = pipe_of(op)
         if pipe is not None:
             out.warp_instrs[pipe] += warps
-        self.effects(instr, threads, warps, out)
+        self.effects(instr, len(threads), warps, out)
 
     def effects(self, instr: Instr, threads: int, warps: int, out: Census) -> None:
         op = instr.op
@@ -192,6 +238,7 @@ class _Counter:
         elif isinstance(op, target_async.CpAsyncCommit):
             out.async_commits += 1
         elif isinstance(op, target_async.CpAsyncWait):
+            out.wait_first = out.wait_first or not out.async_commits
             out.async_waits.append(op.n)
         elif isinstance(op, target_async.WgmmaWait):
             out.wgmma_waits.append(op.n)
@@ -217,16 +264,60 @@ def block_threads(kernel: Function) -> int:
     return int(kernel.attrs.get("block", [128])[0])
 
 
-def census(kernel: Function, skip: Instr | None = None) -> Census:
-    """The census of one CTA running the whole kernel (except the loop ``skip``)."""
-    threads = block_threads(kernel)
-    return _Counter(threads, skip).block(kernel.body, threads)
+def census(kernel: Function, skip: tuple[Instr, ...] = ()) -> Census:
+    """The census of one CTA running the whole kernel (except the loops ``skip``)."""
+    return _Counter(skip).block(kernel.body, range(block_threads(kernel)))
+
+
+def loop_threads(kernel: Function, loop: Instr) -> range:
+    """The threads of a CTA that run ``loop`` (its enclosing ``ptx.if`` splits)."""
+    def find(block: Block, threads: range) -> range | None:
+        for instr in block.instrs:
+            if instr is loop:
+                return threads
+            shares = split_threads(instr.operands[0], threads) if isinstance(instr.op, If) \
+                else (threads,) * len(instr.regions)
+            for region, inner in zip(instr.regions, shares):
+                got = find(region.block, inner)
+                if got is not None:
+                    return got
+        return None
+    return find(kernel.body, range(block_threads(kernel))) or range(0)
+
+
+def companions(kernel: Function, loop: Instr) -> list[Instr]:
+    """Loops that run beside ``loop`` in other warps: in the other region of a
+    thread-splitting ``ptx.if`` around it, with the same trip count (a warp-specialised
+    producer's loop feeding a consumer's)."""
+    def path_to(block: Block) -> list[tuple[Instr, int]] | None:
+        for instr in block.instrs:
+            if instr is loop:
+                return []
+            for k, region in enumerate(instr.regions):
+                sub = path_to(region.block)
+                if sub is not None:
+                    return [(instr, k), *sub]
+        return None
+    trips = trip_count(loop)
+    found: list[Instr] = []
+    for instr, k in path_to(kernel.body) or []:
+        everyone = range(1 << 20)
+        if isinstance(instr.op, If) and split_threads(instr.operands[0], everyone) != (
+                everyone, everyone):
+            for other in instr.regions[1 - k].blocks:
+                found += [f for f, _, _ in loops(other) if trip_count(f) == trips]
+    return found
+
+
+def mbarrier_inits(kernel: Function) -> int:
+    """How many ``mbarrier.init`` a kernel executes (its barriers, counted once)."""
+    return sum(isinstance(i.op, target_async.MbarrierInit) for i in _walk(kernel.body))
 
 
 def loop_census(kernel: Function, loop: Instr) -> Census:
-    """The census of one iteration of ``loop`` (nested loops multiplied out)."""
-    threads = block_threads(kernel)
-    return _Counter(threads).block(loop.regions[0].block, threads)
+    """The census of one iteration of ``loop`` (nested loops multiplied out), run by
+    the threads that reach it."""
+    return _Counter().block(loop.regions[0].block, loop_threads(kernel, loop))
 
 
 def shared_bytes(kernel: Function) -> int:
@@ -245,5 +336,6 @@ def _walk(block: Block):  # type: ignore[no-untyped-def]
             yield from _walk(region.block)
 
 
-__all__ = ["ELEMENT_BYTES", "Census", "block_threads", "census", "constant", "loop_census",
-           "loops", "pipe_of", "shared_bytes", "trip_count"]
+__all__ = ["ELEMENT_BYTES", "Census", "block_threads", "census", "companions", "constant",
+           "loop_census", "loop_threads", "loops", "mbarrier_inits", "pipe_of", "shared_bytes",
+           "split_threads", "trip_count", "warps_of"]

@@ -95,9 +95,17 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
         raise ArgumentError(f"estimate takes a lowered ptx.kernel, not a {kernel.kind}",
                             hint="lower it first: ts.compile_kernel(...).kernel")
     hot = hot_loop(kernel)
+    iteration, skip = None, ()
+    if hot:
+        iteration = census_mod.loop_census(kernel, hot[0])
+        beside = census_mod.companions(kernel, hot[0])
+        for loop in beside:  # a producer's loop: its copies feed this one's iterations
+            iteration.add_traffic(census_mod.loop_census(kernel, loop))
+        if beside:  # a ring of full and empty mbarriers, one pair per stage
+            iteration.ring_stages = census_mod.mbarrier_inits(kernel) // 2
+        skip = (hot[0], *beside)
     return estimate_census(
-        kernel.name, census_mod.loop_census(kernel, hot[0]) if hot else None,
-        hot[1] if hot else 0, census_mod.census(kernel, skip=hot[0] if hot else None),
+        kernel.name, iteration, hot[1] if hot else 0, census_mod.census(kernel, skip=skip),
         threads=census_mod.block_threads(kernel),
         ctas=math.prod(int(g) for g in kernel.attrs.get("grid", [1])),
         shared=census_mod.shared_bytes(kernel), registers=registers,

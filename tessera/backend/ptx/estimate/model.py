@@ -46,14 +46,18 @@ def resources(c: Census, hw: SMHardware) -> dict[str, float]:
 
 def lead(c: Census) -> float:
     """Iterations by which a loop's async copies run ahead of their wait: 0 when an
-    iteration waits for the copies it issued, ``n // commits`` for ``wait_group n``,
-    infinite when the loop copies but never waits."""
+    iteration waits for the copies it issued, ``n // commits`` for ``wait_group n``
+    after the iteration's commits (one more when it waits before committing),
+    ``stages - 1`` when a producer's ring of ``stages`` feeds it, infinite when the
+    loop copies but never waits."""
     if c.global_load_bytes:
         return 0.0  # a synchronous load waits for itself
     if not (c.tma_bytes or c.cp_async_bytes):
         return math.inf
-    if c.async_waits:
-        return float(min(c.async_waits) // max(1, c.async_commits))
+    if c.ring_stages:  # a producer refills a stage as soon as its consumers release it
+        return float(max(0, c.ring_stages - 1))
+    if c.async_waits:  # a wait before this iteration's commits only sees older groups
+        return float(min(c.async_waits) // max(1, c.async_commits) + c.wait_first)
     return 0.0 if c.mbarrier_waits else math.inf
 
 

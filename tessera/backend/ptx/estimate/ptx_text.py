@@ -85,6 +85,7 @@ def count(lines: list[str], warps: int, out: Census) -> None:
             out.wgmma_waits.append(int(args))
             out.warp_instrs["sync"] += warps
         elif op.startswith("cp.async.wait_group"):
+            out.wait_first = out.wait_first or not out.async_commits
             out.async_waits.append(int(args))
             out.warp_instrs["sync"] += warps
         elif op.startswith("cp.async.commit_group"):

@@ -160,3 +160,81 @@ def test_pipe_classes() -> None:
     assert census_mod.pipe_of(target_ops.Cvt("u64", "u32")) == "int"  # a register move
     assert census_mod.pipe_of(target_ops.Binary("add", "u32")) == "int"
     assert census_mod.pipe_of(target_ops.Pack("b32")) is None
+
+
+def producer_consumer(stages: int, trips: int = 16) -> Function:
+    """A warp-specialised loop: threads 128.. are the producer, whose thread 128 issues a
+    64x64 bf16 TMA box per iteration into a ring of ``stages`` (2 mbarriers a stage);
+    threads 0..127 wait and run two wgmmas per iteration."""
+    from tessera.ir.dialects.target import TensorMapType
+
+    k = Kernel("ws", [TensorMapType(0, "bf16", (64, 64), 128)], block=(256,), grid=(132, 1, 1),
+               target="sm_90a")
+    bars = k.shared("bars", 16 * stages, 8)
+    for _ in range(2 * stages):
+        k.op(async_ops.MbarrierInit(1), bars)
+    buf = k.shared("ring", 8192 * stages, 1024)
+    lo, hi, one = k.const(0, "s32"), k.const(trips, "s32"), k.const(1, "s32")
+    zero = k.const(0, "u32")
+
+    def produce() -> None:
+        def fill(i):  # type: ignore[no-untyped-def]
+            k.op(async_ops.MbarrierWait(), bars, zero)
+            c = k.const(0, "s32")
+            k.op(async_ops.TmaLoad(), buf, k.args[0], c, c, bars)
+            k.op(async_ops.MbarrierArrive(tx=8192), bars)
+        k.if_(k.setp("eq", "u32", k.tid(), k.const(128, "u32")),
+              lambda: k.for_(lo, hi, one, [], fill) and None)
+
+    def consume() -> None:
+        desc, true = k.const(0, "u64"), k.const(1, "pred")
+        acc0 = k.pack("f32", *[k.const(0.0, "f32")] * 32)
+
+        def step(i, acc):  # type: ignore[no-untyped-def]
+            k.op(async_ops.MbarrierWait(), bars, zero)
+            k.op(async_ops.WgmmaFence())
+            for _ in range(2):
+                acc = k.op(async_ops.Wgmma(64, "bf16", "bf16"), acc, desc, desc, true)
+            k.op(async_ops.WgmmaCommit())
+            k.op(async_ops.WgmmaWait(1))
+            return acc
+        k.for_(lo, hi, one, [acc0], step)
+
+    k.if_(k.setp("ge", "u32", k.tid(), k.const(128, "u32")), produce, consume)
+    return k.build()
+
+
+def test_a_producer_warp_feeds_the_consumer_loop() -> None:
+    fn = producer_consumer(stages=3)
+    loop = estimate(fn)
+    assert loop.iteration is not None and loop.loop_path is not None
+    assert loop.runs == 16
+    assert loop.iteration.wgmma == 2  # one consumer warpgroup, not the whole CTA
+    assert loop.iteration.tma_bytes == 64 * 64 * 2 and loop.iteration.tma_copies == 1
+    assert loop.iteration.ring_stages == 3 and loop.loop_path.lead == 2
+    assert loop.iteration.mbarrier_waits == 1  # the producer's wait is on its own path
+    assert loop.outside.resources["memory"] == 0  # the producer's loop is not a prologue
+    assert loop.flops == 132 * 16 * 2 * 2 * 64 * 64 * 16
+
+
+def test_thread_ranges_of_warp_specialised_regions() -> None:
+    fn = producer_consumer(stages=2)
+    found = [census_mod.loop_threads(fn, f) for f, _, _ in census_mod.loops(fn.body)]
+    assert found == [range(128, 129), range(0, 128)]
+    assert census_mod.warps_of(range(128, 256, 32)) == 4
+    assert census_mod.warps_of(range(0)) == 0
+
+
+def test_a_wait_before_the_commit_sees_only_older_groups() -> None:
+    k = Kernel("ring", [U64], block=(128,), target="sm_80")
+    buf = k.shared("buf", 4096)
+
+    def body(i):  # type: ignore[no-untyped-def]
+        k.op(async_ops.CpAsyncWait(1))  # tile i landed: committed two iterations ago
+        k.op(async_ops.CpAsync(16), buf, k.args[0])
+        k.op(async_ops.CpAsyncCommit())
+
+    k.for_(k.const(0, "s32"), k.const(8, "s32"), k.const(1, "s32"), [], body)
+    est = estimate(k.build())
+    assert est.iteration is not None and est.iteration.wait_first
+    assert est.loop_path is not None and est.loop_path.lead == 2
