@@ -2,6 +2,7 @@
 launch, on the SM constants of one GPU (docs/ptx-backend.md, "Static performance
 estimate", gives the model, its sources and its limits).
 
+* ``threads``: which thread ids run a ``ptx.if`` region (warp-specialised kernels);
 * ``census``: what one CTA issues (warp instructions by pipe, tensor FLOPs, bytes,
   barriers and waits), per loop iteration;
 * ``hardware``: H100 SXM and A100 SXM rates, limits and latencies, with sources;
@@ -12,7 +13,7 @@ estimate", gives the model, its sources and its limits).
 
 from tessera.backend.ptx.estimate.hardware import A100_SXM, DEVICES, H100_SXM, SMHardware
 from tessera.backend.ptx.estimate.kernel import (
-    Estimate,
+    LaunchEstimate,
     estimate,
     estimate_census,
     estimate_compiled,
@@ -20,5 +21,5 @@ from tessera.backend.ptx.estimate.kernel import (
     hot_loop,
 )
 
-__all__ = ["A100_SXM", "DEVICES", "H100_SXM", "Estimate", "SMHardware", "estimate",
+__all__ = ["A100_SXM", "DEVICES", "H100_SXM", "LaunchEstimate", "SMHardware", "estimate",
            "estimate_census", "estimate_compiled", "format_estimate", "hot_loop"]

@@ -23,15 +23,15 @@ from tessera.ir.dialects.target import KERNEL
 
 
 @dataclass(frozen=True)
-class Estimate:
+class LaunchEstimate:
     """The estimate of one launch of a kernel on one GPU."""
 
     kernel: str
     device: str
     iteration: census_mod.Census | None  # one CTA, one iteration of the hot loop
-    loop_path: model.Path | None
+    loop_path: model.CriticalPath | None
     runs: int  # iterations of the hot loop per CTA
-    outside: model.Path
+    outside: model.CriticalPath
     ctas: int
     threads: int
     shared_bytes: int
@@ -86,8 +86,8 @@ def _inside(inner: Instr, outer: Instr) -> bool:
 
 
 def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int | None = None,
-             unique_bytes: float | None = None) -> Estimate:
-    """Estimate one launch of the lowered ``kernel`` on ``device``. ``registers`` per
+             unique_bytes: float | None = None) -> LaunchEstimate:
+    """LaunchEstimate one launch of the lowered ``kernel`` on ``device``. ``registers`` per
     thread (ptxas's count) limit occupancy when given; ``unique_bytes`` is what the
     launch must move through HBM at least (its arguments), by default every CTA's
     global traffic (no reuse in L2)."""
@@ -115,7 +115,7 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
 def estimate_census(name: str, iteration: census_mod.Census | None, runs: int,
                     rest: census_mod.Census, *, threads: int, ctas: int, shared: int,
                     registers: int | None = None, unique_bytes: float | None = None,
-                    device: SMHardware = H100_SXM) -> Estimate:
+                    device: SMHardware = H100_SXM) -> LaunchEstimate:
     """The estimate of a launch from censuses counted elsewhere (a PTX file's, say):
     ``iteration`` of the hot loop, which runs ``runs`` times per CTA, and ``rest``,
     everything else one CTA does."""
@@ -140,12 +140,12 @@ def estimate_census(name: str, iteration: census_mod.Census | None, runs: int,
         bound = model.bound_of(loop_path, resident)
     else:
         bound = model.bound_of(outside, resident)
-    return Estimate(name, device.name, iteration, loop_path, runs, outside, ctas,
+    return LaunchEstimate(name, device.name, iteration, loop_path, runs, outside, ctas,
                     threads, shared, registers, occ, time, flops, device.peak_flops(fmt),
                     device.clock_hz, bound)
 
 
-def format_estimate(est: Estimate) -> str:
+def format_estimate(est: LaunchEstimate) -> str:
     """A readable report of ``est``, one fact per line."""
     lines = [f"{est.kernel} on {est.device} (static estimate, not a measurement)"]
     it, p = est.iteration, est.loop_path
@@ -185,7 +185,7 @@ def format_estimate(est: Estimate) -> str:
 
 
 def estimate_compiled(compiled: Any, arrays: Sequence[Any] = (),
-                      device: SMHardware = H100_SXM) -> Estimate:
+                      device: SMHardware = H100_SXM) -> LaunchEstimate:
     """The estimate of a ``CompiledKernel``: registers from ptxas when it is installed,
     unique HBM bytes from the launch's ``arrays`` (when given)."""
     try:
@@ -200,5 +200,5 @@ def _lead(lead: float) -> str:
     return "no copies" if lead == math.inf else f"{lead:.0f} iterations"
 
 
-__all__ = ["Estimate", "estimate", "estimate_census", "estimate_compiled", "format_estimate",
+__all__ = ["LaunchEstimate", "estimate", "estimate_census", "estimate_compiled", "format_estimate",
            "hot_loop"]

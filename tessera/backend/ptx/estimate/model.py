@@ -62,7 +62,7 @@ def lead(c: Census) -> float:
 
 
 @dataclass(frozen=True)
-class Path:
+class CriticalPath:
     """One CTA's own time through a region, split by cause (cycles)."""
 
     resources: dict[str, float]
@@ -79,7 +79,7 @@ class Path:
         return self.busy + self.sync + self.exposed
 
 
-def path(c: Census, hw: SMHardware, warps: int, in_loop: bool = True) -> Path:
+def path(c: Census, hw: SMHardware, warps: int, in_loop: bool = True) -> CriticalPath:
     """The critical path of one CTA through a region with census ``c``."""
     res = resources(c, hw)
     own_issue = sum(c.warp_instrs.values()) / max(1, min(warps, hw.schedulers))
@@ -95,15 +95,15 @@ def path(c: Census, hw: SMHardware, warps: int, in_loop: bool = True) -> Path:
         exposed = float(hw.memory_latency)
     else:
         exposed = max(0.0, hw.memory_latency - ahead * (busy + sync)) / ahead
-    return Path(res, non_tensor, drain, busy, sync, exposed, ahead, serial)
+    return CriticalPath(res, non_tensor, drain, busy, sync, exposed, ahead, serial)
 
 
-def sm_cycles(p: Path, k: int) -> float:
+def sm_cycles(p: CriticalPath, k: int) -> float:
     """Cycles for ``k`` co-resident CTAs to each run the region once."""
     return max(k * max(p.resources.values()), p.total)
 
 
-def bound_of(p: Path, k: int) -> str:
+def bound_of(p: CriticalPath, k: int) -> str:
     """Which resource decides ``sm_cycles(p, k)``: the SM-shared resource when ``k``
     CTAs saturate it, else the largest part of one CTA's own path (its busiest
     resource, the tensor core when serialised, or latency: waits, barriers and the
@@ -155,8 +155,8 @@ class KernelTime:
     parts: dict[str, float] = field(default_factory=dict)
 
 
-def launch_time(loop: Path | None, trips: int, outside: Path, hw: SMHardware, ctas: int,
-                occ: Occupancy, unique_bytes: float) -> KernelTime:
+def launch_time(loop: CriticalPath | None, trips: int, outside: CriticalPath, hw: SMHardware,
+                ctas: int, occ: Occupancy, unique_bytes: float) -> KernelTime:
     """Time of a launch of ``ctas`` CTAs (see the module docstring)."""
     per_sm = -(-ctas // hw.sms)
     cycles, left, rounds = 0.0, per_sm, 0
@@ -169,5 +169,5 @@ def launch_time(loop: Path | None, trips: int, outside: Path, hw: SMHardware, ct
     return KernelTime(cycles, hbm, rounds, occ.ctas, ctas / (hw.sms * occ.ctas))
 
 
-__all__ = ["BOUND_NAMES", "KernelTime", "Occupancy", "Path", "bound_of", "launch_time",
+__all__ = ["BOUND_NAMES", "CriticalPath", "KernelTime", "Occupancy", "bound_of", "launch_time",
            "lead", "occupancy", "path", "resources", "sm_cycles"]
