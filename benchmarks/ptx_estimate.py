@@ -67,6 +67,11 @@ def attention_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], d
                 cases.append((f"flash attention BH=16 S=2048 D={d}"
                               + (" causal" if causal else ""), target, fa, (q, q, q),
                               {"is_causal": causal, "config": config, "_tile": "64x64"}))
+        for target in ("sm_90a", "sm_80"):  # fast mode: the GPU's ex2.approx, no f64
+            config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+            cases.append((f"flash attention BH=16 S=2048 D={d}, mode fast", target, fa,
+                          (q, q, q), {"is_causal": False, "config": config, "mode": "fast",
+                                      "_tile": "64x64"}))
     return cases
 
 
