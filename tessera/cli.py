@@ -6,7 +6,7 @@
     tessera opt FILE.tir --passes canonicalize,cse,dce [--print-after all] [--timing]
     tessera passes
     tessera ptx FILE.py:FUNC --target sm_90a [--arg A=128x64:bf16 ...] [--mode fast]
-                [-o out.ptx] [--stats]
+                [-o out.ptx] [--stats] [--estimate]
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
     tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
@@ -187,6 +187,11 @@ def cmd_ptx(args: argparse.Namespace) -> int:
         print(compiled.ptx, end="")
     if args.stats:
         _print_stats(compiled.name, args.arch, compiled.assemble().stats[compiled.name])
+    if args.estimate:
+        from tessera.backend.ptx.estimate import estimate_compiled, format_estimate
+
+        arrays = [v for v in kwargs.values() if isinstance(v, np.ndarray)]
+        print(format_estimate(estimate_compiled(compiled, arrays)), file=sys.stderr)
     return 0
 
 
@@ -267,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="", help="write the PTX here")
     p.add_argument("--stats", action="store_true",
                    help="assemble with ptxas -v; print registers, shared memory, spills")
+    p.add_argument("--estimate", action="store_true",
+                   help="print a static performance estimate of one launch on an H100 SXM")
     p.set_defaults(run=cmd_ptx)
     p = sub.add_parser("passes", help="list the registered passes")
     p.set_defaults(run=cmd_passes)

@@ -1,0 +1,289 @@
+"""Instruction census of a Target IR kernel: what one CTA issues, per loop iteration.
+
+Counts are per CTA, in *warp instructions* (one instruction issued by one warp) and in
+bytes and FLOPs, because the SM's pipes and the memory system are shared by the warps of
+a CTA. A region's instructions count once per warp that runs it: every warp of the CTA,
+except where a ``ptx.if`` compares ``tid.x`` with a constant or tests ``elect.sync``
+(:func:`split_threads`): thread 0 issuing TMA copies, a producer warpgroup and its
+consumers. Both regions of any other ``ptx.if`` are counted (a divergent warp runs
+both), a ``ptx.for`` body is multiplied by its trip
+count when its bounds are constants (else counted once, and ``unknown_trips`` says so),
+and a ``ptx.while`` body (the ``mbarrier.try_wait`` retry loops) is counted once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tessera.backend.ptx.estimate.threads import constant, split_threads, warps_of
+from tessera.ir.core import Block, Function, Instr
+from tessera.ir.dialects.target import For, If, TensorMapType, While
+from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target import ops as target_ops
+
+#: bytes of one element of the formats a tensor map or a tensor-core operand can hold
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "tf32": 4, "e4m3": 1, "e5m2": 1, "f64": 8,
+                 "u8": 1, "s8": 1, "u16": 2, "s16": 2, "u32": 4, "s32": 4, "b32": 4}
+
+#: special-function-unit instructions (the MUFU pipe) and their f64 slow paths
+SPECIAL_UNARY = ("ex2", "lg2", "rcp", "sqrt")
+#: instructions that only name registers (no SASS instruction of their own)
+FREE = (target_ops.Const, target_ops.Pack, target_ops.Unpack, target_ops.SharedAlloc,
+        target_ops.Special)
+
+
+@dataclass
+class Census:
+    """What one CTA executes in a region (a whole kernel or one loop iteration)."""
+
+    warp_instrs: Counter[str] = field(default_factory=Counter)  # by pipe class
+    tensor_flops: Counter[str] = field(default_factory=Counter)  # by input format
+    wgmma: int = 0  # per warpgroup
+    mma_sync: int = 0  # per warp
+    tma_bytes: int = 0
+    tma_copies: int = 0
+    cp_async_bytes: int = 0
+    global_load_bytes: int = 0
+    global_store_bytes: int = 0
+    barriers: int = 0  # bar.sync
+    mbarrier_waits: int = 0
+    async_commits: int = 0  # cp.async.commit_group (closes TMA groups too)
+    async_waits: list[int] = field(default_factory=list)  # n of each cp.async.wait_group
+    wgmma_waits: list[int] = field(default_factory=list)  # n of each wgmma.wait_group
+    unknown_trips: int = 0  # loops whose trip count is not a constant
+    ring_stages: int = 0  # stages of a producer/consumer mbarrier ring feeding this loop
+    wait_first: bool = False  # a cp.async.wait_group comes before the first commit
+
+    @property
+    def global_read_bytes(self) -> int:
+        """Bytes one CTA reads from global memory (TMA, cp.async and loads)."""
+        return self.tma_bytes + self.cp_async_bytes + self.global_load_bytes
+
+    def add(self, other: Census, times: int = 1) -> None:
+        """Add ``times`` executions of ``other``."""
+        for key, n in other.warp_instrs.items():
+            self.warp_instrs[key] += n * times
+        for key, n in other.tensor_flops.items():
+            self.tensor_flops[key] += n * times
+        for name in ("wgmma", "mma_sync", "tma_bytes", "tma_copies", "cp_async_bytes",
+                     "global_load_bytes", "global_store_bytes", "barriers", "mbarrier_waits",
+                     "async_commits", "unknown_trips"):
+            setattr(self, name, getattr(self, name) + getattr(other, name) * times)
+        self.wait_first = self.wait_first or (other.wait_first and not self.async_commits)
+        self.async_waits += other.async_waits * times
+        self.wgmma_waits += other.wgmma_waits * times
+
+    def add_traffic(self, other: Census) -> None:
+        """Add the copies and instructions of a loop that runs beside this one in other
+        warps (a producer's), but not its waits: they are on the other warps' path."""
+        for key, n in other.warp_instrs.items():
+            self.warp_instrs[key] += n
+        for name in ("tma_bytes", "tma_copies", "cp_async_bytes", "global_load_bytes",
+                     "global_store_bytes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def trip_count(loop: Instr) -> int | None:
+    """Iterations of a ``ptx.for`` with constant bounds (None when not constant)."""
+    lo, hi, step = (constant(v) for v in loop.operands[:3])
+    if lo is None or hi is None or step is None or step <= 0:
+        return None
+    return max(0, -(-(hi - lo) // step))
+
+
+def pipe_of(op: object) -> str | None:
+    """The SM pipe class of an arithmetic instruction: ``f64``, ``f32`` (also 16-bit
+    floats), ``int``, ``sfu`` (special functions and conversions to or from f64), ``shfl``,
+    ``mem`` (loads, stores and copies), ``sync``; None for a register naming."""
+    if isinstance(op, FREE):
+        return None
+    if isinstance(op, target_ops.Unary):
+        if op.op in SPECIAL_UNARY:
+            return "f64" if op.type == "f64" else "sfu"
+        return "f64" if op.type == "f64" else "f32" if op.type.startswith(("f", "bf")) \
+            else "int"
+    if isinstance(op, target_ops.Cvt):
+        # F2F/F2I/I2F with an f64 side run at the 16/clk conversion rate; an integer
+        # widening (cvt.u64.u32) is a register move in SASS
+        return "sfu" if "f64" in (op.to, op.frm) else "int"
+    if isinstance(op, (target_ops.Binary, target_ops.Fma, target_ops.Setp, target_ops.Selp)):
+        kind = op.type
+        return "f64" if kind == "f64" else "f32" if kind.startswith(("f", "bf")) else "int"
+    if isinstance(op, target_ops.Shfl):
+        return "shfl"
+    if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce,
+                       target_async.CpAsync, target_async.TmaLoad, target_async.Ldmatrix)):
+        return "mem"
+    if isinstance(op, (target_async.MmaSync, target_async.Wgmma)):
+        return "tensor"
+    return "sync"
+
+
+class _Counter:
+    """Walks a kernel once, building the census of every region it is asked for."""
+
+    def __init__(self, skip: tuple[Instr, ...] = ()) -> None:
+        self.skip = skip  # loops left out (the hot loop and its producers)
+
+    def block(self, block: Block, threads: range) -> Census:
+        out = Census()
+        for instr in block.instrs:
+            self.instr(instr, threads, out)
+        return out
+
+    def instr(self, instr: Instr, threads: range, out: Census) -> None:
+        op = instr.op
+        warps = warps_of(threads)
+        if any(instr is loop for loop in self.skip):
+            return
+        if isinstance(op, For):
+            trips = trip_count(instr)
+            if trips is None:
+                out.unknown_trips += 1
+            out.add(self.block(instr.regions[0].block, threads), 1 if trips is None else trips)
+            return
+        if isinstance(op, If):
+            for region, inner in zip(instr.regions, split_threads(instr.operands[0], threads)):
+                if len(inner):
+                    out.add(self.block(region.block, inner))
+            return
+        if isinstance(op, While):
+            for region in instr.regions:
+                out.add(self.block(region.block, threads))
+            return
+        pipe = pipe_of(op)
+        if pipe is not None:
+            out.warp_instrs[pipe] += warps
+        self.effects(instr, len(threads), warps, out)
+
+    def effects(self, instr: Instr, threads: int, warps: int, out: Census) -> None:
+        op = instr.op
+        if isinstance(op, target_async.Wgmma):
+            groups = -(-threads // 128)
+            out.wgmma += groups
+            out.tensor_flops[op.atype] += groups * 2 * 64 * op.n * op.k
+        elif isinstance(op, target_async.MmaSync):
+            m, n, k = target_async.mma_shape(op.shape)
+            out.mma_sync += warps
+            out.tensor_flops[op.atype] += warps * 2 * m * n * k
+        elif isinstance(op, target_async.TmaLoad):
+            tmap = instr.operands[1].type
+            assert isinstance(tmap, TensorMapType)
+            out.tma_copies += threads
+            out.tma_bytes += threads * tmap.box[0] * tmap.box[1] * ELEMENT_BYTES[tmap.elem]
+        elif isinstance(op, target_async.CpAsync):
+            out.cp_async_bytes += threads * op.size
+        elif isinstance(op, target_ops.Load) and op.space == "global":
+            out.global_load_bytes += threads * op.vec * ELEMENT_BYTES.get(op.type, 4)
+        elif isinstance(op, (target_ops.Store, target_ops.Reduce)) and op.space == "global":
+            vec = getattr(op, "vec", 1)
+            out.global_store_bytes += threads * vec * ELEMENT_BYTES.get(op.type, 4)
+        elif isinstance(op, target_ops.Bar):
+            out.barriers += 1
+        elif isinstance(op, target_async.MbarrierWait):
+            out.mbarrier_waits += 1
+        elif isinstance(op, target_async.CpAsyncCommit):
+            out.async_commits += 1
+        elif isinstance(op, target_async.CpAsyncWait):
+            out.wait_first = out.wait_first or not out.async_commits
+            out.async_waits.append(op.n)
+        elif isinstance(op, target_async.WgmmaWait):
+            out.wgmma_waits.append(op.n)
+
+
+def loops(block: Block, runs: int = 1) -> list[tuple[Instr, int, int]]:
+    """Every ``ptx.for`` below ``block``, outermost first, as (loop, how many times its
+    body runs in one CTA, nesting depth); unknown trip counts count as one."""
+    found = []
+    for instr in block.instrs:
+        inner = runs
+        if isinstance(instr.op, For):
+            inner = runs * (trip_count(instr) or 1)
+            found.append((instr, inner, 0))
+        for region in instr.regions:
+            found += [(loop, n, depth + isinstance(instr.op, For))
+                      for loop, n, depth in loops(region.block, inner)]
+    return found
+
+
+def block_threads(kernel: Function) -> int:
+    """Threads per CTA of a Target IR kernel."""
+    return int(kernel.attrs.get("block", [128])[0])
+
+
+def census(kernel: Function, skip: tuple[Instr, ...] = ()) -> Census:
+    """The census of one CTA running the whole kernel (except the loops ``skip``)."""
+    return _Counter(skip).block(kernel.body, range(block_threads(kernel)))
+
+
+def loop_threads(kernel: Function, loop: Instr) -> range:
+    """The threads of a CTA that run ``loop`` (its enclosing ``ptx.if`` splits)."""
+    def find(block: Block, threads: range) -> range | None:
+        for instr in block.instrs:
+            if instr is loop:
+                return threads
+            shares = split_threads(instr.operands[0], threads) if isinstance(instr.op, If) \
+                else (threads,) * len(instr.regions)
+            for region, inner in zip(instr.regions, shares):
+                got = find(region.block, inner)
+                if got is not None:
+                    return got
+        return None
+    return find(kernel.body, range(block_threads(kernel))) or range(0)
+
+
+def companions(kernel: Function, loop: Instr) -> list[Instr]:
+    """Loops that run beside ``loop`` in other warps: in the other region of a
+    thread-splitting ``ptx.if`` around it, with the same trip count (a warp-specialised
+    producer's loop feeding a consumer's)."""
+    def path_to(block: Block) -> list[tuple[Instr, int]] | None:
+        for instr in block.instrs:
+            if instr is loop:
+                return []
+            for k, region in enumerate(instr.regions):
+                sub = path_to(region.block)
+                if sub is not None:
+                    return [(instr, k), *sub]
+        return None
+    trips = trip_count(loop)
+    found: list[Instr] = []
+    for instr, k in path_to(kernel.body) or []:
+        everyone = range(1 << 20)
+        if isinstance(instr.op, If) and split_threads(instr.operands[0], everyone) != (
+                everyone, everyone):
+            for other in instr.regions[1 - k].blocks:
+                found += [f for f, _, _ in loops(other) if trip_count(f) == trips]
+    return found
+
+
+def mbarrier_inits(kernel: Function) -> int:
+    """How many ``mbarrier.init`` a kernel executes (its barriers, counted once)."""
+    return sum(isinstance(i.op, target_async.MbarrierInit) for i in _walk(kernel.body))
+
+
+def loop_census(kernel: Function, loop: Instr) -> Census:
+    """The census of one iteration of ``loop`` (nested loops multiplied out), run by
+    the threads that reach it."""
+    return _Counter().block(loop.regions[0].block, loop_threads(kernel, loop))
+
+
+def shared_bytes(kernel: Function) -> int:
+    """Static shared memory of a kernel: its ``ptx.shared`` buffers, each aligned."""
+    total = 0
+    for instr in _walk(kernel.body):
+        if isinstance(instr.op, target_ops.SharedAlloc):
+            total = -(-total // instr.op.align) * instr.op.align + instr.op.size
+    return total
+
+
+def _walk(block: Block):  # type: ignore[no-untyped-def]
+    for instr in block.instrs:
+        yield instr
+        for region in instr.regions:
+            yield from _walk(region.block)
+
+
+__all__ = ["ELEMENT_BYTES", "Census", "block_threads", "census", "companions", "constant",
+           "loop_census", "loop_threads", "loops", "mbarrier_inits", "pipe_of", "shared_bytes",
+           "split_threads", "trip_count", "warps_of"]

@@ -1,0 +1,67 @@
+"""Which threads of a CTA run a region: the thread-id ranges of ``ptx.if`` regions.
+
+A warp-specialised kernel splits its CTA by ``tid.x`` (a producer warpgroup and its
+consumers, thread 0 issuing TMA copies) and by ``elect.sync``; the census charges each
+region to the warps that run it.
+"""
+
+from __future__ import annotations
+
+from tessera.ir.core import Instr, Value
+from tessera.ir.dialects.target import ops as target_ops
+
+
+def constant(value: Value) -> int | None:
+    """The integer a ``ptx.const`` defines, or None."""
+    owner = value.owner
+    if isinstance(owner, Instr) and isinstance(owner.op, target_ops.Const):
+        return int(owner.op.value)
+    return None
+
+
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def warps_of(threads: range) -> int:
+    """How many warps hold at least one thread of ``threads``."""
+    return len(range(threads.start // 32, (threads[-1]) // 32 + 1)) if threads else 0
+
+
+def split_threads(pred: Value, threads: range) -> tuple[range, range]:
+    """Which of a region's ``threads`` (thread ids) run the then and the else region of a
+    ``ptx.if`` on ``pred``: exact for ``setp.<cmp> tid.x, c`` (one thread, one warp, a
+    producer warpgroup; the else region of ``eq`` is charged to all) and for
+    ``elect.sync`` (one thread of each warp); otherwise every thread is charged both
+    regions (a divergent warp runs both)."""
+    owner = pred.owner
+    if isinstance(owner, Instr) and owner.op.name == "ptx.elect_sync":
+        return range(threads.start, threads.stop, max(32, threads.step)), threads
+    if not (isinstance(owner, Instr) and isinstance(owner.op, target_ops.Setp)
+            and owner.op.cmp in _FLIP):
+        return threads, threads
+    a, b = owner.operands
+    cmp = owner.op.cmp
+    if _is_tid(b):
+        a, b, cmp = b, a, _FLIP[cmp]
+    c = constant(b)
+    if not _is_tid(a) or c is None:
+        return threads, threads
+    first, stop, step = threads.start, threads.stop, threads.step
+    bound = c + (cmp in ("le", "gt"))  # then = ids below ``bound`` (lt, le) or from it
+    below = range(first, max(first, min(stop, bound)), step)
+    above = range(min(stop, first + max(0, -(-(bound - first) // step)) * step), stop, step)
+    if cmp in ("lt", "le"):
+        return below, above
+    if cmp in ("gt", "ge"):
+        return above, below
+    hit = range(c, c + 1) if c in threads else range(0)
+    return (hit, threads) if cmp == "eq" else (threads, hit)
+
+
+def _is_tid(value: Value) -> bool:
+    owner = value.owner
+    return isinstance(owner, Instr) and isinstance(owner.op, target_ops.Special) and \
+        owner.op.reg == "tid.x"
+
+
+__all__ = ["constant", "split_threads", "warps_of"]

@@ -1,0 +1,111 @@
+"""The static estimate of the example GEMM and flash attention, against counts derived
+from their tile shapes, and ``tessera ptx --estimate``."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.backend.ptx.estimate import H100_SXM, estimate, format_estimate
+from tessera.cli import main
+
+ROOT = Path(__file__).resolve().parents[4]
+BF16 = ml_dtypes.bfloat16
+
+
+def example(name: str) -> Any:
+    return runpy.run_path(str(ROOT / "examples" / "kernels" / f"{name}.py"))[name]
+
+
+def gemm_estimate(target: str, tile: tuple[int, int, int], n: int = 1024) -> Any:
+    a = np.zeros((n, n), BF16)
+    c = np.zeros((n, n), np.float32)
+    compiled = ts.compile_kernel(example("gemm"), a, a, c, target=target, tile_shape=tile)
+    return estimate(compiled.kernel, registers=128, unique_bytes=2 * a.nbytes + c.nbytes)
+
+
+def test_gemm_sm90a_128x128x64() -> None:
+    n, (bm, bn, bk) = 1024, (128, 128, 64)
+    est = gemm_estimate("sm_90a", (bm, bn, bk), n)
+    it, p = est.iteration, est.loop_path
+    assert it is not None and p is not None
+    assert est.runs == n // bk and est.ctas == (n // bm) * (n // bn)
+    assert sum(it.tensor_flops.values()) == 2 * bm * bn * bk
+    assert it.wgmma == (bm // 64) * (bk // 16)  # m64 row blocks x k16 steps
+    assert p.resources["tensor"] == 2 * bm * bn * bk / 4096
+    assert it.tma_bytes == (bm * bk + bk * bn) * 2 and it.cp_async_bytes == 0
+    # each iteration waits for the boxes it just issued and for its own wgmma group
+    assert p.lead == 0 and p.exposed == H100_SXM.memory_latency and p.serial_wgmma
+    assert est.flops == 2 * n ** 3
+    assert est.bound in ("latency", "memory (L2 to SM)", "tensor core")
+
+
+def test_gemm_sm80_128x128x32() -> None:
+    n, (bm, bn, bk) = 1024, (128, 128, 32)
+    est = gemm_estimate("sm_80", (bm, bn, bk), n)
+    it = est.iteration
+    assert it is not None and est.loop_path is not None
+    assert it.mma_sync == bm * bn * bk // (16 * 8 * 16) and it.wgmma == 0
+    assert it.cp_async_bytes == (bm * bk + bk * bn) * 2 and it.tma_bytes == 0
+    assert est.loop_path.lead == 0 and not est.loop_path.serial_wgmma
+    assert est.flops == 2 * n ** 3
+
+
+def test_double_buffering_is_estimated_faster_than_waiting_each_step() -> None:
+    a = np.zeros((1024, 1024), BF16)
+    c = np.zeros((1024, 1024), np.float32)
+    times = {}
+    for name in ("gemm", "double_buffered_gemm"):
+        compiled = ts.compile_kernel(example(name), a, a, c, target="sm_80",
+                                     tile_shape=(128, 128, 32))
+        est = estimate(compiled.kernel, registers=128)
+        assert est.loop_path is not None
+        times[name] = (est.loop_path.lead, est.loop_path.exposed, est.cycles)
+    assert times["gemm"][:2] == (0, H100_SXM.memory_latency)
+    assert times["double_buffered_gemm"][0] == 1
+    assert times["double_buffered_gemm"][1] < times["gemm"][1]
+    assert times["double_buffered_gemm"][2] < times["gemm"][2]
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_is_bound_by_the_f64_exp(target: str, causal: bool) -> None:
+    bh, seq, d, block = 2, 512, 64, 64
+    q = np.zeros((bh, seq, d), BF16)
+    config = dict(BLOCK_M=block, BLOCK_N=block, num_warps=4, num_stages=2)
+    compiled = ts.compile_kernel(example("flash_attention"), q, q, q, target=target,
+                                 is_causal=causal, config=config)
+    est = estimate(compiled.kernel, registers=110)
+    it, p = est.iteration, est.loop_path
+    assert it is not None and p is not None and est.runs == seq // block
+    assert sum(it.tensor_flops.values()) == 2 * 2 * block * block * d  # QK^T and PV
+    # the checked exp: about 38 f64 instructions per score element, 32 elements a thread
+    f64_per_thread = it.warp_instrs["f64"] / 4
+    assert 36 * 32 <= f64_per_thread <= 40 * 32
+    assert max(p.resources, key=lambda k: p.resources[k]) == "f64"
+    assert est.bound == "f64 pipe"
+
+
+def test_cli_prints_the_estimate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "gemm.ptx"
+    code = main(["ptx", str(ROOT / "examples/kernels/gemm.py") + ":gemm", "--target", "sm_80",
+                 "--arg", "A=256x256:bf16", "--arg", "B=256x256:bf16", "--arg",
+                 "C=256x256:f32", "--tile-shape", "128,128,32", "-o", str(out), "--estimate"])
+    err = capsys.readouterr().err
+    assert code == 0 and ".target sm_80" in out.read_text()
+    assert "gemm on H100 SXM (static estimate, not a measurement)" in err
+    assert "main loop: 8 iterations per CTA" in err and "bound: " in err
+    assert "4 CTAs x 128 threads" in err
+
+
+def test_format_names_every_part() -> None:
+    text = format_estimate(gemm_estimate("sm_90a", (64, 128, 64), 512))
+    for part in ("tensor core: 4 wgmma", "by TMA", "copies ahead: 0 iterations",
+                 "wgmma serialised", "CTAs per SM", "TFLOP/s", "% of the dense peak"):
+        assert part in text, part
