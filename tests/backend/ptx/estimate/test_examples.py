@@ -23,16 +23,24 @@ def example(name: str) -> Any:
     return runpy.run_path(str(ROOT / "examples" / "kernels" / f"{name}.py"))[name]
 
 
-def gemm_estimate(target: str, tile: tuple[int, int, int], n: int = 1024) -> Any:
+#: the one-stage lowering (each K step waits for its own copies), which the pipelined
+#: default replaces: ``warp_specialize`` on sm_90a, ``num_stages`` on sm_80
+ONE_STAGE = {"sm_90a": {"warp_specialize": False}, "sm_80": {"num_stages": 1}}
+
+
+def gemm_estimate(target: str, tile: tuple[int, int, int], n: int = 1024,
+                  config: dict[str, Any] | None = None) -> Any:
     a = np.zeros((n, n), BF16)
     c = np.zeros((n, n), np.float32)
-    compiled = ts.compile_kernel(example("gemm"), a, a, c, target=target, tile_shape=tile)
+    launch = {"config": config} if config else {}
+    compiled = ts.compile_kernel(example("gemm"), a, a, c, target=target, tile_shape=tile,
+                                 **launch)
     return estimate(compiled.kernel, registers=128, unique_bytes=2 * a.nbytes + c.nbytes)
 
 
 def test_gemm_sm90a_128x128x64() -> None:
     n, (bm, bn, bk) = 1024, (128, 128, 64)
-    est = gemm_estimate("sm_90a", (bm, bn, bk), n)
+    est = gemm_estimate("sm_90a", (bm, bn, bk), n, ONE_STAGE["sm_90a"])
     it, p = est.iteration, est.loop_path
     assert it is not None and p is not None
     assert est.runs == n // bk and est.ctas == (n // bm) * (n // bn)
@@ -44,17 +52,26 @@ def test_gemm_sm90a_128x128x64() -> None:
     assert p.lead == 0 and p.exposed == H100_SXM.memory_latency and p.serial_wgmma
     assert est.flops == 2 * n ** 3
     assert est.bound in ("latency", "memory (L2 to SM)", "tensor core")
+    # the warp-specialised default issues its copies stages ahead: no latency exposed,
+    # no wgmma serialised, never slower
+    piped = gemm_estimate("sm_90a", (bm, bn, bk), n)
+    assert piped.loop_path is not None
+    assert piped.loop_path.lead >= 2 and piped.loop_path.exposed == 0
+    assert not piped.loop_path.serial_wgmma and piped.cycles <= est.cycles
 
 
 def test_gemm_sm80_128x128x32() -> None:
     n, (bm, bn, bk) = 1024, (128, 128, 32)
-    est = gemm_estimate("sm_80", (bm, bn, bk), n)
+    est = gemm_estimate("sm_80", (bm, bn, bk), n, ONE_STAGE["sm_80"])
     it = est.iteration
     assert it is not None and est.loop_path is not None
     assert it.mma_sync == bm * bn * bk // (16 * 8 * 16) and it.wgmma == 0
     assert it.cp_async_bytes == (bm * bk + bk * bn) * 2 and it.tma_bytes == 0
     assert est.loop_path.lead == 0 and not est.loop_path.serial_wgmma
     assert est.flops == 2 * n ** 3
+    piped = gemm_estimate("sm_80", (bm, bn, bk), n)  # the 3-stage cp.async ring
+    assert piped.loop_path is not None and piped.loop_path.lead == 2
+    assert piped.cycles <= est.cycles
 
 
 def test_double_buffering_is_estimated_faster_than_waiting_each_step() -> None:
@@ -63,7 +80,7 @@ def test_double_buffering_is_estimated_faster_than_waiting_each_step() -> None:
     times = {}
     for name in ("gemm", "double_buffered_gemm"):
         compiled = ts.compile_kernel(example(name), a, a, c, target="sm_80",
-                                     tile_shape=(128, 128, 32))
+                                     tile_shape=(128, 128, 32), config=ONE_STAGE["sm_80"])
         est = estimate(compiled.kernel, registers=128)
         assert est.loop_path is not None
         times[name] = (est.loop_path.lead, est.loop_path.exposed, est.cycles)
@@ -105,7 +122,7 @@ def test_cli_prints_the_estimate(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_format_names_every_part() -> None:
-    text = format_estimate(gemm_estimate("sm_90a", (64, 128, 64), 512))
+    text = format_estimate(gemm_estimate("sm_90a", (64, 128, 64), 512, ONE_STAGE["sm_90a"]))
     for part in ("tensor core: 4 wgmma", "by TMA", "copies ahead: 0 iterations",
                  "wgmma serialised", "CTAs per SM", "TFLOP/s", "% of the dense peak"):
         assert part in text, part
