@@ -46,7 +46,8 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.dialects.target.warp_ops import ElectSync, SetMaxNReg
+from tessera.ir.dialects.target.ptx_ops import Elect
+from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import RULES, Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
@@ -187,7 +188,7 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
 
     def elected(t: TargetEmitter) -> None:
         lo, hi, step = (t.const(v, "s32") for v in (g.lo, g.hi, g.step))
-        t.if_(t.one(ElectSync()), lambda u: u.for_(lo, hi, step, [], fill) or None)
+        t.if_(t.op(Elect())[1], lambda u: u.for_(lo, hi, step, [], fill) or None)
     pe.if_(warp0, elected)
 
 

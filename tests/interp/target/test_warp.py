@@ -10,13 +10,14 @@ import pytest
 from tessera.interp.target import run_target
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
-from tessera.ir.dialects.target.warp_ops import ElectSync, SetMaxNReg
+from tessera.ir.dialects.target.ptx_ops import Elect
+from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tests.interp.target.kit import U64, Kernel, async_ops
 
 
 def test_elect_sync_picks_the_lowest_lane_of_each_warp() -> None:
     k = Kernel("elect", [U64], block=(96,), target="sm_90a")
-    p = k.op(ElectSync())
+    p = k.op(Elect())[1]
     warp = k.bin("shr", "u32", k.tid(), k.const(5, "u32"))
     k.if_(p, lambda: k.st("global", "u32", k.elem_addr(k.args[0], warp, 4), k.tid()))
     out = np.full(3, 7, np.uint32)
@@ -27,7 +28,7 @@ def test_elect_sync_picks_the_lowest_lane_of_each_warp() -> None:
 def test_elect_sync_in_a_diverged_warp_is_caught() -> None:
     k = Kernel("elect_div", [], block=(32,), target="sm_90a")
     half = k.setp("lt", "u32", k.tid(), k.const(16, "u32"))
-    k.if_(half, lambda: k.op(ElectSync()))
+    k.if_(half, lambda: k.op(Elect()))
     with pytest.raises(TargetFault, match="warp divergence"):
         run_target(k.build(), [])
 

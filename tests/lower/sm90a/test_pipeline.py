@@ -22,7 +22,8 @@ from tessera.ir.dialects.target import For, If
 from tessera.ir.dialects.target.async_ops import MbarrierInit, MbarrierWait, WgmmaWait
 from tessera.ir.dialects.target.check import check_kernel
 from tessera.ir.dialects.target.ops import Bar, SharedAlloc
-from tessera.ir.dialects.target.warp_ops import ElectSync, SetMaxNReg
+from tessera.ir.dialects.target.ptx_ops import Elect
+from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 
 #: the corrected seed kernels (examples/kernels/ runs them from here)
 KERNELS = Path(__file__).resolve().parents[3] / "tessera" / "conformance" / "kernels"
@@ -68,7 +69,7 @@ def test_structure_of_the_default_128x128x64_gemm() -> None:
     producer, consumer = (r.block for r in sp.regions)
     regs = [i.op for i in walk(fn.body) if isinstance(i.op, SetMaxNReg)]
     assert [(r.count, r.inc) for r in regs] == [(40, False), (232, True)]
-    assert any(isinstance(i.op, ElectSync) for i in walk(producer))
+    assert any(isinstance(i.op, Elect) for i in walk(producer))
     inits = [i for i in walk(fn.body) if isinstance(i.op, MbarrierInit)]
     stages = len(inits) // 2
     assert stages >= 3 and sorted({i.op.count for i in inits}) == [1, 128]
@@ -86,7 +87,7 @@ def test_ptx_text_of_the_pipeline() -> None:
     ptx = compile_gemm(256, 256, 512, (128, 128, 64)).ptx
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
-    assert re.search(r"elect\.sync _\|%p\d+, 0xffffffff;", ptx)
+    assert re.search(r"elect\.sync %r\d+\|%p\d+, 0xFFFFFFFF;", ptx)
     assert ".maxntid 256, 1, 1" in ptx and ".maxnreg 136" in ptx
     # every K loop of the kernel (producer and consumer) runs without bar.sync
     for body in re.findall(r"(\$L__for_\d+):(.*?)\$L__endfor", ptx, re.S):

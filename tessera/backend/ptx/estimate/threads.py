@@ -34,7 +34,7 @@ def split_threads(pred: Value, threads: range) -> tuple[range, range]:
     ``elect.sync`` (one thread of each warp); otherwise every thread is charged both
     regions (a divergent warp runs both)."""
     owner = pred.owner
-    if isinstance(owner, Instr) and owner.op.name == "ptx.elect_sync":
+    if isinstance(owner, Instr) and owner.op.name == "ptx.elect":
         return range(threads.start, threads.stop, max(32, threads.step)), threads
     if not (isinstance(owner, Instr) and isinstance(owner.op, target_ops.Setp)
             and owner.op.cmp in _FLIP):

@@ -16,7 +16,6 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import RegType
 
 #: ``setmaxnreg`` takes a multiple of 8 in this range (PTX ISA sec. 9.7.19.6)
 MAXNREG_RANGE = (24, 256)
@@ -43,18 +42,4 @@ class SetMaxNReg(Op):
         return ()
 
 
-@register_op
-@dataclass(frozen=True)
-class ElectSync(Op):
-    """``elect.sync _|p, 0xffffffff``: the predicate is true on exactly one thread of
-    the (converged) warp, its lowest active lane."""
-
-    name: ClassVar[str] = "ptx.elect_sync"
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 0)
-        return (RegType("pred"),)
-
-
-__all__ = ["MAXNREG_RANGE", "ElectSync", "SetMaxNReg"]
+__all__ = ["MAXNREG_RANGE", "SetMaxNReg"]
