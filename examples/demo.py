@@ -188,10 +188,12 @@ def main() -> None:
         print(f"{target}: {compiled.ptx.count(chr(10))} lines of PTX ({wgmma}), ptxas: "
               f"{stats.registers} registers, {stats.spill_stores} bytes spilled; the "
               "Target IR interpreter gives the tile interpreter's bits")
-    print("Built: the graph level (examples/*.py, docs/user-guide.md), tile kernels with "
-          "sanitizers and autotuning\n(examples/kernels/*.py, docs/kernels.md), the "
-          "NVL72 mesh simulator ts.dist (docs/distributed.md,\ndocs/parallelism.md, "
-          "docs/cost-model.md) and the PTX backend (docs/ptx-backend.md).")
+    print("Built: the graph level (examples/*.py, docs/user-guide.md), the Schedule IR that "
+          "fuses graph\nprograms into kernels (docs/schedule.md), tile kernels with "
+          "sanitizers and autotuning\n(examples/kernels/*.py, docs/kernels.md), the NVL72 "
+          "mesh simulator ts.dist (docs/distributed.md),\nthe PTX backend and a PTX "
+          "checker for anyone's PTX (docs/ptx-backend.md), and the conformance\nsuite "
+          "(tessera conformance).")
     print(f"\ndemo finished in {time.perf_counter() - start:.1f} s")
 
 
