@@ -121,8 +121,9 @@ def mem_type(elem: str) -> str:
 
 
 def arith_type(elem: str) -> str:
-    """The type suffix of arithmetic: untyped ``bN`` registers compute as ``uN``."""
-    return "u" + elem[1:] if elem[0] == "b" else elem
+    """The type suffix of arithmetic: untyped ``bN`` registers compute as ``uN``
+    (``bf16`` and ``bf16x2`` are float types and keep their names)."""
+    return "u" + elem[1:] if elem[0] == "b" and elem[1:].isdigit() else elem
 
 
 def immediate(value: Any, elem: str) -> str:

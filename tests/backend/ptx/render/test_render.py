@@ -489,3 +489,18 @@ def test_wgmma_transpose_immediates_follow_the_op() -> None:
     ptx = ts.compile_kernel(GEMM, a, b, c, target="sm_90a", tile_shape=(64, 64, 64)).ptx
     lines = [t for t in ptx.splitlines() if "wgmma.mma_async" in t]
     assert lines and all(t.rstrip().endswith(", 1, 1, 0, 1;") for t in lines)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_bf16_arithmetic_keeps_its_type_name(op: str, tmp_path: Path) -> None:
+    """bf16 is a float type: ``add.rn.bf16`` (sm_90), never an untyped ``bN`` register's
+    ``uN`` suffix (a ``.uf16`` that ptxas rejects)."""
+    from tests.interp.target.kit import Kernel
+
+    k = Kernel("bf16_arith", [RegType("u64")], block=(32,), target="sm_90a")
+    x = k.const(1.5, "bf16")
+    y = k.bin(op, "bf16", x, x, mode="rn")
+    k.st("global", "bf16", k.elem_addr(k.args[0], k.tid(), 2), y)
+    text = render(k.build())
+    assert f"{op}.rn.bf16 " in text and "uf16" not in text
+    ptxas(text, "sm_90a", tmp_path)
