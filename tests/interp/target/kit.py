@@ -143,9 +143,10 @@ class Kernel:
 
 
 def run_map(body: Callable[[Kernel, list[Value]], Value], inputs: Sequence[Any],
-            types: Sequence[str], out: str, *, block: int = 64) -> Any:
+            types: Sequence[str], out: str, *, block: int = 64, target: str = "sm_80") -> Any:
     """Run ``out[i] = body(x0[i], x1[i], ...)`` with one thread per element: each input
-    is loaded with ``ld.global.<type>``, the result stored with ``st.global.<out>``."""
+    is loaded with ``ld.global.<type>``, the result stored with ``st.global.<out>``
+    (``target``: an instruction that exists from sm_90 on needs ``"sm_90a"``)."""
     import numpy as np
 
     from tessera.interp.target import run_target
@@ -153,7 +154,8 @@ def run_map(body: Callable[[Kernel, list[Value]], Value], inputs: Sequence[Any],
 
     n = len(inputs[0])
     assert n % block == 0
-    k = Kernel("map", [U64] * (len(inputs) + 1), block=(block,), grid=(n // block, 1, 1))
+    k = Kernel("map", [U64] * (len(inputs) + 1), block=(block,), grid=(n // block, 1, 1),
+               target=target)
     i = k.gtid()
     xs = [k.ld("global", t, k.elem_addr(p, i, DTYPES[t].itemsize))
           for p, t in zip(k.args, types)]

@@ -43,7 +43,8 @@ def test_cvt_float_rounding_modes(mode: str, to: str, frm: str) -> None:
     x[:5] = [65520.0, -65520.0, 3.3e38, 1e-45, -1e-45]
     x = x.astype(np.float32 if frm == "f32" else np.float64)
     dt = {"bf16": BF16, "f16": np.float16, "f32": np.float32}[to]
-    got = run_map(lambda k, v: k.cvt(to, frm, v[0], rnd=mode), [x], [frm], to)
+    target = "sm_90a" if (to, frm) == ("bf16", "f64") else "sm_80"  # cvt.bf16.f64: sm_90
+    got = run_map(lambda k, v: k.cvt(to, frm, v[0], rnd=mode), [x], [frm], to, target=target)
     want = np.array([round_ref(Fraction(float(v)), to, mode) if v else float(v)
                      for v in x]).astype(dt)  # zeros convert exactly, sign included
     same_bits(got, want)
@@ -87,7 +88,8 @@ def test_cvt_integer_to_float_rounds_once() -> None:
     got = run_map(lambda k, v: k.cvt("f32", "s32", v[0], rnd="rn"), [ints], ["s32"], "f32")
     same_bits(got, np.array([round_ref(Fraction(int(v)), "f32") for v in ints], np.float32))
     big = (np.random.default_rng(5).integers(2**53, 2**62, 64) | 1).astype(np.int64)
-    got = run_map(lambda k, v: k.cvt("bf16", "s64", v[0], rnd="rn"), [big], ["s64"], "bf16")
+    got = run_map(lambda k, v: k.cvt("bf16", "s64", v[0], rnd="rn"), [big], ["s64"], "bf16",
+                  target="sm_90a")  # cvt.bf16.s64 exists from sm_90 on
     same_bits(got, np.array([round_ref(Fraction(int(v)), "bf16") for v in big]).astype(BF16))
 
 

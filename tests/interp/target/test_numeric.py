@@ -215,7 +215,7 @@ def test_bf16_arithmetic_rounds_once_to_bf16() -> None:
     rng = np.random.default_rng(8)
     x, y = (rng.standard_normal(128).astype(BF16) for _ in range(2))
     got = run_map(lambda k, v: k.bin("add", "bf16", *v, mode="rn"), [x, y],
-                  ["bf16", "bf16"], "bf16")
+                  ["bf16", "bf16"], "bf16", target="sm_90a")
     want = [round_ref(Fraction(float(a)) + Fraction(float(b)), "bf16") for a, b in zip(x, y)]
     same_bits(got, np.array(want).astype(BF16))
 

@@ -80,6 +80,9 @@ def _binary(e: PtxWriter, instr: Instr) -> None:
         mode = "lo"  # integer mul must say which half of the product it keeps
     if not mode and op.op == "div" and kind == "f":
         mode = "rn"  # a float div needs a rounding mode (IEEE round-to-nearest-even)
+    if op.type == "bf16" and op.op in ("add", "sub", "mul"):
+        e.sm90(instr)  # add/sub/mul.bf16: sm_90, PTX 7.8 (sm_80 has fma.rn.bf16 only)
+        e.require((7, 8))
     a, b = (e.regs.one(v) for v in instr.operands)
     name = ".".join(p for p in (op.op, mode, _binary_type(op)) if p)
     e.out(f"{name} {e.regs.one(instr.result)}, {a}, {b};")
@@ -141,6 +144,13 @@ def _cvt(e: PtxWriter, instr: Instr) -> None:
         rnd = "rzi"  # float -> int must round; truncation is C's conversion
     if op.sat == "satfinite":
         e.require((8, 1))
+    if "bf16" in (op.to, op.frm):  # (scalar bf16; the packed bf16x2 forms are sm_80's)
+        other = op.frm if op.to == "bf16" else op.to
+        if other == "f32":
+            e.require((7, 1))  # cvt.f32.bf16: PTX ISA 7.1 (ptxas says so)
+        elif other != "bf16":
+            e.sm90(instr)  # bf16 to or from f16, f64 or an integer: sm_90, PTX 7.8
+            e.require((7, 8))
     name = ".".join(p for p in ("cvt", rnd, op.sat, op.to, op.frm) if p)
     srcs = ", ".join(e.regs.one(v) for v in instr.operands)
     e.out(f"{name} {e.regs.one(instr.result)}, {srcs};")

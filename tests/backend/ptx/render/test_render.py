@@ -504,3 +504,34 @@ def test_bf16_arithmetic_keeps_its_type_name(op: str, tmp_path: Path) -> None:
     text = render(k.build())
     assert f"{op}.rn.bf16 " in text and "uf16" not in text
     ptxas(text, "sm_90a", tmp_path)
+
+
+@pytest.mark.parametrize(("build", "what"), [
+    (lambda k: k.bin("add", "bf16", k.const(1.5, "bf16"), k.const(1.5, "bf16"), mode="rn"),
+     "bin"),
+    (lambda k: k.cvt("bf16", "f64", k.const(1.5, "f64"), rnd="rn"), "cvt"),
+    (lambda k: k.cvt("bf16", "s32", k.const(3, "s32"), rnd="rn"), "cvt"),
+])
+def test_sm90_bf16_forms_are_refused_on_sm80(build: Callable, what: str) -> None:
+    """bf16 add/sub/mul and conversions between bf16 and anything but f32 exist from
+    sm_90 on (ptxas: "requires .target sm_90 or higher"): refused when rendering, at the
+    instruction, instead of failing in ptxas."""
+    from tests.interp.target.kit import Kernel
+
+    k = Kernel("bf16_sm80", [RegType("u64")], block=(32,), target="sm_80")
+    k.st("global", "bf16", k.elem_addr(k.args[0], k.tid(), 2), build(k))
+    with pytest.raises(RenderError, match=f"ptx.{what}.*needs target sm_90a"):
+        render(k.build())
+
+
+def test_cvt_f32_from_bf16_declares_ptx_7_1(tmp_path: Path) -> None:
+    """cvt.f32.bf16 needs PTX ISA 7.1 (ptxas refuses it under an older .version)."""
+    from tests.interp.target.kit import Kernel
+
+    k = Kernel("bf16_f32", [RegType("u64")], block=(32,), target="sm_80")
+    v = k.cvt("f32", "bf16", k.const(1.5, "bf16"))
+    k.st("global", "f32", k.elem_addr(k.args[0], k.tid(), 4), v)
+    text = render(k.build())
+    version = tuple(int(x) for x in text.split(".version ")[1].split()[0].split("."))
+    assert version >= (7, 1)
+    ptxas(text, "sm_80", tmp_path)
