@@ -124,9 +124,10 @@ def run_concurrently(m: Machine, arms: Sequence[Callable[[], list[Any]]]) -> lis
     try:
         for t in threads:
             t.start()
+        # The baton starts with arm 0 (Scheduler.turn). It is not handed out again here:
+        # arm 0 may already have run to its end and passed it on before this thread gets
+        # the lock, and taking it back would leave the next arm waiting forever.
         with sched.cond:
-            sched.turn = 0
-            sched.cond.notify_all()
             sched.cond.wait_for(lambda: all(sched.done) or sched.abort)
             sched.abort = sched.abort or not all(sched.done)
             sched.cond.notify_all()
