@@ -102,25 +102,21 @@ class TargetProgram:
     def run_cuda(self, args: list[Any]) -> list[np.ndarray]:
         """Assemble the kernels and run the host program on GPU 0: each launch stages
         the buffers it binds on the device and copies them back."""
-        from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays
-        from tessera.backend.ptx.driver.tensormap import encode
-        from tessera.interp.target.program import kernel_arguments, program_buffers
+        from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
+        from tessera.interp.target.program import kernel_arguments
 
-        buffers = program_buffers(self.tile, args)
+        buffers = self.tile.bind(args, copy=True)
         by_name = {k.name: k for k in self.kernels}
-        cubins = {k.name: k.assemble().cubin for k in self.kernels}
+        cubins = {k.name: k.compiled.assemble(arch=device_arch(self.target)).cubin
+                  for k in self.kernels}
         for step in self.tile.launches:
             k = by_name[step.kernel].compiled
-            arrays = [buffers[a] for a in step.args]
-            targs = kernel_arguments(k.kernel, arrays)
+            targs = kernel_arguments(k.kernel, [buffers[a] for a in step.args])
             with CudaModule(cubins[k.name]) as module:
                 fn = module.function(k.name, k.signature)
                 staged = [a for a in targs if isinstance(a, np.ndarray)]
                 with DeviceArrays(module.driver, staged) as dev:
-                    values = [encode(a.tensor_map(dev.pointer(a.array))) if hasattr(a, "box")
-                              else dev.pointer(a) if isinstance(a, np.ndarray) else a
-                              for a in targs]
-                    module.launch(fn, k.grid, k.block, 0, values)
+                    module.launch(fn, k.grid, k.block, k.shared_bytes, dev.values(targs))
         return [buffers[name] for name in self.tile.results]
 
 

@@ -19,29 +19,6 @@ from tessera.errors import ArgumentError
 from tessera.ir.core import Function
 from tessera.ir.dialects.target import RegType, TensorMapType
 from tessera.ir.transforms.to_tile import TileProgram
-from tessera.numerics import storage_of
-
-
-def program_buffers(program: TileProgram, args: Sequence[Any]) -> dict[str, np.ndarray]:
-    """Every global buffer of ``program``: the arguments (checked against the types the
-    program was generated for, then copied: kernels never write them, but the
-    interpreters want writeable arrays) and zeros for what kernels write."""
-    if len(args) != len(program.inputs):
-        raise ArgumentError(f"{program.name} takes {len(program.inputs)} arguments, got "
-                            f"{len(args)}")
-    buffers: dict[str, np.ndarray] = {}
-    for name, value in zip(program.inputs, args):
-        t = program.buffers[name]
-        a = np.asarray(value)
-        want = storage_of(t.element).np_dtype
-        if a.shape != tuple(t.shape) or a.dtype != want:
-            raise ArgumentError(f"{program.name}: argument {name!r} is {a.dtype}{list(a.shape)}"
-                                f", the program was generated for {t}")
-        buffers[name] = np.array(a, copy=True)
-    for name, t in program.buffers.items():
-        if name not in buffers:
-            buffers[name] = np.zeros(tuple(t.shape), storage_of(t.element).np_dtype)
-    return buffers
 
 
 def kernel_arguments(kernel: Function, arrays: Sequence[np.ndarray]) -> list[Any]:
@@ -74,11 +51,11 @@ def run_lowered_program(program: TileProgram, kernels: Mapping[str, Function],
     ``tile.kernel``'s name to its ``ptx.kernel``) in the Target IR interpreter."""
     from tessera.interp.target.runner import run_target
 
-    buffers = program_buffers(program, args)
+    buffers = program.bind(args, copy=True)  # the interpreter writes in place
     for step in program.launches:
         kernel = kernels[step.kernel]
         run_target(kernel, kernel_arguments(kernel, [buffers[a] for a in step.args]))
     return [buffers[name] for name in program.results]
 
 
-__all__ = ["kernel_arguments", "program_buffers", "run_lowered_program"]
+__all__ = ["kernel_arguments", "run_lowered_program"]

@@ -14,10 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import ArgumentError
 from tessera.interp.tile import LaunchGeometry, PreparedKernel, launch, prepare
 from tessera.ir.transforms.to_tile import TileProgram
-from tessera.numerics import storage_of
 
 #: prepared kernels by program and mode (a program is immutable once generated)
 _PREPARED: dict[tuple[int, str, bool], tuple[TileProgram, PreparedKernel]] = {}
@@ -35,21 +33,7 @@ def run_program(program: TileProgram, args: Sequence[Any], mode: str = "checked"
                 schedule: str = "auto") -> list[np.ndarray]:
     """Run ``program`` on ``args`` (one array per input buffer); ``mode`` is the tile
     simulator's ``"checked"`` (sanitizers on, exact numerics) or ``"fast"``."""
-    if len(args) != len(program.inputs):
-        raise ArgumentError(f"{program.name} takes {len(program.inputs)} arguments, got "
-                            f"{len(args)}")
-    buffers: dict[str, np.ndarray] = {}
-    for name, value in zip(program.inputs, args):
-        t = program.buffers[name]
-        a = np.asarray(value)
-        want = storage_of(t.element).np_dtype
-        if a.shape != tuple(t.shape) or a.dtype != want:
-            raise ArgumentError(f"{program.name}: argument {name!r} is {a.dtype}{list(a.shape)}"
-                                f", the program was generated for {t}")
-        buffers[name] = a
-    for name, t in program.buffers.items():
-        if name not in buffers:
-            buffers[name] = np.zeros(tuple(t.shape), storage_of(t.element).np_dtype)
+    buffers = program.bind(args)
     fast = mode == "fast"
     for step in program.launches:
         compiled = _prepared(program, step.kernel, fast)

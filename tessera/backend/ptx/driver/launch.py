@@ -257,6 +257,16 @@ class DeviceArrays:
             raise
         return self
 
+    def values(self, args: Sequence[Any]) -> list[Any]:
+        """Launch values of ``args``: a staged array's device address, a tensor-map
+        argument (an ``array`` with a ``tensor_map(address)``, as the Target IR
+        interpreter's) encoded over its array's device copy, anything else as is."""
+        from tessera.backend.ptx.driver.tensormap import encode
+
+        return [self.pointer(a) if isinstance(a, np.ndarray)
+                else encode(a.tensor_map(self.pointer(a.array))) if hasattr(a, "tensor_map")
+                else a for a in args]
+
     def pointer(self, a: np.ndarray) -> int:
         """The device address of ``a``: a staged array, or a view into the memory of a
         staged array that was staged in place (C-contiguous)."""

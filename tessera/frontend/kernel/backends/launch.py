@@ -83,7 +83,6 @@ def on_device(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
     """Load ``compiled`` on GPU 0 (assembled for its architecture) and copy ``args``
     there; on a normal exit the arrays are copied back into the caller's."""
     from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
-    from tessera.backend.ptx.driver.tensormap import encode
 
     prep, _ = kernel.specialise(tuple(args), dict(launch_kw))
     targs, out = target_arguments(compiled, prep.runtime)
@@ -92,16 +91,8 @@ def on_device(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
         fn = module.function(compiled.name, compiled.signature)
         staged = [a for a in targs if isinstance(a, np.ndarray)]
         with DeviceArrays(module.driver, staged) as dev:
-            values = []
-            for a in targs:
-                if isinstance(a, np.ndarray):
-                    values.append(dev.pointer(a))
-                elif hasattr(a, "box"):  # a TensorMapArg: encode over the device copy
-                    values.append(encode(a.tensor_map(dev.pointer(a.array))))
-                else:
-                    values.append(a)
-            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, values, prep, out,
-                               compiled.shared_bytes)
+            yield DeviceLaunch(module, fn, compiled.grid, compiled.block, dev.values(targs),
+                               prep, out, compiled.shared_bytes)
 
 
 def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],

@@ -14,11 +14,16 @@ results. ``str()`` prints the program::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from tessera.errors import ArgumentError
 from tessera.ir.core import Function, Module
 from tessera.ir.types import TensorType
+from tessera.numerics import storage_of
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,26 @@ class TileProgram:
     def kernels(self) -> list[Function]:
         """The generated ``tile.kernel`` functions, in launch order."""
         return [self.module.functions[launch.kernel] for launch in self.launches]
+
+    def bind(self, args: Sequence[Any], *, copy: bool = False) -> dict[str, np.ndarray]:
+        """Every global buffer of a run on ``args``: the arguments (checked against the
+        types the program was generated for; copied with ``copy``, for a runner that
+        wants writeable arrays) and zeros for what the kernels write."""
+        if len(args) != len(self.inputs):
+            raise ArgumentError(f"{self.name} takes {len(self.inputs)} arguments, got "
+                                f"{len(args)}")
+        buffers: dict[str, np.ndarray] = {}
+        for name, value in zip(self.inputs, args):
+            t = self.buffers[name]
+            a = np.asarray(value)
+            if a.shape != tuple(t.shape) or a.dtype != storage_of(t.element).np_dtype:
+                raise ArgumentError(f"{self.name}: argument {name!r} is {a.dtype}"
+                                    f"{list(a.shape)}, the program was generated for {t}")
+            buffers[name] = np.array(a, copy=True) if copy else a
+        for name, t in self.buffers.items():
+            if name not in buffers:
+                buffers[name] = np.zeros(tuple(t.shape), storage_of(t.element).np_dtype)
+        return buffers
 
     def host_text(self) -> str:
         """The host program as text (buffers, launches, results)."""

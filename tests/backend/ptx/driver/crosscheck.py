@@ -45,7 +45,6 @@ def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
     """Launch the ``ptx.kernel`` ``fn`` on copies of ``args``; the copies, after the run."""
     from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
     from tessera.backend.ptx.driver.params import entry_signature
-    from tessera.backend.ptx.driver.tensormap import encode
     from tessera.backend.ptx.render import render
     from tessera.interp.target.runner import TensorMapArg, _geometry
     from tessera.lower.shared import shared_plan
@@ -59,9 +58,7 @@ def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
     with CudaModule(_cubin(ptx, device_arch(fn.attrs.get("target", "sm_80")))) as module:
         kernel = module.function(fn.name, entry_signature(ptx, fn.name))
         with DeviceArrays(module.driver, staged) as dev:
-            values = [encode(a.tensor_map(dev.pointer(a.array))) if isinstance(a, TensorMapArg)
-                      else dev.pointer(a) if isinstance(a, np.ndarray) else a for a in work]
-            module.launch(kernel, g, b, shared_plan(fn).dynamic_bytes, values)
+            module.launch(kernel, g, b, shared_plan(fn).dynamic_bytes, dev.values(work))
     return arrays
 
 
