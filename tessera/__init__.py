@@ -214,5 +214,7 @@ __getattr__, __dir__ = _lazy.attach(__name__, globals(), {
     **_lazy.names("tessera.frontend.kernel.backends.compile", "compile_kernel"),
     **_lazy.names("tessera.frontend.kernel.backends.launch", "aot", "launch"),
     **_lazy.names("tessera.frontend.kernel.backends.check", "check_against_reference"),
+    # pictures of a DistTensor's blocks (and the explain pages' other drawings)
+    **_lazy.names("tessera.explain.sharding", "visualize_sharding"),
 })
 __all__ += ["aot", "check_against_reference", "compile_kernel", "launch"]

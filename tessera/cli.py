@@ -10,6 +10,7 @@
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
     tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
+    tessera explain FILE.py:FUNC [--arg ...] --html out.html (tessera.explain.command)
 
 ``FUNC`` is a ``@ts.kernel`` or a graph function (a plain ``def`` or ``@ts.jit``); its
 example arguments are ``--arg``/``--const`` options (zeros of a statically annotated
@@ -37,6 +38,7 @@ from tessera import cli_ptx
 from tessera.cli_examples import examples_needed
 from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
+from tessera.explain.command import add_parser as add_explain_parser
 
 
 def _load(target: str, args: argparse.Namespace) -> Any:
@@ -279,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_passes)
     add_conformance_parser(sub)
     cli_ptx.add_parser(sub)
+    add_explain_parser(sub)
     return parser
 
 

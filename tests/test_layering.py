@@ -34,7 +34,8 @@ LAYERS: list[tuple[str, ...]] = [
     # (the conformance suite checks the whole package; the command line offers it)
     ("tessera.graph", "tessera.op", "tessera.tile", "tessera.cli", "tessera.cli_examples",
      "tessera.cli_ptx",
-     "tessera.__main__", "tessera", "tessera.conformance"),
+     "tessera.__main__", "tessera", "tessera.conformance",
+     "tessera.explain"),  # pages over every level, for the command line and notebooks
 ]
 PACKAGE = Path(tessera.__file__).parent
 
