@@ -196,6 +196,11 @@ class Function:
 
         return print_function(self)
 
+    def _repr_html_(self) -> str:  # a notebook shows the text in a monospace box
+        from tessera.explain.notebook import ir_html
+
+        return ir_html(self)
+
 
 @dataclass(eq=False)
 class Module:
@@ -212,6 +217,11 @@ class Module:
         from tessera.ir.text import print_module
 
         return print_module(self)
+
+    def _repr_html_(self) -> str:  # a notebook shows the text in a monospace box
+        from tessera.explain.notebook import ir_html
+
+        return ir_html(self)
 
 
 class Builder:

@@ -200,6 +200,11 @@ class DistTensor(DistValue, Operators):
         where = ", ".join(f"{a}: {self._describe(a)}" for a in self._mesh.axes)
         return f"DistTensor(shape={self._shape}, element={self._element}, {where})"
 
+    def _repr_html_(self) -> str:  # a notebook shows which device holds which block
+        from tessera.explain.notebook import dist_html
+
+        return dist_html(self)
+
     def _describe(self, axis: str) -> str:
         p = self.placement(axis)
         return f"sharded(dim {self.sharded_dim(axis)})" if p == SHARDED else p

@@ -191,6 +191,11 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return f"<tessera lowered {self.fn.name}: {len(self.tile.launches)} kernel(s)>"
 
+    def _repr_html_(self) -> str:  # a notebook shows every stage
+        from tessera.explain.notebook import program_html
+
+        return program_html(self)
+
 
 def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET) -> str:
     """The text of one stage of a specialisation (``ts.inspect_ir`` and ``ir``)."""
