@@ -1,7 +1,9 @@
 """The two reports of a run: a self-contained HTML page and JUnit XML.
 
 The HTML page has no script and loads nothing: one table, a line per case with its
-id, specification reference, outcome, duration and message, under a summary line.
+id, specification reference, outcome, duration and message, under a summary line. A
+failing case that launched a kernel links to that kernel's explain page (made beside
+the report, for failing cases only: :mod:`tessera.explain.failures`).
 The XML follows the JUnit schema CI tools read (``testsuites/testsuite/testcase`` with
 ``failure``, ``error`` and ``skipped`` children); a case's ``classname`` is
 ``tessera.conformance.<area>``.
@@ -32,12 +34,16 @@ code { font-size: 0.95em; }
 """
 
 
-def to_html(report: Report, title: str = "Tessera conformance") -> str:
-    """The report as one HTML page (UTF-8, inline style, no network)."""
+def to_html(report: Report, title: str = "Tessera conformance",
+            pages: dict[str, str] | None = None) -> str:
+    """The report as one HTML page (UTF-8, inline style, no network); ``pages`` maps
+    a case id to the (relative) address of its explain page."""
     esc = html.escape
     rows = []
     for r in report.results:
         message = f"<pre>{esc(r.message)}</pre>" if r.message else ""
+        if pages and r.case.id in pages:
+            message += f'<a class="explain" href="{esc(pages[r.case.id])}">explain page</a>'
         rows.append(
             f'<tr class="{r.outcome}" id="{esc(r.case.id)}"><td><code>{esc(r.case.id)}</code>'
             f"<br><small>{esc(r.case.doc)}</small></td><td>{esc(r.case.spec)}</td>"
@@ -90,8 +96,17 @@ def to_junit(report: Report) -> ET.ElementTree:
 
 
 def write_html(report: Report, path: str | Path) -> None:
-    """Write :func:`to_html` to ``path``."""
-    Path(path).write_text(to_html(report), encoding="utf-8")
+    """Write :func:`to_html` to ``path``, with explain pages for the failing cases in
+    the folder ``<report name>-explain`` beside it."""
+    path = Path(path)
+    pages: dict[str, str] = {}
+    if not report.ok:
+        from tessera.explain.failures import failure_pages
+
+        folder = path.parent / f"{path.stem}-explain"
+        pages = {case: f"{folder.name}/{page.name}"
+                 for case, page in failure_pages(report, folder).items()}
+    path.write_text(to_html(report, pages=pages), encoding="utf-8")
 
 
 def write_junit(report: Report, path: str | Path) -> None:
