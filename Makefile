@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+	@echo "The GEMM kernel's explain page (source, IR levels and PTX linked; tile map):"
+	@$(PY) examples/explain/gemm_page.py build/explain/gemm.html
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check tessera tests examples benchmarks
