@@ -18,24 +18,24 @@ _COLUMNS = ("kernel", "registers", "shared bytes", "spill stores", "spill loads"
             "stack frame")
 
 
-def _stats_rows(kernels: Sequence[Any]) -> tuple[list[list[str]], str]:
-    """ptxas's numbers per kernel, or no rows and the reason."""
-    rows = []
+def _stats(kernels: Sequence[Any]) -> tuple[list[Any], str]:
+    """ptxas's statistics per kernel (one assembly each), or Nones and the reason."""
+    found = []
     for k in kernels:
         try:
-            s = k.assemble().stats[k.name]
+            found.append(k.assemble().stats[k.name])
         except (TesseraError, OSError) as err:
-            return [], f"ptxas statistics unavailable: {err}"
-        rows.append([k.name, str(s.registers), str(s.smem), str(s.spill_stores),
-                     str(s.spill_loads), str(s.stack_frame)])
-    return rows, ""
+            return [None] * len(kernels), f"ptxas statistics unavailable: {err}"
+    return found, ""
 
 
-def _estimate(kernel: Any, arrays: Sequence[Any]) -> str:
-    from tessera.backend.ptx.estimate import estimate_compiled, format_estimate
+def _estimate(kernel: Any, registers: int | None, arrays: Sequence[Any]) -> str:
+    from tessera.backend.ptx.estimate import H100_SXM, estimate, format_estimate
 
+    unique = sum(getattr(a, "nbytes", 0) for a in arrays) or None
     try:
-        return format_estimate(estimate_compiled(kernel, arrays))
+        return format_estimate(estimate(kernel.kernel, H100_SXM, registers=registers,
+                                        unique_bytes=unique))
     except (TesseraError, ValueError, KeyError, NotImplementedError) as err:
         return f"no estimate: {type(err).__name__}: {err}"
 
@@ -45,17 +45,20 @@ def section(kernels: Sequence[Any], arrays: Sequence[Any]) -> str:
     ``CompiledKernel``s; none when the kernel did not lower)."""
     if not kernels:
         return '<p class="muted">No PTX: the kernel did not lower (see the PTX panel).</p>'
-    rows, why = _stats_rows(kernels)
+    stats, why = _stats(kernels)
     parts = []
-    if rows:
-        head = "".join(f"<th>{escape(c)}</th>" for c in _COLUMNS)
-        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>"
-                       for r in rows)
-        parts.append(f'<table class="stats"><tr>{head}</tr>{body}</table>')
-    else:
+    if why:
         parts.append(f'<p class="muted">{escape(why)}</p>')
-    for k in kernels:
-        parts.append(f'<pre class="estimate">{escape(_estimate(k, arrays))}</pre>')
+    else:
+        head = "".join(f"<th>{escape(c)}</th>" for c in _COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in (
+                k.name, s.registers, s.smem, s.spill_stores, s.spill_loads, s.stack_frame))
+            + "</tr>" for k, s in zip(kernels, stats))
+        parts.append(f'<table class="stats"><tr>{head}</tr>{body}</table>')
+    for k, s in zip(kernels, stats):
+        registers = int(s.registers) if s is not None else None
+        parts.append(f'<pre class="estimate">{escape(_estimate(k, registers, arrays))}</pre>')
     return "\n".join(parts)
 
 

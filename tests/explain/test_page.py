@@ -86,3 +86,21 @@ def test_write_is_atomic(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["page.html"]
     page_mod.write("<html></html>", out)
     assert out.read_text() == "<html></html>"
+
+
+def test_resources_are_ptxas_statistics_and_the_estimate() -> None:
+    from tessera.backend.ptx.estimate import estimate_compiled, format_estimate
+
+    args = subjects.saxpy_arguments()
+    ex = explain_kernel(subjects.saxpy, args)
+    html = dict(ex.sections)["Resources"]
+    compiled = compile_kernel(subjects.saxpy, **args)
+    try:
+        stats = compiled.assemble().stats["saxpy"]
+    except (TesseraError, OSError) as err:
+        assert "ptxas statistics unavailable" in html and str(err)[:40] in unescape(html)
+    else:
+        assert f"<td>saxpy</td><td>{stats.registers}</td><td>{stats.smem}</td>" in html
+    arrays = [v for v in args.values() if isinstance(v, np.ndarray)]
+    want = format_estimate(estimate_compiled(compiled, arrays))
+    assert want in unescape(html)
