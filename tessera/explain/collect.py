@@ -39,6 +39,7 @@ class Explanation:
 def python_source(fn: Any) -> tuple[str, int, list[str]]:
     """(file, first line, lines) of a function's source, read through ``linecache`` so
     that a function defined in a notebook cell (whose "file" exists only there) works."""
+    fn = inspect.unwrap(fn)  # a decorator's wrapper (functools.wraps) names the function
     code = fn.__code__
     file = code.co_filename
     lines = linecache.getlines(file, fn.__globals__)

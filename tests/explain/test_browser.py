@@ -80,3 +80,19 @@ def test_example_pages_draw(browser: Any, tmp_path: Path, example: str, panels: 
     assert distinct_colours(screenshot_pixels(browser)) > 50
     browser.execute_script("document.querySelector('section.drawing').scrollIntoView()")
     assert distinct_colours(screenshot_pixels(browser)) > 20
+
+
+def test_hovering_a_dataflow_node_highlights_its_lines(browser: Any, tmp_path: Path) -> None:
+    import numpy as np
+
+    a = np.ones((4, 8), np.float32)
+    page = write_page(subjects.scaled_sum, tmp_path / "sum.html", a=a, b=a)
+    browser.get(page.as_uri())
+    line = subjects.line_of("c = a * 2.0 + b")
+    _hover(browser, f'svg.dataflow g.node[data-src="{line}"]')
+    assert len(_highlighted(browser, "source")) == 1
+    assert any("graph.mul" in t for t in _highlighted(browser, "graph"))
+    lit = browser.execute_script(
+        f"return document.querySelectorAll('svg.dataflow g.node.hl[data-src=\"{line}\"]')"
+        ".length")
+    assert lit >= 2  # every op of that line, in both drawings
