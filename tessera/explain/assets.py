@@ -58,7 +58,8 @@ table.stats td, table.stats th { border: 1px solid var(--rule); padding: 3px 10p
   text-align: right; }
 table.stats th { background: #f6f8fa; }
 pre.estimate { font-size: 12px; background: #f6f8fa; padding: 8px; border-radius: 4px; }
-pre.sharding { font-size: 13px; line-height: 1.2; }
+figure.sharding { margin: 4px 0 12px; }
+figure.sharding figcaption { font-size: 12px; color: var(--muted); }
 """
 
 JS = """

@@ -110,6 +110,11 @@ def _layout(nodes: list[Node]) -> tuple[float, float]:
     return PAD * 2 + width * GAP_X, PAD * 2 + 24 + len(layers) * GAP_Y
 
 
+def _fit(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, the cut marked (the node's title has it all)."""
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
 def svg(fn: Function, file: str) -> str:
     """The SVG drawing of ``fn`` (a ``graph.func`` or ``schedule.func``)."""
     nodes = _build(fn, file)
@@ -146,9 +151,9 @@ def svg(fn: Function, file: str) -> str:
         out.append(f'<g class="{cls}"{link}><rect x="{node.x:.0f}" y="{node.y:.0f}" '
                    f'width="{NODE_W}" height="{NODE_H}" rx="5"/>'
                    f'<text x="{node.x + NODE_W / 2:.0f}" y="{node.y + 15:.0f}">'
-                   f"{escape(node.label[:18])}</text>"
+                   f"{escape(_fit(node.label, 17))}</text>"
                    f'<text class="type" x="{node.x + NODE_W / 2:.0f}" y="{node.y + 29:.0f}">'
-                   f"{escape(node.detail[:22])}</text>"
+                   f"{escape(_fit(node.detail, 20))}</text>"
                    f"<title>{escape(node.label)} : {escape(node.detail)}"
                    f"{f' (line {node.src})' if node.src else ''}</title></g>")
     out.append("</svg>")

@@ -112,27 +112,49 @@ def visualize_sharding(t: Any, file: TextIO | None = None) -> None:
 
 
 @user_api
-def sharding_html(t: Any, width: int = 360) -> str:
-    """The picture of :func:`sharding_text` as an inline SVG figure."""
+def sharding_html(t: Any, side: int = 280) -> str:
+    """The picture of :func:`sharding_text` as an inline SVG figure, its longer side
+    ``side`` pixels (the array's proportions, within limits that keep labels legible)."""
     from tessera.explain.tiledraw import colour
 
     (rows, cols), found = blocks(t)
-    height = max(60, min(width, round(width * rows / max(cols, 1))))
+    longest = max(rows, cols, 1)
+    width = max(160, round(side * cols / longest)) if t.ndim else 160
+    height = max(48, round(side * rows / longest)) if t.ndim == 2 else 48
     parts = [f'<svg class="sharding" xmlns="http://www.w3.org/2000/svg" width="{width + 2}" '
              f'height="{height + 2}" viewBox="-1 -1 {width + 2} {height + 2}">']
     for k, ((r0, r1, c0, c1), devices) in enumerate(found.items()):
         x0, x1 = c0 * width / cols, c1 * width / cols
         y0, y1 = r0 * height / rows, r1 * height / rows
         parts.append(f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" '
-                     f'height="{y1 - y0:.1f}" fill="{colour(k)}" stroke="#333"/>'
-                     f'<text x="{(x0 + x1) / 2:.1f}" y="{(y0 + y1) / 2 + 4:.1f}" '
-                     f'text-anchor="middle" font-family="monospace" font-size="12">'
-                     f"{escape(', '.join(devices))}</text>")
+                     f'height="{y1 - y0:.1f}" fill="{colour(k)}" stroke="#333"/>')
+        lines = _wrap(devices, x1 - x0, y1 - y0)
+        top = (y0 + y1) / 2 - 7 * (len(lines) - 1) + 4
+        parts += [f'<text x="{(x0 + x1) / 2:.1f}" y="{top + 14 * i:.1f}" '
+                  f'text-anchor="middle" font-family="monospace" font-size="12">'
+                  f"{escape(line)}</text>" for i, line in enumerate(lines)]
     parts.append("</svg>")
     caption = escape(f"{t.shape} {t.element} on mesh {dict(zip(t.mesh.axes, t.mesh.shape))}")
     notes = "".join(f"<br>{escape(n)}" for n in _notes(t))
     return f'<figure class="sharding">{"".join(parts)}<figcaption>{caption}{notes}' \
            "</figcaption></figure>"
+
+
+def _wrap(devices: list[str], width: float, height: float) -> list[str]:
+    """The devices' label in lines that fit a box (12px monospace: ~7.3px a glyph,
+    14px a line); what does not fit ends in an ellipsis."""
+    room = max(3, int(width / 7.3) - 1)
+    lines: list[str] = []
+    for name in devices:
+        if lines and len(lines[-1]) + 2 + len(name) <= room:
+            lines[-1] += ", " + name
+        else:
+            lines.append(name[:room])
+    most = max(1, int(height / 14) - 1)
+    if len(lines) > most:
+        lines = lines[:most]
+        lines[-1] = lines[-1][:room - 1] + "…"
+    return lines
 
 
 def sections(arguments: dict[str, Any], fn: Any) -> list[tuple[str, str]]:

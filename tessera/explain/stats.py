@@ -44,7 +44,7 @@ def section(kernels: Sequence[Any], arrays: Sequence[Any]) -> str:
     """HTML of the statistics table and each kernel's estimate (``kernels`` are
     ``CompiledKernel``s; none when the kernel did not lower)."""
     if not kernels:
-        return '<p class="muted">No PTX: the kernel did not lower (see the PTX panel).</p>'
+        return '<p class="muted">No PTX to assemble (the PTX panel says why).</p>'
     stats, why = _stats(kernels)
     parts = []
     if why:
