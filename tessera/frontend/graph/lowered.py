@@ -110,12 +110,11 @@ def run_generated(compiled: Compiled, inputs: list[Tensor], mode: str, backend: 
                   target: str | None = None) -> Any:
     """Run a specialisation's generated kernels on ``backend`` ("tile", "target" or
     "cuda"); the output structure is the Python function's."""
-    from tessera.frontend.graph.dist_arg import DistArg
     from tessera.frontend.graph.jit import rebuild_outputs
+    from tessera.frontend.graph.lowered_mesh import on_mesh, run_on_mesh
 
-    if any(isinstance(t, DistArg) for t in inputs):
-        raise UnsupportedError(f"backend {backend!r} runs unplaced graph functions; placed "
-                               "functions run on their mesh", hint="use backend='interp'")
+    if on_mesh(compiled, inputs):  # every device's kernels, the collectives between them
+        return run_on_mesh(compiled, inputs, mode, backend, target or DEFAULT_TARGET)
     arrays = [t.array for t in inputs]
     if backend == "tile":
         from tessera.interp.tile.program import run_program
@@ -141,13 +140,40 @@ class CompiledProgram:
         self.backend = check_backend(backend)
 
     @property
+    def on_mesh(self) -> bool:
+        """Whether the function is placed on a mesh (compiled per device)."""
+        from tessera.frontend.graph.lowered_mesh import on_mesh
+
+        return on_mesh(self.compiled)
+
+    @property
+    def mesh(self) -> Any:
+        """The per-device program of a function placed on a mesh
+        (:class:`~tessera.mesh_sim.compiled.MeshProgram`)."""
+        from tessera.frontend.graph.lowered_mesh import mesh_program_of
+
+        if not self.on_mesh:
+            raise UnsupportedError(f"{self.fn.name} is not placed on a mesh",
+                                   hint="pass DistTensor arguments (ts.dist)")
+        return mesh_program_of(self.compiled, self.fn.mode)
+
+    @property
     def tile(self) -> TileProgram:
         """The kernels and host program (generated on first use)."""
+        if self.on_mesh:
+            raise UnsupportedError(f"{self.fn.name} is placed on a mesh: each device runs "
+                                   "tile programs between collectives",
+                                   hint="see .mesh, .kernels and .ir('tile')")
         return tile_program(self.compiled)
 
     @property
     def kernels(self) -> list[GeneratedKernel]:
-        """The generated kernels in launch order."""
+        """The generated kernels in launch order (on a mesh: device 0's, with every
+        device program's in ``.groups``)."""
+        if self.on_mesh:
+            from tessera.frontend.graph.lowered_mesh import mesh_kernels
+
+            return mesh_kernels(self.mesh)
         program = self.tile
         return [GeneratedKernel(program.module.functions[s.kernel], s.grid)
                 for s in program.launches]
@@ -155,7 +181,7 @@ class CompiledProgram:
     def ir(self, stage: str = "graph", *, target: str = DEFAULT_TARGET) -> str:
         """The text of ``stage``: "graph", "schedule", "tile" or "target" (the kernels
         lowered for ``target`` and the host program)."""
-        return stage_text(self.compiled, stage, target)
+        return stage_text(self.compiled, stage, target, self.fn.mode)
 
     def target(self, target: str = DEFAULT_TARGET) -> TargetProgram:
         """The kernels lowered for ``target`` (``.kernels``, ``.ptx()``, ``.seconds``)."""
@@ -189,13 +215,23 @@ class CompiledProgram:
         return run_compiled(compiled, inputs, self.fn.mode)
 
     def __repr__(self) -> str:
+        if self.on_mesh:
+            from tessera.frontend.graph.lowered_mesh import describe
+
+            return describe(self.fn.name, self.mesh)
         return f"<tessera lowered {self.fn.name}: {len(self.tile.launches)} kernel(s)>"
 
 
-def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET) -> str:
-    """The text of one stage of a specialisation (``ts.inspect_ir`` and ``ir``)."""
+def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET,
+               mode: str = "exact") -> str:
+    """The text of one stage of a specialisation (``ts.inspect_ir`` and ``ir``); the
+    later stages of a function placed on a mesh are its per-device programs."""
     if stage == "graph":
         return str(compiled.module)
+    from tessera.frontend.graph.lowered_mesh import mesh_program_of, mesh_stage_text, on_mesh
+
+    if stage in ("schedule", "tile", "target") and on_mesh(compiled):
+        return mesh_stage_text(mesh_program_of(compiled, mode), stage, target)
     if stage == "schedule":
         from tessera.ir.transforms.schedule import schedule_module
 
