@@ -18,6 +18,10 @@ backends:
   CUDA driver (a :class:`~tessera.backend.ptx.driver.GpuUnavailable` where there is no
   GPU).
 
+A function placed on a mesh (DistTensor arguments) is compiled per device: its stages,
+kernels and runs are those of :mod:`tessera.mesh_sim.compiled.stages` (docs/schedule.md,
+"On a mesh").
+
 ``ir("target", target=...)`` and ``ptx(target=...)`` are the lowered kernels' texts
 (:mod:`tessera.frontend.graph.lowered_target`); ``seconds`` times each stage of the
 compilation from Python to PTX.
@@ -45,6 +49,18 @@ BACKENDS = ("interp", "tile", "target", "cuda")
 
 #: the PTX target of ``backend="target"`` and of ``ir("target")`` / ``ptx()`` by default
 DEFAULT_TARGET = "sm_90a"
+
+
+def on_mesh(compiled: Compiled, inputs: list[Tensor] | None = None) -> bool:
+    """Whether a specialisation runs on a mesh (DistTensor arguments, placed types):
+    it is compiled per device (:mod:`tessera.mesh_sim.compiled`)."""
+    from tessera.frontend.graph.dist_arg import DistArg
+    from tessera.ir.types import TensorType
+
+    if inputs is not None and any(isinstance(t, DistArg) for t in inputs):
+        return True
+    return any(isinstance(a.type, TensorType) and a.type.sharding is not None
+               for a in compiled.function.args)
 
 
 def check_backend(backend: Any) -> str:
@@ -111,9 +127,10 @@ def run_generated(compiled: Compiled, inputs: list[Tensor], mode: str, backend: 
     """Run a specialisation's generated kernels on ``backend`` ("tile", "target" or
     "cuda"); the output structure is the Python function's."""
     from tessera.frontend.graph.jit import rebuild_outputs
-    from tessera.frontend.graph.lowered_mesh import on_mesh, run_on_mesh
 
     if on_mesh(compiled, inputs):  # every device's kernels, the collectives between them
+        from tessera.mesh_sim.compiled.stages import run_on_mesh
+
         return run_on_mesh(compiled, inputs, mode, backend, target or DEFAULT_TARGET)
     arrays = [t.array for t in inputs]
     if backend == "tile":
@@ -142,15 +159,13 @@ class CompiledProgram:
     @property
     def on_mesh(self) -> bool:
         """Whether the function is placed on a mesh (compiled per device)."""
-        from tessera.frontend.graph.lowered_mesh import on_mesh
-
         return on_mesh(self.compiled)
 
     @property
     def mesh(self) -> Any:
         """The per-device program of a function placed on a mesh
         (:class:`~tessera.mesh_sim.compiled.MeshProgram`)."""
-        from tessera.frontend.graph.lowered_mesh import mesh_program_of
+        from tessera.mesh_sim.compiled.stages import mesh_program_of
 
         if not self.on_mesh:
             raise UnsupportedError(f"{self.fn.name} is not placed on a mesh",
@@ -171,7 +186,7 @@ class CompiledProgram:
         """The generated kernels in launch order (on a mesh: device 0's, with every
         device program's in ``.groups``)."""
         if self.on_mesh:
-            from tessera.frontend.graph.lowered_mesh import mesh_kernels
+            from tessera.mesh_sim.compiled.stages import mesh_kernels
 
             return mesh_kernels(self.mesh)
         program = self.tile
@@ -216,7 +231,7 @@ class CompiledProgram:
 
     def __repr__(self) -> str:
         if self.on_mesh:
-            from tessera.frontend.graph.lowered_mesh import describe
+            from tessera.mesh_sim.compiled.stages import describe
 
             return describe(self.fn.name, self.mesh)
         return f"<tessera lowered {self.fn.name}: {len(self.tile.launches)} kernel(s)>"
@@ -228,9 +243,9 @@ def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET,
     later stages of a function placed on a mesh are its per-device programs."""
     if stage == "graph":
         return str(compiled.module)
-    from tessera.frontend.graph.lowered_mesh import mesh_program_of, mesh_stage_text, on_mesh
-
     if stage in ("schedule", "tile", "target") and on_mesh(compiled):
+        from tessera.mesh_sim.compiled.stages import mesh_program_of, mesh_stage_text
+
         return mesh_stage_text(mesh_program_of(compiled, mode), stage, target)
     if stage == "schedule":
         from tessera.ir.transforms.schedule import schedule_module
@@ -245,4 +260,4 @@ def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET,
 
 
 __all__ = ["BACKENDS", "DEFAULT_TARGET", "CompiledProgram", "GeneratedKernel", "check_backend",
-           "run_generated", "run_tile", "stage_text", "target_program", "tile_program"]
+           "on_mesh", "run_generated", "run_tile", "stage_text", "target_program", "tile_program"]

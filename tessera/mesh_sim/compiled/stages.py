@@ -1,13 +1,13 @@
-"""A graph function placed on a mesh, compiled per device: the ``"tile"`` and
-``"target"`` backends of ``ts.jit`` and the stages of ``ts.jit(f).lower(*args)`` when its
-arguments are DistTensors.
+"""What ``ts.jit(f).lower(*args)`` and the ``"tile"`` and ``"target"`` backends of
+``ts.jit`` show and run for a graph function placed on a mesh (DistTensor arguments).
 
 The placed Graph IR is cut at its collectives and each segment is scheduled, fused and
-generated on one device's blocks (:mod:`tessera.mesh_sim.compiled`); ``.kernels`` lists
-a device's kernels (the same on every device whose blocks have the same shapes, as the
-repr says), ``.ir("schedule")`` is the per-device ``schedule.func`` with its
-``schedule.collective`` steps, and a run executes every device's kernels with the
-collectives run by the mesh simulator between them (docs/schedule.md, "On a mesh").
+generated on one device's blocks (:mod:`.program`); ``.kernels`` lists a device's
+kernels (the same on every device whose blocks have the same shapes, as the repr
+says), ``.ir("schedule")`` is the per-device ``schedule.func`` with its
+``schedule.collective`` steps after a comment naming its devices, and a run executes
+every device's kernels with the collectives run by the mesh simulator between them
+(:mod:`.run`; docs/schedule.md, "On a mesh").
 """
 
 from __future__ import annotations
@@ -15,34 +15,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tessera.dist.core.mesh import Mesh
 from tessera.errors import UnsupportedError
-from tessera.frontend.graph.dist_arg import DistArg
+from tessera.frontend.graph.lowered import GeneratedKernel
 from tessera.frontend.graph.pytree import unflatten
 from tessera.frontend.graph.tensor import Tensor
 from tessera.ir.core import Function, Module
+from tessera.ir.transforms.sharding.propagation import propagate_function
 from tessera.ir.types import Sharding, TensorType
+from tessera.ir.verifier import verify_function
+from tessera.mesh_sim.compiled.program import MeshProgram, Segment, Step, mesh_program
+from tessera.mesh_sim.compiled.run import run_mesh_program
+from tessera.mesh_sim.spmd.execute import place_arguments
 
 if TYPE_CHECKING:
     from tessera.frontend.graph.jit import Compiled
-    from tessera.frontend.graph.lowered import GeneratedKernel
-    from tessera.mesh_sim.compiled import MeshProgram
-
-
-def on_mesh(compiled: Compiled, inputs: list[Tensor] | None = None) -> bool:
-    """Whether a specialisation runs on a mesh (its arguments are placed)."""
-    if inputs is not None and any(isinstance(t, DistArg) for t in inputs):
-        return True
-    return any(isinstance(a.type, TensorType) and a.type.sharding is not None
-               for a in compiled.function.args)
 
 
 def _place(fn: Function) -> Any:
     """Place ``fn``'s unplaced arguments as replicated (as a plain array passed with
     DistTensors is) and propagate; returns the mesh its placements name."""
-    from tessera.dist.core.mesh import Mesh
-    from tessera.ir.transforms.sharding.propagation import propagate_function
-    from tessera.ir.verifier import verify_function
-
     sharding = next(a.type.sharding for a in fn.args if isinstance(a.type, TensorType)
                     and a.type.sharding is not None)
     pairs = sharding.mesh
@@ -59,8 +51,6 @@ def mesh_program_of(compiled: Compiled, mode: str) -> MeshProgram:
     """The per-device program of a placed specialisation (made once per mode)."""
     hit = compiled.mesh_programs.get(mode)
     if hit is None:
-        from tessera.mesh_sim.compiled import mesh_program
-
         mesh = _place(compiled.function)
         hit = compiled.mesh_programs[mode] = mesh_program(compiled.function, mesh, mode)
     program: MeshProgram = hit
@@ -74,9 +64,6 @@ def run_on_mesh(compiled: Compiled, inputs: list[Tensor], mode: str, backend: st
         raise UnsupportedError("backend 'cuda' runs one GPU; a function placed on a mesh "
                                "runs its kernels per device in the mesh simulator",
                                hint="use backend='tile' or 'target'")
-    from tessera.mesh_sim.compiled import run_mesh_program
-    from tessera.mesh_sim.spmd.execute import place_arguments
-
     args = place_arguments(compiled.function, inputs)
     results = iter(run_mesh_program(mesh_program_of(compiled, mode), args, backend=backend,
                                     target=target))
@@ -122,8 +109,6 @@ class MeshKernels(list):  # type: ignore[type-arg]
 
 def mesh_kernels(program: MeshProgram) -> MeshKernels:
     """The generated kernels of every device program."""
-    from tessera.frontend.graph.lowered import GeneratedKernel
-
     groups = [DeviceKernels(g.devices, [GeneratedKernel(f, grid) for f, grid in g.kernels])
               for g in program.groups]
     return MeshKernels(groups, program.mesh.size)
@@ -139,7 +124,6 @@ def mesh_stage_text(program: MeshProgram, stage: str, target: str) -> str:
             body = str(Module(g.schedule.name, {g.schedule.name: g.schedule}))
         else:
             from tessera.frontend.graph.lowered_target import target_program
-            from tessera.mesh_sim.compiled import Segment
 
             parts = []
             for step in g.steps:
@@ -159,8 +143,6 @@ def describe(name: str, program: MeshProgram) -> str:
     """The repr of a placed specialisation lowered per device."""
     mesh = ", ".join(f"{a}={n}" for a, n in zip(program.mesh.axes, program.mesh.shape))
     g = program.groups[0]
-    from tessera.mesh_sim.compiled import Step
-
     steps = sum(isinstance(s, Step) for s in g.steps)
     same = f"the same on all {program.mesh.size} devices" if len(program.groups) == 1 else \
         f"{len(program.groups)} device programs"
@@ -169,4 +151,4 @@ def describe(name: str, program: MeshProgram) -> str:
 
 
 __all__ = ["DeviceKernels", "MeshKernels", "describe", "mesh_kernels", "mesh_program_of",
-           "mesh_stage_text", "on_mesh", "run_on_mesh"]
+           "mesh_stage_text", "run_on_mesh"]
