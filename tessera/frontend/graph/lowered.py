@@ -91,7 +91,12 @@ class GeneratedKernel:
 
 
 def tile_program(compiled: Compiled) -> TileProgram:
-    """The tile program of a specialisation, generated once and kept with it."""
+    """The tile program of a specialisation, generated once and kept with it (a function
+    placed on a mesh has one per device group and segment: ``.mesh``)."""
+    if on_mesh(compiled):
+        raise UnsupportedError(f"@{compiled.function.name} is placed on a mesh: each device "
+                               "runs tile programs between collectives",
+                               hint="see .mesh, .kernels and .ir('tile') of ts.jit(f).lower()")
     if compiled.tile_program is None:
         from tessera.ir.dialects import schedule as schedule_ops
         from tessera.ir.transforms.schedule import schedule_module
@@ -175,10 +180,6 @@ class CompiledProgram:
     @property
     def tile(self) -> TileProgram:
         """The kernels and host program (generated on first use)."""
-        if self.on_mesh:
-            raise UnsupportedError(f"{self.fn.name} is placed on a mesh: each device runs "
-                                   "tile programs between collectives",
-                                   hint="see .mesh, .kernels and .ir('tile')")
         return tile_program(self.compiled)
 
     @property

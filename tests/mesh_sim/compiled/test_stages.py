@@ -121,3 +121,11 @@ def test_plain_arrays_beside_dist_tensors_are_replicated() -> None:
     got = f(x, w)
     assert np.asarray(got).tobytes() == np.asarray(ts.jit(lambda a, b: op.relu(a @ b))(x, w)
                                                    ).tobytes()
+
+
+def test_single_program_views_of_a_placed_function_point_to_the_mesh() -> None:
+    lowered = ts.jit(tp_mlp).lower(*tp_args())
+    for view in (lambda: lowered.target(), lambda: lowered.ptx(), lambda: lowered.seconds()):
+        with pytest.raises(UnsupportedError, match="placed on a mesh") as err:
+            view()
+        assert ".mesh" in (err.value.hint or "")
