@@ -99,6 +99,8 @@ def run_mesh_program(program: MeshProgram, args: Sequence[DistTensor], *,
     mesh = args[0].mesh
     env: dict[Value, Blocks] = {a: _split(x) for a, x in zip(fn.args, args)}
     steps = [g.steps for g in program.groups]
+    # every group runs the same cut: segment k of each, then the same collective
+    assert len({tuple(type(s) for s in group) for group in steps}) == 1
     for k in range(len(steps[0])):
         first = steps[0][k]
         if isinstance(first, Step):

@@ -82,3 +82,18 @@ def test_block_fits_takes_array_split_pieces() -> None:
     for shape, ok in [((5, 4), True), ((5, 3), True), ((5, 2), False), ((4, 4), False)]:
         assert schedule_ops.block_fits(TensorType(shape, placed.element), placed) is ok
     assert not schedule_ops.block_fits(placed, placed)  # a local type is unplaced
+
+
+def test_the_graph_interpreter_refuses_a_collective_between_devices() -> None:
+    import numpy as np
+
+    from tessera.errors import InterpretError
+    from tessera.interp import schedule as _schedule_rules  # noqa: F401 (registers)
+    from tessera.interp.graph import run_function
+
+    fn = next(iter(parse_module(FAST, "tp.tir").functions.values()))
+    args = [np.ones((8, 8), np.float32)] * 3
+    with pytest.raises(InterpretError, match="runs between the devices of a mesh") as info:
+        run_function(fn, args)
+    assert info.value.loc is not None and info.value.loc.line == 16
+    assert "backend='tile'" in (info.value.hint or "")
