@@ -26,8 +26,11 @@ import numpy as np
 from tessera.dist.core.mesh import Mesh
 from tessera.dist.core.tensor import DistTensor
 from tessera.ir.core import Function, Value
+from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.types import TensorType
 from tessera.mesh_sim.compiled.program import DeviceProgram, MeshProgram, Segment, Step
+from tessera.mesh_sim.cost import Work, graph_work
+from tessera.mesh_sim.profile import current
 from tessera.mesh_sim.spmd.collect import run_collective
 
 #: per placed value, each device's block (None: not held by that device yet)
@@ -48,26 +51,19 @@ def _split(t: DistTensor) -> Blocks:
     return [t.block(t.block_key(d)) for d in range(t.mesh.size)]
 
 
-def _kernel_work(program: Any, name: str) -> Any:
+def _kernel_work(segment: Segment, name: str) -> Work:
     """The work of one generated kernel, from the graph ops of its schedule.kernel."""
-    from tessera.ir.core import Block
-    from tessera.ir.dialects import schedule as schedule_ops
-    from tessera.mesh_sim.cost import graph_work
-
-    for instr in schedule_ops.kernels(program.schedule):
-        if name.endswith("_" + instr.op.label):
-            block: Block = instr.regions[0].block
-            fn = Function(name, block, [v.type for v in block.instrs[-1].operands])
-            return graph_work(fn)
+    for instr in schedule_ops.kernels(segment.schedule):
+        if name.endswith("_" + instr.op.label):  # type: ignore[attr-defined]
+            block = instr.regions[0].block
+            return graph_work(Function(name, block, [v.type for v in block.instrs[-1].operands]))
     raise AssertionError(f"no kernel {name}")
 
 
 def _run_segment(segment: Segment, group: DeviceProgram, env: dict[Value, Blocks],
                  size: int, mode: str, backend: str, target: str | None) -> None:
-    from tessera.mesh_sim.profile import current
-
     prof = current()
-    runner = _runner(segment, group, mode, backend, target)
+    runner = _runner(segment, mode, backend, target)
     for d in group.devices:
         outs = runner([env[v][d] for v in segment.inputs])
         for v, a in zip(segment.outputs, outs):
@@ -78,8 +74,8 @@ def _run_segment(segment: Segment, group: DeviceProgram, env: dict[Value, Blocks
                                     [d], kind="kernel")
 
 
-def _runner(segment: Segment, group: DeviceProgram, mode: str, backend: str,
-            target: str | None) -> Any:
+def _runner(segment: Segment, mode: str, backend: str, target: str | None) -> Any:
+    """The function that runs a segment's kernels on one device's blocks."""
     if backend == "tile":
         from tessera.interp.tile.program import run_program
 
