@@ -33,7 +33,8 @@ from tessera.conformance import seeds
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_NAMES = ["attention_graph", "basic_autodiff", "custom_gelu_vjp", "demo",
                  "kernel_in_graph", "mixed_precision_gemm", "policy_annotations",
-                 "quantized_policy", "spectral", "stable_softmax", "training_step"]
+                 "quantized_policy", "sharded_mlp_compiled", "spectral", "stable_softmax",
+                 "training_step"]
 
 
 def run_seed(source: str, **inputs: Any) -> dict[str, Any]:

@@ -67,6 +67,8 @@ class Compiled:
     captured: list[Any] = field(default_factory=list)
     #: the generated tile kernels and host program (``backend="tile"``), made on first use
     tile_program: Any = None
+    #: the per-device programs on a mesh (placed arguments), by mode, made on first use
+    mesh_programs: dict[str, Any] = field(default_factory=dict)
 
 
 class JitFunction:
@@ -318,7 +320,7 @@ def inspect_stage(fn: JitFunction, stage: str, args: tuple[Any, ...],
         compiled = fn.last
     else:
         compiled = fn.compile(*_symbolic_args(fn))
-    return stage_text(compiled, stage, target)
+    return stage_text(compiled, stage, target, fn.mode)
 
 
 def _symbolic_args(fn: JitFunction) -> list[Any]:

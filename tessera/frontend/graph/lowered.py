@@ -18,6 +18,10 @@ backends:
   CUDA driver (a :class:`~tessera.backend.ptx.driver.GpuUnavailable` where there is no
   GPU).
 
+A function placed on a mesh (DistTensor arguments) is compiled per device: its stages,
+kernels and runs are those of :mod:`tessera.mesh_sim.compiled.stages` (docs/schedule.md,
+"On a mesh").
+
 ``ir("target", target=...)`` and ``ptx(target=...)`` are the lowered kernels' texts
 (:mod:`tessera.frontend.graph.lowered_target`); ``seconds`` times each stage of the
 compilation from Python to PTX.
@@ -45,6 +49,18 @@ BACKENDS = ("interp", "tile", "target", "cuda")
 
 #: the PTX target of ``backend="target"`` and of ``ir("target")`` / ``ptx()`` by default
 DEFAULT_TARGET = "sm_90a"
+
+
+def on_mesh(compiled: Compiled, inputs: list[Tensor] | None = None) -> bool:
+    """Whether a specialisation runs on a mesh (DistTensor arguments, placed types):
+    it is compiled per device (:mod:`tessera.mesh_sim.compiled`)."""
+    from tessera.frontend.graph.dist_arg import DistArg
+    from tessera.ir.types import TensorType
+
+    if inputs is not None and any(isinstance(t, DistArg) for t in inputs):
+        return True
+    return any(isinstance(a.type, TensorType) and a.type.sharding is not None
+               for a in compiled.function.args)
 
 
 def check_backend(backend: Any) -> str:
@@ -75,7 +91,12 @@ class GeneratedKernel:
 
 
 def tile_program(compiled: Compiled) -> TileProgram:
-    """The tile program of a specialisation, generated once and kept with it."""
+    """The tile program of a specialisation, generated once and kept with it (a function
+    placed on a mesh has one per device group and segment: ``.mesh``)."""
+    if on_mesh(compiled):
+        raise UnsupportedError(f"@{compiled.function.name} is placed on a mesh: each device "
+                               "runs tile programs between collectives",
+                               hint="see .mesh, .kernels and .ir('tile') of ts.jit(f).lower()")
     if compiled.tile_program is None:
         from tessera.ir.dialects import schedule as schedule_ops
         from tessera.ir.transforms.schedule import schedule_module
@@ -110,12 +131,12 @@ def run_generated(compiled: Compiled, inputs: list[Tensor], mode: str, backend: 
                   target: str | None = None) -> Any:
     """Run a specialisation's generated kernels on ``backend`` ("tile", "target" or
     "cuda"); the output structure is the Python function's."""
-    from tessera.frontend.graph.dist_arg import DistArg
     from tessera.frontend.graph.jit import rebuild_outputs
 
-    if any(isinstance(t, DistArg) for t in inputs):
-        raise UnsupportedError(f"backend {backend!r} runs unplaced graph functions; placed "
-                               "functions run on their mesh", hint="use backend='interp'")
+    if on_mesh(compiled, inputs):  # every device's kernels, the collectives between them
+        from tessera.mesh_sim.compiled.stages import run_on_mesh
+
+        return run_on_mesh(compiled, inputs, mode, backend, target or DEFAULT_TARGET)
     arrays = [t.array for t in inputs]
     if backend == "tile":
         from tessera.interp.tile.program import run_program
@@ -141,13 +162,34 @@ class CompiledProgram:
         self.backend = check_backend(backend)
 
     @property
+    def on_mesh(self) -> bool:
+        """Whether the function is placed on a mesh (compiled per device)."""
+        return on_mesh(self.compiled)
+
+    @property
+    def mesh(self) -> Any:
+        """The per-device program of a function placed on a mesh
+        (:class:`~tessera.mesh_sim.compiled.MeshProgram`)."""
+        from tessera.mesh_sim.compiled.stages import mesh_program_of
+
+        if not self.on_mesh:
+            raise UnsupportedError(f"{self.fn.name} is not placed on a mesh",
+                                   hint="pass DistTensor arguments (ts.dist)")
+        return mesh_program_of(self.compiled, self.fn.mode)
+
+    @property
     def tile(self) -> TileProgram:
         """The kernels and host program (generated on first use)."""
         return tile_program(self.compiled)
 
     @property
     def kernels(self) -> list[GeneratedKernel]:
-        """The generated kernels in launch order."""
+        """The generated kernels in launch order (on a mesh: device 0's, with every
+        device program's in ``.groups``)."""
+        if self.on_mesh:
+            from tessera.mesh_sim.compiled.stages import mesh_kernels
+
+            return mesh_kernels(self.mesh)
         program = self.tile
         return [GeneratedKernel(program.module.functions[s.kernel], s.grid)
                 for s in program.launches]
@@ -155,7 +197,7 @@ class CompiledProgram:
     def ir(self, stage: str = "graph", *, target: str = DEFAULT_TARGET) -> str:
         """The text of ``stage``: "graph", "schedule", "tile" or "target" (the kernels
         lowered for ``target`` and the host program)."""
-        return stage_text(self.compiled, stage, target)
+        return stage_text(self.compiled, stage, target, self.fn.mode)
 
     def target(self, target: str = DEFAULT_TARGET) -> TargetProgram:
         """The kernels lowered for ``target`` (``.kernels``, ``.ptx()``, ``.seconds``)."""
@@ -189,6 +231,10 @@ class CompiledProgram:
         return run_compiled(compiled, inputs, self.fn.mode)
 
     def __repr__(self) -> str:
+        if self.on_mesh:
+            from tessera.mesh_sim.compiled.stages import describe
+
+            return describe(self.fn.name, self.mesh)
         return f"<tessera lowered {self.fn.name}: {len(self.tile.launches)} kernel(s)>"
 
     def _repr_html_(self) -> str:  # a notebook shows every stage
@@ -197,10 +243,16 @@ class CompiledProgram:
         return program_html(self)
 
 
-def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET) -> str:
-    """The text of one stage of a specialisation (``ts.inspect_ir`` and ``ir``)."""
+def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET,
+               mode: str = "exact") -> str:
+    """The text of one stage of a specialisation (``ts.inspect_ir`` and ``ir``); the
+    later stages of a function placed on a mesh are its per-device programs."""
     if stage == "graph":
         return str(compiled.module)
+    if stage in ("schedule", "tile", "target") and on_mesh(compiled):
+        from tessera.mesh_sim.compiled.stages import mesh_program_of, mesh_stage_text
+
+        return mesh_stage_text(mesh_program_of(compiled, mode), stage, target)
     if stage == "schedule":
         from tessera.ir.transforms.schedule import schedule_module
 
@@ -214,4 +266,4 @@ def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET) -> 
 
 
 __all__ = ["BACKENDS", "DEFAULT_TARGET", "CompiledProgram", "GeneratedKernel", "check_backend",
-           "run_generated", "run_tile", "stage_text", "target_program", "tile_program"]
+           "on_mesh", "run_generated", "run_tile", "stage_text", "target_program", "tile_program"]

@@ -109,6 +109,12 @@ def _placed(fn: Function) -> bool:
 
 def run_distributed(fn: Function, inputs: Sequence[Any], mode: str) -> list[DistTensor]:
     """Run ``fn`` on a mesh: the entry point of ``@ts.jit`` and ``ts.grad``."""
+    return run_placed(fn, place_arguments(fn, inputs), mode)
+
+
+def place_arguments(fn: Function, inputs: Sequence[Any]) -> list[DistTensor]:
+    """Every input as a DistTensor on the one mesh (plain arrays replicated, or laid
+    out as ``fn`` expects), with ``fn`` placed for them if it is not placed yet."""
     mesh = one_mesh(inputs)
     assert mesh is not None
     args = [to_dist(x, mesh) for x in inputs]
@@ -122,7 +128,7 @@ def run_distributed(fn: Function, inputs: Sequence[Any], mode: str) -> list[Dist
     if not _placed(fn):
         propagate_function(fn)
         verify_function(fn)
-    return run_placed(fn, args, mode)
+    return args
 
 
-__all__ = ["run_distributed", "run_placed"]
+__all__ = ["place_arguments", "run_distributed", "run_placed"]

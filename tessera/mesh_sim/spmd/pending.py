@@ -50,7 +50,7 @@ def _reduction(op: graph_ir.Reduce, types: Sequence[TensorType], out: DimAxes) -
     return [tuple(dims)]
 
 
-def _evaluable(op: Op, types: Sequence[TensorType], out: DimAxes) -> DimAxes:
+def evaluable(op: Op, types: Sequence[TensorType], out: DimAxes) -> DimAxes:
     """``out`` with the dims that a reduction with keepdims reduced made whole: the
     result layouts an op can be evaluated in blockwise."""
     if not isinstance(op, graph_ir.Reduce) or not op.keepdims or not types[0].rank:
@@ -93,7 +93,7 @@ class Pending:
         from tessera.mesh_sim.spmd.local import run_local
 
         dims = t.sharding.dims
-        whole = _evaluable(self.op, self.in_types, dims)
+        whole = evaluable(self.op, self.in_types, dims)
         if whole != dims:
             # A dim reduced with keepdims has size 1 and may be split (into one piece
             # and empty ones) by a later reduce_scatter; no operand layout gives such
@@ -106,4 +106,4 @@ class Pending:
                          loc=self.loc)
 
 
-__all__ = ["OPERAND_LAYOUTS", "Pending"]
+__all__ = ["OPERAND_LAYOUTS", "Pending", "evaluable"]

@@ -21,6 +21,10 @@ the region is run:
   ``"shared"``); ``temps``: where each result of the region's ops lives
   (``"registers"``, ``"shared"``, ``"global"`` or ``"view"`` for index maps that
   store nothing). Kernel results always live in global memory.
+
+The schedule of a graph function placed on a mesh is a per-device program: its kernels
+work on one device's local blocks and ``schedule.collective`` steps
+(:mod:`.collective`) run the placed graph's collectives between them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError, TesseraError
 from tessera.ir.core import Block, Function, Instr, Op, Terminator, Type, register_op
+from tessera.ir.dialects.schedule.collective import ScheduledCollective, block_fits
 from tessera.ir.dialects.schedule.space import IterationSpace, iteration_space
 
 FUNC = "schedule.func"
@@ -174,15 +179,22 @@ def space_of(instr: Instr) -> IterationSpace:
     return iteration_space(block, term.operands if term is not None else [])
 
 
-def check_function(fn: Function) -> None:
-    """A scheduled function holds kernels and ends with ``schedule.return``."""
+def check_function(fn: Function, *, collectives: bool = False) -> None:
+    """A scheduled function holds kernels and ends with ``schedule.return``; with
+    ``collectives``, a per-device schedule, ``schedule.collective`` steps as well."""
     if fn.kind != FUNC:
         raise IRVerifyError(f"@{fn.name} is a {fn.kind}, not a {FUNC}", loc=fn.loc)
+    allowed: tuple[type, ...] = (ScheduledKernel, Return)
+    if collectives:
+        allowed += (ScheduledCollective,)
     for instr in fn.body.instrs:
-        if not isinstance(instr.op, (ScheduledKernel, Return)):
+        if not isinstance(instr.op, allowed):
             raise IRVerifyError(f"a {FUNC} holds schedule.kernel instructions, not "
                                 f"{instr.op.name}", loc=instr.loc,
-                                hint="run graph-to-schedule on Graph IR functions")
+                                hint="run graph-to-schedule on Graph IR functions" if
+                                not isinstance(instr.op, ScheduledCollective) else
+                                "a schedule with collectives runs on a mesh: lower the "
+                                "segments between them")
 
 
 def kernels(fn: Function) -> list[Instr]:
@@ -198,5 +210,5 @@ class TileShapeError(TesseraError):
 
 
 __all__ = ["FUNC", "INPUT_PLACES", "LOOP_KINDS", "REDUCTIONS", "TEMP_PLACES", "IterationSpace",
-           "Return", "ScheduledKernel", "TileShapeError", "Yield", "check_function",
-           "iteration_space", "kernels", "space_of"]
+           "Return", "ScheduledCollective", "ScheduledKernel", "TileShapeError", "Yield",
+           "block_fits", "check_function", "iteration_space", "kernels", "space_of"]
