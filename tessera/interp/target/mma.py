@@ -21,20 +21,20 @@ import numpy as np
 from tessera.arch.descriptor import operand_addresses
 from tessera.arch.errors import ArchError
 from tessera.arch.fragments import (
-    from_fragments,
     mma_m16n8_c,
     mma_m16n8k16_a,
     mma_m16n8k16_b,
     mma_m16n8k32_a,
     mma_m16n8k32_b,
-    to_fragments,
-    unpack_registers,
     wgmma_accumulator,
 )
 from tessera.arch.ldmatrix import ldmatrix
-from tessera.arch.mma import FORMATS, mma
+from tessera.arch.mma import FORMATS
+from tessera.interp.target.exact_mma import mma
 from tessera.interp.target.flow import check_warps
+from tessera.interp.target.fragment_maps import FragmentMap
 from tessera.interp.target.memory.async_order import groups_of
+from tessera.interp.target.memory.state import DIRTY_BLOCK
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -56,9 +56,11 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
             fail = m.failer(instr, rows)
             flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
             m.shared.check_read(flat, rows, fail)
-            smem = m.shared.data.reshape(m.ncta, m.shared.size)[m.cta[lanes[:, 0]]]
+            # each warp's rows, in lane order, as its own small shared memory
+            smem = m.shared.data[flat].reshape(len(warps), 8 * num * 16)
+            local = np.where(np.arange(32) < 8 * num, np.arange(32) * 16, 0)
             try:
-                regs = ldmatrix(smem, fr.regs[a][lanes].astype(np.int64), num, trans)
+                regs = ldmatrix(smem, np.broadcast_to(local, lanes.shape), num, trans)
             except ArchError as err:
                 raise m.fault(instr, "ldmatrix", err.message, int(rows[0])) from None
             result[lanes.ravel()] = regs.reshape(-1, num)
@@ -74,19 +76,17 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     bits = FORMATS[fa][1]
     la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
         mma_m16n8k32_a(), mma_m16n8k32_b())
-    lc = mma_m16n8_c()
+    maps = [FragmentMap(x) for x in (la, lb, mma_m16n8_c())]
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
         result = np.zeros((m.n, 4), F64)
         if len(warps):
-            lanes = warps[:, None] * 32 + np.arange(32)
-            av = from_fragments(unpack_registers(fr.regs[sa][lanes], bits), la)
-            bv = from_fragments(unpack_registers(fr.regs[sb][lanes], bits), lb)
-            cv = from_fragments(fr.regs[sc][lanes].astype(F64), lc)
-            d = mma(av, bv, cv, fa, fb)
-            result[lanes.ravel()] = to_fragments(d, lc).reshape(-1, 4)
+            av = maps[0].matrix(fr.regs[sa], warps, bits)
+            bv = maps[1].matrix(fr.regs[sb], warps, bits)
+            cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
+            maps[2].scatter(mma(av, bv, cv, fa, fb), result, warps)
         fr.regs[out] = result
     return step
 
@@ -104,36 +104,46 @@ def _uniform(fr: TargetFrame, instr: Instr, values: np.ndarray, groups: np.ndarr
 
 
 def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: int, k: int,
-             eb: int, who: np.ndarray, k_major: bool = True) -> np.ndarray:
-    """The (G, mn, k) element bit patterns a descriptor addresses in each CTA."""
+             eb: int, who: np.ndarray, k_major: bool, cache: dict) -> np.ndarray:
+    """The (G, mn, k) element bit patterns a descriptor addresses in each CTA;
+    ``cache`` keeps each descriptor's element addresses, bytes and dirty blocks."""
     m = fr.m
+    sh = m.shared
     out = np.zeros((len(ctas), mn, k), np.uint16 if eb == 2 else np.uint8)
     fail = m.failer(instr, who)
-    for d in np.unique(desc):
+    for d in np.unique(desc).tolist():
         sel = np.flatnonzero(desc == d)
-        try:
-            addr = operand_addresses(int(d), mn, k, eb, k_major=k_major)
-        except ArchError as err:
-            raise m.fault(instr, "wgmma descriptor", err.message, int(who[sel[0]])) from None
-        span = addr.reshape(-1)
-        if span.min() < 0 or span.max() + eb > m.shared.size:
-            fail(int(sel[0]), "out of bounds", f"descriptor {int(d):#x} reaches shared byte "
-                 f"{int(span.max())}, beyond the {m.shared.size} bytes of shared memory")
-        flat = (ctas[sel, None] * m.shared.size + span[None, :])[:, :, None] + np.arange(eb)
-        flat = flat.reshape(len(sel), -1)
-        m.shared.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
-        reads = groups_of(m)  # read until a wait_group retires the group
-        for i, w in enumerate(who[sel].tolist()):
-            reads.read(int(w) // 128, flat[i])
-        if m.shared.races:  # the whole warpgroup reads: a later writer must sync first
-            first = who[sel].astype(np.int32)[:, None]
-            np.minimum.at(m.shared.rmin, flat, np.broadcast_to(first, flat.shape))
-            np.maximum.at(m.shared.rmax, flat, np.broadcast_to(first + 127, flat.shape))
-        if m.shared.unfenced[flat].any():
-            i = int(np.flatnonzero(m.shared.unfenced[flat].any(axis=1))[0])
+        hit = cache.get(d)
+        if hit is None:
+            try:
+                span = operand_addresses(d, mn, k, eb, k_major=k_major).reshape(-1)
+            except ArchError as err:
+                raise m.fault(instr, "wgmma descriptor", err.message,
+                              int(who[sel[0]])) from None
+            local = (span[:, None] + np.arange(eb)).reshape(-1)
+            blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
+            hit = cache[d] = (span, local, blocks)
+        span, local, blocks = hit
+        if span.min() < 0 or span.max() + eb > sh.size:
+            fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "
+                 f"{int(span.max())}, beyond the {sh.size} bytes of shared memory")
+        start = ctas[sel, None] * sh.size
+        flat = start + local[None, :]
+        sh.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
+        groups_of(m).read(who[sel] // 128, flat)  # read until a wait_group retires it
+        if sh.races:  # the whole warpgroup reads: a later writer must sync first
+            sh.note_readers(flat, who[sel], who[sel] + 127, mark=False)
+            sh.dirty[ctas[sel, None], blocks[None, :]] = True
+        unfenced = sh.unfenced[flat]
+        if unfenced.any():
+            i = int(np.flatnonzero(unfenced.any(axis=1))[0])
             fail(int(sel[i]), "missing proxy fence", "wgmma reads shared memory written by "
                  "st.shared with no fence.proxy.async since")
-        raw = m.shared.data[flat].reshape(len(sel), mn * k, eb)
+        if eb == 2 and sh.size % 2 == 0 and not (span % 2).any():  # aligned 16-bit words
+            out[sel] = sh.data.view(np.uint16)[(start + span[None, :]) // 2].reshape(
+                len(sel), mn, k)
+            continue
+        raw = sh.data[flat].reshape(len(sel), mn * k, eb)
         vals = raw[..., 0].astype(np.uint16)
         if eb == 2:
             vals = vals | (raw[..., 1].astype(np.uint16) << np.uint16(8))
@@ -146,28 +156,30 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
     acc, da, db, scale = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
-    layout = wgmma_accumulator(n)
+    layout = FragmentMap(wgmma_accumulator(n))
     k = FORMATS[fa][2]
     eb = FORMATS[fa][1] // 8
+    cache_a: dict = {}
+    cache_b: dict = {}
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
         groups = np.flatnonzero(check_warps(fr, instr, 128))
         result = np.zeros((m.n, n // 2), F64)
         if len(groups):
-            threads = groups[:, None] * 128 + np.arange(128)
-            who = threads[:, 0]
+            who = groups * 128
             ctas = m.cta[who]
             desc_a = _uniform(fr, instr, fr.regs[da], groups, "A descriptor")
             desc_b = _uniform(fr, instr, fr.regs[db], groups, "B descriptor")
             keep = _uniform(fr, instr, fr.regs[scale], groups, "scale-d predicate")
-            av = _operand(fr, instr, ctas, desc_a, 64, k, eb, who, not instr.op.trans_a)
+            av = _operand(fr, instr, ctas, desc_a, 64, k, eb, who, not instr.op.trans_a,
+                          cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
-                                      not instr.op.trans_b), 1, 2)
-            cv = from_fragments(fr.regs[acc][threads].astype(F64), layout)
-            cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
-            d = mma(av, bv, cv, fa, fb)
-            result[threads.ravel()] = to_fragments(d, layout).reshape(-1, n // 2)
+                                      not instr.op.trans_b, cache_b), 1, 2)
+            cv = layout.matrix(fr.regs[acc].astype(F64, copy=False), groups)
+            if not keep.all():
+                cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
+            layout.scatter(mma(av, bv, cv, fa, fb), result, groups)
         fr.regs[out] = result
     return step
 

@@ -36,6 +36,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
+from tessera.interp.target.memory.state import add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -81,7 +82,7 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             fail(i, "async copy overwritten before its wait", f"async copy over "
                  f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
                  "another async copy is still writing")
-    np.add.at(sh.pending, copy.flat.ravel(), 1)
+    add_at(sh.pending, copy.flat, 1)
 
 
 def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
@@ -89,13 +90,10 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
     are ordered by their mbarrier instead."""
     flat = copy.flat[sel]
-    np.subtract.at(m.shared.pending, flat.ravel(), 1)
+    add_at(m.shared.pending, flat, -1)
     m.shared.land(flat, copy.data[sel])
     if m.shared.races:
-        m.shared.writer[flat] = -1
-    if m.shared.races and owned:
-        m.shared.writer[flat] = np.broadcast_to(copy.thread[sel, None].astype(np.int32),
-                                                flat.shape)
+        m.shared.set_writer(flat, copy.thread[sel] if owned else None)
     keep = ~sel
     if not keep.any():
         return None
@@ -243,16 +241,18 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
                      f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
                      "memory")
-            scratch = np.zeros((len(rows), m.shared.size), np.uint8)
+            # the swizzle repeats every 1024 bytes: land the box in a scratch window
+            shift = int(a) - int(a) % 1024
+            scratch = np.zeros((len(rows), int(where.max()) + 1 - shift), np.uint8)
             try:
-                tma_load(t, value.buffer, coords[rows], scratch, int(a))
+                tma_load(t, value.buffer, coords[rows], scratch, int(a) - shift)
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
             if m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
+            copy = Copy(act[rows], ids[rows], flat, scratch[:, where - shift])
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
@@ -273,7 +273,7 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     for copy in m.tma:
         done = np.isin(copy.tag, ids)
         if done.any():
-            np.add.at(landing, copy.tag[done], copy.flat.shape[1])
+            add_at(landing, copy.tag[done], copy.flat.shape[1])
             rest = _land(m, copy, done, False)
             if rest is not None:
                 still.append(rest)
@@ -316,7 +316,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
         elif isinstance(op, target_async.MbarrierArrive):
             _check_visible(m, instr, act, fr.regs[a][act])
             if op.tx:
-                np.add.at(m.mbar_tx[0], ids, op.tx)
+                add_at(m.mbar_tx[0], ids, op.tx)
             note_arrivals(m, ids, act)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interp.target.memory.state import DIRTY_BLOCK, add_at
 from tessera.interp.target.state import Machine
 
 
@@ -44,28 +45,71 @@ def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
 
 def acquire(m: Machine, ids: np.ndarray) -> None:
     """A wait on the completed phases of ``ids`` returned: bytes of their CTAs that
-    only the phases' arriving threads accessed start a new race epoch."""
+    only the phases' arriving threads accessed start a new race epoch. Only the span
+    of blocks flagged dirty can hold an access; the mbarriers of one CTA are taken in
+    turn."""
     sh = m.shared
     if not sh.races or not sh.size:
         return
     _, released = arrivals(m)
     slots = max(1, sh.size // 8)
-    for i in np.unique(ids):
-        who = released.get(int(i))
-        if who is None or not who.any():
-            continue
-        cta = int(i) // slots
-        base = cta * m.nthreads
-        view = slice(cta * sh.size, (cta + 1) * sh.size)
-        lo, hi, w = sh.rmin[view], sh.rmax[view], sh.writer[view]
-        prefix = np.concatenate([[0], np.cumsum(who)])
-        read = hi >= 0
-        a = np.clip(lo - base, 0, m.nthreads - 1)
-        b = np.clip(hi - base, 0, m.nthreads - 1)
-        readers_ok = ~read | (prefix[b + 1] - prefix[a] == b - a + 1)
-        writer_ok = (w < 0) | who[np.clip(w - base, 0, m.nthreads - 1)]
-        clear = readers_ok & writer_ok & (read | (w >= 0))
-        lo[clear], hi[clear], w[clear] = np.iinfo(np.int32).max, -1, -1
+    todo = [i for i in np.unique(ids).tolist() if released.get(i) is not None
+            and released[i].any()]
+    while todo:  # one mbarrier per CTA at a time
+        by_cta: dict[int, int] = {}
+        for i in todo:
+            by_cta.setdefault(i // slots, i)
+        todo = [i for i in todo if by_cta[i // slots] != i]
+        _release(m, by_cta, released)
+
+
+def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]) -> None:
+    """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
+    CTA's mbarrier only."""
+    sh = m.shared
+    ctas = np.fromiter(by_cta, np.int64, len(by_cta))
+    cols = np.flatnonzero(sh.dirty[ctas].any(axis=0))
+    if not len(cols):
+        return
+    lo, hi = int(cols[0]) * DIRTY_BLOCK, min(sh.size, (int(cols[-1]) + 1) * DIRTY_BLOCK)
+    whole = len(ctas) == sh.ncta and bool((ctas == np.arange(sh.ncta)).all())
+    rows = slice(None) if whole else ctas
+    views = [a.reshape(sh.ncta, sh.size) for a in (sh.rmin, sh.rmax, sh.writer)]
+    lo_r, hi_r, w = (v[rows, lo:hi] for v in views)
+    who = np.stack([released[by_cta[int(c)]] for c in ctas])  # (C, nthreads)
+    clear = _released(m, ctas, who, lo_r, hi_r, w)
+    fills = (np.iinfo(np.int32).max, -1, -1)
+    for v, x, fill in zip(views, (lo_r, hi_r, w), fills):
+        np.copyto(x, np.int32(fill), where=clear)
+        if not whole:  # a copy of the rows
+            v[rows, lo:hi] = x
+    if (hi - lo) % DIRTY_BLOCK == 0:  # blocks left with no access are clean again
+        left = ((hi_r >= 0) | (w >= 0)).reshape(len(ctas), -1, DIRTY_BLOCK)
+        sh.dirty[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
+
+
+def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              w: np.ndarray) -> np.ndarray:
+    """Which accessed bytes (rows: ``ctas``) only the threads ``who`` (C, nthreads)
+    accessed: readers ``lo``..``hi``, writer ``w`` (global thread ids)."""
+    base = (ctas * m.nthreads)[:, None]
+    first = who.argmax(axis=1)
+    last = m.nthreads - 1 - who[:, ::-1].argmax(axis=1)
+    count = who.sum(axis=1)
+    read = hi >= 0
+    if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
+        f, t = base + first[:, None], base + last[:, None]
+        readers_ok = ~read | ((lo >= f) & (hi <= t))
+        writer_ok = (w < 0) | ((w >= f) & (w <= t))
+        return readers_ok & writer_ok & (read | (w >= 0))
+    prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64), np.cumsum(who, axis=1)],
+                            axis=1)
+    r = np.arange(len(ctas))[:, None]
+    a = np.clip(lo - base, 0, m.nthreads - 1)
+    b = np.clip(hi - base, 0, m.nthreads - 1)
+    readers_ok = ~read | (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
+    writer_ok = (w < 0) | who[r, np.clip(w - base, 0, m.nthreads - 1)]
+    return readers_ok & writer_ok & (read | (w >= 0))
 
 
 class WgmmaGroups:
@@ -77,10 +121,11 @@ class WgmmaGroups:
         self.open: dict[int, list[np.ndarray]] = {}
         self.committed: dict[int, list[list[np.ndarray]]] = {}
 
-    def read(self, warpgroup: int, flat: np.ndarray) -> None:
-        """A ``wgmma`` of ``warpgroup`` reads the shared bytes ``flat``."""
-        self.open.setdefault(warpgroup, []).append(flat)
-        np.add.at(self.busy, flat, 1)
+    def read(self, warpgroups: np.ndarray, flat: np.ndarray) -> None:
+        """``wgmma`` of ``warpgroups[i]`` reads the shared bytes ``flat[i]``."""
+        for i, g in enumerate(warpgroups.tolist()):
+            self.open.setdefault(g, []).append(flat[i])
+        add_at(self.busy, flat, 1)
 
     def commit(self, warpgroups: np.ndarray) -> None:
         """``wgmma.commit_group``: the open reads become the newest group."""
@@ -92,8 +137,9 @@ class WgmmaGroups:
         for g in warpgroups.tolist():
             groups = self.committed.get(g, [])
             while len(groups) > n:
-                for flat in groups.pop(0):
-                    np.subtract.at(self.busy, flat, 1)
+                retired = groups.pop(0)
+                if retired:
+                    add_at(self.busy, np.concatenate(retired), -1)
 
 
 def groups_of(m: Machine) -> WgmmaGroups:
