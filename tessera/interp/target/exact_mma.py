@@ -67,7 +67,9 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
     """``D = C + A @ B`` exactly as :func:`tessera.arch.mma.mma` computes it: A (..., M, K),
     B (..., K, N), C (..., M, N) broadcastable; returns float64 D."""
     fa, fb = _format(fmt), _format(fmt_b or fmt)
-    av, bv = decode_elements(a, fa), decode_elements(b, fb)
+    # BLAS needs contiguous operands (a strided matmul takes NumPy's slow loop)
+    av = np.ascontiguousarray(decode_elements(a, fa))
+    bv = np.ascontiguousarray(decode_elements(b, fb))
     k = FORMATS[fa][2]
     if FORMATS[fb][2] != k or av.shape[-1] != k or bv.shape[-2] != k:
         return golden(a, b, c, fmt, fmt_b)

@@ -44,13 +44,14 @@ class FragmentMap:
         if element_bits is not None:
             assert _LITTLE, "packed registers are read as little-endian halves"
             per = np.ascontiguousarray(per, np.uint32).view(f"u{element_bits // 8}")
-        return per[:, self.to_matrix].reshape(len(groups), lay.rows, lay.cols)
+        # np.take keeps rows contiguous (a fancy index after a slice need not)
+        return np.take(per, self.to_matrix, axis=1).reshape(len(groups), lay.rows, lay.cols)
 
     def scatter(self, matrix: np.ndarray, out: np.ndarray, groups: np.ndarray) -> None:
         """Write the (G, rows, cols) ``matrix`` into the registers ``out`` (N, e) of the
         threads of ``groups``."""
         lay = self.layout
-        per = matrix.reshape(len(groups), -1)[:, self.to_fragments]
+        per = np.take(matrix.reshape(len(groups), -1), self.to_fragments, axis=1)
         out.reshape(-1, lay.threads * lay.elements)[groups] = per
 
 
