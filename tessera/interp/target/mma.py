@@ -35,9 +35,27 @@ from tessera.interp.target.flow import check_warps
 from tessera.interp.target.fragment_maps import FragmentMap
 from tessera.interp.target.memory.async_order import groups_of
 from tessera.interp.target.memory.state import DIRTY_BLOCK
-from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.interp.target.state import (
+    F64,
+    Machine,
+    Step,
+    TargetCompiler,
+    TargetFrame,
+    step_rule,
+)
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
+
+
+def ldmatrix_spread(num: int, trans: bool) -> np.ndarray:
+    """Where ``ldmatrix`` takes each 16-bit half of each lane's registers from the
+    warp's ``num`` 8x8 matrices of rows in lane order (``(num * 64,)`` elements): the
+    index, for lane ``l``, register ``k``, half ``h``, of ``(l, k, h)`` flattened. This
+    is the gather :func:`tessera.arch.ldmatrix.ldmatrix` makes, as one index."""
+    probe = np.arange(num * 64, dtype=np.uint16).reshape(1, -1).view(np.uint8)
+    lanes = (np.arange(32) * 16 % (num * 128)).reshape(1, 32)
+    regs = ldmatrix(probe, lanes, num, trans)  # (1, 32, num)
+    return np.ascontiguousarray(regs, np.uint32).view(np.uint16).reshape(-1).astype(np.int64)
 
 
 @step_rule(target_async.Ldmatrix)
@@ -45,6 +63,7 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
     num, trans = instr.op.num, instr.op.trans
     a = c.slot(instr.operands[0])
     out = c.slot(instr.results[0])
+    spread = ldmatrix_spread(num, trans)
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -56,13 +75,9 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
             fail = m.failer(instr, rows)
             flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
             m.shared.check_read(flat, rows, fail)
-            # each warp's rows, in lane order, as its own small shared memory
-            smem = m.shared.data[flat].reshape(len(warps), 8 * num * 16)
-            local = np.where(np.arange(32) < 8 * num, np.arange(32) * 16, 0)
-            try:
-                regs = ldmatrix(smem, np.broadcast_to(local, lanes.shape), num, trans)
-            except ArchError as err:
-                raise m.fault(instr, "ldmatrix", err.message, int(rows[0])) from None
+            # the warps' rows (checked above: aligned, inside) as 16-bit elements
+            elems = m.shared.data[flat].reshape(len(warps), -1).view("<u2")
+            regs = np.ascontiguousarray(elems[:, spread]).view(np.uint32)
             result[lanes.ravel()] = regs.reshape(-1, num)
         fr.regs[out] = result
     return step
@@ -151,6 +166,27 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
     return out
 
 
+def _accumulator(m: Machine, regs: np.ndarray, groups: np.ndarray,
+                 layout: FragmentMap) -> np.ndarray:
+    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: the matrices
+    a recent ``wgmma`` scattered into exactly this register array, else gathered."""
+    hit = getattr(m, "wgmma_results", {}).get(id(regs))
+    if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
+        return hit[2]
+    return layout.matrix(regs.astype(F64, copy=False), groups)
+
+
+def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
+    """Keep ``d``, the matrices scattered into the new register array ``result`` (never
+    changed in place: every step makes new arrays), for the next ``wgmma`` of its
+    chain; the last few results are kept."""
+    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = \
+        m.__dict__.setdefault("wgmma_results", {})
+    kept[id(result)] = (result, groups, d)
+    while len(kept) > 4:
+        kept.pop(next(iter(kept)))
+
+
 @step_rule(target_async.Wgmma)
 def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
@@ -176,10 +212,12 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
-            cv = layout.matrix(fr.regs[acc].astype(F64, copy=False), groups)
+            cv = _accumulator(m, fr.regs[acc], groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
-            layout.scatter(mma(av, bv, cv, fa, fb), result, groups)
+            d = mma(av, bv, cv, fa, fb)
+            layout.scatter(d, result, groups)
+            _remember(m, result, groups, d)
         fr.regs[out] = result
     return step
 

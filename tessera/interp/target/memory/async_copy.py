@@ -76,13 +76,13 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
                  f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
                  "a wgmma group that no wgmma.wait_group has retired")
-        busy = sh.pending[copy.flat] != 0
+        busy = sh.pending[copy.flat] != 0 if sh.in_flight else np.zeros(1, bool)
         if busy.any():
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", f"async copy over "
                  f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
                  "another async copy is still writing")
-    add_at(sh.pending, copy.flat, 1)
+    sh.add_pending(copy.flat, 1)
 
 
 def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
@@ -90,7 +90,7 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
     are ordered by their mbarrier instead."""
     flat = copy.flat[sel]
-    add_at(m.shared.pending, flat, -1)
+    m.shared.add_pending(flat, -1)
     m.shared.land(flat, copy.data[sel])
     if m.shared.races:
         m.shared.set_writer(flat, copy.thread[sel] if owned else None)

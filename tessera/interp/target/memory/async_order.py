@@ -65,26 +65,30 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
 
 def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]) -> None:
     """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
-    CTA's mbarrier only."""
+    CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
+    ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
+    breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
+    for run in np.split(ctas, breaks):
+        who = np.stack([released[by_cta[int(c)]] for c in run])  # (C, nthreads)
+        _release_run(m, int(run[0]), who)
+
+
+def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
+    """:func:`_release` for the CTAs ``first, first + 1, ...`` (one row of ``who``,
+    the arrived threads, each)."""
     sh = m.shared
-    ctas = np.fromiter(by_cta, np.int64, len(by_cta))
-    cols = np.flatnonzero(sh.dirty[ctas].any(axis=0))
+    rows = slice(first, first + len(who))
+    cols = np.flatnonzero(sh.dirty[rows].any(axis=0))
     if not len(cols):
         return
     lo, hi = int(cols[0]) * DIRTY_BLOCK, min(sh.size, (int(cols[-1]) + 1) * DIRTY_BLOCK)
-    whole = len(ctas) == sh.ncta and bool((ctas == np.arange(sh.ncta)).all())
-    rows = slice(None) if whole else ctas
-    views = [a.reshape(sh.ncta, sh.size) for a in (sh.rmin, sh.rmax, sh.writer)]
-    lo_r, hi_r, w = (v[rows, lo:hi] for v in views)
-    who = np.stack([released[by_cta[int(c)]] for c in ctas])  # (C, nthreads)
-    clear = _released(m, ctas, who, lo_r, hi_r, w)
-    fills = (np.iinfo(np.int32).max, -1, -1)
-    for v, x, fill in zip(views, (lo_r, hi_r, w), fills):
+    views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi] for a in (sh.rmin, sh.rmax, sh.writer)]
+    ctas = np.arange(first, first + len(who))
+    clear = _released(m, ctas, who, *views)
+    for x, fill in zip(views, (np.iinfo(np.int32).max, -1, -1)):
         np.copyto(x, np.int32(fill), where=clear)
-        if not whole:  # a copy of the rows
-            v[rows, lo:hi] = x
     if (hi - lo) % DIRTY_BLOCK == 0:  # blocks left with no access are clean again
-        left = ((hi_r >= 0) | (w >= 0)).reshape(len(ctas), -1, DIRTY_BLOCK)
+        left = ((views[1] >= 0) | (views[2] >= 0)).reshape(len(who), -1, DIRTY_BLOCK)
         sh.dirty[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
 
 

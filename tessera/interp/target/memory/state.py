@@ -123,6 +123,7 @@ class SharedMemory:
         self.data = np.full(n, 0xFF, np.uint8)
         self.init = np.zeros(n, bool)
         self.pending = np.zeros(n, np.int32)
+        self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
         # bytes of an mbarrier initialised by one thread (its global id) and not yet
         # ordered before other threads' accesses by a bar.sync (-1: visible to all)
@@ -134,6 +135,9 @@ class SharedMemory:
             self.rmax = np.full(n, _NONE, np.int32)
             # per CTA and DIRTY_BLOCK bytes: may a byte hold a writer or a reader
             self.dirty = np.zeros((ncta, -(-size // DIRTY_BLOCK)), bool)
+            # per CTA: may any byte hold a writer or a reader / a writer (supersets)
+            self.accessed = np.zeros(ncta, bool)
+            self.written = np.zeros(ncta, bool)
 
     def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
               align: int | None = None) -> np.ndarray:
@@ -151,13 +155,15 @@ class SharedMemory:
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
                    race: bool = True) -> None:
         """Fault on poison, in-flight async bytes and races; record the readers."""
-        for ok, what in ((self.pending[flat] == 0, "async copy read before its wait"),
-                         (self.init[flat], "uninitialised shared read")):
+        checks = [(self.init[flat], "uninitialised shared read")]
+        if self.in_flight:
+            checks.insert(0, (self.pending[flat] == 0, "async copy read before its wait"))
+        for ok, what in checks:
             if not ok.all():
                 i = int(np.flatnonzero(~ok.all(axis=1))[0])
                 j = int(np.flatnonzero(~ok[i])[0])
                 fail(i, what, self._where(flat[i, j]))
-        if self.races and race:
+        if self.races and race and self.written[me // self.nthreads].any():
             w = self.writer[flat]
             clash = (w >= 0) & (w != me[:, None])
             if np.any(clash):
@@ -166,6 +172,7 @@ class SharedMemory:
                 fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
                      f"by thread {int(w[i, j]) % self.nthreads} without a "
                      "bar.sync between")
+        if self.races and race:
             self.note_readers(flat, me, me)
 
     def note_readers(self, flat: np.ndarray, first: np.ndarray, last: np.ndarray,
@@ -173,6 +180,7 @@ class SharedMemory:
         """Record that threads ``first[i]`` to ``last[i]`` read the bytes ``flat[i]``
         (``mark`` False: the caller flags the dirty blocks)."""
         idx = flat.ravel()
+        self.accessed[first // self.nthreads] = True
         if mark:
             self.mark(flat)
         np.minimum.at(self.rmin, idx, np.broadcast_to(first.astype(np.int32)[:, None],
@@ -188,12 +196,12 @@ class SharedMemory:
     def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
               generic: bool = True) -> None:
         """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids)."""
-        busy = self.pending[flat] != 0
+        busy = self.pending[flat] != 0 if self.in_flight else np.zeros(1, bool)
         if np.any(busy):
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
-        if self.races:
+        if self.races and self.accessed[me // self.nthreads].any():
             mine = me[:, None]
             w = self.writer[flat]
             clash = ((w >= 0) & (w != mine)) | \
@@ -207,6 +215,7 @@ class SharedMemory:
                 fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
                      f"accessed by thread {other % self.nthreads} without a "
                      "bar.sync between")
+        if self.races:
             self.set_writer(flat, me)
         self.land(flat, data)
         if generic:
@@ -232,7 +241,14 @@ class SharedMemory:
             self.writer[flat] = _NONE
             return
         self.mark(flat)
+        self.accessed[who // self.nthreads] = True
+        self.written[who // self.nthreads] = True
         self.writer[flat] = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+
+    def add_pending(self, flat: np.ndarray, delta: int) -> None:
+        """Count ``delta`` more async copies in flight to each byte of ``flat``."""
+        add_at(self.pending, flat, delta)
+        self.in_flight += delta * flat.size
 
     def land(self, flat: np.ndarray, data: np.ndarray) -> None:
         """Unchecked write (async copies completing): data lands, bytes count as written
@@ -251,6 +267,8 @@ class SharedMemory:
         for view, fill in ((self.writer, _NONE), (self.rmin, _BIG), (self.rmax, _NONE)):
             view.reshape(self.ncta, self.size)[ctas] = fill
         self.dirty[ctas] = False
+        self.accessed[ctas] = False
+        self.written[ctas] = False
 
     def fence(self, ctas: np.ndarray) -> None:
         """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
