@@ -28,7 +28,7 @@ import numpy as np
 from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
-from tessera.arch.tma import TensorMap, tma_load
+from tessera.arch.tma import TensorMap, tma_box
 from tessera.interp.target.memory.async_order import (
     acquire,
     active_warpgroups,
@@ -241,18 +241,15 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
                      f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
                      "memory")
-            # the swizzle repeats every 1024 bytes: land the box in a scratch window
-            shift = int(a) - int(a) % 1024
-            scratch = np.zeros((len(rows), int(where.max()) + 1 - shift), np.uint8)
-            try:
-                tma_load(t, value.buffer, coords[rows], scratch, int(a) - shift)
+            try:  # the box's bytes in box order: byte i lands at where[i]
+                data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
             if m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, scratch[:, where - shift])
+            copy = Copy(act[rows], ids[rows], flat, data)
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
