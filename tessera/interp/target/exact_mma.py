@@ -42,20 +42,37 @@ def _low_exponent(mag: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
     return np.frexp(np.where(np.isinf(low), 1.0, low))[1]
 
 
-def _bounded(av: np.ndarray, bv: np.ndarray, k: int, pa: int, pb: int) -> bool:
+class Operand:
+    """One operand of a step: its elements (bit patterns or the format's type), their
+    float64 values, and per matrix of the batch the largest magnitude (``top``) and the
+    ``frexp`` exponent of the smallest nonzero one (``low``). An operand used by
+    several steps (a fragment held in registers) is prepared once."""
+
+    __slots__ = ("elements", "fmt", "low", "top", "values")
+
+    def __init__(self, elements: np.ndarray, fmt: str) -> None:
+        self.elements = elements
+        self.fmt = _format(fmt)
+        # BLAS needs contiguous operands (a strided matmul takes NumPy's slow loop)
+        self.values = np.ascontiguousarray(decode_elements(elements, self.fmt))
+        mag = np.abs(self.values)
+        self.top = mag.max(axis=(-2, -1))
+        self.low = _low_exponent(mag, (-2, -1))
+
+
+def _bounded(a: Operand, b: Operand, k: int) -> bool:
     """Whether no partial sum of any output element can round: every partial sum is a
     multiple of ``Q = 2**(low_e(A) - pa + low_e(B) - pb)`` and at most the sum of the
     product magnitudes, so it is exact when that sum is at most ``2**53 * Q``. Tried
     per matrix of the batch first (``K * max|A| * max|B|``, exact in float64), then
     per element (``|A| @ |B|``, allowed a relative error of ``2**-40``). A NaN or an
     infinity fails every comparison."""
-    mag_a, mag_b = np.abs(av), np.abs(bv)
-    lead = np.broadcast_shapes(av.shape[:-2], bv.shape[:-2])
-    whole = (-2, -1)
-    q = _low_exponent(mag_a, whole) - pa + _low_exponent(mag_b, whole) - pb
-    top = k * mag_a.max(axis=whole) * mag_b.max(axis=whole)
-    if np.broadcast_to(top <= np.ldexp(1.0, 53 + q), lead).all():
+    pa, pb = SIGNIFICAND[a.fmt], SIGNIFICAND[b.fmt]
+    lead = np.broadcast_shapes(a.values.shape[:-2], b.values.shape[:-2])
+    q = a.low - pa + b.low - pb
+    if np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead).all():
         return True
+    mag_a, mag_b = np.abs(a.values), np.abs(b.values)
     q_rows = _low_exponent(mag_a, -1) - pa  # (..., M)
     q_cols = _low_exponent(mag_b, -2) - pb  # (..., N)
     room = np.ldexp(1.0 - 2.0**-40, 53 + q_rows[..., :, None] + q_cols[..., None, :])
@@ -66,21 +83,22 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
         fmt_b: str | None = None) -> np.ndarray:
     """``D = C + A @ B`` exactly as :func:`tessera.arch.mma.mma` computes it: A (..., M, K),
     B (..., K, N), C (..., M, N) broadcastable; returns float64 D."""
-    fa, fb = _format(fmt), _format(fmt_b or fmt)
-    # BLAS needs contiguous operands (a strided matmul takes NumPy's slow loop)
-    av = np.ascontiguousarray(decode_elements(a, fa))
-    bv = np.ascontiguousarray(decode_elements(b, fb))
-    k = FORMATS[fa][2]
-    if FORMATS[fb][2] != k or av.shape[-1] != k or bv.shape[-2] != k:
-        return golden(a, b, c, fmt, fmt_b)
-    if not _bounded(av, bv, k, SIGNIFICAND[fa], SIGNIFICAND[fb]):
-        return golden(a, b, c, fmt, fmt_b)
+    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c)
+
+
+def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
+    """:func:`mma` of prepared operands."""
+    k = FORMATS[a.fmt][2]
+    av, bv = a.values, b.values
+    if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k or \
+            not _bounded(a, b, k):
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     acc = np.matmul(av, bv)
     cw = np.asarray(c, np.float64)
     negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
     if negative_zero.any() and (negative_zero & (acc == 0)).any():
-        return golden(a, b, c, fmt, fmt_b)
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     return cw + acc
 
 
-__all__ = ["SIGNIFICAND", "mma"]
+__all__ = ["SIGNIFICAND", "Operand", "mma", "mma_operands"]

@@ -30,7 +30,7 @@ from tessera.arch.fragments import (
 )
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS
-from tessera.interp.target.exact_mma import mma
+from tessera.interp.target.exact_mma import Operand, mma, mma_operands
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.fragment_maps import FragmentMap
 from tessera.interp.target.memory.async_order import groups_of
@@ -83,6 +83,25 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+def _fragment(m: Machine, regs: np.ndarray, warps: np.ndarray, fmap: FragmentMap, bits: int,
+              fmt: str) -> Operand:
+    """The prepared operand matrices of ``warps`` held in ``regs``; a register array that
+    recent steps read (``mma.sync`` reuses each A fragment for a row of B fragments)
+    is prepared once. Register arrays are never changed in place."""
+    kept: dict[int, tuple[np.ndarray, np.ndarray, Operand]] = \
+        m.__dict__.setdefault("mma_operands", {})
+    hit = kept.get(id(regs))
+    if hit is not None and hit[0] is regs and np.array_equal(hit[1], warps) and \
+            hit[2].fmt == fmt and hit[2].values.shape[-2:] == (fmap.layout.rows,
+                                                               fmap.layout.cols):
+        return hit[2]
+    operand = Operand(fmap.matrix(regs, warps, bits), fmt)
+    kept[id(regs)] = (regs, warps, operand)
+    while len(kept) > 16:
+        kept.pop(next(iter(kept)))
+    return operand
+
+
 @step_rule(target_async.MmaSync)
 def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     fa, fb = instr.op.atype, instr.op.btype
@@ -98,10 +117,10 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
         warps = np.flatnonzero(check_warps(fr, instr))
         result = np.zeros((m.n, 4), F64)
         if len(warps):
-            av = maps[0].matrix(fr.regs[sa], warps, bits)
-            bv = maps[1].matrix(fr.regs[sb], warps, bits)
+            av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
+            bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
             cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
-            maps[2].scatter(mma(av, bv, cv, fa, fb), result, warps)
+            maps[2].scatter(mma_operands(av, bv, cv), result, warps)
         fr.regs[out] = result
     return step
 

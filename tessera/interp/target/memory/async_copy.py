@@ -59,7 +59,8 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     thread has read since the last ``bar.sync`` is a write-after-read race, reported at
     the issue (the copy may land before that reader is done)."""
     sh = m.shared
-    if fail is not None and sh.races and len(copy.flat):
+    if fail is not None and sh.races and len(copy.flat) and \
+            sh.accessed[copy.thread // sh.nthreads].any():
         mine = copy.thread[:, None]
         lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
         clash = (hi >= 0) & ((lo != mine) | (hi != mine))
@@ -70,7 +71,8 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
                  f"which thread {other % sh.nthreads} read without a bar.sync between")
     if fail is not None and len(copy.flat):
-        read = groups_of(m).busy[copy.flat] != 0
+        groups = groups_of(m)
+        read = groups.busy[copy.flat] != 0 if groups.reading else np.zeros(1, bool)
         if read.any():
             i = int(np.flatnonzero(read.any(axis=1))[0])
             fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "

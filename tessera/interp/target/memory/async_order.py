@@ -122,6 +122,7 @@ class WgmmaGroups:
 
     def __init__(self, size: int) -> None:
         self.busy = np.zeros(size, np.int32)
+        self.reading = 0  # the sum of ``busy``: no byte need be looked at when 0
         self.open: dict[int, list[np.ndarray]] = {}
         self.committed: dict[int, list[list[np.ndarray]]] = {}
 
@@ -130,6 +131,7 @@ class WgmmaGroups:
         for i, g in enumerate(warpgroups.tolist()):
             self.open.setdefault(g, []).append(flat[i])
         add_at(self.busy, flat, 1)
+        self.reading += flat.size
 
     def commit(self, warpgroups: np.ndarray) -> None:
         """``wgmma.commit_group``: the open reads become the newest group."""
@@ -143,7 +145,9 @@ class WgmmaGroups:
             while len(groups) > n:
                 retired = groups.pop(0)
                 if retired:
-                    add_at(self.busy, np.concatenate(retired), -1)
+                    gone = np.concatenate(retired)
+                    add_at(self.busy, gone, -1)
+                    self.reading -= gone.size
 
 
 def groups_of(m: Machine) -> WgmmaGroups:
