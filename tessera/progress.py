@@ -19,7 +19,7 @@ from typing import Any, TextIO
 DELAY = 1.0
 
 
-class Bar:
+class ProgressBar:
     """A running bar: ``update(n)`` advances it, ``describe(text)`` names what it is
     on, ``write(line)`` prints a line above it. A silent bar does nothing."""
 
@@ -65,21 +65,21 @@ def enabled(file: TextIO) -> bool:
 
 @contextmanager
 def progress(desc: str, total: int | None = None, *, unit: str = "it",
-             file: TextIO | None = None, delay: float = DELAY) -> Iterator[Bar]:
+             file: TextIO | None = None, delay: float = DELAY) -> Iterator[ProgressBar]:
     """A bar over ``total`` units (None: a running count) named ``desc`` on ``file``
     (default: standard error), shown after ``delay`` seconds; removed at the end."""
     stream = sys.stderr if file is None else file
     if not enabled(stream):
-        yield Bar(file=stream)
+        yield ProgressBar(file=stream)
         return
     from tqdm import tqdm
 
     bar = tqdm(total=total, desc=desc, unit=unit, file=stream, delay=delay, leave=False,
                dynamic_ncols=True, mininterval=0.25)
     try:
-        yield Bar(bar, stream)
+        yield ProgressBar(bar, stream)
     finally:
         bar.close()
 
 
-__all__ = ["DELAY", "Bar", "enabled", "progress"]
+__all__ = ["DELAY", "ProgressBar", "enabled", "progress"]

@@ -71,7 +71,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch, module: object) -> list[tuple[st
     real = progress_mod.progress
 
     class CountingBar:
-        def __init__(self, bar: progress_mod.Bar) -> None:
+        def __init__(self, bar: progress_mod.ProgressBar) -> None:
             self.bar, self.count = bar, 0
 
         def update(self, n: int = 1) -> None:

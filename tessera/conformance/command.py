@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from tessera.conformance.registry import BACKENDS
-from tessera.progress import Bar
+from tessera.progress import ProgressBar
 from tessera.progress import progress as progress_bar
 
 
@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> None:
 class Progress:
     """A line per area on ``out`` as each area finishes; ``bar`` advances per case."""
 
-    def __init__(self, out: TextIO, bar: Bar) -> None:
+    def __init__(self, out: TextIO, bar: ProgressBar) -> None:
         self.out, self.bar = out, bar
         self.area: str | None = None
         self.counts: Counter[str] = Counter()

@@ -31,7 +31,7 @@ from tessera.interp.slots import Slots
 from tessera.interp.target.wide import wide_registers
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator
 from tessera.ir.text import op_attr_text
-from tessera.progress import Bar
+from tessera.progress import ProgressBar
 
 #: NumPy storage of each PTX register type
 DTYPES: dict[str, np.dtype] = {k: np.dtype(v) for k, v in {
@@ -119,7 +119,7 @@ class Machine:
         #: shared symbol -> its shared-window address
         self.shared_layout: dict[str, int] = {}
         #: the launch's progress bar (silent unless :func:`run_target` shows one)
-        self.bar = Bar()
+        self.bar = ProgressBar()
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""

@@ -31,7 +31,7 @@ from tessera.mesh_sim.spmd.args import DistArg, mesh_pairs, one_mesh, sharding_o
 from tessera.mesh_sim.spmd.collect import COLLECTIVES, run_collective
 from tessera.mesh_sim.spmd.local import run_local
 from tessera.mesh_sim.spmd.pending import Pending
-from tessera.progress import Bar, progress
+from tessera.progress import ProgressBar, progress
 
 
 def _loc(instr: Instr) -> Loc | None:
@@ -51,7 +51,7 @@ def _last_uses(block: Block) -> dict[int, list[Value]]:
 
 
 def _run_block(block: Block, args: Sequence[Any], mesh: Mesh, mode: str,
-               bar: Bar | None = None) -> list[Any]:
+               bar: ProgressBar | None = None) -> list[Any]:
     env: dict[Value, Any] = dict(zip(block.args, args))
     last = _last_uses(block)
     counter = 0
