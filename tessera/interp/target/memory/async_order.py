@@ -121,7 +121,7 @@ class WgmmaGroups:
     of its committed groups, oldest first; ``busy`` counts readers per shared byte."""
 
     def __init__(self, size: int) -> None:
-        self.busy = np.zeros(size, np.int32)
+        self.busy = np.zeros(size, np.int16)  # in-flight wgmma groups reading a byte
         self.reading = 0  # the sum of ``busy``: no byte need be looked at when 0
         self.open: dict[int, list[np.ndarray]] = {}
         self.committed: dict[int, list[list[np.ndarray]]] = {}

@@ -122,7 +122,7 @@ class SharedMemory:
         n = ncta * size
         self.data = np.full(n, 0xFF, np.uint8)
         self.init = np.zeros(n, bool)
-        self.pending = np.zeros(n, np.int32)
+        self.pending = np.zeros(n, np.int16)  # copies in flight per byte: a few at most
         self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
         # bytes of an mbarrier initialised by one thread (its global id) and not yet
