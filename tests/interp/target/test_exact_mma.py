@@ -97,3 +97,26 @@ def test_fragment_maps_equal_the_coordinate_scatters(layout: fragments.FragmentL
         per = regs.reshape(3, layout.threads, -1)[groups]
         want = fragments.from_fragments(fragments.unpack_registers(per, bits), layout)
         assert np.array_equal(fmap.matrix(regs, groups, bits), want)
+
+
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_gather_equals_the_arch_model(num: int, trans: bool) -> None:
+    """The interpreter's one-gather ``ldmatrix`` of rows already in lane order equals
+    :func:`tessera.arch.ldmatrix.ldmatrix` on shared memory holding those rows
+    anywhere (here: shuffled rows of a larger buffer)."""
+    from tessera.arch.ldmatrix import ldmatrix
+    from tessera.interp.target.mma import ldmatrix_spread
+
+    rng = np.random.default_rng(num + 8 * trans)
+    warps = 3
+    smem = rng.integers(0, 256, (warps, 4096), dtype=np.uint8)
+    rows = np.stack([rng.permutation(256)[: 8 * num] * 16 for _ in range(warps)])
+    addrs = np.zeros((warps, 32), np.int64)
+    addrs[:, : 8 * num] = rows
+    want = ldmatrix(smem, addrs, num, trans)  # (warps, 32, num)
+    gathered = np.stack([smem[w][(rows[w][:, None] + np.arange(16)).ravel()]
+                         for w in range(warps)])
+    elems = gathered.view("<u2")
+    got = np.ascontiguousarray(elems[:, ldmatrix_spread(num, trans)]).view(np.uint32)
+    assert np.array_equal(got.reshape(warps, 32, num), want)
