@@ -247,6 +247,16 @@ def tma_load(tmap: TensorMap, global_mem: np.ndarray, coords: np.ndarray, smem: 
     global address).  ``coords`` may carry leading batch axes matching ``smem``'s
     (``smem``: uint8 of shape ``(..., size)``) to run one copy per CTA.
     """
+    data = tma_box(tmap, global_mem, coords)
+    dst = _smem_addresses(tmap, smem, dst_addr)
+    smem[..., dst] = data
+    return tmap.box_bytes
+
+
+def tma_box(tmap: TensorMap, global_mem: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """The bytes of the box at ``coords`` in box order, before the swizzle places them
+    (uint8, ``(..., box_bytes)``): out-of-bounds elements zero, or NaN with
+    ``OobFill.NAN_REQUEST_ZERO_FMA``. :func:`tma_load` writes them to shared memory."""
     tmap.validate()
     raw = _as_bytes(global_mem)
     offset, inside = _box_offsets(tmap, coords)
@@ -256,14 +266,14 @@ def tma_load(tmap: TensorMap, global_mem: np.ndarray, coords: np.ndarray, smem: 
         raise ArgumentError("the tensor map describes more memory than the global buffer holds",
                             hint="check global dims and strides against the buffer")
     byte = offset[..., None] + np.arange(esize)
+    if inside.all():  # the common case: no element of the box outside the tensor
+        return raw[byte].reshape(*byte.shape[:-2], -1)
     data = np.where(inside[..., None], raw[np.where(inside[..., None], byte, 0)], 0)
     data = data.astype(np.uint8)
     if tmap.oob_fill is OobFill.NAN_REQUEST_ZERO_FMA:
         nan = np.array(np.nan, _NAN_DTYPE[tmap.dtype]).reshape(1).view(np.uint8)
         data = np.where(inside[..., None], data, nan)
-    dst = _smem_addresses(tmap, smem, dst_addr)
-    smem[..., dst] = data.reshape(*data.shape[:-2], -1)
-    return tmap.box_bytes
+    return data.reshape(*data.shape[:-2], -1)
 
 
 def tma_store(tmap: TensorMap, smem: np.ndarray, src_addr: int, coords: np.ndarray,

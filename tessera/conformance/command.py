@@ -3,8 +3,9 @@
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow] [--list]
 
-Prints a line per area (on a terminal, also the case running now) and the failures
-with their messages; exits with 1 when any case failed or raised.
+Prints a line per area and the failures with their messages (on a terminal, a
+progress bar on standard error shows the case running now once the run takes more
+than a second); exits with 1 when any case failed or raised.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections import Counter
 from typing import Any, TextIO
 
 from tessera.conformance.registry import BACKENDS
+from tessera.progress import ProgressBar
+from tessera.progress import progress as progress_bar
 
 
 def add_parser(sub: Any) -> None:
@@ -33,11 +36,10 @@ def add_parser(sub: Any) -> None:
 
 
 class Progress:
-    """A line per area as each area finishes; on a terminal, the running case too."""
+    """A line per area on ``out`` as each area finishes; ``bar`` advances per case."""
 
-    def __init__(self, out: TextIO, total: int) -> None:
-        self.out, self.total, self.done = out, total, 0
-        self.live = out.isatty()
+    def __init__(self, out: TextIO, bar: ProgressBar) -> None:
+        self.out, self.bar = out, bar
         self.area: str | None = None
         self.counts: Counter[str] = Counter()
 
@@ -46,22 +48,17 @@ class Progress:
             self.flush()
             self.area = result.case.area
         self.counts[result.outcome] += 1
-        self.done += 1
-        if self.live:
-            self.out.write(f"\r\033[K[{self.done}/{self.total}] {result.case.id}")
-            self.out.flush()
+        self.bar.update(1)
+        self.bar.describe(result.case.id)
 
     def flush(self) -> None:
         """Print the finished area's line."""
         if self.area is None:
             return
-        if self.live:
-            self.out.write("\r\033[K")
         c = self.counts
         bad = c["failed"] + c["error"]
-        self.out.write(f"{self.area:<10} {c['passed']:4d} passed  {bad:3d} failed  "
-                       f"{c['skipped']:3d} skipped\n")
-        self.out.flush()
+        self.bar.write(f"{self.area:<10} {c['passed']:4d} passed  {bad:3d} failed  "
+                       f"{c['skipped']:3d} skipped", file=self.out)
         self.counts = Counter()
 
 
@@ -76,9 +73,10 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             print(f"{entry.id}  [{entry.spec}]")
         return 0
     out = sys.stdout
-    progress = Progress(out, len(cases))
-    result = runner.run(cases, backend, slow=args.slow, progress=progress)
-    progress.flush()
+    with progress_bar("conformance", len(cases), unit="case") as bar:
+        progress = Progress(out, bar)
+        result = runner.run(cases, backend, slow=args.slow, progress=progress)
+        progress.flush()
     for r in result.results:
         if r.outcome in ("failed", "error"):
             first = r.message.splitlines()[0] if r.message else ""

@@ -21,23 +21,41 @@ import numpy as np
 from tessera.arch.descriptor import operand_addresses
 from tessera.arch.errors import ArchError
 from tessera.arch.fragments import (
-    from_fragments,
     mma_m16n8_c,
     mma_m16n8k16_a,
     mma_m16n8k16_b,
     mma_m16n8k32_a,
     mma_m16n8k32_b,
-    to_fragments,
-    unpack_registers,
     wgmma_accumulator,
 )
 from tessera.arch.ldmatrix import ldmatrix
-from tessera.arch.mma import FORMATS, mma
+from tessera.arch.mma import FORMATS
+from tessera.interp.target.exact_mma import Operand, mma, mma_operands
 from tessera.interp.target.flow import check_warps
+from tessera.interp.target.fragment_maps import FragmentMap
 from tessera.interp.target.memory.async_order import groups_of
-from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.interp.target.memory.state import DIRTY_BLOCK
+from tessera.interp.target.state import (
+    F64,
+    Machine,
+    Step,
+    TargetCompiler,
+    TargetFrame,
+    step_rule,
+)
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
+
+
+def ldmatrix_spread(num: int, trans: bool) -> np.ndarray:
+    """Where ``ldmatrix`` takes each 16-bit half of each lane's registers from the
+    warp's ``num`` 8x8 matrices of rows in lane order (``(num * 64,)`` elements): the
+    index, for lane ``l``, register ``k``, half ``h``, of ``(l, k, h)`` flattened. This
+    is the gather :func:`tessera.arch.ldmatrix.ldmatrix` makes, as one index."""
+    probe = np.arange(num * 64, dtype=np.uint16).reshape(1, -1).view(np.uint8)
+    lanes = (np.arange(32) * 16 % (num * 128)).reshape(1, 32)
+    regs = ldmatrix(probe, lanes, num, trans)  # (1, 32, num)
+    return np.ascontiguousarray(regs, np.uint32).view(np.uint16).reshape(-1).astype(np.int64)
 
 
 @step_rule(target_async.Ldmatrix)
@@ -45,6 +63,7 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
     num, trans = instr.op.num, instr.op.trans
     a = c.slot(instr.operands[0])
     out = c.slot(instr.results[0])
+    spread = ldmatrix_spread(num, trans)
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -56,14 +75,31 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
             fail = m.failer(instr, rows)
             flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
             m.shared.check_read(flat, rows, fail)
-            smem = m.shared.data.reshape(m.ncta, m.shared.size)[m.cta[lanes[:, 0]]]
-            try:
-                regs = ldmatrix(smem, fr.regs[a][lanes].astype(np.int64), num, trans)
-            except ArchError as err:
-                raise m.fault(instr, "ldmatrix", err.message, int(rows[0])) from None
+            # the warps' rows (checked above: aligned, inside) as 16-bit elements
+            elems = m.shared.data[flat].reshape(len(warps), -1).view("<u2")
+            regs = np.ascontiguousarray(elems[:, spread]).view(np.uint32)
             result[lanes.ravel()] = regs.reshape(-1, num)
         fr.regs[out] = result
     return step
+
+
+def _fragment(m: Machine, regs: np.ndarray, warps: np.ndarray, fmap: FragmentMap, bits: int,
+              fmt: str) -> Operand:
+    """The prepared operand matrices of ``warps`` held in ``regs``; a register array that
+    recent steps read (``mma.sync`` reuses each A fragment for a row of B fragments)
+    is prepared once. Register arrays are never changed in place."""
+    kept: dict[int, tuple[np.ndarray, np.ndarray, Operand]] = \
+        m.__dict__.setdefault("mma_operands", {})
+    hit = kept.get(id(regs))
+    if hit is not None and hit[0] is regs and np.array_equal(hit[1], warps) and \
+            hit[2].fmt == fmt and hit[2].values.shape[-2:] == (fmap.layout.rows,
+                                                               fmap.layout.cols):
+        return hit[2]
+    operand = Operand(fmap.matrix(regs, warps, bits), fmt)
+    kept[id(regs)] = (regs, warps, operand)
+    while len(kept) > 16:
+        kept.pop(next(iter(kept)))
+    return operand
 
 
 @step_rule(target_async.MmaSync)
@@ -74,19 +110,17 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     bits = FORMATS[fa][1]
     la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
         mma_m16n8k32_a(), mma_m16n8k32_b())
-    lc = mma_m16n8_c()
+    maps = [FragmentMap(x) for x in (la, lb, mma_m16n8_c())]
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
         result = np.zeros((m.n, 4), F64)
         if len(warps):
-            lanes = warps[:, None] * 32 + np.arange(32)
-            av = from_fragments(unpack_registers(fr.regs[sa][lanes], bits), la)
-            bv = from_fragments(unpack_registers(fr.regs[sb][lanes], bits), lb)
-            cv = from_fragments(fr.regs[sc][lanes].astype(F64), lc)
-            d = mma(av, bv, cv, fa, fb)
-            result[lanes.ravel()] = to_fragments(d, lc).reshape(-1, 4)
+            av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
+            bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
+            cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
+            maps[2].scatter(mma_operands(av, bv, cv), result, warps)
         fr.regs[out] = result
     return step
 
@@ -104,36 +138,46 @@ def _uniform(fr: TargetFrame, instr: Instr, values: np.ndarray, groups: np.ndarr
 
 
 def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: int, k: int,
-             eb: int, who: np.ndarray, k_major: bool = True) -> np.ndarray:
-    """The (G, mn, k) element bit patterns a descriptor addresses in each CTA."""
+             eb: int, who: np.ndarray, k_major: bool, cache: dict) -> np.ndarray:
+    """The (G, mn, k) element bit patterns a descriptor addresses in each CTA;
+    ``cache`` keeps each descriptor's element addresses, bytes and dirty blocks."""
     m = fr.m
+    sh = m.shared
     out = np.zeros((len(ctas), mn, k), np.uint16 if eb == 2 else np.uint8)
     fail = m.failer(instr, who)
-    for d in np.unique(desc):
+    for d in np.unique(desc).tolist():
         sel = np.flatnonzero(desc == d)
-        try:
-            addr = operand_addresses(int(d), mn, k, eb, k_major=k_major)
-        except ArchError as err:
-            raise m.fault(instr, "wgmma descriptor", err.message, int(who[sel[0]])) from None
-        span = addr.reshape(-1)
-        if span.min() < 0 or span.max() + eb > m.shared.size:
-            fail(int(sel[0]), "out of bounds", f"descriptor {int(d):#x} reaches shared byte "
-                 f"{int(span.max())}, beyond the {m.shared.size} bytes of shared memory")
-        flat = (ctas[sel, None] * m.shared.size + span[None, :])[:, :, None] + np.arange(eb)
-        flat = flat.reshape(len(sel), -1)
-        m.shared.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
-        reads = groups_of(m)  # read until a wait_group retires the group
-        for i, w in enumerate(who[sel].tolist()):
-            reads.read(int(w) // 128, flat[i])
-        if m.shared.races:  # the whole warpgroup reads: a later writer must sync first
-            first = who[sel].astype(np.int32)[:, None]
-            np.minimum.at(m.shared.rmin, flat, np.broadcast_to(first, flat.shape))
-            np.maximum.at(m.shared.rmax, flat, np.broadcast_to(first + 127, flat.shape))
-        if m.shared.unfenced[flat].any():
-            i = int(np.flatnonzero(m.shared.unfenced[flat].any(axis=1))[0])
+        hit = cache.get(d)
+        if hit is None:
+            try:
+                span = operand_addresses(d, mn, k, eb, k_major=k_major).reshape(-1)
+            except ArchError as err:
+                raise m.fault(instr, "wgmma descriptor", err.message,
+                              int(who[sel[0]])) from None
+            local = (span[:, None] + np.arange(eb)).reshape(-1)
+            blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
+            hit = cache[d] = (span, local, blocks)
+        span, local, blocks = hit
+        if span.min() < 0 or span.max() + eb > sh.size:
+            fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "
+                 f"{int(span.max())}, beyond the {sh.size} bytes of shared memory")
+        start = ctas[sel, None] * sh.size
+        flat = start + local[None, :]
+        sh.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
+        groups_of(m).read(who[sel] // 128, flat)  # read until a wait_group retires it
+        if sh.races:  # the whole warpgroup reads: a later writer must sync first
+            sh.note_readers(flat, who[sel], who[sel] + 127, mark=False)
+            sh.dirty[ctas[sel, None], blocks[None, :]] = True
+        unfenced = sh.unfenced[flat]
+        if unfenced.any():
+            i = int(np.flatnonzero(unfenced.any(axis=1))[0])
             fail(int(sel[i]), "missing proxy fence", "wgmma reads shared memory written by "
                  "st.shared with no fence.proxy.async since")
-        raw = m.shared.data[flat].reshape(len(sel), mn * k, eb)
+        if eb == 2 and sh.size % 2 == 0 and not (span % 2).any():  # aligned 16-bit words
+            out[sel] = sh.data.view(np.uint16)[(start + span[None, :]) // 2].reshape(
+                len(sel), mn, k)
+            continue
+        raw = sh.data[flat].reshape(len(sel), mn * k, eb)
         vals = raw[..., 0].astype(np.uint16)
         if eb == 2:
             vals = vals | (raw[..., 1].astype(np.uint16) << np.uint16(8))
@@ -141,33 +185,58 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
     return out
 
 
+def _accumulator(m: Machine, regs: np.ndarray, groups: np.ndarray,
+                 layout: FragmentMap) -> np.ndarray:
+    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: the matrices
+    a recent ``wgmma`` scattered into exactly this register array, else gathered."""
+    hit = getattr(m, "wgmma_results", {}).get(id(regs))
+    if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
+        return hit[2]
+    return layout.matrix(regs.astype(F64, copy=False), groups)
+
+
+def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
+    """Keep ``d``, the matrices scattered into the new register array ``result`` (never
+    changed in place: every step makes new arrays), for the next ``wgmma`` of its
+    chain; the last few results are kept."""
+    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = \
+        m.__dict__.setdefault("wgmma_results", {})
+    kept[id(result)] = (result, groups, d)
+    while len(kept) > 4:
+        kept.pop(next(iter(kept)))
+
+
 @step_rule(target_async.Wgmma)
 def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
     acc, da, db, scale = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
-    layout = wgmma_accumulator(n)
+    layout = FragmentMap(wgmma_accumulator(n))
     k = FORMATS[fa][2]
     eb = FORMATS[fa][1] // 8
+    cache_a: dict = {}
+    cache_b: dict = {}
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
         groups = np.flatnonzero(check_warps(fr, instr, 128))
         result = np.zeros((m.n, n // 2), F64)
         if len(groups):
-            threads = groups[:, None] * 128 + np.arange(128)
-            who = threads[:, 0]
+            who = groups * 128
             ctas = m.cta[who]
             desc_a = _uniform(fr, instr, fr.regs[da], groups, "A descriptor")
             desc_b = _uniform(fr, instr, fr.regs[db], groups, "B descriptor")
             keep = _uniform(fr, instr, fr.regs[scale], groups, "scale-d predicate")
-            av = _operand(fr, instr, ctas, desc_a, 64, k, eb, who, not instr.op.trans_a)
+            av = _operand(fr, instr, ctas, desc_a, 64, k, eb, who, not instr.op.trans_a,
+                          cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
-                                      not instr.op.trans_b), 1, 2)
-            cv = from_fragments(fr.regs[acc][threads].astype(F64), layout)
-            cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
+                                      not instr.op.trans_b, cache_b), 1, 2)
+            cv = _accumulator(m, fr.regs[acc], groups, layout)
+            if not keep.all():
+                cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             d = mma(av, bv, cv, fa, fb)
-            result[threads.ravel()] = to_fragments(d, layout).reshape(-1, n // 2)
+            layout.scatter(d, result, groups)
+            _remember(m, result, groups, d)
         fr.regs[out] = result
     return step
 

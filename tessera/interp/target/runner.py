@@ -53,6 +53,7 @@ from tessera.interp.target.state import (
 from tessera.ir.core import Function, walk
 from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.progress import progress
 
 # importing the rule modules registers their steps
 _ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
@@ -179,7 +180,8 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     regs: list[Any] = [None] * len(comp.slots)
     for slot, v in zip(body.args, values):
         regs[slot] = v
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:
+        m.bar = bar  # counts the instructions run (every thread at once)
         run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
     for a, w in zip(arrays, work):
         if isinstance(a, np.ndarray) and w is not a:

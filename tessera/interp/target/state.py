@@ -31,6 +31,7 @@ from tessera.interp.slots import Slots
 from tessera.interp.target.wide import wide_registers
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator
 from tessera.ir.text import op_attr_text
+from tessera.progress import ProgressBar
 
 #: NumPy storage of each PTX register type
 DTYPES: dict[str, np.dtype] = {k: np.dtype(v) for k, v in {
@@ -117,6 +118,8 @@ class Machine:
         self.mbar_tx: Any = None
         #: shared symbol -> its shared-window address
         self.shared_layout: dict[str, int] = {}
+        #: the launch's progress bar (silent unless :func:`run_target` shows one)
+        self.bar = ProgressBar()
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""
@@ -227,6 +230,7 @@ class TargetCompiler(Slots):
 def run(steps: list[Step], fr: TargetFrame) -> None:
     """Run steps in order; an unexpected failure names the instruction and its line."""
     step: Any = None
+    fr.m.bar.update(len(steps))
     try:
         for step in steps:
             step(fr)

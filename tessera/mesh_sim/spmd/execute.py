@@ -31,6 +31,7 @@ from tessera.mesh_sim.spmd.args import DistArg, mesh_pairs, one_mesh, sharding_o
 from tessera.mesh_sim.spmd.collect import COLLECTIVES, run_collective
 from tessera.mesh_sim.spmd.local import run_local
 from tessera.mesh_sim.spmd.pending import Pending
+from tessera.progress import ProgressBar, progress
 
 
 def _loc(instr: Instr) -> Loc | None:
@@ -49,11 +50,14 @@ def _last_uses(block: Block) -> dict[int, list[Value]]:
     return out
 
 
-def _run_block(block: Block, args: Sequence[Any], mesh: Mesh, mode: str) -> list[Any]:
+def _run_block(block: Block, args: Sequence[Any], mesh: Mesh, mode: str,
+               bar: ProgressBar | None = None) -> list[Any]:
     env: dict[Value, Any] = dict(zip(block.args, args))
     last = _last_uses(block)
     counter = 0
     for k, instr in enumerate(block.instrs):
+        if bar is not None:
+            bar.update(1)
         values = [env[v] for v in instr.operands]
         op = instr.op
         if op.terminator:
@@ -95,7 +99,8 @@ def run_placed(fn: Function, args: Sequence[DistTensor], mode: str = "exact"
     if mesh_pairs(mesh) != (fn.args[0].type.sharding.mesh  # type: ignore[attr-defined]
                             if fn.args else mesh_pairs(mesh)):
         raise MeshError(f"@{fn.name} was placed on another mesh than {mesh!r}")
-    outs = _run_block(fn.body, list(args), mesh, mode)
+    with progress(f"mesh simulation @{fn.name}", len(fn.body.instrs), unit="op") as bar:
+        outs = _run_block(fn.body, list(args), mesh, mode, bar)
     if any(isinstance(o, Pending) for o in outs):
         raise InterpretError(f"@{fn.name} returns a partial sum that no collective completed",
                              hint="run the shard-propagation pass first")

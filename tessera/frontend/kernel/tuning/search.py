@@ -28,6 +28,7 @@ from tessera.frontend.kernel.tuning.autotune import (
     configurations,
     estimate,
 )
+from tessera.progress import progress
 
 if TYPE_CHECKING:
     from tessera.frontend.kernel import Kernel
@@ -100,24 +101,33 @@ class Tuner:
         k = self.kernel
         assert k.space is not None
         tuning = Tuning(_describe(base, k.info.runtime_names))
-        for cfg in configurations(k.space):
-            try:
-                p = prepare(k.info, args, dict(kwargs), grid=grid, group_size=group_size,
-                            tile_shape=tile_shape, config=cfg)
-                module = k.modules.get(p.key)
-                if module is None:
-                    module = k.modules[p.key] = build_module(k.fn, p.spec)
-            except TesseraError as err:  # a configuration the body cannot be built with
-                tuning.dropped.append((cfg, f"does not compile for these arguments: "
-                                            f"{err.loc}: {err.kind}: {err.message}"))
-                continue
-            fn = module.functions[k.name]
-            reasons = check(fn)
-            if reasons:
-                tuning.dropped.append((cfg, "; ".join(reasons)))
-            else:
-                tuning.estimates.append(estimate(fn, cfg))
+        space = configurations(k.space)
+        with progress(f"autotune {k.name}", len(space), unit="config") as bar:
+            for cfg in space:
+                self._try(tuning, cfg, args, kwargs, grid, group_size, tile_shape)
+                bar.update(1)
         return tuning
+
+    def _try(self, tuning: Tuning, cfg: dict[str, Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any], grid: Any, group_size: int, tile_shape: Any) -> None:
+        """Build ``cfg``'s kernel; record its estimate, or why it was dropped."""
+        k = self.kernel
+        try:
+            p = prepare(k.info, args, dict(kwargs), grid=grid, group_size=group_size,
+                        tile_shape=tile_shape, config=cfg)
+            module = k.modules.get(p.key)
+            if module is None:
+                module = k.modules[p.key] = build_module(k.fn, p.spec)
+        except TesseraError as err:  # a configuration the body cannot be built with
+            tuning.dropped.append((cfg, f"does not compile for these arguments: "
+                                        f"{err.loc}: {err.kind}: {err.message}"))
+            return
+        fn = module.functions[k.name]
+        reasons = check(fn)
+        if reasons:
+            tuning.dropped.append((cfg, "; ".join(reasons)))
+        else:
+            tuning.estimates.append(estimate(fn, cfg))
 
     def report(self) -> str:
         """The last tuned signature: valid configurations' estimates, fastest first

@@ -28,7 +28,7 @@ import numpy as np
 from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
-from tessera.arch.tma import TensorMap, tma_load
+from tessera.arch.tma import TensorMap, tma_box
 from tessera.interp.target.memory.async_order import (
     acquire,
     active_warpgroups,
@@ -36,6 +36,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
+from tessera.interp.target.memory.state import add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -58,7 +59,8 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     thread has read since the last ``bar.sync`` is a write-after-read race, reported at
     the issue (the copy may land before that reader is done)."""
     sh = m.shared
-    if fail is not None and sh.races and len(copy.flat):
+    if fail is not None and sh.races and len(copy.flat) and \
+            sh.accessed[copy.thread // sh.nthreads].any():
         mine = copy.thread[:, None]
         lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
         clash = (hi >= 0) & ((lo != mine) | (hi != mine))
@@ -69,19 +71,20 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
                  f"which thread {other % sh.nthreads} read without a bar.sync between")
     if fail is not None and len(copy.flat):
-        read = groups_of(m).busy[copy.flat] != 0
+        groups = groups_of(m)
+        read = groups.busy[copy.flat] != 0 if groups.reading else np.zeros(1, bool)
         if read.any():
             i = int(np.flatnonzero(read.any(axis=1))[0])
             fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
                  f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
                  "a wgmma group that no wgmma.wait_group has retired")
-        busy = sh.pending[copy.flat] != 0
+        busy = sh.pending[copy.flat] != 0 if sh.in_flight else np.zeros(1, bool)
         if busy.any():
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", f"async copy over "
                  f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
                  "another async copy is still writing")
-    np.add.at(sh.pending, copy.flat.ravel(), 1)
+    sh.add_pending(copy.flat, 1)
 
 
 def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
@@ -89,13 +92,10 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
     are ordered by their mbarrier instead."""
     flat = copy.flat[sel]
-    np.subtract.at(m.shared.pending, flat.ravel(), 1)
+    m.shared.add_pending(flat, -1)
     m.shared.land(flat, copy.data[sel])
     if m.shared.races:
-        m.shared.writer[flat] = -1
-    if m.shared.races and owned:
-        m.shared.writer[flat] = np.broadcast_to(copy.thread[sel, None].astype(np.int32),
-                                                flat.shape)
+        m.shared.set_writer(flat, copy.thread[sel] if owned else None)
     keep = ~sel
     if not keep.any():
         return None
@@ -243,16 +243,15 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
                      f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
                      "memory")
-            scratch = np.zeros((len(rows), m.shared.size), np.uint8)
-            try:
-                tma_load(t, value.buffer, coords[rows], scratch, int(a))
+            try:  # the box's bytes in box order: byte i lands at where[i]
+                data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
             if m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, scratch[:, where])
+            copy = Copy(act[rows], ids[rows], flat, data)
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
@@ -273,7 +272,7 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     for copy in m.tma:
         done = np.isin(copy.tag, ids)
         if done.any():
-            np.add.at(landing, copy.tag[done], copy.flat.shape[1])
+            add_at(landing, copy.tag[done], copy.flat.shape[1])
             rest = _land(m, copy, done, False)
             if rest is not None:
                 still.append(rest)
@@ -316,7 +315,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
         elif isinstance(op, target_async.MbarrierArrive):
             _check_visible(m, instr, act, fr.regs[a][act])
             if op.tx:
-                np.add.at(m.mbar_tx[0], ids, op.tx)
+                add_at(m.mbar_tx[0], ids, op.tx)
             note_arrivals(m, ids, act)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interp.target.memory.state import DIRTY_BLOCK, add_at
 from tessera.interp.target.state import Machine
 
 
@@ -44,28 +45,75 @@ def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
 
 def acquire(m: Machine, ids: np.ndarray) -> None:
     """A wait on the completed phases of ``ids`` returned: bytes of their CTAs that
-    only the phases' arriving threads accessed start a new race epoch."""
+    only the phases' arriving threads accessed start a new race epoch. Only the span
+    of blocks flagged dirty can hold an access; the mbarriers of one CTA are taken in
+    turn."""
     sh = m.shared
     if not sh.races or not sh.size:
         return
     _, released = arrivals(m)
     slots = max(1, sh.size // 8)
-    for i in np.unique(ids):
-        who = released.get(int(i))
-        if who is None or not who.any():
-            continue
-        cta = int(i) // slots
-        base = cta * m.nthreads
-        view = slice(cta * sh.size, (cta + 1) * sh.size)
-        lo, hi, w = sh.rmin[view], sh.rmax[view], sh.writer[view]
-        prefix = np.concatenate([[0], np.cumsum(who)])
-        read = hi >= 0
-        a = np.clip(lo - base, 0, m.nthreads - 1)
-        b = np.clip(hi - base, 0, m.nthreads - 1)
-        readers_ok = ~read | (prefix[b + 1] - prefix[a] == b - a + 1)
-        writer_ok = (w < 0) | who[np.clip(w - base, 0, m.nthreads - 1)]
-        clear = readers_ok & writer_ok & (read | (w >= 0))
-        lo[clear], hi[clear], w[clear] = np.iinfo(np.int32).max, -1, -1
+    todo = [i for i in np.unique(ids).tolist() if released.get(i) is not None
+            and released[i].any()]
+    while todo:  # one mbarrier per CTA at a time
+        by_cta: dict[int, int] = {}
+        for i in todo:
+            by_cta.setdefault(i // slots, i)
+        todo = [i for i in todo if by_cta[i // slots] != i]
+        _release(m, by_cta, released)
+
+
+def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]) -> None:
+    """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
+    CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
+    ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
+    breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
+    for run in np.split(ctas, breaks):
+        who = np.stack([released[by_cta[int(c)]] for c in run])  # (C, nthreads)
+        _release_run(m, int(run[0]), who)
+
+
+def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
+    """:func:`_release` for the CTAs ``first, first + 1, ...`` (one row of ``who``,
+    the arrived threads, each)."""
+    sh = m.shared
+    rows = slice(first, first + len(who))
+    cols = np.flatnonzero(sh.dirty[rows].any(axis=0))
+    if not len(cols):
+        return
+    lo, hi = int(cols[0]) * DIRTY_BLOCK, min(sh.size, (int(cols[-1]) + 1) * DIRTY_BLOCK)
+    views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi] for a in (sh.rmin, sh.rmax, sh.writer)]
+    ctas = np.arange(first, first + len(who))
+    clear = _released(m, ctas, who, *views)
+    for x, fill in zip(views, (np.iinfo(np.int32).max, -1, -1)):
+        np.copyto(x, np.int32(fill), where=clear)
+    if (hi - lo) % DIRTY_BLOCK == 0:  # blocks left with no access are clean again
+        left = ((views[1] >= 0) | (views[2] >= 0)).reshape(len(who), -1, DIRTY_BLOCK)
+        sh.dirty[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
+
+
+def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              w: np.ndarray) -> np.ndarray:
+    """Which accessed bytes (rows: ``ctas``) only the threads ``who`` (C, nthreads)
+    accessed: readers ``lo``..``hi``, writer ``w`` (global thread ids)."""
+    base = (ctas * m.nthreads)[:, None]
+    first = who.argmax(axis=1)
+    last = m.nthreads - 1 - who[:, ::-1].argmax(axis=1)
+    count = who.sum(axis=1)
+    read = hi >= 0
+    if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
+        f, t = base + first[:, None], base + last[:, None]
+        readers_ok = ~read | ((lo >= f) & (hi <= t))
+        writer_ok = (w < 0) | ((w >= f) & (w <= t))
+        return readers_ok & writer_ok & (read | (w >= 0))
+    prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64), np.cumsum(who, axis=1)],
+                            axis=1)
+    r = np.arange(len(ctas))[:, None]
+    a = np.clip(lo - base, 0, m.nthreads - 1)
+    b = np.clip(hi - base, 0, m.nthreads - 1)
+    readers_ok = ~read | (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
+    writer_ok = (w < 0) | who[r, np.clip(w - base, 0, m.nthreads - 1)]
+    return readers_ok & writer_ok & (read | (w >= 0))
 
 
 class WgmmaGroups:
@@ -73,14 +121,17 @@ class WgmmaGroups:
     of its committed groups, oldest first; ``busy`` counts readers per shared byte."""
 
     def __init__(self, size: int) -> None:
-        self.busy = np.zeros(size, np.int32)
+        self.busy = np.zeros(size, np.int16)  # in-flight wgmma groups reading a byte
+        self.reading = 0  # the sum of ``busy``: no byte need be looked at when 0
         self.open: dict[int, list[np.ndarray]] = {}
         self.committed: dict[int, list[list[np.ndarray]]] = {}
 
-    def read(self, warpgroup: int, flat: np.ndarray) -> None:
-        """A ``wgmma`` of ``warpgroup`` reads the shared bytes ``flat``."""
-        self.open.setdefault(warpgroup, []).append(flat)
-        np.add.at(self.busy, flat, 1)
+    def read(self, warpgroups: np.ndarray, flat: np.ndarray) -> None:
+        """``wgmma`` of ``warpgroups[i]`` reads the shared bytes ``flat[i]``."""
+        for i, g in enumerate(warpgroups.tolist()):
+            self.open.setdefault(g, []).append(flat[i])
+        add_at(self.busy, flat, 1)
+        self.reading += flat.size
 
     def commit(self, warpgroups: np.ndarray) -> None:
         """``wgmma.commit_group``: the open reads become the newest group."""
@@ -92,8 +143,11 @@ class WgmmaGroups:
         for g in warpgroups.tolist():
             groups = self.committed.get(g, [])
             while len(groups) > n:
-                for flat in groups.pop(0):
-                    np.subtract.at(self.busy, flat, 1)
+                retired = groups.pop(0)
+                if retired:
+                    gone = np.concatenate(retired)
+                    add_at(self.busy, gone, -1)
+                    self.reading -= gone.size
 
 
 def groups_of(m: Machine) -> WgmmaGroups:

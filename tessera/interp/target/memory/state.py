@@ -12,7 +12,9 @@ is an error), how many async copies are still in flight to it (reading such a by
 an error), and, between two ``bar.sync`` of its CTA, which thread wrote it and which
 threads read it (a read of another thread's write, or a write over another thread's
 access, with no barrier between, is a race, as compute-sanitizer's racecheck reports).
-Two threads of one instruction writing the same byte are not reported.
+Two threads of one instruction writing the same byte are not reported. Blocks of
+``DIRTY_BLOCK`` bytes that may hold a writer or a reader are flagged in ``dirty``, so
+that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ GLOBAL_STRIDE = 0x10000000
 Fail = Callable[[int, str, str], None]
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
+#: bytes per flag of :attr:`SharedMemory.dirty`
+DIRTY_BLOCK = 64
+
+
+def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> None:
+    """``target[index] += delta`` with repeated indices counted (``np.add.at``), called
+    the way NumPy runs fast: a flat index and a value of the target's type."""
+    value = np.asarray(delta, target.dtype)
+    np.add.at(target, np.ravel(index), value if value.ndim == 0 else np.ravel(value))
 
 
 def _check_aligned(a: np.ndarray, step: int, fail: Fail, access: Callable[[int], str]) -> None:
@@ -111,7 +122,8 @@ class SharedMemory:
         n = ncta * size
         self.data = np.full(n, 0xFF, np.uint8)
         self.init = np.zeros(n, bool)
-        self.pending = np.zeros(n, np.int32)
+        self.pending = np.zeros(n, np.int16)  # copies in flight per byte: a few at most
+        self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
         # bytes of an mbarrier initialised by one thread (its global id) and not yet
         # ordered before other threads' accesses by a bar.sync (-1: visible to all)
@@ -121,6 +133,11 @@ class SharedMemory:
             self.writer = np.full(n, _NONE, np.int32)
             self.rmin = np.full(n, _BIG, np.int32)
             self.rmax = np.full(n, _NONE, np.int32)
+            # per CTA and DIRTY_BLOCK bytes: may a byte hold a writer or a reader
+            self.dirty = np.zeros((ncta, -(-size // DIRTY_BLOCK)), bool)
+            # per CTA: may any byte hold a writer or a reader / a writer (supersets)
+            self.accessed = np.zeros(ncta, bool)
+            self.written = np.zeros(ncta, bool)
 
     def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
               align: int | None = None) -> np.ndarray:
@@ -138,13 +155,15 @@ class SharedMemory:
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
                    race: bool = True) -> None:
         """Fault on poison, in-flight async bytes and races; record the readers."""
-        for ok, what in ((self.pending[flat] == 0, "async copy read before its wait"),
-                         (self.init[flat], "uninitialised shared read")):
+        checks = [(self.init[flat], "uninitialised shared read")]
+        if self.in_flight:
+            checks.insert(0, (self.pending[flat] == 0, "async copy read before its wait"))
+        for ok, what in checks:
             if not ok.all():
                 i = int(np.flatnonzero(~ok.all(axis=1))[0])
                 j = int(np.flatnonzero(~ok[i])[0])
                 fail(i, what, self._where(flat[i, j]))
-        if self.races and race:
+        if self.races and race and self.written[me // self.nthreads].any():
             w = self.writer[flat]
             clash = (w >= 0) & (w != me[:, None])
             if np.any(clash):
@@ -153,9 +172,21 @@ class SharedMemory:
                 fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
                      f"by thread {int(w[i, j]) % self.nthreads} without a "
                      "bar.sync between")
-            who = np.broadcast_to(me[:, None].astype(np.int32), flat.shape).ravel()
-            np.minimum.at(self.rmin, flat.ravel(), who)
-            np.maximum.at(self.rmax, flat.ravel(), who)
+        if self.races and race:
+            self.note_readers(flat, me, me)
+
+    def note_readers(self, flat: np.ndarray, first: np.ndarray, last: np.ndarray,
+                     mark: bool = True) -> None:
+        """Record that threads ``first[i]`` to ``last[i]`` read the bytes ``flat[i]``
+        (``mark`` False: the caller flags the dirty blocks)."""
+        idx = flat.ravel()
+        self.accessed[first // self.nthreads] = True
+        if mark:
+            self.mark(flat)
+        np.minimum.at(self.rmin, idx, np.broadcast_to(first.astype(np.int32)[:, None],
+                                                      flat.shape).ravel())
+        np.maximum.at(self.rmax, idx, np.broadcast_to(last.astype(np.int32)[:, None],
+                                                      flat.shape).ravel())
 
     def read(self, flat: np.ndarray, me: np.ndarray, fail: Fail) -> np.ndarray:
         """Checked bytes (M, nbytes) at ``flat``."""
@@ -165,12 +196,12 @@ class SharedMemory:
     def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
               generic: bool = True) -> None:
         """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids)."""
-        busy = self.pending[flat] != 0
+        busy = self.pending[flat] != 0 if self.in_flight else np.zeros(1, bool)
         if np.any(busy):
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
-        if self.races:
+        if self.races and self.accessed[me // self.nthreads].any():
             mine = me[:, None]
             w = self.writer[flat]
             clash = ((w >= 0) & (w != mine)) | \
@@ -184,10 +215,40 @@ class SharedMemory:
                 fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
                      f"accessed by thread {other % self.nthreads} without a "
                      "bar.sync between")
-            self.writer[flat] = np.broadcast_to(mine.astype(np.int32), flat.shape)
+        if self.races:
+            self.set_writer(flat, me)
         self.land(flat, data)
         if generic:
             self.unfenced[flat] = True
+
+    def mark(self, flat: np.ndarray) -> None:
+        """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
+        ``DIRTY_BLOCK`` consecutive bytes (every checked access) lie in at most two
+        blocks: their first and last bytes find both."""
+        if flat.ndim == 2 and flat.shape[1] <= DIRTY_BLOCK and \
+                (flat[:, -1] - flat[:, 0] == flat.shape[1] - 1).all():
+            flat = np.concatenate([flat[:, 0], flat[:, -1]])
+        idx = flat.ravel()
+        if self.size % DIRTY_BLOCK == 0:
+            self.dirty.reshape(-1)[idx // DIRTY_BLOCK] = True
+        else:
+            self.dirty[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
+
+    def set_writer(self, flat: np.ndarray, who: np.ndarray | None) -> None:
+        """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
+        writer, bytes any thread may access)."""
+        if who is None:
+            self.writer[flat] = _NONE
+            return
+        self.mark(flat)
+        self.accessed[who // self.nthreads] = True
+        self.written[who // self.nthreads] = True
+        self.writer[flat] = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+
+    def add_pending(self, flat: np.ndarray, delta: int) -> None:
+        """Count ``delta`` more async copies in flight to each byte of ``flat``."""
+        add_at(self.pending, flat, delta)
+        self.in_flight += delta * flat.size
 
     def land(self, flat: np.ndarray, data: np.ndarray) -> None:
         """Unchecked write (async copies completing): data lands, bytes count as written
@@ -205,6 +266,9 @@ class SharedMemory:
             return
         for view, fill in ((self.writer, _NONE), (self.rmin, _BIG), (self.rmax, _NONE)):
             view.reshape(self.ncta, self.size)[ctas] = fill
+        self.dirty[ctas] = False
+        self.accessed[ctas] = False
+        self.written[ctas] = False
 
     def fence(self, ctas: np.ndarray) -> None:
         """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
@@ -215,4 +279,4 @@ class SharedMemory:
         return f"shared byte {int(flat) % self.size}"
 
 
-__all__ = ["GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory"]
+__all__ = ["DIRTY_BLOCK", "GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory", "add_at"]

@@ -1,0 +1,104 @@
+"""One ``mma``/``wgmma`` step by a float64 matrix product, equal bit for bit to the
+golden convention of :func:`tessera.arch.mma.mma`.
+
+The convention sums the K exact products of an output element in float64 in
+ascending k, each addition rounded, then adds the accumulator once. When no partial
+sum of those products can round, every summation order gives the same, exact sum, so
+one ``np.matmul`` (any blocking, with or without fused multiply-adds, but never a
+Strassen-like scheme, which no BLAS uses for dgemm) computes the same bits.
+
+That holds when the products' magnitudes and their common quantum are close enough:
+each nonzero input element ``x`` with ``frexp`` exponent ``e`` is a multiple of
+``2**(e - p)`` for a format of ``p`` significand bits (subnormals included), so every
+partial sum of row ``i`` of A times column ``j`` of B is a multiple of
+``Q = 2**(min_e(A_i) - pa + min_e(B_j) - pb)`` (the exponents of the smallest nonzero
+elements) no larger in magnitude than ``sum_k |A_ik| |B_kj|``, and float64 holds every
+multiple of ``Q`` up to ``2**53 * Q`` exactly. Steps where some element fails this
+bound, or where an operand holds an infinity or a NaN, take the ascending loop itself
+(all of the step: NumPy's loops may give a NaN another sign or payload when the same
+operations run on other array shapes).
+
+One more case: a zero sum's sign. Summed in order, exact products give ``-0`` only if
+all are ``-0``; BLAS may start from ``+0``. The sign matters only where the
+accumulator is ``-0`` too (``C + 0`` is ``C`` otherwise); such a step takes the loop
+as well.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.arch.mma import FORMATS, _format, decode_elements
+from tessera.arch.mma import mma as golden
+
+#: significand bits (with the implicit bit) of each tensor-core input format
+SIGNIFICAND = {"bf16": 8, "f16": 11, "e4m3": 4, "e5m2": 3}
+
+
+def _low_exponent(mag: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
+    """``frexp`` exponent of the smallest nonzero magnitude along ``axis`` (0 for an
+    all-zero vector, whose products are zeros whatever bound they get)."""
+    low = np.where(mag == 0, np.inf, mag).min(axis=axis)
+    return np.frexp(np.where(np.isinf(low), 1.0, low))[1]
+
+
+class Operand:
+    """One operand of a step: its elements (bit patterns or the format's type), their
+    float64 values, and per matrix of the batch the largest magnitude (``top``) and the
+    ``frexp`` exponent of the smallest nonzero one (``low``). An operand used by
+    several steps (a fragment held in registers) is prepared once."""
+
+    __slots__ = ("elements", "fmt", "low", "top", "values")
+
+    def __init__(self, elements: np.ndarray, fmt: str) -> None:
+        self.elements = elements
+        self.fmt = _format(fmt)
+        # BLAS needs contiguous operands (a strided matmul takes NumPy's slow loop)
+        self.values = np.ascontiguousarray(decode_elements(elements, self.fmt))
+        mag = np.abs(self.values)
+        self.top = mag.max(axis=(-2, -1))
+        self.low = _low_exponent(mag, (-2, -1))
+
+
+def _bounded(a: Operand, b: Operand, k: int) -> bool:
+    """Whether no partial sum of any output element can round: every partial sum is a
+    multiple of ``Q = 2**(low_e(A) - pa + low_e(B) - pb)`` and at most the sum of the
+    product magnitudes, so it is exact when that sum is at most ``2**53 * Q``. Tried
+    per matrix of the batch first (``K * max|A| * max|B|``, exact in float64), then
+    per element (``|A| @ |B|``, allowed a relative error of ``2**-40``). A NaN or an
+    infinity fails every comparison."""
+    pa, pb = SIGNIFICAND[a.fmt], SIGNIFICAND[b.fmt]
+    lead = np.broadcast_shapes(a.values.shape[:-2], b.values.shape[:-2])
+    q = a.low - pa + b.low - pb
+    if np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead).all():
+        return True
+    mag_a, mag_b = np.abs(a.values), np.abs(b.values)
+    q_rows = _low_exponent(mag_a, -1) - pa  # (..., M)
+    q_cols = _low_exponent(mag_b, -2) - pb  # (..., N)
+    room = np.ldexp(1.0 - 2.0**-40, 53 + q_rows[..., :, None] + q_cols[..., None, :])
+    return bool((np.matmul(mag_a, mag_b) <= room).all())
+
+
+def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
+        fmt_b: str | None = None) -> np.ndarray:
+    """``D = C + A @ B`` exactly as :func:`tessera.arch.mma.mma` computes it: A (..., M, K),
+    B (..., K, N), C (..., M, N) broadcastable; returns float64 D."""
+    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c)
+
+
+def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
+    """:func:`mma` of prepared operands."""
+    k = FORMATS[a.fmt][2]
+    av, bv = a.values, b.values
+    if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k or \
+            not _bounded(a, b, k):
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+    acc = np.matmul(av, bv)
+    cw = np.asarray(c, np.float64)
+    negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
+    if negative_zero.any() and (negative_zero & (acc == 0)).any():
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+    return cw + acc
+
+
+__all__ = ["SIGNIFICAND", "Operand", "mma", "mma_operands"]

@@ -1,0 +1,122 @@
+"""The Target IR interpreter's fast tensor-core step equals the golden ascending loop
+(:func:`tessera.arch.mma.mma`) bit for bit, and its fragment index maps equal the
+coordinate scatters of :mod:`tessera.arch.fragments`."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera.arch import fragments
+from tessera.arch.mma import mma as golden
+from tessera.interp.target import exact_mma
+from tessera.interp.target.fragment_maps import FragmentMap
+
+FORMATS = {"bf16": (ml_dtypes.bfloat16, 16), "f16": (np.float16, 16),
+           "e4m3": (ml_dtypes.float8_e4m3fn, 32), "e5m2": (ml_dtypes.float8_e5m2, 32)}
+
+
+def _operands(rng: np.random.Generator, fmt: str, spread: int, shape: tuple[int, int, int, int]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    dt, _ = FORMATS[fmt]
+    g, m, k, n = shape
+    a = rng.standard_normal((g, m, k)) * 2.0 ** rng.integers(-spread, spread + 1, (g, m, k))
+    b = rng.standard_normal((g, k, n)) * 2.0 ** rng.integers(-spread, spread + 1, (g, k, n))
+    c = rng.standard_normal((g, m, n))
+    with np.errstate(over="ignore"):
+        return a.astype(dt), b.astype(dt), c
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    return x.shape == y.shape and np.array_equal(x.view(np.uint64), y.view(np.uint64))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("spread", [0, 6, 30, 80])
+def test_fast_step_equals_golden_loop(fmt: str, spread: int) -> None:
+    rng = np.random.default_rng(spread)
+    k = FORMATS[fmt][1]
+    for shape in [(4, 16, k, 8), (2, 64, k, 32)]:
+        a, b, c = _operands(rng, fmt, spread, shape)
+        with np.errstate(all="ignore"):
+            assert _same_bits(exact_mma.mma(a, b, c, fmt), golden(a, b, c, fmt))
+
+
+def test_special_values_take_the_golden_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Zeros of both signs, a -0 accumulator over a zero sum, infinities and NaNs."""
+    calls = []
+    monkeypatch.setattr(exact_mma, "golden", lambda *a: calls.append(1) or golden(*a))
+    rng = np.random.default_rng(1)
+    a, b, c = _operands(rng, "bf16", 2, (3, 16, 16, 8))
+    assert _same_bits(exact_mma.mma(a, b, c, "bf16"), golden(a, b, c, "bf16"))
+    assert calls == []  # ordinary data: the matmul, not the loop
+    a[0, 2] = -0.0
+    c[0, 2] = -0.0  # the loop gives -0 + (-0 products summed) ...
+    b[1, :, 3] = np.float32(np.inf)
+    a[2, 5, 7] = np.float32(np.nan)
+    with np.errstate(all="ignore"):
+        assert _same_bits(exact_mma.mma(a, b, c, "bf16"), golden(a, b, c, "bf16"))
+    assert calls == [1]
+    d = exact_mma.mma(a[:1], b[:1] * 0, c[:1] * 0 - 0.0, "bf16")  # -0 + zero sums
+    assert _same_bits(d, golden(a[:1], b[:1] * 0, c[:1] * 0 - 0.0, "bf16"))
+
+
+def test_wide_exponent_ranges_take_the_golden_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(exact_mma, "golden", lambda *a: calls.append(1) or golden(*a))
+    a, b, c = _operands(np.random.default_rng(2), "bf16", 0, (1, 16, 16, 8))
+    a[0, 0, 0] = 2.0**60  # 1 + 2**60: a partial sum that rounds in float64
+    b[0, 0, 0] = 1.0
+    a[0, 0, 1] = 2.0**-60
+    assert _same_bits(exact_mma.mma(a, b, c, "bf16"), golden(a, b, c, "bf16"))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("layout", [fragments.mma_m16n8k16_a(), fragments.mma_m16n8k16_b(),
+                                    fragments.mma_m16n8k32_a(), fragments.mma_m16n8k32_b(),
+                                    fragments.mma_m16n8_c(), fragments.wgmma_accumulator(64)])
+def test_fragment_maps_equal_the_coordinate_scatters(layout: fragments.FragmentLayout) -> None:
+    rng = np.random.default_rng(3)
+    fmap = FragmentMap(layout)
+    groups = np.array([0, 2])
+    bits = layout.element_bits
+    if bits == 32:
+        regs = rng.standard_normal((3 * layout.threads, layout.elements))
+        per = regs.reshape(3, layout.threads, -1)[groups]
+        want = fragments.from_fragments(per, layout)
+        assert np.array_equal(fmap.matrix(regs, groups), want)
+        out = np.zeros_like(regs)
+        fmap.scatter(want, out, groups)
+        assert np.array_equal(out.reshape(3, layout.threads, -1)[groups],
+                              fragments.to_fragments(want, layout))
+        assert not out.reshape(3, layout.threads, -1)[1].any()
+    else:
+        nregs = layout.elements * bits // 32
+        regs = rng.integers(0, 2**32, (3 * layout.threads, nregs), dtype=np.uint32)
+        per = regs.reshape(3, layout.threads, -1)[groups]
+        want = fragments.from_fragments(fragments.unpack_registers(per, bits), layout)
+        assert np.array_equal(fmap.matrix(regs, groups, bits), want)
+
+
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_gather_equals_the_arch_model(num: int, trans: bool) -> None:
+    """The interpreter's one-gather ``ldmatrix`` of rows already in lane order equals
+    :func:`tessera.arch.ldmatrix.ldmatrix` on shared memory holding those rows
+    anywhere (here: shuffled rows of a larger buffer)."""
+    from tessera.arch.ldmatrix import ldmatrix
+    from tessera.interp.target.mma import ldmatrix_spread
+
+    rng = np.random.default_rng(num + 8 * trans)
+    warps = 3
+    smem = rng.integers(0, 256, (warps, 4096), dtype=np.uint8)
+    rows = np.stack([rng.permutation(256)[: 8 * num] * 16 for _ in range(warps)])
+    addrs = np.zeros((warps, 32), np.int64)
+    addrs[:, : 8 * num] = rows
+    want = ldmatrix(smem, addrs, num, trans)  # (warps, 32, num)
+    gathered = np.stack([smem[w][(rows[w][:, None] + np.arange(16)).ravel()]
+                         for w in range(warps)])
+    elems = gathered.view("<u2")
+    got = np.ascontiguousarray(elems[:, ldmatrix_spread(num, trans)]).view(np.uint32)
+    assert np.array_equal(got.reshape(warps, 32, num), want)
