@@ -65,8 +65,10 @@ NOT_LOWERED: dict[type[Op], str] = {
             "rule builds that index tile in a thread layout yet",
 }
 #: why an op with ``exact = true`` that has no rule in :data:`EXACT_RULES` is refused
-EXACT_NOT_LOWERED = ("exact accumulation is lowered for tile.reduce (sum, mean) only "
-                     "(tessera.lower.exact); this exact op is simulated, not lowered")
+EXACT_NOT_LOWERED = ("exact accumulation is lowered for row sums and means "
+                     "(tile.reduce, tessera.lower.exact) only; an exact mma (a long "
+                     "accumulator per output element, carried through the K loop) is "
+                     "simulated, not lowered")
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -125,6 +127,7 @@ class Lowerer:
         """Build and return the Target IR kernel."""
         self.geom = self._geometry()
         self._signature()
+        self._check_exact()
         if self.block_kernel:
             from tessera.lower.layout import assign_layouts
 
@@ -160,6 +163,17 @@ class Lowerer:
         if "maxnreg" in self.extra:
             attrs["maxnreg"] = self.extra["maxnreg"]
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
+
+    def _check_exact(self) -> None:
+        """Refuse an exact op that has no exact rule before layouts are assigned (an
+        exact ``mma``'s tile shape would be blamed otherwise)."""
+        for instr in walk(self.fn.body):
+            if getattr(instr.op, "exact", False) is True and \
+                    type(instr.op) not in EXACT_RULES:
+                raise UnsupportedError(
+                    f"{instr.op.name} (exact) is not lowered to PTX yet: {EXACT_NOT_LOWERED}",
+                    loc=instr.loc, hint="run the kernel in the tile simulator, or rewrite it "
+                                        f"without an exact {instr.op.name}")
 
     def _warp_specialise(self) -> bool:
         """Plan the warp-specialised GEMM pipeline (:mod:`tessera.lower.sm90a.warpspec`);

@@ -128,6 +128,9 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
                                loc=instr.loc)
     name = storage_name(rt.element)
     x = materialize(low, args[0], low.layouts.get(src))
+    if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
+            and x.layout.parent.vec == 1:  # rows of one element: a register per row
+        x = Dist(x.layout.parent, x.regs, x.type)
     if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or x.type != "f32" or \
             storage_name(st.element) not in FORMATS or name not in FORMATS:
         raise UnsupportedError(
@@ -151,10 +154,10 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
         regs = [_read(e, results, _rows_of(e, parent, j, pcols, prow))
                 for j in range(parent.per_thread)]
         return [Dist(out, regs, "f32")]
-    if isinstance(out, Blocked) and len(out.shape) == 1:
+    if isinstance(out, Blocked):  # flat element k of the result is row k
         regs = []
         for j in range(out.per_thread):
-            k0 = _rows_of(e, out, j, 1, rows)  # element k of the result is row k
+            k0 = chunk_index(e, out, j)
             for c in range(out.vec):
                 k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
                 regs.append(_read(e, results, e.bin("min", k, e.const(rows - 1, "s32"),

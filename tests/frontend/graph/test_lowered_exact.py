@@ -1,0 +1,161 @@
+"""Graph programs whose kernels accumulate exactly, lowered to Target IR and PTX: sums,
+means, variance, layernorm and RMSnorm give the graph interpreter's bits under the
+Target IR interpreter (``backend="target"``) on both targets, their PTX assembles with
+no advisory and no spills, and what is still refused (exact matmuls) names the op and
+the graph line."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tessera as ts
+from tessera import op
+from tessera.frontend.graph.lowered_target import TargetGenerationError
+
+FORMATS = {"f32": ts.f32, "bf16": ts.bf16, "f16": ts.f16}
+TARGETS = ("sm_80", "sm_90a")
+#: the exponents a format's values span, subnormals included
+SPANS = {"f32": (-152, 126), "bf16": (-136, 126), "f16": (-26, 15)}
+
+
+def row_sum(x):  # type: ignore[no-untyped-def]
+    return op.sum(x, axis=-1)
+
+
+def row_mean(x):  # type: ignore[no-untyped-def]
+    return op.mean(x, axis=-1)
+
+
+def variance(x):  # type: ignore[no-untyped-def]
+    m = op.mean(x, axis=-1, keepdims=True)
+    return op.mean((x - m) * (x - m), axis=-1)
+
+
+def layernorm(x, g, b):  # type: ignore[no-untyped-def]
+    mu = op.mean(x, axis=-1, keepdims=True)
+    d = x - mu
+    return d / op.sqrt(op.mean(d * d, axis=-1, keepdims=True) + 1e-5) * g + b
+
+
+def rmsnorm(x, g):  # type: ignore[no-untyped-def]
+    return x / op.sqrt(op.mean(x * x, axis=-1, keepdims=True) + 1e-6) * g
+
+
+def matmul(a, b):  # type: ignore[no-untyped-def]
+    return a @ b
+
+
+def _as(fmt: str, x: np.ndarray) -> np.ndarray:
+    return ts.Tensor(np.asarray(x, np.float64), FORMATS[fmt]).array  # rounded once (RNE)
+
+
+def _bits(out):  # type: ignore[no-untyped-def]
+    leaves = out if isinstance(out, tuple) else (out,)
+    return [np.asarray(t.array).tobytes() for t in leaves]
+
+
+def _same_on_target(fn, args, target: str) -> None:  # type: ignore[no-untyped-def]
+    lowered = ts.jit(fn).lower(*args)
+    want = _bits(lowered.run(*args))
+    assert _bits(lowered.run(*args, backend="target", target=target)) == want
+
+
+def _values(rng: np.random.Generator, shape: tuple[int, ...], fmt: str, kind: str,
+            ) -> np.ndarray:
+    """Values of ``kind``: ``normal``; ``wide`` (magnitudes over the whole format);
+    ``cancel`` (each row's values and their negatives, plus one tiny value: the sum is
+    that value); ``special`` (wide, with NaN, infinities and signed zeros planted)."""
+    lo, hi = SPANS[fmt]
+    if kind == "normal":
+        return _as(fmt, rng.standard_normal(shape) * 3)
+    x = rng.standard_normal(shape) * 2.0 ** rng.integers(lo, hi, shape)
+    if kind == "cancel":
+        half = shape[-1] // 2
+        x[..., half:2 * half] = -x[..., :half][..., ::-1]
+        x[..., -1] = 2.0 ** lo
+    if kind == "special":
+        flat = x.reshape(-1)
+        for v in (np.nan, np.inf, -np.inf, 0.0, -0.0):
+            flat[rng.integers(0, flat.size, 1 + flat.size // 40)] = v
+    return _as(fmt, x)
+
+
+side = st.integers(1, 40)
+kinds = st.sampled_from(["normal", "wide", "cancel", "special"])
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=side, cols=st.integers(1, 90), fmt=st.sampled_from(sorted(FORMATS)), kind=kinds,
+       fn=st.sampled_from([row_sum, row_mean, variance]), target=st.sampled_from(TARGETS),
+       seed=st.integers(0, 2**16))
+def test_sums_means_and_variance_on_target_give_the_graph_bits(
+        rows: int, cols: int, fmt: str, kind: str, fn, target: str,  # type: ignore[no-untyped-def]
+        seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    _same_on_target(fn, (_values(rng, (rows, cols), fmt, kind),), target)
+
+
+@settings(max_examples=12, deadline=None)
+@given(rows=side, cols=st.integers(2, 130), fmt=st.sampled_from(sorted(FORMATS)),
+       kind=kinds, norm=st.sampled_from(["layernorm", "rmsnorm"]),
+       target=st.sampled_from(TARGETS), seed=st.integers(0, 2**16))
+def test_norms_on_target_give_the_graph_bits(rows: int, cols: int, fmt: str, kind: str,
+                                             norm: str, target: str, seed: int) -> None:
+    # (rows of one element put the scale vector in the row-statistic layout, into which
+    # a memory tile is not broadcast yet: refused)
+    rng = np.random.default_rng(seed)
+    x = _values(rng, (rows, cols), fmt, kind)
+    g, b = (_as(fmt, rng.standard_normal(cols)) for _ in range(2))
+    if norm == "layernorm":
+        _same_on_target(layernorm, (x, g, b), target)
+    else:
+        _same_on_target(rmsnorm, (x, g), target)
+
+
+@pytest.mark.parametrize("shape", [(1,), (37,), (3, 4, 5), (2, 1, 7)])
+def test_reductions_of_other_ranks_on_target(shape: tuple[int, ...]) -> None:
+    """A 1-D row (one scalar result) and rows of 3-D tensors."""
+    rng = np.random.default_rng(len(shape))
+    x = _values(rng, shape, "f32", "wide")
+    for fn in (row_sum, row_mean):
+        for target in TARGETS:
+            _same_on_target(fn, (x,), target)
+
+
+def test_long_rows_and_many_rows_on_target() -> None:
+    """Rows longer than one warp's 32 chunks and tiles of several row blocks (edge
+    tiles masked)."""
+    rng = np.random.default_rng(5)
+    _same_on_target(row_mean, (_values(rng, (3, 1000), "f32", "wide"),), "sm_80")
+    _same_on_target(variance, (_values(rng, (300, 37), "f32", "cancel"),), "sm_90a")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exact_reduction_ptx_assembles_without_advisories_or_spills(target: str) -> None:
+    rng = np.random.default_rng(1)
+    cases = [(layernorm, [(33, 100), (100,), (100,)]), (rmsnorm, [(7, 48), (48,)]),
+             (row_mean, [(300, 37)]), (variance, [(64, 1024)]),
+             (layernorm, [(512, 768), (768,), (768,)])]
+    for fn, shapes in cases:
+        args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        for kernel in ts.jit(fn).lower(*args).target(target).kernels:
+            assembled = kernel.assemble()
+            stats = assembled.stats[kernel.name]
+            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+            assert "warning" not in assembled.log.lower()
+            assert "red.shared.add.u64" in kernel.ptx
+
+
+def test_exact_matmul_is_refused_at_the_graph_line() -> None:
+    a, b = np.ones((16, 32), np.float32), np.ones((32, 8), np.float32)
+    for target in TARGETS:
+        with pytest.raises(TargetGenerationError, match=r"graph.matmul cannot be lowered .*"
+                                                        r"tile.mma \(exact\)") as err:
+            ts.jit(matmul).lower(a, b).run(a, b, backend="target", target=target)
+        _, start = inspect.getsourcelines(matmul)
+        assert err.value.loc.line == start + 1
