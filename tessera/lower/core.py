@@ -65,10 +65,8 @@ NOT_LOWERED: dict[type[Op], str] = {
             "rule builds that index tile in a thread layout yet",
 }
 #: why an op with ``exact = true`` that has no rule in :data:`EXACT_RULES` is refused
-EXACT_NOT_LOWERED = ("exact accumulation is lowered for row sums and means "
-                     "(tile.reduce, tessera.lower.exact) only; an exact mma (a long "
-                     "accumulator per output element, carried through the K loop) is "
-                     "simulated, not lowered")
+EXACT_NOT_LOWERED = ("exact accumulation is lowered for row sums and means and for the "
+                     "exact mma (tessera.lower.exact) only")
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -132,7 +130,11 @@ class Lowerer:
             from tessera.lower.layout import assign_layouts
 
             self.layouts = assign_layouts(self.fn)
-            if self.target == "sm_90a":
+            from tessera.lower.exact.mma import plan_exact
+
+            if plan_exact(self):
+                pass  # exact products in a per-thread loop: no tensor cores, no pipeline
+            elif self.target == "sm_90a":
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
@@ -363,6 +365,10 @@ class Lowerer:
                              f"{instr.op.name}")
                 e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
                 args = [self.env[v] for v in instr.operands]
+                if "exact_chains" in self.extra:  # uses of an exact accumulator round it
+                    from tessera.lower.exact.mma import exact_operands
+
+                    args = exact_operands(self, instr, args)
                 try:
                     # an index tensor (arange, a mask) is computed where it is used
                     outs = (through_indexed(self, instr, args, fn)
