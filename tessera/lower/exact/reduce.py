@@ -38,6 +38,7 @@ from tessera.lower.exact.longacc import (
     to_format,
     zero_shared,
 )
+from tessera.lower.exact.mma import EXACT_MAXNREG
 from tessera.lower.layout import Blocked, BRow
 from tessera.lower.rules.tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered, Scalar, storage_name
@@ -70,6 +71,7 @@ def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
     layout = x.layout
     assert isinstance(layout, Blocked)
     e = low.em
+    low.extra.setdefault("maxnreg", EXACT_MAXNREG)
     acc_bytes = rows * 8 * (SUM_DIGITS + 1)
     base = low.shared_buffer("xacc", acc_bytes + 4 * rows, 8)
     acc = SharedAcc(base, rows, SUM_DIGITS)
