@@ -314,10 +314,39 @@ def _masked_load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowere
     return [load_masked(low, instr, mem, args[1 + rank], args[2 + rank])]
 
 
-def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowered) -> Dist:
-    """The masked load ``instr`` of the window ``mem``, in its result's layout."""
+class _Broadcast:
+    """The elements of a broadcast's result, named by the coordinates of its operand
+    (operand axis ``a`` is result axis ``dims[a]``; an axis of size 1 reads index 0)."""
+
+    def __init__(self, e: TargetEmitter, full: Elements, dims: tuple[int, ...],
+                 shape: tuple[int, ...]) -> None:
+        self.e, self.full, self.dims, self.shape = e, full, dims, shape
+        self.layout, self.count = full.layout, full.count
+
+    def coords(self, r: int) -> tuple[Value, ...]:
+        c = self.full.coords(r)
+        return tuple(c[d] if n != 1 else self.e.const(0, "s32")
+                     for d, n in zip(self.dims, self.shape))
+
+
+def load_masked_broadcast(low: Lowerer, instr: Instr, into: Any,
+                          dims: tuple[int, ...]) -> Dist:
+    """The masked load ``instr`` (already lowered: its operands are in ``low.env``) read
+    again straight into ``into``, the layout of its broadcast over ``dims``: each
+    register loads the element its coordinates map to, under the mask there."""
+    args = [low.env[v] for v in instr.operands]
+    mem, rank = _window(low, instr, args)
+    shape = tuple(instr.results[0].type.shape)  # type: ignore[attr-defined]
+    els = _Broadcast(low.em, elements(low, into), dims, shape)
+    return load_masked(low, instr, mem, args[1 + rank], args[2 + rank], els)
+
+
+def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowered,
+                els: Any = None) -> Dist:
+    """The masked load ``instr`` of the window ``mem``, in its result's layout (or at
+    the elements ``els``)."""
     e = low.em
-    els = elements(low, low.layouts[instr.results[0]])
+    els = els or elements(low, low.layouts[instr.results[0]])
     guards = _guards(low, mask, els, instr)
     mt, rt = mem_type(mem.element), reg_type(mem.element)
     if mt not in REG_TYPES:
@@ -358,5 +387,6 @@ def _masked_store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     return []
 
 
-__all__ = ["LAZY", "Elements", "elements", "evaluate", "load_masked", "settle",
+__all__ = ["LAZY", "Elements", "elements", "evaluate", "load_masked", "load_masked_broadcast",
+           "settle",
            "through_indexed"]

@@ -11,6 +11,7 @@ from math import prod
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
@@ -219,6 +220,12 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
         return [Dist(out, regs, x.type)]
     if isinstance(out, Blocked) and isinstance(x.layout, BRow):
         return [Dist(out, [x.regs[r // out.vec] for r in range(register_count(out))], x.type)]
+    src = instr.operands[0].owner
+    if isinstance(src, Instr) and isinstance(src.op, tile_memory.MaskedLoad) and \
+            isinstance(out, (Blocked, Acc)):  # a masked row (a bias at a ragged edge)
+        from tessera.lower.rules.masked import load_masked_broadcast
+
+        return [load_masked_broadcast(low, src, out, tuple(instr.op.dims))]  # type: ignore[attr-defined]
     raise UnsupportedError(f"broadcast from {x.layout} to {out} is not lowered", loc=instr.loc)
 
 
