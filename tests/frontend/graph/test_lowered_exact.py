@@ -1,8 +1,8 @@
 """Graph programs whose kernels accumulate exactly, lowered to Target IR and PTX: sums,
 means, variance, layernorm and RMSnorm give the graph interpreter's bits under the
 Target IR interpreter (``backend="target"``) on both targets, their PTX assembles with
-no advisory and no spills, and what is still refused (exact matmuls) names the op and
-the graph line."""
+no advisory and no spills, and so do matmuls with their epilogues (the exact mma);
+what is still refused names the graph line."""
 
 from __future__ import annotations
 
@@ -151,11 +151,75 @@ def test_exact_reduction_ptx_assembles_without_advisories_or_spills(target: str)
             assert "red.shared.add.u64" in kernel.ptx
 
 
-def test_exact_matmul_is_refused_at_the_graph_line() -> None:
-    a, b = np.ones((16, 32), np.float32), np.ones((32, 8), np.float32)
+def linear(x, w, b):  # type: ignore[no-untyped-def]
+    return op.relu(x @ w + b)
+
+
+def residual(x, w, r):  # type: ignore[no-untyped-def]
+    return x @ w * 0.5 + r
+
+
+def mlp(x, w1, b1, w2, b2):  # type: ignore[no-untyped-def]
+    return op.relu(x @ w1 + b1) @ w2 + b2
+
+
+def with_gelu(x, w):  # type: ignore[no-untyped-def]
+    return op.gelu(x @ w)
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 40),
+       fmt=st.sampled_from(sorted(FORMATS)), kind=st.sampled_from(["normal", "wide", "special"]),
+       fn=st.sampled_from([matmul, linear, residual]), target=st.sampled_from(TARGETS),
+       seed=st.integers(0, 2**16))
+def test_matmuls_with_epilogues_on_target_give_the_graph_bits(
+        m: int, n: int, k: int, fmt: str, kind: str, fn,  # type: ignore[no-untyped-def]
+        target: str, seed: int) -> None:
+    if fmt != "f32":  # 16-bit operands are copied in 4-byte chunks: even rows
+        n, k = 2 * -(-n // 2), 2 * -(-k // 2)
+    rng = np.random.default_rng(seed)
+    x, w = _values(rng, (m, k), fmt, kind), _values(rng, (k, n), fmt, kind)
+    third = {matmul: [], linear: [_values(rng, (n,), fmt, "normal")],
+             residual: [_values(rng, (m, n), fmt, "normal")]}[fn]
+    _same_on_target(fn, (x, w, *third), target)
+
+
+def test_cancelling_products_and_the_mlp_on_target() -> None:
+    """``[1, 2^-24, 2^-40] . [1, 1, 2^-40]`` is above the midpoint ``1 + 2^-24`` only by
+    ``2^-80``, which a float64 sum drops; and the two-kernel MLP, larger than one tile."""
+    a = np.array([[1.0, 2.0**-24, 2.0**-40]] * 3, np.float32)
+    b = np.array([[1.0], [1.0], [2.0**-40]], np.float32)
+    lowered = ts.jit(matmul).lower(a, b)
     for target in TARGETS:
-        with pytest.raises(TargetGenerationError, match=r"graph.matmul cannot be lowered .*"
-                                                        r"tile.mma \(exact\)") as err:
-            ts.jit(matmul).lower(a, b).run(a, b, backend="target", target=target)
-        _, start = inspect.getsourcelines(matmul)
+        out = np.asarray(lowered.run(a, b, backend="target", target=target).array)
+        assert (out == np.float32(1 + 2.0**-23)).all()
+    rng = np.random.default_rng(4)
+    args = [_values(rng, s, "f32", "wide") for s in [(24, 40), (40, 48), (48,), (48, 16),
+                                                       (16,)]]
+    _same_on_target(mlp, args, "sm_80")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exact_matmul_ptx_assembles_without_advisories_or_spills(target: str) -> None:
+    rng = np.random.default_rng(2)
+    cases = [(matmul, [(64, 32), (32, 256)]), (linear, [(40, 70), (70, 33), (33,)]),
+             (residual, [(30, 20), (20, 24), (30, 24)]),
+             (mlp, [(16, 32), (32, 64), (64,), (64, 16), (16,)])]
+    for fn, shapes in cases:
+        args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        for kernel in ts.jit(fn).lower(*args).target(target).kernels:
+            assembled = kernel.assemble()
+            stats = assembled.stats[kernel.name]
+            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+            assert "warning" not in assembled.log.lower()
+            assert "mma.sync" not in kernel.ptx and "wgmma" not in kernel.ptx  # no tensor cores
+
+
+def test_what_exact_kernels_still_refuse_names_the_graph_line() -> None:
+    """A GELU epilogue computes in f64 tiles, which are not lowered."""
+    x, w = np.ones((16, 16), np.float32), np.ones((16, 16), np.float32)
+    for target in TARGETS:
+        with pytest.raises(TargetGenerationError, match="cannot be lowered") as err:
+            ts.jit(with_gelu).lower(x, w).run(x, w, backend="target", target=target)
+        _, start = inspect.getsourcelines(with_gelu)
         assert err.value.loc.line == start + 1
