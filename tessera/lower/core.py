@@ -125,22 +125,20 @@ class Lowerer:
         """Build and return the Target IR kernel."""
         self.geom = self._geometry()
         self._signature()
-        self._check_exact()
         if self.block_kernel:
             from tessera.lower.layout import assign_layouts
 
             self.layouts = assign_layouts(self.fn)
             from tessera.lower.exact.mma import plan_exact
 
-            if plan_exact(self):
-                pass  # exact products in a per-thread loop: no tensor cores, no pipeline
-            elif self.target == "sm_90a":
+            exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
+            if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if not self._warp_specialise() and self.extra["wgmma_buffers"]:
                     ring_setup(self)
-            else:
+            elif not exact:
                 from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
 
                 plan = plan_multistage(self.fn)
@@ -165,17 +163,6 @@ class Lowerer:
         if "maxnreg" in self.extra:
             attrs["maxnreg"] = self.extra["maxnreg"]
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
-
-    def _check_exact(self) -> None:
-        """Refuse an exact op that has no exact rule before layouts are assigned (an
-        exact ``mma``'s tile shape would be blamed otherwise)."""
-        for instr in walk(self.fn.body):
-            if getattr(instr.op, "exact", False) is True and \
-                    type(instr.op) not in EXACT_RULES:
-                raise UnsupportedError(
-                    f"{instr.op.name} (exact) is not lowered to PTX yet: {EXACT_NOT_LOWERED}",
-                    loc=instr.loc, hint="run the kernel in the tile simulator, or rewrite it "
-                                        f"without an exact {instr.op.name}")
 
     def _warp_specialise(self) -> bool:
         """Plan the warp-specialised GEMM pipeline (:mod:`tessera.lower.sm90a.warpspec`);

@@ -59,6 +59,9 @@ from tessera.lower.values import Dist, Lowered, Mem, mem_type, reg_type
 #: words of an exact mma accumulator and the quantum (2**-MMA_QUANTUM) they count
 MMA_DIGITS = 21
 MMA_QUANTUM = 362
+#: shared bytes the accumulators of one kernel may take (512 elements: 90,112 bytes),
+#: which leaves room for the staged operands within sm_80's 163 KiB per CTA
+ACC_BYTES = 96 * 1024
 #: ``.maxnreg`` of kernels that accumulate exactly: without it ptxas (13.x, sm_90a)
 #: settles on 56-64 registers and spills a few bytes; 128 per thread leaves a 128-thread
 #: CTA's occupancy unchanged
@@ -111,6 +114,16 @@ def plan_exact(low: Lowerer) -> bool:
         return False
     exact = possibly_exact(low.fn)
     bufs: dict[Value, Any] = {}
+    for instr in walk(low.fn.body):  # accumulators that cannot fit: blame the mma
+        t = instr.results[0].type if instr.results else None
+        if isinstance(instr.op, tile_compute.Mma) and instr.op.exact and \
+                isinstance(t, TensorType) and prod(t.shape) * 8 * (MMA_DIGITS + 1) > ACC_BYTES:
+            raise UnsupportedError(
+                f"tile.mma (exact) of a {'x'.join(map(str, t.shape))} tile needs "
+                f"{prod(t.shape) * 8 * (MMA_DIGITS + 1):,} bytes of accumulators in shared "
+                f"memory ({8 * (MMA_DIGITS + 1)} per element), more than {ACC_BYTES:,}",
+                hint=f"use output tiles of at most {ACC_BYTES // (8 * (MMA_DIGITS + 1))} "
+                     "elements (tile_shape=(32, 16, ...))", loc=instr.loc)
     for v, root in members.items():
         owner = v.owner
         if v not in exact and not (isinstance(owner, Instr) and isinstance(
@@ -292,5 +305,5 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     return [Dist(layout, [e.const(0.0, "f32")] * (layout.per_thread * layout.vec), "f32")]
 
 
-__all__ = ["EXACT_MAXNREG", "MMA_DIGITS", "MMA_QUANTUM", "deposit_f64", "exact_operands",
-           "plan_exact"]
+__all__ = ["ACC_BYTES", "EXACT_MAXNREG", "MMA_DIGITS", "MMA_QUANTUM", "deposit_f64",
+           "exact_operands", "plan_exact"]

@@ -78,3 +78,39 @@ def test_products_over_the_whole_f32_range_deposit_exactly() -> None:
         expect = (NAN_BIT if any(np.isnan(v) for v in p) else 0) | \
             (PINF_BIT if np.inf in p else 0) | (NINF_BIT if -np.inf in p else 0)
         assert flags == expect, t
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_hand_written_exact_gemm_on_target(target: str) -> None:
+    """A ``@ts.kernel`` GEMM whose exact accumulator is carried over a K loop of two
+    tiles: the Target IR interpreter gives the tile simulator's bits (the f32 row
+    ``[1, 2^-24, 2^-40]`` times ``[1, 1, 2^-40]`` is ``1 + 2^-23``, which a float64 sum
+    misses), ptxas assembles it without spills; a tile whose accumulators cannot fit in
+    shared memory is refused at the mma's line."""
+    import inspect
+
+    import tessera as ts
+    from tessera.errors import UnsupportedError
+    from tessera.frontend.kernel.backends.compile import compile_kernel
+    from tests.tile.test_exact import HARD_A, HARD_B, exact_gemm
+
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((32, 32)) * 2.0 ** rng.integers(-60, 60, (32, 32))
+         ).astype(np.float32)
+    b = (rng.standard_normal((32, 16)) * 2.0 ** rng.integers(-60, 60, (32, 16))
+         ).astype(np.float32)
+    a[0, :3], b[:3, 0], a[0, 3:], b[3:, 0] = HARD_A, HARD_B, 0.0, 0.0
+    c = np.zeros((32, 16), np.float32)
+    launch = {"tile_shape": (16, 8, 16)}
+    ts.check_against_reference(exact_gemm, a, b, c, backend="target", target=target,
+                               bitwise=True, **launch)
+    stats = compile_kernel(exact_gemm, a, b, c, target=target, **launch).assemble().stats
+    assert stats["exact_gemm"].spill_stores == 0
+    lines, start = inspect.getsourcelines(exact_gemm.fn)
+    line = start + next(k for k, text in enumerate(lines) if "exact=True" in text)
+    with pytest.raises(UnsupportedError, match=r"tile\.mma \(exact\) of a 64x32 tile needs "
+                                               r"360,448 bytes") as err:
+        compile_kernel(exact_gemm, np.zeros((64, 32), np.float32), b[:, :16].copy(),
+                       np.zeros((64, 16), np.float32), target=target,
+                       tile_shape=(64, 32, 16))
+    assert err.value.loc.line == line
