@@ -45,6 +45,10 @@ rule = rule_decorator(RULES, "lowering rule")
 #: mode only: :mod:`tessera.lower.rules.fastmath`
 FAST_RULES: dict[type[Op], Rule] = {}
 fast_rule = rule_decorator(FAST_RULES, "fast-mode lowering rule")
+#: rules for ops with ``exact = true`` (exact reductions, exact ``mma`` accumulators),
+#: in every mode: :mod:`tessera.lower.exact` (a long accumulator in integer registers)
+EXACT_RULES: dict[type[Op], Rule] = {}
+exact_rule = rule_decorator(EXACT_RULES, "exact lowering rule")
 
 #: Tile IR ops the lowering refuses on purpose, and why: every other non-terminator op
 #: has a rule in :data:`RULES` (tests/test_rule_tables.py checks both), and a kernel
@@ -60,11 +64,9 @@ NOT_LOWERED: dict[type[Op], str] = {
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
 }
-#: why ops with ``exact = true`` (exact reductions, exact ``mma`` accumulators) are
-#: refused, whatever their class
-EXACT_NOT_LOWERED = ("exact accumulation (a correctly rounded sum of any length) is "
-                     "simulated, not yet lowered (it needs a long accumulator or an "
-                     "error-free summation in registers)")
+#: why an op with ``exact = true`` that has no rule in :data:`EXACT_RULES` is refused
+EXACT_NOT_LOWERED = ("exact accumulation is lowered for row sums and means and for the "
+                     "exact mma (tessera.lower.exact) only")
 
 
 def is_block_kernel(fn: Function) -> bool:
@@ -127,13 +129,16 @@ class Lowerer:
             from tessera.lower.layout import assign_layouts
 
             self.layouts = assign_layouts(self.fn)
-            if self.target == "sm_90a":
+            from tessera.lower.exact.mma import plan_exact
+
+            exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
+            if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if not self._warp_specialise() and self.extra["wgmma_buffers"]:
                     ring_setup(self)
-            else:
+            elif not exact:
                 from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
 
                 plan = plan_multistage(self.fn)
@@ -333,7 +338,7 @@ class Lowerer:
                     return [settle(self, v, self.env[v]) for v in instr.operands]
                 fn = self.overrides.get(id(instr)) or RULES.get(type(instr.op))
                 if getattr(instr.op, "exact", False) is True:
-                    fn = None
+                    fn = EXACT_RULES.get(type(instr.op))
                 elif self.mode == "fast":
                     fn = FAST_RULES.get(type(instr.op), fn)
                 if fn is None:
@@ -347,6 +352,10 @@ class Lowerer:
                              f"{instr.op.name}")
                 e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
                 args = [self.env[v] for v in instr.operands]
+                if "exact_chains" in self.extra:  # uses of an exact accumulator round it
+                    from tessera.lower.exact.mma import exact_operands
+
+                    args = exact_operands(self, instr, args)
                 try:
                     # an index tensor (arange, a mask) is computed where it is used
                     outs = (through_indexed(self, instr, args, fn)
@@ -368,7 +377,7 @@ class Lowerer:
 def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
     """Lower one specialised ``tile.kernel`` to a ``ptx.kernel`` for ``target``
     (``mode="fast"``: approximate math, see :mod:`tessera.lower.fastmath`)."""
-    from tessera.lower import rules  # noqa: F401  (its modules register their rules)
+    from tessera.lower import exact, rules  # noqa: F401  (their modules register rules)
     from tessera.lower.shared import check_shared_limit
 
     low = Lowerer(fn, target, mode=mode)
@@ -378,5 +387,6 @@ def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
     return kernel
 
 
-__all__ = ["FAST_RULES", "NOT_LOWERED", "RULES", "THREADS", "CtaGeometry", "Lowerer", "fast_rule",
-           "is_block_kernel", "lower_kernel", "rule"]
+__all__ = ["EXACT_NOT_LOWERED", "EXACT_RULES", "FAST_RULES", "NOT_LOWERED", "RULES", "THREADS",
+           "CtaGeometry", "Lowerer", "exact_rule", "fast_rule", "is_block_kernel",
+           "lower_kernel", "rule"]

@@ -135,7 +135,8 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
             for v in vals[1:]:  # the mask of each element is where its value is
                 cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Mma):
-            acc_roots.append(instr.results[0])
+            if not op.exact:  # an exact mma's tile is blocked (tessera.lower.exact.mma)
+                acc_roots.append(instr.results[0])
             if len(instr.operands) == 3:
                 cls.join(instr.operands[2], instr.results[0])
         elif isinstance(op, tile_compute.Reduce) and _tensor(instr.results[0]):

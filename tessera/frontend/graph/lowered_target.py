@@ -230,6 +230,8 @@ def target_program(tile: TileProgram, graph: Function, target: str) -> TargetPro
     if hit is None:
         seconds: dict[str, float] = {}
         kernels = []
+        source = tile
+        tile = exact_tiled(tile, graph)
         for launch in tile.launches:
             if any(k.name == launch.kernel for k in kernels):
                 continue
@@ -238,9 +240,51 @@ def target_program(tile: TileProgram, graph: Function, target: str) -> TargetPro
             for stage, s in k.compiled.seconds.items():
                 seconds[stage] = seconds.get(stage, 0.0) + s
             kernels.append(k)
-        hit = tile.targets[target] = TargetProgram(target, tile, kernels, seconds)
+        hit = source.targets[target] = TargetProgram(target, tile, kernels, seconds)
     program: TargetProgram = hit
     return program
+
+
+#: the largest output tile of a matmul whose kernel has an exact mma, in PTX: 512
+#: accumulators of 176 bytes each in shared memory (tessera.lower.exact.mma), four
+#: output elements per thread
+EXACT_MMA_TILE = (32, 16)
+
+
+def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
+    """``tile``, or, when a kernel has an exact ``mma``, the program generated again from
+    ``graph`` with output tiles of at most :data:`EXACT_MMA_TILE` for the matmuls that
+    have no ``tile_shape`` of their own: the exact accumulators live in shared memory,
+    which the schedule's tiles for tensor-core kernels would exceed many times. The bits
+    do not depend on the tiles (exact sums), so the tile simulator keeps its program."""
+    import dataclasses
+
+    from tessera.ir.core import clone_block
+    from tessera.ir.dialects import schedule as schedule_ops
+    from tessera.ir.dialects.graph.contraction import MatMul
+    from tessera.ir.dialects.tile.compute import Mma
+    from tessera.ir.transforms.schedule import schedule_module
+    from tessera.ir.transforms.schedule.tile import pow2
+    from tessera.ir.transforms.to_tile import schedule_to_tile
+
+    if graph.kind == schedule_ops.FUNC or not any(
+            isinstance(i.op, Mma) and i.op.exact
+            for fn in tile.module.functions.values() for i in walk(fn.body)):
+        return tile
+    body = clone_block(graph.body, {})
+    hinted = False
+    for instr in walk(body):
+        if isinstance(instr.op, MatMul) and instr.op.tile_shape is None:
+            rows, cols = instr.results[0].type.shape[-2:]  # type: ignore[attr-defined]
+            shape = (min(EXACT_MMA_TILE[0], pow2(rows)), min(EXACT_MMA_TILE[1], pow2(cols)))
+            instr.op = dataclasses.replace(instr.op, tile_shape=shape)
+            hinted = True
+    if not hinted:
+        return tile
+    fn = Function(graph.name, body, list(graph.result_types), graph.kind, dict(graph.attrs),
+                  graph.loc)
+    scheduled = schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
+    return schedule_to_tile(scheduled)
 
 
 def device_target() -> str:
@@ -262,5 +306,6 @@ def timed(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-__all__ = ["PtxModules", "TargetGenerationError", "TargetKernel", "TargetProgram",
-           "device_target", "lower_generated", "target_program", "timed"]
+__all__ = ["EXACT_MMA_TILE", "PtxModules", "TargetGenerationError", "TargetKernel",
+           "TargetProgram", "device_target", "exact_tiled", "lower_generated",
+           "target_program", "timed"]

@@ -26,10 +26,19 @@ from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.layout import Acc
+from tessera.lower.layout import Acc, BRow
 from tessera.lower.rules.memory import address
 from tessera.lower.tiles import THREADS, GlobalBox, SharedBox, elem_size
-from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, ptx_elem, reg_type, storage_name
+from tessera.lower.values import (
+    Dist,
+    Lowered,
+    Mem,
+    elem_bytes,
+    mem_type,
+    ptx_elem,
+    reg_type,
+    storage_name,
+)
 
 
 def commit_all(low: Lowerer, e: TargetEmitter, *, force: bool, fence: bool = True) -> None:
@@ -262,6 +271,9 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
     if isinstance(value, Dist) and isinstance(value.layout, Blocked):
         store_blocked(low, mem, value)
         return
+    if isinstance(value, Dist) and isinstance(value.layout, BRow):
+        store_rows(low, mem, value)
+        return
     if not (isinstance(value, Dist) and isinstance(value.layout, Acc)):
         raise UnsupportedError("this tile cannot be stored yet", loc=low.em.loc)
     if mem.space != "global" or mem.strides[-1] != 1:
@@ -273,6 +285,20 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
     pair = 2 * elem_size(elem)  # a column pair is one vector store where it is aligned
     store_acc(e, value.regs, address(e, mem), mem.strides[0], value.layout.rows,
               value.layout.cols, elem, pairs=mem.align % pair == 0)
+
+
+def store_rows(low: Lowerer, mem: Mem, value: Dist) -> None:
+    """Store row statistics (``BRow``): the register of each row's first chunk."""
+    from tessera.lower.rules.masked import _offset, elements
+    from tessera.lower.rules.memory import to_mem
+
+    els, e = elements(low, value.layout), low.em
+    mt = mem_type(mem.element)
+    for r in range(els.count):
+        addr = address(e, mem, _offset(e, mem, els.coords(r)))
+        data = to_mem(e, value.regs[r], value.type, mt, mem.element)
+        e.if_(els.inside(r), lambda inner, a=addr, d=data: inner.st(  # type: ignore[misc]
+            mem.space, a, d, mt))
 
 
 def store_result_tile(low: Lowerer, value: Lowered) -> None:

@@ -36,7 +36,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer, Rule, rule
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.layout import Acc, Blocked
+from tessera.lower.layout import Acc, Blocked, BRow
 from tessera.lower.rules.memory import _to_reg, address, to_mem, window
 from tessera.lower.rules.scalar import round_to
 from tessera.lower.rules.tensor import _clamped, chunk_index, materialize, register_count
@@ -50,10 +50,13 @@ LAZY = (tile_compute.Binary, tile_compute.Unary, tile_compute.Where, tile_comput
 class Elements:
     """The elements a thread holds of a tensor in ``layout``: their coordinates
     (``s32`` registers, computed once per register) and, for a blocked layout's last
-    chunk, whether the element is inside the tensor at all."""
+    chunk, whether the element is inside the tensor at all. A row statistic (``BRow``)
+    register stands for its row, at coordinate 0 of the reduced axis (which a result
+    without that axis ignores); only the register of the row's first chunk is
+    *inside*, so each row is written once."""
 
     def __init__(self, e: TargetEmitter, layout: Any) -> None:
-        if not isinstance(layout, (Blocked, Acc)):
+        if not isinstance(layout, (Blocked, Acc, BRow)):
             raise UnsupportedError(f"masked accesses of a tensor in layout {layout} are not "
                                    "lowered", loc=e.loc, hint="mask a blocked or mma tile")
         self.e, self.layout = e, layout
@@ -75,6 +78,15 @@ class Elements:
 
                 self._acc = acc_rowcol(e, layout.rows, layout.cols)
             return self._acc[r]
+        if isinstance(layout, BRow):
+            parent = layout.parent
+            k = _clamped(e, parent, r)
+            out = [e.const(0, "s32")]
+            k = e.bin("div", k, e.const(parent.shape[-1], "s32"), "s32")
+            for d in reversed(parent.shape[1:-1]):
+                out.append(e.bin("rem", k, e.const(d, "s32"), "s32"))
+                k = e.bin("div", k, e.const(d, "s32"), "s32")
+            return (k, *reversed(out))
         j, c = divmod(r, layout.vec)
         k = _clamped(e, layout, j)  # a chunk past the end reads a valid one's coordinates
         k = e.add(k, e.const(c, "s32"), "s32") if c else k
@@ -87,11 +99,24 @@ class Elements:
     def inside(self, r: int) -> Value | None:
         """A predicate: register ``r`` holds an element of the tensor (None: always)."""
         layout = self.layout
+        if isinstance(layout, BRow):
+            return self._first_of_row(r)
         if isinstance(layout, Acc) or (r // layout.vec + 1) * 128 <= layout.chunks:
             return None
         e = self.e
         return e.setp("lt", chunk_index(e, layout, r // layout.vec),
                       e.const(layout.chunks * layout.vec, "s32"), "s32")
+
+
+    def _first_of_row(self, r: int) -> Value:
+        e, parent = self.e, self.layout.parent
+        k = chunk_index(e, parent, r)
+        first = e.setp("eq", e.bin("rem", k, e.const(parent.shape[-1], "s32"), "s32"),
+                       e.const(0, "s32"), "s32")
+        if (r + 1) * 128 <= parent.chunks:
+            return first
+        inside = e.setp("lt", k, e.const(parent.chunks * parent.vec, "s32"), "s32")
+        return e.bin("and", first, inside, "pred")
 
 
 def elements(low: Lowerer, layout: Any) -> Elements:
@@ -289,10 +314,39 @@ def _masked_load(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowere
     return [load_masked(low, instr, mem, args[1 + rank], args[2 + rank])]
 
 
-def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowered) -> Dist:
-    """The masked load ``instr`` of the window ``mem``, in its result's layout."""
+class _Broadcast:
+    """The elements of a broadcast's result, named by the coordinates of its operand
+    (operand axis ``a`` is result axis ``dims[a]``; an axis of size 1 reads index 0)."""
+
+    def __init__(self, e: TargetEmitter, full: Elements, dims: tuple[int, ...],
+                 shape: tuple[int, ...]) -> None:
+        self.e, self.full, self.dims, self.shape = e, full, dims, shape
+        self.layout, self.count = full.layout, full.count
+
+    def coords(self, r: int) -> tuple[Value, ...]:
+        c = self.full.coords(r)
+        return tuple(c[d] if n != 1 else self.e.const(0, "s32")
+                     for d, n in zip(self.dims, self.shape))
+
+
+def load_masked_broadcast(low: Lowerer, instr: Instr, into: Any,
+                          dims: tuple[int, ...]) -> Dist:
+    """The masked load ``instr`` (already lowered: its operands are in ``low.env``) read
+    again straight into ``into``, the layout of its broadcast over ``dims``: each
+    register loads the element its coordinates map to, under the mask there."""
+    args = [low.env[v] for v in instr.operands]
+    mem, rank = _window(low, instr, args)
+    shape = tuple(instr.results[0].type.shape)  # type: ignore[attr-defined]
+    els = _Broadcast(low.em, elements(low, into), dims, shape)
+    return load_masked(low, instr, mem, args[1 + rank], args[2 + rank], els)
+
+
+def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowered,
+                els: Any = None) -> Dist:
+    """The masked load ``instr`` of the window ``mem``, in its result's layout (or at
+    the elements ``els``)."""
     e = low.em
-    els = elements(low, low.layouts[instr.results[0]])
+    els = els or elements(low, low.layouts[instr.results[0]])
     guards = _guards(low, mask, els, instr)
     mt, rt = mem_type(mem.element), reg_type(mem.element)
     if mt not in REG_TYPES:
@@ -333,5 +387,6 @@ def _masked_store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     return []
 
 
-__all__ = ["LAZY", "Elements", "elements", "evaluate", "load_masked", "settle",
+__all__ = ["LAZY", "Elements", "elements", "evaluate", "load_masked", "load_masked_broadcast",
+           "settle",
            "through_indexed"]

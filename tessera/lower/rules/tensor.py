@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from math import prod
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
@@ -89,6 +91,8 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
         rows = load_rows(low, lv, layout)
         if rows is not None:
             return rows
+    if isinstance(layout, BRow) and prod(lv.shape) == prod(layout.parent.shape[:-1]):
+        return _load_rows(low, lv, layout)
     if not isinstance(layout, Blocked):
         raise UnsupportedError(f"a memory tile cannot be read into layout {layout} yet")
     e = low.em
@@ -100,6 +104,20 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
             off = _element(e, lv, layout, k0, c)
             raw = e.ld(lv.space, address(e, lv, off), mt)
             regs.append(raw if mt == rt else widen(e, raw, mt, lv.element))
+    return Dist(layout, regs, rt)
+
+
+def _load_rows(low: Lowerer, mem: Mem, layout: BRow) -> Dist:
+    """A tile of one value per row (``(R,)``, ``(R, 1)``, a row-length-1 tile) read as
+    row statistics: register ``j`` is the element of chunk ``j``'s row."""
+    e, parent = low.em, layout.parent
+    mt, rt = mem_type(mem.element), reg_type(mem.element)
+    flat = Blocked(tuple(mem.shape), 1)
+    regs = []
+    for j in range(parent.per_thread):
+        row = e.bin("div", _clamped(e, parent, j), e.const(parent.shape[-1], "s32"), "s32")
+        raw = e.ld(mem.space, address(e, mem, _element(e, mem, flat, row, 0)), mt)
+        regs.append(raw if mt == rt else widen(e, raw, mt, mem.element))
     return Dist(layout, regs, rt)
 
 
@@ -202,6 +220,12 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
         return [Dist(out, regs, x.type)]
     if isinstance(out, Blocked) and isinstance(x.layout, BRow):
         return [Dist(out, [x.regs[r // out.vec] for r in range(register_count(out))], x.type)]
+    src = instr.operands[0].owner
+    if isinstance(src, Instr) and isinstance(src.op, tile_memory.MaskedLoad) and \
+            isinstance(out, (Blocked, Acc)):  # a masked row (a bias at a ragged edge)
+        from tessera.lower.rules.masked import load_masked_broadcast
+
+        return [load_masked_broadcast(low, src, out, tuple(instr.op.dims))]  # type: ignore[attr-defined]
     raise UnsupportedError(f"broadcast from {x.layout} to {out} is not lowered", loc=instr.loc)
 
 

@@ -1,0 +1,309 @@
+"""The exact ``mma`` (``tile.mma {exact = true}``): one long accumulator per output
+element, carried through the K loop in shared memory, rounded once where it is used.
+
+The tile level defines the result as the exact ``c + a @ b``, held exactly through
+further exact ``mma`` accumulation and loop-carried values and rounded once, to
+nearest even, to the accumulator format when any other op uses it
+(:mod:`tessera.interp.tile.numeric`). In PTX:
+
+* **Accumulators.** The values an exact accumulator flows through
+  (:func:`tessera.interp.tile.wide.possibly_exact`: the ``mma`` results and the loop
+  slots they reach) form chains; each chain gets one buffer in shared memory, one
+  accumulator of :data:`MMA_DIGITS` u64 words and a flag word per output element,
+  zeroed at kernel entry. A chain must start from zeros (``tile.full`` 0), as the
+  generated K loops do. The output tile is held in the blocked layout
+  (:mod:`tessera.lower.layout`): the thread that holds element ``k`` owns its
+  accumulator, so deposits need no atomics and no barrier, and the registers the
+  chain's values carry through loops are placeholders.
+* **Products.** No tensor cores (their accumulation truncates): each thread loops
+  over K, reads ``a[i, k]`` and ``b[k, j]`` of its elements from the operand views
+  (shared or global), widens them to f64 and multiplies there — exact for two values
+  of at most 24 significant bits, and ``inf * 0`` is NaN as the definition wants —
+  and deposits the 53-bit product into three words at its quantum position.
+* **Width.** Products of two f32 (or bf16, tf32, f16, fp8) values are multiples of
+  ``2**-298`` below ``2**256``; the quantum is ``2**-362`` (64 bits below, so that the
+  f64 significand's last bit, down to ``2**-350``, is never below word 0), words up to
+  19 take the products and word 20 the growth of up to ``2**54`` terms.
+* **Rounding** (:func:`tessera.lower.exact.longacc.round_words`) happens at each use
+  of a chain's value by another op, by the threads that hold the elements.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from tessera.errors import UnsupportedError
+from tessera.interp.tile.wide import possibly_exact
+from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.structured import value_slots
+from tessera.ir.types import TensorType
+from tessera.lower.core import THREADS, Lowerer, exact_rule
+from tessera.lower.emit import TargetEmitter
+from tessera.lower.exact.longacc import (
+    NAN_BIT,
+    NINF_BIT,
+    PINF_BIT,
+    round_words,
+    to_format,
+    zero_shared,
+)
+from tessera.lower.layout import Blocked
+from tessera.lower.rules.memory import address
+from tessera.lower.rules.tensor import chunk_index, widen
+from tessera.lower.values import Dist, Lowered, Mem, mem_type, reg_type
+
+#: words of an exact mma accumulator and the quantum (2**-MMA_QUANTUM) they count
+MMA_DIGITS = 21
+MMA_QUANTUM = 362
+#: shared bytes the accumulators of one kernel may take (512 elements: 90,112 bytes),
+#: which leaves room for the staged operands within sm_80's 163 KiB per CTA
+ACC_BYTES = 96 * 1024
+#: ``.maxnreg`` of kernels that accumulate exactly: without it ptxas (13.x, sm_90a)
+#: settles on 56-64 registers and spills a few bytes; 128 per thread leaves a 128-thread
+#: CTA's occupancy unchanged
+EXACT_MAXNREG = 128
+#: f64 biased exponent whose significand's last bit is the quantum: 1075 - 362
+_BASE_EXP = 1075 - MMA_QUANTUM
+
+
+class _Chains:
+    def __init__(self) -> None:
+        self.parent: dict[Value, Value] = {}
+
+    def find(self, v: Value) -> Value:
+        self.parent.setdefault(v, v)
+        while self.parent[v] is not v:
+            v = self.parent[v]
+        return v
+
+    def join(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[ra] = rb
+
+
+def _chains(fn: Function) -> dict[Value, Value]:
+    """Every value of an exact chain (and the starting values that flow into it) ->
+    the chain's representative."""
+    exact = possibly_exact(fn)
+    ch = _Chains()
+    for instr in walk(fn.body):
+        op = instr.op
+        if isinstance(op, tile_compute.Mma) and op.exact:
+            ch.find(instr.results[0])
+            if len(instr.operands) == 3:
+                ch.join(instr.operands[2], instr.results[0])
+        elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
+            for sources, targets in value_slots(instr):
+                members = [v for v in (*sources, *targets) if v in exact]
+                if members:
+                    for m in (*sources, *targets):
+                        ch.join(members[0], m)
+    return {v: ch.find(v) for v in ch.parent}
+
+
+def plan_exact(low: Lowerer) -> bool:
+    """Give each exact chain of the kernel its zeroed buffer (in the entry block);
+    whether the kernel has one."""
+    members = _chains(low.fn)
+    if not members:
+        return False
+    exact = possibly_exact(low.fn)
+    bufs: dict[Value, Any] = {}
+    for instr in walk(low.fn.body):  # accumulators that cannot fit: blame the mma
+        t = instr.results[0].type if instr.results else None
+        if isinstance(instr.op, tile_compute.Mma) and instr.op.exact and \
+                isinstance(t, TensorType) and prod(t.shape) * 8 * (MMA_DIGITS + 1) > ACC_BYTES:
+            raise UnsupportedError(
+                f"tile.mma (exact) of a {'x'.join(map(str, t.shape))} tile needs "
+                f"{prod(t.shape) * 8 * (MMA_DIGITS + 1):,} bytes of accumulators in shared "
+                f"memory ({8 * (MMA_DIGITS + 1)} per element), more than {ACC_BYTES:,}",
+                hint=f"use output tiles of at most {ACC_BYTES // (8 * (MMA_DIGITS + 1))} "
+                     "elements (tile_shape=(32, 16, ...))", loc=instr.loc)
+    for v, root in members.items():
+        owner = v.owner
+        if v not in exact and not (isinstance(owner, Instr) and isinstance(
+                owner.op, tile_compute.Full) and float(owner.op.value) == 0.0):
+            raise UnsupportedError(
+                "an exact mma that accumulates into a tile other than zeros is not lowered",
+                hint="start the accumulator from zeros", loc=getattr(owner, "loc", low.fn.loc))
+        if root in bufs:
+            continue
+        layout = low.layouts.get(root)
+        t = root.type
+        if not isinstance(layout, Blocked) or not isinstance(t, TensorType) or t.rank != 2:
+            raise UnsupportedError("an exact mma accumulator must be a 2-D blocked tile",
+                                   loc=low.fn.loc)
+        words = prod(t.shape) * (MMA_DIGITS + 1)
+        base = low.shared_buffer("xmma", 8 * words, 8, entry=True)
+        zero_shared(low.e, base, words)
+        bufs[root] = base
+    low.e.bar()
+    low.extra["exact_chains"] = (members, bufs, exact)
+    low.extra.setdefault("maxnreg", EXACT_MAXNREG)
+    return True
+
+
+def _element_addr(e: TargetEmitter, base: Value, layout: Blocked, r: int) -> Value:
+    """The address of the accumulator of register ``r``'s element (the last element for
+    a register past the end)."""
+    j, c = divmod(r, layout.vec)
+    k = chunk_index(e, layout, j)
+    k = e.add(k, e.const(c, "s32"), "s32") if c else k
+    k = e.bin("min", k, e.const(layout.chunks * layout.vec - 1, "s32"), "s32")
+    off = e.mul(k, e.const(8 * (MMA_DIGITS + 1), "s32"), "s32")
+    return e.add(base, e.cvt(off, "u32", "s32"), "u32")
+
+
+def exact_operands(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    """``args`` with every exact accumulator that ``instr`` uses other than to carry it
+    (a loop, a branch, an exact mma's accumulator operand) rounded once, to its
+    element, by the threads that hold its elements."""
+    members, bufs, exact = low.extra["exact_chains"]
+    op = instr.op
+    if isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
+        return args
+    out = list(args)
+    for n, v in enumerate(instr.operands):
+        if v not in exact or (isinstance(op, tile_compute.Mma) and op.exact and n == 2):
+            continue
+        out[n] = _round(low, v, bufs[members[v]])
+    return out
+
+
+def _round(low: Lowerer, v: Value, base: Value) -> Dist:
+    e = low.em
+    layout = low.layouts[v]
+    assert isinstance(layout, Blocked) and isinstance(v.type, TensorType)
+    element = v.type.element
+
+    def one(inner: TargetEmitter, r: int) -> Value:
+        addr = _element_addr(inner, base, layout, r)
+        flags = inner.ld("shared", addr, "u32", offset=8 * MMA_DIGITS)
+        odd = round_words(inner, MMA_DIGITS,
+                          lambda em, k: em.ld("shared", addr, "u64", offset=8 * k),
+                          lambda em, k, w: em.st("shared", addr, em.pack([w], "u64"), "u64",
+                                                 offset=8 * k),
+                          flags, MMA_QUANTUM)
+        return to_format(inner, odd, element)
+
+    regs = []
+    for r in range(layout.per_thread * layout.vec):
+        j = r // layout.vec
+        if (j + 1) * THREADS <= layout.chunks:
+            regs.append(one(e, r))
+            continue
+        # a register past the end: the accumulator it would name is another thread's
+        ok = e.setp("lt", chunk_index(e, layout, j),
+                    e.const(layout.chunks * layout.vec, "s32"), "s32")
+        (value,) = e.if_(ok, lambda inner, r=r: [one(inner, r)],
+                         lambda inner: [inner.const(0.0, "f32")], types=[RegType("f32")])
+        regs.append(value)
+    return Dist(layout, regs, "f32")
+
+
+def deposit_f64(e: TargetEmitter, acc: Value, p: Value) -> None:
+    """Add the f64 ``p`` (a product of two narrow floats: a multiple of 2**-298 below
+    2**256, or non-finite) to the accumulator at ``acc`` that this thread owns."""
+    u32, u64 = "u32", "u64"
+    bits = e.pack([p], u64)
+    ex = e.cvt(e.bin("and", e.bin("shr", bits, e.const(52, u32), u64), e.const(0x7FF, u64),
+                     u64), u32, u64)
+    frac = e.bin("and", bits, e.const((1 << 52) - 1, u64), u64)
+    man = e.selp(e.bin("or", frac, e.const(1 << 52, u64), u64), frac,
+                 e.setp("ne", ex, e.const(0, u32), u32), u64)
+    finite = e.setp("ne", ex, e.const(0x7FF, u32), u32)
+    man = e.selp(man, e.const(0, u64), finite, u64)
+    # the position of the significand's last bit (a zero sits at 0)
+    pos = e.bin("sub", e.bin("max", ex, e.const(_BASE_EXP, u32), u32),
+                e.const(_BASE_EXP, u32), u32)
+    pos = e.selp(pos, e.const(0, u32), finite, u32)
+    s = e.bin("and", pos, e.const(31, u32), u32)
+    low64 = e.bin("shl", man, s, u64)
+    high = e.bin("shr", man, e.bin("sub", e.const(64, u32), s, u32), u64)
+    pieces = [e.bin("and", low64, e.const(0xFFFFFFFF, u64), u64),
+              e.bin("shr", low64, e.const(32, u32), u64), high]
+    neg = e.setp("ne", e.bin("shr", bits, e.const(63, u32), u64), e.const(0, u64), u64)
+    word = e.add(acc, e.mul(e.bin("shr", pos, e.const(5, u32), u32), e.const(8, u32), u32),
+                 u32)
+    for i, piece in enumerate(pieces):
+        old = e.ld("shared", word, u64, offset=8 * i)
+        new = e.selp(e.bin("sub", old, piece, u64), e.add(old, piece, u64), neg, u64)
+        e.st("shared", word, new, u64, offset=8 * i)
+    inf = e.selp(e.const(NINF_BIT, u32), e.const(PINF_BIT, u32), neg, u32)
+    special = e.selp(e.const(NAN_BIT, u32), inf,
+                     e.setp("ne", frac, e.const(0, u64), u64), u32)
+    flag = e.selp(e.const(0, u32), special, finite, u32)
+    old = e.ld("shared", acc, u32, offset=8 * MMA_DIGITS)
+    e.st("shared", acc, e.bin("or", old, flag, u32), u32, offset=8 * MMA_DIGITS)
+
+
+def _operand(e: TargetEmitter, mem: Mem, i: Value, k: Value) -> Value:
+    """Element ``[i, k]`` of a 2-D operand view, as f64 (exact)."""
+    off = e.add(e.mul(i, e.const(mem.strides[0], "s32"), "s32"),
+                e.mul(k, e.const(mem.strides[1], "s32"), "s32"), "s32")
+    mt, rt = mem_type(mem.element), reg_type(mem.element)
+    raw = e.ld(mem.space, address(e, mem, off), mt)
+    x = raw if mt == rt else widen(e, raw, mt, mem.element)
+    if rt != "f32":
+        raise UnsupportedError(f"exact mma operands of {mem.element} are not lowered",
+                               loc=e.loc, hint="use f32, tf32, bf16 or f16 operands")
+    return e.cvt(x, "f64", "f32")
+
+
+@exact_rule(tile_compute.Mma)
+def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    a, b = args[:2]
+    if not (isinstance(a, Mem) and isinstance(b, Mem) and len(a.shape) == 2 and
+            len(b.shape) == 2):
+        raise UnsupportedError("exact mma operands must be 2-D memory tiles (loads of "
+                               "shared or global views)", loc=instr.loc)
+    members, bufs, _ = low.extra["exact_chains"]
+    res = instr.results[0]
+    layout = low.layouts[res]
+    assert isinstance(layout, Blocked)
+    base = bufs[members[res]]
+    e = low.em
+    n_cols, kdim = layout.shape[1], a.shape[1]
+
+    # per register: its row, column and accumulator, and whether it is inside the tile
+    where = []
+    for r in range(layout.per_thread * layout.vec):
+        j, c = divmod(r, layout.vec)
+        k0 = chunk_index(e, layout, j)
+        flat = e.add(k0, e.const(c, "s32"), "s32") if c else k0
+        inside = None if (j + 1) * THREADS <= layout.chunks else e.setp(
+            "lt", k0, e.const(layout.chunks * layout.vec, "s32"), "s32")
+        where.append((e.bin("div", flat, e.const(n_cols, "s32"), "s32"),
+                      e.bin("rem", flat, e.const(n_cols, "s32"), "s32"),
+                      _element_addr(e, base, layout, r), inside))
+
+    def body(le: TargetEmitter, kk: Value) -> None:
+        # one K loop for all of the thread's elements: a chunk's elements share a row
+        rows: dict[int, Value] = {}
+        for r, (row, col, acc, inside) in enumerate(where):
+            def product(inner: TargetEmitter, row: Value = row, col: Value = col,
+                        acc: Value = acc, j: int = r // layout.vec) -> None:
+                x = rows.get(j) if inner is le else None
+                if x is None:
+                    x = _operand(inner, a, row, kk)
+                    if inner is le:
+                        rows[j] = x
+                deposit_f64(inner, acc, inner.mul(x, _operand(inner, b, kk, col), "f64"))
+            if inside is None:
+                product(le)
+            else:
+                le.if_(inside, product)
+
+    e.for_(e.const(0, "s32"), e.const(kdim, "s32"), e.const(1, "s32"), [], body)
+    if len(args) == 3 and isinstance(args[2], Dist):
+        return [args[2]]  # the placeholder registers the chain carries
+    return [Dist(layout, [e.const(0.0, "f32")] * (layout.per_thread * layout.vec), "f32")]
+
+
+__all__ = ["ACC_BYTES", "EXACT_MAXNREG", "MMA_DIGITS", "MMA_QUANTUM", "deposit_f64",
+           "exact_operands", "plan_exact"]

@@ -1,0 +1,172 @@
+"""The exact row sum and mean (``tile.reduce {kind = "sum" | "mean", exact = true}``).
+
+The tile level defines them as the exact sum of the row (divided by its length)
+rounded once (:func:`tessera.numerics.reductions.sums.sum_rounded`). A CTA computes
+that with one long accumulator per row in shared memory
+(:mod:`tessera.lower.exact.longacc`):
+
+1. every thread zeroes its share of the accumulators; barrier;
+2. every thread deposits each element it holds into its row's accumulator
+   (``red.shared.add.u64`` of two 32-bit pieces, ``red.shared.or.b32`` of the
+   non-finite flags) — integer additions, so the order in which threads and warps
+   arrive cannot change a bit; barrier;
+3. thread ``r`` (and ``r + 128``...) normalises row ``r``'s carries, rounds it once and
+   writes the result to shared memory; barrier;
+4. every thread reads the results of the rows it holds, in the row layout of the
+   source (one register per chunk), or the one result of a 1-D tile.
+
+Any row length and any number of rows per tile take the same path: no row must be a
+power of two or fit a warp.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from tessera.errors import UnsupportedError
+from tessera.ir.core import Instr, Value
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.types import TensorType
+from tessera.lower.core import THREADS, Lowerer, exact_rule
+from tessera.lower.emit import TargetEmitter
+from tessera.lower.exact.longacc import (
+    SUM_DIGITS,
+    SUM_QUANTUM,
+    SharedAcc,
+    deposit_f32,
+    round_words,
+    to_format,
+    zero_shared,
+)
+from tessera.lower.exact.mma import EXACT_MAXNREG
+from tessera.lower.layout import Blocked, BRow
+from tessera.lower.rules.tensor import chunk_index, materialize
+from tessera.lower.values import Dist, Lowered, Scalar, storage_name
+
+#: result formats the rounding produces (in the f32 registers they live in)
+FORMATS = ("float32", "bfloat16", "float16")
+
+
+def _rows_of(e: TargetEmitter, layout: Blocked, j: int, cols: int, rows: int) -> Value:
+    """The row of this thread's chunk ``j`` (the last row for a chunk past the end)."""
+    row = e.bin("div", chunk_index(e, layout, j), e.const(cols, "s32"), "s32")
+    if (j + 1) * THREADS <= layout.chunks:
+        return row
+    return e.bin("min", row, e.const(rows - 1, "s32"), "s32")
+
+
+def _for_rows(e: TargetEmitter, rows: int, body: object) -> None:
+    """``body(emitter, row)`` for rows ``tid``, ``tid + 128``... below ``rows``."""
+    tid = e.cvt(e.sreg("tid.x"), "s32", "u32")
+    for k in range(-(-rows // THREADS)):
+        r = e.add(tid, e.const(k * THREADS, "s32"), "s32") if k else tid
+        ok = e.setp("lt", r, e.const(rows, "s32"), "s32")
+        e.if_(ok, lambda inner, r=r: body(inner, r))  # type: ignore[operator]
+
+
+def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
+                   divisor: int) -> tuple[Value, SharedAcc]:
+    """Steps 1-3 above for the blocked ``x`` of ``rows`` rows of ``cols`` elements:
+    the ``u32`` address of the ``rows`` f32 results in shared memory."""
+    layout = x.layout
+    assert isinstance(layout, Blocked)
+    e = low.em
+    low.extra.setdefault("maxnreg", EXACT_MAXNREG)
+    acc_bytes = rows * 8 * (SUM_DIGITS + 1)
+    base = low.shared_buffer("xacc", acc_bytes + 4 * rows, 8)
+    acc = SharedAcc(base, rows, SUM_DIGITS)
+    zero_shared(e, base, rows * (SUM_DIGITS + 1))
+    e.bar()
+
+    def deposit(inner: TargetEmitter, j: int) -> None:
+        row = inner.bin("div", chunk_index(inner, layout, j), inner.const(cols, "s32"), "s32")
+        addr = acc.row(inner, row)
+        for c in range(layout.vec):
+            deposit_f32(inner, addr, acc, x.regs[j * layout.vec + c])
+
+    for j in range(layout.per_thread):
+        if (j + 1) * THREADS <= layout.chunks:
+            deposit(e, j)
+        else:
+            ok = e.setp("lt", chunk_index(e, layout, j),
+                        e.const(layout.chunks * layout.vec, "s32"), "s32")
+            e.if_(ok, lambda inner, j=j: deposit(inner, j))
+    e.bar()
+    results = e.add(base, e.const(acc_bytes, "u32"), "u32")
+
+    def finish(inner: TargetEmitter, row: Value) -> None:
+        addr = acc.row(inner, row)
+        flags = inner.ld("shared", addr, "u32", offset=8 * SUM_DIGITS)
+        odd = round_words(inner, SUM_DIGITS,
+                          lambda em, k: em.ld("shared", addr, "u64", offset=8 * k),
+                          lambda em, k, w: em.st("shared", addr, em.pack([w], "u64"), "u64",
+                                                 offset=8 * k),
+                          flags, SUM_QUANTUM, divisor)
+        value = to_format(inner, odd, element)
+        slot = inner.add(results, inner.cvt(inner.mul(row, inner.const(4, "s32"), "s32"),
+                                            "u32", "s32"), "u32")
+        inner.st("shared", slot, value, "f32")
+
+    _for_rows(e, rows, finish)
+    e.bar()
+    return results, acc
+
+
+def _read(e: TargetEmitter, results: Value, row: Value) -> Value:
+    slot = e.add(results, e.cvt(e.mul(row, e.const(4, "s32"), "s32"), "u32", "s32"), "u32")
+    return e.ld("shared", slot, "f32")
+
+
+@exact_rule(tile_compute.Reduce)
+def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    op = instr.op
+    assert isinstance(op, tile_compute.Reduce)
+    src, res = instr.operands[0], instr.results[0]
+    st, rt = src.type, res.type
+    assert isinstance(st, TensorType) and isinstance(rt, TensorType)
+    if op.kind not in ("sum", "mean") or op.axis % st.rank != st.rank - 1:
+        raise UnsupportedError(f"exact tile.reduce {op.kind} over axis {op.axis} is not "
+                               "lowered", hint="exact sums and means over the last axis are",
+                               loc=instr.loc)
+    name = storage_name(rt.element)
+    x = materialize(low, args[0], low.layouts.get(src))
+    if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
+            and x.layout.parent.vec == 1:  # rows of one element: a register per row
+        x = Dist(x.layout.parent, x.regs, x.type)
+    if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or x.type != "f32" or \
+            storage_name(st.element) not in FORMATS or name not in FORMATS:
+        raise UnsupportedError(
+            f"exact tile.reduce of a {st} tile into {rt.element} is not lowered",
+            hint="exact sums of f32, bf16 and f16 tiles held in registers (not mma "
+                 "accumulators) are", loc=instr.loc)
+    cols = st.shape[-1]
+    rows = prod(st.shape[:-1])
+    if cols == 0:
+        raise UnsupportedError("an exact reduction of empty rows is not lowered", loc=instr.loc)
+    results, _ = exact_row_sums(low, x, rows, cols, rt.element,
+                                cols if op.kind == "mean" else 1)
+    e = low.em
+    if rt.rank == 0:
+        return [Scalar(_read(e, results, e.const(0, "s32")), "f32")]
+    out = low.layouts[res]
+    if isinstance(out, BRow):
+        parent = out.parent
+        pcols = parent.shape[-1]
+        prow = prod(parent.shape[:-1])
+        regs = [_read(e, results, _rows_of(e, parent, j, pcols, prow))
+                for j in range(parent.per_thread)]
+        return [Dist(out, regs, "f32")]
+    if isinstance(out, Blocked):  # flat element k of the result is row k
+        regs = []
+        for j in range(out.per_thread):
+            k0 = chunk_index(e, out, j)
+            for c in range(out.vec):
+                k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
+                regs.append(_read(e, results, e.bin("min", k, e.const(rows - 1, "s32"),
+                                                    "s32")))
+        return [Dist(out, regs, "f32")]
+    raise UnsupportedError(f"the result of an exact reduction in layout {out} is not "
+                           "lowered", loc=instr.loc)
+
+
+__all__ = ["FORMATS", "exact_row_sums"]
