@@ -35,6 +35,7 @@ from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
 from tessera.interp.target import mma as target_mma
 from tessera.interp.target import regs as target_regs
+from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.memory import async_copy as target_async
 from tessera.interp.target.memory import steps as target_mem
@@ -56,7 +57,7 @@ from tessera.ir.dialects.target import ops as target_ops
 
 # importing the rule modules registers their steps
 _ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
-     target_ptx_rules, target_regs, target_warp)
+     target_ptx_rules, target_regs, target_tables, target_warp)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
