@@ -55,7 +55,7 @@ from tessera.lower.sm90a.gemm import (
     wgmma_block,
 )
 from tessera.lower.sm90a.tma import TmaCopy, copy_bytes, init_barriers, issue_copy, thread0
-from tessera.lower.tiles import SharedBox
+from tessera.lower.tiles import THREADS, SharedBox
 from tessera.lower.values import Dist, Mem, elem_bytes
 from tessera.numerics import dtype
 
@@ -253,12 +253,19 @@ def wgmma_rs_block(e: TargetEmitter, acc: Sequence[Value], a: list[list[Value]],
 def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
                regs: list[Value]) -> list[Value]:
     """``acc += P @ B`` with ``P`` in registers: ``P`` in the accumulator layout of a
-    previous product is wgmma's register A operand (FlashAttention-3's ``P @ V``);
+    previous product is wgmma's register A operand (FlashAttention-3's ``P @ V``) where
+    its fragments fit beside the accumulators (config ``register_a=False``: never);
     otherwise it is staged through a swizzled scratch buffer."""
     e = low.em
     rows, cols = a.layout.rows, a.layout.cols
     register_a = dict(low.fn.attrs.get("config", ())).get("register_a", True)
-    if register_a and b.elem in ("bf16", "f16") and rows % 64 == 0 and cols % 16 == 0:
+    width = b.rows if b_trans else b.cols
+    # A's fragments stay live until the wgmma group retires, beside the product's
+    # accumulators and the caller's: past 32 P values and 64 accumulators a thread
+    # (a 64x64 P, a head dimension of 128) ptxas spills or halves occupancy
+    fits = rows * cols // THREADS <= 32 and rows * width // THREADS <= 64
+    if register_a and fits and b.elem in ("bf16", "f16") and rows % 64 == 0 and \
+            cols % 16 == 0:
         frags = a_fragments(e, a.regs, rows, cols, b.elem)
         return wgmma_rs_block(e, regs, frags, b, b_trans=b_trans, elem=b.elem)
     span = swizzle_span((rows, cols), dtype("bf16"))

@@ -119,3 +119,15 @@ def test_register_a_wgmma_is_checked() -> None:
         e.one(WgmmaRegA(64, "bf16", "bf16", 0, 1), acc, desc, desc, on)
     with pytest.raises(IRVerifyError, match="untransposed bf16/f16"):
         e.one(WgmmaRegA(64, "e4m3", "e4m3", 0, 0), acc, good, desc, on)
+
+
+def test_larger_p_tiles_keep_the_staged_form() -> None:
+    """A 128x64 P is 64 values a thread: its fragments would sit beside two 64-row
+    accumulators, so it is staged through shared memory as before."""
+    q = np.zeros((1, 256, 64), BF16)
+    big = ts.compile_kernel(flash_attention, q, q, q, is_causal=False, target="sm_90a",
+                            config=config(128, 64))
+    ops = [i.op for i in walk(big.kernel)]
+    assert not any(isinstance(op, WgmmaRegA) for op in ops)
+    assert any(isinstance(op, Store) and op.space == "shared" and op.type == "b32"
+               for op in ops)
