@@ -34,5 +34,5 @@ __all__ = [
 # Every dialect registers its types and ops with the parser on import, so that
 # ``import tessera.ir`` alone parses the text of every level: Schedule, Tile and Target IR.
 from tessera.ir.dialects import schedule, target, tile  # noqa: F401
-from tessera.ir.dialects.target import async_ops, guarded, ops  # noqa: F401
+from tessera.ir.dialects.target import async_ops, guarded, ops, tables, wgmma_rs  # noqa: F401
 from tessera.ir.dialects.tile import compute, ids, memory  # noqa: F401

@@ -130,12 +130,12 @@ class TargetEmitter:
         return IRRegion([block]), params
 
     def if_(self, pred: Value, then: Body, otherwise: Body | None = None,
-            types: Sequence[Type] = ()) -> list[Value]:
+            types: Sequence[Type] = (), rare: bool = False) -> list[Value]:
         """``ptx.if``: ``then``/``otherwise`` get a nested emitter and return the
-        values to yield (of ``types``)."""
+        values to yield (of ``types``); ``rare`` marks ``then`` as a slow path."""
         r0, _ = self._region((), then)
         r1, _ = self._region((), otherwise or (lambda e: None))
-        return self.op(If(), [pred], regions=[r0, r1], result_types=list(types))
+        return self.op(If(rare), [pred], regions=[r0, r1], result_types=list(types))
 
     def for_(self, lo: Value, hi: Value, step: Value, init: Sequence[Value],
              body: Callable[..., Sequence[Value] | None]) -> list[Value]:

@@ -3,11 +3,17 @@
 Each emitter reproduces, instruction for instruction, what the tile interpreter computes
 in checked mode, so the Target IR interpreter (and a GPU) gets the same bits:
 
-* :func:`emit_exp_f32` is :func:`tessera.numerics.transcendental.exp.exp_f32`: binary64
-  ``mul.rn``/``sub.rn``/``add.rn`` (never contracted into ``fma``), ``cvt.rni.s32.f64``,
-  2^n assembled from its bit pattern with ``mul.lo.s32`` + ``mov.b64 {lo, hi}``, and a
-  final ``cvt.rn.f32.f64``; NaN is tested with ``setp.nan`` and answered with the input
-  quieted (``or.b32`` of the quiet bit), since PTX ``min``/``max`` would drop it.
+* :func:`emit_exp_f32_specified` is :func:`tessera.numerics.transcendental.exp.exp_f32`
+  op for op: binary64 ``mul.rn``/``sub.rn``/``add.rn`` (never contracted into ``fma``),
+  ``cvt.rni.s32.f64``, 2^n assembled from its bit pattern with ``mul.lo.s32`` +
+  ``mov.b64 {lo, hi}``, and a final ``cvt.rn.f32.f64``; NaN is tested with
+  ``setp.nan`` and answered with the input quieted (``or.b32`` of the quiet bit), since
+  PTX ``min``/``max`` would drop it. 39 binary64 instructions.
+* :func:`emit_exp_f32`, what checked mode emits, has the same bits by another route:
+  the table-driven algorithm of :mod:`tessera.numerics.transcendental.exp_table` (12
+  binary64 instructions), whose rounding test proves its binary32 result correctly
+  rounded, and so equal to the specified algorithm's, or else (about one input in 2^24,
+  subnormal results, NaN) runs :func:`emit_exp_f32_specified` in a rare branch.
 * :func:`emit_tree_sum_f64` / :func:`emit_shfl_sum_f64` are the float sum of
   :func:`tessera.numerics.reductions.treesum.tree_sum_f64`: adjacent pairs over a thread's
   contiguous chunk (padded with -0.0, the exact identity), then ``shfl.sync.bfly`` with
@@ -26,10 +32,12 @@ from collections.abc import Sequence
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Value
-from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target import F32, RegType
 from tessera.ir.dialects.target.ops import Shfl
+from tessera.ir.dialects.target.tables import TableLoad
 from tessera.lower.emit import TargetEmitter
 from tessera.numerics.transcendental import exp as tr
+from tessera.numerics.transcendental import exp_table as tang
 
 
 def _check(v: Value, elem: str, what: str) -> None:
@@ -39,9 +47,51 @@ def _check(v: Value, elem: str, what: str) -> None:
 
 
 def emit_exp_f32(e: TargetEmitter, x: Value) -> Value:
+    """e^x of an f32 register, correctly rounded: the bits of
+    :func:`emit_exp_f32_specified`, by the table-driven fast path of
+    :mod:`tessera.numerics.transcendental.exp_table` with the specified algorithm as
+    its rare slow path. Returns the f32 result register."""
+    _check(x, "f32", "emit_exp_f32")
+    f32, f64 = "f32", "f64"
+    hi, lo = e.const(tr.CLAMP_HI, f32), e.const(tr.CLAMP_LO, f32)
+    xc = e.selp(x, hi, e.setp("lt", x, hi, f32), f32)  # a NaN becomes 89 (slow path)
+    xc = e.selp(xc, lo, e.setp("gt", xc, lo, f32), f32)
+    shift = e.const(tang.SHIFT32, f32)
+    t = e.fma(xc, e.const(tang.inv_l32(), f32), shift, f32)  # N in the low bits
+    n32 = e.bin("sub", t, shift, f32)  # N exactly
+    n = e.bin("sub", e.pack([t], "s32"), e.const(tang.SHIFT32_BITS, "s32"), "s32")
+    r1 = e.fma(n32, e.const(-tang.L1, f32), xc, f32)  # exact (exp_table.check_reduction)
+    r = e.fma(e.cvt(n, f64, "s32", "rn"), e.const(-tang.l2(), f64), e.cvt(r1, f64, f32), f64)
+    c = tang.coefficients()
+    p = e.fma(r, e.const(c[0], f64), e.const(c[1], f64), f64)
+    for coeff in c[2:]:
+        p = e.fma(p, r, e.const(coeff, f64), f64)
+    q = e.mul(p, r, f64)  # e^r - 1
+    j = e.bin("and", e.pack([n], "u32"), e.const(tang.TABLE_SIZE - 1, "u32"), "u32")
+    tj = e.one(TableLoad("tessera_exp2_7"), j)
+    s = e.fma(tj, q, tj, f64)  # 2^(j/128) e^r
+    low, high = e.unpack(s, "b32", 2)
+    # 2^m, m = N >> 7 (floor): added to the exponent field (mul: shl wants b32)
+    m = e.mul(e.bin("shr", n, e.const(tang.TABLE_BITS, "u32"), "s32"),
+              e.const(1 << 20, "s32"), "s32")
+    v = e.pack([low, e.add(e.pack([high], "s32"), m, "s32")], f64)
+    fast = e.cvt(v, f32, f64, "rn")
+    # the rounding test: the 29 bits binary32 drops, more than MARGIN ulps from 2^28
+    dropped = e.bin("and", e.pack([low], "u32"), e.const((1 << 29) - 1, "u32"), "u32")
+    margin = tang.MARGIN_ULPS
+    dist = e.bin("sub", dropped, e.const((1 << 28) - margin, "u32"), "u32")
+    hard = e.setp("le", dist, e.const(2 * margin, "u32"), "u32")
+    small = e.bin("and", e.setp("lt", xc, e.const(tang.X_NORMAL, f32), f32),
+                  e.setp("gt", xc, lo, f32), "pred")
+    hard = e.bin("or", e.bin("or", hard, small, "pred"), e.setp("nan", x, x, f32), "pred")
+    return e.if_(hard, lambda slow: [emit_exp_f32_specified(slow, x)], lambda _: [fast],
+                 types=[F32], rare=True)[0]
+
+
+def emit_exp_f32_specified(e: TargetEmitter, x: Value) -> Value:
     """e^x of an f32 register: the algorithm of :mod:`tessera.numerics.transcendental.exp`,
     op for op. Returns the f32 result register."""
-    _check(x, "f32", "emit_exp_f32")
+    _check(x, "f32", "emit_exp_f32_specified")
     f64 = "f64"
     xd = e.cvt(x, f64, "f32")  # exact widening: no rounding modifier
     hi, lo = e.const(tr.CLAMP_HI, f64), e.const(tr.CLAMP_LO, f64)
@@ -125,5 +175,5 @@ def emit_shfl_max_f32(e: TargetEmitter, v: Value, offsets: Sequence[int]) -> Val
     return v
 
 
-__all__ = ["emit_exp_f32", "emit_shfl_max_f32", "emit_shfl_sum_f64", "emit_tree_max_f32",
-           "emit_tree_sum_f64"]
+__all__ = ["emit_exp_f32", "emit_exp_f32_specified", "emit_shfl_max_f32", "emit_shfl_sum_f64",
+           "emit_tree_max_f32", "emit_tree_sum_f64"]

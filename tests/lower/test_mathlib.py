@@ -50,17 +50,19 @@ def address(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
     return e.add(base, e.bin("mul", index, e.const(size, "u32"), "u32", "wide"), "u64")
 
 
-def exp_kernel(ncta: int) -> Function:
+def exp_kernel(ncta: int, emit: Callable[[TargetEmitter, Value], Value] = mathlib.emit_exp_f32,
+               ) -> Function:
     def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
         x = e.ld("global", address(e, p[0], i, 4), "f32")
-        e.st("global", address(e, p[1], i, 4), mathlib.emit_exp_f32(e, x), "f32")
+        e.st("global", address(e, p[1], i, 4), emit(e, x), "f32")
     return kernel("exp_f32", 2, ncta, body)
 
 
-def run_exp(x: np.ndarray) -> np.ndarray:
+def run_exp(x: np.ndarray, emit: Callable[[TargetEmitter, Value], Value] = mathlib.emit_exp_f32,
+            ) -> np.ndarray:
     assert x.size % THREADS == 0
     out = np.zeros_like(x)
-    target.run_target(exp_kernel(x.size // THREADS), [x, out])
+    target.run_target(exp_kernel(x.size // THREADS, emit), [x, out])
     return out
 
 
@@ -73,13 +75,15 @@ def special_inputs() -> np.ndarray:
     return np.concatenate([np.array(codes, np.uint32).view(np.float32), floats])
 
 
-def test_exp_kernel_matches_exp_f32_bit_for_bit() -> None:
+@pytest.mark.parametrize("emit", [mathlib.emit_exp_f32, mathlib.emit_exp_f32_specified])
+def test_exp_kernel_matches_exp_f32_bit_for_bit(emit: Callable[[TargetEmitter, Value], Value],
+                                                ) -> None:
     rng = np.random.default_rng(7)
     special = special_inputs()
     uniform = rng.uniform(-110, 90, 900).astype(np.float32)
     patterns = rng.integers(0, 2**32, 1024 - 900 - special.size, dtype=np.uint64)
     x = np.concatenate([special, uniform, patterns.astype(np.uint32).view(np.float32)])
-    got = run_exp(x)
+    got = run_exp(x, emit)
     want = exp_f32(x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.isnan(got[:4]).all() and got[7 + 2] == np.inf and got[7 + 3] == 0  # specials
@@ -88,7 +92,7 @@ def test_exp_kernel_matches_exp_f32_bit_for_bit() -> None:
 def test_exp_uses_only_ieee_rounded_operations() -> None:
     """The specified algorithm: binary64 add/sub/mul with an explicit .rn (so ptxas may
     not contract them into fma, PTX ISA sec. 9.7.3.1), no fma, no approximate unit."""
-    fn = exp_kernel(1)
+    fn = exp_kernel(1, mathlib.emit_exp_f32_specified)
     ops = [i.op for i in walk(fn)]
     assert not any(isinstance(op, Fma) for op in ops)
     assert not any(isinstance(op, Unary) and op.op in ("ex2", "lg2", "rcp") for op in ops)
@@ -99,12 +103,15 @@ def test_exp_uses_only_ieee_rounded_operations() -> None:
 
 
 def test_exp_kernel_assembles() -> None:
-    """ptxas accepts the rendered kernel for sm_80."""
+    """ptxas accepts the rendered kernel (its table declared at module scope) for sm_80."""
     from tessera.backend.ptx.driver.assemble import ToolchainMissing, assemble
     from tessera.backend.ptx.render import render
 
     text = render(exp_kernel(1))
     assert isinstance(text, str)
+    head = text.split(".visible .entry")[0]
+    assert ".global .align 8 .b64 tessera_exp2_7[128] = {0x3FF0000000000000," in head
+    assert "ld.global.nc.f64" in text
     try:
         assemble(text, "sm_80")
     except ToolchainMissing:

@@ -7,7 +7,8 @@ accumulators are not reset per query block (the seed loops over every query bloc
 inside one program and keeps one ``acc``). Here each group handles one block of ``BM``
 query rows (``tile_m``; the default grid covers the output), starts fresh
 accumulators and writes its rows by returning its tile. ``B*H`` is a batch dimension:
-one program per batch index, and the body sees ``(S, D)`` tensors.
+one program per batch index, and the body sees ``(S, D)`` tensors. A causal program
+visits only the key blocks up to its diagonal and masks only those that meet it.
 
 The autotuner only picks blocks valid for the call: at ``S = 192`` or ``320`` a
 ``BLOCK_M`` or ``BLOCK_N`` of 128 would read past the sequence, so those
@@ -23,6 +24,29 @@ import ml_dtypes
 import numpy as np
 
 import tessera as ts
+
+
+def _kv_block(smem_q, smem_k, smem_v, K, V, kv_block, q_block, acc, m_i, l_i, masked, scale):
+    """One key/value block of the online softmax (inlined into the kernel): the new
+    (acc, m_i, l_i). ``masked``: the block meets the causal diagonal."""
+    BN = ts.tile.context().BLOCK_N
+    ts.tile.cp_async(smem_k, K[kv_block:kv_block + BN])
+    ts.tile.cp_async(smem_v, V[kv_block:kv_block + BN])
+    ts.tile.barrier()
+
+    scores = ts.tile.mma(smem_q, smem_k.T) * scale
+    if masked:
+        scores = ts.tile.causal_mask(scores, q_block, kv_block)
+
+    m_new = ts.tile.row_max(scores)
+    m_i_new = ts.tile.maximum(m_i, m_new)
+    alpha = ts.tile.exp(m_i - m_i_new)
+    p = ts.tile.exp(scores - m_i_new)
+    l_i = alpha * l_i + ts.tile.row_sum(p)
+    # P in the format of V, as tensor cores multiply it (FlashAttention-2 does the same)
+    acc = alpha * acc + ts.tile.mma(ts.tile.cast(p, ts.bf16), smem_v)
+    ts.tile.barrier()  # every tile is done with smem_k/smem_v before the next copy
+    return acc, m_i_new, l_i
 
 
 @ts.kernel.autotune(
@@ -41,6 +65,7 @@ def flash_attention(Q: ts.Tensor["B*H", "S", "D", ts.bf16],
     ctx = ts.tile.context()
     BM, BN = ctx.BLOCK_M, ctx.BLOCK_N
     q_block = tile_m
+    scale = 1.0 / math.sqrt(ctx.D)
 
     smem_q = ts.tile.alloc_shared((BM, ctx.D), ts.bf16)
     smem_k = ts.tile.alloc_shared((BN, ctx.D), ts.bf16)
@@ -51,24 +76,17 @@ def flash_attention(Q: ts.Tensor["B*H", "S", "D", ts.bf16],
     m_i = ts.tile.full((BM,), -float('inf'), ts.f32)
     l_i = ts.tile.zeros((BM,), ts.f32)
 
-    for kv_block in ts.tile.range(0, ctx.S, BN):
-        ts.tile.cp_async(smem_k, K[kv_block:kv_block + BN])
-        ts.tile.cp_async(smem_v, V[kv_block:kv_block + BN])
-        ts.tile.barrier()
-
-        scores = ts.tile.mma(smem_q, smem_k.T) * (1.0 / math.sqrt(ctx.D))
-        if is_causal:
-            scores = ts.tile.causal_mask(scores, q_block, kv_block)
-
-        m_new = ts.tile.row_max(scores)
-        m_i_new = ts.tile.maximum(m_i, m_new)
-        alpha = ts.tile.exp(m_i - m_i_new)
-        p = ts.tile.exp(scores - m_i_new)
-        l_i = alpha * l_i + ts.tile.row_sum(p)
-        # P in the format of V, as tensor cores multiply it (FlashAttention-2 does the same)
-        acc = alpha * acc + ts.tile.mma(ts.tile.cast(p, ts.bf16), smem_v)
-        m_i = m_i_new
-        ts.tile.barrier()  # every tile is done with smem_k/smem_v before the next copy
+    # causal (FlashAttention-2/3): the key blocks wholly below the diagonal need no
+    # mask, the max(1, BM // BN) blocks that meet it are masked, and those past the
+    # block's last query row are masked out entirely, so the loops stop there
+    diagonal = (q_block // BN) * BN if is_causal else ctx.S
+    for kv_block in ts.tile.range(0, diagonal, BN):
+        acc, m_i, l_i = _kv_block(smem_q, smem_k, smem_v, K, V, kv_block, q_block, acc,
+                                  m_i, l_i, False, scale)
+    if is_causal:
+        for j in ts.tile.range(0, max(1, BM // BN)):
+            acc, m_i, l_i = _kv_block(smem_q, smem_k, smem_v, K, V, diagonal + j * BN,
+                                      q_block, acc, m_i, l_i, True, scale)
 
     return ts.tile.cast(acc / l_i[:, None], ts.bf16)
 

@@ -35,7 +35,9 @@ from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
 from tessera.interp.target import mma as target_mma
 from tessera.interp.target import regs as target_regs
+from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
+from tessera.interp.target import wgmma_rs as target_wgmma_rs
 from tessera.interp.target.memory import async_copy as target_async
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
@@ -57,7 +59,7 @@ from tessera.progress import progress
 
 # importing the rule modules registers their steps
 _ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
-     target_ptx_rules, target_regs, target_warp)
+     target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:

@@ -21,24 +21,41 @@
   ``fence.proxy.async`` and ``bar.sync`` (``rules.block``). ``cp.async`` groups are
   committed and waited in step, so ``n`` means the same for both kinds of copy.
 * ``mma`` of two such buffers is a ``wgmma`` sequence; a register operand (the ``P``
-  of ``P @ V``) is first staged into a swizzled scratch buffer (``bar.sync``, then
+  of ``P @ V``) in the accumulator layout is ``wgmma``'s register A (``wgmma_rs``), any
+  other is first staged into a swizzled scratch buffer (``bar.sync``, then
   ``st.shared`` + ``fence.proxy.async`` + ``bar.sync``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Function, Value, walk
-from tessera.ir.dialects.target.async_ops import Fence, MbarrierArrive, MbarrierWait
+from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target.async_ops import (
+    Fence,
+    MbarrierArrive,
+    MbarrierWait,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
+)
+from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.gemm import stage_regs_to_shared, wgmma_block
+from tessera.lower.sm90a.gemm import (
+    advance_descriptor,
+    make_descriptor,
+    operand_offset,
+    stage_regs_to_shared,
+    wgmma_block,
+)
 from tessera.lower.sm90a.tma import TmaCopy, copy_bytes, init_barriers, issue_copy, thread0
-from tessera.lower.tiles import SharedBox
+from tessera.lower.tiles import THREADS, SharedBox
 from tessera.lower.values import Dist, Mem, elem_bytes
 from tessera.numerics import dtype
 
@@ -190,11 +207,67 @@ def wgmma_smem(low: Lowerer, a: SharedBox, b: SharedBox, a_trans: bool, b_trans:
     return wgmma_block(low.em, regs, a, b, b_trans=b_trans, atype=a.elem)
 
 
+def a_fragments(e: TargetEmitter, values: Sequence[Value], rows: int, cols: int,
+                elem: str) -> list[list[Value]]:
+    """The register A operands of ``wgmma_rs`` for a ``(rows, cols)`` f32 tile in the
+    accumulator layout: per 64-row block, per k16 step ``s``, the four ``b32`` registers
+    packing accumulator registers ``8s .. 8s + 7`` in pairs, rounded to ``elem``
+    (:mod:`tessera.ir.dialects.target.wgmma_rs` says why that is the A layout)."""
+    half = cols // 2
+    out = []
+    for blk in range(rows // 64):
+        mine = values[blk * half:(blk + 1) * half]
+        steps = []
+        for s in range(cols // 16):
+            pairs = []
+            for r in range(8 * s, 8 * s + 8, 2):
+                lo, hi = (v if v.type == RegType(elem) else e.cvt(v, elem, "f32", "rn")
+                          for v in mine[r:r + 2])
+                pairs.append(e.pack([lo, hi], "b32"))
+            steps.append(e.pack(pairs, "b32"))
+        out.append(steps)
+    return out
+
+
+def wgmma_rs_block(e: TargetEmitter, acc: Sequence[Value], a: list[list[Value]],
+                   b: SharedBox, *, b_trans: bool, elem: str) -> list[Value]:
+    """``acc += A @ B`` with A from :func:`a_fragments` (one 64-row block per entry)
+    and B a wgmma buffer: ``wgmma.fence``, one ``wgmma_rs`` per k16 step and block,
+    ``commit_group``, ``wait_group 0``."""
+    bn = b.rows if b_trans else b.cols
+    half = bn // 2
+    db = make_descriptor(e, b, k_major=b_trans)
+    blocks = [e.pack(list(acc[i * half:(i + 1) * half]), "f32") for i in range(len(a))]
+    e.op(WgmmaFence())  # orders the A packs and accumulator moves before the wgmma
+    on = e.const(1, "pred")
+    op = WgmmaRegA(bn, elem, b.elem, 0, 0 if b_trans else 1)
+    for step in range(len(a[0])):
+        db_k = advance_descriptor(e, db, operand_offset(b, 16 * step, 0, k_major=b_trans))
+        for i, frags in enumerate(a):
+            blocks[i] = e.one(op, blocks[i], frags[step], db_k, on)
+    e.op(WgmmaCommit())
+    e.op(WgmmaWait(0))
+    return [v for blk in blocks for v in e.unpack(blk, "f32", half)]
+
+
 def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
                regs: list[Value]) -> list[Value]:
-    """``acc += P @ B`` with ``P`` in registers: staged through a swizzled scratch."""
+    """``acc += P @ B`` with ``P`` in registers: ``P`` in the accumulator layout of a
+    previous product is wgmma's register A operand (FlashAttention-3's ``P @ V``) where
+    its fragments fit beside the accumulators (config ``register_a=False``: never);
+    otherwise it is staged through a swizzled scratch buffer."""
     e = low.em
     rows, cols = a.layout.rows, a.layout.cols
+    register_a = dict(low.fn.attrs.get("config", ())).get("register_a", True)
+    width = b.rows if b_trans else b.cols
+    # A's fragments stay live until the wgmma group retires, beside the product's
+    # accumulators and the caller's: past 32 P values and 64 accumulators a thread
+    # (a 64x64 P, a head dimension of 128) ptxas spills or halves occupancy
+    fits = rows * cols // THREADS <= 32 and rows * width // THREADS <= 64
+    if register_a and fits and b.elem in ("bf16", "f16") and rows % 64 == 0 and \
+            cols % 16 == 0:
+        frags = a_fragments(e, a.regs, rows, cols, b.elem)
+        return wgmma_rs_block(e, regs, frags, b, b_trans=b_trans, elem=b.elem)
     span = swizzle_span((rows, cols), dtype("bf16"))
     base = low.shared_buffer("stage", rows * cols * 2, 1024, entry=True)
     box = SharedBox(base, rows, cols, b.elem, span, 1024)
@@ -203,5 +276,5 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     return wgmma_block(e, regs, box, b, b_trans=b_trans, atype=b.elem)
 
 
-__all__ = ["RING", "operand_buffers", "ring_setup", "swizzle_span", "tma_commit", "tma_copy",
-           "tma_wait", "wgmma_regs", "wgmma_smem"]
+__all__ = ["RING", "a_fragments", "operand_buffers", "ring_setup", "swizzle_span", "tma_commit",
+           "tma_copy", "tma_wait", "wgmma_regs", "wgmma_rs_block", "wgmma_smem"]

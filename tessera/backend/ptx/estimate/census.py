@@ -6,21 +6,27 @@ a CTA. A region's instructions count once per warp that runs it: every warp of t
 except where a ``ptx.if`` compares ``tid.x`` with a constant or tests ``elect.sync``
 (:func:`split_threads`): thread 0 issuing TMA copies, a producer warpgroup and its
 consumers. Both regions of any other ``ptx.if`` are counted (a divergent warp runs
-both), a ``ptx.for`` body is multiplied by its trip
-count when its bounds are constants (else counted once, and ``unknown_trips`` says so),
+both) except a ``rare`` then region (checked ``exp``'s slow path, taken about once in
+2^24 elements), a ``ptx.for`` body is multiplied by its trip
+count when its bounds are constants, or by the mean over the grid when they are integer
+arithmetic on ``ctaid`` (a causal key loop; else counted once, and ``unknown_trips``
+says so),
 and a ``ptx.while`` body (the ``mbarrier.try_wait`` retry loops) is counted once.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tessera.backend.ptx.estimate.threads import constant, split_threads, warps_of
-from tessera.ir.core import Block, Function, Instr
+from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects.target import For, If, TensorMapType, While
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.tables import TableLoad
 
 #: bytes of one element of the formats a tensor map or a tensor-core operand can hold
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "tf32": 4, "e4m3": 1, "e5m2": 1, "f64": 8,
@@ -84,12 +90,86 @@ class Census:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-def trip_count(loop: Instr) -> int | None:
-    """Iterations of a ``ptx.for`` with constant bounds (None when not constant)."""
-    lo, hi, step = (constant(v) for v in loop.operands[:3])
-    if lo is None or hi is None or step is None or step <= 0:
+_INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+            "mul": lambda a, b: a * b, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+            "xor": lambda a, b: a ^ b,
+            "div": lambda a, b: int(a / b) if b else None,  # PTX div truncates
+            "rem": lambda a, b: a - b * int(a / b) if b else None}
+_CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+        "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def _ctaid_axes(value: Value, depth: int = 0) -> set[str] | None:
+    """The ``ctaid`` axes an integer expression reads, or None if it reads anything
+    but constants, ``ctaid`` and integer arithmetic (see :func:`_evaluate`)."""
+    if constant(value) is not None:
+        return set()
+    owner = value.owner
+    if depth > 24 or not isinstance(owner, Instr):
         return None
-    return max(0, -(-(hi - lo) // step))
+    op = owner.op
+    if isinstance(op, target_ops.Special):
+        return {op.reg[-1]} if op.reg.startswith("ctaid.") else None
+    ok = (isinstance(op, target_ops.Cvt) and "f" not in (op.to[0], op.frm[0])) or \
+        (isinstance(op, target_ops.Binary) and op.op in _INT_OPS and op.type[0] != "f") or \
+        (isinstance(op, target_ops.Setp) and op.cmp in _CMP and op.type[0] != "f") or \
+        (isinstance(op, target_ops.Selp) and op.type[0] != "f")
+    if not ok:
+        return None
+    found: set[str] = set()
+    for v in owner.operands:
+        sub = _ctaid_axes(v, depth + 1)
+        if sub is None:
+            return None
+        found |= sub
+    return found
+
+
+def _evaluate(value: Value, at: dict[str, int]) -> int | None:
+    """An expression :func:`_ctaid_axes` accepts, for the CTA at ``at`` (wrapping to the
+    register width is ignored: loop bounds stay small)."""
+    c = constant(value)
+    if c is not None:
+        return c
+    owner = value.owner
+    assert isinstance(owner, Instr)
+    op = owner.op
+    if isinstance(op, target_ops.Special):
+        return at[op.reg[-1]]
+    args = [_evaluate(v, at) for v in owner.operands]
+    if any(a is None for a in args):
+        return None
+    if isinstance(op, target_ops.Cvt):
+        return args[0]
+    if isinstance(op, target_ops.Setp):
+        return int(_CMP[op.cmp](args[0], args[1]))
+    if isinstance(op, target_ops.Selp):
+        return args[0] if args[2] else args[1]
+    return _INT_OPS[op.op](args[0], args[1])
+
+
+def trip_count(loop: Instr, grid: Sequence[int] | None = None) -> int | None:
+    """Iterations of a ``ptx.for`` with constant bounds, or with bounds computed from
+    ``ctaid`` by integer arithmetic (a causal attention's key loops, which end at the
+    query block), then the mean over the CTAs of ``grid``, rounded; None otherwise
+    (or without ``grid``)."""
+    step = constant(loop.operands[2])
+    axes = [_ctaid_axes(v) for v in loop.operands[:2]]
+    if step is None or step <= 0 or axes[0] is None or axes[1] is None:
+        return None
+    used = sorted(axes[0] | axes[1])
+    if used and not grid:
+        return None
+    dims = dict(zip("xyz", (int(g) for g in [*(grid or ()), 1, 1, 1][:3])))
+    total = runs = 0
+    for ids in itertools.product(*(range(dims[a]) for a in used)):
+        at = dict(zip(used, ids))
+        lo, hi = (_evaluate(v, at) for v in loop.operands[:2])
+        if lo is None or hi is None:
+            return None
+        total += max(0, -(-(hi - lo) // step))
+        runs += 1
+    return round(total / runs)
 
 
 def pipe_of(op: object) -> str | None:
@@ -112,7 +192,7 @@ def pipe_of(op: object) -> str | None:
         return "f64" if kind == "f64" else "f32" if kind.startswith(("f", "bf")) else "int"
     if isinstance(op, target_ops.Shfl):
         return "shfl"
-    if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce,
+    if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce, TableLoad,
                        target_async.CpAsync, target_async.TmaLoad, target_async.Ldmatrix)):
         return "mem"
     if isinstance(op, (target_async.MmaSync, target_async.Wgmma)):
@@ -123,8 +203,9 @@ def pipe_of(op: object) -> str | None:
 class _Counter:
     """Walks a kernel once, building the census of every region it is asked for."""
 
-    def __init__(self, skip: tuple[Instr, ...] = ()) -> None:
+    def __init__(self, skip: tuple[Instr, ...] = (), grid: Sequence[int] | None = None) -> None:
         self.skip = skip  # loops left out (the hot loop and its producers)
+        self.grid = grid  # the launch's CTAs (loop bounds that depend on ctaid)
 
     def block(self, block: Block, threads: range) -> Census:
         out = Census()
@@ -138,13 +219,16 @@ class _Counter:
         if any(instr is loop for loop in self.skip):
             return
         if isinstance(op, For):
-            trips = trip_count(instr)
+            trips = trip_count(instr, self.grid)
             if trips is None:
                 out.unknown_trips += 1
             out.add(self.block(instr.regions[0].block, threads), 1 if trips is None else trips)
             return
         if isinstance(op, If):
-            for region, inner in zip(instr.regions, split_threads(instr.operands[0], threads)):
+            for k, (region, inner) in enumerate(zip(instr.regions,
+                                                    split_threads(instr.operands[0], threads))):
+                if k == 0 and op.rare:  # a slow path almost no thread takes (exp's)
+                    continue
                 if len(inner):
                     out.add(self.block(region.block, inner))
             return
@@ -192,18 +276,20 @@ class _Counter:
             out.wgmma_waits.append(op.n)
 
 
-def loops(block: Block, runs: int = 1) -> list[tuple[Instr, int, int]]:
+def loops(block: Block, runs: int = 1, grid: Sequence[int] | None = None,
+          ) -> list[tuple[Instr, int, int]]:
     """Every ``ptx.for`` below ``block``, outermost first, as (loop, how many times its
-    body runs in one CTA, nesting depth); unknown trip counts count as one."""
+    body runs in one CTA, nesting depth); unknown trip counts count as one (``grid``:
+    see :func:`trip_count`)."""
     found = []
     for instr in block.instrs:
         inner = runs
         if isinstance(instr.op, For):
-            inner = runs * (trip_count(instr) or 1)
+            inner = runs * (trip_count(instr, grid) or 1)
             found.append((instr, inner, 0))
         for region in instr.regions:
             found += [(loop, n, depth + isinstance(instr.op, For))
-                      for loop, n, depth in loops(region.block, inner)]
+                      for loop, n, depth in loops(region.block, inner, grid)]
     return found
 
 
@@ -214,7 +300,8 @@ def block_threads(kernel: Function) -> int:
 
 def census(kernel: Function, skip: tuple[Instr, ...] = ()) -> Census:
     """The census of one CTA running the whole kernel (except the loops ``skip``)."""
-    return _Counter(skip).block(kernel.body, range(block_threads(kernel)))
+    return _Counter(skip, kernel.attrs.get("grid")).block(kernel.body,
+                                                          range(block_threads(kernel)))
 
 
 def loop_threads(kernel: Function, loop: Instr) -> range:
@@ -265,7 +352,8 @@ def mbarrier_inits(kernel: Function) -> int:
 def loop_census(kernel: Function, loop: Instr) -> Census:
     """The census of one iteration of ``loop`` (nested loops multiplied out), run by
     the threads that reach it."""
-    return _Counter().block(loop.regions[0].block, loop_threads(kernel, loop))
+    return _Counter(grid=kernel.attrs.get("grid")).block(loop.regions[0].block,
+                                                         loop_threads(kernel, loop))
 
 
 def shared_bytes(kernel: Function) -> int:

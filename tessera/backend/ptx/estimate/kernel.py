@@ -64,7 +64,7 @@ def hot_loop(kernel: Function) -> tuple[Instr, int] | None:
     """The main loop (K loop, KV loop) and how often its body runs per CTA: the loop
     with the most tensor-core work (else instructions) over the launch, descending into
     a nested loop that holds at least half of it."""
-    found = census_mod.loops(kernel.body)
+    found = census_mod.loops(kernel.body, grid=kernel.attrs.get("grid"))
     if not found:
         return None
     def score(entry: tuple[Instr, int, int]) -> tuple[float, float]:

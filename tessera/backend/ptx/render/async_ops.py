@@ -31,6 +31,7 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
+from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
 
 #: operand types of tensor-core instructions as PTX spells them
 _MMA_TYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3", "e5m2": "e5m2", "tf32": "tf32"}
@@ -176,6 +177,20 @@ def _wgmma(e: PtxWriter, instr: Instr) -> None:
     trans = f", {int(op.trans_a)}, {int(op.trans_b)}" if a in ("bf16", "f16") else ""
     e.out(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}.f32.{a}.{b} "
           f"{e.regs.vec(instr.result)}, {desc_a}, {desc_b}, {scale_d}, 1, 1{trans};")
+
+
+@rule(WgmmaRegA)
+def _wgmma_rs(e: PtxWriter, instr: Instr) -> None:
+    e.sm90(instr)
+    op = instr.op
+    acc = e.regs.of(instr.operands[0])
+    if e.regs.of(instr.result) != acc:
+        raise RenderError("wgmma result and accumulator registers differ", loc=instr.loc)
+    desc_b, scale_d = (e.regs.one(v) for v in instr.operands[2:])
+    # register A: scale-a, scale-b and only B's transpose immediate (sec. 9.7.15.5.1)
+    e.out(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}.f32.{op.atype}.{op.btype} "
+          f"{e.regs.vec(instr.result)}, {e.regs.vec(instr.operands[1])}, {desc_b}, "
+          f"{scale_d}, 1, 1, {int(op.trans_b)};")
 
 
 __all__: list[str] = []

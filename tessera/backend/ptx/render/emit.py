@@ -42,6 +42,7 @@ class PtxWriter:
         self.version = version
         self.lines: list[tuple[str, Loc | None]] = []
         self.shared: dict[str, tuple[int, int]] = {}
+        self.tables: set[str] = set()  # module lookup tables read (declared at module scope)
         #: symbol -> offset in the dynamic shared array, when the buffers are dynamic
         self.dynamic_offsets: dict[str, int] | None = None
         self.loc: Loc | None = None

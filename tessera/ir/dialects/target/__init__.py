@@ -172,9 +172,12 @@ class _Structured(StructuredOp):
 @dataclass(frozen=True)
 class If(_Structured, StructuredIf):
     """``ptx.if(%p) ({then}, {else})``. Threads may diverge: each runs the region its
-    predicate selects (``@%p bra``); both regions yield the results."""
+    predicate selects (``@%p bra``); both regions yield the results. ``rare`` marks a
+    then region that almost no thread takes (a slow path): the static estimate leaves
+    it out."""
 
     name: ClassVar[str] = "ptx.if"
+    rare: bool = False
 
 
 @register_op

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
 from tessera.ir.text.ptx.arith import count, handler
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.lexer import parse_int
@@ -93,6 +94,9 @@ def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                             "accumulators are supported)")
     n = int(body[1][4:].split("k")[0])
     atype, btype = body[3], body[4]
+    if ops[1:2] and ops[1].strip().startswith("{"):  # A in registers: {a0, a1, a2, a3}
+        _wgmma_rs(b, n, atype, btype, ops)
+        return
     if len(ops) not in (6, 8):
         raise b.syntax("expected {d}, descA, descB, scale-d, scale-a, scale-b{, tA, tB}")
     if [parse_int(o) for o in ops[4:6]] != [1, 1]:
@@ -105,6 +109,22 @@ def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     scale = b.read(ops[3], "pred")
     (d,) = b.emit(target_async.Wgmma(n, atype, btype, trans[0], trans[1]),
                   [acc, desc_a, desc_b, scale])
+    b.write(ops[0], d)
+
+
+def _wgmma_rs(b: InstrBuilder, n: int, atype: str, btype: str, ops: list[str]) -> None:
+    if len(ops) != 7:
+        raise b.syntax("expected {d}, {a0, a1, a2, a3}, descB, scale-d, scale-a, scale-b, tB")
+    if [parse_int(o) for o in ops[4:6]] != [1, 1]:
+        raise b.unsupported("wgmma with negated A or B (scale -1)")
+    acc = b.read(ops[0], "f32")
+    if acc.type != RegType("f32", n // 2):
+        raise b.syntax(f"m64n{n} takes {n // 2} accumulator registers")
+    a = b.read(ops[1], "b32")
+    if a.type != A_REGS:
+        raise b.syntax("wgmma's register A is four b32 registers")
+    (d,) = b.emit(WgmmaRegA(n, atype, btype, 0, _constant(b, ops[6], "a transpose flag")),
+                  [acc, a, b.read(ops[2], "u64"), b.read(ops[3], "pred")])
     b.write(ops[0], d)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import tessera as ts
 from tessera.backend.ptx.estimate import H100_SXM, estimate, format_estimate
+from tessera.backend.ptx.estimate.census import census
 from tessera.cli import main
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -92,7 +93,11 @@ def test_double_buffering_is_estimated_faster_than_waiting_each_step() -> None:
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_is_bound_by_the_f64_exp(target: str, causal: bool) -> None:
+def test_flash_attention_exp_no_longer_binds_the_f64_pipe(target: str, causal: bool) -> None:
+    """Checked ``exp`` is six f64-pipe instructions per element on its fast path (its
+    specified slow path is a rare branch the estimate leaves out), so the kernel is
+    bound by instruction issue, not the f64 pipe; a causal program runs the unmasked
+    loop up to its diagonal (the mean over the query blocks) and one masked block."""
     bh, seq, d, block = 2, 512, 64, 64
     q = np.zeros((bh, seq, d), BF16)
     config = dict(BLOCK_M=block, BLOCK_N=block, num_warps=4, num_stages=2)
@@ -100,13 +105,14 @@ def test_flash_attention_is_bound_by_the_f64_exp(target: str, causal: bool) -> N
                                  is_causal=causal, config=config)
     est = estimate(compiled.kernel, registers=110)
     it, p = est.iteration, est.loop_path
-    assert it is not None and p is not None and est.runs == seq // block
+    blocks = seq // block
+    # causal: block i runs i unmasked iterations, mean (blocks - 1) / 2 = 3.5, rounded
+    assert it is not None and p is not None and est.runs == (4 if causal else blocks)
+    assert census(compiled.kernel).unknown_trips == 0
     assert sum(it.tensor_flops.values()) == 2 * 2 * block * block * d  # QK^T and PV
-    # the checked exp: about 38 f64 instructions per score element, 32 elements a thread
-    f64_per_thread = it.warp_instrs["f64"] / 4
-    assert 36 * 32 <= f64_per_thread <= 40 * 32
-    assert max(p.resources, key=lambda k: p.resources[k]) == "f64"
-    assert est.bound == "f64 pipe"
+    f64_per_thread = it.warp_instrs["f64"] / 4  # 32 score elements a thread
+    assert 6 * 32 <= f64_per_thread <= 10 * 32
+    assert est.bound != "f64 pipe" and max(p.resources, key=lambda k: p.resources[k]) != "f64"
 
 
 def test_cli_prints_the_estimate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
