@@ -20,9 +20,10 @@ narrower floats compute in float32 and round once with round-to-nearest-even and
 format's saturation (double rounding is innocuous: 24 >= 2p + 2 for p <= 11).
 
 An *exact* ``mma`` (``exact = true``) holds its result as an exact accumulator
-(:mod:`tessera.numerics.reductions.accumulator`: a NumPy object array of integer counts
-of ``2**-298``), carried through exact ``mma`` accumulation and control flow; every
-other use rounds it once, to nearest even, exactly as a wide value is rounded.
+(:mod:`tessera.numerics.reductions.accumulator`: the products' operands and exact start
+values, unevaluated, or the reference's integer counts of ``2**-298``), carried through
+exact ``mma`` accumulation and control flow; every other use rounds it once, to nearest
+even, exactly as a wide value is rounded.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from tessera.numerics import Element, convert, storage_of
-from tessera.numerics.reductions.accumulator import EXACT, add_exact, round_exact, to_exact
+from tessera.numerics.reductions.accumulator import (
+    EXACT,
+    add_exact,
+    negate_exact,
+    round_exact,
+    to_exact,
+)
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -140,7 +147,7 @@ def combine(old: np.ndarray, value: Any, op: str, element: Element) -> np.ndarra
     if getattr(value, "dtype", None) == EXACT:
         if op in ("add", "sub") and n.kind == "float" and n.sd != F64:
             # an exact accumulator joins the stored value exactly and rounds once
-            other = value if op == "add" else np.negative(value)
+            other = value if op == "add" else negate_exact(value)
             return round_exact(add_exact(to_exact(old), other), element)
         value = round_exact(value, element)
     if n.kind == "float" and (getattr(value, "dtype", None) == F64 or not n.native):
