@@ -20,6 +20,7 @@ from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 from tessera.numerics import dtype, matmul_rounded, sum_rounded
 from tessera.numerics.reductions.accumulator import reference as ref_acc
+from tests.tile.fastpaths import taken
 
 
 @ts.kernel
@@ -236,3 +237,20 @@ def test_updates_round_the_joined_exact_sum_once(mode: str) -> None:
                                  "f16")
     assert c.tobytes() == want_c.tobytes()
     assert d.tobytes() == want_d.tobytes()
+
+
+def test_fast_mode_runs_exact_loops_as_ordinary_deferred_ones() -> None:
+    """Fast mode ignores ``exact``: the K loop defers its products like any GEMM's
+    (one product over the whole K), and the result is within float32's error bound;
+    checked mode never defers an exact accumulator."""
+    a, b = _hard_operands(11, 64, 96, 32)
+    a[0] = 0.0  # (the hard row needs the exact sum; fast mode does not give it)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 97 * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b))
+    before = taken("deferred_mma")
+    fast = _gemm(a, b, (32, 32, 16), "fast")
+    assert taken("deferred_mma") == before + 1
+    assert np.all(np.abs(fast - exact) <= bound)
+    checked = _gemm(a, b, (32, 32, 16), "checked")
+    assert taken("deferred_mma") == before + 1
+    assert checked.tobytes() == matmul_rounded(a, b, "f32").tobytes()

@@ -28,7 +28,7 @@ def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     and every other step of the body runs as in the reference, so the reports are the
     reference's. Only uniform integer loops (scalar bounds, nonzero step) defer; others
     run the reference step."""
-    defer = deferrable(instr, c.fused[instr.regions[0].block])
+    defer = deferrable(instr, c.fused[instr.regions[0].block], c.fast)
     if not defer:
         return None
     lo, hi, stp = (c.slot(v) for v in instr.operands[:3])

@@ -178,11 +178,12 @@ def forced(x: Any) -> Any:
     return x.force() if isinstance(x, PendingMma) else x
 
 
-def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
+def deferrable(loop: Instr, fused: dict[Instr, Instr], fast: bool = False) -> dict[int, Num]:
     """The carried values of a ``tile.for`` that may be :class:`PendingMma` during the loop
     (position among the carried values -> the accumulator's numerics): each is used once
     in the body, at its top level, as the accumulator of an ``mma`` (or of an ``add`` the
-    compiler fuses into one, ``fused``), whose result is only yielded back to it."""
+    compiler fuses into one, ``fused``), whose result is only yielded back to it. An
+    exact ``mma`` defers in ``fast`` mode only, where it is an ordinary one."""
     block = loop.regions[0].block
     term = block.terminator
     uses: dict[Value, list[Instr]] = {}
@@ -197,7 +198,7 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
             continue
         user = users[0]
         if isinstance(user.op, Mma) and user.operands[2:] == [arg] \
-                and arg not in user.operands[:2] and not user.op.exact:
+                and arg not in user.operands[:2] and (fast or not user.op.exact):
             op = user.op
         elif user in fused and isinstance(fused[user].op, Mma) \
                 and isinstance(user.op, Add) and user.operands.count(arg) == 1:
