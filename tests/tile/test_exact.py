@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.errors import IRVerifyError, UnsupportedError
+from tessera.interp.tile.fastpaths.pending import PendingMma
 from tessera.ir import parse_module
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
@@ -239,18 +240,35 @@ def test_updates_round_the_joined_exact_sum_once(mode: str) -> None:
     assert d.tobytes() == want_d.tobytes()
 
 
-def test_fast_mode_runs_exact_loops_as_ordinary_deferred_ones() -> None:
-    """Fast mode ignores ``exact``: the K loop defers its products like any GEMM's
-    (one product over the whole K), and the result is within float32's error bound;
-    checked mode never defers an exact accumulator."""
+def test_k_loops_defer_exact_and_fast_accumulators() -> None:
+    """A K loop whose accumulator feeds only the next trip's ``mma`` keeps the trips'
+    operands and makes one product over the whole K: in checked mode the exact
+    products (the correctly rounded result), in fast mode, which ignores ``exact``, an
+    ordinary product within float32's error bound."""
     a, b = _hard_operands(11, 64, 96, 32)
-    a[0] = 0.0  # (the hard row needs the exact sum; fast mode does not give it)
-    exact = a.astype(np.float64) @ b.astype(np.float64)
-    bound = 97 * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b))
     before = taken("deferred_mma")
-    fast = _gemm(a, b, (32, 32, 16), "fast")
-    assert taken("deferred_mma") == before + 1
-    assert np.all(np.abs(fast - exact) <= bound)
     checked = _gemm(a, b, (32, 32, 16), "checked")
     assert taken("deferred_mma") == before + 1
     assert checked.tobytes() == matmul_rounded(a, b, "f32").tobytes()
+    a[0] = 0.0  # (the hard row needs the exact sum; fast mode does not give it)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 97 * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b))
+    fast = _gemm(a, b, (32, 32, 16), "fast")
+    assert taken("deferred_mma") == before + 2
+    assert np.all(np.abs(fast - exact) <= bound)
+
+
+def test_deferred_exact_loops_flush_and_repeat_with_the_same_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged loop's later trips derived from the first, the next launch's trips
+    derived from the launch before, and a flush of the kept K columns into the exact
+    accumulator all keep the exact sum."""
+    a, b = _hard_operands(12, 64, 128, 32)
+    want = matmul_rounded(a, b, "f32").tobytes()
+    staged, first = taken("staged_loop"), taken("staged_first_trip")
+    assert _gemm(a, b, (32, 32, 16), "checked").tobytes() == want
+    assert _gemm(a, b, (32, 32, 16), "checked").tobytes() == want
+    assert taken("staged_loop") > staged and taken("staged_first_trip") > first
+    monkeypatch.setattr(PendingMma, "MAX_K", 40)  # two trips of 16 per kept product
+    assert _gemm(a, b, (32, 32, 16), "checked").tobytes() == want
+    assert _gemm(a, b, (16, 16, 16), "reference").tobytes() == want

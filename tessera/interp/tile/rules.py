@@ -326,8 +326,11 @@ def _exact_mma(instr: Instr) -> Impl:
     (:mod:`tessera.numerics.reductions.accumulator`) rounded once where it is used."""
     na, nb = _num_in(instr, 0), _num_in(instr, 1)
     if len(instr.operands) == 3:
-        return lambda a, b, c: add_exact(to_exact(c), exact_products(na.narrow(a),
-                                                                     nb.narrow(b)))
+        def accumulate(a: Any, b: Any, c: Any) -> Any:
+            if type(c) is PendingMma:  # a deferred K loop accumulator: keep the operands
+                return c.add(na.narrow(a), nb.narrow(b))
+            return add_exact(to_exact(c), exact_products(na.narrow(a), nb.narrow(b)))
+        return accumulate
     return lambda a, b: exact_products(na.narrow(a), nb.narrow(b))
 
 
