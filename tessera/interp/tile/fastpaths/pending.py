@@ -15,7 +15,7 @@ import numpy as np
 
 from tessera.interp.tile.memory.access import view_in_owner
 from tessera.interp.tile.mma import mma
-from tessera.interp.tile.numeric import F32, F64, Num, num
+from tessera.interp.tile.numeric import F32, F64, Num, num, widen
 from tessera.ir.core import Instr, Value, walk
 from tessera.ir.dialects.tile.compute import Add, Mma
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
@@ -147,15 +147,23 @@ def _gather(dst: np.ndarray, pieces: list[np.ndarray], axis: int) -> None:
     they are consecutive slices of one array, else piece by piece."""
     whole = _joined(pieces, axis)
     if whole is not None:
-        np.copyto(dst, whole, casting="unsafe")
+        _copy(dst, whole)
         return
     at = 0
     for p in pieces:
         n = p.shape[axis]
         index = [slice(None)] * dst.ndim
         index[axis] = slice(at, at + n)
-        dst[tuple(index)] = p
+        _copy(dst[tuple(index)], p)
         at += n
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``, widening exactly (one-byte formats by table, see
+    :func:`~tessera.interp.tile.numeric.widen`)."""
+    if src.dtype != dst.dtype and src.dtype.itemsize == 1:
+        src = widen(src, dst.dtype)
+    np.copyto(dst, src, casting="unsafe")
 
 
 def _joined(pieces: list[np.ndarray], axis: int) -> np.ndarray | None:
