@@ -42,15 +42,14 @@ from tessera.numerics.reductions.matmul.product import matmul_rounded
 from tessera.numerics.reductions.rounding import target
 
 EXACT = reference.EXACT
-#: operand dtypes kept as they are (their products are exact in float64)
-_NARROW_KINDS = "fiub"
 
 
 def exact_dtype(dt: np.dtype) -> bool:
     """Whether arrays of ``dt`` can be terms or bases of an :class:`ExactSum` as they
-    are: real formats of at most 32 bits (NumPy floats and ints, ml_dtypes' formats)."""
-    return dt != EXACT and dt.kind in _NARROW_KINDS + "V" and dt.itemsize <= 4 \
-        and precision(dt) <= 26
+    are: real formats of at most 32 bits whose values have at most 26 significant bits
+    (NumPy's f32, f16 and small ints, ml_dtypes' formats), so that every product of two
+    of them is exact in float64."""
+    return dt != EXACT and dt.kind in "fiubV" and dt.itemsize <= 4 and precision(dt) <= 26
 
 
 class ExactSum:
