@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.errors import IRVerifyError, UnsupportedError
+from tessera.interp.tile.fastpaths.pending import PendingMma
 from tessera.ir import parse_module
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 from tessera.numerics import dtype, matmul_rounded, sum_rounded
+from tessera.numerics.reductions.accumulator import reference as ref_acc
+from tests.tile.fastpaths import taken
 
 
 @ts.kernel
@@ -141,3 +144,131 @@ def test_lowering_refuses_exact_ops_at_their_line() -> None:
         exact_gemm.inspect_ir("target", a, np.zeros((32, 32), np.float32),
                               np.zeros((64, 32), np.float32), tile_shape=(64, 32, 16))
     assert err.value.loc.line == line
+
+
+@ts.kernel
+def ragged_exact(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+                 C: ts.Tensor["M", "N", ts.f32]) -> None:
+    """Programs run different numbers of trips: the exact accumulators of the programs
+    that leave early are set aside and merged back when the last program leaves."""
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, tile_m + BK, BK):
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, k:k + BK], B[k:k + BK, tile_n:tile_n + BN],
+                          acc, exact=True)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def branch_exact(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+                 C: ts.Tensor["M", "N", ts.f32]) -> None:
+    """Only the first column of programs accumulates: the branches' values (an exact
+    accumulator, a narrow start) are merged into one exact accumulator."""
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    if tile_n == 0:
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, 0:K], B[0:K, tile_n:tile_n + BN], acc,
+                          exact=True)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def two_branches_exact(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+                       E: ts.Tensor["K", "N", ts.f32], C: ts.Tensor["M", "N", ts.f32]) -> None:
+    """Both branches accumulate products of the same shapes: their exact accumulators
+    are merged operand by operand."""
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    if tile_n == 0:
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, 0:K], B[0:K, tile_n:tile_n + BN], acc,
+                          exact=True)
+    else:
+        acc = ts.tile.mma(A[tile_m:tile_m + BM, 0:K], E[0:K, tile_n:tile_n + BN], acc,
+                          exact=True)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+
+
+@ts.kernel
+def update_exact(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+                 C: ts.Tensor["M", "N", ts.bf16], D: ts.Tensor["M", "N", ts.f16]) -> None:
+    """``+=`` and ``-=`` of an exact accumulator: the stored value joins the exact sum,
+    which is rounded once, to the memory's format."""
+    acc = ts.tile.mma(A[tile_m:tile_m + BM, 0:K], B[0:K, tile_n:tile_n + BN], exact=True)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += acc
+    D[tile_m:tile_m + BM, tile_n:tile_n + BN] -= acc
+
+
+def _hard_operands(seed: int, m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) * 2.0 ** rng.integers(-40, 40, (m, k))).astype(
+        np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[0, :3], a[0, 3:], b[:3, 0] = HARD_A, 0.0, HARD_B
+    return a, b
+
+
+@pytest.mark.parametrize("mode,schedule", [("checked", "auto"), ("checked", "sequential"),
+                                           ("reference", "auto")])
+def test_divergent_trips_and_branches_keep_the_exact_sum(mode: str, schedule: str) -> None:
+    a, b = _hard_operands(7, 48, 48, 32)
+    c = np.zeros((48, 32), np.float32)
+    ragged_exact(a, b, c, tile_shape=(16, 16, 16), mode=mode, schedule=schedule)
+    for i in range(0, 48, 16):
+        want = matmul_rounded(a[i:i + 16, :i + 16], b[:i + 16], "f32")
+        assert c[i:i + 16].tobytes() == want.tobytes()
+    c = np.full((48, 32), np.nan, np.float32)
+    branch_exact(a, b, c, tile_shape=(16, 16, 16), mode=mode, schedule=schedule)
+    assert c[:, :16].tobytes() == matmul_rounded(a, b[:, :16], "f32").tobytes()
+    assert c[:, 16:].tobytes() == np.zeros((48, 16), np.float32).tobytes()
+    e = -b[::-1].copy()
+    two_branches_exact(a, b, e, c, tile_shape=(16, 16, 16), mode=mode, schedule=schedule)
+    assert c[:, :16].tobytes() == matmul_rounded(a, b[:, :16], "f32").tobytes()
+    assert c[:, 16:].tobytes() == matmul_rounded(a, e[:, 16:], "f32").tobytes()
+
+
+@pytest.mark.parametrize("mode", ["checked", "reference"])
+def test_updates_round_the_joined_exact_sum_once(mode: str) -> None:
+    a, b = _hard_operands(8, 32, 24, 32)
+    rng = np.random.default_rng(9)
+    c0 = rng.standard_normal((32, 32)).astype(ml_dtypes.bfloat16)
+    d0 = (rng.standard_normal((32, 32)) * 1e-3).astype(np.float16)
+    c, d = c0.copy(), d0.copy()
+    update_exact(a, b, c, d, tile_shape=(16, 16, 16), mode=mode)
+    # the reference Kulisch accumulator of Python integers
+    prod = ref_acc.exact_products(a, b)
+    want_c = ref_acc.round_exact(ref_acc.add_exact(ref_acc.to_exact(c0), prod), "bf16")
+    want_d = ref_acc.round_exact(ref_acc.add_exact(ref_acc.to_exact(d0), np.negative(prod)),
+                                 "f16")
+    assert c.tobytes() == want_c.tobytes()
+    assert d.tobytes() == want_d.tobytes()
+
+
+def test_k_loops_defer_exact_and_fast_accumulators() -> None:
+    """A K loop whose accumulator feeds only the next trip's ``mma`` keeps the trips'
+    operands and makes one product over the whole K: in checked mode the exact
+    products (the correctly rounded result), in fast mode, which ignores ``exact``, an
+    ordinary product within float32's error bound."""
+    a, b = _hard_operands(11, 64, 96, 32)
+    before = taken("deferred_mma")
+    checked = _gemm(a, b, (32, 32, 16), "checked")
+    assert taken("deferred_mma") == before + 1
+    assert checked.tobytes() == matmul_rounded(a, b, "f32").tobytes()
+    a[0] = 0.0  # (the hard row needs the exact sum; fast mode does not give it)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 97 * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b))
+    fast = _gemm(a, b, (32, 32, 16), "fast")
+    assert taken("deferred_mma") == before + 2
+    assert np.all(np.abs(fast - exact) <= bound)
+
+
+def test_deferred_exact_loops_flush_and_repeat_with_the_same_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged loop's later trips derived from the first, the next launch's trips
+    derived from the launch before, and a flush of the kept K columns into the exact
+    accumulator all keep the exact sum."""
+    a, b = _hard_operands(12, 64, 128, 32)
+    want = matmul_rounded(a, b, "f32").tobytes()
+    staged, first = taken("staged_loop"), taken("staged_first_trip")
+    assert _gemm(a, b, (32, 32, 16), "checked").tobytes() == want
+    assert _gemm(a, b, (32, 32, 16), "checked").tobytes() == want
+    assert taken("staged_loop") > staged and taken("staged_first_trip") > first
+    monkeypatch.setattr(PendingMma, "MAX_K", 40)  # two trips of 16 per kept product
+    assert _gemm(a, b, (32, 32, 16), "checked").tobytes() == want
+    assert _gemm(a, b, (16, 16, 16), "reference").tobytes() == want

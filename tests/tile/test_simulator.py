@@ -9,6 +9,7 @@ import pytest
 
 import tessera as ts
 from tessera.interp.tile.mma import folded_matmul
+from tessera.interp.tile.numeric import widen
 
 RNG = np.random.default_rng(3)
 
@@ -265,3 +266,20 @@ def test_narrow_totals_round_per_add() -> None:
     for v in vals:
         want = ts.numerics.convert(np.array(np.float32(want) + np.float32(v)), ts.f16)
     assert out[0] == want == 1.0
+
+
+@pytest.mark.parametrize("fmt", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                 ml_dtypes.float6_e2m3fn, ml_dtypes.float4_e2m1fn,
+                                 ml_dtypes.float8_e8m0fnu, ml_dtypes.bfloat16, np.int8])
+def test_widening_one_byte_formats_by_table_is_the_cast(fmt: type) -> None:
+    """Every bit pattern (NaNs included) of a one-byte format widens to the bits of
+    NumPy's cast, in any layout; other formats are cast as they are."""
+    size = np.dtype(fmt).itemsize
+    pattern = np.arange(256 ** size, dtype=f"u{size}").view(fmt)
+    for x in (pattern.reshape(-1, 16), pattern.reshape(16, -1).T, pattern[::3], pattern[5]):
+        for dt in (np.dtype(np.float32), np.dtype(np.float64)):
+            with np.errstate(invalid="ignore"):  # (signalling NaNs)
+                want = np.asarray(x).astype(dt)
+                got = widen(np.asarray(x), dt)
+            assert type(got) is np.ndarray and got.shape == want.shape
+            assert got.tobytes() == want.tobytes()

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from tessera.numerics.reductions.accumulator import ExactSum
+
 
 @dataclass(frozen=True)
 class LaunchGeometry:
@@ -197,6 +199,8 @@ class Ctx:
         and compile-time objects pass through)."""
         if hasattr(v, "take_programs"):
             return v.take_programs(self, sel)
+        if type(v) is ExactSum:  # each operand and start value holds the programs' values
+            return v.map_arrays(lambda x: self.take(x, rank, sel))
         if not isinstance(v, np.ndarray) or v.ndim <= rank:
             return v
         tile = v.shape[v.ndim - rank:]
@@ -205,6 +209,8 @@ class Ctx:
     def merge(self, parts: list[tuple[np.ndarray, Any]], rank: int) -> Any:
         """Scatter per-subset values back into one value of this context."""
         values = [v for _, v in parts]
+        if any(type(v) is ExactSum for v in values):
+            return self._merge_exact(parts, rank)
         if all(not isinstance(v, np.ndarray) or v.ndim <= rank for v in values):
             first = values[0]
             # the same bits on every side (not ==: -0.0 and 0.0 differ, NaNs are equal)
@@ -221,6 +227,21 @@ class Ctx:
         for (sel, _), a in zip(parts, arrays):
             out[sel] = a
         return out.reshape(self.lead + tile)
+
+    def _merge_exact(self, parts: list[tuple[np.ndarray, Any]], rank: int) -> Any:
+        """Merge values of which some are exact accumulators (:class:`ExactSum`): array
+        by array where every part holds the same sum's structure, else as the
+        reference's integer counts (an object array; the exact slot it reaches makes it
+        an accumulator again)."""
+        first = parts[0][1]
+        if all(v is first for _, v in parts):
+            return first
+        if all(type(v) is ExactSum and v.same_structure(first) for _, v in parts):
+            columns = zip(*(v.arrays() for _, v in parts))
+            merged = [self.merge([(sel, x) for (sel, _), x in zip(parts, col)], rank)
+                      for col in columns]
+            return first.map_arrays(lambda _: merged.pop(0))
+        return self.merge([(sel, np.asarray(v)) for sel, v in parts], rank)
 
     def flat_index(self) -> Any:
         """The index of these programs into per-program state arrays."""

@@ -159,7 +159,7 @@ class Compiler(Slots):
         if not self.enabled & {"fused_mma_add", "fused_mma_scale", "fused_store"}:
             return {}
         from tessera.interp.tile.fastpaths.fusion import fusions
-        return fusions(block, self.enabled)
+        return fusions(block, self.enabled, self.fast)
 
     def instr(self, instr: Instr) -> Step:
         cls = type(instr.op)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.tile.numeric import F32, F64, Num
+from tessera.interp.tile.numeric import F32, F64, Num, widen
 
 
 def _by_columns(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -132,7 +132,7 @@ def widened(x: Any) -> np.ndarray:
     for ref, wide in _RECENT:
         if ref() is x:
             return wide
-    wide = np.asarray(x).astype(F64, copy=False)
+    wide = widen(np.asarray(x), F64)
     if wide is not x and isinstance(x, np.ndarray) and 1024 <= wide.size <= Widen.MAX_SIZE:
         _RECENT.insert(0, (weakref.ref(x), wide))
         del _RECENT[2:]

@@ -20,9 +20,10 @@ narrower floats compute in float32 and round once with round-to-nearest-even and
 format's saturation (double rounding is innocuous: 24 >= 2p + 2 for p <= 11).
 
 An *exact* ``mma`` (``exact = true``) holds its result as an exact accumulator
-(:mod:`tessera.numerics.reductions.accumulator`: a NumPy object array of integer counts
-of ``2**-298``), carried through exact ``mma`` accumulation and control flow; every
-other use rounds it once, to nearest even, exactly as a wide value is rounded.
+(:mod:`tessera.numerics.reductions.accumulator`: the products' operands and exact start
+values, unevaluated, or the reference's integer counts of ``2**-298``), carried through
+exact ``mma`` accumulation and control flow; every other use rounds it once, to nearest
+even, exactly as a wide value is rounded.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from tessera.numerics import Element, convert, storage_of
-from tessera.numerics.reductions.accumulator import EXACT, add_exact, round_exact, to_exact
+from tessera.numerics.reductions.accumulator import (
+    EXACT,
+    add_exact,
+    negate_exact,
+    round_exact,
+    to_exact,
+)
 
 F64 = np.dtype(np.float64)
 F32 = np.dtype(np.float32)
@@ -74,7 +81,7 @@ class Num:
     def compute(self, x: Any) -> Any:
         """A narrow operand in the compute dtype."""
         x = self.narrow(x)
-        return x if self.native else x.astype(F32)
+        return x if self.native else widen(x, F32)
 
     def result(self, x: Any) -> Any:
         """A computed result rounded to the element."""
@@ -124,7 +131,29 @@ def for_copy(x: Any, element: Element) -> Any:
 
 def to_f64(x: Any) -> np.ndarray:
     """Widen exactly to float64 (every storage format widens exactly)."""
-    return x if getattr(x, "dtype", None) == F64 else np.asarray(x).astype(F64)
+    return x if getattr(x, "dtype", None) == F64 else widen(np.asarray(x), F64)
+
+
+#: (one-byte format, wider dtype) -> the wider value of each of the 256 bit patterns
+_BYTE_TABLES: dict[tuple[np.dtype, np.dtype], np.ndarray] = {}
+
+
+def widen(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """``x.astype(dt)`` for a widening cast (a new array unless ``x`` has ``dt``). A
+    one-byte format (fp8, fp6, fp4) looks its 256 bit patterns up in a table of their
+    own casts, the same values about ten times faster than ml_dtypes' elementwise
+    cast."""
+    src = x.dtype
+    if src.itemsize != 1 or src.kind in "iub":
+        return x.astype(dt, copy=False)
+    table = _BYTE_TABLES.get((src, dt))
+    if table is None:
+        with np.errstate(invalid="ignore"):
+            table = np.arange(256, dtype=np.uint8).view(src).astype(dt)
+        _BYTE_TABLES[src, dt] = table
+    out = np.empty(x.shape, dt)
+    np.take(table, x.view(np.uint8), out=out, mode="clip")  # (every index is in range)
+    return out
 
 
 UPDATE_FUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
@@ -140,7 +169,7 @@ def combine(old: np.ndarray, value: Any, op: str, element: Element) -> np.ndarra
     if getattr(value, "dtype", None) == EXACT:
         if op in ("add", "sub") and n.kind == "float" and n.sd != F64:
             # an exact accumulator joins the stored value exactly and rounds once
-            other = value if op == "add" else np.negative(value)
+            other = value if op == "add" else negate_exact(value)
             return round_exact(add_exact(to_exact(old), other), element)
         value = round_exact(value, element)
     if n.kind == "float" and (getattr(value, "dtype", None) == F64 or not n.native):
@@ -151,4 +180,4 @@ def combine(old: np.ndarray, value: Any, op: str, element: Element) -> np.ndarra
 
 
 __all__ = ["F32", "F64", "UPDATE_FUNCS", "Num", "combine", "for_copy", "num", "to_f64",
-           "to_storage"]
+           "to_storage", "widen"]

@@ -105,6 +105,13 @@ def _binary(instr: Instr, fast: bool) -> Impl:
 @rule(tile_compute.Pow)
 def _pow(instr: Instr, fast: bool) -> Impl:
     n = _num_in(instr)
+    exponent = getattr(instr.operands[1].owner, "op", None)
+    if fast and n.kind == "float" and isinstance(exponent, tile_compute.Full) \
+            and exponent.value == 3:
+        def cube(x: Any, y: Any) -> Any:  # fast mode: a GELU's x**3 by multiplication
+            c = n.compute(x)
+            return n.result(c * c * c)
+        return cube
     if n.kind != "float" or fast:
         return lambda x, y: n.result(np.power(n.compute(x), n.compute(y)))
     return lambda x, y: n.result(np.power(to_f64(n.narrow(x)), to_f64(n.narrow(y))))
@@ -326,8 +333,11 @@ def _exact_mma(instr: Instr) -> Impl:
     (:mod:`tessera.numerics.reductions.accumulator`) rounded once where it is used."""
     na, nb = _num_in(instr, 0), _num_in(instr, 1)
     if len(instr.operands) == 3:
-        return lambda a, b, c: add_exact(to_exact(c), exact_products(na.narrow(a),
-                                                                     nb.narrow(b)))
+        def accumulate(a: Any, b: Any, c: Any) -> Any:
+            if type(c) is PendingMma:  # a deferred K loop accumulator: keep the operands
+                return c.add(na.narrow(a), nb.narrow(b))
+            return add_exact(to_exact(c), exact_products(na.narrow(a), nb.narrow(b)))
+        return accumulate
     return lambda a, b: exact_products(na.narrow(a), nb.narrow(b))
 
 

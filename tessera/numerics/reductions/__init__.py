@@ -6,5 +6,6 @@
 * :mod:`.sums` -- ``sum_rounded``, correctly rounded sums and means.
 * :mod:`.matmul` -- ``matmul_rounded``, the correctly rounded matrix product.
 * :mod:`.treesum` -- the fixed float64 tree of a tile ``row_sum`` and its exact shortcut.
-* :mod:`.accumulator` -- exact (Kulisch) accumulators of the tile level's exact ``mma``.
+* :mod:`.accumulator` -- exact accumulators of the tile level's exact ``mma``: lazy
+  sums of products rounded by ``matmul_rounded``, and the Kulisch reference.
 """

@@ -24,11 +24,13 @@ def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
     :func:`tessera.interp.tile.mma.mma` over the concatenated K, which that module shows
     gives the bits of the per-trip ``mma`` calls (exact products summed in float64 and
     rounded once per trip's accumulator type; the trips' operands are the same arrays,
-    tile values are never modified in place). The ``mma`` ops raise no sanitizer report,
+    tile values are never modified in place); an exact accumulator gets the exact
+    products of the whole K, the exact sum of the trips' ones. The ``mma`` ops raise
+    no sanitizer report,
     and every other step of the body runs as in the reference, so the reports are the
     reference's. Only uniform integer loops (scalar bounds, nonzero step) defer; others
     run the reference step."""
-    defer = deferrable(instr, c.fused[instr.regions[0].block])
+    defer = deferrable(instr, c.fused[instr.regions[0].block], c.fast)
     if not defer:
         return None
     lo, hi, stp = (c.slot(v) for v in instr.operands[:3])
@@ -48,8 +50,8 @@ def deferred_mma(c: Compiler, instr: Instr, reference: Step) -> Step | None:
         me.taken += 1
         trips = range(int(i), int(end), int(by))
         carried = [regs[s] for s in inits]
-        for k, n in defer.items():
-            carried[k] = PendingMma(carried[k], n, fast, len(trips))
+        for k, (n, exact) in defer.items():
+            carried[k] = PendingMma(carried[k], n, fast, len(trips), exact)
         if staged is not None and first_trip(staged, fr, trips, carried):
             trips = range(0)  # every trip, the first from the launch before (fastpaths.first)
         for iv in trips:

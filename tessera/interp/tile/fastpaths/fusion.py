@@ -132,10 +132,12 @@ FUSED = {
 }
 
 
-def fusions(block: Block, enabled: frozenset[str] | None = None) -> dict[Instr, Instr]:
+def fusions(block: Block, enabled: frozenset[str] | None = None,
+            fast: bool = False) -> dict[Instr, Instr]:
     """Consumers in ``block`` mapped to the producer they run with, each producer used
-    only there: ``tile.add`` or ``tile.mul`` of an accumulator-free ``tile.mma``, and a
-    global ``tile.store`` of an elementwise ``+ - * /`` (each kind while its fast path is
+    only there: ``tile.add`` or ``tile.mul`` of an accumulator-free ``tile.mma`` (an
+    exact one in ``fast`` mode only, where it is an ordinary one), and a global
+    ``tile.store`` of an elementwise ``+ - * /`` (each kind while its fast path is
     ``enabled``; all of them when ``enabled`` is None)."""
     def on(name: str) -> bool:
         return enabled is None or name in enabled
@@ -145,7 +147,7 @@ def fusions(block: Block, enabled: frozenset[str] | None = None) -> dict[Instr, 
             counts[v] = counts.get(v, 0) + 1
     producers = {i.results[0]: i for i in block.instrs
                  if (isinstance(i.op, tile_compute.Mma) and len(i.operands) == 2
-                     and not i.op.exact)  # an exact product is not float64 arithmetic
+                     and (fast or not i.op.exact))  # (exact: not float64 arithmetic)
                  or isinstance(i.op, STORE_PRODUCERS)}
     found: dict[Instr, Instr] = {}
     taken: set[Instr] = set()

@@ -15,9 +15,10 @@ import numpy as np
 
 from tessera.interp.tile.memory.access import view_in_owner
 from tessera.interp.tile.mma import mma
-from tessera.interp.tile.numeric import F32, F64, Num, num
+from tessera.interp.tile.numeric import F32, F64, Num, num, widen
 from tessera.ir.core import Instr, Value, walk
 from tessera.ir.dialects.tile.compute import Add, Mma
+from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 
 #: released operand buffers of :class:`PendingMma`, reused by the next launch: a fresh
 #: buffer costs a page fault per 4 KiB on first write (half the copying time of a
@@ -53,19 +54,23 @@ class PendingMma:
     through shared memory) are copied as one view, not slice by slice; the buffers are
     the same either way. In exact mode the result is still the float64 sum of the exact
     products, rounded once at the store; only the order of the float64 additions is
-    BLAS's over the whole K instead of per trip, which the module docstring allows. At
+    BLAS's over the whole K instead of per trip, which the module docstring allows. An
+    ``exact`` accumulator (an exact ``mma``'s, in checked mode) gets the exact products
+    of the whole K (buffers in the operands' own formats, kept by the accumulator):
+    an exact sum, whatever the grouping of its terms. At
     most :data:`MAX_K` columns of K are held before their product is added into
     ``base``: the grouping depends on the trips only, not on how many programs run at
     once.
     """
 
-    __slots__ = ("a", "acc", "b", "base", "dtype", "k", "trips", "width")
+    __slots__ = ("a", "acc", "b", "base", "dtype", "exact", "k", "trips", "width")
 
     #: K columns held before the products so far are added into ``base``
     MAX_K = 8192
 
-    def __init__(self, base: Any, acc: Num, fast: bool, trips: int) -> None:
-        self.base, self.acc, self.trips = base, acc, trips
+    def __init__(self, base: Any, acc: Num, fast: bool, trips: int,
+                 exact: bool = False) -> None:
+        self.base, self.acc, self.trips, self.exact = base, acc, trips, exact
         if acc.kind in ("int", "bool"):
             self.dtype = np.dtype(np.int64)
         else:
@@ -112,6 +117,8 @@ class PendingMma:
             return self.base
         k, pa, pb = self.k, self.a, self.b
         self.a, self.b, self.k = [], [], 0
+        if self.exact:
+            return self._force_exact(k, pa, pb)
         a = _buffer((*pa[0].shape[:-1], self.width), self.dtype)
         # K outermost in memory: folding b's program axes into its columns
         # (folded_matmul) is then a view, not a copy
@@ -124,20 +131,39 @@ class PendingMma:
         return out
 
 
+    def _force_exact(self, k: int, pa: list[np.ndarray], pb: list[np.ndarray]) -> Any:
+        """The exact accumulator ``base + [a_1 .. a_J] @ [b_1; ..; b_J]``: fresh
+        buffers (the accumulator keeps them until it is rounded)."""
+        a = np.empty((*pa[0].shape[:-1], k), pa[0].dtype)
+        kb = np.empty((k, *pb[0].shape[:-2], pb[0].shape[-1]), pb[0].dtype)
+        b = kb.transpose((*range(1, kb.ndim - 1), 0, kb.ndim - 1))
+        _gather(a, pa, -1)
+        _gather(b, pb, -2)
+        return add_exact(to_exact(self.base), exact_products(a, b))
+
+
 def _gather(dst: np.ndarray, pieces: list[np.ndarray], axis: int) -> None:
     """Copy ``pieces`` side by side along ``axis`` into ``dst``: with one copy when
     they are consecutive slices of one array, else piece by piece."""
     whole = _joined(pieces, axis)
     if whole is not None:
-        np.copyto(dst, whole, casting="unsafe")
+        _copy(dst, whole)
         return
     at = 0
     for p in pieces:
         n = p.shape[axis]
         index = [slice(None)] * dst.ndim
         index[axis] = slice(at, at + n)
-        dst[tuple(index)] = p
+        _copy(dst[tuple(index)], p)
         at += n
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``, widening exactly (one-byte formats by table, see
+    :func:`~tessera.interp.tile.numeric.widen`)."""
+    if src.dtype != dst.dtype and src.dtype.itemsize == 1:
+        src = widen(src, dst.dtype)
+    np.copyto(dst, src, casting="unsafe")
 
 
 def _joined(pieces: list[np.ndarray], axis: int) -> np.ndarray | None:
@@ -178,11 +204,14 @@ def forced(x: Any) -> Any:
     return x.force() if isinstance(x, PendingMma) else x
 
 
-def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
+def deferrable(loop: Instr, fused: dict[Instr, Instr],
+               fast: bool = False) -> dict[int, tuple[Num, bool]]:
     """The carried values of a ``tile.for`` that may be :class:`PendingMma` during the loop
-    (position among the carried values -> the accumulator's numerics): each is used once
-    in the body, at its top level, as the accumulator of an ``mma`` (or of an ``add`` the
-    compiler fuses into one, ``fused``), whose result is only yielded back to it."""
+    (position among the carried values -> the accumulator's numerics, and whether it is
+    an exact accumulator): each is used once in the body, at its top level, as the
+    accumulator of an ``mma`` (or of an ``add`` the compiler fuses into one, ``fused``),
+    whose result is only yielded back to it. An exact ``mma`` is an ordinary one in
+    ``fast`` mode."""
     block = loop.regions[0].block
     term = block.terminator
     uses: dict[Value, list[Instr]] = {}
@@ -190,14 +219,14 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
         for v in instr.operands:
             uses.setdefault(v, []).append(instr)
     top = set(block.instrs)
-    found: dict[int, Num] = {}
+    found: dict[int, tuple[Num, bool]] = {}
     for k, arg in enumerate(block.args[1:]):
         users = uses.get(arg, [])
         if len(users) != 1 or users[0] not in top or term is None:
             continue
         user = users[0]
         if isinstance(user.op, Mma) and user.operands[2:] == [arg] \
-                and arg not in user.operands[:2] and not user.op.exact:
+                and arg not in user.operands[:2]:
             op = user.op
         elif user in fused and isinstance(fused[user].op, Mma) \
                 and isinstance(user.op, Add) and user.operands.count(arg) == 1:
@@ -208,7 +237,7 @@ def deferrable(loop: Instr, fused: dict[Instr, Instr]) -> dict[int, Num]:
         if uses.get(out) == [term] and term.operands.count(out) == 1 \
                 and term.operands[k] is out:
             assert isinstance(op, Mma)
-            found[k] = num(op.accum)
+            found[k] = (num(op.accum), op.exact and not fast)
     return found
 
 

@@ -177,7 +177,7 @@ def _match(c: Any, loop: Instr, defer: dict[int, Any]) \
     product = math[-1]  # the yielded value: the mma's, or the fused add's
     mma = product if len(math) == 1 else c.fused[block].get(product)
     if mma is None or mma is not math[0] or not isinstance(mma.op, tile_compute.Mma) \
-            or mma.op.exact or term.operands[0] is not product.results[0] \
+            or term.operands[0] is not product.results[0] \
             or acc not in product.operands:
         return None
     a, b = mma.operands[:2]

@@ -119,7 +119,8 @@ def _parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x64, np.zeros_like(x64)
 
 
-def matmul_rounded(a: Any, b: Any, to: Any) -> np.ndarray:
+def matmul_rounded(a: Any, b: Any, to: Any,
+                   precisions: tuple[int, int] | None = None) -> np.ndarray:
     """The exact product ``a @ b`` rounded once to ``to`` (RNE, convert's saturation).
 
     ``a`` is (..., M, K), ``b`` (..., K, N); batch dimensions broadcast and 1-D operands
@@ -128,7 +129,9 @@ def matmul_rounded(a: Any, b: Any, to: Any) -> np.ndarray:
     function of the exact product only. Integer operands multiply exactly in int64
     (Python ints past 2**63). Complex products round the real part
     ``Re(a)Re(b) - Im(a)Im(b)`` and the imaginary part ``Re(a)Im(b) + Im(a)Re(b)`` each
-    exactly once, as dot products of length 2K.
+    exactly once, as dot products of length 2K. ``precisions`` are the significand
+    bits of the values of ``a`` and ``b`` where their storage is wider (float64 arrays
+    holding narrower values): the products are then known exact in float64.
     """
     fmt_to = target(to)
     a, b = np.asarray(a), np.asarray(b)
@@ -145,7 +148,8 @@ def matmul_rounded(a: Any, b: Any, to: Any) -> np.ndarray:
     kinds = {real_kind(a.dtype), real_kind(b.dtype)}
     if fmt_to.kind == "bool":
         raise DTypeError("a matmul cannot produce bool", hint="produce an int format")
-    precisions = (precision(a.dtype), precision(b.dtype))
+    if precisions is None:
+        precisions = (precision(a.dtype), precision(b.dtype))
     exact_products = sum(precisions) <= 53
     if "complex" in kinds or fmt_to.kind == "complex":
         if fmt_to.kind != "complex":

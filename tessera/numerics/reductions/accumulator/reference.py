@@ -1,4 +1,4 @@
-"""Exact (Kulisch) accumulators: sums of products held exactly, rounded once at the end.
+"""The reference exact (Kulisch) accumulator: sums of products held exactly as integers.
 
 A Kulisch accumulator (Kulisch and Miranker, "The arithmetic of the digital computer",
 SIAM Review 28, 1986; in ExBLAS, Collange, Defour, Graillat and Iakymchuk, "Numerical
@@ -12,7 +12,8 @@ tf32, bf16, f16, the fp8/fp6/fp4 formats) is a multiple of f32's smallest subnor
 (any size) in NumPy object arrays, so an accumulator tile has its ordinary shape and
 moves through selections and copies like any tile.
 
-Non-finite terms follow the order-independent rule of :mod:`.exact`: NaN if a NaN, an
+Non-finite terms follow the order-independent rule of
+:mod:`tessera.numerics.reductions.exact`: NaN if a NaN, an
 ``inf * 0`` or infinities of both signs occur, else the infinity. Such an element holds
 that Python float instead of an int. :func:`round_exact` rounds once, to nearest even
 (``round_fraction``); an exact zero rounds to +0 and a NaN is the default quiet NaN.
@@ -165,8 +166,10 @@ def _exact_in_f64(wa: np.ndarray, wb: np.ndarray) -> bool:
     """Whether the float64 product is exact in any summation order: every product is a
     multiple of ``2**(qa + qb)`` (the operands' smallest nonzero magnitudes, at 24
     significant bits) and the sums of |products| stay below ``2**(53 + qa + qb)``."""
-    if not (np.isfinite(wa).all() and np.isfinite(wb).all()) or wa.size == 0 or wb.size == 0:
+    if not (np.isfinite(wa).all() and np.isfinite(wb).all()):
         return False
+    if wa.size == 0 or wb.size == 0:
+        return True  # no products (K = 0 sums nothing: an exact zero)
     qs = []
     for w in (wa, wb):
         mag = np.abs(w[w != 0])

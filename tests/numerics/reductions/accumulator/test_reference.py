@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessera.numerics import matmul_rounded, round_fraction
-from tessera.numerics.reductions.accumulator import (
+from tessera.numerics.reductions.accumulator.reference import (
     OPERAND_SCALE,
     SCALE,
     _ints,
