@@ -14,7 +14,8 @@ from tessera.arch.fragments import (
     unpack_registers,
     wgmma_accumulator,
 )
-from tessera.arch.mma import FORMATS, mma
+from tessera.arch.mma import FORMATS
+from tessera.interp.target.exact_mma import mma
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.mma import _operand, _uniform
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
@@ -30,6 +31,7 @@ def _wgmma_rs(c: TargetCompiler, instr: Instr) -> Step:
     layout, la = wgmma_accumulator(n), mma_m16n8k16_a()
     k = FORMATS[fa][2]
     eb = FORMATS[fb][1] // 8
+    cache_b: dict = {}  # each B descriptor's addresses, as wgmma keeps them
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -43,7 +45,7 @@ def _wgmma_rs(c: TargetCompiler, instr: Instr) -> Step:
             warps = fr.regs[ra][threads.reshape(-1, 32)]  # (G*4, 32, 4) registers
             av = from_fragments(unpack_registers(warps, 16), la).reshape(len(groups), 64, k)
             bv = np.swapaxes(_operand(fr, instr, m.cta[who], desc_b, n, k, eb, who,
-                                      not instr.op.trans_b), 1, 2)
+                                      not instr.op.trans_b, cache_b), 1, 2)
             cv = from_fragments(fr.regs[acc][threads].astype(F64), layout)
             cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             d = mma(av, bv, cv, fa, fb)
