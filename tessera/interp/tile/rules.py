@@ -24,7 +24,7 @@ from tessera.ir.core import Instr, Op, rule_decorator
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
-from tessera.ir.types import TensorType
+from tessera.ir.types import Element, TensorType
 from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.sums import sum_rounded
@@ -281,6 +281,8 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     if op.kind in ("max", "min"):
         kind = op.kind
         return lambda x: row_extreme(n.narrow(x), axis, kind)
+    if op.to is not None:  # rounded once to another element, also in fast mode
+        return _exact_sum(n, axis, mean=op.kind == "mean", to=op.to)
     if op.kind == "mean":
         if fast:
             return lambda x: n.result(np.mean(n.compute(x), axis=axis))
@@ -304,16 +306,17 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     return exact_sum
 
 
-def _exact_sum(n: Num, axis: int, mean: bool) -> Impl:
-    """The exact sum (or mean) along ``axis``, rounded once to the element: numerics'
-    ``sum_rounded``, whose bits depend on the values alone; a NaN is the default one."""
+def _exact_sum(n: Num, axis: int, mean: bool, to: Element | None = None) -> Impl:
+    """The exact sum (or mean) along ``axis`` rounded once to the element (or ``to``):
+    ``sum_rounded``, whose bits depend on the values alone; NaN is the default one."""
     def impl(x: Any) -> Any:
         narrow = n.narrow(x)
         count = narrow.shape[axis]
         if count == 0:
-            return n.result(np.full(np.delete(narrow.shape, axis % narrow.ndim),
-                                    np.nan if mean else 0.0))
-        out = sum_rounded(narrow, axis, False, n.element, divisor=count if mean else 1)
+            empty = np.full(np.delete(narrow.shape, axis % narrow.ndim), np.nan if mean else 0.0)
+            return n.result(empty) if to is None else convert(empty, to)
+        out = sum_rounded(narrow, axis, False, to or n.element,
+                          divisor=count if mean else 1)
         nan = out != out
         return np.where(nan, out.dtype.type(np.nan), out) if nan.any() else out
     return impl

@@ -221,12 +221,15 @@ class Reduce(Op):
     ``row_sum`` / ``row_max`` reduce the last axis. Sums are float64 pairwise over the
     axis, rounded once; with ``exact`` a sum is the exact real sum (a mean: that sum
     divided by the axis length) rounded once, to nearest even, to the element, whatever
-    the order of the terms (NaN is the default quiet NaN)."""
+    the order of the terms (NaN is the default quiet NaN). ``to`` (exact sums and means
+    only) rounds that once to another float element instead of the operand's: a sum of
+    float64 terms rounded once to f32 is not the f64 sum rounded again."""
 
     name: ClassVar[str] = "tile.reduce"
     kind: str
     axis: int = -1
     exact: bool = False
+    to: Element | None = None
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
@@ -243,7 +246,14 @@ class Reduce(Op):
         if not -x.rank <= self.axis < x.rank:
             raise IRVerifyError(f"tile.reduce axis {self.axis} is out of range for {x}")
         axis = self.axis % x.rank
-        return (x.with_shape(x.shape[:axis] + x.shape[axis + 1:]),)
+        out = x.with_shape(x.shape[:axis] + x.shape[axis + 1:])
+        if self.to is None:
+            return (out,)
+        if not self.exact or self.kind not in ("sum", "mean") or \
+                storage_of(self.to).kind != "float":
+            raise IRVerifyError(f"tile.reduce to {self.to}: only an exact sum or mean "
+                                "rounds to another element, and only to a float one")
+        return (out.with_element(self.to),)
 
 
 @register_op

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from tessera.ir.core import Function, Module, Value
 from tessera.ir.dialects import schedule as schedule_ops
+from tessera.ir.transforms.to_tile import loss as _loss_rules  # noqa: F401 (registers)
 from tessera.ir.transforms.to_tile import reduce as _reduce_rules  # noqa: F401 (registers)
 from tessera.ir.transforms.to_tile.call import add_kernel_call, kernel_call_of
 from tessera.ir.transforms.to_tile.kernel import build_kernel
