@@ -31,8 +31,8 @@ from tessera import accum, loss_scale, op, stochastic_round
 from tessera.conformance import seeds
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_NAMES = ["attention_graph", "basic_autodiff", "custom_gelu_vjp", "demo",
-                 "kernel_in_graph", "mixed_precision_gemm", "policy_annotations",
+EXAMPLE_NAMES = ["attention_graph", "basic_autodiff", "compiled_programs", "custom_gelu_vjp",
+                 "demo", "kernel_in_graph", "mixed_precision_gemm", "policy_annotations",
                  "quantized_policy", "sharded_mlp_compiled", "spectral", "stable_softmax",
                  "training_step"]
 
