@@ -28,7 +28,7 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import edges
+from tessera.ir.transforms.to_tile import edges, keyblocks
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
@@ -127,11 +127,14 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     streamed = {v for i in matmuls for v in i.operands
                 if v in region.args and all(u in matmuls for u in users.get(v, []))}
     tiles = [edges.edge_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
+    plan = keyblocks.plan_of(instr, space)
     for (v, _), loop in space.loop_of.items():
         # a K loop is walked in steps only by operands read from memory; a value the
         # kernel computes along it (the hidden row of a fused MLP) is held whole
         if space.kinds[loop] != "grid" and v not in streamed:
             tiles[loop] = space.extents[loop]
+    if plan is not None:  # attention's keys are walked in blocks (two_pass)
+        tiles[plan.loop] = plan.block
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
     counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops]
     body = Block()
@@ -147,12 +150,18 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     env: dict[Value, Value] = {}
     mems = dict(zip(region.args, mems_in))
     for arg, mem in mems.items():
-        if arg not in streamed:  # matmul operands are loaded tile by tile along K
+        if arg not in streamed and (plan is None or arg not in plan.args):
+            # matmul operands are loaded tile by tile along K, keyed ones per key block
             env[arg] = edges.load(em, mem, arg)
     term = region.terminator
     assert term is not None
     for inner in region.instrs:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
+            continue
+        if plan is not None and inner in plan.keyed:
+            if inner is plan.softmax:
+                env[plan.pv.results[0]] = keyblocks.emit_attention(
+                    em, plan, streamed, mems, env, users, list(region.instrs))
             continue
         if inner in matmuls:
             env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)
