@@ -28,7 +28,7 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import edges, keyblocks
+from tessera.ir.transforms.to_tile import edges, flash, keyblocks
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
@@ -115,9 +115,10 @@ def grid_of(counts: Sequence[int]) -> tuple[int, ...]:
 
 
 def build_kernel(instr: Instr, name: str, params: Sequence[str],
-                 results: Sequence[str]) -> tuple[Function, tuple[int, ...]]:
+                 results: Sequence[str], mode: str = "exact") -> tuple[Function, tuple[int, ...]]:
     """The ``tile.kernel`` of the ``schedule.kernel`` ``instr`` and its launch grid;
-    ``params`` and ``results`` name its operand and result buffers."""
+    ``params`` and ``results`` name its operand and result buffers. With ``mode="fast"``
+    attention over key blocks is the one-pass online softmax (:mod:`.flash`)."""
     op = instr.op
     assert isinstance(op, schedule_ops.ScheduledKernel)
     region = instr.regions[0].block
@@ -160,8 +161,10 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             continue
         if plan is not None and inner in plan.keyed:
             if inner is plan.softmax:
-                env[plan.pv.results[0]] = keyblocks.emit_attention(
-                    em, plan, streamed, mems, env, users, list(region.instrs))
+                order = list(region.instrs)
+                fast = mode == "fast" and flash.flash_applies(plan, order)
+                emit = flash.emit_flash if fast else keyblocks.emit_attention
+                env[plan.pv.results[0]] = emit(em, plan, streamed, mems, env, users, order)
             continue
         if inner in matmuls:
             env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)

@@ -40,13 +40,14 @@ from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.matmul import check_matmul, emit_matmul
 from tessera.ir.types import TensorType
-from tessera.numerics import dtype, storage_of
+from tessera.numerics import DType, dtype, storage_of
 from tessera.numerics.policy.modifiers import product_accum
 
 if TYPE_CHECKING:
     from tessera.ir.transforms.to_tile.kernel import Emitter
 
 F64 = dtype("f64")
+F32 = dtype("f32")
 #: float64 terms of the carried row sum
 TERMS = 3
 
@@ -106,7 +107,7 @@ def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
     return KeyPlan(loop, block, sm, pv, keyed | {pv}, args)
 
 
-def _loop(em: Emitter, plan: KeyPlan, inits: Sequence[Value], instr: Instr,
+def key_loop(em: Emitter, plan: KeyPlan, inits: Sequence[Value], instr: Instr,
           body_fn: Callable[[list[Value]], list[Value]]) -> list[Value]:
     """A ``tile.for`` over the key blocks carrying ``inits``; inside, the key loop
     starts at the loop index."""
@@ -124,11 +125,11 @@ def _loop(em: Emitter, plan: KeyPlan, inits: Sequence[Value], instr: Instr,
                              result_types=[v.type for v in inits])
 
 
-def _scores(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, Value],
+def block_scores(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, Value],
             env: dict[Value, Value], users: dict[Value, list[Instr]],
-            order: list[Instr]) -> tuple[Value, dict[Value, Value]]:
-    """This key block's softmax input widened to f64 (keys past the edge: ``-inf``),
-    and the block's values by graph value."""
+            order: list[Instr], wide: DType = F64) -> tuple[Value, dict[Value, Value]]:
+    """This key block's softmax input widened to ``wide`` (keys past the edge:
+    ``-inf``), and the block's values by graph value."""
     local = dict(env)
     for arg in plan.args:
         if arg not in streamed:
@@ -144,7 +145,7 @@ def _scores(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, 
             args = [local.get(v, v) for v in inner.operands]
             local[inner.results[0]] = rules.emit(em, inner, args)
     sm = plan.softmax
-    (w,) = em.create(tc.Cast(F64), [local[sm.operands[0]]], sm)
+    (w,) = em.create(tc.Cast(wide), [local[sm.operands[0]]], sm)
     extent = em.extents[plan.loop]
     if extent % plan.block:
         wt = w.type
@@ -155,7 +156,7 @@ def _scores(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, 
     return w, local
 
 
-def _row(em: Emitter, r: Value, like: Value, instr: Instr) -> Value:
+def along_keys(em: Emitter, r: Value, like: Value, instr: Instr) -> Value:
     """The row statistic ``r`` broadcast back over the key axis of ``like``."""
     t = like.type
     assert isinstance(t, TensorType)
@@ -185,7 +186,7 @@ def _expansion(em: Emitter, e: Value, carried: Sequence[Value], instr: Instr) ->
         slots = em.full(t, 0.0)
         for j, x in enumerate(extras):
             (at,) = em.create(tc.Eq(), [col, em.full(TensorType(shape, index), j)], instr)
-            (slots,) = em.create(tc.Where(), [at, _row(em, x, e, instr), slots], instr)
+            (slots,) = em.create(tc.Where(), [at, along_keys(em, x, e, instr), slots], instr)
         (slots,) = em.create(tc.Broadcast(wide, spread), [slots], instr)
         (both,) = em.create(tc.Where(), [first, terms, slots], instr)
         (flat,) = em.create(tc.Reshape((*shape[:-1], 2 * width)), [both], instr)
@@ -211,15 +212,15 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
     stat_t = TensorType(tuple(rows_t.shape[:-1]), F64)
 
     def maximum(carried: list[Value]) -> list[Value]:
-        w, _ = _scores(em, plan, streamed, mems, env, users, order)
+        w, _ = block_scores(em, plan, streamed, mems, env, users, order)
         (top,) = em.create(tc.Reduce("max", rows_t.rank - 1), [w], sm)
         return [em.create(tc.Maximum(), [carried[0], top], sm)[0]]
 
-    (top,) = _loop(em, plan, [em.full(stat_t, float("-inf"))], sm, maximum)
+    (top,) = key_loop(em, plan, [em.full(stat_t, float("-inf"))], sm, maximum)
 
     def exponentials() -> tuple[Value, dict[Value, Value]]:
-        w, local = _scores(em, plan, streamed, mems, env, users, order)
-        (shifted,) = em.create(tc.Sub(), [w, _row(em, top, w, sm)], sm)
+        w, local = block_scores(em, plan, streamed, mems, env, users, order)
+        (shifted,) = em.create(tc.Sub(), [w, along_keys(em, top, w, sm)], sm)
         return em.create(tc.Exp(), [shifted], sm)[0], local
 
     def total(carried: list[Value]) -> list[Value]:
@@ -227,7 +228,7 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
         return _expansion(em, e, carried, sm)
 
     zero = em.full(stat_t, 0.0)
-    (row_sum, *_) = _loop(em, plan, [zero] * TERMS, sm, total)
+    (row_sum, *_) = key_loop(em, plan, [zero] * TERMS, sm, total)
 
     out_t = em.tile_type(pv.results[0])
     lead = tuple(out_t.shape[:-2])
@@ -240,7 +241,7 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
 
     def product(carried: list[Value]) -> list[Value]:
         e, local = exponentials()
-        (p,) = em.create(tc.Div(), [e, _row(em, row_sum, e, sm)], sm)
+        (p,) = em.create(tc.Div(), [e, along_keys(em, row_sum, e, sm)], sm)
         (p,) = em.create(tc.Cast(sm.results[0].type.element), [p], sm)  # type: ignore[attr-defined]
         local[sm.results[0]] = rules.settle(em, sm, p)
         for inner in order[order.index(sm) + 1:]:
@@ -253,7 +254,7 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
         tiles = [matrix(local[a], (m, plan.block)), matrix(block, (plan.block, n))]
         return [em.create(tc.Mma(accum, True), [*tiles, carried[0]], pv)[0]]
 
-    (acc,) = _loop(em, plan, [em.full(acc_t, 0)], pv, product)
+    (acc,) = key_loop(em, plan, [em.full(acc_t, 0)], pv, product)
     (acc,) = em.create(tc.Cast(accum), [acc], pv)  # the one rounding of the exact sum
     result = pv.results[0].type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:
@@ -263,4 +264,5 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
     return rules.settle(em, pv, acc)
 
 
-__all__ = ["TERMS", "KeyPlan", "emit_attention", "plan_of"]
+__all__ = ["F32", "F64", "TERMS", "KeyPlan", "along_keys", "block_scores", "emit_attention",
+           "key_loop", "plan_of"]
