@@ -60,7 +60,8 @@ def emit_flash(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Valu
     def columns(x: Value) -> Value:
         """A row statistic as an (m, n) tile of the accumulator's shape."""
         (x,) = em.create(tc.Reshape((m,)), [x], pv)
-        (x,) = em.create(tc.Cast(accum), [x], pv)
+        if storage_of(accum) != F32:
+            (x,) = em.create(tc.Cast(accum), [x], pv)
         return em.create(tc.Broadcast((m, n), (0,)), [x], pv)[0]
 
     def step(carried: list[Value]) -> list[Value]:
@@ -77,7 +78,9 @@ def emit_flash(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Valu
         (block_sum,) = em.create(tc.Reduce("sum", rows_t.rank - 1), [p], sm)
         (total,) = em.create(tc.Mul(), [total, scale], sm)
         (total,) = em.create(tc.Add(), [total, block_sum], sm)
-        (p,) = em.create(tc.Cast(sm.results[0].type.element), [p], sm)  # type: ignore[attr-defined]
+        element = sm.results[0].type.element  # type: ignore[attr-defined]
+        if storage_of(element) != F32:  # the graph's P is rounded to its element
+            (p,) = em.create(tc.Cast(element), [p], sm)
         local[sm.results[0]] = p
         for inner in order[order.index(sm) + 1:order.index(pv)]:
             if inner in plan.keyed and not rules.folded(inner, users.get(inner.results[0], [])):
