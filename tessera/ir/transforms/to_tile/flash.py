@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 def flash_applies(plan: KeyPlan, order: list[Instr]) -> bool:
     """Whether only casts lie between the softmax and ``P @ V`` (which commute with
     the normalisation moved after the product)."""
+    if plan.pv is None:
+        return False
     after = order[order.index(plan.softmax) + 1:order.index(plan.pv)]
     return all(isinstance(i.op, graph_ops.Cast) for i in after if i in plan.keyed)
 
@@ -47,6 +49,7 @@ def emit_flash(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Valu
                order: list[Instr]) -> Value:
     """This program's tile of ``P @ V`` by the online softmax (module docstring)."""
     sm, pv = plan.softmax, plan.pv
+    assert pv is not None
     a, v = pv.operands
     check_matmul(em, pv)
     rows_t = em.tile_type(sm.results[0])

@@ -156,12 +156,25 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             env[arg] = edges.load(em, mem, arg)
     term = region.terminator
     assert term is not None
+    grid_coords = dict(zip(grid_loops, coords))
+    outs = dict(zip(term.operands, mems_out))
+
+    def store_rows(local: dict[Value, Value]) -> None:  # a row block's results
+        for value, mem in outs.items():
+            if value in local and plan is not None and any(
+                    space.loop_of.get((value, k)) == plan.loop for k in range(value.type.rank)):
+                _store(em, grid_coords, space, tiles, mem, value, local[value])
+
     for inner in region.instrs:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
             continue
         if plan is not None and inner in plan.keyed:
             if inner is plan.softmax:
                 order = list(region.instrs)
+                if plan.pv is None:
+                    keyblocks.emit_rows(em, plan, streamed, mems, env, users, order,
+                                        store_rows)
+                    continue
                 fast = mode == "fast" and flash.flash_applies(plan, order)
                 emit = flash.emit_flash if fast else keyblocks.emit_attention
                 env[plan.pv.results[0]] = emit(em, plan, streamed, mems, env, users, order)
@@ -171,13 +184,14 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             continue
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
-    # (a reduced loop that no matmul contracts is held whole: its reductions finish in
-    # one program, see :mod:`.reduce`)
+    # (a reduced loop that no matmul contracts is held whole, its reductions finishing in
+    # one program (see :mod:`.reduce`), unless a row softmax walks it in blocks)
     assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)
-               if kind != "grid" and k not in space.contracted)
-    grid_coords = dict(zip(grid_loops, coords))
-    for value, mem in zip(term.operands, mems_out):
-        _store(em, grid_coords, space, tiles, mem, value, env[value])
+               if kind != "grid" and k not in space.contracted
+               and (plan is None or k != plan.loop))
+    for value, mem in outs.items():
+        if value in env:  # (a row block's results are stored by its pass)
+            _store(em, grid_coords, space, tiles, mem, value, env[value])
     em.create(tile_ops.Return(), [])
     fn = Function(name, body, [], kind=tile_ops.KERNEL, loc=instr.loc,
                   attrs={"grid": list(grid_of(counts)), "group_size": 1,

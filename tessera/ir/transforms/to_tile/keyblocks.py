@@ -56,10 +56,10 @@ TERMS = 3
 class KeyPlan:
     """How one kernel's attention is cut into key blocks."""
 
-    loop: int            #: the key loop (the softmax axis, contracted by ``P @ V``)
+    loop: int            #: the key loop (the softmax axis)
     block: int           #: its tile: keys per block
     softmax: Instr
-    pv: Instr            #: the matmul ``P @ V``
+    pv: Instr | None     #: the matmul ``P @ V`` (None: a row softmax, stored per block)
     keyed: set[Instr]    #: every instruction computed per key block
     args: list[Value]    #: the kernel's operands read per key block
 
@@ -72,7 +72,8 @@ def _keyed(v: Value, space: IterationSpace, loop: int) -> bool:
 
 def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
     """The key-block plan of the scheduled kernel ``instr``, or None when it holds its
-    rows whole (not ``two_pass``, or not attention-shaped)."""
+    rows whole (not ``two_pass``, or neither attention nor a row softmax whose rows
+    leave the kernel as its results)."""
     op = instr.op
     if getattr(op, "reduction", None) != "two_pass":
         return None
@@ -83,13 +84,29 @@ def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
     (sm,) = softmaxes
     out = sm.results[0]
     loop = space.loop_of.get((out, sm.op.axis % out.type.rank))  # type: ignore[attr-defined]
-    if loop is None or loop not in space.contracted:
+    rank = out.type.rank  # type: ignore[attr-defined]
+    if loop is None or sm.op.axis % rank != rank - 1:  # type: ignore[attr-defined]
         return None
     block = edges.edge_tile(space.extents[loop], op.tile[loop])  # type: ignore[attr-defined]
     if block >= space.extents[loop] or block < 2 * TERMS - 1:
         return None
     keyed = {i for i in region.instrs
              if not i.op.terminator and any(_keyed(r, space, loop) for r in i.results)}
+    order = list(region.instrs)
+    # (constants are read where they are used: a folded scalar, or made on the spot)
+    before = set(region.args) | {r for i in order[:order.index(sm)] for r in i.results} | {
+        r for i in order if isinstance(i.op, graph_ops.Constant) for r in i.results}
+    for inner in order[order.index(sm) + 1:]:  # what the blocks read after the softmax
+        if inner in keyed and any(v not in before and not _keyed(v, space, loop)
+                                  for v in inner.operands):
+            return None
+    args = [a for a in region.args if _keyed(a, space, loop)]
+    if loop not in space.contracted:  # a row softmax: its rows leave as results
+        for inner in order:
+            if inner not in keyed and not inner.op.terminator and \
+                    any(_keyed(v, space, loop) for v in inner.operands):
+                return None
+        return KeyPlan(loop, block, sm, None, keyed, args)
     pvs = [i for i in region.instrs if isinstance(i.op, graph_ops.MatMul)
            and i.operands[0] in {r for k in keyed for r in k.results}
            and space.loop_of.get((i.operands[0], i.operands[0].type.rank - 1)) == loop]
@@ -103,7 +120,6 @@ def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
             continue
         if any(_keyed(v, space, loop) for v in inner.operands):
             return None
-    args = [a for a in region.args if _keyed(a, space, loop)]
     return KeyPlan(loop, block, sm, pv, keyed | {pv}, args)
 
 
@@ -196,18 +212,14 @@ def _expansion(em: Emitter, e: Value, carried: Sequence[Value], instr: Instr) ->
     return out
 
 
-def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
-                   mems: dict[Value, Value], env: dict[Value, Value],
-                   users: dict[Value, list[Instr]], order: list[Instr]) -> Value:
-    """This program's tile of ``P @ V``, rounded as the graph rounds it, computed in
-    three passes over the key blocks (module docstring)."""
-    sm, pv = plan.softmax, plan.pv
-    a, v = pv.operands
-    check_matmul(em, pv)
-    if any(storage_of(x.type.element).kind != "float"  # type: ignore[attr-defined]
-           or storage_of(x.type.element).bits > 32 for x in (a, v)):  # type: ignore[attr-defined]
-        raise rules.refuse(pv, "attention over key blocks takes float operands of at "
-                           "most 32 bits")
+Exponentials = Callable[[], tuple[Value, dict[Value, Value]]]
+
+
+def _statistics(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, Value],
+                env: dict[Value, Value], users: dict[Value, list[Instr]],
+                order: list[Instr]) -> tuple[Exponentials, Value]:
+    """Passes 1 and 2: the rows' max and exact sum; and the block's ``exp(s - max)``."""
+    sm = plan.softmax
     rows_t = em.tile_type(sm.results[0])
     stat_t = TensorType(tuple(rows_t.shape[:-1]), F64)
 
@@ -229,6 +241,55 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
 
     zero = em.full(stat_t, 0.0)
     (row_sum, *_) = key_loop(em, plan, [zero] * TERMS, sm, total)
+    return exponentials, row_sum
+
+
+def _probabilities(em: Emitter, plan: KeyPlan, exponentials: Exponentials, row_sum: Value,
+                   users: dict[Value, list[Instr]], order: list[Instr]) -> dict[Value, Value]:
+    """Pass 3's block: ``p`` rounded as the graph's softmax, and the keyed graph ops
+    after it (up to ``P @ V``), by graph value."""
+    sm = plan.softmax
+    e, local = exponentials()
+    (p,) = em.create(tc.Div(), [e, along_keys(em, row_sum, e, sm)], sm)
+    (p,) = em.create(tc.Cast(sm.results[0].type.element), [p], sm)  # type: ignore[attr-defined]
+    local[sm.results[0]] = rules.settle(em, sm, p)
+    for inner in order[order.index(sm) + 1:]:
+        if inner is plan.pv:
+            break
+        if inner in plan.keyed and not rules.folded(inner, users.get(inner.results[0], [])):
+            local[inner.results[0]] = rules.emit(
+                em, inner, [local.get(x, x) for x in inner.operands])
+    return local
+
+
+def emit_rows(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, Value],
+              env: dict[Value, Value], users: dict[Value, list[Instr]], order: list[Instr],
+              store: Callable[[dict[Value, Value]], None]) -> None:
+    """A row softmax (and the graph ops on its rows) over row blocks: the max and exact
+    sum passes, then a pass that computes each block's values and ``store``s them."""
+    exponentials, row_sum = _statistics(em, plan, streamed, mems, env, users, order)
+
+    def values(carried: list[Value]) -> list[Value]:
+        store(_probabilities(em, plan, exponentials, row_sum, users, order))
+        return []
+
+    key_loop(em, plan, [], plan.softmax, values)
+
+
+def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
+                   mems: dict[Value, Value], env: dict[Value, Value],
+                   users: dict[Value, list[Instr]], order: list[Instr]) -> Value:
+    """This program's tile of ``P @ V``, rounded as the graph rounds it, computed in
+    three passes over the key blocks (module docstring)."""
+    pv = plan.pv
+    assert pv is not None
+    a, v = pv.operands
+    check_matmul(em, pv)
+    if any(storage_of(x.type.element).kind != "float"  # type: ignore[attr-defined]
+           or storage_of(x.type.element).bits > 32 for x in (a, v)):  # type: ignore[attr-defined]
+        raise rules.refuse(pv, "attention over key blocks takes float operands of at "
+                           "most 32 bits")
+    exponentials, row_sum = _statistics(em, plan, streamed, mems, env, users, order)
 
     out_t = em.tile_type(pv.results[0])
     lead = tuple(out_t.shape[:-2])
@@ -240,16 +301,7 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
         return em.create(tc.Reshape(shape), [x], pv)[0] if lead else x
 
     def product(carried: list[Value]) -> list[Value]:
-        e, local = exponentials()
-        (p,) = em.create(tc.Div(), [e, along_keys(em, row_sum, e, sm)], sm)
-        (p,) = em.create(tc.Cast(sm.results[0].type.element), [p], sm)  # type: ignore[attr-defined]
-        local[sm.results[0]] = rules.settle(em, sm, p)
-        for inner in order[order.index(sm) + 1:]:
-            if inner is pv:
-                break
-            if inner in plan.keyed and not rules.folded(inner, users.get(inner.results[0], [])):
-                local[inner.results[0]] = rules.emit(
-                    em, inner, [local.get(x, x) for x in inner.operands])
+        local = _probabilities(em, plan, exponentials, row_sum, users, order)
         block = edges.load(em, mems[v], v)
         tiles = [matrix(local[a], (m, plan.block)), matrix(block, (plan.block, n))]
         return [em.create(tc.Mma(accum, True), [*tiles, carried[0]], pv)[0]]
@@ -265,4 +317,4 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
 
 
 __all__ = ["F32", "F64", "TERMS", "KeyPlan", "along_keys", "block_scores", "emit_attention",
-           "key_loop", "plan_of"]
+           "emit_rows", "key_loop", "plan_of"]
