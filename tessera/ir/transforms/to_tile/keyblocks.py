@@ -21,8 +21,11 @@ with the scores recomputed for every key block (FlashAttention's recompute) in t
    softmax and ``P @ V``, and an exact ``tile.mma`` accumulator carried across the key
    blocks, rounded once after the loop: the graph's ``matmul_rounded``.
 
-Key columns past the edge of a ragged last block are loaded as zeros and their scores
-set to ``-inf``, so they add 0 to every sum and never win a maximum.
+A row softmax whose rows leave the kernel (with elementwise ops on them) is walked the
+same way (:func:`emit_rows`): passes 1 and 2, then a pass that computes each block's
+values and stores them. Key columns past the edge of a ragged last block are loaded as
+zeros and their scores set to ``-inf``, so they add 0 to every sum and never win a
+maximum.
 """
 
 from __future__ import annotations
