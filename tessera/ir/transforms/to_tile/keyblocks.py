@@ -57,7 +57,7 @@ TERMS = 3
 
 @dataclasses.dataclass
 class KeyPlan:
-    """How one kernel's attention is cut into key blocks."""
+    """How one kernel's attention (or row softmax) is cut into key blocks."""
 
     loop: int            #: the key loop (the softmax axis)
     block: int           #: its tile: keys per block
@@ -127,7 +127,7 @@ def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
 
 
 def key_loop(em: Emitter, plan: KeyPlan, inits: Sequence[Value], instr: Instr,
-          body_fn: Callable[[list[Value]], list[Value]]) -> list[Value]:
+             body_fn: Callable[[list[Value]], list[Value]]) -> list[Value]:
     """A ``tile.for`` over the key blocks carrying ``inits``; inside, the key loop
     starts at the loop index."""
     body = Block()
@@ -144,9 +144,10 @@ def key_loop(em: Emitter, plan: KeyPlan, inits: Sequence[Value], instr: Instr,
                              result_types=[v.type for v in inits])
 
 
-def block_scores(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value, Value],
-            env: dict[Value, Value], users: dict[Value, list[Instr]],
-            order: list[Instr], wide: DType = F64) -> tuple[Value, dict[Value, Value]]:
+def block_scores(em: Emitter, plan: KeyPlan, streamed: set[Value],
+                 mems: dict[Value, Value], env: dict[Value, Value],
+                 users: dict[Value, list[Instr]], order: list[Instr],
+                 wide: DType = F64) -> tuple[Value, dict[Value, Value]]:
     """This key block's softmax input widened to ``wide`` (keys past the edge:
     ``-inf``), and the block's values by graph value."""
     local = dict(env)
