@@ -67,6 +67,8 @@ class Compiled:
     captured: list[Any] = field(default_factory=list)
     #: the generated tile kernels and host program (``backend="tile"``), made on first use
     tile_program: Any = None
+    #: the same with mode="fast", whose kernels may reassociate, made on first use
+    fast_tile_program: Any = None
     #: the per-device programs on a mesh (placed arguments), by mode, made on first use
     mesh_programs: dict[str, Any] = field(default_factory=dict)
 

@@ -90,14 +90,15 @@ class GeneratedKernel:
         return self.text
 
 
-def tile_program(compiled: Compiled) -> TileProgram:
+def tile_program(compiled: Compiled, mode: str = "exact") -> TileProgram:
     """The tile program of a specialisation, generated once and kept with it (a function
     placed on a mesh has one per device group and segment: ``.mesh``)."""
     if on_mesh(compiled):
         raise UnsupportedError(f"@{compiled.function.name} is placed on a mesh: each device "
                                "runs tile programs between collectives",
                                hint="see .mesh, .kernels and .ir('tile') of ts.jit(f).lower()")
-    if compiled.tile_program is None:
+    cached = compiled.tile_program if mode != "fast" else compiled.fast_tile_program
+    if cached is None:
         from tessera.ir.dialects import schedule as schedule_ops
         from tessera.ir.transforms.schedule import schedule_module
         from tessera.ir.transforms.to_tile import schedule_to_tile
@@ -105,12 +106,16 @@ def tile_program(compiled: Compiled) -> TileProgram:
         fn = compiled.function
         t0 = time.perf_counter()
         if fn.kind != schedule_ops.FUNC:
-            fn = schedule_module(Module(compiled.module.name, {fn.name: fn})).functions[fn.name]
+            fn = schedule_module(Module(compiled.module.name, {fn.name: fn}),
+                                 mode=mode).functions[fn.name]
         t1 = time.perf_counter()
-        compiled.tile_program = schedule_to_tile(fn)
-        compiled.tile_program.seconds = {"schedule": t1 - t0,
-                                         "to_tile": time.perf_counter() - t1}
-    program: TileProgram = compiled.tile_program
+        cached = schedule_to_tile(fn, mode)
+        cached.seconds = {"schedule": t1 - t0, "to_tile": time.perf_counter() - t1}
+        if mode == "fast":  # fast mode's kernels may reassociate (online softmax)
+            compiled.fast_tile_program = cached
+        else:
+            compiled.tile_program = cached
+    program: TileProgram = cached
     return program
 
 
@@ -141,7 +146,7 @@ def run_generated(compiled: Compiled, inputs: list[Tensor], mode: str, backend: 
     if backend == "tile":
         from tessera.interp.tile.program import run_program
 
-        out = run_program(tile_program(compiled), arrays,
+        out = run_program(tile_program(compiled, mode), arrays,
                           mode="fast" if mode == "fast" else "checked")
     elif backend == "target":
         out = target_program(compiled, target or DEFAULT_TARGET).run(arrays)
@@ -180,7 +185,7 @@ class CompiledProgram:
     @property
     def tile(self) -> TileProgram:
         """The kernels and host program (generated on first use)."""
-        return tile_program(self.compiled)
+        return tile_program(self.compiled, self.fn.mode)
 
     @property
     def kernels(self) -> list[GeneratedKernel]:
@@ -256,9 +261,9 @@ def stage_text(compiled: Compiled, stage: str, target: str = DEFAULT_TARGET,
     if stage == "schedule":
         from tessera.ir.transforms.schedule import schedule_module
 
-        return str(schedule_module(compiled.module))
+        return str(schedule_module(compiled.module, mode=mode))
     if stage == "tile":
-        return str(tile_program(compiled))
+        return str(tile_program(compiled, mode))
     if stage == "target":
         return target_program(compiled, target).text()
     raise StageError(f"unknown stage {stage!r} of a lowered function",

@@ -8,16 +8,20 @@ from collections.abc import Sequence
 
 from tessera.ir.core import Module
 from tessera.ir.dialects import schedule as schedule_ops
-from tessera.ir.passes import PassManager
+from tessera.ir.passes import PassManager, get_pass
 from tessera.ir.transforms.schedule import convert, fuse, tile
 
 #: Graph IR to tiled Schedule IR
 SCHEDULE_PIPELINE = ("graph-to-schedule", "fuse", "tile")
 
 
-def schedule_module(module: Module, passes: Sequence[str] = SCHEDULE_PIPELINE) -> Module:
-    """A scheduled copy of ``module`` (``module`` itself is left as it is)."""
-    scheduled = PassManager.from_names(passes).run(Module(module.name, dict(module.functions)))
+def schedule_module(module: Module, passes: Sequence[str] = SCHEDULE_PIPELINE,
+                    mode: str = "exact") -> Module:
+    """A scheduled copy of ``module`` (``module`` itself is left as it is); with
+    ``mode="fast"`` the ``tile`` pass may split float contractions (``split_k``)."""
+    manager = PassManager([tile.Tile(mode=mode) if name == "tile" else get_pass(name)
+                           for name in passes])
+    scheduled = manager.run(Module(module.name, dict(module.functions)))
     for fn in scheduled.functions.values():
         schedule_ops.check_function(fn)
     return scheduled

@@ -26,8 +26,9 @@ from tessera.ir.transforms.to_tile.program import Launch, TileProgram
 from tessera.ir.types import TensorType
 
 
-def schedule_to_tile(fn: Function) -> TileProgram:
-    """The tile kernels and host program of the scheduled function ``fn``."""
+def schedule_to_tile(fn: Function, mode: str = "exact") -> TileProgram:
+    """The tile kernels and host program of the scheduled function ``fn``; with
+    ``mode="fast"`` a kernel may reassociate (attention's online softmax)."""
     schedule_ops.check_function(fn)
     program = TileProgram(fn.name, Module(fn.name))
     names: dict[Value, str] = {}
@@ -50,7 +51,7 @@ def schedule_to_tile(fn: Function) -> TileProgram:
         if call is not None:  # a hand-written kernel: its own Tile IR, launched as it is
             add_kernel_call(program, instr, call, f"{fn.name}_{label}", params, outs)
             continue
-        kernel, grid = build_kernel(instr, f"{fn.name}_{label}", params, outs)
+        kernel, grid = build_kernel(instr, f"{fn.name}_{label}", params, outs, mode)
         program.module.add(kernel)
         program.launches.append(Launch(kernel.name, grid, (*params, *outs)))
     term = fn.body.terminator

@@ -43,7 +43,7 @@ def tile_count(extent: int, tile: int) -> int:
     return -(-extent // tile)
 
 
-def _axis_mask(em: Emitter, start: Value, size: int, bound: int,
+def axis_mask(em: Emitter, start: Value, size: int, bound: int,
                instr: Instr | None) -> Value:
     """``(start + arange(size)) < bound``, a ``(size,)`` bool tile."""
     (at,) = em.create(tile_ops.Arange(size), [], instr)
@@ -81,7 +81,7 @@ def _build_mask(em: Emitter, t: TensorType, starts: Sequence[Value], shape: Sequ
     for axis, (start, size, loop) in enumerate(zip(starts, shape, loops)):
         if loop is None or em.extents[loop] % em.tiles[loop] == 0:
             continue
-        inside = _axis_mask(em, start, size, int(t.shape[axis]), instr)
+        inside = axis_mask(em, start, size, int(t.shape[axis]), instr)
         if len(shape) > 1:
             (inside,) = em.create(tc.Broadcast(tuple(shape), (axis,)), [inside], instr)
         mask = inside if mask is None else em.create(tc.And(), [mask, inside], instr)[0]
@@ -136,4 +136,4 @@ def stage(em: Emitter, buf: Value, mem: Value, v: Value, starts: Sequence[Value]
     em.create(tm.Store(), [buf, tile], instr)
 
 
-__all__ = ["edge_tile", "load", "stage", "store", "tile_count", "window_mask"]
+__all__ = ["axis_mask", "edge_tile", "load", "stage", "store", "tile_count", "window_mask"]

@@ -28,7 +28,7 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import edges
+from tessera.ir.transforms.to_tile import edges, flash, keyblocks
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
@@ -115,9 +115,10 @@ def grid_of(counts: Sequence[int]) -> tuple[int, ...]:
 
 
 def build_kernel(instr: Instr, name: str, params: Sequence[str],
-                 results: Sequence[str]) -> tuple[Function, tuple[int, ...]]:
+                 results: Sequence[str], mode: str = "exact") -> tuple[Function, tuple[int, ...]]:
     """The ``tile.kernel`` of the ``schedule.kernel`` ``instr`` and its launch grid;
-    ``params`` and ``results`` name its operand and result buffers."""
+    ``params`` and ``results`` name its operand and result buffers. With ``mode="fast"``
+    attention over key blocks is the one-pass online softmax (:mod:`.flash`)."""
     op = instr.op
     assert isinstance(op, schedule_ops.ScheduledKernel)
     region = instr.regions[0].block
@@ -127,11 +128,14 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     streamed = {v for i in matmuls for v in i.operands
                 if v in region.args and all(u in matmuls for u in users.get(v, []))}
     tiles = [edges.edge_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
+    plan = keyblocks.plan_of(instr, space)
     for (v, _), loop in space.loop_of.items():
         # a K loop is walked in steps only by operands read from memory; a value the
         # kernel computes along it (the hidden row of a fused MLP) is held whole
         if space.kinds[loop] != "grid" and v not in streamed:
             tiles[loop] = space.extents[loop]
+    if plan is not None:  # attention's keys are walked in blocks (two_pass)
+        tiles[plan.loop] = plan.block
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
     counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops]
     body = Block()
@@ -147,25 +151,47 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     env: dict[Value, Value] = {}
     mems = dict(zip(region.args, mems_in))
     for arg, mem in mems.items():
-        if arg not in streamed:  # matmul operands are loaded tile by tile along K
+        if arg not in streamed and (plan is None or arg not in plan.args):
+            # matmul operands are loaded tile by tile along K, keyed ones per key block
             env[arg] = edges.load(em, mem, arg)
     term = region.terminator
     assert term is not None
+    grid_coords = dict(zip(grid_loops, coords))
+    outs = dict(zip(term.operands, mems_out))
+
+    def store_rows(local: dict[Value, Value]) -> None:  # a row block's results
+        for value, mem in outs.items():
+            if value in local and plan is not None and any(
+                    space.loop_of.get((value, k)) == plan.loop for k in range(value.type.rank)):
+                _store(em, grid_coords, space, tiles, mem, value, local[value])
+
     for inner in region.instrs:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
+            continue
+        if plan is not None and inner in plan.keyed:
+            if inner is plan.softmax:
+                order = list(region.instrs)
+                if plan.pv is None:
+                    keyblocks.emit_rows(em, plan, streamed, mems, env, users, order,
+                                        store_rows)
+                    continue
+                fast = mode == "fast" and flash.flash_applies(plan, order)
+                emit = flash.emit_flash if fast else keyblocks.emit_attention
+                env[plan.pv.results[0]] = emit(em, plan, streamed, mems, env, users, order)
             continue
         if inner in matmuls:
             env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)
             continue
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
-    # (a reduced loop that no matmul contracts is held whole: its reductions finish in
-    # one program, see :mod:`.reduce`)
+    # (a reduced loop that no matmul contracts is held whole, its reductions finishing in
+    # one program (see :mod:`.reduce`), unless a row softmax walks it in blocks)
     assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)
-               if kind != "grid" and k not in space.contracted)
-    grid_coords = dict(zip(grid_loops, coords))
-    for value, mem in zip(term.operands, mems_out):
-        _store(em, grid_coords, space, tiles, mem, value, env[value])
+               if kind != "grid" and k not in space.contracted
+               and (plan is None or k != plan.loop))
+    for value, mem in outs.items():
+        if value in env:  # (a row block's results are stored by its pass)
+            _store(em, grid_coords, space, tiles, mem, value, env[value])
     em.create(tile_ops.Return(), [])
     fn = Function(name, body, [], kind=tile_ops.KERNEL, loc=instr.loc,
                   attrs={"grid": list(grid_of(counts)), "group_size": 1,

@@ -65,7 +65,9 @@ def _finfo(x: DType) -> np.finfo:
     return ml_dtypes.finfo(x.np_dtype)
 
 
-def _check(em: Emitter, instr: Instr) -> tuple[Value, Value, bool]:
+def check_matmul(em: Emitter, instr: Instr) -> tuple[Value, Value, bool]:
+    """The matmul's operands and whether it needs the exact ``mma``; refuses what the
+    tile level cannot generate with the graph's bits."""
     a, b = instr.operands
     ta, tb = a.type, b.type
     assert isinstance(ta, TensorType) and isinstance(tb, TensorType)
@@ -95,7 +97,7 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     rounds it. Operands in ``streamed`` are read from their memories (``mems``) one K
     tile at a time through shared memory; the others are tiles the kernel computed
     (``env``), whole along K."""
-    a, b, exact = _check(em, instr)
+    a, b, exact = check_matmul(em, instr)
     out = instr.results[0]
     out_t = em.tile_type(out)
     rank, lead = out_t.rank, tuple(out_t.shape[:-2])  # batch axes: tiles of 1
@@ -160,4 +162,4 @@ def _start(em: Emitter, v: Value, axis: int) -> Value:
     return em.starts[loop] if loop is not None else em.index(0)
 
 
-__all__ = ["emit_matmul", "exact_contraction"]
+__all__ = ["check_matmul", "emit_matmul", "exact_contraction"]

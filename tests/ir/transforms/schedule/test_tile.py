@@ -161,3 +161,25 @@ def test_a_malformed_hint_in_ir_text_names_its_line() -> None:
     with pytest.raises(schedule_ops.TileShapeError, match="not a tile shape") as info:
         schedule_module(parse_module(text, "model.tir"))
     assert str(info.value.loc) == "model.tir:3"  # the line of the matmul
+
+
+@pytest.mark.parametrize("keys", [128, 129, 1024])
+def test_attention_keys_past_one_program_are_cut_into_blocks_of_128(keys: int) -> None:
+    """f32 self-attention with d = 64 on H100: 128 keys fit one program, more do not."""
+    from tests.ir.transforms.schedule.programs import attention
+
+    q = np.ones((4, keys, 64), F32)  # self-attention: as many queries as keys
+    (kernel,) = kernels_of(attention, q, q, q)
+    loop = 3  # batch, queries, V's columns, then the keys
+    if keys <= 128:
+        assert kernel.op.reduction == "in_tile"
+    else:
+        assert kernel.op.reduction == "two_pass" and kernel.op.tile[loop] == 128
+
+
+def test_the_jit_s_mode_reaches_the_tile_pass() -> None:
+    """``mode="fast"`` schedules float contractions with split_k; exact mode never."""
+    a, b = np.ones((16, 8192), F32), np.ones((8192, 16), F32)
+    fast = ts.jit(lambda x, y: x @ y, mode="fast").lower(a, b).ir("schedule")
+    exact = ts.jit(lambda x, y: x @ y).lower(a, b).ir("schedule")
+    assert 'reduction = "split_k"' in fast and 'reduction = "in_tile"' in exact
