@@ -136,6 +136,12 @@ class Lexer:
         if tok == "dense":
             self.next()
             self.expect("<")
+            if self.accept("splat"):  # dense<splat VALUE, [SHAPE]>: one value repeated
+                value = self.attr()
+                self.expect(",")
+                shape = self.attr()
+                self.expect(">")
+                return Dense(np.full(tuple(shape), value))
             data = self.attr()
             self.expect(">")
             return Dense(np.array(data))

@@ -38,7 +38,12 @@ def attr_text(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(attr_text(v) for v in value) + "]"
     if isinstance(value, Dense):
-        return f"dense<{attr_text(value.array.tolist())}>"
+        arr = value.array
+        flat = arr.reshape(-1)
+        if flat.size > 1 and flat.tobytes() == flat[:1].tobytes() * flat.size:
+            # one value repeated (a gradient's 1/n, a mask of ones): say it once
+            return f"dense<splat {attr_text(flat[0].item())}, {attr_text(list(arr.shape))}>"
+        return f"dense<{attr_text(arr.tolist())}>"
     if isinstance(value, (DType, Policy, PolicyClass)):
         return "#" + element_text(value)
     if isinstance(value, Type):

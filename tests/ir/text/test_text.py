@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
 from tessera.errors import IRParseError
 from tessera.ir import parse_module, print_module, verify_module
 from tessera.ir.core import Module
+from tessera.ir.text.lexer import Lexer
+from tessera.ir.text.printer import attr_text
+from tessera.ir.types import Dense
 from tests.strategies import graph_functions
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "ir"
@@ -57,3 +61,16 @@ def test_parse_errors_name_the_line(bad: str, message: str) -> None:
     with pytest.raises(IRParseError, match=message) as info:
         parse_module(bad, "bad.tir")
     assert "bad.tir:1" in str(info.value)
+
+
+@pytest.mark.parametrize("array", [np.full((32, 16), 0.00390625), np.full((3,), -0.0),
+                                   np.full((2, 2), 7, np.int64), np.full((4,), True),
+                                   np.full((2, 3), -np.inf), np.full((1, 5), 1.5 - 2j)])
+def test_a_repeated_value_prints_once_and_reads_back(array: np.ndarray) -> None:
+    """A splat constant prints as ``dense<splat VALUE, [SHAPE]>``, not every element, and
+    reads back to the same array (dtype, shape and bytes)."""
+    text = attr_text(Dense(array))
+    assert text.startswith("dense<splat ") and text.count(",") <= array.ndim + 1
+    back = Lexer(text, "<test>").attr()
+    assert back == Dense(array)
+    assert attr_text(Dense(np.array([1.0, 1.0 + 2.0**-52]))) == "dense<[1.0, 1.0000000000000002]>"
