@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import linecache
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,7 @@ def explain_kernel(kernel: Any, arguments: dict[str, Any], target: str = "sm_90a
 
 def explain_graph(fn: Any, arguments: dict[str, Any], target: str = "sm_90a") -> Explanation:
     """The page of a graph function (plain or ``@ts.jit``) called with ``arguments``."""
-    from tessera.explain import graphsvg, sharding, stats
+    from tessera.explain import graphsvg, sharding, stats, tiledraw
     from tessera.frontend.graph.jit import JitFunction, jit
     from tessera.ir.transforms.schedule import schedule_module
 
@@ -122,6 +123,12 @@ def explain_graph(fn: Any, arguments: dict[str, Any], target: str = "sm_90a") ->
     panels.append(_guard("tile", "Tile IR", lambda: ir_panel(
         "tile", "Tile IR", print_module(lowered.tile.module, locs=True) + "\n"
         + lowered.tile.host_text(), file)))
+    try:
+        maps = tiledraw.program_section(lowered.tile, list(arguments.values()))
+    except (TesseraError, NotImplementedError) as err:
+        why = err.message if isinstance(err, TesseraError) else str(err)
+        maps = f'<p class="muted">{escape(why)}</p>'
+    out.sections.append(("Tile maps of the generated kernels", maps))
     kernels = []
     try:
         program = lowered.target(target)

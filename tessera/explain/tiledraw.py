@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.explain.tilemap import MAX_CELLS, SEVERAL, record
+from tessera.explain.tilemap import MAX_CELLS, SEVERAL, Recorder, record, record_program
 from tessera.ir.core import Function, walk
 
 _SHARED = re.compile(r"shared buffer allocated at .*:(\d+)$")
@@ -128,6 +128,25 @@ def _finding(err: Any, tile: Function) -> str:
 def section(kernel: Any, arguments: dict[str, Any], tile: Function) -> str:
     """HTML of the tile map of one launch and its sanitizer finding, if any."""
     recorder, err = record(kernel, arguments)
+    return _maps(recorder, err, tile)
+
+
+def program_section(program: Any, args: list[Any]) -> str:
+    """HTML of the tile maps of a generated program's kernels, one heading each, in
+    launch order (a kernel launched twice shows its accesses of both launches)."""
+    recorders, err = record_program(program, args)
+    out = []
+    for name, recorder in recorders.items():
+        grids = [step.grid for step in program.launches if step.kernel == name]
+        failed = err if err is not None and name == list(recorders)[-1] else None
+        out.append(f"<h3>{escape(name)} <span class=\"muted\">grid "
+                   f"{escape(str(grids[0]))}</span></h3>")
+        out.append(_maps(recorder, failed, program.module.functions[name]))
+    return "\n".join(out)
+
+
+def _maps(recorder: Recorder, err: Any, tile: Function) -> str:
+    """The grids of one recorded launch and the finding drawn on them."""
     groups: set[int] = set()
     figures = []
     for name, touches in recorder.tensors.items():
@@ -154,4 +173,4 @@ def section(kernel: Any, arguments: dict[str, Any], tile: Function) -> str:
     return "\n".join(out)
 
 
-__all__ = ["colour", "grid_svg", "legend", "section"]
+__all__ = ["colour", "grid_svg", "legend", "program_section", "section"]

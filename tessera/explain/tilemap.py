@@ -127,4 +127,25 @@ def record(kernel: Any, arguments: dict[str, Any]) -> tuple[Recorder, TesseraErr
     return recorder, None
 
 
-__all__ = ["MAX_CELLS", "MAX_PHASES", "SEVERAL", "Recorder", "Touches", "record"]
+def record_program(program: Any, args: list[Any]
+                   ) -> tuple[dict[str, Recorder], TesseraError | None]:
+    """Run a generated tile program (``ts.jit(f).lower(...).tile``) once on copies of
+    ``args`` with one recorder per kernel launch; the finding that stopped it, if any."""
+    from tessera.interp.tile.program import run_program
+
+    recorders: dict[str, Recorder] = {}
+
+    @contextlib.contextmanager
+    def watch(name: str) -> Iterator[Recorder]:
+        with recorders.setdefault(name, Recorder()).active() as recorder:
+            yield recorder
+
+    try:
+        run_program(program, [np.array(a) for a in args], mode="reference", watch=watch)
+    except TesseraError as err:
+        return recorders, err
+    return recorders, None
+
+
+__all__ = ["MAX_CELLS", "MAX_PHASES", "SEVERAL", "Recorder", "Touches", "record",
+           "record_program"]

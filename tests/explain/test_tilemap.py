@@ -8,10 +8,12 @@ import inspect
 import ml_dtypes
 import numpy as np
 
+import tessera as ts
 from tessera.conformance import planted
 from tessera.conformance.kernels.gemm import gemm
 from tessera.explain import tiledraw
-from tessera.explain.tilemap import SEVERAL, record
+from tessera.explain.tiledraw import program_section
+from tessera.explain.tilemap import SEVERAL, record, record_program
 from tessera.interp.tile.errors import SanitizerError
 from tests.explain import subjects
 
@@ -80,3 +82,32 @@ def test_large_tensors_draw_blocks_of_elements() -> None:
     owners = np.repeat(np.arange(4), 64 * 256).reshape(256, 256)
     html = tiledraw.grid_svg(owners, "big")
     assert html.count("<rect") == 64 * 64 and "4x4 elements per cell" in html
+
+
+def _gated(u, v, b):
+    return ts.op.relu(u * v + b) / (ts.op.abs(v) + 1.0)
+
+
+def test_generated_kernels_get_a_tile_map_each() -> None:
+    """A graph function's kernels are recorded launch by launch: the one kernel of an
+    elementwise chain on a (4, 1) grid writes every element of its result once, each
+    row block by its own program, and the page has a map per kernel."""
+    rng = np.random.default_rng(0)
+    u, v = (rng.standard_normal((64, 48)).astype(np.float32) for _ in range(2))
+    b = rng.standard_normal(48).astype(np.float32)
+    lowered = ts.jit(_gated).lower(u, v, b)
+    (kernel,) = lowered.kernels
+    recorders, err = record_program(lowered.tile, [u, v, b])
+    assert err is None and list(recorders) == [kernel.name]
+    (written,) = [t for t in recorders[kernel.name].tensors.values()
+                  if ("written", 0) in t.maps]
+    owners = written.owners("written", 0)
+    assert owners.shape == (64, 48) and (owners >= 0).all()
+    rows = 64 // kernel.grid[0]
+    for g in range(kernel.grid[0]):  # program g owns row block g, nothing else
+        assert (owners[g * rows:(g + 1) * rows] == g).all()
+    html = program_section(lowered.tile, [u, v, b])
+    assert html.count("<h3>") == 1 and kernel.name in html and "<svg" in html
+    # the recording run left the caller's arrays alone and did not change the result
+    assert np.asarray(lowered.run(u, v, b, backend="tile")).tobytes() == \
+        np.asarray(lowered.run(u, v, b)).tobytes()
