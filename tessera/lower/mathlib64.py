@@ -58,4 +58,27 @@ def emit_exp_f64_specified(e: TargetEmitter, x: Value) -> Value:
     return e.selp(quiet, v, e.setp("nan", x, x, f64), f64)
 
 
-__all__ = ["emit_exp_f64_specified"]
+
+
+def emit_max_nan_f64(e: TargetEmitter, a: Value, b: Value) -> Value:
+    """``max(a, b)`` of f64 registers with NaN propagating, as ``np.max`` does (PTX
+    ``max.f64`` has no ``.NaN`` modifier and returns the other operand): a NaN operand
+    gives ``a + b``, a NaN. Which zero a tie of +0 and -0 gives is unspecified."""
+    either_nan = e.setp("nan", a, b, "f64")
+    return e.selp(e.add(a, b, "f64"), e.bin("max", a, b, "f64"), either_nan, "f64")
+
+
+def emit_shfl_max_f64(e: TargetEmitter, v: Value, offsets: list[int]) -> Value:
+    """The NaN-propagating f64 max over lanes ``lane ^ offset`` for each offset (its two
+    b32 halves exchanged with ``shfl.sync.bfly``); every lane of the warp must run it."""
+    from tessera.ir.dialects.target.ops import Shfl
+
+    for off in offsets:
+        o = e.const(off, "u32")
+        lo, hi = e.unpack(v, "b32", 2)
+        other = e.pack([e.one(Shfl("bfly"), lo, o), e.one(Shfl("bfly"), hi, o)], "f64")
+        v = emit_max_nan_f64(e, v, other)
+    return v
+
+
+__all__ = ["emit_exp_f64_specified", "emit_max_nan_f64", "emit_shfl_max_f64"]
