@@ -21,6 +21,7 @@ power of two or fit a warp.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 from tessera.errors import UnsupportedError
@@ -174,17 +175,26 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
         raise UnsupportedError("an exact reduction of empty rows is not lowered", loc=instr.loc)
     results, _ = exact_row_sums(low, x, rows, cols, rt.element,
                                 cols if op.kind == "mean" else 1)
-    e = low.em
     t = "f64" if wide else "f32"
+    return row_results(low, instr, rows, lambda e, row: _read(e, results, row, t), t)
+
+
+def row_results(low: Lowerer, instr: Instr, rows: int,
+                read: Callable[[TargetEmitter, Value], Value], t: str) -> list[Lowered]:
+    """Step 4 above: the per-row results ``read(e, row)`` (registers of type ``t``) in
+    the layout of ``instr``'s result (the row layout of the source, or a flat tile)."""
+    e = low.em
+    res = instr.results[0]
+    rt = res.type
+    assert isinstance(rt, TensorType)
     if rt.rank == 0:
-        return [Scalar(_read(e, results, e.const(0, "s32"), t), t)]
+        return [Scalar(read(e, e.const(0, "s32")), t)]
     out = low.layouts[res]
     if isinstance(out, BRow):
         parent = out.parent
         pcols = parent.shape[-1]
         prow = prod(parent.shape[:-1])
-        regs = [_read(e, results, _rows_of(e, parent, j, pcols, prow), t)
-                for j in range(parent.per_thread)]
+        regs = [read(e, _rows_of(e, parent, j, pcols, prow)) for j in range(parent.per_thread)]
         return [Dist(out, regs, t)]
     if isinstance(out, Blocked):  # flat element k of the result is row k
         regs = []
@@ -192,11 +202,32 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
             k0 = chunk_index(e, out, j)
             for c in range(out.vec):
                 k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
-                regs.append(_read(e, results, e.bin("min", k, e.const(rows - 1, "s32"),
-                                                    "s32"), t))
+                regs.append(read(e, e.bin("min", k, e.const(rows - 1, "s32"), "s32")))
         return [Dist(out, regs, t)]
     raise UnsupportedError(f"the result of an exact reduction in layout {out} is not "
                            "lowered", loc=instr.loc)
 
 
-__all__ = ["FORMATS", "exact_row_sums"]
+def for_each_element(low: Lowerer, x: Dist, cols: int,
+                     body: Callable[[TargetEmitter, Value, Value], None]) -> None:
+    """``body(emitter, row, register)`` for every element this thread holds of the
+    blocked ``x`` (rows of ``cols`` elements), guarded past the tile's end."""
+    layout = x.layout
+    assert isinstance(layout, Blocked)
+    e = low.em
+
+    def chunk(inner: TargetEmitter, j: int) -> None:
+        row = inner.bin("div", chunk_index(inner, layout, j), inner.const(cols, "s32"), "s32")
+        for c in range(layout.vec):
+            body(inner, row, x.regs[j * layout.vec + c])
+
+    for j in range(layout.per_thread):
+        if (j + 1) * THREADS <= layout.chunks:
+            chunk(e, j)
+        else:
+            ok = e.setp("lt", chunk_index(e, layout, j),
+                        e.const(layout.chunks * layout.vec, "s32"), "s32")
+            e.if_(ok, lambda inner, j=j: chunk(inner, j))
+
+
+__all__ = ["FORMATS", "exact_row_sums", "for_each_element", "row_results"]

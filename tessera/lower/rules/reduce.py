@@ -145,6 +145,11 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     last = op.axis % src.type.rank == src.type.rank - 1  # type: ignore[attr-defined]
     if isinstance(x, Dist) and x.type == "f64" and op.kind == "max" and last and \
             isinstance(x.layout, Blocked):  # exact: the row max of f64 tiles (softmax)
+        per_row = x.layout.shape[-1] // x.layout.vec
+        if len(x.layout.shape) != 2 or per_row & (per_row - 1) or 128 % min(per_row, 128):
+            from tessera.lower.exact.rowmax import row_max_f64  # any row length
+
+            return row_max_f64(low, instr, x)
         return [Dist(low.layouts[instr.results[0]], reduce_blocked(low, "max64", x), "f64")]
     if not isinstance(x, Dist) or x.type != "f32" or op.kind not in ("sum", "max") or \
             not last:
