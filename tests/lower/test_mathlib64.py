@@ -72,3 +72,38 @@ def test_exp64_kernel_assembles(arch: str) -> None:
         assemble(render(exp64_kernel(1)), arch)
     except ToolchainMissing:
         pytest.skip("ptxas is not installed")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_f64_to_narrow_rounds_once(fmt: str) -> None:
+    """The cast of f64 registers to bf16 / f16 (softmax results): rounded to odd on the
+    f32 grid, then to nearest even, equals one rounding of the f64 value, where rounding
+    through f32 to nearest would round twice."""
+    from tessera.lower.exact.longacc import to_format
+    from tessera.numerics import dtype
+    from tessera.numerics.formats.convert import convert
+
+    element = dtype(fmt)
+    bits = 8 if fmt == "bf16" else 11  # significand bits
+    rng = np.random.default_rng(5)
+    base = convert(rng.standard_normal(300) * 4.0 ** rng.integers(-4, 5, 300), element)
+    base = base.astype(np.float64)
+    base = base[base != 0]
+    half = np.ldexp(1.0, np.frexp(base)[1] - 1 - bits)  # half an ulp of each value
+    x = np.concatenate([base + half * (1 + 2.0**-35), base + half * (1 - 2.0**-35),
+                        base - half * (1 + 2.0**-35), base + half,
+                        [np.nan, np.inf, -np.inf, 1e300, -1e300, 1e-300, 0.0, -0.0]])
+    x = np.resize(x, THREADS * (x.size // THREADS + 1))
+
+    def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
+        v = e.ld("global", address(e, p[0], i, 8), "f64")
+        e.st("global", address(e, p[1], i, 4), to_format(e, v, element), "f32")
+
+    out = np.zeros(x.size, np.float32)
+    target.run_target(kernel("to_narrow", 2, x.size // THREADS, body), [x, out])
+    want = convert(x, element).astype(np.float32)
+    with np.errstate(over="ignore"):
+        twice = convert(x.astype(np.float32), element).astype(np.float32)
+    assert (twice != want).sum() > 50  # the inputs do tell the roundings apart
+    same = (out == want) | (np.isnan(out) & np.isnan(want))
+    assert same.all()

@@ -6,7 +6,8 @@ explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f3
 compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
 format); f64 ``+ - * /`` are IEEE binary64 with ``.rn``, f64 ``exp`` is the specified
 binary64 exp (:mod:`tessera.lower.mathlib64`), and casts between f32 and f64 are
-``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64``; indices are 32-bit with Python's
+``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64`` (to bf16 or f16: rounded to odd on the
+f32 grid, then to nearest even, one correct rounding); indices are 32-bit with Python's
 floor division and modulo.
 """
 
@@ -243,8 +244,10 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         if src == "f32" and dst == "f64":
             return e.cvt(x, "f64", "f32")  # exact widening
         if src == "f64" and dst == "f32":
-            if storage_name(op.to) in NARROW:  # f64 -> f32 -> narrow would round twice
-                raise UnsupportedError(f"cast from f64 to {op.to} is not lowered", loc=e.loc)
+            if storage_name(op.to) in NARROW:  # to odd on the f32 grid, then RNE: once
+                from tessera.lower.exact.longacc import to_format
+
+                return to_format(e, x, op.to)
             return e.cvt(x, "f32", "f64", "rn")
         if src == "f32" and dst == "s32":
             return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
-from tessera.frontend.graph.lowered_target import TargetGenerationError
 
 TARGETS = ("sm_80", "sm_90a")
 
@@ -84,8 +83,13 @@ def test_softmax_ptx_assembles_without_advisories_or_spills(target: str) -> None
             assert "red.shared.add.u64" in kernel.ptx and "mul.rn.f64" in kernel.ptx
 
 
-def test_narrow_softmax_is_refused_with_the_graph_line() -> None:
-    """bf16 results would round f64 -> f32 -> bf16 twice: refused, naming the line."""
-    x = ts.Tensor(np.zeros((2, 8)), ts.bf16).array
-    with pytest.raises(TargetGenerationError, match="softmax"):
-        ts.jit(softmax).lower(x).ptx()
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_narrow_softmax_on_target_rounds_once(fmt: str) -> None:
+    """bf16 and f16 results: the f64 quotient rounded once (to odd on the f32 grid, then
+    to nearest even), as the graph rounds it."""
+    rng = np.random.default_rng(9)
+    for shape in [(5, 37), (9, 64)]:
+        x = ts.Tensor(_values(rng, shape, "special").astype(np.float64),
+                      ts.bf16 if fmt == "bf16" else ts.f16).array
+        for target in TARGETS:
+            _same_on_target(x, target)
