@@ -4,7 +4,11 @@ Floats and complex values are widened exactly to float64 / complex128, computed 
 NumPy and rounded once to the result element (see :mod:`tessera.interp.graph` for the
 numerics contract). Integers are computed exactly (int64, or Python ints where int64
 could overflow) and then saturated to the result format by ``numerics.convert``.
-Ops whose result is one of their operands (maximum, minimum, relu on ints, where)
+``exp`` of a real format of up to 32 bits (f32, bf16, f16, tf32, fp8, ...) is instead
+the specified, correctly rounded f32 exp (``numerics.transcendental.exp``) rounded to
+the element, so its bits do not depend on the platform's math library; f64 ``exp`` and
+the other transcendentals (log, tanh, erf, sin, cos, pow) remain NumPy's / the C
+library's. Ops whose result is one of their operands (maximum, minimum, relu on ints, where)
 select values and round nothing.
 
 A NaN that an op computes is the default quiet NaN (positive, NumPy's ``np.nan``),
@@ -24,6 +28,7 @@ import numpy as np
 
 from tessera.interp.apply import Apply, rule
 from tessera.ir.dialects import graph as graph_ir
+from tessera.numerics.transcendental.exp import exp_f32
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INT64 = np.iinfo(np.int64)
@@ -101,6 +106,11 @@ _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
 _REAL_ONLY = {graph_ir.Erf: _erf}
 
 
+def _narrow_float(ap: Apply) -> bool:
+    fmt = ap.operand_storage()
+    return fmt.kind == "float" and fmt.bits <= 32
+
+
 @rule(*_FLOAT_UNARY)
 def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """neg, exp, log, tanh, sqrt, sign, sin, cos, round (half to even), conj."""
@@ -113,7 +123,12 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         elif kind is graph_ir.Sign:
             v = np.sign(x.astype(np.int64))
         return [store_ints(ap, v)]
-    out = _FLOAT_UNARY[kind](ap.wide(x))
+    if kind is graph_ir.Exp and _narrow_float(ap):
+        # the specified, correctly rounded f32 exp (every real format of up to 32 bits
+        # is a subset of f32), then rounded to the element: the same bits on any machine
+        out = exp_f32(np.asarray(ap.wide(x), np.float32)).astype(np.float64)
+    else:
+        out = _FLOAT_UNARY[kind](ap.wide(x))
     # neg and conj move a NaN (flipping a sign bit), bit for bit in any NumPy loop
     return [ap.round(out if kind in (graph_ir.Neg, graph_ir.Conj) else settle_nans(out))]
 

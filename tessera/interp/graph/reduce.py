@@ -12,8 +12,10 @@
 * ``graph.max`` / ``graph.min``: exact by nature; NaN propagates (as the default quiet
   NaN) and +0 is above -0, so the bits do not depend on the order of the elements.
 * Over an empty axis a sum is 0 and a mean NaN (as in NumPy); a max or min is an error.
-* ``graph.softmax``: float64 ``exp(x - max)`` divided by the correctly rounded float64
-  sum of those terms (independent of summation order), then one rounding.
+* ``graph.softmax``: ``e = exp_f64_specified(x - max)`` in float64 (the specified
+  binary64 exp of ``numerics.transcendental.exp64``: the same bits on every machine and
+  on a GPU, +0 below e^-104), divided by the correctly rounded float64 sum of those
+  terms (independent of summation order), then one rounding.
 * ``graph.mse``: exact then rounded once, see :func:`mse`.
 
 ``mode="fast"`` (labelled non-bitwise): matmul is ``np.matmul`` in the accumulator's
@@ -41,6 +43,7 @@ from tessera.numerics.formats.dtypes import DType
 from tessera.numerics.formats.dtypes import f64 as _F64
 from tessera.numerics.policy.modifiers import accum_of, product_accum
 from tessera.numerics.reductions.rounding import matmul_rounded, round_fraction, sum_rounded
+from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
 
 def _reduce_to(ap: Apply) -> DType:
@@ -150,7 +153,8 @@ def extreme(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
 
 @rule(graph_ir.Softmax)
 def softmax(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` in float64, one rounding."""
+    """``e / sum(e)`` along ``axis`` in float64, ``e = exp_f64_specified(x - max)``,
+    one rounding."""
     (x,) = operands
     if ap.operand_storage().kind != "float":
         raise ap.fail(f"needs a real float operand, not {ap.operand_storage()}",
@@ -160,7 +164,7 @@ def softmax(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         return [ap.round(w)]
     w1 = w.reshape(1) if w.ndim == 0 else w  # the softmax of a scalar is 1 (or NaN)
     axis = ap.op.axis % w1.ndim
-    e = np.exp(w1 - np.max(w1, axis=axis, keepdims=True))
+    e = exp_f64_specified(w1 - np.max(w1, axis=axis, keepdims=True))
     total = sum_rounded(e, axis, True, _F64)
     return [ap.round(settle_nans((e / total).reshape(w.shape)))]
 

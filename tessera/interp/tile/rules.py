@@ -30,6 +30,7 @@ from tessera.numerics.reductions.accumulator import add_exact, exact_products, t
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
 from tessera.numerics.transcendental.exp import exp_f32
+from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -147,8 +148,11 @@ def _not(instr: Instr, fast: bool) -> Impl:
 @rule(tile_compute.Exp)
 def _exp(instr: Instr, fast: bool) -> Impl:
     n = _num_in(instr)
-    if fast or n.kind != "float" or n.sd == F64:
-        # f64 exp is NumPy's (machine-dependent in the last bit); the PTX backend rejects it
+    if n.kind == "float" and n.sd == F64 and not fast:
+        # the specified binary64 exp (+0 below e^-104): the graph softmax's e, which a
+        # GPU reproduces bit for bit
+        return lambda x: n.result(exp_f64_specified(n.compute(x)))
+    if fast or n.kind != "float":
         return lambda x: n.result(np.exp(n.compute(x)))
     # f32, and the narrower floats that compute in f32: the specified exp_f32, which a GPU
     # reproduces bit for bit; a narrow result is that f32 value rounded once more (RNE)

@@ -155,9 +155,10 @@ Store = Callable[[TargetEmitter, int, Value], None]
 
 
 def round_words(e: TargetEmitter, digits: int, load: Load, store: Store, flags: Value,
-                quantum: int, divisor: int = 1) -> Value:
+                quantum: int, divisor: int = 1, nearest: bool = False) -> Value:
     """The value ``sum(w[k] 2**(32 k)) 2**-quantum / divisor`` of the ``digits`` signed
-    u64 words ``load(e, k)`` (carries not normalised) rounded to float64 to odd, or the
+    u64 words ``load(e, k)`` (carries not normalised) rounded to float64 to odd (to
+    nearest even with ``nearest``, for values in float64's normal range), or the
     non-finite result the ``flags`` (u32) select; an exact zero is +0. ``divisor`` is
     at most 2**31.
 
@@ -216,10 +217,20 @@ def round_words(e: TargetEmitter, digits: int, load: Load, store: Store, flags: 
         head, rest, zq = _normalise96(e, q1, q0)
         expo = e.bin("sub", expo, e.cvt(zq, s32, "u32"), s32)
     sticky = e.bin("or", sticky, e.setp("ne", rest, e.const(0, u64), u64), "pred")
-    low11 = e.bin("and", head, e.const(0x7FF, u64), u64)
-    sticky = e.bin("or", sticky, e.setp("ne", low11, e.const(0, u64), u64), "pred")
-    m = e.bin("shr", head, e.const(11, "u32"), u64)
-    m = e.bin("or", m, e.selp(e.const(1, u64), e.const(0, u64), sticky, u64), u64)
+    if nearest:  # the round bit (bit 10), then RNE: m + 1 can reach 2**53, still exact
+        one, nil = e.const(1, u64), e.const(0, u64)
+        low10 = e.bin("and", head, e.const(0x3FF, u64), u64)
+        sticky = e.bin("or", sticky, e.setp("ne", low10, nil, u64), "pred")
+        half = e.setp("ne", e.bin("and", head, e.const(0x400, u64), u64), nil, u64)
+        m = e.bin("shr", head, e.const(11, "u32"), u64)
+        odd = e.setp("ne", e.bin("and", m, one, u64), nil, u64)
+        up = e.bin("and", half, e.bin("or", sticky, odd, "pred"), "pred")
+        m = e.add(m, e.selp(one, nil, up, u64), u64)
+    else:
+        low11 = e.bin("and", head, e.const(0x7FF, u64), u64)
+        sticky = e.bin("or", sticky, e.setp("ne", low11, e.const(0, u64), u64), "pred")
+        m = e.bin("shr", head, e.const(11, "u32"), u64)
+        m = e.bin("or", m, e.selp(e.const(1, u64), e.const(0, u64), sticky, u64), u64)
     mag = e.mul(e.cvt(m, "f64", u64, "rn"), _pow2(e, e.add(expo, e.const(11, s32), s32)),
                 "f64")
     value = e.selp(e.un("neg", mag, "f64"), mag, neg, "f64")

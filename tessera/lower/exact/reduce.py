@@ -21,6 +21,7 @@ power of two or fit a warp.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 from tessera.errors import UnsupportedError
@@ -39,6 +40,7 @@ from tessera.lower.exact.longacc import (
     zero_shared,
 )
 from tessera.lower.exact.mma import EXACT_MAXNREG
+from tessera.lower.exact.sum64 import SUM64_DIGITS, SUM64_QUANTUM, deposit_f64
 from tessera.lower.layout import Blocked, BRow
 from tessera.lower.rules.tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered, Scalar, storage_name
@@ -67,22 +69,27 @@ def _for_rows(e: TargetEmitter, rows: int, body: object) -> None:
 def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
                    divisor: int) -> tuple[Value, SharedAcc]:
     """Steps 1-3 above for the blocked ``x`` of ``rows`` rows of ``cols`` elements:
-    the ``u32`` address of the ``rows`` f32 results in shared memory."""
+    the ``u32`` address of the ``rows`` results in shared memory (f32 registers of the
+    result format, or f64 for the f64 terms of :mod:`tessera.lower.exact.sum64`)."""
     layout = x.layout
     assert isinstance(layout, Blocked)
     e = low.em
+    wide = x.type == "f64"
+    digits, quantum = (SUM64_DIGITS, SUM64_QUANTUM) if wide else (SUM_DIGITS, SUM_QUANTUM)
+    deposit_one = deposit_f64 if wide else deposit_f32
+    size = 8 if wide else 4
     low.extra.setdefault("maxnreg", EXACT_MAXNREG)
-    acc_bytes = rows * 8 * (SUM_DIGITS + 1)
-    base = low.shared_buffer("xacc", acc_bytes + 4 * rows, 8)
-    acc = SharedAcc(base, rows, SUM_DIGITS)
-    zero_shared(e, base, rows * (SUM_DIGITS + 1))
+    acc_bytes = rows * 8 * (digits + 1)
+    base = low.shared_buffer("xacc", acc_bytes + size * rows, 8)
+    acc = SharedAcc(base, rows, digits)
+    zero_shared(e, base, rows * (digits + 1))
     e.bar()
 
     def deposit(inner: TargetEmitter, j: int) -> None:
         row = inner.bin("div", chunk_index(inner, layout, j), inner.const(cols, "s32"), "s32")
         addr = acc.row(inner, row)
         for c in range(layout.vec):
-            deposit_f32(inner, addr, acc, x.regs[j * layout.vec + c])
+            deposit_one(inner, addr, acc, x.regs[j * layout.vec + c])
 
     for j in range(layout.per_thread):
         if (j + 1) * THREADS <= layout.chunks:
@@ -96,25 +103,45 @@ def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
 
     def finish(inner: TargetEmitter, row: Value) -> None:
         addr = acc.row(inner, row)
-        flags = inner.ld("shared", addr, "u32", offset=8 * SUM_DIGITS)
-        odd = round_words(inner, SUM_DIGITS,
+        flags = inner.ld("shared", addr, "u32", offset=8 * digits)
+        odd = round_words(inner, digits,
                           lambda em, k: em.ld("shared", addr, "u64", offset=8 * k),
                           lambda em, k, w: em.st("shared", addr, em.pack([w], "u64"), "u64",
                                                  offset=8 * k),
-                          flags, SUM_QUANTUM, divisor)
-        value = to_format(inner, odd, element)
-        slot = inner.add(results, inner.cvt(inner.mul(row, inner.const(4, "s32"), "s32"),
+                          flags, quantum, divisor, nearest=wide)
+        value = odd if wide else to_format(inner, odd, element)
+        slot = inner.add(results, inner.cvt(inner.mul(row, inner.const(size, "s32"), "s32"),
                                             "u32", "s32"), "u32")
-        inner.st("shared", slot, value, "f32")
+        inner.st("shared", slot, value, "f64" if wide else "f32")
 
     _for_rows(e, rows, finish)
     e.bar()
     return results, acc
 
 
-def _read(e: TargetEmitter, results: Value, row: Value) -> Value:
-    slot = e.add(results, e.cvt(e.mul(row, e.const(4, "s32"), "s32"), "u32", "s32"), "u32")
-    return e.ld("shared", slot, "f32")
+def _read(e: TargetEmitter, results: Value, row: Value, t: str = "f32") -> Value:
+    size = 8 if t == "f64" else 4
+    slot = e.add(results, e.cvt(e.mul(row, e.const(size, "s32"), "s32"), "u32", "s32"), "u32")
+    return e.ld("shared", slot, t)
+
+
+def softmax_terms(src: Value) -> bool:
+    """Whether ``src`` is ``exp(x - broadcast(max(x)))`` over the last axis of an f64
+    tile (the softmax kernel's terms, in ``{0, NaN} U [e^-104, 1]``)."""
+    exp = src.owner
+    if exp is None or not isinstance(exp.op, tile_compute.Exp):
+        return False
+    sub = exp.operands[0].owner
+    if sub is None or not isinstance(sub.op, tile_compute.Sub):
+        return False
+    x, stat = sub.operands
+    bcast = stat.owner
+    if bcast is None or not isinstance(bcast.op, tile_compute.Broadcast):
+        return False
+    top = bcast.operands[0].owner
+    return top is not None and isinstance(top.op, tile_compute.Reduce) and \
+        top.op.kind == "max" and top.operands[0] is x and \
+        top.op.axis % x.type.rank == x.type.rank - 1  # type: ignore[attr-defined]
 
 
 @exact_rule(tile_compute.Reduce)
@@ -133,8 +160,11 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
             and x.layout.parent.vec == 1:  # rows of one element: a register per row
         x = Dist(x.layout.parent, x.regs, x.type)
-    if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or x.type != "f32" or \
-            storage_name(st.element) not in FORMATS or name not in FORMATS:
+    wide = isinstance(x, Dist) and x.type == "f64" and op.kind == "sum" and \
+        name == "float64" and softmax_terms(src)
+    if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or (not wide and (
+            x.type != "f32" or storage_name(st.element) not in FORMATS or
+            name not in FORMATS)):
         raise UnsupportedError(
             f"exact tile.reduce of a {st} tile into {rt.element} is not lowered",
             hint="exact sums of f32, bf16 and f16 tiles held in registers (not mma "
@@ -145,28 +175,59 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
         raise UnsupportedError("an exact reduction of empty rows is not lowered", loc=instr.loc)
     results, _ = exact_row_sums(low, x, rows, cols, rt.element,
                                 cols if op.kind == "mean" else 1)
+    t = "f64" if wide else "f32"
+    return row_results(low, instr, rows, lambda e, row: _read(e, results, row, t), t)
+
+
+def row_results(low: Lowerer, instr: Instr, rows: int,
+                read: Callable[[TargetEmitter, Value], Value], t: str) -> list[Lowered]:
+    """Step 4 above: the per-row results ``read(e, row)`` (registers of type ``t``) in
+    the layout of ``instr``'s result (the row layout of the source, or a flat tile)."""
     e = low.em
+    res = instr.results[0]
+    rt = res.type
+    assert isinstance(rt, TensorType)
     if rt.rank == 0:
-        return [Scalar(_read(e, results, e.const(0, "s32")), "f32")]
+        return [Scalar(read(e, e.const(0, "s32")), t)]
     out = low.layouts[res]
     if isinstance(out, BRow):
         parent = out.parent
         pcols = parent.shape[-1]
         prow = prod(parent.shape[:-1])
-        regs = [_read(e, results, _rows_of(e, parent, j, pcols, prow))
-                for j in range(parent.per_thread)]
-        return [Dist(out, regs, "f32")]
+        regs = [read(e, _rows_of(e, parent, j, pcols, prow)) for j in range(parent.per_thread)]
+        return [Dist(out, regs, t)]
     if isinstance(out, Blocked):  # flat element k of the result is row k
         regs = []
         for j in range(out.per_thread):
             k0 = chunk_index(e, out, j)
             for c in range(out.vec):
                 k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
-                regs.append(_read(e, results, e.bin("min", k, e.const(rows - 1, "s32"),
-                                                    "s32")))
-        return [Dist(out, regs, "f32")]
+                regs.append(read(e, e.bin("min", k, e.const(rows - 1, "s32"), "s32")))
+        return [Dist(out, regs, t)]
     raise UnsupportedError(f"the result of an exact reduction in layout {out} is not "
                            "lowered", loc=instr.loc)
 
 
-__all__ = ["FORMATS", "exact_row_sums"]
+def for_each_element(low: Lowerer, x: Dist, cols: int,
+                     body: Callable[[TargetEmitter, Value, Value], None]) -> None:
+    """``body(emitter, row, register)`` for every element this thread holds of the
+    blocked ``x`` (rows of ``cols`` elements), guarded past the tile's end."""
+    layout = x.layout
+    assert isinstance(layout, Blocked)
+    e = low.em
+
+    def chunk(inner: TargetEmitter, j: int) -> None:
+        row = inner.bin("div", chunk_index(inner, layout, j), inner.const(cols, "s32"), "s32")
+        for c in range(layout.vec):
+            body(inner, row, x.regs[j * layout.vec + c])
+
+    for j in range(layout.per_thread):
+        if (j + 1) * THREADS <= layout.chunks:
+            chunk(e, j)
+        else:
+            ok = e.setp("lt", chunk_index(e, layout, j),
+                        e.const(layout.chunks * layout.vec, "s32"), "s32")
+            e.if_(ok, lambda inner, j=j: chunk(inner, j))
+
+
+__all__ = ["FORMATS", "exact_row_sums", "for_each_element", "row_results"]

@@ -8,7 +8,8 @@ commutative, so every lane gets the same bits), and what remains — chunks in o
 registers, or row segments of other warps, exchanged through shared memory — is
 summed as a tree in ascending order; in fast mode (kind ``fsum``) the same shape adds
 in f32. ``row_max`` uses ``max.NaN`` (NaN propagates,
-as ``np.max``) in the same shape.
+as ``np.max``) in the same shape; the row max of f64 tiles (a softmax's) takes ``max.f64``
+with NaN propagated by a select (:func:`tessera.lower.mathlib64.emit_max_nan_f64`).
 """
 
 from __future__ import annotations
@@ -26,17 +27,25 @@ from tessera.lower.mathlib import (
     emit_tree_max_f32,
     emit_tree_sum_f64,
 )
+from tessera.lower.mathlib64 import emit_max_nan_f64, emit_shfl_max_f64
 from tessera.lower.rules.tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered
 
 
 def _combine(e: TargetEmitter, kind: str, a: Value, b: Value) -> Value:
+    if kind == "max64":
+        return emit_max_nan_f64(e, a, b)
     if kind == "fsum":
         return e.add(a, b, "f32")
     return e.add(a, b, "f64") if kind == "sum" else e.bin("max", a, b, "f32", "NaN")
 
 
 def _tree(e: TargetEmitter, kind: str, vals: list[Value]) -> Value:
+    if kind == "max64":  # max is exact: the tree's shape only picks a NaN or a zero
+        while len(vals) > 1:
+            vals = [_combine(e, kind, vals[i], vals[i + 1]) if i + 1 < len(vals) else vals[i]
+                    for i in range(0, len(vals), 2)]
+        return vals[0]
     if kind == "fsum":
         return emit_tree_sum_f32(e, vals)
     return emit_tree_sum_f64(e, vals) if kind == "sum" else emit_tree_max_f32(e, vals)
@@ -47,6 +56,8 @@ def _shfl(e: TargetEmitter, kind: str, v: Value, offsets: list[int]) -> Value:
         return v
     if kind == "fsum":
         return emit_shfl_sum_f32(e, v, offsets)
+    if kind == "max64":
+        return emit_shfl_max_f64(e, v, offsets)
     return (emit_shfl_sum_f64 if kind == "sum" else emit_shfl_max_f32)(e, v, offsets)
 
 
@@ -93,9 +104,9 @@ def reduce_blocked(low: Lowerer, kind: str, x: Dist) -> list[Value]:
     if per_row <= 32:
         return [_finish(e, kind, v) for v in chunk]
     segs = per_row // 32
-    size = 8 if kind == "sum" else 4
+    size = 8 if kind in ("sum", "max64") else 4
     base = low.shared_buffer("red", rows * segs * size, 8)
-    t = "f64" if kind == "sum" else "f32"
+    t = "f64" if kind in ("sum", "max64") else "f32"
     lane0 = e.setp("eq", e.bin("and", e.sreg("tid.x"), e.const(31, "u32"), "u32"),
                    e.const(0, "u32"), "u32")
     for j, v in enumerate(chunk):
@@ -131,8 +142,17 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     assert isinstance(op, tile_compute.Reduce)
     src = instr.operands[0]
     x = materialize(low, args[0], low.layouts.get(src))
+    last = op.axis % src.type.rank == src.type.rank - 1  # type: ignore[attr-defined]
+    if isinstance(x, Dist) and x.type == "f64" and op.kind == "max" and last and \
+            isinstance(x.layout, Blocked):  # exact: the row max of f64 tiles (softmax)
+        per_row = x.layout.shape[-1] // x.layout.vec
+        if len(x.layout.shape) != 2 or per_row & (per_row - 1) or 128 % min(per_row, 128):
+            from tessera.lower.exact.rowmax import row_max_f64  # any row length
+
+            return row_max_f64(low, instr, x)
+        return [Dist(low.layouts[instr.results[0]], reduce_blocked(low, "max64", x), "f64")]
     if not isinstance(x, Dist) or x.type != "f32" or op.kind not in ("sum", "max") or \
-            op.axis % src.type.rank != src.type.rank - 1:  # type: ignore[attr-defined]
+            not last:
         raise UnsupportedError(f"tile.reduce {op.kind} over axis {op.axis} is not lowered",
                                hint="row_sum and row_max of f32 tiles are", loc=instr.loc)
     out = low.layouts[instr.results[0]]

@@ -4,7 +4,11 @@ Elementwise ops act register by register, so one rule serves scalars and distrib
 tensors alike. Arithmetic matches the tile interpreter bit for bit: f32 ops carry an
 explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f32
 compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
-format); indices are 32-bit with Python's floor division and modulo.
+format); f64 ``+ - * /`` are IEEE binary64 with ``.rn``, f64 ``exp`` is the specified
+binary64 exp (:mod:`tessera.lower.mathlib64`), and casts between f32 and f64 are
+``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64`` (to bf16 or f16: rounded to odd on the
+f32 grid, then to nearest even, one correct rounding); indices are 32-bit with Python's
+floor division and modulo.
 """
 
 from __future__ import annotations
@@ -145,6 +149,9 @@ def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     rt = reg_type(t.element, f"{instr.op.name}: ")
     if rt == "s32":
         return elementwise(low, instr, args, lambda e, r: _int_op(e, cls, *r), "s32")
+    if rt == "f64" and cls in FLOAT_OPS and low.mode != "fast":  # IEEE binary64, .rn
+        return elementwise(low, instr, args,
+                           lambda e, r: e.bin(FLOAT_OPS[cls], r[0], r[1], "f64"), "f64")
     if rt != "f32" or cls in (tile_compute.FloorDiv, tile_compute.Mod, tile_compute.Pow):
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered to PTX",
                                loc=instr.loc)
@@ -186,6 +193,11 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if rt == "s32" and cls in (tile_compute.Neg, tile_compute.Abs):
         name = "neg" if cls is tile_compute.Neg else "abs"
         return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "s32"), "s32")
+    if rt == "f64" and cls is tile_compute.Exp and low.mode != "fast":
+        from tessera.lower.mathlib64 import emit_exp_f64_specified
+
+        return elementwise(low, instr, args,
+                           lambda e, r: emit_exp_f64_specified(e, r[0]), "f64")
     if rt != "f32":
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered", loc=instr.loc)
     if cls is tile_compute.Exp:
@@ -229,6 +241,14 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
             return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)
         if src == "s32" and dst == "f32":
             return round_to(e, e.cvt(x, "f32", "s32", "rn"), op.to)
+        if src == "f32" and dst == "f64":
+            return e.cvt(x, "f64", "f32")  # exact widening
+        if src == "f64" and dst == "f32":
+            if storage_name(op.to) in NARROW:  # to odd on the f32 grid, then RNE: once
+                from tessera.lower.exact.longacc import to_format
+
+                return to_format(e, x, op.to)
+            return e.cvt(x, "f32", "f64", "rn")
         if src == "f32" and dst == "s32":
             return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero
         if src == "pred":

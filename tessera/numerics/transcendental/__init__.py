@@ -3,4 +3,6 @@
 * :mod:`.exp` -- the f32 exponential: float64 range reduction and polynomial, one
   rounding, correctly rounded for every float32 input.
 * :mod:`.exp_native` -- the same operations compiled with llvmlite to a vector loop.
+* :mod:`.exp64` -- the same algorithm's binary64 value on binary64 inputs (+0 below
+  e^-104): the softmax's terms and the f64 ``tile.exp``.
 """

@@ -62,8 +62,9 @@ to a native vector loop (:mod:`tessera.numerics.transcendental.exp_native`): the
 IEEE operations in the same order, so the same bits again, at a few nanoseconds per value
 on any CPU (NumPy's float64 ``exp`` is a SIMD loop only with AVX-512F).
 
-f64 ``exp`` is not covered: the tile interpreter uses NumPy's for it and the PTX backend
-rejects it.
+The binary64 value ``v`` of steps 1-6, for binary64 inputs and with binary64 range
+limits, is :func:`tessera.numerics.transcendental.exp64.exp_f64_specified`: the meaning of
+``tile.exp`` on f64 tiles and of the graph softmax's terms.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ the graph's bits:
   zeros (``+inf`` for +0, ``-inf`` for -0) says which zero the graph returns;
 * ``softmax``: the graph computes ``exp(x - max)`` in float64, divides it by the
   correctly rounded float64 sum of those terms and rounds once. The kernel does the
-  same arithmetic on f64 tiles (the tile level's f64 ``exp`` is the same NumPy
-  function, its ``-`` and ``/`` are IEEE float64, its exact reduction rounds to f64),
-  then casts once.
+  same arithmetic on f64 tiles (the tile level's f64 ``exp`` is the same specified
+  ``exp_f64_specified``, its ``-`` and ``/`` are IEEE float64, its exact reduction
+  rounds to f64), then casts once.
 """
 
 from __future__ import annotations
