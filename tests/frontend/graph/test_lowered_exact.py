@@ -184,6 +184,20 @@ def test_matmuls_with_epilogues_on_target_give_the_graph_bits(
     _same_on_target(fn, (x, w, *third), target)
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (1, 3, 1), (2, 1, 1), (70, 9, 1)])
+def test_one_product_matmuls_without_a_tensor_core_tile_on_target(m: int, n: int, k: int
+                                                                   ) -> None:
+    """K = 1 needs no exact accumulator in the simulator (a float64 product is exact),
+    but its tile has no tensor-core layout: the lowering takes the exact ``mma``, which
+    computes the same bits."""
+    rng = np.random.default_rng(m * 100 + n)
+    x, w = _values(rng, (m, k), "f32", "special"), _values(rng, (k, n), "f32", "wide")
+    b = _values(rng, (n,), "f32", "normal")
+    for target in TARGETS:
+        _same_on_target(matmul, (x, w), target)
+        _same_on_target(linear, (x, w, b), target)
+
+
 def test_cancelling_products_and_the_mlp_on_target() -> None:
     """``[1, 2^-24, 2^-40] . [1, 1, 2^-40]`` is above the midpoint ``1 + 2^-24`` only by
     ``2^-80``, which a float64 sum drops; and the two-kernel MLP, larger than one tile."""
