@@ -29,6 +29,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box
+from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import (
     acquire,
     active_warpgroups,
@@ -52,6 +53,13 @@ class Copy:
     tag: np.ndarray
     flat: np.ndarray
     data: np.ndarray
+    #: (lo, hi) when every row's bytes are each of its CTA's shared bytes lo .. hi - 1
+    #: once, in distinct CTAs (a TMA box): its records are updated as row slices
+    span: tuple[int, int] | None = None
+
+    def ctas(self, m: Machine) -> np.ndarray:
+        """The CTA of each row."""
+        return self.thread // m.nthreads
 
 
 def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
@@ -59,6 +67,12 @@ def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     thread has read since the last ``bar.sync`` is a write-after-read race, reported at
     the issue (the copy may land before that reader is done)."""
     sh = m.shared
+    if copy.span is not None and fail is not None:  # the checks on row slices first
+        groups = groups_of(m)
+        if bulk.range_clear(sh, copy.ctas(m), copy.thread, *copy.span,
+                            groups.busy if groups.reading else None):
+            bulk.range_pending(sh, copy.ctas(m), *copy.span, 1)
+            return
     if fail is not None and sh.races and len(copy.flat) and \
             sh.accessed[copy.thread // sh.nthreads].any():
         mine = copy.thread[:, None]
@@ -92,14 +106,21 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
     are ordered by their mbarrier instead."""
     flat = copy.flat[sel]
-    m.shared.add_pending(flat, -1)
-    m.shared.land(flat, copy.data[sel])
-    if m.shared.races:
-        m.shared.set_writer(flat, copy.thread[sel] if owned else None)
+    if copy.span is not None and not owned:
+        ctas = copy.ctas(m)[sel]
+        bulk.range_pending(m.shared, ctas, *copy.span, -1)
+        m.shared.data[flat] = copy.data[sel]
+        bulk.range_land(m.shared, ctas, *copy.span)
+    else:
+        m.shared.add_pending(flat, -1)
+        m.shared.land(flat, copy.data[sel])
+        if m.shared.races:
+            m.shared.set_writer(flat, copy.thread[sel] if owned else None)
     keep = ~sel
     if not keep.any():
         return None
-    return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep])
+    return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep],
+                copy.span)
 
 
 @step_rule(target_async.CpAsync)
@@ -219,6 +240,7 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
 @step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
+    ranges: dict[tuple[int, int, int], tuple[int, int] | None] = {}  # of the box bytes
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -247,11 +269,17 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
-            flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
-            if m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
+            ctas = m.cta[act[rows]]
+            key = (int(a), t.swizzle, t.box_bytes)
+            if key not in ranges:
+                ranges[key] = bulk.covered_range(where)
+            span = ranges[key] if bulk.distinct(ctas) else None
+            flat = ctas[:, None] * m.shared.size + where[None, :]
+            if bulk.range_unfenced(m.shared, ctas, *span) if span is not None else \
+                    m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, data)
+            copy = Copy(act[rows], ids[rows], flat, data, span)
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
