@@ -37,12 +37,14 @@ def random_state(seed: int) -> SharedMemory:
     sh.unfenced[:] = rng.random(n) < 0.2
     sh.accessed[:] = True
     sh.written[:] = True
+    sh.who_lo[:] = np.arange(NCTA) * NTHREADS
+    sh.who_hi[:] = sh.who_lo + NTHREADS - 1
     return sh
 
 
 def records(sh: SharedMemory) -> list[np.ndarray]:
     return [sh.rmin, sh.rmax, sh.writer, sh.pending, sh.init, sh.unfenced, sh.dirty,
-            sh.accessed, np.array([sh.in_flight])]
+            sh.accessed, sh.who_lo, sh.who_hi, np.array([sh.in_flight])]
 
 
 def assert_same(a: SharedMemory, b: SharedMemory) -> None:

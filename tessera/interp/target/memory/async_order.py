@@ -67,7 +67,17 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
 def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]) -> None:
     """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
     CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
+    sh = m.shared
     ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
+    # A CTA none of whose accessors since its bar.sync lies among the arrivals (e.g.
+    # consumers waiting for a producer that only issued TMA) has nothing to clear.
+    arrived = np.stack([released[by_cta[int(c)]] for c in ctas])
+    base = ctas * m.nthreads
+    first = base + arrived.argmax(axis=1)
+    last = base + m.nthreads - 1 - arrived[:, ::-1].argmax(axis=1)
+    ctas = ctas[(sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)]
+    if not len(ctas):
+        return
     breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
     for run in np.split(ctas, breaks):
         who = np.stack([released[by_cta[int(c)]] for c in run])  # (C, nthreads)
@@ -125,10 +135,11 @@ def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi:
 class _Chunks:
     """Bytes a ``wgmma`` reads, as flat 16-byte chunk numbers."""
 
-    __slots__ = ("index",)
+    __slots__ = ("call", "index")
 
-    def __init__(self, index: np.ndarray) -> None:
+    def __init__(self, index: np.ndarray, call: int) -> None:
         self.index = index
+        self.call = call  # the read's number: the chunks of one read are distinct
 
 
 class WgmmaGroups:
@@ -138,6 +149,7 @@ class WgmmaGroups:
     def __init__(self, size: int) -> None:
         self.busy = np.zeros(size, np.int16)  # in-flight wgmma groups reading a byte
         self.reading = 0  # the sum of ``busy``: no byte need be looked at when 0
+        self.reads = 0  # chunked reads so far
         self.open: dict[int, list[np.ndarray | _Chunks]] = {}
         self.committed: dict[int, list[list[np.ndarray | _Chunks]]] = {}
 
@@ -151,8 +163,9 @@ class WgmmaGroups:
     def read_chunks(self, warpgroups: np.ndarray, index: np.ndarray) -> None:
         """:meth:`read` of whole 16-byte chunks: ``index[i]`` are flat chunk numbers,
         each once (the rows lie in distinct CTAs)."""
+        self.reads += 1
         for i, g in enumerate(warpgroups.tolist()):
-            self.open.setdefault(g, []).append(_Chunks(index[i]))
+            self.open.setdefault(g, []).append(_Chunks(index[i], self.reads))
         chunks_add(self.busy, index, 1)  # rows: distinct CTAs
         self.reading += index.size * CHUNK
 
@@ -163,17 +176,20 @@ class WgmmaGroups:
 
     def wait(self, warpgroups: np.ndarray, n: int) -> None:
         """``wgmma.wait_group n``: all but the ``n`` newest groups have retired."""
-        chunks: list[np.ndarray] = []
+        chunks: dict[int, list[np.ndarray]] = {}  # per read: its rows that retire
         flat: list[np.ndarray] = []
         for g in warpgroups.tolist():
             groups = self.committed.get(g, [])
             while len(groups) > n:
                 for r in groups.pop(0):
-                    (chunks if isinstance(r, _Chunks) else flat).append(
-                        r.index if isinstance(r, _Chunks) else r)
-        if chunks:  # as bytes: np.add.at on a flat index is NumPy's fast case
-            gone = np.concatenate(chunks)
-            flat.append((gone[:, None] * CHUNK + np.arange(CHUNK)).ravel())
+                    if isinstance(r, _Chunks):
+                        chunks.setdefault(r.call, []).append(r.index)
+                    else:
+                        flat.append(r)
+        for rows in chunks.values():
+            gone = np.stack(rows)
+            chunks_add(self.busy, gone, -1)
+            self.reading -= gone.size * CHUNK
         if flat:
             gone = np.concatenate(flat)
             add_at(self.busy, gone, -1)

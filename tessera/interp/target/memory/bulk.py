@@ -145,6 +145,7 @@ def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks
     """:meth:`SharedMemory.note_readers` for distinct ``ctas``: threads ``first[i]`` to
     ``last[i]`` read the chunks ``index[i]``; their dirty ``blocks`` are flagged."""
     sh.accessed[ctas] = True
+    sh.note_who(first, last)
     sh.dirty[ctas[:, None], blocks[None, :]] = True
     for arr, who, pick in ((sh.rmin, first, np.minimum), (sh.rmax, last, np.maximum)):
         _put(arr, index, pick(_take(arr, index), who.astype(np.int32)[:, None, None]))

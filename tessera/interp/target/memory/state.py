@@ -138,6 +138,10 @@ class SharedMemory:
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
             self.written = np.zeros(ncta, bool)
+            # per CTA: bounds of the thread ids (global) recorded as a reader or writer
+            # since its bar.sync (a superset: epochs that clear part keep them)
+            self.who_lo = np.full(ncta, _BIG, np.int32)
+            self.who_hi = np.full(ncta, _NONE, np.int32)
 
     def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
               align: int | None = None) -> np.ndarray:
@@ -181,6 +185,7 @@ class SharedMemory:
         (``mark`` False: the caller flags the dirty blocks)."""
         idx = flat.ravel()
         self.accessed[first // self.nthreads] = True
+        self.note_who(first, last)
         if mark:
             self.mark(flat)
         np.minimum.at(self.rmin, idx, np.broadcast_to(first.astype(np.int32)[:, None],
@@ -234,6 +239,13 @@ class SharedMemory:
         else:
             self.dirty[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
 
+    def note_who(self, first: np.ndarray, last: np.ndarray) -> None:
+        """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
+        ``first`` (global ids) to take in ``first[i] .. last[i]``."""
+        cta = first // self.nthreads
+        np.minimum.at(self.who_lo, cta, first.astype(np.int32))
+        np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
+
     def set_writer(self, flat: np.ndarray, who: np.ndarray | None) -> None:
         """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
         writer, bytes any thread may access)."""
@@ -242,6 +254,7 @@ class SharedMemory:
             return
         self.mark(flat)
         self.accessed[who // self.nthreads] = True
+        self.note_who(who, who)
         self.written[who // self.nthreads] = True
         self.writer[flat] = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
 
@@ -269,6 +282,8 @@ class SharedMemory:
         self.dirty[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
+        self.who_lo[ctas] = _BIG
+        self.who_hi[ctas] = _NONE
 
     def fence(self, ctas: np.ndarray) -> None:
         """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
