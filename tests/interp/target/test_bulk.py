@@ -13,7 +13,8 @@ import pytest
 
 from tessera.interp.target import TargetFault
 from tessera.interp.target.memory import bulk
-from tessera.interp.target.memory.state import SharedMemory
+from tessera.interp.target.memory import state as state_module
+from tessera.interp.target.memory.state import SharedMemory, chunk_rows
 from tests.lower.sm90a import test_pipeline as pipeline
 
 NCTA, NTHREADS, SIZE = 3, 256, 1024
@@ -149,3 +150,45 @@ def test_kernels_give_the_same_bits_and_faults_with_and_without_bulk_paths(
     slow = _outcome(plant)
     assert fast == slow
     assert (fast[0] == "") == (plant is None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chunk_rows_readers_equal_the_per_byte_ones(seed: int) -> None:
+    """ldmatrix-like reads: rows of one aligned 16-byte chunk, repeated across threads."""
+    fast, slow = random_state(seed), random_state(seed)
+    rng = np.random.default_rng(200 + seed)
+    me = np.sort(rng.choice(NCTA * NTHREADS, 90, replace=False))
+    chunk = rng.integers(0, 6, len(me)) + (me // NTHREADS) * (SIZE // bulk.CHUNK)
+    flat = chunk[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)
+    rows = chunk_rows(flat)
+    assert np.array_equal(rows, chunk) and len(np.unique(rows)) < len(rows)
+    assert chunk_rows(flat[:, ::-1]) is None and chunk_rows(flat + 1) is None
+    fast.note_readers(flat, me, me, rows=rows)
+    slow.note_readers(flat, me, me)
+    assert_same(fast, slow)
+    assert fast.scratch is not None
+    assert (fast.scratch[0] == np.iinfo(np.int32).max).all() and (fast.scratch[1] == -1).all()
+
+
+def _fault(sh: SharedMemory, flat: np.ndarray, me: np.ndarray) -> str:
+    def fail(i: int, what: str, text: str) -> None:
+        raise AssertionError(f"{i} {what} {text}")
+    try:
+        sh.check_read(flat, me, fail)
+    except AssertionError as err:
+        return str(err)
+    return ""
+
+
+def test_chunk_rows_check_read_reports_the_per_byte_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = np.arange(0, 40, 2)
+    flat = (me % 7)[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)
+    found = []
+    for seed in range(6):
+        fast = _fault(random_state(seed), flat, me)
+        with monkeypatch.context() as patch:
+            patch.setattr(state_module, "chunk_rows", lambda flat: None)
+            slow = _fault(random_state(seed), flat, me)
+        assert fast == slow
+        found.append(fast)
+    assert all(found)  # the random states hold poison, copies in flight and races

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interp.target.memory.state import SharedMemory
-
-#: bytes per chunk of the chunked records
-CHUNK = 16
+from tessera.interp.target.memory.state import CHUNK, SharedMemory, put_chunks, take_chunks
 
 
 def distinct(ctas: np.ndarray) -> bool:
@@ -59,19 +56,6 @@ def covered_chunks(local: np.ndarray, size: int) -> np.ndarray | None:
 
 def _grid(sh: SharedMemory, a: np.ndarray) -> np.ndarray:
     return a.reshape(sh.ncta, sh.size)
-
-
-def _take(a: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """The chunks ``index`` (any shape) of ``a``: shape ``index.shape + (CHUNK,)``."""
-    return np.take(a.reshape(-1, CHUNK), index, axis=0)
-
-
-def _put(a: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
-    """Store ``values`` (``index.shape + (CHUNK,)``) into the chunks ``index`` of ``a``,
-    a chunk per element of a void view (NumPy's row assignment is several times
-    slower)."""
-    whole = np.dtype((np.void, CHUNK * a.itemsize))
-    a.view(whole)[index.ravel()] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
 
 
 # -- ranges: one [lo, hi) per row, distinct CTAs ------------------------------------------
@@ -124,20 +108,20 @@ def chunk_index(sh: SharedMemory, ctas: np.ndarray, chunks: np.ndarray) -> np.nd
 
 def chunks_readable(sh: SharedMemory, index: np.ndarray) -> bool:
     """Whether every byte of the chunks is initialised, with no copy in flight to it."""
-    if not _take(sh.init, index).all():
+    if not take_chunks(sh.init, index).all():
         return False
-    return not (sh.in_flight and _take(sh.pending, index).any())
+    return not (sh.in_flight and take_chunks(sh.pending, index).any())
 
 
 def chunks_unfenced(sh: SharedMemory, index: np.ndarray) -> bool:
     """Whether a byte of the chunks holds an ``st.shared`` with no proxy fence since."""
-    return bool(_take(sh.unfenced, index).any())
+    return bool(take_chunks(sh.unfenced, index).any())
 
 
 def chunks_add(counts: np.ndarray, index: np.ndarray, delta: int) -> None:
     """``delta`` more per byte of the chunks ``index``, each of them once."""
     flat = index.ravel()
-    _put(counts, flat, _take(counts, flat) + counts.dtype.type(delta))
+    put_chunks(counts, flat, take_chunks(counts, flat) + counts.dtype.type(delta))
 
 
 def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks: np.ndarray,
@@ -148,7 +132,7 @@ def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks
     sh.note_who(first, last)
     sh.dirty[ctas[:, None], blocks[None, :]] = True
     for arr, who, pick in ((sh.rmin, first, np.minimum), (sh.rmax, last, np.maximum)):
-        _put(arr, index, pick(_take(arr, index), who.astype(np.int32)[:, None, None]))
+        put_chunks(arr, index, pick(take_chunks(arr, index), who.astype(np.int32)[:, None, None]))
 
 
 __all__ = ["CHUNK", "chunk_index", "chunks_add", "chunks_readable", "chunks_readers",
