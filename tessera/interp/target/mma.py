@@ -37,7 +37,7 @@ from tessera.interp.target.flow import check_warps
 from tessera.interp.target.fragment_maps import FragmentMap
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
-from tessera.interp.target.memory.state import DIRTY_BLOCK
+from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, take_chunks
 from tessera.interp.target.state import (
     F64,
     Machine,
@@ -76,10 +76,14 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
             lanes = warps[:, None] * 32 + np.arange(32)
             rows = lanes[:, : 8 * num].ravel()  # the threads that give row addresses
             fail = m.failer(instr, rows)
-            flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
-            m.shared.check_read(flat, rows, fail)
+            sh = m.shared
+            flat = sh.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
+            # each row is one aligned 16-byte chunk when the CTAs' memories are too
+            chunks = flat[:, 0] // CHUNK if sh.size % CHUNK == 0 else None
+            sh.check_read(flat, rows, fail, chunks=chunks)
             # the warps' rows (checked above: aligned, inside) as 16-bit elements
-            elems = m.shared.data[flat].reshape(len(warps), -1).view("<u2")
+            raw = sh.data[flat] if chunks is None else take_chunks(sh.data, chunks)
+            elems = raw.reshape(len(warps), -1).view("<u2")
             regs = np.ascontiguousarray(elems[:, spread]).view(np.uint32)
             result[lanes.ravel()] = regs.reshape(-1, num)
         fr.regs[out] = result

@@ -192,3 +192,20 @@ def test_chunk_rows_check_read_reports_the_per_byte_fault(monkeypatch: pytest.Mo
         assert fast == slow
         found.append(fast)
     assert all(found)  # the random states hold poison, copies in flight and races
+
+
+def test_chunk_rows_land_and_writer_equal_the_per_byte_ones() -> None:
+    """cp.async of 16 bytes landing: data, initialisation, fences and the writer."""
+    fast, slow = random_state(11), random_state(11)
+    rng = np.random.default_rng(12)
+    chunk = rng.choice(NCTA * SIZE // bulk.CHUNK, 50, replace=False)
+    flat = chunk[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)
+    who = (chunk * bulk.CHUNK // SIZE) * NTHREADS + rng.integers(0, NTHREADS, len(chunk))
+    data = rng.integers(0, 256, flat.shape).astype(np.uint8)
+    fast.land(flat, data, chunk)
+    fast.set_writer(flat, who, chunk)
+    slow.land(flat, data)
+    slow.set_writer(flat, who)
+    assert_same(fast, slow)
+    np.testing.assert_array_equal(fast.data, slow.data)
+    np.testing.assert_array_equal(fast.writer, slow.writer)

@@ -37,7 +37,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
-from tessera.interp.target.memory.state import add_at
+from tessera.interp.target.memory.state import CHUNK, add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -56,6 +56,8 @@ class Copy:
     #: (lo, hi) when every row's bytes are each of its CTA's shared bytes lo .. hi - 1
     #: once, in distinct CTAs (a TMA box): its records are updated as row slices
     span: tuple[int, int] | None = None
+    #: the chunk number of each row when each row is one aligned 16-byte chunk
+    chunks: np.ndarray | None = None
 
     def ctas(self, m: Machine) -> np.ndarray:
         """The CTA of each row."""
@@ -112,15 +114,16 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
         m.shared.data[flat] = copy.data[sel]
         bulk.range_land(m.shared, ctas, *copy.span)
     else:
+        chunks = None if copy.chunks is None else copy.chunks[sel]
         m.shared.add_pending(flat, -1)
-        m.shared.land(flat, copy.data[sel])
+        m.shared.land(flat, copy.data[sel], chunks)
         if m.shared.races:
-            m.shared.set_writer(flat, copy.thread[sel] if owned else None)
+            m.shared.set_writer(flat, copy.thread[sel] if owned else None, chunks)
     keep = ~sel
     if not keep.any():
         return None
     return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep],
-                copy.span)
+                copy.span, None if copy.chunks is None else copy.chunks[keep])
 
 
 @step_rule(target_async.CpAsync)
@@ -146,7 +149,9 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
             raw = m.glob.read(src[idx], int(n), lambda k, w, t, idx=idx: fail(int(idx[k]),
                                                                               w, t), size)
             data[idx, :n] = raw
-        copy = Copy(act, m.committed[act].copy(), flat, data)
+        whole = size == CHUNK and m.shared.size % CHUNK == 0  # index(): rows in order
+        copy = Copy(act, m.committed[act].copy(), flat, data,
+                    chunks=flat[:, 0] // CHUNK if whole else None)
         _issue(m, copy, fail)
         m.copies.append(copy)
     return step

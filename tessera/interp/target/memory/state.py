@@ -186,9 +186,12 @@ class SharedMemory:
         return (cta * self.size + a)[:, None] + np.arange(nbytes, dtype=np.int64)
 
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
-                   race: bool = True) -> None:
-        """Fault on poison, in-flight async bytes and races; record the readers."""
-        rows = chunk_rows(flat) if self.data.size % CHUNK == 0 else None
+                   race: bool = True, chunks: np.ndarray | None = None) -> None:
+        """Fault on poison, in-flight async bytes and races; record the readers.
+        ``chunks``: the chunk number of each row when the caller knows that each row
+        is one aligned 16-byte chunk, bytes in order (else found here)."""
+        rows = chunks if chunks is not None else \
+            chunk_rows(flat) if self.data.size % CHUNK == 0 else None
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
         checks = [(get(self.init), "uninitialised shared read")]
         if self.in_flight:
@@ -290,9 +293,10 @@ class SharedMemory:
         np.minimum.at(self.who_lo, cta, first.astype(np.int32))
         np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
 
-    def set_writer(self, flat: np.ndarray, who: np.ndarray | None) -> None:
+    def set_writer(self, flat: np.ndarray, who: np.ndarray | None,
+                   chunks: np.ndarray | None = None) -> None:
         """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
-        writer, bytes any thread may access)."""
+        writer, bytes any thread may access); ``chunks`` as in :meth:`land`."""
         if who is None:
             self.writer[flat] = _NONE
             return
@@ -300,19 +304,30 @@ class SharedMemory:
         self.accessed[who // self.nthreads] = True
         self.note_who(who, who)
         self.written[who // self.nthreads] = True
-        self.writer[flat] = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+        value = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+        if chunks is None:
+            self.writer[flat] = value
+        else:
+            put_chunks(self.writer, chunks, value)
 
     def add_pending(self, flat: np.ndarray, delta: int) -> None:
         """Count ``delta`` more async copies in flight to each byte of ``flat``."""
         add_at(self.pending, flat, delta)
         self.in_flight += delta * flat.size
 
-    def land(self, flat: np.ndarray, data: np.ndarray) -> None:
+    def land(self, flat: np.ndarray, data: np.ndarray, chunks: np.ndarray | None = None) -> None:
         """Unchecked write (async copies completing): data lands, bytes count as written
-        and need no proxy fence (cp.async and TMA data are waited for, not fenced)."""
-        self.data[flat] = data
-        self.init[flat] = True
-        self.unfenced[flat] = False
+        and need no proxy fence (cp.async and TMA data are waited for, not fenced).
+        ``chunks``: the chunk number of each row when each row of ``flat`` is one
+        aligned 16-byte chunk, bytes in order (stored a chunk at a time)."""
+        if chunks is None:
+            self.data[flat] = data
+            self.init[flat] = True
+            self.unfenced[flat] = False
+            return
+        put_chunks(self.data, chunks, data)
+        put_chunks(self.init, chunks, np.ones(flat.shape, bool))
+        put_chunks(self.unfenced, chunks, np.zeros(flat.shape, bool))
 
     def sync(self, ctas: np.ndarray) -> None:
         """``bar.sync`` of the CTAs flagged in ``ctas``: a new race epoch starts, and
