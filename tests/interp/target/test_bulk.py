@@ -110,6 +110,8 @@ def test_range_records_equal_the_per_byte_ones(ctas: list[int]) -> None:
 def _no_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bulk, "covered_chunks", lambda local, size: None)
     monkeypatch.setattr(bulk, "covered_range", lambda where: None)
+    monkeypatch.setattr(bulk, "chunks_in_order", lambda local: None)
+    monkeypatch.setattr(state_module, "chunk_rows", lambda flat: None)
 
 
 def _outcome(plant: Callable[[Any], None] | None) -> tuple[str, Any, bytes]:

@@ -37,7 +37,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
-from tessera.interp.target.memory.state import CHUNK, add_at
+from tessera.interp.target.memory.state import CHUNK, add_at, put_chunks
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -56,7 +56,8 @@ class Copy:
     #: (lo, hi) when every row's bytes are each of its CTA's shared bytes lo .. hi - 1
     #: once, in distinct CTAs (a TMA box): its records are updated as row slices
     span: tuple[int, int] | None = None
-    #: the chunk number of each row when each row is one aligned 16-byte chunk
+    #: (M, nbytes / 16) chunk numbers when every 16 bytes of a row are one aligned
+    #: 16-byte chunk, bytes in order
     chunks: np.ndarray | None = None
 
     def ctas(self, m: Machine) -> np.ndarray:
@@ -111,7 +112,10 @@ def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     if copy.span is not None and not owned:
         ctas = copy.ctas(m)[sel]
         bulk.range_pending(m.shared, ctas, *copy.span, -1)
-        m.shared.data[flat] = copy.data[sel]
+        if copy.chunks is None:
+            m.shared.data[flat] = copy.data[sel]
+        else:
+            put_chunks(m.shared.data, copy.chunks[sel], copy.data[sel])
         bulk.range_land(m.shared, ctas, *copy.span)
     else:
         chunks = None if copy.chunks is None else copy.chunks[sel]
@@ -151,7 +155,7 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
             data[idx, :n] = raw
         whole = size == CHUNK and m.shared.size % CHUNK == 0  # index(): rows in order
         copy = Copy(act, m.committed[act].copy(), flat, data,
-                    chunks=flat[:, 0] // CHUNK if whole else None)
+                    chunks=flat[:, :1] // CHUNK if whole else None)
         _issue(m, copy, fail)
         m.copies.append(copy)
     return step
@@ -245,7 +249,9 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
 @step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
-    ranges: dict[tuple[int, int, int], tuple[int, int] | None] = {}  # of the box bytes
+    # per destination: the range the box's bytes cover, and their chunks (in box order)
+    # when every 16 box bytes are one aligned chunk in order (swizzles move whole ones)
+    ranges: dict[tuple[int, int, int], tuple[tuple[int, int] | None, np.ndarray | None]] = {}
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -277,14 +283,16 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             ctas = m.cta[act[rows]]
             key = (int(a), t.swizzle, t.box_bytes)
             if key not in ranges:
-                ranges[key] = bulk.covered_range(where)
-            span = ranges[key] if bulk.distinct(ctas) else None
+                ranges[key] = (bulk.covered_range(where), bulk.chunks_in_order(where))
+            span = ranges[key][0] if bulk.distinct(ctas) else None
+            local = ranges[key][1] if m.shared.size % CHUNK == 0 else None
             flat = ctas[:, None] * m.shared.size + where[None, :]
             if bulk.range_unfenced(m.shared, ctas, *span) if span is not None else \
                     m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, data, span)
+            copy = Copy(act[rows], ids[rows], flat, data, span, None if local is None else
+                        ctas[:, None] * (m.shared.size // CHUNK) + local[None, :])
             _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)

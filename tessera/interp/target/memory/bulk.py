@@ -54,6 +54,18 @@ def covered_chunks(local: np.ndarray, size: int) -> np.ndarray | None:
     return chunks
 
 
+def chunks_in_order(local: np.ndarray) -> np.ndarray | None:
+    """The chunk number of every 16 bytes of ``local`` when each 16 are one aligned
+    16-byte chunk, bytes in order, else None."""
+    if local.size % CHUNK:
+        return None
+    rows = local.reshape(-1, CHUNK)
+    first = rows[:, 0]
+    if (first % CHUNK).any() or not (rows - first[:, None] == np.arange(CHUNK)).all():
+        return None
+    return first // CHUNK
+
+
 def _grid(sh: SharedMemory, a: np.ndarray) -> np.ndarray:
     return a.reshape(sh.ncta, sh.size)
 
@@ -135,6 +147,6 @@ def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks
         put_chunks(arr, index, pick(take_chunks(arr, index), who.astype(np.int32)[:, None, None]))
 
 
-__all__ = ["CHUNK", "chunk_index", "chunks_add", "chunks_readable", "chunks_readers",
-           "chunks_unfenced", "covered_chunks", "covered_range", "distinct", "range_clear",
-           "range_land", "range_pending", "range_unfenced", "rows"]
+__all__ = ["CHUNK", "chunk_index", "chunks_add", "chunks_in_order", "chunks_readable",
+           "chunks_readers", "chunks_unfenced", "covered_chunks", "covered_range", "distinct",
+           "range_clear", "range_land", "range_pending", "range_unfenced", "rows"]
