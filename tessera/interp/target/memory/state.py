@@ -14,7 +14,11 @@ threads read it (a read of another thread's write, or a write over another threa
 access, with no barrier between, is a race, as compute-sanitizer's racecheck reports).
 Two threads of one instruction writing the same byte are not reported. Blocks of
 ``DIRTY_BLOCK`` bytes that may hold a writer or a reader are flagged in ``dirty``, so
-that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only.
+that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only,
+and per CTA the bounds of the thread ids recorded, so that it skips CTAs none of whose
+accessors arrived. Rows that are whole aligned 16-byte chunks (``ldmatrix`` rows,
+16-byte ``cp.async``) read and write the records a chunk at a time
+(:func:`take_chunks`, :func:`put_chunks`).
 """
 
 from __future__ import annotations
