@@ -265,15 +265,32 @@ def tma_box(tmap: TensorMap, global_mem: np.ndarray, coords: np.ndarray) -> np.n
                            or offset[inside].max() + esize > raw.size):
         raise ArgumentError("the tensor map describes more memory than the global buffer holds",
                             hint="check global dims and strides against the buffer")
-    byte = offset[..., None] + np.arange(esize)
     if inside.all():  # the common case: no element of the box outside the tensor
+        rows = _box_rows(tmap, raw, offset)
+        if rows is not None:
+            return rows
+        byte = offset[..., None] + np.arange(esize)
         return raw[byte].reshape(*byte.shape[:-2], -1)
+    byte = offset[..., None] + np.arange(esize)
     data = np.where(inside[..., None], raw[np.where(inside[..., None], byte, 0)], 0)
     data = data.astype(np.uint8)
     if tmap.oob_fill is OobFill.NAN_REQUEST_ZERO_FMA:
         nan = np.array(np.nan, _NAN_DTYPE[tmap.dtype]).reshape(1).view(np.uint8)
         data = np.where(inside[..., None], data, nan)
     return data.reshape(*data.shape[:-2], -1)
+
+
+def _box_rows(tmap: TensorMap, raw: np.ndarray, offset: np.ndarray) -> np.ndarray | None:
+    """The box's bytes gathered a whole innermost row at a time (its elements are
+    consecutive in memory) when every row starts at a multiple of the row's bytes, as
+    in a row-major tensor whose row pitch is a multiple of the box's rows; else None."""
+    row = tmap.smem_box[0] * tmap.dtype.size
+    if raw.size % row:
+        return None
+    starts = offset[..., :: tmap.smem_box[0]]
+    if (starts % row).any():
+        return None
+    return np.take(raw.reshape(-1, row), starts // row, axis=0).reshape(*offset.shape[:-1], -1)
 
 
 def tma_store(tmap: TensorMap, smem: np.ndarray, src_addr: int, coords: np.ndarray,

@@ -31,6 +31,7 @@ from tessera.arch import (
     tma_load,
     tma_store,
 )
+from tessera.arch.tma import tma_box
 from tessera.errors import ArgumentError
 
 BF16 = TensorMapDataType.BFLOAT16
@@ -160,3 +161,17 @@ def test_batched_over_ctas_and_alignment() -> None:
         assert np.array_equal(smem[c], one)
     with pytest.raises(AlignmentError, match="128"):
         tma_load(tmap, g, (0, 0), np.zeros(4096, np.uint8), 1024 + 64)
+
+
+@pytest.mark.parametrize("x, y", [(0, 0), (64, 5), (64, 48), (32, 7)])
+def test_box_gathered_by_rows_equals_the_elements(x: int, y: int) -> None:
+    """Boxes whose rows start at multiples of the row's bytes are gathered a row at a
+    time; the others (x = 32: rows start mid-row) element by element. Both give the
+    tensor's elements in box order."""
+    g = np.random.default_rng(x + y).integers(0, 1 << 16, (64, 128)).astype(np.uint16)
+    tmap = TensorMap(BF16, 0, (128, 64), (256,), (64, 16), swizzle=Swizzle.B128)
+    got = tma_box(tmap, g, np.array([x, y]))
+    assert np.array_equal(got, _reference_box(g, x, y, 64, 16).view(np.uint8).ravel())
+    batched = tma_box(tmap, g, np.array([[x, y], [0, 1]]))
+    assert np.array_equal(batched[0], got)
+    assert np.array_equal(batched[1], _reference_box(g, 0, 1, 64, 16).view(np.uint8).ravel())

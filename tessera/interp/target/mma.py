@@ -16,6 +16,8 @@ by ``st.shared`` need a ``fence.proxy.async`` before a wgmma reads them (PTX ISA
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tessera.arch.descriptor import operand_addresses
@@ -33,8 +35,9 @@ from tessera.arch.mma import FORMATS
 from tessera.interp.target.exact_mma import Operand, mma, mma_operands
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.fragment_maps import FragmentMap
+from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
-from tessera.interp.target.memory.state import DIRTY_BLOCK
+from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, take_chunks
 from tessera.interp.target.state import (
     F64,
     Machine,
@@ -73,10 +76,14 @@ def _ldmatrix(c: TargetCompiler, instr: Instr) -> Step:
             lanes = warps[:, None] * 32 + np.arange(32)
             rows = lanes[:, : 8 * num].ravel()  # the threads that give row addresses
             fail = m.failer(instr, rows)
-            flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
-            m.shared.check_read(flat, rows, fail)
+            sh = m.shared
+            flat = sh.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
+            # each row is one aligned 16-byte chunk when the CTAs' memories are too
+            chunks = flat[:, 0] // CHUNK if sh.size % CHUNK == 0 else None
+            sh.check_read(flat, rows, fail, chunks=chunks)
             # the warps' rows (checked above: aligned, inside) as 16-bit elements
-            elems = m.shared.data[flat].reshape(len(warps), -1).view("<u2")
+            raw = sh.data[flat] if chunks is None else take_chunks(sh.data, chunks)
+            elems = raw.reshape(len(warps), -1).view("<u2")
             regs = np.ascontiguousarray(elems[:, spread]).view(np.uint32)
             result[lanes.ravel()] = regs.reshape(-1, num)
         fr.regs[out] = result
@@ -156,33 +163,58 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                               int(who[sel[0]])) from None
             local = (span[:, None] + np.arange(eb)).reshape(-1)
             blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
-            hit = cache[d] = (span, local, blocks)
-        span, local, blocks = hit
+            hit = cache[d] = (span, local, blocks, bulk.covered_chunks(local, sh.size))
+        span, local, blocks, chunks = hit
         if span.min() < 0 or span.max() + eb > sh.size:
             fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "
                  f"{int(span.max())}, beyond the {sh.size} bytes of shared memory")
         start = ctas[sel, None] * sh.size
-        flat = start + local[None, :]
-        sh.check_read(flat, who[sel], m.failer(instr, who[sel]), race=False)
-        groups_of(m).read(who[sel] // 128, flat)  # read until a wait_group retires it
-        if sh.races:  # the whole warpgroup reads: a later writer must sync first
-            sh.note_readers(flat, who[sel], who[sel] + 127, mark=False)
-            sh.dirty[ctas[sel, None], blocks[None, :]] = True
-        unfenced = sh.unfenced[flat]
-        if unfenced.any():
-            i = int(np.flatnonzero(unfenced.any(axis=1))[0])
-            fail(int(sel[i]), "missing proxy fence", "wgmma reads shared memory written by "
-                 "st.shared with no fence.proxy.async since")
+        if chunks is None or not _read_chunks(m, ctas[sel], who[sel], chunks, blocks):
+            _read_bytes(m, start + local[None, :], who[sel], blocks, ctas[sel],
+                        m.failer(instr, who[sel]))
         if eb == 2 and sh.size % 2 == 0 and not (span % 2).any():  # aligned 16-bit words
             out[sel] = sh.data.view(np.uint16)[(start + span[None, :]) // 2].reshape(
                 len(sel), mn, k)
             continue
-        raw = sh.data[flat].reshape(len(sel), mn * k, eb)
+        raw = sh.data[start + local[None, :]].reshape(len(sel), mn * k, eb)
         vals = raw[..., 0].astype(np.uint16)
         if eb == 2:
             vals = vals | (raw[..., 1].astype(np.uint16) << np.uint16(8))
         out[sel] = vals.reshape(len(sel), mn, k).astype(out.dtype)
     return out
+
+
+def _read_chunks(m: Machine, ctas: np.ndarray, who: np.ndarray, chunks: np.ndarray,
+                 blocks: np.ndarray) -> bool:
+    """The records of :func:`_read_bytes` a 16-byte chunk at a time (:mod:`.memory.bulk`);
+    False, with nothing recorded, when a check might fail or two rows share a CTA."""
+    sh = m.shared
+    if not bulk.distinct(ctas):
+        return False
+    index = bulk.chunk_index(sh, ctas, chunks)
+    if not bulk.chunks_readable(sh, index) or bulk.chunks_unfenced(sh, index):
+        return False
+    groups_of(m).read_chunks(who // 128, index)
+    if sh.races:
+        bulk.chunks_readers(sh, ctas, index, blocks, who, who + 127)
+    return True
+
+
+def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray, blocks: np.ndarray,
+                ctas: np.ndarray, fail: Callable[[int, str, str], None]) -> None:
+    """Check and record the warpgroups ``who`` reading the operand bytes ``flat`` (their
+    dirty ``blocks`` in ``ctas``), byte by byte."""
+    sh = m.shared
+    sh.check_read(flat, who, fail, race=False)
+    groups_of(m).read(who // 128, flat)  # read until a wait_group retires it
+    if sh.races:  # the whole warpgroup reads: a later writer must sync first
+        sh.note_readers(flat, who, who + 127, mark=False)
+        sh.dirty[ctas[:, None], blocks[None, :]] = True
+    unfenced = sh.unfenced[flat]
+    if unfenced.any():
+        i = int(np.flatnonzero(unfenced.any(axis=1))[0])
+        fail(i, "missing proxy fence", "wgmma reads shared memory written by "
+             "st.shared with no fence.proxy.async since")
 
 
 def _accumulator(m: Machine, regs: np.ndarray, groups: np.ndarray,

@@ -21,7 +21,6 @@ use until it retires (:mod:`tessera.interp.target.memory.async_order`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box
+from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import (
     acquire,
     active_warpgroups,
@@ -36,70 +36,12 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
-from tessera.interp.target.memory.state import add_at
+from tessera.interp.target.memory.flight import Copy, issue, land
+from tessera.interp.target.memory.state import CHUNK, add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
-
-
-@dataclass(frozen=True, eq=False)
-class Copy:
-    """Async copies in flight: issuing threads, group (cp.async) or mbarrier id (TMA),
-    flat destination bytes (M, nbytes) and the data (M, nbytes)."""
-
-    thread: np.ndarray
-    tag: np.ndarray
-    flat: np.ndarray
-    data: np.ndarray
-
-
-def _issue(m: Machine, copy: Copy, fail: Any = None) -> None:
-    """Start ``copy``: its bytes are in flight until it lands. Overwriting bytes another
-    thread has read since the last ``bar.sync`` is a write-after-read race, reported at
-    the issue (the copy may land before that reader is done)."""
-    sh = m.shared
-    if fail is not None and sh.races and len(copy.flat) and \
-            sh.accessed[copy.thread // sh.nthreads].any():
-        mine = copy.thread[:, None]
-        lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
-        clash = (hi >= 0) & ((lo != mine) | (hi != mine))
-        if np.any(clash):
-            i = int(np.flatnonzero(clash.any(axis=1))[0])
-            j = int(np.flatnonzero(clash[i])[0])
-            other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
-            fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
-                 f"which thread {other % sh.nthreads} read without a bar.sync between")
-    if fail is not None and len(copy.flat):
-        groups = groups_of(m)
-        read = groups.busy[copy.flat] != 0 if groups.reading else np.zeros(1, bool)
-        if read.any():
-            i = int(np.flatnonzero(read.any(axis=1))[0])
-            fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
-                 f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
-                 "a wgmma group that no wgmma.wait_group has retired")
-        busy = sh.pending[copy.flat] != 0 if sh.in_flight else np.zeros(1, bool)
-        if busy.any():
-            i = int(np.flatnonzero(busy.any(axis=1))[0])
-            fail(i, "async copy overwritten before its wait", f"async copy over "
-                 f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
-                 "another async copy is still writing")
-    sh.add_pending(copy.flat, 1)
-
-
-def _land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
-    """Complete the rows ``sel`` of ``copy``; return what is still in flight. ``owned``
-    bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
-    are ordered by their mbarrier instead."""
-    flat = copy.flat[sel]
-    m.shared.add_pending(flat, -1)
-    m.shared.land(flat, copy.data[sel])
-    if m.shared.races:
-        m.shared.set_writer(flat, copy.thread[sel] if owned else None)
-    keep = ~sel
-    if not keep.any():
-        return None
-    return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep])
 
 
 @step_rule(target_async.CpAsync)
@@ -125,8 +67,10 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
             raw = m.glob.read(src[idx], int(n), lambda k, w, t, idx=idx: fail(int(idx[k]),
                                                                               w, t), size)
             data[idx, :n] = raw
-        copy = Copy(act, m.committed[act].copy(), flat, data)
-        _issue(m, copy, fail)
+        whole = size == CHUNK and m.shared.size % CHUNK == 0  # index(): rows in order
+        copy = Copy(act, m.committed[act].copy(), flat, data,
+                    chunks=flat[:, :1] // CHUNK if whole else None)
+        issue(m, copy, fail)
         m.copies.append(copy)
     return step
 
@@ -148,7 +92,7 @@ def _cp_wait(c: TargetCompiler, instr: Instr) -> Step:
         still = []
         for copy in m.copies:
             done = copy.tag < limit[copy.thread]
-            rest = _land(m, copy, done, True) if done.any() else copy
+            rest = land(m, copy, done, True) if done.any() else copy
             if rest is not None:
                 still.append(rest)
         m.copies = still
@@ -219,6 +163,9 @@ def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: o
 @step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
+    # per destination: the range the box's bytes cover, and their chunks (in box order)
+    # when every 16 box bytes are one aligned chunk in order (swizzles move whole ones)
+    ranges: dict[tuple[int, int, int], tuple[tuple[int, int] | None, np.ndarray | None]] = {}
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -247,12 +194,20 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
-            flat = m.cta[act[rows]][:, None] * m.shared.size + where[None, :]
-            if m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
+            ctas = m.cta[act[rows]]
+            key = (int(a), t.swizzle, t.box_bytes)
+            if key not in ranges:
+                ranges[key] = (bulk.covered_range(where), bulk.chunks_in_order(where))
+            span = ranges[key][0] if bulk.distinct(ctas) else None
+            local = ranges[key][1] if m.shared.size % CHUNK == 0 else None
+            flat = ctas[:, None] * m.shared.size + where[None, :]
+            if bulk.range_unfenced(m.shared, ctas, *span) if span is not None else \
+                    m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, data)
-            _issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
+            copy = Copy(act[rows], ids[rows], flat, data, span, None if local is None else
+                        ctas[:, None] * (m.shared.size // CHUNK) + local[None, :])
+            issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
         if sched is not None:  # a waiter's phase may now complete
@@ -273,7 +228,7 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
         done = np.isin(copy.tag, ids)
         if done.any():
             add_at(landing, copy.tag[done], copy.flat.shape[1])
-            rest = _land(m, copy, done, False)
+            rest = land(m, copy, done, False)
             if rest is not None:
                 still.append(rest)
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.interp.target.memory.bulk import CHUNK, chunks_add
 from tessera.interp.target.memory.state import DIRTY_BLOCK, add_at
 from tessera.interp.target.state import Machine
 
@@ -66,7 +67,17 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
 def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]) -> None:
     """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
     CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
+    sh = m.shared
     ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
+    # A CTA none of whose accessors since its bar.sync lies among the arrivals (e.g.
+    # consumers waiting for a producer that only issued TMA) has nothing to clear.
+    arrived = np.stack([released[by_cta[int(c)]] for c in ctas])
+    base = ctas * m.nthreads
+    first = base + arrived.argmax(axis=1)
+    last = base + m.nthreads - 1 - arrived[:, ::-1].argmax(axis=1)
+    ctas = ctas[(sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)]
+    if not len(ctas):
+        return
     breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
     for run in np.split(ctas, breaks):
         who = np.stack([released[by_cta[int(c)]] for c in run])  # (C, nthreads)
@@ -100,20 +111,35 @@ def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi:
     first = who.argmax(axis=1)
     last = m.nthreads - 1 - who[:, ::-1].argmax(axis=1)
     count = who.sum(axis=1)
-    read = hi >= 0
     if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
+        # An unread byte holds lo = int32 max and hi = -1, an unwritten one w = -1, and
+        # every id in a CTA's row is at least its base: the last accessor must lie in
+        # 0 .. t (-1 is 0xFFFFFFFF unsigned), the first ones need checking only when
+        # the range starts above the CTA's thread 0.
         f, t = base + first[:, None], base + last[:, None]
-        readers_ok = ~read | ((lo >= f) & (hi <= t))
-        writer_ok = (w < 0) | ((w >= f) & (w <= t))
-        return readers_ok & writer_ok & (read | (w >= 0))
+        clear = np.maximum(hi, w).view(np.uint32) <= t.astype(np.uint32)
+        if (first > 0).any():
+            clear &= (lo >= f) & ((w < 0) | (w >= f))
+        return clear
     prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64), np.cumsum(who, axis=1)],
                             axis=1)
     r = np.arange(len(ctas))[:, None]
     a = np.clip(lo - base, 0, m.nthreads - 1)
     b = np.clip(hi - base, 0, m.nthreads - 1)
+    read = hi >= 0
     readers_ok = ~read | (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
     writer_ok = (w < 0) | who[r, np.clip(w - base, 0, m.nthreads - 1)]
     return readers_ok & writer_ok & (read | (w >= 0))
+
+
+class _Chunks:
+    """Bytes a ``wgmma`` reads, as flat 16-byte chunk numbers."""
+
+    __slots__ = ("call", "index")
+
+    def __init__(self, index: np.ndarray, call: int) -> None:
+        self.index = index
+        self.call = call  # the read's number: the chunks of one read are distinct
 
 
 class WgmmaGroups:
@@ -123,8 +149,9 @@ class WgmmaGroups:
     def __init__(self, size: int) -> None:
         self.busy = np.zeros(size, np.int16)  # in-flight wgmma groups reading a byte
         self.reading = 0  # the sum of ``busy``: no byte need be looked at when 0
-        self.open: dict[int, list[np.ndarray]] = {}
-        self.committed: dict[int, list[list[np.ndarray]]] = {}
+        self.reads = 0  # chunked reads so far
+        self.open: dict[int, list[np.ndarray | _Chunks]] = {}
+        self.committed: dict[int, list[list[np.ndarray | _Chunks]]] = {}
 
     def read(self, warpgroups: np.ndarray, flat: np.ndarray) -> None:
         """``wgmma`` of ``warpgroups[i]`` reads the shared bytes ``flat[i]``."""
@@ -133,6 +160,15 @@ class WgmmaGroups:
         add_at(self.busy, flat, 1)
         self.reading += flat.size
 
+    def read_chunks(self, warpgroups: np.ndarray, index: np.ndarray) -> None:
+        """:meth:`read` of whole 16-byte chunks: ``index[i]`` are flat chunk numbers,
+        each once (the rows lie in distinct CTAs)."""
+        self.reads += 1
+        for i, g in enumerate(warpgroups.tolist()):
+            self.open.setdefault(g, []).append(_Chunks(index[i], self.reads))
+        chunks_add(self.busy, index, 1)  # rows: distinct CTAs
+        self.reading += index.size * CHUNK
+
     def commit(self, warpgroups: np.ndarray) -> None:
         """``wgmma.commit_group``: the open reads become the newest group."""
         for g in warpgroups.tolist():
@@ -140,14 +176,24 @@ class WgmmaGroups:
 
     def wait(self, warpgroups: np.ndarray, n: int) -> None:
         """``wgmma.wait_group n``: all but the ``n`` newest groups have retired."""
+        chunks: dict[int, list[np.ndarray]] = {}  # per read: its rows that retire
+        flat: list[np.ndarray] = []
         for g in warpgroups.tolist():
             groups = self.committed.get(g, [])
             while len(groups) > n:
-                retired = groups.pop(0)
-                if retired:
-                    gone = np.concatenate(retired)
-                    add_at(self.busy, gone, -1)
-                    self.reading -= gone.size
+                for r in groups.pop(0):
+                    if isinstance(r, _Chunks):
+                        chunks.setdefault(r.call, []).append(r.index)
+                    else:
+                        flat.append(r)
+        for rows in chunks.values():
+            gone = np.stack(rows)
+            chunks_add(self.busy, gone, -1)
+            self.reading -= gone.size * CHUNK
+        if flat:
+            gone = np.concatenate(flat)
+            add_at(self.busy, gone, -1)
+            self.reading -= gone.size
 
 
 def groups_of(m: Machine) -> WgmmaGroups:

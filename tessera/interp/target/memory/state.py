@@ -14,7 +14,11 @@ threads read it (a read of another thread's write, or a write over another threa
 access, with no barrier between, is a race, as compute-sanitizer's racecheck reports).
 Two threads of one instruction writing the same byte are not reported. Blocks of
 ``DIRTY_BLOCK`` bytes that may hold a writer or a reader are flagged in ``dirty``, so
-that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only.
+that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only,
+and per CTA the bounds of the thread ids recorded, so that it skips CTAs none of whose
+accessors arrived. Rows that are whole aligned 16-byte chunks (``ldmatrix`` rows,
+16-byte ``cp.async``) read and write the records a chunk at a time
+(:func:`take_chunks`, :func:`put_chunks`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,34 @@ _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
 #: bytes per flag of :attr:`SharedMemory.dirty`
 DIRTY_BLOCK = 64
+#: bytes per chunk of the chunked gathers and scatters of the per-byte records
+CHUNK = 16
+
+
+def take_chunks(a: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The 16-byte chunks ``index`` (any shape) of the per-byte record ``a``: shape
+    ``index.shape + (CHUNK,)`` (one row copy per chunk, several times faster than an
+    index per byte)."""
+    return np.take(a.reshape(-1, CHUNK), index, axis=0)
+
+
+def put_chunks(a: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """Store ``values`` (``index.shape + (CHUNK,)``) into the chunks ``index`` of ``a``
+    through a view with one void element per chunk (NumPy's row assignment is several
+    times slower)."""
+    whole = np.dtype((np.void, CHUNK * a.itemsize))
+    a.view(whole)[index.ravel()] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
+
+
+def chunk_rows(flat: np.ndarray) -> np.ndarray | None:
+    """The chunk numbers of ``flat`` when each of its rows is one aligned 16-byte chunk,
+    bytes in order (an ``ldmatrix`` row, a 16-byte copy), else None."""
+    if flat.ndim != 2 or flat.shape[1] != CHUNK or not flat.size:
+        return None
+    first = flat[:, 0]
+    if (first % CHUNK).any() or not (flat - first[:, None] == np.arange(CHUNK)).all():
+        return None
+    return first // CHUNK
 
 
 def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> None:
@@ -138,6 +170,11 @@ class SharedMemory:
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
             self.written = np.zeros(ncta, bool)
+            # per CTA: bounds of the thread ids (global) recorded as a reader or writer
+            # since its bar.sync (a superset: epochs that clear part keep them)
+            self.scratch: tuple[np.ndarray, np.ndarray] | None = None
+            self.who_lo = np.full(ncta, _BIG, np.int32)
+            self.who_hi = np.full(ncta, _NONE, np.int32)
 
     def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
               align: int | None = None) -> np.ndarray:
@@ -153,18 +190,23 @@ class SharedMemory:
         return (cta * self.size + a)[:, None] + np.arange(nbytes, dtype=np.int64)
 
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
-                   race: bool = True) -> None:
-        """Fault on poison, in-flight async bytes and races; record the readers."""
-        checks = [(self.init[flat], "uninitialised shared read")]
+                   race: bool = True, chunks: np.ndarray | None = None) -> None:
+        """Fault on poison, in-flight async bytes and races; record the readers.
+        ``chunks``: the chunk number of each row when the caller knows that each row
+        is one aligned 16-byte chunk, bytes in order (else found here)."""
+        rows = chunks if chunks is not None else \
+            chunk_rows(flat) if self.data.size % CHUNK == 0 else None
+        get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
+        checks = [(get(self.init), "uninitialised shared read")]
         if self.in_flight:
-            checks.insert(0, (self.pending[flat] == 0, "async copy read before its wait"))
+            checks.insert(0, (get(self.pending) == 0, "async copy read before its wait"))
         for ok, what in checks:
             if not ok.all():
                 i = int(np.flatnonzero(~ok.all(axis=1))[0])
                 j = int(np.flatnonzero(~ok[i])[0])
                 fail(i, what, self._where(flat[i, j]))
         if self.races and race and self.written[me // self.nthreads].any():
-            w = self.writer[flat]
+            w = get(self.writer)
             clash = (w >= 0) & (w != me[:, None])
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
@@ -173,16 +215,30 @@ class SharedMemory:
                      f"by thread {int(w[i, j]) % self.nthreads} without a "
                      "bar.sync between")
         if self.races and race:
-            self.note_readers(flat, me, me)
+            self.note_readers(flat, me, me, rows=rows)
 
     def note_readers(self, flat: np.ndarray, first: np.ndarray, last: np.ndarray,
-                     mark: bool = True) -> None:
+                     mark: bool = True, rows: np.ndarray | None = None) -> None:
         """Record that threads ``first[i]`` to ``last[i]`` read the bytes ``flat[i]``
-        (``mark`` False: the caller flags the dirty blocks)."""
+        (``mark`` False: the caller flags the dirty blocks; ``rows``: the chunk numbers
+        when :func:`chunk_rows` found them)."""
         idx = flat.ravel()
         self.accessed[first // self.nthreads] = True
+        self.note_who(first, last)
         if mark:
             self.mark(flat)
+        if rows is not None:  # a row's bytes share their readers: reduce per chunk
+            if self.scratch is None:  # per chunk, BIG and -1 between calls
+                self.scratch = (np.full(self.data.size // CHUNK, _BIG, np.int32),
+                                np.full(self.data.size // CHUNK, _NONE, np.int32))
+            for arr, who, pick, per, fill in (
+                    (self.rmin, first, np.minimum, self.scratch[0], _BIG),
+                    (self.rmax, last, np.maximum, self.scratch[1], _NONE)):
+                pick.at(per, rows, np.asarray(who, np.int32))
+                # rows of one chunk store the same values: the order of the writes is moot
+                put_chunks(arr, rows, pick(take_chunks(arr, rows), per[rows][:, None]))
+                per[rows] = fill
+            return
         np.minimum.at(self.rmin, idx, np.broadcast_to(first.astype(np.int32)[:, None],
                                                       flat.shape).ravel())
         np.maximum.at(self.rmax, idx, np.broadcast_to(last.astype(np.int32)[:, None],
@@ -234,28 +290,48 @@ class SharedMemory:
         else:
             self.dirty[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
 
-    def set_writer(self, flat: np.ndarray, who: np.ndarray | None) -> None:
+    def note_who(self, first: np.ndarray, last: np.ndarray) -> None:
+        """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
+        ``first`` (global ids) to take in ``first[i] .. last[i]``."""
+        cta = first // self.nthreads
+        np.minimum.at(self.who_lo, cta, first.astype(np.int32))
+        np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
+
+    def set_writer(self, flat: np.ndarray, who: np.ndarray | None,
+                   chunks: np.ndarray | None = None) -> None:
         """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
-        writer, bytes any thread may access)."""
+        writer, bytes any thread may access); ``chunks`` as in :meth:`land`."""
         if who is None:
             self.writer[flat] = _NONE
             return
         self.mark(flat)
         self.accessed[who // self.nthreads] = True
+        self.note_who(who, who)
         self.written[who // self.nthreads] = True
-        self.writer[flat] = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+        value = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+        if chunks is None:
+            self.writer[flat] = value
+        else:
+            put_chunks(self.writer, chunks, value)
 
     def add_pending(self, flat: np.ndarray, delta: int) -> None:
         """Count ``delta`` more async copies in flight to each byte of ``flat``."""
         add_at(self.pending, flat, delta)
         self.in_flight += delta * flat.size
 
-    def land(self, flat: np.ndarray, data: np.ndarray) -> None:
+    def land(self, flat: np.ndarray, data: np.ndarray, chunks: np.ndarray | None = None) -> None:
         """Unchecked write (async copies completing): data lands, bytes count as written
-        and need no proxy fence (cp.async and TMA data are waited for, not fenced)."""
-        self.data[flat] = data
-        self.init[flat] = True
-        self.unfenced[flat] = False
+        and need no proxy fence (cp.async and TMA data are waited for, not fenced).
+        ``chunks``: the chunk number of each row when each row of ``flat`` is one
+        aligned 16-byte chunk, bytes in order (stored a chunk at a time)."""
+        if chunks is None:
+            self.data[flat] = data
+            self.init[flat] = True
+            self.unfenced[flat] = False
+            return
+        put_chunks(self.data, chunks, data)
+        put_chunks(self.init, chunks, np.ones(flat.shape, bool))
+        put_chunks(self.unfenced, chunks, np.zeros(flat.shape, bool))
 
     def sync(self, ctas: np.ndarray) -> None:
         """``bar.sync`` of the CTAs flagged in ``ctas``: a new race epoch starts, and
@@ -269,6 +345,8 @@ class SharedMemory:
         self.dirty[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
+        self.who_lo[ctas] = _BIG
+        self.who_hi[ctas] = _NONE
 
     def fence(self, ctas: np.ndarray) -> None:
         """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
@@ -279,4 +357,5 @@ class SharedMemory:
         return f"shared byte {int(flat) % self.size}"
 
 
-__all__ = ["DIRTY_BLOCK", "GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory", "add_at"]
+__all__ = ["CHUNK", "DIRTY_BLOCK", "GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory",
+           "add_at", "chunk_rows", "put_chunks", "take_chunks"]

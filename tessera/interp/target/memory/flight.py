@@ -1,0 +1,106 @@
+"""Asynchronous copies in flight (``cp.async``, TMA) in the Target IR interpreter: their
+issue, which checks what the copy may overwrite, and their landing, with the records
+of :class:`~tessera.interp.target.memory.state.SharedMemory` each updates (row slices
+or 16-byte chunks where :mod:`.bulk` allows). The instructions that start and wait for
+them are in :mod:`.async_copy`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory.async_order import groups_of
+from tessera.interp.target.memory.state import put_chunks
+from tessera.interp.target.state import Machine
+
+
+@dataclass(frozen=True, eq=False)
+class Copy:
+    """Async copies in flight: issuing threads, group (cp.async) or mbarrier id (TMA),
+    flat destination bytes (M, nbytes) and the data (M, nbytes)."""
+
+    thread: np.ndarray
+    tag: np.ndarray
+    flat: np.ndarray
+    data: np.ndarray
+    #: (lo, hi) when every row's bytes are each of its CTA's shared bytes lo .. hi - 1
+    #: once, in distinct CTAs (a TMA box): its records are updated as row slices
+    span: tuple[int, int] | None = None
+    #: (M, nbytes / 16) chunk numbers when every 16 bytes of a row are one aligned
+    #: 16-byte chunk, bytes in order
+    chunks: np.ndarray | None = None
+
+    def ctas(self, m: Machine) -> np.ndarray:
+        """The CTA of each row."""
+        return self.thread // m.nthreads
+
+
+def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
+    """Start ``copy``: its bytes are in flight until it lands. Overwriting bytes another
+    thread has read since the last ``bar.sync`` is a write-after-read race, reported at
+    the issue (the copy may land before that reader is done)."""
+    sh = m.shared
+    if copy.span is not None and fail is not None:  # the checks on row slices first
+        groups = groups_of(m)
+        if bulk.range_clear(sh, copy.ctas(m), copy.thread, *copy.span,
+                            groups.busy if groups.reading else None):
+            bulk.range_pending(sh, copy.ctas(m), *copy.span, 1)
+            return
+    if fail is not None and sh.races and len(copy.flat) and \
+            sh.accessed[copy.thread // sh.nthreads].any():
+        mine = copy.thread[:, None]
+        lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
+        clash = (hi >= 0) & ((lo != mine) | (hi != mine))
+        if np.any(clash):
+            i = int(np.flatnonzero(clash.any(axis=1))[0])
+            j = int(np.flatnonzero(clash[i])[0])
+            other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
+            fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
+                 f"which thread {other % sh.nthreads} read without a bar.sync between")
+    if fail is not None and len(copy.flat):
+        groups = groups_of(m)
+        read = groups.busy[copy.flat] != 0 if groups.reading else np.zeros(1, bool)
+        if read.any():
+            i = int(np.flatnonzero(read.any(axis=1))[0])
+            fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
+                 f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
+                 "a wgmma group that no wgmma.wait_group has retired")
+        busy = sh.pending[copy.flat] != 0 if sh.in_flight else np.zeros(1, bool)
+        if busy.any():
+            i = int(np.flatnonzero(busy.any(axis=1))[0])
+            fail(i, "async copy overwritten before its wait", f"async copy over "
+                 f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
+                 "another async copy is still writing")
+    sh.add_pending(copy.flat, 1)
+
+
+def land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
+    """Complete the rows ``sel`` of ``copy``; return what is still in flight. ``owned``
+    bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
+    are ordered by their mbarrier instead."""
+    flat = copy.flat[sel]
+    if copy.span is not None and not owned:
+        ctas = copy.ctas(m)[sel]
+        bulk.range_pending(m.shared, ctas, *copy.span, -1)
+        if copy.chunks is None:
+            m.shared.data[flat] = copy.data[sel]
+        else:
+            put_chunks(m.shared.data, copy.chunks[sel], copy.data[sel])
+        bulk.range_land(m.shared, ctas, *copy.span)
+    else:
+        chunks = None if copy.chunks is None else copy.chunks[sel]
+        m.shared.add_pending(flat, -1)
+        m.shared.land(flat, copy.data[sel], chunks)
+        if m.shared.races:
+            m.shared.set_writer(flat, copy.thread[sel] if owned else None, chunks)
+    keep = ~sel
+    if not keep.any():
+        return None
+    return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep],
+                copy.span, None if copy.chunks is None else copy.chunks[keep])
+
+
+__all__ = ["Copy", "issue", "land"]

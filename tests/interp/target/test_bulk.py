@@ -1,0 +1,213 @@
+"""The bulk fast paths of the shared-memory records (tessera.interp.target.memory.bulk)
+against the per-byte path: each record update equals the per-byte one on random
+states, and whole kernels (a clean pipelined sm_90a GEMM and planted bugs) give the
+same bits and the same faults with the fast paths on and off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tessera.interp.target import TargetFault
+from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory import state as state_module
+from tessera.interp.target.memory.state import SharedMemory, chunk_rows
+from tests.lower.sm90a import test_pipeline as pipeline
+
+NCTA, NTHREADS, SIZE = 3, 256, 1024
+
+
+def random_state(seed: int) -> SharedMemory:
+    """Shared memory whose records hold random readers, writers, counts and flags."""
+    rng = np.random.default_rng(seed)
+    sh = SharedMemory(NCTA, NTHREADS, SIZE, races=True)
+    n = NCTA * SIZE
+    base = np.repeat(np.arange(NCTA) * NTHREADS, SIZE)
+    read = rng.random(n) < 0.5
+    lo = base + rng.integers(0, NTHREADS, n)
+    sh.rmin[:] = np.where(read, lo, np.iinfo(np.int32).max)
+    sh.rmax[:] = np.where(read, np.minimum(lo + rng.integers(0, 130, n), base + NTHREADS - 1),
+                          -1)
+    sh.writer[:] = np.where(rng.random(n) < 0.3, base + rng.integers(0, NTHREADS, n), -1)
+    sh.pending[:] = rng.integers(0, 3, n)
+    sh.in_flight = int(sh.pending.sum())
+    sh.init[:] = rng.random(n) < 0.7
+    sh.unfenced[:] = rng.random(n) < 0.2
+    sh.accessed[:] = True
+    sh.written[:] = True
+    sh.who_lo[:] = np.arange(NCTA) * NTHREADS
+    sh.who_hi[:] = sh.who_lo + NTHREADS - 1
+    return sh
+
+
+def records(sh: SharedMemory) -> list[np.ndarray]:
+    return [sh.rmin, sh.rmax, sh.writer, sh.pending, sh.init, sh.unfenced, sh.dirty,
+            sh.accessed, sh.who_lo, sh.who_hi, np.array([sh.in_flight])]
+
+
+def assert_same(a: SharedMemory, b: SharedMemory) -> None:
+    for x, y in zip(records(a), records(b)):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chunk_records_equal_the_per_byte_ones(seed: int) -> None:
+    fast, slow = random_state(seed), random_state(seed)
+    rng = np.random.default_rng(100 + seed)
+    ctas = np.array([2, 0])
+    chunks = np.sort(rng.choice(SIZE // bulk.CHUNK, 20, replace=False))
+    local = (chunks[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)).ravel()
+    rng.shuffle(local)  # any order of the chunks' bytes
+    assert np.array_equal(bulk.covered_chunks(local, SIZE), chunks)
+    flat = ctas[:, None] * SIZE + local[None, :]
+    index = bulk.chunk_index(fast, ctas, chunks)
+    assert bulk.chunks_readable(fast, index) == bool(
+        slow.init[flat].all() and not slow.pending[flat].any())
+    assert bulk.chunks_unfenced(fast, index) == bool(slow.unfenced[flat].any())
+    who = ctas * NTHREADS + 3
+    blocks = np.unique(local // 64)
+    bulk.chunks_readers(fast, ctas, index, blocks, who, who + 127)
+    slow.note_readers(flat, who, who + 127, mark=False)
+    slow.dirty[ctas[:, None], blocks[None, :]] = True
+    assert_same(fast, slow)
+    busy_fast, busy_slow = fast.pending.copy(), slow.pending.copy()
+    bulk.chunks_add(busy_fast, index, 1)
+    np.add.at(busy_slow, flat.ravel(), np.int16(1))
+    np.testing.assert_array_equal(busy_fast, busy_slow)
+
+
+@pytest.mark.parametrize("ctas", [[0, 1], [2, 0], [1]])
+def test_range_records_equal_the_per_byte_ones(ctas: list[int]) -> None:
+    fast, slow = random_state(7), random_state(7)
+    rows = np.array(ctas)
+    lo, hi = 256, 768
+    where = np.random.default_rng(8).permutation(np.arange(lo, hi))
+    assert bulk.covered_range(where) == (lo, hi)
+    assert bulk.covered_range(where[1:]) is None
+    flat = rows[:, None] * SIZE + where[None, :]
+    threads = rows * NTHREADS + 5
+    mine = threads[:, None]
+    clash = (slow.rmax[flat] >= 0) & ((slow.rmin[flat] != mine) | (slow.rmax[flat] != mine))
+    assert bulk.range_clear(fast, rows, threads, lo, hi, None) == bool(
+        not clash.any() and not slow.pending[flat].any())
+    assert bulk.range_unfenced(fast, rows, lo, hi) == bool(slow.unfenced[flat].any())
+    bulk.range_pending(fast, rows, lo, hi, 1)
+    slow.add_pending(flat, 1)
+    assert_same(fast, slow)
+    bulk.range_pending(fast, rows, lo, hi, -1)
+    bulk.range_land(fast, rows, lo, hi)
+    slow.add_pending(flat, -1)
+    slow.land(flat, np.zeros(flat.shape, np.uint8))
+    slow.set_writer(flat, None)
+    fast.data[flat] = 0
+    assert_same(fast, slow)
+    np.testing.assert_array_equal(fast.data, slow.data)
+
+
+def _no_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk, "covered_chunks", lambda local, size: None)
+    monkeypatch.setattr(bulk, "covered_range", lambda where: None)
+    monkeypatch.setattr(bulk, "chunks_in_order", lambda local: None)
+    monkeypatch.setattr(state_module, "chunk_rows", lambda flat: None)
+
+
+def _outcome(plant: Callable[[Any], None] | None) -> tuple[str, Any, bytes]:
+    """Run the 2-stage pipelined GEMM (``plant`` edits its kernel): the fault's text
+    and location, and the output's bytes."""
+    m, n, k = 128, 128, 512
+    ops = pipeline.operands(m, n, k)
+    compiled = pipeline.compile_gemm(m, n, k, (128, 128, 64), {"num_stages": 2})
+    if plant is not None:
+        plant(compiled.kernel)
+    try:
+        pipeline.run(compiled, *ops)
+    except TargetFault as err:
+        return str(err), (err.loc.file, err.loc.line), ops[2].tobytes()
+    return "", None, ops[2].tobytes()
+
+
+def _drop_consumer_waits(fn: Any) -> None:
+    pipeline.drop_wait(fn, 1)
+
+
+def _drop_producer_waits(fn: Any) -> None:
+    pipeline.drop_wait(fn, 0)
+
+
+def _drop_wgmma_wait(fn: Any) -> None:
+    (main,) = pipeline.loops(pipeline.split(fn).regions[1].block)
+    body = main.regions[0].block
+    body.instrs[:] = [i for i in body.instrs if not isinstance(i.op, pipeline.WgmmaWait)]
+
+
+@pytest.mark.parametrize("plant", [None, _drop_consumer_waits, _drop_producer_waits,
+                                   _drop_wgmma_wait])
+def test_kernels_give_the_same_bits_and_faults_with_and_without_bulk_paths(
+        plant: Callable[[Any], None] | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = _outcome(plant)
+    _no_bulk(monkeypatch)
+    slow = _outcome(plant)
+    assert fast == slow
+    assert (fast[0] == "") == (plant is None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chunk_rows_readers_equal_the_per_byte_ones(seed: int) -> None:
+    """ldmatrix-like reads: rows of one aligned 16-byte chunk, repeated across threads."""
+    fast, slow = random_state(seed), random_state(seed)
+    rng = np.random.default_rng(200 + seed)
+    me = np.sort(rng.choice(NCTA * NTHREADS, 90, replace=False))
+    chunk = rng.integers(0, 6, len(me)) + (me // NTHREADS) * (SIZE // bulk.CHUNK)
+    flat = chunk[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)
+    rows = chunk_rows(flat)
+    assert np.array_equal(rows, chunk) and len(np.unique(rows)) < len(rows)
+    assert chunk_rows(flat[:, ::-1]) is None and chunk_rows(flat + 1) is None
+    fast.note_readers(flat, me, me, rows=rows)
+    slow.note_readers(flat, me, me)
+    assert_same(fast, slow)
+    assert fast.scratch is not None
+    assert (fast.scratch[0] == np.iinfo(np.int32).max).all() and (fast.scratch[1] == -1).all()
+
+
+def _fault(sh: SharedMemory, flat: np.ndarray, me: np.ndarray) -> str:
+    def fail(i: int, what: str, text: str) -> None:
+        raise AssertionError(f"{i} {what} {text}")
+    try:
+        sh.check_read(flat, me, fail)
+    except AssertionError as err:
+        return str(err)
+    return ""
+
+
+def test_chunk_rows_check_read_reports_the_per_byte_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = np.arange(0, 40, 2)
+    flat = (me % 7)[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)
+    found = []
+    for seed in range(6):
+        fast = _fault(random_state(seed), flat, me)
+        with monkeypatch.context() as patch:
+            patch.setattr(state_module, "chunk_rows", lambda flat: None)
+            slow = _fault(random_state(seed), flat, me)
+        assert fast == slow
+        found.append(fast)
+    assert all(found)  # the random states hold poison, copies in flight and races
+
+
+def test_chunk_rows_land_and_writer_equal_the_per_byte_ones() -> None:
+    """cp.async of 16 bytes landing: data, initialisation, fences and the writer."""
+    fast, slow = random_state(11), random_state(11)
+    rng = np.random.default_rng(12)
+    chunk = rng.choice(NCTA * SIZE // bulk.CHUNK, 50, replace=False)
+    flat = chunk[:, None] * bulk.CHUNK + np.arange(bulk.CHUNK)
+    who = (chunk * bulk.CHUNK // SIZE) * NTHREADS + rng.integers(0, NTHREADS, len(chunk))
+    data = rng.integers(0, 256, flat.shape).astype(np.uint8)
+    fast.land(flat, data, chunk)
+    fast.set_writer(flat, who, chunk)
+    slow.land(flat, data)
+    slow.set_writer(flat, who)
+    assert_same(fast, slow)
+    np.testing.assert_array_equal(fast.data, slow.data)
+    np.testing.assert_array_equal(fast.writer, slow.writer)
