@@ -149,13 +149,11 @@ def _not(instr: Instr, fast: bool) -> Impl:
 def _exp(instr: Instr, fast: bool) -> Impl:
     n = _num_in(instr)
     if n.kind == "float" and n.sd == F64 and not fast:
-        # the specified binary64 exp (+0 below e^-104): the graph softmax's e, which a
-        # GPU reproduces bit for bit
+        # the specified binary64 exp (+0 below e^-104): the graph softmax's e, as a GPU's
         return lambda x: n.result(exp_f64_specified(n.compute(x)))
     if fast or n.kind != "float":
         return lambda x: n.result(np.exp(n.compute(x)))
-    # f32, and the narrower floats that compute in f32: the specified exp_f32, which a GPU
-    # reproduces bit for bit; a narrow result is that f32 value rounded once more (RNE)
+    # f32 and narrower floats: the specified exp_f32 (as a GPU's), narrow ones rounded again
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
@@ -285,12 +283,10 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     if op.kind in ("max", "min"):
         kind = op.kind
         return lambda x: row_extreme(n.narrow(x), axis, kind)
-    if op.to is not None:  # rounded once to another element, also in fast mode
+    if op.to is not None or (op.kind == "mean" and not fast):  # (``to``: in fast mode too)
         return _exact_sum(n, axis, mean=op.kind == "mean", to=op.to)
     if op.kind == "mean":
-        if fast:
-            return lambda x: n.result(np.mean(n.compute(x), axis=axis))
-        return _exact_sum(n, axis, mean=True)
+        return lambda x: n.result(np.mean(n.compute(x), axis=axis))
     if fast or n.kind != "float":
         return lambda x: n.result(np.sum(n.compute(x), axis=axis))
     if op.exact:
@@ -319,8 +315,7 @@ def _exact_sum(n: Num, axis: int, mean: bool, to: Element | None = None) -> Impl
         if count == 0:
             empty = np.full(np.delete(narrow.shape, axis % narrow.ndim), np.nan if mean else 0.0)
             return n.result(empty) if to is None else convert(empty, to)
-        out = sum_rounded(narrow, axis, False, to or n.element,
-                          divisor=count if mean else 1)
+        out = sum_rounded(narrow, axis, False, to or n.element, divisor=count if mean else 1)
         nan = out != out
         return np.where(nan, out.dtype.type(np.nan), out) if nan.any() else out
     return impl
