@@ -33,11 +33,9 @@ from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
 from tessera.errors import ArgumentError, user_api
 from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
-from tessera.interp.target import mma as target_mma
 from tessera.interp.target import regs as target_regs
 from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
-from tessera.interp.target import wgmma_rs as target_wgmma_rs
 from tessera.interp.target.memory import async_copy as target_async
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
@@ -52,6 +50,8 @@ from tessera.interp.target.state import (
     TargetFrame,
     run,
 )
+from tessera.interp.target.tensorcore import mma as target_mma
+from tessera.interp.target.tensorcore import wgmma_rs as target_wgmma_rs
 from tessera.ir.core import Function, walk
 from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops

@@ -32,9 +32,7 @@ from tessera.arch.fragments import (
 )
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS
-from tessera.interp.target.exact_mma import Operand, mma, mma_operands
 from tessera.interp.target.flow import check_warps
-from tessera.interp.target.fragment_maps import FragmentMap
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
 from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, take_chunks
@@ -46,6 +44,8 @@ from tessera.interp.target.state import (
     TargetFrame,
     step_rule,
 )
+from tessera.interp.target.tensorcore.exact_mma import Operand, mma, mma_operands
+from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
 

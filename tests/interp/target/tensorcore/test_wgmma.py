@@ -16,7 +16,7 @@ from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import TensorMapType
 from tests.interp.target.kit import U64, Kernel, async_ops
-from tests.interp.target.test_mma import _bf16, _exact
+from tests.interp.target.tensorcore.test_mma import _bf16, _exact
 
 N = 64
 TX = 2 * 64 * 64 * 2  # two 64x64 bf16 boxes

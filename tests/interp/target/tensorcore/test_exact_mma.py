@@ -10,8 +10,8 @@ import pytest
 
 from tessera.arch import fragments
 from tessera.arch.mma import mma as golden
-from tessera.interp.target import exact_mma
-from tessera.interp.target.fragment_maps import FragmentMap
+from tessera.interp.target.tensorcore import exact_mma
+from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
 
 FORMATS = {"bf16": (ml_dtypes.bfloat16, 16), "f16": (np.float16, 16),
            "e4m3": (ml_dtypes.float8_e4m3fn, 32), "e5m2": (ml_dtypes.float8_e5m2, 32)}
@@ -106,7 +106,7 @@ def test_ldmatrix_gather_equals_the_arch_model(num: int, trans: bool) -> None:
     :func:`tessera.arch.ldmatrix.ldmatrix` on shared memory holding those rows
     anywhere (here: shuffled rows of a larger buffer)."""
     from tessera.arch.ldmatrix import ldmatrix
-    from tessera.interp.target.mma import ldmatrix_spread
+    from tessera.interp.target.tensorcore.mma import ldmatrix_spread
 
     rng = np.random.default_rng(num + 8 * trans)
     warps = 3

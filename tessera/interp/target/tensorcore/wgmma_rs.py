@@ -1,7 +1,7 @@
 """``ptx.wgmma_rs`` (``wgmma`` with A in registers) in the Target IR interpreter: A is
 gathered from each warp's four ``b32`` registers in the ``mma.m16n8k16`` A fragment
 layout (warp ``w`` holds rows ``16w .. 16w + 15``), B read through its descriptor as
-``wgmma`` reads it (:mod:`tessera.interp.target.mma`), the same exact accumulation."""
+``wgmma`` reads it (:mod:`tessera.interp.target.tensorcore.mma`), the same exact accumulation."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from tessera.arch.fragments import (
     wgmma_accumulator,
 )
 from tessera.arch.mma import FORMATS
-from tessera.interp.target.exact_mma import mma
 from tessera.interp.target.flow import check_warps
-from tessera.interp.target.mma import _operand, _uniform
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.interp.target.tensorcore.exact_mma import mma
+from tessera.interp.target.tensorcore.mma import _operand, _uniform
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
 
