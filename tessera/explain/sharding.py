@@ -161,18 +161,23 @@ def sections(arguments: dict[str, Any], fn: Any) -> list[tuple[str, str]]:
     """Explain-page sections: the sharding of each DistTensor argument and result."""
     from tessera.dist.core.tensor import DistTensor
     from tessera.errors import TesseraError
+    from tessera.explain import timeline
+    from tessera.mesh_sim.profile import profile
 
     found = [(f"argument {k}", v) for k, v in arguments.items() if isinstance(v, DistTensor)]
     if not found:
         return []
-    try:
-        result = fn(**arguments)
-    except TesseraError:
-        result = None
+    with profile() as prof:  # the run that draws the results also records the timeline
+        try:
+            result = fn(**arguments)
+        except TesseraError:
+            result = None
     leaves = result if isinstance(result, (tuple, list)) else [result]
     found += [(f"result {k}", v) for k, v in enumerate(leaves) if isinstance(v, DistTensor)]
     html = "".join(f"<div><b>{escape(name)}</b>{sharding_html(t)}</div>" for name, t in found)
-    return [("Sharding", f'<div class="tiles">{html}</div>')]
+    name = getattr(fn, "name", None) or getattr(fn, "__name__", "program")
+    return [("Sharding", f'<div class="tiles">{html}</div>'),
+            ("Mesh timeline", timeline.section(prof, name))]
 
 
 __all__ = ["blocks", "sections", "sharding_html", "sharding_text", "visualize_sharding"]

@@ -87,3 +87,29 @@ def test_vectors_draw_one_row_and_non_dist_values_are_refused() -> None:
         line.index(f"dev {k}") for k in range(4))
     with pytest.raises(ArgumentError, match="takes a DistTensor"):
         sharding_text(np.zeros(3))
+
+
+def test_a_sharded_function_page_draws_its_mesh_timeline() -> None:
+    """The run that draws a sharded function's results is profiled: the page has a
+    slice per recorded event of the drawn devices, and the downloadable trace is the
+    profile's own trace-event JSON."""
+    import base64
+    import json
+    import re
+
+    from tessera.explain import sharding as sharding_mod
+    from tessera.mesh_sim.profile import profile
+
+    t = _mesh_tensor(ts.ShardSpec((0,), ("dp",)))
+
+    def total(x):
+        return ts.sum(x * 2.0)
+
+    sections = dict(sharding_mod.sections({"x": t}, total))
+    html = sections["Mesh timeline"]
+    with profile() as prof:
+        total(t)
+    assert prof.events, "the program has a collective to draw"
+    assert html.count("<rect") == len(prof.events)
+    data = re.search(r'href="data:application/json;base64,([^"]+)"', html).group(1)
+    assert json.loads(base64.b64decode(data)) == json.loads(json.dumps(prof.trace()))
