@@ -47,7 +47,8 @@ def timeline_svg(events: list[Any]) -> str:
         y = row[e.device] * (2 * LANE + 6) + 4 + lane * LANE
         colour = COLOURS.get(e.stream, "#999")
         parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{LANE - 1}" '
-                     f'fill="{colour}" stroke="#fff" stroke-width="0.6"><title>{escape(e.name)} ({escape(e.kind)}): '
+                     f'fill="{colour}" stroke="#fff" stroke-width="0.6">'
+                     f'<title>{escape(e.name)} ({escape(e.kind)}): '
                      f'{e.dur:.2f} us at {e.start - t0:.2f} us</title></rect>')
     y = height - 6
     parts.append(f'<text x="{LEFT}" y="{y}">0 us</text>'
