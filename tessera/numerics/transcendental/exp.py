@@ -98,7 +98,7 @@ _CHUNK = 1 << 15
 _SHIFTER = float(2**52 + 1023)
 
 
-def _chebyshev(k: int) -> list[int]:
+def chebyshev(k: int) -> list[int]:
     """The power-basis coefficients of the Chebyshev polynomial T_k, constant first."""
     lower, upper = [1], [0, 1]
     if k == 0:
@@ -121,7 +121,7 @@ def economized_coefficients(degree: int = DEGREE, radius: Fraction = RADIUS,
     a = [Fraction(1, math.factorial(k)) for k in range(taylor + 1)]
     bound = Fraction(0)
     for k in range(taylor, degree, -1):
-        cheb = _chebyshev(k)
+        cheb = chebyshev(k)
         scale = a[k] * radius**k / cheb[k]  # cancels r^k exactly
         for i, c in enumerate(cheb):
             a[i] -= scale * c / radius**i
@@ -129,14 +129,10 @@ def economized_coefficients(degree: int = DEGREE, radius: Fraction = RADIUS,
     return a[:degree + 1], bound
 
 
-def _wide_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray) -> None:
-    """Steps 2-6 for a flat chunk: ``out`` (binary64, or binary32 for the final RNE
-    conversion) gets ``v``; ``buf`` is scratch of shape (3, >= len)."""
-    m = x32.size
-    x, n, r = buf[0, :m], buf[1, :m], buf[2, :m]
-    np.copyto(x, x32)  # cvt.f64.f32: exact
-    # equals the two setp+selp of the spec for every non-NaN x; NaN lanes are replaced
-    np.clip(x, CLAMP_LO, CLAMP_HI, out=x)
+def reduce_and_approximate(x: np.ndarray, n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Steps 3-5 on a clamped binary64 chunk ``x``: ``n`` gets rne(x * LOG2E), and the
+    result (``x``'s buffer, reused) is the polynomial ``p ~ e^r`` of the Cody-Waite
+    reduced ``r`` (which ``r`` holds)."""
     np.multiply(x, LOG2E, out=n)
     np.rint(n, out=n)  # cvt.rni.s32.f64 then cvt.rn.f64.s32: both exact here
     np.multiply(n, LN2_HI, out=r)
@@ -149,6 +145,18 @@ def _wide_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray) -> None:
     for c in COEFFS[2:]:  # Horner: mul.rn.f64 then add.rn.f64, never fused
         np.multiply(p, r, out=p)
         np.add(p, c, out=p)
+    return p
+
+
+def _wide_into(x32: np.ndarray, out: np.ndarray, buf: np.ndarray) -> None:
+    """Steps 2-6 for a flat chunk: ``out`` (binary64, or binary32 for the final RNE
+    conversion) gets ``v``; ``buf`` is scratch of shape (3, >= len)."""
+    m = x32.size
+    x, n, r = buf[0, :m], buf[1, :m], buf[2, :m]
+    np.copyto(x, x32)  # cvt.f64.f32: exact
+    # equals the two setp+selp of the spec for every non-NaN x; NaN lanes are replaced
+    np.clip(x, CLAMP_LO, CLAMP_HI, out=x)
+    p = reduce_and_approximate(x, n, r)
     np.add(n, _SHIFTER, out=n)
     bits = n.view(np.int64)
     np.left_shift(bits, 52, out=bits)  # the pattern (n + 1023) << 52 of 2^n

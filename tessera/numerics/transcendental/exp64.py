@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.numerics.transcendental.exp import CLAMP_LO, COEFFS, LN2_HI, LN2_LO, LOG2E
+from tessera.numerics.transcendental.exp import CLAMP_LO, reduce_and_approximate
 
 #: the upper clamp: e^710 overflows binary64, and n = rne(710 * LOG2E) = 1024 still has
 #: a normal 2^(n-1)
@@ -62,18 +62,7 @@ def _chunk_into(x: np.ndarray, out: np.ndarray, buf: np.ndarray) -> None:
     c, n, r = buf[0, :m], buf[1, :m], buf[2, :m]
     # equals the two setp+selp of the spec for every non-NaN x; NaN lanes are replaced
     np.clip(x, CLAMP_LO, CLAMP_HI_F64, out=c)
-    np.multiply(c, LOG2E, out=n)
-    np.rint(n, out=n)  # cvt.rni.s32.f64 then cvt.rn.f64.s32: both exact here
-    np.multiply(n, LN2_HI, out=r)
-    np.subtract(c, r, out=r)
-    p = c  # c is dead from here on: reuse its buffer
-    np.multiply(n, LN2_LO, out=p)
-    np.subtract(r, p, out=r)
-    np.multiply(r, COEFFS[0], out=p)
-    np.add(p, COEFFS[1], out=p)
-    for coeff in COEFFS[2:]:  # Horner: mul.rn.f64 then add.rn.f64, never fused
-        np.multiply(p, r, out=p)
-        np.add(p, coeff, out=p)
+    p = reduce_and_approximate(c, n, r)  # steps 3-5, exactly as the f32 exp
     np.add(n, SHIFTER_F64, out=n)
     bits = n.view(np.int64)
     np.left_shift(bits, 52, out=bits)  # the pattern (n + 1022) << 52 of 2^(n-1)

@@ -43,6 +43,8 @@ from functools import cache
 
 import numpy as np
 
+from tessera.numerics.transcendental.exp import chebyshev
+
 #: log2 of the table size
 TABLE_BITS = 7
 #: the table's entries: 2^(j / 128), j = 0..127
@@ -97,18 +99,6 @@ def l2() -> float:
     return float(_ln2() / TABLE_SIZE - Fraction(L1))
 
 
-def _chebyshev(k: int) -> list[int]:
-    lower, upper = [1], [0, 1]
-    if k == 0:
-        return lower
-    for _ in range(k - 1):
-        nxt = [0, *(2 * c for c in upper)]
-        for i, c in enumerate(lower):
-            nxt[i] -= c
-        lower, upper = upper, nxt
-    return upper
-
-
 @cache
 def _economized(taylor: int = 16) -> tuple[tuple[Fraction, ...], Fraction]:
     """Exact coefficients (constant first) of ``(e^r - 1) / r`` = sum r^k / (k+1)!,
@@ -120,7 +110,7 @@ def _economized(taylor: int = 16) -> tuple[tuple[Fraction, ...], Fraction]:
     a = [Fraction(1, math.factorial(k + 1)) for k in range(taylor + 1)]
     bound = 2 * RADIUS ** (taylor + 1) / math.factorial(taylor + 2)  # tail, e^r < 2
     for k in range(taylor, DEGREE, -1):
-        cheb = _chebyshev(k)
+        cheb = chebyshev(k)
         scale = a[k] * RADIUS**k / cheb[k]
         for i, c in enumerate(cheb):
             a[i] -= scale * c / RADIUS**i
