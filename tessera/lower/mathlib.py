@@ -88,6 +88,22 @@ def emit_exp_f32(e: TargetEmitter, x: Value) -> Value:
                  types=[F32], rare=True)[0]
 
 
+def emit_reduce_and_approximate(e: TargetEmitter, xc: Value) -> tuple[Value, Value]:
+    """Steps 3-5 of the specified ``exp`` on a clamped f64 register: ``n`` (s32) and the
+    polynomial ``p ~ e^r`` of the Cody-Waite reduced ``r`` (f64), op for op as
+    :func:`tessera.numerics.transcendental.exp.reduce_and_approximate`."""
+    f64 = "f64"
+    n = e.cvt(e.mul(xc, e.const(tr.LOG2E, f64), f64), "s32", f64, "rni")
+    nd = e.cvt(n, f64, "s32", "rn")  # exact
+    # Cody-Waite: n * LN2_HI and the first subtraction are exact
+    r = e.bin("sub", xc, e.mul(nd, e.const(tr.LN2_HI, f64), f64), f64)
+    r = e.bin("sub", r, e.mul(nd, e.const(tr.LN2_LO, f64), f64), f64)
+    p = e.add(e.mul(r, e.const(tr.COEFFS[0], f64), f64), e.const(tr.COEFFS[1], f64), f64)
+    for c in tr.COEFFS[2:]:  # Horner: mul then add, each rounded, never fused
+        p = e.add(e.mul(p, r, f64), e.const(c, f64), f64)
+    return n, p
+
+
 def emit_exp_f32_specified(e: TargetEmitter, x: Value) -> Value:
     """e^x of an f32 register: the algorithm of :mod:`tessera.numerics.transcendental.exp`,
     op for op. Returns the f32 result register."""
@@ -97,14 +113,7 @@ def emit_exp_f32_specified(e: TargetEmitter, x: Value) -> Value:
     hi, lo = e.const(tr.CLAMP_HI, f64), e.const(tr.CLAMP_LO, f64)
     xc = e.selp(xd, hi, e.setp("lt", xd, hi, f64), f64)  # a NaN takes the clamp value
     xc = e.selp(xc, lo, e.setp("gt", xc, lo, f64), f64)
-    n = e.cvt(e.mul(xc, e.const(tr.LOG2E, f64), f64), "s32", f64, "rni")
-    nd = e.cvt(n, f64, "s32", "rn")  # exact
-    # Cody-Waite: n * LN2_HI and the first subtraction are exact
-    r = e.bin("sub", xc, e.mul(nd, e.const(tr.LN2_HI, f64), f64), f64)
-    r = e.bin("sub", r, e.mul(nd, e.const(tr.LN2_LO, f64), f64), f64)
-    p = e.add(e.mul(r, e.const(tr.COEFFS[0], f64), f64), e.const(tr.COEFFS[1], f64), f64)
-    for c in tr.COEFFS[2:]:  # Horner
-        p = e.add(e.mul(p, r, f64), e.const(c, f64), f64)
+    n, p = emit_reduce_and_approximate(e, xc)
     # 2^n: high word (n + 1023) << 20 (as a multiply: shl wants b32), low word 0
     biased = e.add(n, e.const(1023, "s32"), "s32")
     high = e.mul(biased, e.const(1 << 20, "s32"), "s32")
@@ -175,5 +184,6 @@ def emit_shfl_max_f32(e: TargetEmitter, v: Value, offsets: Sequence[int]) -> Val
     return v
 
 
-__all__ = ["emit_exp_f32", "emit_exp_f32_specified", "emit_shfl_max_f32", "emit_shfl_sum_f64",
+__all__ = ["emit_exp_f32", "emit_exp_f32_specified", "emit_reduce_and_approximate",
+           "emit_shfl_max_f32", "emit_shfl_sum_f64",
            "emit_tree_max_f32", "emit_tree_sum_f64"]

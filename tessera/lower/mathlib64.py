@@ -22,6 +22,7 @@ from tessera.errors import IRVerifyError
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.mathlib import emit_reduce_and_approximate
 from tessera.numerics.transcendental import exp as tr
 from tessera.numerics.transcendental import exp64
 
@@ -36,14 +37,7 @@ def emit_exp_f64_specified(e: TargetEmitter, x: Value) -> Value:
     hi, lo = e.const(exp64.CLAMP_HI_F64, f64), e.const(tr.CLAMP_LO, f64)
     xc = e.selp(x, hi, e.setp("lt", x, hi, f64), f64)  # a NaN takes the clamp value
     xc = e.selp(xc, lo, e.setp("gt", xc, lo, f64), f64)
-    n = e.cvt(e.mul(xc, e.const(tr.LOG2E, f64), f64), "s32", f64, "rni")
-    nd = e.cvt(n, f64, "s32", "rn")  # exact
-    # Cody-Waite: n * LN2_HI and the first subtraction are exact
-    r = e.bin("sub", xc, e.mul(nd, e.const(tr.LN2_HI, f64), f64), f64)
-    r = e.bin("sub", r, e.mul(nd, e.const(tr.LN2_LO, f64), f64), f64)
-    p = e.add(e.mul(r, e.const(tr.COEFFS[0], f64), f64), e.const(tr.COEFFS[1], f64), f64)
-    for c in tr.COEFFS[2:]:  # Horner: mul then add, each rounded
-        p = e.add(e.mul(p, r, f64), e.const(c, f64), f64)
+    n, p = emit_reduce_and_approximate(e, xc)  # steps 3-5, as the f32 exp
     # 2^(n-1): high word (n + 1022) << 20 (as a multiply: shl wants b32), low word 0
     biased = e.add(n, e.const(1022, "s32"), "s32")
     high = e.mul(biased, e.const(1 << 20, "s32"), "s32")
