@@ -25,7 +25,14 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
-from tessera.ir.transforms.to_tile.keyblocks import F32, KeyPlan, along_keys, block_scores, key_loop
+from tessera.ir.transforms.to_tile.keyblocks import (
+    F32,
+    KeyPlan,
+    along_keys,
+    block_scores,
+    finish_pv,
+    key_loop,
+)
 from tessera.ir.transforms.to_tile.matmul import check_matmul
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
@@ -101,12 +108,7 @@ def emit_flash(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Valu
     inits = [em.full(stat_t, float("-inf")), em.full(stat_t, 0.0), em.full(acc_t, 0)]
     _, total, acc = key_loop(em, plan, inits, pv, step)
     (acc,) = em.create(tc.Div(), [acc, columns(total)], pv)
-    result = pv.results[0].type.element  # type: ignore[attr-defined]
-    if storage_of(result) != accum:
-        (acc,) = em.create(tc.Cast(result), [acc], pv)
-    if lead:
-        (acc,) = em.create(tc.Reshape(tuple(out_t.shape)), [acc], pv)
-    return rules.settle(em, pv, acc)
+    return finish_pv(em, pv, acc, accum, tuple(out_t.shape) if lead else None)
 
 
 __all__ = ["emit_flash", "flash_applies"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tessera.ir.core import Block, Builder, Instr, IRRegion, Value
 from tessera.ir.dialects import graph as graph_ops
@@ -312,13 +312,31 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
 
     (acc,) = key_loop(em, plan, [em.full(acc_t, 0)], pv, product)
     (acc,) = em.create(tc.Cast(accum), [acc], pv)  # the one rounding of the exact sum
+    return finish_pv(em, pv, acc, accum, tuple(out_t.shape) if lead else None)
+
+
+def finish_pv(em: Emitter, pv: Instr, acc: Value, accum: Any,
+              shape: tuple[int, ...] | None) -> Value:
+    """``P @ V``'s accumulator (in ``accum``) as the matmul's result: cast to its element
+    when that differs, reshaped to ``shape`` (batched operands), NaNs settled."""
     result = pv.results[0].type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:
         (acc,) = em.create(tc.Cast(result), [acc], pv)
-    if lead:
-        (acc,) = em.create(tc.Reshape(tuple(out_t.shape)), [acc], pv)
+    if shape is not None:
+        (acc,) = em.create(tc.Reshape(shape), [acc], pv)
     return rules.settle(em, pv, acc)
 
 
-__all__ = ["F32", "F64", "TERMS", "KeyPlan", "along_keys", "block_scores", "emit_attention",
-           "emit_rows", "key_loop", "plan_of"]
+__all__ = [
+    "F32",
+    "F64",
+    "TERMS",
+    "KeyPlan",
+    "along_keys",
+    "block_scores",
+    "emit_attention",
+    "emit_rows",
+    "finish_pv",
+    "key_loop",
+    "plan_of",
+]
