@@ -60,6 +60,20 @@ def start_browser(width: int = 1400, height: int = 1000):
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
 
+def open_page(driver, uri: str, timeout: float = 60.0) -> None:
+    """Load ``uri`` and wait until the whole document is parsed and loaded: a page of
+    several megabytes (a kernel's PTX) can still be parsing on a loaded machine when
+    the driver hands back control."""
+    import time
+
+    driver.get(uri)
+    end = time.monotonic() + timeout
+    while driver.execute_script("return document.readyState") != "complete":
+        if time.monotonic() > end:
+            raise TimeoutError(f"{uri} did not finish loading in {timeout} s")
+        time.sleep(0.05)
+
+
 def screenshot_pixels(driver) -> np.ndarray:
     """The window's pixels as an (H, W, 3) uint8 array."""
     from PIL import Image

@@ -15,7 +15,7 @@ import pytest
 
 from tessera.explain.command import write_page
 from tests.explain import subjects
-from tests.explain.browser import distinct_colours, screenshot_pixels
+from tests.explain.browser import distinct_colours, open_page, screenshot_pixels
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "explain"
 HIGHLIGHT = (255, 243, 176)  # --hl of the page's style sheet
@@ -38,7 +38,7 @@ def _highlighted(driver: Any, panel: str) -> list[str]:
 
 def test_hovering_a_source_line_highlights_its_ptx(browser: Any, tmp_path: Path) -> None:
     page = write_page(subjects.saxpy, tmp_path / "saxpy.html", **subjects.saxpy_arguments())
-    browser.get(page.as_uri())
+    open_page(browser, page.as_uri())
     line = subjects.line_of("# the linked line")
     _hover(browser, f'section[data-key="source"] .ln[data-src="{line}"]')
     ptx = _highlighted(browser, "ptx")
@@ -68,7 +68,7 @@ def test_example_pages_draw(browser: Any, tmp_path: Path, example: str, panels: 
                             drawings: list[str]) -> None:
     out = tmp_path / example.replace(".py", ".html")
     runpy.run_path(str(EXAMPLES / example), run_name="__explain_test__")["main"](str(out))
-    browser.get(out.as_uri())
+    open_page(browser, out.as_uri())
     keys = browser.execute_script(
         "return Array.from(document.querySelectorAll('section.panel'))"
         ".map(e => e.dataset.key)")
@@ -87,7 +87,7 @@ def test_hovering_a_dataflow_node_highlights_its_lines(browser: Any, tmp_path: P
 
     a = np.ones((4, 8), np.float32)
     page = write_page(subjects.scaled_sum, tmp_path / "sum.html", a=a, b=a)
-    browser.get(page.as_uri())
+    open_page(browser, page.as_uri())
     line = subjects.line_of("c = a * 2.0 + b")
     _hover(browser, f'svg.dataflow g.node[data-src="{line}"]')
     assert len(_highlighted(browser, "source")) == 1
