@@ -42,6 +42,19 @@ def exact_gemm(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
 
 
 @ts.kernel
+def register_gemm(A: ts.Tensor["M", "K", ts.f32], BT: ts.Tensor["N", "K", ts.f32],
+                  C: ts.Tensor["M", "N", ts.f32]) -> ts.Tensor["M", "N", ts.f32]:
+    """C = (2 A) @ BT^T, exactly: both operands are register tiles computed per trip."""
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        a = A[tile_m:tile_m + BM, k:k + BK] * 2.0
+        bt = BT[tile_n:tile_n + BN, k:k + BK] + 0.0
+        acc = ts.tile.mma(a, bt.T, acc, exact=True)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
+    return C
+
+
+@ts.kernel
 def exact_rows(X: ts.Tensor["M", "N", ts.f32], S: ts.Tensor["M", ts.f32],
                Mu: ts.Tensor["M", ts.f32]) -> None:
     x = X[tile_m:tile_m + BM, 0:N]

@@ -17,9 +17,12 @@ nearest even, to the accumulator format when any other op uses it
   chain's values carry through loops are placeholders.
 * **Products.** No tensor cores (their accumulation truncates): each thread loops
   over K, reads ``a[i, k]`` and ``b[k, j]`` of its elements from the operand views
-  (shared or global), widens them to f64 and multiplies there — exact for two values
-  of at most 24 significant bits, and ``inf * 0`` is NaN as the definition wants —
-  and deposits the 53-bit product into three words at its quantum position.
+  (shared or global; an operand computed in the kernel, a register tile such as the
+  softmax's ``P`` of ``P @ V``, is first staged into an f32 shared buffer behind
+  barriers, :mod:`tessera.lower.rules.stage`, which counts with the accumulators
+  against the target's shared memory), widens them to f64 and multiplies there —
+  exact for two values of at most 24 significant bits, and ``inf * 0`` is NaN as the
+  definition wants — and deposits the 53-bit product into three words at its quantum position.
 * **Width.** Products of two f32 (or bf16, tf32, f16, fp8) values are multiples of
   ``2**-298`` below ``2**256``; the quantum is ``2**-362`` (64 bits below, so that the
   f64 significand's last bit, down to ``2**-350``, is never below word 0), words up to
@@ -91,18 +94,26 @@ def _chains(fn: Function) -> dict[Value, Value]:
     the chain's representative."""
     exact = possibly_exact(fn)
     ch = _Chains()
+
+    def join(a: Value, b: Value) -> None:
+        # a starting value (zeros) joins no chain: one ``tile.full`` may start several
+        ch.find(a)
+        ch.find(b)
+        if a in exact and b in exact:
+            ch.join(a, b)
+
     for instr in walk(fn.body):
         op = instr.op
         if isinstance(op, tile_compute.Mma) and op.exact:
             ch.find(instr.results[0])
             if len(instr.operands) == 3:
-                ch.join(instr.operands[2], instr.results[0])
+                join(instr.operands[2], instr.results[0])
         elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
             for sources, targets in value_slots(instr):
                 members = [v for v in (*sources, *targets) if v in exact]
                 if members:
                     for m in (*sources, *targets):
-                        ch.join(members[0], m)
+                        join(members[0], m)
     return {v: ch.find(v) for v in ch.parent}
 
 
@@ -131,7 +142,7 @@ def plan_exact(low: Lowerer) -> bool:
             raise UnsupportedError(
                 "an exact mma that accumulates into a tile other than zeros is not lowered",
                 hint="start the accumulator from zeros", loc=getattr(owner, "loc", low.fn.loc))
-        if root in bufs:
+        if root in bufs or v not in exact:  # zeros: the buffer starts zeroed
             continue
         layout = low.layouts.get(root)
         t = root.type
@@ -242,6 +253,27 @@ def deposit_f64(e: TargetEmitter, acc: Value, p: Value) -> None:
     e.st("shared", acc, e.bin("or", old, flag, u32), u32, offset=8 * MMA_DIGITS)
 
 
+def _staged(low: Lowerer, instr: Instr, x: Lowered) -> Lowered:
+    """An operand computed in the kernel (a register tile) staged through shared memory
+    (:mod:`tessera.lower.rules.stage`), within the target's shared memory together with
+    the accumulators; memory views pass."""
+    if not isinstance(x, Dist):
+        return x
+    from tessera.arch.limits import shared_limit
+    from tessera.lower.rules.stage import stage
+
+    mem = stage(low, x, instr)
+    _, bufs, _ = low.extra["exact_chains"]
+    acc = sum(prod(root.type.shape) * 8 * (MMA_DIGITS + 1) for root in bufs)
+    staged, limit = low.extra["staged_bytes"], shared_limit(low.target)
+    if acc + staged > limit:
+        raise UnsupportedError(
+            f"tile.mma (exact) needs {acc:,} bytes of accumulators and {staged:,} bytes of "
+            f"staged register operands in shared memory, more than {low.target}'s {limit:,}",
+            hint="use smaller tiles (tile_shape=(32, 16, ...))", loc=instr.loc)
+    return mem
+
+
 def _operand(e: TargetEmitter, mem: Mem, i: Value, k: Value) -> Value:
     """Element ``[i, k]`` of a 2-D operand view, as f64 (exact)."""
     off = e.add(e.mul(i, e.const(mem.strides[0], "s32"), "s32"),
@@ -257,7 +289,7 @@ def _operand(e: TargetEmitter, mem: Mem, i: Value, k: Value) -> Value:
 
 @exact_rule(tile_compute.Mma)
 def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    a, b = args[:2]
+    a, b = (_staged(low, instr, x) for x in args[:2])
     if not (isinstance(a, Mem) and isinstance(b, Mem) and len(a.shape) == 2 and
             len(b.shape) == 2):
         raise UnsupportedError("exact mma operands must be 2-D memory tiles (loads of "

@@ -83,8 +83,17 @@ def _proxy_fence(low: Lowerer, e: TargetEmitter) -> None:
         e.op(Fence("proxy_async"))
 
 
+def _squeezed(mem: Mem) -> Mem:
+    """A view of rank > 2 whose leading axes are all 1 as its last two axes (the
+    ``1 x R x C`` boxes of a 3-D tensor's one batch)."""
+    if len(mem.shape) > 2 and all(d == 1 for d in mem.shape[:-2]):
+        return replace(mem, shape=mem.shape[-2:], strides=mem.strides[-2:])
+    return mem
+
+
 def shared_box(mem: Mem) -> SharedBox:
     """A shared view as the box the matrix building blocks read."""
+    mem = _squeezed(mem)
     if mem.space != "shared" or mem.offset is not None or len(mem.shape) != 2:
         raise UnsupportedError("mma operands must be whole 2-D shared buffers here",
                                hint="copy the tile into shared memory with "
@@ -95,6 +104,7 @@ def shared_box(mem: Mem) -> SharedBox:
 
 
 def global_box(e: TargetEmitter, mem: Mem) -> GlobalBox:
+    mem = _squeezed(mem)
     if mem.space != "global" or len(mem.shape) != 2 or mem.strides[-1] != 1:
         raise UnsupportedError("async copies take row-major 2-D global views")
     return GlobalBox(address(e, mem), mem.shape[0], mem.shape[1], mem.strides[0],
@@ -109,11 +119,14 @@ def load_tile(low: Lowerer, instr: Instr, mem: Mem) -> Lowered:
 @rule(tile_compute.Transpose)
 def _transpose(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     (x,) = args
+    from tessera.lower.rules.stage import stage, transposed
+
+    if isinstance(x, Dist):  # a register tile: staged through shared memory
+        x = stage(low, x, instr)
     if not isinstance(x, Mem):
         raise UnsupportedError("transposes of register tiles are not lowered",
                                loc=instr.loc)
-    return [replace(x, shape=x.shape[::-1], strides=x.strides[::-1],
-                    transposed=not x.transposed, meta=dict(x.meta))]
+    return [transposed(x)]
 
 
 @rule(tile_compute.Full)

@@ -257,6 +257,9 @@ def _reshape(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     out = low.layouts.get(instr.results[0])
     if isinstance(x, Dist) and out == x.layout:  # adding or removing unit dims
         return [x]
+    if isinstance(x, Dist) and isinstance(x.layout, Blocked) and isinstance(out, Blocked) \
+            and out.vec == x.layout.vec and prod(out.shape) == prod(x.layout.shape):
+        return [Dist(out, x.regs, x.type)]  # row-major order, so the same registers
     if isinstance(x, Mem):  # a view: unit dims are free (x[:, None] of a bias column)
         from tessera.lower.broadcast import reshape_view
 

@@ -1,0 +1,120 @@
+"""Attention ``softmax(Q K^T * s [+ mask]) V`` under ``backend="target"``: the generated
+kernel's second exact mma reads the softmax's register tile ``P`` staged through shared
+memory (:mod:`tessera.lower.rules.stage`) and gives the graph interpreter's bits on
+sm_80 and sm_90a; its PTX assembles with no advisory and no spills.
+
+Sequences of up to 16 keys: one key tile, so the kernel is one pass (longer ones are
+scheduled as passes over key tiles, which are not lowered yet)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tessera as ts
+from tessera import op
+
+TARGETS = ["sm_80", "sm_90a"]
+
+
+def attention(q, k, v):  # type: ignore[no-untyped-def]
+    s = op.matmul(q, op.transpose(k, (0, 2, 1))) * 0.125
+    return op.matmul(op.softmax(s, axis=-1), v)
+
+
+def attention_4d(q, k, v):  # type: ignore[no-untyped-def]
+    s = op.matmul(q, op.transpose(k, (0, 1, 3, 2))) * 0.125
+    return op.matmul(op.softmax(s, axis=-1), v)
+
+
+def causal_additive(q, k, v, bias):  # type: ignore[no-untyped-def]
+    s = op.matmul(q, op.transpose(k, (0, 2, 1))) * 0.125 + bias
+    return op.matmul(op.softmax(s), v)
+
+
+def projected(h, wq, wk, wv):  # type: ignore[no-untyped-def]
+    """Attention of projections, as in a transformer block (2-D)."""
+    q, k, v = h @ wq, h @ wk, h @ wv
+    return op.matmul(op.softmax(op.matmul(q, op.transpose(k, (1, 0))) * 0.125), v)
+
+
+def _bits(out):  # type: ignore[no-untyped-def]
+    return np.asarray(out.array).tobytes()
+
+
+def _inputs(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> list:
+    if fmt == "bf16":  # cp.async moves rows of whole 4-byte words
+        shape = (*shape[:-1], 2 * (-(-shape[-1] // 2)))
+    dt = ts.bf16 if fmt == "bf16" else ts.f32
+    return [ts.Tensor(rng.standard_normal(shape) * 2.0, dt).array for _ in range(3)]
+
+
+def _same_on_target(fn, args, targets=TARGETS) -> None:  # type: ignore[no-untyped-def]
+    lowered = ts.jit(fn).lower(*args)
+    want = _bits(lowered.run(*args))
+    for target in targets:
+        assert _bits(lowered.run(*args, backend="target", target=target)) == want, target
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 16), st.integers(1, 16),
+       st.sampled_from(["f32", "bf16"]), st.randoms(use_true_random=False))
+def test_attention_on_target_gives_the_graph_bits(b: int, s: int, d: int, fmt: str,
+                                                  r) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(r.randrange(2**32))
+    _same_on_target(attention, _inputs(rng, (b, s, d), fmt))
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 16), st.integers(1, 16), st.sampled_from(["f32", "bf16"]),
+       st.randoms(use_true_random=False))
+def test_causal_additive_attention_on_target_gives_the_graph_bits(
+        s: int, d: int, fmt: str, r) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(r.randrange(2**32))
+    q, k, v = _inputs(rng, (1, s, d), fmt)
+    bias = np.where(np.tril(np.ones((s, s), bool)), 0.0, -1e9).astype(np.float32)
+    _same_on_target(causal_additive, [q, k, v, bias])
+
+
+def test_4d_and_projected_attention_on_target() -> None:
+    rng = np.random.default_rng(5)
+    _same_on_target(attention_4d, _inputs(rng, (1, 2, 13, 12), "f32"))
+    h = rng.standard_normal((11, 5)).astype(np.float32)
+    _same_on_target(projected, [h, *(rng.standard_normal((5, 5)).astype(np.float32)
+                                     for _ in range(3))])
+
+
+def test_special_scores_on_target() -> None:
+    """Scores of +-inf and NaN (an infinite query element) and rows of one value."""
+    rng = np.random.default_rng(6)
+    q, k, v = _inputs(rng, (1, 9, 4), "f32")
+    q[0, 2, 1], q[0, 5, :] = np.inf, 0.0
+    k[0, 3, :] = 0.0
+    _same_on_target(attention, [q, k, v])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_ptx_assembles_without_advisories_or_spills(target: str) -> None:
+    rng = np.random.default_rng(7)
+    for fn, shape in [(attention, (4, 16, 32)), (attention_4d, (1, 2, 13, 12)),
+                      (attention, (2, 7, 3))]:
+        args = _inputs(rng, shape, "f32")
+        (kernel,) = ts.jit(fn).lower(*args).target(target).kernels
+        assembled = kernel.assemble()
+        stats = assembled.stats[kernel.name]
+        assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+        assert "warning" not in assembled.log.lower()
+        # P staged: stored to shared between two barriers; no tensor cores
+        assert "st.shared.f32" in kernel.ptx and "bar.sync" in kernel.ptx
+        assert "mma.sync" not in kernel.ptx and "wgmma" not in kernel.ptx
+
+
+def test_batched_matmuls_on_target() -> None:
+    """A tile of one batch element is a ``1 x M x K`` box: copied and read as 2-D."""
+    rng = np.random.default_rng(8)
+    for (b, m, k, n) in [(3, 20, 9, 14), (2, 40, 33, 17)]:
+        x = rng.standard_normal((b, m, k)).astype(np.float32)
+        y = rng.standard_normal((b, k, n)).astype(np.float32)
+        _same_on_target(lambda p, q: op.matmul(p, q), [x, y])
