@@ -86,6 +86,18 @@ def arrays(name: str) -> list[np.ndarray]:
     return out
 
 
+def transformer_block(layernorm: Callable[..., Any], attention: Callable[..., Any],
+                      mlp: Callable[..., Any]) -> Callable[..., Any]:
+    """The pre-norm transformer block of the programs (attention and an MLP, each with a
+    residual), built from one framework's layernorm, attention and MLP."""
+    def block(x: Any, g1: Any, b1: Any, wq: Any, wk: Any, wv: Any, wo: Any, g2: Any,
+              b2: Any, w1: Any, c1: Any, w2: Any, c2: Any) -> Any:
+        h = layernorm(x, g1, b1)
+        r = x + attention(h @ wq, h @ wk, h @ wv) @ wo
+        return r + mlp(layernorm(r, g2, b2), w1, c1, w2, c2)
+    return block
+
+
 def timed(call: Callable[[], Any]) -> tuple[float, Any]:
     """Seconds one call took, and what it returned."""
     start = time.perf_counter()

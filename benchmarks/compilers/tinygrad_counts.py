@@ -24,10 +24,10 @@ os.environ.setdefault("DEV", "MOCK+NULL:PTX:sm_90")
 os.environ.setdefault("CACHELEVEL", "0")  # no on-disk kernel cache between runs
 
 if __package__:  # imported by the tests, as part of the package
-    from .common import arrays, child_main, first_and_warm
+    from .common import arrays, child_main, first_and_warm, transformer_block
 else:  # run as a script in the compiler's own environment
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import arrays, child_main, first_and_warm
+    from common import arrays, child_main, first_and_warm, transformer_block
 
 
 def programs() -> dict[str, Any]:
@@ -49,11 +49,7 @@ def programs() -> dict[str, Any]:
         d = x - x.mean(-1, keepdim=True)
         return d / ((d * d).mean(-1, keepdim=True) + 1e-5).sqrt() * g + b
 
-    def block(x: Any, g1: Any, b1: Any, wq: Any, wk: Any, wv: Any, wo: Any, g2: Any,
-              b2: Any, w1: Any, c1: Any, w2: Any, c2: Any) -> Any:
-        h = layernorm(x, g1, b1)
-        r = x + attention(h @ wq, h @ wk, h @ wv) @ wo
-        return r + mlp(layernorm(r, g2, b2), w1, c1, w2, c2)
+    block = transformer_block(layernorm, attention, mlp)
 
     return {"attention": attention, "attention_4d": attention, "causal_where": causal_where,
             "causal_additive": causal_additive, "mlp": mlp, "layernorm": layernorm,

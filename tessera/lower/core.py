@@ -330,48 +330,54 @@ class Lowerer:
         # a region starts with no previous op: a copy that opens a loop body follows the
         # body's last op (from the second trip on), not the copy before the loop
         self.extra["prev_op"] = None
-        from tessera.lower.rules.masked import settle, through_indexed
+        from tessera.lower.rules.masked import settle
 
         try:
             for instr in block.instrs:
                 if instr.op.terminator:
                     return [settle(self, v, self.env[v]) for v in instr.operands]
-                fn = self.overrides.get(id(instr)) or RULES.get(type(instr.op))
-                if getattr(instr.op, "exact", False) is True:
-                    fn = EXACT_RULES.get(type(instr.op))
-                elif self.mode == "fast":
-                    fn = FAST_RULES.get(type(instr.op), fn)
-                if fn is None:
-                    why = NOT_LOWERED.get(type(instr.op)) or \
-                        (EXACT_NOT_LOWERED if getattr(instr.op, "exact", False) else None)
-                    raise UnsupportedError(
-                        f"{instr.op.name}" + (" (exact)" if getattr(instr.op, "exact", False)
-                                              else "") + " is not lowered to PTX yet"
-                        + (f": {why}" if why else ""), loc=instr.loc,
-                        hint="run the kernel in the tile simulator, or rewrite it without "
-                             f"{instr.op.name}")
-                e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
-                args = [self.env[v] for v in instr.operands]
-                if "exact_chains" in self.extra:  # uses of an exact accumulator round it
-                    from tessera.lower.exact.mma import exact_operands
-
-                    args = exact_operands(self, instr, args)
-                try:
-                    # an index tensor (arange, a mask) is computed where it is used
-                    outs = (through_indexed(self, instr, args, fn)
-                            if any(isinstance(a, Indexed) for a in args) else
-                            fn(self, instr, args))
-                except TesseraError as err:
-                    if err.loc is not None and err.loc.file == instr.loc.file:
-                        raise
-                    # a building block's error: name the kernel line being lowered
-                    raise type(err)(err.message, hint=err.hint, loc=instr.loc) from None
-                for v, lv in zip(instr.results, outs):
-                    self.env[v] = lv
+                self.lower_instr(instr, e)
                 self.extra["prev_op"] = type(instr.op)
             return []
         finally:
             self.stack.pop()
+
+    def lower_instr(self, instr: Instr, e: TargetEmitter) -> None:
+        """Lower one (non-terminator) instruction into ``e`` by its rule (an override,
+        the exact rule of an exact op, fast mode's rule, else the checked one) and bind
+        its results; a pipeline that emits a loop body itself lowers its other ops here."""
+        from tessera.lower.rules.masked import through_indexed
+
+        fn = self.overrides.get(id(instr)) or RULES.get(type(instr.op))
+        exact = getattr(instr.op, "exact", False) is True
+        if exact:
+            fn = EXACT_RULES.get(type(instr.op))
+        elif self.mode == "fast":
+            fn = FAST_RULES.get(type(instr.op), fn)
+        if fn is None:
+            why = NOT_LOWERED.get(type(instr.op)) or (EXACT_NOT_LOWERED if exact else None)
+            raise UnsupportedError(
+                f"{instr.op.name}" + (" (exact)" if exact else "")
+                + " is not lowered to PTX yet" + (f": {why}" if why else ""), loc=instr.loc,
+                hint="run the kernel in the tile simulator, or rewrite it without "
+                     f"{instr.op.name}")
+        e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
+        args = [self.env[v] for v in instr.operands]
+        if "exact_chains" in self.extra:  # uses of an exact accumulator round it
+            from tessera.lower.exact.mma import exact_operands
+
+            args = exact_operands(self, instr, args)
+        try:
+            # an index tensor (arange, a mask) is computed where it is used
+            outs = (through_indexed(self, instr, args, fn)
+                    if any(isinstance(a, Indexed) for a in args) else fn(self, instr, args))
+        except TesseraError as err:
+            if err.loc is not None and err.loc.file == instr.loc.file:
+                raise
+            # a building block's error: name the kernel line being lowered
+            raise type(err)(err.message, hint=err.hint, loc=instr.loc) from None
+        for v, lv in zip(instr.results, outs):
+            self.env[v] = lv
 
 
 def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:

@@ -42,7 +42,7 @@ from tessera.lower.exact.longacc import (
 from tessera.lower.exact.mma import EXACT_MAXNREG
 from tessera.lower.exact.sum64 import SUM64_DIGITS, SUM64_QUANTUM, deposit_f64
 from tessera.lower.layout import Blocked, BRow
-from tessera.lower.rules.tensor import chunk_index, materialize
+from tessera.lower.rules.tensor import chunk_index, for_each_chunk, materialize
 from tessera.lower.values import Dist, Lowered, Scalar, storage_name
 
 #: result formats the rounding produces (in the f32 registers they live in)
@@ -85,19 +85,13 @@ def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
     zero_shared(e, base, rows * (digits + 1))
     e.bar()
 
-    def deposit(inner: TargetEmitter, j: int) -> None:
+    def deposit(inner: TargetEmitter, j: int) -> None:  # one row address per chunk
         row = inner.bin("div", chunk_index(inner, layout, j), inner.const(cols, "s32"), "s32")
         addr = acc.row(inner, row)
         for c in range(layout.vec):
             deposit_one(inner, addr, acc, x.regs[j * layout.vec + c])
 
-    for j in range(layout.per_thread):
-        if (j + 1) * THREADS <= layout.chunks:
-            deposit(e, j)
-        else:
-            ok = e.setp("lt", chunk_index(e, layout, j),
-                        e.const(layout.chunks * layout.vec, "s32"), "s32")
-            e.if_(ok, lambda inner, j=j: deposit(inner, j))
+    for_each_chunk(e, layout, deposit)
     e.bar()
     results = e.add(base, e.const(acc_bytes, "u32"), "u32")
 
@@ -221,13 +215,7 @@ def for_each_element(low: Lowerer, x: Dist, cols: int,
         for c in range(layout.vec):
             body(inner, row, x.regs[j * layout.vec + c])
 
-    for j in range(layout.per_thread):
-        if (j + 1) * THREADS <= layout.chunks:
-            chunk(e, j)
-        else:
-            ok = e.setp("lt", chunk_index(e, layout, j),
-                        e.const(layout.chunks * layout.vec, "s32"), "s32")
-            e.if_(ok, lambda inner, j=j: chunk(inner, j))
+    for_each_chunk(e, layout, chunk)
 
 
 __all__ = ["FORMATS", "exact_row_sums", "for_each_element", "row_results"]

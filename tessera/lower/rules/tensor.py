@@ -12,7 +12,7 @@ from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
-from tessera.lower.core import Lowerer, rule
+from tessera.lower.core import THREADS, Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow, Row
 from tessera.lower.rules.memory import address
@@ -146,8 +146,15 @@ def for_each_element(low: Lowerer, layout: Blocked, mem: Mem,
             off = _element(inner, mem, layout, k0, c)
             fn(inner, address(inner, mem, off), j * layout.vec + c)
 
+    for_each_chunk(e, layout, chunk)
+
+
+def for_each_chunk(e: TargetEmitter, layout: Blocked,
+                   chunk: Callable[[TargetEmitter, int], None]) -> None:
+    """``chunk(emitter, j)`` for each chunk ``j`` this thread holds of a blocked tensor;
+    a chunk that lies past the tensor's end in some threads runs under a guard."""
     for j in range(layout.per_thread):
-        if (j + 1) * 128 <= layout.chunks:
+        if (j + 1) * THREADS <= layout.chunks:
             chunk(e, j)
         else:
             ok = e.setp("lt", chunk_index(e, layout, j),

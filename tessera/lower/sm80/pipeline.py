@@ -32,7 +32,7 @@ from tessera.errors import UnsupportedError
 from tessera.ir.core import Function, Instr, Value
 from tessera.ir.dialects.target.async_ops import CpAsyncCommit, CpAsyncWait
 from tessera.ir.dialects.tile import memory as tile_memory
-from tessera.lower.core import RULES, Lowerer, Rule
+from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.rules.block import global_box
 from tessera.lower.sm80.copy import copy_async, copy_chunk
@@ -133,10 +133,7 @@ def _lower(low: Lowerer, instr: Instr, args: list[Lowered], plan: Sm80Plan) -> l
                                commit=False)
                 elif not i.op.terminator and i is not g.mma and not isinstance(
                         i.op, (tile_memory.Barrier, tile_memory.Load)):
-                    t.loc = i.loc
-                    outs = RULES[type(i.op)](low, i, [low.env[v] for v in i.operands])
-                    for v, lv in zip(i.results, outs):
-                        low.env[v] = lv
+                    low.lower_instr(i, t)
         finally:
             low.stack.pop()
 

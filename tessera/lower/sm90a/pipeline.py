@@ -49,7 +49,7 @@ from tessera.ir.dialects.target.async_ops import (
 from tessera.ir.dialects.target.ptx_ops import Elect
 from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.ir.dialects.tile import memory as tile_memory
-from tessera.lower.core import RULES, Lowerer, Rule
+from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.mma import swizzle_span
@@ -175,10 +175,7 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
                     issue_copy(t, _tma(low, t, low.env[i.operands[1]], box), full)
                 elif not i.op.terminator and not isinstance(
                         i.op, (tile_memory.Barrier, tile_memory.Load)) and i is not g.mma:
-                    t.loc = i.loc
-                    outs = RULES[type(i.op)](low, i, [low.env[v] for v in i.operands])
-                    for v, lv in zip(i.results, outs):
-                        low.env[v] = lv
+                    low.lower_instr(i, t)
         finally:
             low.stack.pop()
         # the loads may complete before the bytes are announced: the tx-count goes below
