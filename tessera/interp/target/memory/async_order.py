@@ -75,9 +75,13 @@ def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]
     base = ctas * m.nthreads
     first = base + arrived.argmax(axis=1)
     last = base + m.nthreads - 1 - arrived[:, ::-1].argmax(axis=1)
-    ctas = ctas[(sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)]
+    near = (sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)
+    ctas, first, last, arrived = ctas[near], first[near], last[near], arrived[near]
     if not len(ctas):
         return
+    # logged reads: dropped where the epoch clears them whole, else resolved
+    one_range = arrived.sum(axis=1) == last - first + 1
+    sh.log.release(ctas, np.where(one_range, first, last + 1), last)
     breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
     for run in np.split(ctas, breaks):
         who = np.stack([released[by_cta[int(c)]] for c in run])  # (C, nthreads)
@@ -89,18 +93,19 @@ def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
     the arrived threads, each)."""
     sh = m.shared
     rows = slice(first, first + len(who))
-    cols = np.flatnonzero(sh.dirty[rows].any(axis=0))
+    cols = np.flatnonzero(sh.dirty_blocks[rows].any(axis=0))  # the log's rows: resolved
     if not len(cols):
         return
     lo, hi = int(cols[0]) * DIRTY_BLOCK, min(sh.size, (int(cols[-1]) + 1) * DIRTY_BLOCK)
-    views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi] for a in (sh.rmin, sh.rmax, sh.writer)]
+    views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi]
+             for a in (sh.rmin_bytes, sh.rmax_bytes, sh.writer)]
     ctas = np.arange(first, first + len(who))
     clear = _released(m, ctas, who, *views)
     for x, fill in zip(views, (np.iinfo(np.int32).max, -1, -1)):
         np.copyto(x, np.int32(fill), where=clear)
     if (hi - lo) % DIRTY_BLOCK == 0:  # blocks left with no access are clean again
         left = ((views[1] >= 0) | (views[2] >= 0)).reshape(len(who), -1, DIRTY_BLOCK)
-        sh.dirty[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
+        sh.dirty_blocks[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
 
 
 def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -132,75 +137,101 @@ def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi:
     return readers_ok & writer_ok & (read | (w >= 0))
 
 
-class _Chunks:
-    """Bytes a ``wgmma`` reads, as flat 16-byte chunk numbers."""
+class _Read:
+    """One ``wgmma`` operand read of several warpgroups: per row the warpgroup, the
+    number of its group the read belongs to, and the flat byte indices, or the flat
+    16-byte chunk numbers (``chunked``); its CTAs and the CTA-local bytes
+    ``lo .. hi - 1`` bound what it reads, ``live`` flags the rows not yet retired."""
 
-    __slots__ = ("call", "index")
+    __slots__ = ("chunked", "ctas", "group", "hi", "index", "live", "lo", "warpgroups")
 
-    def __init__(self, index: np.ndarray, call: int) -> None:
-        self.index = index
-        self.call = call  # the read's number: the chunks of one read are distinct
+    def __init__(self, warpgroups: np.ndarray, group: np.ndarray, index: np.ndarray,
+                 chunked: bool, ctas: np.ndarray, lo: int, hi: int) -> None:
+        self.warpgroups, self.group, self.index = warpgroups, group, index
+        self.chunked, self.ctas, self.lo, self.hi = chunked, ctas, lo, hi
+        self.live = np.ones(len(warpgroups), bool)
+
+    def row_bytes(self) -> int:
+        """Bytes per row."""
+        return self.index.shape[1] * (CHUNK if self.chunked else 1)
 
 
 class WgmmaGroups:
-    """Per warpgroup (global index ``thread // 128``): the bytes of its open group and
-    of its committed groups, oldest first; ``busy`` counts readers per shared byte."""
+    """Per warpgroup (global index ``thread // 128``) its groups, numbered from 0: the
+    open one is number ``committed[g]``, ``wgmma.wait_group n`` retires those below
+    ``committed[g] - n``. :attr:`busy`, the count of readers per shared byte, is
+    built from the reads in flight when asked for; :meth:`overlaps` answers whether a
+    range may be read without it."""
 
-    def __init__(self, size: int) -> None:
-        self.busy = np.zeros(size, np.int16)  # in-flight wgmma groups reading a byte
-        self.reading = 0  # the sum of ``busy``: no byte need be looked at when 0
-        self.reads = 0  # chunked reads so far
-        self.open: dict[int, list[np.ndarray | _Chunks]] = {}
-        self.committed: dict[int, list[list[np.ndarray | _Chunks]]] = {}
+    def __init__(self, ncta: int, size: int, nwarpgroups: int) -> None:
+        self.ncta, self.size = ncta, size
+        self.reading = 0  # bytes read by groups in flight: no byte need be looked at when 0
+        self.committed = np.zeros(nwarpgroups, np.int64)
+        self.reads: list[_Read] = []  # those with a row in flight
+        self._busy: np.ndarray | None = None  # built from the rows in flight
+
+    def _add(self, read: _Read) -> None:
+        self.reads.append(read)
+        self.reading += read.index.shape[0] * read.row_bytes()
+        self._busy = None
 
     def read(self, warpgroups: np.ndarray, flat: np.ndarray) -> None:
         """``wgmma`` of ``warpgroups[i]`` reads the shared bytes ``flat[i]``."""
-        for i, g in enumerate(warpgroups.tolist()):
-            self.open.setdefault(g, []).append(flat[i])
-        add_at(self.busy, flat, 1)
-        self.reading += flat.size
+        local = flat % self.size
+        self._add(_Read(warpgroups, self.committed[warpgroups], flat, False,
+                        np.unique(flat // self.size), int(local.min()), int(local.max()) + 1))
 
-    def read_chunks(self, warpgroups: np.ndarray, index: np.ndarray) -> None:
-        """:meth:`read` of whole 16-byte chunks: ``index[i]`` are flat chunk numbers,
-        each once (the rows lie in distinct CTAs)."""
-        self.reads += 1
-        for i, g in enumerate(warpgroups.tolist()):
-            self.open.setdefault(g, []).append(_Chunks(index[i], self.reads))
-        chunks_add(self.busy, index, 1)  # rows: distinct CTAs
-        self.reading += index.size * CHUNK
+    def read_chunks(self, warpgroups: np.ndarray, ctas: np.ndarray, chunks: np.ndarray
+                    ) -> None:
+        """:meth:`read` of the whole CTA-local 16-byte ``chunks`` (sorted, distinct) in
+        each of the distinct CTAs ``ctas``."""
+        index = ctas[:, None] * (self.size // CHUNK) + chunks[None, :]
+        self._add(_Read(warpgroups, self.committed[warpgroups], index, True, ctas,
+                        int(chunks[0]) * CHUNK, (int(chunks[-1]) + 1) * CHUNK))
+
+    def overlaps(self, ctas: np.ndarray, lo: int, hi: int) -> bool:
+        """Whether a group in flight may read a byte ``lo .. hi - 1`` of ``ctas`` (a
+        superset: False proves that :attr:`busy` is 0 there)."""
+        return any(r.lo < hi and r.hi > lo and np.isin(r.ctas, ctas).any() for r in self.reads)
+
+    @property
+    def busy(self) -> np.ndarray:
+        """In-flight ``wgmma`` groups reading each shared byte (flat)."""
+        if self._busy is None:
+            busy = np.zeros(self.ncta * self.size, np.int16)
+            for r in self.reads:
+                if r.chunked:  # one read's rows lie in distinct CTAs
+                    chunks_add(busy, r.index[r.live], 1)
+                else:
+                    add_at(busy, r.index[r.live], 1)
+            self._busy = busy
+        return self._busy
 
     def commit(self, warpgroups: np.ndarray) -> None:
-        """``wgmma.commit_group``: the open reads become the newest group."""
-        for g in warpgroups.tolist():
-            self.committed.setdefault(g, []).append(self.open.pop(g, []))
+        """``wgmma.commit_group``: the open group of each warpgroup is committed."""
+        self.committed[warpgroups] += 1
 
     def wait(self, warpgroups: np.ndarray, n: int) -> None:
         """``wgmma.wait_group n``: all but the ``n`` newest groups have retired."""
-        chunks: dict[int, list[np.ndarray]] = {}  # per read: its rows that retire
-        flat: list[np.ndarray] = []
-        for g in warpgroups.tolist():
-            groups = self.committed.get(g, [])
-            while len(groups) > n:
-                for r in groups.pop(0):
-                    if isinstance(r, _Chunks):
-                        chunks.setdefault(r.call, []).append(r.index)
-                    else:
-                        flat.append(r)
-        for rows in chunks.values():
-            gone = np.stack(rows)
-            chunks_add(self.busy, gone, -1)
-            self.reading -= gone.size * CHUNK
-        if flat:
-            gone = np.concatenate(flat)
-            add_at(self.busy, gone, -1)
-            self.reading -= gone.size
+        limit = np.full(len(self.committed), -1, np.int64)
+        limit[warpgroups] = self.committed[warpgroups] - n
+        still = []
+        for r in self.reads:
+            gone = r.live & (r.group < limit[r.warpgroups])
+            if gone.any():
+                r.live &= ~gone
+                self.reading -= int(gone.sum()) * r.row_bytes()
+                self._busy = None
+            if r.live.any():
+                still.append(r)
+        self.reads = still
 
 
 def groups_of(m: Machine) -> WgmmaGroups:
     """The machine's record (created on first use)."""
     rec: WgmmaGroups | None = getattr(m, "wgmma_groups", None)
     if rec is None:
-        rec = WgmmaGroups(m.ncta * m.shared.size)
+        rec = WgmmaGroups(m.ncta, m.shared.size, -(-m.n // 128))
         m.wgmma_groups = rec  # type: ignore[attr-defined]
     return rec
 

@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.interp.target.memory.state import CHUNK, SharedMemory, put_chunks, take_chunks
+from tessera.interp.target.memory.state import (
+    CHUNK,
+    DIRTY_BLOCK,
+    SharedMemory,
+    put_chunks,
+    take_chunks,
+)
 
 
 def distinct(ctas: np.ndarray) -> bool:
@@ -80,7 +86,10 @@ def range_clear(sh: SharedMemory, ctas: np.ndarray, threads: np.ndarray, lo: int
     (``busy``: the readers per byte, None when none) and no copy in flight."""
     r = rows(ctas)
     if sh.races and sh.accessed[ctas].any():
-        first, last = _grid(sh, sh.rmin)[r, lo:hi], _grid(sh, sh.rmax)[r, lo:hi]
+        sh.log.resolve(ctas, lo, hi)  # only the logged reads that may meet the range
+    # blocks never flagged dirty hold no reader: most refills of a stage meet none
+    if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
+        first, last = _grid(sh, sh.rmin_bytes)[r, lo:hi], _grid(sh, sh.rmax_bytes)[r, lo:hi]
         mine = threads[:, None]
         if ((last >= 0) & ((first != mine) | (last != mine))).any():
             return False

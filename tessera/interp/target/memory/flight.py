@@ -45,8 +45,8 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     sh = m.shared
     if copy.span is not None and fail is not None:  # the checks on row slices first
         groups = groups_of(m)
-        if bulk.range_clear(sh, copy.ctas(m), copy.thread, *copy.span,
-                            groups.busy if groups.reading else None):
+        if not (groups.reading and groups.overlaps(copy.ctas(m), *copy.span)) and \
+                bulk.range_clear(sh, copy.ctas(m), copy.thread, *copy.span, None):
             bulk.range_pending(sh, copy.ctas(m), *copy.span, 1)
             return
     if fail is not None and sh.races and len(copy.flat) and \

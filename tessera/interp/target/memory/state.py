@@ -163,10 +163,12 @@ class SharedMemory:
         self.races = races
         if races:
             self.writer = np.full(n, _NONE, np.int32)
-            self.rmin = np.full(n, _BIG, np.int32)
-            self.rmax = np.full(n, _NONE, np.int32)
-            # per CTA and DIRTY_BLOCK bytes: may a byte hold a writer or a reader
-            self.dirty = np.zeros((ncta, -(-size // DIRTY_BLOCK)), bool)
+            # the lowest and highest reader of each byte, and per CTA and DIRTY_BLOCK
+            # bytes whether a byte may hold a writer or a reader, without the reads
+            # still in ``log`` (the properties rmin, rmax and dirty resolve it first)
+            self.rmin_bytes = np.full(n, _BIG, np.int32)
+            self.rmax_bytes = np.full(n, _NONE, np.int32)
+            self.dirty_blocks = np.zeros((ncta, -(-size // DIRTY_BLOCK)), bool)
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
             self.written = np.zeros(ncta, bool)
@@ -175,6 +177,28 @@ class SharedMemory:
             self.scratch: tuple[np.ndarray, np.ndarray] | None = None
             self.who_lo = np.full(ncta, _BIG, np.int32)
             self.who_hi = np.full(ncta, _NONE, np.int32)
+        from tessera.interp.target.memory.reads import ReadLog  # it builds on this module
+
+        #: whole-chunk reads not yet written into the per-byte reader records
+        self.log = ReadLog(self)
+
+    @property
+    def rmin(self) -> np.ndarray:
+        """The lowest reading thread (global id) of each byte; int32 max: none."""
+        self.log.resolve()
+        return self.rmin_bytes
+
+    @property
+    def rmax(self) -> np.ndarray:
+        """The highest reading thread (global id) of each byte; -1: none."""
+        self.log.resolve()
+        return self.rmax_bytes
+
+    @property
+    def dirty(self) -> np.ndarray:
+        """Per CTA and ``DIRTY_BLOCK`` bytes: whether a byte may hold a writer or a reader."""
+        self.log.resolve()
+        return self.dirty_blocks
 
     def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
               align: int | None = None) -> np.ndarray:
@@ -231,18 +255,19 @@ class SharedMemory:
             if self.scratch is None:  # per chunk, BIG and -1 between calls
                 self.scratch = (np.full(self.data.size // CHUNK, _BIG, np.int32),
                                 np.full(self.data.size // CHUNK, _NONE, np.int32))
+            # taking minima and maxima commutes with the log: the raw arrays do
             for arr, who, pick, per, fill in (
-                    (self.rmin, first, np.minimum, self.scratch[0], _BIG),
-                    (self.rmax, last, np.maximum, self.scratch[1], _NONE)):
+                    (self.rmin_bytes, first, np.minimum, self.scratch[0], _BIG),
+                    (self.rmax_bytes, last, np.maximum, self.scratch[1], _NONE)):
                 pick.at(per, rows, np.asarray(who, np.int32))
                 # rows of one chunk store the same values: the order of the writes is moot
                 put_chunks(arr, rows, pick(take_chunks(arr, rows), per[rows][:, None]))
                 per[rows] = fill
             return
-        np.minimum.at(self.rmin, idx, np.broadcast_to(first.astype(np.int32)[:, None],
-                                                      flat.shape).ravel())
-        np.maximum.at(self.rmax, idx, np.broadcast_to(last.astype(np.int32)[:, None],
-                                                      flat.shape).ravel())
+        np.minimum.at(self.rmin_bytes, idx, np.broadcast_to(first.astype(np.int32)[:, None],
+                                                            flat.shape).ravel())
+        np.maximum.at(self.rmax_bytes, idx, np.broadcast_to(last.astype(np.int32)[:, None],
+                                                            flat.shape).ravel())
 
     def read(self, flat: np.ndarray, me: np.ndarray, fail: Fail) -> np.ndarray:
         """Checked bytes (M, nbytes) at ``flat``."""
@@ -286,9 +311,9 @@ class SharedMemory:
             flat = np.concatenate([flat[:, 0], flat[:, -1]])
         idx = flat.ravel()
         if self.size % DIRTY_BLOCK == 0:
-            self.dirty.reshape(-1)[idx // DIRTY_BLOCK] = True
+            self.dirty_blocks.reshape(-1)[idx // DIRTY_BLOCK] = True
         else:
-            self.dirty[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
+            self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
 
     def note_who(self, first: np.ndarray, last: np.ndarray) -> None:
         """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
@@ -340,9 +365,11 @@ class SharedMemory:
             self.init_by.reshape(self.ncta, self.size)[ctas] = _NONE
         if not self.races or self.size == 0:
             return
-        for view, fill in ((self.writer, _NONE), (self.rmin, _BIG), (self.rmax, _NONE)):
+        self.log.drop(ctas)
+        for view, fill in ((self.writer, _NONE), (self.rmin_bytes, _BIG),
+                           (self.rmax_bytes, _NONE)):
             view.reshape(self.ncta, self.size)[ctas] = fill
-        self.dirty[ctas] = False
+        self.dirty_blocks[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
         self.who_lo[ctas] = _BIG

@@ -144,16 +144,30 @@ def _uniform(fr: TargetFrame, instr: Instr, values: np.ndarray, groups: np.ndarr
     return per[:, 0]
 
 
+def _chunk_order(local: np.ndarray, mn: int, k: int, eb: int) -> tuple[bool, np.ndarray] | None:
+    """``(False, chunks)`` when the operand's bytes ``local`` (elements in (mn, k)
+    order) are whole 16-byte chunks in that order, ``(True, chunks)`` when they are in
+    (k, mn) order (an MN-major operand), else None: the operand is then one gather of
+    chunks instead of an index per element."""
+    chunks = bulk.chunks_in_order(local)
+    if chunks is not None:
+        return False, chunks
+    chunks = bulk.chunks_in_order(local.reshape(mn, k, eb).transpose(1, 0, 2).reshape(-1))
+    return None if chunks is None else (True, chunks)
+
+
 def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: int, k: int,
              eb: int, who: np.ndarray, k_major: bool, cache: dict) -> np.ndarray:
-    """The (G, mn, k) element bit patterns a descriptor addresses in each CTA;
-    ``cache`` keeps each descriptor's element addresses, bytes and dirty blocks."""
+    """The (G, mn, k) element bit patterns a descriptor addresses in each CTA (a view
+    of a (G, k, mn) array for an MN-major operand); ``cache`` keeps each descriptor's
+    element addresses, bytes, dirty blocks and chunks."""
     m = fr.m
     sh = m.shared
-    out = np.zeros((len(ctas), mn, k), np.uint16 if eb == 2 else np.uint8)
+    kinds = np.unique(desc).tolist()
+    out = np.empty((len(ctas), mn, k), np.uint16 if eb == 2 else np.uint8)  # every row set
     fail = m.failer(instr, who)
-    for d in np.unique(desc).tolist():
-        sel = np.flatnonzero(desc == d)
+    for d in kinds:
+        sel = np.flatnonzero(desc == d) if len(kinds) > 1 else np.arange(len(desc))
         hit = cache.get(d)
         if hit is None:
             try:
@@ -163,15 +177,28 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                               int(who[sel[0]])) from None
             local = (span[:, None] + np.arange(eb)).reshape(-1)
             blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
-            hit = cache[d] = (span, local, blocks, bulk.covered_chunks(local, sh.size))
-        span, local, blocks, chunks = hit
-        if span.min() < 0 or span.max() + eb > sh.size:
+            inside = span.min() >= 0 and span.max() + eb <= sh.size
+            order = _chunk_order(local, mn, k, eb) if inside and sh.size % CHUNK == 0 \
+                else None
+            hit = cache[d] = (span, local, blocks, bulk.covered_chunks(local, sh.size),
+                              inside, order)
+        span, local, blocks, chunks, inside, order = hit
+        if not inside:
             fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "
                  f"{int(span.max())}, beyond the {sh.size} bytes of shared memory")
         start = ctas[sel, None] * sh.size
         if chunks is None or not _read_chunks(m, ctas[sel], who[sel], chunks, blocks):
             _read_bytes(m, start + local[None, :], who[sel], blocks, ctas[sel],
                         m.failer(instr, who[sel]))
+        if order is not None:  # whole chunks: one row copy each
+            per = ctas[sel, None] * (sh.size // CHUNK) + order[1][None, :]
+            raw = take_chunks(sh.data, per).view(out.dtype)
+            got = np.swapaxes(raw.reshape(len(sel), k, mn), 1, 2) if order[0] else \
+                raw.reshape(len(sel), mn, k)
+            if len(kinds) == 1:
+                return got
+            out[sel] = got
+            continue
         if eb == 2 and sh.size % 2 == 0 and not (span % 2).any():  # aligned 16-bit words
             out[sel] = sh.data.view(np.uint16)[(start + span[None, :]) // 2].reshape(
                 len(sel), mn, k)
@@ -194,9 +221,9 @@ def _read_chunks(m: Machine, ctas: np.ndarray, who: np.ndarray, chunks: np.ndarr
     index = bulk.chunk_index(sh, ctas, chunks)
     if not bulk.chunks_readable(sh, index) or bulk.chunks_unfenced(sh, index):
         return False
-    groups_of(m).read_chunks(who // 128, index)
-    if sh.races:
-        bulk.chunks_readers(sh, ctas, index, blocks, who, who + 127)
+    groups_of(m).read_chunks(who // 128, ctas, chunks)
+    if sh.races:  # one rectangle, resolved into the per-byte records when looked at
+        sh.log.add(ctas, chunks, blocks, who, who + 127)
     return True
 
 
@@ -238,6 +265,20 @@ def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray)
         kept.pop(next(iter(kept)))
 
 
+def _zeros_but(n: int, width: int, groups: np.ndarray, size: int) -> np.ndarray:
+    """An (n, width) float64 register array that is 0 outside the thread groups
+    ``groups`` of ``size`` threads (which the caller fills): no pass over the bytes a
+    scatter writes anyway."""
+    result = np.empty((n, width), F64)
+    outside = np.ones(n // size, bool)
+    outside[groups] = False
+    if outside.all():
+        result.fill(0.0)
+    elif outside.any():
+        result.reshape(-1, size * width)[outside] = 0.0
+    return result
+
+
 @step_rule(target_async.Wgmma)
 def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
@@ -252,7 +293,7 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         groups = np.flatnonzero(check_warps(fr, instr, 128))
-        result = np.zeros((m.n, n // 2), F64)
+        result = _zeros_but(m.n, n // 2, groups, 128)
         if len(groups):
             who = groups * 128
             ctas = m.cta[who]

@@ -1,0 +1,155 @@
+"""Reader records kept as rectangles: whole 16-byte chunks read by a range of threads.
+
+A ``wgmma`` operand is the same set of aligned 16-byte chunks in each CTA, read by a
+whole warpgroup. Writing its readers into the per-byte records of
+:class:`~tessera.interp.target.memory.state.SharedMemory` (the lowest and highest
+reading thread of every byte) costs a gather and a scatter of every byte read, and in
+a pipelined kernel those records are mostly cleared again unread: the consumers
+arrive on the stage's ``empty`` mbarrier, and the producer's wait starts a new race
+epoch for exactly the bytes they read (:func:`.async_order.acquire`).
+
+A :class:`ReadLog` therefore keeps such a read as one *entry*: its CTAs (distinct),
+its CTA-local chunks, the dirty blocks they lie in, and per CTA the first and last
+reading thread. The per-byte records stay the definition: an entry is *resolved*
+(written into them, exactly as :meth:`SharedMemory.note_readers` would have at the
+read) before anything looks at the readers of its bytes. Taking the minimum and the
+maximum commutes, so resolving later gives the same records; what does not commute,
+clearing records, resolves or drops the rows it affects first:
+
+* ``bar.sync`` clears every record of its CTAs: their rows are dropped;
+* an mbarrier wait (:func:`.async_order.acquire`) clears the bytes of a CTA that only
+  the arriving threads accessed. A row whose readers all arrived, in a CTA whose
+  arrivals are one range of threads, whose blocks hold no per-byte record, would be
+  cleared with its bytes: it is dropped unresolved. Every other row is resolved
+  first and the per-byte rule decides;
+* every other access of the records resolves the rows it may overlap (or all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.interp.target.memory.state import CHUNK, put_chunks, take_chunks
+
+
+@dataclass
+class Entry:
+    """One logged read: rows ``ctas`` (distinct CTAs) read the CTA-local 16-byte
+    ``chunks`` (in the CTA-local dirty ``blocks``), threads ``first[i]`` to
+    ``last[i]`` (global ids) in row ``i``; ``lo``/``hi`` bound the chunks' bytes."""
+
+    ctas: np.ndarray
+    chunks: np.ndarray
+    blocks: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    lo: int
+    hi: int
+
+    def rows(self, keep: np.ndarray) -> Entry | None:
+        """The entry of the rows flagged in ``keep`` (None when none is)."""
+        if keep.all():
+            return self
+        if not keep.any():
+            return None
+        return Entry(self.ctas[keep], self.chunks, self.blocks, self.first[keep],
+                     self.last[keep], self.lo, self.hi)
+
+
+class ReadLog:
+    """The unresolved chunk reads of one :class:`SharedMemory` (``sh``); it writes the
+    raw arrays ``sh.rmin_bytes``, ``sh.rmax_bytes`` and ``sh.dirty_blocks``."""
+
+    def __init__(self, sh: object) -> None:
+        self.sh = sh
+        self.entries: list[Entry] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def add(self, ctas: np.ndarray, chunks: np.ndarray, blocks: np.ndarray,
+            first: np.ndarray, last: np.ndarray) -> None:
+        """Log that threads ``first[i]`` to ``last[i]`` read the CTA-local ``chunks``
+        (sorted, distinct) of CTA ``ctas[i]`` (distinct); the summaries of the CTAs
+        (accessed, thread bounds) are updated now."""
+        sh = self.sh
+        sh.accessed[ctas] = True  # type: ignore[attr-defined]
+        sh.note_who(first, last)  # type: ignore[attr-defined]
+        self.entries.append(Entry(ctas, chunks, blocks, first.astype(np.int32),
+                                  last.astype(np.int32), int(chunks[0]) * CHUNK,
+                                  (int(chunks[-1]) + 1) * CHUNK))
+
+    def _write(self, e: Entry) -> None:
+        """Resolve entry ``e``: :meth:`SharedMemory.note_readers` of its rows."""
+        sh = self.sh
+        index = e.ctas[:, None] * (sh.size // CHUNK) + e.chunks[None, :]  # type: ignore[attr-defined]
+        sh.dirty_blocks[e.ctas[:, None], e.blocks[None, :]] = True  # type: ignore[attr-defined]
+        for arr, who, pick in ((sh.rmin_bytes, e.first, np.minimum),  # type: ignore[attr-defined]
+                               (sh.rmax_bytes, e.last, np.maximum)):  # type: ignore[attr-defined]
+            put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
+
+    def resolve(self, ctas: np.ndarray | None = None, lo: int = 0, hi: int | None = None) -> None:
+        """Resolve every row in the CTAs ``ctas`` (all: None) whose chunks may meet
+        CTA-local bytes ``lo .. hi - 1``."""
+        if not self.entries:
+            return
+        keep: list[Entry] = []
+        for e in self.entries:
+            if e.hi <= lo or (hi is not None and e.lo >= hi):
+                keep.append(e)
+                continue
+            hit = np.ones(len(e.ctas), bool) if ctas is None else np.isin(e.ctas, ctas)
+            done = e.rows(hit)
+            if done is not None:
+                self._write(done)
+            rest = e.rows(~hit)
+            if rest is not None:
+                keep.append(rest)
+        self.entries = keep
+
+    def drop(self, ctas: np.ndarray) -> None:
+        """Forget the rows of the CTAs flagged in ``ctas`` (a ``bar.sync`` clears them)."""
+        self.entries = [r for e in self.entries
+                        if (r := e.rows(~ctas[e.ctas])) is not None]
+
+    def release(self, ctas: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+        """Before the new race epoch of CTAs ``ctas`` whose arrived threads are
+        ``first[i] .. last[i]`` (global ids; a CTA whose arrivals are not one range
+        has ``first > last``): drop the rows that epoch would clear with their bytes,
+        resolve the other rows of those CTAs."""
+        if not self.entries:
+            return
+        sh = self.sh
+        where = np.full(sh.ncta, -1, np.int64)  # type: ignore[attr-defined]
+        where[ctas] = np.arange(len(ctas))
+        inside: list[tuple[Entry, np.ndarray]] = []
+        keep: list[Entry] = []
+        for e in self.entries:
+            k = where[e.ctas]
+            mine = k >= 0
+            if not mine.any():
+                keep.append(e)
+                continue
+            ok = mine & (e.first >= first[k]) & (e.last <= last[k])
+            out = e.rows(mine & ~ok)
+            if out is not None:
+                self._write(out)
+            rest = e.rows(~mine)
+            if rest is not None:
+                keep.append(rest)
+            if ok.any():
+                inside.append((e, ok))
+        # rows inside the arrivals: dropped where no per-byte record shares their blocks
+        # (looked at before any of them is written: together they stay inside)
+        clean = [~sh.dirty_blocks[e.ctas[:, None], e.blocks[None, :]].any(axis=1)  # type: ignore[attr-defined]
+                 for e, _ in inside]
+        for (e, ok), c in zip(inside, clean):
+            dirty = e.rows(ok & ~c)
+            if dirty is not None:
+                self._write(dirty)
+        self.entries = keep
+
+
+__all__ = ["Entry", "ReadLog"]
