@@ -10,6 +10,7 @@ groups' reader counts equal counts kept per byte."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import WgmmaGroups, _release
+from tessera.interp.target.memory.flight import Copy, issue
 from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, SharedMemory
 
 NCTA, NTHREADS, SIZE = 3, 256, 512  # size: 32 chunks, 8 dirty blocks per CTA
@@ -44,6 +46,12 @@ threads = st.tuples(st.integers(0, NTHREADS - 1), st.integers(0, NTHREADS - 1))
 
 step = st.one_of(
     st.tuples(st.just("chunks"), cta_sets, chunk_sets, threads),
+    st.tuples(st.just("rows"), st.lists(st.tuples(st.integers(0, NCTA * NTHREADS - 1),
+                                                  st.integers(0, SIZE // CHUNK - 1)),
+                                        min_size=1, max_size=6)),
+    st.tuples(st.just("issue"), st.lists(st.tuples(st.integers(0, NCTA * NTHREADS - 1),
+                                                   st.integers(0, SIZE - 8)),
+                                         min_size=1, max_size=4)),
     st.tuples(st.just("bytes"), st.integers(0, NCTA * NTHREADS - 1),
               st.integers(0, SIZE - 4), st.integers(1, 4)),
     st.tuples(st.just("write"), st.integers(0, NCTA * NTHREADS - 1), st.integers(0, SIZE - 4)),
@@ -66,6 +74,22 @@ def _apply(fast: SharedMemory, slow: SharedMemory, op: tuple) -> None:
         fast.log.add(ctas, chunks, blocks, first, last)
         slow.note_readers(ctas[:, None] * SIZE + local[None, :], first, last, mark=False)
         slow.dirty[ctas[:, None], blocks[None, :]] = True
+    elif kind == "rows":  # ldmatrix-like: one 16-byte chunk per thread
+        me = np.array([t for t, _ in op[1]])
+        index = me // NTHREADS * (SIZE // CHUNK) + np.array([c for _, c in op[1]])
+        fast.log.add_rows(index, me, me)
+        slow.note_readers(index[:, None] * CHUNK + np.arange(CHUNK), me, me)
+    elif kind == "issue":  # cp.async of 8 bytes per thread: the same fault, or none
+        me = np.array([t for t, _ in op[1]])
+        dst = np.array([a // 8 * 8 for _, a in op[1]])
+        flat = (me // NTHREADS * SIZE + dst)[:, None] + np.arange(8)
+        faults = []
+        for sh in (fast, slow):
+            m = SimpleNamespace(shared=sh, ncta=NCTA, nthreads=NTHREADS, n=NCTA * NTHREADS)
+            copy_ = Copy(me, np.zeros(len(me), np.int64), flat, np.zeros(flat.shape, np.uint8),
+                         bounds=(int(dst.min()), int(dst.max()) + 8))
+            faults.append(_fault(lambda fail, m=m, c=copy_: issue(m, c, fail)))
+        assert faults[0] == faults[1]
     elif kind == "bytes":  # ld.shared of one thread
         _, who, at, n = op
         flat = np.array([[who // NTHREADS * SIZE + at + i for i in range(n)]])
@@ -103,6 +127,17 @@ def _apply(fast: SharedMemory, slow: SharedMemory, op: tuple) -> None:
         mine = ctas * NTHREADS + t
         answers = [bulk.range_clear(sh, ctas, mine, lo, hi, None) for sh in (fast, slow)]
         assert answers[0] == answers[1]
+
+
+def _fault(call: Callable[[Callable[[int, str, str], None]], None]) -> str:
+    """The fault ``call(fail)`` reports, or ""."""
+    def fail(i: int, what: str, text: str) -> None:
+        raise AssertionError(f"{i} {what} {text}")
+    try:
+        call(fail)
+    except AssertionError as err:
+        return str(err)
+    return ""
 
 
 @settings(max_examples=150, deadline=None)

@@ -69,7 +69,8 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
             data[idx, :n] = raw
         whole = size == CHUNK and m.shared.size % CHUNK == 0  # index(): rows in order
         copy = Copy(act, m.committed[act].copy(), flat, data,
-                    chunks=flat[:, :1] // CHUNK if whole else None)
+                    chunks=flat[:, :1] // CHUNK if whole else None,
+                    bounds=(int(dst.min()), int(dst.max()) + size))
         issue(m, copy, fail)
         m.copies.append(copy)
     return step
@@ -127,7 +128,7 @@ def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) 
     Threads run in lockstep here, thread 0 first, so without this check such a kernel
     would run as if the init were always seen."""
     flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
-    by = m.shared.init_by[flat[:, 0]]
+    by = m.shared.init_by[m.shared.slots(flat[:, 0])]
     bad = (by >= 0) & (by != act)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
@@ -206,7 +207,8 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
             copy = Copy(act[rows], ids[rows], flat, data, span, None if local is None else
-                        ctas[:, None] * (m.shared.size // CHUNK) + local[None, :])
+                        ctas[:, None] * (m.shared.size // CHUNK) + local[None, :],
+                        (int(where.min()), int(where.max()) + 1))
             issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
@@ -264,7 +266,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
                                   m.failer(instr, act))
             m.shared.land(flat, np.zeros(flat.shape, np.uint8))
-            m.shared.init_by[flat] = act[:, None]  # visible to the others after bar.sync
+            m.shared.init_by[m.shared.slots(flat[:, 0])] = act  # visible to others after bar.sync
             _tracked(m, instr, act, ids, mb.init, ids, op.count)
             m.mbar_tx[:, ids] = 0
         elif isinstance(op, target_async.MbarrierArrive):

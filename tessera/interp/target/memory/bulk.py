@@ -86,7 +86,7 @@ def range_clear(sh: SharedMemory, ctas: np.ndarray, threads: np.ndarray, lo: int
     (``busy``: the readers per byte, None when none) and no copy in flight."""
     r = rows(ctas)
     if sh.races and sh.accessed[ctas].any():
-        sh.log.resolve(ctas, lo, hi)  # only the logged reads that may meet the range
+        sh.log.resolve(sh.cta_mask(ctas), lo, hi)  # the logged reads that may meet it
     # blocks never flagged dirty hold no reader: most refills of a stage meet none
     if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
         first, last = _grid(sh, sh.rmin_bytes)[r, lo:hi], _grid(sh, sh.rmax_bytes)[r, lo:hi]

@@ -32,6 +32,8 @@ class Copy:
     #: (M, nbytes / 16) chunk numbers when every 16 bytes of a row are one aligned
     #: 16-byte chunk, bytes in order
     chunks: np.ndarray | None = None
+    #: CTA-local bytes lo .. hi - 1 that hold every destination byte, when known
+    bounds: tuple[int, int] | None = None
 
     def ctas(self, m: Machine) -> np.ndarray:
         """The CTA of each row."""
@@ -52,7 +54,11 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     if fail is not None and sh.races and len(copy.flat) and \
             sh.accessed[copy.thread // sh.nthreads].any():
         mine = copy.thread[:, None]
-        lo, hi = sh.rmin[copy.flat], sh.rmax[copy.flat]
+        # the logged reads that may meet the rows (each a run of bytes of one CTA)
+        lo, hi = copy.bounds if copy.bounds is not None else (
+            int((copy.flat % sh.size).min()), int((copy.flat % sh.size).max()) + 1)
+        sh.log.resolve(sh.cta_mask(copy.thread // sh.nthreads), lo, hi)
+        lo, hi = sh.rmin_bytes[copy.flat], sh.rmax_bytes[copy.flat]
         clash = (hi >= 0) & ((lo != mine) | (hi != mine))
         if np.any(clash):
             i = int(np.flatnonzero(clash.any(axis=1))[0])
@@ -100,7 +106,7 @@ def land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     if not keep.any():
         return None
     return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep],
-                copy.span, None if copy.chunks is None else copy.chunks[keep])
+                copy.span, None if copy.chunks is None else copy.chunks[keep], copy.bounds)
 
 
 __all__ = ["Copy", "issue", "land"]

@@ -28,10 +28,11 @@ clearing records, resolves or drops the rows it affects first:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from tessera.interp.target.memory.state import CHUNK, put_chunks, take_chunks
+from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, put_chunks, take_chunks
 
 
 @dataclass
@@ -57,14 +58,60 @@ class Entry:
         return Entry(self.ctas[keep], self.chunks, self.blocks, self.first[keep],
                      self.last[keep], self.lo, self.hi)
 
+    def clean(self, sh: Any) -> np.ndarray:
+        """Per row: whether no block it reads is dirty (holds no per-byte record)."""
+        return ~sh.dirty_blocks[self.ctas[:, None], self.blocks[None, :]].any(axis=1)
+
+    def write(self, sh: Any) -> None:
+        """Resolve the entry: :meth:`SharedMemory.note_readers` of its rows."""
+        index = self.ctas[:, None] * (sh.size // CHUNK) + self.chunks[None, :]
+        sh.dirty_blocks[self.ctas[:, None], self.blocks[None, :]] = True
+        for arr, who, pick in ((sh.rmin_bytes, self.first, np.minimum),
+                               (sh.rmax_bytes, self.last, np.maximum)):
+            put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
+
+
+@dataclass
+class RowEntry:
+    """Logged reads of one 16-byte chunk per row (``ldmatrix`` rows, 16-byte loads):
+    row ``i`` is flat chunk ``index[i]`` of CTA ``ctas[i]`` (several rows may share
+    a CTA or a chunk), read by threads ``first[i]`` to ``last[i]``; ``lo``/``hi``
+    bound the CTA-local bytes of every row."""
+
+    ctas: np.ndarray
+    index: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    lo: int
+    hi: int
+
+    def rows(self, keep: np.ndarray) -> RowEntry | None:
+        """The entry of the rows flagged in ``keep`` (None when none is)."""
+        if keep.all():
+            return self
+        if not keep.any():
+            return None
+        return RowEntry(self.ctas[keep], self.index[keep], self.first[keep], self.last[keep],
+                        self.lo, self.hi)
+
+    def clean(self, sh: Any) -> np.ndarray:
+        """Per row: whether the block of its chunk is clean."""
+        return ~sh.dirty_blocks[self.ctas, self.index % (sh.size // CHUNK) * CHUNK
+                                // DIRTY_BLOCK]
+
+    def write(self, sh: Any) -> None:
+        """Resolve the entry: :meth:`SharedMemory.note_readers` of its rows."""
+        flat = self.index[:, None] * CHUNK + np.arange(CHUNK)
+        sh.note_readers(flat, self.first, self.last, rows=self.index)
+
 
 class ReadLog:
     """The unresolved chunk reads of one :class:`SharedMemory` (``sh``); it writes the
     raw arrays ``sh.rmin_bytes``, ``sh.rmax_bytes`` and ``sh.dirty_blocks``."""
 
-    def __init__(self, sh: object) -> None:
+    def __init__(self, sh: Any) -> None:
         self.sh = sh
-        self.entries: list[Entry] = []
+        self.entries: list[Entry | RowEntry] = []
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -74,36 +121,37 @@ class ReadLog:
         """Log that threads ``first[i]`` to ``last[i]`` read the CTA-local ``chunks``
         (sorted, distinct) of CTA ``ctas[i]`` (distinct); the summaries of the CTAs
         (accessed, thread bounds) are updated now."""
-        sh = self.sh
-        sh.accessed[ctas] = True  # type: ignore[attr-defined]
-        sh.note_who(first, last)  # type: ignore[attr-defined]
+        self.sh.accessed[ctas] = True
+        self.sh.note_who(first, last)
         self.entries.append(Entry(ctas, chunks, blocks, first.astype(np.int32),
                                   last.astype(np.int32), int(chunks[0]) * CHUNK,
                                   (int(chunks[-1]) + 1) * CHUNK))
 
-    def _write(self, e: Entry) -> None:
-        """Resolve entry ``e``: :meth:`SharedMemory.note_readers` of its rows."""
-        sh = self.sh
-        index = e.ctas[:, None] * (sh.size // CHUNK) + e.chunks[None, :]  # type: ignore[attr-defined]
-        sh.dirty_blocks[e.ctas[:, None], e.blocks[None, :]] = True  # type: ignore[attr-defined]
-        for arr, who, pick in ((sh.rmin_bytes, e.first, np.minimum),  # type: ignore[attr-defined]
-                               (sh.rmax_bytes, e.last, np.maximum)):  # type: ignore[attr-defined]
-            put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
+    def add_rows(self, index: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+        """Log that threads ``first[i]`` to ``last[i]`` read flat 16-byte chunk
+        ``index[i]`` (the CTAs' shared memories are whole chunks)."""
+        per = self.sh.size // CHUNK
+        ctas = first // self.sh.nthreads
+        self.sh.accessed[ctas] = True
+        self.sh.note_who(first, last)
+        local = index - ctas * per
+        self.entries.append(RowEntry(ctas, index, first.astype(np.int32), last.astype(np.int32),
+                                     int(local.min()) * CHUNK, (int(local.max()) + 1) * CHUNK))
 
     def resolve(self, ctas: np.ndarray | None = None, lo: int = 0, hi: int | None = None) -> None:
-        """Resolve every row in the CTAs ``ctas`` (all: None) whose chunks may meet
-        CTA-local bytes ``lo .. hi - 1``."""
+        """Resolve every row in the CTAs flagged in ``ctas`` (a mask over the CTAs;
+        None: all) whose chunks may meet CTA-local bytes ``lo .. hi - 1``."""
         if not self.entries:
             return
-        keep: list[Entry] = []
+        keep: list[Entry | RowEntry] = []
         for e in self.entries:
             if e.hi <= lo or (hi is not None and e.lo >= hi):
                 keep.append(e)
                 continue
-            hit = np.ones(len(e.ctas), bool) if ctas is None else np.isin(e.ctas, ctas)
+            hit = np.ones(len(e.ctas), bool) if ctas is None else ctas[e.ctas]
             done = e.rows(hit)
             if done is not None:
-                self._write(done)
+                done.write(self.sh)
             rest = e.rows(~hit)
             if rest is not None:
                 keep.append(rest)
@@ -122,10 +170,10 @@ class ReadLog:
         if not self.entries:
             return
         sh = self.sh
-        where = np.full(sh.ncta, -1, np.int64)  # type: ignore[attr-defined]
+        where = np.full(sh.ncta, -1, np.int64)
         where[ctas] = np.arange(len(ctas))
-        inside: list[tuple[Entry, np.ndarray]] = []
-        keep: list[Entry] = []
+        inside: list[tuple[Entry | RowEntry, np.ndarray]] = []
+        keep: list[Entry | RowEntry] = []
         for e in self.entries:
             k = where[e.ctas]
             mine = k >= 0
@@ -135,7 +183,7 @@ class ReadLog:
             ok = mine & (e.first >= first[k]) & (e.last <= last[k])
             out = e.rows(mine & ~ok)
             if out is not None:
-                self._write(out)
+                out.write(sh)
             rest = e.rows(~mine)
             if rest is not None:
                 keep.append(rest)
@@ -143,13 +191,12 @@ class ReadLog:
                 inside.append((e, ok))
         # rows inside the arrivals: dropped where no per-byte record shares their blocks
         # (looked at before any of them is written: together they stay inside)
-        clean = [~sh.dirty_blocks[e.ctas[:, None], e.blocks[None, :]].any(axis=1)  # type: ignore[attr-defined]
-                 for e, _ in inside]
+        clean = [e.clean(sh) for e, _ in inside]
         for (e, ok), c in zip(inside, clean):
             dirty = e.rows(ok & ~c)
             if dirty is not None:
-                self._write(dirty)
+                dirty.write(sh)
         self.entries = keep
 
 
-__all__ = ["Entry", "ReadLog"]
+__all__ = ["Entry", "ReadLog", "RowEntry"]

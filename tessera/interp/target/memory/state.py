@@ -157,9 +157,9 @@ class SharedMemory:
         self.pending = np.zeros(n, np.int16)  # copies in flight per byte: a few at most
         self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
-        # bytes of an mbarrier initialised by one thread (its global id) and not yet
-        # ordered before other threads' accesses by a bar.sync (-1: visible to all)
-        self.init_by = np.full(n, _NONE, np.int32)
+        # per 8-byte slot (an mbarrier), the thread (global id) that initialised it, not
+        # yet ordered before other threads' accesses by a bar.sync (-1: visible to all)
+        self.init_by = np.full(ncta * -(-size // 8), _NONE, np.int32)
         self.races = races
         if races:
             self.writer = np.full(n, _NONE, np.int32)
@@ -239,7 +239,16 @@ class SharedMemory:
                      f"by thread {int(w[i, j]) % self.nthreads} without a "
                      "bar.sync between")
         if self.races and race:
-            self.note_readers(flat, me, me, rows=rows)
+            if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
+                self.log.add_rows(rows, me, me)
+            else:
+                self.note_readers(flat, me, me, rows=rows)
+
+    def cta_mask(self, ctas: np.ndarray) -> np.ndarray:
+        """The CTAs ``ctas`` (ids) as a mask over all CTAs."""
+        mask = np.zeros(self.ncta, bool)
+        mask[ctas] = True
+        return mask
 
     def note_readers(self, flat: np.ndarray, first: np.ndarray, last: np.ndarray,
                      mark: bool = True, rows: np.ndarray | None = None) -> None:
@@ -362,13 +371,18 @@ class SharedMemory:
         """``bar.sync`` of the CTAs flagged in ``ctas``: a new race epoch starts, and
         every mbarrier initialised before it is visible to all the CTA's threads."""
         if self.size:
-            self.init_by.reshape(self.ncta, self.size)[ctas] = _NONE
+            self.init_by.reshape(self.ncta, -1)[ctas] = _NONE
         if not self.races or self.size == 0:
             return
         self.log.drop(ctas)
+        # records lie only in dirty blocks: clear those (all bytes when blocks are ragged)
+        held = self.dirty_blocks & ctas[:, None]
         for view, fill in ((self.writer, _NONE), (self.rmin_bytes, _BIG),
                            (self.rmax_bytes, _NONE)):
-            view.reshape(self.ncta, self.size)[ctas] = fill
+            if self.size % DIRTY_BLOCK == 0:
+                view.reshape(self.ncta, -1, DIRTY_BLOCK)[held] = fill
+            else:
+                view.reshape(self.ncta, self.size)[ctas] = fill
         self.dirty_blocks[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
@@ -379,6 +393,10 @@ class SharedMemory:
         """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
         if self.size:
             self.unfenced.reshape(self.ncta, self.size)[ctas] = False
+
+    def slots(self, flat: np.ndarray) -> np.ndarray:
+        """The 8-byte slots (:attr:`init_by`) of the flat byte indices ``flat``."""
+        return flat // self.size * -(-self.size // 8) + flat % self.size // 8
 
     def _where(self, flat: np.integer | int) -> str:
         return f"shared byte {int(flat) % self.size}"
