@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tessera.arch.tma import TensorMap, TensorMapDataType, tma_box
 from tessera.interp.target import TargetFault
-from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory import async_copy, bulk
 from tessera.interp.target.memory import state as state_module
 from tessera.interp.target.memory.state import SharedMemory, chunk_rows
 from tests.lower.sm90a import test_pipeline as pipeline
@@ -211,3 +214,25 @@ def test_chunk_rows_land_and_writer_equal_the_per_byte_ones() -> None:
     assert_same(fast, slow)
     np.testing.assert_array_equal(fast.data, slow.data)
     np.testing.assert_array_equal(fast.writer, slow.writer)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from([(TensorMapDataType.BFLOAT16, 2), (TensorMapDataType.FLOAT32, 4),
+                        (TensorMapDataType.UINT8, 1)]),
+       st.integers(1, 4), st.integers(1, 40), st.integers(0, 3), st.integers(1, 12),
+       st.integers(1, 3), st.lists(st.tuples(st.integers(-1, 3), st.sampled_from([0, 0, 0, 3]),
+                                             st.integers(-5, 40)), min_size=1, max_size=5))
+def test_tma_box_rows_equal_the_element_gather(dtype: tuple, wide: int, rows: int, pad: int,
+                                               high: int, stride: int,
+                                               coords: list[tuple[int, int, int]]) -> None:
+    """The interpreter's row copies of TMA boxes against tessera.arch.tma.tma_box on
+    random 2-D maps (dense and padded rows, partial and outside boxes, strides)."""
+    kind, size = dtype
+    box = (16 // size * wide, high)
+    inner = box[0] * (1 + pad % 2) + 16 // size * (pad // 2)  # row pitch: whole rows or not
+    tmap = TensorMap(kind, 0, (inner, rows), (inner * size,), box,
+                     element_strides=(1, stride))
+    buffer = np.random.default_rng(rows).integers(0, 256, inner * rows * size).astype(np.uint8)
+    at = np.array([(k * box[0] + off, c) for k, off, c in coords], np.int64)  # mostly aligned
+    want = tma_box(tmap, buffer, at)
+    np.testing.assert_array_equal(async_copy._box(tmap, buffer, at), want)

@@ -192,7 +192,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                      f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
                      "memory")
             try:  # the box's bytes in box order: byte i lands at where[i]
-                data = tma_box(t, value.buffer, coords[rows])
+                data = _box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             ctas = m.cta[act[rows]]
@@ -215,6 +215,27 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         if sched is not None:  # a waiter's phase may now complete
             sched.touch()
     return step
+
+
+def _box(t: TensorMap, buffer: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """:func:`tma_box` of the boxes at ``coords`` (G, 2): for a 2-D map with unit
+    strides whose boxes lie inside the tensor and whose rows are whole, aligned rows
+    of the buffer, one row copy per box row and no index per element (the bytes
+    :func:`tma_box` gives, which the other boxes take)."""
+    t.validate()
+    if t.rank == 2 and t.strides == (1, 1) and len(coords):
+        esize = t.dtype.size
+        (w, h), dims = t.smem_box, t.global_dims
+        row = w * esize
+        c0, c1 = coords[:, 0], coords[:, 1]
+        if ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
+            raw = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
+            starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
+            if raw.size % row == 0 and not (starts % row).any() and \
+                    starts.max() + row <= raw.size:
+                return np.take(raw.reshape(-1, row), starts // row, axis=0).reshape(
+                    len(coords), -1)
+    return tma_box(t, buffer, coords)
 
 
 def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
