@@ -28,7 +28,8 @@ from tessera.interp.target.memory.state import (
 
 def distinct(ctas: np.ndarray) -> bool:
     """Whether no CTA occurs twice in ``ctas`` (row updates then never collide)."""
-    return len(ctas) < 2 or len(np.unique(ctas)) == len(ctas)
+    return len(ctas) < 2 or bool((np.diff(ctas) > 0).all()) or \
+        len(np.unique(ctas)) == len(ctas)
 
 
 def rows(ctas: np.ndarray) -> slice | np.ndarray:
@@ -52,12 +53,11 @@ def covered_range(local: np.ndarray) -> tuple[int, int] | None:
 def covered_chunks(local: np.ndarray, size: int) -> np.ndarray | None:
     """The sorted 16-byte chunk numbers when the byte offsets ``local`` (inside
     ``size`` bytes) are every byte of those chunks, each once."""
-    if size % CHUNK or local.min() < 0 or local.max() >= size:
+    if size % CHUNK or local.size % CHUNK or local.min() < 0 or local.max() >= size:
         return None
-    chunks = np.unique(local // CHUNK)
-    if chunks.size * CHUNK != local.size or np.unique(local).size != local.size:
-        return None
-    return chunks
+    # sorted, the bytes are whole chunks each once exactly when every 16 of them are
+    # one aligned chunk in order (a repeated byte or chunk breaks a run of 16)
+    return chunks_in_order(np.sort(local, axis=None))
 
 
 def chunks_in_order(local: np.ndarray) -> np.ndarray | None:

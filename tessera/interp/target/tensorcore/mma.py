@@ -176,12 +176,16 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                 raise m.fault(instr, "wgmma descriptor", err.message,
                               int(who[sel[0]])) from None
             local = (span[:, None] + np.arange(eb)).reshape(-1)
-            blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
             inside = span.min() >= 0 and span.max() + eb <= sh.size
+            chunks = bulk.covered_chunks(local, sh.size)
+            if chunks is not None:  # sorted: the blocks of the chunks without a sort
+                blocks = chunks * CHUNK // DIRTY_BLOCK
+                blocks = blocks[np.r_[True, blocks[1:] != blocks[:-1]]]
+            else:
+                blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
             order = _chunk_order(local, mn, k, eb) if inside and sh.size % CHUNK == 0 \
                 else None
-            hit = cache[d] = (span, local, blocks, bulk.covered_chunks(local, sh.size),
-                              inside, order)
+            hit = cache[d] = (span, local, blocks, chunks, inside, order)
         span, local, blocks, chunks, inside, order = hit
         if not inside:
             fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "
