@@ -22,6 +22,7 @@ scalar register (integers may also be raw addresses), and a :class:`TensorMapArg
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -171,6 +172,23 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
             raise ArgumentError("array arguments must be writeable (the kernel may store)")
     swapped = [TensorMapArg(w, a.elem, a.box, a.swizzle) if isinstance(a, TensorMapArg)
                else w for a, w in zip(args, work)]
+    # A launch makes few reference cycles but many objects: the cyclic collector's
+    # passes over every object of the process would interrupt it for nothing.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _launch(fn, g, b, layout, size, swapped, check_races)
+    finally:
+        if collecting:
+            gc.enable()
+    for a, w in zip(arrays, work):
+        if isinstance(a, np.ndarray) and w is not a:
+            a[...] = w  # non-contiguous arguments ran on a copy
+
+
+def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
+            layout: dict[str, int], size: int, swapped: list[Any], check_races: bool) -> None:
+    """Place the arguments, compile the kernel and run it."""
     glob = GlobalMemory()
     nthreads = b[0] * b[1] * b[2]
     ncta = g[0] * g[1] * g[2]
@@ -185,9 +203,6 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:
         m.bar = bar  # counts the instructions run (every thread at once)
         run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
-    for a, w in zip(arrays, work):
-        if isinstance(a, np.ndarray) and w is not a:
-            a[...] = w  # non-contiguous arguments ran on a copy
 
 
 __all__ = ["TargetFault", "TensorMapArg", "run_target"]
