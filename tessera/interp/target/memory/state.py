@@ -18,7 +18,10 @@ that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those 
 and per CTA the bounds of the thread ids recorded, so that it skips CTAs none of whose
 accessors arrived. Rows that are whole aligned 16-byte chunks (``ldmatrix`` rows,
 16-byte ``cp.async``) read and write the records a chunk at a time
-(:func:`take_chunks`, :func:`put_chunks`).
+(:func:`take_chunks`, :func:`put_chunks`). Reads of whole chunks (those rows, ``wgmma``
+operands) wait in :attr:`SharedMemory.log` (:mod:`.reads`) until something looks at
+their readers: the raw arrays ``rmin_bytes``, ``rmax_bytes`` and ``dirty_blocks`` lack
+them, the properties ``rmin``, ``rmax`` and ``dirty`` resolve them first.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tessera.interp.target.memory.chunks import (
+    CHUNK,
+    add_at,
+    chunk_rows,
+    put_chunks,
+    take_chunks,
+)
+
 GLOBAL_BASE = 0x10000000
 GLOBAL_STRIDE = 0x10000000
 Fail = Callable[[int, str, str], None]
@@ -34,41 +45,6 @@ _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
 #: bytes per flag of :attr:`SharedMemory.dirty`
 DIRTY_BLOCK = 64
-#: bytes per chunk of the chunked gathers and scatters of the per-byte records
-CHUNK = 16
-
-
-def take_chunks(a: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """The 16-byte chunks ``index`` (any shape) of the per-byte record ``a``: shape
-    ``index.shape + (CHUNK,)`` (one row copy per chunk, several times faster than an
-    index per byte)."""
-    return np.take(a.reshape(-1, CHUNK), index, axis=0)
-
-
-def put_chunks(a: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
-    """Store ``values`` (``index.shape + (CHUNK,)``) into the chunks ``index`` of ``a``
-    through a view with one void element per chunk (NumPy's row assignment is several
-    times slower)."""
-    whole = np.dtype((np.void, CHUNK * a.itemsize))
-    a.view(whole)[index.ravel()] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
-
-
-def chunk_rows(flat: np.ndarray) -> np.ndarray | None:
-    """The chunk numbers of ``flat`` when each of its rows is one aligned 16-byte chunk,
-    bytes in order (an ``ldmatrix`` row, a 16-byte copy), else None."""
-    if flat.ndim != 2 or flat.shape[1] != CHUNK or not flat.size:
-        return None
-    first = flat[:, 0]
-    if (first % CHUNK).any() or not (flat - first[:, None] == np.arange(CHUNK)).all():
-        return None
-    return first // CHUNK
-
-
-def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> None:
-    """``target[index] += delta`` with repeated indices counted (``np.add.at``), called
-    the way NumPy runs fast: a flat index and a value of the target's type."""
-    value = np.asarray(delta, target.dtype)
-    np.add.at(target, np.ravel(index), value if value.ndim == 0 else np.ravel(value))
 
 
 def _check_aligned(a: np.ndarray, step: int, fail: Fail, access: Callable[[int], str]) -> None:

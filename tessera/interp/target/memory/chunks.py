@@ -1,0 +1,46 @@
+"""Shared memory's per-byte records a 16-byte chunk at a time: one row copy per chunk
+instead of an index per byte, for rows that are whole aligned chunks (``ldmatrix``
+rows, 16-byte copies, ``wgmma`` operands)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: bytes per chunk of the chunked gathers and scatters of the per-byte records
+CHUNK = 16
+
+
+def take_chunks(a: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The 16-byte chunks ``index`` (any shape) of the per-byte record ``a``: shape
+    ``index.shape + (CHUNK,)`` (one row copy per chunk, several times faster than an
+    index per byte)."""
+    return np.take(a.reshape(-1, CHUNK), index, axis=0)
+
+
+def put_chunks(a: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+    """Store ``values`` (``index.shape + (CHUNK,)``) into the chunks ``index`` of ``a``
+    through a view with one void element per chunk (NumPy's row assignment is several
+    times slower)."""
+    whole = np.dtype((np.void, CHUNK * a.itemsize))
+    a.view(whole)[index.ravel()] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
+
+
+def chunk_rows(flat: np.ndarray) -> np.ndarray | None:
+    """The chunk numbers of ``flat`` when each of its rows is one aligned 16-byte chunk,
+    bytes in order (an ``ldmatrix`` row, a 16-byte copy), else None."""
+    if flat.ndim != 2 or flat.shape[1] != CHUNK or not flat.size:
+        return None
+    first = flat[:, 0]
+    if (first % CHUNK).any() or not (flat - first[:, None] == np.arange(CHUNK)).all():
+        return None
+    return first // CHUNK
+
+
+def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> None:
+    """``target[index] += delta`` with repeated indices counted (``np.add.at``), called
+    the way NumPy runs fast: a flat index and a value of the target's type."""
+    value = np.asarray(delta, target.dtype)
+    np.add.at(target, np.ravel(index), value if value.ndim == 0 else np.ravel(value))
+
+
+__all__ = ["CHUNK", "add_at", "chunk_rows", "put_chunks", "take_chunks"]
