@@ -201,14 +201,14 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 ranges[key] = (bulk.covered_range(where), bulk.chunks_in_order(where))
             span = ranges[key][0] if bulk.distinct(ctas) else None
             local = ranges[key][1] if m.shared.size % CHUNK == 0 else None
-            flat = ctas[:, None] * m.shared.size + where[None, :]
             if bulk.range_unfenced(m.shared, ctas, *span) if span is not None else \
-                    m.shared.unfenced[flat].any():  # a generic write the async proxy may pass
+                    m.shared.unfenced[ctas[:, None] * m.shared.size + where[None, :]].any():
+                # a generic write the async proxy may pass
                 fail(int(rows[0]), "missing proxy fence", "TMA overwrites shared memory "
                      "written by st.shared with no fence.proxy.async since")
-            copy = Copy(act[rows], ids[rows], flat, data, span, None if local is None else
+            copy = Copy(act[rows], ids[rows], None, data, span, None if local is None else
                         ctas[:, None] * (m.shared.size // CHUNK) + local[None, :],
-                        (int(where.min()), int(where.max()) + 1))
+                        (int(where.min()), int(where.max()) + 1), where)
             issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         sched = current_scheduler(m)
@@ -250,7 +250,7 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     for copy in m.tma:
         done = np.isin(copy.tag, ids)
         if done.any():
-            add_at(landing, copy.tag[done], copy.flat.shape[1])
+            add_at(landing, copy.tag[done], copy.data.shape[1])
             rest = land(m, copy, done, False)
             if rest is not None:
                 still.append(rest)

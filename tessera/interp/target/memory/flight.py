@@ -20,11 +20,12 @@ from tessera.interp.target.state import Machine
 @dataclass(frozen=True, eq=False)
 class Copy:
     """Async copies in flight: issuing threads, group (cp.async) or mbarrier id (TMA),
-    flat destination bytes (M, nbytes) and the data (M, nbytes)."""
+    flat destination bytes (M, nbytes), or None when ``box`` gives them, and the data
+    (M, nbytes)."""
 
     thread: np.ndarray
     tag: np.ndarray
-    flat: np.ndarray
+    rows: np.ndarray | None
     data: np.ndarray
     #: (lo, hi) when every row's bytes are each of its CTA's shared bytes lo .. hi - 1
     #: once, in distinct CTAs (a TMA box): its records are updated as row slices
@@ -34,10 +35,20 @@ class Copy:
     chunks: np.ndarray | None = None
     #: CTA-local bytes lo .. hi - 1 that hold every destination byte, when known
     bounds: tuple[int, int] | None = None
+    #: the CTA-local destination bytes of every row (a TMA box) when ``rows`` is None:
+    #: the flat indices are built only where a per-byte path needs them
+    box: np.ndarray | None = None
 
     def ctas(self, m: Machine) -> np.ndarray:
         """The CTA of each row."""
         return self.thread // m.nthreads
+
+    def flat(self, m: Machine) -> np.ndarray:
+        """The flat destination bytes (M, nbytes)."""
+        if self.rows is not None:
+            return self.rows
+        assert self.box is not None
+        return self.ctas(m)[:, None] * m.shared.size + self.box[None, :]
 
 
 def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
@@ -51,52 +62,53 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
                 bulk.range_clear(sh, copy.ctas(m), copy.thread, *copy.span, None):
             bulk.range_pending(sh, copy.ctas(m), *copy.span, 1)
             return
-    if fail is not None and sh.races and len(copy.flat) and \
+    flat = copy.flat(m)
+    if fail is not None and sh.races and len(flat) and \
             sh.accessed[copy.thread // sh.nthreads].any():
         mine = copy.thread[:, None]
         # the logged reads that may meet the rows (each a run of bytes of one CTA)
         lo, hi = copy.bounds if copy.bounds is not None else (
-            int((copy.flat % sh.size).min()), int((copy.flat % sh.size).max()) + 1)
+            int((flat % sh.size).min()), int((flat % sh.size).max()) + 1)
         sh.log.resolve(sh.cta_mask(copy.thread // sh.nthreads), lo, hi)
-        lo, hi = sh.rmin_bytes[copy.flat], sh.rmax_bytes[copy.flat]
+        lo, hi = sh.rmin_bytes[flat], sh.rmax_bytes[flat]
         clash = (hi >= 0) & ((lo != mine) | (hi != mine))
         if np.any(clash):
             i = int(np.flatnonzero(clash.any(axis=1))[0])
             j = int(np.flatnonzero(clash[i])[0])
             other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
-            fail(i, "shared memory race", f"async copy over {sh._where(copy.flat[i, j])}, "
+            fail(i, "shared memory race", f"async copy over {sh._where(flat[i, j])}, "
                  f"which thread {other % sh.nthreads} read without a bar.sync between")
-    if fail is not None and len(copy.flat):
+    if fail is not None and len(flat):
         groups = groups_of(m)
-        read = groups.busy[copy.flat] != 0 if groups.reading else np.zeros(1, bool)
+        read = groups.busy[flat] != 0 if groups.reading else np.zeros(1, bool)
         if read.any():
             i = int(np.flatnonzero(read.any(axis=1))[0])
             fail(i, "shared memory overwritten while a wgmma reads it", f"async copy over "
-                 f"{sh._where(copy.flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
+                 f"{sh._where(flat[i, int(np.flatnonzero(read[i])[0])])}, an operand of "
                  "a wgmma group that no wgmma.wait_group has retired")
-        busy = sh.pending[copy.flat] != 0 if sh.in_flight else np.zeros(1, bool)
+        busy = sh.pending[flat] != 0 if sh.in_flight else np.zeros(1, bool)
         if busy.any():
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", f"async copy over "
-                 f"{sh._where(copy.flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
+                 f"{sh._where(flat[i, int(np.flatnonzero(busy[i])[0])])}, which "
                  "another async copy is still writing")
-    sh.add_pending(copy.flat, 1)
+    sh.add_pending(flat, 1)
 
 
 def land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     """Complete the rows ``sel`` of ``copy``; return what is still in flight. ``owned``
     bytes count as the issuing thread's writes for race checking (cp.async); TMA bytes
     are ordered by their mbarrier instead."""
-    flat = copy.flat[sel]
     if copy.span is not None and not owned:
         ctas = copy.ctas(m)[sel]
         bulk.range_pending(m.shared, ctas, *copy.span, -1)
         if copy.chunks is None:
-            m.shared.data[flat] = copy.data[sel]
+            m.shared.data[copy.flat(m)[sel]] = copy.data[sel]
         else:
             put_chunks(m.shared.data, copy.chunks[sel], copy.data[sel])
         bulk.range_land(m.shared, ctas, *copy.span)
     else:
+        flat = copy.flat(m)[sel]
         chunks = None if copy.chunks is None else copy.chunks[sel]
         m.shared.add_pending(flat, -1)
         m.shared.land(flat, copy.data[sel], chunks)
@@ -105,8 +117,9 @@ def land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
     keep = ~sel
     if not keep.any():
         return None
-    return Copy(copy.thread[keep], copy.tag[keep], copy.flat[keep], copy.data[keep],
-                copy.span, None if copy.chunks is None else copy.chunks[keep], copy.bounds)
+    return Copy(copy.thread[keep], copy.tag[keep],
+                None if copy.rows is None else copy.rows[keep], copy.data[keep], copy.span,
+                None if copy.chunks is None else copy.chunks[keep], copy.bounds, copy.box)
 
 
 __all__ = ["Copy", "issue", "land"]
