@@ -55,9 +55,30 @@ class Operand:
         self.fmt = _format(fmt)
         # BLAS needs contiguous operands (a strided matmul takes NumPy's slow loop)
         self.values = np.ascontiguousarray(decode_elements(elements, self.fmt))
+        if elements.dtype == np.uint16 and self.fmt in ("bf16", "f16"):
+            self.top, self.low = _summary_bits(elements, self.fmt)
+            return
         mag = np.abs(self.values)
         self.top = mag.max(axis=(-2, -1))
         self.low = _low_exponent(mag, (-2, -1))
+
+
+def _summary_bits(bits: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """:attr:`Operand.top` and :attr:`Operand.low` of 16-bit bit patterns from the
+    patterns: without the sign bit they order as the magnitudes do, so the largest and
+    the smallest nonzero magnitude are one integer maximum and minimum each, in a
+    quarter of the memory of float64 values. With an infinity or a NaN the results may
+    differ from the float path's, but ``top`` is then an infinity or a NaN, and
+    :func:`_bounded` fails whatever ``low`` is, as on the float path."""
+    mag = bits & np.uint16(0x7FFF)
+    top = mag.max(axis=(-2, -1))
+    low = np.where(mag == 0, np.uint16(0xFFFF), mag).min(axis=(-2, -1))
+    np_type = FORMATS[fmt][0]
+    top_value = top.view(np_type).astype(np.float64)
+    low_value = np.where(low == 0xFFFF, np.uint16(0), low).view(np_type).astype(np.float64)
+    # no nonzero element, or only infinities: frexp of 1.0, as _low_exponent takes
+    low_value = np.where((low == 0xFFFF) | np.isinf(low_value), 1.0, low_value)
+    return top_value, np.frexp(low_value)[1]
 
 
 def _bounded(a: Operand, b: Operand, k: int) -> bool:

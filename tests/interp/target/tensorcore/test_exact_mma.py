@@ -7,6 +7,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tessera.arch import fragments
 from tessera.arch.mma import mma as golden
@@ -120,3 +122,25 @@ def test_ldmatrix_gather_equals_the_arch_model(num: int, trans: bool) -> None:
     elems = gathered.view("<u2")
     got = np.ascontiguousarray(elems[:, ldmatrix_spread(num, trans)]).view(np.uint32)
     assert np.array_equal(got.reshape(warps, 32, num), want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["bf16", "f16"]),
+       st.lists(st.integers(0, 0xFFFF) | st.sampled_from([0, 0x8000, 1, 0x8001, 0x7F80, 0x7C00,
+                                                          0xFC00, 0x7FC0, 0x7E00, 0x3F80]),
+                min_size=8, max_size=8))
+def test_bit_pattern_summaries_equal_the_float_ones(fmt: str, words: list[int]) -> None:
+    """Largest magnitude and smallest nonzero exponent per matrix from the bit patterns
+    against the float64 path, on patterns with zeros of both signs, subnormals,
+    infinities and NaNs; where they differ (an infinity or a NaN), the step is
+    unbounded either way."""
+    bits = np.array(words, np.uint16).reshape(2, 2, 2)
+    fast = exact_mma.Operand(bits, fmt)
+    values = np.abs(fast.values)
+    top, low = values.max(axis=(-2, -1)), exact_mma._low_exponent(values, (-2, -1))
+    finite = np.isfinite(top)
+    np.testing.assert_array_equal(fast.top[finite], top[finite])
+    np.testing.assert_array_equal(fast.low[finite], low[finite])
+    assert (~np.isfinite(fast.top[~finite])).all()
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert finite.all() or not exact_mma._bounded(fast, fast, 16)
