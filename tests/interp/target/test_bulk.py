@@ -43,6 +43,8 @@ def random_state(seed: int) -> SharedMemory:
     sh.written[:] = True
     sh.who_lo[:] = np.arange(NCTA) * NTHREADS
     sh.who_hi[:] = sh.who_lo + NTHREADS - 1
+    # records lie only in dirty blocks (what the bulk paths and bar.sync rely on)
+    sh.dirty_blocks[:] = ((sh.rmax >= 0) | (sh.writer >= 0)).reshape(NCTA, -1, 64).any(axis=2)
     return sh
 
 
