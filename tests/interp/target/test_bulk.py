@@ -39,6 +39,7 @@ def random_state(seed: int) -> SharedMemory:
     sh.in_flight = int(sh.pending.sum())
     sh.init[:] = rng.random(n) < 0.7
     sh.unfenced[:] = rng.random(n) < 0.2
+    sh.unfenced_ctas[:] = True
     sh.accessed[:] = True
     sh.written[:] = True
     sh.who_lo[:] = np.arange(NCTA) * NTHREADS

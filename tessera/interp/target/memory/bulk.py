@@ -100,7 +100,8 @@ def range_clear(sh: SharedMemory, ctas: np.ndarray, threads: np.ndarray, lo: int
 
 def range_unfenced(sh: SharedMemory, ctas: np.ndarray, lo: int, hi: int) -> bool:
     """Whether a byte of the range holds an ``st.shared`` with no proxy fence since."""
-    return bool(_grid(sh, sh.unfenced)[rows(ctas), lo:hi].any())
+    return bool(sh.unfenced_ctas[ctas].any()) and \
+        bool(_grid(sh, sh.unfenced)[rows(ctas), lo:hi].any())
 
 
 def range_pending(sh: SharedMemory, ctas: np.ndarray, lo: int, hi: int, delta: int) -> None:
@@ -137,7 +138,7 @@ def chunks_readable(sh: SharedMemory, index: np.ndarray) -> bool:
 
 def chunks_unfenced(sh: SharedMemory, index: np.ndarray) -> bool:
     """Whether a byte of the chunks holds an ``st.shared`` with no proxy fence since."""
-    return bool(take_chunks(sh.unfenced, index).any())
+    return bool(sh.unfenced_ctas.any()) and bool(take_chunks(sh.unfenced, index).any())
 
 
 def chunks_add(counts: np.ndarray, index: np.ndarray, delta: int) -> None:

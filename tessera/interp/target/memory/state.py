@@ -133,6 +133,7 @@ class SharedMemory:
         self.pending = np.zeros(n, np.int16)  # copies in flight per byte: a few at most
         self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
+        self.unfenced_ctas = np.zeros(ncta, bool)  # may a CTA hold such a byte (superset)
         # per 8-byte slot (an mbarrier), the thread (global id) that initialised it, not
         # yet ordered before other threads' accesses by a bar.sync (-1: visible to all)
         self.init_by = np.full(ncta * -(-size // 8), _NONE, np.int32)
@@ -286,6 +287,7 @@ class SharedMemory:
         self.land(flat, data)
         if generic:
             self.unfenced[flat] = True
+            self.unfenced_ctas[me // self.nthreads] = True
 
     def mark(self, flat: np.ndarray) -> None:
         """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
@@ -369,6 +371,7 @@ class SharedMemory:
         """``fence.proxy.async`` in the CTAs flagged in ``ctas``."""
         if self.size:
             self.unfenced.reshape(self.ncta, self.size)[ctas] = False
+            self.unfenced_ctas[ctas] = False
 
     def slots(self, flat: np.ndarray) -> np.ndarray:
         """The 8-byte slots (:attr:`init_by`) of the flat byte indices ``flat``."""
