@@ -156,6 +156,57 @@ def _chunk_order(local: np.ndarray, mn: int, k: int, eb: int) -> tuple[bool, np.
     return None if chunks is None else (True, chunks)
 
 
+#: bytes after which every wgmma swizzle pattern repeats (8 rows of the 128-byte
+#: swizzle, PTX ISA sec. 9.7.15.5.1): start addresses that differ by a multiple of it
+#: address the same bytes, moved by the difference
+_ATOM = 1024
+Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, bool,
+               tuple[bool, np.ndarray] | None]
+
+
+def _layout(d: int, mn: int, k: int, eb: int, k_major: bool, size: int) -> Layout:
+    """A descriptor's element addresses (``span``), bytes (``local``), dirty blocks,
+    covered chunks (or None), whether it lies inside the ``size`` bytes, and its chunk
+    order (:func:`_chunk_order`)."""
+    span = operand_addresses(d, mn, k, eb, k_major=k_major).reshape(-1)
+    local = (span[:, None] + np.arange(eb)).reshape(-1)
+    inside = bool(span.min() >= 0 and span.max() + eb <= size)
+    chunks = bulk.covered_chunks(local, size)
+    if chunks is not None:  # sorted: the blocks of the chunks without a sort
+        blocks = chunks * CHUNK // DIRTY_BLOCK
+        blocks = blocks[np.r_[True, blocks[1:] != blocks[:-1]]]
+    else:
+        blocks = np.unique(local[(local >= 0) & (local < size)] // DIRTY_BLOCK)
+    order = _chunk_order(local, mn, k, eb) if inside and size % CHUNK == 0 else None
+    return span, local, blocks, chunks, inside, order
+
+
+def _translated(m: Machine, d: int, mn: int, k: int, eb: int, k_major: bool) -> Layout:
+    """:func:`_layout` of ``d`` from that of the descriptor whose start address is
+    ``d``'s modulo :data:`_ATOM` (kept per launch): the stages of a pipeline share one."""
+    size = m.shared.size
+    start = (d & 0x3FFF) << 4  # the descriptor's start address field (bits 0-13, >> 4)
+    shift = start - start % _ATOM
+    kept: dict = m.__dict__.setdefault("wgmma_layouts", {})
+    key = (d - (shift >> 4), mn, k, eb, k_major)
+    base = kept.get(key)
+    if base is None:
+        try:
+            base = kept[key] = _layout(key[0], mn, k, eb, k_major, size)
+        except ArchError:
+            return _layout(d, mn, k, eb, k_major, size)  # the error names d itself
+    if not shift:
+        return base
+    span0, local0, blocks0, chunks0, inside0, order0 = base
+    span, local = span0 + shift, local0 + shift
+    inside = inside0 and int(span0.max()) + shift + eb <= size
+    if chunks0 is None or not inside:
+        return _layout(d, mn, k, eb, k_major, size)
+    order = None if order0 is None else (order0[0], order0[1] + shift // CHUNK)
+    return (span, local, blocks0 + shift // DIRTY_BLOCK, chunks0 + shift // CHUNK, inside,
+            order)
+
+
 def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, mn: int, k: int,
              eb: int, who: np.ndarray, k_major: bool, cache: dict) -> np.ndarray:
     """The (G, mn, k) element bit patterns a descriptor addresses in each CTA (a view
@@ -171,21 +222,10 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
         hit = cache.get(d)
         if hit is None:
             try:
-                span = operand_addresses(d, mn, k, eb, k_major=k_major).reshape(-1)
+                hit = cache[d] = _translated(m, d, mn, k, eb, k_major)
             except ArchError as err:
                 raise m.fault(instr, "wgmma descriptor", err.message,
                               int(who[sel[0]])) from None
-            local = (span[:, None] + np.arange(eb)).reshape(-1)
-            inside = span.min() >= 0 and span.max() + eb <= sh.size
-            chunks = bulk.covered_chunks(local, sh.size)
-            if chunks is not None:  # sorted: the blocks of the chunks without a sort
-                blocks = chunks * CHUNK // DIRTY_BLOCK
-                blocks = blocks[np.r_[True, blocks[1:] != blocks[:-1]]]
-            else:
-                blocks = np.unique(local[(local >= 0) & (local < sh.size)] // DIRTY_BLOCK)
-            order = _chunk_order(local, mn, k, eb) if inside and sh.size % CHUNK == 0 \
-                else None
-            hit = cache[d] = (span, local, blocks, chunks, inside, order)
         span, local, blocks, chunks, inside, order = hit
         if not inside:
             fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "

@@ -7,12 +7,21 @@ from tessera.arch.
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tessera.arch.descriptor import encode_descriptor
+from tessera.arch.errors import ArchError
+from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError
 from tessera.interp.target import TensorMapArg, run_target
 from tessera.interp.target.state import TargetFault
+from tessera.interp.target.tensorcore import mma as mma_rules
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import TensorMapType
 from tests.interp.target.kit import U64, Kernel, async_ops
@@ -212,3 +221,30 @@ def test_tma_parameter_of_an_element_tma_cannot_copy() -> None:
     k = Kernel("tmaf8", [TensorMapType(0, "f8", (8, 16), 0)], block=(32,))
     with pytest.raises(ArgumentError, match="argument 0: TMA cannot copy 'f8'"):
         run_target(k.build(), [TensorMapArg(np.zeros((8, 16), np.uint8), "f8", (8, 16))])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(list(Swizzle)), st.integers(0, 15), st.integers(0, 40),
+       st.integers(1, 64), st.integers(1, 64), st.sampled_from([64, 128, 256]),
+       st.booleans(), st.sampled_from([2048, 65536, 131136]))
+def test_translated_descriptor_layouts_equal_their_own(swizzle: Swizzle, row: int, atom: int,
+                                                       lbo: int, sbo: int, mn: int,
+                                                       k_major: bool, size: int) -> None:
+    """A wgmma descriptor's addresses, chunks and blocks taken from the descriptor one
+    swizzle atom (1024 bytes) multiple lower, moved, against its own; errors too."""
+    start = atom * 1024 + row * 16
+    d = encode_descriptor(start, lbo * 16, sbo * 16, swizzle)
+    m = SimpleNamespace(shared=SimpleNamespace(size=size))
+    for _ in range(2):  # the second time from what the first kept
+        try:
+            want = mma_rules._layout(d, mn, 16, 2, k_major, size)
+        except ArchError as err:
+            with pytest.raises(ArchError, match=re.escape(err.message)):
+                mma_rules._translated(m, d, mn, 16, 2, k_major)
+            return
+        got = mma_rules._translated(m, d, mn, 16, 2, k_major)
+        for x, y in zip(got, want):
+            if isinstance(x, tuple):
+                assert x[0] == y[0]
+                x, y = x[1], y[1]
+            np.testing.assert_array_equal(x, y)
