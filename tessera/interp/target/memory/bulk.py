@@ -115,7 +115,8 @@ def range_land(sh: SharedMemory, ctas: np.ndarray, lo: int, hi: int) -> None:
     data, ordered by its mbarrier) for the range; the caller stores the data."""
     r = rows(ctas)
     _grid(sh, sh.init)[r, lo:hi] = True
-    _grid(sh, sh.unfenced)[r, lo:hi] = False
+    if sh.unfenced_ctas[ctas].any():  # else no byte of these CTAs awaits a fence
+        _grid(sh, sh.unfenced)[r, lo:hi] = False
     # writers lie only in dirty blocks: a range with none holds no writer to clear
     if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
         _grid(sh, sh.writer)[r, lo:hi] = -1
