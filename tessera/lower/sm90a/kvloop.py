@@ -139,7 +139,9 @@ class KvLowering:
             q = self.q_box(low)
             nxt = []
             if plan.overlap:
+                t.loc = kv.qk.loc  # the next product is the kernel's S = Q Kᵀ
                 nxt = self._next_scores(t, ring, q, m, total)
+                t.loc = instr.loc
             else:
                 ring.wait(t, FULL_K, m)
             low.env[kv.k_copy.operands[0]] = ring.mem(t, False, stage)
@@ -217,7 +219,8 @@ def plan_kv(low: Lowerer) -> None:
     plan = plan_kv_ring(low.fn)
     if plan is not None:
         low.extra["kv_plan"] = plan
-        low.extra["ring_stages"] = plan.stages
+        # ring_stages: the static estimate's copies ahead; kv_ring: tessera ptx --stats
+        low.extra.setdefault("attrs", {}).update(ring_stages=plan.stages, kv_ring=plan.describe())
         low.overrides.update(kv_rules(plan))
 
 
