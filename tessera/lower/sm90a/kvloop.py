@@ -26,7 +26,14 @@ from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.kvplan import KvLoop, KvPlan
-from tessera.lower.sm90a.kvring import EMPTY_K, EMPTY_V, FULL_K, FULL_V, KvRing, make_ring
+from tessera.lower.sm90a.kvring import (
+    EMPTY_K,
+    EMPTY_V,
+    FULL_K,
+    FULL_V,
+    KvRing,
+    make_ring,
+)
 from tessera.lower.tiles import SharedBox
 from tessera.lower.values import Dist, Lowered, Scalar
 
@@ -88,8 +95,9 @@ class KvLowering:
         types = [self._pack_type()] * (self.plan.bm // 64)
 
         def first(t: TargetEmitter) -> list[Value]:
-            ring.wait(t, FULL_K, zero)
-            out = issue_scores(t, q, ring.box(t, False, zero), self.plan.bn)
+            slot = ring.slot(t, zero)
+            ring.wait(t, FULL_K, slot)
+            out = issue_scores(t, q, ring.box(t, False, slot), self.plan.bn)
             t.op(WgmmaWait(0))
             return out
 
@@ -135,17 +143,20 @@ class KvLowering:
                 low.env[tv] = rebuild(lv, list(carried[pos:pos + n]))
                 pos += n
             current = list(carried[pos:pos + n_scores])
-            stage, _ = ring.stage(t, m)
+            # each use computes the block's slot afresh: kept live across the softmax,
+            # the values would cost ptxas registers (it rematerialises none of them)
             q = self.q_box(low)
             nxt = []
             if plan.overlap:
                 t.loc = kv.qk.loc  # the next product is the kernel's S = Q Kᵀ
                 nxt = self._next_scores(t, ring, q, m, total)
                 t.loc = instr.loc
+                low.env[kv.k_copy.operands[0]] = ring.k_mem  # read by no product here
             else:
-                ring.wait(t, FULL_K, m)
-            low.env[kv.k_copy.operands[0]] = ring.mem(t, False, stage)
-            low.env[kv.v_copy.operands[0]] = ring.mem(t, True, stage)
+                slot = ring.slot(t, m)
+                ring.wait(t, FULL_K, slot)
+                low.env[kv.k_copy.operands[0]] = ring.mem(t, False, slot)
+            v_buf = kv.v_copy.operands[0]
             low.stack.append(t)
             try:
                 for i in body.instrs:
@@ -155,19 +166,22 @@ class KvLowering:
                         continue
                     if i is kv.qk and plan.overlap:
                         low.env[i.results[0]] = self._unpacked(low, t, i, current)
-                        self._release_k(t, ring, m, total)
+                        self._release_k(t, ring, m, total, k_loop)
                         continue
-                    if i is kv.pv:
-                        ring.wait(t, FULL_V, m)
+                    if v_buf in i.operands:  # the V block: landed, at its stage
+                        slot = ring.slot(t, m)
+                        ring.wait(t, FULL_V, slot)
+                        low.env[v_buf] = ring.mem(t, True, slot)
                     low.lower_instr(i, t)
                     if i is kv.qk:
-                        self._release_k(t, ring, m, total)
+                        self._release_k(t, ring, m, total, k_loop)
                 outs = [settle_index(low, v, low.env[v]) for v in body.terminator.operands]
             finally:
                 low.stack.pop()
             t.loc = instr.loc
-            ring.release(t, EMPTY_V, m)
-            ring.refill(t, total, m, True)
+            slot = ring.slot(t, m)
+            ring.release(t, EMPTY_V, slot)
+            ring.refill(t, total, m, slot, True, k_loop)
             return [r for lv in outs for r in flatten(lv)] + nxt
 
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
@@ -187,10 +201,9 @@ class KvLowering:
         nxt = t.add(m, one, "u32")
         more = t.setp("lt", nxt, total, "u32")
         # past the last block the discarded product reads V_m, which must have landed
-        t.if_(more, lambda u: ring.wait(u, FULL_K, nxt), lambda u: ring.wait(u, FULL_V, m))
-        k_stage, _ = ring.stage(t, nxt)
-        v_stage, _ = ring.stage(t, m)
-        k_box, v_box = ring.box(t, False, k_stage), ring.box(t, True, v_stage)
+        after, slot = ring.slot(t, nxt), ring.slot(t, m)
+        t.if_(more, lambda u: ring.wait(u, FULL_K, after), lambda u: ring.wait(u, FULL_V, slot))
+        k_box, v_box = ring.box(t, False, after), ring.box(t, True, slot)
         base = t.selp(k_box.base, v_box.base, more, "u32")
         box = SharedBox(base, k_box.rows, k_box.cols, k_box.elem, k_box.swizzle, k_box.align)
         out = issue_scores(t, q, box, self.plan.bn)
@@ -204,10 +217,12 @@ class KvLowering:
         half = self.plan.bn // 2
         return Dist(layout, [v for p in packed for v in t.unpack(p, "f32", half)], "f32")
 
-    def _release_k(self, t: TargetEmitter, ring: KvRing, m: Value, total: Value) -> None:
+    def _release_k(self, t: TargetEmitter, ring: KvRing, m: Value, total: Value,
+                   loop: int) -> None:
         """``S_m`` has retired: K block ``m`` is no longer read."""
-        ring.release(t, EMPTY_K, m)
-        ring.refill(t, total, m, False)
+        slot = ring.slot(t, m)
+        ring.release(t, EMPTY_K, slot)
+        ring.refill(t, total, m, slot, False, loop)
 
 
 def plan_kv(low: Lowerer) -> None:

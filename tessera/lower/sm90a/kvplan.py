@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.ir.core import Function, Instr, Value
+from tessera.ir.core import Function, Instr, Value, walk
 from tessera.ir.dialects.tile import Constant, MemRefType
 from tessera.ir.dialects.tile import For as TileFor
 from tessera.ir.dialects.tile import compute as tile_compute
@@ -46,6 +46,12 @@ DEFAULT_STAGES = 2
 #: the overlapped order may hold at once (ptxas 13.5 assembles 64x64 blocks with a head
 #: dimension of 128, 128 of them, without spilling)
 OVERLAP_REGS = 128
+#: registers a thread of the overlapped order takes, by head dimension up to 64 / 128:
+#: ptxas 13.5 gives 136 to 164 (D=64) and 251 to 253 (D=128) at 64x64 blocks, checked
+#: or fast, causal or not, where the sequential order takes 104 to 128 and 166
+OVERLAP_THREAD_REGS = (168, 256)
+#: an SM's shared memory and registers (H100: 228 KiB, 1 KiB of it reserved per CTA)
+SM_SHARED, SM_REGS = 228 * 1024, 65536
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,7 @@ def match_kv_loops(fn: Function) -> tuple[tuple[KvLoop, ...], Instr, Instr] | No
         return None
     k_buf, v_buf = next(iter(bufs))
     mine = {id(i) for kv in found for i in (kv.k_copy, kv.v_copy)}
-    for instr in _all(fn):  # nothing else writes or reads K and V
+    for instr in walk(fn.body):  # nothing else writes or reads K and V
         if any(v in (k_buf, v_buf) for v in instr.operands):
             if isinstance(instr.op, tile_memory.CpAsync):
                 if id(instr) not in mine:
@@ -190,9 +196,7 @@ def match_kv_loops(fn: Function) -> tuple[tuple[KvLoop, ...], Instr, Instr] | No
                 return None
     first = fn.body.instrs.index(found[0].loop)
     for kv in found[1:]:  # later loops' copies and bounds known before the first
-        body = kv.loop.regions[0].block
-        if not all(_defined_before(v, fn, first) or _owner(v) in body.instrs
-                   or v in found[0].loop.results or _carried(v, found)
+        if not all(_defined_before(v, fn, first) or _carried(v, found)
                    for v in _outside_inputs(kv.loop)):
             return None
     return tuple(found), allocs[k_buf], allocs[v_buf]
@@ -204,17 +208,14 @@ def _carried(v: Value, loops: list[KvLoop]) -> bool:
     return any(v in kv.loop.results for kv in loops)
 
 
-def _all(fn: Function) -> list[Instr]:
-    from tessera.ir.core import walk
-
-    return list(walk(fn.body))
-
-
-def overlap_problem(bm: int, bn: int, d: int) -> str | None:
-    """Why ``S_{m+1}`` cannot be in flight during the softmax of ``S_m`` at this tile
-    (None when it can): ``P`` must be ``wgmma``'s register A (at most 32 values a
-    thread, :func:`tessera.lower.sm90a.mma.wgmma_regs`) and two score tiles plus the
-    output accumulator must fit :data:`OVERLAP_REGS` values a thread."""
+def overlap_problem(bm: int, bn: int, d: int, stages: int = DEFAULT_STAGES) -> str | None:
+    """Why ``S_{m+1}`` is not in flight during the softmax of ``S_m`` at this tile
+    (None when it is): ``P`` must be ``wgmma``'s register A (at most 32 values a
+    thread, :func:`tessera.lower.sm90a.mma.wgmma_regs`), two score tiles plus the
+    output accumulator must fit :data:`OVERLAP_REGS` values a thread, and the
+    overlapped order's registers (:data:`OVERLAP_THREAD_REGS`) must not leave fewer
+    CTAs per SM than the ring's shared memory does: where they would, the sequential
+    order (about 32 registers fewer) keeps the CTAs."""
     s_regs, o_regs = bm * bn // THREADS, bm * d // THREADS
     if s_regs > 32 or o_regs > 64:
         return (f"P of a {bm}x{bn} block is staged through shared memory, not held in "
@@ -222,6 +223,12 @@ def overlap_problem(bm: int, bn: int, d: int) -> str | None:
     if 2 * s_regs + o_regs > OVERLAP_REGS:
         return (f"two {bm}x{bn} score tiles and a {bm}x{d} accumulator are "
                 f"{2 * s_regs + o_regs} f32 values a thread, over {OVERLAP_REGS}")
+    regs = OVERLAP_THREAD_REGS[0 if d <= 64 else 1]
+    shared = bm * d * 2 + stages * (4 * bn * d + 32) + 2048  # Q, the ring, bookkeeping
+    by_shared, by_regs = SM_SHARED // (shared + 1024), SM_REGS // (THREADS * regs)
+    if by_regs < by_shared:
+        return (f"registers: about {regs} a thread would leave {by_regs} CTAs per SM "
+                f"where the shared memory of {stages} stages fits {by_shared}")
     return None
 
 
@@ -243,7 +250,7 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
             or tuple(v_alloc.op.shape) != (bn, d) or not isinstance(q_type, TensorType)):
         return None
     bm = q_type.shape[0]
-    why = overlap_problem(bm, bn, d)
+    why = overlap_problem(bm, bn, d, stages)
     if why is None and not config.get("register_a", True):
         why = "config register_a=False stages P through shared memory"
     if why is None and not config.get("overlap_softmax", True):
@@ -263,5 +270,5 @@ def ring_extra_bytes(fn: Function) -> int:
     return plan.ring_bytes - 2 * plan.block_bytes
 
 
-__all__ = ["DEFAULT_STAGES", "OVERLAP_REGS", "KvLoop", "KvPlan", "match_kv_loops",
-           "overlap_problem", "plan_kv_ring", "ring_extra_bytes"]
+__all__ = ["DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS", "KvLoop", "KvPlan",
+           "match_kv_loops", "overlap_problem", "plan_kv_ring", "ring_extra_bytes"]

@@ -18,7 +18,7 @@ so the loads stop where the loops do.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
@@ -37,6 +37,16 @@ _ALIGN = 1024  # a 128-byte swizzle atom: every stage starts on one (base offset
 FULL_K, FULL_V, EMPTY_K, EMPTY_V = range(4)
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Where block ``m`` lives: ``stage = m % S``, ``parity = (m // S) & 1`` and the
+    stage's offset among the barriers of a kind (``8 * stage``), all ``u32``."""
+
+    stage: Value
+    parity: Value
+    offset: Value
+
+
 class KvRing:
     """The ring's buffers and barriers, the block count, and the loads into it."""
 
@@ -48,41 +58,46 @@ class KvRing:
         self.bounds: list[tuple[Value, Value]] = []  # (lo, step) of each loop
 
     # -- addresses
-    def stage(self, e: TargetEmitter, m: Value) -> tuple[Value, Value]:
-        """``(stage, parity)`` (``u32``) of block ``m`` (``u32``)."""
-        n = e.const(self.plan.stages, "u32")
-        parity = e.bin("and", e.bin("div", m, n, "u32"), e.const(1, "u32"), "u32")
-        return e.bin("rem", m, n, "u32"), parity
+    def slot(self, e: TargetEmitter, m: Value) -> Slot:
+        """The stage of block ``m`` (``u32``) and the parity of its round; computed once
+        per block and iteration (``and``/``shr`` when ``S`` is a power of two)."""
+        s = self.plan.stages
+        if s & (s - 1) == 0:
+            stage = e.bin("and", m, e.const(s - 1, "u32"), "u32")
+            rnd = e.bin("shr", m, e.const(s.bit_length() - 1, "u32"), "u32")
+        else:
+            stage = e.bin("rem", m, e.const(s, "u32"), "u32")
+            rnd = e.bin("div", m, e.const(s, "u32"), "u32")
+        parity = e.bin("and", rnd, e.const(1, "u32"), "u32")
+        return Slot(stage, parity, e.bin("shl", stage, e.const(3, "u32"), "u32"))
 
-    def barrier(self, e: TargetEmitter, kind: int, stage: Value) -> Value:
-        """The address of ``full_k``/``full_v``/``empty_k``/``empty_v`` of ``stage``."""
+    def barrier(self, e: TargetEmitter, kind: int, slot: Slot) -> Value:
+        """The address of ``full_k``/``full_v``/``empty_k``/``empty_v`` of ``slot``."""
+        # from the one base each time: ptxas folds the constant into the address,
+        # where a base per kind would be three more registers live across the loops
         base = e.add(self.bars, e.const(8 * kind * self.plan.stages, "u32"), "u32")
-        return e.add(base, e.bin("shl", stage, e.const(3, "u32"), "u32"), "u32")
+        return e.add(base, slot.offset, "u32")
 
-    def mem(self, e: TargetEmitter, v: bool, stage: Value) -> Mem:
-        """The K (or V) buffer of ``stage``, as the tile program's buffer view."""
+    def mem(self, e: TargetEmitter, v: bool, slot: Slot) -> Mem:
+        """The K (or V) buffer of ``slot``, as the tile program's buffer view."""
         mem = self.v_mem if v else self.k_mem
-        off = e.mul(stage, e.const(self.plan.block_bytes, "u32"), "u32")
+        off = e.mul(slot.stage, e.const(self.plan.block_bytes, "u32"), "u32")
         return replace(mem, base=e.add(mem.base, off, "u32"))
 
-    def box(self, e: TargetEmitter, v: bool, stage: Value) -> SharedBox:
-        """The K (or V) block of ``stage`` as a wgmma operand box."""
+    def box(self, e: TargetEmitter, v: bool, slot: Slot) -> SharedBox:
+        """The K (or V) block of ``slot`` as a wgmma operand box."""
         p = self.plan
-        mem = self.mem(e, v, stage)
+        mem = self.mem(e, v, slot)
         return SharedBox(mem.base, p.bn, p.d, p.elem, mem.swizzle, _ALIGN)
 
-    def wait(self, e: TargetEmitter, kind: int, m: Value) -> None:
-        """Wait for the phase of ``kind``'s barrier that block ``m`` completes (full) or
-        that its stage's previous block completed (empty)."""
-        stage, parity = self.stage(e, m)
-        if kind in (EMPTY_K, EMPTY_V):
-            parity = e.bin("xor", parity, e.const(1, "u32"), "u32")
-        e.op(MbarrierWait(), [self.barrier(e, kind, stage), parity])
+    def wait(self, e: TargetEmitter, kind: int, slot: Slot) -> None:
+        """Wait until the block in ``slot`` has landed (``full_*``) or has been released
+        by every thread (``empty_*``): both complete the phase of the block's round."""
+        e.op(MbarrierWait(), [self.barrier(e, kind, slot), slot.parity])
 
-    def release(self, e: TargetEmitter, kind: int, m: Value) -> None:
-        """Every thread arrives on ``kind``'s empty barrier of block ``m``'s stage."""
-        stage, _ = self.stage(e, m)
-        e.op(MbarrierArrive(), [self.barrier(e, kind, stage)])
+    def release(self, e: TargetEmitter, kind: int, slot: Slot) -> None:
+        """Every thread arrives on ``kind``'s empty barrier of ``slot``."""
+        e.op(MbarrierArrive(), [self.barrier(e, kind, slot)])
 
     # -- set-up and loads
     def init(self, e: TargetEmitter) -> None:
@@ -104,7 +119,6 @@ class KvRing:
         """Evaluate every loop's bounds (the later loops' are known here, see
         :func:`tessera.lower.sm90a.kvplan.match_kv_loops`) and count the blocks: the
         first block of each loop, then ``T``, in :attr:`offsets`."""
-        low = self.low
         total = e.const(0, "s32")
         for kv in self.plan.loops:
             lo, hi, step = (self._scalar(e, v) for v in kv.loop.operands[:3])
@@ -116,7 +130,6 @@ class KvRing:
             self.bounds.append((lo, step))
             total = e.add(total, trips, "s32")
         self.offsets.append(total)
-        del low
         return e.cvt(total, "u32", "s32")
 
     def _scalar(self, e: TargetEmitter, v: Value) -> Value:
@@ -134,25 +147,27 @@ class KvRing:
             raise UnsupportedError("key-loop bounds must be scalars", loc=e.loc)
         return lv.reg if lv.type == "s32" else e.cvt(lv.reg, "s32", lv.type)
 
-    def issue(self, t: TargetEmitter, m: Value, v: bool) -> None:
-        """Thread 0 loads K (or V) block ``m`` (``u32``) into its stage: the copy's
-        index arithmetic from the body of the loop the block belongs to, one TMA load
-        per swizzle panel, and the expect-tx arrival of the block's bytes."""
+    def issue(self, t: TargetEmitter, m: Value, slot: Slot, v: bool, first: int = 0) -> None:
+        """Thread 0 loads K (or V) block ``m`` (``u32``) into ``slot``: the copy's
+        index arithmetic from the body of the loop the block belongs to (loop ``first``
+        or a later one), one TMA load per swizzle panel, and the expect-tx arrival of
+        the block's bytes."""
         ms = t.cvt(m, "s32", "u32")
-        loops = list(zip(self.plan.loops, self.offsets, self.bounds))
+        loops = list(zip(self.plan.loops, self.offsets, self.bounds))[first:]
+        offsets = self.offsets[first:]
 
         def pick(u: TargetEmitter, k: int) -> None:
             kv, off, (lo, step) = loops[k]
             if k + 1 < len(loops):
-                later = u.setp("ge", ms, self.offsets[k + 1], "s32")
+                later = u.setp("ge", ms, offsets[k + 1], "s32")
                 u.if_(later, lambda w: pick(w, k + 1), lambda w: self._load(w, kv, ms, off,
-                                                                             lo, step, m, v))
+                                                                             lo, step, slot, v))
             else:
-                self._load(u, kv, ms, off, lo, step, m, v)
+                self._load(u, kv, ms, off, lo, step, slot, v)
         pick(t, 0)
 
     def _load(self, t: TargetEmitter, kv: KvLoop, ms: Value, off: Value, lo: Value,
-              step: Value, m: Value, v: bool) -> None:
+              step: Value, slot: Slot, v: bool) -> None:
         low = self.low
         index = t.add(lo, t.mul(t.bin("sub", ms, off, "s32"), step, "s32"), "s32")
         body = kv.loop.regions[0].block
@@ -166,6 +181,9 @@ class KvRing:
         low.stack.append(t)
         try:
             for instr in instrs:
+                for operand in instr.operands:  # a later loop's constants, not yet lowered
+                    if operand not in low.env:
+                        self._scalar(t, operand)
                 low.lower_instr(instr, t)
             src = low.env[copy.operands[1]]
         finally:
@@ -173,9 +191,8 @@ class KvRing:
             for key in keys:
                 low.env.pop(key, None)
             low.env.update(saved)
-        stage, _ = self.stage(t, m)
-        full = self.barrier(t, FULL_V if v else FULL_K, stage)
-        issue_copy(t, self._copy(t, src, self.box(t, v, stage)), full)
+        full = self.barrier(t, FULL_V if v else FULL_K, slot)
+        issue_copy(t, self._copy(t, src, self.box(t, v, slot)), full)
         # the bytes may land before they are announced: the tx-count goes below zero
         # while the arrival is pending, and the phase cannot complete early
         t.op(MbarrierArrive(self.plan.block_bytes), [full])
@@ -202,21 +219,28 @@ class KvRing:
         def fill(t: TargetEmitter) -> None:
             for m in range(self.plan.stages):
                 mv = t.const(m, "u32")
-                have = t.setp("lt", mv, total, "u32")
-                t.if_(have, lambda u, mv=mv: (self.issue(u, mv, False),
-                                              self.issue(u, mv, True)) and None)
+
+                def both(u: TargetEmitter, mv: Value = mv) -> None:
+                    slot = self.slot(u, mv)
+                    self.issue(u, mv, slot, False)
+                    self.issue(u, mv, slot, True)
+                t.if_(t.setp("lt", mv, total, "u32"), both)
         e.if_(thread0(e), fill)
 
-    def refill(self, e: TargetEmitter, total: Value, m: Value, v: bool) -> None:
-        """After the threads released block ``m``'s K (or V): thread 0 waits for the
-        release to complete and loads block ``m + S`` into the stage, if it exists."""
+    def refill(self, e: TargetEmitter, total: Value, m: Value, slot: Slot, v: bool,
+               loop: int) -> None:
+        """After the threads released block ``m``'s K (or V), if block ``m + S`` exists:
+        every thread waits for the release to complete (the warpgroup's warps are in
+        step there anyway: they have just retired the same ``wgmma``), then thread 0
+        loads the block into the same stage (a block of loop ``loop``, where ``m``
+        is, or of a later one). A wait in thread 0's branch alone would
+        cost about 30 registers a thread: ptxas keeps the softmax's values live across
+        the divergent spin loop."""
         nxt = e.add(m, e.const(self.plan.stages, "u32"), "u32")
-
-        def load(t: TargetEmitter) -> None:
-            self.wait(t, EMPTY_V if v else EMPTY_K, nxt)
-            self.issue(t, nxt, v)
         go = e.setp("lt", nxt, total, "u32")
-        e.if_(thread0(e), lambda t: t.if_(go, load) and None)
+        e.if_(go, lambda t: self.wait(t, EMPTY_V if v else EMPTY_K, slot))
+        e.if_(thread0(e),
+              lambda t: t.if_(go, lambda u: self.issue(u, nxt, slot, v, loop)) and None)
 
 
 def _slice(instrs: list[Instr], root: Value) -> list[Instr]:
@@ -253,4 +277,5 @@ def make_ring(low: Lowerer, plan: KvPlan) -> KvRing:
     return KvRing(low, plan, mems[id(plan.k_alloc)], mems[id(plan.v_alloc)])
 
 
-__all__ = ["EMPTY_K", "EMPTY_V", "FULL_K", "FULL_V", "KvRing", "alloc_rules", "make_ring"]
+__all__ = ["EMPTY_K", "EMPTY_V", "FULL_K", "FULL_V", "KvRing", "Slot", "alloc_rules",
+           "make_ring"]

@@ -74,15 +74,21 @@ def test_ring_structure_on_target_ir(d: int, causal: bool, stages: int) -> None:
     assert inits[1] >= 2 * stages  # full_k, full_v (and the query's group ring)
     loops = key_loops(fn)
     assert len(loops) == (2 if causal else 1)  # a causal program: unmasked, then diagonal
+    # the next scores overlap the softmax where registers do not cost CTAs per SM
+    overlapped = (d, stages) != (64, 2)
+    assert (overlap_problem(64, 64, d, stages) is None) == overlapped
+    assert ("overlaps the softmax" in fn.attrs["kv_ring"]) == overlapped
     for loop in loops:
         assert not inside(loop, Bar)  # no CTA-wide barrier in a key loop
-        assert [i.op.n for i in inside(loop, WgmmaWait)] == [1, 0]
+        assert [i.op.n for i in inside(loop, WgmmaWait)] == ([1, 0] if overlapped else [0, 0])
         assert len(inside(loop, WgmmaRegA)) == 64 // 16  # P stays in registers
         arrivals = inside(loop, MbarrierArrive)
         assert sum(i.op.tx == 0 for i in arrivals) == 2  # releases of K and V
-        # refills announcing a block (one per loop the block may belong to)
-        assert sum(i.op.tx == 64 * d * 2 for i in arrivals) == 2 * len(loops)
-        assert len(inside(loop, MbarrierWait)) == 5  # full k/v (+ discarded), empty k/v
+        # refills announcing a block: one per loop the block may belong to (this or later)
+        later = len(loops) - loops.index(loop)
+        assert sum(i.op.tx == 64 * d * 2 for i in arrivals) == 2 * later
+        # full k/v (and full v for the discarded product past the last block), empty k/v
+        assert len(inside(loop, MbarrierWait)) == (5 if overlapped else 4)
         assert inside(loop, TmaLoad)
     shared_stores = [i.op for i in walk(fn.body) if isinstance(i.op, Store)
                      and i.op.space == "shared"]
@@ -104,12 +110,13 @@ def loop_text(ptx: str) -> list[str]:
     return out
 
 
-def test_ptx_text_of_the_ring() -> None:
-    ptx = compiled(64, True).ptx
+@pytest.mark.parametrize("stages", [2, 3])
+def test_ptx_text_of_the_ring(stages: int) -> None:
+    ptx = compiled(64, True, stages=stages).ptx
     bodies = [b for b in loop_text(ptx) if "wgmma.mma_async" in b and "mbarrier" in b]
-    assert bodies, "no key loop in the PTX"
+    assert len(bodies) == 2, "no key loops in the PTX"
     for body in bodies:
-        assert "wgmma.wait_group.sync.aligned 1;" in body
+        assert ("wgmma.wait_group.sync.aligned 1;" in body) == (stages == 3)
         assert not re.search(r"\bbar\.sync\b|\bbarrier\.sync\b", body)
         assert "cp.async.bulk.tensor.2d.shared::cluster.global" in body
         assert re.search(r"mbarrier\.arrive\.expect_tx\.shared::cta\.b64", body)
@@ -130,15 +137,27 @@ def test_sequential_order_where_registers_do_not_allow() -> None:
     """A 128x64 score tile: P is staged through shared memory (its own bar.sync), so the
     next scores are not issued early; the ring still streams K and V, and the reason is
     recorded on the kernel (tessera ptx --stats prints it)."""
-    assert overlap_problem(128, 64, 64) and overlap_problem(64, 64, 64) is None
+    assert overlap_problem(128, 64, 64) and overlap_problem(64, 64, 64, 3) is None
     fn = compiled(64, False, bm=128).kernel
     (loop,) = key_loops(fn)
     assert 1 not in [i.op.n for i in inside(loop, WgmmaWait)]
     assert "sequential (P of a 128x64 block is staged" in fn.attrs["kv_ring"]
-    off = compiled(64, False, overlap_softmax=False).kernel
+    off = compiled(64, False, stages=3, overlap_softmax=False).kernel
     (loop,) = key_loops(off)
     assert [i.op.n for i in inside(loop, WgmmaWait)] == [0, 0] and not inside(loop, Bar)
     assert "config overlap_softmax=False" in off.attrs["kv_ring"]
+
+
+def test_registers_decide_the_order_at_64x64() -> None:
+    """Two stages of 64x64 blocks with D=64 leave room for 5 CTAs in shared memory: the
+    overlapped order's registers (about 136 to 164 a thread) would allow 3, the
+    sequential order's (104 to 128) 4, so the order stays sequential and says why.
+    Three stages fit only 3 CTAs anyway, and D=128 two: there the next scores overlap."""
+    why = overlap_problem(64, 64, 64, 2)
+    assert why == "registers: about 168 a thread would leave 3 CTAs per SM where the " \
+                  "shared memory of 2 stages fits 5"
+    assert "sequential (" + why in compiled(64, False).kernel.attrs["kv_ring"]
+    assert overlap_problem(64, 64, 64, 3) is None and overlap_problem(64, 64, 128, 2) is None
 
 
 def test_stats_print_the_ring(tmp_path: Any, capsys: Any) -> None:
