@@ -38,7 +38,7 @@ FULL_K, FULL_V, EMPTY_K, EMPTY_V = range(4)
 
 
 @dataclass(frozen=True)
-class Slot:
+class RingSlot:
     """Where block ``m`` lives: ``stage = m % S``, ``parity = (m // S) & 1`` and the
     stage's offset among the barriers of a kind (``8 * stage``), all ``u32``."""
 
@@ -58,7 +58,7 @@ class KvRing:
         self.bounds: list[tuple[Value, Value]] = []  # (lo, step) of each loop
 
     # -- addresses
-    def slot(self, e: TargetEmitter, m: Value) -> Slot:
+    def slot(self, e: TargetEmitter, m: Value) -> RingSlot:
         """The stage of block ``m`` (``u32``) and the parity of its round; computed once
         per block and iteration (``and``/``shr`` when ``S`` is a power of two)."""
         s = self.plan.stages
@@ -69,33 +69,33 @@ class KvRing:
             stage = e.bin("rem", m, e.const(s, "u32"), "u32")
             rnd = e.bin("div", m, e.const(s, "u32"), "u32")
         parity = e.bin("and", rnd, e.const(1, "u32"), "u32")
-        return Slot(stage, parity, e.bin("shl", stage, e.const(3, "u32"), "u32"))
+        return RingSlot(stage, parity, e.bin("shl", stage, e.const(3, "u32"), "u32"))
 
-    def barrier(self, e: TargetEmitter, kind: int, slot: Slot) -> Value:
+    def barrier(self, e: TargetEmitter, kind: int, slot: RingSlot) -> Value:
         """The address of ``full_k``/``full_v``/``empty_k``/``empty_v`` of ``slot``."""
         # from the one base each time: ptxas folds the constant into the address,
         # where a base per kind would be three more registers live across the loops
         base = e.add(self.bars, e.const(8 * kind * self.plan.stages, "u32"), "u32")
         return e.add(base, slot.offset, "u32")
 
-    def mem(self, e: TargetEmitter, v: bool, slot: Slot) -> Mem:
+    def mem(self, e: TargetEmitter, v: bool, slot: RingSlot) -> Mem:
         """The K (or V) buffer of ``slot``, as the tile program's buffer view."""
         mem = self.v_mem if v else self.k_mem
         off = e.mul(slot.stage, e.const(self.plan.block_bytes, "u32"), "u32")
         return replace(mem, base=e.add(mem.base, off, "u32"))
 
-    def box(self, e: TargetEmitter, v: bool, slot: Slot) -> SharedBox:
+    def box(self, e: TargetEmitter, v: bool, slot: RingSlot) -> SharedBox:
         """The K (or V) block of ``slot`` as a wgmma operand box."""
         p = self.plan
         mem = self.mem(e, v, slot)
         return SharedBox(mem.base, p.bn, p.d, p.elem, mem.swizzle, _ALIGN)
 
-    def wait(self, e: TargetEmitter, kind: int, slot: Slot) -> None:
+    def wait(self, e: TargetEmitter, kind: int, slot: RingSlot) -> None:
         """Wait until the block in ``slot`` has landed (``full_*``) or has been released
         by every thread (``empty_*``): both complete the phase of the block's round."""
         e.op(MbarrierWait(), [self.barrier(e, kind, slot), slot.parity])
 
-    def release(self, e: TargetEmitter, kind: int, slot: Slot) -> None:
+    def release(self, e: TargetEmitter, kind: int, slot: RingSlot) -> None:
         """Every thread arrives on ``kind``'s empty barrier of ``slot``."""
         e.op(MbarrierArrive(), [self.barrier(e, kind, slot)])
 
@@ -147,7 +147,7 @@ class KvRing:
             raise UnsupportedError("key-loop bounds must be scalars", loc=e.loc)
         return lv.reg if lv.type == "s32" else e.cvt(lv.reg, "s32", lv.type)
 
-    def issue(self, t: TargetEmitter, m: Value, slot: Slot, v: bool, first: int = 0) -> None:
+    def issue(self, t: TargetEmitter, m: Value, slot: RingSlot, v: bool, first: int = 0) -> None:
         """Thread 0 loads K (or V) block ``m`` (``u32``) into ``slot``: the copy's
         index arithmetic from the body of the loop the block belongs to (loop ``first``
         or a later one), one TMA load per swizzle panel, and the expect-tx arrival of
@@ -167,7 +167,7 @@ class KvRing:
         pick(t, 0)
 
     def _load(self, t: TargetEmitter, kv: KvLoop, ms: Value, off: Value, lo: Value,
-              step: Value, slot: Slot, v: bool) -> None:
+              step: Value, slot: RingSlot, v: bool) -> None:
         low = self.low
         index = t.add(lo, t.mul(t.bin("sub", ms, off, "s32"), step, "s32"), "s32")
         body = kv.loop.regions[0].block
@@ -227,7 +227,7 @@ class KvRing:
                 t.if_(t.setp("lt", mv, total, "u32"), both)
         e.if_(thread0(e), fill)
 
-    def refill(self, e: TargetEmitter, total: Value, m: Value, slot: Slot, v: bool,
+    def refill(self, e: TargetEmitter, total: Value, m: Value, slot: RingSlot, v: bool,
                loop: int) -> None:
         """After the threads released block ``m``'s K (or V), if block ``m + S`` exists:
         every thread waits for the release to complete (the warpgroup's warps are in
@@ -277,5 +277,5 @@ def make_ring(low: Lowerer, plan: KvPlan) -> KvRing:
     return KvRing(low, plan, mems[id(plan.k_alloc)], mems[id(plan.v_alloc)])
 
 
-__all__ = ["EMPTY_K", "EMPTY_V", "FULL_K", "FULL_V", "KvRing", "Slot", "alloc_rules",
+__all__ = ["EMPTY_K", "EMPTY_V", "FULL_K", "FULL_V", "KvRing", "RingSlot", "alloc_rules",
            "make_ring"]
