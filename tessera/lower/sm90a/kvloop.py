@@ -19,6 +19,7 @@ waits and releases.
 from __future__ import annotations
 
 from tessera.ir.core import Instr, Value
+from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target.async_ops import WgmmaCommit, WgmmaFence, WgmmaWait
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, Rule
@@ -71,6 +72,7 @@ class KvLowering:
         self.scores: list[Value] = []  # S of the next block, packed (overlapped order)
 
     def q_box(self, low: Lowerer) -> SharedBox:
+        """The query buffer as a wgmma operand box (no instructions)."""
         from tessera.lower.rules.block import shared_box
 
         q = self.plan.loops[0].qk.operands[0]
@@ -92,7 +94,7 @@ class KvLowering:
             return
         q = self.q_box(low)
         zero = e.const(0, "u32")
-        types = [self._pack_type()] * (self.plan.bm // 64)
+        types = [RegType("f32", self.plan.bn // 2)] * (self.plan.bm // 64)
 
         def first(t: TargetEmitter) -> list[Value]:
             slot = ring.slot(t, zero)
@@ -106,11 +108,6 @@ class KvLowering:
             return [t.pack([z] * (self.plan.bn // 2), "f32") for _ in types]
         have = e.setp("lt", zero, total, "u32")
         self.scores = e.if_(have, first, none, types=types)
-
-    def _pack_type(self):
-        from tessera.ir.dialects.target import RegType
-
-        return RegType("f32", self.plan.bn // 2)
 
     def loop(self, low: Lowerer, kv: KvLoop, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         """One key loop: a ``ptx.for`` over its own bounds carrying its values (and the
