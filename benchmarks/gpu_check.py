@@ -13,7 +13,8 @@ context costs only its own row. ``--dry`` compiles and assembles every configura
 the CPU only (no GPU, no torch): a configuration that fails there would fail on the
 device.
 
-    python benchmarks/gpu_check.py [--dry] [--json PATH] [--markdown PATH] [--limit S]
+    python benchmarks/gpu_check.py [--dry] [--only gemm|attention] [--json PATH]
+                                   [--markdown PATH] [--limit S]
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tessera.frontend.kernel.backends.compile import compile_kernel, launch_result  # noqa: E402
+from tessera.frontend.kernel.backends.compile import (  # noqa: E402
+    compile_kernel,
+    launch_result,
+    target_arguments,
+)
 from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
@@ -71,12 +76,15 @@ def example_module(path: Path) -> Any:
     return module
 
 
-def _compiled(kernel: Any, args: tuple[Any, ...], target: str, **launch: Any) -> tuple[Any, dict]:
+def _compiled(kernel: Any, args: tuple[Any, ...], target: str, mode: str = "checked",
+              **launch: Any) -> tuple[Any, dict]:
     t0 = time.perf_counter()
-    compiled = compile_kernel(kernel, *args, target=target, **launch)
+    compiled = compile_kernel(kernel, *args, target=target, mode=mode, **launch)
     t1 = time.perf_counter()
     stats = compiled.assemble().stats[kernel.name]
     t2 = time.perf_counter()
+    # the CPU half of on_device(): the launch's own arguments must be accepted
+    target_arguments(compiled, kernel.specialise(tuple(args), dict(launch))[0].runtime)
     return compiled, {"compile_s": round(t1 - t0, 3), "ptxas_s": round(t2 - t1, 3),
                       "registers": stats.registers, "spill_bytes": stats.spill_stores,
                       "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block}
@@ -129,8 +137,8 @@ def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bo
                            + (", causal" if causal else ""),
                            "target": target, "shape": f"BH={bh} S={seq} D={d}",
                            "tile": f"{block}x{block}"}
-    launch = {"is_causal": causal, "config": config, "mode": mode}
-    compiled, info = _compiled(fa, (q, k, v), target, **launch)
+    launch = {"is_causal": causal, "config": config}
+    compiled, info = _compiled(fa, (q, k, v), target, mode=mode, **launch)
     row.update(info)
     if dry:
         return row
@@ -249,6 +257,8 @@ def main() -> None:
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--limit", type=float, default=90.0,
                         help="seconds allowed to each configuration (default 90)")
+    parser.add_argument("--only", choices=("gemm", "attention"),
+                        help="run only this kind of configuration")
     parser.add_argument("--job", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.job is not None:
@@ -256,6 +266,8 @@ def main() -> None:
         return
     rows = []
     for index in range(len(JOBS)):
+        if opts.only and JOBS[index][0] != opts.only:
+            continue
         rows.append(run_isolated(index, opts.dry, opts.limit))
         print(json.dumps(rows[-1]), flush=True)
         if opts.json:  # rewritten after each row: a cut-off run keeps what it measured

@@ -36,25 +36,26 @@ CONFIGS = [("sm_80", (64, 64, 16)), ("sm_90a", (64, 64, 64))]
 KS = (16, 32, 64, 128)
 
 
-def operands(kind: str, m: int, n: int, k: int, rng: np.random.Generator
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """bf16 operands of one distribution: ``normal``; ``wide`` (magnitudes over 2^-12..2^12,
-    so products span 48 binades); ``cancel`` (one large term per dot product and its
-    negation, beside small ones: what survives the alignment shows)."""
+def operands(kind: str, m: int, n: int, k: int, rng: np.random.Generator,
+             fmt: type = BF16, span: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Operands of one distribution in ``fmt``: ``normal``; ``wide`` (magnitudes over
+    2^-span..2^span, so products span 4 * span binades); ``cancel`` (one large term per
+    dot product and its negation, beside small ones: what survives the alignment
+    shows)."""
     if kind == "normal":
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     elif kind == "wide":
-        a = rng.choice([-1, 1], (m, k)) * np.exp2(rng.integers(-12, 13, (m, k))) \
+        a = rng.choice([-1, 1], (m, k)) * np.exp2(rng.integers(-span, span + 1, (m, k))) \
             * (1 + rng.random((m, k)))
-        b = rng.choice([-1, 1], (k, n)) * np.exp2(rng.integers(-12, 13, (k, n))) \
+        b = rng.choice([-1, 1], (k, n)) * np.exp2(rng.integers(-span, span + 1, (k, n))) \
             * (1 + rng.random((k, n)))
     else:
-        a = rng.standard_normal((m, k)) * 2.0 ** -10
+        a = rng.standard_normal((m, k)) * 2.0 ** -(span - 2)
         b = rng.standard_normal((k, n))
-        big = np.exp2(rng.integers(0, 14, m)) * (1 + rng.random(m))
+        big = np.exp2(rng.integers(0, span + 2, m)) * (1 + rng.random(m))
         a[:, 0], a[:, 1] = big, -big
         b[1, :] = b[0, :]
-    return a.astype(BF16), b.astype(BF16)
+    return a.astype(fmt), b.astype(fmt)
 
 
 def main() -> None:
@@ -77,17 +78,19 @@ def main() -> None:
                 key = f"{target}_k{k}_{kind}"
                 saved[key + "_a"], saved[key + "_b"], saved[key + "_c"] = a, b, c
                 print(f"{key}: {time.perf_counter() - t0:.2f} s", flush=True)
-    for k in (128, 256) if not opts.dry else (128,):  # fp8 e4m3 wgmma (sm_90a only)
-        a = rng.standard_normal((size, k)).astype(ml_dtypes.float8_e4m3fn)
-        bt = rng.standard_normal((size, k)).astype(ml_dtypes.float8_e4m3fn)
+    fp8_cases = [(32, "normal"), (32, "wide"), (32, "cancel"), (64, "wide"), (128, "normal"),
+                 (256, "normal")]
+    for k, kind in fp8_cases if not opts.dry else fp8_cases[:2]:  # e4m3 wgmma (sm_90a)
+        a, b = operands(kind, size, size, k, rng, ml_dtypes.float8_e4m3fn, span=4)
+        bt = np.ascontiguousarray(b.T)
         c = np.zeros((size, size), np.float32)
         try:
             ts.launch(fp8_gemm, None, (a, bt, c), backend=backend, target="sm_90a",
-                      tile_shape=(64, 64, 128))
+                      tile_shape=(64, 64, min(k, 128)))
         except Exception as exc:  # the fp8 probe is optional
             print(f"fp8 k={k}: {type(exc).__name__}: {exc}"[:300])
             continue
-        key = f"sm_90a_k{k}_fp8"  # B saved transposed, as the kernel takes it
+        key = f"sm_90a_k{k}_{kind}_fp8"  # B saved transposed, as the kernel takes it
         saved[key + "_a"], saved[key + "_b"], saved[key + "_c"] = a, bt, c
         print(f"{key}: done", flush=True)
     np.savez_compressed(opts.out, **{k: (v.view(np.uint8) if v.dtype.itemsize == 1

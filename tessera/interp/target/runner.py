@@ -49,6 +49,7 @@ from tessera.interp.target.state import (
     TargetFault,
     TargetFrame,
     run,
+    tensor_core_model,
 )
 from tessera.interp.target.tensorcore import mma as target_mma
 from tessera.interp.target.tensorcore import wgmma_rs as target_wgmma_rs
@@ -151,13 +152,16 @@ def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list
 
 @user_api
 def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None = None,
-               block: Sequence[int] | None = None, check_races: bool = True) -> None:
+               block: Sequence[int] | None = None, check_races: bool = True,
+               tensor_cores: str = "exact") -> None:
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
     Raises :class:`TargetFault` (an ``InterpretError``) at the first kernel bug and
     ``ArgumentError`` for arguments that do not fit the parameters. ``check_races``
     turns the shared-memory race check off (it costs about a third of the run time).
+    ``tensor_cores`` picks the accumulation of ``mma.sync``/``wgmma``: ``"exact"`` (the
+    definition) or ``"hopper"`` (an H100/H200's own bits, :mod:`tessera.arch.mma_hopper`).
     """
     if fn.kind != KERNEL:
         raise ArgumentError(f"run_target runs {KERNEL} functions, not {fn.kind} '{fn.name}'")
@@ -175,6 +179,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     nthreads = b[0] * b[1] * b[2]
     ncta = g[0] * g[1] * g[2]
     m = Machine(fn, g, b, glob, SharedMemory(ncta, nthreads, size, check_races))
+    m.tensor_cores = tensor_core_model(tensor_cores)
     m.shared_layout = layout
     values = _bind(fn, swapped, glob, m.n)
     comp = TargetCompiler(m)

@@ -38,6 +38,7 @@ from tessera.interp.target.state import (
     TargetFault,
     TargetFrame,
     run,
+    tensor_core_model,
 )
 from tessera.ir.dialects.target import REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
@@ -173,10 +174,12 @@ def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
 
 def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
-            tmaps: dict[int, Any] | None = None, check_races: bool = True) -> None:
+            tmaps: dict[int, Any] | None = None, check_races: bool = True,
+            tensor_cores: str = "exact") -> None:
     """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
     ``params`` over global memory ``glob`` (arrays placed there are updated in place).
-    ``shared_bytes`` is the dynamic shared memory after the static variables."""
+    ``shared_bytes`` is the dynamic shared memory after the static variables;
+    ``tensor_cores`` the accumulation model of tensor-core steps (see ``run_target``)."""
     g = (int(grid[0]), int(grid[1]), int(grid[2]))
     b = (int(block[0]), int(block[1]), int(block[2]))
     size = kernel.static_shared + int(shared_bytes)
@@ -184,6 +187,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     ncta, nthreads = g[0] * g[1] * g[2], b[0] * b[1] * b[2]
     m = CfgMachine(kernel, g, b, glob, SharedMemory(ncta, nthreads, size, check_races),
                    params, tmaps or {})
+    m.tensor_cores = tensor_core_model(tensor_cores)
     comp = TargetCompiler(m)
     blocks = [[_Compiled(comp, pi, kernel) for pi in bb.body] for bb in kernel.blocks]
     regs: list[Any] = [None] * len(comp.slots)

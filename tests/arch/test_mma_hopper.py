@@ -1,0 +1,110 @@
+"""The measured accumulation of Hopper's tensor cores (tessera.arch.mma_hopper).
+
+``data/tensorcore_h200.npz`` holds operands and an H200's results of the example GEMM
+(bf16 in, f32 out) lowered for sm_80 (``mma.sync.m16n8k16``) and sm_90a
+(``wgmma.m64nNk16``), K of 16 to 128, three operand distributions
+(``benchmarks/tensorcore_probe.py`` made them; a 32 x 16 corner of each 256 x 256
+output is kept). Each output is a chain of K / 16 steps in ascending k.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tessera.arch import mma as golden_mma
+from tessera.arch import mma_hopper
+
+DATA = Path(__file__).parent / "data" / "tensorcore_h200.npz"
+
+
+def _chain(a: np.ndarray, b: np.ndarray, step) -> np.ndarray:
+    acc = np.zeros((a.shape[0], b.shape[1]))
+    for s in range(0, a.shape[1], 16):
+        acc = np.asarray(step(a[:, s:s + 16], b[s:s + 16], acc, "bf16"), np.float64)
+        acc = acc.astype(np.float32).astype(np.float64)  # the f32 accumulator register
+    return acc.astype(np.float32)
+
+
+def _cases() -> list[str]:
+    with np.load(DATA) as d:
+        return sorted({k[:-2] for k in d.files})
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_reproduces_the_h200_bit_for_bit(case: str) -> None:
+    """Every measured output, and the golden convention differs from most of them."""
+    with np.load(DATA) as d:
+        a, b, want = d[case + "_a"], d[case + "_b"], d[case + "_c"]
+    got = _chain(a, b, mma_hopper.mma)
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    if "cancel" in case:  # large cancelling terms: truncation loses what exact sums keep
+        assert (_chain(a, b, golden_mma) != want).mean() > 0.5
+
+
+def _bf16(values: list[float], shape: tuple[int, int]) -> np.ndarray:
+    return np.asarray(values, np.float64).reshape(shape).astype(ml_dtypes.bfloat16)
+
+
+finite_bf16 = st.floats(-2.0 ** 20, 2.0 ** 20, allow_nan=False, allow_infinity=False,
+                        allow_subnormal=False, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(finite_bf16, min_size=64, max_size=64),
+       st.lists(finite_bf16, min_size=64, max_size=64),
+       st.lists(finite_bf16, min_size=16, max_size=16))
+def test_error_is_within_the_truncation_bound(av: list[float], bv: list[float],
+                                              cv: list[float]) -> None:
+    """Against the exact sum: at most one quantum ``2**(E - 25)`` lost per term (16
+    products and C) plus the final rounding toward zero (under one f32 ulp)."""
+    a, b = _bf16(av, (4, 16)), _bf16(bv, (16, 4))
+    c = np.asarray(cv, np.float32).reshape(4, 4).astype(np.float64)
+    got = mma_hopper.mma(a, b, c, "bf16")
+    fa, fb = a.astype(np.float64), b.astype(np.float64)
+    exact = np.array([[float(Fraction(c[i, j]) + sum(Fraction(fa[i, k]) * Fraction(fb[k, j])
+                                                       for k in range(16)))
+                        for j in range(4)] for i in range(4)])  # one rounding, to float64
+    ea, eb = np.frexp(fa)[1] - 1, np.frexp(fb)[1] - 1
+    pe = np.where(fa[:, None, :] * fb.T[None] == 0, -999, ea[:, None, :] + eb.T[None])
+    top = np.maximum(pe.max(-1), np.where(c == 0, -999, np.frexp(c)[1] - 1))
+    ulp = np.spacing(np.abs(got).astype(np.float32)).astype(np.float64)
+    bound = 17 * np.ldexp(1.0, top - 25) + ulp
+    assert (np.abs(got - exact) <= bound * (1 + 2.0 ** -40)).all()
+    assert got.astype(np.float32).astype(np.float64).tolist() == got.tolist()
+
+
+def test_sums_that_need_no_truncation_are_exact_then_rounded_toward_zero() -> None:
+    """Small integers: nothing falls below the quantum, so the only difference from the
+    golden convention is the direction of the final rounding."""
+    a = _bf16(list(range(1, 17)), (1, 16))
+    b = _bf16([3.0] * 16, (16, 1))
+    c = np.array([[2.0 ** 24 + 1]])  # not an f32: 2**24 + 1 + 408 rounds toward zero
+    got = mma_hopper.mma(a, b, c, "bf16")
+    assert got[0, 0] == 2.0 ** 24 + 408  # RZ; round-to-nearest-even gives the same here
+    c = np.array([[2.0 ** 24 + 3]])
+    assert mma_hopper.mma(a, b, c, "bf16")[0, 0] == 2.0 ** 24 + 410  # 411 -> 410 (RZ)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan, 2.0 ** -130])
+def test_unmeasured_operands_keep_the_golden_convention(bad: float) -> None:
+    """Infinities, NaNs and subnormal inputs were not measured: golden convention."""
+    a = _bf16([bad] + [1.0] * 15, (1, 16))
+    b = _bf16([1.0] * 16, (16, 1))
+    c = np.zeros((1, 1))
+    got, want = mma_hopper.mma(a, b, c, "bf16"), golden_mma(a, b, c, "bf16")
+    np.testing.assert_array_equal(got, want)
+    assert not mma_hopper.modelled(a.astype(np.float64), b.astype(np.float64), c, "bf16")
+
+
+def test_fp8_is_not_modelled() -> None:
+    a = np.ones((1, 32), ml_dtypes.float8_e4m3fn)
+    b = np.ones((32, 1), ml_dtypes.float8_e4m3fn)
+    assert "e4m3" not in mma_hopper.MODELLED
+    np.testing.assert_array_equal(mma_hopper.mma(a, b, np.zeros((1, 1)), "e4m3"), [[32.0]])
