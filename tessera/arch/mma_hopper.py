@@ -19,9 +19,10 @@ So every step may lose up to about ``17 * 2**-25`` of its largest term and round
 toward zero, where the golden convention loses nothing and rounds to nearest. The rule
 applies to ``bf16`` and ``f16`` (both K = 16); ``f16`` shares the datapath by the same
 study's account but is unmeasured here. fp8 steps (K = 32) keep fewer bits and are
-not modelled (:data:`MODELLED`). Steps with an infinite or NaN operand, and operands
-below the format's normal range, keep the golden convention: the hardware's behaviour
-there was not measured.
+not modelled (:data:`MODELLED`). An operand below the format's normal range counts
+with the format's smallest exponent, as its encoding has it (unmeasured: none of the
+measured operands was subnormal). Steps with an infinite or NaN operand keep the golden
+convention: the hardware's behaviour there was not measured.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from tessera.arch.mma import mma as golden
 MODELLED = frozenset({"bf16", "f16"})
 #: fraction bits kept below the largest term's exponent
 ALIGN_BITS = 25
-#: smallest normal exponent of each modelled format
-_EMIN = {"bf16": -126, "f16": -14}
+#: smallest normal exponent of each modelled format, and of the f32 accumulator
+_EMIN = {"bf16": -126, "f16": -14, "f32": -126}
 
 
-def _exponent(x: np.ndarray) -> np.ndarray:
-    """``floor(log2 |x|)`` of finite nonzero ``x``, a very low value for zeros."""
-    e = np.frexp(x)[1] - 1
+def _exponent(x: np.ndarray, fmt: str) -> np.ndarray:
+    """The exponent field's value of finite nonzero ``x`` (``floor(log2 |x|)``, at least
+    the format's smallest normal exponent), a very low value for zeros."""
+    e = np.maximum(np.frexp(x)[1] - 1, _EMIN[fmt])
     return np.where(x == 0, -(1 << 20), e)
 
 
@@ -55,25 +57,23 @@ def _round_toward_zero_f32(x: np.ndarray) -> np.ndarray:
 
 def modelled(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str) -> bool:
     """Whether the measured rule covers this step: a modelled format, finite operands
-    and accumulator, and no operand below the format's normal range."""
+    and accumulator."""
     if _format(fmt) not in MODELLED:
         return False
-    if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c).all()):
-        return False
-    low = np.ldexp(1.0, _EMIN[_format(fmt)])
-    return not (((a != 0) & (np.abs(a) < low)).any() or ((b != 0) & (np.abs(b) < low)).any())
+    return bool(np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c).all())
 
 
-def mma_truncating(av: np.ndarray, bv: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """One step by the measured rule on float64 values: A (..., M, K), B (..., K, N),
-    C (..., M, N) broadcastable; returns D (float64 holding f32 values)."""
+def mma_truncating(av: np.ndarray, bv: np.ndarray, c: np.ndarray,
+                   fmt: str = "bf16") -> np.ndarray:
+    """One step by the measured rule on float64 values of format ``fmt``: A (..., M, K),
+    B (..., K, N), C (..., M, N) broadcastable; returns D (float64 holding f32 values)."""
     c = np.asarray(c, np.float64)
     prods = av[..., :, None, :] * np.swapaxes(bv, -1, -2)[..., None, :, :]  # (..., M, N, K)
-    ea, eb = _exponent(av), _exponent(bv)
+    ea, eb = _exponent(av, _format(fmt)), _exponent(bv, _format(fmt))
     pe = np.where(prods == 0, -(1 << 20),
                   ea[..., :, None, :] + np.swapaxes(eb, -1, -2)[..., None, :, :])
     # all-zero terms have no exponent; any positive quantum keeps them (and their signs)
-    top = np.maximum(np.maximum(pe.max(axis=-1), _exponent(c)), -1000)
+    top = np.maximum(np.maximum(pe.max(axis=-1), _exponent(c, "f32")), -1000)
     quantum = np.ldexp(1.0, top - ALIGN_BITS)
     terms = np.trunc(prods / quantum[..., None]) * quantum[..., None]
     total = terms.sum(axis=-1) + np.trunc(c / quantum) * quantum  # exact: < 2**31 quanta
@@ -90,7 +90,7 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
     cw = np.asarray(c, np.float64)
     if fa != fb or not modelled(av, bv, cw, fa) or av.shape[-1] != FORMATS[fa][2]:
         return golden(a, b, c, fa, fb)
-    return mma_truncating(av, bv, cw)
+    return mma_truncating(av, bv, cw, fa)
 
 
 __all__ = ["ALIGN_BITS", "MODELLED", "mma", "mma_truncating", "modelled"]
