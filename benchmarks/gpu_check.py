@@ -43,10 +43,12 @@ from tessera.frontend.kernel.backends.compile import (  # noqa: E402
 from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-GEMMS = [  # (target, M=N=K, tile)
-    ("sm_90a", 4096, (128, 128, 64)), ("sm_90a", 8192, (128, 128, 64)),
-    ("sm_90a", 8192, (128, 256, 64)), ("sm_90a", 4096, (64, 128, 64)),
-    ("sm_80", 4096, (128, 128, 32)),
+GEMMS = [  # (target, M=N=K, tile, launch configuration)
+    ("sm_90a", 4096, (128, 128, 64), {}), ("sm_90a", 8192, (128, 128, 64), {}),
+    ("sm_90a", 8192, (128, 128, 64), {"num_warps": 12}),
+    ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 8192, (128, 256, 64), {}),
+    ("sm_90a", 8192, (256, 128, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
+    ("sm_80", 4096, (128, 128, 32), {}),
 ]
 ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode)
     ("sm_90a", 16, 4096, 64, 64, False, "fast"), ("sm_90a", 16, 4096, 64, 64, True, "fast"),
@@ -90,21 +92,24 @@ def _compiled(kernel: Any, args: tuple[Any, ...], target: str, mode: str = "chec
                       "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block}
 
 
-def run_gemm(target: str, n: int, tile: tuple[int, int, int], dry: bool) -> dict[str, Any]:
+def run_gemm(target: str, n: int, tile: tuple[int, int, int], config: dict[str, Any],
+             dry: bool) -> dict[str, Any]:
     gemm = example("gemm").gemm
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n)).astype(BF16)
     b = rng.standard_normal((n, n)).astype(BF16)
     c = np.zeros((n, n), np.float32)
     row: dict[str, Any] = {"kernel": "gemm bf16->f32", "target": target, "shape": f"{n}^3",
-                           "tile": "x".join(map(str, tile))}
-    compiled, info = _compiled(gemm, (a, b, c), target, tile_shape=tile)
+                           "tile": "x".join(map(str, tile)) + "".join(
+                               f" {k}={v}" for k, v in config.items())}
+    launch: dict[str, Any] = {"tile_shape": tile, **({"config": config} if config else {})}
+    compiled, info = _compiled(gemm, (a, b, c), target, **launch)
     row.update(info)
     if dry:
         return row
     import torch
 
-    with on_device(compiled, gemm, (a, b, c), {"tile_shape": tile}) as device:
+    with on_device(compiled, gemm, (a, b, c), launch) as device:
         timing = device.time()
         device.run()
     flops = 2.0 * n ** 3
