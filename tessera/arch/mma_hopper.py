@@ -16,13 +16,15 @@ for bit), one step of K = 16 bf16 products and the f32 accumulator C computes:
 3. the truncated terms summed exactly, and the sum rounded toward zero to f32.
 
 So every step may lose up to about ``17 * 2**-25`` of its largest term and rounds
-toward zero, where the golden convention loses nothing and rounds to nearest. The rule
-applies to ``bf16`` and ``f16`` (both K = 16); ``f16`` shares the datapath by the same
-study's account but is unmeasured here. fp8 steps (K = 32) keep fewer bits and are
-not modelled (:data:`MODELLED`). An operand below the format's normal range counts
-with the format's smallest exponent, as its encoding has it (unmeasured: none of the
-measured operands was subnormal). Steps with an infinite or NaN operand keep the golden
-convention: the hardware's behaviour there was not measured.
+toward zero, where the golden convention loses nothing and rounds to nearest. ``f16``
+steps take the same rule (cross-checked on the H200 through GEMMs, attention chains
+and ``wmma``). ``e4m3`` steps (K = 32 products; 390,000 outputs of ``wgmma`` with K of
+32 to 256 reproduced bit for bit) keep far fewer bits: the terms are truncated 13 bits
+below the largest exponent, and the exact sum is then truncated toward zero to 14
+significant bits (13 below its own exponent). An operand below the format's normal
+range counts with the format's smallest exponent, as its encoding has it (the fp8
+measurements include such operands). ``e5m2`` was not measured and keeps the golden
+convention (:data:`MODELLED`), as do steps with an infinite or NaN operand.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from tessera.arch.mma import FORMATS, _format, decode_elements
 from tessera.arch.mma import mma as golden
 
 #: the input formats whose steps follow the measured rule
-MODELLED = frozenset({"bf16", "f16"})
-#: fraction bits kept below the largest term's exponent
-ALIGN_BITS = 25
+MODELLED = frozenset({"bf16", "f16", "e4m3"})
+#: bits kept below the largest term's exponent, per input format
+ALIGN_BITS = {"bf16": 25, "f16": 25, "e4m3": 13}
+#: significand bits the sum keeps below its own exponent before it is written as f32
+#: (f32's own 23 where the sum is simply rounded toward zero to f32)
+SUM_BITS = {"bf16": 23, "f16": 23, "e4m3": 13}
 #: smallest normal exponent of each modelled format, and of the f32 accumulator
-_EMIN = {"bf16": -126, "f16": -14, "f32": -126}
+_EMIN = {"bf16": -126, "f16": -14, "e4m3": -6, "f32": -126}
 
 
 def _exponent(x: np.ndarray, fmt: str) -> np.ndarray:
@@ -74,9 +79,13 @@ def mma_truncating(av: np.ndarray, bv: np.ndarray, c: np.ndarray,
                   ea[..., :, None, :] + np.swapaxes(eb, -1, -2)[..., None, :, :])
     # all-zero terms have no exponent; any positive quantum keeps them (and their signs)
     top = np.maximum(np.maximum(pe.max(axis=-1), _exponent(c, "f32")), -1000)
-    quantum = np.ldexp(1.0, top - ALIGN_BITS)
+    key = _format(fmt)
+    quantum = np.ldexp(1.0, top - ALIGN_BITS[key])
     terms = np.trunc(prods / quantum[..., None]) * quantum[..., None]
     total = terms.sum(axis=-1) + np.trunc(c / quantum) * quantum  # exact: < 2**31 quanta
+    if SUM_BITS[key] < 23:  # the sum's own width, below f32's
+        unit = np.ldexp(1.0, np.maximum(np.frexp(total)[1] - 1, -1000) - SUM_BITS[key])
+        total = np.trunc(total / unit) * unit
     return _round_toward_zero_f32(total)
 
 
@@ -93,4 +102,4 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
     return mma_truncating(av, bv, cw, fa)
 
 
-__all__ = ["ALIGN_BITS", "MODELLED", "mma", "mma_truncating", "modelled"]
+__all__ = ["ALIGN_BITS", "MODELLED", "SUM_BITS", "mma", "mma_truncating", "modelled"]

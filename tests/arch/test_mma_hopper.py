@@ -1,10 +1,11 @@
 """The measured accumulation of Hopper's tensor cores (tessera.arch.mma_hopper).
 
-``data/tensorcore_h200.npz`` holds operands and an H200's results of the example GEMM
-(bf16 in, f32 out) lowered for sm_80 (``mma.sync.m16n8k16``) and sm_90a
-(``wgmma.m64nNk16``), K of 16 to 128, three operand distributions
-(``benchmarks/tensorcore_probe.py`` made them; a 32 x 16 corner of each 256 x 256
-output is kept). Each output is a chain of K / 16 steps in ascending k.
+``data/tensorcore_h200.npz`` holds operands and an H200's results of the example GEMMs
+lowered for sm_80 (``mma.sync.m16n8k16``, bf16) and sm_90a (``wgmma.m64nNk16`` bf16,
+``wgmma.m64nNk32`` e4m3), K of 16 to 256, operands standard-normal, spread over many
+binades, or with large cancelling terms (``benchmarks/tensorcore_probe.py`` made them;
+a 32 x 16 corner of each 256 x 256 output is kept; fp8 B is stored N x K). Each output
+is a chain of steps in ascending k.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from tessera.arch import mma_hopper
 DATA = Path(__file__).parent / "data" / "tensorcore_h200.npz"
 
 
-def _chain(a: np.ndarray, b: np.ndarray, step) -> np.ndarray:
+def _chain(a: np.ndarray, b: np.ndarray, step, fmt: str = "bf16") -> np.ndarray:
+    k = 32 if fmt == "e4m3" else 16
     acc = np.zeros((a.shape[0], b.shape[1]))
-    for s in range(0, a.shape[1], 16):
-        acc = np.asarray(step(a[:, s:s + 16], b[s:s + 16], acc, "bf16"), np.float64)
+    for s in range(0, a.shape[1], k):
+        acc = np.asarray(step(a[:, s:s + k], b[s:s + k], acc, fmt), np.float64)
         acc = acc.astype(np.float32).astype(np.float64)  # the f32 accumulator register
     return acc.astype(np.float32)
 
@@ -39,13 +41,17 @@ def _cases() -> list[str]:
 
 @pytest.mark.parametrize("case", _cases())
 def test_reproduces_the_h200_bit_for_bit(case: str) -> None:
-    """Every measured output, and the golden convention differs from most of them."""
+    """Every measured output, where the golden convention differs from many of them."""
     with np.load(DATA) as d:
         a, b, want = d[case + "_a"], d[case + "_b"], d[case + "_c"]
-    got = _chain(a, b, mma_hopper.mma)
+    fmt = "e4m3" if case.endswith("fp8") else "bf16"
+    if fmt == "e4m3":
+        a = a.view(ml_dtypes.float8_e4m3fn)
+        b = np.ascontiguousarray(b.view(ml_dtypes.float8_e4m3fn).T)
+    got = _chain(a, b, mma_hopper.mma, fmt)
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
-    if "cancel" in case:  # large cancelling terms: truncation loses what exact sums keep
-        assert (_chain(a, b, golden_mma) != want).mean() > 0.5
+    if "cancel" in case or fmt == "e4m3":  # where truncation loses what exact sums keep
+        assert (_chain(a, b, golden_mma, fmt) != want).mean() > 0.3
 
 
 def _bf16(values: list[float], shape: tuple[int, int]) -> np.ndarray:
@@ -103,11 +109,26 @@ def test_unmeasured_operands_keep_the_golden_convention(bad: float) -> None:
     assert not mma_hopper.modelled(a.astype(np.float64), b.astype(np.float64), c, "bf16")
 
 
-def test_fp8_is_not_modelled() -> None:
-    a = np.ones((1, 32), ml_dtypes.float8_e4m3fn)
+def test_e4m3_sums_keep_14_significant_bits() -> None:
+    """32 products of 1 * 1 and one of 2**-10 sum exactly to 32 + 2**-10 in the golden
+    convention; the hardware's sum keeps 13 bits below its own exponent (2**5), so the
+    2**-10 goes; 31 + 2**-8 keeps its 2**-8 (13 bits below 2**4 reach 2**-9)."""
     b = np.ones((32, 1), ml_dtypes.float8_e4m3fn)
-    assert "e4m3" not in mma_hopper.MODELLED
-    np.testing.assert_array_equal(mma_hopper.mma(a, b, np.zeros((1, 1)), "e4m3"), [[32.0]])
+    a = np.ones((1, 32), np.float64)
+    c = np.array([[2.0 ** -10]])
+    got = mma_hopper.mma(a.astype(ml_dtypes.float8_e4m3fn), b, c, "e4m3")
+    assert got[0, 0] == 32.0 and golden_mma(a.astype(ml_dtypes.float8_e4m3fn), b, c,
+                                            "e4m3")[0, 0] == 32 + 2.0 ** -10
+    a[0, 0] = 0.0
+    got = mma_hopper.mma(a.astype(ml_dtypes.float8_e4m3fn), b, np.array([[2.0 ** -8]]), "e4m3")
+    assert got[0, 0] == 31 + 2.0 ** -8
+
+
+def test_e5m2_is_not_modelled() -> None:
+    a = np.ones((1, 32), ml_dtypes.float8_e5m2)
+    b = np.ones((32, 1), ml_dtypes.float8_e5m2)
+    assert "e5m2" not in mma_hopper.MODELLED
+    np.testing.assert_array_equal(mma_hopper.mma(a, b, np.zeros((1, 1)), "e5m2"), [[32.0]])
 
 
 def test_subnormal_operands_count_with_the_smallest_exponent() -> None:

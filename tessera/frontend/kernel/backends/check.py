@@ -3,7 +3,7 @@
 The tile simulator is the definition of a kernel's meaning. The Target IR interpreter
 must agree with it bit for bit (the lowering must not change a bit). A GPU may differ
 by its accumulation: on a Hopper GPU, a kernel whose tensor-core steps the measured model
-covers (bf16/f16, :mod:`tessera.arch.mma_hopper`) must give the bits the Target IR
+covers (bf16, f16, e4m3: :mod:`tessera.arch.mma_hopper`) must give the bits the Target IR
 interpreter predicts under that model; other GPU results are compared within
 :func:`tolerance`.
 """
