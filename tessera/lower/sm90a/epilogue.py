@@ -130,6 +130,18 @@ def staging(low: Lowerer, plan: PipelinePlan, nbytes: int) -> tuple[Any, ...] | 
             f"shared memory beside it ({SHARED_BUDGET} bytes)")
 
 
+def reserve(low: Lowerer, plan: PipelinePlan) -> None:
+    """Allocate a staging tile of its own (before the producer/consumer split, whose
+    regions its address must dominate) when the drained ring cannot hold it."""
+    store = plan.epilogue
+    if store is None or config_of(low.fn).get("tma_store") is False:
+        return
+    elem = ptx_elem(store.operands[0].type.element)  # type: ignore[attr-defined]
+    nbytes = plan.gemm.bm * plan.gemm.bn * (4 if elem == "f32" else 2)
+    if elem in ("bf16", "f16", "f32") and staging(low, plan, nbytes) == ("own",):
+        low.extra["epi_stage"] = low.shared_buffer("epi_stage", nbytes, _ALIGN)
+
+
 def tma_store_tile(low: Lowerer, plan: PipelinePlan, view: Mem, value: Dist) -> None:
     """Steps 1-4 of the module doc for ``value`` (the consumers' accumulator blocks)."""
     e, g = low.em, plan.gemm
@@ -142,7 +154,7 @@ def tma_store_tile(low: Lowerer, plan: PipelinePlan, view: Mem, value: Dist) -> 
         # the ring's bytes are free for the staging tile
         base = low.extra["pipe_ring"]
     else:
-        base = low.shared_buffer("epi_stage", nbytes, _ALIGN, entry=True)
+        base = low.extra["epi_stage"]
     threads = 128 * plan.consumers
     e.op(Bar(CONSUMER_BARRIER, threads))
     if esize == 2:
@@ -243,4 +255,5 @@ def _st_shared_tile(e: TargetEmitter, plan: PipelinePlan, regs: list[Value],
              offset=static)
 
 
-__all__ = ["CONSUMER_BARRIER", "epilogue_rule", "staging", "tma_problem", "tma_store_tile"]
+__all__ = ["CONSUMER_BARRIER", "epilogue_rule", "reserve", "staging", "tma_problem",
+           "tma_store_tile"]

@@ -51,6 +51,7 @@ from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.sm90a.epilogue import epilogue_rule, reserve
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.mma import swizzle_span
 from tessera.lower.sm90a.tma import TmaCopy, issue_copy, thread0
@@ -124,6 +125,7 @@ def lower_pipelined_loop(low: Lowerer, instr: Instr, args: list[Lowered],
         raise UnsupportedError("the pipelined K loop carries an accumulator tile",
                                loc=instr.loc)
     ring = _Ring(low, plan)
+    reserve(low, plan)  # the epilogue's staging tile, where the ring cannot hold it
     s, nc = plan.stages, plan.consumers
 
     def init_bars(t: TargetEmitter) -> None:
@@ -269,8 +271,6 @@ def pipelined_rules(plan: PipelinePlan) -> dict[int, Rule]:
 
     rules = {id(g.a_alloc): ring_buffer, id(g.b_alloc): ring_buffer, id(g.loop): loop}
     if plan.epilogue is not None:  # the TMA-store epilogue, or its st.global fallback
-        from tessera.lower.sm90a.epilogue import epilogue_rule
-
         rules[id(plan.epilogue)] = epilogue_rule(plan)
     elif plan.store is not None:
         rules[id(plan.store)] = store
