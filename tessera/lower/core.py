@@ -160,7 +160,9 @@ class Lowerer:
                  "source": self.fn.name}
         if self.mode == "fast":
             attrs["mode"] = "fast"
-        attrs.update(self.extra.get("attrs", {}))  # a pipeline's maxnreg and epilogue
+        attrs.update(self.extra.get("attrs", {}))  # a pipeline's epilogue
+        if "maxnreg" in self.extra:
+            attrs["maxnreg"] = self.extra["maxnreg"]
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
     def _warp_specialise(self) -> bool:
@@ -175,7 +177,7 @@ class Lowerer:
             return False
         assert self.geom is not None
         self.geom.block = plan.threads
-        self.extra.setdefault("attrs", {})["maxnreg"] = plan.entry_regs
+        self.extra["maxnreg"] = plan.entry_regs
         self.overrides.update(pipelined_rules(plan))
         return True
 
