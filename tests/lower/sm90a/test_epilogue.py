@@ -359,3 +359,16 @@ def test_planted_in_ptx_text_exit_before_wait() -> None:
         k.run(grid=compiled.grid, block=compiled.block, args=values,
               shared_bytes=compiled.shared_bytes)
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in str(err.value)
+
+
+def test_planted_named_barrier_of_the_wrong_size() -> None:
+    """``bar.sync 1, 256`` where only the 128 consumer threads arrive would hang."""
+    def edit(block: Block) -> None:
+        for i in block.instrs:
+            if isinstance(i.op, Bar):
+                i.op = Bar(1, 256)
+    compiled, args = planted(edit)
+    with pytest.raises(TargetFault, match="reached by 128 threads of the CTA; it waits for "
+                                          "256") as err:
+        run(compiled, args)
+    assert err.value.what == "divergent barrier"

@@ -11,6 +11,7 @@ only moves registers between warpgroups and changes no value: it is accepted.
 
 from __future__ import annotations
 
+from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
@@ -73,7 +74,7 @@ def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"cp.async.{'.'.join(mods)}")
 
 
-def _tensor_operand(b: InstrBuilder, token: str) -> list:
+def _tensor_operand(b: InstrBuilder, token: str) -> list[Value]:
     """``[tmap, {c0, c1}]``: the tensor map and the two ``s32`` coordinates."""
     inner = token.strip()[1:-1]
     tmap_token, _, coords = inner.partition(",")
