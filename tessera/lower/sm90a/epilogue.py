@@ -58,7 +58,7 @@ def epilogue_rule(plan: PipelinePlan) -> Rule:
     tile allows one, else the ``st.global`` store (split between the consumers when
     there are two)."""
     def store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-        from tessera.lower.layout import Acc
+        from tessera.lower.core import RULES
         from tessera.lower.rules.tensor import materialize
 
         view, value = args
@@ -79,12 +79,8 @@ def epilogue_rule(plan: PipelinePlan) -> Rule:
             from tessera.lower.sm90a.pipeline import split_store
 
             split_store(low, plan, view, value)
-        else:
-            from tessera.lower.rules.block import store_value
-
-            layout = value.layout if isinstance(value, Dist) and \
-                isinstance(value.layout, Acc) else low.layouts.get(instr.operands[1])
-            store_value(low, view, value, layout)
+        else:  # the ordinary tile.store rule
+            RULES[type(instr.op)](low, instr, [view, value])
         return []
     return store
 
