@@ -160,6 +160,7 @@ class Lowerer:
                  "source": self.fn.name}
         if self.mode == "fast":
             attrs["mode"] = "fast"
+        attrs.update(self.extra.get("attrs", {}))  # a pipeline's epilogue
         if "maxnreg" in self.extra:
             attrs["maxnreg"] = self.extra["maxnreg"]
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)

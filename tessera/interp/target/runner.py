@@ -37,6 +37,7 @@ from tessera.interp.target import regs as target_regs
 from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.memory import async_copy as target_async
+from tessera.interp.target.memory import bulk_store as target_bulk_store
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
@@ -59,8 +60,8 @@ from tessera.ir.dialects.target import ops as target_ops
 from tessera.progress import progress
 
 # importing the rule modules registers their steps
-_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
-     target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
+_ = (target_async, target_bulk_store, target_convert, target_flow, target_mem, target_mma,
+     target_ptx_memory, target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
@@ -190,6 +191,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:
         m.bar = bar  # counts the instructions run (every thread at once)
         run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
+    target_bulk_store.check_drained(m)  # every CTA has exited
     for a, w in zip(arrays, work):
         if isinstance(a, np.ndarray) and w is not a:
             a[...] = w  # non-contiguous arguments ran on a copy

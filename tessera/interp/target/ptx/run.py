@@ -27,6 +27,7 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp.target import runner as _runner
+from tessera.interp.target.memory.bulk_store import not_waited, unretired
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
 from tessera.interp.target.ptx import rules as _ptx_rules
@@ -115,7 +116,9 @@ class _Compiled:
     def __init__(self, comp: TargetCompiler, pi: PtxInstr, kernel: CfgKernel) -> None:
         self.pi = pi
         self.steps = [comp.instr(i) for i in pi.instrs]
-        self.barrier = any(isinstance(i.op, target_ops.Bar) for i in pi.instrs)
+        # a CTA-wide bar.sync stops waiting for exited threads; a named one counts
+        self.barrier = any(isinstance(i.op, target_ops.Bar) and not i.op.count
+                           for i in pi.instrs)
         self.reads = [(comp.slot(v), names, _elem(v)) for v, names in pi.reads]
         self.writes = [(comp.slot(v), names, _elem(v),
                         [_storage(kernel.registers[n]) for n in names])
@@ -229,6 +232,10 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             if steps > STEP_LIMIT:
                 raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",
                              f"more than {STEP_LIMIT} blocks executed")
+    stuck = unretired(m)  # every CTA has exited: no TMA store may still read
+    if stuck is not None:
+        pi = next(ci.pi for bb in blocks for ci in bb if stuck.instr in ci.pi.instrs)
+        raise _renamed(not_waited(m, stuck), pi)
 
 
 def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",
