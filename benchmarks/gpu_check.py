@@ -45,8 +45,10 @@ from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 GEMMS = [  # (target, M=N=K, tile, launch configuration)
     ("sm_90a", 4096, (128, 128, 64), {}), ("sm_90a", 8192, (128, 128, 64), {}),
+    ("sm_90a", 8192, (128, 128, 64), {"tma_store": False}),
     ("sm_90a", 8192, (128, 128, 64), {"num_warps": 12}),
     ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 8192, (128, 256, 64), {}),
+    ("sm_90a", 8192, (128, 256, 64), {"tma_store": False}),
     ("sm_90a", 8192, (256, 128, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
     ("sm_80", 4096, (128, 128, 32), {}),
 ]
@@ -89,7 +91,8 @@ def _compiled(kernel: Any, args: tuple[Any, ...], target: str, mode: str = "chec
     target_arguments(compiled, kernel.specialise(tuple(args), dict(launch))[0].runtime)
     return compiled, {"compile_s": round(t1 - t0, 3), "ptxas_s": round(t2 - t1, 3),
                       "registers": stats.registers, "spill_bytes": stats.spill_stores,
-                      "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block}
+                      "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block,
+                      "epilogue": compiled.kernel.attrs.get("epilogue", "")}
 
 
 def run_gemm(target: str, n: int, tile: tuple[int, int, int], config: dict[str, Any],
@@ -264,6 +267,8 @@ def main() -> None:
                         help="seconds allowed to each configuration (default 90)")
     parser.add_argument("--only", choices=("gemm", "attention"),
                         help="run only this kind of configuration")
+    parser.add_argument("--match", help="run only configurations whose parameters' text "
+                        "contains this (e.g. \"'sm_90a', 8192\")")
     parser.add_argument("--job", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.job is not None:
@@ -272,6 +277,8 @@ def main() -> None:
     rows = []
     for index in range(len(JOBS)):
         if opts.only and JOBS[index][0] != opts.only:
+            continue
+        if opts.match and opts.match not in repr(JOBS[index][1]):
             continue
         rows.append(run_isolated(index, opts.dry, opts.limit))
         print(json.dumps(rows[-1]), flush=True)
