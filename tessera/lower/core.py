@@ -162,8 +162,8 @@ class Lowerer:
                  "source": self.fn.name}
         if self.mode == "fast":
             attrs["mode"] = "fast"
+        attrs.update(self.extra.get("attrs", {}))  # a pipeline's epilogue, the K/V ring
         attrs.update({k: self.extra[k] for k in ("maxnreg",) if k in self.extra})
-        attrs.update(self.extra.get("attrs", {}))  # e.g. sm90a.kvloop's ring
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
     def _warp_specialise(self) -> bool:
