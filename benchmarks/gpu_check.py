@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -268,7 +269,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("gemm", "attention"),
                         help="run only this kind of configuration")
     parser.add_argument("--match", help="run only configurations whose parameters' text "
-                        "contains this (e.g. \"'sm_90a', 8192\")")
+                        "matches this regular expression (e.g. \"'sm_90a', 8192\")")
     parser.add_argument("--job", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.job is not None:
@@ -278,7 +279,7 @@ def main() -> None:
     for index in range(len(JOBS)):
         if opts.only and JOBS[index][0] != opts.only:
             continue
-        if opts.match and opts.match not in repr(JOBS[index][1]):
+        if opts.match and not re.search(opts.match, repr(JOBS[index][1])):
             continue
         rows.append(run_isolated(index, opts.dry, opts.limit))
         print(json.dumps(rows[-1]), flush=True)
