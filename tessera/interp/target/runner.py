@@ -38,6 +38,7 @@ from tessera.interp.target import regs as target_regs
 from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.memory import async_copy as target_async
+from tessera.interp.target.memory import bulk_store as target_bulk_store
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
@@ -50,6 +51,7 @@ from tessera.interp.target.state import (
     TargetFault,
     TargetFrame,
     run,
+    tensor_core_model,
 )
 from tessera.interp.target.tensorcore import mma as target_mma
 from tessera.interp.target.tensorcore import wgmma_rs as target_wgmma_rs
@@ -59,8 +61,8 @@ from tessera.ir.dialects.target import ops as target_ops
 from tessera.progress import progress
 
 # importing the rule modules registers their steps
-_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
-     target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
+_ = (target_async, target_bulk_store, target_convert, target_flow, target_mem, target_mma,
+     target_ptx_memory, target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
@@ -152,13 +154,16 @@ def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list
 
 @user_api
 def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None = None,
-               block: Sequence[int] | None = None, check_races: bool = True) -> None:
+               block: Sequence[int] | None = None, check_races: bool = True,
+               tensor_cores: str = "exact") -> None:
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
     Raises :class:`TargetFault` (an ``InterpretError``) at the first kernel bug and
     ``ArgumentError`` for arguments that do not fit the parameters. ``check_races``
     turns the shared-memory race check off (it costs about a third of the run time).
+    ``tensor_cores`` picks the accumulation of ``mma.sync``/``wgmma``: ``"exact"`` (the
+    definition) or ``"hopper"`` (an H100/H200's own bits, :mod:`tessera.arch.mma_hopper`).
     """
     if fn.kind != KERNEL:
         raise ArgumentError(f"run_target runs {KERNEL} functions, not {fn.kind} '{fn.name}'")
@@ -177,7 +182,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _launch(fn, g, b, layout, size, swapped, check_races)
+        _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores)
     finally:
         if collecting:
             gc.enable()
@@ -187,12 +192,14 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
 
 
 def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
-            layout: dict[str, int], size: int, swapped: list[Any], check_races: bool) -> None:
+            layout: dict[str, int], size: int, swapped: list[Any], check_races: bool,
+            tensor_cores: str) -> None:
     """Place the arguments, compile the kernel and run it."""
     glob = GlobalMemory()
     nthreads = b[0] * b[1] * b[2]
     ncta = g[0] * g[1] * g[2]
     m = Machine(fn, g, b, glob, SharedMemory(ncta, nthreads, size, check_races))
+    m.tensor_cores = tensor_core_model(tensor_cores)
     m.shared_layout = layout
     values = _bind(fn, swapped, glob, m.n)
     comp = TargetCompiler(m)
@@ -203,6 +210,7 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:
         m.bar = bar  # counts the instructions run (every thread at once)
         run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
+    target_bulk_store.check_drained(m)  # every CTA has exited
 
 
 __all__ = ["TargetFault", "TensorMapArg", "run_target"]

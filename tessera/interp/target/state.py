@@ -26,7 +26,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import InterpretError, Loc, TesseraError
+from tessera.errors import ArgumentError, InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
 from tessera.interp.target.wide import wide_registers
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator
@@ -93,6 +93,20 @@ def op_text(instr: Instr) -> str:
     return f"{instr.op.name} {attrs}" if attrs else instr.op.name
 
 
+#: tensor-core accumulation models: ``"exact"``, the golden convention that defines a
+#: kernel's meaning (:mod:`tessera.arch.mma`), and ``"hopper"``, what an H100/H200's
+#: tensor cores return bit for bit (:mod:`tessera.arch.mma_hopper`)
+TENSOR_CORES = ("exact", "hopper")
+
+
+def tensor_core_model(name: str) -> str:
+    """``name`` checked against :data:`TENSOR_CORES`."""
+    if name not in TENSOR_CORES:
+        raise ArgumentError(f"unknown tensor-core model {name!r}",
+                            hint=f"use one of {TENSOR_CORES}")
+    return name
+
+
 class Machine:
     """Launch geometry and every memory of one kernel launch."""
 
@@ -120,6 +134,8 @@ class Machine:
         self.shared_layout: dict[str, int] = {}
         #: the launch's progress bar (silent unless :func:`run_target` shows one)
         self.bar = ProgressBar()
+        #: how mma.sync/wgmma steps accumulate (:data:`TENSOR_CORES`)
+        self.tensor_cores = "exact"
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""

@@ -238,4 +238,4 @@ def test_tma_box_rows_equal_the_element_gather(dtype: tuple, wide: int, rows: in
     buffer = np.random.default_rng(rows).integers(0, 256, inner * rows * size).astype(np.uint8)
     at = np.array([(k * box[0] + off, c) for k, off, c in coords], np.int64)  # mostly aligned
     want = tma_box(tmap, buffer, at)
-    np.testing.assert_array_equal(async_copy._box(tmap, buffer, at), want)
+    np.testing.assert_array_equal(async_copy.tma_box(tmap, buffer, at), want)

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.arch import tma as arch_tma
 from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
-from tessera.arch.tma import TensorMap, tma_box
+from tessera.arch.tma import TensorMap
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import (
     acquire,
@@ -192,7 +193,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                      f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
                      "memory")
             try:  # the box's bytes in box order: byte i lands at where[i]
-                data = _box(t, value.buffer, coords[rows])
+                data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
             ctas = m.cta[act[rows]]
@@ -217,11 +218,11 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-def _box(t: TensorMap, buffer: np.ndarray, coords: np.ndarray) -> np.ndarray:
-    """:func:`tma_box` of the boxes at ``coords`` (G, 2): for a 2-D map with unit
-    strides whose boxes lie inside the tensor and whose rows are whole, aligned rows
-    of the buffer, one row copy per box row and no index per element (the bytes
-    :func:`tma_box` gives, which the other boxes take)."""
+def tma_box(t: TensorMap, buffer: np.ndarray, coords: np.ndarray) -> np.ndarray:
+    """The bytes of the boxes at ``coords`` (G, 2), as :func:`tessera.arch.tma.tma_box`
+    gives them: for a 2-D map with unit strides whose boxes lie inside the tensor and
+    whose rows are whole, aligned rows of the buffer, one row copy per box row and no
+    index per element; the other boxes take the arch function."""
     t.validate()
     if t.rank == 2 and t.strides == (1, 1) and len(coords):
         esize = t.dtype.size
@@ -235,7 +236,7 @@ def _box(t: TensorMap, buffer: np.ndarray, coords: np.ndarray) -> np.ndarray:
                     starts.max() + row <= raw.size:
                 return np.take(raw.reshape(-1, row), starts // row, axis=0).reshape(
                     len(coords), -1)
-    return tma_box(t, buffer, coords)
+    return arch_tma.tma_box(t, buffer, coords)
 
 
 def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:

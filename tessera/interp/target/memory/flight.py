@@ -56,6 +56,8 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     thread has read since the last ``bar.sync`` is a write-after-read race, reported at
     the issue (the copy may land before that reader is done)."""
     sh = m.shared
+    if fail is not None and sh.bulk_reads:  # flat bytes only when a TMA store reads some
+        sh.check_bulk_source(copy.flat(m), fail, "async copy")
     if copy.span is not None and fail is not None:  # the checks on row slices first
         groups = groups_of(m)
         if not (groups.reading and groups.overlaps(copy.ctas(m), *copy.span)) and \

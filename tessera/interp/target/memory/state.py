@@ -30,13 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tessera.interp.target.memory.chunks import (
-    CHUNK,
-    add_at,
-    chunk_rows,
-    put_chunks,
-    take_chunks,
-)
+from tessera.interp.target.memory.chunks import CHUNK, add_at, chunk_rows, put_chunks, take_chunks
 
 GLOBAL_BASE = 0x10000000
 GLOBAL_STRIDE = 0x10000000
@@ -134,6 +128,9 @@ class SharedMemory:
         self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
         self.unfenced_ctas = np.zeros(ncta, bool)  # may a CTA hold such a byte (superset)
+        # TMA stores that may still read a byte (memory.bulk_store), and their sum
+        self.bulk_read = np.zeros(n, np.int16)
+        self.bulk_reads = 0
         # per 8-byte slot (an mbarrier), the thread (global id) that initialised it, not
         # yet ordered before other threads' accesses by a bar.sync (-1: visible to all)
         self.init_by = np.full(ncta * -(-size // 8), _NONE, np.int32)
@@ -268,6 +265,7 @@ class SharedMemory:
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
+        self.check_bulk_source(flat, fail, "store")
         if self.races and self.accessed[me // self.nthreads].any():
             mine = me[:, None]
             w = self.writer[flat]
@@ -288,6 +286,18 @@ class SharedMemory:
         if generic:
             self.unfenced[flat] = True
             self.unfenced_ctas[me // self.nthreads] = True
+
+    def check_bulk_source(self, flat: np.ndarray, fail: Fail, what: str) -> None:
+        """Fault when a write of ``flat`` meets the source of an unretired TMA store."""
+        if not self.bulk_reads:
+            return
+        busy = self.bulk_read[flat] != 0
+        if busy.any():
+            i = int(np.flatnonzero(busy.any(axis=1))[0])
+            j = int(np.flatnonzero(busy[i])[0])
+            fail(i, "bulk store source overwritten", f"{what} over {self._where(flat[i, j])}, "
+                 "which a TMA store (cp.async.bulk.tensor) still reads: no "
+                 "cp.async.bulk.wait_group.read has retired its bulk group")
 
     def mark(self, flat: np.ndarray) -> None:
         """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
