@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tessera.arch.tma import TensorMap, TensorMapDataType, tma_box
+from tessera.arch.tma import TensorMap, TensorMapDataType, tma_box, tma_box_store
 from tessera.interp.target import TargetFault
-from tessera.interp.target.memory import async_copy, bulk
+from tessera.interp.target.memory import async_copy, bulk, bulk_store
 from tessera.interp.target.memory import state as state_module
 from tessera.interp.target.memory.state import SharedMemory, chunk_rows
 from tests.lower.sm90a import test_pipeline as pipeline
@@ -225,6 +225,7 @@ def test_chunk_rows_land_and_writer_equal_the_per_byte_ones() -> None:
        st.integers(1, 4), st.integers(1, 40), st.integers(0, 3), st.integers(1, 12),
        st.integers(1, 3), st.lists(st.tuples(st.integers(-1, 3), st.sampled_from([0, 0, 0, 3]),
                                              st.integers(-5, 40)), min_size=1, max_size=5))
+@example((TensorMapDataType.BFLOAT16, 2), 1, 10, 1, 4, 1, [(1, 0, 2), (0, 0, 5)])
 def test_tma_box_rows_equal_the_element_gather(dtype: tuple, wide: int, rows: int, pad: int,
                                                high: int, stride: int,
                                                coords: list[tuple[int, int, int]]) -> None:
@@ -239,3 +240,29 @@ def test_tma_box_rows_equal_the_element_gather(dtype: tuple, wide: int, rows: in
     at = np.array([(k * box[0] + off, c) for k, off, c in coords], np.int64)  # mostly aligned
     want = tma_box(tmap, buffer, at)
     np.testing.assert_array_equal(async_copy.tma_box(tmap, buffer, at), want)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from([(TensorMapDataType.BFLOAT16, 2), (TensorMapDataType.FLOAT32, 4),
+                        (TensorMapDataType.UINT8, 1)]),
+       st.integers(1, 4), st.integers(1, 40), st.integers(0, 3), st.integers(1, 12),
+       st.integers(1, 3), st.lists(st.tuples(st.integers(-1, 3), st.sampled_from([0, 0, 0, 3]),
+                                             st.integers(-5, 40)), min_size=1, max_size=3,
+                                   unique_by=lambda c: (c[0], c[2])))
+@example((TensorMapDataType.BFLOAT16, 2), 1, 10, 1, 4, 1, [(1, 0, 2), (0, 0, 5)])
+def test_tma_store_rows_equal_the_element_scatter(dtype: tuple, wide: int, rows: int, pad: int,
+                                                  high: int, stride: int,
+                                                  coords: list[tuple[int, int, int]]) -> None:
+    """TMA store boxes written a row at a time against tessera.arch.tma.tma_box_store."""
+    kind, size = dtype
+    box = (16 // size * wide, high)
+    inner = box[0] * (1 + pad % 2) + 16 // size * (pad // 2)
+    tmap = TensorMap(kind, 0, (inner, rows), (inner * size,), box,
+                     element_strides=(1, stride))
+    at = np.array([(k * box[0] + off, c) for k, off, c in coords], np.int64)
+    data = np.random.default_rng(high).integers(0, 256, (len(at), tmap.box_bytes)).astype(
+        np.uint8)
+    fast, slow = (np.zeros(inner * rows * size, np.uint8) for _ in range(2))
+    bulk_store._store(tmap, fast, at, data)
+    tma_box_store(tmap, slow, at, data)
+    np.testing.assert_array_equal(fast, slow)

@@ -29,8 +29,9 @@ import numpy as np
 
 from tessera.arch.errors import ArchError
 from tessera.arch.swizzle import swizzle_address
-from tessera.arch.tma import tma_box_store
-from tessera.interp.target.memory.state import add_at
+from tessera.arch.tma import TensorMap, tma_box_store
+from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at, chunk_rows
 from tessera.interp.target.state import (
     Machine,
     Step,
@@ -53,6 +54,8 @@ class BulkRead:
     group: np.ndarray
     flat: np.ndarray
     instr: Instr
+    #: no byte occurs twice in ``flat`` (distinct CTAs): counts change without np.add.at
+    distinct: bool = False
 
 
 class BulkGroups:
@@ -76,12 +79,20 @@ def _retire(m: Machine, rec: BulkRead, sel: np.ndarray) -> BulkRead | None:
     """The rows ``sel`` of ``rec`` no longer read; returns what still reads."""
     sh = m.shared
     gone = rec.flat[sel]
-    add_at(sh.bulk_read, gone, -1)
+    _count(sh.bulk_read, gone, -1, rec.distinct)
     sh.bulk_reads -= gone.size
     keep = ~sel
     if not keep.any():
         return None
-    return BulkRead(rec.thread[keep], rec.group[keep], rec.flat[keep], rec.instr)
+    return BulkRead(rec.thread[keep], rec.group[keep], rec.flat[keep], rec.instr, rec.distinct)
+
+
+def _count(counts: np.ndarray, flat: np.ndarray, delta: int, distinct: bool) -> None:
+    """``delta`` more at each byte of ``flat``; ``distinct``: no byte occurs twice."""
+    if distinct:
+        counts[flat] += counts.dtype.type(delta)
+    else:
+        add_at(counts, flat, delta)
 
 
 @step_rule(target_async.TmaStore)
@@ -112,18 +123,57 @@ def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
                      f"shared address {int(a)} leaves the {sh.size} bytes of shared memory")
             me = act[rows]
             flat = m.cta[me][:, None] * sh.size + where[None, :]
-            if sh.unfenced[flat].any():  # the async proxy may not see a generic write
+            if sh.unfenced_ctas[m.cta[me]].any() and sh.unfenced[flat].any():
+                # the async proxy may not see a generic write
                 fail(int(rows[0]), "missing proxy fence", "the TMA store reads shared "
                      "memory written by st.shared or stmatrix with no fence.proxy.async since")
-            sh.check_read(flat, me, lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
+            _check_read(sh, flat, me, lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
             try:  # the box's bytes in box order: byte i is read from where[i]
-                tma_box_store(t, value.buffer, coords[rows], sh.data[flat])
+                _store(t, value.buffer, coords[rows], sh.data[flat])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(me[0])) from None
-            add_at(sh.bulk_read, flat, 1)
+            distinct = bulk.distinct(m.cta[me]) and bulk.covered_range(where) is not None
+            _count(sh.bulk_read, flat, 1, distinct)
             sh.bulk_reads += flat.size
-            rec.reading.append(BulkRead(me, rec.committed[me].copy(), flat, instr))
+            rec.reading.append(BulkRead(me, rec.committed[me].copy(), flat, instr, distinct))
     return step
+
+
+def _check_read(sh: SharedMemory, flat: np.ndarray, me: np.ndarray, fail: Fail) -> None:
+    """:meth:`SharedMemory.check_read` of the box rows ``flat`` by threads ``me``, as
+    rows of one 16-byte chunk each where every 16 box bytes are one aligned chunk in
+    order (swizzles move whole chunks): the same checks and first fault, the readers
+    kept as chunk rows."""
+    per = flat.shape[1] // CHUNK
+    rows = None
+    if flat.shape[1] % CHUNK == 0 and sh.size % CHUNK == 0:
+        rows = chunk_rows(flat.reshape(-1, CHUNK))
+    if rows is None:
+        sh.check_read(flat, me, fail)
+        return
+    sh.check_read(flat.reshape(-1, CHUNK), np.repeat(me, per),
+                  lambda i, w, msg: fail(i // per, w, msg), chunks=rows)
+
+
+def _store(t: TensorMap, buffer: np.ndarray, coords: np.ndarray, data: np.ndarray) -> None:
+    """:func:`tma_box_store` of the box bytes ``data`` (G, box_bytes) at ``coords``: for
+    a 2-D map with unit strides whose boxes lie inside the tensor and whose rows are
+    whole, aligned rows of the buffer, one row store per box row (the bytes
+    :func:`tma_box_store` writes); the other boxes take it."""
+    t.validate()
+    if t.rank == 2 and t.strides == (1, 1) and len(coords) and buffer.flags.c_contiguous:
+        esize = t.dtype.size
+        (w, h), dims = t.smem_box, t.global_dims
+        row = w * esize
+        c0, c1 = coords[:, 0], coords[:, 1]
+        if ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
+            raw = buffer.reshape(-1).view(np.uint8)
+            starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
+            if raw.size % row == 0 and not (starts % row).any() and \
+                    starts.max() + row <= raw.size:
+                raw.reshape(-1, row)[(starts // row).ravel()] = data.reshape(-1, row)
+                return
+    tma_box_store(t, buffer, coords, data)
 
 
 @step_rule(target_async.BulkCommit)
