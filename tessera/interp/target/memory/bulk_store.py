@@ -31,7 +31,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
-from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at, chunk_rows
+from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at
 from tessera.interp.target.state import (
     Machine,
     Step,
@@ -54,8 +54,9 @@ class BulkRead:
     group: np.ndarray
     flat: np.ndarray
     instr: Instr
-    #: no byte occurs twice in ``flat`` (distinct CTAs): counts change without np.add.at
-    distinct: bool = False
+    #: (lo, hi) when every row's bytes are each of its CTA's bytes lo .. hi - 1 once, in
+    #: distinct CTAs (a box): the counts change a row slice at a time
+    span: tuple[int, int] | None = None
 
 
 class BulkGroups:
@@ -79,20 +80,23 @@ def _retire(m: Machine, rec: BulkRead, sel: np.ndarray) -> BulkRead | None:
     """The rows ``sel`` of ``rec`` no longer read; returns what still reads."""
     sh = m.shared
     gone = rec.flat[sel]
-    _count(sh.bulk_read, gone, -1, rec.distinct)
+    _count(sh, gone, rec.thread[sel] // m.nthreads, -1, rec.span)
     sh.bulk_reads -= gone.size
     keep = ~sel
     if not keep.any():
         return None
-    return BulkRead(rec.thread[keep], rec.group[keep], rec.flat[keep], rec.instr, rec.distinct)
+    return BulkRead(rec.thread[keep], rec.group[keep], rec.flat[keep], rec.instr, rec.span)
 
 
-def _count(counts: np.ndarray, flat: np.ndarray, delta: int, distinct: bool) -> None:
-    """``delta`` more at each byte of ``flat``; ``distinct``: no byte occurs twice."""
-    if distinct:
-        counts[flat] += counts.dtype.type(delta)
-    else:
-        add_at(counts, flat, delta)
+def _count(sh: SharedMemory, flat: np.ndarray, ctas: np.ndarray, delta: int,
+           span: tuple[int, int] | None) -> None:
+    """``delta`` more readers at each byte of ``flat`` (rows: ``ctas``), a row slice of
+    ``span`` per CTA when it is given."""
+    if span is None:
+        add_at(sh.bulk_read, flat, delta)
+        return
+    lo, hi = span
+    sh.bulk_read.reshape(sh.ncta, sh.size)[bulk.rows(ctas), lo:hi] += np.int16(delta)
 
 
 @step_rule(target_async.TmaStore)
@@ -127,32 +131,34 @@ def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
                 # the async proxy may not see a generic write
                 fail(int(rows[0]), "missing proxy fence", "the TMA store reads shared "
                      "memory written by st.shared or stmatrix with no fence.proxy.async since")
-            _check_read(sh, flat, me, lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
+            _check_read(sh, flat, where, me,
+                        lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
             try:  # the box's bytes in box order: byte i is read from where[i]
                 _store(t, value.buffer, coords[rows], sh.data[flat])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(me[0])) from None
-            distinct = bulk.distinct(m.cta[me]) and bulk.covered_range(where) is not None
-            _count(sh.bulk_read, flat, 1, distinct)
+            box = bulk.covered_range(where) if bulk.distinct(m.cta[me]) else None
+            _count(sh, flat, m.cta[me], 1, box)
             sh.bulk_reads += flat.size
-            rec.reading.append(BulkRead(me, rec.committed[me].copy(), flat, instr, distinct))
+            rec.reading.append(BulkRead(me, rec.committed[me].copy(), flat, instr, box))
     return step
 
 
-def _check_read(sh: SharedMemory, flat: np.ndarray, me: np.ndarray, fail: Fail) -> None:
-    """:meth:`SharedMemory.check_read` of the box rows ``flat`` by threads ``me``, as
-    rows of one 16-byte chunk each where every 16 box bytes are one aligned chunk in
-    order (swizzles move whole chunks): the same checks and first fault, the readers
-    kept as chunk rows."""
+def _check_read(sh: SharedMemory, flat: np.ndarray, where: np.ndarray, me: np.ndarray,
+                fail: Fail) -> None:
+    """:meth:`SharedMemory.check_read` of the box rows ``flat`` (CTA-local bytes
+    ``where``) by threads ``me``, as rows of one 16-byte chunk each where every 16 box
+    bytes are one aligned chunk in order (swizzles move whole chunks): the same checks
+    and first fault, the readers kept as chunk rows."""
     per = flat.shape[1] // CHUNK
-    rows = None
-    if flat.shape[1] % CHUNK == 0 and sh.size % CHUNK == 0:
-        rows = chunk_rows(flat.reshape(-1, CHUNK))
+    local = bulk.chunks_in_order(where) if sh.size % CHUNK == 0 else None
+    rows = None if local is None else \
+        ((flat[:, 0] - where[0]) // CHUNK)[:, None] + local[None, :]
     if rows is None:
         sh.check_read(flat, me, fail)
         return
     sh.check_read(flat.reshape(-1, CHUNK), np.repeat(me, per),
-                  lambda i, w, msg: fail(i // per, w, msg), chunks=rows)
+                  lambda i, w, msg: fail(i // per, w, msg), chunks=rows.reshape(-1))
 
 
 def _store(t: TensorMap, buffer: np.ndarray, coords: np.ndarray, data: np.ndarray) -> None:
