@@ -266,3 +266,39 @@ def test_tma_store_rows_equal_the_element_scatter(dtype: tuple, wide: int, rows:
     bulk_store._store(tmap, fast, at, data)
     tma_box_store(tmap, slow, at, data)
     np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 16])
+def test_word_row_stores_equal_the_per_byte_ones(width: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """st.shared of aligned words (rows of one element of a width-byte view): records,
+    bytes and the first fault as the per-byte store gives them."""
+    found = []
+    for seed in range(6):  # seeds 4 and 5: fresh memories, where every store succeeds
+        rng = np.random.default_rng(300 + seed)
+        me = np.sort(rng.choice(NCTA * NTHREADS, 40, replace=False))
+        words = rng.integers(0, SIZE // width, len(me))
+        flat = ((me // NTHREADS) * SIZE + words * width)[:, None] + np.arange(width)
+        data = rng.integers(0, 256, flat.shape).astype(np.uint8)
+        outcomes = []
+        for rows in (True, False):
+            sh = random_state(seed) if seed < 4 else SharedMemory(NCTA, NTHREADS, SIZE, True)
+            sh.in_flight = 0 if seed % 2 else sh.in_flight  # past the copies, or not
+            with monkeypatch.context() as patch:
+                if not rows:
+                    patch.setattr(state_module, "word_rows", lambda flat, size: None)
+                else:
+                    assert state_module.word_rows(flat, SIZE) is not None
+                fault = ""
+                try:
+                    sh.write(flat, data, me, lambda i, w, t: (_ for _ in ()).throw(
+                        AssertionError(f"{i} {w} {t}")))
+                except AssertionError as err:
+                    fault = str(err)
+            outcomes.append((fault, sh))
+        (fast_fault, fast), (slow_fault, slow) = outcomes
+        assert fast_fault == slow_fault
+        found.append(fast_fault)
+        assert_same(fast, slow)
+        np.testing.assert_array_equal(fast.data, slow.data)
+    assert any(found[:4]) and not any(found[4:])  # the random records hold races

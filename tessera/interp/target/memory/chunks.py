@@ -43,4 +43,33 @@ def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> No
     np.add.at(target, np.ravel(index), value if value.ndim == 0 else np.ravel(value))
 
 
-__all__ = ["CHUNK", "add_at", "chunk_rows", "put_chunks", "take_chunks"]
+def word_rows(flat: np.ndarray, size: int) -> np.ndarray | None:
+    """The word numbers of ``flat`` (M, W) when each row is one aligned word of W
+    bytes (W a power of two up to 16 dividing ``size``, the bytes per CTA), bytes in
+    order: a store's rows, each then one element of a W-byte view."""
+    if flat.ndim != 2 or not flat.size:
+        return None
+    width = flat.shape[1]
+    if width > CHUNK or width & (width - 1) or size % width:
+        return None
+    first = flat[:, 0]
+    if (first % width).any() or not (flat - first[:, None] == np.arange(width)).all():
+        return None
+    return first // width
+
+
+def take_rows(a: np.ndarray, rows: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """``a[flat]`` for the words ``rows`` of ``flat`` (from :func:`word_rows`)."""
+    return np.take(a.reshape(-1, flat.shape[1]), rows, axis=0)
+
+
+def put_rows(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """Store ``values`` (M, W) into the words ``rows`` (from :func:`word_rows`) of the
+    per-byte record ``a``, one void element per word (a later row wins on repeats, as
+    a per-byte store)."""
+    whole = np.dtype((np.void, values.shape[1] * a.itemsize))
+    a.view(whole)[rows] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
+
+
+__all__ = ["CHUNK", "add_at", "chunk_rows", "put_chunks", "put_rows", "take_chunks",
+           "take_rows", "word_rows"]

@@ -1,9 +1,5 @@
-"""Simulated global and shared memory of the Target IR interpreter.
-
-Global memory: each array argument lives at a fake, 256-byte aligned address
-(``GLOBAL_BASE + k * GLOBAL_STRIDE``); an address resolves to (buffer, byte offset) with
-one ``np.searchsorted`` for all threads. Accesses must lie inside one buffer and be
-aligned to their size (PTX ISA sec. 5.4.3 "Alignment": naturally aligned accesses).
+"""Simulated shared memory of the Target IR interpreter (global memory:
+:mod:`.global_memory`, whose names this module re-exports).
 
 Shared memory: one byte array per CTA, laid out from shared address 0 (buffers at their
 alignment, so swizzles on absolute addresses see the declared alignment), filled with
@@ -26,92 +22,30 @@ them, the properties ``rmin``, ``rmax`` and ``dirty`` resolve them first.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from tessera.interp.target.memory.chunks import CHUNK, add_at, chunk_rows, put_chunks, take_chunks
+from tessera.interp.target.memory.chunks import (
+    CHUNK,
+    add_at,
+    chunk_rows,
+    put_chunks,
+    put_rows,
+    take_chunks,
+    take_rows,
+    word_rows,
+)
+from tessera.interp.target.memory.global_memory import (
+    GLOBAL_BASE,
+    GLOBAL_STRIDE,
+    Fail,
+    GlobalMemory,
+)
+from tessera.interp.target.memory.global_memory import check_aligned as _check_aligned
 
-GLOBAL_BASE = 0x10000000
-GLOBAL_STRIDE = 0x10000000
-Fail = Callable[[int, str, str], None]
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
 #: bytes per flag of :attr:`SharedMemory.dirty`
 DIRTY_BLOCK = 64
-
-
-def _check_aligned(a: np.ndarray, step: int, fail: Fail, access: Callable[[int], str]) -> None:
-    """Fault the first address of ``a`` that is not a multiple of ``step`` bytes;
-    ``access`` describes the access at an address."""
-    mis = a % step != 0
-    if np.any(mis):
-        i = int(np.flatnonzero(mis)[0])
-        fail(i, "misaligned address", f"{access(int(a[i]))} is not {step}-byte aligned")
-
-
-class GlobalMemory:
-    """Byte views of the launch's arrays at fake global addresses."""
-
-    def __init__(self) -> None:
-        self.bases: list[int] = []
-        self.bytes: list[np.ndarray] = []
-        self.names: list[str] = []
-
-    def add(self, array: np.ndarray, name: str) -> int:
-        """Place a C-contiguous array in memory; return its address."""
-        if array.nbytes >= GLOBAL_STRIDE:
-            raise ValueError(f"{name} is too large for the simulated address space")
-        base = GLOBAL_BASE + GLOBAL_STRIDE * len(self.bases)
-        self.bases.append(base)
-        self.bytes.append(array.reshape(-1).view(np.uint8))
-        self.names.append(name)
-        return base
-
-    def resolve(self, addr: np.ndarray, nbytes: int, fail: Fail, what: str = "access",
-                align: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(buffer index, byte offset) of each address; faults outside or misaligned
-        (to ``align`` bytes, by default the access size)."""
-        a = addr.astype(np.int64)
-        if not self.bases:
-            fail(0, "out of bounds", f"global {what} at address {int(a[0]):#x}: the launch "
-                 "has no global buffers")
-        bases = np.asarray(self.bases, np.int64)
-        sizes = np.asarray([b.size for b in self.bytes], np.int64)
-        k = np.searchsorted(bases, a, side="right") - 1
-        safe = np.maximum(k, 0)
-        off = a - bases[safe]
-        bad = (k < 0) | (off + nbytes > sizes[safe])
-        if np.any(bad):
-            i = int(np.flatnonzero(bad)[0])
-            where = (f"{int(off[i]) + nbytes - int(sizes[safe[i]])} bytes past the end of "
-                     f"{self.names[safe[i]]} ({int(sizes[safe[i]])} bytes)"
-                     if k[i] >= 0 else "below every buffer")
-            fail(i, "out of bounds", f"global {what} of {nbytes} bytes at address "
-                 f"{int(a[i]):#x}, {where}")
-        _check_aligned(a, align or nbytes, fail,
-                       lambda x: f"global {what} of {nbytes} bytes at address {x:#x}")
-        return k, off
-
-    def read(self, addr: np.ndarray, nbytes: int, fail: Fail,
-             align: int | None = None) -> np.ndarray:
-        """The bytes (M, nbytes) at each address."""
-        k, off = self.resolve(addr, nbytes, fail, "read", align)
-        out = np.empty((addr.size, nbytes), np.uint8)
-        span = np.arange(nbytes, dtype=np.int64)
-        for b in np.unique(k):
-            sel = k == b
-            out[sel] = self.bytes[b][off[sel, None] + span]
-        return out
-
-    def write(self, addr: np.ndarray, data: np.ndarray, fail: Fail) -> None:
-        """Store bytes ``data`` (M, nbytes); a later thread wins on overlap."""
-        nbytes = data.shape[1]
-        k, off = self.resolve(addr, nbytes, fail, "write")
-        span = np.arange(nbytes, dtype=np.int64)
-        for b in np.unique(k):
-            sel = k == b
-            self.bytes[b][off[sel, None] + span] = data[sel]
 
 
 class SharedMemory:
@@ -266,11 +200,12 @@ class SharedMemory:
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
         self.check_bulk_source(flat, fail, "store")
+        rows = word_rows(flat, self.size)
+        get = (lambda a: a[flat]) if rows is None else (lambda a: take_rows(a, rows, flat))
         if self.races and self.accessed[me // self.nthreads].any():
             mine = me[:, None]
-            w = self.writer[flat]
-            clash = ((w >= 0) & (w != mine)) | \
-                ((self.rmax[flat] >= 0) & ((self.rmin[flat] != mine) | (self.rmax[flat] != mine)))
+            w, lo, hi = get(self.writer), get(self.rmin), get(self.rmax)
+            clash = ((w >= 0) & (w != mine)) | ((hi >= 0) & ((lo != mine) | (hi != mine)))
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
@@ -281,10 +216,16 @@ class SharedMemory:
                      f"accessed by thread {other % self.nthreads} without a "
                      "bar.sync between")
         if self.races:
-            self.set_writer(flat, me)
-        self.land(flat, data)
+            self.set_writer(flat, me, rows=rows)
+        if rows is None:
+            self.data[flat] = data
+            self.init[flat] = True
+            self.unfenced[flat] = generic
+        else:  # aligned words: one element per row
+            put_rows(self.data, rows, data)
+            put_rows(self.init, rows, np.ones(flat.shape, bool))
+            put_rows(self.unfenced, rows, np.full(flat.shape, generic))
         if generic:
-            self.unfenced[flat] = True
             self.unfenced_ctas[me // self.nthreads] = True
 
     def check_bulk_source(self, flat: np.ndarray, fail: Fail, what: str) -> None:
@@ -320,9 +261,10 @@ class SharedMemory:
         np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
 
     def set_writer(self, flat: np.ndarray, who: np.ndarray | None,
-                   chunks: np.ndarray | None = None) -> None:
+                   chunks: np.ndarray | None = None, rows: np.ndarray | None = None) -> None:
         """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
-        writer, bytes any thread may access); ``chunks`` as in :meth:`land`."""
+        writer, bytes any thread may access); ``chunks`` as in :meth:`land`, ``rows``
+        from :func:`word_rows`."""
         if who is None:
             self.writer[flat] = _NONE
             return
@@ -331,10 +273,12 @@ class SharedMemory:
         self.note_who(who, who)
         self.written[who // self.nthreads] = True
         value = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
-        if chunks is None:
-            self.writer[flat] = value
-        else:
+        if chunks is not None:
             put_chunks(self.writer, chunks, value)
+        elif rows is not None:
+            put_rows(self.writer, rows, value)
+        else:
+            self.writer[flat] = value
 
     def add_pending(self, flat: np.ndarray, delta: int) -> None:
         """Count ``delta`` more async copies in flight to each byte of ``flat``."""

@@ -1,0 +1,91 @@
+"""Simulated global memory of the Target IR interpreter: each array argument lives at a
+fake, 256-byte aligned address (``GLOBAL_BASE + k * GLOBAL_STRIDE``); an address
+resolves to (buffer, byte offset) with one ``np.searchsorted`` for all threads.
+Accesses must lie inside one buffer and be aligned to their size (PTX ISA sec. 5.4.3
+"Alignment": naturally aligned accesses)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+GLOBAL_BASE = 0x10000000
+GLOBAL_STRIDE = 0x10000000
+Fail = Callable[[int, str, str], None]
+
+
+def check_aligned(a: np.ndarray, step: int, fail: Fail, access: Callable[[int], str]) -> None:
+    """Fault the first address of ``a`` that is not a multiple of ``step`` bytes;
+    ``access`` describes the access at an address."""
+    mis = a % step != 0
+    if np.any(mis):
+        i = int(np.flatnonzero(mis)[0])
+        fail(i, "misaligned address", f"{access(int(a[i]))} is not {step}-byte aligned")
+
+
+class GlobalMemory:
+    """Byte views of the launch's arrays at fake global addresses."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.bytes: list[np.ndarray] = []
+        self.names: list[str] = []
+
+    def add(self, array: np.ndarray, name: str) -> int:
+        """Place a C-contiguous array in memory; return its address."""
+        if array.nbytes >= GLOBAL_STRIDE:
+            raise ValueError(f"{name} is too large for the simulated address space")
+        base = GLOBAL_BASE + GLOBAL_STRIDE * len(self.bases)
+        self.bases.append(base)
+        self.bytes.append(array.reshape(-1).view(np.uint8))
+        self.names.append(name)
+        return base
+
+    def resolve(self, addr: np.ndarray, nbytes: int, fail: Fail, what: str = "access",
+                align: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(buffer index, byte offset) of each address; faults outside or misaligned
+        (to ``align`` bytes, by default the access size)."""
+        a = addr.astype(np.int64)
+        if not self.bases:
+            fail(0, "out of bounds", f"global {what} at address {int(a[0]):#x}: the launch "
+                 "has no global buffers")
+        bases = np.asarray(self.bases, np.int64)
+        sizes = np.asarray([b.size for b in self.bytes], np.int64)
+        k = np.searchsorted(bases, a, side="right") - 1
+        safe = np.maximum(k, 0)
+        off = a - bases[safe]
+        bad = (k < 0) | (off + nbytes > sizes[safe])
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            where = (f"{int(off[i]) + nbytes - int(sizes[safe[i]])} bytes past the end of "
+                     f"{self.names[safe[i]]} ({int(sizes[safe[i]])} bytes)"
+                     if k[i] >= 0 else "below every buffer")
+            fail(i, "out of bounds", f"global {what} of {nbytes} bytes at address "
+                 f"{int(a[i]):#x}, {where}")
+        check_aligned(a, align or nbytes, fail,
+                       lambda x: f"global {what} of {nbytes} bytes at address {x:#x}")
+        return k, off
+
+    def read(self, addr: np.ndarray, nbytes: int, fail: Fail,
+             align: int | None = None) -> np.ndarray:
+        """The bytes (M, nbytes) at each address."""
+        k, off = self.resolve(addr, nbytes, fail, "read", align)
+        out = np.empty((addr.size, nbytes), np.uint8)
+        span = np.arange(nbytes, dtype=np.int64)
+        for b in np.unique(k):
+            sel = k == b
+            out[sel] = self.bytes[b][off[sel, None] + span]
+        return out
+
+    def write(self, addr: np.ndarray, data: np.ndarray, fail: Fail) -> None:
+        """Store bytes ``data`` (M, nbytes); a later thread wins on overlap."""
+        nbytes = data.shape[1]
+        k, off = self.resolve(addr, nbytes, fail, "write")
+        span = np.arange(nbytes, dtype=np.int64)
+        for b in np.unique(k):
+            sel = k == b
+            self.bytes[b][off[sel, None] + span] = data[sel]
+
+
+__all__ = ["GLOBAL_BASE", "GLOBAL_STRIDE", "Fail", "GlobalMemory", "check_aligned"]
