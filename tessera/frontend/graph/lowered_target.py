@@ -251,38 +251,92 @@ def target_program(tile: TileProgram, graph: Function, target: str) -> TargetPro
 #: accumulators of 176 bytes each in shared memory (tessera.lower.exact.mma), four
 #: output elements per thread
 EXACT_MMA_TILE = (32, 16)
+#: the most elements of an exact mma's output tile (EXACT_MMA_TILE's)
+EXACT_MMA_ELEMENTS = EXACT_MMA_TILE[0] * EXACT_MMA_TILE[1]
+
+
+def _exact_tiles(body: Any) -> dict[Instr, tuple[int, int]]:
+    """The output tile of each matmul without a ``tile_shape`` of its own, for the exact
+    ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, except that a matmul whose result
+    reaches a softmax over its last axis (attention's scores) keeps whole key rows of up
+    to :data:`EXACT_MMA_ELEMENTS` keys in one tile, with fewer query rows, and the
+    matmuls reading that softmax (``P @ V``) take the same rows: the kernel is then one
+    pass over the keys, with no key-block loop."""
+    from tessera.ir.core import uses
+    from tessera.ir.dialects.graph.contraction import MatMul, Softmax
+    from tessera.ir.transforms.schedule.tile import pow2
+
+    users = uses(body)
+    matmuls = [i for i in walk(body) if isinstance(i.op, MatMul) and i.op.tile_shape is None]
+
+    def reach(v: Any, want: Any) -> Instr | None:
+        """The first instruction satisfying ``want`` among the users of ``v``, through
+        ops that keep its shape (scale, bias, mask, cast)."""
+        seen, todo = set(), [v]
+        while todo:
+            for user in users.get(todo.pop(), []):
+                if want(user):
+                    return user
+                if user not in seen and user.results and user.results[0].type == v.type:
+                    seen.add(user)
+                    todo.extend(user.results)
+        return None
+
+    tiles = {}
+    for mm in matmuls:
+        rows, cols = mm.results[0].type.shape[-2:]
+        tiles[mm] = (min(EXACT_MMA_TILE[0], pow2(rows)), min(EXACT_MMA_TILE[1], pow2(cols)))
+    for mm in matmuls:
+        rank = mm.results[0].type.rank
+        rows, keys = (pow2(n) for n in mm.results[0].type.shape[-2:])
+        sm = reach(mm.results[0], lambda i, last=rank - 1: isinstance(i.op, Softmax)
+                   and i.op.axis % (last + 1) == last)
+        if sm is None or keys <= EXACT_MMA_TILE[1] or keys > EXACT_MMA_ELEMENTS:
+            continue
+        r = min(rows, EXACT_MMA_ELEMENTS // keys)
+        tiles[mm] = (r, keys)
+        pv = reach(sm.results[0], lambda i, p=sm.results[0].type: isinstance(i.op, MatMul)
+                   and i in tiles and i.operands[0].type == p)
+        if pv is not None:
+            tiles[pv] = (r, tiles[pv][1])
+    return tiles
 
 
 def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
     """``tile``, or, when a kernel has an ``mma`` the lowering implements exactly
-    (:func:`exact_in_ptx`), the program generated again from ``graph`` with output tiles
-    of at most :data:`EXACT_MMA_TILE` for the matmuls that have no ``tile_shape`` of
-    their own: the exact accumulators live in shared memory, which the schedule's tiles
-    for tensor-core kernels would exceed many times. The bits do not depend on the tiles
-    (exact sums), so the tile simulator keeps its program."""
+    (:func:`exact_in_ptx`), the program generated again from ``graph`` with the output
+    tiles of :func:`_exact_tiles` for the matmuls that have no ``tile_shape`` of their
+    own: the exact accumulators live in shared memory, which the schedule's tiles for
+    tensor-core kernels would exceed many times. The bits do not depend on the tiles
+    (exact sums), so the tile simulator keeps its program. Where the whole-row tiles of
+    attention conflict with another fused matmul's, every matmul takes the plain tiles
+    (the kernel then passes over key blocks)."""
     import dataclasses
 
     from tessera.ir.core import clone_block
     from tessera.ir.dialects import schedule as schedule_ops
-    from tessera.ir.dialects.graph.contraction import MatMul
     from tessera.ir.dialects.tile.compute import Mma
     from tessera.ir.transforms.schedule import schedule_module
-    from tessera.ir.transforms.schedule.tile import pow2
     from tessera.ir.transforms.to_tile import schedule_to_tile
 
     if graph.kind == schedule_ops.FUNC or not any(
             exact_in_ptx(i) for fn in tile.module.functions.values() for i in walk(fn.body)):
         return tile
-    body = clone_block(graph.body, {})
-    for instr in walk(body):
-        if isinstance(instr.op, MatMul) and instr.op.tile_shape is None:
-            rows, cols = instr.results[0].type.shape[-2:]  # type: ignore[attr-defined]
-            shape = (min(EXACT_MMA_TILE[0], pow2(rows)), min(EXACT_MMA_TILE[1], pow2(cols)))
+
+    def scheduled(whole_rows: bool) -> Function:
+        body = clone_block(graph.body, {})
+        for instr, shape in _exact_tiles(body).items():
+            if not whole_rows:
+                shape = (min(shape[0], EXACT_MMA_TILE[0]), min(shape[1], EXACT_MMA_TILE[1]))
             instr.op = dataclasses.replace(instr.op, tile_shape=shape)
-    fn = Function(graph.name, body, list(graph.result_types), graph.kind, dict(graph.attrs),
-                  graph.loc)
-    scheduled = schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
-    program = schedule_to_tile(scheduled)
+        fn = Function(graph.name, body, list(graph.result_types), graph.kind,
+                      dict(graph.attrs), graph.loc)
+        return schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
+
+    try:
+        program = schedule_to_tile(scheduled(True))
+    except schedule_ops.TileShapeError:
+        program = schedule_to_tile(scheduled(False))
     for kernel in program.module.functions.values():  # a new program: the simulator's
         for instr in walk(kernel.body):               # stays as it was generated
             if isinstance(instr.op, Mma) and not instr.op.exact and exact_in_ptx(instr):

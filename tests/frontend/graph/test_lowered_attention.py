@@ -3,10 +3,14 @@ kernel's second exact mma reads the softmax's register tile ``P`` staged through
 memory (:mod:`tessera.lower.rules.stage`) and gives the graph interpreter's bits on
 sm_80 and sm_90a; its PTX assembles with no advisory and no spills.
 
-Sequences of up to 16 keys: one key tile, so the kernel is one pass (longer ones are
-scheduled as passes over key tiles, which are not lowered yet)."""
+Up to 512 keys: the Target program keeps a query tile's whole key rows in one tile
+(``lowered_target.exact_tiled``: fewer query rows for longer rows), so the kernel is one
+pass over the keys; longer rows are scheduled as passes over key blocks, which are not
+lowered yet."""
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
+from tessera.frontend.graph.lowered_target import TargetGenerationError
 
 TARGETS = ["sm_80", "sm_90a"]
 
@@ -118,3 +123,56 @@ def test_batched_matmuls_on_target() -> None:
         x = rng.standard_normal((b, m, k)).astype(np.float32)
         y = rng.standard_normal((b, k, n)).astype(np.float32)
         _same_on_target(lambda p, q: op.matmul(p, q), [x, y])
+
+
+def _scores(rng: np.random.Generator, *shapes: tuple[int, ...]) -> list[np.ndarray]:
+    return [(rng.standard_normal(s) * 2.0).astype(np.float32) for s in shapes]
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 4), st.integers(17, 200), st.integers(1, 12),
+       st.sampled_from(["f32", "bf16"]), st.sampled_from(TARGETS),
+       st.randoms(use_true_random=False))
+def test_attention_over_long_key_rows_on_target(b: int, sq: int, sk: int, d: int, fmt: str,
+                                                target: str, r) -> None:  # type: ignore[no-untyped-def]
+    """More than 16 keys (few queries, to keep the interpreter fast): whole key rows in
+    one tile, one pass."""
+    rng = np.random.default_rng(r.randrange(2**32))
+    q = _inputs(rng, (b, sq, d), fmt)[0]
+    k, v = _inputs(rng, (b, sk, d), fmt)[:2]
+    _same_on_target(attention, [q, k, v], [target])
+
+
+def test_attention_at_64_and_256_keys_on_target() -> None:
+    """S = 64 square (3-D, 4-D and with an additive causal mask: eight programs of eight
+    query rows) and 256 keys (tiles of two query rows)."""
+    rng = np.random.default_rng(9)
+    _same_on_target(attention, _scores(rng, (1, 64, 8), (1, 64, 8), (1, 64, 8)), ["sm_90a"])
+    _same_on_target(attention_4d, _scores(rng, (1, 2, 4, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
+                    ["sm_80"])
+    bias = np.where(np.tril(np.ones((64, 64), bool)), 0.0, -1e9).astype(np.float32)
+    _same_on_target(causal_additive, [*_scores(rng, (1, 64, 4), (1, 64, 4), (1, 64, 4)),
+                                      bias], ["sm_80"])
+    q, k, v = _scores(rng, (1, 2, 8), (1, 256, 8), (1, 256, 8))
+    k[0, 7, :], q[0, 1, :] = 0.0, 0.0  # a row of equal scores, a key of score 0
+    _same_on_target(attention, [q, k, v], ["sm_90a"])
+
+
+def test_long_key_rows_ptx_assembles_without_advisories_or_spills() -> None:
+    rng = np.random.default_rng(10)
+    args = _scores(rng, (1, 64, 16), (1, 256, 16), (1, 256, 16))
+    (kernel,) = ts.jit(attention).lower(*args).target("sm_90a").kernels
+    assembled = kernel.assemble()
+    stats = assembled.stats[kernel.name]
+    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+    assert "warning" not in assembled.log.lower()
+
+
+def test_more_than_512_keys_are_refused_at_the_graph_line() -> None:
+    """Key rows longer than an exact tile holds are passes over key blocks."""
+    rng = np.random.default_rng(11)
+    args = _scores(rng, (1, 2, 4), (1, 600, 4), (1, 600, 4))
+    with pytest.raises(TargetGenerationError, match=r"graph\.softmax cannot be lowered") as err:
+        ts.jit(attention).lower(*args).run(*args, backend="target")
+    _, start = inspect.getsourcelines(attention)
+    assert err.value.loc.line == start + 2
