@@ -253,21 +253,25 @@ def target_program(tile: TileProgram, graph: Function, target: str) -> TargetPro
 EXACT_MMA_TILE = (32, 16)
 #: the most elements of an exact mma's output tile (EXACT_MMA_TILE's)
 EXACT_MMA_ELEMENTS = EXACT_MMA_TILE[0] * EXACT_MMA_TILE[1]
+#: the scores' tile of attention over more keys than EXACT_MMA_ELEMENTS: the key-block
+#: passes (to_tile.keyblocks) hold three such accumulators and P @ V's
+KEY_BLOCK_TILE = (8, 16)
 
 
 def _exact_tiles(body: Any) -> dict[Instr, tuple[int, int]]:
     """The output tile of each matmul without a ``tile_shape`` of its own, for the exact
-    ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, except that a matmul whose result
-    reaches a softmax over its last axis (attention's scores) keeps whole key rows of up
-    to :data:`EXACT_MMA_ELEMENTS` keys in one tile, with fewer query rows, and the
-    matmuls reading that softmax (``P @ V``) take the same rows: the kernel is then one
-    pass over the keys, with no key-block loop."""
+    ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, except for attention. A matmul whose
+    result reaches a softmax over its last axis (the scores) keeps whole key rows of up
+    to :data:`EXACT_MMA_ELEMENTS` keys in one tile, with fewer query rows: the kernel
+    is then one pass over the keys. Longer rows take :data:`KEY_BLOCK_TILE` (the
+    passes over key blocks hold the scores of three passes and ``P @ V``'s accumulator
+    at once). The matmuls reading that softmax (``P @ V``) take the scores' rows."""
     from tessera.ir.core import uses
     from tessera.ir.dialects.graph.contraction import MatMul, Softmax
     from tessera.ir.transforms.schedule.tile import pow2
 
     users = uses(body)
-    matmuls = [i for i in walk(body) if isinstance(i.op, MatMul) and i.op.tile_shape is None]
+    matmuls = [i for i in walk(body) if isinstance(i.op, MatMul)]
 
     def reach(v: Any, want: Any) -> Instr | None:
         """The first instruction satisfying ``want`` among the users of ``v``, through
@@ -291,15 +295,23 @@ def _exact_tiles(body: Any) -> dict[Instr, tuple[int, int]]:
         rows, keys = (pow2(n) for n in mm.results[0].type.shape[-2:])
         sm = reach(mm.results[0], lambda i, last=rank - 1: isinstance(i.op, Softmax)
                    and i.op.axis % (last + 1) == last)
-        if sm is None or keys <= EXACT_MMA_TILE[1] or keys > EXACT_MMA_ELEMENTS:
+        if sm is None:
             continue
-        r = min(rows, EXACT_MMA_ELEMENTS // keys)
-        tiles[mm] = (r, keys)
+        if mm.op.tile_shape is not None:
+            r = mm.op.tile_shape[0]
+        elif keys <= EXACT_MMA_TILE[1]:
+            r = tiles[mm][0]
+        elif keys <= EXACT_MMA_ELEMENTS:
+            r = min(rows, EXACT_MMA_ELEMENTS // keys)
+            tiles[mm] = (r, keys)
+        else:
+            r = min(rows, KEY_BLOCK_TILE[0])
+            tiles[mm] = (r, KEY_BLOCK_TILE[1])
         pv = reach(sm.results[0], lambda i, p=sm.results[0].type: isinstance(i.op, MatMul)
-                   and i in tiles and i.operands[0].type == p)
+                   and i.operands[0].type == p)
         if pv is not None:
             tiles[pv] = (r, tiles[pv][1])
-    return tiles
+    return {mm: shape for mm, shape in tiles.items() if mm.op.tile_shape is None}
 
 
 def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:

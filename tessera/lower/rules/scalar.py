@@ -199,6 +199,9 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if rt == "s32" and cls in (tile_compute.Neg, tile_compute.Abs):
         name = "neg" if cls is tile_compute.Neg else "abs"
         return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "s32"), "s32")
+    if rt == "f64" and cls in (tile_compute.Neg, tile_compute.Abs):  # sign bit only
+        name = "neg" if cls is tile_compute.Neg else "abs"
+        return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "f64"), "f64")
     if rt == "f64" and cls is tile_compute.Exp and low.mode != "fast":
         from tessera.lower.mathlib64 import emit_exp_f64_specified
 
