@@ -258,16 +258,19 @@ EXACT_MMA_ELEMENTS = EXACT_MMA_TILE[0] * EXACT_MMA_TILE[1]
 KEY_BLOCK_TILE = (8, 16)
 
 
-def _exact_tiles(body: Any) -> dict[Instr, tuple[int, int]]:
+def _exact_tiles(body: Any, whole_rows: bool = True) -> dict[Instr, tuple[int, int]]:
     """The output tile of each matmul without a ``tile_shape`` of its own, for the exact
-    ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, except for attention. A matmul whose
-    result reaches a softmax over its last axis (the scores) keeps whole key rows of up
-    to :data:`EXACT_MMA_ELEMENTS` keys in one tile, with fewer query rows: the kernel
-    is then one pass over the keys. Longer rows take :data:`KEY_BLOCK_TILE` (the
-    passes over key blocks hold the scores of three passes and ``P @ V``'s accumulator
-    at once). The matmuls reading that softmax (``P @ V``) take the scores' rows."""
+    ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, shared out between matmuls of one
+    operand (``h @ Wq``, ``h @ Wk``, ``h @ Wv`` fuse into one kernel), except for
+    attention and row reductions. A matmul whose result reaches a softmax over its last
+    axis (the scores) keeps whole key rows of up to :data:`EXACT_MMA_ELEMENTS` keys in
+    one tile, with fewer query rows, where ``whole_rows``: the kernel is then one pass
+    over the keys; so does one whose rows are reduced (a layernorm after it).
+    Longer rows take :data:`KEY_BLOCK_TILE` (the passes over key blocks hold the scores
+    of three passes and ``P @ V``'s accumulator at once). The matmuls reading that
+    softmax (``P @ V``) take the scores' rows."""
     from tessera.ir.core import uses
-    from tessera.ir.dialects.graph.contraction import MatMul, Softmax
+    from tessera.ir.dialects.graph.contraction import MatMul, Reduce, Softmax
     from tessera.ir.transforms.schedule.tile import pow2
 
     users = uses(body)
@@ -275,33 +278,47 @@ def _exact_tiles(body: Any) -> dict[Instr, tuple[int, int]]:
 
     def reach(v: Any, want: Any) -> Instr | None:
         """The first instruction satisfying ``want`` among the users of ``v``, through
-        ops that keep its shape (scale, bias, mask, cast)."""
+        elementwise ops that keep its shape (scale, bias, mask, cast, residual)."""
         seen, todo = set(), [v]
         while todo:
             for user in users.get(todo.pop(), []):
                 if want(user):
                     return user
-                if user not in seen and user.results and user.results[0].type == v.type:
+                if user not in seen and user.results and user.results[0].type == v.type \
+                        and not isinstance(user.op, (MatMul, Softmax)):
                     seen.add(user)
                     todo.extend(user.results)
         return None
 
     tiles = {}
+    sharing: dict[Any, int] = {}
+    for mm in matmuls:
+        sharing[mm.operands[0]] = sharing.get(mm.operands[0], 0) + 1
     for mm in matmuls:
         rows, cols = mm.results[0].type.shape[-2:]
-        tiles[mm] = (min(EXACT_MMA_TILE[0], pow2(rows)), min(EXACT_MMA_TILE[1], pow2(cols)))
+        n = min(EXACT_MMA_TILE[1], pow2(cols))
+        budget = EXACT_MMA_ELEMENTS // sharing[mm.operands[0]] // n
+        tiles[mm] = (min(EXACT_MMA_TILE[0], pow2(rows), 1 << (max(budget, 1).bit_length() - 1)),
+                     n)
     for mm in matmuls:
         rank = mm.results[0].type.rank
         rows, keys = (pow2(n) for n in mm.results[0].type.shape[-2:])
         sm = reach(mm.results[0], lambda i, last=rank - 1: isinstance(i.op, Softmax)
                    and i.op.axis % (last + 1) == last)
         if sm is None:
+            # a row reduction of the result (a layernorm after an output projection)
+            # also wants whole rows
+            red = reach(mm.results[0], lambda i, last=rank - 1: isinstance(i.op, Reduce)
+                        and {a % (last + 1) for a in i.op.axes} == {last})
+            if red is not None and whole_rows and mm.op.tile_shape is None and \
+                    EXACT_MMA_TILE[1] < keys <= EXACT_MMA_ELEMENTS:
+                tiles[mm] = (min(rows, EXACT_MMA_ELEMENTS // keys), keys)
             continue
         if mm.op.tile_shape is not None:
             r = mm.op.tile_shape[0]
         elif keys <= EXACT_MMA_TILE[1]:
             r = tiles[mm][0]
-        elif keys <= EXACT_MMA_ELEMENTS:
+        elif keys <= EXACT_MMA_ELEMENTS and whole_rows:
             r = min(rows, EXACT_MMA_ELEMENTS // keys)
             tiles[mm] = (r, keys)
         else:
@@ -321,9 +338,11 @@ def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
     own: the exact accumulators live in shared memory, which the schedule's tiles for
     tensor-core kernels would exceed many times. The bits do not depend on the tiles
     (exact sums), so the tile simulator keeps its program. Where the whole-row tiles of
-    attention conflict with another fused matmul's, every matmul takes the plain tiles
-    (the kernel then passes over key blocks)."""
+    attention conflict with another fused matmul's, every matmul takes the fewest rows;
+    failing that, the scores take key-block tiles (the kernel then passes over key
+    blocks)."""
     import dataclasses
+    from math import prod
 
     from tessera.ir.core import clone_block
     from tessera.ir.dialects import schedule as schedule_ops
@@ -335,20 +354,43 @@ def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
             exact_in_ptx(i) for fn in tile.module.functions.values() for i in walk(fn.body)):
         return tile
 
-    def scheduled(whole_rows: bool) -> Function:
+    def generated(whole_rows: bool, uniform: bool) -> TileProgram | None:
+        """The program with these tiles, or None where fused matmuls' tiles conflict
+        or an ``mma`` tile outgrows the exact accumulators (a row loop the schedule
+        keeps whole, for a reduction after the matmul)."""
         body = clone_block(graph.body, {})
-        for instr, shape in _exact_tiles(body).items():
-            if not whole_rows:
-                shape = (min(shape[0], EXACT_MMA_TILE[0]), min(shape[1], EXACT_MMA_TILE[1]))
-            instr.op = dataclasses.replace(instr.op, tile_shape=shape)
+        tiles = _exact_tiles(body, whole_rows)
+        rows = min((shape[0] for shape in tiles.values()), default=1)
+        for instr, shape in tiles.items():
+            instr.op = dataclasses.replace(instr.op, tile_shape=(rows, shape[1]) if uniform
+                                           else shape)
         fn = Function(graph.name, body, list(graph.result_types), graph.kind,
                       dict(graph.attrs), graph.loc)
-        return schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
+        try:
+            scheduled = schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
+        except schedule_ops.TileShapeError:
+            return None
+        program = schedule_to_tile(scheduled)
+        fits = all(prod(i.results[0].type.shape) <= EXACT_MMA_ELEMENTS  # type: ignore[attr-defined]
+                   for k in program.module.functions.values() for i in walk(k.body)
+                   if isinstance(i.op, Mma))
+        return program if fits else None
 
-    try:
-        program = schedule_to_tile(scheduled(True))
-    except schedule_ops.TileShapeError:
-        program = schedule_to_tile(scheduled(False))
+    # whole key rows, then key blocks; each with each matmul's rows, then the fewest
+    # rows any of them takes, everywhere (fused matmuls then agree on their row loop)
+    for whole_rows, uniform in ((True, False), (True, True), (False, False), (False, True)):
+        found = generated(whole_rows, uniform)
+        if found is not None:
+            program = found
+            break
+    else:
+        body = clone_block(graph.body, {})
+        for instr, shape in _exact_tiles(body, False).items():
+            instr.op = dataclasses.replace(instr.op, tile_shape=shape)
+        fn = Function(graph.name, body, list(graph.result_types), graph.kind,
+                      dict(graph.attrs), graph.loc)  # (its errors name the user's line)
+        program = schedule_to_tile(schedule_module(Module(tile.name, {fn.name: fn}))
+                                   .functions[fn.name])
     for kernel in program.module.functions.values():  # a new program: the simulator's
         for instr in walk(kernel.body):               # stays as it was generated
             if isinstance(instr.op, Mma) and not instr.op.exact and exact_in_ptx(instr):

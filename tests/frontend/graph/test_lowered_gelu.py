@@ -101,3 +101,18 @@ def test_the_erf_form_is_refused_at_the_graph_line() -> None:
         ts.jit(gelu_erf).lower(x).run(x, backend="target")
     _, start = inspect.getsourcelines(gelu_erf)
     assert err.value.loc.line == start + 1
+
+
+def test_the_schedule_programs_reach_ptx() -> None:
+    """The benchmark's programs at their test sizes (S = 64, width 32, MLP 128): the
+    Target program picks exact tiles that fit (whole rows for the scores and for the
+    output projection a layernorm reduces, fewer rows for the three fused projections,
+    one row tile where fused matmuls share a loop) and every kernel renders."""
+    from tests.ir.transforms.schedule import programs
+
+    for name in ("block", "mlp", "attention", "causal_additive"):
+        fn, make = programs.PROGRAMS[name]
+        args = make()
+        ptx = ts.jit(fn).lower(*args).ptx("sm_90a")
+        assert 1 <= len(ptx) <= programs.KERNELS[name], name
+        assert all(".visible .entry" in text for text in ptx.values()), name
