@@ -13,7 +13,13 @@ widened exactly to binary64:
 3. ``z = K * i``, ``K = -2 sqrt(2/pi)`` rounded to binary64 (``-0x1.9884533d43651p+0``);
 4. ``e = exp_f64_specified(z)`` (:mod:`tessera.numerics.transcendental.exp64`: +0 for
    ``z < -104``, +inf from ``z ~ 709.78`` up);
-5. ``g = x / (1 + e)`` (one ``add``, one ``div``).
+5. ``d = 1 + e``, ``g = x / d`` (one ``add``, one ``div``);
+6. where ``d == 2`` and ``g != 0`` (``|x| < 2^-54``): ``g = g + |g| * 2^-52`` (one
+   ``mul``, one ``add``). There the quotient is exactly ``x / 2`` while the GELU is
+   ``x / 2 + x^2 / sqrt(2 pi) + ...``, above ``x / 2`` for either sign by less than
+   binary64 resolves; for a subnormal binary32 ``x`` with an odd last bit, ``x / 2`` is
+   a binary32 rounding midpoint, so the exact value's side of it must be kept: the
+   step moves ``g`` up by one or two binary64 ulps, which changes no other rounding.
 
 A result in a narrower format is ``g`` rounded once to it (to nearest even). Every step
 is a correctly rounded IEEE operation or the specified exp, so a GPU running
@@ -30,19 +36,21 @@ about 4u (plus u for ``A``'s rounding) of ``x + 0.044715 x^3``, and ``z`` within
 
 where ``gelu`` is the tanh form with the exact constants 0.044715 and sqrt(2/pi). A
 binary32 result is nonzero only for ``|z| < 106.4`` (``x > -10.78``), where the bound
-is below 2^-43.4: the binary32 result is the correctly rounded GELU unless the exact value
-lies within 2^-43.4 (relative) of a binary32 rounding boundary (a share of about 2^-19
-of the inputs can lie so close). Measured against ``decimal`` at 60 digits: on 3000
-points of [-10.8, 11] the largest error is 203 u (0.43 of the bound there), and on the
-test suite's samples every binary32 result is the correctly rounded one. Unlike the formula with a
-library ``tanh``, the quotient does not cancel: for ``x = -6`` the library formula's
+is below 2^-43.4 (step 6 adds at most 2u): the binary32 result is the correctly rounded
+GELU unless the exact value lies within 2^-43.4 (relative) of a binary32 rounding
+boundary (a share of about 2^-19 of the inputs can lie so close). Measured against
+``decimal`` at 60 digits: on 3000 points of [-10.8, 11] the largest error is 203 u
+(0.43 of the bound there); on the test suite's samples, subnormal inputs included,
+every binary32 result is the correctly rounded one. Unlike the formula with a library
+``tanh``, the quotient does not cancel: for ``x = -6`` the library formula's
 ``1 + tanh(u)`` is off by 2^-21.8 (relative), so its binary32 GELU by several ulps.
 
-Special values: ``+-0 -> +-0``, ``+inf -> +inf``, ``-inf -> NaN`` (``-inf / +inf``, as
-the library formula's ``-inf * 0``), NaN -> NaN (the caller settles it to the default
-NaN). For ``z`` above 709.78 (``x < -21.16``) ``e`` overflows and the result is -0,
-where the exact GELU is below ``|x| e^-709.78`` in magnitude; below ``z = -104``
-(``x > 10.68``) ``e`` is +0 and the result is ``x``, within ``e^-104`` of the exact value.
+Special values: ``+-0 -> +-0`` (step 6 leaves zeros alone), ``+inf -> +inf``,
+``-inf -> NaN`` (``-inf / +inf``, as the library formula's ``-inf * 0``), NaN -> NaN
+(the caller settles it to the default NaN). For ``z`` above 709.78 (``x < -21.16``)
+``e`` overflows and the result is -0, where the exact GELU is below ``|x| e^-709.78``
+in magnitude; below ``z = -104`` (``x > 10.68``) ``e`` is +0 and the result is ``x``,
+within ``e^-104`` of the exact value.
 
 The erf form (``approximate=False``) still uses the C library's ``erf``.
 """
@@ -60,17 +68,23 @@ CUBIC = 0.044715
 #: -2 sqrt(2/pi) rounded to binary64: z = K * (x + A x^3) is -2u
 K = -2.0 * math.sqrt(2.0 / math.pi)
 
+#: step 6's factor: |g| * 2^-52 is one or two binary64 ulps of g
+NUDGE = 2.0**-52
+
 assert CUBIC.hex() == "0x1.6e4e26d4801f7p-5" and K.hex() == "-0x1.9884533d43651p+0"
 
 
 def gelu_tanh_f64_specified(x: np.ndarray) -> np.ndarray:
-    """The tanh-form GELU of a binary64 array by steps 1-5 of this module's docstring
+    """The tanh-form GELU of a binary64 array by steps 1-6 of this module's docstring
     (the same bits on every machine and on a GPU); NaN for NaN and -inf inputs."""
     w = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # overflows and -inf/inf specified
         c = (w * w) * w
         z = K * (w + CUBIC * c)
-        return w / (1.0 + exp_f64_specified(z))
+        d = 1.0 + exp_f64_specified(z)
+        g = w / d
+        tiny = (d == 2.0) & (g != 0.0)  # step 6: keep the exact value's side of x / 2
+        return np.where(tiny, g + np.abs(g) * NUDGE, g)
 
 
-__all__ = ["CUBIC", "K", "gelu_tanh_f64_specified"]
+__all__ = ["CUBIC", "NUDGE", "K", "gelu_tanh_f64_specified"]

@@ -4,7 +4,7 @@ memory (:mod:`tessera.lower.rules.stage`) and gives the graph interpreter's bits
 sm_80 and sm_90a; its PTX assembles with no advisory and no spills.
 
 Up to 512 keys the Target program keeps a query tile's whole key rows in one tile
-(``lowered_target.exact_tiled``: fewer query rows for longer rows), so the kernel is one
+(``to_tile.exact_tiles``: fewer query rows for longer rows), so the kernel is one
 pass over the keys. Longer rows, and scores given a ``tile_shape`` narrower than their
 rows, are passes over key blocks (``to_tile.keyblocks``: the row maximum, the exact row
 sum carried as three f64 values, then ``P @ V``), which lower too: an f64 ``maximum``,

@@ -38,11 +38,13 @@ def gelu_erf(x):  # type: ignore[no-untyped-def]
 
 def _curve(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.ndarray:
     """Values over the whole curve: the tails past -10.8 and 10.7, where binary32
-    results reach 0 and e^z is flushed, zeros of both signs, infinities and NaN."""
+    results reach 0 and e^z is flushed, tiny and subnormal values (the nudged
+    quotient), zeros of both signs, infinities and NaN."""
     x = rng.uniform(-24, 24, shape) * (rng.random(shape) < 0.7) \
         + rng.standard_normal(shape) * 2.0 ** rng.integers(-30, 3, shape)
     flat = x.reshape(-1)
-    for v in (np.nan, np.inf, -np.inf, 0.0, -0.0, -10.8, 10.69):
+    for v in (np.nan, np.inf, -np.inf, 0.0, -0.0, -10.8, 10.69, 3 * 2.0**-149,
+              -5 * 2.0**-149, 2.0**-70):
         flat[rng.integers(0, flat.size)] = v
     return ts.Tensor(x, FORMATS[fmt]).array
 

@@ -13,7 +13,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.numerics.transcendental.gelu64 import CUBIC, K, gelu_tanh_f64_specified
+from tessera.numerics.transcendental.gelu64 import (
+    CUBIC,
+    NUDGE,
+    K,
+    gelu_tanh_f64_specified,
+)
 from tests.numerics.reference import fraction_round
 from tests.numerics.transcendental.test_exp64 import scalar_spec as exp_scalar
 
@@ -23,11 +28,12 @@ U = 2.0**-53
 
 
 def scalar_spec(x: float) -> float:
-    """Steps 1-5 of the module docstring, one Python float operation at a time."""
+    """Steps 1-6 of the module docstring, one Python float operation at a time."""
     c = (x * x) * x
     z = K * (x + CUBIC * c)
-    e = exp_scalar(z)
-    return x / (1.0 + e)  # Python's float division: -inf / inf is NaN, x / inf is +-0
+    d = 1.0 + exp_scalar(z)
+    g = x / d  # Python's float division: -inf / inf is NaN, x / inf is +-0
+    return g + abs(g) * NUDGE if d == 2.0 and g != 0.0 else g
 
 
 def exact_gelu(x: float) -> tuple[Decimal, Decimal]:
@@ -104,3 +110,16 @@ def test_binary32_results_are_correctly_rounded(xs: list[float]) -> None:
     for xi, gi in zip(x, got):
         want = _round_f32(exact_gelu(float(xi))[0])
         assert float(gi) == want or (gi == 0 and want == 0), (xi, gi, want)
+
+
+def test_binary32_results_of_tiny_inputs_keep_the_exact_side_of_x_over_2() -> None:
+    """Subnormal binary32 inputs: ``x / 2`` is a rounding midpoint when ``x``'s last bit
+    is odd, and the exact GELU (``x / 2 + x^2 / sqrt(2 pi)``) lies above it, so positive
+    inputs round up and negative ones toward zero (step 6); 0 and -0 stay."""
+    k = np.arange(1, 200, dtype=np.int64)
+    x = np.concatenate([k, -k]).astype(np.float64) * 2.0**-149
+    x = np.concatenate([x, [2.0**-126, -(2.0**-126), 2.0**-60, 0.0, -0.0]]).astype(np.float32)
+    got = gelu_tanh_f64_specified(x.astype(np.float64)).astype(np.float32)
+    for xi, gi in zip(x, got):
+        want = _round_f32(exact_gelu(float(xi))[0]) if xi != 0 else float(xi)
+        assert float(gi) == want and np.signbit(gi) == np.signbit(np.float32(want)), (xi, gi)

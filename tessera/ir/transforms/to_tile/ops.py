@@ -207,7 +207,8 @@ def _math(em: Emitter, instr: Instr, args: list[Value]) -> Value:
 def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     """The tanh form as the specified binary64 algorithm of
     :mod:`tessera.numerics.transcendental.gelu64`, step for step on f64 tiles
-    (``x / (1 + exp(K (x + A x x x)))``), then one rounding; the erf form as the graph's
+    (``x / (1 + exp(K (x + A x x x)))``, nudged where ``|x| < 2^-54``), then one
+    rounding; the erf form as the graph's
     float64 formula ``0.5 x (1 + erf(x / sqrt 2))``."""
     (x,) = args
     t = _type(x)
@@ -223,7 +224,12 @@ def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         cube = op(tc.Mul, op(tc.Mul, w, w), w)
         inner = op(tc.Add, w, op(tc.Mul, em.full(wt, gelu64.CUBIC), cube))
         e = op(tc.Exp, op(tc.Mul, em.full(wt, gelu64.K), inner))
-        out = op(tc.Div, w, op(tc.Add, em.full(wt, 1.0), e))
+        d = op(tc.Add, em.full(wt, 1.0), e)
+        out = op(tc.Div, w, d)
+        # step 6: |x| < 2^-54 keeps the exact value's side of x / 2
+        tiny = op(tc.And, op(tc.Eq, d, em.full(wt, 2.0)), op(tc.Ne, out, em.full(wt, 0.0)))
+        nudged = op(tc.Add, out, op(tc.Mul, op(tc.Abs, out), em.full(wt, gelu64.NUDGE)))
+        out = op(tc.Where, tiny, nudged, out)
     else:
         curve = op(tc.Erf, op(tc.Div, w, em.full(wt, math.sqrt(2.0))))
         half = op(tc.Mul, em.full(wt, 0.5), w)
