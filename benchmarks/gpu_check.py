@@ -1,16 +1,20 @@
 """Tessera's PTX on a GPU: the example GEMM and flash attention against cuBLAS, SDPA
-and Triton, in one process (run by ``make gpu-check`` with the GPU machine's python3).
+and Triton (run by ``make gpu-check`` with the GPU machine's python3).
 
 Each kernel is compiled from its example (``examples/kernels``), assembled for the GPU
 and timed with CUDA events around each launch (median of 20 after 3 warm-ups); then the
-anchors run the same problem: ``torch.matmul`` on bf16 (cuBLAS),
-``scaled_dot_product_attention`` (its flash backend) and the Triton matmul of
-``benchmarks/triton_compile.py`` (128x128x64 tiles, 3 stages, 8 warps). Tessera's
-output is checked against a float64 product on the GPU within the kernel's
-accumulation bound. ``--dry`` compiles and assembles every configuration on the CPU
-only (no GPU, no torch): a configuration that fails there would fail on the device.
+anchors run the same problem in the same process: ``torch.matmul`` on bf16 (cuBLAS),
+``scaled_dot_product_attention`` (its flash backend), the Triton matmul of
+``benchmarks/triton_compile.py`` (128x128x64 tiles, 3 stages, 8 warps) and the Triton
+attention of ``benchmarks/triton_attention.py``. Tessera's output is checked against a
+float64 product on the GPU within the kernel's accumulation bound. Each configuration
+runs in its own process under a time limit, so a kernel that hangs or faults the GPU
+context costs only its own row. ``--dry`` compiles and assembles every configuration on
+the CPU only (no GPU, no torch): a configuration that fails there would fail on the
+device.
 
-    python benchmarks/gpu_check.py [--dry] [--json PATH] [--markdown PATH]
+    python benchmarks/gpu_check.py [--dry] [--only gemm|attention] [--json PATH]
+                                   [--markdown PATH] [--limit S]
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import argparse
 import importlib.util
 import json
 import math
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,19 +36,31 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tessera.frontend.kernel.backends.compile import compile_kernel, launch_result  # noqa: E402
+from tessera.frontend.kernel.backends.compile import (  # noqa: E402
+    compile_kernel,
+    launch_result,
+    target_arguments,
+)
 from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-GEMMS = [  # (target, M=N=K, tile)
-    ("sm_90a", 4096, (128, 128, 64)), ("sm_90a", 8192, (128, 128, 64)),
-    ("sm_90a", 4096, (64, 128, 64)), ("sm_80", 4096, (128, 128, 32)),
+GEMMS = [  # (target, M=N=K, tile, launch configuration)
+    ("sm_90a", 4096, (128, 128, 64), {}), ("sm_90a", 8192, (128, 128, 64), {}),
+    ("sm_90a", 8192, (128, 128, 64), {"tma_store": False}),
+    ("sm_90a", 8192, (128, 128, 64), {"num_warps": 12}),
+    ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 8192, (128, 256, 64), {}),
+    ("sm_90a", 8192, (128, 256, 64), {"tma_store": False}),
+    ("sm_90a", 8192, (256, 128, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
+    ("sm_80", 4096, (128, 128, 32), {}),
 ]
-ATTENTIONS = [  # (target, B*H, S, D, block, causal)
-    ("sm_90a", 16, 2048, 64, 64, False), ("sm_90a", 16, 2048, 64, 64, True),
-    ("sm_90a", 16, 2048, 64, 128, False), ("sm_90a", 16, 2048, 128, 64, False),
-    ("sm_90a", 16, 2048, 128, 64, True), ("sm_80", 16, 2048, 64, 64, False),
+ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode)
+    ("sm_90a", 16, 4096, 64, 64, False, "fast"), ("sm_90a", 16, 4096, 64, 64, True, "fast"),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast"), ("sm_90a", 16, 4096, 128, 64, True, "fast"),
+    ("sm_90a", 16, 4096, 64, 64, False, "checked"),
+    ("sm_90a", 16, 4096, 128, 64, True, "checked"),
+    ("sm_80", 16, 4096, 64, 64, False, "fast"),
 ]
+JOBS = [("gemm", g) for g in GEMMS] + [("attention", a) for a in ATTENTIONS]
 
 
 def example(name: str) -> Any:
@@ -63,32 +81,39 @@ def example_module(path: Path) -> Any:
     return module
 
 
-def _compiled(kernel: Any, args: tuple[Any, ...], target: str, **launch: Any) -> tuple[Any, dict]:
+def _compiled(kernel: Any, args: tuple[Any, ...], target: str, mode: str = "checked",
+              **launch: Any) -> tuple[Any, dict]:
     t0 = time.perf_counter()
-    compiled = compile_kernel(kernel, *args, target=target, **launch)
+    compiled = compile_kernel(kernel, *args, target=target, mode=mode, **launch)
     t1 = time.perf_counter()
     stats = compiled.assemble().stats[kernel.name]
     t2 = time.perf_counter()
+    # the CPU half of on_device(): the launch's own arguments must be accepted
+    target_arguments(compiled, kernel.specialise(tuple(args), dict(launch))[0].runtime)
     return compiled, {"compile_s": round(t1 - t0, 3), "ptxas_s": round(t2 - t1, 3),
                       "registers": stats.registers, "spill_bytes": stats.spill_stores,
-                      "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block}
+                      "smem": stats.smem, "grid": list(compiled.grid), "block": compiled.block,
+                      "epilogue": compiled.kernel.attrs.get("epilogue", "")}
 
 
-def run_gemm(target: str, n: int, tile: tuple[int, int, int], dry: bool) -> dict[str, Any]:
+def run_gemm(target: str, n: int, tile: tuple[int, int, int], config: dict[str, Any],
+             dry: bool) -> dict[str, Any]:
     gemm = example("gemm").gemm
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n)).astype(BF16)
     b = rng.standard_normal((n, n)).astype(BF16)
     c = np.zeros((n, n), np.float32)
     row: dict[str, Any] = {"kernel": "gemm bf16->f32", "target": target, "shape": f"{n}^3",
-                           "tile": "x".join(map(str, tile))}
-    compiled, info = _compiled(gemm, (a, b, c), target, tile_shape=tile)
+                           "tile": "x".join(map(str, tile)) + "".join(
+                               f" {k}={v}" for k, v in config.items())}
+    launch: dict[str, Any] = {"tile_shape": tile, **({"config": config} if config else {})}
+    compiled, info = _compiled(gemm, (a, b, c), target, **launch)
     row.update(info)
     if dry:
         return row
     import torch
 
-    with on_device(compiled, gemm, (a, b, c), {"tile_shape": tile}) as device:
+    with on_device(compiled, gemm, (a, b, c), launch) as device:
         timing = device.time()
         device.run()
     flops = 2.0 * n ** 3
@@ -112,16 +137,17 @@ def run_gemm(target: str, n: int, tile: tuple[int, int, int], dry: bool) -> dict
 
 
 def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bool,
-                  dry: bool) -> dict[str, Any]:
+                  mode: str, dry: bool) -> dict[str, Any]:
     fa = example("flash_attention").flash_attention
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((bh, seq, d)).astype(BF16) for _ in range(3))
     config = dict(BLOCK_M=block, BLOCK_N=block, num_warps=4, num_stages=2)
-    row: dict[str, Any] = {"kernel": "flash attention bf16" + (" causal" if causal else ""),
+    row: dict[str, Any] = {"kernel": f"flash attention bf16, {mode}"
+                           + (", causal" if causal else ""),
                            "target": target, "shape": f"BH={bh} S={seq} D={d}",
                            "tile": f"{block}x{block}"}
     launch = {"is_causal": causal, "config": config}
-    compiled, info = _compiled(fa, (q, k, v), target, **launch)
+    compiled, info = _compiled(fa, (q, k, v), target, mode=mode, **launch)
     row.update(info)
     if dry:
         return row
@@ -141,6 +167,10 @@ def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bo
     row["sdpa_ms"] = round(_torch_time(
         lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)) * 1e3, 4)
     row["sdpa_tflops"] = round(flops / (row["sdpa_ms"] * 1e-3) / 1e12, 1)
+    triton_ms = _triton_attention_ms(tq[0], tk[0], tv[0], causal)
+    if triton_ms is not None:
+        row["triton_ms"] = round(triton_ms * 1e3, 4)
+        row["triton_tflops"] = round(flops / triton_ms / 1e12, 1)
     sq, sk, sv = (x[0].double() for x in (tq, tk, tv))
     scores = sq @ sk.transpose(-1, -2) / math.sqrt(d)
     if causal:
@@ -176,6 +206,16 @@ def _triton_matmul_ms(a: Any, b: Any) -> float | None:
     return _torch_time(run)
 
 
+def _triton_attention_ms(q: Any, k: Any, v: Any, causal: bool) -> float | None:
+    """Seconds per launch of ``benchmarks/triton_attention.py``, or None without Triton."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    attention = example_module(ROOT / "benchmarks" / "triton_attention.py").attention
+    return _torch_time(lambda: attention(q, k, v, causal))
+
+
 def _torch_time(fn: Any, repeat: int = 20, warmup: int = 3) -> float:
     import torch
 
@@ -192,24 +232,59 @@ def _torch_time(fn: Any, repeat: int = 20, warmup: int = 3) -> float:
     return float(np.median(times))
 
 
+def run_job(index: int, dry: bool) -> dict[str, Any]:
+    """One configuration of :data:`JOBS`; an exception becomes the row's ``error``."""
+    kind, params = JOBS[index]
+    fn = run_gemm if kind == "gemm" else run_attention
+    try:
+        return fn(*params, dry=dry)
+    except Exception as exc:  # one failing configuration must not hide the others
+        error = f"{type(exc).__name__}: {exc}"[:600]
+        return {"kernel": kind, "params": repr(params), "error": error}
+
+
+def run_isolated(index: int, dry: bool, limit: float) -> dict[str, Any]:
+    """:func:`run_job` in a child process that is killed after ``limit`` seconds (a
+    kernel that never finishes, or a fault that poisons the CUDA context, stays there)."""
+    kind, params = JOBS[index]
+    cmd = [sys.executable, __file__, "--job", str(index)] + (["--dry"] if dry else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"kernel": kind, "params": repr(params), "error": f"no result in {limit:.0f} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode or not lines:
+        return {"kernel": kind, "params": repr(params),
+                "error": f"exit {done.returncode}: {done.stderr[-500:]}"}
+    return json.loads(lines[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry", action="store_true", help="compile and assemble only")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--limit", type=float, default=90.0,
+                        help="seconds allowed to each configuration (default 90)")
+    parser.add_argument("--only", choices=("gemm", "attention"),
+                        help="run only this kind of configuration")
+    parser.add_argument("--match", help="run only configurations whose parameters' text "
+                        "matches this regular expression (e.g. \"'sm_90a', 8192\")")
+    parser.add_argument("--job", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.job is not None:
+        print(json.dumps(run_job(opts.job, opts.dry)), flush=True)
+        return
     rows = []
-    jobs = [(run_gemm, g) for g in GEMMS] + [(run_attention, a) for a in ATTENTIONS]
-    for fn, params in jobs:
-        try:
-            row = fn(*params, dry=opts.dry)
-        except Exception as exc:  # one failing configuration must not hide the others
-            row = {"kernel": fn.__name__, "params": repr(params),
-                   "error": f"{type(exc).__name__}: {exc}"[:600]}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(rows, indent=1))
+    for index in range(len(JOBS)):
+        if opts.only and JOBS[index][0] != opts.only:
+            continue
+        if opts.match and not re.search(opts.match, repr(JOBS[index][1])):
+            continue
+        rows.append(run_isolated(index, opts.dry, opts.limit))
+        print(json.dumps(rows[-1]), flush=True)
+        if opts.json:  # rewritten after each row: a cut-off run keeps what it measured
+            Path(opts.json).write_text(json.dumps(rows, indent=1))
     table = markdown(rows)
     print(table)
     if opts.markdown:
@@ -218,8 +293,8 @@ def main() -> None:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table: TFLOP/s of Tessera and its anchors, and checks."""
-    head = ("| kernel | target | shape | tile | Tessera TFLOP/s | cuBLAS / SDPA | Triton "
-            "| regs | spills | output checked |")
+    head = ("| kernel | target | shape | tile | Tessera TFLOP/s | cuBLAS / SDPA TFLOP/s "
+            "| Triton TFLOP/s | regs | spills | output checked |")
     lines = [head, "|" + "---|" * 10]
     for r in rows:
         if "error" in r:

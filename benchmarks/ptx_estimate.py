@@ -72,6 +72,12 @@ def attention_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], d
             cases.append((f"flash attention BH=16 S=2048 D={d}, mode fast", target, fa,
                           (q, q, q), {"is_causal": False, "config": config, "mode": "fast",
                                       "_tile": "64x64"}))
+        for mode in ("checked", "fast"):  # sm_90a's K/V ring of three stages
+            config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+            cases.append((f"flash attention BH=16 S=2048 D={d}, 3 stages"
+                          + (", mode fast" if mode == "fast" else ""), "sm_90a", fa,
+                          (q, q, q), {"is_causal": False, "config": config, "mode": mode,
+                                      "_tile": "64x64"}))
     return cases
 
 

@@ -189,6 +189,8 @@ def cmd_ptx(args: argparse.Namespace) -> int:
         print(compiled.ptx, end="")
     if args.stats:
         _print_stats(compiled.name, args.arch, compiled.assemble().stats[compiled.name])
+        if compiled.kernel.attrs.get("kv_ring"):  # how the key/value blocks stream
+            print(f"{compiled.name}: {compiled.kernel.attrs['kv_ring']}", file=sys.stderr)
     if args.estimate:
         from tessera.backend.ptx.estimate import estimate_compiled, format_estimate
 

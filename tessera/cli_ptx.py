@@ -165,9 +165,11 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
           f"{args.shared_bytes} bytes of dynamic shared memory")
     for k, (_, text) in enumerate(parsed):
         print(f"  argument {k}: {text}")
+    if args.tensor_cores == "hopper":
+        print("  tensor cores: hopper (the truncating sums of an H100/H200, bit for bit)")
     try:
         kernel.run(grid=grid, block=block, args=values, shared_bytes=args.shared_bytes,
-                   check_races=not args.no_race_check)
+                   check_races=not args.no_race_check, tensor_cores=args.tensor_cores)
     except TargetFault:
         print("  sanitizer: FAULT (below)")
         raise
@@ -230,6 +232,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random initialisers")
     p.add_argument("--no-race-check", action="store_true",
                    help="skip the shared-memory race check (faster)")
+    p.add_argument("--tensor-cores", choices=("exact", "hopper"), default="exact",
+                   help="mma/wgmma accumulation: exact sums (the definition) or an "
+                        "H100/H200's truncating sums, to predict its output bit for bit")
     p.set_defaults(run=cmd_check_ptx)
 
 

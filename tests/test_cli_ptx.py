@@ -83,3 +83,21 @@ def test_arg_specs(tmp_path: Path) -> None:
     assert tm.box == (64, 64) and tm.swizzle == 128 and tm.elem == "bf16"
     r, _ = parse_arg("u32[5]=randint:3:4", rng)
     assert r.tolist() == [3] * 5
+
+
+def test_hopper_tensor_cores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--tensor-cores hopper`` runs nvcc's mma.sync with the H100/H200 accumulation."""
+    import ml_dtypes
+
+    a = np.ones((16, 16), ml_dtypes.bfloat16).view(np.uint16)
+    b = np.ones((16, 8), ml_dtypes.bfloat16).view(np.uint16)
+    for name, x in (("a", a), ("b", b)):
+        np.save(tmp_path / f"{name}.npy", x)
+    argv = ["check-ptx", str(NVCC_PTX), "--kernel", "mma_tile", "--grid", "1", "--block",
+            "32", "--arg", str(tmp_path / "a.npy"), "--arg", str(tmp_path / "b.npy"),
+            "--arg", "f32[128]=zeros", "--tensor-cores", "hopper"]
+    assert main(argv) == 0
+    assert "tensor cores: hopper" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*argv[:-1], "volta"])
+    assert "invalid choice: 'volta'" in capsys.readouterr().err

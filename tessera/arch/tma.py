@@ -299,14 +299,26 @@ def tma_store(tmap: TensorMap, smem: np.ndarray, src_addr: int, coords: np.ndarr
 
     ``global_mem`` must be a writable, C-contiguous array; it is updated in place.
     """
+    src = _smem_addresses(tmap, smem, src_addr)
+    tma_box_store(tmap, global_mem, coords, smem[..., src])
+
+
+def tma_box_store(tmap: TensorMap, global_mem: np.ndarray, coords: np.ndarray,
+                  data: np.ndarray) -> None:
+    """Write the box bytes ``data`` (uint8, ``(..., box_bytes)``, box order: the inverse
+    of :func:`tma_box`) at ``coords`` of the tensor; out-of-bounds elements are skipped.
+    ``global_mem`` must be a writable, C-contiguous array; it is updated in place."""
     tmap.validate()
     if not global_mem.flags.c_contiguous:
         raise ArgumentError("tma_store needs a C-contiguous global buffer")
     raw = global_mem.reshape(-1).view(np.uint8)
     offset, inside = _box_offsets(tmap, coords)
-    src = _smem_addresses(tmap, smem, src_addr)
     esize = tmap.dtype.size
-    data = smem[..., src].reshape(*offset.shape, esize)
+    if np.any(inside) and (offset[inside].min() < 0
+                           or offset[inside].max() + esize > raw.size):
+        raise ArgumentError("the tensor map describes more memory than the global buffer holds",
+                            hint="check global dims and strides against the buffer")
+    data = np.asarray(data, np.uint8).reshape(*offset.shape, esize)
     byte = offset[..., None] + np.arange(esize)
     raw[byte[inside]] = data[inside]
 

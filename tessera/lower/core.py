@@ -133,11 +133,13 @@ class Lowerer:
 
             exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
             if not exact and self.target == "sm_90a":
+                from tessera.lower.sm90a.kvloop import plan_kv
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if not self._warp_specialise() and self.extra["wgmma_buffers"]:
                     ring_setup(self)
+                    plan_kv(self)  # an attention's K/V ring
             elif not exact:
                 from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
 
@@ -160,8 +162,8 @@ class Lowerer:
                  "source": self.fn.name}
         if self.mode == "fast":
             attrs["mode"] = "fast"
-        if "maxnreg" in self.extra:
-            attrs["maxnreg"] = self.extra["maxnreg"]
+        attrs.update(self.extra.get("attrs", {}))  # a pipeline's epilogue, the K/V ring
+        attrs.update({k: self.extra[k] for k in ("maxnreg",) if k in self.extra})
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
     def _warp_specialise(self) -> bool:

@@ -10,10 +10,11 @@ may run different trip counts, as divergent branches do on hardware.
 
 ``bar.sync`` (PTX ISA, "bar, barrier") needs every thread of a CTA to arrive: a CTA of
 which only some threads execute it is a divergent barrier (undefined behaviour on
-hardware, an error here). Warp-level instructions act on groups of 32 consecutive
-threads of a CTA; ``shfl.sync`` follows the pseudocode of the ISA's "shfl.sync" with the ``c``
-operand given by the op's ``clamp`` attribute (bits 0-4 the clamp, bits 8-12 the segment
-mask; ``shfl.up`` conventionally uses 0).
+hardware, an error here); ``bar.sync id, count`` needs exactly ``count`` of them.
+Warp-level instructions act on groups of 32 consecutive threads of a CTA; ``shfl.sync``
+follows the pseudocode of the ISA's "shfl.sync" with the ``c`` operand given by the
+op's ``clamp`` attribute (bits 0-4 the clamp, bits 8-12 the segment mask;
+``shfl.up`` conventionally uses 0).
 """
 
 from __future__ import annotations
@@ -159,10 +160,35 @@ def check_cta_uniform(fr: TargetFrame, instr: Instr, what: str) -> np.ndarray:
 
 @step_rule(target_ops.Bar)
 def _bar(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+
     def step(fr: TargetFrame) -> None:
-        ctas = check_cta_uniform(fr, instr, f"bar.sync {instr.op.id}")
+        if op.count:
+            _named(fr, instr, op.id, op.count)
+            return
+        ctas = check_cta_uniform(fr, instr, f"bar.sync {op.id}")
         fr.m.shared.sync(ctas)
     return step
+
+
+def _named(fr: TargetFrame, instr: Instr, ident: int, count: int) -> None:
+    """``bar.sync id, count``: the CTA's active threads must be ``count`` whole warps
+    (threads run here in lockstep, so fewer would wait forever); their accesses are
+    ordered among themselves only (:func:`.memory.async_order.release`)."""
+    from tessera.interp.target.memory.async_order import release
+
+    m = fr.m
+    per = fr.mask.reshape(m.ncta, m.nthreads)
+    arrived = per.sum(axis=1)
+    wrong = (arrived > 0) & (arrived != count)
+    if wrong.any():
+        cta = int(np.flatnonzero(wrong)[0])
+        raise m.fault(instr, "divergent barrier", f"bar.sync {ident}, {count} reached by "
+                      f"{int(arrived[cta])} threads of the CTA; it waits for {count}",
+                      cta * m.nthreads + int(np.flatnonzero(per[cta])[0]))
+    check_warps(fr, instr)
+    ctas = np.flatnonzero(arrived)
+    release(m, ctas, per[ctas])
 
 
 def check_warps(fr: TargetFrame, instr: Instr, size: int = 32,

@@ -37,6 +37,7 @@ from tessera.interp.target import regs as target_regs
 from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.memory import async_copy as target_async
+from tessera.interp.target.memory import bulk_store as target_bulk_store
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
@@ -49,6 +50,7 @@ from tessera.interp.target.state import (
     TargetFault,
     TargetFrame,
     run,
+    tensor_core_model,
 )
 from tessera.interp.target.tensorcore import mma as target_mma
 from tessera.interp.target.tensorcore import wgmma_rs as target_wgmma_rs
@@ -58,8 +60,8 @@ from tessera.ir.dialects.target import ops as target_ops
 from tessera.progress import progress
 
 # importing the rule modules registers their steps
-_ = (target_async, target_convert, target_flow, target_mem, target_mma, target_ptx_memory,
-     target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
+_ = (target_async, target_bulk_store, target_convert, target_flow, target_mem, target_mma,
+     target_ptx_memory, target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
@@ -151,13 +153,16 @@ def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list
 
 @user_api
 def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None = None,
-               block: Sequence[int] | None = None, check_races: bool = True) -> None:
+               block: Sequence[int] | None = None, check_races: bool = True,
+               tensor_cores: str = "exact") -> None:
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
     Raises :class:`TargetFault` (an ``InterpretError``) at the first kernel bug and
     ``ArgumentError`` for arguments that do not fit the parameters. ``check_races``
     turns the shared-memory race check off (it costs about a third of the run time).
+    ``tensor_cores`` picks the accumulation of ``mma.sync``/``wgmma``: ``"exact"`` (the
+    definition) or ``"hopper"`` (an H100/H200's own bits, :mod:`tessera.arch.mma_hopper`).
     """
     if fn.kind != KERNEL:
         raise ArgumentError(f"run_target runs {KERNEL} functions, not {fn.kind} '{fn.name}'")
@@ -175,6 +180,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     nthreads = b[0] * b[1] * b[2]
     ncta = g[0] * g[1] * g[2]
     m = Machine(fn, g, b, glob, SharedMemory(ncta, nthreads, size, check_races))
+    m.tensor_cores = tensor_core_model(tensor_cores)
     m.shared_layout = layout
     values = _bind(fn, swapped, glob, m.n)
     comp = TargetCompiler(m)
@@ -185,6 +191,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:
         m.bar = bar  # counts the instructions run (every thread at once)
         run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
+    target_bulk_store.check_drained(m)  # every CTA has exited
     for a, w in zip(arrays, work):
         if isinstance(a, np.ndarray) and w is not a:
             a[...] = w  # non-contiguous arguments ran on a copy

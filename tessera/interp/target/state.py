@@ -26,7 +26,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import InterpretError, Loc, TesseraError
+from tessera.errors import ArgumentError, InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
 from tessera.interp.target.wide import wide_registers
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator
@@ -93,6 +93,20 @@ def op_text(instr: Instr) -> str:
     return f"{instr.op.name} {attrs}" if attrs else instr.op.name
 
 
+#: tensor-core accumulation models: ``"exact"``, the golden convention that defines a
+#: kernel's meaning (:mod:`tessera.arch.mma`), and ``"hopper"``, what an H100/H200's
+#: tensor cores return bit for bit (:mod:`tessera.arch.mma_hopper`)
+TENSOR_CORES = ("exact", "hopper")
+
+
+def tensor_core_model(name: str) -> str:
+    """``name`` checked against :data:`TENSOR_CORES`."""
+    if name not in TENSOR_CORES:
+        raise ArgumentError(f"unknown tensor-core model {name!r}",
+                            hint=f"use one of {TENSOR_CORES}")
+    return name
+
+
 class Machine:
     """Launch geometry and every memory of one kernel launch."""
 
@@ -120,6 +134,8 @@ class Machine:
         self.shared_layout: dict[str, int] = {}
         #: the launch's progress bar (silent unless :func:`run_target` shows one)
         self.bar = ProgressBar()
+        #: how mma.sync/wgmma steps accumulate (:data:`TENSOR_CORES`)
+        self.tensor_cores = "exact"
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""
@@ -189,8 +205,10 @@ class TargetCompiler(Slots):
         self._wide: set[Value] | None = None
 
     def wide_slots(self, values: list[Value]) -> list[int]:
-        """The slots of ``values`` that hold wide ``f32`` values (``interp.target.wide``)."""
-        if not values:
+        """The slots of ``values`` that hold wide ``f32`` values (``interp.target.wide``);
+        none under the ``"hopper"`` tensor-core model, whose accumulators are plain f32
+        registers as on the hardware (an ``add.f32`` of one rounds)."""
+        if not values or self.m.tensor_cores == "hopper":
             return []
         if self._wide is None:
             self._wide = wide_registers(self.m.fn)

@@ -93,6 +93,8 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
             return rows
     if isinstance(layout, BRow) and prod(lv.shape) == prod(layout.parent.shape[:-1]):
         return _load_rows(low, lv, layout)
+    if isinstance(layout, Acc) and tuple(lv.shape) == (layout.rows, layout.cols):
+        return _load_acc(low, lv, layout)  # a residual added to an accumulator
     if not isinstance(layout, Blocked):
         raise UnsupportedError(f"a memory tile cannot be read into layout {layout} yet")
     e = low.em
@@ -104,6 +106,28 @@ def materialize(low: Lowerer, lv: Lowered, layout: object) -> Lowered:
             off = _element(e, lv, layout, k0, c)
             raw = e.ld(lv.space, address(e, lv, off), mt)
             regs.append(raw if mt == rt else widen(e, raw, mt, lv.element))
+    return Dist(layout, regs, rt)
+
+
+def _load_acc(low: Lowerer, mem: Mem, layout: Acc) -> Dist:
+    """A ``(rows, cols)`` memory tile read in the accumulator layout: register ``r`` is
+    the element at the thread's quad origin plus thread 0's coordinates of ``r``
+    (:func:`tessera.lower.tiles.acc_coords`), one load each."""
+    from tessera.lower.sm80.gemm import acc_origin
+
+    e = low.em
+    row0, col0 = acc_origin(e)
+    s0, s1 = mem.strides
+    first = e.add(e.mul(row0, e.const(s0, "s32"), "s32"),
+                  col0 if s1 == 1 else e.mul(col0, e.const(s1, "s32"), "s32"), "s32")
+    rows, cols = acc_coords(layout.rows, layout.cols)
+    mt, rt = mem_type(mem.element), reg_type(mem.element)
+    regs = []
+    for r in range(rows.shape[1]):
+        static = int(rows[0, r]) * s0 + int(cols[0, r]) * s1
+        off = e.add(first, e.const(static, "s32"), "s32") if static else first
+        raw = e.ld(mem.space, address(e, mem, off), mt)
+        regs.append(raw if mt == rt else widen(e, raw, mt, mem.element))
     return Dist(layout, regs, rt)
 
 

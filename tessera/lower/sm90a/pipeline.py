@@ -51,6 +51,7 @@ from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.sm90a.epilogue import epilogue_rule, reserve
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.mma import swizzle_span
 from tessera.lower.sm90a.tma import TmaCopy, issue_copy, thread0
@@ -61,7 +62,7 @@ from tessera.lower.sm90a.warpspec import (
     elem_bytes_of,
 )
 from tessera.lower.tiles import SharedBox
-from tessera.lower.values import Dist, Lowered, Mem, Scalar
+from tessera.lower.values import Dist, Lowered, Mem, Scalar, ptx_elem
 from tessera.numerics import dtype
 
 _ALIGN = 1024  # a 128-byte swizzle atom: stages start on it (base offset 0)
@@ -78,9 +79,12 @@ class _Ring:
         self.b_span = swizzle_span((g.bk, g.bn), dtype(g.elem))
         self.a_bytes, self.b_bytes = g.bm * g.bk * es, g.bk * g.bn * es
         s = plan.stages
-        self.a = low.shared_buffer("pipe_a", s * self.a_bytes, _ALIGN)
-        self.b = low.shared_buffer("pipe_b", s * self.b_bytes, _ALIGN)
+        # one buffer, the A stages then the B stages: the epilogue's staging tile may
+        # take all of it once the loop has drained (tessera.lower.sm90a.epilogue)
+        self.a = low.shared_buffer("pipe_ring", s * (self.a_bytes + self.b_bytes), _ALIGN)
+        self.b = low.em.add(self.a, low.em.const(s * self.a_bytes, "u32"), "u32")
         self.bars = low.shared_buffer("pipe_bars", 16 * s, 8)
+        low.extra["pipe_ring"] = self.a
 
     def slot(self, e: TargetEmitter, k: Value) -> tuple[Value, Value]:
         """``(stage, round)`` (``u32``) of the K tile whose loop index is ``k``."""
@@ -106,12 +110,6 @@ class _Ring:
                 SharedBox(b, g.bk, g.bn, g.elem, self.b_span, _ALIGN))
 
 
-def _dtype(elem: str):
-    from tessera.numerics import dtype
-
-    return dtype(elem)
-
-
 def _parity(e: TargetEmitter, rnd: Value, flip: bool) -> Value:
     p = e.bin("and", rnd, e.const(1, "u32"), "u32")
     return e.bin("xor", p, e.const(1, "u32"), "u32") if flip else p
@@ -127,6 +125,7 @@ def lower_pipelined_loop(low: Lowerer, instr: Instr, args: list[Lowered],
         raise UnsupportedError("the pipelined K loop carries an accumulator tile",
                                loc=instr.loc)
     ring = _Ring(low, plan)
+    reserve(low, plan)  # the epilogue's staging tile, where the ring cannot hold it
     s, nc = plan.stages, plan.consumers
 
     def init_bars(t: TargetEmitter) -> None:
@@ -271,19 +270,25 @@ def pipelined_rules(plan: PipelinePlan) -> dict[int, Rule]:
         return []
 
     rules = {id(g.a_alloc): ring_buffer, id(g.b_alloc): ring_buffer, id(g.loop): loop}
-    if plan.store is not None:
+    if plan.epilogue is not None:  # the TMA-store epilogue, or its st.global fallback
+        rules[id(plan.epilogue)] = epilogue_rule(plan)
+    elif plan.store is not None:
         rules[id(plan.store)] = store
     return rules
 
 
 def split_store(low: Lowerer, plan: PipelinePlan, view: Lowered, acc: Lowered) -> None:
-    """Each consumer warpgroup stores its 64-row blocks of the accumulator (f32 pairs
-    of the wgmma accumulator layout, PTX ISA sec. 9.7.15.5.1) into the global view."""
+    """Each consumer warpgroup stores its 64-row blocks of the accumulator (register
+    pairs of the wgmma accumulator layout, PTX ISA sec. 9.7.15.5.1) into the global
+    view with ``st.global``: f32 pairs, or pairs rounded to bf16/f16 (one element at a
+    time where odd rows leave a pair unaligned)."""
     e, g = low.em, plan.gemm
     if not (isinstance(view, Mem) and isinstance(acc, Dist) and view.space == "global"
             and view.strides[-1] == 1 and len(view.shape) == 2):
         raise UnsupportedError("the split accumulator is stored into a 2-D global view",
                                loc=e.loc)
+    elem = ptx_elem(view.element)
+    es = 4 if elem == "f32" else 2
     stride = view.strides[0]
     mine = g.bm // 64 // plan.consumers
     tid = e.sreg("tid.x")
@@ -297,16 +302,24 @@ def split_store(low: Lowerer, plan: PipelinePlan, view: Lowered, acc: Lowered) -
     elems = e.add(e.mul(row, e.const(stride, "u32"), "u32"), col, "u32")
     base = view.base
     if view.offset is not None:
-        off = e.cvt(e.bin("mul", view.offset, e.const(4, "s32"), "s32", "wide"), "u64", "s64")
+        off = e.cvt(e.bin("mul", view.offset, e.const(es, "s32"), "s32", "wide"), "u64", "s64")
         base = e.add(base, off, "u64")
-    addr = e.add(base, e.bin("mul", elems, e.const(4, "u32"), "u32", "wide"), "u64")
+    addr = e.add(base, e.bin("mul", elems, e.const(es, "u32"), "u32", "wide"), "u64")
     half = g.bn // 2
     regs = list(acc.regs)
     for r in range(0, len(regs), 2):
         blk, i = divmod(r, half)
         h, j = (i >> 1) & 1, i >> 2
-        static = ((64 * blk + 8 * h) * stride + 8 * j) * 4
-        e.st("global", addr, e.pack(regs[r:r + 2], "f32"), "f32", vec=2, offset=static)
+        static = ((64 * blk + 8 * h) * stride + 8 * j) * es
+        lo, hi = regs[r:r + 2]
+        if elem == "f32":
+            e.st("global", addr, e.pack([lo, hi], "f32"), "f32", vec=2, offset=static)
+        elif stride % 2 == 0 and view.align % 4 == 0:
+            word = e.pack([e.cvt([hi, lo], f"{elem}x2", "f32", "rn")], "b32")
+            e.st("global", addr, word, "b32", offset=static)
+        else:
+            for k, v in enumerate((lo, hi)):
+                e.st("global", addr, e.cvt(v, elem, "f32", "rn"), elem, offset=static + 2 * k)
 
 
-__all__ = ["lower_pipelined_loop", "pipelined_rules"]
+__all__ = ["lower_pipelined_loop", "pipelined_rules", "split_store"]

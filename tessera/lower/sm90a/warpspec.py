@@ -21,7 +21,10 @@ it:
   the one-warpgroup lowering. Default: two consumers when one would hold more than
   128 accumulator registers per thread (``BM * BN > 128 * 128``);
 * ``num_stages``: shared-memory stages of the ring (default: as many as fit in
-  :data:`SHARED_BUDGET`, at most 4, at least 2).
+  :data:`SHARED_BUDGET`, at most 4, at least 2);
+* ``tma_store``: the epilogue (:mod:`tessera.lower.sm90a.epilogue`) stores the tile
+  through shared memory with TMA where it can (default), ``st.global`` with False;
+  True makes a tile it cannot store that way an ``UnsupportedError``.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ class PipelinePlan:
     stages: int
     consumers: int  # consumer warpgroups (1 or 2)
     store: Instr | None = None
+    #: the kernel's final store of the tile, which the TMA-store epilogue writes
+    #: (:mod:`tessera.lower.sm90a.epilogue`)
+    epilogue: Instr | None = None
 
     @property
     def threads(self) -> int:
@@ -247,18 +253,42 @@ def plan_pipeline(fn: Function) -> PipelinePlan | None:
         store = split_store(fn, gemm)
         if store is None:
             why = ("two consumer warpgroups need the zero-initialised accumulator stored "
-                   "straight into an f32 global view after the loop")
+                   "straight into an f32, bf16 or f16 global view after the loop")
             if not asked:
                 return None
             raise UnsupportedError(why, loc=fn.loc, hint="use num_warps=8")
     stages = config.get("num_stages") or default_stages(gemm)
-    return PipelinePlan(gemm, int(stages), consumers, store)
+    epilogue = store if store is not None else epilogue_store(fn, gemm)
+    if epilogue is None and config.get("tma_store"):
+        raise UnsupportedError("tma_store=True: the kernel does not end by storing the "
+                               f"{gemm.bm}x{gemm.bn} tile into a view of a parameter",
+                               loc=fn.loc, hint="store the tile last, or drop tma_store")
+    return PipelinePlan(gemm, int(stages), consumers, store, epilogue)
+
+
+def epilogue_store(fn: Function, gemm: GemmLoop) -> Instr | None:
+    """The ``tile.store`` of a ``(BM, BN)`` tile into a view of a kernel parameter that
+    the kernel ends with (only index arithmetic follows): the store the TMA-store
+    epilogue may write; whether the tile allows it is decided when it is lowered."""
+    after = fn.body.instrs[fn.body.instrs.index(gemm.loop) + 1:]
+    stores = [i for i in after if isinstance(i.op, tile_memory.Store)]
+    if not stores or any(not (i.op.terminator or _index_op(i))
+                         for i in after[after.index(stores[-1]) + 1:]):
+        return None
+    store = stores[-1]
+    view, vt = store.operands[0].owner, store.operands[1].type
+    if not (isinstance(view, Instr) and isinstance(view.op, tile_memory.View)
+            and not isinstance(view.operands[0].owner, Instr)
+            and isinstance(vt, TensorType) and tuple(vt.shape) == (gemm.bm, gemm.bn)):
+        return None
+    return store
 
 
 def split_store(fn: Function, gemm: GemmLoop) -> Instr | None:
     """The ``tile.store`` of the loop's result that two consumer warpgroups can split:
-    the accumulator starts as zeros and goes, unchanged, into an f32 view of a kernel
-    parameter; everything else after the loop is index arithmetic."""
+    the accumulator starts as zeros and goes, unchanged (rounded by the store), into an
+    f32, bf16 or f16 view of a kernel parameter; everything else after the loop is
+    index arithmetic."""
     init = gemm.loop.operands[3].owner
     if not (isinstance(init, Instr) and isinstance(init.op, tile_compute.Full)
             and init.op.value == 0):
@@ -273,7 +303,8 @@ def split_store(fn: Function, gemm: GemmLoop) -> Instr | None:
     result = gemm.loop.results[0]
     uses = [i for i in walk(fn.body) if result in i.operands]
     if (uses != [store] or store.operands[1] is not result or not isinstance(view, Instr)
-            or ptx_elem(view.results[0].type.element) != "f32"):  # type: ignore[union-attr]
+            or ptx_elem(view.results[0].type.element)  # type: ignore[union-attr]
+            not in ("f32", "bf16", "f16")):
         return None
     return store
 
@@ -307,6 +338,18 @@ def fit_problem(gemm: GemmLoop, consumers: int, stages: int | None) -> str | Non
     return None
 
 
-__all__ = ["CONSUMER_REGS", "MAX_ACC_REGS", "MAX_STAGES", "PRODUCER_REGS", "SHARED_BUDGET",
-           "GemmLoop", "PipelinePlan", "config_of", "default_stages", "fit_problem",
-           "match_gemm_loop", "plan_pipeline"]
+__all__ = [
+    "CONSUMER_REGS",
+    "MAX_ACC_REGS",
+    "MAX_STAGES",
+    "PRODUCER_REGS",
+    "SHARED_BUDGET",
+    "GemmLoop",
+    "PipelinePlan",
+    "config_of",
+    "default_stages",
+    "epilogue_store",
+    "fit_problem",
+    "match_gemm_loop",
+    "plan_pipeline",
+]

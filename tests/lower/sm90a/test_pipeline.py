@@ -74,7 +74,7 @@ def test_structure_of_the_default_128x128x64_gemm() -> None:
     stages = len(inits) // 2
     assert stages >= 3 and sorted({i.op.count for i in inits}) == [1, 128]
     ring = {i.op.sym: i.op.size for i in walk(fn.body) if isinstance(i.op, SharedAlloc)}
-    assert ring["pipe_a0"] == stages * 128 * 64 * 2
+    assert ring["pipe_ring0"] == stages * (128 + 128) * 64 * 2  # A then B stages
     (main,) = loops(consumer)
     body = list(walk(main.regions[0].block))
     assert [i.op.n for i in body if isinstance(i.op, WgmmaWait)] == [1]

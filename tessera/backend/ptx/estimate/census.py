@@ -26,6 +26,7 @@ from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects.target import For, If, TensorMapType, While
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.ptx_ops import Stmatrix
 from tessera.ir.dialects.target.tables import TableLoad
 
 #: bytes of one element of the formats a tensor map or a tensor-core operand can hold
@@ -193,7 +194,8 @@ def pipe_of(op: object) -> str | None:
     if isinstance(op, target_ops.Shfl):
         return "shfl"
     if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce, TableLoad,
-                       target_async.CpAsync, target_async.TmaLoad, target_async.Ldmatrix)):
+                       target_async.CpAsync, target_async.TmaLoad, target_async.TmaStore,
+                       target_async.Ldmatrix, Stmatrix)):
         return "mem"
     if isinstance(op, (target_async.MmaSync, target_async.Wgmma)):
         return "tensor"
@@ -256,6 +258,11 @@ class _Counter:
             assert isinstance(tmap, TensorMapType)
             out.tma_copies += threads
             out.tma_bytes += threads * tmap.box[0] * tmap.box[1] * ELEMENT_BYTES[tmap.elem]
+        elif isinstance(op, target_async.TmaStore):  # the epilogue's box, to global
+            tmap = instr.operands[1].type
+            assert isinstance(tmap, TensorMapType)
+            out.global_store_bytes += threads * tmap.box[0] * tmap.box[1] * \
+                ELEMENT_BYTES[tmap.elem]
         elif isinstance(op, target_async.CpAsync):
             out.cp_async_bytes += threads * op.size
         elif isinstance(op, target_ops.Load) and op.space == "global":

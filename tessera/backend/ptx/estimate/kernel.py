@@ -85,6 +85,13 @@ def _inside(inner: Instr, outer: Instr) -> bool:
     return any(loop is inner for loop, _, _ in census_mod.loops(outer.regions[0].block))
 
 
+def _wgmma_order(serial: bool, waits: list[int]) -> str:
+    if not serial:
+        return "overlapped"
+    return "partly overlapped (wait_group 1, then 0)" if max(waits) else \
+        "serialised (wait_group 0)"
+
+
 def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int | None = None,
              unique_bytes: float | None = None) -> LaunchEstimate:
     """LaunchEstimate one launch of the lowered ``kernel`` on ``device``. ``registers`` per
@@ -103,6 +110,8 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
             iteration.add_traffic(census_mod.loop_census(kernel, loop))
         if beside:  # a ring of full and empty mbarriers, one pair per stage
             iteration.ring_stages = census_mod.mbarrier_inits(kernel) // 2
+        elif kernel.attrs.get("ring_stages"):  # refilled inside the loop as it releases
+            iteration.ring_stages = int(kernel.attrs["ring_stages"])
         skip = (hot[0], *beside)
     return estimate_census(
         kernel.name, iteration, hot[1] if hot else 0, census_mod.census(kernel, skip=skip),
@@ -167,7 +176,7 @@ def format_estimate(est: LaunchEstimate) -> str:
             f"cp.async.wait_group {it.async_waits or '-'}, wgmma.wait_group "
             f"{it.wgmma_waits or '-'}",
             f"    copies ahead: {_lead(p.lead)}; exposed latency {p.exposed:.0f} cycles; "
-            f"wgmma {'serialised (wait_group 0)' if p.serial_wgmma else 'overlapped'}",
+            f"wgmma {_wgmma_order(p.serial_wgmma, it.wgmma_waits)}",
             f"    one CTA alone: {p.total:.0f} cycles (busy {p.busy:.0f}, sync {p.sync:.0f}, "
             f"exposed {p.exposed:.0f})"]
     else:

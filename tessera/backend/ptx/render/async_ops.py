@@ -15,6 +15,8 @@ from tessera.backend.ptx.render.emit import PtxWriter, address, rule
 from tessera.backend.ptx.render.regalloc import RenderError, braced
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target.async_ops import (
+    BulkCommit,
+    BulkWait,
     CpAsync,
     CpAsyncCommit,
     CpAsyncWait,
@@ -26,6 +28,7 @@ from tessera.ir.dialects.target.async_ops import (
     MbarrierWait,
     MmaSync,
     TmaLoad,
+    TmaStore,
     Wgmma,
     WgmmaCommit,
     WgmmaFence,
@@ -142,6 +145,26 @@ def _tma_load(e: PtxWriter, instr: Instr) -> None:
     dst, tmap, c0, c1, bar = (e.regs.one(v) for v in instr.operands)
     e.out("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
           f"[{dst}], [{tmap}, {braced((c0, c1))}], [{bar}];")
+
+
+@rule(TmaStore)
+def _tma_store(e: PtxWriter, instr: Instr) -> None:
+    e.sm90(instr)
+    src, tmap, c0, c1 = (e.regs.one(v) for v in instr.operands)
+    e.out("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+          f"[{tmap}, {braced((c0, c1))}], [{src}];")
+
+
+@rule(BulkCommit)
+def _bulk_commit(e: PtxWriter, instr: Instr) -> None:
+    e.sm90(instr)
+    e.out("cp.async.bulk.commit_group;")
+
+
+@rule(BulkWait)
+def _bulk_wait(e: PtxWriter, instr: Instr) -> None:
+    e.sm90(instr)
+    e.out(f"cp.async.bulk.wait_group{'.read' if instr.op.read else ''} {instr.op.n};")
 
 
 @rule(WgmmaFence)

@@ -256,7 +256,8 @@ def _shfl(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Bar)
 def _bar(e: PtxWriter, instr: Instr) -> None:
-    e.out(f"bar.sync {instr.op.id};")
+    count = f", {instr.op.count}" if instr.op.count else ""
+    e.out(f"bar.sync {instr.op.id}{count};")
 
 
 __all__: list[str] = []

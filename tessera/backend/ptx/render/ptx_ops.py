@@ -152,7 +152,7 @@ def _tmap_at(e: PtxWriter, instr: Instr) -> None:
 def _stmatrix(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     trans = ".trans" if op.trans else ""
-    e.out(f"stmatrix.sync.aligned.m8n8.x{op.num}{trans}.shared.b16 {address(e, instr)}, "
+    e.out(f"stmatrix.sync.aligned.m8n8.x{op.num}{trans}.shared.b16 {address(e, instr, op.offset)}, "
           f"{operand(e.regs.of(instr.operands[1]))};")
 
 

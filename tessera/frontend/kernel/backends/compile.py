@@ -173,15 +173,17 @@ def target_arguments(compiled: CompiledKernel, runtime: list[Any]) -> tuple[list
 
 
 @user_api
-def run_compiled(compiled: CompiledKernel, kernel: Any, *args: Any, **launch: Any) -> Any:
+def run_compiled(compiled: CompiledKernel, kernel: Any, *args: Any,
+                 tensor_cores: str = "exact", **launch: Any) -> Any:
     """Run the compiled kernel's Target IR on these arguments with the Target IR
-    interpreter (arrays updated in place, like a launch); returns what a launch of the
-    kernel returns."""
+    interpreter (arrays updated in place, like a launch) under the tensor-core model
+    ``tensor_cores`` (``"exact"`` or ``"hopper"``, see ``run_target``); returns what a
+    launch of the kernel returns."""
     from tessera.interp.target import run_target
 
     prep, _ = kernel.specialise(tuple(args), dict(launch))
     targs, out = target_arguments(compiled, prep.runtime)
-    run_target(compiled.kernel, targs)
+    run_target(compiled.kernel, targs, tensor_cores=tensor_cores)
     return launch_result(compiled, prep, out)
 
 

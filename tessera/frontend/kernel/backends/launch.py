@@ -105,13 +105,19 @@ def _run_cuda(compiled: CompiledKernel, kernel: Any, args: tuple[Any, ...],
 @user_api
 def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
            backend: str = "cuda", target: str | None = None, mode: str | None = None,
-           **launch_kw: Any) -> Any:
+           tensor_cores: str = "exact", **launch_kw: Any) -> Any:
     """Launch ``kernel`` over ``grid`` on ``args`` with one backend (see the module doc);
     arrays are updated in place and the kernel's result is returned. ``mode`` (default:
     the kernel's) is the tile interpreter's mode, or the math of the compiled kernel
-    (``"fast"``: approximate instructions, see :func:`compile_kernel`)."""
+    (``"fast"``: approximate instructions, see :func:`compile_kernel`).
+    ``tensor_cores="hopper"`` (backend ``"target"`` only) gives the interpreter's
+    ``mma``/``wgmma`` an H100/H200's truncating accumulation, predicting its bits."""
     if backend not in BACKENDS:
         raise ArgumentError(f"unknown backend {backend!r}", hint=f"use one of {BACKENDS}")
+    if tensor_cores != "exact" and backend != "target":
+        raise ArgumentError(f"tensor_cores={tensor_cores!r} is a model of the Target IR "
+                            f"interpreter, not of backend {backend!r}",
+                            hint="use backend='target' with it")
     if grid is not None:
         launch_kw["grid"] = grid
     if backend == "interp":
@@ -127,7 +133,7 @@ def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
                                   **launch_kw)
         return _run_cuda(compiled, kernel, tuple(args), launch_kw)
     compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode, **launch_kw)
-    return run_compiled(compiled, kernel, *args, **launch_kw)
+    return run_compiled(compiled, kernel, *args, tensor_cores=tensor_cores, **launch_kw)
 
 
 class _Aot:

@@ -33,8 +33,10 @@ The estimate of a valid configuration:
   bytes / (3.35 TB/s / 132))`` — one SM's share of the machine;
 * occupancy ``c = min(32, 227 KiB // shared bytes per group, 64 // num_warps,
   65536 // registers per group)`` groups per SM (``num_warps`` from the config, else
-  4; registers rounded up to 8 per thread; ``num_stages`` does not change the
-  simulated kernel and only ever ties);
+  4; registers rounded up to 8 per thread). Shared bytes count an attention's sm_90a
+  K/V ring: ``num_stages`` K and V blocks and their mbarriers
+  (:func:`tessera.lower.sm90a.kvplan.ring_extra_bytes`); elsewhere ``num_stages``
+  does not change the simulated kernel and only ever ties;
 * ``time = ceil(groups / (132·c)) · (c · t + 2 µs)``.
 
 The smallest estimate wins; ties go to the first configuration in the order of the
@@ -138,8 +140,12 @@ def _count(block: Block, mult: float, acc: list[float]) -> None:
 
 
 def _shared(fn: Function) -> int:
+    """The kernel's shared buffers, plus what an sm_90a K/V ring of ``num_stages`` adds
+    to an attention's K and V buffers (:mod:`tessera.lower.sm90a.kvplan`)."""
+    from tessera.lower.sm90a.kvplan import ring_extra_bytes
+
     return sum(_bytes(instr.results[0].type) for instr in walk(fn.body)
-               if isinstance(instr.op, tile_memory.AllocShared))
+               if isinstance(instr.op, tile_memory.AllocShared)) + ring_extra_bytes(fn)
 
 
 def threads_per_group(fn: Function, regs: RegisterEstimate) -> int:

@@ -1,6 +1,10 @@
 """What orders shared memory between the asynchronous agents of the Target IR
 interpreter, beyond ``bar.sync``.
 
+**Named barriers.** ``bar.sync id, count`` orders the accesses of the ``count``
+threads that arrive (whole warps) and no others: like a completed mbarrier phase, it
+starts a new epoch for the bytes only those threads accessed (:func:`release`).
+
 **mbarrier phases.** A thread's accesses before its ``mbarrier.arrive`` happen before
 whatever a thread does after its ``mbarrier.try_wait`` on that phase returns (PTX ISA
 sec. 9.7.13.15, the release/acquire semantics of mbarrier operations): a consumer
@@ -67,21 +71,31 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
 def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]) -> None:
     """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
     CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
-    sh = m.shared
     ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
+    release(m, ctas, np.stack([released[by_cta[int(c)]] for c in ctas]))
+
+
+def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray) -> None:
+    """A new race epoch for the bytes of ``ctas`` (sorted) that only the threads
+    ``arrived`` (C, nthreads) of each accessed since their last one: an mbarrier phase
+    they arrived on, or a named ``bar.sync id, count`` of those threads."""
+    sh = m.shared
+    if not sh.races or not sh.size:
+        return
     # A CTA none of whose accessors since its bar.sync lies among the arrivals (e.g.
     # consumers waiting for a producer that only issued TMA) has nothing to clear.
-    arrived = np.stack([released[by_cta[int(c)]] for c in ctas])
     base = ctas * m.nthreads
     first = base + arrived.argmax(axis=1)
     last = base + m.nthreads - 1 - arrived[:, ::-1].argmax(axis=1)
-    ctas = ctas[(sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)]
+    near = (sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)
+    ctas, arrived = ctas[near], arrived[near]
     if not len(ctas):
         return
     breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
-    for run in np.split(ctas, breaks):
-        who = np.stack([released[by_cta[int(c)]] for c in run])  # (C, nthreads)
-        _release_run(m, int(run[0]), who)
+    start = 0
+    for run in np.split(ctas, breaks):  # (C, nthreads) rows of consecutive CTAs
+        _release_run(m, int(run[0]), arrived[start:start + len(run)])
+        start += len(run)
 
 
 def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
@@ -211,4 +225,4 @@ def active_warpgroups(m: Machine, mask: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["WgmmaGroups", "acquire", "active_warpgroups", "arrivals", "groups_of",
-           "note_arrivals"]
+           "note_arrivals", "release"]

@@ -43,6 +43,8 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
     thread has read since the last ``bar.sync`` is a write-after-read race, reported at
     the issue (the copy may land before that reader is done)."""
     sh = m.shared
+    if fail is not None:
+        sh.check_bulk_source(copy.flat, fail, "async copy")
     if copy.span is not None and fail is not None:  # the checks on row slices first
         groups = groups_of(m)
         if bulk.range_clear(sh, copy.ctas(m), copy.thread, *copy.span,

@@ -157,6 +157,9 @@ class SharedMemory:
         self.pending = np.zeros(n, np.int16)  # copies in flight per byte: a few at most
         self.in_flight = 0  # the sum of ``pending``: no byte need be looked at when 0
         self.unfenced = np.zeros(n, bool)  # written by st.shared, no proxy fence since
+        # TMA stores that may still read a byte (memory.bulk_store), and their sum
+        self.bulk_read = np.zeros(n, np.int16)
+        self.bulk_reads = 0
         # bytes of an mbarrier initialised by one thread (its global id) and not yet
         # ordered before other threads' accesses by a bar.sync (-1: visible to all)
         self.init_by = np.full(n, _NONE, np.int32)
@@ -257,6 +260,7 @@ class SharedMemory:
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
+        self.check_bulk_source(flat, fail, "store")
         if self.races and self.accessed[me // self.nthreads].any():
             mine = me[:, None]
             w = self.writer[flat]
@@ -276,6 +280,18 @@ class SharedMemory:
         self.land(flat, data)
         if generic:
             self.unfenced[flat] = True
+
+    def check_bulk_source(self, flat: np.ndarray, fail: Fail, what: str) -> None:
+        """Fault when a write of ``flat`` meets the source of an unretired TMA store."""
+        if not self.bulk_reads:
+            return
+        busy = self.bulk_read[flat] != 0
+        if busy.any():
+            i = int(np.flatnonzero(busy.any(axis=1))[0])
+            j = int(np.flatnonzero(busy[i])[0])
+            fail(i, "bulk store source overwritten", f"{what} over {self._where(flat[i, j])}, "
+                 "which a TMA store (cp.async.bulk.tensor) still reads: no "
+                 "cp.async.bulk.wait_group.read has retired its bulk group")
 
     def mark(self, flat: np.ndarray) -> None:
         """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most

@@ -320,7 +320,8 @@ def _stmatrix(c: TargetCompiler, instr: Instr) -> Step:
             mats = np.swapaxes(mats, -1, -2)
         rows = lanes[:, : 8 * num].ravel()  # the lanes that give row addresses
         fail = m.failer(instr, rows)
-        flat = m.shared.index(m.cta[rows], fr.regs[a][rows].astype(np.int64), 16, fail)
+        addr = fr.regs[a][rows].astype(np.int64) + instr.op.offset
+        flat = m.shared.index(m.cta[rows], addr, 16, fail)
         data = np.ascontiguousarray(mats.reshape(-1, 8)).view(np.uint8)
         m.shared.write(flat, data, rows, fail)
     return step

@@ -323,9 +323,11 @@ def _wmma_matrix(values: np.ndarray, lanes: np.ndarray) -> np.ndarray:
 def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
     import ml_dtypes
 
+    from tessera.arch import mma_hopper
     from tessera.interp.target.flow import check_warps
 
-    half = np.dtype(np.float16) if instr.op.atype == "f16" else np.dtype(ml_dtypes.bfloat16)
+    op_type = instr.op.atype
+    half = np.dtype(np.float16) if op_type == "f16" else np.dtype(ml_dtypes.bfloat16)
     sa, sb, sc = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
 
@@ -343,9 +345,12 @@ def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
             av = _wmma_matrix(elements(fr.regs[sa]), lanes)
             bv = _wmma_matrix(elements(fr.regs[sb]), lanes)
             cv = _wmma_matrix(narrow(fr.regs[sc], "f32").astype(np.float64), lanes)
-            d = np.einsum("wmk,wkn->wmn", av, bv) + cv  # exact products, float64 sums
+            if fr.m.tensor_cores == "hopper" and mma_hopper.modelled(av, bv, cv, op_type):
+                d = mma_hopper.mma_truncating(av, bv, cv, op_type)  # one k16 step
+            else:
+                d = np.einsum("wmk,wkn->wmn", av, bv) + cv  # exact products, float64 sums
             result[lanes.ravel()] = d.reshape(-1, 8)
-        fr.regs[out] = result
+        fr.regs[out] = result.astype(np.float32) if fr.m.tensor_cores == "hopper" else result
     return step
 
 

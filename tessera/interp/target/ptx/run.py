@@ -27,6 +27,7 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp.target import runner as _runner
+from tessera.interp.target.memory.bulk_store import not_waited, unretired
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
 from tessera.interp.target.ptx import rules as _ptx_rules
@@ -38,6 +39,7 @@ from tessera.interp.target.state import (
     TargetFault,
     TargetFrame,
     run,
+    tensor_core_model,
 )
 from tessera.ir.dialects.target import REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
@@ -114,7 +116,9 @@ class _Compiled:
     def __init__(self, comp: TargetCompiler, pi: PtxInstr, kernel: CfgKernel) -> None:
         self.pi = pi
         self.steps = [comp.instr(i) for i in pi.instrs]
-        self.barrier = any(isinstance(i.op, target_ops.Bar) for i in pi.instrs)
+        # a CTA-wide bar.sync stops waiting for exited threads; a named one counts
+        self.barrier = any(isinstance(i.op, target_ops.Bar) and not i.op.count
+                           for i in pi.instrs)
         self.reads = [(comp.slot(v), names, _elem(v)) for v, names in pi.reads]
         self.writes = [(comp.slot(v), names, _elem(v),
                         [_storage(kernel.registers[n]) for n in names])
@@ -173,10 +177,12 @@ def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
 
 def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
-            tmaps: dict[int, Any] | None = None, check_races: bool = True) -> None:
+            tmaps: dict[int, Any] | None = None, check_races: bool = True,
+            tensor_cores: str = "exact") -> None:
     """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
     ``params`` over global memory ``glob`` (arrays placed there are updated in place).
-    ``shared_bytes`` is the dynamic shared memory after the static variables."""
+    ``shared_bytes`` is the dynamic shared memory after the static variables;
+    ``tensor_cores`` the accumulation model of tensor-core steps (see ``run_target``)."""
     g = (int(grid[0]), int(grid[1]), int(grid[2]))
     b = (int(block[0]), int(block[1]), int(block[2]))
     size = kernel.static_shared + int(shared_bytes)
@@ -184,6 +190,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     ncta, nthreads = g[0] * g[1] * g[2], b[0] * b[1] * b[2]
     m = CfgMachine(kernel, g, b, glob, SharedMemory(ncta, nthreads, size, check_races),
                    params, tmaps or {})
+    m.tensor_cores = tensor_core_model(tensor_cores)
     comp = TargetCompiler(m)
     blocks = [[_Compiled(comp, pi, kernel) for pi in bb.body] for bb in kernel.blocks]
     regs: list[Any] = [None] * len(comp.slots)
@@ -225,6 +232,10 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             if steps > STEP_LIMIT:
                 raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",
                              f"more than {STEP_LIMIT} blocks executed")
+    stuck = unretired(m)  # every CTA has exited: no TMA store may still read
+    if stuck is not None:
+        pi = next(ci.pi for bb in blocks for ci in bb if stuck.instr in ci.pi.instrs)
+        raise _renamed(not_waited(m, stuck), pi)
 
 
 def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",

@@ -44,7 +44,8 @@ from tessera.interp.target.state import (
     TargetFrame,
     step_rule,
 )
-from tessera.interp.target.tensorcore.exact_mma import Operand, mma, mma_operands
+from tessera.interp.target.tensorcore import model as tensor_core
+from tessera.interp.target.tensorcore.exact_mma import Operand
 from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -127,8 +128,8 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
             av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
             bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
             cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
-            maps[2].scatter(mma_operands(av, bv, cv), result, warps)
-        fr.regs[out] = result
+            maps[2].scatter(tensor_core.step(m, av, bv, cv), result, warps)
+        fr.regs[out] = tensor_core.result(m, result)
     return step
 
 
@@ -266,10 +267,11 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
             cv = _accumulator(m, fr.regs[acc], groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
-            d = mma(av, bv, cv, fa, fb)
+            d = tensor_core.step(m, av, bv, cv, fa, fb)
             layout.scatter(d, result, groups)
+            result = tensor_core.result(m, result)
             _remember(m, result, groups, d)
-        fr.regs[out] = result
+        fr.regs[out] = tensor_core.result(m, result)
     return step
 
 

@@ -17,7 +17,7 @@ from tessera.arch.fragments import (
 from tessera.arch.mma import FORMATS
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.state import F64, Step, TargetCompiler, TargetFrame, step_rule
-from tessera.interp.target.tensorcore.exact_mma import mma
+from tessera.interp.target.tensorcore import model as tensor_core
 from tessera.interp.target.tensorcore.mma import _operand, _uniform
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
@@ -48,9 +48,9 @@ def _wgmma_rs(c: TargetCompiler, instr: Instr) -> Step:
                                       not instr.op.trans_b, cache_b), 1, 2)
             cv = from_fragments(fr.regs[acc][threads].astype(F64), layout)
             cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
-            d = mma(av, bv, cv, fa, fb)
+            d = tensor_core.step(m, av, bv, cv, fa, fb)
             result[threads.ravel()] = to_fragments(d, layout).reshape(-1, n // 2)
-        fr.regs[out] = result
+        fr.regs[out] = tensor_core.result(m, result)
     return step
 
 

@@ -1,6 +1,7 @@
 """Target IR asynchronous and matrix instructions: ``cp.async``, ``ldmatrix``,
-``mma.sync`` (sm_80); ``wgmma``, TMA (``cp.async.bulk.tensor``), ``mbarrier`` and the
-async-proxy fences (sm_90a). Section numbers refer to the PTX ISA 8.x, chapter 9.
+``mma.sync`` (sm_80); ``wgmma``, TMA (``cp.async.bulk.tensor`` loads and stores, the
+bulk groups of stores), ``mbarrier`` and the async-proxy fences (sm_90a). Section
+numbers refer to the PTX ISA 8.x, chapter 9.
 
 Ordering rules the verifier of a whole kernel checks (:mod:`tessera.ir.dialects.target.check`)
 rather than each op: ``wgmma.fence`` before the first ``wgmma`` of a sequence,
@@ -231,6 +232,50 @@ class TmaLoad(_Effect):
 
 @register_op
 @dataclass(frozen=True)
+class TmaStore(_Effect):
+    """``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {c0, c1}], [src]``
+    (sec. 9.7.9.27): copy one box from shared memory at ``src`` (laid out as the map's
+    swizzle places it) to the tensor; elements outside the tensor are not written.
+    Operands: ``src`` (``u32``), the tensor map, column and row (``s32``). The copy
+    belongs to this thread's open bulk group and reads ``src`` asynchronously until a
+    ``cp.async.bulk.wait_group.read`` retires that group; generic-proxy writes of the
+    source must be fenced (``fence.proxy.async``) before it is issued (sec. 9.7.13.4)."""
+
+    name: ClassVar[str] = "ptx.tma_store"
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 4)
+        reg_of(self, operands[0], "u32")
+        if not isinstance(operands[1], TensorMapType):
+            raise IRVerifyError(f"ptx.tma_store writes through a tensor map, got {operands[1]}")
+        reg_of(self, operands[2], "s32")
+        reg_of(self, operands[3], "s32")
+
+
+@register_op
+@dataclass(frozen=True)
+class BulkCommit(_Effect):
+    """``cp.async.bulk.commit_group`` (sec. 9.7.9.26): close this thread's open bulk
+    async-group (its ``cp.async.bulk`` copies issued since the last commit)."""
+
+    name: ClassVar[str] = "ptx.bulk_commit"
+
+
+@register_op
+@dataclass(frozen=True)
+class BulkWait(_Effect):
+    """``cp.async.bulk.wait_group{.read} n`` (sec. 9.7.9.27.2): wait until at most ``n``
+    of this thread's committed bulk groups are pending. With ``read`` only their reads
+    of the source must be done (the shared memory may then be reused; the global
+    writes become visible later, at the latest when the grid completes)."""
+
+    name: ClassVar[str] = "ptx.bulk_wait"
+    n: int = 0
+    read: bool = True
+
+
+@register_op
+@dataclass(frozen=True)
 class MbarrierInit(_OnBarrier):
     """``mbarrier.init.shared::cta.b64 [addr], count`` (sec. 9.7.13.15.9)."""
 
@@ -286,6 +331,7 @@ class Fence(_Effect):
             raise IRVerifyError(f"unknown fence {self.kind!r}")
 
 
-__all__ = ["MMA_K", "CpAsync", "CpAsyncCommit", "CpAsyncWait", "Fence", "Ldmatrix",
-           "MbarrierArrive", "MbarrierInit", "MbarrierInval", "MbarrierWait", "MmaSync",
-           "TmaLoad", "Wgmma", "WgmmaCommit", "WgmmaFence", "WgmmaWait", "mma_shape"]
+__all__ = ["MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
+           "Fence", "Ldmatrix", "MbarrierArrive", "MbarrierInit", "MbarrierInval",
+           "MbarrierWait", "MmaSync", "TmaLoad", "TmaStore", "Wgmma", "WgmmaCommit",
+           "WgmmaFence", "WgmmaWait", "mma_shape"]

@@ -10,8 +10,9 @@ the IR before rendering:
   ``wgmma.wait_group`` that retires its group (sec. 9.7.15.6.2-3); yielding it as a
   loop's carried value (the next iteration's ``wgmma`` accumulates into the same
   registers) is not a read, and the carried value stays in its group;
-* shared memory written by ordinary stores is fenced with ``fence.proxy.async``
-  before a ``wgmma`` reads it or a TMA load overwrites it (sec. 9.7.13.4, async proxy).
+* shared memory written by ordinary stores (``st.shared``, ``stmatrix``) is fenced with
+  ``fence.proxy.async`` before a ``wgmma`` or a TMA store reads it or a TMA load
+  overwrites it (sec. 9.7.13.4, async proxy).
   Only stores into the buffers the ``wgmma`` or TMA touches count (a store to a ring
   counter does not): each address is traced back to the ``ptx.shared`` buffers it is
   computed from, and a store whose address cannot be traced counts for every buffer;
@@ -40,6 +41,7 @@ from tessera.ir.dialects.target.async_ops import (
     MbarrierInit,
     MbarrierWait,
     TmaLoad,
+    TmaStore,
     Wgmma,
     WgmmaCommit,
     WgmmaFence,
@@ -55,6 +57,7 @@ from tessera.ir.dialects.target.ops import (
     Special,
     Store,
 )
+from tessera.ir.dialects.target.ptx_ops import Stmatrix
 
 
 @dataclass
@@ -178,7 +181,7 @@ def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
         st.groups = st.groups[len(st.groups) - keep:] if keep else []
         st.fenced = False  # the results are about to be touched
     elif (isinstance(op, (Store, GuardedStore)) and op.space == "shared") or \
-            isinstance(op, CpAsync):
+            isinstance(op, (CpAsync, Stmatrix)):
         st.dirty = st.dirty | prov.of(instr.operands[0])
     elif isinstance(op, Fence):
         st.dirty = frozenset() if op.kind == "proxy_async" else st.dirty
@@ -190,6 +193,10 @@ def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
         _fail(instr, "a TMA load overwrites shared memory written by st.shared without "
               "fence.proxy.async", "emit fence.proxy.async.shared::cta and bar.sync "
               "between the stores and the TMA load")
+    if isinstance(op, TmaStore) and _touches(st, prov.of(instr.operands[0])):
+        _fail(instr, "a TMA store reads shared memory written by st.shared or stmatrix "
+              "without fence.proxy.async", "emit fence.proxy.async.shared::cta, then a "
+              "barrier of the writing threads, before the TMA store")
     if isinstance(op, (MbarrierArrive, MbarrierWait, TmaLoad)) and st.barrier_init != "ready":
         _fail(instr, f"{op.name} uses an mbarrier before its initialisation is fenced and "
               "synchronised", "emit fence.mbarrier_init (or fence.proxy.async) after "

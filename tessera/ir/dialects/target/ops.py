@@ -324,10 +324,22 @@ class Shfl(Op):
 @register_op
 @dataclass(frozen=True)
 class Bar(_Effect):
-    """``bar.sync <id>``: every thread of the CTA arrives, none passes until all do."""
+    """``bar.sync <id>``: every thread of the CTA arrives, none passes until all do.
+    ``bar.sync <id>, <count>`` (``count`` > 0, a multiple of 32) is a *named* barrier
+    of ``count`` threads, whole warps (PTX ISA sec. 9.7.13.1): the threads that arrive,
+    e.g. the consumer warpgroups of a warp-specialised kernel, order their shared
+    memory accesses without the rest of the CTA."""
 
     name: ClassVar[str] = "ptx.bar"
     id: int = 0
+    count: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        if not 0 <= self.id < 16 or self.count < 0 or self.count % 32:
+            raise IRVerifyError(f"bar.sync {self.id}, {self.count}: the id is 0..15 and "
+                                "the thread count a multiple of 32")
+        return ()
 
 
 __all__ = [

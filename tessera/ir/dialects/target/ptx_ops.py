@@ -306,12 +306,14 @@ class Stmatrix(Op):
     """``stmatrix.sync.aligned.m8n8.x<num>{.trans}.shared.b16 [p], {r...}`` (sec.
     9.7.14.5.16, sm_90): the inverse of ``ldmatrix``. Lanes ``8k .. 8k+7`` give the row
     addresses of matrix ``k``; register ``k`` of lane ``l`` holds row ``l/4`` of it,
-    elements ``2(l%4)`` and ``+1`` (the transpose with ``trans``)."""
+    elements ``2(l%4)`` and ``+1`` (the transpose with ``trans``). ``offset``: bytes
+    added to every row address (``[p+offset]``)."""
 
     name: ClassVar[str] = "ptx.stmatrix"
     pure: ClassVar[bool] = False
     num: int = 4
     trans: bool = False
+    offset: int = 0
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 2)

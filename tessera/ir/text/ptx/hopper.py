@@ -1,5 +1,6 @@
 """sm_90 instructions as Target IR (PTX ISA sec. 9.7.9.27, 9.7.13.15, 9.7.15):
-``mbarrier``, TMA loads (``cp.async.bulk.tensor.2d``), ``wgmma``, ``stmatrix``,
+``mbarrier``, TMA loads and stores (``cp.async.bulk.tensor.2d``) and the bulk groups of
+stores, ``wgmma``, ``stmatrix``,
 ``elect.sync`` and ``setmaxnreg``.
 
 ``mbarrier.try_wait.parity`` (a polling instruction, used in a loop) becomes the
@@ -10,6 +11,7 @@ only moves registers between warpgroups and changes no value: it is accepted.
 
 from __future__ import annotations
 
+from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
@@ -56,6 +58,44 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"mbarrier.{'.'.join(mods)}")
 
 
+def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cp.async.bulk...``: 2-D TMA loads and stores, and the bulk groups of stores."""
+    if mods == ["bulk", "commit_group"]:
+        count(b, ops, 0)
+        b.emit(target_async.BulkCommit())
+    elif mods[:2] == ["bulk", "wait_group"] and mods[2:] in ([], ["read"]):
+        count(b, ops, 1)
+        b.emit(target_async.BulkWait(_constant(b, ops[0], "the group count"), bool(mods[2:])))
+    elif mods[:2] == ["bulk", "tensor"] and "bulk_group" in mods:
+        _tma_store(b, mods, ops)
+    elif mods[:2] == ["bulk", "tensor"]:
+        tma_load(b, mods, ops)
+    else:
+        raise b.unsupported(f"cp.async.{'.'.join(mods)}")
+
+
+def _tensor_operand(b: InstrBuilder, token: str) -> list[Value]:
+    """``[tmap, {c0, c1}]``: the tensor map and the two ``s32`` coordinates."""
+    inner = token.strip()[1:-1]
+    tmap_token, _, coords = inner.partition(",")
+    parts = [c.strip() for c in coords.strip()[1:-1].split(",")]
+    if len(parts) != 2:
+        raise b.syntax("a 2-D TMA copy takes two coordinates {c0, c1}")
+    (tmap,) = b.emit(ptx_ops.TensorMapAt(), [b.read(tmap_token, "u64")])
+    return [tmap, b.read(parts[0], "s32"), b.read(parts[1], "s32")]
+
+
+def _tma_store(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {c0, c1}], [src]``."""
+    body = [f for f in mods if f not in ("tile",)]
+    if body[2:] != ["2d", "global", "shared::cta", "bulk_group"]:
+        raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA stores from shared::cta "
+                            "are supported)")
+    count(b, ops, 2)
+    b.emit(target_async.TmaStore(), [plain_address(b, ops[1], "u32"),
+                                     *_tensor_operand(b, ops[0])])
+
+
 def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes``."""
     body = [f for f in mods if f not in ("tile",)]
@@ -64,14 +104,8 @@ def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA loads into shared memory "
                             "are supported)")
     count(b, ops, 3)
-    inner = ops[1].strip()[1:-1]
-    tmap_token, _, coords = inner.partition(",")
-    parts = [c.strip() for c in coords.strip()[1:-1].split(",")]
-    if len(parts) != 2:
-        raise b.syntax("a 2-D TMA load takes two coordinates {c0, c1}")
-    (tmap,) = b.emit(ptx_ops.TensorMapAt(), [b.read(tmap_token, "u64")])
-    args = [plain_address(b, ops[0], "u32"), tmap, b.read(parts[0], "s32"),
-            b.read(parts[1], "s32"), plain_address(b, ops[2], "u32")]
+    args = [plain_address(b, ops[0], "u32"), *_tensor_operand(b, ops[1]),
+            plain_address(b, ops[2], "u32")]
     b.emit(target_async.TmaLoad(), args)
 
 
@@ -161,4 +195,4 @@ def _setmaxnreg(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     # no register value changes: nothing to emit
 
 
-__all__ = ["tma_load"]
+__all__ = ["bulk_copy", "tma_load"]

@@ -179,10 +179,10 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods[:1] != ["async"]:
         raise b.unsupported(f"cp.{'.'.join(mods)}")
     rest = mods[1:]
-    if rest[:2] == ["bulk", "tensor"]:
-        from tessera.ir.text.ptx.hopper import tma_load
+    if rest[:1] == ["bulk"]:
+        from tessera.ir.text.ptx.hopper import bulk_copy
 
-        tma_load(b, rest, ops)
+        bulk_copy(b, rest, ops)
         return
     if rest == ["commit_group"]:
         count(b, ops, 0)
@@ -292,12 +292,12 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     body = [f for f in mods if f not in ("cta", "aligned")]
     if body != ["sync"]:
         raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
-    if len(ops) != 1:
-        raise b.unsupported(f"{b.head}.sync with a thread count")
-    ident = parse_int(ops[0])
-    if ident is None:
-        raise b.unsupported(f"{b.head}.sync with a register barrier id")
-    b.emit(target_ops.Bar(ident))
+    if len(ops) not in (1, 2):
+        raise b.syntax(f"{b.head}.sync takes a barrier id and an optional thread count")
+    ident, threads = (parse_int(o) for o in (*ops, "0")[:2])
+    if ident is None or threads is None:
+        raise b.unsupported(f"{b.head}.sync with a register barrier id or thread count")
+    b.emit(target_ops.Bar(ident, threads))
 
 
 @handler("membar", "fence")

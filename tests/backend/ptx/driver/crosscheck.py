@@ -6,8 +6,11 @@ without a fault is rendered to PTX, assembled for the device (a ``sm_80`` kernel
 device's own architecture, since PTX is forward compatible and a cubin is not), launched
 on copies of the same arguments, and every array argument must come back with the
 interpreter's bits. The interpreter claims to be PTX's meaning bit for bit; this is the
-check of that claim on hardware. A kernel the interpreter faults on never reaches the
-GPU; a fast-mode kernel (approximate instructions) runs there but its bits are not
+check of that claim on hardware. Tensor-core steps are compared under the model of
+the hardware's own accumulation (``tensor_cores="hopper"``, measured on an H200) when
+the kernel's formats are modelled: the interpreter runs the kernel again under it, and
+the record says ``"model": "hopper"``. A kernel the interpreter faults on never reaches
+the GPU; a fast-mode kernel (approximate instructions) runs there but its bits are not
 compared. Each comparison is appended to ``$TESSERA_CROSSCHECK_LOG`` as one JSON line.
 This module holds no tests.
 """
@@ -82,6 +85,17 @@ def _log(record: dict[str, Any]) -> None:
             f.write(json.dumps(record) + "\n")
 
 
+def _hopper_modelled(fn: Any) -> bool:
+    """Whether ``fn`` has tensor-core steps, all of formats the Hopper model covers, and
+    the GPU is a Hopper."""
+    from tessera.arch.mma_hopper import MODELLED
+    from tessera.backend.ptx.driver.launch import device_compute_capability
+    from tessera.frontend.kernel.backends.check import tensor_core_formats
+
+    formats = tensor_core_formats(fn)
+    return bool(formats) and formats <= MODELLED and device_compute_capability()[0] == 9
+
+
 def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
     """``run_target`` that also runs each kernel on the GPU and compares the bits."""
     from tessera.interp.target.runner import TensorMapArg
@@ -113,6 +127,12 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
             _log(record)  # checks the results against their bound on the GPU)
             return
         after = [a.array if isinstance(a, TensorMapArg) else a for a in args]
+        if _hopper_modelled(fn) and kw.get("tensor_cores", "exact") == "exact":
+            hopper = [copy.deepcopy(a) for a in before]
+            run_target(fn, hopper, grid=grid, block=block,
+                       **{**kw, "tensor_cores": "hopper"})
+            after = [a.array if isinstance(a, TensorMapArg) else a for a in hopper]
+            record["model"] = "hopper"
         for k, (want, have) in enumerate(zip(after, got)):
             if isinstance(want, np.ndarray):
                 diff = _first_difference(want, have)
@@ -143,14 +163,17 @@ def summary(path: str) -> str:
     from collections import Counter
 
     records = [json.loads(line) for line in open(path) if line.strip()]
-    counts = Counter((r.get("target"), r["status"]) for r in records)
+    counts = Counter((r.get("target"), r["status"] + (" (hopper model)" if "model" in r else ""))
+                     for r in records)
     lines = [f"{len(records)} Target IR interpreter runs also ran on the GPU"]
     lines += [f"  {target}: {n} {status}" for (target, status), n in sorted(counts.items())]
     kernels = Counter((r["kernel"], r.get("target")) for r in records if r["status"] == "same")
     lines.append(f"  {len(kernels)} distinct kernels gave the interpreter's bits")
     for r in records:
         if r["status"] not in ("same", "not run"):
-            lines.append(f"  {r['status']}: {r['kernel']} ({r.get('target')}) in {r['test']}: "
+            model = " under the hopper model" if "model" in r else ""
+            lines.append(f"  {r['status']}{model}: {r['kernel']} ({r.get('target')}) in "
+                         f"{r['test']}: "
                          f"{r.get('detail') or r.get('error')}")
     return "\n".join(lines)
 

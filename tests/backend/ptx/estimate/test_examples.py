@@ -132,3 +132,27 @@ def test_format_names_every_part() -> None:
     for part in ("tensor core: 4 wgmma", "by TMA", "copies ahead: 0 iterations",
                  "wgmma serialised", "CTAs per SM", "TFLOP/s", "% of the dense peak"):
         assert part in text, part
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_flash_attention_k_v_ring_hides_the_copies(stages: int) -> None:
+    """sm_90a attention over its K/V ring: blocks are loaded ``stages - 1`` iterations
+    ahead (the kernel's ``ring_stages``), so no copy latency is exposed, and with three
+    stages the next scores overlap the softmax; one CTA's iteration is shorter than the
+    tile program's load-wait-compute sequence (``num_stages=1``)."""
+    q = np.zeros((2, 512, 64), BF16)
+
+    def path(n: int) -> Any:
+        config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=n)
+        compiled = ts.compile_kernel(example("flash_attention"), q, q, q, target="sm_90a",
+                                     is_causal=False, config=config)
+        return estimate(compiled.kernel, registers=128).loop_path
+    ring, plain = path(stages), path(1)
+    assert ring.lead == stages - 1 and ring.exposed == 0 and plain.exposed == 600
+    tensor = ring.resources["tensor"]
+    if stages == 3:  # the next scores overlap the softmax (two stages: sequential)
+        assert ring.busy == max(ring.non_tensor, tensor / 2) + tensor / 2 \
+            + H100_SXM.wgmma_latency
+    else:
+        assert ring.busy == ring.non_tensor + tensor + H100_SXM.wgmma_latency
+    assert ring.total < plain.total

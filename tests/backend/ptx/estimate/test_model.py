@@ -74,6 +74,29 @@ def test_wgmma_wait_zero_serialises_the_tensor_core_with_the_issue() -> None:
     assert serial.total > overlapped.total
 
 
+def test_a_group_left_in_flight_past_wait_group_1_overlaps_the_other_work() -> None:
+    """Two groups an iteration, one retired by wait_group 1 and one by wait_group 0 (an
+    attention's next scores over its softmax, then P V): half the tensor work waits."""
+    k = Kernel("tc2", [], block=(128,), grid=(132, 1, 1), target="sm_90a")
+    desc, true = k.const(0, "u64"), k.const(1, "pred")
+    acc0 = k.pack("f32", *[k.const(0.0, "f32")] * 64)
+
+    def body(i, acc):  # type: ignore[no-untyped-def]
+        for wait in (1, 0):
+            k.op(async_ops.WgmmaFence())
+            for _ in range(4):
+                acc = k.op(async_ops.Wgmma(128, "bf16", "bf16"), acc, desc, desc, true)
+            k.op(async_ops.WgmmaCommit())
+            k.op(async_ops.WgmmaWait(wait))
+        return acc
+
+    k.for_(k.const(0, "s32"), k.const(10, "s32"), k.const(1, "s32"), [acc0], body)
+    p = estimate(k.build()).loop_path
+    assert p is not None and p.serial_wgmma and p.resources["tensor"] == 512
+    assert p.busy == max(p.non_tensor, 256) + 256 + H100_SXM.wgmma_latency
+    assert "partly overlapped (wait_group 1, then 0)" in format_estimate(estimate(k.build()))
+
+
 def test_a_copy_kernel_is_memory_bound() -> None:
     k = Kernel("copy", [U64, U64], block=(128,), grid=(132 * 256, 1, 1))
     i = k.gtid()

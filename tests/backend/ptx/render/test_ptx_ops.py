@@ -96,7 +96,8 @@ def test_rendered_ptx_assembles_and_reads_back(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.sort(structured[3]), np.arange(128))  # each old once
 
 
-def test_wmma_renders_assembles_and_reads_back(tmp_path: Path) -> None:
+def _wmma_kernel() -> Any:
+    """D = A B + C with wmma (bf16, m16n16k16), C loaded row-major, D stored column-major."""
     from tessera.ir.dialects.target.wmma import WmmaLoad, WmmaMma, WmmaStore
 
     fn, b, (pa, pb, pc) = kernel("wmma", [U64, U64, U64], block=32)
@@ -107,14 +108,36 @@ def test_wmma_renders_assembles_and_reads_back(tmp_path: Path) -> None:
     d = one(b, WmmaMma("bf16"), fa, fb, acc)
     do(b, WmmaStore("col", "global"), pc, d, ld)
     do(b, Return())
-    text = render(fn)
-    ptxas(text, "sm_80", tmp_path)
-    rng = np.random.default_rng(8)
+    return fn
+
+
+def _wmma_operands() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import ml_dtypes
 
+    rng = np.random.default_rng(8)
     a = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
     bt = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
-    acc0 = rng.standard_normal((16, 16)).astype(np.float32)
+    return a, bt, rng.standard_normal((16, 16)).astype(np.float32)
+
+
+def test_wmma_under_the_hopper_model_gives_the_h200_bits() -> None:
+    """An H200 ran this kernel on these operands: 82 of the 256 outputs differed from
+    the exact convention, the first at (0, 1) with bits 0x408fcff5."""
+    outs = {}
+    for model in ("exact", "hopper"):
+        args = list(_wmma_operands())
+        run_target(_wmma_kernel(), args, grid=(1,), block=(32,), tensor_cores=model)
+        outs[model] = args[2]
+    differ = np.argwhere(outs["exact"] != outs["hopper"])
+    assert len(differ) == 82 and tuple(differ[0]) == (0, 1)
+    assert hex(outs["hopper"].view(np.uint32)[0, 1]) == "0x408fcff5"
+
+
+def test_wmma_renders_assembles_and_reads_back(tmp_path: Path) -> None:
+    fn = _wmma_kernel()
+    text = render(fn)
+    ptxas(text, "sm_80", tmp_path)
+    a, bt, acc0 = _wmma_operands()
     structured = [a.copy(), bt.copy(), acc0.copy()]
     run_target(fn, structured, grid=(1,), block=(32,))
     from_text = [a.copy(), bt.copy(), acc0.copy()]

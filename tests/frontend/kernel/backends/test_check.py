@@ -53,4 +53,16 @@ def test_gpu_tolerance_follows_the_longest_reduction() -> None:
     ref = np.full((2, 2), 96.0, np.float32)
     tol = tolerance(gemm, ref, (a, b, c), {"tile_shape": (64, 64, 32)})
     u = 2.0 ** -24
-    assert np.allclose(tol, u * 96 + 96 * u / (1 - 96 * u) * 97)
+    ulp = 2 * u  # one unit in the last place of the f32 output
+    assert np.allclose(tol, ulp * 96 + 96 * u / (1 - 96 * u) * 97)
+
+
+def test_gpu_tolerance_of_fp8_counts_steps_of_32_products() -> None:
+    """fp8 tensor-core steps of 32 products: ``u = 2**-9`` per step (measured bound)."""
+    fp8 = example("fp8_gemm").fp8_gemm
+    a = bt = np.ones((64, 256), ml_dtypes.float8_e4m3fn)
+    c = np.zeros((64, 64), np.float32)
+    ref = np.full((1,), 256.0, np.float32)
+    tol = tolerance(fp8, ref, (a, bt, c), {"tile_shape": (64, 64, 128)})
+    steps, u = 256 // 32, 2.0 ** -9
+    assert np.allclose(tol, 2.0 ** -23 * 256 + steps * u / (1 - steps * u) * 257)

@@ -1,0 +1,183 @@
+"""TMA stores (shared -> global ``cp.async.bulk.tensor``) and their bulk groups in the
+Target IR interpreter.
+
+A store (PTX ISA 8.x sec. 9.7.9.27) joins its thread's open *bulk async-group*;
+``cp.async.bulk.commit_group`` closes the group and ``cp.async.bulk.wait_group.read n``
+waits until at most ``n`` of the thread's committed groups may still read their source
+(sec. 9.7.9.27.2). The interpreter writes the box to global memory when the store is
+issued, but on hardware the copy reads the shared source at any moment until that wait,
+so until then the source bytes are counted in ``SharedMemory.bulk_read`` and
+
+* any write to them (``st.shared``, ``stmatrix``, an async copy) is reported at the
+  writing instruction (``bulk store source overwritten``, naming the store),
+* a CTA that exits with such a store unretired is reported at the store
+  (``bulk store not waited``): its shared memory may be reused by another CTA while
+  the copy still reads it.
+
+The source is read through the async proxy: bytes written by the generic proxy with
+no ``fence.proxy.async`` since are reported (``missing proxy fence``, sec. 9.7.13.4),
+and the read is checked like any shared read (poison, copies in flight, and races:
+another thread's writes must be ordered before it by a ``bar.sync``, e.g. the named
+barrier of the threads that wrote the staging tile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.arch.errors import ArchError
+from tessera.arch.swizzle import swizzle_address
+from tessera.arch.tma import tma_box_store
+from tessera.interp.target.memory.state import add_at
+from tessera.interp.target.state import (
+    Machine,
+    Step,
+    TargetCompiler,
+    TargetFault,
+    TargetFrame,
+    step_rule,
+)
+from tessera.ir.core import Instr
+from tessera.ir.dialects.target import async_ops as target_async
+
+
+@dataclass(frozen=True, eq=False)
+class BulkRead:
+    """Stores whose reads of shared memory are not yet retired: issuing threads (global
+    ids), the bulk group of each (the thread's commit count at issue), the flat source
+    bytes (M, nbytes) and the store instruction."""
+
+    thread: np.ndarray
+    group: np.ndarray
+    flat: np.ndarray
+    instr: Instr
+
+
+class BulkGroups:
+    """Per launch: committed bulk groups per thread and the stores still reading."""
+
+    def __init__(self, n: int) -> None:
+        self.committed = np.zeros(n, np.int64)
+        self.reading: list[BulkRead] = []
+
+
+def groups(m: Machine) -> BulkGroups:
+    """The machine's record (created on first use)."""
+    rec: BulkGroups | None = getattr(m, "bulk_groups", None)
+    if rec is None:
+        rec = BulkGroups(m.n)
+        m.bulk_groups = rec  # type: ignore[attr-defined]
+    return rec
+
+
+def _retire(m: Machine, rec: BulkRead, sel: np.ndarray) -> BulkRead | None:
+    """The rows ``sel`` of ``rec`` no longer read; returns what still reads."""
+    sh = m.shared
+    gone = rec.flat[sel]
+    add_at(sh.bulk_read, gone, -1)
+    sh.bulk_reads -= gone.size
+    keep = ~sel
+    if not keep.any():
+        return None
+    return BulkRead(rec.thread[keep], rec.group[keep], rec.flat[keep], rec.instr)
+
+
+@step_rule(target_async.TmaStore)
+def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
+    src, tm, c0, c1 = (c.slot(v) for v in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        value = fr.regs[tm]
+        t = value.tmap
+        sh = m.shared
+        addr = fr.regs[src][act].astype(np.int64)
+        coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
+        fail = m.failer(instr, act)
+        span = np.arange(t.box_bytes, dtype=np.int64)
+        rec = groups(m)
+        for a in np.unique(addr):
+            rows = np.flatnonzero(addr == a)
+            where = swizzle_address(a + span, t.swizzle)
+            if a % 128:
+                fail(int(rows[0]), "misaligned address", f"TMA store source at shared "
+                     f"address {int(a)} is not 128-byte aligned")
+            if where.min() < 0 or where.max() >= sh.size:
+                fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
+                     f"shared address {int(a)} leaves the {sh.size} bytes of shared memory")
+            me = act[rows]
+            flat = m.cta[me][:, None] * sh.size + where[None, :]
+            if sh.unfenced[flat].any():  # the async proxy may not see a generic write
+                fail(int(rows[0]), "missing proxy fence", "the TMA store reads shared "
+                     "memory written by st.shared or stmatrix with no fence.proxy.async since")
+            sh.check_read(flat, me, lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
+            try:  # the box's bytes in box order: byte i is read from where[i]
+                tma_box_store(t, value.buffer, coords[rows], sh.data[flat])
+            except ArchError as err:
+                raise m.fault(instr, "tma", err.message, int(me[0])) from None
+            add_at(sh.bulk_read, flat, 1)
+            sh.bulk_reads += flat.size
+            rec.reading.append(BulkRead(me, rec.committed[me].copy(), flat, instr))
+    return step
+
+
+@step_rule(target_async.BulkCommit)
+def _bulk_commit(c: TargetCompiler, instr: Instr) -> Step:
+    def step(fr: TargetFrame) -> None:
+        groups(fr.m).committed[fr.mask] += 1
+    return step
+
+
+@step_rule(target_async.BulkWait)
+def _bulk_wait(c: TargetCompiler, instr: Instr) -> Step:
+    n = instr.op.n
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        rec = groups(m)
+        if not rec.reading:
+            return
+        # groups below this limit are retired; an uncommitted store is in no group
+        limit = np.where(fr.mask, rec.committed - n, -1)
+        still = []
+        for r in rec.reading:
+            done = r.group < limit[r.thread]
+            rest = _retire(m, r, done) if done.any() else r
+            if rest is not None:
+                still.append(rest)
+        rec.reading = still
+    return step
+
+
+def unretired(m: Machine) -> BulkRead | None:
+    """The first store whose reads no ``cp.async.bulk.wait_group.read`` retired."""
+    rec: BulkGroups | None = getattr(m, "bulk_groups", None)
+    return rec.reading[0] if rec is not None and rec.reading else None
+
+
+def not_waited(m: Machine, first: BulkRead) -> TargetFault:
+    """The fault of a CTA that exits while the store ``first`` may still read."""
+    who = int(first.thread[0])
+    never = first.group[0] >= groups(m).committed[who]
+    return m.fault(first.instr, "bulk store not waited", "the CTA exits while this TMA "
+                   "store may still read its shared-memory source: no "
+                   "cp.async.bulk.wait_group.read retired its bulk group"
+                   + (" (the group was never committed)" if never else ""), who,
+                   hint="cp.async.bulk.commit_group; cp.async.bulk.wait_group.read 0 before "
+                        "the kernel exits or the buffer is reused")
+
+
+def check_drained(m: Machine) -> None:
+    """At the end of a launch: fault at the first store whose reads of shared memory
+    no ``cp.async.bulk.wait_group.read`` retired before its CTA exited."""
+    first = unretired(m)
+    if first is not None:
+        raise not_waited(m, first)
+
+
+__all__ = ["BulkGroups", "BulkRead", "check_drained", "groups", "not_waited", "unretired"]

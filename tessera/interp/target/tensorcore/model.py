@@ -1,0 +1,41 @@
+"""The accumulation of one tensor-core step under the launch's model.
+
+``"exact"`` (the default) is the golden convention, the meaning of a kernel, computed
+by :mod:`tessera.interp.target.tensorcore.exact_mma`; ``"hopper"`` is what an
+H100/H200 returns, :mod:`tessera.arch.mma_hopper` (``run_target(...,
+tensor_cores="hopper")``, ``tessera check-ptx --tensor-cores hopper``). Both compute
+float64 D; the hardware model's values are already f32 and are stored as plain f32
+registers (:func:`result`), so nothing after them is wide.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.arch import mma_hopper
+from tessera.interp.target.state import Machine
+from tessera.interp.target.tensorcore.exact_mma import Operand, mma, mma_operands
+
+
+def step(m: Machine, a: Operand | np.ndarray, b: Operand | np.ndarray, c: np.ndarray,
+         fa: str | None = None, fb: str | None = None) -> np.ndarray:
+    """``D = C + A @ B`` of one instruction (batched) under ``m.tensor_cores``: prepared
+    :class:`Operand` pairs, or element arrays with their formats ``fa``/``fb``."""
+    if isinstance(a, Operand) and isinstance(b, Operand):
+        if m.tensor_cores == "hopper":
+            return mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt)
+        return mma_operands(a, b, c)
+    assert fa is not None
+    if m.tensor_cores == "hopper":
+        return mma_hopper.mma(a, b, c, fa, fb)
+    return mma(a, b, c, fa, fb)
+
+
+def result(m: Machine, values: np.ndarray) -> np.ndarray:
+    """A tensor-core step's D registers as the model holds them: wide (float64) under
+    ``"exact"``, where later additions keep the exact sum as the tile simulator does;
+    plain f32 under ``"hopper"``, where the hardware's ``add.f32`` rounds."""
+    return values.astype(np.float32) if m.tensor_cores == "hopper" else values
+
+
+__all__ = ["result", "step"]

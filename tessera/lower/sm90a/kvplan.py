@@ -1,0 +1,274 @@
+"""Which sm_90a attention kernels stream their keys and values through a TMA ring, and
+how (the lowering is :mod:`tessera.lower.sm90a.kvring` and :mod:`tessera.lower.sm90a.kvloop`).
+
+An *attention-shaped* kernel (``tessera/conformance/kernels/flash_attention.py``) has
+one or more top-level loops over key blocks whose bodies copy a ``(BN, D)`` block of K
+and one of V into two shared buffers with ``tile.cp_async``, synchronise, multiply the
+query buffer by the K buffer transposed (``S = Q Kᵀ``), and later multiply a register
+tile (``P``) by the V buffer; the K and V buffers are touched nowhere else. A causal
+kernel has two such loops (the unmasked blocks, then those on the diagonal); a
+non-causal one has one. Such loops only need each block to *arrive* before it is read,
+so the blocks of all the loops, in order, go through one ring of ``S`` stages, ``S``
+being the configuration's ``num_stages`` (default 2; 1 keeps the tile program's
+copy-wait-multiply sequence):
+
+* K and V have a ring each, with a *full* mbarrier per stage (one arrival + the
+  block's TMA bytes) and an *empty* one (one arrival per thread): K block ``m`` is
+  released as soon as ``S_m`` has retired, V block ``m`` after ``P_m V_m``;
+* the issuing thread refills a released stage with the block ``S`` further on, so a
+  block is loaded while the ``S - 1`` before it are computed; the loads stop at the
+  last block the loops visit (a causal program's skipped blocks are never loaded);
+* where registers allow (:func:`overlap_problem`), ``S_{m+1} = Q K_{m+1}ᵀ`` is issued
+  before the softmax of ``S_m`` and retired one step later (``wgmma.wait_group 1``),
+  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2).
+
+The products are the same ``wgmma`` sequences on the same data as the tile program's,
+so the bits are the tile interpreter's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.dialects.tile import Constant, MemRefType
+from tessera.ir.dialects.tile import For as TileFor
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.dialects.tile import memory as tile_memory
+from tessera.ir.types import TensorType
+from tessera.lower.sm90a.warpspec import SHARED_BUDGET, config_of
+from tessera.lower.tiles import THREADS
+from tessera.lower.values import ptx_elem
+
+#: stages when the configuration names none
+DEFAULT_STAGES = 2
+#: per-thread f32 values of ``S``, ``S`` of the next block and the output accumulator
+#: the overlapped order may hold at once (ptxas 13.5 assembles 64x64 blocks with a head
+#: dimension of 128, 128 of them, without spilling)
+OVERLAP_REGS = 128
+#: registers a thread of the overlapped order takes, by head dimension up to 64 / 128:
+#: ptxas 13.5 gives 136 to 164 (D=64) and 251 to 253 (D=128) at 64x64 blocks, checked
+#: or fast, causal or not, where the sequential order takes 104 to 128 and 166
+OVERLAP_THREAD_REGS = (168, 256)
+#: an SM's shared memory and registers (H100: 228 KiB, 1 KiB of it reserved per CTA)
+SM_SHARED, SM_REGS = 228 * 1024, 65536
+
+
+@dataclass(frozen=True)
+class KvLoop:
+    """One matched key-block loop: its copies, barriers and the two products."""
+
+    loop: Instr
+    k_copy: Instr
+    v_copy: Instr
+    qk: Instr  # S = Q Kᵀ
+    pv: Instr  # P V
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """How the key/value blocks of a kernel are streamed. ``overlap``: ``S_{m+1}`` is
+    issued before the softmax of ``S_m``; ``why_sequential`` says why not, when not."""
+
+    loops: tuple[KvLoop, ...]
+    k_alloc: Instr
+    v_alloc: Instr
+    bm: int
+    bn: int
+    d: int
+    elem: str
+    stages: int
+    overlap: bool
+    why_sequential: str | None = None
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one K (or V) block."""
+        return self.bn * self.d * 2
+
+    @property
+    def ring_bytes(self) -> int:
+        """Shared bytes of both rings and their mbarriers (the tile program's K and V
+        buffers are one stage of them)."""
+        return self.stages * (2 * self.block_bytes + 32)
+
+    def describe(self) -> str:
+        """One line for ``tessera ptx --stats``."""
+        order = ("S of the next block overlaps the softmax" if self.overlap
+                 else f"sequential ({self.why_sequential})")
+        return (f"K/V ring: {self.stages} stages of {self.bn}x{self.d} {self.elem} K and V "
+                f"blocks ({self.ring_bytes} B shared) over {len(self.loops)} loop(s); "
+                f"{order}")
+
+
+def _owner(v: Value) -> Instr | None:
+    return v.owner if isinstance(v.owner, Instr) else None
+
+
+def _through(v: Value, kinds: tuple[type, ...]) -> Value:
+    """``v`` with loads, transposes (``kinds``) peeled off."""
+    owner = _owner(v)
+    while owner is not None and isinstance(owner.op, kinds):
+        v = owner.operands[0]
+        owner = _owner(v)
+    return v
+
+
+def _param_view(v: Value) -> bool:
+    owner = _owner(v)
+    return (owner is not None and isinstance(owner.op, tile_memory.View)
+            and isinstance(owner.operands[0].type, MemRefType)
+            and _owner(owner.operands[0]) is None)
+
+
+def _match_loop(loop: Instr, allocs: dict[Value, Instr]) -> tuple[KvLoop, Value, Value] | None:
+    body = loop.regions[0].block
+    copies = [i for i in body.instrs if isinstance(i.op, tile_memory.CpAsync)]
+    mmas = [i for i in body.instrs if isinstance(i.op, tile_compute.Mma)]
+    if len(copies) != 2 or len(mmas) != 2 or any(i.regions for i in body.instrs):
+        return None
+    qk, pv = mmas
+    peel = (tile_memory.Load, tile_compute.Transpose)
+    k_buf = _through(qk.operands[1], peel)
+    v_buf = _through(pv.operands[1], (tile_memory.Load,))
+    q_buf = _through(qk.operands[0], (tile_memory.Load,))
+    a_owner = _owner(pv.operands[0])
+    if (k_buf not in allocs or v_buf not in allocs or q_buf not in allocs
+            or len({k_buf, v_buf, q_buf}) != 3 or len(qk.operands) != 2 or len(pv.operands) != 2
+            or a_owner is None or isinstance(a_owner.op, tile_memory.Load)):
+        return None
+    by_dst = {c.operands[0]: c for c in copies}
+    k_copy, v_copy = by_dst.get(k_buf), by_dst.get(v_buf)
+    if k_copy is None or v_copy is None or not all(_param_view(c.operands[1])
+                                                   for c in copies):
+        return None
+    transposed = _owner(qk.operands[1])
+    if transposed is None or not isinstance(transposed.op, tile_compute.Transpose):
+        return None
+    step = _owner(loop.operands[2])
+    if step is None or not isinstance(step.op, Constant) or int(step.op.value) <= 0:
+        return None  # the ring counts trips as ceil((hi - lo) / step)
+    return KvLoop(loop, k_copy, v_copy, qk, pv), k_buf, v_buf
+
+
+def _defined_before(v: Value, fn: Function, first: int) -> bool:
+    """``v`` is a parameter, a constant, or defined at top level before instruction
+    ``first`` (the first key loop): the ring's prologue can evaluate it."""
+    owner = _owner(v)
+    if owner is None or isinstance(owner.op, Constant):
+        return True
+    return owner in fn.body.instrs[:first]
+
+
+def _outside_inputs(loop: Instr) -> list[Value]:
+    """Values a loop's bounds and body read from outside the loop."""
+    body = loop.regions[0].block
+    inside = set(body.args) | {r for i in body.instrs for r in i.results}
+    out = list(loop.operands[:3])
+    for instr in body.instrs:
+        out += [v for v in instr.operands if v not in inside]
+    return out
+
+
+def match_kv_loops(fn: Function) -> tuple[tuple[KvLoop, ...], Instr, Instr] | None:
+    """The kernel's key-block loops and its K and V buffers (see the module doc)."""
+    allocs = {i.results[0]: i for i in fn.body.instrs
+              if isinstance(i.op, tile_memory.AllocShared)}
+    found: list[KvLoop] = []
+    bufs: set[tuple[Value, Value]] = set()
+    for instr in fn.body.instrs:
+        if isinstance(instr.op, TileFor):
+            m = _match_loop(instr, allocs)
+            if m is not None:
+                found.append(m[0])
+                bufs.add((m[1], m[2]))
+    if not found or len(bufs) != 1:
+        return None
+    k_buf, v_buf = next(iter(bufs))
+    mine = {id(i) for kv in found for i in (kv.k_copy, kv.v_copy)}
+    for instr in walk(fn.body):  # nothing else writes or reads K and V
+        if any(v in (k_buf, v_buf) for v in instr.operands):
+            if isinstance(instr.op, tile_memory.CpAsync):
+                if id(instr) not in mine:
+                    return None
+            elif not isinstance(instr.op, tile_memory.Load) or not any(
+                    instr in kv.loop.regions[0].block.instrs for kv in found):
+                return None
+    first = fn.body.instrs.index(found[0].loop)
+    for kv in found[1:]:  # later loops' copies and bounds known before the first
+        if not all(_defined_before(v, fn, first) or _carried(v, found)
+                   for v in _outside_inputs(kv.loop)):
+            return None
+    return tuple(found), allocs[k_buf], allocs[v_buf]
+
+
+def _carried(v: Value, loops: list[KvLoop]) -> bool:
+    """A result of an earlier key loop (the carried accumulators): only the softmax
+    reads it, never the copies or bounds."""
+    return any(v in kv.loop.results for kv in loops)
+
+
+def overlap_problem(bm: int, bn: int, d: int, stages: int = DEFAULT_STAGES) -> str | None:
+    """Why ``S_{m+1}`` is not in flight during the softmax of ``S_m`` at this tile
+    (None when it is): ``P`` must be ``wgmma``'s register A (at most 32 values a
+    thread, :func:`tessera.lower.sm90a.mma.wgmma_regs`), two score tiles plus the
+    output accumulator must fit :data:`OVERLAP_REGS` values a thread, and the
+    overlapped order's registers (:data:`OVERLAP_THREAD_REGS`) must not leave fewer
+    CTAs per SM than the ring's shared memory does: where they would, the sequential
+    order (about 32 registers fewer) keeps the CTAs."""
+    s_regs, o_regs = bm * bn // THREADS, bm * d // THREADS
+    if s_regs > 32 or o_regs > 64:
+        return (f"P of a {bm}x{bn} block is staged through shared memory, not held in "
+                "registers")
+    if 2 * s_regs + o_regs > OVERLAP_REGS:
+        return (f"two {bm}x{bn} score tiles and a {bm}x{d} accumulator are "
+                f"{2 * s_regs + o_regs} f32 values a thread, over {OVERLAP_REGS}")
+    regs = OVERLAP_THREAD_REGS[0 if d <= 64 else 1]
+    shared = bm * d * 2 + stages * (4 * bn * d + 32) + 2048  # Q, the ring, bookkeeping
+    by_shared, by_regs = SM_SHARED // (shared + 1024), SM_REGS // (THREADS * regs)
+    if by_regs < by_shared:
+        return (f"registers: about {regs} a thread would leave {by_regs} CTAs per SM "
+                f"where the shared memory of {stages} stages fits {by_shared}")
+    return None
+
+
+def plan_kv_ring(fn: Function) -> KvPlan | None:
+    """The K/V ring of ``fn`` for sm_90a, or None for the tile program's sequence
+    (no attention-shaped loops, or ``num_stages`` 1)."""
+    config = config_of(fn)
+    stages = int(config.get("num_stages") or DEFAULT_STAGES)
+    if stages < 2:
+        return None
+    matched = match_kv_loops(fn)
+    if matched is None:
+        return None
+    loops, k_alloc, v_alloc = matched
+    q_type = loops[0].qk.operands[0].type
+    bn, d = k_alloc.op.shape
+    elem = ptx_elem(k_alloc.op.element)
+    if (elem not in ("bf16", "f16") or ptx_elem(v_alloc.op.element) != elem
+            or tuple(v_alloc.op.shape) != (bn, d) or not isinstance(q_type, TensorType)):
+        return None
+    bm = q_type.shape[0]
+    why = overlap_problem(bm, bn, d, stages)
+    if why is None and not config.get("register_a", True):
+        why = "config register_a=False stages P through shared memory"
+    if why is None and not config.get("overlap_softmax", True):
+        why = "config overlap_softmax=False"
+    plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why)
+    if plan.ring_bytes > SHARED_BUDGET:
+        return None
+    return plan
+
+
+def ring_extra_bytes(fn: Function) -> int:
+    """Shared bytes the K/V ring adds to the kernel's own buffers (the autotuner's cost
+    model counts them): ``S - 1`` more K and V blocks, and the mbarriers."""
+    plan = plan_kv_ring(fn)
+    if plan is None:
+        return 0
+    return plan.ring_bytes - 2 * plan.block_bytes
+
+
+__all__ = ["DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS", "KvLoop", "KvPlan",
+           "match_kv_loops", "overlap_problem", "plan_kv_ring", "ring_extra_bytes"]
