@@ -62,6 +62,13 @@ def emit_max_nan_f64(e: TargetEmitter, a: Value, b: Value) -> Value:
     return e.selp(e.add(a, b, "f64"), e.bin("max", a, b, "f64"), either_nan, "f64")
 
 
+def emit_min_nan_f64(e: TargetEmitter, a: Value, b: Value) -> Value:
+    """``min(a, b)`` of f64 registers with NaN propagating, as ``np.minimum`` does (a NaN
+    operand gives ``a + b``, a NaN)."""
+    either_nan = e.setp("nan", a, b, "f64")
+    return e.selp(e.add(a, b, "f64"), e.bin("min", a, b, "f64"), either_nan, "f64")
+
+
 def emit_shfl_max_f64(e: TargetEmitter, v: Value, offsets: list[int]) -> Value:
     """The NaN-propagating f64 max over lanes ``lane ^ offset`` for each offset (its two
     b32 halves exchanged with ``shfl.sync.bfly``); every lane of the warp must run it."""
@@ -75,4 +82,5 @@ def emit_shfl_max_f64(e: TargetEmitter, v: Value, offsets: list[int]) -> Value:
     return v
 
 
-__all__ = ["emit_exp_f64_specified", "emit_max_nan_f64", "emit_shfl_max_f64"]
+__all__ = ["emit_exp_f64_specified", "emit_max_nan_f64", "emit_min_nan_f64",
+           "emit_shfl_max_f64"]

@@ -107,3 +107,28 @@ def test_f64_to_narrow_rounds_once(fmt: str) -> None:
     assert (twice != want).sum() > 50  # the inputs do tell the roundings apart
     same = (out == want) | (np.isnan(out) & np.isnan(want))
     assert same.all()
+
+
+def minmax64_kernel(ncta: int):
+    from tessera.lower.mathlib64 import emit_max_nan_f64, emit_min_nan_f64
+
+    def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
+        a = e.ld("global", address(e, p[0], i, 8), "f64")
+        b = e.ld("global", address(e, p[1], i, 8), "f64")
+        e.st("global", address(e, p[2], i, 8), emit_max_nan_f64(e, a, b), "f64")
+        e.st("global", address(e, p[3], i, 8), emit_min_nan_f64(e, a, b), "f64")
+    return kernel("minmax_f64", 4, ncta, body)
+
+
+def test_f64_maximum_and_minimum_propagate_nans_as_numpy() -> None:
+    """The f64 ``tile.maximum`` / ``tile.minimum`` of the key-block passes: equal values
+    to ``np.maximum`` / ``np.minimum``, a NaN wherever an operand is one."""
+    rng = np.random.default_rng(12)
+    a, b = inputs(), rng.permutation(inputs())
+    hi, lo = np.zeros_like(a), np.zeros_like(a)
+    target.run_target(minmax64_kernel(a.size // THREADS), [a, b, hi, lo])
+    for got, fn in ((hi, np.maximum), (lo, np.minimum)):
+        want = fn(a, b)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        assert np.array_equal(got[ok], want[ok])  # (a tie of +0 and -0 may pick either)

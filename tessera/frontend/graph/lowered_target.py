@@ -24,8 +24,7 @@ import numpy as np
 from tessera.errors import TesseraError
 from tessera.ir.core import Function, Instr, Module, walk
 from tessera.ir.transforms.to_tile import TileGenerationError, TileProgram
-from tessera.ir.types import TensorType
-from tessera.numerics import storage_of
+from tessera.ir.transforms.to_tile.exact_tiles import EXACT_MMA_TILE, exact_in_ptx, exact_tiled
 
 if TYPE_CHECKING:
     from tessera.frontend.kernel.backends.compile import CompiledKernel
@@ -245,65 +244,6 @@ def target_program(tile: TileProgram, graph: Function, target: str) -> TargetPro
         hit = source.targets[target] = TargetProgram(target, tile, kernels, seconds)
     program: TargetProgram = hit
     return program
-
-
-#: the largest output tile of a matmul whose kernel has an exact mma, in PTX: 512
-#: accumulators of 176 bytes each in shared memory (tessera.lower.exact.mma), four
-#: output elements per thread
-EXACT_MMA_TILE = (32, 16)
-
-
-def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
-    """``tile``, or, when a kernel has an ``mma`` the lowering implements exactly
-    (:func:`exact_in_ptx`), the program generated again from ``graph`` with output tiles
-    of at most :data:`EXACT_MMA_TILE` for the matmuls that have no ``tile_shape`` of
-    their own: the exact accumulators live in shared memory, which the schedule's tiles
-    for tensor-core kernels would exceed many times. The bits do not depend on the tiles
-    (exact sums), so the tile simulator keeps its program."""
-    import dataclasses
-
-    from tessera.ir.core import clone_block
-    from tessera.ir.dialects import schedule as schedule_ops
-    from tessera.ir.dialects.graph.contraction import MatMul
-    from tessera.ir.dialects.tile.compute import Mma
-    from tessera.ir.transforms.schedule import schedule_module
-    from tessera.ir.transforms.schedule.tile import pow2
-    from tessera.ir.transforms.to_tile import schedule_to_tile
-
-    if graph.kind == schedule_ops.FUNC or not any(
-            exact_in_ptx(i) for fn in tile.module.functions.values() for i in walk(fn.body)):
-        return tile
-    body = clone_block(graph.body, {})
-    for instr in walk(body):
-        if isinstance(instr.op, MatMul) and instr.op.tile_shape is None:
-            rows, cols = instr.results[0].type.shape[-2:]  # type: ignore[attr-defined]
-            shape = (min(EXACT_MMA_TILE[0], pow2(rows)), min(EXACT_MMA_TILE[1], pow2(cols)))
-            instr.op = dataclasses.replace(instr.op, tile_shape=shape)
-    fn = Function(graph.name, body, list(graph.result_types), graph.kind, dict(graph.attrs),
-                  graph.loc)
-    scheduled = schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
-    program = schedule_to_tile(scheduled)
-    for kernel in program.module.functions.values():  # a new program: the simulator's
-        for instr in walk(kernel.body):               # stays as it was generated
-            if isinstance(instr.op, Mma) and not instr.op.exact and exact_in_ptx(instr):
-                instr.op = dataclasses.replace(instr.op, exact=True)
-    return program
-
-
-def exact_in_ptx(instr: Instr) -> bool:
-    """Whether the lowering implements this ``mma`` with the exact accumulator: an exact
-    one, or a float one whose tile has no tensor-core layout (its float64 sums are exact,
-    or it would not be a checked ``mma``: the exact one computes the same bits)."""
-    from tessera.ir.dialects.tile.compute import Mma
-
-    if not isinstance(instr.op, Mma):
-        return False
-    if instr.op.exact:
-        return True
-    a, t = instr.operands[0].type, instr.results[0].type
-    assert isinstance(a, TensorType) and isinstance(t, TensorType)
-    return storage_of(a.element).kind == "float" and (
-        t.rank != 2 or t.shape[0] % 64 != 0 or t.shape[1] % 8 != 0)
 
 
 def device_target() -> str:

@@ -6,10 +6,11 @@ numerics contract). Integers are computed exactly (int64, or Python ints where i
 could overflow) and then saturated to the result format by ``numerics.convert``.
 ``exp`` of a real format of up to 32 bits (f32, bf16, f16, tf32, fp8, ...) is instead
 the specified, correctly rounded f32 exp (``numerics.transcendental.exp``) rounded to
-the element, so its bits do not depend on the platform's math library; f64 ``exp`` and
-the other transcendentals (log, tanh, erf, sin, cos, pow) remain NumPy's / the C
-library's. Ops whose result is one of their operands (maximum, minimum, relu on ints, where)
-select values and round nothing.
+the element, so its bits do not depend on the platform's math library, and so is the
+tanh-form ``gelu`` of every float format (``numerics.transcendental.gelu64``); f64
+``exp`` and the other transcendentals (log, tanh, erf, sin, cos, pow, the erf-form
+gelu) remain NumPy's / the C library's. Ops whose result is one of their operands
+(maximum, minimum, relu on ints, where) select values and round nothing.
 
 A NaN that an op computes is the default quiet NaN (positive, NumPy's ``np.nan``),
 whatever NaNs came in: NumPy's SIMD and scalar loops give NaNs of different signs for
@@ -29,8 +30,8 @@ import numpy as np
 from tessera.interp.apply import Apply, rule
 from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics.transcendental.exp import exp_f32
+from tessera.numerics.transcendental.gelu64 import gelu_tanh_f64_specified
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INT64 = np.iinfo(np.int64)
 
 
@@ -80,10 +81,6 @@ def _erf(x: np.ndarray) -> np.ndarray:
     if x.size == 0:
         return x.copy()
     return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=np.float64)
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
 
 
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
@@ -143,10 +140,12 @@ def erf(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
 
 @rule(graph_ir.Gelu)
 def gelu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """GELU: ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`` or ``0.5x(1 + erf(x/sqrt 2))``."""
+    """GELU: the tanh form ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`` by the specified
+    binary64 algorithm (``numerics.transcendental.gelu64``), or ``0.5x(1 + erf(x/sqrt 2))``."""
     x = ap.wide(operands[0])
     _needs_real(ap, x)
-    return [ap.round(settle_nans(_gelu_tanh(x) if ap.op.approximate else _gelu_erf(x)))]
+    out = gelu_tanh_f64_specified(x) if ap.op.approximate else _gelu_erf(x)
+    return [ap.round(settle_nans(out))]
 
 
 @rule(graph_ir.Relu)

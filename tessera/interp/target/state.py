@@ -205,8 +205,10 @@ class TargetCompiler(Slots):
         self._wide: set[Value] | None = None
 
     def wide_slots(self, values: list[Value]) -> list[int]:
-        """The slots of ``values`` that hold wide ``f32`` values (``interp.target.wide``)."""
-        if not values:
+        """The slots of ``values`` that hold wide ``f32`` values (``interp.target.wide``);
+        none under the ``"hopper"`` tensor-core model, whose accumulators are plain f32
+        registers as on the hardware (an ``add.f32`` of one rounds)."""
+        if not values or self.m.tensor_cores == "hopper":
             return []
         if self._wide is None:
             self._wide = wide_registers(self.m.fn)

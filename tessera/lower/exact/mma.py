@@ -11,10 +11,11 @@ nearest even, to the accumulator format when any other op uses it
   slots they reach) form chains; each chain gets one buffer in shared memory, one
   accumulator of :data:`MMA_DIGITS` u64 words and a flag word per output element,
   zeroed at kernel entry. A chain must start from zeros (``tile.full`` 0), as the
-  generated K loops do. The output tile is held in the blocked layout
-  (:mod:`tessera.lower.layout`): the thread that holds element ``k`` owns its
-  accumulator, so deposits need no atomics and no barrier, and the registers the
-  chain's values carry through loops are placeholders.
+  generated K loops do; an ``mma`` from zeros inside a loop body (the scores of each
+  key block of attention) clears its accumulators first, each thread its own. The
+  output tile is held in the blocked layout (:mod:`tessera.lower.layout`): the thread
+  that holds element ``k`` owns its accumulator, so deposits need no atomics and no
+  barrier, and the registers the chain's values carry through loops are placeholders.
 * **Products.** No tensor cores (their accumulation truncates): each thread loops
   over K, reads ``a[i, k]`` and ``b[k, j]`` of its elements from the operand views
   (shared or global; an operand computed in the kernel, a register tile such as the
@@ -157,6 +158,18 @@ def plan_exact(low: Lowerer) -> bool:
     low.extra["exact_chains"] = (members, bufs, exact)
     low.extra.setdefault("maxnreg", EXACT_MAXNREG)
     return True
+
+
+def _in_loop(low: Lowerer, instr: Instr) -> bool:
+    """Whether ``instr`` lies in the body of a ``tile.for`` or ``tile.while``."""
+    key = "exact_in_loops"
+    if key not in low.extra:
+        inside: set[int] = set()
+        for loop in walk(low.fn.body):
+            if isinstance(loop.op, (tile_ir.For, tile_ir.While)):
+                inside |= {id(i) for region in loop.regions for i in walk(region.block)}
+        low.extra[key] = inside
+    return id(instr) in low.extra[key]
 
 
 def _element_addr(e: TargetEmitter, base: Value, layout: Blocked, r: int) -> Value:
@@ -313,6 +326,20 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
         where.append((e.bin("div", flat, e.const(n_cols, "s32"), "s32"),
                       e.bin("rem", flat, e.const(n_cols, "s32"), "s32"),
                       _element_addr(e, base, layout, r), inside))
+
+    fresh = len(instr.operands) < 3 or instr.operands[2] not in low.extra["exact_chains"][2]
+    if fresh and _in_loop(low, instr):
+        # a chain that starts from zeros again on every trip of a loop (the scores of
+        # each key block): each thread clears the accumulators of its own elements
+        zero = e.const(0, "u64")
+        for _, _, acc, inside in where:
+            def clear(inner: TargetEmitter, acc: Value = acc) -> None:
+                for w in range(MMA_DIGITS + 1):
+                    inner.st("shared", acc, zero, "u64", offset=8 * w)
+            if inside is None:
+                clear(e)
+            else:
+                e.if_(inside, clear)
 
     def body(le: TargetEmitter, kk: Value) -> None:
         # one K loop for all of the thread's elements: a chunk's elements share a row

@@ -138,6 +138,30 @@ def softmax_terms(src: Value) -> bool:
         top.op.axis % x.type.rank == x.type.rank - 1  # type: ignore[attr-defined]
 
 
+def expansion_terms(src: Value) -> bool:
+    """Whether ``src`` is a key block's softmax terms beside the carried row sum: the
+    ``reshape(where(slab == 0, broadcast(terms), broadcast(carried)))`` of
+    :func:`tessera.ir.transforms.to_tile.keyblocks._expansion`, whose every value is a
+    whole number of quanta 2^-203 below 2^30 in magnitude (the terms, and sums of them
+    rounded to binary64, and what those leave: :mod:`tessera.lower.exact.sum64`)."""
+    reshape = src.owner
+    if reshape is None or not isinstance(reshape.op, tile_compute.Reshape):
+        return False
+    where = reshape.operands[0].owner
+    if where is None or not isinstance(where.op, tile_compute.Where):
+        return False
+    # exp(x - broadcast(m)), m the row maximum carried over the key blocks' first pass,
+    # broadcast over the slab axis (or computed at its shape: lower.hoist)
+    exp = where.operands[1].owner
+    if exp is not None and isinstance(exp.op, tile_compute.Broadcast):
+        exp = exp.operands[0].owner
+    sub = exp.operands[0].owner if exp is not None and isinstance(exp.op, tile_compute.Exp) \
+        else None
+    return sub is not None and isinstance(sub.op, tile_compute.Sub) and \
+        sub.operands[1].owner is not None and \
+        isinstance(sub.operands[1].owner.op, tile_compute.Broadcast)
+
+
 @exact_rule(tile_compute.Reduce)
 def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     op = instr.op
@@ -155,7 +179,7 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
             and x.layout.parent.vec == 1:  # rows of one element: a register per row
         x = Dist(x.layout.parent, x.regs, x.type)
     wide = isinstance(x, Dist) and x.type == "f64" and op.kind == "sum" and \
-        name == "float64" and softmax_terms(src)
+        name == "float64" and (softmax_terms(src) or expansion_terms(src))
     if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or (not wide and (
             x.type != "f32" or storage_name(st.element) not in FORMATS or
             name not in FORMATS)):

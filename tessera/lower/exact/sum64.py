@@ -15,9 +15,16 @@ once to nearest even in binary64 (``round_words(..., nearest=True)``): for a row
 maximum is finite it is at least 1 (the term ``e^0`` is exactly 1), inside the normal
 range.
 
-The accumulator is only correct for terms in that range, so the lowering takes it only
-for the exact sum of an f64 ``tile.exp`` whose operand is ``x - row_max(x)`` (the shape
-the softmax kernel generator emits): any other exact f64 sum is refused.
+Attention over key blocks (:mod:`tessera.ir.transforms.to_tile.keyblocks`) sums each
+block's terms beside the row sum carried so far, three f64 values: binary64 roundings
+of sums of terms and what they leave, each again a whole number of quanta, of either
+sign, below 2**30 in magnitude, and possibly below 2**-151 — such a value's significand
+has zeros in its low bits and is shifted right into position 0, exactly.
+
+The accumulator is only correct for such values, so the lowering takes it only for the
+exact sum of an f64 ``tile.exp`` whose operand is ``x - row_max(x)`` (the shape the
+softmax kernel generator emits) and for the key blocks' sums
+(:func:`tessera.lower.exact.reduce.expansion_terms`): any other exact f64 sum is refused.
 """
 
 from __future__ import annotations
@@ -36,9 +43,9 @@ _LEAST_EXPONENT = 1023 - 151
 
 
 def deposit_f64(e: TargetEmitter, row: Value, acc: SharedAcc, x: Value) -> None:
-    """Add the f64 register ``x`` (0, non-finite, or of magnitude at least 2**-151)
-    exactly to the accumulator at address ``row``; a non-finite ``x`` deposits nothing
-    and ORs its flag bit."""
+    """Add the f64 register ``x`` (0, non-finite, or a whole number of quanta 2**-203
+    below 2**30 in magnitude) exactly to the accumulator at address ``row``; a
+    non-finite ``x`` deposits nothing and ORs its flag bit."""
     u32, u64 = "u32", "u64"
     b = e.pack([x], u64)
     ex = e.cvt(e.bin("and", e.bin("shr", b, e.const(52, u32), u64), e.const(0x7FF, u64), u64),
@@ -47,12 +54,16 @@ def deposit_f64(e: TargetEmitter, row: Value, acc: SharedAcc, x: Value) -> None:
     normal = e.setp("ne", ex, e.const(0, u32), u32)
     finite = e.setp("ne", ex, e.const(0x7FF, u32), u32)
     man = e.selp(e.bin("or", frac, e.const(1 << 52, u64), u64), frac, normal, u64)
-    # a zero (or, outside the contract, anything below 2**-151) deposits nothing
+    # below 2**-151 a whole number of quanta has zeros in its low bits: shifted right
+    # exactly, into position 0 (a zero deposits nothing)
     inside = e.setp("ge", ex, e.const(_LEAST_EXPONENT, u32), u32)
-    ok = e.bin("and", finite, inside, "pred")
-    man = e.selp(man, e.const(0, u64), ok, u64)
+    short = e.selp(e.const(0, u32), e.bin("sub", e.const(_LEAST_EXPONENT, u32), ex, u32),
+                   inside, u32)
+    man = e.bin("shr", man, e.bin("min", short, e.const(63, u32), u32), u64)
+    man = e.selp(man, e.const(0, u64), finite, u64)
     # the quantum position; 0 for what deposits nothing, so no address leaves the row
-    p = e.selp(e.bin("sub", ex, e.const(_LEAST_EXPONENT, u32), u32), e.const(0, u32), ok, u32)
+    p = e.selp(e.bin("sub", ex, e.const(_LEAST_EXPONENT, u32), u32), e.const(0, u32),
+               e.bin("and", finite, inside, "pred"), u32)
     s = e.bin("and", p, e.const(31, u32), u32)
     mask = e.const(0xFFFFFFFF, u64)
     low = e.bin("shl", e.bin("and", man, mask, u64), s, u64)

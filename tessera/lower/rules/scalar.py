@@ -152,6 +152,12 @@ def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if rt == "f64" and cls in FLOAT_OPS and low.mode != "fast":  # IEEE binary64, .rn
         return elementwise(low, instr, args,
                            lambda e, r: e.bin(FLOAT_OPS[cls], r[0], r[1], "f64"), "f64")
+    if rt == "f64" and cls in (tile_compute.Maximum, tile_compute.Minimum) \
+            and low.mode != "fast":  # a selection: NaN propagates, as np.maximum does
+        from tessera.lower.mathlib64 import emit_max_nan_f64, emit_min_nan_f64
+
+        pick = emit_max_nan_f64 if cls is tile_compute.Maximum else emit_min_nan_f64
+        return elementwise(low, instr, args, lambda e, r: pick(e, r[0], r[1]), "f64")
     if rt != "f32" or cls in (tile_compute.FloorDiv, tile_compute.Mod, tile_compute.Pow):
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered to PTX",
                                loc=instr.loc)
@@ -193,6 +199,9 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if rt == "s32" and cls in (tile_compute.Neg, tile_compute.Abs):
         name = "neg" if cls is tile_compute.Neg else "abs"
         return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "s32"), "s32")
+    if rt == "f64" and cls in (tile_compute.Neg, tile_compute.Abs):  # sign bit only
+        name = "neg" if cls is tile_compute.Neg else "abs"
+        return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "f64"), "f64")
     if rt == "f64" and cls is tile_compute.Exp and low.mode != "fast":
         from tessera.lower.mathlib64 import emit_exp_f64_specified
 

@@ -7,7 +7,10 @@ elements that other threads hold. An operand computed in the kernel (the softmax
 blocked layout; it is staged: every thread stores its elements at their (row, col) of
 a fresh f32 shared buffer, and a CTA barrier makes them visible before the buffer is
 read as a :class:`~tessera.lower.values.Mem`. A ``tile.transpose`` of a register tile
-stages it the same way and returns the transposed view of the buffer.
+stages it the same way and returns the transposed view of the buffer, and a
+``tile.broadcast`` that inserts an axis (the f64 terms of attention's key-block passes,
+:mod:`tessera.ir.transforms.to_tile.keyblocks`) returns a view of the buffer whose new
+axes have stride 0.
 
 Each staging emits a barrier *before* its stores too: inside a loop, the buffer is
 overwritten on every trip while threads may still be reading the previous trip's
@@ -17,43 +20,80 @@ elements (a write-after-read hazard across threads).
 from __future__ import annotations
 
 from dataclasses import replace
+from math import prod
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr
 from tessera.lower.broadcast import reshape_view
-from tessera.lower.core import Lowerer
-from tessera.lower.layout import Blocked
-from tessera.lower.rules.tensor import store_blocked
+from tessera.lower.core import THREADS, Lowerer
+from tessera.lower.layout import Blocked, BRow
+from tessera.lower.rules.tensor import chunk_index, store_blocked
 from tessera.lower.values import Dist, Mem
-from tessera.numerics import f32
+from tessera.numerics import f32, f64
 
 #: the alignment of a staging buffer (a 16-byte vector of f32)
 STAGE_ALIGN = 16
 
 
 def stage(low: Lowerer, value: Dist, instr: Instr) -> Mem:
-    """``value`` (a 2-D blocked f32 register tile, an operand of ``instr``) stored into
-    a fresh shared buffer, behind a barrier: the buffer as a row-major view."""
+    """``value`` (a 2-D blocked f32 or f64 register tile, an operand of ``instr``)
+    stored into a fresh shared buffer, behind a barrier: the buffer as a row-major
+    view."""
     layout = value.layout
-    if not isinstance(layout, Blocked) or len(layout.shape) < 2 or value.type != "f32" \
-            or any(d != 1 for d in layout.shape[:-2]):
+    if not isinstance(layout, Blocked) or len(layout.shape) < 2 or \
+            value.type not in ("f32", "f64") or any(d != 1 for d in layout.shape[:-2]):
         raise UnsupportedError(
             f"{instr.op.name} reads a register tile that cannot be staged through shared "
-            f"memory (a {value.type} tile in layout {layout}); blocked f32 tiles of one "
-            "matrix (2-D, or leading axes of 1) are", loc=instr.loc)
+            f"memory (a {value.type} tile in layout {layout}); blocked f32 and f64 tiles "
+            "of one matrix (2-D, or leading axes of 1) are", loc=instr.loc)
     rows, cols = layout.shape[-2:]
-    size = 4 * rows * cols
+    size = (8 if value.type == "f64" else 4) * rows * cols
     # allocated in the entry block: one buffer, however often the staging runs
     base = low.shared_buffer("stage", size, STAGE_ALIGN, entry=True)
     low.extra["staged_bytes"] = low.extra.get("staged_bytes", 0) + size
     sym = base.owner.op.sym  # type: ignore[union-attr]
-    mem = Mem("shared", base, None, (rows, cols), (cols, 1), f32, buffer=sym,
-              align=STAGE_ALIGN)
+    mem = Mem("shared", base, None, (rows, cols), (cols, 1),
+              f64 if value.type == "f64" else f32, buffer=sym, align=STAGE_ALIGN)
     e = low.em
     e.bar()  # another trip's readers of the buffer are done
-    store_blocked(low, mem, value)
+    # stored through a row-major view of the tile's own shape (the flat index of each
+    # element splits over all of its axes)
+    full = tuple(prod(layout.shape[k + 1:]) for k in range(len(layout.shape)))
+    store_blocked(low, replace(mem, shape=tuple(layout.shape), strides=full), value)
     e.bar()  # every element is stored before any thread reads one
     return reshape_view(mem, layout.shape) or mem  # leading unit axes: stride 0
+
+
+def stage_rows(low: Lowerer, value: Dist, shape: tuple[int, ...]) -> Mem:
+    """Row statistics held as :class:`~tessera.lower.layout.BRow` (one register per
+    chunk of the parent tile, the statistic of that chunk's row), as a row-major shared
+    buffer of ``shape`` (the parent's leading axes): the thread holding the first chunk
+    of each row stores it, between barriers. Its readers may hold the rows differently
+    (another parent: the slab of a key block's carried sum)."""
+    layout = value.layout
+    assert isinstance(layout, BRow)
+    parent, e = layout.parent, low.em
+    size = 8 if value.type == "f64" else 4
+    rows, cols = prod(shape), parent.shape[-1]
+    base = low.shared_buffer("rows", size * rows, STAGE_ALIGN, entry=True)
+    low.extra["staged_bytes"] = low.extra.get("staged_bytes", 0) + size * rows
+    e.bar()  # another trip's readers of the buffer are done
+    for j, reg in enumerate(value.regs):
+        k0 = chunk_index(e, parent, j)
+        first = e.setp("eq", e.bin("rem", k0, e.const(cols, "s32"), "s32"),
+                       e.const(0, "s32"), "s32")
+        if (j + 1) * THREADS > parent.chunks:  # a chunk past the end stores nothing
+            first = e.bin("and", first, e.setp("lt", k0, e.const(parent.chunks * parent.vec,
+                                                                 "s32"), "s32"), "pred")
+        row = e.bin("div", k0, e.const(cols, "s32"), "s32")
+        addr = e.add(base, e.cvt(e.mul(row, e.const(size, "s32"), "s32"), "u32", "s32"),
+                     "u32")
+        e.if_(first, lambda inner, addr=addr, reg=reg: inner.st("shared", addr, reg,
+                                                                value.type))
+    e.bar()  # every row is stored before any thread reads one
+    strides = tuple(prod(shape[k + 1:]) for k in range(len(shape)))
+    return Mem("shared", base, None, tuple(shape), strides, f64 if size == 8 else f32,
+               align=STAGE_ALIGN)
 
 
 def transposed(mem: Mem) -> Mem:
@@ -64,4 +104,4 @@ def transposed(mem: Mem) -> Mem:
                    transposed=not mem.transposed, meta=dict(mem.meta))
 
 
-__all__ = ["stage", "transposed"]
+__all__ = ["stage", "stage_rows", "transposed"]

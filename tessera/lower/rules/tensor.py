@@ -249,14 +249,26 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
         regs = [x.regs[2 * (r // half) + (((r % half) >> 1) & 1)]
                 for r in range(register_count(out))]
         return [Dist(out, regs, x.type)]
-    if isinstance(out, Blocked) and isinstance(x.layout, BRow):
+    if isinstance(out, Blocked) and isinstance(x.layout, BRow) and x.layout.parent == out:
         return [Dist(out, [x.regs[r // out.vec] for r in range(register_count(out))], x.type)]
+    if isinstance(out, Blocked) and isinstance(x.layout, BRow):  # rows held differently
+        from tessera.lower.rules.stage import stage_rows
+
+        shape = tuple(instr.operands[0].type.shape)  # type: ignore[attr-defined]
+        return [broadcast_view(stage_rows(low, x, shape), instr.op.shape,  # type: ignore[attr-defined]
+                               instr.op.dims)]  # type: ignore[attr-defined]
     src = instr.operands[0].owner
     if isinstance(src, Instr) and isinstance(src.op, tile_memory.MaskedLoad) and \
             isinstance(out, (Blocked, Acc)):  # a masked row (a bias at a ragged edge)
         from tessera.lower.rules.masked import load_masked_broadcast
 
         return [load_masked_broadcast(low, src, out, tuple(instr.op.dims))]  # type: ignore[attr-defined]
+    if isinstance(out, Blocked) and isinstance(x, Dist) and isinstance(x.layout, Blocked) \
+            and len(out.shape) > len(x.layout.shape):  # an axis inserted: elements move
+        from tessera.lower.rules.stage import stage
+
+        return [broadcast_view(stage(low, x, instr), instr.op.shape,  # type: ignore[attr-defined]
+                               instr.op.dims)]  # type: ignore[attr-defined]
     raise UnsupportedError(f"broadcast from {x.layout} to {out} is not lowered", loc=instr.loc)
 
 

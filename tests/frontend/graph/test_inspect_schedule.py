@@ -59,18 +59,21 @@ def test_inspect_schedule_after_a_call_and_from_annotations() -> None:
 def test_target_stage_lowers_what_the_tile_stage_generates() -> None:
     from tessera.ir.transforms.to_tile import TileGenerationError
 
-    with pytest.raises(TileGenerationError, match=r"graph\.\w+ cannot be"):
-        ts.inspect_ir(mlp, "target", *_args())  # an op of the f32 MLP has no form yet
+    text = ts.inspect_ir(mlp, "target", *_args())  # the GELU MLP, both kernels
+    assert "ptx.kernel @mlp_k0" in text and "ptx.kernel @mlp_k1" in text
     x = _args()[0]
+    with pytest.raises(TileGenerationError, match=r"graph\.gelu cannot be"):
+        ts.inspect_ir(lambda x: op.gelu(x, approximate=False), "target", x)  # an f64 erf
     text = ts.inspect_ir(lambda x: op.relu(x) * 2.0, "target", x, target="sm_80")
     assert "ptx.kernel @" in text and 'target = "sm_80"' in text and "launch @" in text
 
 
 def test_tile_stage_of_a_graph_function() -> None:
-    """The MLP's two kernels: exact mma K loops, GELU on f64 tiles."""
+    """The MLP's two kernels: exact mma K loops, GELU on f64 tiles (the specified
+    quotient with an f64 exp, no tanh)."""
     text = ts.inspect_ir(mlp, "tile", *_args())
     assert text.count("tile.kernel @") == 2 and "exact = true" in text
-    assert "tile.tanh" in text and "launch @mlp_k1" in text
+    assert "tile.exp" in text and "tile.tanh" not in text and "launch @mlp_k1" in text
 
 
 PROGRAM = '''

@@ -3,10 +3,18 @@ kernel's second exact mma reads the softmax's register tile ``P`` staged through
 memory (:mod:`tessera.lower.rules.stage`) and gives the graph interpreter's bits on
 sm_80 and sm_90a; its PTX assembles with no advisory and no spills.
 
-Sequences of up to 16 keys: one key tile, so the kernel is one pass (longer ones are
-scheduled as passes over key tiles, which are not lowered yet)."""
+Up to 512 keys the Target program keeps a query tile's whole key rows in one tile
+(``to_tile.exact_tiles``: fewer query rows for longer rows), so the kernel is one
+pass over the keys. Longer rows, and scores given a ``tile_shape`` narrower than their
+rows, are passes over key blocks (``to_tile.keyblocks``: the row maximum, the exact row
+sum carried as three f64 values, then ``P @ V``), which lower too: an f64 ``maximum``,
+register broadcasts that insert an axis (staged through shared memory), the carried
+row statistics read in another tile's row layout, the exact sum of the terms beside the
+carried values, and score accumulators cleared on every key block."""
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
@@ -15,6 +23,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
+from tessera.frontend.graph.lowered_target import TargetGenerationError
+from tessera.ir import print_module
 
 TARGETS = ["sm_80", "sm_90a"]
 
@@ -118,3 +128,112 @@ def test_batched_matmuls_on_target() -> None:
         x = rng.standard_normal((b, m, k)).astype(np.float32)
         y = rng.standard_normal((b, k, n)).astype(np.float32)
         _same_on_target(lambda p, q: op.matmul(p, q), [x, y])
+
+
+def _scores(rng: np.random.Generator, *shapes: tuple[int, ...]) -> list[np.ndarray]:
+    return [(rng.standard_normal(s) * 2.0).astype(np.float32) for s in shapes]
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 4), st.integers(17, 200), st.integers(1, 12),
+       st.sampled_from(["f32", "bf16"]), st.sampled_from(TARGETS),
+       st.randoms(use_true_random=False))
+def test_attention_over_long_key_rows_on_target(b: int, sq: int, sk: int, d: int, fmt: str,
+                                                target: str, r) -> None:  # type: ignore[no-untyped-def]
+    """More than 16 keys (few queries, to keep the interpreter fast): whole key rows in
+    one tile, one pass."""
+    rng = np.random.default_rng(r.randrange(2**32))
+    q = _inputs(rng, (b, sq, d), fmt)[0]
+    k, v = _inputs(rng, (b, sk, d), fmt)[:2]
+    _same_on_target(attention, [q, k, v], [target])
+
+
+def test_attention_at_64_and_256_keys_on_target() -> None:
+    """S = 64 square (3-D, 4-D and with an additive causal mask: eight programs of eight
+    query rows) and 256 keys (tiles of two query rows)."""
+    rng = np.random.default_rng(9)
+    _same_on_target(attention, _scores(rng, (1, 64, 8), (1, 64, 8), (1, 64, 8)), ["sm_90a"])
+    _same_on_target(attention_4d, _scores(rng, (1, 2, 4, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
+                    ["sm_80"])
+    bias = np.where(np.tril(np.ones((64, 64), bool)), 0.0, -1e9).astype(np.float32)
+    _same_on_target(causal_additive, [*_scores(rng, (1, 64, 4), (1, 64, 4), (1, 64, 4)),
+                                      bias], ["sm_80"])
+    q, k, v = _scores(rng, (1, 2, 8), (1, 256, 8), (1, 256, 8))
+    k[0, 7, :], q[0, 1, :] = 0.0, 0.0  # a row of equal scores, a key of score 0
+    _same_on_target(attention, [q, k, v], ["sm_90a"])
+
+
+def test_long_key_rows_ptx_assembles_without_advisories_or_spills() -> None:
+    rng = np.random.default_rng(10)
+    args = _scores(rng, (1, 64, 16), (1, 256, 16), (1, 256, 16))
+    (kernel,) = ts.jit(attention).lower(*args).target("sm_90a").kernels
+    assembled = kernel.assemble()
+    stats = assembled.stats[kernel.name]
+    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+    assert "warning" not in assembled.log.lower()
+
+
+def blocked(q, k, v):  # type: ignore[no-untyped-def]
+    """Attention whose scores are cut into key blocks of 16 by their tile."""
+    s = op.matmul(q, op.transpose(k, (0, 2, 1)), tile_shape=(8, 16)) * 0.125
+    return op.matmul(op.softmax(s, axis=-1), v)
+
+
+def blocked_4d(q, k, v):  # type: ignore[no-untyped-def]
+    s = op.matmul(q, op.transpose(k, (0, 1, 3, 2)), tile_shape=(8, 16)) * 0.125
+    return op.matmul(op.softmax(s, axis=-1), v)
+
+
+def blocked_causal(q, k, v, bias):  # type: ignore[no-untyped-def]
+    s = op.matmul(q, op.transpose(k, (0, 2, 1)), tile_shape=(8, 16)) * 0.125 + bias
+    return op.matmul(op.softmax(s), v)
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(1, 8), st.integers(17, 72), st.integers(1, 8),
+       st.sampled_from(["f32", "bf16"]), st.sampled_from(TARGETS),
+       st.randoms(use_true_random=False))
+def test_attention_over_key_blocks_on_target(sq: int, sk: int, d: int, fmt: str,
+                                             target: str, r) -> None:  # type: ignore[no-untyped-def]
+    """Three passes over key blocks of 16 (a ragged last block masked to -inf)."""
+    rng = np.random.default_rng(r.randrange(2**32))
+    q = _inputs(rng, (1, sq, d), fmt)[0]
+    k, v = _inputs(rng, (1, sk, d), fmt)[:2]
+    _same_on_target(blocked, [q, k, v], [target])
+
+
+def test_4d_and_causal_attention_over_key_blocks_on_target() -> None:
+    rng = np.random.default_rng(12)
+    _same_on_target(blocked_4d, _scores(rng, (1, 2, 8, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
+                    ["sm_90a"])
+    bias = np.where(np.tril(np.ones((40, 40), bool)), 0.0, -1e9).astype(np.float32)
+    q, k, v = _scores(rng, (1, 40, 4), (1, 40, 4), (1, 40, 4))
+    q[0, 3, 1] = np.inf  # a row of NaN and infinite scores
+    _same_on_target(blocked_causal, [q, k, v, bias], ["sm_80"])
+
+
+def test_more_than_512_keys_pass_over_key_blocks() -> None:
+    """Rows longer than an exact tile holds: key blocks of 16 under 8 query rows; the
+    PTX assembles with no spills (run on the interpreter above, on shorter rows)."""
+    rng = np.random.default_rng(11)
+    args = _scores(rng, (1, 2, 4), (1, 600, 4), (1, 600, 4))
+    program = ts.jit(attention).lower(*args).target("sm_90a")
+    assert print_module(program.tile.module).count("tile.for") == 3  # the three passes
+    (kernel,) = program.kernels
+    stats = kernel.assemble().stats[kernel.name]
+    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+
+
+def test_what_key_blocks_still_refuse_names_the_graph_line() -> None:
+    """Score tiles whose accumulators (three passes and P @ V's) exceed shared memory."""
+    rng = np.random.default_rng(13)
+
+    def wide(q, k, v):  # type: ignore[no-untyped-def]
+        s = op.matmul(q, op.transpose(k, (0, 2, 1)), tile_shape=(32, 16))
+        return op.matmul(op.softmax(s, axis=-1), v)
+
+    args = _scores(rng, (1, 32, 4), (1, 64, 4), (1, 64, 4))
+    with pytest.raises(TargetGenerationError, match="shared memory") as err:
+        ts.jit(wide).lower(*args).run(*args, backend="target", target="sm_80")
+    _, start = inspect.getsourcelines(wide)
+    assert err.value.loc.line == start + 2  # P @ V, whose mma finds no room

@@ -200,3 +200,47 @@ def test_deposits_from_every_thread_hold_the_exact_sum() -> None:
             (PINF_BIT if (vals == np.inf).any() else 0) | \
             (NINF_BIT if (vals == -np.inf).any() else 0)
         assert flags == want, r
+
+
+def test_f64_deposits_of_whole_quanta_hold_the_exact_sum() -> None:
+    """The accumulator of softmax terms and of the carried sums of attention's key
+    blocks (tessera.lower.exact.sum64): f64 values that are whole numbers of quanta
+    2**-203 below 2**30 in magnitude, of both signs and also below 2**-151 (shifted
+    right, exactly), deposited by every thread, hold the exact sum."""
+    from tessera.lower.exact.sum64 import SUM64_DIGITS, SUM64_QUANTUM, deposit_f64
+
+    rng = np.random.default_rng(4)
+    exponents = rng.integers(-203, 30, (THREADS, 3))
+    mant = rng.integers(1, 2**53, (THREADS, 3)).astype(np.float64)
+    x = np.ldexp(mant / 2.0**52, exponents)  # significand of 53 bits, ulp >= 2**-203?
+    x = np.where(np.ldexp(1.0, exponents - 52) < 2.0**-203,
+                 np.round(np.ldexp(x, 203)) * 2.0**-203, x)  # whole quanta
+    x *= np.where(rng.random((THREADS, 3)) < 0.5, -1.0, 1.0)
+    x[0] = [2.0**-203, -(2.0**-203), 3 * 2.0**-180]
+    x[1] = [np.nan, 0.0, -0.0]
+    rows, digits = 4, SUM64_DIGITS
+
+    def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
+        base = e.one(SharedAlloc("acc", rows * 8 * (digits + 1), 8))
+        acc = SharedAcc(base, rows, digits)
+        zero_shared(e, base, rows * (digits + 1))
+        e.bar()
+        row = acc.row(e, e.cvt(e.bin("rem", i, e.const(rows, "u32"), "u32"), "s32", "u32"))
+        for c in range(3):
+            deposit_f64(e, row, acc, e.ld("global", _at(e, p[0], i, 24), "f64",
+                                          offset=8 * c))
+        e.bar()
+        ok = e.setp("lt", i, e.const(rows * (digits + 1), "u32"), "u32")
+        e.if_(ok, lambda inner: inner.st(
+            "global", _at(inner, p[1], i, 8),
+            inner.ld("shared", inner.add(base, inner.mul(i, inner.const(8, "u32"), "u32"),
+                                         "u32"), "u64"), "u64"))
+    out = np.zeros(rows * (digits + 1), np.uint64)
+    target.run_target(_kernel("deposit64", 2, body), [x, out])
+    words = out.view(np.int64).reshape(rows, digits + 1)
+    for r in range(rows):
+        vals = x[r::rows].ravel()
+        exact = sum(Fraction(float(v)) * (1 << SUM64_QUANTUM) for v in vals[~np.isnan(vals)])
+        assert exact.denominator == 1
+        assert sum(int(w) << (32 * k) for k, w in enumerate(words[r, :digits])) == exact
+        assert (int(words[r, digits]) & NAN_BIT) == (NAN_BIT if np.isnan(vals).any() else 0)

@@ -90,6 +90,19 @@ def _ready_driver() -> Any:
     return _driver_module()
 
 
+def ensure_context(driver: Any, device: int = 0) -> None:
+    """Make ``device``'s primary context current when no context is: some driver calls
+    (``cuTensorMapEncodeTiled``) fail with ``CUDA_ERROR_INVALID_CONTEXT`` outside one,
+    even before any module is loaded. The primary context is retained for the process,
+    as the runtime API does."""
+    current = _call(driver, "cuCtxGetCurrent", driver.cuCtxGetCurrent())
+    if current is not None and int(current) != 0:
+        return
+    dev = _call(driver, "cuDeviceGet", driver.cuDeviceGet(device))
+    context = _call(driver, "cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(dev))
+    _call(driver, "cuCtxSetCurrent", driver.cuCtxSetCurrent(context))
+
+
 def device_compute_capability(device: int = 0) -> tuple[int, int]:
     """The compute capability ``(major, minor)`` of CUDA device ``device``."""
     driver = _ready_driver()

@@ -39,14 +39,23 @@ def encode(tmap: Any) -> bytes:
     tmap.validate()
     driver = launch._ready_driver()  # looked up at call time (tests replace it)
     u32, u64 = driver.cuuint32_t, driver.cuuint64_t  # the bindings take no plain ints in lists
-    encoded = launch._call(driver, "cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled(
-        getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{tmap.dtype.name}"),
-        tmap.rank, tmap.global_address, [u64(d) for d in tmap.global_dims],
-        [u64(s) for s in tmap.global_strides], [u32(b) for b in tmap.box_dims],
-        [u32(e) for e in tmap.strides], driver.CUtensorMapInterleave(int(tmap.interleave)),
-        driver.CUtensorMapSwizzle(to_tma_swizzle(tmap.swizzle)),
-        driver.CUtensorMapL2promotion(int(tmap.l2_promotion)),
-        driver.CUtensorMapFloatOOBfill(int(tmap.oob_fill))))
+
+    def call() -> Any:
+        return driver.cuTensorMapEncodeTiled(
+            getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{tmap.dtype.name}"),
+            tmap.rank, tmap.global_address, [u64(d) for d in tmap.global_dims],
+            [u64(s) for s in tmap.global_strides], [u32(b) for b in tmap.box_dims],
+            [u32(e) for e in tmap.strides], driver.CUtensorMapInterleave(int(tmap.interleave)),
+            driver.CUtensorMapSwizzle(to_tma_swizzle(tmap.swizzle)),
+            driver.CUtensorMapL2promotion(int(tmap.l2_promotion)),
+            driver.CUtensorMapFloatOOBfill(int(tmap.oob_fill)))
+
+    result = call()
+    if result[0] == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+        # the driver encodes only inside a context: outside a launch, take the primary one
+        launch.ensure_context(driver)
+        result = call()
+    encoded = launch._call(driver, "cuTensorMapEncodeTiled", result)
     return ctypes.string_at(int(encoded.getPtr()), 128)
 
 

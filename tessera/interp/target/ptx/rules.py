@@ -350,7 +350,7 @@ def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
             else:
                 d = np.einsum("wmk,wkn->wmn", av, bv) + cv  # exact products, float64 sums
             result[lanes.ravel()] = d.reshape(-1, 8)
-        fr.regs[out] = result
+        fr.regs[out] = result.astype(np.float32) if fr.m.tensor_cores == "hopper" else result
     return step
 
 

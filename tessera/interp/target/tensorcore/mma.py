@@ -129,7 +129,7 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
             bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
             cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
             maps[2].scatter(tensor_core.step(m, av, bv, cv), result, warps)
-        fr.regs[out] = result
+        fr.regs[out] = tensor_core.result(m, result)
     return step
 
 
@@ -354,8 +354,9 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             d = tensor_core.step(m, av, bv, cv, fa, fb)
             layout.scatter(d, result, groups)
+            result = tensor_core.result(m, result)
             _remember(m, result, groups, d)
-        fr.regs[out] = result
+        fr.regs[out] = tensor_core.result(m, result)
     return step
 
 

@@ -3,9 +3,9 @@
 ``"exact"`` (the default) is the golden convention, the meaning of a kernel, computed
 by :mod:`tessera.interp.target.tensorcore.exact_mma`; ``"hopper"`` is what an
 H100/H200 returns, :mod:`tessera.arch.mma_hopper` (``run_target(...,
-tensor_cores="hopper")``, ``tessera check-ptx --tensor-cores hopper``). Both give
-float64 D; the hardware model's values are already f32, so the register write that
-rounds D to f32 leaves them as they are.
+tensor_cores="hopper")``, ``tessera check-ptx --tensor-cores hopper``). Both compute
+float64 D; the hardware model's values are already f32 and are stored as plain f32
+registers (:func:`result`), so nothing after them is wide.
 """
 
 from __future__ import annotations
@@ -31,4 +31,11 @@ def step(m: Machine, a: Operand | np.ndarray, b: Operand | np.ndarray, c: np.nda
     return mma(a, b, c, fa, fb)
 
 
-__all__ = ["step"]
+def result(m: Machine, values: np.ndarray) -> np.ndarray:
+    """A tensor-core step's D registers as the model holds them: wide (float64) under
+    ``"exact"``, where later additions keep the exact sum as the tile simulator does;
+    plain f32 under ``"hopper"``, where the hardware's ``add.f32`` rounds."""
+    return values.astype(np.float32) if m.tensor_cores == "hopper" else values
+
+
+__all__ = ["result", "step"]

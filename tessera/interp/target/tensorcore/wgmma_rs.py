@@ -50,7 +50,7 @@ def _wgmma_rs(c: TargetCompiler, instr: Instr) -> Step:
             cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             d = tensor_core.step(m, av, bv, cv, fa, fb)
             result[threads.ravel()] = to_fragments(d, layout).reshape(-1, n // 2)
-        fr.regs[out] = result
+        fr.regs[out] = tensor_core.result(m, result)
     return step
 
 

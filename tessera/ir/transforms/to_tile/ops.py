@@ -10,7 +10,9 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
   significand bits, Figueroa 1995), so both are correctly rounded;
 * ``log``, ``pow``, ``tanh`` and ``erf`` of floats compute in float64 (the same NumPy
   and C library functions) and round once in both; ``gelu`` is the graph's float64
-  formula performed op for op on f64 tiles, then rounded once;
+  algorithm performed op for op on f64 tiles, then rounded once (the tanh form is the
+  specified ``numerics.transcendental.gelu64``, whose f64 ``exp`` is the specified
+  binary64 exp in both, so it reaches PTX);
 * ``exp`` of f32 is correctly rounded in both (``numerics.transcendental.exp``); bf16
   and f16 round that f32 value again in both (the graph defines their ``exp`` so), which
   was checked on every bf16 and f16 input (tests/ir/transforms/to_tile/);
@@ -42,6 +44,7 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.types import TensorType
 from tessera.numerics import Policy, convert, dtype, storage_of
+from tessera.numerics.transcendental import gelu64
 
 if TYPE_CHECKING:
     from tessera.ir.transforms.to_tile.kernel import Emitter
@@ -200,14 +203,13 @@ def _math(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     return settle(em, instr, out)
 
 
-#: the tanh form's constant, as the graph interpreter spells it
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
 @rule(graph_ops.Gelu)
 def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
-    """The graph's float64 formula, op for op on f64 tiles, then one rounding:
-    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` or ``0.5 x (1 + erf(x / sqrt 2))``."""
+    """The tanh form as the specified binary64 algorithm of
+    :mod:`tessera.numerics.transcendental.gelu64`, step for step on f64 tiles
+    (``x / (1 + exp(K (x + A x x x)))``, nudged where ``|x| < 2^-54``), then one
+    rounding; the erf form as the graph's
+    float64 formula ``0.5 x (1 + erf(x / sqrt 2))``."""
     (x,) = args
     t = _type(x)
     if storage_of(t.element).kind != "float":
@@ -219,13 +221,19 @@ def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         return em.create(cls(), list(operands), instr)[0]
 
     if instr.op.approximate:  # type: ignore[attr-defined]
-        cube = op(tc.Pow, w, em.full(wt, 3.0))
-        inner = op(tc.Add, w, op(tc.Mul, em.full(wt, 0.044715), cube))
-        curve = op(tc.Tanh, op(tc.Mul, em.full(wt, SQRT_2_OVER_PI), inner))
+        cube = op(tc.Mul, op(tc.Mul, w, w), w)
+        inner = op(tc.Add, w, op(tc.Mul, em.full(wt, gelu64.CUBIC), cube))
+        e = op(tc.Exp, op(tc.Mul, em.full(wt, gelu64.K), inner))
+        d = op(tc.Add, em.full(wt, 1.0), e)
+        out = op(tc.Div, w, d)
+        # step 6: |x| < 2^-54 keeps the exact value's side of x / 2
+        tiny = op(tc.And, op(tc.Eq, d, em.full(wt, 2.0)), op(tc.Ne, out, em.full(wt, 0.0)))
+        nudged = op(tc.Add, out, op(tc.Mul, op(tc.Abs, out), em.full(wt, gelu64.NUDGE)))
+        out = op(tc.Where, tiny, nudged, out)
     else:
         curve = op(tc.Erf, op(tc.Div, w, em.full(wt, math.sqrt(2.0))))
-    half = op(tc.Mul, em.full(wt, 0.5), w)
-    out = op(tc.Mul, half, op(tc.Add, em.full(wt, 1.0), curve))
+        half = op(tc.Mul, em.full(wt, 0.5), w)
+        out = op(tc.Mul, half, op(tc.Add, em.full(wt, 1.0), curve))
     (out,) = em.create(tc.Cast(t.element), [out], instr)
     return settle(em, instr, out)
 

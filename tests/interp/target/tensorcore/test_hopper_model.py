@@ -92,3 +92,26 @@ def test_e4m3_wgmma_gemm_gives_the_h200_bits() -> None:
     c = args[2]
     assert hex(c.view(np.uint32)[0, 0]) == "0xc004e800"
     assert int((c != exact).sum()) == 16289
+
+
+def test_accumulators_are_plain_f32_registers_under_the_model() -> None:
+    """``C = f16(A @ B + R)``: on the hardware the accumulator is an f32 register, so the
+    ``add.f32`` of R rounds before the conversion to f16. Rounding ``acc + R`` once
+    instead (as a wide accumulator would) differs in 6 of 65536 elements; the H200
+    returned the double-rounded 0x4994 at the first of them, (50, 133)."""
+    from tessera.frontend.kernel.backends.compile import run_compiled
+    from tests.lower.sm90a.test_epilogue import KERNELS, arguments, compile_
+
+    args = arguments("gemm_residual_f16", 256, 256, 128)
+    a, b, r = (x.copy() for x in args[:3])
+    compiled = compile_("gemm_residual_f16", 256, 256, 128, (128, 128, 64))
+    run_compiled(compiled, KERNELS["gemm_residual_f16"], *args, tile_shape=(128, 128, 64),
+                 tensor_cores="hopper")
+    got = args[-1]
+    acc = _stepwise(a, b)  # f32 values
+    hardware = (acc + r).astype(np.float16)  # add.f32 rounds, then cvt.rn.f16.f32
+    once = (acc.astype(np.float64) + r).astype(np.float16)  # one rounding, to f16
+    np.testing.assert_array_equal(got.view(np.uint16), hardware.view(np.uint16))
+    differ = np.argwhere(hardware.view(np.uint16) != once.view(np.uint16))
+    assert len(differ) == 6 and tuple(differ[0]) == (50, 133)
+    assert hex(got.view(np.uint16)[50, 133]) == "0x4994"
