@@ -3,6 +3,8 @@ element, and the GPU tolerance follows the kernel's longest reduction."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -66,3 +68,33 @@ def test_gpu_tolerance_of_fp8_counts_steps_of_32_products() -> None:
     tol = tolerance(fp8, ref, (a, bt, c), {"tile_shape": (64, 64, 128)})
     steps, u = 256 // 32, 2.0 ** -9
     assert np.allclose(tol, 2.0 ** -23 * 256 + steps * u / (1 - steps * u) * 257)
+
+
+@pytest.mark.parametrize("gpu_model", ["hopper", "exact"])
+def test_on_hopper_tensor_core_kernels_are_compared_with_the_model(
+        monkeypatch: pytest.MonkeyPatch, gpu_model: str) -> None:
+    """A stand-in Hopper GPU (the Target IR interpreter under ``gpu_model``): results
+    with the measured truncation pass bit for bit, exact sums do not (they differ from
+    what the hardware computes)."""
+    from tessera.frontend.kernel.backends import check
+    from tessera.frontend.kernel.backends import launch as launch_module
+
+    real = check.launch
+
+    def gpu(kernel: Any, grid: Any, args: Any, *, backend: str, **kw: Any) -> Any:
+        if backend == "cuda":
+            return real(kernel, grid, args, backend="target", tensor_cores=gpu_model, **kw)
+        return real(kernel, grid, args, backend=backend, **kw)
+
+    monkeypatch.setattr(check, "launch", gpu)
+    monkeypatch.setattr(launch_module, "device_target", lambda: "sm_90a")
+    gemm = example("gemm").gemm
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((128, 64)).astype(BF16)
+    b = rng.standard_normal((64, 128)).astype(BF16)
+    args = (a, b, np.zeros((128, 128), np.float32))
+    if gpu_model == "hopper":
+        ts.check_against_reference(gemm, *args, backend="cuda", tile_shape=(64, 64, 64))
+    else:
+        with pytest.raises(InterpretError, match="differs from the Hopper tensor-core model"):
+            ts.check_against_reference(gemm, *args, backend="cuda", tile_shape=(64, 64, 64))
