@@ -236,8 +236,13 @@ class Builder:
         """Build ``op(operands)`` at the insertion point and return its results."""
         types = [v.type for v in operands]
         try:
-            inferred = op.infer(types) if result_types is None else tuple(result_types)
-            op.verify(types, inferred)
+            if result_types is None:
+                inferred = op.infer(types)
+                if type(op).verify is not Op.verify:  # the default only re-infers
+                    op.verify(types, inferred)
+            else:
+                inferred = tuple(result_types)
+                op.verify(types, inferred)
         except IRVerifyError as err:
             raise type(err)(err.message, hint=err.hint, loc=loc) from None
         instr = Instr(op, list(operands), [], list(regions), loc)

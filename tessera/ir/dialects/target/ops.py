@@ -45,7 +45,7 @@ class _Effect(Op):
 def _same(op: Op, operands: Sequence[Type], n: int) -> RegType:
     check_count(op, operands, n)
     first = reg_of(op, operands[0])
-    if any(t != first for t in operands):
+    if any(t is not first and t != first for t in operands):
         raise IRVerifyError(f"{op.name} operands must have one type, got "
                             f"{', '.join(map(str, operands))}")
     return first
