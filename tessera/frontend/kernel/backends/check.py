@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import ArgumentError, InterpretError, user_api
-from tessera.frontend.kernel.backends.compile import compile_kernel, gpu_mode
+from tessera.frontend.kernel.backends.compile import compile_kernel, gpu_mode, run_compiled
 from tessera.frontend.kernel.backends.fast_bounds import fast_tolerance, within_fast_bound
 from tessera.frontend.kernel.backends.launch import launch
 
@@ -159,16 +159,14 @@ def _hopper_reference(kernel: Any, args: tuple[Any, ...], target: str | None,
 
     if device_target() != "sm_90a":  # the model was measured on Hopper only
         return None
-    chosen = target or "sm_90a"
-    kw = {k: v for k, v in launch_kw.items() if k != "grid"}
-    compiled = compile_kernel(kernel, *args, target=chosen, mode=mode, **kw)
+    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode,
+                              **launch_kw)
     formats = tensor_core_formats(compiled.kernel)
     if not formats or not formats <= MODELLED:
         return None
-    ref_args = copy.deepcopy(args)
-    return _outputs(ref_args, launch(kernel, launch_kw.get("grid"), ref_args,
-                                     backend="target", target=chosen, mode=mode,
-                                     tensor_cores="hopper", **kw))
+    ref_args = copy.deepcopy(args)  # the compiled kernel runs as is: no second lowering
+    return _outputs(ref_args, run_compiled(compiled, kernel, *ref_args,
+                                           tensor_cores="hopper", **launch_kw))
 
 
 __all__ = ["check_against_reference", "longest_reduction", "tensor_core_formats", "tolerance"]
