@@ -24,7 +24,7 @@ import numpy as np
 from tessera.errors import TesseraError
 from tessera.ir.core import Function, Instr, Module, walk
 from tessera.ir.transforms.to_tile import TileGenerationError, TileProgram
-from tessera.ir.transforms.to_tile.exact_tiles import EXACT_MMA_TILE, exact_in_ptx, exact_tiled
+from tessera.ir.transforms.to_tile.exact_tiles import exact_tiled
 
 if TYPE_CHECKING:
     from tessera.frontend.kernel.backends.compile import CompiledKernel
@@ -265,6 +265,5 @@ def timed(fn: Any, *args: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-__all__ = ["EXACT_MMA_TILE", "PtxModules", "TargetGenerationError", "TargetKernel",
-           "TargetProgram", "device_target", "exact_in_ptx", "exact_tiled", "lower_generated",
-           "target_program", "timed"]
+__all__ = ["PtxModules", "TargetGenerationError", "TargetKernel", "TargetProgram",
+           "device_target", "lower_generated", "target_program", "timed"]

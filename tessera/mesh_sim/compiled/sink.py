@@ -12,7 +12,7 @@ the same values), and the broadcast fuses into the kernel that reads it.
 
 from __future__ import annotations
 
-from tessera.ir.core import Function, Instr, Value
+from tessera.ir.core import Function, Instr, Value, replace_all_uses
 from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.transforms.dce import eliminate_dead
 from tessera.ir.types import TensorType
@@ -53,9 +53,7 @@ def sink_shards(fn: Function) -> Function:
         new.results = [Value(instr.results[0].type, new, instr.results[0].hint)]
         new.parent = body
         body.instrs[body.instrs.index(instr)] = new
-        for user in body.instrs:
-            user.operands = [new.results[0] if v is instr.results[0] else v
-                             for v in user.operands]
+        replace_all_uses(body, instr.results[0], new.results[0])
     eliminate_dead(body)
     return fn
 

@@ -101,6 +101,8 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
     the arguments, and compare every output: bit for bit for ``backend="target"`` (the
     lowering must not change a bit), within :func:`tolerance` for ``"cuda"`` unless
     ``bitwise=True`` (Tessera's own PTX promises the interpreter's bits on a GPU too).
+    On a Hopper GPU, a kernel whose tensor-core steps the measured model covers is
+    compared bit for bit with the Target IR interpreter under that model instead.
     A kernel compiled in fast mode (``mode="fast"``, or a kernel declared so) is
     compared with the tile interpreter's *checked* result within
     :func:`~tessera.frontend.kernel.backends.fast_bounds.fast_tolerance`.
@@ -111,14 +113,17 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
                             hint="pass the kernel first: check_against_reference(k, *args)")
     fast = backend != "interp" and gpu_mode(kernel, mode) == "fast"
     exact = (backend == "target" and not fast) if bitwise is None else bool(bitwise)
-    ref_args = copy.deepcopy(args)
     got_args = copy.deepcopy(args)
-    ref = _outputs(ref_args, kernel(*ref_args, mode="checked" if fast else mode, **launch_kw))
+    ref: list[np.ndarray] | None = None
     against = "the interpreter"
     if backend == "cuda" and bitwise is None and not fast:
-        hopper = _hopper_reference(kernel, args, target, mode, launch_kw)
-        if hopper is not None:
-            ref, exact, against = hopper, True, "the Hopper tensor-core model"
+        ref = _hopper_reference(kernel, args, target, mode, launch_kw)
+        if ref is not None:
+            exact, against = True, "the Hopper tensor-core model"
+    if ref is None:  # the tile simulator's outputs, needed only without the model's
+        ref_args = copy.deepcopy(args)
+        ref = _outputs(ref_args, kernel(*ref_args, mode="checked" if fast else mode,
+                                        **launch_kw))
     got = _outputs(got_args, launch(kernel, launch_kw.pop("grid", None), got_args,
                                     backend=backend, target=target, mode=mode, **launch_kw))
     for k, (r, g) in enumerate(zip(ref, got)):
@@ -141,7 +146,8 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
 
 
 def tensor_core_formats(fn: Any) -> set[str]:
-    """The input formats of a Target IR kernel's ``mma.sync``/``wgmma`` instructions."""
+    """The input formats of a Target IR kernel's ``mma.sync``/``wgmma``/``wmma.mma``
+    instructions (the ops with an ``atype``)."""
     from tessera.ir.core import walk
 
     return {str(f) for instr in walk(fn.body)

@@ -126,10 +126,9 @@ def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
             exact_in_ptx(i) for fn in tile.module.functions.values() for i in walk(fn.body)):
         return tile
 
-    def generated(whole_rows: bool, uniform: bool) -> TileProgram | None:
-        """The program with these tiles, or None where fused matmuls' tiles conflict
-        or an ``mma`` tile outgrows the exact accumulators (a row loop the schedule
-        keeps whole, for a reduction after the matmul)."""
+    def scheduled(whole_rows: bool, uniform: bool) -> Function:
+        """``graph`` scheduled with these tiles (``TileShapeError`` where fused matmuls'
+        tiles conflict)."""
         body = clone_block(graph.body, {})
         tiles = exact_tiles(body, whole_rows)
         rows = min((shape[0] for shape in tiles.values()), default=1)
@@ -137,12 +136,18 @@ def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
             instr.op = dataclasses.replace(instr.op, tile_shape=(rows, shape[1]) if uniform
                                            else shape)
         fn = Function(graph.name, body, list(graph.result_types), graph.kind,
-                      dict(graph.attrs), graph.loc)
+                      dict(graph.attrs), graph.loc)  # (its errors name the user's line)
+        return schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
+
+    def generated(whole_rows: bool, uniform: bool) -> TileProgram | None:
+        """The program with these tiles, or None where fused matmuls' tiles conflict
+        or an ``mma`` tile outgrows the exact accumulators (a row loop the schedule
+        keeps whole, for a reduction after the matmul)."""
         try:
-            scheduled = schedule_module(Module(tile.name, {fn.name: fn})).functions[fn.name]
+            fn = scheduled(whole_rows, uniform)
         except schedule_ops.TileShapeError:
             return None
-        program = schedule_to_tile(scheduled)
+        program = schedule_to_tile(fn)
         fits = all(prod(i.results[0].type.shape) <= EXACT_MMA_ELEMENTS  # type: ignore[attr-defined]
                    for k in program.module.functions.values() for i in walk(k.body)
                    if isinstance(i.op, Mma))
@@ -155,14 +160,8 @@ def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
         if found is not None:
             program = found
             break
-    else:
-        body = clone_block(graph.body, {})
-        for instr, shape in exact_tiles(body, False).items():
-            instr.op = dataclasses.replace(instr.op, tile_shape=shape)
-        fn = Function(graph.name, body, list(graph.result_types), graph.kind,
-                      dict(graph.attrs), graph.loc)  # (its errors name the user's line)
-        program = schedule_to_tile(schedule_module(Module(tile.name, {fn.name: fn}))
-                                   .functions[fn.name])
+    else:  # key blocks as they are: the errors raised here are the user's
+        program = schedule_to_tile(scheduled(False, False))
     for kernel in program.module.functions.values():  # a new program: the simulator's
         for instr in walk(kernel.body):               # stays as it was generated
             if isinstance(instr.op, Mma) and not instr.op.exact and exact_in_ptx(instr):

@@ -161,8 +161,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
 
     def store_rows(local: dict[Value, Value]) -> None:  # a row block's results
         for value, mem in outs.items():
-            if value in local and plan is not None and any(
-                    space.loop_of.get((value, k)) == plan.loop for k in range(value.type.rank)):
+            if value in local and plan is not None and keyblocks.keyed_along(value, space,
+                                                                              plan.loop):
                 _store(em, grid_coords, space, tiles, mem, value, local[value])
 
     for inner in region.instrs:

@@ -67,7 +67,8 @@ class KeyPlan:
     args: list[Value]    #: the kernel's operands read per key block
 
 
-def _keyed(v: Value, space: IterationSpace, loop: int) -> bool:
+def keyed_along(v: Value, space: IterationSpace, loop: int) -> bool:
+    """Whether one of the tensor ``v``'s dimensions is walked by ``loop``."""
     t = v.type
     return isinstance(t, TensorType) and any(space.loop_of.get((v, k)) == loop
                                              for k in range(t.rank))
@@ -94,20 +95,20 @@ def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
     if block >= space.extents[loop] or block < 2 * TERMS - 1:
         return None
     keyed = {i for i in region.instrs
-             if not i.op.terminator and any(_keyed(r, space, loop) for r in i.results)}
+             if not i.op.terminator and any(keyed_along(r, space, loop) for r in i.results)}
     order = list(region.instrs)
     # (constants are read where they are used: a folded scalar, or made on the spot)
     before = set(region.args) | {r for i in order[:order.index(sm)] for r in i.results} | {
         r for i in order if isinstance(i.op, graph_ops.Constant) for r in i.results}
     for inner in order[order.index(sm) + 1:]:  # what the blocks read after the softmax
-        if inner in keyed and any(v not in before and not _keyed(v, space, loop)
+        if inner in keyed and any(v not in before and not keyed_along(v, space, loop)
                                   for v in inner.operands):
             return None
-    args = [a for a in region.args if _keyed(a, space, loop)]
+    args = [a for a in region.args if keyed_along(a, space, loop)]
     if loop not in space.contracted:  # a row softmax: its rows leave as results
         for inner in order:
             if inner not in keyed and not inner.op.terminator and \
-                    any(_keyed(v, space, loop) for v in inner.operands):
+                    any(keyed_along(v, space, loop) for v in inner.operands):
                 return None
         return KeyPlan(loop, block, sm, None, keyed, args)
     pvs = [i for i in region.instrs if isinstance(i.op, graph_ops.MatMul)
@@ -121,7 +122,7 @@ def plan_of(instr: Instr, space: IterationSpace) -> KeyPlan | None:
     for inner in region.instrs:
         if inner is pv or inner in keyed:
             continue
-        if any(_keyed(v, space, loop) for v in inner.operands):
+        if any(keyed_along(v, space, loop) for v in inner.operands):
             return None
     return KeyPlan(loop, block, sm, pv, keyed | {pv}, args)
 
@@ -338,5 +339,6 @@ __all__ = [
     "emit_rows",
     "finish_pv",
     "key_loop",
+    "keyed_along",
     "plan_of",
 ]
