@@ -122,19 +122,14 @@ def _read(e: TargetEmitter, results: Value, row: Value, t: str = "f32") -> Value
 def softmax_terms(src: Value) -> bool:
     """Whether ``src`` is ``exp(x - broadcast(max(x)))`` over the last axis of an f64
     tile (the softmax kernel's terms, in ``{0, NaN} U [e^-104, 1]``)."""
-    exp = src.owner
-    if exp is None or not isinstance(exp.op, tile_compute.Exp):
-        return False
-    sub = exp.operands[0].owner
-    if sub is None or not isinstance(sub.op, tile_compute.Sub):
+    exp = _made_by(src, tile_compute.Exp)
+    sub = exp and _made_by(exp.operands[0], tile_compute.Sub)
+    if sub is None:
         return False
     x, stat = sub.operands
-    bcast = stat.owner
-    if bcast is None or not isinstance(bcast.op, tile_compute.Broadcast):
-        return False
-    top = bcast.operands[0].owner
-    return top is not None and isinstance(top.op, tile_compute.Reduce) and \
-        top.op.kind == "max" and top.operands[0] is x and \
+    bcast = _made_by(stat, tile_compute.Broadcast)
+    top = bcast and _made_by(bcast.operands[0], tile_compute.Reduce)
+    return top is not None and top.op.kind == "max" and top.operands[0] is x and \
         top.op.axis % x.type.rank == x.type.rank - 1  # type: ignore[attr-defined]
 
 
@@ -144,22 +139,23 @@ def expansion_terms(src: Value) -> bool:
     :func:`tessera.ir.transforms.to_tile.keyblocks._expansion`, whose every value is a
     whole number of quanta 2^-203 below 2^30 in magnitude (the terms, and sums of them
     rounded to binary64, and what those leave: :mod:`tessera.lower.exact.sum64`)."""
-    reshape = src.owner
-    if reshape is None or not isinstance(reshape.op, tile_compute.Reshape):
-        return False
-    where = reshape.operands[0].owner
-    if where is None or not isinstance(where.op, tile_compute.Where):
+    reshape = _made_by(src, tile_compute.Reshape)
+    where = reshape and _made_by(reshape.operands[0], tile_compute.Where)
+    if where is None:
         return False
     # exp(x - broadcast(m)), m the row maximum carried over the key blocks' first pass,
     # broadcast over the slab axis (or computed at its shape: lower.hoist)
-    exp = where.operands[1].owner
-    if exp is not None and isinstance(exp.op, tile_compute.Broadcast):
-        exp = exp.operands[0].owner
-    sub = exp.operands[0].owner if exp is not None and isinstance(exp.op, tile_compute.Exp) \
-        else None
-    return sub is not None and isinstance(sub.op, tile_compute.Sub) and \
-        sub.operands[1].owner is not None and \
-        isinstance(sub.operands[1].owner.op, tile_compute.Broadcast)
+    terms = where.operands[1]
+    bcast = _made_by(terms, tile_compute.Broadcast)
+    exp = _made_by(bcast.operands[0] if bcast else terms, tile_compute.Exp)
+    sub = exp and _made_by(exp.operands[0], tile_compute.Sub)
+    return sub is not None and _made_by(sub.operands[1], tile_compute.Broadcast) is not None
+
+
+def _made_by(v: Value, kind: type) -> Instr | None:
+    """The instruction that produced ``v`` when it is a ``kind`` op, else None."""
+    owner = v.owner
+    return owner if isinstance(owner, Instr) and isinstance(owner.op, kind) else None
 
 
 @exact_rule(tile_compute.Reduce)

@@ -83,10 +83,11 @@ def _for(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     inner.op(Yield(), _regs(instr, outs, init))
     flat = [r for lv in init for r in flatten(lv)]
     results = e.op(For(), [lo, hi, step, *flat], regions=[IRRegion([block])])
-    return _split(init, results)
+    return rebuild_all(init, results)
 
 
-def _split(like: list[Lowered], regs: list[Value]) -> list[Lowered]:
+def rebuild_all(like: list[Lowered], regs: Sequence[Value]) -> list[Lowered]:
+    """:func:`rebuild` each of ``like`` from its run of the flat ``regs``."""
     out, k = [], 0
     for lv in like:
         n = len(flatten(lv))
@@ -112,7 +113,7 @@ def _while(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     be.op(Yield(), _regs(instr, outs, args))
     flat = [r for lv in args for r in flatten(lv)]
     results = e.op(While(), flat, regions=[IRRegion([cblock]), IRRegion([bblock])])
-    return _split(args, results)
+    return rebuild_all(args, results)
 
 
 @rule(TileIf)
@@ -134,7 +135,7 @@ def _if(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     types = [r.type for lv in like for r in flatten(lv)]
     results = e.op(If(), [pred], regions=[IRRegion([b]) for b, _, _ in regions],
                    result_types=types)
-    return _split(like, results)
+    return rebuild_all(like, results)
 
 
-__all__ = ["flatten", "rebuild"]
+__all__ = ["flatten", "rebuild", "rebuild_all"]

@@ -112,7 +112,7 @@ class KvLowering:
     def loop(self, low: Lowerer, kv: KvLoop, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         """One key loop: a ``ptx.for`` over its own bounds carrying its values (and the
         packed next scores), its body lowered op by op around the ring."""
-        from tessera.lower.rules.flow import flatten, rebuild, settle
+        from tessera.lower.rules.flow import flatten, rebuild_all, settle
         from tessera.lower.rules.masked import settle as settle_index
 
         e = low.em
@@ -134,12 +134,9 @@ class KvLowering:
             rel = t.bin("div", t.bin("sub", k, lo_base, "s32"), step_v, "s32")
             m = t.cvt(t.add(off, rel, "s32"), "u32", "s32")
             low.env[body.args[0]] = Scalar(k, "s32")
-            pos = 0
-            for tv, lv in zip(body.args[1:], init):
-                n = len(flatten(lv))
-                low.env[tv] = rebuild(lv, list(carried[pos:pos + n]))
-                pos += n
-            current = list(carried[pos:pos + n_scores])
+            for tv, lv in zip(body.args[1:], rebuild_all(init, carried[:len(flat)])):
+                low.env[tv] = lv
+            current = list(carried[len(flat):len(flat) + n_scores])
             # each use computes the block's slot afresh: kept live across the softmax,
             # the values would cost ptxas registers (it rematerialises none of them)
             q = self.q_box(low)
@@ -183,12 +180,7 @@ class KvLowering:
 
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
-        out, k = [], 0
-        for lv in init:
-            n = len(flatten(lv))
-            out.append(rebuild(lv, results[k:k + n]))
-            k += n
-        return out
+        return rebuild_all(init, results[:len(flat)])
 
     def _next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,
                      total: Value) -> list[Value]:
