@@ -37,7 +37,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
-from tessera.interp.target.memory.flight import Copy, issue, land
+from tessera.interp.target.memory.flight import Copy, issue, land, wait_group
 from tessera.interp.target.memory.state import CHUNK, add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
@@ -90,14 +90,8 @@ def _cp_wait(c: TargetCompiler, instr: Instr) -> Step:
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
-        limit = np.where(fr.mask, m.committed - n, -1)  # groups below this complete
-        still = []
-        for copy in m.copies:
-            done = copy.tag < limit[copy.thread]
-            rest = land(m, copy, done, True) if done.any() else copy
-            if rest is not None:
-                still.append(rest)
-        m.copies = still
+        m.copies = wait_group(m.copies, m.committed, fr.mask, n, lambda copy: copy.tag,
+                              lambda copy, done: land(m, copy, done, True))
     return step
 
 

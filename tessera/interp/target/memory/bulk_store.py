@@ -31,6 +31,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory.flight import wait_group
 from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at
 from tessera.interp.target.state import (
     Machine,
@@ -198,15 +199,9 @@ def _bulk_wait(c: TargetCompiler, instr: Instr) -> Step:
         rec = groups(m)
         if not rec.reading:
             return
-        # groups below this limit are retired; an uncommitted store is in no group
-        limit = np.where(fr.mask, rec.committed - n, -1)
-        still = []
-        for r in rec.reading:
-            done = r.group < limit[r.thread]
-            rest = _retire(m, r, done) if done.any() else r
-            if rest is not None:
-                still.append(rest)
-        rec.reading = still
+        # an uncommitted store is in no group: never below the limit
+        rec.reading = wait_group(rec.reading, rec.committed, fr.mask, n, lambda r: r.group,
+                                 lambda r, done: _retire(m, r, done))
     return step
 
 
