@@ -212,24 +212,35 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+def box_rows(t: TensorMap, nbytes: int, coords: np.ndarray) -> np.ndarray | None:
+    """The rows (G, box height) that the boxes at ``coords`` (G, 2) cover in a buffer of
+    ``nbytes`` bytes viewed as rows of one box row each: for a 2-D map with unit strides
+    whose boxes lie inside the tensor and whose rows are whole, aligned rows of the
+    buffer; else None."""
+    if t.rank != 2 or t.strides != (1, 1) or not len(coords):
+        return None
+    esize = t.dtype.size
+    (w, h), dims = t.smem_box, t.global_dims
+    row = w * esize
+    c0, c1 = coords[:, 0], coords[:, 1]
+    if not ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
+        return None
+    starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
+    if nbytes % row or (starts % row).any() or starts.max() + row > nbytes:
+        return None
+    return starts // row
+
+
 def tma_box(t: TensorMap, buffer: np.ndarray, coords: np.ndarray) -> np.ndarray:
     """The bytes of the boxes at ``coords`` (G, 2), as :func:`tessera.arch.tma.tma_box`
-    gives them: for a 2-D map with unit strides whose boxes lie inside the tensor and
-    whose rows are whole, aligned rows of the buffer, one row copy per box row and no
-    index per element; the other boxes take the arch function."""
+    gives them: where :func:`box_rows` finds the boxes' rows, one row copy per box row
+    and no index per element; the other boxes take the arch function."""
     t.validate()
-    if t.rank == 2 and t.strides == (1, 1) and len(coords):
-        esize = t.dtype.size
-        (w, h), dims = t.smem_box, t.global_dims
-        row = w * esize
-        c0, c1 = coords[:, 0], coords[:, 1]
-        if ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
-            raw = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
-            starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
-            if raw.size % row == 0 and not (starts % row).any() and \
-                    starts.max() + row <= raw.size:
-                return np.take(raw.reshape(-1, row), starts // row, axis=0).reshape(
-                    len(coords), -1)
+    rows = box_rows(t, buffer.nbytes, coords)
+    if rows is not None:
+        raw = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
+        return np.take(raw.reshape(-1, t.smem_box[0] * t.dtype.size), rows,
+                       axis=0).reshape(len(coords), -1)
     return arch_tma.tma_box(t, buffer, coords)
 
 
@@ -361,4 +372,4 @@ def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["Copy", "TmaValue"]
+__all__ = ["Copy", "TmaValue", "box_rows"]

@@ -31,6 +31,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory.async_copy import box_rows
 from tessera.interp.target.memory.flight import wait_group
 from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at
 from tessera.interp.target.state import (
@@ -164,22 +165,16 @@ def _check_read(sh: SharedMemory, flat: np.ndarray, where: np.ndarray, me: np.nd
 
 def _store(t: TensorMap, buffer: np.ndarray, coords: np.ndarray, data: np.ndarray) -> None:
     """:func:`tma_box_store` of the box bytes ``data`` (G, box_bytes) at ``coords``: for
-    a 2-D map with unit strides whose boxes lie inside the tensor and whose rows are
-    whole, aligned rows of the buffer, one row store per box row (the bytes
-    :func:`tma_box_store` writes); the other boxes take it."""
+    a C-contiguous buffer where :func:`.async_copy.box_rows` finds the boxes' rows, one
+    row store per box row (the bytes :func:`tma_box_store` writes); the other boxes take
+    it."""
     t.validate()
-    if t.rank == 2 and t.strides == (1, 1) and len(coords) and buffer.flags.c_contiguous:
-        esize = t.dtype.size
-        (w, h), dims = t.smem_box, t.global_dims
-        row = w * esize
-        c0, c1 = coords[:, 0], coords[:, 1]
-        if ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
-            raw = buffer.reshape(-1).view(np.uint8)
-            starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
-            if raw.size % row == 0 and not (starts % row).any() and \
-                    starts.max() + row <= raw.size:
-                raw.reshape(-1, row)[(starts // row).ravel()] = data.reshape(-1, row)
-                return
+    rows = box_rows(t, buffer.nbytes, coords) if buffer.flags.c_contiguous else None
+    if rows is not None:
+        row = t.smem_box[0] * t.dtype.size
+        buffer.reshape(-1).view(np.uint8).reshape(-1, row)[rows.ravel()] = \
+            data.reshape(-1, row)
+        return
     tma_box_store(t, buffer, coords, data)
 
 
