@@ -20,6 +20,7 @@ use until it retires (:mod:`tessera.interp.target.memory.async_order`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,17 +176,10 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
-        span = np.arange(t.box_bytes, dtype=np.int64)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
-            where = swizzle_address(a + span, t.swizzle)
-            if a % 128:
-                fail(int(rows[0]), "misaligned address", f"TMA destination at shared "
-                     f"address {int(a)} is not 128-byte aligned")
-            if where.min() < 0 or where.max() >= m.shared.size:
-                fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
-                     f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
-                     "memory")
+            where = box_where(t, int(a), m.shared.size, "TMA destination",
+                              lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             try:  # the box's bytes in box order: byte i lands at where[i]
                 data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
@@ -210,6 +204,20 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         if sched is not None:  # a waiter's phase may now complete
             sched.touch()
     return step
+
+
+def box_where(t: TensorMap, a: int, size: int, what: str,
+              fail: Callable[[str, str], None]) -> np.ndarray:
+    """The CTA-local bytes of the box at shared address ``a``, in box order (swizzled);
+    ``fail`` is called when ``a`` (the ``what``) is not 128-byte aligned or the box leaves
+    the ``size`` bytes of shared memory."""
+    where = swizzle_address(a + np.arange(t.box_bytes, dtype=np.int64), t.swizzle)
+    if a % 128:
+        fail("misaligned address", f"{what} at shared address {a} is not 128-byte aligned")
+    if where.min() < 0 or where.max() >= size:
+        fail("out of bounds", f"the TMA box of {t.box_bytes} bytes at shared address {a} "
+             f"leaves the {size} bytes of shared memory")
+    return where
 
 
 def box_rows(t: TensorMap, nbytes: int, coords: np.ndarray) -> np.ndarray | None:
@@ -372,4 +380,4 @@ def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["Copy", "TmaValue", "box_rows"]
+__all__ = ["Copy", "TmaValue", "box_rows", "box_where"]

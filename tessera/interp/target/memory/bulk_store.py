@@ -28,10 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.arch.errors import ArchError
-from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
-from tessera.interp.target.memory.async_copy import box_rows
+from tessera.interp.target.memory.async_copy import box_rows, box_where
 from tessera.interp.target.memory.flight import wait_group
 from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at
 from tessera.interp.target.state import (
@@ -116,17 +115,11 @@ def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
         addr = fr.regs[src][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
-        span = np.arange(t.box_bytes, dtype=np.int64)
         rec = groups(m)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
-            where = swizzle_address(a + span, t.swizzle)
-            if a % 128:
-                fail(int(rows[0]), "misaligned address", f"TMA store source at shared "
-                     f"address {int(a)} is not 128-byte aligned")
-            if where.min() < 0 or where.max() >= sh.size:
-                fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
-                     f"shared address {int(a)} leaves the {sh.size} bytes of shared memory")
+            where = box_where(t, int(a), sh.size, "TMA store source",
+                              lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             me = act[rows]
             flat = m.cta[me][:, None] * sh.size + where[None, :]
             if sh.unfenced_ctas[m.cta[me]].any() and sh.unfenced[flat].any():
