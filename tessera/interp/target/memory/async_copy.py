@@ -20,6 +20,7 @@ use until it retires (:mod:`tessera.interp.target.memory.async_order`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +38,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
-from tessera.interp.target.memory.flight import Copy, issue, land
+from tessera.interp.target.memory.flight import Copy, issue, land, wait_group
 from tessera.interp.target.memory.state import CHUNK, add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
@@ -90,14 +91,8 @@ def _cp_wait(c: TargetCompiler, instr: Instr) -> Step:
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
-        limit = np.where(fr.mask, m.committed - n, -1)  # groups below this complete
-        still = []
-        for copy in m.copies:
-            done = copy.tag < limit[copy.thread]
-            rest = land(m, copy, done, True) if done.any() else copy
-            if rest is not None:
-                still.append(rest)
-        m.copies = still
+        m.copies = wait_group(m.copies, m.committed, fr.mask, n, lambda copy: copy.tag,
+                              lambda copy, done: land(m, copy, done, True))
     return step
 
 
@@ -181,17 +176,10 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
-        span = np.arange(t.box_bytes, dtype=np.int64)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
-            where = swizzle_address(a + span, t.swizzle)
-            if a % 128:
-                fail(int(rows[0]), "misaligned address", f"TMA destination at shared "
-                     f"address {int(a)} is not 128-byte aligned")
-            if where.min() < 0 or where.max() >= m.shared.size:
-                fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
-                     f"shared address {int(a)} leaves the {m.shared.size} bytes of shared "
-                     "memory")
+            where = box_where(t, int(a), m.shared.size, "TMA destination",
+                              lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             try:  # the box's bytes in box order: byte i lands at where[i]
                 data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
@@ -218,24 +206,49 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+def box_where(t: TensorMap, a: int, size: int, what: str,
+              fail: Callable[[str, str], None]) -> np.ndarray:
+    """The CTA-local bytes of the box at shared address ``a``, in box order (swizzled);
+    ``fail`` is called when ``a`` (the ``what``) is not 128-byte aligned or the box leaves
+    the ``size`` bytes of shared memory."""
+    where = swizzle_address(a + np.arange(t.box_bytes, dtype=np.int64), t.swizzle)
+    if a % 128:
+        fail("misaligned address", f"{what} at shared address {a} is not 128-byte aligned")
+    if where.min() < 0 or where.max() >= size:
+        fail("out of bounds", f"the TMA box of {t.box_bytes} bytes at shared address {a} "
+             f"leaves the {size} bytes of shared memory")
+    return where
+
+
+def box_rows(t: TensorMap, nbytes: int, coords: np.ndarray) -> np.ndarray | None:
+    """The rows (G, box height) that the boxes at ``coords`` (G, 2) cover in a buffer of
+    ``nbytes`` bytes viewed as rows of one box row each: for a 2-D map with unit strides
+    whose boxes lie inside the tensor and whose rows are whole, aligned rows of the
+    buffer; else None."""
+    if t.rank != 2 or t.strides != (1, 1) or not len(coords):
+        return None
+    esize = t.dtype.size
+    (w, h), dims = t.smem_box, t.global_dims
+    row = w * esize
+    c0, c1 = coords[:, 0], coords[:, 1]
+    if not ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
+        return None
+    starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
+    if nbytes % row or (starts % row).any() or starts.max() + row > nbytes:
+        return None
+    return starts // row
+
+
 def tma_box(t: TensorMap, buffer: np.ndarray, coords: np.ndarray) -> np.ndarray:
     """The bytes of the boxes at ``coords`` (G, 2), as :func:`tessera.arch.tma.tma_box`
-    gives them: for a 2-D map with unit strides whose boxes lie inside the tensor and
-    whose rows are whole, aligned rows of the buffer, one row copy per box row and no
-    index per element; the other boxes take the arch function."""
+    gives them: where :func:`box_rows` finds the boxes' rows, one row copy per box row
+    and no index per element; the other boxes take the arch function."""
     t.validate()
-    if t.rank == 2 and t.strides == (1, 1) and len(coords):
-        esize = t.dtype.size
-        (w, h), dims = t.smem_box, t.global_dims
-        row = w * esize
-        c0, c1 = coords[:, 0], coords[:, 1]
-        if ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
-            raw = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
-            starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
-            if raw.size % row == 0 and not (starts % row).any() and \
-                    starts.max() + row <= raw.size:
-                return np.take(raw.reshape(-1, row), starts // row, axis=0).reshape(
-                    len(coords), -1)
+    rows = box_rows(t, buffer.nbytes, coords)
+    if rows is not None:
+        raw = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
+        return np.take(raw.reshape(-1, t.smem_box[0] * t.dtype.size), rows,
+                       axis=0).reshape(len(coords), -1)
     return arch_tma.tma_box(t, buffer, coords)
 
 
@@ -367,4 +380,4 @@ def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["Copy", "TmaValue"]
+__all__ = ["Copy", "TmaValue", "box_rows", "box_where"]

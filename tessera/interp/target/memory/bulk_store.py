@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.arch.errors import ArchError
-from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
+from tessera.interp.target.memory.async_copy import box_rows, box_where
+from tessera.interp.target.memory.flight import wait_group
 from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at
 from tessera.interp.target.state import (
     Machine,
@@ -114,17 +115,11 @@ def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
         addr = fr.regs[src][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
-        span = np.arange(t.box_bytes, dtype=np.int64)
         rec = groups(m)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
-            where = swizzle_address(a + span, t.swizzle)
-            if a % 128:
-                fail(int(rows[0]), "misaligned address", f"TMA store source at shared "
-                     f"address {int(a)} is not 128-byte aligned")
-            if where.min() < 0 or where.max() >= sh.size:
-                fail(int(rows[0]), "out of bounds", f"the TMA box of {t.box_bytes} bytes at "
-                     f"shared address {int(a)} leaves the {sh.size} bytes of shared memory")
+            where = box_where(t, int(a), sh.size, "TMA store source",
+                              lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             me = act[rows]
             flat = m.cta[me][:, None] * sh.size + where[None, :]
             if sh.unfenced_ctas[m.cta[me]].any() and sh.unfenced[flat].any():
@@ -163,22 +158,16 @@ def _check_read(sh: SharedMemory, flat: np.ndarray, where: np.ndarray, me: np.nd
 
 def _store(t: TensorMap, buffer: np.ndarray, coords: np.ndarray, data: np.ndarray) -> None:
     """:func:`tma_box_store` of the box bytes ``data`` (G, box_bytes) at ``coords``: for
-    a 2-D map with unit strides whose boxes lie inside the tensor and whose rows are
-    whole, aligned rows of the buffer, one row store per box row (the bytes
-    :func:`tma_box_store` writes); the other boxes take it."""
+    a C-contiguous buffer where :func:`.async_copy.box_rows` finds the boxes' rows, one
+    row store per box row (the bytes :func:`tma_box_store` writes); the other boxes take
+    it."""
     t.validate()
-    if t.rank == 2 and t.strides == (1, 1) and len(coords) and buffer.flags.c_contiguous:
-        esize = t.dtype.size
-        (w, h), dims = t.smem_box, t.global_dims
-        row = w * esize
-        c0, c1 = coords[:, 0], coords[:, 1]
-        if ((c0 >= 0) & (c0 + w <= dims[0]) & (c1 >= 0) & (c1 + h <= dims[1])).all():
-            raw = buffer.reshape(-1).view(np.uint8)
-            starts = c0[:, None] * esize + (c1[:, None] + np.arange(h)) * t.global_strides[0]
-            if raw.size % row == 0 and not (starts % row).any() and \
-                    starts.max() + row <= raw.size:
-                raw.reshape(-1, row)[(starts // row).ravel()] = data.reshape(-1, row)
-                return
+    rows = box_rows(t, buffer.nbytes, coords) if buffer.flags.c_contiguous else None
+    if rows is not None:
+        row = t.smem_box[0] * t.dtype.size
+        buffer.reshape(-1).view(np.uint8).reshape(-1, row)[rows.ravel()] = \
+            data.reshape(-1, row)
+        return
     tma_box_store(t, buffer, coords, data)
 
 
@@ -198,15 +187,9 @@ def _bulk_wait(c: TargetCompiler, instr: Instr) -> Step:
         rec = groups(m)
         if not rec.reading:
             return
-        # groups below this limit are retired; an uncommitted store is in no group
-        limit = np.where(fr.mask, rec.committed - n, -1)
-        still = []
-        for r in rec.reading:
-            done = r.group < limit[r.thread]
-            rest = _retire(m, r, done) if done.any() else r
-            if rest is not None:
-                still.append(rest)
-        rec.reading = still
+        # an uncommitted store is in no group: never below the limit
+        rec.reading = wait_group(rec.reading, rec.committed, fr.mask, n, lambda r: r.group,
+                                 lambda r, done: _retire(m, r, done))
     return step
 
 

@@ -28,12 +28,9 @@ def put_chunks(a: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
 def chunk_rows(flat: np.ndarray) -> np.ndarray | None:
     """The chunk numbers of ``flat`` when each of its rows is one aligned 16-byte chunk,
     bytes in order (an ``ldmatrix`` row, a 16-byte copy), else None."""
-    if flat.ndim != 2 or flat.shape[1] != CHUNK or not flat.size:
+    if flat.ndim != 2 or flat.shape[1] != CHUNK:
         return None
-    first = flat[:, 0]
-    if (first % CHUNK).any() or not (flat - first[:, None] == np.arange(CHUNK)).all():
-        return None
-    return first // CHUNK
+    return word_rows(flat, CHUNK)
 
 
 def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> None:

@@ -6,6 +6,7 @@ them are in :mod:`.async_copy`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,4 +125,21 @@ def land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
                 None if copy.chunks is None else copy.chunks[keep], copy.bounds, copy.box)
 
 
-__all__ = ["Copy", "issue", "land"]
+def wait_group(pending: list[Any], committed: np.ndarray, mask: np.ndarray, n: int,
+               group: Callable[[Any], np.ndarray],
+               retire: Callable[[Any, np.ndarray], Any]) -> list[Any]:
+    """A ``wait_group n`` by the threads in ``mask``: retire the rows of each record in
+    ``pending`` (issuing threads ``.thread``, groups ``group(record)``) whose group lies
+    below its thread's ``committed`` count minus ``n`` (``retire(record, rows)`` returns
+    what is left, or None); returns the records still pending."""
+    limit = np.where(mask, committed - n, -1)
+    still = []
+    for rec in pending:
+        done = group(rec) < limit[rec.thread]
+        rest = retire(rec, done) if done.any() else rec
+        if rest is not None:
+            still.append(rest)
+    return still
+
+
+__all__ = ["Copy", "issue", "land", "wait_group"]

@@ -27,16 +27,32 @@ clearing records, resolves or drops the rows it affects first:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, put_chunks, take_chunks
 
+_E = TypeVar("_E", bound="_Rows")
+
+
+class _Rows:
+    """Row selection of an entry: ``ROWS`` names its per-row arrays."""
+
+    ROWS: ClassVar[tuple[str, ...]]
+
+    def rows(self: _E, keep: np.ndarray) -> _E | None:
+        """The entry of the rows flagged in ``keep`` (None when none is)."""
+        if keep.all():
+            return self
+        if not keep.any():
+            return None
+        return replace(self, **{f: getattr(self, f)[keep] for f in self.ROWS})
+
 
 @dataclass
-class Entry:
+class Entry(_Rows):
     """One logged read: rows ``ctas`` (distinct CTAs) read the CTA-local 16-byte
     ``chunks`` (in the CTA-local dirty ``blocks``), threads ``first[i]`` to
     ``last[i]`` (global ids) in row ``i``; ``lo``/``hi`` bound the chunks' bytes."""
@@ -49,14 +65,7 @@ class Entry:
     lo: int
     hi: int
 
-    def rows(self, keep: np.ndarray) -> Entry | None:
-        """The entry of the rows flagged in ``keep`` (None when none is)."""
-        if keep.all():
-            return self
-        if not keep.any():
-            return None
-        return Entry(self.ctas[keep], self.chunks, self.blocks, self.first[keep],
-                     self.last[keep], self.lo, self.hi)
+    ROWS: ClassVar[tuple[str, ...]] = ("ctas", "first", "last")
 
     def clean(self, sh: Any) -> np.ndarray:
         """Per row: whether no block it reads is dirty (holds no per-byte record)."""
@@ -72,7 +81,7 @@ class Entry:
 
 
 @dataclass
-class RowEntry:
+class RowEntry(_Rows):
     """Logged reads of one 16-byte chunk per row (``ldmatrix`` rows, 16-byte loads):
     row ``i`` is flat chunk ``index[i]`` of CTA ``ctas[i]`` (several rows may share
     a CTA or a chunk), read by threads ``first[i]`` to ``last[i]``; ``lo``/``hi``
@@ -85,14 +94,7 @@ class RowEntry:
     lo: int
     hi: int
 
-    def rows(self, keep: np.ndarray) -> RowEntry | None:
-        """The entry of the rows flagged in ``keep`` (None when none is)."""
-        if keep.all():
-            return self
-        if not keep.any():
-            return None
-        return RowEntry(self.ctas[keep], self.index[keep], self.first[keep], self.last[keep],
-                        self.lo, self.hi)
+    ROWS: ClassVar[tuple[str, ...]] = ("ctas", "index", "first", "last")
 
     def clean(self, sh: Any) -> np.ndarray:
         """Per row: whether the block of its chunk is clean."""

@@ -325,6 +325,7 @@ def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
 
     from tessera.arch import mma_hopper
     from tessera.interp.target.flow import check_warps
+    from tessera.interp.target.tensorcore.model import result as model_result
 
     op_type = instr.op.atype
     half = np.dtype(np.float16) if op_type == "f16" else np.dtype(ml_dtypes.bfloat16)
@@ -350,7 +351,7 @@ def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
             else:
                 d = np.einsum("wmk,wkn->wmn", av, bv) + cv  # exact products, float64 sums
             result[lanes.ravel()] = d.reshape(-1, 8)
-        fr.regs[out] = result.astype(np.float32) if fr.m.tensor_cores == "hopper" else result
+        fr.regs[out] = model_result(fr.m, result)
     return step
 
 

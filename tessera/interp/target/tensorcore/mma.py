@@ -355,8 +355,11 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
             d = tensor_core.step(m, av, bv, cv, fa, fb)
             layout.scatter(d, result, groups)
             result = tensor_core.result(m, result)
-            _remember(m, result, groups, d)
-        fr.regs[out] = tensor_core.result(m, result)
+            # the matrices as the registers hold them (rounded to f32 under "hopper")
+            _remember(m, result, groups, tensor_core.result(m, d).astype(F64, copy=False))
+        else:
+            result = tensor_core.result(m, result)
+        fr.regs[out] = result
     return step
 
 
