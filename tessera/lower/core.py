@@ -138,8 +138,8 @@ class Lowerer:
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)
                 if not self._warp_specialise() and self.extra["wgmma_buffers"]:
+                    plan_kv(self)  # an attention's K/V ring (it may split the CTA)
                     ring_setup(self)
-                    plan_kv(self)  # an attention's K/V ring
             elif not exact:
                 from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
 

@@ -85,10 +85,14 @@ class KvLowering:
         from tessera.lower.rules.block import wait_all
 
         e = low.em
-        ring = self.ring = make_ring(low, self.plan)
-        ring.init(e)
-        total = self.total = ring.count(e)
-        ring.prefetch(e, total)
+        if self.plan.consumers:  # set up before the CTA split; the producer loads
+            ring = self.ring = low.extra["kv_ring"]
+            total = self.total = ring.count(e)
+        else:
+            ring = self.ring = make_ring(low, self.plan)
+            ring.init(e)
+            total = self.total = ring.count(e)
+            ring.prefetch(e, total)
         wait_all(low, e, 0)  # the query block (the tile program's group ring)
         if not self.plan.overlap:
             return
@@ -180,6 +184,10 @@ class KvLowering:
 
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
+        if plan.consumers and kv is plan.loops[-1]:
+            from tessera.lower.sm90a.kvsplit import drain
+
+            drain(low, e, plan, total)  # the blocks only the CTA's later tiles read
         return rebuild_all(init, results[:len(flat)])
 
     def _next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,
@@ -226,6 +234,10 @@ def plan_kv(low: Lowerer) -> None:
         # ring_stages: the static estimate's copies ahead; kv_ring: tessera ptx --stats
         low.extra.setdefault("attrs", {}).update(ring_stages=plan.stages, kv_ring=plan.describe())
         low.overrides.update(kv_rules(plan))
+        if plan.consumers:  # a producer warpgroup and C consumers (kvsplit)
+            from tessera.lower.sm90a.kvsplit import split_cta
+
+            split_cta(low, plan)
 
 
 def kv_rules(plan: KvPlan) -> dict[int, Rule]:

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.errors import UnsupportedError
 from tessera.ir.core import Function, Instr, Value, walk
 from tessera.ir.dialects.tile import Constant, MemRefType
 from tessera.ir.dialects.tile import For as TileFor
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
-from tessera.lower.sm90a.warpspec import SHARED_BUDGET, config_of
+from tessera.lower.sm90a.warpspec import CONSUMER_REGS, SHARED_BUDGET, config_of
 from tessera.lower.tiles import THREADS
 from tessera.lower.values import ptx_elem
 
@@ -50,6 +51,12 @@ OVERLAP_REGS = 128
 #: ptxas 13.5 gives 136 to 164 (D=64) and 251 to 253 (D=128) at 64x64 blocks, checked
 #: or fast, causal or not, where the sequential order takes 104 to 128 and 166
 OVERLAP_THREAD_REGS = (168, 256)
+#: registers a consumer warpgroup's thread of the overlapped order takes under
+#: ``setmaxnreg``, by head dimension up to 64 / 128: the highest register ptxas 13.5
+#: allocates after ``setmaxnreg.inc`` (SASS of 64x64 blocks, causal or not, fast mode)
+#: is R144 to R155 (D=64) and R189 to R191 (D=128): capped, ptxas packs tighter than
+#: the one-warpgroup kernel's 251 to 253
+SPLIT_OVERLAP_REGS = (160, 200)
 #: an SM's shared memory and registers (H100: 228 KiB, 1 KiB of it reserved per CTA)
 SM_SHARED, SM_REGS = 228 * 1024, 65536
 
@@ -80,6 +87,15 @@ class KvPlan:
     stages: int
     overlap: bool
     why_sequential: str | None = None
+    #: consumer warpgroups of a warp-specialised CTA (:mod:`tessera.lower.sm90a.kvsplit`;
+    #: each runs one query tile, a producer warpgroup fills the ring), 0 for none
+    consumers: int = 0
+    why_one_warpgroup: str | None = None
+
+    @property
+    def threads(self) -> int:
+        """Threads of the CTA: 128, or the consumers and the producer warpgroup."""
+        return THREADS * (self.consumers + 1) if self.consumers else THREADS
 
     @property
     def block_bytes(self) -> int:
@@ -96,9 +112,15 @@ class KvPlan:
         """One line for ``tessera ptx --stats``."""
         order = ("S of the next block overlaps the softmax" if self.overlap
                  else f"sequential ({self.why_sequential})")
+        if self.consumers:
+            who = (f"a producer warpgroup fills it for {self.consumers} consumer "
+                   f"warpgroup(s) of {self.bm} query rows each")
+        else:
+            who = "one warpgroup" + (f" ({self.why_one_warpgroup})"
+                                     if self.why_one_warpgroup else "")
         return (f"K/V ring: {self.stages} stages of {self.bn}x{self.d} {self.elem} K and V "
                 f"blocks ({self.ring_bytes} B shared) over {len(self.loops)} loop(s); "
-                f"{order}")
+                f"{who}; {order}")
 
 
 def _owner(v: Value) -> Instr | None:
@@ -232,9 +254,43 @@ def overlap_problem(bm: int, bn: int, d: int, stages: int = DEFAULT_STAGES) -> s
     return None
 
 
+def wanted_consumers(config: dict) -> tuple[int, bool]:
+    """Consumer warpgroups the configuration asks for, and whether it insists:
+    ``num_warps`` 12 is two consumers and the producer, ``warp_specialize=True`` two
+    (or one with ``num_warps`` 8); ``num_warps`` 4 or 8 alone, or
+    ``warp_specialize=False``, keep one warpgroup."""
+    ws, warps = config.get("warp_specialize"), config.get("num_warps")
+    if ws is False or warps == 4 or (warps == 8 and not ws):
+        return 0, False
+    if warps == 12:
+        return 2, ws is True
+    if ws:
+        if warps not in (None, 8):
+            raise UnsupportedError(f"num_warps={warps} has no warp-specialised attention "
+                                   "lowering", hint="use 12 (two consumer warpgroups and "
+                                   "a producer), 8 (one and a producer) or 4 (no producer)")
+        return (1 if warps == 8 else 2), True
+    return 0, False
+
+
+def split_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: int,
+                  consumers: int) -> str | None:
+    """Why the query tiles of ``fn`` cannot run as ``consumers`` warpgroups over one ring
+    filled by a producer warpgroup (None when they can): each consumer holds its
+    64-row tile's ``P`` as ``wgmma``'s register A, and the tiles of a CTA read the same
+    key blocks in the same order (:func:`tessera.lower.sm90a.kvorder.sharing_problem`)."""
+    from tessera.lower.sm90a.kvorder import sharing_problem
+
+    if bm != 64 or bm * bn // THREADS > 32 or bm * d // THREADS > 64:
+        return (f"a consumer warpgroup holds a 64-row tile with P in registers, not a "
+                f"{bm}x{bn} tile at D={d}")
+    return sharing_problem(fn, loops, consumers)
+
+
 def plan_kv_ring(fn: Function) -> KvPlan | None:
     """The K/V ring of ``fn`` for sm_90a, or None for the tile program's sequence
-    (no attention-shaped loops, or ``num_stages`` 1)."""
+    (no attention-shaped loops, or ``num_stages`` 1). A configuration that insists on
+    warp specialisation the kernel cannot have is an ``UnsupportedError``."""
     config = config_of(fn)
     stages = int(config.get("num_stages") or DEFAULT_STAGES)
     if stages < 2:
@@ -250,15 +306,41 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
             or tuple(v_alloc.op.shape) != (bn, d) or not isinstance(q_type, TensorType)):
         return None
     bm = q_type.shape[0]
-    why = overlap_problem(bm, bn, d, stages)
+    consumers, insist = wanted_consumers(config)
+    why_one = None
+    if consumers:
+        why_one = split_problem(fn, loops, bm, bn, d, consumers)
+        if why_one is not None and insist:
+            raise UnsupportedError(f"warp-specialised attention: {why_one}", loc=fn.loc,
+                                   hint="use BLOCK_M=64 tiles, or warp_specialize=False")
+        if why_one is not None:
+            consumers = 0
+    why = (overlap_problem(bm, bn, d, stages) if not consumers
+           else split_overlap_problem(bm, bn, d))
     if why is None and not config.get("register_a", True):
         why = "config register_a=False stages P through shared memory"
     if why is None and not config.get("overlap_softmax", True):
         why = "config overlap_softmax=False"
-    plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why)
+    plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why,
+                  consumers, why_one)
     if plan.ring_bytes > SHARED_BUDGET:
         return None
     return plan
+
+
+def split_overlap_problem(bm: int, bn: int, d: int) -> str | None:
+    """Why a consumer warpgroup does not overlap the next scores with the softmax (None
+    when it does): the overlapped order's registers must fit the consumer's
+    ``setmaxnreg`` share (one CTA fills the SM either way)."""
+    s_regs, o_regs = bm * bn // THREADS, bm * d // THREADS
+    if 2 * s_regs + o_regs > OVERLAP_REGS:
+        return (f"two {bm}x{bn} score tiles and a {bm}x{d} accumulator are "
+                f"{2 * s_regs + o_regs} f32 values a thread, over {OVERLAP_REGS}")
+    regs = SPLIT_OVERLAP_REGS[0 if d <= 64 else 1]
+    if regs > CONSUMER_REGS:
+        return (f"registers: about {regs} a thread, over a consumer warpgroup's "
+                f"{CONSUMER_REGS}")
+    return None
 
 
 def ring_extra_bytes(fn: Function) -> int:
@@ -270,5 +352,7 @@ def ring_extra_bytes(fn: Function) -> int:
     return plan.ring_bytes - 2 * plan.block_bytes
 
 
-__all__ = ["DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS", "KvLoop", "KvPlan",
-           "match_kv_loops", "overlap_problem", "plan_kv_ring", "ring_extra_bytes"]
+__all__ = ["DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS", "SPLIT_OVERLAP_REGS",
+           "KvLoop", "KvPlan",
+           "match_kv_loops", "overlap_problem", "plan_kv_ring", "ring_extra_bytes",
+           "split_overlap_problem", "split_problem", "wanted_consumers"]

@@ -56,6 +56,9 @@ class KvRing:
         self.bars = low.shared_buffer("kv_bars", 32 * plan.stages, 8, entry=True)
         self.offsets: list[Value] = []  # the first block of each loop, then T
         self.bounds: list[tuple[Value, Value]] = []  # (lo, step) of each loop
+        #: (predicate, consumers): a warp-specialised CTA where the predicate holds has
+        #: only that many consumer warpgroups with a tile (the launch's last CTA)
+        self.fewer: tuple[Value, int] | None = None
 
     # -- addresses
     def slot(self, e: TargetEmitter, m: Value) -> RingSlot:
@@ -90,10 +93,13 @@ class KvRing:
         mem = self.mem(e, v, slot)
         return SharedBox(mem.base, p.bn, p.d, p.elem, mem.swizzle, _ALIGN)
 
-    def wait(self, e: TargetEmitter, kind: int, slot: RingSlot) -> None:
+    def wait(self, e: TargetEmitter, kind: int, slot: RingSlot,
+             parity: Value | None = None) -> None:
         """Wait until the block in ``slot`` has landed (``full_*``) or has been released
-        by every thread (``empty_*``): both complete the phase of the block's round."""
-        e.op(MbarrierWait(), [self.barrier(e, kind, slot), slot.parity])
+        by every thread (``empty_*``): both complete the phase of the block's round
+        (``parity`` instead: another round's)."""
+        e.op(MbarrierWait(), [self.barrier(e, kind, slot),
+                              slot.parity if parity is None else parity])
 
     def release(self, e: TargetEmitter, kind: int, slot: RingSlot) -> None:
         """Every thread arrives on ``kind``'s empty barrier of ``slot``."""
@@ -105,12 +111,22 @@ class KvRing:
         the loops) so that every thread sees them initialised."""
         s = self.plan.stages
 
-        def init(t: TargetEmitter) -> None:
-            for kind in range(4):
-                count = 1 if kind in (FULL_K, FULL_V) else THREADS
+        def inits(t: TargetEmitter, kinds: tuple[int, ...], count: int) -> None:
+            for kind in kinds:
                 for k in range(s):
                     t.op(MbarrierInit(count),
                          [t.add(self.bars, t.const(8 * (kind * s + k), "u32"), "u32")])
+
+        def init(t: TargetEmitter) -> None:
+            inits(t, (FULL_K, FULL_V), 1)
+            # every thread of every consumer warpgroup with a tile releases
+            consumers = max(1, self.plan.consumers)
+            if self.fewer is None:
+                inits(t, (EMPTY_K, EMPTY_V), THREADS * consumers)
+                return
+            pred, some = self.fewer
+            t.if_(pred, lambda u: inits(u, (EMPTY_K, EMPTY_V), THREADS * some),
+                  lambda u: inits(u, (EMPTY_K, EMPTY_V), THREADS * consumers))
         e.if_(thread0(e), init)
         e.op(Fence("mbarrier_init"))
         e.bar()
@@ -119,13 +135,16 @@ class KvRing:
         """Evaluate every loop's bounds (the later loops' are known here, see
         :func:`tessera.lower.sm90a.kvplan.match_kv_loops`) and count the blocks: the
         first block of each loop, then ``T``, in :attr:`offsets`."""
+        self.offsets, self.bounds = [], []
         total = e.const(0, "s32")
         for kv in self.plan.loops:
             lo, hi, step = (self._scalar(e, v) for v in kv.loop.operands[:3])
             span = e.bin("sub", hi, lo, "s32")
             trips = e.bin("div", e.add(span, e.bin("sub", step, e.const(1, "s32"), "s32"),
                                        "s32"), step, "s32")
-            trips = e.bin("max", trips, e.const(0, "s32"), "s32")
+            # max(trips, 0) as a select: the static estimate evaluates setp/selp bounds
+            zero = e.const(0, "s32")
+            trips = e.selp(trips, zero, e.setp("gt", trips, zero, "s32"), "s32")
             self.offsets.append(total)
             self.bounds.append((lo, step))
             total = e.add(total, trips, "s32")
@@ -173,7 +192,7 @@ class KvRing:
         body = kv.loop.regions[0].block
         copy = kv.v_copy if v else kv.k_copy
         t.loc = copy.loc  # a fault of the load names its cp_async line
-        instrs = _slice(body.instrs, copy.operands[1])
+        instrs = index_slice(body.instrs, copy.operands[1])
         # the body may be being lowered around this load: its values come back after
         keys = [body.args[0], *(r for i in instrs for r in i.results)]
         saved = {key: low.env[key] for key in keys if key in low.env}
@@ -235,7 +254,9 @@ class KvRing:
         loads the block into the same stage (a block of loop ``loop``, where ``m``
         is, or of a later one). A wait in thread 0's branch alone would
         cost about 30 registers a thread: ptxas keeps the softmax's values live across
-        the divergent spin loop."""
+        the divergent spin loop. A warp-specialised CTA's producer refills instead."""
+        if self.plan.consumers:
+            return
         nxt = e.add(m, e.const(self.plan.stages, "u32"), "u32")
         go = e.setp("lt", nxt, total, "u32")
         e.if_(go, lambda t: self.wait(t, EMPTY_V if v else EMPTY_K, slot))
@@ -243,7 +264,7 @@ class KvRing:
               lambda t: t.if_(go, lambda u: self.issue(u, nxt, slot, v, loop)) and None)
 
 
-def _slice(instrs: list[Instr], root: Value) -> list[Instr]:
+def index_slice(instrs: list[Instr], root: Value) -> list[Instr]:
     """The instructions of a loop body that ``root`` (a copy's source view) needs, in
     order: its index arithmetic and views."""
     need, out = {root}, []
@@ -258,6 +279,9 @@ def alloc_rules(plan: KvPlan) -> dict[int, Rule]:
     """The K and V buffers become the ring's stage 0 (``S`` blocks each, allocated
     here); the ring object is made when both are."""
     def alloc(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+        made = low.extra.get("kv_mems", {}).get(id(instr))
+        if made is not None:  # a warp-specialised CTA allocates the ring up front
+            return [made]
         op = instr.op
         span = swizzle_span(tuple(op.shape), dtype(plan.elem))
         base = low.shared_buffer("kv_ring", plan.stages * plan.block_bytes, _ALIGN)
@@ -278,4 +302,4 @@ def make_ring(low: Lowerer, plan: KvPlan) -> KvRing:
 
 
 __all__ = ["EMPTY_K", "EMPTY_V", "FULL_K", "FULL_V", "KvRing", "RingSlot", "alloc_rules",
-           "make_ring"]
+           "index_slice", "make_ring"]

@@ -99,13 +99,22 @@ def ring_setup(low: Lowerer) -> None:
     and, per thread, its two counters (groups committed, groups waited for) in shared
     memory, which only that thread reads and writes."""
     e = low.e
-    bars = low.shared_buffer("tma_bars", 8 * RING, 8, entry=True)
-    ctrs = low.shared_buffer("tma_counters", 8 * 128, 8, entry=True)
+    # warp-specialised attention (kvsplit): one ring a consumer warpgroup, whose
+    # barriers the whole CTA initialised before it split
+    wg = low.extra.get("consumer_wg")
+    copies = wg.count if wg is not None else 1
+    bars = (low.extra["tma_bars"] if wg is not None
+            else low.shared_buffer("tma_bars", 8 * RING, 8, entry=True))
+    ctrs = low.shared_buffer("tma_counters", 8 * 128 * copies, 8, entry=True)
+    if copies > 1:
+        bars = e.add(bars, e.mul(wg.index, e.const(8 * RING, "u32"), "u32"), "u32")
+        ctrs = e.add(ctrs, e.mul(wg.index, e.const(8 * 128, "u32"), "u32"), "u32")
     mine = e.add(ctrs, e.bin("shl", e.sreg("tid.x"), e.const(3, "u32"), "u32"), "u32")
     zero = e.const(0, "u32")
     e.st("shared", mine, zero, "u32")
     e.st("shared", mine, zero, "u32", offset=4)
-    init_barriers(e, bars, RING)
+    if wg is None:
+        init_barriers(e, bars, RING)
     e.op(Fence("proxy_async"))  # the counters are generic-proxy stores
     e.bar()
     low.extra["tma"] = (bars, mine)
