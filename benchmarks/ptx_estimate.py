@@ -72,6 +72,12 @@ def attention_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], d
             cases.append((f"flash attention BH=16 S=2048 D={d}, mode fast", target, fa,
                           (q, q, q), {"is_causal": False, "config": config, "mode": "fast",
                                       "_tile": "64x64"}))
+        for causal in (False, True):  # warp-specialised: 2 consumer warpgroups, a producer
+            config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=12, num_stages=2)
+            cases.append((f"flash attention BH=16 S=2048 D={d}"
+                          + (" causal" if causal else "") + ", mode fast, warp-specialised",
+                          "sm_90a", fa, (q, q, q), {"is_causal": causal, "config": config,
+                                                    "mode": "fast", "_tile": "2x64x64"}))
         for mode in ("checked", "fast"):  # sm_90a's K/V ring of three stages
             config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
             cases.append((f"flash attention BH=16 S=2048 D={d}, 3 stages"
