@@ -184,10 +184,6 @@ class KvLowering:
 
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
-        if plan.consumers and kv is plan.loops[-1]:
-            from tessera.lower.sm90a.kvsplit import drain
-
-            drain(low, e, plan, total)  # the blocks only the CTA's later tiles read
         return rebuild_all(init, results[:len(flat)])
 
     def _next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,

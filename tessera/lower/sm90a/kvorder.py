@@ -8,6 +8,14 @@ are a prefix of the last tile's, block for block: a causal program's key blocks
 a kernel is specialised, so the sequences are evaluated here, for every CTA, from the
 kernel's own index arithmetic (constants, grid coordinates and integer ``+ - * // %
 min max``); anything else, or a CTA whose tiles disagree, keeps one warpgroup.
+
+Tiles of unequal lengths are offered only one block apart (that block's stage is never
+refilled, so the shorter tile need not release it) and with key blocks as tall as the
+query tiles (a causal program's diagonal is then one block): the Target IR interpreter
+runs the two consumers of one region in lockstep, and with smaller blocks a consumer
+would wait there for a release the other makes later in the same iteration, which the
+GPU's independently scheduled warpgroups would not (that order is left unoffered
+rather than unchecked).
 """
 
 from __future__ import annotations
@@ -89,9 +97,12 @@ def block_sequence(fn: Function, loops: tuple[KvLoop, ...], group: int
     return out
 
 
-def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int) -> str | None:
+def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
+                    aligned: bool = True) -> str | None:
     """Why ``consumers`` consecutive query tiles cannot share one ring filled in the
-    order of the CTA's last tile (None when they can; see the module doc)."""
+    order of the CTA's last tile (None when they can; see the module doc). ``aligned``:
+    key blocks as tall as the query tiles, the one case where tiles of unequal block
+    counts are offered (see the module doc)."""
     groups = prod(int(g) for g in fn.attrs.get("grid", (1,)))
     seen = 0
     try:
@@ -107,6 +118,12 @@ def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int) -> 
                 if last[:len(seq)] != seq:
                     return (f"query tile {g} reads key blocks that are not a prefix of tile "
                             f"{tiles[-1]}'s")
+                if len(last) - len(seq) > 1:
+                    return (f"query tile {g} reads {len(last) - len(seq)} blocks fewer than "
+                            f"tile {tiles[-1]} (at most one fewer is offered)")
+                if len(seq) != len(last) and not aligned:
+                    return (f"query tiles {g} and {tiles[-1]} read different numbers of "
+                            "blocks of another size than their query rows")
     except Unknown as why:
         return f"the key blocks' order is not known at compile time ({why})"
     return None

@@ -284,7 +284,7 @@ def split_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
     if bm != 64 or bm * bn // THREADS > 32 or bm * d // THREADS > 64:
         return (f"a consumer warpgroup holds a 64-row tile with P in registers, not a "
                 f"{bm}x{bn} tile at D={d}")
-    return sharing_problem(fn, loops, consumers)
+    return sharing_problem(fn, loops, consumers, aligned=bn == bm)
 
 
 def plan_kv_ring(fn: Function) -> KvPlan | None:

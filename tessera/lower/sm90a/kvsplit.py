@@ -9,19 +9,19 @@ so the consumers only wait, compute and release. ``setmaxnreg`` gives the produc
 registers to the consumers (:data:`~tessera.lower.sm90a.warpspec.PRODUCER_REGS`,
 :data:`~tessera.lower.sm90a.warpspec.CONSUMER_REGS`), as the GEMM's pipeline does::
 
-    all threads:  thread 0 inits full_k/v[s] (1), empty_k/v[w][s] (128); bar.sync
+    all threads:  thread 0 inits full_k/v[s] (1), empty_k/v[s] (128 C); bar.sync
     producer (elected thread)                consumer warpgroup w (tile C*ctaid.x + w)
-      T_w = blocks of each consumer's tile     Q copy; its own key loops (kvloop):
-      for block n of the last tile's order:      wait full_k[n]; S_n; release empty_k[w]
-        wait empty_k[w][n % S], each w that      softmax; wait full_v[n]; P_n V_n
-          read block n - S (n - S < T_w)         release empty_v[w]
-        TMA K_n; arrive.expect_tx full_k       store the tile's rows
-        (the same for V)
+                                             Q copy; its own key loops (kvloop):
+      for block n of the last tile's order:      wait full_k[n]; S_n; release empty_k
+        wait empty_k[n % S] (released n - S)     softmax; wait full_v[n]; P_n V_n
+        TMA K_n; arrive.expect_tx full_k         release empty_v
+        (the same for V)                       store the tile's rows
 
-Each consumer has its own empty barriers, so a tile with fewer blocks (a causal CTA's
-first tile; a last CTA with no second tile) never holds the ring: the producer waits
-only for the consumers that read the block it replaces. The tiles of a CTA must read
-the same blocks in the same order (:mod:`tessera.lower.sm90a.kvorder`). Inside a
+The empty barriers count every thread of the consumers that have a tile (the launch's
+last CTA may have one tile fewer: it initialises them for fewer threads). The tiles of
+a CTA read the same blocks in the same order, the first tile's at most one block fewer
+than the last's (:mod:`tessera.lower.sm90a.kvorder`): that block's stage is never
+refilled (``S >= 2``), so nobody needs its release. Inside a
 consumer ``%tid.x`` reads as the thread's index in its warpgroup and ``bar.sync`` is
 the warpgroup's named barrier, so the tile program's lowering runs as if it had the
 CTA to itself; its shared buffers other than the ring are one per consumer.
@@ -45,8 +45,6 @@ from tessera.lower.sm90a.kvplan import KvPlan
 from tessera.lower.sm90a.kvring import (
     EMPTY_K,
     EMPTY_V,
-    FULL_K,
-    FULL_V,
     KvRing,
     alloc_rules,
     make_ring,
@@ -290,26 +288,5 @@ def _fill(low: Lowerer, e: TargetEmitter, ring: KvRing, plan: KvPlan) -> None:
     tile.leave()
 
 
-def drain(low: Lowerer, e: TargetEmitter, plan: KvPlan, start: Value) -> None:
-    """A consumer whose tile reads fewer blocks than the CTA's last (``start``, ``u32``;
-    0 for a consumer with no tile) releases the others as they land: its threads
-    count in every empty barrier's phase. Waiting for the block to land first keeps
-    the release in its round (the producer loads block ``n`` only after the release
-    of block ``n - S`` completed)."""
-    ring: KvRing = low.extra["kv_ring"]
-    tile = last_tile(low, e, plan)
-    total = e.cvt(ring.count(e), "s32", "u32")
-    tile.leave()
-
-    def step(t: TargetEmitter, k: Value) -> list[Value]:
-        slot = ring.slot(t, t.cvt(k, "u32", "s32"))
-        for full, empty in ((FULL_K, EMPTY_K), (FULL_V, EMPTY_V)):
-            ring.wait(t, full, slot)
-            ring.release(t, empty, slot)
-        return []
-
-    e.for_(e.cvt(start, "s32", "u32"), total, e.const(1, "s32"), [], step)
-
-
-__all__ = ["FIRST_BARRIER", "Warpgroup", "WarpgroupEmitter", "drain", "entry_regs", "last_tile",
+__all__ = ["FIRST_BARRIER", "Warpgroup", "WarpgroupEmitter", "entry_regs", "last_tile",
            "split_cta"]
