@@ -53,12 +53,21 @@ GEMMS = [  # (target, M=N=K, tile, launch configuration)
     ("sm_90a", 8192, (256, 128, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
     ("sm_80", 4096, (128, 128, 32), {}),
 ]
-ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode)
+ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration])
     ("sm_90a", 16, 4096, 64, 64, False, "fast"), ("sm_90a", 16, 4096, 64, 64, True, "fast"),
     ("sm_90a", 16, 4096, 128, 64, False, "fast"), ("sm_90a", 16, 4096, 128, 64, True, "fast"),
     ("sm_90a", 16, 4096, 64, 64, False, "checked"),
     ("sm_90a", 16, 4096, 128, 64, True, "checked"),
     ("sm_80", 16, 4096, 64, 64, False, "fast"),
+    # warp-specialised (FlashAttention-3's CTA): 2 consumer warpgroups of 64 query rows
+    # and a producer warpgroup, beside the one-warpgroup rows above
+    ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12}),
+    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12}),
+    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "num_stages": 3}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 8, "warp_specialize": True}),
+    ("sm_90a", 16, 4096, 128, 64, True, "checked", {"num_warps": 12}),
 ]
 JOBS = [("gemm", g) for g in GEMMS] + [("attention", a) for a in ATTENTIONS]
 
@@ -137,18 +146,22 @@ def run_gemm(target: str, n: int, tile: tuple[int, int, int], config: dict[str, 
 
 
 def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bool,
-                  mode: str, dry: bool) -> dict[str, Any]:
+                  mode: str, extra: dict[str, Any] | None = None, *,
+                  dry: bool) -> dict[str, Any]:
     fa = example("flash_attention").flash_attention
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((bh, seq, d)).astype(BF16) for _ in range(3))
-    config = dict(BLOCK_M=block, BLOCK_N=block, num_warps=4, num_stages=2)
+    config = {"BLOCK_M": block, "BLOCK_N": block, "num_warps": 4, "num_stages": 2,
+              **(extra or {})}
     row: dict[str, Any] = {"kernel": f"flash attention bf16, {mode}"
                            + (", causal" if causal else ""),
                            "target": target, "shape": f"BH={bh} S={seq} D={d}",
-                           "tile": f"{block}x{block}"}
+                           "tile": f"{block}x{block}" + "".join(
+                               f" {k}={v}" for k, v in (extra or {}).items())}
     launch = {"is_causal": causal, "config": config}
     compiled, info = _compiled(fa, (q, k, v), target, mode=mode, **launch)
     row.update(info)
+    row["kv_ring"] = compiled.kernel.attrs.get("kv_ring", "")
     if dry:
         return row
     import torch
