@@ -13,7 +13,9 @@ Iteration ``m`` (``m`` counts blocks over all the loops), overlapped order::
 
 The sequential order waits ``full_k[m]`` and computes ``S_m`` in the iteration. No
 ``bar.sync`` runs inside the loops; the tile program's barriers become the ring's
-waits and releases.
+waits and releases. In a warp-specialised CTA (:mod:`tessera.lower.sm90a.kvsplit`)
+the ring is set up and filled by the producer warpgroup: the loops only wait and
+release.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ refills the stage with block ``m`` (``m >= S``) after ``empty``'s phase of parit
 ``(round & 1) ^ 1``, which the release of block ``m - S`` completes. The blocks ``0 ..
 S - 1`` are loaded before the first loop; every later one when its stage is released.
 The number of blocks ``T`` is the loops' trip counts summed, from their own bounds,
-so the loads stop where the loops do.
+so the loads stop where the loops do. In a warp-specialised CTA
+(:mod:`tessera.lower.sm90a.kvsplit`) a producer warpgroup issues every load instead,
+and the empty barriers count the threads of all the consumer warpgroups.
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ CTA to itself; its shared buffers other than the ring are one per consumer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from math import prod
 
@@ -42,13 +44,7 @@ from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm90a.kvplan import KvPlan
-from tessera.lower.sm90a.kvring import (
-    EMPTY_K,
-    EMPTY_V,
-    KvRing,
-    alloc_rules,
-    make_ring,
-)
+from tessera.lower.sm90a.kvring import EMPTY_K, EMPTY_V, KvRing, alloc_rules, index_slice, make_ring
 from tessera.lower.sm90a.mma import RING
 from tessera.lower.sm90a.tma import init_barriers
 from tessera.lower.sm90a.warpspec import CONSUMER_REGS, PRODUCER_REGS
@@ -194,9 +190,8 @@ def _replicated_alloc(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[L
 
 def _scalar_slice(low: Lowerer, plan: KvPlan) -> list[Instr]:
     """The top-level instructions before the first key loop that the loops' bounds and
-    the K/V copies' index arithmetic read (scalar index arithmetic)."""
-    from tessera.lower.sm90a.kvring import index_slice
-
+    the K/V copies' index arithmetic read (scalar index arithmetic: the plan evaluated
+    them, :mod:`tessera.lower.sm90a.kvorder`)."""
     body = low.fn.body.instrs
     first = body.index(plan.loops[0].loop)
     need: set[Value] = set()
@@ -209,51 +204,18 @@ def _scalar_slice(low: Lowerer, plan: KvPlan) -> list[Instr]:
     out = []
     for instr in reversed(body[:first]):
         if any(r in need for r in instr.results):
-            if not all(isinstance(r.type, TensorType) and r.type.rank == 0
-                       for r in instr.results):
-                from tessera.errors import UnsupportedError
-
-                raise UnsupportedError("the key loops' bounds and copies must be scalar "
-                                       "index arithmetic", loc=instr.loc)
+            assert all(isinstance(r.type, TensorType) and r.type.rank == 0
+                       for r in instr.results)
             out.append(instr)
             need.update(instr.operands)
     return out[::-1]
 
 
-class _Tile:
-    """Lowers the index arithmetic of another query tile (group) of the CTA, and puts
-    back what the kernel's own lowering had bound."""
-
-    def __init__(self, low: Lowerer, instrs: list[Instr]) -> None:
-        self.low, self.instrs = low, instrs
-        self.saved: dict[Value, Lowered] = {}
-        self.group: Value | None = None
-
-    def enter(self, e: TargetEmitter, group: Value) -> None:
-        low = self.low
-        self.saved, self.group = dict(low.env), low.ids.get("group")
-        low.ids["group"] = group
-        low.stack.append(e)
-        try:
-            for instr in self.instrs:
-                low.lower_instr(instr, e)
-        finally:
-            low.stack.pop()
-
-    def leave(self) -> None:
-        """Forget what was lowered for the tile (including constants the ring's count
-        lowered): those values are out of the kernel's scope."""
-        low = self.low
-        low.env.clear()
-        low.env.update(self.saved)
-        low.ids.pop("group", None)
-        if self.group is not None:
-            low.ids["group"] = self.group
-
-
-def last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> _Tile:
-    """Lower the index arithmetic of the CTA's last query tile, whose key blocks the
-    producer loads (:func:`_Tile.leave` forgets it)."""
+@contextmanager
+def _last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> Iterator[None]:
+    """The index arithmetic of the CTA's last query tile, whose key blocks the producer
+    loads, lowered into ``e`` (with the tile's group id); afterwards the lowering's
+    values are put back: those of the producer are out of the consumers' scope."""
     c = plan.consumers
     groups = low.geom.n_groups  # type: ignore[union-attr]
     cta = e.cvt(e.sreg("ctaid.x"), "s32", "u32")
@@ -261,18 +223,24 @@ def last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> _Tile:
     if groups % c:  # min(last, groups - 1), as a select the static estimate evaluates
         final = e.const(groups - 1, "s32")
         last = e.selp(last, final, e.setp("lt", last, final, "s32"), "s32")
-    tile = _Tile(low, _scalar_slice(low, plan))
-    tile.enter(e, last)
-    return tile
+    saved = dict(low.env)
+    low.ids["group"] = last
+    low.stack.append(e)
+    try:
+        for instr in _scalar_slice(low, plan):
+            low.lower_instr(instr, e)
+        yield
+    finally:
+        low.stack.pop()
+        low.env.clear()
+        low.env.update(saved)  # also drops the constants the ring's count lowered
+        del low.ids["group"]
 
 
 def _fill(low: Lowerer, e: TargetEmitter, ring: KvRing, plan: KvPlan) -> None:
     """The producer's elected thread: every block of the last tile's order, each after
     its stage's release by every consumer thread (a fresh barrier's phase before the
     first counts as released)."""
-    tile = last_tile(low, e, plan)
-    total = e.cvt(ring.count(e), "s32", "u32")
-
     def step(t: TargetEmitter, k: Value) -> list[Value]:
         n = t.cvt(k, "u32", "s32")
         slot = ring.slot(t, n)
@@ -283,10 +251,10 @@ def _fill(low: Lowerer, e: TargetEmitter, ring: KvRing, plan: KvPlan) -> None:
             ring.issue(t, n, slot, v)
         return []
 
-    e.loc = plan.loops[0].loop.loc
-    e.for_(e.const(0, "s32"), total, e.const(1, "s32"), [], step)
-    tile.leave()
+    with _last_tile(low, e, plan):
+        total = e.cvt(ring.count(e), "s32", "u32")
+        e.loc = plan.loops[0].loop.loc
+        e.for_(e.const(0, "s32"), total, e.const(1, "s32"), [], step)
 
 
-__all__ = ["FIRST_BARRIER", "Warpgroup", "WarpgroupEmitter", "entry_regs", "last_tile",
-           "split_cta"]
+__all__ = ["FIRST_BARRIER", "Warpgroup", "WarpgroupEmitter", "entry_regs", "split_cta"]
