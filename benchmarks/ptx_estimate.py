@@ -72,7 +72,10 @@ def attention_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], d
             cases.append((f"flash attention BH=16 S=2048 D={d}, mode fast", target, fa,
                           (q, q, q), {"is_causal": False, "config": config, "mode": "fast",
                                       "_tile": "64x64"}))
-        for causal in (False, True):  # warp-specialised: 2 consumer warpgroups, a producer
+        # warp-specialised: 2 consumer warpgroups and a producer (the estimate charges the
+        # consumers' query copy to all their threads, and counts a causal consumer's key
+        # loops once: docs/ptx-backend.md, "Warp-specialised attention")
+        for causal in (False, True):
             config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=12, num_stages=2)
             cases.append((f"flash attention BH=16 S=2048 D={d}"
                           + (" causal" if causal else "") + ", mode fast, warp-specialised",
