@@ -1,0 +1,89 @@
+"""Target IR for the specified binary64 ``erf`` and ``erfc``: ``tile.erf`` and
+``tile.erfc`` (and so the erf-form GELU) in every mode.
+
+:func:`emit_erf_f64_specified` and :func:`emit_erfc_f64_specified` run the algorithm's
+own steps (:func:`tessera.numerics.transcendental.erf64.erf_steps` and ``erfc_steps``)
+on f64 registers through :class:`TargetArith`, so the instruction sequence is the
+NumPy one by construction: ``add``/``sub``/``mul``/``div`` with ``.rn`` (an explicit
+rounding mode, never contracted into ``fma``), ``setp.lt.f64`` + ``selp.f64`` for the
+clamp, the interval choices and the signs, ``neg.f64``/``abs.f64`` (sign bit only),
+``mov.b64 {lo, hi}`` to clear the low word, the specified exp
+(:func:`tessera.lower.mathlib64.emit_exp_f64_specified`) and the quieted input NaN.
+"""
+
+from __future__ import annotations
+
+from tessera.errors import IRVerifyError
+from tessera.ir.core import Value
+from tessera.ir.dialects.target import RegType
+from tessera.lower.emit import TargetEmitter
+from tessera.lower.mathlib64 import emit_exp_f64_specified, emit_quiet_nan_f64
+from tessera.numerics.transcendental import erf64
+
+F64 = "f64"
+
+
+class TargetArith:
+    """:class:`tessera.numerics.transcendental.erf64.Arith` on f64 registers: each
+    operation one instruction (or the specified exp's sequence)."""
+
+    def __init__(self, e: TargetEmitter) -> None:
+        self.e = e
+
+    def const(self, c: float) -> Value:
+        return self.e.const(float(c), F64)
+
+    def add(self, a: Value, b: Value) -> Value:
+        return self.e.bin("add", a, b, F64)
+
+    def sub(self, a: Value, b: Value) -> Value:
+        return self.e.bin("sub", a, b, F64)
+
+    def mul(self, a: Value, b: Value) -> Value:
+        return self.e.bin("mul", a, b, F64)
+
+    def div(self, a: Value, b: Value) -> Value:
+        return self.e.bin("div", a, b, F64)
+
+    def neg(self, a: Value) -> Value:
+        return self.e.un("neg", a, F64)
+
+    def abs(self, a: Value) -> Value:
+        return self.e.un("abs", a, F64)
+
+    def less(self, a: Value, b: Value) -> Value:
+        return self.e.setp("lt", a, b, F64)  # false for a NaN, as NumPy's <
+
+    def select(self, p: Value, a: Value, b: Value) -> Value:
+        return self.e.selp(a, b, p, F64)
+
+    def exp(self, a: Value) -> Value:
+        return emit_exp_f64_specified(self.e, a)
+
+    def high_part(self, a: Value) -> Value:
+        _, hi = self.e.unpack(a, "b32", 2)
+        return self.e.pack([self.e.const(0, "b32"), hi], F64)
+
+    def quiet_nan_of(self, x: Value, v: Value) -> Value:
+        return emit_quiet_nan_f64(self.e, x, v)
+
+
+def _check(x: Value, name: str) -> None:
+    if x.type != RegType(F64):
+        raise IRVerifyError(f"{name} takes reg<f64> values, got {x.type}",
+                            hint="convert to f64 first (cvt)")
+
+
+def emit_erf_f64_specified(e: TargetEmitter, x: Value) -> Value:
+    """erf of an f64 register by :mod:`tessera.numerics.transcendental.erf64`."""
+    _check(x, "emit_erf_f64_specified")
+    return erf64.erf_steps(TargetArith(e), x)
+
+
+def emit_erfc_f64_specified(e: TargetEmitter, x: Value) -> Value:
+    """erfc of an f64 register by :mod:`tessera.numerics.transcendental.erf64`."""
+    _check(x, "emit_erfc_f64_specified")
+    return erf64.erfc_steps(TargetArith(e), x)
+
+
+__all__ = ["TargetArith", "emit_erf_f64_specified", "emit_erfc_f64_specified"]
