@@ -1,11 +1,10 @@
-"""``ts.tile.tanh`` and ``ts.tile.erf``: float64 (NumPy's tanh, the C library's erf)
-rounded once to the element, in checked and reference mode; the PTX lowering refuses
-them at the user's line."""
+"""``ts.tile.tanh`` and ``ts.tile.erf``: float64 (NumPy's tanh, the specified binary64
+erf) rounded once to the element, in checked and reference mode; the PTX lowering
+refuses tanh at the user's line and gives erf's bits on the Target IR interpreter."""
 
 from __future__ import annotations
 
 import inspect
-import math
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import pytest
 import tessera as ts
 from tessera import op
 from tessera.errors import UnsupportedError
+from tessera.numerics.transcendental.erf64 import erf_f64_specified
 
 
 @ts.kernel
@@ -31,8 +31,24 @@ def test_rounded_once_from_float64(mode: str) -> None:
     t, e = np.zeros_like(x), np.zeros_like(x)
     curves(x, t, e, tile_shape=(64,), mode=mode)
     assert t.tobytes() == np.tanh(x.astype(np.float64)).astype(np.float32).tobytes()
-    want = np.array([math.erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    want = erf_f64_specified(x.astype(np.float64)).astype(np.float32)
     assert e.tobytes() == want.tobytes()
+
+
+@ts.kernel
+def erf_only(X: ts.Tensor["N", ts.f32], E: ts.Tensor["N", ts.f32]) -> None:
+    E[tile_m:tile_m + BM] = ts.tile.erf(X[tile_m:tile_m + BM])
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_erf_on_target_gives_the_simulator_bits(target: str) -> None:
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(512) * 4.0 ** rng.integers(-3, 3, 512)).astype(np.float32)
+    x[:8] = [np.inf, -np.inf, -0.0, 0.0, np.nan, 3e-45, -1e-38, 6.0]
+    want, got = np.zeros_like(x), np.zeros_like(x)
+    erf_only(x, want, tile_shape=(128,))
+    ts.launch(erf_only, None, (x, got), backend="target", target=target, tile_shape=(128,))
+    assert got.tobytes() == want.tobytes()
 
 
 def test_the_lowering_refuses_them() -> None:

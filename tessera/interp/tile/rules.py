@@ -10,7 +10,6 @@ lines up a uniform tile with a per-program one. Rounding follows
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
+from tessera.numerics.transcendental.erf64 import erf_f64_specified, erfc_f64_specified
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
@@ -157,22 +157,19 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-def _erf(x: Any, out: Any = None, dtype: Any = None, casting: str = "same_kind") -> Any:
-    """The C library's ``erf`` in float64 (NumPy has none), as the graph interpreter
-    computes it; ``out`` receives the values rounded once."""
-    wide = np.asarray(x, dtype=F64)
-    r = np.asarray(np.frompyfunc(math.erf, 1, 1)(wide), dtype=F64) if wide.size else wide
-    if out is None:
-        return r
-    out[...] = r  # (the float64 values rounded once, to nearest even)
-    return out
+@rule(tile_compute.Erf, tile_compute.Erfc)
+def _erf(instr: Instr, fast: bool) -> Impl:
+    """The specified binary64 erf / erfc (``numerics.transcendental.erf64``) of the value
+    widened exactly, rounded once to the element: a GPU's bits, in every mode."""
+    fn = erf_f64_specified if isinstance(instr.op, tile_compute.Erf) else erfc_f64_specified
+    n = _num_in(instr)
+    return lambda x: n.result(fn(to_f64(n.narrow(x))))
 
 
-@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc, tile_compute.Tanh,
-      tile_compute.Erf)
+@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc, tile_compute.Tanh)
 def _math(instr: Instr, fast: bool) -> Impl:
     fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc,
-          tile_compute.Tanh: np.tanh, tile_compute.Erf: _erf}[type(instr.op)]
+          tile_compute.Tanh: np.tanh}[type(instr.op)]
     n = _num_in(instr)
     if (
         fast
