@@ -5,6 +5,9 @@
 * :mod:`.exp_native` -- the same operations compiled with llvmlite to a vector loop.
 * :mod:`.exp64` -- the same algorithm's binary64 value on binary64 inputs (+0 below
   e^-104): the softmax's terms and the f64 ``tile.exp``.
+* :mod:`.erf64` -- erf and erfc by fdlibm's method, branch-free in binary64 with that
+  exp: ``graph.erf``, ``tile.erf``, ``tile.erfc``.
 * :mod:`.gelu64` -- the tanh-form GELU as a binary64 quotient ``x / (1 + e^z)`` with
-  that exp: ``graph.gelu`` of every float format, on every backend.
+  that exp, the erf form through that erfc: ``graph.gelu`` of every float format, on
+  every backend.
 """
