@@ -31,6 +31,7 @@ from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
 from tessera.numerics.transcendental.erf64 import erf_f64_specified, erfc_f64_specified
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
+from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -157,19 +158,24 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-@rule(tile_compute.Erf, tile_compute.Erfc)
-def _erf(instr: Instr, fast: bool) -> Impl:
-    """The specified binary64 erf / erfc (``numerics.transcendental.erf64``) of the value
-    widened exactly, rounded once to the element: a GPU's bits, in every mode."""
-    fn = erf_f64_specified if isinstance(instr.op, tile_compute.Erf) else erfc_f64_specified
+#: Tile IR ops that are specified binary64 functions (``numerics.transcendental``)
+_SPECIFIED = {tile_compute.Erf: erf_f64_specified, tile_compute.Erfc: erfc_f64_specified,
+              tile_compute.Tanh: tanh_f64_specified}
+
+
+@rule(*_SPECIFIED)
+def _specified(instr: Instr, fast: bool) -> Impl:
+    """The specified binary64 erf, erfc or tanh of the value widened exactly, rounded
+    once to the element: a GPU's bits, in every mode."""
+    fn = _SPECIFIED[type(instr.op)]
     n = _num_in(instr)
     return lambda x: n.result(fn(to_f64(n.narrow(x))))
 
 
-@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc, tile_compute.Tanh)
+@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc)
 def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc,
-          tile_compute.Tanh: np.tanh}[type(instr.op)]
+    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt,
+          tile_compute.Trunc: np.trunc}[type(instr.op)]
     n = _num_in(instr)
     if (
         fast

@@ -5,8 +5,9 @@ tensors alike. Arithmetic matches the tile interpreter bit for bit: f32 ops carr
 explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f32
 compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
 format); f64 ``+ - * /`` are IEEE binary64 with ``.rn``, f64 ``exp`` is the specified
-binary64 exp (:mod:`tessera.lower.mathlib64`), ``erf`` and ``erfc`` of every float
-format the specified binary64 ones (:mod:`tessera.lower.mathlib_erf`) rounded once, and
+binary64 exp (:mod:`tessera.lower.mathlib64`), ``erf``, ``erfc`` and ``tanh`` of every
+float format the specified binary64 ones (:mod:`tessera.lower.mathlib_steps`) rounded
+once, and
 casts between f32 and f64 are
 ``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64`` (to bf16 or f16: rounded to odd on the
 f32 grid, then to nearest even, one correct rounding); indices are 32-bit with Python's
@@ -229,16 +230,15 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                        "f32")
 
 
-@rule(tile_compute.Erf, tile_compute.Erfc)
-def _erf(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    """The specified binary64 erf / erfc of the value widened exactly (``cvt.f64.f32``),
-    rounded once to the element, as the tile simulator computes it."""
-    from tessera.lower.mathlib_erf import emit_erf_f64_specified, emit_erfc_f64_specified
+@rule(tile_compute.Erf, tile_compute.Erfc, tile_compute.Tanh)
+def _specified(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    """The specified binary64 erf, erfc or tanh of the value widened exactly
+    (``cvt.f64.f32``), rounded once to the element, as the tile simulator computes it."""
+    from tessera.lower.mathlib_steps import EMITTERS
 
     t = result_type(instr)
     rt = reg_type(t.element, f"{instr.op.name}: ")
-    emit = (emit_erf_f64_specified if isinstance(instr.op, tile_compute.Erf)
-            else emit_erfc_f64_specified)
+    emit = EMITTERS[instr.op.name]
     if rt == "f64":
         return elementwise(low, instr, args, lambda e, r: emit(e, r[0]), "f64")
     if rt != "f32":

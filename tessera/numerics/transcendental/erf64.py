@@ -31,9 +31,10 @@ comparisons, selects, a bit mask and the specified exp
 Every step is a correctly rounded IEEE operation or the specified exp, so the same
 sequence of ``mul.rn.f64``/``add.rn.f64``/``sub.rn.f64``/``div.rn.f64``, ``setp``,
 ``selp`` and ``mov.b64`` gives the same bits on a GPU:
-:func:`tessera.lower.mathlib_erf.emit_erf_f64_specified` runs :func:`erf_steps` and
-:func:`erfc_steps` on PTX registers, these functions on NumPy arrays (all four
-intervals are computed for every element, then selected).
+:func:`erf_steps` and :func:`erfc_steps` are written over the operations of
+:class:`tessera.numerics.transcendental.arith64.Arith`: the PTX emitter
+(:mod:`tessera.lower.mathlib_steps`) runs them on registers, the functions here on
+NumPy arrays (all four intervals are computed for every element, then selected).
 
 Accuracy. fdlibm bounds its approximations' errors by 2^-57.9 (k = 0), 2^-59.06
 (k = 1) and 2^-61.5 (k >= 2) and its ``erf`` by one ulp; the specified exp adds at
@@ -56,11 +57,10 @@ software is freely granted, provided that this notice is preserved."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from tessera.numerics.transcendental.exp64 import QUIET_BIT_F64, exp_f64_specified
+from tessera.numerics.transcendental.arith64 import Arith, P, V, run_numpy
 
 #: fdlibm's erx: 0.84506291151 rounded to binary32
 ERX = 8.45062911510467529297e-01
@@ -98,28 +98,6 @@ DENOMINATORS: tuple[tuple[float, ...], ...] = (
      2.55305040643316442583e+03, 3.19985821950859553908e+03, 1.53672958608443695994e+03,
      3.25792512996573918826e+02, 3.03380607434824582924e+01),
 )
-
-V = TypeVar("V")
-P = TypeVar("P")
-
-
-class Arith(Protocol, Generic[V, P]):
-    """The binary64 operations the algorithm is written in: NumPy arrays here, PTX
-    registers in :mod:`tessera.lower.mathlib_erf`."""
-
-    def const(self, c: float) -> V: ...
-    def add(self, a: V, b: V) -> V: ...
-    def sub(self, a: V, b: V) -> V: ...
-    def mul(self, a: V, b: V) -> V: ...
-    def div(self, a: V, b: V) -> V: ...
-    def neg(self, a: V) -> V: ...
-    def abs(self, a: V) -> V: ...
-    def less(self, a: V, b: V) -> P: ...
-    def select(self, p: P, a: V, b: V) -> V: ...
-    def exp(self, a: V) -> V: ...
-    def high_part(self, a: V) -> V: ...
-    def quiet_nan_of(self, x: V, v: V) -> V: ...
-
 
 def _choose(ar: Arith[V, P], below: Sequence[P], values: Sequence[V]) -> V:
     """``values[k]`` for the interval ``k`` (``below[i]``: the value lies below bound i)."""
@@ -178,53 +156,17 @@ def erfc_steps(ar: Arith[V, P], x: V) -> V:
     return ar.quiet_nan_of(x, _choose(ar, below, [near, mid, tail, tail]))
 
 
-class NumpyArith:
-    """:class:`Arith` on binary64 NumPy arrays (NumPy's ``+ - * /`` are IEEE binary64,
-    rounded to nearest even and never fused)."""
-
-    def const(self, c: float) -> np.ndarray:
-        return np.float64(c)  # type: ignore[return-value]
-
-    add, sub, mul, div = (staticmethod(np.add), staticmethod(np.subtract),
-                          staticmethod(np.multiply), staticmethod(np.divide))
-    neg, abs, less = staticmethod(np.negative), staticmethod(np.abs), staticmethod(np.less)
-
-    def select(self, p: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.where(p, a, b)
-
-    def exp(self, a: np.ndarray) -> np.ndarray:
-        return exp_f64_specified(a)
-
-    def high_part(self, a: np.ndarray) -> np.ndarray:
-        bits = np.asarray(a, np.float64).view(np.uint64) & np.uint64(0xFFFFFFFF00000000)
-        return bits.view(np.float64)
-
-    def quiet_nan_of(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
-        nan = np.isnan(x)
-        if not nan.any():
-            return v
-        quiet = (x.view(np.uint64) | np.uint64(QUIET_BIT_F64)).view(np.float64)
-        return np.where(nan, quiet, v)
-
-
-def _run(steps: object, x: np.ndarray) -> np.ndarray:
-    w = np.asarray(x, dtype=np.float64)
-    with np.errstate(all="ignore"):  # the unselected intervals may divide by zero
-        out = steps(NumpyArith(), np.ascontiguousarray(w).reshape(-1))  # type: ignore[operator]
-    return np.asarray(out, np.float64).reshape(w.shape)
-
-
 def erf_f64_specified(x: np.ndarray) -> np.ndarray:
     """erf of a binary64 array by the algorithm of this module's docstring (the same
     bits on every machine and on a GPU); the input NaN quieted for a NaN."""
-    return _run(erf_steps, x)
+    return run_numpy(erf_steps, x)
 
 
 def erfc_f64_specified(x: np.ndarray) -> np.ndarray:
     """erfc = 1 - erf of a binary64 array by the algorithm of this module's docstring,
     accurate also where erf is near 1; the input NaN quieted for a NaN."""
-    return _run(erfc_steps, x)
+    return run_numpy(erfc_steps, x)
 
 
-__all__ = ["BOUNDS", "CLAMP", "DENOMINATORS", "ERX", "NUMERATORS", "Arith", "NumpyArith",
-           "erf_f64_specified", "erf_steps", "erfc_f64_specified", "erfc_steps"]
+__all__ = ["BOUNDS", "CLAMP", "DENOMINATORS", "ERX", "NUMERATORS", "erf_f64_specified",
+           "erf_steps", "erfc_f64_specified", "erfc_steps"]

@@ -104,7 +104,8 @@ Neg = _make(Unary, "tile.neg", "-x")
 Not = _make(Unary, "tile.not", "not x (bool)")
 Exp = _make(Unary, "tile.exp", "e ** x")
 Log = _make(Unary, "tile.log", "natural logarithm")
-Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (float64, rounded once)")
+Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (the specified binary64 tanh of "
+             "numerics.transcendental.tanh64, rounded once)")
 Erf = _make(Unary, "tile.erf", "the error function (the specified binary64 erf of "
             "numerics.transcendental.erf64, rounded once)")
 Erfc = _make(Unary, "tile.erfc", "the complementary error function 1 - erf (the specified "

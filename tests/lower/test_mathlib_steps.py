@@ -1,6 +1,6 @@
-"""The Target IR f64 erf and erfc against their NumPy meaning
-(:mod:`tessera.numerics.transcendental.erf64`), bit for bit, in the Target IR
-interpreter, and the instructions they use."""
+"""The Target IR f64 erf, erfc and tanh against their NumPy meaning
+(:mod:`tessera.numerics.transcendental.erf64`, ``tanh64``), bit for bit, in the Target
+IR interpreter, and the instructions they use."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ from tessera.errors import IRVerifyError
 from tessera.ir.core import Block, Value, walk
 from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Unary
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.mathlib_erf import emit_erf_f64_specified, emit_erfc_f64_specified
+from tessera.lower.mathlib_steps import (
+    emit_erf_f64_specified,
+    emit_erfc_f64_specified,
+    emit_tanh_f64_specified,
+)
 from tessera.numerics.transcendental.erf64 import erf_f64_specified, erfc_f64_specified
+from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 from tests.lower.test_mathlib import THREADS, address, kernel
 
 target = pytest.importorskip("tessera.interp.target",
@@ -24,13 +29,15 @@ def erf64_kernel(ncta: int):
         x = e.ld("global", address(e, p[0], i, 8), "f64")
         e.st("global", address(e, p[1], i, 8), emit_erf_f64_specified(e, x), "f64")
         e.st("global", address(e, p[2], i, 8), emit_erfc_f64_specified(e, x), "f64")
-    return kernel("erf_f64", 3, ncta, body)
+        e.st("global", address(e, p[3], i, 8), emit_tanh_f64_specified(e, x), "f64")
+    return kernel("erf_f64", 4, ncta, body)
 
 
 def inputs() -> np.ndarray:
     codes = [0x7FF8000000000000, 0xFFF0000000000123, 0x7FF0000000000001,  # NaNs
              0x0000000000000001, 0x8000000000000001]  # subnormal inputs
     floats = [0.0, -0.0, np.inf, -np.inf, 0.25, 0.84375, 1.25, 1 / 0.35, 6.0, 10.17, 28.0,
+              0.55, -0.55, 22.0, 2.0**-27, -(2.0**-28),
               -0.25, -0.84375, -1.25, -28.0, 1e300, -1e300, 2.0**-60]
     special = np.concatenate([np.array(codes, np.uint64).view(np.float64), floats])
     rng = np.random.default_rng(13)
@@ -40,12 +47,13 @@ def inputs() -> np.ndarray:
     return np.concatenate([special, uniform, patterns.view(np.float64)])
 
 
-def test_erf64_kernel_matches_the_specified_erf_bit_for_bit() -> None:
+def test_kernel_matches_the_specified_functions_bit_for_bit() -> None:
     x = inputs()
-    erf, erfc = np.zeros_like(x), np.zeros_like(x)
-    target.run_target(erf64_kernel(x.size // THREADS), [x, erf, erfc])
+    erf, erfc, tanh = np.zeros_like(x), np.zeros_like(x), np.zeros_like(x)
+    target.run_target(erf64_kernel(x.size // THREADS), [x, erf, erfc, tanh])
     assert np.array_equal(erf.view(np.uint64), erf_f64_specified(x).view(np.uint64))
     assert np.array_equal(erfc.view(np.uint64), erfc_f64_specified(x).view(np.uint64))
+    assert np.array_equal(tanh.view(np.uint64), tanh_f64_specified(x).view(np.uint64))
     assert erf[1].view(np.uint64) == 0xFFF8000000000123  # signalling NaN quieted
 
 
@@ -61,7 +69,7 @@ def test_erf64_uses_only_ieee_rounded_operations() -> None:
 
 def test_erf64_takes_f64_registers_only() -> None:
     e = TargetEmitter(Block())
-    for emit in (emit_erf_f64_specified, emit_erfc_f64_specified):
+    for emit in (emit_erf_f64_specified, emit_erfc_f64_specified, emit_tanh_f64_specified):
         with pytest.raises(IRVerifyError, match="reg<f64>"):
             emit(e, e.const(1.0, "f32"))
 

@@ -1,13 +1,15 @@
-"""Target IR for the specified binary64 ``erf`` and ``erfc``: ``tile.erf`` and
-``tile.erfc`` (and so the erf-form GELU) in every mode.
+"""Target IR for the specified binary64 functions written as steps over
+:class:`tessera.numerics.transcendental.arith64.Arith`: ``erf`` and ``erfc``
+(``tile.erf``, ``tile.erfc``, and so the erf-form GELU) and ``tanh`` (``tile.tanh``),
+in every mode.
 
-:func:`emit_erf_f64_specified` and :func:`emit_erfc_f64_specified` run the algorithm's
-own steps (:func:`tessera.numerics.transcendental.erf64.erf_steps` and ``erfc_steps``)
-on f64 registers through :class:`TargetArith`, so the instruction sequence is the
-NumPy one by construction: ``add``/``sub``/``mul``/``div`` with ``.rn`` (an explicit
-rounding mode, never contracted into ``fma``), ``setp.lt.f64`` + ``selp.f64`` for the
-clamp, the interval choices and the signs, ``neg.f64``/``abs.f64`` (sign bit only),
-``mov.b64 {lo, hi}`` to clear the low word, the specified exp
+Each ``emit_*`` function runs the algorithm's own steps (for instance
+:func:`tessera.numerics.transcendental.erf64.erf_steps`) on f64 registers through
+:class:`TargetArith`, so the instruction sequence is the NumPy one by construction:
+``add``/``sub``/``mul``/``div`` with ``.rn`` (an explicit rounding mode, never
+contracted into ``fma``), ``setp.lt.f64`` + ``selp.f64`` for the clamps, the interval
+choices and the signs, ``neg.f64``/``abs.f64`` (sign bit only), ``mov.b64 {lo, hi}`` to
+clear the low word, the specified exp
 (:func:`tessera.lower.mathlib64.emit_exp_f64_specified`) and the quieted input NaN.
 """
 
@@ -18,13 +20,13 @@ from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.mathlib64 import emit_exp_f64_specified, emit_quiet_nan_f64
-from tessera.numerics.transcendental import erf64
+from tessera.numerics.transcendental import erf64, tanh64
 
 F64 = "f64"
 
 
 class TargetArith:
-    """:class:`tessera.numerics.transcendental.erf64.Arith` on f64 registers: each
+    """:class:`tessera.numerics.transcendental.arith64.Arith` on f64 registers: each
     operation one instruction (or the specified exp's sequence)."""
 
     def __init__(self, e: TargetEmitter) -> None:
@@ -86,4 +88,15 @@ def emit_erfc_f64_specified(e: TargetEmitter, x: Value) -> Value:
     return erf64.erfc_steps(TargetArith(e), x)
 
 
-__all__ = ["TargetArith", "emit_erf_f64_specified", "emit_erfc_f64_specified"]
+def emit_tanh_f64_specified(e: TargetEmitter, x: Value) -> Value:
+    """tanh of an f64 register by :mod:`tessera.numerics.transcendental.tanh64`."""
+    _check(x, "emit_tanh_f64_specified")
+    return tanh64.tanh_steps(TargetArith(e), x)
+
+
+#: the Tile IR op name -> its emitter
+EMITTERS = {"tile.erf": emit_erf_f64_specified, "tile.erfc": emit_erfc_f64_specified,
+            "tile.tanh": emit_tanh_f64_specified}
+
+__all__ = ["EMITTERS", "TargetArith", "emit_erf_f64_specified", "emit_erfc_f64_specified",
+           "emit_tanh_f64_specified"]
