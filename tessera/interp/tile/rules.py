@@ -28,10 +28,9 @@ from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
-from tessera.numerics.transcendental.erf64 import erf_f64_specified, erfc_f64_specified
+from tessera.numerics.transcendental import erf64, tanh64
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
-from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 
 Impl = Callable[..., Any]
 #: op class -> (instr, fast) -> impl over operand values
@@ -158,15 +157,14 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-#: Tile IR ops that are specified binary64 functions (``numerics.transcendental``)
-_SPECIFIED = {tile_compute.Erf: erf_f64_specified, tile_compute.Erfc: erfc_f64_specified,
-              tile_compute.Tanh: tanh_f64_specified}
+#: Tile IR ops that are specified binary64 functions (numerics.transcendental)
+_SPECIFIED = {tile_compute.Erf: erf64.erf_f64_specified, tile_compute.Tanh:
+              tanh64.tanh_f64_specified, tile_compute.Erfc: erf64.erfc_f64_specified}
 
 
 @rule(*_SPECIFIED)
 def _specified(instr: Instr, fast: bool) -> Impl:
-    """The specified binary64 erf, erfc or tanh of the value widened exactly, rounded
-    once to the element: a GPU's bits, in every mode."""
+    """The specified function of the value widened exactly, rounded once (every mode)."""
     fn = _SPECIFIED[type(instr.op)]
     n = _num_in(instr)
     return lambda x: n.result(fn(to_f64(n.narrow(x))))
