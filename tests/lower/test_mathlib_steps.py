@@ -1,5 +1,5 @@
-"""The Target IR f64 erf, erfc and tanh against their NumPy meaning
-(:mod:`tessera.numerics.transcendental.erf64`, ``tanh64``), bit for bit, in the Target
+"""The Target IR f64 erf, erfc, tanh and log against their NumPy meaning
+(:mod:`tessera.numerics.transcendental.erf64`, ``tanh64``, ``log64``), bit for bit, in the Target
 IR interpreter, and the instructions they use."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from tessera.lower.emit import TargetEmitter
 from tessera.lower.mathlib_steps import (
     emit_erf_f64_specified,
     emit_erfc_f64_specified,
+    emit_log_f64_specified,
     emit_tanh_f64_specified,
 )
 from tessera.numerics.transcendental.erf64 import erf_f64_specified, erfc_f64_specified
+from tessera.numerics.transcendental.log64 import log_f64_specified
 from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 from tests.lower.test_mathlib import THREADS, address, kernel
 
@@ -30,30 +32,34 @@ def erf64_kernel(ncta: int):
         e.st("global", address(e, p[1], i, 8), emit_erf_f64_specified(e, x), "f64")
         e.st("global", address(e, p[2], i, 8), emit_erfc_f64_specified(e, x), "f64")
         e.st("global", address(e, p[3], i, 8), emit_tanh_f64_specified(e, x), "f64")
-    return kernel("erf_f64", 4, ncta, body)
+        e.st("global", address(e, p[4], i, 8), emit_log_f64_specified(e, x), "f64")
+    return kernel("erf_f64", 5, ncta, body)
 
 
 def inputs() -> np.ndarray:
     codes = [0x7FF8000000000000, 0xFFF0000000000123, 0x7FF0000000000001,  # NaNs
              0x0000000000000001, 0x8000000000000001]  # subnormal inputs
     floats = [0.0, -0.0, np.inf, -np.inf, 0.25, 0.84375, 1.25, 1 / 0.35, 6.0, 10.17, 28.0,
-              0.55, -0.55, 22.0, 2.0**-27, -(2.0**-28),
+              0.55, -0.55, 22.0, 2.0**-27, -(2.0**-28), 1.0, 2.0**-1022, 1e-310,
+              np.sqrt(2), np.sqrt(0.5), 1.0 + 2.0**-52, 1.0 - 2.0**-53, 1.7976931348623157e308,
               -0.25, -0.84375, -1.25, -28.0, 1e300, -1e300, 2.0**-60]
     special = np.concatenate([np.array(codes, np.uint64).view(np.float64), floats])
     rng = np.random.default_rng(13)
-    uniform = np.concatenate([rng.uniform(-6, 6, 400), rng.uniform(-30, 30, 200),
-                              2.0 ** rng.uniform(-80, 0, 100)])
+    uniform = np.concatenate([rng.uniform(-6, 6, 350), rng.uniform(-30, 30, 150),
+                              2.0 ** rng.uniform(-80, 0, 100),
+                              2.0 ** rng.uniform(-1074, 1023, 100)])
     patterns = rng.integers(0, 2**64, 1024 - 700 - special.size, dtype=np.uint64)
     return np.concatenate([special, uniform, patterns.view(np.float64)])
 
 
 def test_kernel_matches_the_specified_functions_bit_for_bit() -> None:
     x = inputs()
-    erf, erfc, tanh = np.zeros_like(x), np.zeros_like(x), np.zeros_like(x)
-    target.run_target(erf64_kernel(x.size // THREADS), [x, erf, erfc, tanh])
+    erf, erfc, tanh, log = (np.zeros_like(x) for _ in range(4))
+    target.run_target(erf64_kernel(x.size // THREADS), [x, erf, erfc, tanh, log])
     assert np.array_equal(erf.view(np.uint64), erf_f64_specified(x).view(np.uint64))
     assert np.array_equal(erfc.view(np.uint64), erfc_f64_specified(x).view(np.uint64))
     assert np.array_equal(tanh.view(np.uint64), tanh_f64_specified(x).view(np.uint64))
+    assert np.array_equal(log.view(np.uint64), log_f64_specified(x).view(np.uint64))
     assert erf[1].view(np.uint64) == 0xFFF8000000000123  # signalling NaN quieted
 
 
@@ -69,7 +75,8 @@ def test_erf64_uses_only_ieee_rounded_operations() -> None:
 
 def test_erf64_takes_f64_registers_only() -> None:
     e = TargetEmitter(Block())
-    for emit in (emit_erf_f64_specified, emit_erfc_f64_specified, emit_tanh_f64_specified):
+    for emit in (emit_erf_f64_specified, emit_erfc_f64_specified, emit_tanh_f64_specified,
+                 emit_log_f64_specified):
         with pytest.raises(IRVerifyError, match="reg<f64>"):
             emit(e, e.const(1.0, "f32"))
 

@@ -7,11 +7,12 @@ could overflow) and then saturated to the result format by ``numerics.convert``.
 ``exp`` of a real format of up to 32 bits (f32, bf16, f16, tf32, fp8, ...) is instead
 the specified, correctly rounded f32 exp (``numerics.transcendental.exp``) rounded to
 the element, so its bits do not depend on the platform's math library, and so are
-``erf`` (``numerics.transcendental.erf64``), ``tanh`` (``tanh64``) and both forms of
-``gelu`` (``gelu64``) of every real float format, computed in binary64 by specified
-algorithms and rounded once; f64 ``exp``, complex ``tanh`` and the other
-transcendentals (log, sin, cos, pow) remain NumPy's. Ops whose result is one of their operands
-(maximum, minimum, relu on ints, where) select values and round nothing.
+``erf`` (``numerics.transcendental.erf64``), ``tanh`` (``tanh64``), ``log``
+(``log64``) and both forms of ``gelu`` (``gelu64``) of every real float format,
+computed in binary64 by specified algorithms and rounded once; f64 ``exp``, complex
+``log`` and ``tanh`` and the other transcendentals (sin, cos, pow) remain NumPy's. Ops
+whose result is one of their operands (maximum, minimum, relu on ints, where) select
+values and round nothing.
 
 A NaN that an op computes is the default quiet NaN (positive, NumPy's ``np.nan``),
 whatever NaNs came in: NumPy's SIMD and scalar loops give NaNs of different signs for
@@ -35,6 +36,7 @@ from tessera.numerics.transcendental.gelu64 import (
     gelu_erf_f64_specified,
     gelu_tanh_f64_specified,
 )
+from tessera.numerics.transcendental.log64 import log_f64_specified
 from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 
 _INT64 = np.iinfo(np.int64)
@@ -95,6 +97,10 @@ _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+#: real log and tanh: specified binary64 functions (numerics.transcendental)
+_SPECIFIED = {graph_ir.Log: log_f64_specified, graph_ir.Tanh: tanh_f64_specified}
+
+
 def _narrow_float(ap: Apply) -> bool:
     fmt = ap.operand_storage()
     return fmt.kind == "float" and fmt.bits <= 32
@@ -116,8 +122,8 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         # the specified, correctly rounded f32 exp (every real format of up to 32 bits
         # is a subset of f32), then rounded to the element: the same bits on any machine
         out = exp_f32(np.asarray(ap.wide(x), np.float32)).astype(np.float64)
-    elif kind is graph_ir.Tanh and not np.iscomplexobj(w := ap.wide(x)):
-        out = tanh_f64_specified(w)  # the specified binary64 tanh (complex: NumPy's)
+    elif kind in _SPECIFIED and not np.iscomplexobj(w := ap.wide(x)):
+        out = _SPECIFIED[kind](w)  # a specified binary64 function (complex: NumPy's)
     else:
         out = _FLOAT_UNARY[kind](ap.wide(x))
     # neg and conj move a NaN (flipping a sign bit), bit for bit in any NumPy loop

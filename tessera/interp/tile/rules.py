@@ -28,7 +28,7 @@ from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
-from tessera.numerics.transcendental import erf64, tanh64
+from tessera.numerics.transcendental import erf64, log64, tanh64
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
@@ -159,38 +159,25 @@ def _exp(instr: Instr, fast: bool) -> Impl:
 
 #: Tile IR ops that are specified binary64 functions (numerics.transcendental)
 _SPECIFIED = {tile_compute.Erf: erf64.erf_f64_specified, tile_compute.Tanh:
-              tanh64.tanh_f64_specified, tile_compute.Erfc: erf64.erfc_f64_specified}
+              tanh64.tanh_f64_specified, tile_compute.Erfc: erf64.erfc_f64_specified,
+              tile_compute.Log: log64.log_f64_specified}
 
 
 @rule(*_SPECIFIED)
 def _specified(instr: Instr, fast: bool) -> Impl:
-    """The specified function of the value widened exactly, rounded once (every mode)."""
-    fn = _SPECIFIED[type(instr.op)]
-    n = _num_in(instr)
+    """The specified function of the value widened exactly, rounded once (fast log: f32)."""
+    fn, n = _SPECIFIED[type(instr.op)], _num_in(instr)
+    if fast and isinstance(instr.op, tile_compute.Log):
+        return lambda x: n.result(np.log(n.compute(x)))
     return lambda x: n.result(fn(to_f64(n.narrow(x))))
 
 
-@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc)
+@rule(tile_compute.Sqrt, tile_compute.Trunc)
 def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt,
-          tile_compute.Trunc: np.trunc}[type(instr.op)]
+    """sqrt and trunc: correctly rounded in the compute dtype (f32 for narrow floats)."""
+    fn = np.sqrt if isinstance(instr.op, tile_compute.Sqrt) else np.trunc
     n = _num_in(instr)
-    if (
-        fast
-        or n.kind != "float"
-        or isinstance(instr.op, (tile_compute.Sqrt, tile_compute.Trunc))
-        or n.sd == F64
-    ):
-        # sqrt and trunc of float32 are correctly rounded natively
-        return lambda x: n.result(fn(n.compute(x)))
-    # transcendentals: float64, rounded once (as the Graph IR interpreter does)
-    if n.sd == np.float32:
-        def f32_out(x: Any) -> Any:  # one pass: compute in f64, cast (RNE) per buffer
-            x = n.narrow(x)
-            out = np.empty(np.shape(x), np.float32)
-            return fn(x, out=out, dtype=np.float64, casting="unsafe")
-        return f32_out
-    return lambda x: n.result(fn(to_f64(n.narrow(x))))
+    return lambda x: n.result(fn(n.compute(x)))
 
 
 @rule(tile_compute.Where)

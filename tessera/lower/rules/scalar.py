@@ -5,8 +5,8 @@ tensors alike. Arithmetic matches the tile interpreter bit for bit: f32 ops carr
 explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f32
 compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
 format); f64 ``+ - * /`` are IEEE binary64 with ``.rn``, f64 ``exp`` is the specified
-binary64 exp (:mod:`tessera.lower.mathlib64`), ``erf``, ``erfc`` and ``tanh`` of every
-float format the specified binary64 ones (:mod:`tessera.lower.mathlib_steps`) rounded
+binary64 exp (:mod:`tessera.lower.mathlib64`), ``erf``, ``erfc``, ``tanh`` and ``log``
+of every float format the specified binary64 ones (:mod:`tessera.lower.mathlib_steps`) rounded
 once, and
 casts between f32 and f64 are
 ``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64`` (to bf16 or f16: rounded to odd on the
@@ -230,9 +230,9 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                        "f32")
 
 
-@rule(tile_compute.Erf, tile_compute.Erfc, tile_compute.Tanh)
+@rule(tile_compute.Erf, tile_compute.Erfc, tile_compute.Tanh, tile_compute.Log)
 def _specified(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    """The specified binary64 erf, erfc or tanh of the value widened exactly
+    """The specified binary64 erf, erfc, tanh or log of the value widened exactly
     (``cvt.f64.f32``), rounded once to the element, as the tile simulator computes it."""
     from tessera.lower.mathlib_steps import EMITTERS
 

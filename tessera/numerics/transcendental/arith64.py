@@ -6,7 +6,8 @@ A function such as :func:`tessera.numerics.transcendental.erf64.erf_steps` takes
 ``add``/``sub``/``mul``/``div`` rounded to nearest even (never fused), ``neg`` and
 ``abs`` (the sign bit), ``less`` (false for a NaN), ``select``, the specified ``exp``
 (:mod:`tessera.numerics.transcendental.exp64`), ``high_part`` (the low 32 bits of the
-pattern cleared) and ``quiet_nan_of``. Branches are selects: every element computes
+pattern cleared), ``exponent_split`` (fdlibm's ``log`` reduction, integer operations on
+the high word) and ``quiet_nan_of``. Branches are selects: every element computes
 every case. :class:`NumpyArith` implements them on float64 arrays, so the same calls
 give the same bits on both sides by construction.
 """
@@ -38,6 +39,7 @@ class Arith(Protocol, Generic[V, P]):
     def select(self, p: P, a: V, b: V) -> V: ...
     def exp(self, a: V) -> V: ...
     def high_part(self, a: V) -> V: ...
+    def exponent_split(self, a: V) -> tuple[V, V]: ...
     def quiet_nan_of(self, x: V, v: V) -> V: ...
 
 
@@ -61,6 +63,18 @@ class NumpyArith:
     def high_part(self, a: np.ndarray) -> np.ndarray:
         bits = np.asarray(a, np.float64).view(np.uint64) & np.uint64(0xFFFFFFFF00000000)
         return bits.view(np.float64)
+
+    def exponent_split(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(m, k)`` with ``a = m 2^k``, ``sqrt(2)/2 <= m < sqrt(2)`` for a positive
+        normal ``a`` (step 2 of :mod:`tessera.numerics.transcendental.log64`)."""
+        bits = np.asarray(a, np.float64).view(np.uint64)
+        high = (bits >> np.uint64(32)).astype(np.uint32)
+        mant = high & np.uint32(0xFFFFF)
+        i = (mant + np.uint32(0x95F64)) & np.uint32(0x100000)
+        new_high = (mant | (i ^ np.uint32(0x3FF00000))).astype(np.uint64)
+        m = ((new_high << np.uint64(32)) | (bits & np.uint64(0xFFFFFFFF))).view(np.float64)
+        k = (high >> np.uint32(20)) + (i >> np.uint32(20))  # u32, as the PTX
+        return m, (k.astype(np.int32) - np.int32(1023)).astype(np.float64)
 
     def quiet_nan_of(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         nan = np.isnan(x)

@@ -3,7 +3,8 @@
 f64 exp, the erf form with the specified erfc (``numerics.transcendental.erf64``), give
 the graph interpreter's bits on sm_80 and sm_90a, alone, as a matmul's epilogue, in the
 MLP and in the pre-norm transformer block; their PTX assembles with no advisory and no
-spills. So do the specified ``tanh`` and ``erf`` ops (``numerics.transcendental``)."""
+spills. So do the specified ``tanh``, ``erf`` and ``log`` ops
+(``numerics.transcendental``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ def linear_tanh(x, w, b):  # type: ignore[no-untyped-def]
     return op.tanh(x @ w + b)
 
 
+def log(x):  # type: ignore[no-untyped-def]
+    return op.log(x)
+
+
+def linear_log(x, w, b):  # type: ignore[no-untyped-def]
+    return op.log(x @ w + b)
+
+
 def erf(x):  # type: ignore[no-untyped-def]
     return op.erf(x)
 
@@ -61,7 +70,7 @@ def linear_erf(x, w, b):  # type: ignore[no-untyped-def]
 FORMS = {"tanh": (gelu, linear_gelu, mlp), "erf": (gelu_erf, linear_gelu_erf, mlp_erf)}
 #: the GELUs and the plain specified functions: (alone, as a matmul's epilogue)
 CURVES = {**{f"gelu_{k}": v[:2] for k, v in FORMS.items()}, "tanh": (tanh, linear_tanh),
-          "erf": (erf, linear_erf)}
+          "erf": (erf, linear_erf), "log": (log, linear_log)}
 
 
 def _curve(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.ndarray:

@@ -19,6 +19,7 @@ from tessera.numerics.transcendental.gelu64 import (
     gelu_erf_f64_specified,
     gelu_tanh_f64_specified,
 )
+from tessera.numerics.transcendental.log64 import log_f64_specified
 from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 from tests.interp.graph.util import one_op, ref_round, run1, same, stored
 
@@ -30,7 +31,7 @@ UNARY_REF = {
     # the specified, correctly rounded f32 exp (every element here fits f32), then the
     # element's rounding: the definition, checked against decimal in tests/numerics
     graph_ir.Exp: lambda x: exp_f32(x.astype(np.float32)).astype(np.float64),
-    graph_ir.Log: np.log,
+    graph_ir.Log: log_f64_specified,  # specified, checked against decimal
     graph_ir.Tanh: tanh_f64_specified,  # specified, checked against decimal
     graph_ir.Sqrt: np.sqrt,
     graph_ir.Sign: np.sign,

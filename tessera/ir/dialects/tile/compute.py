@@ -103,7 +103,8 @@ Or = _make(Logical, "tile.or", "a or b (both sides are evaluated)")
 Neg = _make(Unary, "tile.neg", "-x")
 Not = _make(Unary, "tile.not", "not x (bool)")
 Exp = _make(Unary, "tile.exp", "e ** x")
-Log = _make(Unary, "tile.log", "natural logarithm")
+Log = _make(Unary, "tile.log", "natural logarithm (the specified binary64 log of "
+            "numerics.transcendental.log64, rounded once)")
 Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (the specified binary64 tanh of "
              "numerics.transcendental.tanh64, rounded once)")
 Erf = _make(Unary, "tile.erf", "the error function (the specified binary64 erf of "
