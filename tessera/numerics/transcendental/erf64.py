@@ -99,6 +99,7 @@ DENOMINATORS: tuple[tuple[float, ...], ...] = (
      3.25792512996573918826e+02, 3.03380607434824582924e+01),
 )
 
+
 def _choose(ar: Arith[V, P], below: Sequence[P], values: Sequence[V]) -> V:
     """``values[k]`` for the interval ``k`` (``below[i]``: the value lies below bound i)."""
     out = values[-1]
@@ -114,8 +115,9 @@ def _horner(ar: Arith[V, P], coeffs: Sequence[V], v: V) -> V:
     return h
 
 
-def _common(ar: Arith[V, P], x: V) -> tuple[list[P], V, V, V]:
-    """Steps 1-5: the interval predicates, ``c``, the rational ``y`` and the tail's ``t``."""
+def _common(ar: Arith[V, P], x: V) -> tuple[list[P], V, V]:
+    """Steps 1-5: the interval predicates (``c`` below each bound), the rational ``y``
+    and the tail's ``t``."""
     a = ar.abs(x)
     lim = ar.const(CLAMP)
     c = ar.select(ar.less(a, lim), a, lim)
