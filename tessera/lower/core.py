@@ -29,7 +29,6 @@ from tessera.errors import IRVerifyError, TesseraError, UnsupportedError
 from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_decorator, walk
 from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.dialects.tile import LaneId, MemRefType
-from tessera.ir.dialects.tile.compute import Erf, Log, Tanh
 from tessera.ir.types import TensorType
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Indexed, Lowered, Mem, Scalar, elem_bytes, reg_type
@@ -54,13 +53,6 @@ exact_rule = rule_decorator(EXACT_RULES, "exact lowering rule")
 #: has a rule in :data:`RULES` (tests/test_rule_tables.py checks both), and a kernel
 #: that uses one of these is an UnsupportedError at the op's line that gives the reason
 NOT_LOWERED: dict[type[Op], str] = {
-    Log: "the tile simulator's log is NumPy's, which no specified algorithm defines "
-         "bit for bit; a PTX log needs one, as exp has (tessera.numerics.transcendental.exp) "
-         "(mode='fast' lowers it to lg2.approx)",
-    Tanh: "the tile simulator's tanh is NumPy's float64 tanh rounded once, which no "
-          "specified algorithm defines bit for bit yet (as for log)",
-    Erf: "the tile simulator's erf is the C library's float64 erf rounded once, which no "
-         "specified algorithm defines bit for bit yet (as for log)",
     LaneId: "lanes name the elements sanitizer reports blame, not hardware threads; no "
             "rule builds that index tile in a thread layout yet",
 }

@@ -44,14 +44,16 @@ def emit_exp_f64_specified(e: TargetEmitter, x: Value) -> Value:
     scale = e.pack([e.const(0, "s32"), high], f64)
     v = e.mul(e.mul(p, scale, f64), e.const(2.0, f64), f64)  # exact, or +inf
     v = e.selp(e.const(0.0, f64), v, e.setp("lt", x, lo, f64), f64)  # below e^-104: +0
-    # NaN in, the same NaN quieted out (payload kept): the quiet bit is bit 19 of the
-    # high word
+    return emit_quiet_nan_f64(e, x, v)
+
+
+def emit_quiet_nan_f64(e: TargetEmitter, x: Value, v: Value) -> Value:
+    """``v``, or where the f64 register ``x`` is NaN, that NaN quieted (payload kept: the
+    quiet bit is bit 19 of the high word)."""
     x_lo, x_hi = e.unpack(x, "b32", 2)
     quiet_hi = e.bin("or", x_hi, e.const(exp64.QUIET_BIT_F64 >> 32, "b32"), "b32")
-    quiet = e.pack([x_lo, quiet_hi], f64)
-    return e.selp(quiet, v, e.setp("nan", x, x, f64), f64)
-
-
+    quiet = e.pack([x_lo, quiet_hi], "f64")
+    return e.selp(quiet, v, e.setp("nan", x, x, "f64"), "f64")
 
 
 def emit_max_nan_f64(e: TargetEmitter, a: Value, b: Value) -> Value:
@@ -83,4 +85,4 @@ def emit_shfl_max_f64(e: TargetEmitter, v: Value, offsets: list[int]) -> Value:
 
 
 __all__ = ["emit_exp_f64_specified", "emit_max_nan_f64", "emit_min_nan_f64",
-           "emit_shfl_max_f64"]
+           "emit_quiet_nan_f64", "emit_shfl_max_f64"]

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
-from tessera.errors import ArgumentError, UnsupportedError
+from tessera.errors import ArgumentError
 from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.frontend.kernel.backends.fast_bounds import fast_budget, fast_tolerance
 from tessera.lower.fastmath import exp_error
@@ -184,14 +184,15 @@ def user_kernels() -> tuple[Path, dict[str, Any]]:
     return path, runpy.run_path(str(path))
 
 
-def test_log_lowers_only_in_fast_mode() -> None:
-    path, kernels = user_kernels()
+def test_log_is_the_specified_one_in_checked_mode_and_lg2_in_fast_mode() -> None:
+    _, kernels = user_kernels()
     log_rows = kernels["log_rows"]
     x = np.abs(rng.standard_normal((8, 64))).astype(np.float32) + np.float32(1e-3)
     x[0, :4] = [1.0, 0.75, 1.5, 3e38]
-    with pytest.raises(UnsupportedError, match="mode='fast' lowers it") as info:
-        compile_kernel(log_rows, x, np.zeros_like(x), target="sm_80", tile_shape=(4,))
-    assert str(path) in str(info.value)
+    checked = compile_kernel(log_rows, x, np.zeros_like(x), target="sm_80", tile_shape=(4,))
+    assert "lg2.approx" not in checked.ptx and "div.rn.f64" in checked.ptx
+    ts.check_against_reference(log_rows, x, np.zeros_like(x), backend="target",
+                               target="sm_80", tile_shape=(4,))  # bit for bit
     fast = compile_kernel(log_rows, x, np.zeros_like(x), target="sm_80", tile_shape=(4,),
                           mode="fast")
     assert "lg2.approx.ftz.f32" in fast.ptx

@@ -1,18 +1,16 @@
-"""``ts.tile.tanh`` and ``ts.tile.erf``: float64 (NumPy's tanh, the C library's erf)
-rounded once to the element, in checked and reference mode; the PTX lowering refuses
-them at the user's line."""
+"""``ts.tile.tanh`` and ``ts.tile.erf``: the specified binary64 tanh and erf rounded
+once to the element, in checked and reference mode, and with the same bits on the
+Target IR interpreter (sm_80 and sm_90a)."""
 
 from __future__ import annotations
-
-import inspect
-import math
 
 import numpy as np
 import pytest
 
 import tessera as ts
 from tessera import op
-from tessera.errors import UnsupportedError
+from tessera.numerics.transcendental.erf64 import erf_f64_specified
+from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 
 
 @ts.kernel
@@ -30,18 +28,21 @@ def test_rounded_once_from_float64(mode: str) -> None:
     x[:4] = [np.inf, -np.inf, -0.0, 1e-30]
     t, e = np.zeros_like(x), np.zeros_like(x)
     curves(x, t, e, tile_shape=(64,), mode=mode)
-    assert t.tobytes() == np.tanh(x.astype(np.float64)).astype(np.float32).tobytes()
-    want = np.array([math.erf(v) for v in x.astype(np.float64)]).astype(np.float32)
+    assert t.tobytes() == tanh_f64_specified(x.astype(np.float64)).astype(np.float32).tobytes()
+    want = erf_f64_specified(x.astype(np.float64)).astype(np.float32)
     assert e.tobytes() == want.tobytes()
 
 
-def test_the_lowering_refuses_them() -> None:
-    x = np.zeros(64, np.float32)
-    lines, start = inspect.getsourcelines(curves.fn)
-    line = start + next(k for k, text in enumerate(lines) if "tile.tanh" in text)
-    with pytest.raises(UnsupportedError, match=r"tile\.tanh") as err:
-        curves.inspect_ir("target", x, x.copy(), x.copy(), tile_shape=(64,))
-    assert err.value.loc.line == line
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_on_target_they_give_the_simulator_bits(target: str) -> None:
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(512) * 4.0 ** rng.integers(-3, 3, 512)).astype(np.float32)
+    x[:10] = [np.inf, -np.inf, -0.0, 0.0, np.nan, 3e-45, -1e-38, 6.0, 0.55, -22.5]
+    want = [np.zeros_like(x) for _ in range(2)]
+    got = [np.zeros_like(x) for _ in range(2)]
+    curves(x, *want, tile_shape=(128,))
+    ts.launch(curves, None, (x, *got), backend="target", target=target, tile_shape=(128,))
+    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
 
 
 def test_fast_mode_gelu_is_close_to_the_graph_bits() -> None:

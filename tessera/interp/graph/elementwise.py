@@ -6,11 +6,13 @@ numerics contract). Integers are computed exactly (int64, or Python ints where i
 could overflow) and then saturated to the result format by ``numerics.convert``.
 ``exp`` of a real format of up to 32 bits (f32, bf16, f16, tf32, fp8, ...) is instead
 the specified, correctly rounded f32 exp (``numerics.transcendental.exp``) rounded to
-the element, so its bits do not depend on the platform's math library, and so is the
-tanh-form ``gelu`` of every float format (``numerics.transcendental.gelu64``); f64
-``exp`` and the other transcendentals (log, tanh, erf, sin, cos, pow, the erf-form
-gelu) remain NumPy's / the C library's. Ops whose result is one of their operands
-(maximum, minimum, relu on ints, where) select values and round nothing.
+the element, so its bits do not depend on the platform's math library, and so are
+``erf`` (``numerics.transcendental.erf64``), ``tanh`` (``tanh64``), ``log``
+(``log64``) and both forms of ``gelu`` (``gelu64``) of every real float format,
+computed in binary64 by specified algorithms and rounded once; f64 ``exp``, complex
+``log`` and ``tanh`` and the other transcendentals (sin, cos, pow) remain NumPy's. Ops
+whose result is one of their operands (maximum, minimum, relu on ints, where) select
+values and round nothing.
 
 A NaN that an op computes is the default quiet NaN (positive, NumPy's ``np.nan``),
 whatever NaNs came in: NumPy's SIMD and scalar loops give NaNs of different signs for
@@ -22,15 +24,20 @@ selections (``where``, ``relu``, ``neg``, ``real``, ``imag``) move NaNs as they 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from tessera.interp.apply import Apply, rule
 from tessera.ir.dialects import graph as graph_ir
+from tessera.numerics.transcendental.erf64 import erf_f64_specified
 from tessera.numerics.transcendental.exp import exp_f32
-from tessera.numerics.transcendental.gelu64 import gelu_tanh_f64_specified
+from tessera.numerics.transcendental.gelu64 import (
+    gelu_erf_f64_specified,
+    gelu_tanh_f64_specified,
+)
+from tessera.numerics.transcendental.log64 import log_f64_specified
+from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 
 _INT64 = np.iinfo(np.int64)
 
@@ -75,18 +82,6 @@ def _needs_real(ap: Apply, x: np.ndarray) -> None:
 
 
 # ------------------------------------------------------------------------------- unary
-def _erf(x: np.ndarray) -> np.ndarray:
-    # math.erf is the C library's erf: deterministic for a given platform and NumPy has
-    # no erf of its own. frompyfunc keeps it elementwise without a Python-level loop body.
-    if x.size == 0:
-        return x.copy()
-    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=np.float64)
-
-
-def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
-
-
 #: unary ops computed on float64 / complex128 and rounded once
 _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     graph_ir.Neg: np.negative,
@@ -100,7 +95,10 @@ _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     graph_ir.Round: np.round,
     graph_ir.Conj: np.conj,
 }
-_REAL_ONLY = {graph_ir.Erf: _erf}
+
+
+#: real log and tanh: specified binary64 functions (numerics.transcendental)
+_SPECIFIED = {graph_ir.Log: log_f64_specified, graph_ir.Tanh: tanh_f64_specified}
 
 
 def _narrow_float(ap: Apply) -> bool:
@@ -124,6 +122,8 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         # the specified, correctly rounded f32 exp (every real format of up to 32 bits
         # is a subset of f32), then rounded to the element: the same bits on any machine
         out = exp_f32(np.asarray(ap.wide(x), np.float32)).astype(np.float64)
+    elif kind in _SPECIFIED and not np.iscomplexobj(w := ap.wide(x)):
+        out = _SPECIFIED[kind](w)  # a specified binary64 function (complex: NumPy's)
     else:
         out = _FLOAT_UNARY[kind](ap.wide(x))
     # neg and conj move a NaN (flipping a sign bit), bit for bit in any NumPy loop
@@ -132,19 +132,21 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
 
 @rule(graph_ir.Erf)
 def erf(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """The error function (C library ``erf`` in float64), rounded once."""
+    """The error function: the specified binary64 erf (``numerics.transcendental.erf64``),
+    rounded once."""
     x = ap.wide(operands[0])
     _needs_real(ap, x)
-    return [ap.round(settle_nans(_erf(x)))]
+    return [ap.round(settle_nans(erf_f64_specified(x)))]
 
 
 @rule(graph_ir.Gelu)
 def gelu(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     """GELU: the tanh form ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`` by the specified
-    binary64 algorithm (``numerics.transcendental.gelu64``), or ``0.5x(1 + erf(x/sqrt 2))``."""
+    binary64 algorithm, or ``0.5x(1 + erf(x/sqrt 2))`` by the specified binary64 algorithm
+    through erfc (both in ``numerics.transcendental.gelu64``), rounded once."""
     x = ap.wide(operands[0])
     _needs_real(ap, x)
-    out = gelu_tanh_f64_specified(x) if ap.op.approximate else _gelu_erf(x)
+    out = gelu_tanh_f64_specified(x) if ap.op.approximate else gelu_erf_f64_specified(x)
     return [ap.round(settle_nans(out))]
 
 

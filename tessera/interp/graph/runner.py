@@ -19,11 +19,11 @@ Rounding (exact mode, the default)
       fp8, fp6, fp4): float64 has 53 >= 2p + 2 bits, so the double rounding is
       innocuous (Figueroa, "When is double rounding innocuous?", 1995). For f64 they
       are IEEE float64 operations, also correctly rounded.
-    * Transcendentals (log, tanh, sin, cos, pow, erf, the erf-form gelu, f64 exp) are
-      NumPy's (or the C library's) float64 functions followed by one rounding:
-      deterministic for a given NumPy build and platform, and faithful for narrow
-      formats in practice, but not guaranteed correctly rounded. ``exp`` of formats up
-      to 32 bits and the tanh-form ``gelu`` are specified algorithms
+    * Transcendentals (sin, cos, pow, f64 exp, complex log and tanh) are NumPy's float64
+      functions followed by one rounding: deterministic for a given NumPy build and
+      platform, and faithful for narrow formats in practice, but not guaranteed
+      correctly rounded. ``exp`` of formats up to 32 bits, ``erf``, real ``log``
+      and ``tanh`` and both forms of ``gelu`` are specified algorithms
       (``numerics.transcendental``), the same bits on every machine and on a GPU.
     * Selections (max, min, maximum, minimum, relu, where, abs and neg of reals, real,
       imag, data movement) are exact.

@@ -10,7 +10,6 @@ lines up a uniform tile with a per-program one. Rounding follows
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
+from tessera.numerics.transcendental import erf64, log64, tanh64
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
@@ -157,39 +157,27 @@ def _exp(instr: Instr, fast: bool) -> Impl:
     return lambda x: n.result(exp_f32(n.compute(x)))
 
 
-def _erf(x: Any, out: Any = None, dtype: Any = None, casting: str = "same_kind") -> Any:
-    """The C library's ``erf`` in float64 (NumPy has none), as the graph interpreter
-    computes it; ``out`` receives the values rounded once."""
-    wide = np.asarray(x, dtype=F64)
-    r = np.asarray(np.frompyfunc(math.erf, 1, 1)(wide), dtype=F64) if wide.size else wide
-    if out is None:
-        return r
-    out[...] = r  # (the float64 values rounded once, to nearest even)
-    return out
+#: Tile IR ops that are specified binary64 functions (numerics.transcendental)
+_SPECIFIED = {tile_compute.Erf: erf64.erf_f64_specified, tile_compute.Tanh:
+              tanh64.tanh_f64_specified, tile_compute.Erfc: erf64.erfc_f64_specified,
+              tile_compute.Log: log64.log_f64_specified}
 
 
-@rule(tile_compute.Log, tile_compute.Sqrt, tile_compute.Trunc, tile_compute.Tanh,
-      tile_compute.Erf)
-def _math(instr: Instr, fast: bool) -> Impl:
-    fn = {tile_compute.Log: np.log, tile_compute.Sqrt: np.sqrt, tile_compute.Trunc: np.trunc,
-          tile_compute.Tanh: np.tanh, tile_compute.Erf: _erf}[type(instr.op)]
-    n = _num_in(instr)
-    if (
-        fast
-        or n.kind != "float"
-        or isinstance(instr.op, (tile_compute.Sqrt, tile_compute.Trunc))
-        or n.sd == F64
-    ):
-        # sqrt and trunc of float32 are correctly rounded natively
-        return lambda x: n.result(fn(n.compute(x)))
-    # transcendentals: float64, rounded once (as the Graph IR interpreter does)
-    if n.sd == np.float32:
-        def f32_out(x: Any) -> Any:  # one pass: compute in f64, cast (RNE) per buffer
-            x = n.narrow(x)
-            out = np.empty(np.shape(x), np.float32)
-            return fn(x, out=out, dtype=np.float64, casting="unsafe")
-        return f32_out
+@rule(*_SPECIFIED)
+def _specified(instr: Instr, fast: bool) -> Impl:
+    """The specified function of the value widened exactly, rounded once (fast log: f32)."""
+    fn, n = _SPECIFIED[type(instr.op)], _num_in(instr)
+    if fast and isinstance(instr.op, tile_compute.Log):
+        return lambda x: n.result(np.log(n.compute(x)))
     return lambda x: n.result(fn(to_f64(n.narrow(x))))
+
+
+@rule(tile_compute.Sqrt, tile_compute.Trunc)
+def _math(instr: Instr, fast: bool) -> Impl:
+    """sqrt and trunc: correctly rounded in the compute dtype (f32 for narrow floats)."""
+    fn = np.sqrt if isinstance(instr.op, tile_compute.Sqrt) else np.trunc
+    n = _num_in(instr)
+    return lambda x: n.result(fn(n.compute(x)))
 
 
 @rule(tile_compute.Where)

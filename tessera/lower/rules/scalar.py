@@ -5,7 +5,10 @@ tensors alike. Arithmetic matches the tile interpreter bit for bit: f32 ops carr
 explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f32
 compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
 format); f64 ``+ - * /`` are IEEE binary64 with ``.rn``, f64 ``exp`` is the specified
-binary64 exp (:mod:`tessera.lower.mathlib64`), and casts between f32 and f64 are
+binary64 exp (:mod:`tessera.lower.mathlib64`), ``erf``, ``erfc``, ``tanh`` and ``log``
+of every float format the specified binary64 ones (:mod:`tessera.lower.mathlib_steps`) rounded
+once, and
+casts between f32 and f64 are
 ``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64`` (to bf16 or f16: rounded to odd on the
 f32 grid, then to nearest even, one correct rounding); indices are 32-bit with Python's
 floor division and modulo.
@@ -227,6 +230,34 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                        "f32")
 
 
+@rule(tile_compute.Erf, tile_compute.Erfc, tile_compute.Tanh, tile_compute.Log)
+def _specified(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    """The specified binary64 erf, erfc, tanh or log of the value widened exactly
+    (``cvt.f64.f32``), rounded once to the element, as the tile simulator computes it."""
+    from tessera.lower.mathlib_steps import EMITTERS
+
+    t = result_type(instr)
+    rt = reg_type(t.element, f"{instr.op.name}: ")
+    emit = EMITTERS[instr.op.name]
+    if rt == "f64":
+        return elementwise(low, instr, args, lambda e, r: emit(e, r[0]), "f64")
+    if rt != "f32":
+        raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered", loc=instr.loc)
+    return elementwise(low, instr, args,
+                       lambda e, r: from_f64(e, emit(e, e.cvt(r[0], "f64", "f32")), t.element),
+                       "f32")
+
+
+def from_f64(e: TargetEmitter, x: Value, element: object) -> Value:
+    """An f64 register rounded once to a float format held in f32 registers: ``cvt.rn``
+    to f32, or to odd on the f32 grid then to nearest even for bf16 and f16."""
+    if storage_name(element) in NARROW:  # type: ignore[arg-type]
+        from tessera.lower.exact.longacc import to_format
+
+        return to_format(e, x, element)
+    return e.cvt(x, "f32", "f64", "rn")
+
+
 @rule(tile_compute.Where)
 def _where(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     args = in_registers(low, instr, args)
@@ -253,11 +284,7 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         if src == "f32" and dst == "f64":
             return e.cvt(x, "f64", "f32")  # exact widening
         if src == "f64" and dst == "f32":
-            if storage_name(op.to) in NARROW:  # to odd on the f32 grid, then RNE: once
-                from tessera.lower.exact.longacc import to_format
-
-                return to_format(e, x, op.to)
-            return e.cvt(x, "f32", "f64", "rn")
+            return from_f64(e, x, op.to)
         if src == "f32" and dst == "s32":
             return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero
         if src == "pred":
@@ -272,4 +299,5 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return elementwise(low, instr, args, one, dst)
 
 
-__all__ = ["FLOAT_OPS", "elementwise", "like", "regs_of", "result_type", "round_to"]
+__all__ = ["FLOAT_OPS", "elementwise", "from_f64", "like", "regs_of", "result_type",
+           "round_to"]

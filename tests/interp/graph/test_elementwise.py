@@ -13,22 +13,26 @@ from tessera.errors import InterpretError
 from tessera.interp import run_function
 from tessera.ir.dialects import graph as graph_ir
 from tessera.ir.types import Dense
+from tessera.numerics.transcendental.erf64 import erf_f64_specified
 from tessera.numerics.transcendental.exp import exp_f32
-from tessera.numerics.transcendental.gelu64 import gelu_tanh_f64_specified
+from tessera.numerics.transcendental.gelu64 import (
+    gelu_erf_f64_specified,
+    gelu_tanh_f64_specified,
+)
+from tessera.numerics.transcendental.log64 import log_f64_specified
+from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
 from tests.interp.graph.util import one_op, ref_round, run1, same, stored
 
 ELEMENTS = ["f32", "bf16", "fp8_e4m3"]
 SETTINGS = settings(max_examples=50, deadline=None)
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
 
 UNARY_REF = {
     graph_ir.Neg: np.negative,
     # the specified, correctly rounded f32 exp (every element here fits f32), then the
     # element's rounding: the definition, checked against decimal in tests/numerics
     graph_ir.Exp: lambda x: exp_f32(x.astype(np.float32)).astype(np.float64),
-    graph_ir.Log: np.log,
-    graph_ir.Tanh: np.tanh,
+    graph_ir.Log: log_f64_specified,  # specified, checked against decimal
+    graph_ir.Tanh: tanh_f64_specified,  # specified, checked against decimal
     graph_ir.Sqrt: np.sqrt,
     graph_ir.Sign: np.sign,
     graph_ir.Sin: np.sin,
@@ -39,7 +43,8 @@ UNARY_REF = {
     graph_ir.Real: np.real,
     graph_ir.Imag: np.zeros_like,
     graph_ir.Relu: lambda x: np.where((x > 0) | np.isnan(x), x, 0.0),
-    graph_ir.Erf: _erf,
+    # the specified binary64 erf, checked against decimal in tests/numerics
+    graph_ir.Erf: erf_f64_specified,
 }
 BINARY_REF = {
     graph_ir.Add: np.add,
@@ -92,10 +97,8 @@ def test_gelu_both_forms(approximate, case) -> None:
     name, (x,) = case
     w = x.astype(np.float64)
     with np.errstate(all="ignore"):
-        if approximate:  # the specified quotient (tests/numerics/transcendental/)
-            ref = gelu_tanh_f64_specified(w)
-        else:
-            ref = 0.5 * w * (1 + _erf(w / math.sqrt(2)))
+        # the specified algorithms, checked against decimal in tests/numerics/transcendental/
+        ref = gelu_tanh_f64_specified(w) if approximate else gelu_erf_f64_specified(w)
     assert same(run1(graph_ir.Gelu(approximate), x, elements=[name]),
                 ref_round(_default_nan(ref), name))
 

@@ -103,9 +103,14 @@ Or = _make(Logical, "tile.or", "a or b (both sides are evaluated)")
 Neg = _make(Unary, "tile.neg", "-x")
 Not = _make(Unary, "tile.not", "not x (bool)")
 Exp = _make(Unary, "tile.exp", "e ** x")
-Log = _make(Unary, "tile.log", "natural logarithm")
-Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (float64, rounded once)")
-Erf = _make(Unary, "tile.erf", "the error function (float64, rounded once)")
+Log = _make(Unary, "tile.log", "natural logarithm (the specified binary64 log of "
+            "numerics.transcendental.log64, rounded once)")
+Tanh = _make(Unary, "tile.tanh", "hyperbolic tangent (the specified binary64 tanh of "
+             "numerics.transcendental.tanh64, rounded once)")
+Erf = _make(Unary, "tile.erf", "the error function (the specified binary64 erf of "
+            "numerics.transcendental.erf64, rounded once)")
+Erfc = _make(Unary, "tile.erfc", "the complementary error function 1 - erf (the specified "
+             "binary64 erfc of numerics.transcendental.erf64, rounded once)")
 Sqrt = _make(Unary, "tile.sqrt", "square root")
 Abs = _make(Unary, "tile.abs", "absolute value")
 Trunc = _make(Unary, "tile.trunc", "round toward zero (Python's int())")
@@ -319,7 +324,7 @@ class CausalMask(Op):
 
 
 __all__ = ["Abs", "Add", "And", "Binary", "Broadcast", "Cast", "CausalMask", "Compare",
-           "Div", "Eq", "Erf", "Exp", "FloorDiv", "Full", "Ge", "Gt", "Le", "Log", "Logical", "Lt",
-           "Maximum", "Minimum", "Mma", "Mod", "Mul", "Ne", "Neg", "Not", "Or", "Pow",
-           "Reduce", "Reshape", "Sqrt", "Sub", "Tanh", "Transpose", "Trunc", "Unary", "Where",
-           "default_accum"]
+           "Div", "Eq", "Erf", "Erfc", "Exp", "FloorDiv", "Full", "Ge", "Gt", "Le", "Log",
+           "Logical", "Lt", "Maximum", "Minimum", "Mma", "Mod", "Mul", "Ne", "Neg", "Not", "Or",
+           "Pow", "Reduce", "Reshape", "Sqrt", "Sub", "Tanh", "Transpose", "Trunc", "Unary",
+           "Where", "default_accum"]

@@ -8,11 +8,12 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
 * ``+ - * /`` and ``sqrt`` of f32 are correctly rounded in both; bf16 and f16 compute
   in f32 and round again, which is innocuous for these five operations (24 >= 2p + 2
   significand bits, Figueroa 1995), so both are correctly rounded;
-* ``log``, ``pow``, ``tanh`` and ``erf`` of floats compute in float64 (the same NumPy
-  and C library functions) and round once in both; ``gelu`` is the graph's float64
-  algorithm performed op for op on f64 tiles, then rounded once (the tanh form is the
-  specified ``numerics.transcendental.gelu64``, whose f64 ``exp`` is the specified
-  binary64 exp in both, so it reaches PTX);
+* ``log`` and ``pow`` of floats compute in float64 (the same NumPy functions) and
+  round once in both; ``tanh`` and ``erf`` are the specified binary64 ones
+  (``numerics.transcendental.tanh64``, ``erf64``) rounded once in both; ``gelu`` is the graph's
+  binary64 algorithm (``numerics.transcendental.gelu64``) performed op for op on f64
+  tiles, then rounded once: the tanh form with the specified binary64 exp, the erf
+  form with the specified erfc (``tile.erfc``), so both reach PTX;
 * ``exp`` of f32 is correctly rounded in both (``numerics.transcendental.exp``); bf16
   and f16 round that f32 value again in both (the graph defines their ``exp`` so), which
   was checked on every bf16 and f16 input (tests/ir/transforms/to_tile/);
@@ -32,7 +33,6 @@ Reductions and softmax are in :mod:`tessera.ir.transforms.to_tile.reduce`, matmu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -208,8 +208,8 @@ def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     """The tanh form as the specified binary64 algorithm of
     :mod:`tessera.numerics.transcendental.gelu64`, step for step on f64 tiles
     (``x / (1 + exp(K (x + A x x x)))``, nudged where ``|x| < 2^-54``), then one
-    rounding; the erf form as the graph's
-    float64 formula ``0.5 x (1 + erf(x / sqrt 2))``."""
+    rounding; the erf form likewise with the specified erfc: ``c = erfc(|x| R)``,
+    ``x > 0 ? x (1 - 0.5 c) : (0.5 x) c``, nudged where ``c == 1``."""
     (x,) = args
     t = _type(x)
     if storage_of(t.element).kind != "float":
@@ -231,9 +231,14 @@ def _gelu(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         nudged = op(tc.Add, out, op(tc.Mul, op(tc.Abs, out), em.full(wt, gelu64.NUDGE)))
         out = op(tc.Where, tiny, nudged, out)
     else:
-        curve = op(tc.Erf, op(tc.Div, w, em.full(wt, math.sqrt(2.0))))
-        half = op(tc.Mul, em.full(wt, 0.5), w)
-        out = op(tc.Mul, half, op(tc.Add, em.full(wt, 1.0), curve))
+        half, zero = em.full(wt, 0.5), em.full(wt, 0.0)
+        c = op(tc.Erfc, op(tc.Mul, op(tc.Abs, w), em.full(wt, gelu64.R)))
+        above = op(tc.Mul, w, op(tc.Sub, em.full(wt, 1.0), op(tc.Mul, half, c)))
+        out = op(tc.Where, op(tc.Gt, w, zero), above, op(tc.Mul, op(tc.Mul, half, w), c))
+        # step 4: |x| < 2^-53.7 keeps the exact value's side of x / 2
+        tiny = op(tc.And, op(tc.Eq, c, em.full(wt, 1.0)), op(tc.Ne, out, zero))
+        nudged = op(tc.Add, out, op(tc.Mul, op(tc.Abs, out), em.full(wt, gelu64.NUDGE)))
+        out = op(tc.Where, tiny, nudged, out)
     (out,) = em.create(tc.Cast(t.element), [out], instr)
     return settle(em, instr, out)
 
