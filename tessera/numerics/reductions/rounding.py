@@ -96,7 +96,8 @@ def round_fraction(q: Fraction | int | float, to: Any) -> Any:
     if value > fmt.max:
         value = Fraction(fmt.max) if fmt.saturating else None
     magnitude = math.inf if value is None else float(value)
-    return cast_exact(np.array(math.copysign(magnitude, q)), fmt_to)[()]
+    # (the sign by comparison: q itself may be past float64's range)
+    return cast_exact(np.array(-magnitude if q < 0 else magnitude), fmt_to)[()]
 
 
 def _bits(x: np.ndarray) -> np.ndarray:

@@ -11,7 +11,9 @@ this cost model, all sizes powers of two no larger than their loop needs:
   innermost loop first;
 * reduced loops (reductions, softmax): the whole row. While the kernel's tiles do not
   fit the target, tiles are halved in the order of ``_shrink_order``; a row cut in
-  pieces is reduced in two passes.
+  pieces is reduced in two passes. In exact mode attention first halves its query
+  tiles (down to ``MIN_GRID_TILE`` rows) to keep its key rows whole: one pass over the
+  keys instead of three exact passes over key blocks (``_fit_whole_keys``).
 
 Reductions stay sequential in a fixed order (``in_tile`` or ``two_pass``): in exact
 mode a floating-point reduction is never split, because splitting would change its
@@ -39,7 +41,12 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects.schedule.space import IterationSpace
 from tessera.ir.passes import register_pass
 from tessera.ir.transforms.schedule.build import is_index_map
-from tessera.ir.transforms.schedule.cost import ONE_TILE, element_bytes, tile_bytes
+from tessera.ir.transforms.schedule.cost import (
+    MIN_GRID_TILE,
+    ONE_TILE,
+    element_bytes,
+    tile_bytes,
+)
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
@@ -182,21 +189,11 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     _apply_hints(plan, matmuls)
     _defaults(plan, matmuls, reduced)
     inputs, temps = _placements(instr)
-    while True:
-        stages = _stages(instr, space, plan.tile, inputs, temps, limits) if matmuls else 1
-        shared, regs = footprint(instr, space, plan.tile, stages, inputs, temps)
-        if shared <= limits.shared_per_block and regs <= limits.register_bytes:
-            break
-        shrink = [k for k in range(len(plan.tile)) if k not in plan.fixed and plan.tile[k] > 16]
-        if not shrink:
-            culprit = next(iter(plan.fixed.values()), None)
-            raise schedule_ops.TileShapeError(
-                f"kernel {op.label} with tiles {tuple(plan.tile)} needs {shared / 1024:.0f} KiB "
-                f"of shared memory and {regs / 1024:.0f} KiB of registers per block; "
-                f"{limits.name} has {limits.shared_per_block // 1024} KiB and "
-                f"{limits.register_bytes // 1024} KiB",
-                hint="use a smaller tile_shape", loc=culprit.loc if culprit else instr.loc)
-        plan.tile[max(shrink, key=lambda k: _shrink_order(k, plan, reduced))] //= 2
+    start = list(plan.tile)
+    if mode == "fast" or not _fit_whole_keys(plan, reduced, inputs, temps, limits, matmuls):
+        plan.tile = start
+        _fit(plan, reduced, inputs, temps, limits, matmuls)
+    stages = _stages(instr, space, plan.tile, inputs, temps, limits) if matmuls else 1
     kinds = list(space.kinds)
     split = 1
     if any(plan.tile[k] < space.extents[k] for k in reduced):
@@ -212,6 +209,63 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     return dataclasses.replace(op, kinds=tuple(kinds), tile=tuple(plan.tile),
                                reduction=reduction, split=split, stages=stages,
                                inputs=inputs, temps=temps)
+
+
+def _fits(plan: _Plan, inputs: tuple[str, ...], temps: tuple[str, ...],
+          limits: TargetLimits, matmuls: list[Instr]) -> tuple[bool, float, float]:
+    """Whether one program of the kernel with ``plan``'s tiles fits the target, and its
+    (shared, register) bytes."""
+    stages = _stages(plan.instr, plan.space, plan.tile, inputs, temps, limits) if matmuls else 1
+    shared, regs = footprint(plan.instr, plan.space, plan.tile, stages, inputs, temps)
+    return shared <= limits.shared_per_block and regs <= limits.register_bytes, shared, regs
+
+
+def _fit_whole_keys(plan: _Plan, reduced: set[int], inputs: tuple[str, ...],
+                    temps: tuple[str, ...], limits: TargetLimits,
+                    matmuls: list[Instr]) -> bool:
+    """Halve an attention kernel's grid tiles, largest first and down to
+    :data:`~tessera.ir.transforms.schedule.cost.MIN_GRID_TILE`, while its key rows stay
+    whole; whether a program then fits the target. In exact mode whole key rows are one
+    pass over the keys, where rows cut into blocks cost three exact passes, each
+    computing the block's scores again (``two_pass``); fewer query rows per program
+    only read the keys and values more often."""
+    keys = [k for k in reduced & plan.space.contracted if k not in plan.fixed]
+    if not keys:
+        return False
+    # the scores' other loops (the query rows) give way first: a program holding fewer
+    # of V's columns would compute the same scores again
+    block = plan.instr.regions[0].block
+    rows = {loop for k in keys for loop in _rows_of(block, plan.space, k)}
+    while True:
+        fits, _, _ = _fits(plan, inputs, temps, limits, matmuls)
+        if fits:
+            return True
+        shrink = [k for k, kind in enumerate(plan.space.kinds) if kind == "grid"
+                  and k not in plan.fixed and plan.tile[k] > MIN_GRID_TILE]
+        if not shrink:
+            return False
+        plan.tile[max(shrink, key=lambda k: (k in rows, plan.tile[k]))] //= 2
+
+
+def _fit(plan: _Plan, reduced: set[int], inputs: tuple[str, ...], temps: tuple[str, ...],
+         limits: TargetLimits, matmuls: list[Instr]) -> None:
+    """Halve tiles in the order of :func:`_shrink_order` until a program fits the
+    target; ``TileShapeError`` where the user's hints leave nothing to halve."""
+    while True:
+        fits, shared, regs = _fits(plan, inputs, temps, limits, matmuls)
+        if fits:
+            return
+        shrink = [k for k in range(len(plan.tile)) if k not in plan.fixed and plan.tile[k] > 16]
+        if not shrink:
+            culprit = next(iter(plan.fixed.values()), None)
+            op = plan.instr.op
+            raise schedule_ops.TileShapeError(
+                f"kernel {op.label} with tiles {tuple(plan.tile)} needs {shared / 1024:.0f} KiB "
+                f"of shared memory and {regs / 1024:.0f} KiB of registers per block; "
+                f"{limits.name} has {limits.shared_per_block // 1024} KiB and "
+                f"{limits.register_bytes // 1024} KiB",
+                hint="use a smaller tile_shape", loc=culprit.loc if culprit else plan.instr.loc)
+        plan.tile[max(shrink, key=lambda k: _shrink_order(k, plan, reduced))] //= 2
 
 
 def _shrink_order(k: int, plan: _Plan, reduced: set[int]) -> tuple[int, int]:
@@ -240,17 +294,26 @@ def _stages(instr: Instr, space: IterationSpace, tile: list[int], inputs: tuple[
 
 def _row_reduced(block: Block, space: IterationSpace, loop: int) -> bool:
     """Whether a non-matmul op also reduces ``loop`` (attention's softmax rows)."""
+    return bool(_rows_of(block, space, loop))
+
+
+def _rows_of(block: Block, space: IterationSpace, loop: int) -> set[int]:
+    """The other loops of the values whose rows a non-matmul op reduces along ``loop``
+    (attention's scores: the batch and query loops)."""
+    rows: set[int] = set()
     for inner in block.instrs:
         op = inner.op
         if isinstance(op, graph_ops.Softmax):
-            out = inner.results[0]
-            if space.loop_of.get((out, op.axis % out.type.rank)) == loop:
-                return True
+            x, axes = inner.results[0], [op.axis % inner.results[0].type.rank]
         elif isinstance(op, graph_ops.Reduce):
             (x,) = inner.operands
-            if any(space.loop_of.get((x, a)) == loop for a in op.reduced_axes(x.type.rank)):
-                return True
-    return False
+            axes = list(op.reduced_axes(x.type.rank))
+        else:
+            continue
+        loops = [space.loop_of.get((x, a)) for a in range(x.type.rank)]
+        if any(loops[a] == loop for a in axes):
+            rows |= {k for k in loops if k is not None and k != loop}
+    return rows
 
 
 def _split(space: IterationSpace, tile: list[int], matmuls: list[Instr], reduced: set[int],

@@ -93,11 +93,24 @@ class Emitter:
         return self.create(tm.View(tuple(self.tile_type(v).shape)), [mem, *starts])[0]
 
 
+def _grid_axes(counts: Sequence[int]) -> list[int] | None:
+    """The loops that take a grid axis, in order: every loop while there are at most
+    :data:`MAX_GRID_AXES`, else the loops of more than one tile where they are few
+    enough (a loop of one tile has coordinate 0: 4-D attention's batch, heads and
+    queries); None: one linear axis, unfolded by division, whose coordinates are not
+    affine in the grid (the simulator then gathers every tile instead of viewing it)."""
+    if len(counts) <= MAX_GRID_AXES:
+        return list(range(len(counts)))
+    several = [k for k, n in enumerate(counts) if n > 1]
+    return several if len(several) <= MAX_GRID_AXES else None
+
+
 def _coordinates(em: Emitter, counts: Sequence[int]) -> list[Value]:
     """Each loop's tile coordinate: a grid axis each, or one linear axis unfolded."""
-    if len(counts) <= MAX_GRID_AXES:
-        return [em.create(tile_ops.GridCoord(axis), [])[0] if n > 1 else em.index(0)
-                for axis, n in enumerate(counts)]
+    axes = _grid_axes(counts)
+    if axes is not None:
+        return [em.create(tile_ops.GridCoord(axes.index(k)), [])[0] if n > 1
+                else em.index(0) for k, n in enumerate(counts)]
     gid = em.create(tile_ops.GroupId(), [])[0]
     coords = []
     for k, n in enumerate(counts):
@@ -109,9 +122,10 @@ def _coordinates(em: Emitter, counts: Sequence[int]) -> list[Value]:
 
 def grid_of(counts: Sequence[int]) -> tuple[int, ...]:
     """The launch grid of a kernel with ``counts`` tiles per loop."""
-    if not counts:
-        return (1,)
-    return tuple(counts) if len(counts) <= MAX_GRID_AXES else (math.prod(counts),)
+    axes = _grid_axes(counts)
+    if axes is None:
+        return (math.prod(counts),)
+    return tuple(counts[k] for k in axes) or (1,)
 
 
 def build_kernel(instr: Instr, name: str, params: Sequence[str],

@@ -163,18 +163,42 @@ def test_a_malformed_hint_in_ir_text_names_its_line() -> None:
     assert str(info.value.loc) == "model.tir:3"  # the line of the matmul
 
 
-@pytest.mark.parametrize("keys", [128, 129, 1024])
-def test_attention_keys_past_one_program_are_cut_into_blocks_of_128(keys: int) -> None:
-    """f32 self-attention with d = 64 on H100: 128 keys fit one program, more do not."""
+@pytest.mark.parametrize("keys,rows", [(128, 128), (129, 64), (256, 64), (512, 16),
+                                       (1024, 128)])
+def test_attention_keeps_whole_key_rows_with_fewer_queries_where_they_fit(
+        keys: int, rows: int) -> None:
+    """f32 self-attention with d = 64 on H100, exact mode: 128 keys fit a program of 128
+    queries; up to 512 keys fit whole with fewer queries (one pass over the keys, V's
+    columns kept whole); 1024 keys do not fit even 16 queries, and are cut into blocks
+    of 128 beside 128 queries (``two_pass``)."""
     from tests.ir.transforms.schedule.programs import attention
 
     q = np.ones((4, keys, 64), F32)  # self-attention: as many queries as keys
     (kernel,) = kernels_of(attention, q, q, q)
-    loop = 3  # batch, queries, V's columns, then the keys
-    if keys <= 128:
-        assert kernel.op.reduction == "in_tile"
+    batch, queries, columns, loop = 0, 1, 2, 3  # V's columns, then the keys
+    tile = kernel.op.tile
+    assert (tile[batch], tile[queries], tile[columns]) == (1, rows, 64)
+    if keys <= 512:
+        assert kernel.op.reduction == "in_tile" and tile[loop] >= keys
     else:
-        assert kernel.op.reduction == "two_pass" and kernel.op.tile[loop] == 128
+        assert kernel.op.reduction == "two_pass" and tile[loop] == 128
+    shared, regs = footprint(kernel, schedule_ops.space_of(kernel), list(tile),
+                             kernel.op.stages, kernel.op.inputs, kernel.op.temps)
+    assert shared <= H100.shared_per_block and regs <= H100.register_bytes
+
+
+def test_fast_mode_streams_the_keys_of_attention_in_blocks() -> None:
+    """Fast mode keeps FlashAttention's tiles, 128 queries by blocks of 128 keys: its
+    online softmax is one pass over the key blocks (to_tile.flash)."""
+    from tests.ir.transforms.schedule.programs import attention
+
+    q = np.ones((4, 256, 64), F32)
+    jitted = ts.jit(attention, mode="fast")
+    jitted.compile(q, q, q)
+    graph = jitted.last.function
+    (kernel,) = schedule_ops.kernels(schedule_module(Module("m", {graph.name: graph}),
+                                                     mode="fast").functions[graph.name])
+    assert kernel.op.reduction == "two_pass" and kernel.op.tile[1:4] == (128, 64, 128)
 
 
 def test_the_jit_s_mode_reaches_the_tile_pass() -> None:

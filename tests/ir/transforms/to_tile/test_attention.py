@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
+from tessera.ir.transforms.to_tile.kernel import grid_of
 from tests.ir.transforms.schedule import programs
 
 FORMATS = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
@@ -43,3 +44,27 @@ def test_a_fully_masked_row_and_extreme_scores() -> None:
     lowered = ts.jit(fn).lower(q, k, v, mask)
     assert _bits(lowered.run(q, k, v, mask, backend="tile")) == \
         _bits(lowered.run(q, k, v, mask))
+
+
+@pytest.mark.parametrize("queries,grid", [(256, [2, 3, 4]), (40, [2, 3])])
+def test_4d_attention_takes_a_grid_axis_per_loop_of_several_tiles(
+        queries: int, grid: list[int]) -> None:
+    """4-D attention has four grid loops (batch, heads, queries, V's columns); a loop of
+    one tile (the columns, and the queries when they fit one tile) takes no grid axis,
+    so three loops of several tiles keep three grid axes, whose tile views the
+    simulator takes as strided views, with the graph's bits either way."""
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 3, queries, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 3, 256, 64)).astype(np.float32) for _ in range(2))
+    lowered = ts.jit(programs.attention_4d).lower(q, k, v)
+    (kernel,) = lowered.kernels
+    assert f"grid = {grid}" in kernel.text
+    assert "tile.group_id" not in kernel.text  # no linear axis unfolded
+    assert _bits(lowered.run(q, k, v, backend="tile")) == _bits(lowered.run(q, k, v))
+
+
+def test_four_loops_of_several_tiles_share_one_linear_grid_axis() -> None:
+    assert grid_of([2, 3, 4, 1]) == (2, 3, 4)
+    assert grid_of([1, 1, 1, 1]) == grid_of([]) == (1,)
+    assert grid_of([2, 3, 4, 2]) == (48,)
+    assert grid_of([2, 1, 3]) == (2, 1, 3)  # up to three loops: an axis each, as before

@@ -148,9 +148,10 @@ def test_a_block_longer_than_the_row_holds_it_whole() -> None:
 
 
 def test_the_default_schedule_walks_long_rows_in_blocks() -> None:
-    """Without a forced block: 300 keys of f32 do not fit one H100 program, the tile pass
-    cuts them into blocks of 128 (``two_pass``) and ``backend="tile"`` walks them."""
-    fn, args = _variant("attention", (1,), 20, 300, 64, np.random.default_rng(5))
+    """Without a forced block: 1100 keys of f32 do not fit one H100 program even beside
+    16 queries, the tile pass cuts them into blocks of 128 (``two_pass``) and
+    ``backend="tile"`` walks them."""
+    fn, args = _variant("attention", (1,), 20, 1100, 64, np.random.default_rng(5))
     lowered = ts.jit(fn).lower(*args)
     assert 'reduction = "two_pass"' in lowered.ir("schedule")
     assert len(lowered.kernels) == 1
