@@ -38,6 +38,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
+from tessera.interp.target.memory.chunks import small_pages
 from tessera.interp.target.memory.flight import Copy, issue, land, wait_group
 from tessera.interp.target.memory.state import CHUNK, add_at
 from tessera.interp.target.schedule import current as current_scheduler
@@ -107,8 +108,9 @@ class TmaValue:
 def _mbar(m: Machine) -> MbarrierArray:
     if m.mbar is None:
         slots = max(1, m.shared.size // 8)
-        m.mbar = MbarrierArray(m.ncta * slots)
-        m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
+        with small_pages():  # one state per 8 shared bytes, of which a few are mbarriers
+            m.mbar = MbarrierArray(m.ncta * slots)
+            m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
     return m.mbar
 
 
@@ -259,30 +261,36 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     loads bring (it would complete early, with loads still in flight) is reported.
     """
     mb = m.mbar
-    landing = np.zeros(mb.tx.size, np.int64)
+    tags: list[np.ndarray] = []  # the mbarrier of each landing box, and its bytes
+    sizes: list[np.ndarray] = []
     still = []
     for copy in m.tma:
         done = np.isin(copy.tag, ids)
         if done.any():
-            add_at(landing, copy.tag[done], copy.data.shape[1])
+            tags.append(copy.tag[done])
+            sizes.append(np.full(len(tags[-1]), copy.data.shape[1], np.int64))
             rest = land(m, copy, done, False)
             if rest is not None:
                 still.append(rest)
         else:
             still.append(copy)
     m.tma = still
-    hit = np.flatnonzero(landing)
-    if not len(hit):
+    if not tags:
         return
-    early = (mb.pending[hit] == 0) & (mb.tx[hit] < landing[hit])
+    # per mbarrier hit (ascending), the bytes landing on it: no pass over every slot
+    hit, where = np.unique(np.concatenate(tags), return_inverse=True)
+    landing = np.zeros(len(hit), np.int64)
+    add_at(landing, where, np.concatenate(sizes))
+    early = (mb.pending[hit] == 0) & (mb.tx[hit] < landing)
     if early.any():
-        i = int(hit[np.flatnonzero(early)[0]])
+        k = int(np.flatnonzero(early)[0])
+        i = int(hit[k])
         raise m.fault(instr, "mbarrier", f"expect-tx count too small: the phase announced "
                       f"{int(m.mbar_tx[0, i])} tx bytes but its TMA loads bring "
-                      f"{int(m.mbar_tx[1, i] + landing[i])}; it would complete with loads "
+                      f"{int(m.mbar_tx[1, i] + landing[k])}; it would complete with loads "
                       "still in flight", who)
-    m.mbar_tx[1, hit] += landing[hit]
-    _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing[hit])
+    m.mbar_tx[1, hit] += landing
+    _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing)
 
 
 @step_rule(target_async.MbarrierInit, target_async.MbarrierArrive, target_async.MbarrierInval)
