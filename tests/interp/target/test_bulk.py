@@ -17,7 +17,7 @@ from tessera.arch.tma import TensorMap, TensorMapDataType, tma_box, tma_box_stor
 from tessera.interp.target import TargetFault
 from tessera.interp.target.memory import async_copy, bulk, bulk_store
 from tessera.interp.target.memory import state as state_module
-from tessera.interp.target.memory.state import SharedMemory, chunk_rows
+from tessera.interp.target.memory.state import SharedMemory, chunk_rows, code_first, code_last
 from tests.lower.sm90a import test_pipeline as pipeline
 
 NCTA, NTHREADS, SIZE = 3, 256, 1024
@@ -31,10 +31,11 @@ def random_state(seed: int) -> SharedMemory:
     base = np.repeat(np.arange(NCTA) * NTHREADS, SIZE)
     read = rng.random(n) < 0.5
     lo = base + rng.integers(0, NTHREADS, n)
-    sh.rmin[:] = np.where(read, lo, np.iinfo(np.int32).max)
-    sh.rmax[:] = np.where(read, np.minimum(lo + rng.integers(0, 130, n), base + NTHREADS - 1),
-                          -1)
-    sh.writer[:] = np.where(rng.random(n) < 0.3, base + rng.integers(0, NTHREADS, n), -1)
+    sh.rmin_code[:] = np.where(read, code_first(lo), 0)  # 0: none
+    sh.rmax_code[:] = np.where(read, code_last(np.minimum(lo + rng.integers(0, 130, n),
+                                                          base + NTHREADS - 1)), 0)
+    sh.writer_code[:] = np.where(rng.random(n) < 0.3,
+                                 code_last(base + rng.integers(0, NTHREADS, n)), 0)
     sh.pending[:] = rng.integers(0, 3, n)
     sh.in_flight = int(sh.pending.sum())
     sh.init[:] = rng.random(n) < 0.7
@@ -175,7 +176,7 @@ def test_chunk_rows_readers_equal_the_per_byte_ones(seed: int) -> None:
     slow.note_readers(flat, me, me)
     assert_same(fast, slow)
     assert fast.scratch is not None
-    assert (fast.scratch[0] == np.iinfo(np.int32).max).all() and (fast.scratch[1] == -1).all()
+    assert (fast.scratch[0] == 0).all() and (fast.scratch[1] == 0).all()  # no reader
 
 
 def _fault(sh: SharedMemory, flat: np.ndarray, me: np.ndarray) -> str:
