@@ -81,23 +81,25 @@ def _summary_bits(bits: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     return top_value, np.frexp(low_value)[1]
 
 
-def _bounded(a: Operand, b: Operand, k: int) -> bool:
-    """Whether no partial sum of any output element can round: every partial sum is a
-    multiple of ``Q = 2**(low_e(A) - pa + low_e(B) - pb)`` and at most the sum of the
-    product magnitudes, so it is exact when that sum is at most ``2**53 * Q``. Tried
-    per matrix of the batch first (``K * max|A| * max|B|``, exact in float64), then
-    per element (``|A| @ |B|``, allowed a relative error of ``2**-40``). A NaN or an
+def _bounded(a: Operand, b: Operand, k: int) -> np.ndarray:
+    """Per matrix of the batch, whether no partial sum of any of its output elements
+    can round: every partial sum is a multiple of ``Q = 2**(low_e(A) - pa + low_e(B) -
+    pb)`` and at most the sum of the product magnitudes, so it is exact when that sum
+    is at most ``2**53 * Q``. Tried per matrix first (``K * max|A| * max|B|``, exact in
+    float64), then per element for the matrices that fail it (``|A| @ |B|``, allowed a
+    relative error of ``2**-40``); either bound proves the matrix exact. A NaN or an
     infinity fails every comparison."""
     pa, pb = SIGNIFICAND[a.fmt], SIGNIFICAND[b.fmt]
     lead = np.broadcast_shapes(a.values.shape[:-2], b.values.shape[:-2])
     q = a.low - pa + b.low - pb
-    if np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead).all():
-        return True
+    ok = np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead)
+    if ok.all():
+        return ok
     mag_a, mag_b = np.abs(a.values), np.abs(b.values)
     q_rows = _low_exponent(mag_a, -1) - pa  # (..., M)
     q_cols = _low_exponent(mag_b, -2) - pb  # (..., N)
     room = np.ldexp(1.0 - 2.0**-40, 53 + q_rows[..., :, None] + q_cols[..., None, :])
-    return bool((np.matmul(mag_a, mag_b) <= room).all())
+    return ok | (np.matmul(mag_a, mag_b) <= room).all(axis=(-2, -1))
 
 
 def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
@@ -111,15 +113,30 @@ def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
     """:func:`mma` of prepared operands."""
     k = FORMATS[a.fmt][2]
     av, bv = a.values, b.values
-    if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k or \
-            not _bounded(a, b, k):
+    if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k:
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+    exact = _bounded(a, b, k)
+    cw = np.asarray(c, np.float64)
+    if not exact.all() and not _by_matrix(a, b, cw):
         return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     acc = np.matmul(av, bv)
-    cw = np.asarray(c, np.float64)
     negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
     if negative_zero.any() and (negative_zero & (acc == 0)).any():
         return golden(a.elements, b.elements, c, a.fmt, b.fmt)
-    return cw + acc
+    out = cw + acc
+    if not exact.all():  # the loop for the matrices no bound proves exact
+        loop = np.flatnonzero(~exact)
+        out[loop] = golden(a.elements[loop], b.elements[loop], cw[loop], a.fmt, b.fmt)
+    return out
+
+
+def _by_matrix(a: Operand, b: Operand, c: np.ndarray) -> bool:
+    """Whether a step may take the loop for some matrices of its batch only: one batch
+    axis that A, B and C share, and finite operands (the loop's NaN signs and payloads
+    may depend on the shapes it runs on; finite products and sums do not)."""
+    shape = a.values.shape[:-2]
+    return len(shape) == 1 and b.values.shape[:-2] == shape and c.shape[:-2] == shape and \
+        bool(np.isfinite(a.top).all() and np.isfinite(b.top).all())
 
 
 __all__ = ["SIGNIFICAND", "Operand", "mma", "mma_operands"]
