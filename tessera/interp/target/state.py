@@ -166,6 +166,51 @@ class Machine:
         return fail
 
 
+class Lazy:
+    """A register value made when an instruction first reads it: ``make()`` gives the
+    array (once), ``dtype`` is its type beforehand, and ``keep`` is what its maker
+    keeps for a later instruction of its own kind, which reads the value raw
+    (:meth:`Registers.raw`): a ``wgmma`` chain hands its accumulator matrices on
+    with no scatter into, and gather out of, per-thread registers between steps."""
+
+    __slots__ = ("_make", "_value", "dtype", "keep")
+
+    def __init__(self, make: Callable[[], np.ndarray], dtype: np.dtype, keep: Any) -> None:
+        self._make: Callable[[], np.ndarray] | None = make
+        self._value: np.ndarray | None = None
+        self.dtype = dtype
+        self.keep = keep
+
+    def get(self) -> np.ndarray:
+        """The value (made on the first call)."""
+        if self._make is not None:
+            self._value, self._make = self._make(), None
+        assert self._value is not None
+        return self._value
+
+
+def value(v: Any) -> Any:
+    """``v`` itself, or the value of a :class:`Lazy` one."""
+    return v.get() if type(v) is Lazy else v
+
+
+class Registers(list):
+    """A register file (one value per slot) whose reads make :class:`Lazy` values."""
+
+    def __getitem__(self, i: Any) -> Any:
+        v = list.__getitem__(self, i)
+        return v.get() if type(v) is Lazy else v
+
+    def raw(self, i: int) -> Any:
+        """The value of slot ``i`` as stored: a :class:`Lazy` one stays lazy."""
+        return list.__getitem__(self, i)
+
+
+def raw(regs: list[Any], i: int) -> Any:
+    """Slot ``i`` of any register file as stored (:meth:`Registers.raw`)."""
+    return list.__getitem__(regs, i)
+
+
 class TargetFrame:
     """The register file and the mask of active threads of one running region."""
 
@@ -270,6 +315,7 @@ def widen_mask(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 def merge(mask: np.ndarray, new: Any, old: Any) -> Any:
     """Per thread ``new`` where ``mask`` else ``old`` (a wide side keeps the result wide)."""
+    new, old = value(new), value(old)
     if not isinstance(new, np.ndarray):
         return new  # tensor maps and other uniform objects
     return np.where(widen_mask(mask, new), new, old)
@@ -278,7 +324,7 @@ def merge(mask: np.ndarray, new: Any, old: Any) -> Any:
 def widen_slots(regs: list[Any], slots: list[int]) -> None:
     """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow."""
     for s in slots:
-        if regs[s].dtype != F64:
+        if raw(regs, s).dtype != F64:  # a lazy value made wide is not made here
             regs[s] = regs[s].astype(F64)
 
 
@@ -289,6 +335,6 @@ def narrow(x: np.ndarray, elem: str) -> np.ndarray:
     return x
 
 
-__all__ = ["DTYPES", "F32", "F64", "STEPS", "Machine", "Step", "TargetBody", "TargetCompiler",
-           "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "run", "step_rule",
-           "widen_mask", "widen_slots"]
+__all__ = ["DTYPES", "F32", "F64", "STEPS", "Lazy", "Machine", "Registers", "Step", "TargetBody",
+           "TargetCompiler", "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "raw",
+           "run", "step_rule", "value", "widen_mask", "widen_slots"]

@@ -37,11 +37,15 @@ from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
 from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, take_chunks
 from tessera.interp.target.state import (
+    F32,
     F64,
+    Lazy,
     Machine,
+    Registers,
     Step,
     TargetCompiler,
     TargetFrame,
+    raw,
     step_rule,
 )
 from tessera.interp.target.tensorcore import model as tensor_core
@@ -289,14 +293,30 @@ def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray, blocks: np.ndarra
              "st.shared with no fence.proxy.async since")
 
 
-def _accumulator(m: Machine, regs: np.ndarray, groups: np.ndarray,
+def _accumulator(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
                  layout: FragmentMap) -> np.ndarray:
-    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: the matrices
-    a recent ``wgmma`` scattered into exactly this register array, else gathered."""
+    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: those a
+    ``wgmma`` of the same groups made (a lazy result, or the matrices a recent one
+    scattered into exactly this register array), else gathered."""
+    if type(regs) is Lazy:
+        if isinstance(regs.keep, _Result) and np.array_equal(regs.keep.groups, groups):
+            return regs.keep.matrices
+        regs = regs.get()
     hit = getattr(m, "wgmma_results", {}).get(id(regs))
     if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
         return hit[2]
     return layout.matrix(regs.astype(F64, copy=False), groups)
+
+
+class _Result:
+    """What a lazy ``wgmma`` result keeps: its warpgroups and their (G, 64, n)
+    accumulator matrices as the registers hold them."""
+
+    __slots__ = ("groups", "matrices")
+
+    def __init__(self, groups: np.ndarray, matrices: np.ndarray) -> None:
+        self.groups = groups
+        self.matrices = matrices
 
 
 def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
@@ -338,7 +358,6 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         groups = np.flatnonzero(check_warps(fr, instr, 128))
-        result = _zeros_but(m.n, n // 2, groups, 128)
         if len(groups):
             who = groups * 128
             ctas = m.cta[who]
@@ -349,18 +368,32 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
-            cv = _accumulator(m, fr.regs[acc], groups, layout)
+            cv = _accumulator(m, raw(fr.regs, acc), groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             d = tensor_core.step(m, av, bv, cv, fa, fb)
-            layout.scatter(d, result, groups)
-            result = tensor_core.result(m, result)
             # the matrices as the registers hold them (rounded to f32 under "hopper")
-            _remember(m, result, groups, tensor_core.result(m, d).astype(F64, copy=False))
+            held = tensor_core.result(m, d).astype(F64, copy=False)
+            if isinstance(fr.regs, Registers):  # scattered when something reads them
+                fr.regs[out] = Lazy(lambda: _scatter(m, layout, d, groups, n),
+                                    F32 if m.tensor_cores == "hopper" else F64,
+                                    _Result(groups, held))
+                return
+            result = _scatter(m, layout, d, groups, n)
+            _remember(m, result, groups, held)
         else:
-            result = tensor_core.result(m, result)
+            result = tensor_core.result(m, _zeros_but(m.n, n // 2, groups, 128))
         fr.regs[out] = result
     return step
+
+
+def _scatter(m: Machine, layout: FragmentMap, d: np.ndarray, groups: np.ndarray,
+             n: int) -> np.ndarray:
+    """The D registers of a ``wgmma`` of ``groups`` (zero in the other threads) from
+    its (G, 64, n) float64 matrices ``d``, under the launch's tensor-core model."""
+    result = _zeros_but(m.n, n // 2, groups, 128)
+    layout.scatter(d, result, groups)
+    return tensor_core.result(m, result)
 
 
 __all__: list[str] = []

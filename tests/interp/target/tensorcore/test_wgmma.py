@@ -44,9 +44,10 @@ def _desc(k: Kernel, addr: Value, step: int) -> Value:
 
 
 def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
-                  stale: bool = False) -> Kernel:
+                  stale: bool = False, touch: bool = False) -> Kernel:
     """C (64 x 64 per CTA) = A (64 x kdim) @ Bt^T: a K loop of 64-wide blocks, each two
-    TMA loads on one mbarrier (the wait parity flips every block) and four wgmma k16."""
+    TMA loads on one mbarrier (the wait parity flips every block) and four wgmma k16
+    (``touch``: a ``mov`` reads the accumulator between the second and the third)."""
     ta = TensorMapType(0, "bf16", (64, 64), 128)
     tb = TensorMapType(1, "bf16", (64, 64), 128)
     k = Kernel("wgmma", [ta, tb, U64], block=(128,), grid=(nctas, 1, 1), target="sm_90a")
@@ -76,6 +77,8 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
         k.op(async_ops.MbarrierWait(), bar, parity)
         k.op(async_ops.WgmmaFence())
         for step in range(4):
+            if touch and step == 2:
+                acc = k.un("mov", "f32", acc)
             acc = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, step),
                        _desc(k, sb, step), k.setp("eq", "u32", t, t))
         k.op(async_ops.WgmmaCommit())
@@ -114,6 +117,30 @@ def test_wgmma_m64n64k16_over_tma_swizzled_tiles(nctas: int, kdim: int) -> None:
     c = np.zeros((64 * nctas, N), np.float32)
     run_target(_wgmma_kernel(nctas=nctas, kdim=kdim).build(), [*_tmaps(a, bt), c])
     np.testing.assert_array_equal(c, _exact(a, bt.T))
+
+
+@pytest.mark.parametrize("model", ["exact", "hopper"])
+@pytest.mark.parametrize("touch", [False, True])
+def test_lazy_wgmma_results_equal_the_scattered_ones(model: str, touch: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wgmma chain hands its accumulator matrices on as lazy register values; the
+    bits equal those of the step that scatters every result into registers (a plain
+    register list), with the chain read in between (``touch``) or not, and under both
+    tensor-core models (wide exponent ranges: the hopper model rounds)."""
+    rng = np.random.default_rng(5)
+    a, bt = _bf16(rng, (128, 192)), _bf16(rng, (N, 192))
+    a[::3] *= np.float32(2.0**20)
+    outs = []
+    for lazy in (True, False):
+        if not lazy:  # the step sees no Registers file: it scatters at once
+            monkeypatch.setattr(mma_rules, "Registers", type("NoRegisters", (), {}))
+        c = np.zeros((128, N), np.float32)
+        run_target(_wgmma_kernel(nctas=2, kdim=192, touch=touch).build(), [*_tmaps(a, bt), c],
+                   tensor_cores=model)
+        outs.append(c)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    if model == "exact":
+        np.testing.assert_array_equal(outs[0], _exact(a, bt.T))
 
 
 def test_mbarrier_expect_tx_mismatch_is_caught() -> None:
