@@ -95,11 +95,21 @@ def _bounded(a: Operand, b: Operand, k: int) -> np.ndarray:
     ok = np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead)
     if ok.all():
         return ok
-    mag_a, mag_b = np.abs(a.values), np.abs(b.values)
+    va, vb = a.values, b.values
+    some = None  # the matrices to bound per element: those that failed (one batch axis)
+    if len(lead) == 1 and va.shape[:-2] == lead == vb.shape[:-2]:
+        some = np.flatnonzero(~ok)
+        va, vb = va[some], vb[some]
+    mag_a, mag_b = np.abs(va), np.abs(vb)
     q_rows = _low_exponent(mag_a, -1) - pa  # (..., M)
     q_cols = _low_exponent(mag_b, -2) - pb  # (..., N)
     room = np.ldexp(1.0 - 2.0**-40, 53 + q_rows[..., :, None] + q_cols[..., None, :])
-    return ok | (np.matmul(mag_a, mag_b) <= room).all(axis=(-2, -1))
+    each = (np.matmul(mag_a, mag_b) <= room).all(axis=(-2, -1))
+    if some is None:
+        return ok | each
+    ok = ok.copy()
+    ok[some] = each
+    return ok
 
 
 def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
@@ -123,7 +133,8 @@ def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
     negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
     if negative_zero.any() and (negative_zero & (acc == 0)).any():
         return golden(a.elements, b.elements, c, a.fmt, b.fmt)
-    out = cw + acc
+    out = np.add(cw, acc, out=acc) if acc.shape == np.broadcast_shapes(acc.shape, cw.shape) \
+        else cw + acc
     if not exact.all():  # the loop for the matrices no bound proves exact
         loop = np.flatnonzero(~exact)
         out[loop] = golden(a.elements[loop], b.elements[loop], cw[loop], a.fmt, b.fmt)
