@@ -321,11 +321,27 @@ def merge(mask: np.ndarray, new: Any, old: Any) -> Any:
     return np.where(widen_mask(mask, new), new, old)
 
 
+class Widened:
+    """What a lazily widened register keeps: its ``narrow`` value, which a reader that
+    gathers part of it (a ``wgmma`` accumulator) widens after the gather."""
+
+    __slots__ = ("narrow",)
+
+    def __init__(self, narrow: np.ndarray) -> None:
+        self.narrow = narrow
+
+
 def widen_slots(regs: list[Any], slots: list[int]) -> None:
-    """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow."""
+    """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow
+    (lazily in a :class:`Registers` file)."""
     for s in slots:
-        if raw(regs, s).dtype != F64:  # a lazy value made wide is not made here
-            regs[s] = regs[s].astype(F64)
+        v = raw(regs, s)
+        if v.dtype == F64:  # a lazy value that will be wide is not made here
+            continue
+        if isinstance(regs, Registers) and isinstance(v, np.ndarray):
+            regs[s] = Lazy(lambda v=v: v.astype(F64), F64, Widened(v))
+        else:
+            regs[s] = value(v).astype(F64)
 
 
 def narrow(x: np.ndarray, elem: str) -> np.ndarray:
@@ -336,5 +352,5 @@ def narrow(x: np.ndarray, elem: str) -> np.ndarray:
 
 
 __all__ = ["DTYPES", "F32", "F64", "STEPS", "Lazy", "Machine", "Registers", "Step", "TargetBody",
-           "TargetCompiler", "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "raw",
-           "run", "step_rule", "value", "widen_mask", "widen_slots"]
+           "TargetCompiler", "TargetFault", "TargetFrame", "Widened", "merge", "narrow",
+           "op_text", "raw", "run", "step_rule", "value", "widen_mask", "widen_slots"]

@@ -45,6 +45,7 @@ from tessera.interp.target.state import (
     Step,
     TargetCompiler,
     TargetFrame,
+    Widened,
     raw,
     step_rule,
 )
@@ -301,6 +302,8 @@ def _accumulator(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
     if type(regs) is Lazy:
         if isinstance(regs.keep, _Result) and np.array_equal(regs.keep.groups, groups):
             return regs.keep.matrices
+        if isinstance(regs.keep, Widened):  # widening is exact: gather the narrow values
+            return layout.matrix(regs.keep.narrow, groups).astype(F64)
         regs = regs.get()
     hit = getattr(m, "wgmma_results", {}).get(id(regs))
     if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):

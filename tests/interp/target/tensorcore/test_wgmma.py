@@ -20,6 +20,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError
 from tessera.interp.target import TensorMapArg, run_target
+from tessera.interp.target import runner as target_runner
 from tessera.interp.target.state import TargetFault
 from tessera.interp.target.tensorcore import mma as mma_rules
 from tessera.ir.core import Value
@@ -123,17 +124,18 @@ def test_wgmma_m64n64k16_over_tma_swizzled_tiles(nctas: int, kdim: int) -> None:
 @pytest.mark.parametrize("touch", [False, True])
 def test_lazy_wgmma_results_equal_the_scattered_ones(model: str, touch: bool,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wgmma chain hands its accumulator matrices on as lazy register values; the
-    bits equal those of the step that scatters every result into registers (a plain
-    register list), with the chain read in between (``touch``) or not, and under both
-    tensor-core models (wide exponent ranges: the hopper model rounds)."""
+    """A wgmma chain hands its accumulator matrices on as lazy register values (and
+    its first one reads the lazily widened zeros); the bits equal those of a plain
+    register list, where each wgmma scatters its result into registers, with the chain
+    read in between (``touch``) or not, and under both tensor-core models (wide
+    exponent ranges: the hopper model rounds)."""
     rng = np.random.default_rng(5)
     a, bt = _bf16(rng, (128, 192)), _bf16(rng, (N, 192))
     a[::3] *= np.float32(2.0**20)
     outs = []
     for lazy in (True, False):
-        if not lazy:  # the step sees no Registers file: it scatters at once
-            monkeypatch.setattr(mma_rules, "Registers", type("NoRegisters", (), {}))
+        if not lazy:  # a plain register list: every value is made at once
+            monkeypatch.setattr(target_runner, "Registers", list)
         c = np.zeros((128, N), np.float32)
         run_target(_wgmma_kernel(nctas=2, kdim=192, touch=touch).build(), [*_tmaps(a, bt), c],
                    tensor_cores=model)
