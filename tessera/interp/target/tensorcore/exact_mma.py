@@ -113,13 +113,16 @@ def _bounded(a: Operand, b: Operand, k: int) -> np.ndarray:
 
 
 def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
-        fmt_b: str | None = None) -> np.ndarray:
+        fmt_b: str | None = None, c_unsigned_zeros: bool = False) -> np.ndarray:
     """``D = C + A @ B`` exactly as :func:`tessera.arch.mma.mma` computes it: A (..., M, K),
-    B (..., K, N), C (..., M, N) broadcastable; returns float64 D."""
-    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c)
+    B (..., K, N), C (..., M, N) broadcastable; returns float64 D. ``c_unsigned_zeros``:
+    the caller knows that C holds no ``-0`` (a D made from such a C holds none either:
+    a sum is ``-0`` only when both terms are), which spares a pass over C."""
+    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c, c_unsigned_zeros)
 
 
-def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
+def mma_operands(a: Operand, b: Operand, c: np.ndarray,
+                 c_unsigned_zeros: bool = False) -> np.ndarray:
     """:func:`mma` of prepared operands."""
     k = FORMATS[a.fmt][2]
     av, bv = a.values, b.values
@@ -130,9 +133,10 @@ def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
     if not exact.all() and not _by_matrix(a, b, cw):
         return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     acc = np.matmul(av, bv)
-    negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
-    if negative_zero.any() and (negative_zero & (acc == 0)).any():
-        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+    if not c_unsigned_zeros:
+        negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
+        if negative_zero.any() and (negative_zero & (acc == 0)).any():
+            return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     out = np.add(cw, acc, out=acc) if acc.shape == np.broadcast_shapes(acc.shape, cw.shape) \
         else cw + acc
     if not exact.all():  # the loop for the matrices no bound proves exact

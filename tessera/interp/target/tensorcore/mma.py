@@ -295,31 +295,34 @@ def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray, blocks: np.ndarra
 
 
 def _accumulator(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
-                 layout: FragmentMap) -> np.ndarray:
+                 layout: FragmentMap) -> tuple[np.ndarray, bool]:
     """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: those a
     ``wgmma`` of the same groups made (a lazy result, or the matrices a recent one
-    scattered into exactly this register array), else gathered."""
+    scattered into exactly this register array), else gathered; and whether they are
+    known to hold no ``-0`` (:attr:`_Result.unsigned_zeros`)."""
     if type(regs) is Lazy:
         if isinstance(regs.keep, _Result) and np.array_equal(regs.keep.groups, groups):
-            return regs.keep.matrices
+            return regs.keep.matrices, regs.keep.unsigned_zeros
         if isinstance(regs.keep, Widened):  # widening is exact: gather the narrow values
-            return layout.matrix(regs.keep.narrow, groups).astype(F64)
+            return layout.matrix(regs.keep.narrow, groups).astype(F64), False
         regs = regs.get()
     hit = getattr(m, "wgmma_results", {}).get(id(regs))
     if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
-        return hit[2]
-    return layout.matrix(regs.astype(F64, copy=False), groups)
+        return hit[2], False
+    return layout.matrix(regs.astype(F64, copy=False), groups), False
 
 
 class _Result:
-    """What a lazy ``wgmma`` result keeps: its warpgroups and their (G, 64, n)
-    accumulator matrices as the registers hold them."""
+    """What a lazy ``wgmma`` result keeps: its warpgroups, their (G, 64, n)
+    accumulator matrices as the registers hold them, and whether those are known to
+    hold no ``-0`` (under ``"exact"``, a D whose C held none)."""
 
-    __slots__ = ("groups", "matrices")
+    __slots__ = ("groups", "matrices", "unsigned_zeros")
 
-    def __init__(self, groups: np.ndarray, matrices: np.ndarray) -> None:
+    def __init__(self, groups: np.ndarray, matrices: np.ndarray, unsigned_zeros: bool) -> None:
         self.groups = groups
         self.matrices = matrices
+        self.unsigned_zeros = unsigned_zeros
 
 
 def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
@@ -371,16 +374,18 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
-            cv = _accumulator(m, raw(fr.regs, acc), groups, layout)
+            cv, unsigned = _accumulator(m, raw(fr.regs, acc), groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
-            d = tensor_core.step(m, av, bv, cv, fa, fb)
+            if not unsigned and m.tensor_cores == "exact":  # found once per chain
+                unsigned = not (np.signbit(cv) & (cv == 0)).any()
+            d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned)
             # the matrices as the registers hold them (rounded to f32 under "hopper")
             held = tensor_core.result(m, d).astype(F64, copy=False)
             if isinstance(fr.regs, Registers):  # scattered when something reads them
                 fr.regs[out] = Lazy(lambda: _scatter(m, layout, d, groups, n),
                                     F32 if m.tensor_cores == "hopper" else F64,
-                                    _Result(groups, held))
+                                    _Result(groups, held, unsigned))
                 return
             result = _scatter(m, layout, d, groups, n)
             _remember(m, result, groups, held)
