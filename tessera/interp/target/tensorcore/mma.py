@@ -7,7 +7,8 @@ converged (``.sync.aligned``); every group with an active thread executes it, al
 once. Results are *wide*: float64 accumulators (D = C + the ascending-k float64 sum of
 exact products, :func:`tessera.arch.mma.mma`).
 
-``wgmma`` executes when issued: its accumulator is final at once, so reading it before
+``wgmma`` executes when issued (its D matrices pass along a chain as lazy register
+values, :mod:`.accumulators`): its accumulator is final at once, so reading it before
 ``wgmma.wait_group`` is not detected here (the kernel verifier checks that order).
 Shared bytes it reads must be initialised and have no copy in flight, and bytes written
 by ``st.shared`` need a ``fence.proxy.async`` before a wgmma reads them (PTX ISA,
@@ -17,6 +18,7 @@ by ``st.shared`` need a ``fence.proxy.async`` before a wgmma reads them (PTX ISA
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
@@ -28,7 +30,6 @@ from tessera.arch.fragments import (
     mma_m16n8k16_b,
     mma_m16n8k32_a,
     mma_m16n8k32_b,
-    wgmma_accumulator,
 )
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS
@@ -37,18 +38,15 @@ from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
 from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, take_chunks
 from tessera.interp.target.state import (
-    F32,
     F64,
-    Lazy,
     Machine,
-    Registers,
     Step,
     TargetCompiler,
     TargetFrame,
-    Widened,
     raw,
     step_rule,
 )
+from tessera.interp.target.tensorcore import accumulators
 from tessera.interp.target.tensorcore import model as tensor_core
 from tessera.interp.target.tensorcore.exact_mma import Operand
 from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
@@ -115,15 +113,22 @@ def _fragment(m: Machine, regs: np.ndarray, warps: np.ndarray, fmap: FragmentMap
     return operand
 
 
+@cache
+def _mma_sync_maps(bits: int) -> tuple[FragmentMap, FragmentMap, FragmentMap]:
+    """The A, B and C maps of ``mma.sync`` with ``bits``-bit inputs (made once: a
+    kernel holds many such instructions; maps are never changed)."""
+    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
+        mma_m16n8k32_a(), mma_m16n8k32_b())
+    return FragmentMap(la), FragmentMap(lb), FragmentMap(mma_m16n8_c())
+
+
 @step_rule(target_async.MmaSync)
 def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     fa, fb = instr.op.atype, instr.op.btype
     sa, sb, sc = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
     bits = FORMATS[fa][1]
-    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
-        mma_m16n8k32_a(), mma_m16n8k32_b())
-    maps = [FragmentMap(x) for x in (la, lb, mma_m16n8_c())]
+    maps = _mma_sync_maps(bits)
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -294,68 +299,12 @@ def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray, blocks: np.ndarra
              "st.shared with no fence.proxy.async since")
 
 
-def _accumulator(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
-                 layout: FragmentMap) -> tuple[np.ndarray, bool]:
-    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: those a
-    ``wgmma`` of the same groups made (a lazy result, or the matrices a recent one
-    scattered into exactly this register array), else gathered; and whether they are
-    known to hold no ``-0`` (:attr:`_Result.unsigned_zeros`)."""
-    if type(regs) is Lazy:
-        if isinstance(regs.keep, _Result) and np.array_equal(regs.keep.groups, groups):
-            return regs.keep.matrices, regs.keep.unsigned_zeros
-        if isinstance(regs.keep, Widened):  # widening is exact: gather the narrow values
-            return layout.matrix(regs.keep.narrow, groups).astype(F64), False
-        regs = regs.get()
-    hit = getattr(m, "wgmma_results", {}).get(id(regs))
-    if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
-        return hit[2], False
-    return layout.matrix(regs.astype(F64, copy=False), groups), False
-
-
-class _Result:
-    """What a lazy ``wgmma`` result keeps: its warpgroups, their (G, 64, n)
-    accumulator matrices as the registers hold them, and whether those are known to
-    hold no ``-0`` (under ``"exact"``, a D whose C held none)."""
-
-    __slots__ = ("groups", "matrices", "unsigned_zeros")
-
-    def __init__(self, groups: np.ndarray, matrices: np.ndarray, unsigned_zeros: bool) -> None:
-        self.groups = groups
-        self.matrices = matrices
-        self.unsigned_zeros = unsigned_zeros
-
-
-def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
-    """Keep ``d``, the matrices scattered into the new register array ``result`` (never
-    changed in place: every step makes new arrays), for the next ``wgmma`` of its
-    chain; the last few results are kept."""
-    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = \
-        m.__dict__.setdefault("wgmma_results", {})
-    kept[id(result)] = (result, groups, d)
-    while len(kept) > 4:
-        kept.pop(next(iter(kept)))
-
-
-def _zeros_but(n: int, width: int, groups: np.ndarray, size: int) -> np.ndarray:
-    """An (n, width) float64 register array that is 0 outside the thread groups
-    ``groups`` of ``size`` threads (which the caller fills): no pass over the bytes a
-    scatter writes anyway."""
-    result = np.empty((n, width), F64)
-    outside = np.ones(n // size, bool)
-    outside[groups] = False
-    if outside.all():
-        result.fill(0.0)
-    elif outside.any():
-        result.reshape(-1, size * width)[outside] = 0.0
-    return result
-
-
 @step_rule(target_async.Wgmma)
 def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
     acc, da, db, scale = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
-    layout = FragmentMap(wgmma_accumulator(n))
+    layout = accumulators.fragment_map(n)
     k = FORMATS[fa][2]
     eb = FORMATS[fa][1] // 8
     cache_a: dict = {}
@@ -374,34 +323,17 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
-            cv, unsigned = _accumulator(m, raw(fr.regs, acc), groups, layout)
+            cv, unsigned = accumulators.matrices(m, raw(fr.regs, acc), groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             if not unsigned and m.tensor_cores == "exact":  # found once per chain
                 unsigned = not (np.signbit(cv) & (cv == 0)).any()
             d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned)
-            # the matrices as the registers hold them (rounded to f32 under "hopper")
-            held = tensor_core.result(m, d).astype(F64, copy=False)
-            if isinstance(fr.regs, Registers):  # scattered when something reads them
-                fr.regs[out] = Lazy(lambda: _scatter(m, layout, d, groups, n),
-                                    F32 if m.tensor_cores == "hopper" else F64,
-                                    _Result(groups, held, unsigned))
-                return
-            result = _scatter(m, layout, d, groups, n)
-            _remember(m, result, groups, held)
+            result = accumulators.result(fr, layout, d, groups, unsigned)
         else:
-            result = tensor_core.result(m, _zeros_but(m.n, n // 2, groups, 128))
+            result = tensor_core.result(m, accumulators.zeros_but(m.n, n // 2, groups, 128))
         fr.regs[out] = result
     return step
-
-
-def _scatter(m: Machine, layout: FragmentMap, d: np.ndarray, groups: np.ndarray,
-             n: int) -> np.ndarray:
-    """The D registers of a ``wgmma`` of ``groups`` (zero in the other threads) from
-    its (G, 64, n) float64 matrices ``d``, under the launch's tensor-core model."""
-    result = _zeros_but(m.n, n // 2, groups, 128)
-    layout.scatter(d, result, groups)
-    return tensor_core.result(m, result)
 
 
 __all__: list[str] = []
