@@ -124,9 +124,9 @@ def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) 
     ``bar.sync`` since: nothing orders the init before the use (PTX ISA, "mbarrier.init":
     the initialisation must be made visible to the other threads before they use it).
     Threads run in lockstep here, thread 0 first, so without this check such a kernel
-    would run as if the init were always seen."""
-    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
-    by = m.shared.init_by[m.shared.slots(flat[:, 0])]
+    would run as if the init were always seen. The caller's :func:`_ids` has checked
+    the addresses."""
+    by = m.shared.init_by[m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64))]
     bad = (by >= 0) & (by != act)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])

@@ -48,9 +48,14 @@ def arrivals(m: Machine) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
 def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
     """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each)."""
     arrivers, _ = arrivals(m)
-    for i in np.unique(ids):
-        seen = arrivers.setdefault(int(i), np.zeros(m.nthreads, bool))
-        seen[m.tid[act[ids == i]]] = True
+    # per mbarrier, its threads: one pass over the arrivals (sorted by mbarrier)
+    order = np.argsort(ids, kind="stable")
+    tids, sorted_ids = m.tid[act[order]], ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    for i, lo, hi in zip(sorted_ids[starts].tolist(), starts.tolist(),
+                         [*starts[1:].tolist(), len(order)]):
+        seen = arrivers.setdefault(i, np.zeros(m.nthreads, bool))
+        seen[tids[lo:hi]] = True
 
 
 def acquire(m: Machine, ids: np.ndarray) -> None:
