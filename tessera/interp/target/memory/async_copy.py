@@ -65,7 +65,8 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
         flat = m.shared.index(m.cta[act], dst, size, fail)
         data = np.zeros((len(act), size), np.uint8)
         n_src = np.minimum(n_src, size)
-        for n in np.unique(n_src[n_src > 0]):  # only src_size bytes are read; the rest
+        sizes = np.unique(n_src[n_src > 0]) if len(slots) == 3 else [size]
+        for n in sizes:  # only src_size bytes are read; the rest
             idx = np.flatnonzero(n_src == n)  # of the copy is zero-filled
             raw = m.glob.read(src[idx], int(n), lambda k, w, t, idx=idx: fail(int(idx[k]),
                                                                               w, t), size)

@@ -75,7 +75,7 @@ class GlobalMemory:
             # aligned words (checked): one element of a word view each, not a byte index
             word = np.dtype((np.void, nbytes))
             out = np.empty((addr.size, nbytes), np.uint8)
-            for b in np.unique(k).tolist():
+            for b in np.unique(k).tolist() if len(self.bytes) > 1 else [0]:
                 buf = self.bytes[b]
                 whole = buf[: buf.size - buf.size % nbytes].view(word)
                 if len(self.bytes) == 1:
