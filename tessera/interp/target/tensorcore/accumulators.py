@@ -1,8 +1,9 @@
-"""``wgmma`` accumulators between the steps of a chain: matrices, not registers.
+"""Tensor-core accumulators between the steps of a chain: matrices, not registers.
 
-A ``wgmma`` computes its warpgroups' (G, 64, n) float64 D matrices; in registers they
-are the fragment layout of PTX ISA sec. 9.7.15.5.1, one row per thread. A chain of
-``wgmma`` (one K step after another) reads each D only as the next step's C, so the
+A ``wgmma`` (``mma.sync``) computes its warpgroups' (warps') float64 D matrices; in
+registers they are the fragment layouts of PTX ISA sec. 9.7.15.5.1 (9.7.14.5), one
+row per thread. A chain of them (one K step after another) reads each D only as the
+next step's C, so the
 register file (:class:`~tessera.interp.target.state.Registers`) holds a
 :class:`~tessera.interp.target.state.Lazy` value that keeps the matrices
 (:class:`Result`): the next step takes them, and the scatter into registers runs only
@@ -39,14 +40,16 @@ def fragment_map(n: int) -> FragmentMap:
 
 
 class Result:
-    """What a lazy ``wgmma`` result keeps: its warpgroups, their (G, 64, n)
-    accumulator matrices as the registers hold them, and whether those are known to
-    hold no ``-0`` (under ``"exact"``, a D whose C held none: a float64 sum is ``-0``
-    only when both terms are)."""
+    """What a lazy ``wgmma`` or ``mma.sync`` result keeps: its fragment ``layout``, its
+    thread groups, their (G, rows, cols) accumulator matrices as the registers hold
+    them, and whether those are known to hold no ``-0`` (under ``"exact"``, a D whose
+    C held none: a float64 sum is ``-0`` only when both terms are)."""
 
-    __slots__ = ("groups", "matrices", "unsigned_zeros")
+    __slots__ = ("groups", "layout", "matrices", "unsigned_zeros")
 
-    def __init__(self, groups: np.ndarray, matrices: np.ndarray, unsigned_zeros: bool) -> None:
+    def __init__(self, layout: FragmentMap, groups: np.ndarray, matrices: np.ndarray,
+                 unsigned_zeros: bool) -> None:
+        self.layout = layout
         self.groups = groups
         self.matrices = matrices
         self.unsigned_zeros = unsigned_zeros
@@ -54,53 +57,57 @@ class Result:
 
 def matrices(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
              layout: FragmentMap) -> tuple[np.ndarray, bool]:
-    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: those a
-    ``wgmma`` of the same groups made (a lazy result, or the matrices a recent one
-    scattered into exactly this register array), else gathered; and whether they are
-    known to hold no ``-0`` (:attr:`Result.unsigned_zeros`)."""
+    """The accumulator matrices of ``groups`` held in ``regs`` in fragment ``layout``:
+    those an instruction of the same layout and groups made (a lazy result, or the
+    matrices a recent one scattered into exactly this register array), else gathered;
+    and whether they are known to hold no ``-0`` (:attr:`Result.unsigned_zeros`)."""
     if type(regs) is Lazy:
-        if isinstance(regs.keep, Result) and np.array_equal(regs.keep.groups, groups):
-            return regs.keep.matrices, regs.keep.unsigned_zeros
+        keep = regs.keep
+        if isinstance(keep, Result) and keep.layout is layout and \
+                np.array_equal(keep.groups, groups):
+            return keep.matrices, keep.unsigned_zeros
         if isinstance(regs.keep, Widened):  # widening is exact: gather the narrow values
             return layout.matrix(regs.keep.narrow, groups).astype(F64), False
         regs = regs.get()
     hit = getattr(m, "wgmma_results", {}).get(id(regs))
-    if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
+    if hit is not None and hit[0] is regs and hit[3] is layout and \
+            np.array_equal(hit[1], groups):
         return hit[2], False
     return layout.matrix(regs.astype(F64, copy=False), groups), False
 
 
 def result(fr: TargetFrame, layout: FragmentMap, d: np.ndarray, groups: np.ndarray,
            unsigned_zeros: bool) -> np.ndarray | Lazy:
-    """The D register value of a ``wgmma`` of ``groups`` whose float64 matrices are
-    ``d``: lazy in a :class:`Registers` file, else scattered now."""
+    """The D register value of an instruction of thread ``groups`` whose float64
+    matrices are ``d``: lazy in a :class:`Registers` file, else scattered now."""
     m = fr.m
     # the matrices as the registers hold them (rounded to f32 under "hopper")
     held = tensor_core.result(m, d).astype(F64, copy=False)
     if isinstance(fr.regs, Registers):
         return Lazy(lambda: scatter(m, layout, d, groups),
                     F32 if m.tensor_cores == "hopper" else F64,
-                    Result(groups, held, unsigned_zeros))
+                    Result(layout, groups, held, unsigned_zeros))
     regs = scatter(m, layout, d, groups)
-    remember(m, regs, groups, held)
+    remember(m, regs, groups, held, layout)
     return regs
 
 
 def scatter(m: Machine, layout: FragmentMap, d: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """The D registers of a ``wgmma`` of ``groups`` (zero in the other threads) from
-    its (G, 64, n) float64 matrices ``d``, under the launch's tensor-core model."""
-    regs = zeros_but(m.n, layout.layout.elements, groups, 128)
+    """The D registers of an instruction of thread ``groups`` (zero in the other
+    threads) from its float64 matrices ``d``, under the launch's tensor-core model."""
+    regs = zeros_but(m.n, layout.layout.elements, groups, layout.layout.threads)
     layout.scatter(d, regs, groups)
     return tensor_core.result(m, regs)
 
 
-def remember(m: Machine, regs: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
+def remember(m: Machine, regs: np.ndarray, groups: np.ndarray, d: np.ndarray,
+             layout: FragmentMap) -> None:
     """Keep ``d``, the matrices scattered into the new register array ``regs`` (never
-    changed in place: every step makes new arrays), for the next ``wgmma`` of its
+    changed in place: every step makes new arrays), for the next instruction of its
     chain; the last few results are kept."""
-    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = \
+    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, FragmentMap]] = \
         m.__dict__.setdefault("wgmma_results", {})
-    kept[id(regs)] = (regs, groups, d)
+    kept[id(regs)] = (regs, groups, d, layout)
     while len(kept) > 4:
         kept.pop(next(iter(kept)))
 

@@ -133,13 +133,16 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
-        result = np.zeros((m.n, 4), F64)
-        if len(warps):
-            av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
-            bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
-            cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
-            maps[2].scatter(tensor_core.step(m, av, bv, cv), result, warps)
-        fr.regs[out] = tensor_core.result(m, result)
+        if not len(warps):
+            fr.regs[out] = tensor_core.result(m, np.zeros((m.n, 4), F64))
+            return
+        av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
+        bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
+        cv, unsigned = accumulators.matrices(m, raw(fr.regs, sc), warps, maps[2])
+        if not unsigned and m.tensor_cores == "exact":  # found once per chain
+            unsigned = not (np.signbit(cv) & (cv == 0)).any()
+        d = tensor_core.step(m, av, bv, cv, c_unsigned_zeros=unsigned)
+        fr.regs[out] = accumulators.result(fr, maps[2], d, warps, unsigned)
     return step
 
 
