@@ -49,7 +49,7 @@ from tessera.interp.target.ptx import rules as target_ptx_rules
 from tessera.interp.target.state import (
     DTYPES,
     Machine,
-    Registers,
+    RegisterFile,
     TargetCompiler,
     TargetFault,
     TargetFrame,
@@ -209,7 +209,7 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
     values = _bind(fn, swapped, glob, m.n)
     comp = TargetCompiler(m)
     body = comp.body(fn.body)
-    regs = Registers([None] * len(comp.slots))
+    regs = RegisterFile([None] * len(comp.slots))
     for slot, v in zip(body.args, values):
         regs[slot] = v
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:

@@ -170,7 +170,7 @@ class Lazy:
     """A register value made when an instruction first reads it: ``make()`` gives the
     array (once), ``dtype`` is its type beforehand, and ``keep`` is what its maker
     keeps for a later instruction of its own kind, which reads the value raw
-    (:meth:`Registers.raw`): a ``wgmma`` chain hands its accumulator matrices on
+    (:meth:`RegisterFile.raw`): a ``wgmma`` chain hands its accumulator matrices on
     with no scatter into, and gather out of, per-thread registers between steps."""
 
     __slots__ = ("_make", "_value", "dtype", "keep")
@@ -194,7 +194,7 @@ def value(v: Any) -> Any:
     return v.get() if type(v) is Lazy else v
 
 
-class Registers(list):
+class RegisterFile(list):
     """A register file (one value per slot) whose reads make :class:`Lazy` values."""
 
     def __getitem__(self, i: Any) -> Any:
@@ -207,7 +207,7 @@ class Registers(list):
 
 
 def raw(regs: list[Any], i: int) -> Any:
-    """Slot ``i`` of any register file as stored (:meth:`Registers.raw`)."""
+    """Slot ``i`` of any register file as stored (:meth:`RegisterFile.raw`)."""
     return list.__getitem__(regs, i)
 
 
@@ -333,12 +333,12 @@ class Widened:
 
 def widen_slots(regs: list[Any], slots: list[int]) -> None:
     """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow
-    (lazily in a :class:`Registers` file)."""
+    (lazily in a :class:`RegisterFile`)."""
     for s in slots:
         v = raw(regs, s)
         if v.dtype == F64:  # a lazy value that will be wide is not made here
             continue
-        if isinstance(regs, Registers) and isinstance(v, np.ndarray):
+        if isinstance(regs, RegisterFile) and isinstance(v, np.ndarray):
             regs[s] = Lazy(lambda v=v: v.astype(F64), F64, Widened(v))
         else:
             regs[s] = value(v).astype(F64)
@@ -351,6 +351,6 @@ def narrow(x: np.ndarray, elem: str) -> np.ndarray:
     return x
 
 
-__all__ = ["DTYPES", "F32", "F64", "STEPS", "Lazy", "Machine", "Registers", "Step", "TargetBody",
-           "TargetCompiler", "TargetFault", "TargetFrame", "Widened", "merge", "narrow",
-           "op_text", "raw", "run", "step_rule", "value", "widen_mask", "widen_slots"]
+__all__ = ["DTYPES", "F32", "F64", "STEPS", "Lazy", "Machine", "RegisterFile", "Step",
+           "TargetBody", "TargetCompiler", "TargetFault", "TargetFrame", "Widened", "merge",
+           "narrow", "op_text", "raw", "run", "step_rule", "value", "widen_mask", "widen_slots"]

@@ -3,13 +3,13 @@
 A ``wgmma`` (``mma.sync``) computes its warpgroups' (warps') float64 D matrices; in
 registers they are the fragment layouts of PTX ISA sec. 9.7.15.5.1 (9.7.14.5), one
 row per thread. A chain of them (one K step after another) reads each D only as the
-next step's C, so the
-register file (:class:`~tessera.interp.target.state.Registers`) holds a
+next step's C, so the register file
+(:class:`~tessera.interp.target.state.RegisterFile`) holds a
 :class:`~tessera.interp.target.state.Lazy` value that keeps the matrices
-(:class:`Result`): the next step takes them, and the scatter into registers runs only
-when another instruction reads the register. A plain register list (the PTX-level
-runner) gets the registers at once, and the matrices are remembered by the register
-array's identity (:func:`remember`).
+(:class:`ChainResult`): the next step takes them, and the scatter into registers runs
+only when another instruction reads the register. A plain register list (the
+PTX-level runner) gets the registers at once, and the matrices are remembered by the
+register array's identity (:func:`remember`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tessera.interp.target.state import (
     F64,
     Lazy,
     Machine,
-    Registers,
+    RegisterFile,
     TargetFrame,
     Widened,
 )
@@ -39,7 +39,7 @@ def fragment_map(n: int) -> FragmentMap:
     return FragmentMap(wgmma_accumulator(n))
 
 
-class Result:
+class ChainResult:
     """What a lazy ``wgmma`` or ``mma.sync`` result keeps: its fragment ``layout``, its
     thread groups, their (G, rows, cols) accumulator matrices as the registers hold
     them, and whether those are known to hold no ``-0`` (under ``"exact"``, a D whose
@@ -60,10 +60,10 @@ def matrices(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
     """The accumulator matrices of ``groups`` held in ``regs`` in fragment ``layout``:
     those an instruction of the same layout and groups made (a lazy result, or the
     matrices a recent one scattered into exactly this register array), else gathered;
-    and whether they are known to hold no ``-0`` (:attr:`Result.unsigned_zeros`)."""
+    and whether they are known to hold no ``-0`` (:attr:`ChainResult.unsigned_zeros`)."""
     if type(regs) is Lazy:
         keep = regs.keep
-        if isinstance(keep, Result) and keep.layout is layout and \
+        if isinstance(keep, ChainResult) and keep.layout is layout and \
                 np.array_equal(keep.groups, groups):
             return keep.matrices, keep.unsigned_zeros
         if isinstance(regs.keep, Widened):  # widening is exact: gather the narrow values
@@ -79,14 +79,14 @@ def matrices(m: Machine, regs: np.ndarray | Lazy, groups: np.ndarray,
 def result(fr: TargetFrame, layout: FragmentMap, d: np.ndarray, groups: np.ndarray,
            unsigned_zeros: bool) -> np.ndarray | Lazy:
     """The D register value of an instruction of thread ``groups`` whose float64
-    matrices are ``d``: lazy in a :class:`Registers` file, else scattered now."""
+    matrices are ``d``: lazy in a :class:`RegisterFile`, else scattered now."""
     m = fr.m
     # the matrices as the registers hold them (rounded to f32 under "hopper")
     held = tensor_core.result(m, d).astype(F64, copy=False)
-    if isinstance(fr.regs, Registers):
+    if isinstance(fr.regs, RegisterFile):
         return Lazy(lambda: scatter(m, layout, d, groups),
                     F32 if m.tensor_cores == "hopper" else F64,
-                    Result(layout, groups, held, unsigned_zeros))
+                    ChainResult(layout, groups, held, unsigned_zeros))
     regs = scatter(m, layout, d, groups)
     remember(m, regs, groups, held, layout)
     return regs
@@ -126,4 +126,5 @@ def zeros_but(n: int, width: int, groups: np.ndarray, size: int) -> np.ndarray:
     return regs
 
 
-__all__ = ["Result", "fragment_map", "matrices", "remember", "result", "scatter", "zeros_but"]
+__all__ = ["ChainResult", "fragment_map", "matrices", "remember", "result", "scatter",
+           "zeros_but"]

@@ -227,7 +227,7 @@ def test_lazy_mma_sync_results_equal_the_scattered_ones(model: str,
     outs = []
     for lazy in (True, False):
         if not lazy:  # a plain register list: every value is made at once
-            monkeypatch.setattr(target_runner, "Registers", list)
+            monkeypatch.setattr(target_runner, "RegisterFile", list)
         c = np.zeros((128, 128), np.float32)
         run_target(_gemm_kernel(128, 128, 128).build(), [a, np.ascontiguousarray(b.T), c],
                    tensor_cores=model)

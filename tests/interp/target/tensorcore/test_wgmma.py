@@ -139,7 +139,7 @@ def test_lazy_wgmma_results_equal_the_scattered_ones(model: str, init: float, to
     outs = []
     for lazy in (True, False):
         if not lazy:  # a plain register list: every value is made at once
-            monkeypatch.setattr(target_runner, "Registers", list)
+            monkeypatch.setattr(target_runner, "RegisterFile", list)
         c = np.zeros((128, N), np.float32)
         run_target(_wgmma_kernel(nctas=2, kdim=192, touch=touch, init=init).build(),
                    [*_tmaps(a, bt), c], tensor_cores=model)
