@@ -12,7 +12,7 @@ script against its own package from a temporary ``git worktree``
 
 Usage::
 
-    .venv/bin/python benchmarks/target_interp.py [--before 2cc334f] [--rounds 1]
+    .venv/bin/python benchmarks/target_interp.py [--before 1783cf2] [--rounds 1]
         [-k SUBSTRING]
 """
 
@@ -162,7 +162,7 @@ def _side(tree: Path, case: str, env: dict[str, str]) -> tuple[float, float] | s
 def main(argv: list[str] | None = None) -> int:
     """Measure one case (``--measure``) or compare every selected case across revisions."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--before", default="2cc334f", help="the older revision")
+    p.add_argument("--before", default="1783cf2", help="the older revision")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("-k", dest="pattern", default="", help="only cases containing this")
     p.add_argument("--measure", default="", help=argparse.SUPPRESS)

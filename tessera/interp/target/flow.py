@@ -31,6 +31,7 @@ from tessera.interp.target.state import (
     TargetFrame,
     merge,
     narrow,
+    raw,
     run,
     step_rule,
 )
@@ -48,7 +49,7 @@ def _enter(fr: TargetFrame, body: TargetBody, values: list[Any], mask: np.ndarra
     for slot, v in zip(body.args, values):
         fr.regs[slot] = v
     run(body.steps, TargetFrame(fr.regs, mask, fr.m))
-    return [fr.regs[y] for y in body.yields]
+    return [raw(fr.regs, y) for y in body.yields]  # lazy values stay lazy
 
 
 def _waits(block: Block) -> bool:
@@ -96,7 +97,7 @@ def _for(c: TargetCompiler, instr: Instr) -> Step:
         if bad.any():
             raise fr.m.fault(instr, "bad loop step", f"ptx.for step is {int(inc[bad][0])}; "
                              "it must be positive", int(np.flatnonzero(bad)[0]))
-        carried = [r[s] for s in inits]
+        carried = [raw(r, s) for s in inits]
         active = fr.mask & (i < end)
         trips = 0
         while active.any():
@@ -122,7 +123,7 @@ def _while(c: TargetCompiler, instr: Instr) -> Step:
     outs = [c.slot(r) for r in instr.results]
 
     def step(fr: TargetFrame) -> None:
-        carried = [fr.regs[s] for s in inits]
+        carried = [raw(fr.regs, s) for s in inits]
         active = fr.mask
         trips = 0
         while True:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.ma  # np.unique imports it on its first call: here, not inside a launch
 
 from tessera.arch.limits import place_shared
 from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
@@ -39,6 +40,7 @@ from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.memory import async_copy as target_async
 from tessera.interp.target.memory import bulk_store as target_bulk_store
+from tessera.interp.target.memory import reads as target_reads
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
@@ -47,6 +49,7 @@ from tessera.interp.target.ptx import rules as target_ptx_rules
 from tessera.interp.target.state import (
     DTYPES,
     Machine,
+    RegisterFile,
     TargetCompiler,
     TargetFault,
     TargetFrame,
@@ -60,9 +63,11 @@ from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.progress import progress
 
-# importing the rule modules registers their steps
+# importing the rule modules registers their steps (and SharedMemory's read log, which
+# it imports late, loads with them rather than inside the first launch)
 _ = (target_async, target_bulk_store, target_convert, target_flow, target_mem, target_mma,
-     target_ptx_memory, target_ptx_rules, target_regs, target_tables, target_warp, target_wgmma_rs)
+     target_ptx_memory, target_ptx_rules, target_reads, target_regs, target_tables, target_warp,
+     target_wgmma_rs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
@@ -204,7 +209,7 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
     values = _bind(fn, swapped, glob, m.n)
     comp = TargetCompiler(m)
     body = comp.body(fn.body)
-    regs: list[Any] = [None] * len(comp.slots)
+    regs = RegisterFile([None] * len(comp.slots))
     for slot, v in zip(body.args, values):
         regs[slot] = v
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:

@@ -166,6 +166,51 @@ class Machine:
         return fail
 
 
+class Lazy:
+    """A register value made when an instruction first reads it: ``make()`` gives the
+    array (once), ``dtype`` is its type beforehand, and ``keep`` is what its maker
+    keeps for a later instruction of its own kind, which reads the value raw
+    (:meth:`RegisterFile.raw`): a ``wgmma`` chain hands its accumulator matrices on
+    with no scatter into, and gather out of, per-thread registers between steps."""
+
+    __slots__ = ("_make", "_value", "dtype", "keep")
+
+    def __init__(self, make: Callable[[], np.ndarray], dtype: np.dtype, keep: Any) -> None:
+        self._make: Callable[[], np.ndarray] | None = make
+        self._value: np.ndarray | None = None
+        self.dtype = dtype
+        self.keep = keep
+
+    def get(self) -> np.ndarray:
+        """The value (made on the first call)."""
+        if self._make is not None:
+            self._value, self._make = self._make(), None
+        assert self._value is not None
+        return self._value
+
+
+def value(v: Any) -> Any:
+    """``v`` itself, or the value of a :class:`Lazy` one."""
+    return v.get() if type(v) is Lazy else v
+
+
+class RegisterFile(list):
+    """A register file (one value per slot) whose reads make :class:`Lazy` values."""
+
+    def __getitem__(self, i: Any) -> Any:
+        v = list.__getitem__(self, i)
+        return v.get() if type(v) is Lazy else v
+
+    def raw(self, i: int) -> Any:
+        """The value of slot ``i`` as stored: a :class:`Lazy` one stays lazy."""
+        return list.__getitem__(self, i)
+
+
+def raw(regs: list[Any], i: int) -> Any:
+    """Slot ``i`` of any register file as stored (:meth:`RegisterFile.raw`)."""
+    return list.__getitem__(regs, i)
+
+
 class TargetFrame:
     """The register file and the mask of active threads of one running region."""
 
@@ -270,16 +315,33 @@ def widen_mask(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 def merge(mask: np.ndarray, new: Any, old: Any) -> Any:
     """Per thread ``new`` where ``mask`` else ``old`` (a wide side keeps the result wide)."""
+    new, old = value(new), value(old)
     if not isinstance(new, np.ndarray):
         return new  # tensor maps and other uniform objects
     return np.where(widen_mask(mask, new), new, old)
 
 
+class Widened:
+    """What a lazily widened register keeps: its ``narrow`` value, which a reader that
+    gathers part of it (a ``wgmma`` accumulator) widens after the gather."""
+
+    __slots__ = ("narrow",)
+
+    def __init__(self, narrow: np.ndarray) -> None:
+        self.narrow = narrow
+
+
 def widen_slots(regs: list[Any], slots: list[int]) -> None:
-    """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow."""
+    """Widen the ``f32`` values of ``slots`` exactly to float64 where they are narrow
+    (lazily in a :class:`RegisterFile`)."""
     for s in slots:
-        if regs[s].dtype != F64:
-            regs[s] = regs[s].astype(F64)
+        v = raw(regs, s)
+        if v.dtype == F64:  # a lazy value that will be wide is not made here
+            continue
+        if isinstance(regs, RegisterFile) and isinstance(v, np.ndarray):
+            regs[s] = Lazy(lambda v=v: v.astype(F64), F64, Widened(v))
+        else:
+            regs[s] = value(v).astype(F64)
 
 
 def narrow(x: np.ndarray, elem: str) -> np.ndarray:
@@ -289,6 +351,6 @@ def narrow(x: np.ndarray, elem: str) -> np.ndarray:
     return x
 
 
-__all__ = ["DTYPES", "F32", "F64", "STEPS", "Machine", "Step", "TargetBody", "TargetCompiler",
-           "TargetFault", "TargetFrame", "merge", "narrow", "op_text", "run", "step_rule",
-           "widen_mask", "widen_slots"]
+__all__ = ["DTYPES", "F32", "F64", "STEPS", "Lazy", "Machine", "RegisterFile", "Step",
+           "TargetBody", "TargetCompiler", "TargetFault", "TargetFrame", "Widened", "merge",
+           "narrow", "op_text", "raw", "run", "step_rule", "value", "widen_mask", "widen_slots"]

@@ -17,7 +17,8 @@ from tessera.arch.tma import TensorMap, TensorMapDataType, tma_box, tma_box_stor
 from tessera.interp.target import TargetFault
 from tessera.interp.target.memory import async_copy, bulk, bulk_store
 from tessera.interp.target.memory import state as state_module
-from tessera.interp.target.memory.state import SharedMemory, chunk_rows
+from tessera.interp.target.memory.global_memory import GlobalMemory
+from tessera.interp.target.memory.state import SharedMemory, chunk_rows, code_first, code_last
 from tests.lower.sm90a import test_pipeline as pipeline
 
 NCTA, NTHREADS, SIZE = 3, 256, 1024
@@ -31,10 +32,11 @@ def random_state(seed: int) -> SharedMemory:
     base = np.repeat(np.arange(NCTA) * NTHREADS, SIZE)
     read = rng.random(n) < 0.5
     lo = base + rng.integers(0, NTHREADS, n)
-    sh.rmin[:] = np.where(read, lo, np.iinfo(np.int32).max)
-    sh.rmax[:] = np.where(read, np.minimum(lo + rng.integers(0, 130, n), base + NTHREADS - 1),
-                          -1)
-    sh.writer[:] = np.where(rng.random(n) < 0.3, base + rng.integers(0, NTHREADS, n), -1)
+    sh.rmin_code[:] = np.where(read, code_first(lo), 0)  # 0: none
+    sh.rmax_code[:] = np.where(read, code_last(np.minimum(lo + rng.integers(0, 130, n),
+                                                          base + NTHREADS - 1)), 0)
+    sh.writer_code[:] = np.where(rng.random(n) < 0.3,
+                                 code_last(base + rng.integers(0, NTHREADS, n)), 0)
     sh.pending[:] = rng.integers(0, 3, n)
     sh.in_flight = int(sh.pending.sum())
     sh.init[:] = rng.random(n) < 0.7
@@ -175,7 +177,7 @@ def test_chunk_rows_readers_equal_the_per_byte_ones(seed: int) -> None:
     slow.note_readers(flat, me, me)
     assert_same(fast, slow)
     assert fast.scratch is not None
-    assert (fast.scratch[0] == np.iinfo(np.int32).max).all() and (fast.scratch[1] == -1).all()
+    assert (fast.scratch[0] == 0).all() and (fast.scratch[1] == 0).all()  # no reader
 
 
 def _fault(sh: SharedMemory, flat: np.ndarray, me: np.ndarray) -> str:
@@ -302,3 +304,29 @@ def test_word_row_stores_equal_the_per_byte_ones(width: int,
         assert_same(fast, slow)
         np.testing.assert_array_equal(fast.data, slow.data)
     assert any(found[:4]) and not any(found[4:])  # the random records hold races
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([None, 16]), st.integers(0, 2**31),
+       st.booleans())
+def test_global_word_reads_equal_the_byte_gather(nbytes: int, align: int | None, seed: int,
+                                                 two: bool) -> None:
+    """GlobalMemory.read of aligned words (one element of a word view each) against
+    the bytes at each address, over one or two buffers of ragged sizes."""
+    rng = np.random.default_rng(seed)
+    glob = GlobalMemory()
+    bufs = [rng.integers(0, 256, int(rng.integers(1, 40)) * 16 + 8, dtype=np.uint8)
+            for _ in range(2 if two else 1)]
+    bases = [glob.add(b, f"buffer {i}") for i, b in enumerate(bufs)]
+    step = align or nbytes
+    which = rng.integers(0, len(bufs), 50)
+    offs = np.array([rng.integers(0, (bufs[w].size - nbytes) // step + 1) * step
+                     for w in which], np.int64)
+    addr = np.array(bases, np.int64)[which] + offs
+
+    def fail(k: int, what: str, text: str) -> None:
+        raise AssertionError(f"{what}: {text}")
+
+    got = glob.read(addr.astype(np.uint64), nbytes, fail, align)
+    want = np.stack([bufs[w][o:o + nbytes] for w, o in zip(which, offs)])
+    np.testing.assert_array_equal(got, want)

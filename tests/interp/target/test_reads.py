@@ -169,7 +169,8 @@ def test_an_epoch_drops_the_reads_it_clears_unresolved() -> None:
         # CTA 0's rows left the log; the other CTAs' rows wait in it
         assert [e.first.tolist() for e in sh.log.entries] == [[256, 512], [384, 640]]
         assert sh.dirty_blocks[0].tolist() == [False, kept, kept] + [False] * 5
-        first, last = (a.reshape(NCTA, SIZE)[0, 64:192] for a in (sh.rmin_bytes, sh.rmax_bytes))
+        first, last = (a.reshape(NCTA, SIZE)[0, 64:192] for a in (sh.rmin_code + np.iinfo(
+            np.int32).max, sh.rmax_code - 1))  # the raw records' ids, log unresolved
         assert (first == (0 if kept else np.iinfo(np.int32).max)).all()
         assert (last == (255 if kept else -1)).all()
 

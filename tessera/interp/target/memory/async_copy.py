@@ -38,6 +38,7 @@ from tessera.interp.target.memory.async_order import (
     groups_of,
     note_arrivals,
 )
+from tessera.interp.target.memory.chunks import small_pages
 from tessera.interp.target.memory.flight import Copy, issue, land, wait_group
 from tessera.interp.target.memory.state import CHUNK, add_at
 from tessera.interp.target.schedule import current as current_scheduler
@@ -64,7 +65,8 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
         flat = m.shared.index(m.cta[act], dst, size, fail)
         data = np.zeros((len(act), size), np.uint8)
         n_src = np.minimum(n_src, size)
-        for n in np.unique(n_src[n_src > 0]):  # only src_size bytes are read; the rest
+        sizes = np.unique(n_src[n_src > 0]) if len(slots) == 3 else [size]
+        for n in sizes:  # only src_size bytes are read; the rest
             idx = np.flatnonzero(n_src == n)  # of the copy is zero-filled
             raw = m.glob.read(src[idx], int(n), lambda k, w, t, idx=idx: fail(int(idx[k]),
                                                                               w, t), size)
@@ -107,8 +109,9 @@ class TmaValue:
 def _mbar(m: Machine) -> MbarrierArray:
     if m.mbar is None:
         slots = max(1, m.shared.size // 8)
-        m.mbar = MbarrierArray(m.ncta * slots)
-        m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
+        with small_pages():  # one state per 8 shared bytes, of which a few are mbarriers
+            m.mbar = MbarrierArray(m.ncta * slots)
+            m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
     return m.mbar
 
 
@@ -122,9 +125,9 @@ def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) 
     ``bar.sync`` since: nothing orders the init before the use (PTX ISA, "mbarrier.init":
     the initialisation must be made visible to the other threads before they use it).
     Threads run in lockstep here, thread 0 first, so without this check such a kernel
-    would run as if the init were always seen."""
-    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
-    by = m.shared.init_by[m.shared.slots(flat[:, 0])]
+    would run as if the init were always seen. The caller's :func:`_ids` has checked
+    the addresses."""
+    by = m.shared.init_by[m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64))]
     bad = (by >= 0) & (by != act)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
@@ -259,30 +262,36 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     loads bring (it would complete early, with loads still in flight) is reported.
     """
     mb = m.mbar
-    landing = np.zeros(mb.tx.size, np.int64)
+    tags: list[np.ndarray] = []  # the mbarrier of each landing box, and its bytes
+    sizes: list[np.ndarray] = []
     still = []
     for copy in m.tma:
         done = np.isin(copy.tag, ids)
         if done.any():
-            add_at(landing, copy.tag[done], copy.data.shape[1])
+            tags.append(copy.tag[done])
+            sizes.append(np.full(len(tags[-1]), copy.data.shape[1], np.int64))
             rest = land(m, copy, done, False)
             if rest is not None:
                 still.append(rest)
         else:
             still.append(copy)
     m.tma = still
-    hit = np.flatnonzero(landing)
-    if not len(hit):
+    if not tags:
         return
-    early = (mb.pending[hit] == 0) & (mb.tx[hit] < landing[hit])
+    # per mbarrier hit (ascending), the bytes landing on it: no pass over every slot
+    hit, where = np.unique(np.concatenate(tags), return_inverse=True)
+    landing = np.zeros(len(hit), np.int64)
+    add_at(landing, where, np.concatenate(sizes))
+    early = (mb.pending[hit] == 0) & (mb.tx[hit] < landing)
     if early.any():
-        i = int(hit[np.flatnonzero(early)[0]])
+        k = int(np.flatnonzero(early)[0])
+        i = int(hit[k])
         raise m.fault(instr, "mbarrier", f"expect-tx count too small: the phase announced "
                       f"{int(m.mbar_tx[0, i])} tx bytes but its TMA loads bring "
-                      f"{int(m.mbar_tx[1, i] + landing[i])}; it would complete with loads "
+                      f"{int(m.mbar_tx[1, i] + landing[k])}; it would complete with loads "
                       "still in flight", who)
-    m.mbar_tx[1, hit] += landing[hit]
-    _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing[hit])
+    m.mbar_tx[1, hit] += landing
+    _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing)
 
 
 @step_rule(target_async.MbarrierInit, target_async.MbarrierArrive, target_async.MbarrierInval)

@@ -28,7 +28,12 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.interp.target.memory.bulk import CHUNK, chunks_add
-from tessera.interp.target.memory.state import DIRTY_BLOCK, add_at
+from tessera.interp.target.memory.state import (
+    DIRTY_BLOCK,
+    add_at,
+    code_first,
+    code_last,
+)
 from tessera.interp.target.state import Machine
 
 
@@ -43,9 +48,14 @@ def arrivals(m: Machine) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
 def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
     """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each)."""
     arrivers, _ = arrivals(m)
-    for i in np.unique(ids):
-        seen = arrivers.setdefault(int(i), np.zeros(m.nthreads, bool))
-        seen[m.tid[act[ids == i]]] = True
+    # per mbarrier, its threads: one pass over the arrivals (sorted by mbarrier)
+    order = np.argsort(ids, kind="stable")
+    tids, sorted_ids = m.tid[act[order]], ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    for i, lo, hi in zip(sorted_ids[starts].tolist(), starts.tolist(),
+                         [*starts[1:].tolist(), len(order)]):
+        seen = arrivers.setdefault(i, np.zeros(m.nthreads, bool))
+        seen[tids[lo:hi]] = True
 
 
 def acquire(m: Machine, ids: np.ndarray) -> None:
@@ -111,34 +121,37 @@ def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
         return
     lo, hi = int(cols[0]) * DIRTY_BLOCK, min(sh.size, (int(cols[-1]) + 1) * DIRTY_BLOCK)
     views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi]
-             for a in (sh.rmin_bytes, sh.rmax_bytes, sh.writer)]
+             for a in (sh.rmin_code, sh.rmax_code, sh.writer_code)]
     ctas = np.arange(first, first + len(who))
     clear = _released(m, ctas, who, *views)
-    for x, fill in zip(views, (np.iinfo(np.int32).max, -1, -1)):
-        np.copyto(x, np.int32(fill), where=clear)
+    for x in views:
+        np.copyto(x, np.int32(0), where=clear)
     if (hi - lo) % DIRTY_BLOCK == 0:  # blocks left with no access are clean again
-        left = ((views[1] >= 0) | (views[2] >= 0)).reshape(len(who), -1, DIRTY_BLOCK)
+        left = ((views[1] > 0) | (views[2] > 0)).reshape(len(who), -1, DIRTY_BLOCK)
         sh.dirty_blocks[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
 
 
 def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
               w: np.ndarray) -> np.ndarray:
     """Which accessed bytes (rows: ``ctas``) only the threads ``who`` (C, nthreads)
-    accessed: readers ``lo``..``hi``, writer ``w`` (global thread ids)."""
+    accessed: readers ``lo``..``hi``, writer ``w`` (coded global thread ids,
+    :func:`.state.code_first` and :func:`.state.code_last`)."""
     base = (ctas * m.nthreads)[:, None]
     first = who.argmax(axis=1)
     last = m.nthreads - 1 - who[:, ::-1].argmax(axis=1)
     count = who.sum(axis=1)
     if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
-        # An unread byte holds lo = int32 max and hi = -1, an unwritten one w = -1, and
-        # every id in a CTA's row is at least its base: the last accessor must lie in
-        # 0 .. t (-1 is 0xFFFFFFFF unsigned), the first ones need checking only when
-        # the range starts above the CTA's thread 0.
+        # An unaccessed byte holds hi = w = 0 (none), and every id in a CTA's row is
+        # at least its base: the last accessor's code must lie in 1 .. t + 1 (0 - 1 is
+        # 0xFFFFFFFF unsigned), the first ones need checking only when the range
+        # starts above the CTA's thread 0.
         f, t = base + first[:, None], base + last[:, None]
-        clear = np.maximum(hi, w).view(np.uint32) <= t.astype(np.uint32)
+        clear = (np.maximum(hi, w) - np.int32(1)).view(np.uint32) <= t.astype(np.uint32)
         if (first > 0).any():
-            clear &= (lo >= f) & ((w < 0) | (w >= f))
+            clear &= (lo >= code_first(f)) & ((w == 0) | (w >= code_last(f)))
         return clear
+    # the ids (-1: none; no lowest reader: int32 max)
+    lo, hi, w = lo + np.iinfo(np.int32).max, hi - np.int32(1), w - np.int32(1)
     prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64), np.cumsum(who, axis=1)],
                             axis=1)
     r = np.arange(len(ctas))[:, None]

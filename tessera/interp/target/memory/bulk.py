@@ -21,6 +21,8 @@ from tessera.interp.target.memory.state import (
     CHUNK,
     DIRTY_BLOCK,
     SharedMemory,
+    code_first,
+    code_last,
     put_chunks,
     take_chunks,
 )
@@ -89,9 +91,9 @@ def range_clear(sh: SharedMemory, ctas: np.ndarray, threads: np.ndarray, lo: int
         sh.log.resolve(sh.cta_mask(ctas), lo, hi)  # the logged reads that may meet it
     # blocks never flagged dirty hold no reader: most refills of a stage meet none
     if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
-        first, last = _grid(sh, sh.rmin_bytes)[r, lo:hi], _grid(sh, sh.rmax_bytes)[r, lo:hi]
-        mine = threads[:, None]
-        if ((last >= 0) & ((first != mine) | (last != mine))).any():
+        first, last = _grid(sh, sh.rmin_code)[r, lo:hi], _grid(sh, sh.rmax_code)[r, lo:hi]
+        if ((last > 0) & ((first != code_first(threads)[:, None]) |
+                          (last != code_last(threads)[:, None]))).any():
             return False
     if busy is not None and _grid(sh, busy)[r, lo:hi].any():
         return False
@@ -119,7 +121,7 @@ def range_land(sh: SharedMemory, ctas: np.ndarray, lo: int, hi: int) -> None:
         _grid(sh, sh.unfenced)[r, lo:hi] = False
     # writers lie only in dirty blocks: a range with none holds no writer to clear
     if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
-        _grid(sh, sh.writer)[r, lo:hi] = -1
+        _grid(sh, sh.writer_code)[r, lo:hi] = 0
 
 
 # -- chunks: whole 16-byte chunks per row -------------------------------------------------
@@ -155,8 +157,9 @@ def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks
     sh.accessed[ctas] = True
     sh.note_who(first, last)
     sh.dirty[ctas[:, None], blocks[None, :]] = True
-    for arr, who, pick in ((sh.rmin, first, np.minimum), (sh.rmax, last, np.maximum)):
-        put_chunks(arr, index, pick(take_chunks(arr, index), who.astype(np.int32)[:, None, None]))
+    for arr, who, pick in zip(sh.readers(), (code_first(first), code_last(last)),
+                              (np.minimum, np.maximum)):
+        put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
 
 
 __all__ = ["CHUNK", "chunk_index", "chunks_add", "chunks_in_order", "chunks_readable",

@@ -4,10 +4,35 @@ rows, 16-byte copies, ``wgmma`` operands)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
+
+try:  # NumPy's switch of its transparent-huge-page advice (private, so optional)
+    from numpy._core.multiarray import _set_madvise_hugepage
+except ImportError:  # pragma: no cover - other NumPy versions
+    _set_madvise_hugepage = None
 
 #: bytes per chunk of the chunked gathers and scatters of the per-byte records
 CHUNK = 16
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """Allocate the arrays made inside with ordinary 4 KiB pages. NumPy advises huge
+    pages for arrays of 4 MiB or more, so the first touch of any byte zeroes a whole
+    2 MiB page; records of which a launch touches a few bytes per CTA (mbarrier
+    slots, the race records of the bytes its CTAs access) would cost a pass over all
+    of their memory."""
+    if _set_madvise_hugepage is None:  # pragma: no cover
+        yield
+        return
+    before = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(before)
 
 
 def take_chunks(a: np.ndarray, index: np.ndarray) -> np.ndarray:

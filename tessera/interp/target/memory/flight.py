@@ -73,7 +73,8 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
         lo, hi = copy.bounds if copy.bounds is not None else (
             int((flat % sh.size).min()), int((flat % sh.size).max()) + 1)
         sh.log.resolve(sh.cta_mask(copy.thread // sh.nthreads), lo, hi)
-        lo, hi = sh.rmin_bytes[flat], sh.rmax_bytes[flat]
+        lo = sh.rmin_code[flat] + np.iinfo(np.int32).max  # the ids (int32 max, -1: none)
+        hi = sh.rmax_code[flat] - np.int32(1)
         clash = (hi >= 0) & ((lo != mine) | (hi != mine))
         if np.any(clash):
             i = int(np.flatnonzero(clash.any(axis=1))[0])

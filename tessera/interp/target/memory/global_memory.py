@@ -71,6 +71,19 @@ class GlobalMemory:
              align: int | None = None) -> np.ndarray:
         """The bytes (M, nbytes) at each address."""
         k, off = self.resolve(addr, nbytes, fail, "read", align)
+        if (align or nbytes) % nbytes == 0 and nbytes in (2, 4, 8, 16):
+            # aligned words (checked): one element of a word view each, not a byte index
+            word = np.dtype((np.void, nbytes))
+            out = np.empty((addr.size, nbytes), np.uint8)
+            for b in np.unique(k).tolist() if len(self.bytes) > 1 else [0]:
+                buf = self.bytes[b]
+                whole = buf[: buf.size - buf.size % nbytes].view(word)
+                if len(self.bytes) == 1:
+                    return np.take(whole, off // nbytes).view(np.uint8).reshape(-1, nbytes)
+                sel = k == b
+                out[sel] = np.take(whole, off[sel] // nbytes).view(np.uint8).reshape(
+                    -1, nbytes)
+            return out
         out = np.empty((addr.size, nbytes), np.uint8)
         span = np.arange(nbytes, dtype=np.int64)
         for b in np.unique(k):

@@ -32,7 +32,14 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, put_chunks, take_chunks
+from tessera.interp.target.memory.state import (
+    CHUNK,
+    DIRTY_BLOCK,
+    code_first,
+    code_last,
+    put_chunks,
+    take_chunks,
+)
 
 _E = TypeVar("_E", bound="_Rows")
 
@@ -75,8 +82,8 @@ class Entry(_Rows):
         """Resolve the entry: :meth:`SharedMemory.note_readers` of its rows."""
         index = self.ctas[:, None] * (sh.size // CHUNK) + self.chunks[None, :]
         sh.dirty_blocks[self.ctas[:, None], self.blocks[None, :]] = True
-        for arr, who, pick in ((sh.rmin_bytes, self.first, np.minimum),
-                               (sh.rmax_bytes, self.last, np.maximum)):
+        for arr, who, pick in ((sh.rmin_code, code_first(self.first), np.minimum),
+                               (sh.rmax_code, code_last(self.last), np.maximum)):
             put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
 
 
@@ -109,7 +116,7 @@ class RowEntry(_Rows):
 
 class ReadLog:
     """The unresolved chunk reads of one :class:`SharedMemory` (``sh``); it writes the
-    raw arrays ``sh.rmin_bytes``, ``sh.rmax_bytes`` and ``sh.dirty_blocks``."""
+    raw arrays ``sh.rmin_code``, ``sh.rmax_code`` and ``sh.dirty_blocks``."""
 
     def __init__(self, sh: Any) -> None:
         self.sh = sh

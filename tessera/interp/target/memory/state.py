@@ -16,8 +16,12 @@ accessors arrived. Rows that are whole aligned 16-byte chunks (``ldmatrix`` rows
 16-byte ``cp.async``) read and write the records a chunk at a time
 (:func:`take_chunks`, :func:`put_chunks`). Reads of whole chunks (those rows, ``wgmma``
 operands) wait in :attr:`SharedMemory.log` (:mod:`.reads`) until something looks at
-their readers: the raw arrays ``rmin_bytes``, ``rmax_bytes`` and ``dirty_blocks`` lack
-them, the properties ``rmin``, ``rmax`` and ``dirty`` resolve them first.
+their readers: the raw arrays ``rmin_code``, ``rmax_code`` and ``dirty_blocks`` lack
+them, :meth:`SharedMemory.readers` and the property ``dirty`` resolve them first.
+
+The race records hold thread ids *coded* so that 0 means "none" (:func:`code_first`,
+:func:`code_last`): a new launch's records are zero pages, which the kernel touches
+only where its CTAs access shared memory, instead of a fill of every byte's records.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tessera.interp.target.memory.chunks import (
     chunk_rows,
     put_chunks,
     put_rows,
+    small_pages,
     take_chunks,
     take_rows,
     word_rows,
@@ -44,6 +49,19 @@ from tessera.interp.target.memory.global_memory import check_aligned as _check_a
 
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
+
+
+def code_first(ids: np.ndarray | int) -> np.ndarray:
+    """The code of a lowest reader: its global thread id minus int32 max, so that "no
+    reader" is 0 and above every reader (a minimum keeps the lowest)."""
+    return np.asarray(ids, np.int32) - _BIG
+
+
+def code_last(ids: np.ndarray | int) -> np.ndarray:
+    """The code of a highest reader or a writer: its global thread id plus 1 ("none"
+    is 0, below every thread)."""
+    return np.asarray(ids, np.int32) + np.int32(1)
+
 #: bytes per flag of :attr:`SharedMemory.dirty`
 DIRTY_BLOCK = 64
 
@@ -70,12 +88,14 @@ class SharedMemory:
         self.init_by = np.full(ncta * -(-size // 8), _NONE, np.int32)
         self.races = races
         if races:
-            self.writer = np.full(n, _NONE, np.int32)
-            # the lowest and highest reader of each byte, and per CTA and DIRTY_BLOCK
-            # bytes whether a byte may hold a writer or a reader, without the reads
-            # still in ``log`` (the properties rmin, rmax and dirty resolve it first)
-            self.rmin_bytes = np.full(n, _BIG, np.int32)
-            self.rmax_bytes = np.full(n, _NONE, np.int32)
+            with small_pages():  # zero pages: touched only where the kernel accesses
+                self.writer_code = np.zeros(n, np.int32)  # code_last of the writer
+                # code_first of the lowest and code_last of the highest reader of each
+                # byte, and per CTA and DIRTY_BLOCK bytes whether a byte may hold a
+                # writer or a reader, without the reads still in ``log`` (readers()
+                # and dirty resolve it first)
+                self.rmin_code = np.zeros(n, np.int32)
+                self.rmax_code = np.zeros(n, np.int32)
             self.dirty_blocks = np.zeros((ncta, -(-size // DIRTY_BLOCK)), bool)
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
@@ -90,17 +110,25 @@ class SharedMemory:
         #: whole-chunk reads not yet written into the per-byte reader records
         self.log = ReadLog(self)
 
+    def readers(self) -> tuple[np.ndarray, np.ndarray]:
+        """``rmin_code`` and ``rmax_code`` with every logged read in them."""
+        self.log.resolve()
+        return self.rmin_code, self.rmax_code
+
     @property
     def rmin(self) -> np.ndarray:
-        """The lowest reading thread (global id) of each byte; int32 max: none."""
-        self.log.resolve()
-        return self.rmin_bytes
+        """A copy: the lowest reading thread (global id) of each byte; int32 max: none."""
+        return self.readers()[0] + _BIG
 
     @property
     def rmax(self) -> np.ndarray:
-        """The highest reading thread (global id) of each byte; -1: none."""
-        self.log.resolve()
-        return self.rmax_bytes
+        """A copy: the highest reading thread (global id) of each byte; -1: none."""
+        return self.readers()[1] - np.int32(1)
+
+    @property
+    def writer(self) -> np.ndarray:
+        """A copy: the writing thread (global id) of each byte; -1: none."""
+        return self.writer_code - np.int32(1)
 
     @property
     def dirty(self) -> np.ndarray:
@@ -138,13 +166,13 @@ class SharedMemory:
                 j = int(np.flatnonzero(~ok[i])[0])
                 fail(i, what, self._where(flat[i, j]))
         if self.races and race and self.written[me // self.nthreads].any():
-            w = get(self.writer)
-            clash = (w >= 0) & (w != me[:, None])
+            w = get(self.writer_code)
+            clash = (w > 0) & (w != code_last(me)[:, None])
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
                 fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
-                     f"by thread {int(w[i, j]) % self.nthreads} without a "
+                     f"by thread {(int(w[i, j]) - 1) % self.nthreads} without a "
                      "bar.sync between")
         if self.races and race:
             if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
@@ -169,22 +197,22 @@ class SharedMemory:
         if mark:
             self.mark(flat)
         if rows is not None:  # a row's bytes share their readers: reduce per chunk
-            if self.scratch is None:  # per chunk, BIG and -1 between calls
-                self.scratch = (np.full(self.data.size // CHUNK, _BIG, np.int32),
-                                np.full(self.data.size // CHUNK, _NONE, np.int32))
+            if self.scratch is None:  # per chunk, no reader (0) between calls
+                self.scratch = (np.zeros(self.data.size // CHUNK, np.int32),
+                                np.zeros(self.data.size // CHUNK, np.int32))
             # taking minima and maxima commutes with the log: the raw arrays do
-            for arr, who, pick, per, fill in (
-                    (self.rmin_bytes, first, np.minimum, self.scratch[0], _BIG),
-                    (self.rmax_bytes, last, np.maximum, self.scratch[1], _NONE)):
-                pick.at(per, rows, np.asarray(who, np.int32))
+            for arr, who, pick, per in (
+                    (self.rmin_code, code_first(first), np.minimum, self.scratch[0]),
+                    (self.rmax_code, code_last(last), np.maximum, self.scratch[1])):
+                pick.at(per, rows, who)
                 # rows of one chunk store the same values: the order of the writes is moot
                 put_chunks(arr, rows, pick(take_chunks(arr, rows), per[rows][:, None]))
-                per[rows] = fill
+                per[rows] = 0
             return
-        np.minimum.at(self.rmin_bytes, idx, np.broadcast_to(first.astype(np.int32)[:, None],
-                                                            flat.shape).ravel())
-        np.maximum.at(self.rmax_bytes, idx, np.broadcast_to(last.astype(np.int32)[:, None],
-                                                            flat.shape).ravel())
+        np.minimum.at(self.rmin_code, idx, np.broadcast_to(code_first(first)[:, None],
+                                                           flat.shape).ravel())
+        np.maximum.at(self.rmax_code, idx, np.broadcast_to(code_last(last)[:, None],
+                                                           flat.shape).ravel())
 
     def read(self, flat: np.ndarray, me: np.ndarray, fail: Fail) -> np.ndarray:
         """Checked bytes (M, nbytes) at ``flat``."""
@@ -203,15 +231,17 @@ class SharedMemory:
         rows = word_rows(flat, self.size)
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_rows(a, rows, flat))
         if self.races and self.accessed[me // self.nthreads].any():
-            mine = me[:, None]
-            w, lo, hi = get(self.writer), get(self.rmin), get(self.rmax)
-            clash = ((w >= 0) & (w != mine)) | ((hi >= 0) & ((lo != mine) | (hi != mine)))
+            last = code_last(me)[:, None]
+            rmin, rmax = self.readers()
+            w, lo, hi = get(self.writer_code), get(rmin), get(rmax)
+            clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(me)[:, None]) |
+                                                           (hi != last)))
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
-                other = int(w[i, j]) if w[i, j] >= 0 else int(self.rmin[flat[i, j]])
+                other = int(w[i, j]) - 1 if w[i, j] > 0 else int(lo[i, j] + _BIG)
                 if other == int(me[i]):
-                    other = int(self.rmax[flat[i, j]])
+                    other = int(hi[i, j]) - 1
                 fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
                      f"accessed by thread {other % self.nthreads} without a "
                      "bar.sync between")
@@ -266,19 +296,19 @@ class SharedMemory:
         writer, bytes any thread may access); ``chunks`` as in :meth:`land`, ``rows``
         from :func:`word_rows`."""
         if who is None:
-            self.writer[flat] = _NONE
+            self.writer_code[flat] = 0
             return
         self.mark(flat)
         self.accessed[who // self.nthreads] = True
         self.note_who(who, who)
         self.written[who // self.nthreads] = True
-        value = np.broadcast_to(who.astype(np.int32)[:, None], flat.shape)
+        value = np.broadcast_to(code_last(who)[:, None], flat.shape)
         if chunks is not None:
-            put_chunks(self.writer, chunks, value)
+            put_chunks(self.writer_code, chunks, value)
         elif rows is not None:
-            put_rows(self.writer, rows, value)
+            put_rows(self.writer_code, rows, value)
         else:
-            self.writer[flat] = value
+            self.writer_code[flat] = value
 
     def add_pending(self, flat: np.ndarray, delta: int) -> None:
         """Count ``delta`` more async copies in flight to each byte of ``flat``."""
@@ -308,13 +338,15 @@ class SharedMemory:
             return
         self.log.drop(ctas)
         # records lie only in dirty blocks: clear those (all bytes when blocks are ragged)
-        held = self.dirty_blocks & ctas[:, None]
-        for view, fill in ((self.writer, _NONE), (self.rmin_bytes, _BIG),
-                           (self.rmax_bytes, _NONE)):
+        held = np.flatnonzero(self.dirty_blocks & ctas[:, None])
+        for view in (self.writer_code, self.rmin_code, self.rmax_code):
             if self.size % DIRTY_BLOCK == 0:
-                view.reshape(self.ncta, -1, DIRTY_BLOCK)[held] = fill
+                # only blocks of this record that hold one: a store of zeros over the
+                # others would turn their zero pages into memory of their own
+                blocks = view.reshape(-1, DIRTY_BLOCK)
+                blocks[held[blocks[held].any(axis=1)]] = 0
             else:
-                view.reshape(self.ncta, self.size)[ctas] = fill
+                view.reshape(self.ncta, self.size)[ctas] = 0
         self.dirty_blocks[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
@@ -336,4 +368,4 @@ class SharedMemory:
 
 
 __all__ = ["CHUNK", "DIRTY_BLOCK", "GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory",
-           "add_at", "chunk_rows", "put_chunks", "take_chunks"]
+           "add_at", "chunk_rows", "code_first", "code_last", "put_chunks", "take_chunks"]

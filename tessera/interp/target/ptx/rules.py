@@ -216,13 +216,12 @@ def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
         # a new race epoch for the accesses of these warps' lanes only
         syncing = np.zeros(fr.m.n // 32 + 1, bool)
         syncing[warps] = True
-        w = sh.writer
-        mine = (w >= 0) & syncing[np.maximum(w, 0) // 32]
-        w[mine] = -1
+        w = sh.writer  # ids, -1: none (the coded records' copies)
+        sh.writer_code[(w >= 0) & syncing[np.maximum(w, 0) // 32]] = 0
         lo, hi = sh.rmin, sh.rmax
         read = (hi >= 0) & (lo // 32 == hi // 32) & syncing[np.maximum(hi, 0) // 32]
-        lo[read] = np.iinfo(np.int32).max
-        hi[read] = -1
+        sh.rmin_code[read] = 0
+        sh.rmax_code[read] = 0
     return step
 
 

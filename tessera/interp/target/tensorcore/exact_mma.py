@@ -81,45 +81,77 @@ def _summary_bits(bits: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     return top_value, np.frexp(low_value)[1]
 
 
-def _bounded(a: Operand, b: Operand, k: int) -> bool:
-    """Whether no partial sum of any output element can round: every partial sum is a
-    multiple of ``Q = 2**(low_e(A) - pa + low_e(B) - pb)`` and at most the sum of the
-    product magnitudes, so it is exact when that sum is at most ``2**53 * Q``. Tried
-    per matrix of the batch first (``K * max|A| * max|B|``, exact in float64), then
-    per element (``|A| @ |B|``, allowed a relative error of ``2**-40``). A NaN or an
+def _bounded(a: Operand, b: Operand, k: int) -> np.ndarray:
+    """Per matrix of the batch, whether no partial sum of any of its output elements
+    can round: every partial sum is a multiple of ``Q = 2**(low_e(A) - pa + low_e(B) -
+    pb)`` and at most the sum of the product magnitudes, so it is exact when that sum
+    is at most ``2**53 * Q``. Tried per matrix first (``K * max|A| * max|B|``, exact in
+    float64), then per element for the matrices that fail it (``|A| @ |B|``, allowed a
+    relative error of ``2**-40``); either bound proves the matrix exact. A NaN or an
     infinity fails every comparison."""
     pa, pb = SIGNIFICAND[a.fmt], SIGNIFICAND[b.fmt]
     lead = np.broadcast_shapes(a.values.shape[:-2], b.values.shape[:-2])
     q = a.low - pa + b.low - pb
-    if np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead).all():
-        return True
-    mag_a, mag_b = np.abs(a.values), np.abs(b.values)
+    ok = np.broadcast_to(k * a.top * b.top <= np.ldexp(1.0, 53 + q), lead)
+    if ok.all():
+        return ok
+    va, vb = a.values, b.values
+    some = None  # the matrices to bound per element: those that failed (one batch axis)
+    if len(lead) == 1 and va.shape[:-2] == lead == vb.shape[:-2]:
+        some = np.flatnonzero(~ok)
+        va, vb = va[some], vb[some]
+    mag_a, mag_b = np.abs(va), np.abs(vb)
     q_rows = _low_exponent(mag_a, -1) - pa  # (..., M)
     q_cols = _low_exponent(mag_b, -2) - pb  # (..., N)
     room = np.ldexp(1.0 - 2.0**-40, 53 + q_rows[..., :, None] + q_cols[..., None, :])
-    return bool((np.matmul(mag_a, mag_b) <= room).all())
+    each = (np.matmul(mag_a, mag_b) <= room).all(axis=(-2, -1))
+    if some is None:
+        return ok | each
+    ok = ok.copy()
+    ok[some] = each
+    return ok
 
 
 def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
-        fmt_b: str | None = None) -> np.ndarray:
+        fmt_b: str | None = None, c_unsigned_zeros: bool = False) -> np.ndarray:
     """``D = C + A @ B`` exactly as :func:`tessera.arch.mma.mma` computes it: A (..., M, K),
-    B (..., K, N), C (..., M, N) broadcastable; returns float64 D."""
-    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c)
+    B (..., K, N), C (..., M, N) broadcastable; returns float64 D. ``c_unsigned_zeros``:
+    the caller knows that C holds no ``-0`` (a D made from such a C holds none either:
+    a sum is ``-0`` only when both terms are), which spares a pass over C."""
+    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c, c_unsigned_zeros)
 
 
-def mma_operands(a: Operand, b: Operand, c: np.ndarray) -> np.ndarray:
+def mma_operands(a: Operand, b: Operand, c: np.ndarray,
+                 c_unsigned_zeros: bool = False) -> np.ndarray:
     """:func:`mma` of prepared operands."""
     k = FORMATS[a.fmt][2]
     av, bv = a.values, b.values
-    if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k or \
-            not _bounded(a, b, k):
+    if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k:
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+    exact = _bounded(a, b, k)
+    cw = np.asarray(c, np.float64)
+    if not exact.all() and not _by_matrix(a, b, cw):
         return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     acc = np.matmul(av, bv)
-    cw = np.asarray(c, np.float64)
-    negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
-    if negative_zero.any() and (negative_zero & (acc == 0)).any():
-        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
-    return cw + acc
+    if not c_unsigned_zeros:
+        negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
+        if negative_zero.any() and (negative_zero & (acc == 0)).any():
+            return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+    out = np.add(cw, acc, out=acc) if acc.shape == np.broadcast_shapes(acc.shape, cw.shape) \
+        else cw + acc
+    if not exact.all():  # the loop for the matrices no bound proves exact
+        loop = np.flatnonzero(~exact)
+        out[loop] = golden(a.elements[loop], b.elements[loop], cw[loop], a.fmt, b.fmt)
+    return out
+
+
+def _by_matrix(a: Operand, b: Operand, c: np.ndarray) -> bool:
+    """Whether a step may take the loop for some matrices of its batch only: one batch
+    axis that A, B and C share, and finite operands (the loop's NaN signs and payloads
+    may depend on the shapes it runs on; finite products and sums do not)."""
+    shape = a.values.shape[:-2]
+    return len(shape) == 1 and b.values.shape[:-2] == shape and c.shape[:-2] == shape and \
+        bool(np.isfinite(a.top).all() and np.isfinite(b.top).all())
 
 
 __all__ = ["SIGNIFICAND", "Operand", "mma", "mma_operands"]

@@ -7,7 +7,8 @@ converged (``.sync.aligned``); every group with an active thread executes it, al
 once. Results are *wide*: float64 accumulators (D = C + the ascending-k float64 sum of
 exact products, :func:`tessera.arch.mma.mma`).
 
-``wgmma`` executes when issued: its accumulator is final at once, so reading it before
+``wgmma`` executes when issued (its D matrices pass along a chain as lazy register
+values, :mod:`.accumulators`): its accumulator is final at once, so reading it before
 ``wgmma.wait_group`` is not detected here (the kernel verifier checks that order).
 Shared bytes it reads must be initialised and have no copy in flight, and bytes written
 by ``st.shared`` need a ``fence.proxy.async`` before a wgmma reads them (PTX ISA,
@@ -17,6 +18,7 @@ by ``st.shared`` need a ``fence.proxy.async`` before a wgmma reads them (PTX ISA
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
@@ -28,7 +30,6 @@ from tessera.arch.fragments import (
     mma_m16n8k16_b,
     mma_m16n8k32_a,
     mma_m16n8k32_b,
-    wgmma_accumulator,
 )
 from tessera.arch.ldmatrix import ldmatrix
 from tessera.arch.mma import FORMATS
@@ -42,8 +43,10 @@ from tessera.interp.target.state import (
     Step,
     TargetCompiler,
     TargetFrame,
+    raw,
     step_rule,
 )
+from tessera.interp.target.tensorcore import accumulators
 from tessera.interp.target.tensorcore import model as tensor_core
 from tessera.interp.target.tensorcore.exact_mma import Operand
 from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
@@ -110,26 +113,36 @@ def _fragment(m: Machine, regs: np.ndarray, warps: np.ndarray, fmap: FragmentMap
     return operand
 
 
+@cache
+def _mma_sync_maps(bits: int) -> tuple[FragmentMap, FragmentMap, FragmentMap]:
+    """The A, B and C maps of ``mma.sync`` with ``bits``-bit inputs (made once: a
+    kernel holds many such instructions; maps are never changed)."""
+    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
+        mma_m16n8k32_a(), mma_m16n8k32_b())
+    return FragmentMap(la), FragmentMap(lb), FragmentMap(mma_m16n8_c())
+
+
 @step_rule(target_async.MmaSync)
 def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     fa, fb = instr.op.atype, instr.op.btype
     sa, sb, sc = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
     bits = FORMATS[fa][1]
-    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
-        mma_m16n8k32_a(), mma_m16n8k32_b())
-    maps = [FragmentMap(x) for x in (la, lb, mma_m16n8_c())]
+    maps = _mma_sync_maps(bits)
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
-        result = np.zeros((m.n, 4), F64)
-        if len(warps):
-            av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
-            bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
-            cv = maps[2].matrix(fr.regs[sc].astype(F64, copy=False), warps)
-            maps[2].scatter(tensor_core.step(m, av, bv, cv), result, warps)
-        fr.regs[out] = tensor_core.result(m, result)
+        if not len(warps):
+            fr.regs[out] = tensor_core.result(m, np.zeros((m.n, 4), F64))
+            return
+        av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
+        bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
+        cv, unsigned = accumulators.matrices(m, raw(fr.regs, sc), warps, maps[2])
+        if not unsigned and m.tensor_cores == "exact":  # found once per chain
+            unsigned = not (np.signbit(cv) & (cv == 0)).any()
+        d = tensor_core.step(m, av, bv, cv, c_unsigned_zeros=unsigned)
+        fr.regs[out] = accumulators.result(fr, maps[2], d, warps, unsigned)
     return step
 
 
@@ -289,47 +302,12 @@ def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray, blocks: np.ndarra
              "st.shared with no fence.proxy.async since")
 
 
-def _accumulator(m: Machine, regs: np.ndarray, groups: np.ndarray,
-                 layout: FragmentMap) -> np.ndarray:
-    """The (G, 64, n) accumulator matrices of ``groups`` held in ``regs``: the matrices
-    a recent ``wgmma`` scattered into exactly this register array, else gathered."""
-    hit = getattr(m, "wgmma_results", {}).get(id(regs))
-    if hit is not None and hit[0] is regs and np.array_equal(hit[1], groups):
-        return hit[2]
-    return layout.matrix(regs.astype(F64, copy=False), groups)
-
-
-def _remember(m: Machine, result: np.ndarray, groups: np.ndarray, d: np.ndarray) -> None:
-    """Keep ``d``, the matrices scattered into the new register array ``result`` (never
-    changed in place: every step makes new arrays), for the next ``wgmma`` of its
-    chain; the last few results are kept."""
-    kept: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = \
-        m.__dict__.setdefault("wgmma_results", {})
-    kept[id(result)] = (result, groups, d)
-    while len(kept) > 4:
-        kept.pop(next(iter(kept)))
-
-
-def _zeros_but(n: int, width: int, groups: np.ndarray, size: int) -> np.ndarray:
-    """An (n, width) float64 register array that is 0 outside the thread groups
-    ``groups`` of ``size`` threads (which the caller fills): no pass over the bytes a
-    scatter writes anyway."""
-    result = np.empty((n, width), F64)
-    outside = np.ones(n // size, bool)
-    outside[groups] = False
-    if outside.all():
-        result.fill(0.0)
-    elif outside.any():
-        result.reshape(-1, size * width)[outside] = 0.0
-    return result
-
-
 @step_rule(target_async.Wgmma)
 def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     n, fa, fb = instr.op.n, instr.op.atype, instr.op.btype
     acc, da, db, scale = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
-    layout = FragmentMap(wgmma_accumulator(n))
+    layout = accumulators.fragment_map(n)
     k = FORMATS[fa][2]
     eb = FORMATS[fa][1] // 8
     cache_a: dict = {}
@@ -338,7 +316,6 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         groups = np.flatnonzero(check_warps(fr, instr, 128))
-        result = _zeros_but(m.n, n // 2, groups, 128)
         if len(groups):
             who = groups * 128
             ctas = m.cta[who]
@@ -349,16 +326,15 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
-            cv = _accumulator(m, fr.regs[acc], groups, layout)
+            cv, unsigned = accumulators.matrices(m, raw(fr.regs, acc), groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
-            d = tensor_core.step(m, av, bv, cv, fa, fb)
-            layout.scatter(d, result, groups)
-            result = tensor_core.result(m, result)
-            # the matrices as the registers hold them (rounded to f32 under "hopper")
-            _remember(m, result, groups, tensor_core.result(m, d).astype(F64, copy=False))
+            if not unsigned and m.tensor_cores == "exact":  # found once per chain
+                unsigned = not (np.signbit(cv) & (cv == 0)).any()
+            d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned)
+            result = accumulators.result(fr, layout, d, groups, unsigned)
         else:
-            result = tensor_core.result(m, result)
+            result = tensor_core.result(m, accumulators.zeros_but(m.n, n // 2, groups, 128))
         fr.regs[out] = result
     return step
 

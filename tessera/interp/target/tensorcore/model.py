@@ -18,17 +18,19 @@ from tessera.interp.target.tensorcore.exact_mma import Operand, mma, mma_operand
 
 
 def step(m: Machine, a: Operand | np.ndarray, b: Operand | np.ndarray, c: np.ndarray,
-         fa: str | None = None, fb: str | None = None) -> np.ndarray:
+         fa: str | None = None, fb: str | None = None, c_unsigned_zeros: bool = False
+         ) -> np.ndarray:
     """``D = C + A @ B`` of one instruction (batched) under ``m.tensor_cores``: prepared
-    :class:`Operand` pairs, or element arrays with their formats ``fa``/``fb``."""
+    :class:`Operand` pairs, or element arrays with their formats ``fa``/``fb``;
+    ``c_unsigned_zeros`` as in :func:`~.exact_mma.mma`."""
     if isinstance(a, Operand) and isinstance(b, Operand):
         if m.tensor_cores == "hopper":
             return mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt)
-        return mma_operands(a, b, c)
+        return mma_operands(a, b, c, c_unsigned_zeros)
     assert fa is not None
     if m.tensor_cores == "hopper":
         return mma_hopper.mma(a, b, c, fa, fb)
-    return mma(a, b, c, fa, fb)
+    return mma(a, b, c, fa, fb, c_unsigned_zeros)
 
 
 def result(m: Machine, values: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tessera.interp.target import run_target
+from tessera.interp.target import runner as target_runner
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
 from tests.interp.target.kit import U64, Kernel, async_ops, target_ops
@@ -211,3 +212,26 @@ def test_gemm_128_cubed_on_16_ctas() -> None:
     c = np.zeros((128, 128), np.float32)
     run_target(_gemm_kernel(128, 128, 128).build(), [a, np.ascontiguousarray(b.T), c])
     np.testing.assert_array_equal(c, _exact(a, b))
+
+
+@pytest.mark.parametrize("model", ["exact", "hopper"])
+def test_lazy_mma_sync_results_equal_the_scattered_ones(model: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """mma.sync chains hand their accumulator matrices on as lazy register values; the
+    bits equal those of a plain register list, where each mma.sync scatters its result
+    into registers, under both tensor-core models (wide exponent ranges: the hopper
+    model rounds)."""
+    rng = np.random.default_rng(10)
+    a, b = _bf16(rng, (128, 128)), _bf16(rng, (128, 128))
+    a[::5] *= np.float32(2.0**18)
+    outs = []
+    for lazy in (True, False):
+        if not lazy:  # a plain register list: every value is made at once
+            monkeypatch.setattr(target_runner, "RegisterFile", list)
+        c = np.zeros((128, 128), np.float32)
+        run_target(_gemm_kernel(128, 128, 128).build(), [a, np.ascontiguousarray(b.T), c],
+                   tensor_cores=model)
+        outs.append(c)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    if model == "exact":
+        np.testing.assert_array_equal(outs[0], _exact(a, b))

@@ -20,6 +20,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError
 from tessera.interp.target import TensorMapArg, run_target
+from tessera.interp.target import runner as target_runner
 from tessera.interp.target.state import TargetFault
 from tessera.interp.target.tensorcore import mma as mma_rules
 from tessera.ir.core import Value
@@ -44,9 +45,11 @@ def _desc(k: Kernel, addr: Value, step: int) -> Value:
 
 
 def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
-                  stale: bool = False) -> Kernel:
+                  stale: bool = False, touch: bool = False, init: float = 0.0) -> Kernel:
     """C (64 x 64 per CTA) = A (64 x kdim) @ Bt^T: a K loop of 64-wide blocks, each two
-    TMA loads on one mbarrier (the wait parity flips every block) and four wgmma k16."""
+    TMA loads on one mbarrier (the wait parity flips every block) and four wgmma k16
+    (``touch``: a ``mov`` reads the accumulator between the second and the third),
+    from an accumulator of ``init``."""
     ta = TensorMapType(0, "bf16", (64, 64), 128)
     tb = TensorMapType(1, "bf16", (64, 64), 128)
     k = Kernel("wgmma", [ta, tb, U64], block=(128,), grid=(nctas, 1, 1), target="sm_90a")
@@ -60,7 +63,7 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
     k.op(async_ops.Fence("mbarrier_init"))
     k.bar()
     row0 = k.cvt("s32", "u32", k.bin("mul", "u32", k.sreg("ctaid.x"), k.const(64, "u32")))
-    z = k.const(0.0, "f32")
+    z = k.const(init, "f32")
     acc0 = k.pack("f32", *([z] * (N // 2)))
 
     def kblock(kb: Value, acc: Value) -> Value:
@@ -76,6 +79,8 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
         k.op(async_ops.MbarrierWait(), bar, parity)
         k.op(async_ops.WgmmaFence())
         for step in range(4):
+            if touch and step == 2:
+                acc = k.un("mov", "f32", acc)
             acc = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, step),
                        _desc(k, sb, step), k.setp("eq", "u32", t, t))
         k.op(async_ops.WgmmaCommit())
@@ -114,6 +119,35 @@ def test_wgmma_m64n64k16_over_tma_swizzled_tiles(nctas: int, kdim: int) -> None:
     c = np.zeros((64 * nctas, N), np.float32)
     run_target(_wgmma_kernel(nctas=nctas, kdim=kdim).build(), [*_tmaps(a, bt), c])
     np.testing.assert_array_equal(c, _exact(a, bt.T))
+
+
+@pytest.mark.parametrize(("model", "init"), [("exact", 0.0), ("hopper", 0.0), ("exact", -0.0)])
+@pytest.mark.parametrize("touch", [False, True])
+def test_lazy_wgmma_results_equal_the_scattered_ones(model: str, init: float, touch: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wgmma chain hands its accumulator matrices on as lazy register values (and
+    its first one reads the lazily widened zeros); the bits equal those of a plain
+    register list, where each wgmma scatters its result into registers, with the chain
+    read in between (``touch``) or not, and under both tensor-core models (wide
+    exponent ranges: the hopper model rounds). From ``-0`` accumulators, rows of ``-0``
+    give ``-0`` sums (the loop's sign, kept along the chain)."""
+    rng = np.random.default_rng(5)
+    a, bt = _bf16(rng, (128, 192)), _bf16(rng, (N, 192))
+    a[::3] *= np.float32(2.0**20)
+    a[1::7] = -0.0
+    bt[:] = np.abs(bt)
+    outs = []
+    for lazy in (True, False):
+        if not lazy:  # a plain register list: every value is made at once
+            monkeypatch.setattr(target_runner, "RegisterFile", list)
+        c = np.zeros((128, N), np.float32)
+        run_target(_wgmma_kernel(nctas=2, kdim=192, touch=touch, init=init).build(),
+                   [*_tmaps(a, bt), c], tensor_cores=model)
+        outs.append(c)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    if model == "exact":
+        np.testing.assert_array_equal(outs[0], _exact(a, bt.T))
+        assert np.signbit(outs[0][1::7]).all() == (init == 0 and np.signbit(init))
 
 
 def test_mbarrier_expect_tx_mismatch_is_caught() -> None:
