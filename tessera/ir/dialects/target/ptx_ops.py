@@ -120,7 +120,9 @@ class ByteLoad(Op):
 @register_op
 @dataclass(frozen=True)
 class ByteStore(Op):
-    """``st.<space>.u8|s8|b8 [a + offset], v``: the low byte of a ``b32`` value."""
+    """``st.<space>.u8|s8|b8 [a + offset], v``: the low byte of a 32-bit integer
+    register (``b32``, ``u32`` or ``s32``; PTX lets ``st`` take a register wider than
+    its type: PTX ISA, "Operand Size Exceeding Instruction-Type Size")."""
 
     name: ClassVar[str] = "ptx.st_byte"
     pure: ClassVar[bool] = False
@@ -130,7 +132,7 @@ class ByteStore(Op):
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 2)
         reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
-        reg_of(self, operands[1], "b32")
+        reg_of(self, operands[1], "b32", "u32", "s32")
         return ()
 
 
