@@ -148,7 +148,7 @@ def _failing_instr(err: BaseException) -> Instr | None:
 
 
 #: storage formats whose tiles the lowering loads and stores bit for bit
-LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32")
+LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32", "bool", "int8")
 
 
 def _check_elements(tile: Function, target: str, graph: Function) -> None:

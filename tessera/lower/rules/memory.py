@@ -74,12 +74,10 @@ def store_scalar(e: TargetEmitter, mem: Mem, value: Value, vtype: str) -> None:
 def _to_reg(e: TargetEmitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
     if mt == rt:
         return raw
-    if mt == "b16" and rt == "f32":  # bf16/f16 bits: widen exactly
+    if mt in ("b16", "u8", "s8", "b8"):  # narrow bits: widen exactly
         from tessera.lower.rules.tensor import widen
 
         return widen(e, raw, mt, element)
-    if mt == "u8" and rt == "pred":
-        return e.setp("ne", raw, e.const(0, "u8"), "u8")
     if mt == "s64" and rt == "s32":
         return e.cvt(raw, "s32", "s64")
     raise UnsupportedError(f"cannot load {mt} into {rt} registers", loc=e.loc)
@@ -94,6 +92,10 @@ def to_mem(e: TargetEmitter, value: Value, vt: str, mt: str, element: object) ->
         return value
     if vt == "s32" and mt == "s64":
         return e.cvt(value, "s64", "s32")
+    if vt == "pred" and mt == "u8":  # a bool is the byte 0 or 1
+        return e.selp(e.const(1, "u32"), e.const(0, "u32"), value, "u32")
+    if vt == "s32" and mt == "s8":  # an int8 value: st.s8 keeps its low byte
+        return value
     fmt = NARROW.get(storage_name(element))  # type: ignore[arg-type]
     if vt == "f32" and mt == "b16" and fmt in ("bf16", "f16"):
         from tessera.numerics import storage_of

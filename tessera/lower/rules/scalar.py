@@ -179,7 +179,20 @@ def _compare(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = args[0].type  # type: ignore[union-attr]
     if t == "f32" and cmp == "ne":
         cmp = "neu"  # Python's != is true for NaN
+    if t == "pred":  # PTX has no setp.pred: bools compare as 0 < 1 with logic ops
+        return elementwise(low, instr, args, lambda e, r: _compare_bools(e, cmp, *r), "pred")
     return elementwise(low, instr, args, lambda e, r: e.setp(cmp, r[0], r[1], t), "pred")
+
+
+def _compare_bools(e: TargetEmitter, cmp: str, a: Value, b: Value) -> Value:
+    """``a <cmp> b`` of two predicates, False < True as NumPy orders bools."""
+    if cmp in ("eq", "ne"):
+        diff = e.bin("xor", a, b, "pred")
+        return diff if cmp == "ne" else e.un("not", diff, "pred")
+    if cmp in ("gt", "ge"):  # a > b is b < a
+        a, b, cmp = b, a, "lt" if cmp == "gt" else "le"
+    # a < b: not a and b; a <= b: not a or b
+    return e.bin("and" if cmp == "lt" else "or", e.un("not", a, "pred"), b, "pred")
 
 
 @rule(tile_compute.And, tile_compute.Or)
@@ -244,8 +257,13 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     src = args[0].type  # type: ignore[union-attr]
     dst = reg_type(op.to, "cast: ")
 
+    to_byte = storage_name(op.to) == "int8"
+
     def one(e: TargetEmitter, r: list[Value]) -> Value:
         x = r[0]
+        if to_byte and src != "pred" and storage_name(op.to) != storage_name(
+                instr.operands[0].type.element):  # type: ignore[attr-defined]
+            return _to_byte(e, x, src, storage_name(op.to))
         if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would not)
             return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)
         if src == "s32" and dst == "f32":
@@ -261,8 +279,8 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         if src == "f32" and dst == "s32":
             return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero
         if src == "pred":
-            return e.selp(e.const(1 if dst == "s32" else 1.0, dst),
-                          e.const(0 if dst == "s32" else 0.0, dst), x, dst)
+            one_, zero = (1.0, 0.0) if dst == "f32" else (1, 0)
+            return e.selp(e.const(one_, dst), e.const(zero, dst), x, dst)
         if dst == "pred":
             return e.setp("neu" if src == "f32" else "ne", x, e.const(0.0 if src == "f32"
                                                                       else 0, src), src)
@@ -270,6 +288,17 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
             return x
         raise UnsupportedError(f"cast from {src} to {op.to} is not lowered", loc=e.loc)
     return elementwise(low, instr, args, one, dst)
+
+
+def _to_byte(e: TargetEmitter, x: Value, src: str, to: str) -> Value:
+    """``x`` cast to int8 as the interpreters cast (NumPy's ``rint``, NaN to 0, then
+    saturated to -128..127), in an ``s32`` register."""
+    if src == "f32":
+        x, src = e.cvt(x, "s32", "f32", "rni"), "s32"  # NaN gives 0, saturated to s32
+    if src != "s32":
+        raise UnsupportedError(f"cast from {src} to {to} is not lowered", loc=e.loc)
+    return e.bin("max", e.bin("min", x, e.const(127, "s32"), "s32"), e.const(-128, "s32"),
+                 "s32")
 
 
 __all__ = ["FLOAT_OPS", "elementwise", "like", "regs_of", "result_type", "round_to"]
