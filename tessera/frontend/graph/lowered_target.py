@@ -148,7 +148,8 @@ def _failing_instr(err: BaseException) -> Instr | None:
 
 
 #: storage formats whose tiles the lowering loads and stores bit for bit
-LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32", "bool", "int8")
+LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32", "bool", "int8",
+                   "float8_e4m3fn", "float8_e5m2")
 
 
 def _check_elements(tile: Function, target: str, graph: Function) -> None:

@@ -54,9 +54,10 @@ def round_to(e: TargetEmitter, x: Value, element: object) -> Value:
     if name not in NARROW:
         return x
     fmt = NARROW[name]
-    if fmt in ("e4m3", "e5m2"):
-        raise UnsupportedError("fp8 arithmetic in registers is not lowered; cast to f32",
-                               loc=e.loc)
+    if fmt in ("e4m3", "e5m2"):  # no fp8 cvt before sm_89: integer arithmetic
+        from tessera.lower import fp8
+
+        return fp8.round_value(e, x, name)
     narrow = e.cvt(x, fmt, "f32", "rn")
     if fmt == "bf16":  # a bf16 is the high half of the equal f32 (cvt.f32.bf16 needs sm_90)
         return e.pack([e.const(0, "b16"), narrow], "f32")
@@ -93,8 +94,17 @@ def _constant(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = reg_type(op.element)
     value = op.value if t != "pred" else int(bool(op.value))
     if t in ("f32", "f64"):
-        value = float(value)
+        value = constant_value(float(value), op.element)
     return [Scalar(low.em.const(value, t), t)]
+
+
+def constant_value(value: float, element: object) -> float:
+    """A float constant of ``element``: an fp8 one rounded to its format (at compile
+    time, as the interpreters round it); others as given."""
+    from tessera.lower import fp8
+
+    name = storage_name(element)  # type: ignore[arg-type]
+    return fp8.constant(value, element) if name in fp8.FORMATS else value  # type: ignore[arg-type]
 
 
 @rule(tile_ids.LinearId, tile_ids.GroupId, tile_ids.LocalId, tile_ids.GridCoord)
@@ -301,4 +311,5 @@ def _to_byte(e: TargetEmitter, x: Value, src: str, to: str) -> Value:
                  "s32")
 
 
-__all__ = ["FLOAT_OPS", "elementwise", "like", "regs_of", "result_type", "round_to"]
+__all__ = ["FLOAT_OPS", "constant_value", "elementwise", "like", "regs_of", "result_type",
+           "round_to"]
