@@ -1,14 +1,18 @@
-"""Bool and int8 tiles under ``backend="target"``: a bool is one byte (0 or 1, as NumPy
-stores it) loaded with ``ld.u8`` into a predicate and stored as ``selp`` 1/0 with
-``st.u8``; an int8 lives in an ``s32`` register (``ld.s8``). Comparisons stored as
-bool tensors, ``where`` with a bool mask argument, comparisons of bools, int8 casts,
-and causal attention whose mask is a bool tensor give the graph interpreter's bits on
-sm_80 and sm_90a, and their PTX assembles with no advisory and no spills. The byte
-tensors have sizes that are not multiples of 4: the interpreter faults on any byte
-read past a buffer's end, so none is."""
+"""Bool, int8 and fp8 tiles under ``backend="target"``: a bool is one byte (0 or 1, as
+NumPy stores it) loaded with ``ld.u8`` into a predicate and stored as ``selp`` 1/0 with
+``st.u8``; an int8 lives in an ``s32`` register (``ld.s8``); an fp8 value in an f32
+register, widened from its byte exactly and rounded back after each op
+(:mod:`tessera.lower.fp8`). Comparisons stored as bool tensors, ``where`` with a bool
+mask argument, comparisons of bools, int8 casts, every fp8 byte, the rounding of f32
+values to fp8 (ties, subnormals, overflow, NaN), fp8 elementwise chains, and causal
+attention whose mask is a bool tensor give the graph interpreter's bits on sm_80 and
+sm_90a, and their PTX assembles with no advisory and no spills. The byte tensors have
+sizes that are not multiples of 4: the interpreter faults on any byte read past a
+buffer's end, so none is."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,6 +23,8 @@ from tessera import op
 
 TARGETS = ("sm_80", "sm_90a")
 FORMATS = {"f32": ts.f32, "bf16": ts.bf16}
+FP8 = {"e4m3": (ts.fp8_e4m3, ml_dtypes.float8_e4m3fn), "e5m2": (ts.fp8_e5m2,
+                                                                 ml_dtypes.float8_e5m2)}
 
 
 def _bits(out) -> bytes:  # type: ignore[no-untyped-def]
@@ -95,6 +101,44 @@ def test_int8_tiles_and_casts_to_int8() -> None:
     _same_on_target(lambda p: op.cast(p, ts.int8), [m])
 
 
+def _rounding_cases(dt: type, rng: np.random.Generator) -> np.ndarray:
+    """f32 values that round to fp8 ``dt`` in every way: the grid, the midpoints and
+    their neighbours, subnormals, beyond the largest value, infinities, NaN."""
+    grid = np.sort(np.arange(256, dtype=np.uint8).view(dt).astype(np.float64))
+    grid = grid[np.isfinite(grid)]
+    mid = ((grid[1:] + grid[:-1]) / 2).astype(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, -np.nan, 1e30, -1e30, 1e-30, -0.0, 464,
+                        480, 500, 57344, 61440, 65504, 7e4], np.float32)
+    out = np.concatenate([grid.astype(np.float32), mid, np.nextafter(mid, np.inf),
+                          np.nextafter(mid, -np.inf), special,
+                          (rng.standard_normal(300) * 100).astype(np.float32),
+                          (rng.standard_normal(100) * 1e-3).astype(np.float32)])
+    return np.resize(out, (-(-out.size // 37), 37))  # rows that are no multiple of 4
+
+
+@pytest.mark.parametrize("fmt", sorted(FP8))
+def test_fp8_bytes_widen_and_f32_rounds_to_fp8(fmt: str) -> None:
+    """Every byte of the format (NaNs, infinities, subnormals) widened to f32, and f32
+    values rounded to the format, to nearest even, saturating, as the interpreters do."""
+    tfmt, dt = FP8[fmt]
+    every = np.arange(256, dtype=np.uint8).view(dt).reshape(16, 16)
+    _same_on_target(lambda a: op.cast(a, ts.f32), [every])
+    cases = _rounding_cases(dt, np.random.default_rng(5))
+    _same_on_target(lambda a: op.cast(a, tfmt), [cases])
+    _same_on_target(lambda a: op.cast(op.cast(a, tfmt), ts.f32) * 0.5, [cases])
+
+
+@settings(max_examples=4, deadline=None)
+@given(shape=shapes, fmt=st.sampled_from(sorted(FP8)), seed=st.integers(0, 2**16))
+def test_fp8_elementwise_chains_give_the_graph_bits(shape: tuple[int, ...], fmt: str,
+                                                   seed: int) -> None:
+    """fp8 arithmetic computes in f32 and rounds back after each op."""
+    rng = np.random.default_rng(seed)
+    tfmt = FP8[fmt][0]
+    x, y = (ts.Tensor(rng.standard_normal(shape) * 8, tfmt).array for _ in range(2))
+    _same_on_target(lambda a, b: op.where(a > b, a * b + 0.3, a - b / 3.0), [x, y])
+
+
 def causal_where(q, k, v, mask):  # type: ignore[no-untyped-def]
     s = op.matmul(q, op.transpose(k, (0, 2, 1))) * 0.125
     return op.matmul(op.softmax(op.where(mask, s, -1e9)), v)
@@ -141,7 +185,7 @@ def test_4d_and_key_block_causal_attention_with_a_bool_mask() -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_bool_kernels_ptx_assembles_without_advisories_or_spills(target: str) -> None:
+def test_byte_kernels_ptx_assembles_without_advisories_or_spills(target: str) -> None:
     rng = np.random.default_rng(4)
     x = rng.standard_normal((33, 17)).astype(np.float32)
     cases = [(greater, [x, x], "st.global.u8"),
@@ -150,6 +194,10 @@ def test_bool_kernels_ptx_assembles_without_advisories_or_spills(target: str) ->
               "ld.global.u8"),
              (blocked_where, [*_qkv(rng, (1, 40, 4), "f32"), _causal((1, 40, 40))],
               "ld.global.u8")]
+    for tfmt, _ in FP8.values():
+        y = ts.Tensor(x, tfmt).array
+        cases.append((lambda a, b: op.where(a > b, a * b + 0.3, a - b / 3.0), [y, y],
+                      "st.global.u8"))
     for fn, args, byte_access in cases:
         (kernel,) = ts.jit(fn).lower(*args).target(target).kernels
         assert byte_access in kernel.ptx
