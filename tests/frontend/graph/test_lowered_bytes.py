@@ -184,6 +184,16 @@ def test_4d_and_key_block_causal_attention_with_a_bool_mask() -> None:
     _same_on_target(blocked_where, [q, k, v, _causal((1, 40, 40))], ["sm_80"])
 
 
+def test_causal_attention_with_a_bool_mask_at_64_and_130_keys() -> None:
+    """Eight programs of eight query rows (64 keys), and 130 keys (a row tile of
+    fewer query rows, rows that are no multiple of 4 bytes)."""
+    rng = np.random.default_rng(6)
+    _same_on_target(causal_where, [*_qkv(rng, (1, 64, 8), "f32"), _causal((1, 64, 64))],
+                    ["sm_90a"])
+    _same_on_target(causal_where, [*_qkv(rng, (1, 130, 8), "f32"), _causal((1, 130, 130))],
+                    ["sm_80"])
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_byte_kernels_ptx_assembles_without_advisories_or_spills(target: str) -> None:
     rng = np.random.default_rng(4)
