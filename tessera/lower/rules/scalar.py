@@ -267,13 +267,13 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     src = args[0].type  # type: ignore[union-attr]
     dst = reg_type(op.to, "cast: ")
 
-    to_byte = storage_name(op.to) == "int8"
+    frm = instr.operands[0].type.element  # type: ignore[attr-defined]
+    to_int8 = storage_name(op.to) == "int8" and storage_name(frm) != "int8" and src != "pred"
 
     def one(e: TargetEmitter, r: list[Value]) -> Value:
         x = r[0]
-        if to_byte and src != "pred" and storage_name(op.to) != storage_name(
-                instr.operands[0].type.element):  # type: ignore[attr-defined]
-            return _to_byte(e, x, src, storage_name(op.to))
+        if to_int8:
+            return _to_int8(e, x, src)
         if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would not)
             return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)
         if src == "s32" and dst == "f32":
@@ -286,11 +286,11 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
                 return to_format(e, x, op.to)
             return e.cvt(x, "f32", "f64", "rn")
-        if src == "f32" and dst == "s32":
-            return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero
+        if src == "f32" and dst == "s32":  # as convert: half to even, NaN to 0, saturated
+            return e.cvt(x, "s32", "f32", "rni")
         if src == "pred":
-            one_, zero = (1.0, 0.0) if dst == "f32" else (1, 0)
-            return e.selp(e.const(one_, dst), e.const(zero, dst), x, dst)
+            return e.selp(e.const(1 if dst == "s32" else 1.0, dst),
+                          e.const(0 if dst == "s32" else 0.0, dst), x, dst)
         if dst == "pred":
             return e.setp("neu" if src == "f32" else "ne", x, e.const(0.0 if src == "f32"
                                                                       else 0, src), src)
@@ -300,13 +300,13 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return elementwise(low, instr, args, one, dst)
 
 
-def _to_byte(e: TargetEmitter, x: Value, src: str, to: str) -> Value:
+def _to_int8(e: TargetEmitter, x: Value, src: str) -> Value:
     """``x`` cast to int8 as the interpreters cast (NumPy's ``rint``, NaN to 0, then
     saturated to -128..127), in an ``s32`` register."""
     if src == "f32":
         x, src = e.cvt(x, "s32", "f32", "rni"), "s32"  # NaN gives 0, saturated to s32
     if src != "s32":
-        raise UnsupportedError(f"cast from {src} to {to} is not lowered", loc=e.loc)
+        raise UnsupportedError(f"cast from {src} to int8 is not lowered", loc=e.loc)
     return e.bin("max", e.bin("min", x, e.const(127, "s32"), "s32"), e.const(-128, "s32"),
                  "s32")
 

@@ -85,9 +85,9 @@ def test_a_bool_mask_broadcast_over_rows_and_nan_compares() -> None:
     _same_on_target(lambda a, b: op.where(a >= b, a, b), [x, x[::-1].copy()])
 
 
-def test_int8_tiles_and_casts_to_int8() -> None:
-    """int8 tiles are selected and widened exactly; a cast to int8 rounds half to even,
-    maps NaN to 0 and saturates, as the interpreters convert."""
+def test_int8_tiles_and_casts_to_integers() -> None:
+    """int8 tiles are selected and widened exactly; a cast to int8 or int32 rounds half
+    to even, maps NaN to 0 and saturates, as the interpreters convert."""
     rng = np.random.default_rng(2)
     a = rng.integers(-128, 128, (11, 9)).astype(np.int8)
     b = rng.integers(-128, 128, (11, 9)).astype(np.int8)
@@ -97,6 +97,7 @@ def test_int8_tiles_and_casts_to_int8() -> None:
     x = (rng.standard_normal((11, 9)) * 150).astype(np.float32)
     x[0, :8] = [np.nan, np.inf, -np.inf, 2.5, -2.5, 3.5, 127.5, -128.5]
     _same_on_target(lambda p: op.cast(p, ts.int8), [x])
+    _same_on_target(lambda p: op.cast(p, ts.int32), [x * 1e7])
     m = rng.random((11, 9)) < 0.5
     _same_on_target(lambda p: op.cast(p, ts.int8), [m])
 
