@@ -1,9 +1,10 @@
 """Byte loads and stores in the Target IR interpreter (``ptx.ld_byte``/``ptx.st_byte``,
-the instructions the lowering of bool and int8 tiles emits): one byte each, zero- or
-sign-extended into a 32-bit register and stored from its low byte; faults at byte
-granularity, so a buffer whose size is not a multiple of 4 is never read past its end
-unnoticed; bytes of one word written by different threads are not a race; the text
-round trip and the PTX."""
+the instructions the lowering of bool, int8 and fp8 tiles emits): one byte each, or
+vectors of 2 and 4, zero- or sign-extended into 32-bit registers and stored from their
+low bytes; faults at byte granularity, so a buffer whose size is not a multiple of 4
+is never read past its end unnoticed, and a vector must be aligned to its size; bytes
+of one word written by different threads are not a race; the text round trip and the
+PTX (assembled by ptxas)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tessera.interp.target import run_target
 from tessera.interp.target.state import TargetFault
 from tessera.ir import parse_function, print_function
 from tessera.ir.dialects.target.ptx_ops import ByteLoad, ByteStore
-from tests.interp.target.kit import U64, Kernel
+from tests.interp.target.kit import U64, Kernel, reg
 
 T = 128
 
@@ -108,3 +109,43 @@ def test_byte_stores_take_32_bit_integers_only() -> None:
     with pytest.raises(IRVerifyError, match="predicates"):
         k.setp("ne", "pred", k.setp("lt", "u32", k.tid(), k.tid()),
                k.setp("lt", "u32", k.tid(), k.tid()))
+
+
+def _reverse_words(offset: int = 0) -> Kernel:
+    """Thread t reverses the 4 bytes of word t with one ``ld.v4.s8`` and two
+    ``st.v2.u8``; ``offset`` moves the load off its alignment."""
+    k = Kernel("rev", [U64, U64], block=(T,))
+    x, out = k.args
+    t = k.tid()
+    b0, b1, b2, b3 = k.unpack("s32", 4, k.op(ByteLoad("global", True, offset, 4),
+                                             k.elem_addr(x, t, 4)))
+    k.op(ByteStore("global", 0, 2), k.elem_addr(out, t, 4), k.pack("s32", b3, b2))
+    k.op(ByteStore("global", 2, 2), k.elem_addr(out, t, 4), k.pack("s32", b1, b0))
+    return k
+
+
+def test_vectors_of_bytes() -> None:
+    from tessera.backend.ptx.driver.assemble import assemble
+
+    x = np.arange(4 * T, dtype=np.uint8) * 3
+    out = np.zeros(4 * T, np.uint8)
+    fn = _reverse_words().build()
+    run_target(fn, [x, out])
+    assert out.tolist() == x.reshape(T, 4)[:, ::-1].ravel().tolist()
+    assert print_function(parse_function(print_function(fn))) == print_function(fn)
+    ptx = render(fn)
+    assert isinstance(ptx, str)
+    assert "ld.global.v4.s8 {" in ptx and "st.global.v2.u8 [" in ptx
+    assemble(ptx, "sm_80")
+    with pytest.raises(TargetFault, match="misaligned"):
+        run_target(_reverse_words(offset=2).build(), [np.zeros(4 * T + 4, np.uint8), out])
+
+
+def test_byte_vectors_verify_their_width() -> None:
+    k = Kernel("bad", [U64], block=(T,))
+    (x,) = k.args
+    with pytest.raises(IRVerifyError, match="1, 2 or 4"):
+        k.op(ByteLoad("global", False, 0, 3), x)
+    with pytest.raises(IRVerifyError, match="2 registers"):
+        k.op(ByteStore("global", 0, 2), x, k.const(1, "u32"))
+    assert reg("u32", 2) == k.op(ByteLoad("global", False, 0, 2), x).type
