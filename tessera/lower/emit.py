@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tessera.errors import UNKNOWN_LOC, Loc, UnsupportedError
+from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Builder, IRRegion, Op, Type, Value
 from tessera.ir.dialects.target import For, If, RegType, While, Yield
 from tessera.ir.dialects.target.ops import (
@@ -115,23 +115,19 @@ class TargetEmitter:
 
     # -- memory
     def ld(self, space: str, addr: Value, type: str, vec: int = 1, offset: int = 0) -> Value:
-        """``ld.<space>.<type>``; an 8-bit ``type`` (``u8``, ``s8``, ``b8``) loads one
-        byte into a 32-bit register, zero-extended (``s8``: sign-extended), as PTX does:
-        it has no 8-bit registers."""
+        """``ld.<space>{.vN}.<type>``; an 8-bit ``type`` (``u8``, ``s8``, ``b8``) loads
+        each byte into a 32-bit register, zero-extended (``s8``: sign-extended), as PTX
+        does: it has no 8-bit registers."""
         if type in BYTE_TYPES:
-            if vec != 1:
-                raise UnsupportedError("byte loads are one element each", loc=self.loc)
-            return self.one(ByteLoad(space, type == "s8", offset), addr)
+            return self.one(ByteLoad(space, type == "s8", offset, vec), addr)
         return self.one(Load(space, type, vec, offset), addr)
 
     def st(self, space: str, addr: Value, value: Value, type: str, vec: int = 1,
            offset: int = 0) -> None:
-        """``st.<space>.<type>``; an 8-bit ``type`` stores the low byte of a 32-bit
-        integer register."""
+        """``st.<space>{.vN}.<type>``; an 8-bit ``type`` stores the low byte of each
+        32-bit integer register."""
         if type in BYTE_TYPES:
-            if vec != 1:
-                raise UnsupportedError("byte stores are one element each", loc=self.loc)
-            self.op(ByteStore(space, offset), [addr, value])
+            self.op(ByteStore(space, offset, vec), [addr, value])
             return
         self.op(Store(space, type, vec, offset), [addr, value])
 
