@@ -32,6 +32,10 @@ from tessera.ir.dialects.target.ops import (
     Unary,
     Unpack,
 )
+from tessera.ir.dialects.target.ptx_ops import ByteLoad, ByteStore
+
+#: the 8-bit memory types: PTX moves them through 32-bit registers
+BYTE_TYPES = ("u8", "s8", "b8")
 
 Body = Callable[["TargetEmitter"], Sequence[Value] | None]
 
@@ -111,10 +115,20 @@ class TargetEmitter:
 
     # -- memory
     def ld(self, space: str, addr: Value, type: str, vec: int = 1, offset: int = 0) -> Value:
+        """``ld.<space>{.vN}.<type>``; an 8-bit ``type`` (``u8``, ``s8``, ``b8``) loads
+        each byte into a 32-bit register, zero-extended (``s8``: sign-extended), as PTX
+        does: it has no 8-bit registers."""
+        if type in BYTE_TYPES:
+            return self.one(ByteLoad(space, type == "s8", offset, vec), addr)
         return self.one(Load(space, type, vec, offset), addr)
 
     def st(self, space: str, addr: Value, value: Value, type: str, vec: int = 1,
            offset: int = 0) -> None:
+        """``st.<space>{.vN}.<type>``; an 8-bit ``type`` stores the low byte of each
+        32-bit integer register."""
+        if type in BYTE_TYPES:
+            self.op(ByteStore(space, offset, vec), [addr, value])
+            return
         self.op(Store(space, type, vec, offset), [addr, value])
 
     def bar(self) -> None:
@@ -158,4 +172,4 @@ class TargetEmitter:
         return self.op(While(), list(init), regions=[IRRegion([cblock]), region])
 
 
-__all__ = ["Body", "TargetEmitter"]
+__all__ = ["BYTE_TYPES", "Body", "TargetEmitter"]

@@ -148,14 +148,16 @@ def _failing_instr(err: BaseException) -> Instr | None:
 
 
 #: storage formats whose tiles the lowering loads and stores bit for bit
-LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32")
+LOWERED_STORAGE = ("float32", "bfloat16", "float16", "int32", "bool", "int8",
+                   "float8_e4m3fn", "float8_e5m2")
 
 
 def _check_elements(tile: Function, target: str, graph: Function) -> None:
-    """Refuse the tiles the lowering keeps no bits of: tiles of bool and of the 8-bit
-    and narrower formats read from or written to memory (Target IR has no sub-word
-    register loads or stores yet), and integers widened to int64 (the arithmetic that
-    saturates integer ops as the graph does; int64 lives in 32-bit registers there)."""
+    """Refuse the tiles the lowering keeps no bits of: tiles of formats other than
+    :data:`LOWERED_STORAGE` read from or written to memory (f64 and int64 tensors, fp6
+    and fp4), and integers widened to int64 (the arithmetic that saturates integer ops
+    as the graph does; int64 lives in 32-bit registers there). Bool, int8 and fp8
+    tiles move through byte loads and stores (``ld.u8``, ``ld.s8``, ``st.u8``)."""
     from tessera.ir.dialects.tile import memory as tile_memory
     from tessera.ir.dialects.tile.compute import Cast, Mma
     from tessera.ir.types import TensorType
@@ -179,9 +181,9 @@ def _check_elements(tile: Function, target: str, graph: Function) -> None:
                 raise TargetGenerationError(
                     f"{_graph_op_at(graph, instr, instr.loc)} cannot be lowered for {target} "
                     f"yet (kernel {tile.name}): it moves or computes {t.element} tiles, and "
-                    "the PTX lowering of generated kernels loads and stores f32, bf16, f16 "
-                    "and int32 tiles (bool and 8-bit formats need sub-word register loads "
-                    "and stores) and computes no int64 (saturating integer arithmetic)",
+                    "the PTX lowering of generated kernels loads and stores f32, bf16, f16, "
+                    "int32, int8, fp8 and bool tiles only, and computes no int64 "
+                    "(saturating integer arithmetic)",
                     loc=instr.loc,
                     hint="run the function with backend='tile' (the tile simulator) or "
                          "'interp'")

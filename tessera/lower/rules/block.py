@@ -138,7 +138,12 @@ def _full(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     layout = low.layouts[instr.results[0]]
     t = reg_type(op.element)
     n = register_count(layout)
-    value = float(op.value) if t == "f32" else op.value
+    if t == "f32":
+        from tessera.lower.rules.scalar import constant_value
+
+        value = constant_value(float(op.value), op.element)
+    else:
+        value = op.value
     return [Dist(layout, [low.em.const(value, t)] * n, t)]
 
 

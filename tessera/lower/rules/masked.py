@@ -27,7 +27,6 @@ from typing import Any
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
-from tessera.ir.dialects.target import REG_TYPES
 from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.dialects.tile import compute as tile_compute
@@ -35,9 +34,10 @@ from tessera.ir.dialects.tile import ids as tile_ids
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer, Rule, rule
-from tessera.lower.emit import TargetEmitter
+from tessera.lower.emit import BYTE_TYPES, TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow
 from tessera.lower.rules.memory import _to_reg, address, to_mem, window
+from tessera.lower.rules.memory import byte_load_guarded as _byte_load
 from tessera.lower.rules.scalar import round_to
 from tessera.lower.rules.tensor import _clamped, chunk_index, materialize, register_count
 from tessera.lower.values import Dist, Indexed, Lowered, Mem, Scalar, mem_type, reg_type
@@ -300,6 +300,8 @@ def _other(e: TargetEmitter, other: Lowered, rt: str, element: Any) -> Value:
         return round_to(e, e.cvt(x, "f32", "s32", "rn"), element)
     if t == "f32" and rt == "s32":
         return e.cvt(x, "s32", "f32", "rzi")
+    if rt == "pred" and t in ("s32", "u32", "f32"):  # a number as a bool: nonzero
+        return e.setp("ne", x, e.const(0.0 if t == "f32" else 0, t), t)
     raise UnsupportedError(f"a masked load's other value of {t} into {element} memory is "
                            "not lowered", loc=e.loc)
 
@@ -348,15 +350,15 @@ def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowe
     e = low.em
     els = els or elements(low, low.layouts[instr.results[0]])
     guards = _guards(low, mask, els, instr)
-    mt, rt = mem_type(mem.element), reg_type(mem.element)
-    if mt not in REG_TYPES:
-        raise UnsupportedError(f"masked loads of {mem.element} are not lowered",
-                               loc=instr.loc, hint="load 16- or 32-bit elements")
+    mt, rt = mem_type(mem.element), reg_type(mem.element)  # 8-bit ones are bytes
     fill = _other(e, other, rt, mem.element)
     direct = mt == rt
     regs = []
     for r in range(els.count):
         addr = address(e, mem, _offset(e, mem, els.coords(r)))
+        if mt in BYTE_TYPES:
+            regs.append(_byte_load(e, mem, addr, guards[r], fill))
+            continue
         if direct:
             regs.append(e.one(GuardedLoad(mem.space, mt), addr, guards[r], fill))
             continue
@@ -383,7 +385,10 @@ def _masked_store(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
             guard = e.bin("and", inside, guard, "pred")
         addr = address(e, mem, _offset(e, mem, els.coords(r)))
         data = to_mem(e, value.regs[r], value.type, mt, mem.element)
-        e.op(GuardedStore(mem.space, mt), [addr, data, guard])
+        if mt in BYTE_TYPES:  # no guarded byte instruction: a branch around the store
+            e.if_(guard, lambda inner, a=addr, d=data: inner.st(mem.space, a, d, mt))
+        else:
+            e.op(GuardedStore(mem.space, mt), [addr, data, guard])
     return []
 
 

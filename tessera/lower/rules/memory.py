@@ -15,6 +15,7 @@ from math import gcd, prod
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
+from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target.ops import Reduce
 from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.dialects.tile import memory as tile_memory
@@ -71,15 +72,24 @@ def store_scalar(e: TargetEmitter, mem: Mem, value: Value, vtype: str) -> None:
     e.st(mem.space, address(e, mem), to_mem(e, value, vtype, mt, mem.element), mt)
 
 
+def byte_load_guarded(e: TargetEmitter, mem: Mem, addr: Value, guard: Value,
+                      other: Value) -> Value:
+    """The byte element of ``mem`` at ``addr`` in its register type where ``guard``
+    holds, ``other`` elsewhere: a branch around the load (Target IR has no guarded
+    byte instruction; ptxas predicates so short a branch)."""
+    mt, rt = mem_type(mem.element), reg_type(mem.element)
+    return e.if_(guard, lambda inner: [_to_reg(inner, inner.ld(mem.space, addr, mt), mt, rt,
+                                               mem.element)],
+                 lambda inner: [other], types=[RegType(rt)])[0]
+
+
 def _to_reg(e: TargetEmitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
     if mt == rt:
         return raw
-    if mt == "b16" and rt == "f32":  # bf16/f16 bits: widen exactly
+    if mt in ("b16", "u8", "s8", "b8"):  # narrow bits: widen exactly
         from tessera.lower.rules.tensor import widen
 
         return widen(e, raw, mt, element)
-    if mt == "u8" and rt == "pred":
-        return e.setp("ne", raw, e.const(0, "u8"), "u8")
     if mt == "s64" and rt == "s32":
         return e.cvt(raw, "s32", "s64")
     raise UnsupportedError(f"cannot load {mt} into {rt} registers", loc=e.loc)
@@ -94,7 +104,15 @@ def to_mem(e: TargetEmitter, value: Value, vt: str, mt: str, element: object) ->
         return value
     if vt == "s32" and mt == "s64":
         return e.cvt(value, "s64", "s32")
+    if vt == "pred" and mt == "u8":  # a bool is the byte 0 or 1
+        return e.selp(e.const(1, "u32"), e.const(0, "u32"), value, "u32")
+    if vt == "s32" and mt == "s8":  # an int8 value: st.s8 keeps its low byte
+        return value
     fmt = NARROW.get(storage_name(element))  # type: ignore[arg-type]
+    if vt == "f32" and mt == "b8" and fmt in ("e4m3", "e5m2"):
+        from tessera.lower import fp8
+
+        return fp8.to_byte(e, value, storage_name(element))  # type: ignore[arg-type]
     if vt == "f32" and mt == "b16" and fmt in ("bf16", "f16"):
         from tessera.numerics import storage_of
 
@@ -292,4 +310,5 @@ def store_result(low: Lowerer, value: Lowered) -> None:
     store_result_tile(low, value)
 
 
-__all__ = ["address", "load_scalar", "store_result", "store_scalar", "to_mem", "window"]
+__all__ = ["address", "byte_load_guarded", "load_scalar", "store_result", "store_scalar",
+           "to_mem", "window"]

@@ -57,9 +57,10 @@ def round_to(e: TargetEmitter, x: Value, element: object) -> Value:
     if name not in NARROW:
         return x
     fmt = NARROW[name]
-    if fmt in ("e4m3", "e5m2"):
-        raise UnsupportedError("fp8 arithmetic in registers is not lowered; cast to f32",
-                               loc=e.loc)
+    if fmt in ("e4m3", "e5m2"):  # no fp8 cvt before sm_89: integer arithmetic
+        from tessera.lower import fp8
+
+        return fp8.round_value(e, x, name)
     narrow = e.cvt(x, fmt, "f32", "rn")
     if fmt == "bf16":  # a bf16 is the high half of the equal f32 (cvt.f32.bf16 needs sm_90)
         return e.pack([e.const(0, "b16"), narrow], "f32")
@@ -96,8 +97,17 @@ def _constant(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = reg_type(op.element)
     value = op.value if t != "pred" else int(bool(op.value))
     if t in ("f32", "f64"):
-        value = float(value)
+        value = constant_value(float(value), op.element)
     return [Scalar(low.em.const(value, t), t)]
+
+
+def constant_value(value: float, element: object) -> float:
+    """A float constant of ``element``: an fp8 one rounded to its format (at compile
+    time, as the interpreters round it); others as given."""
+    from tessera.lower import fp8
+
+    name = storage_name(element)  # type: ignore[arg-type]
+    return fp8.constant(value, element) if name in fp8.FORMATS else value  # type: ignore[arg-type]
 
 
 @rule(tile_ids.LinearId, tile_ids.GroupId, tile_ids.LocalId, tile_ids.GridCoord)
@@ -182,7 +192,20 @@ def _compare(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     t = args[0].type  # type: ignore[union-attr]
     if t == "f32" and cmp == "ne":
         cmp = "neu"  # Python's != is true for NaN
+    if t == "pred":  # PTX has no setp.pred: bools compare as 0 < 1 with logic ops
+        return elementwise(low, instr, args, lambda e, r: _compare_bools(e, cmp, *r), "pred")
     return elementwise(low, instr, args, lambda e, r: e.setp(cmp, r[0], r[1], t), "pred")
+
+
+def _compare_bools(e: TargetEmitter, cmp: str, a: Value, b: Value) -> Value:
+    """``a <cmp> b`` of two predicates, False < True as NumPy orders bools."""
+    if cmp in ("eq", "ne"):
+        diff = e.bin("xor", a, b, "pred")
+        return diff if cmp == "ne" else e.un("not", diff, "pred")
+    if cmp in ("gt", "ge"):  # a > b is b < a
+        a, b, cmp = b, a, "lt" if cmp == "gt" else "le"
+    # a < b: not a and b; a <= b: not a or b
+    return e.bin("and" if cmp == "lt" else "or", e.un("not", a, "pred"), b, "pred")
 
 
 @rule(tile_compute.And, tile_compute.Or)
@@ -275,8 +298,13 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     src = args[0].type  # type: ignore[union-attr]
     dst = reg_type(op.to, "cast: ")
 
+    frm = instr.operands[0].type.element  # type: ignore[attr-defined]
+    to_int8 = storage_name(op.to) == "int8" and storage_name(frm) != "int8" and src != "pred"
+
     def one(e: TargetEmitter, r: list[Value]) -> Value:
         x = r[0]
+        if to_int8:
+            return _to_int8(e, x, src)
         if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would not)
             return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)
         if src == "s32" and dst == "f32":
@@ -285,8 +313,8 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
             return e.cvt(x, "f64", "f32")  # exact widening
         if src == "f64" and dst == "f32":
             return from_f64(e, x, op.to)
-        if src == "f32" and dst == "s32":
-            return e.cvt(x, "s32", "f32", "rzi")  # Python's int(): toward zero
+        if src == "f32" and dst == "s32":  # as convert: half to even, NaN to 0, saturated
+            return e.cvt(x, "s32", "f32", "rni")
         if src == "pred":
             return e.selp(e.const(1 if dst == "s32" else 1.0, dst),
                           e.const(0 if dst == "s32" else 0.0, dst), x, dst)
@@ -299,5 +327,16 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return elementwise(low, instr, args, one, dst)
 
 
-__all__ = ["FLOAT_OPS", "elementwise", "from_f64", "like", "regs_of", "result_type",
-           "round_to"]
+def _to_int8(e: TargetEmitter, x: Value, src: str) -> Value:
+    """``x`` cast to int8 as the interpreters cast (NumPy's ``rint``, NaN to 0, then
+    saturated to -128..127), in an ``s32`` register."""
+    if src == "f32":
+        x, src = e.cvt(x, "s32", "f32", "rni"), "s32"  # NaN gives 0, saturated to s32
+    if src != "s32":
+        raise UnsupportedError(f"cast from {src} to int8 is not lowered", loc=e.loc)
+    return e.bin("max", e.bin("min", x, e.const(127, "s32"), "s32"), e.const(-128, "s32"),
+                 "s32")
+
+
+__all__ = ["FLOAT_OPS", "constant_value", "elementwise", "from_f64", "like", "regs_of",
+           "result_type", "round_to"]

@@ -72,15 +72,16 @@ def _st(e: PtxWriter, instr: Instr) -> None:
 def _ld_byte(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     space = f".{op.space}" if op.space else ""
-    e.out(f"ld{space}.{'s8' if op.signed else 'u8'} {e.regs.one(instr.result)}, "
-          f"{address(e, instr, op.offset)};")
+    e.out(f"ld{space}{_vec(op.vec)}.{'s8' if op.signed else 'u8'} "
+          f"{operand(e.regs.of(instr.result))}, {address(e, instr, op.offset)};")
 
 
 @rule(ByteStore)
 def _st_byte(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     space = f".{op.space}" if op.space else ""
-    e.out(f"st{space}.u8 {address(e, instr, op.offset)}, {e.regs.one(instr.operands[1])};")
+    e.out(f"st{space}{_vec(op.vec)}.u8 {address(e, instr, op.offset)}, "
+          f"{operand(e.regs.of(instr.operands[1]))};")
 
 
 @rule(Atom)

@@ -253,17 +253,18 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
 
 
 def _byte_access(fr: TargetFrame, instr: Instr, space: str, addr: np.ndarray,
-                 act: np.ndarray, data: np.ndarray | None) -> np.ndarray:
-    """Read (``data`` None) or write one byte per active thread in ``space``."""
+                 act: np.ndarray, nbytes: int, data: np.ndarray | None) -> np.ndarray:
+    """Read (``data`` None: the bytes (M, nbytes)) or write ``nbytes`` bytes per active
+    thread in ``space``, checked byte by byte (bounds, alignment to ``nbytes``)."""
     if space == "global":
         fail = fr.m.failer(instr, act)
         if data is None:
-            return fr.m.glob.read(addr, 1, fail)[:, 0]
+            return fr.m.glob.read(addr, nbytes, fail)
         fr.m.glob.write(addr, data, fail)
-        return data[:, 0]
+        return data
     if space == "shared":
         addr = addr + ptx_ops.SHARED_WINDOW
-    return generic_access(fr, instr, addr, act, 1, data)[:, 0]
+    return generic_access(fr, instr, addr, act, nbytes, data)
 
 
 @step_rule(ptx_ops.ByteLoad)
@@ -271,13 +272,15 @@ def _byte_load(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     a = c.slot(instr.operands[0])
     out = c.slot(instr.results[0])
+    shape: tuple[int, ...] = (c.m.n,) if op.vec == 1 else (c.m.n, op.vec)
 
     def step(fr: TargetFrame) -> None:
         act = np.flatnonzero(fr.mask)
         addr = fr.regs[a][act].astype(np.int64) + op.offset
-        raw = _byte_access(fr, instr, op.space, addr, act, None)
-        values = np.zeros(fr.m.n, np.int32 if op.signed else np.uint32)
-        values[act] = raw.view(np.int8) if op.signed else raw
+        raw = _byte_access(fr, instr, op.space, addr, act, op.vec, None)
+        values = np.zeros(shape, np.int32 if op.signed else np.uint32)
+        values[act] = (raw.view(np.int8) if op.signed else raw).reshape(
+            (len(act), *shape[1:]))
         fr.regs[out] = values
     return step
 
@@ -292,8 +295,8 @@ def _byte_store(c: TargetCompiler, instr: Instr) -> Step:
         if not len(act):
             return
         addr = fr.regs[a][act].astype(np.int64) + op.offset
-        data = (fr.regs[v][act] & np.uint32(0xFF)).astype(np.uint8)[:, None]
-        _byte_access(fr, instr, op.space, addr, act, data)
+        regs = fr.regs[v][act].astype(np.int64).reshape(len(act), op.vec)
+        _byte_access(fr, instr, op.space, addr, act, op.vec, (regs & 0xFF).astype(np.uint8))
     return step
 
 

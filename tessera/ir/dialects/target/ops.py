@@ -140,7 +140,8 @@ class Fma(Op):
 @register_op
 @dataclass(frozen=True)
 class Setp(Op):
-    """``setp.<cmp>.<type> p, a, b`` (the ``u`` comparisons are true on NaN)."""
+    """``setp.<cmp>.<type> p, a, b`` (the ``u`` comparisons are true on NaN); PTX has
+    no ``setp.pred``: predicates compare with ``xor``/``and``/``or``/``not``."""
 
     name: ClassVar[str] = "ptx.setp"
     cmp: str
@@ -149,6 +150,9 @@ class Setp(Op):
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         if self.cmp not in COMPARE:
             raise IRVerifyError(f"unknown comparison {self.cmp!r}")
+        if self.type == "pred":
+            raise IRVerifyError("setp does not compare predicates",
+                                hint="use xor.pred (ne), not of it (eq), and/or with not")
         _same(self, operands, 2)
         reg_of(self, operands[0], self.type)
         return (PRED,)

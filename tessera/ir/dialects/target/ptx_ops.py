@@ -101,37 +101,52 @@ class GenericStore(Op):
 @register_op
 @dataclass(frozen=True)
 class ByteLoad(Op):
-    """``ld.<space>.u8|s8 d, [a + offset]`` (PTX has no 8-bit registers): one byte,
-    zero- or sign-extended to the ``u32``/``s32`` result. ``space`` is global, shared,
-    local or generic (empty); the address is ``u32`` for shared and local."""
+    """``ld.<space>{.vN}.u8|s8 d, [a + offset]`` (PTX has no 8-bit registers): one
+    byte, or ``vec`` (2 or 4) consecutive bytes aligned to their total size, each zero-
+    or sign-extended to a ``u32``/``s32`` register. ``space`` is global, shared, local
+    or generic (empty); the address is ``u32`` for shared and local."""
 
     name: ClassVar[str] = "ptx.ld_byte"
     pure: ClassVar[bool] = False
     space: str
     signed: bool = False
     offset: int = 0
+    vec: int = 1
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
         reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
-        return (RegType("s32" if self.signed else "u32"),)
+        _byte_vector(self, self.vec)
+        return (RegType("s32" if self.signed else "u32", self.vec),)
 
 
 @register_op
 @dataclass(frozen=True)
 class ByteStore(Op):
-    """``st.<space>.u8|s8|b8 [a + offset], v``: the low byte of a ``b32`` value."""
+    """``st.<space>{.vN}.u8|s8|b8 [a + offset], v``: the low byte of a 32-bit integer
+    register (``b32``, ``u32`` or ``s32``; PTX lets ``st`` take a register wider than
+    its type: PTX ISA, "Operand Size Exceeding Instruction-Type Size"), or of each of
+    the ``vec`` (2 or 4) registers of a vector, into consecutive bytes."""
 
     name: ClassVar[str] = "ptx.st_byte"
     pure: ClassVar[bool] = False
     space: str
     offset: int = 0
+    vec: int = 1
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 2)
         reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
-        reg_of(self, operands[1], "b32")
+        _byte_vector(self, self.vec)
+        if reg_of(self, operands[1], "b32", "u32", "s32").count != self.vec:
+            raise IRVerifyError(f"ptx.st_byte of {self.vec} bytes stores {self.vec} "
+                                f"registers, got {operands[1]}")
         return ()
+
+
+def _byte_vector(op: Op, vec: int) -> None:
+    if vec not in (1, 2, 4):
+        raise IRVerifyError(f"{op.name} moves 1, 2 or 4 bytes, not {vec}")
 
 
 @register_op

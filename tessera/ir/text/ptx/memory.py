@@ -60,13 +60,13 @@ _BYTES = ("u8", "s8", "b8")
 
 
 def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    """``ld``/``st`` of one byte: PTX has no 8-bit registers, so the byte is extended
-    into (or taken from) a wider register."""
+    """``ld``/``st`` of one byte or a vector of 2 or 4: PTX has no 8-bit registers, so
+    each byte is extended into (or taken from) a wider register."""
     space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
     space = _memory_op(b, space)
     count(b, ops, 2)
-    if vec != 1:
-        raise b.unsupported("vectors of bytes")
+    if vec not in (1, 2, 4):
+        raise b.syntax(f"a vector of bytes is .v2 or .v4, not .v{vec}")
     if space not in ("global", "shared", "", "local"):
         raise b.unsupported(f"byte accesses in the .{space} state space")
     elem = "u32" if space == "shared" else "u64"
@@ -74,10 +74,10 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     addr, offset = _local(b, at) if space == "local" else b.read_address(at, elem)
     space = "" if space == "local" else space
     if b.head == "ld":
-        (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset), [addr])
+        (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset, vec), [addr])
         b.write(ops[0], d)
     else:
-        b.emit(ptx_ops.ByteStore(space, offset), [addr, b.read(ops[1], "b32")])
+        b.emit(ptx_ops.ByteStore(space, offset, vec), [addr, b.read(ops[1], "b32")])
 
 
 def _hinted(mods: list[str], ops: list[str]) -> list[str]:

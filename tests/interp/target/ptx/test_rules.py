@@ -92,7 +92,7 @@ def test_bit_instruction(name: str) -> None:
     a[:8] = [0, 1, 0x80000000, M32, 0xFF, 0x7FFFFFFF, 0xFFFF0000, 12345]
     c[8:40] = np.arange(32) + 1  # small shift counts and positions
     c[40:48] = [0x3210, 0x7654, 0x8888, 0x1F05, 0x2008, 0x0000, 0x0820, 0x1010]
-    got = run_elementwise(body, a, b, c, decls=".reg .b16 %rs;")
+    got = run_elementwise(body, a, b, c, decls=".reg .b16 %rs;\n.reg .b32 %x<4>;")
     want = np.array([ref(int(x), int(y), int(z)) for x, y, z in zip(a, b, c)], np.uint64)
     np.testing.assert_array_equal(got, want.astype(np.uint32))
 
@@ -109,6 +109,11 @@ BYTES: dict[str, tuple[str, Callable[[int, int, int], int]]] = {
     "st/ld.u8/s8 global": ("st.global.u8 [%rd5+1], %a;\n ld.global.s8 %d, [%rd5+1];\n"
                            " ld.global.u8 %e, [%rd5+2];\n add.s32 %d, %d, %e;",
                            lambda a, b, c: (_sext8(a) + ((c >> 16) & 0xFF)) & M32),
+    "st/ld.v2/v4.u8/s8 global": (
+        "st.global.v2.u8 [%rd5+2], {%a, %b};\n ld.global.v4.s8 {%x0, %x1, %x2, %x3}, [%rd5];\n"
+        " add.s32 %d, %x0, %x3;\n ld.global.v2.u8 {%x1, %x2}, [%rd5+2];\n"
+        " sub.s32 %d, %d, %x2;\n add.s32 %d, %d, %x1;",
+        lambda a, b, c: (_sext8(c) + _sext8(b) - (b & 0xFF) + (a & 0xFF)) & M32),
 }
 
 
@@ -120,6 +125,6 @@ def test_byte_types(name: str) -> None:
     b = rng.integers(0, 2**32, n, dtype=np.uint64)
     c = rng.integers(0, 2**32, n, dtype=np.uint64)
     a[:4] = [0x7F, 0x80, 0xFF, 0x1234]
-    got = run_elementwise(body, a, b, c, decls=".reg .b16 %rs;")
+    got = run_elementwise(body, a, b, c, decls=".reg .b16 %rs;\n.reg .b32 %x<4>;")
     want = np.array([ref(int(x), int(y), int(z)) for x, y, z in zip(a, b, c)], np.uint64)
     np.testing.assert_array_equal(got, want.astype(np.uint32))
