@@ -28,7 +28,7 @@ nearest even, to the accumulator format when any other op uses it
   ``2**-298`` below ``2**256``; the quantum is ``2**-362`` (64 bits below, so that the
   f64 significand's last bit, down to ``2**-350``, is never below word 0), words up to
   19 take the products and word 20 the growth of up to ``2**54`` terms.
-* **Rounding** (:func:`tessera.lower.exact.longacc.round_words`) happens at each use
+* **Rounding** (:func:`tessera.lower.exact.longacc.round_words_at`) happens at each use
   of a chain's value by another op, by the threads that hold the elements.
 """
 
@@ -51,7 +51,7 @@ from tessera.lower.exact.longacc import (
     NAN_BIT,
     NINF_BIT,
     PINF_BIT,
-    round_words,
+    round_words_at,
     to_format,
     zero_shared,
 )
@@ -208,11 +208,7 @@ def _round(low: Lowerer, v: Value, base: Value) -> Dist:
     def one(inner: TargetEmitter, r: int) -> Value:
         addr = _element_addr(inner, base, layout, r)
         flags = inner.ld("shared", addr, "u32", offset=8 * MMA_DIGITS)
-        odd = round_words(inner, MMA_DIGITS,
-                          lambda em, k: em.ld("shared", addr, "u64", offset=8 * k),
-                          lambda em, k, w: em.st("shared", addr, em.pack([w], "u64"), "u64",
-                                                 offset=8 * k),
-                          flags, MMA_QUANTUM)
+        odd = round_words_at(inner, MMA_DIGITS, "shared", addr, flags, MMA_QUANTUM)
         return to_format(inner, odd, element)
 
     regs = []
