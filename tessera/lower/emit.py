@@ -39,6 +39,22 @@ BYTE_TYPES = ("u8", "s8", "b8")
 
 Body = Callable[["TargetEmitter"], Sequence[Value] | None]
 
+#: ops already made, by class and fields: ops are frozen, so one instance serves every
+#: instruction of its kind (making a frozen dataclass costs more than looking it up)
+_MADE: dict[tuple[Any, ...], Op] = {}
+
+
+def _made(cls: type[Op], *fields: Any) -> Any:
+    """``cls(*fields)``, shared; ``fields`` are strings and integers (never floats,
+    whose 0.0 and -0.0 compare equal)."""
+    key = (cls, *fields)
+    op = _MADE.get(key)
+    if op is None:
+        if len(_MADE) > 4096:  # immediates' offsets vary: keep the table small
+            _MADE.clear()
+        op = _MADE[key] = cls(*fields)
+    return op
+
 
 class TargetEmitter:
     """Appends Target IR to one block; every instruction gets the rule's source loc."""
@@ -82,7 +98,7 @@ class TargetEmitter:
             mode = "rn"  # an explicit rounding mode: never contracted into fma
         if mode == "" and op == "mul" and type[0] in "us":
             mode = "lo"
-        return self.one(Binary(op, type, mode), a, b)
+        return self.one(_made(Binary, op, type, mode), a, b)
 
     def add(self, a: Value, b: Value, type: str) -> Value:
         return self.bin("add", a, b, type)
@@ -91,27 +107,27 @@ class TargetEmitter:
         return self.bin("mul", a, b, type)
 
     def un(self, op: str, a: Value, type: str, mode: str = "") -> Value:
-        return self.one(Unary(op, type, mode), a)
+        return self.one(_made(Unary, op, type, mode), a)
 
     def fma(self, a: Value, b: Value, c: Value, type: str) -> Value:
-        return self.one(Fma(type), a, b, c)
+        return self.one(_made(Fma, type), a, b, c)
 
     def setp(self, cmp: str, a: Value, b: Value, type: str) -> Value:
-        return self.one(Setp(cmp, type), a, b)
+        return self.one(_made(Setp, cmp, type), a, b)
 
     def selp(self, a: Value, b: Value, p: Value, type: str) -> Value:
-        return self.one(Selp(type), a, b, p)
+        return self.one(_made(Selp, type), a, b, p)
 
     def cvt(self, a: Value | Sequence[Value], to: str, frm: str, rnd: str = "",
             sat: str = "") -> Value:
         operands = [a] if isinstance(a, Value) else list(a)
-        return self.op(Cvt(to, frm, rnd, sat), operands)[0]
+        return self.op(_made(Cvt, to, frm, rnd, sat), operands)[0]
 
     def pack(self, parts: Sequence[Value], type: str) -> Value:
-        return self.op(Pack(type), parts)[0]
+        return self.op(_made(Pack, type), parts)[0]
 
     def unpack(self, v: Value, type: str, count: int) -> list[Value]:
-        return self.op(Unpack(type, count), [v])
+        return self.op(_made(Unpack, type, count), [v])
 
     # -- memory
     def ld(self, space: str, addr: Value, type: str, vec: int = 1, offset: int = 0) -> Value:
@@ -119,17 +135,17 @@ class TargetEmitter:
         each byte into a 32-bit register, zero-extended (``s8``: sign-extended), as PTX
         does: it has no 8-bit registers."""
         if type in BYTE_TYPES:
-            return self.one(ByteLoad(space, type == "s8", offset, vec), addr)
-        return self.one(Load(space, type, vec, offset), addr)
+            return self.one(_made(ByteLoad, space, type == "s8", offset, vec), addr)
+        return self.one(_made(Load, space, type, vec, offset), addr)
 
     def st(self, space: str, addr: Value, value: Value, type: str, vec: int = 1,
            offset: int = 0) -> None:
         """``st.<space>{.vN}.<type>``; an 8-bit ``type`` stores the low byte of each
         32-bit integer register."""
         if type in BYTE_TYPES:
-            self.op(ByteStore(space, offset, vec), [addr, value])
+            self.op(_made(ByteStore, space, offset, vec), [addr, value])
             return
-        self.op(Store(space, type, vec, offset), [addr, value])
+        self.op(_made(Store, space, type, vec, offset), [addr, value])
 
     def bar(self) -> None:
         self.op(Bar())

@@ -100,16 +100,18 @@ def tile_program(compiled: Compiled, mode: str = "exact") -> TileProgram:
     cached = compiled.tile_program if mode != "fast" else compiled.fast_tile_program
     if cached is None:
         from tessera.ir.dialects import schedule as schedule_ops
+        from tessera.ir.passes import collector_paused
         from tessera.ir.transforms.schedule import schedule_module
         from tessera.ir.transforms.to_tile import schedule_to_tile
 
         fn = compiled.function
-        t0 = time.perf_counter()
-        if fn.kind != schedule_ops.FUNC:
-            fn = schedule_module(Module(compiled.module.name, {fn.name: fn}),
-                                 mode=mode).functions[fn.name]
-        t1 = time.perf_counter()
-        cached = schedule_to_tile(fn, mode)
+        with collector_paused():
+            t0 = time.perf_counter()
+            if fn.kind != schedule_ops.FUNC:
+                fn = schedule_module(Module(compiled.module.name, {fn.name: fn}),
+                                     mode=mode).functions[fn.name]
+            t1 = time.perf_counter()
+            cached = schedule_to_tile(fn, mode)
         cached.seconds = {"schedule": t1 - t0, "to_tile": time.perf_counter() - t1}
         if mode == "fast":  # fast mode's kernels may reassociate (online softmax)
             compiled.fast_tile_program = cached

@@ -154,6 +154,43 @@ Load = Callable[[TargetEmitter, int], Value]
 Store = Callable[[TargetEmitter, int, Value], None]
 
 
+def _carried(e: TargetEmitter, w: Value, carry: Value, last: bool) -> tuple[Value, Value]:
+    """``w + carry`` split into its low 32 bits and the (arithmetic) carry out; the
+    top word keeps everything."""
+    w = e.add(w, carry, "s64")
+    if last:
+        return w, carry
+    return (e.bin("and", w, e.const(0xFFFFFFFF, "s64"), "s64"),
+            e.bin("shr", w, e.const(32, "u32"), "s64"))
+
+
+def _scan(e: TargetEmitter, state: list[Value], k: Value, w: Value, neg: Value,
+          last: bool) -> list[Value]:
+    """One word of the second pass: negate and carry word ``k`` (``w``), then move the
+    window of the top three nonzero-led words. ``state`` (and the result) is ``carry,
+    t, hi, mid, lo, prev1, prev2, below, sticky``: the carry, the index of the top
+    nonzero word, the window, the words ``k - 1`` and ``k - 2``, whether a word below
+    ``k - 2`` is nonzero, and whether one below the window is."""
+    s64, zero = "s64", e.const(0, "s64")
+    carry, t, hi, mid, lo, prev1, prev2, below, sticky = state
+    w = e.selp(e.bin("sub", zero, w, s64), w, neg, s64)
+    w, carry = _carried(e, w, carry, last)
+    nonzero = e.setp("ne", w, zero, s64)
+    t = e.selp(k, t, nonzero, "s32")
+    hi = e.selp(w, hi, nonzero, s64)
+    mid = e.selp(prev1, mid, nonzero, s64)
+    lo = e.selp(prev2, lo, nonzero, s64)
+    sticky = e.selp(below, sticky, nonzero, "pred")
+    # prev2 is 0 for k < 2, so this ORs in nothing until there is a word below k - 2
+    below = e.bin("or", below, e.setp("ne", prev2, zero, s64), "pred")
+    return [carry, t, hi, mid, lo, w, prev1, below, sticky]
+
+
+def _scan_start(e: TargetEmitter) -> list[Value]:
+    zero, no = e.const(0, "s64"), e.const(False, "pred")
+    return [zero, e.const(-1, "s32"), zero, zero, zero, zero, zero, no, no]
+
+
 def round_words(e: TargetEmitter, digits: int, load: Load, store: Store, flags: Value,
                 quantum: int, divisor: int = 1, nearest: bool = False) -> Value:
     """The value ``sum(w[k] 2**(32 k)) 2**-quantum / divisor`` of the ``digits`` signed
@@ -166,40 +203,59 @@ def round_words(e: TargetEmitter, digits: int, load: Load, store: Store, flags: 
     (``store`` keeps the first pass's words, ``load`` reads them again): the first
     propagates the carries, which leaves the sign in the top word; the second negates
     a negative value (two's complement, carried again) and keeps a window of the top
-    three nonzero-led words and whether any word below them is nonzero."""
-    s64, u64, s32 = "s64", "u64", "s32"
-    mask = e.const(0xFFFFFFFF, s64)
-    zero = e.const(0, s64)
-    shift = e.const(32, "u32")
-    carry = zero
+    three nonzero-led words and whether any word below them is nonzero. The passes are
+    unrolled here (any ``load`` and ``store``); :func:`round_words_at` loops over words
+    in memory."""
+    carry = e.const(0, "s64")
     for k in range(digits):
-        w = e.add(e.pack([load(e, k)], s64), carry, s64)
-        if k < digits - 1:
-            carry = e.bin("shr", w, shift, s64)  # arithmetic
-            w = e.bin("and", w, mask, s64)
+        w, carry = _carried(e, e.pack([load(e, k)], "s64"), carry, k == digits - 1)
         store(e, k, w)
-    neg = e.setp("lt", w, zero, s64)
-    carry = zero
-    t = e.const(-1, s32)
-    hi = mid = lo = zero
-    prev1 = prev2 = zero  # the words k - 1 and k - 2
-    below = e.const(False, "pred")  # a nonzero word below k - 2
-    sticky = below
+    neg = e.setp("lt", w, e.const(0, "s64"), "s64")
+    state = _scan_start(e)
     for k in range(digits):
-        w = e.pack([load(e, k)], s64)
-        w = e.add(e.selp(e.bin("sub", zero, w, s64), w, neg, s64), carry, s64)
-        if k < digits - 1:
-            carry = e.bin("shr", w, shift, s64)
-            w = e.bin("and", w, mask, s64)
-        nonzero = e.setp("ne", w, zero, s64)
-        t = e.selp(e.const(k, s32), t, nonzero, s32)
-        hi = e.selp(w, hi, nonzero, s64)
-        mid = e.selp(prev1, mid, nonzero, s64)
-        lo = e.selp(prev2, lo, nonzero, s64)
-        sticky = e.selp(below, sticky, nonzero, "pred")
-        if k >= 2:
-            below = e.bin("or", below, e.setp("ne", prev2, zero, s64), "pred")
-        prev2, prev1 = prev1, w
+        state = _scan(e, state, e.const(k, "s32"), e.pack([load(e, k)], "s64"), neg,
+                      k == digits - 1)
+    return _round_window(e, state, neg, flags, quantum, divisor, nearest)
+
+
+def round_words_at(e: TargetEmitter, digits: int, space: str, addr: Value, flags: Value,
+                   quantum: int, divisor: int = 1, nearest: bool = False) -> Value:
+    """:func:`round_words` of the ``digits`` consecutive u64 words at ``addr`` (``u32``
+    in shared memory, ``u64`` in global), each pass a ``ptx.for`` over the words but
+    the top one: a few dozen instructions instead of a dozen per word."""
+    elem = addr.type.elem  # type: ignore[attr-defined]
+    step = e.const(8, elem)
+    lo, hi, one = e.const(0, "s32"), e.const(digits - 1, "s32"), e.const(1, "s32")
+
+    def load(em: TargetEmitter, at: Value, offset: int = 0) -> Value:
+        return em.pack([em.ld(space, at, "u64", offset=offset)], "s64")
+
+    def carries(em: TargetEmitter, _k: Value, at: Value, carry: Value) -> list[Value]:
+        w, carry = _carried(em, load(em, at), carry, False)
+        em.st(space, at, em.pack([w], "u64"), "u64")
+        return [em.add(at, step, elem), carry]
+
+    _, carry = e.for_(lo, hi, one, [addr, e.const(0, "s64")], carries)
+    top = 8 * (digits - 1)
+    w, _ = _carried(e, load(e, addr, top), carry, True)
+    e.st(space, addr, e.pack([w], "u64"), "u64", offset=top)
+    neg = e.setp("lt", w, e.const(0, "s64"), "s64")
+
+    def scan(em: TargetEmitter, k: Value, at: Value, *state: Value) -> list[Value]:
+        return [em.add(at, step, elem), *_scan(em, list(state), k, load(em, at), neg, False)]
+
+    state = e.for_(lo, hi, one, [addr, *_scan_start(e)], scan)[1:]
+    state = _scan(e, state, hi, load(e, addr, top), neg, True)
+    return _round_window(e, state, neg, flags, quantum, divisor, nearest)
+
+
+def _round_window(e: TargetEmitter, state: list[Value], neg: Value, flags: Value,
+                  quantum: int, divisor: int, nearest: bool) -> Value:
+    """The rounding of :func:`round_words` from the second pass's final ``state``
+    (``neg``: whether the value is negative)."""
+    u64, s32 = "u64", "s32"
+    shift = e.const(32, "u32")
+    _, t, hi, mid, lo, _, _, _, sticky = state
     hi, mid, lo = (e.pack([v], u64) for v in (hi, mid, lo))
     top = e.bin("or", e.bin("shl", hi, shift, u64), mid, u64)
     head, rest, z = _normalise96(e, e.bin("max", top, e.const(1 << 32, u64), u64), lo)
@@ -270,4 +326,4 @@ def to_format(e: TargetEmitter, odd: Value, element: object) -> Value:
 
 
 __all__ = ["NAN_BIT", "NINF_BIT", "PINF_BIT", "SUM_DIGITS", "SUM_QUANTUM", "SharedAcc",
-           "deposit_f32", "round_words", "special", "to_format", "zero_shared"]
+           "deposit_f32", "round_words", "round_words_at", "special", "to_format", "zero_shared"]

@@ -28,7 +28,7 @@ nearest even, to the accumulator format when any other op uses it
   ``2**-298`` below ``2**256``; the quantum is ``2**-362`` (64 bits below, so that the
   f64 significand's last bit, down to ``2**-350``, is never below word 0), words up to
   19 take the products and word 20 the growth of up to ``2**54`` terms.
-* **Rounding** (:func:`tessera.lower.exact.longacc.round_words`) happens at each use
+* **Rounding** (:func:`tessera.lower.exact.longacc.round_words_at`) happens at each use
   of a chain's value by another op, by the threads that hold the elements.
 """
 
@@ -51,7 +51,7 @@ from tessera.lower.exact.longacc import (
     NAN_BIT,
     NINF_BIT,
     PINF_BIT,
-    round_words,
+    round_words_at,
     to_format,
     zero_shared,
 )
@@ -200,34 +200,49 @@ def exact_operands(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowe
 
 
 def _round(low: Lowerer, v: Value, base: Value) -> Dist:
+    """The thread's registers of the exact chain value ``v`` (accumulators at ``base``),
+    each rounded once: one ``ptx.for`` over the registers whose body rounds the
+    register's accumulator and selects the result into the register of that index
+    (a rounding is over a hundred instructions; a thread holds several registers)."""
     e = low.em
     layout = low.layouts[v]
     assert isinstance(layout, Blocked) and isinstance(v.type, TensorType)
     element = v.type.element
+    s32, f32, vec = "s32", "f32", layout.vec
+    size = layout.chunks * vec
+    first = chunk_index(e, layout, 0)
+    # registers past the end exist where the chunks do not fill the last row of threads
+    ragged = layout.per_thread * THREADS > layout.chunks
 
-    def one(inner: TargetEmitter, r: int) -> Value:
-        addr = _element_addr(inner, base, layout, r)
+    def rounded(inner: TargetEmitter, k: Value) -> list[Value]:
+        k = inner.bin("min", k, inner.const(size - 1, s32), s32)
+        off = inner.mul(k, inner.const(8 * (MMA_DIGITS + 1), s32), s32)
+        addr = inner.add(base, inner.cvt(off, "u32", s32), "u32")
         flags = inner.ld("shared", addr, "u32", offset=8 * MMA_DIGITS)
-        odd = round_words(inner, MMA_DIGITS,
-                          lambda em, k: em.ld("shared", addr, "u64", offset=8 * k),
-                          lambda em, k, w: em.st("shared", addr, em.pack([w], "u64"), "u64",
-                                                 offset=8 * k),
-                          flags, MMA_QUANTUM)
-        return to_format(inner, odd, element)
+        odd = round_words_at(inner, MMA_DIGITS, "shared", addr, flags, MMA_QUANTUM)
+        return [to_format(inner, odd, element)]
 
-    regs = []
-    for r in range(layout.per_thread * layout.vec):
-        j = r // layout.vec
-        if (j + 1) * THREADS <= layout.chunks:
-            regs.append(one(e, r))
-            continue
-        # a register past the end: the accumulator it would name is another thread's
-        ok = e.setp("lt", chunk_index(e, layout, j),
-                    e.const(layout.chunks * layout.vec, "s32"), "s32")
-        (value,) = e.if_(ok, lambda inner, r=r: [one(inner, r)],
-                         lambda inner: [inner.const(0.0, "f32")], types=[RegType("f32")])
-        regs.append(value)
-    return Dist(layout, regs, "f32")
+    def body(le: TargetEmitter, r: Value, *regs: Value) -> list[Value]:
+        # register r is element c of chunk j: flat index (tid + 128 j) vec + c
+        j, c = r, None
+        if vec > 1:
+            j = le.bin("div", r, le.const(vec, s32), s32)
+            c = le.bin("rem", r, le.const(vec, s32), s32)
+        k0 = le.add(first, le.mul(j, le.const(THREADS * vec, s32), s32), s32)
+        k = le.add(k0, c, s32) if c is not None else k0
+        if ragged:  # the accumulator a register past the end would name is another's
+            (value,) = le.if_(le.setp("lt", k0, le.const(size, s32), s32),
+                              lambda inner: rounded(inner, k),
+                              lambda inner: [inner.const(0.0, f32)], types=[RegType(f32)])
+        else:
+            (value,) = rounded(le, k)
+        return [le.selp(value, reg, le.setp("eq", r, le.const(i, s32), s32), f32)
+                for i, reg in enumerate(regs)]
+
+    n = layout.per_thread * vec
+    regs = e.for_(e.const(0, s32), e.const(n, s32), e.const(1, s32),
+                  [e.const(0.0, f32)] * n, body)
+    return Dist(layout, regs, f32)
 
 
 def deposit_f64(e: TargetEmitter, acc: Value, p: Value) -> None:

@@ -35,7 +35,7 @@ from tessera.lower.exact.longacc import (
     SUM_QUANTUM,
     SharedAcc,
     deposit_f32,
-    round_words,
+    round_words_at,
     to_format,
     zero_shared,
 )
@@ -98,11 +98,8 @@ def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
     def finish(inner: TargetEmitter, row: Value) -> None:
         addr = acc.row(inner, row)
         flags = inner.ld("shared", addr, "u32", offset=8 * digits)
-        odd = round_words(inner, digits,
-                          lambda em, k: em.ld("shared", addr, "u64", offset=8 * k),
-                          lambda em, k, w: em.st("shared", addr, em.pack([w], "u64"), "u64",
-                                                 offset=8 * k),
-                          flags, quantum, divisor, nearest=wide)
+        odd = round_words_at(inner, digits, "shared", addr, flags, quantum, divisor,
+                             nearest=wide)
         value = odd if wide else to_format(inner, odd, element)
         slot = inner.add(results, inner.cvt(inner.mul(row, inner.const(size, "s32"), "s32"),
                                             "u32", "s32"), "u32")

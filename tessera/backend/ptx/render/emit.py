@@ -47,6 +47,8 @@ class PtxWriter:
         self.dynamic_offsets: dict[str, int] | None = None
         self.loc: Loc | None = None
         self._labels = 0
+        # the last instruction loc met, and the loc its lines get (None for unknown)
+        self._known: tuple[Loc, Loc | None] = (UNKNOWN_LOC, None)
 
     def out(self, text: str) -> None:
         """Write one instruction line (indented) for the current instruction."""
@@ -74,8 +76,9 @@ class PtxWriter:
 
     def block(self, block: Block) -> None:
         """Render every instruction of ``block`` except its terminator."""
+        term = block.terminator
         for instr in block.instrs:
-            if instr is not block.terminator or isinstance(instr.op, Return):
+            if instr is not term or isinstance(instr.op, Return):
                 self.instr(instr)
 
     def instr(self, instr: Instr) -> None:
@@ -85,7 +88,10 @@ class PtxWriter:
             raise RenderError(f"no PTX rule for op {instr.op.name}",
                               hint="only Target IR (ptx.*) ops can be rendered; lower the "
                                    "kernel to Target IR first", loc=instr.loc)
-        saved, self.loc = self.loc, (None if instr.loc == UNKNOWN_LOC else instr.loc)
+        loc = instr.loc
+        if loc is not self._known[0]:  # the instructions of one rule share their loc
+            self._known = (loc, None if loc == UNKNOWN_LOC else loc)
+        saved, self.loc = self.loc, self._known[1]
         fn(self, instr)
         self.loc = saved
 

@@ -10,6 +10,8 @@ integer conversion, ``.approx`` for ``ex2``/``lg2`` (the only forms PTX has).
 
 from __future__ import annotations
 
+import functools
+
 from tessera.backend.ptx.render.emit import (
     DYNAMIC_SHARED,
     PtxWriter,
@@ -22,7 +24,7 @@ from tessera.backend.ptx.render.emit import (
 )
 from tessera.backend.ptx.render.regalloc import RenderError, braced, operand
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target import RegType, Return
+from tessera.ir.dialects.target import REG_TYPES, RegType, Return
 from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
@@ -58,8 +60,8 @@ def _sreg(e: PtxWriter, instr: Instr) -> None:
 @rule(Const)
 def _const(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
-    typ = op.type if RegType(op.type).kind in "usp" else mov_type(op.type)
-    e.out(f"mov.{typ} {e.regs.one(instr.result)}, {immediate(op.value, op.type)};")
+    typ = op.type if REG_TYPES[op.type][1] in "usp" else mov_type(op.type)
+    e.out(f"mov.{typ} {e.regs.one(instr.results[0])}, {immediate(op.value, op.type)};")
 
 
 def _binary_type(op: Binary) -> str:
@@ -71,21 +73,26 @@ def _binary_type(op: Binary) -> str:
     return arith_type(op.type)
 
 
-@rule(Binary)
-def _binary(e: PtxWriter, instr: Instr) -> None:
-    op = instr.op
+@functools.lru_cache(maxsize=1024)
+def _binary_name(op: Binary) -> str:
     kind = RegType(op.type).kind
     mode = op.mode
     if not mode and op.op == "mul" and kind != "f":
         mode = "lo"  # integer mul must say which half of the product it keeps
     if not mode and op.op == "div" and kind == "f":
         mode = "rn"  # a float div needs a rounding mode (IEEE round-to-nearest-even)
+    return ".".join(p for p in (op.op, mode, _binary_type(op)) if p)
+
+
+@rule(Binary)
+def _binary(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
     if op.type == "bf16" and op.op in ("add", "sub", "mul"):
         e.sm90(instr)  # add/sub/mul.bf16: sm_90, PTX 7.8 (sm_80 has fma.rn.bf16 only)
         e.require((7, 8))
-    a, b = (e.regs.one(v) for v in instr.operands)
-    name = ".".join(p for p in (op.op, mode, _binary_type(op)) if p)
-    e.out(f"{name} {e.regs.one(instr.result)}, {a}, {b};")
+    one = e.regs.one
+    a, b = (one(v) for v in instr.operands)
+    e.out(f"{_binary_name(op)} {one(instr.results[0])}, {a}, {b};")
 
 
 _UNARY_MODE = {"sqrt": "rn", "rcp": "rn", "ex2": "approx", "lg2": "approx"}
@@ -93,7 +100,12 @@ _UNARY_MODE = {"sqrt": "rn", "rcp": "rn", "ex2": "approx", "lg2": "approx"}
 
 @rule(Unary)
 def _unary(e: PtxWriter, instr: Instr) -> None:
-    op = instr.op
+    e.out(f"{_unary_name(instr.op)} {e.regs.one(instr.results[0])}, "
+          f"{e.regs.one(instr.operands[0])};")
+
+
+@functools.lru_cache(maxsize=1024)
+def _unary_name(op: Unary) -> str:
     if op.op == "mov":
         typ = mov_type(op.type)
     elif op.op == "not":
@@ -103,8 +115,7 @@ def _unary(e: PtxWriter, instr: Instr) -> None:
     else:
         typ = op.type
     mode = op.mode or _UNARY_MODE.get(op.op, "")
-    name = ".".join(p for p in (op.op, mode, typ) if p)
-    e.out(f"{name} {e.regs.one(instr.result)}, {e.regs.one(instr.operands[0])};")
+    return ".".join(p for p in (op.op, mode, typ) if p)
 
 
 @rule(Fma)
@@ -113,18 +124,22 @@ def _fma(e: PtxWriter, instr: Instr) -> None:
     e.out(f"fma.rn.{instr.op.type} {e.regs.one(instr.result)}, {a}, {b}, {c};")
 
 
+@functools.lru_cache(maxsize=1024)
+def _setp_name(op: Setp) -> str:
+    return f"setp.{op.cmp}.{op.type if op.cmp in ('eq', 'ne') else arith_type(op.type)}"
+
+
 @rule(Setp)
 def _setp(e: PtxWriter, instr: Instr) -> None:
-    op = instr.op
-    typ = op.type if op.cmp in ("eq", "ne") else arith_type(op.type)
-    a, b = (e.regs.one(v) for v in instr.operands)
-    e.out(f"setp.{op.cmp}.{typ} {e.regs.one(instr.result)}, {a}, {b};")
+    one = e.regs.one
+    a, b = (one(v) for v in instr.operands)
+    e.out(f"{_setp_name(instr.op)} {one(instr.results[0])}, {a}, {b};")
 
 
 @rule(Selp)
 def _selp(e: PtxWriter, instr: Instr) -> None:
     a, b, p = (e.regs.one(v) for v in instr.operands)
-    d = e.regs.one(instr.result)
+    d = e.regs.one(instr.results[0])
     if instr.op.type == "pred":  # selp has no .pred form: two predicated moves
         e.out(f"@{p} mov.pred {d}, {a};")
         e.out(f"@!{p} mov.pred {d}, {b};")
@@ -134,7 +149,18 @@ def _selp(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Cvt)
 def _cvt(e: PtxWriter, instr: Instr) -> None:
-    op = instr.op
+    name, version, sm90 = _cvt_name(instr.op)
+    if sm90:
+        e.sm90(instr)
+    if version:
+        e.require(version)
+    srcs = ", ".join(e.regs.one(v) for v in instr.operands)
+    e.out(f"{name} {e.regs.one(instr.results[0])}, {srcs};")
+
+
+@functools.lru_cache(maxsize=1024)
+def _cvt_name(op: Cvt) -> tuple[str, tuple[int, int] | None, bool]:
+    """The mnemonic of ``op``, the PTX version it needs, and whether it needs sm_90."""
     to, frm = RegType(op.to), RegType(op.frm)
     rnd = op.rnd
     to_bits = 16 if op.to.endswith("x2") else to.bits  # a packed pair narrows each half
@@ -142,18 +168,18 @@ def _cvt(e: PtxWriter, instr: Instr) -> None:
         rnd = "rn"  # int -> float and narrowing float conversions must round
     elif not rnd and to.kind != "f" and frm.kind == "f":
         rnd = "rzi"  # float -> int must round; truncation is C's conversion
+    versions, sm90 = [], False
     if op.sat == "satfinite":
-        e.require((8, 1))
+        versions.append((8, 1))
     if "bf16" in (op.to, op.frm):  # (scalar bf16; the packed bf16x2 forms are sm_80's)
         other = op.frm if op.to == "bf16" else op.to
         if other == "f32":
-            e.require((7, 1))  # cvt.f32.bf16: PTX ISA 7.1 (ptxas says so)
+            versions.append((7, 1))  # cvt.f32.bf16: PTX ISA 7.1 (ptxas says so)
         elif other != "bf16":
-            e.sm90(instr)  # bf16 to or from f16, f64 or an integer: sm_90, PTX 7.8
-            e.require((7, 8))
+            sm90 = True  # bf16 to or from f16, f64 or an integer: sm_90, PTX 7.8
+            versions.append((7, 8))
     name = ".".join(p for p in ("cvt", rnd, op.sat, op.to, op.frm) if p)
-    srcs = ", ".join(e.regs.one(v) for v in instr.operands)
-    e.out(f"{name} {e.regs.one(instr.result)}, {srcs};")
+    return name, max(versions, default=None), sm90
 
 
 def _flat(e: PtxWriter, instr: Instr) -> list[str]:
@@ -185,20 +211,23 @@ def _vec_suffix(vec: int) -> str:
     return f".v{vec}" if vec > 1 else ""
 
 
+@functools.lru_cache(maxsize=1024)
+def _access(op: Load | Store) -> str:
+    """``ld.space.type`` or ``st.space.type`` (with ``.vN``)."""
+    head = "ld" if isinstance(op, Load) else "st"
+    return f"{head}.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)}"
+
+
 @rule(Load)
 def _load(e: PtxWriter, instr: Instr) -> None:
-    op = instr.op
-    dst = operand(e.regs.of(instr.result))
-    e.out(f"ld.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} {dst}, "
-          f"{address(e, instr, op.offset)};")
+    dst = operand(e.regs.of(instr.results[0]))
+    e.out(f"{_access(instr.op)} {dst}, {address(e, instr, instr.op.offset)};")
 
 
 @rule(Store)
 def _store(e: PtxWriter, instr: Instr) -> None:
-    op = instr.op
     src = operand(e.regs.of(instr.operands[1]))
-    e.out(f"st.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)} "
-          f"{address(e, instr, op.offset)}, {src};")
+    e.out(f"{_access(instr.op)} {address(e, instr, instr.op.offset)}, {src};")
 
 
 @rule(GuardedLoad)

@@ -35,10 +35,15 @@ _CLASSES = {"pred": ("%p", ".pred"), "b16": ("%rs", ".b16"), "b32": ("%r", ".b32
 
 def reg_class(elem: str) -> str:
     """The register class (a key of the declaration table) holding a ``reg<elem>``."""
-    if elem in ("pred", "f32", "f64"):
-        return elem
-    bits = RegType(elem).bits
-    return f"b{bits}"
+    cls = _CLASS_OF.get(elem)
+    if cls is None:
+        cls = _CLASS_OF[elem] = elem if elem in ("pred", "f32", "f64") else \
+            f"b{RegType(elem).bits}"
+    return cls
+
+
+#: ``reg_class`` of each element type met so far (rendering asks once per register)
+_CLASS_OF: dict[str, str] = {}
 
 
 def braced(regs: Sequence[str]) -> str:
@@ -78,18 +83,24 @@ class Registers:
         prefix = _CLASSES[cls][0]
         start = self._counts[cls]
         self._counts[cls] += count
+        if count == 1:
+            return (prefix + str(start),)
         return tuple(f"{prefix}{i}" for i in range(start, start + count))
 
     def of(self, v: Value) -> tuple[str, ...]:
         """The registers of ``v`` (one per register of a vector), allocated on first use."""
-        root = self._root(v)
-        if root not in self._names:
-            self._names[root] = self.fresh(*_elem(root.type))
-        return self._names[root]
+        names = self._names.get(v)
+        if names is None:  # the ties are fixed: remember the root's names under v too
+            root = self._root(v)
+            names = self._names.get(root)
+            if names is None:
+                names = self._names[root] = self.fresh(*_elem(root.type))
+            self._names[v] = names
+        return names
 
     def one(self, v: Value) -> str:
         """The single register of the scalar ``v``."""
-        regs = self.of(v)
+        regs = self._names.get(v) or self.of(v)
         if len(regs) != 1:
             raise RenderError(f"expected a single register, got a vector of {len(regs)}")
         return regs[0]
@@ -105,13 +116,12 @@ class Registers:
 
 
 class _Ties:
-    """Union-find over values, plus where each value is defined (its enclosing loops)."""
+    """Union-find over values: a loop's carried values and results, a ``wgmma``'s
+    accumulator and result."""
 
     def __init__(self) -> None:
         self.parent: dict[Value, Value] = {}
-        self.loops: dict[Value, tuple[Instr, ...]] = {}
-        self.order: list[Instr] = []
-        self.where: dict[Instr, tuple[Instr, ...]] = {}
+        self.wgmma = False  # whether the kernel has a wgmma (whose ties need checks)
 
     def find(self, v: Value) -> Value:
         while self.parent.get(v, v) is not v:
@@ -126,6 +136,37 @@ class _Ties:
         if ra is not rb:
             self.parent[rb] = ra
 
+    def visit(self, block: Block) -> None:
+        for instr in block.instrs:
+            if instr.regions:
+                for region in instr.regions:
+                    for b in region.blocks:
+                        self.visit(b)
+                self._tie(instr)
+            elif isinstance(instr.op, Wgmma):
+                self.wgmma = True
+                self.union(instr.operands[0], instr.results[0], instr.loc)
+
+    def _tie(self, instr: Instr) -> None:
+        if isinstance(instr.op, For):
+            for arg, res in zip(instr.regions[0].block.args[1:], instr.results):
+                self.union(arg, res, instr.loc)
+        elif isinstance(instr.op, While):
+            cond, body = instr.regions[0].block, instr.regions[1].block
+            for a, b, res in zip(cond.args, body.args, instr.results):
+                self.union(a, b, instr.loc)
+                self.union(a, res, instr.loc)
+
+
+class _Places:
+    """Program order and enclosing loops of every instruction and value."""
+
+    def __init__(self, fn: Function) -> None:
+        self.loops: dict[Value, tuple[Instr, ...]] = {}
+        self.order: list[Instr] = []
+        self.where: dict[Instr, tuple[Instr, ...]] = {}
+        self.visit(fn.body, ())
+
     def visit(self, block: Block, loops: tuple[Instr, ...]) -> None:
         for arg in block.args:
             self.loops[arg] = loops
@@ -138,19 +179,31 @@ class _Ties:
             for region in instr.regions:
                 for b in region.blocks:
                     self.visit(b, inner)
-            self._tie(instr)
 
-    def _tie(self, instr: Instr) -> None:
-        if isinstance(instr.op, For):
-            for arg, res in zip(instr.regions[0].block.args[1:], instr.results):
-                self.union(arg, res, instr.loc)
-        elif isinstance(instr.op, While):
-            cond, body = instr.regions[0].block, instr.regions[1].block
-            for a, b, res in zip(cond.args, body.args, instr.results):
-                self.union(a, b, instr.loc)
-                self.union(a, res, instr.loc)
-        elif isinstance(instr.op, Wgmma):
-            self.union(instr.operands[0], instr.results[0], instr.loc)
+
+def _check_wgmma(fn: Function) -> None:
+    places = _Places(fn)
+    position = {instr: i for i, instr in enumerate(places.order)}
+    users: dict[Value, list[Instr]] = {}
+    for instr in places.order:
+        for v in instr.operands:
+            users.setdefault(v, []).append(instr)
+    for instr in places.order:
+        if not isinstance(instr.op, Wgmma):
+            continue
+        acc = instr.operands[0]
+        later = [u for u in users.get(acc, []) if position[u] > position[instr]]
+        if later:
+            raise RenderError(
+                f"the accumulator of {instr.op.name} is used after it (by {later[0].op.name}); "
+                "wgmma overwrites its accumulator registers in place",
+                hint="use the wgmma's result instead of its accumulator operand", loc=instr.loc)
+        if places.loops.get(acc, ()) != places.where[instr]:
+            raise RenderError(
+                f"the accumulator of {instr.op.name} is defined outside the loop the wgmma "
+                "runs in, so the next iteration would read overwritten registers",
+                hint="carry the accumulator through the loop (a ptx.for carried value)",
+                loc=instr.loc)
 
 
 def tie_values(fn: Function) -> dict[Value, Value]:
@@ -161,28 +214,9 @@ def tie_values(fn: Function) -> dict[Value, Value]:
     iteration would read the overwritten registers).
     """
     ties = _Ties()
-    ties.visit(fn.body, ())
-    position = {instr: i for i, instr in enumerate(ties.order)}
-    users: dict[Value, list[Instr]] = {}
-    for instr in ties.order:
-        for v in instr.operands:
-            users.setdefault(v, []).append(instr)
-    for instr in ties.order:
-        if not isinstance(instr.op, Wgmma):
-            continue
-        acc = instr.operands[0]
-        later = [u for u in users.get(acc, []) if position[u] > position[instr]]
-        if later:
-            raise RenderError(
-                f"the accumulator of {instr.op.name} is used after it (by {later[0].op.name}); "
-                "wgmma overwrites its accumulator registers in place",
-                hint="use the wgmma's result instead of its accumulator operand", loc=instr.loc)
-        if ties.loops.get(acc, ()) != ties.where[instr]:
-            raise RenderError(
-                f"the accumulator of {instr.op.name} is defined outside the loop the wgmma "
-                "runs in, so the next iteration would read overwritten registers",
-                hint="carry the accumulator through the loop (a ptx.for carried value)",
-                loc=instr.loc)
+    ties.visit(fn.body)
+    if ties.wgmma:
+        _check_wgmma(fn)
     return ties.parent
 
 

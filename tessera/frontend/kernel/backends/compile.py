@@ -84,16 +84,18 @@ def lower_and_render(tile: Function, target: str, mode: str = "checked") -> tupl
         Function, str, dict[int, Loc], dict[str, float]]:
     """Lower a specialised ``tile.kernel`` and render its PTX (timed per stage)."""
     from tessera.backend.ptx.render import render
+    from tessera.ir.passes import collector_paused
     from tessera.lower.core import lower_kernel
 
-    t0 = time.perf_counter()
-    kernel = lower_kernel(tile, target, mode)
-    t1 = time.perf_counter()
-    verify_function(kernel)
-    check_kernel(kernel)
-    t2 = time.perf_counter()
-    ptx, line_map = render(kernel, line_map=True)  # type: ignore[misc]
-    t3 = time.perf_counter()
+    with collector_paused():
+        t0 = time.perf_counter()
+        kernel = lower_kernel(tile, target, mode)
+        t1 = time.perf_counter()
+        verify_function(kernel)
+        check_kernel(kernel)
+        t2 = time.perf_counter()
+        ptx, line_map = render(kernel, line_map=True)  # type: ignore[misc]
+        t3 = time.perf_counter()
     return kernel, ptx, line_map, {"lower": t1 - t0, "verify": t2 - t1, "render": t3 - t2}
 
 
