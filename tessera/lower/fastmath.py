@@ -28,8 +28,8 @@ import numpy as np
 from tessera.interp.target.approx import BOUNDS
 from tessera.ir.core import Value
 from tessera.ir.dialects.target.ops import Shfl
+from tessera.lower.arith.mathlib import _check, _offsets, _tree
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.mathlib import _check, _offsets, _tree
 
 #: log2(e) and ln(2) rounded to float32 (the immediates of the two multiplies)
 LOG2E_F32 = float(np.float32(1 / math.log(2)))
@@ -63,8 +63,8 @@ def emit_tree_sum_f32(e: TargetEmitter, values: Sequence[Value]) -> Value:
 
 
 def emit_shfl_sum_f32(e: TargetEmitter, v: Value, offsets: Sequence[int]) -> Value:
-    """The ``shfl.sync.bfly`` butterfly sum of :func:`tessera.lower.mathlib.emit_shfl_sum_f64`,
-    in f32 (one shuffle per step)."""
+    """The ``shfl.sync.bfly`` butterfly sum of
+    :func:`tessera.lower.arith.mathlib.emit_shfl_sum_f64`, in f32 (one shuffle per step)."""
     _check(v, "f32", "emit_shfl_sum_f32")
     for off in _offsets(offsets):
         v = e.add(v, e.one(Shfl("bfly"), v, e.const(off, "u32")), "f32")

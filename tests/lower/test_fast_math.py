@@ -233,8 +233,8 @@ def test_exp_cost_per_element() -> None:
     """docs/ptx-backend.md's table: checked ``exp`` is 12 float64 instructions of 38 on
     its fast path (the specified algorithm it falls back to: 39 of 46), fast ``exp`` two
     f32 instructions."""
+    from tessera.lower.arith.mathlib import emit_exp_f32, emit_exp_f32_specified
     from tessera.lower.fastmath import emit_exp_fast
-    from tessera.lower.mathlib import emit_exp_f32, emit_exp_f32_specified
 
     assert f64_instructions_per_exp(emit_exp_f32) == (12, 38)
     assert f64_instructions_per_exp(emit_exp_f32_specified) == (39, 46)

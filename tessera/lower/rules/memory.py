@@ -110,7 +110,7 @@ def to_mem(e: TargetEmitter, value: Value, vt: str, mt: str, element: object) ->
         return value
     fmt = NARROW.get(storage_name(element))  # type: ignore[arg-type]
     if vt == "f32" and mt == "b8" and fmt in ("e4m3", "e5m2"):
-        from tessera.lower import fp8
+        from tessera.lower.arith import fp8
 
         return fp8.to_byte(e, value, storage_name(element))  # type: ignore[arg-type]
     if vt == "f32" and mt == "b16" and fmt in ("bf16", "f16"):

@@ -9,7 +9,7 @@ registers, or row segments of other warps, exchanged through shared memory — i
 summed as a tree in ascending order; in fast mode (kind ``fsum``) the same shape adds
 in f32. ``row_max`` uses ``max.NaN`` (NaN propagates,
 as ``np.max``) in the same shape; the row max of f64 tiles (a softmax's) takes ``max.f64``
-with NaN propagated by a select (:func:`tessera.lower.mathlib64.emit_max_nan_f64`).
+with NaN propagated by a select (:func:`tessera.lower.arith.mathlib64.emit_max_nan_f64`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from __future__ import annotations
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
-from tessera.lower.core import Lowerer, rule
-from tessera.lower.emit import TargetEmitter
-from tessera.lower.fastmath import emit_shfl_sum_f32, emit_tree_sum_f32
-from tessera.lower.layout import Acc, Blocked
-from tessera.lower.mathlib import (
+from tessera.lower.arith.mathlib import (
     emit_shfl_max_f32,
     emit_shfl_sum_f64,
     emit_tree_max_f32,
     emit_tree_sum_f64,
 )
-from tessera.lower.mathlib64 import emit_max_nan_f64, emit_shfl_max_f64
+from tessera.lower.arith.mathlib64 import emit_max_nan_f64, emit_shfl_max_f64
+from tessera.lower.core import Lowerer, rule
+from tessera.lower.emit import TargetEmitter
+from tessera.lower.fastmath import emit_shfl_sum_f32, emit_tree_sum_f32
+from tessera.lower.layout import Acc, Blocked
 from tessera.lower.rules.tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered
 

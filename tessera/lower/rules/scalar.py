@@ -5,8 +5,8 @@ tensors alike. Arithmetic matches the tile interpreter bit for bit: f32 ops carr
 explicit ``.rn`` (IEEE, never contracted into ``fma``); formats narrower than f32
 compute in f32 and round back with ``cvt.rn`` (the registers hold f32 values of the
 format); f64 ``+ - * /`` are IEEE binary64 with ``.rn``, f64 ``exp`` is the specified
-binary64 exp (:mod:`tessera.lower.mathlib64`), ``erf``, ``erfc``, ``tanh`` and ``log``
-of every float format the specified binary64 ones (:mod:`tessera.lower.mathlib_steps`) rounded
+binary64 exp (:mod:`tessera.lower.arith.mathlib64`), ``erf``, ``erfc``, ``tanh`` and ``log``
+of every float format the specified binary64 ones (:mod:`tessera.lower.arith.mathlib_steps`) rounded
 once, and
 casts between f32 and f64 are
 ``cvt.f64.f32`` (exact) and ``cvt.rn.f32.f64`` (to bf16 or f16: rounded to odd on the
@@ -58,7 +58,7 @@ def round_to(e: TargetEmitter, x: Value, element: object) -> Value:
         return x
     fmt = NARROW[name]
     if fmt in ("e4m3", "e5m2"):  # no fp8 cvt before sm_89: integer arithmetic
-        from tessera.lower import fp8
+        from tessera.lower.arith import fp8
 
         return fp8.round_value(e, x, name)
     narrow = e.cvt(x, fmt, "f32", "rn")
@@ -104,7 +104,7 @@ def _constant(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def constant_value(value: float, element: object) -> float:
     """A float constant of ``element``: an fp8 one rounded to its format (at compile
     time, as the interpreters round it); others as given."""
-    from tessera.lower import fp8
+    from tessera.lower.arith import fp8
 
     name = storage_name(element)  # type: ignore[arg-type]
     return fp8.constant(value, element) if name in fp8.FORMATS else value  # type: ignore[arg-type]
@@ -167,7 +167,7 @@ def _binary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                            lambda e, r: e.bin(FLOAT_OPS[cls], r[0], r[1], "f64"), "f64")
     if rt == "f64" and cls in (tile_compute.Maximum, tile_compute.Minimum) \
             and low.mode != "fast":  # a selection: NaN propagates, as np.maximum does
-        from tessera.lower.mathlib64 import emit_max_nan_f64, emit_min_nan_f64
+        from tessera.lower.arith.mathlib64 import emit_max_nan_f64, emit_min_nan_f64
 
         pick = emit_max_nan_f64 if cls is tile_compute.Maximum else emit_min_nan_f64
         return elementwise(low, instr, args, lambda e, r: pick(e, r[0], r[1]), "f64")
@@ -229,7 +229,7 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         name = "neg" if cls is tile_compute.Neg else "abs"
         return elementwise(low, instr, args, lambda e, r: e.un(name, r[0], "f64"), "f64")
     if rt == "f64" and cls is tile_compute.Exp and low.mode != "fast":
-        from tessera.lower.mathlib64 import emit_exp_f64_specified
+        from tessera.lower.arith.mathlib64 import emit_exp_f64_specified
 
         return elementwise(low, instr, args,
                            lambda e, r: emit_exp_f64_specified(e, r[0]), "f64")
@@ -239,7 +239,7 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         if low.mode == "fast":
             from tessera.lower.fastmath import emit_exp_fast as emit_exp
         else:
-            from tessera.lower.mathlib import emit_exp_f32 as emit_exp
+            from tessera.lower.arith.mathlib import emit_exp_f32 as emit_exp
 
         return elementwise(low, instr, args,
                            lambda e, r: round_to(e, emit_exp(e, r[0]), t.element), "f32")
@@ -257,7 +257,7 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _specified(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     """The specified binary64 erf, erfc, tanh or log of the value widened exactly
     (``cvt.f64.f32``), rounded once to the element, as the tile simulator computes it."""
-    from tessera.lower.mathlib_steps import EMITTERS
+    from tessera.lower.arith.mathlib_steps import EMITTERS
 
     t = result_type(instr)
     rt = reg_type(t.element, f"{instr.op.name}: ")

@@ -149,7 +149,7 @@ def widen(e: TargetEmitter, raw: Value, mt: str, element: object) -> Value:
     """A loaded element as the register of its value (exact): a bf16/f16 element as
     an f32 register; a bool byte (0 or 1, as NumPy stores it) as a predicate; an
     int8 byte, loaded sign-extended, is its own ``s32``; an fp8 byte as the f32 of its
-    value (:mod:`tessera.lower.fp8`)."""
+    value (:mod:`tessera.lower.arith.fp8`)."""
     from tessera.lower.values import storage_name
 
     name = storage_name(element)  # type: ignore[arg-type]
@@ -158,7 +158,7 @@ def widen(e: TargetEmitter, raw: Value, mt: str, element: object) -> Value:
     if mt == "s8" and name == "int8":
         return raw
     if mt == "b8" and name in ("float8_e4m3fn", "float8_e5m2"):
-        from tessera.lower import fp8
+        from tessera.lower.arith import fp8
 
         return fp8.widen(e, raw, name)
     if mt == "b16" and name == "bfloat16":

@@ -9,10 +9,10 @@ import pytest
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Block, Value, walk
 from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Unary
+from tessera.lower.arith.mathlib64 import emit_exp_f64_specified
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.mathlib64 import emit_exp_f64_specified
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
-from tests.lower.test_mathlib import THREADS, address, kernel
+from tests.lower.arith.test_mathlib import THREADS, address, kernel
 
 target = pytest.importorskip("tessera.interp.target",
                              reason="the Target IR interpreter is not in this tree")
@@ -110,7 +110,7 @@ def test_f64_to_narrow_rounds_once(fmt: str) -> None:
 
 
 def minmax64_kernel(ncta: int):
-    from tessera.lower.mathlib64 import emit_max_nan_f64, emit_min_nan_f64
+    from tessera.lower.arith.mathlib64 import emit_max_nan_f64, emit_min_nan_f64
 
     def body(e: TargetEmitter, i: Value, p: list[Value]) -> None:
         a = e.ld("global", address(e, p[0], i, 8), "f64")

@@ -19,7 +19,7 @@ from tessera.ir.dialects.target import KERNEL, RegType, Return
 from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Shfl, Unary
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
-from tessera.lower import mathlib
+from tessera.lower.arith import mathlib
 from tessera.lower.emit import TargetEmitter
 from tessera.numerics.reductions.treesum import tree_sum_f64
 from tessera.numerics.transcendental.exp import exp_f32

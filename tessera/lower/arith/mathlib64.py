@@ -10,7 +10,7 @@ from its bit pattern with ``mul.lo.s32`` + ``mov.b64 {lo, hi}``, two ``mul.rn.f6
 then the domain selects: +0 where ``x < -104`` and the input NaN quieted (``or.b32`` of
 the quiet bit on the high word) where ``x`` is NaN.
 
-The steps before the scaling are those of :func:`tessera.lower.mathlib.emit_exp_f32`
+The steps before the scaling are those of :func:`tessera.lower.arith.mathlib.emit_exp_f32`
 (the same constants from :mod:`tessera.numerics.transcendental.exp`); they are written
 out here rather than shared so that each function's instruction sequence stays the
 documented one of its own algorithm.
@@ -21,8 +21,8 @@ from __future__ import annotations
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType
+from tessera.lower.arith.mathlib import emit_reduce_and_approximate
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.mathlib import emit_reduce_and_approximate
 from tessera.numerics.transcendental import exp as tr
 from tessera.numerics.transcendental import exp64
 

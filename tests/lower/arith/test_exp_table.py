@@ -1,5 +1,5 @@
 """Checked mode's table-driven ``exp`` (:mod:`tessera.numerics.transcendental.exp_table`,
-emitted by :func:`tessera.lower.mathlib.emit_exp_f32`) against the tile simulator's
+emitted by :func:`tessera.lower.arith.mathlib.emit_exp_f32`) against the tile simulator's
 definition, :func:`tessera.numerics.transcendental.exp.exp_f32`, bit for bit on the
 Target IR interpreter; its proof's ingredients; its cost; the table op's rules."""
 
@@ -15,13 +15,13 @@ from tessera.errors import IRVerifyError
 from tessera.ir.core import Block
 from tessera.ir.dialects.target import If, RegType
 from tessera.ir.dialects.target.tables import TABLES, TableLoad
-from tessera.lower import mathlib
+from tessera.lower.arith import mathlib
 from tessera.lower.emit import TargetEmitter
 from tessera.numerics.transcendental import exp_table as tang
 from tessera.numerics.transcendental.exp import exp_f32, exp_f32_unrounded
 
 target = pytest.importorskip("tessera.interp.target")
-from tests.lower.test_mathlib import THREADS, address, exp_kernel, kernel, run_exp  # noqa: E402
+from tests.lower.arith.test_mathlib import THREADS, address, exp_kernel, kernel, run_exp  # noqa: E402
 
 #: f32 inputs whose e^x lies within a few binary64 ulps of a binary32 rounding boundary
 #: (found by scanning all binary32 inputs in [2^-24, 89) and (-87.3, -2^-24])

@@ -1,4 +1,4 @@
-"""The fp8 conversions of :mod:`tessera.lower.fp8` against ``ml_dtypes``: small
+"""The fp8 conversions of :mod:`tessera.lower.arith.fp8` against ``ml_dtypes``: small
 ``ptx.kernel``s built with the emitter run on the Target IR interpreter. Every byte
 of e4m3 and e5m2 widens to the f32 ``ml_dtypes`` gives; f32 values (the grid, every
 midpoint and its neighbours, subnormals, overflow, infinities, NaNs of any payload)
@@ -18,7 +18,7 @@ from tessera.backend.ptx.render import render
 from tessera.interp.target import run_target
 from tessera.ir.core import Block, Function, Value
 from tessera.ir.dialects.target import KERNEL, RegType, Return
-from tessera.lower import fp8
+from tessera.lower.arith import fp8
 from tessera.lower.emit import TargetEmitter
 from tessera.numerics.formats.convert import convert
 

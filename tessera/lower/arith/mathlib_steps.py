@@ -11,7 +11,7 @@ contracted into ``fma``), ``setp.lt.f64`` + ``selp.f64`` for the clamps, the int
 choices and the signs, ``neg.f64``/``abs.f64`` (sign bit only), ``mov.b64 {lo, hi}`` to
 clear the low word, ``and``/``or``/``xor``/``shr``/``add`` on the high word for the
 log's reduction, the specified exp
-(:func:`tessera.lower.mathlib64.emit_exp_f64_specified`) and the quieted input NaN.
+(:func:`tessera.lower.arith.mathlib64.emit_exp_f64_specified`) and the quieted input NaN.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import math
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType
+from tessera.lower.arith.mathlib64 import emit_exp_f64_specified, emit_quiet_nan_f64
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.mathlib64 import emit_exp_f64_specified, emit_quiet_nan_f64
 from tessera.numerics.transcendental import erf64, log64, tanh64
 
 F64 = "f64"

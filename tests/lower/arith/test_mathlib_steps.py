@@ -10,17 +10,17 @@ import pytest
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Block, Value, walk
 from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Unary
-from tessera.lower.emit import TargetEmitter
-from tessera.lower.mathlib_steps import (
+from tessera.lower.arith.mathlib_steps import (
     emit_erf_f64_specified,
     emit_erfc_f64_specified,
     emit_log_f64_specified,
     emit_tanh_f64_specified,
 )
+from tessera.lower.emit import TargetEmitter
 from tessera.numerics.transcendental.erf64 import erf_f64_specified, erfc_f64_specified
 from tessera.numerics.transcendental.log64 import log_f64_specified
 from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
-from tests.lower.test_mathlib import THREADS, address, kernel
+from tests.lower.arith.test_mathlib import THREADS, address, kernel
 
 target = pytest.importorskip("tessera.interp.target",
                              reason="the Target IR interpreter is not in this tree")
