@@ -1,5 +1,5 @@
 """The binary64 operations a specified function is written in, so that one definition
-runs on NumPy arrays here and on PTX registers in :mod:`tessera.lower.mathlib_steps`.
+runs on NumPy arrays here and on PTX registers in :mod:`tessera.lower.arith.mathlib_steps`.
 
 A function such as :func:`tessera.numerics.transcendental.erf64.erf_steps` takes an
 :class:`Arith` and its input and calls only these operations: IEEE binary64

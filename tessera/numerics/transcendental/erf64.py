@@ -33,7 +33,7 @@ sequence of ``mul.rn.f64``/``add.rn.f64``/``sub.rn.f64``/``div.rn.f64``, ``setp`
 ``selp`` and ``mov.b64`` gives the same bits on a GPU:
 :func:`erf_steps` and :func:`erfc_steps` are written over the operations of
 :class:`tessera.numerics.transcendental.arith64.Arith`: the PTX emitter
-(:mod:`tessera.lower.mathlib_steps`) runs them on registers, the functions here on
+(:mod:`tessera.lower.arith.mathlib_steps`) runs them on registers, the functions here on
 NumPy arrays (all four intervals are computed for every element, then selected).
 
 Accuracy. fdlibm bounds its approximations' errors by 2^-57.9 (k = 0), 2^-59.06

@@ -8,7 +8,7 @@ comparisons and selects, and one final round-to-nearest-even conversion to binar
 A GPU runs the same sequence with ``mul.rn.f64``, ``add.rn.f64``/``sub.rn.f64``,
 ``cvt.rni.s32.f64``, ``cvt.rn.f64.s32``, ``mul.lo.s32`` + ``mov.b64`` (to build 2^n),
 ``setp``/``selp`` and ``cvt.rn.f32.f64``, so both get identical bits
-(:func:`tessera.lower.mathlib.emit_exp_f32` emits it op for op).
+(:func:`tessera.lower.arith.mathlib.emit_exp_f32` emits it op for op).
 
 The algorithm, for a binary32 ``x`` widened exactly to binary64:
 

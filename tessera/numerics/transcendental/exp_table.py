@@ -5,7 +5,7 @@ algorithm that is the correctly rounded e^x on every binary32 input. Any other m
 that provably returns the correctly rounded result therefore has the same bits. This
 module defines a cheaper one in Tang's style (P. T. P. Tang, "Table-driven
 implementation of the exponential function in IEEE floating-point arithmetic", ACM
-TOMS 15(2), 1989), which :func:`tessera.lower.mathlib.emit_exp_f32` emits:
+TOMS 15(2), 1989), which :func:`tessera.lower.arith.mathlib.emit_exp_f32` emits:
 
 1. ``xc``: ``x`` clamped to [-104, 89] in binary32 (a NaN becomes 89, answered last).
 2. ``t = fma.rn.f32(xc, INV_L32, SHIFT32)``: ``N = rne(xc * INV_L32)`` sits in the low

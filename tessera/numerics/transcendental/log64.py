@@ -25,7 +25,7 @@ digits on 20,000 inputs over [2^-1074, 2^1023] and near 1: within 0.77 binary64 
 
 :func:`log_steps` is written over
 :class:`tessera.numerics.transcendental.arith64.Arith`; the PTX emitter
-(:mod:`tessera.lower.mathlib_steps`) runs it on registers. The coefficients are those
+(:mod:`tessera.lower.arith.mathlib_steps`) runs it on registers. The coefficients are those
 of fdlibm's ``e_log.c``, whose notice reads: "Copyright (C) 1993 by Sun Microsystems,
 Inc. All rights reserved. Developed at SunSoft, a Sun Microsystems, Inc. business.
 Permission to use, copy, modify, and distribute this software is freely granted,

@@ -24,7 +24,7 @@ inputs give themselves.
 
 :func:`tanh_steps` is the algorithm over the operations of
 :class:`tessera.numerics.transcendental.arith64.Arith`; the PTX emitter
-(:mod:`tessera.lower.mathlib_steps`) runs the same function on registers.
+(:mod:`tessera.lower.arith.mathlib_steps`) runs the same function on registers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 NumPy stores it) loaded with ``ld.u8`` into a predicate and stored as ``selp`` 1/0 with
 ``st.u8``; an int8 lives in an ``s32`` register (``ld.s8``); an fp8 value in an f32
 register, widened from its byte exactly and rounded back after each op
-(:mod:`tessera.lower.fp8`). Comparisons stored as bool tensors, ``where`` with a bool
+(:mod:`tessera.lower.arith.fp8`). Comparisons stored as bool tensors, ``where`` with a bool
 mask argument, comparisons of bools, int8 casts, every fp8 byte, the rounding of f32
 values to fp8 (ties, subnormals, overflow, NaN), fp8 elementwise chains, and causal
 attention whose mask is a bool tensor give the graph interpreter's bits on sm_80 and
