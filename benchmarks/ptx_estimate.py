@@ -1,6 +1,7 @@
 """Static performance estimates (H100 SXM) of the example GEMM and flash attention.
 
     .venv/bin/python benchmarks/ptx_estimate.py [--quick] [--verbose] [--triton]
+        [--only gemm|attention]
 
 Each kernel is compiled to Target IR exactly as a launch would specialise it, assembled
 with ptxas for its register count when ptxas is installed (occupancy), and estimated by
@@ -72,15 +73,21 @@ def attention_cases(quick: bool) -> list[tuple[str, str, Any, tuple[Any, ...], d
             cases.append((f"flash attention BH=16 S=2048 D={d}, mode fast", target, fa,
                           (q, q, q), {"is_causal": False, "config": config, "mode": "fast",
                                       "_tile": "64x64"}))
-        # warp-specialised: 2 consumer warpgroups and a producer (the estimate charges the
-        # consumers' query copy to all their threads, and counts a causal consumer's key
-        # loops once: docs/ptx-backend.md, "Warp-specialised attention")
+        # one warpgroup against warp-specialised CTAs of a producer warpgroup and one or
+        # two consumers (docs/ptx-backend.md, "Warp-specialised attention"), fast mode
         for causal in (False, True):
-            config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=12, num_stages=2)
-            cases.append((f"flash attention BH=16 S=2048 D={d}"
-                          + (" causal" if causal else "") + ", mode fast, warp-specialised",
-                          "sm_90a", fa, (q, q, q), {"is_causal": causal, "config": config,
-                                                    "mode": "fast", "_tile": "2x64x64"}))
+            name = f"flash attention BH=16 S=2048 D={d}" + (" causal" if causal else "")
+            if causal:
+                config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+                cases.append((f"{name}, mode fast", "sm_90a", fa, (q, q, q),
+                              {"is_causal": True, "config": config, "mode": "fast",
+                               "_tile": "64x64"}))
+            for consumers in (1, 2):
+                config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4 * (consumers + 1),
+                              num_stages=2, warp_specialize=True)
+                cases.append((f"{name}, mode fast, warp-specialised", "sm_90a", fa,
+                              (q, q, q), {"is_causal": causal, "config": config,
+                                          "mode": "fast", "_tile": f"{consumers}x64x64"}))
         for mode in ("checked", "fast"):  # sm_90a's K/V ring of three stages
             config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
             cases.append((f"flash attention BH=16 S=2048 D={d}, 3 stages"
@@ -175,8 +182,12 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every full estimate")
     parser.add_argument("--triton", action="store_true",
                         help="add Triton's offline sm_90a matmul (needs benchmarks/.env-triton)")
+    parser.add_argument("--only", choices=("gemm", "attention"),
+                        help="one family of kernels")
     args = parser.parse_args()
-    rows = [run(c, args.verbose) for c in gemm_cases(args.quick) + attention_cases(args.quick)]
+    cases = [] if args.only == "attention" else gemm_cases(args.quick)
+    cases += [] if args.only == "gemm" else attention_cases(args.quick)
+    rows = [run(c, args.verbose) for c in cases]
     if args.triton:
         rows += triton_rows(args.quick, args.verbose)
     print(table(rows))

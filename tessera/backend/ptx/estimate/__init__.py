@@ -3,6 +3,7 @@ launch, on the SM constants of one GPU (docs/ptx-backend.md, "Static performance
 estimate", gives the model, its sources and its limits).
 
 * ``threads``: which thread ids run a ``ptx.if`` region (warp-specialised kernels);
+* ``trips``: loop trip counts from index arithmetic on ``ctaid`` and ``tid.x``;
 * ``census``: what one CTA issues (warp instructions by pipe, tensor FLOPs, bytes,
   barriers and waits), per loop iteration;
 * ``hardware``: H100 SXM and A100 SXM rates, limits and latencies, with sources;

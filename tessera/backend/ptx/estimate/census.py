@@ -8,21 +8,22 @@ except where a ``ptx.if`` compares ``tid.x`` with a constant or tests ``elect.sy
 consumers. Both regions of any other ``ptx.if`` are counted (a divergent warp runs
 both) except a ``rare`` then region (checked ``exp``'s slow path, taken about once in
 2^24 elements), a ``ptx.for`` body is multiplied by its trip
-count when its bounds are constants, or by the mean over the grid when they are integer
-arithmetic on ``ctaid`` (a causal key loop; else counted once, and ``unknown_trips``
-says so),
+count when its bounds are constants, or by the mean over the grid and the warps that run
+it when they are integer arithmetic on ``ctaid`` and ``tid.x`` (a causal key loop, per
+consumer warpgroup; :mod:`~tessera.backend.ptx.estimate.trips`; else counted once, and
+``unknown_trips`` says so),
 and a ``ptx.while`` body (the ``mbarrier.try_wait`` retry loops) is counted once.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tessera.backend.ptx.estimate.threads import constant, split_threads, warps_of
-from tessera.ir.core import Block, Function, Instr, Value
+from tessera.backend.ptx.estimate.threads import split_threads, warps_of
+from tessera.backend.ptx.estimate.trips import TripCounts, constant, trip_count
+from tessera.ir.core import Block, Function, Instr
 from tessera.ir.dialects.target import For, If, TensorMapType, While
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
@@ -91,86 +92,8 @@ class Census:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-_INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
-            "mul": lambda a, b: a * b, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
-            "xor": lambda a, b: a ^ b,
-            "div": lambda a, b: int(a / b) if b else None,  # PTX div truncates
-            "rem": lambda a, b: a - b * int(a / b) if b else None}
-_CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-        "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
-
-
-def _ctaid_axes(value: Value, depth: int = 0) -> set[str] | None:
-    """The ``ctaid`` axes an integer expression reads, or None if it reads anything
-    but constants, ``ctaid`` and integer arithmetic (see :func:`_evaluate`)."""
-    if constant(value) is not None:
-        return set()
-    owner = value.owner
-    if depth > 24 or not isinstance(owner, Instr):
-        return None
-    op = owner.op
-    if isinstance(op, target_ops.Special):
-        return {op.reg[-1]} if op.reg.startswith("ctaid.") else None
-    ok = (isinstance(op, target_ops.Cvt) and "f" not in (op.to[0], op.frm[0])) or \
-        (isinstance(op, target_ops.Binary) and op.op in _INT_OPS and op.type[0] != "f") or \
-        (isinstance(op, target_ops.Setp) and op.cmp in _CMP and op.type[0] != "f") or \
-        (isinstance(op, target_ops.Selp) and op.type[0] != "f")
-    if not ok:
-        return None
-    found: set[str] = set()
-    for v in owner.operands:
-        sub = _ctaid_axes(v, depth + 1)
-        if sub is None:
-            return None
-        found |= sub
-    return found
-
-
-def _evaluate(value: Value, at: dict[str, int]) -> int | None:
-    """An expression :func:`_ctaid_axes` accepts, for the CTA at ``at`` (wrapping to the
-    register width is ignored: loop bounds stay small)."""
-    c = constant(value)
-    if c is not None:
-        return c
-    owner = value.owner
-    assert isinstance(owner, Instr)
-    op = owner.op
-    if isinstance(op, target_ops.Special):
-        return at[op.reg[-1]]
-    args = [_evaluate(v, at) for v in owner.operands]
-    if any(a is None for a in args):
-        return None
-    if isinstance(op, target_ops.Cvt):
-        return args[0]
-    if isinstance(op, target_ops.Setp):
-        return int(_CMP[op.cmp](args[0], args[1]))
-    if isinstance(op, target_ops.Selp):
-        return args[0] if args[2] else args[1]
-    return _INT_OPS[op.op](args[0], args[1])
-
-
-def trip_count(loop: Instr, grid: Sequence[int] | None = None) -> int | None:
-    """Iterations of a ``ptx.for`` with constant bounds, or with bounds computed from
-    ``ctaid`` by integer arithmetic (a causal attention's key loops, which end at the
-    query block), then the mean over the CTAs of ``grid``, rounded; None otherwise
-    (or without ``grid``)."""
-    step = constant(loop.operands[2])
-    axes = [_ctaid_axes(v) for v in loop.operands[:2]]
-    if step is None or step <= 0 or axes[0] is None or axes[1] is None:
-        return None
-    used = sorted(axes[0] | axes[1])
-    if used and not grid:
-        return None
-    dims = dict(zip("xyz", (int(g) for g in [*(grid or ()), 1, 1, 1][:3])))
-    total = runs = 0
-    for ids in itertools.product(*(range(dims[a]) for a in used)):
-        at = dict(zip(used, ids))
-        lo, hi = (_evaluate(v, at) for v in loop.operands[:2])
-        if lo is None or hi is None:
-            return None
-        total += max(0, -(-(hi - lo) // step))
-        runs += 1
-    return round(total / runs)
+def _cost(c: Census) -> tuple[int, int]:
+    return (c.global_read_bytes + c.global_store_bytes, sum(c.warp_instrs.values()))
 
 
 def pipe_of(op: object) -> str | None:
@@ -205,9 +128,9 @@ def pipe_of(op: object) -> str | None:
 class _Counter:
     """Walks a kernel once, building the census of every region it is asked for."""
 
-    def __init__(self, skip: tuple[Instr, ...] = (), grid: Sequence[int] | None = None) -> None:
+    def __init__(self, counts: TripCounts, skip: tuple[Instr, ...] = ()) -> None:
         self.skip = skip  # loops left out (the hot loop and its producers)
-        self.grid = grid  # the launch's CTAs (loop bounds that depend on ctaid)
+        self.counts = counts  # on the launch's grid (bounds that depend on ctaid)
 
     def block(self, block: Block, threads: range) -> Census:
         out = Census()
@@ -221,18 +144,22 @@ class _Counter:
         if any(instr is loop for loop in self.skip):
             return
         if isinstance(op, For):
-            trips = trip_count(instr, self.grid)
+            trips = self.counts(instr, threads)
             if trips is None:
                 out.unknown_trips += 1
             out.add(self.block(instr.regions[0].block, threads), 1 if trips is None else trips)
             return
         if isinstance(op, If):
-            for k, (region, inner) in enumerate(zip(instr.regions,
-                                                    split_threads(instr.operands[0], threads))):
-                if k == 0 and op.rare:  # a slow path almost no thread takes (exp's)
-                    continue
-                if len(inner):
-                    out.add(self.block(region.block, inner))
+            shares = split_threads(instr.operands[0], threads)
+            parts = [self.block(region.block, inner) if len(inner) and not (k == 0 and op.rare)
+                     else Census()  # a rare then region: a slow path (exp's) almost never run
+                     for k, (region, inner) in enumerate(zip(instr.regions, shares))]
+            if len(threads) == 1 and shares == (threads, threads):
+                # a lone thread cannot diverge: it runs one region (the producer's choice
+                # of which key loop's copy loads a block), charged the costlier
+                parts = [max(parts, key=_cost)]
+            for part in parts:
+                out.add(part)
             return
         if isinstance(op, While):
             for region in instr.regions:
@@ -283,20 +210,26 @@ class _Counter:
             out.wgmma_waits.append(op.n)
 
 
-def loops(block: Block, runs: int = 1, grid: Sequence[int] | None = None,
+def loops(block: Block, runs: int = 1, grid: Sequence[int] | None = None, *,
+          threads: range | None = None, counts: TripCounts | None = None,
           ) -> list[tuple[Instr, int, int]]:
     """Every ``ptx.for`` below ``block``, outermost first, as (loop, how many times its
-    body runs in one CTA, nesting depth); unknown trip counts count as one (``grid``:
-    see :func:`trip_count`)."""
+    body runs in one CTA, nesting depth); unknown trip counts count as one (``grid``,
+    the ``threads`` that run ``block``: see :func:`trip_count`; ``counts`` remembers
+    them)."""
+    counts = counts or TripCounts(grid)
     found = []
     for instr in block.instrs:
         inner = runs
         if isinstance(instr.op, For):
-            inner = runs * (trip_count(instr, grid) or 1)
+            inner = runs * (counts(instr, threads) or 1)
             found.append((instr, inner, 0))
-        for region in instr.regions:
+        shares = split_threads(instr.operands[0], threads) \
+            if isinstance(instr.op, If) and threads is not None else (threads,) * 2
+        for region, share in zip(instr.regions, shares):
             found += [(loop, n, depth + isinstance(instr.op, For))
-                      for loop, n, depth in loops(region.block, inner, grid)]
+                      for loop, n, depth in loops(region.block, inner, threads=share,
+                                                  counts=counts)]
     return found
 
 
@@ -305,10 +238,11 @@ def block_threads(kernel: Function) -> int:
     return int(kernel.attrs.get("block", [128])[0])
 
 
-def census(kernel: Function, skip: tuple[Instr, ...] = ()) -> Census:
+def census(kernel: Function, skip: tuple[Instr, ...] = (),
+           counts: TripCounts | None = None) -> Census:
     """The census of one CTA running the whole kernel (except the loops ``skip``)."""
-    return _Counter(skip, kernel.attrs.get("grid")).block(kernel.body,
-                                                          range(block_threads(kernel)))
+    counter = _Counter(counts or TripCounts(kernel.attrs.get("grid")), skip)
+    return counter.block(kernel.body, range(block_threads(kernel)))
 
 
 def loop_threads(kernel: Function, loop: Instr) -> range:
@@ -327,27 +261,46 @@ def loop_threads(kernel: Function, loop: Instr) -> range:
     return find(kernel.body, range(block_threads(kernel))) or range(0)
 
 
-def companions(kernel: Function, loop: Instr) -> list[Instr]:
+def companions(kernel: Function, loop: Instr, counts: TripCounts | None = None,
+               ) -> list[Instr]:
     """Loops that run beside ``loop`` in other warps: in the other region of a
-    thread-splitting ``ptx.if`` around it, with the same trip count (a warp-specialised
-    producer's loop feeding a consumer's)."""
-    def path_to(block: Block) -> list[tuple[Instr, int]] | None:
+    thread-splitting ``ptx.if`` around it, with as many trips as ``loop``, or at most
+    one more than the loops of its block together (a warp-specialised producer's loop
+    feeding a consumer's; a causal consumer splits the blocks the producer loads in one
+    loop into those below its diagonal and the diagonal's, and the producer loads the
+    CTA's last tile's, at most one block more than the mean tile's)."""
+    counts = counts or TripCounts(kernel.attrs.get("grid"))
+
+    def path_to(block: Block, threads: range) -> list[tuple[Instr, int, range]] | None:
         for instr in block.instrs:
             if instr is loop:
                 return []
-            for k, region in enumerate(instr.regions):
-                sub = path_to(region.block)
+            shares = split_threads(instr.operands[0], threads) if isinstance(instr.op, If) \
+                else (threads,) * len(instr.regions)
+            for k, (region, inner) in enumerate(zip(instr.regions, shares)):
+                sub = path_to(region.block, inner)
                 if sub is not None:
-                    return [(instr, k), *sub]
+                    return [(instr, k, threads), *sub]
         return None
-    trips = trip_count(loop)
+
+    path = path_to(kernel.body, range(block_threads(kernel))) or []
+    own = loop_threads(kernel, loop)
+    trips = counts(loop, own)
+    home = path[-1][0].regions[path[-1][1]].block if path else kernel.body
+    total = sum(counts(f, own) or 0 for f in home.instrs if isinstance(f.op, For))
     found: list[Instr] = []
-    for instr, k in path_to(kernel.body) or []:
-        everyone = range(1 << 20)
-        if isinstance(instr.op, If) and split_threads(instr.operands[0], everyone) != (
-                everyone, everyone):
-            for other in instr.regions[1 - k].blocks:
-                found += [f for f, _, _ in loops(other) if trip_count(f) == trips]
+    for instr, k, threads in path:
+        if not isinstance(instr.op, If):
+            continue
+        shares = split_threads(instr.operands[0], threads)
+        if shares == (threads, threads):  # not split by thread: the same warps run both
+            continue
+        for f, _, _ in loops(instr.regions[1 - k].block, threads=shares[1 - k],
+                             counts=counts):
+            beside = counts(f, loop_threads(kernel, f))
+            if beside == trips or (trips is not None and beside is not None
+                                   and trips <= beside <= total + 1):
+                found.append(f)
     return found
 
 
@@ -356,11 +309,11 @@ def mbarrier_inits(kernel: Function) -> int:
     return sum(isinstance(i.op, target_async.MbarrierInit) for i in _walk(kernel.body))
 
 
-def loop_census(kernel: Function, loop: Instr) -> Census:
+def loop_census(kernel: Function, loop: Instr, counts: TripCounts | None = None) -> Census:
     """The census of one iteration of ``loop`` (nested loops multiplied out), run by
     the threads that reach it."""
-    return _Counter(grid=kernel.attrs.get("grid")).block(loop.regions[0].block,
-                                                         loop_threads(kernel, loop))
+    counter = _Counter(counts or TripCounts(kernel.attrs.get("grid")))
+    return counter.block(loop.regions[0].block, loop_threads(kernel, loop))
 
 
 def shared_bytes(kernel: Function) -> int:
@@ -379,6 +332,6 @@ def _walk(block: Block):  # type: ignore[no-untyped-def]
             yield from _walk(region.block)
 
 
-__all__ = ["ELEMENT_BYTES", "Census", "block_threads", "census", "companions", "constant",
-           "loop_census", "loop_threads", "loops", "mbarrier_inits", "pipe_of", "shared_bytes",
-           "split_threads", "trip_count", "warps_of"]
+__all__ = ["ELEMENT_BYTES", "Census", "TripCounts", "block_threads", "census", "companions",
+           "constant", "loop_census", "loop_threads", "loops", "mbarrier_inits", "pipe_of",
+           "shared_bytes", "split_threads", "trip_count", "warps_of"]

@@ -60,29 +60,35 @@ class LaunchEstimate:
         return 100 * self.flops / self.seconds / self.peak_flops if self.seconds else 0.0
 
 
-def hot_loop(kernel: Function) -> tuple[Instr, int] | None:
+def hot_loop(kernel: Function, counts: census_mod.TripCounts | None = None,
+             ) -> tuple[Instr, int] | None:
     """The main loop (K loop, KV loop) and how often its body runs per CTA: the loop
     with the most tensor-core work (else instructions) over the launch, descending into
-    a nested loop that holds at least half of it."""
-    found = census_mod.loops(kernel.body, grid=kernel.attrs.get("grid"))
+    a nested loop that holds at least half of it (``counts``: the trip counts, kept
+    for the rest of an estimate)."""
+    counts = counts or census_mod.TripCounts(kernel.attrs.get("grid"))
+    found = census_mod.loops(kernel.body, threads=range(census_mod.block_threads(kernel)),
+                             counts=counts)
     if not found:
         return None
+
     def score(entry: tuple[Instr, int, int]) -> tuple[float, float]:
-        body = census_mod.loop_census(kernel, entry[0])
+        body = census_mod.loop_census(kernel, entry[0], counts)
         return (entry[1] * sum(body.tensor_flops.values()),
                 entry[1] * sum(body.warp_instrs.values()))
 
     scores = {id(e[0]): score(e) for e in found}
     best = max(found, key=lambda e: (scores[id(e[0])], -e[2]))
     for entry in found:  # a deeper loop holding at least half the work is the hot one
-        if entry[2] > best[2] and _inside(entry[0], best[0]) and \
+        if entry[2] > best[2] and _inside(entry[0], best[0], counts) and \
                 scores[id(entry[0])] >= tuple(0.5 * s for s in scores[id(best[0])]):
             best = entry
     return best[0], best[1]
 
 
-def _inside(inner: Instr, outer: Instr) -> bool:
-    return any(loop is inner for loop, _, _ in census_mod.loops(outer.regions[0].block))
+def _inside(inner: Instr, outer: Instr, counts: census_mod.TripCounts) -> bool:
+    return any(loop is inner
+               for loop, _, _ in census_mod.loops(outer.regions[0].block, counts=counts))
 
 
 def _wgmma_order(serial: bool, waits: list[int]) -> str:
@@ -101,20 +107,24 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
     if kernel.kind != KERNEL:
         raise ArgumentError(f"estimate takes a lowered ptx.kernel, not a {kernel.kind}",
                             hint="lower it first: ts.compile_kernel(...).kernel")
-    hot = hot_loop(kernel)
+    counts = census_mod.TripCounts(kernel.attrs.get("grid"))  # each loop counted once
+    hot = hot_loop(kernel, counts)
     iteration, skip = None, ()
     if hot:
-        iteration = census_mod.loop_census(kernel, hot[0])
-        beside = census_mod.companions(kernel, hot[0])
+        iteration = census_mod.loop_census(kernel, hot[0], counts)
+        beside = census_mod.companions(kernel, hot[0], counts)
         for loop in beside:  # a producer's loop: its copies feed this one's iterations
-            iteration.add_traffic(census_mod.loop_census(kernel, loop))
-        if beside:  # a ring of full and empty mbarriers, one pair per stage
-            iteration.ring_stages = census_mod.mbarrier_inits(kernel) // 2
+            iteration.add_traffic(census_mod.loop_census(kernel, loop, counts))
+        if beside:  # a ring of full and empty mbarriers: the lowering's stages, or a
+            # pair of barriers per stage when it does not say (a kernel's other barriers
+            # would count as stages: the warp-specialised attention's query copies')
+            iteration.ring_stages = int(kernel.attrs.get("ring_stages")
+                                        or census_mod.mbarrier_inits(kernel) // 2)
         elif kernel.attrs.get("ring_stages"):  # refilled inside the loop as it releases
             iteration.ring_stages = int(kernel.attrs["ring_stages"])
         skip = (hot[0], *beside)
     return estimate_census(
-        kernel.name, iteration, hot[1] if hot else 0, census_mod.census(kernel, skip=skip),
+        kernel.name, iteration, hot[1] if hot else 0, census_mod.census(kernel, skip, counts),
         threads=census_mod.block_threads(kernel),
         ctas=math.prod(int(g) for g in kernel.attrs.get("grid", [1])),
         shared=census_mod.shared_bytes(kernel), registers=registers,
