@@ -72,7 +72,11 @@ def _summary_bits(bits: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     :func:`_bounded` fails whatever ``low`` is, as on the float path."""
     mag = bits & np.uint16(0x7FFF)
     top = mag.max(axis=(-2, -1))
-    low = np.where(mag == 0, np.uint16(0xFFFF), mag).min(axis=(-2, -1))
+    # the smallest nonzero pattern as one minimum over ``mag - 1``: 0 wraps to 0xFFFF,
+    # above every magnitude pattern (at most 0x7FFF), with no masked copy to make
+    np.subtract(mag, np.uint16(1), out=mag)
+    low = mag.min(axis=(-2, -1))
+    low = np.where(low == 0xFFFF, low, low + np.uint16(1))
     np_type = FORMATS[fmt][0]
     top_value = top.view(np_type).astype(np.float64)
     low_value = np.where(low == 0xFFFF, np.uint16(0), low).view(np_type).astype(np.float64)
