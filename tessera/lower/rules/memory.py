@@ -139,6 +139,14 @@ def _alloc_register(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Low
 
 @rule(tile_memory.AllocShared)
 def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
+    return alloc_shared(low, instr)
+
+
+def alloc_shared(low: Lowerer, instr: Instr, copies: int = 1,
+                 copy: Value | None = None) -> list[Lowered]:
+    """The shared buffer of a ``tile.alloc_shared``; ``copies`` > 1 reserves that many
+    copies, each at the buffer's alignment, and places this thread's at index ``copy``
+    (a warp-specialised CTA's consumer warpgroups each run the tile program)."""
     op = instr.op
     assert isinstance(op, tile_memory.AllocShared)
     size = prod(op.shape) * elem_bytes(op.element)
@@ -150,9 +158,14 @@ def _alloc_shared(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
         # laid out as TMA writes and wgmma reads it: swizzled panels, atom-aligned
         swizzle = swizzle_span(tuple(op.shape), op.element)
         align, meta = max(align, 8 * swizzle), {"wgmma": True}
-    base = low.shared_buffer("smem", size, align)
-    strides = tuple(prod(op.shape[i + 1:]) for i in range(len(op.shape)))
+    pad = -(-size // align) * align
+    base = low.shared_buffer("smem", size if copies == 1 else pad * copies, align)
     sym = base.owner.op.sym  # type: ignore[union-attr]
+    if copies > 1:
+        assert copy is not None
+        e = low.em
+        base = e.add(base, e.mul(copy, e.const(pad, "u32"), "u32"), "u32")
+    strides = tuple(prod(op.shape[i + 1:]) for i in range(len(op.shape)))
     return [Mem("shared", base, None, tuple(op.shape), strides, op.element, buffer=sym,
                 swizzle=swizzle, meta=meta, align=align)]
 
@@ -310,5 +323,5 @@ def store_result(low: Lowerer, value: Lowered) -> None:
     store_result_tile(low, value)
 
 
-__all__ = ["address", "byte_load_guarded", "load_scalar", "store_result", "store_scalar",
-           "to_mem", "window"]
+__all__ = ["address", "alloc_shared", "byte_load_guarded", "load_scalar", "store_result",
+           "store_scalar", "to_mem", "window"]

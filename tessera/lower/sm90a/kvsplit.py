@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from math import prod
 
 from tessera.ir.core import Block, Instr, IRRegion, Value
 from tessera.ir.dialects.target import If, Yield
@@ -49,7 +48,7 @@ from tessera.lower.sm90a.mma import RING
 from tessera.lower.sm90a.tma import init_barriers
 from tessera.lower.sm90a.warpspec import CONSUMER_REGS, PRODUCER_REGS
 from tessera.lower.tiles import THREADS
-from tessera.lower.values import Lowered, Mem
+from tessera.lower.values import Lowered
 
 #: named barriers of the consumer warpgroups (0 is the CTA's ``bar.sync``)
 FIRST_BARRIER = 1
@@ -162,30 +161,12 @@ def split_cta(low: Lowerer, plan: KvPlan) -> None:
 
 def _replicated_alloc(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     """The tile program's shared buffer laid out as the checked rule lays it out
-    (:mod:`tessera.lower.rules.memory`), one copy per consumer warpgroup, each at the
-    buffer's alignment."""
-    from tessera.lower.rules.memory import ALIGN, SWIZZLE_BYTES
-    from tessera.lower.sm90a.mma import swizzle_span
-    from tessera.lower.values import elem_bytes
+    (:func:`tessera.lower.rules.memory.alloc_shared`), one copy per consumer
+    warpgroup."""
+    from tessera.lower.rules.memory import alloc_shared
 
-    op = instr.op
-    assert isinstance(op, tile_memory.AllocShared)
     wg: Warpgroup = low.extra["consumer_wg"]
-    size = prod(op.shape) * elem_bytes(op.element)
-    align = max(op.alignment, ALIGN[op.swizzle])
-    swizzle, meta = SWIZZLE_BYTES[op.swizzle], {}
-    if instr.results[0] in low.extra.get("wgmma_buffers", ()):
-        swizzle = swizzle_span(tuple(op.shape), op.element)
-        align, meta = max(align, 8 * swizzle), {"wgmma": True}
-    pad = -(-size // align) * align
-    e = low.em
-    base = low.shared_buffer("smem", pad * wg.count, align)
-    sym = base.owner.op.sym  # type: ignore[union-attr]
-    if wg.count > 1:
-        base = e.add(base, e.mul(wg.index, e.const(pad, "u32"), "u32"), "u32")
-    strides = tuple(prod(op.shape[i + 1:]) for i in range(len(op.shape)))
-    return [Mem("shared", base, None, tuple(op.shape), strides, op.element, buffer=sym,
-                swizzle=swizzle, meta=meta, align=align)]
+    return alloc_shared(low, instr, wg.count, wg.index)
 
 
 def _scalar_slice(low: Lowerer, plan: KvPlan) -> list[Instr]:

@@ -30,6 +30,7 @@ from tessera.ir.dialects.target.async_ops import (
 from tessera.ir.dialects.target.ops import Bar, Setp, Special
 from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
+from tests.lower.sm90a.test_attention_ring import count_loads
 
 BF16 = ml_dtypes.bfloat16
 rng = np.random.default_rng(90)
@@ -148,23 +149,6 @@ def test_one_consumer_and_a_producer() -> None:
 
 
 # ---------------------------------------------------------------- the loads of a CTA
-def count_loads(monkeypatch: Any, c: Any, arrays: list[np.ndarray]) -> list[int]:
-    """Run ``c`` in the Target IR interpreter; the TMA boxes loaded from each tensor,
-    fewest first."""
-    from tessera.interp.target.memory import async_copy
-
-    seen: Counter[int] = Counter()
-    real = async_copy.tma_box
-
-    def box(t: Any, buffer: Any, coords: np.ndarray) -> Any:
-        seen[t.global_address] += len(coords)
-        return real(t, buffer, coords)
-    monkeypatch.setattr(async_copy, "tma_box", box)
-    args, _ = target_arguments(c, arrays)
-    getattr(run_target, "__wrapped__", run_target)(c.kernel, args)
-    return sorted(seen.values())
-
-
 def test_the_two_tiles_of_a_cta_share_their_key_blocks(monkeypatch: Any) -> None:
     """Causal, 5 query tiles: CTAs (0, 1), (2, 3) and (4) load the blocks of their last
     tile once, 2 + 4 + 5 per tensor and batch (one warpgroup per tile loads 15)."""
