@@ -55,6 +55,9 @@ step = st.one_of(
     st.tuples(st.just("bytes"), st.integers(0, NCTA * NTHREADS - 1),
               st.integers(0, SIZE - 4), st.integers(1, 4)),
     st.tuples(st.just("write"), st.integers(0, NCTA * NTHREADS - 1), st.integers(0, SIZE - 4)),
+    st.tuples(st.just("store"), st.sampled_from([1, 2, 4, 8, 16]),
+              st.lists(st.tuples(st.integers(0, NCTA * NTHREADS - 1), st.integers(0, SIZE - 16)),
+                       min_size=1, max_size=6)),
     st.tuples(st.just("release"), cta_sets, threads, st.booleans(), st.integers(0, 2**32 - 1)),
     st.tuples(st.just("sync"), cta_sets),
     st.tuples(st.just("clear"), cta_sets, st.integers(0, SIZE // CHUNK - 1),
@@ -100,6 +103,17 @@ def _apply(fast: SharedMemory, slow: SharedMemory, op: tuple) -> None:
         flat = np.array([[who // NTHREADS * SIZE + at]])
         for sh in (fast, slow):
             sh.set_writer(flat, np.array([who]))
+    elif kind == "store":  # a checked st.shared: the first clashing byte, or none
+        _, width, rows = op
+        me = np.array([t for t, _ in rows])
+        flat = (me // NTHREADS * SIZE + np.array([a // width * width for _, a in rows]))[:, None] \
+            + np.arange(width)
+        if slow.in_flight and (slow.pending[flat] != 0).any():
+            return  # another fault, checked before the race records
+        got = _fault(lambda fail: fast.write(flat, np.zeros(flat.shape, np.uint8), me, fail))
+        assert got == _store_race(slow, flat, me)
+        if not got:
+            slow.set_writer(flat, me)
     elif kind == "release":  # an mbarrier wait: the arrivals of one phase per CTA
         _, ctas, (a, b), one_range, seed = op
         by_cta, released = {}, {}
@@ -127,6 +141,21 @@ def _apply(fast: SharedMemory, slow: SharedMemory, op: tuple) -> None:
         mine = ctas * NTHREADS + t
         answers = [bulk.range_clear(sh, ctas, mine, lo, hi, None) for sh in (fast, slow)]
         assert answers[0] == answers[1]
+
+
+def _store_race(sh: SharedMemory, flat: np.ndarray, me: np.ndarray) -> str:
+    """The race fault of a store by threads ``me`` to ``flat``, from the per-byte
+    records: a byte another thread wrote or read (first row, then first byte)."""
+    writer, rmin, rmax = sh.writer[flat], sh.rmin[flat], sh.rmax[flat]
+    read = rmax >= 0
+    for i, j in zip(*np.nonzero(((writer >= 0) & (writer != me[:, None])) | (
+            read & ((rmin != me[:, None]) | (rmax != me[:, None]))))):
+        other = int(writer[i, j]) if writer[i, j] >= 0 else int(rmin[i, j])
+        if other == int(me[i]):
+            other = int(rmax[i, j])
+        return (f"{i} shared memory race write of {sh._where(flat[i, j])} also accessed by "
+                f"thread {other % NTHREADS} without a bar.sync between")
+    return ""
 
 
 def _fault(call: Callable[[Callable[[int, str, str], None]], None]) -> str:

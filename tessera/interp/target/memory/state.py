@@ -229,19 +229,27 @@ class SharedMemory:
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
         self.check_bulk_source(flat, fail, "store")
         rows = word_rows(flat, self.size)
-        get = (lambda a: a[flat]) if rows is None else (lambda a: take_rows(a, rows, flat))
         if self.races and self.accessed[me // self.nthreads].any():
-            last = code_last(me)[:, None]
             rmin, rmax = self.readers()
+            # records lie only in dirty blocks: read them for the rows that meet one
+            # (a read of the others would map their zero pages)
+            hot = self._in_dirty(flat, rows)
+            sub = None if hot.all() else np.flatnonzero(hot)
+            hf, hme = (flat, me) if sub is None else (flat[sub], me[sub])
+            hrows = rows if sub is None or rows is None else rows[sub]
+            get = (lambda a: a[hf]) if hrows is None else (lambda a: take_rows(a, hrows, hf))
+            last = code_last(hme)[:, None]
             w, lo, hi = get(self.writer_code), get(rmin), get(rmax)
-            clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(me)[:, None]) |
+            clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(hme)[:, None]) |
                                                            (hi != last)))
             if np.any(clash):
-                i = int(np.flatnonzero(clash.any(axis=1))[0])
-                j = int(np.flatnonzero(clash[i])[0])
-                other = int(w[i, j]) - 1 if w[i, j] > 0 else int(lo[i, j] + _BIG)
+                k = int(np.flatnonzero(clash.any(axis=1))[0])
+                i = k if sub is None else int(sub[k])
+                j = int(np.flatnonzero(clash[k])[0])
+                w, lo, hi = w[k:k + 1], lo[k:k + 1], hi[k:k + 1]
+                other = int(w[0, j]) - 1 if w[0, j] > 0 else int(lo[0, j] + _BIG)
                 if other == int(me[i]):
-                    other = int(hi[i, j]) - 1
+                    other = int(hi[0, j]) - 1
                 fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
                      f"accessed by thread {other % self.nthreads} without a "
                      "bar.sync between")
@@ -269,6 +277,18 @@ class SharedMemory:
             fail(i, "bulk store source overwritten", f"{what} over {self._where(flat[i, j])}, "
                  "which a TMA store (cp.async.bulk.tensor) still reads: no "
                  "cp.async.bulk.wait_group.read has retired its bulk group")
+
+    def _in_dirty(self, flat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """Per row of ``flat`` (M, nbytes): whether a byte of it lies in a dirty block
+        (``rows`` from :func:`word_rows`: each row one aligned word, in one block)."""
+        idx = flat.reshape(len(flat), -1)
+        if self.size % DIRTY_BLOCK == 0 and rows is not None:
+            return self.dirty_blocks.reshape(-1)[idx[:, 0] // DIRTY_BLOCK]
+        if self.size % DIRTY_BLOCK == 0:
+            hit = self.dirty_blocks.reshape(-1)[idx // DIRTY_BLOCK]
+        else:
+            hit = self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK]
+        return hit.any(axis=1)
 
     def mark(self, flat: np.ndarray) -> None:
         """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
