@@ -73,6 +73,9 @@ class FusionGraph:
         self.returned = set(term.operands) if term is not None else set()
         self.compute = [i for i in self.instrs if not is_index_map(i)]
         self.group: dict[Instr, frozenset[Instr]] = {i: frozenset([i]) for i in self.compute}
+        # a group's space depends on its members alone (users and returns never change
+        # while groups merge), and every candidate merge asks for several of them
+        self._spaces: dict[frozenset[Instr], tuple[Block, IterationSpace]] = {}
 
     def producers(self, instr: Instr) -> list[Instr]:
         """The compute ops whose results reach ``instr``'s operands through index maps."""
@@ -125,9 +128,14 @@ class FusionGraph:
         return out
 
     def space(self, group: frozenset[Instr]) -> tuple[Block, IterationSpace]:
-        block = Block()
-        block.instrs = self.with_maps(group)
-        return block, iteration_space(block, self.outputs(group))
+        """The ops of ``group`` (with their index maps) as a block, and its iteration
+        space; computed once per group. The block is shared: read it, never change it."""
+        found = self._spaces.get(group)
+        if found is None:
+            block = Block()
+            block.instrs = self.with_maps(group)
+            found = self._spaces[group] = block, iteration_space(block, self.outputs(group))
+        return found
 
     def inputs(self, group: frozenset[Instr]) -> list[Value]:
         members = set(self.with_maps(group))
