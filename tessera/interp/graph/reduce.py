@@ -42,6 +42,7 @@ from tessera.numerics.formats.convert import convert
 from tessera.numerics.formats.dtypes import DType
 from tessera.numerics.formats.dtypes import f64 as _F64
 from tessera.numerics.policy.modifiers import accum_of, product_accum
+from tessera.numerics.reductions.exact import VELTKAMP_SPLITTER
 from tessera.numerics.reductions.rounding import matmul_rounded, round_fraction, sum_rounded
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
@@ -171,7 +172,7 @@ def softmax(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
 
 def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dekker's split: ``x == hi + lo`` exactly, each with at most 26 significant bits."""
-    c = 134217729.0 * x  # 2**27 + 1
+    c = VELTKAMP_SPLITTER * x
     hi = c - (c - x)
     return hi, x - hi
 

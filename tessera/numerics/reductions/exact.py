@@ -168,14 +168,16 @@ def min_quantum(terms: np.ndarray, precision: int = 53, axis: int = -1) -> np.nd
     return np.where(zero, NO_QUANTUM, q)
 
 
-_SPLIT = 2.0**27 + 1  # Veltkamp's constant for float64
+#: Veltkamp's splitter for float64 (2**27 + 1): ``c = VELTKAMP_SPLITTER * x; hi = c - (c - x)``
+#: leaves ``hi`` and ``x - hi`` with at most 26 significant bits each
+VELTKAMP_SPLITTER = 2.0**27 + 1
 
 
 def two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``p, e`` with ``p + e == a * b`` exactly (Dekker), for products and factors
     well inside the float64 range (``safe_for_two_product``)."""
     p = a * b
-    ca, cb = _SPLIT * a, _SPLIT * b
+    ca, cb = VELTKAMP_SPLITTER * a, VELTKAMP_SPLITTER * b
     ah = ca - (ca - a)
     bh = cb - (cb - b)
     al, bl = a - ah, b - bh

@@ -31,6 +31,7 @@ from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, dtype, storage_of
+from tessera.numerics.reductions.exact import VELTKAMP_SPLITTER
 
 if TYPE_CHECKING:
     from tessera.ir.transforms.to_tile.kernel import Emitter
@@ -39,8 +40,6 @@ F64 = dtype("f64")
 I32 = dtype("int32")
 #: columns of the term tile: the ten products, padded to a power of two
 COLUMNS = 16
-#: Veltkamp's splitter for 26-bit halves of a float64 (2**27 + 1), as the graph uses
-SPLITTER = 134217729.0
 
 
 def _type(v: Value) -> TensorType:
@@ -64,7 +63,7 @@ class _Terms:
 
     def split(self, x: Value) -> tuple[Value, Value]:
         """Dekker/Veltkamp: ``x == hi + lo`` with at most 26 significant bits each."""
-        c = self.op(tc.Mul(), self.const(SPLITTER), x)
+        c = self.op(tc.Mul(), self.const(VELTKAMP_SPLITTER), x)
         hi = self.op(tc.Sub(), c, self.op(tc.Sub(), c, x))
         return hi, self.op(tc.Sub(), x, hi)
 
