@@ -200,7 +200,10 @@ def _wait(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     a, b = args[0], args[1]
     layout = low.layouts[instr.results[0]]
-    assert isinstance(layout, Acc)
+    if not isinstance(layout, Acc):  # an integer mma: per-thread sums
+        from tessera.lower.exact.intmma import integer_mma
+
+        return integer_mma(low, instr, args)
     if len(args) == 3:
         acc = args[2]
         assert isinstance(acc, Dist)
