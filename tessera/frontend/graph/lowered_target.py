@@ -190,8 +190,8 @@ def _check_elements(tile: Function, target: str, graph: Function) -> None:
                     f"{_graph_op_at(graph, instr, instr.loc)} cannot be lowered for {target} "
                     f"yet (kernel {tile.name}): it computes int64 tiles (saturating integer "
                     "arithmetic) that may leave the 32-bit registers int64 values live in "
-                    "(int32 operands, or products of several int16 ones); int8 and int16 "
-                    "sums and int8 products are lowered", loc=instr.loc,
+                    "(int32 operands, or long chains of int8 ones); int8 sums and products "
+                    "are lowered", loc=instr.loc,
                     hint="run the function with backend='tile' (the tile simulator) or "
                          "'interp'")
             if v in moved and name not in LOWERED_STORAGE:

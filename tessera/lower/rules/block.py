@@ -162,8 +162,19 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         tma_copy(low, dst, src, box)
         return []
     g = global_box(e, src)
+    try:
+        chunk = copy_chunk(src.align, g, instr.loc)
+    except UnsupportedError:
+        # rows of bytes not 4-byte aligned, read by products summed per thread (no
+        # tensor-core fragments, no swizzle): copied element by element instead
+        if not low.extra.get("per_thread_mma") or box.swizzle:
+            raise
+        from tessera.lower.sm80.copy import copy_elements
+
+        copy_elements(e, box, g)
+        return []
     # the Tile IR groups copies with cp_commit_group (or a wait / barrier), not per copy
-    copy_async(e, box, g, chunk=copy_chunk(src.align, g, instr.loc), commit=False)
+    copy_async(e, box, g, chunk=chunk, commit=False)
     low.extra["async_pending"] = low.extra["uncommitted"] = True
     return []
 
