@@ -270,7 +270,7 @@ _WHY_NOT_MMA = {
     "float32": ": an mma of f32 tiles multiplies the exact f32 values, and tf32 tensor "
                "cores (mma.sync .tf32, inputs rounded to 10 mantissa bits by "
                "cvt.rna.tf32.f32) would give other bits",
-    "int8": ": int8 mma.sync (m16n8k32 .s8.s8.s32) is not lowered yet",
+    "int8": ": int8 products are summed per thread into an int32 accumulator only",
 }
 
 
