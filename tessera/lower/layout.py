@@ -73,13 +73,13 @@ class BRow:
 
 Layout = Acc | Row | Blocked | BRow
 
-#: integer ``mma`` operand formats whose products are exact in ``s32`` (at most 2^30)
-INTEGER_MMA_OPERANDS = ("int8", "uint8", "int16")
+#: integer ``mma`` operand formats summed per thread (their products are exact in ``s32``)
+INTEGER_MMA_OPERANDS = ("int8", "uint8")
 
 
 def is_integer_mma(instr: Instr) -> bool:
-    """Whether ``instr`` is an ``mma`` of integer tiles of at most 16 bits into an int32
-    accumulator: its tile is blocked and each thread sums its elements' products
+    """Whether ``instr`` is an ``mma`` of byte integer tiles into an int32 accumulator:
+    its tile is blocked and each thread sums its elements' products
     (:mod:`tessera.lower.exact.intmma`)."""
     if not isinstance(instr.op, tile_compute.Mma):
         return False

@@ -7,9 +7,9 @@ graph's int8 matmul saturates its exact sum, and the generated K loops stay belo
 2^17 products, so no partial sum saturates where the graph's would not,
 :mod:`tessera.ir.transforms.to_tile.matmul`). In PTX the output tile is held in the
 blocked layout (:mod:`tessera.lower.layout`): every thread loops over K for its own
-elements, multiplies the sign-extended bytes in ``s32`` (a product of two 16-bit
-integers is exact there), adds the products and the widened accumulator in ``s64``
-(exact: no contraction of fewer than 2^32 products of at most 2^30 reaches 2^63) and
+elements, multiplies the sign-extended bytes in ``s32`` (a product of two bytes is
+exact there), adds the products and the widened accumulator in ``s64`` (exact: no
+contraction of fewer than 2^32 products of at most 2^16 reaches 2^63) and
 clamps the sum to the ``s32`` range once, at the end of the ``mma`` — the tile level's
 int64 sum and saturation, for every K.
 
