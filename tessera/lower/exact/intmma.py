@@ -8,8 +8,9 @@ graph's int8 matmul saturates its exact sum, and the generated K loops stay belo
 :mod:`tessera.ir.transforms.to_tile.matmul`). In PTX the output tile is held in the
 blocked layout (:mod:`tessera.lower.layout`): every thread loops over K for its own
 elements, multiplies the sign-extended bytes in ``s32`` (a product of two bytes is
-exact there), adds the products and the widened accumulator in ``s64`` (exact: no
-contraction of fewer than 2^32 products of at most 2^16 reaches 2^63) and
+exact there), sums the products in ``s32`` (exact for K below :data:`SHORT_K`, every
+tile the generator makes; in ``s64`` beyond: no contraction of fewer than 2^32
+products of at most 2^16 reaches 2^63), adds the widened accumulator in ``s64`` and
 clamps the sum to the ``s32`` range once, at the end of the ``mma`` — the tile level's
 int64 sum and saturation, for every K.
 
@@ -30,6 +31,9 @@ from tessera.lower.layout import Blocked
 from tessera.lower.rules.memory import address
 from tessera.lower.rules.tensor import chunk_index, materialize, widen
 from tessera.lower.values import Dist, Lowered, Mem, mem_type, reg_type
+
+#: the shortest K whose sum of byte products (each below 2^16 in magnitude) may leave s32
+SHORT_K = 2**15
 
 
 def _operand(e: TargetEmitter, mem: Mem, i: Value, k: Value) -> Value:
@@ -68,12 +72,10 @@ def integer_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered
             flat = e.bin("min", flat, e.const(last, s32), s32)
         where.append((e.bin("div", flat, e.const(n_cols, s32), s32),
                       e.bin("rem", flat, e.const(n_cols, s32), s32)))
-    if len(args) == 3:
-        acc = materialize(low, args[2], layout)  # a view of the accumulator: loaded
-        assert isinstance(acc, Dist)
-        start = [e.cvt(reg, s64, s32) for reg in acc.regs]
-    else:
-        start = [e.const(0, s64)] * count
+    # the K products of one mma sum exactly in s32 while K * 2^16 < 2^31 (every tile
+    # the generator makes); the accumulator operand joins in s64
+    wide = kdim >= SHORT_K
+    kind = s64 if wide else s32
 
     def body(le: TargetEmitter, kk: Value, *sums: Value) -> list[Value]:
         rows: dict[int, Value] = {}  # a chunk's elements share a row: one load of a
@@ -83,13 +85,20 @@ def integer_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered
             if x is None:
                 x = rows[r // layout.vec] = _operand(le, a, row, kk)
             p = le.mul(x, _operand(le, b, kk, col), s32)
-            out.append(le.add(total, le.cvt(p, s64, s32), s64))
+            out.append(le.add(total, le.cvt(p, s64, s32) if wide else p, kind))
         return out
 
-    sums = e.for_(e.const(0, s32), e.const(kdim, s32), e.const(1, s32), start, body)
+    sums = e.for_(e.const(0, s32), e.const(kdim, s32), e.const(1, s32),
+                  [e.const(0, kind)] * count, body)
+    if not wide:
+        sums = [e.cvt(v, s64, s32) for v in sums]
+    if len(args) == 3:
+        acc = materialize(low, args[2], layout)  # a view of the accumulator: loaded
+        assert isinstance(acc, Dist)
+        sums = [e.add(v, e.cvt(reg, s64, s32), s64) for v, reg in zip(sums, acc.regs)]
     lo, hi = e.const(-2**31, s64), e.const(2**31 - 1, s64)
     regs = [e.cvt(e.bin("min", e.bin("max", v, lo, s64), hi, s64), s32, s64) for v in sums]
     return [Dist(layout, regs, s32)]
 
 
-__all__ = ["integer_mma"]
+__all__ = ["SHORT_K", "integer_mma"]

@@ -10,6 +10,7 @@ import pytest
 
 import tessera as ts
 from tessera.frontend.kernel.backends.compile import compile_kernel
+from tessera.lower.exact.intmma import SHORT_K
 from tests.lower.test_lowering import same_bits
 
 rng = np.random.default_rng(8)
@@ -59,3 +60,18 @@ def test_integer_mma_sums_per_thread_and_saturates_as_the_tile_level(target: str
     ptx = compile_kernel(mm_int8_onto, a, b, c0, out, target=target,
                          tile_shape=(64, 64, 32)).ptx
     assert "mma.sync" not in ptx and "wgmma" not in ptx
+
+
+def test_a_contraction_of_2_15_products_sums_in_s64() -> None:
+    # K = SHORT_K: the products are summed in s64 (no s32 bound is proved), then the
+    # accumulator at the top of the range is added and the sum saturated
+    k = SHORT_K
+    a = np.full((1, k), -128, np.int8)
+    a[0, ::3] = 127
+    b = np.full((k, 1), -128, np.int8)
+    c0 = np.array([[2**31 - 100]], np.int32)
+    same_bits(mm_int8_onto, a, b, c0, np.zeros((1, 1), np.int32), target="sm_80",
+              tile_shape=(1, 1, k))
+    out = np.zeros((1, 1), np.int32)
+    mm_int8_onto(a, b, c0, out, tile_shape=(1, 1, k))
+    assert out[0, 0] == 2**31 - 1 == np.clip(c0 + a.astype(np.int64) @ b, None, 2**31 - 1)
