@@ -222,8 +222,11 @@ def _round(low: Lowerer, v: Value, base: Value, f64: bool = False) -> Dist:
         k = inner.bin("min", k, inner.const(size - 1, s32), s32)
         off = inner.mul(k, inner.const(8 * (MMA_DIGITS + 1), s32), s32)
         addr = inner.add(base, inner.cvt(off, "u32", s32), "u32")
-        if f64:
-            return [to_format(inner, inner.ld("shared", addr, "f64"), element)]
+        if f64:  # a NaN is the default NaN, as the long accumulators' flags give it
+            total = inner.ld("shared", addr, "f64")
+            total = inner.selp(total, inner.const(float("nan"), "f64"),
+                               inner.setp("num", total, total, "f64"), "f64")
+            return [to_format(inner, total, element)]
         flags = inner.ld("shared", addr, "u32", offset=8 * MMA_DIGITS)
         odd = round_words_at(inner, MMA_DIGITS, "shared", addr, flags, MMA_QUANTUM)
         return [to_format(inner, odd, element)]
