@@ -97,7 +97,7 @@ def live_ranges(fn: Function, members: dict[Value, Value],
 
 
 @dataclass
-class Slot:
+class AccBuffer:
     """One shared buffer and the chains that take it in turn."""
 
     size: int                       #: bytes: its largest chain's
@@ -105,13 +105,13 @@ class Slot:
     end: int = -1                   #: the last top-level index its chains reach
 
 
-def share(ranges: dict[Value, tuple[int, int]], sizes: dict[Value, int]) -> list[Slot]:
+def share(ranges: dict[Value, tuple[int, int]], sizes: dict[Value, int]) -> list[AccBuffer]:
     """Buffers for the chains of ``ranges`` (``sizes`` in bytes): in order of their
     first instruction, each chain takes a buffer whose chains have all ended before it
     starts: the smallest that holds it, else the largest (which grows least), else a
     new one. Chains live at once never share: an instruction where one ends and another
     starts holds both."""
-    slots: list[Slot] = []
+    slots: list[AccBuffer] = []
     for root in sorted(ranges, key=lambda r: (ranges[r][0], ranges[r][1])):
         lo, hi = ranges[root]
         free = [s for s in slots if s.end < lo]
@@ -119,7 +119,7 @@ def share(ranges: dict[Value, tuple[int, int]], sizes: dict[Value, int]) -> list
         slot = (min(holds, key=lambda s: s.size) if holds else
                 max(free, key=lambda s: s.size) if free else None)
         if slot is None:
-            slot = Slot(0)
+            slot = AccBuffer(0)
             slots.append(slot)
         slot.size = max(slot.size, sizes[root])
         slot.chains.append(root)
@@ -127,4 +127,4 @@ def share(ranges: dict[Value, tuple[int, int]], sizes: dict[Value, int]) -> list
     return slots
 
 
-__all__ = ["Slot", "chains", "live_ranges", "share"]
+__all__ = ["AccBuffer", "chains", "live_ranges", "share"]

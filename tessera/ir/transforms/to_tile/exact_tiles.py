@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessera.arch.limits import A100
 from tessera.ir.core import Function, Instr, Module, walk
 from tessera.ir.transforms.to_tile.program import TileProgram
 from tessera.ir.types import TensorType
@@ -78,7 +79,7 @@ def key_block_tile(rows: int, keys: int, depth: int, pv_cols: int, shared: int,
 
 
 def exact_tiles(body: Any, whole_rows: bool = True,
-                shared: int = 163 * 1024) -> dict[Instr, tuple[int, int]]:
+                shared: int = A100.shared_per_block) -> dict[Instr, tuple[int, int]]:
     """The output tile of each matmul without a ``tile_shape`` of its own, for the exact
     ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, shared out between matmuls of one
     operand (``h @ Wq``, ``h @ Wk``, ``h @ Wv`` fuse into one kernel), except for
