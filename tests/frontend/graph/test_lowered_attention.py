@@ -12,7 +12,8 @@ register broadcasts that insert an axis (staged through shared memory), the carr
 row statistics read in another tile's row layout, the exact sum of the terms beside the
 carried values, and score accumulators cleared on every key block. The three passes'
 score accumulators share one shared buffer (their loops run one after the other), so
-rows over 512 keys take blocks of up to 256 scores (``exact_tiles.key_block_tile``)."""
+rows over 512 keys take blocks of up to 256 scores and a whole head of V's columns
+(``to_tile.keyblock_tiles.key_block_tile``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tessera import op
 from tessera.arch.limits import shared_limit
 from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir import print_module
-from tessera.ir.transforms.to_tile.exact_tiles import key_block_bytes, key_block_tile
+from tessera.ir.transforms.to_tile.keyblock_tiles import key_block_bytes, key_block_tile
 from tessera.lower.shared import shared_allocs, shared_plan
 
 TARGETS = ["sm_80", "sm_90a"]
@@ -256,14 +257,32 @@ def test_key_blocks_of_more_query_rows_on_target() -> None:
     _same_on_target(attention, _scores(rng, (1, 3, 5), (1, 530, 5), (1, 530, 5)), ["sm_80"])
 
 
+def test_key_blocks_with_a_whole_head_of_values_on_target() -> None:
+    """40 columns of V in one program (a tile of 64): blocks of 32 keys, the last of
+    18 (530 keys), so that 32 x 64 values load at 16 per thread; both targets."""
+    rng = np.random.default_rng(16)
+    args = _scores(rng, (1, 2, 8), (1, 530, 8), (1, 530, 40))
+    program = ts.jit(attention).lower(*args).target("sm_80")
+    (kernel,) = program.kernels
+    tiles = program.tile.module.functions[kernel.name].attrs["tiles"]
+    assert (tiles[0], tiles[2]) == (2, 32) and 40 in tiles  # (loops: rows, V's, keys, d)
+    assert kernel.kernel.attrs["grid"][0] == 1  # one program: the scores once
+    _same_on_target(attention, args)
+
+
 def test_key_block_tiles_fit_the_target() -> None:
-    """The largest block of keys whose kernel the target's shared memory holds (at most
-    256 scores: two accumulators per thread); the bound the choice uses covers what the
-    lowering allocates, and the kernels assemble with no spills."""
-    assert key_block_tile(2, 600, 4, 4, 163 * 1024) == (2, 128)
-    assert key_block_tile(64, 1024, 64, 16, 163 * 1024) == (8, 32)
-    assert key_block_tile(64, 1024, 64, 16, 99 * 1024) == (8, 32)
-    assert key_block_tile(64, 1024, 64, 16, 40 * 1024) == (8, 16)  # never below 16 keys
+    """A whole head of V's columns first (a program with fewer computes every score
+    again for the others), then the most query rows, then the longest block of keys
+    the registers (at most 256 scores: two accumulators per thread) and the target's
+    shared memory hold; the bound the choice uses covers what the lowering allocates,
+    and the kernels assemble with no spills."""
+    assert key_block_tile(2, 600, 4, 4, 163 * 1024) == (2, 128, 4)
+    assert key_block_tile(64, 1024, 64, 64, 163 * 1024) == (8, 32, 64)
+    assert key_block_tile(64, 1024, 64, 64, 99 * 1024) == (4, 32, 64)
+    assert key_block_tile(64, 1024, 64, 64, 40 * 1024) == (2, 16, 64)
+    assert key_block_tile(64, 1024, 64, 128, 227 * 1024) == (4, 16, 128)
+    assert key_block_tile(64, 1024, 64, 0, 163 * 1024) == (8, 32, 0)  # a row softmax
+    assert key_block_tile(64, 1024, 64, 64, 1024) == (8, 16, 16)  # nothing fits
     rng = np.random.default_rng(15)
     for sq, d in [(64, 64), (2, 64), (8, 128)]:
         args = _scores(rng, (1, sq, d), (1, 1024, d), (1, 1024, d))
@@ -271,9 +290,9 @@ def test_key_block_tiles_fit_the_target() -> None:
             program = ts.jit(attention).lower(*args).target(target)
             (kernel,) = program.kernels
             tiles = program.tile.module.functions[kernel.name].attrs["tiles"]
-            r, block = key_block_tile(sq, 1024, d, 16, shared_limit(target))
-            assert (tiles[0], tiles[2]) == (r, block)
-            assert shared_plan(kernel.kernel).total <= key_block_bytes(r, block, d, 16)
+            r, block, cols = key_block_tile(sq, 1024, d, d, shared_limit(target))
+            assert (tiles[0], tiles[2], tiles[3]) == (r, block, cols)
+            assert shared_plan(kernel.kernel).total <= key_block_bytes(r, block, d, cols)
             stats = kernel.assemble().stats[kernel.name]
             assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from tessera.arch.limits import A100
 from tessera.ir.core import Function, Instr, Module, walk
+from tessera.ir.transforms.to_tile.keyblock_tiles import KEY_BLOCK_TILE, key_block_tile
 from tessera.ir.transforms.to_tile.program import TileProgram
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
@@ -26,56 +27,6 @@ from tessera.numerics import storage_of
 EXACT_MMA_TILE = (32, 16)
 #: the most elements of an exact mma's output tile (EXACT_MMA_TILE's)
 EXACT_MMA_ELEMENTS = EXACT_MMA_TILE[0] * EXACT_MMA_TILE[1]
-#: the scores' tile of attention over more keys than EXACT_MMA_ELEMENTS: at most this
-#: many query rows, and at least this many keys per block (key_block_tile takes as many
-#: more as the target's shared memory holds)
-KEY_BLOCK_TILE = (8, 16)
-#: the most scores of a key block: two accumulators per thread. ptxas fits the three
-#: passes' code in 90-111 registers; four per thread (EXACT_MMA_ELEMENTS) need about
-#: 150-170 and spill under the exact kernels' .maxnreg of 128, for no measured gain
-KEY_BLOCK_ELEMENTS = 256
-#: the most elements of a block of keys or values (block x their row length) the
-#: kernel loads into registers before staging them for an ``mma``: 16 per thread. With
-#: 32 per thread (64 keys of 64, a ragged last block) ptxas spills under the .maxnreg
-#: of 128
-KEY_BLOCK_LOADED = 2048
-#: bytes of one exact accumulator (tessera.lower.exact.mma: 21 words and a flag word)
-ACC_ELEMENT_BYTES = 176
-#: shared bytes per query row of a key-block kernel besides its accumulators and
-#: staged tiles: the carried row statistics staged per block and the exact sums'
-#: accumulators (a bound on what tessera.lower allocates)
-ROW_BYTES = 512
-
-
-def key_block_bytes(rows: int, block: int, depth: int, pv_cols: int) -> int:
-    """A bound on the shared memory of a kernel passing over key blocks of ``rows`` x
-    ``block`` scores, of ``depth`` (Q's and K's last dim) and a ``P @ V`` tile of
-    ``pv_cols`` columns (0: a row softmax): the accumulators of one score chain (the
-    three passes' share a buffer) and of ``P @ V``, the block of keys staged for
-    ``Q K^T`` (one buffer for the three passes), the block's f64 terms and ``P``,
-    each pass's query tile, and the rows' statistics."""
-    return (ACC_ELEMENT_BYTES * rows * (block + pv_cols) + 4 * block * depth
-            + 16 * rows * block + 3 * 4 * rows * depth + ROW_BYTES * rows)
-
-
-def key_block_tile(rows: int, keys: int, depth: int, pv_cols: int, shared: int,
-                   values: int = 0) -> tuple[int, int]:
-    """The scores' tile of attention (or a row softmax of a matmul) passing over key
-    blocks: up to ``KEY_BLOCK_TILE[0]`` query rows, and the longest power-of-two block
-    of keys (at most ``keys`` rounded up, at least ``KEY_BLOCK_TILE[1]``) that fits the
-    registers and ``shared`` bytes of shared memory: at most :data:`KEY_BLOCK_ELEMENTS`
-    scores (two accumulators per thread) and :data:`KEY_BLOCK_LOADED` elements of keys
-    or values (rows of ``depth`` and ``values``), and :func:`key_block_bytes` within
-    ``shared``. Longer blocks mean fewer trips of each pass and more threads busy (16
-    keys under 8 rows keep a quarter of the CTA's threads working)."""
-    from tessera.ir.transforms.schedule.tile import pow2
-
-    r = min(pow2(rows), KEY_BLOCK_TILE[0])
-    loaded = KEY_BLOCK_LOADED // pow2(max(depth, values))
-    block = max(min(KEY_BLOCK_ELEMENTS // r, loaded, pow2(keys)), KEY_BLOCK_TILE[1])
-    while block > KEY_BLOCK_TILE[1] and key_block_bytes(r, block, depth, pv_cols) > shared:
-        block //= 2
-    return r, block
 
 
 def exact_tiles(body: Any, whole_rows: bool = True,
@@ -146,9 +97,12 @@ def exact_tiles(body: Any, whole_rows: bool = True,
             tiles[mm] = (r, keys)
         else:
             depth = mm.operands[0].type.shape[-1]
-            pv_cols, values = (tiles[pv][1], pv.results[0].type.shape[-1]) if pv else (0, 0)
-            tiles[mm] = key_block_tile(rows, keys, depth, pv_cols, shared, values)
-            r = tiles[mm][0]
+            values = pv.results[0].type.shape[-1] if pv else 0
+            r, block, cols = key_block_tile(rows, keys, depth, values, shared)
+            tiles[mm] = (r, block)
+            if pv is not None:
+                tiles[pv] = (r, cols)
+                continue
         if pv is not None:
             tiles[pv] = (r, tiles[pv][1])
     return {mm: shape for mm, shape in tiles.items() if mm.op.tile_shape is None}
@@ -237,6 +191,5 @@ def exact_in_ptx(instr: Instr) -> bool:
         t.rank != 2 or t.shape[0] % 64 != 0 or t.shape[1] % 8 != 0)
 
 
-__all__ = ["ACC_ELEMENT_BYTES", "EXACT_MMA_ELEMENTS", "EXACT_MMA_TILE", "KEY_BLOCK_ELEMENTS",
-           "KEY_BLOCK_LOADED", "KEY_BLOCK_TILE", "exact_in_ptx", "exact_tiled", "exact_tiles",
-           "key_block_bytes", "key_block_tile"]
+__all__ = ["EXACT_MMA_ELEMENTS", "EXACT_MMA_TILE", "KEY_BLOCK_TILE", "exact_in_ptx",
+           "exact_tiled", "exact_tiles"]
