@@ -25,9 +25,10 @@ KEY_BLOCK_ELEMENTS = 256
 #: 32 per thread (64 keys of 64, a ragged last block) ptxas spills under the .maxnreg
 #: of 128
 KEY_BLOCK_LOADED = 2048
-#: the most elements of ``P @ V``'s output tile: 512 accumulators (90 KB, within
-#: tessera.lower.exact.mma.ACC_BYTES), four per thread
-PV_ELEMENTS = 512
+#: the most elements of ``P @ V``'s output tile: two accumulators per thread. Where
+#: the schedule gives ``P @ V`` a kernel of its own (a head of 256 columns), four per
+#: thread spill under the .maxnreg of 128
+PV_ELEMENTS = 256
 #: bytes of one exact accumulator (tessera.lower.exact.mma: 21 words and a flag word)
 ACC_ELEMENT_BYTES = 176
 #: shared bytes per query row of a key-block kernel besides its accumulators and
