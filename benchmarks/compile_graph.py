@@ -9,8 +9,7 @@ Graph IR, with the graph pipeline's passes), **schedule** (Graph → Schedule IR
   (one kernel), to PTX;
 * the MLPs ``relu(x @ W1 + b1) @ W2 + b2`` on fp8_e4m3 and ``gelu(x @ W1 + b1) @ W2 +
   b2`` on f32, as far as they get (the ``reached`` column names the stage, or the
-  refusal that stopped it: fp8 operands of the exact matmul are not lowered yet; the
-  f32 GELU MLP reaches PTX).
+  refusal that stopped it; both reach PTX, the fp8 one through the exact ``mma``).
 
 Prints a Markdown table of medians (milliseconds). Usage:
 ``python benchmarks/compile_graph.py [--reps 9] [--target sm_90a] [--json]``.

@@ -118,12 +118,15 @@ class Lowerer:
         self.geom = self._geometry()
         self._signature()
         if self.block_kernel:
-            from tessera.lower.layout import assign_layouts
+            from tessera.lower.layout import assign_layouts, is_integer_mma
 
             self.layouts = assign_layouts(self.fn)
             from tessera.lower.exact.mma import plan_exact
 
             exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
+            # integer products are summed in each thread's registers too
+            exact = exact or any(is_integer_mma(i) for i in walk(self.fn.body))
+            self.extra["per_thread_mma"] = exact
             if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.kvloop import plan_kv
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 from tessera.errors import UnsupportedError
 from tessera.interp.tile.wide import possibly_wide
-from tessera.ir.core import Function, Value, walk
+from tessera.ir.core import Function, Instr, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import value_slots
 from tessera.ir.types import TensorType
+from tessera.numerics import storage_of
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,23 @@ class BRow:
 
 
 Layout = Acc | Row | Blocked | BRow
+
+#: integer ``mma`` operand formats summed per thread (their products are exact in ``s32``)
+INTEGER_MMA_OPERANDS = ("int8", "uint8")
+
+
+def is_integer_mma(instr: Instr) -> bool:
+    """Whether ``instr`` is an ``mma`` of byte integer tiles into an int32 accumulator:
+    its tile is blocked and each thread sums its elements' products
+    (:mod:`tessera.lower.exact.intmma`)."""
+    if not isinstance(instr.op, tile_compute.Mma):
+        return False
+    types = [v.type for v in (*instr.operands[:2], instr.results[0])]
+    if not all(isinstance(t, TensorType) for t in types):
+        return False
+    names = [storage_of(t.element).np_dtype.name for t in types]  # type: ignore[union-attr]
+    return names[0] in INTEGER_MMA_OPERANDS and names[1] in INTEGER_MMA_OPERANDS and \
+        names[2] == "int32"
 
 
 def blocked(shape: tuple[int, ...]) -> Blocked:
@@ -135,7 +153,9 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
             for v in vals[1:]:  # the mask of each element is where its value is
                 cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Mma):
-            if not op.exact:  # an exact mma's tile is blocked (tessera.lower.exact.mma)
+            # an exact mma's tile is blocked (tessera.lower.exact.mma), and so is an
+            # integer one's (tessera.lower.exact.intmma: per-thread sums, no tensor cores)
+            if not op.exact and not is_integer_mma(instr):
                 acc_roots.append(instr.results[0])
             if len(instr.operands) == 3:
                 cls.join(instr.operands[2], instr.results[0])
@@ -184,5 +204,5 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
     return out
 
 
-__all__ = ["Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts", "blocked",
-           "possibly_wide", "value_slots"]
+__all__ = ["INTEGER_MMA_OPERANDS", "Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts",
+           "blocked", "is_integer_mma", "possibly_wide", "value_slots"]

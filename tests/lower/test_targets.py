@@ -176,21 +176,8 @@ def mm_f32(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
 
 
-@ts.kernel
-def mm_int8(A: ts.Tensor["M", "K", ts.int8], B: ts.Tensor["K", "N", ts.int8],
-            C: ts.Tensor["M", "N", ts.int32]):
-    """One mma of int8 tiles."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.int8)
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.int8)
-    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
-    ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
-    ts.tile.barrier()
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
-
-
 @pytest.mark.parametrize(("kernel", "dtype", "out", "why"), [
     (mm_f32, np.float32, np.float32, r"tf32 tensor cores .* would give other bits"),
-    (mm_int8, np.int8, np.int32, r"int8 mma\.sync \(m16n8k32 \.s8\.s8\.s32\) is not lowered"),
 ])
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_mma_formats_without_a_lowering_are_refused_with_the_reason(

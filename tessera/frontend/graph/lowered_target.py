@@ -160,15 +160,18 @@ def _check_elements(tile: Function, target: str, graph: Function) -> None:
     """Refuse the tiles the lowering keeps no bits of: tiles of formats other than
     :data:`LOWERED_STORAGE` read from or written to memory (f64 and int64 tensors, fp6
     and fp4), and integers widened to int64 (the arithmetic that saturates integer ops
-    as the graph does; int64 lives in 32-bit registers there). Bool, int8 and fp8
-    tiles move through byte loads and stores (``ld.u8``, ``ld.s8``, ``st.u8``)."""
+    as the graph does) unless every int64 value provably stays in the 32-bit registers
+    int64 lives in there (:mod:`tessera.lower.int64`). Bool, int8 and fp8 tiles move
+    through byte loads and stores (``ld.u8``, ``ld.s8``, ``st.u8``)."""
     from tessera.ir.dialects.tile import memory as tile_memory
     from tessera.ir.dialects.tile.compute import Cast, Mma
     from tessera.ir.types import TensorType
+    from tessera.lower.int64 import int64_fits_s32
     from tessera.numerics import storage_of
 
     # an mma operand is read from shared memory by the mma itself, never into registers
     mma_operands = {v for i in walk(tile.body) if isinstance(i.op, Mma) for v in i.operands[:2]}
+    unproved = int64_fits_s32(tile)
     for instr in walk(tile.body):
         moved = [v for v in instr.results if isinstance(instr.op, tile_memory.Load)
                  and v not in mma_operands]
@@ -179,15 +182,24 @@ def _check_elements(tile: Function, target: str, graph: Function) -> None:
                 continue
             name = storage_of(t.element).np_dtype.name
             # int64 index tiles (aranges, masks) are 32-bit arithmetic by design; a cast
-            # to int64 is the widening of the user's integers
-            widened = name == "int64" and isinstance(instr.op, Cast)
-            if widened or (v in moved and name not in LOWERED_STORAGE):
+            # to int64 is the widening of the user's integers, lowered in s32 where no
+            # int64 value of the kernel can leave the s32 range
+            widened = name == "int64" and isinstance(instr.op, Cast) and unproved is not None
+            if widened:
                 raise TargetGenerationError(
                     f"{_graph_op_at(graph, instr, instr.loc)} cannot be lowered for {target} "
-                    f"yet (kernel {tile.name}): it moves or computes {t.element} tiles, and "
-                    "the PTX lowering of generated kernels loads and stores f32, bf16, f16, "
-                    "int32, int8, fp8 and bool tiles only, and computes no int64 "
-                    "(saturating integer arithmetic)",
+                    f"yet (kernel {tile.name}): it computes int64 tiles (saturating integer "
+                    "arithmetic) that may leave the 32-bit registers int64 values live in "
+                    "(int32 operands, or long chains of int8 ones); int8 sums and products "
+                    "are lowered", loc=instr.loc,
+                    hint="run the function with backend='tile' (the tile simulator) or "
+                         "'interp'")
+            if v in moved and name not in LOWERED_STORAGE:
+                raise TargetGenerationError(
+                    f"{_graph_op_at(graph, instr, instr.loc)} cannot be lowered for {target} "
+                    f"yet (kernel {tile.name}): it moves {t.element} tiles, and the PTX "
+                    "lowering of generated kernels loads and stores f32, bf16, f16, int32, "
+                    "int8, fp8 and bool tiles only",
                     loc=instr.loc,
                     hint="run the function with backend='tile' (the tile simulator) or "
                          "'interp'")

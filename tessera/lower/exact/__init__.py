@@ -2,8 +2,11 @@
 
 ``longacc``: the long fixed-point accumulator (deposit, carry normalisation, one
 rounding); ``reduce``: exact row sums and means (``tile.reduce {exact}``); ``mma``:
-the exact ``mma`` accumulator, one per output element. Importing
-the package registers the rules with :data:`tessera.lower.core.EXACT_RULES`.
+the exact ``mma`` accumulator, one per output element; ``f64acc``: the exact ``mma``
+chains one f64 per element sums exactly (fp8_e4m3); ``intmma``: the integer ``mma``,
+exact int64 sums per thread saturated once (lowered from the ``tile.mma`` rule of
+:mod:`tessera.lower.rules.block`). Importing the package registers the rules with
+:data:`tessera.lower.core.EXACT_RULES`.
 """
 
 from tessera.lower.exact import mma, reduce  # noqa: F401

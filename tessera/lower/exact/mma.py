@@ -129,6 +129,9 @@ def plan_exact(low: Lowerer) -> bool:
     low.extra["exact_chains"] = (members, bufs, exact)
     low.extra["exact_resets"] = resets
     low.extra["exact_acc_bytes"] = sum(slot.size for slot in slots)
+    from tessera.lower.exact.f64acc import f64_chains
+
+    low.extra["exact_f64"] = f64_chains(low.fn, members)  # one f64 suffices (fp8_e4m3)
     low.extra.setdefault("maxnreg", EXACT_MAXNREG)
     return True
 
@@ -176,15 +179,16 @@ def exact_operands(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowe
     for n, v in enumerate(instr.operands):
         if v not in exact or (isinstance(op, tile_compute.Mma) and op.exact and n == 2):
             continue
-        out[n] = _round(low, v, bufs[members[v]])
+        out[n] = _round(low, v, bufs[members[v]], members[v] in low.extra["exact_f64"])
     return out
 
 
-def _round(low: Lowerer, v: Value, base: Value) -> Dist:
-    """The thread's registers of the exact chain value ``v`` (accumulators at ``base``),
-    each rounded once: one ``ptx.for`` over the registers whose body rounds the
-    register's accumulator and selects the result into the register of that index
-    (a rounding is over a hundred instructions; a thread holds several registers)."""
+def _round(low: Lowerer, v: Value, base: Value, f64: bool = False) -> Dist:
+    """The thread's registers of the exact chain value ``v`` (accumulators at ``base``;
+    ``f64``: each an exact f64, :mod:`tessera.lower.exact.f64acc`), each rounded once:
+    one ``ptx.for`` over the registers whose body rounds the register's accumulator and
+    selects the result into the register of that index (a rounding is over a hundred
+    instructions; a thread holds several registers)."""
     e = low.em
     layout = low.layouts[v]
     assert isinstance(layout, Blocked) and isinstance(v.type, TensorType)
@@ -199,6 +203,11 @@ def _round(low: Lowerer, v: Value, base: Value) -> Dist:
         k = inner.bin("min", k, inner.const(size - 1, s32), s32)
         off = inner.mul(k, inner.const(8 * (MMA_DIGITS + 1), s32), s32)
         addr = inner.add(base, inner.cvt(off, "u32", s32), "u32")
+        if f64:  # a NaN is the default NaN, as the long accumulators' flags give it
+            total = inner.ld("shared", addr, "f64")
+            total = inner.selp(total, inner.const(float("nan"), "f64"),
+                               inner.setp("num", total, total, "f64"), "f64")
+            return [to_format(inner, total, element)]
         flags = inner.ld("shared", addr, "u32", offset=8 * MMA_DIGITS)
         odd = round_words_at(inner, MMA_DIGITS, "shared", addr, flags, MMA_QUANTUM)
         return [to_format(inner, odd, element)]
@@ -307,6 +316,7 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     layout = low.layouts[res]
     assert isinstance(layout, Blocked)
     base = bufs[members[res]]
+    f64 = members[res] in low.extra["exact_f64"]
     e = low.em
     n_cols, kdim = layout.shape[1], a.shape[1]
 
@@ -347,7 +357,12 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
                     x = _operand(inner, a, row, kk)
                     if inner is le:
                         rows[j] = x
-                deposit_f64(inner, acc, inner.mul(x, _operand(inner, b, kk, col), "f64"))
+                y = _operand(inner, b, kk, col)
+                if f64:  # exact in f64 (f64acc): fma.rn.f64 onto the element's f64
+                    old = inner.ld("shared", acc, "f64")
+                    inner.st("shared", acc, inner.fma(x, y, old, "f64"), "f64")
+                else:
+                    deposit_f64(inner, acc, inner.mul(x, y, "f64"))
             if inside is None:
                 product(le)
             else:

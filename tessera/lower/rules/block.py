@@ -162,8 +162,19 @@ def _cp_async(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         tma_copy(low, dst, src, box)
         return []
     g = global_box(e, src)
+    try:
+        chunk = copy_chunk(src.align, g, instr.loc)
+    except UnsupportedError:
+        # rows of bytes not 4-byte aligned, read by products summed per thread (no
+        # tensor-core fragments, no swizzle): copied element by element instead
+        if not low.extra.get("per_thread_mma") or box.swizzle:
+            raise
+        from tessera.lower.sm80.copy import copy_elements
+
+        copy_elements(e, box, g)
+        return []
     # the Tile IR groups copies with cp_commit_group (or a wait / barrier), not per copy
-    copy_async(e, box, g, chunk=copy_chunk(src.align, g, instr.loc), commit=False)
+    copy_async(e, box, g, chunk=chunk, commit=False)
     low.extra["async_pending"] = low.extra["uncommitted"] = True
     return []
 
@@ -200,7 +211,10 @@ def _wait(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     a, b = args[0], args[1]
     layout = low.layouts[instr.results[0]]
-    assert isinstance(layout, Acc)
+    if not isinstance(layout, Acc):  # an integer mma: per-thread sums
+        from tessera.lower.exact.intmma import integer_mma
+
+        return integer_mma(low, instr, args)
     if len(args) == 3:
         acc = args[2]
         assert isinstance(acc, Dist)
@@ -256,7 +270,7 @@ _WHY_NOT_MMA = {
     "float32": ": an mma of f32 tiles multiplies the exact f32 values, and tf32 tensor "
                "cores (mma.sync .tf32, inputs rounded to 10 mantissa bits by "
                "cvt.rna.tf32.f32) would give other bits",
-    "int8": ": int8 mma.sync (m16n8k32 .s8.s8.s32) is not lowered yet",
+    "int8": ": int8 products are summed per thread into an int32 accumulator only",
 }
 
 

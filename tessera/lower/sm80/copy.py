@@ -177,6 +177,34 @@ def copy_chunk(align: int, g: GlobalBox, loc: Loc) -> int:
              "the fastest copy), or read the view with a plain load")
 
 
+def copy_elements(e: TargetEmitter, dst: SharedBox, src: GlobalBox) -> None:
+    """Copy global box ``src`` into the unswizzled shared box ``dst`` one element at a
+    time with plain loads and stores (thread ``t`` copies elements ``t, t + 128, ...``):
+    the copy of a view of 1- or 2-byte elements whose rows are not 4-byte aligned, which
+    ``cp.async`` cannot copy. Synchronous: the data is the CTA's after the next barrier."""
+    if dst.swizzle or (dst.rows, dst.cols, dst.elem) != (src.rows, src.cols, src.elem):
+        raise UnsupportedError("element copies take an unswizzled shared box of the "
+                               "source's shape")
+    esize = elem_size(src.elem)
+    mt = {1: "b8", 2: "b16", 4: "u32"}[esize]
+    total, stride_bytes = src.rows * src.cols, src.stride * esize
+    tid = e.sreg("tid.x")
+
+    def one(inner: TargetEmitter, c: Value) -> None:
+        g_addr = _global(inner, src.base, u32op(inner, c, "div", src.cols),
+                         u32op(inner, c, "rem", src.cols), stride_bytes, esize)
+        s_addr = inner.add(dst.base, u32op(inner, c, "mul", esize), "u32")
+        inner.st("shared", s_addr, inner.ld("global", g_addr, mt), mt)
+
+    for k in range(-(-total // THREADS)):
+        c = u32op(e, tid, "add", k * THREADS) if k else tid
+        if (k + 1) * THREADS <= total:
+            one(e, c)
+        else:  # the last round: only the threads that still own an element copy
+            live = e.setp("lt", c, e.const(total, "u32"), "u32")
+            e.if_(live, lambda inner, c=c: one(inner, c))  # type: ignore[misc]
+
+
 def _issue(op: CpAsync, s_addr: Value, g_addr: Value) -> Callable[[TargetEmitter], None]:
     def body(inner: TargetEmitter) -> None:
         inner.op(op, [s_addr, g_addr])
@@ -198,5 +226,6 @@ def wait_async(e: TargetEmitter, n: int = 0) -> None:
     e.bar()
 
 
-__all__ = ["Lanes", "SharedAddresses", "copy_async", "copy_chunk", "emit_swizzle", "lin",
+__all__ = ["Lanes", "SharedAddresses", "copy_async", "copy_chunk", "copy_elements",
+           "emit_swizzle", "lin",
            "swizzle_offset", "u32op", "wait_async"]

@@ -129,7 +129,8 @@ def exact_tiled(tile: TileProgram, graph: Function, target: str = "sm_80") -> Ti
     from tessera.ir.transforms.to_tile import schedule_to_tile
 
     if graph.kind == schedule_ops.FUNC or not any(
-            exact_in_ptx(i) for fn in tile.module.functions.values() for i in walk(fn.body)):
+            exact_in_ptx(i) or summed_per_thread(i)
+            for fn in tile.module.functions.values() for i in walk(fn.body)):
         return tile
 
     def scheduled(whole_rows: bool, uniform: bool) -> Function:
@@ -175,21 +176,35 @@ def exact_tiled(tile: TileProgram, graph: Function, target: str = "sm_80") -> Ti
     return program
 
 
+def summed_per_thread(instr: Instr) -> bool:
+    """Whether the lowering sums this ``mma``'s products per output element in each
+    thread's registers (integer operands: exact int64 sums, no tensor cores), whose
+    accumulators the exact tiles keep few per thread."""
+    from tessera.ir.dialects.tile.compute import Mma
+
+    if not isinstance(instr.op, Mma):
+        return False
+    a = instr.operands[0].type
+    assert isinstance(a, TensorType)
+    return storage_of(a.element).kind == "int"
+
+
 def exact_in_ptx(instr: Instr) -> bool:
     """Whether the lowering implements this ``mma`` with the exact accumulator: an exact
-    one, or a float one whose tile has no tensor-core layout (its float64 sums are exact,
-    or it would not be a checked ``mma``: the exact one computes the same bits)."""
+    one, or a checked float one (fp8_e4m3 and narrower: its float64 sums are exact, or it
+    would not be a checked ``mma``, so the exact one computes the same bits; tensor
+    cores, whose f32 accumulation truncates, would not: a sum of e4m3 products spans
+    about 54 bits)."""
     from tessera.ir.dialects.tile.compute import Mma
 
     if not isinstance(instr.op, Mma):
         return False
     if instr.op.exact:
         return True
-    a, t = instr.operands[0].type, instr.results[0].type
-    assert isinstance(a, TensorType) and isinstance(t, TensorType)
-    return storage_of(a.element).kind == "float" and (
-        t.rank != 2 or t.shape[0] % 64 != 0 or t.shape[1] % 8 != 0)
+    a = instr.operands[0].type
+    assert isinstance(a, TensorType)
+    return storage_of(a.element).kind == "float"
 
 
 __all__ = ["EXACT_MMA_ELEMENTS", "EXACT_MMA_TILE", "KEY_BLOCK_TILE", "exact_in_ptx",
-           "exact_tiled", "exact_tiles"]
+           "exact_tiled", "exact_tiles", "summed_per_thread"]
