@@ -44,6 +44,7 @@ def random_state(seed: int) -> SharedMemory:
     sh.unfenced_ctas[:] = True
     sh.accessed[:] = True
     sh.written[:] = True
+    sh.has_readers[:] = True
     sh.who_lo[:] = np.arange(NCTA) * NTHREADS
     sh.who_hi[:] = sh.who_lo + NTHREADS - 1
     # records lie only in dirty blocks (what the bulk paths and bar.sync rely on)

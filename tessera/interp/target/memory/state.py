@@ -100,6 +100,10 @@ class SharedMemory:
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
             self.written = np.zeros(ncta, bool)
+            # per CTA: may rmin_code / rmax_code hold a reader (a superset; the log's
+            # reads count once resolved): where none does, a store or an epoch need
+            # not read them, which would map their zero pages
+            self.has_readers = np.zeros(ncta, bool)
             # per CTA: bounds of the thread ids (global) recorded as a reader or writer
             # since its bar.sync (a superset: epochs that clear part keep them)
             self.scratch: tuple[np.ndarray, np.ndarray] | None = None
@@ -193,6 +197,7 @@ class SharedMemory:
         when :func:`chunk_rows` found them)."""
         idx = flat.ravel()
         self.accessed[first // self.nthreads] = True
+        self.has_readers[first // self.nthreads] = True
         self.note_who(first, last)
         if mark:
             self.mark(flat)
@@ -239,14 +244,20 @@ class SharedMemory:
             hrows = rows if sub is None or rows is None else rows[sub]
             get = (lambda a: a[hf]) if hrows is None else (lambda a: take_rows(a, hrows, hf))
             last = code_last(hme)[:, None]
-            w, lo, hi = get(self.writer_code), get(rmin), get(rmax)
-            clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(hme)[:, None]) |
-                                                           (hi != last)))
+            hctas = hme // self.nthreads
+            # records of CTAs that hold no writer (reader) are zero: not read
+            w = get(self.writer_code) if self.written[hctas].any() else None
+            readers = bool(self.has_readers[hctas].any())
+            lo, hi = (get(rmin), get(rmax)) if readers else (None, None)
+            clash = np.zeros(hf.shape, bool) if w is None else (w > 0) & (w != last)
+            if lo is not None and hi is not None:
+                clash |= (hi > 0) & ((lo != code_first(hme)[:, None]) | (hi != last))
             if np.any(clash):
                 k = int(np.flatnonzero(clash.any(axis=1))[0])
                 i = k if sub is None else int(sub[k])
                 j = int(np.flatnonzero(clash[k])[0])
-                w, lo, hi = w[k:k + 1], lo[k:k + 1], hi[k:k + 1]
+                w, lo, hi = (np.zeros((1, hf.shape[1]), np.int32) if a is None else a[k:k + 1]
+                             for a in (w, lo, hi))
                 other = int(w[0, j]) - 1 if w[0, j] > 0 else int(lo[0, j] + _BIG)
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1
@@ -359,7 +370,11 @@ class SharedMemory:
         self.log.drop(ctas)
         # records lie only in dirty blocks: clear those (all bytes when blocks are ragged)
         held = np.flatnonzero(self.dirty_blocks & ctas[:, None])
-        for view in (self.writer_code, self.rmin_code, self.rmax_code):
+        # records of CTAs that hold no writer (reader) are zero: not looked at
+        views = [self.writer_code] if self.written[ctas].any() else []
+        if self.has_readers[ctas].any():
+            views += [self.rmin_code, self.rmax_code]
+        for view in views:
             if self.size % DIRTY_BLOCK == 0:
                 # only blocks of this record that hold one: a store of zeros over the
                 # others would turn their zero pages into memory of their own
@@ -370,6 +385,7 @@ class SharedMemory:
         self.dirty_blocks[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
+        self.has_readers[ctas] = False
         self.who_lo[ctas] = _BIG
         self.who_hi[ctas] = _NONE
 
