@@ -284,25 +284,28 @@ def test_word_row_stores_equal_the_per_byte_ones(width: int,
         flat = ((me // NTHREADS) * SIZE + words * width)[:, None] + np.arange(width)
         data = rng.integers(0, 256, flat.shape).astype(np.uint8)
         outcomes = []
-        for rows in (True, False):
+        # words found from the rows' first bytes (rows known consecutive), found by a
+        # pass over the bytes, and none (the per-byte path)
+        for mode in ("consecutive", "rows", "bytes"):
             sh = random_state(seed) if seed < 4 else SharedMemory(NCTA, NTHREADS, SIZE, True)
             sh.in_flight = 0 if seed % 2 else sh.in_flight  # past the copies, or not
             with monkeypatch.context() as patch:
-                if not rows:
+                if mode == "bytes":
                     patch.setattr(state_module, "word_rows", lambda flat, size: None)
                 else:
                     assert state_module.word_rows(flat, SIZE) is not None
                 fault = ""
                 try:
                     sh.write(flat, data, me, lambda i, w, t: (_ for _ in ()).throw(
-                        AssertionError(f"{i} {w} {t}")))
+                        AssertionError(f"{i} {w} {t}")), consecutive=mode == "consecutive")
                 except AssertionError as err:
                     fault = str(err)
             outcomes.append((fault, sh))
-        (fast_fault, fast), (slow_fault, slow) = outcomes
-        assert fast_fault == slow_fault
-        found.append(fast_fault)
-        assert_same(fast, slow)
+        (slow_fault, slow) = outcomes[-1]
+        for fast_fault, fast in outcomes[:-1]:
+            assert fast_fault == slow_fault
+            assert_same(fast, slow)
+        found.append(slow_fault)
         np.testing.assert_array_equal(fast.data, slow.data)
     assert any(found[:4]) and not any(found[4:])  # the random records hold races
 

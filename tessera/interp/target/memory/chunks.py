@@ -74,8 +74,16 @@ def word_rows(flat: np.ndarray, size: int) -> np.ndarray | None:
     width = flat.shape[1]
     if width > CHUNK or width & (width - 1) or size % width:
         return None
-    first = flat[:, 0]
-    if (first % width).any() or not (flat - first[:, None] == np.arange(width)).all():
+    if not (flat - flat[:, :1] == np.arange(width)).all():
+        return None
+    return word_starts(flat[:, 0], width, size)
+
+
+def word_starts(first: np.ndarray, width: int, size: int) -> np.ndarray | None:
+    """:func:`word_rows` of rows known to be ``width`` consecutive bytes each, from
+    their first bytes ``first`` (no pass over every byte)."""
+    if not len(first) or not 0 < width <= CHUNK or width & (width - 1) or size % width or \
+            (first % width).any():
         return None
     return first // width
 
@@ -94,4 +102,4 @@ def put_rows(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
 
 
 __all__ = ["CHUNK", "add_at", "chunk_rows", "put_chunks", "put_rows", "take_chunks",
-           "take_rows", "word_rows"]
+           "take_rows", "word_rows", "word_starts"]

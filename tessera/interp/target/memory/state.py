@@ -38,6 +38,7 @@ from tessera.interp.target.memory.chunks import (
     take_chunks,
     take_rows,
     word_rows,
+    word_starts,
 )
 from tessera.interp.target.memory.global_memory import (
     GLOBAL_BASE,
@@ -225,15 +226,18 @@ class SharedMemory:
         return self.data[flat]
 
     def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
-              generic: bool = True) -> None:
-        """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids)."""
+              generic: bool = True, consecutive: bool = False) -> None:
+        """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids);
+        ``consecutive``: the caller knows that each row of ``flat`` is consecutive
+        bytes (as :meth:`index` makes them)."""
         busy = self.pending[flat] != 0 if self.in_flight else np.zeros(1, bool)
         if np.any(busy):
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
         self.check_bulk_source(flat, fail, "store")
-        rows = word_rows(flat, self.size)
+        rows = word_starts(flat[:, 0], flat.shape[1], self.size) \
+            if consecutive and flat.ndim == 2 else word_rows(flat, self.size)
         if self.races and self.accessed[me // self.nthreads].any():
             rmin, rmax = self.readers()
             # records lie only in dirty blocks: read them for the rows that meet one
