@@ -65,25 +65,19 @@ def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> No
     np.add.at(target, np.ravel(index), value if value.ndim == 0 else np.ravel(value))
 
 
-def word_rows(flat: np.ndarray, size: int) -> np.ndarray | None:
+def word_rows(flat: np.ndarray, size: int, consecutive: bool = False) -> np.ndarray | None:
     """The word numbers of ``flat`` (M, W) when each row is one aligned word of W
     bytes (W a power of two up to 16 dividing ``size``, the bytes per CTA), bytes in
-    order: a store's rows, each then one element of a W-byte view."""
+    order: a store's rows, each then one element of a W-byte view. ``consecutive``:
+    the caller knows each row to be consecutive bytes (no pass over every byte)."""
     if flat.ndim != 2 or not flat.size:
         return None
     width = flat.shape[1]
     if width > CHUNK or width & (width - 1) or size % width:
         return None
-    if not (flat - flat[:, :1] == np.arange(width)).all():
-        return None
-    return word_starts(flat[:, 0], width, size)
-
-
-def word_starts(first: np.ndarray, width: int, size: int) -> np.ndarray | None:
-    """:func:`word_rows` of rows known to be ``width`` consecutive bytes each, from
-    their first bytes ``first`` (no pass over every byte)."""
-    if not len(first) or not 0 < width <= CHUNK or width & (width - 1) or size % width or \
-            (first % width).any():
+    first = flat[:, 0]
+    if (first % width).any() or not (
+            consecutive or (flat - first[:, None] == np.arange(width)).all()):
         return None
     return first // width
 
@@ -102,4 +96,4 @@ def put_rows(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
 
 
 __all__ = ["CHUNK", "add_at", "chunk_rows", "put_chunks", "put_rows", "take_chunks",
-           "take_rows", "word_rows", "word_starts"]
+           "take_rows", "word_rows"]

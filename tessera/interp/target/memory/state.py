@@ -19,9 +19,9 @@ operands) wait in :attr:`SharedMemory.log` (:mod:`.reads`) until something looks
 their readers: the raw arrays ``rmin_code``, ``rmax_code`` and ``dirty_blocks`` lack
 them, :meth:`SharedMemory.readers` and the property ``dirty`` resolve them first.
 
-The race records hold thread ids *coded* so that 0 means "none" (:func:`code_first`,
-:func:`code_last`): a new launch's records are zero pages, which the kernel touches
-only where its CTAs access shared memory, instead of a fill of every byte's records.
+The race records hold thread ids *coded* so that 0 means "none" (:mod:`.codes`): a new
+launch's records are zero pages, which the kernel touches only where its CTAs access
+shared memory, instead of a fill of every byte's records.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from tessera.interp.target.memory.chunks import (
     take_chunks,
     take_rows,
     word_rows,
-    word_starts,
 )
+from tessera.interp.target.memory.codes import code_first, code_last
 from tessera.interp.target.memory.global_memory import (
     GLOBAL_BASE,
     GLOBAL_STRIDE,
@@ -50,18 +50,6 @@ from tessera.interp.target.memory.global_memory import check_aligned as _check_a
 
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
-
-
-def code_first(ids: np.ndarray | int) -> np.ndarray:
-    """The code of a lowest reader: its global thread id minus int32 max, so that "no
-    reader" is 0 and above every reader (a minimum keeps the lowest)."""
-    return np.asarray(ids, np.int32) - _BIG
-
-
-def code_last(ids: np.ndarray | int) -> np.ndarray:
-    """The code of a highest reader or a writer: its global thread id plus 1 ("none"
-    is 0, below every thread)."""
-    return np.asarray(ids, np.int32) + np.int32(1)
 
 #: bytes per flag of :attr:`SharedMemory.dirty`
 DIRTY_BLOCK = 64
@@ -101,9 +89,8 @@ class SharedMemory:
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
             self.written = np.zeros(ncta, bool)
-            # per CTA: may rmin_code / rmax_code hold a reader (a superset; the log's
-            # reads count once resolved): where none does, a store or an epoch need
-            # not read them, which would map their zero pages
+            # per CTA: may rmin_code / rmax_code hold a reader (a superset; logged reads
+            # count once resolved): stores and epochs skip the others' zero pages
             self.has_readers = np.zeros(ncta, bool)
             # per CTA: bounds of the thread ids (global) recorded as a reader or writer
             # since its bar.sync (a superset: epochs that clear part keep them)
@@ -228,16 +215,14 @@ class SharedMemory:
     def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
               generic: bool = True, consecutive: bool = False) -> None:
         """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids);
-        ``consecutive``: the caller knows that each row of ``flat`` is consecutive
-        bytes (as :meth:`index` makes them)."""
+        ``consecutive``: each row of ``flat`` is consecutive bytes (:meth:`index`'s)."""
         busy = self.pending[flat] != 0 if self.in_flight else np.zeros(1, bool)
         if np.any(busy):
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
         self.check_bulk_source(flat, fail, "store")
-        rows = word_starts(flat[:, 0], flat.shape[1], self.size) \
-            if consecutive and flat.ndim == 2 else word_rows(flat, self.size)
+        rows = word_rows(flat, self.size, consecutive)
         if self.races and self.accessed[me // self.nthreads].any():
             rmin, rmax = self.readers()
             # records lie only in dirty blocks: read them for the rows that meet one
@@ -248,20 +233,17 @@ class SharedMemory:
             hrows = rows if sub is None or rows is None else rows[sub]
             get = (lambda a: a[hf]) if hrows is None else (lambda a: take_rows(a, hrows, hf))
             last = code_last(hme)[:, None]
-            hctas = hme // self.nthreads
+            hctas, zero = hme // self.nthreads, np.broadcast_to(np.int32(0), hf.shape)
             # records of CTAs that hold no writer (reader) are zero: not read
-            w = get(self.writer_code) if self.written[hctas].any() else None
-            readers = bool(self.has_readers[hctas].any())
-            lo, hi = (get(rmin), get(rmax)) if readers else (None, None)
-            clash = np.zeros(hf.shape, bool) if w is None else (w > 0) & (w != last)
-            if lo is not None and hi is not None:
-                clash |= (hi > 0) & ((lo != code_first(hme)[:, None]) | (hi != last))
+            w = get(self.writer_code) if self.written[hctas].any() else zero
+            lo, hi = (get(rmin), get(rmax)) if self.has_readers[hctas].any() else (zero, zero)
+            clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(hme)[:, None]) |
+                                                           (hi != last)))
             if np.any(clash):
                 k = int(np.flatnonzero(clash.any(axis=1))[0])
                 i = k if sub is None else int(sub[k])
                 j = int(np.flatnonzero(clash[k])[0])
-                w, lo, hi = (np.zeros((1, hf.shape[1]), np.int32) if a is None else a[k:k + 1]
-                             for a in (w, lo, hi))
+                w, lo, hi = w[k:k + 1], lo[k:k + 1], hi[k:k + 1]
                 other = int(w[0, j]) - 1 if w[0, j] > 0 else int(lo[0, j] + _BIG)
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1
@@ -374,11 +356,10 @@ class SharedMemory:
         self.log.drop(ctas)
         # records lie only in dirty blocks: clear those (all bytes when blocks are ragged)
         held = np.flatnonzero(self.dirty_blocks & ctas[:, None])
-        # records of CTAs that hold no writer (reader) are zero: not looked at
-        views = [self.writer_code] if self.written[ctas].any() else []
-        if self.has_readers[ctas].any():
-            views += [self.rmin_code, self.rmax_code]
-        for view in views:
+        for view, flags in ((self.writer_code, self.written), (self.rmin_code, self.has_readers),
+                            (self.rmax_code, self.has_readers)):
+            if not flags[ctas].any():  # zero in every CTA here: not looked at
+                continue
             if self.size % DIRTY_BLOCK == 0:
                 # only blocks of this record that hold one: a store of zeros over the
                 # others would turn their zero pages into memory of their own
