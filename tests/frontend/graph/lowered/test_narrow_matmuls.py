@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
+from tests.frontend.graph.lowered.same import TARGETS, same_on_target
 
-TARGETS = ("sm_80", "sm_90a")
 FORMATS = {"fp8_e4m3": ts.fp8_e4m3, "fp8_e5m2": ts.fp8_e5m2, "int8": ts.int8}
 #: planted values: the smallest and largest subnormal, the largest finite value, NaN
 #: (and infinities where the format has them)
@@ -64,18 +64,6 @@ def _values(rng: np.random.Generator, shape: tuple[int, ...], fmt: str,
     return ts.Tensor(x, FORMATS[fmt]).array
 
 
-def _bits(out) -> bytes:  # type: ignore[no-untyped-def]
-    arr = np.asarray(out.array)
-    return arr.dtype.str.encode() + arr.tobytes()
-
-
-def _same_on_target(fn, args, targets=TARGETS) -> None:  # type: ignore[no-untyped-def]
-    lowered = ts.jit(fn).lower(*args)
-    want = _bits(lowered.run(*args))
-    for target in targets:
-        assert _bits(lowered.run(*args, backend="target", target=target)) == want, target
-
-
 side = st.integers(1, 72)
 
 
@@ -88,7 +76,7 @@ def test_narrow_matmuls_with_epilogues_on_target_give_the_graph_bits(
         target: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     args = [_values(rng, s, fmt, special) for s in [(m, k), (k, n), (n,)]]
-    _same_on_target(fn, args, (target,))
+    same_on_target(fn, args, (target,))
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -96,7 +84,7 @@ def test_narrow_mlps_on_target_give_the_graph_bits(fmt: str) -> None:
     # tensor-core-sized matmuls (64 x 32 @ 32 x 64): the tiles that took tensor cores
     rng = np.random.default_rng(len(fmt))
     args = [_values(rng, s, fmt, True) for s in [(64, 32), (32, 64), (64,), (64, 16), (16,)]]
-    _same_on_target(mlp_relu, args)
+    same_on_target(mlp_relu, args, TARGETS)
 
 
 def test_int8_sums_at_the_extremes() -> None:
@@ -105,8 +93,8 @@ def test_int8_sums_at_the_extremes() -> None:
     x = np.full((5, 70), -128, np.int8)
     w = np.where(np.arange(70 * 9).reshape(70, 9) % 2, -128, 127).astype(np.int8)
     b = np.array([-128, 127, 0, -1, 1, 127, -128, 5, -5], np.int8)
-    _same_on_target(linear_relu, [x, w, b])
-    _same_on_target(linear_sub, [x, w, b])
+    same_on_target(linear_relu, [x, w, b])
+    same_on_target(linear_sub, [x, w, b])
     # the definition: the exact sum saturated to int8, then the bias added and saturated
     h = np.clip(x.astype(np.int64) @ w.astype(np.int64), -128, 127) + b
     want = np.maximum(np.clip(h, -128, 127), 0).astype(np.int8)

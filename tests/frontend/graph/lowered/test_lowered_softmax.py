@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
-
-TARGETS = ("sm_80", "sm_90a")
+from tests.frontend.graph.lowered.same import TARGETS
 
 
 def softmax(x):  # type: ignore[no-untyped-def]

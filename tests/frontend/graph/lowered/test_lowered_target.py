@@ -17,9 +17,9 @@ from tessera import op
 from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
 from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir.transforms.to_tile import TileGenerationError
+from tests.frontend.graph.lowered.same import TARGETS, bits, same_on_target
 
 FORMATS = {"f32": ts.f32, "bf16": ts.bf16, "f16": ts.f16}
-TARGETS = ("sm_80", "sm_90a")
 
 
 def _as(fmt: str, x: np.ndarray) -> np.ndarray:
@@ -36,17 +36,6 @@ def with_exp(x, y):  # type: ignore[no-untyped-def]
     return op.exp(x - y) * 0.5
 
 
-def _bits(out):  # type: ignore[no-untyped-def]
-    leaves = out if isinstance(out, tuple) else (out,)
-    return [np.asarray(t.array).tobytes() for t in leaves]
-
-
-def _same_on_target(fn, args, target: str) -> None:  # type: ignore[no-untyped-def]
-    lowered = ts.jit(fn).lower(*args)
-    want = _bits(lowered.run(*args))
-    assert _bits(lowered.run(*args, backend="target", target=target)) == want
-
-
 side = st.integers(1, 40)
 
 
@@ -58,7 +47,7 @@ def test_elementwise_chain_on_target_gives_the_graph_bits(rows: int, cols: int, 
     rng = np.random.default_rng(seed)
     x, y = (_as(fmt, rng.standard_normal((rows, cols)) * 4) for _ in range(2))
     b = _as(fmt, rng.standard_normal(cols))
-    _same_on_target(chain, (x, y, b), target)
+    same_on_target(chain, (x, y, b), target)
 
 
 @settings(max_examples=15, deadline=None)
@@ -70,7 +59,7 @@ def test_exp_any_rank_on_target_gives_the_graph_bits(shape: list[int], fmt: str,
     # ranks 0 to 5: more than three loops share one linear grid axis
     rng = np.random.default_rng(seed)
     x, y = (_as(fmt, rng.standard_normal(shape) * 30) for _ in range(2))
-    _same_on_target(with_exp, (x, y), target)
+    same_on_target(with_exp, (x, y), target)
 
 
 @settings(max_examples=10, deadline=None)
@@ -84,7 +73,7 @@ def test_broadcasts_of_every_kind_on_target(shape: list[int], data: st.DataObjec
     rng = np.random.default_rng(len(shape))
     x = rng.standard_normal(shape).astype(np.float32)
     v = rng.standard_normal(small).astype(np.float32)
-    _same_on_target(lambda x, v: op.maximum(x * v, v) + 2.0, (x, v), target)
+    same_on_target(lambda x, v: op.maximum(x * v, v) + 2.0, (x, v), target)
 
 
 @settings(max_examples=10, deadline=None)
@@ -98,7 +87,7 @@ def test_broadcasts_of_computed_tiles_on_target(shape: list[int], data: st.DataO
     rng = np.random.default_rng(len(shape))
     x = _as(fmt, rng.standard_normal(shape) * 3)
     v = _as(fmt, rng.standard_normal(small) * 3)
-    _same_on_target(lambda x, v: op.maximum(x, v * 0.5 + 1.0) * op.exp(-op.abs(v)) +
+    same_on_target(lambda x, v: op.maximum(x, v * 0.5 + 1.0) * op.exp(-op.abs(v)) +
                     op.where(v > 0.0, v, x), (x, v), target)
 
 
@@ -107,7 +96,7 @@ def test_broadcasts_of_computed_scalars_on_target() -> None:
     x = rng.standard_normal((5, 7)).astype(np.float32)
     s = np.float32(1.75)
     for target in TARGETS:
-        _same_on_target(lambda x, s: op.maximum(x, s * 2.0 - 1.0) / op.abs(s + 0.5), (x, s),
+        same_on_target(lambda x, s: op.maximum(x, s * 2.0 - 1.0) / op.abs(s + 0.5), (x, s),
                         target)
 
 
@@ -116,15 +105,15 @@ def test_specials_and_nan_payloads_on_target() -> None:
     x = np.array([np.inf, -np.inf, 0.0, -0.0, 3e38, 1e-45, *payload, 1.0, -2.0], np.float32)
     y = np.array([np.inf, 1.0, -0.0, 0.0, 3e38, 1e-45, 1.0, *payload, -2.0], np.float32)
     for target in TARGETS:
-        _same_on_target(chain, (x, y, y[::-1].copy()), target)
-        _same_on_target(with_exp, (x, y), target)
+        same_on_target(chain, (x, y, y[::-1].copy()), target)
+        same_on_target(with_exp, (x, y), target)
 
 
 def test_int32_selections_on_target() -> None:
     rng = np.random.default_rng(3)
     x, y = (rng.integers(-2**31, 2**31, (9, 7)).astype(np.int32) for _ in range(2))
     for target in TARGETS:
-        _same_on_target(lambda x, y: op.where(x > y, op.minimum(x, y), op.maximum(x, y)),
+        same_on_target(lambda x, y: op.where(x > y, op.minimum(x, y), op.maximum(x, y)),
                         (x, y), target)
 
 
@@ -141,7 +130,7 @@ def test_stages_ptx_and_seconds() -> None:
     assert list(ptx) == ["chain_k0"] and ".target sm_90a" in ptx["chain_k0"]
     assert str(ptx).startswith("// kernel chain_k0\n.version")
     assert set(lowered.seconds()) == {"schedule", "to_tile", "lower", "verify", "render"}
-    assert _bits(ts.jit(chain, backend="target")(x, y, b)) == _bits(lowered.run(x, y, b))
+    assert bits(ts.jit(chain, backend="target")(x, y, b)) == bits(lowered.run(x, y, b))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -185,7 +174,7 @@ def test_what_the_lowering_cannot_take_is_refused_at_the_graph_line() -> None:
             _, start = inspect.getsourcelines(fn)
             assert err.value.loc.line == start + offset
             assert isinstance(err.value, TileGenerationError)
-        assert _bits(ts.jit(fn, backend="tile")(*args)) == _bits(ts.jit(fn)(*args))
+        assert bits(ts.jit(fn, backend="tile")(*args)) == bits(ts.jit(fn)(*args))
 
 
 def test_cuda_backend_without_a_gpu_says_why() -> None:
@@ -205,7 +194,7 @@ def test_cuda_backend_runs_the_generated_kernels() -> None:
     x, y = (rng.standard_normal((64, 48)).astype(np.float32) for _ in range(2))
     b = rng.standard_normal(48).astype(np.float32)
     # the GPU computes these ops correctly rounded, as the interpreters do
-    assert _bits(ts.jit(chain, backend="cuda")(x, y, b)) == _bits(ts.jit(chain)(x, y, b))
+    assert bits(ts.jit(chain, backend="cuda")(x, y, b)) == bits(ts.jit(chain)(x, y, b))
 
 
 class _TargetIrDevice:
@@ -306,7 +295,7 @@ def test_cuda_backend_path_with_a_target_ir_device(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(launch, "_driver_module", lambda: device)
     got = lowered.run(x, y, b, backend="cuda")
     assert device.launched == ["chain_k0"] and device.memory == {}  # buffers freed
-    assert _bits(got) == _bits(lowered.run(x, y, b))
+    assert bits(got) == bits(lowered.run(x, y, b))
 
 
 @ts.kernel
@@ -330,4 +319,4 @@ def test_kernel_calls_in_a_graph_function_on_target() -> None:
     rng = np.random.default_rng(8)
     x, y = (rng.standard_normal((8, 16)).astype(np.float32) for _ in range(2))
     for target in TARGETS:
-        _same_on_target(f, (x, y), target)
+        same_on_target(f, (x, y), target)

@@ -31,8 +31,7 @@ from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir import print_module
 from tessera.ir.transforms.to_tile.keyblock_tiles import key_block_bytes, key_block_tile
 from tessera.lower.shared import shared_allocs, shared_plan
-
-TARGETS = ["sm_80", "sm_90a"]
+from tests.frontend.graph.lowered.same import TARGETS, same_on_target
 
 
 def attention(q, k, v):  # type: ignore[no-untyped-def]
@@ -56,22 +55,11 @@ def projected(h, wq, wk, wv):  # type: ignore[no-untyped-def]
     return op.matmul(op.softmax(op.matmul(q, op.transpose(k, (1, 0))) * 0.125), v)
 
 
-def _bits(out):  # type: ignore[no-untyped-def]
-    return np.asarray(out.array).tobytes()
-
-
 def _inputs(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> list:
     if fmt == "bf16":  # cp.async moves rows of whole 4-byte words
         shape = (*shape[:-1], 2 * (-(-shape[-1] // 2)))
     dt = ts.bf16 if fmt == "bf16" else ts.f32
     return [ts.Tensor(rng.standard_normal(shape) * 2.0, dt).array for _ in range(3)]
-
-
-def _same_on_target(fn, args, targets=TARGETS) -> None:  # type: ignore[no-untyped-def]
-    lowered = ts.jit(fn).lower(*args)
-    want = _bits(lowered.run(*args))
-    for target in targets:
-        assert _bits(lowered.run(*args, backend="target", target=target)) == want, target
 
 
 @settings(max_examples=6, deadline=None)
@@ -80,7 +68,7 @@ def _same_on_target(fn, args, targets=TARGETS) -> None:  # type: ignore[no-untyp
 def test_attention_on_target_gives_the_graph_bits(b: int, s: int, d: int, fmt: str,
                                                   r) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(r.randrange(2**32))
-    _same_on_target(attention, _inputs(rng, (b, s, d), fmt))
+    same_on_target(attention, _inputs(rng, (b, s, d), fmt))
 
 
 @settings(max_examples=4, deadline=None)
@@ -91,14 +79,14 @@ def test_causal_additive_attention_on_target_gives_the_graph_bits(
     rng = np.random.default_rng(r.randrange(2**32))
     q, k, v = _inputs(rng, (1, s, d), fmt)
     bias = np.where(np.tril(np.ones((s, s), bool)), 0.0, -1e9).astype(np.float32)
-    _same_on_target(causal_additive, [q, k, v, bias])
+    same_on_target(causal_additive, [q, k, v, bias])
 
 
 def test_4d_and_projected_attention_on_target() -> None:
     rng = np.random.default_rng(5)
-    _same_on_target(attention_4d, _inputs(rng, (1, 2, 13, 12), "f32"))
+    same_on_target(attention_4d, _inputs(rng, (1, 2, 13, 12), "f32"))
     h = rng.standard_normal((11, 5)).astype(np.float32)
-    _same_on_target(projected, [h, *(rng.standard_normal((5, 5)).astype(np.float32)
+    same_on_target(projected, [h, *(rng.standard_normal((5, 5)).astype(np.float32)
                                      for _ in range(3))])
 
 
@@ -108,7 +96,7 @@ def test_special_scores_on_target() -> None:
     q, k, v = _inputs(rng, (1, 9, 4), "f32")
     q[0, 2, 1], q[0, 5, :] = np.inf, 0.0
     k[0, 3, :] = 0.0
-    _same_on_target(attention, [q, k, v])
+    same_on_target(attention, [q, k, v])
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -133,7 +121,7 @@ def test_batched_matmuls_on_target() -> None:
     for (b, m, k, n) in [(3, 20, 9, 14), (2, 40, 33, 17)]:
         x = rng.standard_normal((b, m, k)).astype(np.float32)
         y = rng.standard_normal((b, k, n)).astype(np.float32)
-        _same_on_target(lambda p, q: op.matmul(p, q), [x, y])
+        same_on_target(lambda p, q: op.matmul(p, q), [x, y])
 
 
 def _scores(rng: np.random.Generator, *shapes: tuple[int, ...]) -> list[np.ndarray]:
@@ -151,22 +139,22 @@ def test_attention_over_long_key_rows_on_target(b: int, sq: int, sk: int, d: int
     rng = np.random.default_rng(r.randrange(2**32))
     q = _inputs(rng, (b, sq, d), fmt)[0]
     k, v = _inputs(rng, (b, sk, d), fmt)[:2]
-    _same_on_target(attention, [q, k, v], [target])
+    same_on_target(attention, [q, k, v], [target])
 
 
 def test_attention_at_64_and_256_keys_on_target() -> None:
     """S = 64 square (3-D, 4-D and with an additive causal mask: eight programs of eight
     query rows) and 256 keys (tiles of two query rows)."""
     rng = np.random.default_rng(9)
-    _same_on_target(attention, _scores(rng, (1, 64, 8), (1, 64, 8), (1, 64, 8)), ["sm_90a"])
-    _same_on_target(attention_4d, _scores(rng, (1, 2, 4, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
+    same_on_target(attention, _scores(rng, (1, 64, 8), (1, 64, 8), (1, 64, 8)), ["sm_90a"])
+    same_on_target(attention_4d, _scores(rng, (1, 2, 4, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
                     ["sm_80"])
     bias = np.where(np.tril(np.ones((64, 64), bool)), 0.0, -1e9).astype(np.float32)
-    _same_on_target(causal_additive, [*_scores(rng, (1, 64, 4), (1, 64, 4), (1, 64, 4)),
+    same_on_target(causal_additive, [*_scores(rng, (1, 64, 4), (1, 64, 4), (1, 64, 4)),
                                       bias], ["sm_80"])
     q, k, v = _scores(rng, (1, 2, 8), (1, 256, 8), (1, 256, 8))
     k[0, 7, :], q[0, 1, :] = 0.0, 0.0  # a row of equal scores, a key of score 0
-    _same_on_target(attention, [q, k, v], ["sm_90a"])
+    same_on_target(attention, [q, k, v], ["sm_90a"])
 
 
 def test_long_key_rows_ptx_assembles_without_advisories_or_spills() -> None:
@@ -205,17 +193,17 @@ def test_attention_over_key_blocks_on_target(sq: int, sk: int, d: int, fmt: str,
     rng = np.random.default_rng(r.randrange(2**32))
     q = _inputs(rng, (1, sq, d), fmt)[0]
     k, v = _inputs(rng, (1, sk, d), fmt)[:2]
-    _same_on_target(blocked, [q, k, v], [target])
+    same_on_target(blocked, [q, k, v], [target])
 
 
 def test_4d_and_causal_attention_over_key_blocks_on_target() -> None:
     rng = np.random.default_rng(12)
-    _same_on_target(blocked_4d, _scores(rng, (1, 2, 8, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
+    same_on_target(blocked_4d, _scores(rng, (1, 2, 8, 8), (1, 2, 64, 8), (1, 2, 64, 8)),
                     ["sm_90a"])
     bias = np.where(np.tril(np.ones((40, 40), bool)), 0.0, -1e9).astype(np.float32)
     q, k, v = _scores(rng, (1, 40, 4), (1, 40, 4), (1, 40, 4))
     q[0, 3, 1] = np.inf  # a row of NaN and infinite scores
-    _same_on_target(blocked_causal, [q, k, v, bias], ["sm_80"])
+    same_on_target(blocked_causal, [q, k, v, bias], ["sm_80"])
 
 
 def _accumulators(kernel) -> list[int]:  # type: ignore[no-untyped-def]
@@ -242,7 +230,7 @@ def test_more_than_512_keys_pass_over_long_key_blocks(target: str) -> None:
     stats = assembled.stats[kernel.name]
     assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
     assert "warning" not in assembled.log.lower()
-    _same_on_target(attention, args, [target])
+    same_on_target(attention, args, [target])
 
 
 def test_key_blocks_of_more_query_rows_on_target() -> None:
@@ -253,8 +241,8 @@ def test_key_blocks_of_more_query_rows_on_target() -> None:
     program = ts.jit(attention).lower(q, k, v).target("sm_90a")
     tiles = program.tile.module.functions[program.kernels[0].name].attrs["tiles"]
     assert (tiles[0], tiles[2]) == (3, 64)
-    _same_on_target(attention, [q, k, v], ["sm_90a"])
-    _same_on_target(attention, _scores(rng, (1, 3, 5), (1, 530, 5), (1, 530, 5)), ["sm_80"])
+    same_on_target(attention, [q, k, v], ["sm_90a"])
+    same_on_target(attention, _scores(rng, (1, 3, 5), (1, 530, 5), (1, 530, 5)), ["sm_80"])
 
 
 def test_key_blocks_with_a_whole_head_of_values_on_target() -> None:
@@ -267,7 +255,7 @@ def test_key_blocks_with_a_whole_head_of_values_on_target() -> None:
     tiles = program.tile.module.functions[kernel.name].attrs["tiles"]
     assert (tiles[0], tiles[2]) == (2, 32) and 40 in tiles  # (loops: rows, V's, keys, d)
     assert kernel.kernel.attrs["grid"][0] == 1  # one program: the scores once
-    _same_on_target(attention, args)
+    same_on_target(attention, args)
 
 
 def test_key_block_tiles_fit_the_target() -> None:
@@ -307,7 +295,7 @@ def test_wide_score_tiles_over_key_blocks_on_target() -> None:
         return op.matmul(op.softmax(s, axis=-1), v)
 
     args = _scores(rng, (1, 32, 4), (1, 50, 4), (1, 50, 4))
-    _same_on_target(wide, args, ["sm_80"])
+    same_on_target(wide, args, ["sm_80"])
     (kernel,) = ts.jit(wide).lower(*args).target("sm_80").kernels
     assert _accumulators(kernel) == [176 * 32 * 4, 176 * 32 * 16]
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import tessera as ts
 from tessera import op
 from tessera.frontend.graph.lowered_target import TargetGenerationError
+from tests.frontend.graph.lowered.same import TARGETS, same_on_target
 
 FORMATS = {"f32": ts.f32, "bf16": ts.bf16, "f16": ts.f16}
-TARGETS = ("sm_80", "sm_90a")
 #: the exponents a format's values span, subnormals included
 SPANS = {"f32": (-152, 126), "bf16": (-136, 126), "f16": (-26, 15)}
 
@@ -54,17 +54,6 @@ def _as(fmt: str, x: np.ndarray) -> np.ndarray:
     return ts.Tensor(np.asarray(x, np.float64), FORMATS[fmt]).array  # rounded once (RNE)
 
 
-def _bits(out):  # type: ignore[no-untyped-def]
-    leaves = out if isinstance(out, tuple) else (out,)
-    return [np.asarray(t.array).tobytes() for t in leaves]
-
-
-def _same_on_target(fn, args, target: str) -> None:  # type: ignore[no-untyped-def]
-    lowered = ts.jit(fn).lower(*args)
-    want = _bits(lowered.run(*args))
-    assert _bits(lowered.run(*args, backend="target", target=target)) == want
-
-
 def _values(rng: np.random.Generator, shape: tuple[int, ...], fmt: str, kind: str,
             ) -> np.ndarray:
     """Values of ``kind``: ``normal``; ``wide`` (magnitudes over the whole format);
@@ -97,7 +86,7 @@ def test_sums_means_and_variance_on_target_give_the_graph_bits(
         rows: int, cols: int, fmt: str, kind: str, fn, target: str,  # type: ignore[no-untyped-def]
         seed: int) -> None:
     rng = np.random.default_rng(seed)
-    _same_on_target(fn, (_values(rng, (rows, cols), fmt, kind),), target)
+    same_on_target(fn, (_values(rng, (rows, cols), fmt, kind),), target)
 
 
 @settings(max_examples=12, deadline=None)
@@ -112,9 +101,9 @@ def test_norms_on_target_give_the_graph_bits(rows: int, cols: int, fmt: str, kin
     x = _values(rng, (rows, cols), fmt, kind)
     g, b = (_as(fmt, rng.standard_normal(cols)) for _ in range(2))
     if norm == "layernorm":
-        _same_on_target(layernorm, (x, g, b), target)
+        same_on_target(layernorm, (x, g, b), target)
     else:
-        _same_on_target(rmsnorm, (x, g), target)
+        same_on_target(rmsnorm, (x, g), target)
 
 
 @pytest.mark.parametrize("shape", [(1,), (37,), (3, 4, 5), (2, 1, 7)])
@@ -124,15 +113,15 @@ def test_reductions_of_other_ranks_on_target(shape: tuple[int, ...]) -> None:
     x = _values(rng, shape, "f32", "wide")
     for fn in (row_sum, row_mean):
         for target in TARGETS:
-            _same_on_target(fn, (x,), target)
+            same_on_target(fn, (x,), target)
 
 
 def test_long_rows_and_many_rows_on_target() -> None:
     """Rows longer than one warp's 32 chunks and tiles of several row blocks (edge
     tiles masked)."""
     rng = np.random.default_rng(5)
-    _same_on_target(row_mean, (_values(rng, (3, 1000), "f32", "wide"),), "sm_80")
-    _same_on_target(variance, (_values(rng, (300, 37), "f32", "cancel"),), "sm_90a")
+    same_on_target(row_mean, (_values(rng, (3, 1000), "f32", "wide"),), "sm_80")
+    same_on_target(variance, (_values(rng, (300, 37), "f32", "cancel"),), "sm_90a")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -180,7 +169,7 @@ def test_matmuls_with_epilogues_on_target_give_the_graph_bits(
     x, w = _values(rng, (m, k), fmt, kind), _values(rng, (k, n), fmt, kind)
     third = {matmul: [], linear: [_values(rng, (n,), fmt, "normal")],
              residual: [_values(rng, (m, n), fmt, "normal")]}[fn]
-    _same_on_target(fn, (x, w, *third), target)
+    same_on_target(fn, (x, w, *third), target)
 
 
 @pytest.mark.parametrize("m, n, k", [(1, 1, 1), (1, 3, 1), (2, 1, 1), (70, 9, 1)])
@@ -193,8 +182,8 @@ def test_one_product_matmuls_without_a_tensor_core_tile_on_target(m: int, n: int
     x, w = _values(rng, (m, k), "f32", "special"), _values(rng, (k, n), "f32", "wide")
     b = _values(rng, (n,), "f32", "normal")
     for target in TARGETS:
-        _same_on_target(matmul, (x, w), target)
-        _same_on_target(linear, (x, w, b), target)
+        same_on_target(matmul, (x, w), target)
+        same_on_target(linear, (x, w, b), target)
 
 
 def test_cancelling_products_and_the_mlp_on_target() -> None:
@@ -209,7 +198,7 @@ def test_cancelling_products_and_the_mlp_on_target() -> None:
     rng = np.random.default_rng(4)
     args = [_values(rng, s, "f32", "wide") for s in [(24, 40), (40, 48), (48,), (48, 16),
                                                        (16,)]]
-    _same_on_target(mlp, args, "sm_80")
+    same_on_target(mlp, args, "sm_80")
 
 
 @pytest.mark.parametrize("target", TARGETS)

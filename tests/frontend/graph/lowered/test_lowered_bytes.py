@@ -20,23 +20,11 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
+from tests.frontend.graph.lowered.same import TARGETS, same_on_target
 
-TARGETS = ("sm_80", "sm_90a")
 FORMATS = {"f32": ts.f32, "bf16": ts.bf16}
 FP8 = {"e4m3": (ts.fp8_e4m3, ml_dtypes.float8_e4m3fn), "e5m2": (ts.fp8_e5m2,
                                                                  ml_dtypes.float8_e5m2)}
-
-
-def _bits(out) -> bytes:  # type: ignore[no-untyped-def]
-    arr = np.asarray(out.array)
-    return arr.dtype.str.encode() + arr.tobytes()
-
-
-def _same_on_target(fn, args, targets=TARGETS) -> None:  # type: ignore[no-untyped-def]
-    lowered = ts.jit(fn).lower(*args)
-    want = _bits(lowered.run(*args))
-    for target in targets:
-        assert _bits(lowered.run(*args, backend="target", target=target)) == want, target
 
 
 def _as(fmt: str, x: np.ndarray) -> np.ndarray:
@@ -70,9 +58,9 @@ def test_compares_and_bool_masks_give_the_graph_bits(shape: tuple[int, ...], fmt
     x, y = (_as(fmt, rng.standard_normal(shape)) for _ in range(2))
     x.flat[0] = y.flat[0]  # an equal pair
     m, n = (rng.random(shape) < 0.5 for _ in range(2))
-    _same_on_target(greater, [x, y])
-    _same_on_target(masked_fill, [x, m])
-    _same_on_target(bool_compares, [m, n])
+    same_on_target(greater, [x, y])
+    same_on_target(masked_fill, [x, m])
+    same_on_target(bool_compares, [m, n])
 
 
 def test_a_bool_mask_broadcast_over_rows_and_nan_compares() -> None:
@@ -80,9 +68,9 @@ def test_a_bool_mask_broadcast_over_rows_and_nan_compares() -> None:
     x = rng.standard_normal((13, 7)).astype(np.float32)
     x[2, 3], x[5, :] = np.nan, np.inf
     m = rng.random(7) < 0.5
-    _same_on_target(masked_fill, [x, m])
-    _same_on_target(lambda a, b: op.not_equal(a, b), [x, x])  # NaN != NaN
-    _same_on_target(lambda a, b: op.where(a >= b, a, b), [x, x[::-1].copy()])
+    same_on_target(masked_fill, [x, m])
+    same_on_target(lambda a, b: op.not_equal(a, b), [x, x])  # NaN != NaN
+    same_on_target(lambda a, b: op.where(a >= b, a, b), [x, x[::-1].copy()])
 
 
 def test_int8_tiles_and_casts_to_integers() -> None:
@@ -92,14 +80,14 @@ def test_int8_tiles_and_casts_to_integers() -> None:
     a = rng.integers(-128, 128, (11, 9)).astype(np.int8)
     b = rng.integers(-128, 128, (11, 9)).astype(np.int8)
     a[0, :4] = [-128, 127, 0, -1]
-    _same_on_target(lambda p, q: op.where(p > q, p, q), [a, b])
-    _same_on_target(lambda p: op.cast(p, ts.f32) * 0.5, [a])
+    same_on_target(lambda p, q: op.where(p > q, p, q), [a, b])
+    same_on_target(lambda p: op.cast(p, ts.f32) * 0.5, [a])
     x = (rng.standard_normal((11, 9)) * 150).astype(np.float32)
     x[0, :8] = [np.nan, np.inf, -np.inf, 2.5, -2.5, 3.5, 127.5, -128.5]
-    _same_on_target(lambda p: op.cast(p, ts.int8), [x])
-    _same_on_target(lambda p: op.cast(p, ts.int32), [x * 1e7])
+    same_on_target(lambda p: op.cast(p, ts.int8), [x])
+    same_on_target(lambda p: op.cast(p, ts.int32), [x * 1e7])
     m = rng.random((11, 9)) < 0.5
-    _same_on_target(lambda p: op.cast(p, ts.int8), [m])
+    same_on_target(lambda p: op.cast(p, ts.int8), [m])
 
 
 def _rounding_cases(dt: type, rng: np.random.Generator) -> np.ndarray:
@@ -123,10 +111,10 @@ def test_fp8_bytes_widen_and_f32_rounds_to_fp8(fmt: str) -> None:
     values rounded to the format, to nearest even, saturating, as the interpreters do."""
     tfmt, dt = FP8[fmt]
     every = np.arange(256, dtype=np.uint8).view(dt).reshape(16, 16)
-    _same_on_target(lambda a: op.cast(a, ts.f32), [every])
+    same_on_target(lambda a: op.cast(a, ts.f32), [every])
     cases = _rounding_cases(dt, np.random.default_rng(5))
-    _same_on_target(lambda a: op.cast(a, tfmt), [cases])
-    _same_on_target(lambda a: op.cast(op.cast(a, tfmt), ts.f32) * 0.5, [cases])
+    same_on_target(lambda a: op.cast(a, tfmt), [cases])
+    same_on_target(lambda a: op.cast(op.cast(a, tfmt), ts.f32) * 0.5, [cases])
 
 
 @settings(max_examples=4, deadline=None)
@@ -137,7 +125,7 @@ def test_fp8_elementwise_chains_give_the_graph_bits(shape: tuple[int, ...], fmt:
     rng = np.random.default_rng(seed)
     tfmt = FP8[fmt][0]
     x, y = (ts.Tensor(rng.standard_normal(shape) * 8, tfmt).array for _ in range(2))
-    _same_on_target(lambda a, b: op.where(a > b, a * b + 0.3, a - b / 3.0), [x, y])
+    same_on_target(lambda a, b: op.where(a > b, a * b + 0.3, a - b / 3.0), [x, y])
 
 
 def causal_where(q, k, v, mask):  # type: ignore[no-untyped-def]
@@ -173,25 +161,25 @@ def _causal(shape: tuple[int, ...]) -> np.ndarray:
 def test_causal_attention_with_a_bool_mask_gives_the_graph_bits(b: int, s: int, d: int,
                                                                  fmt: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    _same_on_target(causal_where, [*_qkv(rng, (b, s, d), fmt), _causal((b, s, s))])
+    same_on_target(causal_where, [*_qkv(rng, (b, s, d), fmt), _causal((b, s, s))])
 
 
 def test_4d_and_key_block_causal_attention_with_a_bool_mask() -> None:
     rng = np.random.default_rng(3)
-    _same_on_target(causal_where_4d, [*_qkv(rng, (1, 2, 7, 4), "f32"), _causal((1, 2, 7, 7))])
-    _same_on_target(causal_where_4d, [*_qkv(rng, (2, 1, 5, 3), "bf16"), _causal((2, 1, 5, 5))])
+    same_on_target(causal_where_4d, [*_qkv(rng, (1, 2, 7, 4), "f32"), _causal((1, 2, 7, 7))])
+    same_on_target(causal_where_4d, [*_qkv(rng, (2, 1, 5, 3), "bf16"), _causal((2, 1, 5, 5))])
     q, k, v = _qkv(rng, (1, 40, 4), "f32")
     q[0, 3, 1] = np.inf  # a row of NaN and infinite scores
-    _same_on_target(blocked_where, [q, k, v, _causal((1, 40, 40))], ["sm_80"])
+    same_on_target(blocked_where, [q, k, v, _causal((1, 40, 40))], ["sm_80"])
 
 
 def test_causal_attention_with_a_bool_mask_at_64_and_130_keys() -> None:
     """Eight programs of eight query rows (64 keys), and 130 keys (a row tile of
     fewer query rows, rows that are no multiple of 4 bytes)."""
     rng = np.random.default_rng(6)
-    _same_on_target(causal_where, [*_qkv(rng, (1, 64, 8), "f32"), _causal((1, 64, 64))],
+    same_on_target(causal_where, [*_qkv(rng, (1, 64, 8), "f32"), _causal((1, 64, 64))],
                     ["sm_90a"])
-    _same_on_target(causal_where, [*_qkv(rng, (1, 130, 8), "f32"), _causal((1, 130, 130))],
+    same_on_target(causal_where, [*_qkv(rng, (1, 130, 8), "f32"), _causal((1, 130, 130))],
                     ["sm_80"])
 
 

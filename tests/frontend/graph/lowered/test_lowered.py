@@ -14,6 +14,7 @@ import tessera as ts
 from tessera import op
 from tessera.errors import ArgumentError, StageError, UnsupportedError
 from tessera.ir.transforms.to_tile import TileGenerationError
+from tests.frontend.graph.lowered.same import bits
 
 FORMATS = {"f32": (ts.f32, np.float32), "bf16": (ts.bf16, None), "f16": (ts.f16, np.float16)}
 
@@ -32,15 +33,10 @@ def with_exp(x, y):  # type: ignore[no-untyped-def]
     return op.exp(x - y) * 0.5
 
 
-def _bits(out):  # type: ignore[no-untyped-def]
-    leaves = out if isinstance(out, tuple) else (out,)
-    return [np.asarray(t.array).tobytes() for t in leaves]
-
-
 def _same(fn, *args):  # type: ignore[no-untyped-def]
     want = ts.jit(fn)(*args)
     got = ts.jit(fn, backend="tile")(*args)
-    assert _bits(got) == _bits(want)
+    assert bits(got) == bits(want)
 
 
 side = st.integers(1, 40)
@@ -92,11 +88,11 @@ def test_lower_gives_stages_kernels_and_runs() -> None:
     assert kernel.grid == (4, 1) and "tile.kernel @chain_k0" in kernel.text
     assert "launch @chain_k0 grid (4, 1)" in lowered.ir("tile")
     assert lowered.ir("tile") == ts.inspect_ir(chain, "tile", x, y, b)
-    assert _bits(lowered.run(x, y, b, backend="tile")) == _bits(lowered.run(x, y, b))
+    assert bits(lowered.run(x, y, b, backend="tile")) == bits(lowered.run(x, y, b))
     with pytest.raises(StageError):
         lowered.ir("ptx")
     assert "ptx.kernel @chain_k0" in lowered.ir("target")  # log: the specified one
-    assert _bits(lowered.run(x, y, b, backend="target")) == _bits(lowered.run(x, y, b))
+    assert bits(lowered.run(x, y, b, backend="target")) == bits(lowered.run(x, y, b))
     with pytest.raises(ArgumentError, match="other argument shapes"):
         lowered.run(x[:2], y[:2], b)
 
@@ -161,7 +157,7 @@ def test_mlp_gives_the_graph_bits_where_mma_sums_are_exact(m: int, k: int, n: in
     lowered = ts.jit(mlp_relu).lower(*args)
     # 2 kernels (the contraction rule); 1 when the hidden width is 1 (no loop to cut)
     assert len(lowered.kernels) == lowered.ir("schedule").count("schedule.kernel(") <= 2
-    assert _bits(lowered.run(*args, backend="tile")) == _bits(lowered.run(*args))
+    assert bits(lowered.run(*args, backend="tile")) == bits(lowered.run(*args))
 
 
 @settings(max_examples=10, deadline=None)
@@ -172,7 +168,7 @@ def test_matmul_epilogues_give_the_graph_bits(m: int, k: int, n: int, seed: int)
     r = rng.standard_normal((m, n)).astype(np.float32)
     lowered = ts.jit(epilogues).lower(x, w, b, r)
     assert len(lowered.kernels) == 1
-    assert _bits(lowered.run(x, w, b, r, backend="tile")) == _bits(lowered.run(x, w, b, r))
+    assert bits(lowered.run(x, w, b, r, backend="tile")) == bits(lowered.run(x, w, b, r))
 
 
 @pytest.mark.parametrize(("hidden", "kernels"), [(1, 1), (64, 2), (256, 2)])
@@ -183,7 +179,7 @@ def test_mlp_kernel_counts(hidden: int, kernels: int) -> None:
     lowered = ts.jit(mlp_relu).lower(*args)
     assert len(lowered.kernels) == kernels
     assert sum(k.text.count("tile.mma(") for k in lowered.kernels) == 2
-    assert _bits(ts.jit(mlp_relu, backend="tile")(*args)) == _bits(ts.jit(mlp_relu)(*args))
+    assert bits(ts.jit(mlp_relu, backend="tile")(*args)) == bits(ts.jit(mlp_relu)(*args))
 
 
 def layernorm(x):  # type: ignore[no-untyped-def]
@@ -193,7 +189,7 @@ def layernorm(x):  # type: ignore[no-untyped-def]
 
 def test_row_reductions_give_the_graph_bits() -> None:
     x = np.random.default_rng(2).standard_normal((8, 32)).astype(np.float32)
-    assert _bits(ts.jit(layernorm, backend="tile")(x)) == _bits(ts.jit(layernorm)(x))
+    assert bits(ts.jit(layernorm, backend="tile")(x)) == bits(ts.jit(layernorm)(x))
 
 
 def test_stochastic_rounding_and_one_operand_matmul_are_refused() -> None:

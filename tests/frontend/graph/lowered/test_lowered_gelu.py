@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
-from tests.frontend.graph.test_lowered_exact import FORMATS, TARGETS, _same_on_target, _values
+from tests.frontend.graph.lowered.same import TARGETS, same_on_target
+from tests.frontend.graph.lowered.test_lowered_exact import FORMATS, _values
 from tests.ir.transforms.schedule.programs import block
 
 
@@ -93,7 +94,7 @@ def _curve(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.nda
        form=st.sampled_from(sorted(CURVES)))
 def test_gelu_on_target_gives_the_graph_bits(rows: int, cols: int, fmt: str, target: str,
                                              seed: int, form: str) -> None:
-    _same_on_target(CURVES[form][0], (_curve(np.random.default_rng(seed), (rows, cols), fmt),),
+    same_on_target(CURVES[form][0], (_curve(np.random.default_rng(seed), (rows, cols), fmt),),
                     target)
 
 
@@ -110,7 +111,7 @@ def test_gelu_epilogue_on_target_gives_the_graph_bits(m: int, n: int, k: int, fm
     rng = np.random.default_rng(seed)
     args = (_values(rng, (m, k), fmt, kind), _values(rng, (k, n), fmt, kind),
             _values(rng, (n,), fmt, "normal"))
-    _same_on_target(CURVES[form][1], args, target)
+    same_on_target(CURVES[form][1], args, target)
 
 
 def test_the_gelu_mlp_and_the_transformer_block_on_target() -> None:
@@ -119,11 +120,11 @@ def test_the_gelu_mlp_and_the_transformer_block_on_target() -> None:
     rng = np.random.default_rng(3)
     d = 8
     shapes = [(24, 16), (16, 40), (40,), (40, 16), (16,)]
-    _same_on_target(mlp, [_values(rng, s, "f32", "normal") for s in shapes], "sm_80")
-    _same_on_target(mlp_erf, [_values(rng, s, "f32", "special") for s in shapes], "sm_90a")
+    same_on_target(mlp, [_values(rng, s, "f32", "normal") for s in shapes], "sm_80")
+    same_on_target(mlp_erf, [_values(rng, s, "f32", "special") for s in shapes], "sm_90a")
     shapes = [(16, d), (d,), (d,), (d, d), (d, d), (d, d), (d, d), (d,), (d,), (d, 4 * d),
               (4 * d,), (4 * d, d), (d,)]
-    _same_on_target(block, [_values(rng, s, "f32", "normal") for s in shapes], "sm_90a")
+    same_on_target(block, [_values(rng, s, "f32", "normal") for s in shapes], "sm_90a")
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
