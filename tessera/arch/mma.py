@@ -10,7 +10,9 @@ This defines the meaning of a kernel; real tensor cores sum in a different, part
 unspecified order and precision, which is a tolerance question for hardware tests.
 
 Formats: ``bf16``, ``f16`` (K = 16 per instruction), ``e4m3``, ``e5m2`` (K = 32; sm_89+
-for mma.sync, sm_90a for wgmma).  Inputs are bit patterns (uint16 / uint8) or arrays of
+for mma.sync, sm_90a for wgmma), and the integers ``s8``, ``u8`` (K = 32), whose
+products and sums are exact in float64 and whose ``s32`` accumulator keeps the low 32
+bits of the exact sum (:func:`to_s32`).  Inputs are bit patterns (uint16 / uint8) or arrays of
 the format's own NumPy / ml_dtypes type.
 """
 
@@ -36,18 +38,24 @@ FORMATS: dict[str, tuple[type, int, int]] = {
     "f16": (np.float16, 16, 16),
     "e4m3": (ml_dtypes.float8_e4m3fn, 8, 32),
     "e5m2": (ml_dtypes.float8_e5m2, 8, 32),
+    "s8": (np.int8, 8, 32),
+    "u8": (np.uint8, 8, 32),
 }
 """Format name -> (NumPy type, element bits, K of one instruction)."""
 
+#: integer formats: their products and sums are exact integers (the accumulator is s32)
+INTEGER = ("s8", "u8")
+
 _ALIASES = {"bfloat16": "bf16", "float16": "f16", "fp16": "f16", "fp8_e4m3": "e4m3",
-            "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2"}
+            "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2",
+            "int8": "s8", "uint8": "u8"}
 
 
 def _format(name: str) -> str:
     key = _ALIASES.get(name, name)
     if key not in FORMATS:
         raise DTypeError(f"tensor-core input format {name!r} is not one of {sorted(FORMATS)}",
-                         hint="use bf16, f16, e4m3 or e5m2")
+                         hint="use bf16, f16, e4m3, e5m2, s8 or u8")
     return key
 
 
@@ -86,6 +94,18 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
     for kk in range(1, k):  # ascending k, one rounding per float64 add
         acc = acc + av[..., :, kk, None] * bv[..., kk, None, :]
     return np.asarray(c, np.float64) + acc
+
+
+def to_s32(d: np.ndarray, satfinite: bool = False) -> np.ndarray:
+    """An integer product's exact D (float64, every value an integer below 2^53 in
+    magnitude) as the ``s32`` accumulator holds it: the low 32 bits (two's-complement
+    wrap-around, as ``add.s32``), or clamped to ``[-2^31, 2^31 - 1]`` with
+    ``.satfinite`` (PTX ISA sec. 9.7.14.5.14). Kernels that need one of the two rules
+    to hold bound their sums below 2^31 instead (:mod:`tessera.lower.sm80.gemm`)."""
+    wide = np.asarray(d, np.float64).astype(np.int64)
+    if satfinite:
+        return np.clip(wide, -2**31, 2**31 - 1).astype(np.int32)
+    return wide.astype(np.int32)  # NumPy's int64 -> int32 keeps the low 32 bits
 
 
 def mma_sync_fragments(a_regs: np.ndarray, b_regs: np.ndarray, c: np.ndarray,

@@ -32,7 +32,7 @@ from tessera.arch.fragments import (
     mma_m16n8k32_b,
 )
 from tessera.arch.ldmatrix import ldmatrix
-from tessera.arch.mma import FORMATS
+from tessera.arch.mma import FORMATS, INTEGER, to_s32
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
@@ -48,7 +48,7 @@ from tessera.interp.target.state import (
 )
 from tessera.interp.target.tensorcore import accumulators
 from tessera.interp.target.tensorcore import model as tensor_core
-from tessera.interp.target.tensorcore.exact_mma import Operand
+from tessera.interp.target.tensorcore.exact_mma import Operand, mma_operands
 from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -130,20 +130,38 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     bits = FORMATS[fa][1]
     maps = _mma_sync_maps(bits)
 
+    integer = instr.op.ctype == "s32"
+
     def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
         if not len(warps):
-            fr.regs[out] = tensor_core.result(m, np.zeros((m.n, 4), F64))
+            fr.regs[out] = np.zeros((m.n, 4), np.int32) if integer else \
+                tensor_core.result(m, np.zeros((m.n, 4), F64))
             return
         av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
         bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
         cv, unsigned = accumulators.matrices(m, raw(fr.regs, sc), warps, maps[2])
+        if integer:
+            fr.regs[out] = integer_result(m.n, maps[2], av, bv, cv, warps,
+                                          instr.op.satfinite)
+            return
         if not unsigned and m.tensor_cores == "exact":  # found once per chain
             unsigned = not (np.signbit(cv) & (cv == 0)).any()
         d = tensor_core.step(m, av, bv, cv, c_unsigned_zeros=unsigned)
         fr.regs[out] = accumulators.result(fr, maps[2], d, warps, unsigned)
     return step
+
+
+def integer_result(n: int, layout: FragmentMap, a: Operand, b: Operand, c: np.ndarray,
+                   groups: np.ndarray, satfinite: bool) -> np.ndarray:
+    """The ``s32`` D registers (zero outside thread ``groups``) of an integer product.
+    Every tensor-core model computes the exact sum (integer tensor cores do not round),
+    kept to 32 bits by :func:`tessera.arch.mma.to_s32`; the registers are plain ``s32``,
+    never wide."""
+    regs = np.zeros((n, layout.layout.elements), np.int32)
+    layout.scatter(to_s32(mma_operands(a, b, c, True), bool(satfinite)), regs, groups)
+    return regs
 
 
 def _uniform(fr: TargetFrame, instr: Instr, values: np.ndarray, groups: np.ndarray,
@@ -329,10 +347,17 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
             cv, unsigned = accumulators.matrices(m, raw(fr.regs, acc), groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
+            if fa in INTEGER:
+                fr.regs[out] = integer_result(
+                    m.n, layout, Operand(av, fa), Operand(bv, fb), cv, groups,
+                    instr.op.satfinite)
+                return
             if not unsigned and m.tensor_cores == "exact":  # found once per chain
                 unsigned = not (np.signbit(cv) & (cv == 0)).any()
             d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned)
             result = accumulators.result(fr, layout, d, groups, unsigned)
+        elif fa in INTEGER:
+            result = np.zeros((m.n, n // 2), np.int32)
         else:
             result = tensor_core.result(m, accumulators.zeros_but(m.n, n // 2, groups, 128))
         fr.regs[out] = result
