@@ -113,3 +113,13 @@ def test_sums_that_might_leave_s32_keep_the_per_thread_path(target: str) -> None
     a, bt = _ints(np.int8, (32, 64)), _ints(np.int8, (64, 64))
     assert not _on_tensor_cores(gemm_s8, a, bt, np.zeros((32, 64), np.int32), target=target,
                                 tile=(32, 64, 32))
+
+
+def test_rendered_ptx_reads_back_and_runs() -> None:
+    # the sm_80 kernel's PTX text, read by the PTX reader and run: NumPy's product
+    a, bt = _ints(np.int8, (128, 64)), _ints(np.int8, (64, 64))
+    c = np.zeros((128, 64), np.int32)
+    compiled = compile_kernel(gemm_s8, a, bt, c, target="sm_80", tile_shape=(64, 64, 32))
+    kernel = ts.ptx.load(compiled.ptx).kernel("gemm_s8")
+    kernel.run(grid=compiled.grid, block=compiled.block, args=[a, bt, c])
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ bt.T.astype(np.int64))

@@ -2,7 +2,8 @@
 with ``mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32`` (its operands
 placed in registers by the fragment layouts of PTX ISA sec. 9.7.14.5.10/.11, written
 out here from the ISA's formulas) equals NumPy's integer product, wrapped to 32 bits,
-or clamped with ``.satfinite``."""
+or clamped with ``.satfinite``; the ops verify the ISA's type and shape rules, and
+integer ``wgmma`` text (no scale or transpose immediates) is read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import numpy as np
 import pytest
 
 import tessera as ts
+from tessera.errors import IRVerifyError
+from tessera.ir.dialects.target import RegType, async_ops
+from tessera.ir.text.ptx import parse_ptx
 
 _KERNEL = """.version 8.0
 .target sm_80
@@ -102,3 +106,48 @@ def test_s32_accumulators_wrap_and_satfinite_clamps() -> None:
     np.testing.assert_array_equal(_run(a, b, c), wide.astype(np.int32))  # low 32 bits
     np.testing.assert_array_equal(_run(a, b, c, sat=True),
                                   np.clip(wide, -2**31, 2**31 - 1))
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    (async_ops.MmaSync("m16n8k32", "s8", "s8"), "accumulates in s32"),
+    (async_ops.MmaSync("m16n8k32", "s8", "e4m3", "s32"), "cannot multiply"),
+    (async_ops.MmaSync("m16n8k16", "bf16", "bf16", "f32", 1), "satfinite"),
+    (async_ops.MmaSync("m16n8k16", "s8", "s8", "s32"), "not supported"),
+    (async_ops.Wgmma(40, "s8", "s8", 0, 0, "s32"), "no m64n40k32"),
+    (async_ops.Wgmma(64, "u8", "s8", 0, 1, "s32"), "transposes only 16-bit"),
+])
+def test_integer_tensor_core_ops_verify_the_isa_rules(op: async_ops.Op, message: str) -> None:
+    ctype = getattr(op, "ctype", "f32")
+    if isinstance(op, async_ops.MmaSync):
+        operands = [RegType("b32", 4), RegType("b32", 2), RegType(ctype, 4)]
+    else:
+        operands = [RegType(ctype, op.n // 2), RegType("u64"), RegType("u64"),
+                    RegType("pred")]
+    with pytest.raises(IRVerifyError, match=message):
+        op.infer(operands)
+
+
+@pytest.mark.parametrize("sat", ["", ".satfinite"])
+def test_integer_wgmma_text_is_read(sat: str) -> None:
+    text = f"""{_KERNEL.split(".visible")[0].replace("sm_80", "sm_90a")}
+.visible .entry w(.param .u64 pa)
+{{
+    .reg .s32 %r<4>;
+    .reg .b64 %rd<2>;
+    .reg .pred %p;
+    mov.s32 %r0, 0;
+    mov.s32 %r1, 0;
+    mov.s32 %r2, 0;
+    mov.s32 %r3, 0;
+    mov.b64 %rd0, 0;
+    mov.b64 %rd1, 0;
+    setp.eq.s32 %p, %r0, 1;
+    wgmma.mma_async.sync.aligned.m64n8k32{sat}.s32.s8.u8 {{%r0, %r1, %r2, %r3}}, %rd0,
+        %rd1, %p;
+    ret;
+}}
+"""
+    kernel = parse_ptx(text).kernels["w"]
+    ops = [i.op for blk in kernel.blocks for p in blk.body for i in p.instrs
+           if isinstance(i.op, async_ops.Wgmma)]
+    assert ops == [async_ops.Wgmma(8, "s8", "u8", 0, 0, "s32", int(bool(sat)))]
