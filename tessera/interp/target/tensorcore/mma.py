@@ -26,13 +26,15 @@ from tessera.arch.descriptor import operand_addresses
 from tessera.arch.errors import ArchError
 from tessera.arch.fragments import (
     mma_m16n8_c,
+    mma_m16n8k8_a,
+    mma_m16n8k8_b,
     mma_m16n8k16_a,
     mma_m16n8k16_b,
     mma_m16n8k32_a,
     mma_m16n8k32_b,
 )
 from tessera.arch.ldmatrix import ldmatrix
-from tessera.arch.mma import FORMATS, INTEGER, to_s32
+from tessera.arch.mma import FORMATS, INTEGER, tf32_unrounded, to_s32
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
@@ -117,9 +119,20 @@ def _fragment(m: Machine, regs: np.ndarray, warps: np.ndarray, fmap: FragmentMap
 def _mma_sync_maps(bits: int) -> tuple[FragmentMap, FragmentMap, FragmentMap]:
     """The A, B and C maps of ``mma.sync`` with ``bits``-bit inputs (made once: a
     kernel holds many such instructions; maps are never changed)."""
-    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
-        mma_m16n8k32_a(), mma_m16n8k32_b())
+    la, lb = {16: (mma_m16n8k16_a(), mma_m16n8k16_b()), 32: (mma_m16n8k8_a(),
+              mma_m16n8k8_b())}.get(bits, (mma_m16n8k32_a(), mma_m16n8k32_b()))
     return FragmentMap(la), FragmentMap(lb), FragmentMap(mma_m16n8_c())
+
+
+def _check_tf32(m: Machine, instr: Instr, values: np.ndarray, who: np.ndarray) -> None:
+    """Fault where a ``.tf32`` operand holds bits a tf32 value has not
+    (:func:`tessera.arch.mma.tf32_unrounded`); ``values`` is (G, rows, cols) of the
+    thread groups starting at threads ``who``."""
+    bad = tf32_unrounded(values).reshape(len(values), -1).any(axis=1)
+    if bad.any():
+        raise m.fault(instr, "tf32 operand", "a .tf32 operand holds a 32-bit pattern "
+                      "with low significand bits set, which a tf32 value has not; round "
+                      "it with cvt.rna.tf32.f32 first", int(who[np.flatnonzero(bad)[0]]))
 
 
 @step_rule(target_async.MmaSync)
@@ -141,6 +154,9 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
             return
         av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
         bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
+        if fa == "tf32":
+            for v in (av, bv):
+                _check_tf32(m, instr, v.elements, warps * 32)
         cv, unsigned = accumulators.matrices(m, raw(fr.regs, sc), warps, maps[2])
         if integer:
             fr.regs[out] = integer_result(m.n, maps[2], av, bv, cv, warps,
@@ -247,7 +263,7 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
     m = fr.m
     sh = m.shared
     kinds = np.unique(desc).tolist()
-    out = np.empty((len(ctas), mn, k), np.uint16 if eb == 2 else np.uint8)  # every row set
+    out = np.empty((len(ctas), mn, k), f"<u{eb}")  # every row set
     fail = m.failer(instr, who)
     for d in kinds:
         sel = np.flatnonzero(desc == d) if len(kinds) > 1 else np.arange(len(desc))
@@ -280,10 +296,7 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                 len(sel), mn, k)
             continue
         raw = sh.data[start + local[None, :]].reshape(len(sel), mn * k, eb)
-        vals = raw[..., 0].astype(np.uint16)
-        if eb == 2:
-            vals = vals | (raw[..., 1].astype(np.uint16) << np.uint16(8))
-        out[sel] = vals.reshape(len(sel), mn, k).astype(out.dtype)
+        out[sel] = np.ascontiguousarray(raw).view(out.dtype).reshape(len(sel), mn, k)
     return out
 
 
@@ -344,6 +357,9 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
+            if fa == "tf32":
+                for v in (av, bv):
+                    _check_tf32(m, instr, v, who)
             cv, unsigned = accumulators.matrices(m, raw(fr.regs, acc), groups, layout)
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
