@@ -39,6 +39,7 @@ from tessera.lower.values import (
     reg_type,
     storage_name,
 )
+from tessera.numerics import storage_of
 
 
 def commit_all(low: Lowerer, e: TargetEmitter, *, force: bool, fence: bool = True) -> None:
@@ -263,8 +264,9 @@ def _check_types(instr: Instr) -> None:
     a, b = (t.element for t in (instr.operands[0].type, instr.operands[1].type))  # type: ignore
     if ptx_elem(a) != ptx_elem(b) or ptx_elem(a) not in ("bf16", "f16", "e4m3", "e5m2",
                                                           *INT_MMA):
-        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered"
-                               + _WHY_NOT_MMA.get(storage_name(a) if a == b else "", ""),
+        why = _WHY_NOT_MMA.get(storage_of(a).name if a == b else "", "") or \
+            _WHY_NOT_MMA.get(storage_name(a) if a == b else "", "")
+        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered" + why,
                                hint="cast both operands to bf16 (or f16, fp8) first",
                                loc=instr.loc)
 
@@ -274,6 +276,10 @@ _WHY_NOT_MMA = {
     "float32": ": an mma of f32 tiles multiplies the exact f32 values, and tf32 tensor "
                "cores (mma.sync .tf32, inputs rounded to 10 mantissa bits by "
                "cvt.rna.tf32.f32) would give other bits",
+    # a tf32 tensor is f32 storage whose values nothing rounds to tf32 on the way in
+    "tf32": ": tf32 tiles hold f32 storage that is not rounded to tf32 (an argument keeps "
+            "its f32 bits), and the tile mma multiplies those exact values; tensor cores "
+            "(mma.sync m16n8k8 / wgmma .tf32) read only a tf32 value's 19 bits",
 }
 
 
