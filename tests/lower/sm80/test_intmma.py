@@ -123,3 +123,19 @@ def test_rendered_ptx_reads_back_and_runs() -> None:
     kernel = ts.ptx.load(compiled.ptx).kernel("gemm_s8")
     kernel.run(grid=compiled.grid, block=compiled.block, args=[a, bt, c])
     np.testing.assert_array_equal(c, a.astype(np.int64) @ bt.T.astype(np.int64))
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_the_estimate_counts_integer_products_as_s8(target: str) -> None:
+    from tessera.backend.ptx.estimate.census import Census
+    from tessera.backend.ptx.estimate.ptx_text import count, ptx_census
+
+    a, bt = _ints(np.int8, (128, 128)), _ints(np.int8, (128, 128))
+    c = np.zeros((128, 128), np.int32)
+    ptx = compile_kernel(gemm_s8, a, bt, c, target=target, tile_shape=(64, 64, 64)).ptx
+    loop = ptx_census(ptx).iteration
+    assert loop is not None and set(loop.tensor_flops) == {"s8"}
+    census = Census()  # .satfinite does not hide the input format
+    count(["mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.u8.s32 {%r0, %r1, %r2, "
+           "%r3}, {%r4, %r5, %r6, %r7}, {%r8, %r9}, {%r0, %r1, %r2, %r3};"], 1, census)
+    assert dict(census.tensor_flops) == {"s8": 2 * 16 * 8 * 32}
