@@ -8,6 +8,8 @@ in the tensor cores' layouts, keep the per-thread sums."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,26 @@ def test_the_estimate_counts_integer_products_as_s8(target: str) -> None:
     count(["mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.u8.s32 {%r0, %r1, %r2, "
            "%r3}, {%r4, %r5, %r6, %r7}, {%r8, %r9}, {%r0, %r1, %r2, %r3};"], 1, census)
     assert dict(census.tensor_flops) == {"s8": 2 * 16 * 8 * 32}
+
+
+def test_mixed_integer_wgmma_renders_for_ptx_8_4_and_assembles() -> None:
+    # the sm_90a kernel with B read as u8: ptxas takes mixed integer wgmma from PTX 8.4 on
+    from tessera.backend.ptx.driver.assemble import ToolchainMissing, assemble
+    from tessera.backend.ptx.render.kernel import render
+    from tessera.ir.core import walk
+    from tessera.ir.dialects.target.async_ops import Wgmma
+
+    a, bt = _ints(np.int8, (64, 64)), _ints(np.int8, (64, 64))
+    c = np.zeros((64, 64), np.int32)
+    fn = compile_kernel(gemm_s8, a, bt, c, target="sm_90a", tile_shape=(64, 64, 64)).kernel
+    mixed = 0
+    for instr in walk(fn.body):
+        if isinstance(instr.op, Wgmma):
+            instr.op = dataclasses.replace(instr.op, btype="u8")
+            mixed += 1
+    ptx = render(fn)
+    assert mixed and ".version 8.4" in ptx and ".s32.s8.u8 {" in ptx
+    try:
+        assemble(ptx, "sm_90a")
+    except ToolchainMissing:
+        pytest.skip("ptxas is not installed")

@@ -203,6 +203,8 @@ def _wgmma(e: PtxWriter, instr: Instr) -> None:
     trans = f", {int(op.trans_a)}, {int(op.trans_b)}" if a in ("bf16", "f16") else ""
     # integer inputs take neither scale nor transpose immediates (sec. 9.7.15.5.2)
     imm = "" if op.ctype == "s32" else f", 1, 1{trans}"
+    if op.ctype == "s32" and a != b:  # ptxas: "WGMMA with mixed integer types" needs 8.4
+        e.require((8, 4))
     sat = ".satfinite" if op.satfinite else ""
     e.out(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}{sat}.{op.ctype}.{a}.{b} "
           f"{e.regs.vec(instr.result)}, {desc_a}, {desc_b}, {scale_d}{imm};")
