@@ -30,6 +30,8 @@ MMA_TYPES = ("bf16", "f16")
 FP8_TYPES = ("e4m3", "e5m2")
 #: byte integer operand types of ``mma.sync.m16n8k32`` (``s32`` accumulators, sm_80)
 INT_TYPES = ("s8", "u8")
+#: tf32 operands of ``mma.sync.m16n8k8``: 4-byte elements, 8 of K per 32-byte step
+TF32_TYPES = ("tf32",)
 #: bytes of K one mma.sync step reads per row: 16 bf16/f16 (k16) or 32 fp8 (k32), so the
 #: fragment layouts, and the ldmatrix addresses that gather them, are the same in bytes
 #: (PTX ISA sec. 9.7.14.5.8: A register i of lane l holds row l/4 (+8), bytes
@@ -38,7 +40,7 @@ _STEP_BYTES = 32
 
 
 def _k_step(atype: str) -> int:
-    """The K of one ``mma.sync`` of ``atype`` operands (16, or 32 for fp8)."""
+    """The K of one ``mma.sync`` of ``atype`` operands (16; 32 for 8-bit, 8 for tf32)."""
     return _STEP_BYTES // elem_size(atype)
 ALoader = Callable[[int, int], Value]
 
@@ -119,8 +121,9 @@ def _products(e: TargetEmitter, lanes: Lanes, acc: list[Value], load_a: ALoader,
     """C += A @ B over k16 (fp8: k32) steps in ascending order: per step the B
     fragments, then per 64-row block its A fragment and one ``mma.sync.m16n8k16`` (fp8:
     ``m16n8k32``) per n8 block."""
-    if atype not in MMA_TYPES + FP8_TYPES + INT_TYPES:
-        raise UnsupportedError(f"mma.sync lowering takes bf16, f16, fp8, s8 or u8, not {atype}")
+    if atype not in MMA_TYPES + FP8_TYPES + INT_TYPES + TF32_TYPES:
+        raise UnsupportedError(f"mma.sync lowering takes bf16, f16, fp8, tf32, s8 or u8, "
+                               f"not {atype}")
     ks = _k_step(atype)
     if bm % 64 or bn % 8 or bk % ks or bm <= 0 or bn <= 0 or bk <= 0:
         raise UnsupportedError(f"a {bm}x{bn}x{bk} product needs BM % 64, BN % 8 and "
@@ -273,5 +276,5 @@ def acc_rowcol(e: TargetEmitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     return out
 
 
-__all__ = ["FP8_TYPES", "INT_TYPES", "MMA_TYPES", "acc_origin", "acc_rowcol", "acc_to_a",
-           "mma_block", "mma_block_regs", "quad_origin", "store_acc"]
+__all__ = ["FP8_TYPES", "INT_TYPES", "MMA_TYPES", "TF32_TYPES", "acc_origin", "acc_rowcol",
+           "acc_to_a", "mma_block", "mma_block_regs", "quad_origin", "store_acc"]

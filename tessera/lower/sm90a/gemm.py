@@ -67,9 +67,9 @@ class BoxGeometry:
 def geometry(box: SharedBox) -> BoxGeometry:
     """Check that ``box`` is a wgmma-readable swizzled buffer and describe its panels."""
     esize = elem_size(box.elem)
-    if esize > 2:
-        raise UnsupportedError(f"a wgmma shared operand holds 1- or 2-byte elements, not "
-                               f"{box.elem}", hint="stage f32 data as bf16/f16 first")
+    if esize > 2 and box.elem != "tf32":  # tf32: 4-byte elements, K-major only
+        raise UnsupportedError(f"a wgmma shared operand holds 1- or 2-byte elements or "
+                               f"tf32, not {box.elem}", hint="stage f32 data as bf16/f16 first")
     if box.swizzle not in (32, 64, 128):
         raise UnsupportedError(f"wgmma operands here need a 32/64/128-byte swizzle, got "
                                f"{box.swizzle}", hint="load the box with a swizzled tensor map")
