@@ -18,13 +18,16 @@ count, ``sum(K * trips)``, times the largest product magnitude (``128 * 128`` fo
 the tensor cores' layouts: A a row-major shared tile, B the transpose of a shared tile
 (an ``N x K`` buffer, K contiguous: 8-bit fragments are K-major, PTX ISA sec.
 9.7.14.5.10 and 9.7.15.5.1, and ``ldmatrix.trans`` moves 16-bit elements only), M a
-multiple of 64, N of 8 (of 16 above 32 on sm_90a) and K of 32. Kernels that fail any
-of it keep the per-thread sums of :mod:`tessera.lower.exact.intmma`, exact for every K.
+multiple of 64, N of 8 (of 16 above 32 on sm_90a) and K of 32, and the kernel holds
+no exact float ``mma`` (those sum per thread, with no tensor-core buffers). Kernels
+that fail any of it keep the per-thread sums of :mod:`tessera.lower.exact.intmma`,
+exact for every K.
 """
 
 from __future__ import annotations
 
 from tessera.ir.core import Block, Function, Instr, Value
+from tessera.ir.core import walk as walk_all
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
@@ -104,6 +107,9 @@ def integer_tensor_cores(fn: Function, target: str) -> bool:
 
     walk(fn.body, 1)
     if not mmas or any(t is None or not _fits(i, target) for i, t in mmas):
+        return False
+    # exact float mmas sum per thread, and the kernel then has no tensor-core buffers
+    if any(isinstance(i.op, tile_compute.Mma) and i.op.exact for i in walk_all(fn.body)):
         return False
     results = {i.results[0] for i, _ in mmas}
     budget = sum(i.operands[0].type.shape[1] * t  # type: ignore[attr-defined,operator]
