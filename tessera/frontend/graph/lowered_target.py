@@ -255,7 +255,7 @@ def target_program(tile: TileProgram, graph: Function, target: str) -> TargetPro
 
 def _lower_program(source: TileProgram, graph: Function, target: str) -> TargetProgram:
     t0 = time.perf_counter()
-    tile = exact_tiled(source, graph)
+    tile = exact_tiled(source, graph, target)
     retile = time.perf_counter() - t0
     seconds: dict[str, float] = {}
     kernels: list[TargetKernel] = []

@@ -185,7 +185,7 @@ def square_terms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     s = a - b
     bb = s - a
-    e = (a - (s - bb)) - (-b - bb)
+    e = (a - (s - bb)) + (-b - bb)  # TwoSum of a and -b
     e = np.where(np.isfinite(s), e, 0.0)  # inf - inf: the NaN/inf of s already decides
     pieces = [*_split(s), *_split(e)]
     terms = [p * p for p in pieces]

@@ -29,7 +29,7 @@ import numpy as np
 from tessera.errors import ArgumentError, InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
 from tessera.interp.target.wide import wide_registers
-from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator
+from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, uses
 from tessera.ir.text import op_attr_text
 from tessera.progress import ProgressBar
 
@@ -248,6 +248,15 @@ class TargetCompiler(Slots):
         super().__init__()
         self.m = m
         self._wide: set[Value] | None = None
+        self._uses: dict[Value, list[Instr]] | None = None
+
+    def users(self, v: Value) -> list[Instr]:
+        """The instructions of the kernel that use ``v``, one entry per operand (none
+        known for a kernel without a structured body: PTX text runs as a CFG)."""
+        if self._uses is None:
+            body = getattr(self.m.fn, "body", None)
+            self._uses = uses(body) if isinstance(body, Block) else {}
+        return self._uses.get(v, [])
 
     def wide_slots(self, values: list[Value]) -> list[int]:
         """The slots of ``values`` that hold wide ``f32`` values (``interp.target.wide``);

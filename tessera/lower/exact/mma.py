@@ -8,9 +8,12 @@ nearest even, to the accumulator format when any other op uses it
 
 * **Accumulators.** The values an exact accumulator flows through
   (:func:`tessera.interp.tile.wide.possibly_exact`: the ``mma`` results and the loop
-  slots they reach) form chains; each chain gets one buffer in shared memory, one
+  slots they reach) form chains; each chain gets a buffer in shared memory, one
   accumulator of :data:`MMA_DIGITS` u64 words and a flag word per output element,
-  zeroed at kernel entry. A chain must start from zeros (``tile.full`` 0), as the
+  zeroed at kernel entry. Chains whose live ranges do not overlap share a buffer
+  (:mod:`tessera.lower.exact.chains`: the score accumulators of the three passes over
+  key blocks take one), which is zeroed again, between barriers, where the next chain
+  starts. A chain must start from zeros (``tile.full`` 0), as the
   generated K loops do; an ``mma`` from zeros inside a loop body (the scores of each
   key block of attention) clears its accumulators first, each thread its own. The
   output tile is held in the blocked layout (:mod:`tessera.lower.layout`): the thread
@@ -39,14 +42,14 @@ from typing import Any
 
 from tessera.errors import UnsupportedError
 from tessera.interp.tile.wide import possibly_exact
-from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.core import Instr, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.tile import compute as tile_compute
-from tessera.ir.structured import value_slots
 from tessera.ir.types import TensorType
 from tessera.lower.core import THREADS, Lowerer, exact_rule
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.exact.chains import chains, live_ranges, share
 from tessera.lower.exact.longacc import (
     NAN_BIT,
     NINF_BIT,
@@ -74,58 +77,14 @@ EXACT_MAXNREG = 128
 _BASE_EXP = 1075 - MMA_QUANTUM
 
 
-class _Chains:
-    def __init__(self) -> None:
-        self.parent: dict[Value, Value] = {}
-
-    def find(self, v: Value) -> Value:
-        self.parent.setdefault(v, v)
-        while self.parent[v] is not v:
-            v = self.parent[v]
-        return v
-
-    def join(self, a: Value, b: Value) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra is not rb:
-            self.parent[ra] = rb
-
-
-def _chains(fn: Function) -> dict[Value, Value]:
-    """Every value of an exact chain (and the starting values that flow into it) ->
-    the chain's representative."""
-    exact = possibly_exact(fn)
-    ch = _Chains()
-
-    def join(a: Value, b: Value) -> None:
-        # a starting value (zeros) joins no chain: one ``tile.full`` may start several
-        ch.find(a)
-        ch.find(b)
-        if a in exact and b in exact:
-            ch.join(a, b)
-
-    for instr in walk(fn.body):
-        op = instr.op
-        if isinstance(op, tile_compute.Mma) and op.exact:
-            ch.find(instr.results[0])
-            if len(instr.operands) == 3:
-                join(instr.operands[2], instr.results[0])
-        elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
-            for sources, targets in value_slots(instr):
-                members = [v for v in (*sources, *targets) if v in exact]
-                if members:
-                    for m in (*sources, *targets):
-                        join(members[0], m)
-    return {v: ch.find(v) for v in ch.parent}
-
-
 def plan_exact(low: Lowerer) -> bool:
-    """Give each exact chain of the kernel its zeroed buffer (in the entry block);
+    """Give each exact chain of the kernel its buffer, zeroed in the entry block
+    (chains whose live ranges do not overlap share one: :mod:`tessera.lower.exact.chains`);
     whether the kernel has one."""
-    members = _chains(low.fn)
+    members = chains(low.fn)
     if not members:
         return False
     exact = possibly_exact(low.fn)
-    bufs: dict[Value, Any] = {}
     for instr in walk(low.fn.body):  # accumulators that cannot fit: blame the mma
         t = instr.results[0].type if instr.results else None
         if isinstance(instr.op, tile_compute.Mma) and instr.op.exact and \
@@ -136,6 +95,7 @@ def plan_exact(low: Lowerer) -> bool:
                 f"memory ({8 * (MMA_DIGITS + 1)} per element), more than {ACC_BYTES:,}",
                 hint=f"use output tiles of at most {ACC_BYTES // (8 * (MMA_DIGITS + 1))} "
                      "elements (tile_shape=(32, 16, ...))", loc=instr.loc)
+    sizes: dict[Value, int] = {}
     for v, root in members.items():
         owner = v.owner
         if v not in exact and not (isinstance(owner, Instr) and isinstance(
@@ -143,19 +103,32 @@ def plan_exact(low: Lowerer) -> bool:
             raise UnsupportedError(
                 "an exact mma that accumulates into a tile other than zeros is not lowered",
                 hint="start the accumulator from zeros", loc=getattr(owner, "loc", low.fn.loc))
-        if root in bufs or v not in exact:  # zeros: the buffer starts zeroed
+        if root in sizes or v not in exact:  # zeros: the buffer starts zeroed
             continue
         layout = low.layouts.get(root)
         t = root.type
         if not isinstance(layout, Blocked) or not isinstance(t, TensorType) or t.rank != 2:
             raise UnsupportedError("an exact mma accumulator must be a 2-D blocked tile",
                                    loc=low.fn.loc)
-        words = prod(t.shape) * (MMA_DIGITS + 1)
-        base = low.shared_buffer("xmma", 8 * words, 8, entry=True)
-        zero_shared(low.e, base, words)
-        bufs[root] = base
+        sizes[root] = 8 * prod(t.shape) * (MMA_DIGITS + 1)
+    ranges = live_ranges(low.fn, members, exact)
+    bufs: dict[Value, Any] = {}
+    # the top-level instruction before which a chain that reuses a buffer starts: it
+    # finds the words of the chain before it there, which it zeroes
+    resets: dict[int, list[tuple[Value, int]]] = {}
+    slots = share(ranges, sizes)
+    for slot in slots:
+        base = low.shared_buffer("xmma", slot.size, 8, entry=True)
+        zero_shared(low.e, base, slot.size // 8)
+        for n, root in enumerate(slot.chains):
+            bufs[root] = base
+            if n:
+                top = id(low.fn.body.instrs[ranges[root][0]])
+                resets.setdefault(top, []).append((base, sizes[root] // 8))
     low.e.bar()
     low.extra["exact_chains"] = (members, bufs, exact)
+    low.extra["exact_resets"] = resets
+    low.extra["exact_acc_bytes"] = sum(slot.size for slot in slots)
     from tessera.lower.exact.f64acc import f64_chains
 
     low.extra["exact_f64"] = f64_chains(low.fn, members)  # one f64 suffices (fp8_e4m3)
@@ -189,8 +162,16 @@ def _element_addr(e: TargetEmitter, base: Value, layout: Blocked, r: int) -> Val
 def exact_operands(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     """``args`` with every exact accumulator that ``instr`` uses other than to carry it
     (a loop, a branch, an exact mma's accumulator operand) rounded once, to its
-    element, by the threads that hold its elements."""
+    element, by the threads that hold its elements. Before the top-level instruction
+    where a chain that reuses another's buffer starts, the buffer's words are zeroed
+    between two barriers (the previous chain's threads, which may hold its elements in
+    another layout, are done with them; every word is zero before the chain's first
+    deposit)."""
     members, bufs, exact = low.extra["exact_chains"]
+    for base, words in low.extra["exact_resets"].pop(id(instr), []):
+        low.em.bar()
+        zero_shared(low.em, base, words)
+        low.em.bar()
     op = instr.op
     if isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
         return args
@@ -300,8 +281,7 @@ def _staged(low: Lowerer, instr: Instr, x: Lowered) -> Lowered:
     from tessera.lower.rules.stage import stage
 
     mem = stage(low, x, instr)
-    _, bufs, _ = low.extra["exact_chains"]
-    acc = sum(prod(root.type.shape) * 8 * (MMA_DIGITS + 1) for root in bufs)
+    acc = low.extra["exact_acc_bytes"]
     staged, limit = low.extra["staged_bytes"], shared_limit(low.target)
     if acc + staged > limit:
         raise UnsupportedError(

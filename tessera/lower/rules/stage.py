@@ -14,16 +14,19 @@ axes have stride 0.
 
 Each staging emits a barrier *before* its stores too: inside a loop, the buffer is
 overwritten on every trip while threads may still be reading the previous trip's
-elements (a write-after-read hazard across threads).
+elements (a write-after-read hazard across threads). The same barrier lets a later
+top-level loop stage into a buffer of an earlier one (:func:`_buffer`): the three exact
+passes over key blocks each stage their block of keys, into one buffer.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from math import prod
+from typing import Any
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Instr
+from tessera.ir.core import Instr, Value
 from tessera.lower.broadcast import reshape_view
 from tessera.lower.core import THREADS, Lowerer
 from tessera.lower.layout import Blocked, BRow
@@ -33,6 +36,29 @@ from tessera.numerics import f32, f64
 
 #: the alignment of a staging buffer (a 16-byte vector of f32)
 STAGE_ALIGN = 16
+
+
+def _buffer(low: Lowerer, prefix: str, size: int) -> Value:
+    """A shared buffer of at least ``size`` bytes for one staging, allocated in the entry
+    block. A staging inside a top-level loop (or branch) reuses one that a staging
+    inside an earlier top-level instruction took: the view such a buffer backs is a
+    value of that instruction's regions, dead once the instruction is done (the
+    regions yield registers), and every staging stores behind a barrier. Buffers staged
+    at the top level stay theirs."""
+    # the emitter of the top-level instruction's region being lowered (None: top level)
+    scope = low.stack[1] if len(low.stack) > 1 else None
+    pool: list[list[Any]] = low.extra.setdefault("stage_pool", [])  # [base, size, scope]
+    if scope is not None:
+        free = [entry for entry in pool if entry[2] is not None and entry[2] is not scope
+                and entry[1] >= size]
+        if free:
+            entry = min(free, key=lambda entry: entry[1])
+            entry[2] = scope
+            return entry[0]  # type: ignore[no-any-return]
+    base = low.shared_buffer(prefix, size, STAGE_ALIGN, entry=True)
+    low.extra["staged_bytes"] = low.extra.get("staged_bytes", 0) + size
+    pool.append([base, size, scope])
+    return base
 
 
 def stage(low: Lowerer, value: Dist, instr: Instr) -> Mem:
@@ -49,8 +75,7 @@ def stage(low: Lowerer, value: Dist, instr: Instr) -> Mem:
     rows, cols = layout.shape[-2:]
     size = (8 if value.type == "f64" else 4) * rows * cols
     # allocated in the entry block: one buffer, however often the staging runs
-    base = low.shared_buffer("stage", size, STAGE_ALIGN, entry=True)
-    low.extra["staged_bytes"] = low.extra.get("staged_bytes", 0) + size
+    base = _buffer(low, "stage", size)
     sym = base.owner.op.sym  # type: ignore[union-attr]
     mem = Mem("shared", base, None, (rows, cols), (cols, 1),
               f64 if value.type == "f64" else f32, buffer=sym, align=STAGE_ALIGN)
@@ -75,8 +100,7 @@ def stage_rows(low: Lowerer, value: Dist, shape: tuple[int, ...]) -> Mem:
     parent, e = layout.parent, low.em
     size = 8 if value.type == "f64" else 4
     rows, cols = prod(shape), parent.shape[-1]
-    base = low.shared_buffer("rows", size * rows, STAGE_ALIGN, entry=True)
-    low.extra["staged_bytes"] = low.extra.get("staged_bytes", 0) + size * rows
+    base = _buffer(low, "rows", size * rows)
     e.bar()  # another trip's readers of the buffer are done
     for j, reg in enumerate(value.regs):
         k0 = chunk_index(e, parent, j)

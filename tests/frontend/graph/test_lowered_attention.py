@@ -10,7 +10,10 @@ rows, are passes over key blocks (``to_tile.keyblocks``: the row maximum, the ex
 sum carried as three f64 values, then ``P @ V``), which lower too: an f64 ``maximum``,
 register broadcasts that insert an axis (staged through shared memory), the carried
 row statistics read in another tile's row layout, the exact sum of the terms beside the
-carried values, and score accumulators cleared on every key block."""
+carried values, and score accumulators cleared on every key block. The three passes'
+score accumulators share one shared buffer (their loops run one after the other), so
+rows over 512 keys take blocks of up to 256 scores and a whole head of V's columns
+(``to_tile.keyblock_tiles.key_block_tile``)."""
 
 from __future__ import annotations
 
@@ -23,8 +26,11 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
+from tessera.arch.limits import shared_limit
 from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir import print_module
+from tessera.ir.transforms.to_tile.keyblock_tiles import key_block_bytes, key_block_tile
+from tessera.lower.shared import shared_allocs, shared_plan
 
 TARGETS = ["sm_80", "sm_90a"]
 
@@ -212,27 +218,110 @@ def test_4d_and_causal_attention_over_key_blocks_on_target() -> None:
     _same_on_target(blocked_causal, [q, k, v, bias], ["sm_80"])
 
 
-def test_more_than_512_keys_pass_over_key_blocks() -> None:
-    """Rows longer than an exact tile holds: key blocks of 16 under 8 query rows; the
-    PTX assembles with no spills (run on the interpreter above, on shorter rows)."""
+def _accumulators(kernel) -> list[int]:  # type: ignore[no-untyped-def]
+    """The sizes of a lowered kernel's exact accumulator buffers."""
+    return sorted(i.op.size for i in shared_allocs(kernel.kernel) if i.op.sym.startswith("xmma"))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_more_than_512_keys_pass_over_long_key_blocks(target: str) -> None:
+    """Rows longer than an exact tile holds: the three passes over key blocks of 128
+    keys under 2 query rows (600 keys: a ragged last block of 88) give the graph's
+    bits; the passes' score chains take one buffer, so the accumulators are those of
+    one score tile and P @ V's, not three score tiles; ptxas: no spills, no advisory."""
     rng = np.random.default_rng(11)
     args = _scores(rng, (1, 2, 4), (1, 600, 4), (1, 600, 4))
-    program = ts.jit(attention).lower(*args).target("sm_90a")
+    args[0][0, 1, :] = 0.0  # a row of equal scores
+    program = ts.jit(attention).lower(*args).target(target)
     assert print_module(program.tile.module).count("tile.for") == 3  # the three passes
     (kernel,) = program.kernels
-    stats = kernel.assemble().stats[kernel.name]
+    scores = program.tile.module.functions[kernel.name].attrs["tiles"]
+    assert (scores[0], scores[2]) == (2, 128)
+    assert _accumulators(kernel) == [176 * 2 * 4, 176 * 2 * 128]
+    assembled = kernel.assemble()
+    stats = assembled.stats[kernel.name]
     assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+    assert "warning" not in assembled.log.lower()
+    _same_on_target(attention, args, [target])
 
 
-def test_what_key_blocks_still_refuse_names_the_graph_line() -> None:
-    """Score tiles whose accumulators (three passes and P @ V's) exceed shared memory."""
+def test_key_blocks_of_more_query_rows_on_target() -> None:
+    """Three query rows over 530 keys: blocks of 64 keys, the last of 18;
+    bf16 operands on sm_90a, f32 on sm_80."""
+    rng = np.random.default_rng(14)
+    q, k, v = _inputs(rng, (1, 3, 6), "bf16")[0], *_inputs(rng, (1, 530, 6), "bf16")[:2]
+    program = ts.jit(attention).lower(q, k, v).target("sm_90a")
+    tiles = program.tile.module.functions[program.kernels[0].name].attrs["tiles"]
+    assert (tiles[0], tiles[2]) == (3, 64)
+    _same_on_target(attention, [q, k, v], ["sm_90a"])
+    _same_on_target(attention, _scores(rng, (1, 3, 5), (1, 530, 5), (1, 530, 5)), ["sm_80"])
+
+
+def test_key_blocks_with_a_whole_head_of_values_on_target() -> None:
+    """40 columns of V in one program (a tile of 64): blocks of 32 keys, the last of
+    18 (530 keys), so that 32 x 64 values load at 16 per thread; both targets."""
+    rng = np.random.default_rng(16)
+    args = _scores(rng, (1, 2, 8), (1, 530, 8), (1, 530, 40))
+    program = ts.jit(attention).lower(*args).target("sm_80")
+    (kernel,) = program.kernels
+    tiles = program.tile.module.functions[kernel.name].attrs["tiles"]
+    assert (tiles[0], tiles[2]) == (2, 32) and 40 in tiles  # (loops: rows, V's, keys, d)
+    assert kernel.kernel.attrs["grid"][0] == 1  # one program: the scores once
+    _same_on_target(attention, args)
+
+
+def test_key_block_tiles_fit_the_target() -> None:
+    """A whole head of V's columns first (a program with fewer computes every score
+    again for the others), then the most query rows, then the longest block of keys
+    the registers (at most 256 scores: two accumulators per thread) and the target's
+    shared memory hold; the bound the choice uses covers what the lowering allocates,
+    and the kernels assemble with no spills."""
+    assert key_block_tile(2, 600, 4, 4, 163 * 1024) == (2, 128, 4)
+    assert key_block_tile(64, 1024, 64, 64, 163 * 1024) == (4, 32, 64)
+    assert key_block_tile(64, 1024, 64, 64, 99 * 1024) == (4, 32, 64)
+    assert key_block_tile(64, 1024, 64, 64, 40 * 1024) == (2, 16, 64)
+    assert key_block_tile(64, 1024, 64, 128, 227 * 1024) == (2, 16, 128)
+    assert key_block_tile(64, 1024, 64, 0, 163 * 1024) == (8, 32, 0)  # a row softmax
+    assert key_block_tile(64, 1024, 64, 64, 1024) == (8, 16, 16)  # nothing fits
+    rng = np.random.default_rng(15)
+    for sq, d in [(64, 64), (2, 64), (8, 128)]:
+        args = _scores(rng, (1, sq, d), (1, 1024, d), (1, 1024, d))
+        for target in TARGETS:
+            program = ts.jit(attention).lower(*args).target(target)
+            (kernel,) = program.kernels
+            tiles = program.tile.module.functions[kernel.name].attrs["tiles"]
+            r, block, cols = key_block_tile(sq, 1024, d, d, shared_limit(target))
+            assert (tiles[0], tiles[2], tiles[3]) == (r, block, cols)
+            assert shared_plan(kernel.kernel).total <= key_block_bytes(r, block, d, cols)
+            stats = kernel.assemble().stats[kernel.name]
+            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+
+
+def test_wide_score_tiles_over_key_blocks_on_target() -> None:
+    """A ``tile_shape`` of 32 x 16 for the scores: one score chain (90 KB) and P @ V's
+    fit sm_80's 163 KB, where three score chains (270 KB) would not."""
     rng = np.random.default_rng(13)
 
     def wide(q, k, v):  # type: ignore[no-untyped-def]
         s = op.matmul(q, op.transpose(k, (0, 2, 1)), tile_shape=(32, 16))
         return op.matmul(op.softmax(s, axis=-1), v)
 
-    args = _scores(rng, (1, 32, 4), (1, 64, 4), (1, 64, 4))
+    args = _scores(rng, (1, 32, 4), (1, 50, 4), (1, 50, 4))
+    _same_on_target(wide, args, ["sm_80"])
+    (kernel,) = ts.jit(wide).lower(*args).target("sm_80").kernels
+    assert _accumulators(kernel) == [176 * 32 * 4, 176 * 32 * 16]
+
+
+def test_what_key_blocks_still_refuse_names_the_graph_line() -> None:
+    """Score tiles whose accumulators (one score chain and P @ V's) exceed shared
+    memory: 32 x 16 scores and 32 x 16 of P @ V take 180 KB, more than sm_80's."""
+    rng = np.random.default_rng(13)
+
+    def wide(q, k, v):  # type: ignore[no-untyped-def]
+        s = op.matmul(q, op.transpose(k, (0, 2, 1)), tile_shape=(32, 16))
+        return op.matmul(op.softmax(s, axis=-1), v)
+
+    args = _scores(rng, (1, 32, 4), (1, 64, 4), (1, 64, 16))
     with pytest.raises(TargetGenerationError, match="shared memory") as err:
         ts.jit(wide).lower(*args).run(*args, backend="target", target="sm_80")
     _, start = inspect.getsourcelines(wide)

@@ -44,6 +44,7 @@ def random_state(seed: int) -> SharedMemory:
     sh.unfenced_ctas[:] = True
     sh.accessed[:] = True
     sh.written[:] = True
+    sh.has_readers[:] = True
     sh.who_lo[:] = np.arange(NCTA) * NTHREADS
     sh.who_hi[:] = sh.who_lo + NTHREADS - 1
     # records lie only in dirty blocks (what the bulk paths and bar.sync rely on)
@@ -283,25 +284,28 @@ def test_word_row_stores_equal_the_per_byte_ones(width: int,
         flat = ((me // NTHREADS) * SIZE + words * width)[:, None] + np.arange(width)
         data = rng.integers(0, 256, flat.shape).astype(np.uint8)
         outcomes = []
-        for rows in (True, False):
+        # words found from the rows' first bytes (rows known consecutive), found by a
+        # pass over the bytes, and none (the per-byte path)
+        for mode in ("consecutive", "rows", "bytes"):
             sh = random_state(seed) if seed < 4 else SharedMemory(NCTA, NTHREADS, SIZE, True)
             sh.in_flight = 0 if seed % 2 else sh.in_flight  # past the copies, or not
             with monkeypatch.context() as patch:
-                if not rows:
-                    patch.setattr(state_module, "word_rows", lambda flat, size: None)
+                if mode == "bytes":
+                    patch.setattr(state_module, "word_rows", lambda *args: None)
                 else:
                     assert state_module.word_rows(flat, SIZE) is not None
                 fault = ""
                 try:
                     sh.write(flat, data, me, lambda i, w, t: (_ for _ in ()).throw(
-                        AssertionError(f"{i} {w} {t}")))
+                        AssertionError(f"{i} {w} {t}")), consecutive=mode == "consecutive")
                 except AssertionError as err:
                     fault = str(err)
             outcomes.append((fault, sh))
-        (fast_fault, fast), (slow_fault, slow) = outcomes
-        assert fast_fault == slow_fault
-        found.append(fast_fault)
-        assert_same(fast, slow)
+        (slow_fault, slow) = outcomes[-1]
+        for fast_fault, fast in outcomes[:-1]:
+            assert fast_fault == slow_fault
+            assert_same(fast, slow)
+        found.append(slow_fault)
         np.testing.assert_array_equal(fast.data, slow.data)
     assert any(found[:4]) and not any(found[4:])  # the random records hold races
 
@@ -330,3 +334,47 @@ def test_global_word_reads_equal_the_byte_gather(nbytes: int, align: int | None,
     got = glob.read(addr.astype(np.uint64), nbytes, fail, align)
     want = np.stack([bufs[w][o:o + nbytes] for w, o in zip(which, offs)])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_tma_store_box_reads_equal_the_chunk_rows(seed: int) -> None:
+    """A TMA store's source read on row slices of its box (bulk_store.box_read): where
+    it finds nothing wrong, the per-byte path finds nothing either and leaves the same
+    records; otherwise it records nothing and the per-byte path decides. Random
+    records (seeds 0-3) and clean ones, written by the storing threads or by others."""
+    rng = np.random.default_rng(400 + seed)
+    ctas = np.sort(rng.choice(NCTA, int(rng.integers(1, NCTA + 1)), replace=False))
+    me = ctas * NTHREADS + rng.integers(0, NTHREADS, len(ctas))
+    first, count = int(rng.integers(0, SIZE // 128)), int(rng.integers(1, 4))
+    lo, hi = 128 * first, min(SIZE, 128 * (first + count))
+    chunks = rng.permutation(np.arange(lo, hi, bulk.CHUNK))  # a swizzle moves chunks
+    where = (chunks[:, None] + np.arange(bulk.CHUNK)).ravel()
+    flat = ctas[:, None] * SIZE + where[None, :]
+
+    def make() -> SharedMemory:
+        sh = random_state(seed) if seed < 4 else SharedMemory(NCTA, NTHREADS, SIZE, True)
+        if seed >= 4:
+            sh.init[:] = True
+            if seed % 3:  # the storing threads (1) or their neighbours (2, a race) wrote
+                sh.set_writer(flat, me + seed % 3 - 1)
+                sh.unfenced[:] = False
+        return sh
+    fast, slow = make(), make()
+    took = bulk_store.box_read(fast, ctas, me, (lo, hi))
+
+    def fail(i: int, what: str, text: str) -> None:
+        raise AssertionError(f"{i} {what} {text}")
+    fault = ""
+    try:
+        if slow.unfenced_ctas[ctas].any() and slow.unfenced[flat].any():
+            fail(0, "missing proxy fence", "")
+        bulk_store._check_read(slow, flat, where, me, fail)
+    except AssertionError as err:
+        fault = str(err)
+    if took:
+        assert fault == ""
+        assert_same(fast, slow)
+    else:  # nothing recorded
+        assert_same(fast, make())
+    assert took == (seed >= 4 and seed % 3 != 2)  # clean memories take the row slices
+    assert ("shared memory race" in fault) == (seed >= 4 and seed % 3 == 2)

@@ -31,13 +31,17 @@ def _records(sh: SharedMemory) -> list[np.ndarray]:
 
 def _assert_same(fast: SharedMemory, slow: SharedMemory) -> None:
     """``fast`` (a copy, resolved) holds the records of ``slow``; both flag every block
-    that holds a record as dirty."""
+    that holds a record as dirty, and every CTA that holds a reader (a writer)."""
     view = copy.deepcopy(fast)
     for x, y in zip(_records(view), _records(slow)):
         np.testing.assert_array_equal(x, y)
     for sh in (view, slow):
         held = ((sh.rmax >= 0) | (sh.writer >= 0)).reshape(NCTA, -1, DIRTY_BLOCK).any(axis=2)
         assert not (held & ~sh.dirty).any()
+        # the per-CTA flags by which stores and epochs skip the records hold every CTA
+        # that holds a reader (a writer)
+        assert not ((sh.rmax >= 0).reshape(NCTA, SIZE).any(axis=1) & ~sh.has_readers).any()
+        assert not ((sh.writer >= 0).reshape(NCTA, SIZE).any(axis=1) & ~sh.written).any()
 
 
 chunk_sets = st.lists(st.integers(0, SIZE // CHUNK - 1), min_size=1, max_size=12, unique=True)

@@ -112,6 +112,9 @@ def _mbar(m: Machine) -> MbarrierArray:
         with small_pages():  # one state per 8 shared bytes, of which a few are mbarriers
             m.mbar = MbarrierArray(m.ncta * slots)
             m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
+            # flags the mbarriers a wait lands loads on (cleared after): a lookup per
+            # load in flight instead of a set membership test (np.isin sorts)
+            m.mbar_waited = np.zeros(m.ncta * slots, bool)  # type: ignore[attr-defined]
     return m.mbar
 
 
@@ -265,16 +268,21 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
     tags: list[np.ndarray] = []  # the mbarrier of each landing box, and its bytes
     sizes: list[np.ndarray] = []
     still = []
-    for copy in m.tma:
-        done = np.isin(copy.tag, ids)
-        if done.any():
-            tags.append(copy.tag[done])
-            sizes.append(np.full(len(tags[-1]), copy.data.shape[1], np.int64))
-            rest = land(m, copy, done, False)
-            if rest is not None:
-                still.append(rest)
-        else:
-            still.append(copy)
+    waited: np.ndarray = m.mbar_waited  # type: ignore[attr-defined]
+    waited[ids] = True
+    try:
+        for copy in m.tma:
+            done = waited[copy.tag]  # np.isin(copy.tag, ids)
+            if done.any():
+                tags.append(copy.tag[done])
+                sizes.append(np.full(len(tags[-1]), copy.data.shape[1], np.int64))
+                rest = land(m, copy, done, False)
+                if rest is not None:
+                    still.append(rest)
+            else:
+                still.append(copy)
+    finally:
+        waited[ids] = False
     m.tma = still
     if not tags:
         return

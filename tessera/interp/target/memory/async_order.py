@@ -120,15 +120,25 @@ def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
     if not len(cols):
         return
     lo, hi = int(cols[0]) * DIRTY_BLOCK, min(sh.size, (int(cols[-1]) + 1) * DIRTY_BLOCK)
-    views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi]
-             for a in (sh.rmin_code, sh.rmax_code, sh.writer_code)]
-    ctas = np.arange(first, first + len(who))
-    clear = _released(m, ctas, who, *views)
-    for x in views:
-        np.copyto(x, np.int32(0), where=clear)
+    # the records of CTAs that hold no reader (writer) are zero: stand-ins of no memory
+    # instead of reads of zero pages (and stores of zeros that would make them real)
+    zero = np.broadcast_to(np.int32(0), (len(who), hi - lo))
+    held = (bool(sh.has_readers[rows].any()), bool(sh.has_readers[rows].any()),
+            bool(sh.written[rows].any()))
+    views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi] if h else zero
+             for a, h in zip((sh.rmin_code, sh.rmax_code, sh.writer_code), held)]
+    if any(held):  # else no byte holds an access: nothing to clear
+        clear = _released(m, np.arange(first, first + len(who)), who, *views)
+        for x, h in zip(views, held):
+            if h:
+                np.copyto(x, np.int32(0), where=clear)
+    read = views[1] > 0 if held[1] else None
+    if read is not None:  # the CTAs left with no reader
+        sh.has_readers[rows] = read.any(axis=1)
     if (hi - lo) % DIRTY_BLOCK == 0:  # blocks left with no access are clean again
-        left = ((views[1] > 0) | (views[2] > 0)).reshape(len(who), -1, DIRTY_BLOCK)
-        sh.dirty_blocks[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = left.any(axis=2)
+        left = views[2] > 0 if read is None else read | (views[2] > 0)
+        sh.dirty_blocks[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = \
+            left.reshape(len(who), -1, DIRTY_BLOCK).any(axis=2)
 
 
 def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,

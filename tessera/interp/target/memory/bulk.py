@@ -155,6 +155,7 @@ def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks
     """:meth:`SharedMemory.note_readers` for distinct ``ctas``: threads ``first[i]`` to
     ``last[i]`` read the chunks ``index[i]``; their dirty ``blocks`` are flagged."""
     sh.accessed[ctas] = True
+    sh.has_readers[ctas] = True
     sh.note_who(first, last)
     sh.dirty[ctas[:, None], blocks[None, :]] = True
     for arr, who, pick in zip(sh.readers(), (code_first(first), code_last(last)),

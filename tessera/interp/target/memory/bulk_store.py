@@ -32,7 +32,14 @@ from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_copy import box_rows, box_where
 from tessera.interp.target.memory.flight import wait_group
-from tessera.interp.target.memory.state import CHUNK, Fail, SharedMemory, add_at
+from tessera.interp.target.memory.state import (
+    CHUNK,
+    DIRTY_BLOCK,
+    Fail,
+    SharedMemory,
+    add_at,
+    code_last,
+)
 from tessera.interp.target.state import (
     Machine,
     Step,
@@ -53,7 +60,7 @@ class BulkRead:
 
     thread: np.ndarray
     group: np.ndarray
-    flat: np.ndarray
+    flat: np.ndarray | None  # None for a box read (``span`` gives its bytes)
     instr: Instr
     #: (lo, hi) when every row's bytes are each of its CTA's bytes lo .. hi - 1 once, in
     #: distinct CTAs (a box): the counts change a row slice at a time
@@ -80,20 +87,25 @@ def groups(m: Machine) -> BulkGroups:
 def _retire(m: Machine, rec: BulkRead, sel: np.ndarray) -> BulkRead | None:
     """The rows ``sel`` of ``rec`` no longer read; returns what still reads."""
     sh = m.shared
-    gone = rec.flat[sel]
+    gone = None if rec.flat is None else rec.flat[sel]
     _count(sh, gone, rec.thread[sel] // m.nthreads, -1, rec.span)
-    sh.bulk_reads -= gone.size
+    if gone is not None:
+        sh.bulk_reads -= gone.size
+    elif rec.span is not None:
+        sh.bulk_reads -= int(sel.sum()) * (rec.span[1] - rec.span[0])
     keep = ~sel
     if not keep.any():
         return None
-    return BulkRead(rec.thread[keep], rec.group[keep], rec.flat[keep], rec.instr, rec.span)
+    return BulkRead(rec.thread[keep], rec.group[keep],
+                    None if rec.flat is None else rec.flat[keep], rec.instr, rec.span)
 
 
-def _count(sh: SharedMemory, flat: np.ndarray, ctas: np.ndarray, delta: int,
+def _count(sh: SharedMemory, flat: np.ndarray | None, ctas: np.ndarray, delta: int,
            span: tuple[int, int] | None) -> None:
     """``delta`` more readers at each byte of ``flat`` (rows: ``ctas``), a row slice of
-    ``span`` per CTA when it is given."""
+    ``span`` per CTA when it is given (then ``flat`` may be None)."""
     if span is None:
+        assert flat is not None
         add_at(sh.bulk_read, flat, delta)
         return
     lo, hi = span
@@ -121,22 +133,64 @@ def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
             where = box_where(t, int(a), sh.size, "TMA store source",
                               lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             me = act[rows]
-            flat = m.cta[me][:, None] * sh.size + where[None, :]
-            if sh.unfenced_ctas[m.cta[me]].any() and sh.unfenced[flat].any():
-                # the async proxy may not see a generic write
-                fail(int(rows[0]), "missing proxy fence", "the TMA store reads shared "
-                     "memory written by st.shared or stmatrix with no fence.proxy.async since")
-            _check_read(sh, flat, where, me,
-                        lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
+            ctas = m.cta[me]
+            box = bulk.covered_range(where) if bulk.distinct(ctas) else None
+            flat = None
+            if box is None or not box_read(sh, ctas, me, box):
+                flat = ctas[:, None] * sh.size + where[None, :]
+                if sh.unfenced_ctas[ctas].any() and sh.unfenced[flat].any():
+                    # the async proxy may not see a generic write
+                    fail(int(rows[0]), "missing proxy fence", "the TMA store reads shared "
+                         "memory written by st.shared or stmatrix with no fence.proxy.async "
+                         "since")
+                _check_read(sh, flat, where, me,
+                            lambda i, w, msg, rows=rows: fail(int(rows[i]), w, msg))
             try:  # the box's bytes in box order: byte i is read from where[i]
-                _store(t, value.buffer, coords[rows], sh.data[flat])
+                _store(t, value.buffer, coords[rows],
+                       sh.data[flat] if flat is not None else _box_bytes(sh, ctas, where))
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(me[0])) from None
-            box = bulk.covered_range(where) if bulk.distinct(m.cta[me]) else None
-            _count(sh, flat, m.cta[me], 1, box)
-            sh.bulk_reads += flat.size
+            _count(sh, flat, ctas, 1, box)
+            sh.bulk_reads += len(me) * where.size
             rec.reading.append(BulkRead(me, rec.committed[me].copy(), flat, instr, box))
     return step
+
+
+def box_read(sh: SharedMemory, ctas: np.ndarray, me: np.ndarray, box: tuple[int, int]) -> bool:
+    """The checks and records of a TMA store's source read by threads ``me`` of the
+    distinct ``ctas``, each over every byte of its CTA's ``box`` ``(lo, hi)``, on row
+    slices: True when nothing is wrong (the reads logged as one rectangle of chunks);
+    False, with nothing recorded, when a check might fail: the per-byte path then
+    reports the same first fault. No flat index of every byte is made."""
+    lo, hi = box
+    if sh.size % CHUNK or lo % CHUNK or hi % CHUNK:
+        return False
+    r = bulk.rows(ctas)
+
+    def part(a: np.ndarray) -> np.ndarray:
+        return a.reshape(sh.ncta, sh.size)[r, lo:hi]
+    if sh.unfenced_ctas[ctas].any() and part(sh.unfenced).any():
+        return False
+    if (sh.in_flight and part(sh.pending).any()) or not part(sh.init).all():
+        return False
+    if sh.races and sh.written[ctas].any():
+        w = part(sh.writer_code)
+        if ((w > 0) & (w != code_last(me)[:, None])).any():
+            return False
+    if sh.races:  # every chunk of the range, in each CTA: one rectangle of the log
+        sh.log.add(ctas, np.arange(lo // CHUNK, hi // CHUNK),
+                   np.arange(lo // DIRTY_BLOCK, -(-hi // DIRTY_BLOCK)), me, me)
+    return True
+
+
+def _box_bytes(sh: SharedMemory, ctas: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``sh.data`` at the CTA-local bytes ``where`` of each of the distinct ``ctas``,
+    (G, len(where)), without a flat index of every byte."""
+    grid = sh.data.reshape(sh.ncta, sh.size)
+    r = bulk.rows(ctas)
+    if isinstance(r, slice):
+        return np.take(grid[r], where, axis=1)
+    return grid[ctas[:, None], where[None, :]]
 
 
 def _check_read(sh: SharedMemory, flat: np.ndarray, where: np.ndarray, me: np.ndarray,
@@ -219,4 +273,5 @@ def check_drained(m: Machine) -> None:
         raise not_waited(m, first)
 
 
-__all__ = ["BulkGroups", "BulkRead", "check_drained", "groups", "not_waited", "unretired"]
+__all__ = ["BulkGroups", "BulkRead", "box_read", "check_drained", "groups", "not_waited",
+           "unretired"]

@@ -65,17 +65,19 @@ def add_at(target: np.ndarray, index: np.ndarray, delta: int | np.ndarray) -> No
     np.add.at(target, np.ravel(index), value if value.ndim == 0 else np.ravel(value))
 
 
-def word_rows(flat: np.ndarray, size: int) -> np.ndarray | None:
+def word_rows(flat: np.ndarray, size: int, consecutive: bool = False) -> np.ndarray | None:
     """The word numbers of ``flat`` (M, W) when each row is one aligned word of W
     bytes (W a power of two up to 16 dividing ``size``, the bytes per CTA), bytes in
-    order: a store's rows, each then one element of a W-byte view."""
+    order: a store's rows, each then one element of a W-byte view. ``consecutive``:
+    the caller knows each row to be consecutive bytes (no pass over every byte)."""
     if flat.ndim != 2 or not flat.size:
         return None
     width = flat.shape[1]
     if width > CHUNK or width & (width - 1) or size % width:
         return None
     first = flat[:, 0]
-    if (first % width).any() or not (flat - first[:, None] == np.arange(width)).all():
+    if (first % width).any() or not (
+            consecutive or (flat - first[:, None] == np.arange(width)).all()):
         return None
     return first // width
 

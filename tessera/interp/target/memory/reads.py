@@ -82,6 +82,7 @@ class Entry(_Rows):
         """Resolve the entry: :meth:`SharedMemory.note_readers` of its rows."""
         index = self.ctas[:, None] * (sh.size // CHUNK) + self.chunks[None, :]
         sh.dirty_blocks[self.ctas[:, None], self.blocks[None, :]] = True
+        sh.has_readers[self.ctas] = True
         for arr, who, pick in ((sh.rmin_code, code_first(self.first), np.minimum),
                                (sh.rmax_code, code_last(self.last), np.maximum)):
             put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))

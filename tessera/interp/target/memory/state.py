@@ -19,9 +19,9 @@ operands) wait in :attr:`SharedMemory.log` (:mod:`.reads`) until something looks
 their readers: the raw arrays ``rmin_code``, ``rmax_code`` and ``dirty_blocks`` lack
 them, :meth:`SharedMemory.readers` and the property ``dirty`` resolve them first.
 
-The race records hold thread ids *coded* so that 0 means "none" (:func:`code_first`,
-:func:`code_last`): a new launch's records are zero pages, which the kernel touches
-only where its CTAs access shared memory, instead of a fill of every byte's records.
+The race records hold thread ids *coded* so that 0 means "none" (:mod:`.codes`): a new
+launch's records are zero pages, which the kernel touches only where its CTAs access
+shared memory, instead of a fill of every byte's records.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from tessera.interp.target.memory.chunks import (
     take_rows,
     word_rows,
 )
+from tessera.interp.target.memory.codes import code_first, code_last
 from tessera.interp.target.memory.global_memory import (
     GLOBAL_BASE,
     GLOBAL_STRIDE,
@@ -49,18 +50,6 @@ from tessera.interp.target.memory.global_memory import check_aligned as _check_a
 
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
-
-
-def code_first(ids: np.ndarray | int) -> np.ndarray:
-    """The code of a lowest reader: its global thread id minus int32 max, so that "no
-    reader" is 0 and above every reader (a minimum keeps the lowest)."""
-    return np.asarray(ids, np.int32) - _BIG
-
-
-def code_last(ids: np.ndarray | int) -> np.ndarray:
-    """The code of a highest reader or a writer: its global thread id plus 1 ("none"
-    is 0, below every thread)."""
-    return np.asarray(ids, np.int32) + np.int32(1)
 
 #: bytes per flag of :attr:`SharedMemory.dirty`
 DIRTY_BLOCK = 64
@@ -100,6 +89,9 @@ class SharedMemory:
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
             self.written = np.zeros(ncta, bool)
+            # per CTA: may rmin_code / rmax_code hold a reader (a superset; logged reads
+            # count once resolved): stores and epochs skip the others' zero pages
+            self.has_readers = np.zeros(ncta, bool)
             # per CTA: bounds of the thread ids (global) recorded as a reader or writer
             # since its bar.sync (a superset: epochs that clear part keep them)
             self.scratch: tuple[np.ndarray, np.ndarray] | None = None
@@ -193,6 +185,7 @@ class SharedMemory:
         when :func:`chunk_rows` found them)."""
         idx = flat.ravel()
         self.accessed[first // self.nthreads] = True
+        self.has_readers[first // self.nthreads] = True
         self.note_who(first, last)
         if mark:
             self.mark(flat)
@@ -220,15 +213,16 @@ class SharedMemory:
         return self.data[flat]
 
     def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
-              generic: bool = True) -> None:
-        """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids)."""
+              generic: bool = True, consecutive: bool = False) -> None:
+        """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids);
+        ``consecutive``: each row of ``flat`` is consecutive bytes (:meth:`index`'s)."""
         busy = self.pending[flat] != 0 if self.in_flight else np.zeros(1, bool)
         if np.any(busy):
             i = int(np.flatnonzero(busy.any(axis=1))[0])
             fail(i, "async copy overwritten before its wait", "store over "
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
         self.check_bulk_source(flat, fail, "store")
-        rows = word_rows(flat, self.size)
+        rows = word_rows(flat, self.size, consecutive)
         if self.races and self.accessed[me // self.nthreads].any():
             rmin, rmax = self.readers()
             # records lie only in dirty blocks: read them for the rows that meet one
@@ -239,7 +233,10 @@ class SharedMemory:
             hrows = rows if sub is None or rows is None else rows[sub]
             get = (lambda a: a[hf]) if hrows is None else (lambda a: take_rows(a, hrows, hf))
             last = code_last(hme)[:, None]
-            w, lo, hi = get(self.writer_code), get(rmin), get(rmax)
+            hctas, zero = hme // self.nthreads, np.broadcast_to(np.int32(0), hf.shape)
+            # records of CTAs that hold no writer (reader) are zero: not read
+            w = get(self.writer_code) if self.written[hctas].any() else zero
+            lo, hi = (get(rmin), get(rmax)) if self.has_readers[hctas].any() else (zero, zero)
             clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(hme)[:, None]) |
                                                            (hi != last)))
             if np.any(clash):
@@ -359,7 +356,10 @@ class SharedMemory:
         self.log.drop(ctas)
         # records lie only in dirty blocks: clear those (all bytes when blocks are ragged)
         held = np.flatnonzero(self.dirty_blocks & ctas[:, None])
-        for view in (self.writer_code, self.rmin_code, self.rmax_code):
+        for view, flags in ((self.writer_code, self.written), (self.rmin_code, self.has_readers),
+                            (self.rmax_code, self.has_readers)):
+            if not flags[ctas].any():  # zero in every CTA here: not looked at
+                continue
             if self.size % DIRTY_BLOCK == 0:
                 # only blocks of this record that hold one: a store of zeros over the
                 # others would turn their zero pages into memory of their own
@@ -370,6 +370,7 @@ class SharedMemory:
         self.dirty_blocks[ctas] = False
         self.accessed[ctas] = False
         self.written[ctas] = False
+        self.has_readers[ctas] = False
         self.who_lo[ctas] = _BIG
         self.who_hi[ctas] = _NONE
 

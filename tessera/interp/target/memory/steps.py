@@ -126,7 +126,7 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
             m.glob.write(addr, data, fail)
         else:
             flat = m.shared.index(m.cta[act], addr, size, fail)
-            m.shared.write(flat, data, act, fail)
+            m.shared.write(flat, data, act, fail, consecutive=True)
     return step
 
 

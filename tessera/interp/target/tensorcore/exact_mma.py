@@ -117,17 +117,24 @@ def _bounded(a: Operand, b: Operand, k: int) -> np.ndarray:
 
 
 def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
-        fmt_b: str | None = None, c_unsigned_zeros: bool = False) -> np.ndarray:
+        fmt_b: str | None = None, c_unsigned_zeros: bool = False,
+        scratch: dict[tuple[int, ...], np.ndarray] | None = None) -> np.ndarray:
     """``D = C + A @ B`` exactly as :func:`tessera.arch.mma.mma` computes it: A (..., M, K),
     B (..., K, N), C (..., M, N) broadcastable; returns float64 D. ``c_unsigned_zeros``:
     the caller knows that C holds no ``-0`` (a D made from such a C holds none either:
-    a sum is ``-0`` only when both terms are), which spares a pass over C."""
-    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c, c_unsigned_zeros)
+    a sum is ``-0`` only when both terms are), which spares a pass over C; ``scratch``
+    as in :func:`mma_operands`."""
+    return mma_operands(Operand(a, fmt), Operand(b, fmt_b or fmt), c, c_unsigned_zeros,
+                        scratch)
 
 
-def mma_operands(a: Operand, b: Operand, c: np.ndarray,
-                 c_unsigned_zeros: bool = False) -> np.ndarray:
-    """:func:`mma` of prepared operands."""
+def mma_operands(a: Operand, b: Operand, c: np.ndarray, c_unsigned_zeros: bool = False,
+                 scratch: dict[tuple[int, ...], np.ndarray] | None = None) -> np.ndarray:
+    """:func:`mma` of prepared operands. With ``scratch`` (arrays kept by shape) the
+    caller hands over ``c`` itself, a float64 array it no longer reads: where every
+    matrix is exact, D is added into it and the product made in a kept array, so a
+    chain of steps takes no new memory (the first touch of new pages, and their
+    traffic, cost about as much as the product itself)."""
     k = FORMATS[a.fmt][2]
     av, bv = a.values, b.values
     if FORMATS[b.fmt][2] != k or av.shape[-1] != k or bv.shape[-2] != k:
@@ -136,17 +143,33 @@ def mma_operands(a: Operand, b: Operand, c: np.ndarray,
     cw = np.asarray(c, np.float64)
     if not exact.all() and not _by_matrix(a, b, cw):
         return golden(a.elements, b.elements, c, a.fmt, b.fmt)
-    acc = np.matmul(av, bv)
-    if not c_unsigned_zeros:
-        negative_zero = cw.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
-        if negative_zero.any() and (negative_zero & (acc == 0)).any():
+    shape = np.broadcast_shapes(av.shape[:-2], bv.shape[:-2]) + av.shape[-2:-1] + bv.shape[-1:]
+    if scratch is not None and cw is c and cw.shape == shape and cw.flags.c_contiguous and \
+            exact.all():
+        kept = scratch.get(shape)
+        if kept is None:
+            kept = scratch[shape] = np.empty(shape, np.float64)
+        # every partial sum is exact: any order, in any memory, gives the same bits
+        acc = np.matmul(av, bv, out=kept)
+        if not c_unsigned_zeros and _zero_sign_matters(cw, acc):
             return golden(a.elements, b.elements, c, a.fmt, b.fmt)
+        return np.add(cw, acc, out=cw)
+    acc = np.matmul(av, bv)
+    if not c_unsigned_zeros and _zero_sign_matters(cw, acc):
+        return golden(a.elements, b.elements, c, a.fmt, b.fmt)
     out = np.add(cw, acc, out=acc) if acc.shape == np.broadcast_shapes(acc.shape, cw.shape) \
         else cw + acc
     if not exact.all():  # the loop for the matrices no bound proves exact
         loop = np.flatnonzero(~exact)
         out[loop] = golden(a.elements[loop], b.elements[loop], cw[loop], a.fmt, b.fmt)
     return out
+
+
+def _zero_sign_matters(c: np.ndarray, acc: np.ndarray) -> bool:
+    """Whether a ``-0`` of C meets a zero sum of products (whose sign the summation
+    order decides: the loop must give it)."""
+    negative_zero = c.view(np.int64) == np.int64(-1 << 63)  # -0.0's bit pattern
+    return bool(negative_zero.any() and (negative_zero & (acc == 0)).any())
 
 
 def _by_matrix(a: Operand, b: Operand, c: np.ndarray) -> bool:

@@ -41,6 +41,7 @@ from tessera.interp.target.memory.async_order import groups_of
 from tessera.interp.target.memory.state import CHUNK, DIRTY_BLOCK, take_chunks
 from tessera.interp.target.state import (
     F64,
+    Lazy,
     Machine,
     Step,
     TargetCompiler,
@@ -339,6 +340,13 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
     acc, da, db, scale = (c.slot(v) for v in instr.operands)
     out = c.slot(instr.results[0])
     layout = accumulators.fragment_map(n)
+    # C's matrices may take D in place when nothing else can read them: C is the lazy
+    # result of a wgmma whose one use is this one (a value of a block is made anew by
+    # each run of it before any use)
+    maker = instr.operands[0].owner
+    users = c.users(instr.operands[0])
+    private = isinstance(maker, Instr) and isinstance(maker.op, target_async.Wgmma) and \
+        len(users) == 1 and users[0] is instr
     k = FORMATS[fa][2]
     eb = FORMATS[fa][1] // 8
     cache_a: dict = {}
@@ -360,7 +368,11 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
             if fa == "tf32":
                 for v in (av, bv):
                     _check_tf32(m, instr, v, who)
-            cv, unsigned = accumulators.matrices(m, raw(fr.regs, acc), groups, layout)
+            held = raw(fr.regs, acc)
+            cv, unsigned = accumulators.matrices(m, held, groups, layout)
+            # the lazy value's own matrices, which no other register holds
+            mine = private and type(held) is Lazy and \
+                isinstance(held.keep, accumulators.ChainResult) and held.keep.matrices is cv
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
             if fa in INTEGER:
@@ -370,7 +382,7 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                 return
             if not unsigned and m.tensor_cores == "exact":  # found once per chain
                 unsigned = not (np.signbit(cv) & (cv == 0)).any()
-            d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned)
+            d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned, c_private=mine)
             result = accumulators.result(fr, layout, d, groups, unsigned)
         elif fa in INTEGER:
             result = np.zeros((m.n, n // 2), np.int32)

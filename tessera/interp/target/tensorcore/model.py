@@ -18,19 +18,26 @@ from tessera.interp.target.tensorcore.exact_mma import Operand, mma, mma_operand
 
 
 def step(m: Machine, a: Operand | np.ndarray, b: Operand | np.ndarray, c: np.ndarray,
-         fa: str | None = None, fb: str | None = None, c_unsigned_zeros: bool = False
-         ) -> np.ndarray:
+         fa: str | None = None, fb: str | None = None, c_unsigned_zeros: bool = False,
+         c_private: bool = False) -> np.ndarray:
     """``D = C + A @ B`` of one instruction (batched) under ``m.tensor_cores``: prepared
     :class:`Operand` pairs, or element arrays with their formats ``fa``/``fb``;
-    ``c_unsigned_zeros`` as in :func:`~.exact_mma.mma`."""
+    ``c_unsigned_zeros`` as in :func:`~.exact_mma.mma`; ``c_private``: nothing reads
+    ``c`` after this step, which may then return it, holding D."""
     if isinstance(a, Operand) and isinstance(b, Operand):
         if m.tensor_cores == "hopper":
             return mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt)
-        return mma_operands(a, b, c, c_unsigned_zeros)
+        return mma_operands(a, b, c, c_unsigned_zeros, _scratch(m, c_private))
     assert fa is not None
     if m.tensor_cores == "hopper":
         return mma_hopper.mma(a, b, c, fa, fb)
-    return mma(a, b, c, fa, fb, c_unsigned_zeros)
+    return mma(a, b, c, fa, fb, c_unsigned_zeros, _scratch(m, c_private))
+
+
+def _scratch(m: Machine, c_private: bool) -> dict[tuple[int, ...], np.ndarray] | None:
+    """The launch's product arrays by shape (:func:`~.exact_mma.mma_operands`) when
+    C is the caller's to overwrite."""
+    return m.__dict__.setdefault("mma_products", {}) if c_private else None
 
 
 def result(m: Machine, values: np.ndarray) -> np.ndarray:

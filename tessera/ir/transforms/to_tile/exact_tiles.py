@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessera.arch.limits import A100
 from tessera.ir.core import Function, Instr, Module, walk
+from tessera.ir.transforms.to_tile.keyblock_tiles import KEY_BLOCK_TILE, key_block_tile
 from tessera.ir.transforms.to_tile.program import TileProgram
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
@@ -25,12 +27,10 @@ from tessera.numerics import storage_of
 EXACT_MMA_TILE = (32, 16)
 #: the most elements of an exact mma's output tile (EXACT_MMA_TILE's)
 EXACT_MMA_ELEMENTS = EXACT_MMA_TILE[0] * EXACT_MMA_TILE[1]
-#: the scores' tile of attention over more keys than EXACT_MMA_ELEMENTS: the key-block
-#: passes (to_tile.keyblocks) hold three such accumulators and P @ V's
-KEY_BLOCK_TILE = (8, 16)
 
 
-def exact_tiles(body: Any, whole_rows: bool = True) -> dict[Instr, tuple[int, int]]:
+def exact_tiles(body: Any, whole_rows: bool = True,
+                shared: int = A100.shared_per_block) -> dict[Instr, tuple[int, int]]:
     """The output tile of each matmul without a ``tile_shape`` of its own, for the exact
     ``mma`` of PTX: at most :data:`EXACT_MMA_TILE`, shared out between matmuls of one
     operand (``h @ Wq``, ``h @ Wk``, ``h @ Wv`` fuse into one kernel), except for
@@ -38,9 +38,9 @@ def exact_tiles(body: Any, whole_rows: bool = True) -> dict[Instr, tuple[int, in
     axis (the scores) keeps whole key rows of up to :data:`EXACT_MMA_ELEMENTS` keys in
     one tile, with fewer query rows, where ``whole_rows``: the kernel is then one pass
     over the keys; so does one whose rows are reduced (a layernorm after it).
-    Longer rows take :data:`KEY_BLOCK_TILE` (the passes over key blocks hold the scores
-    of three passes and ``P @ V``'s accumulator at once). The matmuls reading that
-    softmax (``P @ V``) take the scores' rows."""
+    Longer rows pass over key blocks, as long as ``shared`` (the target's shared memory
+    per CTA, bytes) allows (:func:`key_block_tile`). The matmuls reading that softmax
+    (``P @ V``) take the scores' rows."""
     from tessera.ir.core import uses
     from tessera.ir.dialects.graph.contraction import MatMul, Reduce, Softmax
     from tessera.ir.transforms.schedule.tile import pow2
@@ -86,6 +86,8 @@ def exact_tiles(body: Any, whole_rows: bool = True) -> dict[Instr, tuple[int, in
                     EXACT_MMA_TILE[1] < keys <= EXACT_MMA_ELEMENTS:
                 tiles[mm] = (min(rows, EXACT_MMA_ELEMENTS // keys), keys)
             continue
+        pv = reach(sm.results[0], lambda i, p=sm.results[0].type: isinstance(i.op, MatMul)
+                   and i.operands[0].type == p)
         if mm.op.tile_shape is not None:
             r = mm.op.tile_shape[0]
         elif keys <= EXACT_MMA_TILE[1]:
@@ -94,28 +96,32 @@ def exact_tiles(body: Any, whole_rows: bool = True) -> dict[Instr, tuple[int, in
             r = min(rows, EXACT_MMA_ELEMENTS // keys)
             tiles[mm] = (r, keys)
         else:
-            r = min(rows, KEY_BLOCK_TILE[0])
-            tiles[mm] = (r, KEY_BLOCK_TILE[1])
-        pv = reach(sm.results[0], lambda i, p=sm.results[0].type: isinstance(i.op, MatMul)
-                   and i.operands[0].type == p)
+            depth = mm.operands[0].type.shape[-1]
+            values = pv.results[0].type.shape[-1] if pv else 0
+            r, block, cols = key_block_tile(rows, keys, depth, values, shared)
+            tiles[mm] = (r, block)
+            if pv is not None:
+                tiles[pv] = (r, cols)
+                continue
         if pv is not None:
             tiles[pv] = (r, tiles[pv][1])
     return {mm: shape for mm, shape in tiles.items() if mm.op.tile_shape is None}
 
 
-def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
+def exact_tiled(tile: TileProgram, graph: Function, target: str = "sm_80") -> TileProgram:
     """``tile``, or, when a kernel has an ``mma`` the lowering implements exactly
     (:func:`exact_in_ptx`), the program generated again from ``graph`` with the output
     tiles of :func:`exact_tiles` for the matmuls that have no ``tile_shape`` of their
-    own: the exact accumulators live in shared memory, which the schedule's tiles for
-    tensor-core kernels would exceed many times. The bits do not depend on the tiles
-    (exact sums), so the tile simulator keeps its program. Where the whole-row tiles of
-    attention conflict with another fused matmul's, every matmul takes the fewest rows;
-    failing that, the scores take key-block tiles (the kernel then passes over key
-    blocks)."""
+    own: the exact accumulators live in shared memory (``target``'s), which the
+    schedule's tiles for tensor-core kernels would exceed many times. The bits do not
+    depend on the tiles (exact sums), so the tile simulator keeps its program. Where
+    the whole-row tiles of attention conflict with another fused matmul's, every matmul
+    takes the fewest rows; failing that, the scores take key-block tiles (the kernel
+    then passes over key blocks)."""
     import dataclasses
     from math import prod
 
+    from tessera.arch.limits import shared_limit
     from tessera.ir.core import clone_block
     from tessera.ir.dialects import schedule as schedule_ops
     from tessera.ir.dialects.tile.compute import Mma
@@ -131,7 +137,7 @@ def exact_tiled(tile: TileProgram, graph: Function) -> TileProgram:
         """``graph`` scheduled with these tiles (``TileShapeError`` where fused matmuls'
         tiles conflict)."""
         body = clone_block(graph.body, {})
-        tiles = exact_tiles(body, whole_rows)
+        tiles = exact_tiles(body, whole_rows, shared_limit(target))
         rows = min((shape[0] for shape in tiles.values()), default=1)
         for instr, shape in tiles.items():
             instr.op = dataclasses.replace(instr.op, tile_shape=(rows, shape[1]) if uniform

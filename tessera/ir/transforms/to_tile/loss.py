@@ -71,8 +71,8 @@ class _Terms:
         """The ten products whose exact sum is ``sum((a - b)**2)`` (the graph's order)."""
         s = self.op(tc.Sub(), a, b)
         bb = self.op(tc.Sub(), s, a)
-        e = self.op(tc.Sub(), self.op(tc.Sub(), a, self.op(tc.Sub(), s, bb)),
-                    self.op(tc.Sub(), self.op(tc.Neg(), b), bb))
+        e = self.op(tc.Add(), self.op(tc.Sub(), a, self.op(tc.Sub(), s, bb)),
+                    self.op(tc.Sub(), self.op(tc.Neg(), b), bb))  # TwoSum of a and -b
         # isfinite(s): s - s is 0 exactly for finite s, NaN for an infinity or NaN
         finite = self.op(tc.Eq(), self.op(tc.Sub(), s, s), self.const(0.0))
         e = self.op(tc.Where(), finite, e, self.const(0.0))

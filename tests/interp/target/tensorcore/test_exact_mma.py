@@ -89,6 +89,40 @@ def test_only_the_unbounded_matrices_take_the_golden_loop(
     assert shapes == [(2, 64, 16)]
 
 
+@pytest.mark.parametrize("spread", [0, 6, 30])
+@pytest.mark.parametrize("zeros", [False, True])
+def test_steps_into_their_accumulator_equal_the_golden_loop(spread: int, zeros: bool) -> None:
+    """With kept product arrays, a step whose matrices are all exact adds D into C's
+    own array (and returns it); the others make new arrays. Along a chain, each
+    step's bits equal the golden loop's, from ``-0`` accumulators too."""
+    rng = np.random.default_rng(10 + spread)
+    kept: dict[tuple[int, ...], np.ndarray] = {}
+    _, _, c = _operands(rng, "bf16", spread, (6, 64, 16, 32))
+    if zeros:
+        c[:, ::5] = -0.0
+    in_place = []
+    for _ in range(4):
+        a, b, _ = _operands(rng, "bf16", spread, (6, 64, 16, 32))
+        if zeros:
+            a[:, ::5] = 0.0  # zero sums over -0: the loop's sign
+        want = golden(a, b, c, "bf16")
+        given = c.copy()
+        with np.errstate(all="ignore"):
+            d = exact_mma.mma(a, b, given, "bf16", scratch=kept)
+            exact = exact_mma._bounded(exact_mma.Operand(a, "bf16"),
+                                       exact_mma.Operand(b, "bf16"), 16).all()
+        assert _same_bits(d, want)
+        # in place where every matrix is exact, and no -0 of C meets a zero sum (whose
+        # sign only the loop gives)
+        signed = (np.signbit(c) & (c == 0) & (np.abs(a.astype(np.float64)) @
+                                              np.abs(b.astype(np.float64)) == 0)).any()
+        assert (d is given) == (exact and not signed)
+        in_place.append(d is given)
+        assert all(x.shape == (6, 64, 32) for x in kept.values())
+        c = d
+    assert any(in_place) or spread or zeros  # ordinary data: the path is taken
+
+
 @pytest.mark.parametrize("layout", [fragments.mma_m16n8k16_a(), fragments.mma_m16n8k16_b(),
                                     fragments.mma_m16n8k32_a(), fragments.mma_m16n8k32_b(),
                                     fragments.mma_m16n8_c(), fragments.wgmma_accumulator(64)])

@@ -72,6 +72,18 @@ def test_mse_rounds_the_mean_once() -> None:
     assert _bits(ts.jit(_mse, backend="tile")(a, b)) == _bits(up)
 
 
+@pytest.mark.parametrize("backend", ["interp", "tile"])
+def test_mse_keeps_the_sign_of_a_difference_float64_cannot_hold(backend: str) -> None:
+    """``17 - 2**-72`` is not a float64: the difference is ``17`` plus an error of
+    ``-2**-72``, whose sign decides the rounding. The exact mean is ``289 - 34 * 2**-72
+    + 2**-144``, just below the bf16 midpoint 289 of 288 and 290, so it rounds to 288;
+    an error term of the wrong sign lands just above the midpoint, on 290."""
+    a = np.array([17.0], ml_dtypes.bfloat16)
+    b = np.array([2.0 ** -72], ml_dtypes.bfloat16)
+    got = ts.jit(_mse).lower(a, b).run(a, b, backend=backend)
+    assert float(np.asarray(got)) == 288.0
+
+
 def test_training_step_compiles_with_its_loss() -> None:
     """The quick start's step: the loss and its gradient as kernels, the graph's bits."""
     @ts.jit

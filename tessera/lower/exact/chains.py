@@ -1,0 +1,130 @@
+"""The chains of exact ``mma`` accumulators in a kernel, and which of them can share
+one buffer in shared memory.
+
+An exact accumulator (:mod:`tessera.lower.exact.mma`) flows through ``mma`` results and
+the loop and branch slots they reach (:func:`tessera.interp.tile.wide.possibly_exact`);
+the values one accumulator flows through form a *chain*, which lives in one buffer of
+176 bytes per output element. Chains whose live ranges never overlap may use the same
+buffer: the three exact passes over key blocks of attention
+(:mod:`tessera.ir.transforms.to_tile.keyblocks`) compute each block's scores in three
+loops that run one after the other, so their score accumulators take one buffer, not
+three. Live ranges are intervals over the kernel's top-level instructions (a value
+inside a loop lives for the whole loop); buffers are handed out as in linear-scan
+register allocation (Poletto and Sarkar, "Linear scan register allocation", TOPLAS 21,
+1999): a chain takes a buffer whose previous chains all ended before it starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tessera.interp.tile.wide import possibly_exact
+from tessera.ir.core import Function, Value, walk
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import compute as tile_compute
+from tessera.ir.structured import value_slots
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[Value, Value] = {}
+
+    def find(self, v: Value) -> Value:
+        self.parent.setdefault(v, v)
+        while self.parent[v] is not v:
+            v = self.parent[v]
+        return v
+
+    def join(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[ra] = rb
+
+
+def chains(fn: Function) -> dict[Value, Value]:
+    """Every value of an exact chain (and the starting values that flow into it) ->
+    the chain's representative."""
+    exact = possibly_exact(fn)
+    ch = _UnionFind()
+
+    def join(a: Value, b: Value) -> None:
+        # a starting value (zeros) joins no chain: one ``tile.full`` may start several
+        ch.find(a)
+        ch.find(b)
+        if a in exact and b in exact:
+            ch.join(a, b)
+
+    for instr in walk(fn.body):
+        op = instr.op
+        if isinstance(op, tile_compute.Mma) and op.exact:
+            ch.find(instr.results[0])
+            if len(instr.operands) == 3:
+                join(instr.operands[2], instr.results[0])
+        elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
+            for sources, targets in value_slots(instr):
+                members = [v for v in (*sources, *targets) if v in exact]
+                if members:
+                    for m in (*sources, *targets):
+                        join(members[0], m)
+    return {v: ch.find(v) for v in ch.parent}
+
+
+def live_ranges(fn: Function, members: dict[Value, Value],
+                exact: set[Value]) -> dict[Value, tuple[int, int]]:
+    """Each chain (by representative) -> the first and last index, among ``fn``'s
+    top-level instructions, of an instruction that defines or uses one of its values
+    (an instruction in a loop or branch counts as the top-level one holding it)."""
+    where: dict[Value, int] = {}  # the top-level index of each defined value
+    uses: dict[Value, list[int]] = {}
+    for n, top in enumerate(fn.body.instrs):
+        for instr in (top, *(i for region in top.regions for i in walk(region))):
+            for v in instr.results:
+                where[v] = n
+            for region in instr.regions:
+                for block in region.blocks:
+                    for arg in block.args:
+                        where[arg] = n
+            for v in instr.operands:
+                uses.setdefault(v, []).append(n)
+    ranges: dict[Value, tuple[int, int]] = {}
+    for v, root in members.items():
+        if v not in exact:  # a starting value (zeros) holds no accumulator
+            continue
+        points = [where[v], *uses.get(v, [])]
+        lo, hi = ranges.get(root, (min(points), max(points)))
+        ranges[root] = (min(lo, *points), max(hi, *points))
+    return ranges
+
+
+@dataclass
+class AccBuffer:
+    """One shared buffer and the chains that take it in turn."""
+
+    size: int                       #: bytes: its largest chain's
+    chains: list[Value] = field(default_factory=list)
+    end: int = -1                   #: the last top-level index its chains reach
+
+
+def share(ranges: dict[Value, tuple[int, int]], sizes: dict[Value, int]) -> list[AccBuffer]:
+    """Buffers for the chains of ``ranges`` (``sizes`` in bytes): in order of their
+    first instruction, each chain takes a buffer whose chains have all ended before it
+    starts: the smallest that holds it, else the largest (which grows least), else a
+    new one. Chains live at once never share: an instruction where one ends and another
+    starts holds both."""
+    slots: list[AccBuffer] = []
+    for root in sorted(ranges, key=lambda r: (ranges[r][0], ranges[r][1])):
+        lo, hi = ranges[root]
+        free = [s for s in slots if s.end < lo]
+        holds = [s for s in free if s.size >= sizes[root]]
+        slot = (min(holds, key=lambda s: s.size) if holds else
+                max(free, key=lambda s: s.size) if free else None)
+        if slot is None:
+            slot = AccBuffer(0)
+            slots.append(slot)
+        slot.size = max(slot.size, sizes[root])
+        slot.chains.append(root)
+        slot.end = hi
+    return slots
+
+
+__all__ = ["AccBuffer", "chains", "live_ranges", "share"]
