@@ -120,13 +120,13 @@ def operand_addresses(desc: MatrixDescriptor | int, mn: int, k: int, element_byt
                       k_major: bool = True) -> np.ndarray:
     """Absolute shared byte address of the first byte of each element, shape (mn, k)."""
     d = desc if isinstance(desc, MatrixDescriptor) else decode_descriptor(desc)
-    if element_bytes not in (1, 2):
-        raise ArgumentError(f"wgmma shared operands have 1- or 2-byte elements, "
+    if element_bytes not in (1, 2, 4):
+        raise ArgumentError(f"wgmma shared operands have 1-, 2- or 4-byte (tf32) elements, "
                             f"got {element_bytes}")
     if k * element_bytes != 32:
         raise ShapeError(f"one wgmma reads 32 bytes of K per row; k={k} with "
                          f"{element_bytes}-byte elements is {k * element_bytes} bytes",
-                         hint="k16 for 16-bit types, k32 for 8-bit types")
+                         hint="k8 for tf32, k16 for 16-bit types, k32 for 8-bit types")
     if d.base_offset:
         raise UnsupportedError("a non-zero matrix base offset is not modelled",
                                hint="align swizzled buffers so the base offset is 0")

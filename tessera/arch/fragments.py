@@ -100,6 +100,30 @@ def mma_m16n8_c(element_bits: int = 32) -> FragmentLayout:
     return FragmentLayout("mma.m16n8.C", 16, 8, element_bits, row, col)
 
 
+def mma_m16n8k8_a() -> FragmentLayout:
+    """A (16x8, .tf32) of ``mma.m16n8k8``: 4 elements per lane, one register each.
+
+    PTX ISA sec. 9.7.14.5 (m16n8k8 fragments, .tf32): row = groupID for a0, a2 and
+    groupID+8 for a1, a3; col = threadID_in_group, plus 4 for a2, a3.
+    """
+    lane, i = _lane_grid(32, 4)
+    row = (lane >> 2) + 8 * (i & 1)
+    col = (lane & 3) + 4 * (i >> 1)
+    return FragmentLayout("mma.m16n8k8.A", 16, 8, 32, row, col)
+
+
+def mma_m16n8k8_b() -> FragmentLayout:
+    """B (8x8 = KxN, .tf32) of ``mma.m16n8k8``: 2 elements per lane, one register each.
+
+    PTX ISA sec. 9.7.14.5 (m16n8k8 fragments, .tf32): row (k) = threadID_in_group, plus
+    4 for b1; col (n) = groupID.
+    """
+    lane, i = _lane_grid(32, 2)
+    row = (lane & 3) + 4 * i
+    col = lane >> 2
+    return FragmentLayout("mma.m16n8k8.B", 8, 8, 32, row, col)
+
+
 def mma_m16n8k32_a() -> FragmentLayout:
     """A (16x32, .e4m3/.e5m2, sm_89+) of ``mma.m16n8k32``: 16 bytes per lane in 4 registers.
 

@@ -10,7 +10,11 @@ This defines the meaning of a kernel; real tensor cores sum in a different, part
 unspecified order and precision, which is a tolerance question for hardware tests.
 
 Formats: ``bf16``, ``f16`` (K = 16 per instruction), ``e4m3``, ``e5m2`` (K = 32; sm_89+
-for mma.sync, sm_90a for wgmma).  Inputs are bit patterns (uint16 / uint8) or arrays of
+for mma.sync, sm_90a for wgmma), ``tf32`` (K = 8; 32-bit patterns whose low 13
+significand bits are zero: the tensor cores' use of other bits is not modelled, and
+:func:`tf32_unrounded` finds them), and the integers ``s8``, ``u8`` (K = 32), whose
+products and sums are exact in float64 and whose ``s32`` accumulator keeps the low 32
+bits of the exact sum (:func:`to_s32`).  Inputs are bit patterns (uint16 / uint8) or arrays of
 the format's own NumPy / ml_dtypes type.
 """
 
@@ -22,6 +26,8 @@ import numpy as np
 from tessera.arch.fragments import (
     from_fragments,
     mma_m16n8_c,
+    mma_m16n8k8_a,
+    mma_m16n8k8_b,
     mma_m16n8k16_a,
     mma_m16n8k16_b,
     mma_m16n8k32_a,
@@ -36,18 +42,25 @@ FORMATS: dict[str, tuple[type, int, int]] = {
     "f16": (np.float16, 16, 16),
     "e4m3": (ml_dtypes.float8_e4m3fn, 8, 32),
     "e5m2": (ml_dtypes.float8_e5m2, 8, 32),
+    "tf32": (np.float32, 32, 8),
+    "s8": (np.int8, 8, 32),
+    "u8": (np.uint8, 8, 32),
 }
 """Format name -> (NumPy type, element bits, K of one instruction)."""
 
+#: integer formats: their products and sums are exact integers (the accumulator is s32)
+INTEGER = ("s8", "u8")
+
 _ALIASES = {"bfloat16": "bf16", "float16": "f16", "fp16": "f16", "fp8_e4m3": "e4m3",
-            "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2"}
+            "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2",
+            "int8": "s8", "uint8": "u8", "tensorfloat32": "tf32"}
 
 
 def _format(name: str) -> str:
     key = _ALIASES.get(name, name)
     if key not in FORMATS:
         raise DTypeError(f"tensor-core input format {name!r} is not one of {sorted(FORMATS)}",
-                         hint="use bf16, f16, e4m3 or e5m2")
+                         hint="use bf16, f16, tf32, e4m3, e5m2, s8 or u8")
     return key
 
 
@@ -88,9 +101,28 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
     return np.asarray(c, np.float64) + acc
 
 
+def tf32_unrounded(bits: np.ndarray) -> np.ndarray:
+    """Where 32-bit ``.tf32`` operand patterns are not tf32 values (any of the 13 low
+    significand bits set; ``cvt.rna.tf32.f32`` clears them), which the interpreter
+    refuses rather than guess what the tensor cores make of those bits."""
+    return (np.asarray(bits).view(np.uint32) & np.uint32(0x1FFF)) != 0
+
+
+def to_s32(d: np.ndarray, satfinite: bool = False) -> np.ndarray:
+    """An integer product's exact D (float64, every value an integer below 2^53 in
+    magnitude) as the ``s32`` accumulator holds it: the low 32 bits (two's-complement
+    wrap-around, as ``add.s32``), or clamped to ``[-2^31, 2^31 - 1]`` with
+    ``.satfinite`` (PTX ISA sec. 9.7.14.5.14). Kernels that need one of the two rules
+    to hold bound their sums below 2^31 instead (:mod:`tessera.lower.sm80.gemm`)."""
+    wide = np.asarray(d, np.float64).astype(np.int64)
+    if satfinite:
+        return np.clip(wide, -2**31, 2**31 - 1).astype(np.int32)
+    return wide.astype(np.int32)  # NumPy's int64 -> int32 keeps the low 32 bits
+
+
 def mma_sync_fragments(a_regs: np.ndarray, b_regs: np.ndarray, c: np.ndarray,
                        fmt: str) -> np.ndarray:
-    """``mma.sync.aligned.m16n8k{16,32}.row.col.f32`` on per-lane registers.
+    """``mma.sync.aligned.m16n8k{8,16,32}.row.col.f32`` on per-lane registers.
 
     ``a_regs`` (..., 32, 4) and ``b_regs`` (..., 32, 2) are uint32 registers in the ISA's
     fragment layouts; ``c`` (..., 32, 4) holds the float64 accumulators.  Returns D in the
@@ -98,8 +130,8 @@ def mma_sync_fragments(a_regs: np.ndarray, b_regs: np.ndarray, c: np.ndarray,
     """
     key = _format(fmt)
     bits = FORMATS[key][1]
-    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
-        mma_m16n8k32_a(), mma_m16n8k32_b())
+    la, lb = {16: (mma_m16n8k16_a(), mma_m16n8k16_b()), 32: (mma_m16n8k8_a(),
+              mma_m16n8k8_b())}.get(bits, (mma_m16n8k32_a(), mma_m16n8k32_b()))
     lc = mma_m16n8_c()
     a = from_fragments(unpack_registers(a_regs, bits), la)
     b = from_fragments(unpack_registers(b_regs, bits), lb)

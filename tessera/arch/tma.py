@@ -58,15 +58,19 @@ class TensorMapDataType(enum.IntEnum):
                         TensorMapDataType.FLOAT64, TensorMapDataType.BFLOAT16)
 
 
-#: PTX element names -> the tensor-map data type TMA copies them as (fp8 as bytes:
-#: cuda.h has no fp8 type; 16-bit patterns as UINT16)
+#: PTX element names -> the tensor-map data type TMA copies them as (fp8 and s8 as
+#: bytes: cuda.h has no fp8 or int8 type, and a zero fill is the same bytes; 16-bit
+#: patterns as UINT16; tf32 values, already rounded in f32 storage, as FLOAT32: the
+#: bytes as they are)
 PTX_ELEMENT_TYPES: dict[str, TensorMapDataType] = {
-    "u8": TensorMapDataType.UINT8, "e4m3": TensorMapDataType.UINT8,
+    "u8": TensorMapDataType.UINT8, "s8": TensorMapDataType.UINT8,
+    "e4m3": TensorMapDataType.UINT8,
     "e5m2": TensorMapDataType.UINT8, "b16": TensorMapDataType.UINT16,
     "u16": TensorMapDataType.UINT16, "u32": TensorMapDataType.UINT32,
     "s32": TensorMapDataType.INT32, "u64": TensorMapDataType.UINT64,
     "s64": TensorMapDataType.INT64, "f16": TensorMapDataType.FLOAT16,
-    "f32": TensorMapDataType.FLOAT32, "f64": TensorMapDataType.FLOAT64,
+    "f32": TensorMapDataType.FLOAT32, "tf32": TensorMapDataType.FLOAT32,
+    "f64": TensorMapDataType.FLOAT64,
     "bf16": TensorMapDataType.BFLOAT16,
 }
 

@@ -119,13 +119,17 @@ class Lowerer:
         self._signature()
         if self.block_kernel:
             from tessera.lower.layout import assign_layouts, is_integer_mma
+            from tessera.lower.sm80.intmma import integer_tensor_cores
 
-            self.layouts = assign_layouts(self.fn)
+            int_cores = integer_tensor_cores(self.fn, self.target)
+            self.layouts = assign_layouts(self.fn, int_cores)
             from tessera.lower.exact.mma import plan_exact
 
             exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
-            # integer products are summed in each thread's registers too
-            exact = exact or any(is_integer_mma(i) for i in walk(self.fn.body))
+            # integer products are summed in each thread's registers too, unless their
+            # sums provably stay inside s32 (then tensor cores give the same bits)
+            exact = exact or (not int_cores and
+                              any(is_integer_mma(i) for i in walk(self.fn.body)))
             self.extra["per_thread_mma"] = exact
             if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.kvloop import plan_kv

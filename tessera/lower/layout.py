@@ -135,8 +135,10 @@ def _along_rows(r: Value, dims: tuple[int, ...]) -> bool:
     return all(d == 0 for size, d in zip(shape, dims) if size != 1)
 
 
-def assign_layouts(fn: Function) -> dict[Value, Layout]:
-    """A layout for every tensor value of the block kernel ``fn``."""
+def assign_layouts(fn: Function, integer_tensor_cores: bool = False) -> dict[Value, Layout]:
+    """A layout for every tensor value of the block kernel ``fn``; its integer ``mma``
+    tiles are accumulators with ``integer_tensor_cores``
+    (:func:`tessera.lower.sm80.intmma.integer_tensor_cores`), else blocked."""
     cls = _Classes()
     acc_roots: list[Value] = []
     rows_from: list[tuple[Value, Value]] = []  # (row vector, accumulator-class value)
@@ -154,8 +156,9 @@ def assign_layouts(fn: Function) -> dict[Value, Layout]:
                 cls.join(vals[0], v)
         elif isinstance(op, tile_compute.Mma):
             # an exact mma's tile is blocked (tessera.lower.exact.mma), and so is an
-            # integer one's (tessera.lower.exact.intmma: per-thread sums, no tensor cores)
-            if not op.exact and not is_integer_mma(instr):
+            # integer one's (tessera.lower.exact.intmma: per-thread sums) unless its
+            # sums provably stay inside s32 (tessera.lower.sm80.intmma: tensor cores)
+            if not op.exact and (integer_tensor_cores or not is_integer_mma(instr)):
                 acc_roots.append(instr.results[0])
             if len(instr.operands) == 3:
                 cls.join(instr.operands[2], instr.results[0])

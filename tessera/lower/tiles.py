@@ -57,8 +57,8 @@ class SharedBox:
 
 
 #: bytes of one element of each PTX element name a box holds (tessera.lower.values.ELEM_OF)
-ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1, "s32": 4,
-              "s64": 8, "f64": 8}
+ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1,
+              "u8": 1, "s32": 4, "s64": 8, "f64": 8}
 
 
 def elem_size(elem: str) -> int:

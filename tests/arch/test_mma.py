@@ -118,6 +118,9 @@ def test_input_errors() -> None:
         decode_elements(np.zeros(4, np.float64), "bf16")
     with pytest.raises(DTypeError):
         mma(np.zeros((16, 16), np.uint16), np.zeros((16, 8), np.uint16), np.zeros((16, 8)),
+            "f64")
+    with pytest.raises(ArgumentError):  # tf32 operands are 32-bit patterns (or float32)
+        mma(np.zeros((16, 8), np.uint16), np.zeros((8, 8), np.uint16), np.zeros((16, 8)),
             "tf32")
     with pytest.raises(ShapeError):
         mma(np.zeros((16, 8), np.uint16), np.zeros((8, 8), np.uint16), np.zeros((16, 8)),

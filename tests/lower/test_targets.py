@@ -176,8 +176,21 @@ def mm_f32(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
 
 
+@ts.kernel
+def mm_tf32(A: ts.Tensor["M", "K", ts.tf32], B: ts.Tensor["K", "N", ts.tf32],
+            C: ts.Tensor["M", "N", ts.f32]):
+    """One mma of tf32 tiles, whose f32 storage nothing rounds to tf32."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.tf32)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.tf32)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:BK])
+    ts.tile.cp_async(smem_b, B[0:BK, tile_n:tile_n + BN])
+    ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.mma(smem_a, smem_b)
+
+
 @pytest.mark.parametrize(("kernel", "dtype", "out", "why"), [
     (mm_f32, np.float32, np.float32, r"tf32 tensor cores .* would give other bits"),
+    (mm_tf32, np.float32, np.float32, r"not rounded to tf32 .* read only a tf32 value's 19"),
 ])
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_mma_formats_without_a_lowering_are_refused_with_the_reason(

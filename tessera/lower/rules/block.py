@@ -20,7 +20,7 @@ from typing import Any
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target.async_ops import CpAsyncCommit, CpAsyncWait, Fence
+from tessera.ir.dialects.target.async_ops import INT_MMA, CpAsyncCommit, CpAsyncWait, Fence
 from tessera.ir.dialects.target.ops import Bar
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
@@ -39,6 +39,7 @@ from tessera.lower.values import (
     reg_type,
     storage_name,
 )
+from tessera.numerics import storage_of
 
 
 def commit_all(low: Lowerer, e: TargetEmitter, *, force: bool, fence: bool = True) -> None:
@@ -215,18 +216,21 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         from tessera.lower.exact.intmma import integer_mma
 
         return integer_mma(low, instr, args)
+    _check_types(instr)
+    # byte integers accumulate in s32 (tessera.lower.sm80.intmma proved their sums fit)
+    elem = instr.operands[0].type.element  # type: ignore[attr-defined]
+    ctype = "s32" if ptx_elem(elem) in INT_MMA else "f32"
     if len(args) == 3:
         acc = args[2]
         assert isinstance(acc, Dist)
         regs = list(acc.regs)
     else:
-        zero = low.em.const(0.0, "f32")
+        zero = low.em.const(0 if ctype == "s32" else 0.0, ctype)
         regs = [zero] * (layout.rows * layout.cols // THREADS)
     if not isinstance(b, Mem):
         raise UnsupportedError("the B operand of mma must be read from shared memory",
                                hint="copy it into shared memory with ts.tile.cp_async",
                                loc=instr.loc)
-    _check_types(instr)
     bbox = shared_box(b)
     if isinstance(a, Dist):  # a register tile: P of P @ V
         return [Dist(layout, _mma_regs(low, instr, a, bbox, b.transposed, regs), "f32")]
@@ -242,7 +246,7 @@ def _mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         _sm80_family_types(low, abox.elem, instr)
         out = mma_block(low.em, regs, abox, bbox, a_trans=a.transposed, b_trans=b.transposed,
                         atype=abox.elem)
-    return [Dist(layout, out, "f32")]
+    return [Dist(layout, out, ctype)]
 
 
 def _sm80_family_types(low: Lowerer, elem: str, instr: Instr) -> None:
@@ -258,9 +262,11 @@ def _sm80_family_types(low: Lowerer, elem: str, instr: Instr) -> None:
 def _check_types(instr: Instr) -> None:
     """Both operands of one tensor-core format (the instructions take no mixed pairs)."""
     a, b = (t.element for t in (instr.operands[0].type, instr.operands[1].type))  # type: ignore
-    if ptx_elem(a) != ptx_elem(b) or ptx_elem(a) not in ("bf16", "f16", "e4m3", "e5m2"):
-        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered"
-                               + _WHY_NOT_MMA.get(storage_name(a) if a == b else "", ""),
+    if ptx_elem(a) != ptx_elem(b) or ptx_elem(a) not in ("bf16", "f16", "e4m3", "e5m2",
+                                                          *INT_MMA):
+        why = _WHY_NOT_MMA.get(storage_of(a).name if a == b else "", "") or \
+            _WHY_NOT_MMA.get(storage_name(a) if a == b else "", "")
+        raise UnsupportedError(f"tensor-core mma of {a} x {b} is not lowered" + why,
                                hint="cast both operands to bf16 (or f16, fp8) first",
                                loc=instr.loc)
 
@@ -270,7 +276,10 @@ _WHY_NOT_MMA = {
     "float32": ": an mma of f32 tiles multiplies the exact f32 values, and tf32 tensor "
                "cores (mma.sync .tf32, inputs rounded to 10 mantissa bits by "
                "cvt.rna.tf32.f32) would give other bits",
-    "int8": ": int8 products are summed per thread into an int32 accumulator only",
+    # a tf32 tensor is f32 storage whose values nothing rounds to tf32 on the way in
+    "tf32": ": tf32 tiles hold f32 storage that is not rounded to tf32 (an argument keeps "
+            "its f32 bits), and the tile mma multiplies those exact values; tensor cores "
+            "(mma.sync m16n8k8 / wgmma .tf32) read only a tf32 value's 19 bits",
 }
 
 

@@ -28,6 +28,10 @@ from tessera.lower.tiles import THREADS, SharedBox, elem_size
 MMA_TYPES = ("bf16", "f16")
 #: fp8 operand types of ``mma.sync.m16n8k32`` (sm_89 and later, PTX ISA 8.4)
 FP8_TYPES = ("e4m3", "e5m2")
+#: byte integer operand types of ``mma.sync.m16n8k32`` (``s32`` accumulators, sm_80)
+INT_TYPES = ("s8", "u8")
+#: tf32 operands of ``mma.sync.m16n8k8``: 4-byte elements, 8 of K per 32-byte step
+TF32_TYPES = ("tf32",)
 #: bytes of K one mma.sync step reads per row: 16 bf16/f16 (k16) or 32 fp8 (k32), so the
 #: fragment layouts, and the ldmatrix addresses that gather them, are the same in bytes
 #: (PTX ISA sec. 9.7.14.5.8: A register i of lane l holds row l/4 (+8), bytes
@@ -36,10 +40,8 @@ _STEP_BYTES = 32
 
 
 def _k_step(atype: str) -> int:
-    """The K of one ``mma.sync`` of ``atype`` operands (16, or 32 for fp8)."""
+    """The K of one ``mma.sync`` of ``atype`` operands (16; 32 for 8-bit, 8 for tf32)."""
     return _STEP_BYTES // elem_size(atype)
-_F32 = RegType("f32")
-
 ALoader = Callable[[int, int], Value]
 
 
@@ -119,26 +121,29 @@ def _products(e: TargetEmitter, lanes: Lanes, acc: list[Value], load_a: ALoader,
     """C += A @ B over k16 (fp8: k32) steps in ascending order: per step the B
     fragments, then per 64-row block its A fragment and one ``mma.sync.m16n8k16`` (fp8:
     ``m16n8k32``) per n8 block."""
-    if atype not in MMA_TYPES + FP8_TYPES:
-        raise UnsupportedError(f"mma.sync lowering takes bf16, f16 or fp8, not {atype}")
+    if atype not in MMA_TYPES + FP8_TYPES + INT_TYPES + TF32_TYPES:
+        raise UnsupportedError(f"mma.sync lowering takes bf16, f16, fp8, tf32, s8 or u8, "
+                               f"not {atype}")
     ks = _k_step(atype)
     if bm % 64 or bn % 8 or bk % ks or bm <= 0 or bn <= 0 or bk <= 0:
         raise UnsupportedError(f"a {bm}x{bn}x{bk} product needs BM % 64, BN % 8 and "
                                f"BK % {ks} to be 0", hint="pad the tile sizes")
-    if len(acc) != bm * bn // THREADS or any(v.type != _F32 for v in acc):
-        raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} f32 registers "
+    ctype = "s32" if atype in INT_TYPES else "f32"
+    if len(acc) != bm * bn // THREADS or any(v.type != RegType(ctype) for v in acc):
+        raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} {ctype} registers "
                          f"per thread, got {len(acc)}")
     half = bn // 2
-    c = [[e.pack(acc[b * half + 4 * j: b * half + 4 * j + 4], "f32") for j in range(bn // 8)]
+    c = [[e.pack(acc[b * half + 4 * j: b * half + 4 * j + 4], ctype) for j in range(bn // 8)]
          for b in range(bm // 64)]
-    mma, load_b = MmaSync(f"m16n8k{ks}", atype, atype), _smem_b(e, lanes, b, b_trans, bn)
+    mma = MmaSync(f"m16n8k{ks}", atype, atype, ctype)
+    load_b = _smem_b(e, lanes, b, b_trans, bn)
     for kk in range(bk // ks):
         frags = load_b(kk)
         for blk in range(bm // 64):
             a = load_a(blk, kk)
             for j, frag in enumerate(frags):
                 c[blk][j] = e.one(mma, a, frag, c[blk][j])
-    return [r for row in c for v in row for r in e.unpack(v, "f32", 4)]
+    return [r for row in c for v in row for r in e.unpack(v, ctype, 4)]
 
 
 def mma_block(e: TargetEmitter, acc: list[Value], a: SharedBox, b: SharedBox, *, a_trans: bool,
@@ -219,8 +224,9 @@ def store_acc(e: TargetEmitter, acc: list[Value], dst_base: Value, row_stride: i
     one packed ``b32`` when ``row_stride`` is even and ``pairs`` says ``dst_base`` is
     aligned to the pair (8 bytes for f32, 4 for 16-bit types); otherwise one element
     at a time."""
-    if elem not in ("f32", "bf16", "f16"):
-        raise UnsupportedError(f"store_acc writes f32, bf16 or f16, not {elem}")
+    if elem not in ("f32", "bf16", "f16", "s32"):
+        raise UnsupportedError(f"store_acc writes f32, bf16 or f16 (s32: integer sums), "
+                               f"not {elem}")
     if bm % 64 or bn % 8 or len(acc) != bm * bn // THREADS:
         raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} registers, "
                          f"got {len(acc)}")
@@ -236,10 +242,10 @@ def store_acc(e: TargetEmitter, acc: list[Value], dst_base: Value, row_stride: i
         lo, hi = acc[r], acc[r + 1]
         if row_stride % 2 or not pairs:  # pairs are not aligned: one element at a time
             for k, v in enumerate((lo, hi)):
-                v = v if elem == "f32" else e.cvt(v, elem, "f32", "rn")
+                v = v if elem in ("f32", "s32") else e.cvt(v, elem, "f32", "rn")
                 e.st("global", addr, v, elem, offset=off + k * es)
-        elif elem == "f32":
-            e.st("global", addr, e.pack([lo, hi], "f32"), "f32", vec=2, offset=off)
+        elif elem in ("f32", "s32"):  # s32: an integer mma's accumulator, stored as is
+            e.st("global", addr, e.pack([lo, hi], elem), elem, vec=2, offset=off)
         else:
             word = e.pack([e.cvt([hi, lo], f"{elem}x2", "f32", "rn")], "b32")
             e.st("global", addr, word, "b32", offset=off)
@@ -270,5 +276,5 @@ def acc_rowcol(e: TargetEmitter, bm: int, bn: int) -> list[tuple[Value, Value]]:
     return out
 
 
-__all__ = ["FP8_TYPES", "MMA_TYPES", "acc_origin", "acc_rowcol", "acc_to_a", "mma_block",
-           "mma_block_regs", "quad_origin", "store_acc"]
+__all__ = ["FP8_TYPES", "INT_TYPES", "MMA_TYPES", "TF32_TYPES", "acc_origin", "acc_rowcol",
+           "acc_to_a", "mma_block", "mma_block_regs", "quad_origin", "store_acc"]

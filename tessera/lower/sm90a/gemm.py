@@ -26,6 +26,7 @@ from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError
 from tessera.ir.core import Value
 from tessera.ir.dialects.target.async_ops import (
+    INT_MMA,
     MMA_K,
     Fence,
     Wgmma,
@@ -66,9 +67,9 @@ class BoxGeometry:
 def geometry(box: SharedBox) -> BoxGeometry:
     """Check that ``box`` is a wgmma-readable swizzled buffer and describe its panels."""
     esize = elem_size(box.elem)
-    if esize > 2:
-        raise UnsupportedError(f"a wgmma shared operand holds 1- or 2-byte elements, not "
-                               f"{box.elem}", hint="stage f32 data as bf16/f16 first")
+    if esize > 2 and box.elem != "tf32":  # tf32: 4-byte elements, K-major only
+        raise UnsupportedError(f"a wgmma shared operand holds 1- or 2-byte elements or "
+                               f"tf32, not {box.elem}", hint="stage f32 data as bf16/f16 first")
     if box.swizzle not in (32, 64, 128):
         raise UnsupportedError(f"wgmma operands here need a 32/64/128-byte swizzle, got "
                                f"{box.swizzle}", hint="load the box with a swizzled tensor map")
@@ -176,11 +177,12 @@ def wgmma_block(e: TargetEmitter, acc: Sequence[Value], a: SharedBox, b: SharedB
     half = bn // 2
     da = make_descriptor(e, a)
     db = make_descriptor(e, b, k_major=b_trans)
-    blocks = [e.pack(list(acc[i * half:(i + 1) * half]), "f32") for i in range(bm // 64)]
+    ctype = "s32" if atype in INT_MMA else "f32"  # byte integers accumulate in s32
+    blocks = [e.pack(list(acc[i * half:(i + 1) * half]), ctype) for i in range(bm // 64)]
     # the packs above touch the accumulators: the fence orders them before the wgmma
     e.op(WgmmaFence())
     on = e.const(1, "pred")
-    op = Wgmma(bn, atype, b.elem, 0, 0 if b_trans else 1)
+    op = Wgmma(bn, atype, b.elem, 0, 0 if b_trans else 1, ctype)
     for step in range(bk // ks):
         k = step * ks
         db_k = advance_descriptor(e, db, operand_offset(b, k, 0, k_major=b_trans))
@@ -190,7 +192,7 @@ def wgmma_block(e: TargetEmitter, acc: Sequence[Value], a: SharedBox, b: SharedB
             blocks[i] = e.one(op, blocks[i], da_k, db_k, p)
     e.op(WgmmaCommit())
     e.op(WgmmaWait(0))
-    return [v for blk in blocks for v in e.unpack(blk, "f32", half)]
+    return [v for blk in blocks for v in e.unpack(blk, ctype, half)]
 
 
 def stage_regs_to_shared(e: TargetEmitter, values: Sequence[Value], bm: int, bn: int,

@@ -17,10 +17,11 @@ from tessera.ir.verifier import verify_function
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm80.copy import copy_async, wait_async
 from tessera.lower.sm80.gemm import acc_rowcol, acc_to_a, mma_block, mma_block_regs, store_acc
-from tessera.lower.tiles import GlobalBox, SharedBox
+from tessera.lower.tiles import GlobalBox, SharedBox, elem_size
+from tessera.numerics.formats.convert import tf32_from_f32
 
 U64 = RegType("u64")
-NP_TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+NP_TYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "tf32": np.float32}
 
 
 # ----------------------------------------------------------------------- kernel kit
@@ -52,7 +53,7 @@ def lin(e: TargetEmitter, *terms: tuple[Value, int]) -> Value:
 
 
 def smem(e: TargetEmitter, sym: str, rows: int, cols: int, elem: str, swizzle: int) -> SharedBox:
-    size = rows * cols * (4 if elem == "f32" else 2)
+    size = rows * cols * elem_size(elem)
     return SharedBox(e.one(SharedAlloc(sym, size, 1024)), rows, cols, elem, swizzle, 1024)
 
 
@@ -81,7 +82,8 @@ def gemm(m: int, n: int, k: int, bm: int, bn: int, bk: int, *, a_trans: bool, b_
             """The (rows, cols) box at (row, col) of a row-major operand: origins and
             extents as (register, size) pairs."""
             start = lin(inner, (row[0], ld), (col[0], 1))
-            return GlobalBox(addr(inner, ptr, start, 2), row[1], col[1], ld, atype)
+            return GlobalBox(addr(inner, ptr, start, elem_size(atype)), row[1], col[1], ld,
+                             atype)
 
         def step(inner: TargetEmitter, kidx: Value, *acc: Value) -> list[Value]:
             k0 = inner.cvt(kidx, "u32", "s32")
@@ -203,6 +205,8 @@ def operands(m: int, n: int, k: int, atype: str, rng: np.random.Generator,
     dt = NP_TYPES[atype]
     a = (rng.integers(-8, 9, (m, k)) * rng.choice([0.5, 1.0, 0.125], (m, k))).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)
+    if atype == "tf32":  # tf32 values in f32 storage (cvt.rna.tf32.f32)
+        b = tf32_from_f32(b)
     return a, b
 
 

@@ -66,6 +66,16 @@ def test_gemm_is_exact(a_trans: bool, b_trans: bool, swizzle: int, atype: str) -
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("swizzle", [0, 128])
+def test_tf32_gemm_is_exact(swizzle: int) -> None:
+    """mma.sync m16n8k8 .tf32 (4-byte elements, B staged N x K): the same ldmatrix
+    addresses as bf16 in bytes, k8 per 32-byte step; bit-equal to the float64 product of
+    the tf32 values rounded once to f32."""
+    got, want = run_gemm(128, 128, 64, 64, 64, 32, a_trans=False, b_trans=True,
+                         swizzle=swizzle, atype="tf32")
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize(("a_trans", "b_trans", "swizzle"),
                          [(False, False, 64), (True, True, 32), (False, True, 128),
                           (True, False, 0)])
@@ -173,6 +183,8 @@ KERNELS: dict[str, Callable[[], Function]] = {
                             atype="f16"),
     "gemm_odd": lambda: gemm(128, 48, 32, 128, 24, 16, a_trans=True, b_trans=False,
                              swizzle=64, lda=130, chunk=4),
+    "gemm_tf32": lambda: gemm(128, 128, 64, 64, 64, 32, a_trans=False, b_trans=True,
+                              swizzle=128, atype="tf32"),
     "chain": lambda: attention_chain(128, 32, 32, v_trans=True, swizzle=128),
     "probe": lambda: layout_probe(128, 24, 25, "bf16"),
     "pipelined": lambda: pipelined_gemm(64, 128, 128, 32, wait_n=1),
@@ -189,7 +201,8 @@ def test_renders_and_assembles_for_sm80(name: str) -> None:
     assert isinstance(ptx, str)
     if name != "probe":
         assert "ldmatrix.sync.aligned.m8n8" in ptx
-        assert "mma.sync.aligned.m16n8k16.row.col" in ptx
+        shape = "m16n8k8.row.col.f32.tf32" if name == "gemm_tf32" else "m16n8k16.row.col"
+        assert f"mma.sync.aligned.{shape}" in ptx
     try:
         built = assemble(ptx, "sm_80")
     except ToolchainMissing:

@@ -31,10 +31,11 @@ from tessera.lower.sm90a.gemm import (
 )
 from tessera.lower.sm90a.tma import TmaCopy, TmaPipeline, mbar_wait, tma_load_many, tma_setup
 from tessera.lower.tiles import ELEM_BYTES, SharedBox
+from tessera.numerics.formats.convert import tf32_from_f32
 from tests.lower.sm90a.test_wgmma_descriptors import box_of, static_desc
 
 U64 = RegType("u64")
-NP = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
+NP = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "tf32": np.float32}
 
 
 # ------------------------------------------------------------------------- kernel kit
@@ -119,6 +120,7 @@ GEMMS = {  # name: (m, n, k, bm, bn, bk, stages, b_trans, atype, scale_d_first)
     "bf16_bn128_ring_reuse": (128, 128, 384, 64, 128, 64, 2, False, "bf16", False),
     "bf16_bm128_kmajor_b_3stage": (256, 128, 256, 128, 64, 64, 3, True, "bf16", True),
     "e4m3_b_n_by_k": (128, 128, 256, 64, 64, 128, 2, True, "e4m3", False),
+    "tf32_b_n_by_k": (128, 128, 128, 64, 64, 32, 2, True, "tf32", False),
 }
 
 
@@ -181,6 +183,8 @@ def gemm_args(name: str, seed: int = 0) -> tuple[list[object], np.ndarray]:
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(NP[atype])
     b = rng.standard_normal((n, k) if b_trans else (k, n)).astype(NP[atype])
+    if atype == "tf32":  # tf32 values in f32 storage (cvt.rna.tf32.f32)
+        a, b = tf32_from_f32(a), tf32_from_f32(b)
     c = np.zeros((m, n), np.float32)
     w = 128 // ELEM_BYTES[atype]
     maps = [TensorMapArg(a, atype, (bm, w), 128),

@@ -4,7 +4,7 @@ Throughputs are per SM and per clock; the clock is the one the datasheet's tenso
 peak implies. Sources (docs/ptx-backend.md, "Static performance estimate", lists them):
 
 * [H] NVIDIA H100 Tensor Core GPU datasheet: H100 SXM dense BF16/FP16 989.4 TFLOP/s
-  (1979 with sparsity), FP8 1979, TF32 494.7, 3.35 TB/s HBM3; and the NVIDIA H100
+  (1979 with sparsity), FP8 1979, INT8 1979 TOPS, TF32 494.7, 3.35 TB/s HBM3; and the NVIDIA H100
   Tensor Core GPU Architecture whitepaper (2022): 132 SMs, per SM 128 FP32, 64 FP64 and
   64 INT32 lanes, 4 warp schedulers, 228 KiB shared memory, 64 K registers, at most
   2048 threads and 32 blocks per SM. 989.4e12 / (132 SMs x 4096 FLOP/clk) = 1.83 GHz.
@@ -13,8 +13,8 @@ peak implies. Sources (docs/ptx-backend.md, "Static performance estimate", lists
   ``rsqrt``) and 16 conversions to or from 64-bit types (charged to f64 conversions
   only: an integer widening is a register move); 32 warp shuffles.
 * [A] NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs at 1.41 GHz,
-  312 TFLOP/s dense BF16 (2048 FLOP/clk/SM), 2.04 TB/s (SXM4 80 GB), 164 KiB shared
-  memory per SM.
+  312 TFLOP/s dense BF16 (2048 FLOP/clk/SM), 624 TOPS dense INT8, 2.04 TB/s (SXM4
+  80 GB), 164 KiB shared memory per SM.
 * [L] Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture"
   (IPDPS 2024, arXiv:2402.13499) and its extended version "Dissecting the NVIDIA Hopper
   Architecture through Microbenchmarking and Multiple Level Analysis"
@@ -73,13 +73,14 @@ _LANES = {"f32": 128, "f64": 64, "int": 64, "sfu": 16, "shfl": 32, "mem": 32,
 #: H100 SXM5 [H], [P], [L]
 H100_SXM = SMHardware(
     "H100 SXM", H100, 1.83e9,
-    {"bf16": 4096, "f16": 4096, "tf32": 2048, "e4m3": 8192, "e5m2": 8192},
+    {"bf16": 4096, "f16": 4096, "tf32": 2048, "e4m3": 8192, "e5m2": 8192, "s8": 8192,
+     "u8": 8192},
     dict(_LANES))
 
 #: A100 SXM4 [A]: 64 FP32 and 32 FP64 lanes per SM; the memory latency is of the same order.
 A100_SXM = SMHardware(
     "A100 SXM", A100, 1.41e9,
-    {"bf16": 2048, "f16": 2048, "tf32": 1024},
+    {"bf16": 2048, "f16": 2048, "tf32": 1024, "s8": 4096, "u8": 4096},
     {**_LANES, "f32": 64, "f64": 32},
     shared_per_sm=164 * 1024, threads_per_sm=2048, memory_latency=600)
 

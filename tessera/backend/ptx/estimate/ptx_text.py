@@ -19,8 +19,8 @@ from tessera.backend.ptx.estimate.census import Census
 from tessera.errors import ArgumentError
 
 _LABEL = re.compile(r"^(\$?[\w$.]+):$")
-_WGMMA = re.compile(r"\.m64n(\d+)k(\d+)\.\w+\.(\w+)\.")
-_MMA = re.compile(r"\.m(\d+)n(\d+)k(\d+)\.row\.col\.\w+\.(\w+)\.")
+_WGMMA = re.compile(r"\.m64n(\d+)k(\d+)(?:\.satfinite)?\.\w+\.(\w+)\.")
+_MMA = re.compile(r"\.m(\d+)n(\d+)k(\d+)\.row\.col(?:\.satfinite)?\.\w+\.(\w+)\.")
 _BITS = {"8": 1, "16": 2, "32": 4, "64": 8}
 _FREE = ("mov", "cvta", "ret", "bra", "exit")
 _SFU = ("ex2", "lg2", "rcp", "sqrt", "rsqrt", "sin", "cos", "tanh")

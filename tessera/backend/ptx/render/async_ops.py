@@ -37,7 +37,8 @@ from tessera.ir.dialects.target.async_ops import (
 from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
 
 #: operand types of tensor-core instructions as PTX spells them
-_MMA_TYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3", "e5m2": "e5m2", "tf32": "tf32"}
+_MMA_TYPE = {"bf16": "bf16", "f16": "f16", "e4m3": "e4m3", "e5m2": "e5m2", "tf32": "tf32",
+             "s8": "s8", "u8": "u8"}
 
 
 def _mma_type(instr: Instr, name: str) -> str:
@@ -85,7 +86,9 @@ def _mma(e: PtxWriter, instr: Instr) -> None:
         e.require((8, 4))
     d = e.regs.vec(instr.result)
     srcs = ", ".join(e.regs.vec(v) for v in instr.operands)
-    e.out(f"mma.sync.aligned.{op.shape}.row.col.f32.{a}.{b}.f32 {d}, {srcs};")
+    sat = ".satfinite" if op.satfinite else ""
+    e.out(f"mma.sync.aligned.{op.shape}.row.col{sat}.{op.ctype}.{a}.{b}.{op.ctype} {d}, "
+          f"{srcs};")
 
 
 # ------------------------------------------------------------------------ mbarrier
@@ -198,8 +201,13 @@ def _wgmma(e: PtxWriter, instr: Instr) -> None:
     # 16-bit inputs (sec. 9.7.15.5.1): 0 is a K-major operand, 1 an MN-major one (a
     # row-major K x N B), as the interpreter reads the descriptors
     trans = f", {int(op.trans_a)}, {int(op.trans_b)}" if a in ("bf16", "f16") else ""
-    e.out(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}.f32.{a}.{b} "
-          f"{e.regs.vec(instr.result)}, {desc_a}, {desc_b}, {scale_d}, 1, 1{trans};")
+    # integer inputs take neither scale nor transpose immediates (sec. 9.7.15.5.2)
+    imm = "" if op.ctype == "s32" else f", 1, 1{trans}"
+    if op.ctype == "s32" and a != b:  # ptxas: "WGMMA with mixed integer types" needs 8.4
+        e.require((8, 4))
+    sat = ".satfinite" if op.satfinite else ""
+    e.out(f"wgmma.mma_async.sync.aligned.m64n{op.n}k{op.k}{sat}.{op.ctype}.{a}.{b} "
+          f"{e.regs.vec(instr.result)}, {desc_a}, {desc_b}, {scale_d}{imm};")
 
 
 @rule(WgmmaRegA)

@@ -32,7 +32,7 @@ from tessera.arch.mma import FORMATS, _format, decode_elements
 from tessera.arch.mma import mma as golden
 
 #: significand bits (with the implicit bit) of each tensor-core input format
-SIGNIFICAND = {"bf16": 8, "f16": 11, "e4m3": 4, "e5m2": 3}
+SIGNIFICAND = {"bf16": 8, "f16": 11, "tf32": 11, "e4m3": 4, "e5m2": 3, "s8": 8, "u8": 8}
 
 
 def _low_exponent(mag: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:

@@ -26,13 +26,15 @@ from tessera.arch.descriptor import operand_addresses
 from tessera.arch.errors import ArchError
 from tessera.arch.fragments import (
     mma_m16n8_c,
+    mma_m16n8k8_a,
+    mma_m16n8k8_b,
     mma_m16n8k16_a,
     mma_m16n8k16_b,
     mma_m16n8k32_a,
     mma_m16n8k32_b,
 )
 from tessera.arch.ldmatrix import ldmatrix
-from tessera.arch.mma import FORMATS
+from tessera.arch.mma import FORMATS, INTEGER, tf32_unrounded, to_s32
 from tessera.interp.target.flow import check_warps
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import groups_of
@@ -49,7 +51,7 @@ from tessera.interp.target.state import (
 )
 from tessera.interp.target.tensorcore import accumulators
 from tessera.interp.target.tensorcore import model as tensor_core
-from tessera.interp.target.tensorcore.exact_mma import Operand
+from tessera.interp.target.tensorcore.exact_mma import Operand, mma_operands
 from tessera.interp.target.tensorcore.fragment_maps import FragmentMap
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -118,9 +120,20 @@ def _fragment(m: Machine, regs: np.ndarray, warps: np.ndarray, fmap: FragmentMap
 def _mma_sync_maps(bits: int) -> tuple[FragmentMap, FragmentMap, FragmentMap]:
     """The A, B and C maps of ``mma.sync`` with ``bits``-bit inputs (made once: a
     kernel holds many such instructions; maps are never changed)."""
-    la, lb = (mma_m16n8k16_a(), mma_m16n8k16_b()) if bits == 16 else (
-        mma_m16n8k32_a(), mma_m16n8k32_b())
+    la, lb = {16: (mma_m16n8k16_a(), mma_m16n8k16_b()), 32: (mma_m16n8k8_a(),
+              mma_m16n8k8_b())}.get(bits, (mma_m16n8k32_a(), mma_m16n8k32_b()))
     return FragmentMap(la), FragmentMap(lb), FragmentMap(mma_m16n8_c())
+
+
+def _check_tf32(m: Machine, instr: Instr, values: np.ndarray, who: np.ndarray) -> None:
+    """Fault where a ``.tf32`` operand holds bits a tf32 value has not
+    (:func:`tessera.arch.mma.tf32_unrounded`); ``values`` is (G, rows, cols) of the
+    thread groups starting at threads ``who``."""
+    bad = tf32_unrounded(values).reshape(len(values), -1).any(axis=1)
+    if bad.any():
+        raise m.fault(instr, "tf32 operand", "a .tf32 operand holds a 32-bit pattern "
+                      "with low significand bits set, which a tf32 value has not; round "
+                      "it with cvt.rna.tf32.f32 first", int(who[np.flatnonzero(bad)[0]]))
 
 
 @step_rule(target_async.MmaSync)
@@ -131,20 +144,41 @@ def _mma_sync(c: TargetCompiler, instr: Instr) -> Step:
     bits = FORMATS[fa][1]
     maps = _mma_sync_maps(bits)
 
+    integer = instr.op.ctype == "s32"
+
     def step(fr: TargetFrame) -> None:
         m = fr.m
         warps = np.flatnonzero(check_warps(fr, instr))
         if not len(warps):
-            fr.regs[out] = tensor_core.result(m, np.zeros((m.n, 4), F64))
+            fr.regs[out] = np.zeros((m.n, 4), np.int32) if integer else \
+                tensor_core.result(m, np.zeros((m.n, 4), F64))
             return
         av = _fragment(m, fr.regs[sa], warps, maps[0], bits, fa)
         bv = _fragment(m, fr.regs[sb], warps, maps[1], bits, fb)
+        if fa == "tf32":
+            for v in (av, bv):
+                _check_tf32(m, instr, v.elements, warps * 32)
         cv, unsigned = accumulators.matrices(m, raw(fr.regs, sc), warps, maps[2])
+        if integer:
+            fr.regs[out] = integer_result(m.n, maps[2], av, bv, cv, warps,
+                                          instr.op.satfinite)
+            return
         if not unsigned and m.tensor_cores == "exact":  # found once per chain
             unsigned = not (np.signbit(cv) & (cv == 0)).any()
         d = tensor_core.step(m, av, bv, cv, c_unsigned_zeros=unsigned)
         fr.regs[out] = accumulators.result(fr, maps[2], d, warps, unsigned)
     return step
+
+
+def integer_result(n: int, layout: FragmentMap, a: Operand, b: Operand, c: np.ndarray,
+                   groups: np.ndarray, satfinite: bool) -> np.ndarray:
+    """The ``s32`` D registers (zero outside thread ``groups``) of an integer product.
+    Every tensor-core model computes the exact sum (integer tensor cores do not round),
+    kept to 32 bits by :func:`tessera.arch.mma.to_s32`; the registers are plain ``s32``,
+    never wide."""
+    regs = np.zeros((n, layout.layout.elements), np.int32)
+    layout.scatter(to_s32(mma_operands(a, b, c, True), bool(satfinite)), regs, groups)
+    return regs
 
 
 def _uniform(fr: TargetFrame, instr: Instr, values: np.ndarray, groups: np.ndarray,
@@ -230,7 +264,7 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
     m = fr.m
     sh = m.shared
     kinds = np.unique(desc).tolist()
-    out = np.empty((len(ctas), mn, k), np.uint16 if eb == 2 else np.uint8)  # every row set
+    out = np.empty((len(ctas), mn, k), f"<u{eb}")  # every row set
     fail = m.failer(instr, who)
     for d in kinds:
         sel = np.flatnonzero(desc == d) if len(kinds) > 1 else np.arange(len(desc))
@@ -263,10 +297,7 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                 len(sel), mn, k)
             continue
         raw = sh.data[start + local[None, :]].reshape(len(sel), mn * k, eb)
-        vals = raw[..., 0].astype(np.uint16)
-        if eb == 2:
-            vals = vals | (raw[..., 1].astype(np.uint16) << np.uint16(8))
-        out[sel] = vals.reshape(len(sel), mn, k).astype(out.dtype)
+        out[sel] = np.ascontiguousarray(raw).view(out.dtype).reshape(len(sel), mn, k)
     return out
 
 
@@ -334,6 +365,9 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                           cache_a)
             bv = np.swapaxes(_operand(fr, instr, ctas, desc_b, n, k, eb, who,
                                       not instr.op.trans_b, cache_b), 1, 2)
+            if fa == "tf32":
+                for v in (av, bv):
+                    _check_tf32(m, instr, v, who)
             held = raw(fr.regs, acc)
             cv, unsigned = accumulators.matrices(m, held, groups, layout)
             # the lazy value's own matrices, which no other register holds
@@ -341,10 +375,17 @@ def _wgmma(c: TargetCompiler, instr: Instr) -> Step:
                 isinstance(held.keep, accumulators.ChainResult) and held.keep.matrices is cv
             if not keep.all():
                 cv = np.where(keep[:, None, None], cv, 0.0)  # scale-d false: D = A * B
+            if fa in INTEGER:
+                fr.regs[out] = integer_result(
+                    m.n, layout, Operand(av, fa), Operand(bv, fb), cv, groups,
+                    instr.op.satfinite)
+                return
             if not unsigned and m.tensor_cores == "exact":  # found once per chain
                 unsigned = not (np.signbit(cv) & (cv == 0)).any()
             d = tensor_core.step(m, av, bv, cv, fa, fb, unsigned, c_private=mine)
             result = accumulators.result(fr, layout, d, groups, unsigned)
+        elif fa in INTEGER:
+            result = np.zeros((m.n, n // 2), np.int32)
         else:
             result = tensor_core.result(m, accumulators.zeros_but(m.n, n // 2, groups, 128))
         fr.regs[out] = result

@@ -21,7 +21,24 @@ from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import RegType, TensorMapType, reg_of
 
 #: element types a tensor-core instruction takes, and how many k one instruction covers
-MMA_K = {"bf16": 16, "f16": 16, "e4m3": 32, "e5m2": 32, "tf32": 8}
+MMA_K = {"bf16": 16, "f16": 16, "e4m3": 32, "e5m2": 32, "tf32": 8, "s8": 32, "u8": 32}
+#: integer input types: their products accumulate in ``s32`` (the float ones in ``f32``)
+INT_MMA = ("s8", "u8")
+
+
+def mma_accumulator(op: Op, atype: str, btype: str, ctype: str, satfinite: int) -> None:
+    """Check the accumulator type of a tensor-core product (PTX ISA sec. 9.7.14.5.14 and
+    9.7.15.5.2): ``s32`` for ``.s8``/``.u8`` inputs (which mix freely), ``f32`` for the
+    float ones (whose A and B formats are one family); ``.satfinite`` clamps an ``s32``
+    result only."""
+    integer = atype in INT_MMA
+    if integer != (btype in INT_MMA):
+        raise IRVerifyError(f"{op.name} cannot multiply {atype} by {btype}")
+    want = "s32" if integer else "f32"
+    if ctype != want:
+        raise IRVerifyError(f"{op.name} of {atype} inputs accumulates in {want}, not {ctype}")
+    if satfinite and not integer:
+        raise IRVerifyError(f"{op.name}: .satfinite applies to s32 accumulators only")
 
 
 @dataclass(frozen=True)
@@ -118,14 +135,17 @@ def mma_shape(shape: str) -> tuple[int, int, int]:
 @register_op
 @dataclass(frozen=True)
 class MmaSync(Op):
-    """``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32 d, a, b, c`` (sec. 9.7.14.5):
-    one warp's ``m16n8k16`` product; A is 4 ``b32`` registers per lane, B 2, C and D 4
-    ``f32`` (the fragment layouts of sec. 9.7.14.5.8)."""
+    """``mma.sync.aligned.<shape>.row.col{.satfinite}.<c>.<a>.<b>.<c> d, a, b, c`` (sec.
+    9.7.14.5): one warp's ``m16n8k16`` (``k32``: 8-bit inputs) product; A is 4 ``b32``
+    registers per lane, B 2, C and D 4 ``f32`` (``s32`` for ``s8``/``u8`` inputs; the
+    fragment layouts of sec. 9.7.14.5.8)."""
 
     name: ClassVar[str] = "ptx.mma"
     shape: str
     atype: str
     btype: str
+    ctype: str = "f32"
+    satfinite: int = 0
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 3)
@@ -133,12 +153,13 @@ class MmaSync(Op):
         if (m, n) != (16, 8) or MMA_K.get(self.atype) != k or MMA_K.get(self.btype) != k:
             raise IRVerifyError(f"mma.sync.{self.shape} with {self.atype}/{self.btype} inputs "
                                 "is not supported", hint="use m16n8k16 with bf16/f16 or "
-                                "m16n8k32 with e4m3/e5m2")
+                                "m16n8k32 with e4m3/e5m2 or s8/u8")
+        mma_accumulator(self, self.atype, self.btype, self.ctype, self.satfinite)
         for t, want in zip(operands, (RegType("b32", 4), RegType("b32", 2),
-                                      RegType("f32", 4))):
+                                      RegType(self.ctype, 4))):
             if t != want:
                 raise IRVerifyError(f"ptx.mma operand {t} should be {want}")
-        return (RegType("f32", 4),)
+        return (RegType(self.ctype, 4),)
 
 
 # ---------------------------------------------------------------------------- sm_90a
@@ -176,7 +197,8 @@ class Wgmma(Op):
     by 64-bit matrix descriptors, K-major unless ``trans_a``/``trans_b`` (MN-major, only
     for 16-bit types). Operands: the accumulator (``n/2`` f32 per thread, the result
     tied to it), the two ``u64`` descriptors and the ``scale-d`` predicate (false:
-    D = A·B, the old accumulator ignored)."""
+    D = A·B, the old accumulator ignored). ``s8``/``u8`` inputs accumulate in ``s32``
+    (``ctype``, optionally ``.satfinite``) and take no scale or transpose immediates."""
 
     name: ClassVar[str] = "ptx.wgmma"
     n: int
@@ -184,6 +206,8 @@ class Wgmma(Op):
     btype: str
     trans_a: int = 0
     trans_b: int = 0
+    ctype: str = "f32"
+    satfinite: int = 0
     pure: ClassVar[bool] = False
 
     @property
@@ -196,13 +220,18 @@ class Wgmma(Op):
             raise IRVerifyError(f"wgmma n must be a multiple of 8 in [8, 256], not {self.n}")
         if self.atype not in MMA_K or MMA_K[self.atype] != MMA_K.get(self.btype):
             raise IRVerifyError(f"wgmma cannot multiply {self.atype} by {self.btype}")
+        mma_accumulator(self, self.atype, self.btype, self.ctype, self.satfinite)
         if (self.trans_a or self.trans_b) and MMA_K[self.atype] != 16:
             raise IRVerifyError("wgmma transposes only 16-bit operands",
-                                hint="store 8-bit operands K-major")
-        acc = RegType("f32", self.n // 2)
+                                hint="store 8-bit and tf32 operands K-major")
+        if self.atype in INT_MMA and self.n > 32 and self.n % 16:
+            # the integer shapes (sec. 9.7.15.5.1): n = 8, 16, 24, then multiples of 16
+            raise IRVerifyError(f"integer wgmma has no m64n{self.n}k32 shape",
+                                hint="use n = 8, 16, 24 or a multiple of 16")
+        acc = RegType(self.ctype, self.n // 2)
         if operands[0] != acc:
             raise IRVerifyError(f"wgmma m64n{self.n} accumulates in {acc}, got {operands[0]}",
-                                hint="f32 accumulators take n/2 registers per thread")
+                                hint="accumulators take n/2 registers per thread")
         reg_of(self, operands[1], "u64")
         reg_of(self, operands[2], "u64")
         reg_of(self, operands[3], "pred")
@@ -331,7 +360,7 @@ class Fence(_Effect):
             raise IRVerifyError(f"unknown fence {self.kind!r}")
 
 
-__all__ = ["MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
-           "Fence", "Ldmatrix", "MbarrierArrive", "MbarrierInit", "MbarrierInval",
+__all__ = ["INT_MMA", "MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncCommit",
+           "CpAsyncWait", "Fence", "Ldmatrix", "MbarrierArrive", "MbarrierInit", "MbarrierInval",
            "MbarrierWait", "MmaSync", "TmaLoad", "TmaStore", "Wgmma", "WgmmaCommit",
-           "WgmmaFence", "WgmmaWait", "mma_shape"]
+           "WgmmaFence", "WgmmaWait", "mma_accumulator", "mma_shape"]

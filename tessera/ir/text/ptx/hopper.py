@@ -122,26 +122,34 @@ def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         count(b, ops, 1)
         b.emit(target_async.WgmmaWait(_constant(b, ops[0], "the group count")))
         return
-    if len(body) != 5 or body[0] != "mma_async" or body[2] != "f32" or \
+    sat = int("satfinite" in body)  # integer products: ...m64nNk32.satfinite.s32.s8.s8
+    if sat:
+        body.remove("satfinite")
+    if len(body) != 5 or body[0] != "mma_async" or body[2] not in ("f32", "s32") or \
             not body[1].startswith("m64n"):
-        raise b.unsupported(f"wgmma.{'.'.join(mods)} (shared-memory A and B, f32 "
+        raise b.unsupported(f"wgmma.{'.'.join(mods)} (shared-memory A and B, f32 or s32 "
                             "accumulators are supported)")
     n = int(body[1][4:].split("k")[0])
-    atype, btype = body[3], body[4]
-    if ops[1:2] and ops[1].strip().startswith("{"):  # A in registers: {a0, a1, a2, a3}
+    ctype, atype, btype = body[2], body[3], body[4]
+    if ops[1:2] and ops[1].strip().startswith("{") and ctype == "f32":  # A in registers
         _wgmma_rs(b, n, atype, btype, ops)
         return
-    if len(ops) not in (6, 8):
-        raise b.syntax("expected {d}, descA, descB, scale-d, scale-a, scale-b{, tA, tB}")
-    if [parse_int(o) for o in ops[4:6]] != [1, 1]:
-        raise b.unsupported("wgmma with negated A or B (scale -1)")
-    trans = [_constant(b, o, "a transpose flag") for o in ops[6:8]] or [0, 0]
-    acc = b.read(ops[0], "f32")
-    if acc.type != RegType("f32", n // 2):
+    if ctype == "s32":  # integer inputs take no scale or transpose immediates
+        if len(ops) != 4:
+            raise b.syntax("expected {d}, descA, descB, scale-d")
+        trans = [0, 0]
+    else:
+        if len(ops) not in (6, 8):
+            raise b.syntax("expected {d}, descA, descB, scale-d, scale-a, scale-b{, tA, tB}")
+        if [parse_int(o) for o in ops[4:6]] != [1, 1]:
+            raise b.unsupported("wgmma with negated A or B (scale -1)")
+        trans = [_constant(b, o, "a transpose flag") for o in ops[6:8]] or [0, 0]
+    acc = b.read(ops[0], ctype)
+    if acc.type != RegType(ctype, n // 2):
         raise b.syntax(f"m64n{n} takes {n // 2} accumulator registers")
     desc_a, desc_b = b.read(ops[1], "u64"), b.read(ops[2], "u64")
     scale = b.read(ops[3], "pred")
-    (d,) = b.emit(target_async.Wgmma(n, atype, btype, trans[0], trans[1]),
+    (d,) = b.emit(target_async.Wgmma(n, atype, btype, trans[0], trans[1], ctype, sat),
                   [acc, desc_a, desc_b, scale])
     b.write(ops[0], d)
 

@@ -235,16 +235,20 @@ def _ldmatrix(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _mma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 4)
     body = [f for f in mods if f not in ("sync", "aligned")]
-    if len(body) != 7 or body[1:3] != ["row", "col"] or body[3] != "f32" or body[6] != "f32":
+    sat = int("satfinite" in body)  # integer products: mma.sync...row.col.satfinite.s32...
+    if sat:
+        body.remove("satfinite")
+    if len(body) != 7 or body[1:3] != ["row", "col"] or body[3] not in ("f32", "s32") or \
+            body[6] != body[3]:
         raise b.unsupported(f"mma.{'.'.join(mods)} (mma.sync.aligned.m16n8k16.row.col."
-                            "f32.<a>.<b>.f32 is)")
-    shape, atype, btype = body[0], body[4], body[5]
+                            "f32.<a>.<b>.f32, or .s32 with s8/u8 inputs, is)")
+    shape, ctype, atype, btype = body[0], body[3], body[4], body[5]
     na, nb = len(ops[1].split(",")), len(ops[2].split(","))
     a, bb = b.read(ops[1], "b32"), b.read(ops[2], "b32")
-    c = b.read(ops[3], "f32")
+    c = b.read(ops[3], ctype)
     if (a.type, bb.type) != (RegType("b32", 4), RegType("b32", 2)) or na != 4 or nb != 2:
         raise b.unsupported(f"mma.sync.{shape} with {na} A and {nb} B registers")
-    (d,) = b.emit(target_async.MmaSync(shape, atype, btype), [a, bb, c])
+    (d,) = b.emit(target_async.MmaSync(shape, atype, btype, ctype, sat), [a, bb, c])
     b.write(ops[0], d)
 
 
