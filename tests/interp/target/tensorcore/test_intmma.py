@@ -14,36 +14,7 @@ import tessera as ts
 from tessera.errors import IRVerifyError
 from tessera.ir.dialects.target import RegType, async_ops
 from tessera.ir.text.ptx import parse_ptx
-
-_KERNEL = """.version 8.0
-.target sm_80
-.address_size 64
-
-.visible .entry k(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
-{
-    .reg .b32 %a<4>, %b<2>, %t;
-    .reg .s32 %c<4>, %d<4>;
-    .reg .b64 %rd<12>;
-    ld.param.u64 %rd0, [pa];
-    ld.param.u64 %rd1, [pb];
-    ld.param.u64 %rd2, [pc];
-    ld.param.u64 %rd3, [pd];
-    mov.u32 %t, %tid.x;
-    mul.wide.u32 %rd4, %t, 16;
-    mul.wide.u32 %rd5, %t, 8;
-    add.s64 %rd6, %rd0, %rd4;
-    ld.global.v4.u32 {%a0, %a1, %a2, %a3}, [%rd6];
-    add.s64 %rd7, %rd1, %rd5;
-    ld.global.v2.u32 {%b0, %b1}, [%rd7];
-    add.s64 %rd8, %rd2, %rd4;
-    ld.global.v4.s32 {%c0, %c1, %c2, %c3}, [%rd8];
-    mma.sync.aligned.m16n8k32.row.col%SAT%.s32.%A%.%B%.s32 {%d0, %d1, %d2, %d3},
-        {%a0, %a1, %a2, %a3}, {%b0, %b1}, {%c0, %c1, %c2, %c3};
-    add.s64 %rd9, %rd3, %rd4;
-    st.global.v4.s32 [%rd9], {%d0, %d1, %d2, %d3};
-    ret;
-}
-"""
+from tests.interp.target.tensorcore.mma_text import one_mma_kernel
 
 
 def _fragments(a: np.ndarray, b: np.ndarray, c: np.ndarray
@@ -68,8 +39,8 @@ def _fragments(a: np.ndarray, b: np.ndarray, c: np.ndarray
 
 def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, sat: bool = False) -> np.ndarray:
     names = {np.dtype(np.int8): "s8", np.dtype(np.uint8): "u8"}
-    text = _KERNEL.replace("%SAT%", ".satfinite" if sat else "").replace(
-        "%A%", names[a.dtype]).replace("%B%", names[b.dtype])
+    text = one_mma_kernel(f"mma.sync.aligned.m16n8k32.row.col{'.satfinite' if sat else ''}"
+                          f".s32.{names[a.dtype]}.{names[b.dtype]}.s32", "s32")
     fa, fb, fc = _fragments(a, b, c)
     fd = np.zeros((32, 4), np.int32)
     ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[fa, fb, fc, fd])
@@ -129,7 +100,7 @@ def test_integer_tensor_core_ops_verify_the_isa_rules(op: async_ops.Op, message:
 
 @pytest.mark.parametrize("sat", ["", ".satfinite"])
 def test_integer_wgmma_text_is_read(sat: str) -> None:
-    text = f"""{_KERNEL.split(".visible")[0].replace("sm_80", "sm_90a")}
+    text = f"""{one_mma_kernel("", "s32").split(".visible")[0].replace("sm_80", "sm_90a")}
 .visible .entry w(.param .u64 pa)
 {{
     .reg .s32 %r<4>;

@@ -13,36 +13,9 @@ import pytest
 import tessera as ts
 from tessera.interp.target.state import TargetFault
 from tessera.numerics.formats.convert import tf32_from_f32
+from tests.interp.target.tensorcore.mma_text import one_mma_kernel
 
-_KERNEL = """.version 7.0
-.target sm_80
-.address_size 64
-
-.visible .entry k(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
-{
-    .reg .b32 %a<4>, %b<2>, %t;
-    .reg .f32 %c<4>, %d<4>;
-    .reg .b64 %rd<12>;
-    ld.param.u64 %rd0, [pa];
-    ld.param.u64 %rd1, [pb];
-    ld.param.u64 %rd2, [pc];
-    ld.param.u64 %rd3, [pd];
-    mov.u32 %t, %tid.x;
-    mul.wide.u32 %rd4, %t, 16;
-    mul.wide.u32 %rd5, %t, 8;
-    add.s64 %rd6, %rd0, %rd4;
-    ld.global.v4.u32 {%a0, %a1, %a2, %a3}, [%rd6];
-    add.s64 %rd7, %rd1, %rd5;
-    ld.global.v2.u32 {%b0, %b1}, [%rd7];
-    add.s64 %rd8, %rd2, %rd4;
-    ld.global.v4.f32 {%c0, %c1, %c2, %c3}, [%rd8];
-    mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%d0, %d1, %d2, %d3},
-        {%a0, %a1, %a2, %a3}, {%b0, %b1}, {%c0, %c1, %c2, %c3};
-    add.s64 %rd9, %rd3, %rd4;
-    st.global.v4.f32 [%rd9], {%d0, %d1, %d2, %d3};
-    ret;
-}
-"""
+_KERNEL = one_mma_kernel("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "f32", "7.0")
 
 
 def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: str) -> np.ndarray:
