@@ -22,6 +22,7 @@ from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import value_slots
 from tessera.ir.types import TensorType
+from tessera.ir.unionfind import UnionFind
 from tessera.numerics import storage_of
 
 
@@ -100,23 +101,6 @@ _ELEMENTWISE = (tile_compute.Binary, tile_compute.Unary, tile_compute.Where, til
                 tile_compute.CausalMask)
 
 
-class _Classes:
-    def __init__(self) -> None:
-        self.parent: dict[Value, Value] = {}
-
-    def find(self, v: Value) -> Value:
-        self.parent.setdefault(v, v)
-        while self.parent[v] is not v:
-            self.parent[v] = self.parent[self.parent[v]]
-            v = self.parent[v]
-        return v
-
-    def join(self, a: Value, b: Value) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra is not rb:
-            self.parent[ra] = rb
-
-
 def _tensor(v: Value) -> bool:
     return isinstance(v.type, TensorType) and v.type.rank > 0
 
@@ -139,7 +123,7 @@ def assign_layouts(fn: Function, integer_tensor_cores: bool = False) -> dict[Val
     """A layout for every tensor value of the block kernel ``fn``; its integer ``mma``
     tiles are accumulators with ``integer_tensor_cores``
     (:func:`tessera.lower.sm80.intmma.integer_tensor_cores`), else blocked."""
-    cls = _Classes()
+    cls = UnionFind[Value]()
     acc_roots: list[Value] = []
     rows_from: list[tuple[Value, Value]] = []  # (row vector, accumulator-class value)
     bcast: list[tuple[Value, Value, tuple[int, ...]]] = []  # (vector, 2-D result, dims)

@@ -23,29 +23,14 @@ from tessera.ir.core import Function, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.structured import value_slots
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[Value, Value] = {}
-
-    def find(self, v: Value) -> Value:
-        self.parent.setdefault(v, v)
-        while self.parent[v] is not v:
-            v = self.parent[v]
-        return v
-
-    def join(self, a: Value, b: Value) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra is not rb:
-            self.parent[ra] = rb
+from tessera.ir.unionfind import UnionFind
 
 
 def chains(fn: Function) -> dict[Value, Value]:
     """Every value of an exact chain (and the starting values that flow into it) ->
     the chain's representative."""
     exact = possibly_exact(fn)
-    ch = _UnionFind()
+    ch = UnionFind[Value]()
 
     def join(a: Value, b: Value) -> None:
         # a starting value (zeros) joins no chain: one ``tile.full`` may start several

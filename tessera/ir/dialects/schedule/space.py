@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from tessera.ir.core import Block, Instr, Value
 from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.types import TensorType
+from tessera.ir.unionfind import UnionFind
 
 Axis = tuple[Value, int]
 
@@ -49,39 +50,20 @@ class IterationSpace:
                          if v is value and self.kinds[k] == "grid")
 
 
-class _Classes:
-    """Union-find over axes."""
-
-    def __init__(self) -> None:
-        self.parent: dict[Axis, Axis] = {}
-
-    def find(self, a: Axis) -> Axis:
-        self.parent.setdefault(a, a)
-        while self.parent[a] != a:
-            self.parent[a] = self.parent[self.parent[a]]
-            a = self.parent[a]
-        return a
-
-    def join(self, a: Axis, b: Axis) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[rb] = ra
-
-
 def _shape(v: Value) -> tuple[int, ...]:
     t = v.type
     return tuple(int(d) if isinstance(d, int) else 0 for d in t.shape) \
         if isinstance(t, TensorType) else ()
 
 
-def _join_same(classes: _Classes, a: Value, b: Value) -> None:
+def _join_same(classes: UnionFind[Axis], a: Value, b: Value) -> None:
     """Join the axes of two values of one shape, axis by axis."""
     if _shape(a) == _shape(b):
         for k in range(len(_shape(a))):
-            classes.join((a, k), (b, k))
+            classes.join((b, k), (a, k))
 
 
-def _link(instr: Instr, classes: _Classes, reduced: list[Axis],
+def _link(instr: Instr, classes: UnionFind[Axis], reduced: list[Axis],
           contracted: list[Axis]) -> None:
     """Join the axes that ``instr``'s indexing rule puts on one loop."""
     op = instr.op
@@ -94,11 +76,11 @@ def _link(instr: Instr, classes: _Classes, reduced: list[Axis],
         a, b = instr.operands
         rank = len(_shape(out))
         for k in range(rank - 2):
-            classes.join((out, k), (a, k))
-            classes.join((out, k), (b, k))
-        classes.join((out, rank - 2), (a, rank - 2))
-        classes.join((out, rank - 1), (b, rank - 1))
-        classes.join((a, rank - 1), (b, rank - 2))
+            classes.join((a, k), (out, k))
+            classes.join((b, k), (out, k))
+        classes.join((a, rank - 2), (out, rank - 2))
+        classes.join((b, rank - 1), (out, rank - 1))
+        classes.join((b, rank - 2), (a, rank - 1))
         contracted.append((a, rank - 1))
     elif isinstance(op, graph_ops.Reduce):
         (x,) = instr.operands
@@ -106,18 +88,18 @@ def _link(instr: Instr, classes: _Classes, reduced: list[Axis],
         kept = [k for k in range(len(_shape(x))) if k not in axes]
         for j, k in enumerate(kept if not op.keepdims else range(len(_shape(x)))):
             if k not in axes:
-                classes.join((out, j), (x, k))
+                classes.join((x, k), (out, j))
         reduced += [(x, k) for k in axes]
     elif isinstance(op, graph_ops.Broadcast):
         (x,) = instr.operands
         lead = len(_shape(out)) - len(_shape(x))
         for k, d in enumerate(_shape(x)):
             if d == _shape(out)[lead + k]:
-                classes.join((out, lead + k), (x, k))
+                classes.join((x, k), (out, lead + k))
     elif isinstance(op, graph_ops.Transpose):
         (x,) = instr.operands
         for k, p in enumerate(op.perm):
-            classes.join((out, k), (x, p))
+            classes.join((x, p), (out, k))
     elif isinstance(op, graph_ops.Mse):
         a, b = instr.operands
         _join_same(classes, a, b)
@@ -132,7 +114,7 @@ def _link(instr: Instr, classes: _Classes, reduced: list[Axis],
 
 def iteration_space(block: Block, results: Sequence[Value]) -> IterationSpace:
     """The loops of the group of ops in ``block`` whose results are ``results``."""
-    classes = _Classes()
+    classes = UnionFind[Axis]()
     reduced: list[Axis] = []
     contracted: list[Axis] = []
     for instr in block.instrs:
