@@ -31,3 +31,13 @@ def same_on_target(fn: Callable[..., Any], args: Sequence[Any],
     want = bits(lowered.run(*args))
     for target in [targets] if isinstance(targets, str) else targets:
         assert bits(lowered.run(*args, backend="target", target=target)) == want, target
+
+
+def assembles_clean(kernel: Any) -> Any:
+    """Assemble a generated kernel with ptxas: no spill, no stack frame, no advisory.
+    Returns the assembled kernel for further checks."""
+    assembled = kernel.assemble()
+    stats = assembled.stats[kernel.name]
+    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0, kernel.name
+    assert "warning" not in assembled.log.lower(), assembled.log
+    return assembled

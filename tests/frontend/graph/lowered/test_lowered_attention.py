@@ -31,7 +31,7 @@ from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir import print_module
 from tessera.ir.transforms.to_tile.keyblock_tiles import key_block_bytes, key_block_tile
 from tessera.lower.shared import shared_allocs, shared_plan
-from tests.frontend.graph.lowered.same import TARGETS, same_on_target
+from tests.frontend.graph.lowered.same import TARGETS, assembles_clean, same_on_target
 
 
 def attention(q, k, v):  # type: ignore[no-untyped-def]
@@ -106,10 +106,7 @@ def test_attention_ptx_assembles_without_advisories_or_spills(target: str) -> No
                       (attention, (2, 7, 3))]:
         args = _inputs(rng, shape, "f32")
         (kernel,) = ts.jit(fn).lower(*args).target(target).kernels
-        assembled = kernel.assemble()
-        stats = assembled.stats[kernel.name]
-        assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-        assert "warning" not in assembled.log.lower()
+        assembles_clean(kernel)
         # P staged: stored to shared between two barriers; no tensor cores
         assert "st.shared.f32" in kernel.ptx and "bar.sync" in kernel.ptx
         assert "mma.sync" not in kernel.ptx and "wgmma" not in kernel.ptx
@@ -161,10 +158,7 @@ def test_long_key_rows_ptx_assembles_without_advisories_or_spills() -> None:
     rng = np.random.default_rng(10)
     args = _scores(rng, (1, 64, 16), (1, 256, 16), (1, 256, 16))
     (kernel,) = ts.jit(attention).lower(*args).target("sm_90a").kernels
-    assembled = kernel.assemble()
-    stats = assembled.stats[kernel.name]
-    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-    assert "warning" not in assembled.log.lower()
+    assembles_clean(kernel)
 
 
 def blocked(q, k, v):  # type: ignore[no-untyped-def]
@@ -226,10 +220,7 @@ def test_more_than_512_keys_pass_over_long_key_blocks(target: str) -> None:
     scores = program.tile.module.functions[kernel.name].attrs["tiles"]
     assert (scores[0], scores[2]) == (2, 128)
     assert _accumulators(kernel) == [176 * 2 * 4, 176 * 2 * 128]
-    assembled = kernel.assemble()
-    stats = assembled.stats[kernel.name]
-    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-    assert "warning" not in assembled.log.lower()
+    assembles_clean(kernel)
     same_on_target(attention, args, [target])
 
 
@@ -281,8 +272,7 @@ def test_key_block_tiles_fit_the_target() -> None:
             r, block, cols = key_block_tile(sq, 1024, d, d, shared_limit(target))
             assert (tiles[0], tiles[2], tiles[3]) == (r, block, cols)
             assert shared_plan(kernel.kernel).total <= key_block_bytes(r, block, d, cols)
-            stats = kernel.assemble().stats[kernel.name]
-            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+            assembles_clean(kernel)
 
 
 def test_wide_score_tiles_over_key_blocks_on_target() -> None:

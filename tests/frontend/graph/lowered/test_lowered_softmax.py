@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
-from tests.frontend.graph.lowered.same import TARGETS
+from tests.frontend.graph.lowered.same import TARGETS, assembles_clean
 
 
 def softmax(x):  # type: ignore[no-untyped-def]
@@ -75,10 +75,7 @@ def test_softmax_ptx_assembles_without_advisories_or_spills(target: str) -> None
     for shape in [(7, 32), (300, 128), (2, 1024), (33, 100)]:
         x = rng.standard_normal(shape).astype(np.float32)
         for kernel in ts.jit(softmax).lower(x).target(target).kernels:
-            assembled = kernel.assemble()
-            stats = assembled.stats[kernel.name]
-            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-            assert "warning" not in assembled.log.lower()
+            assembles_clean(kernel)
             assert "red.shared.add.u64" in kernel.ptx and "mul.rn.f64" in kernel.ptx
 
 
@@ -113,9 +110,6 @@ def test_softmax_of_long_score_rows_on_target(target: str) -> None:
     (kernel,) = program.kernels
     tiles = program.tile.module.functions[kernel.name].attrs["tiles"]
     assert (tiles[0], tiles[1]) == (2, 128)
-    assembled = kernel.assemble()
-    stats = assembled.stats[kernel.name]
-    assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-    assert "warning" not in assembled.log.lower()
+    assembles_clean(kernel)
     got = lowered.run(q, k, backend="target", target=target)
     assert np.asarray(got.array).tobytes() == want
