@@ -17,9 +17,12 @@ the exact value is rounded to float64 *to odd* (its top 53 bits, the last one se
 anything below them is nonzero), then to the result format to nearest even — one
 correct rounding for formats of at most 51 significand bits (Boldo and Melquiond,
 "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to
-odd", IEEE Trans. Computers 57, 2008). A narrow format (bf16, f16) goes through f32
-rounded to odd (``cvt.rz`` plus the sticky bit), which keeps at least two more bits
-than the format everywhere, subnormals included. An exact zero rounds to +0.
+odd", IEEE Trans. Computers 57, 2008). A narrow format (bf16, f16, fp8) goes through
+f32 rounded to odd (``cvt.rz`` plus the sticky bit), which keeps at least two more bits
+than the format everywhere, subnormals included (a nonzero fp8 sum is at least 2**-16
+in magnitude, a mean of at most 2**31 terms at least 2**-47: f32 normals), then to
+nearest even in the format (fp8 in integer arithmetic, saturating:
+:func:`tessera.lower.arith.fp8.round_value`). An exact zero rounds to +0.
 Non-finite terms are three flag bits (NaN, +inf, -inf) combined by OR: NaN if a NaN or
 infinities of both signs occur, else the infinity (:mod:`tessera.numerics.reductions.exact`).
 """
@@ -35,7 +38,7 @@ from tessera.lower.emit import TargetEmitter
 
 #: the flag bits of non-finite terms
 NAN_BIT, PINF_BIT, NINF_BIT = 1, 2, 4
-#: words of an accumulator of f32 (or bf16, f16 held in f32 registers) terms: quanta of
+#: words of an accumulator of f32 (or bf16, f16, fp8 held in f32 registers) terms: quanta of
 #: 2**-149, terms below 2**128 reach word 8; word 9 holds the growth of sums of up to
 #: 2**43 terms as whole 32-bit digits
 SUM_DIGITS = 10

@@ -45,8 +45,9 @@ from tessera.lower.layout import Blocked, BRow
 from tessera.lower.rules.tensor import chunk_index, for_each_chunk, materialize
 from tessera.lower.values import Dist, Lowered, Scalar, storage_name
 
-#: result formats the rounding produces (in the f32 registers they live in)
-FORMATS = ("float32", "bfloat16", "float16")
+#: element formats summed (widened exactly to f32 registers) and result formats the
+#: rounding produces (in the f32 registers they live in)
+FORMATS = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 
 
 def _rows_of(e: TargetEmitter, layout: Blocked, j: int, cols: int, rows: int) -> Value:
@@ -178,7 +179,7 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
             name not in FORMATS)):
         raise UnsupportedError(
             f"exact tile.reduce of a {st} tile into {rt.element} is not lowered",
-            hint="exact sums of f32, bf16 and f16 tiles held in registers (not mma "
+            hint="exact sums of f32, bf16, f16 and fp8 tiles held in registers (not mma "
                  "accumulators) are", loc=instr.loc)
     cols = st.shape[-1]
     rows = prod(st.shape[:-1])

@@ -4,7 +4,8 @@ NumPy stores it) loaded with ``ld.u8`` into a predicate and stored as ``selp`` 1
 register, widened from its byte exactly and rounded back after each op
 (:mod:`tessera.lower.arith.fp8`). Comparisons stored as bool tensors, ``where`` with a bool
 mask argument, comparisons of bools, int8 casts, every fp8 byte, the rounding of f32
-values to fp8 (ties, subnormals, overflow, NaN), fp8 elementwise chains, and causal
+values to fp8 (ties, subnormals, overflow, NaN), fp8 elementwise chains, exact fp8
+sums, means, centring and RMS norms (rounded once into the format), and causal
 attention whose mask is a bool tensor give the graph interpreter's bits on sm_80 and
 sm_90a, and their PTX assembles with no advisory and no spills. The byte tensors have
 sizes that are not multiples of 4: the interpreter faults on any byte read past a
@@ -128,6 +129,86 @@ def test_fp8_elementwise_chains_give_the_graph_bits(shape: tuple[int, ...], fmt:
     same_on_target(lambda a, b: op.where(a > b, a * b + 0.3, a - b / 3.0), [x, y])
 
 
+def fp8_mean(x):  # type: ignore[no-untyped-def]
+    return op.mean(x, axis=-1, keepdims=True)
+
+
+def fp8_center(x):  # type: ignore[no-untyped-def]
+    return x - op.mean(x, axis=-1, keepdims=True)
+
+
+def fp8_rms(x):  # type: ignore[no-untyped-def]
+    return x / op.sqrt(op.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+
+def fp8_sum(x):  # type: ignore[no-untyped-def]
+    return op.sum(x, axis=-1)
+
+
+FP8_REDUCTIONS = {"mean": fp8_mean, "center": fp8_center, "rms": fp8_rms, "sum": fp8_sum}
+
+
+def _fp8_rows(rng: np.random.Generator, shape: tuple[int, ...], dt: type,
+              specials: int) -> np.ndarray:
+    """fp8 values over the format's whole range (normal values scaled by powers of two,
+    subnormals, the largest finite value of either sign, zeros of either sign, NaN and
+    infinities) at ``specials`` random places among normal values."""
+    info = ml_dtypes.finfo(dt)
+    top = int(np.log2(float(info.max)))
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-4, 4, shape))
+    edge = [float(info.max), -float(info.max), float(info.smallest_subnormal),
+            -float(info.smallest_subnormal), float(info.smallest_normal), 0.0, -0.0,
+            np.nan, 2.0 ** top, 3 * float(info.smallest_subnormal)]
+    if dt is ml_dtypes.float8_e5m2:
+        edge += [np.inf, -np.inf]
+    flat = x.reshape(-1)
+    for k in rng.integers(0, flat.size, specials):
+        flat[k] = edge[rng.integers(len(edge))]
+    return x.astype(dt)
+
+
+fp8_shapes = st.one_of(
+    st.tuples(st.integers(1, 9), st.just(1)),  # rows of one element
+    st.lists(st.integers(1, 19), min_size=2, max_size=3).map(tuple))
+
+
+@settings(max_examples=12, deadline=None)
+@given(shape=fp8_shapes, fmt=st.sampled_from(sorted(FP8)),
+       chain=st.sampled_from(sorted(FP8_REDUCTIONS)), specials=st.integers(0, 3),
+       seed=st.integers(0, 2**16))
+def test_exact_fp8_reductions_give_the_graph_bits(shape: tuple[int, ...], fmt: str,
+                                                  chain: str, specials: int,
+                                                  seed: int) -> None:
+    """An exact row sum or mean of fp8 values (widened exactly to f32) rounded once into
+    the fp8 format: to odd in f64 and f32, then to nearest even with saturation."""
+    x = _fp8_rows(np.random.default_rng(seed), shape, FP8[fmt][1], specials)
+    same_on_target(FP8_REDUCTIONS[chain], [x])
+
+
+@pytest.mark.parametrize("fmt", sorted(FP8))
+def test_exact_fp8_reductions_round_at_the_edges(fmt: str) -> None:
+    """Rows whose sums overflow the format (they saturate), cancel to +0, land on the
+    subnormals and on ties between fp8 neighbours, or hold NaN and infinities; and more
+    rows than threads, so that a thread rounds two accumulators."""
+    tfmt, dt = FP8[fmt]
+    info = ml_dtypes.finfo(dt)
+    big, tiny = float(info.max), float(info.smallest_subnormal)
+    rows = [[big] * 5, [-big] * 5, [big, -big, tiny, 0.0, 0.0],
+            [tiny, tiny, tiny, -tiny, 0.0],
+            [1.0, 2.0 ** -3, 2.0 ** -4, 0.0, 0.0], [1.0, 2.0 ** -4, 0.0, 0.0, 0.0],
+            [1.0, 2.0 ** -3, 0.0, 0.0, 0.0],
+            [np.nan, 1.0, 1.0, 1.0, 1.0], [-0.0] * 5, [0.0, -0.0, 0.0, -0.0, 0.0]]
+    if fmt == "e5m2":
+        rows += [[np.inf, 1.0, 1.0, 1.0, 1.0], [np.inf, -np.inf, 1.0, 1.0, 1.0]]
+    edges = np.array(rows, np.float64).astype(dt)
+    for fn in FP8_REDUCTIONS.values():
+        same_on_target(fn, [edges])
+    for row in edges:  # 1-D: one sum
+        same_on_target(fp8_sum, [row])
+    many = ts.Tensor(np.random.default_rng(7).standard_normal((131, 3)) * 4, tfmt).array
+    same_on_target(fp8_rms, [many])
+
+
 def causal_where(q, k, v, mask):  # type: ignore[no-untyped-def]
     s = op.matmul(q, op.transpose(k, (0, 2, 1))) * 0.125
     return op.matmul(op.softmax(op.where(mask, s, -1e9)), v)
@@ -197,6 +278,7 @@ def test_byte_kernels_ptx_assembles_without_advisories_or_spills(target: str) ->
         y = ts.Tensor(x, tfmt).array
         cases.append((lambda a, b: op.where(a > b, a * b + 0.3, a - b / 3.0), [y, y],
                       "st.global.u8"))
+        cases += [(fn, [y], "red.shared.add.u64") for fn in (fp8_center, fp8_rms)]
     for fn, args, byte_access in cases:
         (kernel,) = ts.jit(fn).lower(*args).target(target).kernels
         assert byte_access in kernel.ptx
