@@ -10,7 +10,7 @@ the register file. Its exact mean is the exact sum of the ten term tiles divided
 deposits the ``(n,)`` term tiles into the long accumulator directly
 (:func:`tessera.lower.exact.reduce.exact_row_sums`) and emits nothing for the table,
 its column selectors or the reshape: :func:`plan` gives them rules that only record
-the terms (:class:`Table`) after checking, by evaluating the selectors (constants of
+the terms (:class:`MseTable`) after checking, by evaluating the selectors (constants of
 the kernel) with the tile interpreter, that each is one whole column and no two are
 the same. :func:`term_broadcasts` keeps the broadcast hoisting
 (:mod:`tessera.lower.hoist`) from recomputing the terms at the table's shape.
@@ -45,7 +45,7 @@ _SELECTOR_OPS = (tile_compute.CausalMask, tile_compute.Broadcast, tile_compute.E
 
 
 @dataclass
-class Table:
+class MseTable:
     """The lowered stand-in of a table (or a value that only builds one): the term
     tiles placed so far, each a register tile of ``(n,)``."""
 
@@ -235,14 +235,14 @@ def _distinct_columns(conds: list[Value]) -> bool:
 
 
 def _table_rule(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Any]:
-    """A table, a selector or a constant of one: a :class:`Table` of the terms placed
+    """A table, a selector or a constant of one: a :class:`MseTable` of the terms placed
     (a ``where`` adds its term to its operand's)."""
     if isinstance(instr.op, tile_compute.Where):
-        before = args[2] if isinstance(args[2], Table) else Table()
-        return [Table([*before.terms, args[1]])]  # type: ignore[list-item]
+        before = args[2] if isinstance(args[2], MseTable) else MseTable()
+        return [MseTable([*before.terms, args[1]])]  # type: ignore[list-item]
     if isinstance(instr.op, tile_compute.Reshape):
         return [args[0]]
-    return [Table() for _ in instr.results]
+    return [MseTable() for _ in instr.results]
 
 
 def _term_rule(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
@@ -250,4 +250,4 @@ def _term_rule(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     return [args[0]]
 
 
-__all__ = ["FORMATS", "Table", "mse_terms", "plan", "term_broadcasts"]
+__all__ = ["FORMATS", "MseTable", "mse_terms", "plan", "term_broadcasts"]

@@ -40,7 +40,7 @@ from tessera.lower.exact.longacc import (
     zero_shared,
 )
 from tessera.lower.exact.mma import EXACT_MAXNREG
-from tessera.lower.exact.msetable import Table, mse_terms
+from tessera.lower.exact.msetable import MseTable, mse_terms
 from tessera.lower.exact.sum64 import (
     MSE_DIGITS,
     MSE_QUANTUM,
@@ -190,7 +190,7 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
                                "lowered", hint="exact sums and means over the last axis are",
                                loc=instr.loc)
     name = storage_name(rt.element)
-    if isinstance(args[0], Table):  # an mse's terms, deposited without their table
+    if isinstance(args[0], MseTable):  # an mse's terms, deposited without their table
         return _mse_mean(low, instr, args[0])
     x = materialize(low, args[0], low.layouts.get(src))
     if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
@@ -218,7 +218,7 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     return row_results(low, instr, rows, lambda e, row: _read(e, results, row, t), t)
 
 
-def _mse_mean(low: Lowerer, instr: Instr, table: Table) -> list[Lowered]:
+def _mse_mean(low: Lowerer, instr: Instr, table: MseTable) -> list[Lowered]:
     """The exact mean of an mse's table (:mod:`tessera.lower.exact.msetable`): its
     ``(n,)`` term tiles deposited into one accumulator, divided by the table's size."""
     st, rt = instr.operands[0].type, instr.results[0].type
