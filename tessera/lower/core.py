@@ -145,6 +145,9 @@ class Lowerer:
                 plan = plan_multistage(self.fn)
                 if plan is not None:
                     self.overrides.update(multistage_rules(plan))
+        from tessera.lower.exact.msetable import plan as plan_mse_tables
+
+        plan_mse_tables(self)  # an mse's table of terms: deposited, not built
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)

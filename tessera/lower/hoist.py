@@ -32,8 +32,10 @@ _ELEMENTWISE = (tile_compute.Binary, tile_compute.Unary, tile_compute.Where,
 def hoist_broadcasts(fn: Function) -> Function:
     """A copy of the ``tile.kernel`` ``fn`` in which no broadcast reads the result of an
     elementwise op or a ``full`` (``fn`` itself is unchanged)."""
+    from tessera.lower.exact.msetable import term_broadcasts
+
     body = clone_block(fn.body, {})
-    _Hoister(body).run()
+    _Hoister(body, term_broadcasts(body)).run()
     return Function(fn.name, body, list(fn.result_types), fn.kind, dict(fn.attrs), fn.loc)
 
 
@@ -44,8 +46,10 @@ def _tensor(v: Value) -> bool:
 class _Hoister:
     """Rebuilds one block (and its nested blocks) with broadcasts hoisted."""
 
-    def __init__(self, block: Block) -> None:
+    def __init__(self, block: Block, kept: set[int] | None = None) -> None:
         self.block = block
+        #: broadcasts left in place (an mse's terms: :mod:`tessera.lower.exact.msetable`)
+        self.kept = kept or set()
         self.defs = {r: i for i in block.instrs for r in i.results}
         self.out: list[Instr] = []
         self.lifted: dict[tuple[Value, tuple[int, ...], tuple[int, ...]], Value] = {}
@@ -59,7 +63,8 @@ class _Hoister:
                     _substitute(inner, self.subst)
                     _Hoister(inner).run()
             op = instr.op
-            if isinstance(op, tile_compute.Broadcast) and self._computed(instr.operands[0]):
+            if isinstance(op, tile_compute.Broadcast) and id(instr) not in self.kept and \
+                    self._computed(instr.operands[0]):
                 self.subst[instr.results[0]] = self.lift(instr.operands[0], op.shape,
                                                          op.dims, instr)
                 continue

@@ -1,7 +1,8 @@
 """Exact accumulation in PTX: the lowering of ``exact = true`` Tile IR ops.
 
 ``longacc``: the long fixed-point accumulator (deposit, carry normalisation, one
-rounding); ``reduce``: exact row sums and means (``tile.reduce {exact}``); ``mma``:
+rounding); ``reduce``: exact row sums and means (``tile.reduce {exact}``);
+``msetable``: an mse's table of terms, deposited without building it; ``mma``:
 the exact ``mma`` accumulator, one per output element; ``f64acc``: the exact ``mma``
 chains one f64 per element sums exactly (fp8_e4m3); ``intmma``: the integer ``mma``,
 exact int64 sums per thread saturated once (lowered from the ``tile.mma`` rule of

@@ -40,7 +40,14 @@ from tessera.lower.exact.longacc import (
     zero_shared,
 )
 from tessera.lower.exact.mma import EXACT_MAXNREG
-from tessera.lower.exact.sum64 import SUM64_DIGITS, SUM64_QUANTUM, deposit_f64
+from tessera.lower.exact.msetable import MseTable, mse_terms
+from tessera.lower.exact.sum64 import (
+    MSE_DIGITS,
+    MSE_QUANTUM,
+    SUM64_DIGITS,
+    SUM64_QUANTUM,
+    deposit_f64,
+)
 from tessera.lower.layout import Blocked, BRow
 from tessera.lower.rules.tensor import chunk_index, for_each_chunk, materialize
 from tessera.lower.values import Dist, Lowered, Scalar, storage_name
@@ -67,17 +74,27 @@ def _for_rows(e: TargetEmitter, rows: int, body: object) -> None:
         e.if_(ok, lambda inner, r=r: body(inner, r))  # type: ignore[operator]
 
 
-def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
-                   divisor: int) -> tuple[Value, SharedAcc]:
+def exact_row_sums(low: Lowerer, x: Dist | list[Dist], rows: int, cols: int, element: object,
+                   divisor: int, grid: tuple[int, int] = (SUM64_DIGITS, SUM64_QUANTUM)
+                   ) -> tuple[Value, SharedAcc]:
     """Steps 1-3 above for the blocked ``x`` of ``rows`` rows of ``cols`` elements:
     the ``u32`` address of the ``rows`` results in shared memory (f32 registers of the
-    result format, or f64 for the f64 terms of :mod:`tessera.lower.exact.sum64`)."""
-    layout = x.layout
-    assert isinstance(layout, Blocked)
+    result format; f64 for the f64 terms of :mod:`tessera.lower.exact.sum64` summed
+    into float64). f64 terms use an accumulator of ``grid`` = (words, quantum). ``x``
+    may be a list of blocked tiles whose elements all belong to the one row (``rows``
+    is 1): each is deposited in turn."""
+    parts = x if isinstance(x, list) else [x]
     e = low.em
-    wide = x.type == "f64"
-    digits, quantum = (SUM64_DIGITS, SUM64_QUANTUM) if wide else (SUM_DIGITS, SUM_QUANTUM)
-    deposit_one = deposit_f64 if wide else deposit_f32
+    terms64 = parts[0].type == "f64"
+    wide = terms64 and storage_name(element) == "float64"  # type: ignore[arg-type]
+    digits, quantum = grid if terms64 else (SUM_DIGITS, SUM_QUANTUM)
+
+    def deposit_one(inner: TargetEmitter, addr: Value, acc: SharedAcc, v: Value) -> None:
+        if terms64:
+            deposit_f64(inner, addr, acc, v, quantum)
+        else:
+            deposit_f32(inner, addr, acc, v)
+
     size = 8 if wide else 4
     low.extra.setdefault("maxnreg", EXACT_MAXNREG)
     acc_bytes = rows * 8 * (digits + 1)
@@ -86,13 +103,19 @@ def exact_row_sums(low: Lowerer, x: Dist, rows: int, cols: int, element: object,
     zero_shared(e, base, rows * (digits + 1))
     e.bar()
 
-    def deposit(inner: TargetEmitter, j: int) -> None:  # one row address per chunk
-        row = inner.bin("div", chunk_index(inner, layout, j), inner.const(cols, "s32"), "s32")
-        addr = acc.row(inner, row)
-        for c in range(layout.vec):
-            deposit_one(inner, addr, acc, x.regs[j * layout.vec + c])
+    for part in parts:
+        def deposit(inner: TargetEmitter, j: int, part: Dist = part) -> None:
+            # one row address per chunk
+            lay = part.layout
+            assert isinstance(lay, Blocked)
+            row = inner.bin("div", chunk_index(inner, lay, j), inner.const(cols, "s32"),
+                            "s32") if rows > 1 else inner.const(0, "s32")
+            addr = acc.row(inner, row)
+            for c in range(lay.vec):
+                deposit_one(inner, addr, acc, part.regs[j * lay.vec + c])
 
-    for_each_chunk(e, layout, deposit)
+        assert isinstance(part.layout, Blocked)
+        for_each_chunk(e, part.layout, deposit)
     e.bar()
     results = e.add(base, e.const(acc_bytes, "u32"), "u32")
 
@@ -168,13 +191,16 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
                                "lowered", hint="exact sums and means over the last axis are",
                                loc=instr.loc)
     name = storage_name(rt.element)
+    if isinstance(args[0], MseTable):  # an mse's terms, deposited without their table
+        return _mse_mean(low, instr, args[0])
     x = materialize(low, args[0], low.layouts.get(src))
     if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
             and x.layout.parent.vec == 1:  # rows of one element: a register per row
         x = Dist(x.layout.parent, x.regs, x.type)
     wide = isinstance(x, Dist) and x.type == "f64" and op.kind == "sum" and \
         name == "float64" and (softmax_terms(src) or expansion_terms(src))
-    if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or (not wide and (
+    mse = isinstance(x, Dist) and x.type == "f64" and name in FORMATS and mse_terms(src)
+    if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or (not wide and not mse and (
             x.type != "f32" or storage_name(st.element) not in FORMATS or
             name not in FORMATS)):
         raise UnsupportedError(
@@ -186,9 +212,27 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     if cols == 0:
         raise UnsupportedError("an exact reduction of empty rows is not lowered", loc=instr.loc)
     results, _ = exact_row_sums(low, x, rows, cols, rt.element,
-                                cols if op.kind == "mean" else 1)
+                                cols if op.kind == "mean" else 1,
+                                (MSE_DIGITS, MSE_QUANTUM) if mse else
+                                (SUM64_DIGITS, SUM64_QUANTUM))
     t = "f64" if wide else "f32"
     return row_results(low, instr, rows, lambda e, row: _read(e, results, row, t), t)
+
+
+def _mse_mean(low: Lowerer, instr: Instr, table: MseTable) -> list[Lowered]:
+    """The exact mean of an mse's table (:mod:`tessera.lower.exact.msetable`): its
+    ``(n,)`` term tiles deposited into one accumulator, divided by the table's size."""
+    st, rt = instr.operands[0].type, instr.results[0].type
+    assert isinstance(st, TensorType) and isinstance(rt, TensorType)
+    terms = table.terms
+    if not all(isinstance(t, Dist) and isinstance(t.layout, Blocked) and t.type == "f64"
+               for t in terms):
+        raise UnsupportedError("the terms of an mse held other than as blocked f64 "
+                               "register tiles are not lowered",
+                               loc=instr.loc)
+    results, _ = exact_row_sums(low, terms, 1, 0, rt.element,  # type: ignore[arg-type]
+                                prod(st.shape), (MSE_DIGITS, MSE_QUANTUM))
+    return row_results(low, instr, 1, lambda e, row: _read(e, results, row), "f32")
 
 
 def row_results(low: Lowerer, instr: Instr, rows: int,

@@ -1,4 +1,4 @@
-"""The long accumulator for f64 terms of a softmax: deposit exactly, round once to f64.
+"""The long accumulator for f64 terms (a softmax's, an mse's): deposit exactly, round once.
 
 A softmax's terms are ``exp_f64_specified(x - max)`` (:mod:`tessera.numerics.transcendental.exp64`):
 +0, a NaN, or a binary64 value in ``[e^-104, 1]``. Such a value is ``M 2**(E - 1075)``
@@ -21,6 +21,10 @@ of sums of terms and what they leave, each again a whole number of quanta, of ei
 sign, below 2**30 in magnitude, and possibly below 2**-151 — such a value's significand
 has zeros in its low bits and is shifted right into position 0, exactly.
 
+A mean squared error's terms (:mod:`tessera.lower.exact.msetable`) take the same
+deposit with quanta 2**-294 (:data:`MSE_QUANTUM`) in :data:`MSE_DIGITS` words: they are
+multiples of 2**-294 below 2**263, rounded once to the result format.
+
 The accumulator is only correct for such values, so the lowering takes it only for the
 exact sum of an f64 ``tile.exp`` whose operand is ``x - row_max(x)`` (the shape the
 softmax kernel generator emits) and for the key blocks' sums
@@ -38,14 +42,22 @@ from tessera.lower.exact.longacc import NAN_BIT, NINF_BIT, PINF_BIT, SharedAcc
 SUM64_QUANTUM = 203
 #: words: terms up to 1 reach bit 203 (word 6); word 7 holds the growth of up to 2**30 terms
 SUM64_DIGITS = 8
-#: the biased exponent of 2**-151, the least binade a term can lie in
-_LEAST_EXPONENT = 1023 - 151
+#: quanta of 2**-294 of a mean squared error's terms (:mod:`tessera.ir.transforms.to_tile.loss`)
+MSE_QUANTUM = 294
+#: words: terms below 2**263 reach bit 557 (word 17); 2**31 deposits grow it to bit 588,
+#: inside word 17's signed 64 bits (bits 544 to 607)
+MSE_DIGITS = 18
 
 
-def deposit_f64(e: TargetEmitter, row: Value, acc: SharedAcc, x: Value) -> None:
-    """Add the f64 register ``x`` (0, non-finite, or a whole number of quanta 2**-203
-    below 2**30 in magnitude) exactly to the accumulator at address ``row``; a
-    non-finite ``x`` deposits nothing and ORs its flag bit."""
+def deposit_f64(e: TargetEmitter, row: Value, acc: SharedAcc, x: Value,
+                quantum: int = SUM64_QUANTUM) -> None:
+    """Add the f64 register ``x`` (0, non-finite, or a whole number of quanta
+    ``2**-quantum`` whose significand, placed at its quantum position, fits the
+    accumulator) exactly to the accumulator at address ``row``; a non-finite ``x``
+    deposits nothing and ORs its flag bit."""
+    # the biased exponent of the least binade whose ulp is the quantum (2**-151 for
+    # 2**-203): a whole number of quanta below it has zeros in its low bits
+    least = 1075 - quantum
     u32, u64 = "u32", "u64"
     b = e.pack([x], u64)
     ex = e.cvt(e.bin("and", e.bin("shr", b, e.const(52, u32), u64), e.const(0x7FF, u64), u64),
@@ -56,13 +68,13 @@ def deposit_f64(e: TargetEmitter, row: Value, acc: SharedAcc, x: Value) -> None:
     man = e.selp(e.bin("or", frac, e.const(1 << 52, u64), u64), frac, normal, u64)
     # below 2**-151 a whole number of quanta has zeros in its low bits: shifted right
     # exactly, into position 0 (a zero deposits nothing)
-    inside = e.setp("ge", ex, e.const(_LEAST_EXPONENT, u32), u32)
-    short = e.selp(e.const(0, u32), e.bin("sub", e.const(_LEAST_EXPONENT, u32), ex, u32),
+    inside = e.setp("ge", ex, e.const(least, u32), u32)
+    short = e.selp(e.const(0, u32), e.bin("sub", e.const(least, u32), ex, u32),
                    inside, u32)
     man = e.bin("shr", man, e.bin("min", short, e.const(63, u32), u32), u64)
     man = e.selp(man, e.const(0, u64), finite, u64)
     # the quantum position; 0 for what deposits nothing, so no address leaves the row
-    p = e.selp(e.bin("sub", ex, e.const(_LEAST_EXPONENT, u32), u32), e.const(0, u32),
+    p = e.selp(e.bin("sub", ex, e.const(least, u32), u32), e.const(0, u32),
                e.bin("and", finite, inside, "pred"), u32)
     s = e.bin("and", p, e.const(31, u32), u32)
     mask = e.const(0xFFFFFFFF, u64)
@@ -88,4 +100,4 @@ def deposit_f64(e: TargetEmitter, row: Value, acc: SharedAcc, x: Value) -> None:
                                           e.pack([flag], "b32")])
 
 
-__all__ = ["SUM64_DIGITS", "SUM64_QUANTUM", "deposit_f64"]
+__all__ = ["MSE_DIGITS", "MSE_QUANTUM", "SUM64_DIGITS", "SUM64_QUANTUM", "deposit_f64"]

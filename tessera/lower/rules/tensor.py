@@ -251,6 +251,8 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
         # a tile of higher rank stays a view with stride-0 axes, which each use reads
         # with its row-major index split over every axis
         return [broadcast_view(x, instr.op.shape, instr.op.dims)]  # type: ignore[attr-defined]
+    if isinstance(x, Dist) and x.layout == out:  # nothing stretched
+        return [x]
     if isinstance(x, Mem):  # a tile read from memory: each register loads its element
         from tessera.lower.broadcast import broadcast_load
 
@@ -275,7 +277,8 @@ def _broadcast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
 
         return [load_masked_broadcast(low, src, out, tuple(instr.op.dims))]  # type: ignore[attr-defined]
     if isinstance(out, Blocked) and isinstance(x, Dist) and isinstance(x.layout, Blocked) \
-            and len(out.shape) > len(x.layout.shape):  # an axis inserted: elements move
+            and (len(out.shape) > len(x.layout.shape) or tuple(out.shape) != tuple(
+                x.layout.shape)):  # an axis inserted or stretched: elements move
         from tessera.lower.rules.stage import stage
 
         return [broadcast_view(stage(low, x, instr), instr.op.shape,  # type: ignore[attr-defined]
@@ -317,19 +320,43 @@ def _reshape(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     if isinstance(x, Mem):  # a view: unit dims are free (x[:, None] of a bias column)
         from tessera.lower.broadcast import reshape_view
 
-        view = reshape_view(x, tuple(instr.op.shape))
+        view = reshape_view(x, tuple(instr.op.shape)) or _contiguous(x, tuple(instr.op.shape))
+        if view is not None:
+            return [view]
+    if isinstance(x, Dist) and isinstance(x.layout, Blocked) and len(x.layout.shape) == 2 \
+            and x.type in ("f32", "f64"):  # elements move: through shared memory
+        from tessera.lower.rules.stage import stage
+
+        view = _contiguous(stage(low, x, instr), tuple(instr.op.shape))
         if view is not None:
             return [view]
     raise UnsupportedError("reshapes that move elements between threads are not lowered",
                            loc=instr.loc)
 
 
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(prod(shape[k + 1:]) for k in range(len(shape)))
+
+
+def _contiguous(mem: Mem, shape: tuple[int, ...]) -> Mem | None:
+    """A row-major contiguous view ``mem`` read in another ``shape`` of as many elements
+    (the same elements in the same order), or None for other views."""
+    kept = [(d, s) for d, s in zip(mem.shape, mem.strides) if d != 1]
+    dense = _row_major(tuple(d for d, _ in kept))
+    if mem.transposed or [s for _, s in kept] != list(dense) or prod(shape) != prod(mem.shape):
+        return None
+    return replace(mem, shape=shape, strides=_row_major(shape))
+
+
 @rule(tile_compute.CausalMask)
 def _causal(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     s, q0, k0 = args
     assert isinstance(s, Dist) and isinstance(q0, Scalar) and isinstance(k0, Scalar)
+    if isinstance(s.layout, Blocked):
+        return [_causal_blocked(low, s, q0, k0)]
     if not isinstance(s.layout, Acc):
-        raise UnsupportedError("causal_mask of a non-mma tile is not lowered", loc=instr.loc)
+        raise UnsupportedError(f"causal_mask of a tile in layout {s.layout} is not lowered",
+                               loc=instr.loc)
     e = low.em
     rows, cols = acc_coords(s.layout.rows, s.layout.cols)
     from tessera.lower.sm80.gemm import acc_origin
@@ -344,6 +371,30 @@ def _causal(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         keep = e.setp("ge", base, e.const(int(cols[0, r]) - int(rows[0, r]), "s32"), "s32")
         regs.append(e.selp(x, ninf, keep, "f32"))
     return [Dist(s.layout, regs, "f32")]
+
+
+def _causal_blocked(low: Lowerer, s: Dist, q0: Scalar, k0: Scalar) -> Dist:
+    """``causal_mask`` of a blocked 2-D tile: register ``c`` of chunk ``j`` holds flat
+    element ``k = chunk_index(j) + c``, at row ``k // cols`` and column ``k % cols``;
+    it is kept where ``q0 + row >= k0 + col``, else -inf (index comparisons only).
+    Registers of chunks past the tile's end compare garbage and are never stored."""
+    layout = s.layout
+    assert isinstance(layout, Blocked) and len(layout.shape) == 2
+    e = low.em
+    cols = e.const(layout.shape[-1], "s32")
+    diff = e.bin("sub", q0.reg, k0.reg, "s32")
+    ninf = e.const(float("-inf"), s.type)
+    regs = []
+    for j in range(layout.per_thread):
+        k = chunk_index(e, layout, j)
+        for c in range(layout.vec):
+            flat = e.add(k, e.const(c, "s32"), "s32") if c else k
+            row = e.bin("div", flat, cols, "s32")
+            col = e.bin("rem", flat, cols, "s32")
+            # q0 + row >= k0 + col  <=>  (q0 - k0) + row >= col
+            keep = e.setp("ge", e.add(diff, row, "s32"), col, "s32")
+            regs.append(e.selp(s.regs[j * layout.vec + c], ninf, keep, s.type))
+    return Dist(layout, regs, s.type)
 
 
 __all__ = ["materialize", "reduce_into", "register_count", "store_blocked"]

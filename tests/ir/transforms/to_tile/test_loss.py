@@ -21,6 +21,7 @@ from tessera.ir.types import TensorType
 from tessera.numerics import dtype
 
 FORMATS = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+TARGETS = ("sm_80", "sm_90a")
 SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, 3.0e38, -3.0e38, 1.0e-45, 1.0]
 
 
@@ -72,7 +73,7 @@ def test_mse_rounds_the_mean_once() -> None:
     assert _bits(ts.jit(_mse, backend="tile")(a, b)) == _bits(up)
 
 
-@pytest.mark.parametrize("backend", ["interp", "tile"])
+@pytest.mark.parametrize("backend", ["interp", "tile", "target"])
 def test_mse_keeps_the_sign_of_a_difference_float64_cannot_hold(backend: str) -> None:
     """``17 - 2**-72`` is not a float64: the difference is ``17`` plus an error of
     ``-2**-72``, whose sign decides the rounding. The exact mean is ``289 - 34 * 2**-72
@@ -99,6 +100,105 @@ def test_training_step_compiles_with_its_loss() -> None:
     assert len(lowered.kernels) == 3
     want, got = lowered.run(x, y, W), lowered.run(x, y, W, backend="tile")
     assert [_bits(g) for g in got] == [_bits(w) for w in want]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@settings(max_examples=25, deadline=None)
+@given(ab=operands())
+def test_mse_kernel_in_ptx_gives_the_graph_bits(target: str,
+                                               ab: tuple[np.ndarray, np.ndarray]) -> None:
+    """The kernel lowered to PTX (its Target IR run by the Target IR interpreter): the
+    ten term tiles deposited into one long accumulator, rounded once."""
+    a, b = ab
+    lowered = ts.jit(_mse).lower(a, b)
+    assert _bits(lowered.run(a, b, backend="target", target=target)) == \
+        _bits(lowered.run(a, b))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_mse_terms_at_the_ends_of_the_accumulator(target: str) -> None:
+    """The largest terms (f32 operands of opposite signs near the format's top: a
+    difference of 2**129, scaled by 4, squared near 2**262) and the smallest
+    (subnormal differences, whose products are 2**-294 after scaling) are held exactly
+    beside each other; and infinities and NaNs give the graph's class."""
+    big = float(np.finfo(np.float32).max)
+    tiny = float(np.finfo(np.float32).smallest_subnormal)
+    cases = [([big, tiny, 0.0], [-big, 0.0, tiny]),
+             ([tiny, 3 * tiny, 1.0], [0.0, -tiny, 1.0 + 2.0 ** -23]),
+             ([math.inf, 1.0], [1.0, 2.0]), ([math.inf, 1.0], [math.inf, 2.0]),
+             ([math.nan, 1.0], [0.0, 0.0]), ([-math.inf, 0.0], [big, 0.0])]
+    for x, y in cases:
+        a, b = np.array(x, np.float32), np.array(y, np.float32)
+        lowered = ts.jit(_mse).lower(a, b)
+        assert _bits(lowered.run(a, b, backend="target", target=target)) == \
+            _bits(lowered.run(a, b)), (x, y)
+    # (1 + 2**-24 + 2**-298) / 4: the least term (2**-294 once scaled) lifts the mean
+    # off the midpoint between 0.25 and its successor, so it rounds up
+    a = np.array([1.0, 2.0 ** -12, tiny, 0.0], np.float32)
+    got = ts.jit(_mse).lower(a, 0 * a).run(a, 0 * a, backend="target", target=target)
+    assert _bits(got) == _bits(np.float32(0.25 * (1 + 2.0 ** -23)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_mse_table_built_in_registers_gives_the_same_bits(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the deposit of the terms, the table is built as the kernel states it
+    (the column selectors by index comparisons, their broadcast and the reshape staged
+    through shared memory) and reduced as one row: the same bits, on small shapes."""
+    from tessera.lower.exact import msetable
+
+    monkeypatch.setattr(msetable, "plan", lambda low: None)
+    rng = np.random.default_rng(3)
+    for fmt, shape in [(np.float32, (3, 5)), (ml_dtypes.bfloat16, (7,)), (np.float16, (2, 2))]:
+        a = (rng.standard_normal(shape) * 100).astype(fmt)
+        b = (rng.standard_normal(shape) * 100).astype(fmt)
+        lowered = ts.jit(_mse).lower(a, b)
+        ptx = str(lowered.ptx(target))
+        assert "red.shared.add.u64" in ptx
+        assert _bits(lowered.run(a, b, backend="target", target=target)) == \
+            _bits(lowered.run(a, b))
+
+
+def _train_step_program():  # type: ignore[no-untyped-def]
+    @ts.jit
+    @ts.autodiff
+    def train_step(x, y, W):
+        return ts.mse(ts.gemm(x, W), y)
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    y = rng.standard_normal((32, 16)).astype(np.float32)
+    W = (rng.standard_normal((64, 16)) * 0.1).astype(np.float32)
+    return ts.jit(ts.value_and_grad(train_step)).lower(x, y, W), (x, y, W)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_training_step_in_ptx_gives_the_graph_bits(target: str) -> None:
+    """The quick start's step lowered whole (loss and gradient, three kernels): the
+    Target IR interpreter gives the graph interpreter's bits, and ptxas assembles every
+    kernel with no advisory and no spill."""
+    lowered, args = _train_step_program()
+    want = lowered.run(*args)
+    got = lowered.run(*args, backend="target", target=target)
+    assert [_bits(g) for g in got] == [_bits(w) for w in want]
+    kernels = lowered.target(target).kernels
+    assert len(kernels) == 3
+    for kernel in kernels:
+        assembled = kernel.assemble()
+        stats = assembled.stats[kernel.name]
+        assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+        assert "warning" not in assembled.log.lower()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_small_mse_kernels_assemble_without_advisories_or_spills(target: str) -> None:
+    for fmt in FORMATS.values():
+        a = np.arange(12, dtype=np.float64).astype(fmt).reshape(3, 4)
+        (kernel,) = ts.jit(_mse).lower(a, a).target(target).kernels
+        assembled = kernel.assemble()
+        stats = assembled.stats[kernel.name]
+        assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
+        assert "warning" not in assembled.log.lower()
 
 
 def test_mse_of_other_formats_is_refused_at_its_line() -> None:
