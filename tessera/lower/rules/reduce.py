@@ -151,11 +151,14 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
             return row_max_f64(low, instr, x)
         return [Dist(low.layouts[instr.results[0]], reduce_blocked(low, "max64", x), "f64")]
+    out = low.layouts[instr.results[0]]
+    if isinstance(x, Dist) and op.kind == "max" and src.type.shape[op.axis] == 1 and \
+            x.layout == out:  # a max over one element: each register already holds it
+        return [Dist(out, x.regs, x.type)]
     if not isinstance(x, Dist) or x.type != "f32" or op.kind not in ("sum", "max") or \
             not last:
         raise UnsupportedError(f"tile.reduce {op.kind} over axis {op.axis} is not lowered",
                                hint="row_sum and row_max of f32 tiles are", loc=instr.loc)
-    out = low.layouts[instr.results[0]]
     kind = "fsum" if op.kind == "sum" and low.mode == "fast" else op.kind  # f32 tree
     if isinstance(x.layout, Acc):
         return [Dist(out, reduce_acc(low.em, kind, x), "f32")]

@@ -28,7 +28,6 @@ KNOWN_GAPS = [
     r"exact tile\.reduce sum over axis \d is not lowered",
     r"a memory tile (cannot be read into|broadcast into) layout BRow",
     r"an exact mma accumulator must be a 2-D blocked tile",
-    r"tile\.reduce max over axis \d is not lowered",
 ]
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera import op
-from tests.frontend.graph.lowered.same import TARGETS, assembles_clean
+from tests.frontend.graph.lowered.same import TARGETS, assembles_clean, same_on_target
 
 
 def softmax(x):  # type: ignore[no-untyped-def]
@@ -113,3 +113,17 @@ def test_softmax_of_long_score_rows_on_target(target: str) -> None:
     assembles_clean(kernel)
     got = lowered.run(q, k, backend="target", target=target)
     assert np.asarray(got.array).tobytes() == want
+
+
+@pytest.mark.parametrize("fmt", [ts.f32, ts.bf16, ts.fp8_e4m3])
+def test_softmax_of_one_element_rows_held_as_row_statistics(fmt: ts.DType) -> None:
+    """Rows of one element whose layout is that of a row statistic (a mean subtracted
+    after the softmax places them so): the row max is each register's own value."""
+    def centred(x):  # type: ignore[no-untyped-def]
+        s = op.softmax(op.relu(x), axis=-1)
+        return s - op.mean(s, axis=-1, keepdims=True)
+
+    rng = np.random.default_rng(9)
+    x = ts.Tensor(np.concatenate([rng.standard_normal((7, 1)) * 3,
+                                  [[np.nan], [np.inf], [-0.0]]]), fmt).array
+    same_on_target(centred, [x])
