@@ -126,10 +126,8 @@ class Lowerer:
             from tessera.lower.exact.mma import plan_exact
 
             exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
-            # integer products are summed in each thread's registers too, unless their
-            # sums provably stay inside s32 (then tensor cores give the same bits)
-            exact = exact or (not int_cores and
-                              any(is_integer_mma(i) for i in walk(self.fn.body)))
+            # integer products too, unless their sums provably stay inside s32
+            exact = exact or (not int_cores and any(map(is_integer_mma, walk(self.fn.body))))
             self.extra["per_thread_mma"] = exact
             if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.kvloop import plan_kv
@@ -145,9 +143,9 @@ class Lowerer:
                 plan = plan_multistage(self.fn)
                 if plan is not None:
                     self.overrides.update(multistage_rules(plan))
-        from tessera.lower.exact.msetable import plan as plan_mse_tables
+        from tessera.lower.exact import msetable
 
-        plan_mse_tables(self)  # an mse's table of terms: deposited, not built
+        msetable.plan(self)  # an mse's table of terms: deposited, not built
         g = self.geom
         if g.packed and g.n_groups % g.block:
             self._guarded_body(g.n_groups)
