@@ -147,7 +147,11 @@ def assign_layouts(fn: Function, integer_tensor_cores: bool = False) -> dict[Val
             if len(instr.operands) == 3:
                 cls.join(instr.operands[2], instr.results[0])
         elif isinstance(op, tile_compute.Reduce) and _tensor(instr.results[0]):
-            rows_from.append((instr.results[0], instr.operands[0]))
+            src = instr.operands[0]
+            if op.axis % src.type.rank == src.type.rank - 1:  # type: ignore[attr-defined]
+                rows_from.append((instr.results[0], src))
+            # (a reduction over another axis, a column sum, keeps the blocked layout of
+            # its own shape: one value per column is no row statistic)
         elif isinstance(op, tile_compute.Broadcast) and _tensor(instr.operands[0]):
             bcast.append((instr.operands[0], instr.results[0], tuple(op.dims)))
         elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):

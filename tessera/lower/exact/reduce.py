@@ -1,9 +1,12 @@
-"""The exact row sum and mean (``tile.reduce {kind = "sum" | "mean", exact = true}``).
+"""The exact sum and mean (``tile.reduce {kind = "sum" | "mean", exact = true}``).
 
-The tile level defines them as the exact sum of the row (divided by its length)
-rounded once (:func:`tessera.numerics.reductions.sums.sum_rounded`). A CTA computes
-that with one long accumulator per row in shared memory
-(:mod:`tessera.lower.exact.longacc`):
+The tile level defines them as the exact sum of the line reduced (divided by its
+length) rounded once (:func:`tessera.numerics.reductions.sums.sum_rounded`). A CTA
+computes that with one long accumulator per line in shared memory
+(:mod:`tessera.lower.exact.longacc`); below, a "row" is such a line: a row of the tile
+for a reduction over the last axis, a column for one over another axis (element ``k``
+of a tile reduced over an axis of ``n`` elements with ``inner`` elements after it goes
+to accumulator ``(k // (n inner)) inner + k % inner``, the flat index of its result):
 
 1. every thread zeroes its share of the accumulators; barrier;
 2. every thread deposits each element it holds into its row's accumulator
@@ -13,7 +16,10 @@ that with one long accumulator per row in shared memory
 3. thread ``r`` (and ``r + 128``...) normalises row ``r``'s carries, rounds it once and
    writes the result to shared memory; barrier;
 4. every thread reads the results of the rows it holds, in the row layout of the
-   source (one register per chunk), or the one result of a 1-D tile.
+   source (one register per chunk), or the one result of a 1-D tile; the results of a
+   reduction over another axis stay in shared memory as a row-major view of the
+   result tile, which its consumers read in their own layouts (a column sum broadcast
+   back over the rows reads each column's result where the tile's element lies).
 
 Any row length and any number of rows per tile take the same path: no row must be a
 power of two or fit a warp.
@@ -50,7 +56,8 @@ from tessera.lower.exact.sum64 import (
 )
 from tessera.lower.layout import Blocked, BRow
 from tessera.lower.rules.tensor import chunk_index, for_each_chunk, materialize
-from tessera.lower.values import Dist, Lowered, Scalar, storage_name
+from tessera.lower.values import Dist, Lowered, Mem, Scalar, storage_name
+from tessera.numerics import f32
 
 #: element formats summed (widened exactly to f32 registers) and result formats the
 #: rounding produces (in the f32 registers they live in)
@@ -75,14 +82,15 @@ def _for_rows(e: TargetEmitter, rows: int, body: object) -> None:
 
 
 def exact_row_sums(low: Lowerer, x: Dist | list[Dist], rows: int, cols: int, element: object,
-                   divisor: int, grid: tuple[int, int] = (SUM64_DIGITS, SUM64_QUANTUM)
-                   ) -> tuple[Value, SharedAcc]:
-    """Steps 1-3 above for the blocked ``x`` of ``rows`` rows of ``cols`` elements:
-    the ``u32`` address of the ``rows`` results in shared memory (f32 registers of the
-    result format; f64 for the f64 terms of :mod:`tessera.lower.exact.sum64` summed
-    into float64). f64 terms use an accumulator of ``grid`` = (words, quantum). ``x``
-    may be a list of blocked tiles whose elements all belong to the one row (``rows``
-    is 1): each is deposited in turn."""
+                   divisor: int, grid: tuple[int, int] = (SUM64_DIGITS, SUM64_QUANTUM),
+                   step: int = 1) -> tuple[Value, SharedAcc]:
+    """Steps 1-3 above for the blocked ``x`` of ``rows`` rows of ``cols`` elements
+    (``step`` elements apart in the flat tile: 1 for the last axis): the ``u32``
+    address of the ``rows`` results in shared memory (f32 registers of the result
+    format; f64 for the f64 terms of :mod:`tessera.lower.exact.sum64` summed into
+    float64). f64 terms use an accumulator of ``grid`` = (words, quantum). ``x`` may be
+    a list of blocked tiles whose elements all belong to the one row (``rows`` is 1):
+    each is deposited in turn."""
     parts = x if isinstance(x, list) else [x]
     e = low.em
     terms64 = parts[0].type == "f64"
@@ -114,8 +122,21 @@ def exact_row_sums(low: Lowerer, x: Dist | list[Dist], rows: int, cols: int, ele
             for c in range(lay.vec):
                 deposit_one(inner, addr, acc, part.regs[j * lay.vec + c])
 
+        def deposit_apart(em: TargetEmitter, j: int, part: Dist = part) -> None:
+            # a chunk spans columns: an accumulator per element
+            lay = part.layout
+            assert isinstance(lay, Blocked)
+            k0 = chunk_index(em, lay, j)
+            for c in range(lay.vec):
+                k = em.add(k0, em.const(c, "s32"), "s32") if c else k0
+                row = em.bin("rem", k, em.const(step, "s32"), "s32")
+                if rows > step:  # leading axes: blocks of n * step elements
+                    block = em.bin("div", k, em.const(cols * step, "s32"), "s32")
+                    row = em.add(em.mul(block, em.const(step, "s32"), "s32"), row, "s32")
+                deposit_one(em, acc.row(em, row), acc, part.regs[j * lay.vec + c])
+
         assert isinstance(part.layout, Blocked)
-        for_each_chunk(e, part.layout, deposit)
+        for_each_chunk(e, part.layout, deposit if step == 1 else deposit_apart)
     e.bar()
     results = e.add(base, e.const(acc_bytes, "u32"), "u32")
 
@@ -186,10 +207,11 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     src, res = instr.operands[0], instr.results[0]
     st, rt = src.type, res.type
     assert isinstance(st, TensorType) and isinstance(rt, TensorType)
-    if op.kind not in ("sum", "mean") or op.axis % st.rank != st.rank - 1:
+    if op.kind not in ("sum", "mean"):
         raise UnsupportedError(f"exact tile.reduce {op.kind} over axis {op.axis} is not "
-                               "lowered", hint="exact sums and means over the last axis are",
-                               loc=instr.loc)
+                               "lowered", hint="exact sums and means are", loc=instr.loc)
+    axis = op.axis % st.rank
+    last = axis == st.rank - 1
     name = storage_name(rt.element)
     if isinstance(args[0], MseTable):  # an mse's terms, deposited without their table
         return _mse_mean(low, instr, args[0])
@@ -197,7 +219,7 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
             and x.layout.parent.vec == 1:  # rows of one element: a register per row
         x = Dist(x.layout.parent, x.regs, x.type)
-    wide = isinstance(x, Dist) and x.type == "f64" and op.kind == "sum" and \
+    wide = last and isinstance(x, Dist) and x.type == "f64" and op.kind == "sum" and \
         name == "float64" and (softmax_terms(src) or expansion_terms(src))
     mse = isinstance(x, Dist) and x.type == "f64" and name in FORMATS and mse_terms(src)
     if not isinstance(x, Dist) or not isinstance(x.layout, Blocked) or (not wide and not mse and (
@@ -207,14 +229,18 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
             f"exact tile.reduce of a {st} tile into {rt.element} is not lowered",
             hint="exact sums of f32, bf16, f16 and fp8 tiles held in registers (not mma "
                  "accumulators) are", loc=instr.loc)
-    cols = st.shape[-1]
-    rows = prod(st.shape[:-1])
+    cols, inner = st.shape[axis], prod(st.shape[axis + 1:])
+    rows = prod(st.shape[:axis]) * inner
     if cols == 0:
         raise UnsupportedError("an exact reduction of empty rows is not lowered", loc=instr.loc)
     results, _ = exact_row_sums(low, x, rows, cols, rt.element,
                                 cols if op.kind == "mean" else 1,
                                 (MSE_DIGITS, MSE_QUANTUM) if mse else
-                                (SUM64_DIGITS, SUM64_QUANTUM))
+                                (SUM64_DIGITS, SUM64_QUANTUM), inner)
+    if not last:  # step 4 is each consumer's: a row-major view of the results
+        shape = tuple(rt.shape)
+        strides = tuple(prod(shape[k + 1:]) for k in range(len(shape)))
+        return [Mem("shared", results, None, shape, strides, f32, align=4)]
     t = "f64" if wide else "f32"
     return row_results(low, instr, rows, lambda e, row: _read(e, results, row, t), t)
 

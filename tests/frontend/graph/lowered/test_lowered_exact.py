@@ -1,8 +1,8 @@
 """Graph programs whose kernels accumulate exactly, lowered to Target IR and PTX: sums,
-means, variance, layernorm and RMSnorm give the graph interpreter's bits under the
-Target IR interpreter (``backend="target"``) on both targets, their PTX assembles with
-no advisory and no spills, and so do matmuls with their epilogues (the exact mma);
-what is still refused names the graph line."""
+means (over rows, columns or a middle axis), variance, layernorm and RMSnorm give the
+graph interpreter's bits under the Target IR interpreter (``backend="target"``) on both
+targets, their PTX assembles with no advisory and no spills, and so do matmuls with
+their epilogues (the exact mma); what is still refused names the graph line."""
 
 from __future__ import annotations
 
@@ -44,6 +44,18 @@ def layernorm(x, g, b):  # type: ignore[no-untyped-def]
 
 def rmsnorm(x, g):  # type: ignore[no-untyped-def]
     return x / op.sqrt(op.mean(x * x, axis=-1, keepdims=True) + 1e-6) * g
+
+
+def column_sum_added(x):  # type: ignore[no-untyped-def]
+    return op.sum(x, axis=0, keepdims=True) + x
+
+
+def column_mean(x):  # type: ignore[no-untyped-def]
+    return op.mean(x, axis=0)
+
+
+def column_centred(x):  # type: ignore[no-untyped-def]
+    return x - op.mean(x, axis=0, keepdims=True)
 
 
 def matmul(a, b):  # type: ignore[no-untyped-def]
@@ -106,12 +118,62 @@ def test_norms_on_target_give_the_graph_bits(rows: int, cols: int, fmt: str, kin
         same_on_target(rmsnorm, (x, g), target)
 
 
+@settings(max_examples=20, deadline=None)
+@given(rows=side, cols=st.integers(1, 90), fmt=st.sampled_from(sorted(FORMATS)), kind=kinds,
+       fn=st.sampled_from([column_sum_added, column_mean, column_centred]),
+       target=st.sampled_from(TARGETS), seed=st.integers(0, 2**16))
+def test_column_sums_and_means_on_target_give_the_graph_bits(
+        rows: int, cols: int, fmt: str, kind: str, fn, target: str,  # type: ignore[no-untyped-def]
+        seed: int) -> None:
+    """One accumulator per column; the values are drawn per column (the transpose of
+    rows), so ``cancel`` cancels down each column."""
+    rng = np.random.default_rng(seed)
+    x = np.ascontiguousarray(_values(rng, (cols, rows), fmt, kind).T)
+    same_on_target(fn, (x,), target)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_column_sum_is_exact_and_rounded_once(fmt: str) -> None:
+    """The columns of ``[[2^10, 1, 1], [t, t, u/2], [-2^10, -1, u/2]]`` (``t = 2^-24``,
+    f16's smallest subnormal, a value of every format; ``u`` the format's spacing at 1)
+    sum to ``t``, ``t`` and ``1 + u``, where a running sum in the format gives 0, 0 and
+    1 (``1 + u/2`` is a tie, rounded to the even 1)."""
+    t, u = 2.0**-24, {"f32": 2.0**-23, "bf16": 2.0**-7, "f16": 2.0**-10}[fmt]
+    x = _as(fmt, [[2.0**10, 1.0, 1.0], [t, t, u / 2], [-(2.0**10), -1.0, u / 2]])
+    want = _as(fmt, [[t, t, 1 + u]])
+    assert want.tobytes() != _as(fmt, [[0.0, 0.0, 1.0]]).tobytes()
+    lowered = ts.jit(lambda x: op.sum(x, axis=0, keepdims=True)).lower(x)
+    for target in TARGETS:
+        out = np.asarray(lowered.run(x, backend="target", target=target).array)
+        assert out.tobytes() == want.tobytes(), (target, out, want)
+
+
 @pytest.mark.parametrize("shape", [(1,), (37,), (3, 4, 5), (2, 1, 7)])
 def test_reductions_of_other_ranks_on_target(shape: tuple[int, ...]) -> None:
     """A 1-D row (one scalar result) and rows of 3-D tensors."""
     rng = np.random.default_rng(len(shape))
     x = _values(rng, shape, "f32", "wide")
     for fn in (row_sum, row_mean):
+        for target in TARGETS:
+            same_on_target(fn, (x,), target)
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 4, 5), 0), ((3, 4, 5), 1), ((2, 1, 7), 1),
+                                         ((5, 3, 1), 1), ((4, 2, 6), -2)])
+def test_sums_over_leading_and_middle_axes_on_target(shape: tuple[int, ...], axis: int
+                                                     ) -> None:
+    """An accumulator per (leading index, trailing index) pair: element ``k`` goes to
+    accumulator ``(k // (n inner)) inner + k % inner``."""
+    rng = np.random.default_rng(sum(shape) + axis)
+    x = _values(rng, shape, "f32", "special")
+
+    def summed(x):  # type: ignore[no-untyped-def]
+        return op.sum(x, axis=axis, keepdims=True) * x
+
+    def mean(x):  # type: ignore[no-untyped-def]
+        return op.mean(x, axis=axis)
+
+    for fn in (summed, mean):
         for target in TARGETS:
             same_on_target(fn, (x,), target)
 
@@ -129,7 +191,8 @@ def test_exact_reduction_ptx_assembles_without_advisories_or_spills(target: str)
     rng = np.random.default_rng(1)
     cases = [(layernorm, [(33, 100), (100,), (100,)]), (rmsnorm, [(7, 48), (48,)]),
              (row_mean, [(300, 37)]), (variance, [(64, 1024)]),
-             (layernorm, [(512, 768), (768,), (768,)])]
+             (layernorm, [(512, 768), (768,), (768,)]), (column_sum_added, [(300, 37)]),
+             (column_centred, [(64, 1024)])]
     for fn, shapes in cases:
         args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         for kernel in ts.jit(fn).lower(*args).target(target).kernels:
