@@ -82,7 +82,7 @@ def fraction_round(q: Fraction, precision: int, emin: int, max_value: float) -> 
     if q == 0:
         return 0.0
     mag = abs(q)
-    e = math.floor(math.log2(mag))
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # within one of log2
     while Fraction(2) ** e > mag:
         e -= 1
     while Fraction(2) ** (e + 1) <= mag:
@@ -95,7 +95,7 @@ def fraction_round(q: Fraction, precision: int, emin: int, max_value: float) -> 
         floor += 1
     value = floor * quantum
     result = math.inf if value > Fraction(max_value) else float(value)
-    return math.copysign(result, q)
+    return -result if q < 0 else result
 
 
 def bits_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
