@@ -25,7 +25,6 @@ FORMATS = {"f32": ts.f32, "bf16": ts.bf16, "f16": ts.f16, "fp8_e4m3": ts.fp8_e4m
 
 #: the refusals docs/schedule.md lists as not lowered yet
 KNOWN_GAPS = [
-    r"exact tile\.reduce sum over axis \d is not lowered",
     r"a memory tile (cannot be read into|broadcast into) layout BRow",
     r"an exact mma accumulator must be a 2-D blocked tile",
 ]
