@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import tessera as ts
 from tessera import op
 from tessera.frontend.graph.lowered_target import TargetGenerationError
-from tests.frontend.graph.lowered.same import TARGETS, same_on_target
+from tests.frontend.graph.lowered.same import TARGETS, assembles_clean, same_on_target
 
 FORMATS = {"f32": ts.f32, "bf16": ts.bf16, "f16": ts.f16}
 #: the exponents a format's values span, subnormals included
@@ -196,10 +196,7 @@ def test_exact_reduction_ptx_assembles_without_advisories_or_spills(target: str)
     for fn, shapes in cases:
         args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         for kernel in ts.jit(fn).lower(*args).target(target).kernels:
-            assembled = kernel.assemble()
-            stats = assembled.stats[kernel.name]
-            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-            assert "warning" not in assembled.log.lower()
+            assembles_clean(kernel)
             assert "red.shared.add.u64" in kernel.ptx
 
 
@@ -273,10 +270,7 @@ def test_exact_matmul_ptx_assembles_without_advisories_or_spills(target: str) ->
     for fn, shapes in cases:
         args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         for kernel in ts.jit(fn).lower(*args).target(target).kernels:
-            assembled = kernel.assemble()
-            stats = assembled.stats[kernel.name]
-            assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0
-            assert "warning" not in assembled.log.lower()
+            assembles_clean(kernel)
             assert "mma.sync" not in kernel.ptx and "wgmma" not in kernel.ptx  # no tensor cores
 
 

@@ -87,16 +87,7 @@ def test_mse_keeps_the_sign_of_a_difference_float64_cannot_hold(backend: str) ->
 
 def test_training_step_compiles_with_its_loss() -> None:
     """The quick start's step: the loss and its gradient as kernels, the graph's bits."""
-    @ts.jit
-    @ts.autodiff
-    def train_step(x, y, W):
-        return ts.mse(ts.gemm(x, W), y)
-
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((32, 64)).astype(np.float32)
-    y = rng.standard_normal((32, 16)).astype(np.float32)
-    W = (rng.standard_normal((64, 16)) * 0.1).astype(np.float32)
-    lowered = ts.jit(ts.value_and_grad(train_step)).lower(x, y, W)
+    lowered, (x, y, W) = _train_step_program()
     assert len(lowered.kernels) == 3
     want, got = lowered.run(x, y, W), lowered.run(x, y, W, backend="tile")
     assert [_bits(g) for g in got] == [_bits(w) for w in want]
