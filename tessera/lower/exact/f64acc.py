@@ -31,21 +31,10 @@ from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 
 
-def _constant(v: Value) -> int | None:
-    owner = v.owner
-    if isinstance(owner, Instr) and isinstance(owner.op, tile_ir.Constant):
-        return int(owner.op.value)
-    return None
-
-
 def _trips(loop: Instr) -> float:
     """The trip count of a ``tile.for`` with constant bounds (``inf`` otherwise)."""
-    if not isinstance(loop.op, tile_ir.For):
-        return math.inf
-    lo, hi, step = (_constant(v) for v in loop.operands[:3])
-    if lo is None or hi is None or step is None or step <= 0:
-        return math.inf
-    return max(0, -(-(hi - lo) // step))
+    trips = tile_ir.constant_trips(loop)
+    return math.inf if trips is None else trips
 
 
 def _mmas(block: Block, trips: float, out: list[tuple[Instr, float]]) -> None:

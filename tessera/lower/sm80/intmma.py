@@ -74,13 +74,6 @@ def _fits(instr: Instr, target: str) -> bool:
     return target != "sm_90a" or (n <= 256 and (n <= 32 or n % 16 == 0))
 
 
-def _constant(v: Value) -> int | None:
-    d = _defining(v)
-    if d is not None and isinstance(d.op, tile_ir.Constant) and isinstance(d.op.value, int):
-        return d.op.value
-    return None
-
-
 def integer_tensor_cores(fn: Function, target: str) -> bool:
     """Whether every integer ``mma`` of ``fn`` runs on tensor cores (module docstring):
     all do, or none (their accumulators would otherwise share a layout)."""
@@ -93,9 +86,7 @@ def integer_tensor_cores(fn: Function, target: str) -> bool:
                 mmas.append((instr, trips))
             inner = None if isinstance(instr.op, tile_ir.While) else trips
             if isinstance(instr.op, tile_ir.For):
-                lo, hi, step = (_constant(v) for v in instr.operands[:3])
-                count = None if None in (lo, hi, step) or not step or step < 0 else \
-                    max(0, -(-(hi - lo) // step))  # type: ignore[operator]
+                count = tile_ir.constant_trips(instr)
                 inner = None if trips is None or count is None else trips * count
                 body = instr.regions[0].block
                 yielded = body.instrs[-1].operands

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from tessera.errors import IRParseError, IRVerifyError
 from tessera.ir.core import (
+    Instr,
     Op,
     Terminator,
     Type,
@@ -202,6 +203,22 @@ class For(_Structured, StructuredFor):
     name: ClassVar[str] = "tile.for"
 
 
+def constant_trips(loop: Instr) -> int | None:
+    """The iteration count of a ``tile.for`` whose bounds and positive step are integer
+    ``tile.constant``s; None for any other loop or op."""
+    if not isinstance(loop.op, For):
+        return None
+    bounds = []
+    for v in loop.operands[:3]:
+        owner = v.owner
+        if not (isinstance(owner, Instr) and isinstance(owner.op, Constant)
+                and isinstance(owner.op.value, int)):
+            return None
+        bounds.append(owner.op.value)
+    lo, hi, step = bounds
+    return max(0, -(-(hi - lo) // step)) if step > 0 else None
+
+
 @register_op
 @dataclass(frozen=True)
 class While(_Structured, StructuredWhile):
@@ -225,4 +242,4 @@ from tessera.ir.dialects.tile.ids import (  # noqa: E402
 __all__ = ["BOOL", "INDEX", "KERNEL", "SCALAR_BOOL", "SCALAR_INDEX", "Arange", "Condition",
            "Constant", "For", "GridCoord", "GroupId", "If", "LaneId", "LinearId", "LocalId",
            "MemRefType",
-           "Return", "While", "Yield", "memref_of", "scalar_of", "tensor_of"]
+           "Return", "While", "Yield", "constant_trips", "memref_of", "scalar_of", "tensor_of"]
