@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.tile.carried import carried_rule
 from tessera.interp.tile.fastpaths.pending import PendingMma
 from tessera.interp.tile.memory.spaces import poison
 from tessera.interp.tile.mma import Widen, mma, widened
@@ -267,6 +268,8 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     src = instr.operands[0].type
     assert isinstance(src, TensorType)
     axis = op.axis % src.rank - src.rank  # from the end: works with program axes
+    if len(instr.operands) == 2:
+        return carried_rule(instr)
     n = _num_in(instr)
     if op.kind in ("max", "min"):
         kind = op.kind

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tessera.interp.tile.numeric import num
 from tessera.interp.tile.rules import WIDE_OK
-from tessera.ir.core import Function, Value
+from tessera.ir.core import Function, Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.structured import forward_closure, value_slots
 from tessera.ir.types import TensorType
@@ -39,11 +39,20 @@ def possibly_wide(fn: Function) -> set[Value]:
 
 def possibly_exact(fn: Function) -> set[Value]:
     """The values of ``fn`` that hold an exact accumulator in exact mode: the results of
-    ``mma`` with ``exact = true`` and the control-flow slots they flow into (a narrow
+    ``mma`` with ``exact = true``, of carried exact sums (``tile.reduce`` with an
+    accumulator operand) and the control-flow slots they flow into (a narrow
     value reaching such a slot, a loop's ``zeros`` start, is made exact there). Any
     other op rounds an exact operand once (:mod:`tessera.interp.tile.numeric`)."""
-    return forward_closure(fn, lambda instr: isinstance(instr.op, tile_compute.Mma)
-                           and instr.op.exact, lambda instr: False)
+    return forward_closure(fn, _makes_exact, lambda instr: False)
+
+
+def _makes_exact(instr: Instr) -> bool:
+    """An exact ``mma``, or an exact sum that continues an accumulator."""
+    op = instr.op
+    if isinstance(op, tile_compute.Mma):
+        return op.exact
+    return isinstance(op, tile_compute.Reduce) and len(instr.operands) == 2 and \
+        op.kind == "sum"
 
 
 def held_wide(v: Value, wide: set[Value]) -> bool:

@@ -15,7 +15,9 @@ the region is run:
 * ``tile``: the tile extent of each loop (empty until the ``tile`` pass);
 * ``reduction``: ``"none"`` (no reduction loop), ``"in_tile"`` (each reduction is
   finished inside one program, its tiles visited in a fixed order), ``"split_k"``,
-  ``"two_pass"`` (statistics first, then the values that use them);
+  ``"two_pass"`` (statistics first, then the values that use them), ``"blocked"``
+  (the reduced rows visited block by block in one program, each sum carried in an
+  exact accumulator and rounded once after the last block);
 * ``stages``: the depth of the pipeline staging operands through shared memory;
 * ``inputs``: where each operand is read through (``"global"`` into registers, or
   ``"shared"``); ``temps``: where each result of the region's ops lives
@@ -40,7 +42,7 @@ from tessera.ir.dialects.schedule.space import IterationSpace, iteration_space
 
 FUNC = "schedule.func"
 LOOP_KINDS = ("grid", "seq", "split")
-REDUCTIONS = ("none", "in_tile", "split_k", "two_pass")
+REDUCTIONS = ("none", "in_tile", "split_k", "two_pass", "blocked")
 INPUT_PLACES = ("global", "shared")
 TEMP_PLACES = ("registers", "shared", "global", "view")
 

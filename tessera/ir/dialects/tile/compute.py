@@ -228,16 +228,30 @@ class Reduce(Op):
     divided by the axis length) rounded once, to nearest even, to the element, whatever
     the order of the terms (NaN is the default quiet NaN). ``to`` (exact sums and means
     only) rounds that once to another float element instead of the operand's: a sum of
-    float64 terms rounded once to f32 is not the f64 sum rounded again."""
+    float64 terms rounded once to f32 is not the f64 sum rounded again.
+
+    **Carried sums.** An exact sum or mean may take a second operand ``c``, an exact
+    accumulator of the result's type, and continue it: a row too long for one program
+    is summed block by block in a ``tile.for`` whose carried value starts from zeros
+    (``tile.full`` 0). A *sum* then returns the exact accumulator ``c + sum(x)``, held
+    without rounding through further carried sums and loop-carried values, and rounded
+    once, to nearest even, where any other op uses it (as an exact ``mma``'s result).
+    A *mean* ends the chain: it returns ``(c + sum(x)) / count`` rounded once, where
+    ``count`` (required) is the number of terms of the whole chain. The terms must be
+    float values of at most 32 bits, or float64 values that are whole multiples of
+    ``2**-298`` (products of two such values): the accumulator counts that quantum."""
 
     name: ClassVar[str] = "tile.reduce"
     kind: str
     axis: int = -1
     exact: bool = False
     to: Element | None = None
+    count: int = 0
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 1)
+        if len(operands) not in (1, 2):
+            raise IRVerifyError("tile.reduce takes a tile and, for a carried exact sum, "
+                                "its accumulator")
         x = tensor_of(self, operands[0])
         kinds = ("sum", "max", "min", "mean") if self.exact else ("sum", "max", "min")
         if self.kind not in kinds:
@@ -252,13 +266,24 @@ class Reduce(Op):
             raise IRVerifyError(f"tile.reduce axis {self.axis} is out of range for {x}")
         axis = self.axis % x.rank
         out = x.with_shape(x.shape[:axis] + x.shape[axis + 1:])
-        if self.to is None:
-            return (out,)
-        if not self.exact or self.kind not in ("sum", "mean") or \
-                storage_of(self.to).kind != "float":
-            raise IRVerifyError(f"tile.reduce to {self.to}: only an exact sum or mean "
-                                "rounds to another element, and only to a float one")
-        return (out.with_element(self.to),)
+        if self.to is not None:
+            if not self.exact or self.kind not in ("sum", "mean") or \
+                    storage_of(self.to).kind != "float":
+                raise IRVerifyError(f"tile.reduce to {self.to}: only an exact sum or mean "
+                                    "rounds to another element, and only to a float one")
+            out = out.with_element(self.to)
+        carried = len(operands) == 2
+        if (self.count != 0) != (carried and self.kind == "mean") or self.count < 0:
+            raise IRVerifyError("tile.reduce count is the length of a carried mean and "
+                                "only that", hint="a mean that continues an accumulator "
+                                "needs count = the number of terms of the whole chain")
+        if carried:
+            if not self.exact or self.kind not in ("sum", "mean"):
+                raise IRVerifyError("only an exact sum or mean continues an accumulator")
+            c = tensor_of(self, operands[1])
+            if c.shape != out.shape or storage_of(c.element) != storage_of(out.element):
+                raise IRVerifyError(f"tile.reduce accumulator {c} should be {out}")
+        return (out,)
 
 
 @register_op

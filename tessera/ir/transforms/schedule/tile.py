@@ -13,9 +13,11 @@ this cost model, all sizes powers of two no larger than their loop needs:
   fit the target, tiles are halved in the order of ``_shrink_order``; a row cut in
   pieces is reduced in two passes. In exact mode attention first halves its query
   tiles (down to ``MIN_GRID_TILE`` rows) to keep its key rows whole: one pass over the
-  keys instead of three exact passes over key blocks (``_fit_whole_keys``).
+  keys instead of three exact passes over key blocks (``_fit_whole_keys``). Float
+  sums, means and mean squared errors over long rows are walked in blocks of at most
+  ``blocked.BLOCK_TERMS`` terms carrying exact accumulators (``blocked``).
 
-Reductions stay sequential in a fixed order (``in_tile`` or ``two_pass``): in exact
+Reductions stay sequential in a fixed order (``in_tile``, ``two_pass`` or ``blocked``): in exact
 mode a floating-point reduction is never split, because splitting would change its
 rounding. ``split_k`` is chosen only for integer matmuls (their partial sums are exact)
 or with ``mode="fast"``, when the grid has fewer tiles than half the target's SMs.
@@ -40,6 +42,7 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects.schedule.space import IterationSpace
 from tessera.ir.passes import register_pass
+from tessera.ir.transforms.schedule import blocked
 from tessera.ir.transforms.schedule.build import is_index_map
 from tessera.ir.transforms.schedule.cost import (
     MIN_GRID_TILE,
@@ -196,7 +199,12 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     stages = _stages(instr, space, plan.tile, inputs, temps, limits) if matmuls else 1
     kinds = list(space.kinds)
     split = 1
-    if any(plan.tile[k] < space.extents[k] for k in reduced):
+    carried = blocked.blocked_loops(instr, space)
+    if carried:
+        blocked.cap_blocks(plan.tile, carried, blocked.block_weight(instr))
+    if any(plan.tile[k] < space.extents[k] for k in carried):
+        reduction = "blocked"
+    elif any(plan.tile[k] < space.extents[k] for k in reduced):
         reduction = "two_pass"
     elif kinds.count("seq"):
         reduction = "in_tile"

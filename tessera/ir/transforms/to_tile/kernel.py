@@ -28,7 +28,7 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import edges, flash, keyblocks
+from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
@@ -52,6 +52,9 @@ class Emitter:
         #: constants already made in the kernel's top block, by (type, value)
         self.constants: dict[tuple[str, str], Value] = {}
         self.top = block
+        #: inside a block of carried reductions: each reduction's accumulator
+        #: (:mod:`tessera.ir.transforms.to_tile.blocked`)
+        self.carry: dict[Instr, Value] = {}
 
     def create(self, op: Op, operands: Sequence[Value], instr: Instr | None = None) -> list[Value]:
         """``op(operands)`` at the end of the body, at ``instr``'s source line."""
@@ -143,10 +146,12 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
                 if v in region.args and all(u in matmuls for u in users.get(v, []))}
     tiles = [edges.edge_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
     plan = keyblocks.plan_of(instr, space)
+    rows = blocked.plan_of(instr, space, tiles)  # long rows walked in blocks
+    walked = rows.loops if rows is not None else []
     for (v, _), loop in space.loop_of.items():
         # a K loop is walked in steps only by operands read from memory; a value the
         # kernel computes along it (the hidden row of a fused MLP) is held whole
-        if space.kinds[loop] != "grid" and v not in streamed:
+        if space.kinds[loop] != "grid" and v not in streamed and loop not in walked:
             tiles[loop] = space.extents[loop]
     if plan is not None:  # attention's keys are walked in blocks (two_pass)
         tiles[plan.loop] = plan.block
@@ -165,7 +170,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     env: dict[Value, Value] = {}
     mems = dict(zip(region.args, mems_in))
     for arg, mem in mems.items():
-        if arg not in streamed and (plan is None or arg not in plan.args):
+        if arg not in streamed and (plan is None or arg not in plan.args) and \
+                (rows is None or arg not in rows.args):
             # matmul operands are loaded tile by tile along K, keyed ones per key block
             env[arg] = edges.load(em, mem, arg)
     term = region.terminator
@@ -179,8 +185,17 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
                                                                               plan.loop):
                 _store(em, grid_coords, space, tiles, mem, value, local[value])
 
-    for inner in region.instrs:
+    def store_blocks(local: dict[Value, Value]) -> None:  # a block's results
+        for value, mem in outs.items():
+            if value in local:
+                _store(em, grid_coords, space, tiles, mem, value, local[value])
+
+    for inner in region.instrs if rows is None else rows.order:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
+            continue
+        if rows is not None and inner in rows.keyed:
+            if inner is rows.keyed[0]:
+                blocked.emit_blocks(em, rows, mems, env, users, store_blocks)
             continue
         if plan is not None and inner in plan.keyed:
             if inner is plan.softmax:
@@ -202,7 +217,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     # one program (see :mod:`.reduce`), unless a row softmax walks it in blocks)
     assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)
                if kind != "grid" and k not in space.contracted
-               and (plan is None or k != plan.loop))
+               and (plan is None or k != plan.loop) and k not in walked)
     for value, mem in outs.items():
         if value in env:  # (a row block's results are stored by its pass)
             _store(em, grid_coords, space, tiles, mem, value, env[value])

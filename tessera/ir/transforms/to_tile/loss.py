@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects.tile import compute as tc
+from tessera.ir.transforms.to_tile import blocked
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, dtype, storage_of
@@ -118,7 +119,8 @@ def _mse(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         raise rules.refuse(instr, "a mean squared error of no elements")
     t = _Terms(em, instr, n)
     flat = []
-    for x in (a, b):
+    for v, x in zip(instr.operands, (a, b)):
+        x = blocked.zero_outside(em, v, x, instr)  # (0 - 0: no terms past an edge)
         (v,) = em.create(tc.Reshape((n,)), [x], instr)
         (w,) = em.create(tc.Cast(F64), [v], instr)
         flat.append(t.op(tc.Mul(), t.const(4.0), w))  # exact: see the module docstring
@@ -128,6 +130,9 @@ def _mse(em: Emitter, instr: Instr, args: list[Value]) -> Value:
         (wide,) = em.create(tc.Broadcast((n, COLUMNS), (0,)), [term], instr)
         (table,) = em.create(tc.Where(), [column, wide, table], instr)
     (rows,) = em.create(tc.Reshape((n * COLUMNS,)), [table], instr)
+    acc = blocked.exact_reduce(em, instr, rows, 0, to=out_t.element)
+    if acc is not None:  # a block of a carried mean: finished after the loop
+        return acc
     (mean,) = em.create(tc.Reduce("mean", 0, exact=True, to=out_t.element), [rows], instr)
     return rules.settle(em, instr, mean)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects.tile import compute as tc
+from tessera.ir.transforms.to_tile import blocked
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.types import TensorType
 from tessera.numerics import dtype, storage_of
@@ -81,7 +82,11 @@ def _sum(em: Emitter, instr: Instr, args: list[Value]) -> Value:
     if src.kind != "float" or src != out:
         raise rules.refuse(instr, f"a {'mean' if is_mean else 'sum'} of {src} values "
                            f"into {out}")
+    x = blocked.zero_outside(em, instr.operands[0], x, instr)
     flat, axis = _merged(em, instr, x, axes)
+    acc = blocked.exact_reduce(em, instr, flat, axis)
+    if acc is not None:  # a block of a carried reduction: finished after the loop
+        return acc
     (r,) = em.create(tc.Reduce("mean" if is_mean else "sum", axis, exact=True), [flat], instr)
     return _finish(em, instr, r)
 

@@ -70,7 +70,8 @@ def to_exact(x: Any) -> np.ndarray:
     if arr.dtype == EXACT:
         if all(type(v) is int for v in arr.flat):
             return arr
-        return np.frompyfunc(_element, 1, 1)(arr).astype(EXACT)
+        # (np.asarray: on a 0-d array the ufunc returns a bare Python scalar)
+        return np.asarray(np.frompyfunc(_element, 1, 1)(arr), dtype=EXACT)
     out = _ints(arr, SCALE)
     special = ~np.isfinite(arr.astype(np.float64))
     if special.any():

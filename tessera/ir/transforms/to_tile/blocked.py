@@ -1,0 +1,205 @@
+"""Reductions over rows longer than one program holds: one program walks the rows in
+blocks, carrying each sum in an exact accumulator (the schedule's ``blocked`` strategy,
+:mod:`tessera.ir.transforms.schedule.blocked`).
+
+For each loop the schedule cut, a ``tile.for`` visits the blocks (nested, outermost
+loop first). Each block loads its tiles of the kernel's operands (masked past a ragged
+edge), computes the elementwise work on them, sets the terms past the edge to zero (a
+zero adds nothing to an exact sum, whatever the prologue made of the masked loads) and
+adds them to the carried accumulators: ``tile.reduce(terms, acc)`` with ``exact``, the
+exact ``acc + sum(terms)``. After the last block:
+
+* a **sum** is the accumulator itself, rounded once where it is stored or used;
+* a **mean** is one more carried reduce, of a zero, with ``count`` the whole row's
+  length: ``(acc + 0) / count`` rounded once, the graph's exact mean;
+* a **mean squared error** is that mean of its ``16 n`` square terms
+  (:mod:`tessera.ir.transforms.to_tile.loss`), rounded once to the result's element.
+
+Every step is exact, so the bits are the graph interpreter's for any block size and
+any order of the blocks. Results that run along the cut loops are stored block by block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from tessera.ir.core import Block, Builder, Instr, IRRegion, Value
+from tessera.ir.dialects import graph as graph_ops
+from tessera.ir.dialects import tile as tile_ops
+from tessera.ir.dialects.schedule.space import IterationSpace
+from tessera.ir.dialects.tile import compute as tc
+from tessera.ir.transforms.schedule.blocked import MSE_TERMS, blocked_loops
+from tessera.ir.transforms.to_tile import edges
+from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.types import TensorType
+from tessera.numerics import dtype
+
+if TYPE_CHECKING:
+    from tessera.ir.transforms.to_tile.kernel import Emitter
+
+
+F64 = dtype("f64")
+
+
+@dataclasses.dataclass
+class BlockPlan:
+    """The loops one kernel walks in blocks, and what it computes per block."""
+
+    loops: list[int]          #: the cut loops, outermost first
+    keyed: list[Instr]        #: the region's instructions computed per block, in order
+    reductions: list[Instr]   #: the carried reductions among them
+    args: set[Value]          #: the kernel's operands read per block
+    order: list[Instr]        #: the region in emission order: what the blocks read first
+
+
+def plan_of(instr: Instr, space: IterationSpace, tiles: Sequence[int]) -> BlockPlan | None:
+    """The block plan of a ``blocked`` kernel, or None (its rows are held whole)."""
+    if getattr(instr.op, "reduction", None) != "blocked":
+        return None
+    loops = sorted(k for k in blocked_loops(instr, space) if tiles[k] < space.extents[k])
+    if not loops:
+        return None
+
+    def along(v: Value) -> bool:
+        t = v.type
+        return isinstance(t, TensorType) and any(space.loop_of.get((v, k)) in loops
+                                                 for k in range(t.rank))
+
+    region = instr.regions[0].block
+    keyed = [i for i in region.instrs if not i.op.terminator
+             and (any(along(r) for r in i.results) or any(along(v) for v in i.operands))]
+    reductions = [i for i in keyed if not any(along(r) for r in i.results)]
+    # what the blocks read is computed before the loops; what reads the reductions after
+    later = {r for i in reductions for r in i.results}
+    for i in region.instrs:
+        if i not in keyed and any(v in later for v in i.operands):
+            later.update(i.results)
+    early = [i for i in region.instrs if i not in keyed and not i.op.terminator
+             and not any(r in later for r in i.results)]
+    rest = [i for i in region.instrs if i not in keyed and i not in early]
+    return BlockPlan(loops, keyed, reductions, {a for a in region.args if along(a)},
+                     early + keyed + rest)
+
+
+def block_loop(em: Emitter, loop: int, block: int, inits: Sequence[Value], instr: Instr,
+               body_fn: Callable[[list[Value]], list[Value]]) -> list[Value]:
+    """A ``tile.for`` over the blocks of ``loop`` carrying ``inits``; inside, the loop
+    starts at the loop index."""
+    body = Block()
+    index = body.add_arg(tile_ops.SCALAR_INDEX, f"b{loop}")
+    carried = [body.add_arg(v.type, f"c{k}") for k, v in enumerate(inits)]
+    outer, start = em.builder, em.starts[loop]
+    em.builder = Builder(body)
+    em.starts[loop] = index
+    em.create(tile_ops.Yield(), body_fn(carried), instr)
+    em.builder, em.starts[loop] = outer, start
+    bounds = [em.index(0), em.index(em.extents[loop]), em.index(block)]
+    return em.builder.create(tile_ops.For(), [*bounds, *inits], loc=instr.loc,
+                             regions=[IRRegion([body])],
+                             result_types=[v.type for v in inits])
+
+
+def _type(v: Value) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _acc_type(em: Emitter, r: Instr) -> TensorType:
+    """The accumulator of the reduction ``r``: one program's tile of its operand with
+    the reduced axes removed (a mean squared error's: one value of its result)."""
+    if isinstance(r.op, graph_ops.Mse):
+        return TensorType((), _type(r.results[0]).element)
+    x = r.operands[0]
+    axes = set(r.op.reduced_axes(_type(x).rank))  # type: ignore[attr-defined]
+    shape = em.tile_type(x).shape
+    return TensorType(tuple(d for a, d in enumerate(shape) if a not in axes), _type(x).element)
+
+
+def zero_outside(em: Emitter, v: Value, tile: Value, instr: Instr) -> Value:
+    """``tile`` (this block's tile of the graph value ``v``) with zeros past the edge of
+    a ragged block: unchanged outside a carried reduction."""
+    if not em.carry:
+        return tile
+    starts = [em.starts[loop] if loop is not None else em.index(0)
+              for loop in (em.loop_of.get((v, k)) for k in range(_type(v).rank))]
+    loops = [em.loop_of.get((v, k)) for k in range(_type(v).rank)]
+    mask = edges.window_mask(em, v, starts, tuple(_type(tile).shape), loops, instr)
+    if mask is None:
+        return tile
+    return em.create(tc.Where(), [mask, tile, em.full(_type(tile), 0)], instr)[0]
+
+
+def exact_reduce(em: Emitter, instr: Instr, flat: Value, axis: int,
+                 to: object = None) -> Value | None:
+    """Inside a carried reduction's block: add ``flat``'s terms along ``axis`` to its
+    accumulator and return the new one; None outside (the caller reduces whole)."""
+    acc = em.carry.get(instr)
+    if acc is None:
+        return None
+    op = tc.Reduce("sum", axis, exact=True, to=to)  # type: ignore[arg-type]
+    return em.create(op, [flat, acc], instr)[0]
+
+
+def _count(r: Instr) -> int:
+    """Terms of the whole reduction ``r``."""
+    x = r.operands[0]
+    shape = _type(x).shape
+    if isinstance(r.op, graph_ops.Mse):
+        return MSE_TERMS * math.prod(shape)
+    return math.prod(shape[a] for a in r.op.reduced_axes(len(shape)))  # type: ignore[attr-defined]
+
+
+def _finish(em: Emitter, r: Instr, acc: Value) -> Value:
+    """The reduction's tile after the last block (module docstring)."""
+    if not isinstance(r.op, graph_ops.Sum):
+        at = _type(acc)
+        mse = isinstance(r.op, graph_ops.Mse)
+        zero_t = TensorType((*at.shape, 1), F64 if mse else _type(r.operands[0]).element)
+        op = tc.Reduce("mean", -1, exact=True, to=at.element if mse else None,
+                       count=_count(r))
+        (acc,) = em.create(op, [em.full(zero_t, 0.0), acc], r)
+    shape = tuple(em.tile_type(r.results[0]).shape)
+    if tuple(_type(acc).shape) != shape:
+        (acc,) = em.create(tc.Reshape(shape), [acc], r)
+    return rules.settle(em, r, acc)
+
+
+def emit_blocks(em: Emitter, plan: BlockPlan, mems: dict[Value, Value],
+                env: dict[Value, Value], users: dict[Value, list[Instr]],
+                store: Callable[[dict[Value, Value]], None]) -> None:
+    """The block loops of ``plan``: each block's work and accumulation, its results
+    along the loops ``store``d; the reductions' finished tiles go into ``env``."""
+    first = plan.keyed[0]
+    along = [r for i in plan.keyed if i not in plan.reductions for r in i.results]
+
+    def block(carried: list[Value]) -> list[Value]:
+        local = dict(env)
+        for arg in plan.args:
+            local[arg] = edges.load(em, mems[arg], arg)
+        em.carry = dict(zip(plan.reductions, carried))
+        for inner in plan.keyed:
+            if not rules.folded(inner, users.get(inner.results[0], [])):
+                local[inner.results[0]] = rules.emit(
+                    em, inner, [local.get(v, v) for v in inner.operands])
+        em.carry = {}
+        store({v: local[v] for v in along})
+        return [local[r.results[0]] for r in plan.reductions]
+
+    def nest(depth: int, carried: list[Value]) -> list[Value]:
+        if depth == len(plan.loops):
+            return block(carried)
+        loop = plan.loops[depth]
+        return block_loop(em, loop, em.tiles[loop], carried, first,
+                          lambda inner: nest(depth + 1, inner))
+
+    inits = [em.full(_acc_type(em, r), 0.0) for r in plan.reductions]
+    for r, acc in zip(plan.reductions, nest(0, inits)):
+        env[r.results[0]] = _finish(em, r, acc)
+
+
+__all__ = ["BlockPlan", "block_loop", "emit_blocks", "exact_reduce", "plan_of",
+           "zero_outside"]
