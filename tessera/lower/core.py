@@ -123,7 +123,7 @@ class Lowerer:
 
             int_cores = integer_tensor_cores(self.fn, self.target)
             self.layouts = assign_layouts(self.fn, int_cores)
-            from tessera.lower.exact.mma import plan_exact
+            from tessera.lower.exact.accplan import plan_exact
 
             exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
             # integer products too, unless their sums provably stay inside s32
@@ -366,7 +366,7 @@ class Lowerer:
         e.loc = self.em.loc = instr.loc  # a rule may switch the emitter
         args = [self.env[v] for v in instr.operands]
         if "exact_chains" in self.extra:  # uses of an exact accumulator round it
-            from tessera.lower.exact.mma import exact_operands
+            from tessera.lower.exact.accplan import exact_operands
 
             args = exact_operands(self, instr, args)
         try:

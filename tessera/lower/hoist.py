@@ -61,7 +61,7 @@ class _Hoister:
             for region in instr.regions:
                 for inner in region.blocks:
                     _substitute(inner, self.subst)
-                    _Hoister(inner).run()
+                    _Hoister(inner, self.kept).run()
             op = instr.op
             if isinstance(op, tile_compute.Broadcast) and id(instr) not in self.kept and \
                     self._computed(instr.operands[0]):

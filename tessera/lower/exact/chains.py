@@ -1,11 +1,13 @@
-"""The chains of exact ``mma`` accumulators in a kernel, and which of them can share
-one buffer in shared memory.
+"""The chains of exact accumulators in a kernel, and which of them can share one
+buffer in shared memory.
 
-An exact accumulator (:mod:`tessera.lower.exact.mma`) flows through ``mma`` results and
-the loop and branch slots they reach (:func:`tessera.interp.tile.wide.possibly_exact`);
-the values one accumulator flows through form a *chain*, which lives in one buffer of
-176 bytes per output element. Chains whose live ranges never overlap may use the same
-buffer: the three exact passes over key blocks of attention
+An exact accumulator flows through the results of exact ``mma`` ops
+(:mod:`tessera.lower.exact.mma`) or of carried exact sums (``tile.reduce(x, c)``,
+:mod:`tessera.lower.exact.carried`) and the loop and branch slots they reach
+(:func:`tessera.interp.tile.wide.possibly_exact`); the values one accumulator flows
+through form a *chain*, which lives in one buffer (long accumulators, one per element:
+176 bytes each for an ``mma``'s, 88 for a sum of f32 terms). Chains whose live
+ranges never overlap may use the same buffer: the three exact passes over key blocks of attention
 (:mod:`tessera.ir.transforms.to_tile.keyblocks`) compute each block's scores in three
 loops that run one after the other, so their score accumulators take one buffer, not
 three. Live ranges are intervals over the kernel's top-level instructions (a value
@@ -19,11 +21,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tessera.interp.tile.wide import possibly_exact
-from tessera.ir.core import Function, Value, walk
+from tessera.ir.core import Function, Instr, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.structured import value_slots
 from tessera.ir.unionfind import UnionFind
+
+
+def carried_operand(instr: Instr) -> int | None:
+    """The operand of ``instr`` that it continues without rounding (an exact ``mma``'s
+    accumulator, a carried sum's or mean's), or None."""
+    op = instr.op
+    if isinstance(op, tile_compute.Mma) and op.exact and len(instr.operands) == 3:
+        return 2
+    if is_carried(instr):
+        return 1
+    return None
+
+
+def is_carried(instr: Instr) -> bool:
+    """Whether ``instr`` is a carried exact sum or mean (``tile.reduce(x, c)``)."""
+    op = instr.op
+    return isinstance(op, tile_compute.Reduce) and op.exact and len(instr.operands) == 2
+
+
+def is_zero(v: Value) -> bool:
+    """Whether ``v`` is a zero tile (``tile.full`` 0) or scalar (``tile.constant`` 0),
+    which starts a chain (its buffer starts zeroed) or adds nothing to one."""
+    owner = v.owner
+    return isinstance(owner, Instr) and isinstance(owner.op, (
+        tile_compute.Full, tile_ir.Constant)) and float(owner.op.value) == 0.0  # type: ignore[attr-defined]
 
 
 def chains(fn: Function) -> dict[Value, Value]:
@@ -45,6 +72,11 @@ def chains(fn: Function) -> dict[Value, Value]:
             ch.find(instr.results[0])
             if len(instr.operands) == 3:
                 join(instr.operands[2], instr.results[0])
+        elif is_carried(instr):  # a sum continues its accumulator; a mean ends it
+            ch.find(instr.operands[1])
+            if op.kind == "sum":  # type: ignore[attr-defined]
+                ch.find(instr.results[0])
+                join(instr.operands[1], instr.results[0])
         elif isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
             for sources, targets in value_slots(instr):
                 members = [v for v in (*sources, *targets) if v in exact]
@@ -112,4 +144,5 @@ def share(ranges: dict[Value, tuple[int, int]], sizes: dict[Value, int]) -> list
     return slots
 
 
-__all__ = ["AccBuffer", "chains", "live_ranges", "share"]
+__all__ = ["AccBuffer", "carried_operand", "chains", "is_carried", "is_zero", "live_ranges",
+           "share"]

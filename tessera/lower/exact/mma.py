@@ -8,17 +8,18 @@ nearest even, to the accumulator format when any other op uses it
 
 * **Accumulators.** The values an exact accumulator flows through
   (:func:`tessera.interp.tile.wide.possibly_exact`: the ``mma`` results and the loop
-  slots they reach) form chains; each chain gets a buffer in shared memory, one
-  accumulator of :data:`MMA_DIGITS` u64 words and a flag word per output element,
-  zeroed at kernel entry. Chains whose live ranges do not overlap share a buffer
-  (:mod:`tessera.lower.exact.chains`: the score accumulators of the three passes over
-  key blocks take one), which is zeroed again, between barriers, where the next chain
-  starts. A chain must start from zeros (``tile.full`` 0), as the
-  generated K loops do; an ``mma`` from zeros inside a loop body (the scores of each
-  key block of attention) clears its accumulators first, each thread its own. The
-  output tile is held in the blocked layout (:mod:`tessera.lower.layout`): the thread
-  that holds element ``k`` owns its accumulator, so deposits need no atomics and no
-  barrier, and the registers the chain's values carry through loops are placeholders.
+  slots they reach) form chains; each chain gets a buffer in shared memory
+  (:mod:`tessera.lower.exact.accplan`), one accumulator of :data:`MMA_DIGITS` u64
+  words and a flag word per output element, zeroed at kernel entry. Chains whose live
+  ranges do not overlap share a buffer (:mod:`tessera.lower.exact.chains`: the score
+  accumulators of the three passes over key blocks take one), which is zeroed again,
+  between barriers, where the next chain starts. A chain must start from zeros
+  (``tile.full`` 0), as the generated K loops do; an ``mma`` from zeros inside a loop
+  body (the scores of each key block of attention) clears its accumulators first, each
+  thread its own. The output tile is held in the blocked layout
+  (:mod:`tessera.lower.layout`): the thread that holds element ``k`` owns its
+  accumulator, so deposits need no atomics and no barrier, and the registers the
+  chain's values carry through loops are placeholders.
 * **Products.** No tensor cores (their accumulation truncates): each thread loops
   over K, reads ``a[i, k]`` and ``b[k, j]`` of its elements from the operand views
   (shared or global; an operand computed in the kernel, a register tile such as the
@@ -37,11 +38,7 @@ nearest even, to the accumulator format when any other op uses it
 
 from __future__ import annotations
 
-from math import prod
-from typing import Any
-
 from tessera.errors import UnsupportedError
-from tessera.interp.tile.wide import possibly_exact
 from tessera.ir.core import Instr, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.target import RegType
@@ -49,14 +46,12 @@ from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 from tessera.lower.core import THREADS, Lowerer, exact_rule
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.exact.chains import chains, live_ranges, share
 from tessera.lower.exact.longacc import (
     NAN_BIT,
     NINF_BIT,
     PINF_BIT,
     round_words_at,
     to_format,
-    zero_shared,
 )
 from tessera.lower.layout import Blocked
 from tessera.lower.rules.memory import address
@@ -75,65 +70,6 @@ ACC_BYTES = 96 * 1024
 EXACT_MAXNREG = 128
 #: f64 biased exponent whose significand's last bit is the quantum: 1075 - 362
 _BASE_EXP = 1075 - MMA_QUANTUM
-
-
-def plan_exact(low: Lowerer) -> bool:
-    """Give each exact chain of the kernel its buffer, zeroed in the entry block
-    (chains whose live ranges do not overlap share one: :mod:`tessera.lower.exact.chains`);
-    whether the kernel has one."""
-    members = chains(low.fn)
-    if not members:
-        return False
-    exact = possibly_exact(low.fn)
-    for instr in walk(low.fn.body):  # accumulators that cannot fit: blame the mma
-        t = instr.results[0].type if instr.results else None
-        if isinstance(instr.op, tile_compute.Mma) and instr.op.exact and \
-                isinstance(t, TensorType) and prod(t.shape) * 8 * (MMA_DIGITS + 1) > ACC_BYTES:
-            raise UnsupportedError(
-                f"tile.mma (exact) of a {'x'.join(map(str, t.shape))} tile needs "
-                f"{prod(t.shape) * 8 * (MMA_DIGITS + 1):,} bytes of accumulators in shared "
-                f"memory ({8 * (MMA_DIGITS + 1)} per element), more than {ACC_BYTES:,}",
-                hint=f"use output tiles of at most {ACC_BYTES // (8 * (MMA_DIGITS + 1))} "
-                     "elements (tile_shape=(32, 16, ...))", loc=instr.loc)
-    sizes: dict[Value, int] = {}
-    for v, root in members.items():
-        owner = v.owner
-        if v not in exact and not (isinstance(owner, Instr) and isinstance(
-                owner.op, tile_compute.Full) and float(owner.op.value) == 0.0):
-            raise UnsupportedError(
-                "an exact mma that accumulates into a tile other than zeros is not lowered",
-                hint="start the accumulator from zeros", loc=getattr(owner, "loc", low.fn.loc))
-        if root in sizes or v not in exact:  # zeros: the buffer starts zeroed
-            continue
-        layout = low.layouts.get(root)
-        t = root.type
-        if not isinstance(layout, Blocked) or not isinstance(t, TensorType) or t.rank != 2:
-            raise UnsupportedError("an exact mma accumulator must be a 2-D blocked tile",
-                                   loc=low.fn.loc)
-        sizes[root] = 8 * prod(t.shape) * (MMA_DIGITS + 1)
-    ranges = live_ranges(low.fn, members, exact)
-    bufs: dict[Value, Any] = {}
-    # the top-level instruction before which a chain that reuses a buffer starts: it
-    # finds the words of the chain before it there, which it zeroes
-    resets: dict[int, list[tuple[Value, int]]] = {}
-    slots = share(ranges, sizes)
-    for slot in slots:
-        base = low.shared_buffer("xmma", slot.size, 8, entry=True)
-        zero_shared(low.e, base, slot.size // 8)
-        for n, root in enumerate(slot.chains):
-            bufs[root] = base
-            if n:
-                top = id(low.fn.body.instrs[ranges[root][0]])
-                resets.setdefault(top, []).append((base, sizes[root] // 8))
-    low.e.bar()
-    low.extra["exact_chains"] = (members, bufs, exact)
-    low.extra["exact_resets"] = resets
-    low.extra["exact_acc_bytes"] = sum(slot.size for slot in slots)
-    from tessera.lower.exact.f64acc import f64_chains
-
-    low.extra["exact_f64"] = f64_chains(low.fn, members)  # one f64 suffices (fp8_e4m3)
-    low.extra.setdefault("maxnreg", EXACT_MAXNREG)
-    return True
 
 
 def _in_loop(low: Lowerer, instr: Instr) -> bool:
@@ -159,31 +95,7 @@ def _element_addr(e: TargetEmitter, base: Value, layout: Blocked, r: int) -> Val
     return e.add(base, e.cvt(off, "u32", "s32"), "u32")
 
 
-def exact_operands(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
-    """``args`` with every exact accumulator that ``instr`` uses other than to carry it
-    (a loop, a branch, an exact mma's accumulator operand) rounded once, to its
-    element, by the threads that hold its elements. Before the top-level instruction
-    where a chain that reuses another's buffer starts, the buffer's words are zeroed
-    between two barriers (the previous chain's threads, which may hold its elements in
-    another layout, are done with them; every word is zero before the chain's first
-    deposit)."""
-    members, bufs, exact = low.extra["exact_chains"]
-    for base, words in low.extra["exact_resets"].pop(id(instr), []):
-        low.em.bar()
-        zero_shared(low.em, base, words)
-        low.em.bar()
-    op = instr.op
-    if isinstance(op, (tile_ir.For, tile_ir.While, tile_ir.If)):
-        return args
-    out = list(args)
-    for n, v in enumerate(instr.operands):
-        if v not in exact or (isinstance(op, tile_compute.Mma) and op.exact and n == 2):
-            continue
-        out[n] = _round(low, v, bufs[members[v]], members[v] in low.extra["exact_f64"])
-    return out
-
-
-def _round(low: Lowerer, v: Value, base: Value, f64: bool = False) -> Dist:
+def round_mma(low: Lowerer, v: Value, base: Value, f64: bool = False) -> Dist:
     """The thread's registers of the exact chain value ``v`` (accumulators at ``base``;
     ``f64``: each an exact f64, :mod:`tessera.lower.exact.f64acc`), each rounded once:
     one ``ptx.for`` over the registers whose body rounds the register's accumulator and
@@ -375,4 +287,4 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
 
 
 __all__ = ["ACC_BYTES", "EXACT_MAXNREG", "MMA_DIGITS", "MMA_QUANTUM", "deposit_f64",
-           "exact_operands", "plan_exact"]
+           "round_mma"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.ir.core import Block, Instr, Value, uses
+from tessera.ir.core import Block, Instr, Value, uses, walk
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
@@ -114,10 +114,11 @@ def _exact_reduces(block: Block) -> list[Instr]:
 
 
 def term_broadcasts(block: Block) -> set[int]:
-    """The ``id`` of each broadcast that places a term tile into a table of ``block``:
-    left as they are by the hoisting, so the terms are computed at ``(n,)``."""
+    """The ``id`` of each broadcast that places a term tile into a table of ``block``
+    or a block nested in it: left as they are by the hoisting, so the terms are
+    computed at ``(n,)``."""
     out = set()
-    for red in _exact_reduces(block):
+    for red in (r for inner in _blocks(block) for r in _exact_reduces(inner)):
         chain = _chain(red.operands[0])
         assert chain is not None
         for where in chain[1]:
@@ -127,12 +128,24 @@ def term_broadcasts(block: Block) -> set[int]:
     return out
 
 
+def _blocks(block: Block) -> list[Block]:
+    """``block`` and the blocks nested in it."""
+    return [block, *(inner for i in walk(block) for region in i.regions
+                     for inner in region.blocks)]
+
+
 def plan(low: Lowerer) -> None:
-    """Give the tables of ``low``'s kernel (top-level exact means of mse terms whose
-    terms are ``(n,)`` tiles and whose selectors are whole distinct columns) rules that
-    emit nothing: the reduction deposits the recorded terms."""
-    block = low.fn.body
-    users = uses(block)
+    """Give the tables of ``low``'s kernel (exact means of mse terms, or carried exact
+    sums of a block of them, whose terms are ``(n,)`` tiles and whose selectors are
+    whole distinct columns, in any block) rules that emit nothing: the reduction
+    deposits the recorded terms."""
+    users = uses(low.fn.body)
+    for block in _blocks(low.fn.body):
+        _plan_block(low, block, users)
+
+
+def _plan_block(low: Lowerer, block: Block, users: dict[Value, list[Instr]]) -> None:
+    """:func:`plan` for the tables of one block."""
     for red in _exact_reduces(block):
         chain = _chain(red.operands[0])
         assert chain is not None

@@ -96,20 +96,30 @@ def exact_row_sums(low: Lowerer, x: Dist | list[Dist], rows: int, cols: int, ele
     terms64 = parts[0].type == "f64"
     wide = terms64 and storage_name(element) == "float64"  # type: ignore[arg-type]
     digits, quantum = grid if terms64 else (SUM_DIGITS, SUM_QUANTUM)
+    low.extra.setdefault("maxnreg", EXACT_MAXNREG)
+    acc_bytes = rows * 8 * (digits + 1)
+    base = low.shared_buffer("xacc", acc_bytes + (8 if wide else 4) * rows, 8)
+    acc = SharedAcc(base, rows, digits)
+    zero_shared(e, base, rows * (digits + 1))
+    e.bar()
+    deposit_rows(low, parts, acc, cols, step, quantum)
+    results = e.add(base, e.const(acc_bytes, "u32"), "u32")
+    round_rows(low, acc, results, element, divisor, quantum, wide)
+    return results, acc
 
-    def deposit_one(inner: TargetEmitter, addr: Value, acc: SharedAcc, v: Value) -> None:
+
+def deposit_rows(low: Lowerer, parts: list[Dist], acc: SharedAcc, cols: int, step: int,
+                 quantum: int) -> None:
+    """Step 2 above: every element of the blocked ``parts`` added to its row's
+    accumulator of ``acc`` (no barrier: the caller's publishes the sums). f64 terms
+    are whole numbers of quanta ``2**-quantum`` (:mod:`tessera.lower.exact.sum64`)."""
+    rows = acc.rows
+
+    def deposit_one(inner: TargetEmitter, addr: Value, v: Value, terms64: bool) -> None:
         if terms64:
             deposit_f64(inner, addr, acc, v, quantum)
         else:
             deposit_f32(inner, addr, acc, v)
-
-    size = 8 if wide else 4
-    low.extra.setdefault("maxnreg", EXACT_MAXNREG)
-    acc_bytes = rows * 8 * (digits + 1)
-    base = low.shared_buffer("xacc", acc_bytes + size * rows, 8)
-    acc = SharedAcc(base, rows, digits)
-    zero_shared(e, base, rows * (digits + 1))
-    e.bar()
 
     for part in parts:
         def deposit(inner: TargetEmitter, j: int, part: Dist = part) -> None:
@@ -120,7 +130,7 @@ def exact_row_sums(low: Lowerer, x: Dist | list[Dist], rows: int, cols: int, ele
                             "s32") if rows > 1 else inner.const(0, "s32")
             addr = acc.row(inner, row)
             for c in range(lay.vec):
-                deposit_one(inner, addr, acc, part.regs[j * lay.vec + c])
+                deposit_one(inner, addr, part.regs[j * lay.vec + c], part.type == "f64")
 
         def deposit_apart(em: TargetEmitter, j: int, part: Dist = part) -> None:
             # a chunk spans columns: an accumulator per element
@@ -133,26 +143,34 @@ def exact_row_sums(low: Lowerer, x: Dist | list[Dist], rows: int, cols: int, ele
                 if rows > step:  # leading axes: blocks of n * step elements
                     block = em.bin("div", k, em.const(cols * step, "s32"), "s32")
                     row = em.add(em.mul(block, em.const(step, "s32"), "s32"), row, "s32")
-                deposit_one(em, acc.row(em, row), acc, part.regs[j * lay.vec + c])
+                deposit_one(em, acc.row(em, row), part.regs[j * lay.vec + c],
+                            part.type == "f64")
 
         assert isinstance(part.layout, Blocked)
-        for_each_chunk(e, part.layout, deposit if step == 1 else deposit_apart)
+        for_each_chunk(low.em, part.layout, deposit if step == 1 else deposit_apart)
+
+
+def round_rows(low: Lowerer, acc: SharedAcc, results: Value, element: object, divisor: int,
+               quantum: int, wide: bool = False) -> None:
+    """Step 3 above, between two barriers: thread ``r`` (``r + 128``...) rounds row
+    ``r`` of ``acc`` (divided by ``divisor``) once to ``element`` and stores it at
+    ``results`` (f32 registers of the format; f64 with ``wide``)."""
+    e = low.em
+    size = 8 if wide else 4
     e.bar()
-    results = e.add(base, e.const(acc_bytes, "u32"), "u32")
 
     def finish(inner: TargetEmitter, row: Value) -> None:
         addr = acc.row(inner, row)
-        flags = inner.ld("shared", addr, "u32", offset=8 * digits)
-        odd = round_words_at(inner, digits, "shared", addr, flags, quantum, divisor,
+        flags = inner.ld("shared", addr, "u32", offset=8 * acc.digits)
+        odd = round_words_at(inner, acc.digits, "shared", addr, flags, quantum, divisor,
                              nearest=wide)
         value = odd if wide else to_format(inner, odd, element)
         slot = inner.add(results, inner.cvt(inner.mul(row, inner.const(size, "s32"), "s32"),
                                             "u32", "s32"), "u32")
         inner.st("shared", slot, value, "f64" if wide else "f32")
 
-    _for_rows(e, rows, finish)
+    _for_rows(e, acc.rows, finish)
     e.bar()
-    return results, acc
 
 
 def _read(e: TargetEmitter, results: Value, row: Value, t: str = "f32") -> Value:
@@ -210,15 +228,16 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     if op.kind not in ("sum", "mean"):
         raise UnsupportedError(f"exact tile.reduce {op.kind} over axis {op.axis} is not "
                                "lowered", hint="exact sums and means are", loc=instr.loc)
+    if len(instr.operands) == 2:  # it continues an accumulator
+        from tessera.lower.exact.carried import carried_reduce
+
+        return carried_reduce(low, instr, args)
     axis = op.axis % st.rank
     last = axis == st.rank - 1
     name = storage_name(rt.element)
     if isinstance(args[0], MseTable):  # an mse's terms, deposited without their table
         return _mse_mean(low, instr, args[0])
-    x = materialize(low, args[0], low.layouts.get(src))
-    if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
-            and x.layout.parent.vec == 1:  # rows of one element: a register per row
-        x = Dist(x.layout.parent, x.regs, x.type)
+    x = held_terms(low, src, args[0])
     wide = last and isinstance(x, Dist) and x.type == "f64" and op.kind == "sum" and \
         name == "float64" and (softmax_terms(src) or expansion_terms(src))
     mse = isinstance(x, Dist) and x.type == "f64" and name in FORMATS and mse_terms(src)
@@ -245,6 +264,16 @@ def _exact_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lower
     return row_results(low, instr, rows, lambda e, row: _read(e, results, row, t), t)
 
 
+def held_terms(low: Lowerer, src: Value, x: Lowered) -> Lowered:
+    """The lowered terms ``x`` of ``src`` in registers: a memory view read in the
+    source's layout; rows of one element held as a register per row."""
+    x = materialize(low, x, low.layouts.get(src))
+    if isinstance(x, Dist) and isinstance(x.layout, BRow) and x.layout.parent.shape[-1] == 1 \
+            and x.layout.parent.vec == 1:  # rows of one element: a register per row
+        x = Dist(x.layout.parent, x.regs, x.type)
+    return x
+
+
 def _mse_mean(low: Lowerer, instr: Instr, table: MseTable) -> list[Lowered]:
     """The exact mean of an mse's table (:mod:`tessera.lower.exact.msetable`): its
     ``(n,)`` term tiles deposited into one accumulator, divided by the table's size."""
@@ -265,19 +294,26 @@ def row_results(low: Lowerer, instr: Instr, rows: int,
                 read: Callable[[TargetEmitter, Value], Value], t: str) -> list[Lowered]:
     """Step 4 above: the per-row results ``read(e, row)`` (registers of type ``t``) in
     the layout of ``instr``'s result (the row layout of the source, or a flat tile)."""
+    return [value_in_layout(low, instr.results[0], rows, read, t)]
+
+
+def value_in_layout(low: Lowerer, res: Value, rows: int,
+                    read: Callable[[TargetEmitter, Value], Value], t: str) -> Lowered:
+    """The tile value ``res`` whose flat element ``k`` is ``read(e, k)`` (a register of
+    type ``t``), in ``res``'s layout: one register for a scalar, one per chunk of the
+    parent tile's rows for a row layout, one per element for a blocked tile."""
     e = low.em
-    res = instr.results[0]
     rt = res.type
     assert isinstance(rt, TensorType)
     if rt.rank == 0:
-        return [Scalar(read(e, e.const(0, "s32")), t)]
+        return Scalar(read(e, e.const(0, "s32")), t)
     out = low.layouts[res]
     if isinstance(out, BRow):
         parent = out.parent
         pcols = parent.shape[-1]
         prow = prod(parent.shape[:-1])
         regs = [read(e, _rows_of(e, parent, j, pcols, prow)) for j in range(parent.per_thread)]
-        return [Dist(out, regs, t)]
+        return Dist(out, regs, t)
     if isinstance(out, Blocked):  # flat element k of the result is row k
         regs = []
         for j in range(out.per_thread):
@@ -285,9 +321,9 @@ def row_results(low: Lowerer, instr: Instr, rows: int,
             for c in range(out.vec):
                 k = e.add(k0, e.const(c, "s32"), "s32") if c else k0
                 regs.append(read(e, e.bin("min", k, e.const(rows - 1, "s32"), "s32")))
-        return [Dist(out, regs, t)]
+        return Dist(out, regs, t)
     raise UnsupportedError(f"the result of an exact reduction in layout {out} is not "
-                           "lowered", loc=instr.loc)
+                           "lowered", loc=e.loc)
 
 
 def for_each_element(low: Lowerer, x: Dist, cols: int,
@@ -306,4 +342,5 @@ def for_each_element(low: Lowerer, x: Dist, cols: int,
     for_each_chunk(e, layout, chunk)
 
 
-__all__ = ["FORMATS", "exact_row_sums", "for_each_element", "row_results"]
+__all__ = ["FORMATS", "deposit_rows", "exact_row_sums", "for_each_element", "held_terms",
+           "round_rows", "row_results", "value_in_layout"]
