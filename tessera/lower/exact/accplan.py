@@ -80,9 +80,10 @@ def plan_exact(low: Lowerer) -> bool:
         return False
     exact = possibly_exact(low.fn)
     _check_mma_sizes(low)
-    from tessera.lower.exact.carried import chain_grids
+    from tessera.lower.exact.carried import chain_grids, keep_flattened_terms
 
     carried = chain_grids(low.fn, members)  # the carried-sum chains' accumulators
+    keep_flattened_terms(low)
     sizes: dict[Value, int] = {}
     for v, root in members.items():
         owner = v.owner

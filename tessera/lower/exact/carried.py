@@ -110,6 +110,26 @@ def chain_grids(fn: Function, members: dict[Value, Value]) -> dict[Value, Grid]:
     return grids
 
 
+def keep_flattened_terms(low: Lowerer) -> None:
+    """Hold the terms of each carried sum that flattens a block's tile (``reshape`` to
+    ``(n,)``, read by nothing else) at the tile's vector width where it is narrower
+    than their own, so that the reshape leaves every element in its thread (a 3-D
+    block's row of 5 elements, vector width 1, flattened to 100 terms)."""
+    from tessera.ir.core import uses
+
+    users = uses(low.fn.body)
+    for instr in walk(low.fn.body):
+        reshape = instr.operands[0].owner if is_carried(instr) else None
+        if not isinstance(reshape, Instr) or not isinstance(reshape.op, tile_compute.Reshape):
+            continue
+        flat, source = reshape.results[0], low.layouts.get(reshape.operands[0])
+        layout = low.layouts.get(flat)
+        if isinstance(source, Blocked) and isinstance(layout, Blocked) and \
+                layout.vec > source.vec and len(layout.shape) == 1 and \
+                all(is_carried(u) for u in users.get(flat, [])):
+            low.layouts[flat] = Blocked(layout.shape, source.vec)
+
+
 def buffer_bytes(grid: Grid, t: TensorType) -> int:
     """Bytes of a carried chain's buffer for values of type ``t``: the accumulators,
     then an f32 slot per element (to 8 bytes)."""
@@ -191,4 +211,4 @@ def carried_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowe
 
 
 __all__ = ["MSE_GRID", "SUM_GRID", "Grid", "buffer_bytes", "carried_reduce", "chain_grids",
-           "round_carried"]
+           "keep_flattened_terms", "round_carried"]

@@ -22,6 +22,7 @@ accumulator of :data:`tessera.lower.exact.sum64.MSE_QUANTUM` holds exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import gcd
 from typing import Any
 
 import numpy as np
@@ -174,11 +175,14 @@ def _unbroadcast(low: Lowerer, terms: list[Value], shape: tuple[int, ...]) -> No
     """Hold the terms, and what they are computed from, in the blocked layout of their
     own shape: the layouts gave them the table's rows (:class:`~tessera.lower.layout.BRow`,
     each row's value in every thread that holds a part of it) for the broadcasts that
-    no longer move them."""
-    from tessera.lower.layout import BRow, blocked
+    no longer move them. The terms flatten the operands' tiles (a reshape to ``(n,)``):
+    they take the operands' vector width where it is narrower than their own, so that
+    the reshape leaves every element in its thread."""
+    from tessera.lower.layout import Blocked, BRow, blocked
 
     seen: set[Value] = set()
     todo = list(terms)
+    vec = 0  # the gcd of the flattened operands' vector widths (0: none seen)
     while todo:
         v = todo.pop()
         if v in seen:
@@ -187,8 +191,18 @@ def _unbroadcast(low: Lowerer, terms: list[Value], shape: tuple[int, ...]) -> No
         layout = low.layouts.get(v)
         if isinstance(layout, BRow) and tuple(layout.parent.shape) == shape:
             low.layouts[v] = blocked(tuple(v.type.shape))  # type: ignore[attr-defined]
-        if isinstance(v.owner, Instr):
-            todo.extend(v.owner.operands)
+        owner = v.owner
+        if isinstance(owner, Instr) and isinstance(owner.op, tile_compute.Reshape):
+            source = low.layouts.get(owner.operands[0])
+            if isinstance(source, Blocked):
+                vec = gcd(vec, source.vec)
+        if isinstance(owner, Instr):
+            todo.extend(owner.operands)
+    n = tuple(terms[0].type.shape) if terms else ()  # type: ignore[attr-defined]
+    for v in seen:
+        layout = low.layouts.get(v)
+        if vec and isinstance(layout, Blocked) and layout.shape == n and layout.vec > vec:
+            low.layouts[v] = Blocked(n, vec)
 
 
 def _selectors(block: Block, users: dict[Value, list[Instr]], conds: list[Value],
