@@ -111,23 +111,16 @@ def chain_grids(fn: Function, members: dict[Value, Value]) -> dict[Value, Grid]:
 
 
 def keep_flattened_terms(low: Lowerer) -> None:
-    """Hold the terms of each carried sum that flattens a block's tile (``reshape`` to
-    ``(n,)``, read by nothing else) at the tile's vector width where it is narrower
-    than their own, so that the reshape leaves every element in its thread (a 3-D
-    block's row of 5 elements, vector width 1, flattened to 100 terms)."""
+    """Flatten each carried sum's block tile to its terms (a ``reshape`` to ``(n,)``
+    read by carried sums alone) in place: :mod:`tessera.lower.exact.flatten`."""
     from tessera.ir.core import uses
+    from tessera.lower.exact.flatten import flattening, narrow, source_width
 
     users = uses(low.fn.body)
     for instr in walk(low.fn.body):
-        reshape = instr.operands[0].owner if is_carried(instr) else None
-        if not isinstance(reshape, Instr) or not isinstance(reshape.op, tile_compute.Reshape):
-            continue
-        flat, source = reshape.results[0], low.layouts.get(reshape.operands[0])
-        layout = low.layouts.get(flat)
-        if isinstance(source, Blocked) and isinstance(layout, Blocked) and \
-                layout.vec > source.vec and len(layout.shape) == 1 and \
-                all(is_carried(u) for u in users.get(flat, [])):
-            low.layouts[flat] = Blocked(layout.shape, source.vec)
+        reshape = flattening(instr.operands[0]) if is_carried(instr) else None
+        if reshape is not None and all(is_carried(u) for u in users.get(reshape.results[0], [])):
+            narrow(low, {reshape.results[0]}, [reshape], source_width(low, [reshape]))
 
 
 def buffer_bytes(grid: Grid, t: TensorType) -> int:

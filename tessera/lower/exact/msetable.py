@@ -22,7 +22,6 @@ accumulator of :data:`tessera.lower.exact.sum64.MSE_QUANTUM` holds exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import gcd
 from typing import Any
 
 import numpy as np
@@ -175,14 +174,13 @@ def _unbroadcast(low: Lowerer, terms: list[Value], shape: tuple[int, ...]) -> No
     """Hold the terms, and what they are computed from, in the blocked layout of their
     own shape: the layouts gave them the table's rows (:class:`~tessera.lower.layout.BRow`,
     each row's value in every thread that holds a part of it) for the broadcasts that
-    no longer move them. The terms flatten the operands' tiles (a reshape to ``(n,)``):
-    they take the operands' vector width where it is narrower than their own, so that
-    the reshape leaves every element in its thread."""
-    from tessera.lower.layout import Blocked, BRow, blocked
+    no longer move them. The terms flatten the operands' tiles, which leaves every
+    element in its thread (:mod:`tessera.lower.exact.flatten`)."""
+    from tessera.lower.exact.flatten import flattening, narrow, source_width
+    from tessera.lower.layout import BRow, blocked
 
     seen: set[Value] = set()
     todo = list(terms)
-    vec = 0  # the gcd of the flattened operands' vector widths (0: none seen)
     while todo:
         v = todo.pop()
         if v in seen:
@@ -191,18 +189,12 @@ def _unbroadcast(low: Lowerer, terms: list[Value], shape: tuple[int, ...]) -> No
         layout = low.layouts.get(v)
         if isinstance(layout, BRow) and tuple(layout.parent.shape) == shape:
             low.layouts[v] = blocked(tuple(v.type.shape))  # type: ignore[attr-defined]
-        owner = v.owner
-        if isinstance(owner, Instr) and isinstance(owner.op, tile_compute.Reshape):
-            source = low.layouts.get(owner.operands[0])
-            if isinstance(source, Blocked):
-                vec = gcd(vec, source.vec)
-        if isinstance(owner, Instr):
-            todo.extend(owner.operands)
+        if isinstance(v.owner, Instr):
+            todo.extend(v.owner.operands)
     n = tuple(terms[0].type.shape) if terms else ()  # type: ignore[attr-defined]
-    for v in seen:
-        layout = low.layouts.get(v)
-        if vec and isinstance(layout, Blocked) and layout.shape == n and layout.vec > vec:
-            low.layouts[v] = Blocked(n, vec)
+    flat = [v for v in seen if tuple(getattr(v.type, "shape", ())) == n]
+    reshapes = [r for r in map(flattening, flat) if r is not None]
+    narrow(low, set(flat), reshapes, source_width(low, reshapes))
 
 
 def _selectors(block: Block, users: dict[Value, list[Instr]], conds: list[Value],
