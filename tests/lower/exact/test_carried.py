@@ -63,6 +63,8 @@ CASES = {
     "mean_squares": (_mean_squares, lambda rng: (_spread(rng, (3, 9000)),)),
     "mse_64x80": (_mse, lambda rng: (_spread(rng, (64, 80)), _spread(rng, (64, 80)))),
     "mse_250x251": (_mse, lambda rng: (_spread(rng, (250, 251)), _spread(rng, (250, 251)))),
+    "mse_16x512": (_mse, lambda rng: (_spread(rng, (16, 512)), _spread(rng, (16, 512)))),
+    "sum_256x256": (_total, lambda rng: (_spread(rng, (256, 256)),)),
     "row_sums_ragged": (_row_sums, lambda rng: (_spread(rng, (7, 5000)),)),
     "sum_3d": (_total, lambda rng: (_spread(rng, (9, 9, 90)),)),
 }
@@ -118,3 +120,13 @@ def test_carried_sums_assemble_clean(target: str) -> None:
         (kernel,) = ts.jit(fn).lower(*make(rng)).target(target).kernels
         assert "red.shared.add.u64" in kernel.ptx
         assembles_clean(kernel)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_long_mse_is_one_small_loop(target: str) -> None:
+    """65,536 elements (over a million terms) walked in blocks: the PTX is one block's
+    code in a loop, not a whole-held table of terms (megabytes of PTX)."""
+    a, b = (_spread(np.random.default_rng(k), (256, 256)) for k in (6, 7))
+    (kernel,) = ts.jit(_mse).lower(a, b).target(target).kernels
+    assert len(kernel.ptx) < 200_000
+    assembles_clean(kernel)
