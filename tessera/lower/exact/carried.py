@@ -36,6 +36,7 @@ from math import prod
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer
@@ -107,7 +108,34 @@ def chain_grids(fn: Function, members: dict[Value, Value]) -> dict[Value, Grid]:
                                    "sum, or sums of terms of different widths, continue "
                                    "is not lowered", loc=instr.loc)
         grids[root] = grid
+    _start_once(fn, members, grids)
     return grids
+
+
+def _start_once(fn: Function, members: dict[Value, Value], grids: dict[Value, Grid]) -> None:
+    """Refuse a carried chain that starts from zeros inside a loop or branch: its
+    buffer is zeroed once, at kernel entry (the generated chains start before their
+    outermost loop)."""
+    from tessera.interp.tile.wide import possibly_exact
+    from tessera.ir.structured import value_slots
+
+    exact = possibly_exact(fn)
+    top = {id(i) for i in fn.body.instrs}
+    for instr in walk(fn.body):
+        if id(instr) in top:
+            continue
+        if is_carried(instr):
+            fresh = instr.operands[1] not in exact
+        elif isinstance(instr.op, (tile_ir.For, tile_ir.While, tile_ir.If)):
+            fresh = any(any(members.get(t) in grids for t in targets) and
+                        not all(v in exact for v in sources)
+                        for sources, targets in value_slots(instr))
+        else:
+            continue
+        if fresh:
+            raise UnsupportedError("a carried exact sum that starts from zeros inside a "
+                                   "loop or branch is not lowered", loc=instr.loc,
+                                   hint="start its accumulator before the outermost loop")
 
 
 def keep_flattened_terms(low: Lowerer) -> None:
