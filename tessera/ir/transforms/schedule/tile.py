@@ -199,7 +199,7 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     stages = _stages(instr, space, plan.tile, inputs, temps, limits) if matmuls else 1
     kinds = list(space.kinds)
     split = 1
-    carried = blocked.blocked_loops(instr, space)
+    carried = blocked.walk_in_blocks(instr, space, plan.tile)
     if carried:
         blocked.cap_blocks(plan.tile, carried, blocked.block_weight(instr))
     if any(plan.tile[k] < space.extents[k] for k in carried):

@@ -190,12 +190,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             if value in local:
                 _store(em, grid_coords, space, tiles, mem, value, local[value])
 
-    for inner in region.instrs if rows is None else rows.order:
+    for inner in region.instrs if rows is None else rows.early:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
-            continue
-        if rows is not None and inner in rows.keyed:
-            if inner is rows.keyed[0]:
-                blocked.emit_blocks(em, rows, mems, env, users, store_blocks)
             continue
         if plan is not None and inner in plan.keyed:
             if inner is plan.softmax:
@@ -213,6 +209,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             continue
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
+    if rows is not None:  # the passes over the blocks, and what reads their sums
+        blocked.emit_blocks(em, rows, mems, env, users, store_blocks)
     # (a reduced loop that no matmul contracts is held whole, its reductions finishing in
     # one program (see :mod:`.reduce`), unless a row softmax walks it in blocks)
     assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)

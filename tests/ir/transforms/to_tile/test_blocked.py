@@ -28,18 +28,36 @@ PROGRAMS: dict[str, Callable[..., Any]] = {
     "mean_columns": lambda x, y: op.mean(x, axis=0),
     "mse": lambda x, y: op.mse(x, y),
     "rows_and_sum": lambda x, y: (op.relu(x - y), op.sum(op.relu(x - y))),
+    "layernorm": lambda x, y: _layernorm(x, y),
+    "rmsnorm": lambda x, y: x / op.sqrt(op.mean(x * x, axis=-1, keepdims=True) + 1e-5) * y,
+    "centred_sums": lambda x, y: (x - op.mean(x, axis=-1, keepdims=True),
+                                  op.sum(op.abs(x - op.mean(x, axis=-1, keepdims=True)))),
 }
+#: the programs that read a reduction along the rows: several passes over the blocks
+PASSES = {"layernorm": 3, "rmsnorm": 2, "centred_sums": 2}
+
+
+def _layernorm(x: Any, g: Any) -> Any:
+    mu = op.mean(x, axis=-1, keepdims=True)
+    d = x - mu
+    return d / op.sqrt(op.mean(d * d, axis=-1, keepdims=True) + 1e-5) * g
+
+
+def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A new function object: ``ts.jit`` keeps compiled programs per function, and the
+    tests change the block size between compilations."""
+    return lambda *args: fn(*args)
 
 
 def _strategies(fn: Callable[..., Any], args: list[np.ndarray]) -> list[str]:
-    lowered = ts.jit(fn).lower(*args)
+    lowered = ts.jit(_fresh(fn)).lower(*args)
     module = lowered.ir("schedule")
     return [(line.split('reduction = "')[1:] or ['none"'])[0].split('"')[0]
             for line in module.splitlines() if "schedule.kernel(" in line]
 
 
 def _same_bits(fn: Callable[..., Any], args: list[np.ndarray]) -> None:
-    lowered = ts.jit(fn).lower(*args)
+    lowered = ts.jit(_fresh(fn)).lower(*args)
     want, got = lowered.run(*args), lowered.run(*args, backend="tile")
     want = want if isinstance(want, tuple) else (want,)
     got = got if isinstance(got, tuple) else (got,)
@@ -61,6 +79,7 @@ def test_blocked_reductions_give_the_graph_bits(name: str, fmt: str, rows: int, 
                                                  block: int, seed: int, spread: int) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(blocked, "BLOCK_TERMS", block)
+        patch.setattr(blocked, "WHOLE_ROW_TERMS", block)
         _check_drawn(name, fmt, rows, cols, block, seed, spread)
 
 
@@ -68,12 +87,17 @@ def _check_drawn(name: str, fmt: str, rows: int, cols: int, block: int, seed: in
                  spread: int) -> None:
     rng = np.random.default_rng(seed)
     args = [_values(rng, (rows, cols), fmt, spread) for _ in range(2)]
+    if name in PASSES:
+        args[1] = args[1][0]  # a scale per column
     fn = PROGRAMS[name]
+    lowered = ts.jit(_fresh(fn)).lower(*args)
     strategies = _strategies(fn, args)
     weight = blocked.MSE_TERMS if name == "mse" else 1
-    if weight * (rows * cols if name in ("sum_all", "mse", "rows_and_sum") else cols) > block \
-            and name != "mean_columns":
+    whole = ("sum_all", "mse", "rows_and_sum", "centred_sums")
+    if weight * (rows * cols if name in whole else cols) > block and name != "mean_columns":
         assert "blocked" in strategies
+        if name in PASSES:
+            assert lowered.ir("tile").count("tile.for") >= PASSES[name]
     _same_bits(fn, args)
 
 
@@ -109,9 +133,13 @@ def test_long_reductions_at_size_are_walked_in_blocks() -> None:
         _same_bits(fn, args)
 
 
-def test_the_strategy_is_part_of_the_schedule_dialect() -> None:
+def test_norms_hold_rows_that_fit_and_walk_longer_ones_in_passes() -> None:
     assert "blocked" in schedule_ops.REDUCTIONS
-    # a norm reads its mean along the row: its rows stay whole (two_pass / in_tile)
-    x = np.ones((2, 8192), np.float32)
-    assert "blocked" not in _strategies(lambda x, y: x - op.mean(x, axis=-1, keepdims=True),
-                                        [x, x])
+    g = np.ones(4096, np.float32)
+    x = np.random.default_rng(2).standard_normal((2, 4096)).astype(np.float32)
+    assert _strategies(PROGRAMS["layernorm"], [x, g]) == ["in_tile"]  # one pass, whole
+    x = np.random.default_rng(2).standard_normal((2, 20000)).astype(np.float32)
+    g = np.random.default_rng(3).standard_normal(20000).astype(np.float32)
+    assert _strategies(PROGRAMS["layernorm"], [x, g]) == ["blocked"]
+    assert ts.jit(PROGRAMS["layernorm"]).lower(x, g).ir("tile").count("tile.for") == 3
+    _same_bits(PROGRAMS["layernorm"], [x, g])
