@@ -71,7 +71,7 @@ def _values(rng: np.random.Generator, shape: tuple[int, int], fmt: str,
         return x.astype(FORMATS[fmt])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(sorted(PROGRAMS)), fmt=st.sampled_from(sorted(FORMATS)),
        rows=st.integers(1, 9), cols=st.integers(1, 70), block=st.sampled_from([16, 32, 64]),
        seed=st.integers(0, 2**16), spread=st.integers(0, 40))
@@ -96,7 +96,7 @@ def _check_drawn(name: str, fmt: str, rows: int, cols: int, block: int, seed: in
     whole = ("sum_all", "mse", "rows_and_sum", "centred_sums")
     if weight * (rows * cols if name in whole else cols) > block and name != "mean_columns":
         assert "blocked" in strategies
-        if name in PASSES:
+        if name in PASSES and len(lowered.kernels) == 1:  # (narrow norms: 3 kernels)
             assert lowered.ir("tile").count("tile.for") >= PASSES[name]
     _same_bits(fn, args)
 
