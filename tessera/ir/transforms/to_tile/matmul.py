@@ -92,11 +92,13 @@ def check_matmul(em: Emitter, instr: Instr) -> tuple[Value, Value, bool]:
 
 
 def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Value, Value],
-                env: dict[Value, Value]) -> Value:
+                env: dict[Value, Value], k_slice: tuple[Value, int] | None = None) -> Value:
     """The matmul ``instr``: this program's tile of the product, rounded as the graph
     rounds it. Operands in ``streamed`` are read from their memories (``mems``) one K
     tile at a time through shared memory; the others are tiles the kernel computed
-    (``env``), whole along K."""
+    (``env``), whole along K. With ``k_slice = (start, length)`` the K loop runs over
+    those columns only and the raw ``(m, n)`` accumulator is returned (a slice of
+    split-K, :mod:`.splitk`)."""
     a, b, exact = check_matmul(em, instr)
     out = instr.results[0]
     out_t = em.tile_type(out)
@@ -133,27 +135,39 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
             em.create(tm.Barrier(), [], instr)  # the next copies overwrite what mma read
         return acc
 
-    if k_loop is None or bk == k_extent:
-        acc = step(em.index(0), zero)
+    start, length = k_slice if k_slice is not None else (None, k_extent)
+    if k_loop is None or bk == length:
+        acc = step(start if start is not None else em.index(0), zero)
     else:
         body = Block()
         index = body.add_arg(tile_ops.SCALAR_INDEX, "k")
         carried = body.add_arg(acc_t, "acc")
         outer = em.builder
         em.builder = Builder(body)
+        if start is not None:  # (a constant trip count; the slice's offset added inside)
+            (index,) = em.create(tc.Add(), [index, start], instr)
         em.create(tile_ops.Yield(), [step(index, carried)], instr)
         em.builder = outer
-        bounds = [em.index(0), em.index(k_extent), em.index(bk)]
+        bounds = [em.index(0), em.index(length), em.index(bk)]
         (acc,) = em.builder.create(tile_ops.For(), [*bounds, zero], loc=instr.loc,
                                    regions=[IRRegion([body])], result_types=[acc_t])
-    # the graph rounds the exact product to the accumulator, then to the result element
+    if k_slice is not None:
+        return acc
+    return round_product(em, instr, acc, accum, tuple(out_t.shape) if lead else None)
+
+
+def round_product(em: Emitter, instr: Instr, acc: Value, accum: DType,
+                  shape: tuple[int, ...] | None) -> Value:
+    """The matmul ``instr``'s accumulator ``acc`` rounded as the graph rounds the exact
+    product: to the accumulator, then to the result element; reshaped to ``shape``
+    (batched operands)."""
     if accum.kind == "float":  # a float mma result is held wide until a cast rounds it
         (acc,) = em.create(tc.Cast(accum), [acc], instr)
-    result = out.type.element  # type: ignore[attr-defined]
+    result = instr.results[0].type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:
         (acc,) = em.create(tc.Cast(result), [acc], instr)
-    if lead:
-        (acc,) = em.create(tc.Reshape(tuple(out_t.shape)), [acc], instr)
+    if shape is not None:
+        (acc,) = em.create(tc.Reshape(shape), [acc], instr)
     return rules.settle(em, instr, acc)
 
 
@@ -162,4 +176,4 @@ def _start(em: Emitter, v: Value, axis: int) -> Value:
     return em.starts[loop] if loop is not None else em.index(0)
 
 
-__all__ = ["check_matmul", "emit_matmul", "exact_contraction"]
+__all__ = ["check_matmul", "emit_matmul", "exact_contraction", "round_product"]
