@@ -30,6 +30,7 @@ from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
 
@@ -170,6 +171,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             tiles[loop] = space.extents[loop]
     if plan is not None:  # attention's keys are walked in blocks (two_pass)
         tiles[plan.loop] = plan.block
+    tensor_core_tiles(matmuls, streamed, space.loop_of, space.extents,
+                      op.tile or space.extents, tiles)
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
     counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops]
     body = Block()

@@ -12,7 +12,8 @@ products is then an integer number of quanta below ``K * max_a * max_b / quantum
 exact in float64 while that is at most 2^53 (:func:`exact_contraction`). For
 fp8_e4m3 it allows contractions up to 2^17.4, for fp6 and fp4 far longer. int8
 products (at most 2^14) sum exactly in int64 and never saturate the int32 accumulator
-for K below 2^17, as the graph's exact sum would not.
+for K below 2^17, as the graph's exact sum would not; their tiles and B's shared
+buffer are the integer tensor cores' (:mod:`.int_tiles`: B copied K-major).
 
 For f32, tf32, bf16, f16 and fp8_e5m2 no length qualifies (2^-149 and 2^127 are 276
 binades apart), nor for longer contractions of the others: those matmuls use the exact
@@ -33,6 +34,13 @@ from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.edges import stage
+from tessera.ir.transforms.to_tile.int_tiles import (
+    byte_integer_matmul,
+    k_major_b,
+    ragged,
+    transpose_copy,
+    transpose_copy_loop,
+)
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, storage_of
 from tessera.numerics.policy.modifiers import product_accum
@@ -109,8 +117,18 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     accum = product_accum(*(v.type.element for v in (a, b)))  # type: ignore[attr-defined]
     ea, eb = (storage_of(v.type.element) for v in (a, b))  # type: ignore[attr-defined]
     shapes = {a: (m, bk), b: (bk, n)}
-    smem = {v: em.create(tm.AllocShared((*lead, *shapes[v]), e), [], instr)[0]
+    k_major = not lead and byte_integer_matmul(instr) and k_major_b(a, b, streamed, m, n, bk)
+    buffers = {a: shapes[a], b: (n, bk) if k_major else shapes[b]}
+    smem = {v: em.create(tm.AllocShared((*lead, *buffers[v]), e), [], instr)[0]
             for v, e in ((a, ea), (b, eb)) if v in streamed}
+    # a K-major B is copied transposed from its memory, or, along a ragged loop, staged
+    # as it lies (K x N: masked, zeros past the edge) and then copied transposed
+    staged = dict(smem)
+    ragged_b = k_major and ragged(em, b)
+    if k_major:
+        del staged[b]
+        if ragged_b:
+            staged[b] = em.create(tm.AllocShared(shapes[b], eb), [], instr)[0]
     acc_t = TensorType((m, n), accum)
     zero = em.full(acc_t, 0)
     batch = [_start(em, out, axis) for axis in range(rank - 2)]
@@ -123,20 +141,27 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
 
     def step(k: Value, acc: Value) -> Value:
         starts = {a: [*batch, rows, k], b: [*batch, k, cols]}
-        for v, buf in smem.items():  # masked along a loop the tile does not divide
+        for v, buf in staged.items():  # masked along a loop the tile does not divide
             loops = [em.loop_of.get((v, axis)) for axis in range(rank)]
             stage(em, buf, mems[v], v, starts[v], (*lead, *shapes[v]), loops, instr)
+        if k_major and not ragged_b:
+            transpose_copy(em, mems[b], starts[b], smem[b], instr)
         if smem:
+            em.create(tm.Barrier(), [], instr)
+        if ragged_b:
+            transpose_copy_loop(em, staged[b], smem[b], instr)
             em.create(tm.Barrier(), [], instr)
         tiles = [matrix(v, em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v])
                  for v in (a, b)]
+        if k_major:
+            tiles[1] = em.create(tc.Transpose(), [tiles[1]], instr)[0]
         (acc,) = em.create(tc.Mma(accum, exact), [*tiles, acc], instr)
         if smem:
             em.create(tm.Barrier(), [], instr)  # the next copies overwrite what mma read
         return acc
 
     start, length = k_slice if k_slice is not None else (None, k_extent)
-    if k_loop is None or bk == length:
+    if k_loop is None or bk >= length:  # (a tile rounded up past K: one step)
         acc = step(start if start is not None else em.index(0), zero)
     else:
         body = Block()
