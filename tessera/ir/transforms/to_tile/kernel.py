@@ -28,7 +28,7 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks
+from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks, splitk
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
@@ -173,6 +173,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
         tiles[plan.loop] = plan.block
     tensor_core_tiles(matmuls, streamed, space.loop_of, space.extents,
                       op.tile or space.extents, tiles)
+    if partials:  # split-K's combine: an elementwise kernel over the product
+        splitk.combine_tiles(space, tiles)
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
     counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops]
     body = Block()
@@ -221,8 +223,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
                 env[plan.pv.results[0]] = emit(em, plan, streamed, mems, env, users, order)
             continue
         if inner in matmuls and mem_p is not None:  # the sum of split-K's slices
-            from tessera.ir.transforms.to_tile.splitk import combine
-            env[inner.results[0]] = combine(em, inner, mem_p, op.split)
+            env[inner.results[0]] = splitk.combine(em, inner, mem_p, op.split)
             continue
         if inner in matmuls:
             env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)

@@ -7,8 +7,9 @@ A ``split_k`` kernel becomes two launches:
 1. **slices**: the grid of the kernel's tiles times ``split``; the program of slice
    ``s`` runs the K loop over its ``K / split`` columns (the schedule picks a ``split``
    that divides the K tiles, so every slice has the same constant trip count) and
-   stores its raw accumulator into a global buffer of partial sums,
-   ``partials[s, tile]``, in the accumulator's format;
+   stores its raw accumulator into a global buffer of partial sums, the slices'
+   products stacked (rows ``s M ..`` of a ``split M x N`` buffer; batched products
+   along a leading axis), in the accumulator's format;
 2. **combine**: the kernel itself, whose matmul is the sum of the ``split`` partials,
    added in slice order (``s = 0, 1, ...``), then rounded as the graph rounds the
    product; the epilogue follows as in any kernel.
@@ -24,18 +25,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tessera.ir.core import Block, Builder, Function, Instr, IRRegion, Value
+from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import edges
-from tessera.ir.transforms.to_tile import kernel as kernels
+from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
 from tessera.ir.transforms.to_tile.matmul import check_matmul, emit_matmul, round_product
 from tessera.ir.types import TensorType
 from tessera.numerics.policy.modifiers import product_accum
+
+if TYPE_CHECKING:
+    from tessera.ir.transforms.to_tile.kernel import Emitter
+
+#: elements of one program's tile of the combine, 4 per thread of 128 (the product's
+#: 128 x 128 tile spills kilobytes; 8 per thread spill 16 bytes on sm_90a)
+COMBINE_TILE = 512
 
 
 def _matmul(instr: Instr) -> Instr:
@@ -51,28 +60,51 @@ def partials_type(instr: Instr) -> TensorType:
     out = mm.results[0].type
     assert isinstance(out, TensorType)
     accum = product_accum(*(v.type.element for v in mm.operands))  # type: ignore[attr-defined]
-    return TensorType((instr.op.split, *out.shape), accum)  # type: ignore[attr-defined]
+    split = instr.op.split  # type: ignore[attr-defined]
+    if out.rank == 2:  # the slices' matrices stacked: a 2-D tile is stored as it is held
+        return TensorType((split * out.shape[0], out.shape[1]), accum)
+    return TensorType((split, *out.shape), accum)
 
 
-def _partial_window(em: kernels.Emitter, out: Value, s: Value
+def _partial_window(em: Emitter, out: Value, s: Value
                     ) -> tuple[list[Value], tuple[int, ...], Value | None]:
     """Starts, shape and mask of this program's tile of slice ``s`` of the partials."""
     starts, shape, loops = edges.window(em, out)
     mask = edges.window_mask(em, out, starts, shape, loops)
+    t = out.type
+    assert isinstance(t, TensorType)
+    if t.rank == 2:  # rows of slice s start at s * M
+        (first,) = em.create(tc.Mul(), [s, em.index(t.shape[0])])
+        (row,) = em.create(tc.Add(), [first, starts[0]])
+        return [row, starts[1]], shape, mask
     if mask is not None:
         (mask,) = em.create(tc.Reshape((1, *shape)), [mask])
     return [s, *starts], (1, *shape), mask
 
 
+def combine_tiles(space: schedule_ops.IterationSpace, tiles: list[int]) -> None:
+    """Retile, in place, the grid loops of a combine kernel as an elementwise kernel's:
+    at most :data:`COMBINE_TILE` elements, innermost loop first, powers of two."""
+    budget = COMBINE_TILE
+    for k in reversed(range(len(tiles))):
+        if space.kinds[k] == "grid":
+            tiles[k] = min(1 << max(space.extents[k] - 1, 0).bit_length(), budget)
+            budget = max(budget // tiles[k], 1)
+
+
 def build_slices(instr: Instr, name: str, params: Sequence[str], partials: str
                  ) -> tuple[Function, tuple[int, ...]]:
     """The slices kernel of the ``split_k`` kernel ``instr`` and its grid."""
+    from tessera.ir.transforms.to_tile import kernel as kernels
+
     op = instr.op
     assert isinstance(op, schedule_ops.ScheduledKernel)
     region = instr.regions[0].block
     space = schedule_ops.space_of(instr)
     mm = _matmul(instr)
-    tiles = [edges.edge_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
+    schedule = [edges.edge_tile(e, t) for e, t in zip(space.extents, op.tile or space.extents)]
+    tiles = list(schedule)
+    tensor_core_tiles([mm], set(mm.operands), space.loop_of, space.extents, schedule, tiles)
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
     counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops] + [op.split]
     body = Block()
@@ -83,12 +115,14 @@ def build_slices(instr: Instr, name: str, params: Sequence[str], partials: str
                                              partials_type(instr).element), partials)
     coords = kernels.place(em, counts, grid_loops)
     (k_loop,) = space.contracted
-    length = math.ceil(space.extents[k_loop] / tiles[k_loop]) // op.split * tiles[k_loop]
+    # (the schedule's K tiles, which split divides; the tensor cores may step in halves)
+    length = math.ceil(space.extents[k_loop] / schedule[k_loop]) // op.split * schedule[k_loop]
     (base,) = em.create(tc.Mul(), [coords[-1], em.index(length)], mm)
     check_matmul(em, mm)
     acc = emit_matmul(em, mm, set(mm.operands), mems, {}, k_slice=(base, length))
     starts, shape, mask = _partial_window(em, mm.results[0], coords[-1])
-    (acc,) = em.create(tc.Reshape(shape), [acc], mm)
+    if len(shape) != 2:
+        (acc,) = em.create(tc.Reshape(shape), [acc], mm)
     if mask is None:
         (view,) = em.create(tm.View(shape), [mem_p, *starts], mm)
         em.create(tm.Store(), [view, acc], mm)
@@ -101,32 +135,27 @@ def build_slices(instr: Instr, name: str, params: Sequence[str], partials: str
     return fn, grid
 
 
-def combine(em: kernels.Emitter, mm: Instr, mem_p: Value, split: int) -> Value:
+def combine(em: Emitter, mm: Instr, mem_p: Value, split: int) -> Value:
     """The matmul ``mm`` of the combine kernel: this program's tiles of the ``split``
-    partial sums added in slice order, rounded as the graph rounds the product."""
+    partial sums added in slice order, rounded as the graph rounds the product. The
+    adds are unrolled: a loop of a few trips carrying the tile made ptxas (sm_90a)
+    spill a register for no gain."""
     accum = mem_p.type.element  # type: ignore[attr-defined]
     out = mm.results[0]
-    body = Block()
-    index = body.add_arg(tile_ops.SCALAR_INDEX, "s")
-    starts, shape, mask = _partial_window(em, out, em.index(0))
-    acc_t = TensorType(shape, accum)
-    carried = body.add_arg(acc_t, "acc")
-    outer = em.builder
-    em.builder = Builder(body)
-    starts = [index, *starts[1:]]
-    if mask is None:
-        (view,) = em.create(tm.View(shape), [mem_p, *starts], mm)
-        (part,) = em.create(tm.Load(), [view], mm)
-    else:
-        other = em.full(TensorType((), accum), 0)
-        (part,) = em.create(tm.MaskedLoad(shape), [mem_p, *starts, mask, other], mm)
-    em.create(tile_ops.Yield(), em.create(tc.Add(), [carried, part], mm), mm)
-    em.builder = outer
-    bounds = [em.index(0), em.index(split), em.index(1)]
-    (acc,) = em.builder.create(tile_ops.For(), [*bounds, em.full(acc_t, 0)], loc=mm.loc,
-                               regions=[IRRegion([body])], result_types=[acc_t])
-    (acc,) = em.create(tc.Reshape(shape[1:]), [acc], mm)
+    acc: Value | None = None
+    other = em.full(TensorType((), accum), 0)
+    for s in range(split):
+        starts, shape, mask = _partial_window(em, out, em.index(s))
+        if mask is None:
+            (view,) = em.create(tm.View(shape), [mem_p, *starts], mm)
+            (part,) = em.create(tm.Load(), [view], mm)
+        else:
+            (part,) = em.create(tm.MaskedLoad(shape), [mem_p, *starts, mask, other], mm)
+        acc = part if acc is None else em.create(tc.Add(), [acc, part], mm)[0]
+    assert acc is not None
+    if len(shape) != 2:
+        (acc,) = em.create(tc.Reshape(shape[1:]), [acc], mm)
     return round_product(em, mm, acc, accum, None)
 
 
-__all__ = ["build_slices", "combine", "partials_type"]
+__all__ = ["COMBINE_TILE", "build_slices", "combine", "combine_tiles", "partials_type"]
