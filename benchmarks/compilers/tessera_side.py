@@ -11,7 +11,8 @@ Runs in the project's own environment (in the driver's process). For each progra
   counts them, and the row says which op was refused;
 Two programs are Tessera's alone (:data:`TESSERA_ONLY`): the MLP with ReLU in float8
 e4m3 and in int8, which generate and reach PTX today (the e4m3 products through the
-exact ``mma``, the int8 ones summed per thread in 64-bit registers).
+exact ``mma``, the int8 ones on integer tensor cores in ``s32``, where their sums
+provably stay).
 
 * **compile time** from the Python function (tracing included) to each stage reached:
   Schedule IR, Tile IR, and PTX where the lowered program has ``ptx()``; the median of

@@ -16,7 +16,7 @@ from tessera.errors import UnsupportedError
 from tessera.ir.core import Value
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.layout import Acc, Blocked, Row
+from tessera.lower.layout import Acc, Blocked, BRow, Row
 from tessera.lower.values import Dist, Mem, mem_type, reg_type
 
 
@@ -48,7 +48,29 @@ def _coords(low: Lowerer, out: object) -> list[tuple[Value, ...]]:
                     coords.append((e.bin("div", k, e.const(cols, "s32"), "s32"),
                                    e.bin("rem", k, e.const(cols, "s32"), "s32")))
         return coords
+    if isinstance(out, BRow):
+        return _row_coords(low, out)
     raise UnsupportedError(f"a memory tile broadcast into layout {out} is not lowered")
+
+
+def _row_coords(low: Lowerer, out: BRow) -> list[tuple[Value, ...]]:
+    """Per register of row statistics (one per chunk of the parent tile), the
+    coordinates of its row: the row's index over the parent's leading axes, then 0 (a
+    statistic kept as ``(..., R, 1)``). A result of the leading axes alone reads only
+    the first of them: its broadcast's axes name no other."""
+    from tessera.lower.rules.tensor import _clamped
+
+    e, parent = low.em, out.parent
+    lead = parent.shape[:-1]
+    coords: list[tuple[Value, ...]] = []
+    for j in range(parent.per_thread):
+        rest = e.bin("div", _clamped(e, parent, j), e.const(parent.shape[-1], "s32"), "s32")
+        index: list[Value] = []
+        for size in reversed(lead[1:]):
+            index.append(e.bin("rem", rest, e.const(size, "s32"), "s32"))
+            rest = e.bin("div", rest, e.const(size, "s32"), "s32")
+        coords.append((rest, *reversed(index), e.const(0, "s32")))
+    return coords
 
 
 def load_rows(low: Lowerer, mem: Mem, out: Row) -> Dist | None:

@@ -74,6 +74,18 @@ class BRow:
 
 Layout = Acc | Row | Blocked | BRow
 
+
+def as_blocked(layout: object) -> Blocked | None:
+    """The blocked layout that holds the same registers as ``layout``, or None: a
+    blocked layout itself, or the row statistics of rows one element wide (a ``(R, 1)``
+    tile that shares its class with its own ``keepdims`` reduction), where register
+    ``j`` is the statistic of chunk ``j``'s row, which is chunk ``j``'s one element."""
+    if isinstance(layout, Blocked):
+        return layout
+    if isinstance(layout, BRow) and layout.parent.shape[-1] == 1:
+        return layout.parent  # vec 1: a chunk is one element, one row
+    return None
+
 #: integer ``mma`` operand formats summed per thread (their products are exact in ``s32``)
 INTEGER_MMA_OPERANDS = ("int8", "uint8")
 
@@ -195,5 +207,5 @@ def assign_layouts(fn: Function, integer_tensor_cores: bool = False) -> dict[Val
     return out
 
 
-__all__ = ["INTEGER_MMA_OPERANDS", "Acc", "BRow", "Blocked", "Layout", "Row", "assign_layouts",
-           "blocked", "is_integer_mma", "possibly_wide", "value_slots"]
+__all__ = ["INTEGER_MMA_OPERANDS", "Acc", "BRow", "Blocked", "Layout", "Row", "as_blocked",
+           "assign_layouts", "blocked", "is_integer_mma", "possibly_wide", "value_slots"]

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.tile.carried import carried_rule
 from tessera.interp.tile.fastpaths.pending import PendingMma
 from tessera.interp.tile.memory.spaces import poison
 from tessera.interp.tile.mma import Widen, mma, widened
@@ -27,6 +26,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import Element, TensorType
 from tessera.numerics import convert, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
+from tessera.numerics.reductions.accumulator.carried import carried_reduce
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
 from tessera.numerics.transcendental import erf64, log64, tanh64
@@ -268,9 +268,10 @@ def _reduce(instr: Instr, fast: bool) -> Impl:
     src = instr.operands[0].type
     assert isinstance(src, TensorType)
     axis = op.axis % src.rank - src.rank  # from the end: works with program axes
-    if len(instr.operands) == 2:
-        return carried_rule(instr)
     n = _num_in(instr)
+    if len(instr.operands) == 2:  # a carried exact sum or mean (exact in both modes)
+        to = _num_out(instr).element
+        return lambda x, c: carried_reduce(n.narrow(x), c, axis, op.kind, op.count, to)
     if op.kind in ("max", "min"):
         kind = op.kind
         return lambda x: row_extreme(n.narrow(x), axis, kind)

@@ -38,7 +38,7 @@ from tessera.lower.core import Lowerer
 from tessera.lower.exact.chains import carried_operand, chains, is_zero, live_ranges, share
 from tessera.lower.exact.longacc import zero_shared
 from tessera.lower.exact.mma import ACC_BYTES, EXACT_MAXNREG, MMA_DIGITS, round_mma
-from tessera.lower.layout import Blocked
+from tessera.lower.layout import as_blocked
 from tessera.lower.values import Lowered
 
 
@@ -63,8 +63,8 @@ def _chain_size(low: Lowerer, root: Value, carried: dict[Value, Any]) -> int:
         from tessera.lower.exact.carried import buffer_bytes
 
         return buffer_bytes(carried[root], t)  # type: ignore[arg-type]
-    layout = low.layouts.get(root)
-    if not isinstance(layout, Blocked) or not isinstance(t, TensorType) or t.rank != 2:
+    layout = as_blocked(low.layouts.get(root))
+    if layout is None or not isinstance(t, TensorType) or t.rank != 2:
         raise UnsupportedError("an exact mma accumulator must be a 2-D blocked tile",
                                loc=low.fn.loc)
     return 8 * prod(t.shape) * (MMA_DIGITS + 1)

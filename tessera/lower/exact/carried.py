@@ -4,9 +4,9 @@ holds, summed block by block into one long accumulator per result element.
 The tile level defines a carried *sum* as the exact accumulator ``c + sum(x)``, held
 exactly through further carried sums and loop-carried values and rounded once where
 any other op uses it, and a carried *mean* as ``(c + sum(x)) / count`` rounded once
-(:mod:`tessera.interp.tile.carried`). The values one accumulator flows through form a
-chain (:mod:`tessera.lower.exact.chains`) whose buffer in shared memory
-(:mod:`tessera.lower.exact.accplan`) holds a long accumulator
+(:mod:`tessera.numerics.reductions.accumulator.carried`). The values one accumulator
+flows through form a chain (:mod:`tessera.lower.exact.chains`) whose buffer in shared
+memory (:mod:`tessera.lower.exact.accplan`) holds a long accumulator
 (:class:`~tessera.lower.exact.longacc.SharedAcc`) per result element, zeroed at
 kernel entry, then a slot per element for the rounded results. In PTX:
 

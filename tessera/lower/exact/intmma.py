@@ -14,10 +14,12 @@ products of at most 2^16 reaches 2^63), adds the widened accumulator in ``s64`` 
 clamps the sum to the ``s32`` range once, at the end of the ``mma`` — the tile level's
 int64 sum and saturation, for every K.
 
-``mma.sync`` m16n8k32 ``.s8`` (and ``wgmma`` ``.s32``) would sum exactly too while no
-partial sum overflows; this form needs no operand fragments or K-major copies of a
-row-major B (``wgmma`` transposes 16-bit operands only), and an output tile of
-:data:`~tessera.ir.transforms.to_tile.exact_tiles.EXACT_MMA_TILE` keeps four
+``mma.sync`` m16n8k32 ``.s8`` (and ``wgmma`` ``.s32``) sum exactly too while no
+partial sum overflows, and take the kernels where that is proved and the operands
+are in their layouts (:mod:`tessera.lower.sm80.intmma`, which says why a kernel does
+not qualify); this form takes the others: it needs no operand fragments or K-major
+copies of a row-major B (``wgmma`` transposes 16-bit operands only), and an output
+tile of :data:`~tessera.ir.transforms.to_tile.exact_tiles.EXACT_MMA_TILE` keeps four
 accumulators in each thread.
 """
 

@@ -17,9 +17,11 @@ nearest even, to the accumulator format when any other op uses it
   (``tile.full`` 0), as the generated K loops do; an ``mma`` from zeros inside a loop
   body (the scores of each key block of attention) clears its accumulators first, each
   thread its own. The output tile is held in the blocked layout
-  (:mod:`tessera.lower.layout`): the thread that holds element ``k`` owns its
-  accumulator, so deposits need no atomics and no barrier, and the registers the
-  chain's values carry through loops are placeholders.
+  (:mod:`tessera.lower.layout`; a tile one column wide that the layouts hold as row
+  statistics has the same registers, :func:`~tessera.lower.layout.as_blocked`): the
+  thread that holds element ``k`` owns its accumulator, so deposits need no atomics
+  and no barrier, and the registers the chain's values carry through loops are
+  placeholders.
 * **Products.** No tensor cores (their accumulation truncates): each thread loops
   over K, reads ``a[i, k]`` and ``b[k, j]`` of its elements from the operand views
   (shared or global; an operand computed in the kernel, a register tile such as the
@@ -53,7 +55,7 @@ from tessera.lower.exact.longacc import (
     round_words_at,
     to_format,
 )
-from tessera.lower.layout import Blocked
+from tessera.lower.layout import Blocked, as_blocked
 from tessera.lower.rules.memory import address
 from tessera.lower.rules.tensor import chunk_index, widen
 from tessera.lower.values import Dist, Lowered, Mem, mem_type, reg_type
@@ -102,8 +104,8 @@ def round_mma(low: Lowerer, v: Value, base: Value, f64: bool = False) -> Dist:
     selects the result into the register of that index (a rounding is over a hundred
     instructions; a thread holds several registers)."""
     e = low.em
-    layout = low.layouts[v]
-    assert isinstance(layout, Blocked) and isinstance(v.type, TensorType)
+    layout = as_blocked(low.layouts[v])
+    assert layout is not None and isinstance(v.type, TensorType)
     element = v.type.element
     s32, f32, vec = "s32", "f32", layout.vec
     size = layout.chunks * vec
@@ -144,7 +146,7 @@ def round_mma(low: Lowerer, v: Value, base: Value, f64: bool = False) -> Dist:
     n = layout.per_thread * vec
     regs = e.for_(e.const(0, s32), e.const(n, s32), e.const(1, s32),
                   [e.const(0.0, f32)] * n, body)
-    return Dist(layout, regs, f32)
+    return Dist(low.layouts[v], regs, f32)  # a BRow of one-element rows: the same registers
 
 
 def deposit_f64(e: TargetEmitter, acc: Value, p: Value) -> None:
@@ -225,8 +227,8 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
                                "shared or global views)", loc=instr.loc)
     members, bufs, _ = low.extra["exact_chains"]
     res = instr.results[0]
-    layout = low.layouts[res]
-    assert isinstance(layout, Blocked)
+    layout = as_blocked(low.layouts[res])
+    assert layout is not None
     base = bufs[members[res]]
     f64 = members[res] in low.extra["exact_f64"]
     e = low.em
@@ -283,7 +285,8 @@ def _exact_mma(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     e.for_(e.const(0, "s32"), e.const(kdim, "s32"), e.const(1, "s32"), [], body)
     if len(args) == 3 and isinstance(args[2], Dist):
         return [args[2]]  # the placeholder registers the chain carries
-    return [Dist(layout, [e.const(0.0, "f32")] * (layout.per_thread * layout.vec), "f32")]
+    return [Dist(low.layouts[res], [e.const(0.0, "f32")] * (layout.per_thread * layout.vec),
+                 "f32")]
 
 
 __all__ = ["ACC_BYTES", "EXACT_MAXNREG", "MMA_DIGITS", "MMA_QUANTUM", "deposit_f64",

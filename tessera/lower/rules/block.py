@@ -318,14 +318,31 @@ def store_value(low: Lowerer, mem: Mem, value: Lowered, layout: Any) -> None:
     if not (isinstance(value, Dist) and isinstance(value.layout, Acc)):
         raise UnsupportedError("this tile cannot be stored yet", loc=low.em.loc)
     if mem.space != "global" or mem.strides[-1] != 1:
-        raise UnsupportedError("accumulators are stored to row-major global views",
-                               loc=low.em.loc)
+        _store_acc_elements(low, _squeezed(mem), value)
+        return
     from tessera.lower.sm80.gemm import store_acc
 
     e, elem = low.em, ptx_elem(mem.element)
     pair = 2 * elem_size(elem)  # a column pair is one vector store where it is aligned
     store_acc(e, value.regs, address(e, mem), mem.strides[0], value.layout.rows,
               value.layout.cols, elem, pairs=mem.align % pair == 0)
+
+
+def _store_acc_elements(low: Lowerer, mem: Mem, value: Dist) -> None:
+    """An accumulator-layout tile stored one element at a time into any 2-D view (a
+    shared buffer: a masked operand tile whose mask an accumulator's epilogue shares)."""
+    from tessera.lower.rules.memory import to_mem
+    from tessera.lower.sm80.gemm import acc_rowcol
+
+    layout = value.layout
+    assert isinstance(layout, Acc)
+    if len(mem.shape) != 2:
+        raise UnsupportedError("accumulators are stored to 2-D views", loc=low.em.loc)
+    e, mt = low.em, mem_type(mem.element)
+    s0, s1 = (e.const(s, "s32") for s in mem.strides)
+    for reg, (row, col) in zip(value.regs, acc_rowcol(e, layout.rows, layout.cols)):
+        off = e.add(e.mul(row, s0, "s32"), e.mul(col, s1, "s32"), "s32")
+        e.st(mem.space, address(e, mem, off), to_mem(e, reg, value.type, mt, mem.element), mt)
 
 
 def store_rows(low: Lowerer, mem: Mem, value: Dist) -> None:

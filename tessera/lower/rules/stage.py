@@ -29,7 +29,7 @@ from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, Value
 from tessera.lower.broadcast import reshape_view
 from tessera.lower.core import THREADS, Lowerer
-from tessera.lower.layout import Blocked, BRow
+from tessera.lower.layout import BRow, as_blocked
 from tessera.lower.rules.tensor import chunk_index, store_blocked
 from tessera.lower.values import Dist, Mem
 from tessera.numerics import f32, f64
@@ -64,14 +64,15 @@ def _buffer(low: Lowerer, prefix: str, size: int) -> Value:
 def stage(low: Lowerer, value: Dist, instr: Instr) -> Mem:
     """``value`` (a 2-D blocked f32 or f64 register tile, an operand of ``instr``)
     stored into a fresh shared buffer, behind a barrier: the buffer as a row-major
-    view."""
-    layout = value.layout
-    if not isinstance(layout, Blocked) or len(layout.shape) < 2 or \
+    view (row statistics of rows one element wide are such a tile: the same registers)."""
+    layout = as_blocked(value.layout)
+    if layout is None or len(layout.shape) < 2 or \
             value.type not in ("f32", "f64") or any(d != 1 for d in layout.shape[:-2]):
         raise UnsupportedError(
             f"{instr.op.name} reads a register tile that cannot be staged through shared "
-            f"memory (a {value.type} tile in layout {layout}); blocked f32 and f64 tiles "
-            "of one matrix (2-D, or leading axes of 1) are", loc=instr.loc)
+            f"memory (a {value.type} tile in layout {value.layout}); blocked f32 and f64 "
+            "tiles of one matrix (2-D, or leading axes of 1) are", loc=instr.loc)
+    value = Dist(layout, value.regs, value.type)
     rows, cols = layout.shape[-2:]
     size = (8 if value.type == "f64" else 4) * rows * cols
     # allocated in the entry block: one buffer, however often the staging runs

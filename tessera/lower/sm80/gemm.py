@@ -223,10 +223,11 @@ def store_acc(e: TargetEmitter, acc: list[Value], dst_base: Value, row_stride: i
     to ``bf16``/``f16``. Adjacent column pairs go out as one ``st.global.v2.f32`` or
     one packed ``b32`` when ``row_stride`` is even and ``pairs`` says ``dst_base`` is
     aligned to the pair (8 bytes for f32, 4 for 16-bit types); otherwise one element
-    at a time."""
-    if elem not in ("f32", "bf16", "f16", "s32"):
-        raise UnsupportedError(f"store_acc writes f32, bf16 or f16 (s32: integer sums), "
-                               f"not {elem}")
+    at a time. ``s8``: int8 values held in ``s32`` registers (an integer accumulator
+    cast to int8), one ``st.global.s8`` each (it keeps the low byte)."""
+    if elem not in ("f32", "bf16", "f16", "s32", "s8"):
+        raise UnsupportedError(f"store_acc writes f32, bf16 or f16 (s32: integer sums, "
+                               f"s8: their casts), not {elem}")
     if bm % 64 or bn % 8 or len(acc) != bm * bn // THREADS:
         raise ShapeError(f"a {bm}x{bn} accumulator is {bm * bn // THREADS} registers, "
                          f"got {len(acc)}")
@@ -240,9 +241,9 @@ def store_acc(e: TargetEmitter, acc: list[Value], dst_base: Value, row_stride: i
         off = ((64 * b + 8 * ((i >> 1) & 1)) * row_stride + 8 * (i >> 2)) * es
         addr, off = (base, off) if off < 2**31 else (e.add(base, e.const(off, "u64"), "u64"), 0)
         lo, hi = acc[r], acc[r + 1]
-        if row_stride % 2 or not pairs:  # pairs are not aligned: one element at a time
+        if row_stride % 2 or not pairs or elem == "s8":  # one element at a time
             for k, v in enumerate((lo, hi)):
-                v = v if elem in ("f32", "s32") else e.cvt(v, elem, "f32", "rn")
+                v = v if elem in ("f32", "s32", "s8") else e.cvt(v, elem, "f32", "rn")
                 e.st("global", addr, v, elem, offset=off + k * es)
         elif elem in ("f32", "s32"):  # s32: an integer mma's accumulator, stored as is
             e.st("global", addr, e.pack([lo, hi], elem), elem, vec=2, offset=off)

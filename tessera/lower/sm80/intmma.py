@@ -21,7 +21,9 @@ the tensor cores' layouts: A a row-major shared tile, B the transpose of a share
 multiple of 64, N of 8 (of 16 above 32 on sm_90a) and K of 32, and the kernel holds
 no exact float ``mma`` (those sum per thread, with no tensor-core buffers). Kernels
 that fail any of it keep the per-thread sums of :mod:`tessera.lower.exact.intmma`,
-exact for every K.
+exact for every K; :func:`why_per_thread` says which condition failed. Generated
+int8 matmuls are made in these tiles and layouts
+(:mod:`tessera.ir.transforms.to_tile.int_tiles`).
 """
 
 from __future__ import annotations
@@ -59,24 +61,29 @@ def _shared_load(v: Value) -> bool:
     return getattr(d.operands[0].type, "space", None) == "shared"
 
 
-def _fits(instr: Instr, target: str) -> bool:
-    """The operand layouts and tile shape the tensor-core lowering takes."""
+def _misfit(instr: Instr, target: str) -> str:
+    """Why the operand layouts or tile shape of ``instr`` are not the ones the
+    tensor-core lowering takes ('' when they are)."""
     a, b = instr.operands[0], instr.operands[1]
     if (_element(a), _element(b)) not in _TOP_PRODUCT or _element(a) != _element(b):
-        return False
+        return f"operands of {_element(a)} x {_element(b)}, not one byte format"
     db = _defining(b)
     if not _shared_load(a) or db is None or not isinstance(db.op, tile_compute.Transpose) \
             or not _shared_load(db.operands[0]):
-        return False
+        return "A is not a row-major shared tile or B not the transpose of one (K-major)"
     (m, k), n = a.type.shape, b.type.shape[1]  # type: ignore[attr-defined]
     if m % 64 or n % 8 or k % 32:
-        return False
-    return target != "sm_90a" or (n <= 256 and (n <= 32 or n % 16 == 0))
+        return f"a {m} x {n} x {k} tile (M a multiple of 64, N of 8, K of 32)"
+    if target == "sm_90a" and not (n <= 256 and (n <= 32 or n % 16 == 0)):
+        return f"N = {n} (wgmma: at most 256, a multiple of 16 above 32)"
+    return ""
 
 
-def integer_tensor_cores(fn: Function, target: str) -> bool:
-    """Whether every integer ``mma`` of ``fn`` runs on tensor cores (module docstring):
-    all do, or none (their accumulators would otherwise share a layout)."""
+def why_per_thread(fn: Function, target: str) -> str:
+    """Why the integer ``mma`` of ``fn`` sum their products per thread on ``target``
+    rather than on tensor cores (module docstring): all of them take tensor cores or
+    none does (their accumulators would otherwise share a layout); '' when they do, or
+    when ``fn`` has none."""
     mmas: list[tuple[Instr, int | None]] = []
     carried: dict[Value, tuple[Value, Value]] = {}  # loop block arg -> (init, yielded)
 
@@ -97,18 +104,33 @@ def integer_tensor_cores(fn: Function, target: str) -> bool:
                     walk(blk, inner)
 
     walk(fn.body, 1)
-    if not mmas or any(t is None or not _fits(i, target) for i, t in mmas):
-        return False
+    if not mmas:
+        return ""
+    if any(t is None for _, t in mmas):
+        return "an integer mma in a loop without a constant trip count"
+    for i, _ in mmas:
+        if why := _misfit(i, target):
+            return why
     # exact float mmas sum per thread, and the kernel then has no tensor-core buffers
     if any(isinstance(i.op, tile_compute.Mma) and i.op.exact for i in walk_all(fn.body)):
-        return False
+        return "the kernel has an exact float mma (per-thread sums)"
     results = {i.results[0] for i, _ in mmas}
     budget = sum(i.operands[0].type.shape[1] * t  # type: ignore[attr-defined,operator]
                  * _TOP_PRODUCT[_element(i.operands[0]), _element(i.operands[1])]
                  for i, t in mmas)
-    return budget < LIMIT and all(
-        len(i.operands) == 2 or _from_zero_or_mma(i.operands[2], results, carried, set())
-        for i, _ in mmas)
+    if budget >= LIMIT:
+        return f"sums of up to {budget} may leave s32 (2^31)"
+    if not all(len(i.operands) == 2 or _from_zero_or_mma(i.operands[2], results, carried,
+                                                            set()) for i, _ in mmas):
+        return "an accumulator that does not start from zeros (its sums are not bounded)"
+    return ""
+
+
+def integer_tensor_cores(fn: Function, target: str) -> bool:
+    """Whether ``fn`` has integer ``mma`` and they all run on tensor cores
+    (:func:`why_per_thread` gives the reason when they do not)."""
+    return any(isinstance(i.op, tile_compute.Mma) and is_integer_mma(i)
+               for i in walk_all(fn.body)) and not why_per_thread(fn, target)
 
 
 def _from_zero_or_mma(v: Value, results: set[Value], carried: dict[Value, tuple[Value, Value]],
@@ -128,4 +150,4 @@ def _from_zero_or_mma(v: Value, results: set[Value], carried: dict[Value, tuple[
     return False
 
 
-__all__ = ["LIMIT", "integer_tensor_cores"]
+__all__ = ["LIMIT", "integer_tensor_cores", "why_per_thread"]

@@ -6,7 +6,8 @@ add to (``mma(a, b, acc)`` = ``acc + a @ b``, accumulated as one chain);
 ``exact=True`` makes the result an exact accumulator, rounded once where it is used.
 Unary math of integer tiles computes in f32 (``abs`` keeps the integer format);
 reductions need a constant axis; ``row_sum``/``reduce_sum`` take ``exact=True`` (the
-exact sum rounded once), and ``reduce_mean`` is always exact. Each rule registers in
+exact sum rounded once), and ``reduce_mean`` is always exact; ``acc=`` continues an
+exact sum across blocks (``count=``: a mean's whole length). Each rule registers in
 ``API_RULES`` with its parameters.
 """
 
@@ -116,7 +117,7 @@ def _where(state: CompileState, node: ast.AST, cond: Any, a: Any, b: Any) -> Val
 
 
 def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str,
-            exact: Any = False) -> Value:
+            exact: Any = False, acc: Any = None, count: Any = None) -> Value:
     v = state.as_tile(x, node)
     if v.type.rank == 0 or is_value(axis):  # type: ignore[attr-defined]
         raise state.error(f"{kind} reductions need a tile of rank >= 1 and a constant "
@@ -127,18 +128,33 @@ def _reduce(state: CompileState, node: ast.AST, x: Any, axis: Any, kind: str,
             raise state.error(f"reduce_mean needs a float tile, not "
                               f"{v.type.element}: cast it first", node)  # type: ignore
         exact = False  # integer sums are exact already
-    return state.emit1(tile_compute.Reduce(kind, int(axis), exact), [v], node)
+    if acc is None:
+        if count is not None:
+            raise state.error("count= is the length of a mean that continues an "
+                              "accumulator: give acc= too", node)
+        return state.emit1(tile_compute.Reduce(kind, int(axis), exact), [v], node)
+    # a carried exact sum: continue the accumulator ``acc`` (see tile.reduce)
+    if not exact or not is_value(acc):
+        raise state.error("acc= continues an exact sum: pass exact=True and the running "
+                          "accumulator tile (start it from ts.tile.zeros)", node)
+    if kind == "mean" and (is_value(count) or not isinstance(count, int) or count < 1):
+        raise state.error("a mean that continues an accumulator needs count=, the constant "
+                          "number of terms of the whole row", node)
+    op = tile_compute.Reduce(kind, int(axis), True, count=count if kind == "mean" else 0)
+    return state.emit1(op, [v, state.as_tile(acc, node)], node)
 
 
 api_rule("row_max", params=("x",))(functools.partial(_reduce, axis=-1, kind="max"))
-api_rule("row_sum", params=("x", "exact"), defaults={"exact": False})(
+api_rule("row_sum", params=("x", "exact", "acc"), defaults={"exact": False, "acc": None})(
     functools.partial(_reduce, axis=-1, kind="sum"))
 for _name, _kind in {"reduce_max": "max", "reduce_min": "min"}.items():
     api_rule(_name, params=("x", "axis"), defaults={"axis": -1})(
         functools.partial(_reduce, kind=_kind))
-api_rule("reduce_sum", params=("x", "axis", "exact"), defaults={"axis": -1, "exact": False})(
+api_rule("reduce_sum", params=("x", "axis", "exact", "acc"),
+         defaults={"axis": -1, "exact": False, "acc": None})(
     functools.partial(_reduce, kind="sum"))
-api_rule("reduce_mean", params=("x", "axis"), defaults={"axis": -1})(
+api_rule("reduce_mean", params=("x", "axis", "acc", "count"),
+         defaults={"axis": -1, "acc": None, "count": None})(
     functools.partial(_reduce, kind="mean"))
 
 

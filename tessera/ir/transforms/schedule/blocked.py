@@ -10,9 +10,12 @@ program holds at most :data:`BLOCK_TERMS` terms (a mean squared error makes
 :data:`MSE_TERMS` of each element).
 
 The kernel qualifies when everything computed along the reduced loops is elementwise
-work feeding those reductions (or results stored block by block), each reduction
-reduces every reduced loop its operand runs along, and nothing along them reads a
-reduction's result. Matmuls, softmaxes and maxima keep their own strategies.
+work (feeding those reductions, or results stored block by block) and each reduction
+reduces every reduced loop its operand runs along. Work along the rows that reads a
+reduction's result (a norm's ``x - mean``) runs in a later pass over the blocks, which
+costs another read of the rows: such kernels walk blocks only when their rows do not
+fit one program or exceed :data:`WHOLE_ROW_TERMS`. Matmuls, softmaxes and maxima keep
+their own strategies.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from tessera.numerics import storage_of
 #: the most terms one program's block of a carried reduction holds (32 per thread of a
 #: 128-thread program)
 BLOCK_TERMS = 4096
+#: the most terms a row of a kernel of several passes (a norm) holds whole in one
+#: program, where the target's capacity allows (128 per thread): beyond, its passes
+#: read the rows again block by block rather than hold them in registers
+WHOLE_ROW_TERMS = 16384
 #: terms per element of a mean squared error (tessera.ir.transforms.to_tile.loss)
 MSE_TERMS = 16
 
@@ -60,45 +67,73 @@ def _reduced_axes(inner: Instr) -> set[int]:
     return set(inner.op.reduced_axes(rank))  # type: ignore[attr-defined]
 
 
-def blocked_loops(instr: Instr, space: IterationSpace) -> set[int]:
+def block_passes(instr: Instr, space: IterationSpace, walked: set[int] | None = None
+                 ) -> tuple[set[int], dict[Instr, int], int]:
     """The loops the kernel ``instr`` may walk in blocks carrying exact sums (its
-    sequential loops that no matmul contracts), or none where it does not qualify."""
+    sequential loops that no matmul contracts) and the pass over the blocks of each
+    instruction of its region, and the number of passes; empty where it does not
+    qualify.
+
+    Pass 0 computes what needs no reduction; a reduction computed in pass ``p`` is read
+    from pass ``p + 1`` on, so a norm (its mean, then its variance, then the values)
+    takes three passes, recomputing its elementwise work from the loaded blocks.
+    ``walked``: the loops actually cut (default: every candidate)."""
     block = instr.regions[0].block
     loops = {k for k, kind in enumerate(space.kinds) if kind == "seq"} - space.contracted
+    if walked is not None:
+        loops &= walked
     if not loops or any(isinstance(i.op, (graph_ops.MatMul, graph_ops.Softmax))
                         for i in block.instrs):
-        return set()
+        return set(), {}, 0
 
     def along(v: Value) -> bool:
         t = v.type
         return isinstance(t, TensorType) and any(space.loop_of.get((v, k)) in loops
                                                  for k in range(t.rank))
 
-    reduced: set[Value] = set()  # results of reductions, and what they reach
+    ready: dict[Value, int] = {}  # the first pass in which a value can be read
+    passes: dict[Instr, int] = {}
     found = False
+    count = 1  # passes over the blocks
     for inner in block.instrs:
         if inner.op.terminator:
             continue
-        keyed = [v for v in inner.operands if along(v)]
-        if any(v in reduced for v in inner.operands):
-            if keyed or any(along(r) for r in inner.results):
-                return set()  # a value along the loops reads a reduction's result
-            reduced.update(inner.results)
-            continue
-        if not keyed:
-            continue
-        if isinstance(inner.op, graph_ops.Reduce) or isinstance(inner.op, graph_ops.Mse):
-            axes = _reduced_axes(inner)
+        p = max((ready.get(v, 0) for v in inner.operands), default=0)
+        keyed_in = any(along(v) for v in inner.operands)
+        keyed_out = [along(r) for r in inner.results]
+        passes[inner] = p
+        if keyed_in or any(keyed_out):
+            count = max(count, p + 1)
+        if keyed_in and not any(keyed_out):  # a reduction over the rows
             x = inner.operands[0]
             spans = {a for a in range(x.type.rank)  # type: ignore[attr-defined]
                      if space.loop_of.get((x, a)) in loops}
-            if not _carried(inner) or not spans <= axes:
-                return set()
-            reduced.update(inner.results)
+            if not _carried(inner) or not spans <= _reduced_axes(inner):
+                return set(), {}, 0
+            ready.update((r, p + 1) for r in inner.results)
             found = True
-        elif not all(along(r) for r in inner.results):
-            return set()  # (a reshape or index map that leaves the loops)
-    return loops if found else set()
+            continue
+        if keyed_in and not all(keyed_out):
+            return set(), {}, 0  # (a reshape or index map that leaves the loops)
+        ready.update((r, p) for r in inner.results)
+    return (loops, passes, count) if found else (set(), {}, 0)
+
+
+def blocked_loops(instr: Instr, space: IterationSpace) -> set[int]:
+    """The loops of :func:`block_passes` (empty where the kernel does not qualify)."""
+    return block_passes(instr, space)[0]
+
+
+def walk_in_blocks(instr: Instr, space: IterationSpace, tile: list[int]) -> set[int]:
+    """The loops of :func:`block_passes` when the kernel should walk them in blocks:
+    always when its reductions read nothing reduced (blocks then cost one pass over the
+    rows, as holding them whole does); for a kernel of several passes, when the target
+    already cut its rows or a row holds more than :data:`WHOLE_ROW_TERMS` terms."""
+    loops, _, count = block_passes(instr, space)
+    if count <= 1:
+        return loops
+    cut = any(tile[k] < space.extents[k] for k in loops)
+    return loops if cut or math.prod(tile[k] for k in loops) > WHOLE_ROW_TERMS else set()
 
 
 def block_weight(instr: Instr) -> int:
@@ -118,4 +153,5 @@ def cap_blocks(tile: list[int], loops: set[int], weight: int) -> None:
         tile[k] //= 2
 
 
-__all__ = ["BLOCK_TERMS", "MSE_TERMS", "block_weight", "blocked_loops", "cap_blocks"]
+__all__ = ["BLOCK_TERMS", "MSE_TERMS", "WHOLE_ROW_TERMS", "block_passes", "block_weight",
+           "blocked_loops", "cap_blocks", "walk_in_blocks"]

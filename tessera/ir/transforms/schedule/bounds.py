@@ -116,6 +116,20 @@ def _weights_error(p: np.ndarray, factor: np.ndarray, up: float, chain: float) -
     return np.asarray(np.where(np.isnan(out), np.inf, out))
 
 
+def matmul_bound(a: Any, b: Any, out: str = "f32") -> np.ndarray:
+    """A bound on ``|fast - graph|`` for ``a @ b`` summed in float32 in any order (the
+    slices of split-K, then their sum), rounded to ``out``, against the graph's exact
+    product rounded once to ``out``: with ``T = |a| @ |b|`` and ``o`` the exact value,
+    the float32 sum is within ``gamma_K T``, its rounding adds ``u_out`` of its
+    magnitude and the graph's rounding ``u_out |o|``, ``|o| <= T``; products that
+    underflow float32 add ``K 2^-149``."""
+    wa, wb = (np.abs(np.asarray(x, dtype=np.float64)) for x in (a, b))
+    k = wa.shape[-1]
+    u_out = UNIT_ROUNDOFF[out]
+    total = (wa @ wb) * (1 + gamma(2 * k, 2.0**-53))  # (T itself, computed in float64)
+    return np.asarray(total * (gamma(k) * (1 + u_out) + 2 * u_out) + k * 2.0**-149)
+
+
 def within(got: Any, want: Any, bound: np.ndarray) -> bool:
     """Whether every element of ``got`` is within ``bound`` of ``want`` (NaN where
     ``want`` is NaN)."""
@@ -126,4 +140,4 @@ def within(got: Any, want: Any, bound: np.ndarray) -> bool:
     return bool(np.all(np.abs(g - w)[~nan] <= bound[~nan]))
 
 
-__all__ = ["EXP_ULPS", "UNIT_ROUNDOFF", "attention_bound", "gamma", "within"]
+__all__ = ["EXP_ULPS", "UNIT_ROUNDOFF", "attention_bound", "gamma", "matmul_bound", "within"]

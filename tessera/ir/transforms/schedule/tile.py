@@ -199,7 +199,7 @@ def schedule_kernel(instr: Instr, limits: TargetLimits = H100, mode: str = "exac
     stages = _stages(instr, space, plan.tile, inputs, temps, limits) if matmuls else 1
     kinds = list(space.kinds)
     split = 1
-    carried = blocked.blocked_loops(instr, space)
+    carried = blocked.walk_in_blocks(instr, space, plan.tile)
     if carried:
         blocked.cap_blocks(plan.tile, carried, blocked.block_weight(instr))
     if any(plan.tile[k] < space.extents[k] for k in carried):
@@ -326,10 +326,12 @@ def _rows_of(block: Block, space: IterationSpace, loop: int) -> set[int]:
 
 def _split(space: IterationSpace, tile: list[int], matmuls: list[Instr], reduced: set[int],
            limits: TargetLimits, mode: str) -> int:
-    """Split-K slices: only for a lone contraction whose partial sums are exact (integer
-    formats) or in fast mode, when the grid leaves SMs idle."""
-    if len(matmuls) != 1 or reduced or len(space.contracted) != 1:
-        return 1
+    """Split-K slices: only for a lone contraction of operands read from memory whose
+    partial sums are exact (integer formats) or in fast mode, when the grid leaves SMs
+    idle; a divisor of the K tiles."""
+    if len(matmuls) != 1 or reduced or len(space.contracted) != 1 or \
+            not all(v in matmuls[0].parent.args for v in matmuls[0].operands):  # type: ignore[union-attr]
+        return 1  # (slices read their operands from memory: a prologue is held whole)
     (k,) = space.contracted
     element = matmuls[0].results[0].type
     exact = isinstance(element, TensorType) and storage_of(element.element).kind == "int"
@@ -340,7 +342,9 @@ def _split(space: IterationSpace, tile: list[int], matmuls: list[Instr], reduced
     k_tiles = math.ceil(space.extents[k] / tile[k])
     if 2 * programs >= limits.sms or k_tiles < 4:
         return 1
-    return max(1, min(limits.sms // programs, k_tiles // 2))
+    # slices of equal length (a constant trip count each): a divisor of the K tiles
+    most = min(limits.sms // programs, k_tiles // 2)
+    return max(d for d in range(1, most + 1) if k_tiles % d == 0)
 
 
 @register_pass

@@ -23,6 +23,7 @@ from tessera.ir.transforms.to_tile.call import add_kernel_call, kernel_call_of
 from tessera.ir.transforms.to_tile.kernel import build_kernel
 from tessera.ir.transforms.to_tile.ops import TileGenerationError
 from tessera.ir.transforms.to_tile.program import Launch, TileProgram
+from tessera.ir.transforms.to_tile.splitk import build_slices, partials_type
 from tessera.ir.types import TensorType
 
 
@@ -51,9 +52,18 @@ def schedule_to_tile(fn: Function, mode: str = "exact") -> TileProgram:
         if call is not None:  # a hand-written kernel: its own Tile IR, launched as it is
             add_kernel_call(program, instr, call, f"{fn.name}_{label}", params, outs)
             continue
-        kernel, grid = build_kernel(instr, f"{fn.name}_{label}", params, outs, mode)
+        partials = None
+        if instr.op.reduction == "split_k":  # type: ignore[attr-defined]
+            partials = (_fresh(f"{label}_partials", program.buffers), partials_type(instr))
+            program.buffers[partials[0]] = partials[1]
+            kernel, grid = build_slices(instr, f"{fn.name}_{label}_slices", params,
+                                        partials[0])
+            program.module.add(kernel)
+            program.launches.append(Launch(kernel.name, grid, (*params, partials[0])))
+        kernel, grid = build_kernel(instr, f"{fn.name}_{label}", params, outs, mode, partials)
         program.module.add(kernel)
-        program.launches.append(Launch(kernel.name, grid, (*params, *outs)))
+        program.launches.append(Launch(kernel.name, grid, (
+            *params, *([partials[0]] if partials else []), *outs)))
     term = fn.body.terminator
     assert term is not None
     program.results = [names[v] for v in term.operands]

@@ -31,7 +31,7 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.schedule.space import IterationSpace
 from tessera.ir.dialects.tile import compute as tc
-from tessera.ir.transforms.schedule.blocked import MSE_TERMS, blocked_loops
+from tessera.ir.transforms.schedule.blocked import MSE_TERMS, block_passes, blocked_loops
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.types import TensorType
@@ -46,20 +46,25 @@ F64 = dtype("f64")
 
 @dataclasses.dataclass
 class BlockPlan:
-    """The loops one kernel walks in blocks, and what it computes per block."""
+    """The loops one kernel walks in blocks, and what it computes in each pass."""
 
     loops: list[int]          #: the cut loops, outermost first
-    keyed: list[Instr]        #: the region's instructions computed per block, in order
+    passes: dict[Instr, int]  #: each instruction's pass over the blocks
+    keyed: list[Instr]        #: the instructions computed per block, in order
     reductions: list[Instr]   #: the carried reductions among them
     args: set[Value]          #: the kernel's operands read per block
-    order: list[Instr]        #: the region in emission order: what the blocks read first
+    early: list[Instr]        #: what the blocks read, computed before the first pass
+    later: list[Instr]        #: what reads a reduction, outside the blocks
+    outputs: set[Value]       #: the kernel's results
+    count: int                #: passes over the blocks
 
 
 def plan_of(instr: Instr, space: IterationSpace, tiles: Sequence[int]) -> BlockPlan | None:
     """The block plan of a ``blocked`` kernel, or None (its rows are held whole)."""
     if getattr(instr.op, "reduction", None) != "blocked":
         return None
-    loops = sorted(k for k in blocked_loops(instr, space) if tiles[k] < space.extents[k])
+    cut = {k for k in blocked_loops(instr, space) if tiles[k] < space.extents[k]}
+    loops, passes, count = block_passes(instr, space, cut)
     if not loops:
         return None
 
@@ -69,19 +74,16 @@ def plan_of(instr: Instr, space: IterationSpace, tiles: Sequence[int]) -> BlockP
                                                  for k in range(t.rank))
 
     region = instr.regions[0].block
-    keyed = [i for i in region.instrs if not i.op.terminator
-             and (any(along(r) for r in i.results) or any(along(v) for v in i.operands))]
+    body = [i for i in region.instrs if not i.op.terminator]
+    keyed = [i for i in body if any(map(along, i.results)) or any(map(along, i.operands))]
     reductions = [i for i in keyed if not any(along(r) for r in i.results)]
-    # what the blocks read is computed before the loops; what reads the reductions after
-    later = {r for i in reductions for r in i.results}
-    for i in region.instrs:
-        if i not in keyed and any(v in later for v in i.operands):
-            later.update(i.results)
-    early = [i for i in region.instrs if i not in keyed and not i.op.terminator
-             and not any(r in later for r in i.results)]
-    rest = [i for i in region.instrs if i not in keyed and i not in early]
-    return BlockPlan(loops, keyed, reductions, {a for a in region.args if along(a)},
-                     early + keyed + rest)
+    rest = [i for i in body if i not in keyed]
+    term = region.terminator
+    assert term is not None
+    return BlockPlan(sorted(loops), passes, keyed, reductions,
+                     {a for a in region.args if along(a)},
+                     [i for i in rest if passes[i] == 0], [i for i in rest if passes[i]],
+                     set(term.operands), count)
 
 
 def block_loop(em: Emitter, loop: int, block: int, inits: Sequence[Value], instr: Instr,
@@ -168,37 +170,69 @@ def _finish(em: Emitter, r: Instr, acc: Value) -> Value:
     return rules.settle(em, r, acc)
 
 
+def _needed(plan: BlockPlan, roots: list[Value]) -> set[Instr]:
+    """The per-block instructions that ``roots`` are computed from (a reduction of an
+    earlier pass is read finished, not computed again)."""
+    made = {r: i for i in plan.keyed for r in i.results}
+    found: set[Instr] = set()
+    todo = [made[v] for v in roots if v in made]
+    while todo:
+        i = todo.pop()
+        if i not in found:
+            found.add(i)
+            todo += [made[v] for v in i.operands
+                     if v in made and made[v] not in plan.reductions]
+    return found
+
+
 def emit_blocks(em: Emitter, plan: BlockPlan, mems: dict[Value, Value],
                 env: dict[Value, Value], users: dict[Value, list[Instr]],
                 store: Callable[[dict[Value, Value]], None]) -> None:
-    """The block loops of ``plan``: each block's work and accumulation, its results
-    along the loops ``store``d; the reductions' finished tiles go into ``env``."""
+    """The passes of ``plan`` over the blocks, each block's results ``store``d, and the
+    work between them; the finished reductions and what reads them go into ``env``."""
     first = plan.keyed[0]
-    along = [r for i in plan.keyed if i not in plan.reductions for r in i.results]
 
-    def block(carried: list[Value]) -> list[Value]:
-        local = dict(env)
-        for arg in plan.args:
-            local[arg] = edges.load(em, mems[arg], arg)
-        em.carry = dict(zip(plan.reductions, carried))
-        for inner in plan.keyed:
-            if not rules.folded(inner, users.get(inner.results[0], [])):
-                local[inner.results[0]] = rules.emit(
-                    em, inner, [local.get(v, v) for v in inner.operands])
-        em.carry = {}
-        store({v: local[v] for v in along})
-        return [local[r.results[0]] for r in plan.reductions]
+    def emit(inner: Instr, values: dict[Value, Value]) -> None:
+        if not rules.folded(inner, users.get(inner.results[0], [])):
+            values[inner.results[0]] = rules.emit(
+                em, inner, [values.get(v, v) for v in inner.operands])
 
-    def nest(depth: int, carried: list[Value]) -> list[Value]:
-        if depth == len(plan.loops):
-            return block(carried)
-        loop = plan.loops[depth]
-        return block_loop(em, loop, em.tiles[loop], carried, first,
-                          lambda inner: nest(depth + 1, inner))
+    for p in range(plan.count):
+        for inner in plan.later:
+            if plan.passes[inner] == p:
+                emit(inner, env)
+        reductions = [r for r in plan.reductions if plan.passes[r] == p]
+        stored = [r for i in plan.keyed if plan.passes[i] == p and i not in plan.reductions
+                  for r in i.results if r in plan.outputs]
+        needed = _needed(plan, [r.results[0] for r in reductions] + stored)
 
-    inits = [em.full(_acc_type(em, r), 0.0) for r in plan.reductions]
-    for r, acc in zip(plan.reductions, nest(0, inits)):
-        env[r.results[0]] = _finish(em, r, acc)
+        def block(carried: list[Value], reductions: list[Instr] = reductions,
+                  stored: list[Value] = stored, needed: set[Instr] = needed) -> list[Value]:
+            local = dict(env)
+            for arg in plan.args:
+                local[arg] = edges.load(em, mems[arg], arg)
+            em.carry = dict(zip(reductions, carried))
+            for inner in plan.keyed:
+                if inner in needed:
+                    emit(inner, local)
+            em.carry = {}
+            store({v: local[v] for v in stored})
+            return [local[r.results[0]] for r in reductions]
+
+        def nest(depth: int, carried: list[Value],
+                 block: Callable[[list[Value]], list[Value]] = block) -> list[Value]:
+            if depth == len(plan.loops):
+                return block(carried)
+            loop = plan.loops[depth]
+            return block_loop(em, loop, em.tiles[loop], carried, first,
+                              lambda c: nest(depth + 1, c, block))
+
+        inits = [em.full(_acc_type(em, r), 0.0) for r in reductions]
+        for r, acc in zip(reductions, nest(0, inits)):
+            env[r.results[0]] = _finish(em, r, acc)
+    for inner in plan.later:
+        if plan.passes[inner] >= plan.count:
+            emit(inner, env)
 
 
 __all__ = ["BlockPlan", "block_loop", "emit_blocks", "exact_reduce", "plan_of",

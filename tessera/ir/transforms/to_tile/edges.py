@@ -88,7 +88,8 @@ def _build_mask(em: Emitter, t: TensorType, starts: Sequence[Value], shape: Sequ
     return mask
 
 
-def _window(em: Emitter, v: Value) -> tuple[list[Value], tuple[int, ...], list[int | None]]:
+def window(em: Emitter, v: Value) -> tuple[list[Value], tuple[int, ...], list[int | None]]:
+    """The starts, shape and loops of this program's tile of the graph value ``v``."""
     t = v.type
     assert isinstance(t, TensorType)
     loops = [em.loop_of.get((v, k)) for k in range(t.rank)]
@@ -104,7 +105,7 @@ def _other(em: Emitter, mem: Value) -> Value:
 
 def load(em: Emitter, mem: Value, v: Value) -> Value:
     """This program's tile of the operand ``v`` from its memory ``mem``."""
-    starts, shape, loops = _window(em, v)
+    starts, shape, loops = window(em, v)
     mask = window_mask(em, v, starts, shape, loops)
     if mask is None:
         return em.create(tm.Load(), [em.view(mem, v)])[0]
@@ -114,7 +115,7 @@ def load(em: Emitter, mem: Value, v: Value) -> Value:
 
 def store(em: Emitter, mem: Value, v: Value, tile: Value) -> None:
     """Store this program's ``tile`` of the result ``v`` into ``mem``."""
-    starts, shape, loops = _window(em, v)
+    starts, shape, loops = window(em, v)
     mask = window_mask(em, v, starts, shape, loops)
     if mask is None:
         em.create(tm.Store(), [em.view(mem, v), tile])
@@ -136,4 +137,5 @@ def stage(em: Emitter, buf: Value, mem: Value, v: Value, starts: Sequence[Value]
     em.create(tm.Store(), [buf, tile], instr)
 
 
-__all__ = ["axis_mask", "edge_tile", "load", "stage", "store", "tile_count", "window_mask"]
+__all__ = ["axis_mask", "edge_tile", "load", "stage", "store", "tile_count", "window",
+           "window_mask"]

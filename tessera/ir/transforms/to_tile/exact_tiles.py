@@ -129,8 +129,7 @@ def exact_tiled(tile: TileProgram, graph: Function, target: str = "sm_80") -> Ti
     from tessera.ir.transforms.to_tile import schedule_to_tile
 
     if graph.kind == schedule_ops.FUNC or not any(
-            exact_in_ptx(i) or summed_per_thread(i)
-            for fn in tile.module.functions.values() for i in walk(fn.body)):
+            _per_thread(fn, target) for fn in tile.module.functions.values()):
         return tile
 
     def scheduled(whole_rows: bool, uniform: bool) -> Function:
@@ -174,6 +173,18 @@ def exact_tiled(tile: TileProgram, graph: Function, target: str = "sm_80") -> Ti
             if isinstance(instr.op, Mma) and not instr.op.exact and exact_in_ptx(instr):
                 instr.op = dataclasses.replace(instr.op, exact=True)
     return program
+
+
+def _per_thread(fn: Function, target: str) -> bool:
+    """Whether the lowering for ``target`` sums some ``mma`` of ``fn`` per output element
+    in a thread: an exact one, or integer ones that do not take the tensor cores
+    (:func:`tessera.lower.sm80.intmma.why_per_thread`: kernels whose byte sums provably
+    fit s32 and whose tiles and operand layouts are the tensor cores' keep theirs)."""
+    from tessera.lower.sm80.intmma import integer_tensor_cores
+
+    body = list(walk(fn.body))
+    return any(map(exact_in_ptx, body)) or (any(map(summed_per_thread, body))
+                                            and not integer_tensor_cores(fn, target))
 
 
 def summed_per_thread(instr: Instr) -> bool:

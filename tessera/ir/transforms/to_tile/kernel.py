@@ -28,8 +28,9 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks
+from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks, splitk
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType
 
@@ -108,7 +109,7 @@ def _grid_axes(counts: Sequence[int]) -> list[int] | None:
     return several if len(several) <= MAX_GRID_AXES else None
 
 
-def _coordinates(em: Emitter, counts: Sequence[int]) -> list[Value]:
+def coordinates(em: Emitter, counts: Sequence[int]) -> list[Value]:
     """Each loop's tile coordinate: a grid axis each, or one linear axis unfolded."""
     axes = _grid_axes(counts)
     if axes is not None:
@@ -123,6 +124,17 @@ def _coordinates(em: Emitter, counts: Sequence[int]) -> list[Value]:
     return coords
 
 
+def place(em: Emitter, counts: Sequence[int], grid_loops: Sequence[int]) -> list[Value]:
+    """This program's coordinates (one per count; ``grid_loops`` the loops of the first
+    ones), with the grid loops' starts set in ``em``; sequential loops start inside
+    their loop."""
+    coords = coordinates(em, counts)
+    em.starts = [em.index(0)] * len(em.tiles)
+    for c, k, n in zip(coords, grid_loops, counts):
+        em.starts[k] = em.create(tc.Mul(), [c, em.index(em.tiles[k])])[0] if n > 1 else c
+    return coords
+
+
 def grid_of(counts: Sequence[int]) -> tuple[int, ...]:
     """The launch grid of a kernel with ``counts`` tiles per loop."""
     axes = _grid_axes(counts)
@@ -132,10 +144,14 @@ def grid_of(counts: Sequence[int]) -> tuple[int, ...]:
 
 
 def build_kernel(instr: Instr, name: str, params: Sequence[str],
-                 results: Sequence[str], mode: str = "exact") -> tuple[Function, tuple[int, ...]]:
+                 results: Sequence[str], mode: str = "exact",
+                 partials: tuple[str, TensorType] | None = None
+                 ) -> tuple[Function, tuple[int, ...]]:
     """The ``tile.kernel`` of the ``schedule.kernel`` ``instr`` and its launch grid;
     ``params`` and ``results`` name its operand and result buffers. With ``mode="fast"``
-    attention over key blocks is the one-pass online softmax (:mod:`.flash`)."""
+    attention over key blocks is the one-pass online softmax (:mod:`.flash`). With
+    ``partials`` (the name and type of a split-K kernel's partial sums, a parameter
+    after the operands) the matmul combines them (:mod:`.splitk`)."""
     op = instr.op
     assert isinstance(op, schedule_ops.ScheduledKernel)
     region = instr.regions[0].block
@@ -155,18 +171,20 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             tiles[loop] = space.extents[loop]
     if plan is not None:  # attention's keys are walked in blocks (two_pass)
         tiles[plan.loop] = plan.block
+    tensor_core_tiles(matmuls, streamed, space.loop_of, space.extents,
+                      op.tile or space.extents, tiles)
+    if partials:  # split-K's combine: an elementwise kernel over the product
+        splitk.combine_tiles(space, tiles)
     grid_loops = [k for k, kind in enumerate(space.kinds) if kind == "grid"]
     counts = [edges.tile_count(space.extents[k], tiles[k]) for k in grid_loops]
     body = Block()
     loc = next((i.loc for i in region.instrs if not i.op.terminator), instr.loc)
     em = Emitter(body, space.loop_of, tiles, loc)
     em.extents = tuple(space.extents)
-    mems_in = [body.add_arg(_gmem(a.type), p) for a, p in zip(region.args, params)]
-    mems_out = [body.add_arg(_gmem(r.type), n) for r, n in zip(instr.results, results)]
-    coords = _coordinates(em, counts)
-    em.starts = [em.index(0)] * len(tiles)  # sequential loops start inside their loop
-    for c, k, n in zip(coords, grid_loops, counts):
-        em.starts[k] = em.create(tc.Mul(), [c, em.index(tiles[k])])[0] if n > 1 else c
+    mems_in = [body.add_arg(gmem(a.type), p) for a, p in zip(region.args, params)]
+    mem_p = body.add_arg(gmem(partials[1]), partials[0]) if partials else None
+    mems_out = [body.add_arg(gmem(r.type), n) for r, n in zip(instr.results, results)]
+    coords = place(em, counts, grid_loops)
     env: dict[Value, Value] = {}
     mems = dict(zip(region.args, mems_in))
     for arg, mem in mems.items():
@@ -190,12 +208,8 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
             if value in local:
                 _store(em, grid_coords, space, tiles, mem, value, local[value])
 
-    for inner in region.instrs if rows is None else rows.order:
+    for inner in region.instrs if rows is None else rows.early:
         if inner is term or rules.folded(inner, users.get(inner.results[0], [])):
-            continue
-        if rows is not None and inner in rows.keyed:
-            if inner is rows.keyed[0]:
-                blocked.emit_blocks(em, rows, mems, env, users, store_blocks)
             continue
         if plan is not None and inner in plan.keyed:
             if inner is plan.softmax:
@@ -208,11 +222,16 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
                 emit = flash.emit_flash if fast else keyblocks.emit_attention
                 env[plan.pv.results[0]] = emit(em, plan, streamed, mems, env, users, order)
             continue
+        if inner in matmuls and mem_p is not None:  # the sum of split-K's slices
+            env[inner.results[0]] = splitk.combine(em, inner, mem_p, op.split)
+            continue
         if inner in matmuls:
             env[inner.results[0]] = emit_matmul(em, inner, streamed, mems, env)
             continue
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
+    if rows is not None:  # the passes over the blocks, and what reads their sums
+        blocked.emit_blocks(em, rows, mems, env, users, store_blocks)
     # (a reduced loop that no matmul contracts is held whole, its reductions finishing in
     # one program (see :mod:`.reduce`), unless a row softmax walks it in blocks)
     assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)
@@ -253,9 +272,10 @@ def _store(em: Emitter, coords: dict[int, Value], space: schedule_ops.IterationS
                       regions=[IRRegion([then]), IRRegion([orelse])], result_types=[])
 
 
-def _gmem(t: Any) -> tile_ops.MemRefType:
+def gmem(t: Any) -> tile_ops.MemRefType:
+    """The global memory of a tensor type."""
     assert isinstance(t, TensorType)
     return tile_ops.MemRefType("global", tuple(t.shape), t.element)
 
 
-__all__ = ["Emitter", "build_kernel", "grid_of"]
+__all__ = ["Emitter", "build_kernel", "coordinates", "gmem", "grid_of", "place"]

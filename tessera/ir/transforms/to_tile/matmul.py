@@ -12,7 +12,8 @@ products is then an integer number of quanta below ``K * max_a * max_b / quantum
 exact in float64 while that is at most 2^53 (:func:`exact_contraction`). For
 fp8_e4m3 it allows contractions up to 2^17.4, for fp6 and fp4 far longer. int8
 products (at most 2^14) sum exactly in int64 and never saturate the int32 accumulator
-for K below 2^17, as the graph's exact sum would not.
+for K below 2^17, as the graph's exact sum would not; their tiles and B's shared
+buffer are the integer tensor cores' (:mod:`.int_tiles`: B copied K-major).
 
 For f32, tf32, bf16, f16 and fp8_e5m2 no length qualifies (2^-149 and 2^127 are 276
 binades apart), nor for longer contractions of the others: those matmuls use the exact
@@ -33,6 +34,13 @@ from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.edges import stage
+from tessera.ir.transforms.to_tile.int_tiles import (
+    byte_integer_matmul,
+    k_major_b,
+    ragged,
+    transpose_copy,
+    transpose_copy_loop,
+)
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, storage_of
 from tessera.numerics.policy.modifiers import product_accum
@@ -92,11 +100,13 @@ def check_matmul(em: Emitter, instr: Instr) -> tuple[Value, Value, bool]:
 
 
 def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Value, Value],
-                env: dict[Value, Value]) -> Value:
+                env: dict[Value, Value], k_slice: tuple[Value, int] | None = None) -> Value:
     """The matmul ``instr``: this program's tile of the product, rounded as the graph
     rounds it. Operands in ``streamed`` are read from their memories (``mems``) one K
     tile at a time through shared memory; the others are tiles the kernel computed
-    (``env``), whole along K."""
+    (``env``), whole along K. With ``k_slice = (start, length)`` the K loop runs over
+    those columns only and the raw ``(m, n)`` accumulator is returned (a slice of
+    split-K, :mod:`.splitk`)."""
     a, b, exact = check_matmul(em, instr)
     out = instr.results[0]
     out_t = em.tile_type(out)
@@ -107,8 +117,18 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
     accum = product_accum(*(v.type.element for v in (a, b)))  # type: ignore[attr-defined]
     ea, eb = (storage_of(v.type.element) for v in (a, b))  # type: ignore[attr-defined]
     shapes = {a: (m, bk), b: (bk, n)}
-    smem = {v: em.create(tm.AllocShared((*lead, *shapes[v]), e), [], instr)[0]
+    k_major = not lead and byte_integer_matmul(instr) and k_major_b(a, b, streamed, m, n, bk)
+    buffers = {a: shapes[a], b: (n, bk) if k_major else shapes[b]}
+    smem = {v: em.create(tm.AllocShared((*lead, *buffers[v]), e), [], instr)[0]
             for v, e in ((a, ea), (b, eb)) if v in streamed}
+    # a K-major B is copied transposed from its memory, or, along a ragged loop, staged
+    # as it lies (K x N: masked, zeros past the edge) and then copied transposed
+    staged = dict(smem)
+    ragged_b = k_major and ragged(em, b)
+    if k_major:
+        del staged[b]
+        if ragged_b:
+            staged[b] = em.create(tm.AllocShared(shapes[b], eb), [], instr)[0]
     acc_t = TensorType((m, n), accum)
     zero = em.full(acc_t, 0)
     batch = [_start(em, out, axis) for axis in range(rank - 2)]
@@ -121,39 +141,58 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
 
     def step(k: Value, acc: Value) -> Value:
         starts = {a: [*batch, rows, k], b: [*batch, k, cols]}
-        for v, buf in smem.items():  # masked along a loop the tile does not divide
+        for v, buf in staged.items():  # masked along a loop the tile does not divide
             loops = [em.loop_of.get((v, axis)) for axis in range(rank)]
             stage(em, buf, mems[v], v, starts[v], (*lead, *shapes[v]), loops, instr)
+        if k_major and not ragged_b:
+            transpose_copy(em, mems[b], starts[b], smem[b], instr)
         if smem:
+            em.create(tm.Barrier(), [], instr)
+        if ragged_b:
+            transpose_copy_loop(em, staged[b], smem[b], instr)
             em.create(tm.Barrier(), [], instr)
         tiles = [matrix(v, em.create(tm.Load(), [smem[v]], instr)[0] if v in smem else env[v])
                  for v in (a, b)]
+        if k_major:
+            tiles[1] = em.create(tc.Transpose(), [tiles[1]], instr)[0]
         (acc,) = em.create(tc.Mma(accum, exact), [*tiles, acc], instr)
         if smem:
             em.create(tm.Barrier(), [], instr)  # the next copies overwrite what mma read
         return acc
 
-    if k_loop is None or bk == k_extent:
-        acc = step(em.index(0), zero)
+    start, length = k_slice if k_slice is not None else (None, k_extent)
+    if k_loop is None or bk >= length:  # (a tile rounded up past K: one step)
+        acc = step(start if start is not None else em.index(0), zero)
     else:
         body = Block()
         index = body.add_arg(tile_ops.SCALAR_INDEX, "k")
         carried = body.add_arg(acc_t, "acc")
         outer = em.builder
         em.builder = Builder(body)
+        if start is not None:  # (a constant trip count; the slice's offset added inside)
+            (index,) = em.create(tc.Add(), [index, start], instr)
         em.create(tile_ops.Yield(), [step(index, carried)], instr)
         em.builder = outer
-        bounds = [em.index(0), em.index(k_extent), em.index(bk)]
+        bounds = [em.index(0), em.index(length), em.index(bk)]
         (acc,) = em.builder.create(tile_ops.For(), [*bounds, zero], loc=instr.loc,
                                    regions=[IRRegion([body])], result_types=[acc_t])
-    # the graph rounds the exact product to the accumulator, then to the result element
+    if k_slice is not None:
+        return acc
+    return round_product(em, instr, acc, accum, tuple(out_t.shape) if lead else None)
+
+
+def round_product(em: Emitter, instr: Instr, acc: Value, accum: DType,
+                  shape: tuple[int, ...] | None) -> Value:
+    """The matmul ``instr``'s accumulator ``acc`` rounded as the graph rounds the exact
+    product: to the accumulator, then to the result element; reshaped to ``shape``
+    (batched operands)."""
     if accum.kind == "float":  # a float mma result is held wide until a cast rounds it
         (acc,) = em.create(tc.Cast(accum), [acc], instr)
-    result = out.type.element  # type: ignore[attr-defined]
+    result = instr.results[0].type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:
         (acc,) = em.create(tc.Cast(result), [acc], instr)
-    if lead:
-        (acc,) = em.create(tc.Reshape(tuple(out_t.shape)), [acc], instr)
+    if shape is not None:
+        (acc,) = em.create(tc.Reshape(shape), [acc], instr)
     return rules.settle(em, instr, acc)
 
 
@@ -162,4 +201,4 @@ def _start(em: Emitter, v: Value, axis: int) -> Value:
     return em.starts[loop] if loop is not None else em.index(0)
 
 
-__all__ = ["check_matmul", "emit_matmul", "exact_contraction"]
+__all__ = ["check_matmul", "emit_matmul", "exact_contraction", "round_product"]

@@ -49,3 +49,8 @@ def softmax_cos(x: Any) -> Any:
 def linear_relu(x: Any, w: Any, b: Any) -> Any:
     """A matmul with a bias and an activation as its epilogue: one kernel."""
     return op.relu(x @ w + b)
+
+
+def long_rows(x: Any) -> Any:
+    """Means over rows longer than a block: walked in blocks carrying exact sums."""
+    return op.mean(x * x, axis=-1) + 1.0

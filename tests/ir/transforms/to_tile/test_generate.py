@@ -30,6 +30,7 @@ CASES = {
     "row_and_matrix": (programs.row_and_matrix, [(100, 48), (48,)]),
     "layernorm": (programs.layernorm, [(32, 64), (64,), (64,)]),
     "softmax_rows": (programs.softmax_rows, [(32, 64)]),
+    "long_rows": (programs.long_rows, [(3, 5000)]),
 }
 
 
