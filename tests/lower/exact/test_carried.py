@@ -2,8 +2,9 @@
 squared errors over rows too long for one program are walked in blocks that carry one
 long accumulator per result element in shared memory; under the Target IR interpreter
 they give the graph interpreter's bits on sm_80 and sm_90a (whatever the blocks, the
-ragged last one, and non-finite values inside one block or spread over several), and
-ptxas assembles them with no advisory and no spill."""
+ragged last one, non-finite values inside one block or spread over several, column
+means, and norms whose later passes read the earlier passes' means), and ptxas
+assembles them with no advisory and no spill."""
 
 from __future__ import annotations
 
@@ -38,6 +39,22 @@ def _mse(a, b):  # type: ignore[no-untyped-def]
     return op.mse(a, b)
 
 
+def _layernorm(x, g):  # type: ignore[no-untyped-def]
+    mu = op.mean(x, axis=-1, keepdims=True)
+    d = x - mu
+    return d / op.sqrt(op.mean(d * d, axis=-1, keepdims=True) + 1e-5) * g
+
+
+def _centred(x):  # type: ignore[no-untyped-def]
+    """A result along the rows and a sum of it: two passes over the blocks."""
+    d = x - op.mean(x, axis=-1, keepdims=True)
+    return d, op.sum(op.abs(d))
+
+
+def _column_means(x):  # type: ignore[no-untyped-def]
+    return op.mean(x, axis=0)
+
+
 def _spread(rng: np.random.Generator, shape: tuple[int, ...], fmt: Any = np.float32
             ) -> np.ndarray:
     """Values across many binades, with exact cancellations: a sum rounded along the
@@ -67,6 +84,10 @@ CASES = {
     "sum_256x256": (_total, lambda rng: (_spread(rng, (256, 256)),)),
     "row_sums_ragged": (_row_sums, lambda rng: (_spread(rng, (7, 5000)),)),
     "sum_3d": (_total, lambda rng: (_spread(rng, (9, 9, 90)),)),
+    "column_means": (_column_means, lambda rng: (_spread(rng, (9000, 3)),)),
+    "layernorm_passes": (_layernorm, lambda rng: (rng.standard_normal((2, 20000)).astype(
+        np.float32), rng.standard_normal(20000).astype(np.float32))),
+    "centred_passes": (_centred, lambda rng: (_spread(rng, (2, 20000)),)),
 }
 
 
