@@ -161,6 +161,18 @@ def test_long_key_rows_ptx_assembles_without_advisories_or_spills() -> None:
     assembles_clean(kernel)
 
 
+def test_one_query_row_over_long_key_rows_on_target() -> None:
+    """Decoding: one query row over more than 512 keys passes over key blocks (its
+    whole row's accumulators would not fit shared memory); the softmax reduces the key
+    loop although the row has no other loop."""
+    rng = np.random.default_rng(14)
+    args = _scores(rng, (1, 1, 4), (1, 600, 4), (1, 600, 4))
+    (kernel,) = ts.jit(attention).lower(*args).target("sm_80").kernels
+    assert kernel.ptx.count("bra") > 3  # the passes' loops over the key blocks
+    assembles_clean(kernel)
+    same_on_target(attention, args, ["sm_80"])
+
+
 def blocked(q, k, v):  # type: ignore[no-untyped-def]
     """Attention whose scores are cut into key blocks of 16 by their tile."""
     s = op.matmul(q, op.transpose(k, (0, 2, 1)), tile_shape=(8, 16)) * 0.125
