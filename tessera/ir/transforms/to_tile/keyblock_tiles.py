@@ -65,7 +65,9 @@ def key_block_tile(rows: int, keys: int, depth: int, values: int,
     (:func:`key_block_bytes`). Longer blocks mean fewer trips of each pass and more
     threads busy (16 keys under 8 rows keep a quarter of the CTA's threads working).
     Where nothing fits, the smallest tile (the lowering then says what does not)."""
-    least = KEY_BLOCK_TILE[1]
+    # (a head of 256 loads 16 x 256 keys in 16 blocks of 16: 8 keys keep the load at
+    # KEY_BLOCK_LOADED; the three passes' sums need at least 5 columns of a block)
+    least = max(min(KEY_BLOCK_TILE[1], KEY_BLOCK_LOADED // _pow2(depth)), 8)
     best: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
     r = min(_pow2(rows), KEY_BLOCK_TILE[0])
     while r >= 1:
