@@ -151,15 +151,43 @@ def arrive(fr: TargetFrame, instr: Instr, ident: int, count: int, wait: bool) ->
 
 def _complete(m: Machine, b: _Named, ctas: np.ndarray) -> None:
     """The barrier of ``ctas`` completed: order the accesses of its ordered threads,
-    start a new instance."""
+    make the mbarriers they initialised visible to all its threads, start a new
+    instance."""
     keep = b.ordered[ctas].any(axis=1)
     if keep.any():
         release(m, ctas[keep], b.ordered[ctas[keep]])
+    _show_inits(m, ctas, b.ordered[ctas], b.pending[ctas])
     b.done[ctas] += 1
     b.count[ctas] = 0
     b.pending[ctas] = False
     b.ordered[ctas] = False
 
+
+def _show_inits(m: Machine, ctas: np.ndarray, ordered: np.ndarray, threads: np.ndarray
+                ) -> None:
+    """An ``mbarrier.init`` of an ordered thread of the barrier is visible to its other
+    threads from now on (PTX ISA, "mbarrier.init": made visible by a barrier); kept per
+    mbarrier slot as the CTA-local threads that see it (``shared.init_seen``)."""
+    sh = m.shared
+    inits: set[int] | None = getattr(sh, "init_slots", None)  # every slot ever initialised
+    if not inits:
+        return
+    slots = np.fromiter(inits, np.int64, len(inits))
+    width = sh.init_by.size // m.ncta
+    row = np.searchsorted(ctas, slots // width)
+    ok = (row < len(ctas)) & (ctas[np.minimum(row, len(ctas) - 1)] == slots // width)
+    slots, row = slots[ok], row[ok]
+    by = sh.init_by[slots]
+    live = by >= 0  # not yet visible to all (a bar.sync 0 since makes it so)
+    slots, row, by = slots[live], row[live], by[live]
+    mine = ordered[row, by - ctas[row] * m.nthreads]
+    if not mine.any():
+        return
+    seen: dict[int, np.ndarray] | None = getattr(sh, "init_seen", None)
+    if seen is None:
+        seen = sh.init_seen = {}  # type: ignore[attr-defined]
+    for slot, r in zip(slots[mine].tolist(), row[mine].tolist()):
+        seen[slot] = seen.get(slot, np.zeros(m.nthreads, bool)) | threads[r]
 
 @step_rule(target_ops.Bar)
 def _bar(c: TargetCompiler, instr: Instr) -> Step:

@@ -13,7 +13,7 @@ from tessera.interp.target import TargetFault, run_target
 from tessera.interp.target.barriers import BarrierCountError, BarrierDeadlock
 from tessera.ir.core import Value
 
-from .kit import U64, Kernel, target_ops
+from .kit import U64, Kernel, async_ops, target_ops
 
 TURNS = 3
 
@@ -171,3 +171,44 @@ def test_a_barrier_of_every_writer_orders_them_all() -> None:
     out = np.zeros(2, np.uint32)
     run_target(handoff(barrier=True, third="join").build(), [out])
     assert out.tolist() == [42, 7]
+
+
+def named_init(both: bool) -> Kernel:
+    """Thread 0 initialises an mbarrier; each warpgroup passes its own named barrier
+    (1: warpgroup 0, 2: warpgroup 1), then warpgroup 0 (``both``: and warpgroup 1)
+    arrives on the mbarrier and waits for its phase."""
+    k = Kernel("named_init", [U64], block=(256,), target="sm_90a")
+    t = k.tid()
+    bar = k.shared("bar", 8, 8)
+    k.if_(k.setp("eq", "u32", t, k.const(0, "u32")),
+          lambda: k.op(async_ops.MbarrierInit(256 if both else 128), bar))
+    k.op(async_ops.Fence("mbarrier_init"))
+
+    def use() -> None:
+        k.op(async_ops.MbarrierArrive(), bar)
+        k.op(async_ops.MbarrierWait(), bar, k.const(0, "u32"))
+        k.st("global", "u32", k.elem_addr(k.args[0], t, 4), t)
+
+    def first() -> None:
+        k.op(target_ops.Bar(1, 128))
+        use()
+
+    def second() -> None:
+        k.op(target_ops.Bar(2, 128))
+        if both:
+            use()
+    _each(k, _wg(k), first, second)
+    return k
+
+
+def test_a_named_barrier_makes_an_init_visible_to_its_threads() -> None:
+    out = np.zeros(256, np.uint32)
+    run_target(named_init(both=False).build(), [out])
+    assert out[:128].tolist() == list(range(128)) and not out[128:].any()
+
+
+def test_an_init_is_not_visible_through_a_barrier_without_its_initialiser() -> None:
+    with pytest.raises(TargetFault, match="before its initialisation by thread 0 is "
+                                          "visible") as err:
+        run_target(named_init(both=True).build(), [np.zeros(256, np.uint32)])
+    assert err.value.thread == 128
