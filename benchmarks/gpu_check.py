@@ -48,6 +48,9 @@ GEMMS = [  # (target, M=N=K, tile, launch configuration)
     ("sm_90a", 4096, (128, 128, 64), {}), ("sm_90a", 8192, (128, 128, 64), {}),
     ("sm_90a", 8192, (128, 128, 64), {"tma_store": False}),
     ("sm_90a", 8192, (128, 128, 64), {"num_warps": 12}),
+    # two consumer warpgroups taking turns at named barriers (FlashAttention-3 sec. 3.1)
+    ("sm_90a", 8192, (128, 128, 64), {"schedule": "pingpong"}),
+    ("sm_90a", 8192, (256, 128, 64), {"schedule": "pingpong"}),
     ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 8192, (128, 256, 64), {}),
     ("sm_90a", 8192, (128, 256, 64), {"tma_store": False}),
     ("sm_90a", 8192, (256, 128, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
