@@ -18,6 +18,9 @@ phase of parity ``round & 1``; the producer waits for ``empty``'s phase of parit
 ``wgmma.wait_group 1`` retires the *previous* step's group, whose stage it releases:
 two groups overlap and no ``bar.sync`` runs inside the loop. The products are the
 one-warpgroup lowering's ``wgmma`` sequence in the same K order, so the bits are too.
+With ``schedule="pingpong"`` the two consumer warpgroups take turns issuing their groups
+(:mod:`tessera.lower.sm90a.turns`): a turn's ``bar.sync`` follows the ``full`` wait,
+its ``bar.arrive`` the commit.
 
 ::
 
@@ -46,7 +49,6 @@ from tessera.ir.dialects.target.async_ops import (
     WgmmaFence,
     WgmmaWait,
 )
-from tessera.ir.dialects.target.ops import Bar, BarArrive
 from tessera.ir.dialects.target.ptx_ops import Elect
 from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.ir.dialects.tile import memory as tile_memory
@@ -56,10 +58,10 @@ from tessera.lower.sm90a.epilogue import epilogue_rule, reserve
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.mma import swizzle_span
 from tessera.lower.sm90a.tma import TmaCopy, issue_copy, thread0
+from tessera.lower.sm90a.turns import turns_of
 from tessera.lower.sm90a.warpspec import (
     CONSUMER_REGS,
     PRODUCER_REGS,
-    GemmLoop,
     PipelinePlan,
     elem_bytes_of,
 )
@@ -68,10 +70,6 @@ from tessera.lower.values import Dist, Lowered, Mem, Scalar, ptx_elem
 from tessera.numerics import dtype
 
 _ALIGN = 1024  # a 128-byte swizzle atom: stages start on it (base offset 0)
-#: the named barriers of the ping-pong schedule: warpgroup 0 waits at the first,
-#: warpgroup 1 at the second (1 is the consumers' epilogue barrier, 0 the CTA's)
-PINGPONG_BARRIERS = (2, 3)
-PINGPONG_THREADS = 256
 
 
 class _Ring:
@@ -225,7 +223,11 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
         wg_rows = ce.mul(wg, ce.const(64 * mine * ring.a_span, "u32"), "u32")
     accs = [ce.pack(init[i * half:(i + 1) * half], "f32") for i in range(mine)]
     ks = MMA_K[g.elem]
-    turns = _Turns(ce, g) if plan.pingpong else None
+    turns = None
+    if plan.pingpong:  # warpgroup 0 issues first (tessera.lower.sm90a.turns)
+        turns = turns_of(ce, ce.bin("shr", ce.sreg("tid.x"), ce.const(7, "u32"), "u32"))
+        turns.start(ce)
+    last = g.lo + (g.k_tiles - 1) * g.step
 
     def step(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
         t.loc = g.mma.loc  # the consumer's work is the kernel's mma
@@ -251,7 +253,7 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
                 out[i] = t.one(op, out[i], da_k, db_k, on)
         t.op(WgmmaCommit())
         if turns is not None:
-            turns.hand_over(t, k)
+            turns.hand_over(t, t.setp("ne", k, t.const(last, "s32"), "s32"))
         t.op(WgmmaWait(1))  # the previous step's group has retired: release its stage
         it_ne0 = t.setp("ne", k, t.const(g.lo, "s32"), "s32")
         prev = t.bin("rem", t.add(stage, t.const(plan.stages - 1, "u32"), "u32"),
@@ -263,39 +265,6 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
     final = ce.for_(lo, hi, st, accs, step)
     ce.op(WgmmaWait(0))
     return [v for blk in final for v in ce.unpack(blk, "f32", half)]
-
-
-class _Turns:
-    """The ping-pong order of two consumer warpgroups (``schedule="pingpong"``): before
-    its ``wgmma`` group of a K step a warpgroup waits at its own named barrier
-    (``bar.sync``), after committing the group it lets the other one go
-    (``bar.arrive`` on the other's barrier). Each barrier counts both warpgroups (256
-    threads). Warpgroup 1 arrives once before the loop so that warpgroup 0 goes first,
-    and not after its last group, which nobody waits for."""
-
-    def __init__(self, ce: TargetEmitter, gemm: GemmLoop) -> None:
-        self.gemm = gemm
-        wg = ce.bin("shr", ce.sreg("tid.x"), ce.const(7, "u32"), "u32")
-        self.first = ce.setp("eq", wg, ce.const(0, "u32"), "u32")
-        ce.if_(self.first, lambda t: None, lambda t: self._arrive(t, 0))
-
-    @staticmethod
-    def _arrive(t: TargetEmitter, whose: int) -> None:
-        t.op(BarArrive(PINGPONG_BARRIERS[whose], PINGPONG_THREADS))
-
-    def wait(self, t: TargetEmitter) -> None:
-        """Wait for this warpgroup's turn (the ids are immediates: one branch each)."""
-        t.if_(self.first, lambda u: u.op(Bar(PINGPONG_BARRIERS[0], PINGPONG_THREADS)) and None,
-              lambda u: u.op(Bar(PINGPONG_BARRIERS[1], PINGPONG_THREADS)) and None)
-
-    def hand_over(self, t: TargetEmitter, k: Value) -> None:
-        """Give the turn to the other warpgroup (warpgroup 1: unless ``k`` is the last
-        K step)."""
-        g = self.gemm
-        last = g.lo + (g.k_tiles - 1) * g.step
-        more = t.setp("ne", k, t.const(last, "s32"), "s32")
-        t.if_(self.first, lambda u: self._arrive(u, 1),
-              lambda u: u.if_(more, lambda v: self._arrive(v, 0)))
 
 
 def pipelined_rules(plan: PipelinePlan) -> dict[int, Rule]:
@@ -366,5 +335,4 @@ def split_store(low: Lowerer, plan: PipelinePlan, view: Lowered, acc: Lowered) -
                 e.st("global", addr, e.cvt(v, elem, "f32", "rn"), elem, offset=static + 2 * k)
 
 
-__all__ = ["PINGPONG_BARRIERS", "PINGPONG_THREADS", "lower_pipelined_loop", "pipelined_rules",
-           "split_store"]
+__all__ = ["lower_pipelined_loop", "pipelined_rules", "split_store"]

@@ -32,7 +32,7 @@ PINGPONG = {"schedule": "pingpong"}
 
 
 def test_the_consumer_loop_takes_turns_on_two_named_barriers() -> None:
-    """Warpgroup 0 waits at barrier 2 and hands over on 3, warpgroup 1 the other way
+    """Warpgroup 0 waits at barrier 3 and hands over on 4, warpgroup 1 the other way
     round; warpgroup 1 arrives once before the loop; two consumers by default."""
     fn = compile_gemm(256, 256, 512, (128, 128, 64), PINGPONG).kernel
     assert fn.attrs["block"] == [384]
@@ -41,10 +41,10 @@ def test_the_consumer_loop_takes_turns_on_two_named_barriers() -> None:
     body = list(walk(main.regions[0].block))
     syncs = [(i.op.id, i.op.count) for i in body if isinstance(i.op, Bar)]
     arrives = [(i.op.id, i.op.count) for i in body if isinstance(i.op, BarArrive)]
-    assert syncs == [(2, 256), (3, 256)] and sorted(arrives) == [(2, 256), (3, 256)]
+    assert syncs == [(3, 256), (4, 256)] and sorted(arrives) == [(3, 256), (4, 256)]
     before = [i for i in walk(consumer) if isinstance(i.op, BarArrive)
               and i not in body]
-    assert [(i.op.id, i.op.count) for i in before] == [(2, 256)]
+    assert [(i.op.id, i.op.count) for i in before] == [(3, 256)]
     cooperative = compile_gemm(256, 256, 512, (128, 128, 64), {"num_warps": 12})
     assert "bar.arrive" not in cooperative.ptx
 
@@ -55,12 +55,12 @@ def test_ptx_order_of_a_consumer_step() -> None:
     ptx = compile_gemm(256, 256, 512, (128, 128, 64), PINGPONG).ptx
     consumer = ptx[ptx.index("setmaxnreg.inc"):]
     loop = consumer[:re.search(r"\n\$L__endfor_\d+:", consumer).start()]
-    marks = ["mbarrier.try_wait", "bar.sync 2, 256;", "bar.sync 3, 256;",
-             "wgmma.mma_async", "wgmma.commit_group", "bar.arrive 3, 256;",
-             "bar.arrive 2, 256;", "wgmma.wait_group.sync.aligned 1;"]
+    marks = ["mbarrier.try_wait", "bar.sync 3, 256;", "bar.sync 4, 256;",
+             "wgmma.mma_async", "wgmma.commit_group", "bar.arrive 4, 256;",
+             "bar.arrive 3, 256;", "wgmma.wait_group.sync.aligned 1;"]
     where = [loop.rindex(m) for m in marks]
     assert where == sorted(where)
-    assert consumer[:consumer.index(marks[0])].count("bar.arrive 2, 256;") == 1
+    assert consumer[:consumer.index(marks[0])].count("bar.arrive 3, 256;") == 1
 
 
 def test_knob_errors() -> None:
@@ -125,7 +125,7 @@ def test_planted_missing_first_turn_is_a_deadlock() -> None:
     first = next(i for i in consumer.instrs if isinstance(i.op, If)
                  and any(isinstance(j.op, BarArrive) for j in walk(i.regions[1].block)))
     consumer.instrs.remove(first)
-    with pytest.raises(BarrierDeadlock, match=r"bar\.sync 2, 256 never completes: 128 of "
+    with pytest.raises(BarrierDeadlock, match=r"bar\.sync 3, 256 never completes: 128 of "
                                               r"256 threads arrived") as err:
         run(compiled, *ops)
     assert err.value.loc.file.endswith("gemm.py") and err.value.loc.line == MMA_LINE
