@@ -131,22 +131,91 @@ def arrive(fr: TargetFrame, instr: Instr, ident: int, count: int, wait: bool) ->
     if not len(open_):
         return
     before = b.done[open_].copy()
+    parked: Parked | None = getattr(m, "parked", None)
+    if not wait and parked is not None:  # a control-flow graph: let the waiters run first
+        parked.park(m, instr, ident, count, fr.mask & np.isin(m.cta, open_), soft=True)
+        return
     if not wait:
         if sched is not None:
             sched.yield_()  # the waiters may complete it before this task runs on
         ahead = open_[b.done[open_] == before]
         b.ordered[ahead] &= ~per[ahead]
         return
+    if parked is not None:  # a control-flow graph: the threads wait where they are
+        parked.park(m, instr, ident, count, fr.mask & np.isin(m.cta, open_))
+        return
     while (b.done[open_] == before).any():
         if sched is None or not sched.block():
             k = int(np.flatnonzero(b.done[open_] == before)[0])
             c = int(open_[k])
-            raise _fault(BarrierDeadlock, m, instr, "deadlock", f"{what} never "
-                         f"completes: {int(b.pending[c].sum())} of {count} threads "
-                         "arrived, and every other thread has finished or waits itself",
-                         c * m.nthreads + int(np.flatnonzero(per[c])[0]),
-                         "every thread a bar.sync waits for must reach a bar.arrive or "
-                         "bar.sync of the same barrier first")
+            raise deadlock(m, instr, ident, count, c * m.nthreads + int(np.flatnonzero(per[c])[0]))
+
+
+def deadlock(m: Machine, instr: Instr, ident: int, count: int, thread: int) -> TargetFault:
+    """The fault of a ``bar.sync`` of named barrier ``ident`` that never completes;
+    ``thread`` (global id) waits there."""
+    c = int(m.cta[thread])
+    arrived = int(_named(m, ident).pending[c].sum())
+    return _fault(BarrierDeadlock, m, instr, "deadlock", f"bar.sync {ident}, {count} never "
+                  f"completes: {arrived} of {count} threads arrived, and every other "
+                  "thread has finished or waits itself", thread,
+                  "every thread a bar.sync waits for must reach a bar.arrive or bar.sync "
+                  "of the same barrier first")
+
+
+class Parked:
+    """Threads of a PTX control-flow graph (:mod:`tessera.interp.target.ptx.run`)
+    waiting at a ``bar.sync`` whose barrier has not completed: each one's barrier id
+    (-1: none) and how many times the barrier had completed when it arrived; ``fresh``
+    flags the threads parked by the instruction that just ran. A ``bar.arrive`` on a
+    barrier still open parks its threads *softly*: they run on only when no other
+    thread can, so the waiters complete the barrier first where they can (see the
+    module doc on memory order); one resumed before is left out of its ordering."""
+
+    def __init__(self, n: int) -> None:
+        self.ident = np.full(n, -1, np.int64)
+        self.done = np.zeros(n, np.int64)
+        self.soft = np.zeros(n, bool)
+        self.fresh = np.zeros(n, bool)
+        self.where: dict[int, tuple[Instr, int]] = {}  # barrier id -> its bar.sync, count
+
+    def park(self, m: Machine, instr: Instr, ident: int, count: int, who: np.ndarray,
+             soft: bool = False) -> None:
+        """Threads ``who`` (a mask) wait at ``instr``."""
+        self.ident[who] = ident
+        self.done[who] = _named(m, ident).done[m.cta[who]]
+        self.soft[who] = soft
+        self.fresh |= who
+        if not soft:
+            self.where[ident] = (instr, count)
+
+    def resume_soft(self, m: Machine, live: np.ndarray) -> np.ndarray:
+        """Let the softly parked threads of ``live`` run on before their barrier
+        completes (no other thread can run); returns them."""
+        who = live & self.soft & (self.ident >= 0)
+        for ident in np.unique(self.ident[who]).tolist():
+            mine = np.flatnonzero(who & (self.ident == ident))
+            _named(m, ident).ordered[m.cta[mine], m.tid[mine]] = False
+        self.ident[who] = -1
+        self.soft[who] = False
+        return who
+
+    def waiting(self, m: Machine) -> np.ndarray:
+        """The threads still waiting (their barrier has not completed since)."""
+        out = self.ident >= 0
+        for ident in np.unique(self.ident[out]).tolist():
+            mine = self.ident == ident
+            still = _named(m, ident).done[m.cta[mine]] == self.done[mine]
+            out[np.flatnonzero(mine)[~still]] = False
+            self.ident[np.flatnonzero(mine)[~still]] = -1
+        self.soft &= self.ident >= 0
+        return out
+
+    def hang(self, m: Machine, live: np.ndarray) -> tuple[Instr, TargetFault]:
+        """The fault of the first waiting thread when no live thread can run."""
+        t = int(np.flatnonzero(live & (self.ident >= 0) & ~self.soft)[0])
+        instr, count = self.where[int(self.ident[t])]
+        return instr, deadlock(m, instr, int(self.ident[t]), count, t)
 
 
 def _complete(m: Machine, b: _Named, ctas: np.ndarray) -> None:
@@ -211,4 +280,4 @@ def _bar_arrive(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["BarrierCountError", "BarrierDeadlock", "arrive"]
+__all__ = ["BarrierCountError", "BarrierDeadlock", "Parked", "arrive", "deadlock"]

@@ -13,6 +13,7 @@ import pytest
 
 import tessera as ts
 from tessera.errors import UnsupportedError
+from tessera.frontend.kernel.backends.compile import target_arguments
 from tessera.interp.target.barriers import BarrierDeadlock
 from tessera.interp.target.memory.async_order import WgmmaGroups
 from tessera.ir.core import walk
@@ -129,3 +130,25 @@ def test_planted_missing_first_turn_is_a_deadlock() -> None:
                                               r"256 threads arrived") as err:
         run(compiled, *ops)
     assert err.value.loc.file.endswith("gemm.py") and err.value.loc.line == MMA_LINE
+
+
+def test_its_ptx_read_back_runs_with_the_cooperative_bits() -> None:
+    """The PTX text, read back and run as a control-flow graph (a bar.sync waits
+    where it is until the other warpgroup's bar.arrive), gives the bits of the
+    cooperative schedule's PTX run the same way (PTX registers round each wgmma's
+    accumulators to f32, which the structured run keeps exact)."""
+    a, b, _ = operands(256, 256, 256)
+    outs = []
+    for config in (PINGPONG, {"num_warps": 12}):
+        compiled = compile_gemm(256, 256, 256, (128, 128, 64), config)
+        c = np.zeros((256, 256), np.float32)
+        args, _ = target_arguments(compiled, [a, b, c])
+        values = [ts.ptx.tensor_map(x.array, x.box, x.swizzle, elem=x.elem)
+                  if hasattr(x, "tensor_map") else x for x in args]
+        ts.ptx.load(compiled.ptx).kernel(compiled.name).run(
+            grid=compiled.grid, block=compiled.block, args=values,
+            shared_bytes=compiled.shared_bytes)
+        outs.append(c)
+    assert np.array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=1e-4, atol=1e-3)
