@@ -258,6 +258,35 @@ def _show_inits(m: Machine, ctas: np.ndarray, ordered: np.ndarray, threads: np.n
     for slot, r in zip(slots[mine].tolist(), row[mine].tolist()):
         seen[slot] = seen.get(slot, np.zeros(m.nthreads, bool)) | threads[r]
 
+def note_init(m: Machine, slots: np.ndarray, by: np.ndarray) -> None:
+    """``mbarrier.init`` of the 8-byte ``slots`` by threads ``by`` (global ids): no other
+    thread sees them until a ``bar.sync``, or a named barrier of both (nobody has yet);
+    :func:`_show_inits` looks only at slots ever initialised."""
+    sh = m.shared
+    sh.init_by[slots] = by
+    seen: dict[int, np.ndarray] | None = getattr(sh, "init_seen", None)
+    for k in slots.tolist() if seen else ():
+        seen.pop(k, None)
+    inits: set[int] | None = getattr(sh, "init_slots", None)
+    if inits is None:
+        inits = sh.init_slots = set()  # type: ignore[attr-defined]
+    inits.update(slots.tolist())
+
+
+def unseen(m: Machine, slots: np.ndarray, act: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """``bad`` (threads ``act`` use the mbarriers of ``slots``, initialised by other
+    threads with no ``bar.sync`` since) less the uses a named barrier of the user and
+    the initialiser has ordered."""
+    seen: dict[int, np.ndarray] | None = getattr(m.shared, "init_seen", None)
+    if not seen or not bad.any():
+        return bad
+    out = bad.copy()
+    for k in np.flatnonzero(bad).tolist():
+        mask = seen.get(int(slots[k]))
+        out[k] = mask is None or not mask[m.tid[act[k]]]
+    return out
+
+
 @step_rule(target_ops.Bar)
 def _bar(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
@@ -280,4 +309,5 @@ def _bar_arrive(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["BarrierCountError", "BarrierDeadlock", "Parked", "arrive", "deadlock"]
+__all__ = ["BarrierCountError", "BarrierDeadlock", "Parked", "arrive", "deadlock", "note_init",
+           "unseen"]
