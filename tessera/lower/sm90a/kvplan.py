@@ -20,7 +20,10 @@ copy-wait-multiply sequence):
   last block the loops visit (a causal program's skipped blocks are never loaded);
 * where registers allow (:func:`overlap_problem`), ``S_{m+1} = Q K_{m+1}ᵀ`` is issued
   before the softmax of ``S_m`` and retired one step later (``wgmma.wait_group 1``),
-  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2).
+  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2);
+* with ``schedule="pingpong"`` the two consumer warpgroups of a warp-specialised CTA
+  take turns issuing ``S`` (sec. 3.1, :mod:`tessera.lower.sm90a.turns`): offered where
+  every CTA's two tiles read as many blocks (equal turns) in the overlapped order.
 
 The products are the same ``wgmma`` sequences on the same data as the tile program's,
 so the bits are the tile interpreter's.
