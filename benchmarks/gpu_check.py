@@ -75,6 +75,8 @@ ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration
     ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12, "schedule": "pingpong"}),
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "schedule": "pingpong"}),
     ("sm_90a", 16, 4096, 128, 64, False, "checked", {"num_warps": 12, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "schedule": "pingpong"}),
 ]
 JOBS = [("gemm", g) for g in GEMMS] + [("attention", a) for a in ATTENTIONS]
 

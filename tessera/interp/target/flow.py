@@ -11,8 +11,8 @@ may run different trip counts, as divergent branches do on hardware.
 An ``if`` whose arms may wait for each other (``mbarrier.try_wait``, ``bar.arrive``, or
 a named ``bar.sync`` of more threads than an arm has) runs its arms as tasks
 (:mod:`tessera.interp.target.schedule`); an arm with ``bar.arrive`` taken by several
-warpgroups runs one task per warpgroup, each with its own copy of the registers, as
-its warpgroups may take turns at named barriers (ping-pong). Barriers are
+warpgroups runs one task per warpgroup of each CTA, each with its own copy of the
+registers, as its warpgroups may take turns at named barriers (ping-pong). Barriers are
 :mod:`tessera.interp.target.barriers`. Warp-level instructions act on groups of 32
 consecutive threads of a CTA; ``shfl.sync`` follows the pseudocode of the ISA's
 "shfl.sync" with the ``c`` operand given by the op's ``clamp`` attribute (bits 0-4 the
@@ -68,13 +68,15 @@ def _waits(block: Block) -> tuple[bool, bool, int]:
 
 def _split(fr: TargetFrame, body: TargetBody, mask: np.ndarray
            ) -> list[tuple[np.ndarray, Callable[[], list[Any]]]]:
-    """One task per warpgroup of ``mask`` (all CTAs' warpgroup ``w`` together), each
-    on a copy of the register file: its threads' values are merged back."""
+    """One task per warpgroup of ``mask`` (of each CTA: CTAs whose warpgroups take
+    different turns must not wait for each other), each on a copy of the register
+    file: its threads' values are merged back."""
     m = fr.m
-    groups = np.unique(m.tid[mask] // 128)
+    where = m.cta * -(-m.nthreads // 128) + m.tid // 128  # a CTA's warpgroups
+    groups = np.unique(where[mask])
     out = []
     for w in groups.tolist():
-        part = mask & (m.tid // 128 == w)
+        part = mask & (where == w)
         regs = RegisterFile(fr.regs) if len(groups) > 1 else fr.regs
         sub = TargetFrame(regs, fr.mask, m)
         out.append((part, lambda sub=sub, part=part: _enter(sub, body, [], part)))

@@ -75,6 +75,7 @@ class KvLowering:
         self.ring: KvRing | None = None
         self.total: Value | None = None
         self.scores: list[Value] = []  # S of the next block, packed (overlapped order)
+        self.last_total: Value | None = None  # blocks of the CTA's last tile (ping-pong)
 
     def q_box(self, low: Lowerer) -> SharedBox:
         """The query buffer as a wgmma operand box (no instructions)."""
@@ -98,6 +99,8 @@ class KvLowering:
             ring.init(e)
             total = self.total = ring.count(e)
             ring.prefetch(e, total)
+        if self.plan.pingpong:  # the blocks of the CTA's last tile: as many turns
+            self.last_total = self._last_total(low, e)
         wait_all(low, e, 0)  # the query block (the tile program's group ring)
         if not self.plan.overlap:
             return
@@ -196,6 +199,11 @@ class KvLowering:
 
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
+        if plan.pingpong and kv is plan.loops[-1]:
+            # a tile one block short of the CTA's last takes one empty turn, so that
+            # the other warpgroup's last turn has its hand-over
+            short = e.setp("lt", total, self.last_total, "u32")
+            e.if_(short, self._empty_turn)
         return rebuild_all(init, results[:len(flat)])
 
     def _next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,
@@ -220,9 +228,29 @@ class KvLowering:
         t.op(WgmmaWait(1))
         return out
 
+    def _last_total(self, low: Lowerer, e: TargetEmitter) -> Value:
+        """The block count of the CTA's last tile (the ring's offsets stay this
+        tile's)."""
+        from tessera.lower.sm90a.kvsplit import last_tile
+
+        ring = self.ring
+        assert ring is not None
+        saved = ring.offsets, ring.bounds
+        with last_tile(low, e, self.plan):
+            count = ring.count(e)
+        ring.offsets, ring.bounds = saved
+        return count
+
+    def _empty_turn(self, t: TargetEmitter) -> None:
+        turns = self._turns(t)
+        assert turns is not None
+        turns.wait(t)
+        turns.hand_over(t, None)
+
     def _turns(self, t: TargetEmitter) -> Turns | None:
         """The consumers' turns at issuing ``S`` (``schedule="pingpong"``): one in the
-        prologue and one per block, as many in each warpgroup (equal block counts)."""
+        prologue and one per block; a tile one block short of the CTA's last takes an
+        empty turn after its loops, so that both warpgroups take as many."""
         if not self.plan.pingpong:
             return None
         from tessera.lower.sm90a.kvsplit import WarpgroupEmitter

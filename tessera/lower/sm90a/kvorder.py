@@ -103,8 +103,8 @@ def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
     order of the CTA's last tile (None when they can; see the module doc). ``aligned``:
     key blocks as tall as the query tiles, the one case where tiles of unequal block
     counts are offered (see the module doc). ``equal``: every CTA has ``consumers``
-    tiles of the same block count (their warpgroups take as many turns,
-    :mod:`tessera.lower.sm90a.turns`)."""
+    tiles that read a block at least (their warpgroups take turns,
+    :mod:`tessera.lower.sm90a.turns`; a tile one block short takes an empty one)."""
     groups = prod(int(g) for g in fn.attrs.get("grid", (1,)))
     seen = 0
     try:
@@ -120,10 +120,9 @@ def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
                 return (f"the last CTA has {len(tiles)} of {consumers} query tiles (the "
                         "ping-pong schedule needs every CTA's warpgroups to take turns)")
             for g, seq in zip(tiles, seqs):
-                if equal and len(seq) != len(last):
-                    return (f"query tiles {g} and {tiles[-1]} read {len(seq)} and "
-                            f"{len(last)} key blocks (the ping-pong schedule needs equal "
-                            "turns)")
+                if equal and not seq:
+                    return (f"query tile {g} reads no key block (the ping-pong schedule "
+                            "needs a turn of every warpgroup)")
                 if last[:len(seq)] != seq:
                     return (f"query tile {g} reads key blocks that are not a prefix of tile "
                             f"{tiles[-1]}'s")

@@ -44,18 +44,23 @@ def test_the_consumers_take_turns_at_the_scores() -> None:
     assert turns == {(3, 256), (4, 256)} and arrives == [(3, 256), (4, 256)]
     before = sorted((i.op.id, i.op.count) for i in walk(consumer)
                     if isinstance(i.op, BarArrive) and i not in body)
-    assert before == [(3, 256), (3, 256), (4, 256)]  # start, and the first turn's hand-over
+    # the start, the first turn's hand-overs and those of the empty turn of a tile one
+    # block short of the other (none here: the launch is not causal)
+    assert before == [(3, 256), (3, 256), (3, 256), (4, 256), (4, 256)]
     assert "taking turns (ping-pong)" in c.kernel.attrs["kv_ring"]
     cooperative = compiled(64, False, seq=512)
     assert "bar.arrive" not in cooperative.ptx and "bar.arrive 4, 256;" in c.ptx
 
 
-@pytest.mark.parametrize(("seq", "d", "stages"), [(256, 64, 2), (384, 128, 2),
-                                                  (512, 64, 3)])
-def test_same_bits_as_the_cooperative_cta(seq: int, d: int, stages: int) -> None:
+@pytest.mark.parametrize(("seq", "d", "causal", "stages"), [
+    (256, 64, False, 2), (384, 128, False, 2), (512, 64, False, 3), (256, 64, True, 2),
+    (512, 128, True, 3)])
+def test_same_bits_as_the_cooperative_cta(seq: int, d: int, causal: bool,
+                                          stages: int) -> None:
+    """Causal: each CTA's first tile reads one block fewer and takes an empty turn."""
     q, k, v = qkv(2, seq, d)
     outs = [np.asarray(ts.launch(flash_attention, None, (q, k, v), backend="target",
-                                 target="sm_90a", is_causal=False, mode="fast",
+                                 target="sm_90a", is_causal=causal, mode="fast",
                                  config=config(12, stages, **extra)))
             for extra in (PINGPONG, {})]
     assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
@@ -68,11 +73,12 @@ def test_checked_mode_gives_the_tile_interpreters_bits() -> None:
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_ptxas_no_spills_no_advisory(d: int) -> None:
+@pytest.mark.parametrize("causal", [False, True])
+def test_ptxas_no_spills_no_advisory(d: int, causal: bool) -> None:
     from tessera.backend.ptx.driver.assemble import ToolchainMissing
 
     try:
-        stats = compiled(d, False, **PINGPONG).assemble().stats["flash_attention"]
+        stats = compiled(d, causal, **PINGPONG).assemble().stats["flash_attention"]
     except ToolchainMissing:
         pytest.skip("ptxas is not installed")
     assert stats.spill_stores == 0 and stats.spill_loads == 0 and stats.stack_frame == 0
@@ -80,7 +86,7 @@ def test_ptxas_no_spills_no_advisory(d: int) -> None:
 
 
 @pytest.mark.parametrize(("seq", "causal", "extra", "why"), [
-    (256, True, {}, "read 1 and 2 key blocks"),
+    (256, True, {"bn": 32}, "at most one fewer is offered"),
     (320, False, {}, "the last CTA has 1 of 2 query tiles"),
     (256, False, {"warps": 8}, "alternates two consumer warpgroups"),
     (256, False, {"overlap_softmax": False}, "needs the overlapped order"),
@@ -105,6 +111,26 @@ def test_planted_missing_first_turn_is_a_deadlock() -> None:
                  if start in b.instrs)
     block.instrs.remove(start)
     with pytest.raises(BarrierDeadlock, match=r"never completes: 128 of 256") as err:
+        run(c, [q, k, v])
+    text = open(err.value.loc.file).read().splitlines()[err.value.loc.line - 1]
+    assert "ts.tile.mma(smem_q, smem_k.T)" in text
+
+
+def test_planted_missing_empty_turn_is_a_deadlock() -> None:
+    """Causal: a CTA's first tile reads one block fewer than its second; without its
+    empty turn after the key loops the second warpgroup waits for its last turn."""
+    q, k, v = qkv(1, 256, 64)
+    c = ts.compile_kernel(flash_attention, q, k, v, is_causal=True, target="sm_90a",
+                          mode="fast", config=config(**PINGPONG))
+    loop = key_loops(split(c.kernel)[1])[-1]
+    block = next(b for b in (r.block for i in walk(c.kernel.body) for r in i.regions)
+                 if loop in b.instrs)
+    after = block.instrs[block.instrs.index(loop) + 1:]
+    (empty,) = [i for i in after if isinstance(i.op, If) and any(
+        isinstance(j.op, Bar) and j.op.id == 3 for j in walk(i.regions[0].block))]
+    block.instrs.remove(empty)
+    with pytest.raises(BarrierDeadlock, match=r"bar\.sync 4, 256 never completes: 128 of "
+                                              r"256 threads arrived") as err:
         run(c, [q, k, v])
     text = open(err.value.loc.file).read().splitlines()[err.value.loc.line - 1]
     assert "ts.tile.mma(smem_q, smem_k.T)" in text

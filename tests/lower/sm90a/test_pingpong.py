@@ -74,15 +74,19 @@ def test_knob_errors() -> None:
 
 
 def test_the_interpreter_issues_the_groups_in_turns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each commit of a wgmma group is one warpgroup's, warpgroup 0 first, then
-    alternating every K step (in every CTA), where the cooperative schedule commits
-    both warpgroups' groups together."""
-    def order(config: dict[str, Any]) -> list[tuple[int, ...]]:
-        seen: list[tuple[int, ...]] = []
+    """In every CTA each commit of a wgmma group is one warpgroup's, warpgroup 0 first,
+    then alternating every K step, where the cooperative schedule commits both
+    warpgroups' groups together."""
+    def order(config: dict[str, Any]) -> list[list[tuple[int, ...]]]:
+        seen: dict[int, list[tuple[int, ...]]] = {}
         commit = WgmmaGroups.commit
 
         def spy(self: WgmmaGroups, warpgroups: np.ndarray) -> None:
-            seen.append(tuple(sorted({int(g) % 3 for g in warpgroups})))
+            by_cta: dict[int, set[int]] = {}
+            for g in warpgroups.tolist():  # 3 warpgroups a CTA: 2 consumers, 1 producer
+                by_cta.setdefault(g // 3, set()).add(g % 3)
+            for cta, mine in by_cta.items():
+                seen.setdefault(cta, []).append(tuple(sorted(mine)))
             commit(self, warpgroups)
         monkeypatch.setattr(WgmmaGroups, "commit", spy)
         a, b, c = operands(256, 256, 512)
@@ -90,10 +94,10 @@ def test_the_interpreter_issues_the_groups_in_turns(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(WgmmaGroups, "commit", commit)
         np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32),
                                    rtol=1e-4, atol=1e-3)
-        return seen
+        return [seen[k] for k in sorted(seen)]
     steps = 512 // 64
-    assert order(PINGPONG) == [(0,), (1,)] * steps
-    assert order({"num_warps": 12}) == [(0, 1)] * steps
+    assert order(PINGPONG) == [[(0,), (1,)] * steps] * 4  # 2 x 2 CTAs
+    assert order({"num_warps": 12}) == [[(0, 1)] * steps] * 4
 
 
 @pytest.mark.parametrize("shape, tile, config", [
