@@ -48,6 +48,9 @@ GEMMS = [  # (target, M=N=K, tile, launch configuration)
     ("sm_90a", 4096, (128, 128, 64), {}), ("sm_90a", 8192, (128, 128, 64), {}),
     ("sm_90a", 8192, (128, 128, 64), {"tma_store": False}),
     ("sm_90a", 8192, (128, 128, 64), {"num_warps": 12}),
+    # two consumer warpgroups taking turns at named barriers (FlashAttention-3 sec. 3.1)
+    ("sm_90a", 8192, (128, 128, 64), {"schedule": "pingpong"}),
+    ("sm_90a", 8192, (256, 128, 64), {"schedule": "pingpong"}),
     ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 8192, (128, 256, 64), {}),
     ("sm_90a", 8192, (128, 256, 64), {"tma_store": False}),
     ("sm_90a", 8192, (256, 128, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
@@ -68,6 +71,12 @@ ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "num_stages": 3}),
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 8, "warp_specialize": True}),
     ("sm_90a", 16, 4096, 128, 64, True, "checked", {"num_warps": 12}),
+    # the two consumers take turns issuing S = Q K^T (FlashAttention-3's ping-pong)
+    ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 128, 64, False, "checked", {"num_warps": 12, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "schedule": "pingpong"}),
 ]
 JOBS = [("gemm", g) for g in GEMMS] + [("attention", a) for a in ATTENTIONS]
 

@@ -76,6 +76,17 @@ def test_block_size_and_mode_do_not_change_a_bit() -> None:
     assert s.tobytes() == np.where(np.isnan(want), np.float32(np.nan), want).tobytes()
 
 
+@pytest.mark.parametrize("schedule", ["auto", "sequential", "vectorized"])
+def test_every_simulator_schedule_gives_the_same_bits(schedule: str) -> None:
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((32, 64)) * 2.0 ** rng.integers(-40, 40, (32, 64))
+         ).astype(np.float32)
+    s, mu = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    block_sums(x, s, mu, tile_shape=(8, 16), schedule=schedule)
+    assert s.tobytes() == sum_rounded(x, -1, False, "f32").tobytes()
+    assert mu.tobytes() == sum_rounded(x, -1, False, "f32", divisor=64).tobytes()
+
+
 def test_narrow_accumulators_round_once_to_their_format() -> None:
     rng = np.random.default_rng(9)
     x = rng.standard_normal((8, 64)).astype(ml_dtypes.bfloat16)

@@ -1,4 +1,4 @@
-"""Structured control flow with per-thread masks, ``bar.sync`` and ``shfl.sync``.
+"""Structured control flow with per-thread masks, and ``shfl.sync``.
 
 ``ptx.if`` runs its then-region on the active threads whose predicate is true and its
 else-region on the rest, then merges the yielded registers per thread (a region no
@@ -8,23 +8,28 @@ its consumers) the two run as coroutines (:mod:`tessera.interp.target.schedule`)
 continues; a thread that finished is masked off and keeps its carried values, so threads
 may run different trip counts, as divergent branches do on hardware.
 
-``bar.sync`` (PTX ISA, "bar, barrier") needs every thread of a CTA to arrive: a CTA of
-which only some threads execute it is a divergent barrier (undefined behaviour on
-hardware, an error here); ``bar.sync id, count`` needs exactly ``count`` of them.
-Warp-level instructions act on groups of 32 consecutive threads of a CTA; ``shfl.sync``
-follows the pseudocode of the ISA's "shfl.sync" with the ``c`` operand given by the
-op's ``clamp`` attribute (bits 0-4 the clamp, bits 8-12 the segment mask;
-``shfl.up`` conventionally uses 0).
+An ``if`` whose arms may wait for each other (``mbarrier.try_wait``, ``bar.arrive``, or
+a named ``bar.sync`` of more threads than an arm has) runs its arms as tasks
+(:mod:`tessera.interp.target.schedule`); an arm with ``bar.arrive`` taken by several
+warpgroups runs one task per warpgroup of each CTA, each with its own copy of the
+registers, as its warpgroups may take turns at named barriers (ping-pong). Barriers are
+:mod:`tessera.interp.target.barriers`. Warp-level instructions act on groups of 32
+consecutive threads of a CTA; ``shfl.sync`` follows the pseudocode of the ISA's
+"shfl.sync" with the ``c`` operand given by the op's ``clamp`` attribute (bits 0-4 the
+clamp, bits 8-12 the segment mask; ``shfl.up`` conventionally uses 0).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tessera.interp.target.schedule import run_concurrently
 from tessera.interp.target.state import (
+    Machine,
+    RegisterFile,
     Step,
     TargetBody,
     TargetCompiler,
@@ -52,8 +57,30 @@ def _enter(fr: TargetFrame, body: TargetBody, values: list[Any], mask: np.ndarra
     return [raw(fr.regs, y) for y in body.yields]  # lazy values stay lazy
 
 
-def _waits(block: Block) -> bool:
-    return any(isinstance(i.op, MbarrierWait) for i in walk(block))
+def _waits(block: Block) -> tuple[bool, bool, int]:
+    """Whether ``block`` waits on mbarriers, arrives on named barriers, and the largest
+    thread count of its named ``bar.sync`` (0: none)."""
+    instrs = list(walk(block))
+    counts = [i.op.count for i in instrs if isinstance(i.op, target_ops.Bar)]
+    return (any(isinstance(i.op, MbarrierWait) for i in instrs),
+            any(isinstance(i.op, target_ops.BarArrive) for i in instrs), max(counts, default=0))
+
+
+def _split(fr: TargetFrame, body: TargetBody, mask: np.ndarray
+           ) -> list[tuple[np.ndarray, Callable[[], list[Any]]]]:
+    """One task per warpgroup of ``mask`` (of each CTA: CTAs whose warpgroups take
+    different turns must not wait for each other), each on a copy of the register
+    file: its threads' values are merged back."""
+    m = fr.m
+    where = m.cta * -(-m.nthreads // 128) + m.tid // 128  # a CTA's warpgroups
+    groups = np.unique(where[mask])
+    out = []
+    for w in groups.tolist():
+        part = mask & (where == w)
+        regs = RegisterFile(fr.regs) if len(groups) > 1 else fr.regs
+        sub = TargetFrame(regs, fr.mask, m)
+        out.append((part, lambda sub=sub, part=part: _enter(sub, body, [], part)))
+    return out
 
 
 @step_rule(target_ir.If)
@@ -61,17 +88,34 @@ def _if(c: TargetCompiler, instr: Instr) -> Step:
     p = c.slot(instr.operands[0])
     then, other = (c.body(r.block) for r in instr.regions)
     outs = [c.slot(r) for r in instr.results]
-    concurrent = any(_waits(r.block) for r in instr.regions)
+    waits = [_waits(r.block) for r in instr.regions]
+    mbar = any(w[0] or w[1] for w in waits)
+    most = [w[2] for w in waits]
+
+    def concurrent(m: Machine, t: np.ndarray, e: np.ndarray) -> bool:
+        if mbar:
+            return True
+        # a named bar.sync of more threads than its arm has per CTA waits for the other
+        arm_threads = [x.reshape(m.ncta, m.nthreads).sum(axis=1).max() for x in (t, e)]
+        return any(n > have for n, have in zip(most, arm_threads) if n)
 
     def step(fr: TargetFrame) -> None:
         pred = fr.regs[p]
         t = fr.mask & pred
         e = fr.mask & ~pred
         run_t, run_e = bool(t.any()), bool(e.any())
-        if run_t and run_e and concurrent:
-            vt, ve = run_concurrently(fr.m, [lambda: _enter(fr, then, [], t),
-                                             lambda: _enter(fr, other, [], e)])
-            vals = [merge(pred, a, b) for a, b in zip(vt, ve)]
+        if (run_t or run_e) and (mbar or any(most)) and concurrent(fr.m, t, e):
+            tasks = [task for body, arm, go, w in ((then, t, run_t, waits[0]),
+                                                   (other, e, run_e, waits[1])) if go
+                     for task in (_split(fr, body, arm) if w[1] else
+                                  [(arm, lambda body=body, arm=arm: _enter(fr, body, [], arm))])]
+            if len(tasks) == 1:
+                vals = tasks[0][1]()
+            else:
+                results = run_concurrently(fr.m, [task for _, task in tasks])
+                vals = results[0]
+                for (part, _), got in zip(tasks[1:], results[1:]):
+                    vals = [merge(part, a, b) for a, b in zip(got, vals)]
         elif run_t and run_e:
             vt = _enter(fr, then, [], t)
             ve = _enter(fr, other, [], e)
@@ -157,39 +201,6 @@ def check_cta_uniform(fr: TargetFrame, instr: Instr, what: str) -> np.ndarray:
                       f"{len(missing) - 1} more) took another path",
                       cta * m.nthreads + arrived)
     return some
-
-
-@step_rule(target_ops.Bar)
-def _bar(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-
-    def step(fr: TargetFrame) -> None:
-        if op.count:
-            _named(fr, instr, op.id, op.count)
-            return
-        ctas = check_cta_uniform(fr, instr, f"bar.sync {op.id}")
-        fr.m.shared.sync(ctas)
-    return step
-
-
-def _named(fr: TargetFrame, instr: Instr, ident: int, count: int) -> None:
-    """``bar.sync id, count``: the CTA's active threads must be ``count`` whole warps
-    (threads run here in lockstep, so fewer would wait forever); their accesses are
-    ordered among themselves only (:func:`.memory.async_order.release`)."""
-    from tessera.interp.target.memory.async_order import release
-
-    m = fr.m
-    per = fr.mask.reshape(m.ncta, m.nthreads)
-    arrived = per.sum(axis=1)
-    wrong = (arrived > 0) & (arrived != count)
-    if wrong.any():
-        cta = int(np.flatnonzero(wrong)[0])
-        raise m.fault(instr, "divergent barrier", f"bar.sync {ident}, {count} reached by "
-                      f"{int(arrived[cta])} threads of the CTA; it waits for {count}",
-                      cta * m.nthreads + int(np.flatnonzero(per[cta])[0]))
-    check_warps(fr, instr)
-    ctas = np.flatnonzero(arrived)
-    release(m, ctas, per[ctas])
 
 
 def check_warps(fr: TargetFrame, instr: Instr, size: int = 32,

@@ -33,6 +33,7 @@ import numpy.ma  # np.unique imports it on its first call: here, not inside a la
 from tessera.arch.limits import place_shared
 from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
 from tessera.errors import ArgumentError, user_api
+from tessera.interp.target import barriers as target_barriers
 from tessera.interp.target import convert as target_convert
 from tessera.interp.target import flow as target_flow
 from tessera.interp.target import regs as target_regs
@@ -65,9 +66,9 @@ from tessera.progress import progress
 
 # importing the rule modules registers their steps (and SharedMemory's read log, which
 # it imports late, loads with them rather than inside the first launch)
-_ = (target_async, target_bulk_store, target_convert, target_flow, target_mem, target_mma,
-     target_ptx_memory, target_ptx_rules, target_reads, target_regs, target_tables, target_warp,
-     target_wgmma_rs)
+_ = (target_async, target_barriers, target_bulk_store, target_convert, target_flow, target_mem,
+     target_mma, target_ptx_memory, target_ptx_rules, target_reads, target_regs, target_tables,
+     target_warp, target_wgmma_rs)
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:

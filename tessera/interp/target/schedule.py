@@ -1,18 +1,23 @@
-"""Concurrent branches of a warp-specialised kernel: the two arms of a ``ptx.if`` that
-may wait on each other's ``mbarrier`` phases.
+"""Concurrent branches of a warp-specialised kernel: the arms of a ``ptx.if`` that may
+wait on each other (``mbarrier`` phases, named barriers), and the warpgroups of an arm
+that take turns at named barriers (ping-pong).
 
 The interpreter runs the threads of a region in lockstep, and the two arms of a
 divergent ``ptx.if`` one after the other. That cannot run a producer/consumer kernel,
 where the producer warp waits for the consumers to release a stage and the consumers
-wait for the producer to fill it. An ``if`` with an ``mbarrier`` wait in either arm
-therefore runs its arms as coroutines (:func:`run_concurrently`): one
-arm runs until an ``mbarrier.try_wait`` loop finds its phase incomplete
-(:meth:`Scheduler.block`), then the other arm runs, and so on. The switch points are
-exactly the waits, so a run is deterministic. When every arm is blocked and no
-``mbarrier`` changed since each of them blocked, no arm can ever continue: the waiting
-instruction reports the phase that never completes, as a hang on hardware would be.
+wait for the producer to fill it, nor two consumer warpgroups of which one waits at a
+named barrier for the other's ``bar.arrive``. Such regions therefore run as *tasks*
+(:func:`run_concurrently`): one task runs until it waits for something incomplete
+(:meth:`Scheduler.block`), then another runs, and so on. The switch points are
+exactly the waits (and the yields of :meth:`Scheduler.yield_`), so a run is
+deterministic. A task that starts tasks of its own (a concurrent region nested in a
+concurrent arm) waits until they all finish; until then it is not run.
 
-Each arm runs on a Python thread, but only the one holding the baton runs at a time
+When every task that has not finished waits, and nothing they wait on changed since
+each of them blocked, no task can ever continue: the waiting instruction reports what
+never completes, as a hang on hardware would be.
+
+Each task runs on a Python thread, but only the one holding the baton runs at a time
 (the others sleep on a condition variable), so the machine state needs no locking.
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,47 +34,72 @@ from tessera.interp.target.state import Machine
 
 
 class _Aborted(BaseException):
-    """Unwinds an arm whose sibling failed (never escapes :func:`run_concurrently`)."""
+    """Unwinds a task whose sibling failed (never escapes :func:`run_concurrently`)."""
+
+
+@dataclass
+class _Task:
+    """One task: whether it finished, how many tasks it started are still running, and
+    the state version it blocked at (None while it runs)."""
+
+    done: bool = False
+    children: int = 0
+    blocked: int | None = None
 
 
 class Scheduler:
-    """The baton passed between the arms of one concurrent ``ptx.if``."""
+    """The baton passed between the tasks of one launch's concurrent regions."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self) -> None:
         self.cond = threading.Condition()
+        self.tasks: list[_Task] = []
         self.turn = 0
-        self.done = [False] * n
-        self.blocked: list[int | None] = [None] * n  # the version an arm blocked at
-        self.version = 0  # bumped by every mbarrier state change (see `touch`)
+        self.version = 0  # bumped by every change a waiter may wait for (see `touch`)
         self.abort = False
+        self.errors: list[BaseException] = []
         self.local = threading.local()
 
     def touch(self) -> None:
-        """Record that some ``mbarrier`` may have changed (an arrival, a TMA load)."""
+        """Record that some barrier may have changed (an arrival, a TMA load)."""
         self.version += 1
 
+    def _runnable(self, k: int) -> bool:
+        t = self.tasks[k]
+        return not t.done and not t.children
+
+    def _may_progress(self, k: int) -> bool:
+        return self._runnable(k) and self.tasks[k].blocked != self.version
+
     def block(self) -> bool:
-        """Called by a waiting arm whose phase is incomplete: run the other arms until
-        this one may continue. Returns False when no arm can make progress (the caller
-        reports the hang)."""
+        """Called by a waiting task whose condition is incomplete: run the other tasks
+        until this one may look again. Returns False when no task can make progress
+        (the caller reports the hang)."""
         me: int = self.local.index
-        self.blocked[me] = self.version
-        live = [k for k in range(len(self.done)) if not self.done[k] and k != me]
-        if all(self.blocked[k] == self.version for k in live):
-            self.blocked[me] = None
+        if not any(self._may_progress(k) for k in range(len(self.tasks)) if k != me):
+            return False
+        self.tasks[me].blocked = self.version
+        self._pass(me)
+        self._await(me)
+        self.tasks[me].blocked = None
+        return True
+
+    def yield_(self) -> bool:
+        """Let the other runnable tasks run first (a ``bar.arrive`` whose barrier
+        waits for them); False when none can."""
+        me: int = self.local.index
+        if not any(self._may_progress(k) for k in range(len(self.tasks)) if k != me):
             return False
         self._pass(me)
         self._await(me)
-        self.blocked[me] = None
         return True
 
     def _pass(self, me: int) -> None:
-        """Give the baton to the next arm that has not finished."""
-        n = len(self.done)
+        """Give the baton to the next runnable task after ``me`` (in creation order)."""
+        n = len(self.tasks)
         with self.cond:
             for step in range(1, n + 1):
                 k = (me + step) % n
-                if not self.done[k]:
+                if self._runnable(k):
                     self.turn = k
                     break
             self.cond.notify_all()
@@ -79,9 +110,15 @@ class Scheduler:
         if self.abort:
             raise _Aborted
 
+    def _fail(self, err: BaseException) -> None:
+        self.errors.append(err)
+        with self.cond:
+            self.abort = True
+            self.cond.notify_all()
+
 
 def current(m: Machine) -> Scheduler | None:
-    """The scheduler of the concurrent ``if`` the calling arm runs in, if any."""
+    """The scheduler of the task the calling thread runs, if any."""
     sched: Scheduler | None = getattr(m, "scheduler", None)
     if sched is None or getattr(sched.local, "index", None) is None:
         return None
@@ -89,54 +126,64 @@ def current(m: Machine) -> Scheduler | None:
 
 
 def run_concurrently(m: Machine, arms: Sequence[Callable[[], list[Any]]]) -> list[list[Any]]:
-    """Run ``arms`` (each runs one region and returns its yielded values) as coroutines
-    that switch at blocked ``mbarrier`` waits; the first error of any arm is raised.
-    A concurrent ``if`` nested in an arm runs its arms one after the other."""
-    if getattr(m, "scheduler", None) is not None:
-        return [arm() for arm in arms]
-    sched = Scheduler(len(arms))
+    """Run ``arms`` (each runs one region and returns its yielded values) as tasks that
+    switch where they wait; the first error of any task is raised. Called from a task,
+    that task waits (without the baton) until its new tasks have finished."""
+    sched = current(m)
+    root = sched is None
+    if sched is None:
+        sched = Scheduler()
+        sched.tasks.append(_Task())  # the launching thread: it only waits
+        sched.local.index = 0
+        m.scheduler = sched  # type: ignore[attr-defined]
+    me: int = sched.local.index
+    first = len(sched.tasks)
+    sched.tasks.extend(_Task() for _ in arms)
+    sched.tasks[me].children = len(arms)
     results: list[list[Any]] = [[] for _ in arms]
-    errors: list[BaseException] = []
 
     def work(k: int) -> None:
-        sched.local.index = k
+        assert sched is not None
+        sched.local.index = first + k
         try:
-            sched._await(k)
+            sched._await(first + k)
             with np.errstate(all="ignore"):  # as run_target's, which is thread-local
                 results[k] = arms[k]()
         except _Aborted:
             return
         except BaseException as err:
-            errors.append(err)
-            with sched.cond:
-                sched.abort = True
-                sched.cond.notify_all()
+            sched._fail(err)
         finally:
-            sched.done[k] = True
+            sched.tasks[first + k].done = True
+            sched.tasks[me].children -= 1
             if not sched.abort:
-                sched._pass(k)
+                sched._pass(first + k)
             with sched.cond:
                 sched.cond.notify_all()
 
-    m.scheduler = sched  # type: ignore[attr-defined]
     threads = [threading.Thread(target=work, args=(k,), daemon=True)
                for k in range(len(arms))]
     try:
+        with sched.cond:
+            sched.turn = first  # the baton goes to the first new task
         for t in threads:
             t.start()
-        # The baton starts with arm 0 (Scheduler.turn). It is not handed out again here:
-        # arm 0 may already have run to its end and passed it on before this thread gets
-        # the lock, and taking it back would leave the next arm waiting forever.
+        # The baton is not taken back here: the new tasks may all have finished and
+        # passed it on before this thread gets the lock. It comes back to this task
+        # only once its tasks have finished (a waiting task is not runnable).
         with sched.cond:
-            sched.cond.wait_for(lambda: all(sched.done) or sched.abort)
-            sched.abort = sched.abort or not all(sched.done)
-            sched.cond.notify_all()
+            sched.cond.wait_for(lambda: (sched.turn == me and not sched.tasks[me].children)
+                                or sched.abort)
         for t in threads:
             t.join()
     finally:
-        m.scheduler = None  # type: ignore[attr-defined]
-    if errors:
-        raise errors[0]
+        if root:
+            m.scheduler = None  # type: ignore[attr-defined]
+            sched.local.index = None
+    if sched.abort:
+        if root:
+            raise sched.errors[0]
+        raise _Aborted
     return results
 
 

@@ -2,7 +2,9 @@
 
 Before the first loop: the ring's barriers, the block count ``T``, the loads of blocks
 ``0 .. S - 1``, the wait for the query copy and, in the overlapped order, ``S_0``.
-Iteration ``m`` (``m`` counts blocks over all the loops), overlapped order::
+Iteration ``m`` (``m`` counts blocks over all the loops), overlapped order (with
+``schedule="pingpong"`` the two consumer warpgroups of a warp-specialised CTA take
+turns issuing ``S``, :mod:`tessera.lower.sm90a.turns`)::
 
     wait full_k[m+1]; issue S_{m+1} = Q K_{m+1}ᵀ; commit   (m+1 < T; else a discarded
     wgmma.wait_group 1      -> S_m has retired               Q V_mᵀ keeps the count)
@@ -37,6 +39,7 @@ from tessera.lower.sm90a.kvring import (
     KvRing,
     make_ring,
 )
+from tessera.lower.sm90a.turns import Turns, turns_of
 from tessera.lower.tiles import SharedBox
 from tessera.lower.values import Dist, Lowered, Scalar
 
@@ -72,6 +75,7 @@ class KvLowering:
         self.ring: KvRing | None = None
         self.total: Value | None = None
         self.scores: list[Value] = []  # S of the next block, packed (overlapped order)
+        self.last_total: Value | None = None  # blocks of the CTA's last tile (ping-pong)
 
     def q_box(self, low: Lowerer) -> SharedBox:
         """The query buffer as a wgmma operand box (no instructions)."""
@@ -95,6 +99,8 @@ class KvLowering:
             ring.init(e)
             total = self.total = ring.count(e)
             ring.prefetch(e, total)
+        if self.plan.pingpong:  # the blocks of the CTA's last tile: as many turns
+            self.last_total = self._last_total(low, e)
         wait_all(low, e, 0)  # the query block (the tile program's group ring)
         if not self.plan.overlap:
             return
@@ -105,7 +111,14 @@ class KvLowering:
         def first(t: TargetEmitter) -> list[Value]:
             slot = ring.slot(t, zero)
             ring.wait(t, FULL_K, slot)
+            turns = self._turns(t)
+            if turns is not None:  # warpgroup 0 goes first
+                t.loc = self.plan.loops[0].qk.loc  # the turn is the kernel's S = Q Kᵀ
+                turns.start(t)
+                turns.wait(t)
             out = issue_scores(t, q, ring.box(t, False, slot), self.plan.bn)
+            if turns is not None:  # a block follows: warpgroup 1 has another turn
+                turns.hand_over(t, None)
             t.op(WgmmaWait(0))
             return out
 
@@ -186,6 +199,11 @@ class KvLowering:
 
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
+        if plan.pingpong and kv is plan.loops[-1]:
+            # a tile one block short of the CTA's last takes one empty turn, so that
+            # the other warpgroup's last turn has its hand-over
+            short = e.setp("lt", total, self.last_total, "u32")
+            e.if_(short, self._empty_turn)
         return rebuild_all(init, results[:len(flat)])
 
     def _next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,
@@ -201,9 +219,44 @@ class KvLowering:
         k_box, v_box = ring.box(t, False, after), ring.box(t, True, slot)
         base = t.selp(k_box.base, v_box.base, more, "u32")
         box = SharedBox(base, k_box.rows, k_box.cols, k_box.elem, k_box.swizzle, k_box.align)
+        turns = self._turns(t)
+        if turns is not None:
+            turns.wait(t)
         out = issue_scores(t, q, box, self.plan.bn)
+        if turns is not None:  # past the last block warpgroup 1 has no turn left
+            turns.hand_over(t, more)
         t.op(WgmmaWait(1))
         return out
+
+    def _last_total(self, low: Lowerer, e: TargetEmitter) -> Value:
+        """The block count of the CTA's last tile (the ring's offsets stay this
+        tile's)."""
+        from tessera.lower.sm90a.kvsplit import last_tile
+
+        ring = self.ring
+        assert ring is not None
+        saved = ring.offsets, ring.bounds
+        with last_tile(low, e, self.plan):
+            count = ring.count(e)
+        ring.offsets, ring.bounds = saved
+        return count
+
+    def _empty_turn(self, t: TargetEmitter) -> None:
+        turns = self._turns(t)
+        assert turns is not None
+        turns.wait(t)
+        turns.hand_over(t, None)
+
+    def _turns(self, t: TargetEmitter) -> Turns | None:
+        """The consumers' turns at issuing ``S`` (``schedule="pingpong"``): one in the
+        prologue and one per block; a tile one block short of the CTA's last takes an
+        empty turn after its loops, so that both warpgroups take as many."""
+        if not self.plan.pingpong:
+            return None
+        from tessera.lower.sm90a.kvsplit import WarpgroupEmitter
+
+        assert isinstance(t, WarpgroupEmitter)
+        return turns_of(t, t.wg.index)
 
     def _unpacked(self, low: Lowerer, t: TargetEmitter, instr: Instr,
                   packed: list[Value]) -> Dist:

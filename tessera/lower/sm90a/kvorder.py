@@ -98,11 +98,13 @@ def block_sequence(fn: Function, loops: tuple[KvLoop, ...], group: int
 
 
 def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
-                    aligned: bool = True) -> str | None:
+                    aligned: bool = True, equal: bool = False) -> str | None:
     """Why ``consumers`` consecutive query tiles cannot share one ring filled in the
     order of the CTA's last tile (None when they can; see the module doc). ``aligned``:
     key blocks as tall as the query tiles, the one case where tiles of unequal block
-    counts are offered (see the module doc)."""
+    counts are offered (see the module doc). ``equal``: every CTA has ``consumers``
+    tiles that read a block at least (their warpgroups take turns,
+    :mod:`tessera.lower.sm90a.turns`; a tile one block short takes an empty one)."""
     groups = prod(int(g) for g in fn.attrs.get("grid", (1,)))
     seen = 0
     try:
@@ -114,7 +116,13 @@ def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
             if seen > MAX_BLOCKS:
                 return "too many key blocks to check at compile time"
             last = seqs[-1]
+            if equal and len(tiles) < consumers:
+                return (f"the last CTA has {len(tiles)} of {consumers} query tiles (the "
+                        "ping-pong schedule needs every CTA's warpgroups to take turns)")
             for g, seq in zip(tiles, seqs):
+                if equal and not seq:
+                    return (f"query tile {g} reads no key block (the ping-pong schedule "
+                            "needs a turn of every warpgroup)")
                 if last[:len(seq)] != seq:
                     return (f"query tile {g} reads key blocks that are not a prefix of tile "
                             f"{tiles[-1]}'s")

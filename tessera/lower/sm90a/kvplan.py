@@ -20,7 +20,10 @@ copy-wait-multiply sequence):
   last block the loops visit (a causal program's skipped blocks are never loaded);
 * where registers allow (:func:`overlap_problem`), ``S_{m+1} = Q K_{m+1}ᵀ`` is issued
   before the softmax of ``S_m`` and retired one step later (``wgmma.wait_group 1``),
-  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2).
+  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2);
+* with ``schedule="pingpong"`` the two consumer warpgroups of a warp-specialised CTA
+  take turns issuing ``S`` (sec. 3.1, :mod:`tessera.lower.sm90a.turns`): offered where
+  every CTA's two tiles read as many blocks (equal turns) in the overlapped order.
 
 The products are the same ``wgmma`` sequences on the same data as the tile program's,
 so the bits are the tile interpreter's.
@@ -37,7 +40,7 @@ from tessera.ir.dialects.tile import For as TileFor
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
-from tessera.lower.sm90a.warpspec import CONSUMER_REGS, SHARED_BUDGET, config_of
+from tessera.lower.sm90a.warpspec import CONSUMER_REGS, SHARED_BUDGET, config_of, schedule_of
 from tessera.lower.tiles import THREADS
 from tessera.lower.values import ptx_elem
 
@@ -91,6 +94,9 @@ class KvPlan:
     #: each runs one query tile, a producer warpgroup fills the ring), 0 for none
     consumers: int = 0
     why_one_warpgroup: str | None = None
+    #: the two consumers take turns issuing ``S = Q Kᵀ`` (``schedule="pingpong"``,
+    #: :mod:`tessera.lower.sm90a.turns`)
+    pingpong: bool = False
 
     @property
     def threads(self) -> int:
@@ -114,7 +120,8 @@ class KvPlan:
                  else f"sequential ({self.why_sequential})")
         if self.consumers:
             who = (f"a producer warpgroup fills it for {self.consumers} consumer "
-                   f"warpgroup(s) of {self.bm} query rows each")
+                   f"warpgroup(s) of {self.bm} query rows each"
+                   + (" taking turns (ping-pong)" if self.pingpong else ""))
         else:
             who = "one warpgroup" + (f" ({self.why_one_warpgroup})"
                                      if self.why_one_warpgroup else "")
@@ -274,7 +281,7 @@ def wanted_consumers(config: dict) -> tuple[int, bool]:
 
 
 def split_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: int,
-                  consumers: int) -> str | None:
+                  consumers: int, pingpong: bool = False) -> str | None:
     """Why the query tiles of ``fn`` cannot run as ``consumers`` warpgroups over one ring
     filled by a producer warpgroup (None when they can): each consumer holds its
     64-row tile's ``P`` as ``wgmma``'s register A, and the tiles of a CTA read the same
@@ -284,7 +291,7 @@ def split_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
     if bm != 64 or bm * bn // THREADS > 32 or bm * d // THREADS > 64:
         return (f"a consumer warpgroup holds a 64-row tile with P in registers, not a "
                 f"{bm}x{bn} tile at D={d}")
-    return sharing_problem(fn, loops, consumers, aligned=bn == bm)
+    return sharing_problem(fn, loops, consumers, aligned=bn == bm, equal=pingpong)
 
 
 def plan_kv_ring(fn: Function) -> KvPlan | None:
@@ -307,9 +314,15 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
         return None
     bm = q_type.shape[0]
     consumers, insist = wanted_consumers(config)
+    pingpong = schedule_of(fn)
+    if pingpong:  # two consumers take turns
+        if config.get("num_warps") not in (None, 12) or config.get("warp_specialize") is False:
+            raise UnsupportedError("schedule='pingpong' alternates two consumer warpgroups",
+                                   loc=fn.loc, hint="use num_warps=12")
+        consumers, insist = 2, True
     why_one = None
     if consumers:
-        why_one = split_problem(fn, loops, bm, bn, d, consumers)
+        why_one = split_problem(fn, loops, bm, bn, d, consumers, pingpong)
         if why_one is not None and insist:
             raise UnsupportedError(f"warp-specialised attention: {why_one}", loc=fn.loc,
                                    hint="use BLOCK_M=64 tiles, or warp_specialize=False")
@@ -321,8 +334,11 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
         why = "config register_a=False stages P through shared memory"
     if why is None and not config.get("overlap_softmax", True):
         why = "config overlap_softmax=False"
+    if why is not None and pingpong:  # the turns are the issues of the next scores
+        raise UnsupportedError(f"schedule='pingpong' needs the overlapped order: {why}",
+                               loc=fn.loc, hint="drop schedule='pingpong'")
     plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why,
-                  consumers, why_one)
+                  consumers, why_one, pingpong)
     if plan.ring_bytes > SHARED_BUDGET:
         return None
     return plan

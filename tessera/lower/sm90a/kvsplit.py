@@ -193,7 +193,7 @@ def _scalar_slice(low: Lowerer, plan: KvPlan) -> list[Instr]:
 
 
 @contextmanager
-def _last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> Iterator[None]:
+def last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> Iterator[None]:
     """The index arithmetic of the CTA's last query tile, whose key blocks the producer
     loads, lowered into ``e`` (with the tile's group id); afterwards the lowering's
     values are put back: those of the producer are out of the consumers' scope."""
@@ -204,7 +204,7 @@ def _last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> Iterator[None]:
     if groups % c:  # min(last, groups - 1), as a select the static estimate evaluates
         final = e.const(groups - 1, "s32")
         last = e.selp(last, final, e.setp("lt", last, final, "s32"), "s32")
-    saved = dict(low.env)
+    saved, group = dict(low.env), low.ids.get("group")
     low.ids["group"] = last
     low.stack.append(e)
     try:
@@ -215,7 +215,10 @@ def _last_tile(low: Lowerer, e: TargetEmitter, plan: KvPlan) -> Iterator[None]:
         low.stack.pop()
         low.env.clear()
         low.env.update(saved)  # also drops the constants the ring's count lowered
-        del low.ids["group"]
+        if group is None:
+            del low.ids["group"]
+        else:  # a consumer's own tile
+            low.ids["group"] = group
 
 
 def _fill(low: Lowerer, e: TargetEmitter, ring: KvRing, plan: KvPlan) -> None:
@@ -232,10 +235,11 @@ def _fill(low: Lowerer, e: TargetEmitter, ring: KvRing, plan: KvPlan) -> None:
             ring.issue(t, n, slot, v)
         return []
 
-    with _last_tile(low, e, plan):
+    with last_tile(low, e, plan):
         total = e.cvt(ring.count(e), "s32", "u32")
         e.loc = plan.loops[0].loop.loc
         e.for_(e.const(0, "s32"), total, e.const(1, "s32"), [], step)
 
 
-__all__ = ["FIRST_BARRIER", "Warpgroup", "WarpgroupEmitter", "entry_regs", "split_cta"]
+__all__ = ["FIRST_BARRIER", "Warpgroup", "WarpgroupEmitter", "entry_regs", "last_tile",
+           "split_cta"]

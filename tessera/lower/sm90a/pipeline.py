@@ -18,6 +18,9 @@ phase of parity ``round & 1``; the producer waits for ``empty``'s phase of parit
 ``wgmma.wait_group 1`` retires the *previous* step's group, whose stage it releases:
 two groups overlap and no ``bar.sync`` runs inside the loop. The products are the
 one-warpgroup lowering's ``wgmma`` sequence in the same K order, so the bits are too.
+With ``schedule="pingpong"`` the two consumer warpgroups take turns issuing their groups
+(:mod:`tessera.lower.sm90a.turns`): a turn's ``bar.sync`` follows the ``full`` wait,
+its ``bar.arrive`` the commit.
 
 ::
 
@@ -55,6 +58,7 @@ from tessera.lower.sm90a.epilogue import epilogue_rule, reserve
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.mma import swizzle_span
 from tessera.lower.sm90a.tma import TmaCopy, issue_copy, thread0
+from tessera.lower.sm90a.turns import turns_of
 from tessera.lower.sm90a.warpspec import (
     CONSUMER_REGS,
     PRODUCER_REGS,
@@ -219,6 +223,11 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
         wg_rows = ce.mul(wg, ce.const(64 * mine * ring.a_span, "u32"), "u32")
     accs = [ce.pack(init[i * half:(i + 1) * half], "f32") for i in range(mine)]
     ks = MMA_K[g.elem]
+    turns = None
+    if plan.pingpong:  # warpgroup 0 issues first (tessera.lower.sm90a.turns)
+        turns = turns_of(ce, ce.bin("shr", ce.sreg("tid.x"), ce.const(7, "u32"), "u32"))
+        turns.start(ce)
+    last = g.lo + (g.k_tiles - 1) * g.step
 
     def step(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
         t.loc = g.mma.loc  # the consumer's work is the kernel's mma
@@ -230,6 +239,8 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
                               a_box.swizzle, a_box.align)
         da = make_descriptor(t, a_box)
         db = make_descriptor(t, b_box, k_major=False)
+        if turns is not None:
+            turns.wait(t)
         t.op(WgmmaFence())
         on = t.const(1, "pred")
         op = Wgmma(g.bn, g.elem, g.elem, 0, 1)
@@ -241,6 +252,8 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
                                                                 k_major=True))
                 out[i] = t.one(op, out[i], da_k, db_k, on)
         t.op(WgmmaCommit())
+        if turns is not None:
+            turns.hand_over(t, t.setp("ne", k, t.const(last, "s32"), "s32"))
         t.op(WgmmaWait(1))  # the previous step's group has retired: release its stage
         it_ne0 = t.setp("ne", k, t.const(g.lo, "s32"), "s32")
         prev = t.bin("rem", t.add(stage, t.const(plan.stages - 1, "u32"), "u32"),

@@ -22,6 +22,13 @@ it:
   128 accumulator registers per thread (``BM * BN > 128 * 128``);
 * ``num_stages``: shared-memory stages of the ring (default: as many as fit in
   :data:`SHARED_BUDGET`, at most 4, at least 2);
+* ``schedule``: ``"cooperative"`` (default) lets two consumer warpgroups issue their
+  ``wgmma`` groups as they come; ``"pingpong"`` orders them with two named barriers
+  so that warpgroup 0's group of K step ``k`` is issued before warpgroup 1's, and
+  that one before warpgroup 0's of step ``k + 1`` (the inter-warpgroup schedule of
+  FlashAttention-3, Shah et al. 2024, sec. 3.1, and CUTLASS's ping-pong kernels): one
+  warpgroup's tensor-core work overlaps the other's waits and address arithmetic.
+  It needs two consumers (``num_warps`` 12, the default for it);
 * ``tma_store``: the epilogue (:mod:`tessera.lower.sm90a.epilogue`) stores the tile
   through shared memory with TMA where it can (default), ``st.global`` with False;
   True makes a tile it cannot store that way an ``UnsupportedError``.
@@ -105,6 +112,8 @@ class PipelinePlan:
     #: the kernel's final store of the tile, which the TMA-store epilogue writes
     #: (:mod:`tessera.lower.sm90a.epilogue`)
     epilogue: Instr | None = None
+    #: the consumers take turns issuing their wgmma groups (``schedule="pingpong"``)
+    pingpong: bool = False
 
     @property
     def threads(self) -> int:
@@ -231,8 +240,13 @@ def plan_pipeline(fn: Function) -> PipelinePlan | None:
     if gemm is None or warps == 4:
         return None
     acc_regs = gemm.bm * gemm.bn // 128
+    pingpong = schedule_of(fn)
+    if pingpong and warps == 8:
+        raise UnsupportedError("schedule='pingpong' alternates two consumer warpgroups; "
+                               "num_warps=8 has one", hint="use num_warps=12",
+                               loc=fn.loc)
     if warps is None:
-        consumers = 1 if acc_regs <= MAX_ACC_REGS else 2
+        consumers = 2 if pingpong or acc_regs > MAX_ACC_REGS else 1
     elif warps in (8, 12):
         consumers = warps // 4 - 1
     else:
@@ -240,7 +254,8 @@ def plan_pipeline(fn: Function) -> PipelinePlan | None:
                                hint="use 8 (one consumer warpgroup), 12 (two) or 4 (no "
                                     "warp specialisation)", loc=fn.loc)
     why = fit_problem(gemm, consumers, config.get("num_stages"))
-    asked = "warp_specialize" in config or warps is not None or "num_stages" in config
+    asked = ("warp_specialize" in config or warps is not None or "num_stages" in config
+             or pingpong)
     if why and not asked:  # the default: tiles the pipeline cannot hold keep one warpgroup
         return None
     if why:
@@ -263,7 +278,20 @@ def plan_pipeline(fn: Function) -> PipelinePlan | None:
         raise UnsupportedError("tma_store=True: the kernel does not end by storing the "
                                f"{gemm.bm}x{gemm.bn} tile into a view of a parameter",
                                loc=fn.loc, hint="store the tile last, or drop tma_store")
-    return PipelinePlan(gemm, int(stages), consumers, store, epilogue)
+    return PipelinePlan(gemm, int(stages), consumers, store, epilogue, pingpong)
+
+
+#: the values of the ``schedule`` knob
+SCHEDULES = ("cooperative", "pingpong")
+
+
+def schedule_of(fn: Function) -> bool:
+    """Whether the kernel's configuration asks for the ping-pong schedule."""
+    schedule = config_of(fn).get("schedule", "cooperative")
+    if schedule not in SCHEDULES:
+        raise UnsupportedError(f"schedule={schedule!r} is not a warp-specialised schedule",
+                               hint=f"use one of {SCHEDULES}", loc=fn.loc)
+    return schedule == "pingpong"
 
 
 def epilogue_store(fn: Function, gemm: GemmLoop) -> Instr | None:
@@ -343,6 +371,7 @@ __all__ = [
     "MAX_ACC_REGS",
     "MAX_STAGES",
     "PRODUCER_REGS",
+    "SCHEDULES",
     "SHARED_BUDGET",
     "GemmLoop",
     "PipelinePlan",
@@ -352,4 +381,5 @@ __all__ = [
     "fit_problem",
     "match_gemm_loop",
     "plan_pipeline",
+    "schedule_of",
 ]

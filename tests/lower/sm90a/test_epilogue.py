@@ -19,6 +19,7 @@ from tessera.backend.ptx.estimate.census import census
 from tessera.errors import IRVerifyError, UnsupportedError
 from tessera.frontend.kernel.backends.compile import target_arguments
 from tessera.interp.target import TargetFault, run_target
+from tessera.interp.target.barriers import BarrierDeadlock
 from tessera.ir.core import Block, Function, Instr, walk
 from tessera.ir.dialects.target import For, If, TensorMapType
 from tessera.ir.dialects.target.async_ops import BulkCommit, BulkWait, Fence, TmaStore
@@ -362,13 +363,13 @@ def test_planted_in_ptx_text_exit_before_wait() -> None:
 
 
 def test_planted_named_barrier_of_the_wrong_size() -> None:
-    """``bar.sync 1, 256`` where only the 128 consumer threads arrive would hang."""
+    """``bar.sync 1, 256`` where only the 128 consumer threads arrive hangs."""
     def edit(block: Block) -> None:
         for i in block.instrs:
             if isinstance(i.op, Bar):
                 i.op = Bar(1, 256)
     compiled, args = planted(edit)
-    with pytest.raises(TargetFault, match="reached by 128 threads of the CTA; it waits for "
-                                          "256") as err:
+    with pytest.raises(BarrierDeadlock, match=r"bar\.sync 1, 256 never completes: 128 of 256 "
+                                              r"threads arrived") as err:
         run(compiled, args)
-    assert err.value.what == "divergent barrier"
+    assert err.value.what == "deadlock"

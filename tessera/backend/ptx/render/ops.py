@@ -28,6 +28,7 @@ from tessera.ir.dialects.target import REG_TYPES, RegType, Return
 from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
+    BarArrive,
     Binary,
     Const,
     Cvt,
@@ -287,6 +288,11 @@ def _shfl(e: PtxWriter, instr: Instr) -> None:
 def _bar(e: PtxWriter, instr: Instr) -> None:
     count = f", {instr.op.count}" if instr.op.count else ""
     e.out(f"bar.sync {instr.op.id}{count};")
+
+
+@rule(BarArrive)
+def _bar_arrive(e: PtxWriter, instr: Instr) -> None:
+    e.out(f"bar.arrive {instr.op.id}, {instr.op.count};")
 
 
 __all__: list[str] = []

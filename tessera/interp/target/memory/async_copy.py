@@ -30,6 +30,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap
+from tessera.interp.target.barriers import note_init, unseen
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import (
     acquire,
@@ -124,14 +125,13 @@ def _ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndar
 
 
 def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> None:
-    """Fault when a thread uses an mbarrier that another thread initialised with no
-    ``bar.sync`` since: nothing orders the init before the use (PTX ISA, "mbarrier.init":
-    the initialisation must be made visible to the other threads before they use it).
-    Threads run in lockstep here, thread 0 first, so without this check such a kernel
-    would run as if the init were always seen. The caller's :func:`_ids` has checked
-    the addresses."""
-    by = m.shared.init_by[m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64))]
-    bad = (by >= 0) & (by != act)
+    """Fault when a thread uses an mbarrier another thread initialised with no ``bar.sync``
+    (nor named barrier of both, :func:`.barriers.unseen`) since: nothing orders the init
+    before the use (PTX ISA, "mbarrier.init"); threads in lockstep, thread 0 first, would
+    run as if it were always seen. The caller's :func:`_ids` has checked the addresses."""
+    slots = m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64))
+    by = m.shared.init_by[slots]
+    bad = unseen(m, slots, act, (by >= 0) & (by != act))
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
         raise m.fault(instr, "mbarrier", f"the mbarrier at shared address "
@@ -318,7 +318,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
                                   m.failer(instr, act))
             m.shared.land(flat, np.zeros(flat.shape, np.uint8))
-            m.shared.init_by[m.shared.slots(flat[:, 0])] = act  # visible to others after bar.sync
+            note_init(m, m.shared.slots(flat[:, 0]), act)  # seen by others after bar.sync
             _tracked(m, instr, act, ids, mb.init, ids, op.count)
             m.mbar_tx[:, ids] = 0
         elif isinstance(op, target_async.MbarrierArrive):

@@ -7,7 +7,10 @@ follow its branch. Threads split by a divergent branch therefore meet again at t
 branch's immediate post-dominator in reducible control flow, before any of them goes
 on, so warp-synchronous instructions there (``shfl.sync``, ``mma.sync``) see their warp
 converged, as on hardware; ``bar.sync`` needs every thread of the CTA that has not
-exited (``ret``/``exit``) to be there.
+exited (``ret``/``exit``) to be there. A named ``bar.sync id, count`` whose barrier has
+not completed parks its threads there (:class:`~tessera.interp.target.barriers.Parked`):
+they resume after it once the other threads' ``bar.arrive``/``bar.sync`` complete it,
+and when every live thread waits so, the kernel has deadlocked.
 
 Registers are PTX's mutable registers: one array over all threads per register, in the
 storage of its declared type. An instruction reads each operand register as the type
@@ -27,6 +30,7 @@ import numpy as np
 
 from tessera.errors import InterpretError
 from tessera.interp.target import runner as _runner
+from tessera.interp.target.barriers import Parked
 from tessera.interp.target.memory.bulk_store import not_waited, unretired
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
@@ -145,7 +149,7 @@ def _renamed(err: InterpretError, pi: PtxInstr) -> InterpretError:
     from (same class, the PTX text instead of the IR op, the PTX line)."""
     if isinstance(err, TargetFault):
         text = err.message.replace(f": {err.op}: ", f": {pi.text}: ", 1)
-        new = TargetFault.__new__(TargetFault)
+        new = type(err).__new__(type(err))  # a BarrierDeadlock stays one
         InterpretError.__init__(new, text, hint=err.hint, loc=pi.loc)
         new.what, new.op, new.thread, new.cta = err.what, pi.text, err.thread, err.cta
         return new
@@ -198,18 +202,35 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     rank = np.asarray(schedule_order(kernel.blocks), np.int64)
     exits = np.array([not bb.body and bb.end.kind == "ret" for bb in kernel.blocks])
     pc = np.zeros(m.n, np.int64)
+    pos = np.zeros(m.n, np.int64)  # where in its block a thread resumes (after a bar.sync)
     exited = np.zeros(m.n, bool)
+    parked = m.parked = Parked(m.n)
     steps = 0
     with np.errstate(all="ignore"):
         while True:
             live = pc >= 0
             if not live.any():
                 break
-            here = np.unique(pc[live])
+            ready = live & ~parked.waiting(m)
+            if not ready.any():  # softly parked arrivals run on when nothing else can
+                ready = parked.resume_soft(m, live)
+            if not ready.any():  # every live thread waits at a named barrier
+                instr, err = parked.hang(m, live)
+                pi = next(ci.pi for bb in blocks for ci in bb if instr in ci.pi.instrs)
+                raise _renamed(err, pi)
+            here = np.unique(pc[ready])
             at = int(here[np.argmin(rank[here])])
-            mask = pc == at
-            for ci in blocks[at]:
+            first = int(pos[ready & (pc == at)].min())
+            mask = ready & (pc == at) & (pos == first)
+            for k, ci in enumerate(blocks[at][first:], first):
                 _run_instr(ci, regs, phys, mask, m, exited)
+                if parked.fresh.any():  # these wait here until their barrier completes
+                    pos[parked.fresh] = k + 1
+                    mask = mask & ~parked.fresh
+                    parked.fresh[:] = False
+            pos[mask] = 0
+            if not mask.any():
+                continue
             end = kernel.blocks[at].end
             if end.kind == "jump":
                 pc[mask] = end.target

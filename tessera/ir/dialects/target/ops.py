@@ -346,12 +346,33 @@ class Bar(_Effect):
         return ()
 
 
+@register_op
+@dataclass(frozen=True)
+class BarArrive(_Effect):
+    """``bar.arrive <id>, <count>``: the executing threads arrive on named barrier
+    ``id`` of ``count`` threads (whole warps) and go on without waiting (PTX ISA, "bar,
+    barrier"). The threads that ``bar.sync`` on it wait until all ``count`` arrived:
+    a producer signals its consumers, or two warpgroups take turns (ping-pong)."""
+
+    name: ClassVar[str] = "ptx.bar_arrive"
+    id: int = 1
+    count: int = 32
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        if not 0 <= self.id < 16 or self.count <= 0 or self.count % 32:
+            raise IRVerifyError(f"bar.arrive {self.id}, {self.count}: the id is 0..15 and "
+                                "the thread count a positive multiple of 32")
+        return ()
+
+
 __all__ = [
     "BINARY",
     "COMPARE",
     "SPECIAL_REGS",
     "UNARY",
     "Bar",
+    "BarArrive",
     "Binary",
     "Const",
     "Cvt",

@@ -1,7 +1,8 @@
 """PTX memory, synchronisation and warp instructions as Target IR (PTX ISA sec. 9.7.9,
 9.7.12-9.7.14): ``ld``/``st`` in every state space the interpreter models (global,
 shared, local, param, generic; vector forms), ``atom``/``red``, ``cp.async`` and its groups,
-``ldmatrix``, ``mma.sync``, ``shfl.sync``, ``vote.sync``, ``bar.sync`` and fences.
+``ldmatrix``, ``mma.sync``, ``shfl.sync``, ``vote.sync``, ``bar.sync``, ``bar.arrive`` and
+fences.
 
 Cache, eviction and memory-order qualifiers (``.nc``, ``.ca``, ``.L2::128B``,
 ``.relaxed.gpu``, ``.volatile`` ...) do not change a value in the interpreter, which
@@ -294,14 +295,16 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         b.emit(ptx_ops.WarpSync(mask & 0xFFFFFFFF))
         return
     body = [f for f in mods if f not in ("cta", "aligned")]
-    if body != ["sync"]:
+    if body not in (["sync"], ["arrive"]):
         raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
-    if len(ops) not in (1, 2):
-        raise b.syntax(f"{b.head}.sync takes a barrier id and an optional thread count")
+    arrive = body == ["arrive"]
+    if len(ops) not in ((2,) if arrive else (1, 2)):
+        raise b.syntax(f"{b.head}.{body[0]} takes a barrier id and "
+                       f"{'a' if arrive else 'an optional'} thread count")
     ident, threads = (parse_int(o) for o in (*ops, "0")[:2])
     if ident is None or threads is None:
-        raise b.unsupported(f"{b.head}.sync with a register barrier id or thread count")
-    b.emit(target_ops.Bar(ident, threads))
+        raise b.unsupported(f"{b.head}.{body[0]} with a register barrier id or thread count")
+    b.emit(target_ops.BarArrive(ident, threads) if arrive else target_ops.Bar(ident, threads))
 
 
 @handler("membar", "fence")

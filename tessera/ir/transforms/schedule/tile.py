@@ -243,7 +243,7 @@ def _fit_whole_keys(plan: _Plan, reduced: set[int], inputs: tuple[str, ...],
     # the scores' other loops (the query rows) give way first: a program holding fewer
     # of V's columns would compute the same scores again
     block = plan.instr.regions[0].block
-    rows = {loop for k in keys for loop in _rows_of(block, plan.space, k)}
+    rows = {loop for k in keys for loop in _rows_of(block, plan.space, k) or ()}
     while True:
         fits, _, _ = _fits(plan, inputs, temps, limits, matmuls)
         if fits:
@@ -301,14 +301,15 @@ def _stages(instr: Instr, space: IterationSpace, tile: list[int], inputs: tuple[
 
 
 def _row_reduced(block: Block, space: IterationSpace, loop: int) -> bool:
-    """Whether a non-matmul op also reduces ``loop`` (attention's softmax rows)."""
-    return bool(_rows_of(block, space, loop))
+    """Whether a non-matmul op also reduces ``loop`` (attention's softmax rows; a
+    single query row, whose other axes have no loop, too)."""
+    return _rows_of(block, space, loop) is not None
 
 
-def _rows_of(block: Block, space: IterationSpace, loop: int) -> set[int]:
+def _rows_of(block: Block, space: IterationSpace, loop: int) -> set[int] | None:
     """The other loops of the values whose rows a non-matmul op reduces along ``loop``
-    (attention's scores: the batch and query loops)."""
-    rows: set[int] = set()
+    (attention's scores: the batch and query loops); None where no op reduces it."""
+    rows: set[int] | None = None
     for inner in block.instrs:
         op = inner.op
         if isinstance(op, graph_ops.Softmax):
@@ -320,7 +321,7 @@ def _rows_of(block: Block, space: IterationSpace, loop: int) -> set[int]:
             continue
         loops = [space.loop_of.get((x, a)) for a in range(x.type.rank)]
         if any(loops[a] == loop for a in axes):
-            rows |= {k for k in loops if k is not None and k != loop}
+            rows = (rows or set()) | {k for k in loops if k is not None and k != loop}
     return rows
 
 

@@ -14,7 +14,8 @@ the target's shared memory.
 
 from __future__ import annotations
 
-#: at most this many query rows, and at least this many keys per block
+#: at most this many query rows, and at least this many keys per block (fewer, down to
+#: 8, where a block of 16 would load more than KEY_BLOCK_LOADED elements of a long head)
 KEY_BLOCK_TILE = (8, 16)
 #: the most scores of a key block: two accumulators per thread. ptxas fits the three
 #: passes' code in 84-113 registers; four per thread need about 150-170 and spill
@@ -59,13 +60,15 @@ def key_block_tile(rows: int, keys: int, depth: int, values: int,
     the scores, no ``P @ V``), all powers of two: the most columns of ``V`` (a whole
     head where ``P @ V``'s tile stays within :data:`PV_ELEMENTS`), then the most query
     rows (up to ``KEY_BLOCK_TILE[0]``), then the longest block of keys (at most
-    ``keys`` rounded up, at least ``KEY_BLOCK_TILE[1]``) with at most
+    ``keys`` rounded up, at least ``KEY_BLOCK_TILE[1]``, 8 for heads of 256) with at most
     :data:`KEY_BLOCK_ELEMENTS` scores and :data:`KEY_BLOCK_LOADED` elements of keys or
     values loaded per block, whose kernel stays within ``shared`` bytes
     (:func:`key_block_bytes`). Longer blocks mean fewer trips of each pass and more
     threads busy (16 keys under 8 rows keep a quarter of the CTA's threads working).
     Where nothing fits, the smallest tile (the lowering then says what does not)."""
-    least = KEY_BLOCK_TILE[1]
+    # (a head of 256 loads 16 x 256 keys in 16 blocks of 16: 8 keys keep the load at
+    # KEY_BLOCK_LOADED; the three passes' sums need at least 5 columns of a block)
+    least = max(min(KEY_BLOCK_TILE[1], KEY_BLOCK_LOADED // _pow2(depth)), 8)
     best: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
     r = min(_pow2(rows), KEY_BLOCK_TILE[0])
     while r >= 1:

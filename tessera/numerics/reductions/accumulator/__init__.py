@@ -1,12 +1,14 @@
 """Exact accumulators: sums of products held exactly, rounded once at the end.
 
 The tile level's exact ``mma`` and its exact accumulation across a K loop hold their
-value here. Two forms, with the same exact values and the same bits when rounded:
+value here. Three forms, with the same exact values and the same bits when rounded:
 
 * :class:`.lazy.ExactSum` (what :func:`exact_products` and :func:`to_exact` make):
   the operands and exact start values, unevaluated, rounded once by the correctly
   rounded matrix product (float64 with error bounds, the undecided elements settled
   exactly) -- as fast as the graph interpreter's matmul;
+* :class:`.carried.RowSums` (what a carried exact sum makes): the blocks of a long row,
+  rounded once by ``sum_rounded``;
 * :mod:`.reference`: a Kulisch accumulator of Python integer counts of ``2**-298``
   in object arrays, the definition, used where the lazy form cannot go (a selection
   that mixes accumulators of different structure with narrow values) and by the tests.
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tessera.numerics.reductions.accumulator import reference
+from tessera.numerics.reductions.accumulator.carried import RowSums
 from tessera.numerics.reductions.accumulator.lazy import ExactSum, exact_dtype
 from tessera.numerics.reductions.accumulator.reference import EXACT, OPERAND_SCALE, SCALE
 
@@ -35,7 +38,7 @@ def to_exact(x: Any) -> Any:
     """The exact accumulator of the values ``x``: float arrays of formats up to f32 (or
     float64 values that are multiples of ``2**-SCALE``), or an accumulator whose
     elements a selection may have mixed with floats."""
-    if type(x) is ExactSum:
+    if type(x) is ExactSum or type(x) is RowSums:
         return x
     arr = np.asarray(x)
     if exact_dtype(arr.dtype):
@@ -80,7 +83,7 @@ def exact_products(a: Any, b: Any) -> Any:
 
 def round_exact(x: Any, to: Any) -> np.ndarray:
     """The accumulator ``x`` rounded once, to nearest even, to the format ``to``."""
-    if type(x) is ExactSum:
+    if type(x) is ExactSum or type(x) is RowSums:
         return x.rounded(to)
     return reference.round_exact(x, to)
 

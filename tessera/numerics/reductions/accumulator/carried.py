@@ -7,11 +7,13 @@ accumulator ``c + sum(x)`` (rounded once later, where it is used); a carried *me
 returns ``(c + sum(x)) / count`` rounded once to nearest even (``round_fraction`` of
 the exact quotient), the value of the exact mean of the whole row.
 
-The block's terms enter the reference accumulator (Python integer counts of
-``2**-298``, :mod:`.reference`): float formats of at most 32 bits always fit, float64
-terms when they are whole multiples of the quantum (the products of two such values,
-which an exact mean squared error sums); any other float64 term is a
-:class:`CarriedSumError`.
+The simulator holds the sum as the blocks that make it (:class:`RowSums`), rounded
+once by ``sum_rounded`` over all of them side by side — the graph interpreter's own
+correctly rounded sum, at its speed. Its value is that of the reference accumulator
+(Python integer counts of ``2**-298``, :mod:`.reference`), which other uses read:
+float formats of at most 32 bits always fit, float64 terms when they are whole
+multiples of the quantum (the products of two such values, which an exact mean squared
+error sums); any other float64 term is a :class:`CarriedSumError`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tessera.errors import TesseraError
 from tessera.numerics.formats.convert import convert
 from tessera.numerics.reductions.accumulator import reference
 from tessera.numerics.reductions.rounding import round_fraction, target
+from tessera.numerics.reductions.sums import sum_rounded
 
 
 class CarriedSumError(TesseraError):
@@ -56,16 +59,94 @@ def _quotient(total: Any, count: int, to: Any) -> Any:
     return round_fraction(Fraction(total, count << reference.SCALE), to)
 
 
-def carried_reduce(x: Any, c: Any, axis: int, kind: str, count: int, to: Any) -> Any:
-    """``c + sum(x)`` along ``axis`` (``kind="sum"``: an exact accumulator), or that
-    divided by ``count`` and rounded once to ``to`` (``kind="mean"``)."""
-    acc = reference.to_exact(np.asarray(c))
-    total = np.asarray(reference.add_exact(acc, block_sum(np.asarray(x), axis)),
-                       dtype=reference.EXACT)
-    if kind == "sum":
-        return total
-    flat = [_quotient(v, count, to) for v in total.reshape(-1).tolist()]
+class RowSums:
+    """A carried exact sum held as the blocks that make it, unevaluated: the exact sum
+    of every block's terms along its last axis, plus an exact ``base`` (a reference
+    accumulator, or None for zero). Rounded once by ``sum_rounded`` over the blocks
+    side by side, the correctly rounded sum the graph interpreter computes, as fast as
+    it; :func:`numpy.asarray` gives the reference form (Python integer counts), which
+    every other use of an exact accumulator reads. Its arrays are never modified."""
+
+    __slots__ = ("base", "blocks", "shape")
+
+    dtype = reference.EXACT
+
+    def __init__(self, blocks: tuple[np.ndarray, ...], base: np.ndarray | None,
+                 shape: tuple[int, ...]) -> None:
+        self.blocks, self.base, self.shape = blocks, base, shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        total = np.zeros(self.shape, dtype=reference.EXACT) if self.base is None \
+            else np.broadcast_to(self.base, self.shape)
+        with np.errstate(invalid="ignore"):  # inf + -inf is the NaN of the rule
+            for block in self.blocks:
+                total = reference.add_exact(total, block_sum(block, -1))
+        out = np.asarray(total, dtype=reference.EXACT)
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, index: Any) -> Any:
+        return np.asarray(self)[index]
+
+    def plus(self, block: np.ndarray) -> RowSums:
+        """The sum with one more block of terms (reduced along its last axis)."""
+        shape = np.broadcast_shapes(self.shape, block.shape[:-1])
+        return RowSums((*self.blocks, block), self.base, shape)
+
+    def rounded(self, to: Any, divisor: int = 1) -> np.ndarray:
+        """The exact sum divided by ``divisor``, rounded once to ``to`` (the default
+        NaN)."""
+        if self.base is not None:  # (a start that is not zero: the reference's way)
+            return _rounded(np.asarray(self), divisor, to)
+        if not self.blocks:
+            return np.zeros(self.shape, dtype=target(to).np_dtype)
+        wide = len({b.dtype for b in self.blocks}) > 1
+        rows = np.concatenate([np.broadcast_to(b.astype(np.float64) if wide else b,
+                                               (*self.shape, b.shape[-1]))
+                               for b in self.blocks], axis=-1)
+        out = sum_rounded(rows, -1, False, to, divisor=divisor)
+        nan = out != out
+        return np.where(nan, out.dtype.type(np.nan), out) if nan.any() else out
+
+    @staticmethod
+    def start(c: Any) -> RowSums:
+        """The carried sum of an accumulator ``c`` (a zero start holds no base)."""
+        if isinstance(c, RowSums):
+            return c
+        acc = reference.to_exact(np.asarray(c))
+        zero = all(type(v) is int and v == 0 for v in acc.flat)
+        return RowSums((), None if zero else acc, acc.shape)
+
+
+def _rounded(total: np.ndarray, divisor: int, to: Any) -> np.ndarray:
+    flat = [_quotient(v, divisor, to) for v in total.reshape(-1).tolist()]
     return np.array(flat, dtype=target(to).np_dtype).reshape(total.shape)
 
 
-__all__ = ["CarriedSumError", "block_sum", "carried_reduce"]
+def carried_reduce(x: Any, c: Any, axis: int, kind: str, count: int, to: Any) -> Any:
+    """``c + sum(x)`` along ``axis`` (``kind="sum"``: an exact accumulator, a
+    :class:`RowSums`), or that divided by ``count`` and rounded once to ``to``
+    (``kind="mean"``)."""
+    block = np.moveaxis(np.asarray(x), axis, -1)
+    if block.dtype == np.float64:
+        _check_quanta(block)
+    total = RowSums.start(c).plus(block)
+    return total if kind == "sum" else total.rounded(to, count)
+
+
+def _check_quanta(block: np.ndarray) -> None:
+    """Float64 terms must be whole multiples of ``2**-298`` (module docstring)."""
+    # (from 2**-245 up a float64's last bit is at least 2**-297: only smaller ones can
+    # fall between the quanta)
+    small = block[np.abs(block) < 2.0**-240]
+    if small.size and np.any(small != np.ldexp(np.round(np.ldexp(small, 298)), -298)):
+        raise CarriedSumError("a carried exact sum of float64 terms: a value is not a "
+                              "multiple of 2**-298",
+                              hint="carry sums of formats of at most 32 bits, or of "
+                                   "products of two such values")
+
+
+__all__ = ["CarriedSumError", "RowSums", "block_sum", "carried_reduce"]
