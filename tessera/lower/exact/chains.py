@@ -8,7 +8,7 @@ An exact accumulator flows through the results of exact ``mma`` ops
 through form a *chain*, which lives in one buffer (long accumulators, one per element:
 176 bytes each for an ``mma``'s, 88 for a sum of f32 terms). Chains whose live
 ranges never overlap may use the same buffer: the three exact passes over key blocks of attention
-(:mod:`tessera.ir.transforms.to_tile.keyblocks`) compute each block's scores in three
+(:mod:`tessera.ir.transforms.to_tile.attention.keyblocks`) compute each block's scores in three
 loops that run one after the other, so their score accumulators take one buffer, not
 three. Live ranges are intervals over the kernel's top-level instructions (a value
 inside a loop lives for the whole loop); buffers are handed out as in linear-scan

@@ -196,7 +196,7 @@ def softmax_terms(src: Value) -> bool:
 def expansion_terms(src: Value) -> bool:
     """Whether ``src`` is a key block's softmax terms beside the carried row sum: the
     ``reshape(where(slab == 0, broadcast(terms), broadcast(carried)))`` of
-    :func:`tessera.ir.transforms.to_tile.keyblocks._expansion`, whose every value is a
+    :func:`tessera.ir.transforms.to_tile.attention.keyblocks._expansion`, whose every value is a
     whole number of quanta 2^-203 below 2^30 in magnitude (the terms, and sums of them
     rounded to binary64, and what those leave: :mod:`tessera.lower.exact.sum64`)."""
     reshape = _made_by(src, tile_compute.Reshape)

@@ -15,7 +15,7 @@ once to nearest even in binary64 (``round_words(..., nearest=True)``): for a row
 maximum is finite it is at least 1 (the term ``e^0`` is exactly 1), inside the normal
 range.
 
-Attention over key blocks (:mod:`tessera.ir.transforms.to_tile.keyblocks`) sums each
+Attention over key blocks (:mod:`tessera.ir.transforms.to_tile.attention.keyblocks`) sums each
 block's terms beside the row sum carried so far, three f64 values: binary64 roundings
 of sums of terms and what they leave, each again a whole number of quanta, of either
 sign, below 2**30 in magnitude, and possibly below 2**-151 — such a value's significand

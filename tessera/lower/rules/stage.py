@@ -9,7 +9,7 @@ a fresh f32 shared buffer, and a CTA barrier makes them visible before the buffe
 read as a :class:`~tessera.lower.values.Mem`. A ``tile.transpose`` of a register tile
 stages it the same way and returns the transposed view of the buffer, and a
 ``tile.broadcast`` that inserts an axis (the f64 terms of attention's key-block passes,
-:mod:`tessera.ir.transforms.to_tile.keyblocks`) returns a view of the buffer whose new
+:mod:`tessera.ir.transforms.to_tile.attention.keyblocks`) returns a view of the buffer whose new
 axes have stride 0.
 
 Each staging emits a barrier *before* its stores too: inside a loop, the buffer is

@@ -87,11 +87,11 @@ def plan_of(instr: Instr, space: IterationSpace, tiles: Sequence[int]) -> BlockP
 
 
 def block_loop(em: Emitter, loop: int, block: int, inits: Sequence[Value], instr: Instr,
-               body_fn: Callable[[list[Value]], list[Value]]) -> list[Value]:
+               body_fn: Callable[[list[Value]], list[Value]], name: str = "") -> list[Value]:
     """A ``tile.for`` over the blocks of ``loop`` carrying ``inits``; inside, the loop
-    starts at the loop index."""
+    starts at the loop index (named ``name``, else ``b<loop>``)."""
     body = Block()
-    index = body.add_arg(tile_ops.SCALAR_INDEX, f"b{loop}")
+    index = body.add_arg(tile_ops.SCALAR_INDEX, name or f"b{loop}")
     carried = [body.add_arg(v.type, f"c{k}") for k, v in enumerate(inits)]
     outer, start = em.builder, em.starts[loop]
     em.builder = Builder(body)

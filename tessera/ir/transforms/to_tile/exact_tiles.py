@@ -16,7 +16,7 @@ from typing import Any
 
 from tessera.arch.limits import A100
 from tessera.ir.core import Function, Instr, Module, walk
-from tessera.ir.transforms.to_tile.keyblock_tiles import KEY_BLOCK_TILE, key_block_tile
+from tessera.ir.transforms.to_tile.attention.keyblock_tiles import KEY_BLOCK_TILE, key_block_tile
 from tessera.ir.transforms.to_tile.program import TileProgram
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of

@@ -28,8 +28,9 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
-from tessera.ir.transforms.to_tile import blocked, edges, flash, keyblocks, splitk
+from tessera.ir.transforms.to_tile import blocked, edges, splitk
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.attention import flash, keyblocks
 from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
 from tessera.ir.transforms.to_tile.matmul import emit_matmul
 from tessera.ir.types import TensorType

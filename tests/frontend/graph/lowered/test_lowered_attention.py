@@ -6,14 +6,14 @@ sm_80 and sm_90a; its PTX assembles with no advisory and no spills.
 Up to 512 keys the Target program keeps a query tile's whole key rows in one tile
 (``to_tile.exact_tiles``: fewer query rows for longer rows), so the kernel is one
 pass over the keys. Longer rows, and scores given a ``tile_shape`` narrower than their
-rows, are passes over key blocks (``to_tile.keyblocks``: the row maximum, the exact row
+rows, are passes over key blocks (``to_tile.attention.keyblocks``: the row maximum, the exact row
 sum carried as three f64 values, then ``P @ V``), which lower too: an f64 ``maximum``,
 register broadcasts that insert an axis (staged through shared memory), the carried
 row statistics read in another tile's row layout, the exact sum of the terms beside the
 carried values, and score accumulators cleared on every key block. The three passes'
 score accumulators share one shared buffer (their loops run one after the other), so
 rows over 512 keys take blocks of up to 256 scores and a whole head of V's columns
-(``to_tile.keyblock_tiles.key_block_tile``)."""
+(``to_tile.attention.keyblock_tiles.key_block_tile``)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from tessera import op
 from tessera.arch.limits import shared_limit
 from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir import print_module
-from tessera.ir.transforms.to_tile.keyblock_tiles import key_block_bytes, key_block_tile
+from tessera.ir.transforms.to_tile.attention.keyblock_tiles import key_block_bytes, key_block_tile
 from tessera.lower.shared import shared_allocs, shared_plan
 from tests.frontend.graph.lowered.same import TARGETS, assembles_clean, same_on_target
 

@@ -189,7 +189,7 @@ def test_attention_keeps_whole_key_rows_with_fewer_queries_where_they_fit(
 
 def test_fast_mode_streams_the_keys_of_attention_in_blocks() -> None:
     """Fast mode keeps FlashAttention's tiles, 128 queries by blocks of 128 keys: its
-    online softmax is one pass over the key blocks (to_tile.flash)."""
+    online softmax is one pass over the key blocks (to_tile.attention.flash)."""
     from tests.ir.transforms.schedule.programs import attention
 
     q = np.ones((4, 256, 64), F32)

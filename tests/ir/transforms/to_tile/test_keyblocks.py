@@ -1,7 +1,7 @@
 """Attention whose key rows are longer than one program holds: the ``two_pass``
 schedule cuts the keys into blocks and the generated kernel walks them in three exact
 passes (row max, row sum, P·V) inside one program per query tile, with the graph
-interpreter's bits (tessera/ir/transforms/to_tile/keyblocks.py)."""
+interpreter's bits (tessera/ir/transforms/to_tile/attention/keyblocks.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 query rows, keys per block, and columns of ``V`` one program takes.
 
 Over rows of more than 512 keys the exact kernel is three passes over key blocks
-(:mod:`tessera.ir.transforms.to_tile.keyblocks`), each computing every block's scores
+(:mod:`tessera.ir.transforms.to_tile.attention.keyblocks`), each computing every block's scores
 again, with exact accumulators of 176 bytes per element in shared memory
 (:mod:`tessera.lower.exact.mma`): one buffer for the three passes' scores (their
 loops run one after the other, :mod:`tessera.lower.exact.chains`) and one for

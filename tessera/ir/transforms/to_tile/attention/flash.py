@@ -25,7 +25,7 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
-from tessera.ir.transforms.to_tile.keyblocks import (
+from tessera.ir.transforms.to_tile.attention.keyblocks import (
     F32,
     KeyPlan,
     along_keys,

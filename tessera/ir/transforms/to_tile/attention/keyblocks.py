@@ -34,13 +34,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tessera.ir.core import Block, Builder, Instr, IRRegion, Value
+from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.schedule.space import IterationSpace
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
+from tessera.ir.transforms.to_tile.blocked import block_loop
 from tessera.ir.transforms.to_tile.matmul import check_matmul, emit_matmul
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, dtype, storage_of
@@ -131,18 +132,7 @@ def key_loop(em: Emitter, plan: KeyPlan, inits: Sequence[Value], instr: Instr,
              body_fn: Callable[[list[Value]], list[Value]]) -> list[Value]:
     """A ``tile.for`` over the key blocks carrying ``inits``; inside, the key loop
     starts at the loop index."""
-    body = Block()
-    index = body.add_arg(tile_ops.SCALAR_INDEX, "key")
-    carried = [body.add_arg(v.type, f"c{k}") for k, v in enumerate(inits)]
-    outer, start = em.builder, em.starts[plan.loop]
-    em.builder = Builder(body)
-    em.starts[plan.loop] = index
-    em.create(tile_ops.Yield(), body_fn(carried), instr)
-    em.builder, em.starts[plan.loop] = outer, start
-    bounds = [em.index(0), em.index(em.extents[plan.loop]), em.index(plan.block)]
-    return em.builder.create(tile_ops.For(), [*bounds, *inits], loc=instr.loc,
-                             regions=[IRRegion([body])],
-                             result_types=[v.type for v in inits])
+    return block_loop(em, plan.loop, plan.block, inits, instr, body_fn, "key")
 
 
 def block_scores(em: Emitter, plan: KeyPlan, streamed: set[Value],
