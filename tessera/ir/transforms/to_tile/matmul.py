@@ -182,11 +182,11 @@ def emit_matmul(em: Emitter, instr: Instr, streamed: set[Value], mems: dict[Valu
 
 
 def round_product(em: Emitter, instr: Instr, acc: Value, accum: DType,
-                  shape: tuple[int, ...] | None) -> Value:
+                  shape: tuple[int, ...] | None, wide: bool = True) -> Value:
     """The matmul ``instr``'s accumulator ``acc`` rounded as the graph rounds the exact
-    product: to the accumulator, then to the result element; reshaped to ``shape``
-    (batched operands)."""
-    if accum.kind == "float":  # a float mma result is held wide until a cast rounds it
+    product: to the accumulator (where it may be held ``wide``), then to the result
+    element; reshaped to ``shape`` (batched operands); NaNs settled."""
+    if wide and accum.kind == "float":  # a float mma result is held wide until a cast
         (acc,) = em.create(tc.Cast(accum), [acc], instr)
     result = instr.results[0].type.element  # type: ignore[attr-defined]
     if storage_of(result) != accum:

@@ -30,10 +30,9 @@ from tessera.ir.transforms.to_tile.attention.keyblocks import (
     KeyPlan,
     along_keys,
     block_scores,
-    finish_pv,
     key_loop,
 )
-from tessera.ir.transforms.to_tile.matmul import check_matmul
+from tessera.ir.transforms.to_tile.matmul import check_matmul, round_product
 from tessera.ir.types import TensorType
 from tessera.numerics import storage_of
 from tessera.numerics.policy.modifiers import product_accum
@@ -108,7 +107,8 @@ def emit_flash(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Valu
     inits = [em.full(stat_t, float("-inf")), em.full(stat_t, 0.0), em.full(acc_t, 0)]
     _, total, acc = key_loop(em, plan, inits, pv, step)
     (acc,) = em.create(tc.Div(), [acc, columns(total)], pv)
-    return finish_pv(em, pv, acc, accum, tuple(out_t.shape) if lead else None)
+    return round_product(em, pv, acc, accum, tuple(out_t.shape) if lead else None,
+                         wide=False)
 
 
 __all__ = ["emit_flash", "flash_applies"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects import graph as graph_ops
@@ -42,7 +42,7 @@ from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.blocked import block_loop
-from tessera.ir.transforms.to_tile.matmul import check_matmul, emit_matmul
+from tessera.ir.transforms.to_tile.matmul import check_matmul, emit_matmul, round_product
 from tessera.ir.types import TensorType
 from tessera.numerics import DType, dtype, storage_of
 from tessera.numerics.policy.modifiers import product_accum
@@ -302,20 +302,8 @@ def emit_attention(em: Emitter, plan: KeyPlan, streamed: set[Value],
         return [em.create(tc.Mma(accum, True), [*tiles, carried[0]], pv)[0]]
 
     (acc,) = key_loop(em, plan, [em.full(acc_t, 0)], pv, product)
-    (acc,) = em.create(tc.Cast(accum), [acc], pv)  # the one rounding of the exact sum
-    return finish_pv(em, pv, acc, accum, tuple(out_t.shape) if lead else None)
-
-
-def finish_pv(em: Emitter, pv: Instr, acc: Value, accum: Any,
-              shape: tuple[int, ...] | None) -> Value:
-    """``P @ V``'s accumulator (in ``accum``) as the matmul's result: cast to its element
-    when that differs, reshaped to ``shape`` (batched operands), NaNs settled."""
-    result = pv.results[0].type.element  # type: ignore[attr-defined]
-    if storage_of(result) != accum:
-        (acc,) = em.create(tc.Cast(result), [acc], pv)
-    if shape is not None:
-        (acc,) = em.create(tc.Reshape(shape), [acc], pv)
-    return rules.settle(em, pv, acc)
+    # (the cast to the accumulator is the one rounding of the exact sum)
+    return round_product(em, pv, acc, accum, tuple(out_t.shape) if lead else None)
 
 
 __all__ = [
@@ -327,7 +315,6 @@ __all__ = [
     "block_scores",
     "emit_attention",
     "emit_rows",
-    "finish_pv",
     "key_loop",
     "keyed_along",
     "plan_of",
