@@ -20,6 +20,7 @@ their own strategies.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tessera.ir.core import Instr, Value
@@ -67,24 +68,38 @@ def _reduced_axes(inner: Instr) -> set[int]:
     return set(inner.op.reduced_axes(rank))  # type: ignore[attr-defined]
 
 
+@dataclasses.dataclass
+class Passes:
+    """How a kernel walks its reduced rows in blocks (empty ``loops``: it does not)."""
+
+    loops: set[int]                 #: the loops walked in blocks
+    of: dict[Instr, int]            #: each instruction's pass over the blocks
+    count: int                      #: passes over the blocks
+    keyed: list[Instr]              #: the instructions computed per block, in order
+    reductions: list[Instr]         #: the carried reductions among them
+    args: set[Value]                #: the kernel's operands read per block
+
+
+_NONE = Passes(set(), {}, 0, [], [], set())
+
+
 def block_passes(instr: Instr, space: IterationSpace, walked: set[int] | None = None
-                 ) -> tuple[set[int], dict[Instr, int], int]:
-    """The loops the kernel ``instr`` may walk in blocks carrying exact sums (its
-    sequential loops that no matmul contracts) and the pass over the blocks of each
-    instruction of its region, and the number of passes; empty where it does not
-    qualify.
+                 ) -> Passes:
+    """How the kernel ``instr`` may walk in blocks carrying exact sums its sequential
+    loops that no matmul contracts (``walked``: only those, the loops actually cut):
+    the pass over the blocks of each instruction of its region; no loops where it does
+    not qualify.
 
     Pass 0 computes what needs no reduction; a reduction computed in pass ``p`` is read
     from pass ``p + 1`` on, so a norm (its mean, then its variance, then the values)
-    takes three passes, recomputing its elementwise work from the loaded blocks.
-    ``walked``: the loops actually cut (default: every candidate)."""
+    takes three passes, recomputing its elementwise work from the loaded blocks."""
     block = instr.regions[0].block
     loops = {k for k, kind in enumerate(space.kinds) if kind == "seq"} - space.contracted
     if walked is not None:
         loops &= walked
     if not loops or any(isinstance(i.op, (graph_ops.MatMul, graph_ops.Softmax))
                         for i in block.instrs):
-        return set(), {}, 0
+        return _NONE
 
     def along(v: Value) -> bool:
         t = v.type
@@ -92,36 +107,30 @@ def block_passes(instr: Instr, space: IterationSpace, walked: set[int] | None = 
                                                  for k in range(t.rank))
 
     ready: dict[Value, int] = {}  # the first pass in which a value can be read
-    passes: dict[Instr, int] = {}
-    found = False
-    count = 1  # passes over the blocks
+    out = Passes(loops, {}, 1, [], [], {a for a in block.args if along(a)})
     for inner in block.instrs:
         if inner.op.terminator:
             continue
         p = max((ready.get(v, 0) for v in inner.operands), default=0)
         keyed_in = any(along(v) for v in inner.operands)
         keyed_out = [along(r) for r in inner.results]
-        passes[inner] = p
+        out.of[inner] = p
         if keyed_in or any(keyed_out):
-            count = max(count, p + 1)
+            out.keyed.append(inner)
+            out.count = max(out.count, p + 1)
         if keyed_in and not any(keyed_out):  # a reduction over the rows
             x = inner.operands[0]
             spans = {a for a in range(x.type.rank)  # type: ignore[attr-defined]
                      if space.loop_of.get((x, a)) in loops}
             if not _carried(inner) or not spans <= _reduced_axes(inner):
-                return set(), {}, 0
+                return _NONE
             ready.update((r, p + 1) for r in inner.results)
-            found = True
+            out.reductions.append(inner)
             continue
         if keyed_in and not all(keyed_out):
-            return set(), {}, 0  # (a reshape or index map that leaves the loops)
+            return _NONE  # (a reshape or index map that leaves the loops)
         ready.update((r, p) for r in inner.results)
-    return (loops, passes, count) if found else (set(), {}, 0)
-
-
-def blocked_loops(instr: Instr, space: IterationSpace) -> set[int]:
-    """The loops of :func:`block_passes` (empty where the kernel does not qualify)."""
-    return block_passes(instr, space)[0]
+    return out if out.reductions else _NONE
 
 
 def walk_in_blocks(instr: Instr, space: IterationSpace, tile: list[int]) -> set[int]:
@@ -129,8 +138,9 @@ def walk_in_blocks(instr: Instr, space: IterationSpace, tile: list[int]) -> set[
     always when its reductions read nothing reduced (blocks then cost one pass over the
     rows, as holding them whole does); for a kernel of several passes, when the target
     already cut its rows or a row holds more than :data:`WHOLE_ROW_TERMS` terms."""
-    loops, _, count = block_passes(instr, space)
-    if count <= 1:
+    passes = block_passes(instr, space)
+    loops = passes.loops
+    if passes.count <= 1:
         return loops
     cut = any(tile[k] < space.extents[k] for k in loops)
     return loops if cut or math.prod(tile[k] for k in loops) > WHOLE_ROW_TERMS else set()
@@ -153,5 +163,5 @@ def cap_blocks(tile: list[int], loops: set[int], weight: int) -> None:
         tile[k] //= 2
 
 
-__all__ = ["BLOCK_TERMS", "MSE_TERMS", "WHOLE_ROW_TERMS", "block_passes", "block_weight",
-           "blocked_loops", "cap_blocks", "walk_in_blocks"]
+__all__ = ["BLOCK_TERMS", "MSE_TERMS", "WHOLE_ROW_TERMS", "Passes", "block_passes",
+           "block_weight", "cap_blocks", "walk_in_blocks"]

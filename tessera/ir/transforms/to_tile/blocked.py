@@ -31,7 +31,7 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.schedule.space import IterationSpace
 from tessera.ir.dialects.tile import compute as tc
-from tessera.ir.transforms.schedule.blocked import MSE_TERMS, block_passes, blocked_loops
+from tessera.ir.transforms.schedule.blocked import MSE_TERMS, Passes, block_passes
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.types import TensorType
@@ -46,44 +46,30 @@ F64 = dtype("f64")
 
 @dataclasses.dataclass
 class BlockPlan:
-    """The loops one kernel walks in blocks, and what it computes in each pass."""
+    """The loops one kernel walks in blocks, what it computes in each pass, and what it
+    computes before and after the passes."""
 
+    passes: Passes
     loops: list[int]          #: the cut loops, outermost first
-    passes: dict[Instr, int]  #: each instruction's pass over the blocks
-    keyed: list[Instr]        #: the instructions computed per block, in order
-    reductions: list[Instr]   #: the carried reductions among them
-    args: set[Value]          #: the kernel's operands read per block
     early: list[Instr]        #: what the blocks read, computed before the first pass
     later: list[Instr]        #: what reads a reduction, outside the blocks
     outputs: set[Value]       #: the kernel's results
-    count: int                #: passes over the blocks
 
 
 def plan_of(instr: Instr, space: IterationSpace, tiles: Sequence[int]) -> BlockPlan | None:
     """The block plan of a ``blocked`` kernel, or None (its rows are held whole)."""
     if getattr(instr.op, "reduction", None) != "blocked":
         return None
-    cut = {k for k in blocked_loops(instr, space) if tiles[k] < space.extents[k]}
-    loops, passes, count = block_passes(instr, space, cut)
-    if not loops:
+    passes = block_passes(instr, space, {k for k, t in enumerate(tiles)
+                                         if t < space.extents[k]})
+    if not passes.loops:
         return None
-
-    def along(v: Value) -> bool:
-        t = v.type
-        return isinstance(t, TensorType) and any(space.loop_of.get((v, k)) in loops
-                                                 for k in range(t.rank))
-
     region = instr.regions[0].block
-    body = [i for i in region.instrs if not i.op.terminator]
-    keyed = [i for i in body if any(map(along, i.results)) or any(map(along, i.operands))]
-    reductions = [i for i in keyed if not any(along(r) for r in i.results)]
-    rest = [i for i in body if i not in keyed]
+    rest = [i for i in region.instrs if not i.op.terminator and i not in passes.keyed]
     term = region.terminator
     assert term is not None
-    return BlockPlan(sorted(loops), passes, keyed, reductions,
-                     {a for a in region.args if along(a)},
-                     [i for i in rest if passes[i] == 0], [i for i in rest if passes[i]],
-                     set(term.operands), count)
+    return BlockPlan(passes, sorted(passes.loops), [i for i in rest if not passes.of[i]],
+                     [i for i in rest if passes.of[i]], set(term.operands))
 
 
 def block_loop(em: Emitter, loop: int, block: int, inits: Sequence[Value], instr: Instr,
@@ -170,10 +156,10 @@ def _finish(em: Emitter, r: Instr, acc: Value) -> Value:
     return rules.settle(em, r, acc)
 
 
-def _needed(plan: BlockPlan, roots: list[Value]) -> set[Instr]:
+def _needed(passes: Passes, roots: list[Value]) -> set[Instr]:
     """The per-block instructions that ``roots`` are computed from (a reduction of an
     earlier pass is read finished, not computed again)."""
-    made = {r: i for i in plan.keyed for r in i.results}
+    made = {r: i for i in passes.keyed for r in i.results}
     found: set[Instr] = set()
     todo = [made[v] for v in roots if v in made]
     while todo:
@@ -181,7 +167,7 @@ def _needed(plan: BlockPlan, roots: list[Value]) -> set[Instr]:
         if i not in found:
             found.add(i)
             todo += [made[v] for v in i.operands
-                     if v in made and made[v] not in plan.reductions]
+                     if v in made and made[v] not in passes.reductions]
     return found
 
 
@@ -190,29 +176,34 @@ def emit_blocks(em: Emitter, plan: BlockPlan, mems: dict[Value, Value],
                 store: Callable[[dict[Value, Value]], None]) -> None:
     """The passes of ``plan`` over the blocks, each block's results ``store``d, and the
     work between them; the finished reductions and what reads them go into ``env``."""
-    first = plan.keyed[0]
+    passes = plan.passes
+    first = passes.keyed[0]
 
     def emit(inner: Instr, values: dict[Value, Value]) -> None:
         if not rules.folded(inner, users.get(inner.results[0], [])):
             values[inner.results[0]] = rules.emit(
                 em, inner, [values.get(v, v) for v in inner.operands])
 
-    for p in range(plan.count):
+    for p in range(passes.count):
         for inner in plan.later:
-            if plan.passes[inner] == p:
+            if passes.of[inner] == p:
                 emit(inner, env)
-        reductions = [r for r in plan.reductions if plan.passes[r] == p]
-        stored = [r for i in plan.keyed if plan.passes[i] == p and i not in plan.reductions
+        reductions = [r for r in passes.reductions if passes.of[r] == p]
+        stored = [r for i in passes.keyed if passes.of[i] == p and i not in reductions
                   for r in i.results if r in plan.outputs]
-        needed = _needed(plan, [r.results[0] for r in reductions] + stored)
+        needed = _needed(passes, [r.results[0] for r in reductions] + stored)
+        # (each pass loads only the blocks of the operands its own work reads)
+        loaded = [a for a in mems if a in passes.args and
+                  any(a in i.operands for i in needed)]
 
         def block(carried: list[Value], reductions: list[Instr] = reductions,
-                  stored: list[Value] = stored, needed: set[Instr] = needed) -> list[Value]:
+                  stored: list[Value] = stored, needed: set[Instr] = needed,
+                  loaded: list[Value] = loaded) -> list[Value]:
             local = dict(env)
-            for arg in plan.args:
+            for arg in loaded:
                 local[arg] = edges.load(em, mems[arg], arg)
             em.carry = dict(zip(reductions, carried))
-            for inner in plan.keyed:
+            for inner in passes.keyed:
                 if inner in needed:
                     emit(inner, local)
             em.carry = {}
@@ -231,7 +222,7 @@ def emit_blocks(em: Emitter, plan: BlockPlan, mems: dict[Value, Value],
         for r, acc in zip(reductions, nest(0, inits)):
             env[r.results[0]] = _finish(em, r, acc)
     for inner in plan.later:
-        if plan.passes[inner] >= plan.count:
+        if passes.of[inner] >= passes.count:
             emit(inner, env)
 
 

@@ -190,7 +190,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     mems = dict(zip(region.args, mems_in))
     for arg, mem in mems.items():
         if arg not in streamed and (plan is None or arg not in plan.args) and \
-                (rows is None or arg not in rows.args):
+                (rows is None or arg not in rows.passes.args):
             # matmul operands are loaded tile by tile along K, keyed ones per key block
             env[arg] = edges.load(em, mem, arg)
     term = region.terminator
