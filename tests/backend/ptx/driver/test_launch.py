@@ -37,6 +37,7 @@ from tessera.backend.ptx.driver.params import (
 )
 from tessera.backend.ptx.driver.tensormap import encode_tensor_map
 from tessera.errors import ArgumentError
+from tests.backend.ptx.driver.fake_driver import FakeDriverBase
 from tests.backend.ptx.driver.test_assemble import ADD_ONE
 
 HAVE_GPU, WHY_NOT = cuda_available()
@@ -242,35 +243,13 @@ def test_cutensormap_object_becomes_its_bytes() -> None:
 # --- without a driver ------------------------------------------------------------------------
 
 
-class FakeDriver:
+class FakeDriver(FakeDriverBase):
     """Enough of ``cuda.bindings.driver`` to run the launcher; "runs" ``add_one``."""
 
-    class CUfunction_attribute:  # mirrors the driver's class name
-        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-
     def __init__(self, init_error: int = 0, devices: int = 1):
-        self.init_error, self.devices = init_error, devices
-        self.memory: dict[int, bytearray] = {}
+        super().__init__(init_error, devices)
         self.loaded: list[bytes] = []
         self.launches: list[tuple[Any, ...]] = []
-
-    def cuInit(self, flags: int) -> tuple[int]:
-        return (self.init_error,)
-
-    def cuGetErrorName(self, err: int) -> tuple[int, bytes]:
-        return 0, {100: b"CUDA_ERROR_NO_DEVICE", 999: b"CUDA_ERROR_UNKNOWN"}.get(err, b"?")
-
-    def cuDeviceGetCount(self) -> tuple[int, int]:
-        return 0, self.devices
-
-    def cuDeviceGet(self, ordinal: int) -> tuple[int, int]:
-        return 0, ordinal
-
-    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple[int, str]:
-        return 0, "ctx"
-
-    def cuCtxSetCurrent(self, ctx: str) -> tuple[int]:
-        return (0,)
 
     def cuModuleLoadData(self, image: bytes) -> tuple[int, str]:
         self.loaded.append(image)
@@ -278,23 +257,6 @@ class FakeDriver:
 
     def cuModuleGetFunction(self, module: str, name: bytes) -> tuple[int, bytes]:
         return (0, name) if name == b"add_one" else (500, None)
-
-    def cuMemAlloc(self, size: int) -> tuple[int, int]:
-        pointer = 0x10000 * (len(self.memory) + 1)
-        self.memory[pointer] = bytearray(size)
-        return 0, pointer
-
-    def cuMemcpyHtoD(self, dst: int, src: int, size: int) -> tuple[int]:
-        self.memory[dst][:] = ctypes.string_at(src, size)
-        return (0,)
-
-    def cuMemcpyDtoH(self, dst: int, src: int, size: int) -> tuple[int]:
-        ctypes.memmove(dst, bytes(self.memory[src][:size]), size)
-        return (0,)
-
-    def cuMemFree(self, pointer: int) -> tuple[int]:
-        del self.memory[pointer]
-        return (0,)
 
     def cuLaunchKernel(self, f: bytes, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
                        shared: int, stream: int, kernel_params: int, extra: int) -> tuple[int]:
@@ -304,9 +266,6 @@ class FakeDriver:
         n = ctypes.c_uint32.from_address(pointers[1]).value
         data = np.frombuffer(self.memory[x], dtype=np.float32)
         data[:n] += 1.0  # what add_one does on the device
-        return (0,)
-
-    def cuCtxSynchronize(self) -> tuple[int]:
         return (0,)
 
 

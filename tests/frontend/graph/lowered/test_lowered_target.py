@@ -17,6 +17,7 @@ from tessera import op
 from tessera.backend.ptx.driver import GpuUnavailable, cuda_available
 from tessera.frontend.graph.lowered_target import TargetGenerationError
 from tessera.ir.transforms.to_tile import TileGenerationError
+from tests.backend.ptx.driver.fake_driver import FakeDriverBase
 from tests.frontend.graph.lowered.same import TARGETS, assembles_clean, bits, same_on_target
 
 FORMATS = {"f32": ts.f32, "bf16": ts.bf16, "f16": ts.f16}
@@ -194,7 +195,7 @@ def test_cuda_backend_runs_the_generated_kernels() -> None:
     assert bits(ts.jit(chain, backend="cuda")(x, y, b)) == bits(ts.jit(chain)(x, y, b))
 
 
-class _TargetIrDevice:
+class _TargetIrDevice(FakeDriverBase):
     """Enough of ``cuda.bindings.driver`` for the "cuda" backend of a graph function: a
     device of compute capability 9.0 whose launches run the lowered kernel in the Target
     IR interpreter on the device buffers (so the host-side path — assembly, staging,
@@ -205,62 +206,19 @@ class _TargetIrDevice:
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
     def __init__(self, kernels: dict[str, object]) -> None:
+        super().__init__()
         self.kernels = kernels
-        self.memory: dict[int, bytearray] = {}
         self.launched: list[str] = []
-        self.next = 0x10000
-
-    def cuInit(self, flags: int) -> tuple[int]:
-        return (0,)
-
-    def cuDeviceGetCount(self) -> tuple[int, int]:
-        return 0, 1
-
-    def cuDeviceGet(self, ordinal: int) -> tuple[int, int]:
-        return 0, ordinal
 
     def cuDeviceGetAttribute(self, attr: int, dev: int) -> tuple[int, int]:
         return 0, 9 if attr == 75 else 0
-
-    def cuDevicePrimaryCtxRetain(self, device: int) -> tuple[int, str]:
-        return 0, "ctx"
-
-    def cuDevicePrimaryCtxRelease(self, device: int) -> tuple[int]:
-        return (0,)
-
-    def cuCtxSetCurrent(self, ctx: str) -> tuple[int]:
-        return (0,)
 
     def cuModuleLoadData(self, image: bytes) -> tuple[int, str]:
         assert image.startswith(b"\x7fELF")  # a cubin ptxas assembled
         return 0, "module"
 
-    def cuModuleUnload(self, module: str) -> tuple[int]:
-        return (0,)
-
     def cuModuleGetFunction(self, module: str, name: bytes) -> tuple[int, bytes]:
         return 0, name
-
-    def cuMemAlloc(self, size: int) -> tuple[int, int]:
-        pointer, self.next = self.next, self.next + 0x10000 * (1 + size // 0x10000)
-        self.memory[pointer] = bytearray(size)
-        return 0, pointer
-
-    def cuMemcpyHtoD(self, dst: int, src: int, size: int) -> tuple[int]:
-        import ctypes
-
-        self.memory[dst][:] = ctypes.string_at(src, size)
-        return (0,)
-
-    def cuMemcpyDtoH(self, dst: int, src: int, size: int) -> tuple[int]:
-        import ctypes
-
-        ctypes.memmove(dst, bytes(self.memory[src][:size]), size)
-        return (0,)
-
-    def cuMemFree(self, pointer: int) -> tuple[int]:
-        del self.memory[pointer]
-        return (0,)
 
     def cuLaunchKernel(self, f: bytes, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
                        shared: int, stream: int, kernel_params: int, extra: int) -> tuple[int]:
@@ -275,9 +233,6 @@ class _TargetIrDevice:
         arrays = [np.frombuffer(self.memory[p], np.uint8) for p in pointers]
         run_target(kernel, arrays, grid=(gx, gy, gz), block=(bx, by, bz))
         self.launched.append(f.decode())
-        return (0,)
-
-    def cuCtxSynchronize(self) -> tuple[int]:
         return (0,)
 
 
