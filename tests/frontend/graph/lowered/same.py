@@ -41,3 +41,12 @@ def assembles_clean(kernel: Any) -> Any:
     assert stats.spill_stores == stats.spill_loads == stats.stack_frame == 0, kernel.name
     assert "warning" not in assembled.log.lower(), assembled.log
     return assembled
+
+
+def multiplies(kernel: Any) -> bool:
+    """Whether a lowered kernel's Tile IR has a ``tile.mma`` (split-K's combine, which
+    adds the slices' partial sums, has none)."""
+    from tessera.ir.core import walk
+    from tessera.ir.dialects.tile.compute import Mma
+
+    return any(isinstance(i.op, Mma) for i in walk(kernel.compiled.tile.body))
