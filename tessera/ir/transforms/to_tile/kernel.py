@@ -198,13 +198,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
     grid_coords = dict(zip(grid_loops, coords))
     outs = dict(zip(term.operands, mems_out))
 
-    def store_rows(local: dict[Value, Value]) -> None:  # a row block's results
-        for value, mem in outs.items():
-            if value in local and plan is not None and keyblocks.keyed_along(value, space,
-                                                                              plan.loop):
-                _store(em, grid_coords, space, tiles, mem, value, local[value])
-
-    def store_blocks(local: dict[Value, Value]) -> None:  # a block's results
+    def store_block(local: dict[Value, Value]) -> None:  # the results a block computed
         for value, mem in outs.items():
             if value in local:
                 _store(em, grid_coords, space, tiles, mem, value, local[value])
@@ -217,7 +211,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
                 order = list(region.instrs)
                 if plan.pv is None:
                     keyblocks.emit_rows(em, plan, streamed, mems, env, users, order,
-                                        store_rows)
+                                        store_block)
                     continue
                 fast = mode == "fast" and flash.flash_applies(plan, order)
                 emit = flash.emit_flash if fast else keyblocks.emit_attention
@@ -232,7 +226,7 @@ def build_kernel(instr: Instr, name: str, params: Sequence[str],
         # a folded constant's broadcast reads the constant itself
         env[inner.results[0]] = rules.emit(em, inner, [env.get(v, v) for v in inner.operands])
     if rows is not None:  # the passes over the blocks, and what reads their sums
-        blocked.emit_blocks(em, rows, mems, env, users, store_blocks)
+        blocked.emit_blocks(em, rows, mems, env, users, store_block)
     # (a reduced loop that no matmul contracts is held whole, its reductions finishing in
     # one program (see :mod:`.reduce`), unless a row softmax walks it in blocks)
     assert all(tiles[k] == space.extents[k] for k, kind in enumerate(space.kinds)

@@ -261,11 +261,13 @@ def emit_rows(em: Emitter, plan: KeyPlan, streamed: set[Value], mems: dict[Value
               env: dict[Value, Value], users: dict[Value, list[Instr]], order: list[Instr],
               store: Callable[[dict[Value, Value]], None]) -> None:
     """A row softmax (and the graph ops on its rows) over row blocks: the max and exact
-    sum passes, then a pass that computes each block's values and ``store``s them."""
+    sum passes, then a pass that computes each block's values and ``store``s those along
+    the keys."""
     exponentials, row_sum = _statistics(em, plan, streamed, mems, env, users, order)
 
     def values(carried: list[Value]) -> list[Value]:
-        store(_probabilities(em, plan, exponentials, row_sum, users, order))
+        local = _probabilities(em, plan, exponentials, row_sum, users, order)
+        store({r: local[r] for i in plan.keyed for r in i.results if r in local})
         return []
 
     key_loop(em, plan, [], plan.softmax, values)
