@@ -33,6 +33,7 @@ from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
 from tessera.ir.dialects.tile import memory as tm
+from tessera.ir.transforms.schedule.tile import pow2
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
 from tessera.ir.transforms.to_tile.matmul import check_matmul, emit_matmul, round_product
@@ -88,7 +89,7 @@ def combine_tiles(space: schedule_ops.IterationSpace, tiles: list[int]) -> None:
     budget = COMBINE_TILE
     for k in reversed(range(len(tiles))):
         if space.kinds[k] == "grid":
-            tiles[k] = min(1 << max(space.extents[k] - 1, 0).bit_length(), budget)
+            tiles[k] = min(pow2(space.extents[k]), budget)
             budget = max(budget // tiles[k], 1)
 
 
