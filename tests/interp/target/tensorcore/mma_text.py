@@ -4,6 +4,8 @@ per-lane rows of global memory, runs the instruction and stores D the same way."
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def one_mma_kernel(mma: str, acc: str, version: str = "8.0") -> str:
     """The kernel ``k(pa, pb, pc, pd)`` running ``mma`` (the instruction's name, e.g.
@@ -38,3 +40,19 @@ def one_mma_kernel(mma: str, acc: str, version: str = "8.0") -> str:
     ret;
 }}
 """
+
+
+def c_fragments(c: np.ndarray) -> np.ndarray:
+    """The 16 x 8 accumulator ``c`` as each lane's 4 words (PTX ISA sec. 9.7.14.5, the
+    m16n8 C/D fragment: group g = lane / 4, t = lane % 4; word i is row g, +8 for
+    words 2 and 3, column 2 t + i % 2)."""
+    lane, i = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
+    return np.ascontiguousarray(c[lane // 4 + 8 * (i >> 1), 2 * (lane % 4) + i % 2])
+
+
+def d_matrix(fd: np.ndarray) -> np.ndarray:
+    """The 16 x 8 result from each lane's 4 words of D (the layout of C)."""
+    lane, i = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
+    d = np.zeros((16, 8), fd.dtype)
+    d[lane // 4 + 8 * (i >> 1), 2 * (lane % 4) + i % 2] = fd
+    return d

@@ -14,7 +14,7 @@ import tessera as ts
 from tessera.errors import IRVerifyError
 from tessera.ir.dialects.target import RegType, async_ops
 from tessera.ir.text.ptx import parse_ptx
-from tests.interp.target.tensorcore.mma_text import one_mma_kernel
+from tests.interp.target.tensorcore.mma_text import c_fragments, d_matrix, one_mma_kernel
 
 
 def _fragments(a: np.ndarray, b: np.ndarray, c: np.ndarray
@@ -25,16 +25,13 @@ def _fragments(a: np.ndarray, b: np.ndarray, c: np.ndarray
     bytes 4-7), column g; C word i is row g (+8 for words 2, 3), column 2 t + i % 2)."""
     fa = np.zeros((32, 16), a.dtype)
     fb = np.zeros((32, 8), b.dtype)
-    fc = np.zeros((32, 4), np.int32)
     for lane in range(32):
         g, t = divmod(lane, 4)
         for i in range(16):
             fa[lane, i] = a[g + 8 * ((i >> 2) & 1), 4 * t + i % 4 + 16 * (i >> 3)]
         for i in range(8):
             fb[lane, i] = b[4 * t + i % 4 + 16 * (i >> 2), g]
-        for i in range(4):
-            fc[lane, i] = c[g + 8 * (i >> 1), 2 * t + i % 2]
-    return fa.view(np.uint32), fb.view(np.uint32), fc
+    return fa.view(np.uint32), fb.view(np.uint32), c_fragments(c.astype(np.int32))
 
 
 def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, sat: bool = False) -> np.ndarray:
@@ -44,12 +41,7 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, sat: bool = False) -> np.n
     fa, fb, fc = _fragments(a, b, c)
     fd = np.zeros((32, 4), np.int32)
     ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[fa, fb, fc, fd])
-    d = np.zeros((16, 8), np.int32)
-    for lane in range(32):
-        g, t = divmod(lane, 4)
-        for i in range(4):
-            d[g + 8 * (i >> 1), 2 * t + i % 2] = fd[lane, i]
-    return d
+    return d_matrix(fd)
 
 
 rng = np.random.default_rng(31)

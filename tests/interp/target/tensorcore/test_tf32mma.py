@@ -13,7 +13,7 @@ import pytest
 import tessera as ts
 from tessera.interp.target.state import TargetFault
 from tessera.numerics.formats.convert import tf32_from_f32
-from tests.interp.target.tensorcore.mma_text import one_mma_kernel
+from tests.interp.target.tensorcore.mma_text import c_fragments, d_matrix, one_mma_kernel
 
 _KERNEL = one_mma_kernel("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "f32", "7.0")
 
@@ -23,22 +23,17 @@ def _run(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: str) -> np.ndarray:
     g (+8 for i = 1, 3), column t (+4 for i = 2, 3); B element i is row (k) t (+4 for
     i = 1), column g; C/D element i is row g (+8 for i = 2, 3), column 2 t + i % 2."""
     fa, fb = np.zeros((32, 4), np.float32), np.zeros((32, 2), np.float32)
-    fc, fd = np.zeros((32, 4), np.float32), np.zeros((32, 4), np.float32)
+    fd = np.zeros((32, 4), np.float32)
     for lane in range(32):
         g, t = divmod(lane, 4)
         for i in range(4):
             fa[lane, i] = a[g + 8 * (i & 1), t + 4 * (i >> 1)]
-            fc[lane, i] = c[g + 8 * (i >> 1), 2 * t + i % 2]
         for i in range(2):
             fb[lane, i] = b[t + 4 * i, g]
-    ts.ptx.load(_KERNEL).kernel("k").run(grid=1, block=32, args=[fa, fb, fc, fd],
+    ts.ptx.load(_KERNEL).kernel("k").run(grid=1, block=32,
+                                         args=[fa, fb, c_fragments(c), fd],
                                          tensor_cores=model)
-    d = np.zeros((16, 8), np.float32)
-    for lane in range(32):
-        g, t = divmod(lane, 4)
-        for i in range(4):
-            d[g + 8 * (i >> 1), 2 * t + i % 2] = fd[lane, i]
-    return d
+    return d_matrix(fd)
 
 
 @pytest.mark.parametrize("model", ["exact", "hopper"])
