@@ -29,6 +29,8 @@ convention (:data:`MODELLED`), as do steps with an infinite or NaN operand.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from tessera.arch.mma import FORMATS, _format, decode_elements
@@ -36,6 +38,9 @@ from tessera.arch.mma import mma as golden
 
 #: the input formats whose steps follow the measured rule
 MODELLED = frozenset({"bf16", "f16", "e4m3"})
+#: the formats whose ``mma.sync``/``wmma`` steps follow it: the e4m3 rule was measured
+#: through ``wgmma``, and e4m3 ``mma.sync`` (sm_89 code run on an H100) keeps more bits
+MODELLED_MMA_SYNC = frozenset({"bf16", "f16"})
 #: bits kept below the largest term's exponent, per input format
 ALIGN_BITS = {"bf16": 25, "f16": 25, "e4m3": 13}
 #: significand bits the sum keeps below its own exponent before it is written as f32
@@ -102,4 +107,13 @@ def mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
     return mma_truncating(av, bv, cw, fa)
 
 
-__all__ = ["ALIGN_BITS", "MODELLED", "SUM_BITS", "mma", "mma_truncating", "modelled"]
+def covers(steps: Iterable[tuple[bool, str, str]]) -> bool:
+    """Whether the measured rule gives the hardware's bits for every tensor-core step
+    ``(is_wgmma, A format, B format)`` of a kernel (False for a kernel with none)."""
+    steps = list(steps)
+    return bool(steps) and all(
+        a == b and a in (MODELLED if wgmma else MODELLED_MMA_SYNC) for wgmma, a, b in steps)
+
+
+__all__ = ["ALIGN_BITS", "MODELLED", "MODELLED_MMA_SYNC", "SUM_BITS", "covers", "mma",
+           "mma_truncating", "modelled"]

@@ -145,14 +145,15 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
                                  f"({int(bad.sum())} elements differ, backend {backend})")
 
 
-def tensor_core_formats(fn: Any) -> set[str]:
-    """The input formats of a Target IR kernel's ``mma.sync``/``wgmma``/``wmma.mma``
-    instructions (the ops with an ``atype``)."""
+def hopper_modelled(fn: Any) -> bool:
+    """Whether a Target IR kernel has tensor-core steps and Hopper's measured
+    accumulation (:mod:`tessera.arch.mma_hopper`) covers every one of them."""
+    from tessera.arch import mma_hopper
     from tessera.ir.core import walk
 
-    return {str(f) for instr in walk(fn.body)
-            for f in (getattr(instr.op, "atype", None), getattr(instr.op, "btype", None))
-            if f is not None}
+    return mma_hopper.covers((instr.op.name == "ptx.wgmma", str(instr.op.atype),
+                              str(instr.op.btype))
+                             for instr in walk(fn.body) if hasattr(instr.op, "atype"))
 
 
 def _hopper_reference(kernel: Any, args: tuple[Any, ...], target: str | None,
@@ -160,19 +161,17 @@ def _hopper_reference(kernel: Any, args: tuple[Any, ...], target: str | None,
     """On a Hopper GPU, the outputs the Target IR interpreter predicts for the kernel
     under the measured tensor-core model, when it has tensor-core steps the model
     covers; otherwise None (the tolerance applies)."""
-    from tessera.arch.mma_hopper import MODELLED
     from tessera.frontend.kernel.backends.launch import device_target
 
     if device_target() != "sm_90a":  # the model was measured on Hopper only
         return None
     compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode,
                               **launch_kw)
-    formats = tensor_core_formats(compiled.kernel)
-    if not formats or not formats <= MODELLED:
+    if not hopper_modelled(compiled.kernel):
         return None
     ref_args = copy.deepcopy(args)  # the compiled kernel runs as is: no second lowering
     return _outputs(ref_args, run_compiled(compiled, kernel, *ref_args,
                                            tensor_cores="hopper", **launch_kw))
 
 
-__all__ = ["check_against_reference", "longest_reduction", "tensor_core_formats", "tolerance"]
+__all__ = ["check_against_reference", "hopper_modelled", "longest_reduction", "tolerance"]

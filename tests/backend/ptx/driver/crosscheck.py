@@ -11,7 +11,11 @@ the hardware's own accumulation (``tensor_cores="hopper"``, measured on an H200)
 the kernel's formats are modelled: the interpreter runs the kernel again under it, and
 the record says ``"model": "hopper"``. A kernel the interpreter faults on never reaches
 the GPU; a fast-mode kernel (approximate instructions) runs there but its bits are not
-compared. Each comparison is appended to ``$TESSERA_CROSSCHECK_LOG`` as one JSON line.
+compared. A difference where the interpreter makes no claim (a kernel run with its race
+check off, float atomics or atomics' returned values, whose order is the hardware's,
+and tensor-core steps the Hopper model does not cover) is recorded under that reason
+instead of failing the test. Each comparison is appended to ``$TESSERA_CROSSCHECK_LOG``
+as one JSON line.
 This module holds no tests.
 """
 
@@ -53,7 +57,7 @@ def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
     from tessera.lower.shared import shared_plan
 
     ptx = render(fn)
-    work = [copy.deepcopy(a) for a in args]
+    work = copy.deepcopy(list(args))
     arrays = [a.array if isinstance(a, TensorMapArg) else a for a in work]
     staged = [a for a in arrays if isinstance(a, np.ndarray)]
     g = _geometry(grid, fn.attrs.get("grid"), "grid")
@@ -86,14 +90,31 @@ def _log(record: dict[str, Any]) -> None:
 
 
 def _hopper_modelled(fn: Any) -> bool:
-    """Whether ``fn`` has tensor-core steps, all of formats the Hopper model covers, and
-    the GPU is a Hopper."""
-    from tessera.arch.mma_hopper import MODELLED
+    """Whether the GPU is a Hopper and its measured accumulation covers every
+    tensor-core step of ``fn``."""
     from tessera.backend.ptx.driver.launch import device_compute_capability
-    from tessera.frontend.kernel.backends.check import tensor_core_formats
+    from tessera.frontend.kernel.backends.check import hopper_modelled
 
-    formats = tensor_core_formats(fn)
-    return bool(formats) and formats <= MODELLED and device_compute_capability()[0] == 9
+    return hopper_modelled(fn) and device_compute_capability()[0] == 9
+
+
+def _unclaimed(fn: Any, kw: dict[str, Any]) -> str | None:
+    """Why the interpreter's bits are not a claim about the GPU's for ``fn``, or None:
+    the kernel ran with its race check off (a racy kernel's bits are the schedule's),
+    its float atomics or atomics' returned values follow the hardware's order (the
+    interpreter applies them in thread order), or its tensor-core steps are of a kind
+    whose hardware accumulation is not modelled (tf32, e4m3 ``mma.sync``, e5m2)."""
+    from tessera.ir.core import walk
+
+    if not kw.get("check_races", True):
+        return "racy"
+    ops = [instr.op for instr in walk(fn.body)]
+    if any(op.name == "ptx.atom" or (op.name == "ptx.red" and op.type[0] in "fb")
+           for op in ops):
+        return "unordered"
+    if any(hasattr(op, "atype") for op in ops) and not _hopper_modelled(fn):
+        return "unmodelled"
+    return None
 
 
 def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
@@ -103,7 +124,7 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(run_target)
     def run(fn: Any, args: Sequence[Any], *, grid: Sequence[int] | None = None,
             block: Sequence[int] | None = None, **kw: Any) -> None:
-        before = [copy.deepcopy(a) for a in args]
+        before = copy.deepcopy(list(args))  # one copy: arguments sharing an array still do
         run_target(fn, args, grid=grid, block=block, **kw)  # a fault stops here
         record: dict[str, Any] = {"kernel": fn.name, "target": fn.attrs.get("target"),
                                   "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
@@ -128,7 +149,7 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
             return
         after = [a.array if isinstance(a, TensorMapArg) else a for a in args]
         if _hopper_modelled(fn) and kw.get("tensor_cores", "exact") == "exact":
-            hopper = [copy.deepcopy(a) for a in before]
+            hopper = copy.deepcopy(before)
             run_target(fn, hopper, grid=grid, block=block,
                        **{**kw, "tensor_cores": "hopper"})
             after = [a.array if isinstance(a, TensorMapArg) else a for a in hopper]
@@ -137,8 +158,11 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
             if isinstance(want, np.ndarray):
                 diff = _first_difference(want, have)
                 if diff is not None:
-                    record.update(status="differs", argument=k, detail=diff)
+                    why = _unclaimed(fn, kw)
+                    record.update(status=why or "differs", argument=k, detail=diff)
                     _log(record)
+                    if why:  # recorded and summarised, not a failure of the claim
+                        return
                     raise AssertionError(f"kernel {fn.name!r} ({fn.attrs.get('target')}), "
                                          f"argument {k}: {diff}")
         record["status"] = "same"
