@@ -91,12 +91,14 @@ def _ready_driver() -> Any:
 
 
 def ensure_context(driver: Any, device: int = 0) -> None:
-    """Make ``device``'s primary context current when no context is: some driver calls
-    (``cuTensorMapEncodeTiled``) fail with ``CUDA_ERROR_INVALID_CONTEXT`` outside one,
-    even before any module is loaded. The primary context is retained for the process,
-    as the runtime API does."""
+    """Make ``device``'s primary context current when no usable context is: some driver
+    calls (``cuTensorMapEncodeTiled``) fail with ``CUDA_ERROR_INVALID_CONTEXT`` outside
+    one, even before any module is loaded. A context that is current but destroyed (the
+    primary context after its last :class:`CudaModule` released it stays current on the
+    thread) counts as none. The primary context is retained for the process, as the
+    runtime API does."""
     current = _call(driver, "cuCtxGetCurrent", driver.cuCtxGetCurrent())
-    if current is not None and int(current) != 0:
+    if current is not None and int(current) != 0 and int(driver.cuCtxGetDevice()[0]) == 0:
         return
     dev = _call(driver, "cuDeviceGet", driver.cuDeviceGet(device))
     context = _call(driver, "cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(dev))

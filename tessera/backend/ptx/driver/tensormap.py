@@ -51,8 +51,10 @@ def encode(tmap: Any) -> bytes:
             driver.CUtensorMapFloatOOBfill(int(tmap.oob_fill)))
 
     result = call()
-    if result[0] == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
-        # the driver encodes only inside a context: outside a launch, take the primary one
+    if result[0] in (driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+                     driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED):
+        # the driver encodes only inside a live context: outside a launch (or after the
+        # last module released the primary context), take the primary one
         launch.ensure_context(driver)
         result = call()
     encoded = launch._call(driver, "cuTensorMapEncodeTiled", result)

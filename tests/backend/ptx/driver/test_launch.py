@@ -411,3 +411,48 @@ def test_failed_module_load_releases_the_context(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(launch.CudaError, match="cuModuleLoadData"):
         CudaModule(ADD_ONE)
     assert released == [0]
+
+
+class _DestroyedContextDriver(FakeDriverBase):
+    """A driver whose current context was destroyed (the primary context after the last
+    module released it): tensor maps fail to encode until a live context is current."""
+
+    class CUresult:  # mirrors the driver's enum
+        CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED = 201, 709
+
+    class CUtensorMapDataType:
+        CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
+
+    cuuint32_t = cuuint64_t = int
+    CUtensorMapInterleave = CUtensorMapSwizzle = CUtensorMapL2promotion = int
+    CUtensorMapFloatOOBfill = int
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current, self.calls = "dead", []
+
+    def cuCtxGetCurrent(self) -> tuple[int, int]:
+        return 0, 1  # a non-null handle either way
+
+    def cuCtxGetDevice(self) -> tuple[int, int]:
+        return (709 if self.current == "dead" else 0), 0
+
+    def cuCtxSetCurrent(self, ctx: str) -> tuple[int]:
+        self.calls.append("set current")
+        self.current = ctx
+        return (0,)
+
+    def cuTensorMapEncodeTiled(self, *args: Any) -> tuple[int, Any]:
+        if self.current == "dead":
+            return 709, None
+        storage = ctypes.create_string_buffer(128)
+        self.keep = storage
+        return 0, type("Map", (), {"getPtr": lambda _: ctypes.addressof(storage)})()
+
+
+def test_a_destroyed_current_context_is_replaced_before_encoding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _DestroyedContextDriver()
+    monkeypatch.setattr(launch, "_ready_driver", lambda: fake)
+    encoded = encode_tensor_map("bf16", 0, (256, 64), (512,), (64, 64), swizzle=3)
+    assert len(encoded) == 128 and fake.calls == ["set current"] and fake.current == "ctx"
