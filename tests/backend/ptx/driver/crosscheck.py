@@ -187,7 +187,9 @@ def summary(path: str) -> str:
     from collections import Counter
 
     records = [json.loads(line) for line in open(path) if line.strip()]
-    counts = Counter((r.get("target"), r["status"] + (" (hopper model)" if "model" in r else ""))
+    # records of ts.ptx kernels (tests/frontend/ptx/gpu_crosscheck.py) name no target
+    counts = Counter((r.get("target") or "ts.ptx text",
+                      r["status"] + (" (hopper model)" if "model" in r else ""))
                      for r in records)
     lines = [f"{len(records)} Target IR interpreter runs also ran on the GPU"]
     lines += [f"  {target}: {n} {status}" for (target, status), n in sorted(counts.items())]
