@@ -101,8 +101,10 @@ _UNARY_MODE = {"sqrt": "rn", "rcp": "rn", "ex2": "approx", "lg2": "approx"}
 
 @rule(Unary)
 def _unary(e: PtxWriter, instr: Instr) -> None:
-    e.out(f"{_unary_name(instr.op)} {e.regs.one(instr.results[0])}, "
-          f"{e.regs.one(instr.operands[0])};")
+    # a vector register (an accumulator copied whole) takes one instruction per element
+    name = _unary_name(instr.op)
+    for d, a in zip(e.regs.of(instr.results[0]), e.regs.of(instr.operands[0]), strict=True):
+        e.out(f"{name} {d}, {a};")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -535,3 +535,26 @@ def test_cvt_f32_from_bf16_declares_ptx_7_1(tmp_path: Path) -> None:
     version = tuple(int(x) for x in text.split(".version ")[1].split()[0].split("."))
     assert version >= (7, 1)
     ptxas(text, "sm_80", tmp_path)
+
+
+def test_a_vector_unary_is_one_instruction_per_register() -> None:
+    """``mov`` (or any unary) of a 4-register vector: four element instructions, and
+    the text runs to the same bits as the structured kernel."""
+    import numpy as np
+
+    import tessera as ts
+    from tessera.interp.target import run_target
+
+    fn, b, (x,) = kernel("vmov", [U64], block=32)
+    v = one(b, Pack("f32"), *(one(b, Load("global", "f32", offset=4 * i), x) for i in range(4)))
+    w = one(b, Unary("neg", "f32"), one(b, Unary("mov", "f32"), v))
+    for i, e in enumerate(b.create(Unpack("f32", 4), [w])):
+        do(b, Store("global", "f32", offset=16 + 4 * i), x, e)
+    do(b, Return())
+    text = render(fn)
+    assert text.count("\tneg.f32") == 4
+    structured, from_text = (np.arange(8, dtype=np.float32) for _ in range(2))
+    run_target(fn, [structured], grid=(1,), block=(32,))
+    ts.ptx.load(text).kernel("vmov").run(grid=1, block=32, args=[from_text])
+    assert structured[4:].tolist() == [-0.0, -1.0, -2.0, -3.0]
+    np.testing.assert_array_equal(from_text, structured)
