@@ -48,8 +48,8 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
                   stale: bool = False, touch: bool = False, init: float = 0.0) -> Kernel:
     """C (64 x 64 per CTA) = A (64 x kdim) @ Bt^T: a K loop of 64-wide blocks, each two
     TMA loads on one mbarrier (the wait parity flips every block) and four wgmma k16
-    (``touch``: a ``mov`` reads the accumulator between the second and the third),
-    from an accumulator of ``init``."""
+    (``touch``: the group is retired and a ``mov`` reads the accumulator between the
+    second and the third), from an accumulator of ``init``."""
     ta = TensorMapType(0, "bf16", (64, 64), 128)
     tb = TensorMapType(1, "bf16", (64, 64), 128)
     k = Kernel("wgmma", [ta, tb, U64], block=(128,), grid=(nctas, 1, 1), target="sm_90a")
@@ -79,8 +79,11 @@ def _wgmma_kernel(tx: int = TX, nctas: int = 1, kdim: int = 64,
         k.op(async_ops.MbarrierWait(), bar, parity)
         k.op(async_ops.WgmmaFence())
         for step in range(4):
-            if touch and step == 2:
+            if touch and step == 2:  # registers are read once their group is retired
+                k.op(async_ops.WgmmaCommit())
+                k.op(async_ops.WgmmaWait(0))
                 acc = k.un("mov", "f32", acc)
+                k.op(async_ops.WgmmaFence())
             acc = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, step),
                        _desc(k, sb, step), k.setp("eq", "u32", t, t))
         k.op(async_ops.WgmmaCommit())
@@ -194,8 +197,11 @@ def test_wgmma_after_st_shared_needs_proxy_fence(fenced: bool) -> None:
     k.bar()
     z = k.const(0.0, "f32")
     acc = k.pack("f32", *([z] * (N // 2)))
+    k.op(async_ops.WgmmaFence())
     d = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, 0), _desc(k, sa, 0),
              k.setp("eq", "u32", t, t))
+    k.op(async_ops.WgmmaCommit())
+    k.op(async_ops.WgmmaWait(0))  # D is read only once its group is retired
     k.st("global", "f32", k.elem_addr(k.args[0], t, 4), k.unpack("f32", N // 2, d)[5])
     out = np.zeros(128, np.float32)
     if not fenced:
