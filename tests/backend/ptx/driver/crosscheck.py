@@ -89,6 +89,26 @@ def _log(record: dict[str, Any]) -> None:
             f.write(json.dumps(record) + "\n")
 
 
+def _save(fn: Any, before: Sequence[Any], got: Sequence[Any]) -> str | None:
+    """Write a kernel's array arguments before the run and the GPU's after it beside
+    the log (``in<k>`` and ``gpu<k>``); the file's name, or None without a log."""
+    from tessera.interp.target.runner import TensorMapArg
+
+    path = os.environ.get("TESSERA_CROSSCHECK_LOG")
+    if not path:
+        return None
+    arrays = {}
+    for k, (a, g) in enumerate(zip(before, got)):
+        a = a.array if isinstance(a, TensorMapArg) else a
+        if isinstance(a, np.ndarray):  # raw bits: ml_dtypes formats do not round-trip
+            arrays[f"in{k}"] = np.ascontiguousarray(a).view(np.uint8)
+            arrays[f"gpu{k}"] = np.ascontiguousarray(g).view(np.uint8)
+            arrays[f"dtype{k}"] = np.array(str(a.dtype))
+    name = f"{path}.{fn.name}.{fn.attrs.get('target')}.{os.getpid()}.{time.time_ns()}.npz"
+    np.savez_compressed(name, **arrays)
+    return os.path.basename(name)
+
+
 def _hopper_modelled(fn: Any) -> bool:
     """Whether the GPU is a Hopper and its measured accumulation covers every
     tensor-core step of ``fn``."""
@@ -160,6 +180,8 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
                 if diff is not None:
                     why = _unclaimed(fn, kw)
                     record.update(status=why or "differs", argument=k, detail=diff)
+                    if why == "unmodelled":  # the operands and the GPU's bits, to fit
+                        record["saved"] = _save(fn, before, got)
                     _log(record)
                     if why:  # recorded and summarised, not a failure of the claim
                         return

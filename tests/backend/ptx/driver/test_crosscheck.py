@@ -95,3 +95,19 @@ def test_arguments_sharing_an_array_reach_the_device_as_one(
     got = crosscheck.run_on_gpu(k.build(), [c, TensorMapArg(c, "f32", (64, 32), 0)],
                                 None, None)
     assert len(staged) == 1 and staged[0][0] is staged[0][1] and got[0] is got[1]
+
+
+def test_unmodelled_runs_keep_their_operands_for_fitting(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ml_dtypes
+
+    monkeypatch.setenv("TESSERA_CROSSCHECK_LOG", str(tmp_path / "log.jsonl"))
+    a = np.arange(6, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(2, 3)
+    c = np.zeros(4, np.float32)
+    name = crosscheck._save(_kernel(), [TensorMapArg(a, "bf16", (2, 3), 0), 7, c],
+                            [a + 1, 7, c + 2])
+    saved = np.load(tmp_path / name)
+    assert sorted(saved.files) == ["dtype0", "dtype2", "gpu0", "gpu2", "in0", "in2"]
+    assert saved["in0"].view(ml_dtypes.bfloat16).reshape(2, 3).tolist() == a.tolist()
+    assert saved["gpu2"].view(np.float32).tolist() == [2.0] * 4
+    assert str(saved["dtype0"]) == "bfloat16"
