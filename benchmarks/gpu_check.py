@@ -14,7 +14,7 @@ the CPU only (no GPU, no torch): a configuration that fails there would fail on 
 device.
 
     python benchmarks/gpu_check.py [--dry] [--only gemm|attention] [--json PATH]
-                                   [--markdown PATH] [--limit S]
+                                   [--markdown PATH] [--limit S] [--start N]
 """
 
 from __future__ import annotations
@@ -302,13 +302,16 @@ def main() -> None:
                         help="run only this kind of configuration")
     parser.add_argument("--match", help="run only configurations whose parameters' text "
                         "matches this regular expression (e.g. \"'sm_90a', 8192\")")
+    parser.add_argument("--start", type=int, default=0,
+                        help="skip the configurations before this index (a later run "
+                             "goes on where a cut-off one stopped)")
     parser.add_argument("--job", type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.job is not None:
         print(json.dumps(run_job(opts.job, opts.dry)), flush=True)
         return
     rows: list[dict[str, Any]] = []
-    for index in range(len(JOBS)):
+    for index in range(opts.start, len(JOBS)):
         if opts.only and JOBS[index][0] != opts.only:
             continue
         if opts.match and not re.search(opts.match, repr(JOBS[index][1])):
