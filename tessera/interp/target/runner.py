@@ -62,6 +62,7 @@ from tessera.interp.target.tensorcore import wgmma_rs as target_wgmma_rs
 from tessera.ir.core import Function, walk
 from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.check import check_kernel
 from tessera.progress import progress
 
 # importing the rule modules registers their steps (and SharedMemory's read log, which
@@ -165,8 +166,10 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
-    Raises :class:`TargetFault` (an ``InterpretError``) at the first kernel bug and
-    ``ArgumentError`` for arguments that do not fit the parameters. ``check_races``
+    Raises :class:`TargetFault` (an ``InterpretError``) at the first kernel bug,
+    ``IRVerifyError`` before the launch where a ``wgmma`` result is read before its
+    group is retired, and ``ArgumentError`` for arguments that do not fit the
+    parameters. ``check_races``
     turns the shared-memory race check off (it costs about a third of the run time).
     ``tensor_cores`` picks the accumulation of ``mma.sync``/``wgmma``: ``"exact"`` (the
     definition) or ``"hopper"`` (an H100/H200's own bits, :mod:`tessera.arch.mma_hopper`).
@@ -175,6 +178,9 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
         raise ArgumentError(f"run_target runs {KERNEL} functions, not {fn.kind} '{fn.name}'")
     g = _geometry(grid, fn.attrs.get("grid"), "grid")
     b = _geometry(block, fn.attrs.get("block"), "block")
+    # a wgmma result read before its wait: no run shows it (each wgmma is computed at
+    # once, and ptxas would insert the wait), so it is found on the IR first
+    check_kernel(fn, reads_only=True)
     layout, size = _shared_layout(fn)
     arrays = [a.array if isinstance(a, TensorMapArg) else a for a in args]
     work = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in arrays]
