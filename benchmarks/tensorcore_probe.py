@@ -7,9 +7,10 @@ behavior of NVIDIA tensor cores", PeerJ CS 2021, describe the kind of rule). Thi
 script launches GEMMs through ``ts.launch(..., backend="cuda")`` on operands chosen to
 expose the rule: products spread over many binades, large terms that cancel, and K of
 one to sixteen steps (so chained accumulation shows); bf16 and f16 on both targets,
-e4m3 and e5m2 on sm_90a, e4m3 through sm_89's ``mma.sync``. For each case it prints the share of outputs the model
-predicts bit for bit, and it saves operands and results to one ``.npz`` for fitting
-what the model does not cover yet (e5m2 is unmeasured).
+e4m3 and e5m2 on sm_90a, e4m3 through sm_89's ``mma.sync``. For each case it prints
+the share of outputs the model predicts bit for bit, and it saves operands and results
+to one ``.npz`` for fitting what the model does not cover yet (e5m2 and e4m3
+``mma.sync`` are unmeasured).
 
     python benchmarks/tensorcore_probe.py OUT.npz            # on a GPU machine
     python benchmarks/tensorcore_probe.py OUT.npz --dry      # Target IR interpreter, small
