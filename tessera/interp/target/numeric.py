@@ -155,7 +155,11 @@ def canonical_nans(x: np.ndarray) -> np.ndarray:
     element is NaN, the common case.
     """
     x = np.asarray(x)
-    nan = np.isnan(x)
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+    else:  # ml_dtypes formats: isnan of a signalling bf16 NaN warns "invalid"
+        with np.errstate(invalid="ignore"):
+            nan = np.isnan(x)
     if not nan.any():
         return x
     bits = x.view(_UINT[x.dtype.itemsize]).copy()
