@@ -11,6 +11,7 @@ import tessera as ts
 from tessera import op
 from tessera.numerics.transcendental.erf64 import erf_f64_specified
 from tessera.numerics.transcendental.tanh64 import tanh_f64_specified
+from tests.frontend.graph.lowered.same import one_nan
 
 
 @ts.kernel
@@ -42,7 +43,9 @@ def test_on_target_they_give_the_simulator_bits(target: str) -> None:
     got = [np.zeros_like(x) for _ in range(2)]
     curves(x, *want, tile_shape=(128,))
     ts.launch(curves, None, (x, *got), backend="target", target=target, tile_shape=(128,))
-    assert [g.tobytes() for g in got] == [w.tobytes() for w in want]
+    # a NaN is a NaN between the simulator (NumPy's) and the Target IR interpreter (the
+    # canonical NaN a GPU writes); every other bit is equal
+    assert [one_nan(g).tobytes() for g in got] == [one_nan(w).tobytes() for w in want]
 
 
 def test_fast_mode_gelu_is_close_to_the_graph_bits() -> None:

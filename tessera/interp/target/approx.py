@@ -38,12 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.interp.target.numeric import canonical_nans
+
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 #: float64 ulps a library ``exp2``/``log2`` result may be from the exact value before
 #: the element is decided exactly instead
 MARGIN_ULPS = 256
 _DROPPED, _HALF = (1 << 29) - 1, 1 << 28  # the 29 float64 bits float32 rounding drops
-_CANONICAL_NAN = np.uint32(0x7FFFFFFF)
 _SMALLEST_NORMAL = np.float32(2.0**-126)
 
 
@@ -118,12 +119,7 @@ def ex2_approx_ftz(x: np.ndarray) -> np.ndarray:
     # below 2^-126 the result is subnormal (x < -126 gives less than half an ulp
     # below 2^-126, never rounding up to it)
     out = np.where(x < -126, np.float32(0), out).astype(F32)
-    nan = np.isnan(x)
-    if nan.any():
-        out = out.view(np.uint32).copy()
-        out[nan] = _CANONICAL_NAN
-        out = out.view(F32)
-    return out
+    return canonical_nans(out)
 
 
 def lg2_approx_ftz(x: np.ndarray) -> np.ndarray:
@@ -135,12 +131,7 @@ def lg2_approx_ftz(x: np.ndarray) -> np.ndarray:
         out = y64.astype(F32)
     ok = np.isfinite(x) & (x > 0)
     _decide(np.where(ok, x, np.float32(1)), np.where(ok, y64, 0.0), out, "lg2")
-    bad = np.isnan(x) | (x < 0)
-    if bad.any():
-        out = out.view(np.uint32).copy()
-        out[bad] = _CANONICAL_NAN
-        out = out.view(F32)
-    return out
+    return canonical_nans(out)  # NaN and negative inputs: NaN
 
 
 #: the model of each approximate unary instruction, by ``(op, mode)``

@@ -9,6 +9,11 @@ models of :mod:`tessera.interp.target.approx` (correctly rounded, within the ISA
 bound); ``div.full.f32`` is modelled by the correctly rounded quotient. Other ``.approx``
 forms are modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
 
+NaN results: every instruction that computes a float (arithmetic, ``fma``, the unary
+functions, ``cvt`` between floats) writes its destination type's canonical NaN
+(:func:`tessera.interp.target.numeric.canonical_nans`: the bits an H100 writes);
+``mov``, ``selp``, ``ld``/``st`` and the bitwise operations move bits unchanged.
+
 Wide accumulators: ``add``, ``sub``, ``neg``, ``abs``, ``mov`` and ``selp`` keep a float64
 ``f32`` value wide (a narrow operand widens exactly); ``cvt``, ``pack`` and ``unpack`` are
 in :mod:`tessera.interp.target.convert`; every other instruction rounds a wide value to
@@ -104,15 +109,16 @@ def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
             return out
         return minmax
     fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}[op]
+    canon = tn.canonical_nans  # a NaN result has the canonical NaN's bits, as on the GPU
     if elem == "f32" and op in ("add", "sub"):
         def wide(x: Any, y: Any) -> Any:
-            if x.dtype == F64 or y.dtype == F64:
-                return fn(x.astype(F64), y.astype(F64))
-            return fn(x, y)
+            if x.dtype == F64 or y.dtype == F64:  # f64's canonical NaN rounds to f32's
+                return canon(fn(x.astype(F64), y.astype(F64)))
+            return canon(fn(x, y))
         return wide
     if dt.itemsize == 2:
-        return lambda x, y: fn(x.astype(F32), y.astype(F32)).astype(dt)
-    return lambda x, y: fn(narrow(x, elem), narrow(y, elem))
+        return lambda x, y: canon(fn(x.astype(F32), y.astype(F32)).astype(dt))
+    return lambda x, y: canon(fn(narrow(x, elem), narrow(y, elem)))
 
 
 def _shift(op: str, elem: str) -> Impl:
@@ -209,7 +215,9 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
         return pure(c, instr, np.invert)
     if op in ("neg", "abs"):
         fn = np.negative if op == "neg" else np.abs
-        if kind == "f":  # sign operations are exact in any format and keep wide values
+        if kind == "f":  # sign operations are exact in any format and keep wide values;
+            # a NaN operand keeps its payload with the sign flipped or cleared: the ISA
+            # does not specify their NaN output, and the GPU's has not been measured
             return pure(c, instr, fn)
         return pure(c, instr, lambda x: fn(x).astype(dt))
     if kind != "f":
@@ -218,9 +226,10 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
     if model is not None and elem == "f32":  # a deterministic model within the ISA bound
         return pure(c, instr, lambda x: model(narrow(x, elem)))
     math = {"sqrt": np.sqrt, "rcp": np.reciprocal, "ex2": np.exp2, "lg2": np.log2}[op]
+    canon = tn.canonical_nans
     if dt.itemsize == 2:
-        return pure(c, instr, lambda x: math(x.astype(F32)).astype(dt))
-    return pure(c, instr, lambda x: math(narrow(x, elem)))
+        return pure(c, instr, lambda x: canon(math(x.astype(F32)).astype(dt)))
+    return pure(c, instr, lambda x: canon(math(narrow(x, elem))))
 
 
 @step_rule(target_ops.Fma)

@@ -92,7 +92,13 @@ def test_f32_rounds_to_the_nearest_fp8_as_convert_does(name: str) -> None:
     value, byte = np.zeros_like(x), np.zeros(x.size, np.uint8)
     run_target(_round_kernel(name, x.size // THREADS), [x, value, byte])
     want = convert(x, fmt)
-    assert byte.tolist() == want.view(np.uint8).tolist()
+    # a NaN byte for a NaN, its bits aside: ``convert`` keeps the sign, while the
+    # lowering's e4m3 scaling ``mul`` writes the canonical NaN, as a GPU does (0x7F)
+    nan = np.isnan(want)
+    assert byte[~nan].tolist() == want.view(np.uint8)[~nan].tolist()
+    assert np.isnan(byte.view(dt)[nan]).all()
+    if name == "float8_e4m3fn":  # measured on an H100
+        assert set(byte[nan].tolist()) == {0x7F}
     assert value.view(np.uint32).tolist() == want.astype(np.float32).view(np.uint32).tolist()
 
 

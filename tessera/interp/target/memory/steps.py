@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import UnsupportedError
+from tessera.interp.target import numeric as tn
 from tessera.interp.target.state import (
     DTYPES,
     F32,
@@ -134,6 +135,11 @@ _RED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_a
         "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
+def _add_float(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``red.add`` of floats: a NaN sum has the canonical NaN's bits, as ``add`` does."""
+    return tn.canonical_nans(np.add(x, y))
+
+
 def _ftz(x: np.ndarray) -> np.ndarray:
     tiny = np.finfo(np.float32).tiny
     return np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(F32)
@@ -167,6 +173,8 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
     dt = DTYPES[op.type]
     fn = _RED[op.op]
     ftz = op.type == "f32" and op.op == "add"
+    if op.type.startswith("f") and op.op == "add":
+        fn = _add_float
 
     def step(fr: TargetFrame) -> None:
         m = fr.m

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.target import numeric as tn
 from tessera.interp.target.memory.steps import to_bytes
 from tessera.interp.target.regs import pure, unsupported
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
@@ -179,6 +180,8 @@ def _atomic_update(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
           "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
     if dt.kind == "f" and op in ("min", "max"):
         return np.fmin(old, b) if op == "min" else np.fmax(old, b)
+    if dt.kind == "f":  # a NaN sum has the canonical NaN's bits, as ``add`` does
+        return tn.canonical_nans(fn(old, b).astype(dt))
     return fn(old, b).astype(dt)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.arch import mma_hopper
+from tessera.interp.target.numeric import canonical_nans
 from tessera.interp.target.state import Machine
 from tessera.interp.target.tensorcore.exact_mma import Operand, mma, mma_operands
 
@@ -24,14 +25,16 @@ def step(m: Machine, a: Operand | np.ndarray, b: Operand | np.ndarray, c: np.nda
     :class:`Operand` pairs, or element arrays with their formats ``fa``/``fb``;
     ``c_unsigned_zeros`` as in :func:`~.exact_mma.mma`; ``c_private``: nothing reads
     ``c`` after this step, which may then return it, holding D."""
+    # A NaN element of D (a NaN operand, inf - inf, 0 * inf) has the canonical NaN's bits:
+    # the tensor cores' adders write it as the f32 ``add`` does (canonical_nans).
     if isinstance(a, Operand) and isinstance(b, Operand):
         if m.tensor_cores == "hopper":
-            return mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt)
-        return mma_operands(a, b, c, c_unsigned_zeros, _scratch(m, c_private))
+            return canonical_nans(mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt))
+        return canonical_nans(mma_operands(a, b, c, c_unsigned_zeros, _scratch(m, c_private)))
     assert fa is not None
     if m.tensor_cores == "hopper":
-        return mma_hopper.mma(a, b, c, fa, fb)
-    return mma(a, b, c, fa, fb, c_unsigned_zeros, _scratch(m, c_private))
+        return canonical_nans(mma_hopper.mma(a, b, c, fa, fb))
+    return canonical_nans(mma(a, b, c, fa, fb, c_unsigned_zeros, _scratch(m, c_private)))
 
 
 def _scratch(m: Machine, c_private: bool) -> dict[tuple[int, ...], np.ndarray] | None:
