@@ -18,6 +18,14 @@ needs dynamic shared memory (an ``.extern .shared`` array sized at launch), whic
 kernel may request up to its architecture's per-block maximum after opting in with
 ``cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)``: 163 KiB on
 compute capability 8.0, 99 KiB on 8.6 and 8.9, 227 KiB on 9.0.
+
+Where a CTA's shared memory starts: on compute capability 8.x and 9.0, "1 KB of shared
+memory is reserved for system use" (CUDA C++ Programming Guide, "Compute Capabilities",
+the same table; the driver reports it as
+``CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK``, 1024 bytes on every target
+here), and it is the first kilobyte of the CTA's shared window: a kernel's first buffer,
+a static ``.shared`` variable or the ``.extern .shared`` dynamic array, lies at shared
+address :data:`SHARED_BASE`, 1024.
 """
 
 from __future__ import annotations
@@ -51,6 +59,10 @@ TARGETS = {"sm_90a": H100, "sm_80": A100, "sm_86": A40, "sm_89": L40S}
 #: the most static ``.shared`` a kernel may declare on every target (bytes)
 STATIC_SHARED_LIMIT = 48 * 1024
 
+#: the shared address of a CTA's first buffer on every target: the kilobyte below it
+#: is reserved for system use (see the module docstring)
+SHARED_BASE = 1024
+
 
 def shared_limit(target: str) -> int:
     """The most shared memory (bytes) one CTA of a kernel for ``target`` may use."""
@@ -60,8 +72,11 @@ def shared_limit(target: str) -> int:
 def place_shared(buffers: Iterable[tuple[str, int, int]]) -> tuple[dict[str, int], int]:
     """Offsets of shared buffers ``(symbol, bytes, alignment)`` placed in order, each at
     the next multiple of its alignment (a symbol seen again keeps its first place), and
-    the total size rounded up to 16 bytes. This is the layout of a kernel's dynamic
-    shared memory, and the one the Target IR interpreter gives every kernel."""
+    the total size rounded up to 16 bytes. Offsets count from the start of the CTA's
+    buffers, shared address :data:`SHARED_BASE` (a multiple of every alignment up to
+    1 KiB, so an offset keeps its buffer's alignment as an address). This is the layout
+    of a kernel's dynamic shared memory, and the one the Target IR interpreter gives
+    every kernel."""
     offsets: dict[str, int] = {}
     end = 0
     for sym, size, align in buffers:
@@ -73,5 +88,5 @@ def place_shared(buffers: Iterable[tuple[str, int, int]]) -> tuple[dict[str, int
     return offsets, -(-end // 16) * 16
 
 
-__all__ = ["A40", "A100", "H100", "L40S", "STATIC_SHARED_LIMIT", "TARGETS", "TargetLimits",
-           "place_shared", "shared_limit"]
+__all__ = ["A40", "A100", "H100", "L40S", "SHARED_BASE", "STATIC_SHARED_LIMIT", "TARGETS",
+           "TargetLimits", "place_shared", "shared_limit"]

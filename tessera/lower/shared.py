@@ -6,7 +6,11 @@ kernel whose buffers need more gets them as offsets into dynamic shared memory, 
 the launch sizes (and opts in to above 48 KiB) and which may grow to the target's
 per-block maximum (:mod:`tessera.arch.limits`). The offsets are
 :func:`tessera.arch.limits.place_shared`'s, the layout the Target IR interpreter gives
-every kernel, so a dynamic kernel's shared addresses are exactly the interpreter's.
+every kernel, so a dynamic kernel's shared addresses are exactly the interpreter's: the
+array, like the first static buffer, starts at shared address
+:data:`~tessera.arch.limits.SHARED_BASE` (1024), above the kilobyte reserved for system
+use, on the GPU and in the interpreter. The PTX names buffers ``smem + offset`` and
+never assumes where ``smem`` lies.
 """
 
 from __future__ import annotations

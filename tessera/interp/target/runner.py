@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.ma  # np.unique imports it on its first call: here, not inside a launch
 
-from tessera.arch.limits import place_shared
+from tessera.arch.limits import SHARED_BASE, place_shared
 from tessera.arch.tma import TensorMap, row_major_2d, tma_data_type
 from tessera.errors import ArgumentError, user_api
 from tessera.interp.target import barriers as target_barriers
@@ -100,11 +100,13 @@ def _geometry(value: Any, default: Any, what: str) -> tuple[int, int, int]:
 
 def _shared_layout(fn: Function) -> tuple[dict[str, int], int]:
     """Shared addresses of the kernel's ``.shared`` buffers, in program order from
-    address 0: exactly where a kernel with dynamic shared memory has them (its
-    ``.extern .shared`` array is aligned for its most aligned buffer), and a model of
-    where ptxas places static buffers, aligned as declared."""
-    return place_shared((i.op.sym, i.op.size, i.op.align) for i in walk(fn.body)
-                        if isinstance(i.op, target_ops.SharedAlloc))
+    :data:`~tessera.arch.limits.SHARED_BASE` (the end of the kilobyte reserved for
+    system use), and the bytes they take: exactly where a kernel with dynamic shared
+    memory has them (its ``.extern .shared`` array is aligned for its most aligned
+    buffer), and a model of where ptxas places static buffers, aligned as declared."""
+    offsets, size = place_shared((i.op.sym, i.op.size, i.op.align) for i in walk(fn.body)
+                                 if isinstance(i.op, target_ops.SharedAlloc))
+    return {sym: SHARED_BASE + off for sym, off in offsets.items()}, size
 
 
 def _tensor_map(arg: TensorMapArg, t: TensorMapType, base: int, k: int) -> TensorMap:

@@ -130,7 +130,7 @@ class Machine:
         self.tma: list[Any] = []
         self.mbar: Any = None
         self.mbar_tx: Any = None
-        #: shared symbol -> its shared-window address
+        #: shared symbol -> its shared address (from SHARED_BASE, above the reserved kilobyte)
         self.shared_layout: dict[str, int] = {}
         #: the launch's progress bar (silent unless :func:`run_target` shows one)
         self.bar = ProgressBar()

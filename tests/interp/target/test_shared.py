@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tessera.arch.limits import SHARED_BASE
 from tessera.interp.target import run_target
+from tessera.interp.target.memory.state import SharedMemory
 from tessera.interp.target.state import TargetFault
 from tessera.ir.core import Value
+from tessera.ir.dialects.target import ptx_ops
 from tests.interp.target.kit import U64, Kernel, async_ops, target_ops
 
 T = 128
@@ -93,7 +96,8 @@ def test_uninitialised_shared_read_is_caught() -> None:
     k.bar()
     v = k.ld("shared", "u32", k.sh_addr(buf, k.bin("add", "u32", t, k.const(16, "u32")), 4))
     k.st("global", "u32", k.elem_addr(k.args[0], t, 4), v)
-    with pytest.raises(TargetFault, match="uninitialised shared read: shared byte 128"):
+    # byte 128 of the buffer, which starts above the reserved kilobyte
+    with pytest.raises(TargetFault, match="uninitialised shared read: shared address 1152"):
         run_target(k.build(), [np.zeros(32, np.uint32)])
 
 
@@ -112,7 +116,8 @@ def test_shared_out_of_bounds_and_alignment() -> None:
 
 
 def test_shared_buffers_honour_alignment() -> None:
-    """Buffers are laid out in order at their declared alignment from address 0."""
+    """Buffers are laid out in order at their declared alignment from the end of the
+    kilobyte reserved for system use, shared address 1024, where an H100 has them."""
     k = Kernel("layout", [U64], block=(32,))
     addrs = [k.shared("a", 40, 16), k.shared("b", 8, 1024), k.shared("c", 4, 8)]
     for j, a in enumerate(addrs):
@@ -120,7 +125,50 @@ def test_shared_buffers_honour_alignment() -> None:
               lambda a=a: k.st("global", "u32", k.elem_addr(k.args[0], k.tid(), 4), a))
     out = np.zeros(32, np.uint32)
     run_target(k.build(), [out])
-    assert out[:3].tolist() == [0, 1024, 1032]
+    assert out[:3].tolist() == [1024, 2048, 2056]
+    assert SHARED_BASE == 1024
+
+
+def test_shared_addresses_index_each_ctas_bytes_from_the_base() -> None:
+    """CTA c's shared address 1024 + i is byte c * size + i of the arrays, which hold
+    no reserved kilobyte; addresses below 1024 or past the CTA's bytes fault."""
+    sh = SharedMemory(2, 32, 64, races=False)
+    assert sh.data.size == 2 * 64
+    flat = sh.index(np.array([0, 1]), np.array([SHARED_BASE, SHARED_BASE + 60]), 4, _raise)
+    assert flat.tolist() == [[0, 1, 2, 3], [124, 125, 126, 127]]
+    for addr, why in ((0, "0 to 1023 are reserved"), (1020, "0 to 1023 are reserved"),
+                      (1086, "are shared addresses 1024 to 1087")):
+        with pytest.raises(AssertionError, match=f"at shared address {addr}; .*{why}"):
+            sh.index(np.array([1]), np.array([addr]), 4, _raise, align=2)
+
+
+def _raise(i: int, what: str, text: str) -> None:
+    raise AssertionError(f"{what}: {text}")
+
+
+@pytest.mark.parametrize("space", ["shared", "generic"])
+def test_the_reserved_kilobyte_faults(space: str) -> None:
+    """Shared addresses 0 to 1023 hold no buffer of the kernel (reserved for system use,
+    CUDA C++ Programming Guide, "Compute Capabilities"): an access there is out of bounds,
+    through a shared or a generic (cvta) address."""
+    k = Kernel("reserved", [], block=(32,))
+    buf = k.shared("buf", 128, 16)
+    below = k.bin("sub", "u32", buf, k.const(4, "u32"))  # the reserve's last word
+    if space == "shared":
+        k.st("shared", "u32", below, k.const(7, "u32"))
+    else:
+        generic = k.op(ptx_ops.Cvta("shared"), k.cvt("u64", "u32", below))
+        k.op(ptx_ops.GenericStore("u32"), generic, k.const(7, "u32"))
+    with pytest.raises(TargetFault, match=r"out of bounds: shared access of 4 bytes at shared "
+                       r"address 1020; shared addresses 0 to 1023 are reserved for system "
+                       r"use and the CTA's shared memory starts at 1024"):
+        run_target(k.build(), [])
+    k = Kernel("past", [], block=(32,))
+    buf = k.shared("buf", 128, 16)
+    k.st("shared", "u32", k.bin("add", "u32", buf, k.const(128, "u32")), k.const(7, "u32"))
+    with pytest.raises(TargetFault, match=r"shared address 1152; the CTA's 128 bytes of shared "
+                       r"memory are shared addresses 1024 to 1151"):
+        run_target(k.build(), [])
 
 
 def _cp_async_kernel(wait_before_read: bool, groups: int = 1, wait_n: int = 0) -> Kernel:

@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tessera.arch.limits import SHARED_BASE, place_shared
 from tessera.errors import ArgumentError, ShapeError, UnsupportedError
 from tessera.ir.core import Block, Function, Module, Value, walk
 from tessera.ir.dialects.target import RegType, Return, TensorMapType
@@ -259,9 +260,17 @@ def test_emitted_descriptors_match_the_layout_rules() -> None:
 
     out = np.zeros(2 * len(cases), np.uint64)
     run_target(kernel("desc", [U64], (1,), build), [out])
+    offsets, _ = place_shared((f"s{n}", rows * cols * ELEM_BYTES[elem], 1024)
+                              for n, ((rows, cols, elem, _sw), *_) in enumerate(cases))
     for n, ((rows, cols, elem, sw), k, mn, km) in enumerate(cases):
-        want = static_desc(box_of(rows, cols, elem, sw), int(out[2 * n + 1]), k, mn, km)
+        box = box_of(rows, cols, elem, sw)
+        want = static_desc(box, int(out[2 * n + 1]), k, mn, km)
         assert int(out[2 * n]) == want
+        # the buffers start above the kilobyte reserved for system use, as on the GPU:
+        # the start-address field (bits 0-13) holds (1024 + offset) >> 4 plus the step
+        assert int(out[2 * n + 1]) == SHARED_BASE + offsets[f"s{n}"]
+        step = static_desc(box, 0, k, mn, km) & 0x3FFF
+        assert int(out[2 * n]) & 0x3FFF == ((SHARED_BASE + offsets[f"s{n}"]) >> 4) + step
 
 
 def test_ring_slots_flip_parity_on_reuse() -> None:

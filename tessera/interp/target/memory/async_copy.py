@@ -41,7 +41,7 @@ from tessera.interp.target.memory.async_order import (
 )
 from tessera.interp.target.memory.chunks import small_pages
 from tessera.interp.target.memory.flight import Copy, issue, land, wait_group
-from tessera.interp.target.memory.state import CHUNK, add_at
+from tessera.interp.target.memory.state import CHUNK, SharedMemory, add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -75,7 +75,7 @@ def _cp_async(c: TargetCompiler, instr: Instr) -> Step:
         whole = size == CHUNK and m.shared.size % CHUNK == 0  # index(): rows in order
         copy = Copy(act, m.committed[act].copy(), flat, data,
                     chunks=flat[:, :1] // CHUNK if whole else None,
-                    bounds=(int(dst.min()), int(dst.max()) + size))
+                    bounds=(int(dst.min()) - m.shared.base, int(dst.max()) + size - m.shared.base))
         issue(m, copy, fail)
         m.copies.append(copy)
     return step
@@ -120,8 +120,8 @@ def _mbar(m: Machine) -> MbarrierArray:
 
 
 def _ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
-    return m.cta[act] * max(1, m.shared.size // 8) + addr.astype(np.int64) // 8
+    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
+    return m.shared.slots(flat[:, 0])  # one per 8 bytes, as _mbar's arrays
 
 
 def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> None:
@@ -129,7 +129,7 @@ def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) 
     (nor named barrier of both, :func:`.barriers.unseen`) since: nothing orders the init
     before the use (PTX ISA, "mbarrier.init"); threads in lockstep, thread 0 first, would
     run as if it were always seen. The caller's :func:`_ids` has checked the addresses."""
-    slots = m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64))
+    slots = m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64) - m.shared.base)
     by = m.shared.init_by[slots]
     bad = unseen(m, slots, act, (by >= 0) & (by != act))
     if bad.any():
@@ -184,7 +184,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         fail = m.failer(instr, act)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
-            where = box_where(t, int(a), m.shared.size, "TMA destination",
+            where = box_where(t, int(a), m.shared, "TMA destination",
                               lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             try:  # the box's bytes in box order: byte i lands at where[i]
                 data = tma_box(t, value.buffer, coords[rows])
@@ -212,17 +212,17 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-def box_where(t: TensorMap, a: int, size: int, what: str,
+def box_where(t: TensorMap, a: int, shared: SharedMemory, what: str,
               fail: Callable[[str, str], None]) -> np.ndarray:
-    """The CTA-local bytes of the box at shared address ``a``, in box order (swizzled);
-    ``fail`` is called when ``a`` (the ``what``) is not 128-byte aligned or the box leaves
-    the ``size`` bytes of shared memory."""
-    where = swizzle_address(a + np.arange(t.box_bytes, dtype=np.int64), t.swizzle)
+    """The CTA-local bytes (of ``shared``'s per-CTA arrays) of the box at shared address
+    ``a``, in box order (swizzled); ``fail`` is called when ``a`` (the ``what``) is not
+    128-byte aligned or the box leaves the CTA's shared memory."""
+    where = swizzle_address(a + np.arange(t.box_bytes, dtype=np.int64), t.swizzle) - shared.base
     if a % 128:
         fail("misaligned address", f"{what} at shared address {a} is not 128-byte aligned")
-    if where.min() < 0 or where.max() >= size:
+    if where.min() < 0 or where.max() >= shared.size:
         fail("out of bounds", f"the TMA box of {t.box_bytes} bytes at shared address {a} "
-             f"leaves the {size} bytes of shared memory")
+             f"leaves the CTA's shared memory: {shared.outside(shared.base + int(where.min()))}")
     return where
 
 

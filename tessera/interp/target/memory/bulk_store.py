@@ -130,7 +130,7 @@ def _tma_store(c: TargetCompiler, instr: Instr) -> Step:
         rec = groups(m)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
-            where = box_where(t, int(a), sh.size, "TMA store source",
+            where = box_where(t, int(a), sh, "TMA store source",
                               lambda w, msg, rows=rows: fail(int(rows[0]), w, msg))
             me = act[rows]
             ctas = m.cta[me]

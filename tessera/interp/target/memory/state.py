@@ -1,23 +1,25 @@
 """Simulated shared memory of the Target IR interpreter (global memory:
 :mod:`.global_memory`, whose names this module re-exports).
 
-Shared memory: one byte array per CTA, laid out from shared address 0 (buffers at their
-alignment, so swizzles on absolute addresses see the declared alignment), filled with
-0xFF poison. Per byte it tracks whether it was written (a read of a never-written byte
-is an error), how many async copies are still in flight to it (reading such a byte is
-an error), and, between two ``bar.sync`` of its CTA, which thread wrote it and which
-threads read it (a read of another thread's write, or a write over another thread's
-access, with no barrier between, is a race, as compute-sanitizer's racecheck reports).
-Two threads of one instruction writing the same byte are not reported. Blocks of
-``DIRTY_BLOCK`` bytes that may hold a writer or a reader are flagged in ``dirty``, so
-that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only,
-and per CTA the bounds of the thread ids recorded, so that it skips CTAs none of whose
-accessors arrived. Rows that are whole aligned 16-byte chunks (``ldmatrix`` rows,
-16-byte ``cp.async``) read and write the records a chunk at a time
-(:func:`take_chunks`, :func:`put_chunks`). Reads of whole chunks (those rows, ``wgmma``
-operands) wait in :attr:`SharedMemory.log` (:mod:`.reads`) until something looks at
-their readers: the raw arrays ``rmin_code``, ``rmax_code`` and ``dirty_blocks`` lack
-them, :meth:`SharedMemory.readers` and the property ``dirty`` resolve them first.
+Shared memory: one byte array per CTA, byte ``i`` at shared address ``base + i``: as on
+the GPU, from :data:`SHARED_BASE` (1024), above the kilobyte reserved for system use
+(:mod:`tessera.arch.limits`; not held, an access there faults), buffers at their
+alignment (swizzles on absolute addresses see it), filled with 0xFF poison. Per byte it
+tracks whether it was written (a read of a never-written byte is an error), how many
+async copies are still in flight to it (reading such a byte is an error), and, between
+two ``bar.sync`` of its CTA, which thread wrote it and which threads read it (a read of
+another thread's write, or a write over another thread's access, with no barrier
+between, is a race, as compute-sanitizer's racecheck reports). Two threads of one
+instruction writing the same byte are not reported. Blocks of ``DIRTY_BLOCK`` bytes that
+may hold a writer or a reader are flagged in ``dirty``, so that an mbarrier's new race
+epoch (:func:`.async_order.acquire`) looks at those only, and per CTA the bounds of the
+thread ids recorded, so that it skips CTAs none of whose accessors arrived. Rows that
+are whole aligned 16-byte chunks (``ldmatrix`` rows, 16-byte ``cp.async``) read and
+write the records a chunk at a time (:func:`take_chunks`, :func:`put_chunks`). Reads of
+whole chunks (those rows, ``wgmma`` operands) wait in :attr:`SharedMemory.log`
+(:mod:`.reads`) until something looks at their readers: the raw arrays ``rmin_code``,
+``rmax_code`` and ``dirty_blocks`` lack them, :meth:`SharedMemory.readers` and the
+property ``dirty`` resolve them first.
 
 The race records hold thread ids *coded* so that 0 means "none" (:mod:`.codes`): a new
 launch's records are zero pages, which the kernel touches only where its CTAs access
@@ -46,7 +48,7 @@ from tessera.interp.target.memory.global_memory import (
     Fail,
     GlobalMemory,
 )
-from tessera.interp.target.memory.global_memory import check_aligned as _check_aligned
+from tessera.interp.target.memory.window import SHARED_BASE, SharedWindow
 
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
@@ -55,13 +57,17 @@ _BIG = np.int32(np.iinfo(np.int32).max)
 DIRTY_BLOCK = 64
 
 
-class SharedMemory:
-    """Per-CTA shared memory bytes with initialisation, async and race tracking."""
+class SharedMemory(SharedWindow):
+    """Per-CTA shared memory bytes with initialisation, async and race tracking: the
+    ``size`` bytes at shared addresses ``base`` .. ``base + size - 1`` of each CTA
+    (:class:`~.window.SharedWindow`: addresses to indices)."""
 
-    def __init__(self, ncta: int, nthreads: int, size: int, races: bool) -> None:
+    def __init__(self, ncta: int, nthreads: int, size: int, races: bool,
+                 base: int = SHARED_BASE) -> None:
         self.ncta = ncta
         self.nthreads = nthreads
         self.size = size
+        self.base = base
         n = ncta * size
         self.data = np.full(n, 0xFF, np.uint8)
         self.init = np.zeros(n, bool)
@@ -127,19 +133,6 @@ class SharedMemory:
         """Per CTA and ``DIRTY_BLOCK`` bytes: whether a byte may hold a writer or a reader."""
         self.log.resolve()
         return self.dirty_blocks
-
-    def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
-              align: int | None = None) -> np.ndarray:
-        """Flat byte indices (M, nbytes) of shared accesses; faults outside or misaligned."""
-        a = addr.astype(np.int64)
-        bad = (a < 0) | (a + nbytes > self.size)
-        if np.any(bad):
-            i = int(np.flatnonzero(bad)[0])
-            fail(i, "out of bounds", f"shared access of {nbytes} bytes at shared address "
-                 f"{int(a[i])}; the CTA has {self.size} bytes of shared memory")
-        _check_aligned(a, align or nbytes, fail,
-                       lambda x: f"shared access of {nbytes} bytes at shared address {x}")
-        return (cta * self.size + a)[:, None] + np.arange(nbytes, dtype=np.int64)
 
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
                    race: bool = True, chunks: np.ndarray | None = None) -> None:
@@ -380,13 +373,7 @@ class SharedMemory:
             self.unfenced.reshape(self.ncta, self.size)[ctas] = False
             self.unfenced_ctas[ctas] = False
 
-    def slots(self, flat: np.ndarray) -> np.ndarray:
-        """The 8-byte slots (:attr:`init_by`) of the flat byte indices ``flat``."""
-        return flat // self.size * -(-self.size // 8) + flat % self.size // 8
 
-    def _where(self, flat: np.integer | int) -> str:
-        return f"shared byte {int(flat) % self.size}"
-
-
-__all__ = ["CHUNK", "DIRTY_BLOCK", "GLOBAL_BASE", "GLOBAL_STRIDE", "GlobalMemory", "SharedMemory",
-           "add_at", "chunk_rows", "code_first", "code_last", "put_chunks", "take_chunks"]
+__all__ = ["CHUNK", "DIRTY_BLOCK", "GLOBAL_BASE", "GLOBAL_STRIDE", "SHARED_BASE", "GlobalMemory",
+           "SharedMemory", "add_at", "chunk_rows", "code_first", "code_last", "put_chunks",
+           "take_chunks"]

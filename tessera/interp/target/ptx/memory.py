@@ -88,10 +88,12 @@ def _cvta(c: TargetCompiler, instr: Instr) -> Step:
 
 
 def _split(fr: TargetFrame, addr: np.ndarray, act: np.ndarray) -> np.ndarray:
-    """Which of the active threads' generic addresses lie in the shared window."""
-    size = fr.m.shared.size
+    """Which of the active threads' generic addresses lie in the shared window: shared
+    addresses 0 up to the CTA's last byte (the reserved kilobyte below its first byte
+    included, where an access faults as out of bounds)."""
+    end = fr.m.shared.base + max(fr.m.shared.size, 1)
     a = addr.astype(np.int64)
-    return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + max(size, 1))
+    return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + end)
 
 
 def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndarray,

@@ -213,11 +213,11 @@ Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, bool,
                tuple[bool, np.ndarray] | None]
 
 
-def _layout(d: int, mn: int, k: int, eb: int, k_major: bool, size: int) -> Layout:
-    """A descriptor's element addresses (``span``), bytes (``local``), dirty blocks,
-    covered chunks (or None), whether it lies inside the ``size`` bytes, and its chunk
-    order (:func:`_chunk_order`)."""
-    span = operand_addresses(d, mn, k, eb, k_major=k_major).reshape(-1)
+def _layout(d: int, mn: int, k: int, eb: int, k_major: bool, size: int, base: int) -> Layout:
+    """A descriptor's elements (``span``) and bytes (``local``) as indices into a CTA's
+    ``size`` bytes at shared address ``base``, its dirty blocks, covered chunks (or
+    None), whether it lies inside those bytes, and its chunk order (:func:`_chunk_order`)."""
+    span = operand_addresses(d, mn, k, eb, k_major=k_major).reshape(-1) - base
     local = (span[:, None] + np.arange(eb)).reshape(-1)
     inside = bool(span.min() >= 0 and span.max() + eb <= size)
     chunks = bulk.covered_chunks(local, size)
@@ -232,25 +232,26 @@ def _layout(d: int, mn: int, k: int, eb: int, k_major: bool, size: int) -> Layou
 
 def _translated(m: Machine, d: int, mn: int, k: int, eb: int, k_major: bool) -> Layout:
     """:func:`_layout` of ``d`` from that of the descriptor whose start address is
-    ``d``'s modulo :data:`_ATOM` (kept per launch): the stages of a pipeline share one."""
-    size = m.shared.size
+    ``d``'s modulo :data:`_ATOM` above the CTA's first byte (kept per launch): the
+    stages of a pipeline share one."""
+    size, first = m.shared.size, m.shared.base  # first: a multiple of _ATOM
     start = (d & 0x3FFF) << 4  # the descriptor's start address field (bits 0-13, >> 4)
-    shift = start - start % _ATOM
+    shift = (start - first) - (start - first) % _ATOM
     kept: dict = m.__dict__.setdefault("wgmma_layouts", {})
     key = (d - (shift >> 4), mn, k, eb, k_major)
     base = kept.get(key)
     if base is None:
         try:
-            base = kept[key] = _layout(key[0], mn, k, eb, k_major, size)
+            base = kept[key] = _layout(key[0], mn, k, eb, k_major, size, first)
         except ArchError:
-            return _layout(d, mn, k, eb, k_major, size)  # the error names d itself
+            return _layout(d, mn, k, eb, k_major, size, first)  # the error names d itself
     if not shift:
         return base
     span0, local0, blocks0, chunks0, inside0, order0 = base
     span, local = span0 + shift, local0 + shift
-    inside = inside0 and int(span0.max()) + shift + eb <= size
+    inside = inside0 and int(span0.min()) + shift >= 0 and int(span0.max()) + shift + eb <= size
     if chunks0 is None or not inside:
-        return _layout(d, mn, k, eb, k_major, size)
+        return _layout(d, mn, k, eb, k_major, size, first)
     order = None if order0 is None else (order0[0], order0[1] + shift // CHUNK)
     return (span, local, blocks0 + shift // DIRTY_BLOCK, chunks0 + shift // CHUNK, inside,
             order)
@@ -277,8 +278,9 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                               int(who[sel[0]])) from None
         span, local, blocks, chunks, inside, order = hit
         if not inside:
-            fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared byte "
-                 f"{int(span.max())}, beyond the {sh.size} bytes of shared memory")
+            out_at = int(span.min()) if span.min() < 0 else int(span.max()) + eb - 1
+            fail(int(sel[0]), "out of bounds", f"descriptor {d:#x} reaches shared address "
+                 f"{sh.base + out_at}; {sh.outside(sh.base + out_at)}")
         start = ctas[sel, None] * sh.size
         if chunks is None or not _read_chunks(m, ctas[sel], who[sel], chunks, blocks):
             _read_bytes(m, start + local[None, :], who[sel], blocks, ctas[sel],

@@ -88,8 +88,9 @@ class KernelParam:
 
 @dataclass(frozen=True)
 class SharedVar:
-    """A ``.shared`` variable at ``address`` in the CTA's shared window (``size`` 0 and
-    ``dynamic`` for ``.extern .shared``, sized at launch)."""
+    """A ``.shared`` variable at shared address ``address`` (the first at
+    :data:`~tessera.arch.limits.SHARED_BASE`; ``size`` 0 and ``dynamic`` for
+    ``.extern .shared``, sized at launch)."""
 
     name: str
     address: int

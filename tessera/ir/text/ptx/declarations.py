@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from tessera.arch.limits import SHARED_BASE
 from tessera.errors import Loc
 from tessera.ir.dialects.target.cfg import GlobalVar, KernelParam, SharedVar
 from tessera.ir.text.ptx.lexer import (
@@ -81,7 +82,7 @@ def shared_var(text: str, loc: Loc, placed: list[SharedVar]) -> SharedVar:
     name, elem, length, align = variable(" ".join(words[1:]), loc, "shared variable")
     if length < 0 and not dynamic:
         raise PtxSyntaxError(f"shared variable {name}[] needs .extern", loc=loc)
-    end = max((v.address + v.size for v in placed), default=0)
+    end = max((v.address + v.size for v in placed), default=SHARED_BASE)
     address = -(-end // align) * align
     size = 0 if dynamic else SIZES[elem] * max(length, 1)
     return SharedVar(name, address, size, align, dynamic)
@@ -89,7 +90,9 @@ def shared_var(text: str, loc: Loc, placed: list[SharedVar]) -> SharedVar:
 
 def layout(module_vars: list[SharedVar], local: list[Statement]) -> list[SharedVar]:
     """A kernel's shared window: the module's and then the kernel's static variables in
-    declaration order, each at its alignment, then the dynamic (``.extern``) ones."""
+    declaration order, each at its alignment, then the dynamic (``.extern``) ones, from
+    shared address :data:`~tessera.arch.limits.SHARED_BASE` (the kilobyte below it is
+    reserved for system use)."""
     placed: list[SharedVar] = []
     dynamic: list[SharedVar] = []
     every = [(v.name, v, None) for v in module_vars] + [("", None, st) for st in local]
@@ -99,7 +102,7 @@ def layout(module_vars: list[SharedVar], local: list[Statement]) -> list[SharedV
         assert var is not None
         (dynamic if var.dynamic else placed).append(var)
     out: list[SharedVar] = []
-    end = 0
+    end = SHARED_BASE
     for v in placed + dynamic:
         address = -(-end // v.align) * v.align
         out.append(SharedVar(v.name, address, v.size, v.align, v.dynamic))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tessera.arch.limits import SHARED_BASE
 from tessera.errors import Loc
 from tessera.ir.dialects.target.cfg import (
     BasicBlock,
@@ -211,7 +212,8 @@ class _KernelReader:
         for target in sorted(exits, key=exits.get):  # type: ignore[arg-type]
             kind = "trap" if target == "<trap>" else "ret"
             blocks.append(BasicBlock(target, [], Branch(kind, loc, target[1:-1])))
-        static = max((v.address + v.size for v in self.shared if not v.dynamic), default=0)
+        static = max((v.address + v.size for v in self.shared if not v.dynamic),
+                     default=SHARED_BASE) - SHARED_BASE
         return CfgKernel(self.name, self.params, dict(self.scope.registers), self.shared,
                          blocks, self.target, self.loc, static, self.attrs,
                          local_bytes=self.local_size, globals=self.globals)

@@ -293,3 +293,38 @@ def test_stmatrix_inverts_ldmatrix(trans: str) -> None:
     ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[src, dst])
     want = np.swapaxes(src, 1, 2) if trans else src
     np.testing.assert_array_equal(dst, want)
+
+
+SHARED_ADDRESSES = HEADER + """
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry k(.param .u64 out)
+{
+    .shared .align 8 .b8 fixed[32];
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd0, [out];
+    mov.u32 %r0, fixed;
+    mov.u32 %r1, dyn;
+    st.shared.u32 [%r1+60], %r1;
+    ld.shared.u32 %r2, [%r1+60];
+    mov.u64 %rd1, dyn;
+    cvta.shared.u64 %rd2, %rd1;
+    cvta.to.shared.u64 %rd3, %rd2;
+    cvt.u32.u64 %r3, %rd3;
+    st.global.v4.u32 [%rd0], {%r0, %r1, %r2, %r3};
+    ret;
+}
+"""
+
+
+def test_static_and_dynamic_shared_memory_start_above_the_reserved_kilobyte() -> None:
+    """A kernel's first buffer lies at shared address 1024, the end of the kilobyte
+    reserved for system use (CUDA C++ Programming Guide, "Compute Capabilities"), and
+    the ``.extern .shared`` array after the static ones; its last byte is the CTA's."""
+    out = np.zeros(4, np.uint32)
+    kernel = ts.ptx.load(SHARED_ADDRESSES).kernel("k")
+    kernel.run(grid=1, block=1, args=[out], shared_bytes=64)
+    assert out.tolist() == [1024, 1056, 1056, 1056]
+    with pytest.raises(TargetFault, match="shared address 1116; the CTA's 80 bytes of shared "
+                       "memory are shared addresses 1024 to 1103"):
+        kernel.run(grid=1, block=1, args=[out], shared_bytes=48)

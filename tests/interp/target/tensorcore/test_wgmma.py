@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tessera.arch.descriptor import encode_descriptor
 from tessera.arch.errors import ArchError
+from tessera.arch.limits import SHARED_BASE
 from tessera.arch.swizzle import Swizzle
 from tessera.errors import ArgumentError
 from tessera.interp.target import TensorMapArg, run_target
@@ -271,13 +272,14 @@ def test_translated_descriptor_layouts_equal_their_own(swizzle: Swizzle, row: in
                                                        lbo: int, sbo: int, mn: int,
                                                        k_major: bool, size: int) -> None:
     """A wgmma descriptor's addresses, chunks and blocks taken from the descriptor one
-    swizzle atom (1024 bytes) multiple lower, moved, against its own; errors too."""
+    swizzle atom (1024 bytes) multiple away, moved, against its own; errors too (start
+    addresses below the CTA's first byte, in the reserved kilobyte, included)."""
     start = atom * 1024 + row * 16
     d = encode_descriptor(start, lbo * 16, sbo * 16, swizzle)
-    m = SimpleNamespace(shared=SimpleNamespace(size=size))
+    m = SimpleNamespace(shared=SimpleNamespace(size=size, base=SHARED_BASE))
     for _ in range(2):  # the second time from what the first kept
         try:
-            want = mma_rules._layout(d, mn, 16, 2, k_major, size)
+            want = mma_rules._layout(d, mn, 16, 2, k_major, size, SHARED_BASE)
         except ArchError as err:
             with pytest.raises(ArchError, match=re.escape(err.message)):
                 mma_rules._translated(m, d, mn, 16, 2, k_major)
