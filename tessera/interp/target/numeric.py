@@ -11,8 +11,9 @@
   could underflow or overflow are decided with ``fractions.Fraction`` instead.
 * ``min``/``max`` (PTX ISA, "min"/"max"): a NaN operand yields the other operand, two NaNs
   the canonical NaN; -0.0 is taken as less than +0.0.
-* NaN results (:func:`canonical_nans`): every instruction that computes a float writes
-  the canonical NaN of its destination type, whatever the operands' payloads and signs.
+* NaN results (:func:`canonical_nans`): an instruction that computes an f32, f16, bf16
+  or fp8 value writes that format's canonical NaN, whatever the operands' payloads and
+  signs; f64 arithmetic keeps IEEE's (NumPy's) NaN bits, as the GPU does.
 * ``cvt`` (PTX ISA, "cvt"): RNE narrowing exactly once (float64 sources via round-to-odd
   float32, :mod:`tessera.numerics.formats.convert`); ``rz``/``rm``/``rp`` by stepping the RNE
   result one ulp when it lies on the wrong side; float to integer rounds (``rzi``,
@@ -32,10 +33,12 @@ from tessera.numerics.formats.convert import round_to_odd_f32
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 _SPLIT = 2.0**27 + 1
-# By storage size: f32, f64, f16 and bf16 (the same bits), e4m3 and e5m2 (see
-# canonical_nans for which of these were measured).
-_CANONICAL_NAN = {4: np.uint32(0x7FFFFFFF), 8: np.uint64(0x7FFFFFFFFFFFFFFF),
+# By storage size: f32, f64 (what min/max of two NaNs write), f16 and bf16 (the same
+# bits), e4m3 and e5m2 (see canonical_nans for which of these were measured).
+_CANONICAL_NAN = {4: np.uint32(0x7FFFFFFF), 8: np.uint64(0x7FF8000000000000),
                   2: np.uint16(0x7FFF), 1: np.uint8(0x7F)}
+#: an f32 value held wide (float64) whose NaN must round to f32's canonical 0x7FFFFFFF
+_WIDE_F32_NAN = np.uint64(0x7FFFFFFFE0000000)
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -108,7 +111,7 @@ def fma_f64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
             flat = out.reshape(-1)
             for i in slow:
                 flat[i] = _fma_fraction(float(a.flat[i]), float(b.flat[i]), float(c.flat[i]))
-    return canonical_nans(out)
+    return out
 
 
 def fmin_fmax(a: np.ndarray, b: np.ndarray, is_max: bool) -> np.ndarray:
@@ -139,22 +142,25 @@ def canonical_nan_where(mask: np.ndarray, x: np.ndarray) -> np.ndarray:
     return bits.view(x.dtype)
 
 
-def canonical_nans(x: np.ndarray) -> np.ndarray:
+def canonical_nans(x: np.ndarray, *, wide: bool = False) -> np.ndarray:
     """``x`` with every NaN replaced by the canonical NaN of its format: the NaN bits an
-    arithmetic or conversion instruction writes.
+    arithmetic instruction writes.
 
-    The PTX ISA leaves the payload of a NaN result to the implementation for these
-    instructions; the bits here were measured on an NVIDIA H100 (sm_80 and sm_90a code):
-    ``add``/``sub``/``mul``/``fma``/``ex2`` of f32 and ``cvt`` to f32 write
-    ``0x7FFFFFFF``, ``cvt`` to f16 and bf16 ``0x7FFF``, a conversion to e4m3 ``0x7F``,
+    The PTX ISA leaves the payload of a NaN result to the implementation; an NVIDIA
+    H100 (sm_80 and sm_90a code) was measured to write ``0x7FFFFFFF`` for f32
+    ``add``/``sub``/``mul``/``fma``/``ex2`` and ``0x7FFF`` for ``cvt`` to f16 and bf16,
     whether the NaN came from an operand (of any payload and sign) or from an invalid
-    operation (``inf - inf``, ``0 * inf``), where NumPy writes ``0xFFC00000``. e5m2's
-    ``0x7F`` is by analogy with e4m3, not measured; f64's ``0x7FFFFFFFFFFFFFFF`` is the
-    same form (all payload bits set, sign clear), not measured either. A wide (float64)
-    ``f32`` value is given f64's, which rounds to f32's. Costs one ``isnan`` scan when no
+    operation (``inf - inf``, ``0 * inf``), where NumPy writes ``0xFFC00000``, and
+    ``0x7F`` for a conversion to e4m3 (e5m2's ``0x7F`` is by analogy, not measured).
+    f64 arithmetic is left alone: there the GPU wrote IEEE's bits, as NumPy does
+    (``0xFFF8000000000000`` for an invalid operation, a NaN operand's payload, quieted).
+    ``wide``: a float64 ``x`` holds f32 values (a wide accumulator), whose NaN is given
+    bits that round to f32's canonical NaN. Costs one ``isnan`` scan when no
     element is NaN, the common case.
     """
     x = np.asarray(x)
+    if x.dtype.itemsize == 8 and not wide:
+        return x
     if x.dtype.kind == "f":
         nan = np.isnan(x)
     else:  # ml_dtypes formats: isnan of a signalling bf16 NaN warns "invalid"
@@ -163,7 +169,7 @@ def canonical_nans(x: np.ndarray) -> np.ndarray:
     if not nan.any():
         return x
     bits = x.view(_UINT[x.dtype.itemsize]).copy()
-    bits[nan] = _CANONICAL_NAN[x.dtype.itemsize]
+    bits[nan] = _WIDE_F32_NAN if x.dtype.itemsize == 8 else _CANONICAL_NAN[x.dtype.itemsize]
     return bits.view(x.dtype)
 
 
@@ -211,7 +217,10 @@ def cvt_float(x: np.ndarray, dt: np.dtype, rnd: str, sat: bool) -> np.ndarray:
         big = np.array(ml_dtypes.finfo(dt).max, dt)
         y64 = y.astype(F64)
         y = np.where(np.isinf(y64), np.where(y64 < 0, -big, big), y)
-    return canonical_nans(np.asarray(y).astype(dt))
+    y = np.asarray(y).astype(dt)
+    # to a 16-bit or narrower float the GPU writes the canonical NaN; to f32 and f64 it
+    # keeps the payload, as NumPy's and ml_dtypes' conversions do (measured on an H100)
+    return canonical_nans(y) if dt.itemsize <= 2 else y
 
 
 def cvt_float_to_int(x: np.ndarray, dt: np.dtype, rnd: str) -> np.ndarray:
@@ -231,7 +240,8 @@ def cvt_float_to_int(x: np.ndarray, dt: np.dtype, rnd: str) -> np.ndarray:
 def round_integral(x: np.ndarray, rnd: str) -> np.ndarray:
     """``cvt.rni.f32.f32`` and friends: round to an integral value in the same format."""
     fn = {"rzi": np.trunc, "rni": np.rint, "rmi": np.floor, "rpi": np.ceil}[rnd]
-    return canonical_nans(fn(x).astype(x.dtype))
+    with np.errstate(invalid="ignore"):  # a NaN keeps its bits (NumPy would quiet it)
+        return np.where(np.isnan(x), x, fn(x)).astype(x.dtype)
 
 
 __all__ = ["add_round_to_odd", "canonical_nan_where", "canonical_nans", "cvt_float",

@@ -9,10 +9,11 @@ models of :mod:`tessera.interp.target.approx` (correctly rounded, within the ISA
 bound); ``div.full.f32`` is modelled by the correctly rounded quotient. Other ``.approx``
 forms are modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
 
-NaN results: every instruction that computes a float (arithmetic, ``fma``, the unary
-functions, ``cvt`` between floats) writes its destination type's canonical NaN
-(:func:`tessera.interp.target.numeric.canonical_nans`: the bits an H100 writes);
-``mov``, ``selp``, ``ld``/``st`` and the bitwise operations move bits unchanged.
+NaN results: an instruction that computes an f32, f16 or bf16 value (arithmetic,
+``fma``, the unary functions, ``cvt`` to 16 bits) writes that format's canonical NaN
+(:func:`tessera.interp.target.numeric.canonical_nans`: the bits an H100 writes); f64
+arithmetic and widening ``cvt`` keep IEEE's bits; ``mov``, ``selp``, ``ld``/``st`` and
+the bitwise operations move bits unchanged.
 
 Wide accumulators: ``add``, ``sub``, ``neg``, ``abs``, ``mov`` and ``selp`` keep a float64
 ``f32`` value wide (a narrow operand widens exactly); ``cvt``, ``pack`` and ``unpack`` are
@@ -112,8 +113,8 @@ def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
     canon = tn.canonical_nans  # a NaN result has the canonical NaN's bits, as on the GPU
     if elem == "f32" and op in ("add", "sub"):
         def wide(x: Any, y: Any) -> Any:
-            if x.dtype == F64 or y.dtype == F64:  # f64's canonical NaN rounds to f32's
-                return canon(fn(x.astype(F64), y.astype(F64)))
+            if x.dtype == F64 or y.dtype == F64:  # a wide NaN that rounds to f32's
+                return canon(fn(x.astype(F64), y.astype(F64)), wide=True)
             return canon(fn(x, y))
         return wide
     if dt.itemsize == 2:

@@ -1,11 +1,15 @@
 """NaN results of the Target IR interpreter carry the bits a GPU writes.
 
 An NVIDIA H100 (sm_80 and sm_90a code) writes the canonical NaN of the destination
-format for every NaN an arithmetic or conversion instruction produces, from a NaN
-operand of any payload and sign or from an invalid operation (``inf - inf``,
-``0 * inf``): f32 ``0x7FFFFFFF``, f16 and bf16 ``0x7FFF``; f64's ``0x7FFFFFFFFFFFFFFF``
-is the same form. Instructions that move bits (``mov``, ``selp``, ``ld``/``st``) keep
-them. The PTX ISA leaves these payloads to the implementation.
+format for every NaN an f32, f16 or bf16 arithmetic instruction, or a ``cvt`` to a
+16-bit or 8-bit float, produces, from a NaN operand of any payload and sign or from
+an invalid operation (``inf - inf``, ``0 * inf``): f32 ``0x7FFFFFFF``, f16 and bf16
+``0x7FFF``, e4m3 ``0x7F``. f64 arithmetic writes IEEE's bits, as NumPy does (an
+invalid operation ``0xFFF8000000000000``, a NaN operand's payload, quieted), and a
+conversion to f32 or f64 keeps the payload, as NumPy's and ml_dtypes' do; min/max of
+two f64 NaNs write ``0x7FF8000000000000``. Instructions that move bits (``mov``,
+``selp``, ``ld``/``st``) keep them. The PTX ISA leaves these payloads to the
+implementation.
 """
 
 from __future__ import annotations
@@ -27,12 +31,27 @@ from tests.interp.target.tensorcore.test_mma import _mma_kernel
 
 BF16 = ml_dtypes.bfloat16
 N = 64  # elements per run: one block of run_map
-F32_NAN, HALF_NAN, F64_NAN = 0x7FFFFFFF, 0x7FFF, 0x7FFFFFFFFFFFFFFF
+F32_NAN, HALF_NAN = 0x7FFFFFFF, 0x7FFF
+#: f64's NaN of an invalid operation (IEEE's default NaN with the sign NumPy gives it)
+F64_INVALID = 0xFFF8000000000000
 #: (exponent bits all set, payload bits, sign bit, float type) of each format
 FORMATS: dict[str, tuple[int, int, int, Any]] = {
     "f32": (0x7F800000, 23, 31, np.float32), "f64": (0x7FF0000000000000, 52, 63, np.float64),
     "f16": (0x7C00, 10, 15, np.float16), "bf16": (0x7F80, 7, 15, BF16)}
-CANONICAL = {"f32": F32_NAN, "f64": F64_NAN, "f16": HALF_NAN, "bf16": HALF_NAN}
+CANONICAL = {"f32": F32_NAN, "f16": HALF_NAN, "bf16": HALF_NAN}
+#: the NaN of an invalid operation, by format
+INVALID_NAN = {**CANONICAL, "f64": F64_INVALID}
+
+
+def _target(fmt: str) -> str:
+    """bf16 arithmetic exists from sm_90 on."""
+    return "sm_90a" if fmt == "bf16" else "sm_80"
+
+
+def _quieted(bits: np.ndarray, fmt: str) -> set[int]:
+    """IEEE's result of an operation on NaN operands ``bits``: the payload, quieted."""
+    _, payload, _, _ = FORMATS[fmt]
+    return set((bits.view(f"u{bits.dtype.itemsize}") | (1 << (payload - 1))).tolist())
 
 
 @st.composite
@@ -64,18 +83,23 @@ Body = Callable[[Kernel, list[Value]], Value]
 
 
 def _run(body: Body, inputs: list[np.ndarray], types: list[str], out: str) -> set[int]:
-    return _bits(run_map(body, inputs, types, out))
+    return _bits(run_map(body, inputs, types, out, target=_target(out)))
 
 
 def test_the_helper_gives_each_formats_canonical_nan() -> None:
     """numeric.canonical_nans: every NaN of any payload and sign becomes its format's
     canonical NaN (e4m3 0x7F measured, e5m2 0x7F by analogy); other values keep
-    their bits."""
+    their bits; f64 NaNs keep theirs, unless the f64 holds a wide f32 value."""
     for fmt in FORMATS:
         exponent, payload, sign, ftype = FORMATS[fmt]
         x = np.array([exponent | 1, (1 << sign) | exponent | (1 << payload) - 1],
                      f"u{np.dtype(ftype).itemsize}").view(ftype)
-        assert _bits(canonical_nans(x)) == {CANONICAL[fmt]}
+        if fmt == "f64":
+            assert _bits(canonical_nans(x)) == _bits(x)
+            wide = canonical_nans(x, wide=True)
+            assert _bits(wide.astype(np.float32)) == {F32_NAN}
+        else:
+            assert _bits(canonical_nans(x)) == {CANONICAL[fmt]}
     for fp8 in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
         every = np.arange(256, dtype=np.uint8).view(fp8)
         out = canonical_nans(every).view(np.uint8)
@@ -106,10 +130,11 @@ INVALID = [("add", np.inf, -np.inf), ("sub", -np.inf, -np.inf), ("mul", 0.0, np.
 def test_invalid_operations_write_the_canonical_nan(fmt: str, op: str, a: float,
                                                     b: float) -> None:
     """inf - inf, 0 * inf, 0 / 0, inf / inf: the canonical NaN, where NumPy writes a
-    negative one (0xFFC00000 in f32)."""
+    negative one (0xFFC00000 in f32); f64 writes IEEE's 0xFFF8000000000000."""
     ftype = FORMATS[fmt][3]
     x, y = np.full(N, a, ftype), np.full(N, b, ftype)
-    assert _run(lambda k, v: k.bin(op, fmt, *v), [x, y], [fmt] * 2, fmt) == {CANONICAL[fmt]}
+    assert _run(lambda k, v: k.bin(op, fmt, *v), [x, y], [fmt] * 2, fmt) == \
+        {INVALID_NAN[fmt]}
 
 
 @settings(max_examples=10, deadline=None)
@@ -117,29 +142,34 @@ def test_invalid_operations_write_the_canonical_nan(fmt: str, op: str, a: float,
        op=st.sampled_from(["add", "sub", "mul"]))
 def test_other_formats_arithmetic_of_a_nan_operand(data: st.DataObject, fmt: str,
                                                    op: str) -> None:
-    """16-bit float and f64 arithmetic with a NaN operand: their canonical NaN."""
+    """16-bit float arithmetic with a NaN operand: the canonical NaN; f64: the
+    operand's payload, quieted."""
     x, y = _array(data.draw(nans(fmt)), fmt), _finite(fmt)
-    assert _run(lambda k, v: k.bin(op, fmt, *v), [y, x], [fmt] * 2, fmt) == {CANONICAL[fmt]}
+    want = _quieted(x, fmt) if fmt == "f64" else {CANONICAL[fmt]}
+    assert _run(lambda k, v: k.bin(op, fmt, *v), [y, x], [fmt] * 2, fmt) == want
 
 
 @settings(max_examples=10, deadline=None)
 @given(data=st.data(), fmt=st.sampled_from(["f32", "f64", "f16", "bf16"]),
        where=st.integers(0, 2))
 def test_fma_of_a_nan_operand(data: st.DataObject, fmt: str, where: int) -> None:
-    """fma.rn with a NaN in any operand: the canonical NaN."""
+    """fma.rn with a NaN in any operand: the canonical NaN; f64: the operand's
+    payload, quieted (seen on an H100: 0x7FF8..., 0xFFF8... and 0xFFFF... results)."""
     ins = [_finite(fmt, s) for s in range(3)]
     ins[where] = _array(data.draw(nans(fmt)), fmt)
-    assert _run(lambda k, v: k.fma(fmt, *v), ins, [fmt] * 3, fmt) == {CANONICAL[fmt]}
+    want = _quieted(ins[where], fmt) if fmt == "f64" else {CANONICAL[fmt]}
+    assert _run(lambda k, v: k.fma(fmt, *v), ins, [fmt] * 3, fmt) == want
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f64", "f16", "bf16"])
 def test_fma_of_inf_times_zero(fmt: str) -> None:
-    """fma(inf, 0, c) and fma(inf, 1, -inf): invalid, the canonical NaN."""
+    """fma(inf, 0, c) and fma(inf, 1, -inf): invalid, the canonical NaN (f64: IEEE's)."""
     ftype = FORMATS[fmt][3]
     a = np.resize(np.array([np.inf, -np.inf], ftype), N)
     b = np.resize(np.array([0.0, 1.0], ftype), N)
     c = np.resize(np.array([1.0, np.inf], ftype), N)
-    assert _run(lambda k, v: k.fma(fmt, *v), [a, b, c], [fmt] * 3, fmt) == {CANONICAL[fmt]}
+    assert _run(lambda k, v: k.fma(fmt, *v), [a, b, c], [fmt] * 3, fmt) == \
+        {INVALID_NAN[fmt]}
 
 
 @settings(max_examples=10, deadline=None)
@@ -182,15 +212,21 @@ CONVERSIONS = [("f16", "f32", "rn", ""), ("bf16", "f32", "rn", ""), ("f16", "f32
 @given(data=st.data(), conversion=st.sampled_from(CONVERSIONS))
 def test_cvt_of_a_nan_writes_the_destinations_canonical_nan(
         data: st.DataObject, conversion: tuple[str, str, str, str]) -> None:
-    """cvt between floats (narrowing, widening, satfinite, rounding to an integral
-    value) of a NaN of any payload: the destination's canonical NaN; NumPy and ml_dtypes
-    keep the payload's top bits and the sign."""
+    """cvt of a NaN of any payload: to a 16-bit float, the canonical NaN (NumPy and
+    ml_dtypes keep the payload's top bits and the sign); to f32 or f64, the payload
+    as NumPy's and ml_dtypes' conversions keep it; rounding to an integral value in the
+    same format, the NaN's own bits."""
     to, frm, rnd, sat = conversion
     target = "sm_90a" if "bf16" in (to, frm) and "f32" not in (to, frm) else "sm_80"
     x = _array(data.draw(nans(frm)), frm)
     got = run_map(lambda k, v: k.cvt(to, frm, v[0], rnd=rnd, sat=sat), [x], [frm], to,
                   target=target)
-    assert _bits(got) == {CANONICAL[to]}
+    if to in ("f16", "bf16"):
+        assert _bits(got) == {CANONICAL[to]}
+    elif to == frm:
+        assert _bits(got) == _bits(x)
+    else:
+        assert _bits(got) == _bits(x.astype(FORMATS[to][3]))
 
 
 @settings(max_examples=10, deadline=None)

@@ -90,15 +90,16 @@ def _ready_driver() -> Any:
     return _driver_module()
 
 
-def ensure_context(driver: Any, device: int = 0) -> None:
-    """Make ``device``'s primary context current when no usable context is: some driver
-    calls (``cuTensorMapEncodeTiled``) fail with ``CUDA_ERROR_INVALID_CONTEXT`` outside
-    one, even before any module is loaded. A context that is current but destroyed (the
-    primary context after its last :class:`CudaModule` released it stays current on the
-    thread) counts as none. The primary context is retained for the process, as the
-    runtime API does."""
+def ensure_context(driver: Any, device: int = 0, *, force: bool = False) -> None:
+    """Make ``device``'s primary context current when no context is (or, ``force``,
+    always): some driver calls (``cuTensorMapEncodeTiled``) fail with
+    ``CUDA_ERROR_INVALID_CONTEXT`` outside one, even before any module is loaded, and
+    with ``CUDA_ERROR_CONTEXT_IS_DESTROYED`` in a context that is current but destroyed
+    (the primary context after the last :class:`CudaModule` released it stays current
+    on the thread, and no query tells it apart). The primary context is retained for
+    the process, as the runtime API does."""
     current = _call(driver, "cuCtxGetCurrent", driver.cuCtxGetCurrent())
-    if current is not None and int(current) != 0 and int(driver.cuCtxGetDevice()[0]) == 0:
+    if not force and current is not None and int(current) != 0:
         return
     dev = _call(driver, "cuDeviceGet", driver.cuDeviceGet(device))
     context = _call(driver, "cuDevicePrimaryCtxRetain", driver.cuDevicePrimaryCtxRetain(dev))

@@ -55,7 +55,7 @@ def encode(tmap: Any) -> bytes:
                      driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED):
         # the driver encodes only inside a live context: outside a launch (or after the
         # last module released the primary context), take the primary one
-        launch.ensure_context(driver)
+        launch.ensure_context(driver, force=True)
         result = call()
     encoded = launch._call(driver, "cuTensorMapEncodeTiled", result)
     return ctypes.string_at(int(encoded.getPtr()), 128)

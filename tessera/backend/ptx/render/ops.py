@@ -118,6 +118,8 @@ def _unary_name(op: Unary) -> str:
     else:
         typ = op.type
     mode = op.mode or _UNARY_MODE.get(op.op, "")
+    if op.op == "ex2" and typ.startswith("bf16") and "ftz" not in mode:
+        mode += ".ftz"  # PTX ISA, "ex2": the bf16 forms exist with .ftz only
     return ".".join(p for p in (op.op, mode, typ) if p)
 
 

@@ -29,12 +29,16 @@ def step(m: Machine, a: Operand | np.ndarray, b: Operand | np.ndarray, c: np.nda
     # the tensor cores' adders write it as the f32 ``add`` does (canonical_nans).
     if isinstance(a, Operand) and isinstance(b, Operand):
         if m.tensor_cores == "hopper":
-            return canonical_nans(mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt))
-        return canonical_nans(mma_operands(a, b, c, c_unsigned_zeros, _scratch(m, c_private)))
+            d = mma_hopper.mma(a.elements, b.elements, c, a.fmt, b.fmt)
+        else:
+            d = mma_operands(a, b, c, c_unsigned_zeros, _scratch(m, c_private))
+        return canonical_nans(d, wide=True)  # f32 values, held in float64
     assert fa is not None
     if m.tensor_cores == "hopper":
-        return canonical_nans(mma_hopper.mma(a, b, c, fa, fb))
-    return canonical_nans(mma(a, b, c, fa, fb, c_unsigned_zeros, _scratch(m, c_private)))
+        d = mma_hopper.mma(a, b, c, fa, fb)
+    else:
+        d = mma(a, b, c, fa, fb, c_unsigned_zeros, _scratch(m, c_private))
+    return canonical_nans(d, wide=True)
 
 
 def _scratch(m: Machine, c_private: bool) -> dict[tuple[int, ...], np.ndarray] | None:

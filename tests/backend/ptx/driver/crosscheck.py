@@ -47,6 +47,29 @@ def _cubin(ptx: str, arch: str) -> bytes:
     return _CUBINS[key]
 
 
+def copy_args(args: Sequence[Any]) -> list[Any]:
+    """A deep copy of kernel arguments in which arrays that share memory still do: a
+    tensor map's array is often a reshape of a plain argument, and a kernel that
+    stores through the map must be seen to write that argument."""
+    from tessera.interp.target.runner import TensorMapArg
+
+    roots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def copied(a: np.ndarray) -> np.ndarray:
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if not root.flags.c_contiguous:
+            return a.copy()
+        old, new = roots.setdefault(id(root), (root, root.copy()))
+        return np.ndarray(a.shape, a.dtype, buffer=new, strides=a.strides,
+                          offset=a.ctypes.data - old.ctypes.data)
+
+    return [copied(a) if isinstance(a, np.ndarray)
+            else TensorMapArg(copied(a.array), a.elem, a.box, a.swizzle)
+            if isinstance(a, TensorMapArg) else copy.deepcopy(a) for a in args]
+
+
 def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
                block: Sequence[int] | None) -> list[Any]:
     """Launch the ``ptx.kernel`` ``fn`` on copies of ``args``; the copies, after the run."""
@@ -57,9 +80,13 @@ def run_on_gpu(fn: Any, args: Sequence[Any], grid: Sequence[int] | None,
     from tessera.lower.shared import shared_plan
 
     ptx = render(fn)
-    work = copy.deepcopy(list(args))
+    work = copy_args(args)
     arrays = [a.array if isinstance(a, TensorMapArg) else a for a in work]
-    staged = [a for a in arrays if isinstance(a, np.ndarray)]
+    staged: list[np.ndarray] = []  # plain arguments first: a tensor map's view of one
+    for a in sorted((a for a in arrays if isinstance(a, np.ndarray)),  # resolves to it
+                    key=lambda a: any(a is t.array for t in work if isinstance(t, TensorMapArg))):
+        if not any(np.shares_memory(a, s) for s in staged):
+            staged.append(a)
     g = _geometry(grid, fn.attrs.get("grid"), "grid")
     b = _geometry(block, fn.attrs.get("block"), "block")
     with CudaModule(_cubin(ptx, device_arch(fn.attrs.get("target", "sm_80")))) as module:
@@ -144,7 +171,7 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(run_target)
     def run(fn: Any, args: Sequence[Any], *, grid: Sequence[int] | None = None,
             block: Sequence[int] | None = None, **kw: Any) -> None:
-        before = copy.deepcopy(list(args))  # one copy: arguments sharing an array still do
+        before = copy_args(args)
         run_target(fn, args, grid=grid, block=block, **kw)  # a fault stops here
         record: dict[str, Any] = {"kernel": fn.name, "target": fn.attrs.get("target"),
                                   "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
@@ -169,7 +196,7 @@ def crosschecked(run_target: Callable[..., None]) -> Callable[..., None]:
             return
         after = [a.array if isinstance(a, TensorMapArg) else a for a in args]
         if _hopper_modelled(fn) and kw.get("tensor_cores", "exact") == "exact":
-            hopper = copy.deepcopy(before)
+            hopper = copy_args(before)
             run_target(fn, hopper, grid=grid, block=block,
                        **{**kw, "tensor_cores": "hopper"})
             after = [a.array if isinstance(a, TensorMapArg) else a for a in hopper]

@@ -90,11 +90,20 @@ def test_arguments_sharing_an_array_reach_the_device_as_one(
     monkeypatch.setattr(launch, "DeviceArrays", Arrays)
     monkeypatch.setattr(launch, "device_arch", lambda target: "sm_90a")
     monkeypatch.setattr(crosscheck, "_cubin", lambda ptx, arch: b"")
-    c = np.zeros((64, 64), np.float32)
+    c = np.zeros((2, 32, 64), np.float32)  # the map's array is a reshape of C, a view
     k = Kernel("k", [U64, U64], block=(32,))
-    got = crosscheck.run_on_gpu(k.build(), [c, TensorMapArg(c, "f32", (64, 32), 0)],
-                                None, None)
-    assert len(staged) == 1 and staged[0][0] is staged[0][1] and got[0] is got[1]
+    got = crosscheck.run_on_gpu(k.build(), [c, TensorMapArg(c.reshape(64, 64), "f32",
+                                                               (64, 32), 0)], None, None)
+    assert len(staged) == 1 and len(staged[0]) == 1 and staged[0][0] is got[0]
+    assert np.shares_memory(got[0], got[1]) and not np.shares_memory(got[0], c)
+
+
+def test_copies_of_arguments_keep_their_aliasing() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = crosscheck.copy_args([a, a[1:], TensorMapArg(a.reshape(4, 3), "f32", (4, 3), 0), 5])
+    out[0][1, 0] = -1.0
+    assert out[1][0, 0] == -1.0 and out[2].array[1, 1] == -1.0 and a[1, 0] == 4.0
+    assert out[3] == 5
 
 
 def test_unmodelled_runs_keep_their_operands_for_fitting(

@@ -415,7 +415,8 @@ def test_failed_module_load_releases_the_context(monkeypatch: pytest.MonkeyPatch
 
 class _DestroyedContextDriver(FakeDriverBase):
     """A driver whose current context was destroyed (the primary context after the last
-    module released it): tensor maps fail to encode until a live context is current."""
+    module released it), which no query tells apart from a live one: tensor maps fail
+    to encode until a live context is made current."""
 
     class CUresult:  # mirrors the driver's enum
         CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED = 201, 709
@@ -433,9 +434,6 @@ class _DestroyedContextDriver(FakeDriverBase):
 
     def cuCtxGetCurrent(self) -> tuple[int, int]:
         return 0, 1  # a non-null handle either way
-
-    def cuCtxGetDevice(self) -> tuple[int, int]:
-        return (709 if self.current == "dead" else 0), 0
 
     def cuCtxSetCurrent(self, ctx: str) -> tuple[int]:
         self.calls.append("set current")
