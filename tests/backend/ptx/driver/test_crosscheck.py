@@ -27,7 +27,8 @@ def _kernel(add: Any = None) -> Any:
 def test_modelled_steps_are_the_measured_ones() -> None:
     assert mma_hopper.covers([(True, "e4m3", "e4m3"), (False, "bf16", "bf16")])
     assert not mma_hopper.covers([(False, "e4m3", "e4m3")])  # measured through wgmma only
-    assert not mma_hopper.covers([(True, "tf32", "tf32")])
+    assert mma_hopper.covers([(True, "tf32", "tf32")])
+    assert not mma_hopper.covers([(False, "tf32", "tf32")])  # mma.sync: not measured
     assert not mma_hopper.covers([(True, "e4m3", "e5m2")])
     assert not mma_hopper.covers([])
 
