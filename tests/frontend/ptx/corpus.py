@@ -9,6 +9,7 @@ import numpy as np
 
 CORPUS = Path(__file__).resolve().parents[2] / "ir" / "text" / "ptx" / "ptx_corpus"
 NVCC_PTX = CORPUS / "kernels_sm80.ptx"
+TRITON_PTX = CORPUS / "triton_matmul_sm90a.ptx"
 
 
 def line_of(text: str, needle: str, start: int = 0) -> int:

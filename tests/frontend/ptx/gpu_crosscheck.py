@@ -7,7 +7,10 @@ Installed by ``tests/frontend/ptx/conftest.py`` when ``TESSERA_GPU_CROSSCHECK=1`
 for the device's architecture (``sm_80`` PTX runs on later GPUs so). Integer outputs
 and those of exactly rounded float instructions must agree bit for bit; arrays that a
 kernel computes with ``mma``/``wgmma`` (whose internal precision hardware does not
-specify) or approximate instructions are compared within ``rtol``, listed per kernel.
+specify) or approximate instructions are compared within ``rtol``, listed per kernel;
+on a Hopper GPU a kernel run under the exact convention whose tensor-core steps the
+measured model covers is run again under it (``tensor_cores="hopper"``) and compared
+bit for bit, and steps it does not cover are compared within :data:`UNMODELLED`.
 Atomics return old values in an order the GPU does not fix: the arguments of
 ``UNORDERED`` are compared as multisets. Kernels with module variables run on the CPU
 only (the GPU side would need ``cuModuleGetGlobal``). This module holds no tests.
@@ -23,6 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch import mma_hopper
+
+#: relative tolerance of tensor-core steps the Hopper model does not cover (tf32
+#: mma.sync, e5m2): an f32 ulp or two of truncation per step
+UNMODELLED = 1e-5
 #: kernel -> arguments holding atomics' old values (equal as multisets)
 UNORDERED = {"ptx_ops": (3,)}
 #: kernels whose float results may differ from the interpreter's in the last bits
@@ -82,9 +90,19 @@ def install() -> None:
             raise
         if self.ir.globals:
             return
+        steps = _tensor_core_steps(self.ir)
+        pristine = copy.deepcopy(before)
         _gpu_run(self, grid, block, before, shared_bytes)
         tol = APPROXIMATE.get(self.name)
         record = {"kernel": self.name, "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+        if steps and _on_hopper() and mma_hopper.covers(steps) and \
+                kw.get("tensor_cores", "exact") == "exact":
+            # the hardware's own sums: the CPU runs again under the measured model
+            original(self, grid, block, pristine, shared_bytes, check_races,
+                     **{**kw, "tensor_cores": "hopper"})
+            args, tol, record["model"] = pristine, None, "hopper"
+        elif steps and not mma_hopper.covers(steps):
+            tol = tol or UNMODELLED
         bitwise = True
         for k, (want, got) in enumerate(zip(args, before)):
             want = getattr(want, "array", want)
@@ -113,6 +131,20 @@ def install() -> None:
 
     run.crosschecked = True  # type: ignore[attr-defined]
     api.PtxKernel.run = run  # type: ignore[method-assign]
+
+
+def _tensor_core_steps(kernel: Any) -> list[tuple[bool, str, str]]:
+    """``(is_wgmma, A format, B format)`` of each tensor-core instruction of a PTX
+    kernel (:func:`tessera.arch.mma_hopper.covers`' argument)."""
+    return [(instr.op.name == "ptx.wgmma", str(instr.op.atype), str(instr.op.btype))
+            for block in kernel.blocks for ptx in block.body for instr in ptx.instrs
+            if hasattr(instr.op, "atype")]
+
+
+def _on_hopper() -> bool:
+    from tessera.backend.ptx.driver.launch import device_compute_capability
+
+    return device_compute_capability()[0] == 9
 
 
 def _log(record: dict[str, Any]) -> None:

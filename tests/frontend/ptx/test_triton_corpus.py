@@ -12,9 +12,8 @@ import pytest
 
 import tessera as ts
 from tessera.interp.target import TargetFault
-from tests.frontend.ptx.corpus import CORPUS
+from tests.frontend.ptx.corpus import TRITON_PTX
 
-TRITON_PTX = CORPUS / "triton_matmul_sm90a.ptx"
 SHARED = 24576  # Triton's metadata: shared bytes of this configuration
 rng = np.random.default_rng(9)
 
