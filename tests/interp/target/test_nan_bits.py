@@ -226,7 +226,9 @@ def test_cvt_of_a_nan_writes_the_destinations_canonical_nan(
     elif to == frm:
         assert _bits(got) == _bits(x)
     else:
-        assert _bits(got) == _bits(x.astype(FORMATS[to][3]))
+        with np.errstate(invalid="ignore"):  # NumPy warns on signalling NaNs
+            want = x.astype(FORMATS[to][3])
+        assert _bits(got) == _bits(want)
 
 
 @settings(max_examples=10, deadline=None)

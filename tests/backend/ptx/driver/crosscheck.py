@@ -150,7 +150,7 @@ def _unclaimed(fn: Any, kw: dict[str, Any]) -> str | None:
     the kernel ran with its race check off (a racy kernel's bits are the schedule's),
     its float atomics or atomics' returned values follow the hardware's order (the
     interpreter applies them in thread order), or its tensor-core steps are of a kind
-    whose hardware accumulation is not modelled (tf32, e4m3 ``mma.sync``, e5m2)."""
+    whose hardware accumulation is not modelled (tf32 and e4m3 ``mma.sync``, e5m2)."""
     from tessera.ir.core import walk
 
     if not kw.get("check_races", True):
