@@ -80,6 +80,7 @@ def install() -> None:
     def run(self: Any, grid: Any = 1, block: Any = 1, args: Any = (), shared_bytes: int = 0,
             check_races: bool = True, **kw: Any) -> None:
         from tessera.errors import TesseraError, user_location
+        from tessera.frontend.kernel.backends.launch import device_target
 
         before = copy.deepcopy(list(args))
         try:
@@ -95,7 +96,7 @@ def install() -> None:
         _gpu_run(self, grid, block, before, shared_bytes)
         tol = APPROXIMATE.get(self.name)
         record = {"kernel": self.name, "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
-        if steps and _on_hopper() and mma_hopper.covers(steps) and \
+        if steps and device_target() == "sm_90a" and mma_hopper.covers(steps) and \
                 kw.get("tensor_cores", "exact") == "exact":
             # the hardware's own sums: the CPU runs again under the measured model
             original(self, grid, block, pristine, shared_bytes, check_races,
@@ -134,17 +135,11 @@ def install() -> None:
 
 
 def _tensor_core_steps(kernel: Any) -> list[tuple[bool, str, str]]:
-    """``(is_wgmma, A format, B format)`` of each tensor-core instruction of a PTX
-    kernel (:func:`tessera.arch.mma_hopper.covers`' argument)."""
-    return [(instr.op.name == "ptx.wgmma", str(instr.op.atype), str(instr.op.btype))
-            for block in kernel.blocks for ptx in block.body for instr in ptx.instrs
-            if hasattr(instr.op, "atype")]
+    """The tensor-core steps of a PTX kernel (``tensor_core_steps`` of its instructions)."""
+    from tessera.frontend.kernel.backends.check import tensor_core_steps
 
-
-def _on_hopper() -> bool:
-    from tessera.backend.ptx.driver.launch import device_compute_capability
-
-    return device_compute_capability()[0] == 9
+    return tensor_core_steps(instr for block in kernel.blocks for ptx in block.body
+                             for instr in ptx.instrs)
 
 
 def _log(record: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ interpreter predicts under that model; other GPU results are compared within
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -162,15 +163,20 @@ def _both_nan(r: np.ndarray, g: np.ndarray) -> np.ndarray:
         return np.zeros(r.shape, bool)
 
 
+def tensor_core_steps(instrs: Iterable[Any]) -> list[tuple[bool, str, str]]:
+    """``(is_wgmma, A format, B format)`` of each tensor-core instruction among Target IR
+    ``instrs`` (:func:`tessera.arch.mma_hopper.covers`' argument)."""
+    return [(instr.op.name == "ptx.wgmma", str(instr.op.atype), str(instr.op.btype))
+            for instr in instrs if hasattr(instr.op, "atype")]
+
+
 def hopper_modelled(fn: Any) -> bool:
     """Whether a Target IR kernel has tensor-core steps and Hopper's measured
     accumulation (:mod:`tessera.arch.mma_hopper`) covers every one of them."""
     from tessera.arch import mma_hopper
     from tessera.ir.core import walk
 
-    return mma_hopper.covers((instr.op.name == "ptx.wgmma", str(instr.op.atype),
-                              str(instr.op.btype))
-                             for instr in walk(fn.body) if hasattr(instr.op, "atype"))
+    return mma_hopper.covers(tensor_core_steps(walk(fn.body)))
 
 
 def _hopper_reference(kernel: Any, args: tuple[Any, ...], target: str | None,
@@ -191,4 +197,5 @@ def _hopper_reference(kernel: Any, args: tuple[Any, ...], target: str | None,
                                            tensor_cores="hopper", **launch_kw))
 
 
-__all__ = ["check_against_reference", "hopper_modelled", "longest_reduction", "tolerance"]
+__all__ = ["check_against_reference", "hopper_modelled", "longest_reduction",
+           "tensor_core_steps", "tolerance"]

@@ -124,12 +124,12 @@ def _ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndar
     return m.shared.slots(flat[:, 0])  # one per 8 bytes, as _mbar's arrays
 
 
-def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> None:
+def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray,
+                   slots: np.ndarray) -> None:
     """Fault when a thread uses an mbarrier another thread initialised with no ``bar.sync``
     (nor named barrier of both, :func:`.barriers.unseen`) since: nothing orders the init
     before the use (PTX ISA, "mbarrier.init"); threads in lockstep, thread 0 first, would
-    run as if it were always seen. The caller's :func:`_ids` has checked the addresses."""
-    slots = m.shared.slots(m.cta[act] * m.shared.size + addr.astype(np.int64) - m.shared.base)
+    run as if it were always seen. ``slots``: the barriers' :func:`_ids`."""
     by = m.shared.init_by[slots]
     bad = unseen(m, slots, act, (by >= 0) & (by != act))
     if bad.any():
@@ -178,7 +178,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
         value: TmaValue = fr.regs[tm]
         t = value.tmap
         ids = _ids(m, instr, act, fr.regs[bar][act])
-        _check_visible(m, instr, act, fr.regs[bar][act])
+        _check_visible(m, instr, act, fr.regs[bar][act], ids)
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
@@ -318,17 +318,17 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
                                   m.failer(instr, act))
             m.shared.land(flat, np.zeros(flat.shape, np.uint8))
-            note_init(m, m.shared.slots(flat[:, 0]), act)  # seen by others after bar.sync
+            note_init(m, ids, act)  # seen by others after bar.sync
             _tracked(m, instr, act, ids, mb.init, ids, op.count)
             m.mbar_tx[:, ids] = 0
         elif isinstance(op, target_async.MbarrierArrive):
-            _check_visible(m, instr, act, fr.regs[a][act])
+            _check_visible(m, instr, act, fr.regs[a][act], ids)
             if op.tx:
                 add_at(m.mbar_tx[0], ids, op.tx)
             note_arrivals(m, ids, act)
             _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
         else:
-            _check_visible(m, instr, act, fr.regs[a][act])
+            _check_visible(m, instr, act, fr.regs[a][act], ids)
             _tracked(m, instr, act, ids, mb.inval, ids)
     return step
 
@@ -343,7 +343,7 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         if not len(act):
             return
         ids = _ids(m, instr, act, fr.regs[a][act])
-        _check_visible(m, instr, act, fr.regs[a][act])
+        _check_visible(m, instr, act, fr.regs[a][act], ids)
         mb = _mbar(m)
         parity = fr.regs[p][act].astype(np.int64)
         # A wait on a phase that already completed returns at once (a stale parity lets

@@ -29,6 +29,7 @@ an ``if`` are merged pessimistically.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tessera.errors import IRVerifyError
@@ -105,9 +106,7 @@ class _Provenance:
     from: through arithmetic to ``ptx.shared`` results, a loop-carried value through
     its initial and yielded values, :data:`ANY` for anything else (a loaded pointer)."""
 
-    def __init__(self, fn: Function, reads_only: bool = False) -> None:
-        #: check only that wgmma results are read after their group is retired
-        self.reads_only = reads_only
+    def __init__(self, fn: Function) -> None:
         self.loops: dict[Block, Instr] = {}
         for instr in walk(fn.body):
             if isinstance(instr.op, (For, While)):
@@ -154,18 +153,23 @@ def _touches(st: _State, used: frozenset[str]) -> bool:
     return bool(st.dirty) and (ANY in st.dirty or ANY in used or bool(st.dirty & used))
 
 
-def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
+def _reads(instr: Instr, st: _State) -> _State:
+    """The rule on wgmma results alone: fail at a read of one still in flight, and
+    track the groups."""
     op = instr.op
-    flying = st.in_flight()
     if not isinstance(op, (Wgmma, WgmmaCommit, WgmmaWait, WgmmaFence)):
+        flying = st.in_flight()
         for v in instr.operands:
             if v in flying:
                 _fail(instr, f"{op.name} reads a wgmma accumulator before wgmma.wait_group "
                       "retires it", "commit the wgmma group and wait for it "
                       "(wgmma.commit_group; wgmma.wait_group 0) before reading results")
-    st = _track_groups(instr, st)
-    if prov.reads_only:
-        return st
+    return _track_groups(instr, st)
+
+
+def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
+    op = instr.op
+    st = _reads(instr, st)
     if isinstance(op, WgmmaFence):
         st.fenced = True
     elif isinstance(op, Wgmma):
@@ -226,27 +230,30 @@ def _carry(instr: Instr, st: _State, dsts: list[list[Value]]) -> _State:
     return st
 
 
-def _walk(block: Block, st: _State, prov: _Provenance,
+Step = Callable[[Instr, _State], _State]
+
+
+def _walk(block: Block, st: _State, step: Step,
           dsts: list[list[Value]] | None = None) -> _State:
     for instr in block.instrs:
         op = instr.op
         if isinstance(op, If):
             out = [[r] for r in instr.results]
-            st = _walk(instr.regions[0].block, st.copy(), prov, out).merge(
-                _walk(instr.regions[1].block, st.copy(), prov, out))
+            st = _walk(instr.regions[0].block, st.copy(), step, out).merge(
+                _walk(instr.regions[1].block, st.copy(), step, out))
         elif isinstance(op, For):
             body = instr.regions[0].block
             out = [[a, r] for a, r in zip(body.args[1:], instr.results)]
-            once = _walk(body, st.copy(), prov, out)
-            st = st.merge(_walk(body, st.merge(once), prov, out))
+            once = _walk(body, st.copy(), step, out)
+            st = st.merge(_walk(body, st.merge(once), step, out))
         elif isinstance(op, While):
             for region in instr.regions:
-                once = _walk(region.block, st.copy(), prov)
-                st = st.merge(_walk(region.block, st.merge(once), prov))
+                once = _walk(region.block, st.copy(), step)
+                st = st.merge(_walk(region.block, st.merge(once), step))
         elif op.terminator and dsts is not None:
             st = _carry(instr, st, dsts)
         else:
-            st = _step(instr, st, prov)
+            st = step(instr, st)
     return st
 
 
@@ -269,8 +276,13 @@ def check_kernel(fn: Function, *, reads_only: bool = False) -> None:
     checks the one rule whose breach no run can show (a kernel's IR computes every
     ``wgmma`` at once, and ptxas inserts the missing wait on its own): every ``wgmma``
     result is read after a ``wgmma.wait_group`` retires its group."""
-    if _has_ruled(fn.body):
-        _walk(fn.body, _State(), _Provenance(fn, reads_only))
+    if not _has_ruled(fn.body):
+        return
+    if reads_only:
+        _walk(fn.body, _State(), _reads)
+    else:
+        prov = _Provenance(fn)
+        _walk(fn.body, _State(), lambda instr, st: _step(instr, st, prov))
 
 
 __all__ = ["check_kernel"]
