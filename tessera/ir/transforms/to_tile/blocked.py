@@ -112,9 +112,7 @@ def zero_outside(em: Emitter, v: Value, tile: Value, instr: Instr) -> Value:
     a ragged block: unchanged outside a carried reduction."""
     if not em.carry:
         return tile
-    starts = [em.starts[loop] if loop is not None else em.index(0)
-              for loop in (em.loop_of.get((v, k)) for k in range(_type(v).rank))]
-    loops = [em.loop_of.get((v, k)) for k in range(_type(v).rank)]
+    starts, _, loops = edges.window(em, v)
     mask = edges.window_mask(em, v, starts, tuple(_type(tile).shape), loops, instr)
     if mask is None:
         return tile

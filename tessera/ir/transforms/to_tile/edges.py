@@ -103,24 +103,37 @@ def _other(em: Emitter, mem: Value) -> Value:
     return em.full(TensorType((), t.element), 0)
 
 
+def load_window(em: Emitter, mem: Value, starts: Sequence[Value], shape: tuple[int, ...],
+                mask: Value | None, at: Instr | None = None) -> Value:
+    """The ``shape`` window of ``mem`` at ``starts``: a plain load, or where ``mask`` is
+    given a masked one (zeros outside it)."""
+    if mask is None:
+        (view,) = em.create(tm.View(shape), [mem, *starts], at)
+        return em.create(tm.Load(), [view], at)[0]
+    return em.create(tm.MaskedLoad(shape), [mem, *starts, mask, _other(em, mem)], at)[0]
+
+
+def store_window(em: Emitter, mem: Value, starts: Sequence[Value], shape: tuple[int, ...],
+                 tile: Value, mask: Value | None, at: Instr | None = None) -> None:
+    """Store ``tile`` into the ``shape`` window of ``mem`` at ``starts`` (where ``mask``
+    is given, its elements inside the mask only)."""
+    if mask is None:
+        (view,) = em.create(tm.View(shape), [mem, *starts], at)
+        em.create(tm.Store(), [view, tile], at)
+    else:
+        em.create(tm.MaskedStore(shape), [mem, *starts, tile, mask], at)
+
+
 def load(em: Emitter, mem: Value, v: Value) -> Value:
     """This program's tile of the operand ``v`` from its memory ``mem``."""
     starts, shape, loops = window(em, v)
-    mask = window_mask(em, v, starts, shape, loops)
-    if mask is None:
-        return em.create(tm.Load(), [em.view(mem, v)])[0]
-    op = tm.MaskedLoad(shape)
-    return em.create(op, [mem, *starts, mask, _other(em, mem)])[0]
+    return load_window(em, mem, starts, shape, window_mask(em, v, starts, shape, loops))
 
 
 def store(em: Emitter, mem: Value, v: Value, tile: Value) -> None:
     """Store this program's ``tile`` of the result ``v`` into ``mem``."""
     starts, shape, loops = window(em, v)
-    mask = window_mask(em, v, starts, shape, loops)
-    if mask is None:
-        em.create(tm.Store(), [em.view(mem, v), tile])
-        return
-    em.create(tm.MaskedStore(shape), [mem, *starts, tile, mask])
+    store_window(em, mem, starts, shape, tile, window_mask(em, v, starts, shape, loops))
 
 
 def stage(em: Emitter, buf: Value, mem: Value, v: Value, starts: Sequence[Value],
@@ -133,9 +146,9 @@ def stage(em: Emitter, buf: Value, mem: Value, v: Value, starts: Sequence[Value]
         view = em.create(tm.View(shape), [mem, *starts], instr)[0]
         em.create(tm.CpAsync(), [buf, view], instr)
         return
-    (tile,) = em.create(tm.MaskedLoad(shape), [mem, *starts, mask, _other(em, mem)], instr)
-    em.create(tm.Store(), [buf, tile], instr)
+    em.create(tm.Store(), [buf, load_window(em, mem, starts, shape, mask, instr)], instr)
 
 
-__all__ = ["axis_mask", "edge_tile", "load", "stage", "store", "tile_count", "window",
+__all__ = ["axis_mask", "edge_tile", "load", "load_window", "stage", "store", "store_window",
+           "tile_count", "window",
            "window_mask"]

@@ -32,7 +32,6 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
-from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.schedule.tile import pow2
 from tessera.ir.transforms.to_tile import edges
 from tessera.ir.transforms.to_tile.int_tiles import tensor_core_tiles
@@ -112,8 +111,9 @@ def build_slices(instr: Instr, name: str, params: Sequence[str], partials: str
     em = kernels.Emitter(body, space.loop_of, tiles, mm.loc)
     em.extents = tuple(space.extents)
     mems = {a: body.add_arg(kernels.gmem(a.type), p) for a, p in zip(region.args, params)}
-    mem_p = body.add_arg(tile_ops.MemRefType("global", tuple(partials_type(instr).shape),
-                                             partials_type(instr).element), partials)
+    held = partials_type(instr)
+    mem_p = body.add_arg(tile_ops.MemRefType("global", tuple(held.shape), held.element),
+                         partials)
     coords = kernels.place(em, counts, grid_loops)
     (k_loop,) = space.contracted
     # (the schedule's K tiles, which split divides; the tensor cores may step in halves)
@@ -124,11 +124,7 @@ def build_slices(instr: Instr, name: str, params: Sequence[str], partials: str
     starts, shape, mask = _partial_window(em, mm.results[0], coords[-1])
     if len(shape) != 2:
         (acc,) = em.create(tc.Reshape(shape), [acc], mm)
-    if mask is None:
-        (view,) = em.create(tm.View(shape), [mem_p, *starts], mm)
-        em.create(tm.Store(), [view, acc], mm)
-    else:
-        em.create(tm.MaskedStore(shape), [mem_p, *starts, acc, mask], mm)
+    edges.store_window(em, mem_p, starts, shape, acc, mask, mm)
     em.create(tile_ops.Return(), [])
     grid = kernels.grid_of(counts)
     fn = Function(name, body, [], kind=tile_ops.KERNEL, loc=instr.loc,
@@ -144,14 +140,9 @@ def combine(em: Emitter, mm: Instr, mem_p: Value, split: int) -> Value:
     accum = mem_p.type.element  # type: ignore[attr-defined]
     out = mm.results[0]
     acc: Value | None = None
-    other = em.full(TensorType((), accum), 0)
     for s in range(split):
         starts, shape, mask = _partial_window(em, out, em.index(s))
-        if mask is None:
-            (view,) = em.create(tm.View(shape), [mem_p, *starts], mm)
-            (part,) = em.create(tm.Load(), [view], mm)
-        else:
-            (part,) = em.create(tm.MaskedLoad(shape), [mem_p, *starts, mask, other], mm)
+        part = edges.load_window(em, mem_p, starts, shape, mask, mm)
         acc = part if acc is None else em.create(tc.Add(), [acc, part], mm)[0]
     assert acc is not None
     if len(shape) != 2:
