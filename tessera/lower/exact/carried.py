@@ -31,6 +31,7 @@ Any other f64 sum is refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 
@@ -183,12 +184,15 @@ def _rounded(low: Lowerer, v: Value, acc: SharedAcc, divisor: int, grid: Grid) -
     e = low.em
     results = e.add(acc.base, e.const(acc.size, "u32"), "u32")
     round_rows(low, acc, results, _tensor(v).element, divisor, grid.quantum)
+    return value_in_layout(low, v, acc.rows, _slot_reader(results), "f32")
 
+
+def _slot_reader(results: Value) -> Callable[[TargetEmitter, Value], Value]:
+    """Loads element ``row``'s rounded value from the f32 slots at ``results``."""
     def read(em: TargetEmitter, row: Value) -> Value:
         off = em.cvt(em.mul(row, em.const(4, "s32"), "s32"), "u32", "s32")
         return em.ld("shared", em.add(results, off, "u32"), "f32")
-
-    return value_in_layout(low, v, acc.rows, read, "f32")
+    return read
 
 
 def round_carried(low: Lowerer, v: Value, base: Value, grid: Grid) -> Lowered:
@@ -214,9 +218,7 @@ def carried_reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowe
         parts, cols, step = _terms(low, instr, args[0], grid)
         results, acc = exact_row_sums(low, parts, rows, cols, _tensor(res).element, op.count,
                                       (grid.digits, grid.quantum), step)
-        return [value_in_layout(low, res, rows, lambda em, row: em.ld(
-            "shared", em.add(results, em.cvt(em.mul(row, em.const(4, "s32"), "s32"), "u32",
-                                             "s32"), "u32"), "f32"), "f32")]
+        return [value_in_layout(low, res, rows, _slot_reader(results), "f32")]
     root = members[res if op.kind == "sum" else acc_v]
     grid = grids[root]
     acc = SharedAcc(bufs[root], rows, grid.digits)
