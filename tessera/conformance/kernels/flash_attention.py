@@ -43,8 +43,11 @@ def _kv_block(smem_q, smem_k, smem_v, K, V, kv_block, q_block, acc, m_i, l_i, ma
     alpha = ts.tile.exp(m_i - m_i_new)
     p = ts.tile.exp(scores - m_i_new)
     l_i = alpha * l_i + ts.tile.row_sum(p)
-    # P in the format of V, as tensor cores multiply it (FlashAttention-2 does the same)
-    acc = alpha * acc + ts.tile.mma(ts.tile.cast(p, ts.bf16), smem_v)
+    # P in the format of V, as tensor cores multiply it (FlashAttention-2 does the same);
+    # the rescaled accumulator is the product's C operand, so P V adds into it once
+    # rounded instead of being rounded, then added (Triton's tutorial and FlashAttention-3
+    # accumulate the same way; on a GPU it saves an add per output element and block)
+    acc = ts.tile.mma(ts.tile.cast(p, ts.bf16), smem_v, alpha * acc)
     ts.tile.barrier()  # every tile is done with smem_k/smem_v before the next copy
     return acc, m_i_new, l_i
 

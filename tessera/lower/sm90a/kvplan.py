@@ -163,7 +163,8 @@ def _match_loop(loop: Instr, allocs: dict[Value, Instr]) -> tuple[KvLoop, Value,
     q_buf = _through(qk.operands[0], (tile_memory.Load,))
     a_owner = _owner(pv.operands[0])
     if (k_buf not in allocs or v_buf not in allocs or q_buf not in allocs
-            or len({k_buf, v_buf, q_buf}) != 3 or len(qk.operands) != 2 or len(pv.operands) != 2
+            or len({k_buf, v_buf, q_buf}) != 3 or len(qk.operands) != 2
+            or len(pv.operands) not in (2, 3)
             or a_owner is None or isinstance(a_owner.op, tile_memory.Load)):
         return None
     by_dst = {c.operands[0]: c for c in copies}
