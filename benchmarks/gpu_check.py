@@ -58,8 +58,15 @@ GEMMS = [  # (target, M=N=K, tile, launch configuration), the most telling first
     ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
 ]
 ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration])
-    # warp-specialised (FlashAttention-3's CTA): 2 consumer warpgroups of 64 query rows
-    # and a producer warpgroup
+    # FlashAttention-3's shape: 2 consumer warpgroups of 64 query rows, each holding P of
+    # a 64x128 block in registers (setmaxnreg 240), and a producer warpgroup
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast",
+     {"num_warps": 12, "BLOCK_N": 128, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    # 64x64 blocks: warp-specialised (FlashAttention-3's CTA): 2 consumer warpgroups of
+    # 64 query rows and a producer warpgroup
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12}),
     ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12}),
     ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12}),
@@ -173,8 +180,9 @@ def run_attention(target: str, bh: int, seq: int, d: int, block: int, causal: bo
     row: dict[str, Any] = {"kernel": f"flash attention bf16, {mode}"
                            + (", causal" if causal else ""),
                            "target": target, "shape": f"BH={bh} S={seq} D={d}",
-                           "tile": f"{block}x{block}" + "".join(
-                               f" {k}={v}" for k, v in (extra or {}).items())}
+                           "tile": f"{config['BLOCK_M']}x{config['BLOCK_N']}" + "".join(
+                               f" {k}={v}" for k, v in (extra or {}).items()
+                               if k != "BLOCK_N")}
     launch = {"is_causal": causal, "config": config}
     compiled, info = _compiled(fa, (q, k, v), target, mode=mode, **launch)
     row.update(info)

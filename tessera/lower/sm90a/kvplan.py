@@ -40,7 +40,13 @@ from tessera.ir.dialects.tile import For as TileFor
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
-from tessera.lower.sm90a.warpspec import CONSUMER_REGS, SHARED_BUDGET, config_of, schedule_of
+from tessera.lower.sm90a.warpspec import (
+    CONSUMER_REGS,
+    PRODUCER_REGS,
+    SHARED_BUDGET,
+    config_of,
+    schedule_of,
+)
 from tessera.lower.tiles import THREADS
 from tessera.lower.values import ptx_elem
 
@@ -58,10 +64,23 @@ OVERLAP_THREAD_REGS = (168, 256)
 #: ``setmaxnreg``, by head dimension up to 64 / 128: the highest register ptxas 13.5
 #: allocates after ``setmaxnreg.inc`` (SASS of 64x64 blocks, causal or not, fast mode)
 #: is R144 to R155 (D=64) and R189 to R191 (D=128): capped, ptxas packs tighter than
-#: the one-warpgroup kernel's 251 to 253
+#: the one-warpgroup kernel's 251 to 253. 64x128 blocks (:data:`SPLIT_OVERLAP_VALUES`)
+#: fill the cap: R229 to R237 under 240 and R229 under 232, without spilling
 SPLIT_OVERLAP_REGS = (160, 200)
 #: an SM's shared memory and registers (H100: 228 KiB, 1 KiB of it reserved per CTA)
 SM_SHARED, SM_REGS = 228 * 1024, 65536
+#: registers a thread of a warp-specialised attention CTA takes under ``setmaxnreg``,
+#: (producer, consumer) by consumer count: two consumers take FlashAttention-3's 24/240
+#: split (2 * 240 + 24 registers of 128 threads fit the 64K register file; ptxas 13.5
+#: assembles the overlapped order of 64x128 blocks at D=128 in 240 without spilling,
+#: and spills 40 bytes in 232), one the GEMM pipeline's 40/232
+ATTENTION_REGS = {1: (PRODUCER_REGS, CONSUMER_REGS), 2: (24, 240)}
+#: ``P`` values a consumer thread holds as wgmma's register A: a 64x128 block (the
+#: one-warpgroup kernel holds :data:`~tessera.lower.sm90a.mma.REGISTER_A_VALUES`)
+SPLIT_REGISTER_A = 64
+#: f32 values of two score tiles and the output accumulator a consumer thread of the
+#: overlapped order may hold at once: 64x128 blocks at D=128 (ptxas 13.5, 240 registers)
+SPLIT_OVERLAP_VALUES = 192
 
 
 @dataclass(frozen=True)
@@ -102,6 +121,11 @@ class KvPlan:
     def threads(self) -> int:
         """Threads of the CTA: 128, or the consumers and the producer warpgroup."""
         return THREADS * (self.consumers + 1) if self.consumers else THREADS
+
+    @property
+    def regs(self) -> tuple[int, int]:
+        """Registers a thread of the producer and of a consumer take (``setmaxnreg``)."""
+        return ATTENTION_REGS[self.consumers]
 
     @property
     def block_bytes(self) -> int:
@@ -289,7 +313,7 @@ def split_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
     key blocks in the same order (:func:`tessera.lower.sm90a.kvorder.sharing_problem`)."""
     from tessera.lower.sm90a.kvorder import sharing_problem
 
-    if bm != 64 or bm * bn // THREADS > 32 or bm * d // THREADS > 64:
+    if bm != 64 or bm * bn // THREADS > SPLIT_REGISTER_A or bm * d // THREADS > 64:
         return (f"a consumer warpgroup holds a 64-row tile with P in registers, not a "
                 f"{bm}x{bn} tile at D={d}")
     return sharing_problem(fn, loops, consumers, aligned=bn == bm, equal=pingpong)
@@ -330,7 +354,7 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
         if why_one is not None:
             consumers = 0
     why = (overlap_problem(bm, bn, d, stages) if not consumers
-           else split_overlap_problem(bm, bn, d))
+           else split_overlap_problem(bm, bn, d, consumers))
     if why is None and not config.get("register_a", True):
         why = "config register_a=False stages P through shared memory"
     if why is None and not config.get("overlap_softmax", True):
@@ -345,18 +369,18 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
     return plan
 
 
-def split_overlap_problem(bm: int, bn: int, d: int) -> str | None:
+def split_overlap_problem(bm: int, bn: int, d: int, consumers: int) -> str | None:
     """Why a consumer warpgroup does not overlap the next scores with the softmax (None
     when it does): the overlapped order's registers must fit the consumer's
     ``setmaxnreg`` share (one CTA fills the SM either way)."""
     s_regs, o_regs = bm * bn // THREADS, bm * d // THREADS
-    if 2 * s_regs + o_regs > OVERLAP_REGS:
+    if 2 * s_regs + o_regs > SPLIT_OVERLAP_VALUES:
         return (f"two {bm}x{bn} score tiles and a {bm}x{d} accumulator are "
-                f"{2 * s_regs + o_regs} f32 values a thread, over {OVERLAP_REGS}")
+                f"{2 * s_regs + o_regs} f32 values a thread, over {SPLIT_OVERLAP_VALUES}")
     regs = SPLIT_OVERLAP_REGS[0 if d <= 64 else 1]
-    if regs > CONSUMER_REGS:
-        return (f"registers: about {regs} a thread, over a consumer warpgroup's "
-                f"{CONSUMER_REGS}")
+    have = ATTENTION_REGS[consumers][1]
+    if regs > have:
+        return f"registers: about {regs} a thread, over a consumer warpgroup's {have}"
     return None
 
 

@@ -6,8 +6,8 @@ program, unchanged, for query tile ``C * ctaid.x + w`` (its 64 query rows; ``C =
 makes the CTA's 128-row query tile); the last warpgroup is the producer: one elected
 thread loads every key block into the K/V ring (:mod:`tessera.lower.sm90a.kvring`),
 so the consumers only wait, compute and release. ``setmaxnreg`` gives the producer's
-registers to the consumers (:data:`~tessera.lower.sm90a.warpspec.PRODUCER_REGS`,
-:data:`~tessera.lower.sm90a.warpspec.CONSUMER_REGS`), as the GEMM's pipeline does::
+registers to the consumers (:attr:`~tessera.lower.sm90a.kvplan.KvPlan.regs`: two
+consumers take FlashAttention-3's 240, one the GEMM pipeline's 232)::
 
     all threads:  thread 0 inits full_k/v[s] (1), empty_k/v[s] (128 C); bar.sync
     producer (elected thread)                consumer warpgroup w (tile C*ctaid.x + w)
@@ -42,11 +42,10 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.kvplan import KvPlan
+from tessera.lower.sm90a.kvplan import SPLIT_REGISTER_A, KvPlan
 from tessera.lower.sm90a.kvring import EMPTY_K, EMPTY_V, KvRing, alloc_rules, index_slice, make_ring
 from tessera.lower.sm90a.mma import RING
 from tessera.lower.sm90a.tma import init_barriers
-from tessera.lower.sm90a.warpspec import CONSUMER_REGS, PRODUCER_REGS
 from tessera.lower.tiles import THREADS
 from tessera.lower.values import Lowered
 
@@ -89,9 +88,10 @@ class WarpgroupEmitter(TargetEmitter):
                  lambda t: t.op(Bar(FIRST_BARRIER + 1, THREADS)) and None)
 
 
-def entry_regs(consumers: int) -> int:
+def entry_regs(plan: KvPlan) -> int:
     """``.maxnreg`` at launch: the producer's release covers the consumers' growth."""
-    need = (consumers * CONSUMER_REGS + PRODUCER_REGS) / (consumers + 1)
+    producer, consumer = plan.regs
+    need = (plan.consumers * consumer + producer) / (plan.consumers + 1)
     return -(-int(need) // 8) * 8
 
 
@@ -104,7 +104,7 @@ def split_cta(low: Lowerer, plan: KvPlan) -> None:
     assert geom is not None
     groups = geom.n_groups
     geom.ctas, geom.block = -(-groups // c), plan.threads
-    low.extra["maxnreg"] = entry_regs(c)
+    low.extra["maxnreg"] = entry_regs(plan)
     low.stack.append(e)
     try:
         rules = alloc_rules(plan)
@@ -126,14 +126,14 @@ def split_cta(low: Lowerer, plan: KvPlan) -> None:
     producer = e.setp("ge", tid, e.const(THREADS * c, "u32"), "u32")
     pblock, cblock = Block(), Block()
     pe = e.nested(pblock)
-    pe.op(SetMaxNReg(PRODUCER_REGS, inc=False))
+    pe.op(SetMaxNReg(plan.regs[0], inc=False))
     warp0 = pe.setp("lt", tid, pe.const(THREADS * c + 32, "u32"), "u32")
     pe.if_(warp0, lambda t: t.if_(t.op(Elect())[1],
                                   lambda u: _fill(low, u, ring, plan)) and None)
     pe.op(Yield())
 
     ce = e.nested(cblock)
-    ce.op(SetMaxNReg(CONSUMER_REGS, inc=True))
+    ce.op(SetMaxNReg(plan.regs[1], inc=True))
     index = ce.bin("shr", tid, ce.const(7, "u32"), "u32")
     wg = Warpgroup(index, ce.bin("and", tid, ce.const(THREADS - 1, "u32"), "u32"), c)
     cta = ce.cvt(ce.sreg("ctaid.x"), "s32", "u32")
@@ -151,6 +151,7 @@ def split_cta(low: Lowerer, plan: KvPlan) -> None:
         body = WarpgroupEmitter(cblock, wg, ce)
     low.ids["group"] = group
     low.extra["consumer_wg"] = wg
+    low.extra["register_a_values"] = SPLIT_REGISTER_A  # P of a 64x128 block stays in registers
     low.e = body
     low.extra["continuation"] = body  # the kernel ends in the consumer branch
     for instr in low.fn.body.instrs:  # the tile program's other buffers: one a consumer

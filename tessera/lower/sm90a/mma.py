@@ -259,6 +259,11 @@ def wgmma_rs_block(e: TargetEmitter, acc: Sequence[Value], a: list[list[Value]],
     return [v for blk in blocks for v in e.unpack(blk, "f32", half)]
 
 
+#: ``P`` values a thread holds as wgmma's register A when nothing says otherwise (a
+#: 64x64 block: the one-warpgroup attention kernel's registers allow no more)
+REGISTER_A_VALUES = 32
+
+
 def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
                regs: list[Value]) -> list[Value]:
     """``acc += P @ B`` with ``P`` in registers: ``P`` in the accumulator layout of a
@@ -270,9 +275,11 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     register_a = dict(low.fn.attrs.get("config", ())).get("register_a", True)
     width = b.rows if b_trans else b.cols
     # A's fragments stay live until the wgmma group retires, beside the product's
-    # accumulators and the caller's: past 32 P values and 64 accumulators a thread
-    # (a 64x64 P, a head dimension of 128) ptxas spills or halves occupancy
-    fits = rows * cols // THREADS <= 32 and rows * width // THREADS <= 64
+    # accumulators and the caller's: past REGISTER_A_VALUES P values and 64 accumulators
+    # a thread (a 64x64 P, a head dimension of 128) ptxas spills or halves occupancy; a
+    # consumer warpgroup with more registers says how many it holds
+    limit = low.extra.get("register_a_values", REGISTER_A_VALUES)
+    fits = rows * cols // THREADS <= limit and rows * width // THREADS <= 64
     if register_a and fits and b.elem in ("bf16", "f16") and rows % 64 == 0 and \
             cols % 16 == 0:
         frags = a_fragments(e, a.regs, rows, cols, b.elem)
@@ -285,5 +292,6 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     return wgmma_block(e, regs, box, b, b_trans=b_trans, atype=b.elem)
 
 
-__all__ = ["RING", "a_fragments", "operand_buffers", "ring_setup", "swizzle_span", "tma_commit",
-           "tma_copy", "tma_wait", "wgmma_regs", "wgmma_rs_block", "wgmma_smem"]
+__all__ = ["REGISTER_A_VALUES", "RING", "a_fragments", "operand_buffers", "ring_setup",
+           "swizzle_span", "tma_commit", "tma_copy", "tma_wait", "wgmma_regs", "wgmma_rs_block",
+           "wgmma_smem"]
