@@ -30,6 +30,7 @@ from tessera.ir.core import Block, Function, Instr, IRRegion, Op, Value, rule_de
 from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, TensorMapType, Yield
 from tessera.ir.dialects.tile import LaneId, MemRefType
 from tessera.ir.types import TensorType
+from tessera.lower import strength
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.values import Indexed, Lowered, Mem, Scalar, elem_bytes, reg_type
 
@@ -118,16 +119,16 @@ class Lowerer:
         self.geom = self._geometry()
         self._signature()
         if self.block_kernel:
+            from tessera.lower.exact.accplan import plan_exact
             from tessera.lower.layout import assign_layouts, is_integer_mma
             from tessera.lower.sm80.intmma import integer_tensor_cores
 
             int_cores = integer_tensor_cores(self.fn, self.target)
             self.layouts = assign_layouts(self.fn, int_cores)
-            from tessera.lower.exact.accplan import plan_exact
-
-            exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
-            # integer products too, unless their sums provably stay inside s32
-            exact = exact or (not int_cores and any(map(is_integer_mma, walk(self.fn.body))))
+            # exact products in a thread's loop, no tensor cores; integer products too,
+            # unless their sums provably stay inside s32
+            exact = plan_exact(self) or (not int_cores
+                                         and any(map(is_integer_mma, walk(self.fn.body))))
             self.extra["per_thread_mma"] = exact
             if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.kvloop import plan_kv
@@ -139,23 +140,22 @@ class Lowerer:
                     ring_setup(self)
             elif not exact:
                 from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
-
                 plan = plan_multistage(self.fn)
                 if plan is not None:
                     self.overrides.update(multistage_rules(plan))
-        from tessera.lower.exact import msetable
-
+        from tessera.lower.exact import msetable  # (it imports this module)
         msetable.plan(self)  # an mse's table of terms: deposited, not built
         g = self.geom
-        if g.packed and g.n_groups % g.block:
-            self._guarded_body(g.n_groups)
-        else:
-            outs = self.lower_block(self.fn.body, self.e)
-            # a warp-specialised kernel ends in its consumer branch
-            tail = self.extra.pop("continuation", None)
-            self._results(outs, tail or self.e)
-            if tail is not None:
-                tail.op(Yield())
+        with strength.threads(g.block):  # final now: the planning above set it
+            if g.packed and g.n_groups % g.block:
+                self._guarded_body(g.n_groups)
+            else:
+                outs = self.lower_block(self.fn.body, self.e)
+                # a warp-specialised kernel ends in its consumer branch
+                tail = self.extra.pop("continuation", None)
+                self._results(outs, tail or self.e)
+                if tail is not None:
+                    tail.op(Yield())
         attrs = {"target": self.target, "block": [self.geom.block],
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],

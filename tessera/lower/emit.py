@@ -94,6 +94,12 @@ class TargetEmitter:
         return self.one(Special(name))
 
     def bin(self, op: str, a: Value, b: Value, type: str, mode: str = "") -> Value:
+        if op in ("div", "rem") and not mode:  # by a constant: shifts, masks or folded
+            from tessera.lower.strength import divide
+
+            quick = divide(self, op, a, b, type)
+            if quick is not None:
+                return quick
         if mode == "" and type in ("f32", "f64") and op in ("add", "sub", "mul", "div"):
             mode = "rn"  # an explicit rounding mode: never contracted into fma
         if mode == "" and op == "mul" and type[0] in "us":
@@ -151,9 +157,12 @@ class TargetEmitter:
         self.op(Bar())
 
     # -- structured control flow
-    def _region(self, args: Sequence[Type], body: Body) -> tuple[IRRegion, list[Value]]:
+    def _region(self, args: Sequence[Type], body: Body,
+                made: Callable[[Block], None] | None = None) -> tuple[IRRegion, list[Value]]:
         block = Block()
         params = [block.add_arg(t) for t in args]
+        if made is not None:  # before the body is emitted
+            made(block)
         inner = self.nested(block)
         out = body(inner, *params) if params else body(inner)  # type: ignore[call-arg]
         inner.op(Yield(), list(out or []))
@@ -170,8 +179,10 @@ class TargetEmitter:
     def for_(self, lo: Value, hi: Value, step: Value, init: Sequence[Value],
              body: Callable[..., Sequence[Value] | None]) -> list[Value]:
         """``ptx.for``: ``body(emitter, index, *carried)`` returns the next carried."""
+        from tessera.lower.strength import mark_counting
+
         types = [RegType("s32"), *(v.type for v in init)]
-        region, _ = self._region(types, body)
+        region, _ = self._region(types, body, lambda block: mark_counting(block, lo, step))
         return self.op(For(), [lo, hi, step, *init], regions=[region])
 
     def while_(self, init: Sequence[Value], cond: Callable[..., Value],
