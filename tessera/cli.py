@@ -189,8 +189,9 @@ def cmd_ptx(args: argparse.Namespace) -> int:
         print(compiled.ptx, end="")
     if args.stats:
         _print_stats(compiled.name, args.arch, compiled.assemble().stats[compiled.name])
-        if compiled.kernel.attrs.get("kv_ring"):  # how the key/value blocks stream
-            print(f"{compiled.name}: {compiled.kernel.attrs['kv_ring']}", file=sys.stderr)
+        for key in ("kv_ring", "raster"):  # how K/V blocks stream, the CTAs' tile order
+            if compiled.kernel.attrs.get(key):
+                print(f"{compiled.name}: {compiled.kernel.attrs[key]}", file=sys.stderr)
     if args.estimate:
         from tessera.backend.ptx.estimate import estimate_compiled, format_estimate
 

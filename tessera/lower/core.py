@@ -14,7 +14,8 @@ Hardware mapping (docs/ptx-backend.md has the long form):
   warpgroups (:mod:`tessera.lower.sm90a.warpspec`); on sm_80 it becomes a multi-stage
   ``cp.async`` ring (:mod:`tessera.lower.sm80.pipeline`).
 
-CTA ``ctaid.x`` is the group's linear id (C order over the grid), ``ctaid.y`` the
+CTA ``ctaid.x`` is the group's linear id (C order over the grid; a pipelined GEMM's
+CTAs walk it in grouped order, :mod:`tessera.lower.geometry`), ``ctaid.y`` the
 batch index. Index arithmetic is 32-bit (tensors up to 2^31 elements).
 """
 
@@ -32,11 +33,11 @@ from tessera.ir.dialects.tile import LaneId, MemRefType
 from tessera.ir.types import TensorType
 from tessera.lower import strength
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.geometry import THREADS, CtaGeometry, geometry_of, grouped, raster_rows
 from tessera.lower.values import Indexed, Lowered, Mem, Scalar, elem_bytes, reg_type
 
 Rule = Callable[["Lowerer", Instr, list[Lowered]], Sequence[Lowered]]
 RULES: dict[type[Op], Rule] = {}
-THREADS = 128
 #: arguments start 256-byte aligned (cuMemAlloc; the Target IR interpreter does the same)
 GLOBAL_ALIGN = 256
 
@@ -66,22 +67,6 @@ def is_block_kernel(fn: Function) -> bool:
     """True when some register value of the kernel is a tensor (rank >= 1)."""
     return any(isinstance(v.type, TensorType) and v.type.rank > 0
                for i in walk(fn.body) for v in (*i.results, *i.operands))
-
-
-@dataclass
-class CtaGeometry:
-    """Launch geometry of the lowered kernel."""
-
-    grid: tuple[int, ...]  # Tessera grid of groups
-    group_size: int
-    batch: int
-    block: int  # threads per CTA
-    ctas: int  # CTAs along x
-    packed: bool  # several single-tile groups per CTA
-
-    @property
-    def n_groups(self) -> int:
-        return prod(self.grid)
 
 
 @dataclass
@@ -116,7 +101,7 @@ class Lowerer:
     # -- entry
     def lower(self) -> Function:
         """Build and return the Target IR kernel."""
-        self.geom = self._geometry()
+        self.geom = geometry_of(self.fn, self.block_kernel)
         self._signature()
         if self.block_kernel:
             from tessera.lower.exact.accplan import plan_exact
@@ -125,10 +110,9 @@ class Lowerer:
 
             int_cores = integer_tensor_cores(self.fn, self.target)
             self.layouts = assign_layouts(self.fn, int_cores)
-            # exact products in a thread's loop, no tensor cores; integer products too,
-            # unless their sums provably stay inside s32
-            exact = plan_exact(self) or (not int_cores
-                                         and any(map(is_integer_mma, walk(self.fn.body))))
+            exact = plan_exact(self)  # exact products in a thread's loop: no tensor cores
+            # integer products too, unless their sums provably stay inside s32
+            exact = exact or (not int_cores and any(map(is_integer_mma, walk(self.fn.body))))
             self.extra["per_thread_mma"] = exact
             if not exact and self.target == "sm_90a":
                 from tessera.lower.sm90a.kvloop import plan_kv
@@ -140,10 +124,13 @@ class Lowerer:
                     ring_setup(self)
             elif not exact:
                 from tessera.lower.sm80.pipeline import multistage_rules, plan_multistage
+
                 plan = plan_multistage(self.fn)
                 if plan is not None:
                     self.overrides.update(multistage_rules(plan))
-        from tessera.lower.exact import msetable  # (it imports this module)
+                    self.extra["raster"] = raster_rows(self.fn)
+        from tessera.lower.exact import msetable
+
         msetable.plan(self)  # an mse's table of terms: deposited, not built
         g = self.geom
         with strength.threads(g.block):  # final now: the planning above set it
@@ -163,6 +150,8 @@ class Lowerer:
         if self.mode == "fast":
             attrs["mode"] = "fast"
         attrs.update(self.extra.get("attrs", {}))  # a pipeline's epilogue, the K/V ring
+        if self.extra.get("raster"):
+            attrs["raster"] = f"CTAs in grouped order: bands of {self.extra['raster']} tile rows"
         attrs.update({k: self.extra[k] for k in ("maxnreg",) if k in self.extra})
         return Function(self.fn.name, self.body, [], KERNEL, attrs, self.fn.loc)
 
@@ -179,6 +168,7 @@ class Lowerer:
         assert self.geom is not None
         self.geom.block = plan.threads
         self.extra["maxnreg"] = plan.entry_regs
+        self.extra["raster"] = raster_rows(self.fn)
         self.overrides.update(pipelined_rules(plan))
         return True
 
@@ -204,29 +194,6 @@ class Lowerer:
         self.stack.append(e)
         store_result(self, outs[0])
         self.stack.pop()
-
-    def _geometry(self) -> CtaGeometry:
-        a = self.fn.attrs
-        grid = tuple(int(g) for g in a.get("grid", (1,)))
-        group = int(a.get("group_size", 1))
-        batch = int(a.get("batch", 0) or 1)
-        ngroups = prod(grid)
-        if self.block_kernel:
-            if group != 1:
-                raise UnsupportedError(
-                    f"kernel '{self.fn.name}': groups of {group} tiles holding tensors are "
-                    "not lowered to PTX", hint="launch with group_size=1 (one tile per CTA)",
-                    loc=self.fn.loc)
-            return CtaGeometry(grid, 1, batch, THREADS, ngroups, False)
-        talks = any(type(i.op).__name__ in ("AllocShared", "Barrier", "LocalId")
-                    for i in walk(self.fn.body))
-        if group == 1 and not talks:
-            block = min(THREADS, ngroups)
-            return CtaGeometry(grid, 1, batch, block, -(-ngroups // block), True)
-        if group > 1024:
-            raise UnsupportedError(f"a group of {group} tiles exceeds a CTA's 1024 threads",
-                                   loc=self.fn.loc)
-        return CtaGeometry(grid, group, batch, group, ngroups, False)
 
     def _signature(self) -> None:
         for index, arg in enumerate(self.fn.args):
@@ -303,6 +270,8 @@ class Lowerer:
             g, entry = self.geom, self.e
             assert g is not None
             cta = entry.cvt(entry.sreg("ctaid.x"), "s32", "u32")
+            if self.extra.get("raster"):  # a pipelined GEMM's CTAs walk bands of rows
+                cta = grouped(entry, cta, *g.grid, self.extra["raster"])
             if g.packed:
                 tid = entry.cvt(entry.sreg("tid.x"), "s32", "u32")
                 cta = entry.add(entry.mul(cta, entry.const(g.block, "s32"), "s32"), tid, "s32")
