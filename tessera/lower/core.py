@@ -32,7 +32,7 @@ from tessera.ir.dialects.target import KERNEL, TARGETS, If, RegType, Return, Ten
 from tessera.ir.dialects.tile import LaneId, MemRefType
 from tessera.ir.types import TensorType
 from tessera.lower import strength
-from tessera.lower.emit import TargetEmitter
+from tessera.lower.emit import TargetEmitter, drop_unused_conversions
 from tessera.lower.geometry import THREADS, CtaGeometry, geometry_of, grouped, raster_rows
 from tessera.lower.values import Indexed, Lowered, Mem, Scalar, elem_bytes, reg_type
 
@@ -357,8 +357,8 @@ def lower_kernel(fn: Function, target: str, mode: str = "checked") -> Function:
     from tessera.lower import exact, rules  # noqa: F401  (their modules register rules)
     from tessera.lower.shared import check_shared_limit
 
-    low = Lowerer(fn, target, mode=mode)
-    kernel = low.lower()
+    kernel = (low := Lowerer(fn, target, mode=mode)).lower()
+    drop_unused_conversions(kernel.body)  # (a cast that bf16x2 pairs replaced)
     TargetEmitter(kernel.body, fn.loc, low.e.consts).op(Return())
     check_shared_limit(kernel, target)  # before ptxas, at the kernel's line
     return kernel

@@ -199,4 +199,13 @@ class TargetEmitter:
         return self.op(While(), list(init), regions=[IRRegion([cblock]), region])
 
 
-__all__ = ["BYTE_TYPES", "Body", "TargetEmitter"]
+def drop_unused_conversions(body: Block) -> None:
+    """Remove the conversions, packs and immediates of ``body`` that nothing reads: a
+    cast whose values a consumer converted again from their sources (wgmma's A
+    fragments in ``bf16x2`` pairs, :func:`tessera.lower.sm90a.mma.a_fragments`)."""
+    from tessera.ir.transforms.dce import eliminate_dead
+
+    eliminate_dead(body, only=(Const, Cvt, Pack))
+
+
+__all__ = ["BYTE_TYPES", "Body", "TargetEmitter", "drop_unused_conversions"]

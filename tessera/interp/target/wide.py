@@ -11,6 +11,9 @@ through the kernel, and through the slots of ``ptx.if`` / ``ptx.for`` / ``ptx.wh
 (least fixpoint over loops); the compiler widens those slots exactly where a narrow
 value enters them (:meth:`~tessera.interp.target.state.TargetCompiler.body`), so a
 register is wide on every thread or on none, whatever paths the threads took.
+
+:func:`may_be_wide` asks the same question backwards about one register while a kernel
+is being built (the lowering drops the rounding of a value that cannot be wide).
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ from tessera.ir.core import Function, Instr, Value
 from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.structured import forward_closure
+from tessera.ir.structured import StructuredOp, forward_closure, value_slots
 
 
 def _f32(v: Value) -> bool:
     return isinstance(v.type, RegType) and v.type.elem == "f32"
 
 
-def _keeps_wide(instr: Instr) -> bool:
+def keeps_wide(instr: Instr) -> bool:
     """Whether ``instr`` passes a wide operand on to its results unrounded."""
     op = instr.op
     if isinstance(op, target_ops.Binary):
@@ -45,7 +48,34 @@ def wide_registers(fn: Function) -> set[Value]:
     """The ``f32`` registers of ``fn`` that hold float64 values."""
     return forward_closure(
         fn, lambda instr: isinstance(instr.op, (target_async.MmaSync, target_async.Wgmma)),
-        _keeps_wide, _f32)
+        keeps_wide, _f32)
 
 
-__all__ = ["wide_registers"]
+def _makes_wide(instr: Instr) -> bool:
+    return isinstance(instr.op, (target_async.MmaSync, target_async.Wgmma))
+
+
+def may_be_wide(v: Value) -> bool:
+    """Whether the ``f32`` register ``v`` can be wide, decided from the instructions that
+    made it by the rules of :func:`wide_registers` followed backwards: an ``mma`` result,
+    or what an instruction that :func:`keeps_wide` or a structured slot made of one. A
+    region argument (a loop's carried value) counts as possibly wide."""
+    seen: set[Value] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x in seen or not _f32(x):
+            continue
+        seen.add(x)
+        owner = x.owner
+        if not isinstance(owner, Instr) or _makes_wide(owner):
+            return True
+        if isinstance(owner.op, StructuredOp):
+            todo += [s for sources, targets in value_slots(owner) if x in targets
+                     for s in sources]
+        elif keeps_wide(owner):
+            todo += owner.operands
+    return False
+
+
+__all__ = ["keeps_wide", "may_be_wide", "wide_registers"]

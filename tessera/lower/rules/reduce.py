@@ -6,10 +6,19 @@ reproduces exactly: each thread sums its contiguous chunk as a tree, ``shfl.bfly
 with offsets 1, 2, 4... joins the chunks of neighbouring lanes (IEEE addition is
 commutative, so every lane gets the same bits), and what remains — chunks in other
 registers, or row segments of other warps, exchanged through shared memory — is
-summed as a tree in ascending order; in fast mode (kind ``fsum``) the same shape adds
-in f32. ``row_max`` uses ``max.NaN`` (NaN propagates,
-as ``np.max``) in the same shape; the row max of f64 tiles (a softmax's) takes ``max.f64``
-with NaN propagated by a select (:func:`tessera.lower.arith.mathlib64.emit_max_nan_f64`).
+summed as a tree in ascending order. ``row_max`` uses ``max.NaN`` (NaN propagates,
+as ``np.max``); the row max of f64 tiles (a softmax's) takes ``max.f64`` with NaN
+propagated by a select (:func:`tessera.lower.arith.mathlib64.emit_max_nan_f64`).
+
+Of an accumulator-layout tile, whose row a thread holds in 2-column pieces of every
+8-column chunk, the checked sum keeps the tree (per chunk a pair and a 2-step
+butterfly, then a tree over the chunks); ``row_max`` and fast mode's f32 sum (kind
+``fsum``, docs/ptx-backend.md "Fast-math mode") reduce the thread's own values first
+and then take one 2-step butterfly per row (FlashAttention-3's order): 2 shuffles per
+row instead of 2 per chunk. For ``max`` that is the same bits in every order:
+``max.NaN`` gives the canonical NaN if any operand is one and orders -0.0 below +0.0,
+so it is associative and commutative (:func:`tessera.interp.target.numeric.fmin_fmax`).
+A fast ``fsum`` changes order, and stays within the ``gamma_K`` bound of any order.
 """
 
 from __future__ import annotations
@@ -77,11 +86,14 @@ def reduce_acc(e: TargetEmitter, kind: str, x: Dist) -> list[Value]:
     out = []
     for b in range(layout.rows // 64):
         for h in range(2):
-            parts = []
-            for j in range(layout.cols // 8):
-                r0 = b * half + 4 * j + 2 * h
-                pair = _combine(e, kind, _prep(e, kind, x.regs[r0]),
-                                _prep(e, kind, x.regs[r0 + 1]))
+            regs = [x.regs[b * half + 4 * j + 2 * h + i]
+                    for j in range(layout.cols // 8) for i in range(2)]
+            if kind != "sum":  # any order: the thread's own values, then one butterfly
+                out.append(_shfl(e, kind, _tree(e, kind, regs), [1, 2]))
+                continue
+            parts = []  # the tile tree: 8-column chunks (pair, butterfly), then a tree
+            for j in range(0, len(regs), 2):
+                pair = _combine(e, kind, _prep(e, kind, regs[j]), _prep(e, kind, regs[j + 1]))
                 parts.append(_shfl(e, kind, pair, [1, 2]))
             out.append(_finish(e, kind, _tree(e, kind, parts)))
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tessera.errors import UnsupportedError
+from tessera.interp.target.wide import may_be_wide
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import Constant
 from tessera.ir.dialects.tile import compute as tile_compute
@@ -65,6 +66,24 @@ def round_to(e: TargetEmitter, x: Value, element: object) -> Value:
     if fmt == "bf16":  # a bf16 is the high half of the equal f32 (cvt.f32.bf16 needs sm_90)
         return e.pack([e.const(0, "b16"), narrow], "f32")
     return e.cvt(narrow, "f32", fmt)
+
+
+def rounded_from(v: Value, fmt: str) -> Value | None:
+    """The f32 register that :func:`round_to` rounded to ``fmt`` ("bf16") to make ``v``
+    (``cvt.rn.bf16.f32`` then a pack into the high half), or None: a consumer that packs
+    such values in pairs converts the sources with one ``cvt.rn.bf16x2.f32``, the same
+    bits (PTX ISA sec. 9.7.9.21)."""
+    from tessera.ir.dialects.target.ops import Const, Cvt, Pack
+
+    pack = v.owner
+    if fmt != "bf16" or not isinstance(pack, Instr) or not isinstance(pack.op, Pack) or \
+            len(pack.operands) != 2:
+        return None
+    zero, narrow = (x.owner for x in pack.operands)
+    if not (isinstance(zero, Instr) and isinstance(zero.op, Const) and zero.op.value == 0
+            and isinstance(narrow, Instr) and narrow.op == Cvt("bf16", "f32", "rn")):
+        return None
+    return narrow.operands[0]
 
 
 def elementwise(low: Lowerer, instr: Instr, args: list[Lowered],
@@ -305,8 +324,11 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         x = r[0]
         if to_int8:
             return _to_int8(e, x, src)
-        if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would not)
-            return round_to(e, e.mul(x, e.const(1.0, "f32"), "f32"), op.to)
+        if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would
+            # not); a value some instruction already rounded to f32 needs no such multiply
+            if may_be_wide(x):
+                x = e.mul(x, e.const(1.0, "f32"), "f32")
+            return round_to(e, x, op.to)
         if src == "s32" and dst == "f32":
             return round_to(e, e.cvt(x, "f32", "s32", "rn"), op.to)
         if src == "f32" and dst == "f64":
@@ -339,4 +361,4 @@ def _to_int8(e: TargetEmitter, x: Value, src: str) -> Value:
 
 
 __all__ = ["FLOAT_OPS", "constant_value", "elementwise", "from_f64", "like", "regs_of",
-           "result_type", "round_to"]
+           "result_type", "round_to", "rounded_from"]

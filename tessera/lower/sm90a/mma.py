@@ -221,7 +221,11 @@ def a_fragments(e: TargetEmitter, values: Sequence[Value], rows: int, cols: int,
     """The register A operands of ``wgmma_rs`` for a ``(rows, cols)`` f32 tile in the
     accumulator layout: per 64-row block, per k16 step ``s``, the four ``b32`` registers
     packing accumulator registers ``8s .. 8s + 7`` in pairs, rounded to ``elem``
-    (:mod:`tessera.ir.dialects.target.wgmma_rs` says why that is the A layout)."""
+    (:mod:`tessera.ir.dialects.target.wgmma_rs` says why that is the A layout). A pair
+    of values a cast just rounded to bf16 converts their sources with one
+    ``cvt.rn.bf16x2.f32 d, hi, lo`` (the first source goes to the upper half)."""
+    from tessera.lower.rules.scalar import rounded_from
+
     half = cols // 2
     out = []
     for blk in range(rows // 64):
@@ -230,6 +234,11 @@ def a_fragments(e: TargetEmitter, values: Sequence[Value], rows: int, cols: int,
         for s in range(cols // 16):
             pairs = []
             for r in range(8 * s, 8 * s + 8, 2):
+                lo_src, hi_src = (rounded_from(v, elem) for v in mine[r:r + 2])
+                if lo_src is not None and hi_src is not None:
+                    word = e.cvt([hi_src, lo_src], f"{elem}x2", "f32", "rn")
+                    pairs.append(e.pack([word], "b32"))
+                    continue
                 lo, hi = (v if v.type == RegType(elem) else e.cvt(v, elem, "f32", "rn")
                           for v in mine[r:r + 2])
                 pairs.append(e.pack([lo, hi], "b32"))

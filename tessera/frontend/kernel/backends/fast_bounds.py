@@ -5,9 +5,11 @@ each with a bound:
 
 1. each approximate instruction's own error (:data:`tessera.interp.target.approx.BOUNDS`
    composed through its instruction sequence: :func:`tessera.lower.fastmath.exp_error`
-   for ``exp``, :func:`~tessera.lower.fastmath.log_error` for ``log``, ``div.full`` for
-   float division), relative ``eps_i`` (for ``log``, relative to ``|ln x| + 1``), plus
-   at most 2^-126 absolute for each ``exp`` result the ``.ftz`` flushes;
+   for ``exp``, with the shift ``|b| <= SHIFT_MAX`` for an ``exp(a - b)`` that the
+   lowering fuses (:func:`tessera.lower.fastmath.shifted_exp`),
+   :func:`~tessera.lower.fastmath.log_error` for ``log``, ``div.full`` for float
+   division), relative ``eps_i`` (for ``log``, relative to ``|ln x| + 1``), plus at
+   most 2^-126 absolute for each ``exp`` result the ``.ftz`` flushes;
 2. reductions in f32 instead of float64 rounded once: at most ``gamma_K`` over the
    kernel's longest reduction ``K`` (Higham, sec. 3.1), as for a GPU's f32
    accumulation (:func:`tessera.frontend.kernel.backends.check.tolerance`);
@@ -41,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.approx import BOUNDS
-from tessera.lower.fastmath import exp_error, log_error
+from tessera.lower.fastmath import SHIFT_MAX, exp_error, log_error, shifted_exp
 
 #: unit roundoff of the formats a value may be narrowed to
 _NARROW_U = {"bf16": 2.0**-8, "f16": 2.0**-11, "e4m3": 2.0**-4, "e5m2": 2.0**-3}
@@ -79,11 +81,14 @@ def _element_name(t: Any) -> str:
 def fast_budget(fn: Any) -> FastBudget:
     """Walk a specialised ``tile.kernel`` and count its approximate ops and the narrowing
     ops they can reach, each weighted by its loops' trip counts."""
+    from tessera.ir.core import uses
     from tessera.ir.dialects import tile as tile_ir
     from tessera.ir.dialects.tile import compute as tile_compute
 
     approx = {tile_compute.Exp: ("exp", exp_error()), tile_compute.Log: ("log", log_error()),
               tile_compute.Div: ("div", BOUNDS["div.full.f32"].relative)}
+    shifted = ("exp(a - b)", exp_error(SHIFT_MAX))
+    users = uses(fn.body)
     rounding = (tile_compute.Cast, tile_compute.Binary, tile_compute.Unary)
     budget = FastBudget()
     consts: dict[Any, int] = {}
@@ -98,11 +103,13 @@ def fast_budget(fn: Any) -> FastBudget:
             if isinstance(op, tile_ir.Constant) and isinstance(op.value, int):
                 consts[instr.results[0]] = op.value
             kind = approx.get(type(op))
+            if kind is not None and shifted_exp(instr, users) is not None:
+                kind = shifted
             is_float = bool(instr.results) and _element_name(instr.results[0].type) in (
                 "f32", "bf16", "f16")
             if kind is not None and is_float:
                 budget.add(kind[0], kind[1], trips)
-                if kind[0] == "exp":
+                if kind[0].startswith("exp"):
                     budget.exp_count += trips
                 seen_approx = True
                 loops_with_approx.update(loops)
