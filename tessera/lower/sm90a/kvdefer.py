@@ -100,11 +100,10 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
                   consumers: int, stages: int) -> str | None:
     """Why ``P_m V_m`` cannot wait one block in the first key loop (None when it can;
     the later loops, a causal kernel's blocks on the diagonal, keep their order): in it
-    ``P V`` adds into a
-    carried accumulator that only the ops making its ``C`` operand read, its product is
-    only yielded, and, in a
-    one-warpgroup CTA, the order's registers (:data:`DEFER_THREAD_REGS`) leave as many
-    CTAs per SM as the ring's shared memory does."""
+    ``P V`` adds into a carried accumulator that only the ops making its ``C`` operand
+    read, its product is only yielded, and, in a one-warpgroup CTA, the order's
+    registers (:data:`DEFER_THREAD_REGS`) leave as many CTAs per SM as the ring's shared
+    memory does."""
     users: dict[Value, list[Instr]] = {}
     for instr in walk(fn.body):
         for v in instr.operands:
