@@ -64,11 +64,23 @@ ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration
     # a 64x128 block in registers (setmaxnreg 240), and a producer warpgroup
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "BLOCK_N": 128}),
     ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    # P V deferred a block (issued beside the next S, both during a softmax; the
+    # default where it fits) against P V waited in its block, side by side
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "defer_pv": True}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "defer_pv": False}),
     ("sm_90a", 16, 4096, 128, 64, False, "fast",
      {"num_warps": 12, "BLOCK_N": 128, "schedule": "pingpong"}),
     ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12, "BLOCK_N": 128}),
-    # 64x64 blocks: warp-specialised (FlashAttention-3's CTA): 2 consumer warpgroups of
-    # 64 query rows and a producer warpgroup
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 4, "defer_pv": True}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 4, "defer_pv": False}),
+    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "defer_pv": True}),
+    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "defer_pv": False}),
+    ("sm_90a", 16, 4096, 64, 64, False, "fast",
+     {"num_warps": 4, "num_stages": 3, "defer_pv": True}),
+    ("sm_90a", 16, 4096, 64, 64, False, "fast",
+     {"num_warps": 4, "num_stages": 3, "defer_pv": False}),
+    # 64x64 blocks, the order's default: warp-specialised (FlashAttention-3's CTA): 2
+    # consumer warpgroups of 64 query rows and a producer warpgroup
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12}),
     ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12}),
     ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12}),
@@ -93,9 +105,9 @@ ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration
 # measured the leading rows of both
 #: after this many configurations in a row without a result the rest are skipped
 HUNG_IN_A_ROW = 3
-JOBS = [("gemm", g) for g in GEMMS[:4]] + [("attention", a) for a in ATTENTIONS[:5]] \
-    + [("gemm", g) for g in GEMMS[4:8]] + [("attention", a) for a in ATTENTIONS[5:11]] \
-    + [("gemm", g) for g in GEMMS[8:]] + [("attention", a) for a in ATTENTIONS[11:]]
+JOBS = [("gemm", g) for g in GEMMS[:4]] + [("attention", a) for a in ATTENTIONS[:6]] \
+    + [("gemm", g) for g in GEMMS[4:8]] + [("attention", a) for a in ATTENTIONS[6:14]] \
+    + [("gemm", g) for g in GEMMS[8:]] + [("attention", a) for a in ATTENTIONS[14:]]
 
 
 def example(name: str) -> Any:

@@ -13,7 +13,9 @@ turns issuing ``S``, :mod:`tessera.lower.sm90a.turns`)::
     wait full_v[m]; P_m V_m (register A); wait_group 0
     arrive empty_v[m]; thread 0: wait empty_v, load V_{m+S}
 
-The sequential order waits ``full_k[m]`` and computes ``S_m`` in the iteration. No
+Where the plan defers ``P V`` a block (config ``defer_pv``), the first key loop is
+that of :mod:`tessera.lower.sm90a.kvdefer`. The sequential order waits ``full_k[m]`` and
+computes ``S_m`` in the iteration. No
 ``bar.sync`` runs inside the loops; the tile program's barriers become the ring's
 waits and releases. In a warp-specialised CTA (:mod:`tessera.lower.sm90a.kvsplit`)
 the ring is set up and filled by the producer warpgroup: the loops only wait and
@@ -22,6 +24,8 @@ release.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target.async_ops import WgmmaCommit, WgmmaFence, WgmmaWait
@@ -29,6 +33,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc
+from tessera.lower.sm90a import kvdefer
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.kvplan import KvLoop, KvPlan
 from tessera.lower.sm90a.kvring import (
@@ -76,6 +81,7 @@ class KvLowering:
         self.total: Value | None = None
         self.scores: list[Value] = []  # S of the next block, packed (overlapped order)
         self.last_total: Value | None = None  # blocks of the CTA's last tile (ping-pong)
+        self.deferred = kvdefer.DeferredLoops(self)  # the loops where P V waits a block
 
     def q_box(self, low: Lowerer) -> SharedBox:
         """The query buffer as a wgmma operand box (no instructions)."""
@@ -138,6 +144,8 @@ class KvLowering:
         settle(low, e)
         if kv is self.plan.loops[0]:
             self.prologue(low)
+        if self.plan.defer_pv and kv is self.plan.loops[0]:
+            return self.deferred.loop(low, kv, instr, args)
         ring, total, plan = self.ring, self.total, self.plan
         assert ring is not None and total is not None
         k_loop = plan.loops.index(kv)
@@ -162,7 +170,7 @@ class KvLowering:
             nxt = []
             if plan.overlap:
                 t.loc = kv.qk.loc  # the next product is the kernel's S = Q Kᵀ
-                nxt = self._next_scores(t, ring, q, m, total)
+                nxt, _ = self.next_scores(t, ring, q, m, total)
                 t.loc = instr.loc
                 low.env[kv.k_copy.operands[0]] = ring.k_mem  # read by no product here
             else:
@@ -178,8 +186,8 @@ class KvLowering:
                     if isinstance(i.op, (tile_memory.CpAsync, tile_memory.Barrier)):
                         continue
                     if i is kv.qk and plan.overlap:
-                        low.env[i.results[0]] = self._unpacked(low, t, i, current)
-                        self._release_k(t, ring, m, total, k_loop)
+                        low.env[i.results[0]] = self.unpacked(low, t, i, current)
+                        self.release_k(t, ring, m, total, k_loop)
                         continue
                     if v_buf in i.operands:  # the V block: landed, at its stage
                         slot = ring.slot(t, m)
@@ -187,7 +195,7 @@ class KvLowering:
                         low.env[v_buf] = ring.mem(t, True, slot)
                     low.lower_instr(i, t)
                     if i is kv.qk:
-                        self._release_k(t, ring, m, total, k_loop)
+                        self.release_k(t, ring, m, total, k_loop)
                 outs = [settle_index(low, v, low.env[v]) for v in body.terminator.operands]
             finally:
                 low.stack.pop()
@@ -200,33 +208,45 @@ class KvLowering:
         results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
         if plan.pingpong and kv is plan.loops[-1]:
-            # a tile one block short of the CTA's last takes one empty turn, so that
-            # the other warpgroup's last turn has its hand-over
-            short = e.setp("lt", total, self.last_total, "u32")
-            e.if_(short, self._empty_turn)
+            self.after_last(e)
         return rebuild_all(init, results[:len(flat)])
 
-    def _next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,
-                     total: Value) -> list[Value]:
+    def after_last(self, e: TargetEmitter) -> None:
+        """A ping-pong tile one block short of the CTA's last takes one empty turn, so
+        that the other warpgroup's last turn has its hand-over."""
+        assert self.total is not None and self.last_total is not None
+        e.if_(e.setp("lt", self.total, self.last_total, "u32"), self._empty_turn)
+
+    def next_scores(self, t: TargetEmitter, ring: KvRing, q: SharedBox, m: Value,
+                    total: Value, then: Callable[[TargetEmitter], list[Value]] | None = None
+                    ) -> tuple[list[Value], list[Value]]:
         """Issue ``S_{m+1}`` (or, past the last block, a discarded ``Q V_mᵀ`` on data that
-        is there, so that one group is always in flight) and retire ``S_m``."""
+        is there, so that one group is always in flight) and retire ``S_m``. ``then``
+        issues more in the same turn (the deferred order's ``P V``, whose one wait
+        comes later): the scores and what ``then`` made."""
         one = t.const(1, "u32")
         nxt = t.add(m, one, "u32")
         more = t.setp("lt", nxt, total, "u32")
-        # past the last block the discarded product reads V_m, which must have landed
         after, slot = ring.slot(t, nxt), ring.slot(t, m)
-        t.if_(more, lambda u: ring.wait(u, FULL_K, after), lambda u: ring.wait(u, FULL_V, slot))
-        k_box, v_box = ring.box(t, False, after), ring.box(t, True, slot)
-        base = t.selp(k_box.base, v_box.base, more, "u32")
+        if then is not None:  # past the last block: K_m, landed (see kvdefer)
+            t.if_(more, lambda u: ring.wait(u, FULL_K, after))
+            k_box, other = ring.box(t, False, after), ring.box(t, False, slot)
+        else:  # past the last block the discarded product reads V_m, which must have landed
+            t.if_(more, lambda u: ring.wait(u, FULL_K, after),
+                  lambda u: ring.wait(u, FULL_V, slot))
+            k_box, other = ring.box(t, False, after), ring.box(t, True, slot)
+        base = t.selp(k_box.base, other.base, more, "u32")
         box = SharedBox(base, k_box.rows, k_box.cols, k_box.elem, k_box.swizzle, k_box.align)
         turns = self._turns(t)
         if turns is not None:
             turns.wait(t)
         out = issue_scores(t, q, box, self.plan.bn)
+        extra = then(t) if then is not None else []
         if turns is not None:  # past the last block warpgroup 1 has no turn left
             turns.hand_over(t, more)
-        t.op(WgmmaWait(1))
-        return out
+        if then is None:
+            t.op(WgmmaWait(1))
+        return out, extra
 
     def _last_total(self, low: Lowerer, e: TargetEmitter) -> Value:
         """The block count of the CTA's last tile (the ring's offsets stay this
@@ -258,14 +278,14 @@ class KvLowering:
         assert isinstance(t, WarpgroupEmitter)
         return turns_of(t, t.wg.index)
 
-    def _unpacked(self, low: Lowerer, t: TargetEmitter, instr: Instr,
+    def unpacked(self, low: Lowerer, t: TargetEmitter, instr: Instr,
                   packed: list[Value]) -> Dist:
         layout = low.layouts[instr.results[0]]
         assert isinstance(layout, Acc)
         half = self.plan.bn // 2
         return Dist(layout, [v for p in packed for v in t.unpack(p, "f32", half)], "f32")
 
-    def _release_k(self, t: TargetEmitter, ring: KvRing, m: Value, total: Value,
+    def release_k(self, t: TargetEmitter, ring: KvRing, m: Value, total: Value,
                    loop: int) -> None:
         """``S_m`` has retired: K block ``m`` is no longer read."""
         slot = ring.slot(t, m)

@@ -20,7 +20,10 @@ copy-wait-multiply sequence):
   last block the loops visit (a causal program's skipped blocks are never loaded);
 * where registers allow (:func:`overlap_problem`), ``S_{m+1} = Q K_{m+1}ᵀ`` is issued
   before the softmax of ``S_m`` and retired one step later (``wgmma.wait_group 1``),
-  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2);
+  FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2); where
+  the kernel's shape allows, ``P_m V_m`` is also issued a block later, beside
+  ``S_{m+2}``, so that both products run during a softmax
+  (:mod:`tessera.lower.sm90a.kvdefer`, config ``defer_pv``);
 * with ``schedule="pingpong"`` the two consumer warpgroups of a warp-specialised CTA
   take turns issuing ``S`` (sec. 3.1, :mod:`tessera.lower.sm90a.turns`): offered where
   every CTA's two tiles read as many blocks (equal turns) in the overlapped order.
@@ -116,6 +119,11 @@ class KvPlan:
     #: the two consumers take turns issuing ``S = Q Kᵀ`` (``schedule="pingpong"``,
     #: :mod:`tessera.lower.sm90a.turns`)
     pingpong: bool = False
+    #: ``P_m V_m`` is issued a block later, with ``S_{m+2}``
+    #: (:mod:`tessera.lower.sm90a.kvdefer`); ``why_not_deferred`` says why not, when the
+    #: order is overlapped but not deferred
+    defer_pv: bool = False
+    why_not_deferred: str | None = None
 
     @property
     def threads(self) -> int:
@@ -142,6 +150,11 @@ class KvPlan:
         """One line for ``tessera ptx --stats``."""
         order = ("S of the next block overlaps the softmax" if self.overlap
                  else f"sequential ({self.why_sequential})")
+        if self.defer_pv:
+            order += ("; P V deferred a block in the first loop (issued with the next S, "
+                      "one wait a block)")
+        elif self.overlap and self.why_not_deferred:
+            order += f"; P V waited in its block ({self.why_not_deferred})"
         if self.consumers:
             who = (f"a producer warpgroup fills it for {self.consumers} consumer "
                    f"warpgroup(s) of {self.bm} query rows each"
@@ -362,8 +375,11 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
     if why is not None and pingpong:  # the turns are the issues of the next scores
         raise UnsupportedError(f"schedule='pingpong' needs the overlapped order: {why}",
                                loc=fn.loc, hint="drop schedule='pingpong'")
+    from tessera.lower.sm90a.kvdefer import defer_decision
+
+    why_wait = defer_decision(fn, loops, bm, bn, d, consumers, stages, config, why)
     plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why,
-                  consumers, why_one, pingpong)
+                  consumers, why_one, pingpong, why is None and why_wait is None, why_wait)
     if plan.ring_bytes > SHARED_BUDGET:
         return None
     return plan

@@ -250,22 +250,40 @@ def a_fragments(e: TargetEmitter, values: Sequence[Value], rows: int, cols: int,
 def wgmma_rs_block(e: TargetEmitter, acc: Sequence[Value], a: list[list[Value]],
                    b: SharedBox, *, b_trans: bool, elem: str) -> list[Value]:
     """``acc += A @ B`` with A from :func:`a_fragments` (one 64-row block per entry)
-    and B a wgmma buffer: ``wgmma.fence``, one ``wgmma_rs`` per k16 step and block,
-    ``commit_group``, ``wait_group 0``."""
+    and B a wgmma buffer: :func:`issue_rs_block`, then ``wait_group 0``."""
     bn = b.rows if b_trans else b.cols
-    half = bn // 2
-    db = make_descriptor(e, b, k_major=b_trans)
+    blocks = issue_rs_block(e, acc, a, b, b_trans=b_trans, elem=elem)
+    e.op(WgmmaWait(0))
+    return [v for blk in blocks for v in e.unpack(blk, "f32", bn // 2)]
+
+
+def issue_rs_block(e: TargetEmitter, acc: Sequence[Value], a: list[list[Value]],
+                   b: SharedBox, *, b_trans: bool, elem: str) -> list[Value]:
+    """Issue ``acc += A @ B`` (:func:`wgmma_rs_block`) without waiting; the packed
+    accumulators of each 64-row block, in flight."""
+    half = (b.rows if b_trans else b.cols) // 2
     blocks = [e.pack(list(acc[i * half:(i + 1) * half]), "f32") for i in range(len(a))]
+    return issue_packed_rs(e, blocks, a, b, b_trans=b_trans, elem=elem)
+
+
+def issue_packed_rs(e: TargetEmitter, blocks: Sequence[Value], a: list[list[Value]],
+                    b: SharedBox, *, b_trans: bool = False, elem: str | None = None
+                    ) -> list[Value]:
+    """``wgmma.fence``, one ``wgmma_rs`` per k16 step and 64-row block into the packed
+    accumulators ``blocks`` (each chain adds into its block's registers in place),
+    ``commit_group``; the products, in flight."""
+    bn = b.rows if b_trans else b.cols
+    db = make_descriptor(e, b, k_major=b_trans)
+    out = list(blocks)
     e.op(WgmmaFence())  # orders the A packs and accumulator moves before the wgmma
     on = e.const(1, "pred")
-    op = WgmmaRegA(bn, elem, b.elem, 0, 0 if b_trans else 1)
+    op = WgmmaRegA(bn, elem or b.elem, b.elem, 0, 0 if b_trans else 1)
     for step in range(len(a[0])):
         db_k = advance_descriptor(e, db, operand_offset(b, 16 * step, 0, k_major=b_trans))
         for i, frags in enumerate(a):
-            blocks[i] = e.one(op, blocks[i], frags[step], db_k, on)
+            out[i] = e.one(op, out[i], frags[step], db_k, on)
     e.op(WgmmaCommit())
-    e.op(WgmmaWait(0))
-    return [v for blk in blocks for v in e.unpack(blk, "f32", half)]
+    return out
 
 
 #: ``P`` values a thread holds as wgmma's register A when nothing says otherwise (a
@@ -301,6 +319,6 @@ def wgmma_regs(low: Lowerer, a: Dist, b: SharedBox, b_trans: bool,
     return wgmma_block(e, regs, box, b, b_trans=b_trans, atype=b.elem)
 
 
-__all__ = ["REGISTER_A_VALUES", "RING", "a_fragments", "operand_buffers", "ring_setup",
-           "swizzle_span", "tma_commit", "tma_copy", "tma_wait", "wgmma_regs", "wgmma_rs_block",
-           "wgmma_smem"]
+__all__ = ["REGISTER_A_VALUES", "RING", "a_fragments", "issue_packed_rs", "issue_rs_block",
+           "operand_buffers", "ring_setup", "swizzle_span", "tma_commit", "tma_copy", "tma_wait",
+           "wgmma_regs", "wgmma_rs_block", "wgmma_smem"]

@@ -8,8 +8,14 @@ the IR before rendering:
   since the last fence (PTX ISA sec. 9.7.15.6.1);
 * a ``wgmma`` result is read only after ``wgmma.commit_group`` and a
   ``wgmma.wait_group`` that retires its group (sec. 9.7.15.6.2-3); yielding it as a
-  loop's carried value (the next iteration's ``wgmma`` accumulates into the same
-  registers) is not a read, and the carried value stays in its group;
+  loop's carried value is not a read where the chain accumulates into that carried
+  value (its registers, :mod:`tessera.backend.ptx.render.regalloc`), and the carried
+  value stays in its group; any other yield is a register copy, a read (ptxas
+  serialises such a pipeline, C7514);
+* the register A operand of a ``wgmma`` (``wgmma_rs``) is in flight with its group
+  too: no other instruction reads it, and none writes its registers (a loop body's
+  next run of the instruction that made it) before the group retires (sec. 9.7.15.6:
+  the input registers of an in-flight ``wgmma`` must not be accessed);
 * shared memory written by ordinary stores (``st.shared``, ``stmatrix``) is fenced with
   ``fence.proxy.async`` before a ``wgmma`` or a TMA store reads it or a TMA load
   overwrites it (sec. 9.7.13.4, async proxy).
@@ -59,6 +65,7 @@ from tessera.ir.dialects.target.ops import (
     Store,
 )
 from tessera.ir.dialects.target.ptx_ops import Stmatrix
+from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
 
 
 @dataclass
@@ -70,6 +77,7 @@ class _State:
     # or cp.async since the last fence.proxy.async
     dirty: frozenset[str] = frozenset()
     barrier_init: str = "ready"  # "ready" | "unfenced"
+    a_regs: frozenset[Value] = frozenset()  # register A operands met (for the messages)
 
     def copy(self) -> _State:
         return dataclasses.replace(self, uncommitted=set(self.uncommitted),
@@ -89,7 +97,8 @@ class _State:
         ga = (pad + self.groups)[-n:] if n else []
         gb = (pad + other.groups)[-n:] if n else []
         return _State(self.fenced and other.fenced, self.uncommitted | other.uncommitted,
-                      [a | b for a, b in zip(ga, gb)], self.dirty | other.dirty, worst)
+                      [a | b for a, b in zip(ga, gb)], self.dirty | other.dirty, worst,
+                      self.a_regs | other.a_regs)
 
 
 def _fail(instr: Instr, message: str, hint: str) -> None:
@@ -161,9 +170,16 @@ def _reads(instr: Instr, st: _State) -> _State:
         flying = st.in_flight()
         for v in instr.operands:
             if v in flying:
-                _fail(instr, f"{op.name} reads a wgmma accumulator before wgmma.wait_group "
+                what = ("the register A operand of a wgmma" if v in st.a_regs
+                        else "a wgmma accumulator")
+                _fail(instr, f"{op.name} reads {what} before wgmma.wait_group "
                       "retires it", "commit the wgmma group and wait for it "
                       "(wgmma.commit_group; wgmma.wait_group 0) before reading results")
+        for v in instr.results:  # a loop body's next run rewrites the same registers
+            if v in flying:
+                _fail(instr, f"{op.name} overwrites the register A operand of a wgmma "
+                      "still in flight", "wait for the wgmma group "
+                      "(wgmma.wait_group) before making the next A fragments")
     return _track_groups(instr, st)
 
 
@@ -211,6 +227,9 @@ def _track_groups(instr: Instr, st: _State) -> _State:
     op = instr.op
     if isinstance(op, Wgmma):
         st.uncommitted.add(instr.results[0])
+        if isinstance(op, WgmmaRegA):
+            st.uncommitted.add(instr.operands[1])
+            st.a_regs = st.a_regs | {instr.operands[1]}
     elif isinstance(op, WgmmaCommit):
         if st.uncommitted:
             st.groups.append(st.uncommitted)
@@ -221,13 +240,31 @@ def _track_groups(instr: Instr, st: _State) -> _State:
 
 
 def _carry(instr: Instr, st: _State, dsts: list[list[Value]]) -> _State:
-    """A region's yield: an accumulator still in flight is not read but carried (the
-    carried values share its registers), so its destinations join its group."""
+    """A region's yield: an accumulator still in flight is not read but carried, so its
+    destinations join its group. That holds only where the carried value shares its
+    registers: a loop's ``wgmma`` chain that accumulates into the loop's own carried
+    value. Any other yield of a value in flight is a register copy that reads it."""
+    flying = st.in_flight()
     for v, targets in zip(instr.operands, dsts):
+        if v not in flying:
+            continue
+        if _chain_root(v) not in targets:
+            _fail(instr, "a region yields a wgmma register still in flight into other "
+                  "registers: the copy reads it before wgmma.wait_group retires it",
+                  "wait for the group before the region ends, or let the wgmma "
+                  "accumulate into the loop's carried value itself")
         for group in (st.uncommitted, *st.groups):
             if v in group:
                 group.update(targets)
     return st
+
+
+def _chain_root(v: Value) -> Value:
+    """The accumulator a chain of ``wgmma`` (each adding into the last's result, in its
+    registers) started from."""
+    while isinstance(v.owner, Instr) and isinstance(v.owner.op, Wgmma):
+        v = v.owner.operands[0]
+    return v
 
 
 Step = Callable[[Instr, _State], _State]

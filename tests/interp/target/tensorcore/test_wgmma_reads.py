@@ -122,3 +122,70 @@ def test_a_wait_inside_a_loop_that_may_not_run_is_not_enough() -> None:
                lambda i: _wait(k, 0))
         _read(k, d)
     _faults(_kernel(body))
+
+
+# ------------------------------------------------ register A and carried registers
+def _rs_loop(wait: int, read_a: bool = False) -> Kernel:
+    """A loop whose body packs register-A fragments from its index, chains a
+    ``wgmma_rs`` on the carried accumulator, commits and waits ``wait``."""
+    from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
+
+    k = Kernel("inflight", [U64], block=(128,), target="sm_90a")
+    z = k.const(0.0, "f32")
+    acc0 = k.pack("f32", *([z] * (N // 2)))
+    desc = k.const(0, "u64")
+    yes = k.setp("eq", "u32", k.tid(), k.tid())
+    s32 = lambda v: k.const(v, "s32")  # noqa: E731
+
+    def step(i: Value, carried: Value) -> Value:
+        w = k.cvt("b32", "s32", i)
+        a = k.pack("b32", w, w, w, w)  # the next iteration rewrites these registers
+        d = k.op(WgmmaRegA(N, "bf16", "bf16", 0, 1), carried, a, desc, yes)
+        _commit(k)
+        if read_a:
+            k.unpack("b32", 4, a)
+        _wait(k, wait)
+        return d
+    out = k.for_(s32(0), s32(4), s32(1), [acc0], step)
+    _wait(k, 0)
+    _read(k, out)
+    return k
+
+
+def test_register_a_is_in_flight_with_its_group() -> None:
+    """PTX ISA, wgmma.mma_async: the A registers of an in-flight wgmma must not be
+    accessed: a read before the wait, or the loop's next fragments written into them
+    while the group is still in flight, are refused; a wait_group 0 first is fine."""
+    check_kernel(_rs_loop(0).build(), reads_only=True)
+    with pytest.raises(IRVerifyError, match=r"ptx\.unpack reads the register A operand of a "
+                                            r"wgmma before wgmma\.wait_group retires it"):
+        check_kernel(_rs_loop(0, read_a=True).build(), reads_only=True)
+    with pytest.raises(IRVerifyError, match=r"ptx\.pack overwrites the register A operand "
+                                            r"of a wgmma still in flight"):
+        check_kernel(_rs_loop(1).build(), reads_only=True)
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_a_carried_value_in_flight_must_be_the_chains_own_registers(own: bool) -> None:
+    """A loop may carry an accumulator in flight only where its wgmma chain adds into
+    the carried value itself; a chain from fresh registers is copied into the carried
+    ones at the back edge, a read of registers in flight (ptxas: C7514)."""
+    def body(k: Kernel, mma: Callable[[Value], Value], acc: Value) -> None:
+        z = k.const(0.0, "f32")
+
+        def step(i: Value, carried: Value) -> Value:
+            d = mma(carried if own else k.pack("f32", *([z] * (N // 2))))
+            _commit(k)
+            _wait(k, 1)
+            return d
+        s32 = lambda v: k.const(v, "s32")  # noqa: E731
+        out = k.for_(s32(0), s32(4), s32(1), [acc], step)
+        _wait(k, 0)
+        _read(k, out)
+    fn = _kernel(body).build()
+    if own:
+        check_kernel(fn, reads_only=True)
+    else:
+        with pytest.raises(IRVerifyError, match="yields a wgmma register still in flight "
+                                                "into other registers"):
+            check_kernel(fn, reads_only=True)
