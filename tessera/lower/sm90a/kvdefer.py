@@ -60,6 +60,12 @@ if TYPE_CHECKING:
 #: order without it takes 128 to 162 and 165 to 168; no spills. (A consumer
 #: warpgroup's ``setmaxnreg`` share holds it: no spills at D=64 or D=128.)
 DEFER_THREAD_REGS = (168, 232)
+#: f32 values a consumer thread of the deferred order holds at once: the next block's
+#: ``S`` in flight, ``S`` of this block, the previous block's ``P`` fragments (half as
+#: many registers) and the output accumulator. 64x64 blocks at D=128 are 144; 64x128
+#: blocks (224 at D=128, 192 at D=64) spill under ``setmaxnreg`` 240 with ptxas 13.5
+#: (20 to 192 bytes causal, checked or ping-pong), so they wait for ``P V`` in its block
+DEFER_SPLIT_VALUES = 160
 
 
 def acc_slot(kv: KvLoop) -> int | None:
@@ -114,9 +120,18 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
         return "P V does not add into a carried accumulator (mma's C operand)"
     if len(users.get(kv.pv.results[0], [])) != 1:
         return "the P V product is read inside its loop"
-    if bm * bn // THREADS > 32 or bm * d // THREADS > 64:
+    from tessera.lower.sm90a.kvplan import SPLIT_REGISTER_A
+    from tessera.lower.sm90a.mma import REGISTER_A_VALUES
+
+    held = SPLIT_REGISTER_A if consumers else REGISTER_A_VALUES
+    if bm * bn // THREADS > held or bm * d // THREADS > 64:
         return f"P of a {bm}x{bn} block is not wgmma's register A"
     if consumers:
+        values = 2 * bm * bn // THREADS + bm * bn // THREADS // 2 + bm * d // THREADS
+        if values > DEFER_SPLIT_VALUES:
+            return (f"registers: the next and this {bm}x{bn} score tiles, the previous P "
+                    f"and a {bm}x{d} accumulator are {values} values a thread, over "
+                    f"{DEFER_SPLIT_VALUES}")
         return None
     from tessera.lower.sm90a.kvplan import SM_REGS, SM_SHARED
 
@@ -348,5 +363,5 @@ def release_previous_v(t: TargetEmitter, ring: KvRing, m: Value, later: Value, t
     t.if_(later, release)
 
 
-__all__ = ["DEFER_THREAD_REGS", "DeferredLoops", "acc_slot", "defer_decision",
+__all__ = ["DEFER_SPLIT_VALUES", "DEFER_THREAD_REGS", "DeferredLoops", "acc_slot", "defer_decision",
            "defer_problem", "issue_packed", "pack", "release_previous_v", "rescale_ops"]

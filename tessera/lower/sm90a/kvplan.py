@@ -37,12 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Function, Instr, Value, walk
-from tessera.ir.dialects.tile import Constant, MemRefType
-from tessera.ir.dialects.tile import For as TileFor
-from tessera.ir.dialects.tile import compute as tile_compute
-from tessera.ir.dialects.tile import memory as tile_memory
+from tessera.ir.core import Function, Instr
 from tessera.ir.types import TensorType
+from tessera.lower.sm90a.kvorder import KvLoop, match_kv_loops
 from tessera.lower.sm90a.warpspec import (
     CONSUMER_REGS,
     PRODUCER_REGS,
@@ -84,17 +81,6 @@ SPLIT_REGISTER_A = 64
 #: f32 values of two score tiles and the output accumulator a consumer thread of the
 #: overlapped order may hold at once: 64x128 blocks at D=128 (ptxas 13.5, 240 registers)
 SPLIT_OVERLAP_VALUES = 192
-
-
-@dataclass(frozen=True)
-class KvLoop:
-    """One matched key-block loop: its copies, barriers and the two products."""
-
-    loop: Instr
-    k_copy: Instr
-    v_copy: Instr
-    qk: Instr  # S = Q Kᵀ
-    pv: Instr  # P V
 
 
 @dataclass(frozen=True)
@@ -165,114 +151,6 @@ class KvPlan:
         return (f"K/V ring: {self.stages} stages of {self.bn}x{self.d} {self.elem} K and V "
                 f"blocks ({self.ring_bytes} B shared) over {len(self.loops)} loop(s); "
                 f"{who}; {order}")
-
-
-def _owner(v: Value) -> Instr | None:
-    return v.owner if isinstance(v.owner, Instr) else None
-
-
-def _through(v: Value, kinds: tuple[type, ...]) -> Value:
-    """``v`` with loads, transposes (``kinds``) peeled off."""
-    owner = _owner(v)
-    while owner is not None and isinstance(owner.op, kinds):
-        v = owner.operands[0]
-        owner = _owner(v)
-    return v
-
-
-def _param_view(v: Value) -> bool:
-    owner = _owner(v)
-    return (owner is not None and isinstance(owner.op, tile_memory.View)
-            and isinstance(owner.operands[0].type, MemRefType)
-            and _owner(owner.operands[0]) is None)
-
-
-def _match_loop(loop: Instr, allocs: dict[Value, Instr]) -> tuple[KvLoop, Value, Value] | None:
-    body = loop.regions[0].block
-    copies = [i for i in body.instrs if isinstance(i.op, tile_memory.CpAsync)]
-    mmas = [i for i in body.instrs if isinstance(i.op, tile_compute.Mma)]
-    if len(copies) != 2 or len(mmas) != 2 or any(i.regions for i in body.instrs):
-        return None
-    qk, pv = mmas
-    peel = (tile_memory.Load, tile_compute.Transpose)
-    k_buf = _through(qk.operands[1], peel)
-    v_buf = _through(pv.operands[1], (tile_memory.Load,))
-    q_buf = _through(qk.operands[0], (tile_memory.Load,))
-    a_owner = _owner(pv.operands[0])
-    if (k_buf not in allocs or v_buf not in allocs or q_buf not in allocs
-            or len({k_buf, v_buf, q_buf}) != 3 or len(qk.operands) != 2
-            or len(pv.operands) not in (2, 3)
-            or a_owner is None or isinstance(a_owner.op, tile_memory.Load)):
-        return None
-    by_dst = {c.operands[0]: c for c in copies}
-    k_copy, v_copy = by_dst.get(k_buf), by_dst.get(v_buf)
-    if k_copy is None or v_copy is None or not all(_param_view(c.operands[1])
-                                                   for c in copies):
-        return None
-    transposed = _owner(qk.operands[1])
-    if transposed is None or not isinstance(transposed.op, tile_compute.Transpose):
-        return None
-    step = _owner(loop.operands[2])
-    if step is None or not isinstance(step.op, Constant) or int(step.op.value) <= 0:
-        return None  # the ring counts trips as ceil((hi - lo) / step)
-    return KvLoop(loop, k_copy, v_copy, qk, pv), k_buf, v_buf
-
-
-def _defined_before(v: Value, fn: Function, first: int) -> bool:
-    """``v`` is a parameter, a constant, or defined at top level before instruction
-    ``first`` (the first key loop): the ring's prologue can evaluate it."""
-    owner = _owner(v)
-    if owner is None or isinstance(owner.op, Constant):
-        return True
-    return owner in fn.body.instrs[:first]
-
-
-def _outside_inputs(loop: Instr) -> list[Value]:
-    """Values a loop's bounds and body read from outside the loop."""
-    body = loop.regions[0].block
-    inside = set(body.args) | {r for i in body.instrs for r in i.results}
-    out = list(loop.operands[:3])
-    for instr in body.instrs:
-        out += [v for v in instr.operands if v not in inside]
-    return out
-
-
-def match_kv_loops(fn: Function) -> tuple[tuple[KvLoop, ...], Instr, Instr] | None:
-    """The kernel's key-block loops and its K and V buffers (see the module doc)."""
-    allocs = {i.results[0]: i for i in fn.body.instrs
-              if isinstance(i.op, tile_memory.AllocShared)}
-    found: list[KvLoop] = []
-    bufs: set[tuple[Value, Value]] = set()
-    for instr in fn.body.instrs:
-        if isinstance(instr.op, TileFor):
-            m = _match_loop(instr, allocs)
-            if m is not None:
-                found.append(m[0])
-                bufs.add((m[1], m[2]))
-    if not found or len(bufs) != 1:
-        return None
-    k_buf, v_buf = next(iter(bufs))
-    mine = {id(i) for kv in found for i in (kv.k_copy, kv.v_copy)}
-    for instr in walk(fn.body):  # nothing else writes or reads K and V
-        if any(v in (k_buf, v_buf) for v in instr.operands):
-            if isinstance(instr.op, tile_memory.CpAsync):
-                if id(instr) not in mine:
-                    return None
-            elif not isinstance(instr.op, tile_memory.Load) or not any(
-                    instr in kv.loop.regions[0].block.instrs for kv in found):
-                return None
-    first = fn.body.instrs.index(found[0].loop)
-    for kv in found[1:]:  # later loops' copies and bounds known before the first
-        if not all(_defined_before(v, fn, first) or _carried(v, found)
-                   for v in _outside_inputs(kv.loop)):
-            return None
-    return tuple(found), allocs[k_buf], allocs[v_buf]
-
-
-def _carried(v: Value, loops: list[KvLoop]) -> bool:
-    """A result of an earlier key loop (the carried accumulators): only the softmax
-    reads it, never the copies or bounds."""
-    return any(v in kv.loop.results for kv in loops)
 
 
 def overlap_problem(bm: int, bn: int, d: int, stages: int = DEFAULT_STAGES) -> str | None:
@@ -409,7 +287,7 @@ def ring_extra_bytes(fn: Function) -> int:
     return plan.ring_bytes - 2 * plan.block_bytes
 
 
-__all__ = ["DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS", "SPLIT_OVERLAP_REGS",
-           "KvLoop", "KvPlan",
+__all__ = ["ATTENTION_REGS", "DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS",
+           "SPLIT_OVERLAP_REGS", "SPLIT_OVERLAP_VALUES", "SPLIT_REGISTER_A", "KvLoop", "KvPlan",
            "match_kv_loops", "overlap_problem", "plan_kv_ring", "ring_extra_bytes",
            "split_overlap_problem", "split_problem", "wanted_consumers"]

@@ -109,3 +109,16 @@ def test_ptxas_no_spills_no_advisory(d: int, causal: bool, mode: str,
     except ToolchainMissing:
         pytest.skip("ptxas is not installed")
     assert stats.spill_stores == 0 and stats.spill_loads == 0 and stats.stack_frame == 0
+
+
+def test_p_v_waits_in_its_block_at_64x128() -> None:
+    """Deferring P V a block would hold the next and this score tiles, the previous P
+    and the accumulator (224 values a thread at D=128), which spills under 240
+    registers: the plan says so, and insisting is an error at the kernel's line."""
+    from tessera.errors import UnsupportedError
+
+    line = compiled(128).kernel.attrs["kv_ring"]
+    assert "P V waited in its block (registers:" in line and "224 values" in line
+    with pytest.raises(UnsupportedError, match="224 values") as err:
+        compiled(128, defer_pv=True)
+    assert err.value.loc.file.endswith("flash_attention.py")
