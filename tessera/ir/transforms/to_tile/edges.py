@@ -79,7 +79,8 @@ def _build_mask(em: Emitter, t: TensorType, starts: Sequence[Value], shape: Sequ
                 loops: Sequence[int | None], instr: Instr | None) -> Value | None:
     mask: Value | None = None
     for axis, (start, size, loop) in enumerate(zip(starts, shape, loops)):
-        if loop is None or em.extents[loop] % em.tiles[loop] == 0:
+        if loop is None or (em.extents[loop] % em.tiles[loop] == 0
+                            and loop not in em.overrun):
             continue
         inside = axis_mask(em, start, size, int(t.shape[axis]), instr)
         if len(shape) > 1:

@@ -104,7 +104,8 @@ def ragged(em: Emitter, v: Value) -> bool:
     t = v.type
     assert isinstance(t, TensorType)
     loops = [em.loop_of.get((v, axis)) for axis in range(t.rank)]
-    return any(loop is not None and em.extents[loop] % em.tiles[loop] for loop in loops)
+    return any(loop is not None and (em.extents[loop] % em.tiles[loop] or loop in em.overrun)
+               for loop in loops)
 
 
 def transpose_copy(em: Emitter, src: Value, at: Sequence[Value], dst: Value,

@@ -51,6 +51,9 @@ class Emitter:
         self.starts: list[Value] = []
         #: each loop's extent (a loop the tile does not divide has edge tiles)
         self.extents: tuple[int, ...] = tuple(tiles)
+        #: loops whose tiles reach past the extent although the tile divides it (the
+        #: last slice of a split-K contraction): their accesses are masked too
+        self.overrun: set[int] = set()
         #: constants already made in the kernel's top block, by (type, value)
         self.constants: dict[tuple[str, str], Value] = {}
         self.top = block

@@ -6,7 +6,8 @@ A ``split_k`` kernel becomes two launches:
 
 1. **slices**: the grid of the kernel's tiles times ``split``; the program of slice
    ``s`` runs the K loop over its ``K / split`` columns (the schedule picks a ``split``
-   that divides the K tiles, so every slice has the same constant trip count) and
+   that divides the K tiles, so every slice has the same constant trip count; with a
+   ragged K the last slice's tiles past K are masked, zeros) and
    stores its raw accumulator into a global buffer of partial sums, the slices'
    products stacked (rows ``s M ..`` of a ``split M x N`` buffer; batched products
    along a leading axis), in the accumulator's format;
@@ -118,6 +119,8 @@ def build_slices(instr: Instr, name: str, params: Sequence[str], partials: str
     (k_loop,) = space.contracted
     # (the schedule's K tiles, which split divides; the tensor cores may step in halves)
     length = math.ceil(space.extents[k_loop] / schedule[k_loop]) // op.split * schedule[k_loop]
+    if op.split * length > space.extents[k_loop]:  # a ragged K: the last slice's last
+        em.overrun.add(k_loop)  # tiles reach past it, whatever tile the K loop steps by
     (base,) = em.create(tc.Mul(), [coords[-1], em.index(length)], mm)
     check_matmul(em, mm)
     acc = emit_matmul(em, mm, set(mm.operands), mems, {}, k_slice=(base, length))
