@@ -42,7 +42,9 @@ def test_gemm_and_flash_attention(target: str) -> None:
     assert version >= tuple(int(p) for p in VERSION[target].split("."))
     fa = example("flash_attention").flash_attention
     q, k, v = (rng.standard_normal((1, 128, 64)).astype(BF16) for _ in range(3))
-    same_bits(fa, q, k, v, is_causal=True, target=target,
+    # ptxas 13.5 caps this 128-thread kernel at 128 registers on sm_86 and sm_89 (four
+    # CTAs in their 64K registers) and spills 16 bytes there; sm_80's heuristic takes 106
+    same_bits(fa, q, k, v, is_causal=True, target=target, spills=True,
               config=dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2))
 
 
