@@ -133,15 +133,9 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
                     f"and a {bm}x{d} accumulator are {values} values a thread, over "
                     f"{DEFER_SPLIT_VALUES}")
         return None
-    from tessera.lower.sm90a.kvplan import SM_REGS, SM_SHARED
+    from tessera.lower.sm90a.kvplan import occupancy_problem
 
-    regs = DEFER_THREAD_REGS[0 if d <= 64 else 1]
-    shared = bm * d * 2 + stages * (4 * bn * d + 32) + 2048  # Q, the ring, bookkeeping
-    by_shared, by_regs = SM_SHARED // (shared + 1024), SM_REGS // (THREADS * regs)
-    if by_regs < by_shared:
-        return (f"registers: about {regs} a thread would leave {by_regs} CTAs per SM "
-                f"where the shared memory of {stages} stages fits {by_shared}")
-    return None
+    return occupancy_problem(DEFER_THREAD_REGS[0 if d <= 64 else 1], bm, bn, d, stages)
 
 
 def defer_decision(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: int,

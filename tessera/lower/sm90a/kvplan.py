@@ -168,7 +168,13 @@ def overlap_problem(bm: int, bn: int, d: int, stages: int = DEFAULT_STAGES) -> s
     if 2 * s_regs + o_regs > OVERLAP_REGS:
         return (f"two {bm}x{bn} score tiles and a {bm}x{d} accumulator are "
                 f"{2 * s_regs + o_regs} f32 values a thread, over {OVERLAP_REGS}")
-    regs = OVERLAP_THREAD_REGS[0 if d <= 64 else 1]
+    return occupancy_problem(OVERLAP_THREAD_REGS[0 if d <= 64 else 1], bm, bn, d, stages)
+
+
+def occupancy_problem(regs: int, bm: int, bn: int, d: int, stages: int) -> str | None:
+    """Why ``regs`` registers a thread cost a one-warpgroup attention CTA occupancy
+    (None when they do not): they must leave as many CTAs per SM as the shared memory
+    of the query tile and ``stages`` K/V stages does."""
     shared = bm * d * 2 + stages * (4 * bn * d + 32) + 2048  # Q, the ring, bookkeeping
     by_shared, by_regs = SM_SHARED // (shared + 1024), SM_REGS // (THREADS * regs)
     if by_regs < by_shared:
@@ -289,5 +295,6 @@ def ring_extra_bytes(fn: Function) -> int:
 
 __all__ = ["ATTENTION_REGS", "DEFAULT_STAGES", "OVERLAP_REGS", "OVERLAP_THREAD_REGS",
            "SPLIT_OVERLAP_REGS", "SPLIT_OVERLAP_VALUES", "SPLIT_REGISTER_A", "KvLoop", "KvPlan",
-           "match_kv_loops", "overlap_problem", "plan_kv_ring", "ring_extra_bytes",
+           "match_kv_loops", "occupancy_problem", "overlap_problem", "plan_kv_ring",
+           "ring_extra_bytes",
            "split_overlap_problem", "split_problem", "wanted_consumers"]
