@@ -59,6 +59,12 @@ class Census:
     async_commits: int = 0  # cp.async.commit_group (closes TMA groups too)
     async_waits: list[int] = field(default_factory=list)  # n of each cp.async.wait_group
     wgmma_waits: list[int] = field(default_factory=list)  # n of each wgmma.wait_group
+    #: warp instructions issued between the last wgmma.commit_group and each
+    #: wait_group of ``wgmma_waits`` in the same region (0 where it committed elsewhere):
+    #: work the retired groups ran beside
+    wgmma_overlap: list[int] = field(default_factory=list)
+    #: warp instructions counted when this region last committed a wgmma group
+    commit_mark: int | None = None
     unknown_trips: int = 0  # loops whose trip count is not a constant
     ring_stages: int = 0  # stages of a producer/consumer mbarrier ring feeding this loop
     wait_first: bool = False  # a cp.async.wait_group comes before the first commit
@@ -81,6 +87,7 @@ class Census:
         self.wait_first = self.wait_first or (other.wait_first and not self.async_commits)
         self.async_waits += other.async_waits * times
         self.wgmma_waits += other.wgmma_waits * times
+        self.wgmma_overlap += other.wgmma_overlap * times
 
     def add_traffic(self, other: Census) -> None:
         """Add the copies and instructions of a loop that runs beside this one in other
@@ -206,8 +213,13 @@ class _Counter:
         elif isinstance(op, target_async.CpAsyncWait):
             out.wait_first = out.wait_first or not out.async_commits
             out.async_waits.append(op.n)
+        elif isinstance(op, target_async.WgmmaCommit):
+            out.commit_mark = sum(out.warp_instrs.values())
         elif isinstance(op, target_async.WgmmaWait):
             out.wgmma_waits.append(op.n)
+            mark = out.commit_mark  # (the wait itself is counted already: not beside)
+            out.wgmma_overlap.append(
+                0 if mark is None else sum(out.warp_instrs.values()) - warps - mark)
 
 
 def loops(block: Block, runs: int = 1, grid: Sequence[int] | None = None, *,

@@ -91,11 +91,14 @@ def _inside(inner: Instr, outer: Instr, counts: census_mod.TripCounts) -> bool:
                for loop, _, _ in census_mod.loops(outer.regions[0].block, counts=counts))
 
 
-def _wgmma_order(serial: bool, waits: list[int]) -> str:
+def _wgmma_order(serial: bool, it: census_mod.Census) -> str:
     if not serial:
         return "overlapped"
-    return "partly overlapped (wait_group 1, then 0)" if max(waits) else \
-        "serialised (wait_group 0)"
+    if max(it.wgmma_waits):
+        return "partly overlapped (wait_group 1, then 0)"
+    beside = sum(it.wgmma_overlap)
+    return (f"retired by wait_group 0 after {beside} warp instructions beside them"
+            if beside else "serialised (wait_group 0)")
 
 
 def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int | None = None,
@@ -186,7 +189,7 @@ def format_estimate(est: LaunchEstimate) -> str:
             f"cp.async.wait_group {it.async_waits or '-'}, wgmma.wait_group "
             f"{it.wgmma_waits or '-'}",
             f"    copies ahead: {_lead(p.lead)}; exposed latency {p.exposed:.0f} cycles; "
-            f"wgmma {_wgmma_order(p.serial_wgmma, it.wgmma_waits)}",
+            f"wgmma {_wgmma_order(p.serial_wgmma, it)}",
             f"    one CTA alone: {p.total:.0f} cycles (busy {p.busy:.0f}, sync {p.sync:.0f}, "
             f"exposed {p.exposed:.0f})"]
     else:

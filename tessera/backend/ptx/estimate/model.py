@@ -8,8 +8,10 @@ pipes, warp issue, L2-to-SM bytes). Alone, it also waits: its own critical path 
     P = busy + sync + exposed
     busy    = max(non-tensor, tensor)          wgmma overlapped with the next issue
             = non-tensor + tensor + L_wgmma    wgmma.wait_group 0 in every iteration
-            = max(non-tensor, (1-z) tensor) + z tensor + L_wgmma
-                                               z: the share of its wait_groups that are 0
+            = max(non-tensor, (1-z) tensor) + max(0, z tensor - h) + L_wgmma
+                                               z: the share of its wait_groups that are 0,
+                                               h: issue cycles between the commit and
+                                               each wait_group 0 (run beside the groups)
     sync    = (bar.sync + mbarrier waits) x L_bar
     exposed = L_mem                            the iteration waits for its own copies
             = max(0, L_mem - d busy) / d       copies issued d iterations ahead
@@ -88,12 +90,17 @@ def path(c: Census, hw: SMHardware, warps: int, in_loop: bool = True) -> Critica
     non_tensor = max([own_issue, res["memory"]] + [res[p] for p in PIPES])
     serial = bool(c.wgmma) and 0 in c.wgmma_waits
     drain = float(hw.wgmma_latency) if serial else 0.0
-    busy = non_tensor + res["tensor"] + drain if serial else max(non_tensor, res["tensor"])
-    if serial and min(c.wgmma_waits) < max(c.wgmma_waits):
-        # some groups stay in flight past a wait_group n > 0 (an attention's next scores
-        # during the softmax): the share retired by wait_group 0 waits, the rest overlaps
+    busy = max(non_tensor, res["tensor"])
+    if serial:
+        # the share of the groups that wait_group 0 retires waits for them, less the
+        # instructions issued between their commit and the wait (which ran beside them:
+        # an attention's softmax after both products are issued); groups in flight past
+        # a wait_group n > 0 (the next scores during the softmax) overlap
         share = c.wgmma_waits.count(0) / len(c.wgmma_waits)
-        busy = max(non_tensor, res["tensor"] * (1 - share)) + res["tensor"] * share + drain
+        beside = sum(o for n, o in zip(c.wgmma_waits, c.wgmma_overlap, strict=True) if n == 0)
+        hidden = beside / max(1, min(warps, hw.schedulers))
+        busy = max(non_tensor, res["tensor"] * (1 - share)) + drain + \
+            max(0.0, res["tensor"] * share - hidden)
     sync = (c.barriers + c.mbarrier_waits) * hw.barrier_latency
     ahead = lead(c) if in_loop else (0.0 if c.global_read_bytes else math.inf)
     if ahead == math.inf:

@@ -15,18 +15,24 @@ from tessera.ir.dialects.target import U64, async_ops
 from tests.interp.target.kit import Kernel
 
 
-def wgmma_loop(trips: int, per_iter: int, wait: int, grid: int = 132) -> Function:
-    """A loop of ``per_iter`` m64n128k16 bf16 wgmmas per iteration, no memory traffic."""
+def wgmma_loop(trips: int, per_iter: int, wait: int, grid: int = 132,
+               beside: int = 0) -> Function:
+    """A loop of ``per_iter`` m64n128k16 bf16 wgmmas per iteration, no memory traffic;
+    ``beside`` f32 additions between the commit and the wait."""
     k = Kernel("tc", [], block=(128,), grid=(grid, 1, 1), target="sm_90a")
     desc = k.const(0, "u64")
     true = k.const(1, "pred")
     acc0 = k.pack("f32", *[k.const(0.0, "f32")] * 64)
+    x = k.const(1.0, "f32")
 
     def body(i, acc):  # type: ignore[no-untyped-def]
         k.op(async_ops.WgmmaFence())
         for _ in range(per_iter):
             acc = k.op(async_ops.Wgmma(128, "bf16", "bf16"), acc, desc, desc, true)
         k.op(async_ops.WgmmaCommit())
+        y = x
+        for _ in range(beside):
+            y = k.bin("add", "f32", y, x, "rn")
         k.op(async_ops.WgmmaWait(wait))
         return acc
 
@@ -72,6 +78,19 @@ def test_wgmma_wait_zero_serialises_the_tensor_core_with_the_issue() -> None:
     assert not overlapped.serial_wgmma and serial.serial_wgmma
     assert serial.busy == serial.non_tensor + 256 + H100_SXM.wgmma_latency
     assert serial.total > overlapped.total
+
+
+def test_work_between_commit_and_wait_group_0_runs_beside_the_products() -> None:
+    """A deferred product (attention's P V issued before the softmax, retired after it):
+    the instructions between the commit and the wait hide that much tensor time."""
+    alone = estimate(wgmma_loop(10, 4, wait=0)).loop_path
+    some = estimate(wgmma_loop(10, 4, wait=0, beside=100)).loop_path
+    more = estimate(wgmma_loop(10, 4, wait=0, beside=400)).loop_path
+    assert alone is not None and some is not None and more is not None
+    drain = H100_SXM.wgmma_latency
+    assert some.busy == some.non_tensor + drain + (256 - 100)  # 100 cycles of issue hidden
+    assert more.busy == more.non_tensor + drain  # the products ran wholly beside them
+    assert alone.busy == alone.non_tensor + drain + 256
 
 
 def test_a_group_left_in_flight_past_wait_group_1_overlaps_the_other_work() -> None:
