@@ -284,3 +284,41 @@ def test_red_add_of_a_nan(bits: list[int]) -> None:
     out = np.ones(32, np.float32)
     run_target(k.build(), [x, out])
     assert _bits(out) == {F32_NAN}
+
+
+_WMMA = """.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 pa, .param .u64 pb, .param .u64 pd)
+{
+    .reg .f32 %f<12>;
+    .reg .b32 %r<18>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [pd];
+    mov.u32 %r1, 16;
+    wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, [%rd1], %r1;
+    wmma.load.b.sync.aligned.col.m16n16k16.global.f16 {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, [%rd2], %r1;
+    mov.f32 %f2, 0f00000000;
+    wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f3, %f4, %f5, %f6, %f7, %f8, %f9, %f10}, {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, {%f2, %f2, %f2, %f2, %f2, %f2, %f2, %f2};
+    wmma.store.d.sync.aligned.row.m16n16k16.global.f32 [%rd3], {%f3, %f4, %f5, %f6, %f7, %f8, %f9, %f10}, %r1;
+    ret;
+}
+"""  # noqa: E501
+
+
+@pytest.mark.parametrize("tensor_cores", ["exact", "hopper"])
+def test_wmma_of_a_nan_and_of_inf_times_zero(tensor_cores: str) -> None:
+    """wmma.mma writes the canonical NaN as mma.sync and wgmma do: for inf * 0 (row 0)
+    and for a NaN operand (row 1), stored straight from D."""
+    import tessera as ts
+
+    a = np.ones((16, 16), np.float16)
+    a[0, 0], a[1, :] = np.inf, np.float16(np.nan)
+    b = np.zeros((16, 16), np.float16)
+    d = np.zeros((16, 16), np.float32)
+    ts.ptx.load(_WMMA).kernel("k").run(grid=1, block=32, args=[a, b, d],
+                                       tensor_cores=tensor_cores)
+    assert _bits(d[0, :1]) == _bits(d[1]) == {F32_NAN}
+    assert (d[2:] == 0).all()

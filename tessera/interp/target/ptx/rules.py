@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.target.numeric import canonical_nans
 from tessera.interp.target.regs import pure
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
 from tessera.ir.core import Instr
@@ -349,7 +350,8 @@ def _wmma_mma(c: TargetCompiler, instr: Instr) -> Step:
                 d = mma_hopper.mma_truncating(av, bv, cv, op_type)  # one k16 step
             else:
                 d = np.einsum("wmk,wkn->wmn", av, bv) + cv  # exact products, float64 sums
-            result[lanes.ravel()] = d.reshape(-1, 8)
+            # a NaN of D has the canonical bits, as mma.sync's and wgmma's (model.step)
+            result[lanes.ravel()] = canonical_nans(d, wide=True).reshape(-1, 8)
         fr.regs[out] = model_result(fr.m, result)
     return step
 
