@@ -323,7 +323,7 @@ class Lowerer:
         exact = getattr(instr.op, "exact", False) is True
         if exact:
             fn = EXACT_RULES.get(type(instr.op))
-        elif self.mode == "fast":
+        elif self.mode == "fast" and id(instr) not in self.overrides:
             fn = FAST_RULES.get(type(instr.op), fn)
         if fn is None:
             why = NOT_LOWERED.get(type(instr.op)) or (EXACT_NOT_LOWERED if exact else None)

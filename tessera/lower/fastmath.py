@@ -62,7 +62,7 @@ def shifted_exp(instr: Instr, users: dict[Value, list[Instr]]) -> Instr | None:
     is a ``tile.broadcast`` and the difference has no other use (``users``: every
     use in the kernel); fast mode lowers the pair as ``ex2(fma(a, log2(e), -(b
     log2(e))))``. None for any other ``exp``."""
-    if not isinstance(instr.op, tile_compute.Exp) or _storage(instr.results[0]) != "f32":
+    if not isinstance(instr.op, tile_compute.Exp) or element_name(instr.results[0].type) != "f32":
         return None
     sub = instr.operands[0].owner
     if not isinstance(sub, Instr) or not isinstance(sub.op, tile_compute.Sub) or \
@@ -70,16 +70,17 @@ def shifted_exp(instr: Instr, users: dict[Value, list[Instr]]) -> Instr | None:
         return None
     shift = sub.operands[1].owner
     if not isinstance(shift, Instr) or not isinstance(shift.op, tile_compute.Broadcast) or \
-            any(_storage(v) != "f32" for v in sub.operands):
+            any(element_name(v.type) != "f32" for v in sub.operands):
         return None
     return sub
 
 
-def _storage(v: Value) -> str:
+def element_name(t: object) -> str:
+    """The storage format's name of a tensor type's element ("" for anything else)."""
     from tessera.numerics import storage_of
 
     try:
-        return storage_of(v.type.element).name  # type: ignore[attr-defined]
+        return storage_of(t.element).name  # type: ignore[attr-defined]
     except (AttributeError, KeyError, ValueError):
         return ""
 
@@ -167,7 +168,7 @@ def log_error() -> float:
     return float(r * (1 + eta) * (1 + u) + eta + u + eta * u) * (1 + 2**-40)
 
 
-__all__ = ["EXP_ARG_MAX", "LN2_F32", "LOG2E_F32", "SHIFT_MAX", "emit_div_fast",
-           "emit_exp_fast", "emit_log_fast", "emit_neg_shift", "emit_shfl_sum_f32",
-           "emit_shifted_exp_fast", "emit_tree_sum_f32", "exp_error", "log_error",
-           "shifted_exp"]
+__all__ = ["EXP_ARG_MAX", "LN2_F32", "LOG2E_F32", "SHIFT_MAX", "element_name",
+           "emit_div_fast", "emit_exp_fast", "emit_log_fast", "emit_neg_shift",
+           "emit_shfl_sum_f32", "emit_shifted_exp_fast", "emit_tree_sum_f32", "exp_error",
+           "log_error", "shifted_exp"]

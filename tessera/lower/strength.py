@@ -23,8 +23,9 @@ IR interpreter over edge values and random ones.
 
 from __future__ import annotations
 
+import operator
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -37,9 +38,7 @@ if TYPE_CHECKING:
 
 #: blocks of ``ptx.for`` loops whose index counts up from a non-negative start, by id
 _COUNTING: weakref.WeakValueDictionary[int, Block] = weakref.WeakValueDictionary()
-#: integer ops whose result is non-negative when all their operands are
-_CLOSED = ("add", "mul", "min", "max", "div", "rem")
-#: how far :func:`nonneg` and :func:`below` follow a value's operands
+#: how far :func:`span` follows a value's operands
 DEPTH = 8
 #: threads of the CTA being emitted (``%tid.x`` is below it), once the lowering knows
 #: its final geometry; None before (a warp-specialised CTA grows while it is planned)
@@ -73,75 +72,84 @@ def mark_counting(block: Block, lo: Value, step: Value) -> None:
         _COUNTING[id(block)] = block
 
 
-def nonneg(v: Value, depth: int = DEPTH) -> bool:
-    """``v`` is provably at least 0 and below 2^31 when read as a signed integer:
-    constants, special registers (thread and CTA indices), counting loop indices, and
-    sums, products, minima, maxima, quotients and remainders of such values, which
-    index arithmetic never lets overflow."""
+#: what is known of an integer: inclusive lower and upper bounds, None where unknown
+Span = tuple[int | None, int | None]
+UNKNOWN: Span = (None, None)
+
+
+def span(v: Value, depth: int = DEPTH) -> Span:
+    """The bounds of the integer ``v`` as index arithmetic computes it: immediates,
+    special registers (at least 0; ``%tid.x`` below :func:`threads`), counting loop
+    indices, and ``+ * / % & >> min max selp`` and integer ``cvt`` of those, which index
+    arithmetic never lets overflow."""
     owner = v.owner
     if isinstance(owner, Block):
-        return _COUNTING.get(id(owner)) is owner and owner.args[0] is v
+        counting = _COUNTING.get(id(owner)) is owner and owner.args[0] is v
+        return (0, None) if counting else UNKNOWN
     if not isinstance(owner, Instr) or depth == 0:
-        return False
-    op, args = owner.op, owner.operands
-    if isinstance(op, Const):
-        value = const_int(v)
-        return value is not None and 0 <= value < 2 ** 31
-    if isinstance(op, Special):
-        return True
-    if isinstance(op, Cvt):
-        return op.to[0] in "us" and op.frm[0] in "us" and nonneg(args[0], depth - 1)
-    if isinstance(op, Selp):
-        return nonneg(args[0], depth - 1) and nonneg(args[1], depth - 1)
-    if isinstance(op, Binary):
-        if op.op in _CLOSED and op.mode != "hi":
-            return all(nonneg(a, depth - 1) for a in args)
-        if op.op == "and":
-            return any(nonneg(a, depth - 1) for a in args)
-        if op.op == "shr":
-            return op.type[0] == "u" or nonneg(args[0], depth - 1)
-    return False
-
-
-def below(v: Value, depth: int = DEPTH) -> int | None:
-    """An exclusive upper bound of the non-negative integer ``v`` (None where none is
-    known): immediates, ``%tid.x`` under :func:`threads`, and the index arithmetic
-    built from them (``+ * & >> / %``, ``min``, ``max``, ``selp``, integer ``cvt``)."""
-    owner = v.owner
-    if not isinstance(owner, Instr) or depth == 0:
-        return None
+        return UNKNOWN
     op, args = owner.op, owner.operands
     value = const_int(v)
     if value is not None:
-        return value + 1 if value >= 0 else None
+        return (value, value)
     if isinstance(op, Special):
-        return _THREADS.get() if op.reg == "tid.x" else None
-    if isinstance(op, Cvt) and op.to[0] in "us" and op.frm[0] in "us":
-        return below(args[0], depth - 1)
-    bounds = [below(a, depth - 1) for a in args[:2]]
-    if isinstance(op, Selp):
-        return None if None in bounds else max(bounds)  # type: ignore[type-var]
-    if not isinstance(op, Binary) or op.mode == "hi":
-        return None
-    a, b = bounds
-    d = const_int(args[1])
-    if op.op == "and":
-        known = [x for x in bounds if x is not None]
-        return min(known) if known and nonneg(v) else None
-    if op.op in ("div", "shr") and a is not None and d is not None and d >= 0:
-        step = d if op.op == "div" else 2 ** d
-        return (a - 1) // step + 1 if step > 0 else None
-    if op.op == "rem" and d is not None and d > 0 and nonneg(args[0]):
-        return d if a is None else min(a, d)
-    if a is None or b is None:
-        return None
-    if op.op == "add":
-        return a + b - 1
-    if op.op == "mul":
-        return (a - 1) * (b - 1) + 1
-    if op.op in ("min", "max"):
-        return (min if op.op == "min" else max)(a, b)
-    return None
+        n = _THREADS.get() if op.reg == "tid.x" else None
+        return (0, None if n is None else n - 1)
+    if isinstance(op, Cvt):
+        return span(args[0], depth - 1) if op.to[0] in "us" and op.frm[0] in "us" \
+            else UNKNOWN
+    if not isinstance(op, (Binary, Selp)) or getattr(op, "mode", "") == "hi":
+        return UNKNOWN
+    (alo, ahi), (blo, bhi) = (span(x, depth - 1) for x in args[:2])
+    kind = "selp" if isinstance(op, Selp) else op.op
+    if kind == "selp":
+        return (_both(min, alo, blo), _both(max, ahi, bhi))
+    if kind == "min":
+        return (_both(min, alo, blo), _either(min, ahi, bhi))
+    if kind == "max":
+        return (_either(max, alo, blo), _both(max, ahi, bhi))
+    if kind == "add":
+        return (_both(operator.add, alo, blo), _both(operator.add, ahi, bhi))
+    if alo is None or alo < 0:  # the rules below hold for a non-negative operand
+        if kind == "and" and blo is not None and blo >= 0:
+            return (0, bhi)
+        return (0, None) if kind == "shr" and op.type[0] == "u" else UNKNOWN
+    if kind == "mul" and blo is not None and blo >= 0:
+        return (alo * blo, _both(operator.mul, ahi, bhi))
+    if kind in ("div", "rem") and blo is not None and blo >= 1:
+        if kind == "rem":
+            return (0, _either(min, ahi, None if bhi is None else bhi - 1))
+        return (alo // bhi if bhi else 0, None if ahi is None else ahi // blo)
+    if kind == "and":  # at most either non-negative operand
+        return (0, _either(min, ahi, bhi if blo is not None and blo >= 0 else None))
+    shift = const_int(args[1])
+    if kind == "shr" and shift is not None and shift >= 0:
+        return (alo >> shift, None if ahi is None else ahi >> shift)
+    return UNKNOWN
+
+
+def _both(f: Callable[[int, int], int], x: int | None, y: int | None) -> int | None:
+    """``f(x, y)``, known only where both are."""
+    return None if x is None or y is None else f(x, y)
+
+
+def _either(f: Callable[[int, int], int], x: int | None, y: int | None) -> int | None:
+    """``f(x, y)`` of those known (a bound that holds whichever is taken)."""
+    return y if x is None else x if y is None else f(x, y)
+
+
+def nonneg(v: Value) -> bool:
+    """``v`` is provably at least 0 and below 2^31 when read as a signed integer
+    (:func:`span`)."""
+    lo, hi = span(v)
+    return lo is not None and lo >= 0 and (hi is None or hi < 2 ** 31)
+
+
+def below(v: Value) -> int | None:
+    """An exclusive upper bound of the non-negative integer ``v``, or None where none is
+    known (:func:`span`)."""
+    lo, hi = span(v)
+    return hi + 1 if lo is not None and lo >= 0 and hi is not None else None
 
 
 def divide(e: TargetEmitter, op: str, a: Value, b: Value, type: str) -> Value | None:
@@ -150,8 +158,8 @@ def divide(e: TargetEmitter, op: str, a: Value, b: Value, type: str) -> Value | 
     d = const_int(b)
     if op not in ("div", "rem") or type[0] not in "us" or d is None or d <= 0:
         return None
-    top = below(a)
-    if top is not None and top <= d and nonneg(a):  # 0 <= a < d
+    lo, hi = span(a)
+    if lo is not None and lo >= 0 and hi is not None and hi < d:  # 0 <= a < d
         return e.const(0, type) if op == "div" else a
     if d & (d - 1):
         return None
@@ -168,4 +176,5 @@ def divide(e: TargetEmitter, op: str, a: Value, b: Value, type: str) -> Value | 
     return q if op == "div" else e.bin("sub", a, e.bin("shl", q, shift, type), type)
 
 
-__all__ = ["DEPTH", "below", "const_int", "divide", "mark_counting", "nonneg", "threads"]
+__all__ = ["DEPTH", "UNKNOWN", "Span", "below", "const_int", "divide", "mark_counting", "nonneg",
+           "span", "threads"]

@@ -125,20 +125,19 @@ def fmin_fmax(a: np.ndarray, b: np.ndarray, is_max: bool) -> np.ndarray:
             out = np.where(zeros, np.where(neg, -np.abs(out), np.abs(out)), out)
         na, nb = np.isnan(a), np.isnan(b)
         out = np.where(na, b, np.where(nb, a, out)).astype(a.dtype)
-        both = na & nb
-        if both.any():
-            bits = out.view(_UINT[out.dtype.itemsize]).copy()
-            bits[both] = _CANONICAL_NAN[out.dtype.itemsize]
-            out = bits.view(out.dtype)
+        out = canonical_nan_where(na & nb, out)
     return out
 
 
-def canonical_nan_where(mask: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``x`` with the canonical NaN (PTX ISA: ``0x7FFFFFFF`` for f32) where ``mask``."""
+def canonical_nan_where(mask: np.ndarray, x: np.ndarray, value: int | None = None
+                        ) -> np.ndarray:
+    """``x`` with the canonical NaN (PTX ISA: ``0x7FFFFFFF`` for f32), or the bits
+    ``value``, where ``mask``."""
     if not mask.any():
         return x
     bits = np.array(x).view(_UINT[x.dtype.itemsize]).copy()
-    bits[np.broadcast_to(mask, bits.shape)] = _CANONICAL_NAN[x.dtype.itemsize]
+    bits[np.broadcast_to(mask, bits.shape)] = \
+        _CANONICAL_NAN[x.dtype.itemsize] if value is None else value
     return bits.view(x.dtype)
 
 
@@ -166,11 +165,7 @@ def canonical_nans(x: np.ndarray, *, wide: bool = False) -> np.ndarray:
     else:  # ml_dtypes formats: isnan of a signalling bf16 NaN warns "invalid"
         with np.errstate(invalid="ignore"):
             nan = np.isnan(x)
-    if not nan.any():
-        return x
-    bits = x.view(_UINT[x.dtype.itemsize]).copy()
-    bits[nan] = _WIDE_F32_NAN if x.dtype.itemsize == 8 else _CANONICAL_NAN[x.dtype.itemsize]
-    return bits.view(x.dtype)
+    return canonical_nan_where(nan, x, _WIDE_F32_NAN if x.dtype.itemsize == 8 else None)
 
 
 def _widens(src: np.dtype, dst: np.dtype) -> bool:

@@ -44,15 +44,13 @@ def keeps_wide(instr: Instr) -> bool:
     return isinstance(op, target_ops.Selp)
 
 
-def wide_registers(fn: Function) -> set[Value]:
-    """The ``f32`` registers of ``fn`` that hold float64 values."""
-    return forward_closure(
-        fn, lambda instr: isinstance(instr.op, (target_async.MmaSync, target_async.Wgmma)),
-        keeps_wide, _f32)
-
-
 def _makes_wide(instr: Instr) -> bool:
     return isinstance(instr.op, (target_async.MmaSync, target_async.Wgmma))
+
+
+def wide_registers(fn: Function) -> set[Value]:
+    """The ``f32`` registers of ``fn`` that hold float64 values."""
+    return forward_closure(fn, _makes_wide, keeps_wide, _f32)
 
 
 def may_be_wide(v: Value) -> bool:

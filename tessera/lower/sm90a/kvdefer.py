@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Function, Instr, Value, walk
+from tessera.ir.core import Function, Instr, Value, uses
 from tessera.ir.dialects.target.async_ops import WgmmaWait
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.sm90a.kvring import EMPTY_V, FULL_V, KvRing
@@ -110,21 +110,17 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
     read, its product is only yielded, and, in a one-warpgroup CTA, the order's
     registers (:data:`DEFER_THREAD_REGS`) leave as many CTAs per SM as the ring's shared
     memory does."""
-    users: dict[Value, list[Instr]] = {}
-    for instr in walk(fn.body):
-        for v in instr.operands:
-            users.setdefault(v, []).append(instr)
+    users = uses(fn.body)
     kv = loops[0]
     j = acc_slot(kv)
     if j is None or rescale_ops(kv, j) is None:
         return "P V does not add into a carried accumulator (mma's C operand)"
     if len(users.get(kv.pv.results[0], [])) != 1:
         return "the P V product is read inside its loop"
-    from tessera.lower.sm90a.kvplan import SPLIT_REGISTER_A
     from tessera.lower.sm90a.mma import REGISTER_A_VALUES
 
-    held = SPLIT_REGISTER_A if consumers else REGISTER_A_VALUES
-    if bm * bn // THREADS > held or bm * d // THREADS > 64:
+    # a consumer's P is register A whenever its CTA was split (kvplan.split_problem)
+    if not consumers and (bm * bn // THREADS > REGISTER_A_VALUES or bm * d // THREADS > 64):
         return f"P of a {bm}x{bn} block is not wgmma's register A"
     if consumers:
         values = 2 * bm * bn // THREADS + bm * bn // THREADS // 2 + bm * d // THREADS
@@ -168,7 +164,7 @@ class DeferredLoops:
         """One key loop (see the module doc): it carries the next product's ``C``
         (packed) and ``P`` fragments besides the kernel's values; its last iteration
         leaves the accumulator itself in ``C``'s place."""
-        from tessera.lower.rules.flow import flatten, rebuild
+        from tessera.lower.rules.flow import flatten, rebuild_all
 
         lowering, plan, e = self.kv, self.kv.plan, low.em
         lo, hi, step = (a.reg for a in args[:3])  # type: ignore[union-attr]
@@ -181,14 +177,12 @@ class DeferredLoops:
         pending = pack(e, acc0.regs, plan.d) + [zero] * (plan.bm // 64 * plan.bn // 16)
         others = [lv for k, lv in enumerate(init) if k != slot]
         flat = [r for lv in others for r in flatten(lv)]
-        state = _Iteration(self, low, kv, instr, acc0, others, len(flat), len(pending))
+        rescale = rescale_ops(kv, slot) or []
+        state = _Iteration(self, low, kv, instr, (acc0, slot, rescale), others, len(flat),
+                           len(pending))
         results = e.for_(lo, hi, step, flat + pending + lowering.scores, state.step)
         lowering.scores = results[len(flat) + len(pending):]
-        vals, at = [], 0
-        for lv in others:
-            n = len(flatten(lv))
-            vals.append(rebuild(lv, results[at:at + n]))
-            at += n
+        vals, at = rebuild_all(others, results[:len(flat)]), len(flat)
         e.loc = instr.loc
         acc = [v for p in results[at:at + plan.bm // 64] for v in e.unpack(p, "f32",
                                                                              plan.d // 2)]
@@ -202,33 +196,33 @@ class _Iteration:
     """The body of one deferred key loop (:meth:`DeferredLoops.loop`)."""
 
     def __init__(self, loops: DeferredLoops, low: Lowerer, kv: KvLoop, instr: Instr,
-                 acc0: Dist, others: list[Lowered], n_flat: int, n_pending: int) -> None:
+                 acc: tuple[Dist, int, list[Instr]], others: list[Lowered], n_flat: int,
+                 n_pending: int) -> None:
         self.lowering, self.low, self.kv, self.instr = loops.kv, low, kv, instr
-        self.acc0, self.others, self.n_flat, self.n_pending = acc0, others, n_flat, n_pending
+        # the initial accumulator, its slot among the loop's values, the ops rescaling it
+        self.acc0, self.slot, self.rescale = acc
+        self.others, self.n_flat, self.n_pending = others, n_flat, n_pending
 
     def step(self, t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
         """Iteration ``m`` (see the module doc)."""
-        from tessera.lower.rules.flow import flatten, rebuild
+        from tessera.lower.rules.flow import flatten, rebuild_all
         from tessera.lower.rules.masked import settle as settle_index
 
         lowering, low, kv, instr = self.lowering, self.low, self.kv, self.instr
         plan, ring, total = lowering.plan, lowering.ring, lowering.total
         assert ring is not None and total is not None
         k_loop = plan.loops.index(kv)
-        (first, end), (lo_base, step_v) = ring.offsets[k_loop:k_loop + 2], ring.bounds[k_loop]
+        first, end = ring.offsets[k_loop:k_loop + 2]
         body = instr.regions[0].block
-        slot = acc_slot(kv)
-        assert slot is not None
-        rescale = rescale_ops(kv, slot) or []
+        slot, rescale = self.slot, self.rescale
+        skip = {id(i) for i in rescale}
         t.loc = instr.loc
-        rel = t.bin("div", t.bin("sub", k, lo_base, "s32"), step_v, "s32")
-        m = t.cvt(t.add(first, rel, "s32"), "u32", "s32")
+        m = ring.block_index(t, k, k_loop)
         low.env[body.args[0]] = Scalar(k, "s32")
-        at = 0
-        for tv, lv in zip([a for j, a in enumerate(body.args[1:]) if j != slot], self.others):
-            n = len(flatten(lv))
-            low.env[tv] = rebuild(lv, carried[at:at + n])
-            at += n
+        mine = [a for j, a in enumerate(body.args[1:]) if j != slot]
+        for tv, lv in zip(mine, rebuild_all(self.others, carried[:self.n_flat])):
+            low.env[tv] = lv
+        at = self.n_flat
         n_c = plan.bm // 64
         c_in = list(carried[at:at + n_c])
         p_in = list(carried[at + n_c:self.n_flat + self.n_pending])
@@ -244,7 +238,7 @@ class _Iteration:
         low.stack.append(t)
         try:
             for i in body.instrs:
-                if i.op.terminator or i in rescale or isinstance(
+                if i.op.terminator or id(i) in skip or isinstance(
                         i.op, (tile_memory.CpAsync, tile_memory.Barrier)):
                     continue
                 if i is kv.qk:

@@ -149,7 +149,6 @@ class KvLowering:
         ring, total, plan = self.ring, self.total, self.plan
         assert ring is not None and total is not None
         k_loop = plan.loops.index(kv)
-        off, (lo_base, step_v) = ring.offsets[k_loop], ring.bounds[k_loop]
         lo, hi, step = (a.reg for a in args[:3])  # type: ignore[union-attr]
         init = args[3:]
         flat = [r for lv in init for r in flatten(lv)]
@@ -158,8 +157,7 @@ class KvLowering:
 
         def step_fn(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
             t.loc = instr.loc
-            rel = t.bin("div", t.bin("sub", k, lo_base, "s32"), step_v, "s32")
-            m = t.cvt(t.add(off, rel, "s32"), "u32", "s32")
+            m = ring.block_index(t, k, k_loop)
             low.env[body.args[0]] = Scalar(k, "s32")
             for tv, lv in zip(body.args[1:], rebuild_all(init, carried[:len(flat)])):
                 low.env[tv] = lv

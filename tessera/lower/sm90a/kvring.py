@@ -63,6 +63,13 @@ class KvRing:
         self.fewer: tuple[Value, int] | None = None
 
     # -- addresses
+    def block_index(self, e: TargetEmitter, k: Value, loop: int) -> Value:
+        """Block ``m`` (``u32``, counted over all the key loops) that index ``k`` of key
+        loop ``loop`` reads."""
+        lo, step = self.bounds[loop]
+        rel = e.bin("div", e.bin("sub", k, lo, "s32"), step, "s32")
+        return e.cvt(e.add(self.offsets[loop], rel, "s32"), "u32", "s32")
+
     def slot(self, e: TargetEmitter, m: Value) -> RingSlot:
         """The stage of block ``m`` (``u32``) and the parity of its round; computed once
         per block and iteration (``and``/``shr`` when ``S`` is a power of two)."""

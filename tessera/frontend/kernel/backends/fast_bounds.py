@@ -43,7 +43,13 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.approx import BOUNDS
-from tessera.lower.fastmath import SHIFT_MAX, exp_error, log_error, shifted_exp
+from tessera.lower.fastmath import (
+    SHIFT_MAX,
+    element_name,
+    exp_error,
+    log_error,
+    shifted_exp,
+)
 
 #: unit roundoff of the formats a value may be narrowed to
 _NARROW_U = {"bf16": 2.0**-8, "f16": 2.0**-11, "e4m3": 2.0**-4, "e5m2": 2.0**-3}
@@ -67,15 +73,6 @@ class FastBudget:
         for eps, n in self.terms.values():
             total *= (1.0 + eps) ** n
         return total - 1.0
-
-
-def _element_name(t: Any) -> str:
-    from tessera.numerics import storage_of
-
-    try:
-        return storage_of(t.element).name
-    except (AttributeError, KeyError, ValueError):
-        return ""
 
 
 def fast_budget(fn: Any) -> FastBudget:
@@ -105,7 +102,7 @@ def fast_budget(fn: Any) -> FastBudget:
             kind = approx.get(type(op))
             if kind is not None and shifted_exp(instr, users) is not None:
                 kind = shifted
-            is_float = bool(instr.results) and _element_name(instr.results[0].type) in (
+            is_float = bool(instr.results) and element_name(instr.results[0].type) in (
                 "f32", "bf16", "f16")
             if kind is not None and is_float:
                 budget.add(kind[0], kind[1], trips)
@@ -114,7 +111,7 @@ def fast_budget(fn: Any) -> FastBudget:
                 seen_approx = True
                 loops_with_approx.update(loops)
             if isinstance(op, rounding):  # loads and views of narrow memory do not round
-                name = _element_name(instr.results[0].type)
+                name = element_name(instr.results[0].type)
                 if name in _NARROW_U:
                     narrowing.append((name, trips, seen_approx, loops))
             inner, inner_loops = trips, loops

@@ -27,7 +27,6 @@ from tessera.ir.dialects import graph as graph_ops
 from tessera.ir.dialects import schedule as schedule_ops
 from tessera.ir.dialects import tile as tile_ops
 from tessera.ir.dialects.tile import compute as tc
-from tessera.ir.dialects.tile import memory as tm
 from tessera.ir.transforms.to_tile import blocked, edges, splitk
 from tessera.ir.transforms.to_tile import ops as rules
 from tessera.ir.transforms.to_tile.attention import flash, keyblocks
@@ -92,13 +91,6 @@ class Emitter:
                       for k, d in enumerate(t.shape))
         return t.with_shape(shape)
 
-    def view(self, mem: Value, v: Value) -> Value:
-        """The view of global memory ``mem`` holding this program's tile of ``v``."""
-        t = v.type
-        assert isinstance(t, TensorType)
-        starts = [self.starts[self.loop_of[(v, k)]] if (v, k) in self.loop_of else
-                  self.index(0) for k in range(t.rank)]
-        return self.create(tm.View(tuple(self.tile_type(v).shape)), [mem, *starts])[0]
 
 
 def _grid_axes(counts: Sequence[int]) -> list[int] | None:
