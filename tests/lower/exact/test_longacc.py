@@ -154,8 +154,9 @@ def test_non_finite_flags_round_to_nan_or_the_infinity() -> None:
             PINF_BIT | NINF_BIT: np.nan, NAN_BIT | PINF_BIT: np.nan}
     # NaN bits, as a GPU writes them: the f64 NaN constant moved by selp; cvt.rn.f32.f64
     # keeps its payload (0x7FC00000, seen on an H100); the 16-bit values' canonical NaN
-    # 0x7FFF widened by a bit move (bf16) or by cvt.f32.f16, which keeps the payload
-    nan_bits = (0x7FF8000000000000, 0x7FC00000, 0x7FFF0000, 0x7FFFE000)
+    # 0x7FFF widened by a bit move (bf16, 0x7FFF0000) or by cvt.f32.f16, which writes
+    # f32's canonical NaN (seen on an H200)
+    nan_bits = (0x7FF8000000000000, 0x7FC00000, 0x7FFF0000, 0x7FFFFFFF)
     for t in range(THREADS):
         expect = want[int(flags[t])]
         for got, bits in zip((f64, f32, bf16, f16), nan_bits):
