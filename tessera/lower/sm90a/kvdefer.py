@@ -139,17 +139,19 @@ def defer_decision(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d:
                    ) -> str | None:
     """Why ``P_m V_m`` is waited in iteration ``m`` (None: it is deferred).
     ``sequential``: why the order is not overlapped (None when it is). Config
-    ``defer_pv`` (default: where it fits) False turns the order off, True insists on it
-    (an ``UnsupportedError`` where the kernel cannot have it)."""
+    ``defer_pv=True`` asks for the order (an ``UnsupportedError`` where the kernel cannot
+    have it); by default P V is waited in its block: on an H200 the deferred order ran
+    8-16 % slower at every shape timed (its carried fragments and extra integer work
+    cost more than the overlap gains), see benchmarks/README.md."""
     want = config.get("defer_pv")
     if want is False:
         return "config defer_pv=False"
     why = (f"the order is sequential ({sequential})" if sequential is not None
            else defer_problem(fn, loops, bm, bn, d, consumers, stages))
-    if why is not None and want is True:
+    if why is not None and want:
         raise UnsupportedError(f"defer_pv=True: {why}", loc=fn.loc,
                                hint="drop defer_pv (P V is then waited in its block)")
-    return why
+    return why if why is not None or want else "defer_pv not set"
 
 
 class DeferredLoops:
