@@ -35,6 +35,7 @@ import numpy as np
 from tessera.interp.target.approx import BOUNDS
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target.ops import Shfl
+from tessera.ir.dialects.tile import Constant
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.lower.arith.mathlib import _check, _offsets, _tree
 from tessera.lower.emit import TargetEmitter
@@ -75,6 +76,37 @@ def shifted_exp(instr: Instr, users: dict[Value, list[Instr]]) -> Instr | None:
     return sub
 
 
+def folded_scale(instr: Instr, users: dict[Value, list[Instr]]) -> float | None:
+    """The scale ``c`` of an f32 ``tile.mul`` ``x * c`` (``c`` a positive, finite,
+    broadcast constant: attention's ``scores * scale``) whose every user takes ``x``
+    instead in fast mode: a row max, which is then multiplied by ``c`` once a row
+    (rounding is monotonic, so ``max(fl(x c)) = fl(max(x) c)`` bit for bit), and the
+    fused ``exp(x c - b)`` (:func:`shifted_exp`), which folds ``c`` into its ``fma``'s
+    constant. None for any other ``mul``."""
+    if not isinstance(instr.op, tile_compute.Mul) or element_name(instr.results[0].type) != "f32":
+        return None
+    scale = None
+    for k, v in enumerate(instr.operands):
+        owner = v.owner
+        if isinstance(owner, Instr) and isinstance(owner.op, tile_compute.Broadcast):
+            const = owner.operands[0].owner
+            if isinstance(const, Instr) and isinstance(const.op, Constant) and \
+                    isinstance(const.op.value, float) and k == 1:
+                scale = float(np.float32(const.op.value))
+    if scale is None or not 0.0 < scale < math.inf:
+        return None
+    result = instr.results[0]
+    for user in users.get(result, []):
+        if isinstance(user.op, tile_compute.Reduce) and user.op.kind == "max":
+            continue
+        if isinstance(user.op, tile_compute.Sub) and user.operands[0] is result and \
+                user.operands[1] is not result and any(
+                    shifted_exp(u, users) is user for u in users.get(user.results[0], [])):
+            continue
+        return None
+    return scale
+
+
 def element_name(t: object) -> str:
     """The storage format's name of a tensor type's element ("" for anything else)."""
     from tessera.numerics import storage_of
@@ -85,11 +117,13 @@ def element_name(t: object) -> str:
         return ""
 
 
-def emit_shifted_exp_fast(e: TargetEmitter, a: Value, neg_shift: Value) -> Value:
-    """e^(a - b) of f32 registers as ``ex2.approx.ftz.f32(fma.rn(a, log2(e), nb))`` with
-    ``nb = b * -log2(e)`` (:func:`emit_neg_shift`, made once per ``b``)."""
+def emit_shifted_exp_fast(e: TargetEmitter, a: Value, neg_shift: Value,
+                          scale: float = 1.0) -> Value:
+    """e^(a c - b) of f32 registers as ``ex2.approx.ftz.f32(fma.rn(a, c log2(e), nb))``
+    with ``nb = b * -log2(e)`` (:func:`emit_neg_shift`, made once per ``b``) and
+    ``c log2(e)`` rounded once to f32 (``c = 1``: ``log2(e)``'s own rounding)."""
     _check(a, "f32", "emit_shifted_exp_fast")
-    t = e.fma(a, e.const(LOG2E_F32, "f32"), neg_shift, "f32")
+    t = e.fma(a, e.const(float(np.float32(scale / math.log(2))), "f32"), neg_shift, "f32")
     return e.un("ex2", t, "f32", "approx.ftz")
 
 
@@ -128,7 +162,7 @@ def _rel(x: float) -> Fraction:
     return Fraction(x)
 
 
-def exp_error(shift: float = 0.0) -> float:
+def exp_error(shift: float = 0.0, scaled: bool = False) -> float:
     """The relative error bound of :func:`emit_exp_fast` for a normal result
     (``|x| <= EXP_ARG_MAX``), rounded up; with ``shift`` > 0, that of
     :func:`emit_shifted_exp_fast` for ``exp(a - b)`` with ``|b| <= shift``, against
@@ -140,7 +174,10 @@ def exp_error(shift: float = 0.0) -> float:
     Shifted, ``t = fl(a L - fl(b L))``: ``x`` differs from ``a - b`` by ``u |a - b|``,
     ``fl(b L)`` from ``b L`` by ``u |b| L``, and the ``fma`` rounds once, so
     ``|D| <= log2(e) (|a - b| (eta + u + u (1 + eta)) + |b| u (1 + eta)(1 + u))`` with
-    ``u = 2^-24`` and ``|a - b| <= |x| (1 + 2u)``.
+    ``u = 2^-24`` and ``|a - b| <= |x| (1 + 2u)``. ``scaled`` (a folded scale,
+    :func:`folded_scale`: ``t = fl(y fl(c log2(e)) - fl(b L))`` where the checked mode
+    rounds ``a = fl(y c)``): ``a`` is not rounded and ``c log2(e)`` is, at most
+    ``|a| 2u (1 + eta)`` more in ``|D|``, with ``|a| <= |a - b| + |b|``.
     ``ex2.approx`` adds its own ``r`` (:data:`~tessera.interp.target.approx.BOUNDS`):
     ``(1 + r)(1 + a e^a) - 1`` in all."""
     log2e = 1 / math.log(2)
@@ -149,6 +186,8 @@ def exp_error(shift: float = 0.0) -> float:
     if shift > 0:  # ln(2) |D| with the bounds above
         diff = Fraction(EXP_ARG_MAX) * (1 + 2 * u)
         a = diff * (eta + u + u * (1 + eta)) + Fraction(shift) * u * (1 + eta) * (1 + u)
+        if scaled:
+            a += (diff + Fraction(shift)) * 2 * u * (1 + eta)
     else:
         a = Fraction(EXP_ARG_MAX) * (eta + u + eta * u)  # ln(2) |D| = |x| (eta + u + eta u)
     growth = a * Fraction(math.exp(float(a) * 1.001))
@@ -168,7 +207,7 @@ def log_error() -> float:
     return float(r * (1 + eta) * (1 + u) + eta + u + eta * u) * (1 + 2**-40)
 
 
-__all__ = ["EXP_ARG_MAX", "LN2_F32", "LOG2E_F32", "SHIFT_MAX", "element_name",
+__all__ = ["EXP_ARG_MAX", "LN2_F32", "LOG2E_F32", "SHIFT_MAX", "element_name", "folded_scale",
            "emit_div_fast", "emit_exp_fast", "emit_log_fast", "emit_neg_shift",
            "emit_shfl_sum_f32", "emit_shifted_exp_fast", "emit_tree_sum_f32", "exp_error",
            "log_error", "shifted_exp"]

@@ -141,9 +141,12 @@ def test_budget_counts_loop_trips_and_narrowing() -> None:
     fn = fa.compile(q, k, v, is_causal=True, config=FA_CONFIG).functions["flash_attention"]
     budget = fast_budget(fn)
     # exp(s - m) per trip is the fused form (its bound takes |m| <= SHIFT_MAX), alpha's
-    # exp(m_i - m_new) the plain one
+    # exp(m_i - m_new) the plain one; the unmasked block's s = scores * scale is folded
+    # into the fused form's constant, the diagonal block's (masked first) is not
     assert budget.terms["exp"] == (exp_error(), 2) and budget.exp_count == 4
-    assert budget.terms["exp(a - b)"] == (exp_error(SHIFT_MAX), 2)
+    assert budget.terms["exp(a - b)"] == (exp_error(SHIFT_MAX), 1)
+    assert budget.terms["exp(a c - b)"] == (exp_error(SHIFT_MAX, scaled=True), 1)
+    assert exp_error(SHIFT_MAX) < exp_error(SHIFT_MAX, scaled=True) < 3 * exp_error(SHIFT_MAX)
     assert budget.terms["div"][1] == 1
     assert budget.terms["round to bf16"] == (2 * 2.0**-8, 3)
     assert 2.0**-18 < exp_error() < 2.0**-16  # |x| 2^-23 scaling error dominates

@@ -203,7 +203,10 @@ class KvLowering:
             ring.refill(t, total, m, slot, True, k_loop)
             return [r for lv in outs for r in flatten(lv)] + nxt
 
-        results = e.for_(lo, hi, step, flat + self.scores, step_fn)
+        if plan.unroll == 2:
+            results = unrolled_pairs(e, lo, hi, step, flat + self.scores, step_fn)
+        else:
+            results = e.for_(lo, hi, step, flat + self.scores, step_fn)
         self.scores = results[len(flat):]
         if plan.pingpong and kv is plan.loops[-1]:
             self.after_last(e)
@@ -289,6 +292,30 @@ class KvLowering:
         slot = ring.slot(t, m)
         ring.release(t, EMPTY_K, slot)
         ring.refill(t, total, m, slot, False, loop)
+
+
+def unrolled_pairs(e: TargetEmitter, lo: Value, hi: Value, step: Value, init: list[Value],
+                   step_fn: Callable[..., list[Value]]) -> list[Value]:
+    """``for k in range(lo, hi, step)`` two iterations a trip, then the odd one out.
+
+    The overlapped order carries the next block's scores, which ``wgmma`` writes while
+    the softmax reads this block's: the two tiles are live together, so a loop of one
+    iteration copies the next scores into the carried registers at its back edge (64
+    ``MOV`` a thread at 64x128 blocks). With two iterations a trip the tiles take turns:
+    the second iteration's ``wgmma`` may write the registers the first one's softmax
+    has finished reading, and ptxas allocates them so (the copies go)."""
+    one, zero = e.const(1, "s32"), e.const(0, "s32")
+    span = e.bin("max", e.bin("sub", hi, lo, "s32"), zero, "s32")
+    trips = e.bin("div", e.add(span, e.bin("sub", step, one, "s32"), "s32"), step, "s32")
+    half = e.bin("shr", trips, e.const(1, "u32"), "s32")
+    mid = e.add(lo, e.mul(half, e.add(step, step, "s32"), "s32"),
+                "s32")
+
+    def pair(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
+        once = step_fn(t, k, *carried)
+        return step_fn(t, t.add(k, step, "s32"), *once)
+    return e.for_(mid, hi, step, e.for_(lo, mid, e.add(step, step, "s32"), init, pair),
+                  step_fn)
 
 
 def plan_kv(low: Lowerer) -> None:

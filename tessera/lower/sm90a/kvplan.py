@@ -81,6 +81,12 @@ SPLIT_REGISTER_A = 64
 #: f32 values of two score tiles and the output accumulator a consumer thread of the
 #: overlapped order may hold at once: 64x128 blocks at D=128 (ptxas 13.5, 240 registers)
 SPLIT_OVERLAP_VALUES = 192
+#: the most f32 values of two score tiles and the output accumulator a thread may hold
+#: where the overlapped key loop runs two iterations a trip: each score tile is then
+#: also a wgmma accumulator (64 aligned registers), and at 64x128 blocks with D=128
+#: (192) ptxas 13.5 spills 48 bytes and serialises the wgmma (C7512); 64x128 at D=64
+#: (160) and 64x64 blocks assemble without either
+UNROLL_VALUES = 160
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,9 @@ class KvPlan:
     #: order is overlapped but not deferred
     defer_pv: bool = False
     why_not_deferred: str | None = None
+    #: iterations a trip of the overlapped key loops (:func:`tessera.lower.sm90a.kvloop.
+    #: unrolled_pairs`: 2 lets the two score tiles take turns in their registers)
+    unroll: int = 1
 
     @property
     def threads(self) -> int:
@@ -141,6 +150,8 @@ class KvPlan:
                       "one wait a block)")
         elif self.overlap and self.why_not_deferred:
             order += f"; P V waited in its block ({self.why_not_deferred})"
+        if self.unroll > 1:
+            order += f"; {self.unroll} blocks an iteration"
         if self.consumers:
             who = (f"a producer warpgroup fills it for {self.consumers} consumer "
                    f"warpgroup(s) of {self.bm} query rows each"
@@ -262,11 +273,31 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
     from tessera.lower.sm90a.kvdefer import defer_decision
 
     why_wait = defer_decision(fn, loops, bm, bn, d, consumers, stages, config, why)
+    unroll = unroll_of(config, fn, bm, bn, d, why or (None if why_wait else "P V is deferred"))
     plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why,
-                  consumers, why_one, pingpong, why is None and why_wait is None, why_wait)
+                  consumers, why_one, pingpong, why is None and why_wait is None, why_wait,
+                  unroll)
     if plan.ring_bytes > SHARED_BUDGET:
         return None
     return plan
+
+
+def unroll_of(config: dict, fn: Function, bm: int, bn: int, d: int, why: str | None) -> int:
+    """Key blocks an iteration of the overlapped loop: 1, or 2 where the configuration
+    asks (``unroll=2``) and the two score tiles and the accumulator fit
+    :data:`UNROLL_VALUES`; ``why``: why the loop is not the overlapped one (an
+    ``UnsupportedError`` at the kernel's line where ``unroll=2`` cannot be had)."""
+    want = config.get("unroll", 1)
+    if want == 1:
+        return 1
+    values = 2 * bm * bn // THREADS + bm * d // THREADS
+    if why is None and values > UNROLL_VALUES:
+        why = (f"two {bm}x{bn} score tiles and a {bm}x{d} accumulator are {values} f32 "
+               f"values a thread, over {UNROLL_VALUES}")
+    if want != 2 or why is not None:
+        raise UnsupportedError(f"unroll={want!r}: " + (why or "1 or 2 key blocks an iteration"),
+                               loc=fn.loc, hint="drop unroll (one key block an iteration)")
+    return 2
 
 
 def split_overlap_problem(bm: int, bn: int, d: int, consumers: int) -> str | None:

@@ -43,10 +43,12 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.approx import BOUNDS
+from tessera.ir.core import Instr
 from tessera.lower.fastmath import (
     SHIFT_MAX,
     element_name,
     exp_error,
+    folded_scale,
     log_error,
     shifted_exp,
 )
@@ -85,6 +87,7 @@ def fast_budget(fn: Any) -> FastBudget:
     approx = {tile_compute.Exp: ("exp", exp_error()), tile_compute.Log: ("log", log_error()),
               tile_compute.Div: ("div", BOUNDS["div.full.f32"].relative)}
     shifted = ("exp(a - b)", exp_error(SHIFT_MAX))
+    scaled = ("exp(a c - b)", exp_error(SHIFT_MAX, scaled=True))
     users = uses(fn.body)
     rounding = (tile_compute.Cast, tile_compute.Binary, tile_compute.Unary)
     budget = FastBudget()
@@ -100,8 +103,11 @@ def fast_budget(fn: Any) -> FastBudget:
             if isinstance(op, tile_ir.Constant) and isinstance(op.value, int):
                 consts[instr.results[0]] = op.value
             kind = approx.get(type(op))
-            if kind is not None and shifted_exp(instr, users) is not None:
-                kind = shifted
+            sub = shifted_exp(instr, users) if kind is not None else None
+            if sub is not None:
+                owner = sub.operands[0].owner
+                kind = scaled if isinstance(owner, Instr) and folded_scale(
+                    owner, users) is not None else shifted
             is_float = bool(instr.results) and element_name(instr.results[0].type) in (
                 "f32", "bf16", "f16")
             if kind is not None and is_float:
