@@ -207,7 +207,7 @@ def log_error() -> float:
     return float(r * (1 + eta) * (1 + u) + eta + u + eta * u) * (1 + 2**-40)
 
 
-__all__ = ["EXP_ARG_MAX", "LN2_F32", "LOG2E_F32", "SHIFT_MAX", "element_name", "folded_scale",
+__all__ = ["EXP_ARG_MAX", "LN2_F32", "LOG2E_F32", "SHIFT_MAX", "element_name",
            "emit_div_fast", "emit_exp_fast", "emit_log_fast", "emit_neg_shift",
            "emit_shfl_sum_f32", "emit_shifted_exp_fast", "emit_tree_sum_f32", "exp_error",
-           "log_error", "shifted_exp"]
+           "folded_scale", "log_error", "shifted_exp"]

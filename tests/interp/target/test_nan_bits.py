@@ -215,9 +215,9 @@ def test_cvt_of_a_nan_writes_the_destinations_canonical_nan(
         data: st.DataObject, conversion: tuple[str, str, str, str]) -> None:
     """cvt of a NaN of any payload: to a 16-bit float, and from f16 to f32, the canonical
     NaN (NumPy and ml_dtypes keep the payload's top bits and the sign); from f64 or bf16
-    to f32 and to f64 the payload as NumPy's conversion keeps it; rounding to an integral value in the
-    same format, the NaN's own bits. One case per conversion, so that a GPU cross-check
-    names the conversion whose bits differ."""
+    to f32 and to f64 the payload as NumPy's conversion keeps it; rounding to an
+    integral value in the same format, the NaN's own bits. One case per conversion, so
+    that a GPU cross-check names the conversion whose bits differ."""
     to, frm, rnd, sat = conversion
     target = "sm_90a" if "bf16" in (to, frm) and "f32" not in (to, frm) else "sm_80"
     x = _array(data.draw(nans(frm)), frm)
