@@ -103,31 +103,41 @@ def rescale_ops(kv: KvLoop, slot: int) -> list[Instr] | None:
 
 
 def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: int,
-                  consumers: int, stages: int) -> str | None:
+                  consumers: int, stages: int, fa3: bool = False) -> str | None:
     """Why ``P_m V_m`` cannot wait one block in the first key loop (None when it can;
     the later loops, a causal kernel's blocks on the diagonal, keep their order): in it
     ``P V`` adds into a carried accumulator that only the ops making its ``C`` operand
     read, its product is only yielded, and, in a one-warpgroup CTA, the order's
     registers (:data:`DEFER_THREAD_REGS`) leave as many CTAs per SM as the ring's shared
-    memory does."""
+    memory does. ``fa3`` (FlashAttention-3's order: every loop defers ``P V`` and waits
+    for ``S`` in its own iteration): every loop must qualify, and no next score tile is
+    held."""
+    if fa3:
+        from tessera.lower.sm90a.kvorder import unequal_loops
+
+        unequal = unequal_loops(fn, loops)
+        if unequal is not None:
+            return f"every query tile must read as many key blocks: {unequal}"
     users = uses(fn.body)
-    kv = loops[0]
-    j = acc_slot(kv)
-    if j is None or rescale_ops(kv, j) is None:
-        return "P V does not add into a carried accumulator (mma's C operand)"
-    if len(users.get(kv.pv.results[0], [])) != 1:
-        return "the P V product is read inside its loop"
+    for kv in loops if fa3 else loops[:1]:
+        j = acc_slot(kv)
+        if j is None or rescale_ops(kv, j) is None:
+            return "P V does not add into a carried accumulator (mma's C operand)"
+        if len(users.get(kv.pv.results[0], [])) != 1:
+            return "the P V product is read inside its loop"
     from tessera.lower.sm90a.mma import REGISTER_A_VALUES
 
     # a consumer's P is register A whenever its CTA was split (kvplan.split_problem)
     if not consumers and (bm * bn // THREADS > REGISTER_A_VALUES or bm * d // THREADS > 64):
         return f"P of a {bm}x{bn} block is not wgmma's register A"
     if consumers:
-        values = 2 * bm * bn // THREADS + bm * bn // THREADS // 2 + bm * d // THREADS
+        tiles = 1 if fa3 else 2
+        values = tiles * bm * bn // THREADS + bm * bn // THREADS // 2 + bm * d // THREADS
         if values > DEFER_SPLIT_VALUES:
-            return (f"registers: the next and this {bm}x{bn} score tiles, the previous P "
-                    f"and a {bm}x{d} accumulator are {values} values a thread, over "
-                    f"{DEFER_SPLIT_VALUES}")
+            what = f"this {bm}x{bn} score tile" if fa3 else \
+                f"the next and this {bm}x{bn} score tiles"
+            return (f"registers: {what}, the previous P and a {bm}x{d} accumulator are "
+                    f"{values} values a thread, over {DEFER_SPLIT_VALUES}")
         return None
     from tessera.lower.sm90a.kvplan import occupancy_problem
 
@@ -146,10 +156,13 @@ def defer_decision(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d:
     want = config.get("defer_pv")
     if want is False:
         return "config defer_pv=False"
+    if want not in (None, True, "fa3"):
+        raise UnsupportedError(f"defer_pv={want!r}: True, False or 'fa3'", loc=fn.loc,
+                               hint="defer_pv='fa3' takes FlashAttention-3's order")
     why = (f"the order is sequential ({sequential})" if sequential is not None
-           else defer_problem(fn, loops, bm, bn, d, consumers, stages))
+           else defer_problem(fn, loops, bm, bn, d, consumers, stages, want == "fa3"))
     if why is not None and want:
-        raise UnsupportedError(f"defer_pv=True: {why}", loc=fn.loc,
+        raise UnsupportedError(f"defer_pv={want!r}: {why}", loc=fn.loc,
                                hint="drop defer_pv (P V is then waited in its block)")
     return why if why is not None or want else "defer_pv not set"
 
@@ -250,7 +263,7 @@ class _Iteration:
                 if v_buf in i.operands:  # read by the next iteration's product
                     low.env[v_buf] = ring.mem(t, True, ring.slot(t, m))
                 if i is kv.pv:
-                    frags = self._fragments(t, low.env[i.operands[0]])
+                    frags = fragments(t, low.env[i.operands[0]], plan.elem)
                     continue
                 low.lower_instr(i, t)
             t.loc = instr.loc
@@ -268,14 +281,6 @@ class _Iteration:
         t.loc = instr.loc
         acc = self._drain(t, ring, m, end, total, c_out.regs, frags, k_loop)
         return [r for lv in outs for r in lv] + pack(t, acc, plan.d) + frags + nxt
-
-    def _fragments(self, t: TargetEmitter, p: Lowered) -> list[Value]:
-        """``P``'s register-A fragments, 64-row block by block, k16 step by step."""
-        from tessera.lower.sm90a.mma import a_fragments
-
-        assert isinstance(p, Dist)
-        blocks = a_fragments(t, p.regs, p.layout.rows, p.layout.cols, self.lowering.plan.elem)
-        return [f for blk in blocks for f in blk]
 
     def _issue(self, t: TargetEmitter, ring: KvRing, m: Value, later: Value, total: Value,
                c_in: list[Value], p_in: list[Value]) -> tuple[list[Value], list[Value]]:
@@ -323,6 +328,15 @@ class _Iteration:
         return t.if_(last, drain, lambda u: list(c), types=[r.type for r in c], rare=True)
 
 
+def fragments(t: TargetEmitter, p: Lowered, elem: str) -> list[Value]:
+    """``P``'s register-A fragments, 64-row block by block, k16 step by step."""
+    from tessera.lower.sm90a.mma import a_fragments
+
+    assert isinstance(p, Dist)
+    blocks = a_fragments(t, p.regs, p.layout.rows, p.layout.cols, elem)  # type: ignore[attr-defined]
+    return [f for blk in blocks for f in blk]
+
+
 def pack(e: TargetEmitter, regs: Sequence[Value], d: int) -> list[Value]:
     """An accumulator's registers packed per 64-row block, as ``wgmma`` holds them."""
     half = d // 2
@@ -354,4 +368,5 @@ def release_previous_v(t: TargetEmitter, ring: KvRing, m: Value, later: Value, t
 
 
 __all__ = ["DEFER_SPLIT_VALUES", "DEFER_THREAD_REGS", "DeferredLoops", "acc_slot", "defer_decision",
-           "defer_problem", "issue_packed", "pack", "release_previous_v", "rescale_ops"]
+           "defer_problem", "fragments", "issue_packed", "pack", "release_previous_v",
+           "rescale_ops"]

@@ -110,8 +110,12 @@ class KvLowering:
         wait_all(low, e, 0)  # the query block (the tile program's group ring)
         if not self.plan.overlap:
             return
-        q = self.q_box(low)
         zero = e.const(0, "u32")
+        if not self.plan.scores_ahead:  # each iteration issues its own S (kvdefer)
+            if self.plan.pingpong:  # warpgroup 0 goes first
+                e.if_(e.setp("lt", zero, total, "u32"), lambda t: self._start(t))
+            return
+        q = self.q_box(low)
         types = [RegType("f32", self.plan.bn // 2)] * (self.plan.bm // 64)
 
         def first(t: TargetEmitter) -> list[Value]:
@@ -144,6 +148,10 @@ class KvLowering:
         settle(low, e)
         if kv is self.plan.loops[0]:
             self.prologue(low)
+        if self.plan.defer_pv and not self.plan.scores_ahead:
+            from tessera.lower.sm90a.kvfa3 import Fa3Loop
+
+            return Fa3Loop(self, low, kv, instr, args).lower()
         if self.plan.defer_pv and kv is self.plan.loops[0]:
             return self.deferred.loop(low, kv, instr, args)
         ring, total, plan = self.ring, self.total, self.plan
@@ -261,6 +269,11 @@ class KvLowering:
             count = ring.count(e)
         ring.offsets, ring.bounds = saved
         return count
+
+    def _start(self, t: TargetEmitter) -> None:
+        turns = self._turns(t)
+        assert turns is not None
+        turns.start(t)
 
     def _empty_turn(self, t: TargetEmitter) -> None:
         turns = self._turns(t)

@@ -119,6 +119,10 @@ class KvPlan:
     #: iterations a trip of the overlapped key loops (:func:`tessera.lower.sm90a.kvloop.
     #: unrolled_pairs`: 2 lets the two score tiles take turns in their registers)
     unroll: int = 1
+    #: ``S_{m+1}`` is issued before the softmax of ``S_m``; False with ``defer_pv``:
+    #: FlashAttention-3's order, ``S_m`` waited in its iteration beside ``P_{m-1} V_{m-1}``
+    #: (config ``defer_pv="fa3"``, every key loop)
+    scores_ahead: bool = True
 
     @property
     def threads(self) -> int:
@@ -145,7 +149,10 @@ class KvPlan:
         """One line for ``tessera ptx --stats``."""
         order = ("S of the next block overlaps the softmax" if self.overlap
                  else f"sequential ({self.why_sequential})")
-        if self.defer_pv:
+        if self.defer_pv and not self.scores_ahead:
+            order = ("S waited in its block, beside P V of the block before (deferred a "
+                     "block in every loop: FlashAttention-3's order)")
+        elif self.defer_pv:
             order += ("; P V deferred a block in the first loop (issued with the next S, "
                       "one wait a block)")
         elif self.overlap and self.why_not_deferred:
@@ -276,7 +283,7 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
     unroll = unroll_of(config, fn, bm, bn, d, why or (None if why_wait else "P V is deferred"))
     plan = KvPlan(loops, k_alloc, v_alloc, bm, bn, d, elem, stages, why is None, why,
                   consumers, why_one, pingpong, why is None and why_wait is None, why_wait,
-                  unroll)
+                  unroll, config.get("defer_pv") != "fa3")
     if plan.ring_bytes > SHARED_BUDGET:
         return None
     return plan
