@@ -60,25 +60,31 @@ GEMMS = [  # (target, M=N=K, tile, launch configuration), the most telling first
     ("sm_90a", 4096, (128, 256, 64), {}), ("sm_90a", 4096, (64, 128, 64), {}),
 ]
 ATTENTIONS = [  # (target, B*H, S, D, block, causal, mode[, launch configuration])
-    # FlashAttention-3's shape: 2 consumer warpgroups of 64 query rows, each holding P of
-    # a 64x128 block in registers (setmaxnreg 240), and a producer warpgroup
+    # FlashAttention-3's order (S_m and P_{m-1} V_{m-1} issued together, the softmax of
+    # S_m beside the product) against the overlapped order (S_{m+1} ahead), side by side:
+    # 2 consumer warpgroups of 64 query rows, P of a 64x128 block in registers
+    ("sm_90a", 16, 4096, 128, 64, False, "fast",
+     {"num_warps": 12, "BLOCK_N": 128, "defer_pv": "fa3"}),
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "BLOCK_N": 128}),
-    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "BLOCK_N": 128}),
-    # P V deferred a block (issued beside the next S, both during a softmax; the
-    # default where it fits) against P V waited in its block, side by side
-    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "defer_pv": True}),
-    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "defer_pv": False}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast",
+     {"num_warps": 12, "BLOCK_N": 128, "schedule": "pingpong", "defer_pv": "fa3"}),
     ("sm_90a", 16, 4096, 128, 64, False, "fast",
      {"num_warps": 12, "BLOCK_N": 128, "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 64, 64, False, "fast",
+     {"num_warps": 12, "BLOCK_N": 128, "defer_pv": "fa3"}),
     ("sm_90a", 16, 4096, 64, 64, False, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    ("sm_90a", 16, 4096, 64, 64, False, "fast",
+     {"num_warps": 12, "BLOCK_N": 128, "schedule": "pingpong", "defer_pv": "fa3"}),
+    # 64x64 blocks: FlashAttention-3's order, two blocks an iteration, the default
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "defer_pv": "fa3"}),
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "unroll": 2}),
+    ("sm_90a", 16, 4096, 128, 64, True, "fast", {"num_warps": 12, "BLOCK_N": 128,
+                                                 "schedule": "pingpong"}),
+    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "BLOCK_N": 128}),
+    # P V deferred a block with the next S (64x64 blocks; timed slower, not the default)
+    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12, "defer_pv": True}),
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 4, "defer_pv": True}),
-    ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 4, "defer_pv": False}),
-    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "defer_pv": True}),
-    ("sm_90a", 16, 4096, 64, 64, True, "fast", {"num_warps": 12, "defer_pv": False}),
-    ("sm_90a", 16, 4096, 64, 64, False, "fast",
-     {"num_warps": 4, "num_stages": 3, "defer_pv": True}),
-    ("sm_90a", 16, 4096, 64, 64, False, "fast",
-     {"num_warps": 4, "num_stages": 3, "defer_pv": False}),
     # 64x64 blocks, the order's default: warp-specialised (FlashAttention-3's CTA): 2
     # consumer warpgroups of 64 query rows and a producer warpgroup
     ("sm_90a", 16, 4096, 128, 64, False, "fast", {"num_warps": 12}),

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target import RegType
 from tessera.ir.dialects.target.async_ops import WgmmaCommit, WgmmaFence, WgmmaWait
+from tessera.ir.dialects.target.ops import Const
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
@@ -318,17 +319,18 @@ def unrolled_pairs(e: TargetEmitter, lo: Value, hi: Value, step: Value, init: li
     the second iteration's ``wgmma`` may write the registers the first one's softmax
     has finished reading, and ptxas allocates them so (the copies go)."""
     one, zero = e.const(1, "s32"), e.const(0, "s32")
+    owner = step.owner  # a constant step stays one (the static estimate's trip counts)
+    twice = e.const(2 * owner.op.value, "s32") if isinstance(owner, Instr) and \
+        isinstance(owner.op, Const) else e.add(step, step, "s32")
     span = e.bin("max", e.bin("sub", hi, lo, "s32"), zero, "s32")
     trips = e.bin("div", e.add(span, e.bin("sub", step, one, "s32"), "s32"), step, "s32")
     half = e.bin("shr", trips, e.const(1, "u32"), "s32")
-    mid = e.add(lo, e.mul(half, e.add(step, step, "s32"), "s32"),
-                "s32")
+    mid = e.add(lo, e.mul(half, twice, "s32"), "s32")
 
     def pair(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
         once = step_fn(t, k, *carried)
         return step_fn(t, t.add(k, step, "s32"), *once)
-    return e.for_(mid, hi, step, e.for_(lo, mid, e.add(step, step, "s32"), init, pair),
-                  step_fn)
+    return e.for_(mid, hi, step, e.for_(lo, mid, twice, init, pair), step_fn)
 
 
 def plan_kv(low: Lowerer) -> None:
