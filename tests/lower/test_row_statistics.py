@@ -166,9 +166,10 @@ def test_flash_attention_loop_instruction_counts(d: int) -> None:
     assert fast["fma.f32"] == 32 and fast["ex2.f32"] == 32 + 2  # P and alpha
     assert fast["cvt.bf16x2.f32"] == 16 and fast["cvt.bf16.f32"] == 0
     assert fast["sub.f32"] == 2  # alpha's m_i - m_new only
-    # multiplies: the scale (32), alpha * acc (d/2 per thread), alpha * l (2), alpha's
-    # log2(e) (2) and -(m log2 e) (2); nothing multiplies by 1.0
-    assert fast["mul.f32"] == 32 + d // 2 + 2 + 2 + 2
+    # multiplies: the scale, folded into the fused exp's constant, once a row (2),
+    # alpha * acc (d/2 per thread), alpha * l (2), alpha's log2(e) (2) and -(m log2 e)
+    # (2); nothing multiplies by 1.0
+    assert fast["mul.f32"] == 2 + d // 2 + 2 + 2 + 2
     checked = loop_ops(fa(d, "checked"))
     # the row max is exact and reordered in checked mode too; the f64 sum keeps its tree
     assert checked["shfl"] == 4 + 2 * 2 * 2 * 8
@@ -231,8 +232,10 @@ def test_fast_shifted_exp_is_fma_and_within_its_bound() -> None:
     fn = flash_attention.compile(q, k, v, is_causal=True, config=dict(
         BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)).functions["flash_attention"]
     budget = fast_budget(fn)
-    # per trip (2 key blocks): exp(s - m) fused, alpha's exp(m_i - m_new) plain
-    assert budget.terms["exp(a - b)"] == (exp_error(SHIFT_MAX), 2)
+    # per trip (2 key blocks): exp(s - m) fused (the unmasked block's with the scale
+    # folded in), alpha's exp(m_i - m_new) plain
+    assert budget.terms["exp(a - b)"] == (exp_error(SHIFT_MAX), 1)
+    assert budget.terms["exp(a c - b)"] == (exp_error(SHIFT_MAX, scaled=True), 1)
     assert budget.terms["exp"] == (exp_error(), 2) and budget.exp_count == 4
 
 

@@ -62,6 +62,7 @@ class Fa3Loop:
         assert isinstance(acc0, Dist)
         self.acc0 = acc0
         self.others = [lv for j, lv in enumerate(init) if j != slot]
+        self.p_unrounded = False  # P is carried as the f32 values a cast rounds
         self.flat = [r for lv in self.others for r in flatten(lv)]
 
     def lower(self) -> list[Lowered]:
@@ -99,7 +100,8 @@ class Fa3Loop:
         t.loc = self.instr.loc
         at = ring.slot(t, last)
         ring.wait(t, FULL_V, at)
-        product = issue_packed(t, c_in, frags, ring.box(t, True, at), plan.bm // 64)
+        product = issue_packed(t, c_in, self._fragments(t, frags), ring.box(t, True, at),
+                               plan.bm // 64)
         t.op(WgmmaWait(0))
         self._release_v(t, last, at)
         return results[:n_out] + [v for p in product for v in t.unpack(p, "f32", plan.d // 2)]
@@ -149,8 +151,8 @@ class Fa3Loop:
                               self.plan.bn)
         product = None
         if pv is not None and v_at is not None:
-            product = issue_packed(t, pv[0], pv[1], ring.box(t, True, v_at),
-                                   self.plan.bm // 64)
+            product = issue_packed(t, pv[0], self._fragments(t, pv[1]),
+                                   ring.box(t, True, v_at), self.plan.bm // 64)
         if turns is not None:  # past the last block warpgroup 1 has no turn left
             more = t.setp("lt", t.add(m, t.const(1, "u32"), "u32"), lowering.total, "u32")
             turns.hand_over(t, more)
@@ -165,7 +167,6 @@ class Fa3Loop:
         loop's next values (flat), the fragments and ``C``'s registers."""
         from tessera.lower.rules.flow import flatten
         from tessera.lower.rules.masked import settle as settle_index
-        from tessera.lower.sm90a.kvdefer import fragments
 
         low, kv, lowering = self.low, self.kv, self.lowering
         ring = lowering.ring
@@ -174,7 +175,7 @@ class Fa3Loop:
         skip = {id(i) for i in self.rescale}
         low.env[body.args[0]] = Scalar(k, "s32")
         low.env[kv.k_copy.operands[0]] = ring.k_mem  # read by no product here
-        v_buf, frags = kv.v_copy.operands[0], []
+        v_buf, p = kv.v_copy.operands[0], None
         low.stack.append(t)
         try:
             for i in body.instrs:
@@ -187,8 +188,8 @@ class Fa3Loop:
                     continue
                 if v_buf in i.operands:  # read by the next product
                     low.env[v_buf] = ring.mem(t, True, ring.slot(t, m))
-                if i is kv.pv:
-                    frags = fragments(t, low.env[i.operands[0]], self.plan.elem)
+                if i is kv.pv:  # P's fragments are made before the next product
+                    p = self._p_values(low.env[i.operands[0]])
                     continue
                 low.lower_instr(i, t)
             t.loc = self.instr.loc
@@ -197,6 +198,8 @@ class Fa3Loop:
                 prev = t.bin("sub", m, t.const(1, "u32"), "u32")
                 self._release_v(t, prev, ring.slot(t, prev))
                 acc = acc.dist(t)
+            assert p is not None
+            frags = p
             low.env[body.args[1 + self.slot]] = acc
             for i in self.rescale:
                 low.lower_instr(i, t)
@@ -207,6 +210,27 @@ class Fa3Loop:
         finally:
             low.stack.pop()
         return outs, frags, list(c.regs)
+
+    def _fragments(self, t: TargetEmitter, p: list[Value]) -> list[Value]:
+        """``P``'s register-A fragments from its carried f32 values, made right before
+        the product that reads them: made at the end of the iteration before, they
+        would be written while the product before still reads its own, and ptxas would
+        retire that product before the softmax (a ``wgmma.wait_group 0`` it moves up)."""
+        from tessera.lower.sm90a.mma import a_fragments
+
+        plan = self.plan
+        blocks = a_fragments(t, p, plan.bm, plan.bn, plan.elem, self.p_unrounded)
+        return [f for blk in blocks for f in blk]
+
+    def _p_values(self, p: Lowered) -> list[Value]:
+        """The registers ``P`` is carried in to the next product: the f32 values a cast
+        to the products' format rounds (rounded in pairs there), else ``P``'s own."""
+        from tessera.lower.rules.scalar import rounded_from
+
+        assert isinstance(p, Dist)
+        sources = [rounded_from(v, self.plan.elem) for v in p.regs]
+        self.p_unrounded = all(v is not None for v in sources)
+        return sources if self.p_unrounded else list(p.regs)  # type: ignore[return-value]
 
     def _release_v(self, t: TargetEmitter, m: Value, at: RingSlot) -> None:
         """V block ``m``'s product has retired: release it, refill its stage."""
