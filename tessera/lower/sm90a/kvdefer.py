@@ -247,25 +247,10 @@ class _Iteration:
         t.loc = kv.qk.loc
         nxt, product = self._issue(t, ring, m, later, total, c_in, p_in)
         t.loc = instr.loc
-        low.env[kv.k_copy.operands[0]] = ring.k_mem  # read by no product here
-        v_buf = kv.v_copy.operands[0]
-        frags: list[Value] = []
         low.stack.append(t)
         try:
-            for i in body.instrs:
-                if i.op.terminator or id(i) in skip or isinstance(
-                        i.op, (tile_memory.CpAsync, tile_memory.Barrier)):
-                    continue
-                if i is kv.qk:
-                    low.env[i.results[0]] = lowering.unpacked(low, t, i, current)
-                    lowering.release_k(t, ring, m, total, k_loop)  # S_m has retired
-                    continue
-                if v_buf in i.operands:  # read by the next iteration's product
-                    low.env[v_buf] = ring.mem(t, True, ring.slot(t, m))
-                if i is kv.pv:
-                    frags = fragments(t, low.env[i.operands[0]], plan.elem)
-                    continue
-                low.lower_instr(i, t)
+            p = lower_softmax(lowering, low, t, kv, skip, current, m)
+            frags = fragments(t, p, plan.elem)
             t.loc = instr.loc
             t.op(WgmmaWait(0))  # S_{m+1} and P_{m-1} V_{m-1} retired
             release_previous_v(t, ring, m, later, total, k_loop)
@@ -328,6 +313,33 @@ class _Iteration:
         return t.if_(last, drain, lambda u: list(c), types=[r.type for r in c], rare=True)
 
 
+def lower_softmax(lowering: KvLowering, low: Lowerer, t: TargetEmitter, kv: KvLoop,
+                  skip: set[int], scores: list[Value], m: Value) -> Lowered:
+    """The key loop body's ops on block ``m`` whose scores (``scores``, packed) have
+    retired, but those in ``skip`` (the rescale), the copies, the barriers and ``P V``
+    itself: K block ``m`` is released where its product is read, the V buffer is block
+    ``m``'s stage. ``P`` (``P V``'s first operand), lowered."""
+    ring, total = lowering.ring, lowering.total
+    assert ring is not None and total is not None
+    k_loop = lowering.plan.loops.index(kv)
+    low.env[kv.k_copy.operands[0]] = ring.k_mem  # read by no product here
+    v_buf = kv.v_copy.operands[0]
+    for i in kv.loop.regions[0].block.instrs:
+        if i.op.terminator or id(i) in skip or isinstance(
+                i.op, (tile_memory.CpAsync, tile_memory.Barrier)):
+            continue
+        if i is kv.qk:
+            low.env[i.results[0]] = lowering.unpacked(low, t, i, scores)
+            lowering.release_k(t, ring, m, total, k_loop)  # S_m has retired
+            continue
+        if v_buf in i.operands:  # read by a later product
+            low.env[v_buf] = ring.mem(t, True, ring.slot(t, m))
+        if i is kv.pv:
+            return low.env[i.operands[0]]
+        low.lower_instr(i, t)
+    raise AssertionError("the key loop has no P V product")
+
+
 def fragments(t: TargetEmitter, p: Lowered, elem: str) -> list[Value]:
     """``P``'s register-A fragments, 64-row block by block, k16 step by step."""
     from tessera.lower.sm90a.mma import a_fragments
@@ -368,5 +380,5 @@ def release_previous_v(t: TargetEmitter, ring: KvRing, m: Value, later: Value, t
 
 
 __all__ = ["DEFER_SPLIT_VALUES", "DEFER_THREAD_REGS", "DeferredLoops", "acc_slot", "defer_decision",
-           "defer_problem", "fragments", "issue_packed", "pack", "release_previous_v",
-           "rescale_ops"]
+           "defer_problem", "fragments", "issue_packed", "lower_softmax", "pack",
+           "release_previous_v", "rescale_ops"]

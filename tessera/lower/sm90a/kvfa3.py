@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING
 
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target.async_ops import WgmmaWait
-from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.kvdefer import acc_slot, issue_packed, pack, rescale_ops
+from tessera.lower.sm90a.kvdefer import acc_slot, issue_packed, lower_softmax, pack, rescale_ops
 from tessera.lower.sm90a.kvplan import KvLoop
 from tessera.lower.sm90a.kvring import EMPTY_V, FULL_K, FULL_V, RingSlot
 from tessera.lower.values import Dist, Lowered, Scalar
@@ -162,44 +161,27 @@ class Fa3Loop:
     def _body(self, t: TargetEmitter, k: Value, m: Value, scores: list[Value],
               acc: Dist | _Retired) -> tuple[list[Value], list[Value], list[Value]]:
         """The kernel's ops on block ``m`` whose scores have retired: the softmax makes
-        ``P``'s fragments; after the product before has retired (``acc`` a
-        :class:`_Retired`: wait, release its V block) the rescale makes ``C``. The
-        loop's next values (flat), the fragments and ``C``'s registers."""
+        ``P``; after the product before has retired (``acc`` a :class:`_Retired`: wait,
+        release its V block) the rescale makes ``C``. The loop's next values (flat),
+        ``P``'s carried values and ``C``'s registers."""
         from tessera.lower.rules.flow import flatten
         from tessera.lower.rules.masked import settle as settle_index
 
         low, kv, lowering = self.low, self.kv, self.lowering
         ring = lowering.ring
-        assert ring is not None and lowering.total is not None
+        assert ring is not None
         body = self.instr.regions[0].block
-        skip = {id(i) for i in self.rescale}
         low.env[body.args[0]] = Scalar(k, "s32")
-        low.env[kv.k_copy.operands[0]] = ring.k_mem  # read by no product here
-        v_buf, p = kv.v_copy.operands[0], None
         low.stack.append(t)
         try:
-            for i in body.instrs:
-                if i.op.terminator or id(i) in skip or isinstance(
-                        i.op, (tile_memory.CpAsync, tile_memory.Barrier)):
-                    continue
-                if i is kv.qk:
-                    low.env[i.results[0]] = lowering.unpacked(low, t, i, scores)
-                    lowering.release_k(t, ring, m, lowering.total, self.k_loop)
-                    continue
-                if v_buf in i.operands:  # read by the next product
-                    low.env[v_buf] = ring.mem(t, True, ring.slot(t, m))
-                if i is kv.pv:  # P's fragments are made before the next product
-                    p = self._p_values(low.env[i.operands[0]])
-                    continue
-                low.lower_instr(i, t)
+            skip = {id(i) for i in self.rescale}
+            p = self._p_values(lower_softmax(lowering, low, t, kv, skip, scores, m))
             t.loc = self.instr.loc
             if isinstance(acc, _Retired):
                 t.op(WgmmaWait(0))  # P_{m-1} V_{m-1} retired
                 prev = t.bin("sub", m, t.const(1, "u32"), "u32")
                 self._release_v(t, prev, ring.slot(t, prev))
                 acc = acc.dist(t)
-            assert p is not None
-            frags = p
             low.env[body.args[1 + self.slot]] = acc
             for i in self.rescale:
                 low.lower_instr(i, t)
@@ -209,7 +191,7 @@ class Fa3Loop:
                     for r in flatten(settle_index(low, v, low.env[v]))]
         finally:
             low.stack.pop()
-        return outs, frags, list(c.regs)
+        return outs, p, list(c.regs)
 
     def _fragments(self, t: TargetEmitter, p: list[Value]) -> list[Value]:
         """``P``'s register-A fragments from its carried f32 values, made right before
