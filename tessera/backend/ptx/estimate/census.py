@@ -234,7 +234,8 @@ def loops(block: Block, runs: int = 1, grid: Sequence[int] | None = None, *,
     for instr in block.instrs:
         inner = runs
         if isinstance(instr.op, For):
-            inner = runs * (counts(instr, threads) or 1)
+            trips = counts(instr, threads)  # a known count of 0 stays 0
+            inner = runs * (1 if trips is None else trips)
             found.append((instr, inner, 0))
         shares = split_threads(instr.operands[0], threads) \
             if isinstance(instr.op, If) and threads is not None else (threads,) * 2

@@ -50,6 +50,16 @@ def test_bounds_per_warpgroup_are_the_mean_over_ctas_and_warpgroups() -> None:
     assert estimate(fn).runs == 7
 
 
+def test_a_loop_known_to_run_no_trip_counts_none() -> None:
+    """A count of 0 (the odd iteration's loop after an even number of key blocks, say)
+    is 0, not the unknown count's 1."""
+    fn, loop = loop_to(lambda k: k.const(0, "s32"))
+    assert trips.trip_count(loop, [4, 1, 1], range(256)) == 0
+    assert census_mod.loops(fn.body, grid=[4, 1, 1], threads=range(256))[0][1] == 0
+    unknown, _ = loop_to(lambda k: k.op(Cvt("s32", "u32"), k.sreg("laneid")))
+    assert census_mod.loops(unknown.body, grid=[4, 1, 1], threads=range(256))[0][1] == 1
+
+
 def test_min_and_max_bounds() -> None:
     def hi(k: Kernel) -> Value:  # min(max(3 ctaid.x, 2), 7) over CTAs 0..3: 2, 3, 6, 7
         cta = k.op(Cvt("s32", "u32"), k.sreg("ctaid.x"))
