@@ -275,13 +275,15 @@ def loop_threads(kernel: Function, loop: Instr) -> range:
 
 
 def companions(kernel: Function, loop: Instr, counts: TripCounts | None = None,
-               ) -> list[Instr]:
-    """Loops that run beside ``loop`` in other warps: in the other region of a
-    thread-splitting ``ptx.if`` around it, with as many trips as ``loop``, or at most
-    one more than the loops of its block together (a warp-specialised producer's loop
-    feeding a consumer's; a causal consumer splits the blocks the producer loads in one
-    loop into those below its diagonal and the diagonal's, and the producer loads the
-    CTA's last tile's, at most one block more than the mean tile's)."""
+               ) -> list[tuple[Instr, int]]:
+    """Loops that run beside ``loop`` in other warps, each with its iterations per trip
+    of ``loop``: in the other region of a thread-splitting ``ptx.if`` around it, with as
+    many trips as ``loop``, or at most one more than the loops of its block together (a
+    warp-specialised producer's loop feeding a consumer's; a causal consumer splits the
+    blocks the producer loads in one loop into those below its diagonal and the
+    diagonal's, and the producer loads the CTA's last tile's, at most one block more
+    than the mean tile's), or a small multiple of ``loop``'s trips (a consumer loop of
+    two key blocks a trip: two of the producer's iterations a trip)."""
     counts = counts or TripCounts(kernel.attrs.get("grid"))
 
     def path_to(block: Block, threads: range) -> list[tuple[Instr, int, range]] | None:
@@ -301,7 +303,7 @@ def companions(kernel: Function, loop: Instr, counts: TripCounts | None = None,
     trips = counts(loop, own)
     home = path[-1][0].regions[path[-1][1]].block if path else kernel.body
     total = sum(counts(f, own) or 0 for f in home.instrs if isinstance(f.op, For))
-    found: list[Instr] = []
+    found: list[tuple[Instr, int]] = []
     for instr, k, threads in path:
         if not isinstance(instr.op, If):
             continue
@@ -313,7 +315,9 @@ def companions(kernel: Function, loop: Instr, counts: TripCounts | None = None,
             beside = counts(f, loop_threads(kernel, f))
             if beside == trips or (trips is not None and beside is not None
                                    and trips <= beside <= total + 1):
-                found.append(f)
+                found.append((f, 1))
+            elif trips and beside and beside % trips == 0 and beside // trips <= 4:
+                found.append((f, beside // trips))
     return found
 
 

@@ -116,8 +116,9 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
     if hot:
         iteration = census_mod.loop_census(kernel, hot[0], counts)
         beside = census_mod.companions(kernel, hot[0], counts)
-        for loop in beside:  # a producer's loop: its copies feed this one's iterations
-            iteration.add_traffic(census_mod.loop_census(kernel, loop, counts))
+        for loop, per_trip in beside:  # a producer's loop: its copies feed this one's
+            for _ in range(per_trip):  # iterations
+                iteration.add_traffic(census_mod.loop_census(kernel, loop, counts))
         if beside:  # a ring of full and empty mbarriers: the lowering's stages, or a
             # pair of barriers per stage when it does not say (a kernel's other barriers
             # would count as stages: the warp-specialised attention's query copies')
@@ -125,7 +126,7 @@ def estimate(kernel: Function, device: SMHardware = H100_SXM, *, registers: int 
                                         or census_mod.mbarrier_inits(kernel) // 2)
         elif kernel.attrs.get("ring_stages"):  # refilled inside the loop as it releases
             iteration.ring_stages = int(kernel.attrs["ring_stages"])
-        skip = (hot[0], *beside)
+        skip = (hot[0], *(loop for loop, _ in beside))
     return estimate_census(
         kernel.name, iteration, hot[1] if hot else 0, census_mod.census(kernel, skip, counts),
         threads=census_mod.block_threads(kernel),

@@ -158,3 +158,22 @@ def test_flash_attention_k_v_ring_hides_the_copies(stages: int) -> None:
     else:
         assert ring.busy == ring.non_tensor + tensor + H100_SXM.wgmma_latency
     assert ring.total < plain.total
+
+
+def test_two_key_blocks_a_trip_count_two_of_the_producers_loads() -> None:
+    """A warp-specialised consumer loop of two key blocks a trip (``unroll=2``) is fed
+    by two of the producer's iterations a trip: its copies count twice in the
+    iteration, none is left outside the loop, and the estimate is at least the one
+    block a trip's (the same products, fewer copies of the next scores)."""
+    q = np.zeros((2, 2048, 128), BF16)
+
+    def est(**extra: Any) -> Any:
+        config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=12, num_stages=2, **extra)
+        compiled = ts.compile_kernel(example("flash_attention"), q, q, q, target="sm_90a",
+                                     is_causal=False, mode="fast", config=config)
+        return estimate(compiled.kernel, registers=168)
+    pair, one = est(unroll=2), est()
+    assert pair.runs * 2 == one.runs
+    assert pair.iteration.tma_bytes == 2 * one.iteration.tma_bytes > 0
+    assert pair.outside.resources["memory"] == one.outside.resources["memory"]
+    assert pair.tflops >= one.tflops
