@@ -30,10 +30,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tessera.ir.core import Instr, Value
-from tessera.ir.dialects.target.async_ops import WgmmaWait
+from tessera.ir.dialects.target.async_ops import Fence, WgmmaWait
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.kvdefer import acc_slot, issue_packed, lower_softmax, pack, rescale_ops
+from tessera.lower.sm90a.kvdefer import (
+    acc_slot,
+    fragments,
+    issue_packed,
+    lower_softmax,
+    pack,
+    rescale_ops,
+)
 from tessera.lower.sm90a.kvplan import KvLoop
 from tessera.lower.sm90a.kvring import EMPTY_V, FULL_K, FULL_V, RingSlot
 from tessera.lower.values import Dist, Lowered, Scalar
@@ -61,7 +68,6 @@ class Fa3Loop:
         assert isinstance(acc0, Dist)
         self.acc0 = acc0
         self.others = [lv for j, lv in enumerate(init) if j != slot]
-        self.p_unrounded = False  # P is carried as the f32 values a cast rounds
         self.flat = [r for lv in self.others for r in flatten(lv)]
 
     def lower(self) -> list[Lowered]:
@@ -99,8 +105,7 @@ class Fa3Loop:
         t.loc = self.instr.loc
         at = ring.slot(t, last)
         ring.wait(t, FULL_V, at)
-        product = issue_packed(t, c_in, self._fragments(t, frags), ring.box(t, True, at),
-                               plan.bm // 64)
+        product = issue_packed(t, c_in, frags, ring.box(t, True, at), plan.bm // 64)
         t.op(WgmmaWait(0))
         self._release_v(t, last, at)
         return results[:n_out] + [v for p in product for v in t.unpack(p, "f32", plan.d // 2)]
@@ -150,8 +155,8 @@ class Fa3Loop:
                               self.plan.bn)
         product = None
         if pv is not None and v_at is not None:
-            product = issue_packed(t, pv[0], self._fragments(t, pv[1]),
-                                   ring.box(t, True, v_at), self.plan.bm // 64)
+            product = issue_packed(t, pv[0], pv[1], ring.box(t, True, v_at),
+                                   self.plan.bm // 64)
         if turns is not None:  # past the last block warpgroup 1 has no turn left
             more = t.setp("lt", t.add(m, t.const(1, "u32"), "u32"), lowering.total, "u32")
             turns.hand_over(t, more)
@@ -162,8 +167,8 @@ class Fa3Loop:
               acc: Dist | _Retired) -> tuple[list[Value], list[Value], list[Value]]:
         """The kernel's ops on block ``m`` whose scores have retired: the softmax makes
         ``P``; after the product before has retired (``acc`` a :class:`_Retired`: wait,
-        release its V block) the rescale makes ``C``. The loop's next values (flat),
-        ``P``'s carried values and ``C``'s registers."""
+        release its V block) ``P``'s fragments are made and the rescale makes ``C``.
+        The loop's next values (flat), the fragments and ``C``'s registers."""
         from tessera.lower.rules.flow import flatten
         from tessera.lower.rules.masked import settle as settle_index
 
@@ -175,13 +180,21 @@ class Fa3Loop:
         low.stack.append(t)
         try:
             skip = {id(i) for i in self.rescale}
-            p = self._p_values(lower_softmax(lowering, low, t, kv, skip, scores, m))
+            p = lower_softmax(lowering, low, t, kv, skip, scores, m)
             t.loc = self.instr.loc
             if isinstance(acc, _Retired):
+                # ptxas 13.5 otherwise moves this wait up to just after wait_group 1, and
+                # the softmax then runs after P_{m-1} V_{m-1} instead of beside it; it
+                # moves no wgmma.wait_group across a fence (one MEMBAR.ALL.CTA, with no
+                # memory operation of the warp in flight to wait for)
+                t.op(Fence("acq_rel_cta"))
                 t.op(WgmmaWait(0))  # P_{m-1} V_{m-1} retired
                 prev = t.bin("sub", m, t.const(1, "u32"), "u32")
                 self._release_v(t, prev, ring.slot(t, prev))
                 acc = acc.dist(t)
+            # P's fragments after the wait, as FlashAttention-3 converts them: made before
+            # it, they would be written while P_{m-1} V_{m-1} still reads its own
+            frags = fragments(t, p, self.plan.elem)
             low.env[body.args[1 + self.slot]] = acc
             for i in self.rescale:
                 low.lower_instr(i, t)
@@ -191,28 +204,7 @@ class Fa3Loop:
                     for r in flatten(settle_index(low, v, low.env[v]))]
         finally:
             low.stack.pop()
-        return outs, p, list(c.regs)
-
-    def _fragments(self, t: TargetEmitter, p: list[Value]) -> list[Value]:
-        """``P``'s register-A fragments from its carried f32 values, made right before
-        the product that reads them: made at the end of the iteration before, they
-        would be written while the product before still reads its own, and ptxas would
-        retire that product before the softmax (a ``wgmma.wait_group 0`` it moves up)."""
-        from tessera.lower.sm90a.mma import a_fragments
-
-        plan = self.plan
-        blocks = a_fragments(t, p, plan.bm, plan.bn, plan.elem, self.p_unrounded)
-        return [f for blk in blocks for f in blk]
-
-    def _p_values(self, p: Lowered) -> list[Value]:
-        """The registers ``P`` is carried in to the next product: the f32 values a cast
-        to the products' format rounds (rounded in pairs there), else ``P``'s own."""
-        from tessera.lower.rules.scalar import rounded_from
-
-        assert isinstance(p, Dist)
-        sources = [rounded_from(v, self.plan.elem) for v in p.regs]
-        self.p_unrounded = all(v is not None for v in sources)
-        return sources if self.p_unrounded else list(p.regs)  # type: ignore[return-value]
+        return outs, frags, list(c.regs)
 
     def _release_v(self, t: TargetEmitter, m: Value, at: RingSlot) -> None:
         """V block ``m``'s product has retired: release it, refill its stage."""

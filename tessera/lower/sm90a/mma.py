@@ -217,14 +217,13 @@ def wgmma_smem(low: Lowerer, a: SharedBox, b: SharedBox, a_trans: bool, b_trans:
 
 
 def a_fragments(e: TargetEmitter, values: Sequence[Value], rows: int, cols: int,
-                elem: str, unrounded: bool = False) -> list[list[Value]]:
+                elem: str) -> list[list[Value]]:
     """The register A operands of ``wgmma_rs`` for a ``(rows, cols)`` f32 tile in the
     accumulator layout: per 64-row block, per k16 step ``s``, the four ``b32`` registers
     packing accumulator registers ``8s .. 8s + 7`` in pairs, rounded to ``elem``
     (:mod:`tessera.ir.dialects.target.wgmma_rs` says why that is the A layout). A pair
     of values a cast just rounded to bf16 converts their sources with one
-    ``cvt.rn.bf16x2.f32 d, hi, lo`` (the first source goes to the upper half), as do
-    ``unrounded`` f32 values (``elem`` bf16 or f16: ``cvt.rn.f16x2.f32``)."""
+    ``cvt.rn.bf16x2.f32 d, hi, lo`` (the first source goes to the upper half)."""
     from tessera.lower.rules.scalar import rounded_from
 
     half = cols // 2
@@ -236,8 +235,6 @@ def a_fragments(e: TargetEmitter, values: Sequence[Value], rows: int, cols: int,
             pairs = []
             for r in range(8 * s, 8 * s + 8, 2):
                 lo_src, hi_src = (rounded_from(v, elem) for v in mine[r:r + 2])
-                if unrounded:  # f32 values: rounded here, in pairs
-                    lo_src, hi_src = mine[r:r + 2]
                 if lo_src is not None and hi_src is not None:
                     word = e.cvt([hi_src, lo_src], f"{elem}x2", "f32", "rn")
                     pairs.append(e.pack([word], "b32"))

@@ -17,7 +17,7 @@ from tessera.conformance.kernels.flash_attention import flash_attention
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Instr, walk
 from tessera.ir.dialects.target import For, If
-from tessera.ir.dialects.target.async_ops import Wgmma, WgmmaWait
+from tessera.ir.dialects.target.async_ops import Fence, Wgmma, WgmmaWait
 from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
 from tests.lower.sm90a.test_attention_warpspec import config, qkv, split
 
@@ -40,8 +40,8 @@ def scores_loop(block: Any) -> Instr:
 
 
 def sequence(block: Any) -> list[str]:
-    """The body's products and waits in order: ``S`` (a Q Kᵀ wgmma group), ``PV`` (a
-    register-A group), ``wait n``."""
+    """The body's products, waits and fences in order: ``S`` (a Q Kᵀ wgmma group),
+    ``PV`` (a register-A group), ``wait n``, ``fence``."""
     out: list[str] = []
     for i in walk(block):
         if type(i.op) is Wgmma and (not out or out[-1] != "S"):
@@ -50,6 +50,8 @@ def sequence(block: Any) -> list[str]:
             out.append("PV")
         elif isinstance(i.op, WgmmaWait):
             out.append(f"wait {i.op.n}")
+        elif isinstance(i.op, Fence) and i.op.kind == "acq_rel_cta":
+            out.append("fence")
     return out
 
 
@@ -59,7 +61,8 @@ def test_both_products_then_wait_group_1_then_the_softmax(d: int, warps: int) ->
     fn = compiled(d, 128 if warps == 12 else 64, warps=warps).kernel
     body = split(fn)[1] if warps == 12 else fn.body
     loop = scores_loop(body)
-    assert sequence(loop.regions[0].block) == ["S", "PV", "wait 1", "wait 0"]
+    # the fence keeps ptxas from moving wait_group 0 above the softmax
+    assert sequence(loop.regions[0].block) == ["S", "PV", "wait 1", "fence", "wait 0"]
     # no select of the accumulator or of the scores in the loop: no ptx.if at all
     # besides the ring's own waits' branches is carrying values
     assert not [i for i in walk(loop.regions[0].block) if isinstance(i.op, If) and i.results]

@@ -345,6 +345,7 @@ def everything_sm80() -> Function:
     do(b, MbarrierInit(32), bar)
     do(b, Bar(0))
     do(b, MbarrierArrive(), bar)
+    do(b, Fence("acq_rel_cta"))
     do(b, MbarrierWait(), bar, c(b, 0, "u32"))
     lo2 = one(b, Load("shared", "f32", 2), bar)
     a0, a1 = b.create(Unpack("f32", 2), [lo2])
@@ -359,6 +360,7 @@ def test_everything_sm80_assembles(tmp_path: Path) -> None:
     text = render(everything_sm80())
     # PTX ISA sec. 9.7.13.15.16: mbarrier.test_wait.parity needs PTX 7.1 (try_wait: sm_90)
     assert text.startswith(".version 7.1\n.target sm_80\n")
+    assert "\tfence.acq_rel.cta;\n" in text  # PTX ISA sec. 9.7.13.4: sm_70 on
     ptxas(text, "sm_80", tmp_path)
 
 
