@@ -125,6 +125,14 @@ def test_two_blocks_an_iteration_give_the_same_bits(seq: int, d: int, causal: bo
     assert np.array_equal(outs[0], outs[1])
 
 
+def test_two_blocks_an_iteration_with_ping_pong() -> None:
+    """The consumers take one turn a block, two a trip: the same bits."""
+    q, k, v = qkv(1, 384, 64)
+    outs = [launch(q, k, v, False, schedule="pingpong", **extra)
+            for extra in ({"unroll": 2}, {})]
+    assert np.array_equal(outs[0], outs[1])
+
+
 def test_two_blocks_an_iteration_in_checked_mode() -> None:
     q, k, v = qkv(1, 320, 128)
     ts.check_against_reference(flash_attention, q, k, v, is_causal=True, backend="target",
