@@ -134,6 +134,9 @@ def _mbar_inval(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Fence)
 def _fence(e: PtxWriter, instr: Instr) -> None:
+    if instr.op.kind == "acq_rel_gpu":
+        e.out("fence.acq_rel.gpu;")
+        return
     e.sm90(instr)
     if instr.op.kind == "proxy_async":
         e.out("fence.proxy.async.shared::cta;")

@@ -348,15 +348,17 @@ class MbarrierInval(_OnBarrier):
 @dataclass(frozen=True)
 class Fence(_Effect):
     """``fence.proxy.async.shared::cta`` (``kind='proxy_async'``: generic-proxy shared
-    writes become visible to the async proxy, sec. 9.7.13.4) or
-    ``fence.mbarrier_init.release.cluster`` (``kind='mbarrier_init'``)."""
+    writes become visible to the async proxy, sec. 9.7.13.4),
+    ``fence.mbarrier_init.release.cluster`` (``kind='mbarrier_init'``) or
+    ``fence.acq_rel.gpu`` (``kind='acq_rel_gpu'``: a release and acquire of ordinary
+    memory among the kernel's CTAs, sec. 9.7.13.4, sm_70 on)."""
 
     name: ClassVar[str] = "ptx.fence"
     kind: str = "proxy_async"
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
         check_count(self, operands, 0)
-        if self.kind not in ("proxy_async", "mbarrier_init"):
+        if self.kind not in ("proxy_async", "mbarrier_init", "acq_rel_gpu"):
             raise IRVerifyError(f"unknown fence {self.kind!r}")
 
 

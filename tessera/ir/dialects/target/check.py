@@ -201,7 +201,7 @@ def _step(instr: Instr, st: _State, prov: _Provenance) -> _State:
     elif (isinstance(op, (Store, GuardedStore)) and op.space == "shared") or \
             isinstance(op, (CpAsync, Stmatrix)):
         st.dirty = st.dirty | prov.of(instr.operands[0])
-    elif isinstance(op, Fence):
+    elif isinstance(op, Fence) and op.kind != "acq_rel_gpu":  # a memory-order fence only
         st.dirty = frozenset() if op.kind == "proxy_async" else st.dirty
         if st.barrier_init == "unfenced":
             st.barrier_init = "ready"
