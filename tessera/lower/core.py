@@ -133,6 +133,7 @@ class Lowerer:
 
         msetable.plan(self)  # an mse's table of terms: deposited, not built
         g = self.geom
+        tail = None
         with strength.threads(g.block):  # final now: the planning above set it
             if g.packed and g.n_groups % g.block:
                 self._guarded_body(g.n_groups)
@@ -143,6 +144,10 @@ class Lowerer:
                 self._results(outs, tail or self.e)
                 if tail is not None:
                     tail.op(Yield())
+        from tessera.lower.rules.ordered import finish_ordered
+
+        # one-element updates of several tiles, folded in tile order by the last CTA
+        finish_ordered(self, self.e, tail is not None)
         attrs = {"target": self.target, "block": [self.geom.block],
                  "grid": [self.geom.ctas, self.geom.batch, 1],
                  "params": [str(p.type) for p in self.params],

@@ -226,3 +226,42 @@ def positive_mask(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
     """A comparison written on memory (no load first), then used as a select."""
     i = ts.tile.linear_id() * 32
     out[i:i + 32] = ts.tile.where(x[i:i + 32] > 0.0, x[i:i + 32], 0.0)
+
+
+@ts.kernel
+def every_tile_adds(x: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]):
+    """Every tile adds its element into one total (several per CTA, several CTAs)."""
+    i = ts.tile.linear_id()
+    if i < N:
+        total[0] += x[i]
+
+
+@ts.kernel
+def every_tile_multiplies(x: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]):
+    """Every tile multiplies one product by its element: not associative in f32."""
+    i = ts.tile.linear_id()
+    if i < N:
+        total[0] *= x[i]
+
+
+@ts.kernel
+def every_tile_counts(x: ts.Tensor["N", ts.int32], total: ts.Tensor[1, ts.int32]):
+    """Integer '+=' of one element from every tile: atomics in any order."""
+    i = ts.tile.linear_id()
+    if i < N:
+        total[0] += x[i]
+
+
+@ts.kernel
+def tiles_add_their_own(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
+    """Each tile adds into its own element: no two tiles meet."""
+    i = ts.tile.linear_id()
+    if i < N:
+        out[i] += x[i]
+
+
+@ts.kernel
+def tiles_add_a_scalar(x: ts.Tensor["M", ts.f32], total: ts.Tensor[1, ts.f32]):
+    """A block kernel (one tile per CTA of 128 threads) adding one scalar per tile."""
+    total[0] += x[tile_m]
+    x[tile_m:tile_m + BM] = x[tile_m:tile_m + BM] * 2.0

@@ -164,7 +164,7 @@ def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list
 @user_api
 def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None = None,
                block: Sequence[int] | None = None, check_races: bool = True,
-               tensor_cores: str = "exact") -> None:
+               tensor_cores: str = "exact", cta_order: str = "ascending") -> None:
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
@@ -175,7 +175,13 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     turns the shared-memory race check off (it costs about a third of the run time).
     ``tensor_cores`` picks the accumulation of ``mma.sync``/``wgmma``: ``"exact"`` (the
     definition) or ``"hopper"`` (an H100/H200's own bits, :mod:`tessera.arch.mma_hopper`).
+    ``cta_order`` is the order in which the atomics (``atom``, ``red``) of different CTAs
+    land: ``"ascending"`` CTA index, or ``"descending"``, another order a GPU may take
+    (a kernel whose result must not depend on it can be run both ways).
     """
+    if cta_order not in ("ascending", "descending"):
+        raise ArgumentError(f"unknown cta_order {cta_order!r}",
+                            hint="use 'ascending' or 'descending'")
     if fn.kind != KERNEL:
         raise ArgumentError(f"run_target runs {KERNEL} functions, not {fn.kind} '{fn.name}'")
     g = _geometry(grid, fn.attrs.get("grid"), "grid")
@@ -196,7 +202,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores)
+        _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order)
     finally:
         if collecting:
             gc.enable()
@@ -207,7 +213,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
 
 def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
             layout: dict[str, int], size: int, swapped: list[Any], check_races: bool,
-            tensor_cores: str) -> None:
+            tensor_cores: str, cta_order: str) -> None:
     """Place the arguments, compile the kernel and run it."""
     glob = GlobalMemory()
     nthreads = b[0] * b[1] * b[2]
@@ -215,7 +221,9 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
     m = Machine(fn, g, b, glob, SharedMemory(ncta, nthreads, size, check_races))
     m.tensor_cores = tensor_core_model(tensor_cores)
     m.shared_layout = layout
+    m.cta_order = cta_order
     values = _bind(fn, swapped, glob, m.n)
+    target_tables.place_module_vars(m, fn)  # after the arguments, which keep their places
     comp = TargetCompiler(m)
     body = comp.body(fn.body)
     regs = RegisterFile([None] * len(comp.slots))
@@ -225,6 +233,7 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
         m.bar = bar  # counts the instructions run (every thread at once)
         run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
     target_bulk_store.check_drained(m)  # every CTA has exited
+    target_tables.check_module_vars(m)
 
 
 __all__ = ["TargetFault", "TensorMapArg", "run_target"]

@@ -136,6 +136,11 @@ class Machine:
         self.bar = ProgressBar()
         #: how mma.sync/wgmma steps accumulate (:data:`TENSOR_CORES`)
         self.tensor_cores = "exact"
+        #: module variable symbol -> (address, its bytes, the instruction naming it)
+        self.module_vars: dict[str, tuple[int, np.ndarray, Instr]] = {}
+        #: the order in which atomics of different CTAs land: ascending CTA index, or
+        #: "descending" (another order a GPU may take, for order-independence tests)
+        self.cta_order = "ascending"
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""

@@ -3,9 +3,12 @@ read-modify-write updates, barriers and the kernel's returned value.
 
 A view is address arithmetic only (:class:`~tessera.lower.values.Mem`). A scalar
 access is one ``ld``/``st`` at ``base + offset * size``. ``tile.update`` of global
-memory (``total[0] += x`` from several groups) is a ``red.global.add``; the tile
-interpreter applies such updates in group order, and so does the Target IR
-interpreter (CTA order) — hardware atomics do not promise an order.
+memory (``total[0] += x`` from several groups) is applied in group order, as the tile
+and Target IR interpreters apply it, by :mod:`tessera.lower.rules.ordered` (the last
+CTA folds every thread's contribution in order); integer add, min and max stay
+``red.global`` (associative and commutative), and a float ``+=`` the ordered scheme
+does not cover (an element that differs between tiles, an update in a loop) stays
+``red.global.add.f32``, whose atomics land in arrival order.
 """
 
 from __future__ import annotations
@@ -282,18 +285,42 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         reduce_into(low, mem, value, low.layouts.get(instr.operands[1]))
         return []
     e = low.em
-    if mem.space == "global" and op.op == "add" and value.type in ("f32", "s32"):
-        e.op(Reduce("global", "add", value.type), [address(e, mem), value.reg])
-        return []
-    # other updates are a plain read-modify-write: exact when one tile owns the element
-    # (several tiles updating one element with '*=' would need a compare-and-swap loop)
-    old = load_scalar(e, mem)
     name = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",
             "min": "min"}.get(op.op)
     if name is None or (name == "div" and value.type != "f32"):
         raise UnsupportedError(f"shared '{op.op}=' is not lowered", loc=instr.loc)
-    store_scalar(e, mem, e.bin(name, old, value.reg, value.type), value.type)
+    if low.block_kernel and mem.space == "global" and "maxnreg" not in low.extra:
+        # a block kernel's scalar is in every thread of the tile's CTA: one update (the
+        # threads' identical read-modify-writes of a shared element stay, as before)
+        first = e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
+        e.if_(first, lambda inner: _scalar_update(low, inner, instr, name, mem, value))
+    else:
+        _scalar_update(low, e, instr, name, mem, value)
     return []
+
+
+def _scalar_update(low: Lowerer, e: TargetEmitter, instr: Instr, name: str, mem: Mem,
+                   value: Scalar) -> None:
+    """``mem = mem <name> value`` for one element, by the threads that run ``e``."""
+    mt = mem_type(mem.element)
+    if mem.space == "global" and name in ("add", "max", "min") and value.type == "s32" \
+            and mt == "s32":
+        # integer add, min and max are associative and commutative: the order in which
+        # the atomics of several tiles land cannot change the result
+        e.op(Reduce("global", name, "s32"), [address(e, mem), value.reg])
+        return
+    if mem.space == "global":
+        from tessera.lower.rules.ordered import ordered_update
+
+        # one element updated by several tiles: applied in tile order at the kernel's end
+        if ordered_update(low, e, instr, address(e, mem), value.reg, value.type, name, mem):
+            return
+        if name == "add" and value.type == "f32" and mt == "f32":  # see rules.ordered
+            e.op(Reduce("global", "add", "f32"), [address(e, mem), value.reg])
+            return
+    # other updates are a plain read-modify-write: exact when one tile owns the element
+    old = load_scalar(e, mem)
+    store_scalar(e, mem, e.bin(name, old, value.reg, value.type), value.type)
 
 
 @rule(tile_memory.Barrier)

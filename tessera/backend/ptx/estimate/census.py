@@ -27,8 +27,8 @@ from tessera.ir.core import Block, Function, Instr
 from tessera.ir.dialects.target import For, If, TensorMapType, While
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.dialects.target.ptx_ops import Stmatrix
-from tessera.ir.dialects.target.tables import TableLoad
+from tessera.ir.dialects.target.ptx_ops import Atom, Stmatrix
+from tessera.ir.dialects.target.tables import ModuleVar, TableLoad
 
 #: bytes of one element of the formats a tensor map or a tensor-core operand can hold
 ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "tf32": 4, "e4m3": 1, "e5m2": 1, "f64": 8,
@@ -38,7 +38,7 @@ ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "tf32": 4, "e4m3": 1, "e5m2": 1,
 SPECIAL_UNARY = ("ex2", "lg2", "rcp", "sqrt")
 #: instructions that only name registers (no SASS instruction of their own)
 FREE = (target_ops.Const, target_ops.Pack, target_ops.Unpack, target_ops.SharedAlloc,
-        target_ops.Special)
+        target_ops.Special, ModuleVar)
 
 
 @dataclass
@@ -123,7 +123,7 @@ def pipe_of(op: object) -> str | None:
         return "f64" if kind == "f64" else "f32" if kind.startswith(("f", "bf")) else "int"
     if isinstance(op, target_ops.Shfl):
         return "shfl"
-    if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce, TableLoad,
+    if isinstance(op, (target_ops.Load, target_ops.Store, target_ops.Reduce, TableLoad, Atom,
                        target_async.CpAsync, target_async.TmaLoad, target_async.TmaStore,
                        target_async.Ldmatrix, Stmatrix)):
         return "mem"

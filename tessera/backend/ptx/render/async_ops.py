@@ -134,8 +134,8 @@ def _mbar_inval(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Fence)
 def _fence(e: PtxWriter, instr: Instr) -> None:
-    if instr.op.kind == "acq_rel_cta":
-        e.out("fence.acq_rel.cta;")
+    if instr.op.kind in ("acq_rel_cta", "acq_rel_gpu"):  # sm_70 on
+        e.out(f"fence.acq_rel.{instr.op.kind[-3:]};")
         return
     e.sm90(instr)
     if instr.op.kind == "proxy_async":

@@ -179,10 +179,10 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
             ".address_size 64", ""]
     if plan.dynamic:  # module scope; sized by the launch (CompiledKernel.shared_bytes)
         head += [f".extern .shared .align {plan.align} .b8 {DYNAMIC_SHARED}[];", ""]
-    if e.tables:
+    if e.tables or e.module_vars:
         from tessera.backend.ptx.render.tables import declarations
 
-        head += [*declarations(e.tables), ""]
+        head += [*declarations(e.tables, e.module_vars), ""]
     params = [_param_decl(fn, k, a) for k, a in enumerate(fn.args)]
     head.append(f".visible .entry {fn.name}(")
     head.extend(f"\t{p}," for p in params[:-1])

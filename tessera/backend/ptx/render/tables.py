@@ -1,14 +1,16 @@
-"""PTX rule of ``ptx.ld_table`` (:mod:`tessera.ir.dialects.target.tables`): the table's
-address (``mov.u64`` of the module symbol), plus the index times the entry size, then
-``ld.global.nc``. The renderer declares each table the kernel reads once, before the
-``.entry`` (:func:`declarations`)."""
+"""PTX rules of ``ptx.ld_table`` and ``ptx.module_var``
+(:mod:`tessera.ir.dialects.target.tables`): a table's address (``mov.u64`` of the module
+symbol), plus the index times the entry size, then ``ld.global.nc``; a variable's
+address. The renderer declares each table and variable the kernel uses once, before the
+``.entry`` (:func:`declarations`); a ``.global`` variable without an initializer is
+zero when the module is loaded (PTX ISA sec. 5.4.4), so no launch argument carries it."""
 
 from __future__ import annotations
 
 from tessera.backend.ptx.render.emit import PtxWriter, mem_type, rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import RegType
-from tessera.ir.dialects.target.tables import TableLoad, table
+from tessera.ir.dialects.target.tables import ModuleVar, TableLoad, table
 
 
 @rule(TableLoad)
@@ -24,9 +26,19 @@ def _ld_table(e: PtxWriter, instr: Instr) -> None:
     e.out(f"ld.global.nc.{mem_type(tab.elem)} {e.regs.one(instr.result)}, [{base}];")
 
 
-def declarations(names: set[str]) -> list[str]:
-    """The module-scope ``.global`` declarations of the tables ``names``, in name order."""
-    lines = []
+@rule(ModuleVar)
+def _module_var(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    e.module_vars[op.sym] = (op.size, op.align)
+    e.out(f"mov.u64 {e.regs.one(instr.result)}, {op.sym};")
+
+
+def declarations(names: set[str], variables: dict[str, tuple[int, int]] | None = None,
+                 ) -> list[str]:
+    """The module-scope ``.global`` declarations of the tables ``names`` and the
+    zero-initialised ``variables`` (symbol -> size, alignment), in name order."""
+    lines = [f".global .align {align} .b8 {sym}[{size}];"
+             for sym, (size, align) in sorted((variables or {}).items())]
     for name in sorted(names):
         tab = table(name)
         bits = RegType(tab.elem).bits

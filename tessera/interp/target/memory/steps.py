@@ -4,7 +4,8 @@
 
 A store of several threads to one address keeps the highest thread's value (PTX leaves
 the winner unspecified). ``red`` applies the updates one at a time in linear thread
-order (CTA order first, see :mod:`tessera.ir.dialects.target.ops`); ``red.add.f32`` flushes
+order (CTA order first, see :mod:`tessera.ir.dialects.target.ops`; the CTAs in descending
+order under ``run_target(..., cta_order="descending")``: :func:`arrival`); ``red.add.f32`` flushes
 subnormal inputs and results to sign-preserving zero, as the ISA's "red" specifies.
 """
 
@@ -135,6 +136,14 @@ _RED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_a
         "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 
+def arrival(m: Any, act: np.ndarray) -> np.ndarray:
+    """The active threads ``act`` (ascending) in the order their atomics land: CTA by
+    CTA in the launch's ``cta_order``, each CTA's threads in linear order."""
+    if m.cta_order == "ascending" or not len(act):
+        return act
+    return act[np.argsort(-m.cta[act], kind="stable")]
+
+
 def _add_float(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``red.add`` of floats: a NaN sum has the canonical NaN's bits, as ``add`` does."""
     return tn.canonical_nans(np.add(x, y))
@@ -181,6 +190,8 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
         act = np.flatnonzero(fr.mask)
         if not len(act):
             return
+        if op.space == "global":  # shared atomics of different CTAs never meet
+            act = arrival(m, act)
         addr = _address(fr, a, act, 0)
         vals = narrow(fr.regs[v][act], op.type).astype(dt)
         fail = m.failer(instr, act)
@@ -200,4 +211,4 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["apply_updates", "to_bytes"]
+__all__ = ["apply_updates", "arrival", "to_bytes"]

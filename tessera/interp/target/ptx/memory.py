@@ -3,8 +3,8 @@
 
 Generic addresses: global buffers are at their own addresses (``cvta.global`` is the
 identity), the CTA's shared memory at ``SHARED_WINDOW`` and the kernel's parameter
-space at ``PARAM_WINDOW``. Atomics apply in linear thread order and return the value
-each thread saw.
+space at ``PARAM_WINDOW``. Atomics apply in linear thread order (the CTAs in the
+launch's ``cta_order``) and return the value each thread saw.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target import numeric as tn
-from tessera.interp.target.memory.steps import to_bytes
+from tessera.interp.target.memory.steps import arrival, to_bytes
 from tessera.interp.target.regs import pure, unsupported
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
 from tessera.ir.core import Instr
@@ -218,6 +218,8 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
+        if op.space == "global":  # shared atomics of different CTAs never meet
+            act = arrival(m, act)
         result = np.zeros(m.n, dt)
         if len(act):
             addr = fr.regs[slots[0]][act].astype(np.int64)

@@ -350,17 +350,18 @@ class Fence(_Effect):
     """``fence.proxy.async.shared::cta`` (``kind='proxy_async'``: generic-proxy shared
     writes become visible to the async proxy, sec. 9.7.13.4),
     ``fence.mbarrier_init.release.cluster`` (``kind='mbarrier_init'``) or
-    ``fence.acq_rel.cta`` (``kind='acq_rel_cta'``, sm_70 on: ordinary memory among the
-    CTA's threads; the lowering also uses it where ptxas must not move a
-    ``wgmma.wait_group`` above the instructions before it, which it does not do across
-    a fence)."""
+    ``fence.acq_rel.cta`` / ``.gpu`` (``kind='acq_rel_cta'`` / ``'acq_rel_gpu'``, sm_70
+    on, sec. 9.7.13.4: a release and acquire of ordinary memory among the CTA's threads /
+    the kernel's CTAs). The lowering also uses the CTA fence where ptxas must not move a
+    ``wgmma.wait_group`` above the instructions before it, which it does not do across a
+    fence."""
 
     name: ClassVar[str] = "ptx.fence"
     kind: str = "proxy_async"
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
         check_count(self, operands, 0)
-        if self.kind not in ("proxy_async", "mbarrier_init", "acq_rel_cta"):
+        if self.kind not in ("proxy_async", "mbarrier_init", "acq_rel_cta", "acq_rel_gpu"):
             raise IRVerifyError(f"unknown fence {self.kind!r}")
 
 

@@ -1,4 +1,5 @@
-"""Read-only lookup tables of a PTX module: ``ptx.ld_table``.
+"""Module-scope ``.global`` arrays of a PTX module: read-only lookup tables
+(``ptx.ld_table``) and zero-initialised variables (``ptx.module_var``).
 
 A table is a module-scope ``.global`` array with an initializer, named here once for
 every kernel that reads it (:data:`TABLES`); the renderer declares the tables a kernel
@@ -61,4 +62,27 @@ class TableLoad(Op):
         return (RegType(table(self.table).elem),)
 
 
-__all__ = ["TABLES", "Table", "TableLoad", "table"]
+@register_op
+@dataclass(frozen=True)
+class ModuleVar(Op):
+    """``mov.u64 d, <sym>``: the address of the module-scope ``.global .b8 <sym>[size]``,
+    zero when the module is loaded. A kernel that keeps state there across CTAs (the
+    ordered updates of :mod:`tessera.lower.rules.ordered`) leaves it as it found it, so
+    the next launch starts from zeros again; ``restored`` marks a variable the kernel
+    must leave all zero, which the Target IR interpreter checks."""
+
+    name: ClassVar[str] = "ptx.module_var"
+    sym: str
+    size: int
+    align: int = 8
+    restored: bool = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        if self.size <= 0 or self.size % self.align:
+            raise IRVerifyError(f"module variable {self.sym} of {self.size} bytes is not a "
+                                f"positive multiple of its alignment {self.align}")
+        return (RegType("u64"),)
+
+
+__all__ = ["TABLES", "ModuleVar", "Table", "TableLoad", "table"]
