@@ -265,3 +265,10 @@ def tiles_add_a_scalar(x: ts.Tensor["M", ts.f32], total: ts.Tensor[1, ts.f32]):
     """A block kernel (one tile per CTA of 128 threads) adding one scalar per tile."""
     total[0] += x[tile_m]
     x[tile_m:tile_m + BM] = x[tile_m:tile_m + BM] * 2.0
+
+
+@ts.kernel
+def add_whole_tile_sum(data: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]):
+    """Each tile adds the sum of its whole 1-D tile into ``total[0]``."""
+    t = data[tile_m * 128:(tile_m + 1) * 128]
+    total[0] += ts.tile.reduce_sum(t, axis=0)

@@ -115,6 +115,17 @@ def test_add_of_row_sums_is_refused(target: str) -> None:
     assert "kernels.py:" in str(info.value)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_sum_of_a_whole_tile_to_one_value_is_refused(target: str) -> None:
+    """A reduction of a whole tile to one value has no register layout: an
+    UnsupportedError at the kernel's line, not an internal KeyError."""
+    data, total = np.ones(512, np.float32), np.zeros(1, np.float32)
+    with pytest.raises(UnsupportedError, match="whole tensor<128xf32> tile") as info:
+        compile_kernel(kernels.add_whole_tile_sum, data, total, target=target,
+                       tile_shape=(128,))
+    assert "kernels.py:" in str(info.value)
+
+
 def _structured(fn: Any, cls: type) -> Instr:
     (instr,) = [i for i in walk(fn.body) if isinstance(i.op, cls)]
     return instr

@@ -163,7 +163,12 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 
             return row_max_f64(low, instr, x)
         return [Dist(low.layouts[instr.results[0]], reduce_blocked(low, "max64", x), "f64")]
-    out = low.layouts[instr.results[0]]
+    out = low.layouts.get(instr.results[0])
+    if out is None:  # a reduction to one value of a whole tile has no register layout
+        raise UnsupportedError(f"tile.reduce {op.kind} of a whole {src.type} tile to one "
+                               "value is not lowered", loc=instr.loc,
+                               hint="reduce over the last axis (row_sum, row_max) and "
+                               "combine the rows, or reduce in shared memory")
     if isinstance(x, Dist) and op.kind == "max" and src.type.shape[op.axis] == 1 and \
             x.layout == out:  # a max over one element: each register already holds it
         return [Dist(out, x.regs, x.type)]
