@@ -85,7 +85,7 @@ def _checked(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     return list(RULES[type(instr.op)](low, instr, args))
 
 
-def _unscaled(low: Lowerer, lv: Lowered, v: Value) -> Lowered:
+def _unscaled(low: Lowerer, lv: Lowered) -> Lowered:
     """A folded ``mul``'s value as the checked rules need it: ``x * c``, rounded."""
     if not isinstance(lv, Scaled):
         return lv
@@ -123,14 +123,12 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 def _sub(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     scale = args[0].scale if isinstance(args[0], Scaled) else 1.0
     if not _shifted_sub(low, instr):
-        return _checked(low, instr, [_unscaled(low, lv, v)
-                                     for lv, v in zip(args, instr.operands)])
+        return _checked(low, instr, [_unscaled(low, lv) for lv in args])
     a, b = (materialize(low, lv.x if isinstance(lv, Scaled) else lv, low.layouts.get(v))
             for lv, v in zip(args, instr.operands))
     if not (isinstance(a, Dist) and isinstance(b, Dist) and a.type == b.type == "f32"
             and len(a.regs) == len(b.regs)):
-        return _checked(low, instr, [_unscaled(low, lv, v)
-                                     for lv, v in zip(args, instr.operands)])
+        return _checked(low, instr, [_unscaled(low, lv) for lv in args])
     return [Deferred(a, b, scale)]  # type: ignore[list-item]
 
 
