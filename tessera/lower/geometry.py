@@ -59,6 +59,11 @@ class CtaGeometry:
     def n_groups(self) -> int:
         return prod(self.grid)
 
+    @property
+    def launch_threads(self) -> int:
+        """Threads of the whole launch: every CTA of every batch."""
+        return self.ctas * self.batch * self.block
+
 
 def geometry_of(fn: Function, block_kernel: bool) -> CtaGeometry:
     """The geometry of ``fn`` from its launch attributes (grid, group size, batch)."""

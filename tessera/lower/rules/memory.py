@@ -289,9 +289,10 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
             "min": "min"}.get(op.op)
     if name is None or (name == "div" and value.type != "f32"):
         raise UnsupportedError(f"shared '{op.op}=' is not lowered", loc=instr.loc)
-    if low.block_kernel and mem.space == "global" and "maxnreg" not in low.extra:
-        # a block kernel's scalar is in every thread of the tile's CTA: one update (the
-        # threads' identical read-modify-writes of a shared element stay, as before)
+    if low.block_kernel and mem.space == "global":
+        # a block kernel's scalar is in every thread of the tile's CTA (of its warpgroup,
+        # in a warp-specialised CTA, where tid.x counts within the warpgroup): one update
+        # (the threads' identical read-modify-writes of a shared element stay)
         first = e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
         e.if_(first, lambda inner: _scalar_update(low, inner, instr, name, mem, value))
     else:

@@ -102,9 +102,8 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     if vtype not in SLOT_TYPES or id(instr) in low.extra["looped_updates"] or \
             not _uniform(addr, low.params):
         return False
-    g = low.geom
-    assert g is not None
-    n = g.ctas * g.batch * g.block
+    assert low.geom is not None
+    n = low.geom.launch_threads
     if n > MAX_SLOTS:
         return False
     size = SLOT_TYPES[vtype]
@@ -152,7 +151,7 @@ def finish_ordered(low: Lowerer, e: TargetEmitter, tail: bool) -> None:
                                "is not lowered", loc=low.fn.loc)
     g = low.geom
     assert g is not None
-    n, ctas = g.ctas * g.batch * g.block, g.ctas * g.batch
+    n, ctas = g.launch_threads, g.ctas * g.batch
     ticket = low.e.one(ModuleVar(f"__tessera_{low.fn.name}_ord_ticket", 4, 4, restored=True))
     e.bar()  # the CTA's slot writes happen before its thread 0's release
     first = e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")

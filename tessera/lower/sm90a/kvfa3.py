@@ -94,7 +94,7 @@ class Fa3Loop:
         m0 = ring.block_index(t, lo, self.k_loop)
         here = ring.slot(t, m0)
         ring.wait(t, FULL_K, here)
-        scores = self._turn(t, m0, here, None, None)
+        scores, _ = self._turn(t, m0, here, None, None)
         t.op(WgmmaWait(0))
         outs, frags, c = self._body(t, lo, m0, scores, self.acc0)
         carried = outs + pack(t, c, plan.d) + frags + [m0]
@@ -126,6 +126,7 @@ class Fa3Loop:
         for tv, lv in zip(self._mine(), rebuild_all(self.others, carried[:n_flat])):
             self.low.env[tv] = lv
         scores, product = self._turn(t, m, here, (c_in, p_in), at)
+        assert product is not None
         t.op(WgmmaWait(1))  # S_m has retired; P_{m-1} V_{m-1} runs during the softmax
         retired = _Retired(product, self.acc0, plan.d)
         outs, frags, c = self._body(t, k, m, scores, retired)
@@ -139,7 +140,7 @@ class Fa3Loop:
 
     def _turn(self, t: TargetEmitter, m: Value, here: RingSlot,
               pv: tuple[list[Value], list[Value]] | None, v_at: RingSlot | None
-              ) -> tuple[list[Value], list[Value]] | list[Value]:
+              ) -> tuple[list[Value], list[Value] | None]:
         """Issue ``S_m`` (and ``P_{m-1} V_{m-1}`` from ``pv``'s packed ``C`` and
         fragments, V at ``v_at``) in the warpgroup's turn: the scores (and the product),
         in flight."""
@@ -161,7 +162,7 @@ class Fa3Loop:
             more = t.setp("lt", t.add(m, t.const(1, "u32"), "u32"), lowering.total, "u32")
             turns.hand_over(t, more)
         t.loc = self.instr.loc
-        return scores if product is None else (scores, product)
+        return scores, product
 
     def _body(self, t: TargetEmitter, k: Value, m: Value, scores: list[Value],
               acc: Dist | _Retired) -> tuple[list[Value], list[Value], list[Value]]:
