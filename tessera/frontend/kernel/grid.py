@@ -1,7 +1,8 @@
 """A kernel launch's tile shape and grid of tile groups.
 
 Default grid (``grid`` not given; ``group_size`` defaults to 1)
-    * a body using ``tile_m``/``tile_n``/``tile_k`` (or ``block_m``/``block_n``): one
+    * a body using ``tile_m``/``tile_n``/``tile_k`` (or ``block_m``/``block_n``), itself
+      or in a function it calls (inlined): one
       group per ``(BM, BN)`` tile of the output — the result annotation, else the last
       tensor parameter the body writes, else the dims ``M``/``N`` — and per ``BK`` slice
       of ``K`` when ``tile_k`` is used: ``(ceil(M/BM), ceil(N/BN)[, ceil(K/BK)])``, only

@@ -108,7 +108,30 @@ class KernelInfo:
         body_names = set()
         for stmt in fdef.body:
             body_names |= names_used(stmt)
+        body_names |= _helper_names(fn, fdef)
         return cls(name, inspect.signature(fn), annotations_of(fn), body_names, subs, written)
+
+
+def _helper_names(fn: Any, fdef: ast.FunctionDef, seen: set[Any] | None = None) -> set[str]:
+    """The names used by the plain Python functions ``fn``'s body calls, which the
+    compiler inlines (and by the functions they call): ``tile_k`` used in a helper
+    sizes the default grid as it does in the kernel's own body."""
+    from tessera.frontend.kernel.compiler.call import is_inlined, scope_of
+
+    seen = set() if seen is None else seen
+    scope, out = scope_of(fn), set()
+    for node in ast.walk(fdef):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        helper = scope.get(node.func.id)
+        if not is_inlined(helper) or helper in seen:  # each once: recursion ends
+            continue
+        seen.add(helper)
+        hdef = function_source(helper)[0]
+        for stmt in hdef.body:
+            out |= names_used(stmt)
+        out |= _helper_names(helper, hdef, seen)
+    return out
 
 
 class SpecKey(tuple):  # type: ignore[type-arg]

@@ -111,7 +111,7 @@ def _call(state: CompileState, node: ast.Call) -> Any:
     if func is builtins.range and dynamic:
         raise state.error("range() of kernel values is only for loops: write "
                           "'for i in ts.tile.range(...)'", node)
-    if inspect.isfunction(func) and not _library(func):
+    if is_inlined(func):
         return inline(state, func, args, kwargs, node)
     if _library(func) and dynamic:
         raise state.error(f"{getattr(func, '__name__', func)} is a graph-level operator; "
@@ -125,6 +125,11 @@ def _call(state: CompileState, node: ast.Call) -> Any:
     except Exception as err:
         raise state.error(f"calling {getattr(func, '__name__', func)!r} while compiling "
                           f"failed: {err}", node) from None
+
+
+def is_inlined(func: Any) -> bool:
+    """Whether a call of ``func`` in a kernel body compiles its source in place."""
+    return inspect.isfunction(func) and not _library(func)
 
 
 def _library(func: Any) -> bool:
@@ -204,4 +209,4 @@ def inline(state: CompileState, fn: Any, args: list[Any], kwargs: dict[str, Any]
     return result
 
 
-__all__ = ["MAX_INLINE_DEPTH", "function_source", "inline", "scope_of"]
+__all__ = ["MAX_INLINE_DEPTH", "function_source", "inline", "is_inlined", "scope_of"]

@@ -124,6 +124,34 @@ def test_called_functions_are_inlined_with_defaults_and_control_flow() -> None:
     assert np.allclose(out, ref, rtol=0, atol=1e-6)
 
 
+def k_slice_of(A, B):
+    """This group's BK slice of ``A @ B``: the only use of ``tile_k`` is here."""
+    return ts.tile.mma(A[tile_m:tile_m + BM, tile_k:tile_k + BK],
+                       B[tile_k:tile_k + BK, tile_n:tile_n + BN])
+
+
+@ts.kernel
+def split_k_by_helper(A: ts.Tensor["M", "K", ts.f32], B: ts.Tensor["K", "N", ts.f32],
+                      C: ts.Tensor["M", "N", ts.f32]):
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += ts.tile.cast(k_slice_of(A, B), ts.f32)
+
+
+def test_tile_k_used_by_an_inlined_function_sizes_the_default_grid() -> None:
+    """The default grid has a K axis where ``tile_k`` is used, also inside a called
+    function (it had one group per output tile, and the product lost all but the first
+    K slice). The slices' products, each rounded to f32, are added in group order."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((32, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 16)).astype(np.float32)
+    c = np.zeros((32, 16), np.float32)
+    split_k_by_helper(a, b, c, tile_shape=(16, 16, 16))
+    want = np.zeros_like(c)
+    for k in range(0, 48, 16):
+        part = a[:, k:k + 16].astype(np.float64) @ b[k:k + 16].astype(np.float64)
+        want = (want + part.astype(np.float32)).astype(np.float32)
+    assert c.tobytes() == want.tobytes()
+
+
 @ts.kernel
 def constants_fold(out: ts.Tensor["N", ts.f32], flag: bool = True, scale: int = 3):
     c = math.sqrt(16.0) * scale + min(2, 5) + max(1, 7)
