@@ -15,7 +15,7 @@ import numpy as np
 import tessera as ts
 from tessera.conformance.cases.common import f64
 from tessera.conformance.reference import FORMATS, same_values
-from tessera.conformance.registry import KERNEL, Skip, case
+from tessera.conformance.registry import KERNEL, case
 
 TILE = "decisions.md Tile model"
 ORDER = "decisions.md Numerics: the reference order of every reduction is fixed"
@@ -174,9 +174,6 @@ def add_in_group_order(x: ts.Tensor["N", ts.f32], out: ts.Tensor["R", ts.f32]):
 
 def _order(grid: int, group_size: int) -> Any:
     def run(ctx: Any) -> None:
-        if ctx.backend == "cuda":  # red.global.add lands in arrival order on a GPU
-            raise Skip("a rule of the definition's order: GPU atomics add in arrival "
-                       "order (docs/ptx-backend.md, 'What else differs on the GPU')")
         n = grid * group_size
         x = np.ones(n, np.float32)
         x[0] = 2.0**24  # 2^24 + 1 rounds back to 2^24 (a tie, to even) in f32

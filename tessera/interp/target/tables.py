@@ -52,12 +52,14 @@ def _ld_table(c: TargetCompiler, instr: Instr) -> Step:
 
 
 def place_module_vars(m: Machine, fn: Function) -> None:
-    """Zeroed global memory for each module variable of ``fn`` (one per symbol)."""
+    """Global memory for each module variable of ``fn`` (one per symbol): zeros, or
+    the variable's initial words."""
     m.module_vars = {}
     for instr in walk(fn.body):
         op = instr.op
         if isinstance(op, ModuleVar) and op.sym not in m.module_vars:
             array = np.zeros(op.size, np.uint8)
+            array[:4 * len(op.words)] = np.array(op.words, "<u4").view(np.uint8)
             m.module_vars[op.sym] = (m.glob.add(array, op.sym), array, instr)
 
 

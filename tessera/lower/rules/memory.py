@@ -266,7 +266,7 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
     if not (isinstance(value, Scalar) and _rank0(instr)):
-        from tessera.lower.rules.tensor import reduce_into
+        from tessera.lower.rules.ordered_tiles import reduce_into
 
         if op.op != "add" or mem.space != "global":
             raise UnsupportedError(f"tile.update '{op.op}=' of a tensor into {mem.space} "
@@ -282,7 +282,7 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
                 "once, which a GPU's f32 atomic add cannot reproduce",
                 hint="round it first (ts.tile.cast(acc, ts.f32)), or accumulate K in a loop "
                      "and store the tile once", loc=instr.loc)
-        reduce_into(low, mem, value, low.layouts.get(instr.operands[1]))
+        reduce_into(low, instr, mem, value, low.layouts.get(instr.operands[1]))
         return []
     e = low.em
     name = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max",

@@ -170,10 +170,12 @@ def widen(e: TargetEmitter, raw: Value, mt: str, element: object) -> Value:
 
 
 def for_each_element(low: Lowerer, layout: Blocked, mem: Mem,
-                     fn: Callable[[TargetEmitter, Value, int], None]) -> None:
+                     fn: Callable[[TargetEmitter, Value, int], None],
+                     e: TargetEmitter | None = None) -> None:
     """Call ``fn(emitter, address, register)`` for every element this thread holds of a
-    blocked tensor written to ``mem``; chunks past the end are skipped (a guard)."""
-    e = low.em
+    blocked tensor written to ``mem`` (emitting with ``e``, by default the rule's
+    emitter); chunks past the end are skipped (a guard)."""
+    e = e or low.em
 
     def chunk(inner: TargetEmitter, j: int) -> None:
         k0 = chunk_index(inner, layout, j)
@@ -207,38 +209,6 @@ def store_blocked(low: Lowerer, mem: Mem, value: Dist) -> None:
     def store(e: TargetEmitter, addr: Value, r: int) -> None:
         e.st(mem.space, addr, to_mem(e, value.regs[r], value.type, mt, mem.element), mt)
     for_each_element(low, value.layout, mem, store)
-
-
-def reduce_into(low: Lowerer, mem: Mem, value: Lowered, layout: object) -> None:
-    """``mem += value`` for a tensor: one ``red.global.add.f32`` per element (tiles of
-    other CTAs may add into the same elements, as a split-K GEMM does)."""
-    from tessera.ir.dialects.target.ops import Reduce
-
-    e = low.em
-    value = materialize(low, value, layout)
-    if not isinstance(value, Dist) or value.type != "f32" or mem_type(mem.element) != "f32":
-        raise UnsupportedError("'+=' of a tensor is lowered for f32 values into f32 memory",
-                               loc=e.loc)
-    red = Reduce("global", "add", "f32")
-    if isinstance(value.layout, Acc):
-        from tessera.lower.sm80.gemm import acc_rowcol
-
-        if mem.strides[-1] != 1:  # the offsets below are row * stride + col
-            raise UnsupportedError("accumulators are added into row-major views",
-                                   hint="add into the tensor in its own layout", loc=e.loc)
-        stride = mem.strides[0]
-        for reg, (row, col) in zip(value.regs, acc_rowcol(e, value.layout.rows,
-                                                          value.layout.cols)):
-            off = e.add(e.mul(row, e.const(stride, "s32"), "s32"), col, "s32")
-            e.op(red, [address(e, mem, off), reg])
-        return
-    if not isinstance(value.layout, Blocked):
-        raise UnsupportedError("'+=' of a row-reduced tile is not lowered", loc=e.loc,
-                               hint="store the rows with '=' instead")
-
-    def add(inner: TargetEmitter, addr: Value, r: int) -> None:
-        inner.op(red, [addr, value.regs[r]])
-    for_each_element(low, value.layout, mem, add)
 
 
 @rule(tile_compute.Broadcast)
@@ -397,4 +367,4 @@ def _causal_blocked(low: Lowerer, s: Dist, q0: Scalar, k0: Scalar) -> Dist:
     return Dist(layout, regs, s.type)
 
 
-__all__ = ["materialize", "reduce_into", "register_count", "store_blocked"]
+__all__ = ["materialize", "register_count", "store_blocked"]

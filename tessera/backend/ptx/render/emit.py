@@ -43,8 +43,9 @@ class PtxWriter:
         self.lines: list[tuple[str, Loc | None]] = []
         self.shared: dict[str, tuple[int, int]] = {}
         self.tables: set[str] = set()  # module lookup tables read (declared at module scope)
-        #: module variables used: symbol -> (size, alignment), declared at module scope
-        self.module_vars: dict[str, tuple[int, int]] = {}
+        #: module variables used: symbol -> (size, alignment, initial u32 words),
+        #: declared at module scope
+        self.module_vars: dict[str, tuple[int, int, tuple[int, ...]]] = {}
         #: symbol -> offset in the dynamic shared array, when the buffers are dynamic
         self.dynamic_offsets: dict[str, int] | None = None
         self.loc: Loc | None = None

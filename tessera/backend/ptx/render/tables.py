@@ -29,16 +29,22 @@ def _ld_table(e: PtxWriter, instr: Instr) -> None:
 @rule(ModuleVar)
 def _module_var(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
-    e.module_vars[op.sym] = (op.size, op.align)
+    e.module_vars[op.sym] = (op.size, op.align, op.words)
     e.out(f"mov.u64 {e.regs.one(instr.result)}, {op.sym};")
 
 
-def declarations(names: set[str], variables: dict[str, tuple[int, int]] | None = None,
+def declarations(names: set[str],
+                 variables: dict[str, tuple[int, int, tuple[int, ...]]] | None = None,
                  ) -> list[str]:
     """The module-scope ``.global`` declarations of the tables ``names`` and the
-    zero-initialised ``variables`` (symbol -> size, alignment), in name order."""
-    lines = [f".global .align {align} .b8 {sym}[{size}];"
-             for sym, (size, align) in sorted((variables or {}).items())]
+    ``variables`` (symbol -> size, alignment, initial ``u32`` words), in name order."""
+    lines = []
+    for sym, (size, align, words) in sorted((variables or {}).items()):
+        if words:  # the words, then zeros (PTX ISA sec. 5.4.4: the rest is zero)
+            init = ", ".join(str(w) for w in words)
+            lines.append(f".global .align {align} .u32 {sym}[{size // 4}] = {{{init}}};")
+        else:
+            lines.append(f".global .align {align} .b8 {sym}[{size}];")
     for name in sorted(names):
         tab = table(name)
         bits = RegType(tab.elem).bits

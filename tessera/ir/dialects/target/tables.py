@@ -66,7 +66,8 @@ class TableLoad(Op):
 @dataclass(frozen=True)
 class ModuleVar(Op):
     """``mov.u64 d, <sym>``: the address of the module-scope ``.global .b8 <sym>[size]``,
-    zero when the module is loaded. A kernel that keeps state there across CTAs (the
+    zero when the module is loaded, or holding ``words`` (``u32`` values, the rest
+    zero) from an initializer. A kernel that keeps state there across CTAs (the
     ordered updates of :mod:`tessera.lower.rules.ordered`) leaves it as it found it, so
     the next launch starts from zeros again; ``restored`` marks a variable the kernel
     must leave all zero, which the Target IR interpreter checks."""
@@ -76,12 +77,17 @@ class ModuleVar(Op):
     size: int
     align: int = 8
     restored: bool = False
+    words: tuple[int, ...] = ()
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 0)
         if self.size <= 0 or self.size % self.align:
             raise IRVerifyError(f"module variable {self.sym} of {self.size} bytes is not a "
                                 f"positive multiple of its alignment {self.align}")
+        if self.words and (self.align % 4 or 4 * len(self.words) > self.size or
+                           self.restored or any(not 0 <= w < 1 << 32 for w in self.words)):
+            raise IRVerifyError(f"module variable {self.sym}: initial words are u32 values "
+                                "of a variable aligned to 4 that holds them, not restored")
         return (RegType("u64"),)
 
 
