@@ -195,6 +195,33 @@ case("tile.reduce.local-order", spec=f"{ORDER}: within a group, ascending local 
 
 
 @ts.kernel
+def split_k_in_order(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                     C: ts.Tensor["M", "N", ts.f32]):
+    sa = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    sb = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    ts.tile.cp_async(sa, A[tile_m:tile_m + BM, tile_k:tile_k + BK])
+    ts.tile.cp_async(sb, B[tile_k:tile_k + BK, tile_n:tile_n + BN])
+    ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += ts.tile.cast(ts.tile.mma(sa, sb), ts.f32)
+
+
+@case("tile.reduce.split-k-order", spec=f"{ORDER}: a tile's += in ascending group order",
+      backends=KERNEL)
+def _split_k_order(ctx: Any) -> None:
+    """A split-K GEMM whose four K slices' products are 2^24, 1, 1 and -2^24 in every
+    element: added into C in slice (group) order they give 0 (each 1 vanishes in a
+    tie to even); another order gives 1 or 2."""
+    a = np.zeros((64, 64), np.float32)
+    b = np.zeros((64, 64), np.float32)
+    for s, v in enumerate((2.0**24, 1.0, 1.0, -(2.0**24))):
+        a[:, 16 * s], b[16 * s, :] = 1.0, v
+    c = np.zeros((64, 64), np.float32)
+    ctx.launch(split_k_in_order, a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16),
+               c, tile_shape=(64, 64, 16))
+    assert not c.any(), np.unique(c)
+
+
+@ts.kernel
 def rowsum(x: ts.Tensor["M", "N", ts.f32], out: ts.Tensor["M", ts.f32]):
     out[0:M] = ts.tile.row_sum(x[0:M, 0:N])
 
