@@ -36,7 +36,7 @@ from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer, Rule, rule
 from tessera.lower.emit import BYTE_TYPES, TargetEmitter
 from tessera.lower.layout import Acc, Blocked, BRow
-from tessera.lower.rules.memory import _to_reg, address, to_mem, window
+from tessera.lower.rules.memory import address, to_mem, to_reg, window
 from tessera.lower.rules.memory import byte_load_guarded as _byte_load
 from tessera.lower.rules.scalar import round_to
 from tessera.lower.rules.tensor import _clamped, chunk_index, materialize, register_count
@@ -363,7 +363,7 @@ def load_masked(low: Lowerer, instr: Instr, mem: Mem, mask: Lowered, other: Lowe
             regs.append(e.one(GuardedLoad(mem.space, mt), addr, guards[r], fill))
             continue
         raw = e.one(GuardedLoad(mem.space, mt), addr, guards[r], e.const(0, mt))
-        regs.append(e.selp(_to_reg(e, raw, mt, rt, mem.element), fill, guards[r], rt))
+        regs.append(e.selp(to_reg(e, raw, mt, rt, mem.element), fill, guards[r], rt))
     return Dist(els.layout, regs, rt)
 
 

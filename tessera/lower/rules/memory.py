@@ -66,7 +66,7 @@ def load_scalar(e: TargetEmitter, mem: Mem) -> Value:
     addr = address(e, mem)
     mt, rt = mem_type(mem.element), reg_type(mem.element)
     raw = e.ld(mem.space, addr, mt)
-    return _to_reg(e, raw, mt, rt, mem.element)
+    return to_reg(e, raw, mt, rt, mem.element)
 
 
 def store_scalar(e: TargetEmitter, mem: Mem, value: Value, vtype: str) -> None:
@@ -81,12 +81,13 @@ def byte_load_guarded(e: TargetEmitter, mem: Mem, addr: Value, guard: Value,
     holds, ``other`` elsewhere: a branch around the load (Target IR has no guarded
     byte instruction; ptxas predicates so short a branch)."""
     mt, rt = mem_type(mem.element), reg_type(mem.element)
-    return e.if_(guard, lambda inner: [_to_reg(inner, inner.ld(mem.space, addr, mt), mt, rt,
+    return e.if_(guard, lambda inner: [to_reg(inner, inner.ld(mem.space, addr, mt), mt, rt,
                                                mem.element)],
                  lambda inner: [other], types=[RegType(rt)])[0]
 
 
-def _to_reg(e: TargetEmitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
+def to_reg(e: TargetEmitter, raw: Value, mt: str, rt: str, element: object = None) -> Value:
+    """A loaded ``mt`` element as the ``rt`` register of its value (exact widening)."""
     if mt == rt:
         return raw
     if mt in ("b16", "u8", "s8", "b8"):  # narrow bits: widen exactly
@@ -352,4 +353,4 @@ def store_result(low: Lowerer, value: Lowered) -> None:
 
 
 __all__ = ["address", "alloc_shared", "byte_load_guarded", "load_scalar", "store_result",
-           "store_scalar", "to_mem", "window"]
+           "store_scalar", "to_mem", "to_reg", "window"]

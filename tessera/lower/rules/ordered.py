@@ -177,7 +177,7 @@ def _fold(e: TargetEmitter, n: int, addr: Value, flags: Value, slots: Value, des
           name: str, vtype: str, mem: Mem) -> None:
     """``*addr = *addr <name> slot[i]`` for each flagged slot i in order, rounded to
     the memory's format after each update; clears the flags and the destination."""
-    from tessera.lower.rules.memory import _to_reg, load_scalar, to_mem
+    from tessera.lower.rules.memory import load_scalar, to_mem, to_reg
 
     mt, size = mem_type(mem.element), SLOT_TYPES[vtype]
     start = load_scalar(e, Mem("global", addr, None, (), (), mem.element))
@@ -188,7 +188,7 @@ def _fold(e: TargetEmitter, n: int, addr: Value, flags: Value, slots: Value, des
         v = inner.ld("global", _at(inner, slots, i, size), vtype)
         new = inner.bin(name, acc, v, vtype)
         if mt != vtype:  # the memory's own format after every update
-            new = _to_reg(inner, to_mem(inner, new, vtype, mt, mem.element), mt,
+            new = to_reg(inner, to_mem(inner, new, vtype, mt, mem.element), mt,
                           reg_type(mem.element), mem.element)
         inner.st("global", flag, inner.const(0, "u32"), "u32")
         return [inner.selp(new, acc, on, vtype)]
