@@ -78,7 +78,7 @@ def reduce_into(low: Lowerer, instr: Instr, mem: Mem, value: Lowered, layout: ob
     visit, regs = _visitor(low, mem, value), value.regs
     plan = window_plan(low, instr, mem)
     assert low.geom is not None
-    if plan is not None and scratch_fits(plan, len(regs), low.geom.block):
+    if plan is not None and plan.scratch_bytes(len(regs), low.geom.block) <= MAX_SCRATCH:
         ordered_into(low, plan, visit, regs)
         return
     red = Reduce("global", "add", "f32")
@@ -118,7 +118,12 @@ class Plan:
 
     @property
     def scratch_rows(self) -> int:
+        """Rows of scratch: one per tile after the first of its window."""
         return int(self.sizes.sum() - len(self.sizes))
+
+    def scratch_bytes(self, nregs: int, block: int) -> int:
+        """Bytes of scratch for ``nregs`` f32 registers of ``block`` threads a row."""
+        return 4 * nregs * block * self.scratch_rows
 
     def words(self) -> tuple[int, ...]:
         """The plan as the ``u32`` table the kernel reads: four words per CTA."""
@@ -179,9 +184,12 @@ def ordered_into(low: Lowerer, plan: Plan, visit: Visit, values: list[Value]) ->
     of ``values`` goes)."""
     e, g = low.em, low.geom
     assert g is not None
+
+    def first(x: TargetEmitter) -> None:  # a window's first tile adds in place
+        visit(x, lambda y, addr, r: y.st(
+            "global", addr, y.add(y.ld("global", addr, "f32"), values[r], "f32"), "f32"))
     if int(plan.sizes.max()) == 1:  # every window has one tile: no other CTA adds there
-        visit(e, lambda x, addr, r: x.st(
-            "global", addr, x.add(x.ld("global", addr, "f32"), values[r], "f32"), "f32"))
+        first(e)
         return
     nregs, block = len(values), g.block
     site = low.extra.setdefault("ordered_tiles", 0)
@@ -191,7 +199,7 @@ def ordered_into(low: Lowerer, plan: Plan, visit: Visit, values: list[Value]) ->
     words = plan.words()
     table = entry.one(ModuleVar(f"{tag}_plan", 4 * len(words), 4, words=words))
     tickets = entry.one(ModuleVar(f"{tag}_tickets", 4 * len(plan.sizes), 4, restored=True))
-    rows = entry.one(ModuleVar(f"{tag}_rows", 4 * nregs * block * plan.scratch_rows, 4))
+    rows = entry.one(ModuleVar(f"{tag}_rows", plan.scratch_bytes(nregs, block), 4))
     cta = e.add(e.mul(e.sreg("ctaid.y"), e.const(g.ctas, "u32"), "u32"), e.sreg("ctaid.x"),
                 "u32")
     info = _at(e, table, cta, 16)
@@ -204,10 +212,6 @@ def ordered_into(low: Lowerer, plan: Plan, visit: Visit, values: list[Value]) ->
                                   x.const(r, "u32"), "u32"), x.const(block, "u32"), "u32"),
                       tid, "u32")
         return _at(x, rows, index, 4)
-
-    def first(x: TargetEmitter) -> None:
-        visit(x, lambda y, addr, r: y.st(
-            "global", addr, y.add(y.ld("global", addr, "f32"), values[r], "f32"), "f32"))
 
     def later(x: TargetEmitter) -> None:
         visit(x, lambda y, addr, r: y.st("global", slot(y, r, row), values[r], "f32"))
@@ -243,11 +247,6 @@ def ordered_into(low: Lowerer, plan: Plan, visit: Visit, values: list[Value]) ->
     e.if_(last, combine)
 
 
-def scratch_fits(plan: Plan, nregs: int, block: int) -> bool:
-    """Whether the later tiles' rows fit in :data:`MAX_SCRATCH` bytes."""
-    return 4 * nregs * block * plan.scratch_rows <= MAX_SCRATCH
-
-
 def _at(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
     """``base + index * size`` for a ``u32`` index (a global address)."""
     wide = e.bin("mul", index, e.const(size, "u32"), "u32", "wide")
@@ -255,4 +254,4 @@ def _at(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
 
 
 __all__ = ["MAX_CTAS", "MAX_SCRATCH", "Plan", "ordered_into", "plan_windows", "reduce_into",
-           "scratch_fits", "window_plan"]
+           "window_plan"]
