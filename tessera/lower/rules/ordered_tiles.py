@@ -107,7 +107,7 @@ def _visitor(low: Lowerer, mem: Mem, value: Dist) -> Visit:
 
 
 @dataclass(frozen=True)
-class Plan:
+class WindowPlan:
     """Which CTAs add into the same window: per CTA (linear order) its group, its
     scratch row (``NO_ROW`` for a group's first tile), its group's size and first row."""
 
@@ -133,7 +133,7 @@ class Plan:
         return tuple(int(w) for w in table.reshape(4 * n))
 
 
-def plan_windows(addresses: np.ndarray, footprint: np.ndarray) -> Plan | None:
+def plan_windows(addresses: np.ndarray, footprint: np.ndarray) -> WindowPlan | None:
     """Group CTAs by their window's address (bytes, per CTA in tile order) given the
     byte offsets of the window's elements; None where windows of different groups
     overlap, or the check would be too large."""
@@ -155,10 +155,10 @@ def plan_windows(addresses: np.ndarray, footprint: np.ndarray) -> Plan | None:
     rank = np.empty(len(groups), np.int64)
     rank[order] = np.arange(len(groups)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     rows = np.where(rank == 0, NO_ROW, starts[groups] + rank - 1)
-    return Plan(groups, rows, sizes, starts)
+    return WindowPlan(groups, rows, sizes, starts)
 
 
-def window_plan(low: Lowerer, instr: Instr, mem: Mem) -> Plan | None:
+def window_plan(low: Lowerer, instr: Instr, mem: Mem) -> WindowPlan | None:
     """The plan of a tensor ``+=`` of a block kernel, or None where the scheme does not
     apply (see the module docstring)."""
     g = low.geom
@@ -179,7 +179,7 @@ def window_plan(low: Lowerer, instr: Instr, mem: Mem) -> Plan | None:
     return plan_windows(base + offset * size, footprint)
 
 
-def ordered_into(low: Lowerer, plan: Plan, visit: Visit, values: list[Value]) -> None:
+def ordered_into(low: Lowerer, plan: WindowPlan, visit: Visit, values: list[Value]) -> None:
     """``mem += values`` in tile order by the plan (``visit`` gives where each register
     of ``values`` goes)."""
     e, g = low.em, low.geom
@@ -253,5 +253,5 @@ def _at(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
     return e.add(base, wide, "u64")
 
 
-__all__ = ["MAX_CTAS", "MAX_SCRATCH", "Plan", "ordered_into", "plan_windows", "reduce_into",
+__all__ = ["MAX_CTAS", "MAX_SCRATCH", "WindowPlan", "ordered_into", "plan_windows", "reduce_into",
            "window_plan"]
