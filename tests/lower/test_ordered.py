@@ -139,9 +139,9 @@ def test_ptx_folds_in_order_and_keeps_integer_red(target: str) -> None:
     assert "advisory" not in counts.assemble().log.lower()
 
 
-def test_integer_and_own_element_updates_keep_red() -> None:
-    """Integer '+=' from every tile, and '+=' where each tile owns its element, agree
-    with the tile interpreter through ``red``."""
+def test_integer_updates_keep_red_and_own_elements_need_no_atomic() -> None:
+    """Integer '+=' from every tile keeps ``red``; '+=' where each tile owns its element
+    is a plain load, add and store; both agree with the tile interpreter."""
     rng = np.random.default_rng(3)
     xi = rng.integers(-1000, 1000, 300).astype(np.int32)
     ts.check_against_reference(kernels.every_tile_counts, xi, np.zeros(1, np.int32),
@@ -151,7 +151,47 @@ def test_integer_and_own_element_updates_keep_red() -> None:
                                backend="target", target="sm_80")
     ptx = compile_kernel(kernels.tiles_add_their_own, x, np.ones(300, np.float32),
                          target="sm_80").ptx
-    assert F32_RED in ptx and "atom" not in ptx
+    assert "red." not in ptx.replace("shared.", "") and "atom" not in ptx
+    assert "ld.global.f32" in ptx and "__tessera" not in ptx
+
+
+@ts.kernel
+def tiles_fill_bins(x: ts.Tensor["N", ts.f32], bins: ts.Tensor["B", ts.f32]):
+    """Tile i adds its element into bin ``i % B``: several tiles per element, which
+    element depending on the tile."""
+    i = ts.tile.linear_id()
+    if i < N:
+        bins[i % B] += x[i]
+
+
+@ts.kernel
+def tiles_fill_data_bins(x: ts.Tensor["N", ts.f32], key: ts.Tensor["N", ts.int32],
+                         bins: ts.Tensor["B", ts.f32]):
+    """Tile i adds into the bin its key names: the element depends on loaded data."""
+    i = ts.tile.linear_id()
+    bins[key[i]] += x[i]
+
+
+@pytest.mark.parametrize("launch", [{}, {"grid": 5, "group_size": 64}])
+def test_elements_that_depend_on_the_tile_are_folded_in_order(launch: dict[str, Any]
+                                                               ) -> None:
+    """``bins[i % B] += x[i]``: each slot keeps its destination, and the last CTA applies
+    the slots in tile order, in either order of the tickets; the PTX has no float
+    ``red``. Where the element depends on loaded data, ``red`` stays."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(300) * 10.0 ** rng.integers(-4, 6, 300)).astype(np.float32)
+    bins = rng.standard_normal(7).astype(np.float32)
+    want = _tile_result(tiles_fill_bins, x, bins, **launch)[1]
+    for order in ("ascending", "descending"):
+        got = _target_result(tiles_fill_bins, x, bins, cta_order=order, **launch)[1]
+        assert got.tobytes() == want.tobytes(), order
+    for target in TARGETS:
+        compiled = compile_kernel(tiles_fill_bins, x, bins, target=target, **launch)
+        assert F32_RED not in compiled.ptx and "atom.global.add.u32" in compiled.ptx
+        assert "advisory" not in compiled.assemble().log.lower()
+    key = rng.integers(0, 7, 300).astype(np.int32)
+    data = compile_kernel(tiles_fill_data_bins, x, key, bins, target="sm_80", **launch).ptx
+    assert F32_RED in data and "atom" not in data
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -197,3 +237,26 @@ def test_aot_bundle_keeps_the_signature(tmp_path: Path) -> None:
     for target in TARGETS:
         ptx = (tmp_path / f"block_reduction.{target}.ptx").read_text()
         assert "__tessera_block_reduction_ord_ticket" in ptx and F32_RED not in ptx
+
+
+@ts.kernel
+def tiles_cross(x: ts.Tensor["N", ts.f32], y: ts.Tensor["N", ts.f32],
+                out: ts.Tensor["N", ts.f32]):
+    """Two updates that meet: tile i adds into element i, then into element i + 1."""
+    i = ts.tile.linear_id()
+    out[i] += x[i]
+    out[(i + 1) % N] += y[i]
+
+
+def test_updates_that_meet_are_applied_tile_by_tile() -> None:
+    """Element k gets tile k-1's second update before tile k's first (tile order, then
+    program order), as the tile interpreter applies them; each site alone owns its
+    elements, but together they meet, so no plain read-modify-write races."""
+    rng = np.random.default_rng(12)
+    x, y, out = (((rng.standard_normal(300) * 10.0 ** rng.integers(-6, 6, 300))
+                  .astype(np.float32)) for _ in range(3))
+    want = _tile_result(tiles_cross, x, y, out)[2]
+    assert want.tobytes() == ((out + np.roll(y, 1)) + x).astype(np.float32).tobytes()
+    for order in ("ascending", "descending"):
+        assert _target_result(tiles_cross, x, y, out, cta_order=order)[2].tobytes() == \
+            want.tobytes(), order

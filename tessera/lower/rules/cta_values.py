@@ -1,5 +1,5 @@
-"""Integer values of a lowered kernel evaluated for every CTA of its launch, while
-compiling.
+"""Integer values of a lowered kernel evaluated for every CTA (or thread) of its
+launch, while compiling.
 
 A tile's window into global memory (``C[tile_m:tile_m + BM, tile_n:tile_n + BN]``)
 is address arithmetic on ``%ctaid``, the launch's sizes, constants and kernel
@@ -47,24 +47,30 @@ def _int_type(rtype: str) -> tuple[int, bool]:
 
 
 class CtaValues:
-    """Evaluates integer :class:`Value` s for each of ``ncta`` CTAs of a grid of
-    ``ctas x batch`` (``%ctaid.x``, ``%ctaid.y``); each kernel parameter in ``params``
-    is a distinct symbolic base far from the others, so that addresses in different
-    arguments never compare equal."""
+    """Evaluates integer :class:`Value` s for each CTA of a grid of ``ctas x batch``
+    (``%ctaid.x``, ``%ctaid.y``) of ``block`` threads, or with ``threads`` for each
+    thread of it (``%tid.x`` too); each kernel parameter in ``params`` is a distinct
+    symbolic base far from the others, so that addresses in different arguments never
+    compare equal."""
 
-    def __init__(self, ctas: int, batch: int, block: int, params: list[Value]) -> None:
-        linear = np.arange(ctas * batch, dtype=np.int64)
-        self.sregs = {"ctaid.x": linear % ctas, "ctaid.y": linear // ctas,
-                      "ctaid.z": np.zeros_like(linear), "nctaid.x": np.full_like(linear, ctas),
-                      "nctaid.y": np.full_like(linear, batch),
-                      "nctaid.z": np.ones_like(linear), "ntid.x": np.full_like(linear, block),
-                      "ntid.y": np.ones_like(linear), "ntid.z": np.ones_like(linear)}
+    def __init__(self, ctas: int, batch: int, block: int, params: list[Value],
+                 threads: bool = False) -> None:
+        per = block if threads else 1
+        linear = np.arange(ctas * batch * per, dtype=np.int64)
+        cta = linear // per
+        whole = {"nctaid.x": ctas, "nctaid.y": batch, "nctaid.z": 1, "ntid.x": block,
+                 "ntid.y": 1, "ntid.z": 1, "ctaid.z": 0, "tid.y": 0, "tid.z": 0}
+        self.sregs = {"ctaid.x": cta % ctas, "ctaid.y": cta // ctas,
+                      **{name: np.full_like(linear, v) for name, v in whole.items()}}
+        if threads:
+            self.sregs["tid.x"] = linear % per
         self.params = {id(p): (k + 1) << 44 for k, p in enumerate(params)}
         self.n = len(linear)
         self._memo: dict[int, np.ndarray | None] = {}
 
     def __call__(self, v: Value) -> np.ndarray | None:
-        """``v`` in every CTA, in linear CTA order, or None where it is not evaluable."""
+        """``v`` in every CTA (or thread), in linear order, or None where it is not
+        evaluable."""
         return self._eval(v, 0)
 
     def _eval(self, v: Value, depth: int) -> np.ndarray | None:

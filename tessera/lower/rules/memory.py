@@ -315,12 +315,13 @@ def _scalar_update(low: Lowerer, e: TargetEmitter, instr: Instr, name: str, mem:
         from tessera.lower.rules.ordered import ordered_update
 
         # one element updated by several tiles: applied in tile order at the kernel's end
-        if ordered_update(low, e, instr, address(e, mem), value.reg, value.type, name, mem):
+        how = ordered_update(low, e, instr, address(e, mem), value.reg, value.type, name, mem)
+        if how == "ordered":
             return
-        if name == "add" and value.type == "f32" and mt == "f32":  # see rules.ordered
-            e.op(Reduce("global", "add", "f32"), [address(e, mem), value.reg])
+        if how == "unordered" and name == "add" and value.type == "f32" and mt == "f32":
+            e.op(Reduce("global", "add", "f32"), [address(e, mem), value.reg])  # see ordered
             return
-    # other updates are a plain read-modify-write: exact when one tile owns the element
+    # other updates are a plain read-modify-write: exact where one tile owns the element
     old = load_scalar(e, mem)
     store_scalar(e, mem, e.bin(name, old, value.reg, value.type), value.type)
 

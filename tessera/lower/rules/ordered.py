@@ -27,18 +27,27 @@ The other known scheme, an ordered semaphore (each CTA spins until it is its tur
 needs no scratch but assumes CTAs are dispatched in index order, and a spin for a
 later CTA cannot run in an interpreter that runs the CTAs in lockstep.
 
-The scheme covers an update whose element is the same for every thread (its address
-depends only on kernel parameters and constants) and that each thread runs at most
-once (it is in no loop), in a launch of at most :data:`MAX_SLOTS` threads. Other float
-``+=`` updates keep ``red.global.add``, and the bits of a GPU run may then differ from
-the interpreters' in the last places. Integer add, min and max stay ``red``: they are
-associative and commutative, so the arrival order cannot change the result.
+The scheme covers an update that each thread runs at most once (it is in no loop), in
+a launch of at most :data:`MAX_SLOTS` threads, whose element is the same for every
+thread (its address depends only on kernel parameters and constants) or is known per
+thread while compiling (``bins[i % B]``: the address is evaluated for every thread by
+:mod:`tessera.lower.rules.cta_values`). In the second case each slot keeps its own
+destination, and the last CTA applies the slots one by one in slot order; where no two
+threads share an element, the update is a plain read-modify-write and needs no
+scratch. An element that depends on loaded data (``bins[key[i]]``) keeps
+``red.global.add``, and the bits of a GPU run may then differ from the interpreters'
+in the last places. Integer add, min and max stay ``red``: they are associative and
+commutative, so the arrival order cannot change the result.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Block, Function, Instr, Value
+from tessera.ir.core import Block, Function, Instr, Value, walk
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.async_ops import Fence
 from tessera.ir.dialects.target.ptx_ops import Atom
@@ -47,6 +56,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import StructuredFor, StructuredWhile
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
+from tessera.lower.rules.cta_values import CtaValues
 from tessera.lower.values import Mem, mem_type, reg_type
 
 #: register types whose values the slots hold, by their size in bytes
@@ -92,33 +102,70 @@ def _uniform(v: Value, params: list[Value], depth: int = 0) -> bool:
 
 
 def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, value: Value,
-                   vtype: str, name: str, mem: Mem) -> bool:
-    """Record this thread's update ``mem = mem <name> value`` (at ``addr``) for the ordered
-    combine at the kernel's end; False (nothing emitted) where the scheme does not
-    apply: an element that differs between threads, an update in a loop, a value
-    type the slots do not hold."""
+                   vtype: str, name: str, mem: Mem) -> str:
+    """This thread's update ``mem = mem <name> value`` (at ``addr``): ``"ordered"`` where
+    it is recorded for the ordered combine at the kernel's end; ``"own"`` where each
+    thread's element is its own (nothing emitted: a plain read-modify-write is exact);
+    ``"unordered"`` (nothing emitted) where the scheme does not apply: an element the
+    compiler cannot tell apart (it depends on loaded data), an update in a loop, a
+    value type the slots do not hold, a launch of more than :data:`MAX_SLOTS`
+    threads."""
     if "looped_updates" not in low.extra:
         low.extra["looped_updates"] = _looped(low.fn)
-    if vtype not in SLOT_TYPES or id(instr) in low.extra["looped_updates"] or \
-            not _uniform(addr, low.params):
-        return False
     assert low.geom is not None
     n = low.geom.launch_threads
-    if n > MAX_SLOTS:
-        return False
+    if vtype not in SLOT_TYPES or id(instr) in low.extra["looped_updates"] or n > MAX_SLOTS:
+        return "unordered"
+    scattered = not _uniform(addr, low.params)
+    g = low.geom  # a block kernel's scalar update runs once per CTA (by its thread 0)
+    at = CtaValues(g.ctas, g.batch, g.block, low.params, threads=not low.block_kernel)(addr)
+    if scattered:
+        writers = _writers(low, at)
+        if writers != "shared":
+            return writers
     size = SLOT_TYPES[vtype]
-    sites: list[tuple[Value, Value, Value, str, str, Mem]] = low.extra.setdefault("ordered", [])
+    sites: list[Site] = low.extra.setdefault("ordered", [])
     tag = f"__tessera_{low.fn.name}_ord{len(sites)}"
     entry = low.e  # the entry block dominates the kernel's end, where the slots are read
     flags = entry.one(ModuleVar(f"{tag}_flags", 4 * n, 4, restored=True))
     slots = entry.one(ModuleVar(f"{tag}_slots", size * n, size))
-    dest = entry.one(ModuleVar(f"{tag}_dest", 8, 8, restored=True))
-    sites.append((flags, slots, dest, name, vtype, mem))
+    # one destination for the whole site, or one per slot where the element differs
+    dest = entry.one(ModuleVar(f"{tag}_dest", 8 * n if scattered else 8, 8, restored=True))
+    sites.append(Site(flags, slots, dest, scattered, name, vtype, mem,
+                      None if at is None else np.unique(at)))
     i = _slot_index(low)
-    e.st("global", dest, addr, "u64")
+    e.st("global", _at(e, dest, i, 8) if scattered else dest, addr, "u64")
     e.st("global", _at(e, slots, i, size), value, vtype)
     e.st("global", _at(e, flags, i, 4), e.const(1, "u32"), "u32")
-    return True
+    return "ordered"
+
+
+@dataclass(frozen=True, eq=False)
+class Site:
+    """An ordered update's scratch (flags, slots, destination addresses), its update,
+    and the addresses it may update (evaluated while compiling; None if unknown)."""
+
+    flags: Value
+    slots: Value
+    dest: Value
+    scattered: bool  # a destination per slot
+    name: str
+    vtype: str
+    mem: Mem
+    addresses: np.ndarray | None
+
+
+def _writers(low: Lowerer, at: np.ndarray | None) -> str:
+    """Whether the threads that may update the addresses ``at`` (one per thread) each
+    have their own element (``"own"``), share some (``"shared"``), or cannot be told
+    apart while compiling (``"unordered"``). Elements are only one thread's where the
+    kernel has no other update (another site's thread could meet this one's element)."""
+    if at is None:
+        return "unordered"
+    if "updates" not in low.extra:
+        low.extra["updates"] = sum(isinstance(i.op, tile_memory.Update) for i in walk(low.fn.body))
+    alone = low.extra["updates"] == 1
+    return "own" if alone and len(np.unique(at)) == len(at) else "shared"
 
 
 def _slot_index(low: Lowerer) -> Value:
@@ -158,11 +205,14 @@ def finish_ordered(low: Lowerer, e: TargetEmitter, tail: bool) -> None:
 
     def combine(inner: TargetEmitter) -> None:
         inner.op(Fence("acq_rel_gpu"))  # acquire every other CTA's slots
-        for flags, slots, dest, name, vtype, mem in sites:
-            addr = inner.ld("global", dest, "u64")
+        for cluster in _clusters(sites):
+            if len(cluster) > 1 or cluster[0].scattered:
+                _fold_in_turn(inner, n, cluster)
+                continue
+            (site,) = cluster
+            addr = inner.ld("global", site.dest, "u64")
             some = inner.setp("ne", addr, inner.const(0, "u64"), "u64")
-            inner.if_(some, lambda x, s=(flags, slots, dest, name, vtype, mem), a=addr:
-                      _fold(x, n, a, *s))
+            inner.if_(some, lambda x, s=site, a=addr: _fold(x, n, a, s))
         inner.st("global", ticket, inner.const(0, "u32"), "u32")  # for the next launch
 
     def arrive(inner: TargetEmitter) -> None:
@@ -173,28 +223,76 @@ def finish_ordered(low: Lowerer, e: TargetEmitter, tail: bool) -> None:
     e.if_(first, arrive)
 
 
-def _fold(e: TargetEmitter, n: int, addr: Value, flags: Value, slots: Value, dest: Value,
-          name: str, vtype: str, mem: Mem) -> None:
+def _fold(e: TargetEmitter, n: int, addr: Value, site: Site) -> None:
     """``*addr = *addr <name> slot[i]`` for each flagged slot i in order, rounded to
     the memory's format after each update; clears the flags and the destination."""
     from tessera.lower.rules.memory import load_scalar, to_mem, to_reg
 
+    mem, vtype = site.mem, site.vtype
     mt, size = mem_type(mem.element), SLOT_TYPES[vtype]
     start = load_scalar(e, Mem("global", addr, None, (), (), mem.element))
 
     def body(inner: TargetEmitter, i: Value, acc: Value) -> list[Value]:
-        flag = _at(inner, flags, i, 4)
+        flag = _at(inner, site.flags, i, 4)
         on = inner.setp("ne", inner.ld("global", flag, "u32"), inner.const(0, "u32"), "u32")
-        v = inner.ld("global", _at(inner, slots, i, size), vtype)
-        new = inner.bin(name, acc, v, vtype)
+        v = inner.ld("global", _at(inner, site.slots, i, size), vtype)
+        new = inner.bin(site.name, acc, v, vtype)
         if mt != vtype:  # the memory's own format after every update
             new = to_reg(inner, to_mem(inner, new, vtype, mt, mem.element), mt,
-                          reg_type(mem.element), mem.element)
+                         reg_type(mem.element), mem.element)
         inner.st("global", flag, inner.const(0, "u32"), "u32")
         return [inner.selp(new, acc, on, vtype)]
     (total,) = e.for_(e.const(0, "s32"), e.const(n, "s32"), e.const(1, "s32"), [start], body)
     e.st("global", addr, to_mem(e, total, vtype, mt, mem.element), mt)
-    e.st("global", dest, e.const(0, "u64"), "u64")
+    e.st("global", site.dest, e.const(0, "u64"), "u64")
+
+
+def _clusters(sites: list[Site]) -> list[list[Site]]:
+    """The sites in groups that may update a common element (an unknown address meets
+    every site), each in program order: a group folds slot by slot, site by site."""
+    groups: list[list[Site]] = []
+    for site in sites:
+        meets = [g for g in groups if any(_meet(site, other) for other in g)]
+        merged = [s for g in meets for s in g] + [site]
+        groups = [g for g in groups if g not in meets] + [merged]
+    order = {id(s): k for k, s in enumerate(sites)}
+    return [sorted(g, key=lambda s: order[id(s)]) for g in groups]
+
+
+def _meet(a: Site, b: Site) -> bool:
+    if a.addresses is None or b.addresses is None:
+        return True
+    return len(np.intersect1d(a.addresses, b.addresses, assume_unique=True)) > 0
+
+
+def _fold_in_turn(e: TargetEmitter, n: int, sites: list[Site]) -> None:
+    """For each slot i in order, each site's flagged update in program order:
+    ``*dest = *dest <name> slot[i]``, stored in the memory's format (rounded after
+    each update), as a tile runs its updates; clears the flags and the addresses."""
+    from tessera.lower.rules.memory import load_scalar, store_scalar
+
+    def body(inner: TargetEmitter, i: Value) -> None:
+        for site in sites:
+            flag, size = _at(inner, site.flags, i, 4), SLOT_TYPES[site.vtype]
+
+            def apply(x: TargetEmitter, site: Site = site, flag: Value = flag,
+                      size: int = size) -> None:
+                where = _at(x, site.dest, i, 8) if site.scattered else site.dest
+                at = Mem("global", x.ld("global", where, "u64"), None, (), (),
+                         site.mem.element)
+                v = x.ld("global", _at(x, site.slots, i, size), site.vtype)
+                store_scalar(x, at, x.bin(site.name, load_scalar(x, at), v, site.vtype),
+                             site.vtype)
+                x.st("global", flag, x.const(0, "u32"), "u32")
+                if site.scattered:
+                    x.st("global", where, x.const(0, "u64"), "u64")
+            on = inner.setp("ne", inner.ld("global", flag, "u32"), inner.const(0, "u32"),
+                            "u32")
+            inner.if_(on, apply)
+    e.for_(e.const(0, "s32"), e.const(n, "s32"), e.const(1, "s32"), [], body)
+    for site in sites:
+        if not site.scattered:
+            e.st("global", site.dest, e.const(0, "u64"), "u64")
 
 
 __all__ = ["finish_ordered", "ordered_update"]
