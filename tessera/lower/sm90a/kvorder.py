@@ -14,11 +14,9 @@ min max``); anything else, or a CTA whose tiles disagree, keeps one warpgroup.
 
 Tiles of unequal lengths are offered only one block apart (that block's stage is never
 refilled, so the shorter tile need not release it) and with key blocks as tall as the
-query tiles (a causal program's diagonal is then one block): the Target IR interpreter
-runs the two consumers of one region in lockstep, and with smaller blocks a consumer
-would wait there for a release the other makes later in the same iteration, which the
-GPU's independently scheduled warpgroups would not (that order is left unoffered
-rather than unchecked).
+query tiles (a causal program's diagonal is then one block): with smaller blocks a
+consumer would wait for a release the other makes later in the same iteration, an
+order left unoffered.
 """
 
 from __future__ import annotations
