@@ -31,10 +31,12 @@ def ring(trips: tuple[int, ...], release_after_loop: bool = True,
          read_early: bool = False) -> tuple[Function, int]:
     """CTA ``c`` sums ``trips[c]`` blocks of 32 words that its producer warp copies,
     block by block, into a one-stage shared ring (``full``: filled, ``empty``: free
-    again). The consumer warp releases each block in its loop but the last, which it
-    releases after the loop (``release_after_loop``); the producer's last trip waits
-    for that release. ``read_early`` plants a race: the consumer reads a block before it
-    waits for it. The kernel and the line of the producer's wait."""
+    again), into row ``c`` of the output, whose last word counts the consumer threads'
+    trips (``red.global.add``). The consumer warp releases each block in its loop but
+    the last, which it releases after the loop (``release_after_loop``); the
+    producer's last trip waits for that release. ``read_early`` plants a race: the
+    consumer reads a block before it waits for it. The kernel and the line of the
+    producer's wait."""
     k = Kernel("ring", [U64, U64], block=(2 * LANES,), grid=(len(trips), 1, 1),
                target="sm_90a")
     src, dst = k.args
@@ -56,6 +58,8 @@ def ring(trips: tuple[int, ...], release_after_loop: bool = True,
     k.op(async_ops.Fence("mbarrier_init"))
     k.bar()
     zero, one = k.const(0, "s32"), k.const(1, "s32")
+    row = k.bin("mul", "u32", cta, _u32(k, LANES + 1))  # the CTA's output row
+    row_end = k.elem_addr(dst, k.bin("add", "u32", row, _u32(k, LANES)), 4)
     slot = k.sh_addr(buf, lane, 4)
     waits: list[int] = []
 
@@ -69,8 +73,8 @@ def ring(trips: tuple[int, ...], release_after_loop: bool = True,
             waits.append(k.line)
 
             def fill() -> None:
-                row = k.bin("add", "u32", k.bin("mul", "u32", cta, _u32(k, MOST)), ju)
-                word = k.bin("add", "u32", k.bin("mul", "u32", row, _u32(k, LANES)), lane)
+                block = k.bin("add", "u32", k.bin("mul", "u32", cta, _u32(k, MOST)), ju)
+                word = k.bin("add", "u32", k.bin("mul", "u32", block, _u32(k, LANES)), lane)
                 k.st("shared", "u32", slot, k.ld("global", "u32", k.elem_addr(src, word, 4)))
                 k.op(async_ops.MbarrierArrive(), full)
             k.if_(k.setp("lt", "s32", j, n), fill)
@@ -82,14 +86,14 @@ def ring(trips: tuple[int, ...], release_after_loop: bool = True,
             word = k.ld("shared", "u32", slot) if read_early else None
             k.op(async_ops.MbarrierWait(), full, k.bin("and", "u32", iu, _u32(k, 1)))
             got = k.bin("add", "u32", acc, k.ld("shared", "u32", slot) if word is None else word)
+            k.op(target_ops.Reduce("global", "add", "u32"), row_end, _u32(k, 1))
             more = k.setp("lt", "s32", k.bin("add", "s32", i, one), n)
             k.if_(more, lambda: k.op(async_ops.MbarrierArrive(), empty))
             return got
         total = k.for_(zero, n, one, [_u32(k, 0)], trip)
         if release_after_loop:
             k.op(async_ops.MbarrierArrive(), empty)
-        k.st("global", "u32", k.elem_addr(dst, k.bin("add", "u32", k.bin(
-            "mul", "u32", cta, _u32(k, LANES)), lane), 4), total)
+        k.st("global", "u32", k.elem_addr(dst, k.bin("add", "u32", row, lane), 4), total)
     k.if_(k.setp("lt", "u32", t, _u32(k, LANES)), produce, consume)
     return k.build(), waits[0]
 
@@ -98,8 +102,13 @@ def _data(ctas: int) -> np.ndarray:
     return np.random.default_rng(5).integers(0, 2**32, (ctas, MOST, LANES), np.uint32)
 
 
+def _out(ctas: int = 2) -> np.ndarray:
+    return np.zeros((ctas, LANES + 1), np.uint32)
+
+
 def _want(src: np.ndarray, trips: tuple[int, ...]) -> np.ndarray:
-    return np.stack([src[c, :n].sum(axis=0, dtype=np.uint32) for c, n in enumerate(trips)])
+    return np.stack([np.r_[src[c, :n].sum(axis=0, dtype=np.uint32), LANES * n]
+                     for c, n in enumerate(trips)]).astype(np.uint32)
 
 
 UNEQUAL = (1, 3)  # CTA 0's consumer loop runs 1 trip, CTA 1's 3
@@ -110,7 +119,7 @@ def test_a_release_after_a_shorter_loop_hangs_in_lockstep() -> None:
     producers' wait for CTA 0's release after it then holds CTA 1's producer too."""
     fn, line = ring(UNEQUAL)
     with pytest.raises(TargetFault, match="mbarrier phase never completes") as err:
-        run_target(fn, [_data(2), np.zeros((2, LANES), np.uint32)], ctas="lockstep")
+        run_target(fn, [_data(2), _out()], ctas="lockstep")
     assert err.value.loc.line == line
 
 
@@ -118,15 +127,15 @@ def test_a_release_after_a_shorter_loop_hangs_in_lockstep() -> None:
 @pytest.mark.parametrize("order", ["ascending", "descending"])
 def test_independent_ctas_run_it_to_the_right_sums(ctas: str, order: str) -> None:
     fn, _ = ring(UNEQUAL)
-    src, out = _data(2), np.zeros((2, LANES), np.uint32)
+    src, out = _data(2), _out()
     run_target(fn, [src, out], ctas=ctas, cta_order=order)
     assert np.array_equal(out, _want(src, UNEQUAL))
 
 
 def test_the_launch_runs_again_from_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default mode runs in lockstep first and again, independently, from the
-    arguments as they were (the output starts from its own values, not the hung
-    run's); a kernel whose CTAs agree is run once, in lockstep."""
+    arguments as they were (the trip counters start from zero again, not from the
+    hung run's counts); a kernel whose CTAs agree is run once, in lockstep."""
     calls: list[bool] = []
     launch = target_runner._launch
 
@@ -135,13 +144,15 @@ def test_the_launch_runs_again_from_its_arguments(monkeypatch: pytest.MonkeyPatc
         launch(*args)
     monkeypatch.setattr(target_runner, "_launch", counted)
     fn, _ = ring(UNEQUAL)
-    src, out = _data(2), np.full((2, LANES), 7, np.uint32)
+    src, out = _data(2), _out()
     run_target(fn, [src, out])
     assert calls == [False, True] and np.array_equal(out, _want(src, UNEQUAL))
+    out = _out()
     run_target(fn, [src, out])  # the kernel is known to need it
-    assert calls == [False, True, True]
+    assert calls == [False, True, True] and np.array_equal(out, _want(src, UNEQUAL))
     calls.clear()
     fn, _ = ring((3, 3))
+    out = _out()
     run_target(fn, [src, out])
     assert calls == [False] and np.array_equal(out, _want(src, (3, 3)))
 
@@ -152,7 +163,7 @@ def test_a_genuine_hang_is_reported_at_the_waiting_line(ctas: str) -> None:
     the producer's wait (of CTA 0, whose one block is never released)."""
     fn, line = ring(UNEQUAL, release_after_loop=False)
     with pytest.raises(TargetFault, match="mbarrier phase never completes") as err:
-        run_target(fn, [_data(2), np.zeros((2, LANES), np.uint32)], ctas=ctas)
+        run_target(fn, [_data(2), _out()], ctas=ctas)
     assert err.value.loc.file == "<ring>" and err.value.loc.line == line
     assert err.value.cta == (0, 0, 0)
     assert "mbarrier_wait" in str(err.value)
@@ -162,7 +173,7 @@ def test_a_read_before_its_wait_is_a_race_with_independent_ctas() -> None:
     """The consumer reads a block before it waits for the producer's signal."""
     fn, _ = ring(UNEQUAL, read_early=True)
     with pytest.raises(TargetFault, match="race"):
-        run_target(fn, [_data(2), np.zeros((2, LANES), np.uint32)], ctas="independent")
+        run_target(fn, [_data(2), _out()], ctas="independent")
 
 
 def _red_kernel() -> Function:
@@ -205,5 +216,5 @@ def test_atomics_of_independent_ctas_land_in_the_cta_order(ctas: str) -> None:
 def test_an_unknown_mode_is_refused() -> None:
     fn, _ = ring(UNEQUAL)
     with pytest.raises(ArgumentError, match="unknown ctas 'warps'"):
-        run_target(fn, [_data(2), np.zeros((2, LANES), np.uint32)], ctas="warps")
+        run_target(fn, [_data(2), _out()], ctas="warps")
 
