@@ -12,7 +12,11 @@ An ``if`` whose arms may wait for each other (``mbarrier.try_wait``, ``bar.arriv
 a named ``bar.sync`` of more threads than an arm has) runs its arms as tasks
 (:mod:`tessera.interp.target.schedule`); an arm with ``bar.arrive`` taken by several
 warpgroups runs one task per warpgroup of each CTA, each with its own copy of the
-registers, as its warpgroups may take turns at named barriers (ping-pong). Barriers are
+registers, as its warpgroups may take turns at named barriers (ping-pong). So does every
+such arm of a launch whose CTAs run independently (``Machine.independent``, see
+:func:`~tessera.interp.target.runner.run_target`'s ``ctas``): there a CTA whose loop ends
+early goes on past it while another CTA's loop still runs, as on a GPU, where lockstep
+would hold it in the loop until the longest one ends. Barriers are
 :mod:`tessera.interp.target.barriers`. Warp-level instructions act on groups of 32
 consecutive threads of a CTA; ``shfl.sync`` follows the pseudocode of the ISA's
 "shfl.sync" with the ``c`` operand given by the op's ``clamp`` attribute (bits 0-4 the
@@ -70,10 +74,15 @@ def _split(fr: TargetFrame, body: TargetBody, mask: np.ndarray
            ) -> list[tuple[np.ndarray, Callable[[], list[Any]]]]:
     """One task per warpgroup of ``mask`` (of each CTA: CTAs whose warpgroups take
     different turns must not wait for each other), each on a copy of the register
-    file: its threads' values are merged back."""
+    file: its threads' values are merged back. The tasks start CTA by CTA in the
+    launch's ``cta_order``, so that atomics of CTAs that do not wait in between land
+    in that order, as they do in lockstep (:func:`.memory.steps.arrival`)."""
     m = fr.m
-    where = m.cta * -(-m.nthreads // 128) + m.tid // 128  # a CTA's warpgroups
+    per_cta = -(-m.nthreads // 128)
+    where = m.cta * per_cta + m.tid // 128  # a CTA's warpgroups
     groups = np.unique(where[mask])
+    if m.cta_order == "descending":
+        groups = groups[np.argsort(-(groups // per_cta), kind="stable")]
     out = []
     for w in groups.tolist():
         part = mask & (where == w)
@@ -107,7 +116,7 @@ def _if(c: TargetCompiler, instr: Instr) -> Step:
         if (run_t or run_e) and (mbar or any(most)) and concurrent(fr.m, t, e):
             tasks = [task for body, arm, go, w in ((then, t, run_t, waits[0]),
                                                    (other, e, run_e, waits[1])) if go
-                     for task in (_split(fr, body, arm) if w[1] else
+                     for task in (_split(fr, body, arm) if w[1] or fr.m.independent else
                                   [(arm, lambda body=body, arm=arm: _enter(fr, body, [], arm))])]
             if len(tasks) == 1:
                 vals = tasks[0][1]()

@@ -14,6 +14,12 @@ instruction, its source line and the thread: out-of-bounds or misaligned accesse
 divergent barriers and warp instructions, uninitialised or racing shared memory, reads
 of async-copy destinations before their wait, and mbarrier phases that never complete.
 
+A warp-specialised kernel's concurrent branches run as tasks
+(:mod:`tessera.interp.target.schedule`) whose threads of every CTA still run in
+lockstep; where that hangs (a CTA's loop ending before another's, say, and its release
+after the loop awaited in the other's), the launch runs again from its arguments with
+independent CTAs, as a GPU runs them (``run_target``'s ``ctas``).
+
 Arguments, one per kernel parameter: a NumPy array for a ``reg<u64>`` pointer (it is
 placed at a fake 256-byte aligned global address), a Python or NumPy scalar for a
 scalar register (integers may also be raw addresses), and a :class:`TensorMapArg` for a
@@ -23,6 +29,7 @@ scalar register (integers may also be raw addresses), and a :class:`TensorMapArg
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +69,7 @@ from tessera.interp.target.tensorcore import wgmma_rs as target_wgmma_rs
 from tessera.ir.core import Function, walk
 from tessera.ir.dialects.target import KERNEL, RegType, TensorMapType
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.async_ops import MbarrierWait
 from tessera.ir.dialects.target.check import check_kernel
 from tessera.progress import progress
 
@@ -70,6 +78,21 @@ from tessera.progress import progress
 _ = (target_async, target_barriers, target_bulk_store, target_convert, target_flow, target_mem,
      target_mma, target_ptx_memory, target_ptx_rules, target_reads, target_regs, target_tables,
      target_warp, target_wgmma_rs)
+
+#: how the CTAs of a launch run the concurrent arms of a ``ptx.if`` (see ``run_target``)
+CTA_MODES = ("auto", "lockstep", "independent")
+
+#: kernels whose lockstep launch hung: their later launches run independent CTAs at once
+_INDEPENDENT: weakref.WeakSet[Function] = weakref.WeakSet()
+
+
+class _LockstepHang(Exception):
+    """A launch in lockstep hung in its concurrent tasks (``fault`` says where)."""
+
+    def __init__(self, fault: TargetFault) -> None:
+        super().__init__(str(fault))
+        self.fault = fault
+
 
 @dataclass(frozen=True, eq=False)
 class TensorMapArg:
@@ -164,7 +187,8 @@ def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list
 @user_api
 def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None = None,
                block: Sequence[int] | None = None, check_races: bool = True,
-               tensor_cores: str = "exact", cta_order: str = "ascending") -> None:
+               tensor_cores: str = "exact", cta_order: str = "ascending",
+               ctas: str = "auto") -> None:
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
@@ -178,10 +202,18 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     ``cta_order`` is the order in which the atomics (``atom``, ``red``) of different CTAs
     land: ``"ascending"`` CTA index, or ``"descending"``, another order a GPU may take
     (a kernel whose result must not depend on it can be run both ways).
+    ``ctas`` picks how the arms of a ``ptx.if`` that wait for each other run (a
+    warp-specialised kernel's producer and consumers): ``"lockstep"``, every CTA's
+    threads of an arm together, one task an arm; ``"independent"``, one task per
+    warpgroup of each CTA (started in ``cta_order``), as a GPU runs them; ``"auto"``
+    (the default), lockstep, and where that hangs, the launch again from its arguments
+    with independent CTAs (a hang there is the kernel's).
     """
     if cta_order not in ("ascending", "descending"):
         raise ArgumentError(f"unknown cta_order {cta_order!r}",
                             hint="use 'ascending' or 'descending'")
+    if ctas not in CTA_MODES:
+        raise ArgumentError(f"unknown ctas {ctas!r}", hint=f"use one of {CTA_MODES}")
     if fn.kind != KERNEL:
         raise ArgumentError(f"run_target runs {KERNEL} functions, not {fn.kind} '{fn.name}'")
     g = _geometry(grid, fn.attrs.get("grid"), "grid")
@@ -201,8 +233,22 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     # passes over every object of the process would interrupt it for nothing.
     collecting = gc.isenabled()
     gc.disable()
+    independent = ctas == "independent" or (ctas == "auto" and fn in _INDEPENDENT)
+    # a lockstep hang is run again from the arguments: keep them (where tasks may wait)
+    kept = [(w, w.copy()) for w in {id(w): w for w in work if isinstance(w, np.ndarray)}
+            .values()] if ctas == "auto" and not independent and _may_wait(fn) else None
     try:
-        _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order)
+        try:
+            _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order,
+                    independent)
+        except _LockstepHang as hang:
+            if kept is None:  # "lockstep": the hang is the answer
+                raise hang.fault from None
+            for w, was in kept:
+                w[...] = was
+            _INDEPENDENT.add(fn)
+            _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order,
+                    True)
     finally:
         if collecting:
             gc.enable()
@@ -211,10 +257,18 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
             a[...] = w  # non-contiguous arguments ran on a copy
 
 
+def _may_wait(fn: Function) -> bool:
+    """Whether ``fn`` has an instruction that makes a ``ptx.if``'s arms tasks
+    (:mod:`tessera.interp.target.flow`): an mbarrier wait or a named barrier."""
+    return any(isinstance(i.op, (MbarrierWait, target_ops.BarArrive))
+               or (isinstance(i.op, target_ops.Bar) and i.op.count) for i in walk(fn.body))
+
+
 def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
             layout: dict[str, int], size: int, swapped: list[Any], check_races: bool,
-            tensor_cores: str, cta_order: str) -> None:
-    """Place the arguments, compile the kernel and run it."""
+            tensor_cores: str, cta_order: str, independent: bool) -> None:
+    """Place the arguments, compile the kernel and run it; a hang of tasks that ran
+    CTAs in lockstep raises :class:`_LockstepHang`."""
     glob = GlobalMemory()
     nthreads = b[0] * b[1] * b[2]
     ncta = g[0] * g[1] * g[2]
@@ -222,6 +276,7 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
     m.tensor_cores = tensor_core_model(tensor_cores)
     m.shared_layout = layout
     m.cta_order = cta_order
+    m.independent = independent
     values = _bind(fn, swapped, glob, m.n)
     target_tables.place_module_vars(m, fn)  # after the arguments, which keep their places
     comp = TargetCompiler(m)
@@ -231,9 +286,14 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
         regs[slot] = v
     with np.errstate(all="ignore"), progress(f"Target IR @{fn.name}", unit="step") as bar:
         m.bar = bar  # counts the instructions run (every thread at once)
-        run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
+        try:
+            run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
+        except TargetFault as err:
+            if getattr(m, "tasks_hung", False) and not independent:
+                raise _LockstepHang(err) from err
+            raise
     target_bulk_store.check_drained(m)  # every CTA has exited
     target_tables.check_module_vars(m)
 
 
-__all__ = ["TargetFault", "TensorMapArg", "run_target"]
+__all__ = ["CTA_MODES", "TargetFault", "TensorMapArg", "run_target"]

@@ -15,7 +15,10 @@ concurrent arm) waits until they all finish; until then it is not run.
 
 When every task that has not finished waits, and nothing they wait on changed since
 each of them blocked, no task can ever continue: the waiting instruction reports what
-never completes, as a hang on hardware would be.
+never completes, as a hang on hardware would be. The launch learns of it
+(``Machine.tasks_hung``): where a task held several CTAs in lockstep the hang may be the
+lockstep's, and :func:`~tessera.interp.target.runner.run_target` runs the launch again
+with independent CTAs.
 
 Each task runs on a Python thread, but only the one holding the baton runs at a time
 (the others sleep on a condition variable), so the machine state needs no locking.
@@ -58,6 +61,7 @@ class Scheduler:
         self.abort = False
         self.errors: list[BaseException] = []
         self.local = threading.local()
+        self.hung = False  # some task found that no task could continue
 
     def touch(self) -> None:
         """Record that some barrier may have changed (an arrival, a TMA load)."""
@@ -76,6 +80,7 @@ class Scheduler:
         (the caller reports the hang)."""
         me: int = self.local.index
         if not any(self._may_progress(k) for k in range(len(self.tasks)) if k != me):
+            self.hung = True
             return False
         self.tasks[me].blocked = self.version
         self._pass(me)
@@ -180,6 +185,8 @@ def run_concurrently(m: Machine, arms: Sequence[Callable[[], list[Any]]]) -> lis
         if root:
             m.scheduler = None  # type: ignore[attr-defined]
             sched.local.index = None
+            if sched.hung:
+                m.tasks_hung = True  # type: ignore[attr-defined]
     if sched.abort:
         if root:
             raise sched.errors[0]

@@ -141,6 +141,9 @@ class Machine:
         #: the order in which atomics of different CTAs land: ascending CTA index, or
         #: "descending" (another order a GPU may take, for order-independence tests)
         self.cta_order = "ascending"
+        #: whether the arms of a concurrent ``ptx.if`` run one task per warpgroup of each
+        #: CTA (:mod:`tessera.interp.target.flow`) rather than all CTAs in lockstep
+        self.independent = False
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""

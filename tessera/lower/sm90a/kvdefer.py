@@ -23,10 +23,8 @@ carried registers in place. The ops that read the accumulator (the kernel's resc
 are lowered after the wait. The first iteration has no product pending: it
 multiplies zero fragments by ``V_m`` and drops the result for the loop's initial
 accumulator (a constant: no register holds it through the loop). The last iteration
-retires its own product, so that every V block of the loop is released within it:
-the Target IR interpreter runs every thread in lockstep, and a release left to a
-later loop would wait for the longest tile's loop (:mod:`tessera.lower.sm90a.kvorder`);
-the later loop starts with nothing in flight. Past the last
+retires its own product, so that every V block of the loop is released within it
+and the later loop starts with nothing in flight. Past the last
 block the discarded ``S`` reads ``K_m``, which has landed (a wait for ``V_m`` there
 would come before this iteration's release of ``V_{m-1}``; ``K_m``'s stage is never
 refilled: block ``m + S`` is past the last). The products and their operands are the
@@ -112,12 +110,6 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
     memory does. ``fa3`` (FlashAttention-3's order: every loop defers ``P V`` and waits
     for ``S`` in its own iteration): every loop must qualify, and no next score tile is
     held."""
-    if fa3:
-        from tessera.lower.sm90a.kvorder import unequal_loops
-
-        unequal = unequal_loops(fn, loops)
-        if unequal is not None:
-            return f"every query tile must read as many key blocks: {unequal}"
     users = uses(fn.body)
     for kv in loops if fa3 else loops[:1]:
         j = acc_slot(kv)

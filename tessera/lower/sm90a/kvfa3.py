@@ -19,7 +19,12 @@ register-A fragments: no score tile crosses the back edge (the overlapped order 
 :mod:`tessera.lower.sm90a.kvloop` carries the next one, 64 register copies a thread
 at 64x128 blocks), and with the first and last blocks peeled no select between the
 product and the loop's initial accumulator sits in the loop (each would be another
-64). A loop without blocks (a causal kernel's first query tile) keeps its values.
+64). A loop without blocks (a causal kernel's first query tile) keeps its values; one
+of a block runs the peeled first and last blocks alone. A causal kernel's tiles read
+different numbers of blocks, and each releases its loop's last V block after the loop:
+a CTA whose tile ends early goes on past its loop while another tile's loop still
+waits for that release, which the Target IR interpreter runs with independent CTAs
+(:func:`~tessera.interp.target.runner.run_target`), as a GPU does.
 The products, their operands and their order are the tile program's, so the bits are
 those of the other orders. ``[turn]``: with ``schedule="pingpong"`` the two consumers
 take turns issuing (:mod:`tessera.lower.sm90a.turns`), one turn a block.

@@ -14,11 +14,9 @@ min max``); anything else, or a CTA whose tiles disagree, keeps one warpgroup.
 
 Tiles of unequal lengths are offered only one block apart (that block's stage is never
 refilled, so the shorter tile need not release it) and with key blocks as tall as the
-query tiles (a causal program's diagonal is then one block): the Target IR interpreter
-runs the two consumers of one region in lockstep, and with smaller blocks a consumer
-would wait there for a release the other makes later in the same iteration, which the
-GPU's independently scheduled warpgroups would not (that order is left unoffered
-rather than unchecked).
+query tiles (a causal program's diagonal is then one block): with smaller blocks a
+consumer would wait for a release the other makes later in the same iteration, an
+order left unoffered.
 """
 
 from __future__ import annotations
@@ -219,29 +217,6 @@ def block_sequence(fn: Function, loops: tuple[KvLoop, ...], group: int
     return out
 
 
-def unequal_loops(fn: Function, loops: tuple[KvLoop, ...]) -> str | None:
-    """Why the query tiles of the launch do not all run their key loops over as many
-    blocks each (None when they do): the condition of FlashAttention-3's order
-    (:mod:`tessera.lower.sm90a.kvfa3`), which releases each loop's last V block after
-    the loop, where the Target IR interpreter's consumers, in lockstep across CTAs,
-    would wait for the longest tile's loop."""
-    groups = prod(int(g) for g in fn.attrs.get("grid", (1,)))
-    try:
-        first: tuple[int, ...] | None = None
-        for g in range(groups):
-            ev = _Eval(fn, g)
-            counts = tuple(len(range(*(ev(v) for v in kv.loop.operands[:3]))) for kv in loops)
-            if first is None:
-                first = counts
-            elif counts != first:
-                return (f"query tile {g} reads {sum(counts)} key blocks in its loops "
-                        f"{counts}, tile 0 {sum(first)} {first} (a causal kernel's tiles "
-                        "differ)")
-    except Unknown as why:
-        return f"the key blocks' order is not known at compile time ({why})"
-    return None
-
-
 def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
                     aligned: bool = True, equal: bool = False) -> str | None:
     """Why ``consumers`` consecutive query tiles cannot share one ring filled in the
@@ -283,4 +258,4 @@ def sharing_problem(fn: Function, loops: tuple[KvLoop, ...], consumers: int,
 
 
 __all__ = ["MAX_BLOCKS", "KvLoop", "Unknown", "block_sequence", "match_kv_loops",
-           "sharing_problem", "unequal_loops"]
+           "sharing_problem"]

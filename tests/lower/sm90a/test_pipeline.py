@@ -159,6 +159,21 @@ def test_pipelined_gemm_has_the_tile_interpreters_bits(
                                tile_shape=tile, **kw)
 
 
+@pytest.mark.parametrize("config", [None, {"num_warps": 12}])
+def test_independent_ctas_give_the_lockstep_bits(config: dict[str, Any] | None) -> None:
+    """Each warpgroup of each CTA as a task of its own (``ctas="independent"``, as a GPU
+    runs them) gives the bits of every CTA's producer, and consumers, in lockstep,
+    with every check on (races, mbarrier phases, wgmma operands in flight)."""
+    compiled = compile_gemm(256, 256, 256, (128, 128, 64), config)
+    outs = []
+    for ctas in ("lockstep", "independent"):
+        a, b, c = operands(256, 256, 256)
+        args, _ = target_arguments(compiled, [a, b, c])
+        run_target(compiled.kernel, args, ctas=ctas)
+        outs.append(c)
+    assert outs[0].any() and np.array_equal(outs[0], outs[1])
+
+
 # ----------------------------------------------------------------------------- ptxas
 @pytest.mark.parametrize("tile", [(128, 128, 64), (128, 256, 64), (256, 128, 64)])
 def test_ptxas_assembles_without_spills_or_advisories(tile: tuple[int, int, int]) -> None:
