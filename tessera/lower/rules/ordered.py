@@ -35,10 +35,11 @@ thread while compiling (``bins[i % B]``: the address is evaluated for every thre
 destination, and the last CTA applies the slots one by one in slot order; where no two
 threads share an element, the update is a plain read-modify-write and needs no
 scratch. Sites that may meet (their evaluated addresses intersect) are applied slot by
-slot, each slot's sites in program order, as each tile runs them. An element that depends on loaded data (``bins[key[i]]``) keeps
-``red.global.add``, and the bits of a GPU run may then differ from the interpreters'
-in the last places. Integer add, min and max stay ``red``: they are associative and
-commutative, so the arrival order cannot change the result.
+slot, each slot's sites in program order, as each tile runs them. An element that
+depends on loaded data (``bins[key[i]]``) keeps ``red.global.add``, and the bits of a
+GPU run may then differ from the interpreters' in the last places. Integer add, min
+and max stay ``red``: they are associative and commutative, so the arrival order
+cannot change the result.
 """
 
 from __future__ import annotations
