@@ -27,6 +27,7 @@ from tessera.ir.dialects.target.ops import (
     Pack,
     Selp,
     Setp,
+    Shfl,
     Special,
     Store,
     Unary,
@@ -155,6 +156,16 @@ class TargetEmitter:
 
     def bar(self) -> None:
         self.op(Bar())
+
+    def warpgroup(self) -> Value:
+        """``%tid.x / 128`` broadcast from lane 0 (``shfl.sync.idx``): the same value, but
+        ptxas then knows it is warp-uniform and keeps what follows from it (a
+        warpgroup's tile, its loop's count and ring slots) in uniform registers, where
+        ``%tid.x``-derived values would be per-thread (CUTLASS's
+        ``canonical_warp_group_idx`` does the same)."""
+        tid = TargetEmitter.sreg(self, "tid.x")  # the CTA's, whatever a subclass reads
+        index = self.bin("shr", tid, self.const(7, "u32"), "u32")
+        return self.one(Shfl("idx"), index, self.const(0, "u32"))
 
     # -- structured control flow
     def _region(self, args: Sequence[Type], body: Body,

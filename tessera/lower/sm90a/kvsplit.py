@@ -134,7 +134,7 @@ def split_cta(low: Lowerer, plan: KvPlan) -> None:
 
     ce = e.nested(cblock)
     ce.op(SetMaxNReg(plan.regs[1], inc=True))
-    index = ce.bin("shr", tid, ce.const(7, "u32"), "u32")
+    index = ce.warpgroup()
     wg = Warpgroup(index, ce.bin("and", tid, ce.const(THREADS - 1, "u32"), "u32"), c)
     cta = ce.cvt(ce.sreg("ctaid.x"), "s32", "u32")
     group = ce.add(ce.mul(cta, ce.const(c, "s32"), "s32"), ce.cvt(index, "s32", "u32"), "s32")

@@ -1,7 +1,8 @@
 """The integer values of a kernel's index arithmetic, for the static estimate: loop
 trip counts and ``ptx.if`` predicates that read ``ctaid`` and ``tid.x``.
 
-A warp-specialised attention's consumer warpgroup ``w = tid.x >> 7`` runs query tile
+A warp-specialised attention's consumer warpgroup ``w = tid.x >> 7`` (broadcast from
+lane 0 with ``shfl.sync.idx``, so that ptxas knows it is warp-uniform) runs query tile
 ``C * ctaid.x + w``: its causal key loops end at that tile's diagonal, so their trip
 counts differ between the CTAs of the grid *and* between the warpgroups of one CTA.
 :class:`TripCounts` charges such a loop the mean over both, and remembers each loop's
@@ -56,6 +57,17 @@ def _integer(op: object) -> bool:
     return isinstance(op, target_ops.Selp) and op.type[0] != "f"
 
 
+def _broadcast(owner: Instr) -> int | None:
+    """The source lane of ``shfl.sync.idx`` from a constant lane of a whole warp (a
+    warp-uniform broadcast, as the lowering reads a warpgroup's index), or None."""
+    op = owner.op
+    if not (isinstance(op, target_ops.Shfl) and op.mode == "idx" and op.clamp == 31 and
+            op.mask == 0xFFFFFFFF):
+        return None
+    lane = constant(owner.operands[1])
+    return lane if lane is not None and 0 <= lane < 32 else None
+
+
 def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
     """What an integer expression reads: ``ctaid`` axes (``x``, ``y``, ``z``) and
     :data:`TID`; None if it reads anything but those, constants and integer arithmetic
@@ -70,6 +82,9 @@ def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
         if op.reg.startswith("ctaid."):
             return frozenset(op.reg[-1])
         return frozenset([TID]) if op.reg == "tid.x" else None
+    if _broadcast(owner) is not None:  # lane j's value: read at that lane's thread
+        sub = inputs(owner.operands[0], depth + 1)
+        return None if sub is None else sub | {TID}
     if not _integer(op):
         return None
     found: frozenset[str] = frozenset()
@@ -92,6 +107,9 @@ def evaluate(value: Value, at: dict[str, int]) -> int | None:
     op = owner.op
     if isinstance(op, target_ops.Special):
         return at[TID if op.reg == "tid.x" else op.reg[-1]]
+    lane = _broadcast(owner)
+    if lane is not None:  # the source lane of this thread's warp
+        return evaluate(owner.operands[0], {**at, TID: at[TID] // 32 * 32 + lane})
     args = [evaluate(v, at) for v in owner.operands]
     if any(a is None for a in args):
         return None
