@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
+from tessera.backend.ptx.estimate.trips import constant
 from tessera.errors import UnsupportedError
 from tessera.frontend.kernel.backends.compile import target_arguments
 from tessera.interp.target import TargetFault, run_target
@@ -21,7 +22,7 @@ from tessera.ir.core import Block, Function, Instr, walk
 from tessera.ir.dialects.target import For, If
 from tessera.ir.dialects.target.async_ops import MbarrierInit, MbarrierWait, WgmmaWait
 from tessera.ir.dialects.target.check import check_kernel
-from tessera.ir.dialects.target.ops import Bar, SharedAlloc
+from tessera.ir.dialects.target.ops import Bar, Binary, SharedAlloc, Shfl, Special
 from tessera.ir.dialects.target.ptx_ops import Elect
 from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 
@@ -113,6 +114,26 @@ def test_knobs_drive_the_ptx() -> None:
     assert plain.kernel.attrs["block"] == [128] and "setmaxnreg" not in plain.ptx
     assert four.ptx == plain.ptx
     assert "wgmma.wait_group.sync.aligned 1;" not in plain.ptx
+
+
+@pytest.mark.parametrize("config", [{"num_warps": 12}, {"schedule": "pingpong"}])
+def test_consumers_read_their_warpgroup_from_lane_0(config: dict[str, Any]) -> None:
+    """Two consumer warpgroups: each reads its index ``%tid.x >> 7`` through a
+    broadcast from lane 0 (``shfl.sync.idx``), so that ptxas knows it is warp-uniform
+    and keeps the descriptors' offsets and the turns that follow from it in uniform
+    registers (the epilogue's per-thread addresses may still shift ``%tid.x``)."""
+    fn = compile_gemm(256, 256, 256, (128, 128, 64), config).kernel
+    consumer = split(fn).regions[1].block
+    instrs = list(walk(consumer))
+    shifts = [i for i in instrs if isinstance(i.op, Binary) and i.op.op == "shr"
+              and isinstance(i.operands[0].owner, Instr)
+              and isinstance(i.operands[0].owner.op, Special)
+              and i.operands[0].owner.op.reg == "tid.x"
+              and constant(i.operands[1]) == 7]
+    broadcasts = [i for i in instrs if isinstance(i.op, Shfl) and i.op.mode == "idx"
+                  and constant(i.operands[1]) == 0
+                  and any(i.operands[0] is s.results[0] for s in shifts)]
+    assert len(broadcasts) == (2 if config.get("schedule") else 1)  # and the turns'
 
 
 def test_double_buffered_gemm_keeps_its_own_pipeline() -> None:
