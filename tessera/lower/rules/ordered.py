@@ -58,7 +58,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import StructuredFor, StructuredWhile
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.cta_values import CtaValues
+from tessera.lower.rules.cta_values import CtaValues, distinct, thread_values
 from tessera.lower.values import Mem, mem_type, reg_type
 
 #: register types whose values the slots hold, by their size in bytes
@@ -120,7 +120,8 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
         return "unordered"
     scattered = not _uniform(addr, low.params)
     g = low.geom  # a block kernel's scalar update runs once per CTA (by its thread 0)
-    at = CtaValues(g.ctas, g.batch, g.block, low.params, threads=not low.block_kernel)(addr)
+    at = thread_values(g.ctas, g.batch, g.block, low.params, addr) if scattered and \
+        not low.block_kernel else CtaValues(g.ctas, g.batch, g.block, low.params)(addr)
     if scattered:
         writers = _writers(low, at)
         if writers != "shared":
@@ -134,7 +135,7 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     # one destination for the whole site, or one per slot where the element differs
     dest = entry.one(ModuleVar(f"{tag}_dest", 8 * n if scattered else 8, 8, restored=True))
     sites.append(Site(flags, slots, dest, scattered, name, vtype, mem,
-                      None if at is None else np.unique(at)))
+                      None if at is None else distinct(at)))
     i = _slot_index(low)
     e.st("global", _at(e, dest, i, 8) if scattered else dest, addr, "u64")
     e.st("global", _at(e, slots, i, size), value, vtype)
@@ -167,7 +168,7 @@ def _writers(low: Lowerer, at: np.ndarray | None) -> str:
     if "updates" not in low.extra:
         low.extra["updates"] = sum(isinstance(i.op, tile_memory.Update) for i in walk(low.fn.body))
     alone = low.extra["updates"] == 1
-    return "own" if alone and len(np.unique(at)) == len(at) else "shared"
+    return "own" if alone and len(distinct(at)) == len(at) else "shared"
 
 
 def _slot_index(low: Lowerer) -> Value:

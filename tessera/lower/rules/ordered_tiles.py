@@ -47,7 +47,7 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
-from tessera.lower.rules.cta_values import CtaValues
+from tessera.lower.rules.cta_values import CtaValues, distinct
 from tessera.lower.rules.memory import address
 from tessera.lower.rules.tensor import for_each_element, materialize
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, mem_type
@@ -142,7 +142,7 @@ def plan_windows(addresses: np.ndarray, footprint: np.ndarray) -> WindowPlan | N
         return None
     if len(firsts) > 1:
         touched = (firsts[:, None] + footprint[None, :]).ravel()
-        if len(np.unique(touched)) != len(touched):
+        if len(distinct(touched)) != len(touched):
             return None
     # groups numbered by their first tile, ranks counted in tile order
     first_cta = np.full(len(firsts), len(addresses), np.int64)
