@@ -229,8 +229,9 @@ def positive_mask(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
 
 
 @ts.kernel
-def every_tile_adds(x: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]):
-    """Every tile adds its element into one total (several per CTA, several CTAs)."""
+def every_tile_adds(x: ts.Tensor["N"], total: ts.Tensor[1]):
+    """Every tile adds its element into one total (several per CTA, several CTAs): f32
+    (the order shows in the bits) or int32 (atomics in any order)."""
     i = ts.tile.linear_id()
     if i < N:
         total[0] += x[i]
@@ -242,14 +243,6 @@ def every_tile_multiplies(x: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]
     i = ts.tile.linear_id()
     if i < N:
         total[0] *= x[i]
-
-
-@ts.kernel
-def every_tile_counts(x: ts.Tensor["N", ts.int32], total: ts.Tensor[1, ts.int32]):
-    """Integer '+=' of one element from every tile: atomics in any order."""
-    i = ts.tile.linear_id()
-    if i < N:
-        total[0] += x[i]
 
 
 @ts.kernel

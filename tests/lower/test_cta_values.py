@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tessera.interp.target import run_target
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import U64
-from tessera.lower.rules.cta_values import CtaValues, distinct, thread_values
+from tessera.lower.rules.cta_values import distinct, launch_values, thread_values
 from tests.interp.target.kit import Kernel
 
 CTAS, BATCH, BLOCK = 3, 2, 64
@@ -58,9 +58,9 @@ def test_values_the_compiler_cannot_know() -> None:
     """A loaded value, and ``%tid.x`` where only CTAs are evaluated, are not known."""
     k = Kernel("loads", [U64], block=(BLOCK,))
     loaded = k.ld("global", "u32", k.args[0])
-    assert CtaValues(1, 1, BLOCK, k.args)(loaded) is None
-    assert CtaValues(1, 1, BLOCK, k.args)(k.sreg("tid.x")) is None
-    assert CtaValues(1, 1, BLOCK, k.args, threads=True)(k.sreg("tid.x")) is not None
+    assert launch_values(1, 1, BLOCK, k.args)(loaded) is None
+    assert launch_values(1, 1, BLOCK, k.args)(k.sreg("tid.x")) is None
+    assert launch_values(1, 1, BLOCK, k.args, threads=True)(k.sreg("tid.x")) is not None
 
 
 @given(st.lists(st.integers(-2**62, 2**62), max_size=200))

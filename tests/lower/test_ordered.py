@@ -133,7 +133,7 @@ def test_ptx_folds_in_order_and_keeps_integer_red(target: str) -> None:
     assert ptx.count(".param .u64") == 2
     log = compiled.assemble().log
     assert "advisory" not in log.lower() and "C75" not in log
-    counts = compile_kernel(kernels.every_tile_counts, np.ones(300, np.int32),
+    counts = compile_kernel(kernels.every_tile_adds, np.ones(300, np.int32),
                             np.zeros(1, np.int32), target=target)
     assert "red.global.add.s32" in counts.ptx and "atom" not in counts.ptx
     assert "advisory" not in counts.assemble().log.lower()
@@ -144,7 +144,7 @@ def test_integer_updates_keep_red_and_own_elements_need_no_atomic() -> None:
     is a plain load, add and store; both agree with the tile interpreter."""
     rng = np.random.default_rng(3)
     xi = rng.integers(-1000, 1000, 300).astype(np.int32)
-    ts.check_against_reference(kernels.every_tile_counts, xi, np.zeros(1, np.int32),
+    ts.check_against_reference(kernels.every_tile_adds, xi, np.zeros(1, np.int32),
                                backend="target", target="sm_80")
     x = rng.standard_normal(300).astype(np.float32)
     ts.check_against_reference(kernels.tiles_add_their_own, x, np.ones(300, np.float32),

@@ -7,8 +7,9 @@ memory (``total[0] += x`` from several groups) is applied in group order, as the
 and Target IR interpreters apply it, by :mod:`tessera.lower.rules.ordered` (the last
 CTA folds every thread's contribution in order); integer add, min and max stay
 ``red.global`` (associative and commutative), and a float ``+=`` the ordered scheme
-does not cover (an element that differs between tiles, an update in a loop) stays
-``red.global.add.f32``, whose atomics land in arrival order.
+does not cover (an element chosen by loaded data, an update in a loop) stays
+``red.global.add.f32``, whose atomics land in arrival order. A tensor ``+=``
+(split-K) is :mod:`tessera.lower.rules.ordered_tiles`'.
 """
 
 from __future__ import annotations

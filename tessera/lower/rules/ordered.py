@@ -58,7 +58,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.structured import StructuredFor, StructuredWhile
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.cta_values import CtaValues, distinct, thread_values
+from tessera.lower.rules.cta_values import distinct, launch_values, thread_values
 from tessera.lower.values import Mem, mem_type, reg_type
 
 #: register types whose values the slots hold, by their size in bytes
@@ -121,9 +121,10 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     scattered = not _uniform(addr, low.params)
     g = low.geom  # a block kernel's scalar update runs once per CTA (by its thread 0)
     at = thread_values(g.ctas, g.batch, g.block, low.params, addr) if scattered and \
-        not low.block_kernel else CtaValues(g.ctas, g.batch, g.block, low.params)(addr)
+        not low.block_kernel else launch_values(g.ctas, g.batch, g.block, low.params)(addr)
+    addresses = None if at is None else distinct(at)
     if scattered:
-        writers = _writers(low, at)
+        writers = _writers(low, at, addresses)
         if writers != "shared":
             return writers
     size = SLOT_TYPES[vtype]
@@ -134,8 +135,7 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     slots = entry.one(ModuleVar(f"{tag}_slots", size * n, size))
     # one destination for the whole site, or one per slot where the element differs
     dest = entry.one(ModuleVar(f"{tag}_dest", 8 * n if scattered else 8, 8, restored=True))
-    sites.append(Site(flags, slots, dest, scattered, name, vtype, mem,
-                      None if at is None else distinct(at)))
+    sites.append(Site(flags, slots, dest, scattered, name, vtype, mem, addresses))
     i = _slot_index(low)
     e.st("global", _at(e, dest, i, 8) if scattered else dest, addr, "u64")
     e.st("global", _at(e, slots, i, size), value, vtype)
@@ -158,17 +158,18 @@ class Site:
     addresses: np.ndarray | None
 
 
-def _writers(low: Lowerer, at: np.ndarray | None) -> str:
-    """Whether the threads that may update the addresses ``at`` (one per thread) each
-    have their own element (``"own"``), share some (``"shared"``), or cannot be told
-    apart while compiling (``"unordered"``). Elements are only one thread's where the
-    kernel has no other update (another site's thread could meet this one's element)."""
-    if at is None:
+def _writers(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) -> str:
+    """Whether the threads that may update the addresses ``at`` (one per thread; the
+    distinct ones ``addresses``) each have their own element (``"own"``), share some
+    (``"shared"``), or cannot be told apart while compiling (``"unordered"``). Elements
+    are only one thread's where the kernel has no other update (another site's thread
+    could meet this one's element)."""
+    if at is None or addresses is None:
         return "unordered"
     if "updates" not in low.extra:
         low.extra["updates"] = sum(isinstance(i.op, tile_memory.Update) for i in walk(low.fn.body))
     alone = low.extra["updates"] == 1
-    return "own" if alone and len(distinct(at)) == len(at) else "shared"
+    return "own" if alone and len(addresses) == len(at) else "shared"
 
 
 def _slot_index(low: Lowerer) -> Value:

@@ -47,7 +47,7 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
-from tessera.lower.rules.cta_values import CtaValues, distinct
+from tessera.lower.rules.cta_values import distinct, launch_values
 from tessera.lower.rules.memory import address
 from tessera.lower.rules.tensor import for_each_element, materialize
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, mem_type
@@ -167,7 +167,7 @@ def window_plan(low: Lowerer, instr: Instr, mem: Mem) -> WindowPlan | None:
     if g is None or not low.block_kernel or g.packed or g.ctas * g.batch > MAX_CTAS or \
             not any(i is instr for i in low.fn.body.instrs) or low.em.block is not low.e.block:
         return None
-    values = CtaValues(g.ctas, g.batch, g.block, low.params)
+    values = launch_values(g.ctas, g.batch, g.block, low.params)
     base = values(mem.base)
     offset = np.zeros(1, np.int64) if mem.offset is None else values(mem.offset)
     if base is None or offset is None:

@@ -8,7 +8,7 @@ charges each region to the warps that run it.
 
 from __future__ import annotations
 
-from tessera.backend.ptx.estimate.trips import TID, constant, evaluate, inputs, is_tid
+from tessera.backend.ptx.estimate.trips import TID, constant, inputs, is_tid, values_at
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target import ops as target_ops
 
@@ -58,7 +58,10 @@ def _by_thread(pred: Value, threads: range) -> tuple[range, range]:
     as a range when its threads are evenly spaced, else all of ``threads``."""
     if inputs(pred) != frozenset([TID]):
         return threads, threads
-    taken = [t for t in threads if evaluate(pred, {TID: t})]
+    on = values_at(pred, {TID: list(threads)})
+    if on is None:
+        return threads, threads
+    taken = [t for t, x in zip(threads, on) if x]
     hit = set(taken)
     return _as_range(taken, threads), _as_range([t for t in threads if t not in hit], threads)
 

@@ -12,21 +12,15 @@ count for the rest of one estimate.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+import numpy as np
 
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target import For
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.evaluate import IndexValues, broadcast_lane, is_index_op
 
-#: the integer instructions the evaluation models (PTX ``div`` and ``rem`` truncate)
-INT_OPS: dict[str, Callable[[int, int], int | None]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
-    "min": min, "max": max, "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
-    "div": lambda a, b: int(a / b) if b else None,
-    "rem": lambda a, b: a - b * int(a / b) if b else None}
-CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-       "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 #: the name :func:`inputs` gives ``%tid.x`` (``ctaid`` axes are ``x``, ``y``, ``z``)
 TID = "tid"
 _DEPTH = 24  # deeper expressions are not index arithmetic the lowering writes
@@ -47,27 +41,6 @@ def is_tid(value: Value) -> bool:
         owner.op.reg == "tid.x"
 
 
-def _integer(op: object) -> bool:
-    if isinstance(op, target_ops.Cvt):
-        return "f" not in (op.to[0], op.frm[0])
-    if isinstance(op, target_ops.Binary):  # mul.hi's high half is not modelled
-        return op.op in INT_OPS and op.type[0] != "f" and op.mode != "hi"
-    if isinstance(op, target_ops.Setp):
-        return op.cmp in CMP and op.type[0] != "f"
-    return isinstance(op, target_ops.Selp) and op.type[0] != "f"
-
-
-def _broadcast(owner: Instr) -> int | None:
-    """The source lane of ``shfl.sync.idx`` from a constant lane of a whole warp (a
-    warp-uniform broadcast, as the lowering reads a warpgroup's index), or None."""
-    op = owner.op
-    if not (isinstance(op, target_ops.Shfl) and op.mode == "idx" and op.clamp == 31 and
-            op.mask == 0xFFFFFFFF):
-        return None
-    lane = constant(owner.operands[1])
-    return lane if lane is not None and 0 <= lane < 32 else None
-
-
 def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
     """What an integer expression reads: ``ctaid`` axes (``x``, ``y``, ``z``) and
     :data:`TID`; None if it reads anything but those, constants and integer arithmetic
@@ -82,10 +55,10 @@ def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
         if op.reg.startswith("ctaid."):
             return frozenset(op.reg[-1])
         return frozenset([TID]) if op.reg == "tid.x" else None
-    if _broadcast(owner) is not None:  # lane j's value: read at that lane's thread
+    if broadcast_lane(owner) is not None:  # lane j's value: read at that lane's thread
         sub = inputs(owner.operands[0], depth + 1)
         return None if sub is None else sub | {TID}
-    if not _integer(op):
+    if not is_index_op(op):
         return None
     found: frozenset[str] = frozenset()
     for v in owner.operands:
@@ -96,31 +69,14 @@ def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
     return found
 
 
-def evaluate(value: Value, at: dict[str, int]) -> int | None:
-    """An expression :func:`inputs` accepts, at the ``ctaid`` axes and thread id of
-    ``at`` (wrapping to the register width is ignored: indices stay small)."""
-    c = constant(value)
-    if c is not None:
-        return c
-    owner = value.owner
-    assert isinstance(owner, Instr)
-    op = owner.op
-    if isinstance(op, target_ops.Special):
-        return at[TID if op.reg == "tid.x" else op.reg[-1]]
-    lane = _broadcast(owner)
-    if lane is not None:  # the source lane of this thread's warp
-        return evaluate(owner.operands[0], {**at, TID: at[TID] // 32 * 32 + lane})
-    args = [evaluate(v, at) for v in owner.operands]
-    if any(a is None for a in args):
-        return None
-    if isinstance(op, target_ops.Cvt):
-        return args[0]
-    if isinstance(op, target_ops.Setp):
-        return int(CMP[op.cmp](args[0], args[1]))
-    if isinstance(op, target_ops.Selp):
-        return args[0] if args[2] else args[1]
-    assert isinstance(op, target_ops.Binary)
-    return INT_OPS[op.op](args[0], args[1])  # type: ignore[arg-type]
+def values_at(value: Value, points: dict[str, list[int]]) -> np.ndarray | None:
+    """An expression :func:`inputs` accepts at each point: ``points`` maps the
+    ``ctaid`` axes it reads (``x``, ``y``, ``z``) and :data:`TID` to one value per
+    point (:class:`~tessera.ir.dialects.target.evaluate.IndexValues`)."""
+    n = len(next(iter(points.values()))) if points else 1
+    sregs = {("tid.x" if k == TID else f"ctaid.{k}"): np.array(v, np.int64)
+             for k, v in points.items()}
+    return IndexValues(sregs, n)(value)
 
 
 def warp_leaders(threads: range) -> list[int]:
@@ -149,16 +105,12 @@ def trip_count(loop: Instr, grid: Sequence[int] | None = None,
         return None
     dims = dict(zip("xyz", (int(g) for g in [*(grid or ()), 1, 1, 1][:3])))
     tids = warp_leaders(threads) if TID in used and threads else [0]
-    total = runs = 0
-    for ids in itertools.product(*(range(dims[a]) for a in axes)):
-        for tid in tids:
-            at = {**dict(zip(axes, ids)), TID: tid}
-            lo, hi = (evaluate(v, at) for v in loop.operands[:2])
-            if lo is None or hi is None:
-                return None
-            total += max(0, -(-(hi - lo) // step))
-            runs += 1
-    return round(total / runs)
+    every = list(itertools.product(*(range(dims[a]) for a in axes), tids))
+    points = {key: [p[k] for p in every] for k, key in enumerate([*axes, TID])}
+    lo, hi = (values_at(v, points) for v in loop.operands[:2])
+    if lo is None or hi is None:
+        return None
+    return round(int(np.maximum(0, -(-(hi - lo) // step)).sum()) / len(every))
 
 
 class TripCounts:
@@ -176,5 +128,5 @@ class TripCounts:
         return self._known[key][1]
 
 
-__all__ = ["CMP", "INT_OPS", "TID", "TripCounts", "constant", "evaluate", "inputs", "is_tid",
-           "trip_count", "warp_leaders"]
+__all__ = ["TID", "TripCounts", "constant", "inputs", "is_tid", "trip_count", "values_at",
+           "warp_leaders"]
