@@ -129,7 +129,8 @@ def test_ptx_folds_in_order_and_keeps_integer_red(target: str) -> None:
     assert ptx.count("fence.acq_rel.gpu;") == 2
     assert "atom.global.add.u32" in ptx
     assert ".global .align 4 .b8 __tessera_block_reduction_ord_ticket[4];" in ptx
-    assert ".global .align 4 .b8 __tessera_block_reduction_ord0_slots[4096];" in ptx
+    assert ".global .align 4 .b8 __tessera_block_reduction_ord_tags[4096];" in ptx
+    assert ".global .align 8 .b8 __tessera_block_reduction_ord_values[8192];" in ptx
     assert ptx.count(".param .u64") == 2
     log = compiled.assemble().log
     assert "advisory" not in log.lower() and "C75" not in log
@@ -169,7 +170,8 @@ def tiles_fill_data_bins(x: ts.Tensor["N", ts.f32], key: ts.Tensor["N", ts.int32
                          bins: ts.Tensor["B", ts.f32]):
     """Tile i adds into the bin its key names: the element depends on loaded data."""
     i = ts.tile.linear_id()
-    bins[key[i]] += x[i]
+    if i < N:
+        bins[key[i]] += x[i]
 
 
 @pytest.mark.parametrize("launch", [{}, {"grid": 5, "group_size": 64}])
@@ -177,7 +179,7 @@ def test_elements_that_depend_on_the_tile_are_folded_in_order(launch: dict[str, 
                                                                ) -> None:
     """``bins[i % B] += x[i]``: each slot keeps its destination, and the last CTA applies
     the slots in tile order, in either order of the tickets; the PTX has no float
-    ``red``. Where the element depends on loaded data, ``red`` stays."""
+    ``red``, also where the element depends on loaded data."""
     rng = np.random.default_rng(6)
     x = (rng.standard_normal(300) * 10.0 ** rng.integers(-4, 6, 300)).astype(np.float32)
     bins = rng.standard_normal(7).astype(np.float32)
@@ -190,8 +192,12 @@ def test_elements_that_depend_on_the_tile_are_folded_in_order(launch: dict[str, 
         assert F32_RED not in compiled.ptx and "atom.global.add.u32" in compiled.ptx
         assert "advisory" not in compiled.assemble().log.lower()
     key = rng.integers(0, 7, 300).astype(np.int32)
+    want = _tile_result(tiles_fill_data_bins, x, key, bins, **launch)[2]
+    for order in ("ascending", "descending"):
+        got = _target_result(tiles_fill_data_bins, x, key, bins, cta_order=order, **launch)[2]
+        assert got.tobytes() == want.tobytes(), order
     data = compile_kernel(tiles_fill_data_bins, x, key, bins, target="sm_80", **launch).ptx
-    assert F32_RED in data and "atom" not in data
+    assert F32_RED not in data and "__tessera_tiles_fill_data_bins_ord_dests" in data
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -213,7 +219,7 @@ def test_the_ptx_text_keeps_the_order_launch_after_launch(target: str) -> None:
         kernel.run(grid=compiled.grid, block=compiled.block, args=[data, total],
                    symbols=symbols)
         assert total.tobytes() == want.tobytes()
-        assert not any(v.any() for name, v in symbols.items() if not name.endswith("slots"))
+        assert not any(v.any() for name, v in symbols.items() if not name.endswith("values"))
 
 
 def test_a_module_variable_left_nonzero_is_a_fault() -> None:

@@ -313,15 +313,17 @@ def _scalar_update(low: Lowerer, e: TargetEmitter, instr: Instr, name: str, mem:
         e.op(Reduce("global", name, "s32"), [address(e, mem), value.reg])
         return
     if mem.space == "global":
-        from tessera.lower.rules.ordered import ordered_update
+        from tessera.lower.rules.ordered import ordered_update, refuse_unordered
 
         # one element updated by several tiles: applied in tile order at the kernel's end
         how = ordered_update(low, e, instr, address(e, mem), value.reg, value.type, name, mem)
         if how == "ordered":
             return
-        if how == "unordered" and name == "add" and value.type == "f32" and mt == "f32":
-            e.op(Reduce("global", "add", "f32"), [address(e, mem), value.reg])  # see ordered
-            return
+        if how == "unordered":
+            if name == "add" and value.type == "f32" and mt == "f32":
+                e.op(Reduce("global", "add", "f32"), [address(e, mem), value.reg])  # see ordered
+                return
+            refuse_unordered(instr, name)
     # other updates are a plain read-modify-write: exact where one tile owns the element
     old = load_scalar(e, mem)
     store_scalar(e, mem, e.bin(name, old, value.reg, value.type), value.type)

@@ -2,90 +2,126 @@
 
 ``total[0] += x`` from several tiles is applied in tile (group, then local id) order
 by the tile interpreter and the Target IR interpreter (DECISIONS.md: accumulated
-across tiles in a fixed order). A float add is not associative, so the bits depend
-on that order, and ``red.global.add.f32`` lands in whatever order the CTAs' atomics
-arrive. This module keeps the order on a GPU with the *last CTA combines* scheme:
+across tiles in a fixed order), each tile's updates in its program order. A float add
+is not associative, so the bits depend on that order, and ``red.global.add.f32`` lands
+in whatever order the CTAs' atomics arrive; a ``*=`` (or a ``+=`` of ``f64``) has no
+atomic at all, and a plain read-modify-write from several CTAs loses updates. This
+module keeps the order on a GPU with the *last CTA combines* scheme:
 
-* at the update, each thread writes its value to a slot of its own, numbered in
-  linear thread order (``(ctaid.y * nctaid.x + ctaid.x) * ntid.x + tid.x``), raises
-  the slot's flag and records the destination's address;
+* every execution of an update is an *event* of its tile, numbered in the tile's
+  program order (:class:`Events`: a site in a loop of constant trip count has one
+  event per trip, the two arms of an ``if`` have their own events). Event ``p`` of
+  ``E`` writes its value, its destination's address and its site's tag to one slot,
+  numbered in the interpreters' order: ``t * E + p`` for tile ``t`` where a tile is a
+  CTA (a block kernel) or a thread on its own (``t`` the thread's linear index), and
+  ``(c * E + p) * ntid.x + tid.x`` for the tiles of a group (CTA ``c``), which run
+  each statement together in local-id order;
 * at the kernel's end every CTA meets at ``bar.sync``; its thread 0 releases the
   CTA's writes (``fence.acq_rel.gpu``: cumulative over what the barrier ordered) and
   draws a ticket with ``atom.global.add.u32``. The CTA that draws the last ticket
-  acquires (``fence.acq_rel.gpu``), folds the flagged slots into the destination in
-  slot order, rounding to the destination's format after each, as the interpreters
-  do, clears the flags and the recorded address and puts the ticket back to 0.
+  acquires and applies the tagged slots in slot order, rounding to the destination's
+  format after each update, as the interpreters do (:mod:`.ordered_fold`).
 
-The scratch (slots, flags, the ticket) is module-scope ``.global`` variables
-(``ptx.module_var``), zero when the module loads and restored to zero by the kernel,
-so the launch ABI, AOT bundles and CUDA graphs are unchanged. No CTA waits for another
-(no spin, no forward-progress assumption), which also lets the lockstep Target IR
-interpreter run the scheme as it is. Two launches of one kernel running at once (two
-streams) would share the scratch: such launches are not ordered anyway.
+The scratch (tags, values, addresses, the ticket) is module-scope ``.global``
+variables (``ptx.module_var``), zero when the module loads and restored to zero by the
+kernel, so the launch ABI, AOT bundles and CUDA graphs are unchanged. No CTA waits for
+another (no spin, no forward-progress assumption), which also lets the lockstep Target
+IR interpreter run the scheme as it is. Two launches of one kernel running at once
+(two streams) would share the scratch: such launches are not ordered anyway.
 
 The other known scheme, an ordered semaphore (each CTA spins until it is its turn),
 needs no scratch but assumes CTAs are dispatched in index order, and a spin for a
 later CTA cannot run in an interpreter that runs the CTAs in lockstep.
 
-The scheme covers an update that each thread runs at most once (it is in no loop), in
-a launch of at most :data:`MAX_SLOTS` threads, whose element is the same for every
-thread (its address depends only on kernel parameters and constants) or is known per
-thread while compiling (``bins[i % B]``: the address is evaluated for every thread by
-:mod:`tessera.lower.rules.cta_values`). In the second case each slot keeps its own
-destination, and the last CTA applies the slots one by one in slot order; where no two
-threads share an element, the update is a plain read-modify-write and needs no
-scratch. Sites that may meet (their evaluated addresses intersect) are applied slot by
-slot, each slot's sites in program order, as each tile runs them. An element that
-depends on loaded data (``bins[key[i]]``) keeps ``red.global.add``, and the bits of a
-GPU run may then differ from the interpreters' in the last places. Integer add, min
-and max stay ``red``: they are associative and commutative, so the arrival order
-cannot change the result.
+Where every tile owns its element (its address, evaluated for every tile while
+compiling by :mod:`tessera.lower.rules.cta_values`, differs from every other tile's,
+and the kernel has no other update), the update is a plain read-modify-write and needs
+no scratch. The scheme needs every event numbered (no update in a ``while`` loop or a
+loop whose bounds are not constants) and at most :data:`MAX_SLOTS` slots. Otherwise a
+float ``+=`` of ``f32`` keeps ``red.global.add.f32`` (its bits may then differ from the
+interpreters' in the last places) and any other update of an element that tiles may
+share is refused. Integer add, min and max stay ``red``: they are associative and
+commutative, so the arrival order cannot change the result.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Block, Function, Instr, Value, walk
+from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.dialects.target.async_ops import Fence
-from tessera.ir.dialects.target.ptx_ops import Atom
 from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.ir.dialects.tile import memory as tile_memory
-from tessera.ir.structured import StructuredFor, StructuredWhile
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.rules.cta_values import distinct, launch_values, thread_values
-from tessera.lower.values import Mem, mem_type, reg_type
+from tessera.lower.values import Mem, Scalar, mem_type
 
-#: register types whose values the slots hold, by their size in bytes
-SLOT_TYPES = {"f32": 4, "s32": 4, "f64": 8}
-#: the most threads a launch may have for the scheme: each has a slot (and one thread
-#: reads them all), so a larger launch keeps ``red``
+#: register types whose values the slots hold (each slot is 8 bytes, the value first)
+SLOT_TYPES = ("f32", "s32", "f64")
+#: the most slots (events of the whole launch) the scheme keeps; a larger launch keeps
+#: ``red`` for an f32 ``+=``
 MAX_SLOTS = 1 << 22
+#: the most tiles whose addresses are evaluated to tell whether each owns its element
+MAX_EVALUATED = 1 << 24
 #: special registers with one value in the whole grid
 _UNIFORM_SREGS = {"ntid.x", "ntid.y", "ntid.z", "nctaid.x", "nctaid.y", "nctaid.z"}
 _PURE = (target_ops.Const, target_ops.Binary, target_ops.Unary, target_ops.Cvt,
          target_ops.Setp, target_ops.Selp, target_ops.Fma)
 
 
-def _looped(fn: Function) -> set[int]:
-    """Ids of the ``tile.update`` instructions inside a loop of ``fn``."""
-    found: set[int] = set()
+@dataclass
+class Events:
+    """Where each scalar update of a kernel falls in its tile's program order: its
+    first event (``offsets``), the loops of constant trip count around it, outermost
+    first (``loops``), the events of one trip of each loop's body (``strides``), and
+    the events of a whole tile (``per_tile``). Updates in a loop whose trip count is
+    not a constant have no event."""
 
-    def visit(block: Block, inside: bool) -> None:
+    offsets: dict[int, int] = field(default_factory=dict)
+    loops: dict[int, tuple[Instr, ...]] = field(default_factory=dict)
+    strides: dict[int, int] = field(default_factory=dict)
+    per_tile: int = 0
+
+    def layout(self, block: Block, base: int, loops: tuple[Instr, ...]) -> int:
+        """Numbers the events of ``block`` from ``base``; returns how many it has."""
+        count = 0
         for instr in block.instrs:
-            if inside and isinstance(instr.op, tile_memory.Update):
-                found.add(id(instr))
-            loop = inside or isinstance(instr.op, (StructuredFor, StructuredWhile))
-            for region in instr.regions:
-                for b in region.blocks:
-                    visit(b, loop)
-    visit(fn.body, False)
-    return found
+            if _may_order(instr):
+                self.offsets[id(instr)] = base + count
+                self.loops[id(instr)] = loops
+                count += 1
+            elif isinstance(instr.op, tile_ir.For | tile_ir.While):
+                trips = tile_ir.constant_trips(instr)
+                if trips is not None:
+                    body = self.layout(instr.regions[0].block, base + count, (*loops, instr))
+                    self.strides[id(instr)] = body
+                    count += trips * body
+            else:  # an if's arms (or any other op's regions) in turn
+                for region in instr.regions:
+                    count += self.layout(region.block, base + count, loops)
+        return count
+
+
+def _may_order(instr: Instr) -> bool:
+    """A scalar update of global memory that is not an integer add, min or max."""
+    if not isinstance(instr.op, tile_memory.Update):
+        return False
+    t = instr.operands[0].type
+    if not (isinstance(t, tile_ir.MemRefType) and t.rank == 0 and t.space == "global"):
+        return False
+    return not (instr.op.op in ("add", "min", "max") and mem_type(t.element) == "s32")
+
+
+def events_of(fn: Function) -> Events:
+    """The events of ``fn``'s scalar updates (see :class:`Events`)."""
+    events = Events()
+    events.per_tile = events.layout(fn.body, 0, ())
+    return events
 
 
 def _uniform(v: Value, params: list[Value], depth: int = 0) -> bool:
@@ -103,200 +139,147 @@ def _uniform(v: Value, params: list[Value], depth: int = 0) -> bool:
                                          for x in owner.operands)
 
 
+@dataclass(frozen=True, eq=False)
+class Site:
+    """An ordered update: its tag in the slots (``index + 1``), its update, where its
+    destination is kept (one module variable for the whole site, or None where each
+    slot keeps its own), and the addresses it may update (evaluated while compiling;
+    None if unknown)."""
+
+    index: int
+    name: str
+    vtype: str
+    mem: Mem
+    dest: Value | None
+    addresses: np.ndarray | None
+
+    @property
+    def scattered(self) -> bool:
+        """Whether each slot keeps its own destination."""
+        return self.dest is None
+
+
 def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, value: Value,
                    vtype: str, name: str, mem: Mem) -> str:
     """This thread's update ``mem = mem <name> value`` (at ``addr``): ``"ordered"`` where
     it is recorded for the ordered combine at the kernel's end; ``"own"`` where each
-    thread's element is its own (nothing emitted: a plain read-modify-write is exact);
-    ``"unordered"`` (nothing emitted) where the scheme does not apply: an element the
-    compiler cannot tell apart (it depends on loaded data), an update in a loop, a
-    value type the slots do not hold, a launch of more than :data:`MAX_SLOTS`
-    threads."""
-    if "looped_updates" not in low.extra:
-        low.extra["looped_updates"] = _looped(low.fn)
-    assert low.geom is not None
-    n = low.geom.launch_threads
-    if vtype not in SLOT_TYPES or id(instr) in low.extra["looped_updates"] or n > MAX_SLOTS:
-        return "unordered"
+    tile's element is its own (nothing emitted: a plain read-modify-write is exact);
+    ``"unordered"`` (nothing emitted) where the scheme does not apply (see the module
+    docstring)."""
+    if "events" not in low.extra:
+        low.extra["events"] = events_of(low.fn)
+    events: Events = low.extra["events"]
+    g = low.geom
+    assert g is not None
+    tiles = g.ctas * g.batch if low.block_kernel else g.launch_threads
     scattered = not _uniform(addr, low.params)
-    g = low.geom  # a block kernel's scalar update runs once per CTA (by its thread 0)
+    if scattered and tiles > MAX_EVALUATED:
+        return "unordered"
+    # a block kernel's scalar update runs once per CTA (by its thread 0)
     at = thread_values(g.ctas, g.batch, g.block, low.params, addr) if scattered and \
         not low.block_kernel else launch_values(g.ctas, g.batch, g.block, low.params)(addr)
     addresses = None if at is None else distinct(at)
-    if scattered:
-        writers = _writers(low, at, addresses)
-        if writers != "shared":
-            return writers
-    size = SLOT_TYPES[vtype]
+    if scattered and _owned(low, at, addresses):
+        return "own"
+    slots = tiles * events.per_tile
+    position = _position(low, e, instr, events)
+    if vtype not in SLOT_TYPES or position is None or slots > MAX_SLOTS:
+        return "unordered"
     sites: list[Site] = low.extra.setdefault("ordered", [])
-    tag = f"__tessera_{low.fn.name}_ord{len(sites)}"
+    tag = f"__tessera_{low.fn.name}_ord"
     entry = low.e  # the entry block dominates the kernel's end, where the slots are read
-    flags = entry.one(ModuleVar(f"{tag}_flags", 4 * n, 4, restored=True))
-    slots = entry.one(ModuleVar(f"{tag}_slots", size * n, size))
-    # one destination for the whole site, or one per slot where the element differs
-    dest = entry.one(ModuleVar(f"{tag}_dest", 8 * n if scattered else 8, 8, restored=True))
-    sites.append(Site(flags, slots, dest, scattered, name, vtype, mem, addresses))
-    i = _slot_index(low)
-    e.st("global", _at(e, dest, i, 8) if scattered else dest, addr, "u64")
-    e.st("global", _at(e, slots, i, size), value, vtype)
-    e.st("global", _at(e, flags, i, 4), e.const(1, "u32"), "u32")
+    if not sites:
+        low.extra["ordered_scratch"] = (
+            entry.one(ModuleVar(f"{tag}_tags", 4 * slots, 4, restored=True)),
+            entry.one(ModuleVar(f"{tag}_values", 8 * slots, 8)))
+    tags, values = low.extra["ordered_scratch"]
+    dest = None if scattered else \
+        entry.one(ModuleVar(f"{tag}{len(sites)}_dest", 8, 8, restored=True))
+    site = Site(len(sites), name, vtype, mem, dest, addresses)
+    sites.append(site)
+    i = _slot_index(low, e, position, events.per_tile)
+    if scattered:
+        if "ordered_dests" not in low.extra:
+            low.extra["ordered_dests"] = entry.one(ModuleVar(f"{tag}_dests", 8 * slots, 8))
+        e.st("global", slot_address(e, low.extra["ordered_dests"], i, 8), addr, "u64")
+    else:
+        e.st("global", dest, addr, "u64")
+    e.st("global", slot_address(e, values, i, 8), value, vtype)
+    e.st("global", slot_address(e, tags, i, 4), e.const(site.index + 1, "u32"), "u32")
     return "ordered"
 
 
-@dataclass(frozen=True, eq=False)
-class Site:
-    """An ordered update's scratch (flags, slots, destination addresses), its update,
-    and the addresses it may update (evaluated while compiling; None if unknown)."""
-
-    flags: Value
-    slots: Value
-    dest: Value
-    scattered: bool  # a destination per slot
-    name: str
-    vtype: str
-    mem: Mem
-    addresses: np.ndarray | None
+#: how each update is written in a kernel
+_SPELLING = {"add": "+=", "sub": "-=", "mul": "*=", "div": "/=", "max": "max=", "min": "min="}
 
 
-def _writers(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) -> str:
-    """Whether the threads that may update the addresses ``at`` (one per thread; the
-    distinct ones ``addresses``) each have their own element (``"own"``), share some
-    (``"shared"``), or cannot be told apart while compiling (``"unordered"``). Elements
-    are only one thread's where the kernel has no other update (another site's thread
-    could meet this one's element)."""
+def refuse_unordered(instr: Instr, name: str) -> None:
+    """The error for an update of a shared element that neither the ordered scheme nor
+    an atomic can apply."""
+    raise UnsupportedError(
+        f"'{_SPELLING.get(name, name)}' of a global element that several tiles may update "
+        "cannot be applied in tile order on a GPU here: it is in a loop whose trip count is "
+        "not a constant, or the launch has too many updates to keep", loc=instr.loc,
+        hint="accumulate in a register and update memory once per tile, after the loop")
+
+
+def _owned(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) -> bool:
+    """Whether the tiles that may update the addresses ``at`` (one per tile; the
+    distinct ones ``addresses``) each have their own element. Elements are only one
+    tile's where the kernel has no other update (another site's tile could meet this
+    one's element)."""
     if at is None or addresses is None:
-        return "unordered"
+        return False
     if "updates" not in low.extra:
         low.extra["updates"] = sum(isinstance(i.op, tile_memory.Update) for i in walk(low.fn.body))
-    alone = low.extra["updates"] == 1
-    return "own" if alone and len(addresses) == len(at) else "shared"
+    return low.extra["updates"] == 1 and len(addresses) == len(at)
 
 
-def _slot_index(low: Lowerer) -> Value:
-    """This thread's linear index in the grid (computed once, in the entry block)."""
-    if "ordered_slot" not in low.extra:
-        e, g = low.e, low.geom
-        assert g is not None
-        cta = e.add(e.mul(e.cvt(e.sreg("ctaid.y"), "s32", "u32"), e.const(g.ctas, "s32"),
-                          "s32"), e.cvt(e.sreg("ctaid.x"), "s32", "u32"), "s32")
-        tid = e.cvt(e.sreg("tid.x"), "s32", "u32")
-        low.extra["ordered_slot"] = e.add(e.mul(cta, e.const(g.block, "s32"), "s32"), tid,
-                                          "s32")
-    return low.extra["ordered_slot"]
+def _position(low: Lowerer, e: TargetEmitter, instr: Instr, events: Events) -> Value | None:
+    """This execution's event number in its tile (see :class:`Events`), or None where
+    the update has none."""
+    if id(instr) not in events.offsets:
+        return None
+    pos = e.const(events.offsets[id(instr)], "s32")
+    for loop in events.loops[id(instr)]:
+        index = low.env.get(loop.regions[0].block.args[0])
+        if not isinstance(index, Scalar):
+            return None  # a loop the lowering unrolled or pipelined
+        lo, _, step = (v.owner.op.value for v in loop.operands[:3])  # constants (Events)
+        trip = e.bin("sub", index.reg, e.const(lo, "s32"), "s32")
+        if step != 1:
+            trip = e.bin("div", trip, e.const(step, "s32"), "s32")
+        pos = e.add(pos, e.mul(trip, e.const(events.strides[id(loop)], "s32"), "s32"), "s32")
+    return pos
 
 
-def _at(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
-    """``base + index * size`` (a global address)."""
+def _slot_index(low: Lowerer, e: TargetEmitter, position: Value, per_tile: int) -> Value:
+    """The slot of this thread's event ``position`` (see the module docstring): event
+    order is tile order, then program order, except that the tiles of a group (the
+    threads of a CTA) run each statement together, in local-id order."""
+    g = low.geom
+    assert g is not None
+    if "ordered_cta" not in low.extra:  # once, in the entry block
+        x = low.e
+        low.extra["ordered_cta"] = x.add(
+            x.mul(x.cvt(x.sreg("ctaid.y"), "s32", "u32"), x.const(g.ctas, "s32"), "s32"),
+            x.cvt(x.sreg("ctaid.x"), "s32", "u32"), "s32")
+        low.extra["ordered_tid"] = x.cvt(x.sreg("tid.x"), "s32", "u32")
+    cta, tid = low.extra["ordered_cta"], low.extra["ordered_tid"]
+    if low.block_kernel:  # one tile per CTA
+        return e.add(e.mul(cta, e.const(per_tile, "s32"), "s32"), position, "s32")
+    if g.packed:  # one tile per thread, each tile on its own
+        tile = e.add(e.mul(cta, e.const(g.block, "s32"), "s32"), tid, "s32")
+        return e.add(e.mul(tile, e.const(per_tile, "s32"), "s32"), position, "s32")
+    event = e.add(e.mul(cta, e.const(per_tile, "s32"), "s32"), position, "s32")
+    return e.add(e.mul(event, e.const(g.block, "s32"), "s32"), tid, "s32")
+
+
+def slot_address(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
+    """``base + index * size`` (a global address) for an ``s32`` index."""
     wide = e.bin("mul", index, e.const(size, "s32"), "s32", "wide")
     return e.add(base, e.cvt(wide, "u64", "s64"), "u64")
 
 
-def finish_ordered(low: Lowerer, e: TargetEmitter, tail: bool) -> None:
-    """The kernel's end: the last CTA to arrive folds every ordered site's slots into
-    its destination in slot order (see the module docstring); nothing without sites."""
-    sites = low.extra.get("ordered")
-    if not sites:
-        return
-    if tail:
-        raise UnsupportedError("an ordered '+=' of one element in a warp-specialised kernel "
-                               "is not lowered", loc=low.fn.loc)
-    g = low.geom
-    assert g is not None
-    n, ctas = g.launch_threads, g.ctas * g.batch
-    ticket = low.e.one(ModuleVar(f"__tessera_{low.fn.name}_ord_ticket", 4, 4, restored=True))
-    e.bar()  # the CTA's slot writes happen before its thread 0's release
-    first = e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32")
-
-    def combine(inner: TargetEmitter) -> None:
-        inner.op(Fence("acq_rel_gpu"))  # acquire every other CTA's slots
-        for cluster in _clusters(sites):
-            if len(cluster) > 1 or cluster[0].scattered:
-                _fold_in_turn(inner, n, cluster)
-                continue
-            (site,) = cluster
-            addr = inner.ld("global", site.dest, "u64")
-            some = inner.setp("ne", addr, inner.const(0, "u64"), "u64")
-            inner.if_(some, lambda x, s=site, a=addr: _fold(x, n, a, s))
-        inner.st("global", ticket, inner.const(0, "u32"), "u32")  # for the next launch
-
-    def arrive(inner: TargetEmitter) -> None:
-        inner.op(Fence("acq_rel_gpu"))  # release this CTA's slots (ordered by bar.sync)
-        drawn = inner.one(Atom("global", "add", "u32"), ticket, inner.const(1, "u32"))
-        last = inner.setp("eq", drawn, inner.const(ctas - 1, "u32"), "u32")
-        inner.if_(last, combine)
-    e.if_(first, arrive)
-
-
-def _fold(e: TargetEmitter, n: int, addr: Value, site: Site) -> None:
-    """``*addr = *addr <name> slot[i]`` for each flagged slot i in order, rounded to
-    the memory's format after each update; clears the flags and the destination."""
-    from tessera.lower.rules.memory import load_scalar, to_mem, to_reg
-
-    mem, vtype = site.mem, site.vtype
-    mt, size = mem_type(mem.element), SLOT_TYPES[vtype]
-    start = load_scalar(e, Mem("global", addr, None, (), (), mem.element))
-
-    def body(inner: TargetEmitter, i: Value, acc: Value) -> list[Value]:
-        flag = _at(inner, site.flags, i, 4)
-        on = inner.setp("ne", inner.ld("global", flag, "u32"), inner.const(0, "u32"), "u32")
-        v = inner.ld("global", _at(inner, site.slots, i, size), vtype)
-        new = inner.bin(site.name, acc, v, vtype)
-        if mt != vtype:  # the memory's own format after every update
-            new = to_reg(inner, to_mem(inner, new, vtype, mt, mem.element), mt,
-                         reg_type(mem.element), mem.element)
-        inner.st("global", flag, inner.const(0, "u32"), "u32")
-        return [inner.selp(new, acc, on, vtype)]
-    (total,) = e.for_(e.const(0, "s32"), e.const(n, "s32"), e.const(1, "s32"), [start], body)
-    e.st("global", addr, to_mem(e, total, vtype, mt, mem.element), mt)
-    e.st("global", site.dest, e.const(0, "u64"), "u64")
-
-
-def _clusters(sites: list[Site]) -> list[list[Site]]:
-    """The sites in groups that may update a common element (an unknown address meets
-    every site), each in program order: a group folds slot by slot, site by site."""
-    groups: list[list[Site]] = []
-    for site in sites:
-        meets = [g for g in groups if any(_meet(site, other) for other in g)]
-        merged = [s for g in meets for s in g] + [site]
-        groups = [g for g in groups if g not in meets] + [merged]
-    order = {id(s): k for k, s in enumerate(sites)}
-    return [sorted(g, key=lambda s: order[id(s)]) for g in groups]
-
-
-def _meet(a: Site, b: Site) -> bool:
-    if a.addresses is None or b.addresses is None:
-        return True
-    return len(np.intersect1d(a.addresses, b.addresses, assume_unique=True)) > 0
-
-
-def _fold_in_turn(e: TargetEmitter, n: int, sites: list[Site]) -> None:
-    """For each slot i in order, each site's flagged update in program order:
-    ``*dest = *dest <name> slot[i]``, stored in the memory's format (rounded after
-    each update), as a tile runs its updates; clears the flags and the addresses."""
-    from tessera.lower.rules.memory import load_scalar, store_scalar
-
-    def body(inner: TargetEmitter, i: Value) -> None:
-        for site in sites:
-            flag, size = _at(inner, site.flags, i, 4), SLOT_TYPES[site.vtype]
-
-            def apply(x: TargetEmitter, site: Site = site, flag: Value = flag,
-                      size: int = size) -> None:
-                where = _at(x, site.dest, i, 8) if site.scattered else site.dest
-                at = Mem("global", x.ld("global", where, "u64"), None, (), (),
-                         site.mem.element)
-                v = x.ld("global", _at(x, site.slots, i, size), site.vtype)
-                store_scalar(x, at, x.bin(site.name, load_scalar(x, at), v, site.vtype),
-                             site.vtype)
-                x.st("global", flag, x.const(0, "u32"), "u32")
-                if site.scattered:
-                    x.st("global", where, x.const(0, "u64"), "u64")
-            on = inner.setp("ne", inner.ld("global", flag, "u32"), inner.const(0, "u32"),
-                            "u32")
-            inner.if_(on, apply)
-    e.for_(e.const(0, "s32"), e.const(n, "s32"), e.const(1, "s32"), [], body)
-    for site in sites:
-        if not site.scattered:
-            e.st("global", site.dest, e.const(0, "u64"), "u64")
-
-
-__all__ = ["finish_ordered", "ordered_update"]
+__all__ = ["MAX_SLOTS", "SLOT_TYPES", "Events", "Site", "events_of", "ordered_update",
+           "refuse_unordered", "slot_address"]
