@@ -195,6 +195,54 @@ case("tile.reduce.local-order", spec=f"{ORDER}: within a group, ascending local 
 
 
 @ts.kernel
+def add_in_loop_order(x: ts.Tensor["N", 2, ts.f32], out: ts.Tensor["R", ts.f32]):
+    i = ts.tile.linear_id()
+    for k in range(2):
+        out[0] += x[i, k]
+
+
+@case("tile.reduce.loop-order", spec=f"{ORDER}: a tile's += in a loop, tile by tile",
+      backends=KERNEL)
+def _loop_order(ctx: Any) -> None:
+    """Each of 8 tiles adds its two elements in a loop: tile 0's 2^24 and -2^24 cancel
+    first and the 14 ones count (tile order, then iteration); iteration-major order
+    would lose the ones added while 2^24 is there (7)."""
+    x = np.ones((8, 2), np.float32)
+    x[0] = 2.0**24, -(2.0**24)
+    out = np.zeros(1, np.float32)
+    ctx.launch(add_in_loop_order, x, out, grid=8)
+    assert out[0] == 14.0, out
+
+
+@ts.kernel
+def scale_by_key(x: ts.Tensor["N", ts.f32], key: ts.Tensor["N", ts.int32],
+                 out: ts.Tensor["B", ts.f32]):
+    i = ts.tile.linear_id()
+    out[key[i]] *= x[i]
+
+
+@case("tile.reduce.data-order", spec=f"{ORDER}: updates of elements chosen by data, "
+      "in tile order", backends=KERNEL)
+def _data_order(ctx: Any) -> None:
+    """``out[key[i]] *= x[i]`` (no atomic multiplies): each bin is the f32 product of
+    its tiles' factors in tile order; the reverse order differs in some bin."""
+    rng = np.random.default_rng(5)
+    x = (1 + rng.standard_normal(96) / 4).astype(np.float32)
+    key = rng.integers(0, 4, 96).astype(np.int32)
+    out = np.ones(4, np.float32)
+    ctx.launch(scale_by_key, x, key, out, grid=3, group_size=32)
+
+    def product(order: np.ndarray) -> np.ndarray:
+        bins = np.ones(4, np.float32)
+        for i in order:
+            bins[key[i]] = np.float32(bins[key[i]] * x[i])
+        return bins
+    want = product(np.arange(96))
+    assert not np.array_equal(want, product(np.arange(96)[::-1]))
+    assert np.array_equal(out, want), (out, want)
+
+
+@ts.kernel
 def split_k_in_order(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                      C: ts.Tensor["M", "N", ts.f32]):
     sa = ts.tile.alloc_shared((BM, BK), ts.bf16)
