@@ -18,6 +18,7 @@ import numpy as np
 
 from tessera.conformance.context import Context
 from tessera.conformance.registry import RULE, Case, Skip, check_backend
+from tessera.errors import UNKNOWN_LOC, Loc, TesseraError
 
 #: the outcomes, in the order reports list their counts
 OUTCOMES = ("passed", "failed", "error", "skipped")
@@ -80,7 +81,7 @@ def run_case(entry: Case, ctx: Context, *, slow: bool = False) -> Result:
         # an assertion of the case is a failure; any other exception (an internal
         # assertion of the library included) is an error
         outcome = "failed" if isinstance(err, AssertionError) and _in_case(err) else "error"
-        text = _message(err) or "assertion failed"
+        text = _message(_at_case_line(err)) or "assertion failed"
         if outcome == "error":
             text = f"{type(err).__name__}: {text}"
         return Result(entry, outcome, seconds, text, traceback.format_exc())
@@ -110,6 +111,16 @@ def run(cases: Iterable[Case], backend: str = "interp", *, slow: bool = False,
             progress(result)
     counts = {k: sum(r.outcome == k for r in results) for k in OUTCOMES}
     return Report(backend, tuple(results), time.perf_counter() - start, counts)
+
+
+def _at_case_line(err: BaseException) -> BaseException:
+    """``err`` placed at the case's line that raised it where it names no line of its
+    own (every frame of a case is inside tessera, so the stack has no user's line)."""
+    if not isinstance(err, TesseraError) or err.loc != UNKNOWN_LOC:
+        return err
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if f"{os.sep}conformance{os.sep}" in f.filename]
+    return err.relocated(Loc(frames[-1].filename, frames[-1].lineno or 0)) if frames else err
 
 
 def _message(err: BaseException) -> str:

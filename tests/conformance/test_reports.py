@@ -202,3 +202,17 @@ def test_cuda_cases_skip_without_gpu_and_after_a_lost_context(
     assert all(o == "skipped" and m.startswith("the CUDA context was lost by an earlier "
                                                "case: cuCtxSynchronize") for o, m in outcomes[1:])
     assert len(outcomes) == 2
+
+
+def test_an_error_without_a_line_is_placed_at_the_case() -> None:
+    """A library error raised under a case has no user's frame on the stack (the case
+    is library code too): the report names the case's line instead of ``<unknown>``."""
+    from tessera.errors import UNKNOWN_LOC, InterpretError
+
+    def compares(ctx: Any) -> None:
+        raise InterpretError("output 1 differs", loc=UNKNOWN_LOC)
+
+    (result,) = conformance.run([Case("planted.unplaced", "s", compares, doc="d")]).results
+    line = compares.__code__.co_firstlineno + 1
+    assert result.outcome == "error"
+    assert result.message.startswith(f"InterpretError: {__file__}:{line}: "), result.message
