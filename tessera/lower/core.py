@@ -144,7 +144,7 @@ class Lowerer:
                 self._results(outs, tail or self.e)
                 if tail is not None:
                     tail.op(Yield())
-        from tessera.lower.rules.ordered_fold import finish_ordered
+        from tessera.lower.rules.ordered.fold import finish_ordered
 
         # one-element updates of several tiles, folded in tile order by the last CTA
         finish_ordered(self, self.e, tail is not None)

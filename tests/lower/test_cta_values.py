@@ -1,5 +1,5 @@
 """Index arithmetic evaluated for every thread while compiling
-(tessera.lower.rules.cta_values) against the Target IR interpreter running the same
+(tessera.lower.rules.ordered.values) against the Target IR interpreter running the same
 instructions: each thread stores the value, and the compiler's evaluation, in any size
 of chunk, must give the same numbers; values it cannot know give None."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tessera.interp.target import run_target
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import U64
-from tessera.lower.rules.cta_values import distinct, launch_values, thread_values
+from tessera.lower.rules.ordered.values import distinct, launch_values, thread_values
 from tests.interp.target.kit import Kernel
 
 CTAS, BATCH, BLOCK = 3, 2, 64

@@ -1,4 +1,4 @@
-"""Updates of one global element from several tiles (tessera.lower.rules.ordered): the
+"""Updates of one global element from several tiles (tessera.lower.rules.ordered.scalar): the
 Target IR gives the tile interpreter's bits for any grid and in any order the CTAs'
 atomics land, the PTX holds no float ``red`` for them (integer ``red`` stays), it
 assembles for sm_80 and sm_90a without advisories, and the scratch it keeps in module

@@ -1,5 +1,5 @@
 """Ordered updates in loops, in the arms of an ``if`` and at elements chosen by loaded
-data (tessera.lower.rules.ordered, ordered_fold): every execution of an update is an
+data (tessera.lower.rules.ordered.scalar, ordered_fold): every execution of an update is an
 event of its tile in program order, and the last CTA applies the events in tile order,
 then program order, as the tile interpreter does, whichever order the CTAs' tickets
 land in. An update the scheme cannot number is refused with the kernel's line."""
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import tessera as ts
 from tessera.errors import UnsupportedError
 from tessera.frontend.kernel.backends.compile import compile_kernel
-from tessera.lower.rules.ordered import events_of
+from tessera.lower.rules.ordered.events import events_of
 from tests.lower import kernels
 from tests.lower.test_ordered import F32_RED, TARGETS, _target_result, _tile_result
 

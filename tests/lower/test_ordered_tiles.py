@@ -1,4 +1,4 @@
-"""Tensor updates from several CTAs (tessera.lower.rules.ordered_tiles): a split-K GEMM's
+"""Tensor updates from several CTAs (tessera.lower.rules.ordered.windows): a split-K GEMM's
 ``C[...] += slice`` and rows folded into shared windows give the tile interpreter's bits
 in the Target IR interpreter whichever order the CTAs' atomics land in, with no float
 ``red`` in the PTX; the plan groups CTAs by window and refuses overlapping windows; the
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.frontend.kernel.backends.compile import compile_kernel
-from tessera.lower.rules import ordered_tiles
-from tessera.lower.rules.ordered_tiles import NO_ROW, plan_windows
+from tessera.lower.rules.ordered import windows as ordered_tiles
+from tessera.lower.rules.ordered.windows import NO_ROW, plan_windows
 from tests.lower import kernels
 from tests.lower.test_ordered import F32_RED, _target_result, _tile_result
 

@@ -4,12 +4,12 @@ read-modify-write updates, barriers and the kernel's returned value.
 A view is address arithmetic only (:class:`~tessera.lower.values.Mem`). A scalar
 access is one ``ld``/``st`` at ``base + offset * size``. ``tile.update`` of global
 memory (``total[0] += x`` from several groups) is applied in group order, as the tile
-and Target IR interpreters apply it, by :mod:`tessera.lower.rules.ordered` (the last
+and Target IR interpreters apply it, by :mod:`tessera.lower.rules.ordered.scalar` (the last
 CTA folds every thread's contribution in order); integer add, min and max stay
 ``red.global`` (associative and commutative), and a float ``+=`` the ordered scheme
 does not cover (an element chosen by loaded data, an update in a loop) stays
 ``red.global.add.f32``, whose atomics land in arrival order. A tensor ``+=``
-(split-K) is :mod:`tessera.lower.rules.ordered_tiles`'.
+(split-K) is :mod:`tessera.lower.rules.ordered.windows`'.
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def _update(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     mem, value = args
     assert isinstance(mem, Mem)
     if not (isinstance(value, Scalar) and _rank0(instr)):
-        from tessera.lower.rules.ordered_tiles import reduce_into
+        from tessera.lower.rules.ordered.windows import reduce_into
 
         if op.op != "add" or mem.space != "global":
             raise UnsupportedError(f"tile.update '{op.op}=' of a tensor into {mem.space} "
@@ -313,7 +313,7 @@ def _scalar_update(low: Lowerer, e: TargetEmitter, instr: Instr, name: str, mem:
         e.op(Reduce("global", name, "s32"), [address(e, mem), value.reg])
         return
     if mem.space == "global":
-        from tessera.lower.rules.ordered import ordered_update, refuse_unordered
+        from tessera.lower.rules.ordered.scalar import ordered_update, refuse_unordered
 
         # one element updated by several tiles: applied in tile order at the kernel's end
         how = ordered_update(low, e, instr, address(e, mem), value.reg, value.type, name, mem)

@@ -4,7 +4,7 @@ running it.
 Loop bounds, windows into global memory and predicates on ``%tid.x`` are integer
 arithmetic on special registers, constants and kernel parameters. The lowering
 evaluates a tile's window for every CTA (which CTAs write the same elements:
-``tessera.lower.rules.ordered_tiles``); the static estimate evaluates a causal loop's
+``tessera.lower.rules.ordered.windows``); the static estimate evaluates a causal loop's
 bounds for every CTA and warp (``tessera.backend.ptx.estimate.trips``). Both use
 :class:`IndexValues`: one NumPy ``int64`` per point, following the PTX ISA's integer
 rules: results wrap to their register's width, ``div``/``rem`` truncate toward zero,

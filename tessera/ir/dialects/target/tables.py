@@ -68,7 +68,7 @@ class ModuleVar(Op):
     """``mov.u64 d, <sym>``: the address of the module-scope ``.global .b8 <sym>[size]``,
     zero when the module is loaded, or holding ``words`` (``u32`` values, the rest
     zero) from an initializer. A kernel that keeps state there across CTAs (the
-    ordered updates of :mod:`tessera.lower.rules.ordered`) leaves it as it found it, so
+    ordered updates of :mod:`tessera.lower.rules.ordered.scalar`) leaves it as it found it, so
     the next launch starts from zeros again; ``restored`` marks a variable the kernel
     must leave all zero, which the Target IR interpreter checks."""
 

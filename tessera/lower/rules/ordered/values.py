@@ -4,9 +4,9 @@ launch, while compiling.
 A tile's window into global memory (``C[tile_m:tile_m + BM, tile_n:tile_n + BN]``)
 is address arithmetic on ``%ctaid``, the launch's sizes, constants and kernel
 parameters. Evaluating it for each CTA tells which CTAs write the same window (the
-ordered tensor updates of :mod:`tessera.lower.rules.ordered_tiles`); evaluating a
+ordered tensor updates of :mod:`tessera.lower.rules.ordered.windows`); evaluating a
 scalar update's address for each thread tells which threads meet at an element
-(:mod:`tessera.lower.rules.ordered`). The evaluation is
+(:mod:`tessera.lower.rules.ordered.scalar`). The evaluation is
 :class:`~tessera.ir.dialects.target.evaluate.IndexValues` at the launch's points.
 """
 

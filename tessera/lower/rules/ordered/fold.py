@@ -26,7 +26,7 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.rules.memory import load_scalar, store_scalar, to_mem, to_reg
-from tessera.lower.rules.ordered import Site, slot_address
+from tessera.lower.rules.ordered.scalar import Site, slot_address
 from tessera.lower.values import Mem, mem_type, reg_type
 
 #: slots staged in shared memory at a time (one per thread of the folding CTA)

@@ -20,7 +20,7 @@ module keeps the order on a GPU with the *last CTA combines* scheme:
   CTA's writes (``fence.acq_rel.gpu``: cumulative over what the barrier ordered) and
   draws a ticket with ``atom.global.add.u32``. The CTA that draws the last ticket
   acquires and applies the tagged slots in slot order, rounding to the destination's
-  format after each update, as the interpreters do (:mod:`.ordered_fold`).
+  format after each update, as the interpreters do (:mod:`.fold`).
 
 The scratch (tags, values, addresses, the ticket) is module-scope ``.global``
 variables (``ptx.module_var``), zero when the module loads and restored to zero by the
@@ -34,7 +34,7 @@ needs no scratch but assumes CTAs are dispatched in index order, and a spin for 
 later CTA cannot run in an interpreter that runs the CTAs in lockstep.
 
 Where every tile owns its element (its address, evaluated for every tile while
-compiling by :mod:`tessera.lower.rules.cta_values`, differs from every other tile's,
+compiling by :mod:`tessera.lower.rules.ordered.values`, differs from every other tile's,
 and the kernel has no other update), the update is a plain read-modify-write and needs
 no scratch. The scheme needs every event numbered (no update in a ``while`` loop or a
 loop whose bounds are not constants) and at most :data:`MAX_SLOTS` slots. Otherwise a
@@ -46,20 +46,20 @@ commutative, so the arrival order cannot change the result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Block, Function, Instr, Value, walk
-from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.core import Instr, Value, walk
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.cta_values import distinct, launch_values, thread_values
-from tessera.lower.values import Mem, Scalar, mem_type
+from tessera.lower.rules.ordered.events import Events, events_of
+from tessera.lower.rules.ordered.values import distinct, launch_values, thread_values
+from tessera.lower.values import Mem
 
 #: register types whose values the slots hold (each slot is 8 bytes, the value first)
 SLOT_TYPES = ("f32", "s32", "f64")
@@ -72,56 +72,6 @@ MAX_EVALUATED = 1 << 24
 _UNIFORM_SREGS = {"ntid.x", "ntid.y", "ntid.z", "nctaid.x", "nctaid.y", "nctaid.z"}
 _PURE = (target_ops.Const, target_ops.Binary, target_ops.Unary, target_ops.Cvt,
          target_ops.Setp, target_ops.Selp, target_ops.Fma)
-
-
-@dataclass
-class Events:
-    """Where each scalar update of a kernel falls in its tile's program order: its
-    first event (``offsets``), the loops of constant trip count around it, outermost
-    first (``loops``), the events of one trip of each loop's body (``strides``), and
-    the events of a whole tile (``per_tile``). Updates in a loop whose trip count is
-    not a constant have no event."""
-
-    offsets: dict[int, int] = field(default_factory=dict)
-    loops: dict[int, tuple[Instr, ...]] = field(default_factory=dict)
-    strides: dict[int, int] = field(default_factory=dict)
-    per_tile: int = 0
-
-    def layout(self, block: Block, base: int, loops: tuple[Instr, ...]) -> int:
-        """Numbers the events of ``block`` from ``base``; returns how many it has."""
-        count = 0
-        for instr in block.instrs:
-            if _may_order(instr):
-                self.offsets[id(instr)] = base + count
-                self.loops[id(instr)] = loops
-                count += 1
-            elif isinstance(instr.op, tile_ir.For | tile_ir.While):
-                trips = tile_ir.constant_trips(instr)
-                if trips is not None:
-                    body = self.layout(instr.regions[0].block, base + count, (*loops, instr))
-                    self.strides[id(instr)] = body
-                    count += trips * body
-            else:  # an if's arms (or any other op's regions) in turn
-                for region in instr.regions:
-                    count += self.layout(region.block, base + count, loops)
-        return count
-
-
-def _may_order(instr: Instr) -> bool:
-    """A scalar update of global memory that is not an integer add, min or max."""
-    if not isinstance(instr.op, tile_memory.Update):
-        return False
-    t = instr.operands[0].type
-    if not (isinstance(t, tile_ir.MemRefType) and t.rank == 0 and t.space == "global"):
-        return False
-    return not (instr.op.op in ("add", "min", "max") and mem_type(t.element) == "s32")
-
-
-def events_of(fn: Function) -> Events:
-    """The events of ``fn``'s scalar updates (see :class:`Events`)."""
-    events = Events()
-    events.per_tile = events.layout(fn.body, 0, ())
-    return events
 
 
 def _uniform(v: Value, params: list[Value], depth: int = 0) -> bool:
@@ -182,7 +132,7 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     if scattered and _owned(low, at, addresses):
         return "own"
     slots = tiles * events.per_tile
-    position = _position(low, e, instr, events)
+    position = events.position(low, e, instr)
     if vtype not in SLOT_TYPES or position is None or slots > MAX_SLOTS:
         return "unordered"
     sites: list[Site] = low.extra.setdefault("ordered", [])
@@ -235,24 +185,6 @@ def _owned(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) ->
     return low.extra["updates"] == 1 and len(addresses) == len(at)
 
 
-def _position(low: Lowerer, e: TargetEmitter, instr: Instr, events: Events) -> Value | None:
-    """This execution's event number in its tile (see :class:`Events`), or None where
-    the update has none."""
-    if id(instr) not in events.offsets:
-        return None
-    pos = e.const(events.offsets[id(instr)], "s32")
-    for loop in events.loops[id(instr)]:
-        index = low.env.get(loop.regions[0].block.args[0])
-        if not isinstance(index, Scalar):
-            return None  # a loop the lowering unrolled or pipelined
-        lo, _, step = (v.owner.op.value for v in loop.operands[:3])  # constants (Events)
-        trip = e.bin("sub", index.reg, e.const(lo, "s32"), "s32")
-        if step != 1:
-            trip = e.bin("div", trip, e.const(step, "s32"), "s32")
-        pos = e.add(pos, e.mul(trip, e.const(events.strides[id(loop)], "s32"), "s32"), "s32")
-    return pos
-
-
 def _slot_index(low: Lowerer, e: TargetEmitter, position: Value, per_tile: int) -> Value:
     """The slot of this thread's event ``position`` (see the module docstring): event
     order is tile order, then program order, except that the tiles of a group (the
@@ -281,5 +213,5 @@ def slot_address(e: TargetEmitter, base: Value, index: Value, size: int) -> Valu
     return e.add(base, e.cvt(wide, "u64", "s64"), "u64")
 
 
-__all__ = ["MAX_SLOTS", "SLOT_TYPES", "Events", "Site", "events_of", "ordered_update",
-           "refuse_unordered", "slot_address"]
+__all__ = ["MAX_SLOTS", "SLOT_TYPES", "Site", "ordered_update", "refuse_unordered",
+           "slot_address"]

@@ -6,7 +6,7 @@ rounding after each (DECISIONS.md: accumulated across tiles in a fixed order). W
 GEMM's bits would vary from run to run. Where the windows are known while compiling,
 this module keeps the order with a *last CTA of the window combines* scheme:
 
-* the kernel's window is evaluated for each CTA (:mod:`tessera.lower.rules.cta_values`);
+* the kernel's window is evaluated for each CTA (:mod:`tessera.lower.rules.ordered.values`);
   CTAs whose windows coincide form a group, in CTA (= tile) order; windows of
   different groups must not overlap;
 * the first tile of a group adds its values into the window itself (a plain
@@ -47,8 +47,8 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
-from tessera.lower.rules.cta_values import distinct, launch_values
 from tessera.lower.rules.memory import address
+from tessera.lower.rules.ordered.values import distinct, launch_values
 from tessera.lower.rules.tensor import for_each_element, materialize
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, mem_type
 

@@ -1,0 +1,102 @@
+"""Every execution of an update, numbered in its tile's program order.
+
+The interpreters apply a tile's updates in its program order, and the tiles in tile
+order. The ordered schemes of this package keep that order on a GPU by giving each
+execution of an update (an *event*) a number within its tile, known while compiling
+up to the loop indices: an update in a loop of constant trip count has one event per
+trip, the arms of an ``if`` have events of their own (only one arm's happen), and an
+update in a ``while`` loop or a loop of run-time bounds has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tessera.ir.core import Block, Function, Instr, Value
+from tessera.ir.dialects import tile as tile_ir
+from tessera.ir.dialects.tile import memory as tile_memory
+from tessera.lower.core import Lowerer
+from tessera.lower.emit import TargetEmitter
+from tessera.lower.values import Scalar, mem_type
+
+
+@dataclass
+class Events:
+    """Where each update that ``counts`` of a kernel falls in its tile's program order:
+    its first event (``offsets``), the loops of constant trip count around it,
+    outermost first (``loops``), the events of one trip of each loop's body
+    (``strides``), and the events of a whole tile (``per_tile``). Updates in a loop
+    whose trip count is not a constant have no event."""
+
+    counts: Callable[[Instr], bool]
+    offsets: dict[int, int] = field(default_factory=dict)
+    loops: dict[int, tuple[Instr, ...]] = field(default_factory=dict)
+    strides: dict[int, int] = field(default_factory=dict)
+    per_tile: int = 0
+
+    def layout(self, block: Block, base: int, loops: tuple[Instr, ...]) -> int:
+        """Numbers the events of ``block`` from ``base``; returns how many it has."""
+        count = 0
+        for instr in block.instrs:
+            if self.counts(instr):
+                self.offsets[id(instr)] = base + count
+                self.loops[id(instr)] = loops
+                count += 1
+            elif isinstance(instr.op, tile_ir.For | tile_ir.While):
+                trips = tile_ir.constant_trips(instr)
+                if trips is not None:
+                    body = self.layout(instr.regions[0].block, base + count, (*loops, instr))
+                    self.strides[id(instr)] = body
+                    count += trips * body
+            else:  # an if's arms (or any other op's regions) in turn
+                for region in instr.regions:
+                    count += self.layout(region.block, base + count, loops)
+        return count
+
+
+    def position(self, low: Lowerer, e: TargetEmitter, instr: Instr) -> Value | None:
+        """The event number of this execution of ``instr`` in its tile (``s32``,
+        emitted with ``e`` from the loop indices), or None where it has none."""
+        if id(instr) not in self.offsets:
+            return None
+        pos = e.const(self.offsets[id(instr)], "s32")
+        for loop in self.loops[id(instr)]:
+            index = low.env.get(loop.regions[0].block.args[0])
+            if not isinstance(index, Scalar):
+                return None  # a loop the lowering unrolled or pipelined
+            lo, _, step = (v.owner.op.value for v in loop.operands[:3])  # constants
+            trip = e.bin("sub", index.reg, e.const(lo, "s32"), "s32")
+            if step != 1:
+                trip = e.bin("div", trip, e.const(step, "s32"), "s32")
+            pos = e.add(pos, e.mul(trip, e.const(self.strides[id(loop)], "s32"), "s32"), "s32")
+        return pos
+
+
+def scalar_updates(instr: Instr) -> bool:
+    """A scalar update of global memory that is not an integer add, min or max (those
+    stay atomic: any order gives their result)."""
+    t = _global_update(instr)
+    return t is not None and t.rank == 0 and not (
+        instr.op.op in ("add", "min", "max") and mem_type(t.element) == "s32")
+
+
+def tensor_updates(instr: Instr) -> bool:
+    """An update of a window of global memory (``C[...] += tile``)."""
+    t = _global_update(instr)
+    return t is not None and t.rank > 0
+
+
+def _global_update(instr: Instr) -> tile_ir.MemRefType | None:
+    t = instr.operands[0].type if isinstance(instr.op, tile_memory.Update) else None
+    return t if isinstance(t, tile_ir.MemRefType) and t.space == "global" else None
+
+
+def events_of(fn: Function, counts: Callable[[Instr], bool] = scalar_updates) -> Events:
+    """The events of ``fn``'s updates that ``counts`` (see :class:`Events`)."""
+    events = Events(counts)
+    events.per_tile = events.layout(fn.body, 0, ())
+    return events
+
+
+__all__ = ["Events", "events_of", "scalar_updates", "tensor_updates"]
