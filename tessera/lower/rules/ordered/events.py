@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tessera.ir.core import Block, Function, Instr, Value
+from tessera.ir.core import Block, Function, Instr, Value, walk
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
@@ -92,6 +92,23 @@ def _global_update(instr: Instr) -> tile_ir.MemRefType | None:
     return t if isinstance(t, tile_ir.MemRefType) and t.space == "global" else None
 
 
+def root_of(view: Value) -> Value:
+    """The kernel argument a view of global memory is a view of."""
+    while isinstance(view.owner, Instr) and view.owner.operands:
+        view = view.owner.operands[0]
+    return view
+
+
+def updates_of(fn: Function) -> dict[Value, int]:
+    """How many updates of global memory ``fn`` has into each kernel argument."""
+    count: dict[Value, int] = {}
+    for instr in walk(fn.body):
+        if _global_update(instr) is not None:
+            root = root_of(instr.operands[0])
+            count[root] = count.get(root, 0) + 1
+    return count
+
+
 def events_of(fn: Function, counts: Callable[[Instr], bool] = scalar_updates) -> Events:
     """The events of ``fn``'s updates that ``counts`` (see :class:`Events`)."""
     events = Events(counts)
@@ -99,4 +116,4 @@ def events_of(fn: Function, counts: Callable[[Instr], bool] = scalar_updates) ->
     return events
 
 
-__all__ = ["Events", "events_of", "scalar_updates", "tensor_updates"]
+__all__ = ["Events", "events_of", "root_of", "scalar_updates", "tensor_updates", "updates_of"]

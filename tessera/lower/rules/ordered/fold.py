@@ -26,6 +26,7 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.rules.memory import load_scalar, store_scalar, to_mem, to_reg
+from tessera.lower.rules.ordered.rows import RowSite, fold_rows
 from tessera.lower.rules.ordered.scalar import Site, slot_address
 from tessera.lower.values import Mem, mem_type, reg_type
 
@@ -36,12 +37,19 @@ CHUNK = 256
 def finish_ordered(low: Lowerer, e: TargetEmitter, tail: bool) -> None:
     """The kernel's end: every CTA draws a ticket, and the last applies the ordered
     sites' slots (see the module docstring); nothing without sites."""
-    sites: list[Site] | None = low.extra.get("ordered")
-    if not sites:
+    sites: list[Site] = low.extra.get("ordered", [])
+    rows: list[RowSite] = low.extra.get("ordered_rows", [])
+    if not sites and not rows:
         return
     if tail:
         raise UnsupportedError("an ordered '+=' of one element in a warp-specialised kernel "
                                "is not lowered", loc=low.fn.loc)
+    both = {id(s.root) for s in sites} & {id(r.root) for r in rows}
+    if both:
+        raise UnsupportedError(
+            "a tensor updated both as a tile ('C[...] += tile') and one element at a time, "
+            "by tiles of several CTAs, is not ordered on a GPU", loc=low.fn.loc,
+            hint="update it one way, or the tile and the elements in two launches")
     g = low.geom
     assert g is not None
     ctas = g.ctas * g.batch
@@ -58,7 +66,16 @@ def finish_ordered(low: Lowerer, e: TargetEmitter, tail: bool) -> None:
     e.if_(e.setp("eq", e.sreg("tid.x"), e.const(0, "u32"), "u32"), arrive)
     e.bar()  # thread 0's ticket before every thread's look at it
     last = e.setp("ne", e.ld("shared", flag, "u32"), e.const(0, "u32"), "u32")
-    e.if_(last, lambda x: _combine(low, x, sites, ticket))
+
+    def combine(x: TargetEmitter) -> None:
+        x.op(Fence("acq_rel_gpu"))  # acquire every other CTA's records (thread 0's ticket)
+        if rows:
+            fold_rows(low, x, rows)
+        if sites:
+            _fold_slots(low, x, sites)
+        x.if_(x.setp("eq", x.sreg("tid.x"), x.const(0, "u32"), "u32"),
+              lambda y: y.st("global", ticket, y.const(0, "u32"), "u32"))  # for the next launch
+    e.if_(last, combine)
 
 
 def _alone(site: Site, sites: list[Site]) -> bool:
@@ -70,7 +87,7 @@ def _alone(site: Site, sites: list[Site]) -> bool:
         for other in sites)
 
 
-def _combine(low: Lowerer, x: TargetEmitter, sites: list[Site], ticket: Value) -> None:
+def _fold_slots(low: Lowerer, x: TargetEmitter, sites: list[Site]) -> None:
     """The last CTA: stage the slots chunk by chunk, thread 0 applies them in order."""
     g, events = low.geom, low.extra["events"]
     assert g is not None
@@ -82,7 +99,6 @@ def _combine(low: Lowerer, x: TargetEmitter, sites: list[Site], ticket: Value) -
               low.shared_buffer("ord_values", 8 * chunk, 8, entry=True)]
     if dests is not None:
         staged.append(low.shared_buffer("ord_dests", 8 * chunk, 8, entry=True))
-    x.op(Fence("acq_rel_gpu"))  # acquire every other CTA's slots (thread 0's ticket)
     tid = x.sreg("tid.x")
     first = x.setp("eq", tid, x.const(0, "u32"), "u32")
     # the sites' destinations, and the running values of those kept in registers
@@ -124,7 +140,6 @@ def _combine(low: Lowerer, x: TargetEmitter, sites: list[Site], ticket: Value) -
         for s in sites:
             if s.dest is not None:
                 y.st("global", s.dest, y.const(0, "u64"), "u64")
-        y.st("global", ticket, y.const(0, "u32"), "u32")  # for the next launch
     x.if_(first, close)
 
 

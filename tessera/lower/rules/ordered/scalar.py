@@ -57,7 +57,7 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.ordered.events import Events, events_of
+from tessera.lower.rules.ordered.events import Events, events_of, root_of
 from tessera.lower.rules.ordered.values import distinct, launch_values, thread_values
 from tessera.lower.values import Mem
 
@@ -102,6 +102,7 @@ class Site:
     mem: Mem
     dest: Value | None
     addresses: np.ndarray | None
+    root: Value  # the kernel argument it updates
 
     @property
     def scattered(self) -> bool:
@@ -145,7 +146,7 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     tags, values = low.extra["ordered_scratch"]
     dest = None if scattered else \
         entry.one(ModuleVar(f"{tag}{len(sites)}_dest", 8, 8, restored=True))
-    site = Site(len(sites), name, vtype, mem, dest, addresses)
+    site = Site(len(sites), name, vtype, mem, dest, addresses, root_of(instr.operands[0]))
     sites.append(site)
     i = _slot_index(low, e, position, events.per_tile)
     if scattered:

@@ -24,9 +24,10 @@ A group of one tile is the read-modify-write alone: no scratch, no ticket. The p
 variable with an initializer; the scratch rows and tickets are module variables too,
 so the launch ABI is unchanged. No CTA waits for another.
 
-The scheme covers a block kernel's update at the kernel's top level (run once by
-every CTA) whose windows evaluate while compiling, of at most :data:`MAX_CTAS` CTAs
-and :data:`MAX_SCRATCH` bytes of scratch. Another ``+=`` of a tensor keeps
+The scheme covers a block kernel's one update of a tensor at the kernel's top level
+(run once by every CTA) whose windows evaluate while compiling, of at most
+:data:`MAX_CTAS` CTAs and :data:`MAX_SCRATCH` bytes of scratch. Another ``+=`` of a
+tensor is recorded as rows (:mod:`.rows`) where it can be, else keeps
 ``red.global.add.f32``, and the bits of a GPU run may then differ from the
 interpreters' in the last places.
 """
@@ -48,6 +49,8 @@ from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
 from tessera.lower.rules.memory import address
+from tessera.lower.rules.ordered.events import root_of, updates_of
+from tessera.lower.rules.ordered.rows import rows_into
 from tessera.lower.rules.ordered.values import distinct, launch_values
 from tessera.lower.rules.tensor import for_each_element, materialize
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, mem_type
@@ -68,18 +71,24 @@ Visit = Callable[[TargetEmitter, Callable[[TargetEmitter, Value, int], None]], N
 
 def reduce_into(low: Lowerer, instr: Instr, mem: Mem, value: Lowered, layout: object) -> None:
     """``mem += value`` for a tensor that tiles of other CTAs may also add into (a
-    split-K GEMM): in tile order where the plan applies, else one
-    ``red.global.add.f32`` per element."""
+    split-K GEMM): in tile order by the window plan or the rows where one applies,
+    else one ``red.global.add.f32`` per element."""
     e = low.em
     value = materialize(low, value, layout)
     if not isinstance(value, Dist) or value.type != "f32" or mem_type(mem.element) != "f32":
         raise UnsupportedError("'+=' of a tensor is lowered for f32 values into f32 memory",
                                loc=e.loc)
     visit, regs = _visitor(low, mem, value), value.regs
-    plan = window_plan(low, instr, mem)
+    if "update_counts" not in low.extra:
+        low.extra["update_counts"] = updates_of(low.fn)
+    # several updates of one tensor are applied in program order only by the rows
+    alone = low.extra["update_counts"].get(root_of(instr.operands[0])) == 1
+    plan = window_plan(low, instr, mem) if alone else None
     assert low.geom is not None
     if plan is not None and plan.scratch_bytes(len(regs), low.geom.block) <= MAX_SCRATCH:
         ordered_into(low, plan, visit, regs)
+        return
+    if rows_into(low, instr, mem, visit, regs):
         return
     red = Reduce("global", "add", "f32")
     visit(e, lambda x, addr, r: x.op(red, [addr, regs[r]]))
