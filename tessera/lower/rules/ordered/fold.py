@@ -1,5 +1,6 @@
-"""The end of a kernel with ordered updates (:mod:`.ordered`): the CTA that draws the
-last ticket applies every tagged slot in slot order.
+"""The end of a kernel with ordered updates: every CTA draws a ticket, and the CTA that
+draws the last applies the recorded tensor rows (:mod:`.rows`, in parallel within a
+row) and then every tagged slot of the scalar updates (:mod:`.scalar`) in slot order.
 
 The slots' order is one chain of dependent updates, so one thread applies them. The
 CTA's threads first stage each chunk of :data:`CHUNK` slots in shared memory (one
