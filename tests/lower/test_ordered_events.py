@@ -149,3 +149,44 @@ def test_an_update_that_cannot_be_numbered_is_refused() -> None:
     assert "after the loop" in str(info.value)
     ptx = compile_kernel(counted_adds, x, count, np.ones(1, np.float32), target="sm_80").ptx
     assert F32_RED in ptx
+
+
+@ts.kernel
+def bins_read_back(x: ts.Tensor["N", ts.f32], key: ts.Tensor["N", ts.int32],
+                   bins: ts.Tensor["N", ts.f32], y: ts.Tensor["N", ts.f32]):
+    """Each tile updates the bin its key names and reads it back."""
+    i = ts.tile.linear_id()
+    bins[key[i]] += x[i]
+    y[i] = bins[key[i]]
+
+
+@ts.kernel
+def scales_read_back(x: ts.Tensor["N", ts.f32], key: ts.Tensor["N", ts.int32],
+                     bins: ts.Tensor["N", ts.f32], y: ts.Tensor["N", ts.f32]):
+    i = ts.tile.linear_id()
+    bins[key[i]] *= x[i]
+    y[i] = bins[key[i]]
+
+
+@ts.kernel
+def one_tile_reads_back(x: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32],
+                        y: ts.Tensor[1, ts.f32]):
+    total[0] *= x[0]
+    y[0] = total[0]
+
+
+def test_a_tile_reads_its_own_update() -> None:
+    """An update the kernel reads back is not deferred to the kernel's end, where the
+    tile's read would miss it: one tile's is a plain read-modify-write, an f32 ``+=``
+    of several tiles stays ``red`` (each tile reads an element no other tile updates:
+    the tile interpreter reports a race otherwise), and a ``*=`` is refused."""
+    rng = np.random.default_rng(13)
+    x, key = rng.standard_normal(64).astype(np.float32), rng.permutation(64).astype(np.int32)
+    bins, y = np.ones(64, np.float32), np.zeros(64, np.float32)
+    ts.check_against_reference(bins_read_back, x, key, bins, y, backend="target",
+                               target="sm_80")
+    ts.check_against_reference(one_tile_reads_back, x, bins[:1], y[:1], backend="target",
+                               target="sm_80", grid=1)
+    assert F32_RED in compile_kernel(bins_read_back, x, key, bins, y, target="sm_80").ptx
+    with pytest.raises(UnsupportedError, match="also reads that tensor"):
+        compile_kernel(scales_read_back, x, key, bins, y, target="sm_80")

@@ -119,3 +119,21 @@ def test_what_the_rows_cannot_number_keeps_red_or_is_refused() -> None:
         compile_kernel(tile_and_element, x, np.zeros(32, np.float32), target="sm_80",
                        tile_shape=(1,), grid=4)
     assert "test_ordered_rows.py" in str(info.value)
+
+
+@ts.kernel
+def rows_read_back(x: ts.Tensor["R", "C", ts.f32], out: ts.Tensor["R", "C", ts.f32],
+                   y: ts.Tensor["R", "C", ts.f32]):
+    """Odd tiles add into their own row of ``out``, and every tile reads its row."""
+    if tile_m % 2 == 1:
+        out[tile_m, 0:C] += x[tile_m, 0:C]
+    y[tile_m, 0:C] = out[tile_m, 0:C]
+
+
+def test_a_tile_reads_its_own_rows() -> None:
+    """A tensor the kernel also reads is not recorded as rows (the tile's read would
+    come before the kernel's end): the update stays in place, as the interpreters see it."""
+    rng = np.random.default_rng(10)
+    x, out = _spread(rng, (6, 32)), np.ones((6, 32), np.float32)
+    ts.check_against_reference(rows_read_back, x, out, np.zeros((6, 32), np.float32),
+                               backend="target", target="sm_80", tile_shape=(1,), grid=6)

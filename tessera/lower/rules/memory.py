@@ -319,11 +319,11 @@ def _scalar_update(low: Lowerer, e: TargetEmitter, instr: Instr, name: str, mem:
         how = ordered_update(low, e, instr, address(e, mem), value.reg, value.type, name, mem)
         if how == "ordered":
             return
-        if how == "unordered":
+        if how in ("unordered", "reads"):
             if name == "add" and value.type == "f32" and mt == "f32":
                 e.op(Reduce("global", "add", "f32"), [address(e, mem), value.reg])  # see ordered
                 return
-            refuse_unordered(instr, name)
+            refuse_unordered(instr, name, how)
     # other updates are a plain read-modify-write: exact where one tile owns the element
     old = load_scalar(e, mem)
     store_scalar(e, mem, e.bin(name, old, value.reg, value.type), value.type)

@@ -109,6 +109,20 @@ def updates_of(fn: Function) -> dict[Value, int]:
     return count
 
 
+def read_roots(fn: Function) -> set[Value]:
+    """The kernel arguments ``fn`` reads (loads, masked and vector loads, async copies
+    from global memory): an update of one of them cannot wait for the kernel's end,
+    where its tile's own later reads would not see it."""
+    roots = set()
+    for instr in walk(fn.body):
+        op = instr.op
+        if isinstance(op, tile_memory.Load | tile_memory.MaskedLoad | tile_memory.LoadVector):
+            roots.add(root_of(instr.operands[0]))
+        elif isinstance(op, tile_memory.CpAsync):
+            roots.add(root_of(instr.operands[1]))
+    return roots
+
+
 def events_of(fn: Function, counts: Callable[[Instr], bool] = scalar_updates) -> Events:
     """The events of ``fn``'s updates that ``counts`` (see :class:`Events`)."""
     events = Events(counts)
@@ -116,4 +130,5 @@ def events_of(fn: Function, counts: Callable[[Instr], bool] = scalar_updates) ->
     return events
 
 
-__all__ = ["Events", "events_of", "root_of", "scalar_updates", "tensor_updates", "updates_of"]
+__all__ = ["Events", "events_of", "read_roots", "root_of", "scalar_updates", "tensor_updates",
+           "updates_of"]

@@ -15,8 +15,9 @@ threads add a row in parallel, each the elements it recorded; a ``bar.sync``, wh
 orders the CTA's global accesses, separates one row from the next.
 
 A warp-specialised kernel's epilogue, an update in a loop of run-time bounds, a view
-that repeats an element and a launch that would need more than :data:`MAX_ROW_BYTES`
-of rows keep ``red.global.add.f32``.
+that repeats an element, a tensor the kernel also reads (its tile's later reads must
+see the update) and a launch that would need more than :data:`MAX_ROW_BYTES` of rows
+keep ``red.global.add.f32``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.ordered.events import Events, events_of, root_of, tensor_updates
+from tessera.lower.rules.ordered.events import (
+    Events,
+    events_of,
+    read_roots,
+    root_of,
+    tensor_updates,
+)
 from tessera.lower.rules.ordered.scalar import slot_address
 from tessera.lower.values import Mem
 
@@ -54,6 +61,10 @@ def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: object, regs: list[Va
     if g is None or not low.block_kernel or "continuation" in low.extra or \
             any(s == 0 and n > 1 for s, n in zip(mem.strides, mem.shape)):
         return False
+    if "read_roots" not in low.extra:
+        low.extra["read_roots"] = read_roots(low.fn)
+    if root_of(instr.operands[0]) in low.extra["read_roots"]:
+        return False  # the tile's own later reads must see its update
     if "tensor_events" not in low.extra:
         low.extra["tensor_events"] = events_of(low.fn, tensor_updates)
     events: Events = low.extra["tensor_events"]

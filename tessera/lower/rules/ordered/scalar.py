@@ -57,7 +57,7 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.ordered.events import Events, events_of, root_of
+from tessera.lower.rules.ordered.events import Events, events_of, read_roots, root_of
 from tessera.lower.rules.ordered.values import distinct, launch_values, thread_values
 from tessera.lower.values import Mem
 
@@ -115,8 +115,9 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     """This thread's update ``mem = mem <name> value`` (at ``addr``): ``"ordered"`` where
     it is recorded for the ordered combine at the kernel's end; ``"own"`` where each
     tile's element is its own (nothing emitted: a plain read-modify-write is exact);
-    ``"unordered"`` (nothing emitted) where the scheme does not apply (see the module
-    docstring)."""
+    ``"reads"`` (nothing emitted) where the kernel also reads the tensor, which a
+    deferred update would not show its tile; ``"unordered"`` (nothing emitted) where
+    the scheme does not apply (see the module docstring)."""
     if "events" not in low.extra:
         low.extra["events"] = events_of(low.fn)
     events: Events = low.extra["events"]
@@ -130,8 +131,10 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     at = thread_values(g.ctas, g.batch, g.block, low.params, addr) if scattered and \
         not low.block_kernel else launch_values(g.ctas, g.batch, g.block, low.params)(addr)
     addresses = None if at is None else distinct(at)
-    if scattered and _owned(low, at, addresses):
+    if tiles == 1 or (scattered and _owned(low, at, addresses)):
         return "own"
+    if _read_back(low, instr):
+        return "reads"
     slots = tiles * events.per_tile
     position = events.position(low, e, instr)
     if vtype not in SLOT_TYPES or position is None or slots > MAX_SLOTS:
@@ -164,14 +167,26 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
 _SPELLING = {"add": "+=", "sub": "-=", "mul": "*=", "div": "/=", "max": "max=", "min": "min="}
 
 
-def refuse_unordered(instr: Instr, name: str) -> None:
+def refuse_unordered(instr: Instr, name: str, how: str) -> None:
     """The error for an update of a shared element that neither the ordered scheme nor
-    an atomic can apply."""
+    an atomic can apply (``how``: what :func:`ordered_update` said)."""
+    what = f"'{_SPELLING.get(name, name)}' of a global element that several tiles may update"
+    if how == "reads":
+        raise UnsupportedError(
+            f"{what}, in a kernel that also reads that tensor, cannot be applied in tile order "
+            "on a GPU: the update would wait for the kernel's end, after the tile's reads",
+            loc=instr.loc, hint="read the result in a second launch")
     raise UnsupportedError(
-        f"'{_SPELLING.get(name, name)}' of a global element that several tiles may update "
-        "cannot be applied in tile order on a GPU here: it is in a loop whose trip count is "
-        "not a constant, or the launch has too many updates to keep", loc=instr.loc,
+        f"{what} cannot be applied in tile order on a GPU here: it is in a loop whose trip "
+        "count is not a constant, or the launch has too many updates to keep", loc=instr.loc,
         hint="accumulate in a register and update memory once per tile, after the loop")
+
+
+def _read_back(low: Lowerer, instr: Instr) -> bool:
+    """Whether the kernel reads the tensor ``instr`` updates."""
+    if "read_roots" not in low.extra:
+        low.extra["read_roots"] = read_roots(low.fn)
+    return root_of(instr.operands[0]) in low.extra["read_roots"]
 
 
 def _owned(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) -> bool:
