@@ -1,7 +1,8 @@
 """The conformance cases, one module per area. :func:`load_all` imports (and so
 registers) every area, in the order of the stack: numerics and policies, graph
 programs, the graph-level and distribution seeds, autodiff, tile kernels (their seeds
-included) and their semantics, the sanitizers, collectives on a 72-device mesh."""
+included), their semantics and reduction orders, the sanitizers, collectives on a
+72-device mesh."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import importlib
 
 #: the area modules, in report order
 AREAS = ("numerics", "policy", "graph", "seeds_graph", "seeds_mesh", "autodiff", "kernels",
-         "tile", "sanitizer", "mesh")
+         "tile", "tile_order", "sanitizer", "mesh")
 
 
 def load_all() -> None:
