@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tessera.interp.target import run_target
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import U64
-from tessera.lower.rules.ordered.values import distinct, launch_values, thread_values
+from tessera.lower.rules.ordered.values import distinct, launch_values, monotonic, thread_values
 from tests.interp.target.kit import Kernel
 
 CTAS, BATCH, BLOCK = 3, 2, 64
@@ -52,6 +52,18 @@ def test_thread_values_are_what_the_threads_compute(divisor: int, shift: int,
     run_target(k.build(), [out])
     got = thread_values(CTAS, BATCH, BLOCK, k.args, s, chunk=chunk)
     assert got is not None and np.array_equal(got, out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(divisor=st.sampled_from([-7, -1, 1, 3, 8, 100, 1000]), shift=st.integers(0, 7),
+       chunk=st.integers(1, 400))
+def test_monotonic_agrees_with_the_values(divisor: int, shift: int, chunk: int) -> None:
+    """The chunked check of strictly monotonic values says what the whole array says."""
+    k, s = _index_kernel(divisor, shift)
+    values = thread_values(CTAS, BATCH, BLOCK, k.args, s)
+    assert values is not None
+    assert monotonic(CTAS, BATCH, BLOCK, k.args, s, chunk=chunk) == \
+        bool(np.all(np.diff(values) > 0) or np.all(np.diff(values) < 0))
 
 
 def test_values_the_compiler_cannot_know() -> None:

@@ -190,3 +190,32 @@ def test_a_tile_reads_its_own_update() -> None:
     assert F32_RED in compile_kernel(bins_read_back, x, key, bins, y, target="sm_80").ptx
     with pytest.raises(UnsupportedError, match="also reads that tensor"):
         compile_kernel(scales_read_back, x, key, bins, y, target="sm_80")
+
+
+@ts.kernel
+def tiles_scale_their_own(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
+    i = ts.tile.linear_id()
+    if i < N:
+        out[i] *= x[i]
+
+
+@ts.kernel
+def tiles_scale_strided(x: ts.Tensor["N", ts.f32], out: ts.Tensor["N", ts.f32]):
+    i = ts.tile.linear_id()
+    if i < N:
+        out[(i * 7) % N] *= x[i]
+
+
+def test_a_launch_too_large_to_keep_finds_monotonic_elements(monkeypatch: Any) -> None:
+    """Beyond the launch whose addresses are kept, elements that increase (or decrease)
+    thread by thread are still each tile's own (a plain read-modify-write); others
+    (a stride of 7, distinct but not in order) cannot be told apart, and their ``*=``
+    is refused."""
+    from tessera.lower.rules.ordered import scalar
+
+    monkeypatch.setattr(scalar, "MAX_EVALUATED", 16)
+    x, out = np.ones(300, np.float32), np.ones(300, np.float32)
+    ptx = compile_kernel(tiles_scale_their_own, x, out, target="sm_80").ptx
+    assert "atom" not in ptx and "__tessera" not in ptx
+    with pytest.raises(UnsupportedError, match="too many updates"):
+        compile_kernel(tiles_scale_strided, x, out, target="sm_80")

@@ -58,7 +58,7 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.rules.ordered.events import Events, events_of, read_roots, root_of
-from tessera.lower.rules.ordered.values import distinct, launch_values, thread_values
+from tessera.lower.rules.ordered.values import distinct, launch_values, monotonic, thread_values
 from tessera.lower.values import Mem
 
 #: register types whose values the slots hold (each slot is 8 bytes, the value first)
@@ -66,7 +66,8 @@ SLOT_TYPES = ("f32", "s32", "f64")
 #: the most slots (events of the whole launch) the scheme keeps; a larger launch keeps
 #: ``red`` for an f32 ``+=``
 MAX_SLOTS = 1 << 22
-#: the most tiles whose addresses are evaluated to tell whether each owns its element
+#: the most tiles whose addresses are kept to tell whether each owns its element (a
+#: larger launch's own elements are found where the addresses are monotonic)
 MAX_EVALUATED = 1 << 24
 #: special registers with one value in the whole grid
 _UNIFORM_SREGS = {"ntid.x", "ntid.y", "ntid.z", "nctaid.x", "nctaid.y", "nctaid.z"}
@@ -125,8 +126,10 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     assert g is not None
     tiles = g.ctas * g.batch if low.block_kernel else g.launch_threads
     scattered = not _uniform(addr, low.params)
-    if scattered and tiles > MAX_EVALUATED:
-        return "unordered"
+    if scattered and tiles > MAX_EVALUATED:  # too many to keep: own elements or nothing
+        alone = _single_update(low) and not low.block_kernel
+        return "own" if alone and monotonic(g.ctas, g.batch, g.block, low.params, addr) \
+            else "unordered"
     # a block kernel's scalar update runs once per CTA (by its thread 0)
     at = thread_values(g.ctas, g.batch, g.block, low.params, addr) if scattered and \
         not low.block_kernel else launch_values(g.ctas, g.batch, g.block, low.params)(addr)
@@ -196,9 +199,14 @@ def _owned(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) ->
     one's element)."""
     if at is None or addresses is None:
         return False
+    return _single_update(low) and len(addresses) == len(at)
+
+
+def _single_update(low: Lowerer) -> bool:
+    """Whether the kernel has one update (of any memory)."""
     if "updates" not in low.extra:
         low.extra["updates"] = sum(isinstance(i.op, tile_memory.Update) for i in walk(low.fn.body))
-    return low.extra["updates"] == 1 and len(addresses) == len(at)
+    return low.extra["updates"] == 1
 
 
 def _slot_index(low: Lowerer, e: TargetEmitter, position: Value, per_tile: int) -> Value:

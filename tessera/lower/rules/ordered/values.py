@@ -55,6 +55,26 @@ def thread_values(ctas: int, batch: int, block: int, params: list[Value], v: Val
     return np.concatenate(parts)
 
 
+def monotonic(ctas: int, batch: int, block: int, params: list[Value], v: Value,
+              chunk: int = CHUNK) -> bool:
+    """Whether ``v`` strictly increases, or strictly decreases, from thread to thread of
+    the launch (so no two threads share a value), checked :data:`CHUNK` threads at a
+    time without keeping the values: ``out[i]`` or ``out[N - 1 - i]`` of any launch."""
+    n, last, up, down = ctas * batch * block, None, True, True
+    for start in range(0, n, chunk):
+        part = launch_values(ctas, batch, block, params, True,
+                             range(start, min(n, start + chunk)))(v)
+        if part is None:
+            return False
+        joined = part if last is None else np.concatenate([[last], part])
+        steps = np.diff(joined)
+        up, down = up and bool(np.all(steps > 0)), down and bool(np.all(steps < 0))
+        if not (up or down):
+            return False
+        last = part[-1]
+    return True
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values of an integer array, ascending (by a sort: ``np.unique``
     took 4 s for 2^22 values where the sort takes a quarter of a second)."""
@@ -64,4 +84,4 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
-__all__ = ["CHUNK", "distinct", "launch_values", "thread_values"]
+__all__ = ["CHUNK", "distinct", "launch_values", "monotonic", "thread_values"]
