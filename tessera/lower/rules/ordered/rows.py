@@ -22,6 +22,7 @@ keep ``red.global.add.f32``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.ir.core import Instr, Value
@@ -41,6 +42,10 @@ from tessera.lower.values import Mem
 #: the most bytes of rows (values and addresses) a launch may keep
 MAX_ROW_BYTES = 1 << 27
 
+#: calls ``fn(emitter, address, register)`` for each element a thread adds, emitting
+#: with ``emitter`` (each element under the guard it needs)
+Visit = Callable[[TargetEmitter, Callable[[TargetEmitter, Value, int], None]], None]
+
 
 @dataclass(frozen=True, eq=False)
 class RowSite:
@@ -54,7 +59,7 @@ class RowSite:
     root: Value
 
 
-def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: object, regs: list[Value]) -> bool:
+def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: Visit, regs: list[Value]) -> bool:
     """Records this execution of ``mem += regs`` as a row (see the module docstring);
     False where the scheme does not apply (nothing emitted)."""
     g = low.geom
@@ -92,7 +97,7 @@ def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: object, regs: list[Va
         index = _element(x, site, row, r, tid, block)
         x.st("global", slot_address(x, site.values, index, 4), regs[r], "f32")
         x.st("global", slot_address(x, site.addresses, index, 8), addr, "u64")
-    visit(e, record)  # type: ignore[operator]
+    visit(e, record)
     e.if_(e.setp("eq", tid, e.const(0, "s32"), "s32"), lambda x: x.st(
         "global", slot_address(x, low.extra["ordered_row_tags"], row, 4),
         x.const(site.index + 1, "u32"), "u32"))
@@ -141,4 +146,4 @@ def _element(e: TargetEmitter, site: RowSite, row: Value, r: int, tid: Value,
     return e.add(e.mul(line, e.const(block, "s32"), "s32"), tid, "s32")
 
 
-__all__ = ["MAX_ROW_BYTES", "RowSite", "fold_rows", "rows_into"]
+__all__ = ["MAX_ROW_BYTES", "RowSite", "Visit", "fold_rows", "rows_into"]

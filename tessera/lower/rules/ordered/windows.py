@@ -50,7 +50,7 @@ from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
 from tessera.lower.rules.memory import address
 from tessera.lower.rules.ordered.events import root_of, updates_of
-from tessera.lower.rules.ordered.rows import rows_into
+from tessera.lower.rules.ordered.rows import Visit, rows_into
 from tessera.lower.rules.ordered.values import distinct, launch_values
 from tessera.lower.rules.tensor import for_each_element, materialize
 from tessera.lower.values import Dist, Lowered, Mem, elem_bytes, mem_type
@@ -64,9 +64,6 @@ MAX_FOOTPRINT = 1 << 24
 #: a plan's "no scratch row" (the first tile of its window)
 NO_ROW = 0xFFFFFFFF
 
-#: calls ``fn(emitter, address, register)`` for each element a thread adds, emitting
-#: with ``emitter`` (each element under the guard it needs)
-Visit = Callable[[TargetEmitter, Callable[[TargetEmitter, Value, int], None]], None]
 
 
 def reduce_into(low: Lowerer, instr: Instr, mem: Mem, value: Lowered, layout: object) -> None:
