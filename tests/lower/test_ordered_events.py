@@ -219,3 +219,33 @@ def test_a_launch_too_large_to_keep_finds_monotonic_elements(monkeypatch: Any) -
     assert "atom" not in ptx and "__tessera" not in ptx
     with pytest.raises(UnsupportedError, match="too many updates"):
         compile_kernel(tiles_scale_strided, x, out, target="sm_80")
+
+
+@ts.kernel
+def adds_and_reads(x: ts.Tensor["N", ts.f32], total: ts.Tensor[2, ts.f32],
+                   y: ts.Tensor["N", ts.f32]):
+    """Every tile adds into ``total[0]`` and reads ``total[1]``: a tensor the kernel
+    reads keeps ``red`` (no tile reads an element another writes: no race)."""
+    i = ts.tile.linear_id()
+    if i < N:
+        total[0] += x[i]
+        y[i] = total[1]
+
+
+def test_the_check_reports_a_result_that_depends_on_the_schedule() -> None:
+    """What the schemes cannot order stays ``red``, and ``check_against_reference`` on
+    the Target IR backend runs such a kernel in both CTA orders: bits that differ are
+    reported, although the first order alone agrees with the tile interpreter."""
+    from tessera.errors import InterpretError
+
+    x = (np.random.default_rng(14).standard_normal(300) * 1e4).astype(np.float32)
+    x[::7] = 1e-3
+    total, y = np.array([0.5, 2.0], np.float32), np.zeros(300, np.float32)
+    assert _target_result(adds_and_reads, x, total, y)[1].tobytes() == \
+        _tile_result(adds_and_reads, x, total, y)[1].tobytes()
+    with pytest.raises(InterpretError, match="depends on the order") as info:
+        ts.check_against_reference(adds_and_reads, x, total, y, backend="target",
+                                   target="sm_80")
+    assert "read in a second launch" in str(info.value)
+    ts.check_against_reference(tiles_scale_their_own, x, np.ones(300, np.float32),
+                               backend="target", target="sm_80")

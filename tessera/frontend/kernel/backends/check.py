@@ -129,8 +129,9 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
         ref_args = copy.deepcopy(args)
         ref = _outputs(ref_args, kernel(*ref_args, mode="checked" if fast else mode,
                                         **launch_kw))
-    got = _outputs(got_args, launch(kernel, launch_kw.pop("grid", None), got_args,
-                                    backend=backend, target=target, mode=mode, **launch_kw))
+    grid = launch_kw.pop("grid", None)
+    got = _outputs(got_args, launch(kernel, grid, got_args, backend=backend, target=target,
+                                    mode=mode, **launch_kw))
     for k, (r, g) in enumerate(zip(ref, got)):
         if exact:
             bad = r.view(np.uint8).reshape((*r.shape, -1)) != g.view(np.uint8).reshape(
@@ -150,6 +151,44 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
             raise InterpretError(f"output {k} of '{kernel.name}' differs from "
                                  f"{against} at {at}: {g[at]!r} instead of {r[at]!r} "
                                  f"({int(bad.sum())} elements differ, backend {backend})")
+    if backend == "target" and exact:
+        _same_in_either_order(kernel, args, got, target, mode,
+                              {**launch_kw, **({} if grid is None else {"grid": grid})})
+
+
+def _same_in_either_order(kernel: Any, args: tuple[Any, ...], got: list[np.ndarray],
+                          target: str | None, mode: str | None,
+                          launch_kw: dict[str, Any]) -> None:
+    """A kernel whose float atomics (``red``, ``atom``) from several CTAs a GPU applies
+    in arrival order runs again with the other CTAs' atomics first: different bits
+    mean the GPU's result depends on the schedule, which the check reports."""
+    from tessera.ir.core import walk
+    from tessera.ir.dialects.target.ops import Reduce
+    from tessera.ir.dialects.target.ptx_ops import Atom
+
+    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode,
+                              **launch_kw)
+    if compiled.grid[0] * compiled.grid[1] < 2 or not any(
+            isinstance(i.op, Reduce | Atom) and i.op.type.startswith("f")
+            for i in walk(compiled.kernel.body)):
+        return
+    other_args = copy.deepcopy(args)
+    other = _outputs(other_args, run_compiled(compiled, kernel, *other_args,
+                                              cta_order="descending", **launch_kw))
+    for k, (a, b) in enumerate(zip(got, other)):
+        bad = a.view(np.uint8).reshape((*a.shape, -1)) != b.view(np.uint8).reshape(
+            (*b.shape, -1))
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad.any(axis=-1))[0])
+            raise InterpretError(
+                f"output {k} of '{kernel.name}' depends on the order in which the CTAs' "
+                f"float atomics land: {a[at]!r} with the first CTA's first, {b[at]!r} "
+                f"with the last CTA's first, at {at}; a GPU applies them in arrival order, "
+                "so its bits vary from run to run",
+                hint="the atomics are updates Tessera cannot apply in tile order on a GPU "
+                     "(a float '+=' in a loop of run-time bounds, or of a tensor the kernel "
+                     "also reads): update once per tile after the loop, or read in a second "
+                     "launch")
 
 
 def _both_nan(r: np.ndarray, g: np.ndarray) -> np.ndarray:

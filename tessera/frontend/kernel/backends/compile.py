@@ -176,16 +176,17 @@ def target_arguments(compiled: CompiledKernel, runtime: list[Any]) -> tuple[list
 
 @user_api
 def run_compiled(compiled: CompiledKernel, kernel: Any, *args: Any,
-                 tensor_cores: str = "exact", **launch: Any) -> Any:
+                 tensor_cores: str = "exact", cta_order: str = "ascending",
+                 **launch: Any) -> Any:
     """Run the compiled kernel's Target IR on these arguments with the Target IR
     interpreter (arrays updated in place, like a launch) under the tensor-core model
-    ``tensor_cores`` (``"exact"`` or ``"hopper"``, see ``run_target``); returns what a
-    launch of the kernel returns."""
+    ``tensor_cores`` (``"exact"`` or ``"hopper"``), the CTAs' atomics landing in
+    ``cta_order`` (see ``run_target``); returns what a launch of the kernel returns."""
     from tessera.interp.target import run_target
 
     prep, _ = kernel.specialise(tuple(args), dict(launch))
     targs, out = target_arguments(compiled, prep.runtime)
-    run_target(compiled.kernel, targs, tensor_cores=tensor_cores)
+    run_target(compiled.kernel, targs, tensor_cores=tensor_cores, cta_order=cta_order)
     return launch_result(compiled, prep, out)
 
 
