@@ -4,12 +4,12 @@ read-modify-write updates, barriers and the kernel's returned value.
 A view is address arithmetic only (:class:`~tessera.lower.values.Mem`). A scalar
 access is one ``ld``/``st`` at ``base + offset * size``. ``tile.update`` of global
 memory (``total[0] += x`` from several groups) is applied in group order, as the tile
-and Target IR interpreters apply it, by :mod:`tessera.lower.rules.ordered.scalar` (the last
-CTA folds every thread's contribution in order); integer add, min and max stay
-``red.global`` (associative and commutative), and a float ``+=`` the ordered scheme
-does not cover (an element chosen by loaded data, an update in a loop) stays
-``red.global.add.f32``, whose atomics land in arrival order. A tensor ``+=``
-(split-K) is :mod:`tessera.lower.rules.ordered.windows`'.
+and Target IR interpreters apply it, by :mod:`tessera.lower.rules.ordered` (the last
+CTA applies every tile's recorded updates in order); integer add, min and max stay
+``red.global`` (associative and commutative), and a float ``+=`` the ordered schemes
+do not cover (an update in a loop of run-time bounds, of a tensor the kernel also
+reads) stays ``red.global.add.f32``, whose atomics land in arrival order. A tensor
+``+=`` (split-K) is :mod:`tessera.lower.rules.ordered.windows` or ``.rows``.
 """
 
 from __future__ import annotations

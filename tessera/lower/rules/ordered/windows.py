@@ -65,7 +65,6 @@ MAX_FOOTPRINT = 1 << 24
 NO_ROW = 0xFFFFFFFF
 
 
-
 def reduce_into(low: Lowerer, instr: Instr, mem: Mem, value: Lowered, layout: object) -> None:
     """``mem += value`` for a tensor that tiles of other CTAs may also add into (a
     split-K GEMM): in tile order by the window plan or the rows where one applies,
