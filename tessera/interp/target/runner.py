@@ -289,7 +289,7 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
         try:
             run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
         except TargetFault as err:
-            if getattr(m, "tasks_hung", False) and not independent:
+            if m.tasks_hung and not independent:
                 raise _LockstepHang(err) from err
             raise
     target_bulk_store.check_drained(m)  # every CTA has exited

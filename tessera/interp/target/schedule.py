@@ -186,7 +186,7 @@ def run_concurrently(m: Machine, arms: Sequence[Callable[[], list[Any]]]) -> lis
             m.scheduler = None  # type: ignore[attr-defined]
             sched.local.index = None
             if sched.hung:
-                m.tasks_hung = True  # type: ignore[attr-defined]
+                m.tasks_hung = True
     if sched.abort:
         if root:
             raise sched.errors[0]

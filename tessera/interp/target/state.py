@@ -144,6 +144,9 @@ class Machine:
         #: whether the arms of a concurrent ``ptx.if`` run one task per warpgroup of each
         #: CTA (:mod:`tessera.interp.target.flow`) rather than all CTAs in lockstep
         self.independent = False
+        #: whether some concurrent tasks of the launch found that none could continue
+        #: (:mod:`tessera.interp.target.schedule`)
+        self.tasks_hung = False
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""

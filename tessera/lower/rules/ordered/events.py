@@ -130,5 +130,57 @@ def events_of(fn: Function, counts: Callable[[Instr], bool] = scalar_updates) ->
     return events
 
 
-__all__ = ["Events", "events_of", "read_roots", "root_of", "scalar_updates", "tensor_updates",
-           "updates_of"]
+class KernelUpdates:
+    """What the ordered schemes ask of one kernel's updates, found once per lowering
+    (:func:`updates`): the events of its scalar and of its tensor updates, how many
+    updates of global memory go into each kernel argument, and the arguments it reads."""
+
+    def __init__(self, fn: Function) -> None:
+        self.scalar = events_of(fn, scalar_updates)
+        self.tensor = events_of(fn, tensor_updates)
+        self.counts = updates_of(fn)
+        self.reads = read_roots(fn)
+
+    def single(self) -> bool:
+        """Whether the kernel has one update of global memory (no other could meet it)."""
+        return sum(self.counts.values()) == 1
+
+    def alone(self, instr: Instr) -> bool:
+        """Whether ``instr`` is the only update of its kernel argument."""
+        return self.counts.get(root_of(instr.operands[0])) == 1
+
+    def read_back(self, instr: Instr) -> bool:
+        """Whether the kernel also reads the argument ``instr`` updates: the update
+        cannot wait for the kernel's end, where its tile's own reads would miss it."""
+        return root_of(instr.operands[0]) in self.reads
+
+
+def updates(low: Lowerer) -> KernelUpdates:
+    """The :class:`KernelUpdates` of the kernel ``low`` lowers (found on first use)."""
+    if "updates" not in low.extra:
+        low.extra["updates"] = KernelUpdates(low.fn)
+    return low.extra["updates"]
+
+
+def launch_ids(low: Lowerer) -> tuple[Value, Value]:
+    """This CTA's linear index in the launch (``ctaid.y * nctaid.x + ctaid.x``) and its
+    thread's ``tid.x``, as ``s32``, computed once in the entry block (which dominates
+    every update and the kernel's end)."""
+    if "launch_ids" not in low.extra:
+        e, g = low.e, low.geom
+        assert g is not None
+        cta = e.add(e.mul(e.cvt(e.sreg("ctaid.y"), "s32", "u32"), e.const(g.ctas, "s32"),
+                          "s32"), e.cvt(e.sreg("ctaid.x"), "s32", "u32"), "s32")
+        low.extra["launch_ids"] = (cta, e.cvt(e.sreg("tid.x"), "s32", "u32"))
+    return low.extra["launch_ids"]
+
+
+def slot_address(e: TargetEmitter, base: Value, index: Value, size: int,
+                 itype: str = "s32") -> Value:
+    """``base + index * size`` (a global address) for an ``s32`` or ``u32`` index."""
+    wide = e.bin("mul", index, e.const(size, itype), itype, "wide")
+    return e.add(base, wide if itype == "u32" else e.cvt(wide, "u64", "s64"), "u64")
+
+
+__all__ = ["Events", "KernelUpdates", "events_of", "launch_ids", "read_roots", "root_of",
+           "scalar_updates", "slot_address", "tensor_updates", "updates", "updates_of"]

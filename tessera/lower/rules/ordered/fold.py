@@ -27,8 +27,9 @@ from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.rules.memory import load_scalar, store_scalar, to_mem, to_reg
+from tessera.lower.rules.ordered.events import slot_address, updates
 from tessera.lower.rules.ordered.rows import RowSite, fold_rows
-from tessera.lower.rules.ordered.scalar import Site, slot_address
+from tessera.lower.rules.ordered.scalar import Site
 from tessera.lower.values import Mem, mem_type, reg_type
 
 #: slots staged in shared memory at a time (one per thread of the folding CTA)
@@ -90,7 +91,7 @@ def _alone(site: Site, sites: list[Site]) -> bool:
 
 def _fold_slots(low: Lowerer, x: TargetEmitter, sites: list[Site]) -> None:
     """The last CTA: stage the slots chunk by chunk, thread 0 applies them in order."""
-    g, events = low.geom, low.extra["events"]
+    g, events = low.geom, updates(low).scalar
     assert g is not None
     slots = (g.ctas * g.batch if low.block_kernel else g.launch_threads) * events.per_tile
     chunk = min(g.block, CHUNK)

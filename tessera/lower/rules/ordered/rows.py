@@ -29,14 +29,7 @@ from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target.tables import ModuleVar
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.ordered.events import (
-    Events,
-    events_of,
-    read_roots,
-    root_of,
-    tensor_updates,
-)
-from tessera.lower.rules.ordered.scalar import slot_address
+from tessera.lower.rules.ordered.events import launch_ids, root_of, slot_address, updates
 from tessera.lower.values import Mem
 
 #: the most bytes of rows (values and addresses) a launch may keep
@@ -66,13 +59,10 @@ def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: Visit, regs: list[Val
     if g is None or not low.block_kernel or "continuation" in low.extra or \
             any(s == 0 and n > 1 for s, n in zip(mem.strides, mem.shape)):
         return False
-    if "read_roots" not in low.extra:
-        low.extra["read_roots"] = read_roots(low.fn)
-    if root_of(instr.operands[0]) in low.extra["read_roots"]:
+    kernel = updates(low)
+    if kernel.read_back(instr):
         return False  # the tile's own later reads must see its update
-    if "tensor_events" not in low.extra:
-        low.extra["tensor_events"] = events_of(low.fn, tensor_updates)
-    events: Events = low.extra["tensor_events"]
+    events = kernel.tensor
     rows, nregs, block = g.ctas * g.batch * events.per_tile, len(regs), g.block
     e = low.em
     position = events.position(low, e, instr)
@@ -88,10 +78,8 @@ def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: Visit, regs: list[Val
                    entry.one(ModuleVar(f"{tag}{len(sites)}_at", 8 * size, 8, restored=True)),
                    root_of(instr.operands[0]))
     sites.append(site)
-    cta = e.add(e.mul(e.cvt(e.sreg("ctaid.y"), "s32", "u32"), e.const(g.ctas, "s32"), "s32"),
-                e.cvt(e.sreg("ctaid.x"), "s32", "u32"), "s32")
+    cta, tid = launch_ids(low)
     row = e.add(e.mul(cta, e.const(events.per_tile, "s32"), "s32"), position, "s32")
-    tid = e.cvt(e.sreg("tid.x"), "s32", "u32")
 
     def record(x: TargetEmitter, addr: Value, r: int) -> None:
         index = _element(x, site, row, r, tid, block)
@@ -107,10 +95,10 @@ def rows_into(low: Lowerer, instr: Instr, mem: Mem, visit: Visit, regs: list[Val
 def fold_rows(low: Lowerer, e: TargetEmitter, sites: list[RowSite]) -> None:
     """The last CTA (all its threads): each tagged row in row order, added into memory
     by the threads that recorded its elements, a ``bar.sync`` after each row."""
-    g, events = low.geom, low.extra["tensor_events"]
+    g, events = low.geom, updates(low).tensor
     assert g is not None
     rows, block, tags = g.ctas * g.batch * events.per_tile, g.block, low.extra["ordered_row_tags"]
-    tid = e.cvt(e.sreg("tid.x"), "s32", "u32")
+    tid = launch_ids(low)[1]
 
     def body(x: TargetEmitter, row: Value) -> None:
         tag = x.ld("global", slot_address(x, tags, row, 4), "u32")

@@ -51,13 +51,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.errors import UnsupportedError
-from tessera.ir.core import Instr, Value, walk
+from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.tables import ModuleVar
-from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.rules.ordered.events import Events, events_of, read_roots, root_of
+from tessera.lower.rules.ordered.events import launch_ids, root_of, slot_address, updates
 from tessera.lower.rules.ordered.values import distinct, launch_values, monotonic, thread_values
 from tessera.lower.values import Mem
 
@@ -119,24 +118,24 @@ def ordered_update(low: Lowerer, e: TargetEmitter, instr: Instr, addr: Value, va
     ``"reads"`` (nothing emitted) where the kernel also reads the tensor, which a
     deferred update would not show its tile; ``"unordered"`` (nothing emitted) where
     the scheme does not apply (see the module docstring)."""
-    if "events" not in low.extra:
-        low.extra["events"] = events_of(low.fn)
-    events: Events = low.extra["events"]
+    kernel = updates(low)
+    events = kernel.scalar
     g = low.geom
     assert g is not None
     tiles = g.ctas * g.batch if low.block_kernel else g.launch_threads
     scattered = not _uniform(addr, low.params)
     if scattered and tiles > MAX_EVALUATED:  # too many to keep: own elements or nothing
-        alone = _single_update(low) and not low.block_kernel
+        alone = kernel.single() and not low.block_kernel
         return "own" if alone and monotonic(g.ctas, g.batch, g.block, low.params, addr) \
             else "unordered"
     # a block kernel's scalar update runs once per CTA (by its thread 0)
     at = thread_values(g.ctas, g.batch, g.block, low.params, addr) if scattered and \
         not low.block_kernel else launch_values(g.ctas, g.batch, g.block, low.params)(addr)
     addresses = None if at is None else distinct(at)
-    if tiles == 1 or (scattered and _owned(low, at, addresses)):
-        return "own"
-    if _read_back(low, instr):
+    if tiles == 1 or (scattered and kernel.single() and at is not None and
+                      addresses is not None and len(addresses) == len(at)):
+        return "own"  # every tile its own element, and no other update could meet it
+    if kernel.read_back(instr):
         return "reads"
     slots = tiles * events.per_tile
     position = events.position(low, e, instr)
@@ -185,43 +184,13 @@ def refuse_unordered(instr: Instr, name: str, how: str) -> None:
         hint="accumulate in a register and update memory once per tile, after the loop")
 
 
-def _read_back(low: Lowerer, instr: Instr) -> bool:
-    """Whether the kernel reads the tensor ``instr`` updates."""
-    if "read_roots" not in low.extra:
-        low.extra["read_roots"] = read_roots(low.fn)
-    return root_of(instr.operands[0]) in low.extra["read_roots"]
-
-
-def _owned(low: Lowerer, at: np.ndarray | None, addresses: np.ndarray | None) -> bool:
-    """Whether the tiles that may update the addresses ``at`` (one per tile; the
-    distinct ones ``addresses``) each have their own element. Elements are only one
-    tile's where the kernel has no other update (another site's tile could meet this
-    one's element)."""
-    if at is None or addresses is None:
-        return False
-    return _single_update(low) and len(addresses) == len(at)
-
-
-def _single_update(low: Lowerer) -> bool:
-    """Whether the kernel has one update (of any memory)."""
-    if "updates" not in low.extra:
-        low.extra["updates"] = sum(isinstance(i.op, tile_memory.Update) for i in walk(low.fn.body))
-    return low.extra["updates"] == 1
-
-
 def _slot_index(low: Lowerer, e: TargetEmitter, position: Value, per_tile: int) -> Value:
     """The slot of this thread's event ``position`` (see the module docstring): event
     order is tile order, then program order, except that the tiles of a group (the
     threads of a CTA) run each statement together, in local-id order."""
     g = low.geom
     assert g is not None
-    if "ordered_cta" not in low.extra:  # once, in the entry block
-        x = low.e
-        low.extra["ordered_cta"] = x.add(
-            x.mul(x.cvt(x.sreg("ctaid.y"), "s32", "u32"), x.const(g.ctas, "s32"), "s32"),
-            x.cvt(x.sreg("ctaid.x"), "s32", "u32"), "s32")
-        low.extra["ordered_tid"] = x.cvt(x.sreg("tid.x"), "s32", "u32")
-    cta, tid = low.extra["ordered_cta"], low.extra["ordered_tid"]
+    cta, tid = launch_ids(low)
     if low.block_kernel:  # one tile per CTA
         return e.add(e.mul(cta, e.const(per_tile, "s32"), "s32"), position, "s32")
     if g.packed:  # one tile per thread, each tile on its own
@@ -231,11 +200,4 @@ def _slot_index(low: Lowerer, e: TargetEmitter, position: Value, per_tile: int) 
     return e.add(e.mul(event, e.const(g.block, "s32"), "s32"), tid, "s32")
 
 
-def slot_address(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
-    """``base + index * size`` (a global address) for an ``s32`` index."""
-    wide = e.bin("mul", index, e.const(size, "s32"), "s32", "wide")
-    return e.add(base, e.cvt(wide, "u64", "s64"), "u64")
-
-
-__all__ = ["MAX_SLOTS", "SLOT_TYPES", "Site", "ordered_update", "refuse_unordered",
-           "slot_address"]
+__all__ = ["MAX_SLOTS", "SLOT_TYPES", "Site", "ordered_update", "refuse_unordered"]

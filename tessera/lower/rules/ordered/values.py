@@ -12,6 +12,8 @@ scalar update's address for each thread tells which threads meet at an element
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from tessera.ir.core import Value
@@ -40,15 +42,23 @@ def launch_values(ctas: int, batch: int, block: int, params: list[Value],
     return IndexValues(sregs, len(linear), {id(p): (k + 1) << 44 for k, p in enumerate(params)})
 
 
+def _chunks(ctas: int, batch: int, block: int, params: list[Value], v: Value,
+            chunk: int) -> Iterator[np.ndarray | None]:
+    """``v`` in the launch's threads, ``chunk`` threads at a time (None for a chunk
+    where it is not known)."""
+    n = ctas * batch * block
+    for start in range(0, n, chunk):
+        yield launch_values(ctas, batch, block, params, True,
+                            range(start, min(n, start + chunk)))(v)
+
+
 def thread_values(ctas: int, batch: int, block: int, params: list[Value], v: Value,
                   chunk: int = CHUNK) -> np.ndarray | None:
     """``v`` in every thread of the launch, evaluated :data:`CHUNK` threads at a time
     (a launch of millions of threads would otherwise hold an array of that length for
     every value of the expression at once)."""
-    n, parts = ctas * batch * block, []
-    for start in range(0, n, chunk):
-        span = range(start, min(n, start + chunk))
-        part = launch_values(ctas, batch, block, params, True, span)(v)
+    parts = []
+    for part in _chunks(ctas, batch, block, params, v, chunk):
         if part is None:
             return None
         parts.append(part)
@@ -60,14 +70,11 @@ def monotonic(ctas: int, batch: int, block: int, params: list[Value], v: Value,
     """Whether ``v`` strictly increases, or strictly decreases, from thread to thread of
     the launch (so no two threads share a value), checked :data:`CHUNK` threads at a
     time without keeping the values: ``out[i]`` or ``out[N - 1 - i]`` of any launch."""
-    n, last, up, down = ctas * batch * block, None, True, True
-    for start in range(0, n, chunk):
-        part = launch_values(ctas, batch, block, params, True,
-                             range(start, min(n, start + chunk)))(v)
+    last, up, down = None, True, True
+    for part in _chunks(ctas, batch, block, params, v, chunk):
         if part is None:
             return False
-        joined = part if last is None else np.concatenate([[last], part])
-        steps = np.diff(joined)
+        steps = np.diff(part if last is None else np.concatenate([[last], part]))
         up, down = up and bool(np.all(steps > 0)), down and bool(np.all(steps < 0))
         if not (up or down):
             return False

@@ -49,7 +49,7 @@ from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc, Blocked
 from tessera.lower.rules.memory import address
-from tessera.lower.rules.ordered.events import root_of, updates_of
+from tessera.lower.rules.ordered.events import launch_ids, slot_address, updates
 from tessera.lower.rules.ordered.rows import Visit, rows_into
 from tessera.lower.rules.ordered.values import distinct, launch_values
 from tessera.lower.rules.tensor import for_each_element, materialize
@@ -75,11 +75,8 @@ def reduce_into(low: Lowerer, instr: Instr, mem: Mem, value: Lowered, layout: ob
         raise UnsupportedError("'+=' of a tensor is lowered for f32 values into f32 memory",
                                loc=e.loc)
     visit, regs = _visitor(low, mem, value), value.regs
-    if "update_counts" not in low.extra:
-        low.extra["update_counts"] = updates_of(low.fn)
     # several updates of one tensor are applied in program order only by the rows
-    alone = low.extra["update_counts"].get(root_of(instr.operands[0])) == 1
-    plan = window_plan(low, instr, mem) if alone else None
+    plan = window_plan(low, instr, mem) if updates(low).alone(instr) else None
     assert low.geom is not None
     if plan is not None and plan.scratch_bytes(len(regs), low.geom.block) <= MAX_SCRATCH:
         ordered_into(low, plan, visit, regs)
@@ -205,9 +202,7 @@ def ordered_into(low: Lowerer, plan: WindowPlan, visit: Visit, values: list[Valu
     table = entry.one(ModuleVar(f"{tag}_plan", 4 * len(words), 4, words=words))
     tickets = entry.one(ModuleVar(f"{tag}_tickets", 4 * len(plan.sizes), 4, restored=True))
     rows = entry.one(ModuleVar(f"{tag}_rows", plan.scratch_bytes(nregs, block), 4))
-    cta = e.add(e.mul(e.sreg("ctaid.y"), e.const(g.ctas, "u32"), "u32"), e.sreg("ctaid.x"),
-                "u32")
-    info = _at(e, table, cta, 16)
+    info = slot_address(e, table, launch_ids(low)[0], 16)  # this CTA's four words
     group, row, size, start = (e.ld("global", info, "u32", offset=4 * k) for k in range(4))
     tid = e.sreg("tid.x")
 
@@ -216,7 +211,7 @@ def ordered_into(low: Lowerer, plan: WindowPlan, visit: Visit, values: list[Valu
         index = x.add(x.mul(x.add(x.mul(line, x.const(nregs, "u32"), "u32"),
                                   x.const(r, "u32"), "u32"), x.const(block, "u32"), "u32"),
                       tid, "u32")
-        return _at(x, rows, index, 4)
+        return slot_address(x, rows, index, 4, "u32")
 
     def later(x: TargetEmitter) -> None:
         visit(x, lambda y, addr, r: y.st("global", slot(y, r, row), values[r], "f32"))
@@ -226,7 +221,7 @@ def ordered_into(low: Lowerer, plan: WindowPlan, visit: Visit, values: list[Valu
 
     def arrive(x: TargetEmitter) -> None:
         x.op(Fence("acq_rel_gpu"))  # release this CTA's writes (ordered by bar.sync)
-        drawn = x.one(Atom("global", "add", "u32"), _at(x, tickets, group, 4),
+        drawn = x.one(Atom("global", "add", "u32"), slot_address(x, tickets, group, 4, "u32"),
                       x.const(1, "u32"))
         last = x.setp("eq", drawn, x.bin("sub", size, x.const(1, "u32"), "u32"), "u32")
         x.st("shared", flag, x.selp(x.const(1, "u32"), x.const(0, "u32"), last, "u32"),
@@ -247,15 +242,10 @@ def ordered_into(low: Lowerer, plan: WindowPlan, visit: Visit, values: list[Valu
             y.st("global", addr, total, "f32")
         visit(x, fold)
         x.if_(x.setp("eq", tid, x.const(0, "u32"), "u32"),
-              lambda y: y.st("global", _at(y, tickets, group, 4), y.const(0, "u32"), "u32"))
+              lambda y: y.st("global", slot_address(y, tickets, group, 4, "u32"),
+                             y.const(0, "u32"), "u32"))
     last = e.setp("ne", e.ld("shared", flag, "u32"), e.const(0, "u32"), "u32")
     e.if_(last, combine)
-
-
-def _at(e: TargetEmitter, base: Value, index: Value, size: int) -> Value:
-    """``base + index * size`` for a ``u32`` index (a global address)."""
-    wide = e.bin("mul", index, e.const(size, "u32"), "u32", "wide")
-    return e.add(base, wide, "u64")
 
 
 __all__ = ["MAX_CTAS", "MAX_SCRATCH", "WindowPlan", "ordered_into", "plan_windows", "reduce_into",
