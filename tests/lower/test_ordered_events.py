@@ -247,5 +247,11 @@ def test_the_check_reports_a_result_that_depends_on_the_schedule() -> None:
         ts.check_against_reference(adds_and_reads, x, total, y, backend="target",
                                    target="sm_80")
     assert "read in a second launch" in str(info.value)
+    # one CTA: its threads' atomics of one element land in arrival order as well
+    one = (x[:100], total, y[:100])
+    assert _target_result(adds_and_reads, *one)[1].tobytes() == \
+        _tile_result(adds_and_reads, *one)[1].tobytes()
+    with pytest.raises(InterpretError, match="last thread's first"):
+        ts.check_against_reference(adds_and_reads, *one, backend="target", target="sm_80")
     ts.check_against_reference(tiles_scale_their_own, x, np.ones(300, np.float32),
                                backend="target", target="sm_80")

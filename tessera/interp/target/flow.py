@@ -74,15 +74,16 @@ def _split(fr: TargetFrame, body: TargetBody, mask: np.ndarray
            ) -> list[tuple[np.ndarray, Callable[[], list[Any]]]]:
     """One task per warpgroup of ``mask`` (of each CTA: CTAs whose warpgroups take
     different turns must not wait for each other), each on a copy of the register
-    file: its threads' values are merged back. The tasks start CTA by CTA in the
-    launch's ``cta_order``, so that atomics of CTAs that do not wait in between land
-    in that order, as they do in lockstep (:func:`.memory.steps.arrival`)."""
+    file: its threads' values are merged back. The tasks start in the order the
+    launch's ``cta_order`` lands atomics (all reversed under ``"descending"``), so that
+    atomics of warpgroups that do not wait in between land in the order they do in
+    lockstep (:func:`.memory.steps.arrival`)."""
     m = fr.m
     per_cta = -(-m.nthreads // 128)
     where = m.cta * per_cta + m.tid // 128  # a CTA's warpgroups
     groups = np.unique(where[mask])
     if m.cta_order == "descending":
-        groups = groups[np.argsort(-(groups // per_cta), kind="stable")]
+        groups = groups[::-1]
     out = []
     for w in groups.tolist():
         part = mask & (where == w)

@@ -199,9 +199,10 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     turns the shared-memory race check off (it costs about a third of the run time).
     ``tensor_cores`` picks the accumulation of ``mma.sync``/``wgmma``: ``"exact"`` (the
     definition) or ``"hopper"`` (an H100/H200's own bits, :mod:`tessera.arch.mma_hopper`).
-    ``cta_order`` is the order in which the atomics (``atom``, ``red``) of different CTAs
-    land: ``"ascending"`` CTA index, or ``"descending"``, another order a GPU may take
-    (a kernel whose result must not depend on it can be run both ways).
+    ``cta_order`` is the order in which the atomics (``atom``, ``red``) of different
+    threads land: ``"ascending"`` CTA index, then thread index, or ``"descending"``, all
+    of it reversed, another order a GPU may take (a kernel whose result must not depend
+    on it can be run both ways).
     ``ctas`` picks how the arms of a ``ptx.if`` that wait for each other run (a
     warp-specialised kernel's producer and consumers): ``"lockstep"``, every CTA's
     threads of an arm together, one task an arm; ``"independent"``, one task per

@@ -159,18 +159,18 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
 def _same_in_either_order(kernel: Any, args: tuple[Any, ...], got: list[np.ndarray],
                           target: str | None, mode: str | None,
                           launch_kw: dict[str, Any]) -> None:
-    """A kernel whose float atomics (``red``, ``atom``) from several CTAs a GPU applies
-    in arrival order runs again with the other CTAs' atomics first: different bits
-    mean the GPU's result depends on the schedule, which the check reports."""
+    """A kernel with float atomics (``red``, ``atom``), which a GPU applies in arrival
+    order, runs again with every thread's atomics in the reverse order (the last
+    CTA's first, and within a CTA the last thread's first): different bits mean the
+    GPU's result depends on the schedule, which the check reports."""
     from tessera.ir.core import walk
     from tessera.ir.dialects.target.ops import Reduce
     from tessera.ir.dialects.target.ptx_ops import Atom
 
     compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode,
                               **launch_kw)
-    if compiled.grid[0] * compiled.grid[1] < 2 or not any(
-            isinstance(i.op, Reduce | Atom) and i.op.type.startswith("f")
-            for i in walk(compiled.kernel.body)):
+    if not any(isinstance(i.op, Reduce | Atom) and i.op.type.startswith("f")
+               for i in walk(compiled.kernel.body)):
         return
     other_args = copy.deepcopy(args)
     other = _outputs(other_args, run_compiled(compiled, kernel, *other_args,
@@ -181,9 +181,9 @@ def _same_in_either_order(kernel: Any, args: tuple[Any, ...], got: list[np.ndarr
         if bad.any():
             at = tuple(int(i) for i in np.argwhere(bad.any(axis=-1))[0])
             raise InterpretError(
-                f"output {k} of '{kernel.name}' depends on the order in which the CTAs' "
-                f"float atomics land: {a[at]!r} with the first CTA's first, {b[at]!r} "
-                f"with the last CTA's first, at {at}; a GPU applies them in arrival order, "
+                f"output {k} of '{kernel.name}' depends on the order in which its float "
+                f"atomics land: {a[at]!r} with the first thread's first, {b[at]!r} with "
+                f"the last thread's first, at {at}; a GPU applies them in arrival order, "
                 "so its bits vary from run to run",
                 hint="the atomics are updates Tessera cannot apply in tile order on a GPU "
                      "(a float '+=' in a loop of run-time bounds, or of a tensor the kernel "

@@ -4,8 +4,8 @@
 
 A store of several threads to one address keeps the highest thread's value (PTX leaves
 the winner unspecified). ``red`` applies the updates one at a time in linear thread
-order (CTA order first, see :mod:`tessera.ir.dialects.target.ops`; the CTAs in descending
-order under ``run_target(..., cta_order="descending")``: :func:`arrival`); ``red.add.f32`` flushes
+order (CTA order first, see :mod:`tessera.ir.dialects.target.ops`; all of them in reverse
+under ``run_target(..., cta_order="descending")``: :func:`arrival`); ``red.add.f32`` flushes
 subnormal inputs and results to sign-preserving zero, as the ISA's "red" specifies.
 """
 
@@ -138,10 +138,11 @@ _RED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_a
 
 def arrival(m: Any, act: np.ndarray) -> np.ndarray:
     """The active threads ``act`` (ascending) in the order their atomics land: CTA by
-    CTA in the launch's ``cta_order``, each CTA's threads in linear order."""
-    if m.cta_order == "ascending" or not len(act):
-        return act
-    return act[np.argsort(-m.cta[act], kind="stable")]
+    CTA, each CTA's threads in linear order, or all of it reversed under the launch's
+    ``cta_order="descending"``. A GPU lands one instruction's atomics of the lanes of a
+    warp, the warps of a CTA and the CTAs of a launch in arrival order alike, so the
+    reverse is another order it may take at every level."""
+    return act if m.cta_order == "ascending" else act[::-1]
 
 
 def _add_float(x: np.ndarray, y: np.ndarray) -> np.ndarray:
