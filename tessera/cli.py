@@ -39,6 +39,7 @@ from tessera.cli_examples import examples_needed
 from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.explain.command import add_parser as add_explain_parser
+from tessera.files import write_output
 
 
 def _load(target: str, args: argparse.Namespace) -> Any:
@@ -184,7 +185,7 @@ def cmd_ptx(args: argparse.Namespace) -> int:
         kwargs["group_size"] = args.group_size
     compiled = compile_kernel(kernel, target=args.arch, mode=args.mode, **kwargs)
     if args.output:
-        Path(args.output).write_text(compiled.ptx)
+        write_output(args.output, compiled.ptx, "PTX")
     else:
         print(compiled.ptx, end="")
     if args.stats:
@@ -213,7 +214,7 @@ def _graph_ptx(fn: Any, examples: dict[str, Any], args: argparse.Namespace) -> i
     target = jit(fn).lower(**examples).target(args.arch)
     text = str(target.ptx())
     if args.output:
-        Path(args.output).write_text(text)
+        write_output(args.output, text, "PTX")
     else:
         print(text, end="")
     if args.stats:

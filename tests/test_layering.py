@@ -18,7 +18,7 @@ import tessera
 
 #: lowest first; a module belongs to the longest prefix that names it
 LAYERS: list[tuple[str, ...]] = [
-    ("tessera.errors", "tessera.lazy", "tessera.mesh_checks", "tessera.progress"),
+    ("tessera.errors", "tessera.files", "tessera.lazy", "tessera.mesh_checks", "tessera.progress"),
     ("tessera.numerics", "tessera.arch"),
     ("tessera.ir",),
     ("tessera.interp", "tessera.lower"),

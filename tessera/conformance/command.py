@@ -65,8 +65,12 @@ class Progress:
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Run the selected cases and write the reports asked for."""
     from tessera.conformance import registry, report, runner
+    from tessera.files import check_writable
 
     backend = registry.check_backend(args.backend)
+    for path, what in ((args.report, "report"), (args.junit, "JUnit XML")):
+        if path:  # before the run, not after it
+            check_writable(path, what)
     cases = registry.select(args.pattern)
     if args.list:
         for entry in cases:

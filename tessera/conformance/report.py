@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tessera.conformance.runner import Report
+from tessera.files import write_output
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -106,12 +107,13 @@ def write_html(report: Report, path: str | Path) -> None:
         folder = path.parent / f"{path.stem}-explain"
         pages = {case: f"{folder.name}/{page.name}"
                  for case, page in failure_pages(report, folder).items()}
-    path.write_text(to_html(report, pages=pages), encoding="utf-8")
+    write_output(path, to_html(report, pages=pages), "report")
 
 
 def write_junit(report: Report, path: str | Path) -> None:
     """Write :func:`to_junit` to ``path`` with an XML declaration."""
-    to_junit(report).write(path, encoding="utf-8", xml_declaration=True)
+    root = to_junit(report).getroot()
+    write_output(path, ET.tostring(root, encoding="utf-8", xml_declaration=True), "JUnit XML")
 
 
 __all__ = ["to_html", "to_junit", "write_html", "write_junit"]

@@ -74,7 +74,9 @@ def write_page(obj: Any, path: str | os.PathLike[str], target: str = "sm_90a",
                **arguments: Any) -> Path:
     """Write :func:`explain_page` to ``path`` atomically; return the path."""
     from tessera.explain.page import write
+    from tessera.files import check_writable
 
+    check_writable(path, "page")  # before the work of explaining
     return write(explain_page(obj, target, **arguments), path)
 
 
@@ -84,7 +86,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from tessera.cli_examples import examples_needed
     from tessera.explain.collect import explain
     from tessera.explain.page import render, write
+    from tessera.files import check_writable
 
+    check_writable(args.html, "page")  # before the work of explaining
     obj = _load(args.target, args)
     where = args.where if args.where.line else defined_at(args.where.file,
                                                           args.target.rpartition(":")[2])

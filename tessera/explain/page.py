@@ -8,13 +8,13 @@ Graph, Schedule, Tile, Target IR, PTX); the drawn sections follow them.
 from __future__ import annotations
 
 import os
-import tempfile
 from html import escape
 from pathlib import Path
 
 from tessera.explain.assets import CSS, JS
 from tessera.explain.collect import Explanation
 from tessera.explain.linkmap import Panel
+from tessera.files import write_output
 
 
 def panel_html(panel: Panel) -> str:
@@ -55,20 +55,9 @@ through every lowering, and the PTX renderer's line map).</p>
 
 
 def write(html: str, path: str | os.PathLike[str]) -> Path:
-    """Write ``html`` to ``path`` atomically: a temporary file in the same folder is
-    renamed over it, so an error never leaves a half-written page."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from others
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    """Write ``html`` to ``path`` whole or not at all (:func:`tessera.files.write_output`:
+    an error never leaves a half-written page)."""
+    return write_output(path, html, "page")
 
 
 __all__ = ["panel_html", "render", "write"]

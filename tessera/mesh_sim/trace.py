@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import MeshError
+from tessera.files import write_output
 from tessera.mesh_sim.cost import CommCost, ComputeCost, CostModel, Work
 
 STREAMS = ("compute", "comm")
@@ -166,9 +167,7 @@ class Timeline:
 
     def write(self, path: str | Path, group_by: str = "device") -> Path:
         """Write :meth:`chrome` to ``path`` as JSON; returns the path."""
-        path = Path(path)
-        path.write_text(json.dumps(self.chrome(group_by), indent=None))
-        return path
+        return write_output(path, json.dumps(self.chrome(group_by), indent=None), "trace")
 
 
 __all__ = ["STREAMS", "Timeline", "TraceEvent"]

@@ -26,6 +26,7 @@ from tessera.backend.ptx.driver.params import (
     param_specs,
 )
 from tessera.errors import TesseraError
+from tessera.files import write_output
 
 FORMAT = "tessera-aot-bundle"
 FORMAT_VERSION = 1
@@ -78,7 +79,6 @@ def save(bundle_dir: str | Path, kernel_name: str, ptx_by_target: Mapping[str, s
         raise BundleError("no PTX given", hint="pass {target: ptx text} for at least one target")
     entry = entry or kernel_name
     directory = Path(bundle_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     constants = dict(specialization or {})
     try:
         json.dumps(constants, allow_nan=False)
@@ -93,12 +93,12 @@ def save(bundle_dir: str | Path, kernel_name: str, ptx_by_target: Mapping[str, s
             raise BundleError(f"the PTX for {target} has no '.entry {entry}'",
                               hint="pass entry= with the kernel's PTX symbol")
         files = {"ptx": f"{kernel_name}.{target}.ptx"}
-        (directory / files["ptx"]).write_text(ptx)
+        write_output(directory / files["ptx"], ptx, "bundle's PTX")
         stats: dict[str, Any] = {}
         if assemble:
             built = _assemble(ptx, target, kernel=kernel_name)
             files["cubin"] = f"{kernel_name}.{target}.cubin"
-            (directory / files["cubin"]).write_bytes(built.cubin)
+            write_output(directory / files["cubin"], built.cubin, "bundle's cubin")
             if entry in built.stats:
                 stats = dataclasses.asdict(built.stats[entry])
         targets[target] = {
@@ -114,8 +114,9 @@ def save(bundle_dir: str | Path, kernel_name: str, ptx_by_target: Mapping[str, s
         "specialization": constants, "launch": launch, "targets": targets,
     }
     path = directory / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return path
+    # the manifest last: a save that stops early leaves no bundle to load
+    return write_output(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n",
+                        "bundle's manifest")
 
 
 @dataclass(frozen=True, slots=True)
