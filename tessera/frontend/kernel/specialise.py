@@ -38,6 +38,7 @@ from tessera.frontend.kernel.compiler.scope import (
     Spec,
     names_used,
 )
+from tessera.frontend.kernel.config import check_config
 from tessera.frontend.kernel.grid import grid_of, tile_of
 from tessera.ir.dialects.tile import MemRefType
 from tessera.ir.types import TensorType
@@ -74,6 +75,9 @@ class KernelInfo:
     used: set[str]
     subscripts: dict[str, list[int | None]]
     written: list[str]
+    #: the attribute names the body and its inlined helpers read (``ctx.WIDTH``): the
+    #: configuration keys that reach it (:mod:`tessera.frontend.kernel.config`)
+    reads: frozenset[str] = frozenset()
     #: the parameter names in order, and those annotated with a format (runtime scalars)
     param_names: tuple[str, ...] = field(init=False)
     runtime_names: frozenset[str] = field(init=False)
@@ -105,21 +109,22 @@ class KernelInfo:
                 if isinstance(base, ast.Name) and (isinstance(t, ast.Subscript) or
                                                    isinstance(node, ast.AugAssign)):
                     written.append(base.id)
-        body_names = set()
-        for stmt in fdef.body:
-            body_names |= names_used(stmt)
-        body_names |= _helper_names(fn, fdef)
-        return cls(name, inspect.signature(fn), annotations_of(fn), body_names, subs, written)
+        # a helper's names count as the body's: ``tile_k`` used in a helper sizes the
+        # default grid as it does in the kernel's own body
+        defs = [fdef, *_helper_defs(fn, fdef, set())]
+        body_names = set().union(*(names_used(s) for d in defs for s in d.body))
+        reads = frozenset(n.attr for d in defs for n in ast.walk(d)
+                          if isinstance(n, ast.Attribute))
+        return cls(name, inspect.signature(fn), annotations_of(fn), body_names, subs, written,
+                   reads)
 
 
-def _helper_names(fn: Any, fdef: ast.FunctionDef, seen: set[Any] | None = None) -> set[str]:
-    """The names used by the plain Python functions ``fn``'s body calls, which the
-    compiler inlines (and by the functions they call): ``tile_k`` used in a helper
-    sizes the default grid as it does in the kernel's own body."""
+def _helper_defs(fn: Any, fdef: ast.FunctionDef, seen: set[Any]) -> list[ast.FunctionDef]:
+    """The sources of the plain Python functions ``fn``'s body calls, which the
+    compiler inlines, and of the functions they call, each once."""
     from tessera.frontend.kernel.compiler.call import is_inlined, scope_of
 
-    seen = set() if seen is None else seen
-    scope, out = scope_of(fn), set()
+    scope, out = scope_of(fn), []
     for node in ast.walk(fdef):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
@@ -128,9 +133,7 @@ def _helper_names(fn: Any, fdef: ast.FunctionDef, seen: set[Any] | None = None) 
             continue
         seen.add(helper)
         hdef = function_source(helper)[0]
-        for stmt in hdef.body:
-            out |= names_used(stmt)
-        out |= _helper_names(helper, hdef, seen)
+        out += [hdef, *_helper_defs(helper, hdef, seen)]
     return out
 
 
@@ -251,6 +254,8 @@ def prepare(info: KernelInfo, args: tuple[Any, ...], kwargs: dict[str, Any], *,
             params.append(Param(name, "const", None, value))
             key.append(("C", type(value).__name__, value))
     dims = {k: int(v) for k, v in env.items() if isinstance(k, str)}
+    if config:
+        config = check_config(info.name, info.reads, config)
     tile = tile_of(tile_shape, config)
     result, result_scalar = _result(info, env, batch_key, batch)
     grid_t = grid_of(info, grid, group_size, tile, params, dims, result)

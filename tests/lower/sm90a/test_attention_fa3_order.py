@@ -15,7 +15,7 @@ import pytest
 
 import tessera as ts
 from tessera.conformance.kernels.flash_attention import flash_attention
-from tessera.errors import UnsupportedError
+from tessera.errors import ArgumentError
 from tessera.ir.core import Instr, walk
 from tessera.ir.dialects.target import For, If
 from tessera.ir.dialects.target.async_ops import Fence, Wgmma, WgmmaWait
@@ -199,7 +199,7 @@ def test_ptxas_no_spills_no_advisory(d: int, bn: int, causal: bool,
 
 # ---------------------------------------------------------------------------- refusals
 def test_an_unknown_order_is_refused() -> None:
-    with pytest.raises(UnsupportedError, match="defer_pv='later'"):
+    with pytest.raises(ArgumentError, match="defer_pv='later' should be True, False or 'fa3'"):
         q = np.zeros((1, 256, 64), BF16)
         ts.compile_kernel(flash_attention, q, q, q, is_causal=False, target="sm_90a",
                           config=config(defer_pv="later"))

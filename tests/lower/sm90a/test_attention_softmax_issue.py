@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.conformance.kernels.flash_attention import flash_attention
-from tessera.errors import UnsupportedError
+from tessera.errors import ArgumentError, UnsupportedError
 from tessera.ir.core import Instr, walk
 from tessera.ir.dialects.target import For
 from tessera.ir.dialects.target.async_ops import Wgmma
@@ -154,7 +154,7 @@ def test_unroll_refusals() -> None:
     with pytest.raises(UnsupportedError, match="192 f32 values a thread, over 160") as err:
         compiled(128, 128, unroll=2)
     assert err.value.loc.file.endswith("flash_attention.py")
-    with pytest.raises(UnsupportedError, match="unroll=3"):
+    with pytest.raises(ArgumentError, match="unroll=3 should be 1 or 2"):
         compiled(128, 64, unroll=3)
     with pytest.raises(UnsupportedError, match="unroll=2: config overlap_softmax=False"):
         compiled(128, 64, unroll=2, overlap_softmax=False)

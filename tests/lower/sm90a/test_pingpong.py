@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.errors import UnsupportedError
+from tessera.errors import ArgumentError, UnsupportedError
 from tessera.frontend.kernel.backends.compile import target_arguments
 from tessera.interp.target.barriers import BarrierDeadlock
 from tessera.interp.target.memory.async_order import WgmmaGroups
@@ -67,7 +67,7 @@ def test_ptx_order_of_a_consumer_step() -> None:
 def test_knob_errors() -> None:
     with pytest.raises(UnsupportedError, match="num_warps=8 has one"):
         compile_gemm(256, 256, 256, (128, 128, 64), {**PINGPONG, "num_warps": 8})
-    with pytest.raises(UnsupportedError, match="not a warp-specialised schedule"):
+    with pytest.raises(ArgumentError, match="schedule='round-robin' should be 'cooperative' or"):
         compile_gemm(256, 256, 256, (128, 128, 64), {"schedule": "round-robin"})
     with pytest.raises(UnsupportedError, match="BM=64 is not 2 consumer"):
         compile_gemm(128, 128, 128, (64, 64, 64), PINGPONG)

@@ -18,6 +18,7 @@ import numpy as np
 
 from tessera.errors import TesseraError
 from tessera.frontend.kernel.compiler.compile import build_module
+from tessera.frontend.kernel.config import check_config
 from tessera.frontend.kernel.errors import AutotuneError
 from tessera.frontend.kernel.memo import MEMO_SIZE, CallMemo
 from tessera.frontend.kernel.specialise import Prepared, prepare
@@ -101,6 +102,9 @@ class Tuner:
         k = self.kernel
         assert k.space is not None
         tuning = Tuning(_describe(base, k.info.runtime_names))
+        for key, values in k.space.items():  # a mistake in the space, not a dropped entry
+            for value in values:
+                check_config(k.name, k.info.reads, {key: value})
         space = configurations(k.space)
         with progress(f"autotune {k.name}", len(space), unit="config") as bar:
             for cfg in space:
