@@ -39,7 +39,7 @@ from tessera.cli_examples import examples_needed
 from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.explain.command import add_parser as add_explain_parser
-from tessera.files import write_output
+from tessera.files import read_text, write_output
 
 
 def _load(target: str, args: argparse.Namespace) -> Any:
@@ -124,17 +124,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise ArgumentError(f"no such file: {args.file}", loc=Loc(args.file, 0))
     sys.argv = [args.file, *args.args]
-    runpy.run_path(args.file, run_name="__main__")  # the program's own errors propagate
+    try:
+        runpy.run_path(args.file, run_name="__main__")
+    except TesseraError:
+        raise  # its message names the program's line
+    except Exception as err:  # the program's own error, shown as ``python FILE`` would
+        _print_program_error(err)
+        return 1
     return 0
+
+
+def _print_program_error(err: Exception) -> None:
+    """The traceback of an error of a program ``tessera run`` ran, from the program's
+    first frame (the command's and ``runpy``'s frames are not the user's); a syntax
+    error as its line and caret alone."""
+    tb = err.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__ or
+                              tb.tb_frame.f_code.co_filename.startswith("<frozen")):
+        tb = tb.tb_next
+    if isinstance(err, SyntaxError) or tb is None:
+        lines = traceback.format_exception_only(type(err), err)
+    else:
+        lines = traceback.format_exception(type(err), err, tb)
+    print("".join(lines), end="", file=sys.stderr)
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
     from tessera.ir import PassManager, parse_module
 
-    if args.file != "-" and not Path(args.file).is_file():
-        raise ArgumentError(f"no such file: {args.file}", loc=Loc(args.file, 0),
-                            hint="give an IR text file, or - for standard input")
-    text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
+    text = sys.stdin.read() if args.file == "-" else read_text(
+        args.file, "IR text file", hint="give an IR text file, or - for standard input")
     module = parse_module(text, args.file)
     names = [n for n in args.passes.split(",") if n]
     after: Any = "all" if args.print_after == "all" else set(args.print_after.split(",")) \

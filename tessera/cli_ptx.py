@@ -78,7 +78,12 @@ def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
     if spec.endswith(".npy"):
         if not Path(spec).is_file():
             raise ArgumentError(f"no file {spec!r}", loc=Loc(spec, 0))
-        a = np.load(spec)
+        try:
+            a = np.load(spec)
+        except (ValueError, OSError, EOFError) as err:
+            raise ArgumentError(f"{spec!r} is not an array NumPy can load: {err}",
+                                loc=Loc(spec, 0), hint="write it with np.save(path, array) "
+                                "(an array of numbers, not Python objects)") from None
         return a, f"{spec} ({a.dtype}{list(a.shape)})"
     m = _ARRAY.match(spec.replace(" ", ""))
     if m:

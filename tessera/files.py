@@ -1,6 +1,7 @@
 """Files Tessera writes for its users (PTX, HTML pages and reports, JUnit XML, traces,
 AOT bundles): written whole or not at all, with a clear error where the path cannot
-be written.
+be written; and the text files it reads from them (PTX, IR text), with a clear error
+where one is missing or is not text.
 
 A file is written to a temporary name in its folder and renamed over the target
 (``os.replace`` is atomic on one file system), so an error or an interrupt never
@@ -18,7 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tessera.errors import ArgumentError
+from tessera.errors import ArgumentError, Loc
 
 #: permission bits of a written file: ``mkstemp``'s 0600 would hide it from others
 _MODE = 0o644
@@ -75,4 +76,23 @@ def write_output(path: str | os.PathLike[str], data: str | bytes,
     return target
 
 
-__all__ = ["check_writable", "write_output"]
+def read_text(path: str | os.PathLike[str], what: str, hint: str) -> str:
+    """The UTF-8 text of the user's file ``path`` (a ``what``: "PTX file"); a missing
+    file, or one that is not UTF-8 text (a binary), is an :class:`ArgumentError` at
+    ``path`` with ``hint``."""
+    file = str(path)
+    try:
+        return Path(file).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ArgumentError(f"no such file: {file} (the {what})", loc=Loc(file, 0),
+                            hint=hint) from None
+    except UnicodeDecodeError as err:
+        raise ArgumentError(f"{file!r} is not text (byte {err.start} is not UTF-8): the {what} "
+                            "was expected",
+                            loc=Loc(file, 0), hint=hint) from None
+    except OSError as err:
+        raise ArgumentError(f"cannot read the {what} {file!r}: {err.strerror}",
+                            loc=Loc(file, 0), hint=hint) from None
+
+
+__all__ = ["check_writable", "read_text", "write_output"]

@@ -227,3 +227,29 @@ def test_target_stage_and_ptx_of_a_graph_function(program: Path, tmp_path: Path,
     assert main(["ptx", f"{program}:smooth", "--arg", "x=2x3:f32"]) == 1
     line = PROGRAM.splitlines().index("    return ts.pow(x, 3.0)") + 1
     assert f"prog.py:{line}: unsupported: graph.pow" in capsys.readouterr().err
+
+
+def test_run_shows_the_programs_error_as_python_does(tmp_path: Path) -> None:
+    """A program's own error: its traceback from its first frame (no frame of the
+    command's or of runpy), a syntax error as its line; exit status 1."""
+    raising = tmp_path / "raising.py"
+    raising.write_text("def f():\n    raise KeyError('mine')\n\nf()\n")
+    out = run_cli("run", str(raising))
+    assert out.returncode == 1
+    assert out.stderr.startswith("Traceback (most recent call last):\n  File "
+                                 f'"{raising}", line 4, in <module>')
+    assert "cli.py" not in out.stderr and "runpy" not in out.stderr
+    assert out.stderr.rstrip().endswith("KeyError: 'mine'")
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = (\n")
+    out = run_cli("run", str(broken))
+    assert out.returncode == 1 and out.stderr.startswith(f'  File "{broken}", line 1')
+    assert "SyntaxError" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_opt_refuses_a_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blob = tmp_path / "module.tir"
+    blob.write_bytes(b"\x00\xff")
+    assert main(["opt", str(blob)]) == 1
+    err = capsys.readouterr().err
+    assert f"'{blob}' is not text (byte 1 is not UTF-8): the IR text file was expected" in err

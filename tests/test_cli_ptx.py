@@ -101,3 +101,65 @@ def test_hopper_tensor_cores(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main([*argv[:-1], "volta"])
     assert "invalid choice: 'volta'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "why"), [
+    (["--block", "2000"], "a block of 2000 along x: at most 1024"),
+    (["--block", "64,32"], "a block of 2048 threads: at most 1024"),
+    (["--block", "1,1,65"], "a block of 65 along z: at most 64"),
+    (["--grid", "1,65536"], "a grid of 65536 along y: at most 65535"),
+    (["--shared-bytes", str(228 * 1024)], "233472 bytes of shared memory a CTA"),
+])
+def test_a_launch_a_gpu_would_refuse_is_refused(extra: list[str], why: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """CUDA's launch limits (CUDA C++ Programming Guide, "Compute Capabilities"): the
+    interpreter would run such a launch, a GPU fails it with CUDA_ERROR_INVALID_VALUE."""
+    argv = [*SAXPY[:8], "--arg", "u32=1000", *SAXPY[8:]]
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    entry = line_of(NVCC_PTX.read_text(), ".entry saxpy(")
+    assert err.startswith(f"tessera: {NVCC_PTX}:{entry}: argument error: a GPU would refuse")
+    assert why in err
+
+
+def test_the_kernels_thread_directives_bound_its_block() -> None:
+    """``.reqntid`` is the CTA's exact shape and ``.maxntid`` bounds its threads (PTX
+    ISA sec. 11.4); tessera's own kernels carry ``.maxntid``."""
+    import tessera as ts
+    from tessera.errors import ArgumentError
+
+    body = NVCC_PTX.read_text()
+    for directive, block, ok in ((".reqntid 128", 128, True), (".reqntid 128", 256, False),
+                                 (".reqntid 128, 2", 128, False), (".maxntid 256", 256, True),
+                                 (".maxntid 256", 512, False)):
+        head, rest = body.split(".entry saxpy(", 1)
+        params, tail = rest.split(")", 1)
+        kernel = ts.ptx.load(f"{head}.entry saxpy({params}) {directive}{tail}").kernel("saxpy")
+        x = np.zeros(1000, np.float32)
+        launch = {"grid": (1000 + block - 1) // block, "block": block,
+                  "args": [np.uint32(1000), np.float32(1), x, x.copy()]}
+        if ok:
+            kernel.run(**launch)
+        else:
+            with pytest.raises(ArgumentError, match=directive.split()[0][1:]):
+                kernel.run(**launch)
+
+
+def test_files_that_are_not_ptx_or_arrays(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    cubin, npy = tmp_path / "k.cubin", tmp_path / "x.npy"
+    cubin.write_bytes(b"\x7fELF\x02\x01\xff\x00")
+    npy.write_text("not an array\n")
+    assert main(["check-ptx", str(cubin), "--kernel", "saxpy"]) == 1
+    err = capsys.readouterr().err
+    assert f"argument error: '{cubin}' is not text (byte 6 is not UTF-8)" in err
+    assert "not a cubin" in err and "Traceback" not in err
+    assert main([*SAXPY[:8], "--arg", "u32=1000", *SAXPY[8:10], "--arg", str(npy),
+                 *SAXPY[12:]]) == 1
+    err = capsys.readouterr().err
+    assert f"'{npy}' is not an array NumPy can load" in err and "Traceback" not in err

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from math import prod
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,49 @@ def shared_limit(target: str) -> int:
     return TARGETS[target].shared_per_block
 
 
+#: the largest CTA and grid a launch may have on every target here (CUDA C++ Programming
+#: Guide, "Compute Capabilities", "Technical Specifications per Compute Capability":
+#: block dimensions x, y <= 1024, z <= 64, 1024 threads; grid x < 2^31, y, z <= 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def launch_problem(target: str, grid: tuple[int, int, int], block: tuple[int, int, int],
+                   static_shared: int, dynamic_shared: int,
+                   directives: dict[str, object]) -> str | None:
+    """Why a GPU would refuse to launch a kernel for ``target`` over ``grid`` x
+    ``block`` with these shared-memory bytes, or None. ``directives`` are the kernel's
+    performance directives (PTX ISA sec. 11.4: ``.reqntid`` is the CTA's exact shape,
+    ``.maxntid`` bounds its threads); a target without a row here (``sm_75``) is held
+    to the largest shared memory of those that have one."""
+    threads = block[0] * block[1] * block[2]
+    for what, dims, most in (("block", block, MAX_BLOCK), ("grid", grid, MAX_GRID)):
+        for axis, d, m in zip("xyz", dims, most):
+            if d > m:
+                return f"a {what} of {d} along {axis}: at most {m}"
+    if threads > MAX_THREADS:
+        return f"a block of {threads} threads: at most {MAX_THREADS}"
+    req = tuple(directives.get("reqntid", ()))  # type: ignore[arg-type]
+    if req and (*req, 1, 1)[:3] != block:
+        return f"the kernel's .reqntid {', '.join(map(str, req))} asks for exactly that block"
+    most_threads = tuple(directives.get("maxntid", ()))  # type: ignore[arg-type]
+    if most_threads and threads > prod(most_threads):
+        return (f"a block of {threads} threads: the kernel's .maxntid "
+                f"{', '.join(map(str, most_threads))} allows {prod(most_threads)}")
+    if static_shared > STATIC_SHARED_LIMIT:
+        return (f"{static_shared} bytes of static .shared variables: at most "
+                f"{STATIC_SHARED_LIMIT} (more is dynamic shared memory, .extern .shared)")
+    known = TARGETS.get(target) or TARGETS.get(target + "a")  # sm_90 is sm_90a's
+    limit = known.shared_per_block if known else \
+        max(t.shared_per_block for t in TARGETS.values())
+    if static_shared + dynamic_shared > limit:
+        return (f"{static_shared + dynamic_shared} bytes of shared memory a CTA "
+                f"({static_shared} static, {dynamic_shared} dynamic): at most {limit} on "
+                f"{target if known else 'any target here'}")
+    return None
+
+
 def place_shared(buffers: Iterable[tuple[str, int, int]]) -> tuple[dict[str, int], int]:
     """Offsets of shared buffers ``(symbol, bytes, alignment)`` placed in order, each at
     the next multiple of its alignment (a symbol seen again keeps its first place), and
@@ -88,5 +132,6 @@ def place_shared(buffers: Iterable[tuple[str, int, int]]) -> tuple[dict[str, int
     return offsets, -(-end // 16) * 16
 
 
-__all__ = ["A40", "A100", "H100", "L40S", "SHARED_BASE", "STATIC_SHARED_LIMIT", "TARGETS",
-           "TargetLimits", "place_shared", "shared_limit"]
+__all__ = ["A40", "A100", "H100", "L40S", "MAX_BLOCK", "MAX_GRID", "MAX_THREADS", "SHARED_BASE",
+           "STATIC_SHARED_LIMIT", "TARGETS", "TargetLimits", "launch_problem", "place_shared",
+           "shared_limit"]

@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tessera.arch.limits import launch_problem
 from tessera.errors import ArgumentError, Loc, user_api
+from tessera.files import read_text
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory
 from tessera.interp.target.ptx.run import run_cfg
@@ -69,8 +70,10 @@ def tensor_map(array: np.ndarray, box: Sequence[int], swizzle: int = 0,
 
 
 def _dims(value: Any, what: str) -> tuple[int, int, int]:
-    dims = [value] if isinstance(value, (int, np.integer)) else list(value)
-    if not 1 <= len(dims) <= 3 or any(int(d) < 1 for d in dims):
+    dims = [value] if isinstance(value, (int, np.integer)) else \
+        list(value) if isinstance(value, (tuple, list)) else [None]
+    if not 1 <= len(dims) <= 3 or any(not isinstance(d, (int, np.integer)) or
+                                       isinstance(d, bool) or d < 1 for d in dims):
         raise ArgumentError(f"bad {what} {value!r}", hint=f"give 1 to 3 positive {what} sizes")
     dims = [int(d) for d in dims] + [1] * (3 - len(dims))
     return dims[0], dims[1], dims[2]
@@ -139,6 +142,13 @@ class PtxKernel:
                                 f"({', '.join(p.name for p in params)}), got {len(args)}")
         if shared_bytes < 0:
             raise ArgumentError(f"shared_bytes must be >= 0, not {shared_bytes}")
+        why = launch_problem(self.ir.target, g, b, self.ir.static_shared, shared_bytes,
+                             self.ir.attrs)
+        if why is not None:
+            raise ArgumentError(f"a GPU would refuse this launch of '{self.name}': {why}",
+                                loc=self.ir.loc, hint="launch a grid and block within "
+                                "the limits (CUDA's launch would fail with "
+                                "CUDA_ERROR_INVALID_VALUE)")
         glob = GlobalMemory()
         self._place_variables(glob, dict(symbols or {}))
         space = np.zeros(max(self.ir.param_bytes, 1), np.uint8)
@@ -245,10 +255,9 @@ def load(source: str | os.PathLike[str]) -> PtxProgram:
     """Read a PTX file (a path) or PTX text into a :class:`PtxProgram`."""
     if isinstance(source, os.PathLike) or ("\n" not in str(source) and
                                            not str(source).lstrip().startswith(".")):
-        path = Path(source)
-        if not path.is_file():
-            raise ArgumentError(f"no PTX file {str(path)!r}", loc=Loc(str(path), 0))
-        return PtxProgram(parse_ptx(path.read_text(), str(path)))
+        text = read_text(source, "PTX file", hint="give the .ptx text (nvcc -ptx, Triton's "
+                         "compiled.asm['ptx']), not a cubin or fatbinary")
+        return PtxProgram(parse_ptx(text, str(source)))
     return PtxProgram(parse_ptx(str(source), "<ptx text>"))
 
 
