@@ -25,6 +25,13 @@ class KernelResourceError(KernelCompileError):
     kind = "resource limit"
 
 
+class KernelBoundsError(KernelCompileError):
+    """A kernel compiled for a GPU that some tile of its launch is certain to run out
+    of the bounds of a tensor with these shapes (refused before any PTX exists)."""
+
+    kind = "out of bounds"
+
+
 class AutotuneError(TesseraError):
     """No configuration of an autotuned kernel's space is valid for the call's shapes
     and the target (the message lists why each one was dropped)."""
@@ -32,5 +39,5 @@ class AutotuneError(TesseraError):
     kind = "autotune error"
 
 
-__all__ = ["AutotuneError", "KernelCompileError", "KernelResourceError",
+__all__ = ["AutotuneError", "KernelBoundsError", "KernelCompileError", "KernelResourceError",
            "UndefinedNameError"]

@@ -110,9 +110,9 @@ def test_hand_written_exact_gemm_on_target(target: str) -> None:
     line = start + next(k for k, text in enumerate(lines) if "exact=True" in text)
     with pytest.raises(UnsupportedError, match=r"tile\.mma \(exact\) of a 64x32 tile needs "
                                                r"360,448 bytes") as err:
-        compile_kernel(exact_gemm, np.zeros((64, 32), np.float32), b[:, :16].copy(),
-                       np.zeros((64, 16), np.float32), target=target,
-                       tile_shape=(64, 32, 16))
+        compile_kernel(exact_gemm, np.zeros((64, 32), np.float32),
+                       np.zeros((32, 32), np.float32), np.zeros((64, 32), np.float32),
+                       target=target, tile_shape=(64, 32, 16))
     assert err.value.loc.line == line
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from tessera.errors import ArgumentError, Loc, user_api
 from tessera.frontend.kernel import finish_launch
+from tessera.frontend.kernel.tuning.bounds import refuse_out_of_bounds
 from tessera.ir.core import Function
 from tessera.ir.dialects.target import TARGETS, TensorMapType
 from tessera.ir.dialects.target.check import check_kernel
@@ -128,6 +129,7 @@ def compile_kernel(kernel: Any, *args: Any, target: str = "sm_90a", mode: str | 
     t0 = time.perf_counter()
     _, module = kernel.specialise(tuple(args), dict(launch))
     tile = module.functions[kernel.name]
+    refuse_out_of_bounds(tile)  # never PTX that would touch memory past a tensor
     t1 = time.perf_counter()
     lowered, ptx, line_map, seconds = lower_and_render(tile, target, mode)
     spec = {"target": target, "grid": list(tile.attrs.get("grid", ())),

@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tessera.errors import Loc
+from tessera.frontend.kernel.errors import KernelBoundsError
 from tessera.ir.core import Block, Function, Instr, Value
 from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import MemRefType
@@ -158,13 +160,13 @@ class Bounds:
         return UNKNOWN, False
 
     # -- violations
-    def violations(self) -> list[str]:
-        """Every access sure to be out of bounds, as ``file:line: what`` lines."""
-        out: list[str] = []
+    def violations(self) -> list[tuple[Loc, str]]:
+        """Every access sure to be out of bounds: its line in the kernel, and what."""
+        out: list[tuple[Loc, str]] = []
         self._walk(self.fn.body, True, out)
         return out
 
-    def _walk(self, block: Block, every: bool, out: list[str]) -> None:
+    def _walk(self, block: Block, every: bool, out: list[tuple[Loc, str]]) -> None:
         for instr in block.instrs:
             op = instr.op
             if isinstance(op, tile_ir.For):
@@ -182,7 +184,7 @@ class Bounds:
             elif isinstance(op, tile_ir.Return) and "result_shape" in self.fn.attrs:
                 self._returned(instr, out)
 
-    def _view(self, instr: Instr, every: bool, out: list[str]) -> None:
+    def _view(self, instr: Instr, every: bool, out: list[tuple[Loc, str]]) -> None:
         mem = instr.operands[0].type
         if not every or not isinstance(mem, MemRefType):
             return
@@ -191,11 +193,11 @@ class Bounds:
             dim = mem.shape[axis]
             if s.exact and (s.lo < 0 or s.hi + size > dim):
                 bad = int(s.lo) if s.lo < 0 else int(s.hi)
-                out.append(f"{instr.loc}: {_name(instr.operands[0])}[{bad}:{bad + size}] "
-                           f"along axis {axis}, which has {dim} elements")
+                out.append((instr.loc, f"{_name(instr.operands[0])}[{bad}:{bad + size}] "
+                                       f"along axis {axis}, which has {dim} elements"))
                 return
 
-    def _returned(self, instr: Instr, out: list[str]) -> None:
+    def _returned(self, instr: Instr, out: list[tuple[Loc, str]]) -> None:
         if not instr.operands or not isinstance(instr.operands[0].type, TensorType):
             return
         tile = instr.operands[0].type.shape
@@ -205,9 +207,9 @@ class Bounds:
         for axis, (n, size) in enumerate(zip(self.grid, tile)):
             if axis < len(shape) and n * size > shape[axis]:
                 start = (n - 1) * size
-                out.append(f"{instr.loc}: the returned tile of group {n - 1} along axis "
-                           f"{axis} goes to rows {start}:{start + size} of a result with "
-                           f"{shape[axis]}")
+                out.append((instr.loc, f"the returned tile of group {n - 1} along axis "
+                                       f"{axis} goes to rows {start}:{start + size} of a "
+                                       f"result with {shape[axis]}"))
                 return
 
 
@@ -222,8 +224,24 @@ def _name(v: Value) -> str:
 
 
 def sure_violations(fn: Function) -> list[str]:
-    """The accesses of ``fn`` (one specialisation) certain to fall outside memory."""
-    return Bounds(fn).violations()
+    """The accesses of ``fn`` (one specialisation) certain to fall outside memory, as
+    ``file:line: what`` lines."""
+    return [f"{loc}: {what}" for loc, what in Bounds(fn).violations()]
 
 
-__all__ = ["Bounds", "Span", "sure_violations"]
+def refuse_out_of_bounds(fn: Function) -> None:
+    """Raise a :class:`KernelBoundsError` at the first access of ``fn`` certain to fall
+    outside memory: compiled for a GPU, it would read or write another allocation (or
+    fault) where the interpreters report it."""
+    found = Bounds(fn).violations()
+    if found:
+        loc, what = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise KernelBoundsError(
+            f"kernel '{fn.name}' is sure to access memory out of bounds for these shapes: "
+            f"{what}{more}; on a GPU it would read or write past the tensor",
+            loc=loc, hint="choose tile sizes that divide the shapes, guard the access "
+                          "(if i < n: ...), or mask it (ts.tile.load/store with mask=)")
+
+
+__all__ = ["Bounds", "Span", "refuse_out_of_bounds", "sure_violations"]
