@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from tessera.conformance.registry import BACKENDS
+from tessera.errors import ArgumentError
 from tessera.progress import ProgressBar
 from tessera.progress import progress as progress_bar
 
@@ -72,6 +73,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         if path:  # before the run, not after it
             check_writable(path, what)
     cases = registry.select(args.pattern)
+    if not cases:  # a mistyped -k would otherwise pass, having run nothing
+        areas = sorted({c.area for c in registry.select()})
+        raise ArgumentError(f"no conformance case matches -k {args.pattern!r}",
+                            hint="match words of the case ids, e.g. -k 'numerics and not "
+                                 f"fp4'; the areas are {', '.join(areas)} (--list shows "
+                                 "every case)")
     if args.list:
         for entry in cases:
             print(f"{entry.id}  [{entry.spec}]")

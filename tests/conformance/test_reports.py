@@ -163,6 +163,15 @@ def test_k_expressions() -> None:
         conformance.select("numerics and (")
 
 
+def test_a_pattern_that_selects_nothing_is_an_error(capsys: pytest.CaptureFixture[str]
+                                                   ) -> None:
+    """A mistyped -k would otherwise pass, having run nothing."""
+    assert main(["conformance", "-k", "numercs"]) == 1
+    err = capsys.readouterr().err
+    assert "no conformance case matches -k 'numercs'" in err
+    assert "the areas are autodiff, graph" in err and "Traceback" not in err
+
+
 def test_unknown_backend_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--backend", "gpu"]) == 1
     err = capsys.readouterr().err
