@@ -88,3 +88,26 @@ def _fast_mode(ctx: Any) -> None:
 
 register("sanitizer.fast-mode.bounds-only", _fast_mode,
          spec="decisions.md Kernel modes: mode='fast' is float32 without sanitizers")
+
+
+def _never_launched(ctx: Any) -> None:
+    """The planted stencil that reads ``x[-1]`` at tile 0: the interpreters report the
+    read at its line; a backend that compiles refuses the kernel there before any PTX
+    exists (it would read another allocation on a GPU). Either way, no array changes."""
+    from tessera.conformance import planted
+
+    line, kind = marked(planted.diff_oob)
+    x, out = np.arange(8, dtype=np.float32), np.full(8, 5.0, np.float32)
+    try:
+        ctx.launch(planted.diff_oob, x, out)
+    except ts.TesseraError as err:
+        assert getattr(err, "kind", None) == kind, f"reported {err.kind!r}: {err}"
+        assert err.loc.line == line and err.loc.file.endswith("planted.py"), err.loc
+    else:
+        raise AssertionError(f"the {kind} went unreported on {ctx.backend}")
+    assert np.array_equal(out, np.full(8, 5.0, np.float32)), out
+
+
+register("sanitizer.out-of-bounds.never-launched", _never_launched, backends=KERNEL,
+         spec="ptx-backend.md Masked accesses: an unmasked access past a tensor is refused "
+              "before PTX exists")
