@@ -21,7 +21,7 @@ import numpy as np
 from tessera.errors import ArgumentError, InterpretError, user_api
 from tessera.frontend.kernel.backends.compile import compile_kernel, gpu_mode, run_compiled
 from tessera.frontend.kernel.backends.fast_bounds import fast_tolerance, within_fast_bound
-from tessera.frontend.kernel.backends.launch import launch
+from tessera.frontend.kernel.backends.launch import launch, target_compiled
 
 
 def _outputs(args: tuple[Any, ...], result: Any) -> list[np.ndarray]:
@@ -129,9 +129,14 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
         ref_args = copy.deepcopy(args)
         ref = _outputs(ref_args, kernel(*ref_args, mode="checked" if fast else mode,
                                         **launch_kw))
-    grid = launch_kw.pop("grid", None)
-    got = _outputs(got_args, launch(kernel, grid, got_args, backend=backend, target=target,
-                                    mode=mode, **launch_kw))
+    compiled = None
+    if backend == "target":  # compiled once, for both orders of the atomics below
+        compiled = target_compiled(kernel, got_args, target, mode, launch_kw)
+        got = _outputs(got_args, run_compiled(compiled, kernel, *got_args, **launch_kw))
+    else:
+        grid = launch_kw.pop("grid", None)
+        got = _outputs(got_args, launch(kernel, grid, got_args, backend=backend,
+                                        target=target, mode=mode, **launch_kw))
     for k, (r, g) in enumerate(zip(ref, got)):
         if exact:
             bad = r.view(np.uint8).reshape((*r.shape, -1)) != g.view(np.uint8).reshape(
@@ -151,14 +156,12 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
             raise InterpretError(f"output {k} of '{kernel.name}' differs from "
                                  f"{against} at {at}: {g[at]!r} instead of {r[at]!r} "
                                  f"({int(bad.sum())} elements differ, backend {backend})")
-    if backend == "target" and exact:
-        _same_in_either_order(kernel, args, got, target, mode,
-                              {**launch_kw, **({} if grid is None else {"grid": grid})})
+    if compiled is not None and exact:
+        _same_in_either_order(compiled, kernel, args, got, launch_kw)
 
 
-def _same_in_either_order(kernel: Any, args: tuple[Any, ...], got: list[np.ndarray],
-                          target: str | None, mode: str | None,
-                          launch_kw: dict[str, Any]) -> None:
+def _same_in_either_order(compiled: Any, kernel: Any, args: tuple[Any, ...],
+                          got: list[np.ndarray], launch_kw: dict[str, Any]) -> None:
     """A kernel with float atomics (``red``, ``atom``), which a GPU applies in arrival
     order, runs again with every thread's atomics in the reverse order (the last
     CTA's first, and within a CTA the last thread's first): different bits mean the
@@ -167,8 +170,6 @@ def _same_in_either_order(kernel: Any, args: tuple[Any, ...], got: list[np.ndarr
     from tessera.ir.dialects.target.ops import Reduce
     from tessera.ir.dialects.target.ptx_ops import Atom
 
-    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode,
-                              **launch_kw)
     if not any(isinstance(i.op, Reduce | Atom) and i.op.type.startswith("f")
                for i in walk(compiled.kernel.body)):
         return

@@ -132,8 +132,15 @@ def launch(kernel: Any, grid: Any, args: tuple[Any, ...] | list[Any], *,
         compiled = compile_kernel(kernel, *args, target=target or device_target(), mode=mode,
                                   **launch_kw)
         return _run_cuda(compiled, kernel, tuple(args), launch_kw)
-    compiled = compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode, **launch_kw)
+    compiled = target_compiled(kernel, tuple(args), target, mode, launch_kw)
     return run_compiled(compiled, kernel, *args, tensor_cores=tensor_cores, **launch_kw)
+
+
+def target_compiled(kernel: Any, args: tuple[Any, ...], target: str | None,
+                    mode: str | None, launch_kw: dict[str, Any]) -> CompiledKernel:
+    """``kernel`` compiled as the Target IR backend runs it (for sm_90a unless
+    ``target`` names another)."""
+    return compile_kernel(kernel, *args, target=target or "sm_90a", mode=mode, **launch_kw)
 
 
 class _Aot:

@@ -98,3 +98,23 @@ def test_on_hopper_tensor_core_kernels_are_compared_with_the_model(
     else:
         with pytest.raises(InterpretError, match="differs from the Hopper tensor-core model"):
             ts.check_against_reference(gemm, *args, backend="cuda", tile_shape=(64, 64, 64))
+
+
+def test_the_target_check_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel with float atomics runs in both orders of its atomics from one
+    compilation (the second order used to compile the kernel again)."""
+    import tessera.frontend.kernel.backends.launch as api
+    from tests.lower.test_ordered_events import adds_and_reads
+
+    calls = []
+    real = api.compile_kernel
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        calls.append(kw.get("target"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(api, "compile_kernel", counted)
+    x = np.arange(1, 301, dtype=np.float32)
+    ts.check_against_reference(adds_and_reads, x, np.array([0.5, 2.0], np.float32),
+                               np.zeros(300, np.float32), backend="target", target="sm_80")
+    assert calls == ["sm_80"]
