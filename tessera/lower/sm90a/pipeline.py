@@ -218,13 +218,15 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
     mine = blocks // plan.consumers  # 64-row blocks of each consumer warpgroup
     half = g.bn // 2
     wg_rows = None
-    if plan.consumers > 1:  # warpgroup w multiplies A rows [64 * mine * w, ...)
-        wg_rows = ce.mul(ce.warpgroup(), ce.const(64 * mine * ring.a_span, "u32"), "u32")
+    wg = ce.warpgroup() if plan.consumers > 1 else None  # one broadcast for both uses
+    if wg is not None:  # warpgroup w multiplies A rows [64 * mine * w, ...)
+        wg_rows = ce.mul(wg, ce.const(64 * mine * ring.a_span, "u32"), "u32")
     accs = [ce.pack(init[i * half:(i + 1) * half], "f32") for i in range(mine)]
     ks = MMA_K[g.elem]
     turns = None
     if plan.pingpong:  # warpgroup 0 issues first (tessera.lower.sm90a.turns)
-        turns = turns_of(ce, ce.warpgroup())
+        assert wg is not None  # the turns alternate two consumers
+        turns = turns_of(ce, wg)
         turns.start(ce)
     last = g.lo + (g.k_tiles - 1) * g.step
 
