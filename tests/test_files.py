@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,15 +80,19 @@ def test_ptx_output_path_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert ".entry saxpy" in (tmp_path / "new" / "k.ptx").read_text()
 
 
+def _never(what: str) -> Any:
+    """A stand-in for work that must not start before the output path is checked."""
+    def run(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{what} before the output path was checked")
+    return run
+
+
 def test_conformance_refuses_a_report_path_before_the_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     from tessera.conformance import runner
 
-    def never(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the suite ran before the report path was checked")
-
-    monkeypatch.setattr(runner, "run", never)
+    monkeypatch.setattr(runner, "run", _never("the suite ran"))
     (tmp_path / "afile").write_text("x")
     for flag in ("--report", "--junit"):
         rc = main(["conformance", "-k", "numerics.ties", flag,
@@ -101,10 +106,7 @@ def test_explain_refuses_a_page_path_before_the_work(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from tessera.explain import collect
 
-    def never(*args: object, **kwargs: object) -> None:
-        raise AssertionError("explained before the page path was checked")
-
-    monkeypatch.setattr(collect, "explain", never)
+    monkeypatch.setattr(collect, "explain", _never("explained"))
     src = tmp_path / "k.py"
     src.write_text(SAXPY)
     (tmp_path / "afile").write_text("x")
