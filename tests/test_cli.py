@@ -253,3 +253,14 @@ def test_opt_refuses_a_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["opt", str(blob)]) == 1
     err = capsys.readouterr().err
     assert f"'{blob}' is not text (byte 1 is not UTF-8): the IR text file was expected" in err
+
+
+def test_ir_of_what_is_not_a_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    src = tmp_path / "names.py"
+    src.write_text("import tessera as ts\nX = 3\n")
+    for name, said in (("ts", "got the module tessera"), ("X", "got int 3")):
+        assert main(["ir", f"{src}:{name}"]) == 1
+        err = capsys.readouterr().err
+        assert "argument error: inspect_ir needs a" in err and said in err
+        assert "@ts.jit or @ts.kernel" in err

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -379,11 +380,17 @@ def inspect_ir(fn: Any, stage: str = "graph", *args: Any, **kwargs: Any) -> str:
     """``ts.inspect_ir(fn, "graph")``: the IR text of a stage of ``fn``."""
     if isinstance(fn, JitFunction):
         return inspect_stage(fn, stage, args, kwargs)
+    if isinstance(fn, types.ModuleType):  # ``tessera`` itself has an ``inspect_ir``
+        raise ArgumentError(f"inspect_ir needs a function, got the module {fn.__name__}",
+                            hint="name a @ts.jit or @ts.kernel function, or a plain def "
+                                 "of tessera ops")
     if hasattr(fn, "inspect_ir"):
         return fn.inspect_ir(stage, *args, **kwargs)
     if callable(fn):
         return inspect_stage(JitFunction(fn), stage, args, kwargs)
-    raise ArgumentError(f"inspect_ir needs a tessera function, got {type(fn).__name__}")
+    raise ArgumentError(f"inspect_ir needs a tessera function, got {type(fn).__name__} "
+                        f"{fn!r:.60}", hint="name a @ts.jit or @ts.kernel function, or a "
+                                            "plain def of tessera ops")
 
 
 __all__ = ["GRAPH_PIPELINE", "STAGES", "DimBindingError", "JitFunction", "inspect_ir", "jit",
