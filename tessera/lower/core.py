@@ -115,7 +115,7 @@ class Lowerer:
             exact = exact or (not int_cores and any(map(is_integer_mma, walk(self.fn.body))))
             self.extra["per_thread_mma"] = exact
             if not exact and self.target == "sm_90a":
-                from tessera.lower.sm90a.kvloop import plan_kv
+                from tessera.lower.sm90a.attention.loop import plan_kv
                 from tessera.lower.sm90a.mma import operand_buffers, ring_setup
 
                 self.extra["wgmma_buffers"] = operand_buffers(self.fn)

@@ -99,7 +99,7 @@ def ring_setup(low: Lowerer) -> None:
     and, per thread, its two counters (groups committed, groups waited for) in shared
     memory, which only that thread reads and writes."""
     e = low.e
-    # warp-specialised attention (kvsplit): one ring a consumer warpgroup, whose
+    # warp-specialised attention (attention.split): one ring a consumer warpgroup, whose
     # barriers the whole CTA initialised before it split
     wg = low.extra.get("consumer_wg")
     copies = wg.count if wg is not None else 1

@@ -1,4 +1,4 @@
-"""The deferred P V order of sm_90a attention (tessera.lower.sm90a.kvdefer): P_m V_m is
+"""The deferred P V order of sm_90a attention (tessera.lower.sm90a.attention.defer): P_m V_m is
 issued a block later, beside S_{m+2}, and both products run during a softmax. Its
 structure on Target IR and PTX, its bits against the tile interpreter (checked) and the
 non-deferred order (fast), one warpgroup, warp-specialised and ping-pong, the
@@ -117,8 +117,8 @@ def test_the_knob_and_what_the_plan_says() -> None:
 
 
 def test_defer_problem_reasons() -> None:
-    from tessera.lower.sm90a.kvdefer import DEFER_THREAD_REGS, defer_problem
-    from tessera.lower.sm90a.kvplan import match_kv_loops
+    from tessera.lower.sm90a.attention.defer import DEFER_THREAD_REGS, defer_problem
+    from tessera.lower.sm90a.attention.plan import match_kv_loops
 
     q = np.zeros((1, 256, 64), BF16)
     fn = ts.compile_kernel(flash_attention, q, q, q, is_causal=True, target="sm_90a",
@@ -167,7 +167,7 @@ def test_fast_mode_gives_the_non_deferred_bits(seq: int, d: int, causal: bool, s
 @pytest.mark.parametrize("mode", ["checked", "fast"])
 def test_ptxas_no_spills_no_advisory(d: int, stages: int, cfg: dict, mode: str) -> None:
     from tessera.backend.ptx.driver.assemble import ToolchainMissing
-    from tessera.lower.sm90a.kvdefer import DEFER_THREAD_REGS
+    from tessera.lower.sm90a.attention.defer import DEFER_THREAD_REGS
 
     c = compiled(d, True, stages, mode=mode, **cfg)
     assert "P V deferred a block" in c.kernel.attrs["kv_ring"]

@@ -1,5 +1,5 @@
 """FlashAttention-3's order of sm_90a attention's key loops (``defer_pv="fa3"``,
-:mod:`tessera.lower.sm90a.kvfa3`): ``S_m`` and ``P_{m-1} V_{m-1}`` issued together,
+:mod:`tessera.lower.sm90a.attention.fa3`): ``S_m`` and ``P_{m-1} V_{m-1}`` issued together,
 ``wait_group 1`` before the softmax, the first and last blocks peeled. The structure on
 Target IR, the bits against the overlapped order (fast) and the tile interpreter
 (checked), causal attention (whose query tiles read different numbers of key blocks),
@@ -123,7 +123,7 @@ def test_causal_tiles_read_no_one_or_more_blocks_before_the_diagonal() -> None:
     reads no block before its diagonal (the loop keeps its values), tile 1 one (the
     peeled first and last blocks alone), later tiles more; every diagonal is one
     (masked) block, a loop of its own."""
-    from tessera.lower.sm90a.kvorder import block_sequence, match_kv_loops
+    from tessera.lower.sm90a.attention.order import block_sequence, match_kv_loops
 
     tile = compiled(64, 64, causal=True, seq=256).tile
     found = match_kv_loops(tile)

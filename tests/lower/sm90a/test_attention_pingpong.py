@@ -1,5 +1,5 @@
 """The ping-pong schedule of warp-specialised flash attention on sm_90a
-(``schedule="pingpong"``, tessera.lower.sm90a.kvloop and turns): the two consumer
+(``schedule="pingpong"``, tessera.lower.sm90a.attention.loop and turns): the two consumer
 warpgroups take turns issuing ``S = Q Kᵀ`` (FlashAttention-3, sec. 3.1). Its barriers,
 its bits against the cooperative CTA and the tile interpreter, ptxas, the shapes it
 refuses, and a planted deadlock."""

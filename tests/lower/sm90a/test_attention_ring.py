@@ -1,4 +1,4 @@
-"""Flash attention's K/V ring on sm_90a (tessera.lower.sm90a.kvplan, kvring, kvloop): the
+"""Flash attention's K/V ring on sm_90a (tessera.lower.sm90a.attention.plan, .ring, .loop): the
 structure on Target IR and PTX (stages, full/empty mbarriers, wait_group 1, no bar.sync
 in the key loops, P in registers, the causal loops), the bits of every configuration
 against the tile interpreter (fast mode within its bound), the loads a causal program
@@ -29,7 +29,7 @@ from tessera.ir.dialects.target.async_ops import (
 )
 from tessera.ir.dialects.target.ops import Bar, SharedAlloc, Store
 from tessera.ir.dialects.target.wgmma_rs import WgmmaRegA
-from tessera.lower.sm90a.kvplan import overlap_problem
+from tessera.lower.sm90a.attention.plan import overlap_problem
 
 BF16 = ml_dtypes.bfloat16
 rng = np.random.default_rng(52)
@@ -233,7 +233,7 @@ def test_causal_programs_load_only_the_blocks_they_visit(monkeypatch: Any,
 def test_a_ring_that_loads_past_the_diagonal_is_seen(monkeypatch: Any) -> None:
     """The check above fails for a ring that counts one block too many (a planted bug:
     the loads past the diagonal are never waited for, so nothing else reports them)."""
-    from tessera.lower.sm90a import kvring
+    from tessera.lower.sm90a.attention import ring as kvring
 
     real = kvring.KvRing.count
     monkeypatch.setattr(kvring.KvRing, "count",

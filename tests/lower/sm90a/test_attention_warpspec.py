@@ -1,4 +1,4 @@
-"""Warp-specialised flash attention on sm_90a (tessera.lower.sm90a.kvsplit, kvorder): two
+"""Warp-specialised flash attention on sm_90a (tessera.lower.sm90a.attention.split, .order): two
 consumer warpgroups of 64 query rows over one K/V ring that a producer warpgroup fills.
 The CTA's structure on Target IR, the bits against the one-warpgroup kernel and the tile
 interpreter (every sanitizer of the Target IR interpreter on), the loads a CTA makes,
@@ -252,8 +252,8 @@ def test_num_warps_8_alone_keeps_one_warpgroup() -> None:
 def test_key_block_orders_of_a_cta() -> None:
     """The causal tiles 2 and 3 read blocks 0..2 and 0..3: a prefix one block shorter,
     so they share a ring."""
-    from tessera.lower.sm90a.kvorder import block_sequence, sharing_problem
-    from tessera.lower.sm90a.kvplan import match_kv_loops
+    from tessera.lower.sm90a.attention.order import block_sequence, sharing_problem
+    from tessera.lower.sm90a.attention.plan import match_kv_loops
 
     q = np.zeros((1, 512, 64), BF16)
     fn = ts.compile_kernel(flash_attention, q, q, q, is_causal=True, target="sm_90a",
@@ -268,7 +268,7 @@ def test_key_block_orders_of_a_cta() -> None:
 
 def test_smaller_key_blocks_of_a_causal_cta_keep_one_warpgroup() -> None:
     """With 32-row key blocks a causal CTA's first tile reads two blocks fewer than its
-    second (its diagonal is two blocks): not offered (kvorder's module doc says why)."""
+    second (its diagonal is two blocks): not offered (attention.order's module doc says why)."""
     fn = compiled(64, True, seq=384, bn=32).kernel
     assert fn.attrs["block"] == [128]
     assert "one warpgroup (query tile 0 reads 2 blocks fewer than tile 1" in fn.attrs["kv_ring"]

@@ -35,7 +35,7 @@ The estimate of a valid configuration:
   65536 // registers per group)`` groups per SM (``num_warps`` from the config, else
   4; registers rounded up to 8 per thread). Shared bytes count an attention's sm_90a
   K/V ring: ``num_stages`` K and V blocks and their mbarriers
-  (:func:`tessera.lower.sm90a.kvplan.ring_extra_bytes`); elsewhere ``num_stages``
+  (:func:`tessera.lower.sm90a.attention.plan.ring_extra_bytes`); elsewhere ``num_stages``
   does not change the simulated kernel and only ever ties;
 * ``time = ceil(groups / (132·c)) · (c · t + 2 µs)``.
 
@@ -141,8 +141,8 @@ def _count(block: Block, mult: float, acc: list[float]) -> None:
 
 def _shared(fn: Function) -> int:
     """The kernel's shared buffers, plus what an sm_90a K/V ring of ``num_stages`` adds
-    to an attention's K and V buffers (:mod:`tessera.lower.sm90a.kvplan`)."""
-    from tessera.lower.sm90a.kvplan import ring_extra_bytes
+    to an attention's K and V buffers (:mod:`tessera.lower.sm90a.attention.plan`)."""
+    from tessera.lower.sm90a.attention.plan import ring_extra_bytes
 
     return sum(_bytes(instr.results[0].type) for instr in walk(fn.body)
                if isinstance(instr.op, tile_memory.AllocShared)) + ring_extra_bytes(fn)

@@ -16,7 +16,7 @@ diagonal one of a causal kernel too) is lowered as::
 
 The loop carries the kernel's values, ``C`` packed as ``wgmma`` holds it and ``P``'s
 register-A fragments: no score tile crosses the back edge (the overlapped order of
-:mod:`tessera.lower.sm90a.kvloop` carries the next one, 64 register copies a thread
+:mod:`tessera.lower.sm90a.attention.loop` carries the next one, 64 register copies a thread
 at 64x128 blocks), and with the first and last blocks peeled no select between the
 product and the loop's initial accumulator sits in the loop (each would be another
 64). A loop without blocks (a causal kernel's first query tile) keeps its values; one
@@ -38,7 +38,7 @@ from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.target.async_ops import Fence, WgmmaWait
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.kvdefer import (
+from tessera.lower.sm90a.attention.defer import (
     acc_slot,
     fragments,
     issue_packed,
@@ -46,12 +46,12 @@ from tessera.lower.sm90a.kvdefer import (
     pack,
     rescale_ops,
 )
-from tessera.lower.sm90a.kvplan import KvLoop
-from tessera.lower.sm90a.kvring import EMPTY_V, FULL_K, FULL_V, RingSlot
+from tessera.lower.sm90a.attention.plan import KvLoop
+from tessera.lower.sm90a.attention.ring import EMPTY_V, FULL_K, FULL_V, RingSlot
 from tessera.lower.values import Dist, Lowered, Scalar
 
 if TYPE_CHECKING:
-    from tessera.lower.sm90a.kvloop import KvLowering
+    from tessera.lower.sm90a.attention.loop import KvLowering
 
 
 class Fa3Loop:
@@ -149,7 +149,7 @@ class Fa3Loop:
         """Issue ``S_m`` (and ``P_{m-1} V_{m-1}`` from ``pv``'s packed ``C`` and
         fragments, V at ``v_at``) in the warpgroup's turn: the scores (and the product),
         in flight."""
-        from tessera.lower.sm90a.kvloop import issue_scores
+        from tessera.lower.sm90a.attention.loop import issue_scores
 
         lowering, ring = self.lowering, self.lowering.ring
         assert ring is not None

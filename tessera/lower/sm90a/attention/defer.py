@@ -3,7 +3,7 @@ beside ``S_{m+2}``, and runs during the softmax of ``S_{m+1}``, as ``S_{m+2}`` d
 (FlashAttention-3's intra-warpgroup overlap, Shah et al. 2024, sec. 3.2, with both
 products overlapped). The first key loop takes this order; a causal kernel's later
 loop, its blocks on the diagonal (one, at 64x64 blocks), keeps that of
-:mod:`tessera.lower.sm90a.kvloop`. Iteration ``m``::
+:mod:`tessera.lower.sm90a.attention.loop`. Iteration ``m``::
 
     wait full_k[m+1]; wait full_v[m-1]
     issue S_{m+1} = Q K_{m+1}ᵀ; issue P_{m-1} V_{m-1} into C_{m-1}     (no wait)
@@ -42,15 +42,15 @@ from tessera.errors import UnsupportedError
 from tessera.ir.core import Function, Instr, Value, uses
 from tessera.ir.dialects.target.async_ops import WgmmaWait
 from tessera.ir.dialects.tile import memory as tile_memory
-from tessera.lower.sm90a.kvring import EMPTY_V, FULL_V, KvRing
+from tessera.lower.sm90a.attention.ring import EMPTY_V, FULL_V, KvRing
 from tessera.lower.tiles import THREADS, SharedBox
 from tessera.lower.values import Dist, Lowered, Scalar
 
 if TYPE_CHECKING:
     from tessera.lower.core import Lowerer
     from tessera.lower.emit import TargetEmitter
-    from tessera.lower.sm90a.kvloop import KvLowering
-    from tessera.lower.sm90a.kvplan import KvLoop
+    from tessera.lower.sm90a.attention.loop import KvLowering
+    from tessera.lower.sm90a.attention.plan import KvLoop
 
 #: registers a thread of the one-warpgroup kernel of the deferred order takes, by head
 #: dimension up to 64 / 128: ptxas 13.5 gives 167 to 168 (D=64, three stages) and 176
@@ -119,7 +119,7 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
             return "the P V product is read inside its loop"
     from tessera.lower.sm90a.mma import REGISTER_A_VALUES
 
-    # a consumer's P is register A whenever its CTA was split (kvplan.split_problem)
+    # a consumer's P is register A whenever its CTA was split (attention.plan.split_problem)
     if not consumers and (bm * bn // THREADS > REGISTER_A_VALUES or bm * d // THREADS > 64):
         return f"P of a {bm}x{bn} block is not wgmma's register A"
     if consumers:
@@ -131,7 +131,7 @@ def defer_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
             return (f"registers: {what}, the previous P and a {bm}x{d} accumulator are "
                     f"{values} values a thread, over {DEFER_SPLIT_VALUES}")
         return None
-    from tessera.lower.sm90a.kvplan import occupancy_problem
+    from tessera.lower.sm90a.attention.plan import occupancy_problem
 
     return occupancy_problem(DEFER_THREAD_REGS[0 if d <= 64 else 1], bm, bn, d, stages)
 

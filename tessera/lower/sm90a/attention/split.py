@@ -1,17 +1,17 @@
 """Warp-specialised sm_90a attention: the CTA of FlashAttention-3 (Shah et al., 2024,
-sec. 3.1), from the same tile program (the plan is :mod:`tessera.lower.sm90a.kvplan`).
+sec. 3.1), from the same tile program (the plan is :mod:`tessera.lower.sm90a.attention.plan`).
 
 The CTA is ``C + 1`` warpgroups. Consumer warpgroup ``w < C`` runs the kernel's tile
 program, unchanged, for query tile ``C * ctaid.x + w`` (its 64 query rows; ``C = 2``
 makes the CTA's 128-row query tile); the last warpgroup is the producer: one elected
-thread loads every key block into the K/V ring (:mod:`tessera.lower.sm90a.kvring`),
+thread loads every key block into the K/V ring (:mod:`tessera.lower.sm90a.attention.ring`),
 so the consumers only wait, compute and release. ``setmaxnreg`` gives the producer's
-registers to the consumers (:attr:`~tessera.lower.sm90a.kvplan.KvPlan.regs`: two
+registers to the consumers (:attr:`~tessera.lower.sm90a.attention.plan.KvPlan.regs`: two
 consumers take FlashAttention-3's 240, one the GEMM pipeline's 232)::
 
     all threads:  thread 0 inits full_k/v[s] (1), empty_k/v[s] (128 C); bar.sync
     producer (elected thread)                consumer warpgroup w (tile C*ctaid.x + w)
-                                             Q copy; its own key loops (kvloop):
+                                             Q copy; its own key loops (attention.loop):
       for block n of the last tile's order:      wait full_k[n]; S_n; release empty_k
         wait empty_k[n % S] (released n - S)     softmax; wait full_v[n]; P_n V_n
         TMA K_n; arrive.expect_tx full_k         release empty_v
@@ -20,7 +20,7 @@ consumers take FlashAttention-3's 240, one the GEMM pipeline's 232)::
 The empty barriers count every thread of the consumers that have a tile (the launch's
 last CTA may have one tile fewer: it initialises them for fewer threads). The tiles of
 a CTA read the same blocks in the same order, the first tile's at most one block fewer
-than the last's (:mod:`tessera.lower.sm90a.kvorder`): that block's stage is never
+than the last's (:mod:`tessera.lower.sm90a.attention.order`): that block's stage is never
 refilled (``S >= 2``), so nobody needs its release. Inside a
 consumer ``%tid.x`` reads as the thread's index in its warpgroup and ``bar.sync`` is
 the warpgroup's named barrier, so the tile program's lowering runs as if it had the
@@ -42,8 +42,15 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import TensorType
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.kvplan import SPLIT_REGISTER_A, KvPlan
-from tessera.lower.sm90a.kvring import EMPTY_K, EMPTY_V, KvRing, alloc_rules, index_slice, make_ring
+from tessera.lower.sm90a.attention.plan import SPLIT_REGISTER_A, KvPlan
+from tessera.lower.sm90a.attention.ring import (
+    EMPTY_K,
+    EMPTY_V,
+    KvRing,
+    alloc_rules,
+    index_slice,
+    make_ring,
+)
 from tessera.lower.sm90a.mma import RING
 from tessera.lower.sm90a.tma import init_barriers
 from tessera.lower.tiles import THREADS
@@ -173,7 +180,7 @@ def _replicated_alloc(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[L
 def _scalar_slice(low: Lowerer, plan: KvPlan) -> list[Instr]:
     """The top-level instructions before the first key loop that the loops' bounds and
     the K/V copies' index arithmetic read (scalar index arithmetic: the plan evaluated
-    them, :mod:`tessera.lower.sm90a.kvorder`)."""
+    them, :mod:`tessera.lower.sm90a.attention.order`)."""
     body = low.fn.body.instrs
     first = body.index(plan.loops[0].loop)
     need: set[Value] = set()

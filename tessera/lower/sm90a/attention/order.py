@@ -1,9 +1,9 @@
 """The key-block loops of an attention kernel (:func:`match_kv_loops`: the loops whose
 bodies copy a K and a V block, multiply ``Q Kᵀ`` and ``P V``, as the module doc of
-:mod:`tessera.lower.sm90a.kvplan` describes), and which key blocks each query tile
+:mod:`tessera.lower.sm90a.attention.plan` describes), and which key blocks each query tile
 reads, found at compile time.
 
-Warp-specialised attention (:mod:`tessera.lower.sm90a.kvsplit`) runs ``C`` query tiles
+Warp-specialised attention (:mod:`tessera.lower.sm90a.attention.split`) runs ``C`` query tiles
 (groups ``C * ctaid.x + w``) in one CTA over *one* K/V ring that a producer warpgroup
 fills in the order of the CTA's last tile. That is only right when every tile's blocks
 are a prefix of the last tile's, block for block: a causal program's key blocks

@@ -1,5 +1,6 @@
 """Which sm_90a attention kernels stream their keys and values through a TMA ring, and
-how (the lowering is :mod:`tessera.lower.sm90a.kvring` and :mod:`tessera.lower.sm90a.kvloop`).
+how (the lowering is :mod:`tessera.lower.sm90a.attention.ring` and
+:mod:`tessera.lower.sm90a.attention.loop`).
 
 An *attention-shaped* kernel (``tessera/conformance/kernels/flash_attention.py``) has
 one or more top-level loops over key blocks whose bodies copy a ``(BN, D)`` block of K
@@ -23,7 +24,7 @@ copy-wait-multiply sequence):
   FlashAttention-3's intra-warpgroup overlap (Shah et al., 2024, sec. 3.2); where
   the kernel's shape allows, ``P_m V_m`` is also issued a block later, beside
   ``S_{m+2}``, so that both products run during a softmax
-  (:mod:`tessera.lower.sm90a.kvdefer`, config ``defer_pv``);
+  (:mod:`tessera.lower.sm90a.attention.defer`, config ``defer_pv``);
 * with ``schedule="pingpong"`` the two consumer warpgroups of a warp-specialised CTA
   take turns issuing ``S`` (sec. 3.1, :mod:`tessera.lower.sm90a.turns`): offered where
   every CTA's two tiles read as many blocks (equal turns) in the overlapped order.
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from tessera.errors import UnsupportedError
 from tessera.ir.core import Function, Instr
 from tessera.ir.types import TensorType
-from tessera.lower.sm90a.kvorder import KvLoop, match_kv_loops
+from tessera.lower.sm90a.attention.order import KvLoop, match_kv_loops
 from tessera.lower.sm90a.warpspec import (
     CONSUMER_REGS,
     PRODUCER_REGS,
@@ -104,7 +105,7 @@ class KvPlan:
     stages: int
     overlap: bool
     why_sequential: str | None = None
-    #: consumer warpgroups of a warp-specialised CTA (:mod:`tessera.lower.sm90a.kvsplit`;
+    #: consumer warpgroups of a warp-specialised CTA (:mod:`tessera.lower.sm90a.attention.split`;
     #: each runs one query tile, a producer warpgroup fills the ring), 0 for none
     consumers: int = 0
     why_one_warpgroup: str | None = None
@@ -112,11 +113,11 @@ class KvPlan:
     #: :mod:`tessera.lower.sm90a.turns`)
     pingpong: bool = False
     #: ``P_m V_m`` is issued a block later, with ``S_{m+2}``
-    #: (:mod:`tessera.lower.sm90a.kvdefer`); ``why_not_deferred`` says why not, when the
+    #: (:mod:`tessera.lower.sm90a.attention.defer`); ``why_not_deferred`` says why not, when the
     #: order is overlapped but not deferred
     defer_pv: bool = False
     why_not_deferred: str | None = None
-    #: iterations a trip of the overlapped key loops (:func:`tessera.lower.sm90a.kvloop.
+    #: iterations a trip of the overlapped key loops (:func:`tessera.lower.sm90a.attention.loop.
     #: unrolled_pairs`: 2 lets the two score tiles take turns in their registers)
     unroll: int = 1
     #: ``S_{m+1}`` is issued before the softmax of ``S_m``; False with ``defer_pv``:
@@ -225,8 +226,8 @@ def split_problem(fn: Function, loops: tuple[KvLoop, ...], bm: int, bn: int, d: 
     """Why the query tiles of ``fn`` cannot run as ``consumers`` warpgroups over one ring
     filled by a producer warpgroup (None when they can): each consumer holds its
     64-row tile's ``P`` as ``wgmma``'s register A, and the tiles of a CTA read the same
-    key blocks in the same order (:func:`tessera.lower.sm90a.kvorder.sharing_problem`)."""
-    from tessera.lower.sm90a.kvorder import sharing_problem
+    key blocks in the same order (:func:`tessera.lower.sm90a.attention.order.sharing_problem`)."""
+    from tessera.lower.sm90a.attention.order import sharing_problem
 
     if bm != 64 or bm * bn // THREADS > SPLIT_REGISTER_A or bm * d // THREADS > 64:
         return (f"a consumer warpgroup holds a 64-row tile with P in registers, not a "
@@ -277,7 +278,7 @@ def plan_kv_ring(fn: Function) -> KvPlan | None:
     if why is not None and pingpong:  # the turns are the issues of the next scores
         raise UnsupportedError(f"schedule='pingpong' needs the overlapped order: {why}",
                                loc=fn.loc, hint="drop schedule='pingpong'")
-    from tessera.lower.sm90a.kvdefer import defer_decision
+    from tessera.lower.sm90a.attention.defer import defer_decision
 
     why_wait = defer_decision(fn, loops, bm, bn, d, consumers, stages, config, why)
     unroll = unroll_of(config, fn, bm, bn, d, why or (None if why_wait else "P V is deferred"))

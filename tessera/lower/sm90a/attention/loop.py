@@ -1,4 +1,5 @@
-"""The key-block loops of sm_90a attention over the K/V ring (:mod:`tessera.lower.sm90a.kvring`).
+"""The key-block loops of sm_90a attention over the K/V ring
+(:mod:`tessera.lower.sm90a.attention.ring`).
 
 Before the first loop: the ring's barriers, the block count ``T``, the loads of blocks
 ``0 .. S - 1``, the wait for the query copy and, in the overlapped order, ``S_0``.
@@ -14,10 +15,10 @@ turns issuing ``S``, :mod:`tessera.lower.sm90a.turns`)::
     arrive empty_v[m]; thread 0: wait empty_v, load V_{m+S}
 
 Where the plan defers ``P V`` a block (config ``defer_pv``), the first key loop is
-that of :mod:`tessera.lower.sm90a.kvdefer`. The sequential order waits ``full_k[m]`` and
+that of :mod:`tessera.lower.sm90a.attention.defer`. The sequential order waits ``full_k[m]`` and
 computes ``S_m`` in the iteration. No
 ``bar.sync`` runs inside the loops; the tile program's barriers become the ring's
-waits and releases. In a warp-specialised CTA (:mod:`tessera.lower.sm90a.kvsplit`)
+waits and releases. In a warp-specialised CTA (:mod:`tessera.lower.sm90a.attention.split`)
 the ring is set up and filled by the producer warpgroup: the loops only wait and
 release.
 """
@@ -34,10 +35,9 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.layout import Acc
-from tessera.lower.sm90a import kvdefer
-from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
-from tessera.lower.sm90a.kvplan import KvLoop, KvPlan
-from tessera.lower.sm90a.kvring import (
+from tessera.lower.sm90a.attention import defer as kvdefer
+from tessera.lower.sm90a.attention.plan import KvLoop, KvPlan
+from tessera.lower.sm90a.attention.ring import (
     EMPTY_K,
     EMPTY_V,
     FULL_K,
@@ -45,6 +45,7 @@ from tessera.lower.sm90a.kvring import (
     KvRing,
     make_ring,
 )
+from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.turns import Turns, turns_of
 from tessera.lower.tiles import SharedBox
 from tessera.lower.values import Dist, Lowered, Scalar
@@ -112,7 +113,7 @@ class KvLowering:
         if not self.plan.overlap:
             return
         zero = e.const(0, "u32")
-        if not self.plan.scores_ahead:  # each iteration issues its own S (kvdefer)
+        if not self.plan.scores_ahead:  # each iteration issues its own S (attention.defer)
             if self.plan.pingpong:  # warpgroup 0 goes first
                 e.if_(e.setp("lt", zero, total, "u32"), lambda t: self._start(t))
             return
@@ -150,7 +151,7 @@ class KvLowering:
         if kv is self.plan.loops[0]:
             self.prologue(low)
         if self.plan.defer_pv and not self.plan.scores_ahead:
-            from tessera.lower.sm90a.kvfa3 import Fa3Loop
+            from tessera.lower.sm90a.attention.fa3 import Fa3Loop
 
             return Fa3Loop(self, low, kv, instr, args).lower()
         if self.plan.defer_pv and kv is self.plan.loops[0]:
@@ -238,7 +239,7 @@ class KvLowering:
         nxt = t.add(m, one, "u32")
         more = t.setp("lt", nxt, total, "u32")
         after, slot = ring.slot(t, nxt), ring.slot(t, m)
-        if then is not None:  # past the last block: K_m, landed (see kvdefer)
+        if then is not None:  # past the last block: K_m, landed (see attention.defer)
             t.if_(more, lambda u: ring.wait(u, FULL_K, after))
             k_box, other = ring.box(t, False, after), ring.box(t, False, slot)
         else:  # past the last block the discarded product reads V_m, which must have landed
@@ -261,7 +262,7 @@ class KvLowering:
     def _last_total(self, low: Lowerer, e: TargetEmitter) -> Value:
         """The block count of the CTA's last tile (the ring's offsets stay this
         tile's)."""
-        from tessera.lower.sm90a.kvsplit import last_tile
+        from tessera.lower.sm90a.attention.split import last_tile
 
         ring = self.ring
         assert ring is not None
@@ -288,7 +289,7 @@ class KvLowering:
         empty turn after its loops, so that both warpgroups take as many."""
         if not self.plan.pingpong:
             return None
-        from tessera.lower.sm90a.kvsplit import WarpgroupEmitter
+        from tessera.lower.sm90a.attention.split import WarpgroupEmitter
 
         assert isinstance(t, WarpgroupEmitter)
         return turns_of(t, t.wg.index)
@@ -334,10 +335,10 @@ def unrolled_pairs(e: TargetEmitter, lo: Value, hi: Value, step: Value, init: li
 
 
 def plan_kv(low: Lowerer) -> None:
-    """Plan the K/V ring of an attention kernel (:mod:`tessera.lower.sm90a.kvplan`): its
+    """Plan the K/V ring of an attention kernel (:mod:`tessera.lower.sm90a.attention.plan`): its
     key loops and K/V buffers get their own rules, and the kernel records the ring's
     stages (``ring_stages``, which the static estimate reads as copies ahead)."""
-    from tessera.lower.sm90a.kvplan import plan_kv_ring
+    from tessera.lower.sm90a.attention.plan import plan_kv_ring
 
     plan = plan_kv_ring(low.fn)
     if plan is not None:
@@ -345,15 +346,15 @@ def plan_kv(low: Lowerer) -> None:
         # ring_stages: the static estimate's copies ahead; kv_ring: tessera ptx --stats
         low.extra.setdefault("attrs", {}).update(ring_stages=plan.stages, kv_ring=plan.describe())
         low.overrides.update(kv_rules(plan))
-        if plan.consumers:  # a producer warpgroup and C consumers (kvsplit)
-            from tessera.lower.sm90a.kvsplit import split_cta
+        if plan.consumers:  # a producer warpgroup and C consumers (attention.split)
+            from tessera.lower.sm90a.attention.split import split_cta
 
             split_cta(low, plan)
 
 
 def kv_rules(plan: KvPlan) -> dict[int, Rule]:
     """Lowering rules (by instruction ``id``) of the plan's buffers and loops."""
-    from tessera.lower.sm90a.kvring import alloc_rules
+    from tessera.lower.sm90a.attention.ring import alloc_rules
 
     lowering = KvLowering(plan)
     rules = alloc_rules(plan)

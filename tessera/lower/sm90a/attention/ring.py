@@ -1,5 +1,5 @@
-"""The K/V ring of sm_90a attention (the plan is :mod:`tessera.lower.sm90a.kvplan`; the
-loops that read it are :mod:`tessera.lower.sm90a.kvloop`).
+"""The K/V ring of sm_90a attention (the plan is :mod:`tessera.lower.sm90a.attention.plan`; the
+loops that read it are :mod:`tessera.lower.sm90a.attention.loop`).
 
 Shared memory holds ``S`` stages of K blocks and ``S`` of V blocks, swizzled as TMA
 writes them, and four mbarriers a stage (PTX ISA sec. 9.7.13.15)::
@@ -14,7 +14,7 @@ refills the stage with block ``m`` (``m >= S``) after ``empty``'s phase of parit
 S - 1`` are loaded before the first loop; every later one when its stage is released.
 The number of blocks ``T`` is the loops' trip counts summed, from their own bounds,
 so the loads stop where the loops do. In a warp-specialised CTA
-(:mod:`tessera.lower.sm90a.kvsplit`) a producer warpgroup issues every load instead,
+(:mod:`tessera.lower.sm90a.attention.split`) a producer warpgroup issues every load instead,
 and the empty barriers count the threads of all the consumer warpgroups.
 """
 
@@ -28,7 +28,7 @@ from tessera.ir.dialects.target.async_ops import Fence, MbarrierArrive, Mbarrier
 from tessera.ir.dialects.tile import Constant
 from tessera.lower.core import Lowerer, Rule
 from tessera.lower.emit import TargetEmitter
-from tessera.lower.sm90a.kvplan import KvLoop, KvPlan
+from tessera.lower.sm90a.attention.plan import KvLoop, KvPlan
 from tessera.lower.sm90a.mma import swizzle_span
 from tessera.lower.sm90a.tma import TmaCopy, issue_copy, thread0
 from tessera.lower.tiles import THREADS, SharedBox
@@ -142,7 +142,7 @@ class KvRing:
 
     def count(self, e: TargetEmitter) -> Value:
         """Evaluate every loop's bounds (the later loops' are known here, see
-        :func:`tessera.lower.sm90a.kvplan.match_kv_loops`) and count the blocks: the
+        :func:`tessera.lower.sm90a.attention.plan.match_kv_loops`) and count the blocks: the
         first block of each loop, then ``T``, in :attr:`offsets`."""
         self.offsets, self.bounds = [], []
         total = e.const(0, "s32")
