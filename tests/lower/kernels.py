@@ -265,3 +265,17 @@ def add_whole_tile_sum(data: ts.Tensor["N", ts.f32], total: ts.Tensor[1, ts.f32]
     """Each tile adds the sum of its whole 1-D tile into ``total[0]``."""
     t = data[tile_m * 128:(tile_m + 1) * 128]
     total[0] += ts.tile.reduce_sum(t, axis=0)
+
+
+@ts.kernel
+def cast_and_store(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                   C: ts.Tensor["M", "N", ts.bf16], D: ts.Tensor["M", "N", ts.bf16]):
+    """One product, rounded to bf16 twice over: cast then stored, and stored."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16)
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16)
+    ts.tile.cp_async(smem_a, A[0:BM, 0:BK])
+    ts.tile.cp_async(smem_b, B[0:BK, 0:BN])
+    ts.tile.barrier()
+    acc = ts.tile.mma(smem_a, smem_b)
+    C[0:BM, 0:BN] = ts.tile.cast(acc, ts.bf16)
+    D[0:BM, 0:BN] = acc

@@ -241,3 +241,22 @@ def test_comparison_of_memory_lowers(target: str) -> None:
     positive_mask(x, out, grid=4)
     assert np.array_equal(out, np.where(x > 0, x, 0).astype(np.float32))
     same_bits(positive_mask, x, np.zeros_like(x), grid=4, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_cast_of_an_accumulator_rounds_once_as_its_store_does(target: str) -> None:
+    """``cast(acc, bf16)`` rounds the exact sum once, to bf16, as storing ``acc`` into
+    bf16 memory does (docs/kernels.md, section 7): ``1 + 2^-8 + 2^-30`` is ``1 + 2^-7``.
+    The lowering rounded it to f32 first (a bf16 tie, to even: 1), and so differed from
+    the tile interpreter wherever that f32 rounding met a bf16 tie."""
+    from tests.lower import kernels
+
+    a, b = np.zeros((64, 64), ml_dtypes.bfloat16), np.zeros((64, 64), ml_dtypes.bfloat16)
+    a[0, :3] = 1.0, 2.0**-8, 2.0**-30
+    b[:3, 0] = 1.0
+    c, d = np.zeros_like(a), np.zeros_like(a)
+    launch = {"grid": 1, "tile_shape": (64, 64, 64)}
+    kernels.cast_and_store(a, b, c, d, **launch)
+    assert float(c[0, 0]) == float(d[0, 0]) == 1 + 2.0**-7
+    ts.check_against_reference(kernels.cast_and_store, a, b, np.zeros_like(a),
+                               np.zeros_like(a), backend="target", target=target, **launch)

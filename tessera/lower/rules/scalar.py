@@ -325,8 +325,10 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         if to_int8:
             return _to_int8(e, x, src)
         if src == dst == "f32":  # mul.rn by 1 rounds a wide accumulator once (mov would
-            # not); a value some instruction already rounded to f32 needs no such multiply
-            if may_be_wide(x):
+            # not); a value some instruction already rounded to f32 needs no such multiply,
+            # nor one that cvt.rn rounds: a wide accumulator rounds once, to the cast's
+            # format (bf16, f16), as the tile interpreter's cast and store round it
+            if may_be_wide(x) and NARROW.get(storage_name(op.to)) not in ("bf16", "f16"):
                 x = e.mul(x, e.const(1.0, "f32"), "f32")
             return round_to(e, x, op.to)
         if src == "s32" and dst == "f32":
