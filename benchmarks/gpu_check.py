@@ -46,6 +46,9 @@ from tessera.frontend.kernel.backends.launch import on_device  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 GEMMS = [  # (target, M=N=K, tile, launch configuration), the most telling first
     ("sm_90a", 8192, (128, 128, 64), {}),
+    # persistent CTAs (one an SM, each walking its tiles) beside one CTA a tile
+    ("sm_90a", 4096, (128, 128, 64), {"persistent": True}),
+    ("sm_90a", 8192, (128, 128, 64), {"persistent": True}),
     # the CTAs in C order, as before grouped order (bands of 8 tile rows) was the default
     ("sm_90a", 8192, (128, 128, 64), {"group_m": 1}),
     # two consumer warpgroups taking turns at named barriers (FlashAttention-3 sec. 3.1)

@@ -132,6 +132,13 @@ class Lowerer:
         from tessera.lower.exact import msetable
 
         msetable.plan(self)  # an mse's table of terms: deposited, not built
+        if dict(self.fn.attrs.get("config", ())).get("persistent") and \
+                "persistent" not in self.extra.get("attrs", {}):
+            from tessera.lower.sm90a.persistent import refuse
+
+            raise refuse(self.fn, "only the warp-specialised sm_90a GEMM pipeline walks "
+                                  f"its tiles persistently, and this kernel on {self.target} "
+                                  "does not lower to it")
         g = self.geom
         tail = None
         with strength.threads(g.block):  # final now: the planning above set it
@@ -174,6 +181,12 @@ class Lowerer:
         self.geom.block = plan.threads
         self.extra["maxnreg"] = plan.entry_regs
         self.extra["raster"] = raster_rows(self.fn)
+        if plan.persistent:  # one CTA an SM walks the output tiles
+            from tessera.lower.sm90a.persistent import ctas
+
+            self.geom.ctas = ctas(self.geom.n_groups)
+            self.extra.setdefault("attrs", {})["persistent"] = (
+                f"{self.geom.ctas} CTAs walk {self.geom.n_groups} output tiles")
         self.overrides.update(pipelined_rules(plan))
         return True
 

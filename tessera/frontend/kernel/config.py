@@ -60,6 +60,7 @@ OPTIONS: dict[str, Option] = {
     "schedule": Option("'cooperative' or 'pingpong'", _one_of("cooperative", "pingpong")),
     "tma_store": _FLAG,
     "group_m": Option("an int >= 1 (1 keeps C order)", _int_at_least(1)),
+    "persistent": _FLAG,
     "defer_pv": Option("True, False or 'fa3'", _one_of(True, False, "fa3")),
     "unroll": Option("1 or 2", _one_of(1, 2)),
     "register_a": _FLAG,

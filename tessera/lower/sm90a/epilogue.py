@@ -118,10 +118,13 @@ def staging(low: Lowerer, plan: PipelinePlan, nbytes: int) -> tuple[Any, ...] | 
     """Where the ``nbytes`` staging tile goes: ``("ring",)`` (the drained ring holds it),
     ``("own",)`` (a buffer of its own fits the budget beside the ring), or why neither."""
     ring = plan.stages * plan.gemm.stage_bytes
-    if nbytes <= ring:
+    if nbytes <= ring and not plan.persistent:  # a persistent CTA's ring refills meanwhile
         return ("ring",)
     if plan.shared_bytes + nbytes <= SHARED_BUDGET:
         return ("own",)
+    if plan.persistent:
+        return (f"the {nbytes}-byte staging tile does not fit beside the {ring}-byte ring, "
+                f"which a persistent CTA refills meanwhile ({SHARED_BUDGET} bytes)")
     return (f"the {nbytes}-byte staging tile fits neither the {ring}-byte ring nor the "
             f"shared memory beside it ({SHARED_BUDGET} bytes)")
 

@@ -57,6 +57,7 @@ from tessera.lower.emit import TargetEmitter
 from tessera.lower.sm90a.epilogue import epilogue_rule, reserve
 from tessera.lower.sm90a.gemm import advance_descriptor, make_descriptor, operand_offset
 from tessera.lower.sm90a.mma import swizzle_span
+from tessera.lower.sm90a.persistent import lowered_after, walk_tiles
 from tessera.lower.sm90a.tma import TmaCopy, issue_copy, thread0
 from tessera.lower.sm90a.turns import turns_of
 from tessera.lower.sm90a.warpspec import (
@@ -90,11 +91,15 @@ class _Ring:
         self.bars = low.shared_buffer("pipe_bars", 16 * s, 8)
         low.extra["pipe_ring"] = self.a
 
-    def slot(self, e: TargetEmitter, k: Value) -> tuple[Value, Value]:
-        """``(stage, round)`` (``u32``) of the K tile whose loop index is ``k``."""
+    def slot(self, e: TargetEmitter, k: Value, done: Value | None = None
+             ) -> tuple[Value, Value]:
+        """``(stage, round)`` (``u32``) of the K tile whose loop index is ``k``, after
+        ``done`` whole tiles of K steps (a persistent CTA's earlier tiles)."""
         g = self.gemm
         it = e.bin("sub", k, e.const(g.lo, "s32"), "s32") if g.lo else k
         it = e.cvt(e.bin("div", it, e.const(g.step, "s32"), "s32"), "u32", "s32")
+        if done is not None:
+            it = e.add(it, e.mul(done, e.const(g.k_tiles, "u32"), "u32"), "u32")
         n = e.const(self.plan.stages, "u32")
         return e.bin("rem", it, n, "u32"), e.bin("div", it, n, "u32")
 
@@ -146,7 +151,16 @@ def lower_pipelined_loop(low: Lowerer, instr: Instr, args: list[Lowered],
     pe, ce = e.nested(pblock), e.nested(cblock)
     _producer(low, pe, ring, instr)
     pe.op(Yield())
-    regs = _consumer(ce, ring, list(init.regs))
+    ce.op(SetMaxNReg(CONSUMER_REGS, inc=True))
+    regs = list(init.regs)
+    if plan.persistent:  # each tile's K loop and epilogue, tile after tile
+        def tile(t: TargetEmitter, done: Value) -> None:
+            out = _consumer(t, ring, regs, done)
+            low.env[instr.results[0]] = Dist(init.layout, out, init.type)
+            lowered_after(low, instr, t)
+        walk_tiles(low, ce, instr, tile)
+    else:
+        regs = _consumer(ce, ring, regs)
     e.op(If(), [producer], regions=[IRRegion([pblock]), IRRegion([cblock])], result_types=[])
     # the rest of the kernel runs in the consumer branch (the producer has finished)
     low.stack[-1] = ce
@@ -162,9 +176,11 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
     warp0 = pe.setp("lt", pe.sreg("tid.x"), pe.const(128 * nc + 32, "u32"), "u32")
     body = loop.regions[0].block
 
+    done: Value | None = None  # a persistent CTA's tiles before this one
+
     def fill(t: TargetEmitter, k: Value) -> None:
         t.loc = loop.loc
-        stage, rnd = ring.slot(t, k)
+        stage, rnd = ring.slot(t, k, done)
         t.op(MbarrierWait(), [ring.barrier(t, stage, True), _parity(t, rnd, True)])
         full = ring.barrier(t, stage, False)
         low.env[body.args[0]] = Scalar(k, "s32")
@@ -186,9 +202,17 @@ def _producer(low: Lowerer, pe: TargetEmitter, ring: _Ring, loop: Instr) -> None
         t.loc = loop.loc
         t.op(MbarrierArrive(g.stage_bytes), [full])
 
-    def elected(t: TargetEmitter) -> None:
+    def k_loop(t: TargetEmitter, tiles_done: Value | None = None) -> None:
+        nonlocal done
+        done = tiles_done
         lo, hi, step = (t.const(v, "s32") for v in (g.lo, g.hi, g.step))
-        t.if_(t.op(Elect())[1], lambda u: u.for_(lo, hi, step, [], fill) or None)
+        t.for_(lo, hi, step, [], fill)
+
+    def elected(t: TargetEmitter) -> None:
+        if ring.plan.persistent:
+            t.if_(t.op(Elect())[1], lambda u: walk_tiles(low, u, loop, k_loop))
+        else:
+            t.if_(t.op(Elect())[1], k_loop)
     pe.if_(warp0, elected)
 
 
@@ -209,11 +233,12 @@ def _tma(low: Lowerer, e: TargetEmitter, src: Lowered, box: SharedBox) -> TmaCop
     return TmaCopy(box, tmap, col, row)
 
 
-def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
-    """The consumer warpgroups: more registers, then per K tile wait for the stage,
-    issue its wgmma group, retire the previous group and release its stage."""
+def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value], done: Value | None = None
+              ) -> list[Value]:
+    """The consumer warpgroups' K loop: per K tile wait for the stage, issue its wgmma
+    group, retire the previous group and release its stage; ``done``: the tiles a
+    persistent CTA finished before this one, which also releases its last stage."""
     g, plan = ring.gemm, ring.plan
-    ce.op(SetMaxNReg(CONSUMER_REGS, inc=True))
     blocks = g.bm // 64
     mine = blocks // plan.consumers  # 64-row blocks of each consumer warpgroup
     half = g.bn // 2
@@ -232,7 +257,7 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
 
     def step(t: TargetEmitter, k: Value, *carried: Value) -> list[Value]:
         t.loc = g.mma.loc  # the consumer's work is the kernel's mma
-        stage, rnd = ring.slot(t, k)
+        stage, rnd = ring.slot(t, k, done)
         t.op(MbarrierWait(), [ring.barrier(t, stage, False), _parity(t, rnd, False)])
         a_box, b_box = ring.boxes(t, stage)
         if wg_rows is not None:
@@ -265,6 +290,9 @@ def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value]) -> list[Value]:
     lo, hi, st = (ce.const(v, "s32") for v in (g.lo, g.hi, g.step))
     final = ce.for_(lo, hi, st, accs, step)
     ce.op(WgmmaWait(0))
+    if done is not None:  # the next tile's K steps refill the last stage too
+        ce.op(MbarrierArrive(), [ring.barrier(ce, ring.slot(ce, ce.const(last, "s32"),
+                                                             done)[0], True)])
     return [v for blk in final for v in ce.unpack(blk, "f32", half)]
 
 

@@ -29,6 +29,8 @@ it:
   FlashAttention-3, Shah et al. 2024, sec. 3.1, and CUTLASS's ping-pong kernels): one
   warpgroup's tensor-core work overlaps the other's waits and address arithmetic.
   It needs two consumers (``num_warps`` 12, the default for it);
+* ``persistent``: one CTA an SM walks several output tiles
+  (:mod:`tessera.lower.sm90a.persistent`);
 * ``tma_store``: the epilogue (:mod:`tessera.lower.sm90a.epilogue`) stores the tile
   through shared memory with TMA where it can (default), ``st.global`` with False;
   True makes a tile it cannot store that way an ``UnsupportedError``.
@@ -114,6 +116,8 @@ class PipelinePlan:
     epilogue: Instr | None = None
     #: the consumers take turns issuing their wgmma groups (``schedule="pingpong"``)
     pingpong: bool = False
+    #: each CTA walks several output tiles (:mod:`tessera.lower.sm90a.persistent`)
+    persistent: bool = False
 
     @property
     def threads(self) -> int:
@@ -149,7 +153,7 @@ def _source(v: Value, loads: dict[Value, Instr]) -> Instr | None:
     return None
 
 
-def _index_op(instr: Instr) -> bool:
+def index_op(instr: Instr) -> bool:
     """Scalar arithmetic and views: what the producer recomputes for its copies."""
     if isinstance(instr.op, tile_memory.View):
         return True
@@ -191,7 +195,7 @@ def _match(loop: Instr, allocs: dict[Value, Instr]) -> GemmLoop | None:
             copies.append(instr)
         elif isinstance(op, tile_compute.Mma):
             mmas.append(instr)
-        elif not _index_op(instr):
+        elif not index_op(instr):
             return None
     if len(copies) != 2 or len(mmas) != 1:
         return None
@@ -278,7 +282,12 @@ def plan_pipeline(fn: Function) -> PipelinePlan | None:
         raise UnsupportedError("tma_store=True: the kernel does not end by storing the "
                                f"{gemm.bm}x{gemm.bn} tile into a view of a parameter",
                                loc=fn.loc, hint="store the tile last, or drop tma_store")
-    return PipelinePlan(gemm, int(stages), consumers, store, epilogue, pingpong)
+    plan = PipelinePlan(gemm, int(stages), consumers, store, epilogue, pingpong)
+    if config.get("persistent"):
+        from tessera.lower.sm90a.persistent import persist
+
+        plan = persist(fn, plan, config.get("num_stages"), config.get("tma_store"))
+    return plan
 
 
 #: the values of the ``schedule`` knob
@@ -300,7 +309,7 @@ def epilogue_store(fn: Function, gemm: GemmLoop) -> Instr | None:
     epilogue may write; whether the tile allows it is decided when it is lowered."""
     after = fn.body.instrs[fn.body.instrs.index(gemm.loop) + 1:]
     stores = [i for i in after if isinstance(i.op, tile_memory.Store)]
-    if not stores or any(not (i.op.terminator or _index_op(i))
+    if not stores or any(not (i.op.terminator or index_op(i))
                          for i in after[after.index(stores[-1]) + 1:]):
         return None
     store = stores[-1]
@@ -323,7 +332,7 @@ def split_store(fn: Function, gemm: GemmLoop) -> Instr | None:
         return None
     after = fn.body.instrs[fn.body.instrs.index(gemm.loop) + 1:]
     stores = [i for i in after if isinstance(i.op, tile_memory.Store)]
-    if len(stores) != 1 or any(not (i.op.terminator or _index_op(i) or i in stores)
+    if len(stores) != 1 or any(not (i.op.terminator or index_op(i) or i in stores)
                                for i in after):
         return None
     store = stores[0]

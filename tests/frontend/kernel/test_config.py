@@ -67,12 +67,13 @@ def test_a_key_nothing_reads_is_refused_with_the_nearest(key: str, nearest: str 
 BAD = [("num_warps", 0), ("num_warps", 4.0), ("num_warps", True), ("num_stages", "3"),
        ("warp_specialize", "yes"), ("warp_specialize", 1), ("tma_store", 3),
        ("schedule", "zigzag"), ("group_m", 0), ("defer_pv", "later"), ("defer_pv", 1),
-       ("unroll", 3), ("unroll", True), ("register_a", "no"), ("overlap_softmax", 0)]
+       ("unroll", 3), ("unroll", True), ("register_a", "no"), ("overlap_softmax", 0),
+       ("persistent", "yes")]
 GOOD = [("num_warps", 12), ("num_warps", np.int64(8)), ("num_stages", 3),
         ("warp_specialize", False), ("tma_store", np.bool_(True)),
         ("schedule", "pingpong"), ("group_m", 1), ("defer_pv", "fa3"),
         ("defer_pv", False), ("unroll", 2), ("register_a", True),
-        ("overlap_softmax", False)]
+        ("overlap_softmax", False), ("persistent", True)]
 
 
 @pytest.mark.parametrize(("key", "value"), BAD)

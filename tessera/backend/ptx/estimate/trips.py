@@ -21,7 +21,8 @@ from tessera.ir.dialects.target import For
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.evaluate import IndexValues, broadcast_lane, is_index_op
 
-#: the name :func:`inputs` gives ``%tid.x`` (``ctaid`` axes are ``x``, ``y``, ``z``)
+#: the name :func:`inputs` gives ``%tid.x`` (``ctaid`` axes are ``x``, ``y``, ``z``, and
+#: the grid's sizes ``nctaid`` along them ``X``, ``Y``, ``Z``: a persistent CTA's step)
 TID = "tid"
 _DEPTH = 24  # deeper expressions are not index arithmetic the lowering writes
 
@@ -52,8 +53,9 @@ def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
         return None
     op = owner.op
     if isinstance(op, target_ops.Special):
-        if op.reg.startswith("ctaid."):
-            return frozenset(op.reg[-1])
+        if op.reg.startswith(("ctaid.", "nctaid.")):
+            axis = op.reg[-1]
+            return frozenset(axis if op.reg[0] == "c" else axis.upper())
         return frozenset([TID]) if op.reg == "tid.x" else None
     if broadcast_lane(owner) is not None:  # lane j's value: read at that lane's thread
         sub = inputs(owner.operands[0], depth + 1)
@@ -71,11 +73,12 @@ def inputs(value: Value, depth: int = 0) -> frozenset[str] | None:
 
 def values_at(value: Value, points: dict[str, list[int]]) -> np.ndarray | None:
     """An expression :func:`inputs` accepts at each point: ``points`` maps the
-    ``ctaid`` axes it reads (``x``, ``y``, ``z``) and :data:`TID` to one value per
-    point (:class:`~tessera.ir.dialects.target.evaluate.IndexValues`)."""
+    ``ctaid`` axes it reads (``x``, ``y``, ``z``; ``X``, ``Y``, ``Z`` for ``nctaid``) and
+    :data:`TID` to one value per point
+    (:class:`~tessera.ir.dialects.target.evaluate.IndexValues`)."""
     n = len(next(iter(points.values()))) if points else 1
-    sregs = {("tid.x" if k == TID else f"ctaid.{k}"): np.array(v, np.int64)
-             for k, v in points.items()}
+    sregs = {("tid.x" if k == TID else f"{'n' if k.isupper() else ''}ctaid.{k.lower()}"):
+             np.array(v, np.int64) for k, v in points.items()}
     return IndexValues(sregs, n)(value)
 
 
@@ -92,23 +95,25 @@ def trip_count(loop: Instr, grid: Sequence[int] | None = None,
     """Iterations of a ``ptx.for`` with constant bounds, or the mean, rounded, over the
     CTAs of ``grid`` and the warps of ``threads`` (the threads that run it) when its
     bounds are integer arithmetic on ``ctaid`` and ``tid.x`` (causal key loops, which
-    end at their query tile's diagonal); None otherwise or without what they read.
+    end at their query tile's diagonal) and its step on ``nctaid`` (a persistent CTA's
+    walk over its tiles); None otherwise or without what they read.
     A warp is charged its first thread's count: bounds are uniform per warpgroup."""
     assert isinstance(loop.op, For)
-    step = constant(loop.operands[2])
-    reads = [inputs(v) for v in loop.operands[:2]]
-    if step is None or step <= 0 or reads[0] is None or reads[1] is None:
+    reads = [inputs(v) for v in loop.operands[:3]]
+    if any(r is None for r in reads):
         return None
-    used = reads[0] | reads[1]
-    axes = sorted(used - {TID})
-    if (axes and not grid) or (TID in used and not threads):
+    used = reads[0] | reads[1] | reads[2]  # type: ignore[operator]
+    axes = sorted(a for a in used - {TID} if a.islower())
+    sizes = sorted(a for a in used if a.isupper())
+    if ((axes or sizes) and not grid) or (TID in used and not threads):
         return None
     dims = dict(zip("xyz", (int(g) for g in [*(grid or ()), 1, 1, 1][:3])))
     tids = warp_leaders(threads) if TID in used and threads else [0]
     every = list(itertools.product(*(range(dims[a]) for a in axes), tids))
     points = {key: [p[k] for p in every] for k, key in enumerate([*axes, TID])}
-    lo, hi = (values_at(v, points) for v in loop.operands[:2])
-    if lo is None or hi is None:
+    points.update({s: [dims[s.lower()]] * len(every) for s in sizes})
+    lo, hi, step = (values_at(v, points) for v in loop.operands[:3])
+    if lo is None or hi is None or step is None or (step <= 0).any():
         return None
     return round(int(np.maximum(0, -(-(hi - lo) // step)).sum()) / len(every))
 
