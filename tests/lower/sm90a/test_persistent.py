@@ -22,25 +22,10 @@ from tessera.ir.dialects.target.async_ops import MbarrierArrive, WgmmaWait
 from tessera.ir.dialects.target.ops import SharedAlloc, Special, Unpack
 from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.lower.sm90a import persistent
+from tests.lower.sm90a import epilogue_kernels as ek
 from tests.lower.sm90a.test_pipeline import GEMM, compile_gemm, loops, operands, split
 
 PERSISTENT = {"persistent": True}
-
-
-@ts.kernel
-def gemm_bf16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
-              C: ts.Tensor["M", "N", ts.bf16]):
-    """The example GEMM with a bf16 output (its own TMA-store staging tile)."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.cast(acc, ts.bf16)
 
 
 @ts.kernel
@@ -63,26 +48,32 @@ def returns_its_tile(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.
        sms=st.integers(1, 7), config=st.sampled_from([
            {}, {"num_warps": 12}, {"group_m": 1}, {"tma_store": False},
            {"num_stages": 2}, {"num_warps": 12, "tma_store": False}]),
-       bf16_out=st.booleans(), seed=st.integers(0, 2**31 - 1))
+       output=st.sampled_from(["f32", "bf16", "bias_relu_bf16"]),
+       seed=st.integers(0, 2**31 - 1))
 def test_the_bits_whatever_the_ctas_and_tiles(rows: int, cols: int, k_steps: int, sms: int,
-                                              config: dict[str, Any], bf16_out: bool,
+                                              config: dict[str, Any], output: str,
                                               seed: int) -> None:
     """``sms`` CTAs walk ``rows x cols`` tiles of ``k_steps`` K steps each: every tile's
     stages continue its CTA's ring (a K count that the stages do not divide wraps them
-    across tiles), and the result is the tile interpreter's, bit for bit."""
-    assume(not (bf16_out and config.get("num_warps") == 12))  # split: acc stored as is
+    across tiles), a fused epilogue reads its tile's bias, and the result is the tile
+    interpreter's, bit for bit."""
+    assume(output != "bias_relu_bf16" or config.get("num_warps") != 12)  # not split
     tile = (128, 128, 64)
     a, b, c = operands(128 * rows, 128 * cols, 64 * k_steps, seed)
-    kernel = gemm_bf16 if bf16_out else GEMM
-    if bf16_out:
+    kernel, args = GEMM, (a, b, c)
+    if output != "f32":
         c = c.astype(ml_dtypes.bfloat16)
+        kernel, args = ek.gemm_bf16, (a, b, c)
+    if output == "bias_relu_bf16":
+        bias = np.random.default_rng(seed).standard_normal(c.shape[1]).astype(np.float32)
+        kernel, args = ek.gemm_bias_relu_bf16, (a, b, bias, c)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(persistent, "SMS", sms)
         cfg = {**config, **PERSISTENT}
-        compiled = ts.compile_kernel(kernel, a, b, c, target="sm_90a", tile_shape=tile,
+        compiled = ts.compile_kernel(kernel, *args, target="sm_90a", tile_shape=tile,
                                      config=cfg)
         assert compiled.grid[0] == min(sms, rows * cols)
-        ts.check_against_reference(kernel, a, b, c, backend="target", target="sm_90a",
+        ts.check_against_reference(kernel, *args, backend="target", target="sm_90a",
                                    tile_shape=tile, config=cfg)
 
 
