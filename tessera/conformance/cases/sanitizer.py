@@ -101,7 +101,7 @@ def _never_launched(ctx: Any) -> None:
     try:
         ctx.launch(planted.diff_oob, x, out)
     except ts.TesseraError as err:
-        assert getattr(err, "kind", None) == kind, f"reported {err.kind!r}: {err}"
+        assert err.kind == kind, f"reported {err.kind!r}: {err}"
         assert err.loc.line == line and err.loc.file.endswith("planted.py"), err.loc
     else:
         raise AssertionError(f"the {kind} went unreported on {ctx.backend}")
