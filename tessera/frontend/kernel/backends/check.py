@@ -115,6 +115,9 @@ def check_against_reference(kernel: Any, *args: Any, backend: str = "cuda",
         raise ArgumentError(f"check_against_reference needs a @ts.kernel function, got "
                             f"{type(kernel).__name__}",
                             hint="pass the kernel first: check_against_reference(k, *args)")
+    if bitwise is not None and not isinstance(bitwise, bool | np.bool_):
+        raise ArgumentError(f"bitwise={bitwise!r} should be True, False or None",
+                            hint="None compares bit for bit on the target backend only")
     fast = backend != "interp" and gpu_mode(kernel, mode) == "fast"
     exact = (backend == "target" and not fast) if bitwise is None else bool(bitwise)
     got_args = copy.deepcopy(args)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.errors import InterpretError
+from tessera.errors import ArgumentError, InterpretError
 from tessera.frontend.kernel.backends.check import longest_reduction, tolerance
 from tessera.frontend.kernel.backends.compile import compile_kernel
 from tests.lower.test_lowering import example
@@ -118,3 +118,12 @@ def test_the_target_check_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None
     ts.check_against_reference(adds_and_reads, x, np.array([0.5, 2.0], np.float32),
                                np.zeros(300, np.float32), backend="target", target="sm_80")
     assert calls == ["sm_80"]
+
+
+def test_bitwise_takes_a_bool() -> None:
+    from tests.lower.test_ordered_events import tiles_scale_their_own
+
+    x = np.ones(8, np.float32)
+    with pytest.raises(ArgumentError, match="bitwise='yes' should be True, False or None"):
+        ts.check_against_reference(tiles_scale_their_own, x, x.copy(), backend="target",
+                                   bitwise="yes")
