@@ -170,6 +170,10 @@ class Bundle:
         an ``a`` target only on its exact device and an ``f`` target within its family
         (CUDA Programming Guide, "Feature availability" for arch-specific PTX).
         """
+        if not (isinstance(cc, tuple | list) and len(cc) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc)):
+            raise BundleError(f"compute capability {cc!r} should be (major, minor)",
+                              hint="e.g. (9, 0) for an H100, (8, 0) for an A100")
         want = cc[0] * 10 + cc[1]
         exact, jit = [], []
         for target, info in self.manifest["targets"].items():

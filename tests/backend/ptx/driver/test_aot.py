@@ -146,6 +146,9 @@ def test_select_rules_for_ptx_only_bundles(tmp_path: Path) -> None:
     assert pick((12, 0)) == ("sm_86", "ptx")  # neither 'a' nor 'f' PTX crosses a major
     with pytest.raises(BundleError, match=r"no image for compute capability 7\.0"):
         bundle.select((7, 0))
+    for bad in ("9.0", (9,), (9, 0.5), (True, 0)):
+        with pytest.raises(BundleError, match=r"should be \(major, minor\)"):
+            bundle.select(bad)  # type: ignore[arg-type]
 
 
 def test_module_needs_a_gpu(bundle_dir: Path) -> None:
