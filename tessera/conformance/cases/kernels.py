@@ -48,11 +48,12 @@ def _saxpy(ctx: Any) -> None:
         assert np.array_equal(y, want)
 
 
-def _gemm_case(name: str, make: Any, tile: tuple[int, ...], doc: str) -> Any:
+def _gemm_case(name: str, make: Any, tile: tuple[int, ...], doc: str,
+               **launch: Any) -> Any:
     def run(ctx: Any) -> None:
         a, b, reference = make()
         c = np.zeros(reference.shape, np.float32)
-        ctx.launch(getattr(_k(name), name), a, b, c, tile_shape=tile)
+        ctx.launch(getattr(_k(name), name), a, b, c, tile_shape=tile, **launch)
         assert np.array_equal(c, reference), float(np.abs(c - reference).max())
 
     run.__doc__ = doc
@@ -63,6 +64,13 @@ register("kernels.gemm.corrected", _gemm_case(
     "gemm", lambda: (a := _bf16(64, 96), b := _bf16(96, 64), _exact_f32(a, b)), (64, 64, 32),
     "Tensor-core GEMM with its K loop: the exact bf16 product rounded once to f32."),
     spec=f"{QUICK} Example 2; {BUGS}: tensor-core GEMM", backends=KERNEL)
+register("kernels.gemm.persistent", _gemm_case(
+    "gemm", lambda: (a := _bf16(2048, 128), b := _bf16(128, 1280), _exact_f32(a, b)),
+    (128, 128, 64), "The GEMM with persistent CTAs on sm_90a (one an SM, 160 tiles: some "
+    "CTAs walk two): the same bits as one CTA a tile; the option changes no result.",
+    config={"persistent": True}),
+    spec="ptx-backend.md Persistent CTAs: each tile runs the same wgmma sequence",
+    backends=KERNEL)
 register("kernels.double-buffered-gemm.corrected", _gemm_case(
     "double_buffered_gemm", lambda: (a := _bf16(64, 96), b := _bf16(96, 64),
                                      _exact_f32(a, b)), (64, 64, 32),
