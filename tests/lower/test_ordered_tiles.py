@@ -93,6 +93,38 @@ def test_one_tile_per_window_is_a_plain_read_modify_write() -> None:
     assert "__tessera" not in ptx
 
 
+@ts.kernel
+def gemm_adds(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+              C: ts.Tensor["M", "N", ts.f32]):
+    """The example GEMM adding its tile into C (one CTA a window)."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += ts.tile.cast(acc, ts.f32)
+
+
+def test_the_warp_specialised_epilogue_adds_its_own_window_in_place() -> None:
+    """The warp-specialised GEMM's ``C += acc``, one CTA a window, is a plain
+    read-modify-write in its consumer branch: ``red.global.add.f32`` flushed the
+    subnormal sums the tile interpreter keeps (``2^-140 + 0``, ``0 + 2^-140``)."""
+    a, b = np.zeros((256, 64), ml_dtypes.bfloat16), np.zeros((64, 256), ml_dtypes.bfloat16)
+    a[0, 0] = b[0, 0] = 2.0**-70
+    c = _spread(np.random.default_rng(3), (256, 256))
+    c[0, :2] = 0.0, np.float32(2.0**-140)
+    launch = {"tile_shape": (128, 128, 64)}
+    compiled = compile_kernel(gemm_adds, a, b, c, target="sm_90a", **launch)
+    assert "setmaxnreg" in compiled.ptx and F32_RED not in compiled.ptx
+    got = _target_result(gemm_adds, a, b, c, target="sm_90a", **launch)[2]
+    want = _tile_result(gemm_adds, a, b, c, **launch)[2]
+    assert got.tobytes() == want.tobytes() and want[0, 0] == want[0, 1] != 0
+
+
 def test_plan_groups_tiles_by_window_in_tile_order() -> None:
     """Windows at 0, 64, 0, 64, 0: two groups numbered by their first tile; later
     tiles take scratch rows group by group; a shifted window overlapping another is

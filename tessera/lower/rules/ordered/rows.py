@@ -14,10 +14,11 @@ program order. The elements of one row are distinct (one tile's window), so its
 threads add a row in parallel, each the elements it recorded; a ``bar.sync``, which
 orders the CTA's global accesses, separates one row from the next.
 
-A warp-specialised kernel's epilogue, an update in a loop of run-time bounds, a view
-that repeats an element, a tensor the kernel also reads (its tile's later reads must
-see the update) and a launch that would need more than :data:`MAX_ROW_BYTES` of rows
-keep ``red.global.add.f32``.
+A warp-specialised kernel's epilogue (into windows several CTAs share: one its CTA
+owns is a plain read-modify-write, :mod:`.windows`), an update in a loop of run-time
+bounds, a view that repeats an element, a tensor the kernel also reads (its tile's
+later reads must see the update) and a launch that would need more than
+:data:`MAX_ROW_BYTES` of rows keep ``red.global.add.f32``.
 """
 
 from __future__ import annotations
