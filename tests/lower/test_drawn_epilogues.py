@@ -1,0 +1,125 @@
+"""Drawn GEMM epilogues give the tile interpreter's bits in the Target IR interpreter,
+on sm_80 and sm_90a, one CTA a tile and persistent.
+
+The kernels are the example GEMM (a K loop of ``mma`` into an f32 accumulator) followed
+by a drawn chain of epilogue operations on the accumulator: a bias row, scaling,
+``maximum``/``minimum`` against constants, ``where`` on a comparison, ``abs``, a
+round trip through bf16 or f16, ``exp``; then a store of the result, rounded to a drawn
+output format (f32, bf16, f16), or an f32 ``+=`` of it rounded to f32. Which
+accumulator values are wide (the exact sum, rounded once where something other than an
+add or a move uses it) is where the tile and Target IR interpreters can part, and the
+inputs are drawn to meet roundings: magnitudes far apart, products that are subnormal
+in f32, and sums at half-way points of the output format.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tessera as ts
+from tessera.errors import UnsupportedError
+
+HEADER = '''import tessera as ts
+
+
+@ts.kernel
+def drawn(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+          bias: ts.Tensor["N", ts.f32], C: ts.Tensor["M", "N", ts.{out}]):
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    v = acc
+'''
+_DIR = Path(tempfile.mkdtemp(prefix="tessera-epilogues-"))
+_COUNT = itertools.count()
+
+consts = st.sampled_from(["0.5", "1.5", "-0.25", "2.0", "-3.0", "0.0"])
+STEPS = {
+    "bias": lambda c: "v = v + bias[tile_n:tile_n + BN]",
+    "scale": lambda c: f"v = v * {c}",
+    "shift": lambda c: f"v = v - {c}",
+    "relu": lambda c: f"v = ts.tile.maximum(v, {c})",
+    "clip": lambda c: f"v = ts.tile.minimum(v, {c})",
+    "leaky": lambda c: f"v = ts.tile.where(v > {c}, v, v * 0.125)",
+    "abs": lambda c: "v = ts.tile.abs(v)",
+    "bf16": lambda c: "v = ts.tile.cast(ts.tile.cast(v, ts.bf16), ts.f32)",
+    "f16": lambda c: "v = ts.tile.cast(ts.tile.cast(v, ts.f16), ts.f32)",
+    "exp": lambda c: "v = ts.tile.exp(ts.tile.minimum(v, 8.0))",
+    "add_acc": lambda c: "v = v + acc",
+}
+
+
+@st.composite
+def epilogues(draw: st.DrawFn) -> tuple[str, str, bool]:
+    """A kernel's source, its output format and whether it adds into C."""
+    steps = draw(st.lists(st.sampled_from(sorted(STEPS)), min_size=0, max_size=4))
+    out = draw(st.sampled_from(["f32", "bf16", "f16"]))
+    adds = out == "f32" and draw(st.booleans())
+    body = [STEPS[s](draw(consts)) for s in steps]
+    store = "C[tile_m:tile_m + BM, tile_n:tile_n + BN]"
+    if adds:  # an f32 atomic cannot add the exact sum: it is rounded first
+        body.append(f"{store} += ts.tile.cast(v, ts.f32)")
+    elif out == "f32" or draw(st.booleans()):
+        body.append(f"{store} = v" if out == "f32" else f"{store} = ts.tile.cast(v, ts.{out})")
+    else:  # the store's own rounding
+        body.append(f"{store} = v")
+    return HEADER.format(out=out) + "".join(f"    {line}\n" for line in body), out, adds
+
+
+def load(source: str) -> Any:
+    """The kernel of ``source``, from a file (kernels read their own source)."""
+    path = _DIR / f"drawn_{next(_COUNT)}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.drawn
+
+
+def inputs(rng: np.random.Generator, m: int, n: int, k: int, out: str
+           ) -> tuple[np.ndarray, ...]:
+    """Operands whose sums meet roundings: magnitudes 2^-70..2^8 (products down to
+    f32's subnormals), a few columns of powers of two whose sums sit at half-way points
+    of bf16 and f16."""
+    a = rng.standard_normal((m, k)) * 2.0 ** rng.integers(-70, 8, (m, k))
+    b = rng.standard_normal((k, n)) * 2.0 ** rng.integers(-70, 8, (k, n))
+    a[:, :3] = [1.0, 2.0**-8, 2.0**-30]  # 1 + 2^-8 + 2^-30: just past a bf16 tie
+    b[:3, : n // 2] = 1.0
+    bias = (rng.standard_normal(n) * 2.0 ** rng.integers(-10, 4, n)).astype(np.float32)
+    fmt = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[out]
+    c = (rng.standard_normal((m, n)) * 4).astype(fmt)
+    return a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16), bias, c
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=epilogues(), target=st.sampled_from(["sm_80", "sm_90a"]),
+       persistent=st.booleans(), seed=st.integers(0, 2**16))
+def test_drawn_epilogues_give_the_tile_bits(drawn: tuple[str, str, bool], target: str,
+                                            persistent: bool, seed: int) -> None:
+    source, out, adds = drawn
+    kernel = load(source)
+    tile = (128, 128, 64) if target == "sm_90a" else (64, 64, 32)
+    args = inputs(np.random.default_rng(seed), 2 * tile[0], 2 * tile[1], 3 * tile[2], out)
+    launch: dict[str, Any] = {"tile_shape": tile}
+    if persistent and target == "sm_90a" and not adds:
+        launch["config"] = {"persistent": True}
+    try:
+        ts.check_against_reference(kernel, *args, backend="target", target=target, **launch)
+    except UnsupportedError as err:  # what the lowering refuses it says at its line
+        assert err.loc.file.startswith(str(_DIR)), err
