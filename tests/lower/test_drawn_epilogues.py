@@ -1,15 +1,16 @@
-"""Drawn GEMM epilogues give the tile interpreter's bits in the Target IR interpreter,
-on sm_80 and sm_90a, one CTA a tile and persistent.
+"""Drawn GEMM epilogues give the tile interpreter's bits in the Target IR interpreter, on
+sm_80 and sm_90a, one CTA a tile and persistent.
 
 The kernels are the example GEMM (a K loop of ``mma`` into an f32 accumulator) followed
 by a drawn chain of epilogue operations on the accumulator: a bias row, scaling,
-``maximum``/``minimum`` against constants, ``where`` on a comparison, ``abs``, a
-round trip through bf16 or f16, ``exp``; then a store of the result, rounded to a drawn
-output format (f32, bf16, f16), or an f32 ``+=`` of it rounded to f32. Which
-accumulator values are wide (the exact sum, rounded once where something other than an
-add or a move uses it) is where the tile and Target IR interpreters can part, and the
-inputs are drawn to meet roundings: magnitudes far apart, products that are subnormal
-in f32, and sums at half-way points of the output format.
+division, ``maximum``/``minimum`` against constants, ``where`` on a comparison, ``abs``,
+negation, a round trip through bf16 or f16, ``exp``, ``tanh``, ``sqrt``, the accumulator
+added again, a row's max subtracted or its sum added; then a store of the result,
+rounded to a drawn output format (f32, bf16, f16), or an f32 ``+=`` of it rounded to
+f32. Which accumulator values are wide (the exact sum, rounded once where something
+other than an add or a move uses it) is where the tile and Target IR interpreters can
+part, and the inputs are drawn to meet roundings: magnitudes far apart, products that
+are subnormal in f32, and sums at half-way points of the output format.
 """
 
 from __future__ import annotations
@@ -60,7 +61,14 @@ STEPS = {
     "bf16": lambda c: "v = ts.tile.cast(ts.tile.cast(v, ts.bf16), ts.f32)",
     "f16": lambda c: "v = ts.tile.cast(ts.tile.cast(v, ts.f16), ts.f32)",
     "exp": lambda c: "v = ts.tile.exp(ts.tile.minimum(v, 8.0))",
+    "tanh": lambda c: "v = ts.tile.tanh(v)",
+    "sqrt": lambda c: "v = ts.tile.sqrt(ts.tile.abs(v))",
+    "div": lambda c: "v = v / 3.0",
+    "neg": lambda c: "v = -v",
     "add_acc": lambda c: "v = v + acc",
+    "sub_acc": lambda c: "v = acc - v",
+    "row_max": lambda c: "v = v - ts.tile.row_max(v)[:, None]",
+    "row_sum": lambda c: "v = v * 0.001 + ts.tile.row_sum(v)[:, None]",
 }
 
 

@@ -278,3 +278,30 @@ def _exp_of_difference(x: ts.Tensor["R", "C", ts.f32], y: ts.Tensor["R", "C", ts
     """exp(x - y) of two whole tiles (no broadcast)."""
     out[tile_m:tile_m + 1, 0:C] = ts.tile.exp(x[tile_m:tile_m + 1, 0:C]
                                               - y[tile_m:tile_m + 1, 0:C])
+
+
+@ts.kernel
+def acc_row_sum(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+                out: ts.Tensor["M", "N", ts.f32]):
+    """The row sum of the accumulator ``A @ B`` itself, stored in every column."""
+    smem_a = ts.tile.alloc_shared((BM, K), ts.bf16)
+    smem_b = ts.tile.alloc_shared((K, BN), ts.bf16)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:K])
+    ts.tile.cp_async(smem_b, B[0:K, 0:BN])
+    ts.tile.barrier()
+    s = ts.tile.mma(smem_a, smem_b)
+    out[tile_m:tile_m + BM, 0:BN] = s * 0.0 + ts.tile.row_sum(s)[:, None]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_row_sum_of_an_accumulator_sums_its_f32_values(target: str) -> None:
+    """``row_sum(acc)`` rounds the wide accumulator to f32 and sums those values, in the
+    tile interpreter and in the lowering (it summed the exact products' sums: the row
+    of ``1 + 2^-30`` and ``-1`` sums to 0 in f32 terms, to ``2^-30`` exactly)."""
+    a, b = np.zeros((64, 32), BF16), np.zeros((32, 64), BF16)
+    a[0, :2], b[0, 0], b[1, 0], b[0, 1] = (1.0, 2.0**-30), 1.0, 1.0, -1.0
+    out = np.zeros((64, 64), np.float32)
+    acc_row_sum(a, b, out, tile_shape=(64, 64, 32))
+    assert out[0, 0] == 0.0  # fl(1 + 2^-30) = 1, then 1 - 1
+    ts.check_against_reference(acc_row_sum, a, b, np.zeros_like(out), backend="target",
+                               target=target, tile_shape=(64, 64, 32))

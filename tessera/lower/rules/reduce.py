@@ -24,6 +24,7 @@ A fast ``fsum`` changes order, and stays within the ``gamma_K`` bound of any ord
 from __future__ import annotations
 
 from tessera.errors import UnsupportedError
+from tessera.interp.target.wide import may_be_wide
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.lower.arith.mathlib import (
@@ -140,6 +141,16 @@ def reduce_blocked(low: Lowerer, kind: str, x: Dist) -> list[Value]:
     return out
 
 
+def _rounded(e: TargetEmitter, x: Dist) -> Dist:
+    """``x`` with each register that may hold a wide ``mma`` accumulator rounded to f32
+    (``mul.rn`` by 1): the tile interpreter's ``row_sum`` sums the f32 values, where the
+    Target IR interpreter's ``cvt.f64.f32`` and ``add`` of a wide register would sum the
+    exact ones. (``row_max`` needs no rounding: the max of the rounded values is the
+    rounded max.)"""
+    regs = [e.mul(r, e.const(1.0, "f32"), "f32") if may_be_wide(r) else r for r in x.regs]
+    return Dist(x.layout, regs, x.type)
+
+
 def _offsets(n: int) -> list[int]:
     out, k = [], 1
     while k < n:
@@ -177,6 +188,8 @@ def _reduce(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
         raise UnsupportedError(f"tile.reduce {op.kind} over axis {op.axis} is not lowered",
                                hint="row_sum and row_max of f32 tiles are", loc=instr.loc)
     kind = "fsum" if op.kind == "sum" and low.mode == "fast" else op.kind  # f32 tree
+    if op.kind == "sum":  # a wide accumulator is rounded to f32 before it is summed
+        x = _rounded(low.em, x)
     if isinstance(x.layout, Acc):
         return [Dist(out, reduce_acc(low.em, kind, x), "f32")]
     return [Dist(out, reduce_blocked(low, kind, x), "f32")]
