@@ -305,3 +305,28 @@ def test_the_row_sum_of_an_accumulator_sums_its_f32_values(target: str) -> None:
     assert out[0, 0] == 0.0  # fl(1 + 2^-30) = 1, then 1 - 1
     ts.check_against_reference(acc_row_sum, a, b, np.zeros_like(out), backend="target",
                                target=target, tile_shape=(64, 64, 32))
+
+
+@ts.kernel
+def acc_tanh(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
+             out: ts.Tensor["M", "N", ts.f32]):
+    """``tanh`` of the accumulator ``A @ B`` itself."""
+    smem_a = ts.tile.alloc_shared((BM, K), ts.bf16)
+    smem_b = ts.tile.alloc_shared((K, BN), ts.bf16)
+    ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, 0:K])
+    ts.tile.cp_async(smem_b, B[0:K, 0:BN])
+    ts.tile.barrier()
+    out[tile_m:tile_m + BM, 0:BN] = ts.tile.tanh(ts.tile.mma(smem_a, smem_b))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_specified_function_of_an_accumulator_takes_its_f32_value(target: str) -> None:
+    """``tanh(acc)`` (and ``erf``, ``erfc``, ``log``: the specified binary64 functions)
+    rounds the wide accumulator to f32 before widening it, as the tile interpreter does:
+    ``x y + 2^-30`` is ``x y`` in f32, and the lowering took the tanh of the exact sum."""
+    a, b = np.zeros((64, 32), BF16), np.zeros((32, 64), BF16)
+    a[:, 0] = np.linspace(0.5, 1.0, 64)
+    a[:, 1] = 2.0**-30
+    b[0, :], b[1, :] = np.linspace(0.5, 1.0, 64), 1.0
+    ts.check_against_reference(acc_tanh, a, b, np.zeros((64, 64), np.float32),
+                               backend="target", target=target, tile_shape=(64, 64, 32))

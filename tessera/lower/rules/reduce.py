@@ -24,7 +24,6 @@ A fast ``fsum`` changes order, and stays within the ``gamma_K`` bound of any ord
 from __future__ import annotations
 
 from tessera.errors import UnsupportedError
-from tessera.interp.target.wide import may_be_wide
 from tessera.ir.core import Instr, Value
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.lower.arith.mathlib import (
@@ -38,6 +37,7 @@ from tessera.lower.core import Lowerer, rule
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.fastmath import emit_shfl_sum_f32, emit_tree_sum_f32
 from tessera.lower.layout import Acc, Blocked
+from tessera.lower.rules.scalar import f32_rounded
 from tessera.lower.rules.tensor import chunk_index, materialize
 from tessera.lower.values import Dist, Lowered
 
@@ -142,13 +142,12 @@ def reduce_blocked(low: Lowerer, kind: str, x: Dist) -> list[Value]:
 
 
 def _rounded(e: TargetEmitter, x: Dist) -> Dist:
-    """``x`` with each register that may hold a wide ``mma`` accumulator rounded to f32
-    (``mul.rn`` by 1): the tile interpreter's ``row_sum`` sums the f32 values, where the
-    Target IR interpreter's ``cvt.f64.f32`` and ``add`` of a wide register would sum the
-    exact ones. (``row_max`` needs no rounding: the max of the rounded values is the
-    rounded max.)"""
-    regs = [e.mul(r, e.const(1.0, "f32"), "f32") if may_be_wide(r) else r for r in x.regs]
-    return Dist(x.layout, regs, x.type)
+    """``x`` with each register that may hold a wide ``mma`` accumulator rounded to f32:
+    the tile interpreter's ``row_sum`` sums the f32 values, where the Target IR
+    interpreter's ``cvt.f64.f32`` and ``add`` of a wide register would sum the exact
+    ones. (``row_max`` needs no rounding: the max of the rounded values is the rounded
+    max.)"""
+    return Dist(x.layout, [f32_rounded(e, r) for r in x.regs], x.type)
 
 
 def _offsets(n: int) -> list[int]:

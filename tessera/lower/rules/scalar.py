@@ -275,7 +275,7 @@ def _unary(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
 @rule(tile_compute.Erf, tile_compute.Erfc, tile_compute.Tanh, tile_compute.Log)
 def _specified(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
     """The specified binary64 erf, erfc, tanh or log of the value widened exactly
-    (``cvt.f64.f32``), rounded once to the element, as the tile simulator computes it."""
+    (:func:`widened`), rounded once to the element, as the tile simulator computes it."""
     from tessera.lower.arith.mathlib_steps import EMITTERS
 
     t = result_type(instr)
@@ -286,8 +286,20 @@ def _specified(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]
     if rt != "f32":
         raise UnsupportedError(f"{instr.op.name} of {t.element} is not lowered", loc=instr.loc)
     return elementwise(low, instr, args,
-                       lambda e, r: from_f64(e, emit(e, e.cvt(r[0], "f64", "f32")), t.element),
-                       "f32")
+                       lambda e, r: from_f64(e, emit(e, widened(e, r[0])), t.element), "f32")
+
+
+def f32_rounded(e: TargetEmitter, x: Value) -> Value:
+    """``x`` (``f32``) rounded to f32 where it may hold a wide ``mma`` accumulator
+    (``mul.rn`` by 1; ``mov`` would keep it wide): the rounding the tile interpreter
+    applies to an accumulator that any op but an add, a move or a store uses."""
+    return e.mul(x, e.const(1.0, "f32"), "f32") if may_be_wide(x) else x
+
+
+def widened(e: TargetEmitter, x: Value) -> Value:
+    """``x`` (``f32``) widened exactly to ``f64``, after :func:`f32_rounded`
+    (``cvt.f64.f32`` would widen the exact sum a wide register holds)."""
+    return e.cvt(f32_rounded(e, x), "f64", "f32")
 
 
 def from_f64(e: TargetEmitter, x: Value, element: object) -> Value:
@@ -328,8 +340,8 @@ def _cast(low: Lowerer, instr: Instr, args: list[Lowered]) -> list[Lowered]:
             # not); a value some instruction already rounded to f32 needs no such multiply,
             # nor one that cvt.rn rounds: a wide accumulator rounds once, to the cast's
             # format (bf16, f16), as the tile interpreter's cast and store round it
-            if may_be_wide(x) and NARROW.get(storage_name(op.to)) not in ("bf16", "f16"):
-                x = e.mul(x, e.const(1.0, "f32"), "f32")
+            if NARROW.get(storage_name(op.to)) not in ("bf16", "f16"):
+                x = f32_rounded(e, x)
             return round_to(e, x, op.to)
         if src == "s32" and dst == "f32":
             return round_to(e, e.cvt(x, "f32", "s32", "rn"), op.to)
