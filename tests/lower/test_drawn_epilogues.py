@@ -46,7 +46,7 @@ def drawn(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
         ts.tile.barrier()
     v = acc
 '''
-_DIR = Path(tempfile.mkdtemp(prefix="tessera-epilogues-"))
+_DIR = Path(tempfile.mkdtemp(prefix="tessera-drawn-lowering-"))
 _COUNT = itertools.count()
 
 consts = st.sampled_from(["0.5", "1.5", "-0.25", "2.0", "-3.0", "0.0"])
@@ -90,7 +90,8 @@ def epilogues(draw: st.DrawFn) -> tuple[str, str, bool]:
 
 
 def load(source: str) -> Any:
-    """The kernel of ``source``, from a file (kernels read their own source)."""
+    """The kernel ``drawn`` of ``source``, from a file (kernels read their own
+    source)."""
     path = _DIR / f"drawn_{next(_COUNT)}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -98,6 +99,11 @@ def load(source: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.drawn
+
+
+def refused_at_its_line(err: UnsupportedError) -> None:
+    """What the lowering refuses it says at the drawn kernel's line."""
+    assert err.loc.file.startswith(str(_DIR)), err
 
 
 def inputs(rng: np.random.Generator, m: int, n: int, k: int, out: str
@@ -132,5 +138,5 @@ def test_drawn_epilogues_give_the_tile_bits(drawn: tuple[str, str, bool], target
         launch["config"] = {"persistent": True}
     try:
         ts.check_against_reference(kernel, *args, backend="target", target=target, **launch)
-    except UnsupportedError as err:  # what the lowering refuses it says at its line
-        assert err.loc.file.startswith(str(_DIR)), err
+    except UnsupportedError as err:
+        refused_at_its_line(err)

@@ -30,6 +30,7 @@ import numpy as np
 
 from tessera.interp.apply import Apply, rule
 from tessera.ir.dialects import graph as graph_ir
+from tessera.numerics import extrema
 from tessera.numerics.transcendental.erf64 import erf_f64_specified
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.gelu64 import (
@@ -223,10 +224,11 @@ def arith(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
 
 @rule(graph_ir.Maximum, graph_ir.Minimum)
 def extremum(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
-    """maximum / minimum; a NaN operand gives the default NaN. Exact: otherwise the
-    result is an operand."""
+    """maximum / minimum; a NaN operand gives the default NaN, and ``+0`` ranks above
+    ``-0`` (:mod:`tessera.numerics.extrema`). Exact: otherwise the result is an
+    operand."""
     a, b = operands
-    fn = np.maximum if type(ap.op) is graph_ir.Maximum else np.minimum
+    fn = extrema.maximum if type(ap.op) is graph_ir.Maximum else extrema.minimum
     if ap.operand_storage(0).kind in ("int", "bool"):
         return [fn(a, b)]
     wa, wb = ap.wide(a, 0), ap.wide(b, 1)

@@ -24,7 +24,7 @@ from tessera.ir.dialects import tile as tile_ir
 from tessera.ir.dialects.tile import compute as tile_compute
 from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.ir.types import Element, TensorType
-from tessera.numerics import convert, storage_of
+from tessera.numerics import convert, extrema, storage_of
 from tessera.numerics.reductions.accumulator import add_exact, exact_products, to_exact
 from tessera.numerics.reductions.accumulator.carried import carried_reduce
 from tessera.numerics.reductions.sums import sum_rounded
@@ -60,8 +60,8 @@ BINARY_UFUNCS = {
     tile_compute.Div: np.true_divide,
     tile_compute.FloorDiv: np.floor_divide,
     tile_compute.Mod: np.mod,
-    tile_compute.Maximum: np.maximum,
-    tile_compute.Minimum: np.minimum,
+    tile_compute.Maximum: extrema.maximum,  # +0 above -0, whatever the operands' order
+    tile_compute.Minimum: extrema.minimum,
 }
 _COMPARE = {
     tile_compute.Lt: np.less,

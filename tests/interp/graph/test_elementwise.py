@@ -46,14 +46,26 @@ UNARY_REF = {
     # the specified binary64 erf, checked against decimal in tests/numerics
     graph_ir.Erf: erf_f64_specified,
 }
+def _ieee_extremum(is_max: bool):
+    """IEEE 754-2019 maximum/minimum (sec. 9.6): a NaN wins, and +0 is above -0 (NumPy's
+    ``maximum`` returns its second operand of two equal zeros)."""
+    def fn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.maximum(a, b) if is_max else np.minimum(a, b)
+        both = (a == 0) & (b == 0)
+        keep_negative = np.signbit(a) & np.signbit(b) if is_max else \
+            np.signbit(a) | np.signbit(b)
+        return np.where(both, np.copysign(0.0, np.where(keep_negative, -1.0, 1.0)), out)
+    return fn
+
+
 BINARY_REF = {
     graph_ir.Add: np.add,
     graph_ir.Sub: np.subtract,
     graph_ir.Mul: np.multiply,
     graph_ir.Div: np.divide,
     graph_ir.Pow: np.power,
-    graph_ir.Maximum: np.maximum,
-    graph_ir.Minimum: np.minimum,
+    graph_ir.Maximum: _ieee_extremum(True),
+    graph_ir.Minimum: _ieee_extremum(False),
 }
 COMPARE_REF = {graph_ir.Gt: np.greater, graph_ir.Ge: np.greater_equal, graph_ir.Lt: np.less,
                graph_ir.Le: np.less_equal, graph_ir.Eq: np.equal, graph_ir.Ne: np.not_equal}
