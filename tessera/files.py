@@ -35,9 +35,9 @@ def _refuse(path: Path, what: str, err: OSError) -> ArgumentError:
                               "folder is created)")
 
 
-def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
-    """``path`` as a :class:`Path` once its folder exists (created if needed) and can
-    take a new file; otherwise an :class:`ArgumentError`. Nothing is left behind."""
+def _temporary(path: str | os.PathLike[str], what: str) -> tuple[Path, int, str]:
+    """The target ``path``, and a new temporary file (descriptor, name) in its folder,
+    created if needed; an :class:`ArgumentError` where there can be none."""
     target = Path(path)
     if target.is_dir():
         raise ArgumentError(f"cannot write the {what} '{target}': it is a folder",
@@ -47,6 +47,13 @@ def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as err:
         raise _refuse(target, what, err) from None
+    return target, fd, tmp
+
+
+def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
+    """``path`` as a :class:`Path` once its folder exists (created if needed) and can
+    take a new file; otherwise an :class:`ArgumentError`. Nothing is left behind."""
+    target, fd, tmp = _temporary(path, what)
     os.close(fd)
     os.unlink(tmp)
     return target
@@ -56,12 +63,8 @@ def write_output(path: str | os.PathLike[str], data: str | bytes,
                  what: str = "output") -> Path:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically and return the
     path; ``what`` names the file in the error a path that cannot be written gives."""
-    target = check_writable(path, what)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    except OSError as err:
-        raise _refuse(target, what, err) from None
+    target, fd, tmp = _temporary(path, what)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)

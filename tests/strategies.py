@@ -1,6 +1,13 @@
-"""Shared hypothesis strategies: shapes, arrays, and random Graph IR functions."""
+"""Shared hypothesis strategies: shapes, arrays, random Graph IR functions, and the
+kernels drawn as source text."""
 
 from __future__ import annotations
+
+import importlib.util
+import itertools
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -89,3 +96,20 @@ def graph_functions(draw: st.DrawFn, max_ops: int = 12) -> Function:
     outs = draw(st.lists(st.sampled_from(values), min_size=1, max_size=2))
     b.create(graph_ir.Return(), outs)
     return Function("random", block, [v.type for v in outs])
+
+
+#: where drawn kernels' sources are written (a kernel reads its own source)
+DRAWN_DIR = Path(tempfile.mkdtemp(prefix="tessera-drawn-"))
+_DRAWN = itertools.count()
+
+
+def kernel_from_source(source: str, name: str = "drawn") -> Any:
+    """The function ``name`` of Python ``source``, written to a file of
+    :data:`DRAWN_DIR` and imported (a ``@ts.kernel`` compiles from its file)."""
+    path = DRAWN_DIR / f"drawn_{next(_DRAWN)}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)

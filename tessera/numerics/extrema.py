@@ -1,5 +1,6 @@
 """IEEE 754-2019 ``maximum`` and ``minimum`` of two arrays, as Tessera's interpreters
-and a GPU's ``max``/``min`` compute them: ``+0`` ranks above ``-0``.
+(graph, tile, and the Target IR interpreter's ``max``/``min``) and a GPU compute them:
+``+0`` ranks above ``-0``.
 
 NumPy's ``np.maximum(a, b)`` returns ``b`` where ``a == b``, so of two zeros of
 different signs it returns whichever came second: ``maximum(-0, +0)`` is ``+0`` but

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.errors import UnsupportedError
-from tests.lower.test_drawn_epilogues import load, refused_at_its_line
+from tests.lower.test_drawn_epilogues import refused_at_its_line
+from tests.strategies import kernel_from_source
 
 FORMATS = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 UNARY = ["-{}", "ts.tile.abs({})", "ts.tile.exp(ts.tile.minimum({}, 10.0))",
@@ -72,7 +73,7 @@ def inputs(rng: np.random.Generator, n: int, fmt: str) -> np.ndarray:
        seed=st.integers(0, 2**16))
 def test_drawn_expressions_give_the_tile_bits(expr: str, fmt: str, out: str, target: str,
                                               seed: int) -> None:
-    kernel = load(KERNEL.format(fmt=fmt, out=out, expr=expr))
+    kernel = kernel_from_source(KERNEL.format(fmt=fmt, out=out, expr=expr))
     rng = np.random.default_rng(seed)
     x, z = inputs(rng, 256, fmt), inputs(rng, 256, fmt)[::-1].copy()
     try:

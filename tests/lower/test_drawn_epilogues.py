@@ -15,10 +15,6 @@ points of bf16 once rounded to f32.
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -28,26 +24,18 @@ from hypothesis import strategies as st
 
 import tessera as ts
 from tessera.errors import UnsupportedError
+from tests.strategies import DRAWN_DIR, kernel_from_source
 
 HEADER = '''import tessera as ts
+from tests.lower.sm90a.epilogue_kernels import product
 
 
 @ts.kernel
 def drawn(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
           bias: ts.Tensor["N", ts.f32], C: ts.Tensor["M", "N", ts.{out}]):
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
+    acc = product(A, B)
     v = acc
 '''
-_DIR = Path(tempfile.mkdtemp(prefix="tessera-drawn-lowering-"))
-_COUNT = itertools.count()
 
 consts = st.sampled_from(["0.5", "1.5", "-0.25", "2.0", "-3.0", "0.0"])
 STEPS = {
@@ -89,21 +77,9 @@ def epilogues(draw: st.DrawFn) -> tuple[str, str, bool]:
     return HEADER.format(out=out) + "".join(f"    {line}\n" for line in body), out, adds
 
 
-def load(source: str) -> Any:
-    """The kernel ``drawn`` of ``source``, from a file (kernels read their own
-    source)."""
-    path = _DIR / f"drawn_{next(_COUNT)}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.drawn
-
-
 def refused_at_its_line(err: UnsupportedError) -> None:
     """What the lowering refuses it says at the drawn kernel's line."""
-    assert err.loc.file.startswith(str(_DIR)), err
+    assert err.loc.file.startswith(str(DRAWN_DIR)), err
 
 
 def inputs(rng: np.random.Generator, m: int, n: int, k: int, out: str
@@ -130,7 +106,7 @@ def inputs(rng: np.random.Generator, m: int, n: int, k: int, out: str
 def test_drawn_epilogues_give_the_tile_bits(drawn: tuple[str, str, bool], target: str,
                                             persistent: bool, seed: int) -> None:
     source, out, adds = drawn
-    kernel = load(source)
+    kernel = kernel_from_source(source)
     tile = (128, 128, 64) if target == "sm_90a" else (64, 64, 32)
     args = inputs(np.random.default_rng(seed), 2 * tile[0], 2 * tile[1], 3 * tile[2], out)
     launch: dict[str, Any] = {"tile_shape": tile}

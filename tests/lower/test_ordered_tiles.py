@@ -19,6 +19,7 @@ from tessera.frontend.kernel.backends.compile import compile_kernel
 from tessera.lower.rules.ordered import windows as ordered_tiles
 from tessera.lower.rules.ordered.windows import NO_ROW, plan_windows
 from tests.lower import kernels
+from tests.lower.sm90a.epilogue_kernels import product
 from tests.lower.test_ordered import F32_RED, _target_result, _tile_result
 
 TARGETS = ("sm_80", "sm_90a")
@@ -97,16 +98,7 @@ def test_one_tile_per_window_is_a_plain_read_modify_write() -> None:
 def gemm_adds(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
               C: ts.Tensor["M", "N", ts.f32]):
     """The example GEMM adding its tile into C (one CTA a window)."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
-    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += ts.tile.cast(acc, ts.f32)
+    C[tile_m:tile_m + BM, tile_n:tile_n + BN] += ts.tile.cast(product(A, B), ts.f32)
 
 
 def test_the_warp_specialised_epilogue_adds_its_own_window_in_place() -> None:

@@ -20,10 +20,6 @@ NumPy model of that rule.
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -32,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tessera as ts
+from tests.strategies import kernel_from_source
 
 T = 8  # each tile works on an 8-element slice and an 8x8 accumulator
 HEADER = '''import tessera as ts
@@ -55,8 +52,6 @@ FOOTER = '''    out[base:base + 8] = t + s
     mout[base:base + 8, 0:8] = m
     total[0] += s
 '''
-_DIR = Path(tempfile.mkdtemp(prefix="tessera-drawn-"))
-_COUNT = itertools.count()
 
 consts = st.sampled_from(["0.5", "1.5", "-0.25", "2.0", "3.0", "-1.0"])
 
@@ -186,17 +181,6 @@ def kernels(draw: st.DrawFn) -> tuple[str, str | None]:
     return HEADER + "".join(f"    {line}\n" for line in body) + FOOTER, bug
 
 
-def load(source: str) -> Any:
-    """The kernel of ``source``, from a file (kernels read their own source)."""
-    path = _DIR / f"drawn_{next(_COUNT)}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.drawn
-
-
 def outcome(kernel: Any, inputs: list[np.ndarray], **launch: Any) -> tuple[Any, ...]:
     """The bits of every output, or the report of the launch."""
     args = [a.copy() for a in inputs]
@@ -214,7 +198,7 @@ def test_drawn_kernels_run_alike_in_every_mode_and_schedule(drawn: tuple[str, st
                                                            groups: int, group: int,
                                                            seed: int) -> None:
     source, bug = drawn
-    kernel = load(source)
+    kernel = kernel_from_source(source)
     n = groups * group * T
     rng = np.random.default_rng(seed)
     inputs = [rng.standard_normal(n).astype(np.float32),
@@ -263,7 +247,7 @@ def test_wide_accumulators_merged_across_paths_agree() -> None:
     """An accumulator updated by an ``mma`` in one branch and scaled in the other, in a
     loop of per-tile trip counts: each tile's bits follow its own path, the same in the
     reference, every schedule, and tile by tile (a group of one)."""
-    kernel = load(WIDE_ACROSS_PATHS)
+    kernel = kernel_from_source(WIDE_ACROSS_PATHS)
     rng = np.random.default_rng(0)
     n = 8 * T
     inputs = [rng.standard_normal(n).astype(np.float32),
@@ -296,7 +280,7 @@ def test_signed_zeros_merged_across_paths_agree() -> None:
     """Tiles that scaled a zero accumulator by a negative number hold -0.0, the others
     0.0: a merge of the two sides keeps each tile's bits (equal values are not the
     same bits), in every schedule."""
-    kernel = load(SIGNED_ZEROS)
+    kernel = kernel_from_source(SIGNED_ZEROS)
     x = np.array([5.0] * T + [0.0] * T + [5.0] * T + [0.0] * T, np.float32)
     n = 4 * T
     inputs = [x, np.zeros((T, T), ml_dtypes.bfloat16), np.zeros((T, T), ml_dtypes.bfloat16),

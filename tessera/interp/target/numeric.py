@@ -28,6 +28,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 
+from tessera.numerics import extrema
 from tessera.numerics.formats.convert import round_to_odd_f32
 
 F32 = np.dtype(np.float32)
@@ -118,11 +119,7 @@ def fmin_fmax(a: np.ndarray, b: np.ndarray, is_max: bool) -> np.ndarray:
     """PTX ``min``/``max`` of floats: NaN loses, two NaNs give the canonical NaN."""
     with np.errstate(invalid="ignore"):
         pick_a = a > b if is_max else a < b
-        out = np.where(pick_a, a, b)
-        zeros = (a == 0) & (b == 0)
-        if zeros.any():  # -0 < +0
-            neg = np.signbit(a) & np.signbit(b) if is_max else np.signbit(a) | np.signbit(b)
-            out = np.where(zeros, np.where(neg, -np.abs(out), np.abs(out)), out)
+        out = extrema.signed_zeros(np.where(pick_a, a, b), a, b, is_max)  # -0 < +0
         na, nb = np.isnan(a), np.isnan(b)
         out = np.where(na, b, np.where(nb, a, out)).astype(a.dtype)
         out = canonical_nan_where(na & nb, out)

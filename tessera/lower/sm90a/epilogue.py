@@ -129,15 +129,24 @@ def staging(low: Lowerer, plan: PipelinePlan, nbytes: int) -> tuple[Any, ...] | 
             f"shared memory beside it ({SHARED_BUDGET} bytes)")
 
 
+def staging_bytes(plan: PipelinePlan, tma_store: bool | None) -> int:
+    """The bytes of the staging tile of the plan's final store (0 where it has none:
+    no such store, ``tma_store=False``, or an output format the epilogue does not
+    stage)."""
+    store = plan.epilogue
+    if store is None or tma_store is False:
+        return 0
+    elem = ptx_elem(store.operands[0].type.element)  # type: ignore[attr-defined]
+    if elem not in ("bf16", "f16", "f32"):
+        return 0
+    return plan.gemm.bm * plan.gemm.bn * (4 if elem == "f32" else 2)
+
+
 def reserve(low: Lowerer, plan: PipelinePlan) -> None:
     """Allocate a staging tile of its own (before the producer/consumer split, whose
     regions its address must dominate) when the drained ring cannot hold it."""
-    store = plan.epilogue
-    if store is None or config_of(low.fn).get("tma_store") is False:
-        return
-    elem = ptx_elem(store.operands[0].type.element)  # type: ignore[attr-defined]
-    nbytes = plan.gemm.bm * plan.gemm.bn * (4 if elem == "f32" else 2)
-    if elem in ("bf16", "f16", "f32") and staging(low, plan, nbytes) == ("own",):
+    nbytes = staging_bytes(plan, config_of(low.fn).get("tma_store"))
+    if nbytes and staging(low, plan, nbytes) == ("own",):
         low.extra["epi_stage"] = low.shared_buffer("epi_stage", nbytes, _ALIGN)
 
 
@@ -254,5 +263,5 @@ def _st_shared_tile(e: TargetEmitter, plan: PipelinePlan, regs: list[Value],
              offset=static)
 
 
-__all__ = ["CONSUMER_BARRIER", "epilogue_rule", "reserve", "staging", "tma_problem",
-           "tma_store_tile"]
+__all__ = ["CONSUMER_BARRIER", "epilogue_rule", "reserve", "staging", "staging_bytes",
+           "tma_problem", "tma_store_tile"]

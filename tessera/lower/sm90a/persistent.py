@@ -37,13 +37,14 @@ from tessera.ir.dialects.tile import memory as tile_memory
 from tessera.lower.core import Lowerer
 from tessera.lower.emit import TargetEmitter
 from tessera.lower.geometry import grouped
+from tessera.lower.sm90a.epilogue import staging_bytes
 from tessera.lower.sm90a.warpspec import (
     SHARED_BUDGET,
     PipelinePlan,
     default_stages,
     index_op,
 )
-from tessera.lower.values import Lowered, ptx_elem
+from tessera.lower.values import Lowered
 
 #: CTAs of a persistent launch: one per SM of an H100 or H200 SXM (132)
 SMS = H100.sms
@@ -71,11 +72,7 @@ def persist(fn: Function, plan: PipelinePlan, stages: int | None,
     why = persistent_problem(fn, plan.pingpong)
     if why is not None:
         raise refuse(fn, why)
-    staging = 0
-    if plan.epilogue is not None and tma_store is not False:
-        elem = ptx_elem(plan.epilogue.operands[0].type.element)  # type: ignore[attr-defined]
-        if elem in ("bf16", "f16", "f32"):
-            staging = plan.gemm.bm * plan.gemm.bn * (4 if elem == "f32" else 2)
+    staging = staging_bytes(plan, tma_store)
     if stages is None:
         # room for the staging tile where three stages or more remain; else the ring
         # keeps its stages and the epilogue stores with st.global

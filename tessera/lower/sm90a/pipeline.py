@@ -153,14 +153,15 @@ def lower_pipelined_loop(low: Lowerer, instr: Instr, args: list[Lowered],
     pe.op(Yield())
     ce.op(SetMaxNReg(CONSUMER_REGS, inc=True))
     regs = list(init.regs)
+    wg = ce.warpgroup() if nc > 1 else None  # once, for every tile a CTA walks
     if plan.persistent:  # each tile's K loop and epilogue, tile after tile
         def tile(t: TargetEmitter, done: Value) -> None:
-            out = _consumer(t, ring, regs, done)
+            out = _consumer(t, ring, regs, wg, done)
             low.env[instr.results[0]] = Dist(init.layout, out, init.type)
             lowered_after(low, instr, t)
         walk_tiles(low, ce, instr, tile)
     else:
-        regs = _consumer(ce, ring, regs)
+        regs = _consumer(ce, ring, regs, wg)
     e.op(If(), [producer], regions=[IRRegion([pblock]), IRRegion([cblock])], result_types=[])
     # the rest of the kernel runs in the consumer branch (the producer has finished)
     low.stack[-1] = ce
@@ -233,17 +234,18 @@ def _tma(low: Lowerer, e: TargetEmitter, src: Lowered, box: SharedBox) -> TmaCop
     return TmaCopy(box, tmap, col, row)
 
 
-def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value], done: Value | None = None
-              ) -> list[Value]:
+def _consumer(ce: TargetEmitter, ring: _Ring, init: list[Value], wg: Value | None,
+              done: Value | None = None) -> list[Value]:
     """The consumer warpgroups' K loop: per K tile wait for the stage, issue its wgmma
-    group, retire the previous group and release its stage; ``done``: the tiles a
-    persistent CTA finished before this one, which also releases its last stage."""
+    group, retire the previous group and release its stage. ``wg``: the warpgroup's
+    index (two consumers; one broadcast serves its A rows and its turns); ``done``: the
+    tiles a persistent CTA finished before this one, which also releases its last
+    stage."""
     g, plan = ring.gemm, ring.plan
     blocks = g.bm // 64
     mine = blocks // plan.consumers  # 64-row blocks of each consumer warpgroup
     half = g.bn // 2
     wg_rows = None
-    wg = ce.warpgroup() if plan.consumers > 1 else None  # one broadcast for both uses
     if wg is not None:  # warpgroup w multiplies A rows [64 * mine * w, ...)
         wg_rows = ce.mul(wg, ce.const(64 * mine * ring.a_span, "u32"), "u32")
     accs = [ce.pack(init[i * half:(i + 1) * half], "f32") for i in range(mine)]

@@ -7,6 +7,21 @@ from __future__ import annotations
 import tessera as ts
 
 
+def product(A, B):
+    """The group's ``(BM, BN)`` tile of ``A @ B`` (bf16), its f32 accumulator: the
+    example GEMM's K loop, inlined into the kernels that call it."""
+    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
+    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
+    acc = ts.tile.zeros((BM, BN), ts.f32)
+    for k in ts.tile.range(0, K, BK):
+        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
+        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
+        ts.tile.barrier()
+        acc = ts.tile.mma(smem_a, smem_b, acc)
+        ts.tile.barrier()
+    return acc
+
+
 @ts.kernel
 def gemm_bf16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
               C: ts.Tensor["M", "N", ts.bf16]):

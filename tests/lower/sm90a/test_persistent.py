@@ -23,6 +23,7 @@ from tessera.ir.dialects.target.ops import SharedAlloc, Special, Unpack
 from tessera.ir.dialects.target.warp_ops import SetMaxNReg
 from tessera.lower.sm90a import persistent
 from tests.lower.sm90a import epilogue_kernels as ek
+from tests.lower.sm90a.epilogue_kernels import product
 from tests.lower.sm90a.test_pipeline import GEMM, compile_gemm, loops, operands, split
 
 PERSISTENT = {"persistent": True}
@@ -31,16 +32,7 @@ PERSISTENT = {"persistent": True}
 @ts.kernel
 def returns_its_tile(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16]
                      ) -> ts.Tensor["M", "N", ts.f32]:
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
-    return acc
+    return product(A, B)
 
 
 @settings(max_examples=8, deadline=None)

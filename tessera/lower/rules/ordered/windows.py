@@ -77,8 +77,6 @@ def reduce_into(low: Lowerer, instr: Instr, mem: Mem, value: Lowered, layout: ob
     visit, regs = _visitor(low, mem, value), value.regs
     # several updates of one tensor are applied in program order only by the rows
     plan = window_plan(low, instr, mem) if updates(low).alone(instr) else None
-    if plan is not None and low.em.block is not low.e.block and int(plan.sizes.max()) > 1:
-        plan = None  # a consumer branch's threads cannot fold other CTAs' windows
     assert low.geom is not None
     if plan is not None and plan.scratch_bytes(len(regs), low.geom.block) <= MAX_SCRATCH:
         ordered_into(low, plan, visit, regs)
@@ -167,11 +165,11 @@ def window_plan(low: Lowerer, instr: Instr, mem: Mem) -> WindowPlan | None:
     apply (see the module docstring)."""
     g = low.geom
     # once per CTA: at the top level of the tile kernel, and of the lowered one or of a
-    # warp-specialised kernel's consumer branch, which runs the epilogue (there, only
-    # windows one CTA owns are ordered: see reduce_into)
+    # warp-specialised kernel's consumer branch, which runs the epilogue
+    consumers = low.em.block is not low.e.block
     if g is None or not low.block_kernel or g.packed or g.ctas * g.batch > MAX_CTAS or \
             not any(i is instr for i in low.fn.body.instrs) or (
-                low.em.block is not low.e.block and "continuation" not in low.extra):
+                consumers and "continuation" not in low.extra):
         return None
     values = launch_values(g.ctas, g.batch, g.block, low.params)
     base = values(mem.base)
@@ -182,7 +180,9 @@ def window_plan(low: Lowerer, instr: Instr, mem: Mem) -> WindowPlan | None:
     grids = np.meshgrid(*[np.arange(n) * s for n, s in zip(mem.shape, mem.strides)],
                         indexing="ij")
     footprint = np.unique(sum(grids, np.zeros(1, np.int64)).ravel() * size)
-    return plan_windows(base + offset * size, footprint)
+    plan = plan_windows(base + offset * size, footprint)
+    # a consumer branch's threads add their own window, but cannot fold other CTAs' ones
+    return None if plan is None or (consumers and int(plan.sizes.max()) > 1) else plan
 
 
 def ordered_into(low: Lowerer, plan: WindowPlan, visit: Visit, values: list[Value]) -> None:
