@@ -26,15 +26,7 @@ def product(A, B):
 def gemm_bf16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
               C: ts.Tensor["M", "N", ts.bf16]):
     """C = bf16(A @ B): the cast is the store's rounding."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
+    acc = product(A, B)
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc
 
 
@@ -58,15 +50,7 @@ def gemm_f16(A: ts.Tensor["M", "K", ts.f16], B: ts.Tensor["K", "N", ts.f16],
 def gemm_bias_relu_bf16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                         bias: ts.Tensor["N", ts.f32], C: ts.Tensor["M", "N", ts.bf16]):
     """C = bf16(relu(A @ B + bias)): bias and activation, then the cast."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
+    acc = product(A, B)
     out = ts.tile.maximum(acc + bias[tile_n:tile_n + BN], 0.0)
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = ts.tile.cast(out, ts.bf16)
 
@@ -75,15 +59,7 @@ def gemm_bias_relu_bf16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", 
 def gemm_residual_f16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                       R: ts.Tensor["M", "N", ts.f32], C: ts.Tensor["M", "N", ts.f16]):
     """C = f16(A @ B + R): a residual tile read in the epilogue."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
+    acc = product(A, B)
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc + R[tile_m:tile_m + BM, tile_n:tile_n + BN]
 
 
@@ -91,13 +67,5 @@ def gemm_residual_f16(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts
 def gemm_scale_f32(A: ts.Tensor["M", "K", ts.bf16], B: ts.Tensor["K", "N", ts.bf16],
                    bias: ts.Tensor["N", ts.f32], C: ts.Tensor["M", "N", ts.f32]):
     """C = (A @ B) * 0.5 + bias, f32 output (staged with st.shared, not stmatrix)."""
-    smem_a = ts.tile.alloc_shared((BM, BK), ts.bf16, swizzle="xor")
-    smem_b = ts.tile.alloc_shared((BK, BN), ts.bf16, swizzle="xor")
-    acc = ts.tile.zeros((BM, BN), ts.f32)
-    for k in ts.tile.range(0, K, BK):
-        ts.tile.cp_async(smem_a, A[tile_m:tile_m + BM, k:k + BK])
-        ts.tile.cp_async(smem_b, B[k:k + BK, tile_n:tile_n + BN])
-        ts.tile.barrier()
-        acc = ts.tile.mma(smem_a, smem_b, acc)
-        ts.tile.barrier()
+    acc = product(A, B)
     C[tile_m:tile_m + BM, tile_n:tile_n + BN] = acc * 0.5 + bias[tile_n:tile_n + BN]
