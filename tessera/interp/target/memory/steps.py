@@ -5,21 +5,18 @@
 A store of several threads to one address keeps the highest thread's value (PTX leaves
 the winner unspecified). ``red`` applies the updates one at a time in linear thread
 order (CTA order first, see :mod:`tessera.ir.dialects.target.ops`; all of them in reverse
-under ``run_target(..., cta_order="descending")``: :func:`arrival`); ``red.add.f32`` flushes
-subnormal inputs and results to sign-preserving zero, as the ISA's "red" specifies.
+under ``run_target(..., cta_order="descending")``), each as
+:func:`tessera.interp.target.memory.atomics.updated` defines it.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from tessera.errors import UnsupportedError
-from tessera.interp.target import numeric as tn
+from tessera.interp.target.memory.atomics import apply_in_order, arrival
 from tessera.interp.target.state import (
     DTYPES,
-    F32,
     Step,
     TargetCompiler,
     TargetFrame,
@@ -132,59 +129,13 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
     return step
 
 
-_RED = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
-        "or": np.bitwise_or, "xor": np.bitwise_xor}
-
-
-def arrival(m: Any, act: np.ndarray) -> np.ndarray:
-    """The active threads ``act`` (ascending) in the order their atomics land: CTA by
-    CTA, each CTA's threads in linear order, or all of it reversed under the launch's
-    ``cta_order="descending"``. A GPU lands one instruction's atomics of the lanes of a
-    warp, the warps of a CTA and the CTAs of a launch in arrival order alike, so the
-    reverse is another order it may take at every level."""
-    return act if m.cta_order == "ascending" else act[::-1]
-
-
-def _add_float(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``red.add`` of floats: a NaN sum has the canonical NaN's bits, as ``add`` does."""
-    return tn.canonical_nans(np.add(x, y))
-
-
-def _ftz(x: np.ndarray) -> np.ndarray:
-    tiny = np.finfo(np.float32).tiny
-    return np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(F32)
-
-
-def apply_updates(target: np.ndarray, index: np.ndarray, values: np.ndarray,
-                  fn: Any, ftz: bool) -> None:
-    """``target[index[k]] = fn(target[index[k]], values[k])`` for k in order."""
-    order = np.argsort(index, kind="stable")
-    idx, vals = index[order], values[order]
-    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
-    rank = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
-    for r in range(int(rank.max()) + 1 if len(idx) else 0):
-        sel = rank == r  # the r-th update of every address: all distinct addresses
-        old = target[idx[sel]]
-        if ftz:
-            target[idx[sel]] = _ftz(fn(_ftz(old), _ftz(vals[sel])))
-        else:
-            target[idx[sel]] = fn(old, vals[sel])
-
-
 @step_rule(target_ops.Reduce)
 def _reduce(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
-    if op.op not in _RED or op.space not in ("global", "shared"):
+    if op.space not in ("global", "shared"):
         raise UnsupportedError(f"red.{op.space}.{op.op} is not modelled", loc=instr.loc)
-    if op.type in ("f16", "bf16", "f16x2", "bf16x2") or \
-            (op.type.startswith("f") and op.op not in ("add", "min", "max")):
-        raise UnsupportedError(f"red.{op.op}.{op.type} is not modelled", loc=instr.loc)
     a, v = (c.slot(x) for x in instr.operands)
     dt = DTYPES[op.type]
-    fn = _RED[op.op]
-    ftz = op.type == "f32" and op.op == "add"
-    if op.type.startswith("f") and op.op == "add":
-        fn = _add_float
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
@@ -203,13 +154,12 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
                     sel = k == b
                     raw = m.glob.bytes[b]
                     view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
-                    apply_updates(view, off[sel] // dt.itemsize, vals[sel], fn, ftz)
+                    apply_in_order(view, off[sel] // dt.itemsize, op.op, vals[sel])
             else:
                 flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail)
                 m.shared.check_read(flat, act, fail, race=False)
-                apply_updates(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, vals, fn,
-                              ftz)
+                apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals)
     return step
 
 
-__all__ = ["apply_updates", "arrival", "to_bytes"]
+__all__ = ["to_bytes"]

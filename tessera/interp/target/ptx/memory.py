@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from tessera.interp.target import numeric as tn
-from tessera.interp.target.memory.steps import arrival, to_bytes
-from tessera.interp.target.regs import pure, unsupported
+from tessera.interp.target.memory.atomics import apply_in_order, arrival
+from tessera.interp.target.memory.steps import to_bytes
+from tessera.interp.target.regs import pure
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import ptx_ops
@@ -168,49 +168,9 @@ def _generic_store(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-def _atomic_update(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
-                   cmp: np.ndarray | None) -> np.ndarray:
-    if op == "exch":
-        return b
-    if op == "cas":
-        return np.where(old == cmp, b, old)
-    if op == "inc":  # (old >= b) ? 0 : old + 1
-        return np.where(old >= b, 0, old + 1).astype(dt)
-    if op == "dec":  # (old == 0 || old > b) ? b : old - 1
-        return np.where((old == 0) | (old > b), b, old - 1).astype(dt)
-    fn = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
-          "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
-    if dt.kind == "f" and op in ("min", "max"):
-        return np.fmin(old, b) if op == "min" else np.fmax(old, b)
-    if dt.kind == "f":  # a NaN sum has the canonical NaN's bits, as ``add`` does
-        return tn.canonical_nans(fn(old, b).astype(dt))
-    return fn(old, b).astype(dt)
-
-
-def _apply_in_order(target: np.ndarray, index: np.ndarray, op: str, dt: np.dtype,
-                    b: np.ndarray, cmp: np.ndarray | None) -> np.ndarray:
-    """Apply the updates to ``target`` one per thread in thread order; the old values."""
-    order = np.argsort(index, kind="stable")
-    idx = index[order]
-    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
-    rank = np.empty(len(idx), np.int64)
-    rank[:] = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
-    olds = np.empty(len(idx), dt)
-    for r in range(int(rank.max()) + 1 if len(idx) else 0):
-        sel = order[rank == r]  # the r-th update of every address: distinct addresses
-        old = target[index[sel]].copy()
-        olds[sel] = old
-        target[index[sel]] = _atomic_update(op, dt, old, b[sel],
-                                            None if cmp is None else cmp[sel])
-    return olds
-
-
 @step_rule(ptx_ops.Atom)
 def _atom(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
-    if op.type in ("f16", "bf16", "f16x2", "bf16x2") or (
-            op.type.startswith("f") and op.op not in ("add", "exch", "min", "max")):
-        raise unsupported(instr, f"atom.{op.op}.{op.type}")
     slots = [c.slot(x) for x in instr.operands]
     out = c.slot(instr.results[0])
     dt = DTYPES[op.type]
@@ -242,8 +202,8 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                         part = k == buf
                         raw = m.glob.bytes[buf]
                         view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
-                        olds[sel[part]] = _apply_in_order(
-                            view, off[part] // dt.itemsize, op.op, dt, b[sel[part]],
+                        olds[sel[part]] = apply_in_order(
+                            view, off[part] // dt.itemsize, op.op, b[sel[part]],
                             None if cmp is None else cmp[sel[part]])
                 if shared.any():
                     sel = np.flatnonzero(shared)
@@ -251,9 +211,8 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                     fail = m.failer(instr, who)
                     flat = m.shared.index(m.cta[who], addr[sel], dt.itemsize, fail)
                     m.shared.check_read(flat, who, fail, race=False)
-                    olds[sel] = _apply_in_order(m.shared.data.view(dt),
-                                                flat[:, 0] // dt.itemsize, op.op, dt, b[sel],
-                                                None if cmp is None else cmp[sel])
+                    olds[sel] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize,
+                                               op.op, b[sel], None if cmp is None else cmp[sel])
             result[act] = olds
         fr.regs[out] = result
     return step

@@ -130,6 +130,31 @@ def reg_of(op: Op, t: Type, *elems: str) -> RegType:
     return t
 
 
+#: the operand types each atomic operation takes (PTX ISA 8.x, sec. 9.7.13.5, ``atom``,
+#: and 9.7.13.6, ``red``); ptxas rejects any other pairing, such as ``atom.min.f32``,
+#: ``atom.add.s64`` or ``atom.and.u32``. The sm_90 half-precision forms are left out:
+#: no interpreter runs them. ``red`` has no ``exch`` or ``cas``.
+ATOMIC_TYPES: dict[str, tuple[str, ...]] = {
+    "add": ("u32", "s32", "u64", "f32", "f64"),
+    "min": ("u32", "s32", "u64", "s64"), "max": ("u32", "s32", "u64", "s64"),
+    "inc": ("u32",), "dec": ("u32",),
+    "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64"),
+    "exch": ("b32", "b64"), "cas": ("b32", "b64"),
+}
+
+
+def atomic_type_problem(head: str, op: str, elem: str) -> str | None:
+    """Why ``<head>.<op>.<elem>`` (``head`` ``atom`` or ``red``) is not an instruction,
+    or None when it is."""
+    allowed = ATOMIC_TYPES.get(op)
+    if allowed is None or (head == "red" and op in ("exch", "cas")):
+        return f"{head} has no operation .{op}"
+    if elem not in allowed:
+        return (f"{head}.{op} takes {', '.join('.' + t for t in allowed)}, not .{elem} "
+                "(PTX ISA, 'atom')")
+    return None
+
+
 # --------------------------------------------------------------------------- structure
 @register_op
 @dataclass(frozen=True)
@@ -198,5 +223,6 @@ class While(_Structured, StructuredWhile):
     name: ClassVar[str] = "ptx.while"
 
 
-__all__ = ["F32", "KERNEL", "PRED", "REG_TYPES", "S32", "TARGETS", "U32", "U64", "Condition",
-           "For", "If", "RegType", "Return", "TensorMapType", "While", "Yield", "reg_of"]
+__all__ = ["ATOMIC_TYPES", "F32", "KERNEL", "PRED", "REG_TYPES", "S32", "TARGETS", "U32", "U64",
+           "Condition", "For", "If", "RegType", "Return", "TensorMapType", "While", "Yield",
+           "atomic_type_problem", "reg_of"]

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import PRED, U32, RegType, reg_of
+from tessera.ir.dialects.target import PRED, U32, RegType, atomic_type_problem, reg_of
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
                 "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z")
@@ -283,6 +283,8 @@ class Reduce(_Effect):
     type: str
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        if problem := atomic_type_problem("red", self.op, self.type):
+            raise IRVerifyError(problem)
         check_count(self, operands, 2)
         reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
         reg_of(self, operands[1], self.type)

@@ -15,13 +15,20 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import PRED, U32, U64, RegType, TensorMapType, reg_of
+from tessera.ir.dialects.target import (
+    PRED,
+    U32,
+    U64,
+    RegType,
+    TensorMapType,
+    atomic_type_problem,
+    reg_of,
+)
 
 #: generic-address windows: shared memory, each thread's local memory, the parameters
 SHARED_WINDOW = 0x0800_0000
 LOCAL_WINDOW = 0x0C00_0000
 PARAM_WINDOW = 0x0400_0000
-ATOMIC_OPS = ("add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec")
 BIT_COUNTS = ("popc", "clz", "brev", "bfind")
 
 
@@ -164,8 +171,8 @@ class Atom(Op):
     type: str
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        if self.op not in ATOMIC_OPS:
-            raise IRVerifyError(f"unknown atomic operation {self.op!r}")
+        if problem := atomic_type_problem("atom", self.op, self.type):
+            raise IRVerifyError(problem)
         check_count(self, operands, 3 if self.op == "cas" else 2)
         reg_of(self, operands[0], "u32" if self.space == "shared" else "u64")
         for t in operands[1:]:
@@ -367,28 +374,6 @@ class TensorMapAt(Op):
         return (TensorMapType(-1, "b8", (1, 1)),)
 
 
-__all__ = [
-    "ATOMIC_OPS",
-    "BIT_COUNTS",
-    "LOCAL_WINDOW",
-    "PARAM_WINDOW",
-    "SHARED_WINDOW",
-    "Atom",
-    "Bfe",
-    "Bfi",
-    "BitCount",
-    "ByteLoad",
-    "ByteStore",
-    "Cvta",
-    "Elect",
-    "GenericLoad",
-    "GenericStore",
-    "ParamLoad",
-    "Prmt",
-    "Shf",
-    "ShflSync",
-    "Stmatrix",
-    "TensorMapAt",
-    "Vote",
-    "WarpSync",
-]
+__all__ = ["BIT_COUNTS", "LOCAL_WINDOW", "PARAM_WINDOW", "SHARED_WINDOW", "Atom", "Bfe", "Bfi",
+           "BitCount", "ByteLoad", "ByteStore", "Cvta", "Elect", "GenericLoad", "GenericStore",
+           "ParamLoad", "Prmt", "Shf", "ShflSync", "Stmatrix", "TensorMapAt", "Vote", "WarpSync"]

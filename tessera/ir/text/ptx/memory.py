@@ -13,7 +13,7 @@ Memory fences (``membar``, ``fence.sc``/``acq_rel``) are no-ops for the same rea
 from __future__ import annotations
 
 from tessera.ir.core import Value
-from tessera.ir.dialects.target import RegType, ptx_ops
+from tessera.ir.dialects.target import ATOMIC_TYPES, RegType, atomic_type_problem, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import count, handler, ptx_type
@@ -150,7 +150,7 @@ def plain_address(b: InstrBuilder, token: str, elem: str) -> Value:
 
 @handler("atom", "red")
 def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    ops_ = [f for f in mods[:-1] if f in ptx_ops.ATOMIC_OPS]
+    ops_ = [f for f in mods[:-1] if f in ATOMIC_TYPES]
     if len(ops_) != 1:
         raise b.syntax("expected one atomic operation (.add, .min, .cas ...)")
     space, vec, t = _split_mods(b, [f for f in mods if f not in ops_])
@@ -159,12 +159,14 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported("vector atomics")
     if space == "const":
         raise b.syntax(f"{b.head} on constant memory")
-    if t.startswith("b") and op in ("add", "min", "max", "inc", "dec"):
-        raise b.syntax(f"{b.head}.{op} needs a typed operand (.u32, .s32, .f32 ...)")
+    if t in ("f16", "bf16", "f16x2", "bf16x2", "b16", "b128"):  # sm_70/sm_90 forms
+        raise b.unsupported(f"{b.head}.{op}.{t}")
+    if problem := atomic_type_problem(b.head, op, t):
+        raise b.syntax(problem)
     if b.head == "red":
         count(b, ops, 2)
-        if space == "" or op in ("exch", "cas", "inc", "dec"):
-            raise b.unsupported(f"red.{op} in the {'generic' if not space else space} space")
+        if space == "":
+            raise b.unsupported(f"red.{op} in the generic space")
         addr = plain_address(b, ops[0], "u64" if space == "global" else "u32")
         b.emit(target_ops.Reduce(space, op, t), [addr, b.read(ops[1], t)])
         return

@@ -150,6 +150,29 @@ def test_atomics_return_old_values_in_thread_order() -> None:
     assert c[0] == 13
 
 
+def test_float_atomic_adds_flush_subnormals_and_inc_wraps() -> None:
+    """``atom.add.f32`` and ``red.add.f32`` flush subnormal inputs and results to signed
+    zero (PTX ISA, "atom" and "red"); ``red.inc`` counts up to its bound, then to 0."""
+    tiny = np.float32(2.0 ** -130)  # subnormal: below 2^-126
+    a = np.array([-tiny, 1.0, -tiny, -tiny], np.float32).view(np.uint32)
+    c = np.array([-0.0, tiny, 1.5, 2 * tiny], np.float32).view(np.uint32)
+    d = np.zeros(4, np.uint32)
+    ts.ptx.load(elementwise("atom.global.add.f32 %d, [%rd5], %a;".replace(
+        "%rd5", "%rd6").replace("atom", "add.s64 %rd6, %rd2, %rd4;\n    atom"))).kernel(
+        "k").run(grid=1, block=4, args=[a, a.copy(), c, d])
+    # each thread adds into its own c[i]: -0 + -tiny is -0 (not -tiny), tiny + 1 is 1,
+    # 1.5 - tiny rounds to 1.5 either way, 2 tiny - tiny is +0 (not tiny)
+    np.testing.assert_array_equal(c.view(np.float32), [-0.0, 1.0, 1.5, 0.0])
+    assert list(np.signbit(c.view(np.float32))) == [True, False, False, False]
+    np.testing.assert_array_equal(d, np.array([-0.0, tiny, 1.5, 2 * tiny], np.float32).view(
+        np.uint32))  # the old values, unflushed
+    counter = np.zeros(7, np.uint32)  # every thread counts in counter[0]
+    body = "red.global.inc.u32 [%rd2], 2;\n    mov.u32 %d, 0;"
+    ts.ptx.load(elementwise(body)).kernel("k").run(grid=1, block=7, args=[
+        np.zeros(7, np.uint32), np.zeros(7, np.uint32), counter, np.zeros(7, np.uint32)])
+    assert counter[0] == 7 % 3  # 0 -> 1 -> 2 -> 0 -> 1 -> 2 -> 0 -> 1
+
+
 def test_vote_ballot_and_any() -> None:
     body = """
     setp.lt.u32 %p, %a, %b;

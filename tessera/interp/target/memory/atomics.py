@@ -1,0 +1,81 @@
+"""The one definition of an atomic update, shared by ``red`` and ``atom`` (PTX ISA,
+sections "atom" and "red").
+
+Updates apply one at a time in the order the threads' atomics land (:func:`arrival`):
+CTA by CTA, each CTA's threads in linear order, or all of it reversed under
+``run_target(..., cta_order="descending")``. What each update computes:
+
+* ``add.f32`` rounds to nearest even and flushes subnormal inputs and results to
+  sign-preserving zero, as both sections specify; ``add.f64`` keeps subnormals. A NaN
+  sum has the canonical NaN's bits, as ``add`` does.
+* ``min``/``max`` (integers only: the ISA has no f32/f64 form), ``and``/``or``/``xor``,
+  ``exch``, ``cas`` (store ``b`` where the old value equals ``cmp``), ``inc``
+  (``old >= b ? 0 : old + 1``) and ``dec`` (``old == 0 || old > b ? b : old - 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.target import numeric as tn
+
+F32 = np.dtype(np.float32)
+_BINARY = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
+           "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+def arrival(m: Any, act: np.ndarray) -> np.ndarray:
+    """The active threads ``act`` (ascending) in the order their atomics land: CTA by
+    CTA, each CTA's threads in linear order, or all of it reversed under the launch's
+    ``cta_order="descending"``. A GPU lands one instruction's atomics of the lanes of a
+    warp, the warps of a CTA and the CTAs of a launch in arrival order alike, so the
+    reverse is another order it may take at every level."""
+    return act if m.cta_order == "ascending" else act[::-1]
+
+
+def _ftz(x: np.ndarray) -> np.ndarray:
+    tiny = np.finfo(np.float32).tiny
+    return np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(F32)
+
+
+def updated(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
+            cmp: np.ndarray | None = None) -> np.ndarray:
+    """The value an atomic ``op`` of operand ``b`` (and ``cmp`` for ``cas``) leaves in
+    place of ``old``, elementwise."""
+    if op == "exch":
+        return b
+    if op == "cas":
+        return np.where(old == cmp, b, old)
+    if op == "inc":
+        return np.where(old >= b, 0, old + 1).astype(dt)
+    if op == "dec":
+        return np.where((old == 0) | (old > b), b, old - 1).astype(dt)
+    if dt == F32 and op == "add":
+        return tn.canonical_nans(_ftz(np.add(_ftz(old), _ftz(b))))
+    if dt.kind == "f":
+        return tn.canonical_nans(_BINARY[op](old, b).astype(dt))
+    return _BINARY[op](old, b).astype(dt)
+
+
+def apply_in_order(target: np.ndarray, index: np.ndarray, op: str, b: np.ndarray,
+                   cmp: np.ndarray | None = None) -> np.ndarray:
+    """Apply update k, ``target[index[k]] = op(target[index[k]], b[k])``, for k in order;
+    the old value each update saw."""
+    dt = target.dtype
+    order = np.argsort(index, kind="stable")
+    idx = index[order]
+    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
+    rank = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
+    olds = np.empty(len(idx), dt)
+    with np.errstate(all="ignore"):
+        for r in range(int(rank.max()) + 1 if len(idx) else 0):
+            sel = order[rank == r]  # the r-th update of every address: distinct addresses
+            old = target[index[sel]].copy()
+            olds[sel] = old
+            target[index[sel]] = updated(op, dt, old, b[sel], None if cmp is None else cmp[sel])
+    return olds
+
+
+__all__ = ["apply_in_order", "arrival", "updated"]
