@@ -28,6 +28,7 @@ from tessera.ir.dialects.target.cfg import (
     SharedVar,
 )
 from tessera.ir.text.ptx import hopper as _hopper
+from tessera.ir.text.ptx import isa_types
 from tessera.ir.text.ptx import memory as _memory
 from tessera.ir.text.ptx import wmma as _wmma
 from tessera.ir.text.ptx.arith import HANDLERS
@@ -162,6 +163,7 @@ class _KernelReader:
         if rule is None:
             raise PtxUnsupportedError(f"unknown instruction '{opcode}' in '{stmt.text}'",
                                       loc=stmt.loc)
+        isa_types.check_type(b, mods)
         rule(b, mods, ops)
         b.pi.guard = reg_guard
         self.blocks[-1][1].append(b.pi)
