@@ -226,6 +226,7 @@ def _cvt_byte(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     byte, zero- or sign-extended."""
     to, frm = mods[-2], mods[-1]
     count(b, ops, 2)
+    b.any_width = True  # read and written as 32 bits, whatever the registers' widths
     floats = [t for t in (to, frm) if t not in ("u8", "s8") and
               REG_TYPES.get(t, (0, "f"))[1] == "f"]
     if floats or [f for f in mods[:-2] if f not in _HARMLESS]:

@@ -76,6 +76,11 @@ class InstrBuilder:
         self.loc = loc
         self.head = head  # the opcode without modifiers
         self.pi = PtxInstr(text, loc)
+        # ld, st and cvt may name registers wider than their type (PTX ISA, "Operand
+        # Size Exceeding Instruction-Type Size"); a byte access any integer register
+        self.relaxed = head in ("ld", "st", "cvt")
+        self.any_width = False
+        self._address = False
 
     # ---------------------------------------------------------------- errors
     def syntax(self, message: str) -> PtxSyntaxError:
@@ -123,12 +128,16 @@ class InstrBuilder:
         t = token.strip()
         if t.startswith("{"):
             names = [self.register(x) for x in t[1:-1].split(",")]
+            for token, name in zip(t[1:-1].split(","), names):
+                self.check_register(token.strip(), name, elem)
             v = Value(RegType(elem, len(names)))
             self.pi.reads.append((v, tuple(names)))
             return v
         if self.is_register(t):
+            name = self.register(t)
+            self.check_register(t, name, elem)
             v = Value(RegType(elem))
-            self.pi.reads.append((v, (self.register(t),)))
+            self.pi.reads.append((v, (name,)))
             return v
         if t.startswith("!") and elem == "pred":
             (p,) = self.emit(target_ops.Unary("not", "pred"), [self.read(t[1:], "pred")])
@@ -152,7 +161,7 @@ class InstrBuilder:
                 return self.const(bool(number), "pred")
             return self.const(number, elem)
         fbits = parse_float_bits(t)
-        if fbits is not None and kind in "bu" and fbits[1] == bits:
+        if fbits is not None and kind == "b" and fbits[1] == bits:
             return self.const(fbits[0], elem)  # 0f/0d literals as bit patterns
         if fbits is not None or is_decimal_float(t):
             if kind != "f" or elem in ("f16x2", "bf16x2"):
@@ -203,6 +212,10 @@ class InstrBuilder:
             raise self.unsupported(f"special register {t}")
         else:
             return None
+        if self.head not in ("mov", "cvt") or (self.head == "mov" and elem not in
+                                                ("b32", "u32", "s32")):
+            raise self.syntax(f"special register {t} is read by mov of 32 bits (or cvt to "
+                              f"widen it) only")
         (v,) = self.emit(target_ops.Special(reg))
         if elem in ("u32", "b32", "s32"):
             return v if elem == "u32" else self.bitcast(v, elem)
@@ -219,15 +232,39 @@ class InstrBuilder:
         t = token.strip()
         if t == "_":
             return
-        if t.startswith("{"):
-            names = tuple(self.register(x) for x in t[1:-1].split(","))
-        else:
-            names = (self.register(t),)
+        tokens = [x.strip() for x in t[1:-1].split(",")] if t.startswith("{") else [t]
+        names = tuple(self.register(x) for x in tokens)
         vt = value.type
         assert isinstance(vt, RegType)
         if vt.count != len(names):
             raise self.syntax(f"{len(names)} destination registers for {vt.count} values")
+        for token, name in zip(tokens, names):
+            self.check_register(token, name, vt.elem)
         self.pi.writes.append((value, names))
+
+    def check_register(self, token: str, name: str, elem: str) -> None:
+        """A syntax error unless register ``token`` (declared under ``name``) can hold an
+        operand of type ``elem`` (PTX ISA, "Operand Type Information"): a predicate only
+        a predicate; a float register no signed or unsigned operand, an integer register
+        no float one (bit-size registers and instruction types mix with any); the same
+        width, or at least the width for ld, st and cvt. An address takes a 64-bit
+        register, or a 32-bit one in the shared window."""
+        declared = self.scope.registers[name]
+        (ib, ik), (rb, rk) = REG_TYPES[elem], REG_TYPES[declared]
+        if self._address:
+            if rk in "pf" or rb < (32 if elem == "u32" else 64):
+                raise self.syntax(f"address register {token} is a .{declared} register: an "
+                                  f"address needs a {'32- or ' if elem == 'u32' else ''}"
+                                  "64-bit integer register")
+            return
+        if (ik == "p") != (rk == "p") or {ik, rk} in ({"f", "u"}, {"f", "s"}) or (
+                ik == rk == "f" and elem != declared):  # .f16 holds no bf16, .f32 no f16x2
+            raise self.syntax(f"register {token} is a .{declared} register and cannot hold "
+                              f"a .{elem} operand (a bit-size register or a .{elem} one can)")
+        wide_enough = (self.relaxed and rb >= ib and not (ik == rk == "f")) or self.any_width
+        if rb != ib and not wide_enough:
+            raise self.syntax(f"register {token} has {rb} bits; a .{elem} operand needs a "
+                              f"{ib}-bit register")
 
     def address(self, token: str) -> tuple[str, int]:
         """``[base + offset]`` as (base token, offset)."""
@@ -257,7 +294,11 @@ class InstrBuilder:
         address = self.symbol_address(base)
         if address is not None:
             return self.const(address + offset, elem), 0
-        return self.read(base, elem), offset
+        self._address = True
+        try:
+            return self.read(base, elem), offset
+        finally:
+            self._address = False
 
 
 __all__ = ["InstrBuilder", "KernelScope"]

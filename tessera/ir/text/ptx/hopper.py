@@ -200,6 +200,9 @@ def _setmaxnreg(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if not mods or mods[0] not in ("inc", "dec"):
         raise b.unsupported(f"setmaxnreg.{'.'.join(mods)}")
     count(b, ops, 1)
+    value = parse_int(ops[0])
+    if value is None or value % 8 or not 24 <= value <= 256:
+        raise b.syntax(f"setmaxnreg takes a multiple of 8 from 24 to 256, not {ops[0]}")
     # no register value changes: nothing to emit
 
 

@@ -11,7 +11,11 @@ take what ``.rn`` takes). Modifiers that do not change the type list (``.sat``,
 
 from __future__ import annotations
 
+import re
+
+from tessera.ir.text.ptx import isa_memory
 from tessera.ir.text.ptx.context import InstrBuilder
+from tessera.ir.text.ptx.isa_memory import exotic
 
 INT = ("u16", "u32", "u64", "s16", "s32", "s64")
 SIGNED = ("s16", "s32", "s64")
@@ -55,6 +59,19 @@ _COMPARISONS = {**dict.fromkeys(("eq", "ne"), "eq"),
                 **dict.fromkeys(("equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"),
                                 "equ")}
 OPCODES = {form.split(".")[0] for form in TYPES}
+#: the modifiers some register instruction takes (sec. 9.7.1-9.7.5); the handlers judge
+#: which one takes which, and refuse the ones they do not model
+_REGISTER_MODS = _FORM_MODS | {"rz", "rm", "rp", "sat", "satfinite", "relu", "cc",
+                               "xorsign", "abs", "shiftamt", "oob"}
+#: bf16 arithmetic that Hopper added: sm_80 and sm_89 have fma, min, max, neg, abs only
+_SM90_BF16 = {"add", "sub", "mul", "setp", "ex2", "tanh"}
+#: what warp-collective instructions must say (ptxas refuses them without it)
+_REQUIRED = {"shfl": ("sync",), "vote": ("sync",), "elect": ("sync",), "wgmma": ("sync",),
+             **dict.fromkeys(("ldmatrix", "stmatrix", "mma", "wmma", "setmaxnreg"),
+                             ("sync", "aligned"))}
+#: register instructions that take no modifier but their type
+_BARE = {"mov", "selp", "and", "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz",
+         "brev", "bfe", "bfi", "rem", "copysign"}
 #: types the reader does not model at all: their own "unsupported" error says so
 _UNMODELLED = {"u8", "s8", "b8", "e4m3", "e5m2", "tf32", "b128"}
 
@@ -71,17 +88,35 @@ def form_of(head: str, mods: list[str]) -> str:
     return ".".join([head] + [f for f in flags if f in _FORM_MODS and f != "ftz"])
 
 
-def check_type(b: InstrBuilder, mods: list[str]) -> None:
-    """A syntax error unless the instruction's form takes its type (the last modifier);
-    instructions outside the table are the handlers' to judge."""
+def _required_problem(head: str, mods: list[str]) -> str | None:
+    """Why a warp-collective instruction lacks the ``.sync``/``.aligned`` it must say."""
+    missing = [f for f in _REQUIRED.get(head, ()) if f not in mods]
+    return f"{head} needs .{' and .'.join(missing)}" if missing else None
+
+
+def _modifier_problem(head: str, flags: list[str]) -> str | None:
+    """Why a register instruction cannot carry ``flags``: one the ISA gives no register
+    instruction (``mov.volatile``, ``add.sync``), or any on those that take none."""
+    if head in _BARE and flags:
+        return f"{head} takes no .{flags[0]} modifier"
+    odd = [f for f in flags if f not in _REGISTER_MODS]
+    return f"{head} takes no .{odd[0]} modifier" if odd else None
+
+
+def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a") -> None:
+    """A syntax error unless the instruction's form takes its type (the last modifier) on
+    ``target``; instructions outside the table are the handlers' to judge."""
     if not mods:
         return
     problem = None
-    if b.head == "cvt" and len(mods) >= 2 and not _exotic(mods[-2]):
+    if b.head == "cvt" and len(mods) >= 2 and not exotic(mods[-2]):
         problem = cvt_problem(mods[-2], mods[-1], mods[:-2])
     elif b.head in ("ld", "st"):
-        vec = next((int(f[1:]) for f in mods if f in ("v2", "v4", "v8")), 1)
-        problem = memory_problem(b.head, vec, mods[-1])
+        problem = isa_memory.memory_problem(b.head, mods)
+    elif b.head in OPCODES and b.head != "setp":
+        problem = _modifier_problem(b.head, mods[:-1])
+    elif b.head in _REQUIRED:
+        problem = _required_problem(b.head, mods)
     if problem is not None:
         raise b.syntax(problem)
     if b.head not in OPCODES or mods[-1] in _UNMODELLED:
@@ -90,6 +125,10 @@ def check_type(b: InstrBuilder, mods: list[str]) -> None:
     form = form_of(b.head, mods)
     allowed = TYPES.get(form)
     if allowed is not None and t in allowed:
+        arch = re.match(r"sm_(\d+)", target)
+        if t in ("bf16", "bf16x2") and b.head in _SM90_BF16 and arch and int(arch[1]) < 90:
+            raise b.syntax(f"{b.head}.{t} needs .target sm_90 or higher, not {target} "
+                           "(fma.rn takes bf16 from sm_80)")
         return
     others = [f for f, types in TYPES.items() if f.split(".")[0] == b.head and t in types
               and f != form]
@@ -104,31 +143,10 @@ def check_type(b: InstrBuilder, mods: list[str]) -> None:
     raise b.syntax(f"{form} takes {takes}, not .{t}{hint}")
 
 
-#: what ld and st move (sec. 9.7.9.8-9): no half or predicate types (``.b16`` moves an f16)
-MEMORY_TYPES = ("b8", "u8", "s8", *BITS, *INT, *FLOAT, "b128")
 _INT_RANGE = {t: ((-(1 << (int(t[1:]) - 1)), (1 << (int(t[1:]) - 1)) - 1) if t[0] == "s"
                   else (0, (1 << int(t[1:])) - 1)) for t in ("u8", "s8", *INT)}
 _SCALAR_FLOATS = ("f16", "bf16", "f32", "f64")
 _WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
-
-
-def _exotic(t: str) -> bool:
-    """A type of the narrow-float conversions (``e4m3x2``, ``tf32`` ...), which the
-    handlers judge."""
-    return t.startswith(("e", "ue")) or t == "tf32"
-
-
-def memory_problem(head: str, vec: int, t: str) -> str | None:
-    """Why ``<head>{.vN}.<t>`` moves no data a GPU can move, or None."""
-    if _exotic(t):
-        return None
-    if t not in MEMORY_TYPES:
-        return (f"{head} moves .{t} in no form: use the bit type of its width "
-                f"(.b16 for an f16, .b32 for an f16x2)")
-    bits = int(t[1:])
-    if vec * bits > 128:
-        return f"{head}.v{vec}.{t} moves {vec * bits} bits; a vector moves at most 128"
-    return None
 
 
 def cvt_problem(to: str, frm: str, flags: list[str]) -> str | None:
@@ -175,5 +193,4 @@ def cvt_problem(to: str, frm: str, flags: list[str]) -> str | None:
     return None
 
 
-__all__ = ["MEMORY_TYPES", "OPCODES", "TYPES", "check_type", "cvt_problem", "form_of",
-           "memory_problem"]
+__all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of"]

@@ -63,6 +63,14 @@ _BYTES = ("u8", "s8", "b8")
 def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``ld``/``st`` of one byte or a vector of 2 or 4: PTX has no 8-bit registers, so
     each byte is extended into (or taken from) a wider register."""
+    b.any_width = True  # the byte is extended into, or taken from, any register
+    value = ops[0] if b.head == "ld" else ops[1]
+    for token in value.strip("{} ").split(","):
+        name = b.scope.resolve(token.strip())
+        if name is not None and b.scope.registers[name] in ("f16", "bf16", "f32", "f64",
+                                                             "f16x2", "bf16x2", "pred"):
+            raise b.syntax(f"register {token.strip()} is a .{b.scope.registers[name]} "
+                           f"register: a .{mods[-1]} byte needs an integer register")
     space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
     space = _memory_op(b, space)
     count(b, ops, 2)
@@ -102,6 +110,8 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
     space = _memory_op(b, space)
+    if space != "param" and b.address(ops[1])[0] in b.scope.params:
+        raise b.syntax(f"kernel parameter {b.address(ops[1])[0]} is read with ld.param")
     if space == "param":
         base, offset = b.address(ops[1])
         if base not in b.scope.params:
@@ -208,13 +218,16 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             rest[1:3] not in (["shared", "global"], ["shared::cta", "global"]):
         raise b.unsupported(f"cp.async.{'.'.join(rest)}")
     for f in rest[3:]:
-        if f not in _QUALIFIERS:
-            raise b.unsupported(f"the .{f} qualifier")
+        if f not in ("L2::64B", "L2::128B", "L2::256B", "L2::cache_hint"):
+            raise b.syntax(f"cp.async takes a prefetch size or a cache hint, not .{f}")
     if len(ops) not in (3, 4):
         raise b.syntax("cp.async takes [dst], [src], size and an optional src-size")
     size = parse_int(ops[2])
     if size is None:
         raise b.syntax("the cp.async size must be a constant")
+    if size not in ((16,) if rest[0] == "cg" else (4, 8, 16)):
+        raise b.syntax(f"cp.async.{rest[0]} copies {'16' if rest[0] == 'cg' else '4, 8 or 16'}"
+                       f" bytes, not {size}")
     dst = plain_address(b, ops[0], "u32")
     src = plain_address(b, ops[1], "u64")
     args = [dst, src] + ([b.read(ops[3], "u32")] if len(ops) == 4 else [])
@@ -296,6 +309,8 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.unsupported("bar.warp.sync with a register member mask")
         b.emit(ptx_ops.WarpSync(mask & 0xFFFFFFFF))
         return
+    if b.head == "bar" and "aligned" in mods:
+        raise b.syntax("bar is aligned already: .aligned belongs to barrier")
     body = [f for f in mods if f not in ("cta", "aligned")]
     if body not in (["sync"], ["arrive"]):
         raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
@@ -312,7 +327,12 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 @handler("membar", "fence")
 def _fence(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 0)
+    if b.head == "fence" and mods[:1] in (["sc"], ["acq_rel"]) and len(mods) == 1:
+        raise b.syntax(f"fence.{mods[0]} needs a scope (.cta, .cluster, .gpu or .sys)")
     if b.head == "fence" and mods[:2] == ["proxy", "async"]:
+        if mods[2:] not in ([], ["global"], ["shared::cta"], ["shared::cluster"]):
+            raise b.syntax("fence.proxy.async takes an optional .global, .shared::cta or "
+                           ".shared::cluster")
         b.emit(target_async.Fence("proxy_async"))
     elif b.head == "fence" and mods[:1] == ["mbarrier_init"]:
         b.emit(target_async.Fence("mbarrier_init"))

@@ -163,7 +163,7 @@ class _KernelReader:
         if rule is None:
             raise PtxUnsupportedError(f"unknown instruction '{opcode}' in '{stmt.text}'",
                                       loc=stmt.loc)
-        isa_types.check_type(b, mods)
+        isa_types.check_type(b, mods, self.target)
         rule(b, mods, ops)
         b.pi.guard = reg_guard
         self.blocks[-1][1].append(b.pi)
