@@ -34,18 +34,17 @@ Bounds (PTX ISA 9.1, sec. 9.7.3, "Floating Point Instructions"):
 from __future__ import annotations
 
 import decimal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.interp.target.numeric import canonical_nans
+from tessera.interp.target import numeric as tn
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 #: float64 ulps a library ``exp2``/``log2`` result may be from the exact value before
 #: the element is decided exactly instead
 MARGIN_ULPS = 256
-_DROPPED, _HALF = (1 << 29) - 1, 1 << 28  # the 29 float64 bits float32 rounding drops
-_SMALLEST_NORMAL = np.float32(2.0**-126)
 
 
 @dataclass(frozen=True)
@@ -71,71 +70,112 @@ BOUNDS: dict[str, ApproxBound] = {b.instruction: b for b in (
 )}
 
 
-def _near_boundary(y: np.ndarray) -> np.ndarray:
-    """Where a float64 ``y`` lies within :data:`MARGIN_ULPS` of a float32 midpoint."""
-    low = (np.ascontiguousarray(y).view(np.int64) & _DROPPED) - _HALF
-    return np.abs(low) <= MARGIN_ULPS
-
-
-def _round_exact(candidate: np.float32, exact: decimal.Decimal) -> np.float32:
-    """The float32 nearest ``exact``, knowing it is ``candidate`` or a neighbour."""
-    below = np.nextafter(candidate, np.float32(-np.inf))
-    above = np.nextafter(candidate, np.float32(np.inf))
-    # midpoints of neighbouring float32 values are exact float64 values
-    if exact < decimal.Decimal((float(below) + float(candidate)) / 2):
+def _nearest(candidate: np.ndarray, below: np.ndarray, above: np.ndarray,
+             exact: decimal.Decimal) -> np.ndarray:
+    """The one of ``below``, ``candidate``, ``above`` (neighbouring values of one
+    format) nearest ``exact``. No tie arises: 2^x and log2(x) of a float are exact
+    only where the float64 value already decided them."""
+    c = decimal.Decimal(float(candidate))
+    if exact < (decimal.Decimal(float(below)) + c) / 2:
         return below
-    if exact > decimal.Decimal((float(candidate) + float(above)) / 2):
+    if exact > (c + decimal.Decimal(float(above))) / 2:
         return above
     return candidate
 
 
-def _decide(x: np.ndarray, y64: np.ndarray, out: np.ndarray, fn: str) -> None:
-    """Replace the elements of ``out`` whose rounding ``y64`` cannot prove."""
-    hard = np.flatnonzero(np.isfinite(y64) & (y64 != 0) & _near_boundary(y64))
-    if not hard.size:
-        return
-    with decimal.localcontext() as ctx:
-        ctx.prec = 60
-        for i in hard:
-            a = decimal.Decimal(float(x.flat[i]))
-            exact = (decimal.Decimal(2) ** a if fn == "ex2"
-                     else a.ln() / decimal.Decimal(2).ln())
-            out.flat[i] = _round_exact(out.flat[i], exact)
+def correctly_rounded(x: np.ndarray, y64: np.ndarray, dt: np.dtype, fn: str) -> np.ndarray:
+    """f(x) rounded once to ``dt`` (RNE), given float64 approximations ``y64`` of it
+    (``fn``: ``ex2`` or ``lg2``): ``y64`` decides every element that lies more than
+    :data:`MARGIN_ULPS` float64 ulps from the midpoint between two ``dt`` values; the
+    rest are decided at 60 digits with :mod:`decimal`. The same bits on every machine
+    whatever its ``libm``, for f32, f16 and bf16 results, subnormal ones included."""
+    out = y64.astype(F32) if dt == F32 else tn.cvt_float(y64, dt, "rn", False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        below = np.nextafter(out, np.array(-np.inf, dt))
+        above = np.nextafter(out, np.array(np.inf, dt))
+        c64, lo, hi = out.astype(F64), below.astype(F64), above.astype(F64)
+        gap = np.minimum(np.abs(y64 - (c64 + lo) / 2), np.abs(y64 - (c64 + hi) / 2))
+        hard = np.isfinite(y64) & (y64 != 0) & np.isfinite(c64) & (
+            gap <= MARGIN_ULPS * np.spacing(np.abs(y64)))
+    idx = np.flatnonzero(hard)
+    if idx.size:
+        with decimal.localcontext() as ctx:
+            ctx.prec = 60
+            for i in idx:
+                a = decimal.Decimal(float(x.flat[i]))
+                exact = (decimal.Decimal(2) ** a if fn == "ex2"
+                         else a.ln() / decimal.Decimal(2).ln())
+                out.flat[i] = _nearest(out.flat[i], below.flat[i], above.flat[i], exact)
+    return out
 
 
-def _flush_inputs(x: np.ndarray) -> np.ndarray:
-    """``.ftz``: subnormal inputs become zeros of their sign."""
-    return np.where(np.abs(x) < _SMALLEST_NORMAL, np.copysign(np.float32(0), x), x)
+def _flush(x: np.ndarray) -> np.ndarray:
+    """``.ftz``: subnormal values become zeros of their sign (f32's and bf16's normal
+    range starts at 2^-126, f64's at 2^-1022)."""
+    tiny = 2.0**-1022 if x.dtype == F64 else 2.0**-126
+    return np.where(np.abs(x.astype(F64)) < tiny, np.copysign(0.0, x.astype(F64)),
+                    x.astype(F64)).astype(x.dtype)
+
+
+def ex2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
+    """``ex2.approx{.ftz}`` of f32, f16 or bf16 ``x``: 2^x correctly rounded to x's
+    format; with ``.ftz`` subnormal inputs read as zero (2^0 = 1) and subnormal results
+    flush to +0; NaN canonical."""
+    x = _flush(x) if ftz else x
+    x64 = x.astype(F64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out = correctly_rounded(x64, np.exp2(x64), x.dtype, "ex2")
+    if ftz:  # 2^x below 2^-126 rounds to a subnormal or to 2^-126 itself only from above
+        out = np.where(x64 < -126, np.zeros((), x.dtype), out).astype(x.dtype)
+    return tn.canonical_nans(out)
+
+
+def lg2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
+    """``lg2.approx{.ftz}.f32``: log2(x) correctly rounded to float32; with ``.ftz``
+    subnormal inputs read as zero (-inf); negative inputs give the canonical NaN."""
+    x = _flush(x) if ftz else np.asarray(x, F32)
+    x64 = x.astype(F64)
+    ok = np.isfinite(x64) & (x64 > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y64 = np.log2(x64)
+        out = correctly_rounded(np.where(ok, x64, 1.0), np.where(ok, y64, 0.0), F32, "lg2")
+    out = np.where(ok, out, y64.astype(F32))  # 0 -> -inf, +inf -> +inf, NaN and x < 0
+    return tn.canonical_nans(out.astype(F32))
 
 
 def ex2_approx_ftz(x: np.ndarray) -> np.ndarray:
-    """The model of ``ex2.approx.ftz.f32``: 2^x correctly rounded to float32, subnormal
-    inputs read as zero (2^0 = 1), subnormal results flushed to +0, NaN canonical."""
-    x = _flush_inputs(np.asarray(x, F32))
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        y64 = np.exp2(x.astype(F64))
-        out = y64.astype(F32)
-    _decide(x, y64, out, "ex2")
-    # below 2^-126 the result is subnormal (x < -126 gives less than half an ulp
-    # below 2^-126, never rounding up to it)
-    out = np.where(x < -126, np.float32(0), out).astype(F32)
-    return canonical_nans(out)
+    """The model of ``ex2.approx.ftz.f32``: :func:`ex2_model` of float32 ``x``."""
+    return ex2_model(np.asarray(x, F32), True)
 
 
 def lg2_approx_ftz(x: np.ndarray) -> np.ndarray:
-    """The model of ``lg2.approx.ftz.f32``: log2(x) correctly rounded to float32;
-    subnormal inputs read as zero (-inf), negative inputs give the canonical NaN."""
-    x = _flush_inputs(np.asarray(x, F32))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y64 = np.log2(x.astype(F64))
-        out = y64.astype(F32)
-    ok = np.isfinite(x) & (x > 0)
-    _decide(np.where(ok, x, np.float32(1)), np.where(ok, y64, 0.0), out, "lg2")
-    return canonical_nans(out)  # NaN and negative inputs: NaN
+    """The model of ``lg2.approx.ftz.f32``: :func:`lg2_model` with ``.ftz``."""
+    return lg2_model(np.asarray(x, F32), True)
 
 
-#: the model of each approximate unary instruction, by ``(op, mode)``
-UNARY_MODELS = {("ex2", "approx.ftz"): ex2_approx_ftz, ("lg2", "approx.ftz"): lg2_approx_ftz}
+def _ieee(fn: Callable[[np.ndarray], np.ndarray], ftz: bool
+          ) -> Callable[[np.ndarray], np.ndarray]:
+    """``sqrt``/``rcp`` ``.approx``: the IEEE correctly rounded result (NumPy's, the same
+    everywhere), inputs and results flushed with ``.ftz``; NaN canonical."""
+    def model(x: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            y = fn(_flush(x) if ftz else x)
+        return tn.canonical_nans(_flush(y) if ftz else y)
+    return model
 
-__all__ = ["BOUNDS", "MARGIN_ULPS", "UNARY_MODELS", "ApproxBound", "ex2_approx_ftz",
-           "lg2_approx_ftz"]
+
+def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndarray] | None:
+    """The deterministic model of ``<op>.<mode>.<elem>`` (``mode`` ``approx`` or
+    ``approx.ftz``), or None for the correctly rounded ``.rn`` forms."""
+    if not mode.startswith("approx"):
+        return None
+    ftz = mode.endswith(".ftz")
+    if op == "ex2":
+        return lambda x: ex2_model(x, ftz)
+    if op == "lg2":
+        return lambda x: lg2_model(x, ftz)
+    return _ieee({"sqrt": np.sqrt, "rcp": np.reciprocal}[op], ftz)
+
+
+__all__ = ["BOUNDS", "MARGIN_ULPS", "ApproxBound", "correctly_rounded", "ex2_approx_ftz",
+           "ex2_model", "lg2_approx_ftz", "lg2_model", "unary_model"]

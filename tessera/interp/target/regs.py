@@ -4,10 +4,10 @@ Integers wrap around (NumPy integer arrays do); ``shl``/``shr`` clamp shift amou
 the register width (PTX ISA "shl"/"shr": ``shr.s`` fills with the sign). Floats follow IEEE
 RNE (NumPy float32/float64 arithmetic is correctly rounded); 16-bit floats compute in
 float32 and round once, which is exact for ``+ - * /`` (24 >= 2 * 11 + 2). ``.approx``
-instructions ``ex2.approx.ftz.f32`` and ``lg2.approx.ftz.f32`` have the deterministic
-models of :mod:`tessera.interp.target.approx` (correctly rounded, within the ISA's
-bound); ``div.full.f32`` is modelled by the correctly rounded quotient. Other ``.approx``
-forms are modelled by NumPy's float32 functions and are *not* bit-exact to hardware.
+instructions (``ex2`` of f32, f16 and bf16, ``lg2``, ``sqrt``, ``rcp``, each with or
+without ``.ftz``) have the deterministic models of :mod:`tessera.interp.target.approx`:
+the correctly rounded result, within the ISA's bound, the same on every machine, not
+bit-exact to hardware; ``div.full.f32`` is modelled by the correctly rounded quotient.
 
 NaN results: an instruction that computes an f32, f16 or bf16 value (arithmetic,
 ``fma``, the unary functions, ``cvt`` to 16 bits) writes that format's canonical NaN
@@ -223,10 +223,10 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
         return pure(c, instr, lambda x: fn(x).astype(dt))
     if kind != "f":
         raise unsupported(instr, f"{op} on {elem}")
-    model = approx.UNARY_MODELS.get((op, instr.op.mode))
-    if model is not None and elem == "f32":  # a deterministic model within the ISA bound
+    model = approx.unary_model(op, instr.op.mode, elem)
+    if model is not None:  # a deterministic model within the ISA bound
         return pure(c, instr, lambda x: model(narrow(x, elem)))
-    math = {"sqrt": np.sqrt, "rcp": np.reciprocal, "ex2": np.exp2, "lg2": np.log2}[op]
+    math = {"sqrt": np.sqrt, "rcp": np.reciprocal}[op]  # .rn: IEEE, correctly rounded
     canon = tn.canonical_nans
     if dt.itemsize == 2:
         return pure(c, instr, lambda x: canon(math(x.astype(F32)).astype(dt)))

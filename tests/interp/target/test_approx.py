@@ -1,13 +1,14 @@
-"""The models of the approximate instructions (``ex2.approx.ftz.f32``,
-``lg2.approx.ftz.f32``): correctly rounded against exact decimal arithmetic, the
-``.ftz`` flushes of the PTX ISA, and the same bits whatever the platform's float64
-``exp2``/``log2`` return within a few ulps."""
+"""The models of the approximate instructions (``ex2.approx{.ftz}`` of f32, f16 and
+bf16, ``lg2.approx{.ftz}.f32``, ``sqrt``/``rcp.approx``): correctly rounded against
+exact decimal arithmetic, the ``.ftz`` flushes of the PTX ISA, and the same bits
+whatever the platform's float64 ``exp2``/``log2`` return within a few ulps."""
 
 from __future__ import annotations
 
 import decimal
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,15 +19,15 @@ from tessera.interp.target import approx
 F32 = np.float32
 
 
-def exact_round(x: float, fn: str) -> np.float32:
-    """The float32 nearest 2^x or log2(x), from 50-digit decimal arithmetic: the float32
+def exact_round(x: float, fn: str, dt: type = F32) -> np.float32:
+    """The ``dt`` value nearest 2^x or log2(x), from 50-digit decimal arithmetic: the
     values around the float64 rounding are compared by their distance."""
     with decimal.localcontext() as ctx:
         ctx.prec = 50
         a = decimal.Decimal(x)
         v = decimal.Decimal(2) ** a if fn == "ex2" else a.ln() / decimal.Decimal(2).ln()
-        c = F32(float(v))
-        cands = [np.nextafter(c, F32(-np.inf)), c, np.nextafter(c, F32(np.inf))]
+        c = np.array(float(v)).astype(dt)[()]
+        cands = [np.nextafter(c, dt(-np.inf)), c, np.nextafter(c, dt(np.inf))]
         return min(cands, key=lambda y: abs(decimal.Decimal(float(y)) - v))
 
 
@@ -111,6 +112,44 @@ def test_models_do_not_depend_on_the_platforms_float64_functions(
     monkeypatch.setattr(approx.np, "log2", skew(real_log2))
     assert np.array_equal(approx.ex2_approx_ftz(x), want_e)
     assert np.array_equal(approx.lg2_approx_ftz(pos), want_l)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-149.5, -120, width=32), min_size=1, max_size=20))
+def test_ex2_without_ftz_rounds_into_the_subnormals(xs: list[float]) -> None:
+    """``ex2.approx.f32`` (no ``.ftz``) keeps subnormal results, rounded once."""
+    x = np.array(xs, F32)
+    want = np.array([exact_round(float(v), "ex2") for v in x], F32)
+    assert np.array_equal(approx.ex2_model(x, False).view(np.uint32), want.view(np.uint32))
+    flushed = approx.ex2_model(x, True)
+    assert not flushed[x < -126].any()
+
+
+@pytest.mark.parametrize("dt, ftz", [(np.float16, False), (ml_dtypes.bfloat16, True)])
+def test_ex2_of_16_bit_floats_rounds_once(dt: type, ftz: bool) -> None:
+    """``ex2.approx.f16`` and ``ex2.approx.ftz.bf16``: 2^x rounded once to the format,
+    not through float32 (which would round twice)."""
+    x = np.linspace(-24 if dt is np.float16 else -126, 15, 4001).astype(dt)
+    got = approx.ex2_model(x, ftz)
+    want = np.array([exact_round(float(v), "ex2", dt) for v in x], dt)
+    assert got.dtype == x.dtype and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_lg2_without_ftz_reads_subnormals() -> None:
+    sub = np.array([2.0**-140, 2.0**-149, 3 * 2.0**-149], F32)
+    assert list(approx.lg2_model(sub, False)[:2]) == [-140.0, -149.0]
+    assert approx.lg2_model(sub, False)[2] == exact_round(float(sub[2]), "lg2")
+    assert (approx.lg2_model(sub, True) == -np.inf).all()
+
+
+def test_sqrt_and_rcp_approx_are_ieee_and_flush_with_ftz() -> None:
+    x = np.array([2.0, 3.0, 1e-40, -0.0, np.inf], F32)
+    sqrt, rcp = approx.unary_model("sqrt", "approx.ftz", "f32"), approx.unary_model(
+        "rcp", "approx", "f32")
+    assert sqrt is not None and rcp is not None
+    assert list(sqrt(x)) == [np.sqrt(F32(2)), np.sqrt(F32(3)), 0.0, -0.0, np.inf]
+    assert list(rcp(x)[:3]) == [F32(0.5), F32(1) / F32(3), np.inf]  # 1e40 overflows
+    assert approx.unary_model("sqrt", "rn", "f32") is None
 
 
 def test_bounds_cite_the_ptx_isa() -> None:

@@ -58,13 +58,15 @@ def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> str:
         elif f in ("approx", "full") and op in ("div", "sqrt", "rcp", "ex2", "lg2"):
             mode = "approx"
         elif f == "ftz" and "approx" in flags:
-            continue
+            continue  # the unary models flush with it (below); div's ignores it
         elif f == "NaN" and op in ("min", "max"):
             mode = "NaN"
         elif f not in _HARMLESS:
             raise b.unsupported(f"the .{f} modifier")
     if op == "div" and not mode:
         raise b.syntax("div of floats needs .rn, .full or .approx")
+    if mode == "approx" and "ftz" in flags and op != "div":
+        return "approx.ftz"
     return mode
 
 

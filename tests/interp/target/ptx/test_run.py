@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.interp.target import TargetFault
+from tessera.interp.target import TargetFault, approx
 from tests.interp.target.ptx.harness import HEADER, elementwise, run_elementwise
 
 rng = np.random.default_rng(5)
@@ -171,6 +171,18 @@ def test_float_atomic_adds_flush_subnormals_and_inc_wraps() -> None:
     ts.ptx.load(elementwise(body)).kernel("k").run(grid=1, block=7, args=[
         np.zeros(7, np.uint32), np.zeros(7, np.uint32), counter, np.zeros(7, np.uint32)])
     assert counter[0] == 7 % 3  # 0 -> 1 -> 2 -> 0 -> 1 -> 2 -> 0 -> 1
+
+
+@pytest.mark.parametrize("ftz", [True, False])
+def test_approximate_exponentials_keep_their_ftz(ftz: bool) -> None:
+    """``ex2.approx.ftz.f32`` of third-party PTX runs the model tessera's own kernels
+    run (subnormal results flush to zero); ``ex2.approx.f32`` keeps them."""
+    x = np.array([-130.0, 0.5, -0.25, 1e-40], np.float32)
+    body = f"ex2.approx{'.ftz' if ftz else ''}.f32 %d, %a;"
+    got = run_elementwise(body, x.view(np.uint32), x.view(np.uint32), x.view(np.uint32))
+    want = approx.ex2_model(x, ftz)
+    np.testing.assert_array_equal(got, want.view(np.uint32))
+    assert (got[0] == 0) == ftz  # 2^-130 is subnormal
 
 
 def test_vote_ballot_and_any() -> None:
