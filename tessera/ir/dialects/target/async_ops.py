@@ -19,6 +19,7 @@ from typing import ClassVar
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import RegType, TensorMapType, reg_of
+from tessera.ir.dialects.target.memory_ops import Effect as _Effect
 
 #: element types a tensor-core instruction takes, and how many k one instruction covers
 MMA_K = {"bf16": 16, "f16": 16, "e4m3": 32, "e5m2": 32, "tf32": 8, "s8": 32, "u8": 32}
@@ -39,14 +40,6 @@ def mma_accumulator(op: Op, atype: str, btype: str, ctype: str, satfinite: int) 
         raise IRVerifyError(f"{op.name} of {atype} inputs accumulates in {want}, not {ctype}")
     if satfinite and not integer:
         raise IRVerifyError(f"{op.name}: .satfinite applies to s32 accumulators only")
-
-
-@dataclass(frozen=True)
-class _Effect(Op):
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return ()
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from typing import Any, ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import PRED, U32, RegType, atomic_type_problem, reg_of
+from tessera.ir.dialects.target import PRED, U32, RegType, reg_of
+from tessera.ir.dialects.target.memory_ops import Effect as _Effect
+from tessera.ir.dialects.target.memory_ops import Load, Reduce, SharedAlloc, Store
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
                 "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z")
@@ -30,16 +32,6 @@ BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "
 UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu",
            "num", "nan")
-
-
-@dataclass(frozen=True)
-class _Effect(Op):
-    """An instruction with side effects (memory, synchronisation)."""
-
-    pure: ClassVar[bool] = False
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        return ()
 
 
 def _same(op: Op, operands: Sequence[Type], n: int) -> RegType:
@@ -237,80 +229,6 @@ class Unpack(Op):
 
 @register_op
 @dataclass(frozen=True)
-class Load(Op):
-    """``ld.<space>{.vN}.<type> d, [addr + offset]`` (``space`` global, shared or param;
-    ``vec`` 1, 2 or 4 registers); global addresses are ``u64``, shared ``u32``."""
-
-    name: ClassVar[str] = "ptx.ld"
-    pure: ClassVar[bool] = False  # memory may change between two identical loads
-    space: str
-    type: str
-    vec: int = 1
-    offset: int = 0
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 1)
-        reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
-        return (RegType(self.type, self.vec),)
-
-
-@register_op
-@dataclass(frozen=True)
-class Store(_Effect):
-    """``st.<space>{.vN}.<type> [addr + offset], a``."""
-
-    name: ClassVar[str] = "ptx.st"
-    space: str
-    type: str
-    vec: int = 1
-    offset: int = 0
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        check_count(self, operands, 2)
-        reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
-        if operands[1] != RegType(self.type, self.vec):
-            raise IRVerifyError(f"ptx.st stores reg<{self.vec}x{self.type}>, got {operands[1]}")
-
-
-@register_op
-@dataclass(frozen=True)
-class Reduce(_Effect):
-    """``red.<space>.<op>.<type> [addr], a``: an atomic read-modify-write."""
-
-    name: ClassVar[str] = "ptx.red"
-    space: str
-    op: str
-    type: str
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        if problem := atomic_type_problem("red", self.op, self.type):
-            raise IRVerifyError(problem)
-        check_count(self, operands, 2)
-        reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
-        reg_of(self, operands[1], self.type)
-
-
-@register_op
-@dataclass(frozen=True)
-class SharedAlloc(Op):
-    """A ``.shared .align <align> .b8 <sym>[<size>]`` buffer; the result is its ``u32``
-    shared-window address (``mov.u32 %r, <sym>``)."""
-
-    name: ClassVar[str] = "ptx.shared"
-    sym: str
-    size: int
-    align: int = 16
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 0)
-        if self.align & (self.align - 1) or self.size <= 0:
-            raise IRVerifyError(f"shared buffer {self.sym}: bad size {self.size} or "
-                                f"alignment {self.align}")
-        return (U32,)
-
-
-@register_op
-@dataclass(frozen=True)
 class Shfl(Op):
     """``shfl.sync.<mode>.b32 d, a, b, c, membermask`` with ``mode`` bfly/down/up/idx;
     operands: the value, the lane or offset (``u32``); ``clamp`` and the mask are
@@ -368,27 +286,6 @@ class BarArrive(_Effect):
         return ()
 
 
-__all__ = [
-    "BINARY",
-    "COMPARE",
-    "SPECIAL_REGS",
-    "UNARY",
-    "Bar",
-    "BarArrive",
-    "Binary",
-    "Const",
-    "Cvt",
-    "Fma",
-    "Load",
-    "Pack",
-    "Reduce",
-    "Selp",
-    "Setp",
-    "SharedAlloc",
-    "Shfl",
-    "Special",
-    "Store",
-    "Unary",
-    "Unpack",
-]
-
+__all__ = ["BINARY", "COMPARE", "SPECIAL_REGS", "UNARY", "Bar", "BarArrive", "Binary", "Const",
+           "Cvt", "Fma", "Load", "Pack", "Reduce", "Selp", "Setp", "SharedAlloc", "Shfl",
+           "Special", "Store", "Unary", "Unpack"]
