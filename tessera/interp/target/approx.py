@@ -37,11 +37,13 @@ import decimal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from tessera.interp.target import numeric as tn
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+_ELEM = {F32: "f32", np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
 #: float64 ulps a library ``exp2``/``log2`` result may be from the exact value before
 #: the element is decided exactly instead
 MARGIN_ULPS = 256
@@ -109,19 +111,11 @@ def correctly_rounded(x: np.ndarray, y64: np.ndarray, dt: np.dtype, fn: str) -> 
     return out
 
 
-def _flush(x: np.ndarray) -> np.ndarray:
-    """``.ftz``: subnormal values become zeros of their sign (f32's and bf16's normal
-    range starts at 2^-126, f64's at 2^-1022)."""
-    tiny = 2.0**-1022 if x.dtype == F64 else 2.0**-126
-    return np.where(np.abs(x.astype(F64)) < tiny, np.copysign(0.0, x.astype(F64)),
-                    x.astype(F64)).astype(x.dtype)
-
-
 def ex2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
     """``ex2.approx{.ftz}`` of f32, f16 or bf16 ``x``: 2^x correctly rounded to x's
     format; with ``.ftz`` subnormal inputs read as zero (2^0 = 1) and subnormal results
     flush to +0; NaN canonical."""
-    x = _flush(x) if ftz else x
+    x = tn.flush_subnormals(x, _ELEM[x.dtype]) if ftz else x
     x64 = x.astype(F64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         out = correctly_rounded(x64, np.exp2(x64), x.dtype, "ex2")
@@ -133,7 +127,8 @@ def ex2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
 def lg2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
     """``lg2.approx{.ftz}.f32``: log2(x) correctly rounded to float32; with ``.ftz``
     subnormal inputs read as zero (-inf); negative inputs give the canonical NaN."""
-    x = _flush(x) if ftz else np.asarray(x, F32)
+    x = np.asarray(x, F32)
+    x = tn.flush_subnormals(x, "f32") if ftz else x
     x64 = x.astype(F64)
     ok = np.isfinite(x64) & (x64 > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -153,14 +148,16 @@ def lg2_approx_ftz(x: np.ndarray) -> np.ndarray:
     return lg2_model(np.asarray(x, F32), True)
 
 
-def _ieee(fn: Callable[[np.ndarray], np.ndarray], ftz: bool
+def _ieee(fn: Callable[[np.ndarray], np.ndarray], ftz: bool, elem: str
           ) -> Callable[[np.ndarray], np.ndarray]:
     """``sqrt``/``rcp`` ``.approx``: the IEEE correctly rounded result (NumPy's, the same
     everywhere), inputs and results flushed with ``.ftz``; NaN canonical."""
+    def flush(v: np.ndarray) -> np.ndarray:
+        return tn.flush_subnormals(v, elem) if ftz else v
+
     def model(x: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            y = fn(_flush(x) if ftz else x)
-        return tn.canonical_nans(_flush(y) if ftz else y)
+            return tn.canonical_nans(flush(fn(flush(x))))
     return model
 
 
@@ -174,7 +171,7 @@ def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndar
         return lambda x: ex2_model(x, ftz)
     if op == "lg2":
         return lambda x: lg2_model(x, ftz)
-    return _ieee({"sqrt": np.sqrt, "rcp": np.reciprocal}[op], ftz)
+    return _ieee({"sqrt": np.sqrt, "rcp": np.reciprocal}[op], ftz, elem)
 
 
 __all__ = ["BOUNDS", "MARGIN_ULPS", "ApproxBound", "correctly_rounded", "ex2_approx_ftz",

@@ -126,6 +126,20 @@ def fmin_fmax(a: np.ndarray, b: np.ndarray, is_max: bool) -> np.ndarray:
     return out
 
 
+#: the smallest normal magnitude of each float type: ``.ftz`` flushes what lies below
+SMALLEST_NORMAL = {"f16": 2.0**-14, "bf16": 2.0**-126, "f32": 2.0**-126, "f64": 2.0**-1022}
+
+
+def flush_subnormals(x: np.ndarray, elem: str) -> np.ndarray:
+    """``.ftz``: the subnormal values of ``x``, values of PTX type ``elem`` (a float64
+    array may hold f32 values), become zeros of their sign."""
+    with np.errstate(invalid="ignore"):
+        small = np.abs(x.astype(F64)) < SMALLEST_NORMAL[elem]
+    if not small.any():
+        return x
+    return np.where(small, np.copysign(np.zeros((), x.dtype), x), x).astype(x.dtype)
+
+
 def canonical_nan_where(mask: np.ndarray, x: np.ndarray, value: int | None = None
                         ) -> np.ndarray:
     """``x`` with the canonical NaN (PTX ISA: ``0x7FFFFFFF`` for f32), or the bits

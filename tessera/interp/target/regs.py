@@ -3,7 +3,8 @@
 Integers wrap around (NumPy integer arrays do); ``shl``/``shr`` clamp shift amounts to
 the register width (PTX ISA "shl"/"shr": ``shr.s`` fills with the sign). Floats follow IEEE
 RNE (NumPy float32/float64 arithmetic is correctly rounded); 16-bit floats compute in
-float32 and round once, which is exact for ``+ - * /`` (24 >= 2 * 11 + 2). ``.approx``
+float32 and round once, which is exact for ``+ - * /`` (24 >= 2 * 11 + 2). ``.ftz``
+flushes subnormal operands and results to zeros of their sign. ``.approx``
 instructions (``ex2`` of f32, f16 and bf16, ``lg2``, ``sqrt``, ``rcp``, each with or
 without ``.ftz``) have the deterministic models of :mod:`tessera.interp.target.approx`:
 the correctly rounded result, within the ISA's bound, the same on every machine, not
@@ -122,6 +123,17 @@ def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
     return lambda x, y: canon(fn(narrow(x, elem), narrow(y, elem)))
 
 
+def _flushing(fn: Impl, elem: str, result: bool = True) -> Impl:
+    """``fn`` with ``.ftz``: each operand narrowed to ``elem`` and its subnormals made
+    zeros of their sign, and so the result (unless it is a predicate)."""
+    flush = tn.flush_subnormals
+
+    def flushed(*xs: Any) -> Any:
+        out = fn(*(flush(narrow(x, elem), elem) for x in xs))
+        return flush(out, elem) if result else out
+    return flushed
+
+
 def _shift(op: str, elem: str) -> Impl:
     dt = DTYPES[elem]
     width = 8 * dt.itemsize
@@ -182,7 +194,8 @@ def _binary(c: TargetCompiler, instr: Instr) -> Step:
     if kind == "f":
         if op not in ("add", "sub", "mul", "div", "min", "max"):
             raise unsupported(instr, f"{op} on {elem}")
-        return pure(c, instr, _float_binary(op, elem, instr.op.mode))
+        fn = _float_binary(op, elem, instr.op.mode)
+        return pure(c, instr, _flushing(fn, elem) if instr.op.ftz else fn)
     impl = _int_binary(instr)
     if op not in ("div", "rem"):
         return pure(c, instr, impl)
@@ -219,7 +232,7 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
         if kind == "f":  # sign operations are exact in any format and keep wide values;
             # a NaN operand keeps its payload with the sign flipped or cleared: the ISA
             # does not specify their NaN output, and the GPU's has not been measured
-            return pure(c, instr, fn)
+            return pure(c, instr, _flushing(fn, elem) if instr.op.ftz else fn)
         return pure(c, instr, lambda x: fn(x).astype(dt))
     if kind != "f":
         raise unsupported(instr, f"{op} on {elem}")
@@ -230,7 +243,8 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
     canon = tn.canonical_nans
     if dt.itemsize == 2:
         return pure(c, instr, lambda x: canon(math(x.astype(F32)).astype(dt)))
-    return pure(c, instr, lambda x: canon(math(narrow(x, elem))))
+    rounded: Impl = lambda x: canon(math(narrow(x, elem)))  # noqa: E731
+    return pure(c, instr, _flushing(rounded, elem) if instr.op.ftz else rounded)
 
 
 @step_rule(target_ops.Fma)
@@ -238,8 +252,9 @@ def _fma(c: TargetCompiler, instr: Instr) -> Step:
     elem = instr.op.type
     dt = DTYPES[elem]
     if elem == "f32":
-        return pure(c, instr, lambda a, b, d: tn.fma_f32(narrow(a, elem), narrow(b, elem),
-                                                          narrow(d, elem)))
+        fma32: Impl = lambda a, b, d: tn.fma_f32(  # noqa: E731
+            narrow(a, elem), narrow(b, elem), narrow(d, elem))
+        return pure(c, instr, _flushing(fma32, elem) if instr.op.ftz else fma32)
     if elem == "f64":
         return pure(c, instr, tn.fma_f64)
     if elem in ("f16", "bf16"):
@@ -247,7 +262,7 @@ def _fma(c: TargetCompiler, instr: Instr) -> Step:
         def fma16(a: Any, b: Any, d: Any) -> Any:
             s = tn.add_round_to_odd(a.astype(F64) * b.astype(F64), d.astype(F64))
             return tn.cvt_float(s, dt, "rn", False)
-        return pure(c, instr, fma16)
+        return pure(c, instr, _flushing(fma16, elem) if instr.op.ftz else fma16)
     raise unsupported(instr, f"fma on {elem}")
 
 
@@ -278,7 +293,7 @@ def _setp(c: TargetCompiler, instr: Instr) -> Step:
         if cmp.endswith("u"):  # unordered: true when either operand is NaN
             return _ordered(cmp[:-1])(x, y) | nan
         return _ordered(cmp)(x, y) & ~nan  # ordered: false on NaN (ne too)
-    return pure(c, instr, setp)
+    return pure(c, instr, _flushing(setp, elem, result=False) if instr.op.ftz else setp)
 
 
 @step_rule(target_ops.Selp)

@@ -82,7 +82,7 @@ def _binary_name(op: Binary) -> str:
         mode = "lo"  # integer mul must say which half of the product it keeps
     if not mode and op.op == "div" and kind == "f":
         mode = "rn"  # a float div needs a rounding mode (IEEE round-to-nearest-even)
-    return ".".join(p for p in (op.op, mode, _binary_type(op)) if p)
+    return ".".join(p for p in (op.op, mode, "ftz" if op.ftz else "", _binary_type(op)) if p)
 
 
 @rule(Binary)
@@ -120,18 +120,20 @@ def _unary_name(op: Unary) -> str:
     mode = op.mode or _UNARY_MODE.get(op.op, "")
     if op.op == "ex2" and typ.startswith("bf16") and "ftz" not in mode:
         mode += ".ftz"  # PTX ISA, "ex2": the bf16 forms exist with .ftz only
-    return ".".join(p for p in (op.op, mode, typ) if p)
+    return ".".join(p for p in (op.op, mode, "ftz" if op.ftz else "", typ) if p)
 
 
 @rule(Fma)
 def _fma(e: PtxWriter, instr: Instr) -> None:
     a, b, c = (e.regs.one(v) for v in instr.operands)
-    e.out(f"fma.rn.{instr.op.type} {e.regs.one(instr.result)}, {a}, {b}, {c};")
+    ftz = ".ftz" if instr.op.ftz else ""
+    e.out(f"fma.rn{ftz}.{instr.op.type} {e.regs.one(instr.result)}, {a}, {b}, {c};")
 
 
 @functools.lru_cache(maxsize=1024)
 def _setp_name(op: Setp) -> str:
-    return f"setp.{op.cmp}.{op.type if op.cmp in ('eq', 'ne') else arith_type(op.type)}"
+    typ = op.type if op.cmp in ("eq", "ne") else arith_type(op.type)
+    return f"setp.{op.cmp}{'.ftz' if op.ftz else ''}.{typ}"
 
 
 @rule(Setp)

@@ -35,11 +35,6 @@ def arrival(m: Any, act: np.ndarray) -> np.ndarray:
     return act if m.cta_order == "ascending" else act[::-1]
 
 
-def _ftz(x: np.ndarray) -> np.ndarray:
-    tiny = np.finfo(np.float32).tiny
-    return np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(F32)
-
-
 def updated(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
             cmp: np.ndarray | None = None) -> np.ndarray:
     """The value an atomic ``op`` of operand ``b`` (and ``cmp`` for ``cas``) leaves in
@@ -53,7 +48,8 @@ def updated(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
     if op == "dec":
         return np.where((old == 0) | (old > b), b, old - 1).astype(dt)
     if dt == F32 and op == "add":
-        return tn.canonical_nans(_ftz(np.add(_ftz(old), _ftz(b))))
+        flush = tn.flush_subnormals
+        return tn.canonical_nans(flush(np.add(flush(old, "f32"), flush(b, "f32")), "f32"))
     if dt.kind == "f":
         return tn.canonical_nans(_BINARY[op](old, b).astype(dt))
     return _BINARY[op](old, b).astype(dt)

@@ -1,7 +1,8 @@
 """Target IR instructions: one op per PTX instruction family.
 
-Each op's attributes are the instruction's modifiers; its operands and results are
-registers. Semantics are those of the PTX ISA (PTX ISA 8.x, chapter 9 "Instruction
+Each op's attributes are the instruction's modifiers (``ftz`` on float arithmetic:
+subnormal inputs and results flushed to sign-preserving zero); its operands and results
+are registers. Semantics are those of the PTX ISA (PTX ISA 8.x, chapter 9 "Instruction
 Set"), except where a docstring says otherwise. Two conventions fix what PTX leaves
 open, so that the interpreter is deterministic and agrees with Tile IR bit for bit:
 
@@ -32,6 +33,13 @@ BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "
 UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu",
            "num", "nan")
+
+
+def _check_ftz(op: Any) -> None:
+    """``.ftz`` (flush subnormal inputs and results to sign-preserving zero) exists for
+    f32 and f16 arithmetic only (PTX ISA, sec. 9.7.3 and 9.7.4)."""
+    if op.ftz and op.type not in ("f32", "f16", "f16x2"):
+        raise IRVerifyError(f"{op.name}: .ftz applies to f32 and f16, not {op.type}")
 
 
 def _same(op: Op, operands: Sequence[Type], n: int) -> RegType:
@@ -84,10 +92,12 @@ class Binary(Op):
     op: str
     type: str
     mode: str = ""
+    ftz: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         if self.op not in BINARY:
             raise IRVerifyError(f"unknown binary instruction {self.op!r}")
+        _check_ftz(self)
         check_count(self, operands, 2)
         a = reg_of(self, operands[0], self.type)
         if self.op in ("shl", "shr"):
@@ -109,10 +119,12 @@ class Unary(Op):
     op: str
     type: str
     mode: str = ""
+    ftz: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         if self.op not in UNARY:
             raise IRVerifyError(f"unknown unary instruction {self.op!r}")
+        _check_ftz(self)
         check_count(self, operands, 1)
         return (reg_of(self, operands[0], self.type),)
 
@@ -124,8 +136,10 @@ class Fma(Op):
 
     name: ClassVar[str] = "ptx.fma"
     type: str
+    ftz: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        _check_ftz(self)
         return (_same(self, operands, 3),)
 
 
@@ -138,10 +152,12 @@ class Setp(Op):
     name: ClassVar[str] = "ptx.setp"
     cmp: str
     type: str
+    ftz: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         if self.cmp not in COMPARE:
             raise IRVerifyError(f"unknown comparison {self.cmp!r}")
+        _check_ftz(self)
         if self.type == "pred":
             raise IRVerifyError("setp does not compare predicates",
                                 hint="use xor.pred (ne), not of it (eq), and/or with not")

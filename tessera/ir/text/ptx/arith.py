@@ -50,24 +50,26 @@ def count(b: InstrBuilder, ops: list[str], n: int) -> None:
         raise b.syntax(f"expected {n} operands, got {len(ops)}")
 
 
-def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> str:
+def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> tuple[str, bool]:
+    """The mode of a float instruction and whether it flushes subnormals (``.ftz``); an
+    approximate unary function keeps ``.ftz`` in its mode (``approx.ftz``), the form
+    tessera's own lowering writes."""
     mode = ""
     for f in flags:
         if f == "rn":
             mode = mode or "rn"
         elif f in ("approx", "full") and op in ("div", "sqrt", "rcp", "ex2", "lg2"):
             mode = "approx"
-        elif f == "ftz" and "approx" in flags:
-            continue  # the unary models flush with it (below); div's ignores it
         elif f == "NaN" and op in ("min", "max"):
             mode = "NaN"
-        elif f not in _HARMLESS:
+        elif f not in _HARMLESS and f != "ftz":
             raise b.unsupported(f"the .{f} modifier")
     if op == "div" and not mode:
         raise b.syntax("div of floats needs .rn, .full or .approx")
-    if mode == "approx" and "ftz" in flags and op != "div":
-        return "approx.ftz"
-    return mode
+    ftz = "ftz" in flags
+    if mode == "approx" and ftz and op != "div":
+        return "approx.ftz", False
+    return mode, ftz
 
 
 @handler("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
@@ -78,8 +80,9 @@ def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     flags = mods[:-1]
     kind = REG_TYPES[t][1]
     mode = ""
+    ftz = False
     if kind == "f":
-        mode = _float_mode(b, flags, op)
+        mode, ftz = _float_mode(b, flags, op)
         if op in ("add", "sub", "mul", "div") and mode == "":
             mode = "rn"
     else:
@@ -90,7 +93,7 @@ def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                 raise b.unsupported(f"the .{f} modifier")
     x = b.read(ops[1], t)
     y = b.read(ops[2], "u32" if op in ("shl", "shr") else t)
-    (d,) = b.emit(target_ops.Binary(op, t, mode), [x, y])
+    (d,) = b.emit(target_ops.Binary(op, t, mode, ftz), [x, y])
     b.write(ops[0], d)
 
 
@@ -121,10 +124,11 @@ def _mad(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _fma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 4)
-    if [f for f in mods[:-1] if f not in _HARMLESS] != ["rn"]:
-        raise b.unsupported("fma other than fma.rn")
+    flags = [f for f in mods[:-1] if f not in _HARMLESS]
+    if [f for f in flags if f != "ftz"] != ["rn"]:
+        raise b.unsupported("fma other than fma.rn{.ftz}")
     args = [b.read(o, t) for o in ops[1:]]
-    (d,) = b.emit(target_ops.Fma(t), args)
+    (d,) = b.emit(target_ops.Fma(t, "ftz" in flags), args)
     b.write(ops[0], d)
 
 
@@ -133,12 +137,12 @@ def _unary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     op = b.head
     t = ptx_type(b, mods)
     count(b, ops, 2)
-    mode = _float_mode(b, mods[:-1], op) if REG_TYPES[t][1] == "f" else ""
+    mode, ftz = _float_mode(b, mods[:-1], op) if REG_TYPES[t][1] == "f" else ("", False)
     if REG_TYPES[t][1] != "f" and any(f not in _HARMLESS for f in mods[:-1]):
         raise b.unsupported("modifiers on an integer instruction")
     if op in ("sqrt", "rcp") and not mode:
         raise b.syntax(f"{op} needs .rn or .approx")
-    (d,) = b.emit(target_ops.Unary(op, t, mode), [b.read(ops[1], t)])
+    (d,) = b.emit(target_ops.Unary(op, t, mode, ftz), [b.read(ops[1], t)])
     b.write(ops[0], d)
 
 
@@ -161,14 +165,12 @@ def _setp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     kind = REG_TYPES[t][1]
     if kind == "u" or kind == "b":
         cmp = _UNSIGNED_CMP.get(cmp, cmp)
-    combine = [f for f in mods[1:-1] if f not in _HARMLESS]
-    if combine and combine[0] == "ftz":
-        raise b.unsupported("setp.ftz")
+    combine = [f for f in mods[1:-1] if f not in _HARMLESS and f != "ftz"]
     if combine and combine[0] not in ("and", "or", "xor"):
         raise b.unsupported(f"the .{combine[0]} modifier")
     count(b, ops, 4 if combine else 3)
     x, y = b.read(ops[1], t), b.read(ops[2], t)
-    (p,) = b.emit(target_ops.Setp(cmp, t), [x, y])
+    (p,) = b.emit(target_ops.Setp(cmp, t, "ftz" in mods[1:-1]), [x, y])
     dests = ops[0].split("|")
     q = None
     if len(dests) == 2:

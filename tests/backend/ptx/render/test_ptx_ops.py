@@ -96,6 +96,40 @@ def test_rendered_ptx_assembles_and_reads_back(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.sort(structured[3]), np.arange(128))  # each old once
 
 
+def test_ftz_arithmetic_renders_assembles_and_reads_back(tmp_path: Path) -> None:
+    """``ftz`` on add, mul, fma, abs and setp renders as ``.ftz`` and computes, read back
+    from the text, what the structured Target IR computes: subnormals flushed."""
+    from tessera.ir.dialects.target.ops import Fma, Selp, Unary
+
+    fn, b, (out, src) = kernel("ftz", [U64, U64])
+    tid = one(b, Special("tid.x"))
+    addr = one(b, Binary("add", "u64"), src, one(b, Binary("mul", "u32", "wide"), tid,
+                                                 c(b, 4, "u32")))
+    x = one(b, Load("global", "f32"), addr)
+    y = one(b, Load("global", "f32", offset=512), addr)
+    less = one(b, Setp("lt", "f32", True), x, y)
+    for k, v in enumerate([one(b, Binary("add", "f32", "rn", True), x, y),
+                           one(b, Binary("mul", "f32", "rn", True), x, y),
+                           one(b, Fma("f32", True), x, y, x),
+                           one(b, Unary("abs", "f32", "", True), x),
+                           one(b, Selp("f32"), c(b, 1.0, "f32"), c(b, 0.0, "f32"), less)]):
+        _store(b, out, tid, k, v)
+    do(b, Return())
+    text = render(fn)
+    assert all(f in text for f in ("add.rn.ftz.f32", "mul.rn.ftz.f32", "fma.rn.ftz.f32",
+                                   "abs.ftz.f32", "setp.lt.ftz.f32"))
+    ptxas(text, "sm_80", tmp_path)
+    rng = np.random.default_rng(9)
+    vals = np.concatenate([rng.standard_normal(128) * 2.0**-126,
+                           rng.standard_normal(128)]).astype(np.float32)
+    structured, from_text = ([np.zeros(5 * 128, np.float32), vals.copy()] for _ in range(2))
+    run_target(fn, structured, grid=(1,), block=(128,))
+    ts.ptx.load(text).kernel("ftz").run(grid=1, block=128, args=from_text)
+    np.testing.assert_array_equal(from_text[0].view(np.uint32), structured[0].view(np.uint32))
+    flushed = structured[0][3 * 128:4 * 128]  # |x|, x below 2^-126 for the most part
+    assert np.array_equal(flushed == 0, np.abs(vals[:128]) < 2.0**-126)
+
+
 def _wmma_kernel() -> Any:
     """D = A B + C with wmma (bf16, m16n16k16), C loaded row-major, D stored column-major."""
     from tessera.ir.dialects.target.wmma import WmmaLoad, WmmaMma, WmmaStore

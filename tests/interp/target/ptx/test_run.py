@@ -5,6 +5,8 @@ atomics returning the old value, votes) behave as the PTX ISA says."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -183,6 +185,47 @@ def test_approximate_exponentials_keep_their_ftz(ftz: bool) -> None:
     want = approx.ex2_model(x, ftz)
     np.testing.assert_array_equal(got, want.view(np.uint32))
     assert (got[0] == 0) == ftz  # 2^-130 is subnormal
+
+
+def _ftz_reference(x: np.ndarray) -> np.ndarray:
+    """IEEE float32 values with subnormals made zeros of their sign (PTX ISA, ".ftz")."""
+    return np.where(np.abs(x) < np.float32(2.0**-126), np.copysign(np.float32(0), x), x)
+
+
+@pytest.mark.parametrize("body, ref", [
+    ("add.ftz.f32 %d, %a, %b;", lambda a, b: a + b),
+    ("sub.rn.ftz.f32 %d, %a, %b;", lambda a, b: a - b),
+    ("mul.rn.ftz.f32 %d, %a, %b;", lambda a, b: a * b),
+    ("div.rn.ftz.f32 %d, %a, %b;", lambda a, b: a / b),
+    ("fma.rn.ftz.f32 %d, %a, %b, %a;", lambda a, b: (a.astype(np.float64) * b + a)),
+    ("min.ftz.f32 %d, %a, %b;", np.minimum),
+    ("abs.ftz.f32 %d, %a;", lambda a, b: np.abs(a)),
+    ("sqrt.rn.ftz.f32 %d, %b;", lambda a, b: np.sqrt(b)),
+])
+def test_ftz_arithmetic_flushes_operands_and_results(body: str, ref: Any) -> None:
+    """nvcc's ``--use_fast_math`` writes ``.ftz`` on every f32 instruction: operands
+    and results below 2^-126 count as zeros of their sign."""
+    tiny = np.float32(2.0**-127)
+    a = np.array([tiny, -tiny, 2.0**-126, 2.0**-100, 1.5, -3.0, 2.0**-60, 0.0], np.float32)
+    b = np.array([1.0, 0.5, -tiny, 2.0**-30, tiny, 2.0**-130, 2.0**-70, -tiny], np.float32)
+    b = np.abs(b) if "sqrt" in body else b
+    got = run_elementwise(body, a.view(np.uint32), b.view(np.uint32), a.view(np.uint32))
+    with np.errstate(all="ignore"):
+        want = _ftz_reference(np.asarray(ref(_ftz_reference(a), _ftz_reference(b))).astype(
+            np.float32))
+    want_bits = np.where(np.isnan(want), np.uint32(0x7FFFFFFF), want.view(np.uint32))
+    np.testing.assert_array_equal(got, want_bits)  # a NaN result is the canonical NaN
+    plain = body.replace(".ftz", "")  # the same instruction keeps subnormals without it
+    assert not np.array_equal(run_elementwise(plain, a.view(np.uint32), b.view(np.uint32),
+                                              a.view(np.uint32)), got)
+
+
+def test_setp_ftz_compares_flushed_operands() -> None:
+    body = "setp.lt{}.f32 %p, %a, %b;\n    selp.u32 %d, 1, 0, %p;"
+    a = np.array([-2.0**-127, 1.0], np.float32).view(np.uint32)
+    b = np.zeros(2, np.uint32)
+    assert list(run_elementwise(body.format(""), a, b, b)) == [1, 0]
+    assert list(run_elementwise(body.format(".ftz"), a, b, b)) == [0, 0]  # -0 < 0 is false
 
 
 def test_vote_ballot_and_any() -> None:
