@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from tessera.interp.target import exact_math
 from tessera.interp.target import numeric as tn
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -87,10 +88,11 @@ def _nearest(candidate: np.ndarray, below: np.ndarray, above: np.ndarray,
 
 def correctly_rounded(x: np.ndarray, y64: np.ndarray, dt: np.dtype, fn: str) -> np.ndarray:
     """f(x) rounded once to ``dt`` (RNE), given float64 approximations ``y64`` of it
-    (``fn``: ``ex2`` or ``lg2``): ``y64`` decides every element that lies more than
-    :data:`MARGIN_ULPS` float64 ulps from the midpoint between two ``dt`` values; the
-    rest are decided at 60 digits with :mod:`decimal`. The same bits on every machine
-    whatever its ``libm``, for f32, f16 and bf16 results, subnormal ones included."""
+    (``fn``: a function :func:`tessera.interp.target.exact_math.evaluate` knows):
+    ``y64`` decides every element that lies more than :data:`MARGIN_ULPS` float64
+    ulps from the midpoint between two ``dt`` values; the rest are decided at 60
+    digits with :mod:`decimal`. The same bits on every machine whatever its
+    ``libm``, for f32, f16 and bf16 results, subnormal ones included."""
     out = y64.astype(F32) if dt == F32 else tn.cvt_float(y64, dt, "rn", False)
     with np.errstate(over="ignore", invalid="ignore"):
         below = np.nextafter(out, np.array(-np.inf, dt))
@@ -104,9 +106,7 @@ def correctly_rounded(x: np.ndarray, y64: np.ndarray, dt: np.dtype, fn: str) -> 
         with decimal.localcontext() as ctx:
             ctx.prec = 60
             for i in idx:
-                a = decimal.Decimal(float(x.flat[i]))
-                exact = (decimal.Decimal(2) ** a if fn == "ex2"
-                         else a.ln() / decimal.Decimal(2).ln())
+                exact = exact_math.evaluate(fn, decimal.Decimal(float(x.flat[i])))
                 out.flat[i] = _nearest(out.flat[i], below.flat[i], above.flat[i], exact)
     return out
 
@@ -161,6 +161,28 @@ def _ieee(fn: Callable[[np.ndarray], np.ndarray], ftz: bool, elem: str
     return model
 
 
+#: the float64 functions whose results :func:`function_model` rounds
+_F64 = {"rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
+
+
+def function_model(fn: str, ftz: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """``rsqrt``/``tanh``/``sin``/``cos`` ``.approx{.ftz}.f32``: the function correctly
+    rounded to float32 (decided exactly near a boundary), operands and results flushed
+    with ``.ftz``; infinities and NaN as the float64 function gives them (sin of an
+    infinity is NaN, 1/sqrt of a negative is NaN, of +0 is +inf), NaN canonical."""
+    def model(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, F32)
+        x = tn.flush_subnormals(x, "f32") if ftz else x
+        x64 = x.astype(F64)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            y64 = _F64[fn](x64)
+            ok = np.isfinite(x64) & np.isfinite(y64) & (x64 > 0 if fn == "rsqrt" else True)
+            out = correctly_rounded(np.where(ok, x64, 1.0), np.where(ok, y64, 1.0), F32, fn)
+        out = np.where(ok, out, y64.astype(F32))
+        return tn.canonical_nans(tn.flush_subnormals(out, "f32") if ftz else out)
+    return model
+
+
 def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndarray] | None:
     """The deterministic model of ``<op>.<mode>.<elem>`` (``mode`` ``approx`` or
     ``approx.ftz``), or None for the correctly rounded ``.rn`` forms."""
@@ -171,8 +193,12 @@ def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndar
         return lambda x: ex2_model(x, ftz)
     if op == "lg2":
         return lambda x: lg2_model(x, ftz)
+    if op in _F64 and elem == "f32":
+        return function_model(op, ftz)
+    if op == "rsqrt":  # rsqrt.approx.f64: the IEEE square root's reciprocal, rounded
+        return _ieee(lambda v: 1 / np.sqrt(v), ftz, elem)
     return _ieee({"sqrt": np.sqrt, "rcp": np.reciprocal}[op], ftz, elem)
 
 
 __all__ = ["BOUNDS", "MARGIN_ULPS", "ApproxBound", "correctly_rounded", "ex2_approx_ftz",
-           "ex2_model", "lg2_approx_ftz", "lg2_model", "unary_model"]
+           "ex2_model", "function_model", "lg2_approx_ftz", "lg2_model", "unary_model"]

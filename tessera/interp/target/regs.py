@@ -99,6 +99,8 @@ def _const(c: TargetCompiler, instr: Instr) -> Step:
 
 def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
     dt = DTYPES[elem]
+    if op == "copysign":  # copysign d, a, b: b's magnitude with a's sign (a bit operation)
+        return lambda x, y: np.copysign(narrow(y, elem), narrow(x, elem)).astype(dt)
     if op in ("min", "max"):
         def minmax(x: Any, y: Any) -> Any:
             x, y = narrow(x, elem), narrow(y, elem)
@@ -192,7 +194,7 @@ def _binary(c: TargetCompiler, instr: Instr) -> Step:
         fn = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[op]
         return pure(c, instr, fn)
     if kind == "f":
-        if op not in ("add", "sub", "mul", "div", "min", "max"):
+        if op not in ("add", "sub", "mul", "div", "min", "max", "copysign"):
             raise unsupported(instr, f"{op} on {elem}")
         fn = _float_binary(op, elem, instr.op.mode)
         return pure(c, instr, _flushing(fn, elem) if instr.op.ftz else fn)
@@ -239,6 +241,8 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
     model = approx.unary_model(op, instr.op.mode, elem)
     if model is not None:  # a deterministic model within the ISA bound
         return pure(c, instr, lambda x: model(narrow(x, elem)))
+    if op not in ("sqrt", "rcp"):
+        raise unsupported(instr, f"{op}.{instr.op.mode or 'rn'}.{elem}")
     math = {"sqrt": np.sqrt, "rcp": np.reciprocal}[op]  # .rn: IEEE, correctly rounded
     canon = tn.canonical_nans
     if dt.itemsize == 2:

@@ -6,6 +6,7 @@ whatever the platform's float64 ``exp2``/``log2`` return within a few ulps."""
 from __future__ import annotations
 
 import decimal
+import math
 from collections.abc import Callable
 
 import ml_dtypes
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera.interp.target import approx
+from tessera.interp.target import approx, exact_math
 
 F32 = np.float32
 
@@ -150,6 +151,49 @@ def test_sqrt_and_rcp_approx_are_ieee_and_flush_with_ftz() -> None:
     assert list(sqrt(x)) == [np.sqrt(F32(2)), np.sqrt(F32(3)), 0.0, -0.0, np.inf]
     assert list(rcp(x)[:3]) == [F32(0.5), F32(1) / F32(3), np.inf]  # 1e40 overflows
     assert approx.unary_model("sqrt", "rn", "f32") is None
+
+
+@pytest.mark.parametrize("fn, ref", [("sin", math.sin), ("cos", math.cos),
+                                     ("tanh", math.tanh), ("rsqrt", lambda v: v ** -0.5)])
+def test_the_exact_referee_agrees_with_float64(fn: str, ref: Callable[[float], float]) -> None:
+    """``exact_math`` against the float64 functions (within 2 float64 ulps), including
+    arguments a float32 reaches only far from zero, where sin and cos reduce by 2 pi to
+    more than 100 digits (sin(1e22) is a classic of argument reduction)."""
+    xs = [0.5, 1.0, 2.5, 3.14159, 1e-30, 20.0, 100.0, 1e22, 3.4e38, 7.0e5]
+    with decimal.localcontext() as ctx:
+        ctx.prec = 50
+        for x in xs:
+            got = float(exact_math.evaluate(fn, decimal.Decimal(x)))
+            assert abs(got - ref(x)) <= 2 * math.ulp(ref(x)), (fn, x)
+    assert float(exact_math.pi(30)) == math.pi
+
+
+@pytest.mark.parametrize("fn", ["sin", "cos", "tanh", "rsqrt"])
+def test_function_models_are_correctly_rounded(fn: str) -> None:
+    """``sin``/``cos``/``tanh``/``rsqrt.approx.f32``: float32 nearest the exact value."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-10, 10, 300), rng.uniform(0.001, 1e6, 100)])
+    x = np.abs(x).astype(F32) if fn == "rsqrt" else x.astype(F32)
+    got = approx.function_model(fn, False)(x)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 50
+        for v, g in zip(x, got):
+            exact = exact_math.evaluate(fn, decimal.Decimal(float(v)))
+            near = F32(float(exact))
+            cands = [np.nextafter(near, F32(-np.inf)), near, np.nextafter(near, F32(np.inf))]
+            want = min(cands, key=lambda y: abs(decimal.Decimal(float(y)) - exact))
+            assert g == want, (fn, v)
+
+
+def test_function_models_special_values() -> None:
+    inf, nan = np.float32(np.inf), np.float32(np.nan)
+    rsqrt = approx.function_model("rsqrt", True)(np.array([0.0, -1.0, inf, 1e-40, 4.0], F32))
+    assert rsqrt[0] == inf and np.isnan(rsqrt[1]) and rsqrt[2] == 0 and rsqrt[3] == inf
+    assert rsqrt[4] == 0.5  # 1e-40 is flushed to +0 with .ftz: 1/sqrt(+0) = +inf
+    sin = approx.function_model("sin", False)(np.array([inf, nan, -0.0], F32))
+    assert sin.view(np.uint32)[0] == sin.view(np.uint32)[1] == 0x7FFFFFFF
+    assert sin.view(np.uint32)[2] == 0x80000000  # sin(-0) = -0
+    assert list(approx.function_model("tanh", False)(np.array([inf, -inf], F32))) == [1, -1]
 
 
 def test_bounds_cite_the_ptx_isa() -> None:

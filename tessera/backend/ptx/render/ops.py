@@ -96,7 +96,8 @@ def _binary(e: PtxWriter, instr: Instr) -> None:
     e.out(f"{_binary_name(op)} {one(instr.results[0])}, {a}, {b};")
 
 
-_UNARY_MODE = {"sqrt": "rn", "rcp": "rn", "ex2": "approx", "lg2": "approx"}
+_UNARY_MODE = {"sqrt": "rn", "rcp": "rn", **dict.fromkeys(
+    ("ex2", "lg2", "rsqrt", "tanh", "sin", "cos"), "approx")}
 
 
 @rule(Unary)

@@ -19,6 +19,7 @@ from tessera.ir.dialects.target.ptx_ops import (
     Elect,
     GenericLoad,
     GenericStore,
+    Lop3,
     ParamLoad,
     Prmt,
     Shf,
@@ -99,6 +100,12 @@ def _shf(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     e.out(f"shf.{'l' if op.left else 'r'}.{'clamp' if op.clamp else 'wrap'}.b32 "
           f"{e.regs.one(instr.result)}, {', '.join(_regs(e, instr))};")
+
+
+@rule(Lop3)
+def _lop3(e: PtxWriter, instr: Instr) -> None:
+    e.out(f"lop3.b32 {e.regs.one(instr.result)}, {', '.join(_regs(e, instr))}, "
+          f"{instr.op.lut:#04x};")
 
 
 @rule(Prmt, Bfe, Bfi, BitCount)

@@ -51,6 +51,19 @@ def _prmt(c: TargetCompiler, instr: Instr) -> Step:
     return pure(c, instr, prmt)
 
 
+@step_rule(ptx_ops.Lop3)
+def _lop3(c: TargetCompiler, instr: Instr) -> Step:
+    lut = instr.op.lut
+
+    def lop3(a: Any, b: Any, d: Any) -> Any:
+        out = np.zeros(np.shape(a), U32)
+        for i in range(8):  # the minterms the table sets, OR-ed together
+            if lut >> i & 1:
+                out |= ((a if i & 4 else ~a) & (b if i & 2 else ~b) & (d if i & 1 else ~d))
+        return out.astype(U32)
+    return pure(c, instr, lop3)
+
+
 @step_rule(ptx_ops.Bfe)
 def _bfe(c: TargetCompiler, instr: Instr) -> Step:
     dt = DTYPES[instr.op.type]

@@ -29,8 +29,10 @@ from tessera.ir.dialects.target.memory_ops import Load, Reduce, SharedAlloc, Sto
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
                 "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z")
-BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
-UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov")
+BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr",
+          "copysign")
+UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov", "rsqrt", "tanh", "sin",
+         "cos")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu",
            "num", "nan")
 

@@ -214,6 +214,24 @@ class Prmt(Op):
 
 @register_op
 @dataclass(frozen=True)
+class Lop3(Op):
+    """``lop3.b32 d, a, b, c, lut`` (sec. 9.7.8.6): any function of three bit vectors,
+    bit ``i`` of ``d`` being bit ``(a_i << 2) | (b_i << 1) | c_i`` of ``lut``."""
+
+    name: ClassVar[str] = "ptx.lop3"
+    lut: int
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 3)
+        if not 0 <= self.lut <= 0xFF:
+            raise IRVerifyError(f"lop3 takes an 8-bit function table, not {self.lut}")
+        for t in operands:
+            reg_of(self, t, "b32")
+        return (RegType("b32"),)
+
+
+@register_op
+@dataclass(frozen=True)
 class Bfe(Op):
     """``bfe.<type> d, a, b, c`` (sec. 9.7.8.10): ``c`` bits of ``a`` from bit ``b``,
     sign-extended for signed types (both taken modulo 256)."""
@@ -376,4 +394,5 @@ class TensorMapAt(Op):
 
 __all__ = ["BIT_COUNTS", "LOCAL_WINDOW", "PARAM_WINDOW", "SHARED_WINDOW", "Atom", "Bfe", "Bfi",
            "BitCount", "ByteLoad", "ByteStore", "Cvta", "Elect", "GenericLoad", "GenericStore",
-           "ParamLoad", "Prmt", "Shf", "ShflSync", "Stmatrix", "TensorMapAt", "Vote", "WarpSync"]
+           "Lop3", "ParamLoad", "Prmt", "Shf", "ShflSync", "Stmatrix", "TensorMapAt", "Vote",
+           "WarpSync"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from tessera.ir.dialects.target import REG_TYPES, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.context import InstrBuilder
+from tessera.ir.text.ptx.lexer import parse_int
 
 Handler = Callable[[InstrBuilder, list[str], list[str]], None]
 HANDLERS: dict[str, Handler] = {}
@@ -50,6 +51,10 @@ def count(b: InstrBuilder, ops: list[str], n: int) -> None:
         raise b.syntax(f"expected {n} operands, got {len(ops)}")
 
 
+#: the float instructions with .approx forms
+_APPROXIMATE = {"div", "sqrt", "rcp", "ex2", "lg2", "rsqrt", "tanh", "sin", "cos"}
+
+
 def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> tuple[str, bool]:
     """The mode of a float instruction and whether it flushes subnormals (``.ftz``); an
     approximate unary function keeps ``.ftz`` in its mode (``approx.ftz``), the form
@@ -58,7 +63,7 @@ def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> tuple[str, bool]:
     for f in flags:
         if f == "rn":
             mode = mode or "rn"
-        elif f in ("approx", "full") and op in ("div", "sqrt", "rcp", "ex2", "lg2"):
+        elif f in ("approx", "full") and op in _APPROXIMATE:
             mode = "approx"
         elif f == "NaN" and op in ("min", "max"):
             mode = "NaN"
@@ -72,7 +77,8 @@ def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> tuple[str, bool]:
     return mode, ftz
 
 
-@handler("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
+@handler("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr",
+         "copysign")
 def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     op = b.head
     t = ptx_type(b, mods)
@@ -132,7 +138,7 @@ def _fma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], d)
 
 
-@handler("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2")
+@handler("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "rsqrt", "tanh", "sin", "cos")
 def _unary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     op = b.head
     t = ptx_type(b, mods)
@@ -302,6 +308,17 @@ def _prmt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported("prmt modes other than the default")
     args = [b.read(o, "b32") for o in ops[1:]]
     (d,) = b.emit(ptx_ops.Prmt(), args)
+    b.write(ops[0], d)
+
+
+@handler("lop3")
+def _lop3(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 5)
+    lut = parse_int(ops[4])
+    if mods != ["b32"] or lut is None:
+        raise b.unsupported("lop3 forms other than lop3.b32 with a constant table")
+    args = [b.read(o, "b32") for o in ops[1:4]]
+    (d,) = b.emit(ptx_ops.Lop3(lut & 0xFF), args)  # ptxas keeps the low 8 bits
     b.write(ops[0], d)
 
 

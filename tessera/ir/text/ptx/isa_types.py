@@ -45,6 +45,7 @@ TYPES: dict[str, tuple[str, ...]] = {
     "rcp.approx.ftz": FLOAT, "ex2.approx": ("f32", "f16", "f16x2"),
     "ex2.approx.ftz": ("f32", "bf16", "bf16x2"), "lg2.approx": ("f32",),
     "sin.approx": ("f32",), "cos.approx": ("f32",), "tanh.approx": ("f32", *HALF),
+    "rsqrt.approx": FLOAT, "lop3": ("b32",),
     "mov": ("pred", *BITS, *INT, *FLOAT), "selp": BITS + INT + FLOAT,
     "setp.eq": BITS + INT + FLOAT + HALF, "setp.lt": INT + FLOAT + HALF,
     "setp.lo": UNSIGNED, "setp.equ": FLOAT + HALF,
@@ -71,7 +72,7 @@ _REQUIRED = {"shfl": ("sync",), "vote": ("sync",), "elect": ("sync",), "wgmma": 
                              ("sync", "aligned"))}
 #: register instructions that take no modifier but their type
 _BARE = {"mov", "selp", "and", "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz",
-         "brev", "bfe", "bfi", "rem", "copysign"}
+         "brev", "bfe", "bfi", "rem", "copysign", "lop3"}
 #: types the reader does not model at all: their own "unsupported" error says so
 _UNMODELLED = {"u8", "s8", "b8", "e4m3", "e5m2", "tf32", "b128"}
 
@@ -99,6 +100,8 @@ def _modifier_problem(head: str, flags: list[str]) -> str | None:
     instruction (``mov.volatile``, ``add.sync``), or any on those that take none."""
     if head in _BARE and flags:
         return f"{head} takes no .{flags[0]} modifier"
+    if head == "tanh" and "ftz" in flags:
+        return "tanh takes no .ftz modifier"
     odd = [f for f in flags if f not in _REGISTER_MODS]
     return f"{head} takes no .{odd[0]} modifier" if odd else None
 

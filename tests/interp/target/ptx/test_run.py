@@ -228,6 +228,34 @@ def test_setp_ftz_compares_flushed_operands() -> None:
     assert list(run_elementwise(body.format(".ftz"), a, b, b)) == [0, 0]  # -0 < 0 is false
 
 
+@pytest.mark.parametrize("body, model", [
+    ("rsqrt.approx.ftz.f32 %d, %a;", approx.function_model("rsqrt", True)),
+    ("tanh.approx.f32 %d, %a;", approx.function_model("tanh", False)),
+    ("sin.approx.f32 %d, %a;", approx.function_model("sin", False)),
+    ("cos.approx.ftz.f32 %d, %a;", approx.function_model("cos", True)),
+])
+def test_fast_math_functions_run_their_models(body: str, model: Any) -> None:
+    """Triton's ``rsqrt`` (layer and RMS norms), ``tanh`` and ``sin``/``cos`` (rotary
+    embeddings) in fast math: the correctly rounded value, the same on every machine."""
+    x = np.array([0.25, 2.0, 3.0, 1e-3, 12.5, 1e-40, 40.0, 0.7], np.float32)
+    got = run_elementwise(body, x.view(np.uint32), x.view(np.uint32), x.view(np.uint32))
+    np.testing.assert_array_equal(got, model(x).view(np.uint32))
+
+
+def test_lop3_and_copysign() -> None:
+    """``lop3.b32`` evaluates its 8-bit table per bit (0x96: a ^ b ^ c; 0xE8: the
+    majority); ``copysign.f32 d, a, b`` gives b's magnitude with a's sign."""
+    a, b, c = (rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32) for _ in "abc")
+    for lut, want in ((0x96, a ^ b ^ c), (0xE8, (a & b) | (b & c) | (a & c)), (0, 0 * a)):
+        got = run_elementwise(f"lop3.b32 %d, %a, %b, %c, {lut:#x};", a, b, c)
+        np.testing.assert_array_equal(got, want)
+    x = np.array([-1.0, 2.0, -0.0, 3.0], np.float32)
+    y = np.array([5.0, -7.0, 1.0, np.inf], np.float32)
+    got = run_elementwise("copysign.f32 %d, %a, %b;", x.view(np.uint32), y.view(np.uint32),
+                          y.view(np.uint32))
+    np.testing.assert_array_equal(got.view(np.float32), [-5.0, 7.0, -1.0, np.inf])
+
+
 def test_vote_ballot_and_any() -> None:
     body = """
     setp.lt.u32 %p, %a, %b;

@@ -42,11 +42,12 @@ FORMS = {
     "shr": [""], "popc": [""], "clz": [""], "brev": [""], "bfind": [""], "bfe": [""],
     "bfi": [""], "sqrt": [".rn", ".approx", ""], "rcp": [".rn", ".approx", ".approx.ftz"],
     "ex2": [".approx", ".approx.ftz", ""], "lg2": [".approx"], "sin": [".approx"],
+    "cos": [".approx.ftz"], "rsqrt": [".approx", ".approx.ftz"],
     "tanh": [".approx"], "mov": [""], "selp": [""],
     "setp": [".eq", ".lt", ".lo", ".equ", ".eq.and"],
 }
 ONE_SOURCE = {"not", "cnot", "abs", "neg", "popc", "clz", "brev", "bfind", "sqrt", "rcp",
-              "ex2", "lg2", "sin", "tanh", "mov"}
+              "ex2", "lg2", "sin", "cos", "rsqrt", "tanh", "mov"}
 BYTES = ("u8", "s8")
 CVT_ROUNDINGS = ("", ".rn", ".rz", ".rni", ".rzi", ".sat", ".rn.sat", ".rzi.sat",
                  ".rn.satfinite")
@@ -205,6 +206,8 @@ OPERANDS = [
     ("fence.acq_rel;", "scope"), ("fence.proxy.async.nc;", "state space"),
     ("bar.sync.aligned 0;", "aligned"), ("st.global.u8 [%rd1], %f1;", "byte"),
     ("cp.async.cg.shared.global.cg [%r1], [%rd1], 16;", "cache"),
+    ("lop3.b32 %r1, %r2, %r3, %r4, 0x96;", "ok"), ("lop3.b64 %rd1, %rd1, %rd1, %rd1, 1;", "b64"),
+    ("tanh.approx.ftz.f32 %f1, %f2;", "ftz"), ("copysign.ftz.f32 %f1, %f2, %f2;", "ftz"),
 ]
 
 
