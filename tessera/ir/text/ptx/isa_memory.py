@@ -14,6 +14,8 @@ SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared:
 SCOPES = {"cta", "gpu", "sys", "cluster"}
 #: qualifiers only one of the two takes: ld's cache operators and acquire, st's
 _ONLY = {"ld": {"ca", "lu", "cv", "nc", "acquire"}, "st": {"wb", "wt", "release"}}
+#: atom's order, which neither ld nor st takes
+_NEITHER_ORDER = {"acq_rel"}
 #: qualifiers neither takes, though other memory instructions do
 _NEITHER = {"sync", "aligned", "async", "bulk"}
 
@@ -34,7 +36,7 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
     space = spaces[0].split("::")[0] if spaces else ""
     other = "st" if head == "ld" else "ld"
     for f in flags:
-        if f in _ONLY[other] or f in _NEITHER:
+        if f in _ONLY[other] or f in _NEITHER or f in _NEITHER_ORDER:
             return f"{head} takes no .{f} qualifier"
     sem = [f for f in flags if f in ("relaxed", "acquire", "release")]
     scope = SCOPES & set(flags)

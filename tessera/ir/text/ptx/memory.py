@@ -20,8 +20,8 @@ from tessera.ir.text.ptx.arith import count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.lexer import parse_int
 
-_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "relaxed",
-               "acquire", "release", "weak", "gpu", "cta", "sys", "cluster", "L1::no_allocate",
+_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "relaxed", "acquire",
+               "release", "acq_rel", "weak", "gpu", "cta", "sys", "cluster", "L1::no_allocate",
                "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_last",
                "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
                "L2::evict_first", "sync", "aligned"}
@@ -173,6 +173,9 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"{b.head}.{op}.{t}")
     if problem := atomic_type_problem(b.head, op, t):
         raise b.syntax(problem)
+    if b.head == "red" and {"acquire", "acq_rel"} & set(mods):
+        raise b.syntax("red returns nothing to acquire: its memory order is .relaxed or "
+                       ".release")
     if b.head == "red":
         count(b, ops, 2)
         if space == "":

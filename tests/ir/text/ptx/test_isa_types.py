@@ -208,6 +208,11 @@ OPERANDS = [
     ("cp.async.cg.shared.global.cg [%r1], [%rd1], 16;", "cache"),
     ("lop3.b32 %r1, %r2, %r3, %r4, 0x96;", "ok"), ("lop3.b64 %rd1, %rd1, %rd1, %rd1, 1;", "b64"),
     ("tanh.approx.ftz.f32 %f1, %f2;", "ftz"), ("copysign.ftz.f32 %f1, %f2, %f2;", "ftz"),
+    ("atom.global.acq_rel.gpu.add.u32 %r1, [%rd1], 1;", "ok"),
+    ("atom.acq_rel.gpu.global.cas.b32 %r1, [%rd1], 0, 1;", "ok"),
+    ("red.global.release.gpu.add.u32 [%rd1], 1;", "ok"),
+    ("red.global.acq_rel.gpu.add.u32 [%rd1], 1;", "acquire"),
+    ("ld.acq_rel.gpu.global.u32 %r1, [%rd1];", "acq_rel"),
 ]
 
 
