@@ -19,7 +19,6 @@ from tessera.ir.text.ptx.lexer import parse_int
 
 Handler = Callable[[InstrBuilder, list[str], list[str]], None]
 HANDLERS: dict[str, Handler] = {}
-_HARMLESS = {"uni", "aligned", "sync"}  # modifiers with no effect on the result
 _UNSIGNED_CMP = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 _WIDER = {"u16": "u32", "s16": "s32", "u32": "u64", "s32": "s64", "b32": "b64"}
 
@@ -67,7 +66,7 @@ def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> tuple[str, bool]:
             mode = "approx"
         elif f == "NaN" and op in ("min", "max"):
             mode = "NaN"
-        elif f not in _HARMLESS and f != "ftz":
+        elif f != "ftz":
             raise b.unsupported(f"the .{f} modifier")
     if op == "div" and not mode:
         raise b.syntax("div of floats needs .rn, .full or .approx")
@@ -95,7 +94,7 @@ def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         for f in flags:
             if f in ("lo", "hi", "wide") and op == "mul":
                 mode = f
-            elif f not in _HARMLESS:
+            else:
                 raise b.unsupported(f"the .{f} modifier")
     x = b.read(ops[1], t)
     y = b.read(ops[2], "u32" if op in ("shl", "shr") else t)
@@ -107,7 +106,7 @@ def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _mad(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 4)
-    flags = [f for f in mods[:-1] if f not in _HARMLESS]
+    flags = mods[:-1]
     if REG_TYPES[t][1] == "f":
         if flags not in (["rn"],):
             raise b.unsupported("mad of floats without .rn (or with other modifiers)")
@@ -130,7 +129,7 @@ def _mad(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _fma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 4)
-    flags = [f for f in mods[:-1] if f not in _HARMLESS]
+    flags = mods[:-1]
     if [f for f in flags if f != "ftz"] != ["rn"]:
         raise b.unsupported("fma other than fma.rn{.ftz}")
     args = [b.read(o, t) for o in ops[1:]]
@@ -144,7 +143,7 @@ def _unary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 2)
     mode, ftz = _float_mode(b, mods[:-1], op) if REG_TYPES[t][1] == "f" else ("", False)
-    if REG_TYPES[t][1] != "f" and any(f not in _HARMLESS for f in mods[:-1]):
+    if REG_TYPES[t][1] != "f" and mods[:-1]:
         raise b.unsupported("modifiers on an integer instruction")
     if op in ("sqrt", "rcp") and not mode:
         raise b.syntax(f"{op} needs .rn or .approx")
@@ -171,9 +170,9 @@ def _setp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     kind = REG_TYPES[t][1]
     if kind == "u" or kind == "b":
         cmp = _UNSIGNED_CMP.get(cmp, cmp)
-    combine = [f for f in mods[1:-1] if f not in _HARMLESS and f != "ftz"]
+    combine = [f for f in mods[1:-1] if f != "ftz"]
     if combine and combine[0] not in ("and", "or", "xor"):
-        raise b.unsupported(f"the .{combine[0]} modifier")
+        raise b.syntax(f"setp takes .and, .or, .xor or .ftz, not .{combine[0]}")
     count(b, ops, 4 if combine else 3)
     x, y = b.read(ops[1], t), b.read(ops[2], t)
     (p,) = b.emit(target_ops.Setp(cmp, t, "ftz" in mods[1:-1]), [x, y])
@@ -216,7 +215,7 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             rnd = f
         elif f in ("sat", "satfinite") and (f == "satfinite" or REG_TYPES[to][1] != "f"):
             sat = f
-        elif f not in _HARMLESS:
+        else:
             raise b.unsupported(f"cvt with .{f}")
     if to in ("f16x2", "bf16x2"):
         count(b, ops, 3)
@@ -239,7 +238,7 @@ def _cvt_byte(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.any_width = True  # read and written as 32 bits, whatever the registers' widths
     floats = [t for t in (to, frm) if t not in ("u8", "s8") and
               REG_TYPES.get(t, (0, "f"))[1] == "f"]
-    if floats or [f for f in mods[:-2] if f not in _HARMLESS]:
+    if floats or mods[:-2]:
         raise b.unsupported(f"cvt.{'.'.join(mods)}")
     byte = frm if frm in ("u8", "s8") else to
     signed = byte == "s8"

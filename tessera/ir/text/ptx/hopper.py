@@ -33,6 +33,10 @@ def _constant(b: InstrBuilder, token: str, what: str) -> int:
 @handler("mbarrier")
 def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     kind = mods[0] if mods else ""
+    if mods[-1:] != ["b64"]:
+        raise b.syntax(f"mbarrier.{kind} works on a .b64 barrier: end the opcode with .b64")
+    if not set(_SHARED) & set(mods):
+        raise b.unsupported(f"mbarrier.{kind} at a generic address (say .shared::cta)")
     rest = [f for f in mods[1:] if f not in _SHARED and f not in ("b64", "release", "cta",
                                                                   "acquire", "relaxed")]
     if kind == "init" and not rest:

@@ -46,6 +46,8 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
         return f"{head}.{scope.pop()} scopes a memory order: add .relaxed, .acquire or .release"
     if sem and space in ("param", "const", "local"):
         return f"{head}.{sem[0]} orders no .{space} access"
+    if "volatile" in flags and space in ("param", "const"):
+        return f"{head}.volatile does not apply to .{space}"
     if "nc" in flags and space != "global":
         return "ld.nc reads the .global space only"
     if "L1::no_allocate" in flags and space == "local":

@@ -106,20 +106,48 @@ def _modifier_problem(head: str, flags: list[str]) -> str | None:
     return f"{head} takes no .{odd[0]} modifier" if odd else None
 
 
+_TYPE_NAME = re.compile(r"^([busfe]\d|bf16|tf32|pred$|ue\d)")
+
+
+def _arch(target: str) -> int:
+    """The SM number of a ``.target`` (``sm_90a``: 90); a large one when unknown."""
+    m = re.match(r"sm_(\d+)", target)
+    return int(m[1]) if m else 1000
+
+
+def _hopper_problem(head: str, mods: list[str], arch: int) -> str | None:
+    """Why an sm_90 instruction cannot run on an older ``.target``."""
+    hopper = (head in ("wgmma", "setmaxnreg", "elect", "stmatrix")
+              or (head == "cp" and mods[1:2] == ["bulk"])
+              or (head == "fence" and mods[:2] == ["proxy", "async"])
+              or (head == "mbarrier" and bool({"expect_tx", "try_wait"} & set(mods))))
+    if hopper and arch < 90:
+        return f"{head}.{'.'.join(mods)} needs .target sm_90 or higher"
+    return None
+
+
+def _form_problem(head: str, mods: list[str]) -> str | None:
+    """Why the modifiers of ``head`` make no instruction: a repeated one, or what the
+    conversion, memory and register tables refuse."""
+    named = [f for f in mods if not _TYPE_NAME.match(f)]  # mma.f32.bf16.bf16.f32 repeats types
+    repeated = [f for i, f in enumerate(named) if f in named[:i]]
+    if repeated:
+        return f"{head} repeats its .{repeated[0]} modifier"
+    if head == "cvt" and len(mods) >= 2 and not exotic(mods[-2]):
+        return cvt_problem(mods[-2], mods[-1], mods[:-2])
+    if head in ("ld", "st"):
+        return isa_memory.memory_problem(head, mods)
+    if head in OPCODES and head != "setp":
+        return _modifier_problem(head, mods[:-1])
+    return _required_problem(head, mods) if head in _REQUIRED else None
+
+
 def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a") -> None:
     """A syntax error unless the instruction's form takes its type (the last modifier) on
     ``target``; instructions outside the table are the handlers' to judge."""
     if not mods:
         return
-    problem = None
-    if b.head == "cvt" and len(mods) >= 2 and not exotic(mods[-2]):
-        problem = cvt_problem(mods[-2], mods[-1], mods[:-2])
-    elif b.head in ("ld", "st"):
-        problem = isa_memory.memory_problem(b.head, mods)
-    elif b.head in OPCODES and b.head != "setp":
-        problem = _modifier_problem(b.head, mods[:-1])
-    elif b.head in _REQUIRED:
-        problem = _required_problem(b.head, mods)
+    problem = _hopper_problem(b.head, mods, _arch(target)) or _form_problem(b.head, mods)
     if problem is not None:
         raise b.syntax(problem)
     if b.head not in OPCODES or mods[-1] in _UNMODELLED:
@@ -128,8 +156,7 @@ def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a") -> None
     form = form_of(b.head, mods)
     allowed = TYPES.get(form)
     if allowed is not None and t in allowed:
-        arch = re.match(r"sm_(\d+)", target)
-        if t in ("bf16", "bf16x2") and b.head in _SM90_BF16 and arch and int(arch[1]) < 90:
+        if t in ("bf16", "bf16x2") and b.head in _SM90_BF16 and _arch(target) < 90:
             raise b.syntax(f"{b.head}.{t} needs .target sm_90 or higher, not {target} "
                            "(fma.rn takes bf16 from sm_80)")
         return

@@ -337,7 +337,7 @@ def _fence(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.syntax("fence.proxy.async takes an optional .global, .shared::cta or "
                            ".shared::cluster")
         b.emit(target_async.Fence("proxy_async"))
-    elif b.head == "fence" and mods[:1] == ["mbarrier_init"]:
+    elif b.head == "fence" and mods == ["mbarrier_init", "release", "cluster"]:
         b.emit(target_async.Fence("mbarrier_init"))
     elif b.head == "membar" and mods in (["cta"], ["gl"], ["sys"]):
         return

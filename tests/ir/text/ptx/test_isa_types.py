@@ -213,6 +213,9 @@ OPERANDS = [
     ("red.global.release.gpu.add.u32 [%rd1], 1;", "ok"),
     ("red.global.acq_rel.gpu.add.u32 [%rd1], 1;", "acquire"),
     ("ld.acq_rel.gpu.global.u32 %r1, [%rd1];", "acq_rel"),
+    ("ld.volatile.param.u64 %rd1, [p];", "volatile"), ("add.rn.rn.f32 %f1, %f1, %f1;", "twice"),
+    ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
+    ("mbarrier.init.shared::cta [%r1], 1;", "b64"), ("setp.ge.uni.s32 %p1, %r1, %r2;", "uni"),
 ]
 
 
@@ -228,16 +231,19 @@ def test_operands_qualifiers_and_required_modifiers(line: str, verdict: str) -> 
 @pytest.mark.parametrize("line, sm80", [
     ("add.rn.bf16x2 %r0, %r1, %r2;", "syntax"), ("setp.lt.bf16 %p0, %h1, %h2;", "syntax"),
     ("ex2.approx.ftz.bf16 %h0, %h1;", "syntax"), ("fma.rn.bf16x2 %r0, %r1, %r2, %r3;", "ok"),
-    ("max.bf16 %h0, %h1, %h2;", "ok"),
+    ("max.bf16 %h0, %h1, %h2;", "ok"), ("elect.sync %r0|%p0, -1;", "syntax"),
+    ("wgmma.fence.sync.aligned;", "syntax"), ("cp.async.bulk.commit_group;", "syntax"),
+    ("fence.proxy.async;", "syntax"), ("mbarrier.init.shared.b64 [%r1], 1;", "ok"),
 ])
 def test_hopper_bf16_arithmetic_needs_sm_90(line: str, sm80: str) -> None:
-    """add/sub/mul/setp/ex2/tanh of bf16 are sm_90 instructions; sm_80 has fma, min, max."""
+    """add/sub/mul/setp/ex2/tanh of bf16, wgmma, elect, bulk copies and the async proxy
+    are sm_90 instructions; sm_80 has fma, min and max of bf16 and mbarrier.init."""
     assert answer(line) == "ok"
     text = kernel([line]).replace(".target sm_90a", ".target sm_80")
     if sm80 == "ok":
         parse_ptx(text, "a.ptx")
         return
-    with pytest.raises(PtxSyntaxError, match=r"needs \.target sm_90 or higher, not sm_80"):
+    with pytest.raises(PtxSyntaxError, match=r"needs \.target sm_90 or higher"):
         parse_ptx(text, "a.ptx")
 
 
