@@ -11,6 +11,7 @@ take what ``.rn`` takes). Modifiers that do not change the type list (``.sat``,
 
 from __future__ import annotations
 
+import functools
 import re
 
 from tessera.ir.text.ptx import isa_memory
@@ -145,32 +146,38 @@ def _form_problem(head: str, mods: list[str]) -> str | None:
 def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a") -> None:
     """A syntax error unless the instruction's form takes its type (the last modifier) on
     ``target``; instructions outside the table are the handlers' to judge."""
-    if not mods:
-        return
-    problem = _hopper_problem(b.head, mods, _arch(target)) or _form_problem(b.head, mods)
-    if problem is not None:
-        raise b.syntax(problem)
-    if b.head not in OPCODES or mods[-1] in _UNMODELLED:
-        return
+    if mods:
+        problem = instruction_problem(b.head, tuple(mods), _arch(target))
+        if problem is not None:
+            raise b.syntax(problem)
+
+
+@functools.lru_cache(maxsize=4096)
+def instruction_problem(head: str, mods: tuple[str, ...], arch: int) -> str | None:
+    """Why ``head.mods`` is no instruction on ``sm_<arch>``, or None (instructions repeat:
+    each form is judged once)."""
+    listed = list(mods)
+    problem = _hopper_problem(head, listed, arch) or _form_problem(head, listed)
+    if problem is not None or head not in OPCODES or mods[-1] in _UNMODELLED:
+        return problem
     t = mods[-1]
-    form = form_of(b.head, mods)
+    form = form_of(head, listed)
     allowed = TYPES.get(form)
     if allowed is not None and t in allowed:
-        if t in ("bf16", "bf16x2") and b.head in _SM90_BF16 and _arch(target) < 90:
-            raise b.syntax(f"{b.head}.{t} needs .target sm_90 or higher, not {target} "
-                           "(fma.rn takes bf16 from sm_80)")
-        return
-    others = [f for f, types in TYPES.items() if f.split(".")[0] == b.head and t in types
+        if t in ("bf16", "bf16x2") and head in _SM90_BF16 and arch < 90:
+            return (f"{head}.{t} needs .target sm_90 or higher, not sm_{arch} "
+                    "(fma.rn takes bf16 from sm_80)")
+        return None
+    others = [f for f, types in TYPES.items() if f.split(".")[0] == head and t in types
               and f != form]
     if allowed is None and not others:
-        raise b.syntax(f"{form} is not a PTX instruction")
+        return f"{form} is not a PTX instruction"
     verb = "takes" if len(others) == 1 else "take"
     if allowed is None:
-        raise b.syntax(f"{form}.{t} is not a PTX instruction: "
-                       f"{' and '.join(others)} {verb} .{t}")
+        return f"{form}.{t} is not a PTX instruction: {' and '.join(others)} {verb} .{t}"
     takes = ", ".join("." + x for x in allowed)
     hint = f" ({' and '.join(others)} {verb} it)" if others else ""
-    raise b.syntax(f"{form} takes {takes}, not .{t}{hint}")
+    return f"{form} takes {takes}, not .{t}{hint}"
 
 
 _INT_RANGE = {t: ((-(1 << (int(t[1:]) - 1)), (1 << (int(t[1:]) - 1)) - 1) if t[0] == "s"
@@ -223,4 +230,4 @@ def cvt_problem(to: str, frm: str, flags: list[str]) -> str | None:
     return None
 
 
-__all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of"]
+__all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of", "instruction_problem"]
