@@ -32,6 +32,7 @@ from tessera.interp.apply import Apply, rule
 from tessera.ir.dialects import graph as graph_ir
 from tessera.numerics import extrema
 from tessera.numerics.transcendental.erf64 import erf_f64_specified
+from tessera.numerics.transcendental.exact import pow_f32, rounded_function
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.gelu64 import (
     gelu_erf_f64_specified,
@@ -98,6 +99,10 @@ _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+#: sin and cos of real formats of up to 32 bits: correctly rounded to f32
+_ROUNDED = {graph_ir.Sin: np.sin, graph_ir.Cos: np.cos}
+F32 = np.dtype(np.float32)
+
 #: real log and tanh: specified binary64 functions (numerics.transcendental)
 _SPECIFIED = {graph_ir.Log: log_f64_specified, graph_ir.Tanh: tanh_f64_specified}
 
@@ -123,6 +128,12 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         # the specified, correctly rounded f32 exp (every real format of up to 32 bits
         # is a subset of f32), then rounded to the element: the same bits on any machine
         out = exp_f32(np.asarray(ap.wide(x), np.float32)).astype(np.float64)
+    elif kind in _ROUNDED and _narrow_float(ap) and not np.iscomplexobj(w := ap.wide(x)):
+        # sin and cos correctly rounded to f32, decided exactly where NumPy's float64
+        # value cannot prove the rounding, then rounded to the element (as exp)
+        fn = "sin" if kind is graph_ir.Sin else "cos"
+        with np.errstate(invalid="ignore"):
+            out = rounded_function(fn, w, _ROUNDED[kind](w), F32).astype(np.float64)
     elif kind in _SPECIFIED and not np.iscomplexobj(w := ap.wide(x)):
         out = _SPECIFIED[kind](w)  # a specified binary64 function (complex: NumPy's)
     else:
@@ -219,7 +230,11 @@ def arith(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
         if kind is graph_ir.Pow:
             return [store_ints(ap, _int_pow(ap, ia, ib))]
         return [store_ints(ap, _FLOAT_BINARY[kind](ia, ib))]
-    return [ap.round(settle_nans(_FLOAT_BINARY[kind](ap.wide(a, 0), ap.wide(b, 1))))]
+    wa, wb = ap.wide(a, 0), ap.wide(b, 1)
+    if kind is graph_ir.Pow and _narrow_float(ap) and ap.operand_storage(1).kind == "float" \
+            and ap.operand_storage(1).bits <= 32 and not np.iscomplexobj(wa):
+        return [ap.round(settle_nans(pow_f32(wa, wb).astype(np.float64)))]
+    return [ap.round(settle_nans(_FLOAT_BINARY[kind](wa, wb)))]
 
 
 @rule(graph_ir.Maximum, graph_ir.Minimum)

@@ -6,12 +6,13 @@ the same on every machine, that satisfies the ISA's bound, and :data:`BOUNDS` re
 the bound itself, which is what a fast-mode kernel's results are checked against
 (:mod:`tessera.frontend.kernel.backends.fast_bounds`).
 
-The model is the **correctly rounded** f32 result (round to nearest even), with the
-``.ftz`` flushes applied. It is computed from NumPy's float64 ``exp2``/``log2``, whose
-result is trusted only where it lies more than :data:`MARGIN_ULPS` float64 ulps from a
-float32 rounding boundary (library float64 functions are accurate to a few ulps); the
-other elements (about one in 2^19) are decided exactly with :mod:`decimal` at 60
-digits, so the model does not depend on the platform's ``libm``. Values of 2^x and
+The model is the **correctly rounded** result (round to nearest even), with the
+``.ftz`` flushes applied. It is computed from NumPy's float64 functions, whose result is
+trusted only where it lies more than :data:`MARGIN_ULPS` float64 ulps from a rounding
+boundary (library float64 functions are accurate to a few ulps); the other elements
+(about one in 2^19) are decided exactly with :mod:`decimal` at 60 digits
+(:mod:`tessera.numerics.transcendental.exact`), so the model does not depend on the
+platform's ``libm``. Values of 2^x and
 log2(x) for a float32 ``x`` are never exactly a float32 midpoint (they are either
 exact float32 values, for integer ``x`` and powers of two, or transcendental).
 
@@ -33,21 +34,17 @@ Bounds (PTX ISA 9.1, sec. 9.7.3, "Floating Point Instructions"):
 
 from __future__ import annotations
 
-import decimal
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-from tessera.interp.target import exact_math
 from tessera.interp.target import numeric as tn
+from tessera.numerics.transcendental.exact import MARGIN_ULPS, rounded_function
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 _ELEM = {F32: "f32", np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
-#: float64 ulps a library ``exp2``/``log2`` result may be from the exact value before
-#: the element is decided exactly instead
-MARGIN_ULPS = 256
 
 
 @dataclass(frozen=True)
@@ -73,44 +70,6 @@ BOUNDS: dict[str, ApproxBound] = {b.instruction: b for b in (
 )}
 
 
-def _nearest(candidate: np.ndarray, below: np.ndarray, above: np.ndarray,
-             exact: decimal.Decimal) -> np.ndarray:
-    """The one of ``below``, ``candidate``, ``above`` (neighbouring values of one
-    format) nearest ``exact``. No tie arises: 2^x and log2(x) of a float are exact
-    only where the float64 value already decided them."""
-    c = decimal.Decimal(float(candidate))
-    if exact < (decimal.Decimal(float(below)) + c) / 2:
-        return below
-    if exact > (c + decimal.Decimal(float(above))) / 2:
-        return above
-    return candidate
-
-
-def correctly_rounded(x: np.ndarray, y64: np.ndarray, dt: np.dtype, fn: str) -> np.ndarray:
-    """f(x) rounded once to ``dt`` (RNE), given float64 approximations ``y64`` of it
-    (``fn``: a function :func:`tessera.interp.target.exact_math.evaluate` knows):
-    ``y64`` decides every element that lies more than :data:`MARGIN_ULPS` float64
-    ulps from the midpoint between two ``dt`` values; the rest are decided at 60
-    digits with :mod:`decimal`. The same bits on every machine whatever its
-    ``libm``, for f32, f16 and bf16 results, subnormal ones included."""
-    out = y64.astype(F32) if dt == F32 else tn.cvt_float(y64, dt, "rn", False)
-    with np.errstate(over="ignore", invalid="ignore"):
-        below = np.nextafter(out, np.array(-np.inf, dt))
-        above = np.nextafter(out, np.array(np.inf, dt))
-        c64, lo, hi = out.astype(F64), below.astype(F64), above.astype(F64)
-        gap = np.minimum(np.abs(y64 - (c64 + lo) / 2), np.abs(y64 - (c64 + hi) / 2))
-        hard = np.isfinite(y64) & (y64 != 0) & np.isfinite(c64) & (
-            gap <= MARGIN_ULPS * np.spacing(np.abs(y64)))
-    idx = np.flatnonzero(hard)
-    if idx.size:
-        with decimal.localcontext() as ctx:
-            ctx.prec = 60
-            for i in idx:
-                exact = exact_math.evaluate(fn, decimal.Decimal(float(x.flat[i])))
-                out.flat[i] = _nearest(out.flat[i], below.flat[i], above.flat[i], exact)
-    return out
-
-
 def ex2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
     """``ex2.approx{.ftz}`` of f32, f16 or bf16 ``x``: 2^x correctly rounded to x's
     format; with ``.ftz`` subnormal inputs read as zero (2^0 = 1) and subnormal results
@@ -118,7 +77,7 @@ def ex2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
     x = tn.flush_subnormals(x, _ELEM[x.dtype]) if ftz else x
     x64 = x.astype(F64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        out = correctly_rounded(x64, np.exp2(x64), x.dtype, "ex2")
+        out = rounded_function("ex2", x64, np.exp2(x64), x.dtype)
     if ftz:  # 2^x below 2^-126 rounds to a subnormal or to 2^-126 itself only from above
         out = np.where(x64 < -126, np.zeros((), x.dtype), out).astype(x.dtype)
     return tn.canonical_nans(out)
@@ -133,7 +92,7 @@ def lg2_model(x: np.ndarray, ftz: bool) -> np.ndarray:
     ok = np.isfinite(x64) & (x64 > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         y64 = np.log2(x64)
-        out = correctly_rounded(np.where(ok, x64, 1.0), np.where(ok, y64, 0.0), F32, "lg2")
+        out = rounded_function("lg2", np.where(ok, x64, 1.0), np.where(ok, y64, 0.0), F32)
     out = np.where(ok, out, y64.astype(F32))  # 0 -> -inf, +inf -> +inf, NaN and x < 0
     return tn.canonical_nans(out.astype(F32))
 
@@ -177,7 +136,7 @@ def function_model(fn: str, ftz: bool) -> Callable[[np.ndarray], np.ndarray]:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y64 = _F64[fn](x64)
             ok = np.isfinite(x64) & np.isfinite(y64) & (x64 > 0 if fn == "rsqrt" else True)
-            out = correctly_rounded(np.where(ok, x64, 1.0), np.where(ok, y64, 1.0), F32, fn)
+            out = rounded_function(fn, np.where(ok, x64, 1.0), np.where(ok, y64, 1.0), F32)
         out = np.where(ok, out, y64.astype(F32))
         return tn.canonical_nans(tn.flush_subnormals(out, "f32") if ftz else out)
     return model
@@ -200,5 +159,5 @@ def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndar
     return _ieee({"sqrt": np.sqrt, "rcp": np.reciprocal}[op], ftz, elem)
 
 
-__all__ = ["BOUNDS", "MARGIN_ULPS", "ApproxBound", "correctly_rounded", "ex2_approx_ftz",
+__all__ = ["BOUNDS", "MARGIN_ULPS", "ApproxBound", "ex2_approx_ftz",
            "ex2_model", "function_model", "lg2_approx_ftz", "lg2_model", "unary_model"]

@@ -30,6 +30,7 @@ from tessera.numerics.reductions.accumulator.carried import carried_reduce
 from tessera.numerics.reductions.sums import sum_rounded
 from tessera.numerics.reductions.treesum import SHORT, row_extreme, row_sum_f64
 from tessera.numerics.transcendental import erf64, log64, tanh64
+from tessera.numerics.transcendental.exact import pow_f32
 from tessera.numerics.transcendental.exp import exp_f32
 from tessera.numerics.transcendental.exp64 import exp_f64_specified
 
@@ -116,6 +117,8 @@ def _pow(instr: Instr, fast: bool) -> Impl:
         return cube
     if n.kind != "float" or fast:
         return lambda x, y: n.result(np.power(n.compute(x), n.compute(y)))
+    if n.sd != F64:  # formats of up to 32 bits: correctly rounded to f32, as the graph's
+        return lambda x, y: n.result(pow_f32(to_f64(n.narrow(x)), to_f64(n.narrow(y))))
     return lambda x, y: n.result(np.power(to_f64(n.narrow(x)), to_f64(n.narrow(y))))
 
 

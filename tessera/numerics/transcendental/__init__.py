@@ -13,6 +13,10 @@
   ``graph.tanh`` of real formats, ``tile.tanh``.
 * :mod:`.log64` -- log by fdlibm's reduction and polynomial: ``graph.log`` of real
   formats, ``tile.log``.
+* :mod:`.exact` -- functions correctly rounded to f32, f16 or bf16 from a float64
+  library value, decided with decimal arithmetic near a rounding boundary: the PTX
+  ``.approx`` models, and ``graph.sin``, ``graph.cos``, ``graph.pow`` and ``tile.pow`` of
+  formats of up to 32 bits.
 * :mod:`.gelu64` -- the tanh-form GELU as a binary64 quotient ``x / (1 + e^z)`` with
   that exp, the erf form through that erfc: ``graph.gelu`` of every float format, on
   every backend.

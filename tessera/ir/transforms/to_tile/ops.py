@@ -8,9 +8,10 @@ gives the graph interpreter's bits (which rounds the exact or float64 result onc
 * ``+ - * /`` and ``sqrt`` of f32 are correctly rounded in both; bf16 and f16 compute
   in f32 and round again, which is innocuous for these five operations (24 >= 2p + 2
   significand bits, Figueroa 1995), so both are correctly rounded;
-* ``log`` and ``pow`` of floats compute in float64 (the same NumPy functions) and
-  round once in both; ``tanh`` and ``erf`` are the specified binary64 ones
-  (``numerics.transcendental.tanh64``, ``erf64``) rounded once in both; ``gelu`` is the graph's
+* ``pow`` of formats of up to 32 bits is correctly rounded to f32 in both
+  (``numerics.transcendental.exact``), of f64 NumPy's float64 one in both; ``log``,
+  ``tanh`` and ``erf`` are the specified binary64 ones (``numerics.transcendental.log64``,
+  ``tanh64``, ``erf64``) rounded once in both; ``gelu`` is the graph's
   binary64 algorithm (``numerics.transcendental.gelu64``) performed op for op on f64
   tiles, then rounded once: the tanh form with the specified binary64 exp, the erf
   form with the specified erfc (``tile.erfc``), so both reach PTX;
