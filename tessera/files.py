@@ -30,7 +30,7 @@ def _refuse(path: Path, what: str, err: OSError) -> ArgumentError:
     in_the_way = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
     if isinstance(err, FileExistsError | NotADirectoryError) and in_the_way is not None:
         reason = f"'{in_the_way}' is a file, not a folder"
-    return ArgumentError(f"cannot write the {what} '{path}': {reason}",
+    return ArgumentError(f"cannot write the {what} '{path}': {reason}", loc=Loc(str(path), 0),
                          hint="choose a path in a folder you can write to (a missing "
                               "folder is created)")
 
@@ -41,7 +41,7 @@ def _temporary(path: str | os.PathLike[str], what: str) -> tuple[Path, int, str]
     target = Path(path)
     if target.is_dir():
         raise ArgumentError(f"cannot write the {what} '{target}': it is a folder",
-                            hint="name a file inside it")
+                            loc=Loc(str(target), 0), hint="name a file inside it")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

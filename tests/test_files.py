@@ -48,6 +48,7 @@ def test_a_path_that_cannot_be_written_names_itself(tmp_path: Path, case: str) -
     with pytest.raises(ArgumentError, match="cannot write the PTX") as info:
         write_output(path, "text", "PTX")
     assert str(path) in str(info.value) and reason in str(info.value)
+    assert info.value.loc.file == str(path)  # the error is the output path's
     with pytest.raises(ArgumentError):
         check_writable(path, "PTX")
     assert (tmp_path / "afile").read_text() == "x"
@@ -76,6 +77,7 @@ def test_ptx_output_path_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["ptx", *args, "-o", str(tmp_path / "afile" / "k.ptx")]) == 1
     err = capsys.readouterr().err
     assert "argument error: cannot write the PTX" in err and "Traceback" not in err
+    assert err.startswith(f"tessera: {tmp_path / 'afile' / 'k.ptx'}: ")  # not the kernel's
     assert main(["ptx", *args, "-o", str(tmp_path / "new" / "k.ptx")]) == 0
     assert ".entry saxpy" in (tmp_path / "new" / "k.ptx").read_text()
 
