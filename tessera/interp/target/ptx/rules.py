@@ -15,7 +15,7 @@ from tessera.interp.target.numeric import canonical_nans
 from tessera.interp.target.regs import pure
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target import ptx_ops
+from tessera.ir.dialects.target import ptx_ops, warp_ops
 from tessera.ir.dialects.target import wmma as wmma_ops
 
 U32 = np.dtype(np.uint32)
@@ -213,6 +213,27 @@ def _vote(c: TargetCompiler, instr: Instr) -> Step:
         res = {"all": count == total, "any": count > 0,
                "uni": (count == 0) | (count == total)}[mode]
         fr.regs[out] = np.repeat(res, 32)
+    return step
+
+
+@step_rule(warp_ops.Redux)
+def _redux(c: TargetCompiler, instr: Instr) -> Step:
+    from tessera.interp.target.flow import check_warps
+
+    op, dt = instr.op.op, DTYPES[instr.op.type]
+    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    src, out = c.slot(instr.operands[0]), c.slot(instr.results[0])
+    fold = {"min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
+            "or": np.bitwise_or, "xor": np.bitwise_xor}.get(op)
+
+    def step(fr: TargetFrame) -> None:
+        check_warps(fr, instr, 32, members)
+        lanes = fr.regs[src].astype(dt).reshape(-1, 32)[:, members]
+        if fold is None:  # add wraps modulo 2^32, as the ISA says
+            total = (lanes.astype(np.int64).sum(axis=1) & 0xFFFFFFFF).astype(U32).view(dt)
+        else:
+            total = fold.reduce(lanes, axis=1)
+        fr.regs[out] = np.repeat(total, 32)
     return step
 
 

@@ -1,6 +1,7 @@
 """Target IR instructions of warp-specialised kernels (sm_90a): ``setmaxnreg`` and
 ``elect.sync`` (PTX ISA 8.x, sec. 9.7.19.6 and 9.7.13.13; both need PTX 8.0, sm_90a for
-``setmaxnreg``).
+``setmaxnreg``); and ``redux.sync``, the warp reduction of integers (sec. 9.7.13.11,
+sm_80).
 
 A warp-specialised kernel splits its CTA into warpgroups with different jobs: a
 producer warpgroup, of which one elected thread issues the TMA loads, gives registers
@@ -16,6 +17,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
+from tessera.ir.dialects.target import RegType, reg_of
 
 #: ``setmaxnreg`` takes a multiple of 8 in this range (PTX ISA sec. 9.7.19.6)
 MAXNREG_RANGE = (24, 256)
@@ -42,4 +44,29 @@ class SetMaxNReg(Op):
         return ()
 
 
-__all__ = ["MAXNREG_RANGE", "SetMaxNReg"]
+#: redux.sync's operations and the type each takes
+REDUX_TYPES = {"add": ("u32", "s32"), "min": ("u32", "s32"), "max": ("u32", "s32"),
+               "and": ("b32",), "or": ("b32",), "xor": ("b32",)}
+
+
+@register_op
+@dataclass(frozen=True)
+class Redux(Op):
+    """``redux.sync.<op>.<type> d, a, membermask``: every member lane gets ``op`` over
+    the member lanes' ``a`` (``add`` wraps modulo 2^32); all members must execute it."""
+
+    name: ClassVar[str] = "ptx.redux"
+    pure: ClassVar[bool] = False
+    op: str
+    type: str
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.type not in REDUX_TYPES.get(self.op, ()):
+            raise IRVerifyError(f"redux.sync.{self.op} does not take .{self.type}")
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], self.type)
+        return (RegType(self.type),)
+
+
+__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Redux", "SetMaxNReg"]

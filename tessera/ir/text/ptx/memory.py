@@ -13,7 +13,7 @@ Memory fences (``membar``, ``fence.sc``/``acq_rel``) are no-ops for the same rea
 from __future__ import annotations
 
 from tessera.ir.core import Value
-from tessera.ir.dialects.target import ATOMIC_TYPES, RegType, atomic_type_problem, ptx_ops
+from tessera.ir.dialects.target import ATOMIC_TYPES, RegType, atomic_type_problem, ptx_ops, warp_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import count, handler, ptx_type
@@ -300,6 +300,23 @@ def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mask is None:
         raise b.unsupported("vote.sync with a register member mask")
     (d,) = b.emit(ptx_ops.Vote(body[0], mask & 0xFFFFFFFF), [b.read(ops[1], "pred")])
+    b.write(ops[0], d)
+
+
+@handler("redux")
+def _redux(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    body = [f for f in mods if f != "sync"]
+    if len(body) != 2 or body[0] not in warp_ops.REDUX_TYPES:
+        raise b.unsupported(f"redux.{'.'.join(mods)}")
+    op, t = body
+    takes = warp_ops.REDUX_TYPES[op]
+    if t not in takes:
+        raise b.syntax(f"redux.sync.{op} takes {', '.join('.' + x for x in takes)}, not .{t}")
+    count(b, ops, 3)
+    mask = parse_int(ops[2])
+    if mask is None:
+        raise b.unsupported("redux.sync with a register member mask")
+    (d,) = b.emit(warp_ops.Redux(op, t, mask & 0xFFFFFFFF), [b.read(ops[1], t)])
     b.write(ops[0], d)
 
 

@@ -25,10 +25,11 @@ from tessera.ir.dialects.target.ops import (
     Special,
     Store,
 )
+from tessera.ir.dialects.target.warp_ops import Redux
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
 
 U64 = RegType("u64")
-OUTPUTS = 9
+OUTPUTS = 10
 
 
 def _store(b: Builder, out: Value, tid: Value, k: int, v: Value) -> None:
@@ -54,6 +55,7 @@ def build() -> object:
         one(b, p.Bfi("b32"), tb, v, c(b, 5, "u32"), c(b, 6, "u32")),
         one(b, p.BitCount("popc", "b32"), v),
         one(b, p.Lop3(0xE8), v, tb, one(b, Binary("xor", "b32"), v, tb)),
+        one(b, Redux("add", "u32"), u),
         one(b, p.Vote("ballot"), one(b, Setp("lt", "u32"), u, c(b, 1 << 31, "u32"))),
     ]
     d, _ = b.create(p.ShflSync("bfly"), [v, c(b, 1, "u32"), c(b, 31, "u32"),

@@ -256,6 +256,22 @@ def test_lop3_and_copysign() -> None:
     np.testing.assert_array_equal(got.view(np.float32), [-5.0, 7.0, -1.0, np.inf])
 
 
+def test_redux_reduces_each_warp() -> None:
+    """``redux.sync`` (sm_80; CUB's warp reductions of integers): every lane of a warp
+    gets the reduction over the member lanes; ``add`` wraps modulo 2^32; a member mask
+    that leaves out lanes which execute it is divergence."""
+    a = (np.arange(64, dtype=np.uint64) * 0x0800_0001 + 0xF000_0000).astype(np.uint32)
+    got = run_elementwise("redux.sync.add.u32 %d, %a, -1;", a, a, a)
+    sums = [int(a[:32].astype(np.uint64).sum()) % 2**32, int(a[32:].astype(np.uint64).sum())
+            % 2**32]
+    np.testing.assert_array_equal(got, np.repeat(np.array(sums, np.uint32), 32))
+    got = run_elementwise("redux.sync.min.s32 %d, %a, -1;", a, a, a).view(np.int32)
+    np.testing.assert_array_equal(got, np.repeat([a[:32].view(np.int32).min(),
+                                                  a[32:].view(np.int32).min()], 32))
+    with pytest.raises(TargetFault, match="warp divergence"):
+        run_elementwise("redux.sync.or.b32 %d, %a, 0xffff;", a, a, a)
+
+
 def test_vote_ballot_and_any() -> None:
     body = """
     setp.lt.u32 %p, %a, %b;

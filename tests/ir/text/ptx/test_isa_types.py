@@ -216,6 +216,8 @@ OPERANDS = [
     ("ld.volatile.param.u64 %rd1, [p];", "volatile"), ("add.rn.rn.f32 %f1, %f1, %f1;", "twice"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
     ("mbarrier.init.shared::cta [%r1], 1;", "b64"), ("setp.ge.uni.s32 %p1, %r1, %r2;", "uni"),
+    ("redux.sync.add.u32 %r1, %r2, -1;", "ok"), ("redux.sync.and.b32 %r1, %r2, -1;", "ok"),
+    ("redux.sync.add.b32 %r1, %r2, -1;", "takes .u32"), ("redux.add.u32 %r1, %r2, -1;", "sync"),
 ]
 
 
