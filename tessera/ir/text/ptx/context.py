@@ -127,9 +127,10 @@ class InstrBuilder:
         """The value of operand ``token`` read as PTX type ``elem``."""
         t = token.strip()
         if t.startswith("{"):
-            names = [self.register(x) for x in t[1:-1].split(",")]
-            for token, name in zip(t[1:-1].split(","), names):
-                self.check_register(token.strip(), name, elem)
+            parts = [x.strip() for x in t[1:-1].split(",")]
+            names = [self.register(x) for x in parts]
+            for part, name in zip(parts, names):
+                self.check_register(part, name, elem)
             v = Value(RegType(elem, len(names)))
             self.pi.reads.append((v, tuple(names)))
             return v
@@ -238,8 +239,8 @@ class InstrBuilder:
         assert isinstance(vt, RegType)
         if vt.count != len(names):
             raise self.syntax(f"{len(names)} destination registers for {vt.count} values")
-        for token, name in zip(tokens, names):
-            self.check_register(token, name, vt.elem)
+        for part, name in zip(tokens, names):
+            self.check_register(part, name, vt.elem)
         self.pi.writes.append((value, names))
 
     def check_register(self, token: str, name: str, elem: str) -> None:

@@ -13,7 +13,14 @@ Memory fences (``membar``, ``fence.sc``/``acq_rel``) are no-ops for the same rea
 from __future__ import annotations
 
 from tessera.ir.core import Value
-from tessera.ir.dialects.target import ATOMIC_TYPES, RegType, atomic_type_problem, ptx_ops, warp_ops
+from tessera.ir.dialects.target import (
+    ATOMIC_TYPES,
+    REG_TYPES,
+    RegType,
+    atomic_type_problem,
+    ptx_ops,
+    warp_ops,
+)
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import count, handler, ptx_type
@@ -24,7 +31,7 @@ _QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "rela
                "release", "acq_rel", "weak", "gpu", "cta", "sys", "cluster", "L1::no_allocate",
                "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_last",
                "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
-               "L2::evict_first", "sync", "aligned"}
+               "L2::evict_first"}
 _SPACES = {"global", "shared", "param", "local", "const", "shared::cta"}
 
 
@@ -65,12 +72,11 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     each byte is extended into (or taken from) a wider register."""
     b.any_width = True  # the byte is extended into, or taken from, any register
     value = ops[0] if b.head == "ld" else ops[1]
-    for token in value.strip("{} ").split(","):
-        name = b.scope.resolve(token.strip())
-        if name is not None and b.scope.registers[name] in ("f16", "bf16", "f32", "f64",
-                                                             "f16x2", "bf16x2", "pred"):
-            raise b.syntax(f"register {token.strip()} is a .{b.scope.registers[name]} "
-                           f"register: a .{mods[-1]} byte needs an integer register")
+    for token in (x.strip() for x in value.strip("{} ").split(",")):
+        name = b.scope.resolve(token)
+        if name is not None and REG_TYPES[b.scope.registers[name]][1] in "fp":
+            raise b.syntax(f"register {token} is a .{b.scope.registers[name]} register: a "
+                           f".{mods[-1]} byte needs an integer register")
     space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
     space = _memory_op(b, space)
     count(b, ops, 2)
