@@ -6,7 +6,10 @@ of giving them a meaning no GPU has.
 An instruction's *form* is its opcode with the modifiers that change what it is
 (``mul.lo`` and ``mul.wide`` are different instructions; ``.rz``, ``.rm`` and ``.rp``
 take what ``.rn`` takes). Modifiers that do not change the type list (``.sat``,
-``.uni``) are not part of the form; the handlers judge them.
+``.relu``) are not part of the form; the handlers judge them. Beside the types the
+module checks what applies to every instruction: a modifier given at most once, the
+``.sync``/``.aligned`` warp-collective instructions must say, and the sm_90 instructions
+an older ``.target`` lacks; ``ld``/``st`` are :mod:`.isa_memory`'s.
 """
 
 from __future__ import annotations
