@@ -151,12 +151,45 @@ def _expected(result: Any, arrays: list[int]) -> dict[int, Any]:
                         "array, a sequence or a dict of arrays", loc=WHERE)
 
 
+#: the options that only a launch of one kernel uses, with their defaults
+_LAUNCH = {"grid": "1", "block": "1", "arg": [], "shared_bytes": 0, "reference": "",
+           "rtol": None, "atol": None, "no_race_check": False, "tensor_cores": "exact"}
+
+
+def _read_whole(program: Any, args: argparse.Namespace) -> int:
+    """Without ``--kernel``: the whole file read and checked against the ISA's rules
+    (every instruction's types, operands and qualifiers; a syntax error is raised at
+    its line), and what each kernel takes."""
+    given = [f"--{k.replace('_', '-')}" for k, v in _LAUNCH.items() if getattr(args, k) != v]
+    names = program.kernels
+    if given:
+        verb = "describes" if len(given) == 1 else "describe"
+        raise ArgumentError(f"{', '.join(given)} {verb} a launch of one kernel: name it "
+                            f"with --kernel ({', '.join(names) or 'the file has none'})",
+                            loc=WHERE)
+    module = program.module
+    print(f"check-ptx {args.file}: PTX {module.version} for {module.target}, "
+          f"{len(names)} kernel(s)")
+    for name in names:
+        kernel = program.kernel(name)
+        ir = kernel.ir
+        count = sum(len(block.body) for block in ir.blocks)
+        print(f"  {kernel!r}: {count} instructions, {len(ir.registers)} registers, "
+              f"{ir.static_shared} bytes of static shared memory (line {ir.loc.line})")
+    print("result: OK (every instruction's types, operands and qualifiers as the PTX ISA "
+          "allows them; run a kernel with --kernel NAME --grid ... --block ... --arg ...)")
+    return 0
+
+
 def cmd_check_ptx(args: argparse.Namespace) -> int:
-    """Run the kernel, report the sanitizer's verdict and the comparison."""
+    """Run the kernel, report the sanitizer's verdict and the comparison; without a
+    kernel, read and check the whole file."""
     import tessera as ts
     from tessera.interp.target import TargetFault
 
     program = ts.ptx.load(Path(args.file))
+    if not args.kernel:
+        return _read_whole(program, args)
     kernel = program.kernel(args.kernel)
     args.where = kernel.ir.loc
     rng = np.random.default_rng(args.seed)
@@ -222,9 +255,11 @@ def _dims(text: str, what: str) -> tuple[int, ...]:
 
 def add_parser(sub: Any) -> None:
     """Register ``check-ptx`` with the ``tessera`` command's subparsers."""
-    p = sub.add_parser("check-ptx", help="run a PTX kernel on the CPU with sanitizer checks")
+    p = sub.add_parser("check-ptx", help="run a PTX kernel on the CPU with sanitizer checks, "
+                       "or check a whole file against the PTX ISA's rules")
     p.add_argument("file", help="FILE.ptx (from nvcc, Triton, tessera or by hand)")
-    p.add_argument("--kernel", required=True, help="the .entry to run")
+    p.add_argument("--kernel", default="", help="the .entry to run (without it: read and "
+                   "check every kernel, run none)")
     p.add_argument("--grid", default="1", help="CTAs, e.g. 4 or 4,2,1")
     p.add_argument("--block", default="1", help="threads per CTA, e.g. 256 or 32,8")
     p.add_argument("--arg", action="append", default=[],

@@ -69,6 +69,24 @@ def test_argument_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "has no kernel 'nope'" in capsys.readouterr().err
 
 
+def test_a_whole_file_is_read_and_checked_without_a_kernel(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``tessera check-ptx FILE`` with no ``--kernel``: every kernel read and checked
+    against the ISA's rules, none run; a launch option then asks for a kernel."""
+    assert main(["check-ptx", str(NVCC_PTX)]) == 0
+    out = capsys.readouterr().out
+    assert "12 kernel(s)" in out and out.count("PtxKernel ") == 12
+    assert "PtxKernel saxpy(.u32 saxpy_param_0" in out and "result: OK" in out
+    assert main(["check-ptx", str(NVCC_PTX), "--grid", "4", "--arg", "u32=3"]) == 1
+    err = capsys.readouterr().err
+    assert "--grid, --arg describe a launch of one kernel: name it with --kernel (saxpy," in err
+    bad = tmp_path / "bad.ptx"
+    bad.write_text(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n"
+                   "{\n .reg .b32 %r<3>;\n add.b32 %r1, %r2, %r2;\n ret;\n}\n")
+    assert main(["check-ptx", str(bad)]) == 1
+    assert capsys.readouterr().err.startswith(f"tessera: {bad}:7: PTX syntax error: add takes")
+
+
 def test_arg_specs(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     a, _ = parse_arg("u16[2,3]=arange", rng)
