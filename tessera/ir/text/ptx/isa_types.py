@@ -49,7 +49,8 @@ TYPES: dict[str, tuple[str, ...]] = {
     "rcp.approx.ftz": FLOAT, "ex2.approx": ("f32", "f16", "f16x2"),
     "ex2.approx.ftz": ("f32", "bf16", "bf16x2"), "lg2.approx": ("f32",),
     "sin.approx": ("f32",), "cos.approx": ("f32",), "tanh.approx": ("f32", *HALF),
-    "rsqrt.approx": FLOAT, "lop3": ("b32",),
+    "rsqrt.approx": FLOAT, "lop3": ("b32",), "sad": INT, "mul24.lo": ("u32", "s32"),
+    "mul24.hi": ("u32", "s32"), "szext": ("u32", "s32"),
     "mov": ("pred", *BITS, *INT, *FLOAT), "selp": BITS + INT + FLOAT,
     "setp.eq": BITS + INT + FLOAT + HALF, "setp.lt": INT + FLOAT + HALF,
     "setp.lo": UNSIGNED, "setp.equ": FLOAT + HALF,
@@ -67,7 +68,7 @@ OPCODES = {form.split(".")[0] for form in TYPES}
 #: the modifiers some register instruction takes (sec. 9.7.1-9.7.5); the handlers judge
 #: which one takes which, and refuse the ones they do not model
 _REGISTER_MODS = _FORM_MODS | {"rz", "rm", "rp", "sat", "satfinite", "relu", "cc",
-                               "xorsign", "abs", "shiftamt", "oob"}
+                               "xorsign", "abs", "shiftamt", "oob", "clamp", "wrap"}
 #: bf16 arithmetic that Hopper added: sm_80 and sm_89 have fma, min, max, neg, abs only
 _SM90_BF16 = {"add", "sub", "mul", "setp", "ex2", "tanh"}
 #: what warp-collective instructions must say (ptxas refuses them without it)
@@ -77,7 +78,7 @@ _REQUIRED = {"shfl": ("sync",), "vote": ("sync",), "elect": ("sync",), "wgmma": 
                              ("sync", "aligned"))}
 #: register instructions that take no modifier but their type
 _BARE = {"mov", "selp", "and", "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz",
-         "brev", "bfe", "bfi", "rem", "copysign", "lop3"}
+         "brev", "bfe", "bfi", "rem", "copysign", "lop3", "sad"}
 #: types the reader does not model at all: their own "unsupported" error says so
 _UNMODELLED = {"u8", "s8", "b8", "e4m3", "e5m2", "tf32", "b128"}
 

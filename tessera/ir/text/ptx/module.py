@@ -27,6 +27,7 @@ from tessera.ir.dialects.target.cfg import (
     PtxInstr,
     SharedVar,
 )
+from tessera.ir.text.ptx import composed as _composed
 from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import isa_types
 from tessera.ir.text.ptx import memory as _memory
@@ -50,7 +51,7 @@ from tessera.ir.text.ptx.lexer import (
     statements,
 )
 
-_ = (_hopper, _memory, _wmma)  # register the memory, sync, wmma and sm_90 handlers
+_ = (_composed, _hopper, _memory, _wmma)  # register the other modules' handlers
 _GUARD = re.compile(r"^@(!?)(%[\w$]+)\s+(.*)$", re.S)
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")

@@ -218,6 +218,12 @@ OPERANDS = [
     ("mbarrier.init.shared::cta [%r1], 1;", "b64"), ("setp.ge.uni.s32 %p1, %r1, %r2;", "uni"),
     ("redux.sync.add.u32 %r1, %r2, -1;", "ok"), ("redux.sync.and.b32 %r1, %r2, -1;", "ok"),
     ("redux.sync.add.b32 %r1, %r2, -1;", "takes .u32"), ("redux.add.u32 %r1, %r2, -1;", "sync"),
+    ("sad.s32 %r1, %r2, %r3, %r4;", "ok"), ("mul24.hi.u32 %r1, %r2, %r3;", "ok"),
+    ("mul24.lo.u64 %rd1, %rd1, %rd1;", "u64"), ("testp.subnormal.f64 %p1, %fd1;", "ok"),
+    ("testp.normal.f16 %p1, %h1;", "f16"), ("dp4a.s32.u32 %r1, %r2, %r3, %r4;", "ok"),
+    ("dp2a.lo.u32.s32 %r1, %r2, %r3, %r4;", "ok"), ("szext.wrap.u32 %r1, %r2, 5;", "ok"),
+    ("prefetch.global.L2 [%rd1];", "ok"), ("nanosleep.u32 %r1;", "ok"),
+    ("cnot.b32 %r1, %r2;", "ok"),
 ]
 
 
