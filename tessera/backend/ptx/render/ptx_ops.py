@@ -134,7 +134,8 @@ def _vote(e: PtxWriter, instr: Instr) -> None:
         e.out(f"activemask.b32 {d};")
         return
     typ = "b32" if op.mode == "ballot" else "pred"
-    e.out(f"vote.sync.{op.mode}.{typ} {d}, {e.regs.one(instr.operands[0])}, 0x{op.mask:08X};")
+    mask = e.regs.one(instr.operands[1]) if len(instr.operands) > 1 else f"0x{op.mask:08X}"
+    e.out(f"vote.sync.{op.mode}.{typ} {d}, {e.regs.one(instr.operands[0])}, {mask};")
 
 
 @rule(WarpSync)

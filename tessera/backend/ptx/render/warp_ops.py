@@ -20,7 +20,8 @@ def _setmaxnreg(e: PtxWriter, instr: Instr) -> None:
 def _redux(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     src = e.regs.one(instr.operands[0])
-    e.out(f"redux.sync.{op.op}.{op.type} {e.regs.one(instr.result)}, {src}, {op.mask:#x};")
+    mask = e.regs.one(instr.operands[1]) if len(instr.operands) > 1 else f"{op.mask:#x}"
+    e.out(f"redux.sync.{op.op}.{op.type} {e.regs.one(instr.result)}, {src}, {mask};")
 
 
 __all__: list[str] = []

@@ -139,6 +139,40 @@ def _bitcount(c: TargetCompiler, instr: Instr) -> Step:
     return pure(c, instr, count)
 
 
+def warp_members(fr: TargetFrame, instr: Instr, masks: np.ndarray, what: str
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """A ``.sync`` warp instruction's member mask from a register, per thread (-1 where
+    the warp is idle), and whether each thread is a member; a fault unless every active
+    thread holds its warp's mask and is in it, and every member is active."""
+    m = fr.m
+    lane = m.tid % 32
+    mask = masks.astype(np.int64) & 0xFFFFFFFF
+    act = np.flatnonzero(fr.mask)
+    first = np.full(m.n // 32, -1, np.int64)
+    first[act[::-1] // 32] = mask[act[::-1]]
+    warp_mask = first[m.lin // 32]
+    members = ((warp_mask >> lane) & 1).astype(bool) & (warp_mask >= 0)
+    bad = (fr.mask & (mask != warp_mask)) | (fr.mask & ~members) | (members & ~fr.mask)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise m.fault(instr, "warp divergence", f"lane {int(lane[k])} disagrees with its "
+                      f"warp on the member mask or is a member that did not execute the "
+                      f"{what}; {what} needs every member lane converged", k)
+    return warp_mask, members
+
+
+def _members(fr: TargetFrame, instr: Instr, fixed: np.ndarray, slot: int | None, what: str
+             ) -> np.ndarray:
+    """Per thread, whether it is a member: of the constant mask ``fixed`` (each warp runs
+    the instruction with exactly those lanes or none), or of the register ``slot``'s."""
+    from tessera.interp.target.flow import check_warps
+
+    if slot is not None:
+        return warp_members(fr, instr, fr.regs[slot], what)[1]
+    active = check_warps(fr, instr, 32, fixed)
+    return np.repeat(active, 32) & np.tile(fixed, len(active))
+
+
 @step_rule(ptx_ops.ShflSync)
 def _shfl_sync(c: TargetCompiler, instr: Instr) -> Step:
     mode = instr.op.mode
@@ -148,20 +182,7 @@ def _shfl_sync(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         lane = m.tid % 32
-        mask = fr.regs[mk].astype(np.int64) & 0xFFFFFFFF
-        act = np.flatnonzero(fr.mask)
-        # every active thread must be in its own member mask, and every member active
-        first = np.full(m.n // 32, -1, np.int64)
-        first[act[::-1] // 32] = mask[act[::-1]]
-        warp_mask = first[m.lin // 32]
-        members = ((warp_mask >> lane) & 1).astype(bool)
-        bad = (fr.mask & (mask != warp_mask)) | (fr.mask & ~members) | \
-            ((warp_mask >= 0) & members & ~fr.mask)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise m.fault(instr, "warp divergence", f"lane {int(lane[k])} disagrees with its "
-                          "warp on the member mask or is a member that did not execute the "
-                          "shuffle; shfl.sync needs every member lane converged", k)
+        warp_mask, _ = warp_members(fr, instr, fr.regs[mk], "shfl.sync")
         bb = fr.regs[b].astype(np.int64) & 31
         cv = fr.regs[cc].astype(np.int64)
         clamp, seg = cv & 31, (cv >> 8) & 31
@@ -187,11 +208,10 @@ def _shfl_sync(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(ptx_ops.Vote)
 def _vote(c: TargetCompiler, instr: Instr) -> Step:
-    from tessera.interp.target.flow import check_warps
-
     mode = instr.op.mode
-    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    fixed = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
     src = c.slot(instr.operands[0]) if instr.operands else None
+    mask = c.slot(instr.operands[1]) if len(instr.operands) > 1 else None
     out = c.slot(instr.results[0])
 
     def step(fr: TargetFrame) -> None:
@@ -200,13 +220,13 @@ def _vote(c: TargetCompiler, instr: Instr) -> Step:
             bits = (per.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
             fr.regs[out] = np.repeat(bits.astype(U32), 32)
             return
-        check_warps(fr, instr, 32, members)
-        p = (fr.regs[src] & fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
+        members = _members(fr, instr, fixed, mask, "vote.sync")
+        p = (fr.regs[src] & members).reshape(-1, 32)
         if mode == "ballot":
             bits = (p.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
             fr.regs[out] = np.repeat(bits.astype(U32), 32)
             return
-        act = (fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
+        act = members.reshape(-1, 32)
         count = p.sum(axis=1)
         total = act.sum(axis=1)
         res = {"all": count == total, "any": count > 0,
@@ -217,18 +237,21 @@ def _vote(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(warp_ops.Redux)
 def _redux(c: TargetCompiler, instr: Instr) -> Step:
-    from tessera.interp.target.flow import check_warps
-
     op, dt = instr.op.op, DTYPES[instr.op.type]
-    members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    fixed = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
     src, out = c.slot(instr.operands[0]), c.slot(instr.results[0])
-    fold = {"min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
-            "or": np.bitwise_or, "xor": np.bitwise_xor}.get(op)
+    mask = c.slot(instr.operands[1]) if len(instr.operands) > 1 else None
+    info = np.iinfo(dt)
+    # each operation with the value that leaves it unchanged (a non-member's stand-in)
+    fold, identity = {"add": (np.add, 0), "min": (np.minimum, info.max),
+                      "max": (np.maximum, info.min), "and": (np.bitwise_and, -1 if
+                                                              info.min else info.max),
+                      "or": (np.bitwise_or, 0), "xor": (np.bitwise_xor, 0)}[op]
 
     def step(fr: TargetFrame) -> None:
-        check_warps(fr, instr, 32, members)
-        lanes = fr.regs[src].astype(dt).reshape(-1, 32)[:, members]
-        if fold is None:  # add wraps modulo 2^32, as the ISA says
+        members = _members(fr, instr, fixed, mask, "redux.sync").reshape(-1, 32)
+        lanes = np.where(members, fr.regs[src].astype(dt).reshape(-1, 32), dt.type(identity))
+        if op == "add":  # wraps modulo 2^32, as the ISA says
             total = (lanes.astype(np.int64).sum(axis=1) & 0xFFFFFFFF).astype(U32).view(dt)
         else:
             total = fold.reduce(lanes, axis=1)

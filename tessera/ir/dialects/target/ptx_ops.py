@@ -24,6 +24,7 @@ from tessera.ir.dialects.target import (
     atomic_type_problem,
     reg_of,
 )
+from tessera.ir.dialects.target.warp_ops import Vote
 
 #: generic-address windows: shared memory, each thread's local memory, the parameters
 SHARED_WINDOW = 0x0800_0000
@@ -302,27 +303,6 @@ class ShflSync(Op):
         if self.mode not in ("up", "down", "bfly", "idx"):
             raise IRVerifyError(f"unknown shuffle mode {self.mode!r}")
         return (RegType("b32"), PRED)
-
-
-@register_op
-@dataclass(frozen=True)
-class Vote(Op):
-    """``vote.sync.<mode>`` (sec. 9.7.12.4): ``all``/``any``/``uni`` predicates or the
-    ``ballot`` bit mask of the member lanes (``activemask`` when ``mode`` is
-    ``active``, with no operand)."""
-
-    name: ClassVar[str] = "ptx.vote"
-    pure: ClassVar[bool] = False
-    mode: str
-    mask: int = 0xFFFFFFFF
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        if self.mode == "active":
-            check_count(self, operands, 0)
-            return (RegType("b32"),)
-        check_count(self, operands, 1)
-        reg_of(self, operands[0], "pred")
-        return (RegType("b32"),) if self.mode == "ballot" else (PRED,)
 
 
 @register_op

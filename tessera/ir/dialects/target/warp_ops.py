@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import RegType, reg_of
+from tessera.ir.dialects.target import PRED, RegType, reg_of
 
 #: ``setmaxnreg`` takes a multiple of 8 in this range (PTX ISA sec. 9.7.19.6)
 MAXNREG_RANGE = (24, 256)
@@ -44,6 +44,37 @@ class SetMaxNReg(Op):
         return ()
 
 
+def _member_mask(op: Op, operands: Sequence[Type], fixed: int) -> None:
+    """A warp instruction's member mask: ``fixed`` operands, then an optional ``b32``
+    register (a mask in a register: ``__activemask()``'s), else the ``mask`` attribute."""
+    if len(operands) not in (fixed, fixed + 1):
+        raise IRVerifyError(f"{op.name} takes {fixed} operand(s) and an optional member-mask "
+                            f"register, got {len(operands)}")
+    if len(operands) > fixed:
+        reg_of(op, operands[fixed], "b32", "u32")
+
+
+@register_op
+@dataclass(frozen=True)
+class Vote(Op):
+    """``vote.sync.<mode>`` (sec. 9.7.12.4): ``all``/``any``/``uni`` predicates or the
+    ``ballot`` bit mask of the member lanes (``activemask`` when ``mode`` is
+    ``active``, with no operand); the member mask is ``mask`` or a second operand."""
+
+    name: ClassVar[str] = "ptx.vote"
+    pure: ClassVar[bool] = False
+    mode: str
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.mode == "active":
+            check_count(self, operands, 0)
+            return (RegType("b32"),)
+        _member_mask(self, operands, 1)
+        reg_of(self, operands[0], "pred")
+        return (RegType("b32"),) if self.mode == "ballot" else (PRED,)
+
+
 #: redux.sync's operations and the type each takes
 REDUX_TYPES = {"add": ("u32", "s32"), "min": ("u32", "s32"), "max": ("u32", "s32"),
                "and": ("b32",), "or": ("b32",), "xor": ("b32",)}
@@ -53,7 +84,8 @@ REDUX_TYPES = {"add": ("u32", "s32"), "min": ("u32", "s32"), "max": ("u32", "s32
 @dataclass(frozen=True)
 class Redux(Op):
     """``redux.sync.<op>.<type> d, a, membermask``: every member lane gets ``op`` over
-    the member lanes' ``a`` (``add`` wraps modulo 2^32); all members must execute it."""
+    the member lanes' ``a`` (``add`` wraps modulo 2^32); all members must execute it.
+    The member mask is ``mask`` or a second operand."""
 
     name: ClassVar[str] = "ptx.redux"
     pure: ClassVar[bool] = False
@@ -64,9 +96,9 @@ class Redux(Op):
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         if self.type not in REDUX_TYPES.get(self.op, ()):
             raise IRVerifyError(f"redux.sync.{self.op} does not take .{self.type}")
-        check_count(self, operands, 1)
+        _member_mask(self, operands, 1)
         reg_of(self, operands[0], self.type)
         return (RegType(self.type),)
 
 
-__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Redux", "SetMaxNReg"]
+__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Redux", "SetMaxNReg", "Vote"]

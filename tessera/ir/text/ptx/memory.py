@@ -302,11 +302,16 @@ def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if len(body) != 2 or body[0] not in ("all", "any", "uni", "ballot"):
         raise b.unsupported(f"vote.{'.'.join(mods)}")
     count(b, ops, 3)
-    mask = parse_int(ops[2])
-    if mask is None:
-        raise b.unsupported("vote.sync with a register member mask")
-    (d,) = b.emit(ptx_ops.Vote(body[0], mask & 0xFFFFFFFF), [b.read(ops[1], "pred")])
+    mask, args = _member_mask(b, ops[2])
+    (d,) = b.emit(ptx_ops.Vote(body[0], mask), [b.read(ops[1], "pred"), *args])
     b.write(ops[0], d)
+
+
+def _member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
+    """A warp instruction's member mask: a constant, or a register (``activemask``'s)
+    read as a ``b32`` operand."""
+    mask = parse_int(token)
+    return (0xFFFFFFFF, [b.read(token, "b32")]) if mask is None else (mask & 0xFFFFFFFF, [])
 
 
 @handler("redux")
@@ -319,10 +324,8 @@ def _redux(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if t not in takes:
         raise b.syntax(f"redux.sync.{op} takes {', '.join('.' + x for x in takes)}, not .{t}")
     count(b, ops, 3)
-    mask = parse_int(ops[2])
-    if mask is None:
-        raise b.unsupported("redux.sync with a register member mask")
-    (d,) = b.emit(warp_ops.Redux(op, t, mask & 0xFFFFFFFF), [b.read(ops[1], t)])
+    mask, args = _member_mask(b, ops[2])
+    (d,) = b.emit(warp_ops.Redux(op, t, mask), [b.read(ops[1], t), *args])
     b.write(ops[0], d)
 
 

@@ -29,7 +29,7 @@ from tessera.ir.dialects.target.warp_ops import Redux
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
 
 U64 = RegType("u64")
-OUTPUTS = 10
+OUTPUTS = 11
 
 
 def _store(b: Builder, out: Value, tid: Value, k: int, v: Value) -> None:
@@ -56,6 +56,7 @@ def build() -> object:
         one(b, p.BitCount("popc", "b32"), v),
         one(b, p.Lop3(0xE8), v, tb, one(b, Binary("xor", "b32"), v, tb)),
         one(b, Redux("add", "u32"), u),
+        one(b, Redux("xor", "b32"), v, one(b, p.Vote("active"))),  # a mask in a register
         one(b, p.Vote("ballot"), one(b, Setp("lt", "u32"), u, c(b, 1 << 31, "u32"))),
     ]
     d, _ = b.create(p.ShflSync("bfly"), [v, c(b, 1, "u32"), c(b, 31, "u32"),

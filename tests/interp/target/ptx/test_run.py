@@ -272,6 +272,36 @@ def test_redux_reduces_each_warp() -> None:
         run_elementwise("redux.sync.or.b32 %d, %a, 0xffff;", a, a, a)
 
 
+def test_member_masks_in_registers() -> None:
+    """``vote.sync``/``redux.sync`` with the member mask in a register (nvcc's
+    ``__ballot_sync(__activemask(), p)``): the even lanes vote and reduce among
+    themselves; a member lane that does not execute the instruction is divergence."""
+    a = rng.integers(0, 100, 64, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 100, 64, dtype=np.uint64).astype(np.uint32)
+    even = """
+    and.b32 %e, %t, 1;
+    setp.eq.u32 %q, %e, 0;
+    mov.u32 %e, 0x55555555;
+    setp.lt.u32 %p, %a, %b;
+    mov.u32 %d, 7;
+    """
+    lanes = np.arange(64) % 32
+    p = (a < b).reshape(2, 32) & (lanes.reshape(2, 32) % 2 == 0)
+    ballot = (p.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
+    got = run_elementwise(even + "@%q vote.sync.ballot.b32 %d, %p, %e;", a, b, b)
+    np.testing.assert_array_equal(got, np.where(lanes % 2 == 0, np.repeat(ballot, 32), 7))
+    got = run_elementwise(even + "@%q redux.sync.add.u32 %d, %a, %e;", a, b, b)
+    sums = (a.reshape(2, 32)[:, ::2].astype(np.int64).sum(axis=1))
+    np.testing.assert_array_equal(got, np.where(lanes % 2 == 0, np.repeat(sums, 32), 7))
+    same = run_elementwise("setp.lt.u32 %p, %a, %b;\n    activemask.b32 %e;\n"
+                           "    vote.sync.ballot.b32 %d, %p, %e;", a, b, b)
+    np.testing.assert_array_equal(same, run_elementwise(
+        "setp.lt.u32 %p, %a, %b;\n    vote.sync.ballot.b32 %d, %p, -1;", a, b, b))
+    with pytest.raises(TargetFault, match=r"vote\.sync needs every member lane converged"):
+        run_elementwise(even.replace("0x55555555", "0x55555557") +
+                        "@%q vote.sync.ballot.b32 %d, %p, %e;", a, b, b)
+
+
 def test_vote_ballot_and_any() -> None:
     body = """
     setp.lt.u32 %p, %a, %b;
