@@ -300,6 +300,22 @@ def _bar(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+@step_rule(target_ops.BarRed)
+def _bar_red(c: TargetCompiler, instr: Instr) -> Step:
+    op = instr.op
+    vote, out = c.slot(instr.operands[0]), c.slot(instr.results[0])
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        ctas = check_cta_uniform(fr, instr, f"bar.red {op.id}")
+        m.shared.sync(ctas)
+        count = (fr.regs[vote].astype(bool) & fr.mask).reshape(m.ncta, m.nthreads).sum(axis=1)
+        per_cta = {"popc": count.astype(np.uint32), "and": count == m.nthreads,
+                   "or": count > 0}[op.op]
+        fr.regs[out] = np.repeat(per_cta, m.nthreads)
+    return step
+
+
 @step_rule(target_ops.BarArrive)
 def _bar_arrive(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op

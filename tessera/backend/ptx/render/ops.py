@@ -29,6 +29,7 @@ from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
     BarArrive,
+    BarRed,
     Binary,
     Const,
     Cvt,
@@ -295,6 +296,14 @@ def _shfl(e: PtxWriter, instr: Instr) -> None:
 def _bar(e: PtxWriter, instr: Instr) -> None:
     count = f", {instr.op.count}" if instr.op.count else ""
     e.out(f"bar.sync {instr.op.id}{count};")
+
+
+@rule(BarRed)
+def _bar_red(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    typ = "u32" if op.op == "popc" else "pred"
+    e.out(f"bar.red.{op.op}.{typ} {e.regs.one(instr.result)}, {op.id}, "
+          f"{e.regs.one(instr.operands[0])};")
 
 
 @rule(BarArrive)

@@ -286,6 +286,28 @@ class Bar(_Effect):
 
 @register_op
 @dataclass(frozen=True)
+class BarRed(Op):
+    """``bar.red.<op> d, <id>, p`` (sec. 9.7.13.1): ``bar.sync <id>`` that also reduces a
+    predicate over the CTA's threads: ``popc`` counts those whose ``p`` is true (``u32``),
+    ``and``/``or`` says whether all or any are (``pred``); CUDA's
+    ``__syncthreads_count``/``_and``/``_or``."""
+
+    name: ClassVar[str] = "ptx.bar_red"
+    pure: ClassVar[bool] = False
+    op: str
+    id: int = 0
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "pred")
+        if self.op not in ("popc", "and", "or") or not 0 <= self.id < 16:
+            raise IRVerifyError(f"bar.red.{self.op} {self.id}: the operation is popc, and "
+                                "or or, the id 0..15")
+        return (U32 if self.op == "popc" else PRED,)
+
+
+@register_op
+@dataclass(frozen=True)
 class BarArrive(_Effect):
     """``bar.arrive <id>, <count>``: the executing threads arrive on named barrier
     ``id`` of ``count`` threads (whole warps) and go on without waiting (PTX ISA, "bar,
@@ -304,6 +326,6 @@ class BarArrive(_Effect):
         return ()
 
 
-__all__ = ["BINARY", "COMPARE", "SPECIAL_REGS", "UNARY", "Bar", "BarArrive", "Binary", "Const",
-           "Cvt", "Fma", "Load", "Pack", "Reduce", "Selp", "Setp", "SharedAlloc", "Shfl",
+__all__ = ["BINARY", "COMPARE", "SPECIAL_REGS", "UNARY", "Bar", "BarArrive", "BarRed", "Binary",
+           "Const", "Cvt", "Fma", "Load", "Pack", "Reduce", "Selp", "Setp", "SharedAlloc", "Shfl",
            "Special", "Store", "Unary", "Unpack"]

@@ -340,6 +340,9 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         return
     if b.head == "bar" and "aligned" in mods:
         raise b.syntax("bar is aligned already: .aligned belongs to barrier")
+    if "red" in mods:
+        _bar_red(b, [f for f in mods if f not in ("cta", "aligned", "red")], ops)
+        return
     body = [f for f in mods if f not in ("cta", "aligned")]
     if body not in (["sync"], ["arrive"]):
         raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
@@ -351,6 +354,19 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if ident is None or threads is None:
         raise b.unsupported(f"{b.head}.{body[0]} with a register barrier id or thread count")
     b.emit(target_ops.BarArrive(ident, threads) if arrive else target_ops.Bar(ident, threads))
+
+
+def _bar_red(b: InstrBuilder, body: list[str], ops: list[str]) -> None:
+    """``bar.red.popc.u32 d, id, p`` and ``bar.red.{and,or}.pred d, id, p``."""
+    if body not in (["popc", "u32"], ["and", "pred"], ["or", "pred"]):
+        raise b.syntax("bar.red is bar.red.popc.u32, bar.red.and.pred or bar.red.or.pred")
+    if len(ops) != 3:
+        raise b.unsupported("bar.red with a thread count")
+    ident = parse_int(ops[1])
+    if ident is None:
+        raise b.unsupported("bar.red with a register barrier id")
+    (d,) = b.emit(target_ops.BarRed(body[0], ident), [b.read(ops[2], "pred")])
+    b.write(ops[0], d)
 
 
 @handler("membar", "fence")

@@ -16,6 +16,7 @@ from tessera.ir.dialects.target import RegType, Return
 from tessera.ir.dialects.target import ptx_ops as p
 from tessera.ir.dialects.target.ops import (
     Bar,
+    BarRed,
     Binary,
     Cvt,
     Load,
@@ -29,7 +30,7 @@ from tessera.ir.dialects.target.warp_ops import Redux
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
 
 U64 = RegType("u64")
-OUTPUTS = 11
+OUTPUTS = 12
 
 
 def _store(b: Builder, out: Value, tid: Value, k: int, v: Value) -> None:
@@ -57,6 +58,7 @@ def build() -> object:
         one(b, p.Lop3(0xE8), v, tb, one(b, Binary("xor", "b32"), v, tb)),
         one(b, Redux("add", "u32"), u),
         one(b, Redux("xor", "b32"), v, one(b, p.Vote("active"))),  # a mask in a register
+        one(b, BarRed("popc"), one(b, Setp("lt", "u32"), u, c(b, 1 << 31, "u32"))),
         one(b, p.Vote("ballot"), one(b, Setp("lt", "u32"), u, c(b, 1 << 31, "u32"))),
     ]
     d, _ = b.create(p.ShflSync("bfly"), [v, c(b, 1, "u32"), c(b, 31, "u32"),

@@ -302,6 +302,24 @@ def test_member_masks_in_registers() -> None:
                         "@%q vote.sync.ballot.b32 %d, %p, %e;", a, b, b)
 
 
+def test_bar_red_reduces_a_predicate_over_the_cta() -> None:
+    """``bar.red`` (CUDA's ``__syncthreads_count``/``_and``/``_or``): a barrier that
+    counts, or ands or ors, a predicate over every thread of the CTA; each CTA its own."""
+    a = rng.integers(0, 100, 64, dtype=np.uint64).astype(np.uint32)
+    b = np.full(64, 37, np.uint32)
+    body = "setp.lt.u32 %p, %a, %b;\n    {}\n    selp.u32 %d, 1, 0, %q;"
+    count = run_elementwise("setp.lt.u32 %p, %a, %b;\n    bar.red.popc.u32 %d, 0, %p;",
+                            a, b, b)
+    np.testing.assert_array_equal(count, np.full(64, (a < b).sum()))
+    for op, want in (("and", (a < b).all()), ("or", (a < b).any()), ("or", (a >= b).any())):
+        neg = "!" if (op, want) == ("or", (a >= b).any()) else ""
+        got = run_elementwise(body.format(f"bar.red.{op}.pred %q, 0, {neg}%p;"), a, b, b)
+        np.testing.assert_array_equal(got, np.full(64, int(want)))
+    with pytest.raises(TargetFault, match="divergent barrier"):
+        run_elementwise("setp.lt.u32 %p, %a, %b;\n    @%p bar.red.popc.u32 %d, 0, %p;",
+                        a, b, b)
+
+
 def test_vote_ballot_and_any() -> None:
     body = """
     setp.lt.u32 %p, %a, %b;

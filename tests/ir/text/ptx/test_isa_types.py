@@ -223,7 +223,9 @@ OPERANDS = [
     ("testp.normal.f16 %p1, %h1;", "f16"), ("dp4a.s32.u32 %r1, %r2, %r3, %r4;", "ok"),
     ("dp2a.lo.u32.s32 %r1, %r2, %r3, %r4;", "ok"), ("szext.wrap.u32 %r1, %r2, 5;", "ok"),
     ("prefetch.global.L2 [%rd1];", "ok"), ("nanosleep.u32 %r1;", "ok"),
-    ("cnot.b32 %r1, %r2;", "ok"),
+    ("cnot.b32 %r1, %r2;", "ok"), ("bar.red.popc.u32 %r1, 0, %p1;", "ok"),
+    ("bar.red.and.pred %p2, 1, !%p1;", "ok"), ("bar.red.popc.pred %p2, 0, %p1;", "popc"),
+    ("vote.sync.ballot.b32 %r1, %p1, %r2;", "ok"),
 ]
 
 
