@@ -259,6 +259,29 @@ def _redux(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+@step_rule(warp_ops.Match)
+def _match(c: TargetCompiler, instr: Instr) -> Step:
+    fixed = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
+    src = c.slot(instr.operands[0])
+    mask = c.slot(instr.operands[1]) if len(instr.operands) > 1 else None
+    outs = [c.slot(v) for v in instr.results]
+    bit = np.uint64(1) << np.arange(32, dtype=np.uint64)
+
+    def step(fr: TargetFrame) -> None:
+        members = _members(fr, instr, fixed, mask, "match.sync").reshape(-1, 32)
+        v = fr.regs[src].reshape(-1, 32)
+        same = (v[:, :, None] == v[:, None, :]) & members[:, None, :]  # lane i sees lane j
+        lanes = (same * bit).sum(axis=2).astype(U32)  # the mask of equal member lanes
+        if instr.op.mode == "any":
+            fr.regs[outs[0]] = np.where(members, lanes, 0).ravel()
+            return
+        full = (members * bit).sum(axis=1).astype(U32)[:, None]
+        equal = lanes == full
+        fr.regs[outs[0]] = np.where(members & equal, full, 0).astype(U32).ravel()
+        fr.regs[outs[1]] = (members & equal).ravel()
+    return step
+
+
 @step_rule(ptx_ops.WarpSync)
 def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
     from tessera.interp.target.flow import check_warps

@@ -1,7 +1,7 @@
 """Target IR instructions of warp-specialised kernels (sm_90a): ``setmaxnreg`` and
 ``elect.sync`` (PTX ISA 8.x, sec. 9.7.19.6 and 9.7.13.13; both need PTX 8.0, sm_90a for
-``setmaxnreg``); and ``redux.sync``, the warp reduction of integers (sec. 9.7.13.11,
-sm_80).
+``setmaxnreg``); and the warp collectives ``vote.sync``, ``match.sync`` and
+``redux.sync``, the warp reduction of integers (sec. 9.7.12.4, 9.7.13.10, 9.7.13.11).
 
 A warp-specialised kernel splits its CTA into warpgroups with different jobs: a
 producer warpgroup, of which one elected thread issues the TMA loads, gives registers
@@ -75,6 +75,29 @@ class Vote(Op):
         return (RegType("b32"),) if self.mode == "ballot" else (PRED,)
 
 
+@register_op
+@dataclass(frozen=True)
+class Match(Op):
+    """``match.{any,all}.sync.<type> d, a, membermask`` (sec. 9.7.13.10): ``any`` gives
+    each member the mask of the member lanes whose ``a`` equals its own; ``all`` gives
+    the member mask where every member's ``a`` is equal, else 0, and that fact as a
+    predicate (``d|p``). The member mask is ``mask`` or a second operand."""
+
+    name: ClassVar[str] = "ptx.match"
+    pure: ClassVar[bool] = False
+    mode: str
+    type: str
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.mode not in ("any", "all") or self.type not in ("b32", "b64"):
+            raise IRVerifyError(f"match.{self.mode}.sync.{self.type}: the mode is any or "
+                                "all, the type b32 or b64")
+        _member_mask(self, operands, 1)
+        reg_of(self, operands[0], self.type)
+        return (RegType("b32"),) if self.mode == "any" else (RegType("b32"), PRED)
+
+
 #: redux.sync's operations and the type each takes
 REDUX_TYPES = {"add": ("u32", "s32"), "min": ("u32", "s32"), "max": ("u32", "s32"),
                "and": ("b32",), "or": ("b32",), "xor": ("b32",)}
@@ -101,4 +124,4 @@ class Redux(Op):
         return (RegType(self.type),)
 
 
-__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Redux", "SetMaxNReg", "Vote"]
+__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Match", "Redux", "SetMaxNReg", "Vote"]

@@ -73,7 +73,7 @@ _REGISTER_MODS = _FORM_MODS | {"rz", "rm", "rp", "sat", "satfinite", "relu", "cc
 _SM90_BF16 = {"add", "sub", "mul", "setp", "ex2", "tanh"}
 #: what warp-collective instructions must say (ptxas refuses them without it)
 _REQUIRED = {"shfl": ("sync",), "vote": ("sync",), "elect": ("sync",), "wgmma": ("sync",),
-             "redux": ("sync",),
+             "redux": ("sync",), "match": ("sync",),
              **dict.fromkeys(("ldmatrix", "stmatrix", "mma", "wmma", "setmaxnreg"),
                              ("sync", "aligned"))}
 #: register instructions that take no modifier but their type

@@ -1,8 +1,7 @@
-"""PTX memory, synchronisation and warp instructions as Target IR (PTX ISA sec. 9.7.9,
-9.7.12-9.7.14): ``ld``/``st`` in every state space the interpreter models (global,
-shared, local, param, generic; vector forms), ``atom``/``red``, ``cp.async`` and its groups,
-``ldmatrix``, ``mma.sync``, ``shfl.sync``, ``vote.sync``, ``bar.sync``, ``bar.arrive`` and
-fences.
+"""PTX memory instructions as Target IR (PTX ISA sec. 9.7.9, 9.7.13-9.7.14): ``ld``/``st``
+in every state space the interpreter models (global, shared, local, param, generic;
+vector forms), ``atom``/``red``, ``cp.async`` and its groups, ``ldmatrix``, ``mma.sync``
+and fences; warp and CTA synchronisation is in :mod:`tessera.ir.text.ptx.warp`.
 
 Cache, eviction and memory-order qualifiers (``.nc``, ``.ca``, ``.L2::128B``,
 ``.relaxed.gpu``, ``.volatile`` ...) do not change a value in the interpreter, which
@@ -19,7 +18,6 @@ from tessera.ir.dialects.target import (
     RegType,
     atomic_type_problem,
     ptx_ops,
-    warp_ops,
 )
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
@@ -274,98 +272,6 @@ def _mma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if (a.type, bb.type) != (RegType("b32", 4), RegType("b32", 2)) or na != 4 or nb != 2:
         raise b.unsupported(f"mma.sync.{shape} with {na} A and {nb} B registers")
     (d,) = b.emit(target_async.MmaSync(shape, atype, btype, ctype, sat), [a, bb, c])
-    b.write(ops[0], d)
-
-
-@handler("shfl")
-def _shfl(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    if len(mods) != 3 or mods[0] != "sync" or mods[2] != "b32" or \
-            mods[1] not in ("up", "down", "bfly", "idx"):
-        raise b.unsupported(f"shfl.{'.'.join(mods)}")
-    count(b, ops, 5)
-    args = [b.read(ops[1], "b32")] + [b.read(o, "u32") for o in ops[2:]]
-    d, p = b.emit(ptx_ops.ShflSync(mods[1]), args)
-    dests = ops[0].split("|")
-    b.write(dests[0], d)
-    if len(dests) == 2:
-        b.write(dests[1], p)
-
-
-@handler("vote", "activemask")
-def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    if b.head == "activemask":
-        count(b, ops, 1)
-        (d,) = b.emit(ptx_ops.Vote("active"))
-        b.write(ops[0], d)
-        return
-    body = [f for f in mods if f != "sync"]
-    if len(body) != 2 or body[0] not in ("all", "any", "uni", "ballot"):
-        raise b.unsupported(f"vote.{'.'.join(mods)}")
-    count(b, ops, 3)
-    mask, args = _member_mask(b, ops[2])
-    (d,) = b.emit(ptx_ops.Vote(body[0], mask), [b.read(ops[1], "pred"), *args])
-    b.write(ops[0], d)
-
-
-def _member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
-    """A warp instruction's member mask: a constant, or a register (``activemask``'s)
-    read as a ``b32`` operand."""
-    mask = parse_int(token)
-    return (0xFFFFFFFF, [b.read(token, "b32")]) if mask is None else (mask & 0xFFFFFFFF, [])
-
-
-@handler("redux")
-def _redux(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    body = [f for f in mods if f != "sync"]
-    if len(body) != 2 or body[0] not in warp_ops.REDUX_TYPES:
-        raise b.unsupported(f"redux.{'.'.join(mods)}")
-    op, t = body
-    takes = warp_ops.REDUX_TYPES[op]
-    if t not in takes:
-        raise b.syntax(f"redux.sync.{op} takes {', '.join('.' + x for x in takes)}, not .{t}")
-    count(b, ops, 3)
-    mask, args = _member_mask(b, ops[2])
-    (d,) = b.emit(warp_ops.Redux(op, t, mask), [b.read(ops[1], t), *args])
-    b.write(ops[0], d)
-
-
-@handler("bar", "barrier")
-def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    if b.head == "bar" and mods == ["warp", "sync"]:
-        count(b, ops, 1)
-        mask = parse_int(ops[0])
-        if mask is None:
-            raise b.unsupported("bar.warp.sync with a register member mask")
-        b.emit(ptx_ops.WarpSync(mask & 0xFFFFFFFF))
-        return
-    if b.head == "bar" and "aligned" in mods:
-        raise b.syntax("bar is aligned already: .aligned belongs to barrier")
-    if "red" in mods:
-        _bar_red(b, [f for f in mods if f not in ("cta", "aligned", "red")], ops)
-        return
-    body = [f for f in mods if f not in ("cta", "aligned")]
-    if body not in (["sync"], ["arrive"]):
-        raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
-    arrive = body == ["arrive"]
-    if len(ops) not in ((2,) if arrive else (1, 2)):
-        raise b.syntax(f"{b.head}.{body[0]} takes a barrier id and "
-                       f"{'a' if arrive else 'an optional'} thread count")
-    ident, threads = (parse_int(o) for o in (*ops, "0")[:2])
-    if ident is None or threads is None:
-        raise b.unsupported(f"{b.head}.{body[0]} with a register barrier id or thread count")
-    b.emit(target_ops.BarArrive(ident, threads) if arrive else target_ops.Bar(ident, threads))
-
-
-def _bar_red(b: InstrBuilder, body: list[str], ops: list[str]) -> None:
-    """``bar.red.popc.u32 d, id, p`` and ``bar.red.{and,or}.pred d, id, p``."""
-    if body not in (["popc", "u32"], ["and", "pred"], ["or", "pred"]):
-        raise b.syntax("bar.red is bar.red.popc.u32, bar.red.and.pred or bar.red.or.pred")
-    if len(ops) != 3:
-        raise b.unsupported("bar.red with a thread count")
-    ident = parse_int(ops[1])
-    if ident is None:
-        raise b.unsupported("bar.red with a register barrier id")
-    (d,) = b.emit(target_ops.BarRed(body[0], ident), [b.read(ops[2], "pred")])
     b.write(ops[0], d)
 
 

@@ -31,6 +31,7 @@ from tessera.ir.text.ptx import composed as _composed
 from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import isa_types
 from tessera.ir.text.ptx import memory as _memory
+from tessera.ir.text.ptx import warp as _warp
 from tessera.ir.text.ptx import wmma as _wmma
 from tessera.ir.text.ptx.arith import HANDLERS
 from tessera.ir.text.ptx.context import InstrBuilder, KernelScope
@@ -51,7 +52,7 @@ from tessera.ir.text.ptx.lexer import (
     statements,
 )
 
-_ = (_composed, _hopper, _memory, _wmma)  # register the other modules' handlers
+_ = (_composed, _hopper, _memory, _warp, _wmma)  # register the other modules' handlers
 _GUARD = re.compile(r"^@(!?)(%[\w$]+)\s+(.*)$", re.S)
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")

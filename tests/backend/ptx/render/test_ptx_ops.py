@@ -26,11 +26,11 @@ from tessera.ir.dialects.target.ops import (
     Special,
     Store,
 )
-from tessera.ir.dialects.target.warp_ops import Redux
+from tessera.ir.dialects.target.warp_ops import Match, Redux
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
 
 U64 = RegType("u64")
-OUTPUTS = 12
+OUTPUTS = 13
 
 
 def _store(b: Builder, out: Value, tid: Value, k: int, v: Value) -> None:
@@ -59,6 +59,7 @@ def build() -> object:
         one(b, Redux("add", "u32"), u),
         one(b, Redux("xor", "b32"), v, one(b, p.Vote("active"))),  # a mask in a register
         one(b, BarRed("popc"), one(b, Setp("lt", "u32"), u, c(b, 1 << 31, "u32"))),
+        one(b, Match("any", "b32"), one(b, Binary("and", "b32"), v, c(b, 3, "b32"))),
         one(b, p.Vote("ballot"), one(b, Setp("lt", "u32"), u, c(b, 1 << 31, "u32"))),
     ]
     d, _ = b.create(p.ShflSync("bfly"), [v, c(b, 1, "u32"), c(b, 31, "u32"),

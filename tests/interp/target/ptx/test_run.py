@@ -320,6 +320,24 @@ def test_bar_red_reduces_a_predicate_over_the_cta() -> None:
                         a, b, b)
 
 
+def test_match_sync_finds_lanes_of_equal_values() -> None:
+    """``match.any.sync``: each lane gets the mask of its warp's lanes holding its
+    value; ``match.all.sync``: the member mask and true where all are equal, else 0."""
+    a = rng.integers(0, 4, 64, dtype=np.uint64).astype(np.uint32)
+    got = run_elementwise("match.any.sync.b32 %d, %a, -1;", a, a, a)
+    want = [sum(1 << j for j in range(32) if a[32 * w + j] == a[32 * w + i])
+            for w in range(2) for i in range(32)]
+    np.testing.assert_array_equal(got, np.array(want, np.uint32))
+    mask = "match.all.sync.b32 %d|%p, %a, -1;"
+    flag = "match.all.sync.b32 %e|%p, %a, -1;\n    selp.u32 %d, 1, 0, %p;"
+    same = np.full(64, 5, np.uint32)
+    assert set(run_elementwise(mask, same, same, same)) == {0xFFFFFFFF}
+    assert set(run_elementwise(flag, same, same, same)) == {1}
+    assert len(set(a[:32])) > 1 and len(set(a[32:])) > 1  # neither warp agrees
+    assert set(run_elementwise(mask, a, a, a)) == {0}
+    assert set(run_elementwise(flag, a, a, a)) == {0}
+
+
 def test_vote_ballot_and_any() -> None:
     body = """
     setp.lt.u32 %p, %a, %b;

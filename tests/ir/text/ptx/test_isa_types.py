@@ -225,7 +225,8 @@ OPERANDS = [
     ("prefetch.global.L2 [%rd1];", "ok"), ("nanosleep.u32 %r1;", "ok"),
     ("cnot.b32 %r1, %r2;", "ok"), ("bar.red.popc.u32 %r1, 0, %p1;", "ok"),
     ("bar.red.and.pred %p2, 1, !%p1;", "ok"), ("bar.red.popc.pred %p2, 0, %p1;", "popc"),
-    ("vote.sync.ballot.b32 %r1, %p1, %r2;", "ok"),
+    ("vote.sync.ballot.b32 %r1, %p1, %r2;", "ok"), ("match.any.sync.b32 %r1, %r2, -1;", "ok"),
+    ("match.all.sync.b64 %r1|%p1, %rd1, %r2;", "ok"), ("match.any.b32 %r1, %r2, -1;", "sync"),
 ]
 
 
