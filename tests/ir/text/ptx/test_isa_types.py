@@ -4,11 +4,11 @@ PTX ISA does not list (``add.b32``, ``shl.u32``, ``mul.u32`` without ``.lo``,
 cannot assemble and the interpreter never runs an instruction no GPU has.
 
 The reference is ptxas itself where it is installed: one module holds every pairing of
-34 opcodes, the atomics, cvt, ld and st, their forms and 18 types (4,568 lines), and its
-error lines are compared with the reader's answer line by line. The reader may still
-call an instruction ptxas takes *unsupported* (it does not model it); it must never
-accept one ptxas refuses, never call one ptxas takes a syntax error, and never fail with
-anything but its own errors."""
+34 opcodes, the atomics, cvt, ld and st, their forms and 18 types (about 4,700 lines),
+and its error lines are compared with the reader's answer line by line. The reader may
+still call an instruction ptxas takes *unsupported* (it does not model it); it must
+never accept one ptxas refuses, never call one ptxas takes a syntax error, and never
+fail with anything but its own errors."""
 
 from __future__ import annotations
 
