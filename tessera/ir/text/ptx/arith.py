@@ -15,6 +15,7 @@ from collections.abc import Callable
 from tessera.ir.dialects.target import REG_TYPES, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.context import InstrBuilder
+from tessera.ir.text.ptx.isa_memory import exotic
 from tessera.ir.text.ptx.lexer import parse_int
 
 Handler = Callable[[InstrBuilder, list[str], list[str]], None]
@@ -37,8 +38,8 @@ def ptx_type(b: InstrBuilder, mods: list[str]) -> str:
     if not mods:
         raise b.syntax("missing type")
     t = mods[-1]
-    if t in ("u8", "s8", "b8", "e4m3", "e5m2", "tf32", "b128"):
-        raise b.unsupported(f"the .{t} type")
+    if t in ("u8", "s8", "b8", "tf32", "b128") or exotic(t):  # PTX types the reader does
+        raise b.unsupported(f"the .{t} type")  # not model (e4m3x2, ue8m0x2 ...)
     if t not in REG_TYPES:
         raise b.syntax(f"unknown type .{t}")
     return t

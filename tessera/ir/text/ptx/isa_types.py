@@ -139,7 +139,7 @@ def _form_problem(head: str, mods: list[str]) -> str | None:
     repeated = [f for i, f in enumerate(named) if f in named[:i]]
     if repeated:
         return f"{head} repeats its .{repeated[0]} modifier"
-    if head == "cvt" and len(mods) >= 2 and not exotic(mods[-2]):
+    if head == "cvt" and len(mods) >= 2 and not (exotic(mods[-2]) or exotic(mods[-1])):
         return cvt_problem(mods[-2], mods[-1], mods[:-2])
     if head in ("ld", "st"):
         return isa_memory.memory_problem(head, mods)

@@ -227,6 +227,9 @@ OPERANDS = [
     ("bar.red.and.pred %p2, 1, !%p1;", "ok"), ("bar.red.popc.pred %p2, 0, %p1;", "popc"),
     ("vote.sync.ballot.b32 %r1, %p1, %r2;", "ok"), ("match.any.sync.b32 %r1, %r2, -1;", "ok"),
     ("match.all.sync.b64 %r1|%p1, %rd1, %r2;", "ok"), ("match.any.b32 %r1, %r2, -1;", "sync"),
+    # fp8 conversions (sm_89): valid PTX the reader does not model, so not a syntax error
+    ("cvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;", "unsupported"),
+    ("cvt.rn.f16x2.e4m3x2 %r1, %h1;", "unsupported"),
 ]
 
 
@@ -236,7 +239,7 @@ def test_operands_qualifiers_and_required_modifiers(line: str, verdict: str) -> 
     literals for integer types, misplaced memory-order and cache qualifiers, and
     warp-collective instructions without ``.sync``/``.aligned`` are syntax errors."""
     got = answer(line)
-    assert got == "ok" if verdict == "ok" else got == "syntax", (line, got)
+    assert got == (verdict if verdict in ("ok", "unsupported") else "syntax"), (line, got)
 
 
 @pytest.mark.parametrize("line, sm80", [
