@@ -151,16 +151,17 @@ def _expected(result: Any, arrays: list[int]) -> dict[int, Any]:
                         "array, a sequence or a dict of arrays", loc=WHERE)
 
 
-#: the options that only a launch of one kernel uses, with their defaults
-_LAUNCH = {"grid": "1", "block": "1", "arg": [], "shared_bytes": 0, "reference": "",
-           "rtol": None, "atol": None, "no_race_check": False, "tensor_cores": "exact"}
+#: the options that only a launch of one kernel uses
+_LAUNCH = ("grid", "block", "arg", "shared_bytes", "reference", "rtol", "atol",
+           "no_race_check", "tensor_cores")
 
 
 def _read_whole(program: Any, args: argparse.Namespace) -> int:
     """Without ``--kernel``: the whole file read and checked against the ISA's rules
     (every instruction's types, operands and qualifiers; a syntax error is raised at
     its line), and what each kernel takes."""
-    given = [f"--{k.replace('_', '-')}" for k, v in _LAUNCH.items() if getattr(args, k) != v]
+    given = [f"--{k.replace('_', '-')}" for k, v in args.launch_defaults.items()
+             if getattr(args, k) != v]
     names = program.kernels
     if given:
         verb = "describes" if len(given) == 1 else "describe"
@@ -275,7 +276,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tensor-cores", choices=("exact", "hopper"), default="exact",
                    help="mma/wgmma accumulation: exact sums (the definition) or an "
                         "H100/H200's truncating sums, to predict its output bit for bit")
-    p.set_defaults(run=cmd_check_ptx)
+    p.set_defaults(run=cmd_check_ptx,
+                   launch_defaults={k: p.get_default(k) for k in _LAUNCH})
 
 
 __all__ = ["add_parser", "cmd_check_ptx", "parse_arg"]

@@ -99,16 +99,17 @@ _FLOAT_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-#: sin and cos of real formats of up to 32 bits: correctly rounded to f32
-_ROUNDED = {graph_ir.Sin: np.sin, graph_ir.Cos: np.cos}
+#: sin and cos of real formats of up to 32 bits: correctly rounded to f32 (the name
+#: :func:`~tessera.numerics.transcendental.exact.evaluate` knows, NumPy's function)
+_ROUNDED = {graph_ir.Sin: ("sin", np.sin), graph_ir.Cos: ("cos", np.cos)}
 F32 = np.dtype(np.float32)
 
 #: real log and tanh: specified binary64 functions (numerics.transcendental)
 _SPECIFIED = {graph_ir.Log: log_f64_specified, graph_ir.Tanh: tanh_f64_specified}
 
 
-def _narrow_float(ap: Apply) -> bool:
-    fmt = ap.operand_storage()
+def _narrow_float(ap: Apply, k: int = 0) -> bool:
+    fmt = ap.operand_storage(k)
     return fmt.kind == "float" and fmt.bits <= 32
 
 
@@ -131,9 +132,9 @@ def unary(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
     elif kind in _ROUNDED and _narrow_float(ap) and not np.iscomplexobj(w := ap.wide(x)):
         # sin and cos correctly rounded to f32, decided exactly where NumPy's float64
         # value cannot prove the rounding, then rounded to the element (as exp)
-        fn = "sin" if kind is graph_ir.Sin else "cos"
+        name, fn = _ROUNDED[kind]
         with np.errstate(invalid="ignore"):
-            out = rounded_function(fn, w, _ROUNDED[kind](w), F32).astype(np.float64)
+            out = rounded_function(name, w, fn(w), F32).astype(np.float64)
     elif kind in _SPECIFIED and not np.iscomplexobj(w := ap.wide(x)):
         out = _SPECIFIED[kind](w)  # a specified binary64 function (complex: NumPy's)
     else:
@@ -231,8 +232,8 @@ def arith(ap: Apply, operands: list[np.ndarray]) -> list[np.ndarray]:
             return [store_ints(ap, _int_pow(ap, ia, ib))]
         return [store_ints(ap, _FLOAT_BINARY[kind](ia, ib))]
     wa, wb = ap.wide(a, 0), ap.wide(b, 1)
-    if kind is graph_ir.Pow and _narrow_float(ap) and ap.operand_storage(1).kind == "float" \
-            and ap.operand_storage(1).bits <= 32 and not np.iscomplexobj(wa):
+    if kind is graph_ir.Pow and _narrow_float(ap) and _narrow_float(ap, 1) \
+            and not np.iscomplexobj(wa):
         return [ap.round(settle_nans(pow_f32(wa, wb).astype(np.float64)))]
     return [ap.round(settle_nans(_FLOAT_BINARY[kind](wa, wb)))]
 

@@ -111,17 +111,20 @@ def _ieee(fn: Callable[[np.ndarray], np.ndarray], ftz: bool, elem: str
           ) -> Callable[[np.ndarray], np.ndarray]:
     """``sqrt``/``rcp`` ``.approx``: the IEEE correctly rounded result (NumPy's, the same
     everywhere), inputs and results flushed with ``.ftz``; NaN canonical."""
-    def flush(v: np.ndarray) -> np.ndarray:
-        return tn.flush_subnormals(v, elem) if ftz else v
+    inner = tn.with_ftz(fn, elem) if ftz else fn
 
     def model(x: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return tn.canonical_nans(flush(fn(flush(x))))
+            return tn.canonical_nans(inner(x))
     return model
 
 
+def _rsqrt(v: np.ndarray) -> np.ndarray:
+    return 1 / np.sqrt(v)
+
+
 #: the float64 functions whose results :func:`function_model` rounds
-_F64 = {"rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
+_F64 = {"rsqrt": _rsqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
 
 
 def function_model(fn: str, ftz: bool) -> Callable[[np.ndarray], np.ndarray]:
@@ -129,17 +132,15 @@ def function_model(fn: str, ftz: bool) -> Callable[[np.ndarray], np.ndarray]:
     rounded to float32 (decided exactly near a boundary), operands and results flushed
     with ``.ftz``; infinities and NaN as the float64 function gives them (sin of an
     infinity is NaN, 1/sqrt of a negative is NaN, of +0 is +inf), NaN canonical."""
-    def model(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, F32)
-        x = tn.flush_subnormals(x, "f32") if ftz else x
+    def rounded(x: np.ndarray) -> np.ndarray:
         x64 = x.astype(F64)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y64 = _F64[fn](x64)
             ok = np.isfinite(x64) & np.isfinite(y64) & (x64 > 0 if fn == "rsqrt" else True)
             out = rounded_function(fn, np.where(ok, x64, 1.0), np.where(ok, y64, 1.0), F32)
-        out = np.where(ok, out, y64.astype(F32))
-        return tn.canonical_nans(tn.flush_subnormals(out, "f32") if ftz else out)
-    return model
+        return np.where(ok, out, y64.astype(F32))
+    inner = tn.with_ftz(rounded, "f32") if ftz else rounded
+    return lambda x: tn.canonical_nans(inner(np.asarray(x, F32)))
 
 
 def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -155,7 +156,7 @@ def unary_model(op: str, mode: str, elem: str) -> Callable[[np.ndarray], np.ndar
     if op in _F64 and elem == "f32":
         return function_model(op, ftz)
     if op == "rsqrt":  # rsqrt.approx.f64: the IEEE square root's reciprocal, rounded
-        return _ieee(lambda v: 1 / np.sqrt(v), ftz, elem)
+        return _ieee(_rsqrt, ftz, elem)
     return _ieee({"sqrt": np.sqrt, "rcp": np.reciprocal}[op], ftz, elem)
 
 

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import ml_dtypes
@@ -138,6 +139,16 @@ def flush_subnormals(x: np.ndarray, elem: str) -> np.ndarray:
     if not small.any():
         return x
     return np.where(small, np.copysign(np.zeros((), x.dtype), x), x).astype(x.dtype)
+
+
+def with_ftz(fn: Callable[..., np.ndarray], elem: str, result: bool = True
+             ) -> Callable[..., np.ndarray]:
+    """``fn`` under ``.ftz``: its operands' subnormals made zeros of their sign, and its
+    result's too (unless ``result`` is False: a predicate)."""
+    def flushed(*xs: np.ndarray) -> np.ndarray:
+        out = fn(*(flush_subnormals(x, elem) for x in xs))
+        return flush_subnormals(out, elem) if result else out
+    return flushed
 
 
 def canonical_nan_where(mask: np.ndarray, x: np.ndarray, value: int | None = None

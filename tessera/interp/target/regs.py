@@ -126,14 +126,10 @@ def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
 
 
 def _flushing(fn: Impl, elem: str, result: bool = True) -> Impl:
-    """``fn`` with ``.ftz``: each operand narrowed to ``elem`` and its subnormals made
-    zeros of their sign, and so the result (unless it is a predicate)."""
-    flush = tn.flush_subnormals
-
-    def flushed(*xs: Any) -> Any:
-        out = fn(*(flush(narrow(x, elem), elem) for x in xs))
-        return flush(out, elem) if result else out
-    return flushed
+    """``fn`` with ``.ftz`` (:func:`tessera.interp.target.numeric.with_ftz`) on its
+    operands narrowed to ``elem``."""
+    flushed = tn.with_ftz(fn, elem, result)
+    return lambda *xs: flushed(*(narrow(x, elem) for x in xs))
 
 
 def _shift(op: str, elem: str) -> Impl:

@@ -6,9 +6,9 @@ Rounded once more to a narrower format, its value decides the result everywhere 
 within :data:`MARGIN_ULPS` float64 ulps of the midpoint between two values of that
 format; :func:`correctly_rounded` decides those rare elements with :mod:`decimal` at 60
 digits (:func:`evaluate`: ``2^a``, ``log2 a``, ``1/sqrt a``, ``tanh a``, ``sin a``,
-``cos a``, ``a^b``). ``sin`` and ``cos`` reduce their argument modulo 2 pi with pi to as
-many digits as the argument's magnitude needs (a float32 reaches 3.4e38), pi from
-Machin's formula ``pi = 16 atan(1/5) - 4 atan(1/239)``.
+``cos a``; :func:`pow_f32`: ``a^b``). ``sin`` and ``cos`` reduce their argument modulo 2
+pi with pi to as many digits as the argument's magnitude needs (a float32 reaches
+3.4e38), pi from Machin's formula ``pi = 16 atan(1/5) - 4 atan(1/239)``.
 
 Used by the Target IR interpreter's ``.approx`` models and the graph interpreter's
 ``sin``, ``cos`` and ``pow`` of formats of up to 32 bits.
@@ -78,12 +78,9 @@ def _sin_cos(a: Decimal, start: int) -> Decimal:
     return +value
 
 
-def evaluate(fn: str, a: Decimal, b: Decimal | None = None) -> Decimal:
-    """``fn`` (``ex2``, ``lg2``, ``rsqrt``, ``tanh``, ``sin``, ``cos``, or ``pow`` of
-    ``a`` and ``b``) of ``a``, to the current context's precision."""
-    if fn == "pow":
-        assert b is not None
-        return a ** b
+def evaluate(fn: str, a: Decimal) -> Decimal:
+    """``fn`` (``ex2``, ``lg2``, ``rsqrt``, ``tanh``, ``sin``, ``cos``) of ``a``, to the
+    current context's precision."""
     if fn == "ex2":
         return Decimal(2) ** a
     if fn == "lg2":
@@ -150,8 +147,8 @@ def pow_f32(a64: np.ndarray, b64: np.ndarray) -> np.ndarray:
     a64, b64 = np.broadcast_arrays(a64, b64)
     with np.errstate(all="ignore"):
         y64 = np.power(a64, b64)
-    return correctly_rounded(y64, F32, lambda i: evaluate(
-        "pow", Decimal(float(a64.flat[i])), Decimal(float(b64.flat[i]))))
+    return correctly_rounded(y64, F32, lambda i: Decimal(float(a64.flat[i]))
+                             ** Decimal(float(b64.flat[i])))
 
 
 __all__ = ["MARGIN_ULPS", "correctly_rounded", "evaluate", "pi", "pow_f32", "rounded_function"]

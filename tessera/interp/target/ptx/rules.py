@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.interp.target.flow import check_warps
 from tessera.interp.target.regs import pure
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -165,8 +166,6 @@ def _members(fr: TargetFrame, instr: Instr, fixed: np.ndarray, slot: int | None,
              ) -> np.ndarray:
     """Per thread, whether it is a member: of the constant mask ``fixed`` (each warp runs
     the instruction with exactly those lanes or none), or of the register ``slot``'s."""
-    from tessera.interp.target.flow import check_warps
-
     if slot is not None:
         return warp_members(fr, instr, fr.regs[slot], what)[1]
     active = check_warps(fr, instr, 32, fixed)
@@ -284,8 +283,6 @@ def _match(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(ptx_ops.WarpSync)
 def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
-    from tessera.interp.target.flow import check_warps
-
     members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
 
     def step(fr: TargetFrame) -> None:
@@ -307,8 +304,6 @@ def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
 
 @step_rule(ptx_ops.Elect)
 def _elect(c: TargetCompiler, instr: Instr) -> Step:
-    from tessera.interp.target.flow import check_warps
-
     members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
     lane_out, pred_out = (c.slot(v) for v in instr.results)
 

@@ -39,12 +39,12 @@ def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if len(body) != 2 or body[0] not in ("all", "any", "uni", "ballot"):
         raise b.unsupported(f"vote.{'.'.join(mods)}")
     count(b, ops, 3)
-    mask, args = _member_mask(b, ops[2])
+    mask, args = _read_member_mask(b, ops[2])
     (d,) = b.emit(ptx_ops.Vote(body[0], mask), [b.read(ops[1], "pred"), *args])
     b.write(ops[0], d)
 
 
-def _member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
+def _read_member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
     """A warp instruction's member mask: a constant, or a register (``activemask``'s)
     read as a ``b32`` operand."""
     mask = parse_int(token)
@@ -61,7 +61,7 @@ def _redux(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if t not in takes:
         raise b.syntax(f"redux.sync.{op} takes {', '.join('.' + x for x in takes)}, not .{t}")
     count(b, ops, 3)
-    mask, args = _member_mask(b, ops[2])
+    mask, args = _read_member_mask(b, ops[2])
     (d,) = b.emit(warp_ops.Redux(op, t, mask), [b.read(ops[1], t), *args])
     b.write(ops[0], d)
 
@@ -72,7 +72,7 @@ def _match(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if len(body) != 2 or body[0] not in ("any", "all") or body[1] not in ("b32", "b64"):
         raise b.syntax("match is match.any.sync or match.all.sync of .b32 or .b64")
     count(b, ops, 3)
-    mask, args = _member_mask(b, ops[2])
+    mask, args = _read_member_mask(b, ops[2])
     results = b.emit(warp_ops.Match(body[0], body[1], mask), [b.read(ops[1], body[1]), *args])
     dests = ops[0].split("|")
     if len(dests) > len(results):
