@@ -111,9 +111,9 @@ def statements(text: str, file: str) -> list[Statement]:
                     if depth == section_depth:
                         section_depth = -1
                 continue
-            if ch == "{" and buf and "".join(buf).strip() and not _HEADER_END.search(
-                    "".join(buf)):
-                inner += 1  # a vector operand {%r1, %r2}, not a scope
+            if ch == "{" and buf and not _LABELS.match(text := "".join(buf)) and \
+                    not _HEADER_END.search(text):
+                inner += 1  # a vector operand {%r1, %r2}, not a scope (nor "L: {")
             elif ch == "}" and inner:
                 inner -= 1
             elif ch in ";{}":
