@@ -132,6 +132,25 @@ def _flushing(fn: Impl, elem: str, result: bool = True) -> Impl:
     return lambda *xs: flushed(*(narrow(x, elem) for x in xs))
 
 
+#: the packed types (PTX ISA sec. 9.7.4): two 16-bit floats in one 32-bit register
+PACKED = {"f16x2": "f16", "bf16x2": "bf16"}
+
+
+def per_half(fn: Impl, elem: str) -> Impl:
+    """``fn`` (of 16-bit float operands) applied to both halves of ``elem``
+    (``f16x2``/``bf16x2``) registers independently: the first element lies in the low
+    16 bits, the second in the high."""
+    half = DTYPES[PACKED[elem]]
+    u16, u32 = np.dtype(np.uint16), np.dtype(np.uint32)
+
+    def packed(*xs: Any) -> Any:
+        lo = fn(*((x & u32.type(0xFFFF)).astype(u16).view(half) for x in xs))
+        hi = fn(*((x >> u32.type(16)).astype(u16).view(half) for x in xs))
+        lo, hi = (np.asarray(v).astype(half).view(u16).astype(u32) for v in (lo, hi))
+        return (hi << u32.type(16)) | lo
+    return packed
+
+
 def _shift(op: str, elem: str) -> Impl:
     dt = DTYPES[elem]
     width = 8 * dt.itemsize
@@ -182,8 +201,12 @@ def _int_binary(instr: Instr) -> Impl:
 def _binary(c: TargetCompiler, instr: Instr) -> Step:
     op, elem = instr.op.op, instr.op.type
     kind = REG_TYPES[elem][1]
-    if elem in ("f16x2", "bf16x2"):
-        raise unsupported(instr, f"packed {elem} arithmetic")
+    if elem in PACKED:
+        if op not in ("add", "sub", "mul", "min", "max"):
+            raise unsupported(instr, f"{op} on {elem}")
+        half = PACKED[elem]
+        fn = _float_binary(op, half, instr.op.mode)
+        return pure(c, instr, per_half(_flushing(fn, half) if instr.op.ftz else fn, elem))
     if kind == "p":
         if op not in ("and", "or", "xor"):
             raise unsupported(instr, f"{op} on predicates")
@@ -215,7 +238,6 @@ def _binary(c: TargetCompiler, instr: Instr) -> Step:
 @step_rule(target_ops.Unary)
 def _unary(c: TargetCompiler, instr: Instr) -> Step:
     op, elem = instr.op.op, instr.op.type
-    dt = DTYPES[elem]
     kind = REG_TYPES[elem][1]
     if op == "mov":
         return pure(c, instr, lambda x: x)
@@ -225,45 +247,59 @@ def _unary(c: TargetCompiler, instr: Instr) -> Step:
         return pure(c, instr, np.logical_not)
     if op == "not":
         return pure(c, instr, np.invert)
+    if elem in PACKED:
+        return pure(c, instr, per_half(_float_unary(instr, PACKED[elem]), elem))
+    if kind == "f":
+        return pure(c, instr, _float_unary(instr, elem))
     if op in ("neg", "abs"):
         fn = np.negative if op == "neg" else np.abs
-        if kind == "f":  # sign operations are exact in any format and keep wide values;
-            # a NaN operand keeps its payload with the sign flipped or cleared: the ISA
-            # does not specify their NaN output, and the GPU's has not been measured
-            return pure(c, instr, _flushing(fn, elem) if instr.op.ftz else fn)
+        dt = DTYPES[elem]
         return pure(c, instr, lambda x: fn(x).astype(dt))
-    if kind != "f":
-        raise unsupported(instr, f"{op} on {elem}")
+    raise unsupported(instr, f"{op} on {elem}")
+
+
+def _float_unary(instr: Instr, elem: str) -> Impl:
+    """The unary float instruction ``instr`` on values of float type ``elem``."""
+    op = instr.op.op
+    if op in ("neg", "abs"):  # sign operations are exact in any format and keep wide
+        # values; a NaN operand keeps its payload with the sign flipped or cleared: the
+        # ISA does not specify their NaN output, and the GPU's has not been measured
+        fn = np.negative if op == "neg" else np.abs
+        return _flushing(fn, elem) if instr.op.ftz else fn
     model = approx.unary_model(op, instr.op.mode, elem)
     if model is not None:  # a deterministic model within the ISA bound
-        return pure(c, instr, lambda x: model(narrow(x, elem)))
+        return lambda x: model(narrow(x, elem))
     if op not in ("sqrt", "rcp"):
         raise unsupported(instr, f"{op}.{instr.op.mode or 'rn'}.{elem}")
     math = {"sqrt": np.sqrt, "rcp": np.reciprocal}[op]  # .rn: IEEE, correctly rounded
     canon = tn.canonical_nans
+    dt = DTYPES[elem]
     if dt.itemsize == 2:
-        return pure(c, instr, lambda x: canon(math(x.astype(F32)).astype(dt)))
+        return lambda x: canon(math(x.astype(F32)).astype(dt))
     rounded: Impl = lambda x: canon(math(narrow(x, elem)))  # noqa: E731
-    return pure(c, instr, _flushing(rounded, elem) if instr.op.ftz else rounded)
+    return _flushing(rounded, elem) if instr.op.ftz else rounded
 
 
 @step_rule(target_ops.Fma)
 def _fma(c: TargetCompiler, instr: Instr) -> Step:
     elem = instr.op.type
-    dt = DTYPES[elem]
     if elem == "f32":
         fma32: Impl = lambda a, b, d: tn.fma_f32(  # noqa: E731
             narrow(a, elem), narrow(b, elem), narrow(d, elem))
         return pure(c, instr, _flushing(fma32, elem) if instr.op.ftz else fma32)
     if elem == "f64":
         return pure(c, instr, tn.fma_f64)
-    if elem in ("f16", "bf16"):
+    half = PACKED.get(elem, elem)
+    if half not in ("f16", "bf16"):
+        raise unsupported(instr, f"fma on {elem}")
+    dt = DTYPES[half]
+
+    def fma16(a: Any, b: Any, d: Any) -> Any:
         # product exact in float64; a round-to-odd float64 sum then rounds once to 16 bits
-        def fma16(a: Any, b: Any, d: Any) -> Any:
-            s = tn.add_round_to_odd(a.astype(F64) * b.astype(F64), d.astype(F64))
-            return tn.cvt_float(s, dt, "rn", False)
-        return pure(c, instr, _flushing(fma16, elem) if instr.op.ftz else fma16)
-    raise unsupported(instr, f"fma on {elem}")
+        s = tn.add_round_to_odd(a.astype(F64) * b.astype(F64), d.astype(F64))
+        return tn.cvt_float(s, dt, "rn", False)
+    fn = _flushing(fma16, half) if instr.op.ftz else fma16
+    return pure(c, instr, per_half(fn, elem) if elem in PACKED else fn)
 
 
 def _ordered(cmp: str) -> Callable[[Any, Any], Any]:
@@ -305,4 +341,4 @@ def _selp(c: TargetCompiler, instr: Instr) -> Step:
     return pure(c, instr, selp)
 
 
-__all__ = ["const_array", "pure", "unsupported"]
+__all__ = ["PACKED", "const_array", "per_half", "pure", "unsupported"]
