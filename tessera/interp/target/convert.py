@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from tessera.interp.target import numeric as tn
@@ -27,7 +28,7 @@ from tessera.interp.target.state import (
     step_rule,
 )
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target import REG_TYPES, RegType
+from tessera.ir.dialects.target import FP8X2, REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.numerics.formats.convert import convert
 
@@ -35,6 +36,8 @@ from tessera.numerics.formats.convert import convert
 @step_rule(target_ops.Cvt)
 def _cvt(c: TargetCompiler, instr: Instr) -> Step:
     to, frm, rnd, sat = instr.op.to, instr.op.frm, instr.op.rnd, instr.op.sat
+    if to in FP8X2 or frm in FP8X2:
+        return pure(c, instr, _fp8_pair(to, frm))
     tkind, fkind = REG_TYPES[to][1], REG_TYPES[frm][1]
     if to in ("f16x2", "bf16x2"):
         half = DTYPES[to[:-2]]
@@ -65,6 +68,39 @@ def _cvt(c: TargetCompiler, instr: Instr) -> Step:
     # integers: extend per the source's signedness, then keep the low bits
     return pure(c, instr, lambda x: x.astype(np.int64 if fkind == "s" else np.uint64)
                 .astype(dt))
+
+
+#: the fp8 pair types: the format of each element, and its NumPy type
+_FP8 = {"e4m3x2": ("fp8_e4m3", np.dtype(ml_dtypes.float8_e4m3fn)),
+        "e5m2x2": ("fp8_e5m2", np.dtype(ml_dtypes.float8_e5m2))}
+_U16, _U32 = np.dtype(np.uint16), np.dtype(np.uint32)
+
+
+def _fp8_pair(to: str, frm: str) -> Any:
+    """The fp8 pair conversions (sm_89). Narrowing rounds once to nearest even and
+    saturates (``.satfinite``: beyond the largest finite value, infinities included, gives
+    that value with its sign); a NaN becomes the canonical ``0x7F``. Widening to f16 is
+    exact (every e4m3 and e5m2 value is an f16 value); a NaN becomes f16's canonical NaN,
+    as every conversion to 16 bits writes (not measured on a GPU for fp8 sources)."""
+    if to in _FP8:
+        fmt = _FP8[to][0]
+
+        def byte(v: Any) -> Any:
+            return tn.canonical_nans(convert(v, fmt)).view(np.uint8).astype(_U16)
+        if frm == "f32":  # d = {hi, lo}: the first operand in the high byte
+            return lambda hi, lo: (byte(narrow(hi, frm)) << _U16.type(8)) | byte(narrow(lo, frm))
+
+        def halves(x: Any) -> Any:
+            lo, hi = ((x >> _U32.type(k)).astype(_U16).view(np.float16) for k in (0, 16))
+            return (byte(hi) << _U16.type(8)) | byte(lo)
+        return halves
+    fp8 = _FP8[frm][1]
+
+    def widen(x: Any) -> Any:
+        lo, hi = (tn.canonical_nans((x >> _U16.type(k)).astype(np.uint8).view(fp8)
+                                    .astype(np.float16)).view(_U16).astype(_U32) for k in (0, 8))
+        return (hi << _U32.type(16)) | lo
+    return widen
 
 
 def _bits(x: np.ndarray, t: RegType) -> np.ndarray:

@@ -71,10 +71,17 @@ class PtxWriter:
         self.version = max(self.version, version)
 
     def sm90(self, instr: Instr) -> None:
-        """Refuse an sm_90a instruction on an sm_80 kernel."""
-        if self.target != "sm_90a":
-            raise RenderError(f"{instr.op.name} needs target sm_90a, the kernel targets "
-                              f"{self.target}", hint='set attrs["target"] = "sm_90a"',
+        """Refuse an sm_90a instruction on an older target."""
+        self.at_least(instr, 90)
+
+    def at_least(self, instr: Instr, arch: int) -> None:
+        """Refuse an instruction of ``sm_<arch>`` and later (90: sm_90a) on an older
+        target."""
+        if int(self.target[3:5]) < arch:
+            want = "sm_90a" if arch >= 90 else f"sm_{arch}"
+            raise RenderError(f"{instr.op.name} needs target {want}"
+                              f"{'' if arch >= 90 else ' or later'}, the kernel targets "
+                              f"{self.target}", hint=f'set attrs["target"] = "{want}"',
                               loc=instr.loc)
 
     def block(self, block: Block) -> None:

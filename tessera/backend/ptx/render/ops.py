@@ -24,7 +24,7 @@ from tessera.backend.ptx.render.emit import (
 )
 from tessera.backend.ptx.render.regalloc import RenderError, braced, operand
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target import REG_TYPES, RegType, Return
+from tessera.ir.dialects.target import FP8X2, HALF_ATOMICS, REG_TYPES, RegType, Return
 from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
@@ -158,9 +158,8 @@ def _selp(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Cvt)
 def _cvt(e: PtxWriter, instr: Instr) -> None:
-    name, version, sm90 = _cvt_name(instr.op)
-    if sm90:
-        e.sm90(instr)
+    name, version, arch = _cvt_name(instr.op)
+    e.at_least(instr, arch)
     if version:
         e.require(version)
     srcs = ", ".join(e.regs.one(v) for v in instr.operands)
@@ -168,8 +167,10 @@ def _cvt(e: PtxWriter, instr: Instr) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _cvt_name(op: Cvt) -> tuple[str, tuple[int, int] | None, bool]:
-    """The mnemonic of ``op``, the PTX version it needs, and whether it needs sm_90."""
+def _cvt_name(op: Cvt) -> tuple[str, tuple[int, int] | None, int]:
+    """The mnemonic of ``op``, the PTX version and the target (80, 89 or 90) it needs."""
+    if op.to in FP8X2 or op.frm in FP8X2:  # sm_89's fp8 pairs, PTX ISA 8.1 there
+        return ".".join(p for p in ("cvt", op.rnd, op.sat, op.to, op.frm) if p), (8, 1), 89
     to, frm = RegType(op.to), RegType(op.frm)
     rnd = op.rnd
     to_bits = 16 if op.to.endswith("x2") else to.bits  # a packed pair narrows each half
@@ -188,7 +189,7 @@ def _cvt_name(op: Cvt) -> tuple[str, tuple[int, int] | None, bool]:
             sm90 = True  # bf16 to or from f16, f64 or an integer: sm_90, PTX 7.8
             versions.append((7, 8))
     name = ".".join(p for p in ("cvt", rnd, op.sat, op.to, op.frm) if p)
-    return name, max(versions, default=None), sm90
+    return name, max(versions, default=None), 90 if sm90 else 80
 
 
 def _flat(e: PtxWriter, instr: Instr) -> list[str]:
@@ -265,6 +266,8 @@ def _guarded_store(e: PtxWriter, instr: Instr) -> None:
 def _reduce(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     typ = f"b{RegType(op.type).bits}" if op.op in ("and", "or", "xor") else arith_type(op.type)
+    if op.type in HALF_ATOMICS:
+        typ = f"noftz.{typ}"
     e.out(f"red.{op.space}.{op.op}.{typ} {address(e, instr)}, "
           f"{e.regs.one(instr.operands[1])};")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from tessera.backend.ptx.render.emit import PtxWriter, address, mem_type, rule
 from tessera.backend.ptx.render.regalloc import operand
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target import RegType
+from tessera.ir.dialects.target import HALF_ATOMICS, RegType
 from tessera.ir.dialects.target.ptx_ops import (
     Atom,
     Bfe,
@@ -90,7 +90,7 @@ def _atom(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     space = f".{op.space}" if op.space else ""
     typ = f"b{RegType(op.type).bits}" if op.op in ("and", "or", "xor", "exch", "cas") \
-        else op.type
+        else f"noftz.{op.type}" if op.type in HALF_ATOMICS else op.type
     rest = ", ".join(_regs(e, instr)[1:])
     e.out(f"atom{space}.{op.op}.{typ} {e.regs.one(instr.result)}, {address(e, instr)}, {rest};")
 

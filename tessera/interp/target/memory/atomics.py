@@ -6,8 +6,9 @@ CTA by CTA, each CTA's threads in linear order, or all of it reversed under
 ``run_target(..., cta_order="descending")``. What each update computes:
 
 * ``add.f32`` rounds to nearest even and flushes subnormal inputs and results to
-  sign-preserving zero, as both sections specify; ``add.f64`` keeps subnormals. A NaN
-  sum has the canonical NaN's bits, as ``add`` does.
+  sign-preserving zero, as both sections specify; ``add.f64`` and ``add.noftz`` of f16,
+  bf16 and their packed pairs (each half on its own) keep subnormals. A NaN sum has the
+  canonical NaN's bits, as ``add`` does.
 * ``min``/``max`` (integers only: the ISA has no f32/f64 form), ``and``/``or``/``xor``,
   ``exch``, ``cas`` (store ``b`` where the old value equals ``cmp``), ``inc``
   (``old >= b ? 0 : old + 1``) and ``dec`` (``old == 0 || old > b ? b : old - 1``).
@@ -17,11 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from tessera.interp.target import numeric as tn
 
 F32 = np.dtype(np.float32)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+#: the packed types, updated as two halves (little-endian: the first half is the low one)
+_PACKED = {"f16x2": np.dtype(np.float16), "bf16x2": _BF16}
 _BINARY = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
            "or": np.bitwise_or, "xor": np.bitwise_xor}
 
@@ -50,15 +55,21 @@ def updated(op: str, dt: np.dtype, old: np.ndarray, b: np.ndarray,
     if dt == F32 and op == "add":
         flush = tn.flush_subnormals
         return tn.canonical_nans(flush(np.add(flush(old, "f32"), flush(b, "f32")), "f32"))
-    if dt.kind == "f":
+    if dt.kind == "f" or dt == _BF16:  # f16 and bf16 sums round once from f32's
         return tn.canonical_nans(_BINARY[op](old, b).astype(dt))
     return _BINARY[op](old, b).astype(dt)
 
 
 def apply_in_order(target: np.ndarray, index: np.ndarray, op: str, b: np.ndarray,
-                   cmp: np.ndarray | None = None) -> np.ndarray:
+                   cmp: np.ndarray | None = None, elem: str = "") -> np.ndarray:
     """Apply update k, ``target[index[k]] = op(target[index[k]], b[k])``, for k in order;
-    the old value each update saw."""
+    the old value each update saw. A packed ``elem`` (``f16x2``, ``bf16x2``: ``target``
+    and ``b`` hold their 32-bit words) adds each half on its own, as two updates of the
+    16-bit halves."""
+    if elem in _PACKED:
+        half = _PACKED[elem]
+        pairs = np.stack([2 * index, 2 * index + 1], axis=1).ravel()
+        return apply_in_order(target.view(half), pairs, op, b.view(half)).view(target.dtype)
     dt = target.dtype
     order = np.argsort(index, kind="stable")
     idx = index[order]

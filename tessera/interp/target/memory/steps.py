@@ -154,11 +154,13 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
                     sel = k == b
                     raw = m.glob.bytes[b]
                     view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
-                    apply_in_order(view, off[sel] // dt.itemsize, op.op, vals[sel])
+                    apply_in_order(view, off[sel] // dt.itemsize, op.op, vals[sel],
+                                   elem=op.type)
             else:
                 flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail)
                 m.shared.check_read(flat, act, fail, race=False)
-                apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals)
+                apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals,
+                               elem=op.type)
     return step
 
 

@@ -204,7 +204,7 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                         view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
                         olds[sel[part]] = apply_in_order(
                             view, off[part] // dt.itemsize, op.op, b[sel[part]],
-                            None if cmp is None else cmp[sel[part]])
+                            None if cmp is None else cmp[sel[part]], op.type)
                 if shared.any():
                     sel = np.flatnonzero(shared)
                     who = act[sel]
@@ -212,7 +212,8 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                     flat = m.shared.index(m.cta[who], addr[sel], dt.itemsize, fail)
                     m.shared.check_read(flat, who, fail, race=False)
                     olds[sel] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize,
-                                               op.op, b[sel], None if cmp is None else cmp[sel])
+                                               op.op, b[sel], None if cmp is None else cmp[sel],
+                                               op.type)
             result[act] = olds
         fr.regs[out] = result
     return step

@@ -44,6 +44,10 @@ REG_TYPES: dict[str, tuple[int, str]] = {
     "f32": (32, "f"), "f64": (64, "f"), "f16x2": (32, "f"), "bf16x2": (32, "f"),
 }
 
+#: the fp8 pairs ``cvt`` packs into, and widens from, a 16-bit register (PTX ISA sec.
+#: 9.7.9.21, sm_89): two e4m3 or e5m2 values, the first element in the low byte
+FP8X2 = ("e4m3x2", "e5m2x2")
+
 
 @dataclass(frozen=True)
 class RegType(Type):
@@ -132,15 +136,18 @@ def reg_of(op: Op, t: Type, *elems: str) -> RegType:
 
 #: the operand types each atomic operation takes (PTX ISA 8.x, sec. 9.7.13.5, ``atom``,
 #: and 9.7.13.6, ``red``); ptxas rejects any other pairing, such as ``atom.min.f32``,
-#: ``atom.add.s64`` or ``atom.and.u32``. The sm_90 half-precision forms are left out:
-#: no interpreter runs them. ``red`` has no ``exch`` or ``cas``.
+#: ``atom.add.s64`` or ``atom.and.u32``. The half-precision adds are written
+#: ``add.noftz`` (:data:`HALF_ATOMICS`; bf16 from sm_90); their vector forms and
+#: ``min``/``max`` are left out. ``red`` has no ``exch`` or ``cas``.
 ATOMIC_TYPES: dict[str, tuple[str, ...]] = {
-    "add": ("u32", "s32", "u64", "f32", "f64"),
+    "add": ("u32", "s32", "u64", "f32", "f64", "f16", "f16x2", "bf16", "bf16x2"),
     "min": ("u32", "s32", "u64", "s64"), "max": ("u32", "s32", "u64", "s64"),
     "inc": ("u32",), "dec": ("u32",),
     "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64"),
-    "exch": ("b32", "b64"), "cas": ("b32", "b64"),
+    "exch": ("b32", "b64"), "cas": ("b16", "b32", "b64"),
 }
+#: the atomic types whose ``add`` keeps subnormals and says so (``.noftz``, required)
+HALF_ATOMICS = ("f16", "f16x2", "bf16", "bf16x2")
 
 
 def atomic_type_problem(head: str, op: str, elem: str) -> str | None:
@@ -223,6 +230,6 @@ class While(_Structured, StructuredWhile):
     name: ClassVar[str] = "ptx.while"
 
 
-__all__ = ["ATOMIC_TYPES", "F32", "KERNEL", "PRED", "REG_TYPES", "S32", "TARGETS", "U32", "U64",
-           "Condition", "For", "If", "RegType", "Return", "TensorMapType", "While", "Yield",
-           "atomic_type_problem", "reg_of"]
+__all__ = ["ATOMIC_TYPES", "F32", "FP8X2", "HALF_ATOMICS", "KERNEL", "PRED", "REG_TYPES", "S32",
+           "TARGETS", "U32", "U64", "Condition", "For", "If", "RegType", "Return",
+           "TensorMapType", "While", "Yield", "atomic_type_problem", "reg_of"]

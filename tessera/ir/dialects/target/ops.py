@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
-from tessera.ir.dialects.target import PRED, U32, RegType, reg_of
+from tessera.ir.dialects.target import FP8X2, PRED, U32, RegType, reg_of
 from tessera.ir.dialects.target.memory_ops import Effect as _Effect
 from tessera.ir.dialects.target.memory_ops import Load, Reduce, SharedAlloc, Store
 
@@ -188,7 +188,10 @@ class Selp(Op):
 class Cvt(Op):
     """``cvt{.rnd}{.sat}.<to>.<from> d, a``: ``rnd`` is ``rn`` (float results), ``rzi``/
     ``rni`` (float to integer); ``satfinite`` clamps narrow floats to their finite range;
-    ``cvt.rn.bf16x2.f32 d, hi, lo`` packs two values (two operands)."""
+    ``cvt.rn.bf16x2.f32 d, hi, lo`` packs two values (two operands). The fp8 pairs
+    (:data:`FP8X2`, sm_89) live in a ``b16`` register: ``cvt.rn.satfinite.e4m3x2.f32 d,
+    hi, lo`` and ``cvt.rn.satfinite.e4m3x2.f16x2 d, a`` narrow, ``cvt.rn.f16x2.e4m3x2 d,
+    a`` widens."""
 
     name: ClassVar[str] = "ptx.cvt"
     to: str
@@ -197,11 +200,30 @@ class Cvt(Op):
     sat: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.to in FP8X2 or self.frm in FP8X2:
+            return self._infer_fp8(operands)
         n = 2 if self.to.endswith("x2") else 1
         check_count(self, operands, n)
         for t in operands:
             reg_of(self, t, self.frm)
         return (RegType(self.to),)
+
+    def _infer_fp8(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.to in FP8X2:
+            if self.frm not in ("f32", "f16x2") or (self.rnd, self.sat) != ("rn", "satfinite"):
+                raise IRVerifyError(f"ptx.cvt to {self.to} is cvt.rn.satfinite.{self.to} of "
+                                    f"two f32 or one f16x2, not .{self.rnd}.{self.sat}."
+                                    f"{self.to}.{self.frm}")
+            check_count(self, operands, 2 if self.frm == "f32" else 1)
+            for t in operands:
+                reg_of(self, t, self.frm)
+            return (RegType("b16"),)
+        if self.to != "f16x2" or (self.rnd, self.sat) != ("rn", ""):
+            raise IRVerifyError(f"ptx.cvt from {self.frm} is cvt.rn.f16x2.{self.frm}, not "
+                                f".{self.rnd}.{self.sat}.{self.to}.{self.frm}")
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "b16")
+        return (RegType("f16x2"),)
 
 
 @register_op

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tessera.ir.dialects.target import REG_TYPES, ptx_ops
+from tessera.ir.dialects.target import FP8X2, REG_TYPES, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_memory import exotic
@@ -208,8 +208,14 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if to in ("u8", "s8") or frm in ("u8", "s8"):
         _cvt_byte(b, mods, ops)
         return
+    if to in FP8X2 or frm in FP8X2:
+        _cvt_fp8(b, mods, ops)
+        return
     for t in (to, frm):
         ptx_type(b, [t])
+    if REG_TYPES[to][1] == "f" and ops[1:] and ops[1].startswith("%") and \
+            not b.is_register(ops[1]):
+        raise b.syntax(f"special register {ops[1]}: cvt converts one to an integer only")
     rnd = sat = ""
     for f in mods[:-2]:
         if f in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"):
@@ -228,6 +234,27 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         b.write(ops[0], args[0])
         return
     (d,) = b.emit(target_ops.Cvt(to, frm, rnd, sat), args)
+    b.write(ops[0], d)
+
+
+def _cvt_fp8(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cvt`` to or from a pair of fp8 values in a 16-bit register (the ISA checks of
+    :func:`tessera.ir.text.ptx.isa_types.fp8_problem` have passed)."""
+    to, frm = mods[-2], mods[-1]
+    pair = ops[0] if to in FP8X2 else ops[1] if len(ops) > 1 else ""
+    name = b.scope.resolve(pair.strip())
+    if name is not None and REG_TYPES[b.scope.registers[name]][1] == "f":
+        raise b.syntax(f"register {pair.strip()} is a .{b.scope.registers[name]} register: "
+                       "an fp8 pair is a .b16 (or .u16, .s16) operand")
+    if "relu" in mods:
+        raise b.unsupported("cvt with .relu")
+    if to in FP8X2:
+        count(b, ops, 3 if frm == "f32" else 2)
+        args = [b.read(x, frm) for x in ops[1:]]
+        (d,) = b.emit(target_ops.Cvt(to, frm, "rn", "satfinite"), args)
+    else:
+        count(b, ops, 2)
+        (d,) = b.emit(target_ops.Cvt(to, frm, "rn"), [b.read(ops[1], "b16")])
     b.write(ops[0], d)
 
 
@@ -268,6 +295,8 @@ def _mov(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 2)
     dst, src = ops
+    if "{" in dst + src and REG_TYPES[t][1] != "b":
+        raise b.syntax(f"mov packs and splits registers as .b{REG_TYPES[t][0]}, not .{t}")
     if src.strip().startswith("{"):  # pack registers into one, first in the low bits
         parts = [x.strip() for x in src.strip()[1:-1].split(",")]
         width = REG_TYPES[t][0] // len(parts)

@@ -38,7 +38,8 @@ _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
 @dataclass
 class KernelScope:
     """What an instruction may name: registers (scoped name -> declared type), the
-    nested-scope renaming, shared, local and module variables' addresses, parameters."""
+    nested-scope renaming, shared, local and module variables' addresses, parameters
+    (and the ``.param`` variables of device-function calls, which live in local memory)."""
 
     registers: dict[str, str] = field(default_factory=dict)
     scopes: list[dict[str, str]] = field(default_factory=lambda: [{}])
@@ -46,6 +47,7 @@ class KernelScope:
     local: dict[str, int] = field(default_factory=dict)
     globals: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    call_params: set[str] = field(default_factory=set)  # .param variables of calls
     labels: dict[str, int] = field(default_factory=dict)
     counter: int = 0
 
@@ -248,7 +250,8 @@ class InstrBuilder:
         operand of type ``elem`` (PTX ISA, "Operand Type Information"): a predicate only
         a predicate; a float register no signed or unsigned operand, an integer register
         no float one (bit-size registers and instruction types mix with any); the same
-        width, or at least the width for ld, st and cvt. An address takes a 64-bit
+        width, or at least the width for ld, st and cvt (ptxas wants a bf16 operand of
+        cvt in a 16-bit register). An address takes a 64-bit
         register, or a 32-bit one in the shared window."""
         declared = self.scope.registers[name]
         (ib, ik), (rb, rk) = REG_TYPES[elem], REG_TYPES[declared]
@@ -262,7 +265,8 @@ class InstrBuilder:
                 ik == rk == "f" and elem != declared):  # .f16 holds no bf16, .f32 no f16x2
             raise self.syntax(f"register {token} is a .{declared} register and cannot hold "
                               f"a .{elem} operand (a bit-size register or a .{elem} one can)")
-        wide_enough = (self.relaxed and rb >= ib and not (ik == rk == "f")) or self.any_width
+        wide_enough = (self.relaxed and rb >= ib and not (ik == rk == "f")
+                       and not (self.head == "cvt" and elem == "bf16")) or self.any_width
         if rb != ib and not wide_enough:
             raise self.syntax(f"register {token} has {rb} bits; a .{elem} operand needs a "
                               f"{ib}-bit register")

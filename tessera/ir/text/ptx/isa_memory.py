@@ -50,8 +50,9 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
         return f"{head}.volatile does not apply to .{space}"
     if "nc" in flags and space != "global":
         return "ld.nc reads the .global space only"
-    if "L1::no_allocate" in flags and space == "local":
-        return f"{head}.L1::no_allocate does not apply to .local"
+    l1 = [f for f in flags if f.startswith("L1::")]
+    if l1 and (space in ("param", "const") or (space == "local" and "L1::no_allocate" in l1)):
+        return f"{head}.{l1[0]} does not apply to .{space}"
     vec = next((int(f[1:]) for f in flags if f in ("v2", "v4", "v8")), 1)
     return _type_problem(head, vec, t)
 

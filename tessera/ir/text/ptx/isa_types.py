@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import re
 
+from tessera.ir.dialects.target import FP8X2
 from tessera.ir.text.ptx import isa_memory
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_memory import exotic
@@ -126,7 +127,8 @@ def _hopper_problem(head: str, mods: list[str], arch: int) -> str | None:
     hopper = (head in ("wgmma", "setmaxnreg", "elect", "stmatrix")
               or (head == "cp" and mods[1:2] == ["bulk"])
               or (head == "fence" and mods[:2] == ["proxy", "async"])
-              or (head == "mbarrier" and bool({"expect_tx", "try_wait"} & set(mods))))
+              or (head == "mbarrier" and bool({"expect_tx", "try_wait"} & set(mods)))
+              or (head in ("atom", "red") and mods[-1:] in (["bf16"], ["bf16x2"])))
     if hopper and arch < 90:
         return f"{head}.{'.'.join(mods)} needs .target sm_90 or higher"
     return None
@@ -162,7 +164,9 @@ def instruction_problem(head: str, mods: tuple[str, ...], arch: int) -> str | No
     """Why ``head.mods`` is no instruction on ``sm_<arch>``, or None (instructions repeat:
     each form is judged once)."""
     listed = list(mods)
-    problem = _hopper_problem(head, listed, arch) or _form_problem(head, listed)
+    problem = (_hopper_problem(head, listed, arch) or _form_problem(head, listed)
+               or (fp8_problem(listed[-2], listed[-1], listed[:-2], arch)
+                   if head == "cvt" and len(listed) >= 2 else None))
     if problem is not None or head not in OPCODES or mods[-1] in _UNMODELLED:
         return problem
     t = mods[-1]
@@ -235,4 +239,27 @@ def cvt_problem(to: str, frm: str, flags: list[str]) -> str | None:
     return None
 
 
-__all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of", "instruction_problem"]
+def fp8_problem(to: str, frm: str, flags: list[str], arch: int) -> str | None:
+    """Why ``cvt<flags>.<to>.<frm>`` of an fp8 pair is no instruction on ``sm_<arch>``, or
+    None (also None for other conversions). The forms: ``cvt.rn.satfinite{.relu}`` to
+    ``.e4m3x2``/``.e5m2x2`` from two ``.f32`` or one ``.f16x2``, and ``cvt.rn{.relu}``
+    from them to ``.f16x2``, on sm_89 and later (the ``.bf16x2`` forms are PTX ISA 9.1's,
+    for newer targets)."""
+    if to not in FP8X2 and frm not in FP8X2:
+        return None
+    name = f"cvt.{to}.{frm}"
+    if (to in FP8X2 and frm not in ("f32", "f16x2")) or (frm in FP8X2 and to != "f16x2"):
+        return (f"{name} is not a PTX instruction on sm_{arch}: cvt narrows .f32 pairs and "
+                f".f16x2 to .e4m3x2/.e5m2x2, and widens those to .f16x2")
+    if arch < 89:
+        return f"{name} needs .target sm_89 or higher, not sm_{arch}"
+    allowed = {"rn", "relu", "satfinite"} if to in FP8X2 else {"rn", "relu"}
+    extra = [f for f in flags if f not in allowed]
+    if extra or "rn" not in flags or (to in FP8X2) != ("satfinite" in flags):
+        return (f"{name} is written cvt.rn{'.satfinite' if to in FP8X2 else ''}{{.relu}}."
+                f"{to}.{frm}, not cvt.{'.'.join([*flags, to, frm])}")
+    return None
+
+
+__all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of", "fp8_problem",
+           "instruction_problem"]

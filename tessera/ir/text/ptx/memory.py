@@ -14,6 +14,7 @@ from __future__ import annotations
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import (
     ATOMIC_TYPES,
+    HALF_ATOMICS,
     REG_TYPES,
     RegType,
     atomic_type_problem,
@@ -23,7 +24,7 @@ from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
-from tessera.ir.text.ptx.lexer import parse_int
+from tessera.ir.text.ptx.lexer import is_decimal_float, parse_float_bits, parse_int
 
 _QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "relaxed", "acquire",
                "release", "acq_rel", "weak", "gpu", "cta", "sys", "cluster", "L1::no_allocate",
@@ -31,6 +32,8 @@ _QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "rela
                "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
                "L2::evict_first"}
 _SPACES = {"global", "shared", "param", "local", "const", "shared::cta"}
+#: the qualifiers atom and red take besides a state space and .L2::cache_hint
+_ATOMIC_ORDERS = {"relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "cluster"}
 
 
 def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
@@ -46,6 +49,17 @@ def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
         elif f not in _QUALIFIERS:
             raise b.unsupported(f"the .{f} qualifier")
     return space, vec, ptx_type(b, mods[-1:])
+
+
+def _param_space(b: InstrBuilder, space: str, at: str) -> str:
+    """``local`` for a ``.param`` access of a call's parameter or return value (in the
+    thread's local memory: :mod:`tessera.ir.text.ptx.calls`), else ``space``."""
+    name = b.address(at)[0]
+    if name not in b.scope.call_params:
+        return space
+    if space != "param":
+        raise b.syntax(f"{name} is a .param variable: {b.head}.param accesses it")
+    return "local"
 
 
 def _memory_op(b: InstrBuilder, space: str) -> str:
@@ -76,8 +90,10 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.syntax(f"register {token} is a .{b.scope.registers[name]} register: a "
                            f".{mods[-1]} byte needs an integer register")
     space, vec, _ = _split_mods(b, [*mods[:-1], "b16"])
-    space = _memory_op(b, space)
     count(b, ops, 2)
+    if parse_float_bits(value.strip()) is not None or is_decimal_float(value.strip()):
+        raise b.syntax(f"float literal {value.strip()} for a .{mods[-1]} byte")
+    space = _param_space(b, _memory_op(b, space), ops[1] if b.head == "ld" else ops[0])
     if vec not in (1, 2, 4):
         raise b.syntax(f"a vector of bytes is .v2 or .v4, not .v{vec}")
     if space not in ("global", "shared", "", "local"):
@@ -113,7 +129,7 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         return
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
-    space = _memory_op(b, space)
+    space = _param_space(b, _memory_op(b, space), ops[1])
     if space != "param" and b.address(ops[1])[0] in b.scope.params:
         raise b.syntax(f"kernel parameter {b.address(ops[1])[0]} is read with ld.param")
     if space == "param":
@@ -140,8 +156,10 @@ def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 2)
     if space == "const":
         raise b.syntax("st.const does not exist: constant memory is read-only")
+    space = _param_space(b, space, ops[0])
     if space == "param":
-        raise b.unsupported("st.param (device-function calls)")
+        raise b.syntax("st.param writes the .param variables of a call sequence or "
+                       "a function's return values, not a kernel's parameters")
     value = b.read(ops[1], t) if vec == 1 or ops[1].strip().startswith("{") else None
     if value is None:
         raise b.syntax(f"a .v{vec} store needs {{...}} registers")
@@ -167,16 +185,22 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     ops_ = [f for f in mods[:-1] if f in ATOMIC_TYPES]
     if len(ops_) != 1:
         raise b.syntax("expected one atomic operation (.add, .min, .cas ...)")
-    space, vec, t = _split_mods(b, [f for f in mods if f not in ops_])
+    space, vec, t = _split_mods(b, [f for f in mods if f not in ops_ and f != "noftz"])
     op = ops_[0]
     if vec != 1:
         raise b.unsupported("vector atomics")
     if space == "const":
         raise b.syntax(f"{b.head} on constant memory")
-    if t in ("f16", "bf16", "f16x2", "bf16x2", "b16", "b128"):  # sm_70/sm_90 forms
+    if t == "b128":
         raise b.unsupported(f"{b.head}.{op}.{t}")
+    if cache := [f for f in mods[:-1] if f in _QUALIFIERS and f not in _ATOMIC_ORDERS]:
+        raise b.syntax(f"{b.head} takes no .{cache[0]} qualifier: a memory order, a scope "
+                       "and .L2::cache_hint")
     if problem := atomic_type_problem(b.head, op, t):
         raise b.syntax(problem)
+    if ("noftz" in mods) != (t in HALF_ATOMICS):
+        raise b.syntax(f"{b.head}.{op}.{t} " + ("needs .noftz: it keeps subnormals" if
+                       t in HALF_ATOMICS else "takes no .noftz (half-precision adds do)"))
     if b.head == "red" and {"acquire", "acq_rel"} & set(mods):
         raise b.syntax("red returns nothing to acquire: its memory order is .relaxed or "
                        ".release")
