@@ -5,7 +5,8 @@ Module directives (PTX ISA chapter 11): ``.version``, ``.target``, ``.address_si
 declaration order, at their alignment), ``.entry`` kernels with their ``.param`` lists
 (``.ptr``/state-space/``.align`` attributes; ``.align 64 .b8 name[128]`` tensor maps)
 and performance directives (``.maxntid``, ``.reqntid``, ``.minnctapersm``,
-``.maxnreg``, recorded), and ``.func`` device functions (read, not callable yet).
+``.maxnreg``, recorded), and ``.func`` device functions, inlined where they are called
+(:mod:`tessera.ir.text.ptx.calls`).
 Inside a kernel: ``.reg`` declarations (``%r<N>`` ranges, nested ``{ }`` scopes of
 inline assembly), ``.shared`` and ``.extern .shared`` (dynamic) variables, labels,
 ``@%p``/``@!%p`` guards and the branches ``bra``, ``ret``, ``exit`` and ``trap``.
@@ -27,9 +28,9 @@ from tessera.ir.dialects.target.cfg import (
     PtxInstr,
     SharedVar,
 )
+from tessera.ir.text.ptx import calls, isa_types
 from tessera.ir.text.ptx import composed as _composed
 from tessera.ir.text.ptx import hopper as _hopper
-from tessera.ir.text.ptx import isa_types
 from tessera.ir.text.ptx import memory as _memory
 from tessera.ir.text.ptx import warp as _warp
 from tessera.ir.text.ptx import wmma as _wmma
@@ -70,6 +71,8 @@ class PtxModule:
     kernels: dict[str, CfgKernel] = field(default_factory=dict)
     globals: list[GlobalVar] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
+    bodies: dict[str, calls.DeviceFunction] = field(default_factory=dict)
+    stmts: list[Statement] = field(default_factory=list)
 
 
 class _KernelReader:
@@ -77,7 +80,7 @@ class _KernelReader:
 
     def __init__(self, name: str, params: list[KernelParam], shared: list[SharedVar],
                  target: str, loc: Loc, attrs: dict[str, object],
-                 globals_: list[GlobalVar]) -> None:
+                 globals_: list[GlobalVar], module: PtxModule) -> None:
         self.scope = KernelScope()
         self.scope.params = {p.name: p for p in params}
         self.scope.shared = {v.name: v.address for v in shared}
@@ -89,7 +92,40 @@ class _KernelReader:
         self.shared = list(shared)
         self.blocks: list[tuple[str | None, list[PtxInstr], dict[str, object] | None]] = []
         self.labels: dict[str, int] = {}
+        self.functions, self.stmts = module.bodies, module.stmts
+        self.calls: list[tuple[str, str]] = []  # (callee, its return label) being inlined
+        self.inlined = 0
+        self.param_undo: list[list[tuple[str, int | None]]] = [[]]
         self._start(None)
+
+    def body(self, stmts: list[Statement], i: int) -> int:
+        """Read the statements from ``i`` (just after a ``{``) to the ``}`` that closes
+        it; that ``}``'s index, or -1 when none does."""
+        depth = 1
+        while i < len(stmts):
+            st = stmts[i]
+            if st.kind == "open":
+                depth += 1
+                self.scope.scopes.append({})
+                self.param_undo.append([])
+            elif st.kind == "close":
+                depth -= 1
+                if depth == 0:
+                    return i
+                self.scope.scopes.pop()
+                calls.unbind(self)
+            elif st.kind == "label":
+                self.label(self._renamed(st.text), st.loc)
+            elif st.text.startswith("."):
+                self.declare(st)
+            else:
+                self.instruction(st)
+            i += 1
+        return -1
+
+    def _renamed(self, label: str) -> str:
+        """A label of the function being inlined, named apart for this call."""
+        return f"{label}@{self.calls[-1][1]}" if self.calls else label
 
     def _start(self, label: str | None) -> None:
         self.blocks.append((label, [], None))
@@ -138,6 +174,8 @@ class _KernelReader:
                                       loc=stmt.loc)
         elif text.startswith(".pragma"):
             return
+        elif text.startswith(".param"):
+            calls.declare_param(self, stmt)
         else:
             raise PtxUnsupportedError(f"directive '{text}' inside a kernel", loc=stmt.loc)
 
@@ -161,6 +199,9 @@ class _KernelReader:
         if head in ("bra", "ret", "exit", "trap"):
             self._branch(head, mods, ops, reg_guard, stmt)
             return
+        if head == "call":
+            calls.inline(self, mods, ops, guard is not None, stmt)
+            return
         rule = HANDLERS.get(head)
         if rule is None:
             raise PtxUnsupportedError(f"unknown instruction '{opcode}' in '{stmt.text}'",
@@ -175,8 +216,10 @@ class _KernelReader:
         if head == "bra":
             if [f for f in mods if f != "uni"] or len(ops) != 1:
                 raise PtxUnsupportedError(f"branch '{stmt.text}'", loc=stmt.loc)
-            target: str | None = ops[0].strip()
+            target: str | None = self._renamed(ops[0].strip())
             kind = "jump"
+        elif head == "ret" and self.calls and not ops and not mods:
+            target, kind = self.calls[-1][1], "jump"  # back to the caller
         else:
             if ops or mods:
                 raise PtxUnsupportedError(f"'{stmt.text}'", loc=stmt.loc)
@@ -227,7 +270,12 @@ def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
     """Read PTX ``text`` (from ``file``) into a :class:`PtxModule`; raises
     :class:`PtxSyntaxError` or :class:`PtxUnsupportedError` naming the line."""
     module = PtxModule(file, text)
-    stmts = statements(text, file)
+    stmts = module.stmts = statements(text, file)
+    for k, s in enumerate(stmts):  # every function's body, wherever it is defined
+        if s.kind == "stmt" and re.match(r"^(\.(visible|weak|extern)\s+)*\.func\b", s.text):
+            fn = calls.function(stmts, k)
+            if fn.body is not None or fn.name not in module.bodies:
+                module.bodies[fn.name] = fn
     shared: list[SharedVar] = []
     i = 0
     while i < len(stmts):
@@ -304,26 +352,9 @@ def _kernel(module: PtxModule, stmts: list[Statement], i: int,
     local = [st for st in stmts[i + 2:_close(stmts, i + 1)]
              if st.kind == "stmt" and st.text.startswith((".shared", ".extern"))]
     reader = _KernelReader(name, read_params(s.text, s.loc), layout(shared, local),
-                           module.target, s.loc, attrs, module.globals)
-    depth, i = 1, i + 2
-    while i < len(stmts):
-        st = stmts[i]
-        if st.kind == "open":
-            depth += 1
-            reader.scope.scopes.append({})
-        elif st.kind == "close":
-            depth -= 1
-            if depth == 0:
-                break
-            reader.scope.scopes.pop()
-        elif st.kind == "label":
-            reader.label(st.text, st.loc)
-        elif st.text.startswith("."):
-            reader.declare(st)
-        else:
-            reader.instruction(st)
-        i += 1
-    if depth:
+                           module.target, s.loc, attrs, module.globals, module)
+    i = reader.body(stmts, i + 2)
+    if i < 0:
         raise PtxSyntaxError(f"kernel {name} is not closed", loc=s.loc)
     module.kernels[name] = reader.finish(stmts[i].loc)
     return i + 1
