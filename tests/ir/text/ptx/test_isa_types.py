@@ -227,9 +227,27 @@ OPERANDS = [
     ("bar.red.and.pred %p2, 1, !%p1;", "ok"), ("bar.red.popc.pred %p2, 0, %p1;", "popc"),
     ("vote.sync.ballot.b32 %r1, %p1, %r2;", "ok"), ("match.any.sync.b32 %r1, %r2, -1;", "ok"),
     ("match.all.sync.b64 %r1|%p1, %rd1, %r2;", "ok"), ("match.any.b32 %r1, %r2, -1;", "sync"),
-    # fp8 conversions (sm_89): valid PTX the reader does not model, so not a syntax error
-    ("cvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;", "unsupported"),
-    ("cvt.rn.f16x2.e4m3x2 %r1, %h1;", "unsupported"),
+    # fp8 pairs (sm_89) live in 16-bit integer or bit registers
+    ("cvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;", "ok"),
+    ("cvt.rn.f16x2.e4m3x2 %r1, %h1;", "ok"), ("cvt.rn.satfinite.e5m2x2.f16x2 %h1, %r1;", "ok"),
+    ("cvt.rn.satfinite.e4m3x2.f32 %hf1, %f1, %f2;", "fp8"), ("cvt.rn.e4m3x2.f32 %h1, %f1, %f2;",
+                                                             "satfinite"),
+    ("cvt.rn.satfinite.e4m3x2.f32 %h1, %f1;", "operands"),
+    ("cvt.rn.satfinite.e4m3x2.bf16x2 %h1, %r1;", "widens"), ("cvt.f16x2.e4m3x2 %r1, %h1;", "rn"),
+    ("cvt.rn.satfinite.relu.e4m3x2.f32 %h1, %f1, %f2;", "unsupported"),
+    # half-precision atomics say .noftz; atomics take no cache qualifiers
+    ("atom.global.add.noftz.f16 %h1, [%rd1], %h2;", "ok"),
+    ("red.global.add.noftz.f16x2 [%rd1], %r2;", "ok"),
+    ("atom.global.add.f16 %h1, [%rd1], %h2;", "noftz"),
+    ("atom.global.add.noftz.f32 %f1, [%rd1], %f2;", "noftz"),
+    ("atom.global.cas.b16 %h1, [%rd1], %h2, %h3;", "ok"),
+    ("atom.global.cg.add.u32 %r1, [%rd1], %r2;", "cg"),
+    ("red.global.L1::no_allocate.add.u32 [%rd1], %r2;", "L1"),
+    # ptxas's own operand rules for mov and cvt
+    ("mov.u32 {%h1, %h2}, %r1;", "packs"), ("mov.b32 {%h1, %h2}, %r1;", "ok"),
+    ("cvt.f32.bf16 %f1, %r1;", "16"), ("cvt.f32.f16 %f1, %r1;", "ok"),
+    ("cvt.rn.f32.u32 %f1, %tid.x;", "special"), ("cvt.u64.u32 %rd1, %tid.x;", "ok"),
+    ("ld.L1::evict_last.param.u64 %rd1, [p];", "param"),
 ]
 
 

@@ -91,7 +91,7 @@ def test_kernel_params_registers_shared_and_blocks() -> None:
     ("ld.global.v8.u32 {%r0}, [%rd0];", PtxSyntaxError, "moves 256 bits"),
     ("add.s32 %r0, %r1;", PtxSyntaxError, "expected 3 operands"),
     ("mov.f32 %f0, 7;", PtxSyntaxError, "integer literal 7 for a .f32 operand"),
-    ("call foo, (%r0);", PtxUnsupportedError, "unknown instruction 'call'"),
+    ("call foo, (%r0);", PtxSyntaxError, "call of foo, which is not a .func"),
 ])
 def test_errors_name_file_line_and_instruction(line: str, error: type, message: str) -> None:
     text = HEADER + f"""

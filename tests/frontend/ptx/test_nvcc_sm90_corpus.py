@@ -1,0 +1,199 @@
+"""nvcc's PTX for sm_90 (tests/ir/text/ptx/ptx_corpus/kernels_sm90.cu): packed half
+arithmetic, fp8 pairs, half-precision atomics and device-function calls, run on the CPU
+by ``ts.ptx`` and compared bit for bit with NumPy references (float64 arithmetic, exact
+for these inputs, rounded once per operation through ``ml_dtypes``)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.ir.text.ptx import PtxSyntaxError, PtxUnsupportedError
+from tests.frontend.ptx.corpus import CORPUS
+
+F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+rng = np.random.default_rng(90)
+
+
+@pytest.fixture(scope="module")
+def mod() -> ts.ptx.PtxProgram:
+    return ts.ptx.load(CORPUS / "kernels_sm90.ptx")
+
+
+def rounded(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Exact float64 values rounded once to ``dt`` (fp8 saturating, as ``.satfinite``);
+    the bits, NaN as the canonical NaN of the format (0x7FFF, 0x7F)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dt.itemsize == 1:
+            limit = float(ml_dtypes.finfo(dt).max)
+            x = np.where(np.isnan(x), x, np.clip(x, -limit, limit))
+        y = np.asarray(x, np.float64).astype(np.float32).astype(dt)
+    bits = y.view(np.uint8 if dt.itemsize == 1 else np.uint16).copy()
+    bits[np.isnan(x)] = 0x7F if dt.itemsize == 1 else 0x7FFF
+    return bits
+
+
+def wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64)
+
+
+def test_packed_half_arithmetic(mod) -> None:
+    n = 200
+    a, b = (rng.standard_normal(2 * n).astype(F16) for _ in range(2))
+    a[:6] = [0, -0.0, np.inf, np.nan, 6e-5, -2**-24]
+    b[:6] = [-0.0, 3, -2, 1, 2**-24, 65504]
+    out, e = np.zeros(2 * n, F16), np.zeros(2 * n, F16)
+    mod.kernel("half2_ops").run(grid=2, block=128, args=[a, b, out, e, np.int32(n)])
+    x, y = wide(a), wide(b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s, p = (wide(v.view(F16)) for v in (rounded(x + y, F16), rounded(x * y, F16)))
+        f = wide(rounded(x * y + s, F16).view(F16))
+        m = np.fmax(-p, np.abs(f))  # max.f16x2 returns the number beside a NaN
+        want = rounded(m - np.fmin(x, y), F16)
+        # h2exp2: ex2.approx.ftz.f32 of each half, times (1 + 2^-24) by an fma, to f16
+        e32 = np.exp2(x).astype(np.float32)
+        want_e = rounded(wide((wide(e32) * 2.0**-24 + wide(e32)).astype(np.float32)), F16)
+    np.testing.assert_array_equal(out.view(np.uint16), want)
+    np.testing.assert_array_equal(e.view(np.uint16), want_e)
+
+
+def test_packed_bf16_arithmetic(mod) -> None:
+    n = 200
+    a, b = (rng.standard_normal(2 * n).astype(BF16) for _ in range(2))
+    out = np.zeros(2 * n, BF16)
+    mod.kernel("bf162_ops").run(grid=2, block=128, args=[a, b, out, np.int32(n)])
+    x, y = wide(a), wide(b)
+    f = wide(rounded(x * y + x, BF16).view(BF16))
+    mul = wide(rounded(x * f, BF16).view(BF16))
+    want = rounded(np.fmax(-f, np.abs(y)) + mul, BF16)
+    np.testing.assert_array_equal(out.view(np.uint16), want)
+
+
+def test_fp8_pairs(mod) -> None:
+    n = 200
+    v = (rng.standard_normal(2 * n) * 100).astype(np.float32)
+    v[:8] = [500, -1e9, np.inf, np.nan, 1e-4, 449, -464, 2**-10]
+    q4, q5 = np.zeros(2 * n, np.uint8), np.zeros(2 * n, np.uint8)
+    back = np.zeros(2 * n, F16)
+    mod.kernel("fp8_pairs").run(grid=2, block=128, args=[v, q4, back, q5, np.int32(n)])
+    w4 = rounded(wide(v), E4M3)  # beyond 448 saturates; 464 is the tie that rounds down
+    np.testing.assert_array_equal(q4, w4)
+    widened = wide(w4.view(E4M3))  # every e4m3 value is an f16 value
+    np.testing.assert_array_equal(back.view(np.uint16), rounded(widened, F16))
+    with np.errstate(invalid="ignore", over="ignore"):
+        square = wide(rounded(widened * widened, F16).view(F16))
+    np.testing.assert_array_equal(q5, rounded(square, E5M2))
+
+
+def test_half_precision_atomics(mod) -> None:
+    """Small integers: every order of the adds gives the same exact sums."""
+    n = 96
+    v = rng.integers(-8, 9, n).astype(np.float32)
+    h, h2 = np.zeros(4, F16), np.zeros(4, F16)
+    bh, flag = np.zeros(4, BF16), np.zeros(8, np.uint16)
+    mod.kernel("half_atomics").run(grid=2, block=64, args=[v, h, bh, h2, flag, np.int32(n)])
+    sums = np.array([v[k::4].sum() for k in range(4)])
+    np.testing.assert_array_equal(wide(h), sums)
+    np.testing.assert_array_equal(wide(bh), sums)
+    pairs = np.array([v[0::2].sum(), -2 * v[0::2].sum(), v[1::2].sum(), -2 * v[1::2].sum()])
+    np.testing.assert_array_equal(wide(h2), pairs)  # (x, y): x in the low half
+    np.testing.assert_array_equal(flag, np.arange(1, 9))  # the first swap of each flag wins
+
+
+def test_device_function_calls(mod) -> None:
+    n = 150
+    v = rng.standard_normal(n).astype(np.float32)
+    out, nd = np.zeros(n, np.float32), np.zeros(n, np.int32)
+    mod.kernel("device_calls").run(grid=2, block=128, args=[v, out, nd, np.int32(n)])
+    i = np.arange(n)
+    x = wide(v)
+
+    def f32(t: np.ndarray) -> np.ndarray:
+        return wide(t.astype(np.float32))
+
+    def weigh(k: np.ndarray) -> np.ndarray:
+        return f32(wide(k) * x + 1)  # fma(k, v, 1)
+
+    dot3 = f32(-x * 0.5 + f32(x * 2 + x))  # nvcc folded b = {2, v, 0.5} and a.y = 1
+    outer = f32(weigh(i % 5) + weigh(-(i % 5)))
+    np.testing.assert_array_equal(out, f32(f32(weigh(i) + dot3) + outer).astype(np.float32))
+    np.testing.assert_array_equal(nd, [len(str(k * 977)) for k in i])
+
+
+CALLS = """.version 8.0
+.target sm_80
+.address_size 64
+.func (.param .b32 r) twice(.param .b32 a)
+{
+    .reg .b32 %r<3>;
+    .reg .pred %p<2>;
+    ld.param.b32 %r1, [a];
+    setp.eq.s32 %p1, %r1, 0;
+    @%p1 bra $L__BB0_1;
+    add.s32 %r2, %r1, %r1;
+    st.param.b32 [r], %r2;
+    ret;
+$L__BB0_1:
+    st.param.b32 [r], 7;
+    ret;
+}
+.visible .entry k(.param .u64 out)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+$L__BB0_1:
+    {
+    .param .b32 p0;
+    st.param.b32 [p0], %r1;
+    .param .b32 q0;
+    call.uni (q0), twice, (p0);
+    ld.param.b32 %r2, [q0];
+    }
+    {
+    .param .b32 p0;
+    st.param.b32 [p0], %r2;
+    .param .b32 q0;
+    call.uni (q0), twice, (p0);
+    ld.param.b32 %r3, [q0];
+    }
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r3;
+    ret;
+}
+"""
+
+
+def test_each_call_has_its_own_labels_and_returns() -> None:
+    """Two calls of one function whose label repeats the kernel's, each with an early
+    ``ret``: 4x, or 7 then 14 for thread 0."""
+    out = np.zeros(64, np.uint32)
+    ts.ptx.load(CALLS).kernel("k").run(grid=1, block=64, args=[out])
+    np.testing.assert_array_equal(out, np.r_[14, 4 * np.arange(1, 64)])
+
+
+@pytest.mark.parametrize("change, error, message", [
+    ("call.uni (q0), twice, (p0);", PtxUnsupportedError, "recursive call of twice"),
+    ("call.uni (q0), twice, (p0, p0);", PtxSyntaxError, "takes 1 parameters"),
+    ("call.uni (q0), twice, (%r1);", PtxSyntaxError, "not a .param variable"),
+    ("call.uni (q0), vprintf, (p0);", PtxUnsupportedError, "declares without a body"),
+])
+def test_call_errors_name_the_line(change: str, error: type, message: str) -> None:
+    text = CALLS.replace(".func (.param .b32 r) twice",
+                         ".extern .func (.param .b32 r) vprintf(.param .b64 f);\n"
+                         ".func (.param .b32 r) twice")
+    if "recursive" in message:  # the function calls itself
+        text = text.replace("    add.s32 %r2, %r1, %r1;\n",
+                            "    {\n    .param .b32 p0;\n    .param .b32 q0;\n"
+                            f"    {change}\n    }}\n    add.s32 %r2, %r1, %r1;\n")
+    else:
+        text = text.replace("call.uni (q0), twice, (p0);", change, 1)
+    line = next(k for k, t in enumerate(text.splitlines(), 1) if change in t)
+    with pytest.raises(error, match=message) as err:
+        ts.ptx.load(text)
+    assert err.value.loc.line == line

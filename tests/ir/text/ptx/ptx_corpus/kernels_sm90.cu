@@ -1,0 +1,86 @@
+// Kernels of CUDA's half-precision, fp8 and device-function features, compiled by
+// make_ptx.sh to kernels_sm90.ptx (sm_90) for tests/frontend/ptx/test_nvcc_sm90_corpus.py.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+// packed f16x2 arithmetic: add, sub, mul, fma, neg, abs, min, max (and exp2 through f32)
+extern "C" __global__ void half2_ops(const __half2* a, const __half2* b, __half2* out,
+                                     __half2* e, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    __half2 x = a[i], y = b[i];
+    __half2 s = __hadd2(x, y);
+    __half2 p = __hmul2(x, y);
+    __half2 f = __hfma2(x, y, s);
+    __half2 m = __hmax2(__hneg2(p), __habs2(f));
+    out[i] = __hsub2(m, __hmin2(x, y));
+    e[i] = h2exp2(x);
+  }
+}
+
+// packed bf16x2 arithmetic (add and mul are sm_90 instructions)
+extern "C" __global__ void bf162_ops(const __nv_bfloat162* a, const __nv_bfloat162* b,
+                                     __nv_bfloat162* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    __nv_bfloat162 x = a[i], y = b[i];
+    __nv_bfloat162 f = __hfma2(x, y, x);
+    __nv_bfloat162 m = __hmax2(__hneg2(f), __habs2(y));
+    out[i] = __hadd2(m, __hmul2(x, f));
+  }
+}
+
+// fp8 pairs: f32 pairs to e4m3, e4m3 to f16, f16 pairs to e5m2
+extern "C" __global__ void fp8_pairs(const float2* in, __nv_fp8x2_e4m3* q4, __half2* back,
+                                     __nv_fp8x2_e5m2* q5, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    __nv_fp8x2_e4m3 e(in[i]);
+    q4[i] = e;
+    __half2 h = __half2(e);
+    back[i] = h;
+    q5[i] = __nv_fp8x2_e5m2(__hmul2(h, h));
+  }
+}
+
+// half-precision atomics: f16, bf16 and f16x2 adds, and a 16-bit compare-and-swap
+extern "C" __global__ void half_atomics(const float* in, __half* h, __nv_bfloat16* bh,
+                                        __half2* h2, unsigned short* flag, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    atomicAdd(h + i % 4, __float2half(in[i]));
+    atomicAdd(bh + i % 4, __float2bfloat16(in[i]));
+    atomicAdd(h2 + i % 2, __floats2half2_rn(in[i], -2.0f * in[i]));
+    atomicCAS(flag + i % 8, (unsigned short)0, (unsigned short)(i + 1));
+  }
+}
+
+// device functions that nvcc keeps as calls: scalars, a structure by value, a nested
+// call, a loop and an early return inside the callee
+struct Triple { float x, y, z; };
+
+__device__ __noinline__ float weigh(float v, int k) { return v * k + 1.0f; }
+
+__device__ __noinline__ float dot3(Triple a, Triple b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z;
+}
+
+__device__ __noinline__ int digits(unsigned v) {
+  if (v == 0) return 1;
+  int d = 0;
+  while (v) { v /= 10; ++d; }
+  return d;
+}
+
+__device__ __noinline__ float outer(float v, int k) { return weigh(v, k) + weigh(v, -k); }
+
+extern "C" __global__ void device_calls(const float* in, float* out, int* nd, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float v = in[i];
+    Triple a{v, 1.0f, -v}, b{2.0f, v, 0.5f};
+    out[i] = weigh(v, i) + dot3(a, b) + outer(v, i % 5);
+    nd[i] = digits((unsigned)(i * 977));
+  }
+}
