@@ -53,6 +53,7 @@ from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as target_ptx_memory
+from tessera.interp.target.ptx import printf as target_ptx_printf
 from tessera.interp.target.ptx import rules as target_ptx_rules
 from tessera.interp.target.ptx import wmma as target_ptx_wmma
 from tessera.interp.target.state import (
@@ -292,8 +293,11 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
             run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
         except TargetFault as err:
             if m.tasks_hung and not independent:
+                m.printed.clear()  # the launch runs again, its tasks independent
                 raise _LockstepHang(err) from err
             raise
+        finally:
+            target_ptx_printf.flush(m)
     target_bulk_store.check_drained(m)  # every CTA has exited
     target_tables.check_module_vars(m)
 

@@ -144,6 +144,8 @@ class Machine:
         #: whether the arms of a concurrent ``ptx.if`` run one task per warpgroup of each
         #: CTA (:mod:`tessera.interp.target.flow`) rather than all CTAs in lockstep
         self.independent = False
+        #: the text the launch's ``printf`` calls wrote, flushed when the launch ends
+        self.printed: list[str] = []
         #: whether some concurrent tasks of the launch found that none could continue
         #: (:mod:`tessera.interp.target.schedule`)
         self.tasks_hung = False

@@ -1,9 +1,12 @@
 """nvcc's PTX for sm_90 (tests/ir/text/ptx/ptx_corpus/kernels_sm90.cu): packed half
-arithmetic, fp8 pairs, half-precision atomics and device-function calls, run on the CPU
+arithmetic, fp8 pairs, half-precision atomics, device-function calls and printf, run on the CPU
 by ``ts.ptx`` and compared bit for bit with NumPy references (float64 arithmetic, exact
 for these inputs, rounded once per operation through ``ml_dtypes``)."""
 
 from __future__ import annotations
+
+import ctypes
+import platform
 
 import ml_dtypes
 import numpy as np
@@ -123,6 +126,34 @@ def test_device_function_calls(mod) -> None:
     np.testing.assert_array_equal(nd, [len(str(k * 977)) for k in i])
 
 
+def test_printf_writes_each_threads_line_in_thread_order(
+        mod, capsys: pytest.CaptureFixture[str]) -> None:
+    """printf's text, compared with the C library formatting the same arguments; the
+    pointers (generic addresses of the interpreter's global memory) advance by 4."""
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("the reference is glibc's snprintf")
+    libc = ctypes.CDLL(None)
+    x = np.array([1.5, -2.25, 1e-3, np.inf, np.nan, 3e5, -0.0, 7], np.float32)
+    n = 6
+    mod.kernel("formatted").run(grid=1, block=8, args=[x, np.int32(n)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == n + 1 and lines[-1] == "done"
+    pointers = [int(line.rsplit("|", 1)[1], 16) for line in lines[:n]]
+    assert np.all(np.diff(pointers) == 4)
+    fmt = b"%d/%u: x=%f %.3e %g|%8.2f|%-6d|%+d|%05x|%#o|%s|%c|%lld|%hd|%p"
+    for i, (line, pointer) in enumerate(zip(lines, pointers)):
+        v = float(x[i])
+        buf = ctypes.create_string_buffer(512)
+        libc.snprintf(buf, 512, fmt, ctypes.c_int(i), ctypes.c_uint(n), ctypes.c_double(v),
+                      ctypes.c_double(v * 1e6), ctypes.c_double(float(x[i] / np.float32(3))),
+                      ctypes.c_double(v), ctypes.c_int(i), ctypes.c_int(-i),
+                      ctypes.c_int(i * 4099), ctypes.c_int(i),
+                      ctypes.c_char_p(b"odd" if i % 2 else b"even"), ctypes.c_int(65 + i % 26),
+                      ctypes.c_longlong(i << 40), ctypes.c_int(i * 5000),
+                      ctypes.c_void_p(pointer))
+        assert line == buf.value.decode()
+
+
 CALLS = """.version 8.0
 .target sm_80
 .address_size 64
@@ -181,11 +212,11 @@ def test_each_call_has_its_own_labels_and_returns() -> None:
     ("call.uni (q0), twice, (p0);", PtxUnsupportedError, "recursive call of twice"),
     ("call.uni (q0), twice, (p0, p0);", PtxSyntaxError, "takes 1 parameters"),
     ("call.uni (q0), twice, (%r1);", PtxSyntaxError, "not a .param variable"),
-    ("call.uni (q0), vprintf, (p0);", PtxUnsupportedError, "declares without a body"),
+    ("call.uni (q0), puts, (p0);", PtxUnsupportedError, "declares without a body"),
 ])
 def test_call_errors_name_the_line(change: str, error: type, message: str) -> None:
     text = CALLS.replace(".func (.param .b32 r) twice",
-                         ".extern .func (.param .b32 r) vprintf(.param .b64 f);\n"
+                         ".extern .func (.param .b32 r) puts(.param .b64 f);\n"
                          ".func (.param .b32 r) twice")
     if "recursive" in message:  # the function calls itself
         text = text.replace("    add.s32 %r2, %r1, %r1;\n",

@@ -46,6 +46,8 @@ class PtxWriter:
         #: module variables used: symbol -> (size, alignment, initial u32 words),
         #: declared at module scope
         self.module_vars: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+        #: module-scope declarations of the functions the kernel calls (vprintf)
+        self.externs: set[str] = set()
         #: symbol -> offset in the dynamic shared array, when the buffers are dynamic
         self.dynamic_offsets: dict[str, int] | None = None
         self.loc: Loc | None = None

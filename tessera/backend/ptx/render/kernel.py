@@ -179,6 +179,8 @@ def render(fn: Function, *, line_map: bool = False) -> str | tuple[str, dict[int
             ".address_size 64", ""]
     if plan.dynamic:  # module scope; sized by the launch (CompiledKernel.shared_bytes)
         head += [f".extern .shared .align {plan.align} .b8 {DYNAMIC_SHARED}[];", ""]
+    if e.externs:
+        head += [*sorted(e.externs), ""]
     if e.tables or e.module_vars:
         from tessera.backend.ptx.render.tables import declarations
 

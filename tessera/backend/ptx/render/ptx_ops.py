@@ -8,6 +8,7 @@ from tessera.backend.ptx.render.emit import PtxWriter, address, mem_type, rule
 from tessera.backend.ptx.render.regalloc import operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import HALF_ATOMICS, RegType
+from tessera.ir.dialects.target.printf import Printf
 from tessera.ir.dialects.target.ptx_ops import (
     Atom,
     Bfe,
@@ -30,6 +31,24 @@ from tessera.ir.dialects.target.ptx_ops import (
     WarpSync,
 )
 from tessera.ir.dialects.target.wmma import WmmaLoad, WmmaMma, WmmaStore
+
+#: CUDA's device-runtime formatter, which printf calls (CUDA C++ Programming Guide,
+#: "Formatted Output")
+VPRINTF = (".extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, "
+           ".param .b64 vprintf_param_1);")
+
+
+@rule(Printf)
+def _printf(e: PtxWriter, instr: Instr) -> None:
+    e.externs.add(VPRINTF)
+    fmt, args = _regs(e, instr)
+    e.out("{")
+    e.out(f".param .b64 param0; st.param.b64 [param0], {fmt};")
+    e.out(f".param .b64 param1; st.param.b64 [param1], {args};")
+    e.out(".param .b32 retval0;")
+    e.out("call.uni (retval0), vprintf, (param0, param1);")
+    e.out(f"ld.param.b32 {e.regs.one(instr.result)}, [retval0];")
+    e.out("}")
 
 
 def _vec(n: int) -> str:

@@ -36,6 +36,7 @@ from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
 from tessera.interp.target.ptx import rules as _ptx_rules
 from tessera.interp.target.ptx.memory import LocalMemory
+from tessera.interp.target.ptx.printf import flush as flush_printed
 from tessera.interp.target.state import (
     DTYPES,
     Machine,
@@ -206,58 +207,61 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     exited = np.zeros(m.n, bool)
     parked = m.parked = Parked(m.n)
     steps = 0
-    with np.errstate(all="ignore"):
-        while True:
-            live = pc >= 0
-            if not live.any():
-                break
-            ready = live & ~parked.waiting(m)
-            if not ready.any():  # softly parked arrivals run on when nothing else can
-                ready = parked.resume_soft(m, live)
-            if not ready.any():  # every live thread waits at a named barrier
-                instr, err = parked.hang(m, live)
-                pi = next(ci.pi for bb in blocks for ci in bb if instr in ci.pi.instrs)
-                raise _renamed(err, pi)
-            here = np.unique(pc[ready])
-            at = int(here[np.argmin(rank[here])])
-            first = int(pos[ready & (pc == at)].min())
-            mask = ready & (pc == at) & (pos == first)
-            for k, ci in enumerate(blocks[at][first:], first):
-                _run_instr(ci, regs, phys, mask, m, exited)
-                if parked.fresh.any():  # these wait here until their barrier completes
-                    pos[parked.fresh] = k + 1
-                    mask = mask & ~parked.fresh
-                    parked.fresh[:] = False
-            pos[mask] = 0
-            if not mask.any():
-                continue
-            end = kernel.blocks[at].end
-            if end.kind == "jump":
-                pc[mask] = end.target
-            elif end.kind == "cond":
-                taken = _guard(phys, end.guard, mask)
-                pc[taken] = end.target
-                pc[mask & ~taken] = end.fallthrough
-            elif end.kind == "ret":
-                pc[mask] = -1
-                exited |= mask
-            else:
-                who = int(np.flatnonzero(mask)[0])
-                raise _fault(m, kernel, end, who)
-            # a thread that branched to a bare ret has exited (barriers stop waiting)
-            gone = mask & (pc >= 0)
-            gone[gone] = exits[pc[gone]]
-            pc[gone] = -1
-            exited |= gone
-            steps += 1
-            if steps > STEP_LIMIT:
-                raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",
-                             f"more than {STEP_LIMIT} blocks executed")
-    stuck = unretired(m)  # every CTA has exited: no TMA store may still read
-    if stuck is not None:
-        pi = next(ci.pi for bb in blocks for ci in bb if stuck.instr in ci.pi.instrs)
-        raise _renamed(not_waited(m, stuck), pi)
+    try:
+        with np.errstate(all="ignore"):
+            while True:
+                live = pc >= 0
+                if not live.any():
+                    break
+                ready = live & ~parked.waiting(m)
+                if not ready.any():  # softly parked arrivals run on when nothing else can
+                    ready = parked.resume_soft(m, live)
+                if not ready.any():  # every live thread waits at a named barrier
+                    instr, err = parked.hang(m, live)
+                    pi = next(ci.pi for bb in blocks for ci in bb if instr in ci.pi.instrs)
+                    raise _renamed(err, pi)
+                here = np.unique(pc[ready])
+                at = int(here[np.argmin(rank[here])])
+                first = int(pos[ready & (pc == at)].min())
+                mask = ready & (pc == at) & (pos == first)
+                for k, ci in enumerate(blocks[at][first:], first):
+                    _run_instr(ci, regs, phys, mask, m, exited)
+                    if parked.fresh.any():  # these wait here until their barrier completes
+                        pos[parked.fresh] = k + 1
+                        mask = mask & ~parked.fresh
+                        parked.fresh[:] = False
+                pos[mask] = 0
+                if not mask.any():
+                    continue
+                end = kernel.blocks[at].end
+                if end.kind == "jump":
+                    pc[mask] = end.target
+                elif end.kind == "cond":
+                    taken = _guard(phys, end.guard, mask)
+                    pc[taken] = end.target
+                    pc[mask & ~taken] = end.fallthrough
+                elif end.kind == "ret":
+                    pc[mask] = -1
+                    exited |= mask
+                else:
+                    who = int(np.flatnonzero(mask)[0])
+                    raise _fault(m, kernel, end, who)
+                # a thread that branched to a bare ret has exited (barriers stop waiting)
+                gone = mask & (pc >= 0)
+                gone[gone] = exits[pc[gone]]
+                pc[gone] = -1
+                exited |= gone
+                steps += 1
+                if steps > STEP_LIMIT:
+                    raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",
+                                 f"more than {STEP_LIMIT} blocks executed")
+        stuck = unretired(m)  # every CTA has exited: no TMA store may still read
+        if stuck is not None:
+            pi = next(ci.pi for bb in blocks for ci in bb if stuck.instr in ci.pi.instrs)
+            raise _renamed(not_waited(m, stuck), pi)
 
+    finally:
+        flush_printed(m)
 
 def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",
            message: str = "the kernel executed trap") -> TargetFault:

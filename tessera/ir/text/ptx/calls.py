@@ -10,10 +10,11 @@ byte-exact for arrays and structures passed by value. The callee's registers liv
 a scope of their own (they shadow nothing of the caller's), its labels are renamed
 apart for each call, and its ``ret`` jumps to the instruction after the call.
 
-Not supported, with an error at the call: recursion (a call of a function already
-being inlined), indirect calls through a register, guarded calls, and calls of
-functions the file declares without a body (``vprintf``, which ``printf`` calls, and
-other library functions).
+A call of ``vprintf`` (declared without a body: what ``printf`` calls) reads as
+``ptx.printf`` (:mod:`tessera.ir.dialects.target.printf`). Not supported, with an error
+at the call: recursion (a call of a function already being inlined), indirect calls
+through a register, guarded calls, and calls of other functions without a body
+(library functions).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tessera.errors import Loc
+from tessera.ir.dialects.target import ptx_ops
+from tessera.ir.dialects.target.printf import Printf
+from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.declarations import SIZES, variable
 from tessera.ir.text.ptx.lexer import (
     PtxSyntaxError,
@@ -131,9 +135,8 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     fn = reader.functions.get(name)
     if fn is None:
         raise syntax(f"call of {name}, which is not a .func of this file")
-    if fn.body is None:
-        raise unsupported(f"a call of {name}, which this file declares without a body"
-                          + (" (vprintf: printf)" if name == "vprintf" else ""))
+    if fn.body is None and (name != "vprintf" or (len(fn.params), len(fn.results)) != (2, 1)):
+        raise unsupported(f"a call of {name}, which this file declares without a body")
     if name in [c for c, _ in reader.calls]:
         raise unsupported(f"a recursive call of {name}")
     if (len(params), len(results)) != (len(fn.params), len(fn.results)):
@@ -145,6 +148,9 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
         if arg not in reader.scope.call_params:
             raise syntax(f"call argument {arg} is not a .param variable of the call sequence")
         bound.append(reader.scope.local[arg])
+    if fn.body is None:  # vprintf
+        _vprintf(reader, bound, stmt)
+        return
     reader.inlined += 1
     done = f"$return@{name}#{reader.inlined}"
     outer = reader.scope.scopes
@@ -160,6 +166,18 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     unbind(reader)
     reader.scope.scopes = outer
     reader.label(done, stmt.loc)
+
+
+def _vprintf(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
+    """``printf``'s ``vprintf(format, args)``: a ``ptx.printf`` of the two addresses in
+    the call's parameters (local addresses ``bound``), its count stored as the return
+    value."""
+    b = InstrBuilder(reader.scope, stmt.text, stmt.loc, "call")
+    fmt, args, result = (b.emit(ptx_ops.Cvta("local"), [b.const(a, "u64")])[0] for a in bound)
+    (count,) = b.emit(Printf(), [b.emit(ptx_ops.GenericLoad("u64"), [a])[0]
+                                 for a in (fmt, args)])
+    b.emit(ptx_ops.GenericStore("s32"), [result, count])
+    reader.blocks[-1][1].append(b.pi)
 
 
 __all__ = ["DeviceFunction", "bind", "declare_param", "function", "inline", "unbind"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tessera as ts
 from tessera.backend.ptx.render import render
@@ -186,3 +187,36 @@ def test_wmma_renders_assembles_and_reads_back(tmp_path: Path) -> None:
     want = (a.astype(np.float64) @ bt.astype(np.float64).T + acc0).astype(np.float32)
     np.testing.assert_array_equal(from_text[2], structured[2])
     np.testing.assert_array_equal(from_text[2].T, want)  # stored column-major
+
+
+def test_printf_renders_as_a_vprintf_call_and_reads_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ptx.printf`` renders as CUDA's call sequence of ``vprintf`` (declared before
+    the kernel); ptxas takes it, and the text read back prints what the structured
+    Target IR prints: one line per thread, in thread order."""
+    from tessera.ir.dialects.target.printf import Printf
+    from tessera.ir.dialects.target.tables import ModuleVar
+
+    fmt = b"thread %d: %5.2f\n\0"
+    padded = fmt + bytes(-len(fmt) % 4)
+    words = tuple(int.from_bytes(padded[k:k + 4], "little") for k in range(0, len(padded), 4))
+    fn, b, (out, args) = kernel("hello", [U64, U64], block=4)
+    tid = one(b, Special("tid.x"))
+    at = one(b, Binary("add", "u64"), args, one(b, Binary("mul", "u32", "wide"), tid,
+                                                c(b, 16, "u32")))  # {int, pad, double}
+    count = one(b, Printf(), one(b, ModuleVar("fmt", len(padded), 4, words=words)), at)
+    _store(b, out, tid, 0, count)
+    do(b, Return())
+    text = render(fn)
+    assert ".extern .func (.param .b32 func_retval0) vprintf(" in text
+    ptxas(text, "sm_80", tmp_path)
+    buffer = np.zeros((4, 2), np.float64)
+    buffer.view(np.int32)[:, 0] = np.arange(4) * 10
+    buffer[:, 1] = [0.5, -1.25, 3.14159, 1e3]
+    want = "".join(f"thread {10 * k}: {v:5.2f}\n" for k, v in enumerate(buffer[:, 1]))
+    for run in (lambda a: run_target(fn, a, grid=(1,), block=(4,)),
+                lambda a: ts.ptx.load(text).kernel("hello").run(grid=1, block=4, args=a)):
+        counts = np.zeros(128, np.uint32)
+        run([counts, buffer.copy()])
+        assert capsys.readouterr().out == want
+        np.testing.assert_array_equal(counts[:4], 2)  # printf returns the arguments' count

@@ -84,3 +84,15 @@ extern "C" __global__ void device_calls(const float* in, float* out, int* nd, in
     nd[i] = digits((unsigned)(i * 977));
   }
 }
+
+// printf: integers of every length, floats promoted to double, a string, a character,
+// a pointer, widths, precisions and flags
+extern "C" __global__ void formatted(const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    printf("%d/%u: x=%f %.3e %g|%8.2f|%-6d|%+d|%05x|%#o|%s|%c|%lld|%hd|%p\n", i, n, x[i],
+           (double)x[i] * 1e6, x[i] / 3, x[i], i, -i, i * 4099, i, i % 2 ? "odd" : "even",
+           'A' + i % 26, (long long)i << 40, (short)(i * 5000), x + i);
+  }
+  if (i == 0) printf("done\n");
+}
