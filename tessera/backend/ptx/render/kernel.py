@@ -20,13 +20,21 @@ from tessera.backend.ptx.render.emit import DYNAMIC_SHARED, RULES, PtxWriter, me
 from tessera.backend.ptx.render.regalloc import Registers, RenderError, tie_values
 from tessera.errors import UNKNOWN_LOC, Loc
 from tessera.ir.core import Block, Function, Instr, Value
-from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, TensorMapType, While
+from tessera.ir.dialects.target import (
+    KERNEL,
+    TARGET_VERSIONS,
+    TARGETS,
+    Condition,
+    For,
+    If,
+    RegType,
+    TensorMapType,
+    While,
+)
 from tessera.lower.shared import check_shared_limit
 
-#: the lowest PTX ISA version each target accepts in ``.target`` (PTX ISA, "Release
-#: History" and ".target": sm_80 PTX 7.0, sm_86 7.1, sm_89 7.8; sm_90a, wgmma, TMA,
-#: expect_tx and fence.proxy.async: PTX 8.0)
-BASE_VERSION = {"sm_80": (7, 0), "sm_86": (7, 1), "sm_89": (7, 8), "sm_90a": (8, 0)}
+#: the lowest PTX ISA version each target accepts in ``.target``
+BASE_VERSION = TARGET_VERSIONS
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -140,9 +148,9 @@ def _check(fn: Function) -> str:
         raise RenderError(f"{fn.name} is a {fn.kind} function, not a {KERNEL}",
                           hint="lower the kernel to Target IR before rendering", loc=fn.loc)
     target = fn.attrs.get("target")
-    if target not in BASE_VERSION:
+    if target not in TARGETS:
         raise RenderError(f"kernel {fn.name} has target {target!r}",
-                          hint=f"set attrs['target'] to one of {', '.join(BASE_VERSION)}",
+                          hint=f"set attrs['target'] to one of {', '.join(TARGETS)}",
                           loc=fn.loc)
     if not _IDENT.match(fn.name):
         raise RenderError(f"kernel name {fn.name!r} is not a PTX identifier",

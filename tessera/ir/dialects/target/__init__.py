@@ -35,6 +35,11 @@ from tessera.ir.text import TYPE_PARSERS
 
 KERNEL = "ptx.kernel"
 TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+#: the oldest PTX ISA ``.version`` each ``.target`` takes (PTX ISA, ".target": sm_80 PTX
+#: 7.0, sm_86 7.1, sm_89 and sm_90 7.8; sm_90a, wgmma, TMA, expect_tx and
+#: fence.proxy.async: 8.0)
+TARGET_VERSIONS: dict[str, tuple[int, int]] = {
+    "sm_80": (7, 0), "sm_86": (7, 1), "sm_89": (7, 8), "sm_90": (7, 8), "sm_90a": (8, 0)}
 
 #: PTX register types: name -> (bits, kind); kind is f (float), u, s, b (untyped), p
 REG_TYPES: dict[str, tuple[int, str]] = {
@@ -231,5 +236,5 @@ class While(_Structured, StructuredWhile):
 
 
 __all__ = ["ATOMIC_TYPES", "F32", "FP8X2", "HALF_ATOMICS", "KERNEL", "PRED", "REG_TYPES", "S32",
-           "TARGETS", "U32", "U64", "Condition", "For", "If", "RegType", "Return",
-           "TensorMapType", "While", "Yield", "atomic_type_problem", "reg_of"]
+           "TARGETS", "TARGET_VERSIONS", "U32", "U64", "Condition", "For", "If", "RegType",
+           "Return", "TensorMapType", "While", "Yield", "atomic_type_problem", "reg_of"]

@@ -21,6 +21,7 @@ from tessera.ir.dialects.target import FP8X2
 from tessera.ir.text.ptx import isa_memory
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_memory import exotic
+from tessera.ir.text.ptx.isa_versions import Version, version_problem
 
 INT = ("u16", "u32", "u64", "s16", "s32", "s64")
 SIGNED = ("s16", "s32", "s64")
@@ -122,8 +123,14 @@ def _arch(target: str) -> int:
     return int(m[1]) if m else 1000
 
 
-def _hopper_problem(head: str, mods: list[str], arch: int) -> str | None:
-    """Why an sm_90 instruction cannot run on an older ``.target``."""
+def _hopper_problem(head: str, mods: list[str], arch: int, accelerated: bool) -> str | None:
+    """Why an sm_90 instruction cannot run on an older ``.target``, or an sm_90a one (the
+    architecture-specific ``wgmma`` and ``setmaxnreg``) on a target without the ``a``."""
+    if head in ("wgmma", "setmaxnreg") and arch >= 90 and not accelerated:
+        return f"{head}.{'.'.join(mods)} needs .target sm_{arch}a, not sm_{arch}"
+    if head == "cvt" and len(mods) >= 2 and "bf16" in mods[-2:] and arch < 90 and \
+            not {"f32", "bf16x2"} & set(mods[-2:]) and not set(mods[-2:]) & set(FP8X2):
+        return f"cvt.{mods[-2]}.{mods[-1]} needs .target sm_90 or higher, not sm_{arch}"
     hopper = (head in ("wgmma", "setmaxnreg", "elect", "stmatrix")
               or (head == "cp" and mods[1:2] == ["bulk"])
               or (head == "fence" and mods[:2] == ["proxy", "async"])
@@ -150,23 +157,30 @@ def _form_problem(head: str, mods: list[str]) -> str | None:
     return _required_problem(head, mods) if head in _REQUIRED else None
 
 
-def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a") -> None:
+def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a",
+               version: Version | None = None) -> None:
     """A syntax error unless the instruction's form takes its type (the last modifier) on
-    ``target``; instructions outside the table are the handlers' to judge."""
+    ``target`` in a module of PTX ISA ``version`` (None: any); instructions outside the
+    table are the handlers' to judge."""
     if mods:
-        problem = instruction_problem(b.head, tuple(mods), _arch(target))
+        problem = instruction_problem(b.head, tuple(mods), _arch(target), version,
+                                      re.match(r"sm_\d+a\b", target) is not None)
         if problem is not None:
             raise b.syntax(problem)
 
 
 @functools.lru_cache(maxsize=4096)
-def instruction_problem(head: str, mods: tuple[str, ...], arch: int) -> str | None:
-    """Why ``head.mods`` is no instruction on ``sm_<arch>``, or None (instructions repeat:
-    each form is judged once)."""
+def instruction_problem(head: str, mods: tuple[str, ...], arch: int,
+                        version: Version | None = None, accelerated: bool = True,
+                        ) -> str | None:
+    """Why ``head.mods`` is no instruction on ``sm_<arch>`` (``accelerated``: its ``a``
+    variant, sm_90a) in a module of ``version``, or None (instructions repeat: each form
+    is judged once)."""
     listed = list(mods)
-    problem = (_hopper_problem(head, listed, arch) or _form_problem(head, listed)
+    problem = (_hopper_problem(head, listed, arch, accelerated) or _form_problem(head, listed)
                or (fp8_problem(listed[-2], listed[-1], listed[:-2], arch)
-                   if head == "cvt" and len(listed) >= 2 else None))
+                   if head == "cvt" and len(listed) >= 2 else None)
+               or version_problem(head, listed, arch, version))
     if problem is not None or head not in OPCODES or mods[-1] in _UNMODELLED:
         return problem
     t = mods[-1]

@@ -28,7 +28,7 @@ from tessera.ir.dialects.target.cfg import (
     PtxInstr,
     SharedVar,
 )
-from tessera.ir.text.ptx import calls, isa_types
+from tessera.ir.text.ptx import calls, isa_types, isa_versions
 from tessera.ir.text.ptx import composed as _composed
 from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
@@ -93,6 +93,7 @@ class _KernelReader:
         self.blocks: list[tuple[str | None, list[PtxInstr], dict[str, object] | None]] = []
         self.labels: dict[str, int] = {}
         self.functions, self.stmts = module.bodies, module.stmts
+        self.version = isa_versions.parse_version(module.version)
         self.calls: list[tuple[str, str]] = []  # (callee, its return label) being inlined
         self.inlined = 0
         self.param_undo: list[list[tuple[str, int | None]]] = [[]]
@@ -206,7 +207,7 @@ class _KernelReader:
         if rule is None:
             raise PtxUnsupportedError(f"unknown instruction '{opcode}' in '{stmt.text}'",
                                       loc=stmt.loc)
-        isa_types.check_type(b, mods, self.target)
+        isa_types.check_type(b, mods, self.target, self.version)
         rule(b, mods, ops)
         b.pi.guard = reg_guard
         self.blocks[-1][1].append(b.pi)
@@ -288,6 +289,9 @@ def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
             module.version = words[1]
         elif words[0] == ".target":
             module.target = s.text.split(None, 1)[1].replace(" ", "")
+            if problem := isa_versions.target_problem(
+                    module.target, isa_versions.parse_version(module.version)):
+                raise PtxSyntaxError(problem, loc=s.loc)
         elif words[0] == ".address_size":
             module.address_size = int(words[1])
             if module.address_size != 64:

@@ -98,9 +98,9 @@ def access(head: str, space: str, vec: int, t: str) -> str:
     return f"{name} {regs}, [%rd1];" if head == "ld" else f"{name} [%rd1], {regs};"
 
 
-def kernel(lines: list[str]) -> str:
+def kernel(lines: list[str], header: str = HEADER) -> str:
     body = "\n    ".join(lines)
-    return HEADER + f""".visible .entry k(.param .u64 p)
+    return header + f""".visible .entry k(.param .u64 p)
 {{
     .reg .b16 %h<5>;
     .reg .b32 %r<5>;
@@ -129,10 +129,10 @@ def every_instruction() -> list[str]:
     return registers + atomics + conversions + accesses + [line for line, _ in OPERANDS]
 
 
-def answer(line: str) -> str:
+def answer(line: str, header: str = HEADER) -> str:
     """The reader's answer: ok, syntax or unsupported (anything else fails the test)."""
     try:
-        parse_ptx(kernel([line]), "a.ptx")
+        parse_ptx(kernel([line], header), "a.ptx")
     except PtxSyntaxError as err:
         assert str(err.loc) == f"a.ptx:{FIRST_LINE}", err
         return "syntax"
@@ -287,16 +287,57 @@ def test_the_ops_verify_the_atomic_table() -> None:
         ptx_ops.Atom("global", "and", "u32").infer([])
 
 
-def ptxas(lines: list[str], where: Path) -> subprocess.CompletedProcess[str]:
-    (where / "k.ptx").write_text(kernel(lines))
-    return subprocess.run([find_ptxas(), "-arch=sm_90a", "k.ptx", "-o", "k.cubin"],
+def ptxas(lines: list[str], where: Path, header: str = HEADER,
+          ) -> subprocess.CompletedProcess[str]:
+    (where / "k.ptx").write_text(kernel(lines, header))
+    arch = re.search(r"\.target (\w+)", header)
+    assert arch is not None
+    return subprocess.run([find_ptxas(), f"-arch={arch[1]}", "k.ptx", "-o", "k.cubin"],
                           cwd=where, capture_output=True, text=True, check=False)
 
 
-def ptxas_refuses(lines: list[str], where: Path) -> set[int]:
+def ptxas_refuses(lines: list[str], where: Path, header: str = HEADER) -> set[int]:
     """The indices of ``lines`` ptxas reports errors on, assembled as one module."""
     return {int(n) - FIRST_LINE for n in re.findall(r"k\.ptx, line (\d+); error",
-                                                    ptxas(lines, where).stderr)}
+                                                    ptxas(lines, where, header).stderr)}
+
+
+#: instructions of later PTX ISA versions than their targets' first
+VERSIONED = [
+    "wgmma.fence.sync.aligned;", "elect.sync %r0|%p0, -1;", "fence.proxy.async;",
+    "setmaxnreg.inc.sync.aligned.u32 240;",
+    "stmatrix.sync.aligned.m8n8.x1.shared.b16 [%r1], {%r2};",
+    "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], %r2;", "szext.wrap.u32 %r1, %r2, 5;",
+    "ld.global.L1::evict_last.u32 %r1, [%rd1];", "max.xorsign.abs.f16 %h1, %h2, %h3;",
+    "cvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;", "cvt.rn.f16x2.e4m3x2 %r1, %h1;",
+    "atom.global.add.noftz.bf16 %h1, [%rd1], %h2;", "red.global.add.noftz.bf16x2 [%rd1], %r1;",
+]
+
+
+@pytest.mark.parametrize("target, version", [("sm_80", "7.0"), ("sm_80", "7.4"),
+                                             ("sm_89", "7.8"), ("sm_90", "7.8"),
+                                             ("sm_90", "8.0")])
+def test_the_module_version_bounds_its_instructions(target: str, version: str,
+                                                    tmp_path: Path) -> None:
+    """Every pairing again, and instructions newer than their targets, in older modules:
+    what needs a later ``.version`` than the module's is refused, as ptxas refuses it."""
+    try:
+        find_ptxas()
+    except ToolchainMissing as err:
+        pytest.skip(f"no ptxas here: {err}")
+    header = f".version {version}\n.target {target}\n.address_size 64\n"
+    lines = [*every_instruction(), *VERSIONED]
+    refused = ptxas_refuses(lines, tmp_path, header)
+    answers = [answer(line, header) for line in lines]
+    accepted_wrongly = [ln for i, ln in enumerate(lines) if answers[i] == "ok" and i in refused]
+    refused_wrongly = [ln for i, ln in enumerate(lines) if answers[i] == "syntax" and
+                       i not in refused and ptxas([ln], tmp_path, header).returncode == 0]
+    assert not accepted_wrongly and not refused_wrongly, (accepted_wrongly, refused_wrongly)
+
+
+def test_a_target_needs_its_first_version() -> None:
+    with pytest.raises(PtxSyntaxError, match=r"\.target sm_90a needs PTX ISA \.version 8\.0"):
+        parse_ptx(kernel([], ".version 7.8\n.target sm_90a\n.address_size 64\n"), "a.ptx")
 
 
 def test_the_reader_agrees_with_ptxas_on_every_pairing(tmp_path: Path) -> None:
