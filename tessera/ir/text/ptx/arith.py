@@ -213,9 +213,7 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         return
     for t in (to, frm):
         ptx_type(b, [t])
-    if REG_TYPES[to][1] == "f" and ops[1:] and ops[1].startswith("%") and \
-            not b.is_register(ops[1]):
-        raise b.syntax(f"special register {ops[1]}: cvt converts one to an integer only")
+    _cvt_source(b, to, frm, ops)
     rnd = sat = ""
     for f in mods[:-2]:
         if f in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"):
@@ -237,10 +235,24 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], d)
 
 
+def _cvt_source(b: InstrBuilder, to: str, frm: str, ops: list[str]) -> None:
+    """What ptxas refuses of a ``cvt``'s sources: a special register converted to other
+    than an integer, an immediate of a 16-bit float or a pair."""
+    for token in (o.strip() for o in ops[1:]):
+        if b.is_register(token):
+            continue
+        if token.startswith("%") and (to in FP8X2 or REG_TYPES[to][1] == "f"):
+            raise b.syntax(f"special register {token}: cvt converts one to an integer only")
+        if frm in ("f16", "bf16", "f16x2", "bf16x2") or frm in FP8X2:
+            raise b.syntax(f"cvt takes its .{frm} source in a register, not {token}")
+
+
 def _cvt_fp8(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``cvt`` to or from a pair of fp8 values in a 16-bit register (the ISA checks of
     :func:`tessera.ir.text.ptx.isa_types.fp8_problem` have passed)."""
     to, frm = mods[-2], mods[-1]
+    _cvt_source(b, to, frm, ops)
+    b.relaxed = False  # ptxas wants every operand of an fp8 pair's cvt at its own width
     pair = ops[0] if to in FP8X2 else ops[1] if len(ops) > 1 else ""
     name = b.scope.resolve(pair.strip())
     if name is not None and REG_TYPES[b.scope.registers[name]][1] == "f":

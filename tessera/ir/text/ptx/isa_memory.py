@@ -51,8 +51,8 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
     if "nc" in flags and space != "global":
         return "ld.nc reads the .global space only"
     l1 = [f for f in flags if f.startswith("L1::")]
-    if l1 and (space in ("param", "const") or (space == "local" and "L1::no_allocate" in l1)):
-        return f"{head}.{l1[0]} does not apply to .{space}"
+    if l1 and space not in ("", "global"):
+        return f"{head}.{l1[0]} applies to .global (and generic) accesses, not .{space}"
     vec = next((int(f[1:]) for f in flags if f in ("v2", "v4", "v8")), 1)
     return _type_problem(head, vec, t)
 

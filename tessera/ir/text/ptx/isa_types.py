@@ -145,7 +145,8 @@ def _form_problem(head: str, mods: list[str]) -> str | None:
     """Why the modifiers of ``head`` make no instruction: a repeated one, or what the
     conversion, memory and register tables refuse."""
     named = [f for f in mods if not _TYPE_NAME.match(f)]  # mma.f32.bf16.bf16.f32 repeats types
-    repeated = [f for i, f in enumerate(named) if f in named[:i]]
+    repeated = [f for i, f in enumerate(named) if f in named[:i]
+                and not (f == "sync" and head in ("shfl", "vote"))]  # ptxas takes these
     if repeated:
         return f"{head} repeats its .{repeated[0]} modifier"
     if head == "cvt" and len(mods) >= 2 and not (exotic(mods[-2]) or exotic(mods[-1])):
@@ -155,6 +156,16 @@ def _form_problem(head: str, mods: list[str]) -> str | None:
     if head in OPCODES and head != "setp":
         return _modifier_problem(head, mods[:-1])
     return _required_problem(head, mods) if head in _REQUIRED else None
+
+
+def types_last(head: str, mods: list[str]) -> list[str]:
+    """``mods`` with the type names moved after the other modifiers, in their order:
+    ptxas takes ``add.f32.rz`` and ``st.global.f32.cg`` as ``add.rz.f32`` and
+    ``st.global.cg.f32`` (``prmt.b32.f4e`` is ``prmt``'s own order)."""
+    if head == "prmt":
+        return mods
+    return ([f for f in mods if not _TYPE_NAME.match(f)]
+            + [f for f in mods if _TYPE_NAME.match(f)])
 
 
 def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a",
@@ -276,4 +287,4 @@ def fp8_problem(to: str, frm: str, flags: list[str], arch: int) -> str | None:
 
 
 __all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of", "fp8_problem",
-           "instruction_problem"]
+           "instruction_problem", "types_last"]

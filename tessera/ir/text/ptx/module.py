@@ -190,6 +190,7 @@ class _KernelReader:
         opcode, _, rest = text.partition(" ")
         opcode = opcode.strip()
         head, *mods = opcode.split(".")
+        mods = isa_types.types_last(head, mods)
         ops = split_operands(rest.strip(), stmt.loc) if rest.strip() else []
         b = InstrBuilder(self.scope, stmt.text, stmt.loc, head)
         reg_guard = None

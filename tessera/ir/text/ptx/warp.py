@@ -11,7 +11,7 @@ from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target import ptx_ops, warp_ops
 from tessera.ir.text.ptx.arith import count, handler
 from tessera.ir.text.ptx.context import InstrBuilder
-from tessera.ir.text.ptx.lexer import parse_int
+from tessera.ir.text.ptx.lexer import parse_float_bits, parse_int
 
 
 @handler("shfl")
@@ -20,7 +20,10 @@ def _shfl(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             mods[1] not in ("up", "down", "bfly", "idx"):
         raise b.unsupported(f"shfl.{'.'.join(mods)}")
     count(b, ops, 5)
-    args = [b.read(ops[1], "b32")] + [b.read(o, "u32") for o in ops[2:]]
+    # b, c and the mask are .b32 operands: ptxas takes a 0f literal for them too
+    args = [b.read(ops[1], "b32")] + [
+        b.const(bits[0], "u32") if (bits := parse_float_bits(o.strip())) and bits[1] == 32
+        else b.read(o, "u32") for o in ops[2:]]
     d, p = b.emit(ptx_ops.ShflSync(mods[1]), args)
     dests = ops[0].split("|")
     b.write(dests[0], d)

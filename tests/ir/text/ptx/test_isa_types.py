@@ -248,6 +248,16 @@ OPERANDS = [
     ("cvt.f32.bf16 %f1, %r1;", "16"), ("cvt.f32.f16 %f1, %r1;", "ok"),
     ("cvt.rn.f32.u32 %f1, %tid.x;", "special"), ("cvt.u64.u32 %rd1, %tid.x;", "ok"),
     ("ld.L1::evict_last.param.u64 %rd1, [p];", "param"),
+    ("ld.shared.L1::evict_last.u32 %r1, [%r2];", "shared"),
+    ("cvt.f32.f16 %f1, 0x3C00;", "register"), ("cvt.rn.f16x2.e4m3x2 %r1, 0x3838;", "register"),
+    ("cvt.rn.satfinite.e4m3x2.f32 %h1, %rd1, %f2;", "width"),
+    ("cvt.rn.satfinite.e4m3x2.f32 %h1, %laneid, %f2;", "special"),
+    # ptxas takes modifiers after the type, a repeated .sync on shfl and vote, and a 0f
+    # literal for shfl's .b32 lane operand
+    ("add.f32.rn %f1, %f2, %f3;", "ok"), ("st.global.f32.cg [%rd1], %f1;", "ok"),
+    ("shfl.sync.sync.bfly.b32 %r1, %r2, 1, 31, -1;", "unsupported"),
+    ("shfl.sync.idx.b32 %r1, %r2, 0f3F800000, 31, -1;", "ok"),
+    ("wgmma.sync.fence.sync.aligned;", "repeats"),
 ]
 
 
