@@ -169,7 +169,7 @@ CALLS = """.version 8.0
     ret;
 $L__BB0_1:
     st.param.b32 [r], 7;
-    ret;
+    ret.uni;
 }
 .visible .entry k(.param .u64 out)
 {

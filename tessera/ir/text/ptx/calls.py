@@ -74,7 +74,8 @@ def function(stmts: list[Statement], i: int) -> DeviceFunction:
         raise PtxSyntaxError(f"cannot read the function header '{s.text}'", loc=s.loc)
     defined = i + 1 < len(stmts) and stmts[i + 1].kind == "open"
     return DeviceFunction(m.group("name"), _names(m.group("params"), s.loc),
-                    _names(m.group("results"), s.loc), s.loc, i + 1 if defined else None)
+                          _names(m.group("results"), s.loc), s.loc,
+                          i + 1 if defined else None)
 
 
 def declare_param(reader: _KernelReader, stmt: Statement) -> None:

@@ -220,10 +220,10 @@ class _KernelReader:
                 raise PtxUnsupportedError(f"branch '{stmt.text}'", loc=stmt.loc)
             target: str | None = self._renamed(ops[0].strip())
             kind = "jump"
-        elif head == "ret" and self.calls and not ops and not mods:
+        elif head == "ret" and self.calls and not ops and mods in ([], ["uni"]):
             target, kind = self.calls[-1][1], "jump"  # back to the caller
         else:
-            if ops or mods:
+            if ops or [f for f in mods if not (f == "uni" and head == "ret")]:
                 raise PtxUnsupportedError(f"'{stmt.text}'", loc=stmt.loc)
             target, kind = f"<{head}>", "jump"
         if guard is not None:
