@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 CORPUS = Path(__file__).resolve().parents[2] / "ir" / "text" / "ptx" / "ptx_corpus"
@@ -40,3 +41,16 @@ def collatz_reference(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
         signed = x0 - (1 << 32) if x0 >> 31 else x0
         wide.append((x0 * (c + 12345) + signed) & m64)
     return (np.array(steps, np.uint32), np.array(bits, np.uint32), np.array(wide, np.uint64))
+
+
+def rounded(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Exact float64 values rounded once to ``dt`` (fp8 saturating, as ``.satfinite``);
+    the bits, NaN as the canonical NaN of the format (0x7FFF, 0x7F)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dt.itemsize == 1:
+            limit = float(ml_dtypes.finfo(dt).max)
+            x = np.where(np.isnan(x), x, np.clip(x, -limit, limit))
+        y = np.asarray(x, np.float64).astype(np.float32).astype(dt)
+    bits = y.view(np.uint8 if dt.itemsize == 1 else np.uint16).copy()
+    bits[np.isnan(x)] = 0x7F if dt.itemsize == 1 else 0x7FFF
+    return bits

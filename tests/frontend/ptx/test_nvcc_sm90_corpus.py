@@ -14,7 +14,7 @@ import pytest
 
 import tessera as ts
 from tessera.ir.text.ptx import PtxSyntaxError, PtxUnsupportedError
-from tests.frontend.ptx.corpus import CORPUS
+from tests.frontend.ptx.corpus import CORPUS, rounded
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
@@ -24,19 +24,6 @@ rng = np.random.default_rng(90)
 @pytest.fixture(scope="module")
 def mod() -> ts.ptx.PtxProgram:
     return ts.ptx.load(CORPUS / "kernels_sm90.ptx")
-
-
-def rounded(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Exact float64 values rounded once to ``dt`` (fp8 saturating, as ``.satfinite``);
-    the bits, NaN as the canonical NaN of the format (0x7FFF, 0x7F)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if dt.itemsize == 1:
-            limit = float(ml_dtypes.finfo(dt).max)
-            x = np.where(np.isnan(x), x, np.clip(x, -limit, limit))
-        y = np.asarray(x, np.float64).astype(np.float32).astype(dt)
-    bits = y.view(np.uint8 if dt.itemsize == 1 else np.uint16).copy()
-    bits[np.isnan(x)] = 0x7F if dt.itemsize == 1 else 0x7FFF
-    return bits
 
 
 def wide(x: np.ndarray) -> np.ndarray:

@@ -24,7 +24,14 @@ from tessera.backend.ptx.render.emit import (
 )
 from tessera.backend.ptx.render.regalloc import RenderError, braced, operand
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target import FP8X2, HALF_ATOMICS, REG_TYPES, RegType, Return
+from tessera.ir.dialects.target import (
+    FP8X2,
+    HALF_ATOMICS,
+    REG_TYPES,
+    RegType,
+    Return,
+    cvt_needs,
+)
 from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
     Bar,
@@ -158,7 +165,7 @@ def _selp(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Cvt)
 def _cvt(e: PtxWriter, instr: Instr) -> None:
-    name, version, arch = _cvt_name(instr.op)
+    name, version, arch = _cvt_name(instr.op, int(e.target[3:5]))
     e.at_least(instr, arch)
     if version:
         e.require(version)
@@ -167,29 +174,20 @@ def _cvt(e: PtxWriter, instr: Instr) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _cvt_name(op: Cvt) -> tuple[str, tuple[int, int] | None, int]:
-    """The mnemonic of ``op``, the PTX version and the target (80, 89 or 90) it needs."""
-    if op.to in FP8X2 or op.frm in FP8X2:  # sm_89's fp8 pairs, PTX ISA 8.1 there
-        return ".".join(p for p in ("cvt", op.rnd, op.sat, op.to, op.frm) if p), (8, 1), 89
-    to, frm = RegType(op.to), RegType(op.frm)
+def _cvt_name(op: Cvt, arch: int) -> tuple[str, tuple[int, int] | None, int]:
+    """The mnemonic of ``op`` on ``sm_<arch>``, the PTX version it needs (None: any),
+    and the target (80, 89 or 90) it needs."""
+    version, sm = cvt_needs(op.to, op.frm, op.sat == "satfinite", arch)
     rnd = op.rnd
-    to_bits = 16 if op.to.endswith("x2") else to.bits  # a packed pair narrows each half
-    if not rnd and to.kind == "f" and (frm.kind != "f" or to_bits < frm.bits):
-        rnd = "rn"  # int -> float and narrowing float conversions must round
-    elif not rnd and to.kind != "f" and frm.kind == "f":
-        rnd = "rzi"  # float -> int must round; truncation is C's conversion
-    versions, sm90 = [], False
-    if op.sat == "satfinite":
-        versions.append((8, 1))
-    if "bf16" in (op.to, op.frm):  # (scalar bf16; the packed bf16x2 forms are sm_80's)
-        other = op.frm if op.to == "bf16" else op.to
-        if other == "f32":
-            versions.append((7, 1))  # cvt.f32.bf16: PTX ISA 7.1 (ptxas says so)
-        elif other != "bf16":
-            sm90 = True  # bf16 to or from f16, f64 or an integer: sm_90, PTX 7.8
-            versions.append((7, 8))
+    if not rnd and op.to not in FP8X2 and op.frm not in FP8X2:  # (fp8 pairs say .rn)
+        to, frm = RegType(op.to), RegType(op.frm)
+        to_bits = 16 if op.to.endswith("x2") else to.bits  # a packed pair narrows each half
+        if to.kind == "f" and (frm.kind != "f" or to_bits < frm.bits):
+            rnd = "rn"  # int -> float and narrowing float conversions must round
+        elif to.kind != "f" and frm.kind == "f":
+            rnd = "rzi"  # float -> int must round; truncation is C's conversion
     name = ".".join(p for p in ("cvt", rnd, op.sat, op.to, op.frm) if p)
-    return name, max(versions, default=None), 90 if sm90 else 80
+    return name, version if version > (7, 0) else None, sm
 
 
 def _flat(e: PtxWriter, instr: Instr) -> list[str]:

@@ -22,11 +22,11 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interp.target import numeric as tn
+from tessera.interp.target.regs import PACKED
+from tessera.interp.target.state import DTYPES
 
 F32 = np.dtype(np.float32)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-#: the packed types, updated as two halves (little-endian: the first half is the low one)
-_PACKED = {"f16x2": np.dtype(np.float16), "bf16x2": _BF16}
 _BINARY = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and,
            "or": np.bitwise_or, "xor": np.bitwise_xor}
 
@@ -66,8 +66,8 @@ def apply_in_order(target: np.ndarray, index: np.ndarray, op: str, b: np.ndarray
     the old value each update saw. A packed ``elem`` (``f16x2``, ``bf16x2``: ``target``
     and ``b`` hold their 32-bit words) adds each half on its own, as two updates of the
     16-bit halves."""
-    if elem in _PACKED:
-        half = _PACKED[elem]
+    if elem in PACKED:  # two halves, little-endian: the first is the low one
+        half = DTYPES[PACKED[elem]]
         pairs = np.stack([2 * index, 2 * index + 1], axis=1).ravel()
         return apply_in_order(target.view(half), pairs, op, b.view(half)).view(target.dtype)
     dt = target.dtype

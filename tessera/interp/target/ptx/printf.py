@@ -172,14 +172,7 @@ class _Memory:
                               self.thread, n)[0].tobytes()
 
     def string(self, address: int) -> bytes:
-        out = bytearray()
-        while len(out) < MAX_STRING:
-            byte = self.bytes(address + len(out), 1)
-            if byte == b"\0":
-                return bytes(out)
-            out += byte
-        raise self.fr.m.fault(self.instr, "printf", f"no NUL byte in the {MAX_STRING} bytes "
-                              f"from {address:#x}", int(self.thread[0]))
+        return _strings(self.fr, self.instr, np.array([address], np.int64), self.thread)[0]
 
     def arguments(self, base: int) -> Callable[[int], bytes]:
         offset = 0
@@ -196,6 +189,29 @@ class _Memory:
         return arg
 
 
+def _strings(fr: TargetFrame, instr: Instr, addresses: np.ndarray,
+             act: np.ndarray) -> list[bytes]:
+    """The NUL-terminated string at each active thread's address: one read of a byte
+    position for all the threads whose string goes on, not one read per byte and
+    thread (every thread of a ``printf`` reads its format)."""
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    live = np.arange(len(act))
+    for k in range(MAX_STRING):
+        if not len(live):
+            break
+        byte = generic_access(fr, instr, addresses[live] + k, act[live], 1)[:, 0]
+        live = live[byte != 0]
+        found.append((live, byte[byte != 0]))
+    else:
+        raise fr.m.fault(instr, "printf", f"no NUL byte in the {MAX_STRING} bytes from "
+                         f"{int(addresses[live[0]]):#x}", int(act[live[0]]))
+    text = np.zeros((len(act), len(found)), np.uint8)
+    for k, (who, byte) in enumerate(found):
+        text[who, k] = byte
+    lengths = np.count_nonzero(text, axis=1)
+    return [row[:n].tobytes() for row, n in zip(text, lengths)]
+
+
 @step_rule(Printf)
 def _printf(c: TargetCompiler, instr: Instr) -> Step:
     fmt, args = (c.slot(v) for v in instr.operands)
@@ -203,10 +219,12 @@ def _printf(c: TargetCompiler, instr: Instr) -> Step:
 
     def step(fr: TargetFrame) -> None:
         result = np.zeros(fr.mask.shape, np.int32)
-        for t in np.flatnonzero(fr.mask):
+        act = np.flatnonzero(fr.mask)
+        formats = _strings(fr, instr, fr.regs[fmt][act].astype(np.int64), act)
+        for t, form in zip(act, formats):
             memory = _Memory(fr, instr, int(t))
-            text, used = format_c(memory.string(int(fr.regs[fmt][t])),
-                                  memory.arguments(int(fr.regs[args][t])), memory.string)
+            text, used = format_c(form, memory.arguments(int(fr.regs[args][t])),
+                                  memory.string)
             fr.m.printed.append(text)
             result[t] = used
         fr.regs[out] = result

@@ -54,6 +54,23 @@ REG_TYPES: dict[str, tuple[int, str]] = {
 FP8X2 = ("e4m3x2", "e5m2x2")
 
 
+def cvt_needs(to: str, frm: str, satfinite: bool, arch: int = 90
+              ) -> tuple[tuple[int, int], int]:
+    """The oldest PTX ISA version and SM target with ``cvt{.satfinite}.<to>.<frm>``, as
+    ptxas 13.5 enforces them (the renderer asks for them, the PTX reader checks them):
+    the fp8 pairs sm_89 (PTX 8.1 there, 7.8 on sm_90: ``arch`` is the target in
+    question); ``.satfinite`` PTX 8.1; ``cvt.f32.bf16`` PTX 7.1; bf16 to or from anything
+    but f32 (itself included) sm_90 and PTX 7.8. ``((7, 0), 80)``: sm_80's first PTX."""
+    if to in FP8X2 or frm in FP8X2:
+        return ((8, 1) if arch < 90 else (7, 8)), 89
+    version, sm = ((8, 1) if satfinite else (7, 0)), 80
+    if "bf16" in (to, frm) and "f32" in (to, frm):
+        version = max(version, (7, 1) if to == "f32" else (7, 0))
+    elif "bf16" in (to, frm):  # (the packed bf16x2 forms are sm_80's)
+        version, sm = max(version, (7, 8)), 90
+    return version, sm
+
+
 @dataclass(frozen=True)
 class RegType(Type):
     """``count`` registers of PTX type ``elem`` (one register when ``count`` is 1)."""
@@ -237,4 +254,5 @@ class While(_Structured, StructuredWhile):
 
 __all__ = ["ATOMIC_TYPES", "F32", "FP8X2", "HALF_ATOMICS", "KERNEL", "PRED", "REG_TYPES", "S32",
            "TARGETS", "TARGET_VERSIONS", "U32", "U64", "Condition", "For", "If", "RegType",
-           "Return", "TensorMapType", "While", "Yield", "atomic_type_problem", "reg_of"]
+           "Return", "TensorMapType", "While", "Yield", "atomic_type_problem", "cvt_needs",
+           "reg_of"]

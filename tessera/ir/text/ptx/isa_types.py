@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 
-from tessera.ir.dialects.target import FP8X2
+from tessera.ir.dialects.target import FP8X2, cvt_needs
 from tessera.ir.text.ptx import isa_memory
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_memory import exotic
@@ -128,9 +128,9 @@ def _hopper_problem(head: str, mods: list[str], arch: int, accelerated: bool) ->
     architecture-specific ``wgmma`` and ``setmaxnreg``) on a target without the ``a``."""
     if head in ("wgmma", "setmaxnreg") and arch >= 90 and not accelerated:
         return f"{head}.{'.'.join(mods)} needs .target sm_{arch}a, not sm_{arch}"
-    if head == "cvt" and len(mods) >= 2 and "bf16" in mods[-2:] and arch < 90 and \
-            not {"f32", "bf16x2"} & set(mods[-2:]) and not set(mods[-2:]) & set(FP8X2):
-        return f"cvt.{mods[-2]}.{mods[-1]} needs .target sm_90 or higher, not sm_{arch}"
+    if head == "cvt" and len(mods) >= 2 and \
+            arch < (sm := cvt_needs(mods[-2], mods[-1], "satfinite" in mods, arch)[1]):
+        return f"cvt.{mods[-2]}.{mods[-1]} needs .target sm_{sm} or higher, not sm_{arch}"
     hopper = (head in ("wgmma", "setmaxnreg", "elect", "stmatrix")
               or (head == "cp" and mods[1:2] == ["bulk"])
               or (head == "fence" and mods[:2] == ["proxy", "async"])
@@ -268,16 +268,14 @@ def fp8_problem(to: str, frm: str, flags: list[str], arch: int) -> str | None:
     """Why ``cvt<flags>.<to>.<frm>`` of an fp8 pair is no instruction on ``sm_<arch>``, or
     None (also None for other conversions). The forms: ``cvt.rn.satfinite{.relu}`` to
     ``.e4m3x2``/``.e5m2x2`` from two ``.f32`` or one ``.f16x2``, and ``cvt.rn{.relu}``
-    from them to ``.f16x2``, on sm_89 and later (the ``.bf16x2`` forms are PTX ISA 9.1's,
-    for newer targets)."""
+    from them to ``.f16x2`` (the ``.bf16x2`` forms are PTX ISA 9.1's, for newer targets;
+    the target they need is :func:`~tessera.ir.dialects.target.cvt_needs`')."""
     if to not in FP8X2 and frm not in FP8X2:
         return None
     name = f"cvt.{to}.{frm}"
     if (to in FP8X2 and frm not in ("f32", "f16x2")) or (frm in FP8X2 and to != "f16x2"):
         return (f"{name} is not a PTX instruction on sm_{arch}: cvt narrows .f32 pairs and "
                 f".f16x2 to .e4m3x2/.e5m2x2, and widens those to .f16x2")
-    if arch < 89:
-        return f"{name} needs .target sm_89 or higher, not sm_{arch}"
     allowed = {"rn", "relu", "satfinite"} if to in FP8X2 else {"rn", "relu"}
     extra = [f for f in flags if f not in allowed]
     if extra or "rn" not in flags or (to in FP8X2) != ("satfinite" in flags):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from tessera.ir.dialects.target import FP8X2, TARGET_VERSIONS
+from tessera.ir.dialects.target import TARGET_VERSIONS, cvt_needs
 
 Version = tuple[int, int]
 
@@ -26,15 +26,10 @@ def parse_version(text: str) -> Version | None:
 
 def _cvt_version(mods: list[str], arch: int) -> tuple[Version, str] | None:
     to, frm = mods[-2], mods[-1]
-    if to in FP8X2 or frm in FP8X2:  # sm_89 has them from PTX 8.1, sm_90 from 7.8
-        return ((8, 1) if arch < 90 else (7, 8)), f"cvt.{to}.{frm}"
-    if "satfinite" in mods:
-        return (8, 1), f".satfinite on cvt.{to}.{frm}"
-    if "bf16" in (to, frm) and to != frm and "f32" in (to, frm):
-        return ((7, 1), f"cvt.{to}.{frm}") if to == "f32" else None
-    if "bf16" in (to, frm):
-        return (7, 8), f"cvt.{to}.{frm}"
-    return None
+    satfinite = "satfinite" in mods
+    version, _ = cvt_needs(to, frm, satfinite, arch)
+    feature = f"cvt{'.satfinite' if satfinite else ''}.{to}.{frm}"
+    return (version, feature) if version > (7, 0) else None
 
 
 def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str] | None:

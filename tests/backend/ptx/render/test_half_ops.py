@@ -20,6 +20,7 @@ from tessera.ir.dialects.target import RegType, Return
 from tessera.ir.dialects.target import ptx_ops as p
 from tessera.ir.dialects.target.ops import Binary, Cvt, Fma, Load, Pack, Reduce, Special, Unary
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
+from tests.frontend.ptx.corpus import rounded
 
 U64 = RegType("u64")
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
@@ -77,20 +78,6 @@ def _halves(words: np.ndarray, dt: np.dtype) -> np.ndarray:
     return words.astype(np.uint32).view(dt).astype(np.float64)
 
 
-def _rounded(x: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """float64 values (exact here) rounded once to ``dt``, as bits; NaN as its format's
-    canonical NaN (0x7FFF; 0x7F for fp8)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if dt in (E4M3, E5M2):
-            limit = float(ml_dtypes.finfo(dt).max)
-            y = np.clip(x, -limit, limit).astype(np.float32).astype(dt)
-        else:
-            y = x.astype(np.float32).astype(dt)
-    bits = y.view(np.uint8 if dt.itemsize == 1 else np.uint16).copy()
-    bits[np.isnan(x)] = 0x7F if dt.itemsize == 1 else 0x7FFF
-    return bits
-
-
 def test_half_ops_render_assemble_and_read_back(tmp_path: Path) -> None:
     fn = build()
     text = render(fn)
@@ -125,20 +112,20 @@ def test_half_ops_render_assemble_and_read_back(tmp_path: Path) -> None:
     for name, want in exact.items():  # f16 sums and products are exact in float64, and
         # so are the fma's for these magnitudes; ex2's model is 2^x correctly rounded
         row = got[RESULTS.index(name)].view(np.uint16)
-        np.testing.assert_array_equal(row, _rounded(want, F16), err_msg=name)
+        np.testing.assert_array_equal(row, rounded(want, F16), err_msg=name)
     np.testing.assert_array_equal(got[RESULTS.index("bf16 add")].view(np.uint16),
-                                  _rounded(bx + by, BF16))
+                                  rounded(bx + by, BF16))
     np.testing.assert_array_equal(got[RESULTS.index("bf16 fma")].view(np.uint16),
-                                  _rounded(bx * by + bx, BF16))
+                                  rounded(bx * by + bx, BF16))
     e4 = got[RESULTS.index("e4m3 of f32")]  # {f, g}: the first operand in the high byte
-    np.testing.assert_array_equal(e4 & 0xFF, _rounded(g, E4M3))
-    np.testing.assert_array_equal(e4 >> 8, _rounded(f, E4M3))
+    np.testing.assert_array_equal(e4 & 0xFF, rounded(g, E4M3))
+    np.testing.assert_array_equal(e4 >> 8, rounded(f, E4M3))
     e5 = got[RESULTS.index("e5m2 of f16x2")]  # each half to its byte, the low one first
     np.testing.assert_array_equal(np.stack([e5 & 0xFF, e5 >> 8], 1).ravel(),
-                                  _rounded(x, E5M2))
+                                  rounded(x, E5M2))
     widened = got[RESULTS.index("f16x2 of e4m3")].view(F16).astype(np.float64)
-    fp8 = np.stack([_rounded(g, E4M3), _rounded(f, E4M3)], 1).ravel().view(E4M3)
-    np.testing.assert_array_equal(_rounded(widened, F16), _rounded(fp8.astype(np.float64),
+    fp8 = np.stack([rounded(g, E4M3), rounded(f, E4M3)], 1).ravel().view(E4M3)
+    np.testing.assert_array_equal(rounded(widened, F16), rounded(fp8.astype(np.float64),
                                                                   F16))
     lanes = np.arange(N) % 4  # each lane's 32 packed adds, in thread order
     for word, (vals, dt) in enumerate([(z, F16), (bx, BF16)]):
