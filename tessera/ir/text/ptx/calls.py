@@ -154,8 +154,9 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
         return
     reader.inlined += 1
     done = f"$return@{name}#{reader.inlined}"
-    outer = reader.scope.scopes
-    reader.scope.scopes = [{}]  # the callee sees its own registers only
+    outer, outer_blocks = reader.scope.scopes, reader.blocks_open
+    reader.scope.scopes = [{}]  # the callee sees its own registers and labels only
+    reader.blocks_open = []
     reader.param_undo.append([])
     for callee, address in zip(fn.params + fn.results, bound):
         bind(reader, callee, address)
@@ -165,7 +166,7 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
         raise PtxSyntaxError(f"function {name} is not closed", loc=fn.loc)
     reader.calls.pop()
     unbind(reader)
-    reader.scope.scopes = outer
+    reader.scope.scopes, reader.blocks_open = outer, outer_blocks
     reader.label(done, stmt.loc)
 
 

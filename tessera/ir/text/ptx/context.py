@@ -50,6 +50,8 @@ class KernelScope:
     call_params: set[str] = field(default_factory=set)  # .param variables of calls
     labels: dict[str, int] = field(default_factory=dict)
     counter: int = 0
+    target: str = "sm_90a"  # the module's .target and .version, for operand-made forms
+    version: tuple[int, int] | None = None
 
     def resolve(self, name: str) -> str | None:
         """The unique name of register ``name`` in the innermost scope declaring it."""
@@ -130,6 +132,10 @@ class InstrBuilder:
         t = token.strip()
         if t.startswith("{"):
             parts = [x.strip() for x in t[1:-1].split(",")]
+            if not all(self.is_register(x) for x in parts):
+                # a source vector may hold immediates ({0, %r1}): ptxas moves them in
+                (v,) = self.emit(target_ops.Pack(elem), [self.read(x, elem) for x in parts])
+                return v
             names = [self.register(x) for x in parts]
             for part, name in zip(parts, names):
                 self.check_register(part, name, elem)

@@ -136,7 +136,11 @@ def statements(text: str, file: str) -> list[Statement]:
             if not buf:
                 start = number
             buf.append(ch)
-        if buf:
+        if buf and _LABELS.match(text := "".join(buf)):
+            # labels alone on their line: the statement below keeps its own line number
+            result.extend(_with_labels(text.strip(), Loc(file, start or number)))
+            buf, start = [], 0
+        elif buf:
             buf.append(" ")
     rest = "".join(buf).strip()
     if rest:

@@ -54,7 +54,7 @@ from tessera.ir.text.ptx.lexer import (
 )
 
 _ = (_composed, _hopper, _memory, _warp, _wmma)  # register the other modules' handlers
-_GUARD = re.compile(r"^@(!?)(%[\w$]+)\s+(.*)$", re.S)
+_GUARD = re.compile(r"^@(!?)(%?[A-Za-z_$][\w$]*)\s+(.*)$", re.S)
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")
 
@@ -94,7 +94,12 @@ class _KernelReader:
         self.labels: dict[str, int] = {}
         self.functions, self.stmts = module.bodies, module.stmts
         self.version = isa_versions.parse_version(module.version)
+        self.scope.target, self.scope.version = target, self.version
         self.calls: list[tuple[str, str]] = []  # (callee, its return label) being inlined
+        # labels are scoped like registers: each nested { } block has a number, and a
+        # label defined in one is named apart (inline assembly repeats its loop labels)
+        self.blocks_open: list[int] = []
+        self.blocks_made = 0
         self.inlined = 0
         self.param_undo: list[list[tuple[str, int | None]]] = [[]]
         self._start(None)
@@ -109,14 +114,19 @@ class _KernelReader:
                 depth += 1
                 self.scope.scopes.append({})
                 self.param_undo.append([])
+                self.blocks_made += 1
+                self.blocks_open.append(self.blocks_made)
             elif st.kind == "close":
                 depth -= 1
                 if depth == 0:
                     return i
                 self.scope.scopes.pop()
+                self.blocks_open.pop()
                 calls.unbind(self)
             elif st.kind == "label":
-                self.label(self._renamed(st.text), st.loc)
+                name = self._renamed(st.text)
+                self.label(f"{name}/{self.blocks_open[-1]}" if self.blocks_open else name,
+                           st.loc)
             elif st.text.startswith("."):
                 self.declare(st)
             else:
@@ -137,8 +147,8 @@ class _KernelReader:
         self._start(None)
 
     def label(self, name: str, loc: Loc) -> None:
-        if name in self.labels:
-            raise PtxSyntaxError(f"label {name} defined twice", loc=loc)
+        if name in self.labels:  # named as written, not as scoped or inlined here
+            raise PtxSyntaxError(f"label {re.split('[/@]', name)[0]} defined twice", loc=loc)
         label, body, end = self.blocks[-1]
         if body or end is not None:
             self._end({"kind": "jump", "target": None, "loc": loc, "text": ""})
@@ -226,32 +236,34 @@ class _KernelReader:
             if ops or [f for f in mods if not (f == "uni" and head == "ret")]:
                 raise PtxUnsupportedError(f"'{stmt.text}'", loc=stmt.loc)
             target, kind = f"<{head}>", "jump"
+        end = {"kind": kind, "target": target, "loc": stmt.loc, "text": stmt.text,
+               "blocks": tuple(self.blocks_open)}
         if guard is not None:
-            self._end({"kind": "cond", "target": target, "guard": guard, "loc": stmt.loc,
-                       "text": stmt.text})
-        else:
-            self._end({"kind": kind, "target": target, "loc": stmt.loc, "text": stmt.text})
+            end.update(kind="cond", guard=guard)
+        self._end(end)
 
     def finish(self, loc: Loc) -> CfgKernel:
         exits: dict[str, int] = {}
         blocks: list[BasicBlock] = []
         raw = self.blocks
 
-        def block_of(target: str, at: Loc) -> int:
+        def block_of(target: str, at: Loc, blocks: tuple[int, ...]) -> int:
             if target in ("<ret>", "<exit>", "<trap>"):
                 if target not in exits:
                     exits[target] = len(raw) + len(exits)
                 return exits[target]
-            if target not in self.labels:
-                raise PtxSyntaxError(f"branch to unknown label {target}", loc=at)
-            return self.labels[target]
+            for scoped in [f"{target}/{k}" for k in reversed(blocks)] + [target]:
+                if scoped in self.labels:  # the innermost block defining it
+                    return self.labels[scoped]
+            raise PtxSyntaxError(f"branch to unknown label {target}", loc=at)
 
         for k, (label, body, end) in enumerate(raw):
             e = end or {"kind": "jump", "target": "<ret>", "loc": loc, "text": "ret"}
             at = e["loc"]
             assert isinstance(at, Loc)
             tgt = e["target"]
-            index = k + 1 if tgt is None else block_of(str(tgt), at)
+            index = k + 1 if tgt is None else block_of(
+                str(tgt), at, e.get("blocks", ()))  # type: ignore[arg-type]
             if e["kind"] == "cond":
                 branch = Branch("cond", at, str(e["text"]), index, k + 1,
                                 e["guard"])  # type: ignore[arg-type]

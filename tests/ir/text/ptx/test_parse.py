@@ -121,3 +121,43 @@ def test_unknown_directive_and_module_variables() -> None:
                                                          bytes([7, 0, 0, 0, 8, 0, 0, 0]))
     with pytest.raises(PtxUnsupportedError, match=r"initial value '1\.5'"):
         parse_ptx(HEADER + ".global .f32 x = 1.5;\n", "m.ptx")
+
+
+SCOPED = HEADER + """
+.visible .entry k()
+{
+    .reg .b32 %r<2>;
+    mov.u32 %r0, %tid.x;
+    {
+    .reg .pred done;
+    again:
+    setp.eq.u32 done, %r0, 0;
+    @!done bra.uni again;
+    @done bra OUT;
+    }
+    {
+    .reg .pred done;
+    again:
+    setp.ne.u32 done, %r0, 0;
+    @!done bra.uni again;
+    }
+OUT:
+    ret;
+}
+"""
+
+
+def test_labels_and_registers_scoped_by_blocks() -> None:
+    """Inline assembly repeats its labels and names registers without ``%``: each
+    ``{ }`` block has its own (ptxas takes this), a branch finds the innermost label
+    of its name, and a label alone on its line leaves the next line its own number."""
+    k = parse_ptx(SCOPED, "k.ptx").kernels["k"]
+    loops = [b for b in k.blocks if b.label and b.label.startswith("again")]
+    assert len(loops) == 2
+    for loop in loops:  # each block's loop branches back to itself
+        assert k.blocks[loop.end.target] is loop and loop.end.guard is not None
+    assert [s.loc.line for s in statements(SCOPED, "k.ptx") if "setp" in s.text] == [12, 19]
+    with pytest.raises(PtxSyntaxError, match="label again defined twice"):
+        parse_ptx(SCOPED.replace("    }\n    {\n", ""), "k.ptx")
+    with pytest.raises(PtxSyntaxError, match="unknown label again"):  # not seen from outside
+        parse_ptx(SCOPED.replace("OUT:\n", "OUT:\n    bra again;\n"), "k.ptx")
