@@ -3,11 +3,13 @@
 
 ``bar.sync id`` with no thread count needs every thread of the CTA: a CTA of which only
 some threads execute it is a divergent barrier (undefined behaviour on hardware, an
-error here). ``bar.sync id, count`` and ``bar.arrive id, count`` use *named* barrier
-``id`` of ``count`` threads (whole warps): each executing thread arrives; the barrier
-completes when ``count`` threads have arrived (``bar.sync`` and ``bar.arrive``
-arrivals alike) and starts over. A ``bar.sync`` thread waits for that completion, a
-``bar.arrive`` thread goes on at once.
+error here), except in PTX's own control flow, where whole warps may reach it at
+different instructions and wait there as at a named barrier of the whole CTA, exited
+threads counting as arrived (:func:`exits`). ``bar.sync id, count`` and
+``bar.arrive id, count`` use *named* barrier ``id`` of ``count`` threads (whole warps):
+each executing thread arrives; the barrier completes when ``count`` threads have
+arrived (``bar.sync`` and ``bar.arrive`` arrivals alike) and starts over. A ``bar.sync``
+thread waits for that completion, a ``bar.arrive`` thread goes on at once.
 
 The threads of a region run in lockstep; where warpgroups wait for each other's
 arrivals they run as tasks (:mod:`tessera.interp.target.schedule`), so a wait that
@@ -66,9 +68,11 @@ class _Named:
         self.ordered = np.zeros((ncta, nthreads), bool)
         self.count = np.zeros(ncta, np.int64)
         self.done = np.zeros(ncta, np.int64)
+        self.wide = np.zeros(ncta, bool)  # a CTA-wide bar.sync: exited threads count
 
 
-def _named(m: Machine, ident: int) -> _Named:
+def named_barrier(m: Machine, ident: int) -> _Named:
+    """The state of named barrier ``ident`` in every CTA of the launch."""
     table: dict[int, _Named] | None = getattr(m, "named_barriers", None)
     if table is None:
         table = m.named_barriers = {}  # type: ignore[attr-defined]
@@ -84,16 +88,22 @@ def _fault(cls: type[TargetFault], m: Machine, instr: Instr, what: str, message:
                thread=plain.thread, cta=plain.cta, hint=hint)
 
 
-def arrive(fr: TargetFrame, instr: Instr, ident: int, count: int, wait: bool) -> None:
+def arrive(fr: TargetFrame, instr: Instr, ident: int, count: int, wait: bool,
+           exited: np.ndarray | None = None) -> None:
     """The active threads arrive on named barrier ``ident`` of ``count`` threads; with
-    ``wait`` (``bar.sync``) they go on only once it has completed."""
+    ``wait`` (``bar.sync``) they go on only once it has completed. ``exited`` flags
+    threads that count as arrived on every instance (a CTA-wide barrier's exited ones)."""
     m = fr.m
     per = fr.mask.reshape(m.ncta, m.nthreads)
     ctas = np.flatnonzero(per.any(axis=1))
     if not len(ctas):
         return
     check_warps(fr, instr)
-    b = _named(m, ident)
+    b = named_barrier(m, ident)
+    if exited is not None:
+        b.wide[ctas] = True
+        b.pending[ctas] |= exited.reshape(m.ncta, m.nthreads)[ctas]
+        per = per & ~exited.reshape(m.ncta, m.nthreads)
     mine = per[ctas]
     what = f"{'bar.sync' if wait else 'bar.arrive'} {ident}, {count}"
 
@@ -131,7 +141,7 @@ def arrive(fr: TargetFrame, instr: Instr, ident: int, count: int, wait: bool) ->
     if not len(open_):
         return
     before = b.done[open_].copy()
-    parked: Parked | None = getattr(m, "parked", None)
+    parked = getattr(m, "parked", None)  # a PTX control flow's (ptx.parked.Parked)
     if not wait and parked is not None:  # a control-flow graph: let the waiters run first
         parked.park(m, instr, ident, count, fr.mask & np.isin(m.cta, open_), soft=True)
         return
@@ -151,71 +161,32 @@ def arrive(fr: TargetFrame, instr: Instr, ident: int, count: int, wait: bool) ->
             raise deadlock(m, instr, ident, count, c * m.nthreads + int(np.flatnonzero(per[c])[0]))
 
 
+def exits(m: Machine, gone: np.ndarray) -> None:
+    """Threads ``gone`` (a mask) exited: the CTA-wide barriers their CTAs' other threads
+    wait at count them as arrived, as those that exited before (hardware counts the
+    threads that have not exited), whichever ran first."""
+    table: dict[int, _Named] = getattr(m, "named_barriers", None) or {}
+    for b in table.values():
+        ctas = np.flatnonzero(b.wide)
+        rows = gone.reshape(m.ncta, m.nthreads)[ctas]
+        if not rows.any():
+            continue
+        b.pending[ctas] |= rows
+        full = b.pending[ctas].sum(axis=1) == b.count[ctas]
+        if full.any():
+            _complete(m, b, ctas[full])
+
+
 def deadlock(m: Machine, instr: Instr, ident: int, count: int, thread: int) -> TargetFault:
     """The fault of a ``bar.sync`` of named barrier ``ident`` that never completes;
     ``thread`` (global id) waits there."""
     c = int(m.cta[thread])
-    arrived = int(_named(m, ident).pending[c].sum())
+    arrived = int(named_barrier(m, ident).pending[c].sum())
     return _fault(BarrierDeadlock, m, instr, "deadlock", f"bar.sync {ident}, {count} never "
                   f"completes: {arrived} of {count} threads arrived, and every other "
                   "thread has finished or waits itself", thread,
                   "every thread a bar.sync waits for must reach a bar.arrive or bar.sync "
                   "of the same barrier first")
-
-
-class Parked:
-    """Threads of a PTX control-flow graph (:mod:`tessera.interp.target.ptx.run`)
-    waiting at a ``bar.sync`` whose barrier has not completed: each one's barrier id
-    (-1: none) and how many times the barrier had completed when it arrived; ``fresh``
-    flags the threads parked by the instruction that just ran. A ``bar.arrive`` on a
-    barrier still open parks its threads *softly*: they run on only when no other
-    thread can, so the waiters complete the barrier first where they can (see the
-    module doc on memory order); one resumed before is left out of its ordering."""
-
-    def __init__(self, n: int) -> None:
-        self.ident = np.full(n, -1, np.int64)
-        self.done = np.zeros(n, np.int64)
-        self.soft = np.zeros(n, bool)
-        self.fresh = np.zeros(n, bool)
-        self.where: dict[int, tuple[Instr, int]] = {}  # barrier id -> its bar.sync, count
-
-    def park(self, m: Machine, instr: Instr, ident: int, count: int, who: np.ndarray,
-             soft: bool = False) -> None:
-        """Threads ``who`` (a mask) wait at ``instr``."""
-        self.ident[who] = ident
-        self.done[who] = _named(m, ident).done[m.cta[who]]
-        self.soft[who] = soft
-        self.fresh |= who
-        if not soft:
-            self.where[ident] = (instr, count)
-
-    def resume_soft(self, m: Machine, live: np.ndarray) -> np.ndarray:
-        """Let the softly parked threads of ``live`` run on before their barrier
-        completes (no other thread can run); returns them."""
-        who = live & self.soft & (self.ident >= 0)
-        for ident in np.unique(self.ident[who]).tolist():
-            mine = np.flatnonzero(who & (self.ident == ident))
-            _named(m, ident).ordered[m.cta[mine], m.tid[mine]] = False
-        self.ident[who] = -1
-        self.soft[who] = False
-        return who
-
-    def waiting(self, m: Machine) -> np.ndarray:
-        """The threads still waiting (their barrier has not completed since)."""
-        out = self.ident >= 0
-        for ident in np.unique(self.ident[out]).tolist():
-            mine = self.ident == ident
-            still = _named(m, ident).done[m.cta[mine]] == self.done[mine]
-            out[np.flatnonzero(mine)[~still]] = False
-            self.ident[np.flatnonzero(mine)[~still]] = -1
-        self.soft &= self.ident >= 0
-        return out
-
-    def hang(self, m: Machine, live: np.ndarray) -> tuple[Instr, TargetFault]:
-        """The fault of the first waiting thread when no live thread can run."""
-        t = int(np.flatnonzero(live & (self.ident >= 0) & ~self.soft)[0])
-        instr, count = self.where[int(self.ident[t])]
-        return instr, deadlock(m, instr, int(self.ident[t]), count, t)
 
 
 def _complete(m: Machine, b: _Named, ctas: np.ndarray) -> None:
@@ -228,6 +199,7 @@ def _complete(m: Machine, b: _Named, ctas: np.ndarray) -> None:
     _show_inits(m, ctas, b.ordered[ctas], b.pending[ctas])
     b.done[ctas] += 1
     b.count[ctas] = 0
+    b.wide[ctas] = False
     b.pending[ctas] = False
     b.ordered[ctas] = False
 
@@ -295,8 +267,20 @@ def _bar(c: TargetCompiler, instr: Instr) -> Step:
         if op.count:
             arrive(fr, instr, op.id, op.count, True)
             return
+        m = fr.m
+        exited: np.ndarray | None = getattr(m, "exited", None)
+        per = fr.mask.reshape(m.ncta, m.nthreads)
+        warps = fr.mask.reshape(-1, 32) if m.nthreads % 32 == 0 else None
+        if exited is not None and warps is not None and \
+                (per.any(axis=1) & ~per.all(axis=1)).any() and \
+                (warps.all(axis=1) | ~warps.any(axis=1)).all():
+            # PTX's own control flow: the CTA's other warps may reach a bar.sync of this
+            # id at another instruction (warp-specialised code does), as on sm_70 and
+            # later; until they do, these threads wait as at a named barrier of them all
+            arrive(fr, instr, op.id, m.nthreads, True, exited)
+            return
         ctas = check_cta_uniform(fr, instr, f"bar.sync {op.id}")
-        fr.m.shared.sync(ctas)
+        m.shared.sync(ctas)
     return step
 
 
@@ -325,5 +309,5 @@ def _bar_arrive(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
-__all__ = ["BarrierCountError", "BarrierDeadlock", "Parked", "arrive", "deadlock", "note_init",
-           "unseen"]
+__all__ = ["BarrierCountError", "BarrierDeadlock", "arrive", "deadlock", "exits",
+           "named_barrier", "note_init", "unseen"]

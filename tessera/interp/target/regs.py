@@ -166,6 +166,21 @@ def _shift(op: str, elem: str) -> Impl:
     return shift
 
 
+def _mul_hi64(x: Any, y: Any) -> Any:
+    """The high 64 bits of the 128-bit product of 64-bit integers (signed when ``x`` is),
+    from four 32x32-bit products that ``uint64`` holds exactly."""
+    u64 = np.uint64
+    a, b = np.asarray(x).astype(u64), np.asarray(y).astype(u64)
+    low, half = u64(0xFFFFFFFF), u64(32)
+    al, ah, bl, bh = a & low, a >> half, b & low, b >> half
+    mid1, mid2 = ah * bl, al * bh
+    carry = ((al * bl) >> half) + (mid1 & low) + (mid2 & low)
+    hi = ah * bh + (mid1 >> half) + (mid2 >> half) + (carry >> half)
+    if np.asarray(x).dtype.kind == "i":  # two's complement: subtract y for x < 0, x for y < 0
+        hi = hi - np.where(np.asarray(x) < 0, b, u64(0)) - np.where(np.asarray(y) < 0, a, u64(0))
+    return hi
+
+
 def _int_binary(instr: Instr) -> Impl:
     op, elem, mode = instr.op.op, instr.op.type, instr.op.mode
     dt = DTYPES[elem]
@@ -176,7 +191,7 @@ def _int_binary(instr: Instr) -> Impl:
         return lambda x, y: x.astype(wide) * y.astype(wide)
     if op == "mul" and mode == "hi":
         if dt.itemsize == 8:
-            raise unsupported(instr, "mul.hi of 64-bit integers")
+            return lambda x, y: _mul_hi64(x, y).astype(dt)
         wide = np.dtype(np.int64 if dt.kind == "i" else np.uint64)
         shift = np.array(8 * dt.itemsize, wide)
         return lambda x, y: ((x.astype(wide) * y.astype(wide)) >> shift).astype(dt)

@@ -103,3 +103,20 @@ def test_saxpy_and_softmax(target: str) -> None:
                 target=target)
     s = rng.standard_normal((64, 128)).astype(np.float32)
     _round_trip(_example("row_softmax"), s, np.zeros_like(s), target=target)
+
+
+@pytest.mark.parametrize("config", [{}, {"num_warps": 12, "schedule": "pingpong"}])
+def test_warp_specialised_gemm_whose_ring_wraps(config: dict[str, Any]) -> None:
+    """Eight K steps through a ring of four stages: the producer warp waits for the
+    consumers to release each stage, at another instruction than theirs."""
+    a = rng.standard_normal((128, 512)).astype(BF16)
+    b = rng.standard_normal((512, 256)).astype(BF16)
+    _round_trip(_example("gemm"), a, b, np.zeros((128, 256), np.float32), target="sm_90a",
+                tile_shape=(128, 128, 64), config=config)
+
+
+def test_warp_specialised_causal_attention_whose_ring_wraps() -> None:
+    q, k, v = (rng.standard_normal((1, 256, 64)).astype(BF16) for _ in range(3))
+    config = dict(BLOCK_M=64, BLOCK_N=64, num_warps=12, num_stages=2, defer_pv="fa3")
+    _round_trip(_example("flash_attention"), q, k, v, is_causal=True, target="sm_90a",
+                config=config)

@@ -107,6 +107,9 @@ def _mbar_arrive(e: PtxWriter, instr: Instr) -> None:
     if tx:
         e.sm90(instr)
         e.out(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, {address(e, instr)}, {tx};")
+    elif instr.op.count != 1:
+        e.sm90(instr)
+        e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)}, {instr.op.count};")
     elif e.target == "sm_90a":
         e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)};")
     else:  # before PTX 7.8 the state result cannot be the sink `_`

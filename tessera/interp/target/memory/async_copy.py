@@ -11,7 +11,8 @@ waits on that mbarrier (all loads issued to it complete then). ``mbarrier`` obje
 follow :class:`tessera.arch.mbarrier.MbarrierArray`, one per 8-byte slot of each CTA's
 shared memory; a wait whose phase cannot complete once every issued load has landed is
 an error instead of a hang (inside a concurrent ``ptx.if``, the other arm runs first:
-:mod:`tessera.interp.target.schedule`).
+:mod:`tessera.interp.target.schedule`; in PTX's own control flow, the other threads
+run first: :class:`tessera.interp.target.ptx.parked.Parked`).
 
 An mbarrier phase also orders shared memory for the race check
 (:mod:`tessera.interp.target.memory.async_order`), and a ``wgmma`` group's operands stay in
@@ -34,9 +35,7 @@ from tessera.interp.target.barriers import note_init, unseen
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_order import (
     acquire,
-    active_warpgroups,
     arrivals,
-    groups_of,
     note_arrivals,
 )
 from tessera.interp.target.memory.chunks import small_pages
@@ -326,7 +325,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             if op.tx:
                 add_at(m.mbar_tx[0], ids, op.tx)
             note_arrivals(m, ids, act)
-            _tracked(m, instr, act, ids, mb.arrive, ids, 1, op.tx)
+            _tracked(m, instr, act, ids, mb.arrive, ids, op.count, op.tx)
         else:
             _check_visible(m, instr, act, fr.regs[a][act], ids)
             _tracked(m, instr, act, ids, mb.inval, ids)
@@ -351,49 +350,23 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         done = mb.try_wait_parity(ids, parity)
         if not done.all():
             _complete_tma(m, instr, np.unique(ids[~done]), int(act[0]))
-        ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
+        ok = np.asarray(_tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity))
         sched = current_scheduler(m)
-        while not np.all(ok) and sched is not None and sched.block():
+        while not ok.all() and sched is not None and sched.block():
             # another arm ran (arrived, issued loads); poll again, as the try_wait loop does
-            _complete_tma(m, instr, np.unique(ids[~np.asarray(ok)]), int(act[0]))
-            ok = _tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity)
-        if np.all(ok):
-            acquire(m, ids)
-        else:
-            k = int(np.flatnonzero(~np.asarray(ok))[0])
-            i = ids[k]
-            raise m.fault(instr, "mbarrier", "mbarrier phase never completes: expected "
-                          f"{int(m.mbar_tx[0, i])} tx bytes, got {int(m.mbar_tx[1, i])}; "
-                          f"{int(mb.pending[i])} of {int(mb.expected[i])} arrivals missing "
-                          f"(waiting for parity {int(fr.regs[p][act][k]) & 1})", int(act[k]))
-    return step
-
-
-@step_rule(target_async.Fence)
-def _fence(c: TargetCompiler, instr: Instr) -> Step:
-    proxy = instr.op.kind == "proxy_async"
-
-    def step(fr: TargetFrame) -> None:
-        if proxy:
-            m = fr.m
-            fr.m.shared.fence(fr.mask.reshape(m.ncta, m.nthreads).any(axis=1))
-    return step
-
-
-@step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
-def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
-    # wgmma computes when issued (the register ordering rules are the verifier's); its
-    # shared operands stay in use until wait_group retires the group (async_order)
-    op = instr.op
-
-    def step(fr: TargetFrame) -> None:
-        if isinstance(op, target_async.WgmmaFence) or not fr.mask.any():
+            _complete_tma(m, instr, np.unique(ids[~ok]), int(act[0]))
+            ok = np.asarray(_tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity))
+        parked = getattr(m, "parked", None)  # PTX control flow: others may arrive later
+        if ok.all() or (parked is not None and
+                        parked.wait_later(act[~ok], mb.pending[ids[~ok]] == 0)):
+            acquire(m, ids[ok])
             return
-        groups = active_warpgroups(fr.m, fr.mask)
-        if isinstance(op, target_async.WgmmaCommit):
-            groups_of(fr.m).commit(groups)
-        else:
-            groups_of(fr.m).wait(groups, op.n)
+        k = int(np.flatnonzero(~ok)[0])
+        i = ids[k]
+        raise m.fault(instr, "mbarrier", "mbarrier phase never completes: expected "
+                      f"{int(m.mbar_tx[0, i])} tx bytes, got {int(m.mbar_tx[1, i])}; "
+                      f"{int(mb.pending[i])} of {int(mb.expected[i])} arrivals missing "
+                      f"(waiting for parity {int(parity[k]) & 1})", int(act[k]))
     return step
 
 

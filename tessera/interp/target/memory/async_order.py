@@ -34,7 +34,9 @@ from tessera.interp.target.memory.state import (
     code_first,
     code_last,
 )
-from tessera.interp.target.state import Machine
+from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.ir.core import Instr
+from tessera.ir.dialects.target import async_ops as target_async
 
 
 def arrivals(m: Machine) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
@@ -275,6 +277,34 @@ def groups_of(m: Machine) -> WgmmaGroups:
 def active_warpgroups(m: Machine, mask: np.ndarray) -> np.ndarray:
     """Global indices of the warpgroups with an active thread."""
     return np.unique(m.lin[mask] // 128)
+
+
+@step_rule(target_async.Fence)
+def _fence(c: TargetCompiler, instr: Instr) -> Step:
+    proxy = instr.op.kind == "proxy_async"
+
+    def step(fr: TargetFrame) -> None:
+        if proxy:
+            m = fr.m
+            fr.m.shared.fence(fr.mask.reshape(m.ncta, m.nthreads).any(axis=1))
+    return step
+
+
+@step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
+def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
+    # wgmma computes when issued (the register ordering rules are the verifier's); its
+    # shared operands stay in use until wait_group retires the group (WgmmaGroups)
+    op = instr.op
+
+    def step(fr: TargetFrame) -> None:
+        if isinstance(op, target_async.WgmmaFence) or not fr.mask.any():
+            return
+        groups = active_warpgroups(fr.m, fr.mask)
+        if isinstance(op, target_async.WgmmaCommit):
+            groups_of(fr.m).commit(groups)
+        else:
+            groups_of(fr.m).wait(groups, op.n)
+    return step
 
 
 __all__ = ["WgmmaGroups", "acquire", "active_warpgroups", "arrivals", "groups_of",

@@ -7,10 +7,13 @@ follow its branch. Threads split by a divergent branch therefore meet again at t
 branch's immediate post-dominator in reducible control flow, before any of them goes
 on, so warp-synchronous instructions there (``shfl.sync``, ``mma.sync``) see their warp
 converged, as on hardware; ``bar.sync`` needs every thread of the CTA that has not
-exited (``ret``/``exit``) to be there. A named ``bar.sync id, count`` whose barrier has
-not completed parks its threads there (:class:`~tessera.interp.target.barriers.Parked`):
-they resume after it once the other threads' ``bar.arrive``/``bar.sync`` complete it,
-and when every live thread waits so, the kernel has deadlocked.
+exited (``ret``/``exit``) to be there, at this or another ``bar.sync`` of its id. A
+``bar.sync`` whose barrier has not completed parks its threads there
+(:class:`~tessera.interp.target.ptx.parked.Parked`): they resume after it once the other
+threads' ``bar.arrive``/``bar.sync`` complete it, and when every live thread waits so,
+the kernel has deadlocked. A failed ``mbarrier`` wait parks its threads at the wait, to
+poll again when no other thread can run; a round of polls that changes nothing is the
+wait's fault.
 
 Registers are PTX's mutable registers: one array over all threads per register, in the
 storage of its declared type. An instruction reads each operand register as the type
@@ -29,13 +32,14 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import InterpretError
+from tessera.interp.target import barriers as _barriers
 from tessera.interp.target import runner as _runner
-from tessera.interp.target.barriers import Parked
 from tessera.interp.target.memory.bulk_store import not_waited, unretired
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
 from tessera.interp.target.ptx import rules as _ptx_rules
 from tessera.interp.target.ptx.memory import LocalMemory
+from tessera.interp.target.ptx.parked import Parked
 from tessera.interp.target.ptx.printf import flush as flush_printed
 from tessera.interp.target.state import (
     DTYPES,
@@ -204,7 +208,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     exits = np.array([not bb.body and bb.end.kind == "ret" for bb in kernel.blocks])
     pc = np.zeros(m.n, np.int64)
     pos = np.zeros(m.n, np.int64)  # where in its block a thread resumes (after a bar.sync)
-    exited = np.zeros(m.n, bool)
+    exited = m.exited = np.zeros(m.n, bool)  # updated in place: barriers read it
     parked = m.parked = Parked(m.n)
     steps = 0
     try:
@@ -213,9 +217,11 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 live = pc >= 0
                 if not live.any():
                     break
-                ready = live & ~parked.waiting(m)
+                ready = live & ~parked.waiting(m) & ~parked.retry
                 if not ready.any():  # softly parked arrivals run on when nothing else can
                     ready = parked.resume_soft(m, live)
+                if not ready.any():  # then the mbarrier waits poll again
+                    ready = parked.resume_waits(live)
                 if not ready.any():  # every live thread waits at a named barrier
                     instr, err = parked.hang(m, live)
                     pi = next(ci.pi for bb in blocks for ci in bb if instr in ci.pi.instrs)
@@ -224,12 +230,22 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 at = int(here[np.argmin(rank[here])])
                 first = int(pos[ready & (pc == at)].min())
                 mask = ready & (pc == at) & (pos == first)
+                group, moved = mask, True
                 for k, ci in enumerate(blocks[at][first:], first):
                     _run_instr(ci, regs, phys, mask, m, exited)
                     if parked.fresh.any():  # these wait here until their barrier completes
                         pos[parked.fresh] = k + 1
                         mask = mask & ~parked.fresh
                         parked.fresh[:] = False
+                    if parked.fresh_retry.any():  # these poll their mbarrier again later
+                        moved = k > first or (mask & ~parked.fresh_retry).any()
+                        pos[parked.fresh_retry] = k
+                        mask = mask & ~parked.fresh_retry
+                        parked.fresh_retry[:] = False
+                if moved:
+                    parked.stalled[:] = False
+                else:
+                    parked.stalled |= group  # polled at once, in vain
                 pos[mask] = 0
                 if not mask.any():
                     continue
@@ -242,7 +258,6 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                     pc[mask & ~taken] = end.fallthrough
                 elif end.kind == "ret":
                     pc[mask] = -1
-                    exited |= mask
                 else:
                     who = int(np.flatnonzero(mask)[0])
                     raise _fault(m, kernel, end, who)
@@ -250,7 +265,10 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 gone = mask & (pc >= 0)
                 gone[gone] = exits[pc[gone]]
                 pc[gone] = -1
-                exited |= gone
+                gone |= mask & (pc < 0)
+                if gone.any():
+                    exited |= gone
+                    _barriers.exits(m, gone)
                 steps += 1
                 if steps > STEP_LIMIT:
                     raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",

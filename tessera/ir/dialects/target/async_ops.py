@@ -309,10 +309,18 @@ class MbarrierInit(_OnBarrier):
 @dataclass(frozen=True)
 class MbarrierArrive(_OnBarrier):
     """``mbarrier.arrive{.expect_tx}.shared::cta.b64 _, [addr]{, tx}``: one arrival,
-    first raising the expected transaction bytes by ``tx`` (sec. 9.7.13.15.12)."""
+    first raising the expected transaction bytes by ``tx``, or ``count`` arrivals at
+    once (``mbarrier.arrive.shared::cta.b64 _, [addr], count``: sm_90; sec. 9.7.13.15.12)."""
 
     name: ClassVar[str] = "ptx.mbarrier_arrive"
     tx: int = 0
+    count: int = 1
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        super().verify(operands, results)
+        if not 1 <= self.count < 1 << 20 or (self.tx and self.count != 1):
+            raise IRVerifyError("ptx.mbarrier_arrive counts 1 to 2^20 - 1 arrivals, "
+                                "and one with expect-tx bytes")
 
 
 @register_op

@@ -11,6 +11,8 @@ only moves registers between warpgroups and changes no value: it is accepted.
 
 from __future__ import annotations
 
+import re
+
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
@@ -47,9 +49,13 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         count(b, ops, 1)
         b.emit(target_async.MbarrierInval(), [plain_address(b, ops[0], "u32")])
     elif kind == "arrive" and rest in ([], ["expect_tx"]):
-        count(b, ops, 3 if rest else 2)
+        if len(ops) != (3 if rest else len(ops[:3])) or len(ops) < 2:
+            raise b.syntax(f"expected state, [addr]{', tx' if rest else '{, count}'}")
         tx = _constant(b, ops[2], "the transaction count") if rest else 0
-        b.emit(target_async.MbarrierArrive(tx), [plain_address(b, ops[1], "u32")])
+        arrivals = _constant(b, ops[2], "the arrival count") if ops[2:] and not rest else 1
+        if ops[2:] and not rest:
+            _arrival_count(b, arrivals)
+        b.emit(target_async.MbarrierArrive(tx, arrivals), [plain_address(b, ops[1], "u32")])
         if ops[0].strip() != "_":
             b.write(ops[0], b.const(0, "b64"))  # the state: only try_wait without .parity
     elif kind in ("try_wait", "test_wait") and rest == ["parity"]:
@@ -60,6 +66,20 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         b.write(ops[0], b.const(True, "pred"))
     else:
         raise b.unsupported(f"mbarrier.{'.'.join(mods)}")
+
+
+def _arrival_count(b: InstrBuilder, arrivals: int) -> None:
+    """``mbarrier.arrive ... _, [addr], count`` is sm_90's and PTX 7.8's (ptxas 13.5
+    refuses it before, as the ISA's notes say), for 1 to 2^20 - 1 arrivals."""
+    target, version = b.scope.target, b.scope.version
+    if not re.match(r"sm_(9\d|[1-9]\d\d)", target):
+        raise b.syntax(f"mbarrier.arrive with an arrival count needs .target sm_90 or "
+                       f"higher, not {target}")
+    if version is not None and version < (7, 8):
+        raise b.syntax("mbarrier.arrive with an arrival count needs PTX ISA .version 7.8 "
+                       f"or later; the module says .version {version[0]}.{version[1]}")
+    if not 1 <= arrivals < 1 << 20:
+        raise b.syntax(f"an arrival count of {arrivals} (1 to 2^20 - 1)")
 
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:

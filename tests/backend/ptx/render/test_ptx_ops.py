@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.backend.ptx.render import render
-from tessera.interp.target import run_target
-from tessera.ir.core import Builder, Value
+from tessera.backend.ptx.render import RenderError, render
+from tessera.interp.target import TargetFault, run_target
+from tessera.ir.core import Builder, Function, Value
 from tessera.ir.dialects.target import RegType, Return
 from tessera.ir.dialects.target import ptx_ops as p
+from tessera.ir.dialects.target.async_ops import MbarrierArrive, MbarrierInit, MbarrierWait
 from tessera.ir.dialects.target.ops import (
     Bar,
     BarRed,
@@ -29,6 +30,7 @@ from tessera.ir.dialects.target.ops import (
 )
 from tessera.ir.dialects.target.warp_ops import Match, Redux
 from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
+from tests.interp.target.kit import Kernel
 
 U64 = RegType("u64")
 OUTPUTS = 13
@@ -220,3 +222,37 @@ def test_printf_renders_as_a_vprintf_call_and_reads_back(
         run([counts, buffer.copy()])
         assert capsys.readouterr().out == want
         np.testing.assert_array_equal(counts[:4], 2)  # printf returns the arguments' count
+
+
+def _one_arrival_per_warp(count: int, target: str = "sm_90a") -> Function:
+    """Lane 0 of each of 4 warps arrives ``count`` times on an mbarrier of 128; every
+    thread waits for the phase, then stores 1."""
+    k = Kernel("arrive_count", [U64], block=(128,), target=target)
+    bar = k.shared("mbar", 8, 8)
+    tid = k.tid()
+    k.if_(k.setp("eq", "u32", tid, k.const(0, "u32")),
+          lambda: k.op(MbarrierInit(128), bar))
+    k.bar()
+    lane0 = k.setp("eq", "u32", k.bin("and", "u32", tid, k.const(31, "u32")), k.const(0, "u32"))
+    k.if_(lane0, lambda: k.op(MbarrierArrive(count=count), bar))
+    k.op(MbarrierWait(), bar, k.const(0, "u32"))
+    k.st("global", "u32", k.elem_addr(k.args[0], tid, 4), k.const(1, "u32"))
+    return k.build()
+
+
+def test_an_arrival_count_renders_assembles_and_reads_back(tmp_path: Path) -> None:
+    """``mbarrier.arrive ... _, [addr], 32``: 32 arrivals at once (sm_90, PTX 7.8), as
+    Triton releases a ring stage by one thread of a warpgroup."""
+    fn = _one_arrival_per_warp(32)
+    text = render(fn)
+    assert "mbarrier.arrive.shared::cta.b64 _, [" in text and "], 32;" in text
+    ptxas(text, "sm_90a", tmp_path)
+    structured, from_text = np.zeros(128, np.uint32), np.zeros(128, np.uint32)
+    run_target(fn, [structured], grid=(1,), block=(128,))
+    ts.ptx.load(text).kernel("arrive_count").run(grid=1, block=128, args=[from_text])
+    assert structured.tolist() == from_text.tolist() == [1] * 128
+    with pytest.raises(TargetFault, match="phase never completes"):  # 4 x 31 of 128
+        run_target(_one_arrival_per_warp(31), [np.zeros(128, np.uint32)], grid=(1,),
+                   block=(128,))
+    with pytest.raises(RenderError, match="needs target sm_90a"):
+        render(_one_arrival_per_warp(32, "sm_80"))
