@@ -12,3 +12,5 @@ PYTHON=${PYTHON:-$repo/benchmarks/.env-triton/bin/python}
 sed -i -e "s|$repo/||g" -e "s|\"[^\"]*/site-packages/|\"site-packages/|g" "$here/triton_matmul_sm90a.ptx"
 # tutorial-style kernels (softmax, layer norm, f16 arithmetic, an fp8 cast) in one module
 "$PYTHON" "$here/triton_kernels.py" "$here/triton_kernels_sm90a.ptx"
+# flash-attention forward: through pointers (causal), TMA descriptors, warp-specialised
+"$PYTHON" "$here/triton_attention.py" "$here/triton_attention_sm90a.ptx"
