@@ -315,7 +315,7 @@ def _mov(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         elem = {16: "b16", 32: "b32", 8: None}.get(width)
         if elem is None:
             raise b.unsupported(f"mov packing {len(parts)} parts into .{t}")
-        (d,) = b.emit(target_ops.Pack(t), [b.read(p, elem) for p in parts])
+        (d,) = b.emit(target_ops.Pack(t), [b.element(p, elem) for p in parts])
         b.write(dst, d)
         return
     if dst.strip().startswith("{"):

@@ -132,11 +132,13 @@ class InstrBuilder:
         t = token.strip()
         if t.startswith("{"):
             parts = [x.strip() for x in t[1:-1].split(",")]
-            if not all(self.is_register(x) for x in parts):
+            names = [self.register(x) for x in parts if self.is_register(x)]
+            if len({self.scope.registers[n] for n in names}) > 1:
+                raise self.syntax("vector elements in registers of different types")
+            if len(names) < len(parts):
                 # a source vector may hold immediates ({0, %r1}): ptxas moves them in
-                (v,) = self.emit(target_ops.Pack(elem), [self.read(x, elem) for x in parts])
+                (v,) = self.emit(target_ops.Pack(elem), [self.element(x, elem) for x in parts])
                 return v
-            names = [self.register(x) for x in parts]
             for part, name in zip(parts, names):
                 self.check_register(part, name, elem)
             v = Value(RegType(elem, len(names)))
@@ -155,6 +157,24 @@ class InstrBuilder:
         if special is not None:
             return special
         return self.immediate(t, elem)
+
+    def element(self, t: str, elem: str) -> Value:
+        """One element of a vector operand (``{%r1, 0}``) read as ``elem``: a register
+        or a literal (ptxas refuses an address symbol; a special register outside
+        ``mov`` and a decimal float for an integer type are forms it takes and this
+        reader does not model)."""
+        if self.is_register(t):
+            return self.read(t, elem)
+        head, _, comp = t.partition(".")
+        special = (head in _SPECIAL and comp in ("x", "y", "z")) or t in _SPECIAL_SCALAR
+        if special and self.head != "mov":
+            raise self.unsupported(f"special register {t} in a vector")
+        if is_decimal_float(t) and REG_TYPES[elem][1] != "f":
+            raise self.unsupported(f"float literal {t} in a .{elem} vector")
+        if self.symbol_address(t) is not None:
+            raise self.syntax(f"address {t} in a vector: its elements are registers and "
+                              "literals")
+        return self.read(t, elem)
 
     def immediate(self, t: str, elem: str) -> Value:
         """A literal or an address symbol as a value of ``elem``."""

@@ -41,6 +41,9 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"mbarrier.{kind} at a generic address (say .shared::cta)")
     rest = [f for f in mods[1:] if f not in _SHARED and f not in ("b64", "release", "cta",
                                                                   "acquire", "relaxed")]
+    if "cta" in mods and not {"release", "acquire", "relaxed"} & set(mods):
+        raise b.syntax(f"mbarrier.{kind}'s scope .cta needs an order (.release, .acquire "
+                       "or .relaxed)")
     if kind == "init" and not rest:
         count(b, ops, 2)
         b.emit(target_async.MbarrierInit(_constant(b, ops[1], "the arrival count")),
@@ -78,8 +81,10 @@ def _arrival_count(b: InstrBuilder, arrivals: int) -> None:
     if version is not None and version < (7, 8):
         raise b.syntax("mbarrier.arrive with an arrival count needs PTX ISA .version 7.8 "
                        f"or later; the module says .version {version[0]}.{version[1]}")
-    if not 1 <= arrivals < 1 << 20:
-        raise b.syntax(f"an arrival count of {arrivals} (1 to 2^20 - 1)")
+    if arrivals < 1:
+        raise b.syntax(f"an arrival count of {arrivals}: it is 1 or more")
+    if arrivals >= 1 << 20:  # ptxas takes it; the ISA gives it no meaning
+        raise b.unsupported(f"an arrival count of {arrivals} (the ISA's range: 1 to 2^20 - 1)")
 
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:

@@ -45,6 +45,12 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
         found.append(((7, 8), f"{head}.{t}"))
     if head == "stmatrix":
         found.append(((7, 8), head))
+    if head == "mbarrier" and "expect_tx" in mods:
+        found.append(((8, 0), "mbarrier.arrive.expect_tx"))
+    if head == "mbarrier" and {"release", "acquire"} & set(mods):
+        found.append(((8, 0), "mbarrier's .release and .acquire"))
+    if head == "mbarrier" and "relaxed" in mods:
+        found.append(((8, 6), "mbarrier's .relaxed"))
     if any(f.endswith(("::cta", "::cluster")) for f in mods):
         found.append(((7, 8), "the ::cta and ::cluster state-space qualifiers"))
     if head == "szext":

@@ -258,6 +258,23 @@ OPERANDS = [
     ("shfl.sync.sync.bfly.b32 %r1, %r2, 1, 31, -1;", "unsupported"),
     ("shfl.sync.idx.b32 %r1, %r2, 0f3F800000, 31, -1;", "ok"),
     ("wgmma.sync.fence.sync.aligned;", "repeats"),
+    # a source vector's elements: registers of one type, or literals (as LLVM writes
+    # {0, 16843009}); no address symbols
+    ("st.global.v2.b32 [%rd1], {0, 16843009};", "ok"), ("mov.b64 %rd2, {%r1, 5};", "ok"),
+    ("st.global.v2.b32 [%rd1], {%rd2, 5};", "ok"), ("st.global.v2.f32 [%rd1], {%r1, 1.5};", "ok"),
+    ("st.global.v2.b32 [%rd1], {%r1, %rd2};", "different"),
+    ("st.global.v2.f32 [%rd1], {0f3F800000, 1};", "integer"),
+    ("mov.b64 %rd2, {%r1, p};", "address"), ("st.global.v2.b32 [%rd1], {%r1, %tid.x};",
+                                             "unsupported"),
+    ("st.global.v2.u32 [%rd1], {1.5, %r1};", "unsupported"),
+    ("ld.global.v2.b32 {%r1, 0}, [%rd1];", "declared"),
+    # sm_90's arrival count (1 or more; the ISA says below 2^20, ptxas does not check)
+    ("mbarrier.arrive.shared::cta.b64 _, [%r1], 128;", "ok"),
+    ("mbarrier.arrive.release.cta.shared::cta.b64 %rd2, [%r1], 5;", "ok"),
+    ("mbarrier.arrive.shared::cta.b64 _, [%r1], 0;", "count"),
+    ("mbarrier.arrive.shared::cta.b64 _, [%r1], 1048576;", "unsupported"),
+    ("mbarrier.arrive.shared::cta.b64 _, [%r1], %r2;", "unsupported"),
+    ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 8192, 1;", "operands"),
 ]
 
 
@@ -321,6 +338,11 @@ VERSIONED = [
     "ld.global.L1::evict_last.u32 %r1, [%rd1];", "max.xorsign.abs.f16 %h1, %h2, %h3;",
     "cvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;", "cvt.rn.f16x2.e4m3x2 %r1, %h1;",
     "atom.global.add.noftz.bf16 %h1, [%rd1], %h2;", "red.global.add.noftz.bf16x2 [%rd1], %r1;",
+    "mbarrier.arrive.release.cta.shared::cta.b64 %rd2, [%r1];",
+    "mbarrier.arrive.relaxed.cta.shared::cta.b64 %rd2, [%r1];",
+    "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %p1, [%r1], %r2;",
+    "mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r1], 16;",
+    "mbarrier.arrive.cta.shared::cta.b64 %rd2, [%r1];",
 ]
 
 
