@@ -3,10 +3,13 @@ references for its kernels."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+
+import tessera as ts
 
 CORPUS = Path(__file__).resolve().parents[2] / "ir" / "text" / "ptx" / "ptx_corpus"
 NVCC_PTX = CORPUS / "kernels_sm80.ptx"
@@ -54,3 +57,30 @@ def rounded(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     bits = y.view(np.uint8 if dt.itemsize == 1 else np.uint16).copy()
     bits[np.isnan(x)] = 0x7F if dt.itemsize == 1 else 0x7FFF
     return bits
+
+
+def triton_launch(text: str, name: str) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """(threads, dynamic shared bytes, tensor maps' (rows, cols, swizzle)) of Triton
+    kernel ``name``, from the comment the corpus's generators write before it."""
+    m = re.search(rf"// {name}: (\d+) threads, (\d+) bytes[^\n]*", text)
+    assert m is not None
+    maps = re.findall(r"tensor map (\d+)x(\d+) swizzle (\d+)", m[0])
+    return int(m[1]), int(m[2]), [(int(r), int(c), int(s)) for r, c, s in maps]
+
+
+def descriptors(arrays: list[np.ndarray], maps: list[tuple[int, int, int]],
+                box: tuple[int, int] | None = None) -> list[object]:
+    """Triton tensor-descriptor arguments as its launcher passes them: each array's
+    tensor map (``box`` overriding the metadata's), its two sizes and two strides."""
+    args: list[object] = []
+    for a, (rows, cols, swizzle) in zip(arrays, maps):
+        args += [ts.ptx.tensor_map(a, box=box or (rows, cols), swizzle=swizzle),
+                 np.int32(a.shape[0]), np.int32(a.shape[1]), np.int64(a.shape[1]),
+                 np.int64(1)]
+    return args
+
+
+def scratch() -> list[np.ndarray]:
+    """Triton's two global scratch pointers, after every kernel's own arguments."""
+    return [np.zeros(1, np.uint8), np.zeros(1, np.uint8)]
+

@@ -7,15 +7,13 @@ The launches are those the comments in the PTX give (Triton's metadata)."""
 
 from __future__ import annotations
 
-import re
-
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tessera as ts
 from tessera.interp.target import TargetFault
-from tests.frontend.ptx.corpus import CORPUS, line_of
+from tests.frontend.ptx.corpus import CORPUS, descriptors, line_of, scratch, triton_launch
 
 PTX = CORPUS / "triton_attention_sm90a.ptx"
 TEXT = PTX.read_text()
@@ -26,30 +24,15 @@ Q, K, V = (rng.standard_normal((BH * S, D)).astype(BF16) for _ in range(3))
 SCALE = np.float32(D ** -0.5)
 
 
-def launch(name: str) -> tuple[int, int, list[tuple[int, int, int]]]:
-    """(threads, dynamic shared bytes, tensor maps' (rows, cols, swizzle)) of ``name``."""
-    m = re.search(rf"// {name}: (\d+) threads, (\d+) bytes[^\n]*", TEXT)
-    assert m is not None
-    maps = re.findall(r"tensor map (\d+)x(\d+) swizzle (\d+)", m[0])
-    return int(m[1]), int(m[2]), [(int(r), int(c), int(s)) for r, c, s in maps]
-
-
 def run(name: str, text: str | None = None, box: tuple[int, int] | None = None,
         shared: int | None = None) -> np.ndarray:
-    """O of kernel ``name`` over Q, K, V (batch x heads flattened into rows); a tensor
-    descriptor is passed as Triton's launcher passes it (map, two sizes, two strides)."""
-    threads, dynamic, maps = launch(name)
+    """O of kernel ``name`` over Q, K, V (batch x heads flattened into rows)."""
+    threads, dynamic, maps = triton_launch(TEXT, name)
     out = np.zeros((BH * S, D), BF16)
-    args: list[object] = [Q, K, V, out]
-    if maps:
-        args = []
-        for a, (rows, cols, swizzle) in zip((Q, K, V, out), maps):
-            args += [ts.ptx.tensor_map(a, box=box or (rows, cols), swizzle=swizzle),
-                     np.int32(BH * S), np.int32(D), np.int64(D), np.int64(1)]
-    scratch = [np.zeros(1, np.uint8), np.zeros(1, np.uint8)]  # Triton's global scratch
+    args = descriptors([Q, K, V, out], maps, box) if maps else [Q, K, V, out]
     kernel = ts.ptx.load(text or PTX).kernel(name)
     kernel.run(grid=(S // 64, BH), block=threads, shared_bytes=shared or dynamic,
-               args=[*args, np.int32(S), SCALE, *scratch])
+               args=[*args, np.int32(S), SCALE, *scratch()])
     return out
 
 

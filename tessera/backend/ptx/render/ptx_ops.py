@@ -110,6 +110,12 @@ def _atom(e: PtxWriter, instr: Instr) -> None:
     space = f".{op.space}" if op.space else ""
     typ = f"b{RegType(op.type).bits}" if op.op in ("and", "or", "xor", "exch", "cas") \
         else f"noftz.{op.type}" if op.type in HALF_ATOMICS else op.type
+    if op.vec > 1:  # sm_90's vector atomics: each element updated on its own
+        e.sm90(instr)
+        e.require((8, 1))
+        e.out(f"atom{space}.{op.op}.v{op.vec}.{typ} {e.regs.vec(instr.result)}, "
+              f"{address(e, instr)}, {e.regs.vec(instr.operands[1])};")
+        return
     rest = ", ".join(_regs(e, instr)[1:])
     e.out(f"atom{space}.{op.op}.{typ} {e.regs.one(instr.result)}, {address(e, instr)}, {rest};")
 

@@ -173,49 +173,56 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
     slots = [c.slot(x) for x in instr.operands]
     out = c.slot(instr.results[0])
-    dt = DTYPES[op.type]
+    dt, vec = DTYPES[op.type], op.vec
+    size = dt.itemsize
 
     def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
         if op.space == "global":  # shared atomics of different CTAs never meet
             act = arrival(m, act)
-        result = np.zeros(m.n, dt)
+        result = np.zeros((m.n, vec), dt)
         if len(act):
             addr = fr.regs[slots[0]][act].astype(np.int64)
-            b = narrow(fr.regs[slots[1]][act], op.type).astype(dt)
+            b = narrow(fr.regs[slots[1]][act], op.type).astype(dt).reshape(len(act), vec)
             cmp = None
             if op.op == "cas":
-                cmp, b = b, fr.regs[slots[2]][act].astype(dt)
+                cmp, b = b[:, 0], fr.regs[slots[2]][act].astype(dt).reshape(len(act), 1)
             shared = (np.ones(len(act), bool) if op.space == "shared" else
                       np.zeros(len(act), bool) if op.space == "global"
                       else _split(fr, addr, act))
             if op.space == "" and shared.any():
+                if vec > 1:  # sm_90's vector atomics update global memory only
+                    raise m.fault(instr, "atomic", f"a vector atom.v{vec} at a generic "
+                                  "address of shared memory: it updates global memory only",
+                                  int(act[shared][0]))
                 addr = np.where(shared, addr - ptx_ops.SHARED_WINDOW, addr)
-            olds = np.zeros(len(act), dt)
+            olds = np.zeros((len(act), vec), dt)
             with np.errstate(all="ignore"):
                 if (~shared).any():
                     sel = np.flatnonzero(~shared)
                     fail = m.failer(instr, act[sel])
-                    k, off = m.glob.resolve(addr[sel], dt.itemsize, fail, "atomic")
+                    # bounds and alignment of the whole vector; then each element in turn
+                    k, off = m.glob.resolve(addr[sel], size * vec, fail, "atomic")
                     for buf in np.unique(k):
                         part = k == buf
                         raw = m.glob.bytes[buf]
-                        view = raw[: raw.size // dt.itemsize * dt.itemsize].view(dt)
-                        olds[sel[part]] = apply_in_order(
-                            view, off[part] // dt.itemsize, op.op, b[sel[part]],
-                            None if cmp is None else cmp[sel[part]], op.type)
+                        view = raw[: raw.size // size * size].view(dt)
+                        for j in range(vec):
+                            olds[sel[part], j] = apply_in_order(
+                                view, off[part] // size + j, op.op, b[sel[part], j],
+                                None if cmp is None else cmp[sel[part]], op.type)
                 if shared.any():
                     sel = np.flatnonzero(shared)
                     who = act[sel]
                     fail = m.failer(instr, who)
-                    flat = m.shared.index(m.cta[who], addr[sel], dt.itemsize, fail)
+                    flat = m.shared.index(m.cta[who], addr[sel], size, fail)
                     m.shared.check_read(flat, who, fail, race=False)
-                    olds[sel] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize,
-                                               op.op, b[sel], None if cmp is None else cmp[sel],
-                                               op.type)
+                    olds[sel, 0] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // size,
+                                                  op.op, b[sel, 0],
+                                                  None if cmp is None else cmp[sel], op.type)
             result[act] = olds
-        fr.regs[out] = result
+        fr.regs[out] = result[:, 0] if vec == 1 else result
     return step
 
 

@@ -159,8 +159,8 @@ def reg_of(op: Op, t: Type, *elems: str) -> RegType:
 #: the operand types each atomic operation takes (PTX ISA 8.x, sec. 9.7.13.5, ``atom``,
 #: and 9.7.13.6, ``red``); ptxas rejects any other pairing, such as ``atom.min.f32``,
 #: ``atom.add.s64`` or ``atom.and.u32``. The half-precision adds are written
-#: ``add.noftz`` (:data:`HALF_ATOMICS`; bf16 from sm_90); their vector forms and
-#: ``min``/``max`` are left out. ``red`` has no ``exch`` or ``cas``.
+#: ``add.noftz`` (:data:`HALF_ATOMICS`; bf16 from sm_90); their ``min``/``max`` come as
+#: vectors only (:data:`VECTOR_ATOMICS`). ``red`` has no ``exch`` or ``cas``.
 ATOMIC_TYPES: dict[str, tuple[str, ...]] = {
     "add": ("u32", "s32", "u64", "f32", "f64", "f16", "f16x2", "bf16", "bf16x2"),
     "min": ("u32", "s32", "u64", "s64"), "max": ("u32", "s32", "u64", "s64"),
@@ -181,6 +181,25 @@ def atomic_type_problem(head: str, op: str, elem: str) -> str | None:
     if elem not in allowed:
         return (f"{head}.{op} takes {', '.join('.' + t for t in allowed)}, not .{elem} "
                 "(PTX ISA, 'atom')")
+    return None
+
+
+#: vector atomics (sm_90, PTX 8.1; global or generic memory): the widths each element
+#: type takes with ``.add`` (ptxas 13.5); each element is one atomic update
+VECTOR_ATOMICS = {"f32": (2, 4), "f16": (2, 4, 8), "bf16": (2, 4, 8), "f16x2": (2, 4),
+                  "bf16x2": (2, 4)}
+
+
+def vector_atomic_problem(head: str, op: str, elem: str, vec: int, space: str) -> str | None:
+    """Why ``<head>.<space>.<op>.v<vec>.<elem>`` is not an instruction, or None."""
+    widths = VECTOR_ATOMICS.get(elem, ())
+    if space not in ("global", ""):
+        return f"vector {head} works on global memory, not .{space}"
+    if op not in ("add", "min", "max") or not widths or (op != "add" and elem == "f32"):
+        return (f"vector {head} adds .f32, .f16, .bf16, .f16x2 or .bf16x2 (and takes the "
+                f"minimum or maximum of the 16-bit ones), not .{op}.{elem}")
+    if vec not in widths:
+        return f"vector {head}.{op}.{elem} is .v{' or .v'.join(map(str, widths))}, not .v{vec}"
     return None
 
 
@@ -253,6 +272,6 @@ class While(_Structured, StructuredWhile):
 
 
 __all__ = ["ATOMIC_TYPES", "F32", "FP8X2", "HALF_ATOMICS", "KERNEL", "PRED", "REG_TYPES", "S32",
-           "TARGETS", "TARGET_VERSIONS", "U32", "U64", "Condition", "For", "If", "RegType",
-           "Return", "TensorMapType", "While", "Yield", "atomic_type_problem", "cvt_needs",
-           "reg_of"]
+           "TARGETS", "TARGET_VERSIONS", "U32", "U64", "VECTOR_ATOMICS", "Condition", "For",
+           "If", "RegType", "Return", "TensorMapType", "While", "Yield", "atomic_type_problem",
+           "cvt_needs", "reg_of", "vector_atomic_problem"]

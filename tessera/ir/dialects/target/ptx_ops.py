@@ -23,6 +23,7 @@ from tessera.ir.dialects.target import (
     TensorMapType,
     atomic_type_problem,
     reg_of,
+    vector_atomic_problem,
 )
 from tessera.ir.dialects.target.warp_ops import Vote
 
@@ -160,25 +161,32 @@ def _byte_vector(op: Op, vec: int) -> None:
 @register_op
 @dataclass(frozen=True)
 class Atom(Op):
-    """``atom.<space>.<op>.<type> d, [a], b{, c}`` (sec. 9.7.13.5): a read-modify-write
-    returning the old value; ``cas`` compares with ``b`` and stores ``c``. Updates
-    apply one at a time in linear thread order. ``space`` is global, shared or generic
-    (empty)."""
+    """``atom.<space>.<op>{.v<vec>}.<type> d, [a], b{, c}`` (sec. 9.7.13.5): a
+    read-modify-write returning the old value; ``cas`` compares with ``b`` and stores
+    ``c``. Updates apply one at a time in linear thread order. ``space`` is global,
+    shared or generic (empty). A vector (sm_90) updates each of its ``vec`` consecutive
+    elements on its own, atomically (``red`` reads as this without the result)."""
 
     name: ClassVar[str] = "ptx.atom"
     pure: ClassVar[bool] = False
     space: str
     op: str
     type: str
+    vec: int = 1
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        if problem := atomic_type_problem("atom", self.op, self.type):
+        if problem := (atomic_type_problem("atom", self.op, self.type) or (
+                self.vec > 1 and vector_atomic_problem("atom", self.op, self.type, self.vec,
+                                                       self.space))):
             raise IRVerifyError(problem)
         check_count(self, operands, 3 if self.op == "cas" else 2)
         reg_of(self, operands[0], "u32" if self.space == "shared" else "u64")
         for t in operands[1:]:
-            reg_of(self, t, self.type)
-        return (RegType(self.type),)
+            if self.vec == 1:
+                reg_of(self, t, self.type)
+            elif t != RegType(self.type, self.vec):
+                raise IRVerifyError(f"ptx.atom operand {t} is not {RegType(self.type, self.vec)}")
+        return (RegType(self.type, self.vec),)
 
 
 @register_op

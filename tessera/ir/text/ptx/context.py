@@ -96,6 +96,18 @@ class InstrBuilder:
         return PtxUnsupportedError(f"{what} in '{self.pi.text}' is not supported",
                                    loc=self.loc)
 
+    def require(self, feature: str, sm: int, version: tuple[int, int]) -> None:
+        """A syntax error unless the module's ``.target`` is ``sm_<sm>`` or later and its
+        ``.version`` at least ``version``, as ptxas wants for a form an operand makes
+        (``feature`` names it)."""
+        target, have = self.scope.target, self.scope.version
+        m = re.match(r"sm_(\d+)", target)
+        if m and int(m[1]) < sm:
+            raise self.syntax(f"{feature} needs .target sm_{sm} or higher, not {target}")
+        if have is not None and have < version:
+            raise self.syntax(f"{feature} needs PTX ISA .version {version[0]}.{version[1]} "
+                              f"or later; the module says .version {have[0]}.{have[1]}")
+
     # ---------------------------------------------------------------- building
     def emit(self, op: Op, operands: Sequence[Value] = ()) -> list[Value]:
         """Append ``op(operands)``, checked by the op's ``infer``/``verify``."""

@@ -11,8 +11,6 @@ only moves registers between warpgroups and changes no value: it is accepted.
 
 from __future__ import annotations
 
-import re
-
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
@@ -74,13 +72,7 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _arrival_count(b: InstrBuilder, arrivals: int) -> None:
     """``mbarrier.arrive ... _, [addr], count`` is sm_90's and PTX 7.8's (ptxas 13.5
     refuses it before, as the ISA's notes say), for 1 to 2^20 - 1 arrivals."""
-    target, version = b.scope.target, b.scope.version
-    if not re.match(r"sm_(9\d|[1-9]\d\d)", target):
-        raise b.syntax(f"mbarrier.arrive with an arrival count needs .target sm_90 or "
-                       f"higher, not {target}")
-    if version is not None and version < (7, 8):
-        raise b.syntax("mbarrier.arrive with an arrival count needs PTX ISA .version 7.8 "
-                       f"or later; the module says .version {version[0]}.{version[1]}")
+    b.require("mbarrier.arrive with an arrival count", 90, (7, 8))
     if arrivals < 1:
         raise b.syntax(f"an arrival count of {arrivals}: it is 1 or more")
     if arrivals >= 1 << 20:  # ptxas takes it; the ISA gives it no meaning

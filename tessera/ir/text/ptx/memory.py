@@ -19,6 +19,7 @@ from tessera.ir.dialects.target import (
     RegType,
     atomic_type_problem,
     ptx_ops,
+    vector_atomic_problem,
 )
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
@@ -187,8 +188,6 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.syntax("expected one atomic operation (.add, .min, .cas ...)")
     space, vec, t = _split_mods(b, [f for f in mods if f not in ops_ and f != "noftz"])
     op = ops_[0]
-    if vec != 1:
-        raise b.unsupported("vector atomics")
     if space == "const":
         raise b.syntax(f"{b.head} on constant memory")
     if t == "b128":
@@ -196,7 +195,9 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if cache := [f for f in mods[:-1] if f in _QUALIFIERS and f not in _ATOMIC_ORDERS]:
         raise b.syntax(f"{b.head} takes no .{cache[0]} qualifier: a memory order, a scope "
                        "and .L2::cache_hint")
-    if problem := atomic_type_problem(b.head, op, t):
+    half_vector = vec != 1 and t in HALF_ATOMICS  # min and max of halves: vectors only
+    if (problem := atomic_type_problem(b.head, op, t)) and not (half_vector and
+                                                                op in ("min", "max")):
         raise b.syntax(problem)
     if ("noftz" in mods) != (t in HALF_ATOMICS):
         raise b.syntax(f"{b.head}.{op}.{t} " + ("needs .noftz: it keeps subnormals" if
@@ -204,6 +205,9 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if b.head == "red" and {"acquire", "acq_rel"} & set(mods):
         raise b.syntax("red returns nothing to acquire: its memory order is .relaxed or "
                        ".release")
+    if vec != 1:
+        _vector_atomic(b, op, t, vec, space, ops)
+        return
     if b.head == "red":
         count(b, ops, 2)
         if space == "":
@@ -216,6 +220,23 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     args = [addr] + [b.read(o, t) for o in ops[2:]]
     (d,) = b.emit(ptx_ops.Atom(space, op, t), args)
     b.write(ops[0], d)
+
+
+def _vector_atomic(b: InstrBuilder, op: str, t: str, vec: int, space: str,
+                   ops: list[str]) -> None:
+    """``atom``/``red`` ``.v2``/``.v4``/``.v8`` (sm_90, PTX 8.1): each element an atomic
+    update of its own; a ``red`` is the ``atom`` whose old values nobody reads."""
+    if problem := vector_atomic_problem(b.head, op, t, vec, space):
+        raise b.syntax(problem)
+    if op != "add":
+        raise b.unsupported(f"vector {b.head}.{op} of 16-bit floats")
+    b.require(f"vector {b.head}", 90, (8, 1))
+    red = b.head == "red"
+    count(b, ops, 2 if red else 3)
+    addr = plain_address(b, ops[0 if red else 1], "u64")
+    (d,) = b.emit(ptx_ops.Atom(space, op, t, vec), [addr, b.read(ops[-1], t)])
+    if not red:
+        b.write(ops[0], d)
 
 
 @handler("cp")

@@ -256,3 +256,39 @@ def test_an_arrival_count_renders_assembles_and_reads_back(tmp_path: Path) -> No
                    block=(128,))
     with pytest.raises(RenderError, match="needs target sm_90a"):
         render(_one_arrival_per_warp(32, "sm_80"))
+
+
+def test_a_vector_atomic_renders_assembles_and_reads_back(tmp_path: Path) -> None:
+    """``atom.global.add.v4.f32`` (sm_90, PTX 8.1): 64 threads add (t, 2t, 3t, 4t) into
+    one of two vectors; each element is its own atomic update, in thread order, and
+    each thread gets the old values of its four elements."""
+    k = Kernel("vector_atom", [U64, U64], block=(64,), target="sm_90a")
+    tid = k.tid()
+    f = k.cvt("f32", "u32", tid, rnd="rn")
+    parts = [k.bin("mul", "f32", f, k.const(float(j), "f32")) for j in (1, 2, 3, 4)]
+    which = k.bin("and", "u32", tid, k.const(1, "u32"))
+    old = k.op(p.Atom("global", "add", "f32", 4), k.elem_addr(k.args[0], which, 16),
+               k.pack("f32", *parts))
+    first = k.unpack("f32", 4, old)[3]
+    k.st("global", "f32", k.elem_addr(k.args[1], tid, 4), first)
+    fn = k.build()
+    text = render(fn)
+    assert ".version 8.1\n" in text and "atom.global.add.v4.f32 {" in text
+    ptxas(text, "sm_90a", tmp_path)
+    structured = [np.zeros(8, np.float32), np.zeros(64, np.float32)]
+    run_target(fn, structured, grid=(1,), block=(64,))
+    from_text = [np.zeros(8, np.float32), np.zeros(64, np.float32)]
+    ts.ptx.load(text).kernel("vector_atom").run(grid=1, block=64, args=from_text)
+    t = np.arange(64)
+    for j in range(4):
+        np.testing.assert_array_equal(structured[0][j::4], [(j + 1) * t[w::2].sum()
+                                                             for w in (0, 1)])
+    earlier = [4 * t[t % 2 == w][t[t % 2 == w] < i].sum() for i, w in zip(t, t % 2)]
+    np.testing.assert_array_equal(structured[1], earlier)  # the old fourth elements
+    for s, x in zip(structured, from_text):
+        np.testing.assert_array_equal(s, x)
+    old = Kernel("old", [U64], block=(32,), target="sm_80")
+    old.op(p.Atom("global", "add", "f32", 2), old.args[0],
+           old.pack("f32", old.const(1.0, "f32"), old.const(2.0, "f32")))
+    with pytest.raises(RenderError, match="needs target sm_90a"):
+        render(old.build())

@@ -275,6 +275,18 @@ OPERANDS = [
     ("mbarrier.arrive.shared::cta.b64 _, [%r1], 1048576;", "unsupported"),
     ("mbarrier.arrive.shared::cta.b64 _, [%r1], %r2;", "unsupported"),
     ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 8192, 1;", "operands"),
+    # sm_90's vector atomics: adds of f32 (v2, v4), f16 and bf16 (to v8) and their pairs
+    # (to v4), in global memory; the 16-bit ones' min and max are not modelled
+    ("atom.global.add.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1], {%f1, %f2, %f3, %f4};", "ok"),
+    ("red.global.add.v2.f32 [%rd1], {%f1, %f2};", "ok"),
+    ("atom.add.noftz.v2.f16x2 {%r1, %r2}, [%rd1], {%r1, %r2};", "ok"),
+    ("red.global.add.noftz.v4.bf16 [%rd1], {%h1, %h2, %h1, %h2};", "ok"),
+    ("atom.global.add.v8.f32 {%f1, %f2, %f1, %f2, %f1, %f2, %f1, %f2}, [%rd1], "
+     "{%f1, %f2, %f1, %f2, %f1, %f2, %f1, %f2};", "v2 or"),
+    ("atom.shared.add.v2.f32 {%f1, %f2}, [%r1], {%f1, %f2};", "global"),
+    ("atom.global.min.v2.f32 {%f1, %f2}, [%rd1], {%f1, %f2};", "adds"),
+    ("atom.global.add.v2.u32 {%r1, %r2}, [%rd1], {%r1, %r2};", "adds"),
+    ("red.global.max.noftz.v2.f16x2 [%rd1], {%r1, %r2};", "unsupported"),
 ]
 
 
@@ -343,6 +355,7 @@ VERSIONED = [
     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 %p1, [%r1], %r2;",
     "mbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r1], 16;",
     "mbarrier.arrive.cta.shared::cta.b64 %rd2, [%r1];",
+    "atom.global.add.v2.f32 {%f1, %f2}, [%rd1], {%f1, %f2};",
 ]
 
 

@@ -14,3 +14,5 @@ sed -i -e "s|$repo/||g" -e "s|\"[^\"]*/site-packages/|\"site-packages/|g" "$here
 "$PYTHON" "$here/triton_kernels.py" "$here/triton_kernels_sm90a.ptx"
 # flash-attention forward: through pointers (causal), TMA descriptors, warp-specialised
 "$PYTHON" "$here/triton_attention.py" "$here/triton_attention_sm90a.ptx"
+# matrix products: TMA, persistent, fp8, tf32, split-K with vector atomics
+"$PYTHON" "$here/triton_gemms.py" "$here/triton_gemms_sm90a.ptx"

@@ -21,7 +21,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # 3.9's default, without its warning
 import triton
@@ -114,16 +116,17 @@ def _launch(name: str, compiled: object) -> str:
            f"memory{maps}\n"
 
 
-def compile_all() -> str:
-    """One PTX module holding every kernel (the first's header, each one's body)."""
+def join(kernels: Iterable[tuple[Any, dict[str, str], dict[str, int], int]]) -> str:
+    """One PTX module of ``(function, argument types, constants, warps)`` compiled for
+    sm_90a with three stages: the first's header (Triton's are all alike: the dynamic
+    buffer, one string), each one's body after a comment with its launch."""
     head, bodies = "", []
-    for fn, args, warps in KERNELS:
-        signature = {**args, "seq_len": "i32", "sm_scale": "fp32", "HEAD": "constexpr",
-                     "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(5) if i < 4 or args is _POINTERS}
-        src = ASTSource(fn, signature, {"HEAD": HEAD, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
-                        attrs)
-        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+    for fn, args, constants, warps in kernels:
+        signature = {**args, **dict.fromkeys(constants, "constexpr")}
+        aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+                   if args.get(name, "").startswith("*") or name in ("M", "N", "K")}
+        compiled = triton.compile(ASTSource(fn, signature, constants, aligned),
+                                  target=GPUTarget("cuda", 90, 32),
                                   options={"num_warps": warps, "num_stages": 3})
         ptx = compiled.asm["ptx"]
         start = ptx.index(".visible .entry")
@@ -131,7 +134,14 @@ def compile_all() -> str:
         body = ptx[start:].split("\n\t.section")[0].split("\n.section")[0]
         body = re.sub(r"\n\s*\.(file|loc)\b[^\n]*", "", body)  # no debug information
         bodies.append(_launch(fn.__name__, compiled) + body)
-    return head + "\n".join(bodies)  # the headers agree: .extern global_smem, one string
+    return head + "\n".join(bodies)
+
+
+def compile_all() -> str:
+    """One PTX module holding every kernel."""
+    constants = {"HEAD": HEAD, "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}
+    return join((fn, {**args, "seq_len": "i32", "sm_scale": "fp32"}, constants, warps)
+                for fn, args, warps in KERNELS)
 
 
 if __name__ == "__main__":
