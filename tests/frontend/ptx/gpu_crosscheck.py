@@ -38,6 +38,12 @@ APPROXIMATE = {"mma_tile": 1e-5, "matmul_kernel": 1e-5, "wmma_tile": 1e-5, "wmma
                "gemm": 1e-5,
                "double_buffered_gemm": 1e-5,
                "flash_attention": 2.0 ** -7, "row_softmax": 1e-6}
+#: kernels whose results hang on more than the tensor cores (approximate instructions,
+#: float atomics in the GPU's arrival order): within their tolerance even where the
+#: Hopper model predicts the tensor-core steps
+INEXACT = {"softmax_kernel": 2.0 ** -10, "layer_norm_kernel": 2.0 ** -7,
+           "attn_fwd_causal": 2.0 ** -7, "attn_fwd_tma": 2.0 ** -7, "attn_fwd_ws": 2.0 ** -7,
+           "matmul_splitk": 1e-4}
 
 
 def _gpu_run(kernel: Any, grid: Any, block: Any, args: list[Any], shared_bytes: int) -> None:
@@ -104,6 +110,7 @@ def install() -> None:
             args, tol, record["model"] = pristine, None, "hopper"
         elif steps and not mma_hopper.covers(steps):
             tol = tol or UNMODELLED
+        tol = INEXACT.get(self.name, tol)
         bitwise = True
         for k, (want, got) in enumerate(zip(args, before)):
             want = getattr(want, "array", want)
