@@ -46,6 +46,7 @@ from tessera.interp.target.state import (
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import REG_TYPES
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.ops import DIRECTED
 
 Impl = Callable[..., Any]
 
@@ -112,6 +113,8 @@ def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
                 out = tn.canonical_nan_where(np.isnan(x) | np.isnan(y), out)
             return out
         return minmax
+    if mode in DIRECTED:  # toward zero, -inf or +inf (f32 and f64 add, sub, mul)
+        return lambda x, y: tn.directed(op, narrow(x, elem), narrow(y, elem), mode)
     fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}[op]
     canon = tn.canonical_nans  # a NaN result has the canonical NaN's bits, as on the GPU
     if elem == "f32" and op in ("add", "sub"):
@@ -297,10 +300,13 @@ def _float_unary(instr: Instr, elem: str) -> Impl:
 
 @step_rule(target_ops.Fma)
 def _fma(c: TargetCompiler, instr: Instr) -> Step:
-    elem = instr.op.type
+    elem, rnd = instr.op.type, instr.op.rnd
     if elem == "f32":
         fma32: Impl = lambda a, b, d: tn.fma_f32(  # noqa: E731
             narrow(a, elem), narrow(b, elem), narrow(d, elem))
+        if rnd != "rn":
+            fma32 = lambda a, b, d: tn.directed(  # noqa: E731
+                "mul", narrow(a, elem), narrow(b, elem), rnd, narrow(d, elem))
         return pure(c, instr, _flushing(fma32, elem) if instr.op.ftz else fma32)
     if elem == "f64":
         return pure(c, instr, tn.fma_f64)

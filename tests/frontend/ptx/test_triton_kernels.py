@@ -1,7 +1,8 @@
 """Triton's tutorial-style kernels for sm_90a (tests/ir/text/ptx/ptx_corpus/
 triton_kernels.py made the PTX): a row softmax of f16, a layer norm of bf16, packed f16
-arithmetic and a cast to fp8 e4m3, run on the CPU by ``ts.ptx`` against NumPy in
-float64. The launches are those the comments in the PTX give (Triton's metadata)."""
+arithmetic, a cast to fp8 e4m3 and a GELU through libdevice, run on the CPU by
+``ts.ptx`` against NumPy in float64. The launches are those the comments in the PTX
+give (Triton's metadata)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,23 @@ def test_cast_to_fp8(mod) -> None:
                                     args=[out, x, np.int32(n), *SCRATCH])
     want = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
     np.testing.assert_array_equal(out, want)
+
+
+def test_gelu_through_the_math_library(mod) -> None:
+    """libdevice's ``erff``, ``tanhf`` and ``log1pf`` (which rounds ``1 + |x|`` toward
+    zero, ``add.rz.ftz.f32``): each within CUDA's documented 2 ulps, so the sum within
+    2^-21 of the sum of the terms' magnitudes."""
+    from math import erf
+
+    n = 3000
+    x = (rng.standard_normal(n) * 3).astype(np.float32)
+    x[:4] = [0.0, -0.0, 1e-30, -5e-39]  # zeros, a tiny value, a subnormal
+    out = np.zeros(n, np.float32)
+    threads, _ = launch("gelu_kernel")
+    mod.kernel("gelu_kernel").run(grid=-(-n // 1024), block=threads,
+                                  args=[out, x, np.int32(n), *SCRATCH])
+    d = x.astype(np.float64)
+    terms = [0.5 * d * (1 + np.vectorize(erf)(d / np.sqrt(2))), np.tanh(d),
+             np.log1p(np.abs(d))]
+    scale = sum(np.abs(t) for t in terms)
+    assert (np.abs(out - sum(terms)) <= 2.0 ** -21 * scale).all()

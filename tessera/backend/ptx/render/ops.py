@@ -136,7 +136,8 @@ def _unary_name(op: Unary) -> str:
 def _fma(e: PtxWriter, instr: Instr) -> None:
     a, b, c = (e.regs.one(v) for v in instr.operands)
     ftz = ".ftz" if instr.op.ftz else ""
-    e.out(f"fma.rn{ftz}.{instr.op.type} {e.regs.one(instr.result)}, {a}, {b}, {c};")
+    e.out(f"fma.{instr.op.rnd}{ftz}.{instr.op.type} {e.regs.one(instr.result)}, {a}, {b}, "
+          f"{c};")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -37,6 +37,10 @@ COMPARE = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu"
            "num", "nan")
 
 
+#: the directed roundings of float arithmetic: toward zero, -inf, +inf
+DIRECTED = ("rz", "rm", "rp")
+
+
 def _check_ftz(op: Any) -> None:
     """``.ftz`` (flush subnormal inputs and results to sign-preserving zero) exists for
     f32 and f16 arithmetic only (PTX ISA, sec. 9.7.3 and 9.7.4)."""
@@ -100,6 +104,10 @@ class Binary(Op):
         if self.op not in BINARY:
             raise IRVerifyError(f"unknown binary instruction {self.op!r}")
         _check_ftz(self)
+        if self.mode in DIRECTED and (self.op not in ("add", "sub", "mul")
+                                      or self.type not in ("f32", "f64")):
+            raise IRVerifyError(f"{self.op}.{self.mode}: directed rounding is modelled for "
+                                "add, sub and mul of f32 and f64")
         check_count(self, operands, 2)
         a = reg_of(self, operands[0], self.type)
         if self.op in ("shl", "shr"):
@@ -134,14 +142,19 @@ class Unary(Op):
 @register_op
 @dataclass(frozen=True)
 class Fma(Op):
-    """``fma.rn.<type> d, a, b, c``: ``a * b + c`` rounded once."""
+    """``fma.<rnd>.<type> d, a, b, c``: ``a * b + c`` rounded once, to nearest even
+    (``rn``) or, for f32, toward zero, -inf or +inf (``rz``, ``rm``, ``rp``)."""
 
     name: ClassVar[str] = "ptx.fma"
     type: str
     ftz: bool = False
+    rnd: str = "rn"
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         _check_ftz(self)
+        if self.rnd != "rn" and (self.rnd not in DIRECTED or self.type != "f32"):
+            raise IRVerifyError(f"fma.{self.rnd}.{self.type}: fma rounds .rn, or f32 "
+                                "toward zero, -inf or +inf")
         return (_same(self, operands, 3),)
 
 

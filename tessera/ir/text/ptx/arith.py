@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from tessera.ir.dialects.target import FP8X2, REG_TYPES, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
+from tessera.ir.dialects.target.ops import DIRECTED
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_memory import exotic
 from tessera.ir.text.ptx.lexer import parse_int
@@ -55,14 +56,19 @@ def count(b: InstrBuilder, ops: list[str], n: int) -> None:
 _APPROXIMATE = {"div", "sqrt", "rcp", "ex2", "lg2", "rsqrt", "tanh", "sin", "cos"}
 
 
-def _float_mode(b: InstrBuilder, flags: list[str], op: str) -> tuple[str, bool]:
+def _float_mode(b: InstrBuilder, flags: list[str], op: str, t: str = "") -> tuple[str, bool]:
     """The mode of a float instruction and whether it flushes subnormals (``.ftz``); an
     approximate unary function keeps ``.ftz`` in its mode (``approx.ftz``), the form
-    tessera's own lowering writes."""
+    tessera's own lowering writes. ``add``/``sub``/``mul`` of f32 and f64 also round
+    toward zero, -inf or +inf (libdevice's math functions do)."""
     mode = ""
     for f in flags:
         if f == "rn":
             mode = mode or "rn"
+        elif f in DIRECTED and op in ("add", "sub", "mul") and t in ("f32", "f64"):
+            mode = f
+        elif f in DIRECTED and op in ("add", "sub", "mul") and t:
+            raise b.syntax(f"{op}.{t} rounds to nearest only (.rn), not .{f}")
         elif f in ("approx", "full") and op in _APPROXIMATE:
             mode = "approx"
         elif f == "NaN" and op in ("min", "max"):
@@ -88,7 +94,7 @@ def _binary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     mode = ""
     ftz = False
     if kind == "f":
-        mode, ftz = _float_mode(b, flags, op)
+        mode, ftz = _float_mode(b, flags, op, t)
         if op in ("add", "sub", "mul", "div") and mode == "":
             mode = "rn"
     else:
@@ -131,10 +137,11 @@ def _fma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 4)
     flags = mods[:-1]
-    if [f for f in flags if f != "ftz"] != ["rn"]:
-        raise b.unsupported("fma other than fma.rn{.ftz}")
+    rnd = [f for f in flags if f != "ftz"]
+    if rnd != ["rn"] and not (t == "f32" and rnd in (["rz"], ["rm"], ["rp"])):
+        raise b.unsupported("fma other than fma.rn{.ftz} and f32's rz, rm and rp")
     args = [b.read(o, t) for o in ops[1:]]
-    (d,) = b.emit(target_ops.Fma(t, "ftz" in flags), args)
+    (d,) = b.emit(target_ops.Fma(t, "ftz" in flags, rnd[0]), args)
     b.write(ops[0], d)
 
 

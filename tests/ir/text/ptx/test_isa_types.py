@@ -287,6 +287,13 @@ OPERANDS = [
     ("atom.global.min.v2.f32 {%f1, %f2}, [%rd1], {%f1, %f2};", "adds"),
     ("atom.global.add.v2.u32 {%r1, %r2}, [%rd1], {%r1, %r2};", "adds"),
     ("red.global.max.noftz.v2.f16x2 [%rd1], {%r1, %r2};", "unsupported"),
+    # directed rounding of f32 and f64 arithmetic (libdevice's math functions use it)
+    ("add.rz.f32 %f1, %f2, %f3;", "ok"), ("add.rm.ftz.f32 %f1, %f2, %f3;", "ok"),
+    ("mul.rp.f64 %fd1, %fd2, %fd3;", "ok"), ("sub.rz.f64 %fd1, %fd2, %fd3;", "ok"),
+    ("fma.rz.f32 %f1, %f2, %f3, %f4;", "ok"), ("fma.rm.ftz.f32 %f1, %f2, %f3, %f4;", "ok"),
+    ("fma.rp.f64 %fd1, %fd2, %fd3, %fd4;", "unsupported"),
+    ("div.rz.f32 %f1, %f2, %f3;", "unsupported"), ("add.rz.f16 %h1, %h2, %h3;", "nearest"),
+    ("add.rz.f16x2 %r1, %r2, %r3;", "nearest"), ("add.rz.rn.f32 %f1, %f2, %f3;", "rounding"),
 ]
 
 

@@ -2,7 +2,8 @@
 (one module of their ``.entry`` functions; run in an environment with Triton, as
 make_triton_ptx.sh does): a row softmax of f16 (``exp`` as ``ex2.approx`` of f32), a
 layer norm of bf16 (``rsqrt.approx``), f16 elementwise arithmetic (packed ``f16x2``
-instructions) and a cast to fp8 e4m3 (``cvt.rn.satfinite.e4m3x2.f32``).
+instructions), a cast to fp8 e4m3 (``cvt.rn.satfinite.e4m3x2.f32``) and an exact GELU
+plus ``tanh`` and ``log1p`` through CUDA's math library (libdevice: ``add.rz.ftz.f32``).
 
 Each kernel is specialised as a launch on 16-byte aligned, contiguous tensors would be;
 the PTX names the kernel's arguments in order, then Triton's two scratch pointers. A
@@ -20,6 +21,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.language.extra import libdevice
 
 
 @triton.jit
@@ -62,6 +64,15 @@ def to_fp8_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, x.to(tl.float8e4nv), mask=mask)
 
 
+@triton.jit
+def gelu_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(in_ptr + offs, mask=mask)
+    y = 0.5 * x * (1 + libdevice.erf(x * 0.7071067811865476))
+    tl.store(out_ptr + offs, y + libdevice.tanh(x) + libdevice.log1p(tl.abs(x)), mask=mask)
+
+
 KERNELS = [
     (softmax_kernel, {"out_ptr": "*fp16", "in_ptr": "*fp16", "n_cols": "i32"}, 256, 4),
     (layer_norm_kernel, {"out_ptr": "*bf16", "in_ptr": "*bf16", "w_ptr": "*bf16",
@@ -69,6 +80,7 @@ KERNELS = [
     (half_axpy_kernel, {"out_ptr": "*fp16", "x_ptr": "*fp16", "y_ptr": "*fp16", "n": "i32"},
      1024, 4),
     (to_fp8_kernel, {"out_ptr": "*fp8e4nv", "in_ptr": "*fp32", "n": "i32"}, 1024, 4),
+    (gelu_kernel, {"out_ptr": "*fp32", "in_ptr": "*fp32", "n": "i32"}, 1024, 4),
 ]
 
 
