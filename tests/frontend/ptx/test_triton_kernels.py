@@ -1,8 +1,8 @@
 """Triton's tutorial-style kernels for sm_90a (tests/ir/text/ptx/ptx_corpus/
 triton_kernels.py made the PTX): a row softmax of f16, a layer norm of bf16, packed f16
-arithmetic, a cast to fp8 e4m3 and a GELU through libdevice, run on the CPU by
-``ts.ptx`` against NumPy in float64. The launches are those the comments in the PTX
-give (Triton's metadata)."""
+arithmetic, a cast to fp8 e4m3, a GELU through libdevice and a spin-locked sum, run on
+the CPU by ``ts.ptx`` against NumPy in float64. The launches are those the comments in
+the PTX give (Triton's metadata)."""
 
 from __future__ import annotations
 
@@ -110,3 +110,22 @@ def test_gelu_through_the_math_library(mod) -> None:
              np.log1p(np.abs(d))]
     scale = sum(np.abs(t) for t in terms)
     assert (np.abs(out - sum(terms)) <= 2.0 ** -21 * scale).all()
+
+
+def test_programs_take_turns_through_a_spin_lock(mod) -> None:
+    """Each program adds its partial sum to one float under a lock it takes with
+    ``atom.cas`` in a loop: the waiting programs spin at a block that comes first, the
+    holder still runs on. The programs add in the order they took the lock (the same on
+    every run): within an f32 rounding per program of the float64 sum."""
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    threads, shared = launch("locked_sum_kernel")
+    sums = []
+    for _ in range(2):
+        out, lock = np.zeros(1, np.float32), np.zeros(1, np.int32)
+        mod.kernel("locked_sum_kernel").run(grid=4, block=threads, shared_bytes=shared,
+                                            args=[out, x, lock, np.int32(n), *SCRATCH])
+        assert lock[0] == 0
+        sums.append(out[0])
+    want = x.astype(np.float64).sum()
+    assert abs(sums[0] - want) <= 8 * 2.0 ** -24 * np.abs(x).sum() and sums[0] == sums[1]

@@ -57,6 +57,8 @@ from tessera.ir.dialects.target.cfg import CfgKernel, PtxInstr, schedule_order
 _ = (_ptx_memory, _ptx_rules, _runner)  # register every step rule
 #: block executions after which a kernel is reported as not terminating
 STEP_LIMIT = 1 << 22
+#: steps whole warps may wait at a block while others run before they run next
+FAIR_STEPS = 16
 
 
 class CfgMachine(Machine):
@@ -210,6 +212,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     pos = np.zeros(m.n, np.int64)  # where in its block a thread resumes (after a bar.sync)
     exited = m.exited = np.zeros(m.n, bool)  # updated in place: barriers read it
     parked = m.parked = Parked(m.n)
+    last = np.zeros(m.n, np.int64)  # the step at which each thread last ran
+    warp = m.cta * -(-m.nthreads // 32) + m.tid // 32  # each thread's warp, launch-wide
     steps = 0
     try:
         with np.errstate(all="ignore"):
@@ -226,10 +230,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                     instr, err = parked.hang(m, live)
                     pi = next(ci.pi for bb in blocks for ci in bb if instr in ci.pi.instrs)
                     raise _renamed(err, pi)
-                here = np.unique(pc[ready])
-                at = int(here[np.argmin(rank[here])])
-                first = int(pos[ready & (pc == at)].min())
-                mask = ready & (pc == at) & (pos == first)
+                at, first, mask = _next_group(ready, live, pc, pos, rank, last, steps, warp)
+                last[mask] = steps
                 group, moved = mask, True
                 for k, ci in enumerate(blocks[at][first:], first):
                     _run_instr(ci, regs, phys, mask, m, exited)
@@ -281,6 +283,27 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     finally:
         flush_printed(m)
 
+def _next_group(ready: np.ndarray, live: np.ndarray, pc: np.ndarray, pos: np.ndarray,
+                rank: np.ndarray, last: np.ndarray, steps: int, warp: np.ndarray
+                ) -> tuple[int, int, np.ndarray]:
+    """The block, the position in it and the threads that run next: those waiting at the
+    block of lowest rank (divergent threads meet at their join before going on), unless
+    whole warps have waited :data:`FAIR_STEPS` steps while others loop (a spin lock's
+    waiters, the lock's holder starving): then the warps that waited longest, as a GPU's
+    scheduler runs every warp that can run (sm_70 and later)."""
+    oldest = int(np.argmin(np.where(ready, last, np.iinfo(np.int64).max)))
+    if steps - last[oldest] > FAIR_STEPS:
+        mask = ready & (pc == pc[oldest]) & (pos == pos[oldest])
+        count = np.bincount(warp[mask], minlength=warp[-1] + 1)
+        whole = (count == np.bincount(warp[live], minlength=warp[-1] + 1)) & (count > 0)
+        if whole.any():  # none of their warp-mates waits elsewhere
+            return int(pc[oldest]), int(pos[oldest]), mask & whole[warp]
+    here = np.unique(pc[ready])
+    at = int(here[np.argmin(rank[here])])
+    first = int(pos[ready & (pc == at)].min())
+    return at, first, ready & (pc == at) & (pos == first)
+
+
 def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",
            message: str = "the kernel executed trap") -> TargetFault:
     c = int(m.cta[who])
@@ -289,4 +312,4 @@ def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "tr
                        thread=int(m.tid[who]), cta=(c % gx, c // gx % gy, c // (gx * gy)))
 
 
-__all__ = ["STEP_LIMIT", "CfgMachine", "read_register", "run_cfg", "write_register"]
+__all__ = ["FAIR_STEPS", "STEP_LIMIT", "CfgMachine", "read_register", "run_cfg", "write_register"]

@@ -253,3 +253,44 @@ def test_mul_hi_of_64_bit_integers(xs: list[int], ys: list[int]) -> None:
     assert hi_u.tolist() == [(x * y) >> 64 for x, y in zip(xs, ys)]
     assert hi_s.tolist() == [((signed(x) * signed(y)) >> 64) % (1 << 64)
                              for x, y in zip(xs, ys)]
+
+
+SPIN = HEADER + """
+.visible .entry spin(.param .u64 lock, .param .u64 total)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  .reg .pred %p<3>;
+  ld.param.u64 %rd0, [lock];
+  ld.param.u64 %rd1, [total];
+  mov.u32 %r0, %tid.x;
+  and.b32 %r1, %r0, 31;
+  setp.eq.u32 %p0, %r1, 0;
+  mov.u32 %r2, %ctaid.x;
+  shr.u32 %r3, %r0, 5;
+  mad.lo.u32 %r3, %r2, 2, %r3;
+  add.u32 %r3, %r3, 1;
+SPIN:
+  mov.u32 %r4, 0;
+  @%p0 atom.global.cas.b32 %r4, [%rd0], 0, 1;
+  shfl.sync.idx.b32 %r5, %r4, 0, 31, -1;
+  setp.ne.u32 %p1, %r5, 0;
+  @%p1 bra.uni SPIN;
+  @%p0 ld.global.u32 %r6, [%rd1];
+  @%p0 add.u32 %r6, %r6, %r3;
+  @%p0 st.global.u32 [%rd1], %r6;
+  membar.gl;
+  @%p0 atom.global.exch.b32 %r7, [%rd0], 0;
+  ret;
+}
+"""
+
+
+def test_a_spin_lock_between_warps_and_ctas() -> None:
+    """Each warp takes a lock (lane 0's ``atom.cas``, its old value shuffled to the
+    warp), adds its number to a total with a plain load and store, and frees the lock.
+    The waiters loop at a block that comes first; the holder, at a later block, still
+    runs, as a GPU's scheduler runs every warp that can."""
+    lock, total = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
+    ts.ptx.load(SPIN).kernel("spin").run(grid=3, block=64, args=[lock, total])
+    assert total[0] == sum(range(1, 7)) and lock[0] == 0

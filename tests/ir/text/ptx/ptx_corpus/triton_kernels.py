@@ -2,8 +2,9 @@
 (one module of their ``.entry`` functions; run in an environment with Triton, as
 make_triton_ptx.sh does): a row softmax of f16 (``exp`` as ``ex2.approx`` of f32), a
 layer norm of bf16 (``rsqrt.approx``), f16 elementwise arithmetic (packed ``f16x2``
-instructions), a cast to fp8 e4m3 (``cvt.rn.satfinite.e4m3x2.f32``) and an exact GELU
-plus ``tanh`` and ``log1p`` through CUDA's math library (libdevice: ``add.rz.ftz.f32``).
+instructions), a cast to fp8 e4m3 (``cvt.rn.satfinite.e4m3x2.f32``), an exact GELU
+plus ``tanh`` and ``log1p`` through CUDA's math library (libdevice: ``add.rz.ftz.f32``)
+and a sum whose programs take turns through a spin lock (``atom.cas`` in a loop).
 
 Each kernel is specialised as a launch on 16-byte aligned, contiguous tensors would be;
 the PTX names the kernel's arguments in order, then Triton's two scratch pointers. A
@@ -73,6 +74,16 @@ def gelu_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, y + libdevice.tanh(x) + libdevice.log1p(tl.abs(x)), mask=mask)
 
 
+@triton.jit
+def locked_sum_kernel(out_ptr, in_ptr, lock_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    part = tl.sum(tl.load(in_ptr + offs, mask=offs < n, other=0.0), 0)
+    while tl.atomic_cas(lock_ptr, 0, 1) == 1:  # a spin lock between programs
+        pass
+    tl.store(out_ptr, tl.load(out_ptr) + part)
+    tl.atomic_xchg(lock_ptr, 0)
+
+
 KERNELS = [
     (softmax_kernel, {"out_ptr": "*fp16", "in_ptr": "*fp16", "n_cols": "i32"}, 256, 4),
     (layer_norm_kernel, {"out_ptr": "*bf16", "in_ptr": "*bf16", "w_ptr": "*bf16",
@@ -81,6 +92,8 @@ KERNELS = [
      1024, 4),
     (to_fp8_kernel, {"out_ptr": "*fp8e4nv", "in_ptr": "*fp32", "n": "i32"}, 1024, 4),
     (gelu_kernel, {"out_ptr": "*fp32", "in_ptr": "*fp32", "n": "i32"}, 1024, 4),
+    (locked_sum_kernel, {"out_ptr": "*fp32", "in_ptr": "*fp32", "lock_ptr": "*i32",
+                         "n": "i32"}, 256, 4),
 ]
 
 
