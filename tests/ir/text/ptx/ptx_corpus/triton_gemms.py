@@ -28,13 +28,18 @@ from triton_attention import join  # the corpus's other generator, beside this o
 
 
 @triton.jit
-def matmul_tma(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
-               BK: tl.constexpr):
-    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+def _tile(a_desc, b_desc, c_desc, pid_m, pid_n, K, BM: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr):
     acc = tl.zeros((BM, BN), tl.float32)
     for k in range(0, K, BK):
         acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([k, pid_n * BN]), acc)
     c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.bfloat16))
+
+
+@triton.jit
+def matmul_tma(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr):
+    _tile(a_desc, b_desc, c_desc, tl.program_id(0), tl.program_id(1), K, BM, BN, BK)
 
 
 @triton.jit
@@ -43,11 +48,7 @@ def matmul_persistent(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.
     tiles_n = tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), tl.cdiv(M, BM) * tiles_n, tl.num_programs(0),
                          flatten=True):
-        pid_m, pid_n = tile // tiles_n, tile % tiles_n
-        acc = tl.zeros((BM, BN), tl.float32)
-        for k in range(0, K, BK):
-            acc = tl.dot(a_desc.load([pid_m * BM, k]), b_desc.load([k, pid_n * BN]), acc)
-        c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.bfloat16))
+        _tile(a_desc, b_desc, c_desc, tile // tiles_n, tile % tiles_n, K, BM, BN, BK)
 
 
 @triton.jit
