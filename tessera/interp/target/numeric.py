@@ -270,46 +270,38 @@ def round_integral(x: np.ndarray, rnd: str) -> np.ndarray:
         return np.where(np.isnan(x), x, fn(x)).astype(x.dtype)
 
 
-__all__ = ["add_round_to_odd", "canonical_nan_where", "canonical_nans", "cvt_float",
-           "cvt_float_to_int", "fma_f32", "fma_f64", "fmin_fmax", "round_integral", "two_sum"]
 
 
-def _exact_pair(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """``a op b`` (``c``: ``a * b + c``) of float64 values as ``s + e`` exactly, ``s`` the
-    float64 rounding (no overflow; a product's tail needs no underflow)."""
-    if op == "mul" or c is not None:
-        p = a * b
-        ah, al = _split(a)
-        bh, bl = _split(b)
-        tail = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-        if c is None:
-            return p, tail
-        s, e = two_sum(c, p)
-        return s, e + tail  # for f32 operands the product is exact: tail is 0
-    return two_sum(a, -b if op == "sub" else b)
+def _f64_pair(op: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a op b`` of float64 values as ``s + e`` exactly, ``s`` the float64 rounding
+    (TwoSum, Dekker's TwoProduct; no overflow, a product's tail needs no underflow)."""
+    if op != "mul":
+        return two_sum(a, -b if op == "sub" else b)
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
 def directed(op: str, a: np.ndarray, b: np.ndarray, rnd: str,
              c: np.ndarray | None = None) -> np.ndarray:
-    """``add``/``sub``/``mul`` (``c`` given: ``fma``) of f32 or f64 operands rounded
-    toward zero (``rz``), -inf (``rm``) or +inf (``rp``), in the operands' type."""
+    """``add``/``sub``/``mul`` of f32 or f64 operands (``c`` given: ``fma`` of f32)
+    rounded toward zero (``rz``), -inf (``rm``) or +inf (``rp``), in the operands' type."""
     dt = np.asarray(a).dtype
     a64, b64 = np.asarray(a, F64), np.asarray(b, F64)
     c64 = None if c is None else np.asarray(c, F64)
     with np.errstate(all="ignore"):
-        s, e = _exact_pair(op, a64, b64, c64)
-        plain = {"add": a64 + b64, "sub": a64 - b64, "mul": a64 * b64}.get(op) \
-            if c64 is None else a64 * b64 + c64
+        terms = (a64 * b64, c64) if c64 is not None else (a64, -b64 if op == "sub" else b64)
+        plain = a64 * b64 if op == "mul" and c64 is None else terms[0] + terms[1]
         finite = np.isfinite(a64) & np.isfinite(b64) & (True if c64 is None
                                                          else np.isfinite(c64))
-        if dt == F32:  # round to odd at 53 bits, then once in the direction
-            odd = np.where(e != 0, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
-            odd = np.where((s.view(np.uint64) & np.uint64(1)) == 1, s, odd)
+        if dt == F32:  # exact (a product), or rounded to odd at 53 bits: then once
+            odd = plain if op == "mul" and c64 is None else add_round_to_odd(*terms)
             out = cvt_float(np.where(finite, odd, plain), F32, rnd, False)
         else:
             # s is the nearest float64; it is wrong where the exact value lies on the
             # other side of it than the direction allows (an overflow: beyond it)
+            s, e = _f64_pair(op, a64, b64)
             over = finite & np.isinf(s)
             tail = np.where(over, -s, e)
             if op == "mul":  # where Dekker's split over- or underflows: exact rationals
@@ -324,10 +316,14 @@ def directed(op: str, a: np.ndarray, b: np.ndarray, rnd: str,
             wrong = {"rz": tail * np.sign(s) < 0, "rm": tail < 0, "rp": tail > 0}[rnd]
             out = np.where(finite & wrong, _step(np.where(finite, s, 0.0), up[rnd]),
                            np.where(finite, s, plain))
-        if rnd == "rm" and op != "mul":  # an exact zero sum is -0 unless both terms are +0
-            terms = (a64 * b64, c64) if c64 is not None else (a64, -b64 if op == "sub" else b64)
+        if rnd == "rm" and not (op == "mul" and c64 is None):
+            # an exact zero sum is -0 unless both terms are +0 (IEEE 754, 6.3)
             positive = (terms[0] == 0) & ~np.signbit(terms[0]) & (terms[1] == 0) & \
                 ~np.signbit(terms[1])
             out = np.where((out == 0) & finite & ~positive, -0.0, out).astype(dt)
     return canonical_nans(np.asarray(out).astype(dt)) if dt == F32 else np.asarray(out, dt)
 
+
+__all__ = ["add_round_to_odd", "canonical_nan_where", "canonical_nans", "cvt_float",
+           "cvt_float_to_int", "directed", "fma_f32", "fma_f64", "fmin_fmax",
+           "round_integral", "two_sum"]

@@ -19,7 +19,9 @@ class Parked:
     flags the threads parked by the instruction that just ran. A ``bar.arrive`` on a
     barrier still open parks its threads *softly*: they run on only when no other
     thread can, so the waiters complete the barrier first where they can (see the
-    module doc on memory order); one resumed before is left out of its ordering."""
+    module doc on memory order); one resumed before is left out of its ordering.
+    Threads at a failed ``mbarrier`` wait (``retry``) poll it again when nothing else
+    can run; a round in which every poll fails again is the wait's fault."""
 
     def __init__(self, n: int) -> None:
         self.ident = np.full(n, -1, np.int64)
