@@ -11,7 +11,9 @@ Arguments, one per ``.param`` in order:
   ``randn``, ``rand`` (uniform in [0, 1)), ``randint:LO:HI``;
 * ``PATH.npy`` an array read from a file;
 * ``tmap:TYPE[ROWS,COLS]=INIT:BOXROWSxBOXCOLS[:swSWIZZLE]`` a tensor map over a new
-  2-D array (``tmap:bf16[128,64]=randn:64x64:sw128``).
+  2-D array (``tmap:bf16[128,64]=randn:64x64:sw128``);
+* ``tdesc:...`` the same as a Triton tensor descriptor: five parameters, the map, the
+  array's two sizes and two strides (``tessera.frontend.ptx.api.triton_descriptor``).
 
 ``--reference REF.py:FUNC`` calls ``FUNC`` with the arguments as they were before the
 launch (arrays as copies, scalars as NumPy scalars, tensor maps as their arrays) and
@@ -36,7 +38,7 @@ from tessera.errors import ArgumentError, Loc
 _TYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "u8": "uint8",
           "u16": "uint16", "u32": "uint32", "u64": "uint64", "s8": "int8", "s16": "int16",
           "s32": "int32", "s64": "int64", "b32": "uint32", "b64": "uint64"}
-_ARRAY = re.compile(r"^(?P<tmap>tmap:)?(?P<t>\w+)\[(?P<dims>[\d,\s]+)\]="
+_ARRAY = re.compile(r"^(?P<tmap>tmap:|tdesc:)?(?P<t>\w+)\[(?P<dims>[\d,\s]+)\]="
                     r"(?P<init>[^:]+(?::-?\d+:-?\d+)?)(?::(?P<box>\d+x\d+)(?::sw(?P<sw>\d+))?)?$")
 WHERE = Loc("<command line>", 0)
 
@@ -71,8 +73,28 @@ def _init(init: str, shape: tuple[int, ...], dt: np.dtype, rng: np.random.Genera
                         hint="zeros, ones, arange, randn, rand or randint:LO:HI")
 
 
+def parse_args(specs: list[str], rng: np.random.Generator) -> list[tuple[Any, str]]:
+    """The ``--arg``s as (value, description) pairs, one per kernel parameter: a
+    ``tdesc:`` spec is five (the map, two sizes, two strides)."""
+    import tessera as ts
+
+    out = []
+    for spec in specs:
+        value, text = parse_arg(spec, rng)
+        if not spec.replace(" ", "").startswith("tdesc:"):
+            out.append((value, text))
+            continue
+        tmap, *rest = ts.ptx.triton_descriptor(value.array, value.box, value.swizzle,
+                                               value.elem)
+        out += [(tmap, f"Triton descriptor: {text}"),
+                *((v, f"  its {what}: s{8 * v.itemsize}={v}")
+                  for v, what in zip(rest, ("rows", "columns", "row stride", "column stride")))]
+    return out
+
+
 def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
-    """One ``--arg``: (the value to pass, a short description)."""
+    """One ``--arg``: (the value to pass, a short description); a ``tdesc:`` spec gives
+    its tensor map (:func:`parse_args` adds the four sizes and strides)."""
     import tessera as ts
 
     if spec.endswith(".npy"):
@@ -194,7 +216,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     kernel = program.kernel(args.kernel)
     args.where = kernel.ir.loc
     rng = np.random.default_rng(args.seed)
-    parsed = [parse_arg(s, rng) for s in args.arg]
+    parsed = parse_args(args.arg, rng)
     values = [v for v, _ in parsed]
     grid, block = _dims(args.grid, "--grid"), _dims(args.block, "--block")
     before = [v.array.copy() if isinstance(v, ts.ptx.TensorMapArgument) else
@@ -265,7 +287,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--block", default="1", help="threads per CTA, e.g. 256 or 32,8")
     p.add_argument("--arg", action="append", default=[],
                    help="one per .param: u32=1000, 'f32[1024]=randn', x.npy, "
-                   "'tmap:bf16[128,64]=randn:64x64:sw128'")
+                   "'tmap:bf16[128,64]=randn:64x64:sw128' (a Triton descriptor's five: "
+                   "'tdesc:...')")
     p.add_argument("--shared-bytes", type=int, default=0, help="dynamic shared memory")
     p.add_argument("--reference", default="", help="REF.py:FUNC returning expected outputs")
     p.add_argument("--rtol", type=float, default=None)

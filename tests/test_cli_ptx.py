@@ -185,21 +185,32 @@ def test_files_that_are_not_ptx_or_arrays(tmp_path: Path,
 
 def test_tritons_warp_specialised_attention_from_the_command_line(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """A Triton tensor descriptor is four arguments after its map (two sizes, two
-    strides); the reference gets the maps' arrays. Within 2^-6 max|O|: about 2^-8
-    max|V| (test_triton_attention.py), max|V| being about three times max|O| here."""
+    """A Triton tensor descriptor (``tdesc:``) is five parameters: its map, two sizes
+    and two strides; the reference gets the maps' arrays. Within 2^-6 max|O|: about
+    2^-8 max|V| (test_triton_attention.py), max|V| being about three times max|O|."""
     corpus = NVCC_PTX.parent
     argv = ["check-ptx", str(corpus / "triton_attention_sm90a.ptx"), "--kernel",
             "attn_fwd_ws", "--grid", "4,2", "--block", "384", "--shared-bytes", "74144"]
     for init in ("randn", "randn", "randn", "zeros"):
-        argv += ["--arg", f"tmap:bf16[512,64]={init}:64x64:sw128", "--arg", "s32=512",
-                 "--arg", "s32=64", "--arg", "s64=64", "--arg", "s64=1"]
+        argv += ["--arg", f"tdesc:bf16[512,64]={init}:64x64:sw128"]
     argv += ["--arg", "s32=256", "--arg", "f32=0.125", "--arg", "u8[1]=zeros",
              "--arg", "u8[1]=zeros", "--rtol", "0", "--atol", str(2.0 ** -6),
              "--reference", f"{corpus / 'references.py'}:flash_attention"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "argument 15: tensor map of bf16[512, 64] box (64, 64)" in out
+    assert "argument 15: Triton descriptor: tensor map of bf16[512, 64] box (64, 64)" in out
+    assert "argument 18:   its row stride: s64=64" in out
     assert "sanitizer: no faults" in out and out.rstrip().endswith("result: OK")
     assert main([*argv[:-2], "--shared-bytes", "65536"]) == 1  # the mbarriers lie above
     assert "out of bounds" in capsys.readouterr().err
+
+
+def test_a_triton_descriptor_needs_a_contiguous_matrix() -> None:
+    import tessera as ts
+    from tessera.errors import ArgumentError
+
+    a = np.zeros((64, 128), np.float32)
+    tmap, *rest = ts.ptx.triton_descriptor(a, box=(32, 32), swizzle=128)
+    assert [int(x) for x in rest] == [64, 128, 128, 1] and tmap.box == (32, 32)
+    with pytest.raises(ArgumentError, match="row-major contiguous"):
+        ts.ptx.triton_descriptor(a[:, ::2], box=(32, 32))

@@ -3,11 +3,13 @@
 :func:`load` reads a file or text (:mod:`tessera.ir.text.ptx`), ``.kernel(name)``
 picks an ``.entry`` and ``.run(grid=, block=, args=, shared_bytes=)`` runs it with the
 Target IR interpreter's control-flow-graph mode (:mod:`tessera.interp.target.ptx`);
-:func:`tensor_map` makes the argument of a tensor-map parameter.
+:func:`tensor_map` makes the argument of a tensor-map parameter, and
+:func:`triton_descriptor` the five arguments of a Triton tensor descriptor.
 """
 
 from tessera import lazy
 
-__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map"]
+__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map",
+           "triton_descriptor"]
 __getattr__, __dir__ = lazy.attach(__name__, globals(),
                                    lazy.names("tessera.frontend.ptx.api", *__all__))

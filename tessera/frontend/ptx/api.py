@@ -69,6 +69,21 @@ def tensor_map(array: np.ndarray, box: Sequence[int], swizzle: int = 0,
     return TensorMapArgument(array, (int(box[0]), int(box[1])), int(swizzle), name)
 
 
+def triton_descriptor(array: np.ndarray, box: Sequence[int], swizzle: int = 128,
+                      elem: str | None = None) -> list[Any]:
+    """The kernel arguments of a Triton tensor descriptor (``tensordesc<...>``, Triton's
+    host ``TensorDescriptor``) over the row-major 2-D ``array``, as Triton's launcher
+    passes them: the tensor map (``box`` and ``swizzle`` from the kernel's metadata),
+    the two sizes (``s32``) and the two strides in elements (``s64``). Splat them into
+    ``args``: ``*ts.ptx.triton_descriptor(q, box=(64, 64))``."""
+    tmap = tensor_map(array, box, swizzle, elem)
+    if not array.flags.c_contiguous:
+        raise ArgumentError("a Triton descriptor here describes a row-major contiguous "
+                            "array", hint="pass np.ascontiguousarray(array)")
+    rows, cols = array.shape
+    return [tmap, np.int32(rows), np.int32(cols), np.int64(cols), np.int64(1)]
+
+
 def _dims(value: Any, what: str) -> tuple[int, int, int]:
     dims = [value] if isinstance(value, (int, np.integer)) else \
         list(value) if isinstance(value, (tuple, list)) else [None]
@@ -261,4 +276,5 @@ def load(source: str | os.PathLike[str]) -> PtxProgram:
     return PtxProgram(parse_ptx(str(source), "<ptx text>"))
 
 
-__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map"]
+__all__ = ["PtxKernel", "PtxProgram", "TensorMapArgument", "load", "tensor_map",
+           "triton_descriptor"]

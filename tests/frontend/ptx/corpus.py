@@ -70,14 +70,10 @@ def triton_launch(text: str, name: str) -> tuple[int, int, list[tuple[int, int, 
 
 def descriptors(arrays: list[np.ndarray], maps: list[tuple[int, int, int]],
                 box: tuple[int, int] | None = None) -> list[object]:
-    """Triton tensor-descriptor arguments as its launcher passes them: each array's
-    tensor map (``box`` overriding the metadata's), its two sizes and two strides."""
-    args: list[object] = []
-    for a, (rows, cols, swizzle) in zip(arrays, maps):
-        args += [ts.ptx.tensor_map(a, box=box or (rows, cols), swizzle=swizzle),
-                 np.int32(a.shape[0]), np.int32(a.shape[1]), np.int64(a.shape[1]),
-                 np.int64(1)]
-    return args
+    """Triton tensor-descriptor arguments of ``arrays`` (``box`` overriding the
+    metadata's): each one's map, two sizes and two strides."""
+    return [x for a, (rows, cols, swizzle) in zip(arrays, maps)
+            for x in ts.ptx.triton_descriptor(a, box or (rows, cols), swizzle)]
 
 
 def scratch() -> list[np.ndarray]:
