@@ -95,7 +95,7 @@ class Lowerer:
             raise UnsupportedError(f"unknown PTX target {self.target!r}",
                                    hint=f"use one of {', '.join(TARGETS)}")
         self.body = Block()
-        self.e = TargetEmitter(self.body, self.fn.loc)
+        self.e = TargetEmitter(self.body, self.fn.loc, target=self.target)
         self.block_kernel = is_block_kernel(self.fn)
 
     # -- entry

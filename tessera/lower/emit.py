@@ -61,10 +61,12 @@ class TargetEmitter:
     """Appends Target IR to one block; every instruction gets the rule's source loc."""
 
     def __init__(self, block: Block, loc: Loc = UNKNOWN_LOC,
-                 consts: dict[tuple[Any, str], Value] | None = None) -> None:
+                 consts: dict[tuple[Any, str], Value] | None = None,
+                 target: str = "sm_80") -> None:
         self.block = block
         self.builder = Builder(block)
         self.loc = loc
+        self.target = target  # the PTX target, for rules with a faster form on newer ones
         # immediates are shared by nested blocks: a value defined in an outer block
         # dominates every region below it
         self.consts: dict[tuple[Any, str], Value] = {} if consts is None else consts
@@ -81,7 +83,7 @@ class TargetEmitter:
 
     def nested(self, block: Block) -> TargetEmitter:
         """An emitter for a nested block, sharing this one's constants and loc."""
-        return TargetEmitter(block, self.loc, dict(self.consts))
+        return TargetEmitter(block, self.loc, dict(self.consts), self.target)
 
     # -- values
     def const(self, value: Any, type: str) -> Value:

@@ -1,8 +1,11 @@
 """fp8 values (e4m3 and e5m2) in f32 registers: widened from their byte exactly,
 rounded back as the interpreters round, and packed into their byte for a store.
 
-Neither sm_80 nor sm_86 converts fp8 (``cvt ... .e4m3x2`` needs sm_89), so the
-conversions are integer and f16 arithmetic that every target has:
+From sm_89 on, rounding is ``cvt.rn.satfinite.e4m3x2.f32`` (or ``e5m2x2``; PTX ISA,
+"cvt"), which rounds once to nearest even and saturates as the interpreters do, read
+back by ``cvt.rn.f16x2.e4m3x2``; only its NaN, the unsigned ``0x7F``, is given the
+NaN's sign, which the interpreters keep. Neither sm_80 nor sm_86 converts fp8, so there
+the conversions are integer and f16 arithmetic that every target has:
 
 * **widening** goes through f16, which holds every fp8 value: an e5m2 byte is the high
   byte of the f16 of the same value; an e4m3 byte shifted into an f16's exponent and
@@ -43,6 +46,9 @@ class Fp8:
 
 
 FORMATS = {"float8_e4m3fn": Fp8(20, -6, -9, 448.0), "float8_e5m2": Fp8(21, -14, -16, 57344.0)}
+#: the targets with fp8 conversions (sm_89 and later), and each format's pair type
+CONVERTING = ("sm_89", "sm_90a")
+_PAIR = {"float8_e4m3fn": "e4m3x2", "float8_e5m2": "e5m2x2"}
 _QNAN = 0x7FC00000
 _SIGN = 0x80000000
 
@@ -82,8 +88,19 @@ def widen(e: TargetEmitter, byte: Value, name: str) -> Value:
     return e.selp(_nan_of_sign(e, sign), value, nan, "f32")
 
 
+def _converted(e: TargetEmitter, x: Value, name: str) -> Value:
+    """``x`` (f32) rounded to ``name`` by sm_89's ``cvt``: a ``b16`` pair holding the
+    byte twice."""
+    return e.cvt([x, x], _PAIR[name], "f32", "rn", "satfinite")
+
+
 def round_value(e: TargetEmitter, x: Value, name: str) -> Value:
     """``x`` (f32) rounded to the fp8 format ``name``, as an f32 register."""
+    if e.target in CONVERTING:
+        low, _ = e.unpack(e.cvt(_converted(e, x, name), "f16x2", _PAIR[name], "rn"), "f16", 2)
+        sign = _u32(e, "and", _bits(e, x), _SIGN)
+        return e.selp(_nan_of_sign(e, sign), e.cvt(low, "f32", "f16"),
+                      e.setp("nan", x, x, "f32"), "f32")
     fmt = FORMATS[name]
     bits = _bits(e, x)
     sign = _u32(e, "and", bits, _SIGN)
@@ -104,17 +121,23 @@ def round_value(e: TargetEmitter, x: Value, name: str) -> Value:
 
 def to_byte(e: TargetEmitter, x: Value, name: str) -> Value:
     """The byte (in a ``u32`` register) of the fp8 format ``name`` nearest ``x``."""
+    nan_byte = 0x7E if name == "float8_e5m2" else 0x7F
+    if e.target in CONVERTING:
+        pair = e.pack([_converted(e, x, name), e.const(0, "b16")], "u32")
+        byte = _u32(e, "and", pair, 0xFF)
+        if name != "float8_e5m2":
+            return byte  # a NaN is 0x7F, the byte the arithmetic below writes too
+        sign = _u32(e, "shr", _u32(e, "and", _bits(e, x), _SIGN), 24)
+        return e.selp(_u32(e, "or", sign, nan_byte), byte, e.setp("nan", x, x, "f32"), "u32")
     r = round_value(e, x, name)
     if name == "float8_e4m3fn":
         r = e.mul(r, e.const(2.0 ** -8, "f32"), "f32")  # exact: the f16 holds it
     half = e.pack([e.pack([e.cvt(r, "f16", "f32", "rn")], "b16"), e.const(0, "b16")], "u32")
     if name == "float8_e5m2":
         byte = _u32(e, "shr", half, 8)
-        nan_byte = 0x7E
     else:
         byte = e.bin("or", _u32(e, "and", _u32(e, "shr", half, 7), 0x7F),
                      _u32(e, "and", _u32(e, "shr", half, 8), 0x80), "u32")
-        nan_byte = 0x7F
     sign = _u32(e, "shr", _u32(e, "and", _bits(e, r), _SIGN), 24)
     return e.selp(_u32(e, "or", sign, nan_byte), byte, e.setp("nan", r, r, "f32"), "u32")
 
@@ -127,4 +150,4 @@ def constant(value: float, element: Element) -> float:
     return float(convert(np.float64(value), element).astype(np.float32))
 
 
-__all__ = ["FORMATS", "Fp8", "constant", "round_value", "to_byte", "widen"]
+__all__ = ["CONVERTING", "FORMATS", "Fp8", "constant", "round_value", "to_byte", "widen"]
