@@ -95,6 +95,8 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         return
     if b.head == "bar" and "aligned" in mods:
         raise b.syntax("bar is aligned already: .aligned belongs to barrier")
+    if "cta" in mods[1:]:
+        raise b.syntax(f"{b.head}'s .cta comes first: {b.head}.cta.{mods[0]}")
     if "red" in mods:
         _bar_red(b, [f for f in mods if f not in ("cta", "aligned", "red")], ops)
         return

@@ -294,6 +294,9 @@ OPERANDS = [
     ("fma.rp.f64 %fd1, %fd2, %fd3, %fd4;", "unsupported"),
     ("div.rz.f32 %f1, %f2, %f3;", "unsupported"), ("add.rz.f16 %h1, %h2, %h3;", "nearest"),
     ("add.rz.f16x2 %r1, %r2, %r3;", "nearest"), ("add.rz.rn.f32 %f1, %f2, %f3;", "rounding"),
+    # a barrier's .cta comes right after its name
+    ("bar.cta.sync 0;", "ok"), ("barrier.cta.aligned.sync 0;", "ok"), ("bar.sync.cta 0;", "first"),
+    ("bar.red.cta.popc.u32 %r1, 0, %p1;", "first"), ("barrier.sync.aligned.cta 0;", "first"),
 ]
 
 
