@@ -45,6 +45,8 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
         found.append(((7, 8), f"{head}.{t}"))
     if head == "stmatrix":
         found.append(((7, 8), head))
+    if head in ("bar", "barrier") and "cta" in mods:
+        found.append(((7, 8), f"{head}.cta"))
     if head == "mbarrier" and "expect_tx" in mods:
         found.append(((8, 0), "mbarrier.arrive.expect_tx"))
     if head == "mbarrier" and {"release", "acquire"} & set(mods):
