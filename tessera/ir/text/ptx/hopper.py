@@ -162,9 +162,8 @@ def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     else:
         if len(ops) not in (6, 8):
             raise b.syntax("expected {d}, descA, descB, scale-d, scale-a, scale-b{, tA, tB}")
-        if [parse_int(o) for o in ops[4:6]] != [1, 1]:
-            raise b.unsupported("wgmma with negated A or B (scale -1)")
-        trans = [_constant(b, o, "a transpose flag") for o in ops[6:8]] or [0, 0]
+        _scales(b, ops[4:6])
+        trans = [_flag(b, o) for o in ops[6:8]] or [0, 0]
     acc = b.read(ops[0], ctype)
     if acc.type != RegType(ctype, n // 2):
         raise b.syntax(f"m64n{n} takes {n // 2} accumulator registers")
@@ -175,18 +174,35 @@ def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], d)
 
 
+def _scales(b: InstrBuilder, tokens: list[str]) -> None:
+    """``wgmma``'s ``imm-scale-a``/``imm-scale-b``: 1 or -1 (negating A or B, which the
+    interpreter does not model)."""
+    values = [_constant(b, t, "a wgmma scale") for t in tokens]
+    if any(v not in (1, -1) for v in values):
+        raise b.syntax(f"wgmma's scales of A and B are 1 or -1, not {values}")
+    if -1 in values:
+        raise b.unsupported("wgmma with negated A or B (scale -1)")
+
+
+def _flag(b: InstrBuilder, token: str) -> int:
+    """A ``wgmma`` transpose flag: 0 or 1."""
+    value = _constant(b, token, "a transpose flag")
+    if value not in (0, 1):
+        raise b.syntax(f"a wgmma transpose flag is 0 or 1, not {value}")
+    return value
+
+
 def _wgmma_rs(b: InstrBuilder, n: int, atype: str, btype: str, ops: list[str]) -> None:
     if len(ops) != 7:
         raise b.syntax("expected {d}, {a0, a1, a2, a3}, descB, scale-d, scale-a, scale-b, tB")
-    if [parse_int(o) for o in ops[4:6]] != [1, 1]:
-        raise b.unsupported("wgmma with negated A or B (scale -1)")
+    _scales(b, ops[4:6])
     acc = b.read(ops[0], "f32")
     if acc.type != RegType("f32", n // 2):
         raise b.syntax(f"m64n{n} takes {n // 2} accumulator registers")
     a = b.read(ops[1], "b32")
     if a.type != A_REGS:
         raise b.syntax("wgmma's register A is four b32 registers")
-    (d,) = b.emit(WgmmaRegA(n, atype, btype, 0, _constant(b, ops[6], "a transpose flag")),
+    (d,) = b.emit(WgmmaRegA(n, atype, btype, 0, _flag(b, ops[6])),
                   [acc, a, b.read(ops[2], "u64"), b.read(ops[3], "pred")])
     b.write(ops[0], d)
 

@@ -273,7 +273,8 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         if f not in ("L2::64B", "L2::128B", "L2::256B", "L2::cache_hint"):
             raise b.syntax(f"cp.async takes a prefetch size or a cache hint, not .{f}")
     if len(ops) not in (3, 4):
-        raise b.syntax("cp.async takes [dst], [src], size and an optional src-size")
+        raise b.syntax("cp.async takes [dst], [src], size and an optional src-size or "
+                       "ignore-src predicate")
     size = parse_int(ops[2])
     if size is None:
         raise b.syntax("the cp.async size must be a constant")
@@ -282,8 +283,22 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                        f" bytes, not {size}")
     dst = plain_address(b, ops[0], "u32")
     src = plain_address(b, ops[1], "u64")
-    args = [dst, src] + ([b.read(ops[3], "u32")] if len(ops) == 4 else [])
+    args = [dst, src] + ([_source_size(b, ops[3], size)] if len(ops) == 4 else [])
     b.emit(target_async.CpAsync(size, rest[0]), args)
+
+
+def _source_size(b: InstrBuilder, token: str, size: int) -> Value:
+    """``cp.async``'s fourth operand: the bytes to read, the rest zero-filled (at most
+    ``size``), or a predicate ``ignore-src`` (true: read none)."""
+    if b.is_register(token) and b.scope.registers[b.register(token)] == "pred":
+        b.require("cp.async's ignore-src", 80, (7, 5))
+        (n,) = b.emit(target_ops.Selp("u32"), [b.const(0, "u32"), b.const(size, "u32"),
+                                               b.read(token, "pred")])
+        return n
+    value = parse_int(token.strip())
+    if value is not None and not 0 <= value <= size:
+        raise b.syntax(f"a cp.async src-size of {value}: 0 to the {size} bytes it copies")
+    return b.read(token, "u32")
 
 
 @handler("ldmatrix")

@@ -294,3 +294,39 @@ def test_a_spin_lock_between_warps_and_ctas() -> None:
     lock, total = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
     ts.ptx.load(SPIN).kernel("spin").run(grid=3, block=64, args=[lock, total])
     assert total[0] == sum(range(1, 7)) and lock[0] == 0
+
+
+def test_cp_async_ignore_src() -> None:
+    """``cp.async``'s fourth operand may be a predicate (PTX 7.5): true reads nothing
+    and fills the 16 bytes with zeros, as a src-size of 0 does."""
+    text = HEADER.replace(".version 8.0", ".version 7.5") + """
+.visible .entry k(.param .u64 src, .param .u64 dst)
+{
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<6>;
+  .reg .pred %p<2>;
+  .shared .align 16 .b8 buf[512];
+  ld.param.u64 %rd0, [src];
+  ld.param.u64 %rd1, [dst];
+  mov.u32 %r0, %tid.x;
+  mul.wide.u32 %rd2, %r0, 16;
+  add.s64 %rd3, %rd0, %rd2;
+  shl.b32 %r1, %r0, 4;
+  mov.u32 %r2, buf;
+  add.u32 %r3, %r2, %r1;
+  and.b32 %r4, %r0, 1;
+  setp.eq.u32 %p0, %r4, 1;
+  cp.async.cg.shared.global [%r3], [%rd3], 16, %p0;
+  cp.async.wait_all;
+  ld.shared.v4.u32 {%r1, %r2, %r4, %r5}, [%r3];
+  add.s64 %rd4, %rd1, %rd2;
+  st.global.v4.u32 [%rd4], {%r1, %r2, %r4, %r5};
+  ret;
+}
+"""
+    src = np.arange(1, 129, dtype=np.uint32)
+    dst = np.zeros(128, np.uint32)
+    ts.ptx.load(text).kernel("k").run(grid=1, block=32, args=[src, dst])
+    rows = dst.reshape(32, 4)
+    np.testing.assert_array_equal(rows[0::2], src.reshape(32, 4)[0::2])
+    assert not rows[1::2].any()

@@ -297,6 +297,20 @@ OPERANDS = [
     # a barrier's .cta comes right after its name
     ("bar.cta.sync 0;", "ok"), ("barrier.cta.aligned.sync 0;", "ok"), ("bar.sync.cta 0;", "first"),
     ("bar.red.cta.popc.u32 %r1, 0, %p1;", "first"), ("barrier.sync.aligned.cta 0;", "first"),
+    # cp.async's fourth operand: a src-size up to the copy's size, or ignore-src
+    ("cp.async.cg.shared.global [%r1], [%rd1], 16, %p1;", "ok"),
+    ("cp.async.cg.shared.global [%r1], [%rd1], 16, %r2;", "ok"),
+    ("cp.async.cg.shared.global [%r1], [%rd1], 16, -1;", "src-size"),
+    ("cp.async.cg.shared.global [%r1], [%rd1], 16, 17;", "src-size"),
+    # wgmma's immediates: scales 1 or -1, transpose flags 0 or 1
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4}, %rd1, %rd2, "
+     "%p1, 1, 1, 0, 1;", "ok"),
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4}, %rd1, %rd2, "
+     "%p1, 1, 1, -1, 1;", "flag"),
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4}, %rd1, %rd2, "
+     "%p1, 2, 1, 0, 1;", "scales"),
+    ("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4}, %rd1, %rd2, "
+     "%p1, -1, 1, 0, 1;", "unsupported"),
 ]
 
 
