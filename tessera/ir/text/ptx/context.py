@@ -22,6 +22,7 @@ from tessera.ir.core import Instr, Op, Value
 from tessera.ir.dialects.target import REG_TYPES, RegType
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.cfg import PtxInstr
+from tessera.ir.text.ptx.isa_versions import arch_number, too_old
 from tessera.ir.text.ptx.lexer import (
     PtxSyntaxError,
     PtxUnsupportedError,
@@ -100,13 +101,11 @@ class InstrBuilder:
         """A syntax error unless the module's ``.target`` is ``sm_<sm>`` or later and its
         ``.version`` at least ``version``, as ptxas wants for a form an operand makes
         (``feature`` names it)."""
-        target, have = self.scope.target, self.scope.version
-        m = re.match(r"sm_(\d+)", target)
-        if m and int(m[1]) < sm:
-            raise self.syntax(f"{feature} needs .target sm_{sm} or higher, not {target}")
-        if have is not None and have < version:
-            raise self.syntax(f"{feature} needs PTX ISA .version {version[0]}.{version[1]} "
-                              f"or later; the module says .version {have[0]}.{have[1]}")
+        if arch_number(self.scope.target) < sm:
+            raise self.syntax(f"{feature} needs .target sm_{sm} or higher, not "
+                              f"{self.scope.target}")
+        if problem := too_old(feature, version, self.scope.version):
+            raise self.syntax(problem)
 
     # ---------------------------------------------------------------- building
     def emit(self, op: Op, operands: Sequence[Value] = ()) -> list[Value]:

@@ -50,12 +50,10 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         count(b, ops, 1)
         b.emit(target_async.MbarrierInval(), [plain_address(b, ops[0], "u32")])
     elif kind == "arrive" and rest in ([], ["expect_tx"]):
-        if len(ops) != (3 if rest else len(ops[:3])) or len(ops) < 2:
+        if len(ops) not in ((3,) if rest else (2, 3)):
             raise b.syntax(f"expected state, [addr]{', tx' if rest else '{, count}'}")
         tx = _constant(b, ops[2], "the transaction count") if rest else 0
-        arrivals = _constant(b, ops[2], "the arrival count") if ops[2:] and not rest else 1
-        if ops[2:] and not rest:
-            _arrival_count(b, arrivals)
+        arrivals = _arrival_count(b, ops[2]) if ops[2:] and not rest else 1
         b.emit(target_async.MbarrierArrive(tx, arrivals), [plain_address(b, ops[1], "u32")])
         if ops[0].strip() != "_":
             b.write(ops[0], b.const(0, "b64"))  # the state: only try_wait without .parity
@@ -69,14 +67,16 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"mbarrier.{'.'.join(mods)}")
 
 
-def _arrival_count(b: InstrBuilder, arrivals: int) -> None:
+def _arrival_count(b: InstrBuilder, token: str) -> int:
     """``mbarrier.arrive ... _, [addr], count`` is sm_90's and PTX 7.8's (ptxas 13.5
     refuses it before, as the ISA's notes say), for 1 to 2^20 - 1 arrivals."""
     b.require("mbarrier.arrive with an arrival count", 90, (7, 8))
+    arrivals = _constant(b, token, "the arrival count")
     if arrivals < 1:
         raise b.syntax(f"an arrival count of {arrivals}: it is 1 or more")
     if arrivals >= 1 << 20:  # ptxas takes it; the ISA gives it no meaning
         raise b.unsupported(f"an arrival count of {arrivals} (the ISA's range: 1 to 2^20 - 1)")
+    return arrivals
 
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:

@@ -21,7 +21,7 @@ from tessera.ir.dialects.target import FP8X2, cvt_needs
 from tessera.ir.text.ptx import isa_memory
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_memory import exotic
-from tessera.ir.text.ptx.isa_versions import Version, version_problem
+from tessera.ir.text.ptx.isa_versions import Version, arch_number, version_problem
 
 INT = ("u16", "u32", "u64", "s16", "s32", "s64")
 SIGNED = ("s16", "s32", "s64")
@@ -117,12 +117,6 @@ def _modifier_problem(head: str, flags: list[str]) -> str | None:
 _TYPE_NAME = re.compile(r"^([busfe]\d|bf16|tf32|pred$|ue\d)")
 
 
-def _arch(target: str) -> int:
-    """The SM number of a ``.target`` (``sm_90a``: 90); a large one when unknown."""
-    m = re.match(r"sm_(\d+)", target)
-    return int(m[1]) if m else 1000
-
-
 def _hopper_problem(head: str, mods: list[str], arch: int, accelerated: bool) -> str | None:
     """Why an sm_90 instruction cannot run on an older ``.target``, or an sm_90a one (the
     architecture-specific ``wgmma`` and ``setmaxnreg``) on a target without the ``a``."""
@@ -174,7 +168,7 @@ def check_type(b: InstrBuilder, mods: list[str], target: str = "sm_90a",
     ``target`` in a module of PTX ISA ``version`` (None: any); instructions outside the
     table are the handlers' to judge."""
     if mods:
-        problem = instruction_problem(b.head, tuple(mods), _arch(target), version,
+        problem = instruction_problem(b.head, tuple(mods), arch_number(target), version,
                                       re.match(r"sm_\d+a\b", target) is not None)
         if problem is not None:
             raise b.syntax(problem)

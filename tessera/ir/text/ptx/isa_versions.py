@@ -64,15 +64,26 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
     return max(found, default=None)
 
 
+def arch_number(target: str) -> int:
+    """The SM number of a ``.target`` (``sm_90a``: 90); a large one when unknown."""
+    m = re.match(r"sm_(\d+)", target)
+    return int(m[1]) if m else 1000
+
+
+def too_old(feature: str, need: Version, version: Version | None) -> str | None:
+    """Why a module of ``.version`` ``version`` cannot hold ``feature``, which needs
+    ``need``, or None."""
+    if version is None or version >= need:
+        return None
+    return (f"{feature} needs PTX ISA .version {need[0]}.{need[1]} or later; the module "
+            f"says .version {version[0]}.{version[1]}")
+
+
 def version_problem(head: str, mods: list[str], arch: int,
                     version: Version | None) -> str | None:
     """Why a module of ``.version`` ``version`` cannot hold ``head.mods``, or None."""
     need = needed_version(head, mods, arch) if version is not None else None
-    if need is None or version is None or version >= need[0]:
-        return None
-    (major, minor), feature = need
-    return (f"{feature} needs PTX ISA .version {major}.{minor} or later; the module says "
-            f".version {version[0]}.{version[1]}")
+    return None if need is None else too_old(need[1], need[0], version)
 
 
 def target_problem(target: str, version: Version | None) -> str | None:
@@ -84,5 +95,5 @@ def target_problem(target: str, version: Version | None) -> str | None:
             f"module says .version {version[0]}.{version[1]}")
 
 
-__all__ = ["Version", "needed_version", "parse_version",
-           "target_problem", "version_problem"]
+__all__ = ["Version", "arch_number", "needed_version", "parse_version", "target_problem",
+           "too_old", "version_problem"]
