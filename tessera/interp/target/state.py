@@ -126,6 +126,7 @@ class Machine:
         # cp.async: committed groups per thread and the copies still in flight
         self.committed = np.zeros(self.n, np.int64)
         self.copies: list[Any] = []
+        self.bound: list[Any] = []  # copies cp.async.mbarrier.arrive bound to a barrier
         # TMA loads in flight and the mbarrier objects (created on first use)
         self.tma: list[Any] = []
         self.mbar: Any = None

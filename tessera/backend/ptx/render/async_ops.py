@@ -18,6 +18,7 @@ from tessera.ir.dialects.target.async_ops import (
     BulkCommit,
     BulkWait,
     CpAsync,
+    CpAsyncArrive,
     CpAsyncCommit,
     CpAsyncWait,
     Fence,
@@ -98,7 +99,14 @@ def _space(e: PtxWriter) -> str:
 
 @rule(MbarrierInit)
 def _mbar_init(e: PtxWriter, instr: Instr) -> None:
-    e.out(f"mbarrier.init.{_space(e)}.b64 {address(e, instr)}, {instr.op.count};")
+    count = instr.op.count or e.regs.one(instr.operands[1])
+    e.out(f"mbarrier.init.{_space(e)}.b64 {address(e, instr)}, {count};")
+
+
+@rule(CpAsyncArrive)
+def _cp_async_arrive(e: PtxWriter, instr: Instr) -> None:
+    noinc = ".noinc" if instr.op.noinc else ""
+    e.out(f"cp.async.mbarrier.arrive{noinc}.{_space(e)}.b64 {address(e, instr)};")
 
 
 @rule(MbarrierArrive)
@@ -110,11 +118,11 @@ def _mbar_arrive(e: PtxWriter, instr: Instr) -> None:
     elif instr.op.count != 1:
         e.sm90(instr)
         e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)}, {instr.op.count};")
-    elif e.target == "sm_90a":
+    elif e.target == "sm_90a" and not instr.op.state:
         e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)};")
     else:  # before PTX 7.8 the state result cannot be the sink `_`
-        (state,) = e.regs.fresh("b64")
-        e.out(f"mbarrier.arrive.shared.b64 {state}, {address(e, instr)};")
+        state = e.regs.one(instr.result) if instr.op.state else e.regs.fresh("b64")[0]
+        e.out(f"mbarrier.arrive.{_space(e)}.b64 {state}, {address(e, instr)};")
 
 
 @rule(MbarrierWait)

@@ -1,4 +1,4 @@
-"""Asynchronous copies and their synchronisation: ``cp.async``, TMA, ``mbarrier``, fences.
+"""Asynchronous copies and their synchronisation: ``cp.async``, TMA, ``mbarrier`` waits.
 
 ``cp.async`` (PTX ISA sec. 9.7.9.25): the source is read when the copy is issued (any
 moment up to the wait is allowed) and the bytes *land* in shared memory at the issuing
@@ -7,10 +7,11 @@ the destination bytes are marked in flight and reading them is an error.
 
 TMA (``cp.async.bulk.tensor``, sec. 9.7.9.27) with :mod:`tessera.arch.tma`: the box is
 read at issue and lands, with its ``complete_tx`` on the mbarrier, when some thread
-waits on that mbarrier (all loads issued to it complete then). ``mbarrier`` objects
-follow :class:`tessera.arch.mbarrier.MbarrierArray`, one per 8-byte slot of each CTA's
-shared memory; a wait whose phase cannot complete once every issued load has landed is
-an error instead of a hang (inside a concurrent ``ptx.if``, the other arm runs first:
+waits on that mbarrier (all loads issued to it complete then), as do the ``cp.async``
+copies bound to it. ``mbarrier`` objects, their init and arrivals, are
+:mod:`tessera.interp.target.memory.mbarriers`'; a wait whose phase cannot complete once
+every issued load has landed is an error instead of a hang (inside a concurrent
+``ptx.if``, the other arm runs first:
 :mod:`tessera.interp.target.schedule`; in PTX's own control flow, the other threads
 run first: :class:`tessera.interp.target.ptx.parked.Parked`).
 
@@ -28,18 +29,12 @@ import numpy as np
 
 from tessera.arch import tma as arch_tma
 from tessera.arch.errors import ArchError
-from tessera.arch.mbarrier import MbarrierArray
 from tessera.arch.swizzle import swizzle_address
 from tessera.arch.tma import TensorMap
-from tessera.interp.target.barriers import note_init, unseen
 from tessera.interp.target.memory import bulk
-from tessera.interp.target.memory.async_order import (
-    acquire,
-    arrivals,
-    note_arrivals,
-)
-from tessera.interp.target.memory.chunks import small_pages
-from tessera.interp.target.memory.flight import Copy, issue, land, wait_group
+from tessera.interp.target.memory.async_order import acquire
+from tessera.interp.target.memory.flight import Copy, issue, land, land_bound, wait_group
+from tessera.interp.target.memory.mbarriers import barrier_ids, check_visible, mbar, tracked
 from tessera.interp.target.memory.state import CHUNK, SharedMemory, add_at
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
@@ -106,62 +101,6 @@ class TmaValue:
     buffer: np.ndarray
 
 
-def _mbar(m: Machine) -> MbarrierArray:
-    if m.mbar is None:
-        slots = max(1, m.shared.size // 8)
-        with small_pages():  # one state per 8 shared bytes, of which a few are mbarriers
-            m.mbar = MbarrierArray(m.ncta * slots)
-            m.mbar_tx = np.zeros((2, m.ncta * slots), np.int64)  # announced, landed (phase)
-            # flags the mbarriers a wait lands loads on (cleared after): a lookup per
-            # load in flight instead of a set membership test (np.isin sorts)
-            m.mbar_waited = np.zeros(m.ncta * slots, bool)  # type: ignore[attr-defined]
-    return m.mbar
-
-
-def _ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
-    return m.shared.slots(flat[:, 0])  # one per 8 bytes, as _mbar's arrays
-
-
-def _check_visible(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray,
-                   slots: np.ndarray) -> None:
-    """Fault when a thread uses an mbarrier another thread initialised with no ``bar.sync``
-    (nor named barrier of both, :func:`.barriers.unseen`) since: nothing orders the init
-    before the use (PTX ISA, "mbarrier.init"); threads in lockstep, thread 0 first, would
-    run as if it were always seen. ``slots``: the barriers' :func:`_ids`."""
-    by = m.shared.init_by[slots]
-    bad = unseen(m, slots, act, (by >= 0) & (by != act))
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise m.fault(instr, "mbarrier", f"the mbarrier at shared address "
-                      f"{int(addr[k])} is used by thread {int(m.tid[act[k]])} before its "
-                      f"initialisation by thread {int(m.tid[by[k]])} is visible: no bar.sync "
-                      "between the mbarrier.init and this use", int(act[k]),
-                      hint="fence the init (fence.mbarrier_init) and bar.sync before other "
-                           "threads use the barrier")
-
-
-def _tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: object,
-             *args: object) -> object:
-    """Run an mbarrier operation; reset tx bookkeeping of phases it completes; turn
-    the state machine's errors into faults of this instruction."""
-    mb = _mbar(m)
-    before = mb.phase[ids].copy()
-    try:
-        result = call(*args)  # type: ignore[operator]
-    except ArchError as err:
-        raise m.fault(instr, "mbarrier", err.message, int(act[0])) from None
-    moved = ids[mb.phase[ids] != before]
-    m.mbar_tx[:, moved] = 0
-    arrivers, released = arrivals(m)
-    for i in np.unique(moved):
-        released[int(i)] = arrivers.pop(int(i), np.zeros(m.nthreads, bool))
-    sched = current_scheduler(m)
-    if sched is not None and call != mb.try_wait_parity:  # a poll changes nothing
-        sched.touch()
-    return result
-
-
 @step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
@@ -176,8 +115,8 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             return
         value: TmaValue = fr.regs[tm]
         t = value.tmap
-        ids = _ids(m, instr, act, fr.regs[bar][act])
-        _check_visible(m, instr, act, fr.regs[bar][act], ids)
+        ids = barrier_ids(m, instr, act, fr.regs[bar][act])
+        check_visible(m, instr, act, fr.regs[bar][act], ids)
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
@@ -298,38 +237,7 @@ def _complete_tma(m: Machine, instr: Instr, ids: np.ndarray, who: int) -> None:
                       f"{int(m.mbar_tx[1, i] + landing[k])}; it would complete with loads "
                       "still in flight", who)
     m.mbar_tx[1, hit] += landing
-    _tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing)
-
-
-@step_rule(target_async.MbarrierInit, target_async.MbarrierArrive, target_async.MbarrierInval)
-def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
-    a = c.slot(instr.operands[0])
-    op = instr.op
-
-    def step(fr: TargetFrame) -> None:
-        m = fr.m
-        act = np.flatnonzero(fr.mask)
-        if not len(act):
-            return
-        ids = _ids(m, instr, act, fr.regs[a][act])
-        mb = _mbar(m)
-        if isinstance(op, target_async.MbarrierInit):
-            flat = m.shared.index(m.cta[act], fr.regs[a][act].astype(np.int64), 8,
-                                  m.failer(instr, act))
-            m.shared.land(flat, np.zeros(flat.shape, np.uint8))
-            note_init(m, ids, act)  # seen by others after bar.sync
-            _tracked(m, instr, act, ids, mb.init, ids, op.count)
-            m.mbar_tx[:, ids] = 0
-        elif isinstance(op, target_async.MbarrierArrive):
-            _check_visible(m, instr, act, fr.regs[a][act], ids)
-            if op.tx:
-                add_at(m.mbar_tx[0], ids, op.tx)
-            note_arrivals(m, ids, act)
-            _tracked(m, instr, act, ids, mb.arrive, ids, op.count, op.tx)
-        else:
-            _check_visible(m, instr, act, fr.regs[a][act], ids)
-            _tracked(m, instr, act, ids, mb.inval, ids)
-    return step
+    tracked(m, instr, np.array([who]), hit, mb.complete_tx, hit, landing)
 
 
 @step_rule(target_async.MbarrierWait)
@@ -341,21 +249,22 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         act = np.flatnonzero(fr.mask)
         if not len(act):
             return
-        ids = _ids(m, instr, act, fr.regs[a][act])
-        _check_visible(m, instr, act, fr.regs[a][act], ids)
-        mb = _mbar(m)
+        ids = barrier_ids(m, instr, act, fr.regs[a][act])
+        check_visible(m, instr, act, fr.regs[a][act], ids)
+        mb = mbar(m)
+        land_bound(m, ids)  # cp.async copies bound to these barriers complete first
         parity = fr.regs[p][act].astype(np.int64)
         # A wait on a phase that already completed returns at once (a stale parity lets
         # the kernel run ahead of its loads); only the others make loads land.
         done = mb.try_wait_parity(ids, parity)
         if not done.all():
             _complete_tma(m, instr, np.unique(ids[~done]), int(act[0]))
-        ok = np.asarray(_tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity))
+        ok = np.asarray(tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity))
         sched = current_scheduler(m)
         while not ok.all() and sched is not None and sched.block():
             # another arm ran (arrived, issued loads); poll again, as the try_wait loop does
             _complete_tma(m, instr, np.unique(ids[~ok]), int(act[0]))
-            ok = np.asarray(_tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity))
+            ok = np.asarray(tracked(m, instr, act, ids, mb.try_wait_parity, ids, parity))
         parked = getattr(m, "parked", None)  # PTX control flow: others may arrive later
         if ok.all() or (parked is not None and
                         parked.wait_later(act[~ok], mb.pending[ids[~ok]] == 0)):

@@ -44,6 +44,13 @@ class Copy:
         """The CTA of each row."""
         return self.thread // m.nthreads
 
+    def select(self, sel: np.ndarray, tag: np.ndarray | None = None) -> Copy:
+        """The rows ``sel`` (a mask or indices), tagged ``tag`` if given."""
+        return Copy(self.thread[sel], self.tag[sel] if tag is None else tag,
+                    None if self.rows is None else self.rows[sel], self.data[sel],
+                    self.span, None if self.chunks is None else self.chunks[sel],
+                    self.bounds, self.box)
+
     def flat(self, m: Machine) -> np.ndarray:
         """The flat destination bytes (M, nbytes)."""
         if self.rows is not None:
@@ -119,11 +126,7 @@ def land(m: Machine, copy: Copy, sel: np.ndarray, owned: bool) -> Copy | None:
         if m.shared.races:
             m.shared.set_writer(flat, copy.thread[sel] if owned else None, chunks)
     keep = ~sel
-    if not keep.any():
-        return None
-    return Copy(copy.thread[keep], copy.tag[keep],
-                None if copy.rows is None else copy.rows[keep], copy.data[keep], copy.span,
-                None if copy.chunks is None else copy.chunks[keep], copy.bounds, copy.box)
+    return copy.select(keep) if keep.any() else None
 
 
 def wait_group(pending: list[Any], committed: np.ndarray, mask: np.ndarray, n: int,
@@ -143,4 +146,35 @@ def wait_group(pending: list[Any], committed: np.ndarray, mask: np.ndarray, n: i
     return still
 
 
-__all__ = ["Copy", "issue", "land", "wait_group"]
+def bind(m: Machine, act: np.ndarray, ids: np.ndarray) -> None:
+    """``cp.async.mbarrier.arrive`` by the threads ``act`` on the mbarriers ``ids``:
+    their ``cp.async`` copies in flight leave their groups and land at the next wait on
+    that barrier (:func:`land_bound`)."""
+    barrier = np.full(m.n, -1, np.int64)
+    barrier[act] = ids
+    still = []
+    for copy in m.copies:
+        mine = barrier[copy.thread] >= 0
+        if mine.any():
+            m.bound.append(copy.select(mine, barrier[copy.thread[mine]]))
+        if not mine.all():
+            still.append(copy.select(~mine))
+    m.copies = still
+
+
+def land_bound(m: Machine, ids: np.ndarray) -> None:
+    """Land the copies bound to the mbarriers ``ids``: a wait on one of them is
+    ordered after them, as the barrier's phase is; their bytes have no writer for the
+    race check (the barrier orders them), as a TMA load's."""
+    if not m.bound:
+        return
+    still = []
+    for copy in m.bound:
+        done = np.isin(copy.tag, ids)
+        rest = land(m, copy, done, False) if done.any() else copy
+        if rest is not None:
+            still.append(rest)
+    m.bound = still
+
+
+__all__ = ["Copy", "bind", "issue", "land", "land_bound", "wait_group"]

@@ -1,7 +1,8 @@
 """Target IR asynchronous and matrix instructions: ``cp.async``, ``ldmatrix``,
 ``mma.sync`` (sm_80); ``wgmma``, TMA (``cp.async.bulk.tensor`` loads and stores, the
-bulk groups of stores), ``mbarrier`` and the async-proxy fences (sm_90a). Section
-numbers refer to the PTX ISA 8.x, chapter 9.
+bulk groups of stores) and the async-proxy fences (sm_90a); the ``mbarrier``
+instructions are :mod:`.mbarrier_ops`'s, re-exported here. Section numbers refer to the
+PTX ISA 8.x, chapter 9.
 
 Ordering rules the verifier of a whole kernel checks (:mod:`tessera.ir.dialects.target.check`)
 rather than each op: ``wgmma.fence`` before the first ``wgmma`` of a sequence,
@@ -19,6 +20,13 @@ from typing import ClassVar
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import RegType, TensorMapType, reg_of
+from tessera.ir.dialects.target.mbarrier_ops import (
+    CpAsyncArrive,
+    MbarrierArrive,
+    MbarrierInit,
+    MbarrierInval,
+    MbarrierWait,
+)
 from tessera.ir.dialects.target.memory_ops import Effect as _Effect
 
 #: element types a tensor-core instruction takes, and how many k one instruction covers
@@ -40,15 +48,6 @@ def mma_accumulator(op: Op, atype: str, btype: str, ctype: str, satfinite: int) 
         raise IRVerifyError(f"{op.name} of {atype} inputs accumulates in {want}, not {ctype}")
     if satfinite and not integer:
         raise IRVerifyError(f"{op.name}: .satfinite applies to s32 accumulators only")
-
-
-@dataclass(frozen=True)
-class _OnBarrier(_Effect):
-    """An mbarrier instruction: one ``u32`` operand, the barrier's shared address."""
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        check_count(self, operands, 1)
-        reg_of(self, operands[0], "u32")
 
 
 # ---------------------------------------------------------------------------- sm_80
@@ -298,55 +297,6 @@ class BulkWait(_Effect):
 
 @register_op
 @dataclass(frozen=True)
-class MbarrierInit(_OnBarrier):
-    """``mbarrier.init.shared::cta.b64 [addr], count`` (sec. 9.7.13.15.9)."""
-
-    name: ClassVar[str] = "ptx.mbarrier_init"
-    count: int = 1
-
-
-@register_op
-@dataclass(frozen=True)
-class MbarrierArrive(_OnBarrier):
-    """``mbarrier.arrive{.expect_tx}.shared::cta.b64 _, [addr]{, tx}``: one arrival,
-    first raising the expected transaction bytes by ``tx``, or ``count`` arrivals at
-    once (``mbarrier.arrive.shared::cta.b64 _, [addr], count``: sm_90; sec. 9.7.13.15.12)."""
-
-    name: ClassVar[str] = "ptx.mbarrier_arrive"
-    tx: int = 0
-    count: int = 1
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        super().verify(operands, results)
-        if not 1 <= self.count < 1 << 20 or (self.tx and self.count != 1):
-            raise IRVerifyError("ptx.mbarrier_arrive counts 1 to 2^20 - 1 arrivals, "
-                                "and one with expect-tx bytes")
-
-
-@register_op
-@dataclass(frozen=True)
-class MbarrierWait(_Effect):
-    """A ``mbarrier.try_wait.parity.shared::cta.b64`` loop (sec. 9.7.13.15.16): returns
-    once the phase of parity ``phase`` (a ``u32`` 0/1 operand) has completed."""
-
-    name: ClassVar[str] = "ptx.mbarrier_wait"
-
-    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        check_count(self, operands, 2)
-        reg_of(self, operands[0], "u32")
-        reg_of(self, operands[1], "u32")
-
-
-@register_op
-@dataclass(frozen=True)
-class MbarrierInval(_OnBarrier):
-    """``mbarrier.inval.shared::cta.b64 [addr]``: before the memory is reused."""
-
-    name: ClassVar[str] = "ptx.mbarrier_inval"
-
-
-@register_op
-@dataclass(frozen=True)
 class Fence(_Effect):
     """``fence.proxy.async.shared::cta`` (``kind='proxy_async'``: generic-proxy shared
     writes become visible to the async proxy, sec. 9.7.13.4),
@@ -366,7 +316,8 @@ class Fence(_Effect):
             raise IRVerifyError(f"unknown fence {self.kind!r}")
 
 
-__all__ = ["INT_MMA", "MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncCommit",
+__all__ = ["INT_MMA", "MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncArrive",
+           "CpAsyncCommit",
            "CpAsyncWait", "Fence", "Ldmatrix", "MbarrierArrive", "MbarrierInit", "MbarrierInval",
            "MbarrierWait", "MmaSync", "TmaLoad", "TmaStore", "Wgmma", "WgmmaCommit",
            "WgmmaFence", "WgmmaWait", "mma_accumulator", "mma_shape"]

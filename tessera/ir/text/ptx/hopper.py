@@ -1,11 +1,12 @@
-"""sm_90 instructions as Target IR (PTX ISA sec. 9.7.9.27, 9.7.13.15, 9.7.15):
-``mbarrier``, TMA loads and stores (``cp.async.bulk.tensor.2d``) and the bulk groups of
-stores, ``wgmma``, ``stmatrix``,
+"""The asynchronous barriers and sm_90 instructions as Target IR (PTX ISA sec. 9.7.9.27,
+9.7.13.15, 9.7.15): ``mbarrier`` (sm_80's ``init``, ``arrive``, ``test_wait`` and
+``cp.async.mbarrier.arrive``, sm_90's forms), TMA loads and stores
+(``cp.async.bulk.tensor.2d``) and the bulk groups of stores, ``wgmma``, ``stmatrix``,
 ``elect.sync`` and ``setmaxnreg``.
 
-``mbarrier.try_wait.parity`` (a polling instruction, used in a loop) becomes the
-interpreter's blocking wait, which lands the TMA loads on the barrier and reports a
-phase that cannot complete; the predicate it returns is then true. ``setmaxnreg``
+``mbarrier.try_wait`` and ``test_wait`` (polling instructions, used in a loop) become
+the interpreter's blocking wait, which lands the copies on the barrier and reports a
+phase that cannot complete; the predicate they return is then true. ``setmaxnreg``
 only moves registers between warpgroups and changes no value: it is accepted.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
 from tessera.ir.text.ptx.arith import count, handler
 from tessera.ir.text.ptx.context import InstrBuilder
@@ -44,8 +46,12 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                        "or .relaxed)")
     if kind == "init" and not rest:
         count(b, ops, 2)
-        b.emit(target_async.MbarrierInit(_constant(b, ops[1], "the arrival count")),
-               [plain_address(b, ops[0], "u32")])
+        at = plain_address(b, ops[0], "u32")
+        arrivals = parse_int(ops[1])
+        if arrivals is None:  # cuda::barrier's init(&bar, block.size())
+            b.emit(target_async.MbarrierInit(0), [at, b.read(ops[1], "u32")])
+        else:
+            b.emit(target_async.MbarrierInit(arrivals), [at])
     elif kind == "inval" and not rest:
         count(b, ops, 1)
         b.emit(target_async.MbarrierInval(), [plain_address(b, ops[0], "u32")])
@@ -54,14 +60,21 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.syntax(f"expected state, [addr]{', tx' if rest else '{, count}'}")
         tx = _constant(b, ops[2], "the transaction count") if rest else 0
         arrivals = _arrival_count(b, ops[2]) if ops[2:] and not rest else 1
-        b.emit(target_async.MbarrierArrive(tx, arrivals), [plain_address(b, ops[1], "u32")])
-        if ops[0].strip() != "_":
-            b.write(ops[0], b.const(0, "b64"))  # the state: only try_wait without .parity
-    elif kind in ("try_wait", "test_wait") and rest == ["parity"]:
-        if len(ops) not in (3, 4):
-            raise b.syntax("expected p, [addr], parity")
-        b.emit(target_async.MbarrierWait(), [plain_address(b, ops[1], "u32"),
-                                             b.read(ops[2], "u32")])
+        state = ops[0].strip() != "_"
+        token = b.emit(target_async.MbarrierArrive(tx, arrivals, state),
+                       [plain_address(b, ops[1], "u32")])
+        if state:
+            b.write(ops[0], b.bitcast(token[0], "b64"))
+    elif kind in ("try_wait", "test_wait") and rest in (["parity"], []):
+        if len(ops) not in (3, 4) or (kind == "test_wait" and len(ops) != 3):
+            raise b.syntax(f"expected p, [addr], {'parity' if rest else 'state'}"
+                           f"{'{, suspend hint}' if kind == 'try_wait' else ''}")
+        if rest:
+            parity = b.read(ops[2], "u32")
+        else:  # the phase an arrival's state token names: its parity bit
+            low = b.emit(target_ops.Cvt("u32", "u64"), [b.read(ops[2], "u64")])[0]
+            parity = b.emit(target_ops.Binary("and", "u32"), [low, b.const(1, "u32")])[0]
+        b.emit(target_async.MbarrierWait(), [plain_address(b, ops[1], "u32"), parity])
         b.write(ops[0], b.const(True, "pred"))
     else:
         raise b.unsupported(f"mbarrier.{'.'.join(mods)}")
@@ -77,6 +90,16 @@ def _arrival_count(b: InstrBuilder, token: str) -> int:
     if arrivals >= 1 << 20:  # ptxas takes it; the ISA gives it no meaning
         raise b.unsupported(f"an arrival count of {arrivals} (the ISA's range: 1 to 2^20 - 1)")
     return arrivals
+
+
+def cp_async_arrive(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [addr]`` (sm_80)."""
+    flags = [f for f in mods[2:] if f != "noinc"]
+    if flags not in (["shared", "b64"], ["shared::cta", "b64"]):
+        raise b.syntax("cp.async.mbarrier.arrive is "
+                       "cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [addr]")
+    count(b, ops, 1)
+    b.emit(target_async.CpAsyncArrive("noinc" in mods), [plain_address(b, ops[0], "u32")])
 
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:

@@ -244,10 +244,10 @@ def _cp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods[:1] != ["async"]:
         raise b.unsupported(f"cp.{'.'.join(mods)}")
     rest = mods[1:]
-    if rest[:1] == ["bulk"]:
-        from tessera.ir.text.ptx.hopper import bulk_copy
+    if rest[:1] == ["bulk"] or rest[:2] == ["mbarrier", "arrive"]:
+        from tessera.ir.text.ptx.hopper import bulk_copy, cp_async_arrive
 
-        bulk_copy(b, rest, ops)
+        (bulk_copy if rest[0] == "bulk" else cp_async_arrive)(b, rest, ops)
         return
     if rest == ["commit_group"]:
         count(b, ops, 0)
