@@ -9,6 +9,8 @@ instructions (``ex2`` of f32, f16 and bf16, ``lg2``, ``sqrt``, ``rcp``, each wit
 without ``.ftz``) have the deterministic models of :mod:`tessera.interp.target.approx`:
 the correctly rounded result, within the ISA's bound, the same on every machine, not
 bit-exact to hardware; ``div.full.f32`` is modelled by the correctly rounded quotient.
+``div``, ``sqrt``, ``rcp`` and f64 ``fma`` rounded in a direction are
+:mod:`tessera.interp.target.rounding`'s.
 
 NaN results: an instruction that computes an f32, f16 or bf16 value (arithmetic,
 ``fma``, the unary functions, ``cvt`` to 16 bits) writes that format's canonical NaN
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import UnsupportedError
-from tessera.interp.target import approx
+from tessera.interp.target import approx, rounding
 from tessera.interp.target import numeric as tn
 from tessera.interp.target.state import (
     DTYPES,
@@ -70,8 +72,13 @@ def unsupported(instr: Instr, what: str) -> UnsupportedError:
 
 @step_rule(target_ops.Special)
 def _special(c: TargetCompiler, instr: Instr) -> Step:
-    value = c.m.special(instr.op.reg)
+    reg = instr.op.reg
     out = c.slot(instr.results[0])
+    if reg in target_ops.CLOCKS:  # read when the instruction runs: the clocks advance
+        def tick(fr: TargetFrame) -> None:
+            fr.regs[out] = fr.m.clock(reg)
+        return tick
+    value = c.m.special(reg)
 
     def step(fr: TargetFrame) -> None:
         fr.regs[out] = value
@@ -113,7 +120,9 @@ def _float_binary(op: str, elem: str, mode: str = "") -> Impl:
                 out = tn.canonical_nan_where(np.isnan(x) | np.isnan(y), out)
             return out
         return minmax
-    if mode in DIRECTED:  # toward zero, -inf or +inf (f32 and f64 add, sub, mul)
+    if mode in DIRECTED and op == "div":  # toward zero, -inf or +inf
+        return lambda x, y: rounding.divide(narrow(x, elem), narrow(y, elem), mode)
+    if mode in DIRECTED:  # f32 and f64 add, sub, mul
         return lambda x, y: tn.directed(op, narrow(x, elem), narrow(y, elem), mode)
     fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}[op]
     canon = tn.canonical_nans  # a NaN result has the canonical NaN's bits, as on the GPU
@@ -289,6 +298,13 @@ def _float_unary(instr: Instr, elem: str) -> Impl:
         return lambda x: model(narrow(x, elem))
     if op not in ("sqrt", "rcp"):
         raise unsupported(instr, f"{op}.{instr.op.mode or 'rn'}.{elem}")
+    if instr.op.mode in DIRECTED:
+        mode = instr.op.mode
+        one = np.ones((), DTYPES[elem])
+        fn: Impl = (lambda x: rounding.square_root(narrow(x, elem), mode)) if op == "sqrt" \
+            else (lambda x: rounding.divide(np.broadcast_to(one, x.shape), narrow(x, elem),
+                                            mode))
+        return _flushing(fn, elem) if instr.op.ftz else fn
     math = {"sqrt": np.sqrt, "rcp": np.reciprocal}[op]  # .rn: IEEE, correctly rounded
     canon = tn.canonical_nans
     dt = DTYPES[elem]
@@ -309,7 +325,8 @@ def _fma(c: TargetCompiler, instr: Instr) -> Step:
                 "mul", narrow(a, elem), narrow(b, elem), rnd, narrow(d, elem))
         return pure(c, instr, _flushing(fma32, elem) if instr.op.ftz else fma32)
     if elem == "f64":
-        return pure(c, instr, tn.fma_f64)
+        return pure(c, instr, tn.fma_f64 if rnd == "rn" else
+                    lambda a, b, d: rounding.fma64(a, b, d, rnd))
     half = PACKED.get(elem, elem)
     if half not in ("f16", "bf16"):
         raise unsupported(instr, f"fma on {elem}")

@@ -34,6 +34,7 @@ from tessera.ir.dialects.target import (
 )
 from tessera.ir.dialects.target.guarded import GuardedLoad, GuardedStore
 from tessera.ir.dialects.target.ops import (
+    WIDE_CLOCKS,
     Bar,
     BarArrive,
     BarRed,
@@ -63,7 +64,8 @@ def _ret(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Special)
 def _sreg(e: PtxWriter, instr: Instr) -> None:
-    e.out(f"mov.u32 {e.regs.one(instr.result)}, %{instr.op.reg};")
+    width = 64 if instr.op.reg in WIDE_CLOCKS else 32
+    e.out(f"mov.u{width} {e.regs.one(instr.result)}, %{instr.op.reg};")
 
 
 @rule(Const)

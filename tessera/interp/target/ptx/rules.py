@@ -141,35 +141,40 @@ def _bitcount(c: TargetCompiler, instr: Instr) -> Step:
 
 
 def warp_members(fr: TargetFrame, instr: Instr, masks: np.ndarray, what: str
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """A ``.sync`` warp instruction's member mask from a register, per thread (-1 where
-    the warp is idle), and whether each thread is a member; a fault unless every active
-    thread holds its warp's mask and is in it, and every member is active."""
+                 ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A ``.sync`` warp instruction's member masks from a register: each thread's own
+    (-1 where it is idle), and the groups of threads that run it together, one per
+    distinct mask. Lanes of one warp may name different masks (cooperative groups'
+    tiles of 16 each name their half); a fault unless every lane a thread's mask names,
+    itself included, executes the instruction with that same mask (PTX ISA, sec.
+    9.7.8.6: otherwise the result is undefined)."""
     m = fr.m
-    lane = m.tid % 32
-    mask = masks.astype(np.int64) & 0xFFFFFFFF
-    act = np.flatnonzero(fr.mask)
-    first = np.full(m.n // 32, -1, np.int64)
-    first[act[::-1] // 32] = mask[act[::-1]]
-    warp_mask = first[m.lin // 32]
-    members = ((warp_mask >> lane) & 1).astype(bool) & (warp_mask >= 0)
-    bad = (fr.mask & (mask != warp_mask)) | (fr.mask & ~members) | (members & ~fr.mask)
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise m.fault(instr, "warp divergence", f"lane {int(lane[k])} disagrees with its "
-                      f"warp on the member mask or is a member that did not execute the "
-                      f"{what}; {what} needs every member lane converged", k)
-    return warp_mask, members
+    own = np.where(fr.mask, masks.astype(np.int64) & 0xFFFFFFFF, -1)
+    groups = []
+    for value in np.unique(own[fr.mask]):
+        group = own == value
+        lanes = group.reshape(-1, 32)
+        bits = (lanes.astype(np.int64) << np.arange(32)).sum(axis=1)
+        wrong = np.flatnonzero(lanes.any(axis=1) & (bits != value))
+        if len(wrong):
+            k = int(np.flatnonzero(group.reshape(-1, 32)[wrong[0]])[0]) + 32 * int(wrong[0])
+            raise m.fault(instr, "warp divergence", f"lane {k % 32} names member mask "
+                          f"{int(value):#010x}, but the lanes that execute the {what} with "
+                          f"that mask are {int(bits[wrong[0]]):#010x}; {what} needs every "
+                          "member lane converged, each naming the same mask", k)
+        groups.append(group)
+    return own, groups
 
 
-def _members(fr: TargetFrame, instr: Instr, fixed: np.ndarray, slot: int | None, what: str
-             ) -> np.ndarray:
-    """Per thread, whether it is a member: of the constant mask ``fixed`` (each warp runs
-    the instruction with exactly those lanes or none), or of the register ``slot``'s."""
+def _groups(fr: TargetFrame, instr: Instr, fixed: np.ndarray, slot: int | None, what: str
+            ) -> list[np.ndarray]:
+    """The groups of threads that run the instruction together: one of the constant
+    mask ``fixed`` (each warp runs it with exactly those lanes or none), or one per
+    distinct mask in register ``slot`` (:func:`warp_members`)."""
     if slot is not None:
         return warp_members(fr, instr, fr.regs[slot], what)[1]
     active = check_warps(fr, instr, 32, fixed)
-    return np.repeat(active, 32) & np.tile(fixed, len(active))
+    return [np.repeat(active, 32) & np.tile(fixed, len(active))]
 
 
 @step_rule(ptx_ops.ShflSync)
@@ -181,7 +186,7 @@ def _shfl_sync(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         lane = m.tid % 32
-        warp_mask, _ = warp_members(fr, instr, fr.regs[mk], "shfl.sync")
+        warp_mask, _ = warp_members(fr, instr, fr.regs[mk], "shfl.sync")  # own masks
         bb = fr.regs[b].astype(np.int64) & 31
         cv = fr.regs[cc].astype(np.int64)
         clamp, seg = cv & 31, (cv >> 8) & 31
@@ -219,18 +224,18 @@ def _vote(c: TargetCompiler, instr: Instr) -> Step:
             bits = (per.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
             fr.regs[out] = np.repeat(bits.astype(U32), 32)
             return
-        members = _members(fr, instr, fixed, mask, "vote.sync")
-        p = (fr.regs[src] & members).reshape(-1, 32)
-        if mode == "ballot":
-            bits = (p.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
-            fr.regs[out] = np.repeat(bits.astype(U32), 32)
-            return
-        act = members.reshape(-1, 32)
-        count = p.sum(axis=1)
-        total = act.sum(axis=1)
-        res = {"all": count == total, "any": count > 0,
-               "uni": (count == 0) | (count == total)}[mode]
-        fr.regs[out] = np.repeat(res, 32)
+        result = np.zeros(fr.m.n, U32 if mode == "ballot" else bool)
+        for members in _groups(fr, instr, fixed, mask, "vote.sync"):
+            p = (fr.regs[src] & members).reshape(-1, 32)
+            if mode == "ballot":
+                bits = (p.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(axis=1)
+                res = bits.astype(U32)
+            else:
+                count, total = p.sum(axis=1), members.reshape(-1, 32).sum(axis=1)
+                res = {"all": count == total, "any": count > 0,
+                       "uni": (count == 0) | (count == total)}[mode]
+            result = np.where(members, np.repeat(res, 32), result)
+        fr.regs[out] = result
     return step
 
 
@@ -248,13 +253,16 @@ def _redux(c: TargetCompiler, instr: Instr) -> Step:
                       "or": (np.bitwise_or, 0), "xor": (np.bitwise_xor, 0)}[op]
 
     def step(fr: TargetFrame) -> None:
-        members = _members(fr, instr, fixed, mask, "redux.sync").reshape(-1, 32)
-        lanes = np.where(members, fr.regs[src].astype(dt).reshape(-1, 32), dt.type(identity))
-        if op == "add":  # wraps modulo 2^32, as the ISA says
-            total = (lanes.astype(np.int64).sum(axis=1) & 0xFFFFFFFF).astype(U32).view(dt)
-        else:
-            total = fold.reduce(lanes, axis=1)
-        fr.regs[out] = np.repeat(total, 32)
+        result = np.zeros(fr.m.n, dt)
+        for members in _groups(fr, instr, fixed, mask, "redux.sync"):
+            lanes = np.where(members.reshape(-1, 32), fr.regs[src].astype(dt).reshape(-1, 32),
+                             dt.type(identity))
+            if op == "add":  # wraps modulo 2^32, as the ISA says
+                total = (lanes.astype(np.int64).sum(axis=1) & 0xFFFFFFFF).astype(U32).view(dt)
+            else:
+                total = fold.reduce(lanes, axis=1)
+            result = np.where(members, np.repeat(total, 32), result)
+        fr.regs[out] = result
     return step
 
 
@@ -267,17 +275,23 @@ def _match(c: TargetCompiler, instr: Instr) -> Step:
     bit = np.uint64(1) << np.arange(32, dtype=np.uint64)
 
     def step(fr: TargetFrame) -> None:
-        members = _members(fr, instr, fixed, mask, "match.sync").reshape(-1, 32)
+        found, alike = np.zeros(fr.m.n, U32), np.zeros(fr.m.n, bool)
         v = fr.regs[src].reshape(-1, 32)
-        same = (v[:, :, None] == v[:, None, :]) & members[:, None, :]  # lane i sees lane j
-        lanes = (same * bit).sum(axis=2).astype(U32)  # the mask of equal member lanes
-        if instr.op.mode == "any":
-            fr.regs[outs[0]] = np.where(members, lanes, 0).ravel()
-            return
-        full = (members * bit).sum(axis=1).astype(U32)[:, None]
-        equal = lanes == full
-        fr.regs[outs[0]] = np.where(members & equal, full, 0).astype(U32).ravel()
-        fr.regs[outs[1]] = (members & equal).ravel()
+        for group in _groups(fr, instr, fixed, mask, "match.sync"):
+            members = group.reshape(-1, 32)
+            same = (v[:, :, None] == v[:, None, :]) & members[:, None, :]  # i sees lane j
+            lanes = (same * bit).sum(axis=2).astype(U32)  # the mask of equal member lanes
+            if instr.op.mode == "any":
+                found = np.where(group, lanes.ravel(), found)
+                continue
+            full = (members * bit).sum(axis=1).astype(U32)[:, None]
+            equal = (members & (lanes == full)).ravel()
+            found = np.where(group, np.where(equal, np.broadcast_to(full, lanes.shape).ravel(),
+                                             0), found).astype(U32)
+            alike = np.where(group, equal, alike)
+        fr.regs[outs[0]] = found
+        if instr.op.mode != "any":
+            fr.regs[outs[1]] = alike
     return step
 
 

@@ -74,6 +74,20 @@ class CfgMachine(Machine):
         self.param_offsets = {p.name: p.offset for p in kernel.params}
         self.local = LocalMemory(self.n, kernel.local_bytes)
         self.tmaps = tmaps
+        self.executed = np.zeros(self.n, np.uint64)  # instructions each thread has run
+
+    def clock(self, reg: str) -> np.ndarray:
+        """``%clock64``, ``%clock`` (its low 32 bits) and ``%clock_hi`` (its high 32
+        bits), and ``%globaltimer`` (with ``_lo`` and ``_hi``) alike: the PTX
+        instructions the thread has executed before this one. A GPU's clocks count SM
+        cycles and its timer nanoseconds, which no CPU run reproduces; a count of the
+        thread's own instructions advances as they do, never goes back, and is the same
+        in every run and schedule (back-off loops that read the timer end as they
+        would)."""
+        if reg in target_ops.WIDE_CLOCKS:
+            return self.executed.copy()
+        high = reg.endswith("_hi")
+        return (self.executed >> np.uint64(32 if high else 0)).astype(np.uint32)
 
     def special(self, reg: str) -> np.ndarray:
         """Special registers, with the y and z components the base table lacks."""
@@ -215,6 +229,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     last = np.zeros(m.n, np.int64)  # the step at which each thread last ran
     warp = m.cta * -(-m.nthreads // 32) + m.tid // 32  # each thread's warp, launch-wide
     steps = 0
+    counting = any(isinstance(i.op, target_ops.Special) and i.op.reg in target_ops.CLOCKS
+                   for bb in kernel.blocks for pi in bb.body for i in pi.instrs)
     try:
         with np.errstate(all="ignore"):
             while True:
@@ -235,6 +251,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 group, moved = mask, True
                 for k, ci in enumerate(blocks[at][first:], first):
                     _run_instr(ci, regs, phys, mask, m, exited)
+                    if counting:
+                        m.executed[mask] += np.uint64(1)
                     if parked.fresh.any():  # these wait here until their barrier completes
                         pos[parked.fresh] = k + 1
                         mask = mask & ~parked.fresh
@@ -252,6 +270,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 if not mask.any():
                     continue
                 end = kernel.blocks[at].end
+                if counting and end.text:  # a branch, ret or exit is an instruction too
+                    m.executed[mask] += np.uint64(1)
                 if end.kind == "jump":
                     pc[mask] = end.target
                 elif end.kind == "cond":

@@ -29,6 +29,9 @@ from tessera.ir.dialects.target.memory_ops import Load, Reduce, SharedAlloc, Sto
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
                 "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z")
+#: the special registers that advance as a thread runs; the 64-bit ones are read as u64
+CLOCKS = ("clock", "clock_hi", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi")
+WIDE_CLOCKS = ("clock64", "globaltimer")
 BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr",
           "copysign")
 UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov", "rsqrt", "tanh", "sin",
@@ -60,16 +63,17 @@ def _same(op: Op, operands: Sequence[Type], n: int) -> RegType:
 @register_op
 @dataclass(frozen=True)
 class Special(Op):
-    """A special register (``%tid.x``, ``%ctaid.y``, ``%laneid``...), read as ``u32``."""
+    """A special register (``%tid.x``, ``%ctaid.y``, ``%laneid``, ``%clock``...), read
+    as ``u32``; ``%clock64`` and ``%globaltimer`` as ``u64``."""
 
     name: ClassVar[str] = "ptx.sreg"
     reg: str
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 0)
-        if self.reg not in SPECIAL_REGS:
+        if self.reg not in SPECIAL_REGS + CLOCKS:
             raise IRVerifyError(f"unknown special register %{self.reg}")
-        return (U32,)
+        return (RegType("u64") if self.reg in WIDE_CLOCKS else U32,)
 
 
 @register_op
@@ -104,10 +108,10 @@ class Binary(Op):
         if self.op not in BINARY:
             raise IRVerifyError(f"unknown binary instruction {self.op!r}")
         _check_ftz(self)
-        if self.mode in DIRECTED and (self.op not in ("add", "sub", "mul")
+        if self.mode in DIRECTED and (self.op not in ("add", "sub", "mul", "div")
                                       or self.type not in ("f32", "f64")):
             raise IRVerifyError(f"{self.op}.{self.mode}: directed rounding is modelled for "
-                                "add, sub and mul of f32 and f64")
+                                "add, sub, mul and div of f32 and f64")
         check_count(self, operands, 2)
         a = reg_of(self, operands[0], self.type)
         if self.op in ("shl", "shr"):
@@ -143,7 +147,7 @@ class Unary(Op):
 @dataclass(frozen=True)
 class Fma(Op):
     """``fma.<rnd>.<type> d, a, b, c``: ``a * b + c`` rounded once, to nearest even
-    (``rn``) or, for f32, toward zero, -inf or +inf (``rz``, ``rm``, ``rp``)."""
+    (``rn``) or, for f32 and f64, toward zero, -inf or +inf (``rz``, ``rm``, ``rp``)."""
 
     name: ClassVar[str] = "ptx.fma"
     type: str
@@ -152,9 +156,9 @@ class Fma(Op):
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         _check_ftz(self)
-        if self.rnd != "rn" and (self.rnd not in DIRECTED or self.type != "f32"):
-            raise IRVerifyError(f"fma.{self.rnd}.{self.type}: fma rounds .rn, or f32 "
-                                "toward zero, -inf or +inf")
+        if self.rnd != "rn" and (self.rnd not in DIRECTED or self.type not in ("f32", "f64")):
+            raise IRVerifyError(f"fma.{self.rnd}.{self.type}: fma rounds .rn, or f32 and "
+                                "f64 toward zero, -inf or +inf")
         return (_same(self, operands, 3),)
 
 
@@ -361,6 +365,29 @@ class BarArrive(_Effect):
         return ()
 
 
-__all__ = ["BINARY", "COMPARE", "SPECIAL_REGS", "UNARY", "Bar", "BarArrive", "BarRed", "Binary",
-           "Const", "Cvt", "Fma", "Load", "Pack", "Reduce", "Selp", "Setp", "SharedAlloc", "Shfl",
-           "Special", "Store", "Unary", "Unpack"]
+__all__ = [
+    "BINARY",
+    "CLOCKS",
+    "COMPARE",
+    "SPECIAL_REGS",
+    "UNARY",
+    "WIDE_CLOCKS",
+    "Bar",
+    "BarArrive",
+    "BarRed",
+    "Binary",
+    "Const",
+    "Cvt",
+    "Fma",
+    "Load",
+    "Pack",
+    "Reduce",
+    "Selp",
+    "Setp",
+    "SharedAlloc",
+    "Shfl",
+    "Special",
+    "Store",
+    "Unary",
+    "Unpack",
+]

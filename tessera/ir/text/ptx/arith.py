@@ -1,10 +1,10 @@
 """PTX register instructions as Target IR (PTX ISA sec. 9.7.1-9.7.9): integer and float
 arithmetic, comparisons, selection, conversions, moves and bit manipulation.
 
-Float rounding: ``.rn`` (the default of ``add``/``sub``/``mul`` without a modifier) is
-modelled bit-exactly; ``.rz``/``.rm``/``.rp`` arithmetic, ``.sat`` and ``.ftz`` on exact
-instructions are refused. ``.approx`` instructions (``ex2``, ``lg2``, ``rcp``,
-``sqrt``, ``div``) and ``div.full`` compute the correctly rounded result, which
+Float rounding: ``.rn`` (the default of ``add``/``sub``/``mul`` without a modifier) and
+``.rz``/``.rm``/``.rp`` (f32 and f64 arithmetic, ``div``, ``sqrt``, ``rcp``, ``fma``) are
+modelled bit-exactly, as is ``.ftz``. ``.approx`` instructions (``ex2``, ``lg2``,
+``rcp``, ``sqrt``, ``div``) and ``div.full`` compute the correctly rounded result, which
 hardware approximates (documented, not bit-exact).
 """
 
@@ -52,6 +52,8 @@ def count(b: InstrBuilder, ops: list[str], n: int) -> None:
         raise b.syntax(f"expected {n} operands, got {len(ops)}")
 
 
+#: the float instructions that also round toward zero, -inf or +inf
+_DIRECTED_OPS = ("add", "sub", "mul", "div", "sqrt", "rcp")
 #: the float instructions with .approx forms
 _APPROXIMATE = {"div", "sqrt", "rcp", "ex2", "lg2", "rsqrt", "tanh", "sin", "cos"}
 
@@ -59,15 +61,15 @@ _APPROXIMATE = {"div", "sqrt", "rcp", "ex2", "lg2", "rsqrt", "tanh", "sin", "cos
 def _float_mode(b: InstrBuilder, flags: list[str], op: str, t: str = "") -> tuple[str, bool]:
     """The mode of a float instruction and whether it flushes subnormals (``.ftz``); an
     approximate unary function keeps ``.ftz`` in its mode (``approx.ftz``), the form
-    tessera's own lowering writes. ``add``/``sub``/``mul`` of f32 and f64 also round
-    toward zero, -inf or +inf (libdevice's math functions do)."""
+    tessera's own lowering writes. ``add``/``sub``/``mul``/``div``/``sqrt``/``rcp`` of
+    f32 and f64 also round toward zero, -inf or +inf (libdevice's functions do)."""
     mode = ""
     for f in flags:
         if f == "rn":
             mode = mode or "rn"
-        elif f in DIRECTED and op in ("add", "sub", "mul") and t in ("f32", "f64"):
+        elif f in DIRECTED and op in _DIRECTED_OPS and t in ("f32", "f64"):
             mode = f
-        elif f in DIRECTED and op in ("add", "sub", "mul") and t:
+        elif f in DIRECTED and op in _DIRECTED_OPS and t:
             raise b.syntax(f"{op}.{t} rounds to nearest only (.rn), not .{f}")
         elif f in ("approx", "full") and op in _APPROXIMATE:
             mode = "approx"
@@ -138,8 +140,8 @@ def _fma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 4)
     flags = mods[:-1]
     rnd = [f for f in flags if f != "ftz"]
-    if rnd != ["rn"] and not (t == "f32" and rnd in (["rz"], ["rm"], ["rp"])):
-        raise b.unsupported("fma other than fma.rn{.ftz} and f32's rz, rm and rp")
+    if rnd != ["rn"] and not (t in ("f32", "f64") and rnd in (["rz"], ["rm"], ["rp"])):
+        raise b.unsupported("fma other than fma.rn{.ftz}, rz, rm and rp of f32 and f64")
     args = [b.read(o, t) for o in ops[1:]]
     (d,) = b.emit(target_ops.Fma(t, "ftz" in flags, rnd[0]), args)
     b.write(ops[0], d)
@@ -150,7 +152,7 @@ def _unary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     op = b.head
     t = ptx_type(b, mods)
     count(b, ops, 2)
-    mode, ftz = _float_mode(b, mods[:-1], op) if REG_TYPES[t][1] == "f" else ("", False)
+    mode, ftz = _float_mode(b, mods[:-1], op, t) if REG_TYPES[t][1] == "f" else ("", False)
     if REG_TYPES[t][1] != "f" and mods[:-1]:
         raise b.unsupported("modifiers on an integer instruction")
     if op in ("sqrt", "rcp") and not mode:
@@ -159,7 +161,7 @@ def _unary(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], d)
 
 
-@handler("popc", "clz", "brev", "bfind")
+@handler("popc", "clz", "brev")
 def _bits(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 2)
@@ -222,12 +224,14 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         ptx_type(b, [t])
     _cvt_source(b, to, frm, ops)
     rnd = sat = ""
+    clamp = "sat" in mods and REG_TYPES[to][1] == "f"  # to [0, 1] after converting
+    ftz = clamp and to == frm == "f32" and "ftz" in mods and len(mods) == 4
     for f in mods[:-2]:
         if f in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"):
             rnd = f
-        elif f in ("sat", "satfinite") and (f == "satfinite" or REG_TYPES[to][1] != "f"):
+        elif f == "satfinite" or (f == "sat" and not clamp):
             sat = f
-        else:
+        elif not ((clamp and f == "sat") or (ftz and f == "ftz")):
             raise b.unsupported(f"cvt with .{f}")
     if to in ("f16x2", "bf16x2"):
         count(b, ops, 3)
@@ -235,10 +239,11 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     else:
         count(b, ops, 2)
         args = [b.read(ops[1], frm)]
-    if to == frm and not rnd and not sat:
-        b.write(ops[0], args[0])
-        return
-    (d,) = b.emit(target_ops.Cvt(to, frm, rnd, sat), args)
+    (d,) = args if to == frm and not rnd and not sat else b.emit(
+        target_ops.Cvt(to, frm, rnd, sat), args)
+    if clamp:  # max and min take the number beside a NaN and -0 as below +0: NaN, -0 to +0
+        for op, bound in (("max", 0.0), ("min", 1.0)):
+            (d,) = b.emit(target_ops.Binary(op, to, ftz=ftz), [d, b.const(bound, to)])
     b.write(ops[0], d)
 
 

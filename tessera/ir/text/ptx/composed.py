@@ -1,8 +1,11 @@
 """PTX instructions the reader writes as a few Target IR instructions of their meaning
 (PTX ISA 8.x, sections named in each handler): ``cnot``, ``sad``, ``mul24``, ``szext``,
-``dp4a``, ``dp2a``, ``testp``, and the hints ``prefetch``, ``prefetchu`` and
-``nanosleep``, which change no value. nvcc writes them for ``__sad``, ``__mul24``,
-``__dp4a``, ``isinf``/``isfinite``, prefetches and back-off loops.
+``dp4a``, ``dp2a``, ``testp``, ``bmsk``, ``bfind``, the extended-precision carry chains
+(``add.cc``, ``addc``, ``sub.cc``, ``subc``, ``mad.cc``, ``madc``), and the hints
+``prefetch``, ``prefetchu`` and ``nanosleep``, which change no value. nvcc writes them
+for ``__sad``, ``__mul24``, ``__dp4a``, ``isinf``/``isfinite``, CUB's radix sort, the
+math library's argument reduction of ``sin``/``cos`` of doubles, prefetches and back-off
+loops.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.ir.core import Op, Value
+from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.dialects.target import ptx_ops
-from tessera.ir.text.ptx.arith import count, handler, ptx_type
+from tessera.ir.text.ptx.arith import HANDLERS, count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
+from tessera.ir.text.ptx.isa_types import SIMD
+from tessera.ir.text.ptx.lexer import PtxUnsupportedError
 from tessera.ir.text.ptx.memory import plain_address
 
 #: testp's classes (sec. 9.7.3.3) as the comparisons of |a| that decide them
@@ -151,4 +156,177 @@ def _hint(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     plain_address(b, ops[0], "u32" if space else "u64")
 
 
-__all__: list[str] = []
+
+@handler("bfind")
+def _bfind(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``bfind{.shiftamt}.type d, a`` (sec. 9.7.1.17): the position of the most
+    significant non-sign bit of ``a``, or with ``.shiftamt`` the left shift that brings
+    it to the top (``width - 1 - position``); 0xFFFFFFFF when there is none."""
+    t = ptx_type(b, mods)
+    count(b, ops, 2)
+    if mods[:-1] not in ([], ["shiftamt"]):
+        raise b.syntax("bfind is bfind{.shiftamt}.type")
+    top = _one(b, ptx_ops.BitCount("bfind", t), b.read(ops[1], t))
+    if mods[:-1]:
+        none = _one(b, target_ops.Setp("eq", "u32"), top, b.const(0xFFFFFFFF, "u32"))
+        shift = _one(b, target_ops.Binary("sub", "u32"), b.const(int(t[1:]) - 1, "u32"), top)
+        top = _one(b, target_ops.Selp("u32"), top, shift, none)
+    b.write(ops[0], top)
+
+
+@handler("bmsk")
+def _bmsk(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``bmsk.{clamp,wrap}.b32 d, a, b`` (sec. 9.7.1.25): ``b`` bits set from bit ``a``
+    up, as the ISA's semantics compute it: ``a`` and ``b`` taken modulo 32; under
+    ``.clamp`` an ``a`` of 32 or more gives 0 and a ``b`` of 32 or more every bit from
+    ``a`` up; a mask reaching past bit 31 stops there; a width of 0 gives 0."""
+    if len(mods) != 2 or mods[0] not in ("clamp", "wrap") or mods[1] != "b32":
+        raise b.syntax("bmsk is bmsk.clamp.b32 or bmsk.wrap.b32")
+    count(b, ops, 3)
+    a, w = b.read(ops[1], "u32"), b.read(ops[2], "u32")
+
+    def op(name: str, t: str, *args: Value) -> Value:
+        return _one(b, target_ops.Binary(name, t), *args)
+    low = b.const(31, "u32")
+    a1, w1 = op("and", "u32", a, low), op("and", "u32", w, low)
+    ones = b.const(0xFFFFFFFF, "b32")
+    # shl of 32 or more is 0 (sec. 9.7.8.7), which is mask1 when the sum overflows
+    mask0, mask1 = (op("shl", "b32", ones, n) for n in (a1, op("add", "u32", a1, w1)))
+    empty = _one(b, target_ops.Setp("eq", "u32"), w1, b.const(0, "u32"))
+    if mods[0] == "clamp":
+        big_a, big_w = (_one(b, target_ops.Setp("gt", "u32"), v, low) for v in (a, w))
+        zero = b.const(0, "b32")
+        mask0 = _one(b, target_ops.Selp("b32"), zero, mask0, big_a)
+        mask1 = _one(b, target_ops.Selp("b32"), zero, mask1, big_w)
+        empty = op("and", "pred", empty, _one(b, target_ops.Unary("not", "pred"), big_w))
+    mask1 = _one(b, target_ops.Selp("b32"), ones, mask1, empty)
+    b.write(ops[0], op("and", "b32", mask0, _one(b, target_ops.Unary("not", "b32"), mask1)))
+
+
+@handler(*sorted(SIMD))
+def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``vop4``/``vop2.dtype.atype.btype{.sat|.add} d, a, b, c`` (sec. 9.7.16.2): each
+    byte (half) lane of ``a`` and ``b``, extended by its type, added, subtracted,
+    averaged (rounding up), its absolute difference, minimum or maximum taken; then
+    either merged into ``c`` as the lanes of ``d`` (truncated, or with ``.sat`` clamped
+    to the lane range of ``dtype``), or with ``.add`` summed onto ``c``. nvcc writes
+    ``vabsdiff4`` for ``__vabsdiffu4`` and ``__vsadu4``. Byte selectors and masks other
+    than the defaults (all lanes, ``a``'s and ``b``'s own) are not modelled."""
+    kinds, flags = mods[-3:], mods[:-3]
+    if len(mods) < 3 or any(k not in ("u32", "s32") for k in kinds) or flags not in (
+            [], ["sat"], ["add"]):
+        raise b.syntax(f"{b.head} is {b.head}.dtype.atype.btype{{.sat|.add}} of .u32 and "
+                       ".s32 types")
+    count(b, ops, 4)
+    if any("." in o for o in ops):
+        raise b.unsupported("byte selectors and masks of a SIMD video instruction")
+    if not all(b.is_register(o) for o in ops[1:]):
+        raise b.syntax(f"{b.head} takes its sources in registers, not immediates")
+    lanes = int(b.head[-1])
+    width, kind = 32 // lanes, b.head[:-1]
+    x, y = (b.bitcast(b.read(o, k), "b32") for o, k in zip(ops[1:3], kinds[1:]))
+    c = b.read(ops[3], "s32" if kinds[0] == "s32" else "u32")
+    c = c if kinds[0] == "s32" else b.bitcast(c, "s32")
+
+    def op(name: str, *args: Value) -> Value:
+        return _one(b, target_ops.Binary(name, "s32"), *args)
+
+    def lane(v: Value, t: str, k: int) -> Value:
+        return b.bitcast(_bits(b, t, b.bitcast(v, t), width * k, width), "s32")
+    out = c
+    signed = kinds[0] == "s32"
+    low, high = (-(1 << width - 1), (1 << width - 1) - 1) if signed else (0, (1 << width) - 1)
+    for k in range(lanes):
+        u, v = lane(x, kinds[1], k), lane(y, kinds[2], k)
+        if kind in ("vadd", "vavrg"):
+            r = op("add", u, v)
+            if kind == "vavrg":  # (a + b + 1) >> 1 for a sum at least 0, (a + b) >> 1 below
+                up = _one(b, target_ops.Setp("ge", "s32"), r, b.const(0, "s32"))
+                r = op("add", r, _one(b, target_ops.Selp("s32"), b.const(1, "s32"),
+                                       b.const(0, "s32"), up))
+                r = op("shr", r, b.const(1, "u32"))
+        elif kind in ("vsub", "vabsdiff"):
+            r = op("sub", u, v)
+            if kind == "vabsdiff":
+                r = _one(b, target_ops.Unary("abs", "s32"), r)
+        else:
+            r = op("min" if kind == "vmin" else "max", u, v)
+        if flags == ["add"]:
+            out = op("add", out, r)
+            continue
+        if flags == ["sat"]:
+            r = op("min", op("max", r, b.const(low, "s32")), b.const(high, "s32"))
+        out = _one(b, ptx_ops.Bfi("b32"), b.bitcast(r, "b32"), b.bitcast(out, "b32"),
+                   b.const(width * k, "u32"), b.const(width, "u32"))
+        out = b.bitcast(out, "s32")
+    b.write(ops[0], b.bitcast(out, kinds[0]))
+
+
+#: the carry flag (CC.CF) that ``.cc`` instructions write and ``addc``/``subc``/``madc``
+#: read, as a hidden predicate register; PTX cannot spell its name, so no program's
+#: register collides with it
+CARRY = "%cc.cf"
+#: the plain forms of the opcodes that also have carry forms: arith's handlers
+_PLAIN = {op: HANDLERS[op] for op in ("add", "sub", "mad")}
+
+
+@handler("add", "sub", "mad", "addc", "subc", "madc")
+def _carry_chain(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """Extended-precision integer arithmetic (sec. 9.7.2): ``add.cc``/``sub.cc``/
+    ``mad{.lo,.hi}.cc`` write the carry (for subtraction the borrow) of their sum into
+    the carry flag; ``addc``/``subc``/``madc{.lo,.hi}`` add it in (subtract it), and
+    with ``.cc`` write their own. ``d = a + b + CF``, ``d = a - (b + CF)``,
+    ``d = lo|hi(a * b) + c + CF``, each modulo 2^width. A read of the flag before any
+    ``.cc`` instruction of the function is refused: the flag is undefined then."""
+    carried = b.head in ("addc", "subc", "madc")
+    if not carried and "cc" not in mods:
+        _PLAIN[b.head](b, mods, ops)
+        return
+    t = ptx_type(b, mods)
+    flags = sorted(mods[:-1])
+    half = [f for f in flags if f in ("lo", "hi")]
+    mad = b.head.startswith("mad")
+    others = [f for f in flags if f not in ("lo", "hi")]
+    if t not in ("u32", "s32", "u64", "s64") or len(half) != int(mad) or (
+            others not in ([], ["cc"]) if carried else others != ["cc"]):
+        form = f"{b.head}{'.{lo,hi}' if mad else ''}{'{.cc}' if carried else '.cc'}"
+        raise b.syntax(f"{form} takes .u32, .s32, .u64 or .s64 and no other modifier")
+    count(b, ops, 4 if mad else 3)
+    u = "u" + t[1:]
+    x, y = b.read(ops[1], t), b.read(ops[2], t)
+
+    def op(name: str, *args: Value, typ: str = u, mode: str = "") -> Value:
+        return _one(b, target_ops.Binary(name, typ, mode), *args)
+
+    def below(p: Value, q: Value) -> Value:
+        return _one(b, target_ops.Setp("lt", u), p, q)
+    if mad:  # the product's half in the signedness of the type, then unsigned sums
+        x = op("mul", x, y, typ=t, mode=half[0])
+        y = b.read(ops[3], t)
+    x, y = (v if t == u else b.bitcast(v, u) for v in (x, y))
+    if b.head.startswith("sub"):
+        d, out = op("sub", x, y), below(x, y)
+    else:
+        d = op("add", x, y)
+        out = below(d, x)
+    if carried:
+        if CARRY not in b.scope.registers:  # ptxas takes it; the value is undefined
+            raise PtxUnsupportedError(f"{b.head} reads the carry flag, which no earlier "
+                                      f".cc instruction of this function writes, in "
+                                      f"'{b.pi.text}'", loc=b.loc)
+        flag = Value(RegType("pred"))
+        b.pi.reads.append((flag, (CARRY,)))
+        one = _one(b, target_ops.Selp(u), b.const(1, u), b.const(0, u), flag)
+        if b.head == "subc":
+            d, late = op("sub", d, one), below(d, one)
+        else:
+            d = op("add", d, one)
+            late = below(d, one)
+        out = op("or", out, late, typ="pred")
+    if "cc" in flags:
+        b.scope.registers.setdefault(CARRY, "pred")
+        b.pi.writes.append((out, (CARRY,)))
+    b.write(ops[0], d if t == u else b.bitcast(d, t))
+
+
+__all__ = ["CARRY"]

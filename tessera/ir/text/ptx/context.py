@@ -32,7 +32,8 @@ from tessera.ir.text.ptx.lexer import (
 )
 
 _SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid"}
-_SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid"}
+_SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid",
+                   **{f"%{c}": c for c in target_ops.CLOCKS}}
 _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
 
 
@@ -247,11 +248,16 @@ class InstrBuilder:
         elif t in _SPECIAL_SCALAR:
             reg = _SPECIAL_SCALAR[t]
         elif t.startswith("%") and not self.is_register(t) and (
-                t in ("%clock", "%clock64", "%smid", "%nsmid", "%globaltimer",
+                t in ("%smid", "%nsmid",
                       "%lanemask_lt", "%dynamic_smem_size") or head in _SPECIAL):
             raise self.unsupported(f"special register {t}")
         else:
             return None
+        if reg in target_ops.WIDE_CLOCKS:  # the 64-bit special registers
+            if self.head != "mov" or elem not in ("b64", "u64", "s64"):
+                raise self.syntax(f"special register {t} is read by mov of 64 bits only")
+            (v,) = self.emit(target_ops.Special(reg))
+            return v if elem == "u64" else self.bitcast(v, elem)
         if self.head not in ("mov", "cvt") or (self.head == "mov" and elem not in
                                                 ("b32", "u32", "s32")):
             raise self.syntax(f"special register {t} is read by mov of 32 bits (or cvt to "

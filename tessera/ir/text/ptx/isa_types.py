@@ -31,6 +31,10 @@ FLOAT = ("f32", "f64")
 HALF = ("f16", "f16x2", "bf16", "bf16x2")
 WORDS = ("u32", "u64", "s32", "s64")
 
+#: the SIMD video instructions (sec. 9.7.16.2), of 2 or 4 lanes
+SIMD = {f"{op}{n}" for op in ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax")
+         for n in (2, 4)}
+
 #: form -> the types it takes. A form missing here is no instruction (``mul.f32`` is
 #: ``mul`` of floats; ``div.f32`` needs ``.rn``, ``.approx`` or ``.full``).
 TYPES: dict[str, tuple[str, ...]] = {
@@ -46,7 +50,9 @@ TYPES: dict[str, tuple[str, ...]] = {
     "and": ("pred", *BITS), "or": ("pred", *BITS), "xor": ("pred", *BITS),
     "not": ("pred", *BITS), "cnot": BITS, "shl": BITS, "shr": BITS + INT,
     "popc": ("b32", "b64"), "clz": ("b32", "b64"), "brev": ("b32", "b64"),
-    "bfind": WORDS, "bfe": WORDS, "bfi": ("b32", "b64"),
+    "bfind": WORDS, "bfe": WORDS, "bfi": ("b32", "b64"), "bmsk": ("b32",),
+    "addc": WORDS, "subc": WORDS, "madc.lo": WORDS, "madc.hi": WORDS,
+    **dict.fromkeys(SIMD, ("u32", "s32")),
     "sqrt.rn": FLOAT, "sqrt.approx": ("f32",), "rcp.rn": FLOAT, "rcp.approx": ("f32",),
     "rcp.approx.ftz": FLOAT, "ex2.approx": ("f32", "f16", "f16x2"),
     "ex2.approx.ftz": ("f32", "bf16", "bf16x2"), "lg2.approx": ("f32",),
@@ -69,7 +75,7 @@ _COMPARISONS = {**dict.fromkeys(("eq", "ne"), "eq"),
 OPCODES = {form.split(".")[0] for form in TYPES}
 #: the modifiers some register instruction takes (sec. 9.7.1-9.7.5); the handlers judge
 #: which one takes which, and refuse the ones they do not model
-_REGISTER_MODS = _FORM_MODS | {"rz", "rm", "rp", "sat", "satfinite", "relu", "cc",
+_REGISTER_MODS = _FORM_MODS | {"rz", "rm", "rp", "sat", "satfinite", "relu", "cc", "add",
                                "xorsign", "abs", "shiftamt", "oob", "clamp", "wrap"}
 #: bf16 arithmetic that Hopper added: sm_80 and sm_89 have fma, min, max, neg, abs only
 _SM90_BF16 = {"add", "sub", "mul", "setp", "ex2", "tanh"}
@@ -147,8 +153,8 @@ def _form_problem(head: str, mods: list[str]) -> str | None:
         return cvt_problem(mods[-2], mods[-1], mods[:-2])
     if head in ("ld", "st"):
         return isa_memory.memory_problem(head, mods)
-    if head in OPCODES and head != "setp":
-        return _modifier_problem(head, mods[:-1])
+    if head in OPCODES and head != "setp":  # the SIMD video instructions name 3 types
+        return _modifier_problem(head, mods[:-3] if head in SIMD else mods[:-1])
     return _required_problem(head, mods) if head in _REQUIRED else None
 
 
@@ -228,6 +234,8 @@ def cvt_problem(to: str, frm: str, flags: list[str]) -> str | None:
     name = f"cvt.{to}.{frm}"
     if len(irnd) + len(frnd) > 1:
         return f"{name} takes one rounding modifier"
+    if to in ("f16x2", "bf16x2") and "sat" in flags:
+        return f"{name} takes no .sat: a pair saturates with .satfinite"
     if to in ("f16x2", "bf16x2"):
         return None if frm == "f32" and frnd else f"{name} is not a PTX instruction: " \
             f"cvt.rn.{to}.f32 packs two .f32"
@@ -278,5 +286,5 @@ def fp8_problem(to: str, frm: str, flags: list[str], arch: int) -> str | None:
     return None
 
 
-__all__ = ["OPCODES", "TYPES", "check_type", "cvt_problem", "form_of", "fp8_problem",
+__all__ = ["OPCODES", "SIMD", "TYPES", "check_type", "cvt_problem", "form_of", "fp8_problem",
            "instruction_problem", "types_last"]

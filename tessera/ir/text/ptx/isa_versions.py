@@ -55,7 +55,7 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
         found.append(((8, 6), "mbarrier's .relaxed"))
     if any(f.endswith(("::cta", "::cluster")) for f in mods):
         found.append(((7, 8), "the ::cta and ::cluster state-space qualifiers"))
-    if head == "szext":
+    if head in ("szext", "bmsk"):
         found.append(((7, 6), head))
     if any(re.match(r"L[12]::evict_", f) for f in mods):
         found.append(((7, 4), "the L1::evict_* and L2::evict_* qualifiers"))

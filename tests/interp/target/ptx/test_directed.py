@@ -1,7 +1,8 @@
-"""Directed rounding (``.rz``, ``.rm``, ``.rp``) of f32 and f64 ``add``, ``sub``, ``mul``
-and of f32 ``fma``, as CUDA's math library uses it (Triton's ``libdevice.log1p`` is
-``add.rz.ftz.f32``): each result against the exact rational value rounded in its
-direction (IEEE 754), read from PTX text and run by the interpreter."""
+"""Directed rounding (``.rz``, ``.rm``, ``.rp``) of f32 and f64 ``add``, ``sub``, ``mul``,
+``div``, ``rcp``, ``sqrt`` and ``fma``, as CUDA's math library and intrinsics use it
+(Triton's ``libdevice.log1p`` is ``add.rz.ftz.f32``; ``__fdiv_rz``, ``__fsqrt_rd``,
+``__fma_rz``): each result against the exact rational value rounded in its direction
+(IEEE 754), read from PTX text and run by the interpreter."""
 
 from __future__ import annotations
 
@@ -106,6 +107,48 @@ def test_fma_f32(rnd: str, data: st.DataObject) -> None:
             assert z == rounded(v, F32, rnd), (x, y, w, z)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([F32, F64]), st.sampled_from(["div", "rcp", "fma"]),
+       st.sampled_from(DIRECTIONS), st.data())
+def test_div_rcp_and_fma(dt: np.dtype, op: str, rnd: str, data: st.DataObject) -> None:
+    """Quotients, reciprocals and fused products (f64's too) against the exact value."""
+    a, b, c = (np.array(data.draw(st.lists(floats(dt), min_size=8, max_size=8)), dt)
+               for _ in range(3))
+    b[b == 0] = 3
+    a[:2] = b[:2] * 4  # exact quotients
+    kind = f"f{dt.itemsize * 8}"
+    line = {"div": f"div.{rnd}.{kind} %d, %a, %b;", "rcp": f"rcp.{rnd}.{kind} %d, %b;",
+            "fma": f"fma.{rnd}.{kind} %d, %a, %b, %c;"}[op]
+    got = run(line, dt.name, a, b, c)
+    for x, y, w, z in zip(a, b, c, got):
+        fx, fy = Fraction(float(x)), Fraction(float(y))
+        v = {"div": fx / fy, "rcp": 1 / fy, "fma": fx * fy + Fraction(float(w))}[op]
+        if v != 0:
+            assert z == rounded(v, dt, rnd), (x, y, w, z)
+        else:  # an exact zero: a quotient's sign is the operands'; a sum's -0 under rm
+            want = rnd == "rm" if op == "fma" and not (x * y == 0 and w == 0) else \
+                (np.signbit(x) != np.signbit(y) if op == "div" else np.signbit(x * y))
+            assert np.signbit(z) == want, (x, y, w, z)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([F32, F64]), st.sampled_from(DIRECTIONS), st.data())
+def test_square_root(dt: np.dtype, rnd: str, data: st.DataObject) -> None:
+    """Toward zero and -inf the largest value whose square is at most ``a``, toward
+    +inf the smallest whose square is at least ``a``."""
+    a = np.abs(np.array(data.draw(st.lists(floats(dt), min_size=8, max_size=8)), dt))
+    a[:2] = [4, 2]
+    got = run(f"sqrt.{rnd}.f{dt.itemsize * 8} %d, %a;", dt.name, a)
+    inf = dt.type(np.inf)
+    for x, z in zip(a, got):
+        fx, fz = Fraction(float(x)), Fraction(float(z))
+        if rnd == "rp":
+            assert (fz * fz >= fx and Fraction(float(np.nextafter(z, -inf))) ** 2 < fx) or \
+                z == 0 == x, (x, z)
+        else:
+            assert fz * fz <= fx < Fraction(float(np.nextafter(z, inf))) ** 2, (x, z)
+
+
 def test_overflow_and_underflow() -> None:
     """Toward zero an overflow is the largest finite value; a product below the smallest
     subnormal is zero toward zero and that subnormal away from it."""
@@ -136,4 +179,4 @@ def test_directed_rounding_renders_assembles_and_reads_back(tmp_path: Path) -> N
     np.testing.assert_array_equal(structured.view(np.uint32), from_text.view(np.uint32))
     with pytest.raises(IRVerifyError, match="directed rounding is modelled"):
         k2 = Kernel("bad", [U64])
-        k2.op(Binary("div", "f32", "rz"), k2.const(1.0, "f32"), k2.const(3.0, "f32"))
+        k2.op(Binary("max", "f32", "rz"), k2.const(1.0, "f32"), k2.const(3.0, "f32"))

@@ -85,7 +85,7 @@ def test_kernel_params_registers_shared_and_blocks() -> None:
 @pytest.mark.parametrize("line, error, message", [
     ("frobnicate.b32 %r0, %r1;", PtxUnsupportedError, "unknown instruction 'frobnicate.b32'"),
     ("add.s32 %r0, %r9, 1;", PtxSyntaxError, "register %r9 is not declared"),
-    ("div.rz.f32 %f0, %f0, %f0;", PtxUnsupportedError, "the .rz modifier"),
+    ("add.sat.f32 %f0, %f0, %f0;", PtxUnsupportedError, "the .sat modifier"),
     ("bra NOWHERE;", PtxSyntaxError, "unknown label NOWHERE"),
     ("ld.global.v4.u32 {%r0}, [%rd0];", PtxSyntaxError, "1 destination registers for 4"),
     ("ld.global.v8.u32 {%r0}, [%rd0];", PtxSyntaxError, "moves 256 bits"),
