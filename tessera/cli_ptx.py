@@ -175,7 +175,7 @@ def _expected(result: Any, arrays: list[int]) -> dict[int, Any]:
 
 #: the options that only a launch of one kernel uses
 _LAUNCH = ("grid", "block", "arg", "shared_bytes", "reference", "rtol", "atol",
-           "no_race_check", "tensor_cores")
+           "no_race_check", "tensor_cores", "cooperative")
 
 
 def _read_whole(program: Any, args: argparse.Namespace) -> int:
@@ -228,9 +228,12 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
         print(f"  argument {k}: {text}")
     if args.tensor_cores == "hopper":
         print("  tensor cores: hopper (the truncating sums of an H100/H200, bit for bit)")
+    if args.cooperative:
+        print("  cooperative launch (a grid workspace for grid.sync())")
     try:
         kernel.run(grid=grid, block=block, args=values, shared_bytes=args.shared_bytes,
-                   check_races=not args.no_race_check, tensor_cores=args.tensor_cores)
+                   check_races=not args.no_race_check, tensor_cores=args.tensor_cores,
+                   cooperative=args.cooperative)
     except TargetFault:
         print("  sanitizer: FAULT (below)")
         raise
@@ -299,6 +302,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tensor-cores", choices=("exact", "hopper"), default="exact",
                    help="mma/wgmma accumulation: exact sums (the definition) or an "
                         "H100/H200's truncating sums, to predict its output bit for bit")
+    p.add_argument("--cooperative", action="store_true",
+                   help="launch as cudaLaunchCooperativeKernel does (cooperative groups' "
+                        "grid.sync() needs it)")
     p.set_defaults(run=cmd_check_ptx,
                    launch_defaults={k: p.get_default(k) for k in _LAUNCH})
 

@@ -10,7 +10,7 @@ import pytest
 
 from tessera.cli import main
 from tessera.cli_ptx import parse_arg
-from tests.frontend.ptx.corpus import NVCC_PTX, line_of
+from tests.frontend.ptx.corpus import CORPUS, NVCC_PTX, line_of
 
 SAXPY = ["check-ptx", str(NVCC_PTX), "--kernel", "saxpy", "--grid", "4", "--block", "256",
          "--arg", "f32=2.5", "--arg", "f32[1000]=randn", "--arg", "f32[1000]=randn"]
@@ -214,3 +214,19 @@ def test_a_triton_descriptor_needs_a_contiguous_matrix() -> None:
     assert [int(x) for x in rest] == [64, 128, 128, 1] and tmap.box == (32, 32)
     with pytest.raises(ArgumentError, match="row-major contiguous"):
         ts.ptx.triton_descriptor(a[:, ::2], box=(32, 32))
+
+
+def test_a_cooperative_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cooperative`` gives cooperative groups' ``grid.sync()`` its grid workspace;
+    without it the kernel traps and the hint says what to add."""
+    ref = tmp_path / "ref.py"
+    ref.write_text("def grid_sum(x, partial, total):\n"
+                   "    return [None, x.reshape(4, -1).sum(axis=1), x.sum(keepdims=True)]\n")
+    argv = ["check-ptx", str(CORPUS / "libraries_sm80.ptx"), "--kernel", "grid_sum",
+            "--grid", "4", "--block", "256", "--arg", "s32[1024]=randint:-9:9",
+            "--arg", "s32[4]=zeros", "--arg", "s32[1]=zeros"]
+    assert main([*argv, "--cooperative", "--reference", f"{ref}:grid_sum"]) == 0
+    out = capsys.readouterr().out
+    assert "cooperative launch" in out and out.rstrip().endswith("result: OK")
+    assert main(argv) == 1
+    assert "run it with cooperative=True" in capsys.readouterr().err

@@ -142,14 +142,17 @@ class PtxKernel:
     @user_api
     def run(self, grid: Any = 1, block: Any = 1, args: Sequence[Any] = (),
             shared_bytes: int = 0, check_races: bool = True,
-            symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact") -> None:
+            symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
+            cooperative: bool = False) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
         ``.global`` variable's final value can be read from it); the others start
         with their initializers. ``tensor_cores="hopper"`` gives ``mma``/``wgmma`` the
         accumulation an H100/H200 performs (truncating; :mod:`tessera.arch.mma_hopper`)
-        instead of the exact sums, to predict a Hopper GPU's output bit for bit."""
+        instead of the exact sums, to predict a Hopper GPU's output bit for bit.
+        ``cooperative=True`` launches as ``cudaLaunchCooperativeKernel`` does, with the
+        grid workspace cooperative groups' ``grid.sync()`` needs."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         params = self.ir.params
         if len(args) != len(params):
@@ -197,7 +200,8 @@ class PtxKernel:
                 raw = _scalar_bytes(p, k, a[()] if isinstance(a, np.ndarray) else a)
                 space[p.offset:p.offset + p.size] = raw
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
-                tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores)
+                tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
+                cooperative=cooperative)
         for a, work in copies:
             a[...] = work
 

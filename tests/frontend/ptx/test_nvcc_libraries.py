@@ -331,3 +331,18 @@ def test_scoped_atomics(mod) -> None:
     mod.kernel("scoped_atomics").run(grid=2, block=64, args=[x, first, flag])
     np.testing.assert_array_equal(x, [128, 127, 128, 128])
     assert first[0] == 1 and flag[0] == 1.5  # thread 0 of CTA 0 swaps first
+
+
+def test_grid_sync_needs_a_cooperative_launch(mod) -> None:
+    """cooperative groups' ``grid.sync()`` spins on the barrier word of the grid
+    workspace that ``%envreg1``/``%envreg2`` address; a plain launch has none, and the
+    kernel's own check traps, with what to do."""
+    x = rng.integers(-1000, 1000, 4 * 256).astype(np.int32)
+    partial, total = np.zeros(4, np.int32), np.zeros(1, np.int32)
+    kernel = mod.kernel("grid_sum")
+    kernel.run(grid=4, block=256, args=[x, partial, total], cooperative=True)
+    np.testing.assert_array_equal(partial, x.reshape(4, 256).sum(axis=1))
+    assert total[0] == x.sum()
+    with pytest.raises(TargetFault, match="trap") as err:
+        kernel.run(grid=4, block=256, args=[x, np.zeros(4, np.int32), total])
+    assert "cooperative=True" in (err.value.hint or "")

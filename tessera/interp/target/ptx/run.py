@@ -75,6 +75,7 @@ class CfgMachine(Machine):
         self.local = LocalMemory(self.n, kernel.local_bytes)
         self.tmaps = tmaps
         self.executed = np.zeros(self.n, np.uint64)  # instructions each thread has run
+        self.workspace = 0  # a cooperative launch's grid workspace (0: none)
 
     def clock(self, reg: str) -> np.ndarray:
         """``%clock64``, ``%clock`` (its low 32 bits) and ``%clock_hi`` (its high 32
@@ -92,7 +93,10 @@ class CfgMachine(Machine):
     def special(self, reg: str) -> np.ndarray:
         """Special registers, with the y and z components the base table lacks."""
         bx, by, bz = self.block
-        extra = {"tid.z": self.tid // (bx * by), "ntid.y": by, "ntid.z": bz}
+        extra = {"tid.z": self.tid // (bx * by), "ntid.y": by, "ntid.z": bz,
+                 "envreg1": self.workspace >> 32, "envreg2": self.workspace & 0xFFFFFFFF}
+        if reg.startswith("envreg"):  # the driver's: only the grid workspace is set
+            extra.setdefault(reg, 0)
         if reg in extra:
             return np.broadcast_to(np.asarray(extra[reg], np.uint32), (self.n,)).copy()
         return super().special(reg)
@@ -203,11 +207,15 @@ def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
 def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
             tmaps: dict[int, Any] | None = None, check_races: bool = True,
-            tensor_cores: str = "exact") -> None:
+            tensor_cores: str = "exact", cooperative: bool = False) -> None:
     """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
     ``params`` over global memory ``glob`` (arrays placed there are updated in place).
     ``shared_bytes`` is the dynamic shared memory after the static variables;
-    ``tensor_cores`` the accumulation model of tensor-core steps (see ``run_target``)."""
+    ``tensor_cores`` the accumulation model of tensor-core steps (see ``run_target``);
+    ``cooperative`` launches as ``cudaLaunchCooperativeKernel`` does, with a grid
+    workspace (its size, 8, and a barrier word 0) whose address ``%envreg1`` (high
+    half) and ``%envreg2`` (low half) hold, as cooperative groups' ``grid.sync()`` reads
+    them."""
     g = (int(grid[0]), int(grid[1]), int(grid[2]))
     b = (int(block[0]), int(block[1]), int(block[2]))
     size = kernel.static_shared + int(shared_bytes)
@@ -216,6 +224,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     m = CfgMachine(kernel, g, b, glob, SharedMemory(ncta, nthreads, size, check_races),
                    params, tmaps or {})
     m.tensor_cores = tensor_core_model(tensor_cores)
+    if cooperative:
+        m.workspace = glob.add(np.array([8, 0], np.uint32), "the grid workspace")
     comp = TargetCompiler(m)
     blocks = [[_Compiled(comp, pi, kernel) for pi in bb.body] for bb in kernel.blocks]
     regs: list[Any] = [None] * len(comp.slots)
@@ -328,8 +338,16 @@ def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "tr
            message: str = "the kernel executed trap") -> TargetFault:
     c = int(m.cta[who])
     gx, gy, _ = m.grid
+    hint = None
+    if what == "trap" and not m.workspace and any(  # grid.sync() traps without one
+            isinstance(i.op, target_ops.Special) and i.op.reg in ("envreg1", "envreg2")
+            for bb in kernel.blocks for pi in bb.body for i in pi.instrs):
+        hint = ("the kernel reads a cooperative launch's grid workspace (cooperative groups' "
+                "grid.sync()): run it with cooperative=True, as cudaLaunchCooperativeKernel "
+                "launches it")
     return TargetFault(what, message, kernel=kernel.name, op=end.text or "trap", loc=end.loc,
-                       thread=int(m.tid[who]), cta=(c % gx, c // gx % gy, c // (gx * gy)))
+                       thread=int(m.tid[who]), cta=(c % gx, c // gx % gy, c // (gx * gy)),
+                       hint=hint)
 
 
 __all__ = ["FAIR_STEPS", "STEP_LIMIT", "CfgMachine", "read_register", "run_cfg", "write_register"]

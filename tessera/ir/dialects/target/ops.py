@@ -32,6 +32,9 @@ SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nc
 #: the special registers that advance as a thread runs; the 64-bit ones are read as u64
 CLOCKS = ("clock", "clock_hi", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi")
 WIDE_CLOCKS = ("clock64", "globaltimer")
+#: the driver's environment registers (``%envreg1``/``2``: a cooperative launch's grid
+#: workspace, which cooperative groups' ``grid.sync()`` reads)
+ENVREGS = tuple(f"envreg{i}" for i in range(32))
 BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr",
           "copysign")
 UNARY = ("neg", "abs", "not", "sqrt", "rcp", "ex2", "lg2", "mov", "rsqrt", "tanh", "sin",
@@ -71,7 +74,7 @@ class Special(Op):
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 0)
-        if self.reg not in SPECIAL_REGS + CLOCKS:
+        if self.reg not in SPECIAL_REGS + CLOCKS + ENVREGS:
             raise IRVerifyError(f"unknown special register %{self.reg}")
         return (RegType("u64") if self.reg in WIDE_CLOCKS else U32,)
 

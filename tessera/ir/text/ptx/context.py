@@ -33,7 +33,7 @@ from tessera.ir.text.ptx.lexer import (
 
 _SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid"}
 _SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid",
-                   **{f"%{c}": c for c in target_ops.CLOCKS}}
+                   **{f"%{c}": c for c in target_ops.CLOCKS + target_ops.ENVREGS}}
 _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
 
 

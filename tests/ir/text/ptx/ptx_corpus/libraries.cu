@@ -1,7 +1,7 @@
 // Kernels written with CUDA's libraries and intrinsics: CUB's block collectives,
 // cooperative groups, the math library in float and double, the rounding intrinsics,
 // atomics (plain and cuda::atomic_ref), cuda::barrier and cuda::pipeline with
-// memcpy_async, the SIMD intrinsics, clocks and extended-precision integer arithmetic
+// memcpy_async, a grid.sync() of a cooperative launch, the SIMD intrinsics, clocks and extended-precision integer arithmetic
 // in inline assembly.
 // make_ptx.sh compiles it to libraries_sm80.ptx (sm_80) for
 // tests/frontend/ptx/test_nvcc_libraries.py.
@@ -231,4 +231,18 @@ extern "C" __global__ void scoped_atomics(int* x, unsigned long long* first, flo
   __threadfence_block();
   __syncwarp();
   if (__isGlobal(x)) atomicAdd_system(x + 3, 1);
+}
+
+// a grid-wide sum through cooperative groups' grid.sync() (a cooperative launch)
+extern "C" __global__ void grid_sum(const int* in, int* partial, int* total) {
+  cg::grid_group grid = cg::this_grid();
+  auto block = cg::this_thread_block();
+  int v = cg::reduce(cg::tiled_partition<32>(block), in[grid.thread_rank()], cg::plus<int>());
+  if (block.thread_rank() % 32 == 0) atomicAdd(partial + blockIdx.x, v);
+  grid.sync();
+  if (grid.thread_rank() == 0) {
+    int s = 0;
+    for (unsigned b = 0; b < gridDim.x; ++b) s += partial[b];
+    *total = s;
+  }
 }
