@@ -48,7 +48,8 @@ INEXACT = {"softmax_kernel": 2.0 ** -10, "layer_norm_kernel": 2.0 ** -7,
            "matmul_splitk": 1e-4}
 
 
-def _gpu_run(kernel: Any, grid: Any, block: Any, args: list[Any], shared_bytes: int) -> None:
+def _gpu_run(kernel: Any, grid: Any, block: Any, args: list[Any], shared_bytes: int,
+             cooperative: bool = False) -> None:
     from tessera.arch.tma import row_major_2d
     from tessera.backend.ptx.driver.assemble import assemble
     from tessera.backend.ptx.driver.launch import CudaModule, DeviceArrays, device_arch
@@ -73,7 +74,8 @@ def _gpu_run(kernel: Any, grid: Any, block: Any, args: list[Any], shared_bytes: 
                       if isinstance(a, TensorMapArgument) else
                       dev.pointer(a) if isinstance(a, np.ndarray) and a.ndim else a
                       for a in args]
-            module.launch(fn, _dims(grid, "grid"), _dims(block, "block"), shared_bytes, values)
+            module.launch(fn, _dims(grid, "grid"), _dims(block, "block"), shared_bytes, values,
+                          cooperative)
 
 
 def install() -> None:
@@ -101,7 +103,7 @@ def install() -> None:
             return
         steps = _tensor_core_steps(self.ir)
         pristine = copy.deepcopy(before)
-        _gpu_run(self, grid, block, before, shared_bytes)
+        _gpu_run(self, grid, block, before, shared_bytes, kw.get("cooperative", False))
         tol = APPROXIMATE.get(self.name)
         record = {"kernel": self.name, "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
         if steps and device_target() == "sm_90a" and mma_hopper.covers(steps) and \

@@ -366,8 +366,11 @@ class CudaModule:
         return CudaFunction(name, handle, param_specs(signature))
 
     def launch(self, function: CudaFunction | str, grid: int | Sequence[int],
-               block: int | Sequence[int], shared_bytes: int, args: Sequence[Any]) -> None:
-        """Launch ``function`` and wait for it; NumPy arrays are copied in and back out."""
+               block: int | Sequence[int], shared_bytes: int, args: Sequence[Any],
+               cooperative: bool = False) -> None:
+        """Launch ``function`` and wait for it; NumPy arrays are copied in and back out.
+        ``cooperative`` launches with ``cuLaunchCooperativeKernel`` (every CTA resident
+        at once, the grid workspace cooperative groups' ``grid.sync()`` needs)."""
         driver = self._driver
         fn = self.function(function) if isinstance(function, str) else function
         grid3, block3 = _dims("grid", grid), _dims("block", block)
@@ -378,8 +381,13 @@ class CudaModule:
                       for item in prepared]
             native = NativeParams(pack_params(fn.specs, values))
             opt_in_shared(driver, fn, shared_bytes)
-            _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
-                fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
+            if cooperative:
+                _call(driver, f"cuLaunchCooperativeKernel({fn.name})",
+                      driver.cuLaunchCooperativeKernel(fn.handle, *grid3, *block3,
+                                                       shared_bytes, 0, native.kernel_params))
+            else:
+                _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
+                    fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
             _call(driver, "cuCtxSynchronize", driver.cuCtxSynchronize())
 
     def close(self) -> None:

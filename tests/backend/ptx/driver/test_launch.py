@@ -285,6 +285,23 @@ def test_launch_path_with_a_fake_driver(monkeypatch: pytest.MonkeyPatch) -> None
         module.function("missing", signature=[])
 
 
+def test_a_cooperative_launch_calls_the_cooperative_entry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cooperative=True`` goes through ``cuLaunchCooperativeKernel`` (no ``extra``)."""
+    fake = FakeDriver()
+    cooperative: list[tuple[Any, ...]] = []
+
+    def launch_cooperative(f: bytes, *rest: Any) -> tuple[int]:
+        cooperative.append((f, rest[:3], rest[3:6], rest[6]))
+        return fake.cuLaunchKernel(f, *rest, 0)
+    fake.cuLaunchCooperativeKernel = launch_cooperative  # type: ignore[attr-defined]
+    monkeypatch.setattr(launch, "_driver_module", lambda: fake)
+    array = np.zeros(4, np.float32)
+    CudaModule(ADD_ONE).launch("add_one", 2, 32, 0, [array, 4], cooperative=True)
+    assert cooperative == [(b"add_one", (2, 1, 1), (32, 1, 1), 0)]
+    np.testing.assert_array_equal(array, 1)
+
+
 def test_read_only_host_array_is_not_written_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "_driver_module", FakeDriver)
     array = np.zeros(4, dtype=np.float32)
