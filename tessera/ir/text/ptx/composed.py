@@ -156,7 +156,6 @@ def _hint(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     plain_address(b, ops[0], "u32" if space else "u64")
 
 
-
 @handler("bfind")
 def _bfind(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``bfind{.shiftamt}.type d, a`` (sec. 9.7.1.17): the position of the most
@@ -207,7 +206,7 @@ def _bmsk(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``vop4``/``vop2.dtype.atype.btype{.sat|.add} d, a, b, c`` (sec. 9.7.16.2): each
     byte (half) lane of ``a`` and ``b``, extended by its type, added, subtracted,
-    averaged (rounding up), its absolute difference, minimum or maximum taken; then
+    averaged (a half away from zero), its absolute difference, minimum or maximum; then
     either merged into ``c`` as the lanes of ``d`` (truncated, or with ``.sat`` clamped
     to the lane range of ``dtype``), or with ``.add`` summed onto ``c``. nvcc writes
     ``vabsdiff4`` for ``__vabsdiffu4`` and ``__vsadu4``. Byte selectors and masks other
