@@ -346,3 +346,16 @@ def test_grid_sync_needs_a_cooperative_launch(mod) -> None:
     with pytest.raises(TargetFault, match="trap") as err:
         kernel.run(grid=4, block=256, args=[x, np.zeros(4, np.int32), total])
     assert "cooperative=True" in (err.value.hint or "")
+
+
+def test_a_decoupled_look_back_scan_makes_progress(mod) -> None:
+    """Each block's thread 0 spins on its predecessors' flags while the rest of its CTA
+    waits at ``bar.sync``: the spinning threads must not starve the thread that sets
+    the flag they wait for (independent thread scheduling, sm_70 and later)."""
+    n = 6
+    x = rng.integers(-1000, 1000, 256 * n).astype(np.int32)
+    out, status = np.zeros_like(x), np.zeros(n, np.uint64)
+    mod.kernel("lookback_scan").run(grid=n, block=256,
+                                    args=[x, out, status, np.zeros(1, np.int32)])
+    np.testing.assert_array_equal(out, np.cumsum(x, dtype=np.int32))
+    np.testing.assert_array_equal(status >> np.uint64(32), 2)

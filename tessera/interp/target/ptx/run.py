@@ -256,7 +256,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                     instr, err = parked.hang(m, live)
                     pi = next(ci.pi for bb in blocks for ci in bb if instr in ci.pi.instrs)
                     raise _renamed(err, pi)
-                at, first, mask = _next_group(ready, live, pc, pos, rank, last, steps, warp)
+                at, first, mask = _next_group(ready, pc, pos, rank, last, steps, warp)
                 last[mask] = steps
                 group, moved = mask, True
                 for k, ci in enumerate(blocks[at][first:], first):
@@ -313,21 +313,29 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     finally:
         flush_printed(m)
 
-def _next_group(ready: np.ndarray, live: np.ndarray, pc: np.ndarray, pos: np.ndarray,
-                rank: np.ndarray, last: np.ndarray, steps: int, warp: np.ndarray
-                ) -> tuple[int, int, np.ndarray]:
+
+def _next_group(ready: np.ndarray, pc: np.ndarray, pos: np.ndarray, rank: np.ndarray,
+                last: np.ndarray, steps: int, warp: np.ndarray) -> tuple[int, int, np.ndarray]:
     """The block, the position in it and the threads that run next: those waiting at the
     block of lowest rank (divergent threads meet at their join before going on), unless
     whole warps have waited :data:`FAIR_STEPS` steps while others loop (a spin lock's
     waiters, the lock's holder starving): then the warps that waited longest, as a GPU's
-    scheduler runs every warp that can run (sm_70 and later)."""
-    oldest = int(np.argmin(np.where(ready, last, np.iinfo(np.int64).max)))
-    if steps - last[oldest] > FAIR_STEPS:
-        mask = ready & (pc == pc[oldest]) & (pos == pos[oldest])
-        count = np.bincount(warp[mask], minlength=warp[-1] + 1)
-        whole = (count == np.bincount(warp[live], minlength=warp[-1] + 1)) & (count > 0)
-        if whole.any():  # none of their warp-mates waits elsewhere
-            return int(pc[oldest]), int(pos[oldest]), mask & whole[warp]
+    scheduler runs every warp that can run (sm_70 and later). Threads of a warp go so
+    only where none of their warp-mates that can run waits behind them (at a block of no
+    higher rank): they never pass a join their warp has not reached, and a laggard
+    whose warp-mates wait at the join runs on (a decoupled look-back's thread 0, which
+    spins on another CTA's flag while the rest of its warp waits at ``bar.sync``)."""
+    starving = ready & (steps - last > FAIR_STEPS)
+    if starving.any():  # the places where threads starve, those that waited longest first
+        where = np.unique(np.stack([last[starving], pc[starving], pos[starving]]), axis=1)
+        warps = warp[-1] + 1
+        for at, first in {(int(a), int(f)): None for _, a, f in where.T}:
+            mask = ready & (pc == at) & (pos == first)
+            behind = ready & ~mask & (rank[np.maximum(pc, 0)] <= rank[at])
+            free = (np.bincount(warp[mask], minlength=warps) > 0) & (
+                np.bincount(warp[behind], minlength=warps) == 0)
+            if free.any():
+                return at, first, mask & free[warp]
     here = np.unique(pc[ready])
     at = int(here[np.argmin(rank[here])])
     first = int(pos[ready & (pc == at)].min())

@@ -21,7 +21,7 @@ from tessera.ir.text.ptx.lexer import parse_int
 
 Handler = Callable[[InstrBuilder, list[str], list[str]], None]
 HANDLERS: dict[str, Handler] = {}
-_UNSIGNED_CMP = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+UNSIGNED_CMP = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 _WIDER = {"u16": "u32", "s16": "s32", "u32": "u64", "s32": "s64", "b32": "b64"}
 
 
@@ -179,7 +179,7 @@ def _setp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     cmp = mods[0]
     kind = REG_TYPES[t][1]
     if kind == "u" or kind == "b":
-        cmp = _UNSIGNED_CMP.get(cmp, cmp)
+        cmp = UNSIGNED_CMP.get(cmp, cmp)
     combine = [f for f in mods[1:-1] if f != "ftz"]
     if combine and combine[0] not in ("and", "or", "xor"):
         raise b.syntax(f"setp takes .and, .or, .xor or .ftz, not .{combine[0]}")

@@ -1,6 +1,6 @@
 """PTX instructions the reader writes as a few Target IR instructions of their meaning
 (PTX ISA 8.x, sections named in each handler): ``cnot``, ``sad``, ``mul24``, ``szext``,
-``dp4a``, ``dp2a``, ``testp``, ``bmsk``, ``bfind``, the extended-precision carry chains
+``dp4a``, ``dp2a``, ``testp``, ``set``, ``bmsk``, ``bfind``, the extended-precision carry chains
 (``add.cc``, ``addc``, ``sub.cc``, ``subc``, ``mad.cc``, ``madc``), and the hints
 ``prefetch``, ``prefetchu`` and ``nanosleep``, which change no value. nvcc writes them
 for ``__sad``, ``__mul24``, ``__dp4a``, ``isinf``/``isfinite``, CUB's radix sort, the
@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.ir.core import Op, Value
-from tessera.ir.dialects.target import RegType, ptx_ops
+from tessera.ir.dialects.target import REG_TYPES, RegType, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.text.ptx.arith import HANDLERS, count, handler, ptx_type
+from tessera.ir.text.ptx.arith import HANDLERS, UNSIGNED_CMP, count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_types import SIMD
-from tessera.ir.text.ptx.lexer import PtxUnsupportedError
+from tessera.ir.text.ptx.lexer import PtxSyntaxError, PtxUnsupportedError
 from tessera.ir.text.ptx.memory import plain_address
 
 #: testp's classes (sec. 9.7.3.3) as the comparisons of |a| that decide them
@@ -259,6 +259,46 @@ def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                    b.const(width * k, "u32"), b.const(width, "u32"))
         out = b.bitcast(out, "s32")
     b.write(ops[0], b.bitcast(out, kinds[0]))
+
+
+#: set's destination types, and the integer sources whose comparisons are unsigned
+_SET_TO = ("u32", "s32", "f32", "u16", "s16", "f16", "bf16")
+_SET_FROM = ("b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f16", "bf16",
+             "f32", "f64")
+
+
+@handler("set")
+def _set(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``set.CmpOp{.BoolOp}{.ftz}.dtype.stype d, a, b{, {!}c}`` (sec. 9.7.3.5): the
+    comparison, combined with ``c`` by ``.and``/``.or``/``.xor``, as 1.0 or 0.0 for a
+    float ``dtype`` and all ones or 0 for an integer one (``cuda_fp16.h``'s ``hexp``
+    corrects its result with ``set.eq.f16.f16``). Packed sources are not modelled."""
+    if len(mods) < 3 or mods[-2] not in _SET_TO or mods[-1] not in _SET_FROM:
+        if len(mods) >= 3 and mods[-1] in ("f16x2", "bf16x2"):
+            raise b.unsupported(f"set of .{mods[-1]} pairs")
+        raise b.syntax(f"set is set.CmpOp{{.BoolOp}}{{.ftz}}.dtype.stype with dtype one of "
+                       f"{', '.join('.' + t for t in _SET_TO)}")
+    to, frm = mods[-2:]
+    cmp, rest = mods[0], mods[1:-2]
+    combine = [f for f in rest if f in ("and", "or", "xor")]
+    ftz = "ftz" in rest
+    if len(combine) + ftz != len(rest) or len(combine) > 1:
+        raise b.syntax("set takes one of .and, .or, .xor and .ftz after its comparison")
+    if "bf16" in (to, frm):
+        b.require("set of .bf16", 90, (7, 8))
+    count(b, ops, 4 if combine else 3)
+    if REG_TYPES[frm][1] in "ub":
+        cmp = UNSIGNED_CMP.get(cmp, cmp)
+    try:
+        p = _one(b, target_ops.Setp(cmp, frm, ftz), b.read(ops[1], frm), b.read(ops[2], frm))
+    except PtxSyntaxError as err:  # an unknown comparison: set's own wording
+        raise b.syntax(f"set compares with a setp comparison, not .{cmp}") from err
+    if combine:
+        p = _one(b, target_ops.Binary(combine[0], "pred"), p, b.read(ops[3], "pred"))
+    bits, kind = REG_TYPES[to]
+    yes = {"f": 1.0, "s": -1}.get(kind, (1 << bits) - 1)  # 1.0, or every bit set
+    true, false = (b.const(v, to) for v in (yes, 0.0 if kind == "f" else 0))
+    b.write(ops[0], _one(b, target_ops.Selp(to), true, false, p))
 
 
 #: the carry flag (CC.CF) that ``.cc`` instructions write and ``addc``/``subc``/``madc``

@@ -50,6 +50,9 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         arrivals = parse_int(ops[1])
         if arrivals is None:  # cuda::barrier's init(&bar, block.size())
             b.emit(target_async.MbarrierInit(0), [at, b.read(ops[1], "u32")])
+        elif not 1 <= arrivals < 1 << 20:
+            raise b.syntax(f"an arrival count of {arrivals}: mbarrier.init counts 1 to "
+                           "2^20 - 1 arrivals")
         else:
             b.emit(target_async.MbarrierInit(arrivals), [at])
     elif kind == "inval" and not rest:

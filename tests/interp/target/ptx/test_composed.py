@@ -1,6 +1,7 @@
 """Instructions the reader writes as a few Target IR instructions (``sad``, ``mul24``,
 ``dp4a``, ``dp2a``, ``szext``, ``cnot``, ``testp``, the hints, the SIMD video
-instructions, carry chains, ``bmsk``, ``bfind.shiftamt``, saturating float ``cvt``): each
+instructions, carry chains, ``bmsk``, ``bfind.shiftamt``, saturating float ``cvt``,
+``set``): each
 against its PTX ISA formula computed here in Python integers and NumPy float classes."""
 
 from __future__ import annotations
@@ -221,3 +222,16 @@ def test_saturating_float_conversions() -> None:
                                   (rounded + np.float32(0)).view(np.uint32))
     half = sat("cvt.rn.sat.f16.f32 %d, %a;")
     np.testing.assert_array_equal(half, clamped.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("body, want", [
+    ("set.lo.u32.u32 %d, %a, %b;", np.where(A < B, 0xFFFFFFFF, 0)),
+    ("set.lt.f32.s32 %d, %a, %b;",
+     np.where(s32(A) < s32(B), 1.0, 0.0).astype(np.float32).view(np.uint32)),
+    ("setp.lo.u32 %p, %c, %a;\n    set.ge.xor.s32.s32 %d, %a, %b, !%p;",
+     np.where((s32(A) >= s32(B)) ^ ~(C < A), 0xFFFFFFFF, 0)),
+])
+def test_set_writes_a_comparison_as_a_number(body: str, want: np.ndarray) -> None:
+    """``set``: 1.0 or 0.0 for a float destination, every bit or none for an integer
+    one, after combining with a predicate."""
+    np.testing.assert_array_equal(run_elementwise(body, A, B, C), want.astype(np.uint32))

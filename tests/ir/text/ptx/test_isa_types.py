@@ -310,8 +310,15 @@ OPERANDS = [
     ("cvt.sat.f32.f32 %f1, %f2;", "ok"), ("cvt.rn.sat.f16.f32 %h1, %f2;", "ok"),
     ("mov.u64 %rd1, %clock64;", "ok"), ("mov.u32 %r1, %clock64;", "64 bits"),
     ("mov.u32 %r1, %globaltimer_lo;", "ok"),
+    # set: a comparison as a number
+    ("set.eq.f16.f16 %h1, %h2, %h3;", "ok"), ("set.lt.and.u32.f32 %r1, %f2, %f3, %p1;", "ok"),
+    ("set.hs.s32.u64 %r1, %rd2, %rd3;", "ok"), ("set.eq.f64.f64 %fd1, %fd2, %fd3;", "set"),
+    ("set.eq.u32.f16x2 %r1, %r2, %r3;", "unsupported"), ("set.eq.u32 %r1, %r2, %r3;", "set"),
     # sm_80's barrier forms
     ("mbarrier.init.shared.b64 [%r1], %r2;", "ok"),
+    ("mbarrier.init.shared.b64 [%r1], 0;", "count"), ("mbarrier.init.shared.b64 [%r1], -1;",
+                                                      "count"),
+    ("mbarrier.init.shared.b64 [%r1], 1048575;", "ok"),
     ("mbarrier.test_wait.shared.b64 %p1, [%r1], %rd1;", "ok"),
     ("cp.async.mbarrier.arrive.noinc.shared.b64 [%r1];", "ok"),
     ("cp.async.mbarrier.arrive.shared.u64 [%r1];", "arrive"),

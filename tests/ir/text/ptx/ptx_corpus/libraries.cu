@@ -1,7 +1,7 @@
 // Kernels written with CUDA's libraries and intrinsics: CUB's block collectives,
 // cooperative groups, the math library in float and double, the rounding intrinsics,
 // atomics (plain and cuda::atomic_ref), cuda::barrier and cuda::pipeline with
-// memcpy_async, a grid.sync() of a cooperative launch, the SIMD intrinsics, clocks and extended-precision integer arithmetic
+// memcpy_async, a grid.sync() of a cooperative launch, a decoupled look-back scan, the SIMD intrinsics, clocks and extended-precision integer arithmetic
 // in inline assembly.
 // make_ptx.sh compiles it to libraries_sm80.ptx (sm_80) for
 // tests/frontend/ptx/test_nvcc_libraries.py.
@@ -245,4 +245,40 @@ extern "C" __global__ void grid_sum(const int* in, int* partial, int* total) {
     for (unsigned b = 0; b < gridDim.x; ++b) s += partial[b];
     *total = s;
   }
+}
+
+// a single-pass prefix sum with decoupled look-back, as CUB's device-wide scan works:
+// each block publishes its aggregate, then its inclusive prefix, while its thread 0
+// spins on its predecessors' flags (blocks take their order from a ticket)
+extern "C" __global__ void lookback_scan(const int* in, int* out,
+                                         volatile unsigned long long* status, int* ticket) {
+  __shared__ int order, prefix;
+  __shared__ int sums[256];
+  if (threadIdx.x == 0) order = atomicAdd(ticket, 1);
+  __syncthreads();
+  int b = order;
+  sums[threadIdx.x] = in[b * 256 + threadIdx.x];
+  __syncthreads();
+  for (int offset = 1; offset < 256; offset *= 2) {
+    int t = threadIdx.x >= offset ? sums[threadIdx.x - offset] : 0;
+    __syncthreads();
+    sums[threadIdx.x] += t;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    int total = sums[255], before = 0;
+    if (b > 0) {
+      status[b] = (1ull << 32) | (unsigned)total;  // aggregate available
+      for (int j = b - 1;; --j) {
+        unsigned long long s;
+        do { s = status[j]; } while ((s >> 32) == 0);
+        before += (int)(unsigned)s;
+        if ((s >> 32) == 2) break;  // an inclusive prefix: done
+      }
+    }
+    status[b] = (2ull << 32) | (unsigned)(before + total);
+    prefix = before;
+  }
+  __syncthreads();
+  out[b * 256 + threadIdx.x] = prefix + sums[threadIdx.x];
 }
