@@ -368,9 +368,8 @@ class CudaModule:
     def launch(self, function: CudaFunction | str, grid: int | Sequence[int],
                block: int | Sequence[int], shared_bytes: int, args: Sequence[Any],
                cooperative: bool = False) -> None:
-        """Launch ``function`` and wait for it; NumPy arrays are copied in and back out.
-        ``cooperative`` launches with ``cuLaunchCooperativeKernel`` (every CTA resident
-        at once, the grid workspace cooperative groups' ``grid.sync()`` needs)."""
+        """Launch ``function`` and wait for it; NumPy arrays are copied in and back out;
+        ``cooperative``: with ``cuLaunchCooperativeKernel`` (for ``grid.sync()``)."""
         driver = self._driver
         fn = self.function(function) if isinstance(function, str) else function
         grid3, block3 = _dims("grid", grid), _dims("block", block)
@@ -381,13 +380,10 @@ class CudaModule:
                       for item in prepared]
             native = NativeParams(pack_params(fn.specs, values))
             opt_in_shared(driver, fn, shared_bytes)
-            if cooperative:
-                _call(driver, f"cuLaunchCooperativeKernel({fn.name})",
-                      driver.cuLaunchCooperativeKernel(fn.handle, *grid3, *block3,
-                                                       shared_bytes, 0, native.kernel_params))
-            else:
-                _call(driver, f"cuLaunchKernel({fn.name})", driver.cuLaunchKernel(
-                    fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, 0))
+            entry = "cuLaunchCooperativeKernel" if cooperative else "cuLaunchKernel"
+            extra = () if cooperative else (0,)  # the cooperative entry takes no `extra`
+            _call(driver, f"{entry}({fn.name})", getattr(driver, entry)(
+                fn.handle, *grid3, *block3, shared_bytes, 0, native.kernel_params, *extra))
             _call(driver, "cuCtxSynchronize", driver.cuCtxSynchronize())
 
     def close(self) -> None:
