@@ -224,17 +224,25 @@ def _step(y: np.ndarray, up: np.ndarray) -> np.ndarray:
     return new.astype(u).view(y.dtype)
 
 
+def toward(s: np.ndarray, side: np.ndarray, rnd: str) -> np.ndarray:
+    """``s``, a value rounded to nearest (or faithfully), rounded toward zero (``rz``),
+    -inf (``rm``) or +inf (``rp``) instead: one ulp further in the direction where the
+    exact value lies beyond ``s`` that way (``side``: the sign of exact - ``s``; an
+    overflowed ``s`` steps back to the largest finite value)."""
+    wrong = {"rz": side * np.sign(s) < 0, "rm": side < 0, "rp": side > 0}[rnd]
+    if not np.any(wrong):
+        return s
+    up = s < 0 if rnd == "rz" else np.full(np.shape(s), rnd == "rp")
+    return np.where(wrong, _step(s, up), s)
+
+
 def cvt_float(x: np.ndarray, dt: np.dtype, rnd: str, sat: bool) -> np.ndarray:
     """Float to float conversion rounding ``rn`` (or ``""``), ``rz``, ``rm`` or ``rp``."""
     y = _narrow_rne(x, dt)
     if rnd in ("rz", "rm", "rp") and not _widens(x.dtype, dt):
         with np.errstate(invalid="ignore", over="ignore"):
             x64, y64 = x.astype(F64), y.astype(F64)
-            wrong = {"rz": np.abs(y64) > np.abs(x64), "rm": y64 > x64, "rp": y64 < x64}[rnd]
-            wrong &= ~np.isnan(x64)
-            if wrong.any():
-                up = y64 < 0 if rnd == "rz" else np.full(y.shape, rnd == "rp")
-                y = np.where(wrong, _step(y, up), y)
+            y = toward(y, np.where(np.isnan(x64), 0.0, np.sign(x64 - y64)), rnd)
     if sat:
         big = np.array(ml_dtypes.finfo(dt).max, dt)
         y64 = y.astype(F64)
@@ -268,8 +276,6 @@ def round_integral(x: np.ndarray, rnd: str) -> np.ndarray:
     fn = {"rzi": np.trunc, "rni": np.rint, "rmi": np.floor, "rpi": np.ceil}[rnd]
     with np.errstate(invalid="ignore"):  # a NaN keeps its bits (NumPy would quiet it)
         return np.where(np.isnan(x), x, fn(x)).astype(x.dtype)
-
-
 
 
 def _f64_pair(op: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -312,10 +318,8 @@ def directed(op: str, a: np.ndarray, b: np.ndarray, rnd: str,
                     x = Fraction(float(a64.flat[i])) * Fraction(float(b64.flat[i]))
                     rounded = Fraction(float(s.flat[i]))
                     tail.flat[i] = (x > rounded) - (x < rounded)  # the sign of the tail
-            up = {"rz": s < 0, "rm": np.zeros(s.shape, bool), "rp": np.ones(s.shape, bool)}
-            wrong = {"rz": tail * np.sign(s) < 0, "rm": tail < 0, "rp": tail > 0}[rnd]
-            out = np.where(finite & wrong, _step(np.where(finite, s, 0.0), up[rnd]),
-                           np.where(finite, s, plain))
+            side = np.where(finite, np.sign(tail), 0.0)
+            out = toward(np.where(finite, s, plain), side, rnd)
         if rnd == "rm" and not (op == "mul" and c64 is None):
             # an exact zero sum is -0 unless both terms are +0 (IEEE 754, 6.3)
             positive = (terms[0] == 0) & ~np.signbit(terms[0]) & (terms[1] == 0) & \
@@ -326,4 +330,4 @@ def directed(op: str, a: np.ndarray, b: np.ndarray, rnd: str,
 
 __all__ = ["add_round_to_odd", "canonical_nan_where", "canonical_nans", "cvt_float",
            "cvt_float_to_int", "directed", "fma_f32", "fma_f64", "fmin_fmax",
-           "round_integral", "two_sum"]
+           "round_integral", "toward", "two_sum"]

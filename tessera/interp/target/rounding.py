@@ -3,13 +3,13 @@
 ``__fsqrt_rd``, ``__frcp_ru``, ``__ddiv_ru`` and ``__fma_rz`` write them.
 
 Each starts from the correctly rounded (to nearest) result ``s``, which NumPy computes
-in the operands' type, and the sign of the exact result's distance from it: the
-directed result is ``s`` or its neighbour toward the direction, when the exact value
-lies beyond ``s`` that way. For f32 operands the sign is exact in float64 (a product of
-two f32 values has at most 48 significant bits); for f64 it is decided with
-``fractions.Fraction``, element by element. Special operands and results (NaN,
-infinities, division by zero) are the nearest result's; a finite result beyond the
-format's range is the largest finite value where the direction points back.
+in the operands' type, and the sign of the exact result's distance from it, which
+:func:`tessera.interp.target.numeric.toward` turns into the directed result. For f32
+operands the sign is exact in float64 (a product of two f32 values has at most 48
+significant bits); for f64 it is decided with ``fractions.Fraction``, element by
+element. Special operands and results (NaN, infinities, division by zero) are the
+nearest result's; a finite result beyond the format's range is the largest finite value
+where the direction points back.
 """
 
 from __future__ import annotations
@@ -22,19 +22,6 @@ import numpy as np
 from tessera.interp.target import numeric as tn
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
-
-
-def _directed(s: np.ndarray, side: np.ndarray, rnd: str) -> np.ndarray:
-    """``s`` moved one step toward ``rnd``'s direction where the exact value lies on
-    that side of it (``side``: the sign of exact - ``s``)."""
-    dt = s.dtype
-    up = np.nextafter(s, np.array(np.inf, dt))
-    down = np.nextafter(s, np.array(-np.inf, dt))
-    if rnd == "rp":
-        return np.where(side > 0, up, s)
-    if rnd == "rm":
-        return np.where(side < 0, down, s)
-    return np.where((s > 0) & (side < 0), down, np.where((s < 0) & (side > 0), up, s))
 
 
 def _side(exact: Fraction, s: float) -> int:
@@ -64,7 +51,7 @@ def divide(a: np.ndarray, b: np.ndarray, rnd: str) -> np.ndarray:
         else:
             side = _f64_sides(s, finite, lambda i: Fraction(float(a.flat[i])) /
                               Fraction(float(b.flat[i])))
-    out = np.where(finite, _directed(s, np.where(finite, side, 0), rnd), s)
+    out = tn.toward(s, np.where(finite, side, 0), rnd)  # special values stay
     return tn.canonical_nans(out.astype(dt)) if dt == F32 else out.astype(dt)
 
 
@@ -80,7 +67,7 @@ def square_root(a: np.ndarray, rnd: str) -> np.ndarray:
         else:  # the sign of a - s^2 is that of sqrt(a) - s
             side = _f64_sides(s, finite, lambda i: Fraction(float(a.flat[i])) /
                               Fraction(float(s.flat[i])))
-    out = np.where(finite, _directed(s, np.where(finite, side, 0), rnd), s)
+    out = tn.toward(s, np.where(finite, side, 0), rnd)  # special values stay
     return tn.canonical_nans(out.astype(dt)) if dt == F32 else out.astype(dt)
 
 
@@ -91,7 +78,7 @@ def fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray, rnd: str) -> np.ndarray:
     finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
     side = _f64_sides(s, finite, lambda i: Fraction(float(a.flat[i])) *
                       Fraction(float(b.flat[i])) + Fraction(float(c.flat[i])))
-    out = np.where(finite, _directed(s, side, rnd), s)
+    out = tn.toward(s, side, rnd)
     if rnd == "rm":  # an exact zero: both terms zero, or a product that cancels c
         with np.errstate(all="ignore"):
             product = a * b

@@ -57,7 +57,7 @@ from tessera.ir.dialects.target.cfg import CfgKernel, PtxInstr, schedule_order
 _ = (_ptx_memory, _ptx_rules, _runner)  # register every step rule
 #: block executions after which a kernel is reported as not terminating
 STEP_LIMIT = 1 << 22
-#: steps whole warps may wait at a block while others run before they run next
+#: steps threads may wait at a block while others run before they run next
 FAIR_STEPS = 16
 
 
@@ -239,8 +239,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     last = np.zeros(m.n, np.int64)  # the step at which each thread last ran
     warp = m.cta * -(-m.nthreads // 32) + m.tid // 32  # each thread's warp, launch-wide
     steps = 0
-    counting = any(isinstance(i.op, target_ops.Special) and i.op.reg in target_ops.CLOCKS
-                   for bb in kernel.blocks for pi in bb.body for i in pi.instrs)
+    counting = _reads(kernel, target_ops.CLOCKS)
     try:
         with np.errstate(all="ignore"):
             while True:
@@ -318,13 +317,13 @@ def _next_group(ready: np.ndarray, pc: np.ndarray, pos: np.ndarray, rank: np.nda
                 last: np.ndarray, steps: int, warp: np.ndarray) -> tuple[int, int, np.ndarray]:
     """The block, the position in it and the threads that run next: those waiting at the
     block of lowest rank (divergent threads meet at their join before going on), unless
-    whole warps have waited :data:`FAIR_STEPS` steps while others loop (a spin lock's
-    waiters, the lock's holder starving): then the warps that waited longest, as a GPU's
-    scheduler runs every warp that can run (sm_70 and later). Threads of a warp go so
-    only where none of their warp-mates that can run waits behind them (at a block of no
-    higher rank): they never pass a join their warp has not reached, and a laggard
-    whose warp-mates wait at the join runs on (a decoupled look-back's thread 0, which
-    spins on another CTA's flag while the rest of its warp waits at ``bar.sync``)."""
+    threads have waited :data:`FAIR_STEPS` steps while others loop (a spin lock's
+    waiters, the lock's holder starving): then those that waited longest, as a GPU's
+    scheduler runs every warp that can run (sm_70 and later). Threads go so only where
+    none of their warp-mates that can run waits behind them (at a block of no higher
+    rank): they never pass a join their warp has not reached, and a laggard whose
+    warp-mates wait at the join runs on (a decoupled look-back's thread 0, which spins
+    on another CTA's flag while the rest of its warp waits at ``bar.sync``)."""
     starving = ready & (steps - last > FAIR_STEPS)
     if starving.any():  # the places where threads starve, those that waited longest first
         where = np.unique(np.stack([last[starving], pc[starving], pos[starving]]), axis=1)
@@ -342,14 +341,18 @@ def _next_group(ready: np.ndarray, pc: np.ndarray, pos: np.ndarray, rank: np.nda
     return at, first, ready & (pc == at) & (pos == first)
 
 
+def _reads(kernel: CfgKernel, regs: Sequence[str]) -> bool:
+    """Whether ``kernel`` reads one of the special registers ``regs``."""
+    return any(isinstance(i.op, target_ops.Special) and i.op.reg in regs
+               for bb in kernel.blocks for pi in bb.body for i in pi.instrs)
+
+
 def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",
            message: str = "the kernel executed trap") -> TargetFault:
     c = int(m.cta[who])
     gx, gy, _ = m.grid
     hint = None
-    if what == "trap" and not m.workspace and any(  # grid.sync() traps without one
-            isinstance(i.op, target_ops.Special) and i.op.reg in ("envreg1", "envreg2")
-            for bb in kernel.blocks for pi in bb.body for i in pi.instrs):
+    if what == "trap" and not m.workspace and _reads(kernel, ("envreg1", "envreg2")):
         hint = ("the kernel reads a cooperative launch's grid workspace (cooperative groups' "
                 "grid.sync()): run it with cooperative=True, as cudaLaunchCooperativeKernel "
                 "launches it")

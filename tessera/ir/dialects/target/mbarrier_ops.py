@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tessera.arch.mbarrier import TX_LIMIT
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Type, check_count, register_op
 from tessera.ir.dialects.target import U64, reg_of
@@ -62,7 +63,7 @@ class MbarrierArrive(_OnBarrier):
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
         super().verify(operands, results)
-        if not 1 <= self.count < 1 << 20 or (self.tx and self.count != 1):
+        if not 1 <= self.count <= TX_LIMIT or (self.tx and self.count != 1):
             raise IRVerifyError("ptx.mbarrier_arrive counts 1 to 2^20 - 1 arrivals, "
                                 "and one with expect-tx bytes")
 

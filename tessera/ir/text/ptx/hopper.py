@@ -12,6 +12,7 @@ only moves registers between warpgroups and changes no value: it is accepted.
 
 from __future__ import annotations
 
+from tessera.arch.mbarrier import TX_LIMIT
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
@@ -50,7 +51,7 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         arrivals = parse_int(ops[1])
         if arrivals is None:  # cuda::barrier's init(&bar, block.size())
             b.emit(target_async.MbarrierInit(0), [at, b.read(ops[1], "u32")])
-        elif not 1 <= arrivals < 1 << 20:
+        elif not 1 <= arrivals <= TX_LIMIT:
             raise b.syntax(f"an arrival count of {arrivals}: mbarrier.init counts 1 to "
                            "2^20 - 1 arrivals")
         else:
@@ -90,7 +91,7 @@ def _arrival_count(b: InstrBuilder, token: str) -> int:
     arrivals = _constant(b, token, "the arrival count")
     if arrivals < 1:
         raise b.syntax(f"an arrival count of {arrivals}: it is 1 or more")
-    if arrivals >= 1 << 20:  # ptxas takes it; the ISA gives it no meaning
+    if arrivals > TX_LIMIT:  # ptxas takes it; the ISA gives it no meaning
         raise b.unsupported(f"an arrival count of {arrivals} (the ISA's range: 1 to 2^20 - 1)")
     return arrivals
 
