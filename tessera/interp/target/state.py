@@ -160,6 +160,11 @@ class Machine:
                  "ctaid.x": c % gx, "ctaid.y": c // gx % gy, "ctaid.z": c // (gx * gy),
                  "nctaid.x": gx, "nctaid.y": gy, "nctaid.z": self.grid[2],
                  "laneid": self.tid % 32, "warpid": self.tid // 32}
+        if reg.startswith("lanemask_"):  # the lanes below, at or above this one's
+            lane = (self.tid % 32).astype(np.uint64)
+            below, at = (np.uint64(1) << lane) - np.uint64(1), np.uint64(1) << lane
+            table[reg] = {"eq": at, "lt": below, "le": below | at, "gt": ~(below | at),
+                          "ge": ~below}[reg[9:]] & np.uint64(0xFFFFFFFF)
         return np.broadcast_to(np.asarray(table[reg], np.uint32), (self.n,)).copy()
 
     def fault(self, instr: Instr, what: str, message: str, thread: int | None = None,

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.memory.atomics import apply_in_order, arrival
+from tessera.interp.target.memory.global_memory import check_aligned
 from tessera.interp.target.memory.steps import to_bytes
 from tessera.interp.target.regs import pure
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
@@ -96,6 +97,27 @@ def _split(fr: TargetFrame, addr: np.ndarray, act: np.ndarray) -> np.ndarray:
     return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + end)
 
 
+def _param_bytes(fr: TargetFrame, instr: Instr, off: np.ndarray, who: np.ndarray,
+                 nbytes: int, store: bool) -> np.ndarray:
+    """The kernel parameter bytes (M, nbytes) at parameter-space offsets ``off``: a
+    struct passed by value is read through its address (``mov`` of the parameter's
+    name, or ``cvta.param``). The parameter space is read-only."""
+    m: Any = fr.m
+    params = getattr(m, "params", np.zeros(0, np.uint8))
+    fail = m.failer(instr, who)
+    if store:
+        fail(0, "read-only memory", f"a store of {nbytes} bytes to the kernel's parameter "
+             f"space (offset {int(off[0])}): kernel parameters are read-only")
+    bad = off + nbytes > params.size
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        fail(k, "out of bounds", f"a read of {nbytes} bytes at parameter offset "
+             f"{int(off[k])}: the kernel's parameters take {params.size} bytes")
+    check_aligned(off, nbytes, fail, lambda x: f"a read of {nbytes} bytes at parameter "
+                  f"offset {x}")
+    return params[off[:, None] + np.arange(nbytes)]
+
+
 def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndarray,
                    nbytes: int, data: np.ndarray | None = None) -> np.ndarray:
     """Read (``data`` None: the bytes (M, nbytes)) or write ``data`` at the generic
@@ -108,7 +130,11 @@ def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndar
     in_local = (a >= ptx_ops.LOCAL_WINDOW) & (a < ptx_ops.LOCAL_WINDOW + (
         local.size if local is not None else 0))
     sh = _split(fr, a, act) & ~in_local
-    rest = ~(sh | in_local)
+    in_param = (a >= ptx_ops.PARAM_WINDOW) & (a < ptx_ops.SHARED_WINDOW)
+    if in_param.any():
+        out[in_param] = _param_bytes(fr, instr, a[in_param] - ptx_ops.PARAM_WINDOW,
+                                     act[in_param], nbytes, data is not None)
+    rest = ~(sh | in_local | in_param)
     if rest.any():
         fail = m.failer(instr, act[rest])
         if data is None:

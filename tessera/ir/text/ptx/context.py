@@ -33,6 +33,7 @@ from tessera.ir.text.ptx.lexer import (
 
 _SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid"}
 _SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid",
+                   **{f"%lanemask_{c}": f"lanemask_{c}" for c in ("eq", "lt", "le", "gt", "ge")},
                    **{f"%{c}": c for c in target_ops.CLOCKS + target_ops.ENVREGS}}
 _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
 
@@ -248,8 +249,7 @@ class InstrBuilder:
         elif t in _SPECIAL_SCALAR:
             reg = _SPECIAL_SCALAR[t]
         elif t.startswith("%") and not self.is_register(t) and (
-                t in ("%smid", "%nsmid",
-                      "%lanemask_lt", "%dynamic_smem_size") or head in _SPECIAL):
+                t in ("%smid", "%nsmid", "%dynamic_smem_size") or head in _SPECIAL):
             raise self.unsupported(f"special register {t}")
         else:
             return None

@@ -69,6 +69,15 @@ def _memory_op(b: InstrBuilder, space: str) -> str:
     return "global" if space == "const" else space
 
 
+def _param(b: InstrBuilder, token: str) -> tuple[Value, int]:
+    """A kernel ``.param`` address operand (a parameter's name, or a register holding
+    the address ``mov`` took of one) as (generic address, offset), for what the
+    parameter window of the generic space serves: byte-wide and struct-field reads."""
+    base, offset = b.read_address(token, "u64")
+    (generic,) = b.emit(ptx_ops.Cvta("param"), [base])
+    return generic, offset
+
+
 def _local(b: InstrBuilder, token: str) -> tuple[Value, int]:
     """A ``.local`` address operand as (generic address, offset): local memory is
     reached through its generic window."""
@@ -78,6 +87,8 @@ def _local(b: InstrBuilder, token: str) -> tuple[Value, int]:
 
 
 _BYTES = ("u8", "s8", "b8")
+_ST_PARAM = ("st.param writes the .param variables of a call sequence or a function's return "
+             "values, not a kernel's parameters")
 
 
 def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
@@ -97,12 +108,15 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     space = _param_space(b, _memory_op(b, space), ops[1] if b.head == "ld" else ops[0])
     if vec not in (1, 2, 4):
         raise b.syntax(f"a vector of bytes is .v2 or .v4, not .v{vec}")
-    if space not in ("global", "shared", "", "local"):
+    if space not in ("global", "shared", "", "local", "param"):
         raise b.unsupported(f"byte accesses in the .{space} state space")
+    if space == "param" and b.head == "st":
+        raise b.syntax(_ST_PARAM)
     elem = "u32" if space == "shared" else "u64"
     at = ops[1] if b.head == "ld" else ops[0]
-    addr, offset = _local(b, at) if space == "local" else b.read_address(at, elem)
-    space = "" if space == "local" else space
+    addr, offset = (_local(b, at) if space == "local" else _param(b, at)
+                    if space == "param" else b.read_address(at, elem))
+    space = "" if space in ("local", "param") else space
     if b.head == "ld":
         (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset, vec), [addr])
         b.write(ops[0], d)
@@ -133,11 +147,12 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     space = _param_space(b, _memory_op(b, space), ops[1])
     if space != "param" and b.address(ops[1])[0] in b.scope.params:
         raise b.syntax(f"kernel parameter {b.address(ops[1])[0]} is read with ld.param")
-    if space == "param":
+    if space == "param" and b.address(ops[1])[0] in b.scope.params:
         base, offset = b.address(ops[1])
-        if base not in b.scope.params:
-            raise b.unsupported("ld.param from a register address")
         (d,) = b.emit(ptx_ops.ParamLoad(base, t, offset, vec))
+    elif space == "param":  # through a register: the address mov took of a parameter
+        addr, offset = _param(b, ops[1])
+        (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset), [addr])
     elif space in ("", "local"):
         addr, offset = (_local(b, ops[1]) if space else b.read_address(ops[1], "u64"))
         (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset), [addr])
@@ -159,8 +174,7 @@ def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.syntax("st.const does not exist: constant memory is read-only")
     space = _param_space(b, space, ops[0])
     if space == "param":
-        raise b.syntax("st.param writes the .param variables of a call sequence or "
-                       "a function's return values, not a kernel's parameters")
+        raise b.syntax(_ST_PARAM)
     value = b.read(ops[1], t) if vec == 1 or ops[1].strip().startswith("{") else None
     if value is None:
         raise b.syntax(f"a .v{vec} store needs {{...}} registers")

@@ -339,6 +339,14 @@ OPERANDS = [
      "%p1, 2, 1, 0, 1;", "scales"),
     ("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4}, %rd1, %rd2, "
      "%p1, -1, 1, 0, 1;", "unsupported"),
+    # a struct parameter's fields: bytes, and reads through the address mov takes of it
+    ("ld.param.u8 %h1, [p];", "ok"), ("ld.param.s8 %r1, [p+1];", "ok"),
+    ("ld.param.v4.u8 {%h1, %h2, %h3, %h4}, [p];", "ok"),
+    ("ld.param.v2.u64 {%rd2, %rd3}, [%rd1+16];", "ok"), ("st.param.u8 [p], %h1;", "write"),
+    # the lane masks are 32-bit special registers
+    ("mov.u32 %r1, %lanemask_le;", "ok"), ("mov.u32 %r1, %lanemask_ge;", "ok"),
+    ("mov.u32 %r1, %lanemask_eq;", "ok"), ("cvt.u64.u32 %rd2, %lanemask_lt;", "ok"),
+    ("mov.u64 %rd1, %lanemask_gt;", "32 bits"),
 ]
 
 
