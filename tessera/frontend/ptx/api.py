@@ -8,8 +8,10 @@ Arguments, one per ``.param`` of the ``.entry``: a NumPy array for a 64-bit poin
 parameter (placed at a 256-byte aligned global address and updated in place), a NumPy
 scalar for a value parameter (its kind and size must match the PTX type: an
 ``np.int32`` fits ``.u32``/``.s32``/``.b32``, an ``np.float32`` only ``.f32``), a
-Python ``int``/``float`` that fits the type, and :func:`tensor_map` for a
-``.align 64 .b8 name[128]`` tensor-map parameter. ``shared_bytes`` is the dynamic
+Python ``int``/``float`` that fits the type, :func:`tensor_map` for a
+``.align 64 .b8 name[128]`` tensor-map parameter, ``ts.ptx.struct(...)`` (or the raw
+bytes) for a struct passed by value (``.b8 name[N]``) and ``ts.ptx.pointer(array,
+offset)`` for a pointer into an array. ``shared_bytes`` is the dynamic
 shared memory (``.extern .shared``). A kernel bug (out-of-bounds or misaligned access,
 shared-memory race, uninitialised shared read, async copy read before its wait,
 divergent barrier, mbarrier phase that never completes) raises
@@ -28,8 +30,9 @@ import numpy as np
 from tessera.arch.limits import launch_problem
 from tessera.errors import ArgumentError, Loc, user_api
 from tessera.files import read_text
+from tessera.frontend.ptx.structs import DevicePointer, Placer, Struct
 from tessera.interp.target.memory.async_copy import TmaValue
-from tessera.interp.target.memory.state import GlobalMemory
+from tessera.interp.target.memory.state import GLOBAL_BASE, GlobalMemory
 from tessera.interp.target.ptx.run import run_cfg
 from tessera.ir.dialects.target.cfg import CfgKernel, KernelParam
 from tessera.ir.dialects.target.ptx_ops import PARAM_WINDOW
@@ -122,6 +125,27 @@ def _scalar_bytes(p: KernelParam, k: int, a: Any) -> np.ndarray:
     return np.frombuffer((a & ((1 << bits) - 1)).to_bytes(p.size, "little"), np.uint8)
 
 
+def _by_value(p: KernelParam, k: int, a: Any, place: Placer) -> np.ndarray:
+    """The bytes of a struct passed by value for a ``.b8 name[N]`` parameter: a
+    :func:`~tessera.frontend.ptx.structs.struct`, or N raw bytes."""
+    where = f"argument {k} ({p.name}, .b8[{p.array}])"
+    if isinstance(a, Struct):
+        raw = a.pack(place)
+    elif isinstance(a, (bytes, bytearray)) or (isinstance(a, np.void)):
+        raw = np.frombuffer(bytes(a) if not isinstance(a, np.void) else a.tobytes(), np.uint8)
+    else:
+        raise ArgumentError(f"{where}: a struct passed by value, not {type(a).__name__}",
+                            hint="pass ts.ptx.struct(field, ...) with the fields of the C "
+                            f"struct, or its {p.array} bytes" + (
+                                "; a tensor map is ts.ptx.tensor_map(array, box=...)"
+                                if p.array == 128 else ""))
+    if raw.size != p.array:
+        raise ArgumentError(f"{where}: the struct has {raw.size} bytes, the parameter "
+                            f"{p.array}", hint="check the fields' types and order against "
+                            "the C struct (padding follows C's alignment rules)")
+    return raw
+
+
 class PtxKernel:
     """One ``.entry`` of a loaded PTX module, runnable on the CPU."""
 
@@ -143,7 +167,7 @@ class PtxKernel:
     def run(self, grid: Any = 1, block: Any = 1, args: Sequence[Any] = (),
             shared_bytes: int = 0, check_races: bool = True,
             symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
-            cooperative: bool = False) -> None:
+            cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
@@ -152,7 +176,10 @@ class PtxKernel:
         accumulation an H100/H200 performs (truncating; :mod:`tessera.arch.mma_hopper`)
         instead of the exact sums, to predict a Hopper GPU's output bit for bit.
         ``cooperative=True`` launches as ``cudaLaunchCooperativeKernel`` does, with the
-        grid workspace cooperative groups' ``grid.sync()`` needs."""
+        grid workspace cooperative groups' ``grid.sync()`` needs. ``buffers`` places
+        arrays at the device addresses given, for a kernel that reaches them through
+        addresses inside its arguments (a pointer argument given as an int, a struct's
+        bytes, a pointer stored in memory), as a recorded CUDA program's launches do."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         params = self.ir.params
         if len(args) != len(params):
@@ -185,17 +212,24 @@ class PtxKernel:
                                          f"{a.dtype}{list(a.shape)})")
             return placed[id(a)]
 
+        for address, a in (buffers or {}).items():
+            placed[id(a)] = self._place_at(glob, a, address)
         for k, (p, a) in enumerate(zip(params, args)):
-            if p.array:
+            def placer(x: np.ndarray, k: int = k) -> int:
+                return place(x, k)
+
+            if p.array and isinstance(a, TensorMapArgument):
                 tmaps[PARAM_WINDOW + p.offset] = self._tensor_map(
                     p, k, a, place, lambda base: glob.bytes[glob.bases.index(base)])
-            elif isinstance(a, np.ndarray) and a.ndim > 0:
+            elif p.array:
+                space[p.offset:p.offset + p.size] = _by_value(p, k, a, placer)
+            elif isinstance(a, DevicePointer) or (isinstance(a, np.ndarray) and a.ndim > 0):
                 if p.size != 8 or p.type == "f64":
                     raise ArgumentError(f"argument {k} ({p.name}, .{p.type}): an array needs "
                                         "a 64-bit pointer parameter")
-                address = place(a, k)
+                ptr = a if isinstance(a, DevicePointer) else DevicePointer(a)
                 space[p.offset:p.offset + 8] = np.frombuffer(
-                    np.uint64(address).tobytes(), np.uint8)
+                    np.uint64(ptr.address(placer)).tobytes(), np.uint8)
             else:
                 raw = _scalar_bytes(p, k, a[()] if isinstance(a, np.ndarray) else a)
                 space[p.offset:p.offset + p.size] = raw
@@ -225,15 +259,30 @@ class PtxKernel:
             raise ArgumentError(f"the module has no variable {next(iter(symbols))!r}",
                                 hint=f"its .global/.const variables: {names}")
 
+    @staticmethod
+    def _place_at(glob: GlobalMemory, a: Any, address: Any) -> int:
+        """Place buffer ``a`` at device address ``address`` (checked)."""
+        where = f"the buffer at {address:#x}" if isinstance(address, int) else \
+            f"the buffer at {address!r}"
+        if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or not a.flags.writeable:
+            raise ArgumentError(f"{where}: pass a writeable C-contiguous NumPy array")
+        if isinstance(address, bool) or not isinstance(address, (int, np.integer)) or \
+                address < GLOBAL_BASE or address % 256 or address + a.nbytes > 1 << 64:
+            raise ArgumentError(f"{where}: a device address is an int of 64 bits, a multiple "
+                                f"of 256, from {GLOBAL_BASE:#x} up", hint="give the address "
+                                "the CUDA program's allocation had (cudaMalloc aligns to 256)")
+        if (other := glob.overlap(int(address), a.nbytes)) is not None:
+            raise ArgumentError(f"{where}: its {a.nbytes} bytes overlap {other}")
+        return glob.add(a, f"the buffer at {int(address):#x} ({a.dtype}{list(a.shape)})",
+                        int(address))
+
     def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,
                     glob_bytes: Any) -> TmaValue:
         from tessera.arch.tma import row_major_2d
 
-        if p.array != 128 or not isinstance(a, TensorMapArgument):
-            raise ArgumentError(f"argument {k} ({p.name}, .b8[{p.array}]): pass "
-                                "ts.ptx.tensor_map(array, box=..., swizzle=...)"
-                                if p.array == 128 else f"argument {k}: by-value array "
-                                f"parameters of {p.array} bytes are not supported")
+        if p.array != 128:
+            raise ArgumentError(f"argument {k} ({p.name}, .b8[{p.array}]): a tensor map "
+                                "is a parameter of 128 bytes")
         base = place(a.array, k)
         tmap = row_major_2d(a.elem, base, a.array.shape, a.box, a.swizzle).validate()
         return TmaValue(tmap, glob_bytes(base))

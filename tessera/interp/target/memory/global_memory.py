@@ -1,8 +1,9 @@
 """Simulated global memory of the Target IR interpreter: each array argument lives at a
-fake, 256-byte aligned address (``GLOBAL_BASE + k * GLOBAL_STRIDE``); an address
-resolves to (buffer, byte offset) with one ``np.searchsorted`` for all threads.
-Accesses must lie inside one buffer and be aligned to their size (PTX ISA sec. 5.4.3
-"Alignment": naturally aligned accesses)."""
+fake, 256-byte aligned address (``GLOBAL_BASE + k * GLOBAL_STRIDE``, or one the caller
+chose, as a replayed CUDA program's allocations keep theirs); an address resolves to
+(buffer, byte offset) with one ``np.searchsorted`` for all threads. Accesses must lie
+inside one buffer and be aligned to their size (PTX ISA sec. 5.4.3 "Alignment":
+naturally aligned accesses)."""
 
 from __future__ import annotations
 
@@ -31,16 +32,30 @@ class GlobalMemory:
         self.bases: list[int] = []
         self.bytes: list[np.ndarray] = []
         self.names: list[str] = []
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None  # (bases, order)
 
-    def add(self, array: np.ndarray, name: str) -> int:
-        """Place a C-contiguous array in memory; return its address."""
+    def add(self, array: np.ndarray, name: str, address: int | None = None) -> int:
+        """Place a C-contiguous array in memory, at ``address`` or the next free slot;
+        return its address. Buffers keep their index in the order they were added."""
         if array.nbytes >= GLOBAL_STRIDE:
             raise ValueError(f"{name} is too large for the simulated address space")
-        base = GLOBAL_BASE + GLOBAL_STRIDE * len(self.bases)
-        self.bases.append(base)
+        if address is None:
+            address = GLOBAL_BASE + GLOBAL_STRIDE * len(self.bases)
+            while self.overlap(address, array.nbytes) is not None:
+                address += GLOBAL_STRIDE
+        self.bases.append(address)
         self.bytes.append(array.reshape(-1).view(np.uint8))
         self.names.append(name)
-        return base
+        self._sorted = None
+        return address
+
+    def overlap(self, address: int, nbytes: int) -> str | None:
+        """The name of a placed buffer that bytes ``[address, address + nbytes)`` would
+        overlap, or None."""
+        for base, buf, name in zip(self.bases, self.bytes, self.names, strict=True):
+            if address < base + max(buf.size, 1) and base < address + max(nbytes, 1):
+                return name
+        return None
 
     def resolve(self, addr: np.ndarray, nbytes: int, fail: Fail, what: str = "access",
                 align: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -50,11 +65,15 @@ class GlobalMemory:
         if not self.bases:
             fail(0, "out of bounds", f"global {what} at address {int(a[0]):#x}: the launch "
                  "has no global buffers")
-        bases = np.asarray(self.bases, np.int64)
+        if self._sorted is None:
+            order = np.argsort(np.asarray(self.bases, np.int64), kind="stable")
+            self._sorted = np.asarray(self.bases, np.int64)[order], order
+        starts, order = self._sorted
         sizes = np.asarray([b.size for b in self.bytes], np.int64)
-        k = np.searchsorted(bases, a, side="right") - 1
+        j = np.searchsorted(starts, a, side="right") - 1
+        k = np.where(j < 0, -1, order[np.maximum(j, 0)])
         safe = np.maximum(k, 0)
-        off = a - bases[safe]
+        off = a - np.asarray(self.bases, np.int64)[safe]
         bad = (k < 0) | (off + nbytes > sizes[safe])
         if np.any(bad):
             i = int(np.flatnonzero(bad)[0])
