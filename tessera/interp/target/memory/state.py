@@ -28,6 +28,8 @@ shared memory, instead of a fill of every byte's records.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tessera.interp.target.memory.chunks import (
@@ -82,6 +84,9 @@ class SharedMemory(SharedWindow):
         # yet ordered before other threads' accesses by a bar.sync (-1: visible to all)
         self.init_by = np.full(ncta * -(-size // 8), _NONE, np.int32)
         self.races = races
+        #: where set, a read of unwritten bytes is passed to it (reading thread ids, the
+        #: first such byte) instead of failing: the PTX runner follows the value
+        self.defer: Callable[[np.ndarray, str], None] | None = None
         if races:
             with small_pages():  # zero pages: touched only where the kernel accesses
                 self.writer_code = np.zeros(n, np.int32)  # code_last of the writer
@@ -149,6 +154,9 @@ class SharedMemory(SharedWindow):
             if not ok.all():
                 i = int(np.flatnonzero(~ok.all(axis=1))[0])
                 j = int(np.flatnonzero(~ok[i])[0])
+                if self.defer is not None and what == "uninitialised shared read":
+                    self.defer(me[~ok.all(axis=1)], self._where(flat[i, j]))
+                    continue
                 fail(i, what, self._where(flat[i, j]))
         if self.races and race and self.written[me // self.nthreads].any():
             w = get(self.writer_code)

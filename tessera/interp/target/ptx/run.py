@@ -40,6 +40,7 @@ from tessera.interp.target.ptx import memory as _ptx_memory
 from tessera.interp.target.ptx import rules as _ptx_rules
 from tessera.interp.target.ptx.memory import LocalMemory
 from tessera.interp.target.ptx.parked import Parked
+from tessera.interp.target.ptx.poison import Poison, classify
 from tessera.interp.target.ptx.printf import flush as flush_printed
 from tessera.interp.target.state import (
     DTYPES,
@@ -76,6 +77,7 @@ class CfgMachine(Machine):
         self.tmaps = tmaps
         self.executed = np.zeros(self.n, np.uint64)  # instructions each thread has run
         self.workspace = 0  # a cooperative launch's grid workspace (0: none)
+        self.poison = Poison(self.n)  # registers holding unwritten shared bytes
 
     def clock(self, reg: str) -> np.ndarray:
         """``%clock64``, ``%clock`` (its low 32 bits) and ``%clock_hi`` (its high 32
@@ -148,6 +150,7 @@ class _Compiled:
         # a CTA-wide bar.sync stops waiting for exited threads; a named one counts
         self.barrier = any(isinstance(i.op, target_ops.Bar) and not i.op.count
                            for i in pi.instrs)
+        self.loads, self.sink, self.rule = classify(pi)
         self.reads = [(comp.slot(v), names, _elem(v)) for v, names in pi.reads]
         self.writes = [(comp.slot(v), names, _elem(v),
                         [_storage(kernel.registers[n]) for n in names])
@@ -183,19 +186,31 @@ def _renamed(err: InterpretError, pi: PtxInstr) -> InterpretError:
 
 def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
                mask: np.ndarray, m: CfgMachine, exited: np.ndarray) -> None:
+    poison = m.poison
+    if poison.active:
+        poison.check_guard(m, ci.pi.guard, mask, f"the guard of {ci.pi.text} (line "
+                           f"{ci.pi.loc.line})")
     mask = _guard(phys, ci.pi.guard, mask)
     if not mask.any():
         return
+    if poison.active:
+        poison.check_uses(m, ci.pi, ci.sink, mask)
     for slot, names, elem in ci.reads:
         if len(names) == 1:
             regs[slot] = read_register(phys[names[0]], elem)
         else:
             regs[slot] = np.stack([read_register(phys[n], elem) for n in names], axis=1)
     frame_mask = mask | exited if ci.barrier else mask
+    if ci.loads:  # an unwritten shared byte it reads marks the value, not a fault
+        m.shared.defer = lambda who, where: poison.note_read(ci.pi, who, where)
     try:
         run(ci.steps, TargetFrame(regs, frame_mask, m))
     except InterpretError as err:
         raise _renamed(err, ci.pi) from None
+    finally:
+        m.shared.defer = None
+    if poison.active or poison.fresh is not None:
+        poison.propagate(ci.pi, ci.rule, phys, mask)
     for slot, names, elem, stores in ci.writes:
         value = regs[slot]
         cols = [value] if len(names) == 1 else [value[:, k] for k in range(len(names))]
@@ -284,6 +299,9 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 if end.kind == "jump":
                     pc[mask] = end.target
                 elif end.kind == "cond":
+                    if m.poison.active:
+                        m.poison.check_guard(m, end.guard, mask, f"the branch {end.text} "
+                                             f"(line {end.loc.line})")
                     taken = _guard(phys, end.guard, mask)
                     pc[taken] = end.target
                     pc[mask & ~taken] = end.fallthrough
