@@ -10,6 +10,7 @@
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
     tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
+    tessera run-cuda FILE.cu [--arch sm_80] [-- ARGS...] (tessera.frontend.cuda.command)
     tessera explain FILE.py:FUNC [--arg ...] --html out.html (tessera.explain.command)
 
 ``FUNC`` is a ``@ts.kernel`` or a graph function (a plain ``def`` or ``@ts.jit``); its
@@ -40,6 +41,7 @@ from tessera.conformance.command import add_parser as add_conformance_parser
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.explain.command import add_parser as add_explain_parser
 from tessera.files import read_text, write_output
+from tessera.frontend.cuda.command import add_parser as add_run_cuda_parser
 
 
 def _load(target: str, args: argparse.Namespace) -> Any:
@@ -304,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_passes)
     add_conformance_parser(sub)
     cli_ptx.add_parser(sub)
+    add_run_cuda_parser(sub)
     add_explain_parser(sub)
     return parser
 

@@ -273,8 +273,7 @@ class PtxKernel:
                                 "the CUDA program's allocation had (cudaMalloc aligns to 256)")
         if (other := glob.overlap(int(address), a.nbytes)) is not None:
             raise ArgumentError(f"{where}: its {a.nbytes} bytes overlap {other}")
-        return glob.add(a, f"the buffer at {int(address):#x} ({a.dtype}{list(a.shape)})",
-                        int(address))
+        return glob.add(a, f"the buffer at {int(address):#x}", int(address))
 
     def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,
                     glob_bytes: Any) -> TmaValue:

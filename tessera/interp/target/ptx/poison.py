@@ -64,7 +64,7 @@ class Poison:
             for _, names in pi.reads:
                 for name in names:
                     if name in self.regs:
-                        self._fault_if(m, self.regs[name], mask, f"{pi.text} (line "
+                        self._fault_if(m, self.regs[name], mask, f"{pi.text} (PTX line "
                                        f"{pi.loc.line})")
 
     def propagate(self, pi: PtxInstr, rule: tuple[Any, ...] | None,

@@ -188,7 +188,7 @@ def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
                mask: np.ndarray, m: CfgMachine, exited: np.ndarray) -> None:
     poison = m.poison
     if poison.active:
-        poison.check_guard(m, ci.pi.guard, mask, f"the guard of {ci.pi.text} (line "
+        poison.check_guard(m, ci.pi.guard, mask, f"the guard of {ci.pi.text} (PTX line "
                            f"{ci.pi.loc.line})")
     mask = _guard(phys, ci.pi.guard, mask)
     if not mask.any():
@@ -301,7 +301,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 elif end.kind == "cond":
                     if m.poison.active:
                         m.poison.check_guard(m, end.guard, mask, f"the branch {end.text} "
-                                             f"(line {end.loc.line})")
+                                             f"(PTX line {end.loc.line})")
                     taken = _guard(phys, end.guard, mask)
                     pc[taken] = end.target
                     pc[mask & ~taken] = end.fallthrough

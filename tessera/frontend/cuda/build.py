@@ -1,0 +1,121 @@
+"""Building a CUDA program for ``tessera run-cuda``: one nvcc call makes both the PTX
+of its kernels (kept from nvcc's intermediate files) and a shared library of its host
+code linked with tessera's runtime (``runtime.cpp``) instead of CUDA's.
+
+nvcc is ``$TESSERA_NVCC``, the ``nvidia-cuda-nvcc`` wheel's or the one on ``PATH``; it
+needs a host C++ compiler. CUB, Thrust and libcu++ come from the ``nvidia-cuda-cccl``
+wheel where it is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tessera.errors import Loc, TesseraError
+
+NVCC_ENV = "TESSERA_NVCC"
+RUNTIME = Path(__file__).with_name("runtime.cpp")
+#: what nvcc says of a line of the user's source: ``file(line): error: ...``
+_SOURCE_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error",
+                           re.MULTILINE)
+_UNDEFINED = re.compile(r"undefined reference to `(\w+)")
+_ARCH = re.compile(r"^sm_(\d+)a?$")
+
+
+class CudaBuildError(TesseraError):
+    """A CUDA program that nvcc does not build for ``tessera run-cuda``."""
+
+    kind = "CUDA build error"
+
+
+@dataclass(frozen=True)
+class Built:
+    """A built program: its host code as a shared library and its kernels' PTX."""
+
+    library: Path
+    ptx: Path
+    sm: int
+
+
+def find_nvcc() -> str:
+    """The nvcc to use, or :class:`CudaBuildError` when there is none."""
+    override = os.environ.get(NVCC_ENV, "").strip()
+    if override:
+        return override
+    for root in sys.path:
+        candidate = Path(root) / "nvidia" / "cu13" / "bin" / "nvcc"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("nvcc")
+    if found is None:
+        raise CudaBuildError("no nvcc found", loc=Loc("nvcc", 0),
+                             hint=f"pip install nvidia-cuda-nvcc, or set {NVCC_ENV}")
+    return found
+
+
+def _includes(nvcc: str) -> list[str]:
+    """CCCL's headers (CUB, Thrust) beside the wheel's nvcc, where that wheel is there."""
+    cccl = Path(nvcc).resolve().parent.parent / "include" / "cccl"
+    return [f"-I{cccl}"] if cccl.is_dir() else []
+
+
+def build(source: str | os.PathLike[str], arch: str = "sm_80", out: Path | None = None,
+          flags: tuple[str, ...] = ()) -> Built:
+    """Build ``source`` (a ``.cu`` file) for ``arch`` into ``out`` (by default a cache
+    folder keyed by the source, the flags and the runtime), reusing an earlier build."""
+    src = Path(source)
+    if not src.is_file():
+        raise CudaBuildError(f"no file {str(source)!r}", loc=Loc(str(source), 0))
+    m = _ARCH.match(arch)
+    if m is None or int(m.group(1)) < 80:
+        raise CudaBuildError(f"target {arch!r}: tessera runs sm_80 and newer",
+                             loc=Loc(str(source), 0), hint="give --arch sm_80, sm_86, sm_89 "
+                             "or sm_90a")
+    sm = int(m.group(1))
+    nvcc = find_nvcc()
+    key = hashlib.sha256(b"\0".join([src.read_bytes(), RUNTIME.read_bytes(),
+                                     Path(__file__).read_bytes(), arch.encode(),
+                                     *(f.encode() for f in flags)])).hexdigest()[:16]
+    out = out or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
+        "tessera" / "run-cuda" / f"{src.stem}-{key}"
+    built = Built(out / f"lib{src.stem}.so", out / f"{src.stem}.ptx", sm)
+    if built.library.is_file() and built.ptx.is_file():
+        return built
+    out.mkdir(parents=True, exist_ok=True)
+    compute = f"compute_{arch[3:]}"  # PTX only: tessera runs it, nothing needs SASS
+    cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "--no-undefined",
+           "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", f"-DTESSERA_SM={sm}",
+           "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags, str(src), str(RUNTIME),
+           "-o", str(built.library)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise _failure(src, done.stdout + done.stderr)
+    return built
+
+
+def _failure(src: Path, log: str) -> CudaBuildError:
+    """The build's error, at the user's line where nvcc names one."""
+    missing = sorted(set(_UNDEFINED.findall(log)))
+    if missing:
+        return CudaBuildError(
+            f"the program calls CUDA functions tessera's runtime does not provide: "
+            f"{', '.join(missing)}", loc=Loc(str(src), 0),
+            hint="tessera runs kernels through the CUDA runtime API's launch, memory, "
+            "symbol, device, stream and event calls (docs/ptx-backend.md, \"Whole CUDA "
+            "programs\"); the driver API and libraries such as cuBLAS are not modelled")
+    at = _SOURCE_ERROR.search(log)
+    loc = Loc(at.group("file"), int(at.group("line"))) if at else Loc(str(src), 0)
+    hint = ("nvcc needs a host C++ compiler (g++) on PATH"
+            if "failed to find host compiler" in log or "g++: not found" in log else
+            "fix the source where nvcc points")
+    return CudaBuildError(f"nvcc failed:\n{log.strip()}", loc=loc, hint=hint)
+
+
+__all__ = ["NVCC_ENV", "Built", "CudaBuildError", "build", "find_nvcc"]

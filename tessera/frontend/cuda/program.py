@@ -1,0 +1,194 @@
+"""Running a built CUDA program in this process: its ``main`` runs natively, and each
+kernel launch it makes runs on the CPU through :mod:`tessera.frontend.ptx`.
+
+Device memory is anonymous ``mmap`` memory (page-aligned, far above the interpreter's
+own address windows) placed in every launch at its own address, so pointers the host
+code holds, stores in device memory and struct arguments all mean what they mean on a
+GPU. ``__device__``/``__constant__`` variables are their host shadows. A kernel fault
+ends the program with :data:`FAULT_EXIT` after its report, as a GPU's sticky error
+would end it (a program that went on would read what the kernel never wrote); a launch
+that a GPU would refuse returns its CUDA error to the program, which may check it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import ArgumentError, Loc, TesseraError
+from tessera.frontend.cuda.build import Built
+from tessera.frontend.ptx.api import PtxKernel, load
+
+#: the exit status of a program whose kernel faulted (compute-sanitizer's default too)
+FAULT_EXIT = 1
+_INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint),
+                           ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+_ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
+_FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class DeviceMemory:
+    """The program's device allocations by address."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[int, np.ndarray] = {}
+
+    def alloc(self, nbytes: int) -> int:
+        """A zeroed allocation of ``nbytes`` (at least one page); its address."""
+        region = mmap.mmap(-1, max(int(nbytes), 1))
+        array = np.frombuffer(region, np.uint8)
+        address = array.ctypes.data
+        self.arrays[address] = array
+        return address
+
+    def free(self, address: int) -> int:
+        """0, or 1 when ``address`` is no allocation (cudaFree's invalid value)."""
+        return 0 if self.arrays.pop(address, None) is not None else 1
+
+
+class CudaProgram:
+    """A built program loaded for a run: its library, kernels and device memory."""
+
+    def __init__(self, built: Built, check_races: bool = True) -> None:
+        self.lib = ctypes.CDLL(str(built.library))
+        self.ptx = built.ptx
+        self.module = load(built.ptx)
+        self.source = source_lines(built.ptx.read_text())
+        self.memory = DeviceMemory()
+        self.check_races = check_races
+        self.launches = 0
+        self.symbols = self._symbols()
+        self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
+                       _FREE(self.memory.free))  # kept alive while C holds them
+        self.lib.tessera_set_hooks(*self._hooks)
+
+    def _symbols(self) -> dict[str, np.ndarray]:
+        """Each ``__device__``/``__constant__`` variable's host shadow, by PTX name."""
+        out = {}
+        get = self.lib.tessera_symbol
+        get.restype = ctypes.c_char_p
+        host, size = ctypes.c_void_p(), ctypes.c_size_t()
+        for k in range(self.lib.tessera_symbol_count()):
+            name = get(k, ctypes.byref(host), ctypes.byref(size)).decode()
+            buf = (ctypes.c_uint8 * max(size.value, 1)).from_address(host.value)
+            out[name] = np.frombuffer(buf, np.uint8)[:size.value]
+        return out
+
+    def main(self, argv: Sequence[str]) -> int:
+        """Run the program's ``main`` with ``argv`` (``argv[0]`` its name); its status."""
+        args = (ctypes.c_char_p * (len(argv) + 1))(*(a.encode() for a in argv), None)
+        status = self.lib.main(len(argv), args)
+        _flush()
+        return int(status)
+
+    def _launch(self, name: bytes, dims: Any, shared: int, argp: Any, coop: int) -> int:
+        try:
+            kernel = self.module.kernel(name.decode())
+            grid, block = tuple(dims[:3]), tuple(dims[3:6])
+            kernel.run(grid=grid, block=block, args=_arguments(kernel, argp),
+                       shared_bytes=int(shared), check_races=self.check_races,
+                       symbols=self._symbols_of(kernel), cooperative=bool(coop),
+                       buffers=self.memory.arrays)
+            self.launches += 1
+            sys.stdout.flush()
+            return 0
+        except ArgumentError as err:  # a launch a GPU refuses: the program sees its error
+            print(_demangled(f"tessera run-cuda: launch of '{name.decode()}' failed: {err}",
+                             name.decode()), file=sys.stderr)
+            return _INVALID_CONFIGURATION
+        except TesseraError as err:
+            where = self.source.get(err.loc.line) if err.loc.file == str(self.ptx) else None
+            if where is not None:  # the user's line first, the PTX instruction after
+                ptx = err.loc
+                err = err.relocated(where)
+                err.args = (f"{err.args[0]}\n  in PTX: {ptx}",)
+            report = _demangled(str(err), name.decode())
+            _end(f"tessera run-cuda: kernel fault in launch {self.launches + 1}:\n{report}")
+        except BaseException as err:  # nothing may unwind through C frames
+            _end(f"tessera run-cuda: internal error in a launch: {err!r}")
+        return 0  # not reached
+
+    def _symbols_of(self, kernel: PtxKernel) -> dict[str, np.ndarray]:
+        names = {v.name for v in kernel.ir.globals}
+        return {n: a for n, a in self.symbols.items() if n in names}
+
+
+def source_lines(ptx: str) -> dict[int, Loc]:
+    """The CUDA source line (``.loc`` of nvcc's ``-lineinfo``) of each PTX line that
+    follows one, within its function."""
+    lines = ptx.splitlines()
+    files = {w[1]: _shown(w[2].strip('",')) for w in (line.split() for line in lines)
+             if w[:1] == [".file"] and len(w) >= 3}  # nvcc writes them at the end
+    out: dict[int, Loc] = {}
+    at: Loc | None = None
+    for number, line in enumerate(lines, 1):
+        words = line.split()
+        if words[:1] == [".loc"] and len(words) >= 3 and words[1] in files:
+            if words[2] != "0":  # line 0: code of no one line; the last line stands
+                at = Loc(files[words[1]], int(words[2]))
+        elif words[:1] == ["}"]:
+            at = None
+        elif at is not None:
+            out[number] = at
+    return out
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it (nvcc's line
+    table names files by absolute path)."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _arguments(kernel: PtxKernel, argp: Any) -> list[Any]:
+    """The launch's arguments as their bytes say: structs as bytes, pointers and values
+    as NumPy scalars of their parameter's type."""
+    out: list[Any] = []
+    for k, p in enumerate(kernel.params):
+        raw = ctypes.string_at(argp[k], p.size)
+        if p.array:
+            out.append(raw)
+        else:
+            kind = {"u": "u", "b": "u", "s": "i", "f": "f"}.get(p.type[0], "u")
+            out.append(np.frombuffer(raw, f"{kind}{p.size}")[0])
+    return out
+
+
+def _demangled(text: str, name: str) -> str:
+    """``text`` with the kernel's C++ name for its mangled one (by ``c++filt``)."""
+    tool = shutil.which("c++filt")
+    if tool is None or not name.startswith("_Z"):
+        return text
+    plain = subprocess.run([tool, name], capture_output=True, text=True).stdout.strip()
+    return text.replace(f"'{name}'", f"'{plain}'") if plain else text
+
+
+def _flush() -> None:
+    """The program's C output buffers, then Python's, so that output keeps its order."""
+    ctypes.CDLL(None).fflush(None)
+    sys.stdout.flush()
+
+
+def _end(report: str) -> None:
+    _flush()
+    print(report, file=sys.stderr, flush=True)
+    os._exit(FAULT_EXIT)
+
+
+def run_program(built: Built, argv: Sequence[str], check_races: bool = True) -> int:
+    """Run a built program's ``main`` here; its exit status."""
+    program = CudaProgram(built, check_races)
+    return program.main([str(Path(built.library).stem.removeprefix("lib")), *argv])
+
+
+__all__ = ["FAULT_EXIT", "CudaProgram", "DeviceMemory", "run_program"]

@@ -1,0 +1,338 @@
+// The CUDA runtime of `tessera run-cuda`: linked into a CUDA program (built with
+// `nvcc -cudart none`), it keeps the program's host code as it is and hands every kernel
+// launch to tessera, which runs the kernel's PTX on the CPU with its checks.
+//
+// Device memory is host memory that tessera allocates and keeps at its own address, so
+// cudaMemcpy and cudaMemset are memcpy and memset, and managed memory needs nothing
+// more. A __device__ variable's storage is its host shadow. Streams and events are
+// accepted; every call is synchronous. The device it describes is the target the PTX
+// was compiled for (TESSERA_SM), with 4 SMs, so that grids sized by the SM count stay
+// small on a CPU.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifndef TESSERA_SM
+#define TESSERA_SM 80
+#endif
+
+namespace {
+
+struct Kernel { const void* host; std::string name; };
+struct Symbol { const void* host; std::string name; size_t size; };
+
+// registration runs before main (and before tessera sets its hooks): tables made on use
+std::vector<Kernel>& kernels() { static std::vector<Kernel> t; return t; }
+std::vector<Symbol>& symbols() { static std::vector<Symbol> t; return t; }
+
+using LaunchHook = int (*)(const char* name, const unsigned* dims, size_t shared, void** args,
+                           int cooperative);
+using AllocHook = void* (*)(size_t bytes);
+using FreeHook = int (*)(void* p);
+LaunchHook g_launch = nullptr;
+AllocHook g_alloc = nullptr;
+FreeHook g_free = nullptr;
+cudaError_t g_last = cudaSuccess;
+dim3 g_grid, g_block;
+size_t g_shared = 0;
+int g_stream_token, g_event_token;
+
+cudaError_t fail(cudaError_t e) { if (e != cudaSuccess) g_last = e; return e; }
+
+const char* name_of(const void* host) {
+  for (const Kernel& k : kernels()) if (k.host == host) return k.name.c_str();
+  return nullptr;
+}
+
+cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, int coop) {
+  const char* name = name_of(fun);
+  if (!name || !g_launch) return fail(cudaErrorInvalidDeviceFunction);
+  unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
+  fflush(stdout);  // the program's output so far comes before the kernel's printf
+  return fail(static_cast<cudaError_t>(g_launch(name, dims, shared, args, coop)));
+}
+
+cudaError_t allocate(void** p, size_t bytes) {
+  if (!p) return fail(cudaErrorInvalidValue);
+  *p = g_alloc ? g_alloc(bytes) : nullptr;
+  return *p || bytes == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+const Symbol* symbol_of(const void* host) {
+  for (const Symbol& s : symbols()) if (s.host == host) return &s;
+  return nullptr;
+}
+
+float now_ms() {
+  using namespace std::chrono;
+  return duration<float, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+extern "C" {
+
+// --- what tessera calls ------------------------------------------------------------
+void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_) {
+  g_launch = launch; g_alloc = alloc; g_free = free_;
+}
+int tessera_symbol_count() { return static_cast<int>(symbols().size()); }
+const char* tessera_symbol(int k, void** host, size_t* size) {
+  const Symbol& s = symbols().at(k);
+  *host = const_cast<void*>(s.host); *size = s.size;
+  return s.name.c_str();
+}
+
+// --- registration and launch, as nvcc's host code calls them -----------------------
+void** __cudaRegisterFatBinary(void*) { static void* handle; return &handle; }
+void __cudaRegisterFatBinaryEnd(void**) {}
+void __cudaUnregisterFatBinary(void**) {}
+char __cudaInitModule(void**) { return 1; }
+void __cudaRegisterFunction(void**, const char* host, char* dev, const char*, int, uint3*, uint3*,
+                            dim3*, dim3*, int*) {
+  kernels().push_back({host, dev});
+}
+void __cudaRegisterVar(void**, char* host, char* dev, const char*, int, size_t size, int, int) {
+  symbols().push_back({host, dev, size});
+}
+void __cudaRegisterManagedVar(void**, void** host_ptr, char* dev, const char*, int, size_t size,
+                              int, int) {
+  void* storage = std::calloc(1, size ? size : 1);  // the program's lifetime
+  *host_ptr = storage;
+  symbols().push_back({storage, dev, size});
+}
+unsigned __cudaPushCallConfiguration(dim3 g, dim3 b, size_t shared, struct CUstream_st*) {
+  g_grid = g; g_block = b; g_shared = shared; return 0;
+}
+cudaError_t __cudaPopCallConfiguration(dim3* g, dim3* b, size_t* shared, void*) {
+  *g = g_grid; *b = g_block; *shared = g_shared; return cudaSuccess;
+}
+cudaError_t __cudaGetKernel(cudaKernel_t* k, const void* fun) {
+  *k = (cudaKernel_t)fun; return cudaSuccess;
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void** args, size_t shared,
+                               cudaStream_t) {
+  return launch((const void*)k, g, b, shared, args, 0);
+}
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 g, dim3 b, void** args, size_t shared,
+                                    cudaStream_t) {
+  return launch((const void*)k, g, b, shared, args, 0);
+}
+cudaError_t cudaLaunchKernel(const void* f, dim3 g, dim3 b, void** args, size_t shared,
+                             cudaStream_t) {
+  return launch(f, g, b, shared, args, 0);
+}
+cudaError_t cudaLaunchCooperativeKernel(const void* f, dim3 g, dim3 b, void** args, size_t shared,
+                                        cudaStream_t) {
+  return launch(f, g, b, shared, args, 1);
+}
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* f, void** args) {
+  int coop = 0;
+  for (unsigned k = 0; k < c->numAttrs; ++k)
+    if (c->attrs[k].id == cudaLaunchAttributeCooperative) coop = c->attrs[k].val.cooperative;
+  return launch(f, c->gridDim, c->blockDim, c->dynamicSmemBytes, args, coop);
+}
+
+// --- memory --------------------------------------------------------------------------
+cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes); }
+cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) { return allocate(p, bytes); }
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return allocate(p, bytes); }
+cudaError_t cudaFree(void* p) {
+  return !p || (g_free && g_free(p) == 0) ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::malloc(bytes ? bytes : 1); return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  std::memmove(d, s, n); return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
+  return cudaMemcpy(d, s, n, k);
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) { std::memset(p, v, n); return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaMemcpyToSymbol(const void* sym, const void* src, size_t n, size_t off,
+                               cudaMemcpyKind) {
+  const Symbol* s = symbol_of(sym);
+  if (!s || off + n > s->size) return fail(cudaErrorInvalidSymbol);
+  std::memcpy(static_cast<char*>(const_cast<void*>(s->host)) + off, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyFromSymbol(void* dst, const void* sym, size_t n, size_t off,
+                                 cudaMemcpyKind) {
+  const Symbol* s = symbol_of(sym);
+  if (!s || off + n > s->size) return fail(cudaErrorInvalidSymbol);
+  std::memcpy(dst, static_cast<const char*>(s->host) + off, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyToSymbolAsync(const void* sym, const void* src, size_t n, size_t off,
+                                    cudaMemcpyKind k, cudaStream_t) {
+  return cudaMemcpyToSymbol(sym, src, n, off, k);
+}
+cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* sym, size_t n, size_t off,
+                                      cudaMemcpyKind k, cudaStream_t) {
+  return cudaMemcpyFromSymbol(dst, sym, n, off, k);
+}
+cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t width, size_t height) {
+  *pitch = (width + 511) / 512 * 512;  // rows aligned as a GPU's texture pitch is
+  return allocate(p, *pitch * height);
+}
+cudaError_t cudaMemcpy2D(void* d, size_t dpitch, const void* s, size_t spitch, size_t width,
+                         size_t height, cudaMemcpyKind) {
+  if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch,
+                 width);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h,
+                              cudaMemcpyKind k, cudaStream_t) {
+  return cudaMemcpy2D(d, dp, s, sp, w, h, k);
+}
+cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t width, size_t height) {
+  for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
+  *free_ = *total = size_t(8) << 30; return cudaSuccess;
+}
+
+// --- the device --------------------------------------------------------------------
+cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaSetDeviceFlags(unsigned) { return cudaSuccess; }
+cudaError_t cudaDeviceSetLimit(cudaLimit, size_t) { return cudaSuccess; }
+cudaError_t cudaDeviceGetLimit(size_t* v, cudaLimit l) {
+  *v = l == cudaLimitStackSize ? 1024 : l == cudaLimitPrintfFifoSize ? (1 << 20) : 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceReset() { return cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  const bool hopper = TESSERA_SM >= 90;
+  switch (a) {
+    case cudaDevAttrComputeCapabilityMajor: *v = TESSERA_SM / 10; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = TESSERA_SM % 10; break;
+    case cudaDevAttrMultiProcessorCount: *v = 4; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = 2048; break;
+    case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *v = 1024; break;
+    case cudaDevAttrMaxBlockDimZ: *v = 64; break;
+    case cudaDevAttrMaxGridDimX: *v = 0x7FFFFFFF; break;
+    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (hopper ? 227 : 163) * 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (hopper ? 228 : 164) * 1024; break;
+    case cudaDevAttrMaxRegistersPerBlock: *v = 65536; break;
+    case cudaDevAttrCooperativeLaunch: *v = 1; break;
+    case cudaDevAttrManagedMemory: case cudaDevAttrConcurrentManagedAccess: *v = 1; break;
+    case cudaDevAttrL2CacheSize: *v = (hopper ? 50 : 40) << 20; break;
+    default: *v = 0;
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d != 0) return fail(cudaErrorInvalidDevice);
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "tessera: sm_%d on the CPU", TESSERA_SM);
+  p->major = TESSERA_SM / 10; p->minor = TESSERA_SM % 10;
+  p->multiProcessorCount = 4; p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024; p->maxThreadsPerMultiProcessor = 2048;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->sharedMemPerBlock = 48 * 1024; p->regsPerBlock = 65536;
+  p->sharedMemPerBlockOptin = (TESSERA_SM >= 90 ? 227 : 163) * 1024;
+  p->totalGlobalMem = size_t(8) << 30; p->managedMemory = 1; p->cooperativeLaunch = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
+  std::memset(a, 0, sizeof *a);
+  a->maxThreadsPerBlock = 1024; a->numRegs = 32;
+  a->ptxVersion = a->binaryVersion = TESSERA_SM;
+  return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t cudaFuncSetCacheConfig(const void*, cudaFuncCache) { return cudaSuccess; }
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int, size_t) {
+  *n = 1; return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void*, int,
+                                                                   size_t, unsigned) {
+  *n = 1; return cudaSuccess;
+}
+
+// --- streams and events: accepted; every call has finished when it returns -----------
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = reinterpret_cast<cudaStream_t>(&g_stream_token); return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) {
+  return cudaStreamCreate(s);
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0; *greatest = -5; return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new float(0)); return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<float*>(e); return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  *reinterpret_cast<float*>(e) = now_ms(); return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+// the CPU's time between the two records: what the interpreter took, not a GPU's time
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = *reinterpret_cast<float*>(b) - *reinterpret_cast<float*>(a); return cudaSuccess;
+}
+
+// --- errors --------------------------------------------------------------------------
+cudaError_t cudaGetLastError() { cudaError_t e = g_last; g_last = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError() { return g_last; }
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorInvalidSymbol: return "cudaErrorInvalidSymbol";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
+    default: return "cudaErrorUnknown";
+  }
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorInvalidSymbol: return "invalid device symbol";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+    default: return "unknown error";
+  }
+}
+
+}  // extern "C"

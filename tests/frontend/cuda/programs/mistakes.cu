@@ -1,0 +1,37 @@
+// One mistake a run, chosen by argv[1]: a read past the end of an allocation, a block
+// too large to launch (the program checks the error), a shared value never written
+// that decides a store.
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+__global__ void copy_all(const int* in, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = in[i];  // no bound check: the last block reads past n
+}
+
+__global__ void half_written(int* out) {
+  __shared__ int s[64];
+  if (threadIdx.x < 32) s[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x] + 1;  // threads 32-63 read what nobody wrote
+}
+
+int main(int argc, char** argv) {
+  const char* what = argc > 1 ? argv[1] : "bounds";
+  int n = 1000;
+  int *in, *out;
+  cudaMalloc(&in, n * sizeof(int));
+  cudaMalloc(&out, 1024 * sizeof(int));
+  if (what[0] == 'b') {
+    copy_all<<<(n + 255) / 256, 256>>>(in, out, n);
+  } else if (what[0] == 'l') {
+    copy_all<<<1, 2048>>>(in, out, n);
+    printf("launch: %s\n", cudaGetErrorString(cudaGetLastError()));
+  } else {
+    half_written<<<1, 64>>>(out);
+  }
+  cudaDeviceSynchronize();
+  printf("done\n");
+  return 0;
+}

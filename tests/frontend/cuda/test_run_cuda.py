@@ -1,0 +1,101 @@
+"""``tessera run-cuda``: whole CUDA programs (tests/frontend/cuda/programs) built with
+nvcc against tessera's runtime and run as a separate process, their kernels on the CPU:
+what they print, their exit status, and the reports of their mistakes at the ``.cu``
+line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tessera.frontend.cuda.build import CudaBuildError, build, find_nvcc
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def _toolchain() -> str | None:
+    """Why the programs cannot be built here, or None."""
+    try:
+        find_nvcc()
+    except CudaBuildError:
+        return "no nvcc (pip install nvidia-cuda-nvcc)"
+    return None if shutil.which("g++") else "nvcc needs a host C++ compiler (g++)"
+
+
+pytestmark = pytest.mark.skipif(_toolchain() is not None, reason=str(_toolchain()))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def run_cuda(cache: Path, program: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    return subprocess.run([sys.executable, "-m", "tessera", "run-cuda",
+                           str(PROGRAMS / program), "--", *args],
+                          capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_a_program_runs_with_its_memory_symbols_and_printf(cache: Path) -> None:
+    done = run_cuda(cache, "vector_add.cu", "300")
+    assert done.returncode == 0, done.stderr
+    # the kernel's printf comes after what the host printed before the launch
+    assert done.stdout.splitlines() == [
+        "host: launching", "kernel: n = 300", "kernel: n = 300",
+        f"host: no error, launches = 2, sum = {sum(range(300)):.1f}"]
+
+
+def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
+    cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
+    if not cccl.is_dir():
+        pytest.skip("CUB and Thrust need the nvidia-cuda-cccl wheel's headers")
+    done = run_cuda(cache, "thrust_and_cub.cu")
+    assert done.returncode == 0, done.stderr
+    *values, last = done.stdout.splitlines()
+    n = 20000
+    want = np.sort((np.arange(n) * 7919) % 10007 - 5000)
+    np.testing.assert_array_equal(np.array(values, np.int64), want)
+    assert last == f"sum {want.sum()} max {want.max()}"
+
+
+@pytest.mark.parametrize("mistake, line, what", [
+    ("bounds", 10, "out of bounds: global read of 4 bytes"),
+    ("uninitialised", 17, "uninitialised shared read"),
+])
+def test_a_kernel_fault_ends_the_program_at_its_source_line(cache: Path, mistake: str,
+                                                            line: int, what: str) -> None:
+    done = run_cuda(cache, "mistakes.cu", mistake)
+    assert done.returncode == 1 and "done" not in done.stdout
+    report = done.stderr
+    assert f"mistakes.cu:{line}: kernel fault" in report and what in report, report
+    assert "kernel 'copy_all(" in report or "kernel 'half_written(" in report
+    assert "in PTX: " in report
+
+
+def test_a_launch_a_gpu_refuses_returns_its_error(cache: Path) -> None:
+    done = run_cuda(cache, "mistakes.cu", "launch")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["launch: invalid configuration argument", "done"]
+    assert "launch of 'copy_all(int const*, int*, int)' failed" in done.stderr
+    assert "a block of 2048 along x: at most 1024" in done.stderr
+
+
+def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.cu"
+    bad.write_text("__global__ void k(int* x) { x[0] = 1 }\nint main() { return 0; }\n")
+    with pytest.raises(CudaBuildError, match="expected a \";\"") as err:
+        build(bad, out=tmp_path / "b1")
+    assert (Path(err.value.loc.file).name, err.value.loc.line) == ("bad.cu", 1)
+    driver = tmp_path / "driver.cu"
+    driver.write_text("#include <cuda.h>\nint main() { cuInit(0); return 0; }\n")
+    with pytest.raises(CudaBuildError, match="does not provide: cuInit"):
+        build(driver, out=tmp_path / "b2")
+    with pytest.raises(CudaBuildError, match="sm_80 and newer"):
+        build(bad, arch="sm_75")
