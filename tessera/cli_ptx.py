@@ -13,7 +13,10 @@ Arguments, one per ``.param`` in order:
 * ``tmap:TYPE[ROWS,COLS]=INIT:BOXROWSxBOXCOLS[:swSWIZZLE]`` a tensor map over a new
   2-D array (``tmap:bf16[128,64]=randn:64x64:sw128``);
 * ``tdesc:...`` the same as a Triton tensor descriptor: five parameters, the map, the
-  array's two sizes and two strides (``tessera.frontend.ptx.api.triton_descriptor``).
+  array's two sizes and two strides (``tessera.frontend.ptx.api.triton_descriptor``);
+* ``struct{SPEC; SPEC; ...}`` a struct passed by value, its fields in order (arrays are
+  pointer fields: ``'struct{f32[64]=randn; s32=64; f32=0.5}'``); the reference gets it
+  as the tuple of its fields, and its arrays are outputs in the arguments' order.
 
 ``--reference REF.py:FUNC`` calls ``FUNC`` with the arguments as they were before the
 launch (arrays as copies, scalars as NumPy scalars, tensor maps as their arrays) and
@@ -97,6 +100,14 @@ def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
     its tensor map (:func:`parse_args` adds the four sizes and strides)."""
     import tessera as ts
 
+    if spec.replace(" ", "").startswith("struct{") and spec.rstrip().endswith("}"):
+        inner = spec.strip()[len("struct{"):-1]
+        fields = [parse_arg(part.strip(), rng) for part in inner.split(";") if part.strip()]
+        if any(isinstance(v, ts.ptx.TensorMapArgument) for v, _ in fields):
+            raise ArgumentError(f"--arg {spec!r}: a tensor map is a parameter of its own, "
+                                "not a struct field", loc=WHERE)
+        return (ts.ptx.struct(*(v for v, _ in fields)),
+                f"struct {{{'; '.join(text for _, text in fields)}}}")
     if spec.endswith(".npy"):
         if not Path(spec).is_file():
             raise ArgumentError(f"no file {spec!r}", loc=Loc(spec, 0))
@@ -128,8 +139,9 @@ def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
             raise ArgumentError(f"bad value {value!r} in --arg {spec!r}", loc=WHERE) from None
         return dt.type(number), f"{t}={value}"
     raise ArgumentError(f"cannot read --arg {spec!r}", loc=WHERE,
-                        hint="write u32=1000, 'f32[1024]=randn', x.npy or "
-                        "'tmap:bf16[128,64]=randn:64x64:sw128'")
+                        hint="write u32=1000, 'f32[1024]=randn', x.npy, "
+                        "'tmap:bf16[128,64]=randn:64x64:sw128' or 'struct{f32[64]=randn; "
+                        "s32=64}'")
 
 
 def _tolerance(dt: np.dtype, rtol: float | None, atol: float | None) -> tuple[float, float]:
@@ -219,8 +231,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     parsed = parse_args(args.arg, rng)
     values = [v for v, _ in parsed]
     grid, block = _dims(args.grid, "--grid"), _dims(args.block, "--block")
-    before = [v.array.copy() if isinstance(v, ts.ptx.TensorMapArgument) else
-              (v.copy() if isinstance(v, np.ndarray) else v) for v in values]
+    before = [_before(v) for v in values]
     print(f"check-ptx {args.file}: {kernel!r}")
     print(f"  launch: grid {grid} x block {block} = {np.prod(grid) * np.prod(block)} threads, "
           f"{args.shared_bytes} bytes of dynamic shared memory")
@@ -246,8 +257,12 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     from tessera.cli import _load
 
     ref = _load(args.reference, args)
-    arrays = [k for k, v in enumerate(values)
-              if isinstance(v, (np.ndarray, ts.ptx.TensorMapArgument))]
+    arrays: list[Any] = []  # an argument's index, or (index, field) inside a struct
+    for k, v in enumerate(values):
+        if isinstance(v, ts.ptx.Struct):
+            arrays += [(k, j) for j, (_, f) in enumerate(v.fields) if isinstance(f, np.ndarray)]
+        elif isinstance(v, (np.ndarray, ts.ptx.TensorMapArgument)):
+            arrays.append(k)
     try:
         result = ref(*before)
     except Exception as err:  # the user's reference failed: report it at its file
@@ -255,17 +270,42 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
                             f"{type(err).__name__}: {err}", loc=args.where) from err
     ok = True
     print(f"  reference {args.reference}:")
-    for k, want in sorted(_expected(result, arrays).items()):
-        out = values[k].array if isinstance(values[k], ts.ptx.TensorMapArgument) else values[k]
+    for k, want in sorted(_expected(result, arrays).items(),
+                          key=lambda kv: (kv[0], -1) if isinstance(kv[0], int) else kv[0]):
+        out = _output(values, k)
         if not isinstance(out, np.ndarray):
             raise ArgumentError(f"the reference returns a value for argument {k}, which is "
                                 "not an array", loc=args.where)
         good, text = _compare(out, want, args.rtol, args.atol)
         ok &= good
-        print(f"    argument {k} ({out.dtype}{list(out.shape)}): {text}: "
+        name = f"argument {k}" if isinstance(k, int) else f"argument {k[0]}, field {k[1]}"
+        print(f"    {name} ({out.dtype}{list(out.shape)}): {text}: "
               f"{'OK' if good else 'MISMATCH'}")
     print(f"result: {'OK' if ok else 'MISMATCH'}")
     return 0 if ok else 1
+
+
+def _before(v: Any) -> Any:
+    """An argument as the reference gets it: arrays copied before the launch, a tensor
+    map as its array, a struct as the tuple of its fields."""
+    import tessera as ts
+
+    if isinstance(v, ts.ptx.TensorMapArgument):
+        return v.array.copy()
+    if isinstance(v, ts.ptx.Struct):
+        return tuple(_before(f) for _, f in v.fields)
+    return v.copy() if isinstance(v, np.ndarray) else v
+
+
+def _output(values: list[Any], key: Any) -> Any:
+    """The array an output key names: an argument, or (argument, field) of a struct."""
+    import tessera as ts
+
+    if not isinstance(key, int):
+        k, j = key
+        return values[k].fields[j][1]
+    v = values[key] if 0 <= key < len(values) else None
+    return v.array if isinstance(v, ts.ptx.TensorMapArgument) else v
 
 
 def _dims(text: str, what: str) -> tuple[int, ...]:
@@ -291,7 +331,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--arg", action="append", default=[],
                    help="one per .param: u32=1000, 'f32[1024]=randn', x.npy, "
                    "'tmap:bf16[128,64]=randn:64x64:sw128' (a Triton descriptor's five: "
-                   "'tdesc:...')")
+                   "'tdesc:...'), 'struct{f32[64]=randn; s32=64}'")
     p.add_argument("--shared-bytes", type=int, default=0, help="dynamic shared memory")
     p.add_argument("--reference", default="", help="REF.py:FUNC returning expected outputs")
     p.add_argument("--rtol", type=float, default=None)
