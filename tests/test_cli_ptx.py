@@ -10,7 +10,7 @@ import pytest
 
 from tessera.cli import main
 from tessera.cli_ptx import parse_arg
-from tests.frontend.ptx.corpus import CORPUS, NVCC_PTX, line_of
+from tests.frontend.ptx.corpus import CORPUS, NVCC_PTX, STRUCT_AXPY, line_of
 
 SAXPY = ["check-ptx", str(NVCC_PTX), "--kernel", "saxpy", "--grid", "4", "--block", "256",
          "--arg", "f32=2.5", "--arg", "f32[1000]=randn", "--arg", "f32[1000]=randn"]
@@ -232,41 +232,20 @@ def test_a_cooperative_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "run it with cooperative=True" in capsys.readouterr().err
 
 
-AXPY = """.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry axpy(.param .align 8 .b8 p[16])
-{
-  .reg .pred %p<2>;  .reg .b32 %r<3>;  .reg .f32 %f<3>;  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [p];
-  ld.param.u32 %r1, [p+8];
-  mov.b64 %rd2, p;
-  ld.param.f32 %f1, [%rd2+12];
-  mov.u32 %r2, %tid.x;
-  setp.ge.u32 %p1, %r2, %r1;
-  @%p1 ret;
-  mul.wide.u32 %rd3, %r2, 4;
-  add.u64 %rd3, %rd1, %rd3;
-  ld.global.f32 %f2, [%rd3];
-  mul.rn.f32 %f2, %f2, %f1;
-  st.global.f32 [%rd3], %f2;
-  ret;
-}
-"""
-
 
 def test_a_struct_passed_by_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``struct{...}``: the fields in order, the array a pointer field; the reference
     gets the fields and its array is an output."""
     ptx, ref = tmp_path / "axpy.ptx", tmp_path / "ref.py"
-    ptx.write_text(AXPY)
-    ref.write_text("def axpy(s):\n    x, n, a = s\n    x[:n] *= a\n    return [x]\n")
+    ptx.write_text(STRUCT_AXPY)
+    ref.write_text("def axpy(s):\n    x, n, k, a = s\n    x[:n] = x[:n] * a + k\n"
+                   "    return [x]\n")
     argv = ["check-ptx", str(ptx), "--kernel", "axpy", "--block", "64", "--arg",
-            "struct{f32[64]=randn; s32=60; f32=0.5}", "--reference", f"{ref}:axpy"]
+            "struct{f32[64]=randn; s32=60; u8=7; f32=0.5}", "--reference", f"{ref}:axpy"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "argument 0: struct {f32[64] randn; s32=60; f32=0.5}" in out
+    assert "argument 0: struct {f32[64] randn; s32=60; u8=7; f32=0.5}" in out
     assert "argument 0, field 0 (float32[64]): max |error| 0" in out
     assert main([*argv[:-2], "--arg", "u32=4"]) == 1  # two arguments for one parameter
     assert main(["check-ptx", str(ptx), "--kernel", "axpy", "--arg", "struct{s32=1}"]) == 1
-    assert "the struct has 4 bytes, the parameter 16" in capsys.readouterr().err
+    assert "the struct has 4 bytes, the parameter 24" in capsys.readouterr().err

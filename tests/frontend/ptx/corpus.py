@@ -16,6 +16,38 @@ NVCC_PTX = CORPUS / "kernels_sm80.ptx"
 TRITON_PTX = CORPUS / "triton_matmul_sm90a.ptx"
 
 
+#: ``x[i] = a * x[i] + k`` for ``i < n``, all in a struct passed by value as nvcc passes
+#: ``struct { float *x; int n; unsigned char k; float a; }``: fields at constant offsets,
+#: a byte, and one field read through the address ``mov`` takes of the parameter
+STRUCT_AXPY = """.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry axpy(.param .align 8 .b8 p[24])
+{
+  .reg .pred %p<2>;
+  .reg .b16 %h<2>;
+  .reg .b32 %r<5>;
+  .reg .f32 %f<4>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [p];
+  ld.param.u32 %r1, [p+8];
+  ld.param.u8 %h1, [p+12];
+  mov.b64 %rd2, p;
+  ld.param.f32 %f1, [%rd2+16];
+  mov.u32 %r2, %tid.x;
+  setp.ge.u32 %p1, %r2, %r1;
+  @%p1 ret;
+  mul.wide.u32 %rd3, %r2, 4;
+  add.u64 %rd3, %rd1, %rd3;
+  ld.global.f32 %f2, [%rd3];
+  cvt.rn.f32.u16 %f3, %h1;
+  fma.rn.f32 %f2, %f1, %f2, %f3;
+  st.global.f32 [%rd3], %f2;
+  ret;
+}
+"""
+
+
 def line_of(text: str, needle: str, start: int = 0) -> int:
     """The 1-based number of the first line at or after ``start`` containing ``needle``."""
     for k, line in enumerate(text.splitlines()[start:], start=start + 1):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import tessera as ts
 from tessera.errors import ArgumentError
 from tessera.interp.target.state import TargetFault
+from tests.frontend.ptx.corpus import STRUCT_AXPY
 
 HEAD = ".version 8.0\n.target sm_80\n.address_size 64\n"
 #: NumPy scalar type -> the C type of the same layout
@@ -83,32 +84,8 @@ def test_a_struct_is_laid_out_as_c_lays_it_out(kinds: list, seed: int) -> None:
 def test_a_kernel_reads_the_fields_of_a_struct_and_writes_through_its_pointer() -> None:
     """nvcc's way: named fields at constant offsets, a byte, and a field read through
     the parameter's address."""
-    text = HEAD + """.visible .entry axpy(.param .align 8 .b8 p[24])
-{
-  .reg .pred %p<2>;
-  .reg .b16 %h<2>;
-  .reg .b32 %r<5>;
-  .reg .f32 %f<4>;
-  .reg .b64 %rd<5>;
-  ld.param.u64 %rd1, [p];
-  ld.param.u32 %r1, [p+8];
-  ld.param.u8 %h1, [p+12];
-  mov.b64 %rd2, p;
-  ld.param.f32 %f1, [%rd2+16];
-  mov.u32 %r2, %tid.x;
-  setp.ge.u32 %p1, %r2, %r1;
-  @%p1 ret;
-  mul.wide.u32 %rd3, %r2, 4;
-  add.u64 %rd3, %rd1, %rd3;
-  ld.global.f32 %f2, [%rd3];
-  cvt.rn.f32.u16 %f3, %h1;
-  fma.rn.f32 %f2, %f1, %f2, %f3;
-  st.global.f32 [%rd3], %f2;
-  ret;
-}
-"""
     x = np.arange(40, dtype=np.float32)
-    k = ts.ptx.load(text).kernel("axpy")
+    k = ts.ptx.load(STRUCT_AXPY).kernel("axpy")
     k.run(block=64, args=[ts.ptx.struct(x, np.int32(33), np.uint8(7), np.float32(0.5))])
     want = np.arange(40, dtype=np.float32)
     want[:33] = want[:33] * 0.5 + 7
