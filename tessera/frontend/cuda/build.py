@@ -42,6 +42,7 @@ class Built:
     library: Path
     ptx: Path
     sm: int
+    source: Path
 
 
 def find_nvcc() -> str:
@@ -85,13 +86,14 @@ def build(source: str | os.PathLike[str], arch: str = "sm_80", out: Path | None 
                                      *(f.encode() for f in flags)])).hexdigest()[:16]
     out = out or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
         "tessera" / "run-cuda" / f"{src.stem}-{key}"
-    built = Built(out / f"lib{src.stem}.so", out / f"{src.stem}.ptx", sm)
+    built = Built(out / f"lib{src.stem}.so", out / f"{src.stem}.ptx", sm, src)
     if built.library.is_file() and built.ptx.is_file():
         return built
     out.mkdir(parents=True, exist_ok=True)
     compute = f"compute_{arch[3:]}"  # PTX only: tessera runs it, nothing needs SASS
     cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "--no-undefined",
-           "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", f"-DTESSERA_SM={sm}",
+           "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", "-g",
+           f"-DTESSERA_SM={sm}",
            "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags, str(src), str(RUNTIME),
            "-o", str(built.library)]
     done = subprocess.run(cmd, capture_output=True, text=True)

@@ -35,6 +35,14 @@ _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.
                            ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
 _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
+
+
+class CudaApiError(TesseraError):
+    """A CUDA runtime call a GPU would refuse or that would corrupt memory: a copy past
+    the end of an allocation, a free of what is not one."""
+
+    kind = "CUDA API error"
 
 
 class DeviceMemory:
@@ -68,8 +76,9 @@ class CudaProgram:
         self.check_races = check_races
         self.launches = 0
         self.symbols = self._symbols()
+        self.built = built
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
-                       _FREE(self.memory.free))  # kept alive while C holds them
+                       _FREE(self.memory.free), _REPORT(self._report))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks)
 
     def _symbols(self) -> dict[str, np.ndarray]:
@@ -118,6 +127,11 @@ class CudaProgram:
             _end(f"tessera run-cuda: internal error in a launch: {err!r}")
         return 0  # not reached
 
+    def _report(self, message: bytes, caller: int) -> None:
+        """End the program with a report of an API misuse at the user's line."""
+        where = _caller_line(self.built, caller) or Loc(str(self.built.source), 0)
+        _end(f"tessera run-cuda: {CudaApiError(message.decode(), loc=where)}")
+
     def _symbols_of(self, kernel: PtxKernel) -> dict[str, np.ndarray]:
         names = {v.name for v in kernel.ir.globals}
         return {n: a for n, a in self.symbols.items() if n in names}
@@ -141,6 +155,23 @@ def source_lines(ptx: str) -> dict[int, Loc]:
         elif at is not None:
             out[number] = at
     return out
+
+
+def _caller_line(built: Built, offset: int) -> Loc | None:
+    """The program's own line that made a call, at ``offset`` in its library: the
+    outermost of the inlined frames ``addr2line`` gives that lies in the program's
+    source (a call inside Thrust's headers is reported where the program called them)."""
+    tool = shutil.which("addr2line")
+    if tool is None or not offset:
+        return None
+    out = subprocess.run([tool, "-e", str(built.library), "-i", f"{offset:#x}"],
+                         capture_output=True, text=True).stdout.split()
+    source = built.source.resolve()
+    for entry in reversed(out):
+        path, _, line = entry.rpartition(":")
+        if line.split()[0].isdigit() and Path(path).resolve() == source:
+            return Loc(_shown(path), int(line.split()[0]))
+    return None
 
 
 def _shown(path: str) -> str:
@@ -191,4 +222,4 @@ def run_program(built: Built, argv: Sequence[str], check_races: bool = True) -> 
     return program.main([str(Path(built.library).stem.removeprefix("lib")), *argv])
 
 
-__all__ = ["FAULT_EXIT", "CudaProgram", "DeviceMemory", "run_program"]
+__all__ = ["FAULT_EXIT", "CudaApiError", "CudaProgram", "DeviceMemory", "run_program"]

@@ -10,7 +10,10 @@
 // small on a CPU.
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,9 +37,63 @@ using LaunchHook = int (*)(const char* name, const unsigned* dims, size_t shared
                            int cooperative);
 using AllocHook = void* (*)(size_t bytes);
 using FreeHook = int (*)(void* p);
+// a misuse of the API: what is wrong, and where in this library the call came from
+using ReportHook = void (*)(const char* message, size_t caller);
 LaunchHook g_launch = nullptr;
 AllocHook g_alloc = nullptr;
 FreeHook g_free = nullptr;
+ReportHook g_report = nullptr;
+int g_launches = 0;
+
+struct Allocation { const char* base; size_t size; };
+std::vector<Allocation>& allocations() { static std::vector<Allocation> t; return t; }
+
+const Allocation* allocation_of(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  for (const Allocation& a : allocations())
+    if (c >= a.base && c < a.base + (a.size ? a.size : 1)) return &a;
+  return nullptr;
+}
+
+// the offset in this library of the instruction that called the API (for addr2line)
+size_t caller_offset(void* ret) {
+  Dl_info info;
+  if (!ret || !dladdr(ret, &info) || !info.dli_fbase) return 0;
+  return static_cast<size_t>(static_cast<char*>(ret) - static_cast<char*>(info.dli_fbase)) - 1;
+}
+
+void report(void* ret, const char* fmt, ...) {
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (g_report) g_report(text, caller_offset(ret));
+  std::fprintf(stderr, "tessera run-cuda: %s\n", text);
+  std::abort();  // not reached: tessera ends the program after its report
+}
+
+// [p, p + n) in device memory: inside one allocation, or a report naming the call
+void check_device(void* ret, const char* call, const char* side, const void* p, size_t n) {
+  const Allocation* a = allocation_of(p);
+  if (!a) {
+    report(ret, "%s: the %s %p is not device memory (cudaMalloc returns it)", call, side, p);
+  } else if (static_cast<const char*>(p) + n > a->base + a->size) {
+    size_t past = static_cast<size_t>(static_cast<const char*>(p) + n - (a->base + a->size));
+    report(ret, "%s of %zu bytes: the %s %p runs %zu bytes past the end of its allocation "
+           "(%zu bytes at %p)", call, n, side, p, past, a->size, static_cast<const void*>(a->base));
+  }
+}
+
+// a copy's device sides, as its kind names them (cudaMemcpyDefault: where they lie)
+void check_copy(void* ret, const char* call, void* d, const void* s, size_t n, cudaMemcpyKind k) {
+  bool to = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice ||
+            (k == cudaMemcpyDefault && allocation_of(d));
+  bool from = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice ||
+              (k == cudaMemcpyDefault && allocation_of(s));
+  if (to) check_device(ret, call, "destination", d, n);
+  if (from) check_device(ret, call, "source", s, n);
+}
 cudaError_t g_last = cudaSuccess;
 dim3 g_grid, g_block;
 size_t g_shared = 0;
@@ -54,13 +111,21 @@ cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, 
   if (!name || !g_launch) return fail(cudaErrorInvalidDeviceFunction);
   unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
   fflush(stdout);  // the program's output so far comes before the kernel's printf
-  return fail(static_cast<cudaError_t>(g_launch(name, dims, shared, args, coop)));
+  cudaError_t e = static_cast<cudaError_t>(g_launch(name, dims, shared, args, coop));
+  g_launches += e == cudaSuccess;
+  return fail(e);
 }
 
 cudaError_t allocate(void** p, size_t bytes) {
   if (!p) return fail(cudaErrorInvalidValue);
   *p = g_alloc ? g_alloc(bytes) : nullptr;
+  if (*p) allocations().push_back({static_cast<const char*>(*p), bytes});
   return *p || bytes == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+void summary() {
+  std::fprintf(stderr, "tessera run-cuda: %d kernel launch%s checked, no fault\n", g_launches,
+               g_launches == 1 ? "" : "es");
 }
 
 const Symbol* symbol_of(const void* host) {
@@ -78,8 +143,9 @@ float now_ms() {
 extern "C" {
 
 // --- what tessera calls ------------------------------------------------------------
-void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_) {
-  g_launch = launch; g_alloc = alloc; g_free = free_;
+void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_, ReportHook report_) {
+  g_launch = launch; g_alloc = alloc; g_free = free_; g_report = report_;
+  std::atexit(summary);  // a fault ends the program without it
 }
 int tessera_symbol_count() { return static_cast<int>(symbols().size()); }
 const char* tessera_symbol(int k, void** host, size_t* size) {
@@ -143,7 +209,17 @@ cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes); }
 cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) { return allocate(p, bytes); }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return allocate(p, bytes); }
 cudaError_t cudaFree(void* p) {
-  return !p || (g_free && g_free(p) == 0) ? cudaSuccess : fail(cudaErrorInvalidValue);
+  if (!p) return cudaSuccess;
+  std::vector<Allocation>& all = allocations();
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (all[k].base == p) {
+      all.erase(all.begin() + static_cast<long>(k));
+      return g_free && g_free(p) == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+    }
+  }
+  report(__builtin_return_address(0), "cudaFree(%p): not an allocation (freed twice, or "
+         "not from cudaMalloc)", p);
+  return cudaErrorInvalidValue;
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
@@ -151,14 +227,26 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
-cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-  std::memmove(d, s, n); return cudaSuccess;
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
+  check_copy(__builtin_return_address(0), "cudaMemcpy", d, s, n, k);
+  std::memmove(d, s, n);
+  return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
-  return cudaMemcpy(d, s, n, k);
+  check_copy(__builtin_return_address(0), "cudaMemcpyAsync", d, s, n, k);
+  std::memmove(d, s, n);
+  return cudaSuccess;
 }
-cudaError_t cudaMemset(void* p, int v, size_t n) { std::memset(p, v, n); return cudaSuccess; }
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  check_device(__builtin_return_address(0), "cudaMemset", "destination", p, n);
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
+  check_device(__builtin_return_address(0), "cudaMemsetAsync", "destination", p, n);
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
 cudaError_t cudaMemcpyToSymbol(const void* sym, const void* src, size_t n, size_t off,
                                cudaMemcpyKind) {
   const Symbol* s = symbol_of(sym);

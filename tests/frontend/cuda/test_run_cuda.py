@@ -50,6 +50,7 @@ def test_a_program_runs_with_its_memory_symbols_and_printf(cache: Path) -> None:
     assert done.stdout.splitlines() == [
         "host: launching", "kernel: n = 300", "kernel: n = 300",
         f"host: no error, launches = 2, sum = {sum(range(300)):.1f}"]
+    assert done.stderr == "tessera run-cuda: 2 kernel launches checked, no fault\n"
 
 
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
@@ -77,6 +78,17 @@ def test_a_kernel_fault_ends_the_program_at_its_source_line(cache: Path, mistake
     assert f"mistakes.cu:{line}: kernel fault" in report and what in report, report
     assert "kernel 'copy_all(" in report or "kernel 'half_written(" in report
     assert "in PTX: " in report
+
+
+@pytest.mark.parametrize("mistake, line, what", [
+    ("copy", 35, "cudaMemcpy of 4004 bytes: the destination 0x"),
+    ("free", 38, "cudaFree(0x"),
+])
+def test_a_misused_api_call_ends_the_program_at_its_line(cache: Path, mistake: str,
+                                                         line: int, what: str) -> None:
+    done = run_cuda(cache, "mistakes.cu", mistake)
+    assert done.returncode == 1 and "done" not in done.stdout
+    assert f"mistakes.cu:{line}: CUDA API error: {what}" in done.stderr, done.stderr
 
 
 def test_a_launch_a_gpu_refuses_returns_its_error(cache: Path) -> None:

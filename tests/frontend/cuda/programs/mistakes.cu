@@ -1,6 +1,6 @@
 // One mistake a run, chosen by argv[1]: a read past the end of an allocation, a block
 // too large to launch (the program checks the error), a shared value never written
-// that decides a store.
+// that decides a store, a copy past the end of an allocation, a second free.
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -28,8 +28,14 @@ int main(int argc, char** argv) {
   } else if (what[0] == 'l') {
     copy_all<<<1, 2048>>>(in, out, n);
     printf("launch: %s\n", cudaGetErrorString(cudaGetLastError()));
-  } else {
+  } else if (what[0] == 'u') {
     half_written<<<1, 64>>>(out);
+  } else if (what[0] == 'c') {
+    static int host[1001];
+    cudaMemcpy(in, host, sizeof host, cudaMemcpyHostToDevice);  // one int too many
+  } else {
+    cudaFree(in);
+    cudaFree(in);
   }
   cudaDeviceSynchronize();
   printf("done\n");
