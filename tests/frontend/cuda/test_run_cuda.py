@@ -111,3 +111,23 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
         build(driver, out=tmp_path / "b2")
     with pytest.raises(CudaBuildError, match="sm_80 and newer"):
         build(bad, arch="sm_75")
+
+
+@pytest.mark.parametrize("program, args", [("vector_add.cu", ["300"]),
+                                           ("thrust_and_cub.cu", [])])
+def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
+                                              args: list[str]) -> None:
+    """The same program built with CUDA's own runtime and run on a GPU (``make
+    gpu-check``): the same output."""
+    from tessera.backend.ptx.driver import cuda_available
+
+    usable, why = cuda_available()
+    if not usable:
+        pytest.skip(f"needs a GPU: {why}")
+    exe = tmp_path / "native"
+    subprocess.run([find_nvcc(), "-arch=native", "-O3", str(PROGRAMS / program), "-o",
+                    str(exe)], check=True, capture_output=True)
+    native = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
+    here = run_cuda(cache, program, *args)
+    assert native.returncode == here.returncode == 0, (native.stderr, here.stderr)
+    assert native.stdout == here.stdout
