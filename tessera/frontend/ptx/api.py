@@ -131,8 +131,8 @@ def _by_value(p: KernelParam, k: int, a: Any, place: Placer) -> np.ndarray:
     where = f"argument {k} ({p.name}, .b8[{p.array}])"
     if isinstance(a, Struct):
         raw = a.pack(place)
-    elif isinstance(a, (bytes, bytearray)) or (isinstance(a, np.void)):
-        raw = np.frombuffer(bytes(a) if not isinstance(a, np.void) else a.tobytes(), np.uint8)
+    elif isinstance(a, (bytes, bytearray, np.void)):  # np.void: a structured scalar
+        raw = np.frombuffer(a.tobytes() if isinstance(a, np.void) else bytes(a), np.uint8)
     else:
         raise ArgumentError(f"{where}: a struct passed by value, not {type(a).__name__}",
                             hint="pass ts.ptx.struct(field, ...) with the fields of the C "

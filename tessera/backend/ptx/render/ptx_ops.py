@@ -8,7 +8,7 @@ from tessera.backend.ptx.render.emit import PtxWriter, address, mem_type, rule
 from tessera.backend.ptx.render.regalloc import operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import HALF_ATOMICS, RegType
-from tessera.ir.dialects.target.printf import Printf
+from tessera.ir.dialects.target.printf import AssertFail, Printf
 from tessera.ir.dialects.target.ptx_ops import (
     Atom,
     Bfe,
@@ -48,6 +48,24 @@ def _printf(e: PtxWriter, instr: Instr) -> None:
     e.out(".param .b32 retval0;")
     e.out("call.uni (retval0), vprintf, (param0, param1);")
     e.out(f"ld.param.b32 {e.regs.one(instr.result)}, [retval0];")
+    e.out("}")
+
+
+#: what a failed device assert calls: message, file, line, function, character size
+ASSERTFAIL = (".extern .func __assertfail(.param .b64 __assertfail_param_0, .param .b64 "
+              "__assertfail_param_1, .param .b32 __assertfail_param_2, .param .b64 "
+              "__assertfail_param_3, .param .b64 __assertfail_param_4);")
+
+
+@rule(AssertFail)
+def _assertfail(e: PtxWriter, instr: Instr) -> None:
+    e.externs.add(ASSERTFAIL)
+    message, file, line, function = _regs(e, instr)
+    e.out("{")
+    for k, (t, value) in enumerate(zip(("b64", "b64", "b32", "b64", "b64"),
+                                       (message, file, line, function, "1"))):
+        e.out(f".param .{t} param{k}; st.param.{t} [param{k}], {value};")
+    e.out("call.uni __assertfail, (param0, param1, param2, param3, param4);")
     e.out("}")
 
 

@@ -1,5 +1,6 @@
 """``ptx.printf`` (:mod:`tessera.ir.dialects.target.printf`): CUDA's device ``printf``
-run on the CPU.
+run on the CPU; and ``ptx.assertfail``, a failed device ``assert``: a fault of the
+first thread whose assertion failed, with CUDA's message.
 
 Each active thread, in thread order, reads its format string and argument buffer
 through generic addresses (global, shared or its own local memory, checked as loads
@@ -25,7 +26,7 @@ import numpy as np
 from tessera.interp.target.ptx.memory import generic_access
 from tessera.interp.target.state import Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
-from tessera.ir.dialects.target.printf import Printf
+from tessera.ir.dialects.target.printf import AssertFail, Printf
 
 _SPEC = re.compile(rb"%(?P<flags>[-+ #0]*)(?P<width>\*|\d+)?(?:\.(?P<prec>\*|\d*))?"
                    rb"(?P<len>hh|h|ll|l|j|z|t)?(?P<conv>[diouxXeEfFgGaAcsp%])")
@@ -228,6 +229,23 @@ def _printf(c: TargetCompiler, instr: Instr) -> Step:
             fr.m.printed.append(text)
             result[t] = used
         fr.regs[out] = result
+    return step
+
+
+@step_rule(AssertFail)
+def _assertfail(c: TargetCompiler, instr: Instr) -> Step:
+    message, file, line, function = (c.slot(v) for v in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        act = np.flatnonzero(fr.mask)[:1]  # the first thread whose assert failed
+        if not len(act):
+            return
+        texts = [_strings(fr, instr, fr.regs[slot][act].astype(np.int64), act)[0]
+                 .decode(errors="replace") for slot in (message, file, function)]
+        raise fr.m.fault(instr, "assertion failed", f"{texts[1]}:{int(fr.regs[line][act[0]])}: "
+                         f"{texts[2]}: Assertion `{texts[0]}` failed.", int(act[0]),
+                         hint="the kernel's assert() failed: on a GPU the launch ends with "
+                         "cudaErrorAssert")
     return step
 
 

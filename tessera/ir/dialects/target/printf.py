@@ -1,5 +1,7 @@
 """``ptx.printf``: CUDA's device ``printf``, the call ``vprintf(format, args)`` that nvcc
-writes for it (CUDA C++ Programming Guide, "Formatted Output").
+writes for it (CUDA C++ Programming Guide, "Formatted Output"); and ``ptx.assertfail``,
+the call ``__assertfail(message, file, line, function, char_size)`` that a failed
+device ``assert`` makes ("Assertion").
 
 ``format`` is the generic address of the NUL-terminated format string (a ``.global``
 array of the module), ``args`` that of a buffer holding the arguments one after another,
@@ -35,4 +37,21 @@ class Printf(Op):
         return (RegType("s32"),)
 
 
-__all__ = ["Printf"]
+@register_op
+@dataclass(frozen=True)
+class AssertFail(Op):
+    """``call.uni __assertfail, (message, file, line, function, char_size)``: the active
+    threads' ``assert`` failed; the launch ends, as a GPU's does with
+    ``cudaErrorAssert``. Operands: the three strings' generic addresses and the line."""
+
+    name: ClassVar[str] = "ptx.assertfail"
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 4)
+        for t, elem in zip(operands, ("u64", "u64", "u32", "u64")):
+            reg_of(self, t, elem)
+        return ()
+
+
+__all__ = ["AssertFail", "Printf"]

@@ -11,7 +11,8 @@ a scope of their own (they shadow nothing of the caller's), its labels are renam
 apart for each call, and its ``ret`` jumps to the instruction after the call.
 
 A call of ``vprintf`` (declared without a body: what ``printf`` calls) reads as
-``ptx.printf`` (:mod:`tessera.ir.dialects.target.printf`). Not supported, with an error
+``ptx.printf``, and one of ``__assertfail`` (what a failed ``assert`` calls) as
+``ptx.assertfail`` (:mod:`tessera.ir.dialects.target.printf`). Not supported, with an error
 at the call: recursion (a call of a function already being inlined), indirect calls
 through a register, guarded calls, and calls of other functions without a body
 (library functions).
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from tessera.errors import Loc
 from tessera.ir.dialects.target import ptx_ops
-from tessera.ir.dialects.target.printf import Printf
+from tessera.ir.dialects.target.printf import AssertFail, Printf
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.declarations import SIZES, variable
 from tessera.ir.text.ptx.lexer import (
@@ -136,7 +137,7 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     fn = reader.functions.get(name)
     if fn is None:
         raise syntax(f"call of {name}, which is not a .func of this file")
-    if fn.body is None and (name != "vprintf" or (len(fn.params), len(fn.results)) != (2, 1)):
+    if fn.body is None and _LIBRARY.get(name) != (len(fn.params), len(fn.results)):
         raise unsupported(f"a call of {name}, which this file declares without a body")
     if name in [c for c, _ in reader.calls]:
         raise unsupported(f"a recursive call of {name}")
@@ -149,8 +150,8 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
         if arg not in reader.scope.call_params:
             raise syntax(f"call argument {arg} is not a .param variable of the call sequence")
         bound.append(reader.scope.local[arg])
-    if fn.body is None:  # vprintf
-        _vprintf(reader, bound, stmt)
+    if fn.body is None:  # vprintf or __assertfail
+        (_vprintf if name == "vprintf" else _assertfail)(reader, bound, stmt)
         return
     reader.inlined += 1
     done = f"$return@{name}#{reader.inlined}"
@@ -170,6 +171,10 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     reader.label(done, stmt.loc)
 
 
+#: the library functions a module may declare without a body: (parameters, results)
+_LIBRARY = {"vprintf": (2, 1), "__assertfail": (5, 0)}
+
+
 def _vprintf(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
     """``printf``'s ``vprintf(format, args)``: a ``ptx.printf`` of the two addresses in
     the call's parameters (local addresses ``bound``), its count stored as the return
@@ -179,6 +184,18 @@ def _vprintf(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
     (count,) = b.emit(Printf(), [b.emit(ptx_ops.GenericLoad("u64"), [a])[0]
                                  for a in (fmt, args)])
     b.emit(ptx_ops.GenericStore("s32"), [result, count])
+    reader.blocks[-1][1].append(b.pi)
+
+
+def _assertfail(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
+    """A failed device ``assert``: ``ptx.assertfail`` of the message, file, line and
+    function in the call's parameters (local addresses ``bound``; the character size,
+    the fifth, is 1)."""
+    b = InstrBuilder(reader.scope, stmt.text, stmt.loc, "call")
+    at = [b.emit(ptx_ops.Cvta("local"), [b.const(a, "u64")])[0] for a in bound[:4]]
+    values = [b.emit(ptx_ops.GenericLoad(t), [a])[0]
+              for a, t in zip(at, ("u64", "u64", "u32", "u64"))]
+    b.emit(AssertFail(), values)
     reader.blocks[-1][1].append(b.pi)
 
 

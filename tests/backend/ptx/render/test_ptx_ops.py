@@ -224,6 +224,34 @@ def test_printf_renders_as_a_vprintf_call_and_reads_back(
         np.testing.assert_array_equal(counts[:4], 2)  # printf returns the arguments' count
 
 
+def test_a_failed_assert_renders_as_assertfail_and_reads_back(tmp_path: Path) -> None:
+    """``ptx.assertfail`` renders as the call nvcc writes for a failed ``assert``
+    (ptxas takes it); the structured Target IR and the text read back report the first
+    failing thread with CUDA's message."""
+    from tessera.ir.dialects.target.printf import AssertFail
+    from tessera.ir.dialects.target.tables import ModuleVar
+
+    def string(b: Builder, name: str, text: bytes) -> Value:
+        padded = text + bytes(4 - len(text) % 4)  # NUL-terminated, whole words
+        words = tuple(int.from_bytes(padded[k:k + 4], "little")
+                      for k in range(0, len(padded), 4))
+        return one(b, ModuleVar(name, len(padded), 4, words=words))
+
+    fn, b, _ = kernel("check", [U64], block=4)
+    do(b, AssertFail(), string(b, "msg", b"n > 0"), string(b, "file", b"prog.cu"),
+       c(b, 12, "u32"), string(b, "func", b"void check(int)"))
+    do(b, Return())
+    text = render(fn)
+    assert ".extern .func __assertfail(" in text
+    ptxas(text, "sm_80", tmp_path)
+    for run in (lambda a: run_target(fn, a, grid=(1,), block=(4,)),
+                lambda a: ts.ptx.load(text).kernel("check").run(grid=1, block=4, args=a)):
+        with pytest.raises(TargetFault, match="assertion failed: prog.cu:12: void "
+                           r"check\(int\): Assertion `n > 0` failed") as err:
+            run([np.zeros(4, np.uint32)])
+        assert err.value.thread == 0
+
+
 def _one_arrival_per_warp(count: int, target: str = "sm_90a") -> Function:
     """Lane 0 of each of 4 warps arrives ``count`` times on an mbarrier of 128; every
     thread waits for the phase, then stores 1."""

@@ -1,6 +1,8 @@
 // One mistake a run, chosen by argv[1]: a read past the end of an allocation, a block
 // too large to launch (the program checks the error), a shared value never written
-// that decides a store, a copy past the end of an allocation, a second free.
+// that decides a store, a copy past the end of an allocation, a second free, a failed
+// device assert.
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -17,6 +19,11 @@ __global__ void half_written(int* out) {
   out[threadIdx.x] = s[threadIdx.x] + 1;  // threads 32-63 read what nobody wrote
 }
 
+__global__ void positive(const int* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) assert(in[i] >= 0);
+}
+
 int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "bounds";
   int n = 1000;
@@ -30,6 +37,10 @@ int main(int argc, char** argv) {
     printf("launch: %s\n", cudaGetErrorString(cudaGetLastError()));
   } else if (what[0] == 'u') {
     half_written<<<1, 64>>>(out);
+  } else if (what[0] == 'a') {
+    int minus_one = -1;
+    cudaMemcpy(in + 300, &minus_one, sizeof minus_one, cudaMemcpyHostToDevice);
+    positive<<<(n + 255) / 256, 256>>>(in, n);
   } else if (what[0] == 'c') {
     static int host[1001];
     cudaMemcpy(in, host, sizeof host, cudaMemcpyHostToDevice);  // one int too many
