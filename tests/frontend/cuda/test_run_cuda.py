@@ -66,6 +66,24 @@ def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     assert last == f"sum {want.sum()} max {want.max()}"
 
 
+def test_common_patterns(cache: Path) -> None:
+    """A tiled matrix product in dynamic shared memory with a __constant__ table, a
+    warp-shuffle sum through streams, events and asynchronous copies, and a cooperative
+    launch's grid-wide sync, against NumPy."""
+    done = run_cuda(cache, "patterns.cu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    n, i = 64, np.arange(64 * 64)
+    a, b = (i % 7 - 3).reshape(n, n), (i % 5 - 2).reshape(n, n)
+    rows, cols = np.indices((n, n))
+    c = (a @ b) * np.array([1, 2, 3, -1])[(rows + cols) % 4]
+    x = (np.arange(5000) * 37) % 101 - 50
+    blocks = np.cumsum(x[:512].reshape(4, 128).sum(axis=1))
+    assert done.stdout.splitlines() == [
+        f"matmul {(c.reshape(-1) * (i % 13 + 1)).sum()}", f"warp_sum {x.sum()} timed",
+        f"grid_scan 0 {blocks[0]} {blocks[1]} {blocks[2]}"]
+    assert done.stderr == "tessera run-cuda: 3 kernel launches checked, no fault\n"
+
+
 @pytest.mark.parametrize("mistake, line, what", [
     ("bounds", 12, "out of bounds: global read of 4 bytes"),
     ("uninitialised", 19, "uninitialised shared read"),
@@ -114,7 +132,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
         build(bad, arch="sm_75")
 
 
-@pytest.mark.parametrize("program, args", [("vector_add.cu", ["300"]),
+@pytest.mark.parametrize("program, args", [("vector_add.cu", ["300"]), ("patterns.cu", []),
                                            ("thrust_and_cub.cu", [])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
