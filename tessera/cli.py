@@ -10,7 +10,7 @@
     tessera conformance [--backend interp|tile|target|cuda] [--report out.html]
                         [--junit out.xml] [-k PATTERN] [--slow]
     tessera check-ptx FILE.ptx --kernel NAME --grid 4 --block 256 --arg ... (tessera.cli_ptx)
-    tessera run-cuda FILE.cu [--arch sm_80] [-- ARGS...] (tessera.frontend.cuda.command)
+    tessera run-cuda FILE.cu [FILE.cpp ...] [--arch sm_80] [-- ARGS...] (frontend.cuda)
     tessera explain FILE.py:FUNC [--arg ...] --html out.html (tessera.explain.command)
 
 ``FUNC`` is a ``@ts.kernel`` or a graph function (a plain ``def`` or ``@ts.jit``); its

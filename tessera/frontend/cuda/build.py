@@ -1,6 +1,7 @@
 """Building a CUDA program for ``tessera run-cuda``: one nvcc call makes both the PTX
-of its kernels (kept from nvcc's intermediate files) and a shared library of its host
-code linked with tessera's runtime (``runtime.cpp``) instead of CUDA's.
+of its kernels (kept from nvcc's intermediate files, one module per ``.cu`` file) and a
+shared library of its host code linked with tessera's runtime (``runtime.cpp``)
+instead of CUDA's.
 
 nvcc is ``$TESSERA_NVCC``, the ``nvidia-cuda-nvcc`` wheel's or the one on ``PATH``; it
 needs a host C++ compiler. CUB, Thrust and libcu++ come from the ``nvidia-cuda-cccl``
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +39,17 @@ class CudaBuildError(TesseraError):
 
 @dataclass(frozen=True)
 class Built:
-    """A built program: its host code as a shared library and its kernels' PTX."""
+    """A built program: its host code as a shared library, the PTX of each ``.cu``
+    file's kernels and its source files."""
 
     library: Path
-    ptx: Path
+    ptx: tuple[Path, ...]
     sm: int
-    source: Path
+    sources: tuple[Path, ...]
+
+
+#: the files nvcc builds: CUDA sources (device code too) and host C/C++
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
 
 def find_nvcc() -> str:
@@ -67,38 +74,50 @@ def _includes(nvcc: str) -> list[str]:
     return [f"-I{cccl}"] if cccl.is_dir() else []
 
 
-def build(source: str | os.PathLike[str], arch: str = "sm_80", out: Path | None = None,
-          flags: tuple[str, ...] = ()) -> Built:
-    """Build ``source`` (a ``.cu`` file) for ``arch`` into ``out`` (by default a cache
-    folder keyed by the source, the flags and the runtime), reusing an earlier build."""
-    src = Path(source)
-    if not src.is_file():
-        raise CudaBuildError(f"no file {str(source)!r}", loc=Loc(str(source), 0))
+def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+          arch: str = "sm_80", out: Path | None = None, flags: tuple[str, ...] = ()) -> Built:
+    """Build a program's files (``.cu`` with kernels, host ``.cpp``; one has ``main``)
+    for ``arch`` into ``out`` (by default a cache folder keyed by the sources, the flags
+    and the runtime), reusing an earlier build."""
+    srcs = [Path(sources)] if isinstance(sources, (str, os.PathLike)) else \
+        [Path(x) for x in sources]
+    for src in srcs:
+        if src.suffix not in SOURCE_SUFFIXES:
+            raise CudaBuildError(f"{str(src)!r} is not a source file nvcc builds",
+                                 loc=Loc(str(src), 0), hint="give .cu files (and host "
+                                 ".cpp files); the program's arguments go after --")
+        if not src.is_file():
+            raise CudaBuildError(f"no file {str(src)!r}", loc=Loc(str(src), 0))
+    first = srcs[0]
+    if not any(x.suffix == ".cu" for x in srcs):
+        raise CudaBuildError("no .cu file: the kernels and their launches are CUDA C++",
+                             loc=Loc(str(first), 0), hint="give the program's .cu files")
     m = _ARCH.match(arch)
     if m is None or int(m.group(1)) < 80:
         raise CudaBuildError(f"target {arch!r}: tessera runs sm_80 and newer",
-                             loc=Loc(str(source), 0), hint="give --arch sm_80, sm_86, sm_89 "
+                             loc=Loc(str(first), 0), hint="give --arch sm_80, sm_86, sm_89 "
                              "or sm_90a")
     sm = int(m.group(1))
     nvcc = find_nvcc()
-    key = hashlib.sha256(b"\0".join([src.read_bytes(), RUNTIME.read_bytes(),
-                                     Path(__file__).read_bytes(), arch.encode(),
-                                     *(f.encode() for f in flags)])).hexdigest()[:16]
+    key = hashlib.sha256(b"\0".join([*(f"{x}".encode() + x.read_bytes() for x in srcs),
+                                     RUNTIME.read_bytes(), Path(__file__).read_bytes(),
+                                     arch.encode(), *(f.encode() for f in flags)]))
     out = out or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
-        "tessera" / "run-cuda" / f"{src.stem}-{key}"
-    built = Built(out / f"lib{src.stem}.so", out / f"{src.stem}.ptx", sm, src)
-    if built.library.is_file() and built.ptx.is_file():
+        "tessera" / "run-cuda" / f"{first.stem}-{key.hexdigest()[:16]}"
+    built = Built(out / f"lib{first.stem}.so",
+                  tuple(out / f"{x.stem}.ptx" for x in srcs if x.suffix == ".cu"), sm,
+                  tuple(srcs))
+    if built.library.is_file() and all(p.is_file() for p in built.ptx):
         return built
     out.mkdir(parents=True, exist_ok=True)
     compute = f"compute_{arch[3:]}"  # PTX only: tessera runs it, nothing needs SASS
     cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "--no-undefined",
            "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", "-g",
-           f"-DTESSERA_SM={sm}",
-           "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags, str(src), str(RUNTIME),
-           "-o", str(built.library)]
+           f"-DTESSERA_SM={sm}", "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags,
+           *(str(x) for x in srcs), str(RUNTIME), "-o", str(built.library)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise _failure(src, done.stdout + done.stderr)
+        raise _failure(first, done.stdout + done.stderr)
     return built
 
 
@@ -120,4 +139,4 @@ def _failure(src: Path, log: str) -> CudaBuildError:
     return CudaBuildError(f"nvcc failed:\n{log.strip()}", loc=loc, hint=hint)
 
 
-__all__ = ["NVCC_ENV", "Built", "CudaBuildError", "build", "find_nvcc"]
+__all__ = ["NVCC_ENV", "SOURCE_SUFFIXES", "Built", "CudaBuildError", "build", "find_nvcc"]

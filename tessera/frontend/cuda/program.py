@@ -69,9 +69,10 @@ class CudaProgram:
 
     def __init__(self, built: Built, check_races: bool = True) -> None:
         self.lib = ctypes.CDLL(str(built.library))
-        self.ptx = built.ptx
-        self.module = load(built.ptx)
-        self.source = source_lines(built.ptx.read_text())
+        self.modules = [load(path) for path in built.ptx]
+        #: (PTX file, line) -> the CUDA source line it came from
+        self.source = {(str(path), line): loc for path in built.ptx
+                       for line, loc in source_lines(path.read_text()).items()}
         self.memory = DeviceMemory()
         self.check_races = check_races
         self.launches = 0
@@ -102,7 +103,7 @@ class CudaProgram:
 
     def _launch(self, name: bytes, dims: Any, shared: int, argp: Any, coop: int) -> int:
         try:
-            kernel = self.module.kernel(name.decode())
+            kernel = self._kernel(name.decode())
             grid, block = tuple(dims[:3]), tuple(dims[3:6])
             kernel.run(grid=grid, block=block, args=_arguments(kernel, argp),
                        shared_bytes=int(shared), check_races=self.check_races,
@@ -116,7 +117,7 @@ class CudaProgram:
                              name.decode()), file=sys.stderr)
             return _INVALID_CONFIGURATION
         except TesseraError as err:
-            where = self.source.get(err.loc.line) if err.loc.file == str(self.ptx) else None
+            where = self.source.get((err.loc.file, err.loc.line))
             if where is not None:  # the user's line first, the PTX instruction after
                 ptx = err.loc
                 err = err.relocated(where)
@@ -129,8 +130,15 @@ class CudaProgram:
 
     def _report(self, message: bytes, caller: int) -> None:
         """End the program with a report of an API misuse at the user's line."""
-        where = _caller_line(self.built, caller) or Loc(str(self.built.source), 0)
+        where = _caller_line(self.built, caller) or Loc(str(self.built.sources[0]), 0)
         _end(f"tessera run-cuda: {CudaApiError(message.decode(), loc=where)}")
+
+    def _kernel(self, name: str) -> PtxKernel:
+        """The kernel ``name`` of whichever ``.cu`` file defines it."""
+        for module in self.modules[:-1]:
+            if name in module.kernels:
+                return module.kernel(name)
+        return self.modules[-1].kernel(name)  # or the error naming what there is
 
     def _symbols_of(self, kernel: PtxKernel) -> dict[str, np.ndarray]:
         names = {v.name for v in kernel.ir.globals}
@@ -166,10 +174,10 @@ def _caller_line(built: Built, offset: int) -> Loc | None:
         return None
     out = subprocess.run([tool, "-e", str(built.library), "-i", f"{offset:#x}"],
                          capture_output=True, text=True).stdout.split()
-    source = built.source.resolve()
+    sources = {x.resolve() for x in built.sources}
     for entry in reversed(out):
         path, _, line = entry.rpartition(":")
-        if line.split()[0].isdigit() and Path(path).resolve() == source:
+        if line.split()[0].isdigit() and Path(path).resolve() in sources:
             return Loc(_shown(path), int(line.split()[0]))
     return None
 
@@ -219,7 +227,7 @@ def _end(report: str) -> None:
 def run_program(built: Built, argv: Sequence[str], check_races: bool = True) -> int:
     """Run a built program's ``main`` here; its exit status."""
     program = CudaProgram(built, check_races)
-    return program.main([str(Path(built.library).stem.removeprefix("lib")), *argv])
+    return program.main([built.library.stem.removeprefix("lib"), *argv])
 
 
 __all__ = ["FAULT_EXIT", "CudaApiError", "CudaProgram", "DeviceMemory", "run_program"]

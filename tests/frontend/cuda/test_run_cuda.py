@@ -53,6 +53,24 @@ def test_a_program_runs_with_its_memory_symbols_and_printf(cache: Path) -> None:
     assert done.stderr == "tessera run-cuda: 2 kernel launches checked, no fault\n"
 
 
+def test_a_program_split_into_files_with_options_among_them(cache: Path) -> None:
+    """Host C++ in main.cpp, the kernel and its launch in kernels.cu; options may come
+    after the files, the program's arguments after --."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    split = PROGRAMS / "split"
+    done = subprocess.run([sys.executable, "-m", "tessera", "run-cuda", str(split / "main.cpp"),
+                           str(split / "kernels.cu"), "--arch", "sm_86", "--no-race-check",
+                           "--", "500"], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sum {3 * sum(range(500)):.1f}\n"
+    missing = subprocess.run([sys.executable, "-m", "tessera", "run-cuda",
+                              str(PROGRAMS / "vector_add.cu"), "300"], capture_output=True,
+                             text=True, env=env, timeout=600)
+    assert missing.returncode == 1
+    assert "'300' is not a source file nvcc builds" in missing.stderr
+    assert "the program's arguments go after --" in missing.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
