@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,8 @@ class CudaProgram:
         try:
             kernel = self._kernel(name.decode())
             grid, block = tuple(dims[:3]), tuple(dims[3:6])
-            kernel.run(grid=grid, block=block, args=_arguments(kernel, argp),
+            raw = [ctypes.string_at(argp[k], p.size) for k, p in enumerate(kernel.params)]
+            kernel.run(grid=grid, block=block, args=kernel.arguments_from_bytes(raw),
                        shared_bytes=int(shared), check_races=self.check_races,
                        symbols=self._symbols_of(kernel), cooperative=bool(coop),
                        buffers=self.memory.arrays)
@@ -124,8 +126,8 @@ class CudaProgram:
                 err.args = (f"{err.args[0]}\n  in PTX: {ptx}",)
             report = _demangled(str(err), name.decode())
             _end(f"tessera run-cuda: kernel fault in launch {self.launches + 1}:\n{report}")
-        except BaseException as err:  # nothing may unwind through C frames
-            _end(f"tessera run-cuda: internal error in a launch: {err!r}")
+        except BaseException:  # nothing may unwind through C frames
+            _end(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
 
     def _report(self, message: bytes, caller: int) -> None:
@@ -187,20 +189,6 @@ def _shown(path: str) -> str:
     table names files by absolute path)."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
-
-
-def _arguments(kernel: PtxKernel, argp: Any) -> list[Any]:
-    """The launch's arguments as their bytes say: structs as bytes, pointers and values
-    as NumPy scalars of their parameter's type."""
-    out: list[Any] = []
-    for k, p in enumerate(kernel.params):
-        raw = ctypes.string_at(argp[k], p.size)
-        if p.array:
-            out.append(raw)
-        else:
-            kind = {"u": "u", "b": "u", "s": "i", "f": "f"}.get(p.type[0], "u")
-            out.append(np.frombuffer(raw, f"{kind}{p.size}")[0])
-    return out
 
 
 def _demangled(text: str, name: str) -> str:

@@ -239,6 +239,23 @@ class PtxKernel:
         for a, work in copies:
             a[...] = work
 
+    def arguments_from_bytes(self, raw: Sequence[bytes]) -> list[Any]:
+        """The arguments of :meth:`run` from each parameter's bytes as a CUDA launch
+        passes them (``cuLaunchKernel``'s ``kernelParams``, a recorded launch): structs
+        stay bytes, pointers and values become NumPy scalars of their parameter's type
+        (a pointer is then an address: give its array with ``buffers=``)."""
+        if len(raw) != len(self.params):
+            raise ArgumentError(f"kernel '{self.name}' takes {len(self.params)} arguments, "
+                                f"got the bytes of {len(raw)}")
+        out: list[Any] = []
+        for p, data in zip(self.params, raw):
+            if len(data) != p.size:
+                raise ArgumentError(f"parameter {p.name} takes {p.size} bytes, not "
+                                    f"{len(data)}")
+            kind = {"u": "u", "b": "u", "s": "i", "f": "f"}.get(p.type[0], "u")
+            out.append(bytes(data) if p.array else np.frombuffer(data, f"{kind}{p.size}")[0])
+        return out
+
     def _place_variables(self, glob: GlobalMemory, symbols: dict[str, np.ndarray]) -> None:
         """Module variables first, at the addresses the PTX reader gave them."""
         for var in self.ir.globals:

@@ -179,3 +179,19 @@ def test_lane_masks() -> None:
         lane, full = t % 32, (1 << 32) - 1
         assert out[t].tolist() == [1 << lane, (1 << lane) - 1, (2 << lane) - 1,
                                    full & ~((2 << lane) - 1), full & ~((1 << lane) - 1)]
+
+
+def test_arguments_from_the_bytes_a_launch_passes() -> None:
+    """What ``cuLaunchKernel``'s ``kernelParams`` point at, turned into ``run``'s
+    arguments: the struct stays bytes, the pointer is an address."""
+    k = copy_kernel(8)
+    out = np.zeros(8, np.uint8)
+    raw = [bytes(range(8)), np.uint64(0x5000_0000_0000).tobytes()]
+    args = k.arguments_from_bytes(raw)
+    assert args[0] == bytes(range(8)) and args[1] == np.uint64(0x5000_0000_0000)
+    k.run(args=args, buffers={0x5000_0000_0000: out})
+    assert out.tolist() == list(range(8))
+    with pytest.raises(ArgumentError, match="takes 2 arguments, got the bytes of 1"):
+        k.arguments_from_bytes(raw[:1])
+    with pytest.raises(ArgumentError, match="takes 8 bytes, not 4"):
+        k.arguments_from_bytes([raw[0], bytes(4)])

@@ -47,14 +47,6 @@ def mod() -> ts.ptx.PtxProgram:
     return ts.ptx.load(CORPUS / "device_algorithms_sm80.ptx")
 
 
-def _arg(p, raw: str):
-    data = bytes.fromhex(raw)
-    if p.array:
-        return data  # a struct passed by value
-    kind = {"u": "u", "b": "u", "s": "i", "f": "f"}[p.type[0]]
-    return np.frombuffer(data, f"{kind}{p.size}")[0]
-
-
 def replay(mod: ts.ptx.PtxProgram, name: str, *arrays: np.ndarray) -> None:
     """Run algorithm ``name``'s recorded launches and memsets over ``arrays`` (the
     program's arrays 1...), with temporary storage of the recorded size."""
@@ -67,7 +59,7 @@ def replay(mod: ts.ptx.PtxProgram, name: str, *arrays: np.ndarray) -> None:
             memory[k].view(np.uint8).reshape(-1)[at:at + event["bytes"]] = event["value"]
         elif "launch" in event:
             kernel = mod.kernel(event["launch"])
-            args = [_arg(p, raw) for p, raw in zip(kernel.params, event["args"], strict=True)]
+            args = kernel.arguments_from_bytes([bytes.fromhex(a) for a in event["args"]])
             kernel.run(grid=event["grid"], block=event["block"], args=args,
                        shared_bytes=event["shared"], buffers=buffers)
         else:
