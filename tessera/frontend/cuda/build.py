@@ -104,13 +104,13 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                                      arch.encode(), *(f.encode() for f in flags)]))
     out = out or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
         "tessera" / "run-cuda" / f"{first.stem}-{key.hexdigest()[:16]}"
+    compute = f"compute_{arch[3:]}"  # PTX only: tessera runs it, nothing needs SASS
     built = Built(out / f"lib{first.stem}.so",
-                  tuple(out / f"{x.stem}.ptx" for x in srcs if x.suffix == ".cu"), sm,
-                  tuple(srcs))
+                  tuple(_kept_ptx(out, x.stem, compute) for x in srcs if x.suffix == ".cu"),
+                  sm, tuple(srcs))
     if built.library.is_file() and all(p.is_file() for p in built.ptx):
         return built
     out.mkdir(parents=True, exist_ok=True)
-    compute = f"compute_{arch[3:]}"  # PTX only: tessera runs it, nothing needs SASS
     cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "--no-undefined",
            "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", "-g",
            f"-DTESSERA_SM={sm}", "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags,
@@ -118,7 +118,15 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise _failure(first, done.stdout + done.stderr)
-    return built
+    return Built(built.library, tuple(_kept_ptx(out, x.stem, compute)
+                                      for x in srcs if x.suffix == ".cu"), sm, tuple(srcs))
+
+
+def _kept_ptx(out: Path, stem: str, compute: str) -> Path:
+    """The PTX nvcc kept of one ``.cu`` file: ``stem.ptx``, or ``stem.compute_90a.ptx``
+    where it names the virtual architecture (it does for the ``a`` targets)."""
+    named = out / f"{stem}.{compute}.ptx"
+    return named if named.is_file() else out / f"{stem}.ptx"
 
 
 def _failure(src: Path, log: str) -> CudaBuildError:

@@ -102,6 +102,20 @@ def test_common_patterns(cache: Path) -> None:
     assert done.stderr == "tessera run-cuda: 3 kernel launches checked, no fault\n"
 
 
+def test_cubs_hopper_path_on_sm_90a(cache: Path) -> None:
+    """CUB's device-wide transform built for sm_90a takes its Hopper path: bulk copies
+    into shared memory through an mbarrier, elect.sync, griddepcontrol."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    done = subprocess.run([sys.executable, "-m", "tessera", "run-cuda",
+                           str(PROGRAMS / "hopper_transform.cu"), "--arch", "sm_90a"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr
+    i = np.arange(100000)
+    assert done.stdout == f"sum {float((2 * (i % 1000) + i % 7).sum()):.1f}\n"
+    ptx = next(cache.rglob("hopper_transform.compute_90a.ptx")).read_text()
+    assert "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes" in ptx
+
+
 @pytest.mark.parametrize("mistake, line, what", [
     ("bounds", 12, "out of bounds: global read of 4 bytes"),
     ("uninitialised", 19, "uninitialised shared read"),
@@ -151,7 +165,8 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("program, args", [("vector_add.cu", ["300"]), ("patterns.cu", []),
-                                           ("thrust_and_cub.cu", [])])
+                                           ("thrust_and_cub.cu", []),
+                                           ("hopper_transform.cu", [])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
     """The same program built with CUDA's own runtime and run on a GPU (``make

@@ -1,5 +1,6 @@
 """nvcc's PTX for sm_90 (tests/ir/text/ptx/ptx_corpus/kernels_sm90.cu): packed half
-arithmetic, fp8 pairs, half-precision atomics, device-function calls and printf, run on the CPU
+arithmetic, fp8 pairs, half-precision atomics, a bulk copy through an mbarrier,
+device-function calls and printf, run on the CPU
 by ``ts.ptx`` and compared bit for bit with NumPy references (float64 arithmetic, exact
 for these inputs, rounded once per operation through ``ml_dtypes``)."""
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
+from tessera.interp.target.state import TargetFault
 from tessera.ir.text.ptx import PtxSyntaxError, PtxUnsupportedError
 from tests.frontend.ptx.corpus import CORPUS, rounded
 
@@ -91,6 +93,33 @@ def test_half_precision_atomics(mod) -> None:
     pairs = np.array([v[0::2].sum(), -2 * v[0::2].sum(), v[1::2].sum(), -2 * v[1::2].sum()])
     np.testing.assert_array_equal(wide(h2), pairs)  # (x, y): x in the low half
     np.testing.assert_array_equal(flag, np.arange(1, 9))  # the first swap of each flag wins
+
+
+def test_a_bulk_copy_through_an_mbarrier(mod) -> None:
+    """CUB's Hopper copy: the byte count announced on the mbarrier from a register, one
+    cp.async.bulk per CTA, every thread waiting on the phase; elect.sync with each
+    half-warp's own member mask in a register; griddepcontrol around it all."""
+    x = rng.standard_normal(3 * 256).astype(np.float32)
+    out, elected = np.zeros_like(x), np.zeros(1, np.int32)
+    k = mod.kernel("bulk_double")
+    k.run(grid=3, block=256, args=[x, out, elected, np.int32(256)])
+    np.testing.assert_array_equal(out, 2 * x)
+    assert elected[0] == 3 * 256 // 16  # one lane of each half-warp
+    short = np.zeros(3 * 200, np.float32)  # 800 bytes: the copy's size is a register
+    k.run(grid=3, block=256, args=[x[:600].copy(), short, elected, np.int32(200)])
+    np.testing.assert_array_equal(short, 2 * x[:600])
+
+
+def test_a_bulk_copy_larger_than_its_announced_bytes_is_reported() -> None:
+    """The phase would complete before the copy lands: announce 16 bytes for 1024."""
+    text = (CORPUS / "kernels_sm90.ptx").read_text()
+    line = next(ln for ln in text.splitlines() if "mbarrier.arrive.expect_tx" in ln)
+    short = text.replace(line, line.rsplit(",", 1)[0] + ", 16;")
+    x = np.ones(256, np.float32)
+    with pytest.raises(TargetFault, match="expect-tx count too small"):
+        ts.ptx.load(short).kernel("bulk_double").run(
+            grid=1, block=256, args=[x, np.zeros_like(x), np.zeros(1, np.int32),
+                                     np.int32(256)])
 
 
 def test_device_function_calls(mod) -> None:

@@ -16,6 +16,7 @@ from tessera.backend.ptx.render.regalloc import RenderError, braced
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target.async_ops import (
     BulkCommit,
+    BulkLoad,
     BulkWait,
     CpAsync,
     CpAsyncArrive,
@@ -111,7 +112,7 @@ def _cp_async_arrive(e: PtxWriter, instr: Instr) -> None:
 
 @rule(MbarrierArrive)
 def _mbar_arrive(e: PtxWriter, instr: Instr) -> None:
-    tx = instr.op.tx
+    tx = e.regs.one(instr.operands[1]) if instr.op.tx_operand else instr.op.tx
     if tx:
         e.sm90(instr)
         e.out(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, {address(e, instr)}, {tx};")
@@ -162,6 +163,16 @@ def _tma_load(e: PtxWriter, instr: Instr) -> None:
     dst, tmap, c0, c1, bar = (e.regs.one(v) for v in instr.operands)
     e.out("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
           f"[{dst}], [{tmap}, {braced((c0, c1))}], [{bar}];")
+
+
+@rule(BulkLoad)
+def _bulk_load(e: PtxWriter, instr: Instr) -> None:
+    e.sm90(instr)
+    dst, src, size, bar = (e.regs.one(v) for v in instr.operands)
+    # .shared::cluster (PTX 8.0) names the CTA's own shared memory outside a cluster;
+    # .shared::cta needs PTX 8.6
+    e.out("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+          f"[{dst}], [{src}], {size}, [{bar}];")
 
 
 @rule(TmaStore)

@@ -190,7 +190,8 @@ def _warp_sync(e: PtxWriter, instr: Instr) -> None:
 def _elect(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)  # elect.sync: PTX ISA 8.0, sm_90 (sec. 9.7.13.13)
     d, p = (e.regs.one(v) for v in instr.results)
-    e.out(f"elect.sync {d}|{p}, 0x{instr.op.mask:08X};")
+    mask = e.regs.one(instr.operands[0]) if instr.operands else f"0x{instr.op.mask:08X}"
+    e.out(f"elect.sync {d}|{p}, {mask};")
 
 
 @rule(TensorMapAt)

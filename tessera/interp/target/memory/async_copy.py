@@ -150,6 +150,44 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     return step
 
 
+@step_rule(target_async.BulkLoad)
+def _bulk_load(c: TargetCompiler, instr: Instr) -> Step:
+    dst, src, size, bar = (c.slot(v) for v in instr.operands)
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        act = np.flatnonzero(fr.mask)
+        if not len(act):
+            return
+        ids = barrier_ids(m, instr, act, fr.regs[bar][act])
+        check_visible(m, instr, act, fr.regs[bar][act], ids)
+        fail = m.failer(instr, act)
+        for k, t in enumerate(act):  # one thread issues a bulk copy, as a rule
+            a, n = int(fr.regs[dst][t]), int(fr.regs[size][t])
+            if n % 16 or a % 16 or n <= 0:
+                fail(k, "misaligned address", f"a bulk copy of {n} bytes to shared address "
+                     f"{a}: the size must be a positive multiple of 16 and the address "
+                     "16-byte aligned")
+            where = a - m.shared.base + np.arange(n, dtype=np.int64)
+            if where.min() < 0 or where.max() >= m.shared.size:
+                fail(k, "out of bounds", f"the bulk copy of {n} bytes at shared address {a} "
+                     f"leaves the CTA's shared memory: {m.shared.outside(a)}")
+            data = m.glob.read(np.array([int(fr.regs[src][t])]), n,
+                               lambda _i, w, msg, k=k: fail(k, w, msg), align=16)
+            cta = np.array([m.cta[t]])
+            if m.shared.unfenced[cta * m.shared.size + where].any():
+                fail(k, "missing proxy fence", "a bulk copy overwrites shared memory written "
+                     "by st.shared with no fence.proxy.async since")
+            copy = Copy(act[k:k + 1], ids[k:k + 1], None, data, None, None,
+                        (int(where[0]), int(where[-1]) + 1), where)
+            issue(m, copy, lambda i, w, msg, k=k: fail(k, w, msg))
+            m.tma.append(copy)
+        sched = current_scheduler(m)
+        if sched is not None:  # a waiter's phase may now complete
+            sched.touch()
+    return step
+
+
 def box_where(t: TensorMap, a: int, shared: SharedMemory, what: str,
               fail: Callable[[str, str], None]) -> np.ndarray:
     """The CTA-local bytes (of ``shared``'s per-CTA arrays) of the box at shared address

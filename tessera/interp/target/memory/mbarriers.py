@@ -119,15 +119,17 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             bind(m, act, ids)
             if not op.noinc:  # raised and lowered again once the copies land
                 return
-        elif op.tx:
-            add_at(m.mbar_tx[0], ids, op.tx)
+        tx = fr.regs[counts][act].astype(np.int64) if counts is not None else \
+            getattr(op, "tx", 0)
+        if np.any(tx) and not isinstance(op, target_async.CpAsyncArrive):
+            add_at(m.mbar_tx[0], ids, tx)
         if token is not None:  # the phase arrived on, before this arrival completes it
             state = np.zeros(m.n, np.uint64)
             state[act] = mb.phase[ids] & 1
             fr.regs[token] = state
         note_arrivals(m, ids, act)
         count = getattr(op, "count", 1)
-        tracked(m, instr, act, ids, mb.arrive, ids, count, getattr(op, "tx", 0))
+        tracked(m, instr, act, ids, mb.arrive, ids, count, tx)
     return step
 
 

@@ -320,13 +320,18 @@ def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
 def _elect(c: TargetCompiler, instr: Instr) -> Step:
     members = ((instr.op.mask >> np.arange(32)) & 1).astype(bool)
     lane_out, pred_out = (c.slot(v) for v in instr.results)
+    slot = c.slot(instr.operands[0]) if instr.operands else None
 
     def step(fr: TargetFrame) -> None:
-        check_warps(fr, instr, 32, members)
-        act = (fr.mask & np.tile(members, len(fr.mask) // 32)).reshape(-1, 32)
-        leader = np.where(act.any(axis=1), act.argmax(axis=1), 0)
-        fr.regs[lane_out] = np.repeat(leader, 32).astype(U32)
-        fr.regs[pred_out] = (fr.m.tid % 32) == np.repeat(leader, 32)
+        lanes = np.zeros(len(fr.mask), U32)
+        elected = np.zeros(len(fr.mask), bool)
+        for group in _groups(fr, instr, members, slot, "elect.sync"):
+            act = group.reshape(-1, 32)  # each warp's lanes of this member mask
+            leader = np.repeat(np.where(act.any(axis=1), act.argmax(axis=1), 0), 32)
+            lanes = np.where(group, leader, lanes).astype(U32)
+            elected |= group & ((fr.m.tid % 32) == leader)
+        fr.regs[lane_out] = lanes
+        fr.regs[pred_out] = elected
     return step
 
 

@@ -253,6 +253,24 @@ class TmaLoad(_Effect):
 
 @register_op
 @dataclass(frozen=True)
+class BulkLoad(_Effect):
+    """``cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [dst], [src],
+    size, [mbar]`` (sec. 9.7.9.25): copy ``size`` bytes (a multiple of 16; both addresses
+    16-byte aligned) from global to shared memory, as a TMA load does without a tensor
+    map; on completion the bytes are subtracted from the mbarrier's transaction count.
+    Operands: ``dst`` (``u32``), ``src`` (``u64``), ``size`` (``u32``), ``mbar``
+    (``u32``)."""
+
+    name: ClassVar[str] = "ptx.bulk_load"
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 4)
+        for t, elem in zip(operands, ("u32", "u64", "u32", "u32")):
+            reg_of(self, t, elem)
+
+
+@register_op
+@dataclass(frozen=True)
 class TmaStore(_Effect):
     """``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {c0, c1}], [src]``
     (sec. 9.7.9.27): copy one box from shared memory at ``src`` (laid out as the map's

@@ -48,7 +48,8 @@ class MbarrierInit(_OnBarrier):
 @dataclass(frozen=True)
 class MbarrierArrive(_OnBarrier):
     """``mbarrier.arrive{.expect_tx}.shared::cta.b64 state, [addr]{, tx}``: one arrival,
-    first raising the expected transaction bytes by ``tx``, or ``count`` arrivals at
+    first raising the expected transaction bytes by ``tx`` (or by the second operand's
+    value, ``tx_operand``), or ``count`` arrivals at
     once (``mbarrier.arrive.shared::cta.b64 _, [addr], count``: sm_90; sec.
     9.7.13.15.12). With ``state`` it returns the phase it arrived on as a ``u64`` token
     (bit 0 the phase's parity), which ``test_wait`` takes."""
@@ -57,13 +58,21 @@ class MbarrierArrive(_OnBarrier):
     tx: int = 0
     count: int = 1
     state: bool = False
+    #: the expect-tx bytes are a second ``u32`` operand (a register), not ``tx``
+    tx_operand: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         return (U64,) if self.state else ()
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        super().verify(operands, results)
-        if not 1 <= self.count <= TX_LIMIT or (self.tx and self.count != 1):
+        if self.tx_operand:
+            check_count(self, operands, 2)
+            for t in operands:
+                reg_of(self, t, "u32")
+        else:
+            super().verify(operands, results)
+        if not 1 <= self.count <= TX_LIMIT or ((self.tx or self.tx_operand) and
+                                               self.count != 1):
             raise IRVerifyError("ptx.mbarrier_arrive counts 1 to 2^20 - 1 arrivals, "
                                 "and one with expect-tx bytes")
 

@@ -355,14 +355,19 @@ class Stmatrix(Op):
 @dataclass(frozen=True)
 class Elect(Op):
     """``elect.sync d|p, membermask`` (sec. 9.7.13.2): the lowest active member lane of
-    each warp is elected; every lane gets its lane id in ``d`` and ``p`` true on it."""
+    each warp is elected; every lane gets its lane id in ``d`` and ``p`` true on it.
+    The member mask is ``mask``, or the operand's value when there is one (a
+    register)."""
 
     name: ClassVar[str] = "ptx.elect"
     pure: ClassVar[bool] = False
     mask: int = 0xFFFFFFFF
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 0)
+        if len(operands) > 1:
+            check_count(self, operands, 1)
+        if operands:
+            reg_of(self, operands[0], "b32")
         return (RegType("b32"), PRED)
 
 

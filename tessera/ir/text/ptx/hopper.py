@@ -62,11 +62,15 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     elif kind == "arrive" and rest in ([], ["expect_tx"]):
         if len(ops) not in ((3,) if rest else (2, 3)):
             raise b.syntax(f"expected state, [addr]{', tx' if rest else '{, count}'}")
-        tx = _constant(b, ops[2], "the transaction count") if rest else 0
+        fixed = parse_int(ops[2]) if rest else 0
         arrivals = _arrival_count(b, ops[2]) if ops[2:] and not rest else 1
         state = ops[0].strip() != "_"
-        token = b.emit(target_async.MbarrierArrive(tx, arrivals, state),
-                       [plain_address(b, ops[1], "u32")])
+        at = [plain_address(b, ops[1], "u32")]
+        if fixed is None:  # the byte count in a register (CUB's bulk copies)
+            token = b.emit(target_async.MbarrierArrive(0, 1, state, True),
+                           [*at, b.read(ops[2], "u32")])
+        else:
+            token = b.emit(target_async.MbarrierArrive(fixed, arrivals, state), at)
         if state:
             b.write(ops[0], b.bitcast(token[0], "b64"))
     elif kind in ("try_wait", "test_wait") and rest in (["parity"], []):
@@ -107,7 +111,8 @@ def cp_async_arrive(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    """``cp.async.bulk...``: 2-D TMA loads and stores, and the bulk groups of stores."""
+    """``cp.async.bulk...``: 2-D TMA loads and stores, the bulk groups of stores, and 1-D
+    bulk loads from global memory."""
     if mods == ["bulk", "commit_group"]:
         count(b, ops, 0)
         b.emit(target_async.BulkCommit())
@@ -118,6 +123,16 @@ def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         _tma_store(b, mods, ops)
     elif mods[:2] == ["bulk", "tensor"]:
         tma_load(b, mods, ops)
+    elif mods[:1] == ["bulk"] and mods[1:2] in (["shared::cta"], ["shared::cluster"]) and \
+            mods[2:] == ["global"]:
+        raise b.syntax("a bulk copy into shared memory completes on an mbarrier: "
+                       "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes")
+    elif mods[:1] == ["bulk"] and mods[1:2] in (["shared::cta"], ["shared::cluster"]) and \
+            mods[2:] == ["global", "mbarrier::complete_tx::bytes"]:
+        count(b, ops, 4)
+        b.emit(target_async.BulkLoad(), [
+            plain_address(b, ops[0], "u32"), plain_address(b, ops[1], "u64"),
+            b.read(ops[2], "u32"), plain_address(b, ops[3], "u32")])
     else:
         raise b.unsupported(f"cp.async.{'.'.join(mods)}")
 
@@ -239,11 +254,14 @@ def _elect(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods != ["sync"]:
         raise b.unsupported(f"elect.{'.'.join(mods)}")
     count(b, ops, 2)
-    lane, pred = b.emit(ptx_ops.Elect(_constant(b, ops[1], "the member mask") & 0xFFFFFFFF))
-    dests = ops[0].split("|")
+    fixed = parse_int(ops[1])
+    lane, pred = (b.emit(ptx_ops.Elect(fixed & 0xFFFFFFFF)) if fixed is not None else
+                  b.emit(ptx_ops.Elect(), [b.read(ops[1], "b32")]))
+    dests = [d.strip() for d in ops[0].split("|")]
     if len(dests) != 2:
         raise b.syntax("elect.sync writes d|p")
-    b.write(dests[0], lane)
+    if dests[0] != "_":  # the sink: the lane id is not wanted
+        b.write(dests[0], lane)
     b.write(dests[1], pred)
 
 
@@ -268,6 +286,17 @@ def _setmaxnreg(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if value is None or value % 8 or not 24 <= value <= 256:
         raise b.syntax(f"setmaxnreg takes a multiple of 8 from 24 to 256, not {ops[0]}")
     # no register value changes: nothing to emit
+
+
+@handler("griddepcontrol")
+def _griddepcontrol(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """Programmatic dependent launch (PTX ISA sec. 9.7.13.9): ``.wait`` waits for the
+    grids this one depends on, ``.launch_dependents`` lets the next one start early.
+    Launches run one after another here, each after the last has finished and its
+    memory is visible, so both hold already: nothing to emit."""
+    if mods not in (["wait"], ["launch_dependents"]):
+        raise b.syntax("griddepcontrol takes .wait or .launch_dependents")
+    count(b, ops, 0)
 
 
 __all__ = ["bulk_copy", "tma_load"]

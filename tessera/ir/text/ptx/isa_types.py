@@ -131,7 +131,7 @@ def _hopper_problem(head: str, mods: list[str], arch: int, accelerated: bool) ->
     if head == "cvt" and len(mods) >= 2 and \
             arch < (sm := cvt_needs(mods[-2], mods[-1], "satfinite" in mods, arch)[1]):
         return f"cvt.{mods[-2]}.{mods[-1]} needs .target sm_{sm} or higher, not sm_{arch}"
-    hopper = (head in ("wgmma", "setmaxnreg", "elect", "stmatrix")
+    hopper = (head in ("wgmma", "setmaxnreg", "elect", "stmatrix", "griddepcontrol")
               or (head == "cp" and mods[1:2] == ["bulk"])
               or (head == "fence" and mods[:2] == ["proxy", "async"])
               or (head == "mbarrier" and bool({"expect_tx", "try_wait"} & set(mods)))

@@ -43,8 +43,11 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
         found.append(need)
     if t in _BF16 and head in ("add", "sub", "mul", "setp", "ex2", "tanh", "atom", "red"):
         found.append(((7, 8), f"{head}.{t}"))
-    if head == "stmatrix":
+    if head in ("stmatrix", "griddepcontrol"):
         found.append(((7, 8), head))
+    if head == "cp" and mods[1:2] == ["bulk"] and "tensor" not in mods and "global" in mods:
+        found.append(((8, 6), "cp.async.bulk into .shared::cta") if "shared::cta" in mods
+                     else ((8, 0), "cp.async.bulk"))
     if head in ("bar", "barrier") and "cta" in mods:
         found.append(((7, 8), f"{head}.cta"))
     if head == "mbarrier" and "expect_tx" in mods:

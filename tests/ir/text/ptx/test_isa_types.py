@@ -343,6 +343,20 @@ OPERANDS = [
     ("ld.param.u8 %h1, [p];", "ok"), ("ld.param.s8 %r1, [p+1];", "ok"),
     ("ld.param.v4.u8 {%h1, %h2, %h3, %h4}, [p];", "ok"),
     ("ld.param.v2.u64 {%rd2, %rd3}, [%rd1+16];", "ok"), ("st.param.u8 [p], %h1;", "write"),
+    # a 1-D bulk copy into shared memory, its byte count announced from a register
+    ("cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%r1], [%rd1], %r2, "
+     "[%r3];", "ok"),
+    ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], 64, "
+     "[%r3];", "ok"),
+    ("cp.async.bulk.shared::cta.global [%r1], [%rd1], %r2, [%r3];", "completion"),
+    ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], %r2;", "ok"),
+    ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], %rd2;", "width"),
+    # elect.sync: the member mask in a register, the lane id to the sink
+    ("elect.sync _|%p1, %r1;", "ok"), ("elect.sync %r0|%p1, %r1;", "ok"),
+    # programmatic dependent launch: one of two modifiers, no operands
+    ("griddepcontrol.wait;", "ok"), ("griddepcontrol.launch_dependents;", "ok"),
+    ("griddepcontrol.wait.sync;", "modifier"), ("griddepcontrol;", "required"),
+    ("griddepcontrol.wait %r1;", "operands"),
     # the lane masks are 32-bit special registers
     ("mov.u32 %r1, %lanemask_le;", "ok"), ("mov.u32 %r1, %lanemask_ge;", "ok"),
     ("mov.u32 %r1, %lanemask_eq;", "ok"), ("cvt.u64.u32 %rd2, %lanemask_lt;", "ok"),
@@ -365,6 +379,7 @@ def test_operands_qualifiers_and_required_modifiers(line: str, verdict: str) -> 
     ("max.bf16 %h0, %h1, %h2;", "ok"), ("elect.sync %r0|%p0, -1;", "syntax"),
     ("wgmma.fence.sync.aligned;", "syntax"), ("cp.async.bulk.commit_group;", "syntax"),
     ("fence.proxy.async;", "syntax"), ("mbarrier.init.shared.b64 [%r1], 1;", "ok"),
+    ("griddepcontrol.wait;", "syntax"),
 ])
 def test_hopper_bf16_arithmetic_needs_sm_90(line: str, sm80: str) -> None:
     """add/sub/mul/setp/ex2/tanh of bf16, wgmma, elect, bulk copies and the async proxy

@@ -96,3 +96,32 @@ extern "C" __global__ void formatted(const float* x, int n) {
   }
   if (i == 0) printf("done\n");
 }
+
+// Hopper's bulk copy as CUB writes it (cuda::ptx): one thread announces the bytes on an
+// mbarrier (a count in a register) and issues one cp.async.bulk of the CTA's tile; all
+// wait on the barrier's phase. A programmatic dependent launch waits for the grid
+// before it and lets the next one start. elect.sync with the member mask in a register
+// picks the lowest lane of each half-warp.
+#include <cstdint>
+#include <cuda/ptx>
+
+extern "C" __global__ void bulk_double(const float* in, float* out, int* elected, int n) {
+  __shared__ alignas(128) float tile[256];
+  __shared__ uint64_t bar;
+  cudaGridDependencySynchronize();
+  const unsigned bytes = n * sizeof(float);  // n <= 256, a multiple of 4
+  if (threadIdx.x == 0) cuda::ptx::mbarrier_init(&bar, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                         cuda::ptx::space_shared, &bar, bytes);
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_shared, cuda::ptx::space_global, tile,
+                             in + blockIdx.x * n, bytes, &bar);
+  }
+  while (!cuda::ptx::mbarrier_try_wait_parity(&bar, 0)) {
+  }
+  if (threadIdx.x < n) out[blockIdx.x * n + threadIdx.x] = 2 * tile[threadIdx.x];
+  unsigned half = threadIdx.x % 32 >= 16 ? 0xFFFF0000u : 0x0000FFFFu;
+  if (cuda::ptx::elect_sync(half)) atomicAdd(elected, 1);
+  cudaTriggerProgrammaticLaunchCompletion();
+}
