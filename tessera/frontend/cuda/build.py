@@ -1,7 +1,7 @@
 """Building a CUDA program for ``tessera run-cuda``: one nvcc call makes both the PTX
 of its kernels (kept from nvcc's intermediate files, one module per ``.cu`` file) and a
-shared library of its host code linked with tessera's runtime (``runtime.cpp``)
-instead of CUDA's.
+shared library of its host code linked with tessera's runtime (``runtime.cpp``,
+``runtime_device.cpp``) instead of CUDA's.
 
 nvcc is ``$TESSERA_NVCC``, the ``nvidia-cuda-nvcc`` wheel's or the one on ``PATH``; it
 needs a host C++ compiler. CUB, Thrust and libcu++ come from the ``nvidia-cuda-cccl``
@@ -23,7 +23,9 @@ from pathlib import Path
 from tessera.errors import Loc, TesseraError
 
 NVCC_ENV = "TESSERA_NVCC"
-RUNTIME = Path(__file__).with_name("runtime.cpp")
+#: tessera's CUDA runtime, compiled into every program (and the header they share)
+RUNTIME = tuple(Path(__file__).with_name(f) for f in ("runtime.cpp", "runtime_device.cpp"))
+RUNTIME_HEADER = Path(__file__).with_name("runtime.h")
 #: what nvcc says of a line of the user's source: ``file(line): error: ...``
 _SOURCE_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error",
                            re.MULTILINE)
@@ -100,7 +102,8 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     sm = int(m.group(1))
     nvcc = find_nvcc()
     key = hashlib.sha256(b"\0".join([*(f"{x}".encode() + x.read_bytes() for x in srcs),
-                                     RUNTIME.read_bytes(), Path(__file__).read_bytes(),
+                                     *(f.read_bytes() for f in (*RUNTIME, RUNTIME_HEADER)),
+                                     Path(__file__).read_bytes(),
                                      arch.encode(), *(f.encode() for f in flags)]))
     out = out or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
         "tessera" / "run-cuda" / f"{first.stem}-{key.hexdigest()[:16]}"
@@ -114,7 +117,7 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "--no-undefined",
            "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", "-g",
            f"-DTESSERA_SM={sm}", "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags,
-           *(str(x) for x in srcs), str(RUNTIME), "-o", str(built.library)]
+           *(str(x) for x in srcs), *(str(f) for f in RUNTIME), "-o", str(built.library)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise _failure(first, done.stdout + done.stderr)

@@ -7,22 +7,17 @@
 // more. A __device__ variable's storage is its host shadow. Streams and events are
 // accepted; every call is synchronous. The device it describes is the target the PTX
 // was compiled for (TESSERA_SM), with 4 SMs, so that grids sized by the SM count stay
-// small on a CPU.
-#include <cuda_runtime.h>
+// small on a CPU (runtime_device.cpp: the device, streams and events).
+#include "runtime.h"
 
 #include <dlfcn.h>
 
-#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#ifndef TESSERA_SM
-#define TESSERA_SM 80
-#endif
 
 namespace {
 
@@ -97,9 +92,6 @@ void check_copy(void* ret, const char* call, void* d, const void* s, size_t n, c
 cudaError_t g_last = cudaSuccess;
 dim3 g_grid, g_block;
 size_t g_shared = 0;
-int g_stream_token, g_event_token;
-
-cudaError_t fail(cudaError_t e) { if (e != cudaSuccess) g_last = e; return e; }
 
 const char* name_of(const void* host) {
   for (const Kernel& k : kernels()) if (k.host == host) return k.name.c_str();
@@ -108,19 +100,19 @@ const char* name_of(const void* host) {
 
 cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, int coop) {
   const char* name = name_of(fun);
-  if (!name || !g_launch) return fail(cudaErrorInvalidDeviceFunction);
+  if (!name || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
   unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
   fflush(stdout);  // the program's output so far comes before the kernel's printf
   cudaError_t e = static_cast<cudaError_t>(g_launch(name, dims, shared, args, coop));
   g_launches += e == cudaSuccess;
-  return fail(e);
+  return tessera_fail(e);
 }
 
 cudaError_t allocate(void** p, size_t bytes) {
-  if (!p) return fail(cudaErrorInvalidValue);
+  if (!p) return tessera_fail(cudaErrorInvalidValue);
   *p = g_alloc ? g_alloc(bytes) : nullptr;
   if (*p) allocations().push_back({static_cast<const char*>(*p), bytes});
-  return *p || bytes == 0 ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  return *p || bytes == 0 ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
 }
 
 void summary() {
@@ -133,12 +125,12 @@ const Symbol* symbol_of(const void* host) {
   return nullptr;
 }
 
-float now_ms() {
-  using namespace std::chrono;
-  return duration<float, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
+
+cudaError_t tessera_fail(cudaError_t e) {
+  if (e != cudaSuccess) g_last = e;
+  return e;
+}
 
 extern "C" {
 
@@ -214,7 +206,7 @@ cudaError_t cudaFree(void* p) {
   for (size_t k = 0; k < all.size(); ++k) {
     if (all[k].base == p) {
       all.erase(all.begin() + static_cast<long>(k));
-      return g_free && g_free(p) == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+      return g_free && g_free(p) == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
     }
   }
   report(__builtin_return_address(0), "cudaFree(%p): not an allocation (freed twice, or "
@@ -223,7 +215,8 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  *p = std::malloc(bytes ? bytes : 1); return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  *p = std::malloc(bytes ? bytes : 1);
+  return *p ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
@@ -250,14 +243,14 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
 cudaError_t cudaMemcpyToSymbol(const void* sym, const void* src, size_t n, size_t off,
                                cudaMemcpyKind) {
   const Symbol* s = symbol_of(sym);
-  if (!s || off + n > s->size) return fail(cudaErrorInvalidSymbol);
+  if (!s || off + n > s->size) return tessera_fail(cudaErrorInvalidSymbol);
   std::memcpy(static_cast<char*>(const_cast<void*>(s->host)) + off, src, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyFromSymbol(void* dst, const void* sym, size_t n, size_t off,
                                  cudaMemcpyKind) {
   const Symbol* s = symbol_of(sym);
-  if (!s || off + n > s->size) return fail(cudaErrorInvalidSymbol);
+  if (!s || off + n > s->size) return tessera_fail(cudaErrorInvalidSymbol);
   std::memcpy(dst, static_cast<const char*>(s->host) + off, n);
   return cudaSuccess;
 }
@@ -275,7 +268,7 @@ cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t width, size_t height
 }
 cudaError_t cudaMemcpy2D(void* d, size_t dpitch, const void* s, size_t spitch, size_t width,
                          size_t height, cudaMemcpyKind) {
-  if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+  if (width > dpitch || width > spitch) return tessera_fail(cudaErrorInvalidPitchValue);
   for (size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch,
                  width);
@@ -293,134 +286,33 @@ cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
   *free_ = *total = size_t(8) << 30; return cudaSuccess;
 }
 
-// --- the device --------------------------------------------------------------------
-cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaSetDeviceFlags(unsigned) { return cudaSuccess; }
-cudaError_t cudaDeviceSetLimit(cudaLimit, size_t) { return cudaSuccess; }
-cudaError_t cudaDeviceGetLimit(size_t* v, cudaLimit l) {
-  *v = l == cudaLimitStackSize ? 1024 : l == cudaLimitPrintfFifoSize ? (1 << 20) : 0;
-  return cudaSuccess;
-}
-cudaError_t cudaDeviceReset() { return cudaSuccess; }
-cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
-cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
-cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  const bool hopper = TESSERA_SM >= 90;
-  switch (a) {
-    case cudaDevAttrComputeCapabilityMajor: *v = TESSERA_SM / 10; break;
-    case cudaDevAttrComputeCapabilityMinor: *v = TESSERA_SM % 10; break;
-    case cudaDevAttrMultiProcessorCount: *v = 4; break;
-    case cudaDevAttrWarpSize: *v = 32; break;
-    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
-    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = 2048; break;
-    case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *v = 1024; break;
-    case cudaDevAttrMaxBlockDimZ: *v = 64; break;
-    case cudaDevAttrMaxGridDimX: *v = 0x7FFFFFFF; break;
-    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (hopper ? 227 : 163) * 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (hopper ? 228 : 164) * 1024; break;
-    case cudaDevAttrMaxRegistersPerBlock: *v = 65536; break;
-    case cudaDevAttrCooperativeLaunch: *v = 1; break;
-    case cudaDevAttrManagedMemory: case cudaDevAttrConcurrentManagedAccess: *v = 1; break;
-    case cudaDevAttrL2CacheSize: *v = (hopper ? 50 : 40) << 20; break;
-    default: *v = 0;
-  }
-  return cudaSuccess;
-}
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
-  if (d != 0) return fail(cudaErrorInvalidDevice);
-  std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "tessera: sm_%d on the CPU", TESSERA_SM);
-  p->major = TESSERA_SM / 10; p->minor = TESSERA_SM % 10;
-  p->multiProcessorCount = 4; p->warpSize = 32;
-  p->maxThreadsPerBlock = 1024; p->maxThreadsPerMultiProcessor = 2048;
-  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-  p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-  p->sharedMemPerBlock = 48 * 1024; p->regsPerBlock = 65536;
-  p->sharedMemPerBlockOptin = (TESSERA_SM >= 90 ? 227 : 163) * 1024;
-  p->totalGlobalMem = size_t(8) << 30; p->managedMemory = 1; p->cooperativeLaunch = 1;
-  return cudaSuccess;
-}
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
-  std::memset(a, 0, sizeof *a);
-  a->maxThreadsPerBlock = 1024; a->numRegs = 32;
-  a->ptxVersion = a->binaryVersion = TESSERA_SM;
-  return cudaSuccess;
-}
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
-cudaError_t cudaFuncSetCacheConfig(const void*, cudaFuncCache) { return cudaSuccess; }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int, size_t) {
-  *n = 1; return cudaSuccess;
-}
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void*, int,
-                                                                   size_t, unsigned) {
-  *n = 1; return cudaSuccess;
-}
-
-// --- streams and events: accepted; every call has finished when it returns -----------
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(&g_stream_token); return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) {
-  return cudaStreamCreate(s);
-}
-cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
-  *least = 0; *greatest = -5; return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new float(0)); return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<float*>(e); return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  *reinterpret_cast<float*>(e) = now_ms(); return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-// the CPU's time between the two records: what the interpreter took, not a GPU's time
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-  *ms = *reinterpret_cast<float*>(b) - *reinterpret_cast<float*>(a); return cudaSuccess;
-}
-
 // --- errors --------------------------------------------------------------------------
 cudaError_t cudaGetLastError() { cudaError_t e = g_last; g_last = cudaSuccess; return e; }
 cudaError_t cudaPeekAtLastError() { return g_last; }
+// the errors this runtime returns, with CUDA's names and messages
+struct ErrorText { cudaError_t code; const char* name; const char* text; };
+const ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+     "invalid configuration argument"},
+    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
+    {cudaErrorInvalidSymbol, "cudaErrorInvalidSymbol", "invalid device symbol"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+};
+const ErrorText* error_text(cudaError_t e) {
+  for (const ErrorText& t : kErrors) if (t.code == e) return &t;
+  return nullptr;
+}
 const char* cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
-    case cudaErrorInvalidSymbol: return "cudaErrorInvalidSymbol";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
-    default: return "cudaErrorUnknown";
-  }
+  const ErrorText* t = error_text(e);
+  return t ? t->name : "cudaErrorUnknown";
 }
 const char* cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDeviceFunction: return "invalid device function";
-    case cudaErrorInvalidSymbol: return "invalid device symbol";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
-    default: return "unknown error";
-  }
+  const ErrorText* t = error_text(e);
+  return t ? t->text : "unknown error";
 }
 
 }  // extern "C"
