@@ -101,6 +101,21 @@ class TmaValue:
     buffer: np.ndarray
 
 
+def _barriers(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndarray:
+    """The mbarriers at the active threads' shared addresses, each checked to be
+    initialised where this thread can see it."""
+    ids = barrier_ids(m, instr, act, addr)
+    check_visible(m, instr, act, addr, ids)
+    return ids
+
+
+def _wake(m: Machine) -> None:
+    """Copies were issued: a waiter's phase may now complete."""
+    sched = current_scheduler(m)
+    if sched is not None:
+        sched.touch()
+
+
 @step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
     dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
@@ -115,8 +130,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             return
         value: TmaValue = fr.regs[tm]
         t = value.tmap
-        ids = barrier_ids(m, instr, act, fr.regs[bar][act])
-        check_visible(m, instr, act, fr.regs[bar][act], ids)
+        ids = _barriers(m, instr, act, fr.regs[bar][act])
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
         fail = m.failer(instr, act)
@@ -144,9 +158,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                         (int(where.min()), int(where.max()) + 1), where)
             issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
-        sched = current_scheduler(m)
-        if sched is not None:  # a waiter's phase may now complete
-            sched.touch()
+        _wake(m)
     return step
 
 
@@ -159,8 +171,7 @@ def _bulk_load(c: TargetCompiler, instr: Instr) -> Step:
         act = np.flatnonzero(fr.mask)
         if not len(act):
             return
-        ids = barrier_ids(m, instr, act, fr.regs[bar][act])
-        check_visible(m, instr, act, fr.regs[bar][act], ids)
+        ids = _barriers(m, instr, act, fr.regs[bar][act])
         fail = m.failer(instr, act)
         for k, t in enumerate(act):  # one thread issues a bulk copy, as a rule
             a, n = int(fr.regs[dst][t]), int(fr.regs[size][t])
@@ -182,9 +193,7 @@ def _bulk_load(c: TargetCompiler, instr: Instr) -> Step:
                         (int(where[0]), int(where[-1]) + 1), where)
             issue(m, copy, lambda i, w, msg, k=k: fail(k, w, msg))
             m.tma.append(copy)
-        sched = current_scheduler(m)
-        if sched is not None:  # a waiter's phase may now complete
-            sched.touch()
+        _wake(m)
     return step
 
 
@@ -287,8 +296,7 @@ def _mbarrier_wait(c: TargetCompiler, instr: Instr) -> Step:
         act = np.flatnonzero(fr.mask)
         if not len(act):
             return
-        ids = barrier_ids(m, instr, act, fr.regs[a][act])
-        check_visible(m, instr, act, fr.regs[a][act], ids)
+        ids = _barriers(m, instr, act, fr.regs[a][act])
         mb = mbar(m)
         land_bound(m, ids)  # cp.async copies bound to these barriers complete first
         parity = fr.regs[p][act].astype(np.int64)
