@@ -80,14 +80,31 @@ void check_device(void* ret, const char* call, const char* side, const void* p, 
   }
 }
 
-// a copy's device sides, as its kind names them (cudaMemcpyDefault: where they lie)
-void check_copy(void* ret, const char* call, void* d, const void* s, size_t n, cudaMemcpyKind k) {
+// a copy's device sides, as its kind names them (cudaMemcpyDefault: where they lie), of
+// nd bytes at the destination and ns at the source
+void check_copy(void* ret, const char* call, void* d, size_t nd, const void* s, size_t ns,
+                cudaMemcpyKind k) {
   bool to = k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice ||
             (k == cudaMemcpyDefault && allocation_of(d));
   bool from = k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice ||
               (k == cudaMemcpyDefault && allocation_of(s));
-  if (to) check_device(ret, call, "destination", d, n);
-  if (from) check_device(ret, call, "source", s, n);
+  if (to) check_device(ret, call, "destination", d, nd);
+  if (from) check_device(ret, call, "source", s, ns);
+}
+
+// the bytes rows of a 2-D copy span: whole pitches but the last row's width
+size_t extent(size_t pitch, size_t width, size_t height) {
+  return height ? pitch * (height - 1) + width : 0;
+}
+
+cudaError_t copy_2d(void* ret, const char* call, void* d, size_t dpitch, const void* s,
+                    size_t spitch, size_t width, size_t height, cudaMemcpyKind k) {
+  if (width > dpitch || width > spitch) return tessera_fail(cudaErrorInvalidPitchValue);
+  check_copy(ret, call, d, extent(dpitch, width, height), s, extent(spitch, width, height), k);
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch,
+                 width);
+  return cudaSuccess;
 }
 cudaError_t g_last = cudaSuccess;
 dim3 g_grid, g_block;
@@ -221,12 +238,12 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
-  check_copy(__builtin_return_address(0), "cudaMemcpy", d, s, n, k);
+  check_copy(__builtin_return_address(0), "cudaMemcpy", d, n, s, n, k);
   std::memmove(d, s, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
-  check_copy(__builtin_return_address(0), "cudaMemcpyAsync", d, s, n, k);
+  check_copy(__builtin_return_address(0), "cudaMemcpyAsync", d, n, s, n, k);
   std::memmove(d, s, n);
   return cudaSuccess;
 }
@@ -266,19 +283,17 @@ cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t width, size_t height
   *pitch = (width + 511) / 512 * 512;  // rows aligned as a GPU's texture pitch is
   return allocate(p, *pitch * height);
 }
-cudaError_t cudaMemcpy2D(void* d, size_t dpitch, const void* s, size_t spitch, size_t width,
-                         size_t height, cudaMemcpyKind) {
-  if (width > dpitch || width > spitch) return tessera_fail(cudaErrorInvalidPitchValue);
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch,
-                 width);
-  return cudaSuccess;
+cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h,
+                         cudaMemcpyKind k) {
+  return copy_2d(__builtin_return_address(0), "cudaMemcpy2D", d, dp, s, sp, w, h, k);
 }
 cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h,
                               cudaMemcpyKind k, cudaStream_t) {
-  return cudaMemcpy2D(d, dp, s, sp, w, h, k);
+  return copy_2d(__builtin_return_address(0), "cudaMemcpy2DAsync", d, dp, s, sp, w, h, k);
 }
 cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t width, size_t height) {
+  check_device(__builtin_return_address(0), "cudaMemset2D", "destination", p,
+               extent(pitch, width, height));
   for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
   return cudaSuccess;
 }

@@ -134,6 +134,7 @@ def test_a_kernel_fault_ends_the_program_at_its_source_line(cache: Path, mistake
 @pytest.mark.parametrize("mistake, line, what", [
     ("copy", 46, "cudaMemcpy of 4004 bytes: the destination 0x"),
     ("free", 49, "cudaFree(0x"),
+    ("pitched", 55, "cudaMemcpy2D of 4296 bytes: the source 0x"),
 ])
 def test_a_misused_api_call_ends_the_program_at_its_line(cache: Path, mistake: str,
                                                          line: int, what: str) -> None:

@@ -1,7 +1,7 @@
 // One mistake a run, chosen by argv[1]: a read past the end of an allocation, a block
 // too large to launch (the program checks the error), a shared value never written
 // that decides a store, a copy past the end of an allocation, a second free, a failed
-// device assert.
+// device assert, a 2-D copy of one row more than the pitched allocation holds.
 #include <cassert>
 #include <cstdio>
 #include <cstdlib>
@@ -44,9 +44,15 @@ int main(int argc, char** argv) {
   } else if (what[0] == 'c') {
     static int host[1001];
     cudaMemcpy(in, host, sizeof host, cudaMemcpyHostToDevice);  // one int too many
+  } else if (what[0] == 'f') {
+    cudaFree(in);
+    cudaFree(in);
   } else {
-    cudaFree(in);
-    cudaFree(in);
+    float* rows;
+    size_t pitch;
+    cudaMallocPitch(&rows, &pitch, 50 * sizeof(float), 8);
+    static float host[9][50];
+    cudaMemcpy2D(host, sizeof host[0], rows, pitch, sizeof host[0], 9, cudaMemcpyDeviceToHost);
   }
   cudaDeviceSynchronize();
   printf("done\n");
