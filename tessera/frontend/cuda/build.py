@@ -108,9 +108,12 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out = out or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
         "tessera" / "run-cuda" / f"{first.stem}-{key.hexdigest()[:16]}"
     compute = f"compute_{arch[3:]}"  # PTX only: tessera runs it, nothing needs SASS
-    built = Built(out / f"lib{first.stem}.so",
-                  tuple(_kept_ptx(out, x.stem, compute) for x in srcs if x.suffix == ".cu"),
-                  sm, tuple(srcs))
+
+    def found() -> Built:  # where the build's files are (nvcc names some PTX it keeps)
+        return Built(out / f"lib{first.stem}.so", tuple(
+            _kept_ptx(out, x.stem, compute) for x in srcs if x.suffix == ".cu"), sm, tuple(srcs))
+
+    built = found()
     if built.library.is_file() and all(p.is_file() for p in built.ptx):
         return built
     out.mkdir(parents=True, exist_ok=True)
@@ -121,8 +124,7 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise _failure(first, done.stdout + done.stderr)
-    return Built(built.library, tuple(_kept_ptx(out, x.stem, compute)
-                                      for x in srcs if x.suffix == ".cu"), sm, tuple(srcs))
+    return found()
 
 
 def _kept_ptx(out: Path, stem: str, compute: str) -> Path:

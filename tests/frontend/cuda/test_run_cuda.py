@@ -36,11 +36,16 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-def run_cuda(cache: Path, program: str, *args: str) -> subprocess.CompletedProcess:
+def command(cache: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``tessera run-cuda ARGV`` in a process of its own (a fault ends it), building
+    into ``cache``."""
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    return subprocess.run([sys.executable, "-m", "tessera", "run-cuda",
-                           str(PROGRAMS / program), "--", *args],
+    return subprocess.run([sys.executable, "-m", "tessera", "run-cuda", *argv],
                           capture_output=True, text=True, env=env, timeout=900)
+
+
+def run_cuda(cache: Path, program: str, *args: str) -> subprocess.CompletedProcess:
+    return command(cache, str(PROGRAMS / program), "--", *args)
 
 
 def test_a_program_runs_with_its_memory_symbols_and_printf(cache: Path) -> None:
@@ -56,16 +61,12 @@ def test_a_program_runs_with_its_memory_symbols_and_printf(cache: Path) -> None:
 def test_a_program_split_into_files_with_options_among_them(cache: Path) -> None:
     """Host C++ in main.cpp, the kernel and its launch in kernels.cu; options may come
     after the files, the program's arguments after --."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     split = PROGRAMS / "split"
-    done = subprocess.run([sys.executable, "-m", "tessera", "run-cuda", str(split / "main.cpp"),
-                           str(split / "kernels.cu"), "--arch", "sm_86", "--no-race-check",
-                           "--", "500"], capture_output=True, text=True, env=env, timeout=600)
+    done = command(cache, str(split / "main.cpp"), str(split / "kernels.cu"), "--arch",
+                   "sm_86", "--no-race-check", "--", "500")
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"sum {3 * sum(range(500)):.1f}\n"
-    missing = subprocess.run([sys.executable, "-m", "tessera", "run-cuda",
-                              str(PROGRAMS / "vector_add.cu"), "300"], capture_output=True,
-                             text=True, env=env, timeout=600)
+    missing = command(cache, str(PROGRAMS / "vector_add.cu"), "300")
     assert missing.returncode == 1
     assert "'300' is not a source file nvcc builds" in missing.stderr
     assert "the program's arguments go after --" in missing.stderr
@@ -105,10 +106,7 @@ def test_common_patterns(cache: Path) -> None:
 def test_cubs_hopper_path_on_sm_90a(cache: Path) -> None:
     """CUB's device-wide transform built for sm_90a takes its Hopper path: bulk copies
     into shared memory through an mbarrier, elect.sync, griddepcontrol."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    done = subprocess.run([sys.executable, "-m", "tessera", "run-cuda",
-                           str(PROGRAMS / "hopper_transform.cu"), "--arch", "sm_90a"],
-                          capture_output=True, text=True, env=env, timeout=900)
+    done = command(cache, str(PROGRAMS / "hopper_transform.cu"), "--arch", "sm_90a")
     assert done.returncode == 0, done.stderr
     i = np.arange(100000)
     assert done.stdout == f"sum {float((2 * (i % 1000) + i % 7).sum()):.1f}\n"

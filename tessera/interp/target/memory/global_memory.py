@@ -32,7 +32,9 @@ class GlobalMemory:
         self.bases: list[int] = []
         self.bytes: list[np.ndarray] = []
         self.names: list[str] = []
-        self._sorted: tuple[np.ndarray, np.ndarray] | None = None  # (bases, order)
+        #: bases, sizes, bases ascending, and the order that sorts them (None: added in
+        #: ascending order already), made on the first access after an add
+        self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None = None
 
     def add(self, array: np.ndarray, name: str, address: int | None = None) -> int:
         """Place a C-contiguous array in memory, at ``address`` or the next free slot;
@@ -46,7 +48,7 @@ class GlobalMemory:
         self.bases.append(address)
         self.bytes.append(array.reshape(-1).view(np.uint8))
         self.names.append(name)
-        self._sorted = None
+        self._index = None
         return address
 
     def overlap(self, address: int, nbytes: int) -> str | None:
@@ -57,6 +59,14 @@ class GlobalMemory:
                 return name
         return None
 
+    def _indexed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        bases = np.asarray(self.bases, np.int64)
+        sizes = np.asarray([b.size for b in self.bytes], np.int64)
+        ascending = bool(np.all(bases[1:] > bases[:-1]))
+        order = None if ascending else np.argsort(bases, kind="stable")
+        self._index = bases, sizes, bases if order is None else bases[order], order
+        return self._index
+
     def resolve(self, addr: np.ndarray, nbytes: int, fail: Fail, what: str = "access",
                 align: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(buffer index, byte offset) of each address; faults outside or misaligned
@@ -65,15 +75,11 @@ class GlobalMemory:
         if not self.bases:
             fail(0, "out of bounds", f"global {what} at address {int(a[0]):#x}: the launch "
                  "has no global buffers")
-        if self._sorted is None:
-            order = np.argsort(np.asarray(self.bases, np.int64), kind="stable")
-            self._sorted = np.asarray(self.bases, np.int64)[order], order
-        starts, order = self._sorted
-        sizes = np.asarray([b.size for b in self.bytes], np.int64)
+        bases, sizes, starts, order = self._index or self._indexed()
         j = np.searchsorted(starts, a, side="right") - 1
-        k = np.where(j < 0, -1, order[np.maximum(j, 0)])
+        k = j if order is None else np.where(j < 0, -1, order[np.maximum(j, 0)])
         safe = np.maximum(k, 0)
-        off = a - np.asarray(self.bases, np.int64)[safe]
+        off = a - bases[safe]
         bad = (k < 0) | (off + nbytes > sizes[safe])
         if np.any(bad):
             i = int(np.flatnonzero(bad)[0])

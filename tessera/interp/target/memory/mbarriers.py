@@ -121,7 +121,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
                 return
         tx = fr.regs[counts][act].astype(np.int64) if counts is not None else \
             getattr(op, "tx", 0)
-        if np.any(tx) and not isinstance(op, target_async.CpAsyncArrive):
+        if np.any(tx):  # (a cp.async arrival announces no bytes)
             add_at(m.mbar_tx[0], ids, tx)
         if token is not None:  # the phase arrived on, before this arrival completes it
             state = np.zeros(m.n, np.uint64)

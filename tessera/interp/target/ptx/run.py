@@ -26,6 +26,7 @@ accumulator) is rounded to ``f32`` when written: a PTX register holds 32 bits.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -150,7 +151,9 @@ class _Compiled:
         # a CTA-wide bar.sync stops waiting for exited threads; a named one counts
         self.barrier = any(isinstance(i.op, target_ops.Bar) and not i.op.count
                            for i in pi.instrs)
-        self.loads, self.sink, self.rule = classify(pi)
+        loads, self.sink, self.rule = classify(pi)
+        # a plain load: an unwritten shared byte it reads marks the value, not a fault
+        self.defer = functools.partial(comp.m.poison.note_read, pi) if loads else None
         self.reads = [(comp.slot(v), names, _elem(v)) for v, names in pi.reads]
         self.writes = [(comp.slot(v), names, _elem(v),
                         [_storage(kernel.registers[n]) for n in names])
@@ -201,8 +204,7 @@ def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
         else:
             regs[slot] = np.stack([read_register(phys[n], elem) for n in names], axis=1)
     frame_mask = mask | exited if ci.barrier else mask
-    if ci.loads:  # an unwritten shared byte it reads marks the value, not a fault
-        m.shared.defer = lambda who, where: poison.note_read(ci.pi, who, where)
+    m.shared.defer = ci.defer
     try:
         run(ci.steps, TargetFrame(regs, frame_mask, m))
     except InterpretError as err:
