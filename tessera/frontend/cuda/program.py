@@ -27,13 +27,14 @@ import numpy as np
 
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
-from tessera.frontend.ptx.api import PtxKernel, load
+from tessera.frontend.ptx.api import PtxProgram, load
 
 #: the exit status of a program whose kernel faulted (compute-sanitizer's default too)
 FAULT_EXIT = 1
 _INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration
-_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint),
-                           ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t,
+                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
 _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
@@ -77,22 +78,54 @@ class CudaProgram:
         self.memory = DeviceMemory()
         self.check_races = check_races
         self.launches = 0
-        self.symbols = self._symbols()
         self.built = built
+        #: each variable's host shadow, by (registered fat binary, PTX name)
+        self.symbols = self._symbols()
+        self.module_of = self._match_modules()
+        self._initialise()
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
                        _FREE(self.memory.free), _REPORT(self._report))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks)
 
-    def _symbols(self) -> dict[str, np.ndarray]:
-        """Each ``__device__``/``__constant__`` variable's host shadow, by PTX name."""
+    def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
+        """Each ``__device__``/``__constant__`` variable's host shadow."""
         out = {}
         get = self.lib.tessera_symbol
         get.restype = ctypes.c_char_p
-        host, size = ctypes.c_void_p(), ctypes.c_size_t()
+        host, size, module = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int()
         for k in range(self.lib.tessera_symbol_count()):
-            name = get(k, ctypes.byref(host), ctypes.byref(size)).decode()
+            name = get(k, ctypes.byref(host), ctypes.byref(size), ctypes.byref(module))
             buf = (ctypes.c_uint8 * max(size.value, 1)).from_address(host.value)
-            out[name] = np.frombuffer(buf, np.uint8)[:size.value]
+            out[module.value, name.decode()] = np.frombuffer(buf, np.uint8)[:size.value]
+        return out
+
+    def _match_modules(self) -> list[PtxProgram]:
+        """The ``.cu`` file's PTX of each registered fat binary. nvcc's host code
+        registers one per ``.cu`` file as the library starts, in link order, which is the
+        order of the files; the names each registers confirm it (a ``static`` kernel or
+        variable may have its name in several files)."""
+        get = self.lib.tessera_kernel
+        get.restype = ctypes.c_char_p
+        names: list[set[str]] = [set() for _ in range(self.lib.tessera_module_count())]
+        module = ctypes.c_int()
+        for k in range(self.lib.tessera_kernel_count()):
+            name = get(k, ctypes.byref(module)).decode()
+            names[module.value].add(name)
+        for registered, name in self.symbols:
+            names[registered].add(name)
+        defined = [set(m.kernels) | {v.name for v in m.module.globals} for m in self.modules]
+        if len(names) == len(self.modules) and all(n <= d for n, d in zip(names, defined)):
+            return list(self.modules)
+        out = []  # an order nvcc did not keep: each by the one file defining its names
+        for wanted in names:
+            fits = [m for m, d in zip(self.modules, defined) if wanted <= d]
+            if not wanted:  # nothing to launch or place: any file serves
+                fits = fits[:1]
+            if len(fits) != 1:
+                raise CudaApiError("cannot tell which .cu file registered the kernels "
+                                   f"{', '.join(sorted(wanted)) or '(none)'}",
+                                   loc=Loc(str(self.built.sources[0]), 0))
+            out.extend(fits)
         return out
 
     def main(self, argv: Sequence[str]) -> int:
@@ -102,14 +135,25 @@ class CudaProgram:
         _flush()
         return int(status)
 
-    def _launch(self, name: bytes, dims: Any, shared: int, argp: Any, coop: int) -> int:
+    def _initialise(self) -> None:
+        """Each variable's initial value from its PTX, as loading a module sets it on a
+        GPU: nvcc gives a `static` variable's host shadow no initial value. Only shadows
+        that differ are written (a `const` one may lie in read-only memory)."""
+        inits = [{v.name: v.init for v in m.module.globals} for m in self.module_of]
+        for (module, name), shadow in self.symbols.items():
+            init = inits[module].get(name)
+            if init is not None and len(init) == shadow.nbytes and shadow.tobytes() != init:
+                shadow[:] = np.frombuffer(init, np.uint8)
+
+    def _launch(self, module: int, name: bytes, dims: Any, shared: int, argp: Any,
+                coop: int) -> int:
         try:
-            kernel = self._kernel(name.decode())
+            kernel = self.module_of[module].kernel(name.decode())
             grid, block = tuple(dims[:3]), tuple(dims[3:6])
             raw = [ctypes.string_at(argp[k], p.size) for k, p in enumerate(kernel.params)]
             kernel.run(grid=grid, block=block, args=kernel.arguments_from_bytes(raw),
                        shared_bytes=int(shared), check_races=self.check_races,
-                       symbols=self._symbols_of(kernel), cooperative=bool(coop),
+                       symbols=self._symbols_of(module), cooperative=bool(coop),
                        buffers=self.memory.arrays)
             self.launches += 1
             sys.stdout.flush()
@@ -135,16 +179,9 @@ class CudaProgram:
         where = _caller_line(self.built, caller) or Loc(str(self.built.sources[0]), 0)
         _end(f"tessera run-cuda: {CudaApiError(message.decode(), loc=where)}")
 
-    def _kernel(self, name: str) -> PtxKernel:
-        """The kernel ``name`` of whichever ``.cu`` file defines it."""
-        for module in self.modules[:-1]:
-            if name in module.kernels:
-                return module.kernel(name)
-        return self.modules[-1].kernel(name)  # or the error naming what there is
-
-    def _symbols_of(self, kernel: PtxKernel) -> dict[str, np.ndarray]:
-        names = {v.name for v in kernel.ir.globals}
-        return {n: a for n, a in self.symbols.items() if n in names}
+    def _symbols_of(self, module: int) -> dict[str, np.ndarray]:
+        """The variables registered with fat binary ``module``, by PTX name."""
+        return {n: a for (m, n), a in self.symbols.items() if m == module}
 
 
 def source_lines(ptx: str) -> dict[int, Loc]:

@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,15 +22,20 @@
 
 namespace {
 
-struct Kernel { const void* host; std::string name; };
-struct Symbol { const void* host; std::string name; size_t size; };
+// `module`: which registered fat binary (one per .cu file, in registration order) the
+// kernel or variable belongs to, since two files may each have a `static` one of a name
+struct Kernel { const void* host; std::string name; int module; };
+struct Symbol { const void* host; std::string name; size_t size; int module; };
 
 // registration runs before main (and before tessera sets its hooks): tables made on use
 std::vector<Kernel>& kernels() { static std::vector<Kernel> t; return t; }
 std::vector<Symbol>& symbols() { static std::vector<Symbol> t; return t; }
+// each fat binary's handle: a slot holding its module number
+std::vector<void**>& handles() { static std::vector<void**> t; return t; }
+int module_of(void** handle) { return static_cast<int>(reinterpret_cast<intptr_t>(*handle)); }
 
-using LaunchHook = int (*)(const char* name, const unsigned* dims, size_t shared, void** args,
-                           int cooperative);
+using LaunchHook = int (*)(int module, const char* name, const unsigned* dims, size_t shared,
+                           void** args, int cooperative);
 using AllocHook = void* (*)(size_t bytes);
 using FreeHook = int (*)(void* p);
 // a misuse of the API: what is wrong, and where in this library the call came from
@@ -110,17 +116,18 @@ cudaError_t g_last = cudaSuccess;
 dim3 g_grid, g_block;
 size_t g_shared = 0;
 
-const char* name_of(const void* host) {
-  for (const Kernel& k : kernels()) if (k.host == host) return k.name.c_str();
+const Kernel* kernel_of(const void* host) {
+  for (const Kernel& k : kernels()) if (k.host == host) return &k;
   return nullptr;
 }
 
 cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, int coop) {
-  const char* name = name_of(fun);
-  if (!name || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
+  const Kernel* k = kernel_of(fun);
+  if (!k || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
   unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
   fflush(stdout);  // the program's output so far comes before the kernel's printf
-  cudaError_t e = static_cast<cudaError_t>(g_launch(name, dims, shared, args, coop));
+  cudaError_t e = static_cast<cudaError_t>(
+      g_launch(k->module, k->name.c_str(), dims, shared, args, coop));
   g_launches += e == cudaSuccess;
   return tessera_fail(e);
 }
@@ -157,29 +164,40 @@ void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_, Repor
   std::atexit(summary);  // a fault ends the program without it
 }
 int tessera_symbol_count() { return static_cast<int>(symbols().size()); }
-const char* tessera_symbol(int k, void** host, size_t* size) {
+const char* tessera_symbol(int k, void** host, size_t* size, int* module) {
   const Symbol& s = symbols().at(k);
-  *host = const_cast<void*>(s.host); *size = s.size;
+  *host = const_cast<void*>(s.host); *size = s.size; *module = s.module;
   return s.name.c_str();
 }
+// the registered kernels (tessera matches each fat binary with its .cu file's PTX)
+int tessera_kernel_count() { return static_cast<int>(kernels().size()); }
+const char* tessera_kernel(int k, int* module) {
+  *module = kernels().at(k).module;
+  return kernels().at(k).name.c_str();
+}
+int tessera_module_count() { return static_cast<int>(handles().size()); }
 
 // --- registration and launch, as nvcc's host code calls them -----------------------
-void** __cudaRegisterFatBinary(void*) { static void* handle; return &handle; }
+void** __cudaRegisterFatBinary(void*) {
+  void** handle = new void*(reinterpret_cast<void*>(static_cast<intptr_t>(handles().size())));
+  handles().push_back(handle);
+  return handle;
+}
 void __cudaRegisterFatBinaryEnd(void**) {}
 void __cudaUnregisterFatBinary(void**) {}
 char __cudaInitModule(void**) { return 1; }
-void __cudaRegisterFunction(void**, const char* host, char* dev, const char*, int, uint3*, uint3*,
-                            dim3*, dim3*, int*) {
-  kernels().push_back({host, dev});
+void __cudaRegisterFunction(void** h, const char* host, char* dev, const char*, int, uint3*,
+                            uint3*, dim3*, dim3*, int*) {
+  kernels().push_back({host, dev, module_of(h)});
 }
-void __cudaRegisterVar(void**, char* host, char* dev, const char*, int, size_t size, int, int) {
-  symbols().push_back({host, dev, size});
+void __cudaRegisterVar(void** h, char* host, char* dev, const char*, int, size_t size, int, int) {
+  symbols().push_back({host, dev, size, module_of(h)});
 }
-void __cudaRegisterManagedVar(void**, void** host_ptr, char* dev, const char*, int, size_t size,
-                              int, int) {
+void __cudaRegisterManagedVar(void** h, void** host_ptr, char* dev, const char*, int,
+                              size_t size, int, int) {
   void* storage = std::calloc(1, size ? size : 1);  // the program's lifetime
   *host_ptr = storage;
-  symbols().push_back({storage, dev, size});
+  symbols().push_back({storage, dev, size, module_of(h)});
 }
 unsigned __cudaPushCallConfiguration(dim3 g, dim3 b, size_t shared, struct CUstream_st*) {
   g_grid = g; g_block = b; g_shared = shared; return 0;

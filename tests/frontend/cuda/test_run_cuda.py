@@ -72,6 +72,16 @@ def test_a_program_split_into_files_with_options_among_them(cache: Path) -> None
     assert "the program's arguments go after --" in missing.stderr
 
 
+@pytest.mark.parametrize("order", [("first.cu", "second.cu"), ("second.cu", "first.cu")])
+def test_file_local_variables_and_kernels_of_one_name_stay_apart(cache: Path,
+                                                                  order: tuple[str, ...]) -> None:
+    """Each file's `static __device__ counter`, `static __constant__ step` (with its
+    initial value) and `static __global__ bump` are its own, in either build order."""
+    done = command(cache, *(str(PROGRAMS / "statics" / f) for f in order))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["first 5", "second 200", "first 6"]
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -163,9 +173,9 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
         build(bad, arch="sm_75")
 
 
-@pytest.mark.parametrize("program, args", [("vector_add.cu", ["300"]), ("patterns.cu", []),
-                                           ("thrust_and_cub.cu", []),
-                                           ("hopper_transform.cu", [])])
+@pytest.mark.parametrize("program, args", [
+    ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
+    ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", [])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
     """The same program built with CUDA's own runtime and run on a GPU (``make
@@ -175,10 +185,10 @@ def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, progr
     usable, why = cuda_available()
     if not usable:
         pytest.skip(f"needs a GPU: {why}")
-    exe = tmp_path / "native"
-    subprocess.run([find_nvcc(), "-arch=native", "-O3", str(PROGRAMS / program), "-o",
-                    str(exe)], check=True, capture_output=True)
+    exe, files = tmp_path / "native", [str(PROGRAMS / f) for f in program.split()]
+    subprocess.run([find_nvcc(), "-arch=native", "-O3", *files, "-o", str(exe)], check=True,
+                   capture_output=True)
     native = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
-    here = run_cuda(cache, program, *args)
+    here = command(cache, *files, "--", *args)
     assert native.returncode == here.returncode == 0, (native.stderr, here.stderr)
     assert native.stdout == here.stdout
