@@ -82,6 +82,76 @@ def test_file_local_variables_and_kernels_of_one_name_stay_apart(cache: Path,
     assert done.stdout.splitlines() == ["first 5", "second 200", "first 6"]
 
 
+def _philox4x32_10(counter: list[int], key: list[int]) -> list[int]:
+    """Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+    SC 2011): ten rounds of two 32x32 -> 64-bit products, the key bumped by the Weyl
+    constants between rounds."""
+    c, k, mask = list(counter), list(key), 0xFFFFFFFF
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & mask, (p0 >> 32) ^ c[3] ^ k[1], p0 & mask]
+        k = [(k[0] + 0x9E3779B9) & mask, (k[1] + 0xBB67AE85) & mask]
+    return c
+
+
+def _philox_stream(seed: int, subsequence: int, offset: int, count: int) -> list[int]:
+    """``count`` outputs of cuRAND's Philox state after ``curand_init(seed, subsequence,
+    offset)``: the counter's low half counts blocks of four, its high half is the
+    subsequence, the key is the seed."""
+    key, out = [seed & 0xFFFFFFFF, seed >> 32], []
+    for block in range(offset // 4, (offset + count + 3) // 4 + 1):
+        out += _philox4x32_10([block & 0xFFFFFFFF, block >> 32, subsequence & 0xFFFFFFFF,
+                               subsequence >> 32], key)
+    return out[offset % 4:offset % 4 + count]
+
+
+def _xorwow_stream(seed: int, offset: int, count: int) -> list[int]:
+    """``count`` outputs of cuRAND's XORWOW after ``curand_init(seed, 0, offset)``
+    (Marsaglia, "Xorshift RNGs", J. Stat. Softw. 2003), stepped one output at a time
+    where cuRAND skips ahead with its precomputed matrices."""
+    m = 0xFFFFFFFF
+    t0, t1 = (1099087573 * ((seed & m) ^ 0xAAD26B49)) & m, \
+        (2591861531 * ((seed >> 32) ^ 0xF7DCEFDD)) & m
+    d = (6615241 + t1 + t0) & m
+    v = [(123456789 + t0) & m, 362436069 ^ t0, (521288629 + t1) & m, 88675123 ^ t1,
+         (5783321 + t0) & m]
+    out = []
+    for _ in range(offset + count):
+        t = v[0] ^ (v[0] >> 2)
+        v = [*v[1:], (v[4] ^ (v[4] << 4) ^ t ^ (t << 1)) & m]
+        d = (d + 362437) & m
+        out.append((v[4] + d) & m)
+    return out[offset:]
+
+
+def _uniform(bits: int) -> float:
+    """cuRAND's float in (0, 1]: ``bits * 2^-32 + 2^-33`` in float32."""
+    return float(np.float32(bits) * np.float32(2.0**-32) + np.float32(2.0**-33))
+
+
+def test_curand_device_api_gives_philox_and_xorwow_streams(cache: Path) -> None:
+    """cuRAND's header-only device API: the raw bits and uniform floats against NumPy
+    references of the two generators; the Box-Muller normals against float64 (they use
+    `__sincosf`, the .approx sine and cosine)."""
+    done = run_cuda(cache, "curand.cu")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    philox, xorwow = ([r[1:] for r in rows if r[0] == g] for g in ("philox", "xorwow"))
+    assert len(philox) == len(xorwow) == 64
+    for i, (_, b0, b1, b2, uni, nrm) in enumerate(philox):
+        want = _philox_stream(0x123456789ABCDEF, i, 2 * i + 1, 6)
+        assert [int(b, 16) for b in (b0, b1, b2)] == want[:3], i
+        assert float.fromhex(uni) == _uniform(want[3])
+        u, v = _uniform(want[4]), float(np.float32(want[5]) * np.float32(2.0**-32 * 2 * np.pi)
+                                        + np.float32(2.0**-33 * 2 * np.pi))
+        radius = np.sqrt(-2 * np.log(u))
+        assert abs(float.fromhex(nrm) - radius * np.sin(v)) <= 1e-5 * radius + 1e-6, i
+    for i, (_, b0, b1, uni) in enumerate(xorwow):
+        want = _xorwow_stream(1234, i, 3)
+        assert [int(b0, 16), int(b1, 16)] == want[:2], i
+        assert float.fromhex(uni) == _uniform(want[2])
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -175,7 +245,8 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("program, args", [
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
-    ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", [])])
+    ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
+    ("curand.cu", [])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
     """The same program built with CUDA's own runtime and run on a GPU (``make
