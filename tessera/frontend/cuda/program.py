@@ -38,6 +38,8 @@ _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
 _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
+_SIZES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.POINTER(ctypes.c_size_t), ctypes.c_int)
 
 
 class CudaApiError(TesseraError):
@@ -84,7 +86,8 @@ class CudaProgram:
         self.module_of = self._match_modules()
         self._initialise()
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
-                       _FREE(self.memory.free), _REPORT(self._report))  # kept alive for C
+                       _FREE(self.memory.free), _REPORT(self._report),
+                       _SIZES(self._sizes))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks)
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
@@ -173,6 +176,17 @@ class CudaProgram:
         except BaseException:  # nothing may unwind through C frames
             _end(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
+
+    def _sizes(self, module: int, name: bytes, out: Any, most: int) -> int:
+        """The byte size of each parameter of a kernel (for a launch a graph keeps);
+        how many there are, or -1 for no such kernel."""
+        try:
+            params = self.module_of[module].kernel(name.decode()).params
+        except TesseraError:
+            return -1
+        for k, p in enumerate(params[:most]):
+            out[k] = p.size
+        return len(params)
 
     def _report(self, message: bytes, caller: int) -> None:
         """End the program with a report of an API misuse at the user's line."""

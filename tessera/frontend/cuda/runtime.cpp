@@ -38,11 +38,14 @@ using LaunchHook = int (*)(int module, const char* name, const unsigned* dims, s
                            void** args, int cooperative);
 using AllocHook = void* (*)(size_t bytes);
 using FreeHook = int (*)(void* p);
+// the byte size of each of a kernel's parameters; how many it has (-1: no such kernel)
+using SizesHook = int (*)(int module, const char* name, size_t* sizes, int most);
 // a misuse of the API: what is wrong, and where in this library the call came from
 using ReportHook = void (*)(const char* message, size_t caller);
 LaunchHook g_launch = nullptr;
 AllocHook g_alloc = nullptr;
 FreeHook g_free = nullptr;
+SizesHook g_sizes = nullptr;
 ReportHook g_report = nullptr;
 int g_launches = 0;
 
@@ -112,24 +115,37 @@ cudaError_t copy_2d(void* ret, const char* call, void* d, size_t dpitch, const v
                  width);
   return cudaSuccess;
 }
-cudaError_t g_last = cudaSuccess;
+// how a misuse found when recorded work runs (in a graph) names the call that recorded it
+std::string deferred(const char* call) {
+  return std::string(call) + " (recorded here; checked again when its graph ran)";
+}
+
 dim3 g_grid, g_block;
 size_t g_shared = 0;
+cudaStream_t g_stream = nullptr;
 
 const Kernel* kernel_of(const void* host) {
   for (const Kernel& k : kernels()) if (k.host == host) return &k;
   return nullptr;
 }
 
-cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, int coop) {
-  const Kernel* k = kernel_of(fun);
-  if (!k || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
+cudaError_t run_launch(const Kernel& k, dim3 g, dim3 b, size_t shared, void** args, int coop) {
   unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
   fflush(stdout);  // the program's output so far comes before the kernel's printf
   cudaError_t e = static_cast<cudaError_t>(
-      g_launch(k->module, k->name.c_str(), dims, shared, args, coop));
+      g_launch(k.module, k.name.c_str(), dims, shared, args, coop));
   g_launches += e == cudaSuccess;
   return tessera_fail(e);
+}
+
+cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, int coop,
+                   cudaStream_t stream) {
+  const Kernel* k = kernel_of(fun);
+  if (!k || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
+  if (!tessera_capturing(stream)) return run_launch(*k, g, b, shared, args, coop);
+  TesseraWork work;
+  cudaError_t e = tessera_launch_work(fun, g, b, shared, args, coop, &work);
+  return e == cudaSuccess ? tessera_issue(stream, std::move(work)) : e;
 }
 
 cudaError_t allocate(void** p, size_t bytes) {
@@ -151,16 +167,58 @@ const Symbol* symbol_of(const void* host) {
 
 }  // namespace
 
-cudaError_t tessera_fail(cudaError_t e) {
-  if (e != cudaSuccess) g_last = e;
-  return e;
+cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, void** args,
+                                int coop, TesseraWork* work) {
+  const Kernel* k = kernel_of(fun);
+  if (!k || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
+  size_t sizes[4096];  // the PTX ISA allows 4 KB of parameters, each at least a byte
+  int n = g_sizes(k->module, k->name.c_str(), sizes, 4096);
+  if (n < 0) return tessera_fail(cudaErrorInvalidDeviceFunction);
+  std::vector<std::vector<char>> copies;
+  for (int i = 0; i < n; ++i) {
+    const char* arg = static_cast<const char*>(args[i]);
+    copies.emplace_back(arg, arg + sizes[i]);
+  }
+  *work = [kernel = *k, g, b, shared, coop, copies]() mutable {
+    std::vector<void*> pointers;
+    for (std::vector<char>& c : copies) pointers.push_back(c.data());
+    return run_launch(kernel, g, b, shared, pointers.data(), coop);
+  };
+  return cudaSuccess;
+}
+
+TesseraWork tessera_copy_work(void* ret, const char* call, void* d, const void* s, size_t n,
+                              cudaMemcpyKind k) {
+  check_copy(ret, call, d, n, s, n, k);
+  return [=, later = deferred(call)] {
+    check_copy(ret, later.c_str(), d, n, s, n, k);  // an allocation may be gone by now
+    std::memmove(d, s, n);
+    return cudaSuccess;
+  };
+}
+
+TesseraWork tessera_memset_work(void* ret, const char* call, cudaMemsetParams p) {
+  size_t unit = p.elementSize, width = p.width * unit;
+  if ((unit != 1 && unit != 2 && unit != 4) || (p.height > 1 && p.pitch < width))
+    report(ret, "%s: elements of 1, 2 or 4 bytes, rows no wider than the pitch", call);
+  size_t span = extent(p.height > 1 ? p.pitch : width, width, p.height);
+  check_device(ret, call, "destination", p.dst, span);
+  return [=, later = deferred(call)] {
+    check_device(ret, later.c_str(), "destination", p.dst, span);
+    for (size_t r = 0; r < p.height; ++r) {
+      char* row = static_cast<char*>(p.dst) + r * p.pitch;
+      for (size_t x = 0; x < p.width; ++x) std::memcpy(row + x * unit, &p.value, unit);
+    }
+    return cudaSuccess;
+  };
 }
 
 extern "C" {
 
 // --- what tessera calls ------------------------------------------------------------
-void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_, ReportHook report_) {
-  g_launch = launch; g_alloc = alloc; g_free = free_; g_report = report_;
+void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_, ReportHook report_,
+                       SizesHook sizes) {
+  g_launch = launch; g_alloc = alloc; g_free = free_; g_report = report_; g_sizes = sizes;
   std::atexit(summary);  // a fault ends the program without it
 }
 int tessera_symbol_count() { return static_cast<int>(symbols().size()); }
@@ -199,36 +257,37 @@ void __cudaRegisterManagedVar(void** h, void** host_ptr, char* dev, const char*,
   *host_ptr = storage;
   symbols().push_back({storage, dev, size, module_of(h)});
 }
-unsigned __cudaPushCallConfiguration(dim3 g, dim3 b, size_t shared, struct CUstream_st*) {
-  g_grid = g; g_block = b; g_shared = shared; return 0;
+unsigned __cudaPushCallConfiguration(dim3 g, dim3 b, size_t shared, cudaStream_t s) {
+  g_grid = g; g_block = b; g_shared = shared; g_stream = s; return 0;
 }
-cudaError_t __cudaPopCallConfiguration(dim3* g, dim3* b, size_t* shared, void*) {
-  *g = g_grid; *b = g_block; *shared = g_shared; return cudaSuccess;
+cudaError_t __cudaPopCallConfiguration(dim3* g, dim3* b, size_t* shared, void* s) {
+  *g = g_grid; *b = g_block; *shared = g_shared; *static_cast<cudaStream_t*>(s) = g_stream;
+  return cudaSuccess;
 }
 cudaError_t __cudaGetKernel(cudaKernel_t* k, const void* fun) {
   *k = (cudaKernel_t)fun; return cudaSuccess;
 }
 cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void** args, size_t shared,
-                               cudaStream_t) {
-  return launch((const void*)k, g, b, shared, args, 0);
+                               cudaStream_t s) {
+  return launch((const void*)k, g, b, shared, args, 0, s);
 }
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 g, dim3 b, void** args, size_t shared,
-                                    cudaStream_t) {
-  return launch((const void*)k, g, b, shared, args, 0);
+                                    cudaStream_t s) {
+  return launch((const void*)k, g, b, shared, args, 0, s);
 }
 cudaError_t cudaLaunchKernel(const void* f, dim3 g, dim3 b, void** args, size_t shared,
-                             cudaStream_t) {
-  return launch(f, g, b, shared, args, 0);
+                             cudaStream_t s) {
+  return launch(f, g, b, shared, args, 0, s);
 }
 cudaError_t cudaLaunchCooperativeKernel(const void* f, dim3 g, dim3 b, void** args, size_t shared,
-                                        cudaStream_t) {
-  return launch(f, g, b, shared, args, 1);
+                                        cudaStream_t s) {
+  return launch(f, g, b, shared, args, 1, s);
 }
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* f, void** args) {
   int coop = 0;
   for (unsigned k = 0; k < c->numAttrs; ++k)
     if (c->attrs[k].id == cudaLaunchAttributeCooperative) coop = c->attrs[k].val.cooperative;
-  return launch(f, c->gridDim, c->blockDim, c->dynamicSmemBytes, args, coop);
+  return launch(f, c->gridDim, c->blockDim, c->dynamicSmemBytes, args, coop, c->stream);
 }
 
 // --- memory --------------------------------------------------------------------------
@@ -260,19 +319,29 @@ cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
   std::memmove(d, s, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
-  check_copy(__builtin_return_address(0), "cudaMemcpyAsync", d, n, s, n, k);
-  std::memmove(d, s, n);
-  return cudaSuccess;
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k,
+                            cudaStream_t stream) {
+  return tessera_issue(stream, tessera_copy_work(__builtin_return_address(0), "cudaMemcpyAsync",
+                                                 d, s, n, k));
 }
 cudaError_t cudaMemset(void* p, int v, size_t n) {
   check_device(__builtin_return_address(0), "cudaMemset", "destination", p, n);
   std::memset(p, v, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
-  check_device(__builtin_return_address(0), "cudaMemsetAsync", "destination", p, n);
-  std::memset(p, v, n);
+cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t stream) {
+  cudaMemsetParams params = {p, 0, static_cast<unsigned>(v), 1, n, 1};
+  return tessera_issue(stream, tessera_memset_work(__builtin_return_address(0),
+                                                   "cudaMemsetAsync", params));
+}
+// where managed memory lives and what it is used for changes nothing here
+cudaError_t cudaMemPrefetchAsync(const void* p, size_t n, cudaMemLocation, unsigned,
+                                 cudaStream_t) {
+  check_device(__builtin_return_address(0), "cudaMemPrefetchAsync", "range", p, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemAdvise(const void* p, size_t n, cudaMemoryAdvise, cudaMemLocation) {
+  check_device(__builtin_return_address(0), "cudaMemAdvise", "range", p, n);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyToSymbol(const void* sym, const void* src, size_t n, size_t off,
@@ -289,12 +358,15 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const void* sym, size_t n, size_t of
   std::memcpy(dst, static_cast<const char*>(s->host) + off, n);
   return cudaSuccess;
 }
+// not recorded into graphs: refused in a capture (a GPU would record them)
 cudaError_t cudaMemcpyToSymbolAsync(const void* sym, const void* src, size_t n, size_t off,
-                                    cudaMemcpyKind k, cudaStream_t) {
+                                    cudaMemcpyKind k, cudaStream_t s) {
+  if (tessera_capturing(s)) return tessera_fail(cudaErrorStreamCaptureUnsupported);
   return cudaMemcpyToSymbol(sym, src, n, off, k);
 }
 cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* sym, size_t n, size_t off,
-                                      cudaMemcpyKind k, cudaStream_t) {
+                                      cudaMemcpyKind k, cudaStream_t s) {
+  if (tessera_capturing(s)) return tessera_fail(cudaErrorStreamCaptureUnsupported);
   return cudaMemcpyFromSymbol(dst, sym, n, off, k);
 }
 cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t width, size_t height) {
@@ -306,7 +378,8 @@ cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w,
   return copy_2d(__builtin_return_address(0), "cudaMemcpy2D", d, dp, s, sp, w, h, k);
 }
 cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h,
-                              cudaMemcpyKind k, cudaStream_t) {
+                              cudaMemcpyKind k, cudaStream_t stream) {
+  if (tessera_capturing(stream)) return tessera_fail(cudaErrorStreamCaptureUnsupported);
   return copy_2d(__builtin_return_address(0), "cudaMemcpy2DAsync", d, dp, s, sp, w, h, k);
 }
 cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t width, size_t height) {
@@ -317,35 +390,6 @@ cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t width, size_t heig
 }
 cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
   *free_ = *total = size_t(8) << 30; return cudaSuccess;
-}
-
-// --- errors --------------------------------------------------------------------------
-cudaError_t cudaGetLastError() { cudaError_t e = g_last; g_last = cudaSuccess; return e; }
-cudaError_t cudaPeekAtLastError() { return g_last; }
-// the errors this runtime returns, with CUDA's names and messages
-struct ErrorText { cudaError_t code; const char* name; const char* text; };
-const ErrorText kErrors[] = {
-    {cudaSuccess, "cudaSuccess", "no error"},
-    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
-    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
-    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
-     "invalid configuration argument"},
-    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
-    {cudaErrorInvalidSymbol, "cudaErrorInvalidSymbol", "invalid device symbol"},
-    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
-};
-const ErrorText* error_text(cudaError_t e) {
-  for (const ErrorText& t : kErrors) if (t.code == e) return &t;
-  return nullptr;
-}
-const char* cudaGetErrorName(cudaError_t e) {
-  const ErrorText* t = error_text(e);
-  return t ? t->name : "cudaErrorUnknown";
-}
-const char* cudaGetErrorString(cudaError_t e) {
-  const ErrorText* t = error_text(e);
-  return t ? t->text : "unknown error";
 }
 
 }  // extern "C"

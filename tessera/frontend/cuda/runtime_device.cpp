@@ -1,7 +1,5 @@
-// The device, streams and events of `tessera run-cuda`'s CUDA runtime (runtime.cpp): the
-// target the PTX was compiled for (TESSERA_SM) with 4 SMs; streams and events are
-// accepted, and every call has finished when it returns.
-#include <chrono>
+// The device and the errors of `tessera run-cuda`'s CUDA runtime (runtime.cpp): the
+// target the PTX was compiled for (TESSERA_SM) with 4 SMs.
 #include <cstdio>
 #include <cstring>
 
@@ -9,14 +7,14 @@
 
 namespace {
 
-int g_stream_token;
-
-float now_ms() {
-  using namespace std::chrono;
-  return duration<float, std::milli>(steady_clock::now().time_since_epoch()).count();
-}
+cudaError_t g_last = cudaSuccess;
 
 }  // namespace
+
+cudaError_t tessera_fail(cudaError_t e) {
+  if (e != cudaSuccess) g_last = e;
+  return e;
+}
 
 extern "C" {
 
@@ -90,36 +88,38 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const
   *n = 1; return cudaSuccess;
 }
 
-// --- streams and events: accepted; every call has finished when it returns -----------
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(&g_stream_token); return cudaSuccess;
+// --- errors --------------------------------------------------------------------------
+cudaError_t cudaGetLastError() { cudaError_t e = g_last; g_last = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError() { return g_last; }
+// the errors this runtime returns, with CUDA's names and messages
+struct ErrorText { cudaError_t code; const char* name; const char* text; };
+const ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+     "invalid configuration argument"},
+    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
+    {cudaErrorInvalidSymbol, "cudaErrorInvalidSymbol", "invalid device symbol"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState",
+     "the operation cannot be performed in the present state"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+};
+const ErrorText* error_text(cudaError_t e) {
+  for (const ErrorText& t : kErrors) if (t.code == e) return &t;
+  return nullptr;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) {
-  return cudaStreamCreate(s);
+const char* cudaGetErrorName(cudaError_t e) {
+  const ErrorText* t = error_text(e);
+  return t ? t->name : "cudaErrorUnknown";
 }
-cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
-  *least = 0; *greatest = -5; return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new float(0)); return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<float*>(e); return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  *reinterpret_cast<float*>(e) = now_ms(); return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-// the CPU's time between the two records: what the interpreter took, not a GPU's time
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-  *ms = *reinterpret_cast<float*>(b) - *reinterpret_cast<float*>(a); return cudaSuccess;
+const char* cudaGetErrorString(cudaError_t e) {
+  const ErrorText* t = error_text(e);
+  return t ? t->text : "unknown error";
 }
 
 }  // extern "C"

@@ -152,6 +152,22 @@ def test_curand_device_api_gives_philox_and_xorwow_streams(cache: Path) -> None:
         assert float.fromhex(uni) == _uniform(want[2])
 
 
+def test_graphs_captured_from_streams_and_built_node_by_node(cache: Path) -> None:
+    """A graph captured from two streams (fork and join through events) runs only when
+    launched, reading the pinned host buffer as it is then; a graph built node by node
+    keeps its kernel's arguments after the function that gave them returned."""
+    done = run_cuda(cache, "graphs.cu")
+    assert done.returncode == 0, done.stderr
+    n = 200
+    assert done.stdout.splitlines() == [
+        "s2 joined the capture: 1", "captured, nothing ran: calls 0, s2 capturing 0",
+        *(f"launch {k}: out[0] {2 * k + 3} out[{n - 1}] {2 * (n - 1 + k) + 3} calls {k + 1}"
+          for k in range(3)),
+        "built: 4 nodes, out[7] 2 calls 4", "capture of the legacy stream refused: 1",
+        "done: cudaSuccess"]
+    assert done.stderr == "tessera run-cuda: 10 kernel launches checked, no fault\n"
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -212,7 +228,9 @@ def test_a_kernel_fault_ends_the_program_at_its_source_line(cache: Path, mistake
 @pytest.mark.parametrize("mistake, line, what", [
     ("copy", 46, "cudaMemcpy of 4004 bytes: the destination 0x"),
     ("free", 49, "cudaFree(0x"),
-    ("pitched", 55, "cudaMemcpy2D of 4296 bytes: the source 0x"),
+    ("graph", 56, "cudaMemsetAsync (recorded here; checked again when its graph ran): "
+     "the destination 0x"),
+    ("pitched", 66, "cudaMemcpy2D of 4296 bytes: the source 0x"),
 ])
 def test_a_misused_api_call_ends_the_program_at_its_line(cache: Path, mistake: str,
                                                          line: int, what: str) -> None:
@@ -246,7 +264,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
 @pytest.mark.parametrize("program, args", [
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
-    ("curand.cu", [])])
+    ("curand.cu", []), ("graphs.cu", [])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
     """The same program built with CUDA's own runtime and run on a GPU (``make

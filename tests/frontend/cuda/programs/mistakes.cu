@@ -1,7 +1,7 @@
-// One mistake a run, chosen by argv[1]: a read past the end of an allocation, a block
-// too large to launch (the program checks the error), a shared value never written
-// that decides a store, a copy past the end of an allocation, a second free, a failed
-// device assert, a 2-D copy of one row more than the pitched allocation holds.
+// One mistake a run, chosen by argv[1]: a read past an allocation, a block too large to
+// launch (the program checks the error), a shared value never written that decides a
+// store, a copy past an allocation, a second free, a failed device assert, a graph that
+// sets memory freed after its capture, a 2-D copy of a row more than the rows allocated.
 #include <cassert>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +47,17 @@ int main(int argc, char** argv) {
   } else if (what[0] == 'f') {
     cudaFree(in);
     cudaFree(in);
+  } else if (what[0] == 'g') {
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    cudaMemsetAsync(out, 0, 1024 * sizeof(int), s);  // runs when the graph runs
+    cudaStreamEndCapture(s, &g);
+    cudaGraphInstantiate(&exec, g, 0);
+    cudaFree(out);
+    cudaGraphLaunch(exec, s);
   } else {
     float* rows;
     size_t pitch;
