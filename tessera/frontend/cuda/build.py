@@ -1,7 +1,7 @@
 """Building a CUDA program for ``tessera run-cuda``: one nvcc call makes both the PTX
 of its kernels (kept from nvcc's intermediate files, one module per ``.cu`` file) and a
-shared library of its host code linked with tessera's runtime (``runtime.cpp``,
-``runtime_device.cpp``, ``runtime_graph.cpp``) instead of CUDA's.
+shared library of its host code linked with tessera's runtime (``runtime*.cpp``) instead
+of CUDA's.
 
 nvcc is ``$TESSERA_NVCC``, the ``nvidia-cuda-nvcc`` wheel's or the one on ``PATH``; it
 needs a host C++ compiler. CUB, Thrust and libcu++ come from the ``nvidia-cuda-cccl``
@@ -24,8 +24,8 @@ from tessera.errors import Loc, TesseraError
 
 NVCC_ENV = "TESSERA_NVCC"
 #: tessera's CUDA runtime, compiled into every program (and the header they share)
-RUNTIME = tuple(Path(__file__).with_name(f) for f in ("runtime.cpp", "runtime_device.cpp",
-                                                        "runtime_graph.cpp"))
+RUNTIME = tuple(Path(__file__).with_name(f) for f in (
+    "runtime.cpp", "runtime_device.cpp", "runtime_graph.cpp", "runtime_texture.cpp"))
 RUNTIME_HEADER = Path(__file__).with_name("runtime.h")
 #: what nvcc says of a line of the user's source: ``file(line): error: ...``
 _SOURCE_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error",

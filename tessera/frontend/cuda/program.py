@@ -25,9 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch.texture import Texture
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
+from tessera.frontend.cuda.textures import cuda_texture
 from tessera.frontend.ptx.api import PtxProgram, load
+from tessera.frontend.ptx.textures import FIRST_HANDLE
 
 #: the exit status of a program whose kernel faulted (compute-sanitizer's default too)
 FAULT_EXIT = 1
@@ -40,6 +43,10 @@ _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
 _SIZES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                           ctypes.POINTER(ctypes.c_size_t), ctypes.c_int)
+_INTS, _FLOATS = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)
+_TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
+                            ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int, _FLOATS)
 
 
 class CudaApiError(TesseraError):
@@ -87,8 +94,10 @@ class CudaProgram:
         self._initialise()
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
                        _FREE(self.memory.free), _REPORT(self._report),
-                       _SIZES(self._sizes))  # kept alive for C
-        self.lib.tessera_set_hooks(*self._hooks)
+                       _SIZES(self._sizes), _TEXTURE(self._texture))  # kept alive for C
+        self.lib.tessera_set_hooks(*self._hooks[:5])
+        self.lib.tessera_set_texture_hook(self._hooks[5])
+        self.textures: dict[int, Texture] = {}  # by handle
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
         """Each ``__device__``/``__constant__`` variable's host shadow."""
@@ -157,7 +166,7 @@ class CudaProgram:
             kernel.run(grid=grid, block=block, args=kernel.arguments_from_bytes(raw),
                        shared_bytes=int(shared), check_races=self.check_races,
                        symbols=self._symbols_of(module), cooperative=bool(coop),
-                       buffers=self.memory.arrays)
+                       buffers=self.memory.arrays, textures=self.textures)
             self.launches += 1
             sys.stdout.flush()
             return 0
@@ -187,6 +196,26 @@ class CudaProgram:
         for k, p in enumerate(params[:most]):
             out[k] = p.size
         return len(params)
+
+    def _texture(self, data: int, pitch: int, slice_: int, width: int, height: int,
+                 depth: int, dims: int, bits: Any, kind: int, address: Any, filter_: int,
+                 read: int, normalized: int, border: Any) -> int:
+        """The handle of a new texture object over ``data`` (rows ``pitch`` bytes apart,
+        slices ``slice_``), or 0 after saying why a GPU would refuse it."""
+        try:
+            texture = cuda_texture(data, (pitch, slice_), (width, height, depth), dims,
+                                   [bits[k] for k in range(4)], kind,
+                                   [address[k] for k in range(3)], filter_, read,
+                                   normalized, [border[k] for k in range(4)])
+        except ArgumentError as err:
+            print(f"tessera run-cuda: cudaCreateTextureObject returns cudaErrorInvalidValue: "
+                  f"{err.message}", file=sys.stderr)
+            return 0
+        except BaseException:  # nothing may unwind through C frames
+            _end(f"tessera run-cuda: internal error in a texture:\n{traceback.format_exc()}")
+        handle = len(self.textures) + FIRST_HANDLE
+        self.textures[handle] = texture
+        return handle
 
     def _report(self, message: bytes, caller: int) -> None:
         """End the program with a report of an API misuse at the user's line."""

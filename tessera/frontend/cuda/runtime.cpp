@@ -66,7 +66,9 @@ size_t caller_offset(void* ret) {
   return static_cast<size_t>(static_cast<char*>(ret) - static_cast<char*>(info.dli_fbase)) - 1;
 }
 
-void report(void* ret, const char* fmt, ...) {
+}  // namespace
+
+void tessera_report(void* ret, const char* fmt, ...) {
   char text[512];
   va_list ap;
   va_start(ap, fmt);
@@ -77,15 +79,19 @@ void report(void* ret, const char* fmt, ...) {
   std::abort();  // not reached: tessera ends the program after its report
 }
 
+namespace {
+
 // [p, p + n) in device memory: inside one allocation, or a report naming the call
 void check_device(void* ret, const char* call, const char* side, const void* p, size_t n) {
   const Allocation* a = allocation_of(p);
   if (!a) {
-    report(ret, "%s: the %s %p is not device memory (cudaMalloc returns it)", call, side, p);
+    tessera_report(ret, "%s: the %s %p is not device memory (cudaMalloc returns it)", call,
+                   side, p);
   } else if (static_cast<const char*>(p) + n > a->base + a->size) {
     size_t past = static_cast<size_t>(static_cast<const char*>(p) + n - (a->base + a->size));
-    report(ret, "%s of %zu bytes: the %s %p runs %zu bytes past the end of its allocation "
-           "(%zu bytes at %p)", call, n, side, p, past, a->size, static_cast<const void*>(a->base));
+    tessera_report(ret, "%s of %zu bytes: the %s %p runs %zu bytes past the end of its "
+                   "allocation (%zu bytes at %p)", call, n, side, p, past, a->size,
+                   static_cast<const void*>(a->base));
   }
 }
 
@@ -200,7 +206,7 @@ TesseraWork tessera_copy_work(void* ret, const char* call, void* d, const void* 
 TesseraWork tessera_memset_work(void* ret, const char* call, cudaMemsetParams p) {
   size_t unit = p.elementSize, width = p.width * unit;
   if ((unit != 1 && unit != 2 && unit != 4) || (p.height > 1 && p.pitch < width))
-    report(ret, "%s: elements of 1, 2 or 4 bytes, rows no wider than the pitch", call);
+    tessera_report(ret, "%s: elements of 1, 2 or 4 bytes, rows no wider than the pitch", call);
   size_t span = extent(p.height > 1 ? p.pitch : width, width, p.height);
   check_device(ret, call, "destination", p.dst, span);
   return [=, later = deferred(call)] {
@@ -303,17 +309,11 @@ cudaError_t cudaFree(void* p) {
       return g_free && g_free(p) == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
     }
   }
-  report(__builtin_return_address(0), "cudaFree(%p): not an allocation (freed twice, or "
-         "not from cudaMalloc)", p);
+  tessera_report(__builtin_return_address(0), "cudaFree(%p): not an allocation (freed twice, "
+                 "or not from cudaMalloc)", p);
   return cudaErrorInvalidValue;
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
-cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  *p = std::malloc(bytes ? bytes : 1);
-  return *p ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
-}
-cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
-cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
   check_copy(__builtin_return_address(0), "cudaMemcpy", d, n, s, n, k);
   std::memmove(d, s, n);
@@ -387,9 +387,6 @@ cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t width, size_t heig
                extent(pitch, width, height));
   for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, v, width);
   return cudaSuccess;
-}
-cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
-  *free_ = *total = size_t(8) << 30; return cudaSuccess;
 }
 
 }  // extern "C"

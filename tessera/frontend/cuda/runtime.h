@@ -1,5 +1,5 @@
 // What the files of `tessera run-cuda`'s CUDA runtime share (runtime.cpp,
-// runtime_device.cpp, runtime_graph.cpp).
+// runtime_device.cpp, runtime_graph.cpp, runtime_texture.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,9 @@
 
 // records e as the error cudaGetLastError returns next (unless it is cudaSuccess)
 cudaError_t tessera_fail(cudaError_t e);
+// ends the program with a report of an API misuse at the line that made the call (`ret`,
+// the call's return address), formatted as printf formats
+[[noreturn]] void tessera_report(void* ret, const char* fmt, ...);
 
 // work issued to a stream: a launch, a copy, a set, a host function
 using TesseraWork = std::function<cudaError_t()>;

@@ -1,6 +1,7 @@
 // The device and the errors of `tessera run-cuda`'s CUDA runtime (runtime.cpp): the
 // target the PTX was compiled for (TESSERA_SM) with 4 SMs.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime.h"
@@ -71,6 +72,16 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->sharedMemPerBlockOptin = (TESSERA_SM >= 90 ? 227 : 163) * 1024;
   p->totalGlobalMem = size_t(8) << 30; p->managedMemory = 1; p->cooperativeLaunch = 1;
   return cudaSuccess;
+}
+// pinned host memory is host memory; the device's memory is said to be 8 GiB
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::malloc(bytes ? bytes : 1);
+  return *p ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
+  *free_ = *total = size_t(8) << 30; return cudaSuccess;
 }
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
   std::memset(a, 0, sizeof *a);

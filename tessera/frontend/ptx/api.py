@@ -28,9 +28,11 @@ from typing import Any
 import numpy as np
 
 from tessera.arch.limits import launch_problem
+from tessera.arch.texture import Texture
 from tessera.errors import ArgumentError, Loc, user_api
 from tessera.files import read_text
 from tessera.frontend.ptx.structs import DevicePointer, Placer, Struct
+from tessera.frontend.ptx.textures import FIRST_HANDLE, TextureArgument
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GLOBAL_BASE, GlobalMemory
 from tessera.interp.target.ptx.run import run_cfg
@@ -167,7 +169,8 @@ class PtxKernel:
     def run(self, grid: Any = 1, block: Any = 1, args: Sequence[Any] = (),
             shared_bytes: int = 0, check_races: bool = True,
             symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
-            cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None) -> None:
+            cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None,
+            textures: dict[int, Texture] | None = None) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
@@ -179,7 +182,9 @@ class PtxKernel:
         grid workspace cooperative groups' ``grid.sync()`` needs. ``buffers`` places
         arrays at the device addresses given, for a kernel that reaches them through
         addresses inside its arguments (a pointer argument given as an int, a struct's
-        bytes, a pointer stored in memory), as a recorded CUDA program's launches do."""
+        bytes, a pointer stored in memory), as a recorded CUDA program's launches do.
+        ``textures`` gives texture objects by the handles the arguments hold
+        (:func:`texture` arguments get handles of their own)."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         params = self.ir.params
         if len(args) != len(params):
@@ -199,6 +204,7 @@ class PtxKernel:
         space = np.zeros(max(self.ir.param_bytes, 1), np.uint8)
         placed: dict[int, int] = {}
         tmaps: dict[int, TmaValue] = {}
+        textures = dict(textures or {})
         copies: list[tuple[np.ndarray, np.ndarray]] = []
 
         def place(a: np.ndarray, k: int) -> int:
@@ -218,7 +224,15 @@ class PtxKernel:
             def placer(x: np.ndarray, k: int = k) -> int:
                 return place(x, k)
 
-            if p.array and isinstance(a, TensorMapArgument):
+            if isinstance(a, TextureArgument):
+                if p.size != 8 or p.array:
+                    raise ArgumentError(f"argument {k} ({p.name}, .{p.type}): a texture "
+                                        "object is a 64-bit parameter")
+                handle = max(textures, default=FIRST_HANDLE - 1) + 1
+                textures[handle] = a.texture
+                space[p.offset:p.offset + 8] = np.frombuffer(np.uint64(handle).tobytes(),
+                                                             np.uint8)
+            elif p.array and isinstance(a, TensorMapArgument):
                 tmaps[PARAM_WINDOW + p.offset] = self._tensor_map(
                     p, k, a, place, lambda base: glob.bytes[glob.bases.index(base)])
             elif p.array:
@@ -235,7 +249,7 @@ class PtxKernel:
                 space[p.offset:p.offset + p.size] = raw
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
                 tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
-                cooperative=cooperative)
+                cooperative=cooperative, textures=textures)
         for a, work in copies:
             a[...] = work
 

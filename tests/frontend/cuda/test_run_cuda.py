@@ -168,6 +168,34 @@ def test_graphs_captured_from_streams_and_built_node_by_node(cache: Path) -> Non
     assert done.stderr == "tessera run-cuda: 10 kernel launches checked, no fault\n"
 
 
+def test_texture_objects_over_arrays_pitched_and_linear_memory(cache: Path) -> None:
+    """Textures made by cudaCreateTextureObject: point sampling with a border, bilinear
+    filtering with clamping, bytes read as floats, tex1Dfetch, wrapped float4 channels,
+    trilinear filtering of a 3-D array from cudaMemcpy3D; a texture a GPU refuses."""
+    done = run_cuda(cache, "textures.cu")
+    assert done.returncode == 0, done.stderr
+    x, y = np.meshgrid(np.arange(8), np.arange(4))
+    border = np.where((y >= 1) & (x + 1 < 8), 10 * (y - 1) + x + 1, 0)
+    # a quarter texel right and half a row down, clamped at the last column and row
+    linear = (0.75 * np.minimum(x, 7) + 0.25 * np.minimum(x + 1, 7)
+              + 5 * np.minimum(y, 3) + 5 * np.minimum(y + 1, 3))
+    idx = np.arange(14) - 2
+    fetch = np.where((idx >= 0) & (idx < 10), 3 * idx, 0)
+    wrap = [v for i in range(8) for v in (i % 4, 10 + i % 4, 20 + i % 4, 30 + i % 4)]
+    tri = 0.75 * (4 + np.clip(np.arange(8) * 0.25 - 0.5, 0, 3)) + 0.25 * (
+        16 + np.clip(np.arange(8) * 0.25 - 0.5, 0, 3))
+
+    def line(name: str, values: object) -> str:
+        return " ".join([name, *(f"{v:g}" for v in np.ravel(values))])
+
+    assert done.stdout.splitlines() == [
+        line("point border", border), line("linear clamp", linear),
+        " ".join(["normalized bytes", *(f"{17 * k / 255:.5f}" for k in range(8))]),
+        line("tex1Dfetch", fetch), line("wrap float4", wrap), line("trilinear", tri),
+        "texture refused: 1", "done"]
+    assert "linear filtering needs float results" in done.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -264,7 +292,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
 @pytest.mark.parametrize("program, args", [
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
-    ("curand.cu", []), ("graphs.cu", [])])
+    ("curand.cu", []), ("graphs.cu", []), ("textures.cu", [])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
     """The same program built with CUDA's own runtime and run on a GPU (``make

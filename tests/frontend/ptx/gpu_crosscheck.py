@@ -14,7 +14,8 @@ bit for bit, and steps it does not cover are compared within :data:`UNMODELLED`.
 Atomics return old values in an order the GPU does not fix: the arguments of
 ``UNORDERED`` are compared as multisets. Kernels with module variables run on the CPU
 only (the GPU side would need ``cuModuleGetGlobal``), and so do launches that carry
-device addresses inside their arguments (structs, pointers into arrays, ``buffers=``).
+device addresses inside their arguments (structs, pointers into arrays, ``buffers=``)
+or texture objects (the GPU side would need ``cuTexObjectCreate``).
 This module holds no tests.
 """
 
@@ -101,9 +102,10 @@ def install() -> None:
             if err.loc.file == __file__:  # located at this wrapper: the caller's line
                 raise err.relocated(user_location(2)) from None
             raise
-        if self.ir.globals or kw.get("buffers") or any(
-                isinstance(a, (bytes, api.Struct, api.DevicePointer)) for a in args):
-            return  # device addresses inside arguments: the GPU side would need them
+        if self.ir.globals or kw.get("buffers") or kw.get("textures") or any(
+                isinstance(a, (bytes, api.Struct, api.DevicePointer, api.TextureArgument))
+                for a in args):
+            return  # device addresses or texture objects: the GPU side would need them
         steps = _tensor_core_steps(self.ir)
         pristine = copy.deepcopy(before)
         _gpu_run(self, grid, block, before, shared_bytes, kw.get("cooperative", False))

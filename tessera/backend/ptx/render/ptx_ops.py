@@ -5,9 +5,10 @@ the PTX instruction it came from, so every Target IR op has a text form."""
 from __future__ import annotations
 
 from tessera.backend.ptx.render.emit import PtxWriter, address, mem_type, rule
-from tessera.backend.ptx.render.regalloc import operand
+from tessera.backend.ptx.render.regalloc import braced, operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import HALF_ATOMICS, RegType
+from tessera.ir.dialects.target.memory_ops import TexFetch
 from tessera.ir.dialects.target.printf import AssertFail, Printf
 from tessera.ir.dialects.target.ptx_ops import (
     Atom,
@@ -199,6 +200,16 @@ def _tmap_at(e: PtxWriter, instr: Instr) -> None:
     # a tensor map is named by its generic address: the register is the operand itself
     e.out(f"// {e.regs.one(instr.result)} is the tensor map at "
           f"{e.regs.one(instr.operands[0])}")
+
+
+@rule(TexFetch)
+def _tex(e: PtxWriter, instr: Instr) -> None:
+    op = instr.op
+    coords = [e.regs.one(v) for v in instr.operands[1:]]
+    if op.geom == "3d":
+        coords.append(coords[-1])  # a 3d fetch takes four coordinates, the last ignored
+    e.out(f"tex.{op.geom}.v4.{op.type}.{op.ctype} {operand(e.regs.of(instr.result))}, "
+          f"[{e.regs.one(instr.operands[0])}, {braced(coords)}];")
 
 
 @rule(Stmatrix)

@@ -76,6 +76,7 @@ class CfgMachine(Machine):
         self.param_offsets = {p.name: p.offset for p in kernel.params}
         self.local = LocalMemory(self.n, kernel.local_bytes)
         self.tmaps = tmaps
+        self.textures: dict[int, Any] = {}  # texture objects by handle (arch.texture)
         self.executed = np.zeros(self.n, np.uint64)  # instructions each thread has run
         self.workspace = 0  # a cooperative launch's grid workspace (0: none)
         self.poison = Poison(self.n)  # registers holding unwritten shared bytes
@@ -224,7 +225,8 @@ def _run_instr(ci: _Compiled, regs: list[Any], phys: dict[str, np.ndarray],
 def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
             tmaps: dict[int, Any] | None = None, check_races: bool = True,
-            tensor_cores: str = "exact", cooperative: bool = False) -> None:
+            tensor_cores: str = "exact", cooperative: bool = False,
+            textures: dict[int, Any] | None = None) -> None:
     """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
     ``params`` over global memory ``glob`` (arrays placed there are updated in place).
     ``shared_bytes`` is the dynamic shared memory after the static variables;
@@ -232,7 +234,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     ``cooperative`` launches as ``cudaLaunchCooperativeKernel`` does, with a grid
     workspace (its size, 8, and a barrier word 0) whose address ``%envreg1`` (high
     half) and ``%envreg2`` (low half) hold, as cooperative groups' ``grid.sync()`` reads
-    them."""
+    them; ``textures`` holds the texture objects ``tex`` fetches through, by handle."""
     g = (int(grid[0]), int(grid[1]), int(grid[2]))
     b = (int(block[0]), int(block[1]), int(block[2]))
     size = kernel.static_shared + int(shared_bytes)
@@ -241,6 +243,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     m = CfgMachine(kernel, g, b, glob, SharedMemory(ncta, nthreads, size, check_races),
                    params, tmaps or {})
     m.tensor_cores = tensor_core_model(tensor_cores)
+    m.textures = dict(textures or {})
     if cooperative:
         m.workspace = glob.add(np.array([8, 0], np.uint32), "the grid workspace")
     comp = TargetCompiler(m)

@@ -1,6 +1,6 @@
-"""Target IR memory instructions: ``ld``, ``st``, ``red`` and ``.shared`` buffers (PTX ISA
-8.x, sections 9.7.9.8 "ld", 9.7.9.10 "st", 9.7.13.6 "red"); :mod:`.ops` re-exports them
-with the register instructions."""
+"""Target IR memory instructions: ``ld``, ``st``, ``red``, ``.shared`` buffers and ``tex``
+(PTX ISA 8.x, sections 9.7.9.8 "ld", 9.7.9.10 "st", 9.7.13.6 "red", 9.7.10.3 "tex");
+:mod:`.ops` re-exports the first four with the register instructions."""
 
 from __future__ import annotations
 
@@ -98,4 +98,33 @@ class SharedAlloc(Op):
         return (U32,)
 
 
-__all__ = ["Effect", "Load", "Reduce", "SharedAlloc", "Store"]
+#: coordinates of each texture geometry
+TEX_DIMS = {"1d": 1, "2d": 2, "3d": 3}
+
+
+@register_op
+@dataclass(frozen=True)
+class TexFetch(Op):
+    """``tex.<geom>.v4.<type>.<ctype> d, [tex, {c...}]``: four channels of ``type`` (f32,
+    s32 or u32) fetched through the texture object ``tex`` (a ``u64`` handle) at
+    ``geom``'s coordinates of ``ctype`` (f32, or s32 as ``tex1Dfetch`` gives them);
+    :mod:`tessera.arch.texture` has what the unit computes."""
+
+    name: ClassVar[str] = "ptx.tex"
+    pure: ClassVar[bool] = False  # the texture's memory may change between fetches
+    geom: str
+    type: str
+    ctype: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        if self.geom not in TEX_DIMS or self.type not in ("f32", "s32", "u32") or \
+                self.ctype not in ("f32", "s32"):
+            raise IRVerifyError(f"ptx.tex: no fetch .{self.geom}.v4.{self.type}.{self.ctype}")
+        check_count(self, operands, 1 + TEX_DIMS[self.geom])
+        reg_of(self, operands[0], "u64")
+        for c in operands[1:]:
+            reg_of(self, c, self.ctype)
+        return (RegType(self.type, 4),)
+
+
+__all__ = ["TEX_DIMS", "Effect", "Load", "Reduce", "SharedAlloc", "Store", "TexFetch"]

@@ -16,7 +16,7 @@ from tessera.ir.dialects.target import FP8X2, REG_TYPES, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.ops import DIRECTED
 from tessera.ir.text.ptx.context import InstrBuilder
-from tessera.ir.text.ptx.isa_memory import exotic
+from tessera.ir.text.ptx.isa_types import exotic
 from tessera.ir.text.ptx.lexer import parse_int
 
 Handler = Callable[[InstrBuilder, list[str], list[str]], None]

@@ -32,6 +32,7 @@ from tessera.ir.text.ptx import calls, isa_types, isa_versions
 from tessera.ir.text.ptx import composed as _composed
 from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
+from tessera.ir.text.ptx import texture as _texture
 from tessera.ir.text.ptx import warp as _warp
 from tessera.ir.text.ptx import wmma as _wmma
 from tessera.ir.text.ptx.arith import HANDLERS
@@ -53,7 +54,7 @@ from tessera.ir.text.ptx.lexer import (
     statements,
 )
 
-_ = (_composed, _hopper, _memory, _warp, _wmma)  # register the other modules' handlers
+_ = (_composed, _hopper, _memory, _texture, _warp, _wmma)  # register the other modules' handlers
 _GUARD = re.compile(r"^@(!?)(%?[A-Za-z_$][\w$]*)\s+(.*)$", re.S)
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")

@@ -176,3 +176,19 @@ extern "C" __global__ void wmma_tile(const int* a, const int* b, float* c, float
   for (int i = 0; i < 8; ++i) fd[i] *= alpha;         // the same on every element
   __hmma_m16n16k16_st_c_f32(c, fd, 16, 0);            // C row-major
 }
+
+// texture objects: tex2D, tex1Dfetch, tex1D of four channels and tex3D (tex.{1d,2d,3d})
+extern "C" __global__ void tex_sample2d(cudaTextureObject_t t, float* out, int w, float dx,
+                                        float dy) {
+  int x = threadIdx.x, y = blockIdx.x;
+  out[y * w + x] = tex2D<float>(t, x + dx, y + dy);
+}
+extern "C" __global__ void tex_fetch_ints(cudaTextureObject_t t, int* out, int shift) {
+  out[threadIdx.x] = tex1Dfetch<int>(t, static_cast<int>(threadIdx.x) + shift);
+}
+extern "C" __global__ void tex_channels(cudaTextureObject_t t, float4* out, float step) {
+  out[threadIdx.x] = tex1D<float4>(t, threadIdx.x * step);
+}
+extern "C" __global__ void tex_sample3d(cudaTextureObject_t t, float* out, float y, float z) {
+  out[threadIdx.x] = tex3D<float>(t, threadIdx.x * 0.25f, y, z);
+}

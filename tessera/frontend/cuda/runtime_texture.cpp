@@ -1,0 +1,154 @@
+// CUDA arrays and texture objects of `tessera run-cuda`'s CUDA runtime (runtime.cpp).
+//
+// A CUDA array is device memory laid out row by row (a GPU's layout is opaque, so any
+// layout serves: only copies and textures reach it). A texture object is a handle that
+// tessera gives to the texture it makes of the resource and the sampling modes
+// (tessera/arch/texture.py); kernels fetch through the handle.
+#include <cstring>
+
+#include "runtime.h"
+
+struct cudaArray {
+  cudaChannelFormatDesc desc;
+  size_t width, height, depth;  // 0 for an axis the array lacks, as CUDA's extents say
+  char* data;
+  size_t element() const { return (desc.x + desc.y + desc.z + desc.w) / 8; }
+  size_t pitch() const { return width * element(); }
+  size_t rows() const { return height ? height : 1; }
+  size_t bytes() const { return pitch() * rows() * (depth ? depth : 1); }
+};
+
+namespace {
+
+// makes the texture of `data` (rows `pitch` bytes apart, slices `slice` apart) and gives
+// its handle, or 0 after saying on stderr why a GPU would refuse it
+using TextureHook = unsigned long long (*)(
+    const void* data, size_t pitch, size_t slice, size_t width, size_t height, size_t depth,
+    int dims, const int* bits, int kind, const int* address, int filter, int read,
+    int normalized, const float* border);
+TextureHook g_texture = nullptr;
+
+cudaError_t new_array(cudaArray_t* a, const cudaChannelFormatDesc* desc, size_t w, size_t h,
+                      size_t d) {
+  if (!a || !desc || w == 0) return tessera_fail(cudaErrorInvalidValue);
+  *a = new cudaArray{*desc, w, h, d, nullptr};
+  void* data = nullptr;
+  cudaError_t e = cudaMalloc(&data, (*a)->bytes());
+  (*a)->data = static_cast<char*>(data);
+  return e;
+}
+
+// the rows [y, y + rows) of width bytes at x bytes in `a`: inside it, or a report
+void check_array(void* ret, const char* call, cudaArray_const_t a, size_t x, size_t y,
+                 size_t width, size_t rows) {
+  if (!a) tessera_report(ret, "%s: no CUDA array (cudaMallocArray makes one)", call);
+  if (x + width > a->pitch() || y + rows > a->rows() * (a->depth ? a->depth : 1))
+    tessera_report(ret, "%s: %zu rows of %zu bytes at byte %zu of row %zu pass the edge of "
+                   "the array (%zu rows of %zu bytes)", call, rows, width, x, y, a->rows(),
+                   a->pitch());
+}
+
+}  // namespace
+
+extern "C" {
+
+void tessera_set_texture_hook(TextureHook hook) { g_texture = hook; }
+
+cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
+                                            cudaChannelFormatKind f) {
+  return cudaChannelFormatDesc{x, y, z, w, f};
+}
+cudaError_t cudaMallocArray(cudaArray_t* a, const cudaChannelFormatDesc* desc, size_t w,
+                            size_t h, unsigned) {
+  return new_array(a, desc, w, h, 0);
+}
+cudaError_t cudaMalloc3DArray(cudaArray_t* a, const cudaChannelFormatDesc* desc, cudaExtent e,
+                              unsigned) {
+  return new_array(a, desc, e.width, e.height, e.depth);
+}
+cudaError_t cudaFreeArray(cudaArray_t a) {
+  if (!a) return cudaSuccess;
+  cudaError_t e = cudaFree(a->data);
+  delete a;
+  return e;
+}
+cudaError_t cudaArrayGetInfo(cudaChannelFormatDesc* desc, cudaExtent* extent, unsigned* flags,
+                             cudaArray_t a) {
+  if (desc) *desc = a->desc;
+  if (extent) *extent = make_cudaExtent(a->width, a->height, a->depth);
+  if (flags) *flags = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t x, size_t y, const void* src,
+                                size_t spitch, size_t width, size_t height, cudaMemcpyKind) {
+  check_array(__builtin_return_address(0), "cudaMemcpy2DToArray", dst, x, y, width, height);
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(dst->data + (y + r) * dst->pitch() + x, static_cast<const char*>(src) + r * spitch,
+                 width);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DFromArray(void* dst, size_t dpitch, cudaArray_const_t src, size_t x,
+                                  size_t y, size_t width, size_t height, cudaMemcpyKind) {
+  check_array(__builtin_return_address(0), "cudaMemcpy2DFromArray", src, x, y, width, height);
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(dst) + r * dpitch, src->data + (y + r) * src->pitch() + x,
+                 width);
+  return cudaSuccess;
+}
+// a whole 3-D copy between an array and pitched memory (or between pitched memories)
+cudaError_t cudaMemcpy3D(const cudaMemcpy3DParms* p) {
+  void* ret = __builtin_return_address(0);
+  cudaArray_t arr = p->dstArray ? p->dstArray : p->srcArray;
+  if ((p->dstArray && p->srcArray) || p->srcPos.x || p->srcPos.y || p->srcPos.z ||
+      p->dstPos.x || p->dstPos.y || p->dstPos.z)
+    return tessera_fail(cudaErrorInvalidValue);  // offsets and array-to-array not modelled
+  size_t width = arr ? p->extent.width * arr->element() : p->extent.width;
+  size_t rows = p->extent.height * p->extent.depth;
+  if (arr) check_array(ret, "cudaMemcpy3D", arr, 0, 0, width, rows);
+  const cudaPitchedPtr& linear = p->dstArray ? p->srcPtr : p->dstPtr;
+  for (size_t z = 0; z < p->extent.depth; ++z) {
+    for (size_t y = 0; y < p->extent.height; ++y) {
+      char* mem = static_cast<char*>(linear.ptr) + (z * linear.ysize + y) * linear.pitch;
+      char* other = arr ? arr->data + (z * arr->rows() + y) * arr->pitch()
+                        : static_cast<char*>(p->srcPtr.ptr) +
+                              (z * p->srcPtr.ysize + y) * p->srcPtr.pitch;
+      if (p->dstArray) std::memmove(other, mem, width);
+      else std::memmove(mem, other, width);
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaCreateTextureObject(cudaTextureObject_t* t, const cudaResourceDesc* r,
+                                    const cudaTextureDesc* td, const cudaResourceViewDesc*) {
+  if (!t || !r || !td || !g_texture) return tessera_fail(cudaErrorInvalidValue);
+  const void* data = nullptr;
+  cudaChannelFormatDesc desc{};
+  size_t pitch = 0, slice = 0, w = 0, h = 1, d = 1;
+  int dims = 1, address[3] = {td->addressMode[0], td->addressMode[1], td->addressMode[2]};
+  if (r->resType == cudaResourceTypeArray && r->res.array.array) {
+    cudaArray_t a = r->res.array.array;
+    data = a->data; desc = a->desc; w = a->width; h = a->rows(); d = a->depth ? a->depth : 1;
+    pitch = a->pitch(); slice = pitch * a->rows();
+    dims = a->depth ? 3 : a->height ? 2 : 1;
+  } else if (r->resType == cudaResourceTypeLinear) {
+    data = r->res.linear.devPtr; desc = r->res.linear.desc;
+    size_t element = (desc.x + desc.y + desc.z + desc.w) / 8;
+    w = element ? r->res.linear.sizeInBytes / element : 0;
+    pitch = slice = r->res.linear.sizeInBytes;
+    address[0] = cudaAddressModeBorder;  // tex1Dfetch reads zeros outside linear memory
+  } else if (r->resType == cudaResourceTypePitch2D) {
+    data = r->res.pitch2D.devPtr; desc = r->res.pitch2D.desc;
+    w = r->res.pitch2D.width; h = r->res.pitch2D.height;
+    pitch = r->res.pitch2D.pitchInBytes; slice = pitch * h; dims = 2;
+  } else {
+    return tessera_fail(cudaErrorInvalidValue);  // mipmapped arrays are not modelled
+  }
+  int bits[4] = {desc.x, desc.y, desc.z, desc.w};
+  *t = g_texture(data, pitch, slice, w, h, d, dims, bits, desc.f, address, td->filterMode,
+                 td->readMode, td->normalizedCoords, td->borderColor);
+  return *t ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
+}
+cudaError_t cudaDestroyTextureObject(cudaTextureObject_t) { return cudaSuccess; }
+
+}  // extern "C"
