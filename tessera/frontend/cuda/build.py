@@ -24,8 +24,7 @@ from tessera.errors import Loc, TesseraError
 
 NVCC_ENV = "TESSERA_NVCC"
 #: tessera's CUDA runtime, compiled into every program (and the header they share)
-RUNTIME = tuple(Path(__file__).with_name(f) for f in (
-    "runtime.cpp", "runtime_device.cpp", "runtime_graph.cpp", "runtime_texture.cpp"))
+RUNTIME = tuple(sorted(Path(__file__).parent.glob("runtime*.cpp")))
 RUNTIME_HEADER = Path(__file__).with_name("runtime.h")
 #: what nvcc says of a line of the user's source: ``file(line): error: ...``
 _SOURCE_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error",

@@ -42,7 +42,8 @@ _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
 _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
 _SIZES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
-                          ctypes.POINTER(ctypes.c_size_t), ctypes.c_int)
+                          ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t),
+                          ctypes.c_int)
 _INTS, _FLOATS = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
@@ -186,15 +187,16 @@ class CudaProgram:
             _end(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
 
-    def _sizes(self, module: int, name: bytes, out: Any, most: int) -> int:
-        """The byte size of each parameter of a kernel (for a launch a graph keeps);
-        how many there are, or -1 for no such kernel."""
+    def _sizes(self, module: int, name: bytes, sizes: Any, offsets: Any, most: int) -> int:
+        """The byte size and offset of each parameter of a kernel (for a launch a graph
+        keeps, or one given as a parameter buffer); how many there are, or -1 for no such
+        kernel."""
         try:
             params = self.module_of[module].kernel(name.decode()).params
-        except TesseraError:
+        except (TesseraError, IndexError):
             return -1
         for k, p in enumerate(params[:most]):
-            out[k] = p.size
+            sizes[k], offsets[k] = p.size, p.offset
         return len(params)
 
     def _texture(self, data: int, pitch: int, slice_: int, width: int, height: int,

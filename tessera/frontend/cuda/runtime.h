@@ -1,5 +1,5 @@
 // What the files of `tessera run-cuda`'s CUDA runtime share (runtime.cpp,
-// runtime_device.cpp, runtime_graph.cpp, runtime_texture.cpp).
+// runtime_device.cpp, runtime_graph.cpp, runtime_memory.cpp, runtime_texture.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,10 +22,27 @@ using TesseraWork = std::function<cudaError_t()>;
 cudaError_t tessera_issue(cudaStream_t s, TesseraWork work);
 bool tessera_capturing(cudaStream_t s);
 
+// launches kernel `name` of module `module` (a .cu file's fat binary, or a module the
+// driver API loaded) on `stream`, or records the launch where the stream is captured
+cudaError_t tessera_launch(int module, const char* name, dim3 g, dim3 b, size_t shared,
+                           void** args, int coop, cudaStream_t stream);
+// the byte size and offset of each parameter of a kernel; how many (-1: no such kernel)
+int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets, int most);
 // a launch as work that keeps its own copy of the arguments' bytes (the program's
 // variables they point at are gone when a graph runs it)
 cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, void** args,
                                 int coop, TesseraWork* work);
+// the allocation holding `p` (its base and size), or false
+bool tessera_allocation(const void* p, const char** base, size_t* size);
+// the storage and size of the __device__ variable whose host shadow is `host`, or false
+bool tessera_symbol_storage(const void* host, char** storage, size_t* size);
+// [p, p + n) lies in one allocation, or a report naming the call and the side
+void tessera_check_device(void* ret, const char* call, const char* side, const void* p,
+                          size_t n);
+// a copy's device sides, as its kind names them, of nd bytes at the destination and ns
+// at the source, checked as tessera_check_device checks them
+void tessera_check_copy(void* ret, const char* call, void* d, size_t nd, const void* s,
+                        size_t ns, cudaMemcpyKind k);
 // a copy or a set as work, checked against the allocations now (`ret`: the caller, whose
 // line a misuse is reported at) and when it runs
 TesseraWork tessera_copy_work(void* ret, const char* call, void* d, const void* s, size_t n,
