@@ -70,6 +70,20 @@ def find_nvcc() -> str:
     return found
 
 
+def _nvrtc(nvcc: str, srcs: Sequence[Path]) -> list[str]:
+    """Linker options for NVRTC (from the ``nvidia-cuda-nvrtc`` wheel, or the toolkit
+    beside nvcc) where a source calls it: the library by its path, found at run time by
+    its folder."""
+    if not any(b"nvrtc" in src.read_bytes() for src in srcs):
+        return []
+    root = Path(nvcc).resolve().parent.parent
+    found = sorted(x for d in ("lib", "lib64") for x in (root / d).glob("libnvrtc.so*")
+                   if "builtins" not in x.name)
+    if not found:
+        return []  # the link then names the missing nvrtc calls
+    return ["-Xlinker", str(found[0]), "-Xlinker", f"-rpath={found[0].parent}"]
+
+
 def _includes(nvcc: str) -> list[str]:
     """CCCL's headers (CUB, Thrust) beside the wheel's nvcc, where that wheel is there."""
     cccl = Path(nvcc).resolve().parent.parent / "include" / "cccl"
@@ -120,7 +134,8 @@ def build(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xlinker", "--no-undefined",
            "-cudart", "none", f"-arch={compute}", "-O3", "-lineinfo", "-g",
            f"-DTESSERA_SM={sm}", "--keep", f"--keep-dir={out}", *_includes(nvcc), *flags,
-           *(str(x) for x in srcs), *(str(f) for f in RUNTIME), "-o", str(built.library)]
+           *(str(x) for x in srcs), *(str(f) for f in RUNTIME), *_nvrtc(nvcc, srcs), "-o",
+           str(built.library)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise _failure(first, done.stdout + done.stderr)
@@ -137,13 +152,18 @@ def _kept_ptx(out: Path, stem: str, compute: str) -> Path:
 def _failure(src: Path, log: str) -> CudaBuildError:
     """The build's error, at the user's line where nvcc names one."""
     missing = sorted(set(_UNDEFINED.findall(log)))
+    if missing and all(m.startswith("nvrtc") for m in missing):
+        return CudaBuildError(f"the program calls NVRTC ({', '.join(missing)}), which is not "
+                              "installed", loc=Loc(str(src), 0),
+                              hint="pip install nvidia-cuda-nvrtc")
     if missing:
         return CudaBuildError(
             f"the program calls CUDA functions tessera's runtime does not provide: "
             f"{', '.join(missing)}", loc=Loc(str(src), 0),
-            hint="tessera runs kernels through the CUDA runtime API's launch, memory, "
-            "symbol, device, stream and event calls (docs/ptx-backend.md, \"Whole CUDA "
-            "programs\"); the driver API and libraries such as cuBLAS are not modelled")
+            hint="tessera runs kernels through the CUDA runtime API's and the driver "
+            "API's launch, memory, module, device, stream, event, graph and texture calls "
+            "(docs/ptx-backend.md, \"Whole CUDA programs\"); libraries with kernels of "
+            "their own, such as cuBLAS, are not modelled")
     at = _SOURCE_ERROR.search(log)
     loc = Loc(at.group("file"), int(at.group("line"))) if at else Loc(str(src), 0)
     hint = ("nvcc needs a host C++ compiler (g++) on PATH"

@@ -31,6 +31,7 @@ from tessera.frontend.cuda.build import Built
 from tessera.frontend.cuda.textures import cuda_texture
 from tessera.frontend.ptx.api import PtxProgram, load
 from tessera.frontend.ptx.textures import FIRST_HANDLE
+from tessera.ir.text.ptx import parse_ptx
 
 #: the exit status of a program whose kernel faulted (compute-sanitizer's default too)
 FAULT_EXIT = 1
@@ -45,6 +46,9 @@ _SIZES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                           ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t),
                           ctypes.c_int)
 _INTS, _FLOATS = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)
+_LOAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+_GLOBAL = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.POINTER(ctypes.c_size_t))
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, _FLOATS)
@@ -95,9 +99,11 @@ class CudaProgram:
         self._initialise()
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
                        _FREE(self.memory.free), _REPORT(self._report),
-                       _SIZES(self._sizes), _TEXTURE(self._texture))  # kept alive for C
+                       _SIZES(self._sizes), _TEXTURE(self._texture), _LOAD(self._load),
+                       _GLOBAL(self._global))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks[:5])
         self.lib.tessera_set_texture_hook(self._hooks[5])
+        self.lib.tessera_set_driver_hooks(*self._hooks[6:])
         self.textures: dict[int, Texture] = {}  # by handle
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
@@ -218,6 +224,41 @@ class CudaProgram:
         handle = len(self.textures) + FIRST_HANDLE
         self.textures[handle] = texture
         return handle
+
+    def _load(self, image: int, size: int, name: bytes) -> int:
+        """A module of the driver API from PTX text (``cuModuleLoadData``,
+        ``cuModuleLoad``): its number, or -1 after saying why it is none. Its variables
+        get device memory with their initial values, as loading a module on a GPU gives."""
+        raw = ctypes.string_at(image, size).rstrip(b"\0")
+        where = name.decode()
+        try:
+            if not raw.lstrip().startswith((b"//", b".")):
+                raise ArgumentError("not PTX text: tessera runs PTX, not cubins or fat "
+                                    "binaries (nvrtcGetPTX, nvcc -ptx)")
+            program = PtxProgram(parse_ptx(raw.decode(), where))
+        except TesseraError as err:
+            print(f"tessera run-cuda: {where}: cuModuleLoadData returns "
+                  f"CUDA_ERROR_INVALID_IMAGE: {err}", file=sys.stderr)
+            return -1
+        module = len(self.module_of)
+        self.module_of.append(program)
+        self.source.update({(where, line): loc for line, loc in
+                            source_lines(raw.decode()).items()})
+        for var in program.module.globals:
+            address = self.memory.alloc(var.size)
+            self.lib.tessera_add_allocation(ctypes.c_void_p(address), ctypes.c_size_t(var.size))
+            storage = self.memory.arrays[address][:var.size]
+            storage[:] = np.frombuffer(var.init, np.uint8)
+            self.symbols[module, var.name] = storage
+        return module
+
+    def _global(self, module: int, name: bytes, size: Any) -> int:
+        """The device address of a loaded module's variable (its size in ``size``), or 0."""
+        storage = self.symbols.get((module, name.decode()))
+        if storage is None:
+            return 0
+        size[0] = storage.nbytes
+        return storage.ctypes.data
 
     def _report(self, message: bytes, caller: int) -> None:
         """End the program with a report of an API misuse at the user's line."""

@@ -163,6 +163,23 @@ int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets,
   return g_sizes ? g_sizes(module, name, sizes, offsets, most) : -1;
 }
 
+cudaError_t tessera_free(void* ret, const char* call, void* p) {
+  if (!p) return cudaSuccess;
+  std::vector<Allocation>& all = allocations();
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (all[k].base == p) {
+      all.erase(all.begin() + static_cast<long>(k));
+      return g_free && g_free(p) == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
+    }
+  }
+  tessera_report(ret, "%s(%p): not an allocation (freed twice, or not from cudaMalloc)", call,
+                 p);
+}
+
+void tessera_add_allocation(const void* p, size_t size) {
+  allocations().push_back({static_cast<const char*>(p), size});
+}
+
 bool tessera_allocation(const void* p, const char** base, size_t* size) {
   const Allocation* a = allocation_of(p);
   if (a) { *base = a->base; *size = a->size; }
@@ -262,17 +279,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes); }
 cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) { return allocate(p, bytes); }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return allocate(p, bytes); }
 cudaError_t cudaFree(void* p) {
-  if (!p) return cudaSuccess;
-  std::vector<Allocation>& all = allocations();
-  for (size_t k = 0; k < all.size(); ++k) {
-    if (all[k].base == p) {
-      all.erase(all.begin() + static_cast<long>(k));
-      return g_free && g_free(p) == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
-    }
-  }
-  tessera_report(__builtin_return_address(0), "cudaFree(%p): not an allocation (freed twice, "
-                 "or not from cudaMalloc)", p);
-  return cudaErrorInvalidValue;
+  return tessera_free(__builtin_return_address(0), "cudaFree", p);
 }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  return tessera_free(__builtin_return_address(0), "cudaFreeAsync", p);
+}
 }  // extern "C"

@@ -32,6 +32,10 @@ int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets,
 // variables they point at are gone when a graph runs it)
 cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, void** args,
                                 int coop, TesseraWork* work);
+// frees the allocation at `p`, or reports that `p` is none at the caller's line (`ret`)
+cudaError_t tessera_free(void* ret, const char* call, void* p);
+// records memory tessera placed (a loaded module's variables) as an allocation
+extern "C" void tessera_add_allocation(const void* p, size_t size);
 // the allocation holding `p` (its base and size), or false
 bool tessera_allocation(const void* p, const char** base, size_t* size);
 // the storage and size of the __device__ variable whose host shadow is `host`, or false

@@ -196,6 +196,39 @@ def test_texture_objects_over_arrays_pitched_and_linear_memory(cache: Path) -> N
     assert "linear filtering needs float results" in done.stderr
 
 
+def _nvrtc_or_skip(done: subprocess.CompletedProcess) -> None:
+    if "which is not installed" in done.stderr:
+        pytest.skip("NVRTC is not installed (pip install nvidia-cuda-nvrtc)")
+
+
+def test_nvrtc_and_the_driver_api(cache: Path) -> None:
+    """A kernel NVRTC compiles at run time, loaded with cuModuleLoadData and launched
+    with kernelParams and with a parameter buffer, its __device__ variable read and set
+    through cuModuleGetGlobal; a PTX file loaded with cuModuleLoad."""
+    done = run_cuda(cache, "nvrtc_driver.cu", str(PROGRAMS / "scale.ptx"))
+    _nvrtc_or_skip(done)
+    assert done.returncode == 0, done.stderr
+    x = np.arange(1000, dtype=np.float64)
+    y = 2.5 * x - 92  # y = 1; y = 2x + y + 7; y = 0.5x + y - 100
+    assert done.stdout.splitlines() == [
+        "missing kernel: 1", "bias 7 (4 bytes)",
+        f"y[0] {y[0]:g} y[999] {y[-1]:g} sum {y.sum():.1f}", f"scaled x[999] {3 * 999:g}",
+        "done"]
+    assert done.stderr == "tessera run-cuda: 3 kernel launches checked, no fault\n"
+
+
+def test_a_fault_in_an_nvrtc_kernel_is_reported_at_its_source_line(cache: Path) -> None:
+    done = run_cuda(cache, "nvrtc_driver.cu", "overrun")
+    _nvrtc_or_skip(done)
+    assert done.returncode == 1
+    assert "axpb.cu:5: kernel fault: kernel 'axpb': ld.global.f32" in done.stderr
+    assert "4 bytes past the end of the buffer" in done.stderr
+    assert "in PTX: cuModuleLoadData image 1:" in done.stderr
+    cubin = run_cuda(cache, "nvrtc_driver.cu", "cubin")
+    assert cubin.returncode == 0 and cubin.stdout == "cubin: CUDA_ERROR_INVALID_IMAGE\n"
+    assert "tessera runs PTX, not cubins or fat binaries" in cubin.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -282,8 +315,9 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
         build(bad, out=tmp_path / "b1")
     assert (Path(err.value.loc.file).name, err.value.loc.line) == ("bad.cu", 1)
     driver = tmp_path / "driver.cu"
-    driver.write_text("#include <cuda.h>\nint main() { cuInit(0); return 0; }\n")
-    with pytest.raises(CudaBuildError, match="does not provide: cuInit"):
+    driver.write_text("#include <cuda.h>\nint main() { CUdeviceptr p; "
+                      "cuMemAddressReserve(&p, 1 << 20, 0, 0, 0); return 0; }\n")
+    with pytest.raises(CudaBuildError, match="does not provide: cuMemAddressReserve"):
         build(driver, out=tmp_path / "b2")
     with pytest.raises(CudaBuildError, match="sm_80 and newer"):
         build(bad, arch="sm_75")
@@ -292,7 +326,8 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
 @pytest.mark.parametrize("program, args", [
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
-    ("curand.cu", []), ("graphs.cu", []), ("textures.cu", [])])
+    ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []),
+    ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
     """The same program built with CUDA's own runtime and run on a GPU (``make
@@ -303,8 +338,9 @@ def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, progr
     if not usable:
         pytest.skip(f"needs a GPU: {why}")
     exe, files = tmp_path / "native", [str(PROGRAMS / f) for f in program.split()]
-    subprocess.run([find_nvcc(), "-arch=native", "-O3", *files, "-o", str(exe)], check=True,
-                   capture_output=True)
+    libraries = ["-lcuda", "-lnvrtc"] if "nvrtc" in program else []  # the driver API too
+    subprocess.run([find_nvcc(), "-arch=native", "-O3", *files, *libraries, "-o", str(exe)],
+                   check=True, capture_output=True)
     native = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
     here = command(cache, *files, "--", *args)
     assert native.returncode == here.returncode == 0, (native.stderr, here.stderr)
