@@ -31,6 +31,7 @@ from tessera.frontend.cuda.build import Built
 from tessera.frontend.cuda.textures import cuda_texture
 from tessera.frontend.ptx.api import PtxProgram, load
 from tessera.frontend.ptx.textures import FIRST_HANDLE
+from tessera.interp.target.ptx.heap import DeviceHeap
 from tessera.ir.text.ptx import parse_ptx
 
 #: the exit status of a program whose kernel faulted (compute-sanitizer's default too)
@@ -105,6 +106,7 @@ class CudaProgram:
         self.lib.tessera_set_texture_hook(self._hooks[5])
         self.lib.tessera_set_driver_hooks(*self._hooks[6:])
         self.textures: dict[int, Texture] = {}  # by handle
+        self.heap: DeviceHeap | None = None  # what kernels' malloc and free use
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
         """Each ``__device__``/``__constant__`` variable's host shadow."""
@@ -173,7 +175,8 @@ class CudaProgram:
             kernel.run(grid=grid, block=block, args=kernel.arguments_from_bytes(raw),
                        shared_bytes=int(shared), check_races=self.check_races,
                        symbols=self._symbols_of(module), cooperative=bool(coop),
-                       buffers=self.memory.arrays, textures=self.textures)
+                       buffers=self.memory.arrays, textures=self.textures,
+                       heap=self._device_heap())
             self.launches += 1
             sys.stdout.flush()
             return 0
@@ -204,6 +207,16 @@ class CudaProgram:
         for k, p in enumerate(params[:most]):
             sizes[k], offsets[k] = p.size, p.offset
         return len(params)
+
+    def _device_heap(self) -> DeviceHeap:
+        """The program's device heap, of cudaLimitMallocHeapSize bytes: made again while
+        no kernel has allocated from it, should the program have set a new size."""
+        self.lib.tessera_heap_limit.restype = ctypes.c_size_t
+        limit = int(self.lib.tessera_heap_limit())
+        if self.heap is None or (not self.heap.blocks and self.heap.size != limit):
+            arena = np.frombuffer(mmap.mmap(-1, max(limit, 1)), np.uint8)
+            self.heap = DeviceHeap(limit, arena.ctypes.data, arena)
+        return self.heap
 
     def _texture(self, data: int, pitch: int, slice_: int, width: int, height: int,
                  depth: int, dims: int, bits: Any, kind: int, address: Any, filter_: int,

@@ -9,6 +9,7 @@
 namespace {
 
 cudaError_t g_last = cudaSuccess;
+size_t g_heap_limit = size_t(8) << 20;  // cudaLimitMallocHeapSize
 
 }  // namespace
 
@@ -27,11 +28,18 @@ cudaError_t cudaSetDevice(int d) {
 }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaSetDeviceFlags(unsigned) { return cudaSuccess; }
-cudaError_t cudaDeviceSetLimit(cudaLimit, size_t) { return cudaSuccess; }
-cudaError_t cudaDeviceGetLimit(size_t* v, cudaLimit l) {
-  *v = l == cudaLimitStackSize ? 1024 : l == cudaLimitPrintfFifoSize ? (1 << 20) : 0;
+// the device heap's size (8 MiB by default): tessera makes the heap at the first launch
+// after the program last set it (runtime.cpp's caller reads it through tessera_heap_limit)
+cudaError_t cudaDeviceSetLimit(cudaLimit l, size_t v) {
+  if (l == cudaLimitMallocHeapSize) g_heap_limit = v;
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetLimit(size_t* v, cudaLimit l) {
+  *v = l == cudaLimitStackSize ? 1024 : l == cudaLimitPrintfFifoSize ? (1 << 20)
+     : l == cudaLimitMallocHeapSize ? g_heap_limit : 0;
+  return cudaSuccess;
+}
+size_t tessera_heap_limit() { return g_heap_limit; }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }

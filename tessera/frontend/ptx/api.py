@@ -35,6 +35,7 @@ from tessera.frontend.ptx.structs import DevicePointer, Placer, Struct
 from tessera.frontend.ptx.textures import FIRST_HANDLE, TextureArgument
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GLOBAL_BASE, GlobalMemory
+from tessera.interp.target.ptx.heap import DeviceHeap
 from tessera.interp.target.ptx.run import run_cfg
 from tessera.ir.dialects.target.cfg import CfgKernel, KernelParam
 from tessera.ir.dialects.target.ptx_ops import PARAM_WINDOW
@@ -170,7 +171,8 @@ class PtxKernel:
             shared_bytes: int = 0, check_races: bool = True,
             symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
             cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None,
-            textures: dict[int, Texture] | None = None) -> None:
+            textures: dict[int, Texture] | None = None, heap: DeviceHeap | None = None
+            ) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
@@ -184,7 +186,9 @@ class PtxKernel:
         addresses inside its arguments (a pointer argument given as an int, a struct's
         bytes, a pointer stored in memory), as a recorded CUDA program's launches do.
         ``textures`` gives texture objects by the handles the arguments hold
-        (:func:`texture` arguments get handles of their own)."""
+        (:func:`texture` arguments get handles of their own). ``heap`` is the device heap
+        ``malloc`` and ``free`` use, kept from launch to launch as a program's is (by
+        default each launch has one of its own)."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         params = self.ir.params
         if len(args) != len(params):
@@ -249,7 +253,7 @@ class PtxKernel:
                 space[p.offset:p.offset + p.size] = raw
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
                 tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
-                cooperative=cooperative, textures=textures)
+                cooperative=cooperative, textures=textures, heap=heap)
         for a, work in copies:
             a[...] = work
 

@@ -52,6 +52,7 @@ from tessera.interp.target.memory import reads as target_reads
 from tessera.interp.target.memory import steps as target_mem
 from tessera.interp.target.memory.async_copy import TmaValue
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
+from tessera.interp.target.ptx import heap as target_ptx_heap
 from tessera.interp.target.ptx import memory as target_ptx_memory
 from tessera.interp.target.ptx import printf as target_ptx_printf
 from tessera.interp.target.ptx import rules as target_ptx_rules
@@ -79,8 +80,8 @@ from tessera.progress import progress
 # importing the rule modules registers their steps (and SharedMemory's read log, which
 # it imports late, loads with them rather than inside the first launch)
 _ = (target_async, target_barriers, target_bulk_store, target_convert, target_flow, target_mem,
-     target_mma, target_ptx_memory, target_ptx_rules, target_ptx_texture, target_ptx_wmma,
-     target_reads, target_regs, target_tables, target_warp, target_wgmma_rs)
+     target_mma, target_ptx_heap, target_ptx_memory, target_ptx_rules, target_ptx_texture,
+     target_ptx_wmma, target_reads, target_regs, target_tables, target_warp, target_wgmma_rs)
 
 #: how the CTAs of a launch run the concurrent arms of a ``ptx.if`` (see ``run_target``)
 CTA_MODES = ("auto", "lockstep", "independent")

@@ -229,6 +229,16 @@ def test_a_fault_in_an_nvrtc_kernel_is_reported_at_its_source_line(cache: Path) 
     assert "tessera runs PTX, not cubins or fat binaries" in cubin.stderr
 
 
+def test_the_device_heap_outlives_a_launch_and_takes_its_size_limit(cache: Path) -> None:
+    done = run_cuda(cache, "device_heap.cu")
+    assert done.returncode == 0, done.stderr
+    k = np.arange(192)  # every 4096th int of 3 MiB
+    assert done.stdout.splitlines() == [
+        "default heap 8 MiB", "blocks taken: 4 of 4",
+        "sums " + " ".join(str((10 * t + k).sum()) for t in range(4)),
+        "a terabyte: NULL", "no error"]
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -326,7 +336,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
 @pytest.mark.parametrize("program, args", [
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
-    ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []),
+    ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:

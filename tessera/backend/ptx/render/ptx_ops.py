@@ -9,7 +9,7 @@ from tessera.backend.ptx.render.regalloc import braced, operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import HALF_ATOMICS, RegType
 from tessera.ir.dialects.target.memory_ops import TexFetch
-from tessera.ir.dialects.target.printf import AssertFail, Printf
+from tessera.ir.dialects.target.printf import AssertFail, DeviceFree, DeviceMalloc, Printf
 from tessera.ir.dialects.target.ptx_ops import (
     Atom,
     Bfe,
@@ -200,6 +200,32 @@ def _tmap_at(e: PtxWriter, instr: Instr) -> None:
     # a tensor map is named by its generic address: the register is the operand itself
     e.out(f"// {e.regs.one(instr.result)} is the tensor map at "
           f"{e.regs.one(instr.operands[0])}")
+
+
+#: the device heap's two calls (CUDA C++ Programming Guide, "Dynamic Global Memory
+#: Allocation and Operations")
+MALLOC = ".extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);"
+FREE = ".extern .func free(.param .b64 free_param_0);"
+
+
+@rule(DeviceMalloc)
+def _malloc(e: PtxWriter, instr: Instr) -> None:
+    e.externs.add(MALLOC)
+    e.out("{")
+    e.out(f".param .b64 param0; st.param.b64 [param0], {e.regs.one(instr.operands[0])};")
+    e.out(".param .b64 retval0;")
+    e.out("call.uni (retval0), malloc, (param0);")
+    e.out(f"ld.param.b64 {e.regs.one(instr.result)}, [retval0];")
+    e.out("}")
+
+
+@rule(DeviceFree)
+def _free(e: PtxWriter, instr: Instr) -> None:
+    e.externs.add(FREE)
+    e.out("{")
+    e.out(f".param .b64 param0; st.param.b64 [param0], {e.regs.one(instr.operands[0])};")
+    e.out("call.uni free, (param0);")
+    e.out("}")
 
 
 @rule(TexFetch)

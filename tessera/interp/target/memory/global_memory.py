@@ -32,9 +32,14 @@ class GlobalMemory:
         self.bases: list[int] = []
         self.bytes: list[np.ndarray] = []
         self.names: list[str] = []
-        #: bases, sizes, bases ascending, and the order that sorts them (None: added in
-        #: ascending order already), made on the first access after an add
-        self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None = None
+        #: buffers given back (device heap blocks that ``free`` released): an access
+        #: to one faults as a use after free
+        self.released: set[int] = set()
+        #: bases, sizes, bases ascending, the order that sorts them (None: added in
+        #: ascending order already) and which are live, made on the first access after a
+        #: change
+        self._index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None,
+                           np.ndarray] | None = None
 
     def add(self, array: np.ndarray, name: str, address: int | None = None) -> int:
         """Place a C-contiguous array in memory, at ``address`` or the next free slot;
@@ -59,12 +64,27 @@ class GlobalMemory:
                 return name
         return None
 
-    def _indexed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    def replace(self, address: int, array: np.ndarray, name: str) -> None:
+        """Put ``array`` in place of the buffer at ``address`` (a heap block reused)."""
+        k = self.bases.index(address)
+        self.bytes[k], self.names[k] = array.reshape(-1).view(np.uint8), name
+        self.released.discard(k)
+        self._index = None
+
+    def release(self, address: int) -> None:
+        """Give back the buffer at ``address``: a later access to it faults."""
+        self.released.add(self.bases.index(address))
+        self._index = None
+
+    def _indexed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None,
+                                np.ndarray]:
         bases = np.asarray(self.bases, np.int64)
         sizes = np.asarray([b.size for b in self.bytes], np.int64)
         ascending = bool(np.all(bases[1:] > bases[:-1]))
         order = None if ascending else np.argsort(bases, kind="stable")
-        self._index = bases, sizes, bases if order is None else bases[order], order
+        live = np.ones(len(bases), bool)
+        live[list(self.released)] = False
+        self._index = bases, sizes, bases if order is None else bases[order], order, live
         return self._index
 
     def resolve(self, addr: np.ndarray, nbytes: int, fail: Fail, what: str = "access",
@@ -75,16 +95,20 @@ class GlobalMemory:
         if not self.bases:
             fail(0, "out of bounds", f"global {what} at address {int(a[0]):#x}: the launch "
                  "has no global buffers")
-        bases, sizes, starts, order = self._index or self._indexed()
+        bases, sizes, starts, order, live = self._index or self._indexed()
         j = np.searchsorted(starts, a, side="right") - 1
         k = j if order is None else np.where(j < 0, -1, order[np.maximum(j, 0)])
         safe = np.maximum(k, 0)
         off = a - bases[safe]
-        bad = (k < 0) | (off + nbytes > sizes[safe])
+        bad = (k < 0) | (off + nbytes > sizes[safe]) | ~live[safe]
         if np.any(bad):
             i = int(np.flatnonzero(bad)[0])
+            name = self.names[safe[i]]
+            if k[i] >= 0 and not live[safe[i]] and off[i] + nbytes <= sizes[safe[i]]:
+                fail(i, "use after free", f"global {what} of {nbytes} bytes at address "
+                     f"{int(a[i]):#x}, inside {name}, which free gave back")
             where = (f"{int(off[i]) + nbytes - int(sizes[safe[i]])} bytes past the end of "
-                     f"{self.names[safe[i]]} ({int(sizes[safe[i]])} bytes)"
+                     f"{name} ({int(sizes[safe[i]])} bytes)"
                      if k[i] >= 0 else "below every buffer")
             fail(i, "out of bounds", f"global {what} of {nbytes} bytes at address "
                  f"{int(a[i]):#x}, {where}")

@@ -77,6 +77,7 @@ class CfgMachine(Machine):
         self.local = LocalMemory(self.n, kernel.local_bytes)
         self.tmaps = tmaps
         self.textures: dict[int, Any] = {}  # texture objects by handle (arch.texture)
+        self.heap: Any = None  # the device heap (heap.DeviceHeap), made on first malloc
         self.executed = np.zeros(self.n, np.uint64)  # instructions each thread has run
         self.workspace = 0  # a cooperative launch's grid workspace (0: none)
         self.poison = Poison(self.n)  # registers holding unwritten shared bytes
@@ -226,7 +227,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
             tmaps: dict[int, Any] | None = None, check_races: bool = True,
             tensor_cores: str = "exact", cooperative: bool = False,
-            textures: dict[int, Any] | None = None) -> None:
+            textures: dict[int, Any] | None = None, heap: Any = None) -> None:
     """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
     ``params`` over global memory ``glob`` (arrays placed there are updated in place).
     ``shared_bytes`` is the dynamic shared memory after the static variables;
@@ -234,7 +235,9 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     ``cooperative`` launches as ``cudaLaunchCooperativeKernel`` does, with a grid
     workspace (its size, 8, and a barrier word 0) whose address ``%envreg1`` (high
     half) and ``%envreg2`` (low half) hold, as cooperative groups' ``grid.sync()`` reads
-    them; ``textures`` holds the texture objects ``tex`` fetches through, by handle."""
+    them; ``textures`` holds the texture objects ``tex`` fetches through, by handle;
+    ``heap`` is the device heap ``malloc`` and ``free`` use (:class:`.heap.DeviceHeap`;
+    by default one of the launch's own)."""
     g = (int(grid[0]), int(grid[1]), int(grid[2]))
     b = (int(block[0]), int(block[1]), int(block[2]))
     size = kernel.static_shared + int(shared_bytes)
@@ -244,6 +247,9 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                    params, tmaps or {})
     m.tensor_cores = tensor_core_model(tensor_cores)
     m.textures = dict(textures or {})
+    if heap is not None:
+        m.heap = heap
+        heap.place(glob)
     if cooperative:
         m.workspace = glob.add(np.array([8, 0], np.uint32), "the grid workspace")
     comp = TargetCompiler(m)

@@ -1,7 +1,9 @@
-"""``ptx.printf``: CUDA's device ``printf``, the call ``vprintf(format, args)`` that nvcc
-writes for it (CUDA C++ Programming Guide, "Formatted Output"); and ``ptx.assertfail``,
-the call ``__assertfail(message, file, line, function, char_size)`` that a failed
-device ``assert`` makes ("Assertion").
+"""The calls of CUDA's device runtime library that nvcc writes: ``ptx.printf``, the
+device ``printf``'s ``vprintf(format, args)`` (CUDA C++ Programming Guide, "Formatted
+Output"); ``ptx.assertfail``, the call ``__assertfail(message, file, line, function,
+char_size)`` that a failed device ``assert`` makes ("Assertion"); and ``ptx.malloc`` and
+``ptx.free``, the device heap's ``malloc(size)`` and ``free(pointer)`` ("Dynamic Global
+Memory Allocation and Operations").
 
 ``format`` is the generic address of the NUL-terminated format string (a ``.global``
 array of the module), ``args`` that of a buffer holding the arguments one after another,
@@ -54,4 +56,35 @@ class AssertFail(Op):
         return ()
 
 
-__all__ = ["AssertFail", "Printf"]
+@register_op
+@dataclass(frozen=True)
+class DeviceMalloc(Op):
+    """``call.uni (p), malloc, (size)``: a block of ``size`` bytes (u64) from the device
+    heap for each active thread, in thread order; the generic address, or 0 when the
+    heap cannot hold it."""
+
+    name: ClassVar[str] = "ptx.malloc"
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64")
+        return (RegType("u64"),)
+
+
+@register_op
+@dataclass(frozen=True)
+class DeviceFree(Op):
+    """``call.uni free, (p)``: each active thread gives back the heap block at ``p``
+    (0: nothing), in thread order."""
+
+    name: ClassVar[str] = "ptx.free"
+    pure: ClassVar[bool] = False
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        reg_of(self, operands[0], "u64")
+        return ()
+
+
+__all__ = ["AssertFail", "DeviceFree", "DeviceMalloc", "Printf"]

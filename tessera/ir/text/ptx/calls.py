@@ -11,8 +11,9 @@ a scope of their own (they shadow nothing of the caller's), its labels are renam
 apart for each call, and its ``ret`` jumps to the instruction after the call.
 
 A call of ``vprintf`` (declared without a body: what ``printf`` calls) reads as
-``ptx.printf``, and one of ``__assertfail`` (what a failed ``assert`` calls) as
-``ptx.assertfail`` (:mod:`tessera.ir.dialects.target.printf`). Not supported, with an error
+``ptx.printf``, one of ``__assertfail`` (what a failed ``assert`` calls) as
+``ptx.assertfail``, and the device heap's ``malloc`` and ``free`` as ``ptx.malloc`` and
+``ptx.free`` (:mod:`tessera.ir.dialects.target.printf`). Not supported, with an error
 at the call: recursion (a call of a function already being inlined), indirect calls
 through a register, guarded calls, and calls of other functions without a body
 (library functions).
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from tessera.errors import Loc
 from tessera.ir.dialects.target import ptx_ops
-from tessera.ir.dialects.target.printf import AssertFail, Printf
+from tessera.ir.dialects.target.printf import AssertFail, DeviceFree, DeviceMalloc, Printf
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.declarations import SIZES, variable
 from tessera.ir.text.ptx.lexer import (
@@ -150,8 +151,8 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
         if arg not in reader.scope.call_params:
             raise syntax(f"call argument {arg} is not a .param variable of the call sequence")
         bound.append(reader.scope.local[arg])
-    if fn.body is None:  # vprintf or __assertfail
-        (_vprintf if name == "vprintf" else _assertfail)(reader, bound, stmt)
+    if fn.body is None:  # vprintf, __assertfail, malloc or free
+        _LIBRARY_READERS[name](reader, bound, stmt)
         return
     reader.inlined += 1
     done = f"$return@{name}#{reader.inlined}"
@@ -172,7 +173,7 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
 
 
 #: the library functions a module may declare without a body: (parameters, results)
-_LIBRARY = {"vprintf": (2, 1), "__assertfail": (5, 0)}
+_LIBRARY = {"vprintf": (2, 1), "__assertfail": (5, 0), "malloc": (1, 1), "free": (1, 0)}
 
 
 def _vprintf(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
@@ -197,6 +198,28 @@ def _assertfail(reader: _KernelReader, bound: list[int], stmt: Statement) -> Non
               for a, t in zip(at, ("u64", "u64", "u32", "u64"))]
     b.emit(AssertFail(), values)
     reader.blocks[-1][1].append(b.pi)
+
+
+def _malloc(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
+    """The device heap's ``malloc(size)``: ``ptx.malloc`` of the size in the call's
+    parameter, its address stored as the return value."""
+    b = InstrBuilder(reader.scope, stmt.text, stmt.loc, "call")
+    size, result = (b.emit(ptx_ops.Cvta("local"), [b.const(a, "u64")])[0] for a in bound)
+    (block,) = b.emit(DeviceMalloc(), [b.emit(ptx_ops.GenericLoad("u64"), [size])[0]])
+    b.emit(ptx_ops.GenericStore("u64"), [result, block])
+    reader.blocks[-1][1].append(b.pi)
+
+
+def _free(reader: _KernelReader, bound: list[int], stmt: Statement) -> None:
+    """The device heap's ``free(pointer)``: ``ptx.free`` of the call's parameter."""
+    b = InstrBuilder(reader.scope, stmt.text, stmt.loc, "call")
+    (at,) = b.emit(ptx_ops.Cvta("local"), [b.const(bound[0], "u64")])
+    b.emit(DeviceFree(), [b.emit(ptx_ops.GenericLoad("u64"), [at])[0]])
+    reader.blocks[-1][1].append(b.pi)
+
+
+_LIBRARY_READERS = {"vprintf": _vprintf, "__assertfail": _assertfail, "malloc": _malloc,
+                    "free": _free}
 
 
 __all__ = ["DeviceFunction", "bind", "declare_param", "function", "inline", "unbind"]

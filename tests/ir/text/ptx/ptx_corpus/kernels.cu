@@ -192,3 +192,28 @@ extern "C" __global__ void tex_channels(cudaTextureObject_t t, float4* out, floa
 extern "C" __global__ void tex_sample3d(cudaTextureObject_t t, float* out, float y, float z) {
   out[threadIdx.x] = tex3D<float>(t, threadIdx.x * 0.25f, y, z);
 }
+
+// the device heap: each thread's block from malloc, filled, summed and given back; a
+// second kernel frees blocks a first one kept (pointers in global memory)
+extern "C" __global__ void heap_sum(const int* sizes, int* sums) {
+  int t = threadIdx.x, n = sizes[t];
+  int* block = static_cast<int*>(malloc(n * sizeof(int)));
+  if (block == nullptr) { sums[t] = -1; return; }
+  for (int i = 0; i < n; ++i) block[i] = t + i;
+  int s = 0;
+  for (int i = 0; i < n; ++i) s += block[i];
+  sums[t] = s;
+  free(block);
+}
+extern "C" __global__ void heap_keep(int** kept, int n, int poke) {
+  int* block = static_cast<int*>(malloc(n * sizeof(int)));
+  block[poke] = threadIdx.x;  // poke >= n: a write past the block
+  kept[threadIdx.x] = block;
+}
+extern "C" __global__ void heap_release(int** kept, int* out, int mistake) {
+  int* block = kept[threadIdx.x];
+  out[threadIdx.x] = block[0];
+  free(block);
+  if (mistake == 1) free(block);                      // a double free
+  if (mistake == 2) out[threadIdx.x] += block[0];     // a read after the free
+}
