@@ -2,7 +2,7 @@
 kernel launch on the CPU with the Target IR interpreter's checks.
 
     tessera run-cuda main.cu [more.cu host.cpp ...] [--arch sm_80]
-                     [--nvcc-flag=-DN=1024] [-- ARGS...]
+                     [--nvcc-flag=-DN=1024] [--no-race-check] [--leak-check] [-- ARGS...]
 
 The program's output is its own; a kernel fault ends it with status 1 and a report at
 the ``.cu`` line (nvcc's ``-lineinfo``) and the PTX instruction. Its arguments go after
@@ -29,6 +29,9 @@ def _options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
                    help="a flag for nvcc (--nvcc-flag=-DN=64, --nvcc-flag=-Iinclude)")
     p.add_argument("--no-race-check", action="store_true", **d,
                    help="skip the shared-memory race check (faster)")
+    p.add_argument("--leak-check", action="store_true", **d,
+                   help="report, as the program ends, device memory it never freed "
+                   "(cudaMalloc and the others, and kernels' malloc)")
 
 
 def cmd_run_cuda(args: argparse.Namespace) -> int:
@@ -53,7 +56,8 @@ def cmd_run_cuda(args: argparse.Namespace) -> int:
                             "[more files] [-- the program's arguments]")
     args.where = Loc(args.sources[0], 0)
     built = build(args.sources, args.arch, flags=tuple(args.nvcc_flag))
-    return run_program(built, argv, check_races=not args.no_race_check)
+    return run_program(built, argv, check_races=not args.no_race_check,
+                       check_leaks=args.leak_check)
 
 
 def add_parser(sub: Any) -> None:

@@ -50,6 +50,7 @@ _INTS, _FLOATS = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)
 _LOAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
 _GLOBAL = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_int, ctypes.c_char_p,
                            ctypes.POINTER(ctypes.c_size_t))
+_FINISH = ctypes.CFUNCTYPE(None)
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, _FLOATS)
@@ -84,14 +85,15 @@ class DeviceMemory:
 class CudaProgram:
     """A built program loaded for a run: its library, kernels and device memory."""
 
-    def __init__(self, built: Built, check_races: bool = True) -> None:
+    def __init__(self, built: Built, check_races: bool = True,
+                 check_leaks: bool = False) -> None:
         self.lib = ctypes.CDLL(str(built.library))
         self.modules = [load(path) for path in built.ptx]
         #: (PTX file, line) -> the CUDA source line it came from
         self.source = {(str(path), line): loc for path in built.ptx
                        for line, loc in source_lines(path.read_text()).items()}
         self.memory = DeviceMemory()
-        self.check_races = check_races
+        self.check_races, self.check_leaks = check_races, check_leaks
         self.launches = 0
         self.built = built
         #: each variable's host shadow, by (registered fat binary, PTX name)
@@ -101,10 +103,12 @@ class CudaProgram:
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
                        _FREE(self.memory.free), _REPORT(self._report),
                        _SIZES(self._sizes), _TEXTURE(self._texture), _LOAD(self._load),
-                       _GLOBAL(self._global))  # kept alive for C
+                       _GLOBAL(self._global), _FINISH(self._leaks))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks[:5])
         self.lib.tessera_set_texture_hook(self._hooks[5])
-        self.lib.tessera_set_driver_hooks(*self._hooks[6:])
+        self.lib.tessera_set_driver_hooks(*self._hooks[6:8])
+        if check_leaks:  # for a program that calls exit(): the report as it ends
+            self.lib.tessera_set_finish_hook(self._hooks[8])
         self.textures: dict[int, Texture] = {}  # by handle
         self.heap: DeviceHeap | None = None  # what kernels' malloc and free use
 
@@ -154,6 +158,9 @@ class CudaProgram:
         args = (ctypes.c_char_p * (len(argv) + 1))(*(a.encode() for a in argv), None)
         status = self.lib.main(len(argv), args)
         _flush()
+        if self.check_leaks:  # here, while Python runs (a C exit handler runs too late)
+            self.lib.tessera_set_finish_hook(None)
+            self._leaks()
         return int(status)
 
     def _initialise(self) -> None:
@@ -273,6 +280,35 @@ class CudaProgram:
         size[0] = storage.nbytes
         return storage.ctypes.data
 
+    def _leaks(self) -> None:
+        """The leak check, as the program ends: each allocation it made and never freed,
+        at the line that made it, and each device heap block no kernel gave back."""
+        try:
+            info = self.lib.tessera_allocation_info
+            info.restype = ctypes.c_void_p
+            size, caller = ctypes.c_size_t(), ctypes.c_size_t()
+            lines = []
+            for k in range(self.lib.tessera_allocation_count()):
+                base = info(k, ctypes.byref(size), ctypes.byref(caller))
+                if caller.value:  # not memory tessera placed itself
+                    where = _caller_line(self.built, caller.value)
+                    lines.append(f"{size.value} bytes at {base:#x}, allocated at "
+                                 f"{where or 'an unknown line'}")
+            for address, nbytes, loc in self.heap.live() if self.heap else ():
+                where = self.source.get((loc.file, loc.line), loc) if loc else None
+                lines.append(f"{nbytes} bytes at {address:#x}, from device malloc at "
+                             f"{where or 'an unknown line'}")
+            _flush()
+            for line in lines:
+                print(f"tessera run-cuda: leak: {line}, never freed", file=sys.stderr)
+            if lines:
+                print(f"tessera run-cuda: {len(lines)} allocation"
+                      f"{'s' if len(lines) > 1 else ''} never freed", file=sys.stderr)
+            sys.stderr.flush()
+        except BaseException:  # nothing may unwind through C frames
+            _end(f"tessera run-cuda: internal error in the leak check:\n"
+                 f"{traceback.format_exc()}")
+
     def _report(self, message: bytes, caller: int) -> None:
         """End the program with a report of an API misuse at the user's line."""
         where = _caller_line(self.built, caller) or Loc(str(self.built.sources[0]), 0)
@@ -348,9 +384,11 @@ def _end(report: str) -> None:
     os._exit(FAULT_EXIT)
 
 
-def run_program(built: Built, argv: Sequence[str], check_races: bool = True) -> int:
-    """Run a built program's ``main`` here; its exit status."""
-    program = CudaProgram(built, check_races)
+def run_program(built: Built, argv: Sequence[str], check_races: bool = True,
+                check_leaks: bool = False) -> int:
+    """Run a built program's ``main`` here; its exit status. ``check_leaks``: report,
+    as the program ends, what it allocated and never freed."""
+    program = CudaProgram(built, check_races, check_leaks)
     return program.main([built.library.stem.removeprefix("lib"), *argv])
 
 

@@ -50,10 +50,18 @@ AllocHook g_alloc = nullptr;
 FreeHook g_free = nullptr;
 SizesHook g_sizes = nullptr;
 ReportHook g_report = nullptr;
+// called as the program ends (the leak check)
+using FinishHook = void (*)();
+FinishHook g_finish = nullptr;
 int g_launches = 0;
 
-struct Allocation { const char* base; size_t size; };
-std::vector<Allocation>& allocations() { static std::vector<Allocation> t; return t; }
+// `caller`: the program's call that made it (0: memory tessera placed itself)
+struct Allocation { const char* base; size_t size; void* caller; };
+// never destroyed: the leak check reads it as the program exits, after static destructors
+std::vector<Allocation>& allocations() {
+  static auto* t = new std::vector<Allocation>;
+  return *t;
+}
 
 const Allocation* allocation_of(const void* p) {
   const char* c = static_cast<const char*>(p);
@@ -128,14 +136,8 @@ cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, 
   return tessera_launch(k->module, k->name.c_str(), g, b, shared, args, coop, stream);
 }
 
-cudaError_t allocate(void** p, size_t bytes) {
-  if (!p) return tessera_fail(cudaErrorInvalidValue);
-  *p = g_alloc ? g_alloc(bytes) : nullptr;
-  if (*p) allocations().push_back({static_cast<const char*>(*p), bytes});
-  return *p || bytes == 0 ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
-}
-
 void summary() {
+  if (g_finish) g_finish();  // the leak check's report, where it was asked for
   std::fprintf(stderr, "tessera run-cuda: %d kernel launch%s checked, no fault\n", g_launches,
                g_launches == 1 ? "" : "es");
 }
@@ -177,7 +179,14 @@ cudaError_t tessera_free(void* ret, const char* call, void* p) {
 }
 
 void tessera_add_allocation(const void* p, size_t size) {
-  allocations().push_back({static_cast<const char*>(p), size});
+  allocations().push_back({static_cast<const char*>(p), size, nullptr});
+}
+
+cudaError_t tessera_malloc(void* ret, void** p, size_t bytes) {
+  if (!p) return tessera_fail(cudaErrorInvalidValue);
+  *p = g_alloc ? g_alloc(bytes) : nullptr;
+  if (*p) allocations().push_back({static_cast<const char*>(*p), bytes, ret});
+  return *p || bytes == 0 ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
 }
 
 bool tessera_allocation(const void* p, const char** base, size_t* size) {
@@ -218,6 +227,16 @@ const char* tessera_kernel(int k, int* module) {
   return kernels().at(k).name.c_str();
 }
 int tessera_module_count() { return static_cast<int>(handles().size()); }
+// the live allocations the program made: base, size and its call's offset (for the leak
+// check, which tessera_set_finish_hook asks for)
+int tessera_allocation_count() { return static_cast<int>(allocations().size()); }
+const void* tessera_allocation_info(int k, size_t* size, size_t* caller) {
+  const Allocation& a = allocations().at(k);
+  *size = a.size;
+  *caller = a.caller ? caller_offset(a.caller) : 0;
+  return a.base;
+}
+void tessera_set_finish_hook(FinishHook hook) { g_finish = hook; }
 
 // --- registration and launch, as nvcc's host code calls them -----------------------
 void** __cudaRegisterFatBinary(void*) {
@@ -275,9 +294,15 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* f, void
 }
 
 // --- memory --------------------------------------------------------------------------
-cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes); }
-cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) { return allocate(p, bytes); }
-cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return allocate(p, bytes); }
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  return tessera_malloc(__builtin_return_address(0), p, bytes);
+}
+cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) {
+  return tessera_malloc(__builtin_return_address(0), p, bytes);
+}
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  return tessera_malloc(__builtin_return_address(0), p, bytes);
+}
 cudaError_t cudaFree(void* p) {
   return tessera_free(__builtin_return_address(0), "cudaFree", p);
 }

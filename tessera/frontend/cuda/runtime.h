@@ -34,6 +34,8 @@ cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, 
                                 int coop, TesseraWork* work);
 // frees the allocation at `p`, or reports that `p` is none at the caller's line (`ret`)
 cudaError_t tessera_free(void* ret, const char* call, void* p);
+// device memory of `bytes` for the program's call at `ret` (cudaMalloc's and the others')
+cudaError_t tessera_malloc(void* ret, void** p, size_t bytes);
 // records memory tessera placed (a loaded module's variables) as an allocation
 extern "C" void tessera_add_allocation(const void* p, size_t size);
 // the allocation holding `p` (its base and size), or false

@@ -90,7 +90,10 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
 CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
   return result(cudaDeviceGetAttribute(v, static_cast<cudaDeviceAttr>(a), d));  // same codes
 }
-CUresult cuDeviceTotalMem(size_t* bytes, CUdevice) { *bytes = size_t(8) << 30; return CUDA_SUCCESS; }
+CUresult cuDeviceTotalMem(size_t* bytes, CUdevice) {
+  *bytes = size_t(8) << 30;
+  return CUDA_SUCCESS;
+}
 CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) { *c = &g_context; return CUDA_SUCCESS; }
 CUresult cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
 CUresult cuDevicePrimaryCtxReset(CUdevice) { return CUDA_SUCCESS; }
@@ -175,9 +178,11 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction, int, si
 
 // --- memory ------------------------------------------------------------------------------
 CUresult cuMemAlloc(CUdeviceptr* p, size_t n) {
-  return result(cudaMalloc(reinterpret_cast<void**>(p), n));
+  return result(tessera_malloc(__builtin_return_address(0), reinterpret_cast<void**>(p), n));
 }
-CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned) { return cuMemAlloc(p, n); }
+CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned) {
+  return result(tessera_malloc(__builtin_return_address(0), reinterpret_cast<void**>(p), n));
+}
 CUresult cuMemFree(CUdeviceptr p) {
   return result(tessera_free(__builtin_return_address(0), "cuMemFree", at(p)));
 }

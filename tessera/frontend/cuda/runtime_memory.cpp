@@ -156,7 +156,7 @@ cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* sym, size_t n, size
 }
 cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t width, size_t height) {
   *pitch = (width + 511) / 512 * 512;  // rows aligned as a GPU's texture pitch is
-  return cudaMalloc(p, *pitch * height);
+  return tessera_malloc(__builtin_return_address(0), p, *pitch * height);
 }
 cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h,
                          cudaMemcpyKind k) {

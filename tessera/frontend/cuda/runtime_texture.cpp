@@ -28,12 +28,12 @@ using TextureHook = unsigned long long (*)(
     int normalized, const float* border);
 TextureHook g_texture = nullptr;
 
-cudaError_t new_array(cudaArray_t* a, const cudaChannelFormatDesc* desc, size_t w, size_t h,
-                      size_t d) {
+cudaError_t new_array(void* ret, cudaArray_t* a, const cudaChannelFormatDesc* desc, size_t w,
+                      size_t h, size_t d) {
   if (!a || !desc || w == 0) return tessera_fail(cudaErrorInvalidValue);
   *a = new cudaArray{*desc, w, h, d, nullptr};
   void* data = nullptr;
-  cudaError_t e = cudaMalloc(&data, (*a)->bytes());
+  cudaError_t e = tessera_malloc(ret, &data, (*a)->bytes());
   (*a)->data = static_cast<char*>(data);
   return e;
 }
@@ -60,11 +60,11 @@ cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
 }
 cudaError_t cudaMallocArray(cudaArray_t* a, const cudaChannelFormatDesc* desc, size_t w,
                             size_t h, unsigned) {
-  return new_array(a, desc, w, h, 0);
+  return new_array(__builtin_return_address(0), a, desc, w, h, 0);
 }
 cudaError_t cudaMalloc3DArray(cudaArray_t* a, const cudaChannelFormatDesc* desc, cudaExtent e,
                               unsigned) {
-  return new_array(a, desc, e.width, e.height, e.depth);
+  return new_array(__builtin_return_address(0), a, desc, e.width, e.height, e.depth);
 }
 cudaError_t cudaFreeArray(cudaArray_t a) {
   if (!a) return cudaSuccess;

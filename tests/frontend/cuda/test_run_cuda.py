@@ -239,6 +239,32 @@ def test_the_device_heap_outlives_a_launch_and_takes_its_size_limit(cache: Path)
         "a terabyte: NULL", "no error"]
 
 
+def test_the_leak_check_names_the_line_of_each_allocation_never_freed(
+        cache: Path, tmp_path: Path) -> None:
+    """``--leak-check``: a cudaMalloc kept, a CUDA array kept and a device heap block no
+    kernel gave back, each at the line that made it; the freed ones are not named; a
+    program that ends with exit() gets the report too."""
+    leaks = str(PROGRAMS / "leaks.cu")
+    done = command(cache, leaks, "--leak-check")
+    assert done.returncode == 0 and done.stdout == "done\n"
+    lines = done.stderr.splitlines()
+    assert [(line.split(" at ")[0], Path(line.rsplit(" at ", 1)[1]).name)
+            for line in lines[:3]] == [
+        ("tessera run-cuda: leak: 4000 bytes", "leaks.cu:9, never freed"),
+        ("tessera run-cuda: leak: 256 bytes", "leaks.cu:14, never freed"),
+        ("tessera run-cuda: leak: 64 bytes", "leaks.cu:5, never freed")]
+    assert "from device malloc at" in lines[2]
+    assert lines[3:] == ["tessera run-cuda: 3 allocations never freed",
+                         "tessera run-cuda: 1 kernel launch checked, no fault"]
+    assert "leak" not in command(cache, leaks).stderr
+    early = tmp_path / "early.cu"
+    early.write_text("#include <cstdlib>\nint main() {\n  float* p;\n  cudaMalloc(&p, 12);\n"
+                     "  std::exit(3);\n}\n")
+    ended = command(cache, str(early), "--leak-check")
+    assert ended.returncode == 3
+    assert "leak: 12 bytes at 0x" in ended.stderr and f"{early}:4, never freed" in ended.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():

@@ -45,6 +45,7 @@ class DeviceHeap:
         self._arena = arena
         self.top = 0  # bytes handed out from the start, given back or not
         self.blocks: dict[int, int] = {}  # address -> size, live or given back
+        self.origin: dict[int, Any] = {}  # address -> the malloc's location (a Loc)
         self.given_back: dict[int, int] = {}  # address -> room, for reuse
 
     @property
@@ -69,22 +70,28 @@ class DeviceHeap:
             if address in self.given_back:
                 glob.release(address)
 
-    def allocate(self, size: int, glob: GlobalMemory) -> int:
-        """A block of ``size`` bytes placed in ``glob``: its address, or 0 for none."""
+    def live(self) -> list[tuple[int, int, Any]]:
+        """(address, size, where malloc gave it) of each block not given back."""
+        return [(a, s, self.origin.get(a)) for a, s in self.blocks.items()
+                if a not in self.given_back]
+
+    def allocate(self, size: int, glob: GlobalMemory, where: Any = None) -> int:
+        """A block of ``size`` bytes placed in ``glob`` (``where``: the malloc's
+        location): its address, or 0 for none."""
         if size <= 0:
             return 0
         room = -(-size // _ALIGN) * _ALIGN + _RED_ZONE
         reuse = next((a for a, r in self.given_back.items() if r >= room), None)
         if reuse is not None:
             del self.given_back[reuse]
-            self.blocks[reuse] = size
+            self.blocks[reuse], self.origin[reuse] = size, where
             glob.replace(reuse, self._view(reuse, size), self._name(size))
             return reuse
         if self.top + room > self.size:
             return 0
         address = self.base + self.top
         self.top += room
-        self.blocks[address] = size
+        self.blocks[address], self.origin[address] = size, where
         glob.add(self._view(address, size), self._name(size), address)
         return address
 
@@ -115,7 +122,7 @@ def _malloc(c: TargetCompiler, instr: Instr) -> Step:
         blocks = np.zeros(len(fr.mask), np.uint64)
         sizes = fr.regs[size]
         for t in np.flatnonzero(fr.mask).tolist():  # thread order: the same every run
-            blocks[t] = heap.allocate(int(sizes[t]), fr.m.glob)
+            blocks[t] = heap.allocate(int(sizes[t]), fr.m.glob, instr.loc)
         fr.regs[out] = blocks
     return step
 
