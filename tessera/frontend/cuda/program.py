@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import os
-import shutil
-import subprocess
 import sys
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,14 +24,20 @@ import numpy as np
 from tessera.arch.texture import Texture
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
+from tessera.frontend.cuda.reports import (
+    FAULT_EXIT,
+    caller_line,
+    demangled,
+    end_program,
+    flush_output,
+    source_lines,
+)
 from tessera.frontend.cuda.textures import cuda_texture
 from tessera.frontend.ptx.api import PtxProgram, load
 from tessera.frontend.ptx.textures import FIRST_HANDLE
 from tessera.interp.target.ptx.heap import DeviceHeap
 from tessera.ir.text.ptx import parse_ptx
 
-#: the exit status of a program whose kernel faulted (compute-sanitizer's default too)
-FAULT_EXIT = 1
 _INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                            ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t,
@@ -157,7 +159,7 @@ class CudaProgram:
         """Run the program's ``main`` with ``argv`` (``argv[0]`` its name); its status."""
         args = (ctypes.c_char_p * (len(argv) + 1))(*(a.encode() for a in argv), None)
         status = self.lib.main(len(argv), args)
-        _flush()
+        flush_output()
         if self.check_leaks:  # here, while Python runs (a C exit handler runs too late)
             self.lib.tessera_set_finish_hook(None)
             self._leaks()
@@ -188,7 +190,7 @@ class CudaProgram:
             sys.stdout.flush()
             return 0
         except ArgumentError as err:  # a launch a GPU refuses: the program sees its error
-            print(_demangled(f"tessera run-cuda: launch of '{name.decode()}' failed: {err}",
+            print(demangled(f"tessera run-cuda: launch of '{name.decode()}' failed: {err}",
                              name.decode()), file=sys.stderr)
             return _INVALID_CONFIGURATION
         except TesseraError as err:
@@ -197,10 +199,10 @@ class CudaProgram:
                 ptx = err.loc
                 err = err.relocated(where)
                 err.args = (f"{err.args[0]}\n  in PTX: {ptx}",)
-            report = _demangled(str(err), name.decode())
-            _end(f"tessera run-cuda: kernel fault in launch {self.launches + 1}:\n{report}")
+            report = demangled(str(err), name.decode())
+            end_program(f"tessera run-cuda: kernel fault in launch {self.launches + 1}:\n{report}")
         except BaseException:  # nothing may unwind through C frames
-            _end(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
+            end_program(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
 
     def _sizes(self, module: int, name: bytes, sizes: Any, offsets: Any, most: int) -> int:
@@ -240,7 +242,7 @@ class CudaProgram:
                   f"{err.message}", file=sys.stderr)
             return 0
         except BaseException:  # nothing may unwind through C frames
-            _end(f"tessera run-cuda: internal error in a texture:\n{traceback.format_exc()}")
+            end_program(f"tessera run-cuda: internal error in a texture:\n{traceback.format_exc()}")
         handle = len(self.textures) + FIRST_HANDLE
         self.textures[handle] = texture
         return handle
@@ -291,14 +293,14 @@ class CudaProgram:
             for k in range(self.lib.tessera_allocation_count()):
                 base = info(k, ctypes.byref(size), ctypes.byref(caller))
                 if caller.value:  # not memory tessera placed itself
-                    where = _caller_line(self.built, caller.value)
+                    where = caller_line(self.built, caller.value)
                     lines.append(f"{size.value} bytes at {base:#x}, allocated at "
                                  f"{where or 'an unknown line'}")
             for address, nbytes, loc in self.heap.live() if self.heap else ():
                 where = self.source.get((loc.file, loc.line), loc) if loc else None
                 lines.append(f"{nbytes} bytes at {address:#x}, from device malloc at "
                              f"{where or 'an unknown line'}")
-            _flush()
+            flush_output()
             for line in lines:
                 print(f"tessera run-cuda: leak: {line}, never freed", file=sys.stderr)
             if lines:
@@ -306,82 +308,17 @@ class CudaProgram:
                       f"{'s' if len(lines) > 1 else ''} never freed", file=sys.stderr)
             sys.stderr.flush()
         except BaseException:  # nothing may unwind through C frames
-            _end(f"tessera run-cuda: internal error in the leak check:\n"
+            end_program(f"tessera run-cuda: internal error in the leak check:\n"
                  f"{traceback.format_exc()}")
 
     def _report(self, message: bytes, caller: int) -> None:
         """End the program with a report of an API misuse at the user's line."""
-        where = _caller_line(self.built, caller) or Loc(str(self.built.sources[0]), 0)
-        _end(f"tessera run-cuda: {CudaApiError(message.decode(), loc=where)}")
+        where = caller_line(self.built, caller) or Loc(str(self.built.sources[0]), 0)
+        end_program(f"tessera run-cuda: {CudaApiError(message.decode(), loc=where)}")
 
     def _symbols_of(self, module: int) -> dict[str, np.ndarray]:
         """The variables registered with fat binary ``module``, by PTX name."""
         return {n: a for (m, n), a in self.symbols.items() if m == module}
-
-
-def source_lines(ptx: str) -> dict[int, Loc]:
-    """The CUDA source line (``.loc`` of nvcc's ``-lineinfo``) of each PTX line that
-    follows one, within its function."""
-    lines = ptx.splitlines()
-    files = {w[1]: _shown(w[2].strip('",')) for w in (line.split() for line in lines)
-             if w[:1] == [".file"] and len(w) >= 3}  # nvcc writes them at the end
-    out: dict[int, Loc] = {}
-    at: Loc | None = None
-    for number, line in enumerate(lines, 1):
-        words = line.split()
-        if words[:1] == [".loc"] and len(words) >= 3 and words[1] in files:
-            if words[2] != "0":  # line 0: code of no one line; the last line stands
-                at = Loc(files[words[1]], int(words[2]))
-        elif words[:1] == ["}"]:
-            at = None
-        elif at is not None:
-            out[number] = at
-    return out
-
-
-def _caller_line(built: Built, offset: int) -> Loc | None:
-    """The program's own line that made a call, at ``offset`` in its library: the
-    outermost of the inlined frames ``addr2line`` gives that lies in the program's
-    source (a call inside Thrust's headers is reported where the program called them)."""
-    tool = shutil.which("addr2line")
-    if tool is None or not offset:
-        return None
-    out = subprocess.run([tool, "-e", str(built.library), "-i", f"{offset:#x}"],
-                         capture_output=True, text=True).stdout.split()
-    sources = {x.resolve() for x in built.sources}
-    for entry in reversed(out):
-        path, _, line = entry.rpartition(":")
-        if line.split()[0].isdigit() and Path(path).resolve() in sources:
-            return Loc(_shown(path), int(line.split()[0]))
-    return None
-
-
-def _shown(path: str) -> str:
-    """``path`` relative to the working directory when it lies below it (nvcc's line
-    table names files by absolute path)."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
-
-
-def _demangled(text: str, name: str) -> str:
-    """``text`` with the kernel's C++ name for its mangled one (by ``c++filt``)."""
-    tool = shutil.which("c++filt")
-    if tool is None or not name.startswith("_Z"):
-        return text
-    plain = subprocess.run([tool, name], capture_output=True, text=True).stdout.strip()
-    return text.replace(f"'{name}'", f"'{plain}'") if plain else text
-
-
-def _flush() -> None:
-    """The program's C output buffers, then Python's, so that output keeps its order."""
-    ctypes.CDLL(None).fflush(None)
-    sys.stdout.flush()
-
-
-def _end(report: str) -> None:
-    _flush()
-    print(report, file=sys.stderr, flush=True)
-    os._exit(FAULT_EXIT)
 
 
 def run_program(built: Built, argv: Sequence[str], check_races: bool = True,
