@@ -75,7 +75,7 @@ def test_a_whole_file_is_read_and_checked_without_a_kernel(
     against the ISA's rules, none run; a launch option then asks for a kernel."""
     assert main(["check-ptx", str(NVCC_PTX)]) == 0
     out = capsys.readouterr().out
-    assert "19 kernel(s)" in out and out.count("PtxKernel ") == 19
+    assert "22 kernel(s)" in out and out.count("PtxKernel ") == 22
     assert "PtxKernel saxpy(.u32 saxpy_param_0" in out and "result: OK" in out
     assert main(["check-ptx", str(NVCC_PTX), "--grid", "4", "--arg", "u32=3"]) == 1
     err = capsys.readouterr().err

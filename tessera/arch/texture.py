@@ -1,5 +1,6 @@
 """The texture unit's fetch, as the CUDA C++ Programming Guide's "Texture Fetching"
-appendix describes it and the PTX ISA's ``tex`` instruction (sec. 9.7.10.3) reads it.
+appendix describes it and the PTX ISA's ``tex`` instruction (sec. 9.7.10.3) reads it,
+and surfaces, the raw byte loads and stores of ``suld.b``/``sust.b`` (sec. 9.7.11).
 
 A texture is 1-, 2- or 3-D texels of one to four channels of one type. A fetch at float
 coordinates (``tex1D``, ``tex2D``, ``tex3D``):
@@ -166,4 +167,60 @@ class Texture:
         return out
 
 
-__all__ = ["ADDRESS_MODES", "FILTERS", "READS", "Texture"]
+#: what an access outside a surface does (PTX ISA, "suld", "sust"): fault, take the
+#: nearest location, or read zeros and drop stores
+SURFACE_MODES = ("trap", "clamp", "zero")
+
+
+@dataclass(frozen=True, eq=False)
+class Surface:
+    """A surface object: ``data`` is (depth, height, row bytes) of the array it reads
+    and writes (a view of its memory), ``dims`` its dimensionality (1-3). Surface
+    instructions move raw bytes (``suld.b``, ``sust.b``): the x coordinate is a byte
+    offset into a row, y a row and z a slice."""
+
+    data: np.ndarray
+    dims: int
+
+    def locate(self, coords: Sequence[np.ndarray], nbytes: int, mode: str
+               ) -> tuple[np.ndarray, np.ndarray, tuple[int, str] | None]:
+        """(flat byte offsets of each access, which are inside the surface, and the
+        first faulting access with why, or None) for ``nbytes``-byte accesses at
+        ``coords`` (x in bytes) under ``mode``: ``clamp`` moves each coordinate to the
+        nearest inside."""
+        depth, height, row = self.data.shape
+        x = np.asarray(coords[0], np.int64)
+        y = np.asarray(coords[1], np.int64) if self.dims > 1 else np.zeros_like(x)
+        z = np.asarray(coords[2], np.int64) if self.dims > 2 else np.zeros_like(x)
+        if np.any(x % nbytes):
+            k = int(np.flatnonzero(x % nbytes)[0])
+            return x, np.zeros(len(x), bool), (k, f"byte offset x = {int(x[k])} is not a "
+                                                  f"multiple of the {nbytes}-byte access")
+        inside = (x >= 0) & (x + nbytes <= row) & (y >= 0) & (y < height) & (z >= 0) & \
+            (z < depth)
+        if mode == "trap" and not inside.all():
+            k = int(np.flatnonzero(~inside)[0])
+            at = ", ".join(str(int(c[k])) for c in (x, y, z)[:self.dims])
+            return x, inside, (k, f"({at}) lies outside the surface of {row} bytes by "
+                                  f"{height} rows by {depth} slices")
+        if mode == "clamp":
+            x = np.clip(x, 0, row - nbytes)
+            y, z = np.clip(y, 0, height - 1), np.clip(z, 0, depth - 1)
+            inside = np.ones(len(x), bool)
+        flat = (np.clip(z, 0, depth - 1) * height + np.clip(y, 0, height - 1)) * row + \
+            np.clip(x, 0, row - nbytes)
+        return flat, inside, None
+
+    def load(self, flat: np.ndarray, inside: np.ndarray, nbytes: int) -> np.ndarray:
+        """The bytes (n, nbytes) at ``flat``; zeros where not ``inside``."""
+        raw = self.data.reshape(-1)[flat[:, None] + np.arange(nbytes)]
+        return np.where(inside[:, None], raw, 0).astype(np.uint8)
+
+    def store(self, flat: np.ndarray, inside: np.ndarray, data: np.ndarray) -> None:
+        """Write ``data`` (n, nbytes) at ``flat`` where ``inside``, in thread order."""
+        view = self.data.reshape(-1)
+        span = np.arange(data.shape[1])
+        view[flat[inside][:, None] + span] = data[inside]
+
+
+__all__ = ["ADDRESS_MODES", "FILTERS", "READS", "SURFACE_MODES", "Surface", "Texture"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.arch.texture import Texture
+from tessera.arch.texture import Surface, Texture
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
 from tessera.frontend.cuda.reports import (
@@ -53,6 +53,8 @@ _LOAD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.
 _GLOBAL = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_int, ctypes.c_char_p,
                            ctypes.POINTER(ctypes.c_size_t))
 _FINISH = ctypes.CFUNCTYPE(None)
+_SURFACE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
+                            ctypes.c_int)
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, _FLOATS)
@@ -105,13 +107,14 @@ class CudaProgram:
         self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
                        _FREE(self.memory.free), _REPORT(self._report),
                        _SIZES(self._sizes), _TEXTURE(self._texture), _LOAD(self._load),
-                       _GLOBAL(self._global), _FINISH(self._leaks))  # kept alive for C
+                       _GLOBAL(self._global), _FINISH(self._leaks),
+                       _SURFACE(self._surface))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks[:5])
-        self.lib.tessera_set_texture_hook(self._hooks[5])
+        self.lib.tessera_set_texture_hook(self._hooks[5], self._hooks[9])
         self.lib.tessera_set_driver_hooks(*self._hooks[6:8])
         if check_leaks:  # for a program that calls exit(): the report as it ends
             self.lib.tessera_set_finish_hook(self._hooks[8])
-        self.textures: dict[int, Texture] = {}  # by handle
+        self.textures: dict[int, Texture | Surface] = {}  # texture and surface objects
         self.heap: DeviceHeap | None = None  # what kernels' malloc and free use
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
@@ -243,8 +246,19 @@ class CudaProgram:
             return 0
         except BaseException:  # nothing may unwind through C frames
             end_program(f"tessera run-cuda: internal error in a texture:\n{traceback.format_exc()}")
+        return self._handle(texture)
+
+    def _surface(self, data: int, pitch: int, slice_: int, row: int, height: int,
+                 depth: int, dims: int) -> int:
+        """The handle of a new surface object over a CUDA array's rows."""
+        buf = (ctypes.c_uint8 * ((depth - 1) * slice_ + (height - 1) * pitch + row)
+               ).from_address(data)
+        rows = np.ndarray((depth, height, row), np.uint8, buf, 0, (slice_, pitch, 1))
+        return self._handle(Surface(rows, dims))
+
+    def _handle(self, obj: Texture | Surface) -> int:
         handle = len(self.textures) + FIRST_HANDLE
-        self.textures[handle] = texture
+        self.textures[handle] = obj
         return handle
 
     def _load(self, image: int, size: int, name: bytes) -> int:

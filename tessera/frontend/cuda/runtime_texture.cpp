@@ -1,4 +1,4 @@
-// CUDA arrays and texture objects of `tessera run-cuda`'s CUDA runtime (runtime.cpp).
+// CUDA arrays, texture and surface objects of `tessera run-cuda`'s CUDA runtime.
 //
 // A CUDA array is device memory laid out row by row (a GPU's layout is opaque, so any
 // layout serves: only copies and textures reach it). A texture object is a handle that
@@ -27,6 +27,11 @@ using TextureHook = unsigned long long (*)(
     int dims, const int* bits, int kind, const int* address, int filter, int read,
     int normalized, const float* border);
 TextureHook g_texture = nullptr;
+// makes the surface of an array's rows (`row` bytes each, `pitch` apart, slices `slice`
+// apart) and gives its handle
+using SurfaceHook = unsigned long long (*)(const void* data, size_t pitch, size_t slice,
+                                           size_t row, size_t height, size_t depth, int dims);
+SurfaceHook g_surface = nullptr;
 
 cudaError_t new_array(void* ret, cudaArray_t* a, const cudaChannelFormatDesc* desc, size_t w,
                       size_t h, size_t d) {
@@ -52,7 +57,9 @@ void check_array(void* ret, const char* call, cudaArray_const_t a, size_t x, siz
 
 extern "C" {
 
-void tessera_set_texture_hook(TextureHook hook) { g_texture = hook; }
+void tessera_set_texture_hook(TextureHook texture, SurfaceHook surface) {
+  g_texture = texture; g_surface = surface;
+}
 
 cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
                                             cudaChannelFormatKind f) {
@@ -150,5 +157,15 @@ cudaError_t cudaCreateTextureObject(cudaTextureObject_t* t, const cudaResourceDe
   return *t ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
 }
 cudaError_t cudaDestroyTextureObject(cudaTextureObject_t) { return cudaSuccess; }
+// a surface reads and writes a CUDA array's bytes (x a byte offset in a row)
+cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* s, const cudaResourceDesc* r) {
+  if (!s || !r || !g_surface || r->resType != cudaResourceTypeArray || !r->res.array.array)
+    return tessera_fail(cudaErrorInvalidValue);
+  cudaArray_t a = r->res.array.array;
+  *s = g_surface(a->data, a->pitch(), a->pitch() * a->rows(), a->pitch(), a->rows(),
+                 a->depth ? a->depth : 1, a->depth ? 3 : a->height ? 2 : 1);
+  return *s ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
+}
+cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t) { return cudaSuccess; }
 
 }  // extern "C"

@@ -1,7 +1,8 @@
-"""Texture objects for ``ts.ptx`` launches: :func:`texture` makes the argument of a
-``cudaTextureObject_t`` parameter (a ``.u64`` handle in PTX) from a NumPy array and the
-sampling modes ``cudaCreateTextureObject``'s texture descriptor sets; the launch gives
-it a handle and its ``tex`` instructions fetch through it
+"""Texture and surface objects for ``ts.ptx`` launches: :func:`texture` makes the
+argument of a ``cudaTextureObject_t`` parameter (a ``.u64`` handle in PTX) from a NumPy
+array and the sampling modes ``cudaCreateTextureObject``'s texture descriptor sets, and
+:func:`surface` that of a ``cudaSurfaceObject_t``; the launch gives each a handle, and
+its ``tex``, ``suld`` and ``sust`` instructions reach the array through it
 (:mod:`tessera.arch.texture`).
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera.arch.texture import ADDRESS_MODES, FILTERS, READS, Texture
+from tessera.arch.texture import ADDRESS_MODES, FILTERS, READS, Surface, Texture
 from tessera.errors import ArgumentError
 
 #: the channel types a texture holds (cudaChannelFormatKind with 8 to 32 bits)
@@ -24,9 +25,10 @@ FIRST_HANDLE = 1
 
 @dataclass(frozen=True, eq=False)
 class TextureArgument:
-    """A texture object to pass as a kernel argument: what :func:`texture` returns."""
+    """A texture or surface object to pass as a kernel argument: what :func:`texture`
+    and :func:`surface` return."""
 
-    texture: Texture
+    texture: Texture | Surface
 
 
 def texture(array: np.ndarray, *, channels: int = 1, filter: str = "point",
@@ -67,4 +69,22 @@ def texture(array: np.ndarray, *, channels: int = 1, filter: str = "point",
     return TextureArgument(tex)
 
 
-__all__ = ["CHANNEL_DTYPES", "FIRST_HANDLE", "TextureArgument", "texture"]
+def surface(array: np.ndarray, *, channels: int = 1) -> TextureArgument:
+    """A surface over ``array`` (``(width,)``, ``(height, width)`` or ``(depth, height,
+    width)`` elements, with a last axis of ``channels`` when there is more than one): the
+    kernel's ``suld``/``sust`` read and write the array itself, x a byte offset in a
+    row."""
+    if not isinstance(array, np.ndarray) or array.dtype.name not in CHANNEL_DTYPES or \
+            not array.flags.c_contiguous or not array.flags.writeable:
+        raise ArgumentError("a surface is a writeable C-contiguous NumPy array of 8- to "
+                            "32-bit integers, float16 or float32")
+    dims = array.ndim - (channels > 1)
+    if channels not in (1, 2, 4) or not 1 <= dims <= 3 or \
+            (channels > 1 and array.shape[-1:] != (channels,)):
+        raise ArgumentError(f"a surface has 1 to 3 dimensions of 1, 2 or 4 channels, not "
+                            f"shape {array.shape} with channels={channels}")
+    rows = array.reshape(*(1,) * (3 - dims), *array.shape[:dims], -1)
+    return TextureArgument(Surface(rows.view(np.uint8).reshape(*rows.shape[:2], -1), dims))
+
+
+__all__ = ["CHANNEL_DTYPES", "FIRST_HANDLE", "TextureArgument", "surface", "texture"]

@@ -171,7 +171,8 @@ def test_graphs_captured_from_streams_and_built_node_by_node(cache: Path) -> Non
 def test_texture_objects_over_arrays_pitched_and_linear_memory(cache: Path) -> None:
     """Textures made by cudaCreateTextureObject: point sampling with a border, bilinear
     filtering with clamping, bytes read as floats, tex1Dfetch, wrapped float4 channels,
-    trilinear filtering of a 3-D array from cudaMemcpy3D; a texture a GPU refuses."""
+    trilinear filtering of a 3-D array from cudaMemcpy3D, a surface a kernel writes; a
+    texture a GPU refuses."""
     done = run_cuda(cache, "textures.cu")
     assert done.returncode == 0, done.stderr
     x, y = np.meshgrid(np.arange(8), np.arange(4))
@@ -192,7 +193,7 @@ def test_texture_objects_over_arrays_pitched_and_linear_memory(cache: Path) -> N
         line("point border", border), line("linear clamp", linear),
         " ".join(["normalized bytes", *(f"{17 * k / 255:.5f}" for k in range(8))]),
         line("tex1Dfetch", fetch), line("wrap float4", wrap), line("trilinear", tri),
-        "texture refused: 1", "done"]
+        line("surface", 100 * y + x), "texture refused: 1", "done"]
     assert "linear filtering needs float results" in done.stderr
 
 

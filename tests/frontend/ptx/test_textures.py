@@ -176,3 +176,60 @@ def test_tex_renders_assembles_and_reads_back(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got[:8, 0].view(np.int32), ints)
     np.testing.assert_array_equal(got[8:16, 0], img[0])
     np.testing.assert_array_equal(got[16:, 0], vol[0, 0])
+
+
+def test_surfaces_load_and_store_raw_bytes_in_each_out_of_range_mode(mod) -> None:
+    """suld/sust through ts.ptx.surface: x a byte offset; clamp reads the nearest
+    element, zero drops a store outside, trap faults at the first thread outside."""
+    img = (np.arange(32, dtype=np.float32) / 32).reshape(4, 8)
+    out = np.zeros_like(img)
+    mod.kernel("surf_invert").run(grid=4, block=8, args=[ts.ptx.surface(img),
+                                                         ts.ptx.surface(out)])
+    np.testing.assert_array_equal(out, 1 - img)
+    pixels = np.arange(32, dtype=np.uint8).reshape(8, 4)
+    want = pixels.copy()
+    want[:, 0] += 1  # threads 8 and 9 read pixel 7 (clamped) and store nothing (zero)
+    mod.kernel("surf_bytes").run(block=10, args=[ts.ptx.surface(pixels, channels=4)])
+    np.testing.assert_array_equal(pixels, want)
+    vol = np.arange(3 * 3 * 5, dtype=np.int32).reshape(3, 3, 5)
+    want3 = vol.copy()
+    want3[2, 1] += 1
+    mod.kernel("surf_volume").run(block=5, args=[ts.ptx.surface(vol), np.int32(4)])
+    np.testing.assert_array_equal(vol, want3)
+    with pytest.raises(TargetFault, match=r"\(20, 1, 2\) lies outside the surface of 20 "
+                       "bytes by 3 rows by 3 slices") as err:
+        mod.kernel("surf_volume").run(block=6, args=[ts.ptx.surface(vol), np.int32(4)])
+    assert err.value.thread == 5
+    with pytest.raises(TargetFault, match="byte offset x = 2 is not a multiple of the "
+                       "4-byte access") as err:
+        mod.kernel("surf_volume").run(block=2, args=[ts.ptx.surface(vol), np.int32(2)])
+    assert err.value.thread == 1
+    with pytest.raises(TargetFault, match="is a texture object, not a surface"):
+        mod.kernel("surf_volume").run(block=2, args=[ts.ptx.texture(vol), np.int32(4)])
+
+
+def test_surface_accesses_render_assemble_and_read_back(tmp_path: Path) -> None:
+    from tessera.backend.ptx.render import render
+    from tessera.ir.dialects.target import RegType, Return
+    from tessera.ir.dialects.target.memory_ops import SurfaceLoad, SurfaceStore
+    from tessera.ir.dialects.target.ops import Binary, Cvt, Special
+    from tests.backend.ptx.render.test_render import c, do, kernel, one, ptxas
+
+    u64 = RegType("u64")
+    fn, b, (src, dst) = kernel("copy_rows", [u64, u64], block=4)
+    tid = one(b, Special("tid.x"))
+    x = one(b, Binary("mul", "s32", "lo"), one(b, Cvt("s32", "u32"), tid), c(b, 8, "s32"))
+    row = c(b, 1, "s32")
+    pair = one(b, SurfaceLoad("2d", 2, "b32", "trap"), src, x, row)
+    do(b, SurfaceStore("2d", 2, "b32", "zero"), dst, x, row, pair)
+    do(b, Return())
+    text = render(fn)
+    assert "suld.b.2d.v2.b32.trap" in text and "sust.b.2d.v2.b32.zero" in text
+    ptxas(text, "sm_80", tmp_path)
+    a = np.arange(24, dtype=np.int32).reshape(3, 8)
+    got = np.zeros_like(a)
+    ts.ptx.load(text).kernel("copy_rows").run(block=4, args=[ts.ptx.surface(a),
+                                                             ts.ptx.surface(got)])
+    np.testing.assert_array_equal(got[1], a[1])
+    assert not got[[0, 2]].any()
+

@@ -8,7 +8,7 @@ from tessera.backend.ptx.render.emit import PtxWriter, address, mem_type, rule
 from tessera.backend.ptx.render.regalloc import braced, operand
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import HALF_ATOMICS, RegType
-from tessera.ir.dialects.target.memory_ops import TexFetch
+from tessera.ir.dialects.target.memory_ops import SurfaceLoad, SurfaceStore, TexFetch
 from tessera.ir.dialects.target.printf import AssertFail, DeviceFree, DeviceMalloc, Printf
 from tessera.ir.dialects.target.ptx_ops import (
     Atom,
@@ -236,6 +236,31 @@ def _tex(e: PtxWriter, instr: Instr) -> None:
         coords.append(coords[-1])  # a 3d fetch takes four coordinates, the last ignored
     e.out(f"tex.{op.geom}.v4.{op.type}.{op.ctype} {operand(e.regs.of(instr.result))}, "
           f"[{e.regs.one(instr.operands[0])}, {braced(coords)}];")
+
+
+def _surface_at(e: PtxWriter, instr: Instr) -> tuple[str, str]:
+    """The instruction's name and its ``[surf, {x, ...}]`` operand (3d: four coordinates,
+    the last ignored)."""
+    op = instr.op
+    n = {"1d": 1, "2d": 2, "3d": 3}[op.geom]
+    coords = [e.regs.one(v) for v in instr.operands[1:1 + n]]
+    if n == 3:
+        coords.append(coords[-1])
+    vec = f".v{op.vec}" if op.vec > 1 else ""
+    return (f"b.{op.geom}{vec}.{op.type}.{op.mode}",
+            f"[{e.regs.one(instr.operands[0])}, {braced(coords)}]")
+
+
+@rule(SurfaceLoad)
+def _suld(e: PtxWriter, instr: Instr) -> None:
+    form, at = _surface_at(e, instr)
+    e.out(f"suld.{form} {braced(e.regs.of(instr.result))}, {at};")
+
+
+@rule(SurfaceStore)
+def _sust(e: PtxWriter, instr: Instr) -> None:
+    form, at = _surface_at(e, instr)
+    e.out(f"sust.{form} {at}, {braced(e.regs.of(instr.operands[-1]))};")
 
 
 @rule(Stmatrix)

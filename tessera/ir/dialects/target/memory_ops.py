@@ -1,6 +1,7 @@
-"""Target IR memory instructions: ``ld``, ``st``, ``red``, ``.shared`` buffers and ``tex``
-(PTX ISA 8.x, sections 9.7.9.8 "ld", 9.7.9.10 "st", 9.7.13.6 "red", 9.7.10.3 "tex");
-:mod:`.ops` re-exports the first four with the register instructions."""
+"""Target IR memory instructions: ``ld``, ``st``, ``red``, ``.shared`` buffers, ``tex``,
+``suld`` and ``sust`` (PTX ISA 8.x, sections 9.7.9.8 "ld", 9.7.9.10 "st", 9.7.13.6 "red",
+9.7.10.3 "tex", 9.7.11 "Surface Instructions"); :mod:`.ops` re-exports the first four
+with the register instructions."""
 
 from __future__ import annotations
 
@@ -127,4 +128,59 @@ class TexFetch(Op):
         return (RegType(self.type, 4),)
 
 
-__all__ = ["TEX_DIMS", "Effect", "Load", "Reduce", "SharedAlloc", "Store", "TexFetch"]
+#: a surface access's register type for the size it moves (bytes travel in 16-bit
+#: registers, zero-extended)
+SURFACE_REG = {"b8": "b16", "b16": "b16", "b32": "b32", "b64": "b64"}
+
+
+def _surface_check(op: SurfaceLoad | SurfaceStore, operands: Sequence[Type], n: int) -> None:
+    if op.geom not in TEX_DIMS or op.vec not in (1, 2, 4) or op.type not in SURFACE_REG or \
+            op.mode not in ("trap", "clamp", "zero") or \
+            op.vec * int(op.type[1:]) > 128:
+        raise IRVerifyError(f"{op.name}: no access .b.{op.geom}.v{op.vec}.{op.type}.{op.mode}")
+    check_count(op, operands, n)
+    reg_of(op, operands[0], "u64")
+    for c in operands[1:1 + TEX_DIMS[op.geom]]:
+        reg_of(op, c, "s32", "b32", "u32")
+
+
+@register_op
+@dataclass(frozen=True)
+class SurfaceLoad(Op):
+    """``suld.b.<geom>{.vN}.<type>.<mode> d, [surf, {x, y, z}]``: raw bytes from the
+    surface object ``surf`` (u64), x a byte offset; ``mode`` (trap, clamp or zero) says
+    what an access outside does (:class:`tessera.arch.texture.Surface`)."""
+
+    name: ClassVar[str] = "ptx.suld"
+    pure: ClassVar[bool] = False
+    geom: str
+    vec: int
+    type: str
+    mode: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        _surface_check(self, operands, 1 + TEX_DIMS[self.geom])
+        return (RegType(SURFACE_REG[self.type], self.vec),)
+
+
+@register_op
+@dataclass(frozen=True)
+class SurfaceStore(Effect):
+    """``sust.b.<geom>{.vN}.<type>.<mode> [surf, {x, y, z}], a``: raw bytes into the
+    surface object ``surf``."""
+
+    name: ClassVar[str] = "ptx.sust"
+    geom: str
+    vec: int
+    type: str
+    mode: str
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        _surface_check(self, operands, 2 + TEX_DIMS[self.geom])
+        if operands[-1] != RegType(SURFACE_REG[self.type], self.vec):
+            raise IRVerifyError(f"ptx.sust stores reg<{self.vec}x{SURFACE_REG[self.type]}>, "
+                                f"got {operands[-1]}")
+
+
+__all__ = ["SURFACE_REG", "TEX_DIMS", "Effect", "Load", "Reduce", "SharedAlloc", "Store",
+           "SurfaceLoad", "SurfaceStore", "TexFetch"]

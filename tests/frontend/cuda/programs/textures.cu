@@ -1,7 +1,8 @@
 // Texture objects over CUDA arrays, pitched and linear memory: point and linear
 // filtering, clamp, border and wrap addressing, normalized reads of bytes, tex1Dfetch,
-// a 3-D array filled by cudaMemcpy3D, and a texture a GPU refuses. The values filtered
-// are small integers at quarter-texel weights, which every rounding order gives exactly.
+// a 3-D array filled by cudaMemcpy3D, a surface a kernel writes, and a texture a GPU
+// refuses. The values filtered are small integers at quarter-texel weights, which every
+// rounding order gives exactly.
 #include <cstdio>
 
 __global__ void sample2d(cudaTextureObject_t t, float* out, int w, float dx, float dy) {
@@ -16,6 +17,13 @@ __global__ void wrap4(cudaTextureObject_t t, float4* out) {
 }
 __global__ void sample3d(cudaTextureObject_t t, float* out) {
   out[threadIdx.x] = tex3D<float>(t, threadIdx.x * 0.25f, 1.5f, 0.75f);
+}
+
+__global__ void paint(cudaSurfaceObject_t s) {
+  int x = threadIdx.x, y = blockIdx.x;
+  float left = -1.0f;
+  surf2Dread(&left, s, (x - 1) * 4, y, cudaBoundaryModeZero);  // zero left of column 0
+  surf2Dwrite(100.0f * y + x + left, s, x * 4, y);
 }
 
 cudaTextureObject_t make(const cudaResourceDesc& r, cudaTextureFilterMode filter,
@@ -143,6 +151,27 @@ int main() {
   sample3d<<<1, 8>>>(trilinear, out);
   cudaDeviceSynchronize();
   print("trilinear", out, 8, " %g");
+
+  // a surface over an array of zeros: each element 100 y + x plus the zero on its left
+  // (outside the surface at column 0, which the zero mode reads as zero)
+  cudaArray_t canvas;
+  cudaMallocArray(&canvas, &fdesc, w, h, cudaArraySurfaceLoadStore);
+  float zeros[h][w] = {};
+  cudaMemcpy2DToArray(canvas, 0, 0, zeros, w * sizeof(float), w * sizeof(float), h,
+                      cudaMemcpyHostToDevice);
+  cudaResourceDesc rs = {};
+  rs.resType = cudaResourceTypeArray;
+  rs.res.array.array = canvas;
+  cudaSurfaceObject_t surface;
+  cudaCreateSurfaceObject(&surface, &rs);
+  paint<<<h, w>>>(surface);
+  cudaDeviceSynchronize();
+  float painted[h][w];
+  cudaMemcpy2DFromArray(painted, w * sizeof(float), canvas, 0, 0, w * sizeof(float), h,
+                        cudaMemcpyDeviceToHost);
+  print("surface", &painted[0][0], w * h, " %g");
+  cudaDestroySurfaceObject(surface);
+  cudaFreeArray(canvas);
 
   // linear filtering of ints read as ints: a GPU refuses the texture
   make(rl, cudaFilterModeLinear, cudaAddressModeClamp, cudaReadModeElementType, 0);

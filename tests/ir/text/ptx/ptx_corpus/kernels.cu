@@ -217,3 +217,21 @@ extern "C" __global__ void heap_release(int** kept, int* out, int mistake) {
   if (mistake == 1) free(block);                      // a double free
   if (mistake == 2) out[threadIdx.x] += block[0];     // a read after the free
 }
+
+// surface objects: raw loads and stores (suld.b, sust.b), x a byte offset, in the three
+// out-of-range modes
+extern "C" __global__ void surf_invert(cudaSurfaceObject_t in, cudaSurfaceObject_t out) {
+  int x = threadIdx.x, y = blockIdx.x;
+  float v;
+  surf2Dread(&v, in, x * 4, y);
+  surf2Dwrite(1.0f - v, out, x * 4, y);
+}
+extern "C" __global__ void surf_bytes(cudaSurfaceObject_t s) {
+  uchar4 c = surf1Dread<uchar4>(s, threadIdx.x * 4, cudaBoundaryModeClamp);
+  c.x += 1;
+  surf1Dwrite(c, s, threadIdx.x * 4, cudaBoundaryModeZero);
+}
+extern "C" __global__ void surf_volume(cudaSurfaceObject_t s, int x_step) {
+  int v = surf3Dread<int>(s, threadIdx.x * x_step, 1, 2, cudaBoundaryModeTrap);
+  surf3Dwrite(v + 1, s, threadIdx.x * x_step, 1, 2);
+}
