@@ -55,6 +55,7 @@ _GLOBAL = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_int, ctypes.c_char_p,
 _FINISH = ctypes.CFUNCTYPE(None)
 _SURFACE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int)
+_REGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, _FLOATS)
@@ -68,10 +69,37 @@ class CudaApiError(TesseraError):
 
 
 class DeviceMemory:
-    """The program's device allocations by address."""
+    """What kernels reach, by address: the program's device (and pinned host)
+    allocations, and the pages of host memory it registered."""
 
     def __init__(self) -> None:
         self.arrays: dict[int, np.ndarray] = {}
+        self._registered: dict[int, int] = {}  # address -> bytes, as the program gave them
+        self._pages: list[int] = []  # the bases of the page ranges placed for those
+
+    def register(self, address: int, nbytes: int, add: int) -> int:
+        """Place host memory the program registers (``add``) or unregisters in every
+        launch: the whole pages it lies on, overlapping ranges merged. 0 (done)."""
+        if add:
+            self._registered[address] = nbytes
+        else:
+            self._registered.pop(address, None)
+        for base in self._pages:
+            del self.arrays[base]
+        page = mmap.PAGESIZE
+        spans = sorted((a // page * page, -(-(a + n) // page) * page)
+                       for a, n in self._registered.items())
+        merged: list[list[int]] = []
+        for lo, hi in spans:
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._pages = [lo for lo, _ in merged]
+        for lo, hi in merged:
+            self.arrays[lo] = np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo),
+                                            np.uint8)
+        return 0
 
     def alloc(self, nbytes: int) -> int:
         """A zeroed allocation of ``nbytes`` (at least one page); its address."""
@@ -108,9 +136,11 @@ class CudaProgram:
                        _FREE(self.memory.free), _REPORT(self._report),
                        _SIZES(self._sizes), _TEXTURE(self._texture), _LOAD(self._load),
                        _GLOBAL(self._global), _FINISH(self._leaks),
-                       _SURFACE(self._surface))  # kept alive for C
+                       _SURFACE(self._surface),
+                       _REGISTER(self.memory.register))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks[:5])
         self.lib.tessera_set_texture_hook(self._hooks[5], self._hooks[9])
+        self.lib.tessera_set_register_hook(self._hooks[10])
         self.lib.tessera_set_driver_hooks(*self._hooks[6:8])
         if check_leaks:  # for a program that calls exit(): the report as it ends
             self.lib.tessera_set_finish_hook(self._hooks[8])
@@ -302,13 +332,14 @@ class CudaProgram:
         try:
             info = self.lib.tessera_allocation_info
             info.restype = ctypes.c_void_p
-            size, caller = ctypes.c_size_t(), ctypes.c_size_t()
+            size, caller, kind = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_int()
             lines = []
             for k in range(self.lib.tessera_allocation_count()):
-                base = info(k, ctypes.byref(size), ctypes.byref(caller))
-                if caller.value:  # not memory tessera placed itself
+                base = info(k, ctypes.byref(size), ctypes.byref(caller), ctypes.byref(kind))
+                if caller.value and kind.value != 2:  # not tessera's, not registered
                     where = caller_line(self.built, caller.value)
-                    lines.append(f"{size.value} bytes at {base:#x}, allocated at "
+                    what = " of pinned host memory" if kind.value == 1 else ""
+                    lines.append(f"{size.value} bytes{what} at {base:#x}, allocated at "
                                  f"{where or 'an unknown line'}")
             for address, nbytes, loc in self.heap.live() if self.heap else ():
                 where = self.source.get((loc.file, loc.line), loc) if loc else None

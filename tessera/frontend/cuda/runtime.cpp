@@ -56,7 +56,7 @@ FinishHook g_finish = nullptr;
 int g_launches = 0;
 
 // `caller`: the program's call that made it (0: memory tessera placed itself)
-struct Allocation { const char* base; size_t size; void* caller; };
+struct Allocation { const char* base; size_t size; void* caller; int kind; };
 // never destroyed: the leak check reads it as the program exits, after static destructors
 std::vector<Allocation>& allocations() {
   static auto* t = new std::vector<Allocation>;
@@ -165,28 +165,42 @@ int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets,
   return g_sizes ? g_sizes(module, name, sizes, offsets, most) : -1;
 }
 
-cudaError_t tessera_free(void* ret, const char* call, void* p) {
+cudaError_t tessera_free(void* ret, const char* call, void* p, int kind) {
+  static const char* const kFreers[] = {"cudaFree", "cudaFreeHost", "cudaHostUnregister"};
   if (!p) return cudaSuccess;
   std::vector<Allocation>& all = allocations();
   for (size_t k = 0; k < all.size(); ++k) {
-    if (all[k].base == p) {
-      all.erase(all.begin() + static_cast<long>(k));
-      return g_free && g_free(p) == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
-    }
+    if (all[k].base != p) continue;
+    if (all[k].kind != kind)
+      tessera_report(ret, "%s(%p): this memory is given back by %s", call, p,
+                     kFreers[all[k].kind]);
+    all.erase(all.begin() + static_cast<long>(k));
+    if (kind == kTesseraRegistered) return cudaSuccess;  // the program's own memory
+    return g_free && g_free(p) == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidValue);
   }
-  tessera_report(ret, "%s(%p): not an allocation (freed twice, or not from cudaMalloc)", call,
-                 p);
+  tessera_report(ret, "%s(%p): not an allocation (freed twice, or not from %s)", call, p,
+                 kind == kTesseraDevice ? "cudaMalloc" : kind == kTesseraPinned
+                 ? "cudaMallocHost" : "cudaHostRegister");
 }
 
 void tessera_add_allocation(const void* p, size_t size) {
-  allocations().push_back({static_cast<const char*>(p), size, nullptr});
+  allocations().push_back({static_cast<const char*>(p), size, nullptr, kTesseraDevice});
 }
 
-cudaError_t tessera_malloc(void* ret, void** p, size_t bytes) {
+cudaError_t tessera_malloc(void* ret, void** p, size_t bytes, int kind) {
   if (!p) return tessera_fail(cudaErrorInvalidValue);
+  if (kind == kTesseraRegistered) {  // the program's memory, which it names in *p
+    allocations().push_back({static_cast<const char*>(*p), bytes, ret, kind});
+    return cudaSuccess;
+  }
   *p = g_alloc ? g_alloc(bytes) : nullptr;
-  if (*p) allocations().push_back({static_cast<const char*>(*p), bytes, ret});
+  if (*p) allocations().push_back({static_cast<const char*>(*p), bytes, ret, kind});
   return *p || bytes == 0 ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
+}
+
+int tessera_memory_kind(const void* p) {
+  const Allocation* a = allocation_of(p);
+  return a ? a->kind : -1;
 }
 
 bool tessera_allocation(const void* p, const char** base, size_t* size) {
@@ -230,9 +244,10 @@ int tessera_module_count() { return static_cast<int>(handles().size()); }
 // the live allocations the program made: base, size and its call's offset (for the leak
 // check, which tessera_set_finish_hook asks for)
 int tessera_allocation_count() { return static_cast<int>(allocations().size()); }
-const void* tessera_allocation_info(int k, size_t* size, size_t* caller) {
+const void* tessera_allocation_info(int k, size_t* size, size_t* caller, int* kind) {
   const Allocation& a = allocations().at(k);
   *size = a.size;
+  *kind = a.kind;
   *caller = a.caller ? caller_offset(a.caller) : 0;
   return a.base;
 }

@@ -32,10 +32,17 @@ int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets,
 // variables they point at are gone when a graph runs it)
 cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, void** args,
                                 int coop, TesseraWork* work);
-// frees the allocation at `p`, or reports that `p` is none at the caller's line (`ret`)
-cudaError_t tessera_free(void* ret, const char* call, void* p);
+// what memory kernels reach: device memory (cudaMalloc), pinned host memory
+// (cudaMallocHost, mapped for kernels as with unified addressing) and host memory the
+// program registered (cudaHostRegister)
+enum TesseraMemory { kTesseraDevice = 0, kTesseraPinned = 1, kTesseraRegistered = 2 };
+// frees the allocation of `kind` at `p`, or reports at the caller's line (`ret`) that it
+// is none, or one of another kind
+cudaError_t tessera_free(void* ret, const char* call, void* p, int kind = kTesseraDevice);
+// the kind of the allocation holding `p`, or -1
+int tessera_memory_kind(const void* p);
 // device memory of `bytes` for the program's call at `ret` (cudaMalloc's and the others')
-cudaError_t tessera_malloc(void* ret, void** p, size_t bytes);
+cudaError_t tessera_malloc(void* ret, void** p, size_t bytes, int kind = kTesseraDevice);
 // records memory tessera placed (a loaded module's variables) as an allocation
 extern "C" void tessera_add_allocation(const void* p, size_t size);
 // the allocation holding `p` (its base and size), or false

@@ -9,6 +9,9 @@
 namespace {
 
 cudaError_t g_last = cudaSuccess;
+// places host memory the program registers (add 1) in every launch, or removes it (0)
+using RegisterHook = int (*)(void* p, size_t bytes, int add);
+RegisterHook g_register = nullptr;
 size_t g_heap_limit = size_t(8) << 20;  // cudaLimitMallocHeapSize
 
 }  // namespace
@@ -81,13 +84,36 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->totalGlobalMem = size_t(8) << 30; p->managedMemory = 1; p->cooperativeLaunch = 1;
   return cudaSuccess;
 }
-// pinned host memory is host memory; the device's memory is said to be 8 GiB
+// pinned host memory: mapped for kernels, as unified addressing maps it
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  *p = std::malloc(bytes ? bytes : 1);
-  return *p ? cudaSuccess : tessera_fail(cudaErrorMemoryAllocation);
+  return tessera_malloc(__builtin_return_address(0), p, bytes, kTesseraPinned);
 }
-cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
-cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  return tessera_malloc(__builtin_return_address(0), p, bytes, kTesseraPinned);
+}
+cudaError_t cudaFreeHost(void* p) {
+  return tessera_free(__builtin_return_address(0), "cudaFreeHost", p, kTesseraPinned);
+}
+// host memory the program registers: kernels reach it at its own address
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
+  if (!p || !bytes || tessera_memory_kind(p) >= 0 || !g_register || g_register(p, bytes, 1))
+    return tessera_fail(cudaErrorInvalidValue);
+  return tessera_malloc(__builtin_return_address(0), &p, bytes, kTesseraRegistered);
+}
+cudaError_t cudaHostUnregister(void* p) {
+  cudaError_t e = tessera_free(__builtin_return_address(0), "cudaHostUnregister", p,
+                               kTesseraRegistered);
+  if (g_register) g_register(p, 0, 0);
+  return e;
+}
+cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
+  int kind = tessera_memory_kind(h);
+  if (kind != kTesseraPinned && kind != kTesseraRegistered)
+    return tessera_fail(cudaErrorInvalidValue);
+  *d = h;
+  return cudaSuccess;
+}
+void tessera_set_register_hook(RegisterHook hook) { g_register = hook; }
 cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
   *free_ = *total = size_t(8) << 30; return cudaSuccess;
 }

@@ -266,6 +266,22 @@ def test_the_leak_check_names_the_line_of_each_allocation_never_freed(
     assert "leak: 12 bytes at 0x" in ended.stderr and f"{early}:4, never freed" in ended.stderr
 
 
+def test_kernels_reach_pinned_and_registered_host_memory(cache: Path) -> None:
+    """cudaHostAlloc's memory through cudaHostGetDevicePointer, and a malloc'd buffer
+    while it is registered; after cudaHostUnregister a kernel's read of it is out of
+    bounds, and pinned memory given to cudaFree is an API misuse at its line."""
+    done = run_cuda(cache, "mapped_memory.cu")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["pinned 1000 1063", "registered sum 0", "done"]
+    late = run_cuda(cache, "mapped_memory.cu", "unregistered")
+    assert late.returncode == 1 and "mapped_memory.cu:11: kernel fault" in late.stderr
+    assert "below every buffer" in late.stderr
+    wrong = run_cuda(cache, "mapped_memory.cu", "wrong-free")
+    assert wrong.returncode == 1
+    assert "mapped_memory.cu:39: CUDA API error: cudaFree(0x" in wrong.stderr
+    assert "this memory is given back by cudaFreeHost" in wrong.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -364,6 +380,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
     ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
+    ("mapped_memory.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
