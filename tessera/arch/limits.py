@@ -70,6 +70,13 @@ def shared_limit(target: str) -> int:
     return TARGETS[target].shared_per_block
 
 
+#: the SMs of the device the interpreter runs (``%nsmid``; a launch's CTAs are dealt to
+#: them in turn, ``%smid``), and the warp slots of one (``%nwarpid``: 2048 threads an SM
+#: on these targets). ``tessera run-cuda``'s device reports the same SM count, so that
+#: grids sized by it stay small on a CPU.
+SM_COUNT = 4
+WARP_SLOTS = 64
+
 #: the largest CTA and grid a launch may have on every target here (CUDA C++ Programming
 #: Guide, "Compute Capabilities", "Technical Specifications per Compute Capability":
 #: block dimensions x, y <= 1024, z <= 64, 1024 threads; grid x < 2^31, y, z <= 65535)

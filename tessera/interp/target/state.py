@@ -26,6 +26,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from tessera.arch.limits import SM_COUNT, WARP_SLOTS
 from tessera.errors import ArgumentError, InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
 from tessera.interp.target.wide import wide_registers
@@ -159,7 +160,8 @@ class Machine:
         table = {"tid.x": self.tid % bx, "tid.y": self.tid // bx % by, "ntid.x": bx,
                  "ctaid.x": c % gx, "ctaid.y": c // gx % gy, "ctaid.z": c // (gx * gy),
                  "nctaid.x": gx, "nctaid.y": gy, "nctaid.z": self.grid[2],
-                 "laneid": self.tid % 32, "warpid": self.tid // 32}
+                 "laneid": self.tid % 32, "warpid": self.tid // 32,
+                 "smid": c % SM_COUNT, "nsmid": SM_COUNT, "nwarpid": WARP_SLOTS}
         if reg.startswith("lanemask_"):  # the lanes below, at or above this one's
             lane = (self.tid % 32).astype(np.uint64)
             below, at = (np.uint64(1) << lane) - np.uint64(1), np.uint64(1) << lane

@@ -29,7 +29,8 @@ from tessera.ir.dialects.target.memory_ops import Load, Reduce, SharedAlloc, Sto
 
 SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nctaid.x",
                 "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z",
-                "lanemask_eq", "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge")
+                "lanemask_eq", "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge",
+                "smid", "nsmid", "nwarpid")
 #: the special registers that advance as a thread runs; the 64-bit ones are read as u64
 CLOCKS = ("clock", "clock_hi", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi")
 WIDE_CLOCKS = ("clock64", "globaltimer")

@@ -1,28 +1,24 @@
 """PTX instructions the reader writes as a few Target IR instructions of their meaning
 (PTX ISA 8.x, sections named in each handler): ``cnot``, ``sad``, ``mul24``, ``szext``,
-``dp4a``, ``dp2a``, ``testp``, ``set``, ``bmsk``, ``bfind``, the extended-precision carry chains
-(``add.cc``, ``addc``, ``sub.cc``, ``subc``, ``mad.cc``, ``madc``), and the hints
-``prefetch``, ``prefetchu`` and ``nanosleep``, which change no value. nvcc writes them
-for ``__sad``, ``__mul24``, ``__dp4a``, ``isinf``/``isfinite``, CUB's radix sort, the
-math library's argument reduction of ``sin``/``cos`` of doubles, prefetches and back-off
-loops.
+``dp4a``, ``dp2a``, ``bmsk``, ``bfind``, ``fns``, the SIMD video instructions, the
+extended-precision carry chains (``add.cc``, ``addc``, ``sub.cc``, ``subc``, ``mad.cc``,
+``madc``), and the hints ``prefetch``, ``prefetchu`` and ``nanosleep``, which change no
+value. nvcc writes them for ``__sad``, ``__mul24``, ``__dp4a``, ``__fns``,
+``__vabsdiffu4``, CUB's radix sort, the math library's argument reduction of
+``sin``/``cos`` of doubles, prefetches and back-off loops. The float ones are
+:mod:`.floats`'.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from tessera.ir.core import Op, Value
-from tessera.ir.dialects.target import REG_TYPES, RegType, ptx_ops
+from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
-from tessera.ir.text.ptx.arith import HANDLERS, UNSIGNED_CMP, count, handler, ptx_type
+from tessera.ir.text.ptx.arith import HANDLERS, count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_types import SIMD
-from tessera.ir.text.ptx.lexer import PtxSyntaxError, PtxUnsupportedError
+from tessera.ir.text.ptx.lexer import PtxUnsupportedError
 from tessera.ir.text.ptx.memory import plain_address
-
-#: testp's classes (sec. 9.7.3.3) as the comparisons of |a| that decide them
-_CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
 
 
 def _one(b: InstrBuilder, op: Op, *args: Value) -> Value:
@@ -112,34 +108,6 @@ def _dot(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         product = _one(b, target_ops.Binary("mul", out, "lo"), *same)
         total = _one(b, target_ops.Binary("add", out), total, product)
     b.write(ops[0], total)
-
-
-@handler("testp")
-def _testp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    """``testp.op.type p, a`` (sec. 9.7.3.3): whether ``a`` is finite, infinite, a
-    number, not a number, normal (finite, nonzero, not subnormal) or subnormal."""
-    if len(mods) != 2 or mods[0] not in _CLASSES or mods[1] not in ("f32", "f64"):
-        raise b.syntax(f"testp is testp.{{{','.join(_CLASSES)}}}.{{f32,f64}}")
-    test, t = mods
-    count(b, ops, 2)
-    x = b.read(ops[1], t)
-    if test in ("number", "notanumber"):
-        b.write(ops[0], _one(b, target_ops.Setp("num" if test == "number" else "nan", t), x, x))
-        return
-    size = _one(b, target_ops.Unary("abs", t), x)
-
-    dt = np.float32 if t == "f32" else np.float64
-
-    def compare(cmp: str, value: float) -> Value:
-        return _one(b, target_ops.Setp(cmp, t), size, b.const(dt(value), t))
-    tiny = 2.0**-126 if t == "f32" else 2.0**-1022
-    inf = np.inf
-    result = {"finite": lambda: compare("lt", inf), "infinite": lambda: compare("eq", inf),
-              "normal": lambda: _one(b, target_ops.Binary("and", "pred"),
-                                     compare("ge", tiny), compare("lt", inf)),
-              "subnormal": lambda: _one(b, target_ops.Binary("and", "pred"),
-                                        compare("lt", tiny), compare("gt", 0.0))}[test]()
-    b.write(ops[0], result)
 
 
 @handler("prefetch", "prefetchu", "nanosleep")
@@ -261,44 +229,49 @@ def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], b.bitcast(out, kinds[0]))
 
 
-#: set's destination types, and the integer sources whose comparisons are unsigned
-_SET_TO = ("u32", "s32", "f32", "u16", "s16", "f16", "bf16")
-_SET_FROM = ("b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f16", "bf16",
-             "f32", "f64")
+@handler("fns")
+def _fns(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``fns.b32 d, mask, base, offset`` (sec. 9.7.1.20): the position of the
+    ``offset``-th set bit of ``mask`` counting up from bit ``base`` (down for a negative
+    ``offset``; ``offset`` 0: ``base`` itself if set), 0xFFFFFFFF when there is none.
+    Found by rank and select: the bits at or above (at or below, reversed) ``base``,
+    then five halvings of the range by population counts."""
+    if mods != ["b32"]:
+        raise b.syntax("fns is fns.b32")
+    count(b, ops, 4)
 
+    def op(name: str, t: str, *args: Value) -> Value:
+        return _one(b, target_ops.Binary(name, t), *args)
 
-@handler("set")
-def _set(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    """``set.CmpOp{.BoolOp}{.ftz}.dtype.stype d, a, b{, {!}c}`` (sec. 9.7.3.5): the
-    comparison, combined with ``c`` by ``.and``/``.or``/``.xor``, as 1.0 or 0.0 for a
-    float ``dtype`` and all ones or 0 for an integer one (``cuda_fp16.h``'s ``hexp``
-    corrects its result with ``set.eq.f16.f16``). Packed sources are not modelled."""
-    if len(mods) < 3 or mods[-2] not in _SET_TO or mods[-1] not in _SET_FROM:
-        if len(mods) >= 3 and mods[-1] in ("f16x2", "bf16x2"):
-            raise b.unsupported(f"set of .{mods[-1]} pairs")
-        raise b.syntax(f"set is set.CmpOp{{.BoolOp}}{{.ftz}}.dtype.stype with dtype one of "
-                       f"{', '.join('.' + t for t in _SET_TO)}")
-    to, frm = mods[-2:]
-    cmp, rest = mods[0], mods[1:-2]
-    combine = [f for f in rest if f in ("and", "or", "xor")]
-    ftz = "ftz" in rest
-    if len(combine) + ftz != len(rest) or len(combine) > 1:
-        raise b.syntax("set takes one of .and, .or, .xor and .ftz after its comparison")
-    if "bf16" in (to, frm):
-        b.require("set of .bf16", 90, (7, 8))
-    count(b, ops, 4 if combine else 3)
-    if REG_TYPES[frm][1] in "ub":
-        cmp = UNSIGNED_CMP.get(cmp, cmp)
-    try:
-        p = _one(b, target_ops.Setp(cmp, frm, ftz), b.read(ops[1], frm), b.read(ops[2], frm))
-    except PtxSyntaxError as err:  # an unknown comparison: set's own wording
-        raise b.syntax(f"set compares with a setp comparison, not .{cmp}") from err
-    if combine:
-        p = _one(b, target_ops.Binary(combine[0], "pred"), p, b.read(ops[3], "pred"))
-    bits, kind = REG_TYPES[to]
-    yes = {"f": 1.0, "s": -1}.get(kind, (1 << bits) - 1)  # 1.0, or every bit set
-    true, false = (b.const(v, to) for v in (yes, 0.0 if kind == "f" else 0))
-    b.write(ops[0], _one(b, target_ops.Selp(to), true, false, p))
+    def pick(t: str, yes: Value, no: Value, p: Value) -> Value:
+        return _one(b, target_ops.Selp(t), yes, no, p)
+
+    def popc(v: Value) -> Value:
+        return _one(b, ptx_ops.BitCount("popc", "b32"), v)
+
+    mask, base = b.read(ops[1], "b32"), b.read(ops[2], "u32")
+    offset = b.read(ops[3], "s32")
+    n = b.bitcast(_one(b, target_ops.Unary("abs", "s32"), offset), "u32")
+    ones = b.const(0xFFFFFFFF, "b32")
+    up = op("and", "b32", mask, op("shl", "b32", ones, base))
+    below = op("and", "b32", mask, op("shr", "b32", ones, op("sub", "u32", b.const(31, "u32"),
+                                                              base)))
+    positive = _one(b, target_ops.Setp("gt", "s32"), offset, b.const(0, "s32"))
+    m = pick("b32", up, _one(b, ptx_ops.BitCount("brev", "b32"), below), positive)
+    at, rank = b.const(0, "u32"), n
+    for width in (16, 8, 4, 2, 1):  # the lower part of what is left holds too few: skip it
+        part = popc(op("and", "b32", op("shr", "b32", m, at), b.const((1 << width) - 1, "b32")))
+        skip = _one(b, target_ops.Setp("lt", "u32"), part, rank)
+        rank = pick("u32", op("sub", "u32", rank, part), rank, skip)
+        at = pick("u32", op("add", "u32", at, b.const(width, "u32")), at, skip)
+    at = pick("u32", at, op("sub", "u32", b.const(31, "u32"), at), positive)
+    found = _one(b, target_ops.Setp("le", "u32"), n, popc(m))
+    d = pick("b32", b.bitcast(at, "b32"), ones, found)
+    own = op("and", "b32", op("shr", "b32", mask, base), b.const(1, "b32"))
+    own = pick("b32", b.bitcast(base, "b32"), ones,
+               _one(b, target_ops.Setp("ne", "b32"), own, b.const(0, "b32")))
+    zero = _one(b, target_ops.Setp("eq", "s32"), offset, b.const(0, "s32"))
+    b.write(ops[0], pick("b32", own, d, zero))
 
 
 #: the carry flag (CC.CF) that ``.cc`` instructions write and ``addc``/``subc``/``madc``

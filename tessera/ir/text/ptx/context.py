@@ -32,7 +32,8 @@ from tessera.ir.text.ptx.lexer import (
 )
 
 _SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid"}
-_SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid",
+_SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid", "%smid": "smid", "%nsmid": "nsmid",
+                   "%nwarpid": "nwarpid",
                    **{f"%lanemask_{c}": f"lanemask_{c}" for c in ("eq", "lt", "le", "gt", "ge")},
                    **{f"%{c}": c for c in target_ops.CLOCKS + target_ops.ENVREGS}}
 _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")

@@ -30,11 +30,11 @@ from tessera.ir.dialects.target.cfg import (
 )
 from tessera.ir.text.ptx import calls, isa_types, isa_versions
 from tessera.ir.text.ptx import composed as _composed
+from tessera.ir.text.ptx import floats as _floats
 from tessera.ir.text.ptx import hopper as _hopper
 from tessera.ir.text.ptx import memory as _memory
 from tessera.ir.text.ptx import texture as _texture
 from tessera.ir.text.ptx import warp as _warp
-from tessera.ir.text.ptx import wmma as _wmma
 from tessera.ir.text.ptx.arith import HANDLERS
 from tessera.ir.text.ptx.context import InstrBuilder, KernelScope
 from tessera.ir.text.ptx.declarations import (
@@ -54,7 +54,7 @@ from tessera.ir.text.ptx.lexer import (
     statements,
 )
 
-_ = (_composed, _hopper, _memory, _texture, _warp, _wmma)  # register the other modules' handlers
+_ = (_composed, _floats, _hopper, _memory, _texture, _warp)  # register the other modules' handlers
 _GUARD = re.compile(r"^@(!?)(%?[A-Za-z_$][\w$]*)\s+(.*)$", re.S)
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")

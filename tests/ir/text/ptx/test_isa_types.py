@@ -185,6 +185,13 @@ OPERANDS = [
     ("st.release.gpu.global.u32 [%rd1], %r1;", "ok"), ("ld.global.nc.u32 %r1, [%rd1];", "ok"),
     ("fence.proxy.async.shared::cta;", "ok"), ("fence.acq_rel.gpu;", "ok"),
     ("setmaxnreg.inc.sync.aligned.u32 240;", "ok"),
+    ("fns.b32 %r1, %r2, %r3, %r4;", "ok"), ("set.lt.f16x2.f16x2 %r1, %r2, %r3;", "ok"),
+    ("set.gtu.u32.f16x2 %r1, %r2, %r3;", "ok"), ("fma.rn.sat.f16 %hf1, %hf2, %hf0, %hf0;", "ok"),
+    ("fma.rn.relu.f16x2 %r1, %r2, %r3, %r4;", "ok"),
+    ("fma.rn.relu.bf16x2 %r1, %r2, %r3, %r4;", "ok"), ("mov.u32 %r1, %smid;", "ok"),
+    ("mov.u32 %r1, %nsmid;", "ok"), ("mov.u32 %r1, %nwarpid;", "ok"),
+    ("fma.rn.relu.f32 %f1, %f2, %f3, %f4;", "fma.relu is"),
+    ("set.lt.f32.f16x2 %r1, %r2, %r3;", "pairs is"), ("fns.b64 %rd1, %rd2, %r3, %r4;", "fns"),
     ("cp.async.ca.shared.global [%r1], [%rd1], 8;", "ok"), ("barrier.sync.aligned 0;", "ok"),
     ("add.u32 %r1, %r2, %f1;", "float register"), ("mov.u32 %f1, %r1;", "float register"),
     ("mov.b64 %rd1, %r1;", "width"), ("mov.pred %p1, %r1;", "predicate"),
@@ -313,7 +320,7 @@ OPERANDS = [
     # set: a comparison as a number
     ("set.eq.f16.f16 %h1, %h2, %h3;", "ok"), ("set.lt.and.u32.f32 %r1, %f2, %f3, %p1;", "ok"),
     ("set.hs.s32.u64 %r1, %rd2, %rd3;", "ok"), ("set.eq.f64.f64 %fd1, %fd2, %fd3;", "set"),
-    ("set.eq.u32.f16x2 %r1, %r2, %r3;", "unsupported"), ("set.eq.u32 %r1, %r2, %r3;", "set"),
+    ("set.eq.u32.f16x2 %r1, %r2, %r3;", "ok"), ("set.eq.u32 %r1, %r2, %r3;", "set"),
     # sm_80's barrier forms
     ("mbarrier.init.shared.b64 [%r1], %r2;", "ok"),
     ("mbarrier.init.shared.b64 [%r1], 0;", "count"), ("mbarrier.init.shared.b64 [%r1], -1;",
