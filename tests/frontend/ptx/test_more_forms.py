@@ -29,7 +29,7 @@ def _kernel(body: str, loads: int, target: str = "sm_80") -> ts.ptx.PtxKernel:
               "ret;"]
     head = f".version 8.0\n.target {target}\n.address_size 64\n"
     text = (head + f".visible .entry k({params})\n{{\n.reg .pred %p<4>;\n.reg .b32 %r<24>;\n"
-            ".reg .b64 %rd<24>;\n" + "\n".join(lines) + "\n}\n")
+            ".reg .f32 %f<4>;\n.reg .b64 %rd<24>;\n" + "\n".join(lines) + "\n}\n")
     return ts.ptx.load(text).kernel("k")
 
 
@@ -127,3 +127,39 @@ def test_sm_and_warp_slot_registers() -> None:
     out = np.zeros(32, np.uint32)
     k.run(grid=1, block=32, args=[out])
     assert set(out.tolist()) == {WARP_SLOTS * 100000 + SM_COUNT * 1000 + 0}
+
+
+@pytest.mark.parametrize("to, dtype, rnd", [("f16x2", np.float16, "rn"),
+                                            ("bf16x2", ml_dtypes.bfloat16, "rn"),
+                                            ("f16x2", np.float16, "rz")])
+def test_cvt_relu_to_half_pairs(to: str, dtype: type, rnd: str) -> None:
+    """``cvt.{rn,rz}.relu.f16x2.f32 d, a, b``: ``a`` into the upper half, each rounded
+    once, a negative to zero and a NaN to the canonical NaN 0x7FFF."""
+    rng = np.random.default_rng(3)
+    a, b = (np.concatenate([rng.normal(0, 100, 30), [np.nan, -np.inf]]).astype(np.float32)
+            for _ in range(2))
+    out = np.zeros(32, np.uint32)
+    _kernel(f"mov.b32 %f1, %r1; mov.b32 %f2, %r2;\ncvt.{rnd}.relu.{to}.f32 %r9, %f1, %f2;", 2
+            ).run(block=32, args=[a.view(np.uint32), b.view(np.uint32), out])
+
+    def half(v: np.ndarray) -> np.ndarray:
+        if rnd == "rz":  # toward zero: the nearest value of no greater magnitude
+            near = v.astype(dtype)
+            over = np.abs(near.astype(np.float64)) > np.abs(v.astype(np.float64))
+            near = np.where(over, np.nextafter(near, np.zeros_like(near)), near)
+        else:
+            near = v.astype(dtype)
+        bits = near.view(np.uint16)
+        bits = np.where(np.isnan(v), 0x7FFF, np.where(v < 0, 0, bits))
+        return bits.astype(np.uint32)
+
+    np.testing.assert_array_equal(out, half(a) << 16 | half(b))
+
+
+def test_brkpt_ends_the_launch_and_pmevent_changes_nothing() -> None:
+    out = np.zeros(32, np.uint32)
+    _kernel("pmevent 3;\nmov.u32 %r9, 7;", 0).run(block=32, args=[out])
+    assert (out == 7).all()
+    with pytest.raises(ts.TesseraError, match="executed brkpt, which ends the launch"):
+        _kernel("setp.eq.u32 %p1, %r20, 5;\n@%p1 brkpt;\nmov.u32 %r9, 7;", 0).run(
+            block=32, args=[out])

@@ -385,6 +385,8 @@ def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "tr
         hint = ("the kernel reads a cooperative launch's grid workspace (cooperative groups' "
                 "grid.sync()): run it with cooperative=True, as cudaLaunchCooperativeKernel "
                 "launches it")
+    if end.text == "brkpt":  # a breakpoint: with no debugger attached, an exception
+        message = "the kernel executed brkpt, which ends the launch when no debugger is attached"
     return TargetFault(what, message, kernel=kernel.name, op=end.text or "trap", loc=end.loc,
                        thread=int(m.tid[who]), cta=(c % gx, c // gx % gy, c // (gx * gy)),
                        hint=hint)

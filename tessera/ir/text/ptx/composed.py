@@ -2,11 +2,11 @@
 (PTX ISA 8.x, sections named in each handler): ``cnot``, ``sad``, ``mul24``, ``szext``,
 ``dp4a``, ``dp2a``, ``bmsk``, ``bfind``, ``fns``, the SIMD video instructions, the
 extended-precision carry chains (``add.cc``, ``addc``, ``sub.cc``, ``subc``, ``mad.cc``,
-``madc``), and the hints ``prefetch``, ``prefetchu`` and ``nanosleep``, which change no
-value. nvcc writes them for ``__sad``, ``__mul24``, ``__dp4a``, ``__fns``,
-``__vabsdiffu4``, CUB's radix sort, the math library's argument reduction of
-``sin``/``cos`` of doubles, prefetches and back-off loops. The float ones are
-:mod:`.floats`'.
+``madc``), and the hints ``prefetch``, ``prefetchu``, ``nanosleep`` and ``pmevent``,
+which change no value. nvcc writes them for ``__sad``, ``__mul24``, ``__dp4a``,
+``__fns``, ``__vabsdiffu4``, ``__prof_trigger``, CUB's radix sort, the math library's
+argument reduction of ``sin``/``cos`` of doubles, prefetches and back-off loops. The
+float ones are :mod:`.floats`'.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import HANDLERS, count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_types import SIMD
-from tessera.ir.text.ptx.lexer import PtxUnsupportedError
+from tessera.ir.text.ptx.lexer import PtxUnsupportedError, parse_int
 from tessera.ir.text.ptx.memory import plain_address
 
 
@@ -110,11 +110,18 @@ def _dot(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], total)
 
 
-@handler("prefetch", "prefetchu", "nanosleep")
+@handler("prefetch", "prefetchu", "nanosleep", "pmevent")
 def _hint(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    """``prefetch``/``prefetchu`` (sec. 9.7.9.15) and ``nanosleep`` (sec. 9.7.13.12):
-    hints that change no value; their operands are read, and checked, all the same."""
+    """``prefetch``/``prefetchu`` (sec. 9.7.9.15), ``nanosleep`` (sec. 9.7.13.12) and
+    ``pmevent`` (sec. 9.7.19.1, a performance-monitor event, ``__prof_trigger``): hints
+    that change no value; their operands are read, and checked, all the same."""
     count(b, ops, 1)
+    if b.head == "pmevent":
+        event = parse_int(ops[0].strip())
+        if mods not in ([], ["mask"]) or event is None or not 0 <= event < (
+                1 << 16 if mods else 16):
+            raise b.syntax("pmevent takes an event 0-15, pmevent.mask a 16-bit mask")
+        return
     if b.head == "nanosleep":
         if mods != ["u32"]:
             raise b.syntax("nanosleep is nanosleep.u32 t")

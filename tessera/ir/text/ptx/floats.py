@@ -1,7 +1,7 @@
 """PTX float instructions the reader writes as a few Target IR instructions of their
 meaning (PTX ISA 8.x, sections named in each handler): ``testp``, ``set`` (of packed
-halves too) and ``fma.relu``/``fma.sat`` of halves. nvcc writes them for
-``isinf``/``isfinite``, ``hexp``, ``h2exp``, ``__hlt2`` and ``__hfma2_relu``.
+halves too), ``fma.relu``/``fma.sat`` of halves and ``cvt.relu`` to halves. nvcc writes
+them for ``isinf``/``isfinite``, ``hexp``, ``h2exp``, ``__hlt2`` and ``__hfma2_relu``.
 """
 
 from __future__ import annotations
@@ -158,3 +158,25 @@ def _fma_clamped(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         for op, bound in (("max", zero), ("min", one)):
             d = _one(b, target_ops.Binary(op, t, ftz=ftz), d, bound)
     b.write(ops[0], d)
+
+
+_CVT = HANDLERS["cvt"]
+
+
+@handler("cvt")
+def _cvt_relu(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``cvt.rn.relu`` and ``cvt.rz.relu`` of f32 to ``.f16``, ``.bf16`` (one source) and
+    their pairs (two sources, the first into the upper half) (sec. 9.7.9.21, sm_80): the
+    conversion rounded once, then ``max.NaN`` with zero (a negative to 0, a NaN to the
+    canonical NaN). Other forms are arith's; fp8 pairs' ``.relu`` is not modelled."""
+    if "relu" not in mods or mods[-2] not in _ONES:
+        _CVT(b, mods, ops)
+        return
+    to, rnd = mods[-2], [f for f in mods[:-2] if f != "relu"]
+    if rnd not in (["rn"], ["rz"]) or len(mods) != 4 or mods[-1] != "f32":
+        raise b.syntax(f"cvt.relu to .{to} is cvt.rn.relu.{to}.f32 (or .rz)")
+    pair = to.endswith("x2")
+    count(b, ops, 3 if pair else 2)
+    d = _one(b, target_ops.Cvt(to, "f32", rnd[0]), *(b.read(o, "f32") for o in ops[1:]))
+    zero = b.bitcast(b.const(0, "b32" if pair else "b16"), to)
+    b.write(ops[0], _one(b, target_ops.Binary("max", to, "NaN"), d, zero))

@@ -209,7 +209,7 @@ class _KernelReader:
             reg_guard = (b.register(guard[1]), guard[0])
             if self.scope.registers[reg_guard[0]] != "pred":
                 raise PtxSyntaxError(f"guard {guard[1]} is not a .pred register", loc=stmt.loc)
-        if head in ("bra", "ret", "exit", "trap"):
+        if head in ("bra", "ret", "exit", "trap", "brkpt"):
             self._branch(head, mods, ops, reg_guard, stmt)
             return
         if head == "call":
@@ -249,7 +249,7 @@ class _KernelReader:
         raw = self.blocks
 
         def block_of(target: str, at: Loc, blocks: tuple[int, ...]) -> int:
-            if target in ("<ret>", "<exit>", "<trap>"):
+            if target in ("<ret>", "<exit>", "<trap>", "<brkpt>"):
                 if target not in exits:
                     exits[target] = len(raw) + len(exits)
                 return exits[target]
@@ -272,7 +272,7 @@ class _KernelReader:
                 branch = Branch("jump", at, str(e["text"]), index)
             blocks.append(BasicBlock(label, body, branch))
         for target in sorted(exits, key=exits.get):  # type: ignore[arg-type]
-            kind = "trap" if target == "<trap>" else "ret"
+            kind = "trap" if target in ("<trap>", "<brkpt>") else "ret"
             blocks.append(BasicBlock(target, [], Branch(kind, loc, target[1:-1])))
         static = max((v.address + v.size for v in self.shared if not v.dynamic),
                      default=SHARED_BASE) - SHARED_BASE
