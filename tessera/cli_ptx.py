@@ -16,7 +16,12 @@ Arguments, one per ``.param`` in order:
   array's two sizes and two strides (``tessera.frontend.ptx.api.triton_descriptor``);
 * ``struct{SPEC; SPEC; ...}`` a struct passed by value, its fields in order (arrays are
   pointer fields: ``'struct{f32[64]=randn; s32=64; f32=0.5}'``); the reference gets it
-  as the tuple of its fields, and its arrays are outputs in the arguments' order.
+  as the tuple of its fields, and its arrays are outputs in the arguments' order;
+* ``tex{ARRAY; KEY=VALUE; ...}`` a texture object over a new array, with ``channels``,
+  ``filter``, ``address``, ``read`` and ``coords=normalized`` as ``ts.ptx.texture`` takes
+  them (``'tex{f32[4,8]=arange; filter=linear; address=border}'``), and
+  ``surf{ARRAY; channels=N}`` a surface object; the reference gets the array, and a
+  surface's array is an output.
 
 ``--reference REF.py:FUNC`` calls ``FUNC`` with the arguments as they were before the
 launch (arrays as copies, scalars as NumPy scalars, tensor maps as their arrays) and
@@ -100,6 +105,9 @@ def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
     its tensor map (:func:`parse_args` adds the four sizes and strides)."""
     import tessera as ts
 
+    for kind in ("tex", "surf"):
+        if spec.replace(" ", "").startswith(kind + "{") and spec.rstrip().endswith("}"):
+            return _texture_arg(kind, spec, rng)
     if spec.replace(" ", "").startswith("struct{") and spec.rstrip().endswith("}"):
         inner = spec.strip()[len("struct{"):-1]
         fields = [parse_arg(part.strip(), rng) for part in inner.split(";") if part.strip()]
@@ -142,6 +150,31 @@ def parse_arg(spec: str, rng: np.random.Generator) -> tuple[Any, str]:
                         hint="write u32=1000, 'f32[1024]=randn', x.npy, "
                         "'tmap:bf16[128,64]=randn:64x64:sw128' or 'struct{f32[64]=randn; "
                         "s32=64}'")
+
+
+def _texture_arg(kind: str, spec: str, rng: np.random.Generator) -> tuple[Any, str]:
+    """A ``tex{...}`` or ``surf{...}`` argument: the array first, then its options."""
+    import tessera as ts
+
+    array_spec, *options = (p.strip() for p in spec.strip()[len(kind) + 1:-1].split(";")
+                            if p.strip())
+    a, text = parse_arg(array_spec, rng)
+    if not isinstance(a, np.ndarray):
+        raise ArgumentError(f"--arg {spec!r}: a {kind} needs an array first", loc=WHERE)
+    given = dict(o.partition("=")[::2] for o in options)
+    known = {"channels", "filter", "address", "read", "coords"} if kind == "tex" else \
+        {"channels"}
+    if set(given) - known or given.get("coords", "normalized") != "normalized":
+        raise ArgumentError(f"--arg {spec!r}: a {kind} takes {', '.join(sorted(known))}",
+                            loc=WHERE, hint="'tex{f32[4,8]=arange; filter=linear; "
+                            "address=border; coords=normalized}' or 'surf{u8[8,4]=arange; "
+                            "channels=4}'")
+    channels = int(given.pop("channels", "1"))
+    if kind == "surf":
+        return ts.ptx.surface(a, channels=channels), f"surface over {text}"
+    normalized = given.pop("coords", "") == "normalized"
+    obj = ts.ptx.texture(a, channels=channels, normalized_coords=normalized, **given)
+    return obj, f"texture over {text}{''.join(f', {k} {v}' for k, v in given.items())}"
 
 
 def _tolerance(dt: np.dtype, rtol: float | None, atol: float | None) -> tuple[float, float]:
@@ -261,7 +294,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     for k, v in enumerate(values):
         if isinstance(v, ts.ptx.Struct):
             arrays += [(k, j) for j, (_, f) in enumerate(v.fields) if isinstance(f, np.ndarray)]
-        elif isinstance(v, (np.ndarray, ts.ptx.TensorMapArgument)):
+        elif isinstance(v, (np.ndarray, ts.ptx.TensorMapArgument)) or _surface_of(v) is not None:
             arrays.append(k)
     try:
         result = ref(*before)
@@ -292,6 +325,8 @@ def _before(v: Any) -> Any:
 
     if isinstance(v, ts.ptx.TensorMapArgument):
         return v.array.copy()
+    if isinstance(v, ts.ptx.TextureArgument):
+        return (_surface_of(v) if _surface_of(v) is not None else v.array).copy()
     if isinstance(v, ts.ptx.Struct):
         return tuple(_before(f) for _, f in v.fields)
     return v.copy() if isinstance(v, np.ndarray) else v
@@ -305,7 +340,16 @@ def _output(values: list[Any], key: Any) -> Any:
         k, j = key
         return values[k].fields[j][1]
     v = values[key] if 0 <= key < len(values) else None
+    if isinstance(v, ts.ptx.TextureArgument):
+        return _surface_of(v)
     return v.array if isinstance(v, ts.ptx.TensorMapArgument) else v
+
+
+def _surface_of(v: Any) -> np.ndarray | None:
+    """The array a surface argument reads and writes, or None."""
+    import tessera as ts
+
+    return v.array if isinstance(v, ts.ptx.TextureArgument) and v.writes else None
 
 
 def _dims(text: str, what: str) -> tuple[int, ...]:
@@ -331,7 +375,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--arg", action="append", default=[],
                    help="one per .param: u32=1000, 'f32[1024]=randn', x.npy, "
                    "'tmap:bf16[128,64]=randn:64x64:sw128' (a Triton descriptor's five: "
-                   "'tdesc:...'), 'struct{f32[64]=randn; s32=64}'")
+                   "'tdesc:...'), 'struct{f32[64]=randn; s32=64}', "
+                   "'tex{f32[4,8]=arange; filter=linear}', 'surf{u8[8,4]=arange; channels=4}'")
     p.add_argument("--shared-bytes", type=int, default=0, help="dynamic shared memory")
     p.add_argument("--reference", default="", help="REF.py:FUNC returning expected outputs")
     p.add_argument("--rtol", type=float, default=None)

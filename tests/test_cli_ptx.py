@@ -249,3 +249,31 @@ def test_a_struct_passed_by_value(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main([*argv[:-2], "--arg", "u32=4"]) == 1  # two arguments for one parameter
     assert main(["check-ptx", str(ptx), "--kernel", "axpy", "--arg", "struct{s32=1}"]) == 1
     assert "the struct has 4 bytes, the parameter 24" in capsys.readouterr().err
+
+
+def test_texture_and_surface_arguments(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``tex{...}`` and ``surf{...}``: the reference gets their arrays; a surface's array
+    is an output, compared after the launch."""
+    ref = tmp_path / "ref.py"
+    ref.write_text("import numpy as np\n"
+                   "def brighten(pixels):\n    pixels[:, 0] += 1\n    return pixels\n"
+                   "def shifted(image, out, w, dx, dy):\n"
+                   "    right = np.concatenate([image[:, 1:], image[:, -1:]], axis=1)\n"
+                   "    return ((image + right) / 2).reshape(-1)\n")
+    surf = ["check-ptx", str(NVCC_PTX), "--kernel", "surf_bytes", "--block", "8", "--arg",
+            "surf{u8[8,4]=arange; channels=4}", "--reference", f"{ref}:brighten"]
+    assert main(surf) == 0
+    out = capsys.readouterr().out
+    assert "argument 0: surface over u8[8, 4] arange" in out
+    assert "argument 0 (uint8[8, 4]): max |error| 0 (exact): OK" in out
+    tex = ["check-ptx", str(NVCC_PTX), "--kernel", "tex_sample2d", "--grid", "4", "--block",
+           "8", "--arg", "tex{f32[4,8]=arange; filter=linear}", "--arg", "f32[32]=zeros",
+           "--arg", "s32=8", "--arg", "f32=1.0", "--arg", "f32=0.5", "--reference",
+           f"{ref}:shifted"]
+    assert main(tex) == 0
+    out = capsys.readouterr().out
+    assert "argument 0: texture over f32[4, 8] arange, filter linear" in out
+    assert "argument 1 (float32[32]): max |error| 0" in out and "result: OK" in out
+    assert main([*tex[:9], "tex{f32[4,8]=arange; wrap=1}", *tex[10:]]) == 1
+    assert "a tex takes address, channels, coords, filter, read" in capsys.readouterr().err

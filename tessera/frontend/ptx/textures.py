@@ -29,6 +29,9 @@ class TextureArgument:
     and :func:`surface` return."""
 
     texture: Texture | Surface
+    #: the array it was made from, and whether kernels write it (a surface)
+    array: np.ndarray | None = None
+    writes: bool = False
 
 
 def texture(array: np.ndarray, *, channels: int = 1, filter: str = "point",
@@ -66,7 +69,7 @@ def texture(array: np.ndarray, *, channels: int = 1, filter: str = "point",
                   bool(normalized_coords), tuple(float(b) for b in border))
     if (why := tex.problem()) is not None:
         raise ArgumentError(f"cudaCreateTextureObject would refuse this texture: {why}")
-    return TextureArgument(tex)
+    return TextureArgument(tex, array)
 
 
 def surface(array: np.ndarray, *, channels: int = 1) -> TextureArgument:
@@ -84,7 +87,8 @@ def surface(array: np.ndarray, *, channels: int = 1) -> TextureArgument:
         raise ArgumentError(f"a surface has 1 to 3 dimensions of 1, 2 or 4 channels, not "
                             f"shape {array.shape} with channels={channels}")
     rows = array.reshape(*(1,) * (3 - dims), *array.shape[:dims], -1)
-    return TextureArgument(Surface(rows.view(np.uint8).reshape(*rows.shape[:2], -1), dims))
+    return TextureArgument(Surface(rows.view(np.uint8).reshape(*rows.shape[:2], -1), dims),
+                           array, writes=True)
 
 
 __all__ = ["CHANNEL_DTYPES", "FIRST_HANDLE", "TextureArgument", "surface", "texture"]
