@@ -5,7 +5,7 @@ Device memory is anonymous ``mmap`` memory (page-aligned, far above the interpre
 own address windows) placed in every launch at its own address, so pointers the host
 code holds, stores in device memory and struct arguments all mean what they mean on a
 GPU. ``__device__``/``__constant__`` variables are their host shadows. A kernel fault
-ends the program with :data:`FAULT_EXIT` after its report, as a GPU's sticky error
+ends the program with :data:`.reports.FAULT_EXIT` after its report, as a GPU's sticky error
 would end it (a program that went on would read what the kernel never wrote); a launch
 that a GPU would refuse returns its CUDA error to the program, which may check it.
 """
@@ -24,8 +24,8 @@ import numpy as np
 from tessera.arch.texture import Surface, Texture
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
+from tessera.frontend.cuda.memory import DeviceMemory
 from tessera.frontend.cuda.reports import (
-    FAULT_EXIT,
     caller_line,
     demangled,
     end_program,
@@ -41,7 +41,11 @@ from tessera.ir.text.ptx import parse_ptx
 _INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                            ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t,
-                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int)
+#: the dynamic shared memory a kernel may take without opting in, with its static (CUDA
+#: C++ Programming Guide, "Shared Memory": above 48 KB a kernel must opt in)
+PORTABLE_SHARED = 48 * 1024
+_INVALID_VALUE = 1  # cudaErrorInvalidValue
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
 _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
@@ -56,6 +60,7 @@ _FINISH = ctypes.CFUNCTYPE(None)
 _SURFACE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int)
 _REGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_STATIC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p)
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, _FLOATS)
@@ -66,52 +71,6 @@ class CudaApiError(TesseraError):
     the end of an allocation, a free of what is not one."""
 
     kind = "CUDA API error"
-
-
-class DeviceMemory:
-    """What kernels reach, by address: the program's device (and pinned host)
-    allocations, and the pages of host memory it registered."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[int, np.ndarray] = {}
-        self._registered: dict[int, int] = {}  # address -> bytes, as the program gave them
-        self._pages: list[int] = []  # the bases of the page ranges placed for those
-
-    def register(self, address: int, nbytes: int, add: int) -> int:
-        """Place host memory the program registers (``add``) or unregisters in every
-        launch: the whole pages it lies on, overlapping ranges merged. 0 (done)."""
-        if add:
-            self._registered[address] = nbytes
-        else:
-            self._registered.pop(address, None)
-        for base in self._pages:
-            del self.arrays[base]
-        page = mmap.PAGESIZE
-        spans = sorted((a // page * page, -(-(a + n) // page) * page)
-                       for a, n in self._registered.items())
-        merged: list[list[int]] = []
-        for lo, hi in spans:
-            if merged and lo <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        self._pages = [lo for lo, _ in merged]
-        for lo, hi in merged:
-            self.arrays[lo] = np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo),
-                                            np.uint8)
-        return 0
-
-    def alloc(self, nbytes: int) -> int:
-        """A zeroed allocation of ``nbytes`` (at least one page); its address."""
-        region = mmap.mmap(-1, max(int(nbytes), 1))
-        array = np.frombuffer(region, np.uint8)
-        address = array.ctypes.data
-        self.arrays[address] = array
-        return address
-
-    def free(self, address: int) -> int:
-        """0, or 1 when ``address`` is no allocation (cudaFree's invalid value)."""
-        return 0 if self.arrays.pop(address, None) is not None else 1
 
 
 class CudaProgram:
@@ -137,10 +96,12 @@ class CudaProgram:
                        _SIZES(self._sizes), _TEXTURE(self._texture), _LOAD(self._load),
                        _GLOBAL(self._global), _FINISH(self._leaks),
                        _SURFACE(self._surface),
-                       _REGISTER(self.memory.register))  # kept alive for C
+                       _REGISTER(self.memory.register),
+                       _STATIC(self._static_shared))  # kept alive for C
         self.lib.tessera_set_hooks(*self._hooks[:5])
         self.lib.tessera_set_texture_hook(self._hooks[5], self._hooks[9])
         self.lib.tessera_set_register_hook(self._hooks[10])
+        self.lib.tessera_set_static_hook(self._hooks[11])
         self.lib.tessera_set_driver_hooks(*self._hooks[6:8])
         if check_leaks:  # for a program that calls exit(): the report as it ends
             self.lib.tessera_set_finish_hook(self._hooks[8])
@@ -209,10 +170,19 @@ class CudaProgram:
                 shadow[:] = np.frombuffer(init, np.uint8)
 
     def _launch(self, module: int, name: bytes, dims: Any, shared: int, argp: Any,
-                coop: int) -> int:
+                coop: int, opt_in: int) -> int:
         try:
             kernel = self.module_of[module].kernel(name.decode())
             grid, block = tuple(dims[:3]), tuple(dims[3:6])
+            allowed = opt_in if opt_in >= 0 else PORTABLE_SHARED - kernel.ir.static_shared
+            if shared > allowed:  # as a GPU refuses the launch
+                print(demangled(
+                    f"tessera run-cuda: launch of '{name.decode()}' failed: {shared} bytes of "
+                    f"dynamic shared memory, more than the {allowed} it may take "
+                    f"{'(its cudaFuncSetAttribute)' if opt_in >= 0 else 'without opting in'}"
+                    ": raise cudaFuncAttributeMaxDynamicSharedMemorySize with "
+                    "cudaFuncSetAttribute first", name.decode()), file=sys.stderr)
+                return _INVALID_VALUE
             raw = [ctypes.string_at(argp[k], p.size) for k, p in enumerate(kernel.params)]
             kernel.run(grid=grid, block=block, args=kernel.arguments_from_bytes(raw),
                        shared_bytes=int(shared), check_races=self.check_races,
@@ -237,6 +207,14 @@ class CudaProgram:
         except BaseException:  # nothing may unwind through C frames
             end_program(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
+
+    def _static_shared(self, module: int, name: bytes) -> int:
+        """A kernel's static shared memory in bytes (for the occupancy calculator and
+        cudaFuncGetAttributes), or -1 for no such kernel."""
+        try:
+            return int(self.module_of[module].kernel(name.decode()).ir.static_shared)
+        except (TesseraError, IndexError):
+            return -1
 
     def _sizes(self, module: int, name: bytes, sizes: Any, offsets: Any, most: int) -> int:
         """The byte size and offset of each parameter of a kernel (for a launch a graph
@@ -374,4 +352,4 @@ def run_program(built: Built, argv: Sequence[str], check_races: bool = True,
     return program.main([built.library.stem.removeprefix("lib"), *argv])
 
 
-__all__ = ["FAULT_EXIT", "CudaApiError", "CudaProgram", "DeviceMemory", "run_program"]
+__all__ = ["CudaApiError", "CudaProgram", "run_program"]

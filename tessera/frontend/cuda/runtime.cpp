@@ -25,7 +25,9 @@ namespace {
 
 // `module`: which registered fat binary (one per .cu file, in registration order) the
 // kernel or variable belongs to, since two files may each have a `static` one of a name
-struct Kernel { const void* host; std::string name; int module; };
+// `opt_in`: the dynamic shared memory the program allowed it (cudaFuncSetAttribute's
+// MaxDynamicSharedMemorySize), -1 for the default (48 KB less its static shared memory)
+struct Kernel { const void* host; std::string name; int module; int opt_in = -1; };
 struct Symbol { const void* host; std::string name; size_t size; int module; };
 
 // registration runs before main (and before tessera sets its hooks): tables made on use
@@ -36,19 +38,22 @@ std::vector<void**>& handles() { static std::vector<void**> t; return t; }
 int module_of(void** handle) { return static_cast<int>(reinterpret_cast<intptr_t>(*handle)); }
 
 using LaunchHook = int (*)(int module, const char* name, const unsigned* dims, size_t shared,
-                           void** args, int cooperative);
+                           void** args, int cooperative, int opt_in);
 using AllocHook = void* (*)(size_t bytes);
 using FreeHook = int (*)(void* p);
 // the byte size and offset of each of a kernel's parameters; how many it has (-1: no such
 // kernel)
 using SizesHook = int (*)(int module, const char* name, size_t* sizes, size_t* offsets,
                           int most);
+// a kernel's static shared memory in bytes (-1: no such kernel)
+using StaticHook = int (*)(int module, const char* name);
 // a misuse of the API: what is wrong, and where in this library the call came from
 using ReportHook = void (*)(const char* message, size_t caller);
 LaunchHook g_launch = nullptr;
 AllocHook g_alloc = nullptr;
 FreeHook g_free = nullptr;
 SizesHook g_sizes = nullptr;
+StaticHook g_static = nullptr;
 ReportHook g_report = nullptr;
 // called as the program ends (the leak check)
 using FinishHook = void (*)();
@@ -105,7 +110,7 @@ cudaError_t run_launch(const Kernel& k, dim3 g, dim3 b, size_t shared, void** ar
   unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
   fflush(stdout);  // the program's output so far comes before the kernel's printf
   cudaError_t e = static_cast<cudaError_t>(
-      g_launch(k.module, k.name.c_str(), dims, shared, args, coop));
+      g_launch(k.module, k.name.c_str(), dims, shared, args, coop, k.opt_in));
   g_launches += e == cudaSuccess;
   return tessera_fail(e);
 }
@@ -133,7 +138,8 @@ cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, 
                    cudaStream_t stream) {
   const Kernel* k = kernel_of(fun);
   if (!k) return tessera_fail(cudaErrorInvalidDeviceFunction);
-  return tessera_launch(k->module, k->name.c_str(), g, b, shared, args, coop, stream);
+  return tessera_launch(k->module, k->name.c_str(), g, b, shared, args, coop, stream,
+                        k->opt_in);
 }
 
 void summary() {
@@ -145,9 +151,9 @@ void summary() {
 }  // namespace
 
 cudaError_t tessera_launch(int module, const char* name, dim3 g, dim3 b, size_t shared,
-                           void** args, int coop, cudaStream_t stream) {
+                           void** args, int coop, cudaStream_t stream, int opt_in) {
   if (!g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
-  Kernel k{nullptr, name, module};
+  Kernel k{nullptr, name, module, opt_in};
   if (!tessera_capturing(stream)) return run_launch(k, g, b, shared, args, coop);
   TesseraWork work;
   cudaError_t e = launch_work(k, g, b, shared, args, coop, &work);
@@ -159,6 +165,19 @@ cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, 
   const Kernel* k = kernel_of(fun);
   if (!k || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
   return launch_work(*k, g, b, shared, args, coop, work);
+}
+
+int tessera_occupancy(int module, const char* name, int threads, size_t dynamic, int opt_in) {
+  int fixed = g_static ? g_static(module, name) : -1;
+  long allowed = opt_in >= 0 ? opt_in : 48 * 1024 - fixed;
+  if (fixed < 0 || threads <= 0 || threads > 1024 || static_cast<long>(dynamic) > allowed)
+    return 0;
+  long per_cta = fixed + static_cast<long>(dynamic) + 1024;  // 1 KB a CTA for the system
+  long by_memory = kTesseraSharedPerSm / per_cta;
+  long by_threads = kTesseraThreadsPerSm / ((threads + 31) / 32 * 32);
+  long most = kTesseraBlocksPerSm;
+  return static_cast<int>(by_memory < by_threads ? (by_memory < most ? by_memory : most)
+                                                 : (by_threads < most ? by_threads : most));
 }
 
 int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets, int most) {
@@ -252,6 +271,40 @@ const void* tessera_allocation_info(int k, size_t* size, size_t* caller, int* ki
   return a.base;
 }
 void tessera_set_finish_hook(FinishHook hook) { g_finish = hook; }
+void tessera_set_static_hook(StaticHook hook) { g_static = hook; }
+
+// --- kernels' attributes -------------------------------------------------------------
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* f) {
+  const Kernel* k = kernel_of(f);
+  int fixed = k && g_static ? g_static(k->module, k->name.c_str()) : -1;
+  if (fixed < 0) return tessera_fail(cudaErrorInvalidDeviceFunction);
+  std::memset(a, 0, sizeof *a);
+  a->maxThreadsPerBlock = 1024; a->numRegs = 32;
+  a->ptxVersion = a->binaryVersion = TESSERA_SM;
+  a->sharedSizeBytes = static_cast<size_t>(fixed);
+  a->maxDynamicSharedSizeBytes = k->opt_in >= 0 ? k->opt_in : 48 * 1024 - fixed;
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f, int threads,
+                                                          size_t dynamic) {
+  const Kernel* k = kernel_of(f);
+  if (!k) return tessera_fail(cudaErrorInvalidDeviceFunction);
+  *n = tessera_occupancy(k->module, k->name.c_str(), threads, dynamic, k->opt_in);
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void* f,
+                                                                   int threads, size_t dynamic,
+                                                                   unsigned) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, dynamic);
+}
+cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) {
+  for (Kernel& k : kernels()) {
+    if (k.host != f) continue;
+    if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) k.opt_in = v;
+    return cudaSuccess;
+  }
+  return tessera_fail(cudaErrorInvalidDeviceFunction);
+}
 
 // --- registration and launch, as nvcc's host code calls them -----------------------
 void** __cudaRegisterFatBinary(void*) {

@@ -10,6 +10,18 @@
 #define TESSERA_SM 80  // the target the program's PTX is compiled for, as 10 * major + minor
 #endif
 
+// an SM of the target (CUDA C++ Programming Guide, "Technical Specifications per Compute
+// Capability"): its shared memory, threads and CTAs (sm_86 and sm_89 have fewer)
+constexpr bool kTesseraSmallSm = TESSERA_SM == 86 || TESSERA_SM == 89;
+constexpr int kTesseraSharedPerSm = (TESSERA_SM >= 90 ? 228 : kTesseraSmallSm ? 100 : 164) * 1024;
+constexpr int kTesseraThreadsPerSm = kTesseraSmallSm ? 1536 : 2048;
+constexpr int kTesseraBlocksPerSm = kTesseraSmallSm ? 16 : 32;
+
+// CTAs of `threads` threads and `dynamic` bytes of dynamic shared memory one SM holds for
+// kernel `name` of `module` (its static shared memory counted, 1 KB a CTA reserved), 0
+// when the launch would fail: what the occupancy calculator answers
+int tessera_occupancy(int module, const char* name, int threads, size_t dynamic, int opt_in);
+
 // records e as the error cudaGetLastError returns next (unless it is cudaSuccess)
 cudaError_t tessera_fail(cudaError_t e);
 // ends the program with a report of an API misuse at the line that made the call (`ret`,
@@ -23,9 +35,10 @@ cudaError_t tessera_issue(cudaStream_t s, TesseraWork work);
 bool tessera_capturing(cudaStream_t s);
 
 // launches kernel `name` of module `module` (a .cu file's fat binary, or a module the
-// driver API loaded) on `stream`, or records the launch where the stream is captured
+// driver API loaded) on `stream`, or records the launch where the stream is captured;
+// `opt_in`: the dynamic shared memory the program allowed it (-1: the default)
 cudaError_t tessera_launch(int module, const char* name, dim3 g, dim3 b, size_t shared,
-                           void** args, int coop, cudaStream_t stream);
+                           void** args, int coop, cudaStream_t stream, int opt_in = -1);
 // the byte size and offset of each parameter of a kernel; how many (-1: no such kernel)
 int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets, int most);
 // a launch as work that keeps its own copy of the arguments' bytes (the program's

@@ -54,14 +54,14 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
     case cudaDevAttrMultiProcessorCount: *v = 4; break;
     case cudaDevAttrWarpSize: *v = 32; break;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
-    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = 2048; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = kTesseraThreadsPerSm; break;
     case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *v = 1024; break;
     case cudaDevAttrMaxBlockDimZ: *v = 64; break;
     case cudaDevAttrMaxGridDimX: *v = 0x7FFFFFFF; break;
     case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
     case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (hopper ? 227 : 163) * 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (hopper ? 228 : 164) * 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = kTesseraSharedPerSm - 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = kTesseraSharedPerSm; break;
     case cudaDevAttrMaxRegistersPerBlock: *v = 65536; break;
     case cudaDevAttrCooperativeLaunch: *v = 1; break;
     case cudaDevAttrManagedMemory: case cudaDevAttrConcurrentManagedAccess: *v = 1; break;
@@ -76,11 +76,13 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   std::snprintf(p->name, sizeof p->name, "tessera: sm_%d on the CPU", TESSERA_SM);
   p->major = TESSERA_SM / 10; p->minor = TESSERA_SM % 10;
   p->multiProcessorCount = 4; p->warpSize = 32;
-  p->maxThreadsPerBlock = 1024; p->maxThreadsPerMultiProcessor = 2048;
+  p->maxThreadsPerBlock = 1024; p->maxThreadsPerMultiProcessor = kTesseraThreadsPerSm;
   p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = p->maxGridSize[2] = 65535;
   p->sharedMemPerBlock = 48 * 1024; p->regsPerBlock = 65536;
-  p->sharedMemPerBlockOptin = (TESSERA_SM >= 90 ? 227 : 163) * 1024;
+  p->sharedMemPerBlockOptin = kTesseraSharedPerSm - 1024;
+  p->sharedMemPerMultiprocessor = kTesseraSharedPerSm;
+  p->maxBlocksPerMultiProcessor = kTesseraBlocksPerSm;
   p->totalGlobalMem = size_t(8) << 30; p->managedMemory = 1; p->cooperativeLaunch = 1;
   return cudaSuccess;
 }
@@ -117,21 +119,7 @@ void tessera_set_register_hook(RegisterHook hook) { g_register = hook; }
 cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
   *free_ = *total = size_t(8) << 30; return cudaSuccess;
 }
-cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
-  std::memset(a, 0, sizeof *a);
-  a->maxThreadsPerBlock = 1024; a->numRegs = 32;
-  a->ptxVersion = a->binaryVersion = TESSERA_SM;
-  return cudaSuccess;
-}
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
 cudaError_t cudaFuncSetCacheConfig(const void*, cudaFuncCache) { return cudaSuccess; }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int, size_t) {
-  *n = 1; return cudaSuccess;
-}
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void*, int,
-                                                                   size_t, unsigned) {
-  *n = 1; return cudaSuccess;
-}
 
 // --- errors --------------------------------------------------------------------------
 cudaError_t cudaGetLastError() { cudaError_t e = g_last; g_last = cudaSuccess; return e; }

@@ -17,7 +17,7 @@
 
 struct CUctx_st {};
 struct CUmod_st { int module; };
-struct CUfunc_st { int module; std::string name; };
+struct CUfunc_st { int module; std::string name; int opt_in = -1; };
 
 namespace {
 
@@ -128,7 +128,7 @@ CUresult cuModuleUnload(CUmodule m) { delete m; return CUDA_SUCCESS; }
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
   size_t sizes[1], offsets[1];
   if (!m || tessera_params(m->module, name, sizes, offsets, 0) < 0) return CUDA_ERROR_NOT_FOUND;
-  *f = new CUfunc_st{m->module, name};
+  *f = new CUfunc_st{m->module, name, -1};
   return CUDA_SUCCESS;
 }
 CUresult cuModuleGetGlobal(CUdeviceptr* p, size_t* bytes, CUmodule m, const char* name) {
@@ -155,16 +155,20 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     params = args.data();
   }
   return result(tessera_launch(f->module, f->name.c_str(), dim3(gx, gy, gz), dim3(bx, by, bz),
-                               shared, params, 0, s));
+                               shared, params, 0, s, f->opt_in));
 }
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                    unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                    CUstream s, void** params) {
   if (!f || !params) return CUDA_ERROR_INVALID_VALUE;
   return result(tessera_launch(f->module, f->name.c_str(), dim3(gx, gy, gz), dim3(bx, by, bz),
-                               shared, params, 1, s));
+                               shared, params, 1, s, f->opt_in));
 }
-CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
+CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) f->opt_in = v;
+  return CUDA_SUCCESS;
+}
 CUresult cuFuncSetCacheConfig(CUfunction, CUfunc_cache) { return CUDA_SUCCESS; }
 CUresult cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) {
   *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : a == CU_FUNC_ATTRIBUTE_NUM_REGS ? 32
@@ -172,8 +176,11 @@ CUresult cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) {
        : 0;
   return CUDA_SUCCESS;
 }
-CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction, int, size_t) {
-  *n = 1; return CUDA_SUCCESS;
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int threads,
+                                                     size_t dynamic) {
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  *n = tessera_occupancy(f->module, f->name.c_str(), threads, dynamic, f->opt_in);
+  return CUDA_SUCCESS;
 }
 
 // --- memory ------------------------------------------------------------------------------

@@ -282,6 +282,21 @@ def test_kernels_reach_pinned_and_registered_host_memory(cache: Path) -> None:
     assert "this memory is given back by cudaFreeHost" in wrong.stderr
 
 
+def test_dynamic_shared_memory_above_48_kb_needs_the_opt_in(cache: Path) -> None:
+    """A launch with 64 KB of dynamic shared memory is refused, and the occupancy
+    calculator answers 0, until cudaFuncSetAttribute raises the kernel's limit; so CUB,
+    which sizes its tiles by the occupancy calculator, keeps within what it may take."""
+    done = run_cuda(cache, "shared_opt_in.cu")
+    assert done.returncode == 0, done.stderr
+    n = 16 * 1024
+    assert done.stdout.splitlines() == [
+        "before opting in: occupancy 0, refused 1",
+        f"after: max dynamic 65536, occupancy above 0 1, no error, out[0] {3 * (n - 1)} "
+        f"out[{n - 1}] 0"]
+    assert "65536 bytes of dynamic shared memory, more than the 49152 it may take " \
+        "without opting in" in done.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -380,7 +395,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
     ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
-    ("mapped_memory.cu", []),
+    ("mapped_memory.cu", []), ("shared_opt_in.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
