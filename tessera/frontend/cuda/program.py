@@ -314,7 +314,7 @@ class CudaProgram:
             lines = []
             for k in range(self.lib.tessera_allocation_count()):
                 base = info(k, ctypes.byref(size), ctypes.byref(caller), ctypes.byref(kind))
-                if caller.value and kind.value != 2:  # not tessera's, not registered
+                if caller.value and kind.value in (0, 1, 3):  # device, pinned, managed
                     where = caller_line(self.built, caller.value)
                     what = " of pinned host memory" if kind.value == 1 else ""
                     lines.append(f"{size.value} bytes{what} at {base:#x}, allocated at "

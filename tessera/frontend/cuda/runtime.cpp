@@ -185,12 +185,13 @@ int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets,
 }
 
 cudaError_t tessera_free(void* ret, const char* call, void* p, int kind) {
-  static const char* const kFreers[] = {"cudaFree", "cudaFreeHost", "cudaHostUnregister"};
+  static const char* const kFreers[] = {"cudaFree", "cudaFreeHost", "cudaHostUnregister",
+                                        "cudaFree", "no call (a __device__ variable's)"};
   if (!p) return cudaSuccess;
   std::vector<Allocation>& all = allocations();
   for (size_t k = 0; k < all.size(); ++k) {
     if (all[k].base != p) continue;
-    if (all[k].kind != kind)
+    if (all[k].kind != kind && !(all[k].kind == kTesseraManaged && kind == kTesseraDevice))
       tessera_report(ret, "%s(%p): this memory is given back by %s", call, p,
                      kFreers[all[k].kind]);
     all.erase(all.begin() + static_cast<long>(k));
@@ -208,7 +209,7 @@ void tessera_add_allocation(const void* p, size_t size) {
 
 cudaError_t tessera_malloc(void* ret, void** p, size_t bytes, int kind) {
   if (!p) return tessera_fail(cudaErrorInvalidValue);
-  if (kind == kTesseraRegistered) {  // the program's memory, which it names in *p
+  if (kind == kTesseraRegistered || kind == kTesseraSymbol) {  // memory the program names
     allocations().push_back({static_cast<const char*>(*p), bytes, ret, kind});
     return cudaSuccess;
   }
@@ -366,7 +367,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   return tessera_malloc(__builtin_return_address(0), p, bytes);
 }
 cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) {
-  return tessera_malloc(__builtin_return_address(0), p, bytes);
+  return tessera_malloc(__builtin_return_address(0), p, bytes, kTesseraManaged);
 }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
   return tessera_malloc(__builtin_return_address(0), p, bytes);

@@ -46,12 +46,18 @@ int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets,
 cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, void** args,
                                 int coop, TesseraWork* work);
 // what memory kernels reach: device memory (cudaMalloc), pinned host memory
-// (cudaMallocHost, mapped for kernels as with unified addressing) and host memory the
-// program registered (cudaHostRegister)
-enum TesseraMemory { kTesseraDevice = 0, kTesseraPinned = 1, kTesseraRegistered = 2 };
+// (cudaMallocHost, mapped for kernels as with unified addressing), host memory the
+// program registered (cudaHostRegister) and managed memory (cudaMallocManaged)
+enum TesseraMemory {
+  kTesseraDevice = 0, kTesseraPinned = 1, kTesseraRegistered = 2, kTesseraManaged = 3,
+  kTesseraSymbol = 4  // a __device__ variable's storage, whose address the program took
+};
 // frees the allocation of `kind` at `p`, or reports at the caller's line (`ret`) that it
 // is none, or one of another kind
 cudaError_t tessera_free(void* ret, const char* call, void* p, int kind = kTesseraDevice);
+// places the host memory [p, p + bytes) in every launch (a __device__ variable's storage
+// whose address the program takes); whether it is
+bool tessera_register_storage(void* p, size_t bytes);
 // the kind of the allocation holding `p`, or -1
 int tessera_memory_kind(const void* p);
 // device memory of `bytes` for the program's call at `ret` (cudaMalloc's and the others')

@@ -116,6 +116,67 @@ cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
   return cudaSuccess;
 }
 void tessera_set_register_hook(RegisterHook hook) { g_register = hook; }
+}  // extern "C"
+
+bool tessera_register_storage(void* p, size_t bytes) {
+  if (tessera_memory_kind(p) >= 0) return true;  // placed already
+  if (!g_register || g_register(p, bytes, 1)) return false;
+  return tessera_malloc(nullptr, &p, bytes, kTesseraSymbol) == cudaSuccess;
+}
+
+extern "C" {
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  static const cudaMemoryType kTypes[] = {cudaMemoryTypeDevice, cudaMemoryTypeHost,
+                                          cudaMemoryTypeHost, cudaMemoryTypeManaged,
+                                          cudaMemoryTypeDevice};
+  int kind = tessera_memory_kind(p);
+  a->type = kind < 0 ? cudaMemoryTypeUnregistered : kTypes[kind];
+  a->device = 0;
+  a->devicePointer = kind < 0 ? nullptr : const_cast<void*>(p);
+  a->hostPointer = kind == kTesseraDevice || kind == kTesseraSymbol || kind < 0
+                       ? nullptr : const_cast<void*>(p);
+  return cudaSuccess;
+}
+// one device: no peers, and a copy between "devices" 0 and 0 is a copy
+cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) { *can = 0; return cudaSuccess; }
+cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) {
+  return tessera_fail(cudaErrorInvalidDevice);
+}
+cudaError_t cudaMemcpyPeer(void* d, int dd, const void* s, int sd, size_t n) {
+  if (dd != 0 || sd != 0) return tessera_fail(cudaErrorInvalidDevice);
+  tessera_copy_work(__builtin_return_address(0), "cudaMemcpyPeer", d, s, n,
+                    cudaMemcpyDeviceToDevice)();
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceFlags(unsigned* flags) { *flags = 0; return cudaSuccess; }
+cudaError_t cudaChooseDevice(int* d, const cudaDeviceProp*) { *d = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d) {
+  if (d != 0) return tessera_fail(cudaErrorInvalidDevice);
+  std::snprintf(id, static_cast<size_t>(len), "0000:00:00.0");
+  return cudaSuccess;
+}
+cudaError_t cudaProfilerStart() { return cudaSuccess; }
+cudaError_t cudaProfilerStop() { return cudaSuccess; }
+// the default memory pool of cudaMallocAsync: one pool, its attributes accepted
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int d) {
+  static int token;
+  *pool = reinterpret_cast<cudaMemPool_t>(&token);
+  return d == 0 ? cudaSuccess : tessera_fail(cudaErrorInvalidDevice);
+}
+cudaError_t cudaDeviceGetMemPool(cudaMemPool_t* pool, int d) {
+  return cudaDeviceGetDefaultMemPool(pool, d);
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) {
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t, cudaMemPoolAttr, void* v) {
+  *static_cast<unsigned long long*>(v) = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, size_t) { return cudaSuccess; }
+cudaError_t cudaMallocFromPoolAsync(void** p, size_t bytes, cudaMemPool_t, cudaStream_t) {
+  return tessera_malloc(__builtin_return_address(0), p, bytes);
+}
 cudaError_t cudaMemGetInfo(size_t* free_, size_t* total) {
   *free_ = *total = size_t(8) << 30; return cudaSuccess;
 }

@@ -101,6 +101,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return tessera_fail(cudaErrorInvalidResourceHandle);
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamGetFlags(cudaStream_t, unsigned* flags) { *flags = 0; return cudaSuccess; }
+cudaError_t cudaStreamGetPriority(cudaStream_t, int* priority) {
+  *priority = 0; return cudaSuccess;
+}
+cudaError_t cudaStreamAttachMemAsync(cudaStream_t, void*, size_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   CUstream_st* stream = stream_of(s);
@@ -224,6 +229,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   e->capture = stream_of(s)->capture;
   return tessera_issue(s, [e] { e->ms = now_ms(); return cudaSuccess; });
+}
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned) {
+  return cudaEventRecord(e, s);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }

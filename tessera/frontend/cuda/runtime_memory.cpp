@@ -143,6 +143,20 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const void* sym, size_t n, size_t of
   std::memcpy(dst, storage + off, n);
   return cudaSuccess;
 }
+// a __device__ variable's address for kernels: its host shadow, placed in every launch
+cudaError_t cudaGetSymbolAddress(void** p, const void* sym) {
+  char* storage;
+  size_t size;
+  if (!tessera_symbol_storage(sym, &storage, &size) || !tessera_register_storage(storage, size))
+    return tessera_fail(cudaErrorInvalidSymbol);
+  *p = storage;
+  return cudaSuccess;
+}
+cudaError_t cudaGetSymbolSize(size_t* n, const void* sym) {
+  char* storage;
+  return tessera_symbol_storage(sym, &storage, n) ? cudaSuccess
+                                                  : tessera_fail(cudaErrorInvalidSymbol);
+}
 // not recorded into graphs: refused in a capture (a GPU would record them)
 cudaError_t cudaMemcpyToSymbolAsync(const void* sym, const void* src, size_t n, size_t off,
                                     cudaMemcpyKind k, cudaStream_t s) {

@@ -297,6 +297,17 @@ def test_dynamic_shared_memory_above_48_kb_needs_the_opt_in(cache: Path) -> None
         "without opting in" in done.stderr
 
 
+def test_runtime_calls_beside_launches(cache: Path) -> None:
+    """A kernel writes a __device__ variable through cudaGetSymbolAddress; pointer
+    attributes name managed, device and unregistered memory; profiler ranges, peers, the
+    default memory pool and a copy between devices 0 and 0 work as on one GPU."""
+    done = run_cuda(cache, "runtime_calls.cu")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "symbol of 32 bytes: 2 16", "managed 1, symbol device 1, stack unregistered 1",
+        "peer access 0, pooled copy 10 30, no error"]
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -395,7 +406,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
     ("vector_add.cu", ["300"]), ("patterns.cu", []), ("thrust_and_cub.cu", []),
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
     ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
-    ("mapped_memory.cu", []), ("shared_opt_in.cu", []),
+    ("mapped_memory.cu", []), ("shared_opt_in.cu", []), ("runtime_calls.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
