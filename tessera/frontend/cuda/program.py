@@ -91,22 +91,26 @@ class CudaProgram:
         self.symbols = self._symbols()
         self.module_of = self._match_modules()
         self._initialise()
-        self._hooks = (_LAUNCH(self._launch), _ALLOC(self.memory.alloc),
-                       _FREE(self.memory.free), _REPORT(self._report),
-                       _SIZES(self._sizes), _TEXTURE(self._texture), _LOAD(self._load),
-                       _GLOBAL(self._global), _FINISH(self._leaks),
-                       _SURFACE(self._surface),
-                       _REGISTER(self.memory.register),
-                       _STATIC(self._static_shared))  # kept alive for C
-        self.lib.tessera_set_hooks(*self._hooks[:5])
-        self.lib.tessera_set_texture_hook(self._hooks[5], self._hooks[9])
-        self.lib.tessera_set_register_hook(self._hooks[10])
-        self.lib.tessera_set_static_hook(self._hooks[11])
-        self.lib.tessera_set_driver_hooks(*self._hooks[6:8])
-        if check_leaks:  # for a program that calls exit(): the report as it ends
-            self.lib.tessera_set_finish_hook(self._hooks[8])
         self.textures: dict[int, Texture | Surface] = {}  # texture and surface objects
         self.heap: DeviceHeap | None = None  # what kernels' malloc and free use
+        self._callbacks: list[Any] = []  # the C function pointers, kept alive for C
+        lib, c = self.lib, self._callback
+        lib.tessera_set_hooks(c(_LAUNCH, self._launch), c(_ALLOC, self.memory.alloc),
+                              c(_FREE, self.memory.free), c(_REPORT, self._report),
+                              c(_SIZES, self._sizes))
+        lib.tessera_set_texture_hook(c(_TEXTURE, self._texture), c(_SURFACE, self._surface))
+        lib.tessera_set_register_hook(c(_REGISTER, self.memory.register))
+        lib.tessera_set_static_hook(c(_STATIC, self._static_shared))
+        lib.tessera_set_driver_hooks(c(_LOAD, self._load), c(_GLOBAL, self._global))
+        self._finish = c(_FINISH, self._leaks)
+        if check_leaks:  # for a program that calls exit(): the report as it ends
+            lib.tessera_set_finish_hook(self._finish)
+
+    def _callback(self, kind: Any, fn: Any) -> Any:
+        """``fn`` as a C function pointer of type ``kind``, kept alive with the program."""
+        made = kind(fn)
+        self._callbacks.append(made)
+        return made
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
         """Each ``__device__``/``__constant__`` variable's host shadow."""

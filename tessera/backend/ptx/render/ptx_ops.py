@@ -39,17 +39,27 @@ VPRINTF = (".extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf
            ".param .b64 vprintf_param_1);")
 
 
+def _library_call(e: PtxWriter, name: str, args: list[str], result: str = "",
+                  result_type: str = "b64") -> None:
+    """The call sequence of a device-runtime function of ``.b64`` parameters: each
+    argument stored to a ``.param`` of its own, the result loaded from ``retval0``."""
+    e.out("{")
+    for k, a in enumerate(args):
+        e.out(f".param .b64 param{k}; st.param.b64 [param{k}], {a};")
+    params = ", ".join(f"param{k}" for k in range(len(args)))
+    if result:
+        e.out(f".param .{result_type} retval0;")
+        e.out(f"call.uni (retval0), {name}, ({params});")
+        e.out(f"ld.param.{result_type} {result}, [retval0];")
+    else:
+        e.out(f"call.uni {name}, ({params});")
+    e.out("}")
+
+
 @rule(Printf)
 def _printf(e: PtxWriter, instr: Instr) -> None:
     e.externs.add(VPRINTF)
-    fmt, args = _regs(e, instr)
-    e.out("{")
-    e.out(f".param .b64 param0; st.param.b64 [param0], {fmt};")
-    e.out(f".param .b64 param1; st.param.b64 [param1], {args};")
-    e.out(".param .b32 retval0;")
-    e.out("call.uni (retval0), vprintf, (param0, param1);")
-    e.out(f"ld.param.b32 {e.regs.one(instr.result)}, [retval0];")
-    e.out("}")
+    _library_call(e, "vprintf", list(_regs(e, instr)), e.regs.one(instr.result), "b32")
 
 
 #: what a failed device assert calls: message, file, line, function, character size
@@ -211,21 +221,13 @@ FREE = ".extern .func free(.param .b64 free_param_0);"
 @rule(DeviceMalloc)
 def _malloc(e: PtxWriter, instr: Instr) -> None:
     e.externs.add(MALLOC)
-    e.out("{")
-    e.out(f".param .b64 param0; st.param.b64 [param0], {e.regs.one(instr.operands[0])};")
-    e.out(".param .b64 retval0;")
-    e.out("call.uni (retval0), malloc, (param0);")
-    e.out(f"ld.param.b64 {e.regs.one(instr.result)}, [retval0];")
-    e.out("}")
+    _library_call(e, "malloc", [e.regs.one(instr.operands[0])], e.regs.one(instr.result))
 
 
 @rule(DeviceFree)
 def _free(e: PtxWriter, instr: Instr) -> None:
     e.externs.add(FREE)
-    e.out("{")
-    e.out(f".param .b64 param0; st.param.b64 [param0], {e.regs.one(instr.operands[0])};")
-    e.out("call.uni free, (param0);")
-    e.out("}")
+    _library_call(e, "free", [e.regs.one(instr.operands[0])])
 
 
 @rule(TexFetch)
