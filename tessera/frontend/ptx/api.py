@@ -224,6 +224,8 @@ class PtxKernel:
 
         for address, a in (buffers or {}).items():
             placed[id(a)] = self._place_at(glob, a, address)
+        if buffers and (clash := glob.first_overlap()) is not None:
+            raise ArgumentError(f"{clash[1]}: its {clash[2]} bytes overlap {clash[0]}")
         for k, (p, a) in enumerate(zip(params, args)):
             def placer(x: np.ndarray, k: int = k) -> int:
                 return place(x, k)
@@ -296,7 +298,8 @@ class PtxKernel:
 
     @staticmethod
     def _place_at(glob: GlobalMemory, a: Any, address: Any) -> int:
-        """Place buffer ``a`` at device address ``address`` (checked)."""
+        """Place buffer ``a`` at device address ``address`` (checked; overlaps are
+        looked for once all are placed)."""
         where = f"the buffer at {address:#x}" if isinstance(address, int) else \
             f"the buffer at {address!r}"
         if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or not a.flags.writeable:
@@ -306,8 +309,6 @@ class PtxKernel:
             raise ArgumentError(f"{where}: a device address is an int of 64 bits, a multiple "
                                 f"of 256, from {GLOBAL_BASE:#x} up", hint="give the address "
                                 "the CUDA program's allocation had (cudaMalloc aligns to 256)")
-        if (other := glob.overlap(int(address), a.nbytes)) is not None:
-            raise ArgumentError(f"{where}: its {a.nbytes} bytes overlap {other}")
         return glob.add(a, f"the buffer at {int(address):#x}", int(address))
 
     def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,

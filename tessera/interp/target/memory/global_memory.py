@@ -64,6 +64,21 @@ class GlobalMemory:
                 return name
         return None
 
+    def first_overlap(self) -> tuple[str, str, int] | None:
+        """(two placed buffers that share bytes, the later one's size), or None: one sort
+        of all of them, where checking each against the others would be quadratic."""
+        if len(self.bases) < 2:
+            return None
+        bases = np.asarray(self.bases, np.int64)
+        sizes = np.maximum(np.asarray([b.size for b in self.bytes], np.int64), 1)
+        order = np.argsort(bases, kind="stable")
+        ends = bases[order] + sizes[order]
+        clash = np.flatnonzero(ends[:-1] > bases[order][1:])
+        if not len(clash):
+            return None
+        k, j = int(order[clash[0]]), int(order[clash[0] + 1])
+        return self.names[k], self.names[j], int(self.bytes[j].size)
+
     def replace(self, address: int, array: np.ndarray, name: str) -> None:
         """Put ``array`` in place of the buffer at ``address`` (a heap block reused)."""
         k = self.bases.index(address)
