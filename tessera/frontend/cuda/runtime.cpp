@@ -357,8 +357,16 @@ cudaError_t cudaLaunchCooperativeKernel(const void* f, dim3 g, dim3 b, void** ar
 }
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* f, void** args) {
   int coop = 0;
-  for (unsigned k = 0; k < c->numAttrs; ++k)
-    if (c->attrs[k].id == cudaLaunchAttributeCooperative) coop = c->attrs[k].val.cooperative;
+  for (unsigned k = 0; k < c->numAttrs; ++k) {
+    const cudaLaunchAttribute& a = c->attrs[k];
+    if (a.id == cudaLaunchAttributeCooperative) coop = a.val.cooperative;
+    if (a.id == cudaLaunchAttributeClusterDimension &&
+        a.val.clusterDim.x * a.val.clusterDim.y * a.val.clusterDim.z > 1)
+      tessera_report(__builtin_return_address(0), "cudaLaunchKernelExC with clusters of "
+                     "%ux%ux%u CTAs: thread block clusters are not modelled (launch without "
+                     "the cluster attribute)", a.val.clusterDim.x, a.val.clusterDim.y,
+                     a.val.clusterDim.z);
+  }
   return launch(f, c->gridDim, c->blockDim, c->dynamicSmemBytes, args, coop, c->stream);
 }
 

@@ -308,6 +308,23 @@ def test_runtime_calls_beside_launches(cache: Path) -> None:
         "peer access 0, pooled copy 10 30, no error"]
 
 
+def test_a_cluster_launch_is_refused_by_name(cache: Path, tmp_path: Path) -> None:
+    """Thread block clusters are not modelled: a launch asking for them ends the program
+    with a report at its line, rather than running without them."""
+    source = tmp_path / "cluster.cu"
+    source.write_text(
+        "__global__ void k(int* x) { x[threadIdx.x] = 1; }\n"
+        "int main() {\n  int* x;\n  cudaMalloc(&x, 256);\n"
+        "  cudaLaunchConfig_t c = {};\n  c.gridDim = dim3(2);\n  c.blockDim = dim3(64);\n"
+        "  cudaLaunchAttribute a[1];\n  a[0].id = cudaLaunchAttributeClusterDimension;\n"
+        "  a[0].val.clusterDim.x = 2; a[0].val.clusterDim.y = 1; a[0].val.clusterDim.z = 1;\n"
+        "  c.attrs = a;\n  c.numAttrs = 1;\n  cudaLaunchKernelEx(&c, k, x);\n  return 0;\n}\n")
+    done = command(cache, str(source), "--arch", "sm_90a")
+    assert done.returncode == 1
+    assert "cluster.cu:13: CUDA API error: cudaLaunchKernelExC with clusters of 2x1x1 CTAs: " \
+        "thread block clusters are not modelled" in done.stderr, done.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
