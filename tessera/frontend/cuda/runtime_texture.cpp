@@ -102,27 +102,39 @@ cudaError_t cudaMemcpy2DFromArray(void* dst, size_t dpitch, cudaArray_const_t sr
                  width);
   return cudaSuccess;
 }
-// a whole 3-D copy between an array and pitched memory (or between pitched memories)
+// a 3-D copy between arrays and pitched memory in any pairing: positions and the width
+// in elements where an array takes part, in bytes otherwise (cudaMemcpy3DParms)
 cudaError_t cudaMemcpy3D(const cudaMemcpy3DParms* p) {
   void* ret = __builtin_return_address(0);
-  cudaArray_t arr = p->dstArray ? p->dstArray : p->srcArray;
-  if ((p->dstArray && p->srcArray) || p->srcPos.x || p->srcPos.y || p->srcPos.z ||
-      p->dstPos.x || p->dstPos.y || p->dstPos.z)
-    return tessera_fail(cudaErrorInvalidValue);  // offsets and array-to-array not modelled
-  size_t width = arr ? p->extent.width * arr->element() : p->extent.width;
-  size_t rows = p->extent.height * p->extent.depth;
-  if (arr) check_array(ret, "cudaMemcpy3D", arr, 0, 0, width, rows);
-  const cudaPitchedPtr& linear = p->dstArray ? p->srcPtr : p->dstPtr;
-  for (size_t z = 0; z < p->extent.depth; ++z) {
-    for (size_t y = 0; y < p->extent.height; ++y) {
-      char* mem = static_cast<char*>(linear.ptr) + (z * linear.ysize + y) * linear.pitch;
-      char* other = arr ? arr->data + (z * arr->rows() + y) * arr->pitch()
-                        : static_cast<char*>(p->srcPtr.ptr) +
-                              (z * p->srcPtr.ysize + y) * p->srcPtr.pitch;
-      if (p->dstArray) std::memmove(other, mem, width);
-      else std::memmove(mem, other, width);
+  const cudaArray* any = p->srcArray ? p->srcArray : p->dstArray;
+  size_t unit = any ? any->element() : 1;
+  size_t width = p->extent.width * unit, h = p->extent.height, d = p->extent.depth;
+  struct Side { char* base; size_t pitch, slice; };
+  auto side = [&](cudaArray* a, const cudaPitchedPtr& ptr, const cudaPos& at, bool dst) {
+    const char* what = dst ? "cudaMemcpy3D's destination" : "cudaMemcpy3D's source";
+    if (a) {
+      size_t slices = a->depth ? a->depth : 1;
+      if (at.y + h > a->rows() || at.z + d > slices)
+        tessera_report(ret, "%s: rows %zu to %zu of slices %zu to %zu pass the array's %zu "
+                       "rows and %zu slices", what, at.y, at.y + h, at.z, at.z + d, a->rows(),
+                       slices);
+      check_array(ret, what, a, at.x * unit, at.y, width, h);
+      return Side{a->data + (at.z * a->rows() + at.y) * a->pitch() + at.x * unit, a->pitch(),
+                  a->pitch() * a->rows()};
     }
-  }
+    Side s{static_cast<char*>(ptr.ptr) + (at.z * ptr.ysize + at.y) * ptr.pitch + at.x * unit,
+           ptr.pitch, ptr.pitch * ptr.ysize};
+    if (d && h && tessera_memory_kind(ptr.ptr) >= 0)  // device memory: the span it covers
+      tessera_check_device(ret, what, dst ? "destination" : "source", s.base,
+                           (d - 1) * s.slice + (h - 1) * s.pitch + width);
+    return s;
+  };
+  Side src = side(p->srcArray, p->srcPtr, p->srcPos, false);
+  Side dst = side(p->dstArray, p->dstPtr, p->dstPos, true);
+  for (size_t z = 0; z < d; ++z)
+    for (size_t y = 0; y < h; ++y)
+      std::memmove(dst.base + z * dst.slice + y * dst.pitch,
+                   src.base + z * src.slice + y * src.pitch, width);
   return cudaSuccess;
 }
 

@@ -325,6 +325,16 @@ def test_a_cluster_launch_is_refused_by_name(cache: Path, tmp_path: Path) -> Non
         "thread block clusters are not modelled" in done.stderr, done.stderr
 
 
+def test_3d_copies_between_arrays_with_positions(cache: Path) -> None:
+    done = run_cuda(cache, "arrays_3d.cu")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "corner 17 18 21 22, rest 0, no error\n"  # 12 + 4 + 1 = 17
+    past = run_cuda(cache, "arrays_3d.cu", "past")
+    assert past.returncode == 1
+    assert "arrays_3d.cu:26: CUDA API error: cudaMemcpy3D's source: rows 2 to 4 of slices " \
+        "1 to 2 pass the array's 3 rows and 2 slices" in past.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -424,6 +434,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
     ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
     ("mapped_memory.cu", []), ("shared_opt_in.cu", []), ("runtime_calls.cu", []),
+    ("arrays_3d.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
