@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch.swizzle import Swizzle
 from tessera.arch.texture import Surface, Texture
+from tessera.arch.tma import Interleave, L2Promotion, OobFill, TensorMap, TensorMapDataType
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
 from tessera.frontend.cuda.memory import DeviceMemory
@@ -46,6 +48,8 @@ _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
 #: C++ Programming Guide, "Shared Memory": above 48 KB a kernel must opt in)
 PORTABLE_SHARED = 48 * 1024
 _INVALID_VALUE = 1  # cudaErrorInvalidValue
+#: cuda.h's CUtensorMapSwizzle numbers
+_SWIZZLES = {0: Swizzle.NONE, 1: Swizzle.B32, 2: Swizzle.B64, 3: Swizzle.B128}
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
 _FREE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_size_t)
@@ -61,6 +65,11 @@ _SURFACE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size
                             ctypes.c_int)
 _REGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _STATIC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p)
+_U64S, _U32S = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+_TENSOR_MAP = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_int, ctypes.c_uint,
+                               ctypes.c_void_p, _U64S, _U64S, _U32S, _U32S, *(ctypes.c_int,) * 4)
+#: the first word of a tensor map runtime_driver.cpp encoded ("TessTmap")
+TENSOR_MAP_MAGIC = 0x54657373546D6170
 _TEXTURE = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, *(ctypes.c_size_t,) * 5,
                             ctypes.c_int, _INTS, ctypes.c_int, _INTS, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, _FLOATS)
@@ -101,7 +110,9 @@ class CudaProgram:
         lib.tessera_set_texture_hook(c(_TEXTURE, self._texture), c(_SURFACE, self._surface))
         lib.tessera_set_register_hook(c(_REGISTER, self.memory.register))
         lib.tessera_set_static_hook(c(_STATIC, self._static_shared))
-        lib.tessera_set_driver_hooks(c(_LOAD, self._load), c(_GLOBAL, self._global))
+        lib.tessera_set_driver_hooks(c(_LOAD, self._load), c(_GLOBAL, self._global),
+                                     c(_TENSOR_MAP, self._tensor_map))
+        self.tensor_maps: dict[int, TensorMap] = {}  # by handle
         self._finish = c(_FINISH, self._leaks)
         if check_leaks:  # for a program that calls exit(): the report as it ends
             lib.tessera_set_finish_hook(self._finish)
@@ -188,7 +199,11 @@ class CudaProgram:
                     "cudaFuncSetAttribute first", name.decode()), file=sys.stderr)
                 return _INVALID_VALUE
             raw = [ctypes.string_at(argp[k], p.size) for k, p in enumerate(kernel.params)]
+            maps = {k: self.tensor_maps[int.from_bytes(r[8:16], "little")]
+                    for k, r in enumerate(raw) if len(r) == 128 and
+                    int.from_bytes(r[:8], "little") == TENSOR_MAP_MAGIC}
             kernel.run(grid=grid, block=block, args=kernel.arguments_from_bytes(raw),
+                       tensor_maps=maps,
                        shared_bytes=int(shared), check_races=self.check_races,
                        symbols=self._symbols_of(module), cooperative=bool(coop),
                        buffers=self.memory.arrays, textures=self.textures,
@@ -211,6 +226,26 @@ class CudaProgram:
         except BaseException:  # nothing may unwind through C frames
             end_program(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
+
+    def _tensor_map(self, dtype: int, rank: int, address: int, dims: Any, strides: Any,
+                    box: Any, steps: Any, interleave: int, swizzle: int, l2: int,
+                    fill: int) -> int:
+        """The handle of a tensor map of cuTensorMapEncodeTiled's arguments, or 0 after
+        saying why a GPU would refuse it."""
+        try:
+            t = TensorMap(TensorMapDataType(dtype), address or 0,
+                          tuple(dims[i] for i in range(rank)),
+                          tuple(strides[i] for i in range(rank - 1)),
+                          tuple(box[i] for i in range(rank)),
+                          tuple(steps[i] for i in range(rank)) if steps else None,
+                          Interleave(interleave), _SWIZZLES[swizzle], L2Promotion(l2),
+                          OobFill(fill)).validate()
+        except (TesseraError, ValueError, KeyError) as err:
+            print(f"tessera run-cuda: cuTensorMapEncodeTiled returns "
+                  f"CUDA_ERROR_INVALID_VALUE: {getattr(err, 'message', err)}", file=sys.stderr)
+            return 0
+        self.tensor_maps[len(self.tensor_maps) + 1] = t
+        return len(self.tensor_maps)
 
     def _static_shared(self, module: int, name: bytes) -> int:
         """A kernel's static shared memory in bytes (for the occupancy calculator and

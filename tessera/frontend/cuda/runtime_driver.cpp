@@ -26,8 +26,18 @@ namespace {
 using LoadHook = int (*)(const char* image, size_t size, const char* name);
 // the device address and size of a loaded module's variable, or 0
 using GlobalHook = unsigned long long (*)(int module, const char* name, size_t* size);
+// a tensor map of cuTensorMapEncodeTiled's arguments (enumerations as cuda.h numbers
+// them): its handle, or 0 after saying on stderr why a GPU would refuse it
+using TensorMapHook = unsigned long long (*)(int dtype, unsigned rank, void* address,
+                                             const cuuint64_t* dims, const cuuint64_t* strides,
+                                             const cuuint32_t* box, const cuuint32_t* steps,
+                                             int interleave, int swizzle, int l2, int fill);
 LoadHook g_load = nullptr;
 GlobalHook g_global = nullptr;
+TensorMapHook g_tensor_map = nullptr;
+// the first word of a tensor map tessera encoded, the handle in the second (a GPU's
+// encoding is its driver's own; kernels pass the 128 bytes on as they are)
+constexpr unsigned long long kTensorMapMagic = 0x54657373546d6170ULL;  // "TessTmap"
 CUctx_st g_context;  // the one device's primary context
 int g_loaded = 0;
 
@@ -69,8 +79,48 @@ void* at(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
 
 extern "C" {
 
-void tessera_set_driver_hooks(LoadHook load_, GlobalHook global) {
-  g_load = load_; g_global = global;
+void tessera_set_driver_hooks(LoadHook load_, GlobalHook global, TensorMapHook tensor_map) {
+  g_load = load_; g_global = global; g_tensor_map = tensor_map;
+}
+
+// --- tensor maps (TMA) ------------------------------------------------------------------
+CUresult cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, cuuint32_t rank,
+                                void* address, const cuuint64_t* dims,
+                                const cuuint64_t* strides, const cuuint32_t* box,
+                                const cuuint32_t* steps, CUtensorMapInterleave interleave,
+                                CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                CUtensorMapFloatOOBfill fill) {
+  if (!map || !g_tensor_map) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long handle = g_tensor_map(dtype, rank, address, dims, strides, box, steps,
+                                           interleave, swizzle, l2, fill);
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(map, 0, sizeof *map);
+  unsigned long long words[2] = {kTensorMapMagic, handle};
+  std::memcpy(map, words, sizeof words);
+  return CUDA_SUCCESS;
+}
+// the driver's entry points a program asks the runtime for (cudaGetDriverEntryPoint)
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned,
+                                             unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  static const struct { const char* name; void* fn; } kEntries[] = {
+      {"cuTensorMapEncodeTiled", reinterpret_cast<void*>(cuTensorMapEncodeTiled)},
+      {"cuGetErrorName", reinterpret_cast<void*>(cuGetErrorName)},
+      {"cuGetErrorString", reinterpret_cast<void*>(cuGetErrorString)}};
+  for (const auto& e : kEntries) {
+    if (std::strcmp(e.name, symbol) == 0) {
+      *fn = e.fn;
+      if (status) *status = cudaDriverEntryPointSuccess;
+      return cudaSuccess;
+    }
+  }
+  *fn = nullptr;
+  if (status) *status = cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** fn, unsigned long long flags,
+                                    cudaDriverEntryPointQueryResult* status) {
+  return cudaGetDriverEntryPointByVersion(symbol, fn, CUDART_VERSION, flags, status);
 }
 
 // --- the device and its context ---------------------------------------------------------

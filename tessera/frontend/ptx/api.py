@@ -29,6 +29,7 @@ import numpy as np
 
 from tessera.arch.limits import launch_problem
 from tessera.arch.texture import Texture
+from tessera.arch.tma import TensorMap
 from tessera.errors import ArgumentError, Loc, user_api
 from tessera.files import read_text
 from tessera.frontend.ptx.structs import DevicePointer, Placer, Struct
@@ -171,8 +172,8 @@ class PtxKernel:
             shared_bytes: int = 0, check_races: bool = True,
             symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
             cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None,
-            textures: dict[int, Texture] | None = None, heap: DeviceHeap | None = None
-            ) -> None:
+            textures: dict[int, Texture] | None = None, heap: DeviceHeap | None = None,
+            tensor_maps: dict[int, TensorMap] | None = None) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
@@ -188,7 +189,9 @@ class PtxKernel:
         ``textures`` gives texture objects by the handles the arguments hold
         (:func:`texture` arguments get handles of their own). ``heap`` is the device heap
         ``malloc`` and ``free`` use, kept from launch to launch as a program's is (by
-        default each launch has one of its own)."""
+        default each launch has one of its own). ``tensor_maps`` gives the tensor map
+        (:class:`tessera.arch.tma.TensorMap`) of a ``.b8[128]`` parameter by its index,
+        over memory a buffer placed at its address holds."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         params = self.ir.params
         if len(args) != len(params):
@@ -253,6 +256,8 @@ class PtxKernel:
             else:
                 raw = _scalar_bytes(p, k, a[()] if isinstance(a, np.ndarray) else a)
                 space[p.offset:p.offset + p.size] = raw
+        for k, t in (tensor_maps or {}).items():
+            tmaps[PARAM_WINDOW + params[k].offset] = _over_buffer(glob, t, k)
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
                 tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
                 cooperative=cooperative, textures=textures, heap=heap)
@@ -326,6 +331,16 @@ class PtxKernel:
         args = ", ".join(f".{p.type}{f'[{p.array}]' if p.array else ''} {p.name}"
                          for p in self.params)
         return f"PtxKernel {self.name}({args})"
+
+
+def _over_buffer(glob: GlobalMemory, t: TensorMap, k: int) -> TmaValue:
+    """Tensor map ``t`` over the placed buffer holding its global address."""
+    for base, buf in zip(glob.bases, glob.bytes):
+        if base <= t.global_address < base + buf.size:
+            return TmaValue(t.validate(), buf[t.global_address - base:])
+    raise ArgumentError(f"argument {k}: the tensor map's global address "
+                        f"{t.global_address:#x} lies in no buffer of the launch",
+                        hint="place the tensor's memory with buffers={address: array}")
 
 
 class PtxProgram:

@@ -335,6 +335,21 @@ def test_3d_copies_between_arrays_with_positions(cache: Path) -> None:
         "1 to 2 pass the array's 3 rows and 2 slices" in past.stderr
 
 
+def test_tma_through_a_tensor_map_the_program_encodes(cache: Path) -> None:
+    """cuTensorMapEncodeTiled (through cudaGetDriverEntryPointByVersion) makes a tensor
+    map the kernel's cp.async.bulk.tensor copies tiles with; a map a GPU would refuse
+    (a row stride not a multiple of 16) is refused with its reason."""
+    done = command(cache, str(PROGRAMS / "tma_tiles.cu"), "--arch", "sm_90a")
+    assert done.returncode == 0, done.stderr
+    x = np.arange(64 * 96) % 1000
+    assert done.stdout.splitlines() == [
+        "found 1, encoded 1",
+        f"out[0] 0 out[{x.size - 1}] {2 * x[-1]} sum {2 * x.sum():.1f}, no error"]
+    bad = command(cache, str(PROGRAMS / "tma_tiles.cu"), "--arch", "sm_90a", "--", "unaligned")
+    assert bad.returncode == 0 and bad.stdout == "found 1, encoded 0\n"
+    assert "globalStrides[0] = 388 must be a multiple of 16" in bad.stderr
+
+
 def test_thrust_and_cub_decide_their_own_launches(cache: Path) -> None:
     cccl = Path(find_nvcc()).resolve().parent.parent / "include" / "cccl"
     if not cccl.is_dir():
@@ -434,7 +449,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
     ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
     ("mapped_memory.cu", []), ("shared_opt_in.cu", []), ("runtime_calls.cu", []),
-    ("arrays_3d.cu", []),
+    ("arrays_3d.cu", []), ("tma_tiles.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
@@ -450,6 +465,7 @@ def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, progr
     subprocess.run([find_nvcc(), "-arch=native", "-O3", *files, *libraries, "-o", str(exe)],
                    check=True, capture_output=True)
     native = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
-    here = command(cache, *files, "--", *args)
+    arch = ["--arch", "sm_90a"] if program.startswith("tma") else []  # TMA: sm_90 on
+    here = command(cache, *files, *arch, "--", *args)
     assert native.returncode == here.returncode == 0, (native.stderr, here.stderr)
     assert native.stdout == here.stdout

@@ -116,9 +116,11 @@ def _mbar_arrive(e: PtxWriter, instr: Instr) -> None:
     if tx:
         e.sm90(instr)
         e.out(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, {address(e, instr)}, {tx};")
-    elif instr.op.count != 1:
+    elif instr.op.count != 1 or instr.op.count_operand:
         e.sm90(instr)
-        e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)}, {instr.op.count};")
+        count = e.regs.one(instr.operands[1]) if instr.op.count_operand else instr.op.count
+        state = e.regs.one(instr.result) if instr.op.state else "_"
+        e.out(f"mbarrier.arrive.shared::cta.b64 {state}, {address(e, instr)}, {count};")
     elif e.target == "sm_90a" and not instr.op.state:
         e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)};")
     else:  # before PTX 7.8 the state result cannot be the sink `_`

@@ -119,8 +119,9 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             bind(m, act, ids)
             if not op.noinc:  # raised and lowered again once the copies land
                 return
-        tx = fr.regs[counts][act].astype(np.int64) if counts is not None else \
-            getattr(op, "tx", 0)
+        by_register = getattr(op, "count_operand", False)
+        tx = fr.regs[counts][act].astype(np.int64) if counts is not None and not by_register \
+            else getattr(op, "tx", 0)
         if np.any(tx):  # (a cp.async arrival announces no bytes)
             add_at(m.mbar_tx[0], ids, tx)
         if token is not None:  # the phase arrived on, before this arrival completes it
@@ -128,7 +129,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
             state[act] = mb.phase[ids] & 1
             fr.regs[token] = state
         note_arrivals(m, ids, act)
-        count = getattr(op, "count", 1)
+        count = fr.regs[counts][act].astype(np.int64) if by_register else getattr(op, "count", 1)
         tracked(m, instr, act, ids, mb.arrive, ids, count, tx)
     return step
 

@@ -49,10 +49,10 @@ class MbarrierInit(_OnBarrier):
 class MbarrierArrive(_OnBarrier):
     """``mbarrier.arrive{.expect_tx}.shared::cta.b64 state, [addr]{, tx}``: one arrival,
     first raising the expected transaction bytes by ``tx`` (or by the second operand's
-    value, ``tx_operand``), or ``count`` arrivals at
-    once (``mbarrier.arrive.shared::cta.b64 _, [addr], count``: sm_90; sec.
-    9.7.13.15.12). With ``state`` it returns the phase it arrived on as a ``u64`` token
-    (bit 0 the phase's parity), which ``test_wait`` takes."""
+    value, ``tx_operand``), or ``count`` arrivals at once (``mbarrier.arrive.shared::cta.b64
+    _, [addr], count``: sm_90; sec. 9.7.13.15.12; the count in a register with
+    ``count_operand``). With ``state`` it returns the phase it arrived on as a ``u64``
+    token (bit 0 the phase's parity), which ``test_wait`` takes."""
 
     name: ClassVar[str] = "ptx.mbarrier_arrive"
     tx: int = 0
@@ -60,19 +60,21 @@ class MbarrierArrive(_OnBarrier):
     state: bool = False
     #: the expect-tx bytes are a second ``u32`` operand (a register), not ``tx``
     tx_operand: bool = False
+    #: the arrival count is a second ``u32`` operand (a register), not ``count``
+    count_operand: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         return (U64,) if self.state else ()
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        if self.tx_operand:
+        if self.tx_operand or self.count_operand:
             check_count(self, operands, 2)
             for t in operands:
                 reg_of(self, t, "u32")
         else:
             super().verify(operands, results)
         if not 1 <= self.count <= TX_LIMIT or ((self.tx or self.tx_operand) and
-                                               self.count != 1):
+                                               (self.count != 1 or self.count_operand)):
             raise IRVerifyError("ptx.mbarrier_arrive counts 1 to 2^20 - 1 arrivals, "
                                 "and one with expect-tx bytes")
 

@@ -63,10 +63,16 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         if len(ops) not in ((3,) if rest else (2, 3)):
             raise b.syntax(f"expected state, [addr]{', tx' if rest else '{, count}'}")
         fixed = parse_int(ops[2]) if rest else 0
-        arrivals = _arrival_count(b, ops[2]) if ops[2:] and not rest else 1
+        counted = bool(ops[2:]) and not rest
+        in_register = counted and parse_int(ops[2]) is None  # libcu++'s barrier arrive(n)
+        arrivals = 1 if in_register or not counted else _arrival_count(b, ops[2])
         state = ops[0].strip() != "_"
         at = [plain_address(b, ops[1], "u32")]
-        if fixed is None:  # the byte count in a register (CUB's bulk copies)
+        if in_register:
+            b.require("mbarrier.arrive with an arrival count", 90, (7, 8))
+            token = b.emit(target_async.MbarrierArrive(0, 1, state, count_operand=True),
+                           [*at, b.read(ops[2], "u32")])
+        elif fixed is None:  # the byte count in a register (CUB's bulk copies)
             token = b.emit(target_async.MbarrierArrive(0, 1, state, True),
                            [*at, b.read(ops[2], "u32")])
         else:
