@@ -194,6 +194,7 @@ OPERANDS = [
     ("cvt.rn.relu.f16x2.f32 %r1, %f1, %f2;", "ok"), ("cvt.rz.relu.bf16.f32 %h1, %f1;", "ok"),
     ("cvt.rm.relu.f16.f32 %h1, %f1;", "cvt.relu"), ("brkpt;", "ok"), ("pmevent 3;", "ok"),
     ("pmevent.mask 0x1f;", "ok"), ("pmevent 16;", "pmevent"),
+    ("mbarrier.arrive.shared::cta.b64 %rd1, [%r1], %r2;", "ok"),
     ("set.lt.f32.f16x2 %r1, %r2, %r3;", "pairs is"), ("fns.b64 %rd1, %rd2, %r3, %r4;", "fns"),
     ("cp.async.ca.shared.global [%r1], [%rd1], 8;", "ok"), ("barrier.sync.aligned 0;", "ok"),
     ("add.u32 %r1, %r2, %f1;", "float register"), ("mov.u32 %f1, %r1;", "float register"),
@@ -283,7 +284,7 @@ OPERANDS = [
     ("mbarrier.arrive.release.cta.shared::cta.b64 %rd2, [%r1], 5;", "ok"),
     ("mbarrier.arrive.shared::cta.b64 _, [%r1], 0;", "count"),
     ("mbarrier.arrive.shared::cta.b64 _, [%r1], 1048576;", "unsupported"),
-    ("mbarrier.arrive.shared::cta.b64 _, [%r1], %r2;", "unsupported"),
+    ("mbarrier.arrive.shared::cta.b64 _, [%r1], %r2;", "ok"),
     ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 8192, 1;", "operands"),
     # sm_90's vector atomics: adds of f32 (v2, v4), f16 and bf16 (to v8) and their pairs
     # (to v4), in global memory; the 16-bit ones' min and max are not modelled
@@ -390,6 +391,7 @@ def test_operands_qualifiers_and_required_modifiers(line: str, verdict: str) -> 
     ("wgmma.fence.sync.aligned;", "syntax"), ("cp.async.bulk.commit_group;", "syntax"),
     ("fence.proxy.async;", "syntax"), ("mbarrier.init.shared.b64 [%r1], 1;", "ok"),
     ("griddepcontrol.wait;", "syntax"),
+    ("mbarrier.arrive.shared::cta.b64 %rd1, [%r1], %r2;", "syntax"),
 ])
 def test_hopper_bf16_arithmetic_needs_sm_90(line: str, sm80: str) -> None:
     """add/sub/mul/setp/ex2/tanh of bf16, wgmma, elect, bulk copies and the async proxy
