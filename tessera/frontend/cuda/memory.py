@@ -7,8 +7,22 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+from typing import Any
 
 import numpy as np
+
+
+def host_view(address: int, shape: tuple[int, ...], dtype: Any = np.uint8,
+              strides: tuple[int, ...] | None = None) -> np.ndarray:
+    """The process's own memory at ``address`` as a NumPy array (no copy): ``shape``
+    elements of ``dtype``, in C order or at byte ``strides``."""
+    dt = np.dtype(dtype)
+    if strides is None:
+        strides = tuple(int(np.prod(shape[k + 1:], dtype=np.int64)) * dt.itemsize
+                        for k in range(len(shape)))
+    span = dt.itemsize + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
+    buf = (ctypes.c_uint8 * max(span, 1)).from_address(address)
+    return np.ndarray(shape, dt, buf, 0, strides)
 
 
 class DeviceMemory:
@@ -40,8 +54,7 @@ class DeviceMemory:
                 merged.append([lo, hi])
         self._pages = [lo for lo, _ in merged]
         for lo, hi in merged:
-            self.arrays[lo] = np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo),
-                                            np.uint8)
+            self.arrays[lo] = host_view(lo, (hi - lo,))
         return 0
 
     def alloc(self, nbytes: int) -> int:
@@ -57,4 +70,4 @@ class DeviceMemory:
         return 0 if self.arrays.pop(address, None) is not None else 1
 
 
-__all__ = ["DeviceMemory"]
+__all__ = ["DeviceMemory", "host_view"]

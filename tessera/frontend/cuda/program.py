@@ -26,7 +26,7 @@ from tessera.arch.texture import Surface, Texture
 from tessera.arch.tma import Interleave, L2Promotion, OobFill, TensorMap, TensorMapDataType
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
-from tessera.frontend.cuda.memory import DeviceMemory
+from tessera.frontend.cuda.memory import DeviceMemory, host_view
 from tessera.frontend.cuda.reports import (
     caller_line,
     demangled,
@@ -44,9 +44,6 @@ _INVALID_CONFIGURATION = 9  # cudaErrorInvalidConfiguration
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                            ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t,
                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int)
-#: the dynamic shared memory a kernel may take without opting in, with its static (CUDA
-#: C++ Programming Guide, "Shared Memory": above 48 KB a kernel must opt in)
-PORTABLE_SHARED = 48 * 1024
 _INVALID_VALUE = 1  # cudaErrorInvalidValue
 #: cuda.h's CUtensorMapSwizzle numbers
 _SWIZZLES = {0: Swizzle.NONE, 1: Swizzle.B32, 2: Swizzle.B64, 3: Swizzle.B128}
@@ -102,6 +99,7 @@ class CudaProgram:
         self._initialise()
         self.textures: dict[int, Texture | Surface] = {}  # texture and surface objects
         self.heap: DeviceHeap | None = None  # what kernels' malloc and free use
+        self.lib.tessera_heap_limit.restype = ctypes.c_size_t
         self._callbacks: list[Any] = []  # the C function pointers, kept alive for C
         lib, c = self.lib, self._callback
         lib.tessera_set_hooks(c(_LAUNCH, self._launch), c(_ALLOC, self.memory.alloc),
@@ -131,8 +129,7 @@ class CudaProgram:
         host, size, module = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int()
         for k in range(self.lib.tessera_symbol_count()):
             name = get(k, ctypes.byref(host), ctypes.byref(size), ctypes.byref(module))
-            buf = (ctypes.c_uint8 * max(size.value, 1)).from_address(host.value)
-            out[module.value, name.decode()] = np.frombuffer(buf, np.uint8)[:size.value]
+            out[module.value, name.decode()] = host_view(host.value, (size.value,))
         return out
 
     def _match_modules(self) -> list[PtxProgram]:
@@ -189,7 +186,7 @@ class CudaProgram:
         try:
             kernel = self.module_of[module].kernel(name.decode())
             grid, block = tuple(dims[:3]), tuple(dims[3:6])
-            allowed = opt_in if opt_in >= 0 else PORTABLE_SHARED - kernel.ir.static_shared
+            allowed = self.lib.tessera_dynamic_limit(module, name, opt_in)
             if shared > allowed:  # as a GPU refuses the launch
                 print(demangled(
                     f"tessera run-cuda: launch of '{name.decode()}' failed: {shared} bytes of "
@@ -270,7 +267,6 @@ class CudaProgram:
     def _device_heap(self) -> DeviceHeap:
         """The program's device heap, of cudaLimitMallocHeapSize bytes: made again while
         no kernel has allocated from it, should the program have set a new size."""
-        self.lib.tessera_heap_limit.restype = ctypes.c_size_t
         limit = int(self.lib.tessera_heap_limit())
         if self.heap is None or (not self.heap.blocks and self.heap.size != limit):
             arena = np.frombuffer(mmap.mmap(-1, max(limit, 1)), np.uint8)
@@ -298,9 +294,7 @@ class CudaProgram:
     def _surface(self, data: int, pitch: int, slice_: int, row: int, height: int,
                  depth: int, dims: int) -> int:
         """The handle of a new surface object over a CUDA array's rows."""
-        buf = (ctypes.c_uint8 * ((depth - 1) * slice_ + (height - 1) * pitch + row)
-               ).from_address(data)
-        rows = np.ndarray((depth, height, row), np.uint8, buf, 0, (slice_, pitch, 1))
+        rows = host_view(data, (depth, height, row), np.uint8, (slice_, pitch, 1))
         return self._handle(Surface(rows, dims))
 
     def _handle(self, obj: Texture | Surface) -> int:

@@ -167,9 +167,15 @@ cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, 
   return launch_work(*k, g, b, shared, args, coop, work);
 }
 
+int tessera_dynamic_limit(int module, const char* name, int opt_in) {
+  int fixed = g_static ? g_static(module, name) : -1;
+  if (fixed < 0) return -1;
+  return opt_in >= 0 ? opt_in : kTesseraPortableShared - fixed;
+}
+
 int tessera_occupancy(int module, const char* name, int threads, size_t dynamic, int opt_in) {
   int fixed = g_static ? g_static(module, name) : -1;
-  long allowed = opt_in >= 0 ? opt_in : 48 * 1024 - fixed;
+  long allowed = tessera_dynamic_limit(module, name, opt_in);
   if (fixed < 0 || threads <= 0 || threads > 1024 || static_cast<long>(dynamic) > allowed)
     return 0;
   long per_cta = fixed + static_cast<long>(dynamic) + 1024;  // 1 KB a CTA for the system
@@ -283,7 +289,7 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void* f) {
   a->maxThreadsPerBlock = 1024; a->numRegs = 32;
   a->ptxVersion = a->binaryVersion = TESSERA_SM;
   a->sharedSizeBytes = static_cast<size_t>(fixed);
-  a->maxDynamicSharedSizeBytes = k->opt_in >= 0 ? k->opt_in : 48 * 1024 - fixed;
+  a->maxDynamicSharedSizeBytes = tessera_dynamic_limit(k->module, k->name.c_str(), k->opt_in);
   return cudaSuccess;
 }
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f, int threads,

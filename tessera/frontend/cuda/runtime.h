@@ -17,6 +17,14 @@ constexpr int kTesseraSharedPerSm = (TESSERA_SM >= 90 ? 228 : kTesseraSmallSm ? 
 constexpr int kTesseraThreadsPerSm = kTesseraSmallSm ? 1536 : 2048;
 constexpr int kTesseraBlocksPerSm = kTesseraSmallSm ? 16 : 32;
 
+// the shared memory a CTA may take without opting in (CUDA C++ Programming Guide, "Shared
+// Memory"): above it a kernel must raise cudaFuncAttributeMaxDynamicSharedMemorySize
+constexpr int kTesseraPortableShared = 48 * 1024;
+
+// the dynamic shared memory kernel `name` of `module` may take: what the program allowed
+// it (`opt_in`), or by default 48 KB less its static shared memory; -1 for no such kernel
+extern "C" int tessera_dynamic_limit(int module, const char* name, int opt_in);
+
 // CTAs of `threads` threads and `dynamic` bytes of dynamic shared memory one SM holds for
 // kernel `name` of `module` (its static shared memory counted, 1 KB a CTA reserved), 0
 // when the launch would fail: what the occupancy calculator answers

@@ -59,7 +59,7 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
     case cudaDevAttrMaxBlockDimZ: *v = 64; break;
     case cudaDevAttrMaxGridDimX: *v = 0x7FFFFFFF; break;
     case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = kTesseraPortableShared; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = kTesseraSharedPerSm - 1024; break;
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = kTesseraSharedPerSm; break;
     case cudaDevAttrMaxRegistersPerBlock: *v = 65536; break;
@@ -79,7 +79,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->maxThreadsPerBlock = 1024; p->maxThreadsPerMultiProcessor = kTesseraThreadsPerSm;
   p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-  p->sharedMemPerBlock = 48 * 1024; p->regsPerBlock = 65536;
+  p->sharedMemPerBlock = kTesseraPortableShared; p->regsPerBlock = 65536;
   p->sharedMemPerBlockOptin = kTesseraSharedPerSm - 1024;
   p->sharedMemPerMultiprocessor = kTesseraSharedPerSm;
   p->maxBlocksPerMultiProcessor = kTesseraBlocksPerSm;

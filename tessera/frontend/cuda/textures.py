@@ -6,13 +6,13 @@ memory, which kernels then fetch through by handle.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 
 import numpy as np
 
 from tessera.arch.texture import ADDRESS_MODES, FILTERS, READS, Texture
 from tessera.errors import ArgumentError
+from tessera.frontend.cuda.memory import host_view
 
 #: cudaChannelFormatKind's signed, unsigned and float kinds, by NumPy kind letter
 _KINDS = {0: "int", 1: "uint", 2: "float"}
@@ -46,10 +46,8 @@ def cuda_texture(data: int, strides: tuple[int, int], extent: tuple[int, int, in
                             f"read {read}")
     pitch, slice_ = strides
     element = dtype.itemsize * channels
-    span = (depth - 1) * slice_ + (height - 1) * pitch + width * element
-    buf = (ctypes.c_uint8 * span).from_address(data)
-    texels = np.ndarray((depth, height, width, channels), dtype, buf, 0,
-                        (slice_, pitch, element, dtype.itemsize))
+    texels = host_view(data, (depth, height, width, channels), dtype,
+                       (slice_, pitch, element, dtype.itemsize))
     texture = Texture(texels, dims, tuple(ADDRESS_MODES[a] for a in address),
                       FILTERS[filter_], READS[read], bool(normalized),
                       tuple(float(b) for b in border))

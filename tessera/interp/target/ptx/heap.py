@@ -35,6 +35,11 @@ _ALIGN = 16
 _RED_ZONE = 16
 
 
+def _room(size: int) -> int:
+    """The bytes a block of ``size`` takes: rounded up to the alignment, a red zone after."""
+    return -(-size // _ALIGN) * _ALIGN + _RED_ZONE
+
+
 class DeviceHeap:
     """The blocks of a device heap over ``arena`` (zeros of ``size`` bytes when not
     given) at device address ``base``."""
@@ -80,7 +85,7 @@ class DeviceHeap:
         location): its address, or 0 for none."""
         if size <= 0:
             return 0
-        room = -(-size // _ALIGN) * _ALIGN + _RED_ZONE
+        room = _room(size)
         reuse = next((a for a, r in self.given_back.items() if r >= room), None)
         if reuse is not None:
             del self.given_back[reuse]
@@ -101,7 +106,7 @@ class DeviceHeap:
             return f"free({address:#x}): no block that device malloc gave starts there"
         if address in self.given_back:
             return f"free({address:#x}): the block was given back already (a double free)"
-        self.given_back[address] = -(-self.blocks[address] // _ALIGN) * _ALIGN + _RED_ZONE
+        self.given_back[address] = _room(self.blocks[address])
         glob.release(address)
         return None
 

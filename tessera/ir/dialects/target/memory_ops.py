@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tessera.arch.texture import SURFACE_MODES
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import U32, RegType, atomic_type_problem, reg_of
@@ -135,7 +136,7 @@ SURFACE_REG = {"b8": "b16", "b16": "b16", "b32": "b32", "b64": "b64"}
 
 def _surface_check(op: SurfaceLoad | SurfaceStore, operands: Sequence[Type], n: int) -> None:
     if op.geom not in TEX_DIMS or op.vec not in (1, 2, 4) or op.type not in SURFACE_REG or \
-            op.mode not in ("trap", "clamp", "zero") or \
+            op.mode not in SURFACE_MODES or \
             op.vec * int(op.type[1:]) > 128:
         raise IRVerifyError(f"{op.name}: no access .b.{op.geom}.v{op.vec}.{op.type}.{op.mode}")
     check_count(op, operands, n)

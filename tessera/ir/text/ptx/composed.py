@@ -11,7 +11,7 @@ float ones are :mod:`.floats`'.
 
 from __future__ import annotations
 
-from tessera.ir.core import Op, Value
+from tessera.ir.core import Value
 from tessera.ir.dialects.target import RegType, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import HANDLERS, count, handler, ptx_type
@@ -21,23 +21,13 @@ from tessera.ir.text.ptx.lexer import PtxUnsupportedError, parse_int
 from tessera.ir.text.ptx.memory import plain_address
 
 
-def _one(b: InstrBuilder, op: Op, *args: Value) -> Value:
-    (v,) = b.emit(op, list(args))
-    return v
-
-
-def _bits(b: InstrBuilder, t: str, x: Value, start: int, width: int) -> Value:
-    """Bits ``start .. start + width`` of ``x``, sign-extended when ``t`` is signed."""
-    return _one(b, ptx_ops.Bfe(t), x, b.const(start, "u32"), b.const(width, "u32"))
-
-
 @handler("cnot")
 def _cnot(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``cnot.type d, a`` (sec. 9.7.8.4): ``a == 0 ? 1 : 0``."""
     t = ptx_type(b, mods)
     count(b, ops, 2)
-    zero = _one(b, target_ops.Setp("eq", t), b.read(ops[1], t), b.const(0, t))
-    b.write(ops[0], _one(b, target_ops.Selp(t), b.const(1, t), b.const(0, t), zero))
+    zero = b.one(target_ops.Setp("eq", t), b.read(ops[1], t), b.const(0, t))
+    b.write(ops[0], b.one(target_ops.Selp(t), b.const(1, t), b.const(0, t), zero))
 
 
 @handler("sad")
@@ -46,10 +36,10 @@ def _sad(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
     count(b, ops, 4)
     x, y, c = (b.read(o, t) for o in ops[1:])
-    less = _one(b, target_ops.Setp("lt", t), x, y)
-    diff = _one(b, target_ops.Selp(t), _one(b, target_ops.Binary("sub", t), y, x),
-                _one(b, target_ops.Binary("sub", t), x, y), less)
-    b.write(ops[0], _one(b, target_ops.Binary("add", t), c, diff))
+    less = b.one(target_ops.Setp("lt", t), x, y)
+    diff = b.one(target_ops.Selp(t), b.one(target_ops.Binary("sub", t), y, x),
+                b.one(target_ops.Binary("sub", t), x, y), less)
+    b.write(ops[0], b.one(target_ops.Binary("add", t), c, diff))
 
 
 @handler("mul24")
@@ -58,14 +48,14 @@ def _mul24(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     bits (sign-extended for ``s32``); ``lo`` keeps its bits 0-31, ``hi`` its bits 16-47."""
     t = ptx_type(b, mods)
     count(b, ops, 3)
-    x, y = (_bits(b, t, b.read(o, t), 0, 24) for o in ops[1:])
+    x, y = (b.bit_field(t, b.read(o, t), 0, 24) for o in ops[1:])
     if mods[0] == "lo":
-        b.write(ops[0], _one(b, target_ops.Binary("mul", t, "lo"), x, y))
+        b.write(ops[0], b.one(target_ops.Binary("mul", t, "lo"), x, y))
         return
     wide = t[0] + "64"
-    product = _one(b, target_ops.Binary("mul", t, "wide"), x, y)
-    shifted = _one(b, target_ops.Binary("shr", wide), product, b.const(16, "u32"))
-    b.write(ops[0], _one(b, target_ops.Cvt(t, wide, "", ""), shifted))
+    product = b.one(target_ops.Binary("mul", t, "wide"), x, y)
+    shifted = b.one(target_ops.Binary("shr", wide), product, b.const(16, "u32"))
+    b.write(ops[0], b.one(target_ops.Cvt(t, wide, "", ""), shifted))
 
 
 @handler("szext")
@@ -77,11 +67,11 @@ def _szext(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods[0] not in ("clamp", "wrap"):
         raise b.syntax("szext is szext.clamp or szext.wrap")
     if mods[0] == "clamp":
-        n = _one(b, target_ops.Binary("min", "u32"), b.read(ops[2], "u32"), b.const(32, "u32"))
+        n = b.one(target_ops.Binary("min", "u32"), b.read(ops[2], "u32"), b.const(32, "u32"))
     else:
-        n = b.bitcast(_one(b, target_ops.Binary("and", "b32"), b.read(ops[2], "b32"),
+        n = b.bitcast(b.one(target_ops.Binary("and", "b32"), b.read(ops[2], "b32"),
                            b.const(31, "b32")), "u32")
-    b.write(ops[0], _one(b, ptx_ops.Bfe(t), b.read(ops[1], t), b.const(0, "u32"), n))
+    b.write(ops[0], b.one(ptx_ops.Bfe(t), b.read(ops[1], t), b.const(0, "u32"), n))
 
 
 @handler("dp4a", "dp2a")
@@ -102,11 +92,11 @@ def _dot(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     total = b.read(ops[3], out)
     first = 2 if half and mods[0] == "hi" else 0
     for k in range(2 if half else 4):
-        xa = _bits(b, kinds[0], x, 16 * k if half else 8 * k, 16 if half else 8)
-        yb = _bits(b, kinds[1], y, 8 * (first + k), 8)
+        xa = b.bit_field(kinds[0], x, 16 * k if half else 8 * k, 16 if half else 8)
+        yb = b.bit_field(kinds[1], y, 8 * (first + k), 8)
         same = [v if k == out else b.bitcast(v, out) for v, k in zip((xa, yb), kinds)]
-        product = _one(b, target_ops.Binary("mul", out, "lo"), *same)
-        total = _one(b, target_ops.Binary("add", out), total, product)
+        product = b.one(target_ops.Binary("mul", out, "lo"), *same)
+        total = b.one(target_ops.Binary("add", out), total, product)
     b.write(ops[0], total)
 
 
@@ -140,11 +130,11 @@ def _bfind(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 2)
     if mods[:-1] not in ([], ["shiftamt"]):
         raise b.syntax("bfind is bfind{.shiftamt}.type")
-    top = _one(b, ptx_ops.BitCount("bfind", t), b.read(ops[1], t))
+    top = b.one(ptx_ops.BitCount("bfind", t), b.read(ops[1], t))
     if mods[:-1]:
-        none = _one(b, target_ops.Setp("eq", "u32"), top, b.const(0xFFFFFFFF, "u32"))
-        shift = _one(b, target_ops.Binary("sub", "u32"), b.const(int(t[1:]) - 1, "u32"), top)
-        top = _one(b, target_ops.Selp("u32"), top, shift, none)
+        none = b.one(target_ops.Setp("eq", "u32"), top, b.const(0xFFFFFFFF, "u32"))
+        shift = b.one(target_ops.Binary("sub", "u32"), b.const(int(t[1:]) - 1, "u32"), top)
+        top = b.one(target_ops.Selp("u32"), top, shift, none)
     b.write(ops[0], top)
 
 
@@ -160,21 +150,21 @@ def _bmsk(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     a, w = b.read(ops[1], "u32"), b.read(ops[2], "u32")
 
     def op(name: str, t: str, *args: Value) -> Value:
-        return _one(b, target_ops.Binary(name, t), *args)
+        return b.one(target_ops.Binary(name, t), *args)
     low = b.const(31, "u32")
     a1, w1 = op("and", "u32", a, low), op("and", "u32", w, low)
     ones = b.const(0xFFFFFFFF, "b32")
     # shl of 32 or more is 0 (sec. 9.7.8.7), which is mask1 when the sum overflows
     mask0, mask1 = (op("shl", "b32", ones, n) for n in (a1, op("add", "u32", a1, w1)))
-    empty = _one(b, target_ops.Setp("eq", "u32"), w1, b.const(0, "u32"))
+    empty = b.one(target_ops.Setp("eq", "u32"), w1, b.const(0, "u32"))
     if mods[0] == "clamp":
-        big_a, big_w = (_one(b, target_ops.Setp("gt", "u32"), v, low) for v in (a, w))
+        big_a, big_w = (b.one(target_ops.Setp("gt", "u32"), v, low) for v in (a, w))
         zero = b.const(0, "b32")
-        mask0 = _one(b, target_ops.Selp("b32"), zero, mask0, big_a)
-        mask1 = _one(b, target_ops.Selp("b32"), zero, mask1, big_w)
-        empty = op("and", "pred", empty, _one(b, target_ops.Unary("not", "pred"), big_w))
-    mask1 = _one(b, target_ops.Selp("b32"), ones, mask1, empty)
-    b.write(ops[0], op("and", "b32", mask0, _one(b, target_ops.Unary("not", "b32"), mask1)))
+        mask0 = b.one(target_ops.Selp("b32"), zero, mask0, big_a)
+        mask1 = b.one(target_ops.Selp("b32"), zero, mask1, big_w)
+        empty = op("and", "pred", empty, b.one(target_ops.Unary("not", "pred"), big_w))
+    mask1 = b.one(target_ops.Selp("b32"), ones, mask1, empty)
+    b.write(ops[0], op("and", "b32", mask0, b.one(target_ops.Unary("not", "b32"), mask1)))
 
 
 @handler(*sorted(SIMD))
@@ -203,10 +193,10 @@ def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     c = c if kinds[0] == "s32" else b.bitcast(c, "s32")
 
     def op(name: str, *args: Value) -> Value:
-        return _one(b, target_ops.Binary(name, "s32"), *args)
+        return b.one(target_ops.Binary(name, "s32"), *args)
 
     def lane(v: Value, t: str, k: int) -> Value:
-        return b.bitcast(_bits(b, t, b.bitcast(v, t), width * k, width), "s32")
+        return b.bitcast(b.bit_field(t, b.bitcast(v, t), width * k, width), "s32")
     out = c
     signed = kinds[0] == "s32"
     low, high = (-(1 << width - 1), (1 << width - 1) - 1) if signed else (0, (1 << width) - 1)
@@ -215,14 +205,14 @@ def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         if kind in ("vadd", "vavrg"):
             r = op("add", u, v)
             if kind == "vavrg":  # (a + b + 1) >> 1 for a sum at least 0, (a + b) >> 1 below
-                up = _one(b, target_ops.Setp("ge", "s32"), r, b.const(0, "s32"))
-                r = op("add", r, _one(b, target_ops.Selp("s32"), b.const(1, "s32"),
+                up = b.one(target_ops.Setp("ge", "s32"), r, b.const(0, "s32"))
+                r = op("add", r, b.one(target_ops.Selp("s32"), b.const(1, "s32"),
                                        b.const(0, "s32"), up))
                 r = op("shr", r, b.const(1, "u32"))
         elif kind in ("vsub", "vabsdiff"):
             r = op("sub", u, v)
             if kind == "vabsdiff":
-                r = _one(b, target_ops.Unary("abs", "s32"), r)
+                r = b.one(target_ops.Unary("abs", "s32"), r)
         else:
             r = op("min" if kind == "vmin" else "max", u, v)
         if flags == ["add"]:
@@ -230,7 +220,7 @@ def _simd(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             continue
         if flags == ["sat"]:
             r = op("min", op("max", r, b.const(low, "s32")), b.const(high, "s32"))
-        out = _one(b, ptx_ops.Bfi("b32"), b.bitcast(r, "b32"), b.bitcast(out, "b32"),
+        out = b.one(ptx_ops.Bfi("b32"), b.bitcast(r, "b32"), b.bitcast(out, "b32"),
                    b.const(width * k, "u32"), b.const(width, "u32"))
         out = b.bitcast(out, "s32")
     b.write(ops[0], b.bitcast(out, kinds[0]))
@@ -248,36 +238,36 @@ def _fns(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 4)
 
     def op(name: str, t: str, *args: Value) -> Value:
-        return _one(b, target_ops.Binary(name, t), *args)
+        return b.one(target_ops.Binary(name, t), *args)
 
     def pick(t: str, yes: Value, no: Value, p: Value) -> Value:
-        return _one(b, target_ops.Selp(t), yes, no, p)
+        return b.one(target_ops.Selp(t), yes, no, p)
 
     def popc(v: Value) -> Value:
-        return _one(b, ptx_ops.BitCount("popc", "b32"), v)
+        return b.one(ptx_ops.BitCount("popc", "b32"), v)
 
     mask, base = b.read(ops[1], "b32"), b.read(ops[2], "u32")
     offset = b.read(ops[3], "s32")
-    n = b.bitcast(_one(b, target_ops.Unary("abs", "s32"), offset), "u32")
+    n = b.bitcast(b.one(target_ops.Unary("abs", "s32"), offset), "u32")
     ones = b.const(0xFFFFFFFF, "b32")
     up = op("and", "b32", mask, op("shl", "b32", ones, base))
     below = op("and", "b32", mask, op("shr", "b32", ones, op("sub", "u32", b.const(31, "u32"),
                                                               base)))
-    positive = _one(b, target_ops.Setp("gt", "s32"), offset, b.const(0, "s32"))
-    m = pick("b32", up, _one(b, ptx_ops.BitCount("brev", "b32"), below), positive)
+    positive = b.one(target_ops.Setp("gt", "s32"), offset, b.const(0, "s32"))
+    m = pick("b32", up, b.one(ptx_ops.BitCount("brev", "b32"), below), positive)
     at, rank = b.const(0, "u32"), n
     for width in (16, 8, 4, 2, 1):  # the lower part of what is left holds too few: skip it
         part = popc(op("and", "b32", op("shr", "b32", m, at), b.const((1 << width) - 1, "b32")))
-        skip = _one(b, target_ops.Setp("lt", "u32"), part, rank)
+        skip = b.one(target_ops.Setp("lt", "u32"), part, rank)
         rank = pick("u32", op("sub", "u32", rank, part), rank, skip)
         at = pick("u32", op("add", "u32", at, b.const(width, "u32")), at, skip)
     at = pick("u32", at, op("sub", "u32", b.const(31, "u32"), at), positive)
-    found = _one(b, target_ops.Setp("le", "u32"), n, popc(m))
+    found = b.one(target_ops.Setp("le", "u32"), n, popc(m))
     d = pick("b32", b.bitcast(at, "b32"), ones, found)
     own = op("and", "b32", op("shr", "b32", mask, base), b.const(1, "b32"))
     own = pick("b32", b.bitcast(base, "b32"), ones,
-               _one(b, target_ops.Setp("ne", "b32"), own, b.const(0, "b32")))
-    zero = _one(b, target_ops.Setp("eq", "s32"), offset, b.const(0, "s32"))
+               b.one(target_ops.Setp("ne", "b32"), own, b.const(0, "b32")))
+    zero = b.one(target_ops.Setp("eq", "s32"), offset, b.const(0, "s32"))
     b.write(ops[0], pick("b32", own, d, zero))
 
 
@@ -315,10 +305,10 @@ def _carry_chain(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     x, y = b.read(ops[1], t), b.read(ops[2], t)
 
     def op(name: str, *args: Value, typ: str = u, mode: str = "") -> Value:
-        return _one(b, target_ops.Binary(name, typ, mode), *args)
+        return b.one(target_ops.Binary(name, typ, mode), *args)
 
     def below(p: Value, q: Value) -> Value:
-        return _one(b, target_ops.Setp("lt", u), p, q)
+        return b.one(target_ops.Setp("lt", u), p, q)
     if mad:  # the product's half in the signedness of the type, then unsigned sums
         x = op("mul", x, y, typ=t, mode=half[0])
         y = b.read(ops[3], t)
@@ -335,7 +325,7 @@ def _carry_chain(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                                       f"'{b.pi.text}'", loc=b.loc)
         flag = Value(RegType("pred"))
         b.pi.reads.append((flag, (CARRY,)))
-        one = _one(b, target_ops.Selp(u), b.const(1, u), b.const(0, u), flag)
+        one = b.one(target_ops.Selp(u), b.const(1, u), b.const(0, u), flag)
         if b.head == "subc":
             d, late = op("sub", d, one), below(d, one)
         else:

@@ -19,7 +19,7 @@ import numpy as np
 
 from tessera.errors import IRVerifyError, Loc
 from tessera.ir.core import Instr, Op, Value
-from tessera.ir.dialects.target import REG_TYPES, RegType
+from tessera.ir.dialects.target import REG_TYPES, RegType, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.cfg import PtxInstr
 from tessera.ir.text.ptx.isa_versions import arch_number, too_old
@@ -124,6 +124,16 @@ class InstrBuilder:
         instr.results = [Value(t, instr) for t in results]
         self.pi.instrs.append(instr)
         return instr.results
+
+    def one(self, op: Op, *operands: Value) -> Value:
+        """The one result of ``op(operands)``, appended as :meth:`emit` appends it."""
+        (v,) = self.emit(op, operands)
+        return v
+
+    def bit_field(self, t: str, x: Value, start: int, width: int) -> Value:
+        """Bits ``start .. start + width`` of ``x`` (``bfe``), sign-extended when ``t`` is
+        signed."""
+        return self.one(ptx_ops.Bfe(t), x, self.const(start, "u32"), self.const(width, "u32"))
 
     def const(self, value: Any, elem: str) -> Value:
         """An immediate of PTX type ``elem``."""

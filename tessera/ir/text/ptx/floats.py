@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.ir.core import Op, Value
+from tessera.ir.core import Value
 from tessera.ir.dialects.target import REG_TYPES, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.text.ptx.arith import HANDLERS, UNSIGNED_CMP, count, handler, ptx_type
@@ -19,14 +19,6 @@ from tessera.ir.text.ptx.lexer import PtxSyntaxError
 _CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
 
 
-def _one(b: InstrBuilder, op: Op, *args: Value) -> Value:
-    (v,) = b.emit(op, list(args))
-    return v
-
-
-def _bits(b: InstrBuilder, x: Value, start: int, width: int) -> Value:
-    """Bits ``start .. start + width`` of the ``u32`` value ``x``."""
-    return _one(b, ptx_ops.Bfe("u32"), x, b.const(start, "u32"), b.const(width, "u32"))
 
 
 @handler("testp")
@@ -39,20 +31,20 @@ def _testp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     count(b, ops, 2)
     x = b.read(ops[1], t)
     if test in ("number", "notanumber"):
-        b.write(ops[0], _one(b, target_ops.Setp("num" if test == "number" else "nan", t), x, x))
+        b.write(ops[0], b.one(target_ops.Setp("num" if test == "number" else "nan", t), x, x))
         return
-    size = _one(b, target_ops.Unary("abs", t), x)
+    size = b.one(target_ops.Unary("abs", t), x)
 
     dt = np.float32 if t == "f32" else np.float64
 
     def compare(cmp: str, value: float) -> Value:
-        return _one(b, target_ops.Setp(cmp, t), size, b.const(dt(value), t))
+        return b.one(target_ops.Setp(cmp, t), size, b.const(dt(value), t))
     tiny = 2.0**-126 if t == "f32" else 2.0**-1022
     inf = np.inf
     result = {"finite": lambda: compare("lt", inf), "infinite": lambda: compare("eq", inf),
-              "normal": lambda: _one(b, target_ops.Binary("and", "pred"),
+              "normal": lambda: b.one(target_ops.Binary("and", "pred"),
                                      compare("ge", tiny), compare("lt", inf)),
-              "subnormal": lambda: _one(b, target_ops.Binary("and", "pred"),
+              "subnormal": lambda: b.one(target_ops.Binary("and", "pred"),
                                         compare("lt", tiny), compare("gt", 0.0))}[test]()
     b.write(ops[0], result)
 
@@ -87,15 +79,15 @@ def _set(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if REG_TYPES[frm][1] in "ub":
         cmp = UNSIGNED_CMP.get(cmp, cmp)
     try:
-        p = _one(b, target_ops.Setp(cmp, frm, ftz), b.read(ops[1], frm), b.read(ops[2], frm))
+        p = b.one(target_ops.Setp(cmp, frm, ftz), b.read(ops[1], frm), b.read(ops[2], frm))
     except PtxSyntaxError as err:  # an unknown comparison: set's own wording
         raise b.syntax(f"set compares with a setp comparison, not .{cmp}") from err
     if combine:
-        p = _one(b, target_ops.Binary(combine[0], "pred"), p, b.read(ops[3], "pred"))
+        p = b.one(target_ops.Binary(combine[0], "pred"), p, b.read(ops[3], "pred"))
     bits, kind = REG_TYPES[to]
     yes = {"f": 1.0, "s": -1}.get(kind, (1 << bits) - 1)  # 1.0, or every bit set
     true, false = (b.const(v, to) for v in (yes, 0.0 if kind == "f" else 0))
-    b.write(ops[0], _one(b, target_ops.Selp(to), true, false, p))
+    b.write(ops[0], b.one(target_ops.Selp(to), true, false, p))
 
 
 #: 1.0 in each half of a pair, and in one half
@@ -116,14 +108,14 @@ def _set_pairs(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     out = b.const(0, "b32")
     yes = b.const(_ONES[half] if to == frm else 0xFFFF, "b32")
     for k in range(2):
-        u, v = (b.bitcast(_one(b, target_ops.Cvt("u16", "u32"), _bits(b, w, 16 * k, 16)),
+        u, v = (b.bitcast(b.one(target_ops.Cvt("u16", "u32"), b.bit_field("u32", w, 16 * k, 16)),
                           half) for w in (x, y))
         try:
-            p = _one(b, target_ops.Setp(cmp, half, len(mods) == 4), u, v)
+            p = b.one(target_ops.Setp(cmp, half, len(mods) == 4), u, v)
         except PtxSyntaxError as err:
             raise b.syntax(f"set compares with a setp comparison, not .{cmp}") from err
-        lane = _one(b, target_ops.Selp("b32"), yes, b.const(0, "b32"), p)
-        out = _one(b, ptx_ops.Bfi("b32"), lane, out, b.const(16 * k, "u32"),
+        lane = b.one(target_ops.Selp("b32"), yes, b.const(0, "b32"), p)
+        out = b.one(ptx_ops.Bfi("b32"), lane, out, b.const(16 * k, "u32"),
                    b.const(16, "u32"))
     b.write(ops[0], b.bitcast(out, to))
 
@@ -149,14 +141,14 @@ def _fma_clamped(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                        ".bf16 or .bf16x2 (no .ftz for .bf16)")
     count(b, ops, 4)
     ftz = "ftz" in rest
-    d = _one(b, target_ops.Fma(t, ftz, "rn"), *(b.read(o, t) for o in ops[1:]))
+    d = b.one(target_ops.Fma(t, ftz, "rn"), *(b.read(o, t) for o in ops[1:]))
     wide = "b32" if t.endswith("x2") else "b16"
     zero, one = (b.bitcast(b.const(v, wide), t) for v in (0, _ONES[t]))
     if clamp == ["relu"]:
-        d = _one(b, target_ops.Binary("max", t, "NaN"), d, zero)
+        d = b.one(target_ops.Binary("max", t, "NaN"), d, zero)
     else:
         for op, bound in (("max", zero), ("min", one)):
-            d = _one(b, target_ops.Binary(op, t, ftz=ftz), d, bound)
+            d = b.one(target_ops.Binary(op, t, ftz=ftz), d, bound)
     b.write(ops[0], d)
 
 
@@ -177,6 +169,6 @@ def _cvt_relu(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.syntax(f"cvt.relu to .{to} is cvt.rn.relu.{to}.f32 (or .rz)")
     pair = to.endswith("x2")
     count(b, ops, 3 if pair else 2)
-    d = _one(b, target_ops.Cvt(to, "f32", rnd[0]), *(b.read(o, "f32") for o in ops[1:]))
+    d = b.one(target_ops.Cvt(to, "f32", rnd[0]), *(b.read(o, "f32") for o in ops[1:]))
     zero = b.bitcast(b.const(0, "b32" if pair else "b16"), to)
-    b.write(ops[0], _one(b, target_ops.Binary("max", to, "NaN"), d, zero))
+    b.write(ops[0], b.one(target_ops.Binary("max", to, "NaN"), d, zero))

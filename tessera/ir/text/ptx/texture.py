@@ -16,6 +16,7 @@ by name.
 
 from __future__ import annotations
 
+from tessera.arch.texture import SURFACE_MODES
 from tessera.ir.dialects.target.memory_ops import (
     SURFACE_REG,
     TEX_DIMS,
@@ -78,7 +79,7 @@ def _surface(b: InstrBuilder, head: str, mods: list[str], where: str
     rest = mods[2:]  # the vector width, the type and the mode, in any order
     vecs = [int(f[1:]) for f in rest if f in ("v2", "v4")]
     types = [f for f in rest if f in SURFACE_REG]
-    modes = [f for f in rest if f in ("trap", "clamp", "zero")]
+    modes = [f for f in rest if f in SURFACE_MODES]
     if len(types) != 1 or len(modes) != 1 or len(vecs) > 1 or \
             len(rest) != 2 + len(vecs):
         raise b.syntax(f"{head}.{'.'.join(mods)}: expected {head}.b.{geom}{{.v2,.v4}}."
