@@ -4,7 +4,9 @@ kernel launch it makes runs on the CPU through :mod:`tessera.frontend.ptx`.
 Device memory is anonymous ``mmap`` memory (page-aligned, far above the interpreter's
 own address windows) placed in every launch at its own address, so pointers the host
 code holds, stores in device memory and struct arguments all mean what they mean on a
-GPU. ``__device__``/``__constant__`` variables are their host shadows. A kernel fault
+GPU. ``__device__``/``__constant__`` variables have device storage apart from their host
+shadows, as on a GPU: host code that writes a shadow (nvcc only warns) is told at the
+next launch that kernels never see it. A kernel fault
 ends the program with :data:`.reports.FAULT_EXIT` after its report, as a GPU's sticky error
 would end it (a program that went on would read what the kernel never wrote); a launch
 that a GPU would refuse returns its CUDA error to the program, which may check it.
@@ -93,7 +95,10 @@ class CudaProgram:
         self.check_races, self.check_leaks = check_races, check_leaks
         self.launches = 0
         self.built = built
-        #: each variable's host shadow, by (registered fat binary, PTX name)
+        #: each variable's host shadow and its bytes as the program started, by
+        #: (registered fat binary, PTX name): a launch warns once the host wrote one
+        self.shadows: dict[tuple[int, str], tuple[np.ndarray, bytes]] = {}
+        #: each variable's device storage, by (registered fat binary, PTX name)
         self.symbols = self._symbols()
         self.module_of = self._match_modules()
         self._initialise()
@@ -122,14 +127,25 @@ class CudaProgram:
         return made
 
     def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
-        """Each ``__device__``/``__constant__`` variable's host shadow."""
+        """Each ``__device__``/``__constant__`` variable's device storage, apart from its
+        host shadow as on a GPU (a ``__managed__`` variable's is its host memory)."""
         out = {}
         get = self.lib.tessera_symbol
         get.restype = ctypes.c_char_p
-        host, size, module = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int()
+        host, size, module, managed = (ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int(),
+                                       ctypes.c_int())
         for k in range(self.lib.tessera_symbol_count()):
-            name = get(k, ctypes.byref(host), ctypes.byref(size), ctypes.byref(module))
-            out[module.value, name.decode()] = host_view(host.value, (size.value,))
+            name = get(k, ctypes.byref(host), ctypes.byref(size), ctypes.byref(module),
+                       ctypes.byref(managed)).decode()
+            if managed.value:
+                out[module.value, name] = host_view(host.value, (size.value,))
+                continue
+            shadow = host_view(host.value, (size.value,))
+            self.shadows[module.value, name] = (shadow, shadow.tobytes())
+            address = self.memory.alloc(size.value)
+            self.lib.tessera_add_allocation(ctypes.c_void_p(address), size)
+            self.lib.tessera_set_symbol_device(k, ctypes.c_void_p(address))
+            out[module.value, name] = self.memory.arrays[address][:size.value]
         return out
 
     def _match_modules(self) -> list[PtxProgram]:
@@ -173,13 +189,12 @@ class CudaProgram:
 
     def _initialise(self) -> None:
         """Each variable's initial value from its PTX, as loading a module sets it on a
-        GPU: nvcc gives a `static` variable's host shadow no initial value. Only shadows
-        that differ are written (a `const` one may lie in read-only memory)."""
+        GPU (the host shadows nvcc makes need not hold it)."""
         inits = [{v.name: v.init for v in m.module.globals} for m in self.module_of]
-        for (module, name), shadow in self.symbols.items():
+        for (module, name), storage in self.symbols.items():
             init = inits[module].get(name)
-            if init is not None and len(init) == shadow.nbytes and shadow.tobytes() != init:
-                shadow[:] = np.frombuffer(init, np.uint8)
+            if init is not None and len(init) == storage.nbytes and storage.tobytes() != init:
+                storage[:] = np.frombuffer(init, np.uint8)
 
     def _launch(self, module: int, name: bytes, dims: Any, shared: int, argp: Any,
                 coop: int, opt_in: int) -> int:
@@ -195,6 +210,7 @@ class CudaProgram:
                     ": raise cudaFuncAttributeMaxDynamicSharedMemorySize with "
                     "cudaFuncSetAttribute first", name.decode()), file=sys.stderr)
                 return _INVALID_VALUE
+            self._written_shadows()
             raw = [ctypes.string_at(argp[k], p.size) for k, p in enumerate(kernel.params)]
             maps = {k: self.tensor_maps[int.from_bytes(r[8:16], "little")]
                     for k, r in enumerate(raw) if len(r) == 128 and
@@ -223,6 +239,16 @@ class CudaProgram:
         except BaseException:  # nothing may unwind through C frames
             end_program(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
+
+    def _written_shadows(self) -> None:
+        """Warn, once a variable, where host code wrote a ``__device__`` variable's host
+        shadow: a GPU's kernels never see it, and neither do tessera's."""
+        for key, (shadow, was) in list(self.shadows.items()):
+            if shadow.tobytes() != was:
+                del self.shadows[key]
+                print(demangled(f"tessera run-cuda: warning: host code wrote the host shadow "
+                                f"of '{key[1]}'; kernels never see it (copy it with "
+                                "cudaMemcpyToSymbol)", key[1]), file=sys.stderr)
 
     def _tensor_map(self, dtype: int, rank: int, address: int, dims: Any, strides: Any,
                     box: Any, steps: Any, interleave: int, swizzle: int, l2: int,

@@ -6,7 +6,8 @@
 // the table of allocations. Device memory is host memory that tessera allocates and
 // keeps at its own address, so copies and sets are memmove and memset
 // (runtime_memory.cpp) and managed memory needs nothing more. A __device__ variable's
-// storage is its host shadow. The device it describes is the target the PTX was compiled
+// storage is device memory apart from its host shadow, as on a GPU (a __managed__ one's
+// is the memory its host pointer names). The device it describes is the target the PTX was compiled
 // for, with 4 SMs (runtime_device.cpp); streams, events and graphs are in
 // runtime_graph.cpp, CUDA arrays and textures in runtime_texture.cpp.
 #include "runtime.h"
@@ -28,7 +29,11 @@ namespace {
 // `opt_in`: the dynamic shared memory the program allowed it (cudaFuncSetAttribute's
 // MaxDynamicSharedMemorySize), -1 for the default (48 KB less its static shared memory)
 struct Kernel { const void* host; std::string name; int module; int opt_in = -1; };
-struct Symbol { const void* host; std::string name; size_t size; int module; };
+// `device`: the variable's storage kernels see (tessera allocates it once hooks are set)
+struct Symbol {
+  const void* host; std::string name; size_t size; int module; bool managed;
+  char* device = nullptr;
+};
 
 // registration runs before main (and before tessera sets its hooks): tables made on use
 std::vector<Kernel>& kernels() { static std::vector<Kernel> t; return t; }
@@ -238,7 +243,7 @@ bool tessera_allocation(const void* p, const char** base, size_t* size) {
 bool tessera_symbol_storage(const void* host, char** storage, size_t* size) {
   for (const Symbol& s : symbols()) {
     if (s.host == host) {
-      *storage = static_cast<char*>(const_cast<void*>(s.host));
+      *storage = s.device ? s.device : static_cast<char*>(const_cast<void*>(s.host));
       *size = s.size;
       return true;
     }
@@ -255,10 +260,13 @@ void tessera_set_hooks(LaunchHook launch, AllocHook alloc, FreeHook free_, Repor
   std::atexit(summary);  // a fault ends the program without it
 }
 int tessera_symbol_count() { return static_cast<int>(symbols().size()); }
-const char* tessera_symbol(int k, void** host, size_t* size, int* module) {
+const char* tessera_symbol(int k, void** host, size_t* size, int* module, int* managed) {
   const Symbol& s = symbols().at(k);
-  *host = const_cast<void*>(s.host); *size = s.size; *module = s.module;
+  *host = const_cast<void*>(s.host); *size = s.size; *module = s.module; *managed = s.managed;
   return s.name.c_str();
+}
+void tessera_set_symbol_device(int k, void* storage) {
+  symbols().at(k).device = static_cast<char*>(storage);
 }
 // the registered kernels (tessera matches each fat binary with its .cu file's PTX)
 int tessera_kernel_count() { return static_cast<int>(kernels().size()); }
@@ -327,13 +335,13 @@ void __cudaRegisterFunction(void** h, const char* host, char* dev, const char*, 
   kernels().push_back({host, dev, module_of(h)});
 }
 void __cudaRegisterVar(void** h, char* host, char* dev, const char*, int, size_t size, int, int) {
-  symbols().push_back({host, dev, size, module_of(h)});
+  symbols().push_back({host, dev, size, module_of(h), false});
 }
 void __cudaRegisterManagedVar(void** h, void** host_ptr, char* dev, const char*, int,
                               size_t size, int, int) {
   void* storage = std::calloc(1, size ? size : 1);  // the program's lifetime
   *host_ptr = storage;
-  symbols().push_back({storage, dev, size, module_of(h)});
+  symbols().push_back({storage, dev, size, module_of(h), true});
 }
 unsigned __cudaPushCallConfiguration(dim3 g, dim3 b, size_t shared, cudaStream_t s) {
   g_grid = g; g_block = b; g_shared = shared; g_stream = s; return 0;

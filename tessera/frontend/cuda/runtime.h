@@ -58,7 +58,7 @@ cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, 
 // program registered (cudaHostRegister) and managed memory (cudaMallocManaged)
 enum TesseraMemory {
   kTesseraDevice = 0, kTesseraPinned = 1, kTesseraRegistered = 2, kTesseraManaged = 3,
-  kTesseraSymbol = 4  // a __device__ variable's storage, whose address the program took
+  kTesseraSymbol = 4  // a __managed__ variable's storage, whose address the program took
 };
 // frees the allocation of `kind` at `p`, or reports at the caller's line (`ret`) that it
 // is none, or one of another kind

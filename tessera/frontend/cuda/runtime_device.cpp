@@ -128,12 +128,12 @@ extern "C" {
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   static const cudaMemoryType kTypes[] = {cudaMemoryTypeDevice, cudaMemoryTypeHost,
                                           cudaMemoryTypeHost, cudaMemoryTypeManaged,
-                                          cudaMemoryTypeDevice};
+                                          cudaMemoryTypeManaged};
   int kind = tessera_memory_kind(p);
   a->type = kind < 0 ? cudaMemoryTypeUnregistered : kTypes[kind];
   a->device = 0;
   a->devicePointer = kind < 0 ? nullptr : const_cast<void*>(p);
-  a->hostPointer = kind == kTesseraDevice || kind == kTesseraSymbol || kind < 0
+  a->hostPointer = kind == kTesseraDevice || kind < 0
                        ? nullptr : const_cast<void*>(p);
   return cudaSuccess;
 }

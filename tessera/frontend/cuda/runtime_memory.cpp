@@ -143,7 +143,8 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const void* sym, size_t n, size_t of
   std::memcpy(dst, storage + off, n);
   return cudaSuccess;
 }
-// a __device__ variable's address for kernels: its host shadow, placed in every launch
+// a variable's address for kernels: its device storage (a __managed__ one's memory is
+// placed in every launch from then on)
 cudaError_t cudaGetSymbolAddress(void** p, const void* sym) {
   char* storage;
   size_t size;

@@ -298,13 +298,17 @@ def test_dynamic_shared_memory_above_48_kb_needs_the_opt_in(cache: Path) -> None
 
 
 def test_runtime_calls_beside_launches(cache: Path) -> None:
-    """A kernel writes a __device__ variable through cudaGetSymbolAddress; pointer
+    """A kernel writes a __device__ variable through cudaGetSymbolAddress, and not its
+    host shadow, which the host wrote (with a warning at the launch); pointer
     attributes name managed, device and unregistered memory; profiler ranges, peers, the
     default memory pool and a copy between devices 0 and 0 work as on one GPU."""
     done = run_cuda(cache, "runtime_calls.cu")
     assert done.returncode == 0, done.stderr
+    assert "warning: host code wrote the host shadow of 'table'; kernels never see it" \
+        in done.stderr
     assert done.stdout.splitlines() == [
-        "symbol of 32 bytes: 2 16", "managed 1, symbol device 1, stack unregistered 1",
+        "symbol of 32 bytes: 2 16, shadow 100 0",
+        "managed 1, symbol device 1, stack unregistered 1",
         "peer access 0, pooled copy 10 30, no error"]
 
 

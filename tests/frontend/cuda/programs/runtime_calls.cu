@@ -1,6 +1,8 @@
 // Runtime calls programs and libraries make beside launches: a __device__ variable's
 // address for a kernel (cudaGetSymbolAddress), pointer attributes, the profiler's range,
 // peers of the one device, the default memory pool and a copy between "devices" 0 and 0.
+// Host code that writes a __device__ variable writes its host shadow, which kernels never
+// see (nvcc warns; the program shows it), and which nvcc gives no initial value.
 #include <cuda_profiler_api.h>
 
 #include <cstdio>
@@ -10,6 +12,7 @@ __device__ int table[8] = {1, 2, 3, 4, 5, 6, 7, 8};
 __global__ void twice(int* p) { p[threadIdx.x] *= 2; }
 
 int main() {
+  table[0] = 100;  // the host shadow only
   int* address;
   size_t size;
   cudaGetSymbolAddress(reinterpret_cast<void**>(&address), table);
@@ -19,7 +22,8 @@ int main() {
   cudaProfilerStop();
   int host[8];
   cudaMemcpyFromSymbol(host, table, sizeof host);
-  std::printf("symbol of %zu bytes: %d %d\n", size, host[0], host[7]);
+  std::printf("symbol of %zu bytes: %d %d, shadow %d %d\n", size, host[0], host[7], table[0],
+              table[7]);
 
   int* managed;
   cudaMallocManaged(&managed, 16);
