@@ -173,7 +173,7 @@ class PtxKernel:
             symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
             cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None,
             textures: dict[int, Texture] | None = None, heap: DeviceHeap | None = None,
-            tensor_maps: dict[int, TensorMap] | None = None) -> None:
+            tensor_maps: dict[int, TensorMap] | None = None, cluster: Any = None) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
@@ -191,8 +191,11 @@ class PtxKernel:
         ``malloc`` and ``free`` use, kept from launch to launch as a program's is (by
         default each launch has one of its own). ``tensor_maps`` gives the tensor map
         (:class:`tessera.arch.tma.TensorMap`) of a ``.b8[128]`` parameter by its index,
-        over memory a buffer placed at its address holds."""
+        over memory a buffer placed at its address holds. ``cluster`` (x, y, z) launches
+        in thread block clusters of that shape, as ``cudaLaunchKernelEx`` with a cluster
+        attribute does (a kernel's ``.reqnctapercluster`` names its own)."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
+        shape = None if cluster is None else _dims(cluster, "cluster")
         params = self.ir.params
         if len(args) != len(params):
             raise ArgumentError(f"kernel '{self.name}' takes {len(params)} arguments "
@@ -260,7 +263,7 @@ class PtxKernel:
             tmaps[PARAM_WINDOW + params[k].offset] = _over_buffer(glob, t, k)
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
                 tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
-                cooperative=cooperative, textures=textures, heap=heap)
+                cooperative=cooperative, textures=textures, heap=heap, cluster=shape)
         for a, work in copies:
             a[...] = work
 

@@ -46,6 +46,7 @@ from tessera.interp.target import flow as target_flow
 from tessera.interp.target import regs as target_regs
 from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
+from tessera.interp.target.cluster import rules as target_cluster_rules
 from tessera.interp.target.memory import async_copy as target_async
 from tessera.interp.target.memory import bulk_store as target_bulk_store
 from tessera.interp.target.memory import reads as target_reads
@@ -79,9 +80,10 @@ from tessera.progress import progress
 
 # importing the rule modules registers their steps (and SharedMemory's read log, which
 # it imports late, loads with them rather than inside the first launch)
-_ = (target_async, target_barriers, target_bulk_store, target_convert, target_flow, target_mem,
-     target_mma, target_ptx_heap, target_ptx_memory, target_ptx_rules, target_ptx_texture,
-     target_ptx_wmma, target_reads, target_regs, target_tables, target_warp, target_wgmma_rs)
+_ = (target_async, target_barriers, target_bulk_store, target_cluster_rules, target_convert,
+     target_flow, target_mem, target_mma, target_ptx_heap, target_ptx_memory, target_ptx_rules,
+     target_ptx_texture, target_ptx_wmma, target_reads, target_regs, target_tables, target_warp,
+     target_wgmma_rs)
 
 #: how the CTAs of a launch run the concurrent arms of a ``ptx.if`` (see ``run_target``)
 CTA_MODES = ("auto", "lockstep", "independent")
@@ -293,6 +295,9 @@ def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
         m.bar = bar  # counts the instructions run (every thread at once)
         try:
             run(body.steps, TargetFrame(regs, np.ones(m.n, bool), m))
+            late = target_cluster_rules.check_exits(m)
+            if late is not None:
+                raise late[1]
         except TargetFault as err:
             if m.tasks_hung and not independent:
                 m.printed.clear()  # the launch runs again, its tasks independent

@@ -29,8 +29,10 @@ import numpy as np
 from tessera.arch.limits import SM_COUNT, WARP_SLOTS
 from tessera.errors import ArgumentError, InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
+from tessera.interp.target.cluster.geometry import cluster_special
 from tessera.interp.target.wide import wide_registers
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, uses
+from tessera.ir.dialects.target.ops import CLUSTER_REGS
 from tessera.ir.text import op_attr_text
 from tessera.progress import ProgressBar
 
@@ -53,7 +55,9 @@ _HINTS = {
                                        "mbarrier of a TMA load) and bar.sync before reading",
     "async copy overwritten before its wait": "wait for the copy before reusing its "
                                               "destination",
-    "shared memory race": "put bar.sync between one thread's write and another's access",
+    "shared memory race": "order the accesses with bar.sync (across CTAs, the cluster barrier)",
+    "cluster address": "reach another CTA's shared memory with a .shared::cluster access "
+                       "of the address mapa gives",
     "mbarrier": "announce (arrive.expect_tx) exactly the bytes of the loads on the phase, "
                 "and arrive the init count of times",
     "warp divergence": "warp-synchronous instructions (.sync.aligned) need every thread of "
@@ -151,17 +155,29 @@ class Machine:
         #: whether some concurrent tasks of the launch found that none could continue
         #: (:mod:`tessera.interp.target.schedule`)
         self.tasks_hung = False
+        #: the launch's thread block clusters (``cluster.geometry.Clusters``); None: none
+        self.cluster: Any = None
+
+    def cta_xyz(self, c: Any) -> tuple[Any, Any, Any]:
+        """The ``%ctaid`` (x, y, z) of CTA index ``c`` (an int or an array): x fastest,
+        or cluster by cluster in a launch with clusters (:mod:`.cluster.geometry`)."""
+        if self.cluster is not None:
+            ids = self.cluster.ctaids[c]
+            return ids[..., 0], ids[..., 1], ids[..., 2]
+        gx, gy, _ = self.grid
+        return c % gx, c // gx % gy, c // (gx * gy)
 
     def special(self, reg: str) -> np.ndarray:
         """The value of special register ``%reg`` for every thread (uint32)."""
+        if reg in CLUSTER_REGS:
+            return cluster_special(self, reg)
         bx, by, _ = self.block
-        gx, gy, _ = self.grid
-        c = self.cta
+        x, y, z = self.cta_xyz(self.cta)
         table = {"tid.x": self.tid % bx, "tid.y": self.tid // bx % by, "ntid.x": bx,
-                 "ctaid.x": c % gx, "ctaid.y": c // gx % gy, "ctaid.z": c // (gx * gy),
-                 "nctaid.x": gx, "nctaid.y": gy, "nctaid.z": self.grid[2],
+                 "ctaid.x": x, "ctaid.y": y, "ctaid.z": z, "nctaid.x": self.grid[0],
+                 "nctaid.y": self.grid[1], "nctaid.z": self.grid[2],
                  "laneid": self.tid % 32, "warpid": self.tid // 32,
-                 "smid": c % SM_COUNT, "nsmid": SM_COUNT, "nwarpid": WARP_SLOTS}
+                 "smid": self.cta % SM_COUNT, "nsmid": SM_COUNT, "nwarpid": WARP_SLOTS}
         if reg.startswith("lanemask_"):  # the lanes below, at or above this one's
             lane = (self.tid % 32).astype(np.uint64)
             below, at = (np.uint64(1) << lane) - np.uint64(1), np.uint64(1) << lane
@@ -172,11 +188,8 @@ class Machine:
     def fault(self, instr: Instr, what: str, message: str, thread: int | None = None,
               hint: str | None = None) -> TargetFault:
         """A :class:`TargetFault` at ``instr``; ``thread`` is a global linear thread id."""
-        local = cta = None
-        if thread is not None:
-            c = int(self.cta[thread])
-            gx, gy, _ = self.grid
-            local, cta = int(self.tid[thread]), (c % gx, c // gx % gy, c // (gx * gy))
+        local, cta = (None, None) if thread is None else (
+            int(self.tid[thread]), tuple(int(v) for v in self.cta_xyz(int(self.cta[thread]))))
         return TargetFault(what, message, kernel=self.fn.name, op=op_text(instr),
                            loc=instr.loc, thread=local, cta=cta, hint=hint)
 

@@ -1,7 +1,7 @@
 """nvcc's PTX for sm_90 (tests/ir/text/ptx/ptx_corpus/kernels_sm90.cu): packed half
 arithmetic, fp8 pairs, half-precision atomics, a bulk copy through an mbarrier,
-device-function calls and printf, run on the CPU
-by ``ts.ptx`` and compared bit for bit with NumPy references (float64 arithmetic, exact
+device-function calls, printf and a histogram in the shared memory of a cluster, run on
+the CPU by ``ts.ptx`` and compared bit for bit with NumPy references (float64 arithmetic, exact
 for these inputs, rounded once per operation through ``ml_dtypes``)."""
 
 from __future__ import annotations
@@ -244,3 +244,17 @@ def test_call_errors_name_the_line(change: str, error: type, message: str) -> No
     with pytest.raises(error, match=message) as err:
         ts.ptx.load(text)
     assert err.value.loc.line == line
+
+
+@pytest.mark.parametrize("ctas, bins", [(2, 8), (8, 64)])
+def test_a_histogram_split_across_the_ctas_of_a_cluster(mod, ctas: int, bins: int) -> None:
+    """nvcc's __cluster_dims__(2, 1, 1) kernel: each thread adds its value's bin in the
+    shared memory of whichever CTA of its cluster holds it (map_shared_rank and a shared
+    atomic); each cluster's counts reach the grid's histogram."""
+    values = rng.integers(-3, bins + 3, 5000).astype(np.int32)
+    histogram = np.zeros(bins, np.int32)
+    mod.kernel("cluster_histogram").run(grid=ctas, block=128, shared_bytes=bins // 2 * 4,
+                                        args=[values, histogram, np.int32(5000),
+                                              np.int32(bins)])
+    np.testing.assert_array_equal(histogram,
+                                  np.bincount(np.clip(values, 0, bins - 1), minlength=bins))

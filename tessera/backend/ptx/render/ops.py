@@ -64,8 +64,9 @@ def _ret(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Special)
 def _sreg(e: PtxWriter, instr: Instr) -> None:
-    width = 64 if instr.op.reg in WIDE_CLOCKS else 32
-    e.out(f"mov.u{width} {e.regs.one(instr.result)}, %{instr.op.reg};")
+    typ = ("pred" if instr.op.reg == "is_explicit_cluster" else
+           "u64" if instr.op.reg in WIDE_CLOCKS else "u32")
+    e.out(f"mov.{typ} {e.regs.one(instr.result)}, %{instr.op.reg};")
 
 
 @rule(Const)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.arch.cluster import SLOT_SHIFT
 from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.interp.target.barriers import note_init, unseen
@@ -23,6 +24,7 @@ from tessera.interp.target.memory.async_order import arrivals, note_arrivals
 from tessera.interp.target.memory.chunks import small_pages
 from tessera.interp.target.memory.flight import bind
 from tessera.interp.target.memory.state import add_at
+from tessera.interp.target.regs import unsupported
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -44,6 +46,8 @@ def mbar(m: Machine) -> MbarrierArray:
 
 def barrier_ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndarray:
     """The state index of the mbarrier at each active thread's shared address."""
+    if (addr.astype(np.int64) >= 1 << SLOT_SHIFT).any():  # a cluster address (mapa's)
+        raise unsupported(instr, "an mbarrier of another CTA of the cluster")
     flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
     return m.shared.slots(flat[:, 0])  # one per 8 bytes, as mbar's arrays
 

@@ -165,8 +165,7 @@ class SharedMemory(SharedWindow):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
                 fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
-                     f"by thread {(int(w[i, j]) - 1) % self.nthreads} without a "
-                     "bar.sync between")
+                     f"by {self.other(int(w[i, j]) - 1, int(me[i]))}")
         if self.races and race:
             if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
                 self.log.add_rows(rows, me, me)
@@ -249,8 +248,7 @@ class SharedMemory(SharedWindow):
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1
                 fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
-                     f"accessed by thread {other % self.nthreads} without a "
-                     "bar.sync between")
+                     f"accessed by {self.other(other, int(me[i]))}")
         if self.races:
             self.set_writer(flat, me, rows=rows)
         if rows is None:

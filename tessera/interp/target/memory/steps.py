@@ -67,13 +67,19 @@ def _guarded_store(c: TargetCompiler, instr: Instr) -> Step:
     return store_step(c, instr, guarded=True)
 
 
+#: the state spaces of ld, st and red; ``shared::cluster`` also reaches the shared memory
+#: of the other CTAs of the thread's cluster
+SPACES = ("global", "shared", "shared::cluster")
+
+
 def load_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
     """``ld`` by the active threads; ``guarded`` (``@%p ld``, operands address, guard,
     other): only where the guard is true, ``other`` elsewhere (sec. 9.3.1)."""
     op = instr.op
-    if op.space not in ("global", "shared"):
+    if op.space not in SPACES:
         raise UnsupportedError(f"ld.{op.space} is not modelled; kernel parameters are block "
                                "arguments", loc=instr.loc)
+    cluster = op.space == "shared::cluster"
     a = c.slot(instr.operands[0])
     guard, other = ((c.slot(instr.operands[1]), c.slot(instr.operands[2])) if guarded
                     else (None, None))
@@ -94,7 +100,7 @@ def load_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
             if op.space == "global":
                 raw = m.glob.read(addr, size, fail)
             else:
-                flat = m.shared.index(m.cta[act], addr, size, fail)
+                flat = m.shared.index(m.cta[act], addr, size, fail, cluster=cluster)
                 raw = m.shared.read(flat, act, fail)
             values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
         fr.regs[out] = values
@@ -105,8 +111,9 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
     """``st`` by the active threads; ``guarded`` (``@%p st``, operands address, value,
     guard): only where the guard is true."""
     op = instr.op
-    if op.space not in ("global", "shared"):
+    if op.space not in SPACES:
         raise UnsupportedError(f"st.{op.space} is not modelled", loc=instr.loc)
+    cluster = op.space == "shared::cluster"
     a, v = c.slot(instr.operands[0]), c.slot(instr.operands[1])
     guard = c.slot(instr.operands[2]) if guarded else None
     dt = DTYPES[op.type]
@@ -124,7 +131,7 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
         if op.space == "global":
             m.glob.write(addr, data, fail)
         else:
-            flat = m.shared.index(m.cta[act], addr, size, fail)
+            flat = m.shared.index(m.cta[act], addr, size, fail, cluster=cluster)
             m.shared.write(flat, data, act, fail, consecutive=True)
     return step
 
@@ -132,8 +139,9 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
 @step_rule(target_ops.Reduce)
 def _reduce(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
-    if op.space not in ("global", "shared"):
+    if op.space not in SPACES:
         raise UnsupportedError(f"red.{op.space}.{op.op} is not modelled", loc=instr.loc)
+    cluster = op.space == "shared::cluster"
     a, v = (c.slot(x) for x in instr.operands)
     dt = DTYPES[op.type]
 
@@ -142,8 +150,8 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
         act = np.flatnonzero(fr.mask)
         if not len(act):
             return
-        if op.space == "global":  # shared atomics of different CTAs never meet
-            act = arrival(m, act)
+        if op.space != "shared":  # those of different CTAs meet in global memory or a
+            act = arrival(m, act)  # cluster's shared memory: they land in CTA order
         addr = _address(fr, a, act, 0)
         vals = narrow(fr.regs[v][act], op.type).astype(dt)
         fail = m.failer(instr, act)
@@ -157,7 +165,7 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
                     apply_in_order(view, off[sel] // dt.itemsize, op.op, vals[sel],
                                    elem=op.type)
             else:
-                flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail)
+                flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail, cluster=cluster)
                 m.shared.check_read(flat, act, fail, race=False)
                 apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals,
                                elem=op.type)

@@ -6,12 +6,18 @@ for system use (CUDA C++ Programming Guide, "Compute Capabilities"), and an acce
 faults as out of bounds, as one past the CTA's last byte does. :meth:`SharedWindow.index`
 turns addresses into flat indices into the per-CTA arrays (CTA ``c``'s byte ``i`` at
 ``c * size + i``: shared address ``base + i``); messages name addresses, not indices.
+In a launch with thread block clusters, whose CTAs are numbered cluster by cluster,
+``.shared::cluster`` and generic accesses may reach the memory of another CTA of the
+thread's cluster through its window of cluster addresses (:mod:`tessera.arch.cluster`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from tessera.arch.cluster import SLOT_SHIFT, split_address
 from tessera.arch.limits import SHARED_BASE
 from tessera.interp.target.memory.global_memory import Fail
 from tessera.interp.target.memory.global_memory import check_aligned as _check_aligned
@@ -23,12 +29,19 @@ class SharedWindow:
     ncta: int
     size: int
     base: int
+    #: the CTAs of a cluster (consecutive CTA indices); 1: the launch has no clusters
+    cluster_size: int = 1
 
     def index(self, cta: np.ndarray, addr: np.ndarray, nbytes: int, fail: Fail,
-              align: int | None = None) -> np.ndarray:
+              align: int | None = None, cluster: bool = False) -> np.ndarray:
         """Flat byte indices (M, nbytes) of shared accesses at the shared addresses
-        ``addr``; faults outside (:meth:`outside`) or misaligned."""
+        ``addr`` of CTAs ``cta``; faults outside (:meth:`outside`) or misaligned.
+        ``cluster``: ``addr`` are cluster addresses, which may name the memory of
+        another CTA of the cluster."""
         a = addr.astype(np.int64)
+        remote = a >= 1 << SLOT_SHIFT
+        if remote.any():
+            cta, a = self._remote(cta, a, remote, fail, cluster)
         bad = (a < self.base) | (a + nbytes > self.base + self.size)
         if np.any(bad):
             i = int(np.flatnonzero(bad)[0])
@@ -37,6 +50,57 @@ class SharedWindow:
         _check_aligned(a, align or nbytes, fail,
                        lambda x: f"shared access of {nbytes} bytes at shared address {x}")
         return (cta * self.size + (a - self.base))[:, None] + np.arange(nbytes, dtype=np.int64)
+
+    def _remote(self, cta: np.ndarray, a: np.ndarray, remote: np.ndarray, fail: Fail,
+                cluster: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The CTAs and shared addresses that the cluster addresses ``a`` name."""
+        rank, low = split_address(a, np.zeros_like(a))
+        i = int(np.flatnonzero(remote)[0])
+        if not cluster:
+            fail(i, "cluster address", f"an access of the CTA's own shared memory at "
+                 f"{int(a[i]):#x}, a cluster address of CTA rank {int(rank[i])}'s memory: "
+                 "only .shared::cluster and generic loads, stores and atomics reach "
+                 "another CTA's")
+        bad = remote & (rank >= self.cluster_size)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            fail(i, "out of bounds", f"shared::cluster address {int(a[i]):#x} lies in the "
+                 f"window of CTA rank {int(rank[i])}, and the cluster has "
+                 f"{self.cluster_size} CTA{'s' if self.cluster_size > 1 else ''}")
+        target = np.where(remote, cta - cta % self.cluster_size + rank, cta)
+        self._note_remote(np.unique(target[remote]))
+        return target, np.where(remote, low, a)
+
+    def _note_remote(self, ctas: np.ndarray) -> None:
+        """Flag the memory of ``ctas``, which threads of other CTAs access, as holding
+        race records of any thread of their clusters: the per-CTA flags and bounds of
+        :class:`~.state.SharedMemory` are supersets, indexed by the accessor's CTA
+        where an access is the CTA's own."""
+        if not getattr(self, "races", False):
+            return
+        sh: Any = self
+        for flags in (sh.accessed, sh.written, sh.has_readers):
+            flags[ctas] = True
+        first = (ctas - ctas % self.cluster_size) * sh.nthreads
+        np.minimum.at(sh.who_lo, ctas, first.astype(np.int32))
+        np.maximum.at(sh.who_hi, ctas, (first + self.cluster_size * sh.nthreads - 1)
+                      .astype(np.int32))
+
+    def other(self, thread: int, me: int) -> str:
+        """How a race report names the other thread (global ids), and the barrier that
+        would have ordered the two: ``bar.sync`` in a CTA, the cluster barrier across
+        the CTAs of a cluster."""
+        n: int = self.nthreads
+        if thread // n == me // n:
+            return f"thread {thread % n} without a bar.sync between"
+        return (f"thread {thread % n} of the cluster's CTA rank "
+                f"{thread // n % self.cluster_size} without a cluster barrier "
+                "(barrier.cluster.arrive and wait) between")
+
+    def _where(self, flat: np.integer | int) -> str:
+        rank = int(flat) // self.size % self.cluster_size if self.size else 0
+        where = f" of CTA rank {rank}" if self.cluster_size > 1 else ""
+        return f"shared address {self.base + int(flat) % self.size}{where}"
 
     def outside(self, addr: int) -> str:
         """Why an access at shared address ``addr`` (in the reserved kilobyte, or one
@@ -51,8 +115,6 @@ class SharedWindow:
         """The 8-byte slots (``SharedMemory.init_by``) of the flat byte indices ``flat``."""
         return flat // self.size * -(-self.size // 8) + flat % self.size // 8
 
-    def _where(self, flat: np.integer | int) -> str:
-        return f"shared address {self.base + int(flat) % self.size}"
 
 
 __all__ = ["SHARED_BASE", "SharedWindow"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch.cluster import CLUSTER_SPAN
 from tessera.interp.target.memory.atomics import apply_in_order, arrival
 from tessera.interp.target.memory.global_memory import check_aligned
 from tessera.interp.target.memory.steps import to_bytes
@@ -91,8 +92,10 @@ def _cvta(c: TargetCompiler, instr: Instr) -> Step:
 def _split(fr: TargetFrame, addr: np.ndarray, act: np.ndarray) -> np.ndarray:
     """Which of the active threads' generic addresses lie in the shared window: shared
     addresses 0 up to the CTA's last byte (the reserved kilobyte below its first byte
-    included, where an access faults as out of bounds)."""
-    end = fr.m.shared.base + max(fr.m.shared.size, 1)
+    included, where an access faults as out of bounds), and in a cluster the windows of
+    its other CTAs' memory."""
+    sh = fr.m.shared
+    end = CLUSTER_SPAN if sh.cluster_size > 1 else sh.base + max(sh.size, 1)
     a = addr.astype(np.int64)
     return (a >= ptx_ops.SHARED_WINDOW) & (a < ptx_ops.SHARED_WINDOW + end)
 
@@ -119,10 +122,13 @@ def _param_bytes(fr: TargetFrame, instr: Instr, off: np.ndarray, who: np.ndarray
 
 
 def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndarray,
-                   nbytes: int, data: np.ndarray | None = None) -> np.ndarray:
+                   nbytes: int, data: np.ndarray | None = None,
+                   cluster: bool = True) -> np.ndarray:
     """Read (``data`` None: the bytes (M, nbytes)) or write ``data`` at the generic
     addresses of the active threads ``act``: the local window is each thread's own
-    local memory, the shared window its CTA's shared memory, the rest global memory."""
+    local memory, the shared window its CTA's shared memory (and, in a cluster, the
+    others' through their cluster addresses; ``cluster`` False: a ``.shared::cta``
+    access, which may not), the rest global memory."""
     m: Any = fr.m
     out = np.zeros((len(act), nbytes), np.uint8)
     a = addr.astype(np.int64)
@@ -144,7 +150,8 @@ def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndar
     if sh.any():
         who = act[sh]
         fail = m.failer(instr, who)
-        flat = m.shared.index(m.cta[who], a[sh] - ptx_ops.SHARED_WINDOW, nbytes, fail)
+        flat = m.shared.index(m.cta[who], a[sh] - ptx_ops.SHARED_WINDOW, nbytes, fail,
+                              cluster=cluster)
         if data is None:
             out[sh] = m.shared.read(flat, who, fail)
         else:
@@ -205,8 +212,8 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
     def step(fr: TargetFrame) -> None:
         m = fr.m
         act = np.flatnonzero(fr.mask)
-        if op.space == "global":  # shared atomics of different CTAs never meet
-            act = arrival(m, act)
+        if op.space != "shared":  # those of different CTAs meet in global memory or a
+            act = arrival(m, act)  # cluster's shared memory: they land in CTA order
         result = np.zeros((m.n, vec), dt)
         if len(act):
             addr = fr.regs[slots[0]][act].astype(np.int64)
@@ -214,7 +221,7 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
             cmp = None
             if op.op == "cas":
                 cmp, b = b[:, 0], fr.regs[slots[2]][act].astype(dt).reshape(len(act), 1)
-            shared = (np.ones(len(act), bool) if op.space == "shared" else
+            shared = (np.ones(len(act), bool) if op.space.startswith("shared") else
                       np.zeros(len(act), bool) if op.space == "global"
                       else _split(fr, addr, act))
             if op.space == "" and shared.any():
@@ -242,7 +249,8 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                     sel = np.flatnonzero(shared)
                     who = act[sel]
                     fail = m.failer(instr, who)
-                    flat = m.shared.index(m.cta[who], addr[sel], size, fail)
+                    flat = m.shared.index(m.cta[who], addr[sel], size, fail,
+                                          cluster=op.space != "shared")
                     m.shared.check_read(flat, who, fail, race=False)
                     olds[sel, 0] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // size,
                                                   op.op, b[sel, 0],
@@ -262,9 +270,9 @@ def _byte_access(fr: TargetFrame, instr: Instr, space: str, addr: np.ndarray,
             return fr.m.glob.read(addr, nbytes, fail)
         fr.m.glob.write(addr, data, fail)
         return data
-    if space == "shared":
+    if space.startswith("shared"):
         addr = addr + ptx_ops.SHARED_WINDOW
-    return generic_access(fr, instr, addr, act, nbytes, data)
+    return generic_access(fr, instr, addr, act, nbytes, data, cluster=space != "shared")
 
 
 @step_rule(ptx_ops.ByteLoad)

@@ -118,12 +118,11 @@ class Poison:
             return
         who = int(hit[0])
         pi, where = self.origins[int(marks[who]) - 1]
-        gx, gy, _ = m.grid
         c = int(m.cta[who])
         raise TargetFault("uninitialised shared read", f"{where} was never written; the "
                           f"value read reaches {use}", kernel=m.fn.name, op=pi.text,
                           loc=pi.loc, thread=int(m.tid[who]),
-                          cta=(c % gx, c // gx % gy, c // (gx * gy)),
+                          cta=tuple(int(v) for v in m.cta_xyz(c)),
                           hint="write the shared buffer (or copy into it and wait) first")
 
 

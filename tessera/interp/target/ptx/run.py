@@ -35,6 +35,8 @@ import numpy as np
 from tessera.errors import InterpretError
 from tessera.interp.target import barriers as _barriers
 from tessera.interp.target import runner as _runner
+from tessera.interp.target.cluster.geometry import kernel_clusters
+from tessera.interp.target.cluster.rules import check_exits
 from tessera.interp.target.memory.bulk_store import not_waited, unretired
 from tessera.interp.target.memory.state import GlobalMemory, SharedMemory
 from tessera.interp.target.ptx import memory as _ptx_memory
@@ -227,7 +229,8 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
             grid: Sequence[int], block: Sequence[int], shared_bytes: int = 0,
             tmaps: dict[int, Any] | None = None, check_races: bool = True,
             tensor_cores: str = "exact", cooperative: bool = False,
-            textures: dict[int, Any] | None = None, heap: Any = None) -> None:
+            textures: dict[int, Any] | None = None, heap: Any = None,
+            cluster: tuple[int, int, int] | None = None) -> None:
     """Run ``kernel`` over ``grid`` x ``block`` threads with parameter-space bytes
     ``params`` over global memory ``glob`` (arrays placed there are updated in place).
     ``shared_bytes`` is the dynamic shared memory after the static variables;
@@ -237,7 +240,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     half) and ``%envreg2`` (low half) hold, as cooperative groups' ``grid.sync()`` reads
     them; ``textures`` holds the texture objects ``tex`` fetches through, by handle;
     ``heap`` is the device heap ``malloc`` and ``free`` use (:class:`.heap.DeviceHeap`;
-    by default one of the launch's own)."""
+    by default one of the launch's own); ``cluster`` is the launch's cluster shape."""
     g = (int(grid[0]), int(grid[1]), int(grid[2]))
     b = (int(block[0]), int(block[1]), int(block[2]))
     size = kernel.static_shared + int(shared_bytes)
@@ -245,6 +248,7 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
     ncta, nthreads = g[0] * g[1] * g[2], b[0] * b[1] * b[2]
     m = CfgMachine(kernel, g, b, glob, SharedMemory(ncta, nthreads, size, check_races),
                    params, tmaps or {})
+    kernel_clusters(m, kernel.target, kernel.attrs, cluster, kernel.loc)
     m.tensor_cores = tensor_core_model(tensor_cores)
     m.textures = dict(textures or {})
     if heap is not None:
@@ -333,10 +337,12 @@ def run_cfg(kernel: CfgKernel, params: np.ndarray, glob: GlobalMemory, *,
                 if steps > STEP_LIMIT:
                     raise _fault(m, kernel, end, int(np.flatnonzero(mask)[0]), "loop limit",
                                  f"more than {STEP_LIMIT} blocks executed")
-        stuck = unretired(m)  # every CTA has exited: no TMA store may still read
-        if stuck is not None:
-            pi = next(ci.pi for bb in blocks for ci in bb if stuck.instr in ci.pi.instrs)
-            raise _renamed(not_waited(m, stuck), pi)
+        # every CTA has exited: none before another was done with its shared memory, and
+        stuck = unretired(m)  # no TMA store may still read
+        late = check_exits(m) or (stuck and (stuck.instr, not_waited(m, stuck)))
+        if late:
+            pi = next(ci.pi for bb in blocks for ci in bb if late[0] in ci.pi.instrs)
+            raise _renamed(late[1], pi)
 
     finally:
         flush_printed(m)
@@ -379,7 +385,6 @@ def _reads(kernel: CfgKernel, regs: Sequence[str]) -> bool:
 def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "trap",
            message: str = "the kernel executed trap") -> TargetFault:
     c = int(m.cta[who])
-    gx, gy, _ = m.grid
     hint = None
     if what == "trap" and not m.workspace and _reads(kernel, ("envreg1", "envreg2")):
         hint = ("the kernel reads a cooperative launch's grid workspace (cooperative groups' "
@@ -388,7 +393,7 @@ def _fault(m: CfgMachine, kernel: CfgKernel, end: Any, who: int, what: str = "tr
     if end.text == "brkpt":  # a breakpoint: with no debugger attached, an exception
         message = "the kernel executed brkpt, which ends the launch when no debugger is attached"
     return TargetFault(what, message, kernel=kernel.name, op=end.text or "trap", loc=end.loc,
-                       thread=int(m.tid[who]), cta=(c % gx, c // gx % gy, c // (gx * gy)),
+                       thread=int(m.tid[who]), cta=tuple(int(v) for v in m.cta_xyz(c)),
                        hint=hint)
 
 

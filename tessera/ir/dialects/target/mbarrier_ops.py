@@ -4,6 +4,13 @@ have come. sm_80 has ``init``, ``arrive`` (returning the phase's state),
 ``test_wait`` and ``cp.async.mbarrier.arrive``, which ``cuda::barrier`` and
 ``cuda::memcpy_async`` compile to; sm_90 adds ``try_wait.parity``, transaction bytes and
 arrival counts, which TMA pipelines use.
+
+The cluster barrier (sec. 9.7.13.2, sm_90): ``barrier.cluster.arrive`` and
+``barrier.cluster.wait``, split in two so that a thread may work between its arrival and
+its wait. A phase completes once every thread of every CTA of the cluster has arrived;
+a wait returns once the phase its thread arrived on has completed. Arrival releases and
+the wait acquires by default (``.relaxed`` arrivals order no memory), which is what lets
+the CTAs of a cluster read each other's shared memory after it.
 """
 
 from __future__ import annotations
@@ -115,5 +122,35 @@ class CpAsyncArrive(_OnBarrier):
     noinc: bool = False
 
 
-__all__ = ["CpAsyncArrive", "MbarrierArrive", "MbarrierInit", "MbarrierInval",
-           "MbarrierWait"]
+
+
+@register_op
+@dataclass(frozen=True)
+class ClusterArrive(Effect):
+    """``barrier.cluster.arrive{.release|.relaxed}{.aligned}``: the thread arrives on
+    its cluster's barrier (``relaxed``: ordering no memory); ``aligned``: every thread
+    of the warp executes it together."""
+
+    name: ClassVar[str] = "ptx.cluster_arrive"
+    relaxed: bool = False
+    aligned: bool = False
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 0)
+
+
+@register_op
+@dataclass(frozen=True)
+class ClusterWait(Effect):
+    """``barrier.cluster.wait{.acquire}{.aligned}``: the thread waits until the phase
+    of its cluster's barrier that it arrived on has completed."""
+
+    name: ClassVar[str] = "ptx.cluster_wait"
+    aligned: bool = False
+
+    def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_count(self, operands, 0)
+
+
+__all__ = ["ClusterArrive", "ClusterWait", "CpAsyncArrive", "MbarrierArrive", "MbarrierInit",
+           "MbarrierInval", "MbarrierWait"]

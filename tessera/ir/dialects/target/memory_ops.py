@@ -1,7 +1,11 @@
 """Target IR memory instructions: ``ld``, ``st``, ``red``, ``.shared`` buffers, ``tex``,
 ``suld`` and ``sust`` (PTX ISA 8.x, sections 9.7.9.8 "ld", 9.7.9.10 "st", 9.7.13.6 "red",
-9.7.10.3 "tex", 9.7.11 "Surface Instructions"); :mod:`.ops` re-exports the first four
-with the register instructions."""
+9.7.10.3 "tex", 9.7.11 "Surface Instructions"), and the addresses of distributed shared
+memory, ``mapa`` and ``getctarank`` (sec. 9.7.9.21 and 9.7.9.22); :mod:`.ops`
+re-exports the first four with the register instructions.
+
+``space`` ``shared::cluster`` names a ``.shared::cluster`` access, which may reach the
+shared memory of another CTA of the thread's cluster (:mod:`tessera.arch.cluster`)."""
 
 from __future__ import annotations
 
@@ -183,5 +187,51 @@ class SurfaceStore(Effect):
                                 f"got {operands[-1]}")
 
 
-__all__ = ["SURFACE_REG", "TEX_DIMS", "Effect", "Load", "Reduce", "SharedAlloc", "Store",
-           "SurfaceLoad", "SurfaceStore", "TexFetch"]
+
+
+def _cluster_address(op: Op, space: str, t: Type) -> None:
+    """``t`` as the address operand of a ``mapa``/``getctarank`` of ``space``: a shared
+    address (u32 or u64) or, with no space, a generic one (u64)."""
+    if space not in ("", "shared::cluster"):
+        raise IRVerifyError(f"{op.name} takes .shared::cluster or generic addresses, not "
+                            f".{space}")
+    reg = reg_of(op, t)
+    if reg.elem not in ("u32", "u64") or (not space and reg.elem != "u64"):
+        raise IRVerifyError(f"{op.name}: a {'generic' if not space else 'shared'} address "
+                            f"is {'u64' if not space else 'u32 or u64'}, not {reg}")
+
+
+@register_op
+@dataclass(frozen=True)
+class Mapa(Op):
+    """``mapa{.shared::cluster}.<u32|u64> d, a, rank``: the address, in the shared
+    memory of the cluster's CTA ``rank``, of what ``a`` names in the executing CTA's;
+    ``space`` ``shared::cluster`` maps shared addresses, ``""`` generic ones."""
+
+    name: ClassVar[str] = "ptx.mapa"
+    space: str = "shared::cluster"
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 2)
+        _cluster_address(self, self.space, operands[0])
+        reg_of(self, operands[1], "u32")
+        return (operands[0],)
+
+
+@register_op
+@dataclass(frozen=True)
+class GetCtaRank(Op):
+    """``getctarank{.shared::cluster}.<u32|u64> d, a``: the rank in the cluster of the
+    CTA whose shared memory the address ``a`` lies in."""
+
+    name: ClassVar[str] = "ptx.getctarank"
+    space: str = "shared::cluster"
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 1)
+        _cluster_address(self, self.space, operands[0])
+        return (U32,)
+
+
+__all__ = ["SURFACE_REG", "TEX_DIMS", "Effect", "GetCtaRank", "Load", "Mapa", "Reduce",
+           "SharedAlloc", "Store", "SurfaceLoad", "SurfaceStore", "TexFetch"]

@@ -124,7 +124,8 @@ class ByteLoad(Op):
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
-        reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
+        reg_of(self, operands[0], "u32" if self.space in ("shared", "shared::cluster", "local")
+               else "u64")
         _byte_vector(self, self.vec)
         return (RegType("s32" if self.signed else "u32", self.vec),)
 
@@ -145,7 +146,8 @@ class ByteStore(Op):
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 2)
-        reg_of(self, operands[0], "u32" if self.space in ("shared", "local") else "u64")
+        reg_of(self, operands[0], "u32" if self.space in ("shared", "shared::cluster", "local")
+               else "u64")
         _byte_vector(self, self.vec)
         if reg_of(self, operands[1], "b32", "u32", "s32").count != self.vec:
             raise IRVerifyError(f"ptx.st_byte of {self.vec} bytes stores {self.vec} "
@@ -180,7 +182,7 @@ class Atom(Op):
                                                        self.space))):
             raise IRVerifyError(problem)
         check_count(self, operands, 3 if self.op == "cas" else 2)
-        reg_of(self, operands[0], "u32" if self.space == "shared" else "u64")
+        reg_of(self, operands[0], "u32" if self.space.startswith("shared") else "u64")
         for t in operands[1:]:
             if self.vec == 1:
                 reg_of(self, t, self.type)

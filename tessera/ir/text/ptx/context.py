@@ -31,9 +31,12 @@ from tessera.ir.text.ptx.lexer import (
     parse_int,
 )
 
-_SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid"}
+_SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid", "%clusterid", "%nclusterid", "%cluster_ctaid",
+            "%cluster_nctaid"}
 _SPECIAL_SCALAR = {"%laneid": "laneid", "%warpid": "warpid", "%smid": "smid", "%nsmid": "nsmid",
-                   "%nwarpid": "nwarpid",
+                   "%nwarpid": "nwarpid", "%cluster_ctarank": "cluster_ctarank",
+                   "%cluster_nctarank": "cluster_nctarank",
+                   "%is_explicit_cluster": "is_explicit_cluster",
                    **{f"%lanemask_{c}": f"lanemask_{c}" for c in ("eq", "lt", "le", "gt", "ge")},
                    **{f"%{c}": c for c in target_ops.CLOCKS + target_ops.ENVREGS}}
 _REG = re.compile(r"^%[A-Za-z_$][\w$]*$|^%[A-Za-z_$][\w$]*<\d+>$")
@@ -264,6 +267,12 @@ class InstrBuilder:
             raise self.unsupported(f"special register {t}")
         else:
             return None
+        if reg in target_ops.CLUSTER_REGS:
+            self.require(f"special register {t}", 90, (7, 8))
+        if reg == "is_explicit_cluster":  # the one predicate
+            if self.head != "mov" or elem != "pred":
+                raise self.syntax(f"special register {t} is read by mov.pred only")
+            return self.emit(target_ops.Special(reg))[0]
         if reg in target_ops.WIDE_CLOCKS:  # the 64-bit special registers
             if self.head != "mov" or elem not in ("b64", "u64", "s64"):
                 raise self.syntax(f"special register {t} is read by mov of 64 bits only")

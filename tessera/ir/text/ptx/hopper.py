@@ -2,7 +2,8 @@
 9.7.13.15, 9.7.15): ``mbarrier`` (sm_80's ``init``, ``arrive``, ``test_wait`` and
 ``cp.async.mbarrier.arrive``, sm_90's forms), TMA loads and stores
 (``cp.async.bulk.tensor.2d``) and the bulk groups of stores, ``wgmma``, ``stmatrix``,
-``elect.sync`` and ``setmaxnreg``.
+``elect.sync`` and ``setmaxnreg``; the cluster instructions ``mapa``, ``getctarank`` and
+``barrier.cluster`` (sec. 9.7.9.21, 9.7.9.22, 9.7.13.2).
 
 ``mbarrier.try_wait`` and ``test_wait`` (polling instructions, used in a loop) become
 the interpreter's blocking wait, which lands the copies on the barrier and reports a
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from tessera.arch.mbarrier import TX_LIMIT
 from tessera.ir.core import Value
-from tessera.ir.dialects.target import RegType, ptx_ops
+from tessera.ir.dialects.target import RegType, mbarrier_ops, memory_ops, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
@@ -253,6 +254,42 @@ def _wgmma_rs(b: InstrBuilder, n: int, atype: str, btype: str, ops: list[str]) -
     (d,) = b.emit(WgmmaRegA(n, atype, btype, 0, _flag(b, ops[6])),
                   [acc, a, b.read(ops[2], "u64"), b.read(ops[3], "pred")])
     b.write(ops[0], d)
+
+
+@handler("mapa", "getctarank")
+def _cluster_address(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``mapa{.shared::cluster}.type d, a, rank`` and ``getctarank{...}.type d, a``."""
+    space = "shared::cluster" if mods[:1] == ["shared::cluster"] else ""
+    rest = mods[1:] if space else mods
+    if rest not in (["u32"], ["u64"]):
+        raise b.syntax(f"{b.head} is {b.head}{{.shared::cluster}}.u32 or .u64")
+    b.require(b.head, 90, (7, 8))
+    elem = rest[0]
+    if not space and elem == "u32":
+        raise b.unsupported(f"{b.head}.u32 of a 32-bit generic address (.address_size 32)")
+    count(b, ops, 3 if b.head == "mapa" else 2)
+    addr = b.read(ops[1], elem)  # a register, a shared variable or one plus an offset
+    if b.head == "mapa":
+        (d,) = b.emit(memory_ops.Mapa(space), [addr, b.read(ops[2], "u32")])
+    else:
+        (d,) = b.emit(memory_ops.GetCtaRank(space), [addr])
+    b.write(ops[0], d)
+
+
+def cluster_barrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    """``barrier.cluster.arrive{.release|.relaxed}{.aligned}`` and
+    ``barrier.cluster.wait{.acquire}{.aligned}``."""
+    kind, rest = (mods[1] if len(mods) > 1 else ""), mods[2:]
+    aligned = "aligned" in rest
+    order = [f for f in rest if f != "aligned"]
+    allowed = {"arrive": (["release"], ["relaxed"], []), "wait": (["acquire"], [])}
+    if kind not in allowed or order not in allowed[kind] or rest.count("aligned") > 1:
+        raise b.syntax("barrier.cluster is barrier.cluster.arrive{.release|.relaxed}"
+                       "{.aligned} or barrier.cluster.wait{.acquire}{.aligned}")
+    count(b, ops, 0)
+    b.require("barrier.cluster", 90, (8, 0) if order else (7, 8))
+    b.emit(mbarrier_ops.ClusterArrive(order == ["relaxed"], aligned) if kind == "arrive"
+           else mbarrier_ops.ClusterWait(aligned))
 
 
 @handler("elect")

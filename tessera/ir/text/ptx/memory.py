@@ -32,7 +32,7 @@ _QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "rela
                "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_last",
                "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
                "L2::evict_first"}
-_SPACES = {"global", "shared", "param", "local", "const", "shared::cta"}
+_SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster"}
 #: the qualifiers atom and red take besides a state space and .L2::cache_hint
 _ATOMIC_ORDERS = {"relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "cluster"}
 
@@ -41,7 +41,10 @@ def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
     """(state space or '', vector width, type) of an ld/st/atom/red opcode."""
     space, vec = "", 1
     for f in mods[:-1]:
-        if f in _SPACES:
+        if f == "shared::cluster":  # may reach the other CTAs of the cluster
+            b.require(".shared::cluster", 90, (7, 8))
+            space = f
+        elif f in _SPACES:
             space = f.split("::")[0]
         elif f in ("v2", "v4", "v8"):
             vec = int(f[1:])
@@ -108,11 +111,11 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     space = _param_space(b, _memory_op(b, space), ops[1] if b.head == "ld" else ops[0])
     if vec not in (1, 2, 4):
         raise b.syntax(f"a vector of bytes is .v2 or .v4, not .v{vec}")
-    if space not in ("global", "shared", "", "local", "param"):
+    if space not in ("global", "shared", "shared::cluster", "", "local", "param"):
         raise b.unsupported(f"byte accesses in the .{space} state space")
     if space == "param" and b.head == "st":
         raise b.syntax(_ST_PARAM)
-    elem = "u32" if space == "shared" else "u64"
+    elem = "u32" if space.startswith("shared") else "u64"
     at = ops[1] if b.head == "ld" else ops[0]
     addr, offset = (_local(b, at) if space == "local" else _param(b, at)
                     if space == "param" else b.read_address(at, elem))
@@ -230,7 +233,7 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         b.emit(target_ops.Reduce(space, op, t), [addr, b.read(ops[1], t)])
         return
     count(b, ops, 4 if op == "cas" else 3)
-    addr = plain_address(b, ops[1], "u32" if space == "shared" else "u64")
+    addr = plain_address(b, ops[1], "u32" if space.startswith("shared") else "u64")
     args = [addr] + [b.read(o, t) for o in ops[2:]]
     (d,) = b.emit(ptx_ops.Atom(space, op, t), args)
     b.write(ops[0], d)

@@ -97,6 +97,11 @@ def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.unsupported("bar.warp.sync with a register member mask")
         b.emit(ptx_ops.WarpSync(mask & 0xFFFFFFFF))
         return
+    if b.head == "barrier" and mods[:1] == ["cluster"]:
+        from tessera.ir.text.ptx.hopper import cluster_barrier
+
+        cluster_barrier(b, mods, ops)
+        return
     if b.head == "bar" and "aligned" in mods:
         raise b.syntax("bar is aligned already: .aligned belongs to barrier")
     if "cta" in mods[1:]:

@@ -372,6 +372,23 @@ OPERANDS = [
     ("mov.u32 %r1, %lanemask_le;", "ok"), ("mov.u32 %r1, %lanemask_ge;", "ok"),
     ("mov.u32 %r1, %lanemask_eq;", "ok"), ("cvt.u64.u32 %rd2, %lanemask_lt;", "ok"),
     ("mov.u64 %rd1, %lanemask_gt;", "32 bits"),
+    # thread block clusters (sm_90): special registers, distributed shared memory, barrier
+    ("mov.u32 %r1, %cluster_ctarank;", "ok"), ("mov.u32 %r1, %clusterid.y;", "ok"),
+    ("mov.b32 %r1, %cluster_nctaid.z;", "ok"), ("cvt.u64.u32 %rd1, %cluster_ctaid.x;", "ok"),
+    ("mov.pred %p1, %is_explicit_cluster;", "ok"),
+    ("mov.u32 %r1, %is_explicit_cluster;", "mov.pred"),
+    ("mapa.shared::cluster.u32 %r1, %r2, %r3;", "ok"), ("mapa.u64 %rd1, %rd1, %r3;", "ok"),
+    ("mapa.shared::cluster.u64 %rd1, %rd2, %r3;", "ok"),
+    ("mapa.shared::cluster.u64 %rd1, %r2, %r3;", "u64"),
+    ("getctarank.shared::cluster.u32 %r1, %r2;", "ok"), ("getctarank.u64 %r1, %rd1;", "ok"),
+    ("getctarank.shared::cluster.u32 %r1, %rd2;", "u32"),
+    ("barrier.cluster.arrive;", "ok"), ("barrier.cluster.arrive.release;", "ok"),
+    ("barrier.cluster.arrive.relaxed.aligned;", "ok"), ("barrier.cluster.wait.acquire;", "ok"),
+    ("barrier.cluster.wait.aligned;", "ok"), ("barrier.cluster.wait.relaxed;", "wait"),
+    ("ld.shared::cluster.u32 %r1, [%r2];", "ok"), ("ld.shared::cluster.u32 %r1, [%rd2];", "ok"),
+    ("st.shared::cluster.v2.u32 [%r2], {%r1, %r3};", "ok"),
+    ("atom.shared::cluster.add.u32 %r1, [%r2], 1;", "ok"),
+    ("red.shared::cluster.add.u32 [%r2], 1;", "ok"), ("ld.shared::cluster.u8 %r1, [%r2];", "ok"),
 ]
 
 
@@ -392,6 +409,9 @@ def test_operands_qualifiers_and_required_modifiers(line: str, verdict: str) -> 
     ("fence.proxy.async;", "syntax"), ("mbarrier.init.shared.b64 [%r1], 1;", "ok"),
     ("griddepcontrol.wait;", "syntax"),
     ("mbarrier.arrive.shared::cta.b64 %rd1, [%r1], %r2;", "syntax"),
+    ("mov.u32 %r1, %cluster_ctarank;", "syntax"), ("barrier.cluster.arrive;", "syntax"),
+    ("mapa.shared::cluster.u32 %r1, %r2, %r3;", "syntax"),
+    ("ld.shared::cluster.u32 %r1, [%r2];", "syntax"),
 ])
 def test_hopper_bf16_arithmetic_needs_sm_90(line: str, sm80: str) -> None:
     """add/sub/mul/setp/ex2/tanh of bf16, wgmma, elect, bulk copies and the async proxy

@@ -125,3 +125,30 @@ extern "C" __global__ void bulk_double(const float* in, float* out, int* elected
   if (cuda::ptx::elect_sync(half)) atomicAdd(elected, 1);
   cudaTriggerProgrammaticLaunchCompletion();
 }
+
+// Distributed shared memory: a histogram of `bins` bins split across the CTAs of a
+// cluster of 2 (bins / 2 in each CTA's shared memory). Each thread adds its value's bin in
+// whichever CTA holds it, through cooperative groups' map_shared_rank; cluster.sync()
+// before (every CTA's bins zeroed) and after (every add landed) the adds, then each CTA
+// adds its half to the grid's histogram.
+#include <cooperative_groups.h>
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) cluster_histogram(const int* values,
+                                                                        int* histogram, int n,
+                                                                        int bins) {
+  extern __shared__ int part[];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int per_cta = bins / 2;
+  for (int b = threadIdx.x; b < per_cta; b += blockDim.x) part[b] = 0;
+  cluster.sync();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    int bin = min(max(values[i], 0), bins - 1);
+    int* owner = cluster.map_shared_rank(part, bin / per_cta);
+    atomicAdd(owner + bin % per_cta, 1);
+  }
+  cluster.sync();
+  const int first = cluster.block_rank() * per_cta;
+  for (int b = threadIdx.x; b < per_cta; b += blockDim.x)
+    atomicAdd(&histogram[first + b], part[b]);
+}
