@@ -1,6 +1,7 @@
 """What kernels of a ``tessera run-cuda`` program reach, by address: its device and
 pinned allocations (anonymous ``mmap`` memory, page-aligned, placed in every launch at
-its own address) and the pages of host memory it registers.
+its own address), the pages of host memory it registers, and the storage of its
+``__device__`` variables, apart from their host shadows as on a GPU.
 """
 
 from __future__ import annotations
@@ -70,4 +71,41 @@ class DeviceMemory:
         return 0 if self.arrays.pop(address, None) is not None else 1
 
 
-__all__ = ["DeviceMemory", "host_view"]
+Shadows = dict[tuple[int, str], tuple[np.ndarray, bytes]]
+
+
+def device_symbols(lib: Any, memory: DeviceMemory
+                   ) -> tuple[dict[tuple[int, str], np.ndarray], Shadows]:
+    """Each variable the program registered (``lib``'s table), by (fat binary, PTX name):
+    its device storage, a new allocation of ``memory`` (a ``__managed__`` variable's is
+    its host memory); and each one's host shadow with the shadow's bytes now."""
+    symbols, shadows = {}, {}
+    get = lib.tessera_symbol
+    get.restype = ctypes.c_char_p
+    host, size, module, managed = (ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int(),
+                                   ctypes.c_int())
+    for k in range(lib.tessera_symbol_count()):
+        name = get(k, ctypes.byref(host), ctypes.byref(size), ctypes.byref(module),
+                   ctypes.byref(managed)).decode()
+        shadow = host_view(host.value, (size.value,))
+        if managed.value:
+            symbols[module.value, name] = shadow
+            continue
+        shadows[module.value, name] = (shadow, shadow.tobytes())
+        address = memory.alloc(size.value)
+        lib.tessera_add_allocation(ctypes.c_void_p(address), size)
+        lib.tessera_set_symbol_device(k, ctypes.c_void_p(address))
+        symbols[module.value, name] = memory.arrays[address][:size.value]
+    return symbols, shadows
+
+
+def written_shadows(shadows: Shadows) -> list[str]:
+    """The variables whose host shadows host code wrote since they were last reported
+    (each is reported once): a GPU's kernels never see those writes."""
+    written = [key for key, (shadow, was) in shadows.items() if shadow.tobytes() != was]
+    for key in written:
+        del shadows[key]
+    return [name for _, name in written]
+
+
+__all__ = ["DeviceMemory", "device_symbols", "host_view", "written_shadows"]

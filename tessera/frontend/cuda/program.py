@@ -28,7 +28,12 @@ from tessera.arch.texture import Surface, Texture
 from tessera.arch.tma import Interleave, L2Promotion, OobFill, TensorMap, TensorMapDataType
 from tessera.errors import ArgumentError, Loc, TesseraError
 from tessera.frontend.cuda.build import Built
-from tessera.frontend.cuda.memory import DeviceMemory, host_view
+from tessera.frontend.cuda.memory import (
+    DeviceMemory,
+    device_symbols,
+    host_view,
+    written_shadows,
+)
 from tessera.frontend.cuda.reports import (
     caller_line,
     demangled,
@@ -39,6 +44,7 @@ from tessera.frontend.cuda.reports import (
 from tessera.frontend.cuda.textures import cuda_texture
 from tessera.frontend.ptx.api import PtxProgram, load
 from tessera.frontend.ptx.textures import FIRST_HANDLE
+from tessera.interp.target.cluster.geometry import ClusterLaunchError
 from tessera.interp.target.ptx.heap import DeviceHeap
 from tessera.ir.text.ptx import parse_ptx
 
@@ -47,6 +53,7 @@ _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
                            ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t,
                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int)
 _INVALID_VALUE = 1  # cudaErrorInvalidValue
+_INVALID_CLUSTER_SIZE = 912  # cudaErrorInvalidClusterSize
 #: cuda.h's CUtensorMapSwizzle numbers
 _SWIZZLES = {0: Swizzle.NONE, 1: Swizzle.B32, 2: Swizzle.B64, 3: Swizzle.B128}
 _ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)
@@ -95,11 +102,10 @@ class CudaProgram:
         self.check_races, self.check_leaks = check_races, check_leaks
         self.launches = 0
         self.built = built
-        #: each variable's host shadow and its bytes as the program started, by
-        #: (registered fat binary, PTX name): a launch warns once the host wrote one
-        self.shadows: dict[tuple[int, str], tuple[np.ndarray, bytes]] = {}
-        #: each variable's device storage, by (registered fat binary, PTX name)
-        self.symbols = self._symbols()
+        #: each variable's device storage, and its host shadow with the shadow's bytes
+        #: as the program started (a launch warns once host code wrote one), by
+        #: (registered fat binary, PTX name)
+        self.symbols, self.shadows = device_symbols(self.lib, self.memory)
         self.module_of = self._match_modules()
         self._initialise()
         self.textures: dict[int, Texture | Surface] = {}  # texture and surface objects
@@ -125,28 +131,6 @@ class CudaProgram:
         made = kind(fn)
         self._callbacks.append(made)
         return made
-
-    def _symbols(self) -> dict[tuple[int, str], np.ndarray]:
-        """Each ``__device__``/``__constant__`` variable's device storage, apart from its
-        host shadow as on a GPU (a ``__managed__`` variable's is its host memory)."""
-        out = {}
-        get = self.lib.tessera_symbol
-        get.restype = ctypes.c_char_p
-        host, size, module, managed = (ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_int(),
-                                       ctypes.c_int())
-        for k in range(self.lib.tessera_symbol_count()):
-            name = get(k, ctypes.byref(host), ctypes.byref(size), ctypes.byref(module),
-                       ctypes.byref(managed)).decode()
-            if managed.value:
-                out[module.value, name] = host_view(host.value, (size.value,))
-                continue
-            shadow = host_view(host.value, (size.value,))
-            self.shadows[module.value, name] = (shadow, shadow.tobytes())
-            address = self.memory.alloc(size.value)
-            self.lib.tessera_add_allocation(ctypes.c_void_p(address), size)
-            self.lib.tessera_set_symbol_device(k, ctypes.c_void_p(address))
-            out[module.value, name] = self.memory.arrays[address][:size.value]
-        return out
 
     def _match_modules(self) -> list[PtxProgram]:
         """The ``.cu`` file's PTX of each registered fat binary. nvcc's host code
@@ -200,7 +184,7 @@ class CudaProgram:
                 coop: int, opt_in: int) -> int:
         try:
             kernel = self.module_of[module].kernel(name.decode())
-            grid, block = tuple(dims[:3]), tuple(dims[3:6])
+            grid, block, shape = tuple(dims[:3]), tuple(dims[3:6]), tuple(dims[6:9])
             allowed = self.lib.tessera_dynamic_limit(module, name, opt_in)
             if shared > allowed:  # as a GPU refuses the launch
                 print(demangled(
@@ -210,7 +194,10 @@ class CudaProgram:
                     ": raise cudaFuncAttributeMaxDynamicSharedMemorySize with "
                     "cudaFuncSetAttribute first", name.decode()), file=sys.stderr)
                 return _INVALID_VALUE
-            self._written_shadows()
+            for variable in written_shadows(self.shadows):
+                print(demangled(f"tessera run-cuda: warning: host code wrote the host shadow "
+                                f"of '{variable}'; kernels never see it (copy it with "
+                                "cudaMemcpyToSymbol)", variable), file=sys.stderr)
             raw = [ctypes.string_at(argp[k], p.size) for k, p in enumerate(kernel.params)]
             maps = {k: self.tensor_maps[int.from_bytes(r[8:16], "little")]
                     for k, r in enumerate(raw) if len(r) == 128 and
@@ -220,14 +207,15 @@ class CudaProgram:
                        shared_bytes=int(shared), check_races=self.check_races,
                        symbols=self._symbols_of(module), cooperative=bool(coop),
                        buffers=self.memory.arrays, textures=self.textures,
-                       heap=self._device_heap())
+                       heap=self._device_heap(), cluster=shape if any(shape) else None)
             self.launches += 1
             sys.stdout.flush()
             return 0
         except ArgumentError as err:  # a launch a GPU refuses: the program sees its error
             print(demangled(f"tessera run-cuda: launch of '{name.decode()}' failed: {err}",
                              name.decode()), file=sys.stderr)
-            return _INVALID_CONFIGURATION
+            return (_INVALID_CLUSTER_SIZE if isinstance(err, ClusterLaunchError)
+                    else _INVALID_CONFIGURATION)
         except TesseraError as err:
             where = self.source.get((err.loc.file, err.loc.line))
             if where is not None:  # the user's line first, the PTX instruction after
@@ -239,16 +227,6 @@ class CudaProgram:
         except BaseException:  # nothing may unwind through C frames
             end_program(f"tessera run-cuda: internal error in a launch:\n{traceback.format_exc()}")
         return 0  # not reached
-
-    def _written_shadows(self) -> None:
-        """Warn, once a variable, where host code wrote a ``__device__`` variable's host
-        shadow: a GPU's kernels never see it, and neither do tessera's."""
-        for key, (shadow, was) in list(self.shadows.items()):
-            if shadow.tobytes() != was:
-                del self.shadows[key]
-                print(demangled(f"tessera run-cuda: warning: host code wrote the host shadow "
-                                f"of '{key[1]}'; kernels never see it (copy it with "
-                                "cudaMemcpyToSymbol)", key[1]), file=sys.stderr)
 
     def _tensor_map(self, dtype: int, rank: int, address: int, dims: Any, strides: Any,
                     box: Any, steps: Any, interleave: int, swizzle: int, l2: int,

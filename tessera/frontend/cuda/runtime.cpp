@@ -42,12 +42,12 @@ std::vector<Symbol>& symbols() { static std::vector<Symbol> t; return t; }
 std::vector<void**>& handles() { static std::vector<void**> t; return t; }
 int module_of(void** handle) { return static_cast<int>(reinterpret_cast<intptr_t>(*handle)); }
 
+// `dims`: the grid, the block and the cluster shape (0 x 0 x 0: no clusters)
 using LaunchHook = int (*)(int module, const char* name, const unsigned* dims, size_t shared,
                            void** args, int cooperative, int opt_in);
 using AllocHook = void* (*)(size_t bytes);
 using FreeHook = int (*)(void* p);
-// the byte size and offset of each of a kernel's parameters; how many it has (-1: no such
-// kernel)
+// each of a kernel's parameters' byte size and offset; how many (-1: no such kernel)
 using SizesHook = int (*)(int module, const char* name, size_t* sizes, size_t* offsets,
                           int most);
 // a kernel's static shared memory in bytes (-1: no such kernel)
@@ -60,8 +60,7 @@ FreeHook g_free = nullptr;
 SizesHook g_sizes = nullptr;
 StaticHook g_static = nullptr;
 ReportHook g_report = nullptr;
-// called as the program ends (the leak check)
-using FinishHook = void (*)();
+using FinishHook = void (*)();  // called as the program ends (the leak check)
 FinishHook g_finish = nullptr;
 int g_launches = 0;
 
@@ -111,8 +110,9 @@ const Kernel* kernel_of(const void* host) {
   return nullptr;
 }
 
-cudaError_t run_launch(const Kernel& k, dim3 g, dim3 b, size_t shared, void** args, int coop) {
-  unsigned dims[6] = {g.x, g.y, g.z, b.x, b.y, b.z};
+cudaError_t run_launch(const Kernel& k, dim3 g, dim3 b, size_t shared, void** args, int coop,
+                       dim3 cluster) {
+  unsigned dims[9] = {g.x, g.y, g.z, b.x, b.y, b.z, cluster.x, cluster.y, cluster.z};
   fflush(stdout);  // the program's output so far comes before the kernel's printf
   cudaError_t e = static_cast<cudaError_t>(
       g_launch(k.module, k.name.c_str(), dims, shared, args, coop, k.opt_in));
@@ -122,7 +122,7 @@ cudaError_t run_launch(const Kernel& k, dim3 g, dim3 b, size_t shared, void** ar
 
 // a launch as work that keeps its own copy of the arguments' bytes
 cudaError_t launch_work(const Kernel& k, dim3 g, dim3 b, size_t shared, void** args, int coop,
-                        TesseraWork* work) {
+                        TesseraWork* work, dim3 cluster) {
   size_t sizes[4096], offsets[4096];  // the PTX ISA allows 4 KB of parameters
   int n = g_sizes(k.module, k.name.c_str(), sizes, offsets, 4096);
   if (n < 0) return tessera_fail(cudaErrorInvalidDeviceFunction);
@@ -131,20 +131,20 @@ cudaError_t launch_work(const Kernel& k, dim3 g, dim3 b, size_t shared, void** a
     const char* arg = static_cast<const char*>(args[i]);
     copies.emplace_back(arg, arg + sizes[i]);
   }
-  *work = [kernel = k, g, b, shared, coop, copies]() mutable {
+  *work = [kernel = k, g, b, shared, coop, copies, cluster]() mutable {
     std::vector<void*> pointers;
     for (std::vector<char>& c : copies) pointers.push_back(c.data());
-    return run_launch(kernel, g, b, shared, pointers.data(), coop);
+    return run_launch(kernel, g, b, shared, pointers.data(), coop, cluster);
   };
   return cudaSuccess;
 }
 
 cudaError_t launch(const void* fun, dim3 g, dim3 b, size_t shared, void** args, int coop,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, dim3 cluster = dim3(0, 0, 0)) {
   const Kernel* k = kernel_of(fun);
   if (!k) return tessera_fail(cudaErrorInvalidDeviceFunction);
   return tessera_launch(k->module, k->name.c_str(), g, b, shared, args, coop, stream,
-                        k->opt_in);
+                        k->opt_in, cluster);
 }
 
 void summary() {
@@ -156,12 +156,12 @@ void summary() {
 }  // namespace
 
 cudaError_t tessera_launch(int module, const char* name, dim3 g, dim3 b, size_t shared,
-                           void** args, int coop, cudaStream_t stream, int opt_in) {
+                           void** args, int coop, cudaStream_t stream, int opt_in, dim3 cluster) {
   if (!g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
   Kernel k{nullptr, name, module, opt_in};
-  if (!tessera_capturing(stream)) return run_launch(k, g, b, shared, args, coop);
+  if (!tessera_capturing(stream)) return run_launch(k, g, b, shared, args, coop, cluster);
   TesseraWork work;
-  cudaError_t e = launch_work(k, g, b, shared, args, coop, &work);
+  cudaError_t e = launch_work(k, g, b, shared, args, coop, &work, cluster);
   return e == cudaSuccess ? tessera_issue(stream, std::move(work)) : e;
 }
 
@@ -169,26 +169,17 @@ cudaError_t tessera_launch_work(const void* fun, dim3 g, dim3 b, size_t shared, 
                                 int coop, TesseraWork* work) {
   const Kernel* k = kernel_of(fun);
   if (!k || !g_launch) return tessera_fail(cudaErrorInvalidDeviceFunction);
-  return launch_work(*k, g, b, shared, args, coop, work);
+  return launch_work(*k, g, b, shared, args, coop, work, dim3(0, 0, 0));
+}
+
+int tessera_static_shared(int module, const char* name) {
+  return g_static ? g_static(module, name) : -1;
 }
 
 int tessera_dynamic_limit(int module, const char* name, int opt_in) {
-  int fixed = g_static ? g_static(module, name) : -1;
+  int fixed = tessera_static_shared(module, name);
   if (fixed < 0) return -1;
   return opt_in >= 0 ? opt_in : kTesseraPortableShared - fixed;
-}
-
-int tessera_occupancy(int module, const char* name, int threads, size_t dynamic, int opt_in) {
-  int fixed = g_static ? g_static(module, name) : -1;
-  long allowed = tessera_dynamic_limit(module, name, opt_in);
-  if (fixed < 0 || threads <= 0 || threads > 1024 || static_cast<long>(dynamic) > allowed)
-    return 0;
-  long per_cta = fixed + static_cast<long>(dynamic) + 1024;  // 1 KB a CTA for the system
-  long by_memory = kTesseraSharedPerSm / per_cta;
-  long by_threads = kTesseraThreadsPerSm / ((threads + 31) / 32 * 32);
-  long most = kTesseraBlocksPerSm;
-  return static_cast<int>(by_memory < by_threads ? (by_memory < most ? by_memory : most)
-                                                 : (by_threads < most ? by_threads : most));
 }
 
 int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets, int most) {
@@ -307,15 +298,17 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f,
   *n = tessera_occupancy(k->module, k->name.c_str(), threads, dynamic, k->opt_in);
   return cudaSuccess;
 }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void* f,
-                                                                   int threads, size_t dynamic,
-                                                                   unsigned) {
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int* n, const void* f, int threads, size_t dynamic, unsigned) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, dynamic);
 }
 cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) {
   for (Kernel& k : kernels()) {
     if (k.host != f) continue;
     if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) k.opt_in = v;
+    if (a == cudaFuncAttributeNonPortableClusterSizeAllowed && v)
+      tessera_report(__builtin_return_address(0), "clusters of more than 8 CTAs "
+                     "(cudaFuncAttributeNonPortableClusterSizeAllowed) are not modelled");
     return cudaSuccess;
   }
   return tessera_fail(cudaErrorInvalidDeviceFunction);
@@ -371,17 +364,15 @@ cudaError_t cudaLaunchCooperativeKernel(const void* f, dim3 g, dim3 b, void** ar
 }
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* f, void** args) {
   int coop = 0;
+  dim3 cluster(0, 0, 0);
   for (unsigned k = 0; k < c->numAttrs; ++k) {
     const cudaLaunchAttribute& a = c->attrs[k];
     if (a.id == cudaLaunchAttributeCooperative) coop = a.val.cooperative;
-    if (a.id == cudaLaunchAttributeClusterDimension &&
-        a.val.clusterDim.x * a.val.clusterDim.y * a.val.clusterDim.z > 1)
-      tessera_report(__builtin_return_address(0), "cudaLaunchKernelExC with clusters of "
-                     "%ux%ux%u CTAs: thread block clusters are not modelled (launch without "
-                     "the cluster attribute)", a.val.clusterDim.x, a.val.clusterDim.y,
-                     a.val.clusterDim.z);
+    if (a.id == cudaLaunchAttributeClusterDimension)
+      cluster = dim3(a.val.clusterDim.x, a.val.clusterDim.y, a.val.clusterDim.z);
   }
-  return launch(f, c->gridDim, c->blockDim, c->dynamicSmemBytes, args, coop, c->stream);
+  return launch(f, c->gridDim, c->blockDim, c->dynamicSmemBytes, args, coop, c->stream,
+                cluster);
 }
 
 // --- memory --------------------------------------------------------------------------

@@ -24,6 +24,8 @@ constexpr int kTesseraPortableShared = 48 * 1024;
 // the dynamic shared memory kernel `name` of `module` may take: what the program allowed
 // it (`opt_in`), or by default 48 KB less its static shared memory; -1 for no such kernel
 extern "C" int tessera_dynamic_limit(int module, const char* name, int opt_in);
+// a kernel's static shared memory in bytes (-1: no such kernel)
+int tessera_static_shared(int module, const char* name);
 
 // CTAs of `threads` threads and `dynamic` bytes of dynamic shared memory one SM holds for
 // kernel `name` of `module` (its static shared memory counted, 1 KB a CTA reserved), 0
@@ -44,9 +46,11 @@ bool tessera_capturing(cudaStream_t s);
 
 // launches kernel `name` of module `module` (a .cu file's fat binary, or a module the
 // driver API loaded) on `stream`, or records the launch where the stream is captured;
-// `opt_in`: the dynamic shared memory the program allowed it (-1: the default)
+// `opt_in`: the dynamic shared memory the program allowed it (-1: the default);
+// `cluster`: the thread block cluster shape asked for (0 x 0 x 0: none)
 cudaError_t tessera_launch(int module, const char* name, dim3 g, dim3 b, size_t shared,
-                           void** args, int coop, cudaStream_t stream, int opt_in = -1);
+                           void** args, int coop, cudaStream_t stream, int opt_in = -1,
+                           dim3 cluster = dim3(0, 0, 0));
 // the byte size and offset of each parameter of a kernel; how many (-1: no such kernel)
 int tessera_params(int module, const char* name, size_t* sizes, size_t* offsets, int most);
 // a launch as work that keeps its own copy of the arguments' bytes (the program's

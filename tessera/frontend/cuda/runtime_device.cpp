@@ -124,6 +124,19 @@ bool tessera_register_storage(void* p, size_t bytes) {
   return tessera_malloc(nullptr, &p, bytes, kTesseraSymbol) == cudaSuccess;
 }
 
+int tessera_occupancy(int module, const char* name, int threads, size_t dynamic, int opt_in) {
+  int fixed = tessera_static_shared(module, name);
+  long allowed = tessera_dynamic_limit(module, name, opt_in);
+  if (fixed < 0 || threads <= 0 || threads > 1024 || static_cast<long>(dynamic) > allowed)
+    return 0;
+  long per_cta = fixed + static_cast<long>(dynamic) + 1024;  // 1 KB a CTA for the system
+  long by_memory = kTesseraSharedPerSm / per_cta;
+  long by_threads = kTesseraThreadsPerSm / ((threads + 31) / 32 * 32);
+  long most = kTesseraBlocksPerSm;
+  return static_cast<int>(by_memory < by_threads ? (by_memory < most ? by_memory : most)
+                                                 : (by_threads < most ? by_threads : most));
+}
+
 extern "C" {
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   static const cudaMemoryType kTypes[] = {cudaMemoryTypeDevice, cudaMemoryTypeHost,
@@ -202,6 +215,7 @@ const ErrorText kErrors[] = {
      "the operation cannot be performed in the present state"},
     {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
      "operation not permitted when stream is capturing"},
+    {cudaErrorInvalidClusterSize, "cudaErrorInvalidClusterSize", "invalid cluster size"},
 };
 const ErrorText* error_text(cudaError_t e) {
   for (const ErrorText& t : kErrors) if (t.code == e) return &t;

@@ -312,21 +312,41 @@ def test_runtime_calls_beside_launches(cache: Path) -> None:
         "peer access 0, pooled copy 10 30, no error"]
 
 
-def test_a_cluster_launch_is_refused_by_name(cache: Path, tmp_path: Path) -> None:
-    """Thread block clusters are not modelled: a launch asking for them ends the program
-    with a report at its line, rather than running without them."""
-    source = tmp_path / "cluster.cu"
+def test_thread_block_clusters_share_their_shared_memory(cache: Path) -> None:
+    """A __cluster_dims__ kernel reads its neighbour's shared memory between cluster
+    barriers; a cudaLaunchKernelEx launch in clusters of four adds into the first CTA's
+    counter with atomics; launches a GPU refuses return cudaErrorInvalidClusterSize."""
+    done = command(cache, str(PROGRAMS / "clusters.cu"), "--arch", "sm_90a")
+    assert done.returncode == 0, done.stderr
+    x = np.arange(256).reshape(4, 64)
+    swapped = 1000 * x + x.reshape(2, 2, 64)[:, ::-1, ::-1].reshape(4, 64)
+    ranks = np.arange(8) % 4  # rank, its x in the cluster and the cluster's 4 CTAs
+    assert done.stdout.splitlines() == [
+        f"swap: {swapped[0, 0]} {swapped[0, 63]} {swapped[1, 0]} {swapped[3, 63]}",
+        f"clusters of 4: cudaSuccess, totals {32 * 10} {32 * 10}, CTAs "
+        + " ".join(str(100 * r + 10 * r + 4) for r in ranks),
+        "grid of 6: cudaErrorInvalidClusterSize", "clusters of 16: cudaErrorInvalidClusterSize"]
+    assert "grid dimension x (6) is not a multiple of the cluster's (4)" in done.stderr
+
+
+def test_a_read_of_another_ctas_memory_before_the_cluster_barrier_is_a_race(
+        cache: Path, tmp_path: Path) -> None:
+    source = tmp_path / "early.cu"
     source.write_text(
-        "__global__ void k(int* x) { x[threadIdx.x] = 1; }\n"
-        "int main() {\n  int* x;\n  cudaMalloc(&x, 256);\n"
-        "  cudaLaunchConfig_t c = {};\n  c.gridDim = dim3(2);\n  c.blockDim = dim3(64);\n"
-        "  cudaLaunchAttribute a[1];\n  a[0].id = cudaLaunchAttributeClusterDimension;\n"
-        "  a[0].val.clusterDim.x = 2; a[0].val.clusterDim.y = 1; a[0].val.clusterDim.z = 1;\n"
-        "  c.attrs = a;\n  c.numAttrs = 1;\n  cudaLaunchKernelEx(&c, k, x);\n  return 0;\n}\n")
+        "#include <cooperative_groups.h>\n"
+        "namespace cg = cooperative_groups;\n"
+        "__global__ void __cluster_dims__(2, 1, 1) early(int* out) {\n"
+        "  __shared__ int v[32];\n  cg::cluster_group c = cg::this_cluster();\n"
+        "  v[threadIdx.x] = threadIdx.x;\n"
+        "  int* other = c.map_shared_rank(v, c.block_rank() ^ 1);\n"
+        "  out[blockIdx.x * 32 + threadIdx.x] = other[threadIdx.x];\n"
+        "  c.sync();\n}\n"
+        "int main() {\n  int* out;\n  cudaMalloc(&out, 256);\n  early<<<2, 32>>>(out);\n"
+        "  return cudaDeviceSynchronize();\n}\n")
     done = command(cache, str(source), "--arch", "sm_90a")
-    assert done.returncode == 1
-    assert "cluster.cu:13: CUDA API error: cudaLaunchKernelExC with clusters of 2x1x1 CTAs: " \
-        "thread block clusters are not modelled" in done.stderr, done.stderr
+    assert done.returncode != 0
+    assert "early.cu:8" in done.stderr and "shared memory race" in done.stderr, done.stderr
+    assert "of the cluster's CTA rank 1 without a cluster barrier" in done.stderr
 
 
 def test_3d_copies_between_arrays_with_positions(cache: Path) -> None:
@@ -453,7 +473,7 @@ def test_build_errors_name_the_line_and_the_missing_calls(tmp_path: Path) -> Non
     ("hopper_transform.cu", []), ("statics/first.cu statics/second.cu", []),
     ("curand.cu", []), ("graphs.cu", []), ("textures.cu", []), ("device_heap.cu", []),
     ("mapped_memory.cu", []), ("shared_opt_in.cu", []), ("runtime_calls.cu", []),
-    ("arrays_3d.cu", []), ("tma_tiles.cu", []),
+    ("arrays_3d.cu", []), ("tma_tiles.cu", []), ("clusters.cu", []),
     ("nvrtc_driver.cu", [str(PROGRAMS / "scale.ptx")])])
 def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, program: str,
                                               args: list[str]) -> None:
@@ -469,7 +489,8 @@ def test_a_gpu_prints_what_the_cpu_run_prints(cache: Path, tmp_path: Path, progr
     subprocess.run([find_nvcc(), "-arch=native", "-O3", *files, *libraries, "-o", str(exe)],
                    check=True, capture_output=True)
     native = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
-    arch = ["--arch", "sm_90a"] if program.startswith("tma") else []  # TMA: sm_90 on
+    # TMA and clusters: sm_90 on
+    arch = ["--arch", "sm_90a"] if program.startswith(("tma", "clusters")) else []
     here = command(cache, *files, *arch, "--", *args)
     assert native.returncode == here.returncode == 0, (native.stderr, here.stderr)
     assert native.stdout == here.stdout
