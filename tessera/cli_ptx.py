@@ -220,7 +220,7 @@ def _expected(result: Any, arrays: list[int]) -> dict[int, Any]:
 
 #: the options that only a launch of one kernel uses
 _LAUNCH = ("grid", "block", "arg", "shared_bytes", "reference", "rtol", "atol",
-           "no_race_check", "tensor_cores", "cooperative")
+           "no_race_check", "tensor_cores", "cooperative", "cluster")
 
 
 def _read_whole(program: Any, args: argparse.Namespace) -> int:
@@ -264,10 +264,12 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     parsed = parse_args(args.arg, rng)
     values = [v for v, _ in parsed]
     grid, block = _dims(args.grid, "--grid"), _dims(args.block, "--block")
+    cluster = _dims(args.cluster, "--cluster") if args.cluster else None
     before = [_before(v) for v in values]
     print(f"check-ptx {args.file}: {kernel!r}")
     print(f"  launch: grid {grid} x block {block} = {np.prod(grid) * np.prod(block)} threads, "
-          f"{args.shared_bytes} bytes of dynamic shared memory")
+          f"{args.shared_bytes} bytes of dynamic shared memory"
+          + (f", clusters of {cluster}" if cluster else ""))
     for k, (_, text) in enumerate(parsed):
         print(f"  argument {k}: {text}")
     if args.tensor_cores == "hopper":
@@ -277,7 +279,7 @@ def cmd_check_ptx(args: argparse.Namespace) -> int:
     try:
         kernel.run(grid=grid, block=block, args=values, shared_bytes=args.shared_bytes,
                    check_races=not args.no_race_check, tensor_cores=args.tensor_cores,
-                   cooperative=args.cooperative)
+                   cooperative=args.cooperative, cluster=cluster)
     except TargetFault:
         print("  sanitizer: FAULT (below)")
         raise
@@ -372,6 +374,7 @@ def add_parser(sub: Any) -> None:
                    "check every kernel, run none)")
     p.add_argument("--grid", default="1", help="CTAs, e.g. 4 or 4,2,1")
     p.add_argument("--block", default="1", help="threads per CTA, e.g. 256 or 32,8")
+    p.add_argument("--cluster", default="", help="thread block clusters (sm_90), e.g. 2,1,1")
     p.add_argument("--arg", action="append", default=[],
                    help="one per .param: u32=1000, 'f32[1024]=randn', x.npy, "
                    "'tmap:bf16[128,64]=randn:64x64:sw128' (a Triton descriptor's five: "

@@ -233,6 +233,27 @@ def test_a_cooperative_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 
+def test_clusters_from_the_command_line(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cluster`` launches in thread block clusters; nvcc's histogram kernel names its
+    own shape (``__cluster_dims__(2, 1, 1)``), so another one is refused at its line."""
+    ref = tmp_path / "ref.py"
+    ref.write_text("import numpy as np\n"
+                   "def histogram(values, counts, n, bins):\n"
+                   "    return [None, np.bincount(values, minlength=16).astype(np.int32)]\n")
+    argv = ["check-ptx", str(CORPUS / "kernels_sm90.ptx"), "--kernel", "cluster_histogram",
+            "--grid", "4", "--block", "128", "--shared-bytes", "32", "--arg",
+            "s32[1000]=randint:0:16", "--arg", "s32[16]=zeros", "--arg", "s32=1000",
+            "--arg", "s32=16"]
+    assert main([*argv, "--cluster", "2", "--reference", f"{ref}:histogram"]) == 0
+    out = capsys.readouterr().out
+    assert "clusters of (2, 1, 1)" in out and out.rstrip().endswith("result: OK")
+    assert main([*argv, "--cluster", "4"]) == 1
+    entry = line_of((CORPUS / "kernels_sm90.ptx").read_text(), ".entry cluster_histogram(")
+    assert f"kernels_sm90.ptx:{entry}: argument error: a GPU would refuse" in \
+        capsys.readouterr().err
+
+
 def test_a_struct_passed_by_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``struct{...}``: the fields in order, the array a pointer field; the reference
     gets the fields and its array is an output."""
