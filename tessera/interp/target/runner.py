@@ -47,6 +47,7 @@ from tessera.interp.target import regs as target_regs
 from tessera.interp.target import tables as target_tables
 from tessera.interp.target import warp as target_warp
 from tessera.interp.target.cluster import rules as target_cluster_rules
+from tessera.interp.target.cluster.geometry import kernel_clusters
 from tessera.interp.target.memory import async_copy as target_async
 from tessera.interp.target.memory import bulk_store as target_bulk_store
 from tessera.interp.target.memory import reads as target_reads
@@ -118,9 +119,8 @@ class TensorMapArg:
 
 
 def _geometry(value: Any, default: Any, what: str) -> tuple[int, int, int]:
-    dims = list(value if value is not None else default or [1])
-    if isinstance(dims, int):
-        dims = [dims]
+    given = value if value is not None else default or [1]
+    dims = [given] if isinstance(given, (int, np.integer)) else list(given)
     if not 1 <= len(dims) <= 3 or any(int(d) < 1 for d in dims):
         raise ArgumentError(f"bad {what} {value!r}", hint=f"give 1 to 3 positive {what} sizes")
     dims = [int(d) for d in dims] + [1] * (3 - len(dims))
@@ -194,7 +194,7 @@ def _bind(fn: Function, args: Sequence[Any], glob: GlobalMemory, n: int) -> list
 def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None = None,
                block: Sequence[int] | None = None, check_races: bool = True,
                tensor_cores: str = "exact", cta_order: str = "ascending",
-               ctas: str = "auto") -> None:
+               ctas: str = "auto", cluster: Sequence[int] | None = None) -> None:
     """Run the ``ptx.kernel`` ``fn`` over ``grid`` x ``block`` threads (default: the
     kernel's ``grid`` and ``block`` attributes); array arguments are updated in place.
 
@@ -214,7 +214,8 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     threads of an arm together, one task an arm; ``"independent"``, one task per
     warpgroup of each CTA (started in ``cta_order``), as a GPU runs them; ``"auto"``
     (the default), lockstep, and where that hangs, the launch again from its arguments
-    with independent CTAs (a hang there is the kernel's).
+    with independent CTAs (a hang there is the kernel's). ``cluster`` (x, y, z) runs
+    the CTAs in thread block clusters of that shape (sm_90 on).
     """
     if cta_order not in ("ascending", "descending"):
         raise ArgumentError(f"unknown cta_order {cta_order!r}",
@@ -247,7 +248,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     try:
         try:
             _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order,
-                    independent)
+                    independent, cluster)
         except _LockstepHang as hang:
             if kept is None:  # "lockstep": the hang is the answer
                 raise hang.fault from None
@@ -255,7 +256,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
                 w[...] = was
             _INDEPENDENT.add(fn)
             _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order,
-                    True)
+                    True, cluster)
     finally:
         if collecting:
             gc.enable()
@@ -273,13 +274,16 @@ def _may_wait(fn: Function) -> bool:
 
 def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
             layout: dict[str, int], size: int, swapped: list[Any], check_races: bool,
-            tensor_cores: str, cta_order: str, independent: bool) -> None:
+            tensor_cores: str, cta_order: str, independent: bool,
+            cluster: Sequence[int] | None) -> None:
     """Place the arguments, compile the kernel and run it; a hang of tasks that ran
     CTAs in lockstep raises :class:`_LockstepHang`."""
     glob = GlobalMemory()
     nthreads = b[0] * b[1] * b[2]
     ncta = g[0] * g[1] * g[2]
     m = Machine(fn, g, b, glob, SharedMemory(ncta, nthreads, size, check_races))
+    kernel_clusters(m, str(fn.attrs.get("target", "sm_90a")), {},
+                    None if cluster is None else _geometry(cluster, None, "cluster"))
     m.tensor_cores = tensor_core_model(tensor_cores)
     m.shared_layout = layout
     m.cta_order = cta_order

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -320,3 +321,81 @@ def test_an_arrival_on_another_ctas_mbarrier_is_refused_by_name() -> None:
                        "not modelled"):
         _module(body).kernel("k").run(grid=2, block=32, args=[np.zeros(4, np.uint32)],
                                       cluster=2)
+
+
+def _multicast_kernel() -> Any:
+    """Target IR of a cluster of 2: each CTA multicasts its 16 rows of a 32x32 f32 tile
+    into both CTAs (CTA mask 0b11), whose ``full`` barriers expect the whole tile; each
+    thread ``t`` stores element (t, t); then each CTA arrives on the other's ``empty``
+    barrier through its cluster address and waits for the other's arrival on its own."""
+    from tessera.ir.dialects.target import U64, TensorMapType
+    from tessera.ir.dialects.target.async_ops import (
+        MbarrierArrive,
+        MbarrierInit,
+        MbarrierWait,
+        TmaLoad,
+    )
+    from tessera.ir.dialects.target.mbarrier_ops import ClusterArrive, ClusterWait
+    from tessera.ir.dialects.target.memory_ops import Mapa
+    from tests.interp.target.kit import Kernel
+
+    k = Kernel("mc", [TensorMapType(0, "f32", (16, 32)), U64], block=(32,), grid=(4, 1, 1),
+               target="sm_90a")
+    tile, full, empty = k.shared("tile", 4096, 128), k.shared("full", 8, 8), \
+        k.shared("empty", 8, 8)
+    tid, rank = k.tid(), k.sreg("cluster_ctarank")
+    first = k.setp("eq", "u32", tid, k.const(0, "u32"))
+
+    def init() -> None:
+        k.op(MbarrierInit(1), full)
+        k.op(MbarrierInit(1), empty)
+    k.if_(first, init)
+    k.op(ClusterArrive(aligned=True))
+    k.op(ClusterWait(aligned=True))
+    cluster_row = k.bin("mul", "u32", k.bin("shr", "u32", k.sreg("ctaid.x"), k.const(1, "u32")),
+                        k.const(32, "u32"))
+    row = k.bin("add", "u32", cluster_row, k.bin("mul", "u32", rank, k.const(16, "u32")))
+
+    def load() -> None:
+        k.op(MbarrierArrive(tx=4096), full)
+        dst = k.bin("add", "u32", tile, k.bin("mul", "u32", rank, k.const(2048, "u32")))
+        k.op(TmaLoad(multicast=True), dst, k.args[0], k.const(0, "s32"),
+             k.cvt("s32", "u32", row), full, k.const(3, "u16"))
+    k.if_(first, load)
+    k.op(MbarrierWait(), full, k.const(0, "u32"))
+    value = k.ld("shared", "f32", k.sh_addr(tile, k.bin("mul", "u32", tid, k.const(33, "u32")),
+                                             4))
+    at = k.bin("add", "u32", k.bin("mul", "u32", k.sreg("ctaid.x"), k.const(32, "u32")), tid)
+    k.st("global", "f32", k.elem_addr(k.args[1], at, 4), value)
+    k.bar()
+
+    def release() -> None:
+        other = k.bin("xor", "u32", rank, k.const(1, "u32"))
+        k.op(MbarrierArrive(remote=True), k.op(Mapa(), empty, other))
+        k.op(MbarrierWait(), empty, k.const(0, "u32"))
+    k.if_(first, release)
+    k.op(ClusterArrive())
+    k.op(ClusterWait())
+    return k.build()
+
+
+def test_a_multicast_load_and_a_remote_arrival_render_assemble_and_read_back(
+        tmp_path: Path) -> None:
+    from tessera.backend.ptx.render import render
+    from tessera.interp.target import TensorMapArg, run_target
+    from tests.backend.ptx.render.test_render import ptxas
+
+    fn = _multicast_kernel()
+    text = render(fn)
+    assert ".multicast::cluster [" in text and "mbarrier.arrive.shared::cluster.b64 _, [" \
+        in text
+    ptxas(text, "sm_90a", tmp_path)
+    x = np.random.default_rng(5).standard_normal((64, 32)).astype(np.float32)
+    want = np.stack([np.diag(x[32 * (c // 2):32 * (c // 2) + 32]) for c in range(4)])
+    structured = np.zeros((4, 32), np.float32)
+    run_target(fn, [TensorMapArg(x, "f32", (16, 32)), structured], cluster=(2, 1, 1))
+    from_text = np.zeros((4, 32), np.float32)
+    ts.ptx.load(text).kernel("mc").run(grid=4, block=32, cluster=2, args=[
+        ts.ptx.tensor_map(x, box=(16, 32)), from_text])
+    np.testing.assert_array_equal(structured, want)
+    np.testing.assert_array_equal(from_text, want)

@@ -258,3 +258,36 @@ def test_a_histogram_split_across_the_ctas_of_a_cluster(mod, ctas: int, bins: in
                                               np.int32(bins)])
     np.testing.assert_array_equal(histogram,
                                   np.bincount(np.clip(values, 0, bins - 1), minlength=bins))
+
+
+def test_a_multicast_load_and_arrivals_on_another_ctas_barrier(mod) -> None:
+    """nvcc's 2-CTA cluster kernel: each CTA multicasts half of a 32x32 tile into both
+    CTAs' shared memory (``.multicast::cluster``), whose barriers expect both halves, and
+    tells the other CTA it is done by an arrival on the other's barrier (``mapa`` and
+    ``mbarrier.arrive.shared::cluster``), which the other waits for."""
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    out = np.zeros((4, 32, 32), np.float32)
+    mod.kernel("multicast_tile").run(grid=4, block=128,
+                                     args=[ts.ptx.tensor_map(x, box=(16, 32)), out])
+    want = x.reshape(2, 32, 32)[np.arange(4) // 2] * (np.arange(4) % 2 + 1)[:, None, None]
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("change, message", [
+    # no arrival on the other CTA's barrier: its wait never completes
+    ("mbarrier.arrive.release.cluster.shared::cluster.b64", "mbarrier phase never completes"),
+    # a multicast to a third CTA of a cluster of two
+    ("mov.u16 \t%rs1, 3;", "multicast TMA load to CTA mask 0x0007: the cluster has 2 CTAs"),
+])
+def test_multicast_and_remote_arrival_mistakes(change: str, message: str) -> None:
+    text = (CORPUS / "kernels_sm90.ptx").read_text()
+    entry = text.index(".entry multicast_tile")
+    at = text.index(change, entry)
+    end = text.index("\n", at)
+    broken = "\tmov.u16 \t%rs1, 7;" if "rs1" in change else "\t// (the arrival removed)"
+    text = text[:at] + broken + text[end:]
+    x = np.zeros((64, 32), np.float32)
+    with pytest.raises(TargetFault, match=message):
+        ts.ptx.load(text).kernel("multicast_tile").run(
+            grid=4, block=128, args=[ts.ptx.tensor_map(x, box=(16, 32)),
+                                     np.zeros(4096, np.float32)])

@@ -113,16 +113,18 @@ def _cp_async_arrive(e: PtxWriter, instr: Instr) -> None:
 @rule(MbarrierArrive)
 def _mbar_arrive(e: PtxWriter, instr: Instr) -> None:
     tx = e.regs.one(instr.operands[1]) if instr.op.tx_operand else instr.op.tx
+    space = "shared::cluster" if instr.op.remote else "shared::cta"
     if tx:
         e.sm90(instr)
-        e.out(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, {address(e, instr)}, {tx};")
+        e.out(f"mbarrier.arrive.expect_tx.{space}.b64 _, {address(e, instr)}, {tx};")
     elif instr.op.count != 1 or instr.op.count_operand:
         e.sm90(instr)
         count = e.regs.one(instr.operands[1]) if instr.op.count_operand else instr.op.count
         state = e.regs.one(instr.result) if instr.op.state else "_"
-        e.out(f"mbarrier.arrive.shared::cta.b64 {state}, {address(e, instr)}, {count};")
-    elif e.target == "sm_90a" and not instr.op.state:
-        e.out(f"mbarrier.arrive.shared::cta.b64 _, {address(e, instr)};")
+        e.out(f"mbarrier.arrive.{space}.b64 {state}, {address(e, instr)}, {count};")
+    elif instr.op.remote or (e.target == "sm_90a" and not instr.op.state):
+        e.sm90(instr)
+        e.out(f"mbarrier.arrive.{space}.b64 _, {address(e, instr)};")
     else:  # before PTX 7.8 the state result cannot be the sink `_`
         state = e.regs.one(instr.result) if instr.op.state else e.regs.fresh("b64")[0]
         e.out(f"mbarrier.arrive.{_space(e)}.b64 {state}, {address(e, instr)};")
@@ -162,9 +164,11 @@ def _fence(e: PtxWriter, instr: Instr) -> None:
 @rule(TmaLoad)
 def _tma_load(e: PtxWriter, instr: Instr) -> None:
     e.sm90(instr)
-    dst, tmap, c0, c1, bar = (e.regs.one(v) for v in instr.operands)
-    e.out("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-          f"[{dst}], [{tmap}, {braced((c0, c1))}], [{bar}];")
+    dst, tmap, c0, c1, bar, *mask = (e.regs.one(v) for v in instr.operands)
+    multicast = ".multicast::cluster" if mask else ""
+    e.out(f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+          f"{multicast} [{dst}], [{tmap}, {braced((c0, c1))}], [{bar}]"
+          f"{''.join(', ' + m for m in mask)};")
 
 
 @rule(BulkLoad)

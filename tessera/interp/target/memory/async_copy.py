@@ -116,9 +116,25 @@ def _wake(m: Machine) -> None:
         sched.touch()
 
 
+def _multicast(m: Machine, instr: Instr, act: np.ndarray, mask: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """For each destination of the active threads' multicast loads (CTA ``mask`` bits
+    of their clusters): the issuing row and the destination CTA."""
+    size = m.cluster.size if m.cluster is not None else 1
+    bits = (mask.astype(np.int64)[:, None] >> np.arange(16)) & 1
+    beyond = bits[:, size:].any(axis=1)
+    if beyond.any():
+        k = int(np.flatnonzero(beyond)[0])
+        raise m.fault(instr, "cluster rank", f"a multicast TMA load to CTA mask "
+                      f"{int(mask[k]):#06x}: the cluster has {size} CTA"
+                      f"{'s' if size > 1 else ''}", int(act[k]))
+    rows, ranks = np.nonzero(bits)
+    return rows, m.cta[act[rows]] - m.cta[act[rows]] % size + ranks
+
+
 @step_rule(target_async.TmaLoad)
 def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
-    dst, tm, c0, c1, bar = (c.slot(v) for v in instr.operands)
+    dst, tm, c0, c1, bar, *mask = (c.slot(v) for v in instr.operands)
     # per destination: the range the box's bytes cover, and their chunks (in box order)
     # when every 16 box bytes are one aligned chunk in order (swizzles move whole ones)
     ranges: dict[tuple[int, int, int], tuple[tuple[int, int] | None, np.ndarray | None]] = {}
@@ -130,9 +146,16 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
             return
         value: TmaValue = fr.regs[tm]
         t = value.tmap
-        ids = _barriers(m, instr, act, fr.regs[bar][act])
+        dest = m.cta[act]
+        bars = fr.regs[bar][act].astype(np.int64)
         addr = fr.regs[dst][act].astype(np.int64)
         coords = np.stack([fr.regs[c0][act], fr.regs[c1][act]], axis=1).astype(np.int64)
+        if mask:  # one row per destination CTA, its mbarrier at the same address there
+            rows, dest = _multicast(m, instr, act, fr.regs[mask[0]][act])
+            act, bars, addr, coords = act[rows], bars[rows], addr[rows], coords[rows]
+        flat = m.shared.index(dest, bars, 8, m.failer(instr, act))
+        ids = m.shared.slots(flat[:, 0])
+        check_visible(m, instr, act, bars, ids)
         fail = m.failer(instr, act)
         for a in np.unique(addr):
             rows = np.flatnonzero(addr == a)
@@ -142,7 +165,7 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                 data = tma_box(t, value.buffer, coords[rows])
             except ArchError as err:
                 raise m.fault(instr, "tma", err.message, int(act[rows[0]])) from None
-            ctas = m.cta[act[rows]]
+            ctas = dest[rows]
             key = (int(a), t.swizzle, t.box_bytes)
             if key not in ranges:
                 ranges[key] = (bulk.covered_range(where), bulk.chunks_in_order(where))
@@ -155,7 +178,8 @@ def _tma_load(c: TargetCompiler, instr: Instr) -> Step:
                      "written by st.shared with no fence.proxy.async since")
             copy = Copy(act[rows], ids[rows], None, data, span, None if local is None else
                         ctas[:, None] * (m.shared.size // CHUNK) + local[None, :],
-                        (int(where.min()), int(where.max()) + 1), where)
+                        (int(where.min()), int(where.max()) + 1), where,
+                        ctas if mask else None)
             issue(m, copy, lambda i, w, t, rows=rows: fail(int(rows[i]), w, t))
             m.tma.append(copy)
         _wake(m)

@@ -25,6 +25,8 @@ reported (``shared memory overwritten while a wgmma reads it``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tessera.interp.target.memory.bulk import CHUNK, chunks_add
@@ -39,16 +41,26 @@ from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
 
 
-def arrivals(m: Machine) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+def arrivals(m: Machine, foreign: bool = False) -> tuple[dict[int, Any], dict[int, Any]]:
     """Per mbarrier id, the CTA-local threads that arrived on its current phase, and
-    those that arrived on its last completed phase."""
-    if not hasattr(m, "mbar_arrivers"):
-        m.mbar_arrivers = ({}, {})  # type: ignore[attr-defined]
-    return m.mbar_arrivers  # type: ignore[attr-defined]
+    those that arrived on its last completed phase; ``foreign``: the (global ids of)
+    threads of other CTAs of the cluster that arrived on it (``.shared::cluster``)."""
+    name = "mbar_foreign" if foreign else "mbar_arrivers"
+    if not hasattr(m, name):
+        setattr(m, name, ({}, {}))
+    return getattr(m, name)  # type: ignore[no-any-return]
 
 
 def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
     """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each)."""
+    away = ids // max(1, m.shared.size // 8) != m.cta[act]  # another CTA's barrier
+    if away.any():
+        foreign, _ = arrivals(m, foreign=True)
+        for i, t in zip(ids[away].tolist(), act[away].tolist()):
+            foreign.setdefault(i, set()).add(t)
+        ids, act = ids[~away], act[~away]
+        if not len(ids):
+            return
     arrivers, _ = arrivals(m)
     # per mbarrier, its threads: one pass over the arrivals (sorted by mbarrier)
     order = np.argsort(ids, kind="stable")
@@ -69,6 +81,15 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
     if not sh.races or not sh.size:
         return
     _, released = arrivals(m)
+    _, foreign = arrivals(m, foreign=True)
+    for i in np.unique(ids).tolist():  # threads of other CTAs: their own CTA's accesses
+        by_cta: dict[int, list[int]] = {}
+        for t in sorted(foreign.pop(i, ())):
+            by_cta.setdefault(t // m.nthreads, []).append(t % m.nthreads)
+        for cta, tids in by_cta.items():
+            mask = np.zeros((1, m.nthreads), bool)
+            mask[0, tids] = True
+            release(m, np.array([cta]), mask)
     slots = max(1, sh.size // 8)
     todo = [i for i in np.unique(ids).tolist() if released.get(i) is not None
             and released[i].any()]

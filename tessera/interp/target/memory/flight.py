@@ -39,17 +39,19 @@ class Copy:
     #: the CTA-local destination bytes of every row (a TMA box) when ``rows`` is None:
     #: the flat indices are built only where a per-byte path needs them
     box: np.ndarray | None = None
+    #: the CTA each row lands in, where not the issuing thread's (a multicast TMA load)
+    dest: np.ndarray | None = None
 
     def ctas(self, m: Machine) -> np.ndarray:
         """The CTA of each row."""
-        return self.thread // m.nthreads
+        return self.thread // m.nthreads if self.dest is None else self.dest
 
     def select(self, sel: np.ndarray, tag: np.ndarray | None = None) -> Copy:
         """The rows ``sel`` (a mask or indices), tagged ``tag`` if given."""
         return Copy(self.thread[sel], self.tag[sel] if tag is None else tag,
                     None if self.rows is None else self.rows[sel], self.data[sel],
                     self.span, None if self.chunks is None else self.chunks[sel],
-                    self.bounds, self.box)
+                    self.bounds, self.box, None if self.dest is None else self.dest[sel])
 
     def flat(self, m: Machine) -> np.ndarray:
         """The flat destination bytes (M, nbytes)."""
@@ -73,13 +75,12 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             bulk.range_pending(sh, copy.ctas(m), *copy.span, 1)
             return
     flat = copy.flat(m)
-    if fail is not None and sh.races and len(flat) and \
-            sh.accessed[copy.thread // sh.nthreads].any():
+    if fail is not None and sh.races and len(flat) and sh.accessed[copy.ctas(m)].any():
         mine = copy.thread[:, None]
         # the logged reads that may meet the rows (each a run of bytes of one CTA)
         lo, hi = copy.bounds if copy.bounds is not None else (
             int((flat % sh.size).min()), int((flat % sh.size).max()) + 1)
-        sh.log.resolve(sh.cta_mask(copy.thread // sh.nthreads), lo, hi)
+        sh.log.resolve(sh.cta_mask(copy.ctas(m)), lo, hi)
         lo = sh.rmin_code[flat] + np.iinfo(np.int32).max  # the ids (int32 max, -1: none)
         hi = sh.rmax_code[flat] - np.int32(1)
         clash = (hi >= 0) & ((lo != mine) | (hi != mine))
@@ -87,8 +88,8 @@ def issue(m: Machine, copy: Copy, fail: Any = None) -> None:
             i = int(np.flatnonzero(clash.any(axis=1))[0])
             j = int(np.flatnonzero(clash[i])[0])
             other = int(lo[i, j]) if int(lo[i, j]) != int(copy.thread[i]) else int(hi[i, j])
-            fail(i, "shared memory race", f"async copy over {sh._where(flat[i, j])}, "
-                 f"which thread {other % sh.nthreads} read without a bar.sync between")
+            fail(i, "shared memory race", f"async copy over {sh._where(flat[i, j])}, read by "
+                 f"{sh.other(other, int(copy.thread[i]))}")
     if fail is not None and len(flat):
         groups = groups_of(m)
         read = groups.busy[flat] != 0 if groups.reading else np.zeros(1, bool)

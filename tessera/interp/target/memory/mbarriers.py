@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.arch.cluster import SLOT_SHIFT
 from tessera.arch.errors import ArchError
 from tessera.arch.mbarrier import MbarrierArray
 from tessera.interp.target.barriers import note_init, unseen
@@ -24,7 +23,6 @@ from tessera.interp.target.memory.async_order import arrivals, note_arrivals
 from tessera.interp.target.memory.chunks import small_pages
 from tessera.interp.target.memory.flight import bind
 from tessera.interp.target.memory.state import add_at
-from tessera.interp.target.regs import unsupported
 from tessera.interp.target.schedule import current as current_scheduler
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
@@ -44,11 +42,12 @@ def mbar(m: Machine) -> MbarrierArray:
     return m.mbar
 
 
-def barrier_ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    """The state index of the mbarrier at each active thread's shared address."""
-    if (addr.astype(np.int64) >= 1 << SLOT_SHIFT).any():  # a cluster address (mapa's)
-        raise unsupported(instr, "an mbarrier of another CTA of the cluster")
-    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))
+def barrier_ids(m: Machine, instr: Instr, act: np.ndarray, addr: np.ndarray,
+                cluster: bool = False) -> np.ndarray:
+    """The state index of the mbarrier at each active thread's shared address
+    (``cluster``: a cluster address, which may name another CTA's barrier)."""
+    flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act),
+                          cluster=cluster)
     return m.shared.slots(flat[:, 0])  # one per 8 bytes, as mbar's arrays
 
 
@@ -83,8 +82,10 @@ def tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: ob
     moved = ids[mb.phase[ids] != before]
     m.mbar_tx[:, moved] = 0
     arrivers, released = arrivals(m)
-    for i in np.unique(moved):
-        released[int(i)] = arrivers.pop(int(i), np.zeros(m.nthreads, bool))
+    foreign, foreign_released = arrivals(m, foreign=True)
+    for i in np.unique(moved).tolist():
+        released[i] = arrivers.pop(i, np.zeros(m.nthreads, bool))
+        foreign_released[i] = foreign.pop(i, set())
     sched = current_scheduler(m)
     if sched is not None and call != mb.try_wait_parity:  # a poll changes nothing
         sched.touch()
@@ -105,7 +106,7 @@ def _mbarrier(c: TargetCompiler, instr: Instr) -> Step:
         if not len(act):
             return
         addr = fr.regs[a][act]
-        ids = barrier_ids(m, instr, act, addr)
+        ids = barrier_ids(m, instr, act, addr, getattr(op, "remote", False))
         mb = mbar(m)
         if isinstance(op, target_async.MbarrierInit):
             flat = m.shared.index(m.cta[act], addr.astype(np.int64), 8, m.failer(instr, act))

@@ -237,18 +237,24 @@ class TmaLoad(_Effect):
     [dst], [tmap, {c0, c1}], [mbar]`` (sec. 9.7.9.27): copy one box of the tensor map
     to shared memory (swizzled per the map); coordinates innermost first (column, row,
     ``s32``); on completion the box's bytes are subtracted from the mbarrier's
-    transaction count."""
+    transaction count. ``multicast`` (``.multicast::cluster``, a sixth ``u16`` operand,
+    the CTA mask): the box lands at the same shared address in each CTA of the cluster
+    whose rank bit is set, completing the bytes on the mbarrier at the same address of
+    each."""
 
     name: ClassVar[str] = "ptx.tma_load"
+    multicast: bool = False
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
-        check_count(self, operands, 5)
+        check_count(self, operands, 6 if self.multicast else 5)
         reg_of(self, operands[0], "u32")
         if not isinstance(operands[1], TensorMapType):
             raise IRVerifyError(f"ptx.tma_load reads a tensor map, got {operands[1]}")
         reg_of(self, operands[2], "s32")
         reg_of(self, operands[3], "s32")
         reg_of(self, operands[4], "u32")
+        if self.multicast:
+            reg_of(self, operands[5], "u16")
 
 
 @register_op

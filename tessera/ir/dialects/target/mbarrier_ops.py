@@ -69,6 +69,8 @@ class MbarrierArrive(_OnBarrier):
     tx_operand: bool = False
     #: the arrival count is a second ``u32`` operand (a register), not ``count``
     count_operand: bool = False
+    #: ``.shared::cluster``: the barrier may be another CTA's of the cluster (no state)
+    remote: bool = False
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         return (U64,) if self.state else ()
@@ -80,6 +82,9 @@ class MbarrierArrive(_OnBarrier):
                 reg_of(self, t, "u32")
         else:
             super().verify(operands, results)
+        if self.remote and self.state:
+            raise IRVerifyError("ptx.mbarrier_arrive on a .shared::cluster barrier returns "
+                                "no state")
         if not 1 <= self.count <= TX_LIMIT or ((self.tx or self.tx_operand) and
                                                (self.count != 1 or self.count_operand)):
             raise IRVerifyError("ptx.mbarrier_arrive counts 1 to 2^20 - 1 arrivals, "

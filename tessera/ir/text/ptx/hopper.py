@@ -42,7 +42,9 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if not set(_SHARED) & set(mods):
         raise b.unsupported(f"mbarrier.{kind} at a generic address (say .shared::cta)")
     rest = [f for f in mods[1:] if f not in _SHARED and f not in ("b64", "release", "cta",
-                                                                  "acquire", "relaxed")]
+                                                                  "acquire", "relaxed",
+                                                                  "cluster")]
+    remote = kind == "arrive" and "shared::cluster" in mods  # maybe another CTA's barrier
     if "cta" in mods and not {"release", "acquire", "relaxed"} & set(mods):
         raise b.syntax(f"mbarrier.{kind}'s scope .cta needs an order (.release, .acquire "
                        "or .relaxed)")
@@ -68,16 +70,21 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         in_register = counted and parse_int(ops[2]) is None  # libcu++'s barrier arrive(n)
         arrivals = 1 if in_register or not counted else _arrival_count(b, ops[2])
         state = ops[0].strip() != "_"
+        if remote and state:
+            raise b.syntax("an arrival on a .shared::cluster barrier returns no state: "
+                           "its destination is the sink _")
         at = [plain_address(b, ops[1], "u32")]
         if in_register:
             b.require("mbarrier.arrive with an arrival count", 90, (7, 8))
-            token = b.emit(target_async.MbarrierArrive(0, 1, state, count_operand=True),
+            token = b.emit(target_async.MbarrierArrive(0, 1, state, count_operand=True,
+                                                       remote=remote),
                            [*at, b.read(ops[2], "u32")])
         elif fixed is None:  # the byte count in a register (CUB's bulk copies)
-            token = b.emit(target_async.MbarrierArrive(0, 1, state, True),
+            token = b.emit(target_async.MbarrierArrive(0, 1, state, True, remote=remote),
                            [*at, b.read(ops[2], "u32")])
         else:
-            token = b.emit(target_async.MbarrierArrive(fixed, arrivals, state), at)
+            token = b.emit(target_async.MbarrierArrive(fixed, arrivals, state,
+                                                       remote=remote), at)
         if state:
             b.write(ops[0], b.bitcast(token[0], "b64"))
     elif kind in ("try_wait", "test_wait") and rest in (["parity"], []):
@@ -169,14 +176,19 @@ def _tma_store(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes``."""
     body = [f for f in mods if f not in ("tile",)]
+    multicast = body[-1:] == ["multicast::cluster"]
+    if multicast:
+        body = body[:-1]
     if body[:3] != ["bulk", "tensor", "2d"] or body[3] not in _SHARED or \
             body[4:] != ["global", "mbarrier::complete_tx::bytes"]:
-        raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA loads into shared memory "
-                            "are supported)")
-    count(b, ops, 3)
+        raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA loads into shared memory, "
+                            "multicast or not, are supported)")
+    count(b, ops, 4 if multicast else 3)
     args = [plain_address(b, ops[0], "u32"), *_tensor_operand(b, ops[1]),
             plain_address(b, ops[2], "u32")]
-    b.emit(target_async.TmaLoad(), args)
+    if multicast:  # the CTA mask: a 16-bit register or literal
+        args.append(b.read(ops[3], "u16"))
+    b.emit(target_async.TmaLoad(multicast), args)
 
 
 @handler("wgmma")

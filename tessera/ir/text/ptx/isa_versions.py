@@ -48,6 +48,8 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
     if head == "cp" and mods[1:2] == ["bulk"] and "tensor" not in mods and "global" in mods:
         found.append(((8, 6), "cp.async.bulk into .shared::cta") if "shared::cta" in mods
                      else ((8, 0), "cp.async.bulk"))
+    if head == "cp" and mods[1:3] == ["bulk", "tensor"]:
+        found.append(((8, 0), "cp.async.bulk.tensor"))
     if head in ("bar", "barrier") and "cta" in mods:
         found.append(((7, 8), f"{head}.cta"))
     if head == "mbarrier" and "expect_tx" in mods:

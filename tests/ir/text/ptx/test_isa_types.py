@@ -389,6 +389,11 @@ OPERANDS = [
     ("st.shared::cluster.v2.u32 [%r2], {%r1, %r3};", "ok"),
     ("atom.shared::cluster.add.u32 %r1, [%r2], 1;", "ok"),
     ("red.shared::cluster.add.u32 [%r2], 1;", "ok"), ("ld.shared::cluster.u8 %r1, [%r2];", "ok"),
+    ("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r1];", "ok"),
+    ("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%r1], 64;", "ok"),
+    ("mbarrier.arrive.shared::cluster.b64 %rd1, [%r1];", "sink"),
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+     ".multicast::cluster [%r1], [%rd1, {%r2, %r3}], [%r4], %h1;", "ok"),
 ]
 
 

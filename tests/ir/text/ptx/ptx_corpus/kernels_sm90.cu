@@ -152,3 +152,45 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) cluster_histogram(const int
   for (int b = threadIdx.x; b < per_cta; b += blockDim.x)
     atomicAdd(&histogram[first + b], part[b]);
 }
+
+// TMA multicast and arrivals on another CTA's mbarrier, as a 2-CTA cluster pipeline
+// shares its loads: each CTA of a cluster of 2 loads half of a 32x32 tile (16 rows) and
+// multicasts it to both CTAs' `tile`, whose `full` barriers expect both halves; each CTA
+// writes the whole tile, scaled by its rank + 1, then tells the other, by an arrival on
+// its `empty` barrier, that it is done, and waits for the other's arrival on its own.
+#include <cuda.h>
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) multicast_tile(
+    const __grid_constant__ CUtensorMap map, float* out) {
+  __shared__ alignas(128) float tile[32][32];
+  __shared__ uint64_t full, empty;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank();
+  if (threadIdx.x == 0) {
+    cuda::ptx::mbarrier_init(&full, 1);
+    cuda::ptx::mbarrier_init(&empty, 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  cluster.sync();  // both CTAs' barriers are initialised before any copy or arrival
+  if (threadIdx.x == 0) {
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                         cuda::ptx::space_shared, &full, sizeof(tile));
+    const int32_t at[2] = {0, static_cast<int32_t>(32 * (blockIdx.x / 2) + 16 * rank)};
+    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                    &tile[16 * rank][0], &map, at, &full, uint16_t{0x3});
+  }
+  while (!cuda::ptx::mbarrier_try_wait_parity(&full, 0)) {
+  }
+  for (int i = threadIdx.x; i < 32 * 32; i += blockDim.x)
+    out[blockIdx.x * 1024 + i] = (rank + 1) * tile[i / 32][i % 32];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t* other = cluster.map_shared_rank(&empty, rank ^ 1);
+    cuda::ptx::mbarrier_arrive(cuda::ptx::sem_release, cuda::ptx::scope_cluster,
+                               cuda::ptx::space_cluster, other);
+    while (!cuda::ptx::mbarrier_try_wait_parity(&empty, 0)) {
+    }
+  }
+  cluster.sync();
+}
