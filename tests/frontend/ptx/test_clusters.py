@@ -311,16 +311,22 @@ def test_cluster_instructions_render_assemble_and_read_back(tmp_path: Path) -> N
                                                         32, axis=1))
 
 
-def test_an_arrival_on_another_ctas_mbarrier_is_refused_by_name() -> None:
+def test_an_arrival_on_another_ctas_mbarrier_needs_a_cluster_address_space() -> None:
+    """``mbarrier.arrive.shared::cta`` reaches the CTA's own barriers only; with
+    ``.shared::cluster`` the same arrival completes the other CTA's phase."""
     body = "\n".join([
-        "mov.u32 %r8, buf;", "mbarrier.init.shared::cta.b64 [%r8], 64;",
+        "mov.u32 %r8, buf;", "mbarrier.init.shared::cta.b64 [%r8], 32;",
         "barrier.cluster.arrive;", "barrier.cluster.wait;",
-        "mapa.shared::cluster.u32 %r7, %r8, 0;", "mbarrier.arrive.shared::cluster.b64 _, [%r7];",
+        "mov.u32 %r3, %cluster_ctarank;", "xor.b32 %r4, %r3, 1;",
+        "mapa.shared::cluster.u32 %r7, %r8, %r4;",
+        "mbarrier.arrive.release.cluster.shared::SPACE.b64 _, [%r7];",
+        "WAIT: mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r8], 0;", "@!%p1 bra WAIT;",
         "barrier.cluster.arrive;", "barrier.cluster.wait;"])
-    with pytest.raises(ts.TesseraError, match="an mbarrier of another CTA of the cluster is "
-                       "not modelled"):
-        _module(body).kernel("k").run(grid=2, block=32, args=[np.zeros(4, np.uint32)],
-                                      cluster=2)
+    local = _fault(_module(body.replace("SPACE", "cta")).kernel("k"))
+    assert local.what == "cluster address" and "mbarrier.arrive" in local.op
+    out = np.zeros(4, np.uint32)
+    _module(body.replace("SPACE", "cluster")).kernel("k").run(grid=2, block=32, args=[out],
+                                                              cluster=2)
 
 
 def _multicast_kernel() -> Any:

@@ -154,68 +154,63 @@ def _complete(m: Any, clusters: np.ndarray) -> None:
         b.relaxed[q] = False
 
 
-@step_rule(mbarrier_ops.ClusterArrive)
-def _arrive(c: TargetCompiler, instr: Instr) -> Step:
+@step_rule(mbarrier_ops.ClusterArrive, mbarrier_ops.ClusterWait)
+def _cluster_barrier(c: TargetCompiler, instr: Instr) -> Step:
     op = instr.op
+    run = _arrive if isinstance(op, mbarrier_ops.ClusterArrive) else _wait
 
     def step(fr: TargetFrame) -> None:
-        m = fr.m
         act = np.flatnonzero(fr.mask)
-        if not len(act):
-            return
-        if op.aligned:
-            check_warps(fr, instr)
-        b = _barrier(m)
-        twice = b.waiting[act]
-        if twice.any():
-            raise m.fault(instr, "cluster barrier", "barrier.cluster.arrive again before "
-                          "the thread's barrier.cluster.wait", int(act[twice][0]),
-                          hint="each arrival is followed by its wait")
-        q = m.cta[act] // _size(m)
-        b.pending[act] = b.waiting[act] = True
-        b.phase_of[act] = b.done[q]
-        if op.relaxed:
-            b.relaxed[np.unique(q)] = True
+        if len(act):
+            if op.aligned:
+                check_warps(fr, instr)
+            run(fr.m, instr, act)
+    return step
+
+
+def _arrive(m: Any, instr: Instr, act: np.ndarray) -> None:
+    """Threads ``act`` arrive on their clusters' barriers."""
+    b = _barrier(m)
+    twice = b.waiting[act]
+    if twice.any():
+        raise m.fault(instr, "cluster barrier", "barrier.cluster.arrive again before the "
+                      "thread's barrier.cluster.wait", int(act[twice][0]),
+                      hint="each arrival is followed by its wait")
+    q = m.cta[act] // _size(m)
+    b.pending[act] = b.waiting[act] = True
+    b.phase_of[act] = b.done[q]
+    if instr.op.relaxed:
+        b.relaxed[np.unique(q)] = True
+    _complete(m, np.unique(q))
+    sched = current(m)
+    if sched is not None:
+        sched.touch()
+
+
+def _wait(m: Any, instr: Instr, act: np.ndarray) -> None:
+    """Threads ``act`` wait for the phases they arrived on (others run meanwhile where
+    they can: tasks, PTX control flow)."""
+    b = _barrier(m)
+    lone = ~b.waiting[act]
+    if lone.any():
+        raise m.fault(instr, "cluster barrier", "barrier.cluster.wait with no "
+                      "barrier.cluster.arrive before it", int(act[lone][0]),
+                      hint="arrive on the cluster barrier first")
+    q = m.cta[act] // _size(m)
+
+    def passed() -> np.ndarray:
         _complete(m, np.unique(q))
-        sched = current(m)
-        if sched is not None:
-            sched.touch()
-    return step
-
-
-@step_rule(mbarrier_ops.ClusterWait)
-def _wait(c: TargetCompiler, instr: Instr) -> Step:
-    op = instr.op
-
-    def step(fr: TargetFrame) -> None:
-        m = fr.m
-        act = np.flatnonzero(fr.mask)
-        if not len(act):
-            return
-        if op.aligned:
-            check_warps(fr, instr)
-        b = _barrier(m)
-        lone = ~b.waiting[act]
-        if lone.any():
-            raise m.fault(instr, "cluster barrier", "barrier.cluster.wait with no "
-                          "barrier.cluster.arrive before it", int(act[lone][0]),
-                          hint="arrive on the cluster barrier first")
-        q = m.cta[act] // _size(m)
-
-        def passed() -> np.ndarray:
-            _complete(m, np.unique(q))
-            return b.done[q] > b.phase_of[act]
+        return b.done[q] > b.phase_of[act]
+    ok = passed()
+    sched = current(m)
+    while not ok.all() and sched is not None and sched.block():
         ok = passed()
-        sched = current(m)
-        while not ok.all() and sched is not None and sched.block():
-            ok = passed()
-        parked = getattr(m, "parked", None)  # PTX control flow: others may arrive later
-        if not ok.all() and not (parked is not None and
-                                 parked.wait_later(act[~ok], np.zeros((~ok).sum(), bool))):
-            raise _hang(m, instr, int(act[~ok][0]))
-        b.waiting[act[ok]] = False
-        b.passed[act[ok]] = b.phase_of[act[ok]] + 1
-    return step
+    parked = getattr(m, "parked", None)  # PTX control flow: others may arrive later
+    if not ok.all() and not (parked is not None and
+                             parked.wait_later(act[~ok], np.zeros((~ok).sum(), bool))):
+        raise _hang(m, instr, int(act[~ok][0]))
+    b.waiting[act[ok]] = False
+    b.passed[act[ok]] = b.phase_of[act[ok]] + 1
 
 
 def _hang(m: Any, instr: Instr, thread: int) -> Any:
