@@ -30,6 +30,11 @@ from typing import Any
 
 import numpy as np
 
+#: the special registers of a CTA's place in its cluster (sm_90 on; PTX ISA 7.8): u32,
+#: but ``%is_explicit_cluster`` (whether the launch named a cluster shape) a predicate
+CLUSTER_REGS = (*(f"{r}.{c}" for r in ("clusterid", "nclusterid", "cluster_ctaid",
+                                        "cluster_nctaid") for c in "xyz"),
+                "cluster_ctarank", "cluster_nctarank", "is_explicit_cluster")
 #: the most CTAs a portable cluster has, and the most with the non-portable opt-in
 PORTABLE_CLUSTER = 8
 MAX_CLUSTER = 16
@@ -116,5 +121,6 @@ def split_address(addr: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(slot > 0, slot - 1, own), a & ((1 << SLOT_SHIFT) - 1)
 
 
-__all__ = ["CLUSTER_SPAN", "MAX_CLUSTER", "PORTABLE_CLUSTER", "SLOT_SHIFT", "cluster_order",
-           "cluster_problem", "launch_shape", "remote_address", "split_address"]
+__all__ = ["CLUSTER_REGS", "CLUSTER_SPAN", "MAX_CLUSTER", "PORTABLE_CLUSTER", "SLOT_SHIFT",
+           "cluster_order", "cluster_problem", "launch_shape", "remote_address",
+           "split_address"]

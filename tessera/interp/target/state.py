@@ -26,13 +26,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from tessera.arch.cluster import CLUSTER_REGS
 from tessera.arch.limits import SM_COUNT, WARP_SLOTS
 from tessera.errors import ArgumentError, InterpretError, Loc, TesseraError
 from tessera.interp.slots import Slots
 from tessera.interp.target.cluster.geometry import cluster_special
 from tessera.interp.target.wide import wide_registers
 from tessera.ir.core import Block, Function, Instr, Op, Value, rule_decorator, uses
-from tessera.ir.dialects.target.ops import CLUSTER_REGS
 from tessera.ir.text import op_attr_text
 from tessera.progress import ProgressBar
 

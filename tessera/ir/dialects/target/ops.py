@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tessera.arch.cluster import CLUSTER_REGS
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import FP8X2, PRED, U32, RegType, reg_of
@@ -31,11 +32,6 @@ SPECIAL_REGS = ("tid.x", "tid.y", "ntid.x", "ctaid.x", "ctaid.y", "ctaid.z", "nc
                 "nctaid.y", "nctaid.z", "laneid", "warpid", "tid.z", "ntid.y", "ntid.z",
                 "lanemask_eq", "lanemask_lt", "lanemask_le", "lanemask_gt", "lanemask_ge",
                 "smid", "nsmid", "nwarpid")
-#: a CTA's place in its thread block cluster (sm_90 on; PTX ISA 7.8): read as u32, but
-#: ``%is_explicit_cluster`` (whether the launch named a cluster shape) as a predicate
-CLUSTER_REGS = (*(f"{r}.{c}" for r in ("clusterid", "nclusterid", "cluster_ctaid",
-                                        "cluster_nctaid") for c in "xyz"),
-                "cluster_ctarank", "cluster_nctarank", "is_explicit_cluster")
 #: the special registers that advance as a thread runs; the 64-bit ones are read as u64
 CLOCKS = ("clock", "clock_hi", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi")
 WIDE_CLOCKS = ("clock64", "globaltimer")
@@ -83,9 +79,8 @@ class Special(Op):
         check_count(self, operands, 0)
         if self.reg not in SPECIAL_REGS + CLUSTER_REGS + CLOCKS + ENVREGS:
             raise IRVerifyError(f"unknown special register %{self.reg}")
-        if self.reg == "is_explicit_cluster":
-            return (PRED,)
-        return (RegType("u64") if self.reg in WIDE_CLOCKS else U32,)
+        return (PRED if self.reg == "is_explicit_cluster" else
+                RegType("u64") if self.reg in WIDE_CLOCKS else U32,)
 
 
 @register_op
