@@ -94,6 +94,7 @@ def inputs(rng: np.random.Generator, m: int, n: int, k: int, out: str
     b = rng.standard_normal((k, n)) * 2.0 ** rng.integers(-6, 3, (k, n))
     a[:, :3] = [1.0, 2.0**-8, 2.0**-30]  # 1 + 2^-8 + 2^-30: just past a bf16 tie
     b[:3, : n // 2] = 1.0
+    b[:3, n // 2:] = 0.0  # else 2^-30 times b's 2^-6 would leave float64's 53 bits
     bias = (rng.standard_normal(n) * 2.0 ** rng.integers(-10, 4, n)).astype(np.float32)
     fmt = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[out]
     c = (rng.standard_normal((m, n)) * 4).astype(fmt)

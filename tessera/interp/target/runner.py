@@ -248,7 +248,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
     try:
         try:
             _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order,
-                    independent, cluster)
+                    cluster, independent)
         except _LockstepHang as hang:
             if kept is None:  # "lockstep": the hang is the answer
                 raise hang.fault from None
@@ -256,7 +256,7 @@ def run_target(fn: Function, args: Sequence[Any], *, grid: Sequence[int] | None 
                 w[...] = was
             _INDEPENDENT.add(fn)
             _launch(fn, g, b, layout, size, swapped, check_races, tensor_cores, cta_order,
-                    True, cluster)
+                    cluster, True)
     finally:
         if collecting:
             gc.enable()
@@ -274,8 +274,8 @@ def _may_wait(fn: Function) -> bool:
 
 def _launch(fn: Function, g: tuple[int, int, int], b: tuple[int, int, int],
             layout: dict[str, int], size: int, swapped: list[Any], check_races: bool,
-            tensor_cores: str, cta_order: str, independent: bool,
-            cluster: Sequence[int] | None) -> None:
+            tensor_cores: str, cta_order: str, cluster: Sequence[int] | None,
+            independent: bool) -> None:
     """Place the arguments, compile the kernel and run it; a hang of tasks that ran
     CTAs in lockstep raises :class:`_LockstepHang`."""
     glob = GlobalMemory()

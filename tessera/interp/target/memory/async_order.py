@@ -53,7 +53,7 @@ def arrivals(m: Machine, foreign: bool = False) -> tuple[dict[int, Any], dict[in
 
 def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
     """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each)."""
-    away = ids // max(1, m.shared.size // 8) != m.cta[act]  # another CTA's barrier
+    away = ids // max(1, -(-m.shared.size // 8)) != m.cta[act]  # another CTA's barrier
     if away.any():
         foreign, _ = arrivals(m, foreign=True)
         for i, t in zip(ids[away].tolist(), act[away].tolist()):
