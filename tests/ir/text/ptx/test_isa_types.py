@@ -392,6 +392,7 @@ OPERANDS = [
     ("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r1];", "ok"),
     ("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%r1], 64;", "ok"),
     ("mbarrier.arrive.shared::cluster.b64 %rd1, [%r1];", "sink"),
+    ("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p1, [%r1], %r2;", "ok"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
      ".multicast::cluster [%r1], [%rd1, {%r2, %r3}], [%r4], %h1;", "ok"),
 ]
