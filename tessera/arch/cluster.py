@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch.limits import arch_number
+
 #: the special registers of a CTA's place in its cluster (sm_90 on; PTX ISA 7.8): u32,
 #: but ``%is_explicit_cluster`` (whether the launch named a cluster shape) a predicate
 CLUSTER_REGS = (*(f"{r}.{c}" for r in ("clusterid", "nclusterid", "cluster_ctaid",
@@ -63,13 +65,14 @@ def cluster_problem(grid: tuple[int, int, int], cluster: tuple[int, int, int],
     return None
 
 
-def launch_shape(target: str, directives: dict[str, object],
+def launch_shape(target: str, directives: dict[str, object], grid: tuple[int, int, int],
                  cluster: tuple[int, int, int] | None
                  ) -> tuple[tuple[int, int, int] | None, str | None]:
-    """The cluster shape of a launch of a kernel for ``target`` with the performance
-    directives ``directives`` (PTX ISA sec. 11.4: ``.reqnctapercluster`` fixes the shape,
-    ``.explicitcluster`` needs one, ``.maxclusterrank`` bounds its CTAs) asking for
-    clusters of ``cluster`` (None: none): (shape or None, why a GPU refuses it or None)."""
+    """The cluster shape of a launch over ``grid`` of a kernel for ``target`` with the
+    performance directives ``directives`` (PTX ISA sec. 11.4: ``.reqnctapercluster``
+    fixes the shape, ``.explicitcluster`` needs one, ``.maxclusterrank`` bounds its CTAs)
+    asking for clusters of ``cluster`` (None: none): (shape or None, why a GPU refuses
+    it or None)."""
     req: Any = directives.get("reqnctapercluster")
     want = (*req, 1, 1)[:3] if req else None
     if cluster is None and want is None:
@@ -77,8 +80,7 @@ def launch_shape(target: str, directives: dict[str, object],
             return None, ("the kernel is marked .explicitcluster: launch it with cluster "
                           "dimensions")
         return None, None
-    digits = "".join(ch for ch in target.split("_")[-1] if ch.isdigit())
-    if not digits or int(digits) < 90:
+    if arch_number(target) < 90:
         return None, f"thread block clusters need sm_90 or later; the kernel is for {target}"
     if cluster is not None and want is not None and tuple(cluster) != tuple(want):
         return None, (f"the kernel's .reqnctapercluster asks for clusters of {want}, not "
@@ -88,6 +90,8 @@ def launch_shape(target: str, directives: dict[str, object],
     if most and prod(dims) > most[0]:
         return None, (f"a cluster of {prod(dims)} CTAs: the kernel's .maxclusterrank "
                       f"allows {most[0]}")
+    if problem := cluster_problem(grid, dims):  # type: ignore[arg-type]
+        return None, f"a grid of {grid} in clusters of {dims}: {problem}"
     return dims, None  # type: ignore[return-value]
 
 

@@ -30,6 +30,7 @@ address :data:`SHARED_BASE`, 1024.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from math import prod
@@ -63,6 +64,12 @@ STATIC_SHARED_LIMIT = 48 * 1024
 #: the shared address of a CTA's first buffer on every target: the kilobyte below it
 #: is reserved for system use (see the module docstring)
 SHARED_BASE = 1024
+
+
+def arch_number(target: str) -> int:
+    """The SM number of a ``.target`` (``sm_90a``: 90); a large one when unknown."""
+    m = re.match(r"sm_(\d+)", target)
+    return int(m[1]) if m else 1000
 
 
 def shared_limit(target: str) -> int:
@@ -140,5 +147,5 @@ def place_shared(buffers: Iterable[tuple[str, int, int]]) -> tuple[dict[str, int
 
 
 __all__ = ["A40", "A100", "H100", "L40S", "MAX_BLOCK", "MAX_GRID", "MAX_THREADS", "SHARED_BASE",
-           "STATIC_SHARED_LIMIT", "TARGETS", "TargetLimits", "launch_problem", "place_shared",
-           "shared_limit"]
+           "STATIC_SHARED_LIMIT", "TARGETS", "TargetLimits", "arch_number", "launch_problem",
+           "place_shared", "shared_limit"]

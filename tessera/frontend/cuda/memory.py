@@ -92,11 +92,18 @@ def device_symbols(lib: Any, memory: DeviceMemory
             symbols[module.value, name] = shadow
             continue
         shadows[module.value, name] = (shadow, shadow.tobytes())
-        address = memory.alloc(size.value)
-        lib.tessera_add_allocation(ctypes.c_void_p(address), size)
-        lib.tessera_set_symbol_device(k, ctypes.c_void_p(address))
-        symbols[module.value, name] = memory.arrays[address][:size.value]
+        storage = variable_storage(lib, memory, size.value)
+        lib.tessera_set_symbol_device(k, ctypes.c_void_p(storage.ctypes.data))
+        symbols[module.value, name] = storage
     return symbols, shadows
+
+
+def variable_storage(lib: Any, memory: DeviceMemory, nbytes: int) -> np.ndarray:
+    """Device storage of ``nbytes`` for a variable: an allocation of ``memory``, which
+    every launch places, entered in the runtime's (``lib``'s) table of allocations."""
+    address = memory.alloc(nbytes)
+    lib.tessera_add_allocation(ctypes.c_void_p(address), ctypes.c_size_t(nbytes))
+    return memory.arrays[address][:nbytes]
 
 
 def written_shadows(shadows: Shadows) -> list[str]:
@@ -108,4 +115,5 @@ def written_shadows(shadows: Shadows) -> list[str]:
     return [name for _, name in written]
 
 
-__all__ = ["DeviceMemory", "device_symbols", "host_view", "written_shadows"]
+__all__ = ["DeviceMemory", "device_symbols", "host_view", "variable_storage",
+           "written_shadows"]

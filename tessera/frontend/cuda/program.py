@@ -32,6 +32,7 @@ from tessera.frontend.cuda.memory import (
     DeviceMemory,
     device_symbols,
     host_view,
+    variable_storage,
     written_shadows,
 )
 from tessera.frontend.cuda.reports import (
@@ -326,9 +327,7 @@ class CudaProgram:
         self.source.update({(where, line): loc for line, loc in
                             source_lines(raw.decode()).items()})
         for var in program.module.globals:
-            address = self.memory.alloc(var.size)
-            self.lib.tessera_add_allocation(ctypes.c_void_p(address), ctypes.c_size_t(var.size))
-            storage = self.memory.arrays[address][:var.size]
+            storage = variable_storage(self.lib, self.memory, var.size)
             storage[:] = np.frombuffer(var.init, np.uint8)
             self.symbols[module, var.name] = storage
         return module

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tessera.arch.cluster import cluster_order, cluster_problem, launch_shape
+from tessera.arch.cluster import cluster_order, launch_shape
 from tessera.errors import ArgumentError, Loc
 
 
@@ -28,53 +28,35 @@ class ClusterLaunchError(ArgumentError):
 
 @dataclass
 class Clusters:
-    """The clusters of a launch: their shape, whether the launch named it
-    (``%is_explicit_cluster``) and each CTA's ``%ctaid`` (ncta, 3) in CTA order."""
+    """The clusters of a launch (which names their shape, so ``%is_explicit_cluster``
+    is true): their shape and each CTA's ``%ctaid`` (ncta, 3) in CTA order."""
 
     dims: tuple[int, int, int]
-    explicit: bool
     ctaids: np.ndarray
-
-    @property
-    def size(self) -> int:
-        """CTAs per cluster."""
-        return prod(self.dims)
-
-
-def launch_clusters(m: Any, dims: tuple[int, int, int], explicit: bool = True,
-                    loc: Loc | None = None) -> None:
-    """Give launch ``m`` clusters of ``dims`` CTAs (:class:`ClusterLaunchError`, at the
-    kernel's ``loc``, where a GPU refuses the launch): its CTAs are numbered cluster by
-    cluster from here on."""
-    problem = cluster_problem(m.grid, dims)
-    if problem:
-        raise ClusterLaunchError(f"a GPU would refuse this launch of '{m.fn.name}' over "
-                                 f"a grid of {m.grid} in clusters of {dims}: {problem}",
-                                 loc=loc)
-    m.cluster = Clusters(dims, explicit, cluster_order(m.grid, dims))
-    m.shared.cluster_size = m.cluster.size
 
 
 def kernel_clusters(m: Any, target: str, directives: dict[str, object],
                     cluster: tuple[int, int, int] | None, loc: Loc | None = None) -> None:
     """Give launch ``m`` of a kernel for ``target`` with performance ``directives`` the
-    clusters it asks for (``cluster``) or its ``.reqnctapercluster`` names, if any."""
-    dims, problem = launch_shape(target, directives, cluster)
+    clusters it asks for (``cluster``) or its ``.reqnctapercluster`` names, if any
+    (:class:`ClusterLaunchError`, at the kernel's ``loc``, where a GPU refuses the
+    launch): its CTAs are numbered cluster by cluster from here on."""
+    dims, problem = launch_shape(target, directives, m.grid, cluster)
     if problem:
         raise ClusterLaunchError(f"a GPU would refuse this launch of '{m.fn.name}': "
                                  f"{problem}", loc=loc)
     if dims is not None:
-        launch_clusters(m, dims, loc=loc)
+        m.cluster = Clusters(dims, cluster_order(m.grid, dims))
+        m.shared.cluster_size = prod(dims)
 
 
 def cluster_special(m: Any, reg: str) -> np.ndarray:
     """The value of cluster special register ``%reg`` for every thread of ``m``: each
     CTA a cluster of its own where the launch has none."""
-    clusters: Clusters | None = m.cluster
-    dims = clusters.dims if clusters else (1, 1, 1)
-    size = prod(dims)
+    dims = m.cluster.dims if m.cluster is not None else (1, 1, 1)
+    size = m.shared.cluster_size
     if reg == "is_explicit_cluster":
-        return np.full(m.n, bool(clusters and clusters.explicit))
+        return np.full(m.n, m.cluster is not None)
     if reg in ("cluster_ctarank", "cluster_nctarank"):
         value: Any = m.cta % size if reg == "cluster_ctarank" else size
     else:
@@ -86,5 +68,4 @@ def cluster_special(m: Any, reg: str) -> np.ndarray:
     return np.broadcast_to(np.asarray(value, np.uint32), (m.n,)).copy()
 
 
-__all__ = ["ClusterLaunchError", "Clusters", "cluster_special", "kernel_clusters",
-           "launch_clusters"]
+__all__ = ["ClusterLaunchError", "Clusters", "cluster_special", "kernel_clusters"]

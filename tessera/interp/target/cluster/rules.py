@@ -29,10 +29,6 @@ from tessera.ir.dialects.target import mbarrier_ops, memory_ops
 from tessera.ir.dialects.target.ptx_ops import SHARED_WINDOW
 
 
-def _size(m: Any) -> int:
-    return m.cluster.size if m.cluster is not None else 1
-
-
 def _shared(fr: TargetFrame, instr: Instr, a: np.ndarray, act: np.ndarray,
             generic: bool) -> np.ndarray:
     """The shared addresses of the active threads' operand ``a`` (generic addresses
@@ -62,7 +58,7 @@ def _mapa(c: TargetCompiler, instr: Instr) -> Step:
         result = np.zeros_like(addr)
         if len(act):
             rank = fr.regs[r][act].astype(np.int64)
-            size = _size(m)
+            size = m.shared.cluster_size
             bad = rank >= size
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
@@ -90,7 +86,7 @@ def _getctarank(c: TargetCompiler, instr: Instr) -> Step:
         result = np.zeros(m.n, np.uint32)
         if len(act):
             rank, _ = split_address(_shared(fr, instr, fr.regs[a], act, generic),
-                                    m.cta[act] % _size(m))
+                                    m.cta[act] % m.shared.cluster_size)
             result[act] = rank
         fr.regs[out] = result
     return step
@@ -102,7 +98,7 @@ def _note_mapped(m: Any, instr: Instr, who: np.ndarray, targets: np.ndarray) -> 
     not exit before those threads are done (:func:`check_exits`)."""
     if not len(who):
         return
-    phases = _barrier(m).done[who // (m.nthreads * _size(m))]
+    phases = _barrier(m).done[who // (m.nthreads * m.shared.cluster_size)]
     seen: dict[int, tuple[Instr, int, int]] = m.__dict__.setdefault("cluster_mapped", {})
     order = np.lexsort((-phases, targets))  # per target, its latest phase first
     first = np.r_[True, targets[order][1:] != targets[order][:-1]]
@@ -123,7 +119,7 @@ class _Barrier:
         self.waiting = np.zeros(m.n, bool)  # arrived, not yet waited
         self.phase_of = np.zeros(m.n, np.int64)
         self.passed = np.zeros(m.n, np.int64)
-        nclusters = m.ncta // _size(m)
+        nclusters = m.ncta // m.shared.cluster_size
         self.done = np.zeros(nclusters, np.int64)
         self.relaxed = np.zeros(nclusters, bool)
 
@@ -138,7 +134,7 @@ def _barrier(m: Any) -> _Barrier:
 def _complete(m: Any, clusters: np.ndarray) -> None:
     """Complete the open phase of each of ``clusters`` every thread has arrived on."""
     b = _barrier(m)
-    per = m.nthreads * _size(m)
+    per = m.nthreads * m.shared.cluster_size
     exited = getattr(m, "exited", None)
     for q in clusters.tolist():
         span = slice(q * per, (q + 1) * per)
@@ -149,7 +145,7 @@ def _complete(m: Any, clusters: np.ndarray) -> None:
         b.done[q] += 1
         if not b.relaxed[q]:  # every access before the arrivals is ordered
             ctas = np.zeros(m.ncta, bool)
-            ctas[q * _size(m):(q + 1) * _size(m)] = True
+            ctas[q * m.shared.cluster_size:(q + 1) * m.shared.cluster_size] = True
             m.shared.sync(ctas)
         b.relaxed[q] = False
 
@@ -176,7 +172,7 @@ def _arrive(m: Any, instr: Instr, act: np.ndarray) -> None:
         raise m.fault(instr, "cluster barrier", "barrier.cluster.arrive again before the "
                       "thread's barrier.cluster.wait", int(act[twice][0]),
                       hint="each arrival is followed by its wait")
-    q = m.cta[act] // _size(m)
+    q = m.cta[act] // m.shared.cluster_size
     b.pending[act] = b.waiting[act] = True
     b.phase_of[act] = b.done[q]
     if instr.op.relaxed:
@@ -196,7 +192,7 @@ def _wait(m: Any, instr: Instr, act: np.ndarray) -> None:
         raise m.fault(instr, "cluster barrier", "barrier.cluster.wait with no "
                       "barrier.cluster.arrive before it", int(act[lone][0]),
                       hint="arrive on the cluster barrier first")
-    q = m.cta[act] // _size(m)
+    q = m.cta[act] // m.shared.cluster_size
 
     def passed() -> np.ndarray:
         _complete(m, np.unique(q))
@@ -216,7 +212,7 @@ def _wait(m: Any, instr: Instr, act: np.ndarray) -> None:
 def _hang(m: Any, instr: Instr, thread: int) -> Any:
     """The fault of a cluster barrier wait that never completes: who never arrives."""
     b = _barrier(m)
-    size = _size(m)
+    size = m.shared.cluster_size
     per = m.nthreads * size
     q = thread // per
     span = np.arange(q * per, (q + 1) * per)
@@ -242,7 +238,7 @@ def check_exits(m: Any) -> tuple[Instr, TargetFault] | None:
     passed = _barrier(m).passed.reshape(m.ncta, m.nthreads).min(axis=1)
     for target, (instr, thread, phase) in sorted(seen.items()):
         if passed[target] <= phase:
-            rank = target % _size(m)
+            rank = target % m.shared.cluster_size
             return instr, m.fault(
                 instr, "cluster exit", f"CTA rank {rank}'s shared memory is mapped here, "
                 f"and CTA rank {rank} waits for no cluster barrier after it: it may exit, "

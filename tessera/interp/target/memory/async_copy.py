@@ -120,7 +120,7 @@ def _multicast(m: Machine, instr: Instr, act: np.ndarray, mask: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """For each destination of the active threads' multicast loads (CTA ``mask`` bits
     of their clusters): the issuing row and the destination CTA."""
-    size = m.cluster.size if m.cluster is not None else 1
+    size = m.shared.cluster_size
     bits = (mask.astype(np.int64)[:, None] >> np.arange(16)) & 1
     beyond = bits[:, size:].any(axis=1)
     if beyond.any():

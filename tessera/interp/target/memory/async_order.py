@@ -82,7 +82,8 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
         return
     _, released = arrivals(m)
     _, foreign = arrivals(m, foreign=True)
-    for i in np.unique(ids).tolist():  # threads of other CTAs: their own CTA's accesses
+    unique = np.unique(ids).tolist()
+    for i in unique if foreign else ():  # threads of other CTAs: their own CTA's accesses
         by_cta: dict[int, list[int]] = {}
         for t in sorted(foreign.pop(i, ())):
             by_cta.setdefault(t // m.nthreads, []).append(t % m.nthreads)
@@ -91,8 +92,7 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
             mask[0, tids] = True
             release(m, np.array([cta]), mask)
     slots = max(1, sh.size // 8)
-    todo = [i for i in np.unique(ids).tolist() if released.get(i) is not None
-            and released[i].any()]
+    todo = [i for i in unique if released.get(i) is not None and released[i].any()]
     while todo:  # one mbarrier per CTA at a time
         by_cta: dict[int, int] = {}
         for i in todo:

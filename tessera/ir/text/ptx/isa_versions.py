@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from tessera.arch.limits import arch_number
 from tessera.ir.dialects.target import TARGET_VERSIONS, cvt_needs
 
 Version = tuple[int, int]
@@ -67,12 +68,6 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
     if "xorsign" in mods:
         found.append(((7, 2), ".xorsign"))
     return max(found, default=None)
-
-
-def arch_number(target: str) -> int:
-    """The SM number of a ``.target`` (``sm_90a``: 90); a large one when unknown."""
-    m = re.match(r"sm_(\d+)", target)
-    return int(m[1]) if m else 1000
 
 
 def too_old(feature: str, need: Version, version: Version | None) -> str | None:
