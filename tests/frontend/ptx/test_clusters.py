@@ -63,7 +63,7 @@ RING = """
 """
 
 
-def _module(body: str, target: str = "sm_90", directives: str = "") -> ts.ptx.PtxProgram:
+def cluster_module(body: str, target: str = "sm_90", directives: str = "") -> ts.ptx.PtxProgram:
     """A kernel ``k(out)``: ``%rd1`` the output's address, ``%r1`` the thread's index
     in its CTA (``%tid.x``) and ``%r2`` the CTA's x fastest over the grid; 256 bytes
     of shared memory ``buf``."""
@@ -103,7 +103,7 @@ def _special_kernel() -> ts.ptx.PtxKernel:
         lines += [f"mov.u32 %r3, {reg};", f"st.global.u32 [%rd3+{4 * k}], %r3;"]
     lines += ["mov.pred %p2, %is_explicit_cluster;", "selp.u32 %r3, 1, 0, %p2;",
               f"st.global.u32 [%rd3+{4 * len(_SPECIALS)}], %r3;", "DONE:"]
-    return _module("\n".join(lines)).kernel("k")
+    return cluster_module("\n".join(lines)).kernel("k")
 
 
 @pytest.mark.parametrize("grid, cluster", [
@@ -146,7 +146,7 @@ def _counter(space: str = ".shared::cluster", generic: bool = False) -> ts.ptx.P
         address = ["mapa.shared::cluster.u32 %r7, %r8, 0;",
                    f"atom{space}.add.u32 %r5, [%r7], %r4;",
                    "getctarank.shared::cluster.u32 %r6, %r7;"]
-    return _module("\n".join([
+    return cluster_module("\n".join([
         "mov.u32 %r8, buf;", "cvt.u64.u32 %rd5, %r8;", "setp.eq.u32 %p1, %r1, 0;",
         "@%p1 st.shared.u32 [buf], 0;", "barrier.cluster.arrive.aligned;",
         "barrier.cluster.wait.aligned;", "mov.u32 %r3, %cluster_ctarank;",
@@ -204,32 +204,32 @@ def test_a_cta_that_may_exit_before_its_neighbour_reads_its_memory() -> None:
 
 
 def test_the_cluster_barriers_mistakes() -> None:
-    wait = _fault(_module("barrier.cluster.wait;").kernel("k"))
+    wait = _fault(cluster_module("barrier.cluster.wait;").kernel("k"))
     assert wait.what == "cluster barrier" and "with no barrier.cluster.arrive" in str(wait)
-    twice = _fault(_module("barrier.cluster.arrive;\nbarrier.cluster.arrive;").kernel("k"))
+    twice = _fault(cluster_module("barrier.cluster.arrive;\nbarrier.cluster.arrive;").kernel("k"))
     assert "barrier.cluster.arrive again before the thread's barrier.cluster.wait" in str(twice)
     # rank 1's second warp waits at a named barrier no other thread reaches instead
-    skip = _module("\n".join([
+    skip = cluster_module("\n".join([
         "mov.u32 %r3, %cluster_ctarank;", "setp.eq.u32 %p1, %r3, 1;", "setp.ge.u32 %p2, %r1, 32;",
         "and.pred %p3, %p1, %p2;", "@%p3 bra SKIP;", "barrier.cluster.arrive;",
         "barrier.cluster.wait;", "bra DONE;", "SKIP:", "bar.sync 1, 64;", "DONE:"])).kernel("k")
     hang = _fault(skip, block=64)
     assert "barrier.cluster.wait never completes: 32 thread(s) of the cluster never arrive, " \
            "the first thread 32 of CTA (1, 0, 0) (rank 1)" in str(hang)
-    aligned = _fault(_module("setp.lt.u32 %p1, %r1, 8;\n@%p1 barrier.cluster.arrive.aligned;")
-                     .kernel("k"))
+    aligned = _fault(cluster_module(
+        "setp.lt.u32 %p1, %r1, 8;\n@%p1 barrier.cluster.arrive.aligned;").kernel("k"))
     assert aligned.what == "warp divergence"
 
 
 def test_addresses_of_another_cta_need_a_cluster_access() -> None:
     cta = _fault(_counter(space=".shared"))
     assert cta.what == "cluster address" and "only .shared::cluster and generic" in str(cta)
-    far = _fault(_module("mov.u32 %r8, buf;\nmapa.shared::cluster.u32 %r7, %r8, 2;")
+    far = _fault(cluster_module("mov.u32 %r8, buf;\nmapa.shared::cluster.u32 %r7, %r8, 2;")
                  .kernel("k"))
     assert far.what == "cluster rank" and "mapa to CTA rank 2: the cluster has 2 CTAs" \
         in str(far)
     # a cluster address made by hand past the last rank's window
-    past = _fault(_module("mov.u32 %r7, 0x800400;\nld.shared::cluster.u32 %r9, [%r7];")
+    past = _fault(cluster_module("mov.u32 %r7, 0x800400;\nld.shared::cluster.u32 %r9, [%r7];")
                   .kernel("k"))
     assert "lies in the window of CTA rank 3, and the cluster has 2 CTAs" in str(past)
 
@@ -243,7 +243,7 @@ def test_addresses_of_another_cta_need_a_cluster_access() -> None:
 ])
 def test_launches_a_gpu_refuses(launch: dict, message: str) -> None:
     fixed = ts.ptx.load(HEAD.format(target="sm_90") + RING).kernel("ring")
-    kernel = _module("").kernel("k") if launch.get("cluster") == 16 else fixed
+    kernel = cluster_module("").kernel("k") if launch.get("cluster") == 16 else fixed
     args = [np.zeros(1024, np.int32)] * len(kernel.params)
     with pytest.raises(ts.ArgumentError, match=message):
         kernel.run(block=64, args=args, **{"cluster": None, **launch})
@@ -252,13 +252,13 @@ def test_launches_a_gpu_refuses(launch: dict, message: str) -> None:
 def test_clusters_need_sm_90_and_an_explicit_kernel_needs_one() -> None:
     with pytest.raises(ts.ArgumentError, match="clusters need sm_90 or later; the kernel is "
                        "for sm_80"):
-        _module("", target="sm_80").kernel("k").run(grid=2, block=32,
+        cluster_module("", target="sm_80").kernel("k").run(grid=2, block=32,
                                                      args=[np.zeros(4, np.uint32)], cluster=2)
-    explicit = _module("", directives="\n.explicitcluster").kernel("k")
+    explicit = cluster_module("", directives="\n.explicitcluster").kernel("k")
     with pytest.raises(ts.ArgumentError, match=r"marked \.explicitcluster: launch it with "
                        "cluster dimensions"):
         explicit.run(grid=2, block=32, args=[np.zeros(4, np.uint32)])
-    bounded = _module("", directives="\n.maxclusterrank 2").kernel("k")
+    bounded = cluster_module("", directives="\n.maxclusterrank 2").kernel("k")
     with pytest.raises(ts.ArgumentError, match=r"the kernel's \.maxclusterrank allows 2"):
         bounded.run(grid=4, block=32, args=[np.zeros(4, np.uint32)], cluster=4)
 
@@ -322,10 +322,10 @@ def test_an_arrival_on_another_ctas_mbarrier_needs_a_cluster_address_space() -> 
         "mbarrier.arrive.release.cluster.shared::SPACE.b64 _, [%r7];",
         "WAIT: mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r8], 0;", "@!%p1 bra WAIT;",
         "barrier.cluster.arrive;", "barrier.cluster.wait;"])
-    local = _fault(_module(body.replace("SPACE", "cta")).kernel("k"))
+    local = _fault(cluster_module(body.replace("SPACE", "cta")).kernel("k"))
     assert local.what == "cluster address" and "mbarrier.arrive" in local.op
     out = np.zeros(4, np.uint32)
-    _module(body.replace("SPACE", "cluster")).kernel("k").run(grid=2, block=32, args=[out],
+    cluster_module(body.replace("SPACE", "cluster")).kernel("k").run(grid=2, block=32, args=[out],
                                                               cluster=2)
 
 

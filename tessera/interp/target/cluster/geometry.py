@@ -2,10 +2,10 @@
 cluster by cluster, so that CTA index ``c`` has rank ``c % size`` in the cluster of CTAs
 ``c - c % size`` onwards, and the special registers that name a CTA's place.
 
-Numbering the CTAs cluster by cluster keeps each cluster's threads one range of thread
-ids, which is what the shared-memory race records (lowest and highest reader) need for a
-cluster barrier to order every access of the cluster. The order in which atomics of
-different CTAs land (``cta_order``) is this numbering.
+Numbering the CTAs cluster by cluster keeps each CTA's and each cluster's threads one
+range of thread ids, which is what the shared-memory race records (lowest and highest
+reader, :mod:`.races`) need to tell another CTA's accesses from a CTA's own. The order
+in which atomics of different CTAs land (``cta_order``) is this numbering.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 
 from tessera.arch.cluster import cluster_order, launch_shape
 from tessera.errors import ArgumentError, Loc
+from tessera.interp.target.cluster.races import ClusterRaces
 
 
 class ClusterLaunchError(ArgumentError):
@@ -48,6 +49,8 @@ def kernel_clusters(m: Any, target: str, directives: dict[str, object],
     if dims is not None:
         m.cluster = Clusters(dims, cluster_order(m.grid, dims))
         m.shared.cluster_size = prod(dims)
+        if m.shared.races and m.shared.size and m.shared.cluster_size > 1:
+            m.shared.clustered = ClusterRaces(m.shared)
 
 
 def cluster_special(m: Any, reg: str) -> np.ndarray:

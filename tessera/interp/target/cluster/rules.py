@@ -147,6 +147,8 @@ def _complete(m: Any, clusters: np.ndarray) -> None:
             ctas = np.zeros(m.ncta, bool)
             ctas[q * m.shared.cluster_size:(q + 1) * m.shared.cluster_size] = True
             m.shared.sync(ctas)
+            if m.shared.clustered is not None:
+                m.shared.clustered.cluster_sync(ctas, exited)
         b.relaxed[q] = False
 
 
@@ -173,6 +175,8 @@ def _arrive(m: Any, instr: Instr, act: np.ndarray) -> None:
                       "thread's barrier.cluster.wait", int(act[twice][0]),
                       hint="each arrival is followed by its wait")
     q = m.cta[act] // m.shared.cluster_size
+    if m.shared.clustered is not None:
+        m.shared.clustered.arrive(act, cluster=True)
     b.pending[act] = b.waiting[act] = True
     b.phase_of[act] = b.done[q]
     if instr.op.relaxed:

@@ -53,6 +53,8 @@ def arrivals(m: Machine, foreign: bool = False) -> tuple[dict[int, Any], dict[in
 
 def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
     """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each)."""
+    if m.shared.clustered is not None:
+        m.shared.clustered.arrive(act)
     away = ids // max(1, -(-m.shared.size // 8)) != m.cta[act]  # another CTA's barrier
     if away.any():
         foreign, _ = arrivals(m, foreign=True)
@@ -90,7 +92,9 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
         for cta, tids in by_cta.items():
             mask = np.zeros((1, m.nthreads), bool)
             mask[0, tids] = True
-            release(m, np.array([cta]), mask)
+            release(m, np.array([cta]), mask, timed=True)
+            if sh.clustered is not None:  # and their accesses of other CTAs' memory
+                sh.clustered.release(np.array([cta]), mask, timed=True, cross=True)
     slots = max(1, sh.size // 8)
     todo = [i for i in unique if released.get(i) is not None and released[i].any()]
     while todo:  # one mbarrier per CTA at a time
@@ -105,16 +109,18 @@ def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]
     """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
     CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
     ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
-    release(m, ctas, np.stack([released[by_cta[int(c)]] for c in ctas]))
+    release(m, ctas, np.stack([released[by_cta[int(c)]] for c in ctas]), timed=True)
 
 
-def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray) -> None:
+def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray, timed: bool = False) -> None:
     """A new race epoch for the bytes of ``ctas`` (sorted) that only the threads
     ``arrived`` (C, nthreads) of each accessed since their last one: an mbarrier phase
-    they arrived on, or a named ``bar.sync id, count`` of those threads."""
+    they arrived on (``timed``), or a named ``bar.sync id, count`` of those threads."""
     sh = m.shared
     if not sh.races or not sh.size:
         return
+    if sh.clustered is not None:
+        sh.clustered.release(ctas, arrived, timed)
     # A CTA none of whose accessors since its bar.sync lies among the arrivals (e.g.
     # consumers waiting for a producer that only issued TMA) has nothing to clear.
     base = ctas * m.nthreads

@@ -122,6 +122,8 @@ def range_land(sh: SharedMemory, ctas: np.ndarray, lo: int, hi: int) -> None:
     # writers lie only in dirty blocks: a range with none holds no writer to clear
     if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
         _grid(sh, sh.writer_code)[r, lo:hi] = 0
+    if sh.clustered is not None:
+        sh.clustered.landed(np.add.outer(ctas * sh.size, np.arange(lo, hi)))
 
 
 # -- chunks: whole 16-byte chunks per row -------------------------------------------------

@@ -16,6 +16,8 @@ except ImportError:  # pragma: no cover - other NumPy versions
 
 #: bytes per chunk of the chunked gathers and scatters of the per-byte records
 CHUNK = 16
+#: bytes per flag of :attr:`DirtyBlocks.dirty_blocks`
+DIRTY_BLOCK = 64
 
 
 @contextmanager
@@ -95,5 +97,38 @@ def put_rows(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     a.view(whole)[rows] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
 
 
-__all__ = ["CHUNK", "add_at", "chunk_rows", "put_chunks", "put_rows", "take_chunks",
-           "take_rows", "word_rows"]
+class DirtyBlocks:
+    """Which blocks of ``DIRTY_BLOCK`` bytes of each CTA's ``size`` bytes of shared
+    memory may hold a race record (``dirty_blocks``, per CTA and block)."""
+
+    size: int
+    dirty_blocks: np.ndarray
+
+    def in_dirty(self, flat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """Per row of ``flat`` (M, nbytes): whether a byte of it lies in a dirty block
+        (``rows`` from :func:`word_rows`: each row one aligned word, in one block)."""
+        idx = flat.reshape(len(flat), -1)
+        if self.size % DIRTY_BLOCK == 0 and rows is not None:
+            return self.dirty_blocks.reshape(-1)[idx[:, 0] // DIRTY_BLOCK]
+        if self.size % DIRTY_BLOCK == 0:
+            hit = self.dirty_blocks.reshape(-1)[idx // DIRTY_BLOCK]
+        else:
+            hit = self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK]
+        return hit.any(axis=1)
+
+    def mark(self, flat: np.ndarray) -> None:
+        """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
+        ``DIRTY_BLOCK`` consecutive bytes (every checked access) lie in at most two
+        blocks: their first and last bytes find both."""
+        if flat.ndim == 2 and flat.shape[1] <= DIRTY_BLOCK and \
+                (flat[:, -1] - flat[:, 0] == flat.shape[1] - 1).all():
+            flat = np.concatenate([flat[:, 0], flat[:, -1]])
+        idx = flat.ravel()
+        if self.size % DIRTY_BLOCK == 0:
+            self.dirty_blocks.reshape(-1)[idx // DIRTY_BLOCK] = True
+        else:
+            self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
+
+
+__all__ = ["CHUNK", "DIRTY_BLOCK", "DirtyBlocks", "add_at", "chunk_rows", "put_chunks",
+           "put_rows", "take_chunks", "take_rows", "word_rows"]

@@ -29,11 +29,14 @@ shared memory, instead of a fill of every byte's records.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tessera.interp.target.memory.chunks import (
     CHUNK,
+    DIRTY_BLOCK,
+    DirtyBlocks,
     add_at,
     chunk_rows,
     put_chunks,
@@ -55,11 +58,7 @@ from tessera.interp.target.memory.window import SHARED_BASE, SharedWindow
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
 
-#: bytes per flag of :attr:`SharedMemory.dirty`
-DIRTY_BLOCK = 64
-
-
-class SharedMemory(SharedWindow):
+class SharedMemory(SharedWindow, DirtyBlocks):
     """Per-CTA shared memory bytes with initialisation, async and race tracking: the
     ``size`` bytes at shared addresses ``base`` .. ``base + size - 1`` of each CTA
     (:class:`~.window.SharedWindow`: addresses to indices)."""
@@ -87,6 +86,9 @@ class SharedMemory(SharedWindow):
         #: where set, a read of unwritten bytes is passed to it (reading thread ids, the
         #: first such byte) instead of failing: the PTX runner follows the value
         self.defer: Callable[[np.ndarray, str], None] | None = None
+        #: a launch with clusters: the records of accesses across its CTAs
+        #: (:class:`tessera.interp.target.cluster.races.ClusterRaces`)
+        self.clustered: Any = None
         if races:
             with small_pages():  # zero pages: touched only where the kernel accesses
                 self.writer_code = np.zeros(n, np.int32)  # code_last of the writer
@@ -158,7 +160,14 @@ class SharedMemory(SharedWindow):
                     self.defer(me[~ok.all(axis=1)], self._where(flat[i, j]))
                     continue
                 fail(i, what, self._where(flat[i, j]))
-        if self.races and race and self.written[me // self.nthreads].any():
+        if not (self.races and race):
+            return
+        if self.clustered is not None:  # other CTAs' accesses: checked there
+            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=False)
+            if not len(me):
+                return
+        get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
+        if self.written[me // self.nthreads].any():
             w = get(self.writer_code)
             clash = (w > 0) & (w != code_last(me)[:, None])
             if np.any(clash):
@@ -166,11 +175,10 @@ class SharedMemory(SharedWindow):
                 j = int(np.flatnonzero(clash[i])[0])
                 fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
                      f"by {self.other(int(w[i, j]) - 1, int(me[i]))}")
-        if self.races and race:
-            if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
-                self.log.add_rows(rows, me, me)
-            else:
-                self.note_readers(flat, me, me, rows=rows)
+        if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
+            self.log.add_rows(rows, me, me)
+        else:
+            self.note_readers(flat, me, me, rows=rows)
 
     def cta_mask(self, ctas: np.ndarray) -> np.ndarray:
         """The CTAs ``ctas`` (ids) as a mask over all CTAs."""
@@ -223,11 +231,32 @@ class SharedMemory(SharedWindow):
                  f"{self._where(flat[i, 0])} while an async copy to it is in flight")
         self.check_bulk_source(flat, fail, "store")
         rows = word_rows(flat, self.size, consecutive)
-        if self.races and self.accessed[me // self.nthreads].any():
+        if self.races:
+            self._write_races(flat, me, fail, rows)
+        if rows is None:
+            self.data[flat] = data
+            self.init[flat] = True
+            self.unfenced[flat] = generic
+        else:  # aligned words: one element per row
+            put_rows(self.data, rows, data)
+            put_rows(self.init, rows, np.ones(flat.shape, bool))
+            put_rows(self.unfenced, rows, np.full(flat.shape, generic))
+        if generic:
+            self.unfenced_ctas[me // self.nthreads] = True
+
+    def _write_races(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
+                     rows: np.ndarray | None) -> None:
+        """Check the store of threads ``me`` to ``flat`` against the race records, then
+        record it (``rows`` from :func:`word_rows`)."""
+        if self.clustered is not None:  # other CTAs' accesses: checked there
+            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=True)
+            if not len(me):
+                return
+        if self.accessed[me // self.nthreads].any():
             rmin, rmax = self.readers()
             # records lie only in dirty blocks: read them for the rows that meet one
             # (a read of the others would map their zero pages)
-            hot = self._in_dirty(flat, rows)
+            hot = self.in_dirty(flat, rows)
             sub = None if hot.all() else np.flatnonzero(hot)
             hf, hme = (flat, me) if sub is None else (flat[sub], me[sub])
             hrows = rows if sub is None or rows is None else rows[sub]
@@ -249,18 +278,7 @@ class SharedMemory(SharedWindow):
                     other = int(hi[0, j]) - 1
                 fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
                      f"accessed by {self.other(other, int(me[i]))}")
-        if self.races:
-            self.set_writer(flat, me, rows=rows)
-        if rows is None:
-            self.data[flat] = data
-            self.init[flat] = True
-            self.unfenced[flat] = generic
-        else:  # aligned words: one element per row
-            put_rows(self.data, rows, data)
-            put_rows(self.init, rows, np.ones(flat.shape, bool))
-            put_rows(self.unfenced, rows, np.full(flat.shape, generic))
-        if generic:
-            self.unfenced_ctas[me // self.nthreads] = True
+        self.set_writer(flat, me, rows=rows)
 
     def check_bulk_source(self, flat: np.ndarray, fail: Fail, what: str) -> None:
         """Fault when a write of ``flat`` meets the source of an unretired TMA store."""
@@ -273,31 +291,6 @@ class SharedMemory(SharedWindow):
             fail(i, "bulk store source overwritten", f"{what} over {self._where(flat[i, j])}, "
                  "which a TMA store (cp.async.bulk.tensor) still reads: no "
                  "cp.async.bulk.wait_group.read has retired its bulk group")
-
-    def _in_dirty(self, flat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        """Per row of ``flat`` (M, nbytes): whether a byte of it lies in a dirty block
-        (``rows`` from :func:`word_rows`: each row one aligned word, in one block)."""
-        idx = flat.reshape(len(flat), -1)
-        if self.size % DIRTY_BLOCK == 0 and rows is not None:
-            return self.dirty_blocks.reshape(-1)[idx[:, 0] // DIRTY_BLOCK]
-        if self.size % DIRTY_BLOCK == 0:
-            hit = self.dirty_blocks.reshape(-1)[idx // DIRTY_BLOCK]
-        else:
-            hit = self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK]
-        return hit.any(axis=1)
-
-    def mark(self, flat: np.ndarray) -> None:
-        """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
-        ``DIRTY_BLOCK`` consecutive bytes (every checked access) lie in at most two
-        blocks: their first and last bytes find both."""
-        if flat.ndim == 2 and flat.shape[1] <= DIRTY_BLOCK and \
-                (flat[:, -1] - flat[:, 0] == flat.shape[1] - 1).all():
-            flat = np.concatenate([flat[:, 0], flat[:, -1]])
-        idx = flat.ravel()
-        if self.size % DIRTY_BLOCK == 0:
-            self.dirty_blocks.reshape(-1)[idx // DIRTY_BLOCK] = True
-        else:
-            self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
 
     def note_who(self, first: np.ndarray, last: np.ndarray) -> None:
         """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
@@ -336,6 +329,8 @@ class SharedMemory(SharedWindow):
         and need no proxy fence (cp.async and TMA data are waited for, not fenced).
         ``chunks``: the chunk number of each row when each row of ``flat`` is one
         aligned 16-byte chunk, bytes in order (stored a chunk at a time)."""
+        if self.clustered is not None:
+            self.clustered.landed(flat)
         if chunks is None:
             self.data[flat] = data
             self.init[flat] = True
@@ -352,6 +347,8 @@ class SharedMemory(SharedWindow):
             self.init_by.reshape(self.ncta, -1)[ctas] = _NONE
         if not self.races or self.size == 0:
             return
+        if self.clustered is not None:
+            self.clustered.sync(ctas)
         self.log.drop(ctas)
         # records lie only in dirty blocks: clear those (all bytes when blocks are ragged)
         held = np.flatnonzero(self.dirty_blocks & ctas[:, None])

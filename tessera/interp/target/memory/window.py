@@ -8,12 +8,11 @@ turns addresses into flat indices into the per-CTA arrays (CTA ``c``'s byte ``i`
 ``c * size + i``: shared address ``base + i``); messages name addresses, not indices.
 In a launch with thread block clusters, whose CTAs are numbered cluster by cluster,
 ``.shared::cluster`` and generic accesses may reach the memory of another CTA of the
-thread's cluster through its window of cluster addresses (:mod:`tessera.arch.cluster`).
+thread's cluster through its window of cluster addresses (:mod:`tessera.arch.cluster`);
+the race records of such accesses are :mod:`tessera.interp.target.cluster.races`.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -68,23 +67,7 @@ class SharedWindow:
                  f"window of CTA rank {int(rank[i])}, and the cluster has "
                  f"{self.cluster_size} CTA{'s' if self.cluster_size > 1 else ''}")
         target = np.where(remote, cta - cta % self.cluster_size + rank, cta)
-        self._note_remote(np.unique(target[remote]))
         return target, np.where(remote, low, a)
-
-    def _note_remote(self, ctas: np.ndarray) -> None:
-        """Flag the memory of ``ctas``, which threads of other CTAs access, as holding
-        race records of any thread of their clusters: the per-CTA flags and bounds of
-        :class:`~.state.SharedMemory` are supersets, indexed by the accessor's CTA
-        where an access is the CTA's own."""
-        if not getattr(self, "races", False):
-            return
-        sh: Any = self
-        for flags in (sh.accessed, sh.written, sh.has_readers):
-            flags[ctas] = True
-        first = (ctas - ctas % self.cluster_size) * sh.nthreads
-        np.minimum.at(sh.who_lo, ctas, first.astype(np.int32))
-        np.maximum.at(sh.who_hi, ctas, (first + self.cluster_size * sh.nthreads - 1)
-                      .astype(np.int32))
 
     def other(self, thread: int, me: int) -> str:
         """How a race report names the other thread (global ids), and the barrier that

@@ -313,6 +313,8 @@ def _warp_sync(c: TargetCompiler, instr: Instr) -> Step:
         read = (hi >= 0) & (lo // 32 == hi // 32) & syncing[np.maximum(hi, 0) // 32]
         sh.rmin_code[read] = 0
         sh.rmax_code[read] = 0
+        if sh.clustered is not None:  # and their accesses of other CTAs' memory
+            sh.clustered.warp_sync(syncing)
     return step
 
 

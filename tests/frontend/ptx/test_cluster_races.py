@@ -1,0 +1,127 @@
+"""Races between the CTAs of a cluster: the accesses of one CTA's shared memory by
+threads of different CTAs are ordered by the cluster barrier or by an mbarrier phase
+the other CTA's threads arrived on, never by either CTA's ``bar.sync``; two threads of
+one CTA accessing another CTA's memory are ordered by their own ``bar.sync``. Each case
+is a kernel of two CTAs whose report (or its absence) follows from those rules alone,
+whichever CTA the interpreter runs first."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tessera.interp.target import TargetFault
+from tests.frontend.ptx.test_clusters import cluster_module
+
+#: %p1: the thread is in rank 0; %p2: it is thread 0 of its CTA; %r7: rank 0's ``buf``
+#: as a cluster address
+_PROLOGUE = ["mov.u32 %r3, %cluster_ctarank;", "setp.eq.u32 %p1, %r3, 0;",
+             "setp.eq.u32 %p2, %r1, 0;", "mov.u32 %r8, buf;",
+             "mapa.shared::cluster.u32 %r7, %r8, 0;"]
+_END = ["END:", "barrier.cluster.arrive;", "barrier.cluster.wait;"]
+
+
+def _run(*lines: str) -> None:
+    kernel = cluster_module("\n".join([*_PROLOGUE, *lines, *_END])).kernel("k")
+    kernel.run(args=[np.zeros(64, np.uint32)], grid=2, block=64, cluster=2)
+
+
+def _race(*lines: str) -> str:
+    with pytest.raises(TargetFault) as err:
+        _run(*lines)
+    assert err.value.what == "shared memory race"
+    return str(err.value)
+
+
+#: thread 0 of each rank: rank 0 stores to its buf[0], then every thread takes a
+#: bar.sync (``barrier`` in between), then rank 1 reads rank 0's buf[0]
+def _write_then_remote_read(barrier: list[str]) -> list[str]:
+    return ["and.pred %p3, %p1, %p2;", "@%p3 st.shared.u32 [buf], 5;", *barrier,
+            "not.pred %p3, %p1;", "and.pred %p3, %p3, %p2;",
+            "@%p3 ld.shared::cluster.u32 %r9, [%r7];"]
+
+
+@pytest.mark.parametrize("barrier", [[], ["bar.sync 0;"], ["bar.sync 0;", "bar.sync 0;"]])
+def test_a_ctas_own_barrier_does_not_order_another_ctas_read(barrier: list[str]) -> None:
+    report = _race(*_write_then_remote_read(barrier))
+    assert "ld.shared::cluster" in report
+    assert "read of shared address 1024 of CTA rank 0 written by thread 0 of the cluster's " \
+           "CTA rank 0 without a cluster barrier" in report
+
+
+def test_the_cluster_barrier_orders_it() -> None:
+    _run(*_write_then_remote_read(["barrier.cluster.arrive;", "barrier.cluster.wait;"]))
+
+
+def test_a_relaxed_cluster_barrier_orders_nothing() -> None:
+    report = _race(*_write_then_remote_read(["barrier.cluster.arrive.relaxed;",
+                                             "barrier.cluster.wait;"]))
+    assert "without a cluster barrier" in report
+
+
+def test_another_ctas_write_then_a_barrier_of_the_owner() -> None:
+    """Rank 1 writes rank 0's memory; rank 0's bar.sync does not order its read."""
+    report = _race("not.pred %p3, %p1;", "and.pred %p3, %p3, %p2;",
+                   "@%p3 st.shared::cluster.u32 [%r7], 5;", "bar.sync 0;",
+                   "and.pred %p3, %p1, %p2;", "@%p3 ld.shared.u32 %r9, [buf];")
+    assert "ld.shared.u32" in report and "written by thread 0 of the cluster's CTA rank 1" \
+        in report
+
+
+def _rank1_writes_then_reads(barrier: list[str]) -> list[str]:
+    """Rank 1's thread 0 writes rank 0's buf[0], its thread 33 (another warp) reads
+    it; rank 0 takes no part."""
+    return ["@%p1 bra END;", "@%p2 st.shared::cluster.u32 [%r7], 5;", *barrier,
+            "setp.eq.u32 %p3, %r1, 33;", "@%p3 ld.shared::cluster.u32 %r9, [%r7];"]
+
+
+def test_two_threads_of_one_cta_on_another_ctas_memory() -> None:
+    """Ordered by their own CTA's bar.sync, which the owner need not take part in."""
+    _run(*_rank1_writes_then_reads(["bar.sync 1, 64;"]))
+    report = _race(*_rank1_writes_then_reads([]))
+    assert "written by thread 0 without a bar.sync between" in report
+    assert "(thread 33 of CTA (1, 0, 0))" in report
+
+
+def _remote_arrival(store_after: bool) -> list[str]:
+    """Rank 1's thread 0 stores to rank 0's buf[4] and arrives on rank 0's mbarrier
+    (buf[0..1]) with release semantics at cluster scope (or stores after arriving);
+    rank 0's thread 0 waits for the phase and reads buf[4]."""
+    store = ["st.shared::cluster.u32 [%r7+16], 7;"]
+    arrive = ["mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r7];"]
+    return ["and.pred %p3, %p1, %p2;", "@%p3 mbarrier.init.shared::cta.b64 [buf], 1;",
+            "barrier.cluster.arrive;", "barrier.cluster.wait;",
+            "@%p1 bra OWNER;", "@!%p2 bra END;",
+            *(arrive + store if store_after else store + arrive), "bra END;",
+            "OWNER:", "@!%p2 bra END;",
+            "WAIT:", "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p3, [buf], 0;",
+            "@!%p3 bra WAIT;", "ld.shared.u32 %r9, [buf+16];"]
+
+
+def test_an_arrival_on_the_owners_mbarrier_orders_what_came_before_it() -> None:
+    _run(*_remote_arrival(store_after=False))
+    report = _race(*_remote_arrival(store_after=True))
+    assert "read of shared address 1040 of CTA rank 0 written by thread 0 of the " \
+           "cluster's CTA rank 1" in report
+
+
+def test_a_write_over_another_ctas_unordered_read() -> None:
+    """Rank 1 reads rank 0's buf[0] (set before a cluster barrier); rank 0 then
+    overwrites it after its own bar.sync."""
+    report = _race("and.pred %p3, %p1, %p2;", "@%p3 st.shared.u32 [buf], 1;",
+                   "barrier.cluster.arrive;", "barrier.cluster.wait;",
+                   "not.pred %p3, %p1;", "and.pred %p3, %p3, %p2;",
+                   "@%p3 ld.shared::cluster.u32 %r9, [%r7];", "bar.sync 0;",
+                   "and.pred %p3, %p1, %p2;", "@%p3 st.shared.u32 [buf], 5;")
+    assert "write of shared address 1024 of CTA rank 0 also accessed by thread 0 of the " \
+           "cluster's CTA rank 1" in report
+
+
+def test_a_store_between_the_cluster_barriers_arrival_and_wait_is_not_ordered() -> None:
+    """barrier.cluster.arrive releases what came before it; rank 0's store after its
+    arrival races with rank 1's read after the wait."""
+    report = _race("barrier.cluster.arrive;", "and.pred %p3, %p1, %p2;",
+                   "@%p3 st.shared.u32 [buf], 5;", "barrier.cluster.wait;",
+                   "not.pred %p3, %p1;", "and.pred %p3, %p3, %p2;",
+                   "@%p3 ld.shared::cluster.u32 %r9, [%r7];")
+    assert "written by thread 0 of the cluster's CTA rank 0" in report
