@@ -52,8 +52,8 @@ class _Records:
     def __init__(self, ncta: int, size: int) -> None:
         with small_pages():  # zero pages: only the bytes accessed become memory
             self.arrays = tuple(np.zeros(ncta * size, np.int32) for _ in range(3))
-            # when the writer and the last reader accessed each byte (ClusterRaces.clock)
-            self.stamps = tuple(np.zeros(ncta * size, np.int64) for _ in range(2))
+            # when the writer and the last reader accessed each byte (the memory's clock)
+            self.stamps = tuple(np.zeros(ncta * size, np.int32) for _ in range(2))
         self.held = np.zeros(ncta, bool)
         self.size = size
 
@@ -102,8 +102,8 @@ class _Records:
     def release(self, ctas: np.ndarray, arrived: np.ndarray,
                 times: np.ndarray | None) -> None:
         """A new epoch for the bytes of the CTAs ``ctas`` that only threads flagged in
-        ``arrived`` (every thread of the launch, bool) accessed; with ``times`` (each
-        thread's latest mbarrier arrival), only accesses before a thread's arrival."""
+        ``arrived`` (every thread of the launch, bool) accessed; with ``times`` (when
+        each thread arrived), only accesses before a thread's arrival."""
         ctas = ctas[self.held[ctas]]
         if not len(ctas):
             return
@@ -117,8 +117,8 @@ class _Records:
         writer = (w == 0) | arrived[k]
         if times is not None:  # the last reader's access: before the later arrival of
             wrote, read_at = (x.reshape(-1, self.size)[ctas] for x in self.stamps)
-            readers &= ~read | (read_at < np.maximum(times[a], times[b]))  # the range's ends
-            writer &= (w == 0) | (wrote < times[k])
+            readers &= ~read | (read_at <= np.maximum(times[a], times[b]))  # the range's ends
+            writer &= (w == 0) | (wrote <= times[k])
         w[writer] = 0  # the writer and the readers each where they are ordered
         lo[readers] = 0
         hi[readers] = 0
@@ -135,11 +135,8 @@ class ClusterRaces:
         self.k: int = sh.cluster_size
         self.cross = _Records(sh.ncta, sh.size)
         self.far: dict[int, _Records] = {}  # by rank distance (accessor - owner) mod k
-        # a count of the accesses and mbarrier arrivals so far, and per thread when it
-        # last arrived on an mbarrier: a phase orders what its threads did before
-        self.clock = 1
-        self.arrival = np.zeros(sh.ncta * sh.nthreads, np.int64)
-        self.cluster_arrival = np.zeros(sh.ncta * sh.nthreads, np.int64)  # the same
+        # per thread, when (the memory's clock) it last arrived on the cluster barrier
+        self.arrival = np.zeros(sh.ncta * sh.nthreads, np.int32)
 
     def _cta(self, ids: np.ndarray) -> np.ndarray:
         return ids // self.sh.nthreads
@@ -165,16 +162,15 @@ class ClusterRaces:
                 fail(k, "shared memory race", f"read of {where} written by "
                      f"{sh.other(other, int(me[k]))}" if not write else
                      f"write of {where} also accessed by {sh.other(other, int(me[k]))}")
-        self.clock += 1
-        self.cross.note(flat, me, write, self.clock)
+        self.cross.note(flat, me, write, sh.clock)
         for rec, rows, _ in far:
-            rec.note(flat[rows], me[rows], write, self.clock)
+            rec.note(flat[rows], me[rows], write, sh.clock)
         return own
 
-    def arrive(self, who: np.ndarray, cluster: bool = False) -> None:
-        """Threads ``who`` (global ids) arrive on an mbarrier (the cluster barrier) now."""
-        self.clock += 1
-        (self.cluster_arrival if cluster else self.arrival)[who] = self.clock
+    def arrive(self, who: np.ndarray) -> None:
+        """Threads ``who`` (global ids) arrive on the cluster barrier now."""
+        self.arrival[who] = self.sh.clock
+        self.sh.clock += 1
 
     def own(self, flat: np.ndarray, me: np.ndarray, fail: Fail, rows: np.ndarray | None,
             write: bool) -> tuple[np.ndarray, np.ndarray, Fail, np.ndarray | None]:
@@ -222,23 +218,25 @@ class ClusterRaces:
         a thread that exited (``exited``, per thread; it counts as arrived)."""
         ids = np.flatnonzero(ctas)
         every = np.ones(len(self.arrival), bool)
-        times = self.cluster_arrival if exited is None else \
-            np.where(exited, np.iinfo(np.int64).max, self.cluster_arrival)
+        times = self.arrival if exited is None else \
+            np.where(exited, np.iinfo(np.int32).max, self.arrival)
         for rec in (self.cross, *self.far.values()):
             rec.release(ids, every, times)
 
-    def release(self, ctas: np.ndarray, arrived: np.ndarray, timed: bool,
+    def release(self, ctas: np.ndarray, arrived: np.ndarray, times: np.ndarray | None,
                 cross: bool = False) -> None:
         """Threads ``arrived`` (C, nthreads) of the CTAs ``ctas`` completed a named
-        barrier or (``timed``) an mbarrier phase, which orders what they did before
-        their arrival: a new epoch for the bytes only they accessed, in the ``far``
-        records (and the ``cross`` ones: an arrival from another CTA)."""
-        every = np.zeros((self.sh.ncta, self.sh.nthreads), bool)
+        barrier or an mbarrier phase they arrived on at ``times`` (C, nthreads), which
+        orders what they did before: a new epoch for the bytes only they accessed, in
+        the ``far`` records (and the ``cross`` ones: an arrival from another CTA)."""
+        shape = (self.sh.ncta, self.sh.nthreads)
+        every, at = np.zeros(shape, bool), np.zeros(shape, np.int32)
         every[ctas] = arrived
-        flags = every.ravel()
+        if times is not None:
+            at[ctas] = times
         cluster = np.unique(ctas - ctas % self.k)[:, None] + np.arange(self.k)
         for rec in (*self.far.values(), *((self.cross,) if cross else ())):
-            rec.release(cluster.ravel(), flags, self.arrival if timed else None)
+            rec.release(cluster.ravel(), every.ravel(), None if times is None else at.ravel())
 
     def warp_sync(self, warps: np.ndarray) -> None:
         """``bar.warp.sync`` of the warps flagged in ``warps`` (by global warp index):

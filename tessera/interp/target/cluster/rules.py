@@ -176,7 +176,7 @@ def _arrive(m: Any, instr: Instr, act: np.ndarray) -> None:
                       hint="each arrival is followed by its wait")
     q = m.cta[act] // m.shared.cluster_size
     if m.shared.clustered is not None:
-        m.shared.clustered.arrive(act, cluster=True)
+        m.shared.clustered.arrive(act)
     b.pending[act] = b.waiting[act] = True
     b.phase_of[act] = b.done[q]
     if instr.op.relaxed:

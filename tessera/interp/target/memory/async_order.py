@@ -11,7 +11,10 @@ sec. 9.7.13.15, the release/acquire semantics of mbarrier operations): a consume
 releasing a stage, a producer refilling it. The race check of
 :mod:`tessera.interp.target.memory.state` keeps one epoch per byte (reset by
 ``bar.sync``); a completed wait starts a new epoch for the bytes of its CTA that only
-the phase's arriving threads accessed in the current one.
+the phase's arriving threads accessed in the current one, and only before they
+arrived: each access is stamped with the shared memory's ``clock``, which each
+arrival moves on, so that a store after a thread's arrival (or a read after it
+released a stage) stays unordered whenever the interpreter runs the wait.
 
 **wgmma groups.** This interpreter computes a ``wgmma`` when it is issued, but on
 hardware the instruction reads its shared-memory operands asynchronously until a
@@ -52,14 +55,15 @@ def arrivals(m: Machine, foreign: bool = False) -> tuple[dict[int, Any], dict[in
 
 
 def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
-    """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each)."""
-    if m.shared.clustered is not None:
-        m.shared.clustered.arrive(act)
+    """Threads ``act`` (global ids) arrive on the mbarriers ``ids`` (one each), now:
+    at the shared memory's clock, which then moves on."""
+    now = m.shared.clock
+    m.shared.clock += 1
     away = ids // max(1, -(-m.shared.size // 8)) != m.cta[act]  # another CTA's barrier
     if away.any():
         foreign, _ = arrivals(m, foreign=True)
         for i, t in zip(ids[away].tolist(), act[away].tolist()):
-            foreign.setdefault(i, set()).add(t)
+            foreign.setdefault(i, {})[t] = now
         ids, act = ids[~away], act[~away]
         if not len(ids):
             return
@@ -70,8 +74,8 @@ def note_arrivals(m: Machine, ids: np.ndarray, act: np.ndarray) -> None:
     starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
     for i, lo, hi in zip(sorted_ids[starts].tolist(), starts.tolist(),
                          [*starts[1:].tolist(), len(order)]):
-        seen = arrivers.setdefault(i, np.zeros(m.nthreads, bool))
-        seen[tids[lo:hi]] = True
+        seen = arrivers.setdefault(i, np.zeros(m.nthreads, np.int32))  # 0: not arrived
+        seen[tids[lo:hi]] = now
 
 
 def acquire(m: Machine, ids: np.ndarray) -> None:
@@ -86,15 +90,14 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
     _, foreign = arrivals(m, foreign=True)
     unique = np.unique(ids).tolist()
     for i in unique if foreign else ():  # threads of other CTAs: their own CTA's accesses
-        by_cta: dict[int, list[int]] = {}
-        for t in sorted(foreign.pop(i, ())):
-            by_cta.setdefault(t // m.nthreads, []).append(t % m.nthreads)
-        for cta, tids in by_cta.items():
-            mask = np.zeros((1, m.nthreads), bool)
-            mask[0, tids] = True
-            release(m, np.array([cta]), mask, timed=True)
+        by_cta: dict[int, np.ndarray] = {}
+        for t, at in sorted(foreign.pop(i, {}).items()):
+            by_cta.setdefault(t // m.nthreads, np.zeros((1, m.nthreads), np.int32))[
+                0, t % m.nthreads] = at
+        for cta, times in by_cta.items():
+            release(m, np.array([cta]), times > 0, times)
             if sh.clustered is not None:  # and their accesses of other CTAs' memory
-                sh.clustered.release(np.array([cta]), mask, timed=True, cross=True)
+                sh.clustered.release(np.array([cta]), times > 0, times, cross=True)
     slots = max(1, sh.size // 8)
     todo = [i for i in unique if released.get(i) is not None and released[i].any()]
     while todo:  # one mbarrier per CTA at a time
@@ -109,18 +112,21 @@ def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]
     """Clear the accesses of the CTAs ``by_cta`` made by the arriving threads of each
     CTA's mbarrier only, a run of consecutive CTAs at a time (views, no copies)."""
     ctas = np.sort(np.fromiter(by_cta, np.int64, len(by_cta)))
-    release(m, ctas, np.stack([released[by_cta[int(c)]] for c in ctas]), timed=True)
+    times = np.stack([released[by_cta[int(c)]] for c in ctas])
+    release(m, ctas, times > 0, times)
 
 
-def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray, timed: bool = False) -> None:
+def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray,
+            times: np.ndarray | None = None) -> None:
     """A new race epoch for the bytes of ``ctas`` (sorted) that only the threads
-    ``arrived`` (C, nthreads) of each accessed since their last one: an mbarrier phase
-    they arrived on (``timed``), or a named ``bar.sync id, count`` of those threads."""
+    ``arrived`` (C, nthreads) of each accessed since their last one: a named ``bar.sync
+    id, count`` of those threads, or an mbarrier phase they arrived on at ``times``
+    (C, nthreads; the shared memory's clock), which orders only what they did before."""
     sh = m.shared
     if not sh.races or not sh.size:
         return
     if sh.clustered is not None:
-        sh.clustered.release(ctas, arrived, timed)
+        sh.clustered.release(ctas, arrived, times)
     # A CTA none of whose accessors since its bar.sync lies among the arrivals (e.g.
     # consumers waiting for a producer that only issued TMA) has nothing to clear.
     base = ctas * m.nthreads
@@ -128,21 +134,24 @@ def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray, timed: bool = Fal
     last = base + m.nthreads - 1 - arrived[:, ::-1].argmax(axis=1)
     near = (sh.who_lo[ctas] <= last) & (sh.who_hi[ctas] >= first)
     ctas, first, last, arrived = ctas[near], first[near], last[near], arrived[near]
+    if times is not None:
+        times = times[near]
     if not len(ctas):
         return
     # logged reads: dropped where the epoch clears them whole, else resolved
     one_range = arrived.sum(axis=1) == last - first + 1
-    sh.log.release(ctas, np.where(one_range, first, last + 1), last)
+    sh.log.release(ctas, np.where(one_range, first, last + 1), last, times)
     breaks = np.flatnonzero(np.diff(ctas) != 1) + 1
     start = 0
     for run in np.split(ctas, breaks):  # (C, nthreads) rows of consecutive CTAs
-        _release_run(m, int(run[0]), arrived[start:start + len(run)])
+        part = slice(start, start + len(run))
+        _release_run(m, int(run[0]), arrived[part], None if times is None else times[part])
         start += len(run)
 
 
-def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
+def _release_run(m: Machine, first: int, who: np.ndarray, times: np.ndarray | None) -> None:
     """:func:`_release` for the CTAs ``first, first + 1, ...`` (one row of ``who``,
-    the arrived threads, each)."""
+    the arrived threads, and of ``times``, when they arrived, each)."""
     sh = m.shared
     rows = slice(first, first + len(who))
     cols = np.flatnonzero(sh.dirty_blocks[rows].any(axis=0))  # the log's rows: resolved
@@ -157,10 +166,12 @@ def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
     views = [a.reshape(sh.ncta, sh.size)[rows, lo:hi] if h else zero
              for a, h in zip((sh.rmin_code, sh.rmax_code, sh.writer_code), held)]
     if any(held):  # else no byte holds an access: nothing to clear
-        clear = _released(m, np.arange(first, first + len(who)), who, *views)
-        for x, h in zip(views, held):
+        stamps = None if times is None else \
+            [a.reshape(sh.ncta, sh.size)[rows, lo:hi] for a in (sh.wstamp, sh.rstamp)]
+        clear = _released(m, np.arange(first, first + len(who)), who, *views, stamps, times)
+        for x, h, c in zip(views, held, (clear[1], clear[1], clear[0])):
             if h:
-                np.copyto(x, np.int32(0), where=clear)
+                np.copyto(x, np.int32(0), where=c)
     read = views[1] > 0 if held[1] else None
     if read is not None:  # the CTAs left with no reader
         sh.has_readers[rows] = read.any(axis=1)
@@ -171,35 +182,42 @@ def _release_run(m: Machine, first: int, who: np.ndarray) -> None:
 
 
 def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-              w: np.ndarray) -> np.ndarray:
-    """Which accessed bytes (rows: ``ctas``) only the threads ``who`` (C, nthreads)
-    accessed: readers ``lo``..``hi``, writer ``w`` (coded global thread ids,
-    :func:`.state.code_first` and :func:`.state.code_last`)."""
+              w: np.ndarray, stamps: list[np.ndarray] | None = None,
+              times: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where (rows: ``ctas``) the writer ``w`` and where the readers ``lo``..``hi``
+    (coded global thread ids, :func:`.state.code_first` and :func:`.state.code_last`)
+    are among the threads ``who`` (C, nthreads), and with ``times`` (when each
+    arrived) accessed the byte before they arrived (``stamps``: the clock of the
+    write and of the last read; for a range of readers, before the later of its two
+    ends' arrivals): (writer, readers), each cleared where it is."""
     base = (ctas * m.nthreads)[:, None]
     first = who.argmax(axis=1)
     last = m.nthreads - 1 - who[:, ::-1].argmax(axis=1)
     count = who.sum(axis=1)
-    if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
-        # An unaccessed byte holds hi = w = 0 (none), and every id in a CTA's row is
-        # at least its base: the last accessor's code must lie in 1 .. t + 1 (0 - 1 is
-        # 0xFFFFFFFF unsigned), the first ones need checking only when the range
-        # starts above the CTA's thread 0.
-        f, t = base + first[:, None], base + last[:, None]
-        clear = (np.maximum(hi, w) - np.int32(1)).view(np.uint32) <= t.astype(np.uint32)
-        if (first > 0).any():
-            clear &= (lo >= code_first(f)) & ((w == 0) | (w >= code_last(f)))
-        return clear
-    # the ids (-1: none; no lowest reader: int32 max)
-    lo, hi, w = lo + np.iinfo(np.int32).max, hi - np.int32(1), w - np.int32(1)
-    prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64), np.cumsum(who, axis=1)],
-                            axis=1)
     r = np.arange(len(ctas))[:, None]
-    a = np.clip(lo - base, 0, m.nthreads - 1)
-    b = np.clip(hi - base, 0, m.nthreads - 1)
-    read = hi >= 0
-    readers_ok = ~read | (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
-    writer_ok = (w < 0) | who[r, np.clip(w - base, 0, m.nthreads - 1)]
-    return readers_ok & writer_ok & (read | (w >= 0))
+    top = m.nthreads - 1
+    if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
+        # Every id in a CTA's row is at least its base, and "none" is 0, which minus 1
+        # is 0xFFFFFFFF unsigned: an access by the range has a code in 1 .. t + 1; the
+        # first ones need checking only when the range starts above the CTA's thread 0.
+        f, t = base + first[:, None], (base + last[:, None]).astype(np.uint32)
+        writer = (w - np.int32(1)).view(np.uint32) <= t
+        readers = (hi - np.int32(1)).view(np.uint32) <= t
+        if (first > 0).any():
+            writer &= w >= code_last(f)
+            readers &= lo >= code_first(f)
+    else:
+        prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64),
+                                 np.cumsum(who, axis=1)], axis=1)
+        a = np.clip(lo + np.iinfo(np.int32).max - base, 0, top)
+        b = np.clip(hi - np.int32(1) - base, 0, top)
+        readers = (hi > 0) & (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
+        writer = (w > 0) & who[r, np.clip(w - np.int32(1) - base, 0, top)]
+    if stamps is not None and times is not None:
+        writer &= stamps[0] <= times[r, np.clip(w - np.int32(1) - base, 0, top)]
+        ends = (np.clip(x - base, 0, top) for x in (lo + np.iinfo(np.int32).max, hi - 1))
+        readers &= stamps[1] <= np.maximum(*(times[r, e] for e in ends))
+    return writer, readers
 
 
 class _Read:

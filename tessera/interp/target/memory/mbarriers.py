@@ -84,8 +84,8 @@ def tracked(m: Machine, instr: Instr, act: np.ndarray, ids: np.ndarray, call: ob
     arrivers, released = arrivals(m)
     foreign, foreign_released = arrivals(m, foreign=True)
     for i in np.unique(moved).tolist():
-        released[i] = arrivers.pop(i, np.zeros(m.nthreads, bool))
-        foreign_released[i] = foreign.pop(i, set())
+        released[i] = arrivers.pop(i, np.zeros(m.nthreads, np.int32))
+        foreign_released[i] = foreign.pop(i, {})
     sched = current_scheduler(m)
     if sched is not None and call != mb.try_wait_parity:  # a poll changes nothing
         sched.touch()

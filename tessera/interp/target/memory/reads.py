@@ -18,9 +18,10 @@ clearing records, resolves or drops the rows it affects first:
 
 * ``bar.sync`` clears every record of its CTAs: their rows are dropped;
 * an mbarrier wait (:func:`.async_order.acquire`) clears the bytes of a CTA that only
-  the arriving threads accessed. A row whose readers all arrived, in a CTA whose
-  arrivals are one range of threads, whose blocks hold no per-byte record, would be
-  cleared with its bytes: it is dropped unresolved. Every other row is resolved
+  the arriving threads accessed before they arrived. A row whose readers all arrived
+  after its read (its ``at``), in a CTA whose arrivals are one range of threads,
+  whose blocks hold no per-byte record, would be cleared with its bytes: it is
+  dropped unresolved. Every other row is resolved
   first and the per-byte rule decides;
 * every other access of the records resolves the rows it may overlap (or all).
 """
@@ -71,6 +72,7 @@ class Entry(_Rows):
     last: np.ndarray
     lo: int
     hi: int
+    at: int  # the shared memory's clock at the read
 
     ROWS: ClassVar[tuple[str, ...]] = ("ctas", "first", "last")
 
@@ -86,6 +88,7 @@ class Entry(_Rows):
         for arr, who, pick in ((sh.rmin_code, code_first(self.first), np.minimum),
                                (sh.rmax_code, code_last(self.last), np.maximum)):
             put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
+        put_chunks(sh.rstamp, index, np.broadcast_to(np.int32(self.at), (*index.shape, CHUNK)))
 
 
 @dataclass
@@ -101,6 +104,7 @@ class RowEntry(_Rows):
     last: np.ndarray
     lo: int
     hi: int
+    at: int  # the shared memory's clock at the read
 
     ROWS: ClassVar[tuple[str, ...]] = ("ctas", "index", "first", "last")
 
@@ -112,7 +116,7 @@ class RowEntry(_Rows):
     def write(self, sh: Any) -> None:
         """Resolve the entry: :meth:`SharedMemory.note_readers` of its rows."""
         flat = self.index[:, None] * CHUNK + np.arange(CHUNK)
-        sh.note_readers(flat, self.first, self.last, rows=self.index)
+        sh.note_readers(flat, self.first, self.last, rows=self.index, at=self.at)
 
 
 class ReadLog:
@@ -135,7 +139,7 @@ class ReadLog:
         self.sh.note_who(first, last)
         self.entries.append(Entry(ctas, chunks, blocks, first.astype(np.int32),
                                   last.astype(np.int32), int(chunks[0]) * CHUNK,
-                                  (int(chunks[-1]) + 1) * CHUNK))
+                                  (int(chunks[-1]) + 1) * CHUNK, self.sh.clock))
 
     def add_rows(self, index: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
         """Log that threads ``first[i]`` to ``last[i]`` read flat 16-byte chunk
@@ -146,7 +150,8 @@ class ReadLog:
         self.sh.note_who(first, last)
         local = index - ctas * per
         self.entries.append(RowEntry(ctas, index, first.astype(np.int32), last.astype(np.int32),
-                                     int(local.min()) * CHUNK, (int(local.max()) + 1) * CHUNK))
+                                     int(local.min()) * CHUNK, (int(local.max()) + 1) * CHUNK,
+                                     self.sh.clock))
 
     def resolve(self, ctas: np.ndarray | None = None, lo: int = 0, hi: int | None = None) -> None:
         """Resolve every row in the CTAs flagged in ``ctas`` (a mask over the CTAs;
@@ -172,11 +177,13 @@ class ReadLog:
         self.entries = [r for e in self.entries
                         if (r := e.rows(~ctas[e.ctas])) is not None]
 
-    def release(self, ctas: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+    def release(self, ctas: np.ndarray, first: np.ndarray, last: np.ndarray,
+                times: np.ndarray | None = None) -> None:
         """Before the new race epoch of CTAs ``ctas`` whose arrived threads are
         ``first[i] .. last[i]`` (global ids; a CTA whose arrivals are not one range
         has ``first > last``): drop the rows that epoch would clear with their bytes,
-        resolve the other rows of those CTAs."""
+        resolve the other rows of those CTAs. ``times`` (C, nthreads): when each
+        thread arrived (an mbarrier phase), which a read must precede to be cleared."""
         if not self.entries:
             return
         sh = self.sh
@@ -191,6 +198,10 @@ class ReadLog:
                 keep.append(e)
                 continue
             ok = mine & (e.first >= first[k]) & (e.last <= last[k])
+            if times is not None and ok.any():  # the per-byte rule of .async_order
+                local = np.clip(np.stack([e.first, e.last]) - e.ctas * sh.nthreads, 0,
+                                sh.nthreads - 1)
+                ok &= e.at <= times[k, local].max(axis=0)
             out = e.rows(mine & ~ok)
             if out is not None:
                 out.write(sh)

@@ -83,6 +83,9 @@ class SharedMemory(SharedWindow, DirtyBlocks):
         # yet ordered before other threads' accesses by a bar.sync (-1: visible to all)
         self.init_by = np.full(ncta * -(-size // 8), _NONE, np.int32)
         self.races = races
+        #: counts mbarrier arrivals: accesses and arrivals are stamped with it, so that
+        #: a completed phase orders what its threads did before they arrived only
+        self.clock = 1
         #: where set, a read of unwritten bytes is passed to it (reading thread ids, the
         #: first such byte) instead of failing: the PTX runner follows the value
         self.defer: Callable[[np.ndarray, str], None] | None = None
@@ -98,6 +101,9 @@ class SharedMemory(SharedWindow, DirtyBlocks):
                 # and dirty resolve it first)
                 self.rmin_code = np.zeros(n, np.int32)
                 self.rmax_code = np.zeros(n, np.int32)
+                # the clock of each byte's write and of its last read
+                self.wstamp = np.zeros(n, np.int32)
+                self.rstamp = np.zeros(n, np.int32)
             self.dirty_blocks = np.zeros((ncta, -(-size // DIRTY_BLOCK)), bool)
             # per CTA: may any byte hold a writer or a reader / a writer (supersets)
             self.accessed = np.zeros(ncta, bool)
@@ -187,11 +193,14 @@ class SharedMemory(SharedWindow, DirtyBlocks):
         return mask
 
     def note_readers(self, flat: np.ndarray, first: np.ndarray, last: np.ndarray,
-                     mark: bool = True, rows: np.ndarray | None = None) -> None:
+                     mark: bool = True, rows: np.ndarray | None = None,
+                     at: int | None = None) -> None:
         """Record that threads ``first[i]`` to ``last[i]`` read the bytes ``flat[i]``
         (``mark`` False: the caller flags the dirty blocks; ``rows``: the chunk numbers
-        when :func:`chunk_rows` found them)."""
+        when :func:`chunk_rows` found them; ``at``: the :attr:`clock` of the read, if
+        not now)."""
         idx = flat.ravel()
+        stamp = np.int32(self.clock if at is None else at)
         self.accessed[first // self.nthreads] = True
         self.has_readers[first // self.nthreads] = True
         self.note_who(first, last)
@@ -209,7 +218,9 @@ class SharedMemory(SharedWindow, DirtyBlocks):
                 # rows of one chunk store the same values: the order of the writes is moot
                 put_chunks(arr, rows, pick(take_chunks(arr, rows), per[rows][:, None]))
                 per[rows] = 0
+            put_chunks(self.rstamp, rows, np.broadcast_to(stamp, flat.shape))
             return
+        self.rstamp[idx] = stamp  # the clock only grows: the last read is the latest
         np.minimum.at(self.rmin_code, idx, np.broadcast_to(code_first(first)[:, None],
                                                            flat.shape).ravel())
         np.maximum.at(self.rmax_code, idx, np.broadcast_to(code_last(last)[:, None],
@@ -311,13 +322,15 @@ class SharedMemory(SharedWindow, DirtyBlocks):
         self.accessed[who // self.nthreads] = True
         self.note_who(who, who)
         self.written[who // self.nthreads] = True
-        value = np.broadcast_to(code_last(who)[:, None], flat.shape)
-        if chunks is not None:
-            put_chunks(self.writer_code, chunks, value)
-        elif rows is not None:
-            put_rows(self.writer_code, rows, value)
-        else:
-            self.writer_code[flat] = value
+        for arr, value in ((self.writer_code, code_last(who)[:, None]),
+                           (self.wstamp, np.int32(self.clock))):
+            value = np.broadcast_to(value, flat.shape)
+            if chunks is not None:
+                put_chunks(arr, chunks, value)
+            elif rows is not None:
+                put_rows(arr, rows, value)
+            else:
+                arr[flat] = value
 
     def add_pending(self, flat: np.ndarray, delta: int) -> None:
         """Count ``delta`` more async copies in flight to each byte of ``flat``."""
