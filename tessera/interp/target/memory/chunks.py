@@ -120,6 +120,10 @@ class DirtyBlocks:
         """Flag the blocks of the flat byte indices ``flat`` as dirty. Rows of at most
         ``DIRTY_BLOCK`` consecutive bytes (every checked access) lie in at most two
         blocks: their first and last bytes find both."""
+        if flat.ndim == 2 and len(flat) == 1 and flat.shape[1] <= DIRTY_BLOCK:
+            for end in (int(flat[0, 0]), int(flat[0, -1])):  # one row: its two ends' blocks
+                self.dirty_blocks[end // self.size, end % self.size // DIRTY_BLOCK] = True
+            return
         if flat.ndim == 2 and flat.shape[1] <= DIRTY_BLOCK and \
                 (flat[:, -1] - flat[:, 0] == flat.shape[1] - 1).all():
             flat = np.concatenate([flat[:, 0], flat[:, -1]])

@@ -220,6 +220,12 @@ class SharedMemory(SharedWindow, DirtyBlocks):
                 per[rows] = 0
             put_chunks(self.rstamp, rows, np.broadcast_to(stamp, flat.shape))
             return
+        if len(flat) == 1:  # one row's distinct bytes: plain stores (ufunc.at is slow)
+            row = flat[0]
+            self.rstamp[row] = stamp
+            self.rmin_code[row] = np.minimum(self.rmin_code[row], code_first(first[0]))
+            self.rmax_code[row] = np.maximum(self.rmax_code[row], code_last(last[0]))
+            return
         self.rstamp[idx] = stamp  # the clock only grows: the last read is the latest
         np.minimum.at(self.rmin_code, idx, np.broadcast_to(code_first(first)[:, None],
                                                            flat.shape).ravel())
@@ -307,6 +313,11 @@ class SharedMemory(SharedWindow, DirtyBlocks):
         """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
         ``first`` (global ids) to take in ``first[i] .. last[i]``."""
         cta = first // self.nthreads
+        if len(cta) == 1:  # one thread: scalars (ufunc.at is slow)
+            c = cta[0]
+            self.who_lo[c] = min(self.who_lo[c], first[0])
+            self.who_hi[c] = max(self.who_hi[c], np.asarray(last).ravel()[0])
+            return
         np.minimum.at(self.who_lo, cta, first.astype(np.int32))
         np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
 

@@ -37,6 +37,11 @@ class SharedWindow:
         ``addr`` of CTAs ``cta``; faults outside (:meth:`outside`) or misaligned.
         ``cluster``: ``addr`` are cluster addresses, which may name the memory of
         another CTA of the cluster."""
+        if len(addr) == 1:  # one thread (serial code): its own memory, in bounds, aligned
+            x, step = int(addr[0]), align or nbytes
+            if self.base <= x <= self.base + self.size - nbytes and x % step == 0:
+                start = int(cta[0]) * self.size + x - self.base
+                return np.arange(start, start + nbytes, dtype=np.int64)[None, :]
         a = addr.astype(np.int64)
         remote = a >= 1 << SLOT_SHIFT
         if remote.any():

@@ -55,6 +55,35 @@ OPERANDS = ["%r1", "%rd1", "%f1", "%p1", "7", "-1", "0f3F800000", "[%rd1+8]", "%
             "%laneid"]
 
 
+ENTRY = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.entry\s")
+
+
+def one_kernel(lines: list[str], keep: int) -> tuple[list[str], int]:
+    """The module without its kernels other than the one holding line ``keep``, and
+    that line's new index (the whole module where the line lies in a device function,
+    which the reader reads where a kernel calls it). A kernel calls no kernel, so the
+    rest still assembles, and ptxas takes seconds over the thirty-odd kernels of a
+    module such as CUB's."""
+    out: list[str] = []
+    at, i = None, 0
+    while i < len(lines):
+        if not ENTRY.match(lines[i]):
+            out.append(lines[i])
+            i += 1
+            continue
+        depth, j, opened = 0, i, False
+        while not (opened and depth == 0):  # to the brace that closes the kernel
+            code = lines[j].split("//")[0]
+            depth += code.count("{") - code.count("}")
+            opened |= "{" in code
+            j += 1
+        if i <= keep < j:
+            at = keep - i + len(out)
+            out += lines[i:j]
+        i = j
+    return (out, at) if at is not None else (lines, keep)
+
+
 def lines_of(name: str) -> list[int]:
     return [i for i, line in enumerate(TEXTS[name].split("\n")) if INSTRUCTION.match(line)
             and not line.strip().startswith(".")]
@@ -64,8 +93,7 @@ def lines_of(name: str) -> list[int]:
 def mutated(draw: st.DrawFn) -> tuple[str, str, str]:
     """(file name, changed line, whole module)."""
     name = draw(st.sampled_from(sorted(TEXTS)))
-    lines = TEXTS[name].split("\n")
-    i = draw(st.sampled_from(lines_of(name)))
+    lines, i = one_kernel(TEXTS[name].split("\n"), draw(st.sampled_from(lines_of(name))))
     m = INSTRUCTION.match(lines[i])
     assert m is not None
     pre, opcode, space, rest = m.groups()
@@ -94,6 +122,16 @@ def ptxas() -> str:
         return find_ptxas()
     except ToolchainMissing as err:
         pytest.skip(f"no ptxas here: {err}")
+
+
+def test_one_kernel_keeps_the_module_around_it() -> None:
+    text = TEXTS["kernels_sm90.ptx"].split("\n")
+    i = next(k for k, line in enumerate(text) if "bf162_ops" in line) + 5
+    kept, at = one_kernel(text, i)
+    assert kept[at] == text[i] and sum(bool(ENTRY.match(x)) for x in kept) == 1
+    assert sum(x.startswith(".func") for x in kept) == sum(x.startswith(".func") for x in text)
+    in_function = next(k for k, line in enumerate(text) if "ld.param" in line)
+    assert one_kernel(text, in_function) == (text, in_function)
 
 
 @settings(max_examples=250, deadline=None, derandomize=True,
