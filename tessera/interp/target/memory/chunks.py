@@ -1,6 +1,7 @@
 """Shared memory's per-byte records a 16-byte chunk at a time: one row copy per chunk
 instead of an index per byte, for rows that are whole aligned chunks (``ldmatrix``
-rows, 16-byte copies, ``wgmma`` operands)."""
+rows, 16-byte copies, ``wgmma`` operands); and the summaries that let the race checks
+skip what holds no record (:class:`RecordSummaries`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ except ImportError:  # pragma: no cover - other NumPy versions
 
 #: bytes per chunk of the chunked gathers and scatters of the per-byte records
 CHUNK = 16
-#: bytes per flag of :attr:`DirtyBlocks.dirty_blocks`
+#: bytes per flag of :attr:`RecordSummaries.dirty_blocks`
 DIRTY_BLOCK = 64
 
 
@@ -97,12 +98,17 @@ def put_rows(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
     a.view(whole)[rows] = np.ascontiguousarray(values, a.dtype).view(whole).ravel()
 
 
-class DirtyBlocks:
-    """Which blocks of ``DIRTY_BLOCK`` bytes of each CTA's ``size`` bytes of shared
-    memory may hold a race record (``dirty_blocks``, per CTA and block)."""
+class RecordSummaries:
+    """What may hold a race record in the shared memory of CTAs of ``nthreads``
+    threads and ``size`` bytes each: per CTA and block of ``DIRTY_BLOCK`` bytes
+    (``dirty_blocks``), and per CTA the lowest and highest thread a record names
+    (``who_lo``, ``who_hi``; global ids)."""
 
     size: int
+    nthreads: int
     dirty_blocks: np.ndarray
+    who_lo: np.ndarray
+    who_hi: np.ndarray
 
     def in_dirty(self, flat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Per row of ``flat`` (M, nbytes): whether a byte of it lies in a dirty block
@@ -133,6 +139,18 @@ class DirtyBlocks:
         else:
             self.dirty_blocks[idx // self.size, idx % self.size // DIRTY_BLOCK] = True
 
+    def note_who(self, first: np.ndarray, last: np.ndarray) -> None:
+        """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
+        ``first`` (global ids) to take in ``first[i] .. last[i]``."""
+        cta = first // self.nthreads
+        if len(cta) == 1:  # one thread: scalars (ufunc.at is slow)
+            c = cta[0]
+            self.who_lo[c] = min(self.who_lo[c], first[0])
+            self.who_hi[c] = max(self.who_hi[c], np.asarray(last).ravel()[0])
+            return
+        np.minimum.at(self.who_lo, cta, first.astype(np.int32))
+        np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
 
-__all__ = ["CHUNK", "DIRTY_BLOCK", "DirtyBlocks", "add_at", "chunk_rows", "put_chunks",
+
+__all__ = ["CHUNK", "DIRTY_BLOCK", "RecordSummaries", "add_at", "chunk_rows", "put_chunks",
            "put_rows", "take_chunks", "take_rows", "word_rows"]

@@ -7,9 +7,10 @@ the GPU, from :data:`SHARED_BASE` (1024), above the kilobyte reserved for system
 alignment (swizzles on absolute addresses see it), filled with 0xFF poison. Per byte it
 tracks whether it was written (a read of a never-written byte is an error), how many
 async copies are still in flight to it (reading such a byte is an error), and, between
-two ``bar.sync`` of its CTA, which thread wrote it and which threads read it (a read of
-another thread's write, or a write over another thread's access, with no barrier
-between, is a race, as compute-sanitizer's racecheck reports). Two threads of one
+two ``bar.sync`` of its CTA, which thread wrote it and which threads read it, and when
+(:attr:`SharedMemory.clock`: what an mbarrier phase orders, :mod:`.async_order`); a
+read of another thread's write, or a write over another thread's access, with no
+barrier between, is a race, as compute-sanitizer's racecheck reports. Two threads of one
 instruction writing the same byte are not reported. Blocks of ``DIRTY_BLOCK`` bytes that
 may hold a writer or a reader are flagged in ``dirty``, so that an mbarrier's new race
 epoch (:func:`.async_order.acquire`) looks at those only, and per CTA the bounds of the
@@ -36,7 +37,7 @@ import numpy as np
 from tessera.interp.target.memory.chunks import (
     CHUNK,
     DIRTY_BLOCK,
-    DirtyBlocks,
+    RecordSummaries,
     add_at,
     chunk_rows,
     put_chunks,
@@ -58,7 +59,7 @@ from tessera.interp.target.memory.window import SHARED_BASE, SharedWindow
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
 
-class SharedMemory(SharedWindow, DirtyBlocks):
+class SharedMemory(SharedWindow, RecordSummaries):
     """Per-CTA shared memory bytes with initialisation, async and race tracking: the
     ``size`` bytes at shared addresses ``base`` .. ``base + size - 1`` of each CTA
     (:class:`~.window.SharedWindow`: addresses to indices)."""
@@ -308,18 +309,6 @@ class SharedMemory(SharedWindow, DirtyBlocks):
             fail(i, "bulk store source overwritten", f"{what} over {self._where(flat[i, j])}, "
                  "which a TMA store (cp.async.bulk.tensor) still reads: no "
                  "cp.async.bulk.wait_group.read has retired its bulk group")
-
-    def note_who(self, first: np.ndarray, last: np.ndarray) -> None:
-        """Widen the bounds :attr:`who_lo` / :attr:`who_hi` of the CTAs of threads
-        ``first`` (global ids) to take in ``first[i] .. last[i]``."""
-        cta = first // self.nthreads
-        if len(cta) == 1:  # one thread: scalars (ufunc.at is slow)
-            c = cta[0]
-            self.who_lo[c] = min(self.who_lo[c], first[0])
-            self.who_hi[c] = max(self.who_hi[c], np.asarray(last).ravel()[0])
-            return
-        np.minimum.at(self.who_lo, cta, first.astype(np.int32))
-        np.maximum.at(self.who_hi, cta, np.asarray(last).astype(np.int32))
 
     def set_writer(self, flat: np.ndarray, who: np.ndarray | None,
                    chunks: np.ndarray | None = None, rows: np.ndarray | None = None) -> None:
