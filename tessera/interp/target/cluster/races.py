@@ -22,12 +22,13 @@ threads of their own memory only:
   the two CTAs' ranks, so that each set's bytes of one CTA hold one other CTA's threads.
 
 A completed mbarrier phase ends the epoch of the bytes that only its arriving threads
-accessed, as it does in a CTA (:func:`tessera.interp.target.memory.async_order.acquire`):
-the ``far`` records of all its arrivals, and the ``cross`` records of arrivals from
-other CTAs (``mbarrier.arrive.shared::cluster`` on a barrier of the waiting CTA). That
-ends them for every CTA, not only the waiting one: a race of the arriving threads with
-a third CTA is then missed, never falsely reported. Atomics and ``wgmma`` operand reads
-are not recorded here, as their own CTA's records do not check them against writers.
+accessed before they arrived, as it does in a CTA
+(:func:`tessera.interp.target.memory.async_order.acquire`): the ``far`` records of all
+its arrivals, and the ``cross`` records of arrivals from other CTAs
+(``mbarrier.arrive.shared::cluster`` on a barrier of the waiting CTA). That ends them
+for every CTA, not only the waiting one: a race of the arriving threads with a third
+CTA is then missed, never falsely reported. Atomics and ``wgmma`` operand reads are not
+recorded here, as their own CTA's records do not check them against writers.
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ class _Records:
         a, b, k = np.clip(low, 0, top), np.clip(high, 0, top), np.clip(wid, 0, top)
         readers = ~read | (prefix[b + 1] - prefix[a] == b - a + 1)
         writer = (w == 0) | arrived[k]
-        if times is not None:  # the last reader's access: before the later arrival of
+        if times is not None:  # the last read: before the later arrival of the range's ends
             wrote, read_at = (x.reshape(-1, self.size)[ctas] for x in self.stamps)
-            readers &= ~read | (read_at <= np.maximum(times[a], times[b]))  # the range's ends
+            readers &= ~read | (read_at <= np.maximum(times[a], times[b]))
             writer &= (w == 0) | (wrote <= times[k])
         w[writer] = 0  # the writer and the readers each where they are ordered
         lo[readers] = 0
@@ -228,14 +229,15 @@ class ClusterRaces:
         """Threads ``arrived`` (C, nthreads) of the CTAs ``ctas`` completed a named
         barrier or an mbarrier phase they arrived on at ``times`` (C, nthreads), which
         orders what they did before: a new epoch for the bytes only they accessed, in
-        the ``far`` records (and the ``cross`` ones: an arrival from another CTA)."""
+        the ``far`` records (``cross``: in the ``cross`` ones, for an arrival from
+        another CTA)."""
         shape = (self.sh.ncta, self.sh.nthreads)
         every, at = np.zeros(shape, bool), np.zeros(shape, np.int32)
         every[ctas] = arrived
         if times is not None:
             at[ctas] = times
         cluster = np.unique(ctas - ctas % self.k)[:, None] + np.arange(self.k)
-        for rec in (*self.far.values(), *((self.cross,) if cross else ())):
+        for rec in (self.cross,) if cross else self.far.values():
             rec.release(cluster.ravel(), every.ravel(), None if times is None else at.ravel())
 
     def warp_sync(self, warps: np.ndarray) -> None:

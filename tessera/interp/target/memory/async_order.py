@@ -96,7 +96,7 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
                 0, t % m.nthreads] = at
         for cta, times in by_cta.items():
             release(m, np.array([cta]), times > 0, times)
-            if sh.clustered is not None:  # and their accesses of other CTAs' memory
+            if sh.clustered is not None:  # and their accesses seen by other CTAs
                 sh.clustered.release(np.array([cta]), times > 0, times, cross=True)
     slots = max(1, sh.size // 8)
     todo = [i for i in unique if released.get(i) is not None and released[i].any()]
