@@ -74,7 +74,11 @@ def apply_in_order(target: np.ndarray, index: np.ndarray, op: str, b: np.ndarray
     order = np.argsort(index, kind="stable")
     idx = index[order]
     start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
-    rank = np.arange(len(idx)) - np.repeat(start, np.diff(np.r_[start, len(idx)]))
+    sizes = np.diff(np.r_[start, len(idx)])
+    if dt.kind in "iu" and op in _BINARY and len(idx) and \
+            (op in _INVERSE or len(start) <= sizes.max()):  # integers: running values
+        return _running(target, idx, order, start, sizes, op, b.astype(dt))
+    rank = np.arange(len(idx)) - np.repeat(start, sizes)
     olds = np.empty(len(idx), dt)
     with np.errstate(all="ignore"):
         for r in range(int(rank.max()) + 1 if len(idx) else 0):
@@ -82,6 +86,40 @@ def apply_in_order(target: np.ndarray, index: np.ndarray, op: str, b: np.ndarray
             old = target[index[sel]].copy()
             olds[sel] = old
             target[index[sel]] = updated(op, dt, old, b[sel], None if cmp is None else cmp[sel])
+    return olds
+
+
+#: the integer updates with an inverse: a running total over all updates minus (xor)
+#: the total before an address's first update is that address's own
+_INVERSE = {"add": np.subtract, "xor": np.bitwise_xor}
+
+
+def _running(target: np.ndarray, idx: np.ndarray, order: np.ndarray, start: np.ndarray,
+             sizes: np.ndarray, op: str, b: np.ndarray) -> np.ndarray:
+    """:func:`apply_in_order` of an integer ``add``, ``min``, ``max``, ``and``, ``or``
+    or ``xor``: the value after each update is the running reduction of the address's
+    old value and its updates so far (``order`` sorts the updates by address, ``idx``,
+    into runs from ``start`` of ``sizes``), computed at once (an op with an inverse) or
+    an address at a time, instead of an update of every address at a time."""
+    apply = _BINARY[op]
+    vals = b[order]
+    first = target[idx[start]]
+    olds = np.empty_like(vals)
+    with np.errstate(all="ignore"):  # sums wrap, as the hardware's do
+        if op in _INVERSE:
+            undo = _INVERSE[op]
+            total = apply.accumulate(vals, dtype=vals.dtype)
+            before = np.r_[vals.dtype.type(0), total[start[1:] - 1]].astype(vals.dtype)
+            own = undo(total, np.repeat(before, sizes))  # each address's running total
+            olds[order] = apply(np.repeat(first, sizes), undo(own, vals))
+            after = apply(first, own[start + sizes - 1])
+        else:
+            after = np.empty_like(first)
+            for k, (s0, n) in enumerate(zip(start.tolist(), sizes.tolist())):
+                run = apply.accumulate(np.r_[first[k:k + 1], vals[s0:s0 + n]])
+                olds[order[s0:s0 + n]] = run[:-1]
+                after[k] = run[-1]
+    target[idx[start]] = after
     return olds
 
 
