@@ -64,6 +64,7 @@ step = st.one_of(
                        min_size=1, max_size=6)),
     st.tuples(st.just("release"), cta_sets, threads, st.booleans(), st.integers(0, 2**32 - 1)),
     st.tuples(st.just("sync"), cta_sets),
+    st.tuples(st.just("tick")),  # an mbarrier arrival elsewhere: the clock moves on
     st.tuples(st.just("clear"), cta_sets, st.integers(0, SIZE // CHUNK - 1),
               st.integers(1, 8), st.integers(0, NTHREADS - 1)),
 )
@@ -130,9 +131,15 @@ def _apply(fast: SharedMemory, slow: SharedMemory, op: tuple) -> None:
                 who[rng.random(NTHREADS) < 0.7] = True
                 who[a] = True
             by_cta[c] = c  # one mbarrier per CTA, its id the CTA's
-            released[c] = who
+            # when they arrived (together, or one a tick later): at any time so far,
+            # and accesses after it stay unordered
+            at = rng.integers(1, fast.clock + 1) + (rng.random(NTHREADS) < 0.1)
+            released[c] = np.where(who, np.minimum(at, fast.clock), 0)
         for sh in (fast, slow):
             _release(SimpleNamespace(shared=sh, nthreads=NTHREADS), dict(by_cta), released)
+    elif kind == "tick":
+        for sh in (fast, slow):
+            sh.clock += 1
     elif kind == "sync":
         mask = np.zeros(NCTA, bool)
         mask[op[1]] = True

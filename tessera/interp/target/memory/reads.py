@@ -21,8 +21,9 @@ clearing records, resolves or drops the rows it affects first:
   the arriving threads accessed before they arrived. A row whose readers all arrived
   after its read (its ``at``), in a CTA whose arrivals are one range of threads,
   whose blocks hold no per-byte record, would be cleared with its bytes: it is
-  dropped unresolved. Every other row is resolved
-  first and the per-byte rule decides;
+  dropped unresolved. A row read after every arrival (the next stage's operand, read
+  after releasing this one) keeps its readers whichever records hold them: it stays
+  logged. Every other row is resolved first and the per-byte rule decides;
 * every other access of the records resolves the rows it may overlap (or all).
 """
 
@@ -88,7 +89,7 @@ class Entry(_Rows):
         for arr, who, pick in ((sh.rmin_code, code_first(self.first), np.minimum),
                                (sh.rmax_code, code_last(self.last), np.maximum)):
             put_chunks(arr, index, pick(take_chunks(arr, index), who[:, None, None]))
-        put_chunks(sh.rstamp, index, np.broadcast_to(np.int32(self.at), (*index.shape, CHUNK)))
+        put_chunks(sh.rstamp, index, np.maximum(take_chunks(sh.rstamp, index), np.int32(self.at)))
 
 
 @dataclass
@@ -182,7 +183,8 @@ class ReadLog:
         """Before the new race epoch of CTAs ``ctas`` whose arrived threads are
         ``first[i] .. last[i]`` (global ids; a CTA whose arrivals are not one range
         has ``first > last``): drop the rows that epoch would clear with their bytes,
-        resolve the other rows of those CTAs. ``times`` (C, nthreads): when each
+        resolve the other rows of those CTAs but those read after every arrival (kept
+        logged: no record of theirs is cleared). ``times`` (C, nthreads): when each
         thread arrived (an mbarrier phase), which a read must precede to be cleared."""
         if not self.entries:
             return
@@ -198,14 +200,16 @@ class ReadLog:
                 keep.append(e)
                 continue
             ok = mine & (e.first >= first[k]) & (e.last <= last[k])
-            if times is not None and ok.any():  # the per-byte rule of .async_order
+            late = np.zeros_like(mine)
+            if times is not None:  # the per-byte rule of .async_order
                 local = np.clip(np.stack([e.first, e.last]) - e.ctas * sh.nthreads, 0,
                                 sh.nthreads - 1)
                 ok &= e.at <= times[k, local].max(axis=0)
-            out = e.rows(mine & ~ok)
+                late = mine & (e.at > times[k].max(axis=1))  # after every arrival
+            out = e.rows(mine & ~ok & ~late)
             if out is not None:
                 out.write(sh)
-            rest = e.rows(~mine)
+            rest = e.rows(~mine | late)  # others' rows, and reads no arrival precedes
             if rest is not None:
                 keep.append(rest)
             if ok.any():

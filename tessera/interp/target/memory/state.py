@@ -219,15 +219,17 @@ class SharedMemory(SharedWindow, RecordSummaries):
                 # rows of one chunk store the same values: the order of the writes is moot
                 put_chunks(arr, rows, pick(take_chunks(arr, rows), per[rows][:, None]))
                 per[rows] = 0
-            put_chunks(self.rstamp, rows, np.broadcast_to(stamp, flat.shape))
+            put_chunks(self.rstamp, rows, np.maximum(take_chunks(self.rstamp, rows), stamp))
             return
         if len(flat) == 1:  # one row's distinct bytes: plain stores (ufunc.at is slow)
             row = flat[0]
-            self.rstamp[row] = stamp
+            self.rstamp[row] = np.maximum(self.rstamp[row], stamp)
             self.rmin_code[row] = np.minimum(self.rmin_code[row], code_first(first[0]))
             self.rmax_code[row] = np.maximum(self.rmax_code[row], code_last(last[0]))
             return
-        self.rstamp[idx] = stamp  # the clock only grows: the last read is the latest
+        # the latest read (logged reads resolve later, out of order): rows of one
+        # access share their stamp, so repeated bytes store the same value
+        self.rstamp[idx] = np.maximum(self.rstamp[idx], stamp)
         np.minimum.at(self.rmin_code, idx, np.broadcast_to(code_first(first)[:, None],
                                                            flat.shape).ravel())
         np.maximum.at(self.rmax_code, idx, np.broadcast_to(code_last(last)[:, None],
