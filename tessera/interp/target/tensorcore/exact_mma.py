@@ -36,10 +36,12 @@ SIGNIFICAND = {"bf16": 8, "f16": 11, "tf32": 11, "e4m3": 4, "e5m2": 3, "s8": 8, 
 
 
 def _low_exponent(mag: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
-    """``frexp`` exponent of the smallest nonzero magnitude along ``axis`` (0 for an
-    all-zero vector, whose products are zeros whatever bound they get)."""
+    """``frexp`` exponent of the smallest nonzero magnitude along ``axis`` (that of 1.0
+    for an all-zero vector, whose products are zeros whatever bound they get; 0 for
+    one holding a NaN, whose sums are NaN whatever bound they get)."""
     low = np.where(mag == 0, np.inf, mag).min(axis=axis)
-    return np.frexp(np.where(np.isinf(low), 1.0, low))[1]
+    with np.errstate(invalid="ignore"):  # frexp(NaN) warns, and gives 0
+        return np.frexp(np.where(np.isinf(low), 1.0, low))[1]
 
 
 class Operand:
