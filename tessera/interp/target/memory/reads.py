@@ -193,6 +193,7 @@ class ReadLog:
         where[ctas] = np.arange(len(ctas))
         inside: list[tuple[Entry | RowEntry, np.ndarray]] = []
         keep: list[Entry | RowEntry] = []
+        latest = None if times is None else times.max(axis=1)  # each CTA's last arrival
         for e in self.entries:
             k = where[e.ctas]
             mine = k >= 0
@@ -201,11 +202,13 @@ class ReadLog:
                 continue
             ok = mine & (e.first >= first[k]) & (e.last <= last[k])
             late = np.zeros_like(mine)
-            if times is not None:  # the per-byte rule of .async_order
-                local = np.clip(np.stack([e.first, e.last]) - e.ctas * sh.nthreads, 0,
-                                sh.nthreads - 1)
-                ok &= e.at <= times[k, local].max(axis=0)
-                late = mine & (e.at > times[k].max(axis=1))  # after every arrival
+            if times is not None and latest is not None:  # the per-byte rule of .async_order
+                late = mine & (e.at > latest[k])  # after every arrival
+                if (ok & ~late).any():
+                    local = np.clip(np.stack([e.first, e.last]) - e.ctas * sh.nthreads, 0,
+                                    sh.nthreads - 1)
+                    ok &= e.at <= times[k, local].max(axis=0)
+                ok &= ~late
             out = e.rows(mine & ~ok & ~late)
             if out is not None:
                 out.write(sh)
