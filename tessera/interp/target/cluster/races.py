@@ -33,13 +33,13 @@ recorded here, as their own CTA's records do not check them against writers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from tessera.interp.target.memory.chunks import small_pages
-from tessera.interp.target.memory.codes import code_first, code_last
+from tessera.interp.target.memory.codes import code_first, code_last, released
 from tessera.interp.target.memory.global_memory import Fail
 
 _BIG = np.int32(np.iinfo(np.int32).max)
@@ -100,26 +100,21 @@ class _Records:
         np.minimum.at(lo, flat.ravel(), np.repeat(code_first(me), flat.shape[1]))
         np.maximum.at(hi, flat.ravel(), np.repeat(code_last(me), flat.shape[1]))
 
-    def release(self, ctas: np.ndarray, arrived: np.ndarray,
+    def release(self, ctas: np.ndarray, base: np.ndarray, who: np.ndarray,
                 times: np.ndarray | None) -> None:
-        """A new epoch for the bytes of the CTAs ``ctas`` that only threads flagged in
-        ``arrived`` (every thread of the launch, bool) accessed; with ``times`` (when
-        each thread arrived), only accesses before a thread's arrival."""
-        ctas = ctas[self.held[ctas]]
-        if not len(ctas):
+        """A new epoch for the bytes of the CTAs ``ctas`` that only the threads flagged
+        in ``who`` (per CTA, threads from ``base[i]`` on) accessed, with ``times``
+        (when each arrived) only before their arrival
+        (:func:`~tessera.interp.target.memory.codes.released`)."""
+        held = self.held[ctas]
+        if not held.any():
             return
+        ctas, base, who = ctas[held], base[held], who[held]
         w, lo, hi = self.rows(ctas)
-        prefix = np.concatenate([[0], np.cumsum(arrived)])
-        wid, low, high = w - 1, lo.astype(np.int64) + _BIG, hi - 1
-        read = hi > 0
-        top = len(arrived) - 1
-        a, b, k = np.clip(low, 0, top), np.clip(high, 0, top), np.clip(wid, 0, top)
-        readers = ~read | (prefix[b + 1] - prefix[a] == b - a + 1)
-        writer = (w == 0) | arrived[k]
-        if times is not None:  # the last read: before the later arrival of the range's ends
-            wrote, read_at = (x.reshape(-1, self.size)[ctas] for x in self.stamps)
-            readers &= ~read | (read_at <= np.maximum(times[a], times[b]))
-            writer &= (w == 0) | (wrote <= times[k])
+        stamps = None if times is None else \
+            [x.reshape(-1, self.size)[ctas] for x in self.stamps]
+        writer, readers = released(base, who, lo, hi, w, stamps,
+                                   None if times is None else times[held])
         w[writer] = 0  # the writer and the readers each where they are ordered
         lo[readers] = 0
         hi[readers] = 0
@@ -212,17 +207,29 @@ class ClusterRaces:
         for d, rec in self.far.items():
             rec.clear(self._owners(ids, d))
 
+    def _release(self, records: Iterable[_Records], clusters: np.ndarray, who: np.ndarray,
+                 times: np.ndarray | None) -> None:
+        """A new epoch, in ``records``, for the bytes of the CTAs of ``clusters`` that
+        only the threads flagged in ``who`` (per cluster, its threads) accessed, with
+        ``times`` (when each arrived) only before their arrival."""
+        k, n = self.k, self.sh.nthreads
+        rows = np.repeat(np.arange(len(clusters)), k)  # each cluster's CTAs
+        ctas = (clusters[:, None] * k + np.arange(k)).ravel()
+        base = (clusters * k * n)[rows][:, None]
+        for rec in records:
+            rec.release(ctas, base, who[rows], None if times is None else times[rows])
+
     def cluster_sync(self, ctas: np.ndarray, exited: np.ndarray | None) -> None:
         """A completed cluster barrier phase (release) of the CTAs flagged in ``ctas``
         (whole clusters): every access before its thread's arrival is ordered (an
         access between a thread's arrival and its wait is not), and every access of
         a thread that exited (``exited``, per thread; it counts as arrived)."""
-        ids = np.flatnonzero(ctas)
-        every = np.ones(len(self.arrival), bool)
+        per = self.k * self.sh.nthreads
+        clusters = np.flatnonzero(ctas)[::self.k] // self.k
         times = self.arrival if exited is None else \
             np.where(exited, np.iinfo(np.int32).max, self.arrival)
-        for rec in (self.cross, *self.far.values()):
-            rec.release(ids, every, times)
+        self._release((self.cross, *self.far.values()), clusters,
+                      np.ones((len(clusters), per), bool), times.reshape(-1, per)[clusters])
 
     def release(self, ctas: np.ndarray, arrived: np.ndarray, times: np.ndarray | None,
                 cross: bool = False) -> None:
@@ -231,29 +238,37 @@ class ClusterRaces:
         orders what they did before: a new epoch for the bytes only they accessed, in
         the ``far`` records (``cross``: in the ``cross`` ones, for an arrival from
         another CTA)."""
-        shape = (self.sh.ncta, self.sh.nthreads)
-        every, at = np.zeros(shape, bool), np.zeros(shape, np.int32)
-        every[ctas] = arrived
+        k, n = self.k, self.sh.nthreads
+        clusters, at = np.unique(ctas // k, return_inverse=True)
+        who = np.zeros((len(clusters), k, n), bool)
+        who[at, ctas % k] = arrived
+        when = None
         if times is not None:
-            at[ctas] = times
-        cluster = np.unique(ctas - ctas % self.k)[:, None] + np.arange(self.k)
-        for rec in (self.cross,) if cross else self.far.values():
-            rec.release(cluster.ravel(), every.ravel(), None if times is None else at.ravel())
+            when = np.zeros((len(clusters), k, n), np.int32)
+            when[at, ctas % k] = times
+            when = when.reshape(len(clusters), -1)
+        self._release((self.cross,) if cross else self.far.values(), clusters,
+                      who.reshape(len(clusters), -1), when)
 
     def warp_sync(self, warps: np.ndarray) -> None:
         """``bar.warp.sync`` of the warps flagged in ``warps`` (by global warp index):
         their lanes' accesses of other CTAs' memory are ordered among them."""
-        flags = np.repeat(warps, 32)[: self.sh.ncta * self.sh.nthreads]
-        ctas = np.unique(np.flatnonzero(flags) // self.sh.nthreads)
-        for d, rec in self.far.items():
-            rec.release(self._owners(ctas, d), flags, None)
+        per = self.k * self.sh.nthreads
+        flags = np.repeat(warps, 32)[: self.sh.ncta * self.sh.nthreads].reshape(-1, per)
+        clusters = np.flatnonzero(flags.any(axis=1))
+        self._release(self.far.values(), clusters, flags[clusters], None)
 
     def landed(self, flat: np.ndarray) -> None:
-        """Async copies (TMA) landed on the bytes ``flat``: ordered by their mbarrier,
-        the bytes hold no writer."""
+        """Async copies landed on the bytes ``flat`` (M, nbytes): ordered by their
+        mbarrier, the bytes hold no writer."""
         for rec in (self.cross, *self.far.values()):
-            if rec.held[np.unique(flat[:, 0] // self.sh.size)].any():
+            if rec.held[flat[:, 0] // self.sh.size].any():
                 rec.arrays[0][flat] = 0
+
+    def landed_range(self, ctas: np.ndarray, lo: int, hi: int) -> None:
+        """TMA data landed on the bytes ``lo`` .. ``hi - 1`` of the CTAs ``ctas``."""
+        for rec in (self.cross, *self.far.values()):
+            rec.arrays[0].reshape(-1, self.sh.size)[ctas[rec.held[ctas]], lo:hi] = 0
 
 
 __all__ = ["ClusterRaces"]

@@ -33,12 +33,8 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.memory.bulk import CHUNK, chunks_add
-from tessera.interp.target.memory.state import (
-    DIRTY_BLOCK,
-    add_at,
-    code_first,
-    code_last,
-)
+from tessera.interp.target.memory.codes import released
+from tessera.interp.target.memory.state import DIRTY_BLOCK, add_at
 from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
 from tessera.ir.core import Instr
 from tessera.ir.dialects.target import async_ops as target_async
@@ -168,7 +164,8 @@ def _release_run(m: Machine, first: int, who: np.ndarray, times: np.ndarray | No
     if any(held):  # else no byte holds an access: nothing to clear
         stamps = None if times is None else \
             [a.reshape(sh.ncta, sh.size)[rows, lo:hi] for a in (sh.wstamp, sh.rstamp)]
-        clear = _released(m, np.arange(first, first + len(who)), who, *views, stamps, times)
+        base = (np.arange(first, first + len(who)) * m.nthreads)[:, None]
+        clear = released(base, who, *views, stamps, times)
         for x, h, c in zip(views, held, (clear[1], clear[1], clear[0])):
             if h:
                 np.copyto(x, np.int32(0), where=c)
@@ -179,45 +176,6 @@ def _release_run(m: Machine, first: int, who: np.ndarray, times: np.ndarray | No
         left = views[2] > 0 if read is None else read | (views[2] > 0)
         sh.dirty_blocks[rows, lo // DIRTY_BLOCK: hi // DIRTY_BLOCK] = \
             left.reshape(len(who), -1, DIRTY_BLOCK).any(axis=2)
-
-
-def _released(m: Machine, ctas: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-              w: np.ndarray, stamps: list[np.ndarray] | None = None,
-              times: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Where (rows: ``ctas``) the writer ``w`` and where the readers ``lo``..``hi``
-    (coded global thread ids, :func:`.state.code_first` and :func:`.state.code_last`)
-    are among the threads ``who`` (C, nthreads), and with ``times`` (when each
-    arrived) accessed the byte before they arrived (``stamps``: the clock of the
-    write and of the last read; for a range of readers, before the later of its two
-    ends' arrivals): (writer, readers), each cleared where it is."""
-    base = (ctas * m.nthreads)[:, None]
-    first = who.argmax(axis=1)
-    last = m.nthreads - 1 - who[:, ::-1].argmax(axis=1)
-    count = who.sum(axis=1)
-    r = np.arange(len(ctas))[:, None]
-    top = m.nthreads - 1
-    if (count == last - first + 1).all():  # each CTA's arrivals are one range of threads
-        # Every id in a CTA's row is at least its base, and "none" is 0, which minus 1
-        # is 0xFFFFFFFF unsigned: an access by the range has a code in 1 .. t + 1; the
-        # first ones need checking only when the range starts above the CTA's thread 0.
-        f, t = base + first[:, None], (base + last[:, None]).astype(np.uint32)
-        writer = (w - np.int32(1)).view(np.uint32) <= t
-        readers = (hi - np.int32(1)).view(np.uint32) <= t
-        if (first > 0).any():
-            writer &= w >= code_last(f)
-            readers &= lo >= code_first(f)
-    else:
-        prefix = np.concatenate([np.zeros((len(ctas), 1), np.int64),
-                                 np.cumsum(who, axis=1)], axis=1)
-        a = np.clip(lo + np.iinfo(np.int32).max - base, 0, top)
-        b = np.clip(hi - np.int32(1) - base, 0, top)
-        readers = (hi > 0) & (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
-        writer = (w > 0) & who[r, np.clip(w - np.int32(1) - base, 0, top)]
-    if stamps is not None and times is not None:
-        writer &= stamps[0] <= times[r, np.clip(w - np.int32(1) - base, 0, top)]
-        ends = (np.clip(x - base, 0, top) for x in (lo + np.iinfo(np.int32).max, hi - 1))
-        readers &= stamps[1] <= np.maximum(*(times[r, e] for e in ends))
-    return writer, readers
 
 
 class _Read:

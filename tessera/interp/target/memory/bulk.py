@@ -123,7 +123,7 @@ def range_land(sh: SharedMemory, ctas: np.ndarray, lo: int, hi: int) -> None:
     if sh.races and sh.dirty_blocks[r, lo // DIRTY_BLOCK: -(-hi // DIRTY_BLOCK)].any():
         _grid(sh, sh.writer_code)[r, lo:hi] = 0
     if sh.clustered is not None:
-        sh.clustered.landed(np.add.outer(ctas * sh.size, np.arange(lo, hi)))
+        sh.clustered.landed_range(ctas, lo, hi)
 
 
 # -- chunks: whole 16-byte chunks per row -------------------------------------------------

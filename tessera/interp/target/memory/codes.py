@@ -1,6 +1,7 @@
 """Thread ids as the shared-memory race records hold them (:mod:`.state`): coded so
 that 0 means "none", which lets a launch allocate its records as zero pages and
-touch only those its CTAs access."""
+touch only those its CTAs access; and which records a barrier's arrivals order
+(:func:`released`)."""
 
 from __future__ import annotations
 
@@ -21,4 +22,43 @@ def code_last(ids: np.ndarray | int) -> np.ndarray:
     return np.asarray(ids, np.int32) + np.int32(1)
 
 
-__all__ = ["code_first", "code_last"]
+def released(base: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             w: np.ndarray, stamps: list[np.ndarray] | None = None,
+             times: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where (per row of records whose thread ids start at ``base[i]``, (R, 1)) the
+    writer ``w`` and where the readers ``lo``..``hi`` (coded global thread ids,
+    :func:`code_first` and :func:`code_last`) are among the threads
+    ``who`` (R, W: from ``base`` on), and with ``times`` (when each arrived) accessed
+    the byte before they arrived (``stamps``: the clock of the write and of the last
+    read; for a range of readers, before the later of its two ends' arrivals):
+    (writer, readers), each cleared where it is."""
+    top = who.shape[1] - 1
+    first = who.argmax(axis=1)
+    last = top - who[:, ::-1].argmax(axis=1)
+    count = who.sum(axis=1)
+    r = np.arange(len(who))[:, None]
+    if (count == last - first + 1).all():  # each row's arrivals are one range of threads
+        # Every id in a row is at least its base, and "none" is 0, which minus 1 is
+        # 0xFFFFFFFF unsigned: an access by the range has a code in 1 .. t + 1; the
+        # first ones need checking only when the range starts above the row's base.
+        f, t = base + first[:, None], (base + last[:, None]).astype(np.uint32)
+        writer = (w - np.int32(1)).view(np.uint32) <= t
+        readers = (hi - np.int32(1)).view(np.uint32) <= t
+        if (first > 0).any():
+            writer &= w >= code_last(f)
+            readers &= lo >= code_first(f)
+    else:
+        prefix = np.concatenate([np.zeros((len(who), 1), np.int64),
+                                 np.cumsum(who, axis=1)], axis=1)
+        a = np.clip(lo + np.iinfo(np.int32).max - base, 0, top)
+        b = np.clip(hi - np.int32(1) - base, 0, top)
+        readers = (hi > 0) & (prefix[r, b + 1] - prefix[r, a] == b - a + 1)
+        writer = (w > 0) & who[r, np.clip(w - np.int32(1) - base, 0, top)]
+    if stamps is not None and times is not None:
+        writer &= stamps[0] <= times[r, np.clip(w - np.int32(1) - base, 0, top)]
+        ends = (np.clip(x - base, 0, top) for x in (lo + np.iinfo(np.int32).max, hi - 1))
+        readers &= stamps[1] <= np.maximum(*(times[r, e] for e in ends))
+    return writer, readers
+
+
+__all__ = ["code_first", "code_last", "released"]

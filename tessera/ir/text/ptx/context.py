@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from tessera.arch.limits import arch_number
 from tessera.errors import IRVerifyError, Loc
 from tessera.ir.core import Instr, Op, Value
 from tessera.ir.dialects.target import REG_TYPES, RegType, ptx_ops
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.cfg import PtxInstr
-from tessera.ir.text.ptx.isa_versions import arch_number, too_old
+from tessera.ir.text.ptx.isa_versions import too_old
 from tessera.ir.text.ptx.lexer import (
     PtxSyntaxError,
     PtxUnsupportedError,

@@ -22,9 +22,10 @@ from __future__ import annotations
 import functools
 import re
 
+from tessera.arch.limits import arch_number
 from tessera.ir.dialects.target import FP8X2, cvt_needs
 from tessera.ir.text.ptx.context import InstrBuilder
-from tessera.ir.text.ptx.isa_versions import Version, arch_number, version_problem
+from tessera.ir.text.ptx.isa_versions import Version, version_problem
 
 INT = ("u16", "u32", "u64", "s16", "s32", "s64")
 SIGNED = ("s16", "s32", "s64")

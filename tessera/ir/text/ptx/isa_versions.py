@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 
-from tessera.arch.limits import arch_number
 from tessera.ir.dialects.target import TARGET_VERSIONS, cvt_needs
 
 Version = tuple[int, int]
@@ -95,5 +94,5 @@ def target_problem(target: str, version: Version | None) -> str | None:
             f"module says .version {version[0]}.{version[1]}")
 
 
-__all__ = ["Version", "arch_number", "needed_version", "parse_version", "target_problem",
+__all__ = ["Version", "needed_version", "parse_version", "target_problem",
            "too_old", "version_problem"]
