@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import subprocess
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tessera as ts
+from tessera.backend.ptx.driver import ToolchainMissing, find_ptxas
 from tessera.interp.target.state import TargetFault
 from tessera.ir.text.ptx import PtxSyntaxError, PtxUnsupportedError
 from tests.frontend.ptx.corpus import CORPUS, rounded
@@ -244,6 +247,42 @@ def test_call_errors_name_the_line(change: str, error: type, message: str) -> No
     with pytest.raises(error, match=message) as err:
         ts.ptx.load(text)
     assert err.value.loc.line == line
+
+
+UNCALLED = CALLS[:CALLS.index(".visible .entry")] + ".visible .entry k()\n{\n    ret;\n}\n"
+
+
+@pytest.mark.parametrize("change, message", [
+    (None, None),
+    (("ld.param.b32 %r1, [a];", "ld.b32 %r1, [a];"), "ld.param accesses it"),
+    (("add.s32 %r2, %r1, %r1;", "add.s32 %r2, %r1, %r9;"), "%r9 is not declared"),
+    (("@%p1 bra $L__BB0_1;", "@%p1 bra $L__BB0_9;"), r"unknown label \$L__BB0_9$"),
+    (("add.s32 %r2, %r1, %r1;\n", "{\n.param .b32 p0;\n.param .b32 q0;\n"
+      "call.uni (q0), twice, (p0);\n}\nadd.s32 %r2, %r1, %r1;\n"), None),
+])
+def test_a_function_no_kernel_calls_is_read_as_ptxas_reads_it(
+        change: tuple[str, str] | None, message: str | None,
+        tmp_path: Path) -> None:
+    """ptxas checks every function a module defines (a relocatable module's functions
+    are called from elsewhere): a mistake in one that no kernel calls is refused at its
+    line, and what the reader would not model there (a recursive call) is no error, as
+    nothing here runs it; ptxas, where installed, gives the same verdicts."""
+    text = UNCALLED if change is None else UNCALLED.replace(*change)
+    if message is None:
+        assert list(ts.ptx.load(text).kernels) == ["k"]
+    else:
+        line = next(k for k, t in enumerate(text.splitlines(), 1) if change[1] in t)
+        with pytest.raises(PtxSyntaxError, match=message) as err:
+            ts.ptx.load(text)
+        assert err.value.loc.line == line
+    try:
+        ptxas = find_ptxas()
+    except ToolchainMissing:
+        return
+    (tmp_path / "k.ptx").write_text(text)
+    run = subprocess.run([ptxas, "-arch=sm_80", "k.ptx", "-o", "k.cubin"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False)
+    assert (run.returncode == 0) == (message is None), run.stderr
 
 
 @pytest.mark.parametrize("ctas, bins", [(2, 8), (8, 64)])

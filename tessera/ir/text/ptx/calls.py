@@ -154,6 +154,7 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     if fn.body is None:  # vprintf, __assertfail, malloc or free
         _LIBRARY_READERS[name](reader, bound, stmt)
         return
+    reader.called.add(name)
     reader.inlined += 1
     done = f"$return@{name}#{reader.inlined}"
     outer, outer_blocks = reader.scope.scopes, reader.blocks_open
@@ -170,6 +171,27 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     unbind(reader)
     reader.scope.scopes, reader.blocks_open = outer, outer_blocks
     reader.label(done, stmt.loc)
+
+
+def read_alone(reader: _KernelReader, fn: DeviceFunction) -> None:
+    """Read the body of ``fn``, which no kernel calls, as if a call had bound its
+    parameters and return values: ptxas checks every function a module defines, so a
+    mistake in one that nothing calls is still the module's mistake (a relocatable
+    module's functions are called from other modules)."""
+    assert fn.body is not None
+    header = reader.stmts[fn.body - 1]
+    m = _HEADER.search(header.text)
+    assert m is not None
+    for group in ("params", "results"):
+        text = (m.group(group) or "").strip()
+        for part in split_operands(text, header.loc) if text else []:
+            declare_param(reader, Statement(part.strip(), "stmt", header.loc))
+    done = f"$return@{fn.name}"
+    reader.calls.append((fn.name, done))
+    if reader.body(reader.stmts, fn.body + 1) < 0:
+        raise PtxSyntaxError(f"function {fn.name} is not closed", loc=fn.loc)
+    reader.calls.pop()
+    reader.label(done, header.loc)
 
 
 #: the library functions a module may declare without a body: (parameters, results)
@@ -222,4 +244,5 @@ _LIBRARY_READERS = {"vprintf": _vprintf, "__assertfail": _assertfail, "malloc": 
                     "free": _free}
 
 
-__all__ = ["DeviceFunction", "bind", "declare_param", "function", "inline", "unbind"]
+__all__ = ["DeviceFunction", "bind", "declare_param", "function", "inline", "read_alone",
+           "unbind"]

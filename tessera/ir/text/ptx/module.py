@@ -74,6 +74,7 @@ class PtxModule:
     functions: list[str] = field(default_factory=list)
     bodies: dict[str, calls.DeviceFunction] = field(default_factory=dict)
     stmts: list[Statement] = field(default_factory=list)
+    called: set[str] = field(default_factory=set)
 
 
 class _KernelReader:
@@ -93,7 +94,7 @@ class _KernelReader:
         self.shared = list(shared)
         self.blocks: list[tuple[str | None, list[PtxInstr], dict[str, object] | None]] = []
         self.labels: dict[str, int] = {}
-        self.functions, self.stmts = module.bodies, module.stmts
+        self.functions, self.stmts, self.called = module.bodies, module.stmts, module.called
         self.version = isa_versions.parse_version(module.version)
         self.scope.target, self.scope.version = target, self.version
         self.calls: list[tuple[str, str]] = []  # (callee, its return label) being inlined
@@ -256,7 +257,8 @@ class _KernelReader:
             for scoped in [f"{target}/{k}" for k in reversed(blocks)] + [target]:
                 if scoped in self.labels:  # the innermost block defining it
                     return self.labels[scoped]
-            raise PtxSyntaxError(f"branch to unknown label {target}", loc=at)
+            # a function's labels are renamed apart per call ('@' is no identifier's)
+            raise PtxSyntaxError(f"branch to unknown label {target.split('@')[0]}", loc=at)
 
         for k, (label, body, end) in enumerate(raw):
             e = end or {"kind": "jump", "target": "<ret>", "loc": loc, "text": "ret"}
@@ -323,7 +325,23 @@ def parse_ptx(text: str, file: str = "<ptx>") -> PtxModule:
         else:
             raise PtxUnsupportedError(f"directive '{s.text}'", loc=s.loc)
         i += 1
+    _read_uncalled(module, shared)
     return module
+
+
+def _read_uncalled(module: PtxModule, shared: list[SharedVar]) -> None:
+    """Read each defined function that no kernel calls, for its mistakes alone: what
+    it uses that the reader does not model is no error, as nothing here runs it."""
+    for fn in list(module.bodies.values()):
+        if fn.body is None or fn.name in module.called:
+            continue
+        reader = _KernelReader(fn.name, [], layout(shared, []), module.target, fn.loc, {},
+                               module.globals, module)
+        try:
+            calls.read_alone(reader, fn)
+            reader.finish(fn.loc)
+        except PtxUnsupportedError:
+            pass
 
 
 def _close(stmts: list[Statement], i: int) -> int:
