@@ -125,3 +125,43 @@ def test_a_store_between_the_cluster_barriers_arrival_and_wait_is_not_ordered() 
                    "not.pred %p3, %p1;", "and.pred %p3, %p3, %p2;",
                    "@%p3 ld.shared::cluster.u32 %r9, [%r7];")
     assert "written by thread 0 of the cluster's CTA rank 0" in report
+
+
+def _remote_store_then_wgmma(barrier: list[str]) -> None:
+    """Rank 0's 128 threads fill its 4 KiB ``tile``; after a cluster barrier rank 1's
+    thread 0 stores a word of it (``st.shared::cluster``); then (``barrier`` between)
+    rank 0's warpgroup runs one ``wgmma`` m64n8k16 whose A (64x16) and B (16x8) are
+    that tile, bf16, no swizzle: core matrices 128 bytes apart along K, 256 along M/N."""
+    desc = ["cvt.u64.u32 %rd2, %r10;", "shr.u64 %rd2, %rd2, 4;", "and.b64 %rd2, %rd2, 16383;",
+            "or.b64 %rd2, %rd2, 68720001024;",  # LBO 128 (bits 16-29), SBO 256 (32-45)
+            "add.s64 %rd3, %rd2, 128;"]  # B: 2048 bytes on
+    body = [".shared .align 1024 .b8 tile[4096];", ".reg .f32 %f<8>;",
+            "mov.u32 %r3, %cluster_ctarank;", "setp.eq.u32 %p1, %r3, 0;",
+            "setp.eq.u32 %p2, %r1, 0;", "mov.u32 %r10, tile;",
+            "mapa.shared::cluster.u32 %r7, %r10, 0;",
+            "shl.b32 %r11, %r1, 5;", "add.u32 %r12, %r10, %r11;",
+            "@%p1 st.shared.v4.u32 [%r12], {16256, 16256, 16256, 16256};",
+            "@%p1 st.shared.v4.u32 [%r12+16], {16256, 16256, 16256, 16256};",
+            "barrier.cluster.arrive;", "barrier.cluster.wait;",
+            "not.pred %p3, %p1;", "and.pred %p3, %p3, %p2;",
+            "@%p3 st.shared::cluster.u32 [%r7+64], 16256;", "fence.proxy.async.shared::cta;",
+            *barrier, "@!%p1 bra END;", *desc, "setp.eq.u32 %p3, %r1, %r1;",
+            "wgmma.fence.sync.aligned;",
+            "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f1, %f2, %f3, %f4}, "
+            "%rd2, %rd3, 0, 1, 1, 0, 0;",
+            "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;",
+            "END:"]
+    kernel = cluster_module("\n".join(body), target="sm_90a").kernel("k")
+    kernel.run(args=[np.zeros(64, np.uint32)], grid=2, block=128, cluster=2)
+
+
+def test_another_ctas_store_into_a_wgmma_operand() -> None:
+    """A ``wgmma`` reads its own CTA's memory; another CTA's store there is ordered
+    before it by the cluster barrier only, not by a ``bar.sync``."""
+    _remote_store_then_wgmma(["barrier.cluster.arrive;", "barrier.cluster.wait;"])
+    for barrier in ([], ["bar.sync 0;"]):
+        with pytest.raises(TargetFault) as err:
+            _remote_store_then_wgmma(barrier)
+        assert err.value.what == "shared memory race"
+        assert "wgmma" in str(err.value) and "read of shared address 2112 of CTA rank 0 " \
+            "written by thread 0 of the cluster's CTA rank 1" in str(err.value)

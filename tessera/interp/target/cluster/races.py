@@ -27,8 +27,9 @@ accessed before they arrived, as it does in a CTA
 its arrivals, and the ``cross`` records of arrivals from other CTAs
 (``mbarrier.arrive.shared::cluster`` on a barrier of the waiting CTA). That ends them
 for every CTA, not only the waiting one: a race of the arriving threads with a third
-CTA is then missed, never falsely reported. Atomics and ``wgmma`` operand reads are not
-recorded here, as their own CTA's records do not check them against writers.
+CTA is then missed, never falsely reported. ``wgmma`` operand reads are checked and
+recorded here as reads by the warpgroup's first thread (the check is by CTA); atomics
+are not, as their own CTA's records do not check them against plain accesses.
 """
 
 from __future__ import annotations

@@ -141,6 +141,15 @@ def chunks_readable(sh: SharedMemory, index: np.ndarray) -> bool:
     return not (sh.in_flight and take_chunks(sh.pending, index).any())
 
 
+def chunks_written(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray,
+                   blocks: np.ndarray) -> bool:
+    """Whether a byte of the chunks ``index`` (in the dirty ``blocks`` of ``ctas``) holds
+    a writer: a store that no barrier has ordered before other threads' accesses yet."""
+    if not sh.written[ctas].any() or not sh.dirty_blocks[ctas[:, None], blocks[None, :]].any():
+        return False
+    return bool(take_chunks(sh.writer_code, index).any())
+
+
 def chunks_unfenced(sh: SharedMemory, index: np.ndarray) -> bool:
     """Whether a byte of the chunks holds an ``st.shared`` with no proxy fence since."""
     return bool(sh.unfenced_ctas.any()) and bool(take_chunks(sh.unfenced, index).any())
@@ -166,5 +175,6 @@ def chunks_readers(sh: SharedMemory, ctas: np.ndarray, index: np.ndarray, blocks
 
 
 __all__ = ["CHUNK", "chunk_index", "chunks_add", "chunks_in_order", "chunks_readable",
-           "chunks_readers", "chunks_unfenced", "covered_chunks", "covered_range", "distinct",
-           "range_clear", "range_land", "range_pending", "range_unfenced", "rows"]
+           "chunks_readers", "chunks_unfenced", "chunks_written", "covered_chunks",
+           "covered_range", "distinct", "range_clear", "range_land", "range_pending",
+           "range_unfenced", "rows"]

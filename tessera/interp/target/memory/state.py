@@ -148,11 +148,12 @@ class SharedMemory(SharedWindow, RecordSummaries):
         self.log.resolve()
         return self.dirty_blocks
 
-    def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
-                   race: bool = True, chunks: np.ndarray | None = None) -> None:
+    def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail, race: bool = True,
+                   chunks: np.ndarray | None = None, last: np.ndarray | None = None) -> None:
         """Fault on poison, in-flight async bytes and races; record the readers.
-        ``chunks``: the chunk number of each row when the caller knows that each row
-        is one aligned 16-byte chunk, bytes in order (else found here)."""
+        ``chunks``: each row's chunk number when each row is one aligned 16-byte chunk,
+        bytes in order (else found here); ``last``: threads ``me[i]`` .. ``last[i]``
+        read row ``i`` together (a ``wgmma`` operand, in their own CTA's memory)."""
         rows = chunks if chunks is not None else \
             chunk_rows(flat) if self.data.size % CHUNK == 0 else None
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
@@ -173,19 +174,21 @@ class SharedMemory(SharedWindow, RecordSummaries):
             flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=False)
             if not len(me):
                 return
+        last = me if last is None else last
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
         if self.written[me // self.nthreads].any():
             w = get(self.writer_code)
-            clash = (w > 0) & (w != code_last(me)[:, None])
+            mine = np.where(last == me, code_last(me), -1)  # only one's own write is ordered
+            clash = (w > 0) & (w != mine[:, None])
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
                 fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
                      f"by {self.other(int(w[i, j]) - 1, int(me[i]))}")
         if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
-            self.log.add_rows(rows, me, me)
+            self.log.add_rows(rows, me, last)
         else:
-            self.note_readers(flat, me, me, rows=rows)
+            self.note_readers(flat, me, last, rows=rows)
 
     def cta_mask(self, ctas: np.ndarray) -> np.ndarray:
         """The CTAs ``ctas`` (ids) as a mask over all CTAs."""

@@ -283,8 +283,7 @@ def _operand(fr: TargetFrame, instr: Instr, ctas: np.ndarray, desc: np.ndarray, 
                  f"{sh.base + out_at}; {sh.outside(sh.base + out_at)}")
         start = ctas[sel, None] * sh.size
         if chunks is None or not _read_chunks(m, ctas[sel], who[sel], chunks, blocks):
-            _read_bytes(m, start + local[None, :], who[sel], blocks, ctas[sel],
-                        m.failer(instr, who[sel]))
+            _read_bytes(m, start + local[None, :], who[sel], m.failer(instr, who[sel]))
         if order is not None:  # whole chunks: one row copy each
             per = ctas[sel, None] * (sh.size // CHUNK) + order[1][None, :]
             raw = take_chunks(sh.data, per).view(out.dtype)
@@ -313,22 +312,23 @@ def _read_chunks(m: Machine, ctas: np.ndarray, who: np.ndarray, chunks: np.ndarr
     index = bulk.chunk_index(sh, ctas, chunks)
     if not bulk.chunks_readable(sh, index) or bulk.chunks_unfenced(sh, index):
         return False
+    if sh.races and (sh.clustered is not None or bulk.chunks_written(sh, ctas, index, blocks)):
+        return False  # the byte path checks the writers, and records other CTAs' reads
     groups_of(m).read_chunks(who // 128, ctas, chunks)
     if sh.races:  # one rectangle, resolved into the per-byte records when looked at
         sh.log.add(ctas, chunks, blocks, who, who + 127)
     return True
 
 
-def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray, blocks: np.ndarray,
-                ctas: np.ndarray, fail: Callable[[int, str, str], None]) -> None:
-    """Check and record the warpgroups ``who`` reading the operand bytes ``flat`` (their
-    dirty ``blocks`` in ``ctas``), byte by byte."""
+def _read_bytes(m: Machine, flat: np.ndarray, who: np.ndarray,
+                fail: Callable[[int, str, str], None]) -> None:
+    """Check and record the warpgroups ``who`` reading the operand bytes ``flat``, byte
+    by byte."""
     sh = m.shared
-    sh.check_read(flat, who, fail, race=False)
+    # the whole warpgroup reads: any write not ordered before it by a barrier races,
+    # and a later writer must be ordered after it
+    sh.check_read(flat, who, fail, last=who + 127)
     groups_of(m).read(who // 128, flat)  # read until a wait_group retires it
-    if sh.races:  # the whole warpgroup reads: a later writer must sync first
-        sh.note_readers(flat, who, who + 127, mark=False)
-        sh.dirty[ctas[:, None], blocks[None, :]] = True
     unfenced = sh.unfenced[flat]
     if unfenced.any():
         i = int(np.flatnonzero(unfenced.any(axis=1))[0])

@@ -26,7 +26,7 @@ from tessera.interp.target.state import TargetFault
 from tessera.interp.target.tensorcore import mma as mma_rules
 from tessera.ir.core import Value
 from tessera.ir.dialects.target import TensorMapType
-from tests.interp.target.kit import U64, Kernel, async_ops
+from tests.interp.target.kit import U64, Kernel, async_ops, target_ops
 from tests.interp.target.tensorcore.test_mma import _bf16, _exact
 
 N = 64
@@ -208,6 +208,46 @@ def test_wgmma_after_st_shared_needs_proxy_fence(fenced: bool) -> None:
     if not fenced:
         with pytest.raises(TargetFault, match="missing proxy fence"):
             run_target(k.build(), [out])
+        return
+    run_target(k.build(), [out])
+    assert np.all(out == 16.0)
+
+
+@pytest.mark.parametrize("order", ["bar", "named", "none", "late"])
+def test_wgmma_reads_only_stores_a_barrier_orders(order: str) -> None:
+    """The warpgroup reads its operands together: a store by any thread (even one of
+    the warpgroup) that no barrier orders before the ``wgmma`` races with it, as with
+    ``ld.shared`` (PTX ISA, "Memory Consistency Model"; the fence orders the proxies,
+    not the threads). ``bar.sync`` or the warpgroup's named barrier orders the stores;
+    none, or a thread's store after the barrier ("late"), is a race."""
+    k = Kernel("order", [U64], block=(128,), target="sm_90a")
+    sa = k.shared("sA", 8192, 1024)
+    t = k.tid()
+    for j in range(16):  # 128 threads x 16 x 4 bytes = 8192 bytes of bf16 1.0
+        idx = k.bin("add", "u32", t, k.const(128 * j, "u32"))
+        k.st("shared", "u32", k.sh_addr(sa, idx, 4), k.const(0x3F803F80, "u32"))
+    if order in ("bar", "late"):
+        k.bar()
+    elif order == "named":
+        k.op(target_ops.Bar(id=1, count=128))
+    if order == "late":  # thread 5 stores its first word again
+        k.if_(k.setp("eq", "u32", t, k.const(5, "u32")), lambda: k.st(
+            "shared", "u32", k.sh_addr(sa, t, 4), k.const(0x3F803F80, "u32")))
+    k.op(async_ops.Fence("proxy_async"))
+    z = k.const(0.0, "f32")
+    acc = k.pack("f32", *([z] * (N // 2)))
+    k.op(async_ops.WgmmaFence())
+    d = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, 0), _desc(k, sa, 0),
+             k.setp("eq", "u32", t, t))
+    k.op(async_ops.WgmmaCommit())
+    k.op(async_ops.WgmmaWait(0))
+    k.st("global", "f32", k.elem_addr(k.args[0], t, 4), k.unpack("f32", N // 2, d)[5])
+    out = np.zeros(128, np.float32)
+    if order in ("none", "late"):
+        writer = "thread 5 " if order == "late" else "thread "
+        with pytest.raises(TargetFault, match=f"shared memory race.*written by {writer}") as info:
+            run_target(k.build(), [out])
+        assert "ptx.wgmma" in str(info.value)
         return
     run_target(k.build(), [out])
     assert np.all(out == 16.0)

@@ -61,9 +61,9 @@ ENTRY = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.entry\s")
 def one_kernel(lines: list[str], keep: int) -> tuple[list[str], int]:
     """The module without its kernels other than the one holding line ``keep``, and
     that line's new index (the whole module where the line lies in a device function,
-    which the reader reads where a kernel calls it). A kernel calls no kernel, so the
-    rest still assembles, and ptxas takes seconds over the thirty-odd kernels of a
-    module such as CUB's."""
+    which the reader reads in each kernel that calls it, and alone where none does). A
+    kernel calls no kernel, so the rest still assembles, and ptxas takes seconds over
+    the thirty-odd kernels of a module such as CUB's."""
     out: list[str] = []
     at, i = None, 0
     while i < len(lines):
