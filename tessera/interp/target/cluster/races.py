@@ -28,8 +28,11 @@ its arrivals, and the ``cross`` records of arrivals from other CTAs
 (``mbarrier.arrive.shared::cluster`` on a barrier of the waiting CTA). That ends them
 for every CTA, not only the waiting one: a race of the arriving threads with a third
 CTA is then missed, never falsely reported. ``wgmma`` operand reads are checked and
-recorded here as reads by the warpgroup's first thread (the check is by CTA); atomics
-are not, as their own CTA's records do not check them against plain accesses.
+recorded here as reads by the warpgroup's first thread (the check is by CTA). Atomics
+are not: those of several CTAs on one CTA's memory (a histogram split over a cluster)
+are ordered by nothing and race with nothing; a plain access racing with another
+CTA's atomic goes unreported. In its own CTA's memory an atomic is checked and
+recorded as any access is (:meth:`.SharedMemory.atomic`).
 """
 
 from __future__ import annotations
@@ -170,10 +173,13 @@ class ClusterRaces:
         self.sh.clock += 1
 
     def own(self, flat: np.ndarray, me: np.ndarray, fail: Fail, rows: np.ndarray | None,
-            write: bool) -> tuple[np.ndarray, np.ndarray, Fail, np.ndarray | None]:
-        """:meth:`check`, then the rows that access their own CTA's memory: their
-        ``flat``, ``me``, ``fail`` and ``rows`` (the caller's per-row index, or None)."""
-        own = self.check(flat, me, fail, write)
+            write: bool, check: bool = True
+            ) -> tuple[np.ndarray, np.ndarray, Fail, np.ndarray | None]:
+        """:meth:`check` (unless not ``check``), then the rows that access their own
+        CTA's memory: their ``flat``, ``me``, ``fail`` and ``rows`` (the caller's per-row
+        index, or None)."""
+        own = self.check(flat, me, fail, write) if check else \
+            flat[:, 0] // self.sh.size == self._cta(me)
         if own.all():
             return flat, me, fail, rows
         keep = np.flatnonzero(own)

@@ -175,7 +175,7 @@ def box_read(sh: SharedMemory, ctas: np.ndarray, me: np.ndarray, box: tuple[int,
         return False
     if sh.races and sh.written[ctas].any():
         w = part(sh.writer_code)
-        if ((w > 0) & (w != code_last(me)[:, None])).any():
+        if ((w != 0) & (np.abs(w) != code_last(me)[:, None])).any():  # a store or an atomic
             return False
     if sh.races:  # every chunk of the range, in each CTA: one rectangle of the log
         sh.log.add(ctas, np.arange(lo // CHUNK, hi // CHUNK),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ except ImportError:  # pragma: no cover - other NumPy versions
 CHUNK = 16
 #: bytes per flag of :attr:`RecordSummaries.dirty_blocks`
 DIRTY_BLOCK = 64
+_BIG = np.int32(np.iinfo(np.int32).max)
 
 
 @contextmanager
@@ -102,13 +104,44 @@ class RecordSummaries:
     """What may hold a race record in the shared memory of CTAs of ``nthreads``
     threads and ``size`` bytes each: per CTA and block of ``DIRTY_BLOCK`` bytes
     (``dirty_blocks``), and per CTA the lowest and highest thread a record names
-    (``who_lo``, ``who_hi``; global ids)."""
+    (``who_lo``, ``who_hi``; global ids); and the records as thread ids."""
 
     size: int
     nthreads: int
     dirty_blocks: np.ndarray
     who_lo: np.ndarray
     who_hi: np.ndarray
+    rmin_code: np.ndarray
+    rmax_code: np.ndarray
+    writer_code: np.ndarray
+    log: Any  # :class:`~.reads.ReadLog`
+
+    def readers(self) -> tuple[np.ndarray, np.ndarray]:
+        """``rmin_code`` and ``rmax_code`` with every logged read in them."""
+        self.log.resolve()
+        return self.rmin_code, self.rmax_code
+
+    @property
+    def rmin(self) -> np.ndarray:
+        """A copy: the lowest reading thread (global id) of each byte; int32 max: none."""
+        return self.readers()[0] + _BIG
+
+    @property
+    def rmax(self) -> np.ndarray:
+        """A copy: the highest reading thread (global id) of each byte; -1: none."""
+        return self.readers()[1] - np.int32(1)
+
+    @property
+    def writer(self) -> np.ndarray:
+        """A copy: the thread (global id) whose store or atomic (its code negated) each
+        byte holds; -1: none."""
+        return np.abs(self.writer_code) - np.int32(1)
+
+    @property
+    def dirty(self) -> np.ndarray:
+        """Per CTA and ``DIRTY_BLOCK`` bytes: whether a byte may hold a writer or a reader."""
+        self.log.resolve()
+        return self.dirty_blocks
 
     def in_dirty(self, flat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Per row of ``flat`` (M, nbytes): whether a byte of it lies in a dirty block

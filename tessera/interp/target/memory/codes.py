@@ -31,7 +31,8 @@ def released(base: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     ``who`` (R, W: from ``base`` on), and with ``times`` (when each arrived) accessed
     the byte before they arrived (``stamps``: the clock of the write and of the last
     read; for a range of readers, before the later of its two ends' arrivals):
-    (writer, readers), each cleared where it is."""
+    (writer, readers), each cleared where it is. An atomic's writer code is negated."""
+    w = np.abs(w)
     top = who.shape[1] - 1
     first = who.argmax(axis=1)
     last = top - who[:, ::-1].argmax(axis=1)

@@ -10,8 +10,9 @@ async copies are still in flight to it (reading such a byte is an error), and, b
 two ``bar.sync`` of its CTA, which thread wrote it and which threads read it, and when
 (:attr:`SharedMemory.clock`: what an mbarrier phase orders, :mod:`.async_order`); a
 read of another thread's write, or a write over another thread's access, with no
-barrier between, is a race, as compute-sanitizer's racecheck reports. Two threads of one
-instruction writing the same byte are not reported. Blocks of ``DIRTY_BLOCK`` bytes that
+barrier between, is a race, as compute-sanitizer's racecheck reports; an atomic is
+recorded as a write that other atomics pass. Two threads of one instruction writing the
+same byte are not reported. Blocks of ``DIRTY_BLOCK`` bytes that
 may hold a writer or a reader are flagged in ``dirty``, so that an mbarrier's new race
 epoch (:func:`.async_order.acquire`) looks at those only, and per CTA the bounds of the
 thread ids recorded, so that it skips CTAs none of whose accessors arrived. Rows that
@@ -58,6 +59,12 @@ from tessera.interp.target.memory.window import SHARED_BASE, SharedWindow
 
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
+
+
+def _wrote(code: int) -> str:
+    """How a race report says a byte's writer record (:meth:`SharedMemory.set_writer`)
+    came to be: a plain store or an atomic."""
+    return "updated by an atomic of" if code < 0 else "written by"
 
 class SharedMemory(SharedWindow, RecordSummaries):
     """Per-CTA shared memory bytes with initialisation, async and race tracking: the
@@ -122,32 +129,6 @@ class SharedMemory(SharedWindow, RecordSummaries):
         #: whole-chunk reads not yet written into the per-byte reader records
         self.log = ReadLog(self)
 
-    def readers(self) -> tuple[np.ndarray, np.ndarray]:
-        """``rmin_code`` and ``rmax_code`` with every logged read in them."""
-        self.log.resolve()
-        return self.rmin_code, self.rmax_code
-
-    @property
-    def rmin(self) -> np.ndarray:
-        """A copy: the lowest reading thread (global id) of each byte; int32 max: none."""
-        return self.readers()[0] + _BIG
-
-    @property
-    def rmax(self) -> np.ndarray:
-        """A copy: the highest reading thread (global id) of each byte; -1: none."""
-        return self.readers()[1] - np.int32(1)
-
-    @property
-    def writer(self) -> np.ndarray:
-        """A copy: the writing thread (global id) of each byte; -1: none."""
-        return self.writer_code - np.int32(1)
-
-    @property
-    def dirty(self) -> np.ndarray:
-        """Per CTA and ``DIRTY_BLOCK`` bytes: whether a byte may hold a writer or a reader."""
-        self.log.resolve()
-        return self.dirty_blocks
-
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail, race: bool = True,
                    chunks: np.ndarray | None = None, last: np.ndarray | None = None) -> None:
         """Fault on poison, in-flight async bytes and races; record the readers.
@@ -179,12 +160,12 @@ class SharedMemory(SharedWindow, RecordSummaries):
         if self.written[me // self.nthreads].any():
             w = get(self.writer_code)
             mine = np.where(last == me, code_last(me), -1)  # only one's own write is ordered
-            clash = (w > 0) & (w != mine[:, None])
+            clash = (w != 0) & (np.abs(w) != mine[:, None])  # a store's or an atomic's
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
-                fail(i, "shared memory race", f"read of {self._where(flat[i, j])} written "
-                     f"by {self.other(int(w[i, j]) - 1, int(me[i]))}")
+                fail(i, "shared memory race", f"read of {self._where(flat[i, j])} "
+                     f"{_wrote(int(w[i, j]))} {self.other(abs(int(w[i, j])) - 1, int(me[i]))}")
         if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
             self.log.add_rows(rows, me, last)
         else:
@@ -267,12 +248,23 @@ class SharedMemory(SharedWindow, RecordSummaries):
         if generic:
             self.unfenced_ctas[me // self.nthreads] = True
 
+    def atomic(self, flat: np.ndarray, me: np.ndarray, fail: Fail) -> None:
+        """Check the atomics (``atom``, ``red``) of threads ``me`` on the bytes ``flat``
+        and record them. An atomic races with another thread's plain access that no
+        barrier orders (bins cleared by ``st.shared`` and counted by ``atom`` with no
+        ``bar.sync`` between, or read before one), never with another atomic: each
+        update is indivisible (PTX ISA, "Memory Consistency Model": morally strong)."""
+        self.check_read(flat, me, fail, race=False)
+        if self.races:
+            self._write_races(flat, me, fail, None, atomic=True)
+
     def _write_races(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
-                     rows: np.ndarray | None) -> None:
-        """Check the store of threads ``me`` to ``flat`` against the race records, then
-        record it (``rows`` from :func:`word_rows`)."""
+                     rows: np.ndarray | None, atomic: bool = False) -> None:
+        """Check the store (``atomic``: the atomic) of threads ``me`` to ``flat``
+        against the race records, then record it (``rows`` from :func:`word_rows`)."""
         if self.clustered is not None:  # other CTAs' accesses: checked there
-            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=True)
+            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=True,
+                                                      check=not atomic)
             if not len(me):
                 return
         if self.accessed[me // self.nthreads].any():
@@ -289,19 +281,23 @@ class SharedMemory(SharedWindow, RecordSummaries):
             # records of CTAs that hold no writer (reader) are zero: not read
             w = get(self.writer_code) if self.written[hctas].any() else zero
             lo, hi = (get(rmin), get(rmax)) if self.has_readers[hctas].any() else (zero, zero)
-            clash = ((w > 0) & (w != last)) | ((hi > 0) & ((lo != code_first(hme)[:, None]) |
-                                                           (hi != last)))
+            stored = (w > 0) if atomic else (w != 0)  # atomics pass each other's records
+            clash = (stored & (np.abs(w) != last)) | ((hi > 0) & (
+                (lo != code_first(hme)[:, None]) | (hi != last)))
             if np.any(clash):
                 k = int(np.flatnonzero(clash.any(axis=1))[0])
                 i = k if sub is None else int(sub[k])
                 j = int(np.flatnonzero(clash[k])[0])
                 w, lo, hi = w[k:k + 1], lo[k:k + 1], hi[k:k + 1]
-                other = int(w[0, j]) - 1 if w[0, j] > 0 else int(lo[0, j] + _BIG)
+                wrote = stored[k, j] and abs(int(w[0, j])) != int(last[k, 0])
+                other = abs(int(w[0, j])) - 1 if wrote else int(lo[0, j] + _BIG)
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1
-                fail(i, "shared memory race", f"write of {self._where(flat[i, j])} also "
-                     f"accessed by {self.other(other, int(me[i]))}")
-        self.set_writer(flat, me, rows=rows)
+                fail(i, "shared memory race", f"{'atomic on' if atomic else 'write of'} "
+                     f"{self._where(flat[i, j])} also accessed by "
+                     f"{'an atomic of ' if wrote and w[0, j] < 0 else ''}"
+                     f"{self.other(other, int(me[i]))}")
+        self.set_writer(flat, me, rows=rows, atomic=atomic)
 
     def check_bulk_source(self, flat: np.ndarray, fail: Fail, what: str) -> None:
         """Fault when a write of ``flat`` meets the source of an unretired TMA store."""
@@ -316,10 +312,11 @@ class SharedMemory(SharedWindow, RecordSummaries):
                  "cp.async.bulk.wait_group.read has retired its bulk group")
 
     def set_writer(self, flat: np.ndarray, who: np.ndarray | None,
-                   chunks: np.ndarray | None = None, rows: np.ndarray | None = None) -> None:
+                   chunks: np.ndarray | None = None, rows: np.ndarray | None = None,
+                   atomic: bool = False) -> None:
         """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
-        writer, bytes any thread may access); ``chunks`` as in :meth:`land`, ``rows``
-        from :func:`word_rows`."""
+        writer, bytes any thread may access; ``atomic``: by an atomic, its code
+        negated); ``chunks`` as in :meth:`land`, ``rows`` from :func:`word_rows`."""
         if who is None:
             self.writer_code[flat] = 0
             return
@@ -327,7 +324,7 @@ class SharedMemory(SharedWindow, RecordSummaries):
         self.accessed[who // self.nthreads] = True
         self.note_who(who, who)
         self.written[who // self.nthreads] = True
-        for arr, value in ((self.writer_code, code_last(who)[:, None]),
+        for arr, value in ((self.writer_code, (-1 if atomic else 1) * code_last(who)[:, None]),
                            (self.wstamp, np.int32(self.clock))):
             value = np.broadcast_to(value, flat.shape)
             if chunks is not None:

@@ -166,7 +166,7 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
                                    elem=op.type)
             else:
                 flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail, cluster=cluster)
-                m.shared.check_read(flat, act, fail, race=False)
+                m.shared.atomic(flat, act, fail)
                 apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals,
                                elem=op.type)
     return step

@@ -251,7 +251,7 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                     fail = m.failer(instr, who)
                     flat = m.shared.index(m.cta[who], addr[sel], size, fail,
                                           cluster=op.space != "shared")
-                    m.shared.check_read(flat, who, fail, race=False)
+                    m.shared.atomic(flat, who, fail)
                     olds[sel, 0] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // size,
                                                   op.op, b[sel, 0],
                                                   None if cmp is None else cmp[sel], op.type)

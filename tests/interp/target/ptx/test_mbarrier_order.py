@@ -29,12 +29,12 @@ def _wait(label: str, bar: str) -> list[str]:
 
 
 def _kernel(producer_after: list[str], consumer_after: list[str],
-            read: str = "ld.shared.u32 %r9, [%r5];") -> None:
-    """Warp 0 stores the buffer and arrives on ``full`` (then ``producer_after``),
-    waits for ``empty`` and stores it again; warp 1 waits for ``full``, reads it
-    (``read``) and arrives on ``empty`` (then ``consumer_after``)."""
+            read: str = "ld.shared.u32 %r9, [%r5];", store: tuple[str, ...] = ()) -> None:
+    """Warp 0 stores the buffer (then ``store``) and arrives on ``full`` (then
+    ``producer_after``), waits for ``empty`` and stores it again; warp 1 waits for
+    ``full``, reads it (``read``) and arrives on ``empty`` (then ``consumer_after``)."""
     lines = [*_SETUP, "setp.lt.u32 %p1, %r1, 32;", "@!%p1 bra CONSUMER;",
-             "st.shared.u32 [%r5], %r1;", "mbarrier.arrive.shared::cta.b64 _, [buf];",
+             "st.shared.u32 [%r5], %r1;", *store, "mbarrier.arrive.shared::cta.b64 _, [buf];",
              *producer_after, *_wait("EMPTY", "buf+8"), "st.shared.u32 [%r5], 9;",
              "bra END;", "CONSUMER:", *_wait("FULL", "buf"), read,
              "mbarrier.arrive.shared::cta.b64 _, [buf+8];", *consumer_after,
@@ -62,6 +62,16 @@ def test_a_store_after_the_arrival_races_with_the_waiting_read() -> None:
     report = _race(["st.shared.u32 [%r5], 7;"], [])
     assert "ld.shared.u32 %r9, [%r5]" in report and "read of shared address 1088 " \
            "written by thread 0 without a bar.sync between (thread 32" in report
+
+
+def test_a_phase_orders_an_atomic_as_a_store() -> None:
+    """The producer's atomic before its arrival is ordered before the consumer's read;
+    one after it is not."""
+    atom = "atom.shared.add.u32 %r9, [%r5], 1;"
+    _kernel([], [], store=(atom,))
+    report = _race([atom], [])
+    assert "read of shared address 1088 updated by an atomic of thread 0 without a " \
+        "bar.sync between (thread 32" in report
 
 
 @pytest.mark.parametrize("read", ["ld.shared.u32 %r10, [%r5];",
