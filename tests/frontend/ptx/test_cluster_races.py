@@ -165,3 +165,30 @@ def test_another_ctas_store_into_a_wgmma_operand() -> None:
         assert err.value.what == "shared memory race"
         assert "wgmma" in str(err.value) and "read of shared address 2112 of CTA rank 0 " \
             "written by thread 0 of the cluster's CTA rank 1" in str(err.value)
+
+
+def _remote_count(barrier: list[str], read: str = "ld.shared.u32 %r9, [buf];") -> None:
+    """Rank 0's thread 0 clears its buf[0]; after a cluster barrier thread 0 of each
+    rank adds 1 to it (rank 1 through ``mapa``); then (``barrier`` between) rank 0's
+    thread 0 reads it (``read``)."""
+    _run("and.pred %p3, %p1, %p2;", "@%p3 st.shared.u32 [buf], 0;",
+         "barrier.cluster.arrive;", "barrier.cluster.wait;",
+         "@%p2 atom.shared::cluster.add.u32 %r9, [%r7], 1;", *barrier,
+         "and.pred %p3, %p1, %p2;", f"@%p3 {read}")
+
+
+def test_atomics_of_two_ctas_race_with_a_plain_read_not_with_each_other() -> None:
+    _remote_count(["barrier.cluster.arrive;", "barrier.cluster.wait;"])
+    for barrier in ([], ["bar.sync 0;"]):
+        with pytest.raises(TargetFault) as err:
+            _remote_count(barrier)
+        assert err.value.what == "shared memory race"
+        assert "read of shared address 1024 of CTA rank 0 updated by an atomic of thread 0 " \
+            "of the cluster's CTA rank 1 without a cluster barrier" in str(err.value)
+
+
+def test_a_store_over_another_ctas_atomic() -> None:
+    with pytest.raises(TargetFault) as err:
+        _remote_count([], read="st.shared.u32 [buf], 3;")
+    assert "write of shared address 1024 of CTA rank 0 also accessed by an atomic of " \
+        "thread 0 of the cluster's CTA rank 1" in str(err.value)

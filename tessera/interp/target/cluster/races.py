@@ -29,10 +29,10 @@ its arrivals, and the ``cross`` records of arrivals from other CTAs
 for every CTA, not only the waiting one: a race of the arriving threads with a third
 CTA is then missed, never falsely reported. ``wgmma`` operand reads are checked and
 recorded here as reads by the warpgroup's first thread (the check is by CTA). Atomics
-are not: those of several CTAs on one CTA's memory (a histogram split over a cluster)
-are ordered by nothing and race with nothing; a plain access racing with another
-CTA's atomic goes unreported. In its own CTA's memory an atomic is checked and
-recorded as any access is (:meth:`.SharedMemory.atomic`).
+are recorded as writes whose codes are negated, as in a CTA's own records
+(:meth:`.SharedMemory.atomic`): the atomics of several CTAs on one CTA's memory (a
+histogram split over a cluster) race with no other atomic, but with a plain access
+of another CTA that no cluster barrier orders.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.memory.chunks import small_pages
-from tessera.interp.target.memory.codes import code_first, code_last, released
+from tessera.interp.target.memory.codes import code_first, code_last, race_text, released
 from tessera.interp.target.memory.global_memory import Fail
 
 _BIG = np.int32(np.iinfo(np.int32).max)
@@ -75,31 +75,35 @@ class _Records:
         self.held[ctas] = False
 
     def check(self, flat: np.ndarray, me: np.ndarray, write: bool,
-              other: Callable[[Any, Any], Any]) -> tuple[int, int, int] | None:
+              other: Callable[[Any, Any], Any], atomic: bool = False
+              ) -> tuple[int, int, int, bool] | None:
         """The first clash of threads ``me`` accessing ``flat`` (M, nbytes) with a
         record of a thread ``other`` calls foreign (``other(ids, me)``, (M, nbytes)
-        bool): (row, byte, the other thread), or None."""
+        bool): (row, byte, the other thread, whether its record is an atomic's), or
+        None. An ``atomic`` access (a write) passes other atomics' records."""
         w, lo, hi = (a[flat] for a in self.arrays)
-        wid, low, high = w - np.int32(1), lo + _BIG, hi - np.int32(1)
+        wid, low, high = np.abs(w) - np.int32(1), lo + _BIG, hi - np.int32(1)
         mine = me[:, None]
-        clash = (w > 0) & other(wid, mine)
-        if write:
-            clash |= (hi > 0) & (other(low, mine) | other(high, mine))
+        wrote = ((w > 0) if atomic else (w != 0)) & other(wid, mine)
+        clash = wrote | ((hi > 0) & (other(low, mine) | other(high, mine))) if write else wrote
         if not clash.any():
             return None
         i = int(np.flatnonzero(clash.any(axis=1))[0])
         j = int(np.flatnonzero(clash[i])[0])
-        if w[i, j] > 0 and other(wid[i, j], me[i]):
-            return i, j, int(wid[i, j])
-        return i, j, int(low[i, j] if other(low[i, j], me[i]) else high[i, j])
+        if wrote[i, j]:
+            return i, j, int(wid[i, j]), bool(w[i, j] < 0)
+        return i, j, int(low[i, j] if other(low[i, j], me[i]) else high[i, j]), False
 
-    def note(self, flat: np.ndarray, me: np.ndarray, write: bool, now: int) -> None:
-        """Record threads ``me`` writing (reading) the bytes ``flat`` at time ``now``."""
+    def note(self, flat: np.ndarray, me: np.ndarray, write: bool, now: int,
+             atomic: bool = False) -> None:
+        """Record threads ``me`` writing (reading; ``atomic``: updating, a write whose
+        code is negated) the bytes ``flat`` at time ``now``."""
         self.held[flat[:, 0] // self.size] = True
         w, lo, hi = self.arrays
         self.stamps[0 if write else 1][flat] = now
         if write:
-            w[flat] = np.broadcast_to(code_last(me)[:, None], flat.shape)
+            code = code_last(me)[:, None]
+            w[flat] = np.broadcast_to(-code if atomic else code, flat.shape)
             return
         np.minimum.at(lo, flat.ravel(), np.repeat(code_first(me), flat.shape[1]))
         np.maximum.at(hi, flat.ravel(), np.repeat(code_last(me), flat.shape[1]))
@@ -144,27 +148,26 @@ class ClusterRaces:
     def _foreign(self, ids: np.ndarray, me: np.ndarray) -> np.ndarray:
         return self._cta(ids) != self._cta(me)
 
-    def check(self, flat: np.ndarray, me: np.ndarray, fail: Fail, write: bool
-              ) -> np.ndarray:
-        """Check and record threads ``me`` (global ids) reading or writing the bytes
-        ``flat`` (M, nbytes) against the records here; the rows that access their own
-        CTA's memory (bool), which the CTA's own records check."""
+    def check(self, flat: np.ndarray, me: np.ndarray, fail: Fail, write: bool,
+              atomic: bool = False) -> np.ndarray:
+        """Check and record threads ``me`` (global ids) reading or writing (``atomic``:
+        updating) the bytes ``flat`` (M, nbytes) against the records here; the rows
+        that access their own CTA's memory (bool), which the CTA's own records check."""
         sh = self.sh
         owner = flat[:, 0] // sh.size
         own = owner == self._cta(me)
         far = self._far_sets(owner, me, own)
+        access = "atomic" if atomic else "write" if write else "read"
         for rec, rows, foreign in [(self.cross, np.arange(len(me)), self._foreign), *far]:
-            clash = rec.check(flat[rows], me[rows], write, foreign)
+            clash = rec.check(flat[rows], me[rows], write, foreign, atomic)
             if clash is not None:
-                i, j, other = clash
+                i, j, other, by_atomic = clash
                 k = int(rows[i])
-                where = sh._where(flat[k, j])
-                fail(k, "shared memory race", f"read of {where} written by "
-                     f"{sh.other(other, int(me[k]))}" if not write else
-                     f"write of {where} also accessed by {sh.other(other, int(me[k]))}")
-        self.cross.note(flat, me, write, sh.clock)
+                fail(k, "shared memory race", race_text(
+                    access, sh._where(flat[k, j]), sh.other(other, int(me[k])), by_atomic))
+        self.cross.note(flat, me, write, sh.clock, atomic)
         for rec, rows, _ in far:
-            rec.note(flat[rows], me[rows], write, sh.clock)
+            rec.note(flat[rows], me[rows], write, sh.clock, atomic)
         return own
 
     def arrive(self, who: np.ndarray) -> None:
@@ -173,13 +176,11 @@ class ClusterRaces:
         self.sh.clock += 1
 
     def own(self, flat: np.ndarray, me: np.ndarray, fail: Fail, rows: np.ndarray | None,
-            write: bool, check: bool = True
+            write: bool, atomic: bool = False
             ) -> tuple[np.ndarray, np.ndarray, Fail, np.ndarray | None]:
-        """:meth:`check` (unless not ``check``), then the rows that access their own
-        CTA's memory: their ``flat``, ``me``, ``fail`` and ``rows`` (the caller's per-row
-        index, or None)."""
-        own = self.check(flat, me, fail, write) if check else \
-            flat[:, 0] // self.sh.size == self._cta(me)
+        """:meth:`check`, then the rows that access their own CTA's memory: their
+        ``flat``, ``me``, ``fail`` and ``rows`` (the caller's per-row index, or None)."""
+        own = self.check(flat, me, fail, write, atomic)
         if own.all():
             return flat, me, fail, rows
         keep = np.flatnonzero(own)

@@ -1,7 +1,7 @@
 """Thread ids as the shared-memory race records hold them (:mod:`.state`): coded so
 that 0 means "none", which lets a launch allocate its records as zero pages and
 touch only those its CTAs access; and which records a barrier's arrivals order
-(:func:`released`)."""
+(:func:`released`); and how a race report words a clash with them (:func:`race_text`)."""
 
 from __future__ import annotations
 
@@ -62,4 +62,15 @@ def released(base: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     return writer, readers
 
 
-__all__ = ["code_first", "code_last", "released"]
+def race_text(access: str, where: str, other: str, by_atomic: bool) -> str:
+    """A race report's words: an ``access`` (``read``, ``write`` or ``atomic``) of
+    ``where`` that meets a record of thread ``other`` (named with the barrier that
+    would have ordered the two), made by an atomic where ``by_atomic`` (a writer code
+    below 0)."""
+    if access == "read":
+        return f"read of {where} {'updated by an atomic of' if by_atomic else 'written by'} {other}"
+    return (f"{'atomic on' if access == 'atomic' else 'write of'} {where} also accessed by "
+            f"{'an atomic of ' if by_atomic else ''}{other}")
+
+
+__all__ = ["code_first", "code_last", "race_text", "released"]

@@ -48,7 +48,7 @@ from tessera.interp.target.memory.chunks import (
     take_rows,
     word_rows,
 )
-from tessera.interp.target.memory.codes import code_first, code_last
+from tessera.interp.target.memory.codes import code_first, code_last, race_text
 from tessera.interp.target.memory.global_memory import (
     GLOBAL_BASE,
     GLOBAL_STRIDE,
@@ -59,12 +59,6 @@ from tessera.interp.target.memory.window import SHARED_BASE, SharedWindow
 
 _NONE = np.int32(-1)
 _BIG = np.int32(np.iinfo(np.int32).max)
-
-
-def _wrote(code: int) -> str:
-    """How a race report says a byte's writer record (:meth:`SharedMemory.set_writer`)
-    came to be: a plain store or an atomic."""
-    return "updated by an atomic of" if code < 0 else "written by"
 
 class SharedMemory(SharedWindow, RecordSummaries):
     """Per-CTA shared memory bytes with initialisation, async and race tracking: the
@@ -164,8 +158,9 @@ class SharedMemory(SharedWindow, RecordSummaries):
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
-                fail(i, "shared memory race", f"read of {self._where(flat[i, j])} "
-                     f"{_wrote(int(w[i, j]))} {self.other(abs(int(w[i, j])) - 1, int(me[i]))}")
+                fail(i, "shared memory race", race_text(
+                    "read", self._where(flat[i, j]),
+                    self.other(abs(int(w[i, j])) - 1, int(me[i])), bool(w[i, j] < 0)))
         if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
             self.log.add_rows(rows, me, last)
         else:
@@ -264,7 +259,7 @@ class SharedMemory(SharedWindow, RecordSummaries):
         against the race records, then record it (``rows`` from :func:`word_rows`)."""
         if self.clustered is not None:  # other CTAs' accesses: checked there
             flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=True,
-                                                      check=not atomic)
+                                                      atomic=atomic)
             if not len(me):
                 return
         if self.accessed[me // self.nthreads].any():
@@ -293,10 +288,9 @@ class SharedMemory(SharedWindow, RecordSummaries):
                 other = abs(int(w[0, j])) - 1 if wrote else int(lo[0, j] + _BIG)
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1
-                fail(i, "shared memory race", f"{'atomic on' if atomic else 'write of'} "
-                     f"{self._where(flat[i, j])} also accessed by "
-                     f"{'an atomic of ' if wrote and w[0, j] < 0 else ''}"
-                     f"{self.other(other, int(me[i]))}")
+                fail(i, "shared memory race", race_text(
+                    "atomic" if atomic else "write", self._where(flat[i, j]),
+                    self.other(other, int(me[i])), bool(wrote and w[0, j] < 0)))
         self.set_writer(flat, me, rows=rows, atomic=atomic)
 
     def check_bulk_source(self, flat: np.ndarray, fail: Fail, what: str) -> None:
