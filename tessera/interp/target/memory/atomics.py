@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interp.target import numeric as tn
+from tessera.interp.target.memory.codes import code_first, code_last
 from tessera.interp.target.regs import PACKED
 from tessera.interp.target.state import DTYPES
 
@@ -73,8 +74,10 @@ def apply_in_order(target: np.ndarray, index: np.ndarray, op: str, b: np.ndarray
     dt = target.dtype
     order = np.argsort(index, kind="stable")
     idx = index[order]
-    start = np.r_[0, np.flatnonzero(np.diff(idx)) + 1]
-    sizes = np.diff(np.r_[start, len(idx)])
+    # np.r_ and np.diff cost more than the updates of a few threads: plain concatenation
+    cut = np.flatnonzero(idx[1:] != idx[:-1]) + 1
+    start = np.concatenate(([0], cut))
+    sizes = np.append(cut, len(idx)) - start
     if dt.kind in "iu" and op in _BINARY and len(idx) and \
             (op in _INVERSE or len(start) <= sizes.max()):  # integers: running values
         return _running(target, idx, order, start, sizes, op, b.astype(dt))
@@ -109,18 +112,71 @@ def _running(target: np.ndarray, idx: np.ndarray, order: np.ndarray, start: np.n
         if op in _INVERSE:
             undo = _INVERSE[op]
             total = apply.accumulate(vals, dtype=vals.dtype)
-            before = np.r_[vals.dtype.type(0), total[start[1:] - 1]].astype(vals.dtype)
+            before = np.concatenate((np.zeros(1, vals.dtype), total[start[1:] - 1]))
             own = undo(total, np.repeat(before, sizes))  # each address's running total
             olds[order] = apply(np.repeat(first, sizes), undo(own, vals))
             after = apply(first, own[start + sizes - 1])
         else:
             after = np.empty_like(first)
             for k, (s0, n) in enumerate(zip(start.tolist(), sizes.tolist())):
-                run = apply.accumulate(np.r_[first[k:k + 1], vals[s0:s0 + n]])
+                run = apply.accumulate(np.concatenate((first[k:k + 1], vals[s0:s0 + n])))
                 olds[order[s0:s0 + n]] = run[:-1]
                 after[k] = run[-1]
     target[idx[start]] = after
     return olds
 
 
-__all__ = ["apply_in_order", "arrival", "updated"]
+def check_shared(sh: Any, flat: np.ndarray, me: np.ndarray, fail: Any) -> None:
+    """:meth:`~tessera.interp.target.memory.state.SharedMemory.atomic` of threads ``me``
+    (ascending) on the bytes ``flat`` (M, nbytes), an address at a time where several
+    threads update one address (a block's partial sums into one accumulator): some
+    thread of an address races with a plain record exactly when the record is not of
+    its one thread alone. Where any might, the per-thread path runs and reports; else
+    the records are those it would leave (the last thread of each address as its
+    writer, the bounds of every thread)."""
+    if not sh.races or sh.clustered is not None or len(me) < 2:
+        sh.atomic(flat, me, fail)
+        return
+    keys = flat[:, 0]
+    if keys[0] == keys[-1] and (keys == keys[0]).all():  # one address: its first and last
+        first, last = _ENDS[0], _ENDS[1] + len(me)
+    else:
+        order = np.argsort(keys, kind="stable")  # threads stay ascending per address
+        keys = keys[order]
+        cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        if len(cut) + 1 == len(me):  # an address per thread: nothing to share
+            sh.atomic(flat, me, fail)
+            return
+        first, last = order[np.concatenate(([0], cut))], order[np.append(cut, len(me)) - 1]
+    lo, hi = me[first], me[last]
+    if _may_race(sh, flat[last], lo, hi):
+        sh.atomic(flat, me, fail)
+        return
+    sh.check_read(flat, me, fail, race=False)
+    sh.set_writer(flat[last], hi, atomic=True, first=lo)
+
+
+_ENDS = (np.array([0]), np.array([-1]))  # the rows of one address's first and last thread
+
+
+def _may_race(sh: Any, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether an atomic of threads ``lo[i]`` to ``hi[i]`` (some of them) on the bytes
+    ``rows[i]`` may meet a plain writer or reader record that is not of its one
+    thread."""
+    ctas = lo // sh.nthreads
+    if not sh.accessed[ctas].any():
+        return False
+    one, mine = (lo == hi)[:, None], code_last(lo)[:, None]
+    w = sh.writer_code[rows]
+    # other atomics' records (below 0) pass; a store's is ordered for its thread alone
+    if (w > 0).any() and ((w > 0) & ~(one & (w == mine))).any():
+        return True
+    if sh.has_readers[ctas].any():
+        rmin, rmax = sh.readers()
+        first, last = rmin[rows], rmax[rows]
+        return bool(((last > 0) & ~(one & (first == code_first(lo)[:, None]) &
+                                    (last == mine))).any())
+    return False
+
+
+__all__ = ["apply_in_order", "arrival", "check_shared", "updated"]

@@ -307,26 +307,29 @@ class SharedMemory(SharedWindow, RecordSummaries):
 
     def set_writer(self, flat: np.ndarray, who: np.ndarray | None,
                    chunks: np.ndarray | None = None, rows: np.ndarray | None = None,
-                   atomic: bool = False) -> None:
+                   atomic: bool = False, first: np.ndarray | None = None) -> None:
         """Record thread ``who[i]`` as the writer of the bytes ``flat[i]`` (None: no
         writer, bytes any thread may access; ``atomic``: by an atomic, its code
-        negated); ``chunks`` as in :meth:`land`, ``rows`` from :func:`word_rows`."""
+        negated, for threads ``first[i]`` to ``who[i]`` of which it is the last);
+        ``chunks`` as in :meth:`land`, ``rows`` from :func:`word_rows`."""
         if who is None:
             self.writer_code[flat] = 0
             return
         self.mark(flat)
-        self.accessed[who // self.nthreads] = True
-        self.note_who(who, who)
-        self.written[who // self.nthreads] = True
+        ctas = who // self.nthreads
+        self.accessed[ctas] = True
+        self.note_who(who if first is None else first, who)
+        self.written[ctas] = True
         for arr, value in ((self.writer_code, (-1 if atomic else 1) * code_last(who)[:, None]),
                            (self.wstamp, np.int32(self.clock))):
+            if chunks is None and rows is None:
+                arr[flat] = value  # broadcast by the assignment itself
+                continue
             value = np.broadcast_to(value, flat.shape)
             if chunks is not None:
                 put_chunks(arr, chunks, value)
-            elif rows is not None:
-                put_rows(arr, rows, value)
             else:
-                arr[flat] = value
+                put_rows(arr, rows, value)
 
     def add_pending(self, flat: np.ndarray, delta: int) -> None:
         """Count ``delta`` more async copies in flight to each byte of ``flat``."""

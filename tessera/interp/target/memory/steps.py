@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.errors import UnsupportedError
-from tessera.interp.target.memory.atomics import apply_in_order, arrival
+from tessera.interp.target.memory.atomics import apply_in_order, arrival, check_shared
 from tessera.interp.target.state import (
     DTYPES,
     Step,
@@ -166,7 +166,7 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
                                    elem=op.type)
             else:
                 flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail, cluster=cluster)
-                m.shared.atomic(flat, act, fail)
+                check_shared(m.shared, flat, act, fail)
                 apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals,
                                elem=op.type)
     return step

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tessera.arch.cluster import CLUSTER_SPAN
-from tessera.interp.target.memory.atomics import apply_in_order, arrival
+from tessera.interp.target.memory.atomics import apply_in_order, arrival, check_shared
 from tessera.interp.target.memory.global_memory import check_aligned
 from tessera.interp.target.memory.steps import to_bytes
 from tessera.interp.target.regs import pure
@@ -251,7 +251,7 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                     fail = m.failer(instr, who)
                     flat = m.shared.index(m.cta[who], addr[sel], size, fail,
                                           cluster=op.space != "shared")
-                    m.shared.atomic(flat, who, fail)
+                    check_shared(m.shared, flat, who, fail)
                     olds[sel, 0] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // size,
                                                   op.op, b[sel, 0],
                                                   None if cmp is None else cmp[sel], op.type)
