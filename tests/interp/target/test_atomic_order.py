@@ -70,14 +70,17 @@ def _records(seed: int) -> SharedMemory:
 
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), width=st.sampled_from([4, 8]),
-       addresses=st.integers(1, 6), threads=st.integers(1, 2 * NTHREADS))
+       addresses=st.integers(1, 6), threads=st.integers(1, 2 * NTHREADS),
+       descending=st.booleans())
 def test_an_address_at_a_time_gives_the_per_thread_report_and_records(
-        seed: int, width: int, addresses: int, threads: int) -> None:
+        seed: int, width: int, addresses: int, threads: int, descending: bool) -> None:
     """``atomics.check_shared`` (each address's threads as a range) against
     ``SharedMemory.atomic`` (thread by thread): the same race report, or none, and the
-    same records, on random records of plain stores, reads and other atomics."""
+    same records, on random records of plain stores, reads and other atomics; threads
+    in ascending order, or descending (``cta_order="descending"``)."""
     rng = np.random.default_rng(seed)
     me = np.sort(rng.choice(NCTA * NTHREADS, threads, replace=False))
+    me = me[::-1] if descending else me
     words = rng.choice(64 // width, addresses, replace=False) * width
     flat = (me // NTHREADS * SIZE + rng.choice(words, threads))[:, None] + np.arange(width)
     outcome = []

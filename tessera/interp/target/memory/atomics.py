@@ -134,8 +134,8 @@ def check_shared(sh: Any, flat: np.ndarray, me: np.ndarray, fail: Any) -> None:
     its one thread alone. Where any might, the per-thread path runs and reports; else
     the records are those it would leave (the last thread of each address as its
     writer, the bounds of every thread)."""
-    if not sh.races or sh.clustered is not None or len(me) < 2:
-        sh.atomic(flat, me, fail)
+    if not sh.races or sh.clustered is not None or len(me) < 2 or me[0] > me[-1]:
+        sh.atomic(flat, me, fail)  # (threads in descending order: cta_order="descending")
         return
     keys = flat[:, 0]
     if keys[0] == keys[-1] and (keys == keys[0]).all():  # one address: its first and last

@@ -153,8 +153,9 @@ class SharedMemory(SharedWindow, RecordSummaries):
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
         if self.written[me // self.nthreads].any():
             w = get(self.writer_code)
-            mine = np.where(last == me, code_last(me), -1)  # only one's own write is ordered
-            clash = (w != 0) & (np.abs(w) != mine[:, None])  # a store's or an atomic's
+            mine = code_last(me) if last is me else np.where(last == me, code_last(me), -1)
+            # only one's own store or atomic is ordered before its read (a range reads as all)
+            clash = (w != 0) & (np.abs(w) != mine[:, None])
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
