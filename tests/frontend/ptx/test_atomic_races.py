@@ -10,49 +10,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tessera as ts
 from tessera.interp.target import TargetFault
+from tests.frontend.ptx.test_clusters import cluster_module
 
-HEAD = """.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry hist(.param .u64 out)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<12>;
-    .reg .b64 %rd<4>;
-    .shared .align 4 .b8 bins[128];
-    ld.param.u64 %rd1, [out];
-    mov.u32 %r1, %tid.x;
-    setp.lt.u32 %p1, %r1, 32;
-    mov.u32 %r2, bins;
-    shl.b32 %r3, %r1, 2;
-    add.u32 %r4, %r2, %r3;
-    @%p1 st.shared.u32 [%r4], 0;
-"""
-COUNT = """    mul.lo.u32 %r5, %r1, 7;
-    and.b32 %r5, %r5, 31;
-    shl.b32 %r5, %r5, 2;
-    add.u32 %r6, %r2, %r5;
-"""
-TAIL = """    @%p1 ld.shared.u32 %r8, [%r4];
-    mul.wide.u32 %rd2, %r1, 4;
-    add.s64 %rd3, %rd1, %rd2;
-    @%p1 st.global.u32 [%rd3], %r8;
-    ret;
-}
-"""
-UPDATE = {"atom": "    atom.shared.add.u32 %r7, [%r6], 1;\n",
-          "red": "    red.shared.add.u32 [%r6], 1;\n",
-          "atom.exch": "    atom.shared.exch.b32 %r7, [%r6], 2;\n"}
+#: threads 0-31 clear their bin (%r4: buf + 4 tid) ...
+CLEAR = ["setp.lt.u32 %p1, %r1, 32;", "mov.u32 %r2, buf;", "shl.b32 %r3, %r1, 2;",
+         "add.u32 %r4, %r2, %r3;", "@%p1 st.shared.u32 [%r4], 0;"]
+#: ... every thread counts bin 7 tid mod 32 (%r6) ...
+COUNT = ["mul.lo.u32 %r5, %r1, 7;", "and.b32 %r5, %r5, 31;", "shl.b32 %r5, %r5, 2;",
+         "add.u32 %r6, %r2, %r5;"]
+#: ... and threads 0-31 read their bin back into out
+READ = ["@%p1 ld.shared.u32 %r8, [%r4];", "mul.wide.u32 %rd2, %r1, 4;",
+        "add.s64 %rd3, %rd1, %rd2;", "@%p1 st.global.u32 [%rd3], %r8;"]
+UPDATE = {"atom": "atom.shared.add.u32 %r7, [%r6], 1;", "red": "red.shared.add.u32 [%r6], 1;",
+          "atom.exch": "atom.shared.exch.b32 %r7, [%r6], 2;"}
 
 
 def histogram(update: str, before: bool, after: bool) -> np.ndarray:
-    text = HEAD + ("    bar.sync 0;\n" if before else "") + COUNT + UPDATE[update] + \
-        ("    bar.sync 0;\n" if after else "") + TAIL
-    out = np.zeros(32, np.uint32)
-    ts.ptx.load(text).kernel("hist").run(grid=1, block=64, args=[out])
-    return out
+    bar = ["bar.sync 0;"]
+    body = [*CLEAR, *bar * before, *COUNT, UPDATE[update], *bar * after, *READ]
+    out = np.zeros(64, np.uint32)
+    cluster_module("\n".join(body), target="sm_80").kernel("k").run(grid=1, block=64,
+                                                                     args=[out])
+    return out[:32]
 
 
 @pytest.mark.parametrize("update", ["atom", "red"])

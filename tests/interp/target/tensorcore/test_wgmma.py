@@ -8,6 +8,7 @@ from tessera.arch.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -183,19 +184,17 @@ def test_mbarrier_expect_tx_too_small_is_caught() -> None:
                    [*_tmaps(a, bt), np.zeros((64, N), np.float32)])
 
 
-@pytest.mark.parametrize("fenced", [False, True])
-def test_wgmma_after_st_shared_needs_proxy_fence(fenced: bool) -> None:
-    """Generic-proxy stores need fence.proxy.async before wgmma reads them
-    (PTX ISA, "Proxies"; PTX-NOTES 'Order'); with the fence, ones @ ones = 16."""
-    k = Kernel("fence", [U64], block=(128,), target="sm_90a")
+def _ones_times_ones(between: Callable[[Kernel, Value, Value], None]) -> Kernel:
+    """128 threads store bf16 ones over an 8 KiB buffer ``sA`` with ``st.shared``, then
+    (after ``between(kernel, sA, tid)``) one ``wgmma`` multiplies it by itself: 16 in
+    every output that thread ``t`` stores to ``out[t]``."""
+    k = Kernel("ones", [U64], block=(128,), target="sm_90a")
     sa = k.shared("sA", 8192, 1024)
     t = k.tid()
     for j in range(16):  # 128 threads x 16 x 4 bytes = 8192 bytes of bf16 1.0
         idx = k.bin("add", "u32", t, k.const(128 * j, "u32"))
         k.st("shared", "u32", k.sh_addr(sa, idx, 4), k.const(0x3F803F80, "u32"))
-    if fenced:
-        k.op(async_ops.Fence("proxy_async"))
-    k.bar()
+    between(k, sa, t)
     z = k.const(0.0, "f32")
     acc = k.pack("f32", *([z] * (N // 2)))
     k.op(async_ops.WgmmaFence())
@@ -204,6 +203,18 @@ def test_wgmma_after_st_shared_needs_proxy_fence(fenced: bool) -> None:
     k.op(async_ops.WgmmaCommit())
     k.op(async_ops.WgmmaWait(0))  # D is read only once its group is retired
     k.st("global", "f32", k.elem_addr(k.args[0], t, 4), k.unpack("f32", N // 2, d)[5])
+    return k
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+def test_wgmma_after_st_shared_needs_proxy_fence(fenced: bool) -> None:
+    """Generic-proxy stores need fence.proxy.async before wgmma reads them
+    (PTX ISA, "Proxies"; PTX-NOTES 'Order'); with the fence, ones @ ones = 16."""
+    def between(k: Kernel, sa: Value, t: Value) -> None:
+        if fenced:
+            k.op(async_ops.Fence("proxy_async"))
+        k.bar()
+    k = _ones_times_ones(between)
     out = np.zeros(128, np.float32)
     if not fenced:
         with pytest.raises(TargetFault, match="missing proxy fence"):
@@ -220,28 +231,16 @@ def test_wgmma_reads_only_stores_a_barrier_orders(order: str) -> None:
     ``ld.shared`` (PTX ISA, "Memory Consistency Model"; the fence orders the proxies,
     not the threads). ``bar.sync`` or the warpgroup's named barrier orders the stores;
     none, or a thread's store after the barrier ("late"), is a race."""
-    k = Kernel("order", [U64], block=(128,), target="sm_90a")
-    sa = k.shared("sA", 8192, 1024)
-    t = k.tid()
-    for j in range(16):  # 128 threads x 16 x 4 bytes = 8192 bytes of bf16 1.0
-        idx = k.bin("add", "u32", t, k.const(128 * j, "u32"))
-        k.st("shared", "u32", k.sh_addr(sa, idx, 4), k.const(0x3F803F80, "u32"))
-    if order in ("bar", "late"):
-        k.bar()
-    elif order == "named":
-        k.op(target_ops.Bar(id=1, count=128))
-    if order == "late":  # thread 5 stores its first word again
-        k.if_(k.setp("eq", "u32", t, k.const(5, "u32")), lambda: k.st(
-            "shared", "u32", k.sh_addr(sa, t, 4), k.const(0x3F803F80, "u32")))
-    k.op(async_ops.Fence("proxy_async"))
-    z = k.const(0.0, "f32")
-    acc = k.pack("f32", *([z] * (N // 2)))
-    k.op(async_ops.WgmmaFence())
-    d = k.op(async_ops.Wgmma(N, "bf16", "bf16"), acc, _desc(k, sa, 0), _desc(k, sa, 0),
-             k.setp("eq", "u32", t, t))
-    k.op(async_ops.WgmmaCommit())
-    k.op(async_ops.WgmmaWait(0))
-    k.st("global", "f32", k.elem_addr(k.args[0], t, 4), k.unpack("f32", N // 2, d)[5])
+    def between(k: Kernel, sa: Value, t: Value) -> None:
+        if order in ("bar", "late"):
+            k.bar()
+        elif order == "named":
+            k.op(target_ops.Bar(id=1, count=128))
+        if order == "late":  # thread 5 stores its first word again
+            k.if_(k.setp("eq", "u32", t, k.const(5, "u32")), lambda: k.st(
+                "shared", "u32", k.sh_addr(sa, t, 4), k.const(0x3F803F80, "u32")))
+        k.op(async_ops.Fence("proxy_async"))
+    k = _ones_times_ones(between)
     out = np.zeros(128, np.float32)
     if order in ("none", "late"):
         writer = "thread 5 " if order == "late" else "thread "
