@@ -174,18 +174,19 @@ def _bits(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 @handler("setp")
 def _setp(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     t = ptx_type(b, mods)
-    if len(mods) < 2:
+    flags = [f for f in mods[:-1] if f != "ftz"]  # ptxas takes .ftz before the comparison
+    if not flags:
         raise b.syntax("setp needs a comparison")
-    cmp = mods[0]
+    cmp = flags[0]
     kind = REG_TYPES[t][1]
     if kind == "u" or kind == "b":
         cmp = UNSIGNED_CMP.get(cmp, cmp)
-    combine = [f for f in mods[1:-1] if f != "ftz"]
+    combine = flags[1:]
     if combine and combine[0] not in ("and", "or", "xor"):
         raise b.syntax(f"setp takes .and, .or, .xor or .ftz, not .{combine[0]}")
     count(b, ops, 4 if combine else 3)
     x, y = b.read(ops[1], t), b.read(ops[2], t)
-    (p,) = b.emit(target_ops.Setp(cmp, t, "ftz" in mods[1:-1]), [x, y])
+    (p,) = b.emit(target_ops.Setp(cmp, t, "ftz" in mods[:-1]), [x, y])
     dests = ops[0].split("|")
     q = None
     if len(dests) == 2:

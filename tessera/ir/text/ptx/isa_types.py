@@ -98,8 +98,9 @@ _UNMODELLED = {"u8", "s8", "b8", "e4m3", "e5m2", "tf32", "b128"}
 def form_of(head: str, mods: list[str]) -> str:
     """The form ``mods`` (type last) make of opcode ``head``: ``mul.wide``, ``setp.lt``,
     ``ex2.approx.ftz`` (``.ftz`` only where it changes the types)."""
-    if head == "setp":
-        return f"setp.{_COMPARISONS.get(mods[0], mods[0])}" if len(mods) > 1 else head
+    if head == "setp":  # ptxas takes .ftz before the comparison too
+        cmp = next((f for f in mods[:-1] if f != "ftz"), mods[0])
+        return f"setp.{_COMPARISONS.get(cmp, cmp)}" if len(mods) > 1 else head
     flags = [_ROUNDING.get(f, f) for f in mods[:-1]]
     key = ".".join([head] + [f for f in flags if f in _FORM_MODS])
     if key in TYPES:

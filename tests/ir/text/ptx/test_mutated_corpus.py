@@ -58,16 +58,19 @@ OPERANDS = ["%r1", "%rd1", "%f1", "%p1", "7", "-1", "0f3F800000", "[%rd1+8]", "%
 ENTRY = re.compile(r"^(?:\.visible\s+|\.weak\s+)?\.entry\s")
 
 
-def one_kernel(lines: list[str], keep: int) -> tuple[list[str], int]:
+def one_kernel(lines: list[str], keep: int, alone: bool = False) -> tuple[list[str], int]:
     """The module without its kernels other than the one holding line ``keep``, and
-    that line's new index (the whole module where the line lies in a device function,
-    which the reader reads in each kernel that calls it, and alone where none does). A
-    kernel calls no kernel, so the rest still assembles, and ptxas takes seconds over
+    that line's new index. Where the line lies in a device function: the whole module
+    (the reader reads the function in each kernel that calls it), or with ``alone``
+    the module without any kernel (the reader reads it alone, as no kernel calls it).
+    A kernel calls no kernel, so the rest still assembles, and ptxas takes seconds over
     the thirty-odd kernels of a module such as CUB's."""
     out: list[str] = []
-    at, i = None, 0
+    at = outside = None
+    i = 0
     while i < len(lines):
         if not ENTRY.match(lines[i]):
+            outside = len(out) if i == keep else outside
             out.append(lines[i])
             i += 1
             continue
@@ -81,7 +84,9 @@ def one_kernel(lines: list[str], keep: int) -> tuple[list[str], int]:
             at = keep - i + len(out)
             out += lines[i:j]
         i = j
-    return (out, at) if at is not None else (lines, keep)
+    if at is not None:
+        return out, at
+    return (out, outside) if alone and outside is not None else (lines, keep)
 
 
 def lines_of(name: str) -> list[int]:
@@ -93,7 +98,8 @@ def lines_of(name: str) -> list[int]:
 def mutated(draw: st.DrawFn) -> tuple[str, str, str]:
     """(file name, changed line, whole module)."""
     name = draw(st.sampled_from(sorted(TEXTS)))
-    lines, i = one_kernel(TEXTS[name].split("\n"), draw(st.sampled_from(lines_of(name))))
+    lines, i = one_kernel(TEXTS[name].split("\n"), draw(st.sampled_from(lines_of(name))),
+                          alone=draw(st.booleans()))
     m = INSTRUCTION.match(lines[i])
     assert m is not None
     pre, opcode, space, rest = m.groups()
@@ -132,6 +138,9 @@ def test_one_kernel_keeps_the_module_around_it() -> None:
     assert sum(x.startswith(".func") for x in kept) == sum(x.startswith(".func") for x in text)
     in_function = next(k for k, line in enumerate(text) if "ld.param" in line)
     assert one_kernel(text, in_function) == (text, in_function)
+    alone, at = one_kernel(text, in_function, alone=True)  # every function, no kernel
+    assert alone[at] == text[in_function] and not any(ENTRY.match(x) for x in alone)
+    assert sum(x.startswith(".func") for x in alone) == sum(x.startswith(".func") for x in text)
 
 
 @settings(max_examples=250, deadline=None, derandomize=True,

@@ -161,3 +161,26 @@ def test_labels_and_registers_scoped_by_blocks() -> None:
         parse_ptx(SCOPED.replace("    }\n    {\n", ""), "k.ptx")
     with pytest.raises(PtxSyntaxError, match="unknown label again"):  # not seen from outside
         parse_ptx(SCOPED.replace("OUT:\n", "OUT:\n    bra again;\n"), "k.ptx")
+
+
+@pytest.mark.parametrize("opcode", ["setp.gtu.ftz.f32", "setp.ftz.gtu.f32"])
+def test_setp_takes_ftz_before_or_after_its_comparison(opcode: str) -> None:
+    """ptxas assembles both orders; each reads as one ``gtu`` comparison that flushes
+    subnormal operands, combined with ``%p2`` by ``.and`` where that follows."""
+    for tail, combined in (("", False), (".and", True)):
+        form = opcode.replace(".f32", f"{tail}.f32")
+        extra = ", %p2" if combined else ""
+        module = parse_ptx(HEADER + f""".visible .entry k()
+{{
+    .reg .pred %p<3>;
+    .reg .f32 %f<3>;
+    setp.eq.f32 %p2, %f1, %f2;
+    {form} %p1, %f1, %f2{extra};
+    ret;
+}}
+""")
+        ops = [i.op for b in module.kernels["k"].blocks for pi in b.body for i in pi.instrs]
+        setps = [op for op in ops if isinstance(op, target_ops.Setp)]
+        assert (setps[-1].cmp, setps[-1].ftz) == ("gtu", True)
+        assert any(isinstance(op, target_ops.Binary) and op.op == "and" for op in ops) == \
+            combined
