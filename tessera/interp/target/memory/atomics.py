@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from tessera.interp.target import numeric as tn
-from tessera.interp.target.memory.codes import code_first, code_last
+from tessera.interp.target.memory.codes import unordered
 from tessera.interp.target.regs import PACKED
 from tessera.interp.target.state import DTYPES
 
@@ -139,7 +139,7 @@ def check_shared(sh: Any, flat: np.ndarray, me: np.ndarray, fail: Any) -> None:
         return
     keys = flat[:, 0]
     if keys[0] == keys[-1] and (keys == keys[0]).all():  # one address: its first and last
-        first, last = _ENDS[0], _ENDS[1] + len(me)
+        first, last = np.zeros(1, np.int64), np.full(1, len(me) - 1)
     else:
         order = np.argsort(keys, kind="stable")  # threads stay ascending per address
         keys = keys[order]
@@ -156,8 +156,6 @@ def check_shared(sh: Any, flat: np.ndarray, me: np.ndarray, fail: Any) -> None:
     sh.set_writer(flat[last], hi, atomic=True, first=lo)
 
 
-_ENDS = (np.array([0]), np.array([-1]))  # the rows of one address's first and last thread
-
 
 def _may_race(sh: Any, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
     """Whether an atomic of threads ``lo[i]`` to ``hi[i]`` (some of them) on the bytes
@@ -166,17 +164,13 @@ def _may_race(sh: Any, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool
     ctas = lo // sh.nthreads
     if not sh.accessed[ctas].any():
         return False
-    one, mine = (lo == hi)[:, None], code_last(lo)[:, None]
     w = sh.writer_code[rows]
-    # other atomics' records (below 0) pass; a store's is ordered for its thread alone
-    if (w > 0).any() and ((w > 0) & ~(one & (w == mine))).any():
+    if (w > 0).any() and unordered(w, lo, hi, atomic=True).any():  # a store's record
         return True
-    if sh.has_readers[ctas].any():
-        rmin, rmax = sh.readers()
-        first, last = rmin[rows], rmax[rows]
-        return bool(((last > 0) & ~(one & (first == code_first(lo)[:, None]) &
-                                    (last == mine))).any())
-    return False
+    if not sh.has_readers[ctas].any():
+        return False
+    rmin, rmax = sh.readers()
+    return bool(unordered(w, lo, hi, (rmin[rows], rmax[rows]), atomic=True).any())
 
 
 __all__ = ["apply_in_order", "arrival", "check_shared", "updated"]

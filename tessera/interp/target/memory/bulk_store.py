@@ -31,6 +31,7 @@ from tessera.arch.errors import ArchError
 from tessera.arch.tma import TensorMap, tma_box_store
 from tessera.interp.target.memory import bulk
 from tessera.interp.target.memory.async_copy import box_rows, box_where
+from tessera.interp.target.memory.codes import unordered
 from tessera.interp.target.memory.flight import wait_group
 from tessera.interp.target.memory.state import (
     CHUNK,
@@ -38,7 +39,6 @@ from tessera.interp.target.memory.state import (
     Fail,
     SharedMemory,
     add_at,
-    code_last,
 )
 from tessera.interp.target.state import (
     Machine,
@@ -175,7 +175,7 @@ def box_read(sh: SharedMemory, ctas: np.ndarray, me: np.ndarray, box: tuple[int,
         return False
     if sh.races and sh.written[ctas].any():
         w = part(sh.writer_code)
-        if ((w != 0) & (np.abs(w) != code_last(me)[:, None])).any():  # a store or an atomic
+        if unordered(w, me).any():
             return False
     if sh.races:  # every chunk of the range, in each CTA: one rectangle of the log
         sh.log.add(ctas, np.arange(lo // CHUNK, hi // CHUNK),

@@ -1,7 +1,8 @@
 """Thread ids as the shared-memory race records hold them (:mod:`.state`): coded so
 that 0 means "none", which lets a launch allocate its records as zero pages and
 touch only those its CTAs access; and which records a barrier's arrivals order
-(:func:`released`); and how a race report words a clash with them (:func:`race_text`)."""
+(:func:`released`); which records an access meets (:func:`unordered`), and how a
+race report words a clash with them (:func:`race_text`)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,26 @@ def released(base: np.ndarray, who: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     return writer, readers
 
 
+def unordered(w: np.ndarray, first: np.ndarray, last: np.ndarray | None = None,
+              readers: tuple[np.ndarray, np.ndarray] | None = None,
+              atomic: bool = False) -> np.ndarray:
+    """Per byte (R, nbytes): whether an access by threads ``first[i]`` .. ``last[i]``
+    (None: ``first[i]`` alone) meets a record that nothing orders before it: the
+    writer ``w`` (a store's, or an atomic's, its code negated: an ``atomic`` access
+    passes those) or, with ``readers`` (the lowest and highest reader codes), a reader.
+    Only a thread's own records are ordered before its access, and only where it
+    accesses alone: a range of threads (a warpgroup's ``wgmma`` operand, the threads
+    of one address's atomics) meets every record."""
+    mine = code_last(first) if last is None else \
+        np.where(last == first, code_last(first), np.int32(-1))
+    mine = mine[:, None]
+    clash = ((w > 0) if atomic else (w != 0)) & (np.abs(w) != mine)
+    if readers is not None:
+        lo, hi = readers
+        clash |= (hi > 0) & ((lo != code_first(first)[:, None]) | (hi != mine))
+    return clash
+
+
 def race_text(access: str, where: str, other: str, by_atomic: bool) -> str:
     """A race report's words: an ``access`` (``read``, ``write`` or ``atomic``) of
     ``where`` that meets a record of thread ``other`` (named with the barrier that
@@ -73,4 +94,4 @@ def race_text(access: str, where: str, other: str, by_atomic: bool) -> str:
             f"{'an atomic of ' if by_atomic else ''}{other}")
 
 
-__all__ = ["code_first", "code_last", "race_text", "released"]
+__all__ = ["code_first", "code_last", "race_text", "released", "unordered"]

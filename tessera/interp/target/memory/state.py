@@ -48,7 +48,7 @@ from tessera.interp.target.memory.chunks import (
     take_rows,
     word_rows,
 )
-from tessera.interp.target.memory.codes import code_first, code_last, race_text
+from tessera.interp.target.memory.codes import code_first, code_last, race_text, unordered
 from tessera.interp.target.memory.global_memory import (
     GLOBAL_BASE,
     GLOBAL_STRIDE,
@@ -149,19 +149,17 @@ class SharedMemory(SharedWindow, RecordSummaries):
             flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=False)
             if not len(me):
                 return
-        last = me if last is None else last
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
         if self.written[me // self.nthreads].any():
             w = get(self.writer_code)
-            mine = code_last(me) if last is me else np.where(last == me, code_last(me), -1)
-            # only one's own store or atomic is ordered before its read (a range reads as all)
-            clash = (w != 0) & (np.abs(w) != mine[:, None])
+            clash = unordered(w, me, last)
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
                 fail(i, "shared memory race", race_text(
                     "read", self._where(flat[i, j]),
                     self.other(abs(int(w[i, j])) - 1, int(me[i])), bool(w[i, j] < 0)))
+        last = me if last is None else last
         if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
             self.log.add_rows(rows, me, last)
         else:
@@ -272,20 +270,17 @@ class SharedMemory(SharedWindow, RecordSummaries):
             hf, hme = (flat, me) if sub is None else (flat[sub], me[sub])
             hrows = rows if sub is None or rows is None else rows[sub]
             get = (lambda a: a[hf]) if hrows is None else (lambda a: take_rows(a, hrows, hf))
-            last = code_last(hme)[:, None]
             hctas, zero = hme // self.nthreads, np.broadcast_to(np.int32(0), hf.shape)
             # records of CTAs that hold no writer (reader) are zero: not read
             w = get(self.writer_code) if self.written[hctas].any() else zero
             lo, hi = (get(rmin), get(rmax)) if self.has_readers[hctas].any() else (zero, zero)
-            stored = (w > 0) if atomic else (w != 0)  # atomics pass each other's records
-            clash = (stored & (np.abs(w) != last)) | ((hi > 0) & (
-                (lo != code_first(hme)[:, None]) | (hi != last)))
+            clash = unordered(w, hme, readers=(lo, hi), atomic=atomic)
             if np.any(clash):
                 k = int(np.flatnonzero(clash.any(axis=1))[0])
                 i = k if sub is None else int(sub[k])
                 j = int(np.flatnonzero(clash[k])[0])
                 w, lo, hi = w[k:k + 1], lo[k:k + 1], hi[k:k + 1]
-                wrote = stored[k, j] and abs(int(w[0, j])) != int(last[k, 0])
+                wrote = bool(unordered(w[:, j:j + 1], hme[k:k + 1], atomic=atomic)[0, 0])
                 other = abs(int(w[0, j])) - 1 if wrote else int(lo[0, j] + _BIG)
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1

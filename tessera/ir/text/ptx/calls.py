@@ -163,11 +163,7 @@ def inline(reader: _KernelReader, mods: list[str], ops: list[str],
     reader.param_undo.append([])
     for callee, address in zip(fn.params + fn.results, bound):
         bind(reader, callee, address)
-    reader.calls.append((name, done))
-    end = reader.body(reader.stmts, fn.body + 1)
-    if end < 0:
-        raise PtxSyntaxError(f"function {name} is not closed", loc=fn.loc)
-    reader.calls.pop()
+    _read_body(reader, fn, done)
     unbind(reader)
     reader.scope.scopes, reader.blocks_open = outer, outer_blocks
     reader.label(done, stmt.loc)
@@ -187,11 +183,18 @@ def read_alone(reader: _KernelReader, fn: DeviceFunction) -> None:
         for part in split_operands(text, header.loc) if text else []:
             declare_param(reader, Statement(part.strip(), "stmt", header.loc))
     done = f"$return@{fn.name}"
+    _read_body(reader, fn, done)
+    reader.label(done, header.loc)
+
+
+def _read_body(reader: _KernelReader, fn: DeviceFunction, done: str) -> None:
+    """Read the body of ``fn`` into the kernel being read; its ``ret`` jumps to label
+    ``done``."""
+    assert fn.body is not None
     reader.calls.append((fn.name, done))
     if reader.body(reader.stmts, fn.body + 1) < 0:
         raise PtxSyntaxError(f"function {fn.name} is not closed", loc=fn.loc)
     reader.calls.pop()
-    reader.label(done, header.loc)
 
 
 #: the library functions a module may declare without a body: (parameters, results)
