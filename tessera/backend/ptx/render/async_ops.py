@@ -150,8 +150,14 @@ def _mbar_inval(e: PtxWriter, instr: Instr) -> None:
 
 @rule(Fence)
 def _fence(e: PtxWriter, instr: Instr) -> None:
-    if instr.op.kind in ("acq_rel_cta", "acq_rel_gpu"):  # sm_70 on
-        e.out(f"fence.acq_rel.{instr.op.kind[-3:]};")
+    sem, _, scope = instr.op.kind.rpartition("_")
+    if sem == "membar":
+        e.out(f"membar.{scope};")
+        return
+    if sem in ("sc", "acq_rel"):  # sm_70 on, the cluster scope sm_90
+        if scope == "cluster":
+            e.sm90(instr)
+        e.out(f"fence.{sem}.{scope};")
         return
     e.sm90(instr)
     if instr.op.kind == "proxy_async":

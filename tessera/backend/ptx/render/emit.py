@@ -86,6 +86,17 @@ class PtxWriter:
                               f"{self.target}", hint=f'set attrs["target"] = "{want}"',
                               loc=instr.loc)
 
+    def ordered(self, instr: Instr, head: str) -> str:
+        """``head`` with the memory order of ``instr`` (``ld.volatile``,
+        ``atom.acquire.gpu``), checked against the target and version it needs."""
+        order = getattr(instr.op, "order", "")
+        if not order:
+            return head
+        if order.endswith("cluster"):
+            self.sm90(instr)
+        self.require((8, 2) if order.startswith("mmio") else (6, 0))
+        return f"{head}.{order}"
+
     def block(self, block: Block) -> None:
         """Render every instruction of ``block`` except its terminator."""
         term = block.terminator

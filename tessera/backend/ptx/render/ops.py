@@ -225,21 +225,22 @@ def _vec_suffix(vec: int) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _access(op: Load | Store) -> str:
-    """``ld.space.type`` or ``st.space.type`` (with ``.vN``)."""
-    head = "ld" if isinstance(op, Load) else "st"
-    return f"{head}.{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)}"
+    """``.space.type`` of ``ld``/``st`` (with ``.vN``)."""
+    return f".{op.space}{_vec_suffix(op.vec)}.{mem_type(op.type)}"
 
 
 @rule(Load)
 def _load(e: PtxWriter, instr: Instr) -> None:
     dst = operand(e.regs.of(instr.results[0]))
-    e.out(f"{_access(instr.op)} {dst}, {address(e, instr, instr.op.offset)};")
+    e.out(f"{e.ordered(instr, 'ld')}{_access(instr.op)} {dst}, "
+          f"{address(e, instr, instr.op.offset)};")
 
 
 @rule(Store)
 def _store(e: PtxWriter, instr: Instr) -> None:
     src = operand(e.regs.of(instr.operands[1]))
-    e.out(f"{_access(instr.op)} {address(e, instr, instr.op.offset)}, {src};")
+    e.out(f"{e.ordered(instr, 'st')}{_access(instr.op)} "
+          f"{address(e, instr, instr.op.offset)}, {src};")
 
 
 @rule(GuardedLoad)
@@ -270,7 +271,7 @@ def _reduce(e: PtxWriter, instr: Instr) -> None:
     typ = f"b{RegType(op.type).bits}" if op.op in ("and", "or", "xor") else arith_type(op.type)
     if op.type in HALF_ATOMICS:
         typ = f"noftz.{typ}"
-    e.out(f"red.{op.space}.{op.op}.{typ} {address(e, instr)}, "
+    e.out(f"{e.ordered(instr, 'red')}.{op.space}.{op.op}.{typ} {address(e, instr)}, "
           f"{e.regs.one(instr.operands[1])};")
 
 

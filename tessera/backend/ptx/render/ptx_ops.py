@@ -106,22 +106,22 @@ def _cvta(e: PtxWriter, instr: Instr) -> None:
 @rule(GenericLoad)
 def _ld(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
-    e.out(f"ld{_vec(op.vec)}.{mem_type(op.type)} {operand(e.regs.of(instr.result))}, "
-          f"{address(e, instr, op.offset)};")
+    e.out(f"{e.ordered(instr, 'ld')}{_vec(op.vec)}.{mem_type(op.type)} "
+          f"{operand(e.regs.of(instr.result))}, {address(e, instr, op.offset)};")
 
 
 @rule(GenericStore)
 def _st(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
-    e.out(f"st{_vec(op.vec)}.{mem_type(op.type)} {address(e, instr, op.offset)}, "
-          f"{operand(e.regs.of(instr.operands[1]))};")
+    e.out(f"{e.ordered(instr, 'st')}{_vec(op.vec)}.{mem_type(op.type)} "
+          f"{address(e, instr, op.offset)}, {operand(e.regs.of(instr.operands[1]))};")
 
 
 @rule(ByteLoad)
 def _ld_byte(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     space = f".{op.space}" if op.space else ""
-    e.out(f"ld{space}{_vec(op.vec)}.{'s8' if op.signed else 'u8'} "
+    e.out(f"{e.ordered(instr, 'ld')}{space}{_vec(op.vec)}.{'s8' if op.signed else 'u8'} "
           f"{operand(e.regs.of(instr.result))}, {address(e, instr, op.offset)};")
 
 
@@ -129,7 +129,7 @@ def _ld_byte(e: PtxWriter, instr: Instr) -> None:
 def _st_byte(e: PtxWriter, instr: Instr) -> None:
     op = instr.op
     space = f".{op.space}" if op.space else ""
-    e.out(f"st{space}{_vec(op.vec)}.u8 {address(e, instr, op.offset)}, "
+    e.out(f"{e.ordered(instr, 'st')}{space}{_vec(op.vec)}.u8 {address(e, instr, op.offset)}, "
           f"{operand(e.regs.of(instr.operands[1]))};")
 
 
@@ -142,11 +142,13 @@ def _atom(e: PtxWriter, instr: Instr) -> None:
     if op.vec > 1:  # sm_90's vector atomics: each element updated on its own
         e.sm90(instr)
         e.require((8, 1))
-        e.out(f"atom{space}.{op.op}.v{op.vec}.{typ} {e.regs.vec(instr.result)}, "
+        e.out(f"{e.ordered(instr, 'atom')}{space}.{op.op}.v{op.vec}.{typ} "
+              f"{e.regs.vec(instr.result)}, "
               f"{address(e, instr)}, {e.regs.vec(instr.operands[1])};")
         return
     rest = ", ".join(_regs(e, instr)[1:])
-    e.out(f"atom{space}.{op.op}.{typ} {e.regs.one(instr.result)}, {address(e, instr)}, {rest};")
+    e.out(f"{e.ordered(instr, 'atom')}{space}.{op.op}.{typ} {e.regs.one(instr.result)}, "
+          f"{address(e, instr)}, {rest};")
 
 
 @rule(Shf)

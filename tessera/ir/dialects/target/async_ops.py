@@ -319,15 +319,24 @@ class BulkWait(_Effect):
     read: bool = True
 
 
+#: the kinds of :class:`Fence`
+FENCES = ("proxy_async", "mbarrier_init", "membar_cta", "membar_gl", "membar_sys",
+          *(f"{sem}_{scope}" for sem in ("sc", "acq_rel") for scope in ("cta", "cluster", "gpu",
+                                                                       "sys")))
+
+
 @register_op
 @dataclass(frozen=True)
 class Fence(_Effect):
     """``fence.proxy.async.shared::cta`` (``kind='proxy_async'``: generic-proxy shared
     writes become visible to the async proxy, sec. 9.7.13.4),
-    ``fence.mbarrier_init.release.cluster`` (``kind='mbarrier_init'``) or
-    ``fence.acq_rel.cta`` / ``.gpu`` (``kind='acq_rel_cta'`` / ``'acq_rel_gpu'``, sm_70
-    on, sec. 9.7.13.4: a release and acquire of ordinary memory among the CTA's threads /
-    the kernel's CTAs). The lowering also uses the CTA fence where ptxas must not move a
+    ``fence.mbarrier_init.release.cluster`` (``kind='mbarrier_init'``), or a memory
+    fence (sec. 9.7.13.4): ``fence.acq_rel.<scope>`` and ``fence.sc.<scope>``
+    (``kind='acq_rel_cta'``, ``'sc_gpu'`` ...; sm_70 on, ``.cluster`` sm_90) and
+    ``membar.cta|gl|sys`` (``'membar_gl'`` ...: ``fence.sc`` of the CTA, the GPU, the
+    system). A memory fence makes a thread's later strong write a release and its
+    earlier strong read an acquire of ordinary memory among the threads of its scope.
+    The lowering also uses the CTA fence where ptxas must not move a
     ``wgmma.wait_group`` above the instructions before it, which it does not do across a
     fence."""
 
@@ -336,11 +345,11 @@ class Fence(_Effect):
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
         check_count(self, operands, 0)
-        if self.kind not in ("proxy_async", "mbarrier_init", "acq_rel_cta", "acq_rel_gpu"):
+        if self.kind not in FENCES:
             raise IRVerifyError(f"unknown fence {self.kind!r}")
 
 
-__all__ = ["INT_MMA", "MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncArrive",
+__all__ = ["FENCES", "INT_MMA", "MMA_K", "BulkCommit", "BulkWait", "CpAsync", "CpAsyncArrive",
            "CpAsyncCommit",
            "CpAsyncWait", "Fence", "Ldmatrix", "MbarrierArrive", "MbarrierInit", "MbarrierInval",
            "MbarrierWait", "MmaSync", "TmaLoad", "TmaStore", "Wgmma", "WgmmaCommit",

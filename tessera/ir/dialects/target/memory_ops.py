@@ -5,7 +5,13 @@ memory, ``mapa`` and ``getctarank`` (sec. 9.7.9.21 and 9.7.9.22); :mod:`.ops`
 re-exports the first four with the register instructions.
 
 ``space`` ``shared::cluster`` names a ``.shared::cluster`` access, which may reach the
-shared memory of another CTA of the thread's cluster (:mod:`tessera.arch.cluster`)."""
+shared memory of another CTA of the thread's cluster (:mod:`tessera.arch.cluster`).
+
+``order`` is an access's memory order (PTX ISA sec. 8, "Memory Consistency Model"), as
+written: ``""`` for a weak ``ld``/``st`` (and an ``atom``/``red`` of the default
+``.relaxed.gpu``); ``"volatile"``; ``"mmio.relaxed.sys"``; or ``<semantics>.<scope>``
+(``relaxed.gpu``, ``acquire.cta``, ``release.cluster``; ``atom`` and ``red`` may also
+name either part alone). Every order but ``""`` makes a ``ld``/``st`` *strong*."""
 
 from __future__ import annotations
 
@@ -17,6 +23,35 @@ from tessera.arch.texture import SURFACE_MODES
 from tessera.errors import IRVerifyError
 from tessera.ir.core import Op, Type, check_count, register_op
 from tessera.ir.dialects.target import U32, RegType, atomic_type_problem, reg_of
+
+#: the memory semantics each instruction takes, and the scopes of all of them
+ORDER_SEMANTICS = {"ld": ("relaxed", "acquire"), "st": ("relaxed", "release"),
+                   "atom": ("relaxed", "acquire", "release", "acq_rel"),
+                   "red": ("relaxed", "release")}
+MEMORY_SCOPES = ("cta", "cluster", "gpu", "sys")
+
+
+def check_order(op: Op, head: str, order: str) -> None:
+    """Raise unless ``order`` is a memory order of ``head`` (ld, st, atom or red)."""
+    parts = order.split(".") if order else []
+    if head in ("ld", "st"):
+        ok = order in ("", "volatile", "mmio.relaxed.sys") or (
+            len(parts) == 2 and parts[0] in ORDER_SEMANTICS[head] and parts[1] in MEMORY_SCOPES)
+    else:  # atom and red: semantics and scope each optional
+        sems = parts[:1] if parts[:1] and parts[0] in ORDER_SEMANTICS[head] else []
+        ok = all(x in MEMORY_SCOPES for x in parts[len(sems):]) and len(parts) - len(sems) < 2
+    if not ok:
+        raise IRVerifyError(f"{op.name} has no memory order {order!r}")
+
+
+def releases(order: str) -> bool:
+    """Whether an access of ``order`` is a release (``.release``, ``.acq_rel``)."""
+    return order.startswith(("release", "acq_rel"))
+
+
+def acquires(order: str) -> bool:
+    """Whether an access of ``order`` is an acquire (``.acquire``, ``.acq_rel``)."""
+    return order.startswith(("acquire", "acq_rel"))
 
 
 @dataclass(frozen=True)
@@ -33,8 +68,9 @@ class Effect(Op):
 @register_op
 @dataclass(frozen=True)
 class Load(Op):
-    """``ld.<space>{.vN}.<type> d, [addr + offset]`` (``space`` global, shared or param;
-    ``vec`` 1, 2 or 4 registers); global addresses are ``u64``, shared ``u32``."""
+    """``ld{.<order>}.<space>{.vN}.<type> d, [addr + offset]`` (``space`` global, shared
+    or param; ``vec`` 1, 2 or 4 registers); global addresses are ``u64``, shared
+    ``u32``."""
 
     name: ClassVar[str] = "ptx.ld"
     pure: ClassVar[bool] = False  # memory may change between two identical loads
@@ -42,9 +78,11 @@ class Load(Op):
     type: str
     vec: int = 1
     offset: int = 0
+    order: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
+        check_order(self, "ld", self.order)
         reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
         return (RegType(self.type, self.vec),)
 
@@ -52,16 +90,18 @@ class Load(Op):
 @register_op
 @dataclass(frozen=True)
 class Store(Effect):
-    """``st.<space>{.vN}.<type> [addr + offset], a``."""
+    """``st{.<order>}.<space>{.vN}.<type> [addr + offset], a``."""
 
     name: ClassVar[str] = "ptx.st"
     space: str
     type: str
     vec: int = 1
     offset: int = 0
+    order: str = ""
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
         check_count(self, operands, 2)
+        check_order(self, "st", self.order)
         reg_of(self, operands[0], "u64" if self.space == "global" else "u32")
         if operands[1] != RegType(self.type, self.vec):
             raise IRVerifyError(f"ptx.st stores reg<{self.vec}x{self.type}>, got {operands[1]}")
@@ -70,14 +110,16 @@ class Store(Effect):
 @register_op
 @dataclass(frozen=True)
 class Reduce(Effect):
-    """``red.<space>.<op>.<type> [addr], a``: an atomic read-modify-write."""
+    """``red{.<order>}.<space>.<op>.<type> [addr], a``: an atomic read-modify-write."""
 
     name: ClassVar[str] = "ptx.red"
     space: str
     op: str
     type: str
+    order: str = ""
 
     def verify(self, operands: Sequence[Type], results: Sequence[Type]) -> None:
+        check_order(self, "red", self.order)
         if problem := atomic_type_problem("red", self.op, self.type):
             raise IRVerifyError(problem)
         check_count(self, operands, 2)
@@ -233,5 +275,6 @@ class GetCtaRank(Op):
         return (U32,)
 
 
-__all__ = ["SURFACE_REG", "TEX_DIMS", "Effect", "GetCtaRank", "Load", "Mapa", "Reduce",
-           "SharedAlloc", "Store", "SurfaceLoad", "SurfaceStore", "TexFetch"]
+__all__ = ["MEMORY_SCOPES", "ORDER_SEMANTICS", "SURFACE_REG", "TEX_DIMS", "Effect", "GetCtaRank",
+           "Load", "Mapa", "Reduce", "SharedAlloc", "Store", "SurfaceLoad", "SurfaceStore",
+           "TexFetch", "acquires", "check_order", "releases"]

@@ -25,7 +25,8 @@ from tessera.ir.dialects.target import (
     reg_of,
     vector_atomic_problem,
 )
-from tessera.ir.dialects.target.warp_ops import Vote
+from tessera.ir.dialects.target.memory_ops import check_order
+from tessera.ir.dialects.target.warp_ops import ShflSync, Vote, WarpSync
 
 #: generic-address windows: shared memory, each thread's local memory, the parameters
 SHARED_WINDOW = 0x0800_0000
@@ -72,17 +73,19 @@ class Cvta(Op):
 @register_op
 @dataclass(frozen=True)
 class GenericLoad(Op):
-    """``ld{.vN}.<type> d, [a + offset]`` without a state space (sec. 9.7.9.8): the
-    generic address selects global or shared memory."""
+    """``ld{.<order>}{.vN}.<type> d, [a + offset]`` without a state space (sec.
+    9.7.9.8): the generic address selects global or shared memory."""
 
     name: ClassVar[str] = "ptx.ld_generic"
     pure: ClassVar[bool] = False
     type: str
     vec: int = 1
     offset: int = 0
+    order: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
+        check_order(self, "ld", self.order)
         reg_of(self, operands[0], "u64")
         return (RegType(self.type, self.vec),)
 
@@ -90,16 +93,18 @@ class GenericLoad(Op):
 @register_op
 @dataclass(frozen=True)
 class GenericStore(Op):
-    """``st{.vN}.<type> [a + offset], v`` without a state space."""
+    """``st{.<order>}{.vN}.<type> [a + offset], v`` without a state space."""
 
     name: ClassVar[str] = "ptx.st_generic"
     pure: ClassVar[bool] = False
     type: str
     vec: int = 1
     offset: int = 0
+    order: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 2)
+        check_order(self, "st", self.order)
         reg_of(self, operands[0], "u64")
         if operands[1] != RegType(self.type, self.vec):
             raise IRVerifyError(f"ptx.st_generic stores reg<{self.vec}x{self.type}>, got "
@@ -121,9 +126,11 @@ class ByteLoad(Op):
     signed: bool = False
     offset: int = 0
     vec: int = 1
+    order: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 1)
+        check_order(self, "ld", self.order)
         reg_of(self, operands[0], "u32" if self.space in ("shared", "shared::cluster", "local")
                else "u64")
         _byte_vector(self, self.vec)
@@ -143,9 +150,11 @@ class ByteStore(Op):
     space: str
     offset: int = 0
     vec: int = 1
+    order: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
         check_count(self, operands, 2)
+        check_order(self, "st", self.order)
         reg_of(self, operands[0], "u32" if self.space in ("shared", "shared::cluster", "local")
                else "u64")
         _byte_vector(self, self.vec)
@@ -163,7 +172,7 @@ def _byte_vector(op: Op, vec: int) -> None:
 @register_op
 @dataclass(frozen=True)
 class Atom(Op):
-    """``atom.<space>.<op>{.v<vec>}.<type> d, [a], b{, c}`` (sec. 9.7.13.5): a
+    """``atom{.<order>}.<space>.<op>{.v<vec>}.<type> d, [a], b{, c}`` (sec. 9.7.13.5): a
     read-modify-write returning the old value; ``cas`` compares with ``b`` and stores
     ``c``. Updates apply one at a time in linear thread order. ``space`` is global,
     shared or generic (empty). A vector (sm_90) updates each of its ``vec`` consecutive
@@ -175,8 +184,10 @@ class Atom(Op):
     op: str
     type: str
     vec: int = 1
+    order: str = ""
 
     def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_order(self, "atom", self.order)
         if problem := (atomic_type_problem("atom", self.op, self.type) or (
                 self.vec > 1 and vector_atomic_problem("atom", self.op, self.type, self.vec,
                                                        self.space))):
@@ -292,42 +303,6 @@ class BitCount(Op):
         check_count(self, operands, 1)
         t = reg_of(self, operands[0], self.type)
         return (t if self.kind == "brev" else U32,)
-
-
-@register_op
-@dataclass(frozen=True)
-class ShflSync(Op):
-    """``shfl.sync.<mode>.b32 d|p, a, b, c, membermask`` (sec. 9.7.8.6) with every
-    operand a register or immediate: the value of lane ``j`` (from ``b`` and the clamp
-    and segment mask ``c``) and whether ``j`` lay inside the clamp range."""
-
-    name: ClassVar[str] = "ptx.shfl_sync"
-    pure: ClassVar[bool] = False
-    mode: str
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 4)
-        reg_of(self, operands[0], "b32")
-        for t in operands[1:]:
-            reg_of(self, t, "u32")
-        if self.mode not in ("up", "down", "bfly", "idx"):
-            raise IRVerifyError(f"unknown shuffle mode {self.mode!r}")
-        return (RegType("b32"), PRED)
-
-
-@register_op
-@dataclass(frozen=True)
-class WarpSync(Op):
-    """``bar.warp.sync membermask`` (sec. 9.7.13.1): the member lanes of a warp wait for
-    each other; their memory accesses before it are ordered before those after it."""
-
-    name: ClassVar[str] = "ptx.warp_sync"
-    pure: ClassVar[bool] = False
-    mask: int = 0xFFFFFFFF
-
-    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
-        check_count(self, operands, 0)
-        return ()
 
 
 @register_op

@@ -1,7 +1,8 @@
 """Target IR instructions of warp-specialised kernels (sm_90a): ``setmaxnreg`` and
 ``elect.sync`` (PTX ISA 8.x, sec. 9.7.19.6 and 9.7.13.13; both need PTX 8.0, sm_90a for
 ``setmaxnreg``); and the warp collectives ``vote.sync``, ``match.sync`` and
-``redux.sync``, the warp reduction of integers (sec. 9.7.12.4, 9.7.13.10, 9.7.13.11).
+``redux.sync``, the warp reduction of integers (sec. 9.7.12.4, 9.7.13.10, 9.7.13.11);
+``shfl.sync`` and ``bar.warp.sync`` (sec. 9.7.8.6, 9.7.13.1).
 
 A warp-specialised kernel splits its CTA into warpgroups with different jobs: a
 producer warpgroup, of which one elected thread issues the TMA loads, gives registers
@@ -124,4 +125,41 @@ class Redux(Op):
         return (RegType(self.type),)
 
 
-__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Match", "Redux", "SetMaxNReg", "Vote"]
+@register_op
+@dataclass(frozen=True)
+class ShflSync(Op):
+    """``shfl.sync.<mode>.b32 d|p, a, b, c, membermask`` (sec. 9.7.8.6) with every
+    operand a register or immediate: the value of lane ``j`` (from ``b`` and the clamp
+    and segment mask ``c``) and whether ``j`` lay inside the clamp range."""
+
+    name: ClassVar[str] = "ptx.shfl_sync"
+    pure: ClassVar[bool] = False
+    mode: str
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 4)
+        reg_of(self, operands[0], "b32")
+        for t in operands[1:]:
+            reg_of(self, t, "u32")
+        if self.mode not in ("up", "down", "bfly", "idx"):
+            raise IRVerifyError(f"unknown shuffle mode {self.mode!r}")
+        return (RegType("b32"), PRED)
+
+
+@register_op
+@dataclass(frozen=True)
+class WarpSync(Op):
+    """``bar.warp.sync membermask`` (sec. 9.7.13.1): the member lanes of a warp wait for
+    each other; their memory accesses before it are ordered before those after it."""
+
+    name: ClassVar[str] = "ptx.warp_sync"
+    pure: ClassVar[bool] = False
+    mask: int = 0xFFFFFFFF
+
+    def infer(self, operands: Sequence[Type]) -> tuple[Type, ...]:
+        check_count(self, operands, 0)
+        return ()
+
+
+__all__ = ["MAXNREG_RANGE", "REDUX_TYPES", "Match", "Redux", "SetMaxNReg", "ShflSync", "Vote",
+           "WarpSync"]

@@ -24,6 +24,7 @@ import re
 
 from tessera.arch.limits import arch_number
 from tessera.ir.dialects.target import FP8X2, cvt_needs
+from tessera.ir.dialects.target.memory_ops import ORDER_SEMANTICS
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_versions import Version, version_problem
 
@@ -326,10 +327,13 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
             return f"{head} takes no .{f} qualifier"
     sem = [f for f in flags if f in ("relaxed", "acquire", "release")]
     scope = SCOPES & set(flags)
+    if problem := _order_problem(head, flags, sem, space):
+        return problem
     if sem and not scope:
         return f"{head}.{sem[0]} needs a scope (.cta, .cluster, .gpu or .sys)"
     if scope and not sem:
-        return f"{head}.{scope.pop()} scopes a memory order: add .relaxed, .acquire or .release"
+        sems = " or ".join(f".{x}" for x in ORDER_SEMANTICS[head])
+        return f"{head}.{scope.pop()} scopes a memory order: add {sems}"
     if sem and space in ("param", "const", "local"):
         return f"{head}.{sem[0]} orders no .{space} access"
     if "volatile" in flags and space in ("param", "const"):
@@ -341,6 +345,31 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
         return f"{head}.{l1[0]} applies to .global (and generic) accesses, not .{space}"
     vec = next((int(f[1:]) for f in flags if f in ("v2", "v4", "v8")), 1)
     return _type_problem(head, vec, t)
+
+
+#: the cache operators, which only weak accesses take
+_CACHE_OPERATORS = ("ca", "cg", "cs", "lu", "cv", "nc", "wb", "wt")
+
+
+def _order_problem(head: str, flags: list[str], sem: list[str], space: str) -> str | None:
+    """Why the memory order of ``<head>.<flags>`` is none (ptxas 13.5's rules), or None:
+    one of ``.weak``, ``.volatile`` and a semantics with one scope; cache operators on
+    weak accesses only; ``.mmio`` on ``.relaxed.sys`` accesses of global memory."""
+    orders = [f for f in flags if f in ("weak", "volatile", "relaxed", "acquire", "release")]
+    if len(orders) > 1:
+        return f"{head} takes one memory order, not {' and '.join('.' + x for x in orders)}"
+    scopes = [f for f in flags if f in SCOPES]
+    if len(scopes) > 1:
+        return f"{head} takes one scope, not {' and '.join('.' + x for x in scopes)}"
+    if "volatile" in flags and scopes:
+        return f"{head}.volatile takes no scope: {head}.relaxed.{scopes[0]} is the scoped form"
+    cache = [f for f in flags if f in _CACHE_OPERATORS]
+    if cache and orders and orders[0] != "weak":
+        return f"{head}.{orders[0]} takes no cache operator: .{cache[0]} is for weak accesses"
+    if "mmio" in flags and (sem != ["relaxed"] or scopes != ["sys"] or
+                            space not in ("", "global")):
+        return f"{head}.mmio is {head}.mmio.relaxed.sys of global (or generic) memory"
+    return None
 
 
 def _type_problem(head: str, vec: int, t: str) -> str | None:

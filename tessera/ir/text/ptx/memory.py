@@ -1,12 +1,15 @@
 """PTX memory instructions as Target IR (PTX ISA sec. 9.7.9, 9.7.13-9.7.14): ``ld``/``st``
 in every state space the interpreter models (global, shared, local, param, generic;
-vector forms), ``atom``/``red``, ``cp.async`` and its groups, ``ldmatrix``, ``mma.sync``
-and fences; warp and CTA synchronisation is in :mod:`tessera.ir.text.ptx.warp`.
+vector forms), ``atom``/``red``, ``cp.async`` and its groups, ``ldmatrix`` and
+``mma.sync``; warp and CTA synchronisation and fences are in
+:mod:`tessera.ir.text.ptx.warp`.
 
-Cache, eviction and memory-order qualifiers (``.nc``, ``.ca``, ``.L2::128B``,
-``.relaxed.gpu``, ``.volatile`` ...) do not change a value in the interpreter, which
-runs threads in a sequentially consistent order; they are accepted from a fixed list.
-Memory fences (``membar``, ``fence.sc``/``acq_rel``) are no-ops for the same reason.
+Cache and eviction qualifiers (``.nc``, ``.ca``, ``.L2::128B`` ...) do not change a
+value in the interpreter, which runs threads in a sequentially consistent order; they
+are accepted from a fixed list. Memory orders (``.volatile``, ``.relaxed.gpu``,
+``.acquire.cta`` ...) are kept on the Target IR access: the race check orders the
+accesses of two threads that synchronise through them and through fences
+(:mod:`tessera.interp.target.ordering`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ _QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "rela
                "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_last",
                "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
                "L2::evict_first"}
+_QUALIFIERS.add("mmio")
 _SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster"}
+#: the words of a memory order, in the order Target IR writes them
+_ORDER_WORDS = ("mmio", "volatile", "relaxed", "acquire", "release", "acq_rel", "cta",
+                "cluster", "gpu", "sys")
 #: the qualifiers atom and red take besides a state space and .L2::cache_hint
 _ATOMIC_ORDERS = {"relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "cluster"}
 
@@ -53,6 +60,19 @@ def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
         elif f not in _QUALIFIERS:
             raise b.unsupported(f"the .{f} qualifier")
     return space, vec, ptx_type(b, mods[-1:])
+
+
+def _order(b: InstrBuilder, mods: list[str]) -> str:
+    """The memory order of an ld/st/atom/red opcode as Target IR writes it (``""``:
+    weak, or atom's and red's default), with the target and version it needs."""
+    words = sorted((f for f in mods[:-1] if f in _ORDER_WORDS), key=_ORDER_WORDS.index)
+    if "cluster" in words:
+        b.require("the .cluster scope", 90, (7, 8))
+    if "mmio" in words:
+        b.require(".mmio", 70, (8, 2))
+    elif words and words[0] != "volatile":
+        b.require(f".{words[0]}", 70, (6, 0))
+    return ".".join(words)
 
 
 def _param_space(b: InstrBuilder, space: str, at: str) -> str:
@@ -119,12 +139,21 @@ def _byte_access(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     at = ops[1] if b.head == "ld" else ops[0]
     addr, offset = (_local(b, at) if space == "local" else _param(b, at)
                     if space == "param" else b.read_address(at, elem))
+    order = _local_order(b, mods, space)
     space = "" if space in ("local", "param") else space
     if b.head == "ld":
-        (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset, vec), [addr])
+        (d,) = b.emit(ptx_ops.ByteLoad(space, mods[-1] == "s8", offset, vec, order), [addr])
         b.write(ops[0], d)
     else:
-        b.emit(ptx_ops.ByteStore(space, offset, vec), [addr, b.read(ops[1], "b32")])
+        b.emit(ptx_ops.ByteStore(space, offset, vec, order), [addr, b.read(ops[1], "b32")])
+
+
+def _local_order(b: InstrBuilder, mods: list[str], space: str) -> str:
+    """:func:`_order`, which for ``.volatile`` ``.local`` accesses needs PTX 9.1."""
+    order = _order(b, mods)
+    if order == "volatile" and space == "local":
+        b.require(f"{b.head}.volatile of .local memory", 0, (9, 1))
+    return order
 
 
 def _hinted(mods: list[str], ops: list[str]) -> list[str]:
@@ -148,6 +177,7 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     space, vec, t = _split_mods(b, mods)
     count(b, ops, 2)
     space = _param_space(b, _memory_op(b, space), ops[1])
+    order = _local_order(b, mods, space)
     if space != "param" and b.address(ops[1])[0] in b.scope.params:
         raise b.syntax(f"kernel parameter {b.address(ops[1])[0]} is read with ld.param")
     if space == "param" and b.address(ops[1])[0] in b.scope.params:
@@ -158,10 +188,10 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset), [addr])
     elif space in ("", "local"):
         addr, offset = (_local(b, ops[1]) if space else b.read_address(ops[1], "u64"))
-        (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset), [addr])
+        (d,) = b.emit(ptx_ops.GenericLoad(t, vec, offset, order), [addr])
     else:
         addr, offset = b.read_address(ops[1], "u64" if space == "global" else "u32")
-        (d,) = b.emit(target_ops.Load(space, t, vec, offset), [addr])
+        (d,) = b.emit(target_ops.Load(space, t, vec, offset, order), [addr])
     b.write(ops[0], d)
 
 
@@ -181,12 +211,13 @@ def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     value = b.read(ops[1], t) if vec == 1 or ops[1].strip().startswith("{") else None
     if value is None:
         raise b.syntax(f"a .v{vec} store needs {{...}} registers")
+    order = _local_order(b, mods, space)
     if space in ("", "local"):
         addr, offset = (_local(b, ops[0]) if space else b.read_address(ops[0], "u64"))
-        b.emit(ptx_ops.GenericStore(t, vec, offset), [addr, value])
+        b.emit(ptx_ops.GenericStore(t, vec, offset, order), [addr, value])
     else:
         addr, offset = b.read_address(ops[0], "u64" if space == "global" else "u32")
-        b.emit(target_ops.Store(space, t, vec, offset), [addr, value])
+        b.emit(target_ops.Store(space, t, vec, offset, order), [addr, value])
 
 
 def plain_address(b: InstrBuilder, token: str, elem: str) -> Value:
@@ -222,25 +253,26 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if b.head == "red" and {"acquire", "acq_rel"} & set(mods):
         raise b.syntax("red returns nothing to acquire: its memory order is .relaxed or "
                        ".release")
+    order = _order(b, mods)
     if vec != 1:
-        _vector_atomic(b, op, t, vec, space, ops)
+        _vector_atomic(b, op, t, vec, space, ops, order)
         return
     if b.head == "red":
         count(b, ops, 2)
         if space == "":
             raise b.unsupported(f"red.{op} in the generic space")
         addr = plain_address(b, ops[0], "u64" if space == "global" else "u32")
-        b.emit(target_ops.Reduce(space, op, t), [addr, b.read(ops[1], t)])
+        b.emit(target_ops.Reduce(space, op, t, order), [addr, b.read(ops[1], t)])
         return
     count(b, ops, 4 if op == "cas" else 3)
     addr = plain_address(b, ops[1], "u32" if space.startswith("shared") else "u64")
     args = [addr] + [b.read(o, t) for o in ops[2:]]
-    (d,) = b.emit(ptx_ops.Atom(space, op, t), args)
+    (d,) = b.emit(ptx_ops.Atom(space, op, t, order=order), args)
     b.write(ops[0], d)
 
 
 def _vector_atomic(b: InstrBuilder, op: str, t: str, vec: int, space: str,
-                   ops: list[str]) -> None:
+                   ops: list[str], order: str) -> None:
     """``atom``/``red`` ``.v2``/``.v4``/``.v8`` (sm_90, PTX 8.1): each element an atomic
     update of its own; a ``red`` is the ``atom`` whose old values nobody reads."""
     if problem := vector_atomic_problem(b.head, op, t, vec, space):
@@ -251,7 +283,7 @@ def _vector_atomic(b: InstrBuilder, op: str, t: str, vec: int, space: str,
     red = b.head == "red"
     count(b, ops, 2 if red else 3)
     addr = plain_address(b, ops[0 if red else 1], "u64")
-    (d,) = b.emit(ptx_ops.Atom(space, op, t, vec), [addr, b.read(ops[-1], t)])
+    (d,) = b.emit(ptx_ops.Atom(space, op, t, vec, order), [addr, b.read(ops[-1], t)])
     if not red:
         b.write(ops[0], d)
 
@@ -350,27 +382,6 @@ def _mma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"mma.sync.{shape} with {na} A and {nb} B registers")
     (d,) = b.emit(target_async.MmaSync(shape, atype, btype, ctype, sat), [a, bb, c])
     b.write(ops[0], d)
-
-
-@handler("membar", "fence")
-def _fence(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    count(b, ops, 0)
-    if b.head == "fence" and mods[:1] in (["sc"], ["acq_rel"]) and len(mods) == 1:
-        raise b.syntax(f"fence.{mods[0]} needs a scope (.cta, .cluster, .gpu or .sys)")
-    if b.head == "fence" and mods[:2] == ["proxy", "async"]:
-        if mods[2:] not in ([], ["global"], ["shared::cta"], ["shared::cluster"]):
-            raise b.syntax("fence.proxy.async takes an optional .global, .shared::cta or "
-                           ".shared::cluster")
-        b.emit(target_async.Fence("proxy_async"))
-    elif b.head == "fence" and mods == ["mbarrier_init", "release", "cluster"]:
-        b.emit(target_async.Fence("mbarrier_init"))
-    elif b.head == "membar" and mods in (["cta"], ["gl"], ["sys"]):
-        return
-    elif b.head == "fence" and mods and mods[0] in ("sc", "acq_rel") and \
-            mods[1:] in (["cta"], ["gpu"], ["sys"], ["cluster"]):
-        return
-    else:
-        raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
 
 
 __all__: list[str] = []

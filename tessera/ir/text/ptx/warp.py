@@ -1,7 +1,7 @@
 """PTX warp-level instructions and CTA synchronisation as Target IR (PTX ISA sec.
 9.7.12-9.7.14): ``shfl.sync``, ``vote.sync``/``activemask``, ``redux.sync``,
 ``match.sync`` (member masks constant or in a register), ``bar.sync``/``barrier.sync``,
-``bar.arrive``, ``bar.warp.sync`` and ``bar.red``; and the warp-level matrix
+``bar.arrive``, ``bar.warp.sync``, ``bar.red`` and the memory fences; and the warp-level matrix
 instructions ``wmma`` (sec. 9.7.14.4; the ops and the fragment layout the interpreter
 chooses are in :mod:`tessera.ir.dialects.target.wmma`): ``m16n16k16`` with f16 or bf16
 A and B and f32 accumulators, in global, shared or generic memory.
@@ -10,6 +10,7 @@ A and B and f32 accumulators, in global, shared or generic memory.
 from __future__ import annotations
 
 from tessera.ir.core import Value
+from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target import ptx_ops, warp_ops
 from tessera.ir.dialects.target import wmma as wmma_ops
@@ -135,7 +136,28 @@ def _bar_red(b: InstrBuilder, body: list[str], ops: list[str]) -> None:
     b.write(ops[0], d)
 
 
-__all__: list[str] = []
+@handler("membar", "fence")
+def _fence(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
+    count(b, ops, 0)
+    if b.head == "fence" and mods[:1] in (["sc"], ["acq_rel"]) and len(mods) == 1:
+        raise b.syntax(f"fence.{mods[0]} needs a scope (.cta, .cluster, .gpu or .sys)")
+    if b.head == "fence" and mods[:2] == ["proxy", "async"]:
+        if mods[2:] not in ([], ["global"], ["shared::cta"], ["shared::cluster"]):
+            raise b.syntax("fence.proxy.async takes an optional .global, .shared::cta or "
+                           ".shared::cluster")
+        b.emit(target_async.Fence("proxy_async"))
+    elif b.head == "fence" and mods == ["mbarrier_init", "release", "cluster"]:
+        b.emit(target_async.Fence("mbarrier_init"))
+    elif b.head == "membar" and mods in (["cta"], ["gl"], ["sys"]):
+        b.emit(target_async.Fence(f"membar_{mods[0]}"))
+    elif b.head == "fence" and mods and mods[0] in ("sc", "acq_rel") and \
+            mods[1:] in (["cta"], ["gpu"], ["sys"], ["cluster"]):
+        if mods[1] == "cluster":
+            b.require("the .cluster scope", 90, (7, 8))
+        b.require(f"fence.{mods[0]}", 70, (6, 0))
+        b.emit(target_async.Fence(f"{mods[0]}_{mods[1]}"))
+    else:
+        raise b.unsupported(f"{b.head}.{'.'.join(mods)}")
 
 
 # --- wmma ------------------------------------------------------------------------------

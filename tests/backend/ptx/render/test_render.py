@@ -347,6 +347,12 @@ def everything_sm80() -> Function:
     do(b, MbarrierArrive(), bar)
     do(b, Fence("acq_rel_cta"))
     do(b, MbarrierWait(), bar, c(b, 0, "u32"))
+    do(b, Fence("sc_gpu"))
+    do(b, Fence("membar_cta"))
+    flag = one(b, Load("shared", "u32", order="acquire.cta"), bar)
+    do(b, Store("global", "u32", offset=24, order="release.gpu"), x, flag)
+    do(b, Store("global", "u32", offset=28, order="volatile"), x, flag)
+    do(b, Reduce("global", "add", "u32", order="relaxed.sys"), x, flag)
     lo2 = one(b, Load("shared", "f32", 2), bar)
     a0, a1 = b.create(Unpack("f32", 2), [lo2])
     r = b.create(For(), [c(b, 0, "s32"), s, c(b, 1, "s32"), a0, a1],
@@ -361,6 +367,10 @@ def test_everything_sm80_assembles(tmp_path: Path) -> None:
     # PTX ISA sec. 9.7.13.15.16: mbarrier.test_wait.parity needs PTX 7.1 (try_wait: sm_90)
     assert text.startswith(".version 7.1\n.target sm_80\n")
     assert "\tfence.acq_rel.cta;\n" in text  # PTX ISA sec. 9.7.13.4: sm_70 on
+    for line in ("fence.sc.gpu;", "membar.cta;", "ld.acquire.cta.shared.u32 ",
+                 "st.release.gpu.global.u32 ", "st.volatile.global.u32 ",
+                 "red.relaxed.sys.global.add.u32 "):  # sec. 9.7.9.8, 9.7.9.10, 9.7.13.6
+        assert f"\t{line}" in text
     ptxas(text, "sm_80", tmp_path)
 
 
