@@ -183,12 +183,13 @@ def test_atomics_of_two_ctas_race_with_a_plain_read_not_with_each_other() -> Non
         with pytest.raises(TargetFault) as err:
             _remote_count(barrier)
         assert err.value.what == "shared memory race"
-        assert "read of shared address 1024 of CTA rank 0 updated by an atomic of thread 0 " \
-            "of the cluster's CTA rank 1 without a cluster barrier" in str(err.value)
+        assert "read of shared address 1024 of CTA rank 0 updated by an atomic or strong " \
+            "store of thread 0 of the cluster's CTA rank 1 without a cluster barrier" \
+            in str(err.value)
 
 
 def test_a_store_over_another_ctas_atomic() -> None:
     with pytest.raises(TargetFault) as err:
         _remote_count([], read="st.shared.u32 [buf], 3;")
-    assert "write of shared address 1024 of CTA rank 0 also accessed by an atomic of " \
-        "thread 0 of the cluster's CTA rank 1" in str(err.value)
+    assert "write of shared address 1024 of CTA rank 0 also accessed by an atomic or " \
+        "strong store of thread 0 of the cluster's CTA rank 1" in str(err.value)

@@ -80,7 +80,8 @@ class _Records:
         """The first clash of threads ``me`` accessing ``flat`` (M, nbytes) with a
         record of a thread ``other`` calls foreign (``other(ids, me)``, (M, nbytes)
         bool): (row, byte, the other thread, whether its record is an atomic's), or
-        None. An ``atomic`` access (a write) passes other atomics' records."""
+        None. An ``atomic`` access (an atomic's write, a strong read or write) passes
+        other atomics' records."""
         w, lo, hi = (a[flat] for a in self.arrays)
         wid, low, high = np.abs(w) - np.int32(1), lo + _BIG, hi - np.int32(1)
         mine = me[:, None]
@@ -97,7 +98,10 @@ class _Records:
     def note(self, flat: np.ndarray, me: np.ndarray, write: bool, now: int,
              atomic: bool = False) -> None:
         """Record threads ``me`` writing (reading; ``atomic``: updating, a write whose
-        code is negated) the bytes ``flat`` at time ``now``."""
+        code is negated, or a strong read, which leaves no record) the bytes ``flat``
+        at time ``now``."""
+        if atomic and not write:
+            return
         self.held[flat[:, 0] // self.size] = True
         w, lo, hi = self.arrays
         self.stamps[0 if write else 1][flat] = now
@@ -130,6 +134,11 @@ class _Records:
             x.reshape(-1, self.size)[ctas] = view
 
 
+#: per access: (whether it writes, whether it is strong: passes atomics' records)
+ACCESSES = {"read": (False, False), "strong load": (False, True), "write": (True, False),
+            "strong store": (True, True), "atomic": (True, True)}
+
+
 class ClusterRaces:
     """The ``cross`` and ``far`` records (module docstring) of shared memory ``sh`` in
     a launch with clusters of ``sh.cluster_size`` CTAs, each of ``nthreads`` threads."""
@@ -148,16 +157,15 @@ class ClusterRaces:
     def _foreign(self, ids: np.ndarray, me: np.ndarray) -> np.ndarray:
         return self._cta(ids) != self._cta(me)
 
-    def check(self, flat: np.ndarray, me: np.ndarray, fail: Fail, write: bool,
-              atomic: bool = False) -> np.ndarray:
-        """Check and record threads ``me`` (global ids) reading or writing (``atomic``:
-        updating) the bytes ``flat`` (M, nbytes) against the records here; the rows
-        that access their own CTA's memory (bool), which the CTA's own records check."""
+    def check(self, flat: np.ndarray, me: np.ndarray, fail: Fail, access: str) -> np.ndarray:
+        """Check and record the ``access`` (:data:`ACCESSES`) of threads ``me`` (global
+        ids) to the bytes ``flat`` (M, nbytes) against the records here; the rows that
+        access their own CTA's memory (bool), which the CTA's own records check."""
         sh = self.sh
         owner = flat[:, 0] // sh.size
         own = owner == self._cta(me)
         far = self._far_sets(owner, me, own)
-        access = "atomic" if atomic else "write" if write else "read"
+        write, atomic = ACCESSES[access]
         for rec, rows, foreign in [(self.cross, np.arange(len(me)), self._foreign), *far]:
             clash = rec.check(flat[rows], me[rows], write, foreign, atomic)
             if clash is not None:
@@ -176,11 +184,10 @@ class ClusterRaces:
         self.sh.clock += 1
 
     def own(self, flat: np.ndarray, me: np.ndarray, fail: Fail, rows: np.ndarray | None,
-            write: bool, atomic: bool = False
-            ) -> tuple[np.ndarray, np.ndarray, Fail, np.ndarray | None]:
+            access: str) -> tuple[np.ndarray, np.ndarray, Fail, np.ndarray | None]:
         """:meth:`check`, then the rows that access their own CTA's memory: their
         ``flat``, ``me``, ``fail`` and ``rows`` (the caller's per-row index, or None)."""
-        own = self.check(flat, me, fail, write, atomic)
+        own = self.check(flat, me, fail, access)
         if own.all():
             return flat, me, fail, rows
         keep = np.flatnonzero(own)
@@ -279,4 +286,4 @@ class ClusterRaces:
             rec.arrays[0].reshape(-1, self.sh.size)[ctas[rec.held[ctas]], lo:hi] = 0
 
 
-__all__ = ["ClusterRaces"]
+__all__ = ["ACCESSES", "ClusterRaces"]

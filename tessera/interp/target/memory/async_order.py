@@ -282,17 +282,6 @@ def active_warpgroups(m: Machine, mask: np.ndarray) -> np.ndarray:
     return np.unique(m.lin[mask] // 128)
 
 
-@step_rule(target_async.Fence)
-def _fence(c: TargetCompiler, instr: Instr) -> Step:
-    proxy = instr.op.kind == "proxy_async"
-
-    def step(fr: TargetFrame) -> None:
-        if proxy:
-            m = fr.m
-            fr.m.shared.fence(fr.mask.reshape(m.ncta, m.nthreads).any(axis=1))
-    return step
-
-
 @step_rule(target_async.WgmmaFence, target_async.WgmmaCommit, target_async.WgmmaWait)
 def _wgmma_order(c: TargetCompiler, instr: Instr) -> Step:
     # wgmma computes when issued (the register ordering rules are the verifier's); its

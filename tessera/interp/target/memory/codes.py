@@ -83,15 +83,20 @@ def unordered(w: np.ndarray, first: np.ndarray, last: np.ndarray | None = None,
     return clash
 
 
+#: how a race report names each access
+_VERBS = {"read": "read of", "strong load": "strong load of", "write": "write of",
+          "strong store": "strong store to", "atomic": "atomic on"}
+
+
 def race_text(access: str, where: str, other: str, by_atomic: bool) -> str:
-    """A race report's words: an ``access`` (``read``, ``write`` or ``atomic``) of
-    ``where`` that meets a record of thread ``other`` (named with the barrier that
-    would have ordered the two), made by an atomic where ``by_atomic`` (a writer code
-    below 0)."""
-    if access == "read":
-        return f"read of {where} {'updated by an atomic of' if by_atomic else 'written by'} {other}"
-    return (f"{'atomic on' if access == 'atomic' else 'write of'} {where} also accessed by "
-            f"{'an atomic of ' if by_atomic else ''}{other}")
+    """A race report's words: an ``access`` (``read``, ``strong load``, ``write``,
+    ``strong store`` or ``atomic``) of ``where`` that meets a record of thread
+    ``other`` (named with the barrier that would have ordered the two), made by an
+    atomic or a strong store where ``by_atomic`` (a writer code below 0)."""
+    by = f"an atomic or strong store of {other}" if by_atomic else other
+    if access in ("read", "strong load"):
+        return f"{_VERBS[access]} {where} {'updated' if by_atomic else 'written'} by {by}"
+    return f"{_VERBS[access]} {where} also accessed by {by}"
 
 
 __all__ = ["code_first", "code_last", "race_text", "released", "unordered"]

@@ -8,20 +8,20 @@ alignment (swizzles on absolute addresses see it), filled with 0xFF poison. Per 
 tracks whether it was written (a read of a never-written byte is an error), how many
 async copies are still in flight to it (reading such a byte is an error), and, between
 two ``bar.sync`` of its CTA, which thread wrote it and which threads read it, and when
-(:attr:`SharedMemory.clock`: what an mbarrier phase orders, :mod:`.async_order`); a
-read of another thread's write, or a write over another thread's access, with no
-barrier between, is a race, as compute-sanitizer's racecheck reports; an atomic is
-recorded as a write that other atomics pass. Two threads of one instruction writing the
-same byte are not reported. Blocks of ``DIRTY_BLOCK`` bytes that
-may hold a writer or a reader are flagged in ``dirty``, so that an mbarrier's new race
-epoch (:func:`.async_order.acquire`) looks at those only, and per CTA the bounds of the
-thread ids recorded, so that it skips CTAs none of whose accessors arrived. Rows that
-are whole aligned 16-byte chunks (``ldmatrix`` rows, 16-byte ``cp.async``) read and
-write the records a chunk at a time (:func:`take_chunks`, :func:`put_chunks`). Reads of
-whole chunks (those rows, ``wgmma`` operands) wait in :attr:`SharedMemory.log`
-(:mod:`.reads`) until something looks at their readers: the raw arrays ``rmin_code``,
-``rmax_code`` and ``dirty_blocks`` lack them, :meth:`SharedMemory.readers` and the
-property ``dirty`` resolve them first.
+(:attr:`SharedMemory.clock`: what an mbarrier phase orders, :mod:`.async_order`); a read
+of another thread's write, or a write over another thread's access, with no barrier
+between, is a race, as compute-sanitizer's racecheck reports; an atomic or a strong
+store is recorded as a write that other strong accesses pass, and a strong load leaves
+no record. Two threads of one instruction writing one byte are not reported. Blocks of
+``DIRTY_BLOCK`` bytes that may hold a writer or a reader are flagged in ``dirty``, so
+that an mbarrier's new race epoch (:func:`.async_order.acquire`) looks at those only,
+and per CTA the bounds of the thread ids recorded, so that it skips CTAs none of whose
+accessors arrived. Rows that are whole aligned 16-byte chunks (``ldmatrix`` rows,
+16-byte ``cp.async``) read and write the records a chunk at a time (:func:`take_chunks`,
+:func:`put_chunks`). Reads of whole chunks (those rows, ``wgmma`` operands) wait in
+:attr:`SharedMemory.log` (:mod:`.reads`) until something looks at their readers: the raw
+arrays ``rmin_code``, ``rmax_code`` and ``dirty_blocks`` lack them,
+:meth:`SharedMemory.readers` and the property ``dirty`` resolve them first.
 
 The race records hold thread ids *coded* so that 0 means "none" (:mod:`.codes`): a new
 launch's records are zero pages, which the kernel touches only where its CTAs access
@@ -124,11 +124,14 @@ class SharedMemory(SharedWindow, RecordSummaries):
         self.log = ReadLog(self)
 
     def check_read(self, flat: np.ndarray, me: np.ndarray, fail: Fail, race: bool = True,
-                   chunks: np.ndarray | None = None, last: np.ndarray | None = None) -> None:
+                   chunks: np.ndarray | None = None, last: np.ndarray | None = None,
+                   strong: bool = False) -> None:
         """Fault on poison, in-flight async bytes and races; record the readers.
         ``chunks``: each row's chunk number when each row is one aligned 16-byte chunk,
         bytes in order (else found here); ``last``: threads ``me[i]`` .. ``last[i]``
-        read row ``i`` together (a ``wgmma`` operand, in their own CTA's memory)."""
+        read row ``i`` together (a ``wgmma`` operand, in their own CTA's memory);
+        ``strong``: a strong read (``ld.volatile``, ``ld.relaxed``), which passes
+        atomics' and strong stores' records and leaves none."""
         rows = chunks if chunks is not None else \
             chunk_rows(flat) if self.data.size % CHUNK == 0 else None
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
@@ -146,19 +149,22 @@ class SharedMemory(SharedWindow, RecordSummaries):
         if not (self.races and race):
             return
         if self.clustered is not None:  # other CTAs' accesses: checked there
-            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=False)
+            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows,
+                                                      "strong load" if strong else "read")
             if not len(me):
                 return
         get = (lambda a: a[flat]) if rows is None else (lambda a: take_chunks(a, rows))
         if self.written[me // self.nthreads].any():
             w = get(self.writer_code)
-            clash = unordered(w, me, last)
+            clash = unordered(w, me, last, atomic=strong)
             if np.any(clash):
                 i = int(np.flatnonzero(clash.any(axis=1))[0])
                 j = int(np.flatnonzero(clash[i])[0])
                 fail(i, "shared memory race", race_text(
-                    "read", self._where(flat[i, j]),
+                    "strong load" if strong else "read", self._where(flat[i, j]),
                     self.other(abs(int(w[i, j])) - 1, int(me[i])), bool(w[i, j] < 0)))
+        if strong:
+            return
         last = me if last is None else last
         if rows is not None and self.size % CHUNK == 0:  # kept as rows until looked at
             self.log.add_rows(rows, me, last)
@@ -213,15 +219,17 @@ class SharedMemory(SharedWindow, RecordSummaries):
         np.maximum.at(self.rmax_code, idx, np.broadcast_to(code_last(last)[:, None],
                                                            flat.shape).ravel())
 
-    def read(self, flat: np.ndarray, me: np.ndarray, fail: Fail) -> np.ndarray:
-        """Checked bytes (M, nbytes) at ``flat``."""
-        self.check_read(flat, me, fail)
+    def read(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
+             strong: bool = False) -> np.ndarray:
+        """Checked bytes (M, nbytes) at ``flat`` (``strong``: as :meth:`check_read`)."""
+        self.check_read(flat, me, fail, strong=strong)
         return self.data[flat]
 
     def write(self, flat: np.ndarray, data: np.ndarray, me: np.ndarray, fail: Fail,
-              generic: bool = True, consecutive: bool = False) -> None:
+              generic: bool = True, consecutive: bool = False, strong: bool = False) -> None:
         """Checked store of ``data`` (M, nbytes) by threads ``me`` (global ids);
-        ``consecutive``: each row of ``flat`` is consecutive bytes (:meth:`index`'s)."""
+        ``consecutive``: each row of ``flat`` is consecutive bytes (:meth:`index`'s);
+        ``strong``: a strong store, checked and recorded as an atomic is."""
         busy = self.pending[flat] != 0 if self.in_flight else np.zeros(1, bool)
         if np.any(busy):
             i = int(np.flatnonzero(busy.any(axis=1))[0])
@@ -230,7 +238,7 @@ class SharedMemory(SharedWindow, RecordSummaries):
         self.check_bulk_source(flat, fail, "store")
         rows = word_rows(flat, self.size, consecutive)
         if self.races:
-            self._write_races(flat, me, fail, rows)
+            self._write_races(flat, me, fail, rows, "strong store" if strong else "write")
         if rows is None:
             self.data[flat] = data
             self.init[flat] = True
@@ -250,15 +258,16 @@ class SharedMemory(SharedWindow, RecordSummaries):
         update is indivisible (PTX ISA, "Memory Consistency Model": morally strong)."""
         self.check_read(flat, me, fail, race=False)
         if self.races:
-            self._write_races(flat, me, fail, None, atomic=True)
+            self._write_races(flat, me, fail, None, "atomic")
 
     def _write_races(self, flat: np.ndarray, me: np.ndarray, fail: Fail,
-                     rows: np.ndarray | None, atomic: bool = False) -> None:
-        """Check the store (``atomic``: the atomic) of threads ``me`` to ``flat``
-        against the race records, then record it (``rows`` from :func:`word_rows`)."""
+                     rows: np.ndarray | None, access: str) -> None:
+        """Check the ``access`` (``write``, ``strong store`` or ``atomic``: the last two
+        pass strong records) of threads ``me`` to ``flat`` against the race records,
+        then record it (``rows`` from :func:`word_rows`)."""
+        atomic = access != "write"
         if self.clustered is not None:  # other CTAs' accesses: checked there
-            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, write=True,
-                                                      atomic=atomic)
+            flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, access)
             if not len(me):
                 return
         if self.accessed[me // self.nthreads].any():
@@ -285,7 +294,7 @@ class SharedMemory(SharedWindow, RecordSummaries):
                 if other == int(me[i]):
                     other = int(hi[0, j]) - 1
                 fail(i, "shared memory race", race_text(
-                    "atomic" if atomic else "write", self._where(flat[i, j]),
+                    access, self._where(flat[i, j]),
                     self.other(other, int(me[i])), bool(wrote and w[0, j] < 0)))
         self.set_writer(flat, me, rows=rows, atomic=atomic)
 

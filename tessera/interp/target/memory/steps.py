@@ -15,6 +15,7 @@ import numpy as np
 
 from tessera.errors import UnsupportedError
 from tessera.interp.target.memory.atomics import apply_in_order, arrival, check_shared
+from tessera.interp.target.ordering import strong
 from tessera.interp.target.state import (
     DTYPES,
     Step,
@@ -79,6 +80,7 @@ def load_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
     if op.space not in SPACES:
         raise UnsupportedError(f"ld.{op.space} is not modelled; kernel parameters are block "
                                "arguments", loc=instr.loc)
+    order = getattr(op, "order", "")  # guarded loads are weak
     cluster = op.space == "shared::cluster"
     a = c.slot(instr.operands[0])
     guard, other = ((c.slot(instr.operands[1]), c.slot(instr.operands[2])) if guarded
@@ -101,7 +103,7 @@ def load_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
                 raw = m.glob.read(addr, size, fail)
             else:
                 flat = m.shared.index(m.cta[act], addr, size, fail, cluster=cluster)
-                raw = m.shared.read(flat, act, fail)
+                raw = strong.load(m, flat, act, fail, order)
             values[act] = raw.view(dt).reshape((len(act), *shape[1:]))
         fr.regs[out] = values
     return step
@@ -113,6 +115,7 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
     op = instr.op
     if op.space not in SPACES:
         raise UnsupportedError(f"st.{op.space} is not modelled", loc=instr.loc)
+    order = getattr(op, "order", "")
     cluster = op.space == "shared::cluster"
     a, v = c.slot(instr.operands[0]), c.slot(instr.operands[1])
     guard = c.slot(instr.operands[2]) if guarded else None
@@ -132,7 +135,7 @@ def store_step(c: TargetCompiler, instr: Instr, *, guarded: bool) -> Step:
             m.glob.write(addr, data, fail)
         else:
             flat = m.shared.index(m.cta[act], addr, size, fail, cluster=cluster)
-            m.shared.write(flat, data, act, fail, consecutive=True)
+            strong.store(m, flat, data, act, fail, order, consecutive=True)
     return step
 
 
@@ -166,6 +169,7 @@ def _reduce(c: TargetCompiler, instr: Instr) -> Step:
                                    elem=op.type)
             else:
                 flat = m.shared.index(m.cta[act], addr, dt.itemsize, fail, cluster=cluster)
+                strong.atomic(m, flat, act, op.order)
                 check_shared(m.shared, flat, act, fail)
                 apply_in_order(m.shared.data.view(dt), flat[:, 0] // dt.itemsize, op.op, vals,
                                elem=op.type)

@@ -17,6 +17,7 @@ from tessera.arch.cluster import CLUSTER_SPAN
 from tessera.interp.target.memory.atomics import apply_in_order, arrival, check_shared
 from tessera.interp.target.memory.global_memory import check_aligned
 from tessera.interp.target.memory.steps import to_bytes
+from tessera.interp.target.ordering import strong
 from tessera.interp.target.regs import pure
 from tessera.interp.target.state import DTYPES, Step, TargetCompiler, TargetFrame, narrow, step_rule
 from tessera.ir.core import Instr
@@ -128,7 +129,9 @@ def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndar
     addresses of the active threads ``act``: the local window is each thread's own
     local memory, the shared window its CTA's shared memory (and, in a cluster, the
     others' through their cluster addresses; ``cluster`` False: a ``.shared::cta``
-    access, which may not), the rest global memory."""
+    access, which may not), the rest global memory. The access has the memory order
+    of ``instr``'s op (:mod:`tessera.interp.target.ordering.strong`)."""
+    order = getattr(instr.op, "order", "")
     m: Any = fr.m
     out = np.zeros((len(act), nbytes), np.uint8)
     a = addr.astype(np.int64)
@@ -153,9 +156,9 @@ def generic_access(fr: TargetFrame, instr: Instr, addr: np.ndarray, act: np.ndar
         flat = m.shared.index(m.cta[who], a[sh] - ptx_ops.SHARED_WINDOW, nbytes, fail,
                               cluster=cluster)
         if data is None:
-            out[sh] = m.shared.read(flat, who, fail)
+            out[sh] = strong.load(m, flat, who, fail, order)
         else:
-            m.shared.write(flat, data[sh], who, fail)
+            strong.store(m, flat, data[sh], who, fail, order)
     if in_local.any():
         who = act[in_local]
         res = local.access(who, a[in_local] - ptx_ops.LOCAL_WINDOW, nbytes,
@@ -251,6 +254,7 @@ def _atom(c: TargetCompiler, instr: Instr) -> Step:
                     fail = m.failer(instr, who)
                     flat = m.shared.index(m.cta[who], addr[sel], size, fail,
                                           cluster=op.space != "shared")
+                    strong.atomic(m, flat, who, op.order)
                     check_shared(m.shared, flat, who, fail)
                     olds[sel, 0] = apply_in_order(m.shared.data.view(dt), flat[:, 0] // size,
                                                   op.op, b[sel, 0],

@@ -1,0 +1,176 @@
+"""Strong accesses and memory fences in the race check of the Target IR interpreter
+(PTX ISA sec. 8, "Memory Consistency Model").
+
+A *strong* access is an ``ld`` or ``st`` with a memory order (``.volatile``,
+``.relaxed``, ``.acquire``, ``.release``) or an ``atom``/``red``. Two strong accesses
+never race: they are morally strong. With a plain access a strong one races as a plain
+one would, so a strong store is recorded as an atomic is, and a strong load is checked
+as an atomic is but leaves no record (:class:`~tessera.interp.target.memory.state.
+SharedMemory`).
+
+Threads synchronise through them by the ISA's release and acquire patterns:
+
+* a thread's strong write is a *release* when it is one itself (``st.release``,
+  ``atom.release`` or ``.acq_rel``, ``red.release``) or when a memory fence of the
+  thread (``fence.sc``, ``fence.acq_rel``, ``membar``) came before it;
+* another thread's strong read that *observes* the write (reads bytes whose record is
+  that write) is an *acquire* when it is one itself (``ld.acquire``, ``atom.acquire``
+  or ``.acq_rel``) or when a fence of the reading thread comes after it.
+
+The writer's accesses before its release are then ordered before the reader's after
+its acquire: the bytes only the writer accessed before its release start a new race
+epoch (:func:`~tessera.interp.target.memory.async_order.release`), as they do when an
+mbarrier phase it arrived on completes. The classic flag hand-off is then no race:
+data stored, ``fence.acq_rel.cta``, ``st.relaxed.cta`` of a flag; in another warp, the
+flag read with ``ld.acquire.cta`` (or ``ld.volatile`` and a fence), then the data.
+Without either fence the data read is reported.
+
+Approximations, each of which may miss a race and never reports a false one: a release
+point is the writer's latest when the read observes its write (a fence after the write
+counts too); the new epoch holds for every thread, not only the reader; a strong load
+leaves no record, so a later plain store of another thread that nothing orders after
+it is not reported; a fence's scope is not compared with the threads' distance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tessera.interp.target.memory.async_order import release
+from tessera.interp.target.state import Machine, Step, TargetCompiler, TargetFrame, step_rule
+from tessera.ir.core import Instr
+from tessera.ir.dialects.target import async_ops as target_async
+from tessera.ir.dialects.target.memory_ops import acquires, releases
+
+Fail = Any
+
+
+class StrongOrder:
+    """One launch's synchronisation state: each thread's latest release point (the
+    shared memory's clock then; 0: none) and, per thread, the writers whose strong
+    writes it observed without an acquire yet, with their release points."""
+
+    def __init__(self, n: int) -> None:
+        self.released_at = np.zeros(n, np.int32)
+        self.any = False  # whether any thread has a release point
+        self.observed: dict[int, dict[int, int]] = {}
+
+
+def order_of(m: Machine) -> StrongOrder:
+    """The launch's :class:`StrongOrder`, made on first use."""
+    if not hasattr(m, "strong_order"):
+        m.strong_order = StrongOrder(m.n)  # type: ignore[attr-defined]
+    return m.strong_order  # type: ignore[attr-defined, no-any-return]
+
+
+def release_point(m: Machine, who: np.ndarray) -> None:
+    """Threads ``who`` (global ids) fence or release now: their accesses so far may be
+    ordered before another thread's acquire."""
+    sh = m.shared
+    if not sh.races or not len(who):
+        return
+    st = order_of(m)
+    st.released_at[who] = sh.clock
+    st.any = True
+    sh.clock += 1
+
+
+def observe(m: Machine, flat: np.ndarray, who: np.ndarray, acquire: bool) -> None:
+    """Threads ``who`` read the bytes ``flat`` (M, nbytes) strongly: each strong write
+    of another thread recorded there that follows a release point of its writer is
+    acquired now (``acquire``) or at the reader's next fence."""
+    sh = m.shared
+    if not sh.races or not len(who) or not order_of(m).any:
+        return
+    st = order_of(m)
+    records = [sh.writer_code[flat]]
+    if sh.clustered is not None:  # strong writes by threads of other CTAs
+        records.append(sh.clustered.cross.arrays[0][flat])
+    found: dict[int, dict[int, int]] = {}
+    for w in records:
+        rows, cols = np.nonzero((w < 0) & (-w - 1 != who[:, None]))
+        for reader, writer in zip(who[rows].tolist(), (-w[rows, cols] - 1).tolist()):
+            if at := int(st.released_at[writer]):
+                found.setdefault(reader, {})[writer] = at
+    for reader, writers in found.items():
+        if acquire:
+            synchronise(m, writers)
+        else:
+            pending = st.observed.setdefault(reader, {})
+            for writer, at in writers.items():
+                pending[writer] = max(pending.get(writer, 0), at)
+
+
+def fence(m: Machine, who: np.ndarray) -> None:
+    """A memory fence of threads ``who``: they acquire the strong writes they observed
+    (:func:`observe`), then their accesses so far are released (:func:`release_point`)."""
+    if not m.shared.races:
+        return
+    st = order_of(m)
+    for reader in who.tolist() if st.observed else ():
+        if writers := st.observed.pop(reader, None):
+            synchronise(m, writers)
+    release_point(m, who)
+
+
+def synchronise(m: Machine, writers: dict[int, int]) -> None:
+    """The accesses of each thread of ``writers`` (global id: its release point) made
+    before its release point start a new race epoch, in their CTA's records and in the
+    records of other CTAs' memory."""
+    n = m.nthreads
+    ctas = np.unique(np.fromiter(writers, np.int64, len(writers)) // n)
+    times = np.zeros((len(ctas), n), np.int32)
+    for writer, at in writers.items():
+        times[np.searchsorted(ctas, writer // n), writer % n] = at
+    release(m, ctas, times > 0, times)
+    if m.shared.clustered is not None:
+        m.shared.clustered.release(ctas, times > 0, times, cross=True)
+
+
+def load(m: Machine, flat: np.ndarray, who: np.ndarray, fail: Fail, order: str) -> np.ndarray:
+    """The shared-memory bytes ``flat`` (M, nbytes) a load of ``order`` by threads ``who``
+    reads, checked (and a strong load's observations noted)."""
+    if not order:
+        return m.shared.read(flat, who, fail)
+    data = m.shared.read(flat, who, fail, strong=True)
+    observe(m, flat, who, acquires(order))
+    return data
+
+
+def store(m: Machine, flat: np.ndarray, data: np.ndarray, who: np.ndarray, fail: Fail,
+          order: str, consecutive: bool = False) -> None:
+    """A checked store of ``order`` of ``data`` by threads ``who`` to shared memory."""
+    if releases(order):
+        release_point(m, who)
+    m.shared.write(flat, data, who, fail, consecutive=consecutive, strong=bool(order))
+
+
+def atomic(m: Machine, flat: np.ndarray, who: np.ndarray, order: str) -> None:
+    """What an ``atom``/``red`` of ``order`` by threads ``who`` on the shared bytes ``flat``
+    orders, before it updates them: it reads strongly, and it may release."""
+    observe(m, flat, who, acquires(order))
+    if releases(order):
+        release_point(m, who)
+
+
+#: the fences that order ordinary memory
+_MEMORY_FENCES = {k for k in target_async.FENCES if k not in ("proxy_async", "mbarrier_init")}
+
+
+@step_rule(target_async.Fence)
+def _fence(c: TargetCompiler, instr: Instr) -> Step:
+    kind = instr.op.kind
+
+    def step(fr: TargetFrame) -> None:
+        m = fr.m
+        if kind == "proxy_async":
+            m.shared.fence(fr.mask.reshape(m.ncta, m.nthreads).any(axis=1))
+        elif kind in _MEMORY_FENCES:
+            fence(m, np.flatnonzero(fr.mask))
+    return step
+
+
+__all__ = ["StrongOrder", "atomic", "fence", "load", "observe", "order_of", "release_point",
+           "store", "synchronise"]
