@@ -55,7 +55,8 @@ _HINTS = {
                                        "mbarrier of a TMA load) and bar.sync before reading",
     "async copy overwritten before its wait": "wait for the copy before reusing its "
                                               "destination",
-    "shared memory race": "order the accesses with bar.sync (across CTAs, the cluster barrier)",
+    "shared memory race": "order the accesses with bar.sync (across CTAs, the cluster "
+                          "barrier), or a flag's st.release and ld.acquire",
     "cluster address": "reach another CTA's shared memory with a .shared::cluster access "
                        "of the address mapa gives",
     "mbarrier": "announce (arrive.expect_tx) exactly the bytes of the loads on the phase, "

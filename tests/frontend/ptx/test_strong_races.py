@@ -152,3 +152,38 @@ def test_a_flag_hand_off_between_the_ctas_of_a_cluster() -> None:
         _remote_hand_off("mov.u32 %r9, 0;")
     assert "read of shared address 1028 of CTA rank 0 written by thread 0 of the cluster's " \
            "CTA rank 1 without a cluster barrier" in str(err.value)
+
+
+def last_arriver(fences: bool, one_instruction: bool) -> int:
+    """Lane 0 of each of 4 warps stores its part ``w + 1`` to ``buf[1 + w]``, fences
+    and counts itself into ``buf[0]`` with ``atom``; the lane that counts last fences
+    and sums every part. Its acquire reads the release sequence of the count, which
+    each atomic lengthens: it orders every warp's part before the sum."""
+    fence = ["@%p1 fence.acq_rel.cta;"] * fences
+    if one_instruction:
+        count = ["@%p1 atom.shared.add.u32 %r3, [%r2], 1;"]
+    else:  # one warp after another
+        count = [line for w in range(4) for line in (
+            f"setp.eq.u32 %p2, %r1, {32 * w};", "@%p2 atom.shared.add.u32 %r3, [%r2], 1;")]
+    body = ["and.b32 %r5, %r1, 31;", "setp.eq.u32 %p1, %r5, 0;", "shr.u32 %r6, %r1, 5;",
+            "mov.u32 %r2, buf;", "mov.u32 %r3, 0;", "setp.eq.u32 %p2, %r1, 0;",
+            "@%p2 st.shared.u32 [%r2], 0;", "bar.sync 0;", "shl.b32 %r7, %r6, 2;",
+            "add.u32 %r8, %r2, %r7;", "add.u32 %r9, %r6, 1;", "@%p1 st.shared.u32 [%r8+4], %r9;",
+            *fence, *count, "setp.eq.u32 %p3, %r3, 3;", "and.pred %p3, %p3, %p1;",
+            *(x.replace("%p1", "%p3") for x in fence), "mov.u32 %r10, 0;",
+            *(line for k in range(4) for line in (f"@%p3 ld.shared.u32 %r11, [%r2+{4 + 4 * k}];",
+                                                 "add.u32 %r10, %r10, %r11;")),
+            "@%p3 st.global.u32 [%rd1], %r10;"]
+    out = np.zeros(1, np.uint32)
+    cluster_module("\n".join(body), target="sm_80").kernel("k").run(grid=1, block=128,
+                                                                     args=[out])
+    return int(out[0])
+
+
+@pytest.mark.parametrize("one_instruction", [True, False])
+def test_the_last_arriver_reads_every_part(one_instruction: bool) -> None:
+    assert last_arriver(True, one_instruction) == 1 + 2 + 3 + 4
+    with pytest.raises(TargetFault) as err:
+        last_arriver(False, one_instruction)
+    assert "read of shared address 1028 written by thread 0 without a bar.sync" \
+        in str(err.value)
