@@ -275,14 +275,20 @@ def test_a_function_no_kernel_calls_is_read_as_ptxas_reads_it(
         with pytest.raises(PtxSyntaxError, match=message) as err:
             ts.ptx.load(text)
         assert err.value.loc.line == line
+    verdict = ptxas_verdict(text, "sm_80", tmp_path)
+    assert verdict is None or (verdict == "") == (message is None), verdict
+
+
+def ptxas_verdict(text: str, arch: str, where: Path) -> str | None:
+    """ptxas's errors on ``text`` ("" when it assembles), or None without ptxas."""
     try:
         ptxas = find_ptxas()
     except ToolchainMissing:
-        return
-    (tmp_path / "k.ptx").write_text(text)
-    run = subprocess.run([ptxas, "-arch=sm_80", "k.ptx", "-o", "k.cubin"], cwd=tmp_path,
+        return None
+    (where / "k.ptx").write_text(text)
+    run = subprocess.run([ptxas, f"-arch={arch}", "k.ptx", "-o", "k.cubin"], cwd=where,
                          capture_output=True, text=True, check=False)
-    assert (run.returncode == 0) == (message is None), run.stderr
+    return "" if run.returncode == 0 else run.stderr or "failed"
 
 
 @pytest.mark.parametrize("ctas, bins", [(2, 8), (8, 64)])
@@ -310,6 +316,30 @@ def test_a_multicast_load_and_arrivals_on_another_ctas_barrier(mod) -> None:
                                      args=[ts.ptx.tensor_map(x, box=(16, 32)), out])
     want = x.reshape(2, 32, 32)[np.arange(4) // 2] * (np.arange(4) % 2 + 1)[:, None, None]
     np.testing.assert_array_equal(out, want)
+
+
+def with_cache_hint(text: str) -> str:
+    """kernels_sm90.ptx with an L2 cache policy on multicast_tile's TMA load, as CUTLASS
+    gives every TMA load (``.L2::cache_hint``, the policy ``createpolicy`` made last)."""
+    entry = text.index(".entry multicast_tile")
+    body = text.index("{", entry) + 1
+    at = text.index("cp.async.bulk.tensor", entry)
+    end = text.index(";", at)
+    hinted = text[at:end].replace("multicast::cluster", "multicast::cluster.L2::cache_hint")
+    return (text[:body] + "\n\t.reg .b64 %rdh;\n\tcreatepolicy.fractional.L2::evict_last.b64 "
+            "%rdh, 1.0;" + text[body:at] + hinted + ", %rdh" + text[end:])
+
+
+def test_a_tma_load_with_an_l2_cache_hint(tmp_path: Path) -> None:
+    """The cache policy changes no value: the same tiles land. ptxas assembles it."""
+    text = with_cache_hint((CORPUS / "kernels_sm90.ptx").read_text())
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    out = np.zeros((4, 32, 32), np.float32)
+    ts.ptx.load(text).kernel("multicast_tile").run(
+        grid=4, block=128, args=[ts.ptx.tensor_map(x, box=(16, 32)), out])
+    want = x.reshape(2, 32, 32)[np.arange(4) // 2] * (np.arange(4) % 2 + 1)[:, None, None]
+    np.testing.assert_array_equal(out, want)
+    assert ptxas_verdict(text, "sm_90a", tmp_path) in ("", None)
 
 
 @pytest.mark.parametrize("change, message", [

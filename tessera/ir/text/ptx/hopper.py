@@ -126,7 +126,16 @@ def cp_async_arrive(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``cp.async.bulk...``: 2-D TMA loads and stores, the bulk groups of stores, and 1-D
-    bulk loads from global memory."""
+    bulk loads from global memory; a copy's ``.L2::cache_hint`` takes a last operand,
+    the 64-bit cache policy ``createpolicy`` made, which changes no value."""
+    if "L2::cache_hint" in mods:
+        if mods[1:2] in (["commit_group"], ["wait_group"]):
+            raise b.syntax(f"cp.async.bulk.{mods[1]} takes no .L2::cache_hint")
+        mods = [f for f in mods if f != "L2::cache_hint"]
+        if len(ops) < 2:
+            raise b.syntax(".L2::cache_hint takes a cache-policy operand last")
+        b.read(ops[-1], "b64")
+        ops = ops[:-1]
     if mods == ["bulk", "commit_group"]:
         count(b, ops, 0)
         b.emit(target_async.BulkCommit())

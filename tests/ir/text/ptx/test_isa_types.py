@@ -245,6 +245,20 @@ OPERANDS = [
     ("ld.mmio.relaxed.sys.shared.u32 %r1, [%r2];", "mmio"),
     ("ld.mmio.global.u32 %r1, [%rd1];", "mmio"), ("ld.volatile.local.u32 %r1, [%rd1];", "9.1"),
     ("ld.relaxed.cta.local.u32 %r1, [%rd1];", "local"),
+    # bulk copies with an L2 cache hint take the cache policy last
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+     ".L2::cache_hint [%r1], [%rd1, {%r2, %r3}], [%r4], %rd2;", "ok"),
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+     ".multicast::cluster.L2::cache_hint [%r1], [%rd1, {%r2, %r3}], [%r4], %h1, %rd2;", "ok"),
+    ("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint "
+     "[%rd1, {%r2, %r3}], [%r1], %rd2;", "ok"),
+    ("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+     "[%r1], [%rd1], %r2, [%r3], %rd2;", "ok"),
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+     ".L2::cache_hint [%r1], [%rd1, {%r2, %r3}], [%r4];", "no policy"),
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+     ".L2::cache_hint [%r1], [%rd1, {%r2, %r3}], [%r4], %r2;", "32-bit policy"),
+    ("cp.async.bulk.commit_group.L2::cache_hint;", "no hint"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
     ("mbarrier.init.shared::cta [%r1], 1;", "b64"), ("setp.ge.uni.s32 %p1, %r1, %r2;", "uni"),
     ("redux.sync.add.u32 %r1, %r2, -1;", "ok"), ("redux.sync.and.b32 %r1, %r2, -1;", "ok"),
