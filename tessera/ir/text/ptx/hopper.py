@@ -160,6 +160,13 @@ def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"cp.async.{'.'.join(mods)}")
 
 
+def _shared_operand(b: InstrBuilder, token: str) -> Value:
+    """A TMA copy's shared-memory address, ``[a]`` or (as ptxas also takes it) a bare
+    register."""
+    t = token.strip()
+    return plain_address(b, f"[{t}]" if b.is_register(t) else t, "u32")
+
+
 def _tensor_operand(b: InstrBuilder, token: str) -> list[Value]:
     """``[tmap, {c0, c1}]``: the tensor map and the two ``s32`` coordinates."""
     inner = token.strip()[1:-1]
@@ -178,8 +185,7 @@ def _tma_store(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA stores from shared::cta "
                             "are supported)")
     count(b, ops, 2)
-    b.emit(target_async.TmaStore(), [plain_address(b, ops[1], "u32"),
-                                     *_tensor_operand(b, ops[0])])
+    b.emit(target_async.TmaStore(), [_shared_operand(b, ops[1]), *_tensor_operand(b, ops[0])])
 
 
 def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
@@ -193,8 +199,7 @@ def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"cp.async.{'.'.join(mods)} (2-D TMA loads into shared memory, "
                             "multicast or not, are supported)")
     count(b, ops, 4 if multicast else 3)
-    args = [plain_address(b, ops[0], "u32"), *_tensor_operand(b, ops[1]),
-            plain_address(b, ops[2], "u32")]
+    args = [_shared_operand(b, ops[0]), *_tensor_operand(b, ops[1]), _shared_operand(b, ops[2])]
     if multicast:  # the CTA mask: a 16-bit register or literal
         args.append(b.read(ops[3], "u16"))
     b.emit(target_async.TmaLoad(multicast), args)

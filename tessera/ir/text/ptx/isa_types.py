@@ -303,8 +303,9 @@ SCOPES = {"cta", "gpu", "sys", "cluster"}
 _ONLY = {"ld": {"ca", "lu", "cv", "nc", "acquire"}, "st": {"wb", "wt", "release"}}
 #: atom's order, which neither ld nor st takes
 _NEITHER_ORDER = {"acq_rel"}
-#: qualifiers neither takes, though other memory instructions do
-_NEITHER = {"sync", "aligned", "async", "bulk"}
+#: qualifiers neither takes, though other memory instructions do, or arithmetic does
+_NEITHER = {"sync", "aligned", "async", "bulk", "rn", "rz", "rm", "rp", "rni", "rzi", "rmi",
+            "rpi", "ftz", "sat", "approx", "full", "lo", "hi", "wide", "uni"}
 
 
 def exotic(t: str) -> bool:
@@ -340,9 +341,12 @@ def memory_problem(head: str, mods: list[str]) -> str | None:
         return f"{head}.volatile does not apply to .{space}"
     if "nc" in flags and space != "global":
         return "ld.nc reads the .global space only"
-    l1 = [f for f in flags if f.startswith("L1::")]
-    if l1 and space not in ("", "global"):
-        return f"{head}.{l1[0]} applies to .global (and generic) accesses, not .{space}"
+    levels = [f for f in flags if f.startswith(("L1::", "L2::"))]  # eviction, prefetch
+    if levels and space not in ("", "global"):
+        return f"{head}.{levels[0]} applies to .global (and generic) accesses, not .{space}"
+    hints = [f for f in levels if f.startswith("L1::") or f == "L2::cache_hint"]
+    if hints and (strong := {"volatile", "mmio"} & set(flags)):
+        return f"{head}.{strong.pop()} takes no .{hints[0]}"
     vec = next((int(f[1:]) for f in flags if f in ("v2", "v4", "v8")), 1)
     return _type_problem(head, vec, t)
 

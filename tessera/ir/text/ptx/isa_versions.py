@@ -64,6 +64,10 @@ def needed_version(head: str, mods: list[str], arch: int) -> tuple[Version, str]
         found.append(((7, 6), head))
     if any(re.match(r"L[12]::evict_", f) for f in mods):
         found.append(((7, 4), "the L1::evict_* and L2::evict_* qualifiers"))
+    if "L2::cache_hint" in mods:
+        found.append(((7, 4), ".L2::cache_hint"))
+    if {"L2::64B", "L2::128B", "L2::256B"} & set(mods):
+        found.append(((7, 4), "the L2 prefetch sizes (.L2::64B, .L2::128B, .L2::256B)"))
     if "xorsign" in mods:
         found.append(((7, 2), ".xorsign"))
     return max(found, default=None)

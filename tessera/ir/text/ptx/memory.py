@@ -156,9 +156,15 @@ def _local_order(b: InstrBuilder, mods: list[str], space: str) -> str:
     return order
 
 
-def _hinted(mods: list[str], ops: list[str]) -> list[str]:
-    """The operands without an ``.L2::cache_hint`` policy operand."""
-    return ops[:2] if "L2::cache_hint" in mods and len(ops) == 3 else ops
+def _hinted(b: InstrBuilder, mods: list[str], ops: list[str]) -> list[str]:
+    """The operands without the cache-policy operand ``.L2::cache_hint`` takes last."""
+    if "L2::cache_hint" not in mods:
+        return ops
+    if len(ops) != 3:
+        raise b.syntax(f"{b.head}.L2::cache_hint takes a 64-bit cache policy as its third "
+                       "operand")
+    b.read(ops[2], "b64")
+    return ops[:2]
 
 
 @handler("createpolicy")
@@ -170,7 +176,7 @@ def _createpolicy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 @handler("ld")
 def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    ops = _hinted(mods, ops)
+    ops = _hinted(b, mods, ops)
     if mods and mods[-1] in _BYTES:
         _byte_access(b, mods, ops)
         return
@@ -197,7 +203,7 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 @handler("st")
 def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    ops = _hinted(mods, ops)
+    ops = _hinted(b, mods, ops)
     if mods and mods[-1] in _BYTES:
         _byte_access(b, mods, ops)
         return

@@ -245,6 +245,16 @@ OPERANDS = [
     ("ld.mmio.relaxed.sys.shared.u32 %r1, [%r2];", "mmio"),
     ("ld.mmio.global.u32 %r1, [%rd1];", "mmio"), ("ld.volatile.local.u32 %r1, [%rd1];", "9.1"),
     ("ld.relaxed.cta.local.u32 %r1, [%rd1];", "local"),
+    ("ld.rn.global.f32 %f1, [%rd1];", "rounding"), ("st.global.sat.f32 [%rd1], %f1;", "sat"),
+    # cache hints and prefetch sizes: global (or generic) accesses, not volatile ones
+    ("ld.global.L2::cache_hint.u32 %r1, [%rd1], %rd2;", "ok"),
+    ("ld.global.L2::cache_hint.u32 %r1, [%rd1];", "no policy"),
+    ("ld.shared.L2::cache_hint.u32 %r1, [%r2], %rd2;", "shared"),
+    ("ld.shared.L2::128B.u32 %r1, [%r2];", "shared"),
+    ("ld.volatile.global.L2::128B.u32 %r1, [%rd1];", "ok"),
+    ("ld.volatile.global.L1::evict_last.u32 %r1, [%rd1];", "volatile"),
+    ("ld.relaxed.gpu.global.L2::cache_hint.u32 %r1, [%rd1], %rd2;", "ok"),
+    ("ld.mmio.relaxed.sys.global.L2::cache_hint.u32 %r1, [%rd1], %rd2;", "mmio"),
     # bulk copies with an L2 cache hint take the cache policy last
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
      ".L2::cache_hint [%r1], [%rd1, {%r2, %r3}], [%r4], %rd2;", "ok"),
@@ -259,6 +269,12 @@ OPERANDS = [
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
      ".L2::cache_hint [%r1], [%rd1, {%r2, %r3}], [%r4], %r2;", "32-bit policy"),
     ("cp.async.bulk.commit_group.L2::cache_hint;", "no hint"),
+    # ptxas takes a TMA copy's shared-memory operands as bare registers too
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes %r1, "
+     "[%rd1, {%r2, %r3}], %rd2;", "ok"),
+    ("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r2, %r3}], %r1;", "ok"),
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
+     "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
     ("mbarrier.init.shared::cta [%r1], 1;", "b64"), ("setp.ge.uni.s32 %p1, %r1, %r2;", "uni"),
     ("redux.sync.add.u32 %r1, %r2, -1;", "ok"), ("redux.sync.and.b32 %r1, %r2, -1;", "ok"),
