@@ -173,7 +173,8 @@ class PtxKernel:
             symbols: dict[str, np.ndarray] | None = None, tensor_cores: str = "exact",
             cooperative: bool = False, buffers: dict[int, np.ndarray] | None = None,
             textures: dict[int, Texture] | None = None, heap: DeviceHeap | None = None,
-            tensor_maps: dict[int, TensorMap] | None = None, cluster: Any = None) -> None:
+            tensor_maps: dict[int, TensorMap | TensorMapArgument] | None = None,
+            cluster: Any = None) -> None:
         """Launch over ``grid`` x ``block`` threads; arrays are updated in place.
         ``symbols`` gives the contents of module ``.global``/``.const`` variables (what
         ``cudaMemcpyToSymbol`` sets; an array passed is the variable's storage, so a
@@ -189,9 +190,12 @@ class PtxKernel:
         ``textures`` gives texture objects by the handles the arguments hold
         (:func:`texture` arguments get handles of their own). ``heap`` is the device heap
         ``malloc`` and ``free`` use, kept from launch to launch as a program's is (by
-        default each launch has one of its own). ``tensor_maps`` gives the tensor map
-        (:class:`tessera.arch.tma.TensorMap`) of a ``.b8[128]`` parameter by its index,
-        over memory a buffer placed at its address holds. ``cluster`` (x, y, z) launches
+        default each launch has one of its own). ``tensor_maps`` gives by parameter
+        index the tensor map at the start of a ``.b8`` parameter whose bytes ``args``
+        gives: a :func:`tensor_map` (its array placed with the launch's arrays; for a
+        struct that begins with one, as CuTe's TMA copy atoms do), or a
+        :class:`tessera.arch.tma.TensorMap` over memory a buffer placed at its address
+        holds. ``cluster`` (x, y, z) launches
         in thread block clusters of that shape, as ``cudaLaunchKernelEx`` with a cluster
         attribute does (a kernel's ``.reqnctapercluster`` names its own)."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
@@ -260,7 +264,10 @@ class PtxKernel:
                 raw = _scalar_bytes(p, k, a[()] if isinstance(a, np.ndarray) else a)
                 space[p.offset:p.offset + p.size] = raw
         for k, t in (tensor_maps or {}).items():
-            tmaps[PARAM_WINDOW + params[k].offset] = _over_buffer(glob, t, k)
+            tmaps[PARAM_WINDOW + params[k].offset] = (
+                self._tensor_map(params[k], k, t, place, lambda base: glob.bytes[
+                    glob.bases.index(base)], inside=True)
+                if isinstance(t, TensorMapArgument) else _over_buffer(glob, t, k))
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
                 tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
                 cooperative=cooperative, textures=textures, heap=heap, cluster=shape)
@@ -320,12 +327,14 @@ class PtxKernel:
         return glob.add(a, f"the buffer at {int(address):#x}", int(address))
 
     def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,
-                    glob_bytes: Any) -> TmaValue:
+                    glob_bytes: Any, inside: bool = False) -> TmaValue:
         from tessera.arch.tma import row_major_2d
 
-        if p.array != 128:
-            raise ArgumentError(f"argument {k} ({p.name}, .b8[{p.array}]): a tensor map "
-                                "is a parameter of 128 bytes")
+        if p.array != 128 and not (inside and p.array > 128):
+            form = f".b8[{p.array}]" if p.array else f".{p.type}"
+            raise ArgumentError(f"argument {k} ({p.name}, {form}): a tensor map "
+                                "is a parameter of 128 bytes, or the start of a larger "
+                                "struct (give that one in tensor_maps)")
         base = place(a.array, k)
         tmap = row_major_2d(a.elem, base, a.array.shape, a.box, a.swizzle).validate()
         return TmaValue(tmap, glob_bytes(base))
