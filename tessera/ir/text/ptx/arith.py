@@ -322,21 +322,21 @@ def _mov(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     dst, src = ops
     if "{" in dst + src and REG_TYPES[t][1] != "b":
         raise b.syntax(f"mov packs and splits registers as .b{REG_TYPES[t][0]}, not .{t}")
-    if src.strip().startswith("{"):  # pack registers into one, first in the low bits
-        parts = [x.strip() for x in src.strip()[1:-1].split(",")]
-        width = REG_TYPES[t][0] // len(parts)
-        elem = {16: "b16", 32: "b32", 8: None}.get(width)
-        if elem is None:
-            raise b.unsupported(f"mov packing {len(parts)} parts into .{t}")
-        (d,) = b.emit(target_ops.Pack(t), [b.element(p, elem) for p in parts])
-        b.write(dst, d)
-        return
-    if dst.strip().startswith("{"):
-        parts = [x.strip() for x in dst.strip()[1:-1].split(",")]
+    if "{" in dst + src:  # pack registers into one, first in the low bits, or split one
+        packing = src.strip().startswith("{")
+        parts = [x.strip() for x in (src if packing else dst).strip()[1:-1].split(",")]
         width = REG_TYPES[t][0] // len(parts)
         elem = {16: "b16", 32: "b32"}.get(width)
         if elem is None:
-            raise b.unsupported(f"mov splitting .{t} into {len(parts)} parts")
+            if wrong := [p for p in parts if b.is_register(p) and
+                         REG_TYPES[b.scope.registers[b.register(p)]][0] != width]:
+                raise b.syntax(f"mov.{t} of {len(parts)} parts moves {width}-bit parts; "
+                               f"{wrong[0]} is no {width}-bit register")
+            raise b.unsupported(f"mov of .{t} in {len(parts)} parts")
+        if packing:
+            (d,) = b.emit(target_ops.Pack(t), [b.element(p, elem) for p in parts])
+            b.write(dst, d)
+            return
         outs = b.emit(target_ops.Unpack(elem, len(parts)), [b.read(src, t)])
         for p, v in zip(parts, outs):
             b.write(p, v)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tessera.arch.mbarrier import TX_LIMIT
 from tessera.ir.core import Value
-from tessera.ir.dialects.target import RegType, mbarrier_ops, memory_ops, ptx_ops
+from tessera.ir.dialects.target import REG_TYPES, RegType, mbarrier_ops, memory_ops, ptx_ops
 from tessera.ir.dialects.target import async_ops as target_async
 from tessera.ir.dialects.target import ops as target_ops
 from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
@@ -92,6 +92,8 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.syntax(f"expected p, [addr], {'parity' if rest else 'state'}"
                            f"{'{, suspend hint}' if kind == 'try_wait' else ''}")
         if rest:
+            if (value := parse_int(ops[2].strip())) is not None and value not in (0, 1):
+                raise b.syntax(f"an immediate phase parity is 0 or 1, not {value}")
             parity = b.read(ops[2], "u32")
         else:  # the phase an arrival's state token names: its parity bit
             low = b.emit(target_ops.Cvt("u32", "u64"), [b.read(ops[2], "u64")])[0]
@@ -164,7 +166,12 @@ def _shared_operand(b: InstrBuilder, token: str) -> Value:
     """A TMA copy's shared-memory address, ``[a]`` or (as ptxas also takes it) a bare
     register."""
     t = token.strip()
-    return plain_address(b, f"[{t}]" if b.is_register(t) else t, "u32")
+    if not b.is_register(t):
+        return plain_address(b, t, "u32")
+    kind = b.scope.registers[b.register(t)]
+    if REG_TYPES[kind][1] in "fp" or REG_TYPES[kind][0] < 32:  # what ptxas makes of it
+        raise b.unsupported(f"a TMA copy's shared-memory address in .{kind} register {t}")
+    return plain_address(b, f"[{t}]", "u32")
 
 
 def _tensor_operand(b: InstrBuilder, token: str) -> list[Value]:

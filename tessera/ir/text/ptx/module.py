@@ -1,12 +1,11 @@
 """A PTX module read into Target IR: directives, kernels, registers, blocks, branches.
 
-Module directives (PTX ISA chapter 11): ``.version``, ``.target``, ``.address_size``
-(64 only), ``.shared`` variables (placed in every kernel's shared window, in
-declaration order, at their alignment), ``.entry`` kernels with their ``.param`` lists
-(``.ptr``/state-space/``.align`` attributes; ``.align 64 .b8 name[128]`` tensor maps)
-and performance directives (``.maxntid``, ``.reqntid``, ``.minnctapersm``,
-``.maxnreg``, recorded), and ``.func`` device functions, inlined where they are called
-(:mod:`tessera.ir.text.ptx.calls`).
+Module directives (PTX ISA chapter 11): ``.version``, ``.target``, ``.address_size`` (64
+only), ``.shared`` variables (placed in every kernel's shared window, in declaration
+order, at their alignment), ``.entry`` kernels with their ``.param`` lists (``.ptr``/
+state-space/``.align`` attributes; ``.align 64 .b8 name[128]`` tensor maps) and
+performance directives (``.maxntid``, ``.reqntid``, ``.minnctapersm``, ``.maxnreg``,
+recorded), and ``.func`` device functions, inlined where they are called (:mod:`.calls`).
 Inside a kernel: ``.reg`` declarations (``%r<N>`` ranges, nested ``{ }`` scopes of
 inline assembly), ``.shared`` and ``.extern .shared`` (dynamic) variables, labels,
 ``@%p``/``@!%p`` guards and the branches ``bra``, ``ret``, ``exit`` and ``trap``.
@@ -56,6 +55,7 @@ from tessera.ir.text.ptx.lexer import (
 
 _ = (_composed, _floats, _hopper, _memory, _texture, _warp)  # register the other modules' handlers
 _GUARD = re.compile(r"^@(!?)(%?[A-Za-z_$][\w$]*)\s+(.*)$", re.S)
+_OPCODE = re.compile(r"([A-Za-z_][\w.:]*)\s*(.*)$", re.S)  # ptxas: add.u32%r1, ... is add.u32
 _PERF = ("maxntid", "reqntid", "minnctapersm", "maxnreg", "maxclusterrank", "reqnctapercluster",
          "explicitcluster", "noreturn", "pragma")
 
@@ -199,8 +199,7 @@ class _KernelReader:
         if m:
             guard = (m.group(1) == "!", m.group(2))
             text = m.group(3).strip()
-        opcode, _, rest = text.partition(" ")
-        opcode = opcode.strip()
+        opcode, rest = (o.group(1), o.group(2)) if (o := _OPCODE.match(text)) else (text, "")
         head, *mods = opcode.split(".")
         mods = isa_types.types_last(head, mods)
         ops = split_operands(rest.strip(), stmt.loc) if rest.strip() else []
@@ -227,18 +226,20 @@ class _KernelReader:
 
     def _branch(self, head: str, mods: list[str], ops: list[str],
                 guard: tuple[str, bool] | None, stmt: Statement) -> None:
+        if (len(ops) != 1) if head == "bra" else bool(ops):
+            want = "one label" if head == "bra" else "no operand"
+            raise PtxSyntaxError(f"{head} takes {want} in '{stmt.text}'", loc=stmt.loc)
+        if head == "bra" and [f for f in mods if f != "uni"]:
+            raise PtxUnsupportedError(f"branch '{stmt.text}'", loc=stmt.loc)
         if head == "bra":
-            if [f for f in mods if f != "uni"] or len(ops) != 1:
-                raise PtxUnsupportedError(f"branch '{stmt.text}'", loc=stmt.loc)
             target: str | None = self._renamed(ops[0].strip())
-            kind = "jump"
-        elif head == "ret" and self.calls and not ops and mods in ([], ["uni"]):
-            target, kind = self.calls[-1][1], "jump"  # back to the caller
+        elif head == "ret" and self.calls and mods in ([], ["uni"]):
+            target = self.calls[-1][1]  # back to the caller
+        elif [f for f in mods if not (f == "uni" and head == "ret")]:
+            raise PtxUnsupportedError(f"'{stmt.text}'", loc=stmt.loc)
         else:
-            if ops or [f for f in mods if not (f == "uni" and head == "ret")]:
-                raise PtxUnsupportedError(f"'{stmt.text}'", loc=stmt.loc)
-            target, kind = f"<{head}>", "jump"
-        end = {"kind": kind, "target": target, "loc": stmt.loc, "text": stmt.text,
+            target = f"<{head}>"
+        end = {"kind": "jump", "target": target, "loc": stmt.loc, "text": stmt.text,
                "blocks": tuple(self.blocks_open)}
         if guard is not None:
             end.update(kind="cond", guard=guard)

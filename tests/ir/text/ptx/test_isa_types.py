@@ -273,6 +273,13 @@ OPERANDS = [
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes %r1, "
      "[%rd1, {%r2, %r3}], %rd2;", "ok"),
     ("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r2, %r3}], %r1;", "ok"),
+    ("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r2, %r3}], %h1;",
+     "unsupported"),
+    ("mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1;", "ok"),
+    ("mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 2;", "parity"),
+    ("ret %r1;", "operand"), ("exit 1;", "operand"), ("bra;", "label"), ("ret%r1;", "operand"),
+    ("add.u32%r1, %r2, %r3;", "ok"),  # ptxas's opcode ends where its operands start
+    ("mov.b16 {%r1, %r2}, %h1;", "8-bit parts"), ("mov.b16 %h1, {%r1, %r2};", "8-bit parts"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
      "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
