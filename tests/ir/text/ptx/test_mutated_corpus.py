@@ -50,7 +50,8 @@ TYPES = ["b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64", "f16", "
 MODIFIERS = ["rn", "rz", "approx", "ftz", "sat", "lo", "hi", "wide", "global", "shared",
              "const", "local", "param", "v2", "v4", "sync", "aligned", "acquire", "release",
              "gpu", "cta", "relaxed", "x2", "x4", "trans", "cg", "ca", "nc", "uni", "bfly",
-             "volatile", "shared::cta", "L1::no_allocate"]
+             "volatile", "shared::cta", "L1::no_allocate", "weak", "sys", "cluster", "acq_rel",
+             "mmio", "L2::cache_hint", "L2::128B", "L1::evict_last"]
 OPERANDS = ["%r1", "%rd1", "%f1", "%p1", "7", "-1", "0f3F800000", "[%rd1+8]", "%tid.x",
             "%laneid"]
 
