@@ -91,6 +91,8 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         if len(ops) not in (3, 4) or (kind == "test_wait" and len(ops) != 3):
             raise b.syntax(f"expected p, [addr], {'parity' if rest else 'state'}"
                            f"{'{, suspend hint}' if kind == 'try_wait' else ''}")
+        if len(ops) == 4:  # a suspend-time hint in nanoseconds: no effect on values
+            b.read(ops[3], "u32")
         if rest:
             if (value := parse_int(ops[2].strip())) is not None and value not in (0, 1):
                 raise b.syntax(f"an immediate phase parity is 0 or 1, not {value}")

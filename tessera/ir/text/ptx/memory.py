@@ -156,15 +156,15 @@ def _local_order(b: InstrBuilder, mods: list[str], space: str) -> str:
     return order
 
 
-def _hinted(b: InstrBuilder, mods: list[str], ops: list[str]) -> list[str]:
-    """The operands without the cache-policy operand ``.L2::cache_hint`` takes last."""
+def _hinted(b: InstrBuilder, mods: list[str], ops: list[str], n: int = 2) -> list[str]:
+    """The ``n`` operands without the cache policy ``.L2::cache_hint`` takes last."""
     if "L2::cache_hint" not in mods:
         return ops
-    if len(ops) != 3:
-        raise b.syntax(f"{b.head}.L2::cache_hint takes a 64-bit cache policy as its third "
-                       "operand")
-    b.read(ops[2], "b64")
-    return ops[:2]
+    if len(ops) != n + 1:
+        raise b.syntax(f"{b.head}.L2::cache_hint takes a 64-bit cache policy after its "
+                       f"{n} operands")
+    b.read(ops[n], "b64")
+    return ops[:n]
 
 
 @handler("createpolicy")
@@ -242,6 +242,9 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.syntax("expected one atomic operation (.add, .min, .cas ...)")
     space, vec, t = _split_mods(b, [f for f in mods if f not in ops_ and f != "noftz"])
     op = ops_[0]
+    if "L2::cache_hint" in mods and (op == "cas" or space not in ("", "global")):
+        raise b.syntax(f"{b.head}.L2::cache_hint applies to global memory and not to cas")
+    ops = _hinted(b, mods, ops, 2 if b.head == "red" else 3)
     if space == "const":
         raise b.syntax(f"{b.head} on constant memory")
     if t == "b128":

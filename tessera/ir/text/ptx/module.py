@@ -229,14 +229,13 @@ class _KernelReader:
         if (len(ops) != 1) if head == "bra" else bool(ops):
             want = "one label" if head == "bra" else "no operand"
             raise PtxSyntaxError(f"{head} takes {want} in '{stmt.text}'", loc=stmt.loc)
-        if head == "bra" and [f for f in mods if f != "uni"]:
-            raise PtxUnsupportedError(f"branch '{stmt.text}'", loc=stmt.loc)
+        if mods not in ([], ["uni"]) or (mods and head not in ("bra", "ret")):
+            raise PtxSyntaxError(f"{head} takes {'only .uni' if head in ('bra', 'ret') else 'no'}"
+                                 f" modifier in '{stmt.text}'", loc=stmt.loc)
         if head == "bra":
             target: str | None = self._renamed(ops[0].strip())
-        elif head == "ret" and self.calls and mods in ([], ["uni"]):
+        elif head == "ret" and self.calls:
             target = self.calls[-1][1]  # back to the caller
-        elif [f for f in mods if not (f == "uni" and head == "ret")]:
-            raise PtxUnsupportedError(f"'{stmt.text}'", loc=stmt.loc)
         else:
             target = f"<{head}>"
         end = {"kind": "jump", "target": target, "loc": stmt.loc, "text": stmt.text,

@@ -277,9 +277,17 @@ OPERANDS = [
      "unsupported"),
     ("mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1;", "ok"),
     ("mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 2;", "parity"),
+    ("mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1, %r2;", "ok"),
+    ("mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], 1, %rd2;", "64-bit hint"),
+    ("atom.global.L2::cache_hint.and.b32 %r2, [%rd1], %r1, %rd2;", "ok"),
+    ("atom.global.L2::cache_hint.and.b32 %r2, [%rd1], %r1;", "no policy"),
+    ("red.global.L2::cache_hint.add.u32 [%rd1], %r1, %rd2;", "ok"),
+    ("atom.global.L2::cache_hint.cas.b32 %r2, [%rd1], %r1, %r3, %rd2;", "cas"),
+    ("atom.shared.L2::cache_hint.add.u32 %r2, [%r1], %r1, %rd2;", "shared"),
     ("ret %r1;", "operand"), ("exit 1;", "operand"), ("bra;", "label"), ("ret%r1;", "operand"),
     ("add.u32%r1, %r2, %r3;", "ok"),  # ptxas's opcode ends where its operands start
     ("mov.b16 {%r1, %r2}, %h1;", "8-bit parts"), ("mov.b16 %h1, {%r1, %r2};", "8-bit parts"),
+    ("ret.uni;", "ok"), ("ret.rn;", "rounding"), ("exit.uni;", "uni"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
      "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
