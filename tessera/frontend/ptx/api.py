@@ -195,9 +195,9 @@ class PtxKernel:
         gives: a :func:`tensor_map` (its array placed with the launch's arrays; for a
         struct that begins with one, as CuTe's TMA copy atoms do), or a
         :class:`tessera.arch.tma.TensorMap` over memory a buffer placed at its address
-        holds. ``cluster`` (x, y, z) launches
-        in thread block clusters of that shape, as ``cudaLaunchKernelEx`` with a cluster
-        attribute does (a kernel's ``.reqnctapercluster`` names its own)."""
+        holds. ``cluster`` (x, y, z) launches in thread block clusters of that shape, as
+        ``cudaLaunchKernelEx`` with a cluster attribute does (a kernel's
+        ``.reqnctapercluster`` names its own)."""
         g, b = _dims(grid, "grid"), _dims(block, "block")
         shape = None if cluster is None else _dims(cluster, "cluster")
         params = self.ir.params

@@ -30,12 +30,11 @@ from tessera.ir.text.ptx.arith import count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.lexer import is_decimal_float, parse_float_bits, parse_int
 
-_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "relaxed", "acquire",
-               "release", "acq_rel", "weak", "gpu", "cta", "sys", "cluster", "L1::no_allocate",
-               "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_last",
-               "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal", "L2::evict_last",
-               "L2::evict_first"}
-_QUALIFIERS.add("mmio")
+_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "mmio", "relaxed",
+               "acquire", "release", "acq_rel", "weak", "gpu", "cta", "sys", "cluster",
+               "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal",
+               "L1::evict_last", "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal",
+               "L2::evict_last", "L2::evict_first"}
 _SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster"}
 #: the words of a memory order, in the order Target IR writes them
 _ORDER_WORDS = ("mmio", "volatile", "relaxed", "acquire", "release", "acq_rel", "cta",

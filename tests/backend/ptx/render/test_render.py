@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tessera.backend.ptx.render import render
 from tessera.backend.ptx.render.emit import PtxWriter, immediate
 from tessera.backend.ptx.render.regalloc import Registers, RenderError
-from tessera.errors import Loc
+from tessera.errors import IRVerifyError, Loc
 from tessera.ir.core import Block, Builder, Function, IRRegion, Op, Value
 from tessera.ir.dialects.target import KERNEL, Condition, For, If, RegType, Return, TensorMapType
 from tessera.ir.dialects.target import While as WhileOp
@@ -372,6 +372,20 @@ def test_everything_sm80_assembles(tmp_path: Path) -> None:
                  "red.relaxed.sys.global.add.u32 "):  # sec. 9.7.9.8, 9.7.9.10, 9.7.13.6
         assert f"\t{line}" in text
     ptxas(text, "sm_80", tmp_path)
+
+
+@pytest.mark.parametrize("op, operands", [
+    (Load("shared", "u32", order="release.cta"), [RegType("u32")]),  # ld takes no release
+    (Load("shared", "u32", order="relaxed"), [RegType("u32")]),  # a semantics needs a scope
+    (Store("global", "u32", order="acquire.gpu"), [RegType("u64"), RegType("u32")]),
+    (Store("global", "u32", order="volatile.cta"), [RegType("u64"), RegType("u32")]),
+    (Reduce("global", "add", "u32", order="acquire"), [RegType("u64"), RegType("u32")]),
+    (Reduce("global", "add", "u32", order="cta.gpu"), [RegType("u64"), RegType("u32")]),
+])
+def test_memory_orders_the_ptx_isa_does_not_define_fail_to_verify(op: Op,
+                                                                  operands: list) -> None:
+    with pytest.raises(IRVerifyError, match="has no memory order"):
+        op.verify(operands, op.infer(operands))
 
 
 def test_op_without_rule_raises() -> None:
