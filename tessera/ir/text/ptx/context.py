@@ -329,8 +329,8 @@ class InstrBuilder:
                 ik == rk == "f" and elem != declared):  # .f16 holds no bf16, .f32 no f16x2
             raise self.syntax(f"register {token} is a .{declared} register and cannot hold "
                               f"a .{elem} operand (a bit-size register or a .{elem} one can)")
-        wide_enough = (self.relaxed and rb >= ib and not (ik == rk == "f")
-                       and not (self.head == "cvt" and elem == "bf16")) or self.any_width
+        wide_enough = (self.relaxed and rb >= ib and not (ik == rk == "f")  # ptxas: not bf16
+                       and not (self.head == "cvt" and elem.startswith("bf16"))) or self.any_width
         if rb != ib and not wide_enough:
             raise self.syntax(f"register {token} has {rb} bits; a .{elem} operand needs a "
                               f"{ib}-bit register")

@@ -288,6 +288,8 @@ OPERANDS = [
     ("add.u32%r1, %r2, %r3;", "ok"),  # ptxas's opcode ends where its operands start
     ("mov.b16 {%r1, %r2}, %h1;", "8-bit parts"), ("mov.b16 %h1, {%r1, %r2};", "8-bit parts"),
     ("ret.uni;", "ok"), ("ret.rn;", "rounding"), ("exit.uni;", "uni"),
+    ("cvt.rn.f16x2.f32 %rd1, %f1, %f2;", "ok"),  # ptxas takes a wider f16x2 register ...
+    ("cvt.rn.bf16x2.f32 %rd1, %f1, %f2;", "64-bit bf16x2"),  # ... and no wider bf16x2 one
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
      "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
