@@ -279,8 +279,8 @@ class InstrBuilder:
                 raise self.syntax(f"special register {t} is read by mov of 64 bits only")
             (v,) = self.emit(target_ops.Special(reg))
             return v if elem == "u64" else self.bitcast(v, elem)
-        if self.head not in ("mov", "cvt") or (self.head == "mov" and elem not in
-                                                ("b32", "u32", "s32")):
+        if self.head not in ("mov", "cvt") or (self.head == "mov" and elem not in (
+                "b32", "u32", "s32")) or REG_TYPES[elem][1] in "fp" or REG_TYPES[elem][0] > 32:
             raise self.syntax(f"special register {t} is read by mov of 32 bits (or cvt to "
                               f"widen it) only")
         (v,) = self.emit(target_ops.Special(reg))

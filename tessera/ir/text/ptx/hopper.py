@@ -217,11 +217,9 @@ def tma_load(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 @handler("wgmma")
 def _wgmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     body = [f for f in mods if f not in ("sync", "aligned")]
-    if body == ["fence"]:
-        b.emit(target_async.WgmmaFence())
-        return
-    if body == ["commit_group"]:
-        b.emit(target_async.WgmmaCommit())
+    if body in (["fence"], ["commit_group"]):
+        count(b, ops, 0)
+        b.emit(target_async.WgmmaFence() if body == ["fence"] else target_async.WgmmaCommit())
         return
     if body == ["wait_group"]:
         count(b, ops, 1)

@@ -290,6 +290,9 @@ OPERANDS = [
     ("ret.uni;", "ok"), ("ret.rn;", "rounding"), ("exit.uni;", "uni"),
     ("cvt.rn.f16x2.f32 %rd1, %f1, %f2;", "ok"),  # ptxas takes a wider f16x2 register ...
     ("cvt.rn.bf16x2.f32 %rd1, %f1, %f2;", "64-bit bf16x2"),  # ... and no wider bf16x2 one
+    ("wgmma.commit_group.sync.aligned%r1;", "operand"),
+    ("cvt.u64.u16 %rd1, %tid.x;", "ok"), ("cvt.rzi.s32.f32 %r1, %tid.x;", "special"),
+    ("cvt.u32.u64 %r1, %tid.x;", "special"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
      "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
