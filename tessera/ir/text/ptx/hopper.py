@@ -23,6 +23,7 @@ from tessera.ir.text.ptx.arith import count, handler
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.lexer import parse_int
 from tessera.ir.text.ptx.memory import plain_address
+from tessera.ir.text.ptx.warp import integer_mask
 
 _SHARED = ("shared", "shared::cta", "shared::cluster")
 
@@ -330,6 +331,7 @@ def _elect(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods != ["sync"]:
         raise b.unsupported(f"elect.{'.'.join(mods)}")
     count(b, ops, 2)
+    integer_mask(b, ops[1])
     fixed = parse_int(ops[1])
     lane, pred = (b.emit(ptx_ops.Elect(fixed & 0xFFFFFFFF)) if fixed is not None else
                   b.emit(ptx_ops.Elect(), [b.read(ops[1], "b32")]))

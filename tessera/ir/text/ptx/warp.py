@@ -25,7 +25,8 @@ def _shfl(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             mods[1] not in ("up", "down", "bfly", "idx"):
         raise b.unsupported(f"shfl.{'.'.join(mods)}")
     count(b, ops, 5)
-    # b, c and the mask are .b32 operands: ptxas takes a 0f literal for them too
+    integer_mask(b, ops[4])
+    # b and c are .b32 operands: ptxas takes a 0f literal for them too
     args = [b.read(ops[1], "b32")] + [
         b.const(bits[0], "u32") if (bits := parse_float_bits(o.strip())) and bits[1] == 32
         else b.read(o, "u32") for o in ops[2:]]
@@ -52,9 +53,16 @@ def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     b.write(ops[0], d)
 
 
+def integer_mask(b: InstrBuilder, token: str) -> None:
+    """Refuse a float literal as a member mask, as ptxas does."""
+    if parse_float_bits(token.strip()) is not None:
+        raise b.syntax(f"{b.head}'s member mask is an integer, not a float literal")
+
+
 def _read_member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
     """A warp instruction's member mask: a constant, or a register (``activemask``'s)
     read as a ``b32`` operand."""
+    integer_mask(b, token)
     mask = parse_int(token)
     return (0xFFFFFFFF, [b.read(token, "b32")]) if mask is None else (mask & 0xFFFFFFFF, [])
 
@@ -93,6 +101,7 @@ def _match(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if b.head == "bar" and mods == ["warp", "sync"]:
         count(b, ops, 1)
+        integer_mask(b, ops[0])
         mask = parse_int(ops[0])
         if mask is None:
             raise b.unsupported("bar.warp.sync with a register member mask")

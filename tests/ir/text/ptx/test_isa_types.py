@@ -293,6 +293,11 @@ OPERANDS = [
     ("wgmma.commit_group.sync.aligned%r1;", "operand"),
     ("cvt.u64.u16 %rd1, %tid.x;", "ok"), ("cvt.rzi.s32.f32 %r1, %tid.x;", "special"),
     ("cvt.u32.u64 %r1, %tid.x;", "special"),
+    ("elect.sync %r1|%p1, 0f3F800000;", "float mask"),
+    ("shfl.sync.bfly.b32 %r1, %r2, 1, 31, 0f3F800000;", "float mask"),
+    ("shfl.sync.bfly.b32 %r1, %r2, 0f3F800000, 31, -1;", "ok"),
+    ("vote.sync.ballot.b32 %r1, %p1, 0f3F800000;", "float mask"),
+    ("bar.warp.sync 0f3F800000;", "float mask"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
      "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
