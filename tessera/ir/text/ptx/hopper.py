@@ -170,6 +170,10 @@ def _shared_operand(b: InstrBuilder, token: str) -> Value:
     register."""
     t = token.strip()
     if not b.is_register(t):
+        if parse_int(t) is not None:
+            raise b.syntax(f"an immediate shared-memory address {t}: give a register")
+        if not t.startswith("["):  # ptxas takes a float literal here too
+            raise b.unsupported(f"a TMA copy's shared-memory address {t}")
         return plain_address(b, t, "u32")
     kind = b.scope.registers[b.register(t)]
     if REG_TYPES[kind][1] in "fp" or REG_TYPES[kind][0] < 32:  # what ptxas makes of it

@@ -366,6 +366,8 @@ def _ldmatrix(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
                          "shared::cta", "b16"}
     if not num or extra or "m8n8" not in mods:
         raise b.unsupported(f"ldmatrix.{'.'.join(mods)}")
+    if "b16" not in mods:
+        raise b.syntax("ldmatrix.m8n8 names its type, .b16")
     addr = plain_address(b, ops[1], "u32")
     (d,) = b.emit(target_async.Ldmatrix(num, "trans" in mods), [addr])
     b.write(ops[0], d)

@@ -298,6 +298,9 @@ OPERANDS = [
     ("shfl.sync.bfly.b32 %r1, %r2, 0f3F800000, 31, -1;", "ok"),
     ("vote.sync.ballot.b32 %r1, %p1, 0f3F800000;", "float mask"),
     ("bar.warp.sync 0f3F800000;", "float mask"),
+    ("ldmatrix.sync.aligned.m8n8.x1.shared {%r1}, [%r2];", "no type"),
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 0f3F800000, "
+     "[%rd1, {%r2, %r3}], [%r4];", "unsupported"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
      "[%rd1, {%r2, %r3}], [%r4];", "immediate"),
     ("ldmatrix.sync.aligned.m8n8.x4.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r2];", "twice"),
