@@ -300,7 +300,8 @@ MEMORY_TYPES = ("b8", "u8", "s8", "b16", "b32", "b64", "u16", "u32", "u64", "s16
 SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster"}
 SCOPES = {"cta", "gpu", "sys", "cluster"}
 #: qualifiers only one of the two takes: ld's cache operators and acquire, st's
-_ONLY = {"ld": {"ca", "lu", "cv", "nc", "acquire"}, "st": {"wb", "wt", "release"}}
+_ONLY = {"ld": {"ca", "lu", "cv", "nc", "acquire", "L2::64B", "L2::128B", "L2::256B"},
+         "st": {"wb", "wt", "release"}}
 #: atom's order, which neither ld nor st takes
 _NEITHER_ORDER = {"acq_rel"}
 #: qualifiers neither takes, though other memory instructions do, or arithmetic does

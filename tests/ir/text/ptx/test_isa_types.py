@@ -299,6 +299,7 @@ OPERANDS = [
     ("vote.sync.ballot.b32 %r1, %p1, 0f3F800000;", "float mask"),
     ("bar.warp.sync 0f3F800000;", "float mask"),
     ("ldmatrix.sync.aligned.m8n8.x1.shared {%r1}, [%r2];", "no type"),
+    ("st.L2::128B.global.u32 [%rd1], %r1;", "prefetch"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 0f3F800000, "
      "[%rd1, {%r2, %r3}], [%r4];", "unsupported"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
