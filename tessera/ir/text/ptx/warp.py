@@ -47,6 +47,8 @@ def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     body = [f for f in mods if f != "sync"]
     if len(body) != 2 or body[0] not in ("all", "any", "uni", "ballot"):
         raise b.unsupported(f"vote.{'.'.join(mods)}")
+    if body[1] != ("b32" if body[0] == "ballot" else "pred"):
+        raise b.syntax(f"vote.{body[0]} is .{'b32' if body[0] == 'ballot' else 'pred'}")
     count(b, ops, 3)
     mask, args = _read_member_mask(b, ops[2])
     (d,) = b.emit(ptx_ops.Vote(body[0], mask), [b.read(ops[1], "pred"), *args])

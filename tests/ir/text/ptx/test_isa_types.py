@@ -300,6 +300,7 @@ OPERANDS = [
     ("bar.warp.sync 0f3F800000;", "float mask"),
     ("ldmatrix.sync.aligned.m8n8.x1.shared {%r1}, [%r2];", "no type"),
     ("st.L2::128B.global.u32 [%rd1], %r1;", "prefetch"),
+    ("vote.ballot.sync.b16 %r1, %p1, -1;", "b32"), ("vote.any.sync.b32 %p2, %p1, -1;", "pred"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 0f3F800000, "
      "[%rd1, {%r2, %r3}], [%r4];", "unsupported"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
