@@ -42,6 +42,8 @@ def _mbarrier(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.syntax(f"mbarrier.{kind} works on a .b64 barrier: end the opcode with .b64")
     if not set(_SHARED) & set(mods):
         raise b.unsupported(f"mbarrier.{kind} at a generic address (say .shared::cta)")
+    if len([f for f in mods if f in _SHARED]) > 1:
+        raise b.syntax(f"mbarrier.{kind} names one state space")
     rest = [f for f in mods[1:] if f not in _SHARED and f not in ("b64", "release", "cta",
                                                                   "acquire", "relaxed",
                                                                   "cluster")]

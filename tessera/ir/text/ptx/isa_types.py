@@ -238,6 +238,8 @@ def cvt_problem(to: str, frm: str, flags: list[str]) -> str | None:
     irnd = [f for f in flags if f in ("rni", "rzi", "rmi", "rpi")]
     frnd = [f for f in flags if f in ("rn", "rz", "rm", "rp")]
     name = f"cvt.{to}.{frm}"
+    if "approx" in flags:
+        return f"{name} takes no .approx: cvt rounds as its rounding modifier says"
     if len(irnd) + len(frnd) > 1:
         return f"{name} takes one rounding modifier"
     if to in ("f16x2", "bf16x2") and "sat" in flags:
