@@ -236,6 +236,7 @@ def _cvt(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             raise b.unsupported(f"cvt with .{f}")
     if to in ("f16x2", "bf16x2"):
         count(b, ops, 3)
+        b.relaxed = to == "f16x2"  # ptxas: a bf16x2 pair's sources are no wider than f32
         args = [b.read(ops[1], frm), b.read(ops[2], frm)]
     else:
         count(b, ops, 2)

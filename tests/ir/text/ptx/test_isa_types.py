@@ -303,6 +303,8 @@ OPERANDS = [
     ("vote.ballot.sync.b16 %r1, %p1, -1;", "b32"), ("vote.any.sync.b32 %p2, %p1, -1;", "pred"),
     ("mbarrier.init.shared.shared::cta.b64 [%r1], 1;", "two spaces"),
     ("cvt.approx.u32.u64 %r1, %rd1;", "approx"), ("cvt.rn.approx.f16.f32 %h1, %f1;", "approx"),
+    ("cvt.rn.bf16x2.f32 %r1, %rd1, %f2;", "wide source"),
+    ("cvt.rn.f16x2.f32 %r1, %rd1, %f2;", "ok"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 0f3F800000, "
      "[%rd1, {%r2, %r3}], [%r4];", "unsupported"),
     ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes 1024, "
