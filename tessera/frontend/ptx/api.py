@@ -249,8 +249,7 @@ class PtxKernel:
                 space[p.offset:p.offset + 8] = np.frombuffer(np.uint64(handle).tobytes(),
                                                              np.uint8)
             elif p.array and isinstance(a, TensorMapArgument):
-                tmaps[PARAM_WINDOW + p.offset] = self._tensor_map(
-                    p, k, a, place, lambda base: glob.bytes[glob.bases.index(base)])
+                tmaps[PARAM_WINDOW + p.offset] = self._tensor_map(p, k, a, place, glob)
             elif p.array:
                 space[p.offset:p.offset + p.size] = _by_value(p, k, a, placer)
             elif isinstance(a, DevicePointer) or (isinstance(a, np.ndarray) and a.ndim > 0):
@@ -265,8 +264,7 @@ class PtxKernel:
                 space[p.offset:p.offset + p.size] = raw
         for k, t in (tensor_maps or {}).items():
             tmaps[PARAM_WINDOW + params[k].offset] = (
-                self._tensor_map(params[k], k, t, place, lambda base: glob.bytes[
-                    glob.bases.index(base)], inside=True)
+                self._tensor_map(params[k], k, t, place, glob, inside=True)
                 if isinstance(t, TensorMapArgument) else _over_buffer(glob, t, k))
         run_cfg(self.ir, space, glob, grid=g, block=b, shared_bytes=shared_bytes,
                 tmaps=tmaps, check_races=check_races, tensor_cores=tensor_cores,
@@ -326,8 +324,10 @@ class PtxKernel:
                                 "the CUDA program's allocation had (cudaMalloc aligns to 256)")
         return glob.add(a, f"the buffer at {int(address):#x}", int(address))
 
-    def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any,
-                    glob_bytes: Any, inside: bool = False) -> TmaValue:
+    def _tensor_map(self, p: KernelParam, k: int, a: Any, place: Any, glob: GlobalMemory,
+                    inside: bool = False) -> TmaValue:
+        """The tensor map ``a`` (a :func:`tensor_map`) of parameter ``p``, its array
+        placed by ``place`` in ``glob``; ``inside``: ``p`` may be a struct it begins."""
         from tessera.arch.tma import row_major_2d
 
         if p.array != 128 and not (inside and p.array > 128):
@@ -337,7 +337,7 @@ class PtxKernel:
                                 "struct (give that one in tensor_maps)")
         base = place(a.array, k)
         tmap = row_major_2d(a.elem, base, a.array.shape, a.box, a.swizzle).validate()
-        return TmaValue(tmap, glob_bytes(base))
+        return TmaValue(tmap, glob.bytes[glob.bases.index(base)])
 
     def __repr__(self) -> str:
         args = ", ".join(f".{p.type}{f'[{p.array}]' if p.array else ''} {p.name}"

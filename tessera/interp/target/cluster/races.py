@@ -43,7 +43,13 @@ from typing import Any
 import numpy as np
 
 from tessera.interp.target.memory.chunks import small_pages
-from tessera.interp.target.memory.codes import code_first, code_last, race_text, released
+from tessera.interp.target.memory.codes import (
+    ACCESSES,
+    code_first,
+    code_last,
+    race_text,
+    released,
+)
 from tessera.interp.target.memory.global_memory import Fail
 
 _BIG = np.int32(np.iinfo(np.int32).max)
@@ -134,11 +140,6 @@ class _Records:
             x.reshape(-1, self.size)[ctas] = view
 
 
-#: per access: (whether it writes, whether it is strong: passes atomics' records)
-ACCESSES = {"read": (False, False), "strong load": (False, True), "write": (True, False),
-            "strong store": (True, True), "atomic": (True, True)}
-
-
 class ClusterRaces:
     """The ``cross`` and ``far`` records (module docstring) of shared memory ``sh`` in
     a launch with clusters of ``sh.cluster_size`` CTAs, each of ``nthreads`` threads."""
@@ -158,9 +159,10 @@ class ClusterRaces:
         return self._cta(ids) != self._cta(me)
 
     def check(self, flat: np.ndarray, me: np.ndarray, fail: Fail, access: str) -> np.ndarray:
-        """Check and record the ``access`` (:data:`ACCESSES`) of threads ``me`` (global
-        ids) to the bytes ``flat`` (M, nbytes) against the records here; the rows that
-        access their own CTA's memory (bool), which the CTA's own records check."""
+        """Check and record the ``access`` (a key of :data:`ACCESSES`) of threads
+        ``me`` (global ids) to the bytes ``flat`` (M, nbytes) against the records here;
+        the rows that access their own CTA's memory (bool), which the CTA's own records
+        check."""
         sh = self.sh
         owner = flat[:, 0] // sh.size
         own = owner == self._cta(me)
@@ -286,4 +288,4 @@ class ClusterRaces:
             rec.arrays[0].reshape(-1, self.sh.size)[ctas[rec.held[ctas]], lo:hi] = 0
 
 
-__all__ = ["ACCESSES", "ClusterRaces"]
+__all__ = ["ClusterRaces"]

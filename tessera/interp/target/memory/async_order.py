@@ -91,9 +91,7 @@ def acquire(m: Machine, ids: np.ndarray) -> None:
             by_cta.setdefault(t // m.nthreads, np.zeros((1, m.nthreads), np.int32))[
                 0, t % m.nthreads] = at
         for cta, times in by_cta.items():
-            release(m, np.array([cta]), times > 0, times)
-            if sh.clustered is not None:  # and their accesses seen by other CTAs
-                sh.clustered.release(np.array([cta]), times > 0, times, cross=True)
+            release(m, np.array([cta]), times > 0, times, cross=True)
     slots = max(1, sh.size // 8)
     todo = [i for i in unique if released.get(i) is not None and released[i].any()]
     while todo:  # one mbarrier per CTA at a time
@@ -113,16 +111,21 @@ def _release(m: Machine, by_cta: dict[int, int], released: dict[int, np.ndarray]
 
 
 def release(m: Machine, ctas: np.ndarray, arrived: np.ndarray,
-            times: np.ndarray | None = None) -> None:
+            times: np.ndarray | None = None, cross: bool = False) -> None:
     """A new race epoch for the bytes of ``ctas`` (sorted) that only the threads
     ``arrived`` (C, nthreads) of each accessed since their last one: a named ``bar.sync
     id, count`` of those threads, or an mbarrier phase they arrived on at ``times``
-    (C, nthreads; the shared memory's clock), which orders only what they did before."""
+    (C, nthreads; the shared memory's clock), which orders only what they did before.
+    ``cross``: the threads synchronised with threads of other CTAs (a remote arrival,
+    a release another CTA acquired), so their accesses seen by other CTAs are ordered
+    too."""
     sh = m.shared
     if not sh.races or not sh.size:
         return
     if sh.clustered is not None:
         sh.clustered.release(ctas, arrived, times)
+        if cross:
+            sh.clustered.release(ctas, arrived, times, cross=True)
     # A CTA none of whose accessors since its bar.sync lies among the arrivals (e.g.
     # consumers waiting for a producer that only issued TMA) has nothing to clear.
     base = ctas * m.nthreads

@@ -83,6 +83,9 @@ def unordered(w: np.ndarray, first: np.ndarray, last: np.ndarray | None = None,
     return clash
 
 
+#: per access: (whether it writes, whether it is strong: passes atomics' records)
+ACCESSES = {"read": (False, False), "strong load": (False, True), "write": (True, False),
+            "strong store": (True, True), "atomic": (True, True)}
 #: how a race report names each access
 _VERBS = {"read": "read of", "strong load": "strong load of", "write": "write of",
           "strong store": "strong store to", "atomic": "atomic on"}
@@ -99,4 +102,4 @@ def race_text(access: str, where: str, other: str, by_atomic: bool) -> str:
     return f"{_VERBS[access]} {where} also accessed by {by}"
 
 
-__all__ = ["code_first", "code_last", "race_text", "released", "unordered"]
+__all__ = ["ACCESSES", "code_first", "code_last", "race_text", "released", "unordered"]

@@ -48,7 +48,7 @@ from tessera.interp.target.memory.chunks import (
     take_rows,
     word_rows,
 )
-from tessera.interp.target.memory.codes import code_first, code_last, race_text, unordered
+from tessera.interp.target.memory.codes import ACCESSES, code_first, code_last, race_text, unordered
 from tessera.interp.target.memory.global_memory import (
     GLOBAL_BASE,
     GLOBAL_STRIDE,
@@ -265,7 +265,7 @@ class SharedMemory(SharedWindow, RecordSummaries):
         """Check the ``access`` (``write``, ``strong store`` or ``atomic``: the last two
         pass strong records) of threads ``me`` to ``flat`` against the race records,
         then record it (``rows`` from :func:`word_rows`)."""
-        atomic = access != "write"
+        atomic = ACCESSES[access][1]
         if self.clustered is not None:  # other CTAs' accesses: checked there
             flat, me, fail, rows = self.clustered.own(flat, me, fail, rows, access)
             if not len(me):

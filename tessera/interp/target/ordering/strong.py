@@ -153,9 +153,7 @@ def synchronise(m: Machine, writers: dict[int, int]) -> None:
     times = np.zeros((len(ctas), n), np.int32)
     for writer, at in writers.items():
         times[np.searchsorted(ctas, writer // n), writer % n] = at
-    release(m, ctas, times > 0, times)
-    if m.shared.clustered is not None:
-        m.shared.clustered.release(ctas, times > 0, times, cross=True)
+    release(m, ctas, times > 0, times, cross=True)
 
 
 def load(m: Machine, flat: np.ndarray, who: np.ndarray, fail: Fail, order: str) -> np.ndarray:

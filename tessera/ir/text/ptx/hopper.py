@@ -22,8 +22,8 @@ from tessera.ir.dialects.target.wgmma_rs import A_REGS, WgmmaRegA
 from tessera.ir.text.ptx.arith import count, handler
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.lexer import parse_int
-from tessera.ir.text.ptx.memory import plain_address
-from tessera.ir.text.ptx.warp import integer_mask
+from tessera.ir.text.ptx.memory import hinted, plain_address
+from tessera.ir.text.ptx.warp import read_member_mask
 
 _SHARED = ("shared", "shared::cta", "shared::cluster")
 
@@ -133,16 +133,13 @@ def cp_async_arrive(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 def bulk_copy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     """``cp.async.bulk...``: 2-D TMA loads and stores, the bulk groups of stores, and 1-D
-    bulk loads from global memory; a copy's ``.L2::cache_hint`` takes a last operand,
-    the 64-bit cache policy ``createpolicy`` made, which changes no value."""
+    bulk loads from global memory; a copy's ``.L2::cache_hint`` takes a cache policy
+    last (:func:`~tessera.ir.text.ptx.memory.hinted`)."""
     if "L2::cache_hint" in mods:
         if mods[1:2] in (["commit_group"], ["wait_group"]):
             raise b.syntax(f"cp.async.bulk.{mods[1]} takes no .L2::cache_hint")
+        ops = hinted(b, mods, ops, None)
         mods = [f for f in mods if f != "L2::cache_hint"]
-        if len(ops) < 2:
-            raise b.syntax(".L2::cache_hint takes a cache-policy operand last")
-        b.read(ops[-1], "b64")
-        ops = ops[:-1]
     if mods == ["bulk", "commit_group"]:
         count(b, ops, 0)
         b.emit(target_async.BulkCommit())
@@ -337,10 +334,8 @@ def _elect(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if mods != ["sync"]:
         raise b.unsupported(f"elect.{'.'.join(mods)}")
     count(b, ops, 2)
-    integer_mask(b, ops[1])
-    fixed = parse_int(ops[1])
-    lane, pred = (b.emit(ptx_ops.Elect(fixed & 0xFFFFFFFF)) if fixed is not None else
-                  b.emit(ptx_ops.Elect(), [b.read(ops[1], "b32")]))
+    mask, args = read_member_mask(b, ops[1])
+    lane, pred = b.emit(ptx_ops.Elect(mask), args)
     dests = [d.strip() for d in ops[0].split("|")]
     if len(dests) != 2:
         raise b.syntax("elect.sync writes d|p")

@@ -24,7 +24,7 @@ import re
 
 from tessera.arch.limits import arch_number
 from tessera.ir.dialects.target import FP8X2, cvt_needs
-from tessera.ir.dialects.target.memory_ops import ORDER_SEMANTICS
+from tessera.ir.dialects.target.memory_ops import MEMORY_SCOPES, ORDER_SEMANTICS
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.isa_versions import Version, version_problem
 
@@ -300,7 +300,7 @@ def fp8_problem(to: str, frm: str, flags: list[str], arch: int) -> str | None:
 MEMORY_TYPES = ("b8", "u8", "s8", "b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32",
                 "s64", "f32", "f64", "b128")
 SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster"}
-SCOPES = {"cta", "gpu", "sys", "cluster"}
+SCOPES = set(MEMORY_SCOPES)
 #: qualifiers only one of the two takes: ld's cache operators and acquire, st's
 _ONLY = {"ld": {"ca", "lu", "cv", "nc", "acquire", "L2::64B", "L2::128B", "L2::256B"},
          "st": {"wb", "wt", "release"}}

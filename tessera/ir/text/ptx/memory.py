@@ -21,6 +21,7 @@ from tessera.ir.dialects.target import (
     REG_TYPES,
     RegType,
     atomic_type_problem,
+    memory_ops,
     ptx_ops,
     vector_atomic_problem,
 )
@@ -30,17 +31,16 @@ from tessera.ir.text.ptx.arith import count, handler, ptx_type
 from tessera.ir.text.ptx.context import InstrBuilder
 from tessera.ir.text.ptx.lexer import is_decimal_float, parse_float_bits, parse_int
 
-_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "mmio", "relaxed",
-               "acquire", "release", "acq_rel", "weak", "gpu", "cta", "sys", "cluster",
+#: the qualifiers atom and red take besides a state space and .L2::cache_hint
+_ATOMIC_ORDERS = {*memory_ops.ORDER_SEMANTICS["atom"], *memory_ops.MEMORY_SCOPES}
+#: the words of a memory order, in the order Target IR writes them
+_ORDER_WORDS = ("mmio", "volatile", *memory_ops.ORDER_SEMANTICS["atom"],
+                *memory_ops.MEMORY_SCOPES)
+_QUALIFIERS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "weak", *_ORDER_WORDS,
                "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal",
                "L1::evict_last", "L1::evict_first", "L1::evict_unchanged", "L2::evict_normal",
                "L2::evict_last", "L2::evict_first"}
 _SPACES = {"global", "shared", "param", "local", "const", "shared::cta", "shared::cluster"}
-#: the words of a memory order, in the order Target IR writes them
-_ORDER_WORDS = ("mmio", "volatile", "relaxed", "acquire", "release", "acq_rel", "cta",
-                "cluster", "gpu", "sys")
-#: the qualifiers atom and red take besides a state space and .L2::cache_hint
-_ATOMIC_ORDERS = {"relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "cluster"}
 
 
 def _split_mods(b: InstrBuilder, mods: list[str]) -> tuple[str, int, str]:
@@ -155,13 +155,15 @@ def _local_order(b: InstrBuilder, mods: list[str], space: str) -> str:
     return order
 
 
-def _hinted(b: InstrBuilder, mods: list[str], ops: list[str], n: int = 2) -> list[str]:
-    """The ``n`` operands without the cache policy ``.L2::cache_hint`` takes last."""
+def hinted(b: InstrBuilder, mods: list[str], ops: list[str], n: int | None = 2) -> list[str]:
+    """The operands before the 64-bit cache policy (``createpolicy``'s, which changes no
+    value) that ``.L2::cache_hint`` takes last: ``n`` of them (None: all but the last)."""
     if "L2::cache_hint" not in mods:
         return ops
-    if len(ops) != n + 1:
+    n = len(ops) - 1 if n is None else n
+    if n < 1 or len(ops) != n + 1:
         raise b.syntax(f"{b.head}.L2::cache_hint takes a 64-bit cache policy after its "
-                       f"{n} operands")
+                       "other operands")
     b.read(ops[n], "b64")
     return ops[:n]
 
@@ -175,7 +177,7 @@ def _createpolicy(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 @handler("ld")
 def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    ops = _hinted(b, mods, ops)
+    ops = hinted(b, mods, ops)
     if mods and mods[-1] in _BYTES:
         _byte_access(b, mods, ops)
         return
@@ -202,7 +204,7 @@ def _ld(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 
 @handler("st")
 def _st(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
-    ops = _hinted(b, mods, ops)
+    ops = hinted(b, mods, ops)
     if mods and mods[-1] in _BYTES:
         _byte_access(b, mods, ops)
         return
@@ -243,7 +245,7 @@ def _atom(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     op = ops_[0]
     if "L2::cache_hint" in mods and (op == "cas" or space not in ("", "global")):
         raise b.syntax(f"{b.head}.L2::cache_hint applies to global memory and not to cas")
-    ops = _hinted(b, mods, ops, 2 if b.head == "red" else 3)
+    ops = hinted(b, mods, ops, 2 if b.head == "red" else 3)
     if space == "const":
         raise b.syntax(f"{b.head} on constant memory")
     if t == "b128":

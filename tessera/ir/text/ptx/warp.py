@@ -25,7 +25,7 @@ def _shfl(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
             mods[1] not in ("up", "down", "bfly", "idx"):
         raise b.unsupported(f"shfl.{'.'.join(mods)}")
     count(b, ops, 5)
-    integer_mask(b, ops[4])
+    _integer_mask(b, ops[4])
     # b and c are .b32 operands: ptxas takes a 0f literal for them too
     args = [b.read(ops[1], "b32")] + [
         b.const(bits[0], "u32") if (bits := parse_float_bits(o.strip())) and bits[1] == 32
@@ -50,21 +50,21 @@ def _vote(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if body[1] != ("b32" if body[0] == "ballot" else "pred"):
         raise b.syntax(f"vote.{body[0]} is .{'b32' if body[0] == 'ballot' else 'pred'}")
     count(b, ops, 3)
-    mask, args = _read_member_mask(b, ops[2])
+    mask, args = read_member_mask(b, ops[2])
     (d,) = b.emit(ptx_ops.Vote(body[0], mask), [b.read(ops[1], "pred"), *args])
     b.write(ops[0], d)
 
 
-def integer_mask(b: InstrBuilder, token: str) -> None:
+def _integer_mask(b: InstrBuilder, token: str) -> None:
     """Refuse a float literal as a member mask, as ptxas does."""
     if parse_float_bits(token.strip()) is not None:
         raise b.syntax(f"{b.head}'s member mask is an integer, not a float literal")
 
 
-def _read_member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
+def read_member_mask(b: InstrBuilder, token: str) -> tuple[int, list[Value]]:
     """A warp instruction's member mask: a constant, or a register (``activemask``'s)
     read as a ``b32`` operand."""
-    integer_mask(b, token)
+    _integer_mask(b, token)
     mask = parse_int(token)
     return (0xFFFFFFFF, [b.read(token, "b32")]) if mask is None else (mask & 0xFFFFFFFF, [])
 
@@ -79,7 +79,7 @@ def _redux(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if t not in takes:
         raise b.syntax(f"redux.sync.{op} takes {', '.join('.' + x for x in takes)}, not .{t}")
     count(b, ops, 3)
-    mask, args = _read_member_mask(b, ops[2])
+    mask, args = read_member_mask(b, ops[2])
     (d,) = b.emit(warp_ops.Redux(op, t, mask), [b.read(ops[1], t), *args])
     b.write(ops[0], d)
 
@@ -90,7 +90,7 @@ def _match(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if len(body) != 2 or body[0] not in ("any", "all") or body[1] not in ("b32", "b64"):
         raise b.syntax("match is match.any.sync or match.all.sync of .b32 or .b64")
     count(b, ops, 3)
-    mask, args = _read_member_mask(b, ops[2])
+    mask, args = read_member_mask(b, ops[2])
     results = b.emit(warp_ops.Match(body[0], body[1], mask), [b.read(ops[1], body[1]), *args])
     dests = ops[0].split("|")
     if len(dests) > len(results):
@@ -103,11 +103,10 @@ def _match(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
 def _bar(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
     if b.head == "bar" and mods == ["warp", "sync"]:
         count(b, ops, 1)
-        integer_mask(b, ops[0])
-        mask = parse_int(ops[0])
-        if mask is None:
+        mask, args = read_member_mask(b, ops[0])
+        if args:
             raise b.unsupported("bar.warp.sync with a register member mask")
-        b.emit(ptx_ops.WarpSync(mask & 0xFFFFFFFF))
+        b.emit(ptx_ops.WarpSync(mask))
         return
     if b.head == "barrier" and mods[:1] == ["cluster"]:
         from tessera.ir.text.ptx.hopper import cluster_barrier
@@ -230,4 +229,4 @@ def _wmma(b: InstrBuilder, mods: list[str], ops: list[str]) -> None:
         raise b.unsupported(f"wmma.{'.'.join(mods)}")
 
 
-__all__: list[str] = []
+__all__ = ["read_member_mask"]
